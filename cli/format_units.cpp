@@ -1,0 +1,42 @@
+#include "format_units.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cmath>
+
+namespace comptrain::cli {
+
+std::string format_bytes(std::int64_t bytes) {
+  static constexpr std::array<const char*, 6> units{"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double value = static_cast<double>(bytes);
+  std::size_t unit = 0;
+  while (std::fabs(value) >= 1024.0 && unit + 1 < units.size()) {
+    value /= 1024.0;
+    ++unit;
+  }
+  if (unit == 0) return fmt::format("{} B", bytes);
+  return fmt::format("{:.2f} {}", value, units[unit]);
+}
+
+std::string format_flops(double flops) {
+  static constexpr std::array<const char*, 6> units{"FLOP", "kFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP"};
+  std::size_t unit = 0;
+  while (std::fabs(flops) >= 1000.0 && unit + 1 < units.size()) {
+    flops /= 1000.0;
+    ++unit;
+  }
+  return fmt::format("{:.2f} {}", flops, units[unit]);
+}
+
+std::string group_digits(std::int64_t value) {
+  std::string digits = std::to_string(value < 0 ? -value : value);
+  std::string out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return value < 0 ? "-" + out : out;
+}
+
+}  // namespace comptrain::cli

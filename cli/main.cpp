@@ -1,0 +1,84 @@
+// comptrain: predicts peak GPU memory and iteration time of DNN training under memory-saving
+// strategies. This file only wires the subcommands; the work is in the libraries.
+//
+// Exit codes: 0 success, 1 internal failure (or a subcommand not implemented yet),
+// 2 bad usage or bad input.
+
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <exception>
+#include <functional>
+#include <string>
+
+#include "comptrain/support/input_error.hpp"
+#include "comptrain_version.hpp"
+#include "trace_command.hpp"
+
+namespace {
+
+constexpr int kExitInternal = 1;
+constexpr int kExitBadInput = 2;
+
+// A subcommand that a later milestone fills in: it has its --help, and running it says
+// plainly that it does not work yet instead of printing anything that looks like a result.
+std::function<int()> add_pending_command(CLI::App& app, const std::string& name, const std::string& description,
+                                         const std::string& arrives_with) {
+  auto* command = app.add_subcommand(name, description + " [not implemented yet]");
+  command->allow_extras();
+  return [command, name, arrives_with]() -> int {
+    if (!command->parsed()) return -1;
+    fmt::print(stderr, "comptrain {}: not implemented yet ({})\n", name, arrives_with);
+    return kExitInternal;
+  };
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "comptrain: trace-driven simulator of memory-saving DNN training (activation compression, offloading, "
+      "recomputation) on GPU systems",
+      "comptrain"};
+  app.set_version_flag("--version", std::string("comptrain ") + COMPTRAIN_VERSION);
+  app.require_subcommand(1);
+  app.footer("Exit codes: 0 success, 1 internal failure or not implemented, 2 bad usage or bad input.");
+
+  auto trace = comptrain::cli::add_trace_command(app);
+  auto* trace_command = app.get_subcommand("trace");
+  const std::function<int()> pending[] = {
+      add_pending_command(app, "simulate", "Replay a scenario on a modeled GPU system: peak memory, iteration time, throughput",
+                          "the SimGrid replay is the simulator-core milestone"),
+      add_pending_command(app, "plan", "Find the largest and the fastest batch size per strategy",
+                          "the planner builds on the simulator"),
+      add_pending_command(app, "calibrate", "Benchmark the compressor kernels and links on this machine and fit the cost model",
+                          "calibration needs the compressor kernels"),
+  };
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);  // prints the message and a hint to --help
+    return kExitBadInput;
+  }
+
+  try {
+    if (trace_command->parsed()) return trace();
+    for (const auto& command : pending) {
+      if (int code = command(); code >= 0) return code;
+    }
+    return kExitInternal;
+  } catch (const comptrain::InputError& e) {
+    fmt::print(stderr, "comptrain: error: {}\n", e.what());
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "comptrain: internal error: {}\n", e.what());
+    return kExitInternal;
+  }
+}

@@ -1,0 +1,133 @@
+#include "trace_command.hpp"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <optional>
+
+#include "comptrain/sim/scenario.hpp"
+#include "comptrain/traces/summary.hpp"
+#include "comptrain/traces/trace_json.hpp"
+#include "comptrain/zoo/zoo.hpp"
+#include "trace_report.hpp"
+
+namespace comptrain::cli {
+namespace {
+
+bool has_extension(const std::string& text, std::initializer_list<const char*> extensions) {
+  const std::string ext = std::filesystem::path(text).extension().string();
+  for (const char* e : extensions) {
+    if (ext == e) return true;
+  }
+  return false;
+}
+
+// Which trace to work on, and the command-line overrides of its scenario.
+struct TraceSelection {
+  std::string target;  // zoo name, trace .json, scenario .yaml; empty: the embedded default scenario
+  std::optional<std::int64_t> batch;
+  std::string precision;
+  std::string optimizer;
+  std::optional<std::int64_t> layers, hidden, heads, seq_len, vocab;
+
+  void add_options(CLI::App& command) {
+    command.add_option("target", target,
+                       "A zoo model name (see `comptrain trace list`), a trace file (.json) or a scenario (.yaml); "
+                       "default: the embedded default scenario");
+    command.add_option("-b,--batch", batch, "Batch size (rescales a trace file)")->check(CLI::PositiveNumber);
+    command.add_option("--precision", precision, "fp32, or mixed (16-bit weights and activations, fp32 master weights)")
+        ->check(CLI::IsMember({"fp32", "mixed"}));
+    command.add_option("--optimizer", optimizer, "sgd, momentum or adam (default: momentum for CNNs, adam for transformers)")
+        ->check(CLI::IsMember({"sgd", "momentum", "adam"}));
+    auto* shape = command.add_option_group("transformer shape", "For bert-base, bert-large, gpt2 and gpt");
+    shape->add_option("--layers", layers, "Transformer layers")->check(CLI::PositiveNumber);
+    shape->add_option("--hidden", hidden, "Hidden size")->check(CLI::PositiveNumber);
+    shape->add_option("--heads", heads, "Attention heads")->check(CLI::PositiveNumber);
+    shape->add_option("--seq-len", seq_len, "Sequence length")->check(CLI::PositiveNumber);
+    shape->add_option("--vocab", vocab, "Vocabulary size")->check(CLI::PositiveNumber);
+  }
+
+  bool overrides_model() const {
+    return !precision.empty() || !optimizer.empty() || layers || hidden || heads || seq_len || vocab;
+  }
+
+  traces::Trace load() const {
+    if (has_extension(target, {".json"})) {
+      if (overrides_model()) {
+        throw InputError("'" + target + "' is a trace file: only --batch applies to it (its model, precision and optimizer are fixed)");
+      }
+      traces::Trace trace = traces::read_trace_file(target);
+      return batch ? trace.rescaled(*batch) : trace;
+    }
+    sim::Scenario scenario;
+    if (target.empty()) {
+      scenario = sim::default_scenario();
+    } else if (has_extension(target, {".yaml", ".yml"})) {
+      scenario = sim::load_scenario_file(target);
+    } else {
+      scenario.source = "command line";
+      scenario.name = target;
+      scenario.zoo_model = zoo::ModelRequest{};
+      scenario.zoo_model->model = target;
+    }
+    if (scenario.trace_file) {
+      if (overrides_model()) throw InputError(scenario.source + ": the scenario's model is a trace file: only --batch applies");
+      if (batch) scenario.batch_size = batch;
+      return sim::build_trace(scenario);
+    }
+    zoo::ModelRequest& request = *scenario.zoo_model;
+    if (batch) request.batch_size = *batch;
+    if (!precision.empty()) request.precision = *zoo::parse_precision(precision);
+    if (!optimizer.empty()) request.optimizer = zoo::parse_optimizer(optimizer);
+    for (auto [field, value] : {std::pair{&request.layers, layers}, {&request.hidden, hidden}, {&request.heads, heads},
+                                {&request.seq_len, seq_len}, {&request.vocab, vocab}}) {
+      if (value) *field = value;
+    }
+    return sim::build_trace(scenario);
+  }
+};
+
+}  // namespace
+
+std::function<int()> add_trace_command(CLI::App& app) {
+  auto* trace = app.add_subcommand("trace", "Inspect the model zoo and trace files: counts, FLOPs, memory accounting");
+  trace->require_subcommand(1);
+
+  auto* list = trace->add_subcommand("list", "List the models of the zoo");
+
+  auto show_selection = std::make_shared<TraceSelection>();
+  auto show_json = std::make_shared<bool>(false);
+  auto show_largest = std::make_shared<std::size_t>(8);
+  auto* show = trace->add_subcommand("show", "Print a trace's op count, parameters, FLOPs and static memory breakdown");
+  show_selection->add_options(*show);
+  show->add_flag("--json", *show_json, "Print the report as JSON");
+  show->add_option("--largest", *show_largest, "How many of the largest tensors live at the peak to list")
+      ->capture_default_str();
+
+  auto export_selection = std::make_shared<TraceSelection>();
+  auto output = std::make_shared<std::string>();
+  auto* exporter = trace->add_subcommand("export", "Write a trace file (JSON, traces/FORMAT.md)");
+  export_selection->add_options(*exporter);
+  exporter->add_option("-o,--output", *output, "Output file")->required();
+
+  return [=]() -> int {
+    if (list->parsed()) {
+      for (const auto& model : zoo::list_models()) fmt::print("{:<12} {}\n", model.name, model.description);
+      return 0;
+    }
+    if (show->parsed()) {
+      const traces::Trace t = show_selection->load();
+      const auto summary = traces::summarize(t);
+      std::cout << (*show_json ? trace_report_json(t, summary) : trace_report_text(t, summary, *show_largest));
+      return 0;
+    }
+    const traces::Trace t = export_selection->load();
+    traces::write_trace_file(t, *output);
+    fmt::print(stderr, "wrote {} ({} ops, {} tensors, batch {})\n", *output, t.ops().size(), t.tensors().size(), t.batch_size());
+    return 0;
+  };
+}
+
+}  // namespace comptrain::cli

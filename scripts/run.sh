@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The main job: installs, builds, and runs comptrain on the embedded default scenario
+# (scenarios/default.yaml: ResNet-50, batch 32, fp32, SGD with momentum), printing its report.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bash "$root/scripts/build.sh" >&2
+# Until the simulator lands, the report is the default model's static accounting.
+exec "$root/build/cli/comptrain" trace show

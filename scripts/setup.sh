@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of comptrain from Debian's packages.
+# Idempotent: when everything is present it only checks (dpkg-query) and returns in well under a second.
+# Must run as root (or with sudo available) on Debian 12 or later.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libsimgrid-dev            # event engine and network model (SimGrid s4u), found through pkg-config
+  libboost-graph-dev        # the op DAG
+  libyaml-cpp-dev           # scenarios
+  libfmt-dev                # output formatting
+  libcli11-dev              # command line
+  nlohmann-json3-dev        # trace files (JSON)
+  libgtest-dev libgmock-dev # unit tests
+  libbenchmark-dev          # benchmarks
+  libzfp-dev                # peer compressor we measure ourselves against
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+
+if ((${#missing[@]} == 0)); then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+SUDO=""
+if [[ $(id -u) -ne 0 ]]; then SUDO="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+echo "setup: done"

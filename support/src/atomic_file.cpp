@@ -1,0 +1,135 @@
+#include "comptrain/support/atomic_file.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "comptrain/support/input_error.hpp"
+
+namespace comptrain {
+namespace {
+
+// Temporary files being written right now. A signal handler may only touch async-signal-safe
+// state, so the paths live in fixed buffers and slots are claimed with atomics.
+constexpr std::size_t kSlots = 16;
+constexpr std::size_t kPathMax = 4096;
+std::array<std::atomic<bool>, kSlots> slot_used{};
+std::array<std::array<char, kPathMax>, kSlots> slot_path{};
+
+extern "C" void remove_temporaries_and_reraise(int sig) {
+  for (std::size_t i = 0; i < kSlots; ++i) {
+    if (slot_used[i].load()) ::unlink(slot_path[i].data());
+  }
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+void install_handlers_once() {
+  static const bool installed = [] {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+      struct sigaction action {};
+      struct sigaction previous {};
+      sigaction(sig, nullptr, &previous);
+      if (previous.sa_handler != SIG_DFL) continue;  // someone else handles it: leave alone
+      action.sa_handler = remove_temporaries_and_reraise;
+      sigemptyset(&action.sa_mask);
+      sigaction(sig, &action, nullptr);
+    }
+    return true;
+  }();
+  (void)installed;
+}
+
+// Registers a temporary path for removal on a fatal signal for the lifetime of the object.
+class TemporaryGuard {
+ public:
+  explicit TemporaryGuard(const std::string& path) {
+    install_handlers_once();
+    if (path.size() >= kPathMax) return;
+    for (std::size_t i = 0; i < kSlots; ++i) {
+      bool expected = false;
+      if (slot_used[i].compare_exchange_strong(expected, true)) {
+        std::memcpy(slot_path[i].data(), path.c_str(), path.size() + 1);
+        slot_ = static_cast<int>(i);
+        return;
+      }
+    }
+  }
+  ~TemporaryGuard() {
+    if (slot_ >= 0) slot_used[static_cast<std::size_t>(slot_)].store(false);
+  }
+  TemporaryGuard(const TemporaryGuard&) = delete;
+  TemporaryGuard& operator=(const TemporaryGuard&) = delete;
+
+ private:
+  int slot_ = -1;
+};
+
+std::string errno_text() { return std::strerror(errno); }
+
+}  // namespace
+
+void write_file_atomically(const std::filesystem::path& path, std::string_view contents) {
+  const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
+  std::string pattern = (dir / ("." + path.filename().string() + ".tmp.XXXXXX")).string();
+  int fd = ::mkstemp(pattern.data());
+  if (fd < 0) {
+    throw InputError("cannot write '" + path.string() + "': cannot create a temporary file in '" +
+                     dir.string() + "': " + errno_text());
+  }
+  TemporaryGuard guard(pattern);
+  auto fail = [&](const std::string& what) {
+    std::string reason = errno_text();
+    ::close(fd);
+    ::unlink(pattern.c_str());
+    throw InputError("cannot write '" + path.string() + "': " + what + ": " + reason);
+  };
+  const char* data = contents.data();
+  std::size_t left = contents.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd, data, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail("write failed");
+    }
+    data += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  // New files get the usual permissions (mkstemp creates 0600).
+  mode_t mask = ::umask(0);
+  ::umask(mask);
+  ::fchmod(fd, 0666 & ~mask);
+  if (::fsync(fd) != 0) fail("fsync failed");
+  if (::close(fd) != 0) {
+    ::unlink(pattern.c_str());
+    throw InputError("cannot write '" + path.string() + "': close failed: " + errno_text());
+  }
+  if (::rename(pattern.c_str(), path.c_str()) != 0) {
+    std::string reason = errno_text();
+    ::unlink(pattern.c_str());
+    throw InputError("cannot write '" + path.string() + "': rename failed: " + reason);
+  }
+}
+
+std::string read_file(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw InputError("cannot read '" + path.string() + "': it is a directory");
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError("cannot read '" + path.string() + "': " + errno_text());
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  return buffer.str();
+}
+
+}  // namespace comptrain

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# End-to-end checks of the comptrain command line: exit codes (0 ok, 1 internal or not
+# implemented, 2 bad input) and that error messages name the problem.
+# Usage: cli_test.sh PATH/TO/comptrain PATH/TO/tests/data
+set -u
+bin=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+passed=0
+failed=0
+
+# expect CODE PATTERN -- ARGS...: runs comptrain ARGS, checks the exit code and that the
+# combined output matches the extended regular expression PATTERN.
+expect() {
+  local code=$1 pattern=$2
+  shift 3
+  local out actual
+  out=$("$bin" "$@" 2>&1)
+  actual=$?
+  if [[ $actual -eq $code ]] && grep -Eq -- "$pattern" <<<"$out"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL: comptrain $* -> exit $actual (expected $code), output should match /$pattern/:"
+    sed 's/^/    /' <<<"$out" | head -20
+  fi
+}
+
+expect 0 '^comptrain [0-9]+\.[0-9]+\.[0-9]+$' -- --version
+expect 0 'Subcommands:' -- --help
+expect 2 'A subcommand is required|subcommand' --
+expect 2 'not-a-command|following argument' -- not-a-command
+expect 0 'resnet50' -- trace list
+expect 0 'parameters +11,689,512' -- trace show resnet18 --batch 2
+expect 0 'resnet50-default · batch 32' -- trace show
+expect 0 '"parameters": 25557032' -- trace show resnet50 --json
+expect 0 'gpt · batch 1' -- trace show gpt --layers 2 --hidden 64 --heads 4 --seq-len 32 --vocab 128
+expect 2 'unknown zoo model|resnet51' -- trace show resnet51
+expect 2 'batch' -- trace show resnet18 --batch 0
+expect 2 'precision' -- trace show resnet18 --precision fp8
+
+# Export, read back, rescale.
+expect 0 'wrote' -- trace export alexnet --batch 4 -o "$work/alexnet.json"
+expect 0 'alexnet · batch 4' -- trace show "$work/alexnet.json"
+expect 0 'alexnet · batch 8' -- trace show "$work/alexnet.json" --batch 8
+expect 2 'only --batch' -- trace show "$work/alexnet.json" --precision mixed
+expect 2 "cannot write .*$work/missing/x.json" -- trace export alexnet -o "$work/missing/x.json"
+
+# Broken trace files: truncated, hand-broken, dangling reference.
+head -c 2000 "$work/alexnet.json" >"$work/truncated.json"
+expect 2 'truncated.json: line [0-9]+, column [0-9]+' -- trace show "$work/truncated.json"
+sed '0,/"batch_size": 4/s//"batch_size": "four"/' "$work/alexnet.json" >"$work/wrongtype.json"
+expect 2 'wrongtype.json: /batch_size' -- trace show "$work/wrongtype.json"
+sed '0,/"inputs": \[/s//"inputs": [987654, /' "$work/alexnet.json" >"$work/dangling.json"
+expect 2 'dangling.json: /ops/0/inputs/0.*987654' -- trace show "$work/dangling.json"
+expect 2 'cannot read' -- trace show "$work/nonexistent.json"
+
+# Scenarios.
+printf 'model:\n  zoo: resnet18\ntraining:\n  batch_size: 4\n' >"$work/ok.yaml"
+expect 0 'resnet18 · batch 4' -- trace show "$work/ok.yaml"
+printf 'model:\n  zoo: resnet18\ntraining:\n  batchsize: 4\n' >"$work/typo.yaml"
+expect 2 'typo.yaml:4:3: unknown key .batchsize.' -- trace show "$work/typo.yaml"
+
+# Subcommands of later milestones say so and fail.
+expect 1 'not implemented yet' -- simulate
+expect 1 'not implemented yet' -- plan scenarios/default.yaml
+expect 1 'not implemented yet' -- calibrate
+expect 0 'simulate' -- simulate --help
+
+echo "cli: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]

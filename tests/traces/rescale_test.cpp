@@ -1,0 +1,83 @@
+#include <gtest/gtest.h>
+
+#include "comptrain/traces/summary.hpp"
+#include "comptrain/traces/trace.hpp"
+
+namespace comptrain::traces {
+namespace {
+
+Tensor make_tensor(std::uint64_t id, std::string name, DType dtype, std::vector<std::int64_t> shape, TensorRole role,
+                   std::optional<std::size_t> batch_dim = std::nullopt) {
+  Tensor t;
+  t.id = id;
+  t.name = std::move(name);
+  t.dtype = dtype;
+  t.shape = std::move(shape);
+  t.role = role;
+  t.batch_dim = batch_dim;
+  return t;
+}
+
+Op make_op(std::uint64_t id, std::string name, Phase phase, std::vector<TensorIndex> inputs, std::vector<TensorIndex> outputs,
+           BatchLinear flops, BatchLinear read, BatchLinear written) {
+  Op op;
+  op.id = id;
+  op.name = std::move(name);
+  op.phase = phase;
+  op.kind = OpKind::linear;
+  op.inputs = std::move(inputs);
+  op.outputs = std::move(outputs);
+  op.flops = flops;
+  op.bytes_read = read;
+  op.bytes_written = written;
+  return op;
+}
+
+// x[b,3] -> linear -> y[b,5] saved; the weight does not scale, the op's cost is affine in b.
+Trace linear_layer(std::int64_t batch) {
+  std::vector<Tensor> tensors{make_tensor(10, "x", DType::f32, {batch, 3}, TensorRole::input, 0),
+                              make_tensor(11, "w", DType::f32, {5, 3}, TensorRole::weight),
+                              make_tensor(12, "y", DType::f16, {batch, 5}, TensorRole::activation, 0),
+                              make_tensor(13, "g", DType::f32, {5, 3}, TensorRole::gradient)};
+  std::vector<Op> ops{make_op(7, "fc", Phase::forward, {0, 1}, {2}, {0, 30}, {60, 12}, {0, 10}),
+                      make_op(8, "fc.backward", Phase::backward, {2, 0}, {3}, {0, 30}, {0, 22}, {60, 0})};
+  ops[0].measured = MeasuredDuration{1e-6, "TestGPU", batch};
+  return Trace("linear", batch, tensors, ops, {{"source", "test"}});
+}
+
+TEST(Rescale, ScalesBatchDimensionsAndAffineQuantities) {
+  const Trace t = linear_layer(4).rescaled(10);
+  EXPECT_EQ(t.batch_size(), 10);
+  EXPECT_EQ(t.tensor(0).shape, (std::vector<std::int64_t>{10, 3}));
+  EXPECT_EQ(t.tensor(1).shape, (std::vector<std::int64_t>{5, 3}));  // weights do not scale
+  EXPECT_EQ(t.tensor(2).bytes(), 10 * 5 * 2);
+  EXPECT_EQ(t.flops(0), 300);
+  EXPECT_EQ(t.bytes_read(0), 60 + 120);
+  EXPECT_EQ(summarize(t).saved_activation_bytes, 100);
+  // A measured duration keeps the batch it was measured at; the op-time model scales it.
+  EXPECT_EQ(t.op(0).measured->batch_size, 4);
+}
+
+TEST(Rescale, RoundTripGivesBackTheOriginalExactly) {
+  const Trace original = linear_layer(6);
+  for (std::int64_t b : {1, 2, 7, 64, 1000}) {
+    EXPECT_EQ(original.rescaled(b).rescaled(6), original) << "via batch " << b;
+  }
+  EXPECT_EQ(linear_layer(6).rescaled(5).tensors(), linear_layer(5).tensors());
+}
+
+TEST(Rescale, ExtentsThatAreMultiplesOfTheBatchStayMultiples) {
+  // A [b*s, h] layout (tokens flattened): the batch dimension holds s = 3 rows per sample.
+  std::vector<Tensor> tensors{make_tensor(0, "tokens", DType::f16, {2 * 3, 8}, TensorRole::input, 0)};
+  const Trace t("flat", 2, tensors, {});
+  EXPECT_EQ(t.rescaled(5).tensor(0).shape[0], 15);
+  EXPECT_EQ(t.rescaled(5).rescaled(2), t);
+}
+
+TEST(Rescale, RejectsANonPositiveBatch) {
+  EXPECT_THROW(linear_layer(2).rescaled(0), InputError);
+  EXPECT_THROW(linear_layer(2).rescaled(-3), InputError);
+}
+
+}  // namespace
+}  // namespace comptrain::traces

@@ -1,0 +1,154 @@
+#pragma once
+// One training iteration: operations over tensors, with their dependencies as a DAG.
+//
+// The trace is recorded at one batch size. Everything that grows with the batch is stored so
+// that the trace can be materialised at any other batch size exactly:
+//  - a tensor names its batch dimension; its extent there is a multiple of the batch size;
+//  - an op's FLOPs and bytes are `fixed + per_sample * batch` (BatchLinear), so rescaling
+//    never rounds and b -> b' -> b gives back the original bit for bit.
+
+#include <boost/graph/adjacency_list.hpp>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comptrain/support/input_error.hpp"
+#include "comptrain/traces/vocabulary.hpp"
+
+namespace comptrain::traces {
+
+using TensorIndex = std::size_t;  // position in Trace::tensors()
+using OpIndex = std::size_t;      // position in Trace::ops()
+
+// A quantity that is affine in the batch size: value(batch) = fixed + per_sample * batch.
+struct BatchLinear {
+  std::int64_t fixed = 0;
+  std::int64_t per_sample = 0;
+
+  constexpr std::int64_t at(std::int64_t batch) const { return fixed + per_sample * batch; }
+  constexpr BatchLinear& operator+=(const BatchLinear& other) {
+    fixed += other.fixed;
+    per_sample += other.per_sample;
+    return *this;
+  }
+  friend constexpr bool operator==(const BatchLinear&, const BatchLinear&) = default;
+};
+
+// A duration measured on a real device, at a given batch size. The op-time model scales it
+// linearly to other batch sizes.
+struct MeasuredDuration {
+  double seconds = 0.0;
+  std::string device;
+  std::int64_t batch_size = 1;
+  friend bool operator==(const MeasuredDuration&, const MeasuredDuration&) = default;
+};
+
+struct Tensor {
+  std::uint64_t id = 0;  // as in the file; unique within the trace
+  std::string name;
+  DType dtype = DType::f32;
+  std::vector<std::int64_t> shape;          // at the trace's batch size
+  TensorRole role = TensorRole::temporary;
+  std::optional<std::size_t> batch_dim;     // the dimension that grows with the batch, if any
+  std::optional<TensorIndex> view_of;       // shares storage with this tensor (in-place, reshape)
+
+  // Derived from the ops when the trace is built; never read from a file.
+  std::optional<OpIndex> producer;
+  std::vector<OpIndex> consumers;
+
+  std::int64_t elements() const;
+  std::int64_t bytes() const { return elements() * element_size(dtype); }
+  bool scales_with_batch() const { return batch_dim.has_value(); }
+  bool is_view() const { return view_of.has_value(); }
+  friend bool operator==(const Tensor&, const Tensor&) = default;
+};
+
+struct Op {
+  std::uint64_t id = 0;  // as in the file; unique within the trace
+  std::string name;
+  Phase phase = Phase::forward;
+  OpKind kind = OpKind::other;
+  std::vector<TensorIndex> inputs;
+  std::vector<TensorIndex> outputs;
+  std::vector<OpIndex> after;  // control dependencies in addition to the data flow
+  BatchLinear flops;           // floating-point operations; a multiply-add counts as 2
+  BatchLinear bytes_read;
+  BatchLinear bytes_written;
+  std::optional<MeasuredDuration> measured;
+  friend bool operator==(const Op&, const Op&) = default;
+};
+
+// Thrown when a trace is inconsistent. `location()` is a JSON path into the trace file
+// format (e.g. "/ops/12/inputs/0"), so a reader can point at the offending element.
+class TraceError : public InputError {
+ public:
+  TraceError(std::string location, const std::string& message)
+      : InputError(location + ": " + message), location_(std::move(location)) {}
+  const std::string& location() const { return location_; }
+
+ private:
+  std::string location_;
+};
+
+// The op DAG: vertex i is op i; an edge u -> v means v must wait for u (it reads a tensor u
+// writes, or names u in `after`).
+struct DependencyEdge {
+  std::optional<TensorIndex> tensor;  // empty for a control dependency
+};
+using OpGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS,
+                                      boost::no_property, DependencyEdge>;
+
+class Trace {
+ public:
+  // Validates and indexes the trace; throws TraceError on the first inconsistency found:
+  // an index out of range, a duplicate id, a tensor written by two ops, a view that is not
+  // of the same role as its base, a batch dimension whose extent is not a multiple of
+  // `batch_size`, an activation that no backward op reads, a cycle, or an op list that is
+  // not in dependency order (the op list is the recorded execution order).
+  Trace(std::string name, std::int64_t batch_size, std::vector<Tensor> tensors, std::vector<Op> ops,
+        std::map<std::string, std::string> metadata = {});
+
+  const std::string& name() const { return name_; }
+  std::int64_t batch_size() const { return batch_size_; }
+  const std::vector<Tensor>& tensors() const { return tensors_; }
+  const std::vector<Op>& ops() const { return ops_; }
+  const Tensor& tensor(TensorIndex index) const { return tensors_.at(index); }
+  const Op& op(OpIndex index) const { return ops_.at(index); }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const OpGraph& graph() const { return graph_; }
+
+  // The tensor whose storage `index` uses (itself unless it is a view).
+  TensorIndex storage_of(TensorIndex index) const { return storage_.at(index); }
+
+  // Op quantities at this trace's batch size.
+  std::int64_t flops(OpIndex op) const { return ops_.at(op).flops.at(batch_size_); }
+  std::int64_t bytes_read(OpIndex op) const { return ops_.at(op).bytes_read.at(batch_size_); }
+  std::int64_t bytes_written(OpIndex op) const { return ops_.at(op).bytes_written.at(batch_size_); }
+
+  // The recorded execution order: 0, 1, ..., ops().size() - 1.
+  std::vector<OpIndex> recorded_order() const;
+
+  // The same iteration at another batch size (>= 1). Exact and invertible.
+  Trace rescaled(std::int64_t batch_size) const;
+
+  // Same name, batch size, metadata, tensors and ops (the graph follows from them).
+  friend bool operator==(const Trace& a, const Trace& b);
+
+ private:
+  std::string name_;
+  std::int64_t batch_size_;
+  std::vector<Tensor> tensors_;
+  std::vector<Op> ops_;
+  std::map<std::string, std::string> metadata_;
+  std::vector<TensorIndex> storage_;
+  OpGraph graph_;
+};
+
+// Throws TraceError when `order` is not a permutation of the trace's ops that respects every
+// dependency.
+void check_execution_order(const Trace& trace, std::span<const OpIndex> order);
+
+}  // namespace comptrain::traces

@@ -1,0 +1,26 @@
+#pragma once
+// The trace file format (JSON, versioned): see traces/FORMAT.md for every field.
+
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+#include "comptrain/traces/trace.hpp"
+
+namespace comptrain::traces {
+
+inline constexpr std::string_view kTraceFormatName = "comptrain-trace";
+inline constexpr int kTraceFormatVersion = 1;
+
+// Serialises a trace. `indent` < 0 writes one line.
+std::string trace_to_json(const Trace& trace, int indent = 1);
+
+// Parses a trace. `source` names the input in error messages (a file name). Throws
+// InputError "SOURCE: LOCATION: what was wrong and what was expected", where LOCATION is
+// "line L, column C" for JSON syntax errors and a JSON path ("/ops/3/inputs/1") otherwise.
+Trace trace_from_json(std::string_view text, std::string_view source);
+
+Trace read_trace_file(const std::filesystem::path& path);
+void write_trace_file(const Trace& trace, const std::filesystem::path& path);  // atomic
+
+}  // namespace comptrain::traces

@@ -1,0 +1,71 @@
+#pragma once
+// The closed vocabularies of the trace model: element types, phases, op kinds and tensor
+// roles, with their file names ("f32", "backward", "conv", "activation", ...).
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+namespace comptrain::traces {
+
+enum class DType : std::uint8_t { f64, f32, f16, bf16, i64, i32, i8, u8, boolean };
+
+enum class Phase : std::uint8_t { forward, backward, optimizer };
+
+enum class OpKind : std::uint8_t {
+  conv,
+  matmul,  // batched matrix products without weights (attention scores, context)
+  linear,  // x·Wᵀ (+ b)
+  relu,
+  gelu,
+  batchnorm,
+  layernorm,
+  pool,
+  softmax,
+  attention,  // a fused attention kernel (flash/SDPA); the zoo writes its parts separately
+  dropout,
+  elementwise,  // add, mul, scale, accumulate-gradient, casts
+  embedding,
+  loss,
+  optimizer_update,
+  view,  // reshape/flatten/transpose: no data movement
+  other,
+};
+
+enum class TensorRole : std::uint8_t {
+  input,            // the mini-batch (samples, labels, token ids)
+  weight,           // trainable parameters as used by forward and backward
+  buffer,           // non-trainable persistent state (batch-norm running statistics)
+  gradient,         // gradients of the weights
+  optimizer_state,  // momentum, Adam moments, fp32 master weights
+  activation,       // a forward tensor autograd saves for the backward pass
+  temporary,        // everything else: unsaved forward outputs, activation gradients, workspace
+};
+
+std::string_view to_string(DType dtype);
+std::string_view to_string(Phase phase);
+std::string_view to_string(OpKind kind);
+std::string_view to_string(TensorRole role);
+
+std::optional<DType> parse_dtype(std::string_view text);
+std::optional<Phase> parse_phase(std::string_view text);
+std::optional<OpKind> parse_op_kind(std::string_view text);
+std::optional<TensorRole> parse_tensor_role(std::string_view text);
+
+// Every value of each vocabulary, in declaration order (for help texts and error messages).
+std::span<const DType> all_dtypes();
+std::span<const Phase> all_phases();
+std::span<const OpKind> all_op_kinds();
+std::span<const TensorRole> all_tensor_roles();
+
+// Bytes per element. Booleans take one byte, as in PyTorch.
+std::int64_t element_size(DType dtype);
+
+// Weights, buffers and optimizer state exist before and after the iteration.
+constexpr bool is_resident(TensorRole role) {
+  return role == TensorRole::weight || role == TensorRole::buffer ||
+         role == TensorRole::optimizer_state;
+}
+
+}  // namespace comptrain::traces

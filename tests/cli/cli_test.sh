@@ -29,10 +29,10 @@ expect() {
 expect 0 '^comptrain [0-9]+\.[0-9]+\.[0-9]+$' -- --version
 expect 0 'Subcommands:' -- --help
 expect 2 'A subcommand is required|subcommand' --
-expect 2 'not-a-command|following argument' -- not-a-command
+expect 2 'not-a-command|following argument|subcommand is required' -- not-a-command
 expect 0 'resnet50' -- trace list
 expect 0 'parameters +11,689,512' -- trace show resnet18 --batch 2
-expect 0 'resnet50-default · batch 32' -- trace show
+expect 0 'resnet50 · batch 32 · precision fp32 · optimizer momentum' -- trace show
 expect 0 '"parameters": 25557032' -- trace show resnet50 --json
 expect 0 'gpt · batch 1' -- trace show gpt --layers 2 --hidden 64 --heads 4 --seq-len 32 --vocab 128
 expect 2 'unknown zoo model|resnet51' -- trace show resnet51

@@ -67,7 +67,7 @@ TEST(Scenario, ValuesAreRangeChecked) {
   EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {batch_size: 2.5}\n"), HasSubstr("expected a positive integer"));
   EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {precision: fp8}\n"), HasSubstr("unknown precision 'fp8'"));
   EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {optimizer: lamb}\n"), HasSubstr("unknown optimizer 'lamb'"));
-  EXPECT_THAT(error_of("model: {zoo: resnet51}\n"), HasSubstr("s.yaml:1:15: unknown zoo model 'resnet51'; expected one of:"));
+  EXPECT_THAT(error_of("model: {zoo: resnet51}\n"), HasSubstr("s.yaml:1:14: unknown zoo model 'resnet51'; expected one of:"));
 }
 
 TEST(Scenario, StructureErrorsNameTheProblem) {

@@ -1,6 +1,7 @@
 #include "comptrain/traces/trace.hpp"
 
 #include <boost/graph/depth_first_search.hpp>
+#include <cmath>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -43,6 +44,18 @@ void check_tensor_shapes(const std::vector<Tensor>& tensors, std::int64_t batch_
                              std::to_string(batch_size));
       }
     }
+  }
+}
+
+// A cost is never negative and must be representable at the trace's batch size.
+void check_quantity(const BatchLinear& q, std::int64_t batch_size, const std::string& path) {
+  if (q.fixed < 0 || q.per_sample < 0) {
+    throw TraceError(path, "fixed " + std::to_string(q.fixed) + " and per_sample " + std::to_string(q.per_sample) +
+                               " must both be >= 0");
+  }
+  std::int64_t scaled = 0;
+  if (__builtin_mul_overflow(q.per_sample, batch_size, &scaled) || __builtin_add_overflow(scaled, q.fixed, &scaled)) {
+    throw TraceError(path, "fixed + per_sample * batch_size overflows 64 bits at batch size " + std::to_string(batch_size));
   }
 }
 
@@ -154,6 +167,19 @@ Trace::Trace(std::string name, std::int64_t batch_size, std::vector<Tensor> tens
       }
       out.producer = o;
     }
+    for (auto [field, quantity] : {std::pair{"flops", &op.flops}, {"bytes_read", &op.bytes_read}, {"bytes_written", &op.bytes_written}}) {
+      check_quantity(*quantity, batch_size_, op_path(o) + "/" + field);
+    }
+    if (op.measured) {
+      if (!std::isfinite(op.measured->seconds) || op.measured->seconds < 0) {
+        throw TraceError(op_path(o) + "/measured/seconds", "duration " + std::to_string(op.measured->seconds) +
+                                                               " is not a finite number of seconds >= 0");
+      }
+      if (op.measured->batch_size < 1) {
+        throw TraceError(op_path(o) + "/measured/batch_size", "batch size " + std::to_string(op.measured->batch_size) +
+                                                                  " is not a positive integer");
+      }
+    }
     for (std::size_t k = 0; k < op.after.size(); ++k) {
       if (op.after[k] >= n_ops || op.after[k] == o) {
         throw TraceError(op_path(o) + "/after/" + std::to_string(k),
@@ -217,7 +243,7 @@ Trace::Trace(std::string name, std::int64_t batch_size, std::vector<Tensor> tens
       std::string text;
       for (auto it = path.rbegin(); it != path.rend(); ++it) text += describe(ops_[*it]) + " -> ";
       text += describe(ops_[to]);
-      throw TraceError(op_path(to), "the ops form a dependency cycle: " + text);
+      throw TraceError(op_path(to), "the ops form a dependency cycle: " + text + "; expected a DAG");
     }
   }
 
@@ -256,7 +282,11 @@ Trace Trace::rescaled(std::int64_t batch_size) const {
     t.consumers.clear();
     if (t.batch_dim) {
       std::int64_t& extent = t.shape[*t.batch_dim];
-      extent = extent / batch_size_ * batch_size;  // exact: extent is a multiple of batch_size_
+      // Exact: the extent is a multiple of batch_size_. Overflow of the new size is caught by
+      // the constructor's size checks; the extent itself must fit first.
+      if (__builtin_mul_overflow(extent / batch_size_, batch_size, &extent)) {
+        throw InputError("batch size " + std::to_string(batch_size) + " makes " + describe(t) + " too large to represent");
+      }
     }
   }
   return Trace(name_, batch_size, std::move(tensors), ops_, metadata_);

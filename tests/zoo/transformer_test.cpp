@@ -1,0 +1,232 @@
+// The transformers: parameter counts, saved activations per layer (Korthikanti et al. 2022)
+// and GEMM FLOPs per iteration (Narayanan et al. 2021).
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "comptrain/zoo/zoo.hpp"
+
+namespace comptrain::zoo {
+
+// Defined in zoo_test.cpp.
+namespace test_support {
+struct ResidentBytes {
+  std::int64_t parameters = 0;
+  std::int64_t weight = 0;
+  std::int64_t gradient = 0;
+  std::int64_t optimizer_state = 0;
+};
+ResidentBytes resident_bytes(const traces::Trace& trace);
+struct SavedBytes {
+  std::int64_t per_sample = 0;
+  std::int64_t fixed = 0;
+};
+SavedBytes saved_for_backward(const traces::Trace& trace);
+}  // namespace test_support
+
+namespace {
+
+// A ModelRequest built field by field (GCC 12 warns about members that designated
+// initializers leave out, even defaulted ones).
+class Request {
+ public:
+  explicit Request(std::string model) { request_.model = std::move(model); }
+  Request& batch_size(std::int64_t value) { request_.batch_size = value; return *this; }
+  Request& precision(Precision value) { request_.precision = value; return *this; }
+  Request& optimizer(Optimizer value) { request_.optimizer = value; return *this; }
+  Request& layers(std::int64_t value) { request_.layers = value; return *this; }
+  Request& hidden(std::int64_t value) { request_.hidden = value; return *this; }
+  Request& heads(std::int64_t value) { request_.heads = value; return *this; }
+  Request& seq_len(std::int64_t value) { request_.seq_len = value; return *this; }
+  Request& vocab(std::int64_t value) { request_.vocab = value; return *this; }
+  operator const ModelRequest&() const { return request_; }  // NOLINT: implicit by design
+
+ private:
+  ModelRequest request_;
+};
+
+
+using traces::OpKind;
+using traces::Phase;
+using traces::TensorRole;
+using traces::Trace;
+
+std::int64_t parameters_named(const Trace& trace, const std::string& prefix) {
+  std::int64_t count = 0;
+  for (const auto& tensor : trace.tensors()) {
+    if (tensor.role == TensorRole::weight && tensor.name.starts_with(prefix)) count += tensor.elements();
+  }
+  return count;
+}
+
+const traces::Tensor& tensor_named(const Trace& trace, const std::string& name) {
+  for (const auto& tensor : trace.tensors()) {
+    if (tensor.name == name) return tensor;
+  }
+  throw std::runtime_error("no tensor " + name);
+}
+
+// Parameter counts of the Hugging Face models (sum(p.numel() for p in model.parameters()),
+// tied weights once): GPT2LMHeadModel("gpt2"); BertForPreTraining and its BertModel for
+// bert-base-uncased and bert-large-uncased.
+TEST(Transformer, ParameterCounts) {
+  const Trace gpt2 = build_model(Request("gpt2").seq_len(16));
+  EXPECT_EQ(parameters_named(gpt2, ""), 124'439'808);
+
+  const Trace base = build_model(Request("bert-base").seq_len(16));
+  EXPECT_EQ(parameters_named(base, ""), 110'106'428);
+  EXPECT_EQ(parameters_named(base, "bert."), 109'482'240);
+
+  const Trace large = build_model(Request("bert-large").seq_len(16));
+  EXPECT_EQ(parameters_named(large, ""), 336'226'108);
+  EXPECT_EQ(parameters_named(large, "bert."), 335'141'888);
+}
+
+struct LayerCase {
+  std::string model;
+  Precision precision;
+  std::int64_t hidden;  // the shape the case builds (the model's own unless it is `gpt`)
+  std::int64_t heads;
+  std::int64_t seq_len;
+};
+
+class SavedPerLayer : public testing::TestWithParam<LayerCase> {};
+
+// Korthikanti et al. 2022 ("Reducing Activation Recomputation in Large Transformer Models",
+// §4.1, Eq. 1): one layer saves s·b·h·34 + 5·a·s²·b bytes in 16-bit training -- 2-byte tensors
+// of 16·sbh elements (LayerNorm inputs 2+2, QKV input 2, Q, K, V 6, context 2, fc1 input 2,
+// GELU input 8, fc2 input 8 bytes per sbh) and 2·as²b elements (softmax output, dropout
+// output), and 1-byte dropout masks of 2·sbh + as²b elements. In fp32 the 2-byte tensors
+// double, the masks do not. PyTorch's LayerNorm also saves an fp32 mean and rstd per row,
+// which the paper leaves out: 2 x 4·s·b bytes per LayerNorm, two per layer.
+// The extra layer of an (l+1)-layer model over an l-layer one is exactly one layer.
+TEST_P(SavedPerLayer, MatchesKorthikanti) {
+  const LayerCase& c = GetParam();
+  const auto build = [&](std::int64_t layers) {
+    ModelRequest request = Request(c.model).batch_size(2).precision(c.precision).layers(layers).seq_len(c.seq_len);
+    if (c.model == "gpt") {
+      request.hidden = c.hidden;
+      request.heads = c.heads;
+      request.vocab = 1000;
+    }
+    return test_support::saved_for_backward(build_model(request));
+  };
+  const auto one = build(1);
+  const auto two = build(2);
+  const auto four = build(4);
+
+  const std::int64_t s = c.seq_len;
+  const std::int64_t h = c.hidden;
+  const std::int64_t a = c.heads;
+  const std::int64_t element = c.precision == Precision::mixed ? 2 : 4;
+  const std::int64_t paper = element * (16 * s * h + 2 * a * s * s) + (2 * s * h + a * s * s);
+  const std::int64_t layernorm_statistics = 2 * 2 * 4 * s;
+  if (c.precision == Precision::mixed) {
+    EXPECT_EQ(paper, s * h * 34 + 5 * a * s * s);  // the paper's own form, per sample
+  }
+  EXPECT_EQ(two.per_sample - one.per_sample, paper + layernorm_statistics);
+  EXPECT_EQ(four.per_sample - two.per_sample, 2 * (paper + layernorm_statistics));
+  EXPECT_EQ(two.fixed, one.fixed);  // nothing a layer saves is batch-independent
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, SavedPerLayer,
+    testing::Values(LayerCase{"gpt2", Precision::mixed, 768, 12, 1024}, LayerCase{"gpt2", Precision::fp32, 768, 12, 1024},
+                    LayerCase{"bert-base", Precision::mixed, 768, 12, 512},
+                    LayerCase{"bert-base", Precision::fp32, 768, 12, 512},
+                    LayerCase{"bert-large", Precision::mixed, 1024, 16, 512},
+                    LayerCase{"gpt", Precision::mixed, 256, 8, 384}, LayerCase{"gpt", Precision::fp32, 256, 8, 384}),
+    [](const auto& param_info) {
+      std::string name = param_info.param.model + "_" + std::string(to_string(param_info.param.precision));
+      std::replace(name.begin(), name.end(), '-', '_');
+      return name;
+    });
+
+// Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training on GPU Clusters
+// Using Megatron-LM", SC'21, §5.1): the GEMMs of one iteration (forward, backward at twice the
+// forward) take 72·B·s·l·h²·(1 + s/(6h) + V/(12·h·l)) = 72·B·s·l·h² + 12·B·s²·l·h + 6·B·s·h·V
+// FLOPs, the last term being the LM head (its weight gradient included).
+// The formula leaves out the biases: each biased linear adds one FLOP per output element
+// forward and one per output-gradient element for the bias gradient, and a layer's biases
+// have 3h + h + 4h + h = 9h elements, so 2·9·B·s·h·l more.
+TEST(Transformer, GemmFlopsMatchNarayanan) {
+  struct Case {
+    ModelRequest request;
+    std::int64_t layers, hidden, seq_len, vocab;
+  };
+  const Case cases[] = {
+      {Request("gpt2").batch_size(2), 12, 768, 1024, 50257},
+      {Request("gpt").batch_size(3).precision(Precision::mixed), 24, 2048, 2048, 50257},  // gpt's defaults
+      {Request("gpt").batch_size(5).layers(3).hidden(320).heads(5).seq_len(96).vocab(777),
+       3, 320, 96, 777},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.request.model);
+    const Trace trace = build_model(c.request);
+    std::int64_t gemm_flops = 0;
+    for (const auto& op : trace.ops()) {
+      if (op.kind == OpKind::linear || op.kind == OpKind::matmul) gemm_flops += trace.flops(op.id);
+    }
+    const std::int64_t b = c.request.batch_size;
+    const std::int64_t s = c.seq_len;
+    const std::int64_t l = c.layers;
+    const std::int64_t h = c.hidden;
+    const std::int64_t v = c.vocab;
+    const std::int64_t narayanan = 72 * b * s * l * h * h + 12 * b * s * s * l * h + 6 * b * s * h * v;
+    const std::int64_t biases = 2 * 9 * b * s * h * l;
+    EXPECT_EQ(gemm_flops, narayanan + biases);
+  }
+}
+
+TEST(Transformer, TiedWeightsAccumulateTheirGradients) {
+  // GPT-2's LM head and BERT's MLM decoder reuse the token embedding: its gradient is the sum
+  // of two partial gradients, one weight-gradient storage, one optimizer update.
+  for (const auto& [model, weight] : {std::pair<std::string, std::string>{"gpt2", "transformer.wte.weight"},
+                                      {"bert-base", "bert.embeddings.word_embeddings.weight"}}) {
+    SCOPED_TRACE(model);
+    const Trace trace = build_model(Request(model).layers(1).seq_len(8));
+    const auto& grad = tensor_named(trace, weight + ".grad");
+    EXPECT_EQ(grad.role, TensorRole::gradient);
+    EXPECT_EQ(tensor_named(trace, weight + ".grad.1").role, TensorRole::temporary);
+    const auto& sum = tensor_named(trace, weight + ".grad.sum1");
+    EXPECT_EQ(trace.storage_of(sum.id), grad.id);
+    ASSERT_TRUE(sum.producer);
+    EXPECT_EQ(trace.op(*sum.producer).kind, OpKind::elementwise);
+    int updates = 0;
+    for (const auto& op : trace.ops()) {
+      if (op.phase != Phase::optimizer) continue;
+      if (trace.tensor(op.inputs[0]).name == weight) {
+        ++updates;
+        EXPECT_EQ(op.inputs[1], sum.id);  // the accumulated gradient
+      }
+    }
+    EXPECT_EQ(updates, 1);
+  }
+}
+
+// GPT-2 small (Hugging Face config "gpt2"): 12 heads of 768 / 12 = 64 features, vocabulary
+// 50257; here a 64-token sequence at batch 1.
+TEST(Transformer, AttentionSavesViewsOfTheFusedQkv) {
+  const Trace trace = build_model(Request("gpt2").precision(Precision::mixed).layers(1).seq_len(64));
+  const auto& qkv = tensor_named(trace, "transformer.h.0.attn.c_attn.out");
+  EXPECT_EQ(qkv.role, TensorRole::activation);
+  for (const char* part : {"q", "k", "v"}) {
+    const auto& view = tensor_named(trace, std::string("transformer.h.0.attn.split_heads.") + part);
+    EXPECT_EQ(trace.storage_of(view.id), qkv.id);
+    EXPECT_EQ(view.shape, (std::vector<std::int64_t>{1, 12, 64, 64}));
+  }
+  // 16-bit activations, 1-byte masks, fp32 LayerNorm statistics and log-probabilities.
+  EXPECT_EQ(qkv.dtype, traces::DType::f16);
+  EXPECT_EQ(tensor_named(trace, "transformer.h.0.attn.attn_dropout.mask").dtype, traces::DType::boolean);
+  EXPECT_EQ(tensor_named(trace, "transformer.h.0.ln_1.rstd").dtype, traces::DType::f32);
+  EXPECT_EQ(tensor_named(trace, "transformer.h.0.ln_1.rstd").shape, (std::vector<std::int64_t>{1, 64}));
+  const auto& log_probs = tensor_named(trace, "loss.log_softmax.out");
+  EXPECT_EQ(log_probs.dtype, traces::DType::f32);
+  EXPECT_EQ(log_probs.shape, (std::vector<std::int64_t>{64, 50257}));
+  EXPECT_EQ(log_probs.batch_dim, 0u);
+}
+
+}  // namespace
+}  // namespace comptrain::zoo

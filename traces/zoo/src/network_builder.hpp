@@ -1,0 +1,204 @@
+#pragma once
+// A small "mini-autograd" for the model zoo (private to the zoo).
+//
+// Model definitions call forward layers (conv2d, batchnorm2d, linear, layernorm, ...) in the
+// order PyTorch runs them. Each call records one forward op: its inputs, outputs, parameters
+// and FLOPs, and -- the point of the exercise -- which tensors autograd saves for backward,
+// following PyTorch's derivatives.yaml in training mode with CUDA semantics (see
+// traces/zoo/README.md for the table and the reasons). finish() then derives the rest of the
+// iteration the way autograd's engine would: one backward op per forward op in reverse order,
+// gradient accumulation where a tensor or a weight feeds several ops, one optimizer update per
+// weight, and the storage roles; and it builds the traces::Trace.
+//
+// Shapes are kept per sample: a batch-scaling tensor's extent along its batch dimension is the
+// per-sample extent (1 for a [b, ...] tensor, s for [b*s, V] logits), multiplied by the batch
+// size only when the trace is built. That makes every FLOP and byte count an exact
+// BatchLinear{fixed, per_sample} without evaluating anything at two batch sizes.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "comptrain/traces/trace.hpp"
+#include "comptrain/zoo/zoo.hpp"
+
+namespace comptrain::zoo::detail {
+
+// A tensor of the network being built (an index into the builder's tensor list).
+struct Value {
+  std::size_t index = 0;
+};
+
+class NetworkBuilder {
+ public:
+  NetworkBuilder(std::string model, std::int64_t batch_size, Precision precision,
+                 Optimizer optimizer);
+
+  // 16-bit in mixed precision, fp32 otherwise: the dtype of weights, activations and their
+  // gradients.
+  traces::DType compute_dtype() const;
+
+  // The shape of `value` for one sample (see the header comment) and its batch dimension.
+  const std::vector<std::int64_t>& sample_shape(Value value) const;
+  std::int64_t dim(Value value, std::ptrdiff_t axis) const;  // negative axes count from the end
+
+  // ---- Leaves -------------------------------------------------------------------------------
+  // Part of the mini-batch, batch dimension 0 (sample_shape[0] is the per-sample extent).
+  Value input(const std::string& name, traces::DType dtype, std::vector<std::int64_t> sample_shape);
+  // A trainable parameter in compute_dtype().
+  Value parameter(const std::string& name, std::vector<std::int64_t> shape);
+  // Non-trainable persistent state, not batch-scaling (running statistics, position ids).
+  Value buffer(const std::string& name, traces::DType dtype, std::vector<std::int64_t> shape);
+
+  // ---- Convolutional layers (NCHW) ----------------------------------------------------------
+  Value conv2d(const std::string& name, Value x, std::int64_t out_channels, std::int64_t kernel,
+               std::int64_t stride, std::int64_t padding, bool bias);
+  Value batchnorm2d(const std::string& name, Value x);
+  Value maxpool2d(const std::string& name, Value x, std::int64_t kernel, std::int64_t stride,
+                  std::int64_t padding);
+  Value adaptive_avgpool2d(const std::string& name, Value x, std::int64_t out_h, std::int64_t out_w);
+  Value flatten(const std::string& name, Value x);  // [N, C, H, W] -> [N, C*H*W], a view
+
+  // ---- Generic layers -----------------------------------------------------------------------
+  // y = x W^T (+ b) over the last dimension; creates `name.weight` [out, in] and `name.bias`.
+  Value linear(const std::string& name, Value x, std::int64_t out_features, bool bias);
+  // The same with given (possibly shared) parameters, e.g. a decoder tied to an embedding.
+  Value linear(const std::string& name, Value x, Value weight, std::optional<Value> bias);
+  Value relu_(const std::string& name, Value x);  // in place
+  Value gelu(const std::string& name, Value x);
+  Value tanh(const std::string& name, Value x);
+  Value dropout(const std::string& name, Value x);
+  // a + b, b broadcast over the batch when it does not scale with it.
+  Value add(const std::string& name, Value a, Value b);
+  Value add_(const std::string& name, Value a, Value b);  // a += b, in place
+  Value layernorm(const std::string& name, Value x);      // over the last dimension
+  Value softmax(const std::string& name, Value x);        // over the last dimension
+  // Batched a·b (a·bᵀ when transpose_b) over the last two dimensions, no weights.
+  Value matmul(const std::string& name, Value a, Value b, bool transpose_b);
+  // Looks `ids` up in a new table `name.weight` [num, dim], or in a given (shared) one.
+  Value embedding(const std::string& name, Value ids, std::int64_t num, std::int64_t dim);
+  Value embedding(const std::string& name, Value ids, Value weight);
+
+  // ---- Views (no data movement) -------------------------------------------------------------
+  // The same elements with another per-sample shape (reshape, flatten, transpose for layout).
+  Value reshape(const std::string& name, Value x, std::vector<std::int64_t> sample_shape);
+  // [N, S, parts*H] -> `parts` views [N, heads, S, H/heads]: splitting a fused QKV projection
+  // (parts = 3) or one projection (parts = 1) into attention heads.
+  std::vector<Value> split_heads(const std::string& name, Value x, std::int64_t parts,
+                                 std::int64_t heads);
+  // [N, heads, S, D] -> [N, S, heads*D].
+  Value merge_heads(const std::string& name, Value x);
+  // x[:, 0]: [N, S, H] -> [N, H] (BERT's pooler reads the first token).
+  Value select_first(const std::string& name, Value x);
+
+  // ---- Loss ---------------------------------------------------------------------------------
+  // log_softmax (fp32) + nll_loss (mean): logits [N, C], labels [N] int64 -> a scalar.
+  Value cross_entropy(const std::string& name, Value logits, Value labels);
+
+  // Derives backward, gradient accumulation and the optimizer step, and builds the trace.
+  // `metadata` is added to source/model/precision/optimizer.
+  traces::Trace finish(Value loss, std::map<std::string, std::string> metadata = {});
+
+ private:
+  struct TensorRecord {
+    std::string name;
+    traces::DType dtype = traces::DType::f32;
+    std::vector<std::int64_t> sample_shape;
+    std::optional<std::size_t> batch_dim;
+    std::optional<std::size_t> view_of;  // the root storage, never a view itself
+    traces::TensorRole role = traces::TensorRole::temporary;  // fixed roles; others derived
+    bool requires_grad = false;
+    bool saved = false;                  // saved for backward by a forward op
+    std::optional<std::size_t> grad;     // the gradient accumulated so far (during finish)
+    int partial_grads = 0;
+  };
+
+  struct OpRecord {
+    std::string name;
+    traces::Phase phase = traces::Phase::forward;
+    traces::OpKind kind = traces::OpKind::other;
+    std::vector<std::size_t> inputs;
+    std::vector<std::size_t> outputs;
+    std::vector<std::size_t> updated;  // inputs overwritten in place (running stats, optimizer)
+    std::vector<std::size_t> aliases;  // outputs that only alias an input: no bytes written
+    traces::BatchLinear flops;
+  };
+
+  // How backward produces the gradient of one forward input or parameter.
+  struct GradSpec {
+    std::size_t target = 0;
+    // Set: the gradient is the gradient of this forward output, seen with the target's shape
+    // (add's backward passes it through; a reshape's backward reshapes it back). No data moves.
+    std::optional<std::size_t> alias_of;
+  };
+
+  // What a forward op leaves for its backward op.
+  struct BackwardRecipe {
+    std::size_t forward_op = 0;
+    std::vector<std::size_t> differentiable_outputs;  // forward outputs gradients flow into
+    std::vector<std::size_t> reads;                    // saved tensors and weights it reads
+    std::vector<GradSpec> grads;                       // only targets that require grad
+    traces::BatchLinear flops;
+    traces::OpKind kind = traces::OpKind::other;
+  };
+
+  // A forward op under construction; record() files it and its backward recipe.
+  struct ForwardOp {
+    std::string name;  // already unique
+    traces::OpKind kind = traces::OpKind::other;
+    std::vector<std::size_t> inputs;
+    std::vector<std::size_t> outputs;
+    std::vector<std::size_t> updated;
+    std::vector<std::size_t> aliases;
+    traces::BatchLinear flops;
+    std::vector<std::size_t> differentiable_outputs;
+    std::vector<std::size_t> saved;   // tensors autograd saves (marked as saved)
+    std::vector<std::size_t> reads;   // further tensors backward reads (weights, buffers)
+    std::vector<GradSpec> grads;      // candidate targets; those not requiring grad are dropped
+    traces::BatchLinear backward_flops;
+    traces::OpKind backward_kind = traces::OpKind::other;
+  };
+
+  std::string unique_op_name(const std::string& name);
+  std::size_t add_tensor(TensorRecord record);
+  // A fresh tensor written by an op (its role is derived in finish()).
+  std::size_t new_output(const std::string& name, traces::DType dtype,
+                         std::vector<std::int64_t> sample_shape, std::optional<std::size_t> batch_dim,
+                         bool requires_grad);
+  // A view of `base` with another shape (same storage, same role).
+  std::size_t new_view(const std::string& name, std::size_t base, std::vector<std::int64_t> sample_shape,
+                       std::optional<std::size_t> batch_dim);
+  std::size_t emit(OpRecord op);
+  void record(ForwardOp op);
+  void record_add(ForwardOp op);  // add and add_: fills in kind, FLOPs and the gradient routes
+
+  bool requires_grad(std::size_t tensor) const { return tensors_.at(tensor).requires_grad; }
+  std::size_t storage(std::size_t tensor) const;
+  traces::BatchLinear elements(std::size_t tensor) const;
+  traces::BatchLinear bytes(std::size_t tensor) const;
+  // Checks that `value` has `rank` dimensions; `what` names the layer in the message.
+  void expect_rank(Value value, std::size_t rank, const std::string& what) const;
+
+  // finish() steps.
+  void emit_backward(const BackwardRecipe& recipe);
+  void add_gradient(std::size_t target, std::size_t grad, std::size_t producer_op);
+  void emit_optimizer_step(std::size_t weight);
+  void assign_storage_roles();
+  traces::Trace build_trace(std::map<std::string, std::string> metadata) const;
+
+  std::string model_;
+  std::int64_t batch_size_;
+  Precision precision_;
+  Optimizer optimizer_;
+  std::vector<TensorRecord> tensors_;
+  std::vector<OpRecord> ops_;
+  std::vector<BackwardRecipe> recipes_;  // one per forward op, in forward order
+  std::vector<std::size_t> weights_;     // parameters in creation order
+  std::unordered_map<std::string, int> op_name_uses_;
+  bool finished_ = false;
+};
+
+}  // namespace comptrain::zoo::detail

@@ -1,0 +1,134 @@
+// The transformers, following Hugging Face's modules (op and parameter names are theirs) with
+// the attention and MLP kernels of Megatron-LM, whose saved activations Korthikanti et al.
+// 2022 count: scaling folded into the score GEMM, a fused (scale-)mask-softmax that saves its
+// output, GELU saving its input. See traces/zoo/README.md for where that differs from eager
+// Hugging Face code.
+
+#include <string>
+
+#include "models.hpp"
+
+namespace comptrain::zoo::detail {
+namespace {
+
+using traces::DType;
+
+// Softmax(Q Kᵀ / sqrt(d)) V over `heads` heads; q, k, v are [N, heads, S, d] views.
+Value attention_core(NetworkBuilder& nb, const std::string& p, Value q, Value k, Value v,
+                     const std::string& dropout_name) {
+  Value scores = nb.matmul(p + "scores", q, k, true);
+  Value probs = nb.softmax(p + "softmax", scores);
+  probs = nb.dropout(dropout_name, probs);
+  const Value context = nb.matmul(p + "context", probs, v, false);
+  return nb.merge_heads(p + "merge_heads", context);
+}
+
+// transformers.models.gpt2.modeling_gpt2.GPT2Block (pre-LN).
+Value gpt2_block(NetworkBuilder& nb, const std::string& p, Value x, const TransformerShape& shape) {
+  const std::int64_t h = shape.hidden;
+  Value a = nb.layernorm(p + "ln_1", x);
+  const Value qkv = nb.linear(p + "attn.c_attn", a, 3 * h, true);
+  const auto heads = nb.split_heads(p + "attn.split_heads", qkv, 3, shape.heads);
+  a = attention_core(nb, p + "attn.", heads[0], heads[1], heads[2], p + "attn.attn_dropout");
+  a = nb.linear(p + "attn.c_proj", a, h, true);
+  a = nb.dropout(p + "attn.resid_dropout", a);
+  x = nb.add(p + "add", a, x);  // hidden_states = attn_output + residual
+
+  Value m = nb.layernorm(p + "ln_2", x);
+  m = nb.linear(p + "mlp.c_fc", m, 4 * h, true);
+  m = nb.gelu(p + "mlp.act", m);
+  m = nb.linear(p + "mlp.c_proj", m, h, true);
+  m = nb.dropout(p + "mlp.dropout", m);
+  return nb.add(p + "add", x, m);  // hidden_states = residual + feed_forward_hidden_states
+}
+
+// transformers.models.bert.modeling_bert.BertLayer (post-LN).
+Value bert_layer(NetworkBuilder& nb, const std::string& p, Value x, const TransformerShape& shape) {
+  const std::int64_t h = shape.hidden;
+  const std::string self = p + "attention.self.";
+  const Value query = nb.linear(self + "query", x, h, true);
+  const Value key = nb.linear(self + "key", x, h, true);
+  const Value value = nb.linear(self + "value", x, h, true);
+  const Value q = nb.split_heads(self + "transpose_query", query, 1, shape.heads).front();
+  const Value k = nb.split_heads(self + "transpose_key", key, 1, shape.heads).front();
+  const Value v = nb.split_heads(self + "transpose_value", value, 1, shape.heads).front();
+  Value a = attention_core(nb, self, q, k, v, self + "dropout");
+  a = nb.linear(p + "attention.output.dense", a, h, true);
+  a = nb.dropout(p + "attention.output.dropout", a);
+  a = nb.add(p + "attention.output.add", a, x);  // LayerNorm(hidden_states + input_tensor)
+  a = nb.layernorm(p + "attention.output.LayerNorm", a);
+
+  Value m = nb.linear(p + "intermediate.dense", a, 4 * h, true);
+  m = nb.gelu(p + "intermediate.intermediate_act_fn", m);
+  m = nb.linear(p + "output.dense", m, h, true);
+  m = nb.dropout(p + "output.dropout", m);
+  m = nb.add(p + "output.add", m, a);
+  return nb.layernorm(p + "output.LayerNorm", m);
+}
+
+}  // namespace
+
+Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape) {
+  const std::int64_t s = shape.seq_len;
+  const Value ids = nb.input("input_ids", DType::i64, {1, s});
+  // Labels already shifted by one token (Megatron's data loader), so the loss covers all s
+  // positions rather than Hugging Face's s - 1.
+  const Value labels = nb.input("labels", DType::i64, {1, s});
+  const Value positions = nb.buffer("transformer.position_ids", DType::i64, {1, s});
+  const Value wte = nb.parameter("transformer.wte.weight", {shape.vocab, shape.hidden});
+
+  Value x = nb.embedding("transformer.wte", ids, wte);
+  const Value position_embeds = nb.embedding("transformer.wpe", positions, shape.max_positions, shape.hidden);
+  x = nb.add("transformer.add", x, position_embeds);  // broadcast over the batch
+  x = nb.dropout("transformer.drop", x);
+  for (std::int64_t layer = 0; layer < shape.layers; ++layer) {
+    x = gpt2_block(nb, "transformer.h." + std::to_string(layer) + ".", x, shape);
+  }
+  x = nb.layernorm("transformer.ln_f", x);
+  Value logits = nb.linear("lm_head", x, wte, std::nullopt);  // tied to wte, no bias
+  logits = nb.reshape("logits.view", logits, {s, shape.vocab});
+  return nb.cross_entropy("loss", logits, nb.reshape("labels.view", labels, {s}));
+}
+
+Value bert_for_pretraining(NetworkBuilder& nb, const TransformerShape& shape) {
+  constexpr std::int64_t kTokenTypes = 2;
+  constexpr std::int64_t kNextSentenceClasses = 2;
+  const std::int64_t s = shape.seq_len;
+  const std::int64_t h = shape.hidden;
+  const Value ids = nb.input("input_ids", DType::i64, {1, s});
+  const Value token_types = nb.input("token_type_ids", DType::i64, {1, s});
+  const Value mlm_labels = nb.input("labels", DType::i64, {1, s});
+  const Value nsp_labels = nb.input("next_sentence_label", DType::i64, {1});
+  const Value positions = nb.buffer("bert.embeddings.position_ids", DType::i64, {1, s});
+
+  const std::string e = "bert.embeddings.";
+  const Value words = nb.parameter(e + "word_embeddings.weight", {shape.vocab, h});
+  Value x = nb.embedding(e + "word_embeddings", ids, words);
+  const Value types = nb.embedding(e + "token_type_embeddings", token_types, kTokenTypes, h);
+  x = nb.add(e + "add", x, types);
+  const Value position_embeds = nb.embedding(e + "position_embeddings", positions, shape.max_positions, h);
+  x = nb.add_(e + "add", x, position_embeds);  // embeddings += position_embeddings
+  x = nb.layernorm(e + "LayerNorm", x);
+  x = nb.dropout(e + "dropout", x);
+  for (std::int64_t layer = 0; layer < shape.layers; ++layer) {
+    x = bert_layer(nb, "bert.encoder.layer." + std::to_string(layer) + ".", x, shape);
+  }
+  Value pooled = nb.select_first("bert.pooler.select", x);  // hidden_states[:, 0]
+  pooled = nb.linear("bert.pooler.dense", pooled, h, true);
+  pooled = nb.tanh("bert.pooler.activation", pooled);
+
+  const std::string c = "cls.predictions.";
+  Value t = nb.linear(c + "transform.dense", x, h, true);
+  t = nb.gelu(c + "transform.transform_act_fn", t);
+  t = nb.layernorm(c + "transform.LayerNorm", t);
+  const Value decoder_bias = nb.parameter(c + "bias", {shape.vocab});
+  Value scores = nb.linear(c + "decoder", t, words, decoder_bias);  // tied to word_embeddings
+  const Value nsp = nb.linear("cls.seq_relationship", pooled, kNextSentenceClasses, true);
+
+  scores = nb.reshape("prediction_scores.view", scores, {s, shape.vocab});
+  const Value mlm_loss = nb.cross_entropy("masked_lm_loss", scores, nb.reshape("labels.view", mlm_labels, {s}));
+  const Value nsp_loss = nb.cross_entropy("next_sentence_loss", nsp, nsp_labels);
+  return nb.add("total_loss", mlm_loss, nsp_loss);
+}
+
+}  // namespace comptrain::zoo::detail

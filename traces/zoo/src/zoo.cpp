@@ -1,0 +1,179 @@
+// The zoo's catalogue, request validation and defaults.
+
+#include "comptrain/zoo/zoo.hpp"
+
+#include <array>
+#include <string>
+#include <utility>
+
+#include "models.hpp"
+#include "network_builder.hpp"
+
+namespace comptrain::zoo {
+namespace {
+
+using detail::NetworkBuilder;
+using detail::TransformerShape;
+using detail::Value;
+
+enum class Family { cnn, bert, gpt };
+
+struct Entry {
+  std::string_view name;
+  std::string_view description;
+  Family family = Family::cnn;
+  Value (*cnn)(NetworkBuilder&) = nullptr;
+  TransformerShape defaults{};  // transformers only
+  // The position table has seq_len rows (the configurable `gpt`) rather than a fixed size.
+  bool positions_follow_seq_len = false;
+};
+
+const std::array<Entry, 9>& catalogue() {
+  static const std::array<Entry, 9> entries = {{
+      {"alexnet", "AlexNet (torchvision variant), 61.1M parameters, 224x224 ImageNet", Family::cnn,
+       &detail::alexnet, {}, false},
+      {"vgg16", "VGG-16 (configuration D), 138.4M parameters, 224x224 ImageNet", Family::cnn,
+       &detail::vgg16, {}, false},
+      {"resnet18", "ResNet-18, 11.7M parameters, 224x224 ImageNet", Family::cnn, &detail::resnet18, {}, false},
+      {"resnet50", "ResNet-50 v1.5, 25.6M parameters, 224x224 ImageNet", Family::cnn, &detail::resnet50, {}, false},
+      {"resnet152", "ResNet-152 v1.5, 60.2M parameters, 224x224 ImageNet", Family::cnn,
+       &detail::resnet152, {}, false},
+      {"bert-base", "BERT-base pre-training (MLM + NSP heads), 110.1M parameters, sequence 512",
+       Family::bert, nullptr, {12, 768, 12, 512, 30522, 512}, false},
+      {"bert-large", "BERT-large pre-training (MLM + NSP heads), 336.2M parameters, sequence 512",
+       Family::bert, nullptr, {24, 1024, 16, 512, 30522, 512}, false},
+      {"gpt2", "GPT-2 small language model, 124.4M parameters, sequence 1024", Family::gpt, nullptr,
+       {12, 768, 12, 1024, 50257, 1024}, false},
+      {"gpt", "GPT-2-style decoder of any shape (layers, hidden, heads, seq_len, vocab)", Family::gpt,
+       nullptr, {24, 2048, 16, 2048, 50257, 2048}, true},
+  }};
+  return entries;
+}
+
+std::string valid_names() {
+  std::string names;
+  for (const Entry& entry : catalogue()) {
+    if (!names.empty()) names += ", ";
+    names += entry.name;
+  }
+  return names;
+}
+
+const Entry& find_entry(const std::string& name) {
+  for (const Entry& entry : catalogue()) {
+    if (entry.name == name) return entry;
+  }
+  throw InputError("model: unknown model '" + name + "'; valid models: " + valid_names());
+}
+
+// Applies the request's shape fields over the model's defaults, checking each.
+TransformerShape resolve_shape(const Entry& entry, const ModelRequest& request) {
+  TransformerShape shape = entry.defaults;
+  const auto take = [&](const std::optional<std::int64_t>& field, std::int64_t& target, const char* name) {
+    if (!field) return;
+    if (*field < 1) {
+      throw InputError(std::string(name) + ": must be >= 1 for model '" + request.model + "', got " +
+                       std::to_string(*field));
+    }
+    target = *field;
+  };
+  take(request.layers, shape.layers, "layers");
+  take(request.hidden, shape.hidden, "hidden");
+  take(request.heads, shape.heads, "heads");
+  take(request.seq_len, shape.seq_len, "seq_len");
+  take(request.vocab, shape.vocab, "vocab");
+  if (shape.hidden % shape.heads != 0) {
+    throw InputError("heads: " + std::to_string(shape.heads) + " heads do not divide hidden size " +
+                     std::to_string(shape.hidden));
+  }
+  if (entry.positions_follow_seq_len) {
+    shape.max_positions = shape.seq_len;
+  } else if (shape.seq_len > shape.max_positions) {
+    throw InputError("seq_len: must be <= " + std::to_string(shape.max_positions) + " (the learned positions of '" +
+                     request.model + "'), got " + std::to_string(shape.seq_len));
+  }
+  return shape;
+}
+
+void reject_transformer_fields(const ModelRequest& request) {
+  const std::array<std::pair<const char*, const std::optional<std::int64_t>*>, 5> fields = {{
+      {"layers", &request.layers},
+      {"hidden", &request.hidden},
+      {"heads", &request.heads},
+      {"seq_len", &request.seq_len},
+      {"vocab", &request.vocab},
+  }};
+  for (const auto& [name, field] : fields) {
+    if (field->has_value()) {
+      throw InputError(std::string(name) + ": a transformer option; model '" + request.model +
+                       "' is a CNN with a fixed shape");
+    }
+  }
+}
+
+}  // namespace
+
+std::string_view to_string(Precision precision) {
+  switch (precision) {
+    case Precision::fp32: return "fp32";
+    case Precision::mixed: return "mixed";
+  }
+  return "?";
+}
+
+std::string_view to_string(Optimizer optimizer) {
+  switch (optimizer) {
+    case Optimizer::sgd: return "sgd";
+    case Optimizer::momentum: return "momentum";
+    case Optimizer::adam: return "adam";
+  }
+  return "?";
+}
+
+std::optional<Precision> parse_precision(std::string_view text) {
+  for (const Precision precision : {Precision::fp32, Precision::mixed}) {
+    if (text == to_string(precision)) return precision;
+  }
+  return std::nullopt;
+}
+
+std::optional<Optimizer> parse_optimizer(std::string_view text) {
+  for (const Optimizer optimizer : {Optimizer::sgd, Optimizer::momentum, Optimizer::adam}) {
+    if (text == to_string(optimizer)) return optimizer;
+  }
+  return std::nullopt;
+}
+
+std::vector<ModelInfo> list_models() {
+  std::vector<ModelInfo> models;
+  for (const Entry& entry : catalogue()) {
+    models.push_back({std::string(entry.name), std::string(entry.description), entry.family != Family::cnn});
+  }
+  return models;
+}
+
+traces::Trace build_model(const ModelRequest& request) {
+  const Entry& entry = find_entry(request.model);
+  if (request.batch_size < 1) {
+    throw InputError("batch_size: must be >= 1, got " + std::to_string(request.batch_size));
+  }
+  const bool transformer = entry.family != Family::cnn;
+  // Convolutional nets train with SGD and momentum, transformers with Adam (the papers' setups).
+  const Optimizer optimizer = request.optimizer.value_or(transformer ? Optimizer::adam : Optimizer::momentum);
+  if (!transformer) {
+    reject_transformer_fields(request);
+    NetworkBuilder nb(request.model, request.batch_size, request.precision, optimizer);
+    return nb.finish(entry.cnn(nb));
+  }
+  const TransformerShape shape = resolve_shape(entry, request);
+  NetworkBuilder nb(request.model, request.batch_size, request.precision, optimizer);
+  const Value loss = entry.family == Family::bert ? detail::bert_for_pretraining(nb, shape)
+                                                  : detail::gpt2_lm_head(nb, shape);
+  return nb.finish(loss, {{"layers", std::to_string(shape.layers)},
+                          {"hidden", std::to_string(shape.hidden)},
+                          {"heads", std::to_string(shape.heads)},
+                          {"seq_len", std::to_string(shape.seq_len)},
+                          {"vocab", std::to_string(shape.vocab)}});
+}
+
+}  // namespace comptrain::zoo

@@ -13,6 +13,7 @@
 
 #include "comptrain/support/input_error.hpp"
 #include "comptrain_version.hpp"
+#include "simulate_command.hpp"
 #include "trace_command.hpp"
 
 namespace {
@@ -44,11 +45,10 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.footer("Exit codes: 0 success, 1 internal failure or not implemented, 2 bad usage or bad input.");
 
-  auto trace = comptrain::cli::add_trace_command(app);
-  auto* trace_command = app.get_subcommand("trace");
-  const std::function<int()> pending[] = {
-      add_pending_command(app, "simulate", "Replay a scenario on a modeled GPU system: peak memory, iteration time, throughput",
-                          "the SimGrid replay is the simulator-core milestone"),
+  // Each returns its action, which answers -1 when its subcommand was not the one given.
+  const std::function<int()> commands[] = {
+      comptrain::cli::add_trace_command(app),
+      comptrain::cli::add_simulate_command(app),
       add_pending_command(app, "plan", "Find the largest and the fastest batch size per strategy",
                           "the planner builds on the simulator"),
       add_pending_command(app, "calibrate", "Benchmark the compressor kernels and links on this machine and fit the cost model",
@@ -69,8 +69,7 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (trace_command->parsed()) return trace();
-    for (const auto& command : pending) {
+    for (const auto& command : commands) {
       if (int code = command(); code >= 0) return code;
     }
     return kExitInternal;

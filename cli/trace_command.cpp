@@ -113,6 +113,7 @@ std::function<int()> add_trace_command(CLI::App& app) {
   exporter->add_option("-o,--output", *output, "Output file")->required();
 
   return [=]() -> int {
+    if (!trace->parsed()) return -1;
     if (list->parsed()) {
       for (const auto& model : zoo::list_models()) fmt::print("{:<12} {}\n", model.name, model.description);
       return 0;

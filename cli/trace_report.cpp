@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "format_units.hpp"
+#include "comptrain/support/format.hpp"
 
 namespace comptrain::cli {
 namespace {

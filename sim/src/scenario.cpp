@@ -3,10 +3,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "comptrain/models/platform_yaml.hpp"
+#include "comptrain/models/units.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/traces/trace_json.hpp"
 
@@ -29,7 +32,7 @@ class ScenarioReader {
     if (!root.IsMap()) {
       throw InputError(where(root.Mark()) + "expected a mapping with the keys model, training (and optionally name)");
     }
-    check_keys(root, "the scenario", {"name", "model", "training"});
+    check_keys(root, "the scenario", {"name", "model", "training", "platform", "strategy"});
 
     Scenario scenario;
     scenario.source = source_;
@@ -38,9 +41,12 @@ class ScenarioReader {
     check_keys(model, "model", {"zoo", "trace", "layers", "hidden", "heads", "seq_len", "vocab"});
     const YAML::Node training = root["training"];
     if (training && !training.IsMap()) {
-      throw InputError(where(training.Mark()) + "'training' must be a mapping with the keys batch_size, precision, optimizer");
+      throw InputError(where(training.Mark()) + "'training' must be a mapping with the keys batch_size, precision, optimizer, tf32");
     }
-    if (training) check_keys(training, "training", {"batch_size", "precision", "optimizer"});
+    if (training) check_keys(training, "training", {"batch_size", "precision", "optimizer", "tf32"});
+    if (training && training["tf32"]) scenario.allow_tf32 = boolean(training["tf32"], "training.tf32");
+    if (const YAML::Node platform = root["platform"]) scenario.platform = read_platform(platform);
+    if (const YAML::Node strategy = root["strategy"]) scenario.strategy = read_strategy(strategy);
 
     const bool has_zoo = static_cast<bool>(model["zoo"]);
     const bool has_trace = static_cast<bool>(model["trace"]);
@@ -98,6 +104,179 @@ class ScenarioReader {
   }
 
  private:
+  models::Platform read_platform(const YAML::Node& node) const {
+    if (node.IsMap()) return models::platform_from_yaml(node, source_ + " (inline platform)");
+    const std::string text = scalar(node, "platform");
+    const std::filesystem::path path(text);
+    const std::string ext = path.extension().string();
+    try {
+      if (ext == ".yaml" || ext == ".yml") return models::load_platform_file(path.is_absolute() ? path : base_dir_ / path);
+      return models::builtin_platform(text);
+    } catch (const InputError& e) {
+      throw InputError(where(node.Mark()) + "platform: " + e.what());
+    }
+  }
+
+  models::StrategySpec read_strategy(const YAML::Node& node) const {
+    models::StrategySpec spec;
+    if (node.IsScalar()) {
+      // Shorthands for the plain strategies; anything with parameters is written as rules.
+      spec.name = node.Scalar();
+      if (spec.name == "baseline") return spec;
+      models::StrategyRule rule;
+      if (spec.name == "offload") {
+        rule.offload = models::OffloadAction{};
+      } else if (spec.name == "recompute") {
+        rule.recompute = models::RecomputeAction{};
+      } else {
+        throw InputError(where(node.Mark()) + "unknown strategy '" + spec.name +
+                         "'; expected baseline, offload, recompute, or a mapping with name and rules");
+      }
+      spec.rules.push_back(rule);
+      return spec;
+    }
+    if (!node.IsMap()) throw InputError(where(node.Mark()) + "'strategy' must be a name or a mapping with the keys name, rules");
+    check_keys(node, "strategy", {"name", "rules"});
+    spec.name = node["name"] ? scalar(node["name"], "strategy.name") : "custom";
+    const YAML::Node rules = node["rules"];
+    if (!rules || !rules.IsSequence()) {
+      throw InputError(where(rules ? rules.Mark() : node.Mark()) + "'strategy.rules' must be a list of rules (each: select plus one of offload, recompute, compress)");
+    }
+    for (std::size_t i = 0; i < rules.size(); ++i) spec.rules.push_back(read_rule(rules[i], "strategy.rules[" + std::to_string(i) + "]"));
+    return spec;
+  }
+
+  models::StrategyRule read_rule(const YAML::Node& node, const std::string& field) const {
+    if (!node.IsMap()) throw InputError(where(node.Mark()) + "'" + field + "' must be a mapping with select and one of offload, recompute, compress");
+    check_keys(node, field, {"select", "offload", "recompute", "compress"});
+    models::StrategyRule rule;
+    const int actions = (node["offload"] ? 1 : 0) + (node["recompute"] ? 1 : 0) + (node["compress"] ? 1 : 0);
+    if (actions != 1) throw InputError(where(node.Mark()) + "'" + field + "' needs exactly one of offload, recompute, compress");
+    if (const YAML::Node select = node["select"]) rule.select = read_selector(select, field + ".select");
+
+    if (const YAML::Node n = node["offload"]) {
+      models::OffloadAction action;
+      if (!n.IsNull()) {
+        require_map(n, field + ".offload");
+        check_keys(n, field + ".offload", {"policy", "lookahead"});
+        if (const YAML::Node policy = n["policy"]) {
+          const std::string value = scalar(policy, field + ".offload.policy");
+          if (value != "all" && value != "conv") throw InputError(where(policy.Mark()) + "unknown offload policy '" + value + "'; expected all or conv");
+          if (node["select"]) throw InputError(where(policy.Mark()) + "give either 'policy' or 'select', not both");
+          if (value == "conv") rule.select.inputs_of = {traces::OpKind::conv};  // vDNN's conv policy
+        }
+        if (auto lookahead = optional_positive(n, "lookahead", field + ".offload")) action.lookahead = static_cast<int>(*lookahead);
+      }
+      rule.offload = action;
+    } else if (const YAML::Node r = node["recompute"]) {
+      models::RecomputeAction action;
+      if (!r.IsNull()) {
+        require_map(r, field + ".recompute");
+        check_keys(r, field + ".recompute", {"mode", "k", "budget"});
+        const std::string mode = r["mode"] ? scalar(r["mode"], field + ".recompute.mode") : "sqrt_n";
+        if (mode == "sqrt_n") {
+          action.mode = models::RecomputeAction::Mode::sqrt_n;
+        } else if (mode == "every_k") {
+          action.mode = models::RecomputeAction::Mode::every_k;
+        } else if (mode == "budget") {
+          action.mode = models::RecomputeAction::Mode::budget;
+        } else {
+          throw InputError(where(r["mode"].Mark()) + "unknown recompute mode '" + mode + "'; expected sqrt_n, every_k or budget");
+        }
+        if (auto k = optional_positive(r, "k", field + ".recompute")) {
+          if (action.mode != models::RecomputeAction::Mode::every_k) throw InputError(where(r["k"].Mark()) + "'k' applies to mode every_k only");
+          action.k = static_cast<int>(*k);
+        }
+        if (const YAML::Node budget = r["budget"]) {
+          if (action.mode != models::RecomputeAction::Mode::budget) throw InputError(where(budget.Mark()) + "'budget' applies to mode budget only");
+          action.budget_bytes = static_cast<std::int64_t>(quantity(budget, models::units::Dimension::bytes, field + ".recompute.budget", true));
+        } else if (action.mode == models::RecomputeAction::Mode::budget) {
+          throw InputError(where(r.Mark()) + "mode budget needs 'budget' (bytes of saved activations allowed, e.g. 4 GiB)");
+        }
+      }
+      rule.recompute = action;
+    } else {
+      const YAML::Node c = node["compress"];
+      require_map(c, field + ".compress");
+      check_keys(c, field + ".compress", {"ratio", "compress_bandwidth", "decompress_bandwidth", "latency", "error_bound"});
+      models::CompressAction action;
+      const std::string f = field + ".compress";
+      action.ratio = number(required(c, "ratio", f), f + ".ratio");
+      if (!(action.ratio >= 1)) throw InputError(where(c["ratio"].Mark()) + "'" + f + ".ratio' is " + c["ratio"].Scalar() + "; expected a compression ratio >= 1");
+      action.compress_bandwidth = quantity(required(c, "compress_bandwidth", f), models::units::Dimension::bandwidth, f + ".compress_bandwidth", true);
+      action.decompress_bandwidth = quantity(required(c, "decompress_bandwidth", f), models::units::Dimension::bandwidth, f + ".decompress_bandwidth", true);
+      if (c["latency"]) action.latency = quantity(c["latency"], models::units::Dimension::time, f + ".latency", false);
+      if (c["error_bound"]) {
+        action.error_bound = number(c["error_bound"], f + ".error_bound");
+        if (!(action.error_bound > 0)) throw InputError(where(c["error_bound"].Mark()) + "'" + f + ".error_bound' must be > 0");
+      }
+      rule.compress = action;
+    }
+    return rule;
+  }
+
+  models::TensorSelector read_selector(const YAML::Node& node, const std::string& field) const {
+    require_map(node, field);
+    check_keys(node, field, {"inputs_of", "outputs_of", "min_bytes"});
+    models::TensorSelector selector;
+    auto kinds = [&](const YAML::Node& list, const std::string& name) {
+      std::vector<traces::OpKind> out;
+      if (!list.IsSequence()) throw InputError(where(list.Mark()) + "'" + name + "' must be a list of op kinds, e.g. [conv, linear]");
+      for (const auto& item : list) {
+        const std::string text = scalar(item, name);
+        auto kind = traces::parse_op_kind(text);
+        if (!kind) {
+          std::string valid;
+          for (auto k : traces::all_op_kinds()) valid += (valid.empty() ? "" : ", ") + std::string(traces::to_string(k));
+          throw InputError(where(item.Mark()) + "unknown op kind '" + text + "'; expected one of: " + valid);
+        }
+        out.push_back(*kind);
+      }
+      return out;
+    };
+    if (node["inputs_of"]) selector.inputs_of = kinds(node["inputs_of"], field + ".inputs_of");
+    if (node["outputs_of"]) selector.outputs_of = kinds(node["outputs_of"], field + ".outputs_of");
+    if (node["min_bytes"]) {
+      selector.min_bytes = static_cast<std::int64_t>(quantity(node["min_bytes"], models::units::Dimension::bytes, field + ".min_bytes", false));
+    }
+    return selector;
+  }
+
+  void require_map(const YAML::Node& node, const std::string& field) const {
+    if (!node.IsMap()) throw InputError(where(node.Mark()) + "'" + field + "' must be a mapping");
+  }
+
+  double number(const YAML::Node& node, const std::string& field) const {
+    double value = 0;
+    if (!node.IsScalar() || !YAML::convert<double>::decode(node, value) || !std::isfinite(value)) {
+      throw InputError(where(node.Mark()) + "'" + field + "' is '" + (node.IsScalar() ? node.Scalar() : std::string("a collection")) + "'; expected a number");
+    }
+    return value;
+  }
+
+  // A quantity with a unit ("300 GB/s", "10 us", "4 GiB"); must be > 0 when `positive`, >= 0 otherwise.
+  double quantity(const YAML::Node& node, models::units::Dimension dimension, const std::string& field, bool positive) const {
+    const std::string text = scalar(node, field);
+    double value = 0;
+    try {
+      value = models::units::parse_quantity(text, dimension);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(where(node.Mark()) + "'" + field + "': " + e.what());
+    }
+    if (positive ? !(value > 0) : !(value >= 0)) {
+      throw InputError(where(node.Mark()) + "'" + field + "' is '" + text + "'; expected a value " + (positive ? "> 0" : ">= 0"));
+    }
+    return value;
+  }
+
+  bool boolean(const YAML::Node& node, const std::string& field) const {
+    bool value = false;
+    if (!node.IsScalar() || !YAML::convert<bool>::decode(node, value)) {
+      throw InputError(where(node.Mark()) + "'" + field + "' is '" + (node.IsScalar() ? node.Scalar() : std::string("a collection")) + "'; expected true or false");
+    }
+    return value;
+  }
+
   std::string where(const YAML::Mark& mark) const {
     if (mark.is_null()) return source_ + ": ";
     return source_ + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1) + ": ";
@@ -156,6 +335,16 @@ Scenario load_scenario_file(const std::filesystem::path& path) {
 
 Scenario default_scenario() {
   return parse_scenario(default_scenario_yaml(), "<embedded scenarios/default.yaml>", std::filesystem::current_path());
+}
+
+const models::Platform& require_platform(const Scenario& scenario) {
+  if (!scenario.platform) {
+    std::string names;
+    for (const auto& n : models::builtin_platform_names()) names += (names.empty() ? "" : ", ") + n;
+    throw InputError(scenario.source + ": the scenario has no 'platform'; expected a shipped platform (" + names +
+                     "), a platform file (.yaml) or an inline description");
+  }
+  return *scenario.platform;
 }
 
 traces::Trace build_trace(const Scenario& scenario) {

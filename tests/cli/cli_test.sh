@@ -61,11 +61,25 @@ expect 0 'resnet18 · batch 4' -- trace show "$work/ok.yaml"
 printf 'model:\n  zoo: resnet18\ntraining:\n  batchsize: 4\n' >"$work/typo.yaml"
 expect 2 'typo.yaml:4:3: unknown key .batchsize.' -- trace show "$work/typo.yaml"
 
+# Simulation: the default scenario fits; a batch that does not fit says so; output files.
+expect 0 'FITS' -- simulate
+expect 0 'resnet50-a100-baseline' -- simulate --json
+expect 0 'DOES NOT FIT' -- simulate --batch 512
+expect 0 'iteration time' -- simulate --platform v100-32gb --memory-csv "$work/memory.csv" --timeline "$work/timeline.json"
+head -1 "$work/memory.csv" | grep -q '^time_s,' && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: memory CSV header"; }
+grep -q '"traceEvents"' "$work/timeline.json" && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: Perfetto trace"; }
+printf 'model:\n  zoo: resnet18\n' >"$work/noplatform.yaml"
+expect 2 "has no 'platform'" -- simulate "$work/noplatform.yaml"
+printf 'model:\n  zoo: resnet18\nplatform: a100-40gb\nstrategy:\n  rules:\n    - offload: {lookahead: 0}\n' >"$work/badrule.yaml"
+expect 2 'badrule.yaml:6:' -- simulate "$work/badrule.yaml"
+printf 'model:\n  zoo: resnet18\nplatform: a100-40gb\nstrategy: offload\n' >"$work/offload.yaml"
+expect 0 'offload copies' -- simulate "$work/offload.yaml"
+expect 2 'a100-41gb' -- simulate --platform a100-41gb
+
 # Subcommands of later milestones say so and fail.
-expect 1 'not implemented yet' -- simulate
 expect 1 'not implemented yet' -- plan scenarios/default.yaml
 expect 1 'not implemented yet' -- calibrate
-expect 0 'simulate' -- simulate --help
+expect 0 'memory-csv' -- simulate --help
 
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

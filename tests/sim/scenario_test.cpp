@@ -30,7 +30,10 @@ TEST(Scenario, TheEmbeddedDefaultIsResNet50) {
   EXPECT_EQ(s.zoo_model->batch_size, 32);
   EXPECT_EQ(s.zoo_model->precision, zoo::Precision::fp32);
   EXPECT_EQ(s.zoo_model->optimizer, zoo::Optimizer::momentum);
-  EXPECT_EQ(s.name, "resnet50-default");
+  EXPECT_EQ(s.name, "resnet50-a100-baseline");
+  ASSERT_TRUE(s.platform);
+  EXPECT_EQ(s.platform->name, "a100-40gb");
+  EXPECT_TRUE(s.strategy.rules.empty());
 }
 
 TEST(Scenario, TheEmbeddedDefaultMatchesTheFileInTheRepository) {
@@ -109,6 +112,77 @@ TEST(Scenario, ATraceFileIsResolvedAgainstTheScenarioAndRescaled) {
   request.batch_size = 6;
   EXPECT_EQ(t, zoo::build_model(request));
   std::filesystem::remove_all(dir);
+}
+
+TEST(Scenario, ReadsAPlatformByNameAndTf32) {
+  const Scenario s = parse_scenario("model: {zoo: resnet18}\ntraining: {tf32: true}\nplatform: h100-80gb\n", "s.yaml", ".");
+  ASSERT_TRUE(s.platform);
+  EXPECT_EQ(s.platform->name, "h100-80gb");
+  EXPECT_TRUE(s.allow_tf32);
+  EXPECT_EQ(&require_platform(s), &*s.platform);
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\nplatform: a100-41gb\n"), HasSubstr("s.yaml:2:11: platform:"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {tf32: maybe}\n"), HasSubstr("expected true or false"));
+  const Scenario none = parse_scenario("model: {zoo: resnet18}\n", "s.yaml", ".");
+  try {
+    require_platform(none);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("a100-40gb"));
+  }
+}
+
+TEST(Scenario, ReadsStrategyShorthandsAndRules) {
+  EXPECT_TRUE(parse_scenario("model: {zoo: resnet18}\nstrategy: baseline\n", "s.yaml", ".").strategy.rules.empty());
+  const auto offload = parse_scenario("model: {zoo: resnet18}\nstrategy: offload\n", "s.yaml", ".").strategy;
+  ASSERT_EQ(offload.rules.size(), 1u);
+  EXPECT_TRUE(offload.rules[0].offload);
+
+  const Scenario s = parse_scenario(R"(model: {zoo: resnet18}
+strategy:
+  name: mixed
+  rules:
+    - select: {inputs_of: [conv], min_bytes: 1 MiB}
+      compress: {ratio: 8, compress_bandwidth: 300 GB/s, decompress_bandwidth: 500 GB/s, latency: 10 us, error_bound: 1e-3}
+    - offload: {policy: conv, lookahead: 3}
+    - recompute: {mode: budget, budget: 2 GiB}
+    - select: {outputs_of: [relu]}
+      recompute: {mode: every_k, k: 4}
+)", "s.yaml", ".");
+  const auto& rules = s.strategy.rules;
+  EXPECT_EQ(s.strategy.name, "mixed");
+  ASSERT_EQ(rules.size(), 4u);
+  ASSERT_TRUE(rules[0].compress);
+  EXPECT_EQ(rules[0].select.inputs_of, std::vector<traces::OpKind>{traces::OpKind::conv});
+  EXPECT_EQ(rules[0].select.min_bytes, 1 << 20);
+  EXPECT_DOUBLE_EQ(rules[0].compress->ratio, 8);
+  EXPECT_DOUBLE_EQ(rules[0].compress->compress_bandwidth, 300e9);
+  EXPECT_DOUBLE_EQ(rules[0].compress->decompress_bandwidth, 500e9);
+  EXPECT_DOUBLE_EQ(rules[0].compress->latency, 10e-6);
+  ASSERT_TRUE(rules[1].offload);
+  EXPECT_EQ(rules[1].offload->lookahead, 3);
+  EXPECT_EQ(rules[1].select.inputs_of, std::vector<traces::OpKind>{traces::OpKind::conv});  // vDNN's conv policy
+  ASSERT_TRUE(rules[2].recompute);
+  EXPECT_EQ(rules[2].recompute->mode, models::RecomputeAction::Mode::budget);
+  EXPECT_EQ(rules[2].recompute->budget_bytes, 2LL << 30);
+  EXPECT_EQ(rules[3].recompute->k, 4);
+  EXPECT_EQ(rules[3].select.outputs_of, std::vector<traces::OpKind>{traces::OpKind::relu});
+}
+
+TEST(Scenario, StrategyErrorsNameTheField) {
+  const std::string head = "model: {zoo: resnet18}\nstrategy:\n  rules:\n";
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\nstrategy: zip\n"), HasSubstr("unknown strategy 'zip'"));
+  EXPECT_THAT(error_of(head + "    - compress: {ratio: 0.5, compress_bandwidth: 1 GB/s, decompress_bandwidth: 1 GB/s}\n"),
+              HasSubstr("expected a compression ratio >= 1"));
+  EXPECT_THAT(error_of(head + "    - compress: {ratio: 2, compress_bandwidth: 1 GB, decompress_bandwidth: 1 GB/s}\n"),
+              HasSubstr("strategy.rules[0].compress.compress_bandwidth"));
+  EXPECT_THAT(error_of(head + "    - compress: {ratio: 2, decompress_bandwidth: 1 GB/s}\n"), HasSubstr("missing key 'compress_bandwidth'"));
+  EXPECT_THAT(error_of(head + "    - offload: {}\n      recompute: {}\n"), HasSubstr("exactly one of offload, recompute, compress"));
+  EXPECT_THAT(error_of(head + "    - select: {inputs_of: [convolution]}\n      offload: {}\n"), HasSubstr("unknown op kind 'convolution'"));
+  EXPECT_THAT(error_of(head + "    - recompute: {mode: budget}\n"), HasSubstr("needs 'budget'"));
+  EXPECT_THAT(error_of(head + "    - recompute: {mode: sqrt_n, k: 3}\n"), HasSubstr("'k' applies to mode every_k only"));
+  EXPECT_THAT(error_of(head + "    - offload: {policy: some}\n"), HasSubstr("unknown offload policy 'some'"));
+  EXPECT_THAT(error_of(head + "    - offload: {lookahead: 0}\n"), HasSubstr("expected a positive integer"));
+  EXPECT_THAT(error_of(head + "    - offload: {lookahed: 2}\n"), HasSubstr("s.yaml:4:17: unknown key 'lookahed'"));
 }
 
 TEST(Scenario, AMissingFileIsAnInputError) {

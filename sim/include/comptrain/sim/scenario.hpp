@@ -2,8 +2,10 @@
 // A scenario: what to simulate, written in YAML. Like Calculon's split of system, application
 // and execution, it has one section per concern:
 //   model:     the application (a zoo model and its shape options, or a trace file)
-//   training:  how it is trained (batch size, precision, optimizer)
-// Later sections (platform, strategy) are added by the simulator. See scenarios/README.md.
+//   training:  how it is trained (batch size, precision, optimizer, TF32)
+//   platform:  the system (a shipped platform, a platform file, or an inline description)
+//   strategy:  the memory-saving strategy (rules over the saved activations)
+// See scenarios/README.md.
 
 #include <cstdint>
 #include <filesystem>
@@ -11,6 +13,8 @@
 #include <string>
 #include <string_view>
 
+#include "comptrain/models/platform.hpp"
+#include "comptrain/models/strategy.hpp"
 #include "comptrain/traces/trace.hpp"
 #include "comptrain/zoo/zoo.hpp"
 
@@ -25,6 +29,10 @@ struct Scenario {
   std::optional<zoo::ModelRequest> zoo_model;
   std::optional<std::filesystem::path> trace_file;
   std::optional<std::int64_t> batch_size;  // for a trace file: rescale to this batch
+  bool allow_tf32 = false;                 // fp32 convolutions and matmuls on TF32 tensor cores
+
+  std::optional<models::Platform> platform;  // required to simulate
+  models::StrategySpec strategy;             // default: baseline
 };
 
 // Parses a scenario. `source` names it in errors; relative trace paths resolve against
@@ -39,5 +47,8 @@ Scenario default_scenario();
 
 // The trace the scenario describes, at its batch size.
 traces::Trace build_trace(const Scenario& scenario);
+
+// The scenario's platform; InputError naming the scenario when it has none.
+const models::Platform& require_platform(const Scenario& scenario);
 
 }  // namespace comptrain::sim

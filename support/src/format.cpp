@@ -1,11 +1,11 @@
-#include "format_units.hpp"
+#include "comptrain/support/format.hpp"
 
 #include <fmt/format.h>
 
 #include <array>
 #include <cmath>
 
-namespace comptrain::cli {
+namespace comptrain {
 
 std::string format_bytes(std::int64_t bytes) {
   static constexpr std::array<const char*, 6> units{"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
@@ -39,4 +39,12 @@ std::string group_digits(std::int64_t value) {
   return value < 0 ? "-" + out : out;
 }
 
-}  // namespace comptrain::cli
+std::string format_seconds(double seconds) {
+  const double magnitude = std::fabs(seconds);
+  if (magnitude >= 1.0 || magnitude == 0.0) return fmt::format("{:.3f} s", seconds);
+  if (magnitude >= 1e-3) return fmt::format("{:.3f} ms", seconds * 1e3);
+  if (magnitude >= 1e-6) return fmt::format("{:.3f} us", seconds * 1e6);
+  return fmt::format("{:.1f} ns", seconds * 1e9);
+}
+
+}  // namespace comptrain

@@ -1,0 +1,81 @@
+#include "simulate_command.hpp"
+
+#include <fmt/format.h>
+
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "comptrain/models/op_time.hpp"
+#include "comptrain/models/strategy.hpp"
+#include "comptrain/sim/outputs.hpp"
+#include "comptrain/sim/scenario.hpp"
+#include "comptrain/sim/simulation.hpp"
+#include "comptrain/support/atomic_file.hpp"
+
+namespace comptrain::cli {
+namespace {
+
+struct SimulateOptions {
+  std::string scenario;
+  std::optional<std::int64_t> batch;
+  std::string platform;
+  bool json = false;
+  std::string memory_csv;
+  std::string timeline;
+};
+
+sim::Scenario load(const SimulateOptions& o) {
+  sim::Scenario scenario = o.scenario.empty() ? sim::default_scenario() : sim::load_scenario_file(o.scenario);
+  if (o.batch) {
+    scenario.batch_size = o.batch;
+    if (scenario.zoo_model) scenario.zoo_model->batch_size = *o.batch;
+  }
+  if (!o.platform.empty()) {
+    const std::string ext = std::filesystem::path(o.platform).extension().string();
+    scenario.platform = (ext == ".yaml" || ext == ".yml") ? models::load_platform_file(o.platform) : models::builtin_platform(o.platform);
+  }
+  return scenario;
+}
+
+int run(const SimulateOptions& o) {
+  const sim::Scenario scenario = load(o);
+  const models::Platform& platform = sim::require_platform(scenario);
+  const traces::Trace trace = sim::build_trace(scenario);
+  models::OpTimeOptions time_options;
+  time_options.allow_tf32 = scenario.allow_tf32;
+  const models::OpTimeModel time_model(platform, time_options);
+  const models::Schedule schedule = models::build_schedule(trace, time_model, scenario.strategy);
+  const sim::SimulationResult result = sim::simulate(platform, schedule);
+
+  const sim::SimulationRun run{scenario.name, scenario.source, trace, platform, schedule, result};
+  if (!o.memory_csv.empty()) write_file_atomically(o.memory_csv, sim::memory_timeline_csv(run));
+  if (!o.timeline.empty()) write_file_atomically(o.timeline, sim::perfetto_trace_json(run));
+  std::cout << (o.json ? sim::report_json(run) : sim::report_text(run));
+  return 0;
+}
+
+}  // namespace
+
+std::function<int()> add_simulate_command(CLI::App& app) {
+  auto options = std::make_shared<SimulateOptions>();
+  auto* command = app.add_subcommand(
+      "simulate",
+      "Replay one training iteration of a scenario on its modeled GPU system (SimGrid): peak memory, iteration time, "
+      "throughput, time in compute, copies, compression, recomputation and stalls. A model that does not fit is "
+      "reported as such (exit 0, 'fits': false in JSON).");
+  command->add_option("scenario", options->scenario, "Scenario file (.yaml); default: the embedded default scenario");
+  command->add_option("-b,--batch", options->batch, "Override the scenario's batch size")->check(CLI::PositiveNumber);
+  command->add_option("--platform", options->platform, "Override the scenario's platform: a shipped name or a .yaml file");
+  command->add_flag("--json", options->json, "Print the report as JSON");
+  command->add_option("--memory-csv", options->memory_csv, "Write the memory timeline (bytes per role over time) as CSV");
+  command->add_option("--timeline", options->timeline,
+                      "Write a Chrome/Perfetto trace (one track per stream, memory counters); open it in ui.perfetto.dev");
+  return [command, options]() -> int {
+    if (!command->parsed()) return -1;
+    return run(*options);
+  };
+}
+
+}  // namespace comptrain::cli

@@ -1,0 +1,31 @@
+#pragma once
+// How long one op takes on the modeled GPU.
+
+#include "comptrain/models/platform.hpp"
+#include "comptrain/traces/trace.hpp"
+
+namespace comptrain::models {
+
+struct OpTimeOptions {
+  bool allow_tf32 = false;  // fp32 convolutions and matmuls on TF32 tensor cores
+};
+
+// Roofline: max(FLOPs / (peak · compute efficiency), bytes / (bandwidth · memory efficiency))
+// plus the kernel launch overhead; an op that carries a duration measured on this platform's
+// GPU (same device name) uses it instead, scaled linearly from the batch it was measured at.
+class OpTimeModel {
+ public:
+  OpTimeModel(Platform platform, OpTimeOptions options = {});
+  double seconds(const traces::Trace& trace, traces::OpIndex op) const;
+  const Platform& platform() const { return platform_; }
+
+ private:
+  Platform platform_;
+  OpTimeOptions options_;
+};
+
+// The dtype whose peak an op's arithmetic runs at: that of its first floating-point output,
+// else of its first floating-point input, else fp32.
+traces::DType arithmetic_dtype(const traces::Trace& trace, traces::OpIndex op);
+
+}  // namespace comptrain::models

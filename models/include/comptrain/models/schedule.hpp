@@ -1,0 +1,92 @@
+#pragma once
+// A schedule: what the simulator replays. A strategy turns a trace into a schedule; the
+// simulator executes schedules without knowing which strategy made them.
+//
+// Tasks run on streams (CUDA stream semantics): each stream runs its tasks one at a time in
+// the order they appear in `tasks`; a task also waits for the tasks named in `after` (like
+// waiting on a CUDA event recorded when that task ended). Memory lives in buffers: a buffer
+// is allocated when the first task that creates it starts and freed when every task that
+// uses it has ended, unless it is resident (allocated before the iteration, never freed) or
+// held to the end of the iteration (weight gradients).
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "comptrain/traces/trace.hpp"
+
+namespace comptrain::models {
+
+enum class Stream : std::uint8_t { compute, d2h, h2d, codec };
+inline constexpr std::size_t kStreamCount = 4;
+std::string_view to_string(Stream stream);
+
+// What a buffer holds, for the memory breakdown.
+enum class MemoryRole : std::uint8_t {
+  input,
+  weight,
+  buffer,
+  gradient,
+  optimizer_state,
+  activation,   // saved for backward (original, recomputed or decompressed copy)
+  compressed,   // compressed saved activations
+  prefetch,     // offloaded activations brought back for the backward pass
+  temporary,    // unsaved forward outputs, activation gradients, workspace
+};
+inline constexpr std::size_t kMemoryRoleCount = 9;
+std::string_view to_string(MemoryRole role);
+MemoryRole memory_role_of(traces::TensorRole role);
+
+using BufferId = std::size_t;
+using TaskId = std::size_t;
+
+struct Buffer {
+  std::string name;
+  std::int64_t bytes = 0;
+  MemoryRole role = MemoryRole::temporary;
+  bool resident = false;     // allocated before the iteration starts, never freed
+  bool held_to_end = false;  // once allocated, kept until the iteration ends
+  std::optional<traces::TensorIndex> tensor;  // the trace storage it holds (a copy of), if any
+};
+
+enum class TaskKind : std::uint8_t {
+  op,          // a trace op as recorded
+  recompute,   // a forward op replayed in the backward pass to rebuild dropped activations
+  offload,     // device -> host copy of an activation
+  prefetch,    // host -> device copy of an offloaded activation
+  compress,    // compress an activation in GPU memory
+  decompress,  // decompress it before its backward use
+};
+std::string_view to_string(TaskKind kind);
+
+struct Task {
+  std::string name;
+  TaskKind kind = TaskKind::op;
+  Stream stream = Stream::compute;
+  std::optional<traces::OpIndex> op;          // op and recompute tasks
+  std::optional<traces::TensorIndex> tensor;  // the activation storage a copy or codec task moves
+  double seconds = 0;                         // duration of exec tasks (op, recompute, codec)
+  std::int64_t bytes = 0;                     // payload of copy tasks (offload, prefetch)
+  std::vector<BufferId> creates;              // allocated when the task starts
+  std::vector<BufferId> uses;                 // held until the task ends (creates need not be repeated)
+  std::vector<TaskId> after;                  // tasks of other streams that must end first
+};
+
+struct Schedule {
+  std::string strategy;  // a short description, for reports
+  std::vector<Buffer> buffers;
+  std::vector<Task> tasks;
+
+  // Throws std::logic_error if a reference is out of range, a stream's order contradicts an
+  // `after` edge, or the waits form a cycle (the replay would deadlock).
+  void validate() const;
+};
+
+// Static replay: runs the tasks one at a time in `tasks` order (no overlap) and returns the
+// peak of allocated bytes. A lower bound check for strategies; the simulator gives the real
+// time-dependent peak.
+std::int64_t sequential_peak_bytes(const Schedule& schedule);
+
+}  // namespace comptrain::models

@@ -1,0 +1,66 @@
+#pragma once
+// Memory-saving strategies: plans over the trace's saved activations, turned into a
+// Schedule that the simulator executes. Strategies combine per tensor: an ordered list of
+// rules, each selecting activations and giving them an action; the first rule that selects a
+// tensor decides, unselected tensors are kept.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comptrain/models/op_time.hpp"
+#include "comptrain/models/schedule.hpp"
+#include "comptrain/traces/trace.hpp"
+
+namespace comptrain::models {
+
+// Which saved activations a rule applies to. A storage is selected when it is saved for
+// backward and (if given) it is read by a forward op of one of `inputs_of`, or written by a
+// forward op of one of `outputs_of`, and it is at least `min_bytes` large. Both lists empty:
+// every saved activation.
+struct TensorSelector {
+  std::vector<traces::OpKind> inputs_of;
+  std::vector<traces::OpKind> outputs_of;
+  std::int64_t min_bytes = 0;
+};
+
+struct OffloadAction {
+  int lookahead = 2;  // the prefetch starts when the compute stream starts the op this many
+                      // ops before the consumer (>= 1)
+};
+
+struct RecomputeAction {
+  enum class Mode { every_k, sqrt_n, budget };
+  Mode mode = Mode::sqrt_n;
+  int k = 2;                             // every_k: keep every k-th selected activation
+  std::int64_t budget_bytes = 0;         // budget: peak bytes of saved activations allowed
+};
+
+// Compression with explicit cost parameters (until calibration profiles provide them).
+struct CompressAction {
+  double ratio = 1;                  // original bytes / compressed bytes (>= 1)
+  double compress_bandwidth = 0;     // bytes of input per second
+  double decompress_bandwidth = 0;   // bytes of output per second
+  double latency = 0;                // seconds per call
+  double error_bound = 0;            // recorded for reports; does not change costs here
+};
+
+struct StrategyRule {
+  TensorSelector select;
+  std::optional<OffloadAction> offload;
+  std::optional<RecomputeAction> recompute;
+  std::optional<CompressAction> compress;  // exactly one of the three is set
+};
+
+struct StrategySpec {
+  std::string name = "baseline";
+  std::vector<StrategyRule> rules;  // empty: baseline
+};
+
+// Builds the schedule: the trace's ops on the compute stream in recorded order, plus the
+// copies, codec tasks and recomputations the rules call for. Throws InputError when a rule
+// cannot apply (e.g. a memory budget below what the checkpoints alone need).
+Schedule build_schedule(const traces::Trace& trace, const OpTimeModel& time_model, const StrategySpec& strategy);
+
+}  // namespace comptrain::models

@@ -1,0 +1,320 @@
+#include "comptrain/models/platform.hpp"
+#include "comptrain/models/platform_yaml.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <initializer_list>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+#include "builtin_platforms.hpp"
+#include "comptrain/support/atomic_file.hpp"
+#include "comptrain/support/input_error.hpp"
+#include "comptrain/models/units.hpp"
+
+namespace comptrain::models {
+namespace {
+
+using units::Dimension;
+
+enum class Range { positive, non_negative };
+
+std::string join(std::initializer_list<const char*> names) {
+  std::string list;
+  for (const char* name : names) list += (list.empty() ? "" : ", ") + std::string(name);
+  return list;
+}
+
+// Reads one platform document and reports every problem as "SOURCE:LINE:COLUMN: message",
+// in the style of sim/src/scenario.cpp.
+class PlatformReader {
+ public:
+  explicit PlatformReader(std::string_view source) : source_(source) {}
+
+  Platform read(std::string_view text) {
+    YAML::Node root;
+    try {
+      root = YAML::Load(std::string(text));
+    } catch (const YAML::Exception& e) {
+      throw InputError(where(e.mark) + "malformed YAML: " + e.msg);
+    }
+    return read(root);
+  }
+
+  // A platform that is one node of a larger document (a scenario's inline platform).
+  Platform read(const YAML::Node& root) {
+    const std::initializer_list<const char*> top_keys{"name", "gpu", "host", "host_link", "gpu_link", "gpus_per_node", "efficiency"};
+    if (!root.IsMap()) throw InputError(where(root.Mark()) + "expected a mapping with the keys " + join(top_keys));
+    check_keys(root, "the platform", top_keys);
+
+    Platform platform;
+    platform.source = source_;
+    platform.name = text_field(root, "name", "");
+    platform.gpu = read_gpu(section(root, "gpu", "", {"name", "memory", "memory_bandwidth", "peak", "launch_overhead", "power"}));
+    platform.host = read_host(section(root, "host", "", {"name", "cores", "flops", "memory", "memory_bandwidth"}));
+    platform.host_link = read_link(section(root, "host_link", "", {"name", "bandwidth", "latency"}), "host_link");
+    if (root["gpu_link"]) {
+      platform.gpu_link = read_link(section(root, "gpu_link", "", {"name", "bandwidth", "latency"}), "gpu_link");
+    }
+    platform.gpus_per_node = optional_positive_int(root, "gpus_per_node", "", 1);
+    if (root["efficiency"]) platform.efficiency = read_efficiency(section(root, "efficiency", "", {"compute", "memory"}));
+    return platform;
+  }
+
+ private:
+  GpuSpec read_gpu(const YAML::Node& gpu) const {
+    GpuSpec spec;
+    spec.name = text_field(gpu, "name", "gpu");
+    spec.memory_bytes = byte_count(gpu, "memory", "gpu");
+    spec.memory_bandwidth = quantity(gpu, "memory_bandwidth", "gpu", Dimension::bandwidth, Range::positive);
+    // Every peak is required, tf32 and bf16 included: an omitted TF32 figure would silently
+    // run fp32 matmuls 8x slower on an A100, so "0 = unsupported" must be written out.
+    const YAML::Node peak = section(gpu, "peak", "gpu", {"fp32", "tf32", "fp16", "bf16"});
+    spec.peak_fp32 = quantity(peak, "fp32", "gpu.peak", Dimension::flop_rate, Range::positive);
+    spec.peak_tf32 = quantity(peak, "tf32", "gpu.peak", Dimension::flop_rate, Range::non_negative);
+    spec.peak_fp16 = quantity(peak, "fp16", "gpu.peak", Dimension::flop_rate, Range::positive);
+    spec.peak_bf16 = quantity(peak, "bf16", "gpu.peak", Dimension::flop_rate, Range::non_negative);
+    spec.launch_overhead = quantity(gpu, "launch_overhead", "gpu", Dimension::time, Range::non_negative);
+    // Power feeds energy estimates only, and user-described GPUs may not know it: optional,
+    // 0/0 meaning unknown.
+    if (gpu["power"]) {
+      const YAML::Node power = section(gpu, "power", "gpu", {"idle", "max"});
+      spec.idle_power = quantity(power, "idle", "gpu.power", Dimension::power, Range::non_negative);
+      spec.max_power = quantity(power, "max", "gpu.power", Dimension::power, Range::positive);
+      if (spec.idle_power > spec.max_power) {
+        throw InputError(where(power["idle"].Mark()) + "'gpu.power.idle' (" + power["idle"].Scalar() +
+                         ") exceeds 'gpu.power.max' (" + power["max"].Scalar() + "); expected idle <= max");
+      }
+    }
+    return spec;
+  }
+
+  HostSpec read_host(const YAML::Node& host) const {
+    HostSpec spec;
+    spec.name = text_field(host, "name", "host");
+    spec.cores = required_positive_int(host, "cores", "host");
+    spec.flops = quantity(host, "flops", "host", Dimension::flop_rate, Range::positive);
+    spec.memory_bytes = byte_count(host, "memory", "host");
+    spec.memory_bandwidth = quantity(host, "memory_bandwidth", "host", Dimension::bandwidth, Range::positive);
+    return spec;
+  }
+
+  LinkSpec read_link(const YAML::Node& link, const std::string& section_name) const {
+    LinkSpec spec;
+    spec.name = text_field(link, "name", section_name);
+    spec.bandwidth = quantity(link, "bandwidth", section_name, Dimension::bandwidth, Range::positive);
+    spec.latency = quantity(link, "latency", section_name, Dimension::time, Range::non_negative);
+    return spec;
+  }
+
+  Efficiency read_efficiency(const YAML::Node& efficiency) const {
+    Efficiency result;
+    if (efficiency["compute"]) read_fractions(efficiency["compute"], "efficiency.compute", result.compute_default, result.compute);
+    if (efficiency["memory"]) read_fractions(efficiency["memory"], "efficiency.memory", result.memory_default, result.memory);
+    return result;
+  }
+
+  // `default` and one entry per op kind, each a fraction of peak in (0, 1].
+  void read_fractions(const YAML::Node& map, const std::string& field, double& fallback,
+                      std::map<traces::OpKind, double>& per_kind) const {
+    std::string valid = "default";
+    for (const traces::OpKind kind : traces::all_op_kinds()) valid += ", " + std::string(traces::to_string(kind));
+    if (!map.IsMap()) throw InputError(where(map.Mark()) + "'" + field + "' must be a mapping from op kinds to fractions of peak; valid keys: " + valid);
+    std::set<std::string> seen;
+    for (const auto& entry : map) {
+      const std::string key = entry.first.as<std::string>("");
+      const std::optional<traces::OpKind> kind = traces::parse_op_kind(key);
+      if (key != "default" && !kind) {
+        throw InputError(where(entry.first.Mark()) + "unknown key '" + key + "' in " + field + "; valid keys: " + valid);
+      }
+      if (!seen.insert(key).second) throw InputError(where(entry.first.Mark()) + "key '" + key + "' appears twice in " + field);
+      const double value = fraction(entry.second, field + "." + key);
+      if (kind) {
+        per_kind[*kind] = value;
+      } else {
+        fallback = value;
+      }
+    }
+  }
+
+  double fraction(const YAML::Node& node, const std::string& field) const {
+    double value = 0;
+    if (!node.IsScalar() || !YAML::convert<double>::decode(node, value) || !std::isfinite(value) || value <= 0 || value > 1) {
+      throw InputError(where(node.Mark()) + "'" + field + "' is '" + describe(node) + "'; expected a fraction of peak in (0, 1]");
+    }
+    return value;
+  }
+
+  // A required quantity with a unit, in the base unit of `dimension`.
+  double quantity(const YAML::Node& map, const char* key, const std::string& section_name, Dimension dimension, Range range) const {
+    const YAML::Node node = required(map, key, section_name);
+    const std::string field = qualified(section_name, key);
+    if (!node.IsScalar() || node.Scalar().empty()) {
+      throw InputError(where(node.Mark()) + "'" + field + "' must be a quantity in " + std::string(units::base_unit_name(dimension)) +
+                       " with a unit (" + units::valid_units(dimension) + ")");
+    }
+    double value = 0;
+    try {
+      value = units::parse_quantity(node.Scalar(), dimension);
+    } catch (const std::invalid_argument& e) {
+      throw InputError(where(node.Mark()) + "'" + field + "' is '" + node.Scalar() + "': " + e.what());
+    }
+    if (range == Range::positive && !(value > 0)) {
+      throw InputError(where(node.Mark()) + "'" + field + "' is '" + node.Scalar() + "'; expected a positive quantity");
+    }
+    if (range == Range::non_negative && !(value >= 0)) {
+      throw InputError(where(node.Mark()) + "'" + field + "' is '" + node.Scalar() + "'; expected a quantity >= 0");
+    }
+    return value;
+  }
+
+  // A positive size in bytes, rounded to a whole byte.
+  std::int64_t byte_count(const YAML::Node& map, const char* key, const std::string& section_name) const {
+    const double value = quantity(map, key, section_name, Dimension::bytes, Range::positive);
+    // 2^63 is exactly representable; anything at or above it does not fit in int64.
+    if (value >= 9223372036854775808.0) {
+      throw InputError(where(map[key].Mark()) + "'" + qualified(section_name, key) + "' is '" + map[key].Scalar() +
+                       "'; expected less than 8 EiB");
+    }
+    const auto bytes = std::llround(value);
+    if (bytes < 1) {
+      throw InputError(where(map[key].Mark()) + "'" + qualified(section_name, key) + "' is '" + map[key].Scalar() +
+                       "'; expected at least 1 byte");
+    }
+    return bytes;
+  }
+
+  std::string text_field(const YAML::Node& map, const char* key, const std::string& section_name) const {
+    const YAML::Node node = required(map, key, section_name);
+    if (!node.IsScalar() || node.Scalar().empty()) {
+      throw InputError(where(node.Mark()) + "'" + qualified(section_name, key) + "' must be a non-empty string");
+    }
+    return node.Scalar();
+  }
+
+  int required_positive_int(const YAML::Node& map, const char* key, const std::string& section_name) const {
+    return positive_int(required(map, key, section_name), qualified(section_name, key));
+  }
+
+  int optional_positive_int(const YAML::Node& map, const char* key, const std::string& section_name, int fallback) const {
+    const YAML::Node node = map[key];
+    return node ? positive_int(node, qualified(section_name, key)) : fallback;
+  }
+
+  int positive_int(const YAML::Node& node, const std::string& field) const {
+    int value = 0;
+    if (!node.IsScalar() || !YAML::convert<int>::decode(node, value) || value < 1) {
+      throw InputError(where(node.Mark()) + "'" + field + "' is '" + describe(node) + "'; expected a positive integer");
+    }
+    return value;
+  }
+
+  // A required mapping whose keys must all be in `valid`.
+  YAML::Node section(const YAML::Node& parent, const char* key, const std::string& parent_name,
+                     std::initializer_list<const char*> valid) const {
+    const YAML::Node node = required(parent, key, parent_name.empty() ? "the platform" : parent_name);
+    const std::string name = qualified(parent_name, key);
+    if (!node.IsMap()) throw InputError(where(node.Mark()) + "'" + name + "' must be a mapping with the keys " + join(valid));
+    check_keys(node, name, valid);
+    return node;
+  }
+
+  void check_keys(const YAML::Node& map, const std::string& section_name, std::initializer_list<const char*> valid) const {
+    std::set<std::string> seen;
+    for (const auto& entry : map) {
+      const std::string key = entry.first.as<std::string>("");
+      const bool known = std::any_of(valid.begin(), valid.end(), [&](const char* v) { return key == v; });
+      if (!known) {
+        throw InputError(where(entry.first.Mark()) + "unknown key '" + key + "' in " + section_name + "; valid keys: " + join(valid));
+      }
+      if (!seen.insert(key).second) throw InputError(where(entry.first.Mark()) + "key '" + key + "' appears twice in " + section_name);
+    }
+  }
+
+  YAML::Node required(const YAML::Node& map, const char* key, const std::string& section_name) const {
+    YAML::Node node = map[key];
+    if (!node) {
+      throw InputError(where(map.Mark()) + "missing key '" + key + "' in " + (section_name.empty() ? "the platform" : section_name));
+    }
+    return node;
+  }
+
+  static std::string qualified(const std::string& section_name, const char* key) {
+    return section_name.empty() ? std::string(key) : section_name + "." + key;
+  }
+
+  static std::string describe(const YAML::Node& node) { return node.IsScalar() ? node.Scalar() : std::string("a collection"); }
+
+  std::string where(const YAML::Mark& mark) const {
+    if (mark.is_null()) return source_ + ": ";
+    return source_ + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1) + ": ";
+  }
+
+  std::string source_;
+};
+
+}  // namespace
+
+double Efficiency::compute_for(traces::OpKind kind) const {
+  const auto it = compute.find(kind);
+  return it == compute.end() ? compute_default : it->second;
+}
+
+double Efficiency::memory_for(traces::OpKind kind) const {
+  const auto it = memory.find(kind);
+  return it == memory.end() ? memory_default : it->second;
+}
+
+double Platform::peak_flops(traces::DType dtype, bool allow_tf32) const {
+  switch (dtype) {
+    case traces::DType::f32:
+      return allow_tf32 && gpu.peak_tf32 > 0 ? gpu.peak_tf32 : gpu.peak_fp32;
+    case traces::DType::f16:
+      return gpu.peak_fp16;
+    case traces::DType::bf16:
+      // Without bf16 units (V100, Maxwell) frameworks still run bf16 by computing in fp32 on the
+      // CUDA cores, so the fp32 rate is the honest estimate; an error would make every bf16
+      // trace unusable on those GPUs for a what-if that real software can run.
+      return gpu.peak_bf16 > 0 ? gpu.peak_bf16 : gpu.peak_fp32;
+    case traces::DType::f64:
+      // Datacenter GPUs run fp64 at half the fp32 rate (V100 7.8 vs 15.7, A100 9.7 vs 19.5,
+      // H100 34 vs 67 TFLOP/s, non-tensor); consumer parts are far slower (GTX TITAN X 1/32),
+      // but fp64 training is rare enough that one ratio without a datasheet field is enough.
+      return gpu.peak_fp32 / 2;
+    case traces::DType::i64:
+    case traces::DType::i32:
+    case traces::DType::i8:
+    case traces::DType::u8:
+    case traces::DType::boolean:
+      // Integer work in training (indices, masks) is bookkeeping on the CUDA cores.
+      return gpu.peak_fp32;
+  }
+  return gpu.peak_fp32;
+}
+
+Platform parse_platform(std::string_view yaml, std::string_view source) { return PlatformReader(source).read(yaml); }
+
+Platform platform_from_yaml(const YAML::Node& node, std::string_view source) { return PlatformReader(source).read(node); }
+
+Platform load_platform_file(const std::filesystem::path& path) { return parse_platform(read_file(path), path.string()); }
+
+std::vector<std::string> builtin_platform_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, yaml] : detail::builtin_platform_sources()) names.emplace_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+Platform builtin_platform(std::string_view name) {
+  for (const auto& [builtin, yaml] : detail::builtin_platform_sources()) {
+    if (builtin == name) return parse_platform(yaml, "embedded:" + std::string(builtin));
+  }
+  std::string names;
+  for (const std::string& known : builtin_platform_names()) names += (names.empty() ? "" : ", ") + known;
+  throw InputError("unknown platform '" + std::string(name) + "'; expected one of: " + names);
+}
+
+}  // namespace comptrain::models

@@ -1,0 +1,116 @@
+#include "comptrain/models/units.hpp"
+
+#include <array>
+#include <charconv>
+#include <span>
+#include <cmath>
+#include <stdexcept>
+#include <system_error>
+
+namespace comptrain::models::units {
+namespace {
+
+struct Unit {
+  std::string_view symbol;
+  double factor;  // base units per unit
+};
+
+// Decimal prefixes are powers of 1000 and binary ones powers of 1024, as in IEC 80000-13.
+// "KB" is accepted beside the SI "kB" because datasheets write both and mean 1000 B.
+constexpr double kKiB = 1024.0;
+constexpr double kMiB = kKiB * 1024.0;
+constexpr double kGiB = kMiB * 1024.0;
+constexpr double kTiB = kGiB * 1024.0;
+constexpr double kPiB = kTiB * 1024.0;
+
+constexpr std::array kByteUnits{
+    Unit{"B", 1.0},     Unit{"kB", 1e3},    Unit{"KB", 1e3},    Unit{"MB", 1e6},    Unit{"GB", 1e9},    Unit{"TB", 1e12},
+    Unit{"PB", 1e15},   Unit{"KiB", kKiB},  Unit{"MiB", kMiB},  Unit{"GiB", kGiB},  Unit{"TiB", kTiB},  Unit{"PiB", kPiB},
+};
+constexpr std::array kBandwidthUnits{
+    Unit{"B/s", 1.0},    Unit{"kB/s", 1e3},   Unit{"KB/s", 1e3},   Unit{"MB/s", 1e6},   Unit{"GB/s", 1e9},   Unit{"TB/s", 1e12},
+    Unit{"PB/s", 1e15},  Unit{"KiB/s", kKiB}, Unit{"MiB/s", kMiB}, Unit{"GiB/s", kGiB}, Unit{"TiB/s", kTiB}, Unit{"PiB/s", kPiB},
+};
+// "TFLOPS" is accepted beside "TFLOP/s": datasheets use it for the same rate.
+constexpr std::array kFlopRateUnits{
+    Unit{"FLOP/s", 1.0},   Unit{"kFLOP/s", 1e3}, Unit{"MFLOP/s", 1e6}, Unit{"GFLOP/s", 1e9},
+    Unit{"TFLOP/s", 1e12}, Unit{"PFLOP/s", 1e15}, Unit{"FLOPS", 1.0},  Unit{"kFLOPS", 1e3},
+    Unit{"MFLOPS", 1e6},   Unit{"GFLOPS", 1e9},  Unit{"TFLOPS", 1e12}, Unit{"PFLOPS", 1e15},
+};
+constexpr std::array kTimeUnits{
+    Unit{"s", 1.0}, Unit{"ms", 1e-3}, Unit{"us", 1e-6}, Unit{"\u00b5s", 1e-6}, Unit{"ns", 1e-9},
+};
+constexpr std::array kPowerUnits{Unit{"W", 1.0}, Unit{"kW", 1e3}};
+
+std::span<const Unit> units_of(Dimension dimension) {
+  switch (dimension) {
+    case Dimension::bytes: return kByteUnits;
+    case Dimension::bandwidth: return kBandwidthUnits;
+    case Dimension::flop_rate: return kFlopRateUnits;
+    case Dimension::time: return kTimeUnits;
+    case Dimension::power: return kPowerUnits;
+  }
+  throw std::logic_error("unknown unit dimension");
+}
+
+std::string_view example_of(Dimension dimension) {
+  switch (dimension) {
+    case Dimension::bytes: return "'40 GiB'";
+    case Dimension::bandwidth: return "'1555 GB/s'";
+    case Dimension::flop_rate: return "'19.5 TFLOP/s'";
+    case Dimension::time: return "'5 us'";
+    case Dimension::power: return "'400 W'";
+  }
+  throw std::logic_error("unknown unit dimension");
+}
+
+constexpr bool is_space(char c) { return c == ' ' || c == '\t'; }
+
+}  // namespace
+
+std::string valid_units(Dimension dimension) {
+  std::string list;
+  for (const Unit& unit : units_of(dimension)) {
+    if (!list.empty()) list += ", ";
+    list += unit.symbol;
+  }
+  return list;
+}
+
+std::string_view base_unit_name(Dimension dimension) {
+  switch (dimension) {
+    case Dimension::bytes: return "bytes";
+    case Dimension::bandwidth: return "bytes/s";
+    case Dimension::flop_rate: return "FLOP/s";
+    case Dimension::time: return "seconds";
+    case Dimension::power: return "watts";
+  }
+  throw std::logic_error("unknown unit dimension");
+}
+
+double parse_quantity(std::string_view text, Dimension dimension) {
+  while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && is_space(text.back())) text.remove_suffix(1);
+
+  double number = 0;
+  const char* const end = text.data() + text.size();
+  const auto [rest, ec] = std::from_chars(text.data(), end, number);
+  if (ec == std::errc::result_out_of_range) throw std::invalid_argument("the number is out of range");
+  if (ec != std::errc() || !std::isfinite(number)) {
+    throw std::invalid_argument("expected a number followed by a unit, e.g. " + std::string(example_of(dimension)));
+  }
+  std::string_view unit(rest, static_cast<std::size_t>(end - rest));
+  while (!unit.empty() && is_space(unit.front())) unit.remove_prefix(1);
+
+  if (unit.empty()) {
+    if (number == 0) return 0.0;
+    throw std::invalid_argument("a quantity needs a unit (only 0 may be written bare), e.g. " + std::string(example_of(dimension)) +
+                                "; valid units: " + valid_units(dimension));
+  }
+  for (const Unit& candidate : units_of(dimension)) {
+    if (candidate.symbol == unit) return number * candidate.factor;
+  }
+  throw std::invalid_argument("unknown unit '" + std::string(unit) + "'; valid units: " + valid_units(dimension));
+}
+
+}  // namespace comptrain::models::units

@@ -1,0 +1,767 @@
+// Strategies -> Schedule. The semantics are documented in models/strategies/README.md; the
+// comments here say why the code is shaped the way it is.
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <numeric>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "comptrain/models/strategy.hpp"
+#include "comptrain/support/input_error.hpp"
+#include "schedule_replay.hpp"
+
+namespace comptrain::models {
+
+namespace {
+
+using traces::OpIndex;
+using traces::Phase;
+using traces::TensorIndex;
+using traces::TensorRole;
+using traces::Trace;
+
+constexpr std::size_t kNoRule = std::numeric_limits<std::size_t>::max();
+
+// What happens to one storage's bytes between its forward and backward uses.
+enum class Action : std::uint8_t { keep, offload, compress, drop };
+
+// Per storage (indexed by the base tensor's index; views' entries stay empty).
+struct StorageInfo {
+  bool written = false;             // some op writes it or one of its views
+  bool written_in_forward_only = true;
+  std::vector<OpIndex> writers;     // ascending
+  std::vector<OpIndex> readers;     // ascending
+  std::optional<OpIndex> last_forward_use;
+  std::optional<OpIndex> first_backward_read;
+  bool saved = false;               // role activation and written: a candidate for the rules
+  bool gap = false;                 // can be offloaded / compressed / dropped
+  double forward_seconds = 0;       // its forward writers, once: the cost of recomputing it alone
+};
+
+struct Analysis {
+  const Trace* trace = nullptr;
+  const OpTimeModel* time_model = nullptr;
+  std::vector<TensorIndex> storages;  // base tensors, ascending
+  std::vector<StorageInfo> info;      // indexed by tensor
+  std::vector<double> op_seconds;     // time_model.seconds per op, computed once
+  std::optional<OpIndex> first_backward_op;
+};
+
+bool is_forward(const Trace& trace, OpIndex op) { return trace.op(op).phase == Phase::forward; }
+
+void sorted_unique(std::vector<std::size_t>& v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+}
+
+Analysis analyse(const Trace& trace, const OpTimeModel& time_model) {
+  Analysis a;
+  a.trace = &trace;
+  a.time_model = &time_model;
+  const auto& tensors = trace.tensors();
+  a.info.resize(tensors.size());
+  for (TensorIndex t = 0; t < tensors.size(); ++t) {
+    if (trace.storage_of(t) == t) a.storages.push_back(t);
+  }
+  a.op_seconds.resize(trace.ops().size());
+  for (OpIndex o = 0; o < trace.ops().size(); ++o) {
+    a.op_seconds[o] = time_model.seconds(trace, o);
+    const auto& op = trace.op(o);
+    if (op.phase != Phase::forward && !a.first_backward_op) a.first_backward_op = o;
+    for (TensorIndex t : op.inputs) a.info[trace.storage_of(t)].readers.push_back(o);
+    for (TensorIndex t : op.outputs) a.info[trace.storage_of(t)].writers.push_back(o);
+  }
+  for (TensorIndex s : a.storages) {
+    StorageInfo& info = a.info[s];
+    sorted_unique(info.readers);
+    sorted_unique(info.writers);
+    info.written = !info.writers.empty();
+    for (OpIndex w : info.writers) {
+      if (is_forward(trace, w)) {
+        info.last_forward_use = std::max(info.last_forward_use.value_or(0), w);
+        info.forward_seconds += a.op_seconds[w];
+      } else {
+        info.written_in_forward_only = false;
+      }
+    }
+    for (OpIndex r : info.readers) {
+      if (is_forward(trace, r)) {
+        info.last_forward_use = std::max(info.last_forward_use.value_or(0), r);
+      } else if (!info.first_backward_read) {
+        info.first_backward_read = r;
+      }
+    }
+    info.saved = info.written && trace.tensor(s).role == TensorRole::activation;
+    // A gap: every forward use ends before the backward pass starts and before the first
+    // backward read, and only forward ops write it (so a restored or rebuilt copy is the
+    // final forward content).
+    info.gap = info.saved && info.written_in_forward_only && info.last_forward_use && info.first_backward_read &&
+               *info.last_forward_use < *info.first_backward_read && a.first_backward_op &&
+               *info.last_forward_use < *a.first_backward_op;
+  }
+  return a;
+}
+
+bool contains(const std::vector<traces::OpKind>& kinds, traces::OpKind kind) {
+  return std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
+}
+
+bool selects(const Analysis& a, const TensorSelector& selector, TensorIndex s) {
+  const Trace& trace = *a.trace;
+  const StorageInfo& info = a.info[s];
+  if (trace.tensor(s).bytes() < selector.min_bytes) return false;
+  if (selector.inputs_of.empty() && selector.outputs_of.empty()) return true;
+  for (OpIndex r : info.readers) {
+    if (is_forward(trace, r) && contains(selector.inputs_of, trace.op(r).kind)) return true;
+  }
+  for (OpIndex w : info.writers) {
+    if (is_forward(trace, w) && contains(selector.outputs_of, trace.op(w).kind)) return true;
+  }
+  return false;
+}
+
+void check_rule(const StrategyRule& rule, std::size_t index) {
+  const std::string where = "strategy rule " + std::to_string(index) + ": ";
+  const int set = int{rule.offload.has_value()} + int{rule.recompute.has_value()} + int{rule.compress.has_value()};
+  if (set != 1) throw InputError(where + "exactly one of offload, recompute, compress must be set");
+  if (rule.select.min_bytes < 0) throw InputError(where + "min_bytes must be >= 0");
+  if (rule.offload && rule.offload->lookahead < 1) throw InputError(where + "offload lookahead must be >= 1");
+  if (rule.recompute) {
+    if (rule.recompute->mode == RecomputeAction::Mode::every_k && rule.recompute->k < 1) {
+      throw InputError(where + "recompute k must be >= 1");
+    }
+    if (rule.recompute->mode == RecomputeAction::Mode::budget && rule.recompute->budget_bytes < 0) {
+      throw InputError(where + "recompute budget_bytes must be >= 0");
+    }
+  }
+  if (const auto& c = rule.compress) {
+    if (!(c->ratio >= 1) || !std::isfinite(c->ratio)) throw InputError(where + "compress ratio must be >= 1");
+    if (!(c->compress_bandwidth > 0) || !(c->decompress_bandwidth > 0)) {
+      throw InputError(where + "compress and decompress bandwidths must be > 0");
+    }
+    if (!(c->latency >= 0) || !std::isfinite(c->latency)) throw InputError(where + "compress latency must be >= 0");
+  }
+}
+
+// The decision for every storage: an action and the rule that gave it.
+struct Plan {
+  std::vector<Action> action;     // indexed by tensor
+  std::vector<std::size_t> rule;  // indexed by tensor; kNoRule when no rule applies
+};
+
+struct Built {
+  Schedule schedule;
+  double recompute_seconds = 0;
+  std::size_t recompute_tasks = 0;
+};
+
+// Builds the schedule for a fixed plan. Compute tasks first (trace ops in recorded order with
+// recomputations inserted before the backward ops that need them), then the copy and codec
+// tasks, which are timed relative to compute positions, are slotted in after the compute
+// task they wait for, so that `tasks` order is itself a valid one-at-a-time execution.
+class Assembler {
+ public:
+  Assembler(const Analysis& a, const StrategySpec& spec, const Plan& plan) : a_(a), spec_(spec), plan_(plan) {}
+
+  Built run(bool names) {
+    names_ = names;
+    const Trace& trace = *a_.trace;
+    const std::size_t tensor_count = trace.tensors().size();
+    original_.assign(tensor_count, kNone);
+    restored_.assign(tensor_count, kNone);
+    compressed_.assign(tensor_count, kNone);
+    remat_.assign(tensor_count, kNone);
+    consumers_.assign(tensor_count, {});
+    op_task_.assign(trace.ops().size(), kNone);
+
+    for (TensorIndex s : a_.storages) {
+      const auto& tensor = trace.tensor(s);
+      Buffer b;
+      if (names_) b.name = tensor.name;
+      b.bytes = tensor.bytes();
+      b.role = memory_role_of(tensor.role);
+      b.resident = !a_.info[s].written;  // held by its owner across iterations
+      b.held_to_end = tensor.role == TensorRole::gradient;
+      b.tensor = s;
+      original_[s] = add_buffer(std::move(b));
+      if (plan_.action[s] == Action::offload) {
+        restored_[s] = add_buffer(copy_buffer(s, MemoryRole::prefetch, tensor.bytes(), " (prefetched)"));
+      } else if (plan_.action[s] == Action::compress) {
+        const auto& c = *spec_.rules[plan_.rule[s]].compress;
+        const auto bytes = static_cast<std::int64_t>(std::ceil(static_cast<double>(tensor.bytes()) / c.ratio));
+        compressed_[s] = add_buffer(copy_buffer(s, MemoryRole::compressed, bytes, " (compressed)"));
+        restored_[s] = add_buffer(copy_buffer(s, MemoryRole::activation, tensor.bytes(), " (decompressed)"));
+      }
+    }
+
+    std::vector<bool> allocated(tensor_count, false);
+    std::optional<std::size_t> clamp;  // compute position of the op just before the backward pass
+    for (OpIndex o = 0; o < trace.ops().size(); ++o) {
+      const auto& op = trace.op(o);
+      const bool forward = op.phase == Phase::forward;
+      if (!forward) {
+        if (!clamp && !compute_.empty()) clamp = compute_.size() - 1;
+        std::vector<TensorIndex> needed;
+        for (TensorIndex t : op.inputs) {
+          const TensorIndex s = trace.storage_of(t);
+          if (plan_.action[s] == Action::drop && remat_[s] == kNone) needed.push_back(s);
+        }
+        if (!needed.empty()) rematerialise(needed);
+      }
+      Task task;
+      if (names_) task.name = op.name;
+      task.kind = TaskKind::op;
+      task.op = o;
+      task.seconds = a_.op_seconds[o];
+      for (TensorIndex t : op.inputs) task.uses.push_back(read_buffer(trace.storage_of(t), forward));
+      for (TensorIndex t : op.outputs) {
+        const TensorIndex s = trace.storage_of(t);
+        task.uses.push_back(original_[s]);
+        if (!allocated[s]) {
+          allocated[s] = true;
+          task.creates.push_back(original_[s]);
+        }
+      }
+      sorted_unique(task.uses);
+      op_task_[o] = compute_.size();
+      compute_.push_back(std::move(task));
+      compute_waits_.emplace_back();
+    }
+
+    add_side_tasks(clamp.value_or(0));
+    return emit();
+  }
+
+ private:
+  static constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+
+  struct SideTask {
+    Task task;
+    std::size_t slot = 0;   // emitted right after this compute task
+    int group = 0;          // order within a slot: offload, compress, prefetch, decompress
+    std::size_t key = 0;    // order within a group
+    TensorIndex storage = 0;
+    std::vector<std::size_t> after_compute;
+    std::vector<std::size_t> after_side;
+  };
+
+  BufferId add_buffer(Buffer b) {
+    schedule_.buffers.push_back(std::move(b));
+    return schedule_.buffers.size() - 1;
+  }
+
+  Buffer copy_buffer(TensorIndex s, MemoryRole role, std::int64_t bytes, const char* suffix) const {
+    Buffer b;
+    if (names_) b.name = a_.trace->tensor(s).name + suffix;
+    b.bytes = bytes;
+    b.role = role;
+    b.tensor = s;
+    return b;
+  }
+
+  // The buffer a compute task about to be appended reads for storage `s`.
+  BufferId read_buffer(TensorIndex s, bool forward) {
+    if (forward) return original_[s];
+    switch (plan_.action[s]) {
+      case Action::drop:
+        if (remat_[s] == kNone) throw std::logic_error("strategy: dropped storage read before it was rebuilt");
+        return remat_[s];
+      case Action::offload:
+      case Action::compress:
+        consumers_[s].push_back(compute_.size());
+        return restored_[s];
+      case Action::keep:
+        break;
+    }
+    return original_[s];
+  }
+
+  // Whether storage `s` can be read in the backward pass without replaying its producers.
+  bool available(TensorIndex s) const {
+    const StorageInfo& info = a_.info[s];
+    if (!info.written) return true;  // resident
+    if (remat_[s] != kNone) return true;
+    switch (plan_.action[s]) {
+      case Action::offload:
+      case Action::compress: return true;
+      case Action::drop: return false;
+      case Action::keep: break;
+    }
+    // A kept storage that the backward pass reads lives on; reading it later extends it.
+    // Anything read only in the forward pass (unsaved outputs) has been freed.
+    return info.first_backward_read.has_value();
+  }
+
+  void collect(TensorIndex s, std::set<OpIndex>& replay, std::vector<bool>& visiting) const {
+    if (available(s) || visiting[s]) return;
+    visiting[s] = true;
+    const Trace& trace = *a_.trace;
+    for (OpIndex w : a_.info[s].writers) {
+      if (!is_forward(trace, w) || !replay.insert(w).second) continue;
+      for (TensorIndex t : trace.op(w).inputs) {
+        const TensorIndex in = trace.storage_of(t);
+        if (in != s) collect(in, replay, visiting);
+      }
+    }
+  }
+
+  // Replays, in forward order, the forward ops that rebuild `needed` from available storages.
+  void rematerialise(const std::vector<TensorIndex>& needed) {
+    const Trace& trace = *a_.trace;
+    std::set<OpIndex> replay;
+    std::vector<bool> visiting(trace.tensors().size(), false);
+    for (TensorIndex s : needed) collect(s, replay, visiting);
+
+    std::map<TensorIndex, BufferId> fresh;  // storages written in this replay -> new buffer
+    for (OpIndex w : replay) {
+      const auto& op = trace.op(w);
+      Task task;
+      if (names_) task.name = op.name + " (recompute)";
+      task.kind = TaskKind::recompute;
+      task.op = w;
+      task.seconds = a_.op_seconds[w];
+      recompute_seconds_ += task.seconds;
+      ++recompute_tasks_;
+      for (TensorIndex t : op.inputs) {
+        const TensorIndex s = trace.storage_of(t);
+        if (const auto it = fresh.find(s); it != fresh.end()) {
+          task.uses.push_back(it->second);
+        } else if (remat_[s] != kNone) {
+          task.uses.push_back(remat_[s]);
+        } else if (available(s)) {
+          task.uses.push_back(read_buffer(s, false));  // the restored copy for offload/compress
+        } else {
+          throw std::logic_error("strategy: recomputation reads a storage that is neither available nor rebuilt");
+        }
+      }
+      for (TensorIndex t : op.outputs) {
+        const TensorIndex s = trace.storage_of(t);
+        auto it = fresh.find(s);
+        if (it == fresh.end()) {
+          // Kept beyond this replay only when it is a saved activation that was lost and
+          // every op writing it is replayed here (so the copy holds the final content).
+          const StorageInfo& info = a_.info[s];
+          const bool complete = std::all_of(info.writers.begin(), info.writers.end(),
+                                            [&](OpIndex x) { return replay.count(x) > 0; });
+          const bool keep = complete && info.saved && !available(s);
+          Buffer b;
+          if (names_) b.name = trace.tensor(s).name + (keep ? " (recomputed)" : " (recompute scratch)");
+          b.bytes = trace.tensor(s).bytes();
+          b.role = keep ? MemoryRole::activation : MemoryRole::temporary;
+          b.tensor = s;
+          it = fresh.emplace(s, add_buffer(std::move(b))).first;
+          task.creates.push_back(it->second);
+          if (keep) remat_[s] = it->second;
+        }
+        task.uses.push_back(it->second);
+      }
+      sorted_unique(task.uses);
+      compute_.push_back(std::move(task));
+      compute_waits_.emplace_back();
+    }
+    for (TensorIndex s : needed) {
+      if (remat_[s] == kNone) throw std::logic_error("strategy: recomputation did not rebuild a dropped storage");
+    }
+  }
+
+  void add_side_tasks(std::size_t clamp) {
+    const Trace& trace = *a_.trace;
+    for (TensorIndex s : a_.storages) {
+      const Action action = plan_.action[s];
+      if (action != Action::offload && action != Action::compress) continue;
+      auto& consumers = consumers_[s];
+      if (consumers.empty()) continue;  // cannot happen for a storage with a gap
+      sorted_unique(consumers);
+      const StorageInfo& info = a_.info[s];
+      const std::size_t last_forward = op_task_[*info.last_forward_use];
+      const std::size_t first_consumer = consumers.front();
+      const std::int64_t bytes = trace.tensor(s).bytes();
+      const std::string& name = trace.tensor(s).name;
+      const auto& rule = spec_.rules[plan_.rule[s]];
+
+      SideTask out;
+      out.storage = s;
+      out.slot = last_forward;
+      out.key = last_forward;
+      out.after_compute = {last_forward};
+      out.task.tensor = s;
+      SideTask in;
+      in.storage = s;
+      in.key = first_consumer;
+      in.task.tensor = s;
+      in.task.creates = {restored_[s]};
+      in.after_side = {side_.size()};  // waits for `out`, pushed just below
+      if (action == Action::offload) {
+        out.group = 0;
+        out.task.kind = TaskKind::offload;
+        out.task.stream = Stream::d2h;
+        out.task.bytes = bytes;
+        out.task.uses = {original_[s]};
+        if (names_) out.task.name = "offload " + name;
+        // Start the copy back when the compute stream starts the op `lookahead` positions
+        // before the first consumer (= once the task before that one ends), but not before the
+        // backward pass (nor before the copy out was issued). Lookahead 1 overlaps the copy
+        // with the op just before the consumer, as vDNN prefetches during the previous layer.
+        const auto lookahead = static_cast<std::size_t>(rule.offload->lookahead);
+        std::size_t trigger = first_consumer > lookahead ? first_consumer - lookahead - 1 : 0;
+        trigger = std::max({trigger, clamp, last_forward});
+        in.group = 2;
+        in.slot = trigger;
+        in.after_compute = {trigger};
+        in.task.kind = TaskKind::prefetch;
+        in.task.stream = Stream::h2d;
+        in.task.bytes = bytes;
+        if (names_) in.task.name = "prefetch " + name;
+      } else {
+        const auto& c = *rule.compress;
+        const double b = static_cast<double>(bytes);
+        out.group = 1;
+        out.task.kind = TaskKind::compress;
+        out.task.stream = Stream::codec;
+        out.task.seconds = c.latency + b / c.compress_bandwidth;
+        out.task.creates = {compressed_[s]};
+        out.task.uses = {original_[s]};
+        if (names_) out.task.name = "compress " + name;
+        // Decompress just in time: once the compute task before the first consumer ends.
+        in.group = 3;
+        in.slot = first_consumer - 1;
+        in.after_compute = {first_consumer - 1};
+        in.task.kind = TaskKind::decompress;
+        in.task.stream = Stream::codec;
+        in.task.seconds = c.latency + b / c.decompress_bandwidth;
+        in.task.uses = {compressed_[s]};
+        if (names_) in.task.name = "decompress " + name;
+      }
+      side_.push_back(std::move(out));
+      const std::size_t in_index = side_.size();
+      side_.push_back(std::move(in));
+      for (std::size_t c : consumers) compute_waits_[c].push_back(in_index);
+    }
+  }
+
+  Built emit() {
+    std::vector<std::size_t> side_order(side_.size());
+    std::iota(side_order.begin(), side_order.end(), std::size_t{0});
+    std::sort(side_order.begin(), side_order.end(), [&](std::size_t x, std::size_t y) {
+      const SideTask& p = side_[x];
+      const SideTask& q = side_[y];
+      return std::tie(p.slot, p.group, p.key, p.storage) < std::tie(q.slot, q.group, q.key, q.storage);
+    });
+    std::vector<TaskId> compute_id(compute_.size());
+    std::vector<TaskId> side_id(side_.size());
+    std::vector<std::pair<bool, std::size_t>> sequence;  // (is side task, index)
+    sequence.reserve(compute_.size() + side_.size());
+    std::size_t next_side = 0;
+    for (std::size_t c = 0; c < compute_.size(); ++c) {
+      compute_id[c] = sequence.size();
+      sequence.emplace_back(false, c);
+      while (next_side < side_order.size() && side_[side_order[next_side]].slot == c) {
+        side_id[side_order[next_side]] = sequence.size();
+        sequence.emplace_back(true, side_order[next_side]);
+        ++next_side;
+      }
+    }
+    schedule_.tasks.reserve(sequence.size());
+    for (const auto& [is_side, index] : sequence) {
+      if (is_side) {
+        SideTask& side = side_[index];
+        for (std::size_t c : side.after_compute) side.task.after.push_back(compute_id[c]);
+        for (std::size_t s : side.after_side) side.task.after.push_back(side_id[s]);
+        schedule_.tasks.push_back(std::move(side.task));
+      } else {
+        Task& task = compute_[index];
+        for (std::size_t s : compute_waits_[index]) task.after.push_back(side_id[s]);
+        sorted_unique(task.after);
+        schedule_.tasks.push_back(std::move(task));
+      }
+    }
+    Built built;
+    built.schedule = std::move(schedule_);
+    built.recompute_seconds = recompute_seconds_;
+    built.recompute_tasks = recompute_tasks_;
+    return built;
+  }
+
+  const Analysis& a_;
+  const StrategySpec& spec_;
+  const Plan& plan_;
+  bool names_ = true;
+  Schedule schedule_;
+  std::vector<BufferId> original_, restored_, compressed_, remat_;
+  std::vector<std::vector<std::size_t>> consumers_;  // compute positions reading the restored copy
+  std::vector<std::size_t> op_task_;
+  std::vector<Task> compute_;
+  std::vector<std::vector<std::size_t>> compute_waits_;  // side tasks each compute task waits for
+  std::vector<SideTask> side_;
+  double recompute_seconds_ = 0;
+  std::size_t recompute_tasks_ = 0;
+};
+
+Built assemble(const Analysis& a, const StrategySpec& spec, const Plan& plan, bool names) {
+  return Assembler(a, spec, plan).run(names);
+}
+
+struct Evaluation {
+  std::int64_t peak = 0;  // sequential peak of saved-activation bytes (activation, compressed, prefetch)
+  double seconds = 0;     // recomputation seconds
+};
+
+Evaluation evaluate(const Analysis& a, const StrategySpec& spec, const Plan& plan) {
+  const Built built = assemble(a, spec, plan, false);
+  return {detail::sequential_peak_bytes(built.schedule, detail::saved_activation_roles()), built.recompute_seconds};
+}
+
+// Chen et al. 2016: keep every k-th candidate in forward production order (the k-th, 2k-th,
+// ...), drop the rest.
+void drop_all_but_every_kth(Plan& plan, const std::vector<TensorIndex>& candidates, std::size_t k) {
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    plan.action[candidates[i]] = (i + 1) % k == 0 ? Action::keep : Action::drop;
+  }
+}
+
+std::size_t ceil_sqrt(std::size_t n) {
+  auto k = static_cast<std::size_t>(std::sqrt(static_cast<double>(n)));
+  while (k * k < n) ++k;
+  while (k > 1 && (k - 1) * (k - 1) >= n) --k;
+  return std::max<std::size_t>(k, 1);
+}
+
+// Budget mode; see README.md ("Recompute: budget") for the algorithm and its guarantees.
+void plan_budget(const Analysis& a, const StrategySpec& spec, Plan& plan, const std::vector<TensorIndex>& candidates,
+                 std::int64_t budget, std::size_t rule_index) {
+  const std::size_t n = candidates.size();
+  auto set_drops = [&](const std::vector<bool>& drop) {
+    for (std::size_t i = 0; i < n; ++i) plan.action[candidates[i]] = drop[i] ? Action::drop : Action::keep;
+  };
+  auto eval = [&](const std::vector<bool>& drop) {
+    set_drops(drop);
+    return evaluate(a, spec, plan);
+  };
+  struct Best {
+    std::vector<bool> drop;
+    Evaluation e;
+    bool found = false;
+  } best;
+  auto consider = [&](const std::vector<bool>& drop) {
+    const Evaluation e = eval(drop);
+    if (e.peak <= budget && (!best.found || e.seconds < best.e.seconds ||
+                             (e.seconds == best.e.seconds && e.peak < best.e.peak))) {
+      best = {drop, e, true};
+    }
+    return e;
+  };
+
+  std::vector<bool> none(n, false);
+  if (consider(none).peak <= budget) {
+    set_drops(none);
+    return;
+  }
+  // 1. Structured plans: every k-th kept for every useful k (sqrt_n among them) ...
+  std::set<std::size_t> ks;
+  for (std::size_t k = 2; k <= std::min<std::size_t>(n, 2 * ceil_sqrt(n) + 2); ++k) ks.insert(k);
+  for (std::size_t k = 2; k <= n; k *= 2) ks.insert(k);
+  ks.insert(n + 1);  // drop everything
+  for (std::size_t k : ks) {
+    std::vector<bool> drop(n);
+    for (std::size_t i = 0; i < n; ++i) drop[i] = (i + 1) % k != 0;
+    consider(drop);
+  }
+  // ... and Chen's byte-threshold segmentation (their Algorithm for a budget): walking in
+  // production order, keep a candidate as a checkpoint once the dropped bytes since the
+  // last one exceed a threshold; thresholds swept geometrically.
+  std::int64_t total = 0;
+  for (TensorIndex s : candidates) total += a.trace->tensor(s).bytes();
+  for (double threshold = static_cast<double>(total); threshold >= 1; threshold /= 1.5) {
+    std::vector<bool> drop(n);
+    double run = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      run += static_cast<double>(a.trace->tensor(candidates[i]).bytes());
+      drop[i] = run <= threshold;
+      if (!drop[i]) run = 0;
+    }
+    consider(drop);
+  }
+  // ... and Chen's segments on a DAG: checkpoints only at separators (a candidate that is, when
+  // its last forward writer ends, the only storage needing recomputation that a later forward
+  // op still reads — ResNet block outputs, transformer layer outputs), every k-th separator
+  // kept, every other candidate dropped. Dropping a non-separator between two kept separators
+  // cannot make a rebuild cascade past the segment.
+  {
+    const Trace& trace = *a.trace;
+    std::vector<bool> is_candidate(trace.tensors().size(), false);
+    for (TensorIndex s : candidates) is_candidate[s] = true;
+    std::vector<int> crossing(trace.ops().size() + 1, 0);  // difference array over forward ops
+    for (TensorIndex s : a.storages) {
+      const StorageInfo& info = a.info[s];
+      if (!info.written || !info.written_in_forward_only) continue;
+      // Anything not rebuilt here: resident, or restored/kept by another rule.
+      if (info.saved && !is_candidate[s] && info.first_backward_read) continue;
+      std::optional<OpIndex> last_read;
+      for (OpIndex r : info.readers) {
+        if (is_forward(trace, r)) last_read = r;
+      }
+      if (!last_read || *last_read <= info.writers.back()) continue;
+      ++crossing[info.writers.front()];
+      --crossing[*last_read];
+    }
+    for (std::size_t o = 1; o < crossing.size(); ++o) crossing[o] += crossing[o - 1];
+    std::vector<std::size_t> separators;
+    for (std::size_t i = 0; i < n; ++i) {
+      const StorageInfo& info = a.info[candidates[i]];
+      const OpIndex w = info.writers.back();
+      const bool read_later = std::any_of(info.readers.begin(), info.readers.end(),
+                                          [&](OpIndex r) { return r > w && is_forward(trace, r); });
+      if (read_later && crossing[w] == 1) separators.push_back(i);
+    }
+    for (std::size_t k = 1; k <= separators.size(); ++k) {
+      std::vector<bool> drop(n, true);
+      for (std::size_t j = k - 1; j < separators.size(); j += k) drop[separators[j]] = false;
+      consider(drop);
+    }
+  }
+  // 2. Cost-ordered greedy: drop in ascending recompute-seconds per byte, keeping a drop only
+  // when it does not raise the peak, until the budget is met.
+  std::vector<std::size_t> by_ratio(n);
+  std::iota(by_ratio.begin(), by_ratio.end(), std::size_t{0});
+  auto ratio = [&](std::size_t i) {
+    const auto bytes = static_cast<double>(a.trace->tensor(candidates[i]).bytes());
+    return bytes > 0 ? a.info[candidates[i]].forward_seconds / bytes : std::numeric_limits<double>::infinity();
+  };
+  std::stable_sort(by_ratio.begin(), by_ratio.end(), [&](std::size_t x, std::size_t y) { return ratio(x) < ratio(y); });
+  {
+    std::vector<bool> drop(n, false);
+    std::int64_t peak = eval(drop).peak;
+    for (std::size_t i : by_ratio) {
+      drop[i] = true;
+      const Evaluation e = consider(drop);
+      if (e.peak <= peak) {
+        peak = e.peak;
+        if (peak <= budget) break;
+      } else {
+        drop[i] = false;
+      }
+    }
+  }
+  if (!best.found) {
+    std::ostringstream message;
+    message << "strategy rule " << rule_index << ": recompute budget of " << budget
+            << " bytes of saved activations cannot be met: dropping every selected activation still peaks at "
+            << eval(std::vector<bool>(n, true)).peak << " bytes";
+    throw InputError(message.str());
+  }
+  // 3. Local improvement of the cheapest feasible plan: keep dropped storages again (most
+  // expensive first) while the budget holds, then move checkpoints onto a more expensive
+  // neighbour (keep it, drop the cheaper one) when that stays within budget and saves time.
+  std::vector<bool> drop = best.drop;
+  Evaluation current = best.e;
+  std::vector<std::size_t> by_cost(n);
+  std::iota(by_cost.begin(), by_cost.end(), std::size_t{0});
+  std::stable_sort(by_cost.begin(), by_cost.end(), [&](std::size_t x, std::size_t y) {
+    return a.info[candidates[x]].forward_seconds > a.info[candidates[y]].forward_seconds;
+  });
+  auto try_change = [&](std::vector<bool> changed) {
+    const Evaluation e = eval(changed);
+    if (e.peak <= budget && e.seconds < current.seconds) {
+      drop = std::move(changed);
+      current = e;
+      return true;
+    }
+    return false;
+  };
+  for (std::size_t i : by_cost) {
+    if (!drop[i]) continue;
+    std::vector<bool> changed = drop;
+    changed[i] = false;
+    try_change(std::move(changed));
+  }
+  for (std::size_t i : by_cost) {
+    if (!drop[i]) continue;
+    for (const std::size_t j : {i - 1, i + 1}) {  // i - 1 wraps to a huge value at 0
+      if (j >= n || drop[j] || a.info[candidates[j]].forward_seconds >= a.info[candidates[i]].forward_seconds) continue;
+      std::vector<bool> changed = drop;
+      changed[i] = false;
+      changed[j] = true;
+      if (try_change(std::move(changed))) break;
+    }
+  }
+  set_drops(drop);
+}
+
+std::string describe(const StrategySpec& spec, const Plan& plan, const Analysis& a, const Built& built) {
+  std::size_t counts[4] = {0, 0, 0, 0};
+  std::int64_t bytes[4] = {0, 0, 0, 0};
+  for (TensorIndex s : a.storages) {
+    if (!a.info[s].saved) continue;
+    const auto i = static_cast<std::size_t>(plan.action[s]);
+    ++counts[i];
+    bytes[i] += a.trace->tensor(s).bytes();
+  }
+  std::ostringstream out;
+  out << spec.name;
+  if (spec.rules.empty()) return out.str();
+  out << ": saved activations kept " << counts[0] << " (" << bytes[0] << " B), offloaded " << counts[1] << " ("
+      << bytes[1] << " B), compressed " << counts[2] << " (" << bytes[2] << " B), dropped " << counts[3] << " ("
+      << bytes[3] << " B); recomputed ops " << built.recompute_tasks << " (" << built.recompute_seconds << " s)";
+  return out.str();
+}
+
+}  // namespace
+
+Schedule build_schedule(const Trace& trace, const OpTimeModel& time_model, const StrategySpec& strategy) {
+  for (std::size_t r = 0; r < strategy.rules.size(); ++r) check_rule(strategy.rules[r], r);
+  const Analysis a = analyse(trace, time_model);
+
+  Plan plan;
+  plan.action.assign(trace.tensors().size(), Action::keep);
+  plan.rule.assign(trace.tensors().size(), kNoRule);
+  // First matching rule decides; a storage without a gap stays kept whatever its rule.
+  std::vector<std::vector<TensorIndex>> recompute_candidates(strategy.rules.size());
+  for (TensorIndex s : a.storages) {
+    if (!a.info[s].saved) continue;
+    for (std::size_t r = 0; r < strategy.rules.size(); ++r) {
+      if (!selects(a, strategy.rules[r].select, s)) continue;
+      plan.rule[s] = r;
+      if (a.info[s].gap) {
+        const auto& rule = strategy.rules[r];
+        if (rule.offload) plan.action[s] = Action::offload;
+        if (rule.compress) plan.action[s] = Action::compress;
+        if (rule.recompute) recompute_candidates[r].push_back(s);
+      }
+      break;
+    }
+  }
+  // Recompute candidates in forward production order (first writer, then storage).
+  for (auto& candidates : recompute_candidates) {
+    std::stable_sort(candidates.begin(), candidates.end(), [&](TensorIndex x, TensorIndex y) {
+      return a.info[x].writers.front() < a.info[y].writers.front();
+    });
+  }
+  // every_k and sqrt_n first: budget rules then search with those decisions in place.
+  for (std::size_t r = 0; r < strategy.rules.size(); ++r) {
+    const auto& rc = strategy.rules[r].recompute;
+    if (!rc || rc->mode == RecomputeAction::Mode::budget) continue;
+    const auto& candidates = recompute_candidates[r];
+    const std::size_t k = rc->mode == RecomputeAction::Mode::every_k ? static_cast<std::size_t>(rc->k)
+                                                                      : ceil_sqrt(candidates.size());
+    drop_all_but_every_kth(plan, candidates, k);
+  }
+  for (std::size_t r = 0; r < strategy.rules.size(); ++r) {
+    const auto& rc = strategy.rules[r].recompute;
+    if (!rc || rc->mode != RecomputeAction::Mode::budget) continue;
+    plan_budget(a, strategy, plan, recompute_candidates[r], rc->budget_bytes, r);
+  }
+
+  Built built = assemble(a, strategy, plan, true);
+  built.schedule.strategy = describe(strategy, plan, a, built);
+  return std::move(built.schedule);
+}
+
+}  // namespace comptrain::models

@@ -1,0 +1,121 @@
+// How fast comptrain replays an iteration, next to the same number of SimGrid activities with
+// no comptrain logic around them, so that comptrain's overhead is a ratio.
+//
+// Both sides pay for a fresh process per simulation (SimGrid's engine cannot be reset, so
+// comptrain forks one per simulation): the raw side forks too, for a like-for-like ratio.
+// Counters: items_per_second = trace ops (tasks) replayed per second; `simulations/s`.
+
+#include <benchmark/benchmark.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <xbt/log.h>
+
+#include <simgrid/s4u.hpp>
+
+#include "comptrain/models/op_time.hpp"
+#include "comptrain/models/strategy.hpp"
+#include "comptrain/sim/simulation.hpp"
+#include "comptrain/zoo/zoo.hpp"
+
+namespace {
+
+namespace sg4 = simgrid::s4u;
+using namespace comptrain;
+
+struct Workload {
+  models::Platform platform;
+  models::Schedule schedule;
+  std::size_t execs = 0;
+  std::size_t copies = 0;
+};
+
+Workload make_workload(const std::string& model, std::int64_t batch) {
+  zoo::ModelRequest request;
+  request.model = model;
+  request.batch_size = batch;
+  const traces::Trace trace = zoo::build_model(request);
+  Workload w;
+  w.platform = models::builtin_platform("a100-80gb");
+  models::StrategySpec offload;
+  offload.name = "offload";
+  offload.rules.emplace_back();
+  offload.rules.back().offload = models::OffloadAction{};
+  w.schedule = models::build_schedule(trace, models::OpTimeModel(w.platform), offload);
+  for (const auto& task : w.schedule.tasks) {
+    const bool copy = task.kind == models::TaskKind::offload || task.kind == models::TaskKind::prefetch;
+    (copy ? w.copies : w.execs) += 1;
+  }
+  return w;
+}
+
+const Workload& workload(int which) {
+  static const Workload resnet = make_workload("resnet50", 32);
+  static const Workload gpt = make_workload("gpt2", 4);
+  return which == 0 ? resnet : gpt;
+}
+
+const char* which_label(std::int64_t which) { return which == 0 ? "resnet50 b32 offload-all" : "gpt2 b4 offload-all"; }
+
+void set_counters(benchmark::State& state, const Workload& w) {
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * (w.execs + w.copies)));
+  state.counters["simulations/s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  state.counters["tasks"] = static_cast<double>(w.execs + w.copies);
+  state.SetLabel(which_label(state.range(0)));
+}
+
+void BM_ComptrainReplay(benchmark::State& state) {
+  const Workload& w = workload(static_cast<int>(state.range(0)));
+  for (auto _ : state) {
+    const auto result = sim::simulate(w.platform, w.schedule);
+    benchmark::DoNotOptimize(result.iteration_seconds);
+  }
+  set_counters(state, w);
+}
+
+// The same numbers of execs (on a GPU host) and transfers (over one split-duplex link), issued
+// by two actors without dependencies, memory tracking or recording.
+void raw_simgrid(std::size_t execs, std::size_t copies) {
+  int argc = 1;
+  char program[] = "raw";
+  char* argv[] = {program, nullptr};
+  xbt_log_control_set("root.thres:critical");
+  sg4::Engine engine(&argc, argv);
+  sg4::Engine::set_config("network/model:CM02");
+  sg4::Engine::set_config("network/crosstraffic:0");
+  sg4::Engine::set_config("network/TCP-gamma:0");
+  auto* zone = sg4::create_full_zone("node");
+  sg4::Host* gpu = zone->create_host("gpu", 1e9)->seal();
+  sg4::Host* host = zone->create_host("host", 1e9)->seal();
+  auto* link = zone->create_split_duplex_link("pcie", 25e9)->set_latency(1e-6)->seal();
+  zone->add_route(gpu->get_netpoint(), host->get_netpoint(), nullptr, nullptr,
+                  {sg4::LinkInRoute(link, sg4::LinkInRoute::Direction::UP)}, true);
+  zone->seal();
+  sg4::Actor::create("compute", gpu, [execs] {
+    for (std::size_t i = 0; i < execs; ++i) sg4::this_actor::execute(1e6);
+  });
+  sg4::Actor::create("copies", gpu, [copies, gpu, host] {
+    for (std::size_t i = 0; i < copies; ++i) sg4::Comm::sendto(gpu, host, 1 << 20);
+  });
+  engine.run();
+}
+
+void BM_RawSimGrid(benchmark::State& state) {
+  const Workload& w = workload(static_cast<int>(state.range(0)));
+  for (auto _ : state) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      raw_simgrid(w.execs, w.copies);
+      ::_exit(0);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) state.SkipWithError("raw SimGrid child failed");
+  }
+  set_counters(state, w);
+}
+
+}  // namespace
+
+BENCHMARK(BM_ComptrainReplay)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_RawSimGrid)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+BENCHMARK_MAIN();

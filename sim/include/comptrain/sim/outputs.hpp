@@ -1,0 +1,31 @@
+#pragma once
+// What a simulation gives its user: a readable report, JSON, the memory timeline as CSV, and
+// a Chrome/Perfetto trace (one track per stream, counter tracks for memory per role).
+
+#include <string>
+
+#include "comptrain/models/platform.hpp"
+#include "comptrain/models/schedule.hpp"
+#include "comptrain/sim/simulation.hpp"
+#include "comptrain/traces/trace.hpp"
+
+namespace comptrain::sim {
+
+// Everything one simulation run was made of, for the outputs.
+struct SimulationRun {
+  std::string scenario_name;
+  std::string scenario_source;  // file, or "<embedded scenarios/default.yaml>"
+  const traces::Trace& trace;
+  const models::Platform& platform;
+  const models::Schedule& schedule;
+  const SimulationResult& result;
+};
+
+std::string report_text(const SimulationRun& run);
+std::string report_json(const SimulationRun& run);
+// One row per memory event: time in seconds, then bytes live per role, then the total.
+std::string memory_timeline_csv(const SimulationRun& run);
+// Chrome trace event format (JSON), opens in ui.perfetto.dev and chrome://tracing.
+std::string perfetto_trace_json(const SimulationRun& run);
+
+}  // namespace comptrain::sim

@@ -1,0 +1,470 @@
+#include "comptrain/sim/outputs.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comptrain/support/format.hpp"
+
+namespace comptrain::sim {
+namespace {
+
+using models::BufferId;
+using models::MemoryRole;
+using models::Stream;
+using models::TaskId;
+using models::TaskKind;
+using nlohmann::ordered_json;
+
+// How many of the buffers live at the peak the reports list.
+constexpr std::size_t kLargestBuffers = 8;
+
+constexpr std::array<MemoryRole, models::kMemoryRoleCount> kMemoryRoles{
+    MemoryRole::input,      MemoryRole::weight,     MemoryRole::buffer,   MemoryRole::gradient,  MemoryRole::optimizer_state,
+    MemoryRole::activation, MemoryRole::compressed, MemoryRole::prefetch, MemoryRole::temporary,
+};
+constexpr std::array<Stream, models::kStreamCount> kStreams{Stream::compute, Stream::d2h, Stream::h2d, Stream::codec};
+
+constexpr std::size_t index_of(MemoryRole role) { return static_cast<std::size_t>(role); }
+constexpr std::size_t index_of(TaskKind kind) { return static_cast<std::size_t>(kind); }
+constexpr std::size_t index_of(Stream stream) { return static_cast<std::size_t>(stream); }
+
+std::string role_name(MemoryRole role) { return std::string(models::to_string(role)); }
+
+// Appends one formatted line to `out` (as in cli/trace_report.cpp).
+template <typename... Args>
+void add_line(std::string& out, fmt::format_string<Args...> format, Args&&... args) {
+  out += fmt::format(format, std::forward<Args>(args)...);
+  out += '\n';
+}
+
+std::int64_t sum(const BytesByMemoryRole& bytes) {
+  std::int64_t total = 0;
+  for (std::int64_t b : bytes) total += b;
+  return total;
+}
+
+// part / whole; 0 when there is no whole (an empty schedule, a zero-capacity GPU).
+double fraction(double part, double whole) { return whole > 0 ? part / whole : 0.0; }
+double fraction(std::int64_t part, std::int64_t whole) { return fraction(static_cast<double>(part), static_cast<double>(whole)); }
+double percent(double part, double whole) { return 100.0 * fraction(part, whole); }
+double percent(std::int64_t part, std::int64_t whole) { return 100.0 * fraction(part, whole); }
+
+std::optional<double> samples_per_second(const SimulationRun& run) {
+  if (!run.result.fits() || run.result.iteration_seconds <= 0) return std::nullopt;
+  return static_cast<double>(run.trace.batch_size()) / run.result.iteration_seconds;
+}
+
+std::string metadata_or(const traces::Trace& trace, const std::string& key, const std::string& fallback) {
+  auto it = trace.metadata().find(key);
+  return it == trace.metadata().end() ? fallback : it->second;
+}
+
+// Bytes live per role after each memory event, replayed from the events (the tracker keeps
+// only the peak's breakdown).
+std::vector<BytesByMemoryRole> live_after_each_event(const SimulationRun& run) {
+  std::vector<BytesByMemoryRole> rows;
+  rows.reserve(run.result.memory_events.size());
+  BytesByMemoryRole live{};
+  for (const MemoryEvent& e : run.result.memory_events) {
+    live[index_of(run.schedule.buffers.at(e.buffer).role)] += e.delta;
+    rows.push_back(live);
+  }
+  return rows;
+}
+
+// What was allocated when the allocation failed: the simulation stops at the failure, so this
+// is every recorded event, and its total is OutOfMemory::in_use.
+BytesByMemoryRole live_at_the_end(const SimulationRun& run) {
+  const auto rows = live_after_each_event(run);
+  return rows.empty() ? BytesByMemoryRole{} : rows.back();
+}
+
+// The buffers live at the peak, largest first (ties in buffer order, so the output is stable).
+std::vector<BufferId> largest_live_at_peak(const SimulationRun& run) {
+  std::vector<BufferId> live = run.result.live_at_peak;
+  std::stable_sort(live.begin(), live.end(),
+                   [&](BufferId a, BufferId b) { return run.schedule.buffers.at(a).bytes > run.schedule.buffers.at(b).bytes; });
+  if (live.size() > kLargestBuffers) live.resize(kLargestBuffers);
+  return live;
+}
+
+// Which tasks ran to their end. SimulationResult leaves zeros for tasks that never ran; when
+// the iteration fits, every task ran. After an out-of-memory stop, a stream's tasks run in
+// order, so every task before the last one that got anywhere (a nonzero time) ended, and that
+// one ended if it has an end. (A zero-length task at time 0 after which nothing on its stream
+// got going is indistinguishable from one that never ran; it is counted as not run.)
+std::vector<bool> tasks_that_ran(const SimulationRun& run) {
+  const auto& tasks = run.schedule.tasks;
+  const auto& timings = run.result.tasks;
+  if (run.result.fits()) return std::vector<bool>(tasks.size(), true);
+  std::vector<bool> ran(tasks.size(), false);
+  for (Stream stream : kStreams) {
+    std::vector<TaskId> order;
+    for (TaskId t = 0; t < tasks.size(); ++t) {
+      if (tasks[t].stream == stream) order.push_back(t);
+    }
+    std::optional<std::size_t> last_reached;
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      if (order[i] >= timings.size()) break;
+      const TaskTiming& timing = timings[order[i]];
+      if (timing.ready != 0 || timing.start != 0 || timing.end != 0) last_reached = i;
+    }
+    if (!last_reached) continue;
+    for (std::size_t i = 0; i < *last_reached; ++i) ran[order[i]] = true;
+    const TaskId last = order[*last_reached];
+    ran[last] = timings[last].end > 0 && run.result.out_of_memory->task != last;
+  }
+  return ran;
+}
+
+// The time breakdown rows, in report order.
+struct TimeRow {
+  const char* label;
+  const char* key;
+  double seconds;
+};
+
+std::vector<TimeRow> time_rows(const SimulationResult& r) {
+  const auto& k = r.seconds_by_task_kind;
+  return {
+      {"compute (op tasks)", "compute", k[index_of(TaskKind::op)]},
+      {"recomputation", "recompute", k[index_of(TaskKind::recompute)]},
+      {"offload copies", "offload", k[index_of(TaskKind::offload)]},
+      {"prefetch copies", "prefetch", k[index_of(TaskKind::prefetch)]},
+      {"compression", "compress", k[index_of(TaskKind::compress)]},
+      {"decompression", "decompress", k[index_of(TaskKind::decompress)]},
+      {"compute-stream stalls", "compute_stall", r.compute_stall_seconds},
+  };
+}
+
+// "'conv1' (forward)" for tasks that replay a trace op; empty otherwise.
+std::optional<std::string> op_description(const SimulationRun& run, const models::Task& task) {
+  if (!task.op) return std::nullopt;
+  const traces::Op& op = run.trace.op(*task.op);
+  return fmt::format("'{}' ({})", op.name, traces::to_string(op.phase));
+}
+
+ordered_json bytes_by_role_json(const BytesByMemoryRole& bytes) {
+  ordered_json j = ordered_json::object();
+  for (MemoryRole role : kMemoryRoles) j[role_name(role)] = bytes[index_of(role)];
+  return j;
+}
+
+ordered_json task_json(const SimulationRun& run, TaskId t) {
+  const models::Task& task = run.schedule.tasks.at(t);
+  ordered_json j;
+  j["index"] = t;
+  j["name"] = task.name;
+  j["kind"] = models::to_string(task.kind);
+  j["stream"] = models::to_string(task.stream);
+  if (task.op) {
+    const traces::Op& op = run.trace.op(*task.op);
+    j["op"] = {{"index", *task.op}, {"id", op.id}, {"name", op.name}, {"phase", traces::to_string(op.phase)}};
+  } else {
+    j["op"] = nullptr;
+  }
+  return j;
+}
+
+ordered_json buffer_json(const SimulationRun& run, BufferId b) {
+  const models::Buffer& buffer = run.schedule.buffers.at(b);
+  return {{"index", b}, {"name", buffer.name}, {"role", models::to_string(buffer.role)}, {"bytes", buffer.bytes}};
+}
+
+// One line per role, then the total, for a by-role breakdown (at the peak, at the failure).
+void add_role_table(std::string& out, const BytesByMemoryRole& bytes, const char* total_label) {
+  const std::int64_t total = sum(bytes);
+  add_line(out, "  {:<18}{:>14}{:>20}{:>9}", "role", "size", "bytes", "share");
+  for (MemoryRole role : kMemoryRoles) {
+    const std::int64_t b = bytes[index_of(role)];
+    add_line(out, "  {:<18}{:>14}{:>20}{:>8.1f}%", models::to_string(role), format_bytes(b), group_digits(b), percent(b, total));
+  }
+  add_line(out, "  {:<18}{:>14}{:>20}", total_label, format_bytes(total), group_digits(total));
+}
+
+void add_header(std::string& out, const SimulationRun& run) {
+  const traces::Trace& trace = run.trace;
+  std::string model = fmt::format("{} · batch {}", trace.name(), trace.batch_size());
+  for (const char* key : {"precision", "optimizer"}) {
+    if (auto it = trace.metadata().find(key); it != trace.metadata().end()) model += fmt::format(" · {} {}", key, it->second);
+  }
+  add_line(out, "Scenario   {}   (source: {})", run.scenario_name, run.scenario_source);
+  add_line(out, "Model      {}   (trace source: {})", model, metadata_or(trace, "source", "file"));
+  add_line(out, "Platform   {}: {}, {} of GPU memory ({} bytes)   (source: {})", run.platform.name, run.platform.gpu.name,
+           format_bytes(run.platform.gpu.memory_bytes), group_digits(run.platform.gpu.memory_bytes), run.platform.source);
+  add_line(out, "Strategy   {}", run.schedule.strategy);
+  out += '\n';
+}
+
+void add_out_of_memory(std::string& out, const SimulationRun& run, const OutOfMemory& oom) {
+  const models::Buffer& buffer = run.schedule.buffers.at(oom.buffer);
+  add_line(out, "DOES NOT FIT: out of GPU memory at t = {} ({:.9g} s)", format_seconds(oom.time), oom.time);
+  if (oom.task) {
+    const models::Task& task = run.schedule.tasks.at(*oom.task);
+    std::string what = fmt::format("#{} '{}' ({} on the {} stream)", *oom.task, task.name, models::to_string(task.kind),
+                                   models::to_string(task.stream));
+    if (auto op = op_description(run, task)) what += fmt::format(", trace op {}", *op);
+    if (task.tensor) what += fmt::format(", tensor '{}'", run.trace.tensor(*task.tensor).name);
+    add_line(out, "  task        {}", what);
+  } else {
+    add_line(out, "  task        none: the resident weights, buffers and optimizer state, allocated before the iteration");
+  }
+  add_line(out, "  asked for   {} ({} bytes) for buffer '{}' ({})", format_bytes(oom.requested), group_digits(oom.requested), buffer.name,
+           models::to_string(buffer.role));
+  add_line(out, "  in use      {} ({} bytes) of {} capacity ({} bytes)", format_bytes(oom.in_use), group_digits(oom.in_use),
+           format_bytes(oom.capacity), group_digits(oom.capacity));
+  const std::int64_t short_by = oom.in_use + oom.requested - oom.capacity;
+  add_line(out, "  short by    {} ({} bytes)", format_bytes(short_by), group_digits(short_by));
+  out += '\n';
+  add_line(out, "Memory in use when the allocation failed (KiB/MiB/GiB = 2^10/2^20/2^30 bytes)");
+  add_role_table(out, live_at_the_end(run), "in use");
+}
+
+void add_results(std::string& out, const SimulationRun& run) {
+  const SimulationResult& r = run.result;
+  const std::int64_t capacity = run.platform.gpu.memory_bytes;
+  add_line(out, "FITS");
+  add_line(out, "  iteration time   {} ({:.9g} s)", format_seconds(r.iteration_seconds), r.iteration_seconds);
+  if (auto rate = samples_per_second(run)) {
+    add_line(out, "  throughput       {:.2f} samples/s (batch {})", *rate, run.trace.batch_size());
+  } else {
+    add_line(out, "  throughput       n/a (the iteration takes no time)");
+  }
+  add_line(out, "  peak memory      {} ({} bytes), {:.1f}% of {}, at t = {}", format_bytes(r.peak_bytes), group_digits(r.peak_bytes),
+           percent(r.peak_bytes, capacity), format_bytes(capacity), format_seconds(r.peak_time));
+  out += '\n';
+
+  add_line(out, "Memory at the peak, by role (KiB/MiB/GiB = 2^10/2^20/2^30 bytes)");
+  add_role_table(out, r.peak_by_role, "peak");
+  out += '\n';
+
+  add_line(out, "Time, by activity (copies and codec kernels overlap compute, so the rows do not sum to the iteration time)");
+  add_line(out, "  {:<24}{:>14}{:>12}", "activity", "time", "% of iter.");
+  for (const TimeRow& row : time_rows(r)) {
+    add_line(out, "  {:<24}{:>14}{:>11.1f}%", row.label, format_seconds(row.seconds), percent(row.seconds, r.iteration_seconds));
+  }
+  add_line(out, "  {:<24}{:>14}{:>11.1f}%", "iteration", format_seconds(r.iteration_seconds), 100.0);
+  out += '\n';
+
+  const auto largest = largest_live_at_peak(run);
+  add_line(out, "Largest buffers live at the peak ({} of {})", largest.size(), r.live_at_peak.size());
+  for (BufferId b : largest) {
+    const models::Buffer& buffer = run.schedule.buffers.at(b);
+    add_line(out, "  {:>12}  {:<16} {}", format_bytes(buffer.bytes), models::to_string(buffer.role), buffer.name);
+  }
+}
+
+// --- Chrome trace events -----------------------------------------------------------------
+
+constexpr int kPid = 1;
+
+// Chrome threads for streams: tid 1.. in stream order (0 is avoided: some viewers treat it
+// as "no thread").
+int tid_of(Stream stream) { return static_cast<int>(index_of(stream)) + 1; }
+
+// Timestamps in microseconds, rounded to whole nanoseconds first so that the end of one slice
+// and the start of the next, equal in the simulation, are equal in the file (viewers nest
+// slices that overlap by a rounding error).
+std::int64_t nanoseconds(double seconds) { return std::llround(seconds * 1e9); }
+double microseconds(std::int64_t ns) { return static_cast<double>(ns) / 1e3; }
+
+ordered_json complete_event(const std::string& name, const std::string& category, Stream stream, double start, double end) {
+  const std::int64_t begin_ns = nanoseconds(start);
+  ordered_json e;
+  e["name"] = name;
+  e["cat"] = category;
+  e["ph"] = "X";
+  e["ts"] = microseconds(begin_ns);
+  e["dur"] = microseconds(nanoseconds(end) - begin_ns);
+  e["pid"] = kPid;
+  e["tid"] = tid_of(stream);
+  return e;
+}
+
+ordered_json task_args(const SimulationRun& run, TaskId t) {
+  const models::Task& task = run.schedule.tasks[t];
+  ordered_json args;
+  args["task"] = t;
+  if (task.op) {
+    const traces::Op& op = run.trace.op(*task.op);
+    args["op_index"] = *task.op;
+    args["op_name"] = op.name;
+    args["op_phase"] = traces::to_string(op.phase);
+  }
+  if (task.tensor) args["tensor"] = run.trace.tensor(*task.tensor).name;
+  if (task.kind == TaskKind::offload || task.kind == TaskKind::prefetch) args["bytes"] = task.bytes;
+  ordered_json creates = ordered_json::array();
+  std::int64_t created_bytes = 0;
+  for (BufferId b : task.creates) {
+    const models::Buffer& buffer = run.schedule.buffers.at(b);
+    creates.push_back(buffer.name);
+    created_bytes += buffer.bytes;
+  }
+  args["creates"] = std::move(creates);
+  args["created_bytes"] = created_bytes;
+  return args;
+}
+
+}  // namespace
+
+std::string report_text(const SimulationRun& run) {
+  std::string out;
+  add_header(out, run);
+  if (run.result.out_of_memory) {
+    add_out_of_memory(out, run, *run.result.out_of_memory);
+  } else {
+    add_results(out, run);
+  }
+  return out;
+}
+
+std::string report_json(const SimulationRun& run) {
+  const SimulationResult& r = run.result;
+  ordered_json j;
+  j["scenario"] = {{"name", run.scenario_name}, {"source", run.scenario_source}};
+  j["model"] = {{"trace", run.trace.name()}, {"batch_size", run.trace.batch_size()}, {"metadata", run.trace.metadata()}};
+  j["platform"] = {{"name", run.platform.name},
+                   {"source", run.platform.source},
+                   {"gpu", run.platform.gpu.name},
+                   {"memory_capacity_bytes", run.platform.gpu.memory_bytes}};
+  j["strategy"] = run.schedule.strategy;
+  j["fits"] = r.fits();
+  if (r.out_of_memory) {
+    const OutOfMemory& oom = *r.out_of_memory;
+    ordered_json o;
+    o["time_seconds"] = oom.time;
+    o["task"] = oom.task ? task_json(run, *oom.task) : ordered_json(nullptr);
+    o["buffer"] = buffer_json(run, oom.buffer);
+    o["requested_bytes"] = oom.requested;
+    o["in_use_bytes"] = oom.in_use;
+    o["capacity_bytes"] = oom.capacity;
+    o["in_use_by_role_bytes"] = bytes_by_role_json(live_at_the_end(run));
+    j["out_of_memory"] = std::move(o);
+    // Timings and a peak of an iteration cut short would mislead; there are none.
+    j["results"] = nullptr;
+  } else {
+    j["out_of_memory"] = nullptr;
+    ordered_json results;
+    results["iteration_seconds"] = r.iteration_seconds;
+    const auto rate = samples_per_second(run);
+    results["samples_per_second"] = rate ? ordered_json(*rate) : ordered_json(nullptr);
+    ordered_json largest = ordered_json::array();
+    for (BufferId b : largest_live_at_peak(run)) largest.push_back(buffer_json(run, b));
+    results["memory"] = {{"peak_bytes", r.peak_bytes},
+                         {"peak_fraction_of_capacity", fraction(r.peak_bytes, run.platform.gpu.memory_bytes)},
+                         {"peak_time_seconds", r.peak_time},
+                         {"peak_by_role_bytes", bytes_by_role_json(r.peak_by_role)},
+                         {"buffers_live_at_peak", r.live_at_peak.size()},
+                         {"largest_live_at_peak", std::move(largest)}};
+    // Copies and codec kernels overlap compute: these do not sum to the iteration time.
+    ordered_json seconds = ordered_json::object();
+    for (const TimeRow& row : time_rows(r)) seconds[row.key] = row.seconds;
+    results["time_seconds"] = std::move(seconds);
+    j["results"] = std::move(results);
+  }
+  return j.dump(2) + "\n";
+}
+
+std::string memory_timeline_csv(const SimulationRun& run) {
+  std::string out = "time_s";
+  for (MemoryRole role : kMemoryRoles) out += "," + role_name(role);
+  out += ",total\n";
+  const auto rows = live_after_each_event(run);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    // {} is the shortest text that reads back as the same double: full precision.
+    out += fmt::format("{}", run.result.memory_events[i].time);
+    for (std::int64_t bytes : rows[i]) out += fmt::format(",{}", bytes);
+    out += fmt::format(",{}\n", sum(rows[i]));
+  }
+  return out;
+}
+
+std::string perfetto_trace_json(const SimulationRun& run) {
+  const SimulationResult& r = run.result;
+  const auto& tasks = run.schedule.tasks;
+  std::vector<ordered_json> events;
+
+  events.push_back({{"name", "process_name"},
+                    {"ph", "M"},
+                    {"pid", kPid},
+                    {"tid", 0},
+                    {"args", {{"name", fmt::format("{} · {} on {} · {}", run.scenario_name, run.trace.name(), run.platform.name,
+                                                   run.schedule.strategy)}}}});
+  std::array<bool, models::kStreamCount> used{};
+  for (const models::Task& task : tasks) used[index_of(task.stream)] = true;
+  for (Stream stream : kStreams) {
+    if (!used[index_of(stream)]) continue;
+    events.push_back({{"name", "thread_name"},
+                      {"ph", "M"},
+                      {"pid", kPid},
+                      {"tid", tid_of(stream)},
+                      {"args", {{"name", models::to_string(stream)}}}});
+    // Keeps the tracks in stream order rather than the viewer's (alphabetical) one.
+    events.push_back({{"name", "thread_sort_index"},
+                      {"ph", "M"},
+                      {"pid", kPid},
+                      {"tid", tid_of(stream)},
+                      {"args", {{"sort_index", tid_of(stream)}}}});
+  }
+
+  const auto ran = tasks_that_ran(run);
+  for (TaskId t = 0; t < tasks.size() && t < r.tasks.size(); ++t) {
+    if (!ran[t]) continue;
+    const models::Task& task = tasks[t];
+    const TaskTiming& timing = r.tasks[t];
+    if (task.stream == Stream::compute && timing.start > timing.ready) {
+      ordered_json stall = complete_event("stall", "stall", task.stream, timing.ready, timing.start);
+      ordered_json waiting_for = ordered_json::array();
+      for (TaskId d : task.after) waiting_for.push_back(tasks.at(d).name);
+      stall["args"] = {{"before", task.name}, {"waiting_for", std::move(waiting_for)}};
+      events.push_back(std::move(stall));
+    }
+    ordered_json e = complete_event(task.name, std::string(models::to_string(task.kind)), task.stream, timing.start, timing.end);
+    e["args"] = task_args(run, t);
+    events.push_back(std::move(e));
+  }
+
+  // Counters: one series per role under "memory" (stacked by chrome://tracing; one track per
+  // role in Perfetto), and the total as its own counter.
+  const auto rows = live_after_each_event(run);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const double ts = microseconds(nanoseconds(r.memory_events[i].time));
+    events.push_back({{"name", "memory"}, {"ph", "C"}, {"ts", ts}, {"pid", kPid}, {"args", bytes_by_role_json(rows[i])}});
+    events.push_back({{"name", "memory total"}, {"ph", "C"}, {"ts", ts}, {"pid", kPid}, {"args", {{"bytes", sum(rows[i])}}}});
+  }
+
+  if (r.out_of_memory) {
+    const OutOfMemory& oom = *r.out_of_memory;
+    const models::Buffer& buffer = run.schedule.buffers.at(oom.buffer);
+    ordered_json args = {{"buffer", buffer.name}, {"requested_bytes", oom.requested}, {"in_use_bytes", oom.in_use}, {"capacity_bytes", oom.capacity}};
+    args["task"] = oom.task ? ordered_json(tasks.at(*oom.task).name) : ordered_json(nullptr);
+    events.push_back({{"name", "out of memory"},
+                      {"cat", "oom"},
+                      {"ph", "i"},
+                      {"s", "g"},  // a global instant: a line across every track
+                      {"ts", microseconds(nanoseconds(oom.time))},
+                      {"pid", kPid},
+                      {"tid", tid_of(Stream::compute)},
+                      {"args", std::move(args)}});
+  }
+
+  // One event per line: valid JSON, yet readable and diffable.
+  std::string out = "{\"traceEvents\": [\n";
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    out += events[i].dump();
+    out += i + 1 < events.size() ? ",\n" : "\n";
+  }
+  out += "],\n\"displayTimeUnit\": \"ms\"}\n";
+  return out;
+}
+
+}  // namespace comptrain::sim

@@ -1,0 +1,369 @@
+#include "comptrain/sim/simulation.hpp"
+
+#include <sys/wait.h>
+#include <unistd.h>
+#include <xbt/log.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <simgrid/s4u.hpp>
+#include <stdexcept>
+#include <string>
+
+namespace comptrain::sim {
+namespace {
+
+namespace sg4 = simgrid::s4u;
+using models::BufferId;
+using models::Stream;
+using models::TaskId;
+using models::TaskKind;
+
+// The GPU host's speed in SimGrid work units per second. A task of `s` seconds is an exec of
+// s * kGpuSpeed units, so concurrent kernels share the GPU (SimGrid's fair sharing) and a
+// kernel alone takes exactly its modeled time.
+constexpr double kGpuSpeed = 1e9;
+
+// One simulation: the SimGrid platform, one actor per stream, and the bookkeeping they share.
+// Actors run one at a time (SimGrid's maestro), so plain members need no locking.
+class Replay {
+ public:
+  Replay(const models::Platform& platform, const models::Schedule& schedule)
+      : platform_(platform),
+        schedule_(schedule),
+        tracker_(schedule, platform.gpu.memory_bytes),
+        done_(schedule.tasks.size(), false),
+        allocated_once_(schedule.buffers.size(), false),
+        remaining_users_(schedule.buffers.size(), 0),
+        task_buffers_(schedule.tasks.size()) {
+    result_.tasks.resize(schedule.tasks.size());
+    for (TaskId t = 0; t < schedule.tasks.size(); ++t) {
+      const models::Task& task = schedule.tasks[t];
+      auto& buffers = task_buffers_[t];
+      buffers = task.creates;
+      buffers.insert(buffers.end(), task.uses.begin(), task.uses.end());
+      std::sort(buffers.begin(), buffers.end());
+      buffers.erase(std::unique(buffers.begin(), buffers.end()), buffers.end());
+      for (BufferId b : buffers) ++remaining_users_[b];
+      stream_tasks_[static_cast<std::size_t>(task.stream)].push_back(t);
+    }
+  }
+
+  SimulationResult run() {
+    int argc = 1;
+    char program[] = "comptrain";
+    char* argv[] = {program, nullptr};
+    // Silence SimGrid's informational output (before set_config, which logs otherwise).
+    xbt_log_control_set("root.thres:critical");
+    sg4::Engine engine(&argc, argv);
+    // Flow model without the wide-area TCP corrections (shared/reference/simgrid.md §3): the
+    // plain CM02 max-min model, no reverse-direction cross traffic, no per-flow window cap.
+    sg4::Engine::set_config("network/model:CM02");
+    sg4::Engine::set_config("network/crosstraffic:0");
+    sg4::Engine::set_config("network/TCP-gamma:0");
+    build_platform();
+
+    // Weights, buffers and optimizer state are in GPU memory before the iteration starts.
+    for (BufferId b = 0; b < schedule_.buffers.size(); ++b) {
+      if (!schedule_.buffers[b].resident) continue;
+      if (!tracker_.allocate(b, 0.0)) {
+        record_out_of_memory(std::nullopt, b, 0.0);
+        return finish();
+      }
+      allocated_once_[b] = true;
+    }
+
+    mutex_ = sg4::Mutex::create();
+    task_done_ = sg4::ConditionVariable::create();
+    for (std::size_t s = 0; s < models::kStreamCount; ++s) {
+      if (stream_tasks_[s].empty()) continue;
+      sg4::Actor::create(std::string(models::to_string(static_cast<Stream>(s))), gpu_, [this, s] { run_stream(s); });
+    }
+    engine.run();
+    return finish();
+  }
+
+ private:
+  void build_platform() {
+    auto* zone = sg4::create_full_zone("node");
+    gpu_ = zone->create_host("gpu", kGpuSpeed)->seal();
+    const double host_speed = platform_.host.flops > 0 ? platform_.host.flops : 1e9;
+    host_ = zone->create_host("host", host_speed)->seal();
+    // PCIe is full duplex: a split-duplex link gives each direction its own bandwidth.
+    auto* pcie = zone->create_split_duplex_link("host_link", platform_.host_link.bandwidth)
+                     ->set_latency(platform_.host_link.latency)
+                     ->seal();
+    zone->add_route(gpu_->get_netpoint(), host_->get_netpoint(), nullptr, nullptr,
+                    {sg4::LinkInRoute(pcie, sg4::LinkInRoute::Direction::UP)}, true);
+    zone->seal();
+  }
+
+  void run_stream(std::size_t stream) {
+    for (TaskId t : stream_tasks_[stream]) {
+      if (stopped_) return;
+      const models::Task& task = schedule_.tasks[t];
+      TaskTiming& timing = result_.tasks[t];
+      timing.ready = sg4::Engine::get_clock();
+      wait_for(task.after);
+      if (stopped_) return;
+      timing.start = sg4::Engine::get_clock();
+      for (BufferId b : task.creates) {
+        if (allocated_once_[b]) continue;
+        if (!tracker_.allocate(b, timing.start)) {
+          record_out_of_memory(t, b, timing.start);
+          stopped_ = true;
+          sg4::Actor::kill_all();
+          return;
+        }
+        allocated_once_[b] = true;
+      }
+      execute(task);
+      timing.end = sg4::Engine::get_clock();
+      finish_task(t, timing.end);
+    }
+  }
+
+  void wait_for(const std::vector<TaskId>& dependencies) {
+    for (TaskId d : dependencies) {
+      if (done_[d]) continue;
+      std::unique_lock<sg4::Mutex> lock(*mutex_);
+      while (!done_[d] && !stopped_) task_done_->wait(lock);
+    }
+  }
+
+  void execute(const models::Task& task) {
+    switch (task.kind) {
+      case TaskKind::offload:
+        if (task.bytes > 0) sg4::Comm::sendto(gpu_, host_, static_cast<std::uint64_t>(task.bytes));
+        return;
+      case TaskKind::prefetch:
+        if (task.bytes > 0) sg4::Comm::sendto(host_, gpu_, static_cast<std::uint64_t>(task.bytes));
+        return;
+      case TaskKind::op:
+      case TaskKind::recompute:
+      case TaskKind::compress:
+      case TaskKind::decompress:
+        // The actor lives on the GPU host, so this_actor::execute runs there (never
+        // Host::exec_async, which runs on the caller's host: reference notes, pitfall 1).
+        if (task.seconds > 0) sg4::this_actor::execute(task.seconds * kGpuSpeed);
+        return;
+    }
+  }
+
+  void finish_task(TaskId t, double time) {
+    for (BufferId b : task_buffers_[t]) {
+      const models::Buffer& buffer = schedule_.buffers[b];
+      if (--remaining_users_[b] == 0 && !buffer.resident && !buffer.held_to_end && tracker_.is_live(b)) {
+        tracker_.release(b, time);
+      }
+    }
+    done_[t] = true;
+    task_done_->notify_all();
+  }
+
+  void record_out_of_memory(std::optional<TaskId> task, BufferId buffer, double time) {
+    OutOfMemory oom;
+    oom.task = task;
+    oom.buffer = buffer;
+    oom.requested = schedule_.buffers[buffer].bytes;
+    oom.in_use = tracker_.in_use();
+    oom.capacity = tracker_.capacity();
+    oom.time = time;
+    result_.out_of_memory = oom;
+  }
+
+  SimulationResult finish() {
+    for (TaskId t = 0; t < schedule_.tasks.size(); ++t) {
+      const TaskTiming& timing = result_.tasks[t];
+      if (!done_[t]) continue;
+      result_.iteration_seconds = std::max(result_.iteration_seconds, timing.end);
+      result_.seconds_by_task_kind[static_cast<std::size_t>(schedule_.tasks[t].kind)] += timing.end - timing.start;
+      if (schedule_.tasks[t].stream == Stream::compute) result_.compute_stall_seconds += timing.start - timing.ready;
+    }
+    result_.peak_bytes = tracker_.peak();
+    result_.peak_time = tracker_.peak_time();
+    result_.peak_by_role = tracker_.peak_by_role();
+    result_.live_at_peak = tracker_.live_at_peak();
+    result_.memory_events = tracker_.events();
+    return std::move(result_);
+  }
+
+  const models::Platform& platform_;
+  const models::Schedule& schedule_;
+  MemoryTracker tracker_;
+  std::vector<bool> done_;
+  std::vector<bool> allocated_once_;
+  std::vector<std::size_t> remaining_users_;
+  std::vector<std::vector<BufferId>> task_buffers_;  // creates ∪ uses, each once
+  std::array<std::vector<TaskId>, models::kStreamCount> stream_tasks_;
+  sg4::Host* gpu_ = nullptr;
+  sg4::Host* host_ = nullptr;
+  sg4::MutexPtr mutex_;
+  sg4::ConditionVariablePtr task_done_;
+  bool stopped_ = false;
+  SimulationResult result_;
+};
+
+// --- Passing a result from the child process to the parent -------------------------------
+
+class Writer {
+ public:
+  template <typename T>
+  void put(const T& value) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    const auto* p = reinterpret_cast<const char*>(&value);
+    bytes_.append(p, sizeof(T));
+  }
+  template <typename T>
+  void put_vector(const std::vector<T>& values) {
+    put<std::uint64_t>(values.size());
+    for (const T& v : values) put(v);
+  }
+  const std::string& bytes() const { return bytes_; }
+
+ private:
+  std::string bytes_;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::string& bytes) : bytes_(bytes) {}
+  template <typename T>
+  T get() {
+    static_assert(std::is_trivially_copyable_v<T>);
+    if (offset_ + sizeof(T) > bytes_.size()) throw std::runtime_error("simulation child sent a truncated result");
+    T value;
+    std::memcpy(&value, bytes_.data() + offset_, sizeof(T));
+    offset_ += sizeof(T);
+    return value;
+  }
+  template <typename T>
+  std::vector<T> get_vector() {
+    const auto n = get<std::uint64_t>();
+    if (n > (bytes_.size() - offset_) / sizeof(T)) throw std::runtime_error("simulation child sent a truncated result");
+    std::vector<T> values(n);
+    for (auto& v : values) v = get<T>();
+    return values;
+  }
+
+ private:
+  const std::string& bytes_;
+  std::size_t offset_ = 0;
+};
+
+std::string serialize(const SimulationResult& r) {
+  Writer w;
+  w.put<bool>(r.out_of_memory.has_value());
+  if (r.out_of_memory) {
+    const OutOfMemory& o = *r.out_of_memory;
+    w.put<bool>(o.task.has_value());
+    w.put<TaskId>(o.task.value_or(0));
+    w.put(o.buffer);
+    w.put(o.requested);
+    w.put(o.in_use);
+    w.put(o.capacity);
+    w.put(o.time);
+  }
+  w.put(r.iteration_seconds);
+  w.put(r.peak_bytes);
+  w.put(r.peak_time);
+  w.put(r.peak_by_role);
+  w.put_vector(r.live_at_peak);
+  w.put(r.seconds_by_task_kind);
+  w.put(r.compute_stall_seconds);
+  w.put_vector(r.tasks);
+  w.put_vector(r.memory_events);
+  return w.bytes();
+}
+
+SimulationResult deserialize(const std::string& bytes) {
+  Reader in(bytes);
+  SimulationResult r;
+  if (in.get<bool>()) {
+    OutOfMemory o;
+    const bool has_task = in.get<bool>();
+    const auto task = in.get<TaskId>();
+    if (has_task) o.task = task;
+    o.buffer = in.get<BufferId>();
+    o.requested = in.get<std::int64_t>();
+    o.in_use = in.get<std::int64_t>();
+    o.capacity = in.get<std::int64_t>();
+    o.time = in.get<double>();
+    r.out_of_memory = o;
+  }
+  r.iteration_seconds = in.get<double>();
+  r.peak_bytes = in.get<std::int64_t>();
+  r.peak_time = in.get<double>();
+  r.peak_by_role = in.get<BytesByMemoryRole>();
+  r.live_at_peak = in.get_vector<BufferId>();
+  r.seconds_by_task_kind = in.get<std::array<double, 6>>();
+  r.compute_stall_seconds = in.get<double>();
+  r.tasks = in.get_vector<TaskTiming>();
+  r.memory_events = in.get_vector<MemoryEvent>();
+  return r;
+}
+
+void write_all(int fd, const std::string& data) {
+  std::size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace
+
+SimulationResult simulate_in_this_process(const models::Platform& platform, const models::Schedule& schedule) {
+  schedule.validate();
+  Replay replay(platform, schedule);
+  return replay.run();
+}
+
+SimulationResult simulate(const models::Platform& platform, const models::Schedule& schedule) {
+  schedule.validate();  // fail in the caller, with its stack, rather than in the child
+  int fds[2];
+  if (::pipe(fds) != 0) throw std::runtime_error(std::string("cannot create a pipe: ") + std::strerror(errno));
+  std::fflush(nullptr);  // otherwise buffered output would be written twice
+  const pid_t child = ::fork();
+  if (child < 0) throw std::runtime_error(std::string("cannot fork the simulation: ") + std::strerror(errno));
+  if (child == 0) {
+    ::close(fds[0]);
+    int code = 0;
+    std::string message;
+    try {
+      message = "R" + serialize(simulate_in_this_process(platform, schedule));
+    } catch (const std::exception& e) {
+      message = std::string("E") + e.what();
+      code = 1;
+    }
+    write_all(fds[1], message);
+    ::close(fds[1]);
+    ::_exit(code);  // skip SimGrid's static destructors
+  }
+  ::close(fds[1]);
+  std::string received;
+  char chunk[1 << 16];
+  while (true) {
+    const ssize_t n = ::read(fds[0], chunk, sizeof chunk);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    received.append(chunk, static_cast<std::size_t>(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (received.empty()) {
+    throw std::runtime_error("the simulation process ended without a result (" +
+                             (WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status)) : "exit " + std::to_string(WEXITSTATUS(status))) +
+                             ")");
+  }
+  if (received[0] == 'E') throw std::runtime_error("simulation failed: " + received.substr(1));
+  return deserialize(received.substr(1));
+}
+
+}  // namespace comptrain::sim

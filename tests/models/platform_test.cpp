@@ -1,0 +1,400 @@
+#include "comptrain/models/platform.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "comptrain/support/input_error.hpp"
+
+namespace comptrain::models {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using traces::DType;
+using traces::OpKind;
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+// A minimal valid platform. Tests change one line of it; the line numbers below matter for
+// the file:line:column assertions.
+const std::string kMinimal =
+    "name: test\n"                                                                                          // 1
+    "gpu:\n"                                                                                                // 2
+    "  name: Test GPU\n"                                                                                    // 3
+    "  memory: 40 GiB\n"                                                                                    // 4
+    "  memory_bandwidth: 1555 GB/s\n"                                                                       // 5
+    "  peak: {fp32: 19.5 TFLOP/s, tf32: 156 TFLOP/s, fp16: 312 TFLOP/s, bf16: 312 TFLOP/s}\n"               // 6
+    "  launch_overhead: 5 us\n"                                                                             // 7
+    "host: {name: Test host, cores: 8, flops: 1 TFLOP/s, memory: 64 GiB, memory_bandwidth: 100 GB/s}\n"     // 8
+    "host_link: {name: PCIe, bandwidth: 25 GB/s, latency: 1 us}\n";                                         // 9
+
+// kMinimal with the first occurrence of `from` replaced by `to`.
+std::string with(const std::string& from, const std::string& to, const std::string& yaml = kMinimal) {
+  const auto at = yaml.find(from);
+  if (at == std::string::npos) {
+    ADD_FAILURE() << "'" << from << "' is not in the test YAML";
+    return yaml;
+  }
+  std::string result = yaml;
+  result.replace(at, from.size(), to);
+  return result;
+}
+
+std::string error_of(const std::string& yaml) {
+  try {
+    parse_platform(yaml, "p.yaml");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an InputError for:\n" << yaml;
+  return "";
+}
+
+Platform parsed(const std::string& yaml) { return parse_platform(yaml, "p.yaml"); }
+
+// ---- Shipped platforms -------------------------------------------------------------------
+
+TEST(BuiltinPlatforms, AllShippedPlatformsAreEmbedded) {
+  EXPECT_THAT(builtin_platform_names(),
+              ElementsAre("a100-40gb", "a100-80gb", "h100-80gb", "h200", "titanx-maxwell", "v100-16gb", "v100-32gb"));
+}
+
+TEST(BuiltinPlatforms, EveryShippedPlatformParsesWithSaneValues) {
+  for (const std::string& name : builtin_platform_names()) {
+    SCOPED_TRACE(name);
+    const Platform p = builtin_platform(name);
+    EXPECT_EQ(p.name, name) << "the file's name: must match its file name";
+    EXPECT_EQ(p.source, "embedded:" + name);
+    EXPECT_FALSE(p.gpu.name.empty());
+    EXPECT_GE(p.gpu.memory_bytes, 8 * kGiB);
+    EXPECT_LE(p.gpu.memory_bytes, 256 * kGiB);
+    EXPECT_GE(p.gpu.memory_bandwidth, 200e9);
+    EXPECT_LE(p.gpu.memory_bandwidth, 10e12);
+    EXPECT_GE(p.gpu.peak_fp32, 1e12);
+    EXPECT_LE(p.gpu.peak_fp32, 100e12);
+    EXPECT_GE(p.gpu.peak_fp16, p.gpu.peak_fp32);
+    EXPECT_LE(p.gpu.peak_fp16, 2e15) << "dense tensor-core figures, not sparse ones";
+    EXPECT_TRUE(p.gpu.peak_tf32 == 0 || (p.gpu.peak_tf32 > p.gpu.peak_fp32 && p.gpu.peak_tf32 < p.gpu.peak_fp16));
+    EXPECT_TRUE(p.gpu.peak_bf16 == 0 || p.gpu.peak_bf16 == p.gpu.peak_fp16);
+    EXPECT_GE(p.gpu.launch_overhead, 1e-6);
+    EXPECT_LE(p.gpu.launch_overhead, 20e-6);
+    EXPECT_GT(p.gpu.idle_power, 0);
+    EXPECT_LT(p.gpu.idle_power, p.gpu.max_power);
+    EXPECT_LE(p.gpu.max_power, 1000);
+    EXPECT_FALSE(p.host.name.empty());
+    EXPECT_GE(p.host.cores, 4);
+    EXPECT_GT(p.host.flops, 100e9);
+    EXPECT_GE(p.host.memory_bytes, p.gpu.memory_bytes);
+    EXPECT_GT(p.host.memory_bandwidth, 10e9);
+    EXPECT_THAT(p.host_link.name, StartsWith("PCIe"));
+    EXPECT_GE(p.host_link.bandwidth, 10e9);
+    EXPECT_LE(p.host_link.bandwidth, 64e9) << "per direction, at most PCIe 5.0 x16's raw rate";
+    EXPECT_LT(p.host_link.latency, 100e-6);
+    EXPECT_GE(p.gpus_per_node, 1);
+    if (p.gpus_per_node > 1) {
+      EXPECT_THAT(p.gpu_link.name, StartsWith("NVLink"));
+      EXPECT_GT(p.gpu_link.bandwidth, p.host_link.bandwidth);
+    } else {
+      EXPECT_EQ(p.gpu_link.bandwidth, 0);
+    }
+    for (const OpKind kind : traces::all_op_kinds()) {
+      EXPECT_GT(p.efficiency.compute_for(kind), 0);
+      EXPECT_LE(p.efficiency.compute_for(kind), 1);
+      EXPECT_GT(p.efficiency.memory_for(kind), 0);
+      EXPECT_LE(p.efficiency.memory_for(kind), 1);
+    }
+  }
+}
+
+TEST(BuiltinPlatforms, EmbeddedCopiesMatchTheFilesInTheRepository) {
+  const std::filesystem::path dir = std::filesystem::path(COMPTRAIN_TEST_DATA_DIR) / "../../scenarios/platforms";
+  for (const std::string& name : builtin_platform_names()) {
+    SCOPED_TRACE(name);
+    const Platform embedded = builtin_platform(name);
+    const Platform file = load_platform_file(dir / (name + ".yaml"));
+    EXPECT_THAT(file.source, HasSubstr(name + ".yaml"));
+    EXPECT_EQ(file.gpu.name, embedded.gpu.name);
+    EXPECT_EQ(file.gpu.memory_bytes, embedded.gpu.memory_bytes);
+    EXPECT_EQ(file.gpu.memory_bandwidth, embedded.gpu.memory_bandwidth);
+    EXPECT_EQ(file.gpu.peak_fp16, embedded.gpu.peak_fp16);
+    EXPECT_EQ(file.host_link.bandwidth, embedded.host_link.bandwidth);
+  }
+}
+
+TEST(BuiltinPlatforms, A100ValuesAreTheDatasheets) {
+  const Platform p = builtin_platform("a100-40gb");
+  EXPECT_EQ(p.gpu.name, "NVIDIA A100-SXM4-40GB");
+  EXPECT_EQ(p.gpu.memory_bytes, 40LL * 1024 * 1024 * 1024);
+  EXPECT_DOUBLE_EQ(p.gpu.memory_bandwidth, 1555e9);
+  EXPECT_DOUBLE_EQ(p.gpu.peak_fp32, 19.5e12);
+  EXPECT_DOUBLE_EQ(p.gpu.peak_tf32, 156e12);
+  EXPECT_DOUBLE_EQ(p.gpu.peak_fp16, 312e12);
+  EXPECT_DOUBLE_EQ(p.gpu.peak_bf16, 312e12);
+  EXPECT_DOUBLE_EQ(p.gpu.launch_overhead, 5e-6);
+  EXPECT_DOUBLE_EQ(p.gpu.max_power, 400);
+  EXPECT_EQ(p.host.cores, 128);
+  EXPECT_EQ(p.host.memory_bytes, 1LL << 40);
+  EXPECT_EQ(p.host_link.name, "PCIe 4.0 x16");
+  EXPECT_DOUBLE_EQ(p.host_link.bandwidth, 25e9);
+  EXPECT_DOUBLE_EQ(p.host_link.latency, 1e-6);
+  EXPECT_EQ(p.gpu_link.name, "NVLink 3");
+  EXPECT_DOUBLE_EQ(p.gpu_link.bandwidth, 300e9);
+  EXPECT_EQ(p.gpus_per_node, 8);
+  EXPECT_DOUBLE_EQ(p.efficiency.compute_for(OpKind::conv), 0.7);
+  EXPECT_DOUBLE_EQ(p.efficiency.compute_for(OpKind::relu), 0.6);
+  EXPECT_DOUBLE_EQ(p.efficiency.memory_for(OpKind::conv), 0.8);
+}
+
+TEST(BuiltinPlatforms, VoltaAndMaxwellHaveNoTf32OrBf16) {
+  for (const char* name : {"v100-16gb", "v100-32gb", "titanx-maxwell"}) {
+    SCOPED_TRACE(name);
+    const Platform p = builtin_platform(name);
+    EXPECT_EQ(p.gpu.peak_tf32, 0);
+    EXPECT_EQ(p.gpu.peak_bf16, 0);
+  }
+  EXPECT_EQ(builtin_platform("titanx-maxwell").gpu.peak_fp16, builtin_platform("titanx-maxwell").gpu.peak_fp32);
+}
+
+TEST(BuiltinPlatforms, UnknownNameListsTheShippedOnes) {
+  try {
+    builtin_platform("nope");
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("unknown platform 'nope'"));
+    EXPECT_THAT(e.what(), HasSubstr("a100-40gb, a100-80gb, h100-80gb, h200, titanx-maxwell, v100-16gb, v100-32gb"));
+  }
+}
+
+// ---- peak_flops ----------------------------------------------------------------------------
+
+TEST(PeakFlops, PicksThePeakOfTheArithmeticType) {
+  const Platform a100 = builtin_platform("a100-40gb");
+  EXPECT_DOUBLE_EQ(a100.peak_flops(DType::f32, false), 19.5e12);
+  EXPECT_DOUBLE_EQ(a100.peak_flops(DType::f32, true), 156e12);
+  EXPECT_DOUBLE_EQ(a100.peak_flops(DType::f16, false), 312e12);
+  EXPECT_DOUBLE_EQ(a100.peak_flops(DType::bf16, true), 312e12);
+  EXPECT_DOUBLE_EQ(a100.peak_flops(DType::f64, false), 9.75e12);
+  EXPECT_DOUBLE_EQ(a100.peak_flops(DType::i64, true), 19.5e12);
+  EXPECT_DOUBLE_EQ(a100.peak_flops(DType::boolean, false), 19.5e12);
+}
+
+TEST(PeakFlops, WithoutTf32OrBf16UnitsFallsBackToFp32) {
+  const Platform v100 = builtin_platform("v100-16gb");
+  EXPECT_DOUBLE_EQ(v100.peak_flops(DType::f32, true), 15.7e12);
+  EXPECT_DOUBLE_EQ(v100.peak_flops(DType::bf16, false), 15.7e12);
+  EXPECT_DOUBLE_EQ(v100.peak_flops(DType::f16, false), 125e12);
+}
+
+// ---- Units ---------------------------------------------------------------------------------
+
+TEST(PlatformUnits, Bytes) {
+  const auto memory = [](const std::string& text) { return parsed(with("memory: 40 GiB", "memory: " + text)).gpu.memory_bytes; };
+  EXPECT_EQ(memory("2048 B"), 2048);
+  EXPECT_EQ(memory("3 kB"), 3000);
+  EXPECT_EQ(memory("3 KB"), 3000);
+  EXPECT_EQ(memory("5 MB"), 5'000'000);
+  EXPECT_EQ(memory("12 GB"), 12'000'000'000);
+  EXPECT_EQ(memory("2 TB"), 2'000'000'000'000);
+  EXPECT_EQ(memory("1 PB"), 1'000'000'000'000'000);
+  EXPECT_EQ(memory("1.5 KiB"), 1536);
+  EXPECT_EQ(memory("3 MiB"), 3 << 20);
+  EXPECT_EQ(memory("40 GiB"), 40LL << 30);
+  EXPECT_EQ(memory("40GiB"), 40LL << 30);
+  EXPECT_EQ(memory("2 TiB"), 2LL << 40);
+  EXPECT_EQ(memory("1 PiB"), 1LL << 50);
+  EXPECT_EQ(memory("1e3 B"), 1000);
+}
+
+TEST(PlatformUnits, Bandwidth) {
+  const auto bandwidth = [](const std::string& text) {
+    return parsed(with("memory_bandwidth: 1555 GB/s", "memory_bandwidth: " + text)).gpu.memory_bandwidth;
+  };
+  EXPECT_DOUBLE_EQ(bandwidth("7 B/s"), 7);
+  EXPECT_DOUBLE_EQ(bandwidth("7 kB/s"), 7e3);
+  EXPECT_DOUBLE_EQ(bandwidth("7 KB/s"), 7e3);
+  EXPECT_DOUBLE_EQ(bandwidth("7 MB/s"), 7e6);
+  EXPECT_DOUBLE_EQ(bandwidth("1555 GB/s"), 1555e9);
+  EXPECT_DOUBLE_EQ(bandwidth("3.35 TB/s"), 3.35e12);
+  EXPECT_DOUBLE_EQ(bandwidth("1 PB/s"), 1e15);
+  EXPECT_DOUBLE_EQ(bandwidth("1 KiB/s"), 1024);
+  EXPECT_DOUBLE_EQ(bandwidth("1 MiB/s"), 1048576);
+  EXPECT_DOUBLE_EQ(bandwidth("2 GiB/s"), 2 * kGiB);
+  EXPECT_DOUBLE_EQ(bandwidth("1 TiB/s"), 1024 * kGiB);
+}
+
+TEST(PlatformUnits, FlopRates) {
+  const auto fp32 = [](const std::string& text) {
+    return parsed(with("fp32: 19.5 TFLOP/s", "fp32: " + text)).gpu.peak_fp32;
+  };
+  EXPECT_DOUBLE_EQ(fp32("5 FLOP/s"), 5);
+  EXPECT_DOUBLE_EQ(fp32("5 kFLOP/s"), 5e3);
+  EXPECT_DOUBLE_EQ(fp32("5 MFLOP/s"), 5e6);
+  EXPECT_DOUBLE_EQ(fp32("672 GFLOP/s"), 672e9);
+  EXPECT_DOUBLE_EQ(fp32("19.5 TFLOP/s"), 19.5e12);
+  EXPECT_DOUBLE_EQ(fp32("1 PFLOP/s"), 1e15);
+  EXPECT_DOUBLE_EQ(fp32("19.5 TFLOPS"), 19.5e12);
+  EXPECT_DOUBLE_EQ(fp32("7 GFLOPS"), 7e9);
+}
+
+TEST(PlatformUnits, TimesAndPower) {
+  const auto overhead = [](const std::string& text) {
+    return parsed(with("launch_overhead: 5 us", "launch_overhead: " + text)).gpu.launch_overhead;
+  };
+  EXPECT_DOUBLE_EQ(overhead("2 s"), 2);
+  EXPECT_DOUBLE_EQ(overhead("3 ms"), 3e-3);
+  EXPECT_DOUBLE_EQ(overhead("5 us"), 5e-6);
+  EXPECT_DOUBLE_EQ(overhead("5 \u00b5s"), 5e-6);
+  EXPECT_DOUBLE_EQ(overhead("700 ns"), 700e-9);
+  EXPECT_DOUBLE_EQ(overhead("0"), 0) << "zero needs no unit";
+
+  const Platform p = parsed(with("  launch_overhead: 5 us\n", "  launch_overhead: 5 us\n  power: {idle: 50 W, max: 1.5 kW}\n"));
+  EXPECT_DOUBLE_EQ(p.gpu.idle_power, 50);
+  EXPECT_DOUBLE_EQ(p.gpu.max_power, 1500);
+}
+
+TEST(PlatformUnits, BadUnitsAndValuesAreRejected) {
+  std::string e = error_of(with("memory: 40 GiB", "memory: 40 GX"));
+  EXPECT_THAT(e, HasSubstr("p.yaml:4:11: 'gpu.memory' is '40 GX': unknown unit 'GX'"));
+  EXPECT_THAT(e, HasSubstr("valid units: B, kB, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB, PiB"));
+
+  e = error_of(with("memory: 40 GiB", "memory: 40"));
+  EXPECT_THAT(e, HasSubstr("p.yaml:4:11: 'gpu.memory' is '40': a quantity needs a unit"));
+
+  e = error_of(with("memory: 40 GiB", "memory: -40 GiB"));
+  EXPECT_THAT(e, HasSubstr("p.yaml:4:11: 'gpu.memory' is '-40 GiB'; expected a positive quantity"));
+
+  e = error_of(with("memory: 40 GiB", "memory: lots"));
+  EXPECT_THAT(e, HasSubstr("'gpu.memory' is 'lots': expected a number followed by a unit, e.g. '40 GiB'"));
+
+  e = error_of(with("memory: 40 GiB", "memory: 40 GiB/s"));
+  EXPECT_THAT(e, HasSubstr("unknown unit 'GiB/s'"));
+
+  e = error_of(with("memory: 40 GiB", "memory: 1e400 B"));
+  EXPECT_THAT(e, HasSubstr("out of range"));
+
+  e = error_of(with("memory: 40 GiB", "memory: 16 EiB"));
+  EXPECT_THAT(e, HasSubstr("unknown unit 'EiB'"));
+
+  e = error_of(with("memory: 40 GiB", "memory: 9000 PiB"));
+  EXPECT_THAT(e, HasSubstr("expected less than 8 EiB"));
+
+  e = error_of(with("memory: 40 GiB", "memory: 0.25 B"));
+  EXPECT_THAT(e, HasSubstr("expected at least 1 byte"));
+
+  e = error_of(with("bandwidth: 25 GB/s", "bandwidth: 100 Gb/s"));
+  EXPECT_THAT(e, HasSubstr("p.yaml:9:36: 'host_link.bandwidth' is '100 Gb/s': unknown unit 'Gb/s'"));
+
+  e = error_of(with("latency: 1 us", "latency: -1 us"));
+  EXPECT_THAT(e, HasSubstr("'host_link.latency' is '-1 us'; expected a quantity >= 0"));
+
+  e = error_of(with("fp32: 19.5 TFLOP/s", "fp32: 0"));
+  EXPECT_THAT(e, HasSubstr("'gpu.peak.fp32' is '0'; expected a positive quantity"));
+
+  e = error_of(with("fp16: 312 TFLOP/s", "fp16: inf TFLOP/s"));
+  EXPECT_THAT(e, HasSubstr("'gpu.peak.fp16' is 'inf TFLOP/s': expected a number"));
+
+  e = error_of(with("launch_overhead: 5 us", "launch_overhead: [5, us]"));
+  EXPECT_THAT(e, HasSubstr("p.yaml:7:20: 'gpu.launch_overhead' must be a quantity in seconds with a unit (s, ms, us, \u00b5s, ns)"));
+}
+
+TEST(PlatformUnits, Tf32AndBf16MayBeZero) {
+  const Platform p = parsed(with("tf32: 156 TFLOP/s", "tf32: 0", with("bf16: 312 TFLOP/s", "bf16: 0 TFLOP/s")));
+  EXPECT_EQ(p.gpu.peak_tf32, 0);
+  EXPECT_EQ(p.gpu.peak_bf16, 0);
+  EXPECT_THAT(error_of(with("tf32: 156 TFLOP/s", "tf32: -1 TFLOP/s")), HasSubstr("'gpu.peak.tf32' is '-1 TFLOP/s'; expected a quantity >= 0"));
+}
+
+// ---- Structure -----------------------------------------------------------------------------
+
+TEST(PlatformYaml, MinimalPlatformTakesTheDefaults) {
+  const Platform p = parsed(kMinimal);
+  EXPECT_EQ(p.name, "test");
+  EXPECT_EQ(p.source, "p.yaml");
+  EXPECT_EQ(p.gpu.name, "Test GPU");
+  EXPECT_EQ(p.host.cores, 8);
+  EXPECT_EQ(p.gpus_per_node, 1);
+  EXPECT_EQ(p.gpu_link.bandwidth, 0) << "no gpu_link";
+  EXPECT_EQ(p.gpu.max_power, 0) << "power unknown";
+  EXPECT_EQ(p.efficiency.compute_for(OpKind::conv), 1.0);
+  EXPECT_EQ(p.efficiency.memory_for(OpKind::relu), 1.0);
+}
+
+TEST(PlatformYaml, ReadsEfficienciesPerOpKind) {
+  const Platform p = parsed(kMinimal + "efficiency:\n  compute: {default: 0.5, conv: 0.7, attention: 1}\n  memory: {default: 0.8, embedding: 0.3}\n");
+  EXPECT_DOUBLE_EQ(p.efficiency.compute_for(OpKind::conv), 0.7);
+  EXPECT_DOUBLE_EQ(p.efficiency.compute_for(OpKind::attention), 1.0);
+  EXPECT_DOUBLE_EQ(p.efficiency.compute_for(OpKind::linear), 0.5);
+  EXPECT_DOUBLE_EQ(p.efficiency.memory_for(OpKind::embedding), 0.3);
+  EXPECT_DOUBLE_EQ(p.efficiency.memory_for(OpKind::conv), 0.8);
+}
+
+TEST(PlatformYaml, UnknownKeysAreRejectedWithTheValidOnes) {
+  std::string e = error_of(kMinimal + "gpus: 8\n");
+  EXPECT_THAT(e, HasSubstr("p.yaml:10:1: unknown key 'gpus' in the platform"));
+  EXPECT_THAT(e, HasSubstr("valid keys: name, gpu, host, host_link, gpu_link, gpus_per_node, efficiency"));
+
+  e = error_of(with("  launch_overhead: 5 us\n", "  launch_overhead: 5 us\n  tdp: 400 W\n"));
+  EXPECT_THAT(e, HasSubstr("p.yaml:8:3: unknown key 'tdp' in gpu; valid keys: name, memory, memory_bandwidth, peak, launch_overhead, power"));
+
+  e = error_of(with("fp16: 312", "fp8: 624 TFLOP/s, fp16: 312"));
+  EXPECT_THAT(e, HasSubstr("p.yaml:6:49: unknown key 'fp8' in gpu.peak; valid keys: fp32, tf32, fp16, bf16"));
+
+  e = error_of(kMinimal + "efficiency:\n  compute: {convolution: 0.7}\n");
+  EXPECT_THAT(e, HasSubstr("p.yaml:11:13: unknown key 'convolution' in efficiency.compute"));
+  EXPECT_THAT(e, HasSubstr("valid keys: default, conv, matmul, linear, relu"));
+
+  e = error_of(kMinimal + "gpu_link: {name: NVLink, bandwidth: 300 GB/s, latency: 2 us, lanes: 12}\n");
+  EXPECT_THAT(e, HasSubstr("p.yaml:10:62: unknown key 'lanes' in gpu_link; valid keys: name, bandwidth, latency"));
+}
+
+TEST(PlatformYaml, MissingKeysAndWrongTypesAreNamed) {
+  EXPECT_THAT(error_of(with("  memory: 40 GiB\n", "")), HasSubstr("p.yaml:3:3: missing key 'memory' in gpu"));
+  EXPECT_THAT(error_of(with("bf16: 312 TFLOP/s", "")), HasSubstr("missing key 'bf16' in gpu.peak"));
+  EXPECT_THAT(error_of(with("host_link: {name: PCIe, bandwidth: 25 GB/s, latency: 1 us}\n", "")),
+              HasSubstr("p.yaml:1:1: missing key 'host_link' in the platform"));
+  EXPECT_THAT(error_of(with("name: test\n", "")), HasSubstr("missing key 'name' in the platform"));
+  EXPECT_THAT(error_of(with("  name: Test GPU\n", "  name: [a, b]\n")), HasSubstr("p.yaml:3:9: 'gpu.name' must be a non-empty string"));
+  EXPECT_THAT(error_of(with("cores: 8", "cores: 8.5")), HasSubstr("p.yaml:8:32: 'host.cores' is '8.5'; expected a positive integer"));
+  EXPECT_THAT(error_of(kMinimal + "gpus_per_node: 0\n"), HasSubstr("p.yaml:10:16: 'gpus_per_node' is '0'; expected a positive integer"));
+  EXPECT_THAT(error_of(with("peak: {", "peak: 3 #")), HasSubstr("p.yaml:6:9: 'gpu.peak' must be a mapping with the keys fp32, tf32, fp16, bf16"));
+  EXPECT_THAT(error_of("- a\n- b\n"), HasSubstr("p.yaml:1:1: expected a mapping with the keys name, gpu"));
+  EXPECT_THAT(error_of("gpu: {name: [\n"), HasSubstr("p.yaml:"));
+  EXPECT_THAT(error_of("gpu: {name: [\n"), HasSubstr("malformed YAML"));
+  EXPECT_THAT(error_of(kMinimal + "name: again\n"), HasSubstr("p.yaml:10:1: key 'name' appears twice in the platform"));
+}
+
+TEST(PlatformYaml, RangesAreChecked) {
+  EXPECT_THAT(error_of(kMinimal + "efficiency:\n  memory: {default: 1.5}\n"),
+              HasSubstr("p.yaml:11:21: 'efficiency.memory.default' is '1.5'; expected a fraction of peak in (0, 1]"));
+  EXPECT_THAT(error_of(kMinimal + "efficiency:\n  compute: {conv: 0}\n"), HasSubstr("'efficiency.compute.conv' is '0'; expected a fraction"));
+  EXPECT_THAT(error_of(kMinimal + "efficiency:\n  compute: 0.7\n"), HasSubstr("'efficiency.compute' must be a mapping"));
+  EXPECT_THAT(error_of(with("  launch_overhead: 5 us\n", "  launch_overhead: 5 us\n  power: {idle: 500 W, max: 400 W}\n")),
+              HasSubstr("p.yaml:8:17: 'gpu.power.idle' (500 W) exceeds 'gpu.power.max' (400 W)"));
+  EXPECT_THAT(error_of(with("memory_bandwidth: 100 GB/s", "memory_bandwidth: 0 GB/s")),
+              HasSubstr("'host.memory_bandwidth' is '0 GB/s'; expected a positive quantity"));
+}
+
+TEST(PlatformFile, ErrorsNameTheFile) {
+  const std::filesystem::path path = std::filesystem::temp_directory_path() / "comptrain_platform_test_bad.yaml";
+  {
+    std::ofstream out(path);
+    out << with("memory: 40 GiB", "memory: 40 GX");
+  }
+  try {
+    load_platform_file(path);
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), StartsWith(path.string() + ":4:11: "));
+  }
+  std::filesystem::remove(path);
+  EXPECT_THROW(load_platform_file(path), InputError);
+}
+
+}  // namespace
+}  // namespace comptrain::models

@@ -1,0 +1,584 @@
+// Strategies -> schedules: hand-computable traces first (every task, buffer and the static
+// peak checked exactly), then a long chain for Chen's √n bound, then the zoo.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "comptrain/models/schedule.hpp"
+#include "comptrain/models/strategy.hpp"
+#include "comptrain/support/input_error.hpp"
+#include "comptrain/traces/summary.hpp"
+#include "comptrain/zoo/zoo.hpp"
+
+namespace comptrain::models {
+namespace {
+
+using traces::OpKind;
+using traces::Phase;
+using traces::TensorRole;
+
+Platform test_platform() {
+  Platform p;
+  p.name = "test";
+  p.source = "embedded:test";
+  p.gpu.name = "Test GPU";
+  p.gpu.memory_bytes = std::int64_t{80} << 30;
+  p.gpu.memory_bandwidth = 1e12;
+  p.gpu.peak_fp32 = 1e13;
+  p.gpu.peak_tf32 = 1e14;
+  p.gpu.peak_fp16 = 1e14;
+  p.gpu.peak_bf16 = 1e14;
+  p.host_link.bandwidth = 2.5e10;
+  return p;
+}
+
+const OpTimeModel& time_model() {
+  static const OpTimeModel model(test_platform());
+  return model;
+}
+
+// A small trace builder: f32 1-D tensors of a given byte size, ops in recorded order.
+class Builder {
+ public:
+  std::size_t tensor(std::string name, std::int64_t bytes, TensorRole role) {
+    traces::Tensor t;
+    t.id = tensors_.size();
+    t.name = std::move(name);
+    t.dtype = traces::DType::f32;
+    t.shape = {bytes / 4};
+    t.role = role;
+    tensors_.push_back(std::move(t));
+    return tensors_.size() - 1;
+  }
+  std::size_t op(std::string name, Phase phase, OpKind kind, std::vector<std::size_t> in, std::vector<std::size_t> out,
+                 std::int64_t flops = 0) {
+    traces::Op o;
+    o.id = ops_.size();
+    o.name = std::move(name);
+    o.phase = phase;
+    o.kind = kind;
+    o.inputs = std::move(in);
+    o.outputs = std::move(out);
+    o.flops.fixed = flops;
+    for (auto t : o.inputs) o.bytes_read.fixed += tensors_[t].bytes();
+    for (auto t : o.outputs) o.bytes_written.fixed += tensors_[t].bytes();
+    ops_.push_back(std::move(o));
+    return ops_.size() - 1;
+  }
+  traces::Trace build(std::string name) { return traces::Trace(std::move(name), 1, tensors_, ops_); }
+
+ private:
+  std::vector<traces::Tensor> tensors_;
+  std::vector<traces::Op> ops_;
+};
+
+// x (input 400) -a-> y (saved, 400) -b-> z (800) -c-> l (4); seed: l -> gl;
+// b.backward: gl, y -> gy (400); a.backward: gy, y -> wg (gradient, 40).
+traces::Trace tiny() {
+  Builder b;
+  const auto x = b.tensor("x", 400, TensorRole::input);
+  const auto y = b.tensor("y", 400, TensorRole::activation);
+  const auto z = b.tensor("z", 800, TensorRole::temporary);
+  const auto l = b.tensor("l", 4, TensorRole::temporary);
+  const auto gl = b.tensor("gl", 4, TensorRole::temporary);
+  const auto gy = b.tensor("gy", 400, TensorRole::temporary);
+  const auto wg = b.tensor("wg", 40, TensorRole::gradient);
+  b.op("a", Phase::forward, OpKind::relu, {x}, {y}, 100);
+  b.op("b", Phase::forward, OpKind::conv, {y}, {z}, 1000);
+  b.op("c", Phase::forward, OpKind::loss, {z}, {l}, 10);
+  b.op("seed", Phase::backward, OpKind::other, {l}, {gl});
+  b.op("b.backward", Phase::backward, OpKind::conv, {gl, y}, {gy}, 2000);
+  b.op("a.backward", Phase::backward, OpKind::relu, {gy, y}, {wg}, 100);
+  return b.build("tiny");
+}
+
+// An n-layer chain of relu-like ops, each saving its output; `expensive` makes every other
+// layer costly (matmul-like flops) so that the cost-aware budget mode has something to find.
+traces::Trace chain(int n, bool expensive = false, std::int64_t bytes = 4096) {
+  Builder b;
+  std::vector<std::size_t> x{b.tensor("x0", bytes, TensorRole::input)};
+  for (int i = 1; i <= n; ++i) x.push_back(b.tensor("x" + std::to_string(i), bytes, TensorRole::activation));
+  const auto l = b.tensor("loss", 4, TensorRole::temporary);
+  std::vector<std::size_t> g;
+  for (int i = 0; i <= n; ++i) g.push_back(b.tensor("g" + std::to_string(i), bytes, TensorRole::temporary));
+  const auto wg = b.tensor("wg", 4, TensorRole::gradient);
+  auto cost = [&](int i) -> std::int64_t { return expensive && i % 2 == 0 ? std::int64_t{1} << 30 : 1024; };
+  for (int i = 1; i <= n; ++i) {
+    b.op("f" + std::to_string(i), Phase::forward, OpKind::relu, {x[static_cast<std::size_t>(i - 1)]},
+         {x[static_cast<std::size_t>(i)]}, cost(i));
+  }
+  b.op("loss", Phase::forward, OpKind::loss, {x.back()}, {l});
+  b.op("seed", Phase::backward, OpKind::other, {l}, {g.back()});
+  for (int i = n; i >= 1; --i) {
+    const auto ui = static_cast<std::size_t>(i);
+    b.op("f" + std::to_string(i) + ".backward", Phase::backward, OpKind::relu, {g[ui], x[ui]},
+         i == 1 ? std::vector<std::size_t>{wg} : std::vector<std::size_t>{g[ui - 1]}, cost(i));
+  }
+  return b.build("chain" + std::to_string(n));
+}
+
+StrategyRule offload_rule(int lookahead, TensorSelector select = {}) {
+  StrategyRule r;
+  r.select = std::move(select);
+  OffloadAction a;
+  a.lookahead = lookahead;
+  r.offload = a;
+  return r;
+}
+
+CompressAction codec(double ratio) {
+  CompressAction c;
+  c.ratio = ratio;
+  c.compress_bandwidth = 1000;
+  c.decompress_bandwidth = 2000;
+  c.latency = 0.5;
+  return c;
+}
+
+StrategyRule compress_rule(CompressAction c, TensorSelector select = {}) {
+  StrategyRule r;
+  r.select = std::move(select);
+  r.compress = c;
+  return r;
+}
+
+StrategyRule recompute_rule(RecomputeAction::Mode mode, int k = 2, std::int64_t budget = 0, TensorSelector select = {}) {
+  StrategyRule r;
+  r.select = std::move(select);
+  RecomputeAction a;
+  a.mode = mode;
+  a.k = k;
+  a.budget_bytes = budget;
+  r.recompute = a;
+  return r;
+}
+
+StrategySpec spec(std::string name, std::vector<StrategyRule> rules) {
+  StrategySpec s;
+  s.name = std::move(name);
+  s.rules = std::move(rules);
+  return s;
+}
+
+Schedule build(const traces::Trace& trace, const StrategySpec& s) {
+  Schedule schedule = build_schedule(trace, time_model(), s);
+  EXPECT_NO_THROW(schedule.validate()) << s.name;
+  return schedule;
+}
+
+std::vector<std::string> names(const Schedule& s) {
+  std::vector<std::string> out;
+  for (const auto& t : s.tasks) out.push_back(t.name);
+  return out;
+}
+
+// Peak of the sequential replay counting only saved-activation roles (activation, compressed,
+// prefetch), recomputed here independently of the library's own helper.
+std::int64_t activation_peak(const Schedule& s) {
+  const std::size_t n = s.tasks.size();
+  std::vector<std::int64_t> delta(n + 1, 0);
+  std::map<BufferId, std::pair<std::size_t, std::size_t>> span;
+  for (std::size_t t = 0; t < n; ++t) {
+    for (auto b : s.tasks[t].creates) {
+      auto [it, fresh] = span.emplace(b, std::make_pair(t, t));
+      if (!fresh) it->second.second = std::max(it->second.second, t);
+    }
+  }
+  for (std::size_t t = 0; t < n; ++t) {
+    for (auto b : s.tasks[t].uses) {
+      if (auto it = span.find(b); it != span.end()) it->second.second = std::max(it->second.second, t);
+    }
+  }
+  for (const auto& [b, range] : span) {
+    const auto role = s.buffers[b].role;
+    if (role != MemoryRole::activation && role != MemoryRole::compressed && role != MemoryRole::prefetch) continue;
+    delta[range.first] += s.buffers[b].bytes;
+    delta[range.second + 1] -= s.buffers[b].bytes;
+  }
+  std::int64_t live = 0;
+  std::int64_t peak = 0;
+  for (std::size_t t = 0; t < n; ++t) peak = std::max(peak, live += delta[t]);
+  return peak;
+}
+
+double seconds_of(const Schedule& s, TaskKind kind) {
+  double total = 0;
+  for (const auto& t : s.tasks) {
+    if (t.kind == kind) total += t.seconds;
+  }
+  return total;
+}
+
+std::size_t count_of(const Schedule& s, TaskKind kind) {
+  return static_cast<std::size_t>(std::count_if(s.tasks.begin(), s.tasks.end(), [&](const Task& t) { return t.kind == kind; }));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hand-computed: the tiny trace.
+
+TEST(Baseline, TinyTraceMatchesLivenessExactly) {
+  const auto trace = tiny();
+  const Schedule s = build(trace, spec("baseline", {}));
+  EXPECT_EQ(s.strategy, "baseline");
+  ASSERT_EQ(s.buffers.size(), 7u);
+  EXPECT_TRUE(s.buffers[0].resident);   // x
+  EXPECT_EQ(s.buffers[0].role, MemoryRole::input);
+  EXPECT_FALSE(s.buffers[1].resident);  // y
+  EXPECT_EQ(s.buffers[1].role, MemoryRole::activation);
+  EXPECT_TRUE(s.buffers[6].held_to_end);  // wg
+  EXPECT_EQ(names(s), (std::vector<std::string>{"a", "b", "c", "seed", "b.backward", "a.backward"}));
+  for (std::size_t i = 0; i < s.tasks.size(); ++i) {
+    EXPECT_EQ(s.tasks[i].op, i);
+    EXPECT_EQ(s.tasks[i].stream, Stream::compute);
+    EXPECT_DOUBLE_EQ(s.tasks[i].seconds, time_model().seconds(trace, i));
+  }
+  EXPECT_EQ(s.tasks[1].creates, (std::vector<BufferId>{2}));
+  EXPECT_EQ(s.tasks[1].uses, (std::vector<BufferId>{1, 2}));
+  EXPECT_EQ(s.tasks[4].uses, (std::vector<BufferId>{1, 4, 5}));
+  // Steps: 800, 1600, 1604 (x y z l), 808, 1204, 1240.
+  EXPECT_EQ(sequential_peak_bytes(s), 1604);
+  EXPECT_EQ(traces::summarize(trace).peak_bytes, 1604);
+}
+
+TEST(Offload, TinyTraceTasksAndPeak) {
+  const auto trace = tiny();
+  const Schedule s = build(trace, spec("offload", {offload_rule(1)}));
+  // Offload after y's last forward use (b). Lookahead 1: the prefetch starts when the compute
+  // stream starts the op just before b.backward (seed), i.e. once c ends.
+  EXPECT_EQ(names(s), (std::vector<std::string>{"a", "b", "offload y", "c", "prefetch y", "seed", "b.backward",
+                                                "a.backward"}));
+  const Task& off = s.tasks[2];
+  EXPECT_EQ(off.kind, TaskKind::offload);
+  EXPECT_EQ(off.stream, Stream::d2h);
+  EXPECT_EQ(off.bytes, 400);
+  EXPECT_EQ(off.tensor, 1u);
+  EXPECT_EQ(off.after, (std::vector<TaskId>{1}));
+  EXPECT_EQ(off.uses, (std::vector<BufferId>{1}));
+  const Task& pre = s.tasks[4];
+  EXPECT_EQ(pre.kind, TaskKind::prefetch);
+  EXPECT_EQ(pre.stream, Stream::h2d);
+  EXPECT_EQ(pre.after, (std::vector<TaskId>{3, 2}));
+  ASSERT_EQ(pre.creates.size(), 1u);
+  const BufferId p = pre.creates[0];
+  EXPECT_EQ(s.buffers[p].role, MemoryRole::prefetch);
+  EXPECT_EQ(s.buffers[p].bytes, 400);
+  EXPECT_EQ(p, 2u);  // the prefetch buffer follows its storage's buffer: gl is now 5, gy 6
+  EXPECT_EQ(s.tasks[6].uses, (std::vector<BufferId>{2, 5, 6}));
+  EXPECT_EQ(s.tasks[6].after, (std::vector<TaskId>{4}));
+  EXPECT_EQ(s.tasks[7].after, (std::vector<TaskId>{4}));
+  // The peak is still while b runs (x y z), before y leaves.
+  EXPECT_EQ(sequential_peak_bytes(s), 1600);
+
+  // A longer lookahead is clamped: the prefetch never starts before the last forward op ends.
+  const Schedule longer = build(trace, spec("offload", {offload_rule(2)}));
+  EXPECT_EQ(names(longer), names(s));
+  const Schedule clamped = build(trace, spec("offload", {offload_rule(10)}));
+  EXPECT_EQ(names(clamped), names(s));
+}
+
+TEST(Compress, TinyTraceTasksAndPeak) {
+  const auto trace = tiny();
+  const Schedule s = build(trace, spec("compress", {compress_rule(codec(4))}));
+  EXPECT_EQ(names(s), (std::vector<std::string>{"a", "b", "compress y", "c", "seed", "decompress y", "b.backward",
+                                                "a.backward"}));
+  const Task& c = s.tasks[2];
+  EXPECT_EQ(c.kind, TaskKind::compress);
+  EXPECT_EQ(c.stream, Stream::codec);
+  EXPECT_DOUBLE_EQ(c.seconds, 0.5 + 400.0 / 1000);
+  EXPECT_EQ(c.after, (std::vector<TaskId>{1}));
+  EXPECT_EQ(c.uses, (std::vector<BufferId>{1}));
+  ASSERT_EQ(c.creates.size(), 1u);
+  EXPECT_EQ(s.buffers[c.creates[0]].role, MemoryRole::compressed);
+  EXPECT_EQ(s.buffers[c.creates[0]].bytes, 100);
+  const Task& d = s.tasks[5];
+  EXPECT_EQ(d.kind, TaskKind::decompress);
+  EXPECT_EQ(d.stream, Stream::codec);
+  EXPECT_DOUBLE_EQ(d.seconds, 0.5 + 400.0 / 2000);
+  EXPECT_EQ(d.after, (std::vector<TaskId>{4, 2}));  // seed (just before b.backward), compress
+  EXPECT_EQ(d.uses, c.creates);
+  ASSERT_EQ(d.creates.size(), 1u);
+  EXPECT_EQ(s.buffers[d.creates[0]].role, MemoryRole::activation);
+  EXPECT_EQ(s.buffers[d.creates[0]].bytes, 400);
+  EXPECT_EQ(s.tasks[6].after, (std::vector<TaskId>{5}));
+  // a 800, b 1600, compress 1700 (y and its compressed copy), c 1304, seed 508,
+  // decompress 904, b.backward 1204, a.backward 1240.
+  EXPECT_EQ(sequential_peak_bytes(s), 1700);
+
+  // Ratio 3 rounds up: ceil(400 / 3) = 134.
+  const Schedule r3 = build(trace, spec("compress", {compress_rule(codec(3))}));
+  EXPECT_EQ(r3.buffers[r3.tasks[2].creates[0]].bytes, 134);
+}
+
+TEST(Recompute, TinyTraceEveryK) {
+  const auto trace = tiny();
+  // One candidate: k = 2 keeps none (the 2nd, 4th, ...), so y is dropped and rebuilt.
+  const Schedule s = build(trace, spec("recompute", {recompute_rule(RecomputeAction::Mode::every_k, 2)}));
+  EXPECT_EQ(names(s), (std::vector<std::string>{"a", "b", "c", "seed", "a (recompute)", "b.backward", "a.backward"}));
+  const Task& r = s.tasks[4];
+  EXPECT_EQ(r.kind, TaskKind::recompute);
+  EXPECT_EQ(r.stream, Stream::compute);
+  EXPECT_EQ(r.op, 0u);
+  EXPECT_DOUBLE_EQ(r.seconds, time_model().seconds(trace, 0));
+  ASSERT_EQ(r.creates.size(), 1u);
+  const BufferId y2 = r.creates[0];
+  EXPECT_EQ(s.buffers[y2].role, MemoryRole::activation);
+  EXPECT_EQ(s.buffers[y2].bytes, 400);
+  EXPECT_EQ(r.uses, (std::vector<BufferId>{0, y2}));
+  EXPECT_EQ(s.tasks[5].uses, (std::vector<BufferId>{4, 5, y2}));
+  EXPECT_EQ(s.tasks[6].uses, (std::vector<BufferId>{5, 6, y2}));
+  // a 800, b 1600, c 1204, seed 408, recompute 804, 1204, 1240.
+  EXPECT_EQ(sequential_peak_bytes(s), 1600);
+  EXPECT_NE(s.strategy.find("recomputed ops 1"), std::string::npos) << s.strategy;
+
+  // sqrt_n with n = 1: k = 1 keeps everything.
+  const Schedule sq = build(trace, spec("sqrt", {recompute_rule(RecomputeAction::Mode::sqrt_n)}));
+  EXPECT_EQ(count_of(sq, TaskKind::recompute), 0u);
+}
+
+TEST(Recompute, TinyTraceBudget) {
+  const auto trace = tiny();
+  // y must be materialised for the backward pass anyway: 400 is the floor.
+  const auto at = [&](std::int64_t budget) {
+    return build_schedule(trace, time_model(), spec("budget", {recompute_rule(RecomputeAction::Mode::budget, 2, budget)}));
+  };
+  EXPECT_EQ(count_of(at(400), TaskKind::recompute), 0u);
+  EXPECT_THROW(at(399), InputError);
+}
+
+TEST(Rules, SelectorsAndFirstMatchWins) {
+  const auto trace = tiny();
+  TensorSelector conv_inputs;
+  conv_inputs.inputs_of = {OpKind::conv};
+  TensorSelector relu_outputs;
+  relu_outputs.outputs_of = {OpKind::relu};
+  TensorSelector big;
+  big.min_bytes = 401;
+  TensorSelector pool_inputs;
+  pool_inputs.inputs_of = {OpKind::pool};
+  // y is read by a conv (b) and written by a relu (a); 400 bytes.
+  EXPECT_EQ(count_of(build(trace, spec("s", {compress_rule(codec(2), conv_inputs)})), TaskKind::compress), 1u);
+  EXPECT_EQ(count_of(build(trace, spec("s", {compress_rule(codec(2), relu_outputs)})), TaskKind::compress), 1u);
+  EXPECT_EQ(count_of(build(trace, spec("s", {compress_rule(codec(2), big)})), TaskKind::compress), 0u);
+  EXPECT_EQ(count_of(build(trace, spec("s", {compress_rule(codec(2), pool_inputs)})), TaskKind::compress), 0u);
+  // First match wins.
+  const Schedule s = build(trace, spec("s", {offload_rule(1, conv_inputs), compress_rule(codec(2))}));
+  EXPECT_EQ(count_of(s, TaskKind::offload), 1u);
+  EXPECT_EQ(count_of(s, TaskKind::compress), 0u);
+}
+
+TEST(Rules, InvalidRulesAreInputErrors) {
+  const auto trace = tiny();
+  StrategyRule none;
+  EXPECT_THROW(build_schedule(trace, time_model(), spec("s", {none})), InputError);
+  StrategyRule two = offload_rule(1);
+  two.compress = codec(2);
+  EXPECT_THROW(build_schedule(trace, time_model(), spec("s", {two})), InputError);
+  EXPECT_THROW(build_schedule(trace, time_model(), spec("s", {offload_rule(0)})), InputError);
+  EXPECT_THROW(build_schedule(trace, time_model(), spec("s", {compress_rule(codec(0.5))})), InputError);
+  CompressAction no_bandwidth = codec(2);
+  no_bandwidth.decompress_bandwidth = 0;
+  EXPECT_THROW(build_schedule(trace, time_model(), spec("s", {compress_rule(no_bandwidth)})), InputError);
+  EXPECT_THROW(build_schedule(trace, time_model(), spec("s", {recompute_rule(RecomputeAction::Mode::every_k, 0)})),
+               InputError);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chains: Chen et al.'s √n bound and the budget mode.
+
+TEST(Recompute, SqrtNChainKeepsActivationPeakWithinConstantTimesSqrtN) {
+  constexpr std::int64_t kLayer = 4096;
+  for (const int n : {16, 64, 256}) {
+    const auto trace = chain(n);
+    const Schedule base = build(trace, spec("baseline", {}));
+    const Schedule s = build(trace, spec("sqrt", {recompute_rule(RecomputeAction::Mode::sqrt_n)}));
+    const auto k = static_cast<std::size_t>(std::ceil(std::sqrt(n)));
+    const std::size_t kept = static_cast<std::size_t>(n) / k;
+    // Every dropped activation is replayed exactly once (one recomputation per segment).
+    EXPECT_EQ(count_of(s, TaskKind::recompute), static_cast<std::size_t>(n) - kept) << n;
+    EXPECT_EQ(activation_peak(base), n * kLayer) << n;
+    // Checkpoints (n/k) plus one segment being rebuilt (k) plus the layer in flight.
+    const std::int64_t peak = activation_peak(s);
+    EXPECT_LE(peak, static_cast<std::int64_t>(kept + k + 1) * kLayer) << n;
+    EXPECT_LE(static_cast<double>(peak), 2.5 * std::sqrt(n) * kLayer) << n;
+    EXPECT_LT(sequential_peak_bytes(s), sequential_peak_bytes(base)) << n;
+  }
+}
+
+TEST(Recompute, EveryKDropsTheRightStorages) {
+  const auto trace = chain(6);
+  const Schedule s = build(trace, spec("k3", {recompute_rule(RecomputeAction::Mode::every_k, 3)}));
+  // Keep x3 and x6; drop x1, x2, x4, x5: rebuilding x5 replays f4, f5 from x3.
+  EXPECT_EQ(count_of(s, TaskKind::recompute), 4u);
+  std::vector<std::string> replayed;
+  for (const auto& t : s.tasks) {
+    if (t.kind == TaskKind::recompute) replayed.push_back(t.name);
+  }
+  EXPECT_EQ(replayed, (std::vector<std::string>{"f4 (recompute)", "f5 (recompute)", "f1 (recompute)",
+                                                "f2 (recompute)"}));
+  // every_k with k = 1 keeps everything.
+  const Schedule all = build(trace, spec("k1", {recompute_rule(RecomputeAction::Mode::every_k, 1)}));
+  EXPECT_EQ(count_of(all, TaskKind::recompute), 0u);
+}
+
+TEST(Recompute, BudgetMeetsItsBudgetAndBeatsSqrtNOnAHeterogeneousChain) {
+  for (const bool expensive : {false, true}) {
+    const auto trace = chain(64, expensive);
+    const Schedule sq = build(trace, spec("sqrt", {recompute_rule(RecomputeAction::Mode::sqrt_n)}));
+    const std::int64_t budget = activation_peak(sq);
+    const Schedule b = build(trace, spec("budget", {recompute_rule(RecomputeAction::Mode::budget, 2, budget)}));
+    EXPECT_LE(activation_peak(b), budget);
+    const double sq_seconds = seconds_of(sq, TaskKind::recompute);
+    const double b_seconds = seconds_of(b, TaskKind::recompute);
+    EXPECT_LE(b_seconds, sq_seconds * (1 + 1e-12)) << expensive;
+    // With costly even layers, checkpoints move onto them: much less recomputation.
+    if (expensive) {
+      EXPECT_LT(b_seconds, 0.9 * sq_seconds);
+    }
+    // A looser budget recomputes less; an impossible one is an InputError.
+    const Schedule loose =
+        build(trace, spec("budget", {recompute_rule(RecomputeAction::Mode::budget, 2, activation_peak(sq) * 2)}));
+    EXPECT_LE(seconds_of(loose, TaskKind::recompute), b_seconds);
+    EXPECT_THROW(build_schedule(trace, time_model(), spec("b", {recompute_rule(RecomputeAction::Mode::budget, 2, 4096)})),
+                 InputError);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The zoo.
+
+traces::Trace zoo_model(const std::string& name, std::int64_t batch) {
+  zoo::ModelRequest request;
+  request.model = name;
+  request.batch_size = batch;
+  if (name == "bert-base" || name == "gpt2") request.seq_len = 128;
+  if (name == "gpt") {
+    request.layers = 2;
+    request.hidden = 256;
+    request.heads = 4;
+    request.seq_len = 128;
+    request.vocab = 1000;
+  }
+  return zoo::build_model(request);
+}
+
+TEST(Baseline, SequentialPeakEqualsLivenessPeakForEveryZooModel) {
+  for (const std::string name : {"alexnet", "vgg16", "resnet18", "resnet50", "resnet152", "bert-base", "gpt2", "gpt"}) {
+    const auto trace = zoo_model(name, 2);
+    const Schedule s = build(trace, spec("baseline", {}));
+    EXPECT_EQ(sequential_peak_bytes(s), traces::summarize(trace).peak_bytes) << name;
+    EXPECT_EQ(count_of(s, TaskKind::op), trace.ops().size()) << name;
+    // The mixed-precision trace too (master weights, fp32 statistics).
+    zoo::ModelRequest mixed;
+    mixed.model = name;
+    mixed.batch_size = 2;
+    mixed.precision = zoo::Precision::mixed;
+    if (name != "alexnet" && name != "vgg16" && name.rfind("resnet", 0) != 0) continue;
+    const auto mixed_trace = zoo::build_model(mixed);
+    EXPECT_EQ(sequential_peak_bytes(build(mixed_trace, spec("baseline", {}))), traces::summarize(mixed_trace).peak_bytes)
+        << name;
+  }
+}
+
+TEST(Zoo, OffloadRemovesOriginalsFromTheForwardPeak) {
+  const auto trace = zoo_model("resnet50", 4);
+  const Schedule base = build(trace, spec("baseline", {}));
+  const Schedule off = build(trace, spec("offload-all", {offload_rule(2)}));
+  EXPECT_GT(count_of(off, TaskKind::offload), 100u);
+  EXPECT_EQ(count_of(off, TaskKind::offload), count_of(off, TaskKind::prefetch));
+  EXPECT_LT(sequential_peak_bytes(off), sequential_peak_bytes(base));
+  EXPECT_LT(activation_peak(off), activation_peak(base) / 4);
+  // h2d in order of need, d2h in order of the forward pass.
+  std::vector<std::size_t> first_need;
+  for (std::size_t i = 0; i < off.tasks.size(); ++i) {
+    if (off.tasks[i].kind != TaskKind::prefetch) continue;
+    // The first later compute task that waits for this prefetch.
+    for (std::size_t j = i + 1; j < off.tasks.size(); ++j) {
+      const auto& after = off.tasks[j].after;
+      if (off.tasks[j].stream == Stream::compute && std::find(after.begin(), after.end(), i) != after.end()) {
+        first_need.push_back(j);
+        break;
+      }
+    }
+  }
+  EXPECT_EQ(first_need.size(), count_of(off, TaskKind::prefetch));
+  EXPECT_TRUE(std::is_sorted(first_need.begin(), first_need.end()));
+}
+
+TEST(Zoo, CompressHoldsOneRthBetweenCompressAndDecompress) {
+  const auto trace = zoo_model("resnet50", 4);
+  TensorSelector conv_inputs;
+  conv_inputs.inputs_of = {OpKind::conv};
+  const Schedule s = build(trace, spec("compress-conv", {compress_rule(codec(4), conv_inputs)}));
+  ASSERT_GT(count_of(s, TaskKind::compress), 40u);
+  EXPECT_EQ(count_of(s, TaskKind::compress), count_of(s, TaskKind::decompress));
+  bool seen_decompress = false;
+  for (const Task& t : s.tasks) {
+    if (t.kind == TaskKind::compress) {
+      EXPECT_FALSE(seen_decompress) << "codec stream: all compress tasks come first";
+      const auto& original = s.buffers[t.uses.at(0)];
+      const auto& packed = s.buffers[t.creates.at(0)];
+      EXPECT_EQ(packed.bytes, (original.bytes + 3) / 4);
+      EXPECT_EQ(packed.role, MemoryRole::compressed);
+      EXPECT_EQ(packed.tensor, original.tensor);
+    }
+    if (t.kind == TaskKind::decompress) seen_decompress = true;
+  }
+  const Schedule base = build(trace, spec("baseline", {}));
+  EXPECT_LT(sequential_peak_bytes(s), sequential_peak_bytes(base));
+}
+
+TEST(Zoo, SqrtNAndBudgetOnResNet) {
+  const auto trace = zoo_model("resnet50", 4);
+  const Schedule base = build(trace, spec("baseline", {}));
+  const Schedule sq = build(trace, spec("sqrt", {recompute_rule(RecomputeAction::Mode::sqrt_n)}));
+  EXPECT_GT(count_of(sq, TaskKind::recompute), 50u);
+  // Literal every-k-th checkpoints cascade through ResNet's identity paths (see README): a
+  // modest cut; the budget mode's separator plans do much better at the same budget.
+  EXPECT_LT(activation_peak(sq), activation_peak(base));
+  EXPECT_LT(sequential_peak_bytes(sq), sequential_peak_bytes(base));
+  const std::int64_t budget = activation_peak(sq);
+  const Schedule b = build(trace, spec("budget", {recompute_rule(RecomputeAction::Mode::budget, 2, budget)}));
+  EXPECT_LE(activation_peak(b), budget);
+  EXPECT_LE(seconds_of(b, TaskKind::recompute), seconds_of(sq, TaskKind::recompute) * (1 + 1e-12));
+  const Schedule half = build(trace, spec("budget", {recompute_rule(RecomputeAction::Mode::budget, 2, budget / 2)}));
+  EXPECT_LE(activation_peak(half), budget / 2);
+}
+
+TEST(Zoo, CombinedRulesWorkTogether) {
+  for (const std::string name : {"resnet50", "gpt"}) {
+    const auto trace = zoo_model(name, 2);
+    TensorSelector conv_inputs;
+    conv_inputs.inputs_of = {OpKind::conv, OpKind::linear};
+    TensorSelector big;
+    big.min_bytes = 1 << 20;
+    const Schedule s = build(trace, spec("combined", {compress_rule(codec(4), conv_inputs), offload_rule(3, big),
+                                                      recompute_rule(RecomputeAction::Mode::sqrt_n)}));
+    EXPECT_GT(count_of(s, TaskKind::compress), 0u) << name;
+    EXPECT_GT(count_of(s, TaskKind::recompute), 0u) << name;
+    EXPECT_EQ(count_of(s, TaskKind::compress), count_of(s, TaskKind::decompress)) << name;
+    EXPECT_EQ(count_of(s, TaskKind::offload), count_of(s, TaskKind::prefetch)) << name;
+    EXPECT_LT(activation_peak(s), activation_peak(build(trace, spec("baseline", {})))) << name;
+  }
+}
+
+TEST(Zoo, EveryStrategyValidatesOnTransformers) {
+  for (const std::string name : {"gpt2", "bert-base"}) {
+    auto request_trace = zoo_model(name, 1);
+    for (const auto& rules : std::vector<std::vector<StrategyRule>>{
+             {offload_rule(2)}, {compress_rule(codec(3))}, {recompute_rule(RecomputeAction::Mode::sqrt_n)},
+             {recompute_rule(RecomputeAction::Mode::every_k, 3)}}) {
+      const Schedule s = build(request_trace, spec("t", rules));
+      EXPECT_LE(activation_peak(s), activation_peak(build(request_trace, spec("baseline", {})))) << name;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace comptrain::models

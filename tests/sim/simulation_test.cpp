@@ -1,0 +1,176 @@
+#include "comptrain/sim/simulation.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace comptrain::sim {
+namespace {
+
+using models::Buffer;
+using models::MemoryRole;
+using models::Schedule;
+using models::Stream;
+using models::Task;
+using models::TaskKind;
+
+// A GPU with 1 GB of memory and a 10 GB/s (per direction), 1 us PCIe link.
+models::Platform test_platform(std::int64_t memory = 1'000'000'000) {
+  models::Platform p;
+  p.name = "test";
+  p.gpu.name = "TestGPU";
+  p.gpu.memory_bytes = memory;
+  p.gpu.memory_bandwidth = 1e12;
+  p.gpu.peak_fp32 = 1e13;
+  p.host.flops = 1e11;
+  p.host_link.bandwidth = 10e9;
+  p.host_link.latency = 1e-6;
+  return p;
+}
+
+struct ScheduleBuilder {
+  Schedule s;
+  models::BufferId buffer(const std::string& name, std::int64_t bytes, MemoryRole role = MemoryRole::temporary,
+                          bool resident = false) {
+    Buffer b;
+    b.name = name;
+    b.bytes = bytes;
+    b.role = role;
+    b.resident = resident;
+    s.buffers.push_back(b);
+    return s.buffers.size() - 1;
+  }
+  models::TaskId task(const std::string& name, TaskKind kind, Stream stream, double seconds, std::vector<models::BufferId> creates,
+                      std::vector<models::BufferId> uses, std::vector<models::TaskId> after = {}, std::int64_t bytes = 0) {
+    Task t;
+    t.name = name;
+    t.kind = kind;
+    t.stream = stream;
+    t.seconds = seconds;
+    t.bytes = bytes;
+    t.creates = std::move(creates);
+    t.uses = std::move(uses);
+    t.after = std::move(after);
+    if (kind == TaskKind::op || kind == TaskKind::recompute) t.op = s.tasks.size();  // a stand-in trace op
+    s.tasks.push_back(t);
+    return s.tasks.size() - 1;
+  }
+};
+
+constexpr double kTol = 1e-9;
+
+TEST(Simulation, ComputeTasksRunInOrderAndFreeAfterTheLastUse) {
+  ScheduleBuilder b;
+  auto w = b.buffer("w", 100, MemoryRole::weight, true);
+  auto x = b.buffer("x", 1000, MemoryRole::activation);
+  auto y = b.buffer("y", 500);
+  b.task("f", TaskKind::op, Stream::compute, 0.25, {x}, {w});
+  b.task("g", TaskKind::op, Stream::compute, 0.5, {y}, {x});
+  b.task("h", TaskKind::op, Stream::compute, 0.25, {}, {y});
+  const SimulationResult r = simulate(test_platform(), b.s);
+  ASSERT_TRUE(r.fits());
+  EXPECT_NEAR(r.iteration_seconds, 1.0, kTol);
+  EXPECT_NEAR(r.tasks[1].start, 0.25, kTol);
+  EXPECT_NEAR(r.tasks[2].end, 1.0, kTol);
+  EXPECT_EQ(r.peak_bytes, 100 + 1000 + 500);  // while g runs
+  EXPECT_NEAR(r.peak_time, 0.25, kTol);
+  EXPECT_THAT(r.live_at_peak, ::testing::ElementsAre(w, x, y));
+  EXPECT_EQ(r.peak_by_role[static_cast<std::size_t>(MemoryRole::activation)], 1000);
+  EXPECT_NEAR(r.seconds_by_task_kind[static_cast<std::size_t>(TaskKind::op)], 1.0, kTol);
+  EXPECT_NEAR(r.compute_stall_seconds, 0.0, kTol);
+  // w (resident, at 0), x, y allocated; x freed when g ends, y when h ends; w stays.
+  ASSERT_EQ(r.memory_events.size(), 5u);
+  EXPECT_EQ(r.memory_events[0].buffer, w);
+  EXPECT_EQ(r.memory_events[3].buffer, x);
+  EXPECT_EQ(r.memory_events[3].delta, -1000);
+  EXPECT_NEAR(r.memory_events[3].time, 0.75, kTol);
+  EXPECT_EQ(r.memory_events[4].delta, -500);
+  EXPECT_NEAR(r.memory_events[4].time, 1.0, kTol);
+}
+
+TEST(Simulation, ACopyTakesLatencyPlusBytesOverBandwidth) {
+  ScheduleBuilder b;
+  auto a = b.buffer("a", 1'000'000'000 / 2, MemoryRole::activation);
+  auto f = b.task("produce", TaskKind::op, Stream::compute, 0.1, {a}, {});
+  b.task("offload", TaskKind::offload, Stream::d2h, 0, {}, {a}, {f}, 200'000'000);
+  const SimulationResult r = simulate(test_platform(), b.s);
+  ASSERT_TRUE(r.fits());
+  // 200 MB over 10 GB/s = 20 ms, plus 1 us latency, starting when `produce` ends.
+  EXPECT_NEAR(r.tasks[1].start, 0.1, kTol);
+  EXPECT_NEAR(r.tasks[1].end, 0.1 + 0.02 + 1e-6, 1e-8);
+  // The activation is freed when the copy ends, not when the producer ends.
+  EXPECT_NEAR(r.memory_events.back().time, r.tasks[1].end, kTol);
+  EXPECT_NEAR(r.seconds_by_task_kind[static_cast<std::size_t>(TaskKind::offload)], 0.02 + 1e-6, 1e-8);
+}
+
+TEST(Simulation, PcieIsFullDuplex) {
+  ScheduleBuilder b;
+  b.task("down", TaskKind::offload, Stream::d2h, 0, {}, {}, {}, 100'000'000);
+  b.task("up", TaskKind::prefetch, Stream::h2d, 0, {}, {}, {}, 100'000'000);
+  const SimulationResult r = simulate(test_platform(), b.s);
+  // Both directions at full speed at once: 10 ms + 1 us each, not 20 ms.
+  EXPECT_NEAR(r.tasks[0].end, 0.01 + 1e-6, 1e-8);
+  EXPECT_NEAR(r.tasks[1].end, 0.01 + 1e-6, 1e-8);
+}
+
+TEST(Simulation, ConcurrentKernelsShareTheGpu) {
+  ScheduleBuilder b;
+  b.task("gemm", TaskKind::op, Stream::compute, 1.0, {}, {});
+  b.task("compress", TaskKind::compress, Stream::codec, 1.0, {}, {});
+  const SimulationResult r = simulate(test_platform(), b.s);
+  // Fair sharing: both progress at half speed and end together.
+  EXPECT_NEAR(r.tasks[0].end, 2.0, kTol);
+  EXPECT_NEAR(r.tasks[1].end, 2.0, kTol);
+}
+
+TEST(Simulation, TheComputeStreamStallsForALatePrefetch) {
+  ScheduleBuilder b;
+  auto p = b.buffer("prefetched", 1000, MemoryRole::prefetch);
+  auto t0 = b.task("backward0", TaskKind::op, Stream::compute, 0.001, {}, {});
+  auto pre = b.task("prefetch", TaskKind::prefetch, Stream::h2d, 0, {p}, {}, {t0}, 100'000'000);
+  b.task("backward1", TaskKind::op, Stream::compute, 0.001, {}, {p}, {pre});
+  const SimulationResult r = simulate(test_platform(), b.s);
+  // The copy (10 ms + 1 us) starts at 1 ms; backward1 waits for it.
+  EXPECT_NEAR(r.tasks[2].ready, 0.001, kTol);
+  EXPECT_NEAR(r.tasks[2].start, 0.011001, 1e-8);
+  EXPECT_NEAR(r.compute_stall_seconds, 0.010001, 1e-8);
+  EXPECT_NEAR(r.iteration_seconds, 0.012001, 1e-8);
+}
+
+TEST(Simulation, OutOfMemoryNamesTheTaskAndTheBytes) {
+  ScheduleBuilder b;
+  auto w = b.buffer("w", 600, MemoryRole::weight, true);
+  auto a = b.buffer("a", 300);
+  auto c = b.buffer("c", 200);
+  b.task("first", TaskKind::op, Stream::compute, 0.5, {a}, {w});
+  b.task("second", TaskKind::op, Stream::compute, 0.5, {c}, {a});
+  const SimulationResult r = simulate(test_platform(1000), b.s);
+  ASSERT_FALSE(r.fits());
+  EXPECT_EQ(r.out_of_memory->task, models::TaskId{1});
+  EXPECT_EQ(r.out_of_memory->buffer, c);
+  EXPECT_EQ(r.out_of_memory->requested, 200);
+  EXPECT_EQ(r.out_of_memory->in_use, 900);
+  EXPECT_EQ(r.out_of_memory->capacity, 1000);
+  EXPECT_NEAR(r.out_of_memory->time, 0.5, kTol);
+}
+
+TEST(Simulation, ResidentStateThatDoesNotFitIsReportedBeforeTheIteration) {
+  ScheduleBuilder b;
+  b.buffer("weights", 2000, MemoryRole::weight, true);
+  b.task("f", TaskKind::op, Stream::compute, 1, {}, {});
+  const SimulationResult r = simulate(test_platform(1000), b.s);
+  ASSERT_FALSE(r.fits());
+  EXPECT_FALSE(r.out_of_memory->task.has_value());
+  EXPECT_EQ(r.out_of_memory->requested, 2000);
+}
+
+TEST(Simulation, EachCallIsAFreshEngine) {
+  ScheduleBuilder b;
+  b.task("f", TaskKind::op, Stream::compute, 0.5, {}, {});
+  const SimulationResult first = simulate(test_platform(), b.s);
+  const SimulationResult second = simulate(test_platform(), b.s);
+  EXPECT_EQ(first.iteration_seconds, second.iteration_seconds);
+  EXPECT_NEAR(second.tasks[0].start, 0.0, kTol);
+}
+
+}  // namespace
+}  // namespace comptrain::sim

@@ -4,5 +4,5 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bash "$root/scripts/build.sh" >&2
-# Until the simulator lands, the report is the default model's static accounting.
-exec "$root/build/cli/comptrain" trace show
+# Replays one ResNet-50 iteration on the modeled A100 (SimGrid) and prints the report.
+exec "$root/build/cli/comptrain" simulate

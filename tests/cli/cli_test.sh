@@ -76,6 +76,11 @@ printf 'model:\n  zoo: resnet18\nplatform: a100-40gb\nstrategy: offload\n' >"$wo
 expect 0 'offload copies' -- simulate "$work/offload.yaml"
 expect 2 'a100-41gb' -- simulate --platform a100-41gb
 
+# Every shipped scenario simulates.
+for scenario in "$2"/../../scenarios/*.yaml; do
+  expect 0 'FITS|DOES NOT FIT' -- simulate "$scenario"
+done
+
 # Subcommands of later milestones say so and fail.
 expect 1 'not implemented yet' -- plan scenarios/default.yaml
 expect 1 'not implemented yet' -- calibrate

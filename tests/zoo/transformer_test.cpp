@@ -7,47 +7,12 @@
 #include <string>
 
 #include "comptrain/zoo/zoo.hpp"
+#include "zoo_test_support.hpp"
 
 namespace comptrain::zoo {
-
-// Defined in zoo_test.cpp.
-namespace test_support {
-struct ResidentBytes {
-  std::int64_t parameters = 0;
-  std::int64_t weight = 0;
-  std::int64_t gradient = 0;
-  std::int64_t optimizer_state = 0;
-};
-ResidentBytes resident_bytes(const traces::Trace& trace);
-struct SavedBytes {
-  std::int64_t per_sample = 0;
-  std::int64_t fixed = 0;
-};
-SavedBytes saved_for_backward(const traces::Trace& trace);
-}  // namespace test_support
-
 namespace {
 
-// A ModelRequest built field by field (GCC 12 warns about members that designated
-// initializers leave out, even defaulted ones).
-class Request {
- public:
-  explicit Request(std::string model) { request_.model = std::move(model); }
-  Request& batch_size(std::int64_t value) { request_.batch_size = value; return *this; }
-  Request& precision(Precision value) { request_.precision = value; return *this; }
-  Request& optimizer(Optimizer value) { request_.optimizer = value; return *this; }
-  Request& layers(std::int64_t value) { request_.layers = value; return *this; }
-  Request& hidden(std::int64_t value) { request_.hidden = value; return *this; }
-  Request& heads(std::int64_t value) { request_.heads = value; return *this; }
-  Request& seq_len(std::int64_t value) { request_.seq_len = value; return *this; }
-  Request& vocab(std::int64_t value) { request_.vocab = value; return *this; }
-  operator const ModelRequest&() const { return request_; }  // NOLINT: implicit by design
-
- private:
-  ModelRequest request_;
-};
-
-
+using test_support::Request;
 using traces::OpKind;
 using traces::Phase;
 using traces::TensorRole;

@@ -11,17 +11,11 @@
 #include <string>
 
 #include "comptrain/zoo/zoo.hpp"
+#include "zoo_test_support.hpp"
 
-// Helpers shared with cnn_test.cpp and transformer_test.cpp, which declare them (the test
-// binary has no header of its own).
+// The helpers declared in zoo_test_support.hpp.
 namespace comptrain::zoo::test_support {
 
-struct ResidentBytes {
-  std::int64_t parameters = 0;  // elements of the weights
-  std::int64_t weight = 0;
-  std::int64_t gradient = 0;
-  std::int64_t optimizer_state = 0;
-};
 
 ResidentBytes resident_bytes(const traces::Trace& trace) {
   ResidentBytes result;
@@ -40,10 +34,6 @@ ResidentBytes resident_bytes(const traces::Trace& trace) {
   return result;
 }
 
-struct SavedBytes {
-  std::int64_t per_sample = 0;  // bytes of batch-scaling storages / batch size
-  std::int64_t fixed = 0;       // bytes of the others
-};
 
 // What autograd keeps for backward, counted the way a saved-tensor hook does
 // (check_against_torch.py): each storage once, whether a saved tensor is it or a view of it,
@@ -75,24 +65,8 @@ SavedBytes saved_for_backward(const traces::Trace& trace) {
 namespace comptrain::zoo {
 namespace {
 
-// A ModelRequest built field by field (GCC 12 warns about members that designated
-// initializers leave out, even defaulted ones).
-class Request {
- public:
-  explicit Request(std::string model) { request_.model = std::move(model); }
-  Request& batch_size(std::int64_t value) { request_.batch_size = value; return *this; }
-  Request& precision(Precision value) { request_.precision = value; return *this; }
-  Request& optimizer(Optimizer value) { request_.optimizer = value; return *this; }
-  Request& layers(std::int64_t value) { request_.layers = value; return *this; }
-  Request& hidden(std::int64_t value) { request_.hidden = value; return *this; }
-  Request& heads(std::int64_t value) { request_.heads = value; return *this; }
-  Request& seq_len(std::int64_t value) { request_.seq_len = value; return *this; }
-  Request& vocab(std::int64_t value) { request_.vocab = value; return *this; }
-  operator const ModelRequest&() const { return request_; }  // NOLINT: implicit by design
+using test_support::Request;
 
- private:
-  ModelRequest request_;
-};
 
 
 using testing::HasSubstr;

@@ -382,60 +382,17 @@ Value NetworkBuilder::linear(const std::string& name, Value x, Value weight, std
 }
 
 Value NetworkBuilder::relu_(const std::string& name, Value x) {
-  const std::string op = unique_op_name(name);
-  // In place: the output is the input's storage, written again.
-  const std::size_t y = new_view(op + ".out", x.index, sample_shape(x), tensors_[x.index].batch_dim);
-  ForwardOp f;
-  f.name = op;
-  f.kind = OpKind::relu;
-  f.inputs = {x.index};
-  f.outputs = {y};
-  f.flops = times(elements(y), kReluForward);
-  f.differentiable_outputs = {y};
-  f.saved = {y};  // ReluBackward0 (threshold_backward) saves the result
-  f.grads = {{x.index, {}}};
-  f.backward_flops = times(elements(y), kReluBackward);
-  f.backward_kind = OpKind::relu;
-  record(std::move(f));
-  return {y};
+  // In place: the output is the input's storage, written again. ReluBackward0
+  // (threshold_backward) saves the result.
+  return elementwise(name, x, OpKind::relu, kReluForward, kReluBackward, Saves::result, true);
 }
 
 Value NetworkBuilder::gelu(const std::string& name, Value x) {
-  const std::string op = unique_op_name(name);
-  const std::size_t y = new_output(op + ".out", tensors_[x.index].dtype, sample_shape(x),
-                                   tensors_[x.index].batch_dim, true);
-  ForwardOp f;
-  f.name = op;
-  f.kind = OpKind::gelu;
-  f.inputs = {x.index};
-  f.outputs = {y};
-  f.flops = times(elements(y), kGeluForward);
-  f.differentiable_outputs = {y};
-  f.saved = {x.index};  // GeluBackward0 saves self
-  f.grads = {{x.index, {}}};
-  f.backward_flops = times(elements(y), kGeluBackward);
-  f.backward_kind = OpKind::gelu;
-  record(std::move(f));
-  return {y};
+  return elementwise(name, x, OpKind::gelu, kGeluForward, kGeluBackward, Saves::input, false);  // GeluBackward0 saves self
 }
 
 Value NetworkBuilder::tanh(const std::string& name, Value x) {
-  const std::string op = unique_op_name(name);
-  const std::size_t y = new_output(op + ".out", tensors_[x.index].dtype, sample_shape(x),
-                                   tensors_[x.index].batch_dim, true);
-  ForwardOp f;
-  f.name = op;
-  f.kind = OpKind::elementwise;
-  f.inputs = {x.index};
-  f.outputs = {y};
-  f.flops = times(elements(y), kTanhForward);
-  f.differentiable_outputs = {y};
-  f.saved = {y};  // TanhBackward0 saves the result
-  f.grads = {{x.index, {}}};
-  f.backward_flops = times(elements(y), kTanhBackward);
-  f.backward_kind = OpKind::elementwise;
-  record(std::move(f));
-  return {y};
+  return elementwise(name, x, OpKind::elementwise, kTanhForward, kTanhBackward, Saves::result, false);  // TanhBackward0
 }
 
 Value NetworkBuilder::dropout(const std::string& name, Value x) {
@@ -541,20 +498,26 @@ Value NetworkBuilder::layernorm(const std::string& name, Value x) {
 }
 
 Value NetworkBuilder::softmax(const std::string& name, Value x) {
+  return elementwise(name, x, OpKind::softmax, kSoftmaxForward, kSoftmaxBackward, Saves::result, false);  // SoftmaxBackward0
+}
+
+Value NetworkBuilder::elementwise(const std::string& name, Value x, OpKind kind, std::int64_t forward_flops,
+                                  std::int64_t backward_flops, Saves saves, bool in_place) {
   const std::string op = unique_op_name(name);
-  const std::size_t y = new_output(op + ".out", tensors_[x.index].dtype, sample_shape(x),
-                                   tensors_[x.index].batch_dim, true);
+  const std::size_t y = in_place ? new_view(op + ".out", x.index, sample_shape(x), tensors_[x.index].batch_dim)
+                                 : new_output(op + ".out", tensors_[x.index].dtype, sample_shape(x),
+                                              tensors_[x.index].batch_dim, true);
   ForwardOp f;
   f.name = op;
-  f.kind = OpKind::softmax;
+  f.kind = kind;
   f.inputs = {x.index};
   f.outputs = {y};
-  f.flops = times(elements(y), kSoftmaxForward);
+  f.flops = times(elements(y), forward_flops);
   f.differentiable_outputs = {y};
-  f.saved = {y};  // SoftmaxBackward0 saves the result
+  f.saved = {saves == Saves::input ? x.index : y};
   f.grads = {{x.index, {}}};
-  f.backward_flops = times(elements(y), kSoftmaxBackward);
-  f.backward_kind = OpKind::softmax;
+  f.backward_flops = times(elements(y), backward_flops);
+  f.backward_kind = kind;
   record(std::move(f));
   return {y};
 }

@@ -173,6 +173,11 @@ class NetworkBuilder {
                        std::optional<std::size_t> batch_dim);
   std::size_t emit(OpRecord op);
   void record(ForwardOp op);
+  // An op mapping x to a tensor of the same shape (elementwise, or row-wise like softmax) that
+  // saves either its input or its result for backward; in place when `in_place`.
+  enum class Saves { input, result };
+  Value elementwise(const std::string& name, Value x, traces::OpKind kind, std::int64_t forward_flops,
+                    std::int64_t backward_flops, Saves saves, bool in_place);
   void record_add(ForwardOp op);  // add and add_: fills in kind, FLOPs and the gradient routes
 
   bool requires_grad(std::size_t tensor) const { return tensors_.at(tensor).requires_grad; }

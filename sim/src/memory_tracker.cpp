@@ -20,12 +20,21 @@ bool MemoryTracker::allocate(models::BufferId buffer, double time) {
     peak_ = in_use_;
     peak_time_ = time;
     peak_by_role_ = by_role_;
-    live_at_peak_.clear();
-    for (models::BufferId i = 0; i < live_.size(); ++i) {
-      if (live_[i]) live_at_peak_.push_back(i);
-    }
+    peak_event_ = events_.size() - 1;  // the live set is rebuilt from the events on demand
   }
   return true;
+}
+
+std::vector<models::BufferId> MemoryTracker::live_at_peak() const {
+  std::vector<bool> live(live_.size(), false);
+  if (peak_ > 0) {
+    for (std::size_t i = 0; i <= peak_event_; ++i) live[events_[i].buffer] = events_[i].delta > 0;
+  }
+  std::vector<models::BufferId> out;
+  for (models::BufferId b = 0; b < live.size(); ++b) {
+    if (live[b]) out.push_back(b);
+  }
+  return out;
 }
 
 void MemoryTracker::release(models::BufferId buffer, double time) {

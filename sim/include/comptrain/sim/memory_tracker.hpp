@@ -32,7 +32,7 @@ class MemoryTracker {
   std::int64_t peak() const { return peak_; }
   double peak_time() const { return peak_time_; }
   const BytesByMemoryRole& peak_by_role() const { return peak_by_role_; }
-  const std::vector<models::BufferId>& live_at_peak() const { return live_at_peak_; }  // sorted
+  std::vector<models::BufferId> live_at_peak() const;  // sorted
   const std::vector<MemoryEvent>& events() const { return events_; }
   bool is_live(models::BufferId buffer) const { return live_[buffer]; }
 
@@ -45,7 +45,7 @@ class MemoryTracker {
   BytesByMemoryRole by_role_{};
   BytesByMemoryRole peak_by_role_{};
   std::vector<bool> live_;
-  std::vector<models::BufferId> live_at_peak_;
+  std::size_t peak_event_ = 0;  // events_[0, peak_event_] make the peak's live set
   std::vector<MemoryEvent> events_;
 };
 

@@ -113,21 +113,29 @@ class Replay {
         if (allocated_once_[b]) continue;
         if (!tracker_.allocate(b, timing.start)) {
           record_out_of_memory(t, b, timing.start);
-          stopped_ = true;
-          sg4::Actor::kill_all();
+          stop();
           return;
         }
         allocated_once_[b] = true;
       }
       execute(task);
+      if (stopped_) return;  // another stream ran out of memory meanwhile: this task does not count
       timing.end = sg4::Engine::get_clock();
       finish_task(t, timing.end);
     }
   }
 
+  // Ends the iteration after an out-of-memory: every actor returns at its next check. Actors
+  // are not killed, because a killed actor blocked in a condition-variable wait unwinds through
+  // a SimGrid mutex unlock, which aborts the process.
+  void stop() {
+    stopped_ = true;
+    if (waiters_ > 0) task_done_->notify_all();
+  }
+
   void wait_for(const std::vector<TaskId>& dependencies) {
     for (TaskId d : dependencies) {
-      if (done_[d]) continue;
+      if (done_[d] || stopped_) continue;
       std::unique_lock<sg4::Mutex> lock(*mutex_);
       ++waiters_;
       while (!done_[d] && !stopped_) task_done_->wait(lock);

@@ -153,6 +153,23 @@ TEST(Simulation, OutOfMemoryNamesTheTaskAndTheBytes) {
   EXPECT_NEAR(r.out_of_memory->time, 0.5, kTol);
 }
 
+TEST(Simulation, OutOfMemoryWhileAnotherStreamWaitsEndsCleanly) {
+  // The codec stream waits for the compute stream's task 1, which runs out of memory: the
+  // waiting actor must be released, not killed mid-wait (that aborted SimGrid).
+  ScheduleBuilder b;
+  auto a = b.buffer("a", 300);
+  auto big = b.buffer("big", 900);
+  auto c = b.buffer("c", 100);
+  auto t0 = b.task("first", TaskKind::op, Stream::compute, 0.5, {a}, {});
+  auto t1 = b.task("second", TaskKind::op, Stream::compute, 0.5, {big}, {a});
+  b.task("compress", TaskKind::compress, Stream::codec, 0.1, {c}, {a}, {t0, t1});
+  b.task("copy", TaskKind::offload, Stream::d2h, 0, {}, {a}, {t1}, 1000);
+  const SimulationResult r = simulate(test_platform(1000), b.s);
+  ASSERT_FALSE(r.fits());
+  EXPECT_EQ(r.out_of_memory->task, models::TaskId{1});
+  EXPECT_EQ(r.out_of_memory->requested, 900);
+}
+
 TEST(Simulation, ResidentStateThatDoesNotFitIsReportedBeforeTheIteration) {
   ScheduleBuilder b;
   b.buffer("weights", 2000, MemoryRole::weight, true);

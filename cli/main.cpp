@@ -12,6 +12,7 @@
 #include <string>
 
 #include "comptrain/support/input_error.hpp"
+#include "compress_command.hpp"
 #include "comptrain_version.hpp"
 #include "simulate_command.hpp"
 #include "trace_command.hpp"
@@ -49,6 +50,8 @@ int main(int argc, char** argv) {
   const std::function<int()> commands[] = {
       comptrain::cli::add_trace_command(app),
       comptrain::cli::add_simulate_command(app),
+      comptrain::cli::add_compress_command(app),
+      comptrain::cli::add_decompress_command(app),
       add_pending_command(app, "plan", "Find the largest and the fastest batch size per strategy",
                           "the planner builds on the simulator"),
       add_pending_command(app, "calibrate", "Benchmark the compressor kernels and links on this machine and fit the cost model",

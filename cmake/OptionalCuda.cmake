@@ -8,13 +8,15 @@ if(NOT COMPTRAIN_CUDA STREQUAL "OFF")
   include(CheckLanguage)
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
+    # Ampere and Hopper unless the user chose: nvcc's own default (sm_75 for CUDA 13) would win
+    # if this were set after enable_language.
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 80 90)
+    endif()
     enable_language(CUDA)
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
-    # Ampere and Hopper; nvcc must not contract a*b+c into FMA (bit-identical to the host).
-    if(NOT CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "52")
-      set(CMAKE_CUDA_ARCHITECTURES 80 90)
-    endif()
+    # nvcc must not contract a*b+c into FMA, so device and host streams are bit-identical.
     set(COMPTRAIN_CUDA_FLAGS -fmad=false)
     set(COMPTRAIN_HAVE_CUDA ON)
     message(STATUS "comptrain: CUDA enabled (${CMAKE_CUDA_COMPILER}, architectures ${CMAKE_CUDA_ARCHITECTURES})")

@@ -80,7 +80,10 @@ std::string errno_text() { return std::strerror(errno); }
 
 void write_file_atomically(const std::filesystem::path& path, std::string_view contents) {
   const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
-  std::string pattern = (dir / ("." + path.filename().string() + ".tmp.XXXXXX")).string();
+  // Built with append: GCC 12 at -O3 reports a false -Wrestrict on `"." + string` (GCC PR 105329).
+  std::string name = ".";
+  name.append(path.filename().string()).append(".tmp.XXXXXX");
+  std::string pattern = (dir / name).string();
   int fd = ::mkstemp(pattern.data());
   if (fd < 0) {
     throw InputError("cannot write '" + path.string() + "': cannot create a temporary file in '" +

@@ -1,0 +1,80 @@
+#pragma once
+// Public interface of the compressor kernels: compress / decompress float32 arrays.
+//
+// Codecs (see kernels/README.md):
+//   szp    error-bounded, strict: |x - x'| <= eb for every element; NaN/Inf/-0.0 bit-exact.
+//   zeros  lossless zero elimination.
+//   quant  per-group k-bit quantisation (ActNN-style), NOT error-bounded.
+//   fp16, bf16  casts, NOT error-bounded.
+//   zfp    libzfp fixed-accuracy: a tolerance, not a strict bound (violations are reported).
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "comptrain/kernels/stream.hpp"
+
+namespace comptrain::kernels {
+
+// Refuse absurd counts from a corrupted header before allocating (2^40 floats = 4 TiB).
+inline constexpr std::uint64_t kMaxElements = std::uint64_t{1} << 40;
+
+struct CodecInfo {
+  CodecId id;
+  std::string_view name;
+  bool error_bounded;  // honours --eb at all
+  bool strict;         // the bound holds for every element, NaN/Inf included (guaranteed)
+  std::string_view summary;
+};
+
+std::span<const CodecInfo> codecs();
+const CodecInfo* codec_info_or_null(CodecId id);
+const CodecInfo& codec_info(CodecId id);
+// Throws InputError listing the known names.
+CodecId codec_from_name(std::string_view name);
+
+struct Shape {
+  std::uint8_t rank = 1;
+  std::array<std::uint64_t, kMaxRank> dims{0, 1, 1, 1};
+  static Shape flat(std::uint64_t n) { return Shape{1, {n, 1, 1, 1}}; }
+  std::uint64_t count() const;
+};
+
+struct CompressOptions {
+  CodecId codec = CodecId::szp;
+  double eb = 1e-3;
+  BoundMode mode = BoundMode::rel;  // ignored (stored as none) by codecs that are not error-bounded
+  unsigned quant_bits = 8;          // quant: 1, 2, 4 or 8
+  unsigned threads = 1;             // CPU threads; 0 = hardware concurrency. Output is identical for any value.
+};
+
+// Absolute bound that `compress` enforces for these options: eb, or eb * (max - min) over the
+// finite values in rel mode (0 when there are none).
+double absolute_bound(std::span<const float> data, double eb, BoundMode mode);
+
+// Upper bound of the compressed size of n elements (header included); compress never exceeds it.
+std::uint64_t max_compressed_size(CodecId codec, std::uint64_t n, unsigned quant_bits = 8);
+
+std::vector<std::byte> compress(std::span<const float> data, const Shape& shape, const CompressOptions& options);
+
+// Validates the header and checksum (throws StreamError), then decodes.
+Header inspect(std::span<const std::byte> stream);
+std::vector<float> decompress(std::span<const std::byte> stream, unsigned threads = 1);
+// Decodes into `out`, whose size must equal the stream's element count.
+void decompress_into(std::span<const std::byte> stream, std::span<float> out, unsigned threads = 1);
+
+// Accuracy of a reconstruction against the original.
+struct ErrorStats {
+  std::uint64_t count = 0;
+  double max_abs_error = 0.0;      // over elements where both are finite
+  std::uint64_t violations = 0;    // elements with !(|x - x'| <= eb), or non-finite not preserved bit for bit
+  std::uint64_t nonfinite_mismatches = 0;
+  std::uint64_t zero_mismatches = 0;  // x == 0 but x' != 0 (the ReLU mask)
+  double psnr_db = 0.0;            // 20 log10(range) - 10 log10(mse) over finite pairs; +inf if exact
+  double value_range = 0.0;
+};
+ErrorStats compare(std::span<const float> original, std::span<const float> reconstructed, double eb_abs);
+
+}  // namespace comptrain::kernels

@@ -1,0 +1,72 @@
+#pragma once
+// The container every codec writes: a fixed 96-byte little-endian header, then the payload.
+//
+//   off size field
+//     0    4 magic "CTKZ"
+//     4    2 format version (kFormatVersion)
+//     6    1 codec id (CodecId)
+//     7    1 element type (1 = float32)
+//     8    1 error-bound mode (BoundMode)
+//     9    1 rank (1..4)
+//    10    2 header size (96)
+//    12    4 codec parameter (quant: bits; others 0)
+//    16   32 shape, 4 x u64 (unused trailing dims are 1)
+//    48    8 element count (product of the shape)
+//    56    8 error bound as given (absolute, or relative to the value range)
+//    64    8 absolute error bound actually enforced
+//    72    8 payload size in bytes
+//    80    8 reserved (0)
+//    88    8 checksum: XXH64(payload, seed = XXH64(header bytes 0..88, seed 0))
+// Fields are never reordered; a new field means a new version.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "comptrain/support/input_error.hpp"
+
+namespace comptrain::kernels {
+
+// A stream that is truncated, corrupted, from another program or from a newer version.
+class StreamError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
+inline constexpr std::array<char, 4> kMagic{'C', 'T', 'K', 'Z'};
+inline constexpr std::uint16_t kFormatVersion = 1;
+inline constexpr std::size_t kHeaderSize = 96;
+inline constexpr std::size_t kMaxRank = 4;
+
+enum class CodecId : std::uint8_t { szp = 1, zeros = 2, quant = 3, fp16 = 4, bf16 = 5, zfp = 6 };
+enum class BoundMode : std::uint8_t { none = 0, abs = 1, rel = 2 };
+enum class ElementType : std::uint8_t { float32 = 1 };
+
+struct Header {
+  CodecId codec = CodecId::szp;
+  ElementType type = ElementType::float32;
+  BoundMode mode = BoundMode::abs;
+  std::uint8_t rank = 1;
+  std::uint32_t codec_param = 0;
+  std::array<std::uint64_t, kMaxRank> dims{1, 1, 1, 1};
+  std::uint64_t count = 0;
+  double eb_given = 0.0;
+  double eb_abs = 0.0;
+  std::uint64_t payload_size = 0;
+  std::uint64_t checksum = 0;
+};
+
+// XXH64 (Yann Collet, xxHash specification v0.1.1), written here to avoid a dependency.
+std::uint64_t xxh64(std::span<const std::byte> data, std::uint64_t seed);
+
+// Serialises the header (including `checksum` as given) into 96 bytes.
+void write_header(const Header& h, std::byte* out);
+// Computes the checksum of a complete stream whose header fields are already written.
+std::uint64_t stream_checksum(std::span<const std::byte> stream);
+// Parses and validates the header and the checksum of a complete stream; throws StreamError
+// naming the first problem found.
+Header read_header(std::span<const std::byte> stream);
+
+}  // namespace comptrain::kernels

@@ -1,0 +1,445 @@
+// Codec registry, the error-bound policy, the recipes' stream layouts and the CPU entry points.
+
+#include "comptrain/kernels/codec.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "comptrain/kernels/stages.hpp"
+#include "cpu_driver.hpp"
+#include "zfp_codec.hpp"
+
+namespace comptrain::kernels {
+namespace {
+
+constexpr CodecInfo kCodecs[] = {
+    {CodecId::szp, "szp", true, true,
+     "prequantisation with verify-and-fallback, per-block Lorenzo, fixed-length bit-planes (cuSZp-like); strict bound"},
+    {CodecId::zeros, "zeros", false, true, "lossless zero elimination: per-32 bitmap + packed non-zero values"},
+    {CodecId::quant, "quant", false, false,
+     "per-group k-bit min/max quantisation (ActNN-style, k = 1, 2, 4, 8); NOT error-bounded, NaN/Inf not kept"},
+    {CodecId::fp16, "fp16", false, false, "cast to IEEE half (round to nearest even); NOT error-bounded"},
+    {CodecId::bf16, "bf16", false, false, "cast to bfloat16 (round to nearest even); NOT error-bounded"},
+    {CodecId::zfp, "zfp", true, false,
+     "libzfp fixed-accuracy mode; the tolerance is not a strict bound (violations are reported); no NaN/Inf"},
+};
+
+// ActNN (Chen et al., ICML 2021) quantises activations per group of 256 values by default
+// (actnn/conf.py `group_size = 256`), storing each group's min and scale.
+constexpr std::uint32_t kQuantGroup = 256;
+
+std::uint64_t quant_group_bytes(std::uint64_t values, unsigned bits) { return 8 + (values * bits + 7) / 8; }
+
+template <class T>
+void append(std::vector<std::byte>& out, T value) {
+  const std::size_t at = out.size();
+  out.resize(at + sizeof value);
+  std::memcpy(out.data() + at, &value, sizeof value);
+}
+
+void check_quant_bits(unsigned bits) {
+  if (bits != 1 && bits != 2 && bits != 4 && bits != 8) {
+    throw InputError("quant bits must be 1, 2, 4 or 8 (got " + std::to_string(bits) + ")");
+  }
+}
+
+// --- quant: per-group min/scale + packed codes. Fixed size per group, so groups are independent.
+void quant_encode(std::span<const float> x, unsigned bits, unsigned threads, std::vector<std::byte>& out) {
+  const std::uint64_t n = x.size();
+  const std::uint64_t groups = (n + kQuantGroup - 1) / kQuantGroup;
+  const std::size_t start = out.size();
+  out.resize(start + (groups == 0 ? 0 : (groups - 1) * quant_group_bytes(kQuantGroup, bits) +
+                                            quant_group_bytes(n - (groups - 1) * kQuantGroup, bits)));
+  const std::uint32_t levels = (1u << bits) - 1u;
+  detail::parallel_ranges(groups, threads, [&](std::uint64_t g0, std::uint64_t g1, unsigned) {
+    for (std::uint64_t g = g0; g < g1; ++g) {
+      const float* v = x.data() + g * kQuantGroup;
+      const auto m = static_cast<std::uint32_t>(std::min<std::uint64_t>(kQuantGroup, n - g * kQuantGroup));
+      float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+      for (std::uint32_t i = 0; i < m; ++i) {
+        if (std::isfinite(v[i])) {
+          lo = std::min(lo, v[i]);
+          hi = std::max(hi, v[i]);
+        }
+      }
+      if (!(lo <= hi)) lo = hi = 0.0f;
+      const auto scale = static_cast<float>(std::min((static_cast<double>(hi) - lo) / levels,
+                                                     static_cast<double>(std::numeric_limits<float>::max())));
+      const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
+      std::byte* p = out.data() + start + g * quant_group_bytes(kQuantGroup, bits);
+      std::memcpy(p, &lo, 4);
+      std::memcpy(p + 4, &scale, 4);
+      std::uint8_t* codes = reinterpret_cast<std::uint8_t*>(p + 8);
+      std::memset(codes, 0, (std::uint64_t{m} * bits + 7) / 8);
+      for (std::uint32_t i = 0; i < m; ++i) {
+        float t = std::rint((v[i] - lo) * inv);
+        t = std::isnan(t) ? 0.0f : std::clamp(t, 0.0f, static_cast<float>(levels));  // NaN -> 0, +Inf -> top
+        const auto code = static_cast<std::uint32_t>(t);
+        const std::uint32_t bit = i * bits;
+        codes[bit / 8] = static_cast<std::uint8_t>(codes[bit / 8] | (code << (bit % 8)));
+      }
+    }
+  });
+}
+
+void quant_decode(std::span<const std::byte> payload, unsigned bits, float* out, std::uint64_t n, unsigned threads) {
+  const std::uint64_t groups = (n + kQuantGroup - 1) / kQuantGroup;
+  const std::uint64_t expect = groups == 0 ? 0
+                                           : (groups - 1) * quant_group_bytes(kQuantGroup, bits) +
+                                                 quant_group_bytes(n - (groups - 1) * kQuantGroup, bits);
+  if (payload.size() != expect) throw StreamError("corrupted stream: quant payload has the wrong size");
+  const std::uint32_t mask = (1u << bits) - 1u;
+  detail::parallel_ranges(groups, threads, [&](std::uint64_t g0, std::uint64_t g1, unsigned) {
+    for (std::uint64_t g = g0; g < g1; ++g) {
+      const std::byte* p = payload.data() + g * quant_group_bytes(kQuantGroup, bits);
+      const auto m = static_cast<std::uint32_t>(std::min<std::uint64_t>(kQuantGroup, n - g * kQuantGroup));
+      float lo, scale;
+      std::memcpy(&lo, p, 4);
+      std::memcpy(&scale, p + 4, 4);
+      const auto* codes = reinterpret_cast<const std::uint8_t*>(p + 8);
+      float* o = out + g * kQuantGroup;
+      for (std::uint32_t i = 0; i < m; ++i) {
+        const std::uint32_t bit = i * bits;
+        const std::uint32_t code = (codes[bit / 8] >> (bit % 8)) & mask;
+        o[i] = lo + static_cast<float>(code) * scale;
+      }
+    }
+  });
+}
+
+template <class Convert>
+void cast_encode(std::span<const float> x, unsigned threads, std::vector<std::byte>& out, Convert convert) {
+  const std::size_t start = out.size();
+  out.resize(start + 2 * x.size());
+  detail::parallel_ranges(x.size(), threads, [&](std::uint64_t i0, std::uint64_t i1, unsigned) {
+    auto* o = reinterpret_cast<unsigned char*>(out.data() + start);
+    for (std::uint64_t i = i0; i < i1; ++i) {
+      const std::uint16_t h = convert(x[i]);
+      std::memcpy(o + 2 * i, &h, 2);
+    }
+  });
+}
+
+template <class Convert>
+void cast_decode(std::span<const std::byte> payload, float* out, std::uint64_t n, unsigned threads, Convert convert) {
+  if (payload.size() != 2 * n) throw StreamError("corrupted stream: cast payload has the wrong size");
+  detail::parallel_ranges(n, threads, [&](std::uint64_t i0, std::uint64_t i1, unsigned) {
+    for (std::uint64_t i = i0; i < i1; ++i) {
+      std::uint16_t h;
+      std::memcpy(&h, payload.data() + 2 * i, 2);
+      out[i] = convert(h);
+    }
+  });
+}
+
+// Chunked payload state: the quantiser's state (szp; zeros writes 4 zero bytes) + chunk blocks (u32).
+constexpr std::uint32_t kSzpStateBytes = LinearQuantizer::kStateBytes + 4;
+
+}  // namespace
+
+// The per-chunk workers, compiled twice (x86-64 baseline and AVX2) and picked at load time by
+// the CPU: the stage loops are written to vectorise and AVX2 doubles their width. Both clones
+// execute the same IEEE operations (no FMA: AVX2 does not enable it and -ffp-contract=off), so
+// the streams are identical on every x86-64 machine. The workers must not throw (GCC 12 lets no
+// exception through the ifunc dispatch; it calls std::terminate), so errors are returned.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define COMPTRAIN_CPU_CLONES __attribute__((target_clones("avx2", "default"), flatten))
+#else
+#define COMPTRAIN_CPU_CLONES
+#endif
+
+namespace detail {
+// szp: quantise the whole chunk first (one long vectorised loop), then run the remaining
+// stages block by block (see SzpBlockCodec::encode_quantized for why).
+COMPTRAIN_CPU_CLONES std::uint64_t encode_chunk_szp(const SzpBlockCodec<>& codec, const float* x, std::uint64_t values,
+                                                    std::uint8_t* out, float* side) {
+  const auto blocks = static_cast<std::uint32_t>((values + kBlockValues - 1) / kBlockValues);
+  alignas(64) std::int32_t q33[kChunkBlocks * (kBlockValues + 1)];
+  alignas(64) std::uint32_t raw[kChunkBlocks * kBlockValues];
+  for (std::uint32_t b = 0; b < blocks; ++b) {
+    const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(kBlockValues, values - std::uint64_t{b} * kBlockValues));
+    q33[b * (kBlockValues + 1)] = 0;
+    codec.quantizer.quantize_block(x + std::uint64_t{b} * kBlockValues, n, q33 + b * (kBlockValues + 1) + 1, raw + b * kBlockValues);
+  }
+  const std::uint32_t tb = tag_bytes(blocks);
+  std::uint8_t* body = out + tb;
+  std::uint32_t side_n = 0;
+  for (std::uint32_t b = 0; b < blocks; ++b) {
+    const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(kBlockValues, values - std::uint64_t{b} * kBlockValues));
+    const EncodedBlock e = codec.encode_quantized(x + std::uint64_t{b} * kBlockValues, n, q33 + b * (kBlockValues + 1),
+                                                  raw + b * kBlockValues, body, side + side_n);
+    out[b] = e.tag;
+    body += 4 * std::uint64_t{e.body_words};
+    side_n += e.side_count;
+  }
+  for (std::uint32_t b = blocks; b < tb; ++b) out[b] = 0;
+  std::memcpy(body, side, 4 * std::uint64_t{side_n});
+  return static_cast<std::uint64_t>(body - out) + 4 * std::uint64_t{side_n};
+}
+COMPTRAIN_CPU_CLONES const char* decode_chunk_szp(const SzpBlockCodec<>& codec, const std::uint8_t* in, std::uint64_t size,
+                                                  std::uint64_t values, float* out) {
+  return decode_chunk(codec, in, size, values, out);
+}
+COMPTRAIN_CPU_CLONES std::uint64_t encode_chunk_zeros(const ZerosBlockCodec& codec, const float* x, std::uint64_t values,
+                                                      std::uint8_t* out, float* side) {
+  return encode_chunk(codec, x, values, out, side);
+}
+COMPTRAIN_CPU_CLONES const char* decode_chunk_zeros(const ZerosBlockCodec& codec, const std::uint8_t* in, std::uint64_t size,
+                                                    std::uint64_t values, float* out) {
+  return decode_chunk(codec, in, size, values, out);
+}
+}  // namespace detail
+
+namespace {
+
+}  // namespace
+
+std::span<const CodecInfo> codecs() { return kCodecs; }
+
+const CodecInfo* codec_info_or_null(CodecId id) {
+  for (const auto& c : kCodecs) {
+    if (c.id == id) return &c;
+  }
+  return nullptr;
+}
+
+const CodecInfo& codec_info(CodecId id) {
+  const CodecInfo* c = codec_info_or_null(id);
+  if (c == nullptr) throw InputError("unknown codec id " + std::to_string(static_cast<int>(id)));
+  return *c;
+}
+
+CodecId codec_from_name(std::string_view name) {
+  std::string known;
+  for (const auto& c : kCodecs) {
+    if (c.name == name) return c.id;
+    known += known.empty() ? "" : ", ";
+    known += c.name;
+  }
+  throw InputError("unknown codec '" + std::string(name) + "' (known: " + known + ")");
+}
+
+std::uint64_t Shape::count() const {
+  std::uint64_t n = 1;
+  for (std::size_t i = 0; i < rank && i < kMaxRank; ++i) n *= dims[i];
+  return n;
+}
+
+COMPTRAIN_CPU_CLONES double absolute_bound(std::span<const float> data, double eb, BoundMode mode) {
+  if (mode != BoundMode::rel) return mode == BoundMode::abs ? eb : 0.0;
+  // Min/max over finite values on integer keys that order like the floats (sign-magnitude to
+  // two's complement): integer min/max vectorise, float min/max do not under IEEE NaN rules.
+  std::int32_t lo = std::numeric_limits<std::int32_t>::max(), hi = std::numeric_limits<std::int32_t>::min();
+  const float* p = data.data();
+  for (std::size_t i = 0; i < data.size(); ++i) {
+    std::uint32_t u;
+    std::memcpy(&u, p + i, 4);
+    const std::uint32_t key = u ^ ((0u - (u >> 31)) & 0x7fffffffu);
+    const std::uint32_t finite = 0u - static_cast<std::uint32_t>((u & 0x7f800000u) != 0x7f800000u);
+    const auto key_lo = static_cast<std::int32_t>((key & finite) | (0x7fffffffu & ~finite));
+    const auto key_hi = static_cast<std::int32_t>((key & finite) | (0x80000000u & ~finite));
+    lo = std::min(lo, key_lo);
+    hi = std::max(hi, key_hi);
+  }
+  if (lo > hi) return 0.0;
+  const auto value = [](std::int32_t key) {
+    const auto k = static_cast<std::uint32_t>(key);
+    const std::uint32_t u = k ^ ((0u - (k >> 31)) & 0x7fffffffu);
+    float f;
+    std::memcpy(&f, &u, 4);
+    return static_cast<double>(f);
+  };
+  return eb * (value(hi) - value(lo));
+}
+
+std::uint64_t max_compressed_size(CodecId codec, std::uint64_t n, unsigned quant_bits) {
+  const std::uint64_t chunks = (n + kChunkValues - 1) / kChunkValues;
+  const std::uint64_t blocks = (n + kBlockValues - 1) / kBlockValues;
+  switch (codec) {
+    case CodecId::szp:
+    case CodecId::zeros:
+      // state + chunk table + tags (padded to 4 per chunk) + every value verbatim
+      return kHeaderSize + kSzpStateBytes + 8 * (chunks + 1) + blocks + 3 * chunks + 4 * n;
+    case CodecId::quant:
+      check_quant_bits(quant_bits);
+      return kHeaderSize + ((n + kQuantGroup - 1) / kQuantGroup) * quant_group_bytes(kQuantGroup, quant_bits);
+    case CodecId::fp16:
+    case CodecId::bf16: return kHeaderSize + 2 * n;
+    case CodecId::zfp: return kHeaderSize + detail::zfp_max_payload(Shape::flat(n), 0.0);
+  }
+  throw InputError("unknown codec");
+}
+
+std::vector<std::byte> compress(std::span<const float> data, const Shape& shape, const CompressOptions& options) {
+  const CodecInfo& info = codec_info(options.codec);
+  if (shape.rank < 1 || shape.rank > kMaxRank) throw InputError("shape rank must be 1..4");
+  if (shape.count() != data.size()) {
+    throw InputError("shape has " + std::to_string(shape.count()) + " elements but the data has " + std::to_string(data.size()));
+  }
+  if (data.size() > kMaxElements) throw InputError("array too large");
+  Header h;
+  h.codec = options.codec;
+  h.rank = shape.rank;
+  for (std::size_t i = 0; i < kMaxRank; ++i) h.dims[i] = i < shape.rank ? shape.dims[i] : 1;
+  h.count = data.size();
+  if (info.error_bounded) {
+    if (!std::isfinite(options.eb) || options.eb < 0.0) {
+      throw InputError("error bound must be a finite number >= 0 (got " + std::to_string(options.eb) + ")");
+    }
+    if (options.mode == BoundMode::none) throw InputError("codec " + std::string(info.name) + " needs an abs or rel bound");
+    h.mode = options.mode;
+    h.eb_given = options.eb;
+    h.eb_abs = absolute_bound(data, options.eb, options.mode);
+    if (!std::isfinite(h.eb_abs)) throw InputError("relative error bound times the value range overflows");
+  } else {
+    h.mode = BoundMode::none;
+  }
+
+  std::vector<std::byte> out(kHeaderSize);
+  switch (options.codec) {
+    case CodecId::szp: {
+      SzpBlockCodec<> codec{make_linear_quantizer(h.eb_abs)};
+      out.resize(out.size() + LinearQuantizer::kStateBytes);
+      codec.quantizer.save(reinterpret_cast<std::uint8_t*>(out.data() + out.size() - LinearQuantizer::kStateBytes));
+      append(out, kChunkBlocks);
+      detail::encode_chunked(codec, data.data(), data.size(), options.threads, out);
+      break;
+    }
+    case CodecId::zeros:
+      append(out, std::uint32_t{0});
+      append(out, kChunkBlocks);
+      detail::encode_chunked(ZerosBlockCodec{}, data.data(), data.size(), options.threads, out);
+      break;
+    case CodecId::quant:
+      check_quant_bits(options.quant_bits);
+      h.codec_param = options.quant_bits;
+      quant_encode(data, options.quant_bits, options.threads, out);
+      break;
+    case CodecId::fp16: cast_encode(data, options.threads, out, float_to_fp16); break;
+    case CodecId::bf16: cast_encode(data, options.threads, out, float_to_bf16); break;
+    case CodecId::zfp: detail::zfp_compress(data, shape, h.eb_abs, out); break;
+  }
+  h.payload_size = out.size() - kHeaderSize;
+  write_header(h, out.data());
+  h.checksum = stream_checksum(out);
+  write_header(h, out.data());
+  return out;
+}
+
+Header inspect(std::span<const std::byte> stream) { return read_header(stream); }
+
+namespace {
+// Before allocating the output: a forged element count must not make us allocate terabytes for
+// a payload that cannot possibly hold it. These are lower bounds of each codec's payload.
+void check_plausible_count(const Header& h) {
+  const std::uint64_t n = h.count;
+  std::uint64_t min_payload = 0;
+  switch (h.codec) {
+    case CodecId::szp:
+    case CodecId::zeros: min_payload = kSzpStateBytes + 8 * (chunk_count(n) + 1) + (n + kBlockValues - 1) / kBlockValues; break;
+    case CodecId::quant: min_payload = 8 * ((n + kQuantGroup - 1) / kQuantGroup) + n / 8; break;
+    case CodecId::fp16:
+    case CodecId::bf16: min_payload = 2 * n; break;
+    case CodecId::zfp: min_payload = n / 2048; break;  // >= 1 bit per 4^4-value block
+  }
+  if (h.payload_size < min_payload) {
+    throw StreamError("corrupted stream: " + std::to_string(h.payload_size) + "-byte payload cannot hold " + std::to_string(n) +
+                      " elements");
+  }
+}
+}  // namespace
+
+std::vector<float> decompress(std::span<const std::byte> stream, unsigned threads) {
+  const Header h = read_header(stream);
+  check_plausible_count(h);
+  std::vector<float> out(h.count);
+  decompress_into(stream, out, threads);
+  return out;
+}
+
+void decompress_into(std::span<const std::byte> stream, std::span<float> out, unsigned threads) {
+  const Header h = read_header(stream);
+  if (out.size() != h.count) throw InputError("output buffer size does not match the stream's element count");
+  const auto payload = stream.subspan(kHeaderSize);
+  switch (h.codec) {
+    case CodecId::szp:
+    case CodecId::zeros: {
+      if (payload.size() < kSzpStateBytes) throw StreamError("corrupted stream: missing codec state");
+      std::uint32_t chunk_blocks;
+      std::memcpy(&chunk_blocks, payload.data() + 4, 4);
+      if (chunk_blocks != kChunkBlocks) throw StreamError("corrupted stream: unsupported chunk size");
+      const auto chunks = payload.subspan(kSzpStateBytes);
+      if (h.codec == CodecId::szp) {
+        SzpBlockCodec<> codec;
+        if (!codec.quantizer.load(reinterpret_cast<const std::uint8_t*>(payload.data()))) {
+          throw StreamError("corrupted stream: bad quantisation step");
+        }
+        detail::decode_chunked(codec, chunks, out.data(), h.count, threads);
+      } else {
+        detail::decode_chunked(ZerosBlockCodec{}, chunks, out.data(), h.count, threads);
+      }
+      break;
+    }
+    case CodecId::quant:
+      if (h.codec_param != 1 && h.codec_param != 2 && h.codec_param != 4 && h.codec_param != 8) {
+        throw StreamError("corrupted stream: bad quant bit count");
+      }
+      quant_decode(payload, h.codec_param, out.data(), h.count, threads);
+      break;
+    case CodecId::fp16: cast_decode(payload, out.data(), h.count, threads, fp16_to_float); break;
+    case CodecId::bf16: cast_decode(payload, out.data(), h.count, threads, bf16_to_float); break;
+    case CodecId::zfp: {
+      Shape s;
+      s.rank = h.rank;
+      s.dims = h.dims;
+      detail::zfp_decompress(payload, s, h.eb_abs, out);
+      break;
+    }
+  }
+}
+
+ErrorStats compare(std::span<const float> original, std::span<const float> reconstructed, double eb_abs) {
+  if (original.size() != reconstructed.size()) throw InputError("compare: sizes differ");
+  ErrorStats s;
+  s.count = original.size();
+  float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+  double sse = 0.0;
+  bool sse_infinite = false;
+  for (std::size_t i = 0; i < original.size(); ++i) {
+    const float x = original[i], y = reconstructed[i];
+    const bool same_bits = std::memcmp(&x, &y, 4) == 0;
+    if (std::isfinite(x)) {
+      lo = std::min(lo, x);
+      hi = std::max(hi, x);
+      if (std::isfinite(y)) {
+        const double e = std::fabs(static_cast<double>(x) - static_cast<double>(y));
+        s.max_abs_error = std::max(s.max_abs_error, e);
+        sse += e * e;
+      } else {
+        s.max_abs_error = std::numeric_limits<double>::infinity();
+        sse_infinite = true;
+      }
+    } else if (!same_bits) {
+      ++s.nonfinite_mismatches;
+    }
+    if (x == 0.0f && !same_bits) ++s.zero_mismatches;
+    const bool ok = same_bits || (std::isfinite(x) && std::isfinite(y) &&
+                                  std::fabs(static_cast<double>(x) - static_cast<double>(y)) <= eb_abs);
+    if (!ok) ++s.violations;
+  }
+  s.value_range = lo <= hi ? static_cast<double>(hi) - lo : 0.0;
+  const double mse = sse / static_cast<double>(std::max<std::size_t>(original.size(), 1));
+  if (sse_infinite) {
+    s.psnr_db = -std::numeric_limits<double>::infinity();
+  } else if (mse == 0.0) {
+    s.psnr_db = std::numeric_limits<double>::infinity();
+  } else {
+    s.psnr_db = 20.0 * std::log10(s.value_range) - 10.0 * std::log10(mse);
+  }
+  return s;
+}
+
+}  // namespace comptrain::kernels

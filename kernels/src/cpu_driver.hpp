@@ -1,0 +1,226 @@
+#pragma once
+// CPU driver of the chunked block codecs (szp, zeros): std::thread over contiguous ranges of
+// chunks. Chunks are encoded independently and assembled in order, so the stream does not
+// depend on the thread count. Private to the library.
+
+#include <algorithm>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "comptrain/kernels/stages.hpp"
+#include "comptrain/kernels/stream.hpp"
+
+namespace comptrain::kernels::detail {
+
+inline unsigned resolve_threads(unsigned threads, std::uint64_t work_items) {
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  return static_cast<unsigned>(std::max<std::uint64_t>(1, std::min<std::uint64_t>(threads, work_items)));
+}
+
+// Runs f(begin, end, thread_index) over [0, items) split into `threads` contiguous ranges;
+// rethrows the first exception of any thread after all have joined.
+template <class F>
+void parallel_ranges(std::uint64_t items, unsigned threads, F&& f) {
+  threads = resolve_threads(threads, items);
+  if (threads == 1) {
+    f(std::uint64_t{0}, items, 0u);
+    return;
+  }
+  std::vector<std::exception_ptr> errors(threads);
+  std::vector<std::thread> pool;
+  pool.reserve(threads);
+  for (unsigned t = 0; t < threads; ++t) {
+    const std::uint64_t begin = items * t / threads, end = items * (t + 1) / threads;
+    pool.emplace_back([&, t, begin, end] {
+      try {
+        f(begin, end, t);
+      } catch (...) {
+        errors[t] = std::current_exception();
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+inline std::uint64_t chunk_values(std::uint64_t n, std::uint64_t c) { return std::min(kChunkValues, n - c * kChunkValues); }
+
+template <class BlockCodec>
+std::uint64_t encode_chunk(const BlockCodec& codec, const float* x, std::uint64_t values, std::uint8_t* out, float* side);
+template <class BlockCodec>
+const char* decode_chunk(const BlockCodec& codec, const std::uint8_t* in, std::uint64_t size, std::uint64_t values, float* out);
+
+// Dispatch points: the generic template, or an out-of-line (possibly multi-versioned) worker
+// for a recipe that provides one (codec.cpp).
+template <class BlockCodec>
+struct ChunkWorkers {
+  static std::uint64_t encode(const BlockCodec& c, const float* x, std::uint64_t v, std::uint8_t* o, float* s) {
+    return encode_chunk(c, x, v, o, s);
+  }
+  static const char* decode(const BlockCodec& c, const std::uint8_t* in, std::uint64_t size, std::uint64_t v, float* o) {
+    return decode_chunk(c, in, size, v, o);
+  }
+};
+std::uint64_t encode_chunk_szp(const SzpBlockCodec<>& codec, const float* x, std::uint64_t values, std::uint8_t* out, float* side);
+const char* decode_chunk_szp(const SzpBlockCodec<>& codec, const std::uint8_t* in, std::uint64_t size, std::uint64_t values,
+                             float* out);
+std::uint64_t encode_chunk_zeros(const ZerosBlockCodec& codec, const float* x, std::uint64_t values, std::uint8_t* out, float* side);
+const char* decode_chunk_zeros(const ZerosBlockCodec& codec, const std::uint8_t* in, std::uint64_t size, std::uint64_t values,
+                               float* out);
+template <>
+struct ChunkWorkers<ZerosBlockCodec> {
+  static std::uint64_t encode(const ZerosBlockCodec& c, const float* x, std::uint64_t v, std::uint8_t* o, float* s) {
+    return encode_chunk_zeros(c, x, v, o, s);
+  }
+  static const char* decode(const ZerosBlockCodec& c, const std::uint8_t* in, std::uint64_t size, std::uint64_t v, float* o) {
+    return decode_chunk_zeros(c, in, size, v, o);
+  }
+};
+template <>
+struct ChunkWorkers<SzpBlockCodec<>> {
+  static std::uint64_t encode(const SzpBlockCodec<>& c, const float* x, std::uint64_t v, std::uint8_t* o, float* s) {
+    return encode_chunk_szp(c, x, v, o, s);
+  }
+  static const char* decode(const SzpBlockCodec<>& c, const std::uint8_t* in, std::uint64_t size, std::uint64_t v, float* o) {
+    return decode_chunk_szp(c, in, size, v, o);
+  }
+};
+
+// Encodes one chunk of `values` values at `out` (room for max_chunk_bytes(values)); returns its size.
+template <class BlockCodec>
+std::uint64_t encode_chunk(const BlockCodec& codec, const float* x, std::uint64_t values, std::uint8_t* out, float* side) {
+  const auto blocks = static_cast<std::uint32_t>((values + kBlockValues - 1) / kBlockValues);
+  const std::uint32_t tb = tag_bytes(blocks);
+  std::uint8_t* body = out + tb;
+  std::uint32_t side_n = 0;
+  for (std::uint32_t b = 0; b < blocks; ++b) {
+    const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(kBlockValues, values - std::uint64_t{b} * kBlockValues));
+    const EncodedBlock e = codec.encode(x + std::uint64_t{b} * kBlockValues, n, body, side + side_n);
+    out[b] = e.tag;
+    body += 4 * std::uint64_t{e.body_words};
+    side_n += e.side_count;
+  }
+  for (std::uint32_t b = blocks; b < tb; ++b) out[b] = 0;
+  std::memcpy(body, side, 4 * std::uint64_t{side_n});
+  return static_cast<std::uint64_t>(body - out) + 4 * std::uint64_t{side_n};
+}
+
+[[noreturn]] inline void corrupt_chunk(std::uint64_t c, const char* what) {
+  throw StreamError("corrupted stream: chunk " + std::to_string(c) + ": " + what);
+}
+
+// Decodes one chunk of `size` bytes, validating every count and offset before use. Returns
+// nullptr, or what is wrong with the chunk. (No exceptions here: the x86 workers are
+// multi-versioned with target_clones, and GCC 12 lets no exception through an ifunc dispatch -
+// it terminates instead.)
+template <class BlockCodec>
+const char* decode_chunk(const BlockCodec& codec, const std::uint8_t* in, std::uint64_t size, std::uint64_t values, float* out) {
+  const auto blocks = static_cast<std::uint32_t>((values + kBlockValues - 1) / kBlockValues);
+  const std::uint32_t tb = tag_bytes(blocks);
+  if (size < tb) return "shorter than its tag bytes";
+  for (std::uint32_t b = blocks; b < tb; ++b) {
+    if (in[b] != 0) return "non-zero tag padding";
+  }
+  std::uint64_t body_total = 0;
+  for (std::uint32_t b = 0; b < blocks; ++b) {
+    const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(kBlockValues, values - std::uint64_t{b} * kBlockValues));
+    const std::uint32_t w = codec.body_words(in[b], n);
+    if (w == kInvalidCount) return "invalid block tag";
+    body_total += w;
+  }
+  if (tb + 4 * body_total > size) return "block bodies run past the chunk";
+  const std::uint64_t side_start = tb + 4 * body_total;
+  if ((size - side_start) % 4 != 0) return "side area is not a whole number of values";
+  const std::uint64_t side_avail = (size - side_start) / 4;
+  std::uint64_t pos = tb, side_pos = 0;
+  for (std::uint32_t b = 0; b < blocks; ++b) {
+    const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(kBlockValues, values - std::uint64_t{b} * kBlockValues));
+    const std::uint8_t tag = in[b];
+    const std::uint32_t s = codec.side_count(tag, in + pos, n);
+    if (s == kInvalidCount || side_pos + s > side_avail) return "bad raw-value count";
+    codec.decode(tag, in + pos, in + side_start + 4 * side_pos, n, out + std::uint64_t{b} * kBlockValues);
+    pos += 4 * std::uint64_t{codec.body_words(tag, n)};
+    side_pos += s;
+  }
+  if (side_pos != side_avail) return "unused bytes at the end";
+  return nullptr;
+}
+
+// Appends (chunks + 1) u64 offsets and the chunks to `out`.
+template <class BlockCodec>
+void encode_chunked(const BlockCodec& codec, const float* x, std::uint64_t n, unsigned threads, std::vector<std::byte>& out) {
+  const std::uint64_t chunks = chunk_count(n);
+  threads = resolve_threads(threads, chunks);
+  std::vector<std::uint64_t> sizes(chunks);
+  std::vector<std::unique_ptr<std::uint8_t[]>> buffers(threads);
+  std::vector<std::uint64_t> used(threads, 0);
+  parallel_ranges(chunks, threads, [&](std::uint64_t c0, std::uint64_t c1, unsigned t) {
+    std::uint64_t cap = 0;
+    for (std::uint64_t c = c0; c < c1; ++c) cap += max_chunk_bytes(chunk_values(n, c));
+    // Uninitialised on purpose: untouched worst-case space costs no memory traffic.
+    buffers[t].reset(new std::uint8_t[std::max<std::uint64_t>(cap, 1)]);
+    std::unique_ptr<float[]> side(new float[kChunkValues]);
+    std::uint64_t pos = 0;
+    for (std::uint64_t c = c0; c < c1; ++c) {
+      sizes[c] = ChunkWorkers<BlockCodec>::encode(codec, x + c * kChunkValues, chunk_values(n, c), buffers[t].get() + pos, side.get());
+      pos += sizes[c];
+    }
+    used[t] = pos;
+  });
+  const std::size_t table = out.size();
+  std::uint64_t total = 0;
+  for (auto u : used) total += u;
+  out.resize(table + 8 * (chunks + 1) + total);
+  std::uint64_t offset = 0;
+  for (std::uint64_t c = 0; c <= chunks; ++c) {
+    std::memcpy(out.data() + table + 8 * c, &offset, 8);
+    if (c < chunks) offset += sizes[c];
+  }
+  std::byte* dst = out.data() + table + 8 * (chunks + 1);
+  for (unsigned t = 0; t < threads; ++t) {
+    if (used[t] != 0) std::memcpy(dst, buffers[t].get(), used[t]);
+    dst += used[t];
+  }
+}
+
+// Reads and validates the chunk table at the start of `payload`: offsets relative to the end of
+// the table, starting at 0, non-decreasing, each chunk within its worst-case size, the last
+// one ending exactly at the end of the payload.
+inline std::vector<std::uint64_t> read_chunk_table(std::span<const std::byte> payload, std::uint64_t n) {
+  const std::uint64_t chunks = chunk_count(n);
+  if (payload.size() / 8 < chunks + 1) throw StreamError("corrupted stream: payload too short for its chunk table");
+  const std::uint64_t data_size = payload.size() - 8 * (chunks + 1);
+  std::vector<std::uint64_t> offsets(chunks + 1);
+  std::memcpy(offsets.data(), payload.data(), 8 * (chunks + 1));
+  if (offsets[0] != 0 || offsets[chunks] != data_size) throw StreamError("corrupted stream: chunk table does not cover the payload");
+  for (std::uint64_t c = 0; c < chunks; ++c) {
+    if (offsets[c + 1] < offsets[c] || offsets[c + 1] - offsets[c] > max_chunk_bytes(chunk_values(n, c))) {
+      throw StreamError("corrupted stream: bad offset of chunk " + std::to_string(c));
+    }
+  }
+  return offsets;
+}
+
+// Decodes the offsets table + chunks in `payload` into out[0..n).
+template <class BlockCodec>
+void decode_chunked(const BlockCodec& codec, std::span<const std::byte> payload, float* out, std::uint64_t n, unsigned threads) {
+  const std::uint64_t chunks = chunk_count(n);
+  const std::vector<std::uint64_t> offsets = read_chunk_table(payload, n);
+  const auto* data = reinterpret_cast<const std::uint8_t*>(payload.data() + 8 * (chunks + 1));
+  parallel_ranges(chunks, threads, [&](std::uint64_t c0, std::uint64_t c1, unsigned) {
+    for (std::uint64_t c = c0; c < c1; ++c) {
+      const char* error =
+          ChunkWorkers<BlockCodec>::decode(codec, data + offsets[c], offsets[c + 1] - offsets[c], chunk_values(n, c), out + c * kChunkValues);
+      if (error != nullptr) corrupt_chunk(c, error);
+    }
+  });
+}
+
+}  // namespace comptrain::kernels::detail

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# End-to-end checks of `comptrain compress` / `comptrain decompress`: round trips through raw
+# float32 and .npy files, --stats output, exit codes (0 ok, 2 bad input) and error messages.
+# Usage: cli_compress_test.sh PATH/TO/comptrain
+set -u
+bin=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+passed=0
+failed=0
+
+expect() {  # expect CODE PATTERN -- ARGS...
+  local code=$1 pattern=$2
+  shift 3
+  local out actual
+  out=$("$bin" "$@" 2>&1)
+  actual=$?
+  if [[ $actual -eq $code ]] && grep -Eq -- "$pattern" <<<"$out"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL: comptrain $* -> exit $actual (expected $code), output should match /$pattern/:"
+    sed 's/^/    /' <<<"$out" | head -20
+  fi
+}
+
+# 1000 float32 values 0.000, 0.001, ... with a NaN at index 7, raw and as a (10, 100) .npy.
+# perl-base is an essential Debian package, so this needs nothing beyond the base system.
+perl -e '
+  my @v = map { $_ * 0.001 } 0 .. 999;
+  my $data = pack("f<*", @v);
+  substr($data, 28, 4) = pack("V", 0x7fc00000);  # NaN
+  open(my $f, ">", "$ARGV[0]/a.f32") or die; binmode $f; print $f $data; close $f;
+  my $h = "{\x27descr\x27: \x27<f4\x27, \x27fortran_order\x27: False, \x27shape\x27: (10, 100), }";
+  my $total = int((10 + length($h) + 1 + 63) / 64) * 64;
+  $h .= " " x ($total - 10 - length($h) - 1) . "\n";
+  open(my $g, ">", "$ARGV[0]/a.npy") or die; binmode $g;
+  print $g "\x93NUMPY\x01\x00" . pack("v", length($h)) . $h . $data; close $g;
+' "$work"
+
+expect 0 'bound held +yes' -- compress --codec szp --eb 1e-3 --stats "$work/a.f32" "$work/a.ctk"
+expect 0 '' -- decompress "$work/a.ctk" "$work/b.f32"
+expect 0 'bound held +yes' -- compress --codec szp --eb 1e-2 --rel --stats "$work/a.npy" "$work/a2.ctk"
+expect 0 '' -- decompress "$work/a2.ctk" "$work/b.npy"
+if cmp -s <(head -c 10 "$work/a.npy") <(head -c 10 "$work/b.npy") && [[ $(stat -c %s "$work/b.npy") -eq $(stat -c %s "$work/a.npy") ]]; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "FAIL: decompressed .npy does not keep the header/shape"
+fi
+expect 0 'lossless: yes' -- compress --codec zeros --stats "$work/a.f32" "$work/z.ctk"
+expect 0 '' -- decompress "$work/z.ctk" "$work/z.f32"
+if cmp -s "$work/a.f32" "$work/z.f32"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: zeros not lossless"; fi
+expect 0 'NOT error-bounded' -- compress --codec quant --bits 4 --stats "$work/a.f32" "$work/q.ctk"
+expect 0 'ratio' -- compress --codec bf16 --stats "$work/a.f32" "$work/h.ctk"
+expect 2 'NaN or Inf' -- compress --codec zfp --eb 1e-3 "$work/a.f32" "$work/f.ctk"
+expect 2 'needs --eb' -- compress --codec szp "$work/a.f32" "$work/x.ctk"
+expect 2 'not error-bounded' -- compress --codec fp16 --eb 1e-3 "$work/a.f32" "$work/x.ctk"
+expect 2 "unknown codec 'lz4'" -- compress --codec lz4 --eb 1 "$work/a.f32" "$work/x.ctk"
+expect 2 'error bound must be' -- compress --codec szp --eb -1 "$work/a.f32" "$work/x.ctk"
+expect 2 'bits must be' -- compress --codec quant --bits 3 "$work/a.f32" "$work/x.ctk"
+expect 2 'bad magic' -- decompress "$work/a.f32" "$work/x.f32"
+head -c 150 "$work/a.ctk" >"$work/t.ctk"
+expect 2 'truncated' -- decompress "$work/t.ctk" "$work/x.f32"
+head -c 1001 "$work/a.f32" >"$work/odd.f32"
+expect 2 'not a multiple of 4' -- compress --codec szp --eb 1 "$work/odd.f32" "$work/x.ctk"
+sed 's/<f4/<f8/' "$work/a.npy" >"$work/f8.npy"
+expect 2 'dtype' -- compress --codec szp --eb 1 "$work/f8.npy" "$work/x.ctk"
+expect 2 'cannot read|No such file' -- compress --codec szp --eb 1 "$work/missing.f32" "$work/x.ctk"
+if [[ ! -e "$work/x.ctk" ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: output written on error"; fi
+
+echo "cli_compress_test: $passed passed, $failed failed"
+[[ $failed -eq 0 ]]

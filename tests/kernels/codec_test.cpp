@@ -1,0 +1,185 @@
+// Round trips of every codec, multi-thread determinism, number formats, checksum, .npy I/O.
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+
+#include "comptrain/kernels/array_io.hpp"
+#include "comptrain/kernels/codec.hpp"
+#include "comptrain/kernels/stages.hpp"
+#include "data_families.hpp"
+
+namespace comptrain::kernels {
+namespace {
+
+std::vector<float> finite_only(std::vector<float> v) {
+  for (auto& x : v) {
+    if (!std::isfinite(x)) x = 1.0f;
+  }
+  return v;
+}
+
+TEST(Codecs, RegistryNamesAndFlags) {
+  EXPECT_EQ(codec_from_name("szp"), CodecId::szp);
+  EXPECT_THROW(codec_from_name("lz4"), InputError);
+  EXPECT_TRUE(codec_info(CodecId::szp).strict);
+  EXPECT_FALSE(codec_info(CodecId::quant).error_bounded);
+  EXPECT_FALSE(codec_info(CodecId::zfp).strict);
+}
+
+TEST(Codecs, ZerosIsBitExactOnEveryFamily) {
+  for (const auto& f : testing::families()) {
+    const auto s = compress(f.values, Shape::flat(f.values.size()), {.codec = CodecId::zeros});
+    EXPECT_LE(s.size(), max_compressed_size(CodecId::zeros, f.values.size())) << f.name;
+    const auto back = decompress(s);
+    ASSERT_EQ(back.size(), f.values.size());
+    if (!back.empty()) {
+      EXPECT_EQ(std::memcmp(back.data(), f.values.data(), 4 * back.size()), 0) << f.name;
+    }
+    EXPECT_EQ(inspect(s).mode, BoundMode::none);
+  }
+}
+
+TEST(Codecs, QuantErrorWithinHalfStepOfItsGroup) {
+  for (unsigned bits : {1u, 2u, 4u, 8u}) {
+    const auto x = testing::relu_like(5000, 0.5, 11);
+    const auto s = compress(x, Shape::flat(x.size()), {.codec = CodecId::quant, .quant_bits = bits});
+    EXPECT_LE(s.size(), max_compressed_size(CodecId::quant, x.size(), bits)) << bits;
+    const auto back = decompress(s);
+    for (std::size_t g = 0; g < x.size(); g += 256) {
+      const std::size_t end = std::min(x.size(), g + 256);
+      const float lo = *std::min_element(x.begin() + static_cast<long>(g), x.begin() + static_cast<long>(end));
+      const float hi = *std::max_element(x.begin() + static_cast<long>(g), x.begin() + static_cast<long>(end));
+      const double step = (static_cast<double>(hi) - lo) / ((1u << bits) - 1);
+      for (std::size_t i = g; i < end; ++i) ASSERT_LE(std::fabs(x[i] - back[i]), step * 0.5001 + 1e-6) << bits << " " << i;
+    }
+  }
+  std::vector<float> one{1.0f};
+  EXPECT_THROW(compress(one, Shape::flat(1), {.codec = CodecId::quant, .quant_bits = 3}), InputError);
+}
+
+TEST(Codecs, Fp16AndBf16CastsRoundToNearest) {
+  const auto x = testing::families()[1].values;  // uniform noise in [-1, 1]
+  const auto h = decompress(compress(x, Shape::flat(x.size()), {.codec = CodecId::fp16}));
+  const auto b = decompress(compress(x, Shape::flat(x.size()), {.codec = CodecId::bf16}));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    ASSERT_LE(std::fabs(x[i] - h[i]), std::ldexp(std::fabs(x[i]), -11) + 3e-8f) << i;  // half ulp, + subnormal step
+    ASSERT_LE(std::fabs(x[i] - b[i]), std::ldexp(std::fabs(x[i]), -8)) << i;
+  }
+}
+
+TEST(Stages, Fp16ConversionMatchesCompiler) {
+  // Every half value converts to float and back unchanged (NaN stays NaN).
+  for (std::uint32_t u = 0; u < 65536; ++u) {
+    const auto hbits = static_cast<std::uint16_t>(u);
+    const float f = fp16_to_float(hbits);
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(fp16_to_float(float_to_fp16(f))));
+    } else {
+      ASSERT_EQ(float_to_fp16(f), hbits) << std::hex << u;
+    }
+  }
+#if defined(__FLT16_MAX__)
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<std::uint32_t> any;
+  for (int i = 0; i < 200000; ++i) {
+    const float f = std::bit_cast<float>(any(rng));
+    if (std::isnan(f)) continue;
+    const auto expect = std::bit_cast<std::uint16_t>(static_cast<_Float16>(f));
+    ASSERT_EQ(float_to_fp16(f), expect) << f;
+  }
+#endif
+}
+
+TEST(Codecs, ZfpReportsViolationsInsteadOfHidingThem) {
+  auto x = finite_only(testing::families()[0].values);
+  x.resize(11 * 1819);
+  Shape shape{2, {1819, 11, 1, 1}};
+  ASSERT_EQ(shape.count(), x.size());
+  const auto s = compress(x, shape, {.codec = CodecId::zfp, .eb = 1e-3, .mode = BoundMode::abs});
+  const Header h = inspect(s);
+  EXPECT_EQ(h.rank, 2);
+  const auto back = decompress(s);
+  const ErrorStats st = compare(x, back, h.eb_abs);
+  std::uint64_t violations = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) violations += std::fabs(static_cast<double>(x[i]) - back[i]) <= 1e-3 ? 0 : 1;
+  EXPECT_EQ(st.violations, violations);
+  EXPECT_LE(st.max_abs_error, 1e-3 * 8);  // zfp's tolerance is a target, not a strict bound
+  std::vector<float> with_nan{1.0f, std::nanf("")};
+  EXPECT_THROW(compress(with_nan, Shape::flat(2), {.codec = CodecId::zfp, .eb = 1e-3, .mode = BoundMode::abs}), InputError);
+  // 1-D data mixing 1e8 and O(1) values overshoots (reference doc section 6): reported, not hidden.
+  std::vector<float> wide;
+  for (int i = 0; i < 4096; ++i) wide.push_back(i % 4 == 0 ? 1e8f : static_cast<float>(i % 7) * 0.01f);
+  const auto ws = compress(wide, Shape::flat(wide.size()), {.codec = CodecId::zfp, .eb = 1e-3, .mode = BoundMode::abs});
+  const ErrorStats wst = compare(wide, decompress(ws), 1e-3);
+  std::uint64_t wv = 0;
+  const auto wback = decompress(ws);
+  for (std::size_t i = 0; i < wide.size(); ++i) wv += std::fabs(static_cast<double>(wide[i]) - wback[i]) <= 1e-3 ? 0 : 1;
+  EXPECT_EQ(wst.violations, wv);
+}
+
+TEST(Codecs, ShapesUpToFourDimensionsRoundTrip) {
+  const auto x = testing::relu_like(2 * 3 * 5 * 7, 0.5, 3);
+  for (CodecId c : {CodecId::szp, CodecId::zeros, CodecId::quant, CodecId::fp16, CodecId::bf16, CodecId::zfp}) {
+    const Shape shape{4, {2, 3, 5, 7}};
+    const auto s = compress(x, shape, {.codec = c, .eb = 1e-2, .mode = BoundMode::abs});
+    const Header h = inspect(s);
+    EXPECT_EQ(h.rank, 4);
+    EXPECT_EQ(h.dims[3], 7u);
+    EXPECT_EQ(decompress(s).size(), x.size());
+  }
+}
+
+TEST(Determinism, MultiThreadedStreamsAreByteIdentical) {
+  const auto x = testing::relu_like(200000, 0.5, 21);
+  for (CodecId c : {CodecId::szp, CodecId::zeros, CodecId::quant, CodecId::fp16, CodecId::bf16}) {
+    const auto one = compress(x, Shape::flat(x.size()), {.codec = c, .eb = 1e-3, .mode = BoundMode::rel, .threads = 1});
+    for (unsigned t : {2u, 3u, 7u, 0u}) {
+      const auto many = compress(x, Shape::flat(x.size()), {.codec = c, .eb = 1e-3, .mode = BoundMode::rel, .threads = t});
+      ASSERT_EQ(one, many) << codec_info(c).name << " threads " << t;
+    }
+    const auto d1 = decompress(one, 1);
+    const auto d3 = decompress(one, 3);
+    ASSERT_EQ(std::memcmp(d1.data(), d3.data(), 4 * d1.size()), 0);
+  }
+}
+
+TEST(Checksum, Xxh64ReferenceVectors) {
+  // Reference values of XXH64 with seed 0 (xxHash test vectors).
+  EXPECT_EQ(xxh64({}, 0), 0xEF46DB3751D8E999ull);
+  const char abc[] = "abc";
+  EXPECT_EQ(xxh64(std::as_bytes(std::span(abc, 3)), 0), 0x44BC2CF5AD770999ull);
+}
+
+TEST(ArrayIo, NpyRoundTripAndStrictHeader) {
+  const std::vector<float> v{1.0f, -2.0f, 3.5f, 0.0f, 5.0f, 6.0f};
+  const Shape shape{2, {2, 3, 1, 1}};
+  const std::string file = format_npy(v, shape);
+  EXPECT_EQ((file.size() - v.size() * 4) % 64, 0u);
+  const FloatArray a = parse_npy(file, "t.npy");
+  EXPECT_EQ(a.shape.rank, 2);
+  EXPECT_EQ(a.shape.dims[0], 2u);
+  EXPECT_EQ(a.shape.dims[1], 3u);
+  EXPECT_EQ(a.values, v);
+  const FloatArray flat = parse_npy(format_npy(v, Shape::flat(6)), "f.npy");
+  EXPECT_EQ(flat.shape.rank, 1);
+  auto replace = [&](const std::string& from, const std::string& to) {
+    std::string s = file;
+    s.replace(s.find(from), from.size(), to);
+    return s;
+  };
+  EXPECT_THROW(parse_npy(replace("<f4", "<f8"), "x"), InputError);
+  EXPECT_THROW(parse_npy(replace("<f4", ">f4"), "x"), InputError);
+  EXPECT_THROW(parse_npy(replace("False", "True "), "x"), InputError);
+  EXPECT_THROW(parse_npy(replace("(2, 3)", "(2, 4)"), "x"), InputError);
+  EXPECT_THROW(parse_npy(replace("'shape'", "'shapf'"), "x"), InputError);
+  EXPECT_THROW(parse_npy(file.substr(0, file.size() - 1), "x"), InputError);
+  EXPECT_THROW(parse_npy("not numpy", "x"), InputError);
+  EXPECT_THROW(parse_raw_f32("abc", "x"), InputError);
+  EXPECT_EQ(parse_raw_f32(std::string(8, '\0'), "x").values.size(), 2u);
+}
+
+}  // namespace
+}  // namespace comptrain::kernels

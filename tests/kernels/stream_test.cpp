@@ -1,0 +1,125 @@
+// Corrupted, truncated and foreign streams must throw StreamError and never read or write out
+// of bounds.
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "comptrain/kernels/codec.hpp"
+#include "data_families.hpp"
+
+namespace comptrain::kernels {
+namespace {
+
+std::vector<std::byte> sample(CodecId codec, std::size_t n = 3000) {
+  auto x = testing::relu_like(n, 0.5, 17);
+  x[5] = std::numeric_limits<float>::quiet_NaN();
+  if (codec == CodecId::zfp) x[5] = 1.0f;
+  return compress(x, Shape::flat(x.size()), {.codec = codec, .eb = 1e-3, .mode = BoundMode::rel});
+}
+
+// Rewrites the checksum so that a deliberate change reaches the payload decoder.
+void reseal(std::vector<std::byte>& s) {
+  const std::uint64_t sum = stream_checksum(s);
+  std::memcpy(s.data() + 88, &sum, 8);
+}
+
+constexpr CodecId kAll[] = {CodecId::szp, CodecId::zeros, CodecId::quant, CodecId::fp16, CodecId::bf16, CodecId::zfp};
+
+TEST(Stream, TruncationAtEveryHeaderFieldBoundaryAndInThePayload) {
+  for (CodecId c : kAll) {
+    const auto s = sample(c);
+    for (std::size_t cut : {0, 3, 4, 5, 6, 7, 8, 9, 10, 12, 16, 24, 48, 56, 64, 72, 80, 88, 95, 96, 97, 200}) {
+      std::vector<std::byte> t(s.begin(), s.begin() + static_cast<long>(std::min(cut, s.size() - 1)));
+      EXPECT_THROW(decompress(t), StreamError) << codec_info(c).name << " cut at " << cut;
+    }
+    std::vector<std::byte> t(s.begin(), s.end() - 1);
+    EXPECT_THROW(decompress(t), StreamError);
+    std::vector<std::byte> longer = s;
+    longer.push_back(std::byte{0});
+    EXPECT_THROW(decompress(longer), StreamError);
+  }
+}
+
+TEST(Stream, EveryFlippedByteIsDetected) {
+  for (CodecId c : kAll) {
+    const auto s = sample(c, 700);
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      auto t = s;
+      t[i] ^= std::byte{0x5A};
+      EXPECT_THROW(decompress(t), StreamError) << codec_info(c).name << " byte " << i;
+    }
+  }
+}
+
+TEST(Stream, ForeignAndFutureStreams) {
+  auto s = sample(CodecId::szp);
+  auto magic = s;
+  magic[0] = std::byte{'X'};
+  try {
+    decompress(magic);
+    FAIL();
+  } catch (const StreamError& e) {
+    EXPECT_NE(std::string(e.what()).find("magic"), std::string::npos);
+  }
+  auto version = s;
+  version[4] = std::byte{2};
+  try {
+    decompress(version);
+    FAIL();
+  } catch (const StreamError& e) {
+    EXPECT_NE(std::string(e.what()).find("version 2"), std::string::npos);
+  }
+  auto codec = s;
+  codec[6] = std::byte{77};
+  reseal(codec);
+  EXPECT_THROW(decompress(codec), StreamError);
+  std::vector<std::byte> npy(200, std::byte{0x93});
+  EXPECT_THROW(decompress(npy), StreamError);
+}
+
+// Structurally corrupted payloads with a valid checksum (a forged stream): the decoders must
+// validate every count and offset themselves. Any outcome but StreamError or a clean decode is a
+// failure; under ASan/the fuzzer, out-of-bounds accesses would show.
+TEST(Stream, ResealedPayloadCorruptionIsValidated) {
+  for (CodecId c : {CodecId::szp, CodecId::zeros, CodecId::quant, CodecId::fp16}) {
+    const auto s = sample(c, 20000);
+    std::mt19937 rng(5);
+    for (int trial = 0; trial < 400; ++trial) {
+      auto t = s;
+      std::uniform_int_distribution<std::size_t> pos(kHeaderSize, t.size() - 1);
+      const int flips = 1 + trial % 4;
+      for (int k = 0; k < flips; ++k) t[pos(rng)] ^= std::byte{static_cast<unsigned char>(1u << (trial % 8))};
+      reseal(t);
+      try {
+        const auto out = decompress(t);
+        EXPECT_EQ(out.size(), 20000u);
+      } catch (const StreamError&) {
+      }
+    }
+  }
+  // Header fields forged consistently: counts that do not match the payload. A count off by one
+  // may still describe a structurally valid stream (it then decodes); a huge one must be refused
+  // before anything is allocated.
+  auto s = sample(CodecId::szp, 20000);
+  for (std::uint64_t count : {std::uint64_t{19999}, std::uint64_t{20001}, std::uint64_t{8193}, std::uint64_t{1} << 39}) {
+    auto t = s;
+    std::memcpy(t.data() + 16, &count, 8);
+    std::memcpy(t.data() + 48, &count, 8);
+    reseal(t);
+    try {
+      EXPECT_EQ(decompress(t).size(), count);
+      EXPECT_LT(count, 30000u);
+    } catch (const StreamError&) {
+    }
+  }
+}
+
+TEST(Stream, DecompressIntoChecksTheOutputSize) {
+  const auto s = sample(CodecId::szp, 100);
+  std::vector<float> small(99);
+  EXPECT_THROW(decompress_into(s, small), InputError);
+}
+
+}  // namespace
+}  // namespace comptrain::kernels

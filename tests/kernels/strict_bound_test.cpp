@@ -1,0 +1,139 @@
+// The strict guarantee of the error-bounded codec (szp), checked on every element of every
+// data family, at bounds 1e-1 ... 1e-7, absolute and relative.
+
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+
+#include "comptrain/kernels/codec.hpp"
+#include "data_families.hpp"
+
+namespace comptrain::kernels {
+namespace {
+
+using testing::Family;
+
+// |x - x'| <= eb for finite x; bit-exact for NaN, +-Inf and zeros (the ReLU mask and -0.0).
+::testing::AssertionResult strictly_bounded(std::span<const float> x, std::span<const float> y, double eb) {
+  if (x.size() != y.size()) return ::testing::AssertionFailure() << "size " << y.size() << " != " << x.size();
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const bool exact_required = !std::isfinite(x[i]) || x[i] == 0.0f;
+    if (exact_required) {
+      if (std::bit_cast<std::uint32_t>(x[i]) != std::bit_cast<std::uint32_t>(y[i])) {
+        return ::testing::AssertionFailure() << "element " << i << ": " << x[i] << " (bits " << std::hex
+                                             << std::bit_cast<std::uint32_t>(x[i]) << ") decoded as " << y[i] << " (bits "
+                                             << std::bit_cast<std::uint32_t>(y[i]) << ")";
+      }
+    } else if (!(std::fabs(static_cast<double>(x[i]) - static_cast<double>(y[i])) <= eb)) {
+      return ::testing::AssertionFailure() << "element " << i << ": " << x[i] << " decoded as " << y[i] << ", error "
+                                           << std::fabs(static_cast<double>(x[i]) - y[i]) << " > eb " << eb;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+class StrictBound : public ::testing::TestWithParam<Family> {};
+
+TEST_P(StrictBound, SzpHoldsOnEveryElementAtEveryBound) {
+  const Family& family = GetParam();
+  for (BoundMode mode : {BoundMode::abs, BoundMode::rel}) {
+    for (double eb : {1e-1, 1e-2, 1e-3, 1e-4, 1e-5, 1e-6, 1e-7}) {
+      SCOPED_TRACE((mode == BoundMode::abs ? "abs " : "rel ") + std::to_string(eb));
+      CompressOptions o{.codec = CodecId::szp, .eb = eb, .mode = mode};
+      const auto stream = compress(family.values, Shape::flat(family.values.size()), o);
+      EXPECT_LE(stream.size(), max_compressed_size(CodecId::szp, family.values.size()));
+      const Header h = inspect(stream);
+      EXPECT_EQ(h.eb_abs, absolute_bound(family.values, eb, mode));
+      if (mode == BoundMode::abs) {
+        EXPECT_EQ(h.eb_abs, eb);
+      }
+      const auto back = decompress(stream);
+      ASSERT_TRUE(strictly_bounded(family.values, back, h.eb_abs));
+      const ErrorStats s = compare(family.values, back, h.eb_abs);
+      EXPECT_EQ(s.violations, 0u);
+      EXPECT_EQ(s.zero_mismatches, 0u);
+      EXPECT_EQ(s.nonfinite_mismatches, 0u);
+    }
+  }
+}
+
+TEST_P(StrictBound, SzpLosslessAtZeroBoundAndHugeBound) {
+  const Family& family = GetParam();
+  const auto lossless = compress(family.values, Shape::flat(family.values.size()), {.codec = CodecId::szp, .eb = 0.0, .mode = BoundMode::abs});
+  EXPECT_LE(lossless.size(), max_compressed_size(CodecId::szp, family.values.size()));  // incompressible: worst case
+  ASSERT_TRUE(strictly_bounded(family.values, decompress(lossless), 0.0));
+  for (double eb : {1e30, 1e38, 1e300}) {
+    const auto stream = compress(family.values, Shape::flat(family.values.size()), {.codec = CodecId::szp, .eb = eb, .mode = BoundMode::abs});
+    ASSERT_TRUE(strictly_bounded(family.values, decompress(stream), eb)) << "eb " << eb;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, StrictBound, ::testing::ValuesIn(testing::families()),
+                         [](const ::testing::TestParamInfo<Family>& p) { return p.param.name; });
+
+TEST(StrictBoundEdges, ValuesFarBeyondTwoToThe24Bins) {
+  // |x| / eb up to 2^40: codes would saturate / lose integrality without the 2^22 cap.
+  std::vector<float> x;
+  for (int e = 0; e <= 40; ++e) {
+    x.push_back(std::ldexp(1.0f, e) + 0.37f);
+    x.push_back(-std::ldexp(1.3f, e));
+  }
+  for (double eb : {1.0, 1e-3, 1e-7}) {
+    const auto back = decompress(compress(x, Shape::flat(x.size()), {.codec = CodecId::szp, .eb = eb, .mode = BoundMode::abs}));
+    EXPECT_TRUE(strictly_bounded(x, back, eb)) << eb;
+  }
+}
+
+TEST(StrictBoundEdges, DenormalBoundFallsBackToRaw) {
+  std::vector<float> x = testing::relu_like(1000, 0.5, 9);
+  const double eb = 1e-42;  // the step 2 eb is a float denormal, its reciprocal overflows
+  const auto back = decompress(compress(x, Shape::flat(x.size()), {.codec = CodecId::szp, .eb = eb, .mode = BoundMode::abs}));
+  EXPECT_TRUE(strictly_bounded(x, back, eb));
+}
+
+TEST(StrictBoundEdges, ValuesAtHalfStepBoundaries) {
+  // x = (k + 0.5) * 2 eb and neighbours: where float rounding of x / (2 eb) can go either way.
+  std::vector<float> x;
+  const double eb = 1e-3;
+  for (int k = -3000; k < 3000; ++k) {
+    const float c = static_cast<float>((k + 0.5) * 2 * eb);
+    x.push_back(c);
+    x.push_back(std::nextafter(c, 1e9f));
+    x.push_back(std::nextafter(c, -1e9f));
+    x.push_back(static_cast<float>(k * 2 * eb + eb));
+  }
+  const auto back = decompress(compress(x, Shape::flat(x.size()), {.codec = CodecId::szp, .eb = eb, .mode = BoundMode::abs}));
+  EXPECT_TRUE(strictly_bounded(x, back, eb));
+}
+
+TEST(StrictBoundEdges, RelativeBoundIgnoresNonFiniteForTheRange) {
+  std::vector<float> x{1.0f, 3.0f, std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()};
+  EXPECT_DOUBLE_EQ(absolute_bound(x, 0.5, BoundMode::rel), 1.0);
+  std::vector<float> only_nan{std::numeric_limits<float>::quiet_NaN()};
+  EXPECT_EQ(absolute_bound(only_nan, 0.5, BoundMode::rel), 0.0);
+}
+
+TEST(StrictBoundEdges, RejectsBadBounds) {
+  std::vector<float> x{1.0f};
+  for (double eb : {-1.0, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    EXPECT_THROW(compress(x, Shape::flat(1), {.codec = CodecId::szp, .eb = eb, .mode = BoundMode::abs}), InputError);
+  }
+  EXPECT_THROW(compress(x, Shape::flat(2), {.codec = CodecId::szp, .eb = 1e-3}), InputError);
+}
+
+double ratio(std::size_t values, std::size_t bytes) { return 4.0 * static_cast<double>(values) / static_cast<double>(bytes); }
+
+TEST(Compressibility, PostReluZerosAndConstantsCompress) {
+  const auto relu = testing::relu_like(1 << 16, 0.5, 5);
+  const auto s = compress(relu, Shape::flat(relu.size()), {.codec = CodecId::szp, .eb = 1e-3, .mode = BoundMode::rel});
+  EXPECT_GT(ratio(relu.size(), s.size()), 2.5);
+  std::vector<float> zeros(1 << 16, 0.0f);
+  const auto z = compress(zeros, Shape::flat(zeros.size()), {.codec = CodecId::szp, .eb = 1e-3, .mode = BoundMode::abs});
+  EXPECT_GT(ratio(zeros.size(), z.size()), 100.0);
+  const auto zz = compress(zeros, Shape::flat(zeros.size()), {.codec = CodecId::zeros});
+  EXPECT_GT(ratio(zeros.size(), zz.size()), 100.0);
+}
+
+}  // namespace
+}  // namespace comptrain::kernels

@@ -15,6 +15,7 @@ packages=(
   libgtest-dev libgmock-dev # unit tests
   libbenchmark-dev          # benchmarks
   libzfp-dev                # peer compressor we measure ourselves against
+  clang libclang-rt-14-dev  # libFuzzer, for the decompression fuzz test
 )
 
 missing=()

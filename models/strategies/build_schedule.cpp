@@ -440,6 +440,16 @@ class Assembler {
         in.task.uses = {compressed_[s]};
         if (names_) in.task.name = "decompress " + name;
       }
+      const std::size_t out_index = side_.size();
+      if (action == Action::offload && rule.offload->synchronous) {
+        // vDNN: copy as soon as the last writer is done (overlapping the readers), and hold the
+        // compute stream before the op after the last forward use until the copy has ended.
+        const std::size_t last_writer = op_task_[a_.info[s].writers.back()];
+        out.slot = last_writer;
+        out.key = last_writer;
+        out.after_compute = {last_writer};
+        if (last_forward + 1 < compute_.size()) compute_waits_[last_forward + 1].push_back(out_index);
+      }
       side_.push_back(std::move(out));
       const std::size_t in_index = side_.size();
       side_.push_back(std::move(in));

@@ -140,6 +140,20 @@ TEST(StrategyReplay, OffloadOnASlowLinkStallsByTheCopyTime) {
   EXPECT_EQ(r.peak_bytes, 2031);
 }
 
+TEST(StrategyReplay, SynchronousOffloadBoundsMemoryOnASlowLink) {
+  models::StrategyRule rule;
+  rule.offload = models::OffloadAction{2, true};
+  const SimulationResult r = run(chain(), hand_platform(2e3), only_big(rule));
+  ASSERT_TRUE(r.fits());
+  // vDNN: the copy of a (0.5 s) starts when f1 ends (0.1) and overlaps f2; f3 waits for it
+  // until 0.6 (stall 0.4). Back: after l ends (1.0) until 1.5; b2 is ready at 1.2 (stall 0.3).
+  EXPECT_NEAR(r.compute_stall_seconds, 0.7, kTol);
+  EXPECT_NEAR(r.iteration_seconds, 1.6, kTol);
+  // a leaves at 0.6, before e exists: the peak is while b4 runs with the prefetched a
+  // (x b c g gc + 1000), not the asynchronous run's 2031.
+  EXPECT_EQ(r.peak_bytes, 1041);
+}
+
 TEST(StrategyReplay, CompressionKeepsBytesOverRatioBetweenCompressAndDecompress) {
   models::StrategyRule rule;
   models::CompressAction c;

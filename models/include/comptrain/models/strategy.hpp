@@ -28,6 +28,11 @@ struct TensorSelector {
 struct OffloadAction {
   int lookahead = 2;  // the prefetch starts when the compute stream starts the op this many
                       // ops before the consumer (>= 1)
+  // vDNN's synchronous mode (Rhu et al., MICRO'16): the copy starts as soon as the tensor is
+  // complete and the compute stream does not run the op after the tensor's last forward use
+  // until the copy has ended, so the forward pass never runs ahead of its offloads. Otherwise
+  // the copy starts after the last forward use and nothing waits for it.
+  bool synchronous = false;
 };
 
 struct RecomputeAction {

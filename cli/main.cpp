@@ -14,6 +14,7 @@
 #include "comptrain/support/input_error.hpp"
 #include "compress_command.hpp"
 #include "comptrain_version.hpp"
+#include "plan_command.hpp"
 #include "simulate_command.hpp"
 #include "trace_command.hpp"
 
@@ -52,8 +53,8 @@ int main(int argc, char** argv) {
       comptrain::cli::add_simulate_command(app),
       comptrain::cli::add_compress_command(app),
       comptrain::cli::add_decompress_command(app),
-      add_pending_command(app, "plan", "Find the largest and the fastest batch size per strategy",
-                          "the planner builds on the simulator"),
+      comptrain::cli::add_plan_command(app),
+      comptrain::cli::add_merge_command(app),
       add_pending_command(app, "calibrate", "Benchmark the compressor kernels and links on this machine and fit the cost model",
                           "calibration needs the compressor kernels"),
   };

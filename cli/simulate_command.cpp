@@ -10,9 +10,12 @@
 #include "comptrain/models/op_time.hpp"
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/sim/outputs.hpp"
+#include "comptrain/sim/plots.hpp"
 #include "comptrain/sim/scenario.hpp"
 #include "comptrain/sim/simulation.hpp"
 #include "comptrain/support/atomic_file.hpp"
+#include "comptrain/support/input_error.hpp"
+#include "plan_command.hpp"
 
 namespace comptrain::cli {
 namespace {
@@ -24,10 +27,15 @@ struct SimulateOptions {
   bool json = false;
   std::string memory_csv;
   std::string timeline;
+  std::string plot;
+  // For a scenario with a sweep (plan_command.hpp).
+  int jobs = 0;
+  std::string shard;
+  std::string output;
+  bool quiet = false;
 };
 
-sim::Scenario load(const SimulateOptions& o) {
-  sim::Scenario scenario = o.scenario.empty() ? sim::default_scenario() : sim::load_scenario_file(o.scenario);
+void apply_overrides(const SimulateOptions& o, sim::Scenario& scenario) {
   if (o.batch) {
     scenario.batch_size = o.batch;
     if (scenario.zoo_model) scenario.zoo_model->batch_size = *o.batch;
@@ -36,11 +44,30 @@ sim::Scenario load(const SimulateOptions& o) {
     const std::string ext = std::filesystem::path(o.platform).extension().string();
     scenario.platform = (ext == ".yaml" || ext == ".yml") ? models::load_platform_file(o.platform) : models::builtin_platform(o.platform);
   }
+}
+
+sim::Scenario load(const SimulateOptions& o) {
+  sim::Scenario scenario = o.scenario.empty() ? sim::default_scenario() : sim::load_scenario_file(o.scenario);
+  apply_overrides(o, scenario);
   return scenario;
 }
 
 int run(const SimulateOptions& o) {
   const sim::Scenario scenario = load(o);
+  if (scenario.has_sweep) {
+    if (!o.memory_csv.empty() || !o.timeline.empty() || !o.plot.empty()) {
+      throw InputError("--memory-csv, --timeline and --plot take one simulation; " + scenario.source + " has a sweep");
+    }
+    SweepRunOptions sweep_options;
+    sweep_options.jobs = o.jobs;
+    sweep_options.shard = o.shard;
+    sweep_options.output = o.output;
+    sweep_options.json = o.json;
+    sweep_options.quiet = o.quiet;
+    sweep_options.settings = "batch=" + (o.batch ? std::to_string(*o.batch) : std::string("-")) + " platform=" + o.platform;
+    return simulate_sweep(scenario, [&o](sim::Scenario& variant) { apply_overrides(o, variant); }, sweep_options);
+  }
+  if (!o.shard.empty()) throw InputError("--shard: " + scenario.source + " has no 'sweep' section to split");
   const models::Platform& platform = sim::require_platform(scenario);
   const traces::Trace trace = sim::build_trace(scenario);
   models::OpTimeOptions time_options;
@@ -52,6 +79,7 @@ int run(const SimulateOptions& o) {
   const sim::SimulationRun run{scenario.name, scenario.source, trace, platform, schedule, result};
   if (!o.memory_csv.empty()) write_file_atomically(o.memory_csv, sim::memory_timeline_csv(run));
   if (!o.timeline.empty()) write_file_atomically(o.timeline, sim::perfetto_trace_json(run));
+  if (!o.plot.empty()) sim::write_memory_timeline_plot(run, o.plot);
   std::cout << (o.json ? sim::report_json(run) : sim::report_text(run));
   return 0;
 }
@@ -72,6 +100,13 @@ std::function<int()> add_simulate_command(CLI::App& app) {
   command->add_option("--memory-csv", options->memory_csv, "Write the memory timeline (bytes per role over time) as CSV");
   command->add_option("--timeline", options->timeline,
                       "Write a Chrome/Perfetto trace (one track per stream, memory counters); open it in ui.perfetto.dev");
+  command->add_option("--plot", options->plot,
+                      "Draw the memory over the iteration, stacked by role, as an SVG file (needs gnuplot: Debian's gnuplot-nox)");
+  command->add_option("-j,--jobs", options->jobs, "With a sweep: worker processes (default: the core count)")->check(CLI::PositiveNumber);
+  command->add_option("--shard", options->shard,
+                      "With a sweep: only variants I, I+N, ... (0-based I of N); writes JSON, joined by 'comptrain merge'");
+  command->add_option("-o,--output", options->output, "With a sweep: write the JSON document to this file instead of stdout");
+  command->add_flag("-q,--quiet", options->quiet, "With a sweep: no progress on stderr");
   return [command, options]() -> int {
     if (!command->parsed()) return -1;
     return run(*options);

@@ -16,6 +16,7 @@ packages=(
   libbenchmark-dev          # benchmarks
   libzfp-dev                # peer compressor we measure ourselves against
   clang libclang-rt-14-dev  # libFuzzer, for the decompression fuzz test
+  gnuplot-nox               # SVG plots (plan and --plot), run as a program; -nox: no X11 on headless machines
 )
 
 missing=()

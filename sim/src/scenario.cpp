@@ -12,6 +12,7 @@
 #include "comptrain/models/units.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/traces/trace_json.hpp"
+#include "scenario_yaml.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -22,17 +23,19 @@ class ScenarioReader {
   ScenarioReader(std::string_view source, std::filesystem::path base_dir)
       : source_(source), base_dir_(std::move(base_dir)) {}
 
-  Scenario read(std::string_view text) {
-    YAML::Node root;
+  YAML::Node load(std::string_view text) const {
     try {
-      root = YAML::Load(std::string(text));
+      return YAML::Load(std::string(text));
     } catch (const YAML::Exception& e) {
       throw InputError(where(e.mark) + "malformed YAML: " + e.msg);
     }
+  }
+
+  Scenario read(const YAML::Node& root) {
     if (!root.IsMap()) {
       throw InputError(where(root.Mark()) + "expected a mapping with the keys model, training (and optionally name)");
     }
-    check_keys(root, "the scenario", {"name", "model", "training", "platform", "strategy"});
+    check_keys(root, "the scenario", {"name", "model", "training", "platform", "strategy", "plan", "sweep"});
 
     Scenario scenario;
     scenario.source = source_;
@@ -46,7 +49,16 @@ class ScenarioReader {
     if (training) check_keys(training, "training", {"batch_size", "precision", "optimizer", "tf32"});
     if (training && training["tf32"]) scenario.allow_tf32 = boolean(training["tf32"], "training.tf32");
     if (const YAML::Node platform = root["platform"]) scenario.platform = read_platform(platform);
-    if (const YAML::Node strategy = root["strategy"]) scenario.strategy = read_strategy(strategy);
+    if (const YAML::Node strategy = root["strategy"]) scenario.strategy = read_strategy(strategy, "strategy");
+    if (const YAML::Node plan = root["plan"]) scenario.plan = read_plan(plan);
+    if (const YAML::Node sweep = root["sweep"]) {
+      // Its entries are checked when the sweep is expanded (sim/sweep.cpp), which needs the
+      // rest of the document; here only its shape.
+      if (!sweep.IsMap() || sweep.size() == 0) {
+        throw InputError(where(sweep.Mark()) + "'sweep' must be a non-empty mapping of scenario keys to lists or ranges, e.g. training.batch_size: [8, 16]");
+      }
+      scenario.has_sweep = true;
+    }
 
     const bool has_zoo = static_cast<bool>(model["zoo"]);
     const bool has_trace = static_cast<bool>(model["trace"]);
@@ -117,7 +129,27 @@ class ScenarioReader {
     }
   }
 
-  models::StrategySpec read_strategy(const YAML::Node& node) const {
+  PlanSection read_plan(const YAML::Node& node) const {
+    require_map(node, "plan");
+    check_keys(node, "plan", {"strategies", "margin", "max_batch", "target_global_batch"});
+    PlanSection plan;
+    if (const YAML::Node list = node["strategies"]) {
+      if (!list.IsSequence() || list.size() == 0) {
+        throw InputError(where(list.Mark()) + "'plan.strategies' must be a non-empty list of strategies (each like 'strategy': a name or a mapping with name and rules)");
+      }
+      for (std::size_t i = 0; i < list.size(); ++i) plan.strategies.push_back(read_strategy(list[i], "plan.strategies[" + std::to_string(i) + "]"));
+    }
+    if (const YAML::Node margin = node["margin"]) {
+      const double value = number(margin, "plan.margin");
+      if (!(value >= 0 && value < 1)) throw InputError(where(margin.Mark()) + "'plan.margin' is " + margin.Scalar() + "; expected a fraction in [0, 1), e.g. 0.05");
+      plan.margin = value;
+    }
+    plan.max_batch = optional_positive(node, "max_batch", "plan");
+    plan.target_global_batch = optional_positive(node, "target_global_batch", "plan");
+    return plan;
+  }
+
+  models::StrategySpec read_strategy(const YAML::Node& node, const std::string& field) const {
     models::StrategySpec spec;
     if (node.IsScalar()) {
       // Shorthands for the plain strategies; anything with parameters is written as rules.
@@ -135,14 +167,14 @@ class ScenarioReader {
       spec.rules.push_back(rule);
       return spec;
     }
-    if (!node.IsMap()) throw InputError(where(node.Mark()) + "'strategy' must be a name or a mapping with the keys name, rules");
-    check_keys(node, "strategy", {"name", "rules"});
-    spec.name = node["name"] ? scalar(node["name"], "strategy.name") : "custom";
+    if (!node.IsMap()) throw InputError(where(node.Mark()) + "'" + field + "' must be a name or a mapping with the keys name, rules");
+    check_keys(node, field, {"name", "rules"});
+    spec.name = node["name"] ? scalar(node["name"], field + ".name") : "custom";
     const YAML::Node rules = node["rules"];
     if (!rules || !rules.IsSequence()) {
-      throw InputError(where(rules ? rules.Mark() : node.Mark()) + "'strategy.rules' must be a list of rules (each: select plus one of offload, recompute, compress)");
+      throw InputError(where(rules ? rules.Mark() : node.Mark()) + "'" + field + ".rules' must be a list of rules (each: select plus one of offload, recompute, compress)");
     }
-    for (std::size_t i = 0; i < rules.size(); ++i) spec.rules.push_back(read_rule(rules[i], "strategy.rules[" + std::to_string(i) + "]"));
+    for (std::size_t i = 0; i < rules.size(); ++i) spec.rules.push_back(read_rule(rules[i], field + ".rules[" + std::to_string(i) + "]"));
     return spec;
   }
 
@@ -158,7 +190,7 @@ class ScenarioReader {
       models::OffloadAction action;
       if (!n.IsNull()) {
         require_map(n, field + ".offload");
-        check_keys(n, field + ".offload", {"policy", "lookahead"});
+        check_keys(n, field + ".offload", {"policy", "lookahead", "synchronous"});
         if (const YAML::Node policy = n["policy"]) {
           const std::string value = scalar(policy, field + ".offload.policy");
           if (value != "all" && value != "conv") throw InputError(where(policy.Mark()) + "unknown offload policy '" + value + "'; expected all or conv");
@@ -166,6 +198,7 @@ class ScenarioReader {
           if (value == "conv") rule.select.inputs_of = {traces::OpKind::conv};  // vDNN's conv policy
         }
         if (auto lookahead = optional_positive(n, "lookahead", field + ".offload")) action.lookahead = static_cast<int>(*lookahead);
+        if (n["synchronous"]) action.synchronous = boolean(n["synchronous"], field + ".offload.synchronous");
       }
       rule.offload = action;
     } else if (const YAML::Node r = node["recompute"]) {
@@ -325,7 +358,19 @@ class ScenarioReader {
 }  // namespace
 
 Scenario parse_scenario(std::string_view yaml, std::string_view source, const std::filesystem::path& base_dir) {
-  return ScenarioReader(source, base_dir).read(yaml);
+  ScenarioReader reader(source, base_dir);
+  Scenario scenario = reader.read(reader.load(yaml));
+  scenario.yaml = std::string(yaml);
+  scenario.base_dir = base_dir;
+  return scenario;
+}
+
+YAML::Node load_scenario_yaml(std::string_view yaml, std::string_view source) {
+  return ScenarioReader(source, {}).load(yaml);
+}
+
+Scenario parse_scenario_node(const YAML::Node& root, std::string_view source, const std::filesystem::path& base_dir) {
+  return ScenarioReader(source, base_dir).read(root);
 }
 
 Scenario load_scenario_file(const std::filesystem::path& path) {

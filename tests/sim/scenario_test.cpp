@@ -143,7 +143,7 @@ strategy:
   rules:
     - select: {inputs_of: [conv], min_bytes: 1 MiB}
       compress: {ratio: 8, compress_bandwidth: 300 GB/s, decompress_bandwidth: 500 GB/s, latency: 10 us, error_bound: 1e-3}
-    - offload: {policy: conv, lookahead: 3}
+    - offload: {policy: conv, lookahead: 3, synchronous: true}
     - recompute: {mode: budget, budget: 2 GiB}
     - select: {outputs_of: [relu]}
       recompute: {mode: every_k, k: 4}
@@ -160,6 +160,7 @@ strategy:
   EXPECT_DOUBLE_EQ(rules[0].compress->latency, 10e-6);
   ASSERT_TRUE(rules[1].offload);
   EXPECT_EQ(rules[1].offload->lookahead, 3);
+  EXPECT_TRUE(rules[1].offload->synchronous);
   EXPECT_EQ(rules[1].select.inputs_of, std::vector<traces::OpKind>{traces::OpKind::conv});  // vDNN's conv policy
   ASSERT_TRUE(rules[2].recompute);
   EXPECT_EQ(rules[2].recompute->mode, models::RecomputeAction::Mode::budget);

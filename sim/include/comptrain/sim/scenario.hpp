@@ -5,6 +5,8 @@
 //   training:  how it is trained (batch size, precision, optimizer, TF32)
 //   platform:  the system (a shipped platform, a platform file, or an inline description)
 //   strategy:  the memory-saving strategy (rules over the saved activations)
+//   plan:      optional, for `comptrain plan`: strategies to compare, margin, search ceiling
+//   sweep:     optional, scenario keys to vary (expanded by sim/sweep.hpp)
 // See scenarios/README.md.
 
 #include <cstdint>
@@ -12,6 +14,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/strategy.hpp"
@@ -19,6 +22,14 @@
 #include "comptrain/zoo/zoo.hpp"
 
 namespace comptrain::sim {
+
+// The `plan:` section; unset fields take the planner's defaults (sim/plan.hpp).
+struct PlanSection {
+  std::vector<models::StrategySpec> strategies;  // empty: the default list (strategies_to_plan)
+  std::optional<double> margin;                  // fraction of the capacity kept free, in [0, 1)
+  std::optional<std::int64_t> max_batch;
+  std::optional<std::int64_t> target_global_batch;
+};
 
 struct Scenario {
   std::string source;  // where it came from, for messages ("scenarios/default.yaml")
@@ -33,6 +44,14 @@ struct Scenario {
 
   std::optional<models::Platform> platform;  // required to simulate
   models::StrategySpec strategy;             // default: baseline
+  std::optional<PlanSection> plan;
+
+  // The document itself, kept so that a `sweep:` section can be expanded by re-reading it
+  // with overrides (expand_sweep in sim/sweep.hpp). The reader checks the sweep section's shape
+  // only; the scenario above is the document without its sweep.
+  bool has_sweep = false;
+  std::string yaml;
+  std::filesystem::path base_dir;
 };
 
 // Parses a scenario. `source` names it in errors; relative trace paths resolve against

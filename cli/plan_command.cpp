@@ -1,0 +1,173 @@
+#include "plan_command.hpp"
+
+#include <fmt/format.h>
+
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comptrain/sim/plan.hpp"
+#include "comptrain/sim/plots.hpp"
+#include "comptrain/sim/sweep.hpp"
+#include "comptrain/support/atomic_file.hpp"
+#include "comptrain/support/input_error.hpp"
+
+namespace comptrain::cli {
+namespace {
+
+struct PlanCliOptions {
+  std::string scenario;
+  std::optional<double> margin;
+  std::optional<std::int64_t> max_batch;
+  std::optional<std::int64_t> target_global_batch;
+  std::optional<int> probes;
+  int jobs = 0;
+  bool json = false;
+  bool quiet = false;
+  std::string csv;
+  std::string plots;
+  std::string shard;
+  std::string output;
+};
+
+// The document goes to -o FILE (atomically) or to stdout.
+void emit(const std::string& output, const std::string& text) {
+  if (output.empty()) {
+    std::cout << text;
+  } else {
+    write_file_atomically(output, text);
+    fmt::print(stderr, "wrote {}\n", output);
+  }
+}
+
+std::string settings_of(const PlanCliOptions& o) {
+  // Only what changes results: two shards run with different overrides must not merge.
+  return fmt::format("margin={} max_batch={} target_global_batch={} probes={}", o.margin ? fmt::format("{}", *o.margin) : "-",
+                     o.max_batch ? std::to_string(*o.max_batch) : "-", o.target_global_batch ? std::to_string(*o.target_global_batch) : "-",
+                     o.probes ? std::to_string(*o.probes) : "-");
+}
+
+sim::PlanRequest request_for(const sim::Scenario& scenario, const PlanCliOptions& o, std::string variant) {
+  sim::PlanRequest r;
+  r.scenario = scenario;
+  r.strategies = sim::strategies_to_plan(scenario);
+  r.options = sim::plan_options_for(scenario);
+  if (o.margin) r.options.margin = *o.margin;
+  if (o.max_batch) r.options.max_batch = *o.max_batch;
+  if (o.target_global_batch) r.options.target_global_batch = *o.target_global_batch;
+  if (o.probes) r.options.probes_per_round = *o.probes;
+  r.variant = std::move(variant);
+  return r;
+}
+
+void write_plots(const sim::Plan& plan, const std::filesystem::path& directory) {
+  const auto files = sim::write_plan_plots(plan, directory);
+  for (const auto& f : files) fmt::print(stderr, "wrote {}\n", f.string());
+}
+
+int run_plan(const PlanCliOptions& o) {
+  const sim::Scenario scenario = o.scenario.empty() ? sim::default_scenario() : sim::load_scenario_file(o.scenario);
+  if (!scenario.has_sweep) {
+    if (!o.shard.empty()) throw InputError("--shard: " + scenario.source + " has no 'sweep' section to split");
+    std::vector<sim::PlanRequest> requests{request_for(scenario, o, "")};
+    const sim::Plan plan = sim::make_plans(requests, o.jobs, !o.quiet).front();
+    if (!o.csv.empty()) write_file_atomically(o.csv, sim::plan_csv(plan));
+    if (o.json || !o.output.empty()) {
+      emit(o.output, sim::plan_json(plan));
+    } else {
+      std::cout << sim::plan_table_text(plan);
+    }
+    if (!o.plots.empty()) write_plots(plan, o.plots);
+    return 0;
+  }
+
+  const sim::Sweep sweep = sim::expand_sweep(scenario);
+  const std::optional<sim::Shard> shard = o.shard.empty() ? std::nullopt : std::optional(sim::parse_shard(o.shard));
+  const std::vector<std::size_t> indices = sim::shard_variants(sweep.variants.size(), shard);
+  std::vector<sim::PlanRequest> requests;
+  for (std::size_t i : indices) requests.push_back(request_for(sweep.variants[i].scenario, o, sweep.variants[i].label));
+  const std::vector<sim::Plan> plans = sim::make_plans(requests, o.jobs, !o.quiet);
+  if (!o.csv.empty()) write_file_atomically(o.csv, sim::plan_csv(plans));
+  if (o.json || shard || !o.output.empty()) {
+    std::vector<sim::VariantResult> results;
+    for (std::size_t k = 0; k < indices.size(); ++k) results.push_back({indices[k], sweep.variants[indices[k]].label, sim::plan_json(plans[k])});
+    emit(o.output, sim::sweep_document(sweep, "plan", sim::sweep_run_hash(sweep, "plan", settings_of(o)), shard, std::move(results)));
+  } else {
+    for (std::size_t k = 0; k < indices.size(); ++k) {
+      std::cout << (k ? "\n" : "") << fmt::format("=== variant {} of {}: {}\n", indices[k], sweep.variants.size(), sweep.variants[indices[k]].label)
+                << sim::plan_table_text(plans[k]);
+    }
+  }
+  if (!o.plots.empty()) {
+    for (std::size_t k = 0; k < indices.size(); ++k) write_plots(plans[k], std::filesystem::path(o.plots) / fmt::format("variant-{:03}", indices[k]));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int simulate_sweep(const sim::Scenario& scenario, const std::function<void(sim::Scenario&)>& adjust, const SweepRunOptions& options) {
+  sim::Sweep sweep = sim::expand_sweep(scenario);
+  for (auto& v : sweep.variants) adjust(v.scenario);
+  const std::optional<sim::Shard> shard = options.shard.empty() ? std::nullopt : std::optional(sim::parse_shard(options.shard));
+  const std::vector<std::size_t> indices = sim::shard_variants(sweep.variants.size(), shard);
+  std::vector<sim::VariantResult> results = sim::simulate_variants(sweep, indices, options.jobs, !options.quiet);
+  if (options.json || shard || !options.output.empty()) {
+    emit(options.output, sim::sweep_document(sweep, "simulate", sim::sweep_run_hash(sweep, "simulate", options.settings), shard, std::move(results)));
+  } else {
+    std::cout << sim::simulation_table_text(sweep, results);
+  }
+  return 0;
+}
+
+std::function<int()> add_plan_command(CLI::App& app) {
+  auto o = std::make_shared<PlanCliOptions>();
+  auto* command = app.add_subcommand(
+      "plan",
+      "For each strategy, the largest batch that fits in GPU memory with a margin (exponential growth then bisection over the "
+      "simulator, assuming peak memory grows with the batch) and the batch with the highest samples/s among those that fit. "
+      "Strategies come from the scenario's 'plan.strategies' (default: baseline, offload, recompute and the scenario's own). "
+      "A scenario with a 'sweep' section is planned for every variant.");
+  command->add_option("scenario", o->scenario, "Scenario file (.yaml); default: the embedded default scenario");
+  command->add_option("--margin", o->margin, "Fraction of GPU memory kept free: peak <= (1 - margin) * capacity (default 0.05 or plan.margin)")
+      ->check(CLI::Range(0.0, 0.999999));
+  command->add_option("--max-batch", o->max_batch, "Search ceiling (default 65536 or plan.max_batch)")->check(CLI::PositiveNumber);
+  command->add_option("--target-global-batch", o->target_global_batch,
+                      "Rank batches for this global batch reached by gradient accumulation: ceil(G/b) micro-batches of b")
+      ->check(CLI::PositiveNumber);
+  command->add_option("--probes", o->probes, "Simulations per search round (default 3); results do not depend on -j")->check(CLI::PositiveNumber);
+  command->add_option("-j,--jobs", o->jobs, "Worker processes (default: the core count)")->check(CLI::PositiveNumber);
+  command->add_flag("--json", o->json, "Print the plan (every simulated point included) as JSON");
+  command->add_option("--csv", o->csv, "Write every simulated point as CSV");
+  command->add_option("--plots", o->plots, "Write SVG plots (throughput and peak memory against the batch) into this directory");
+  command->add_option("--shard", o->shard,
+                      "Plan only variants I, I+N, I+2N, ... of the sweep (0-based I of N; e.g. --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT); "
+                      "writes JSON, joined by 'comptrain merge'");
+  command->add_option("-o,--output", o->output, "Write the JSON document to this file instead of stdout");
+  command->add_flag("-q,--quiet", o->quiet, "No progress on stderr");
+  return [command, o]() -> int {
+    if (!command->parsed()) return -1;
+    return run_plan(*o);
+  };
+}
+
+std::function<int()> add_merge_command(CLI::App& app) {
+  auto files = std::make_shared<std::vector<std::string>>();
+  auto output = std::make_shared<std::string>();
+  auto* command = app.add_subcommand("merge",
+                                     "Join the JSON documents of sweep shards (plan or simulate --shard I/N) into the document of the whole "
+                                     "sweep, checking that they come from the same sweep and cover every variant exactly once");
+  command->add_option("shards", *files, "Shard documents (.json)")->required();
+  command->add_option("-o,--output", *output, "Write the merged document to this file instead of stdout");
+  return [command, files, output]() -> int {
+    if (!command->parsed()) return -1;
+    std::vector<std::pair<std::string, std::string>> documents;
+    for (const auto& f : *files) documents.emplace_back(f, read_file(f));
+    emit(*output, sim::merge_sweep_documents(documents));
+    return 0;
+  };
+}
+
+}  // namespace comptrain::cli

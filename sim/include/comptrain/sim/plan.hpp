@@ -1,0 +1,96 @@
+#pragma once
+// The planner: for each strategy, the largest batch that fits in GPU memory with a safety
+// margin, and the batch with the highest throughput among those that fit.
+//
+// Search (per strategy), assuming the peak memory is monotone (non-decreasing) in the batch:
+//   1. growth: powers of two from 1, `probes_per_round` of them per round, capped at max_batch,
+//      until one does not fit;
+//   2. bisection between the last fitting and the first failing batch, each round probing
+//      `probes_per_round` evenly spaced batches inside the interval.
+// Each round's probes run as one batch of simulations and the next round is decided from the
+// whole round's results, so the simulated points (and the plan) do not depend on `jobs` or on
+// completion order. The points simulated are checked for monotonicity; a violation is a warning.
+// The best batch is chosen among every fitting point simulated, which include every power of
+// two up to the largest fitting batch and that batch itself.
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "comptrain/models/strategy.hpp"
+#include "comptrain/sim/scenario.hpp"
+
+namespace comptrain::sim {
+
+struct PlanOptions {
+  double margin = 0.05;                          // keep peak <= (1 - margin) * capacity
+  std::int64_t max_batch = 65536;                // search ceiling
+  std::optional<std::int64_t> target_global_batch;  // with gradient accumulation
+  int jobs = 0;                                  // worker processes; 0 = the core count
+  bool progress = true;                          // progress on stderr
+  int probes_per_round = 3;                      // simulations per search round (not tied to jobs,
+                                                 // so that results are the same for any jobs)
+};
+
+// One simulated point.
+struct PlanPoint {
+  std::int64_t batch = 0;
+  bool fits = false;                 // simulated without out-of-memory and within the margin
+  bool out_of_memory = false;        // the simulation itself ran out of memory
+  bool inapplicable = false;         // the strategy could not be built at this batch (see warnings)
+  bool simulation_failed = false;    // the simulator crashed here (see warnings); counted as not fitting
+  std::int64_t peak_bytes = 0;       // for out-of-memory points: in use + requested
+  double iteration_seconds = 0;      // 0 for out-of-memory points
+  double samples_per_second = 0;
+  double stall_seconds = 0;
+};
+
+struct StrategyPlan {
+  std::string strategy;                       // StrategySpec::name
+  std::optional<std::int64_t> max_batch;      // empty: not even batch 1 fits
+  bool max_is_ceiling = false;                // max_batch is PlanOptions::max_batch: larger may fit
+  std::optional<std::int64_t> best_batch;     // highest samples/s among the fitting points
+  double best_samples_per_second = 0;         // with target_global_batch G: G / (steps * t(b))
+  std::int64_t best_peak_bytes = 0;
+  std::int64_t accumulation_steps = 1;        // to reach target_global_batch at best_batch
+  double slowdown_vs_baseline = 0;            // iteration time / baseline's at the same batch (0: n/a)
+  std::vector<PlanPoint> points;              // every batch simulated, ascending
+  std::vector<std::string> warnings;          // monotonicity violations, inapplicable points
+};
+
+struct Plan {
+  std::string scenario_name;
+  std::string variant;                        // the sweep variant's label; empty outside sweeps
+  std::string platform_name;
+  std::int64_t capacity_bytes = 0;
+  std::int64_t limit_bytes = 0;               // floor((1 - margin) * capacity)
+  PlanOptions options;
+  std::vector<StrategyPlan> strategies;
+};
+
+// The strategies a scenario asks to plan: its `plan.strategies` list, or by default baseline,
+// offload (all), recompute (sqrt_n), plus its own `strategy` when it is not one of those.
+std::vector<models::StrategySpec> strategies_to_plan(const Scenario& scenario);
+
+// The scenario's `plan:` settings over PlanOptions' defaults (jobs and progress untouched).
+PlanOptions plan_options_for(const Scenario& scenario, PlanOptions base = {});
+
+// Runs the search. Each simulation is its own process; results do not depend on `jobs`.
+Plan make_plan(const Scenario& scenario, const std::vector<models::StrategySpec>& strategies, const PlanOptions& options);
+
+// Several plans at once (a sweep's variants) sharing one pool of `jobs` worker processes.
+struct PlanRequest {
+  Scenario scenario;
+  std::vector<models::StrategySpec> strategies;
+  PlanOptions options;  // jobs and progress are taken from make_plans' arguments
+  std::string variant;
+};
+std::vector<Plan> make_plans(const std::vector<PlanRequest>& requests, int jobs, bool progress);
+
+std::string plan_table_text(const Plan& plan);
+std::string plan_json(const Plan& plan);
+std::string plan_csv(const Plan& plan);  // one row per simulated point
+std::string plan_csv(const std::vector<Plan>& plans);  // the same with a variant column
+
+}  // namespace comptrain::sim

@@ -1,0 +1,153 @@
+#pragma once
+// Sweeps (a scenario's `sweep:` section), sharding them across a job array, the sweep result
+// documents and their merge; and the process pool and progress line that the planner and the
+// sweeps share.
+//
+// A sweep maps scenario key paths to values:
+//   sweep:
+//     training.batch_size: [8, 16, 32]               # a list of values (any YAML)
+//     model.layers: {from: 12, to: 48, step: 12}     # an inclusive range (step default 1)
+//     strategy.rules[0].compress.ratio: [4, 8]
+// Variants are the cross product, in the order of the keys (the last key varies fastest). Each
+// is the document with those nodes replaced, read by the normal scenario reader.
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "comptrain/sim/scenario.hpp"
+
+namespace comptrain::sim {
+
+struct SweepVariant {
+  std::size_t index = 0;
+  std::string label;  // "training.batch_size=8, platform=h100-80gb"
+  Scenario scenario;
+};
+
+struct Sweep {
+  std::string source;
+  std::vector<std::string> keys;      // in document order
+  std::vector<SweepVariant> variants;
+  std::string hash;                   // of the scenario's text: identifies the sweep in shards
+};
+
+// Expands `scenario`'s sweep (scenario.has_sweep). Throws InputError "SOURCE:LINE:COLUMN: ..."
+// at the sweep key for a bad key path, an empty list, a bad range, or a variant that the
+// scenario reader rejects (with the reader's message). At most 100000 variants.
+Sweep expand_sweep(const Scenario& scenario);
+
+// --shard I/N: variants I, I+N, I+2N, ... (0-based), for Slurm job arrays
+// (--shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT).
+struct Shard {
+  std::size_t index = 0;
+  std::size_t count = 1;
+};
+Shard parse_shard(std::string_view text);  // InputError unless "I/N" with 0 <= I < N
+std::vector<std::size_t> shard_variants(std::size_t variant_count, const std::optional<Shard>& shard);
+
+// One variant's result: a JSON object (a plan, or a simulation report).
+struct VariantResult {
+  std::size_t index = 0;
+  std::string label;
+  std::string json;
+};
+
+// Identifies a run of a sweep: the sweep, the command and its result-changing settings
+// (overrides such as --batch or --margin, canonically written by the caller).
+std::string sweep_run_hash(const Sweep& sweep, std::string_view command, std::string_view settings);
+
+// The result document: {"sweep": {hash, command, source, keys, variant_count}, ["shard": {index,
+// count},] "variants": [{index, label, result}]}, variants ascending. Without a shard it is what
+// merging all shards gives, byte for byte.
+std::string sweep_document(const Sweep& sweep, std::string_view command, std::string_view run_hash,
+                           const std::optional<Shard>& shard, std::vector<VariantResult> results);
+
+// Joins shard documents ({source name, text}) into the unsharded document. InputError when they
+// come from different sweeps or commands (hash), or do not cover every variant exactly once
+// (naming the missing or duplicated variants).
+std::string merge_sweep_documents(const std::vector<std::pair<std::string, std::string>>& documents);
+
+// Simulates each listed variant (one process each, `jobs` at a time); results in `indices`'
+// order, each a report_json document.
+std::vector<VariantResult> simulate_variants(const Sweep& sweep, const std::vector<std::size_t>& indices, int jobs, bool progress);
+// One line per variant: fits, peak, iteration time, samples/s.
+std::string simulation_table_text(const Sweep& sweep, const std::vector<VariantResult>& results);
+
+// The number of worker processes for jobs = 0: the core count (at least 1).
+int default_jobs();
+
+// A pool of forked worker processes, driven from one thread with poll(): each job runs a
+// function in a fresh child (SimGrid's engine can run once per process) and sends the string
+// it returns back over a pipe. Jobs start in submission order.
+class ProcessPool {
+ public:
+  using Work = std::function<std::string()>;
+  struct Finished {
+    std::size_t id = 0;
+    std::string output;
+  };
+
+  explicit ProcessPool(int workers);  // 0: default_jobs()
+  ~ProcessPool();                     // kills and reaps the jobs still running
+  ProcessPool(const ProcessPool&) = delete;
+  ProcessPool& operator=(const ProcessPool&) = delete;
+
+  std::size_t submit(Work work);  // returns the job's id (0, 1, ...)
+  // Starts queued jobs up to the worker count and waits for one to finish; nullopt when none is
+  // queued or running. A job that threw rethrows here: InputError as InputError, others as
+  // std::runtime_error.
+  std::optional<Finished> next();
+
+  std::size_t running() const { return running_.size(); }
+  std::size_t queued() const { return queue_.size(); }
+  int workers() const { return workers_; }
+
+ private:
+  struct Running {
+    std::size_t id = 0;
+    pid_t pid = 0;
+    int fd = -1;
+    std::string received;
+  };
+  void start_queued();
+  Finished finish(Running job);
+
+  int workers_;
+  std::size_t next_id_ = 0;
+  std::deque<std::pair<std::size_t, Work>> queue_;
+  std::vector<Running> running_;
+};
+
+// Progress on stderr: a one-line bar with the count and an ETA when stderr is a terminal,
+// otherwise a plain line every few seconds; nothing when disabled.
+class Progress {
+ public:
+  Progress(std::string what, bool enabled);
+  ~Progress();
+  Progress(const Progress&) = delete;
+  Progress& operator=(const Progress&) = delete;
+  // `total` may be an estimate (the planner's searches adapt); shown with a "~".
+  void update(std::size_t done, std::size_t total, bool estimate);
+  void finish(std::size_t done);
+
+ private:
+  std::string what_;
+  bool enabled_;
+  bool tty_;
+  bool finished_ = false;
+  std::chrono::steady_clock::time_point start_;
+  std::chrono::steady_clock::time_point last_line_;
+};
+
+}  // namespace comptrain::sim

@@ -1,0 +1,587 @@
+#include "comptrain/sim/sweep.hpp"
+
+#include <fmt/format.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <stdexcept>
+#include <thread>
+
+#include "comptrain/models/op_time.hpp"
+#include "comptrain/models/strategy.hpp"
+#include "comptrain/sim/outputs.hpp"
+#include "comptrain/sim/simulation.hpp"
+#include "comptrain/support/format.hpp"
+#include "comptrain/support/input_error.hpp"
+#include "scenario_yaml.hpp"
+
+namespace comptrain::sim {
+namespace {
+
+using nlohmann::ordered_json;
+
+constexpr std::size_t kMaxVariants = 100000;
+
+std::string where(const std::string& source, const YAML::Mark& mark) {
+  if (mark.is_null()) return source + ": ";
+  return source + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1) + ": ";
+}
+
+// One step of a key path: a mapping key, or an index into a sequence.
+struct PathStep {
+  std::string key;
+  std::optional<std::size_t> index;
+};
+
+// "strategy.rules[0].compress.ratio" -> strategy, rules, [0], compress, ratio.
+std::vector<PathStep> parse_key_path(const std::string& text, const std::string& at) {
+  auto bad = [&](const std::string& why) {
+    return InputError(at + "bad sweep key '" + text + "': " + why +
+                      "; expected a scenario key path such as training.batch_size or strategy.rules[0].compress.ratio");
+  };
+  std::vector<PathStep> steps;
+  std::size_t i = 0;
+  while (i < text.size()) {
+    std::size_t start = i;
+    while (i < text.size() && (std::isalnum(static_cast<unsigned char>(text[i])) || text[i] == '_' || text[i] == '-')) ++i;
+    if (i == start) throw bad("empty or invalid name at position " + std::to_string(start + 1));
+    steps.push_back({text.substr(start, i - start), std::nullopt});
+    while (i < text.size() && text[i] == '[') {
+      const std::size_t close = text.find(']', i);
+      if (close == std::string::npos || close == i + 1) throw bad("unclosed or empty [index]");
+      const std::string digits = text.substr(i + 1, close - i - 1);
+      if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) throw bad("index '" + digits + "' is not a number");
+      steps.push_back({"", static_cast<std::size_t>(std::stoull(digits))});
+      i = close + 1;
+    }
+    if (i < text.size()) {
+      if (text[i] != '.') throw bad(std::string("unexpected '") + text[i] + "'");
+      ++i;
+      if (i == text.size()) throw bad("ends with '.'");
+    }
+  }
+  if (steps.empty()) throw bad("empty");
+  if (steps.front().key == "sweep") throw bad("a sweep cannot change itself");
+  return steps;
+}
+
+std::string path_prefix(const std::vector<PathStep>& path, std::size_t n) {
+  std::string out;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (path[i].index) {
+      out += "[" + std::to_string(*path[i].index) + "]";
+    } else {
+      out += (out.empty() ? "" : ".") + path[i].key;
+    }
+  }
+  return out;
+}
+
+// Replaces the node at `path` by `value`. Missing mapping keys are created (so that a sweep can
+// set training.batch_size in a scenario that leaves it to the default); going through a scalar
+// or past the end of a list is an error. Handles are rebound with reset(): assigning one YAML
+// node handle to another would overwrite the node itself.
+void set_path(YAML::Node root, const std::vector<PathStep>& path, const YAML::Node& value, const std::string& text, const std::string& at) {
+  YAML::Node current;
+  current.reset(root);
+  for (std::size_t i = 0; i < path.size(); ++i) {
+    const bool last = i + 1 == path.size();
+    const PathStep& step = path[i];
+    const std::string so_far = path_prefix(path, i);
+    if (step.index) {
+      if (!current.IsSequence()) throw InputError(at + "bad sweep key '" + text + "': '" + so_far + "' is not a list");
+      if (*step.index >= current.size()) {
+        throw InputError(at + "bad sweep key '" + text + "': '" + so_far + "' has " + std::to_string(current.size()) + " entries, so no [" +
+                         std::to_string(*step.index) + "]");
+      }
+      if (last) {
+        current[*step.index] = value;
+        return;
+      }
+      YAML::Node next = current[*step.index];
+      current.reset(next);
+      continue;
+    }
+    if (!current.IsMap()) {
+      throw InputError(at + "bad sweep key '" + text + "': '" + (so_far.empty() ? std::string("the scenario") : so_far) +
+                       "' is not a mapping, so it has no key '" + step.key + "'");
+    }
+    if (last) {
+      current[step.key] = value;
+      return;
+    }
+    if (!current[step.key]) current[step.key] = YAML::Node(YAML::NodeType::Map);
+    YAML::Node next = current[step.key];
+    current.reset(next);
+  }
+}
+
+std::string value_label(const YAML::Node& node) {
+  if (node.IsScalar()) return node.Scalar();
+  YAML::Emitter out;
+  out.SetMapFormat(YAML::Flow);
+  out.SetSeqFormat(YAML::Flow);
+  out << node;
+  return out.c_str();
+}
+
+struct Axis {
+  std::string key;
+  YAML::Mark mark;
+  std::vector<PathStep> path;
+  std::vector<YAML::Node> values;
+};
+
+std::vector<YAML::Node> range_values(const YAML::Node& range, const std::string& source, const std::string& key) {
+  const std::string at = where(source, range.Mark());
+  for (const auto& entry : range) {
+    const std::string k = entry.first.as<std::string>("");
+    if (k != "from" && k != "to" && k != "step") {
+      throw InputError(where(source, entry.first.Mark()) + "unknown key '" + k + "' in the range of sweep key '" + key + "'; valid keys: from, to, step");
+    }
+  }
+  if (!range["from"] || !range["to"]) throw InputError(at + "the range of sweep key '" + key + "' needs 'from' and 'to' (and optionally 'step')");
+  std::vector<YAML::Node> out;
+  std::int64_t from = 0, to = 0, step = 1;
+  const bool integers = YAML::convert<std::int64_t>::decode(range["from"], from) && YAML::convert<std::int64_t>::decode(range["to"], to) &&
+                        (!range["step"] || YAML::convert<std::int64_t>::decode(range["step"], step));
+  if (integers) {
+    if (step <= 0 || from > to) throw InputError(at + "the range of sweep key '" + key + "' needs from <= to and step > 0");
+    if ((to - from) / step >= static_cast<std::int64_t>(kMaxVariants)) throw InputError(at + "the range of sweep key '" + key + "' is too long");
+    for (std::int64_t v = from; v <= to; v += step) out.emplace_back(std::to_string(v));
+    return out;
+  }
+  double f = 0, t = 0, s = 1;
+  if (!YAML::convert<double>::decode(range["from"], f) || !YAML::convert<double>::decode(range["to"], t) ||
+      (range["step"] && !YAML::convert<double>::decode(range["step"], s)) || !std::isfinite(f) || !std::isfinite(t) || !std::isfinite(s)) {
+    throw InputError(at + "the range of sweep key '" + key + "' needs numbers for from, to and step");
+  }
+  if (!(s > 0) || f > t) throw InputError(at + "the range of sweep key '" + key + "' needs from <= to and step > 0");
+  // Index-based so that rounding does not accumulate; the end is included up to a rounding slack.
+  const double count = std::floor((t - f) / s + 1e-9);
+  if (count >= static_cast<double>(kMaxVariants)) throw InputError(at + "the range of sweep key '" + key + "' is too long");
+  for (std::int64_t i = 0; i <= static_cast<std::int64_t>(count); ++i) out.emplace_back(fmt::format("{}", f + static_cast<double>(i) * s));
+  return out;
+}
+
+std::uint64_t fnv1a(std::string_view text, std::uint64_t h = 1469598103934665603ULL) {
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+}  // namespace
+
+Sweep expand_sweep(const Scenario& scenario) {
+  if (!scenario.has_sweep) throw InputError(scenario.source + ": the scenario has no 'sweep' section");
+  const std::string& source = scenario.source;
+  const YAML::Node doc = load_scenario_yaml(scenario.yaml, source);
+  const YAML::Node section = doc["sweep"];
+
+  std::vector<Axis> axes;
+  for (const auto& entry : section) {
+    Axis axis;
+    axis.mark = entry.first.Mark();
+    const std::string at = where(source, axis.mark);
+    if (!entry.first.IsScalar() || entry.first.Scalar().empty()) throw InputError(at + "a sweep key must be a scenario key path such as training.batch_size");
+    axis.key = entry.first.Scalar();
+    axis.path = parse_key_path(axis.key, at);
+    const YAML::Node& values = entry.second;
+    if (values.IsSequence()) {
+      if (values.size() == 0) throw InputError(at + "sweep key '" + axis.key + "' has an empty list of values");
+      for (const auto& v : values) axis.values.push_back(v);
+    } else if (values.IsMap()) {
+      axis.values = range_values(values, source, axis.key);
+    } else {
+      throw InputError(at + "sweep key '" + axis.key + "' must map to a list of values or a range {from, to, step}");
+    }
+    for (const Axis& other : axes) {
+      if (other.key == axis.key) throw InputError(at + "sweep key '" + axis.key + "' appears twice");
+    }
+    axes.push_back(std::move(axis));
+  }
+
+  // Each value alone first, so that a bad path or value is blamed on its own key's line.
+  for (const Axis& axis : axes) {
+    const std::string at = where(source, axis.mark);
+    for (const YAML::Node& value : axis.values) {
+      YAML::Node variant = load_scenario_yaml(scenario.yaml, source);
+      set_path(variant, axis.path, value, axis.key, at);
+      try {
+        (void)parse_scenario_node(variant, source, scenario.base_dir);
+      } catch (const InputError& e) {
+        throw InputError(at + "sweep key '" + axis.key + "' = " + value_label(value) + ": " + e.what());
+      }
+    }
+  }
+
+  std::size_t count = 1;
+  for (const Axis& axis : axes) {
+    count *= axis.values.size();
+    if (count > kMaxVariants) throw InputError(where(source, section.Mark()) + "the sweep has more than " + std::to_string(kMaxVariants) + " variants");
+  }
+
+  Sweep sweep;
+  sweep.source = source;
+  for (const Axis& axis : axes) sweep.keys.push_back(axis.key);
+  sweep.hash = fmt::format("{:016x}", fnv1a(scenario.yaml));
+  for (std::size_t index = 0; index < count; ++index) {
+    // Mixed-radix digits of the index, the last key fastest.
+    std::vector<std::size_t> choice(axes.size());
+    std::size_t rest = index;
+    for (std::size_t a = axes.size(); a-- > 0;) {
+      choice[a] = rest % axes[a].values.size();
+      rest /= axes[a].values.size();
+    }
+    YAML::Node variant = load_scenario_yaml(scenario.yaml, source);
+    std::string label;
+    for (std::size_t a = 0; a < axes.size(); ++a) {
+      const YAML::Node& value = axes[a].values[choice[a]];
+      set_path(variant, axes[a].path, value, axes[a].key, where(source, axes[a].mark));
+      label += (label.empty() ? "" : ", ") + axes[a].key + "=" + value_label(value);
+    }
+    SweepVariant v;
+    v.index = index;
+    v.label = label;
+    try {
+      v.scenario = parse_scenario_node(variant, source, scenario.base_dir);
+    } catch (const InputError& e) {
+      throw InputError(where(source, axes.front().mark) + "sweep variant " + std::to_string(index) + " (" + label + "): " + e.what());
+    }
+    v.scenario.has_sweep = false;
+    v.scenario.base_dir = scenario.base_dir;
+    sweep.variants.push_back(std::move(v));
+  }
+  return sweep;
+}
+
+Shard parse_shard(std::string_view text) {
+  const std::string s(text);
+  const std::size_t slash = s.find('/');
+  auto digits = [](const std::string& d) { return !d.empty() && d.size() < 10 && std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; }); };
+  if (slash == std::string::npos || !digits(s.substr(0, slash)) || !digits(s.substr(slash + 1))) {
+    throw InputError("--shard '" + s + "': expected I/N (0-based shard I of N, e.g. 0/4)");
+  }
+  Shard shard;
+  shard.index = std::stoul(s.substr(0, slash));
+  shard.count = std::stoul(s.substr(slash + 1));
+  if (shard.count == 0 || shard.index >= shard.count) throw InputError("--shard '" + s + "': expected 0 <= I < N");
+  return shard;
+}
+
+std::vector<std::size_t> shard_variants(std::size_t variant_count, const std::optional<Shard>& shard) {
+  std::vector<std::size_t> out;
+  const std::size_t first = shard ? shard->index : 0;
+  const std::size_t step = shard ? shard->count : 1;
+  for (std::size_t i = first; i < variant_count; i += step) out.push_back(i);
+  return out;
+}
+
+std::string sweep_run_hash(const Sweep& sweep, std::string_view command, std::string_view settings) {
+  std::uint64_t h = fnv1a(sweep.hash);
+  h = fnv1a("\n", h);
+  h = fnv1a(command, h);
+  h = fnv1a("\n", h);
+  h = fnv1a(settings, h);
+  return fmt::format("{:016x}", h);
+}
+
+std::string sweep_document(const Sweep& sweep, std::string_view command, std::string_view run_hash, const std::optional<Shard>& shard,
+                           std::vector<VariantResult> results) {
+  std::sort(results.begin(), results.end(), [](const VariantResult& a, const VariantResult& b) { return a.index < b.index; });
+  ordered_json j;
+  j["sweep"] = {{"hash", run_hash},
+                {"command", command},
+                {"source", sweep.source},
+                {"keys", sweep.keys},
+                {"variant_count", sweep.variants.size()}};
+  if (shard) j["shard"] = {{"index", shard->index}, {"count", shard->count}};
+  ordered_json variants = ordered_json::array();
+  for (const VariantResult& r : results) {
+    variants.push_back({{"index", r.index}, {"label", r.label}, {"result", ordered_json::parse(r.json)}});
+  }
+  j["variants"] = std::move(variants);
+  return j.dump(2) + "\n";
+}
+
+std::string merge_sweep_documents(const std::vector<std::pair<std::string, std::string>>& documents) {
+  if (documents.empty()) throw InputError("merge: no shard documents given");
+  std::optional<ordered_json> sweep;
+  std::string first_source;
+  std::map<std::size_t, std::vector<std::string>> seen;  // variant -> the files that hold it
+  std::map<std::size_t, ordered_json> variants;
+  for (const auto& [source, text] : documents) {
+    ordered_json doc;
+    try {
+      doc = ordered_json::parse(text);
+    } catch (const nlohmann::json::parse_error& e) {
+      throw InputError(source + ": not a JSON document: " + e.what());
+    }
+    if (!doc.is_object() || !doc.contains("sweep") || !doc["sweep"].is_object() || !doc.contains("variants") || !doc["variants"].is_array() ||
+        !doc["sweep"].contains("hash") || !doc["sweep"].contains("variant_count")) {
+      throw InputError(source + ": not a sweep result (expected the JSON that comptrain plan/simulate --shard writes, with 'sweep' and 'variants')");
+    }
+    if (!sweep) {
+      sweep = doc["sweep"];
+      first_source = source;
+    } else if ((*sweep)["hash"] != doc["sweep"]["hash"] || (*sweep)["command"] != doc["sweep"]["command"] ||
+               (*sweep)["variant_count"] != doc["sweep"]["variant_count"]) {
+      throw InputError(source + ": from another sweep than " + first_source + " (sweep hash " + doc["sweep"]["hash"].dump() + " vs " +
+                       (*sweep)["hash"].dump() + "; the scenario, the command and its options must be the same)");
+    }
+    for (const auto& v : doc["variants"]) {
+      if (!v.is_object() || !v.contains("index") || !v["index"].is_number_unsigned()) throw InputError(source + ": a variant without an index");
+      const auto index = v["index"].get<std::size_t>();
+      seen[index].push_back(source);
+      variants[index] = v;
+    }
+  }
+  const auto count = (*sweep)["variant_count"].get<std::size_t>();
+  std::string duplicates, missing, unknown;
+  for (const auto& [index, sources] : seen) {
+    if (index >= count) unknown += (unknown.empty() ? "" : ", ") + std::to_string(index);
+    if (sources.size() > 1) {
+      std::string in;
+      for (const auto& s : sources) in += (in.empty() ? "" : ", ") + s;
+      duplicates += (duplicates.empty() ? "" : "; ") + std::to_string(index) + " (" + variants[index]["label"].get<std::string>() + ") in " + in;
+    }
+  }
+  for (std::size_t i = 0; i < count; ++i) {
+    if (!seen.count(i)) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
+  }
+  if (!unknown.empty()) throw InputError("merge: variants out of range (the sweep has " + std::to_string(count) + "): " + unknown);
+  if (!duplicates.empty()) throw InputError("merge: overlapping shards; variants given more than once: " + duplicates);
+  if (!missing.empty()) throw InputError("merge: incomplete; missing variants (0-based): " + missing + " of " + std::to_string(count));
+  ordered_json j;
+  j["sweep"] = *sweep;
+  ordered_json list = ordered_json::array();
+  for (auto& [index, v] : variants) list.push_back(std::move(v));
+  j["variants"] = std::move(list);
+  return j.dump(2) + "\n";
+}
+
+std::vector<VariantResult> simulate_variants(const Sweep& sweep, const std::vector<std::size_t>& indices, int jobs, bool progress) {
+  ProcessPool pool(jobs);
+  Progress bar("simulate", progress);
+  std::map<std::size_t, std::size_t> slot_of_job;
+  for (std::size_t k = 0; k < indices.size(); ++k) {
+    const Scenario& scenario = sweep.variants.at(indices[k]).scenario;
+    const std::size_t id = pool.submit([&scenario]() {
+      const models::Platform& platform = require_platform(scenario);
+      const traces::Trace trace = build_trace(scenario);
+      models::OpTimeOptions time_options;
+      time_options.allow_tf32 = scenario.allow_tf32;
+      const models::OpTimeModel time_model(platform, time_options);
+      const models::Schedule schedule = models::build_schedule(trace, time_model, scenario.strategy);
+      const SimulationResult result = simulate_in_this_process(platform, schedule);
+      const SimulationRun run{scenario.name, scenario.source, trace, platform, schedule, result};
+      return report_json(run);
+    });
+    slot_of_job[id] = k;
+  }
+  std::vector<VariantResult> results(indices.size());
+  std::size_t done = 0;
+  bar.update(0, indices.size(), false);
+  while (auto finished = pool.next()) {
+    const std::size_t k = slot_of_job.at(finished->id);
+    results[k] = {indices[k], sweep.variants[indices[k]].label, std::move(finished->output)};
+    bar.update(++done, indices.size(), false);
+  }
+  bar.finish(done);
+  return results;
+}
+
+std::string simulation_table_text(const Sweep& sweep, const std::vector<VariantResult>& results) {
+  std::size_t width = 7;
+  for (const auto& r : results) width = std::max(width, r.label.size());
+  std::string out = fmt::format("Sweep      {} ({} variants; keys: {})\n\n", sweep.source, sweep.variants.size(), fmt::join(sweep.keys, ", "));
+  out += fmt::format("{:>5}  {:<{}}  {:<12}  {:>12}  {:>14}  {:>10}\n", "#", "variant", width, "fits", "peak memory", "iteration time", "samples/s");
+  for (const auto& r : results) {
+    const auto j = nlohmann::json::parse(r.json);
+    if (j.at("fits").get<bool>()) {
+      const auto& res = j.at("results");
+      const std::string rate = res.at("samples_per_second").is_null() ? "n/a" : fmt::format("{:.1f}", res.at("samples_per_second").get<double>());
+      out += fmt::format("{:>5}  {:<{}}  {:<12}  {:>12}  {:>14}  {:>10}\n", r.index, r.label, width, "FITS",
+                         format_bytes(res.at("memory").at("peak_bytes").get<std::int64_t>()), format_seconds(res.at("iteration_seconds").get<double>()), rate);
+    } else {
+      const auto& oom = j.at("out_of_memory");
+      out += fmt::format("{:>5}  {:<{}}  {:<12}  {:>12}  {:>14}  {:>10}\n", r.index, r.label, width, "DOES NOT FIT",
+                         "> " + format_bytes(oom.at("capacity_bytes").get<std::int64_t>()), "-", "-");
+    }
+  }
+  return out;
+}
+
+int default_jobs() {
+  const unsigned n = std::thread::hardware_concurrency();
+  return n == 0 ? 1 : static_cast<int>(n);
+}
+
+// --- ProcessPool -------------------------------------------------------------------------
+
+ProcessPool::ProcessPool(int workers) : workers_(workers <= 0 ? default_jobs() : workers) {}
+
+ProcessPool::~ProcessPool() {
+  for (Running& job : running_) {
+    ::kill(job.pid, SIGKILL);
+    ::close(job.fd);
+    int status = 0;
+    while (::waitpid(job.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+std::size_t ProcessPool::submit(Work work) {
+  queue_.emplace_back(next_id_, std::move(work));
+  return next_id_++;
+}
+
+namespace {
+
+void write_all(int fd, const std::string& data) {
+  std::size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace
+
+void ProcessPool::start_queued() {
+  while (!queue_.empty() && running_.size() < static_cast<std::size_t>(workers_)) {
+    auto [id, work] = std::move(queue_.front());
+    queue_.pop_front();
+    int fds[2];
+    if (::pipe(fds) != 0) throw std::runtime_error(std::string("cannot create a pipe: ") + std::strerror(errno));
+    std::fflush(nullptr);  // otherwise buffered output would be written twice
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      ::close(fds[0]);
+      ::close(fds[1]);
+      throw std::runtime_error(std::string("cannot fork a worker: ") + std::strerror(errno));
+    }
+    if (pid == 0) {
+      ::close(fds[0]);
+      // 'R' result, 'I' input error, 'E' other failure; then the text.
+      std::string message;
+      int code = 0;
+      try {
+        message = "R" + work();
+      } catch (const InputError& e) {
+        message = std::string("I") + e.what();
+        code = 1;
+      } catch (const std::exception& e) {
+        message = std::string("E") + e.what();
+        code = 1;
+      }
+      write_all(fds[1], message);
+      ::close(fds[1]);
+      ::_exit(code);  // skip the parent's atexit handlers and SimGrid's static destructors
+    }
+    ::close(fds[1]);
+    running_.push_back({id, pid, fds[0], {}});
+  }
+}
+
+ProcessPool::Finished ProcessPool::finish(Running job) {
+  ::close(job.fd);
+  int status = 0;
+  while (::waitpid(job.pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (job.received.empty()) {
+    throw std::runtime_error("a worker process ended without a result (" +
+                             (WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status)) : "exit " + std::to_string(WEXITSTATUS(status))) + ")");
+  }
+  const char kind = job.received[0];
+  std::string text = job.received.substr(1);
+  if (kind == 'I') throw InputError(text);
+  if (kind != 'R') throw std::runtime_error(text);
+  return {job.id, std::move(text)};
+}
+
+std::optional<ProcessPool::Finished> ProcessPool::next() {
+  start_queued();
+  if (running_.empty()) return std::nullopt;
+  std::vector<pollfd> fds(running_.size());
+  char chunk[1 << 16];
+  while (true) {
+    for (std::size_t i = 0; i < running_.size(); ++i) fds[i] = {running_[i].fd, POLLIN, 0};
+    const int ready = ::poll(fds.data(), static_cast<nfds_t>(fds.size()), -1);
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error(std::string("poll failed: ") + std::strerror(errno));
+    }
+    for (std::size_t i = 0; i < running_.size(); ++i) {
+      if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      const ssize_t n = ::read(running_[i].fd, chunk, sizeof chunk);
+      if (n < 0 && errno == EINTR) continue;
+      if (n > 0) {
+        running_[i].received.append(chunk, static_cast<std::size_t>(n));
+        continue;
+      }
+      // End of file: the job is done. Take it out before finish() may throw, so that the
+      // destructor does not touch it again.
+      Running job = std::move(running_[i]);
+      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+      return finish(std::move(job));
+    }
+  }
+}
+
+// --- Progress ----------------------------------------------------------------------------
+
+Progress::Progress(std::string what, bool enabled)
+    : what_(std::move(what)), enabled_(enabled), tty_(::isatty(STDERR_FILENO) == 1), start_(std::chrono::steady_clock::now()), last_line_(start_) {}
+
+Progress::~Progress() {
+  // An exception left the bar unfinished: end its line so that the error starts on its own.
+  if (enabled_ && tty_ && !finished_) std::fputs("\n", stderr);
+}
+
+void Progress::update(std::size_t done, std::size_t total, bool estimate) {
+  if (!enabled_) return;
+  const auto now = std::chrono::steady_clock::now();
+  const double elapsed = std::chrono::duration<double>(now - start_).count();
+  total = std::max(total, done);
+  std::string eta = "ETA --";
+  if (done > 0 && total > done) eta = fmt::format("ETA {:.0f} s", elapsed / static_cast<double>(done) * static_cast<double>(total - done));
+  if (done > 0 && total == done) eta = "ETA 0 s";
+  const std::string count = fmt::format("{}/{}{} simulations", done, estimate ? "~" : "", total);
+  if (tty_) {
+    constexpr std::size_t kWidth = 30;
+    const std::size_t filled = total == 0 ? 0 : done * kWidth / total;
+    fmt::print(stderr, "\r{} [{}{}] {}  {:.0f} s  {}\x1b[K", what_, std::string(filled, '#'), std::string(kWidth - filled, '.'), count, elapsed, eta);
+    std::fflush(stderr);
+    return;
+  }
+  // Logs (Slurm, CI): a line every few seconds at most.
+  if (now - last_line_ >= std::chrono::seconds(5)) {
+    last_line_ = now;
+    fmt::print(stderr, "comptrain {}: {}, {:.0f} s elapsed, {}\n", what_, count, elapsed, eta);
+  }
+}
+
+void Progress::finish(std::size_t done) {
+  if (!enabled_ || finished_) return;
+  finished_ = true;
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  if (tty_) fmt::print(stderr, "\r\x1b[K");
+  fmt::print(stderr, "comptrain {}: {} simulations in {:.1f} s\n", what_, done, elapsed);
+}
+
+}  // namespace comptrain::sim

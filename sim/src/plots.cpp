@@ -194,7 +194,8 @@ std::string gnuplot_string(std::string_view text) {
 std::string preamble(const std::filesystem::path& output) {
   std::string s;
   s += "set encoding utf8\n";
-  s += "set terminal svg size 900,560 dynamic enhanced font 'sans,12'\n";
+  // An explicit white background: viewers that show transparency as black would hide the text.
+  s += "set terminal svg size 900,560 dynamic enhanced font 'sans,12' background rgb 'white'\n";
   s += fmt::format("set output {}\n", gnuplot_string(output.string()));
   s += "set border 3 lc rgb '#444444'\n";
   s += "set tics nomirror\n";
@@ -273,7 +274,8 @@ std::string log2_batch_axis(const Plan& plan) {
   // More than ~14 labels would collide at this width: label every other power of two then.
   const double decades = std::log2(static_cast<double>(hi) / static_cast<double>(lo));
   s += decades > 13 ? "set xtics 4\n" : "set xtics 2\n";
-  s += "set xlabel 'batch size (samples per iteration, log_{2} scale)'\n";
+  // A Unicode subscript, not enhanced-text '_{2}': SVG renderers drop the space after a subscript span.
+  s += "set xlabel 'batch size (samples per iteration, log₂ scale)'\n";
   return s;
 }
 

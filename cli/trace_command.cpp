@@ -11,6 +11,7 @@
 #include "comptrain/traces/summary.hpp"
 #include "comptrain/traces/trace_json.hpp"
 #include "comptrain/zoo/zoo.hpp"
+#include "trace_import_command.hpp"
 #include "trace_report.hpp"
 
 namespace comptrain::cli {
@@ -112,8 +113,11 @@ std::function<int()> add_trace_command(CLI::App& app) {
   export_selection->add_options(*exporter);
   exporter->add_option("-o,--output", *output, "Output file")->required();
 
+  const std::function<int()> import_action = add_trace_import_command(*trace);
+
   return [=]() -> int {
     if (!trace->parsed()) return -1;
+    if (const int code = import_action(); code >= 0) return code;
     if (list->parsed()) {
       for (const auto& model : zoo::list_models()) fmt::print("{:<12} {}\n", model.name, model.description);
       return 0;

@@ -1,0 +1,52 @@
+#include "trace_import_command.hpp"
+
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+
+#include "comptrain/support/input_error.hpp"
+#include "comptrain/trace_import/import.hpp"
+#include "comptrain/traces/trace_json.hpp"
+
+namespace comptrain::cli {
+
+std::function<int()> add_trace_import_command(CLI::App& trace) {
+  struct Options {
+    std::string input, output, format, device, name;
+    std::int64_t batch = 1;
+  };
+  auto options = std::make_shared<Options>();
+  auto* command = trace.add_subcommand(
+      "import", "Convert a PyTorch profiler trace, a PyTorch memory snapshot (JSON) or a Chakra trace (JSON) into a trace file");
+  command->add_option("input", options->input, "The file to import")->required();
+  command->add_option("-o,--output", options->output, "Trace file to write (.json)")->required();
+  command->add_option("--format", options->format, "Input format (default: detected from the content)")
+      ->check(CLI::IsMember({"pytorch-profiler", "memory-snapshot", "chakra-json"}));
+  command->add_option("-b,--batch", options->batch, "The batch size the input was recorded at (no format records it)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  command->add_option("--device", options->device, "The device the durations were measured on, when the input does not say");
+  command->add_option("--name", options->name, "Trace name (default: the input's file name)");
+
+  return [command, options]() -> int {
+    if (!command->parsed()) return -1;
+    trace_import::ImportOptions import_options;
+    if (!options->format.empty()) import_options.format = trace_import::parse_format(options->format);
+    import_options.batch_size = options->batch;
+    import_options.device = options->device;
+    import_options.name = options->name;
+    const auto result = trace_import::import_file(options->input, import_options);
+    traces::write_trace_file(result.trace, options->output);
+    fmt::print(stderr, "imported {} ({}): {} ops, {} tensors -> {}\n", options->input, trace_import::to_string(result.format),
+               result.trace.ops().size(), result.trace.tensors().size(), options->output);
+    for (const auto& timeline : result.memory) {
+      fmt::print(stderr, "memory {}: peak {} bytes at {:.6f} s ({} allocator events, {} bytes before the first)\n",
+                 timeline.device, timeline.peak, timeline.peak_time, timeline.events, timeline.baseline);
+    }
+    for (const auto& missing : result.missing) fmt::print(stderr, "missing: {}\n", missing);
+    return 0;
+  };
+}
+
+}  // namespace comptrain::cli

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# `comptrain trace import` end to end: imports each good fixture (exit 0, a trace that `trace
+# show` reads, what is missing on stderr) and rejects each corrupt one with exit 2.
+# Usage: cli_import_test.sh COMPTRAIN DATA_DIR
+set -uo pipefail
+comptrain=$1
+data=$2/import
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fail=0
+for f in profiler_legacy profiler_kineto memory_snapshot chakra; do
+  if ! "$comptrain" trace import "$data/$f.json" -o "$dir/$f.trace.json" 2> "$dir/$f.err"; then
+    echo "FAIL: import $f"; cat "$dir/$f.err"; fail=1; continue
+  fi
+  grep -q '^missing: ' "$dir/$f.err" || { echo "FAIL: $f: no 'missing:' lines"; fail=1; }
+  "$comptrain" trace show "$dir/$f.trace.json" > /dev/null || { echo "FAIL: trace show $f"; fail=1; }
+done
+grep -q 'peak 14680064 bytes' "$dir/memory_snapshot.err" || { echo "FAIL: snapshot peak"; fail=1; }
+"$comptrain" trace import "$data/memory_snapshot.p4.pickle" -o "$dir/p.json" 2> "$dir/p.err" && grep -q 'peak 14680064 bytes' "$dir/p.err" ||
+  { echo "FAIL: pickled snapshot"; cat "$dir/p.err"; fail=1; }
+# The format can be named; naming the wrong one is an error at the missing field, exit 2.
+"$comptrain" trace import "$data/chakra.json" --format chakra-json -o "$dir/c.json" 2> /dev/null || { echo "FAIL: --format"; fail=1; }
+"$comptrain" trace import "$data/chakra.json" --format memory-snapshot -o "$dir/c.json" 2> "$dir/wrong.err"
+[[ $? -eq 2 ]] && grep -q '/segments: missing' "$dir/wrong.err" || { echo "FAIL: wrong --format"; cat "$dir/wrong.err"; fail=1; }
+for f in "$data"/corrupt_*; do
+  "$comptrain" trace import "$f" -o "$dir/bad.json" 2> "$dir/bad.err"
+  rc=$?
+  if [[ $rc -ne 2 ]]; then echo "FAIL: $(basename "$f"): exit $rc, expected 2"; fail=1; fi
+  grep -q 'comptrain: error: ' "$dir/bad.err" || { echo "FAIL: $(basename "$f"): no error message"; fail=1; }
+done
+[[ $fail -eq 0 ]] && echo "OK: trace import"
+exit $fail

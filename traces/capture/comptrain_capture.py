@@ -1,0 +1,566 @@
+#!/usr/bin/python3
+"""Capture one real training iteration of a PyTorch model as a comptrain trace (traces/FORMAT.md).
+
+    /usr/bin/python3 traces/capture/comptrain_capture.py resnet18 --batch 4 -o resnet18.json
+    /usr/bin/python3 traces/capture/comptrain_capture.py mypkg.models:make_net --input-shape 3,32,32 ...
+
+MODEL is a torchvision model name or `module:factory` (a callable returning an nn.Module).
+
+How it works (PyTorch 1.13, CPU):
+  - A TorchDispatchMode sees every aten op below autograd: the forward ops, the backward ops the
+    autograd engine runs during `loss.backward()` (the CPU engine runs them on the calling thread,
+    so the thread-local mode sees them) and the optimizer's ops. Each becomes one trace op, timed
+    with perf_counter around the kernel call.
+  - Tensors are identified by their storage (`storage().data_ptr()`): an op output sharing the
+    storage of one of the op's inputs (a view, `relu_`, `add_`) becomes a new tensor with
+    `view_of` = the storage's first tensor, so every tensor keeps exactly one producer. Outputs
+    aliasing weights, buffers or optimizer state (in-place updates, `w.t()`) are not new tensors:
+    those roles exist before the iteration and have no producer (FORMAT.md, "Views").
+  - `saved_tensors_hooks` records the storages autograd saves; those a backward op reads are
+    `activation`, everything else produced in the iteration is `temporary` or, for what ends up
+    in `param.grad`, `gradient`.
+  - Batch scaling: the step is recorded twice, at the requested batch and at a probe batch (one
+    more or one less). Both runs issue the same op sequence; a tensor's batch dimension is the
+    one whose extent changes, and each op's FLOPs and bytes are solved as fixed + per_sample * b
+    from the two runs, so `Trace::rescaled` is exact. The probe run also warms the kernels up
+    before the timed run.
+  - Optimizer state is created before recording by a step over zero gradients (which leaves the
+    weights unchanged for SGD, momentum and Adam), so the recorded step is a steady-state one.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import os
+import platform
+import sys
+import time
+
+import torch
+import torchvision
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+DTYPES = {
+    torch.float64: 'f64', torch.float32: 'f32', torch.float16: 'f16', torch.bfloat16: 'bf16',
+    torch.int64: 'i64', torch.int32: 'i32', torch.int8: 'i8', torch.uint8: 'u8', torch.bool: 'bool',
+}
+ELEMENT_SIZE = {'f64': 8, 'f32': 4, 'f16': 2, 'bf16': 2, 'i64': 8, 'i32': 4, 'i8': 1, 'u8': 1, 'bool': 1}
+RESIDENT = ('input', 'weight', 'buffer', 'optimizer_state')
+
+# aten op name (without overload) -> op kind. Ops of matrix products are refined by module
+# (linear inside nn.Linear, matmul elsewhere); pooling and dropout modules claim their ops.
+KIND_BY_OP = {
+    'convolution': 'conv', 'convolution_backward': 'conv', '_convolution': 'conv',
+    'mkldnn_convolution': 'conv', 'thnn_conv2d': 'conv',
+    'addmm': 'matmul', 'mm': 'matmul', 'bmm': 'matmul', 'baddbmm': 'matmul', 'matmul': 'matmul',
+    'linear': 'linear',
+    'relu': 'relu', 'relu_': 'relu', 'threshold_backward': 'relu',
+    'gelu': 'gelu', 'gelu_backward': 'gelu',
+    'native_batch_norm': 'batchnorm', 'native_batch_norm_backward': 'batchnorm',
+    'native_layer_norm': 'layernorm', 'native_layer_norm_backward': 'layernorm',
+    'max_pool2d_with_indices': 'pool', 'max_pool2d_with_indices_backward': 'pool',
+    'avg_pool2d': 'pool', 'avg_pool2d_backward': 'pool',
+    '_adaptive_avg_pool2d': 'pool', '_adaptive_avg_pool2d_backward': 'pool',
+    '_softmax': 'softmax', '_softmax_backward_data': 'softmax',
+    '_log_softmax': 'loss', '_log_softmax_backward_data': 'loss',
+    'nll_loss_forward': 'loss', 'nll_loss_backward': 'loss', 'nll_loss2d_forward': 'loss',
+    'nll_loss2d_backward': 'loss',
+    'native_dropout': 'dropout', 'native_dropout_backward': 'dropout', 'bernoulli_': 'dropout',
+    'embedding': 'embedding', 'embedding_dense_backward': 'embedding',
+    '_scaled_dot_product_attention': 'attention',
+}
+ELEMENTWISE = {
+    'add', 'add_', 'sub', 'sub_', 'mul', 'mul_', 'div', 'div_', 'neg', 'sqrt', 'sqrt_', 'addcmul_',
+    'addcdiv_', 'lerp_', 'clone', 'copy_', 'fill_', 'zero_', 'ones_like', 'zeros_like', 'empty_like',
+    'sum', 'mean', 'expand', 'tanh', 'tanh_backward', 'sigmoid', 'sigmoid_backward', 'pow', 'maximum',
+    'where', '_to_copy', 'new_empty_strided', 'empty_strided', 'abs', 'exp', 'log', 'rsqrt',
+}
+# FLOPs per output element of the ops that are not GEMMs (traces/zoo/README.md, "FLOPs").
+FLOPS_PER_ELEMENT = {
+    'relu': 1, 'relu_': 1, 'threshold_backward': 1, 'gelu': 5, 'gelu_backward': 11,
+    'native_batch_norm': 5, 'native_batch_norm_backward': 9, 'native_layer_norm': 7,
+    'native_layer_norm_backward': 13, '_softmax': 5, '_softmax_backward_data': 4,
+    '_log_softmax': 5, '_log_softmax_backward_data': 4, 'add': 1, 'add_': 1, 'sub': 1, 'sub_': 1,
+    'mul': 1, 'mul_': 1, 'div': 1, 'div_': 1, 'mean': 1, 'sum': 1, 'tanh': 1, 'tanh_backward': 3,
+    'addcmul_': 2, 'addcdiv_': 2, 'sqrt': 1, 'lerp_': 2,
+}
+
+
+def op_base_name(func) -> str:
+    """`aten.convolution.default` -> `convolution`."""
+    return func.overloadpacket.__name__
+
+
+def storage_key(t: torch.Tensor):
+    """The identity of a tensor's memory: its storage's address (None for empty storages,
+    which all share address 0 and must not be merged)."""
+    ptr = t.storage().data_ptr()
+    return ptr if ptr != 0 else None
+
+
+def tensors_in(tree):
+    return [x for x in tree_flatten(tree)[0] if isinstance(x, torch.Tensor)]
+
+
+def conv_macs(out: torch.Tensor, weight: torch.Tensor, transposed: bool, inp: torch.Tensor) -> int:
+    """Multiply-accumulates of a convolution: every output element of a non-transposed
+    convolution takes (C_in / groups) * prod(kernel) MACs; a transposed one is the adjoint, so
+    count it from the input side."""
+    kernel = math.prod(weight.shape[2:])
+    if transposed:
+        return inp.numel() * weight.shape[1] * kernel
+    return out.numel() * weight.shape[1] * kernel
+
+
+def gemm_flops(name: str, args, outputs) -> int:
+    """2 per multiply-accumulate (+1 per output element for a fused bias)."""
+    if name == 'mm':
+        a, b = args[0], args[1]
+        return 2 * a.shape[0] * a.shape[1] * b.shape[1]
+    if name == 'addmm':
+        a, b = args[1], args[2]
+        return 2 * a.shape[0] * a.shape[1] * b.shape[1] + a.shape[0] * b.shape[1]
+    if name in ('bmm', 'baddbmm'):
+        a, b = (args[0], args[1]) if name == 'bmm' else (args[1], args[2])
+        return 2 * a.shape[0] * a.shape[1] * a.shape[2] * b.shape[2]
+    if name == 'convolution':
+        inp, weight, bias = args[0], args[1], args[2]
+        transposed = args[6]
+        macs = conv_macs(outputs[0], weight, transposed, inp)
+        return 2 * macs + (outputs[0].numel() if bias is not None else 0)
+    if name == 'convolution_backward':
+        grad_out, inp, weight = args[0], args[1], args[2]
+        transposed, mask = args[7], args[10]
+        macs = conv_macs(grad_out, weight, transposed, inp)
+        return 2 * macs * (int(mask[0]) + int(mask[1])) + (grad_out.numel() if mask[2] else 0)
+    return 0
+
+
+class Recorder(TorchDispatchMode):
+    """Records every aten op of one training iteration (see the module docstring)."""
+
+    def __init__(self, resident: dict, module_of: dict):
+        super().__init__()
+        self.tensors: list[dict] = []  # {name, dtype, shape, storage (base index), role}
+        self.ops: list[dict] = []
+        self.by_storage: dict = {}     # storage key -> index of its latest tensor
+        self.base_of: list[int] = []   # tensor index -> index of the storage's base tensor
+        self.phase = 'forward'
+        self.module_stack: list[str] = []
+        self.module_of = module_of     # module name -> class name
+        self.saved_storages: set[int] = set()  # base indices autograd saved
+        self.saved_tensors: list = []          # (base index, tensor, creator) for --samples
+        self.keep_saved = False
+        self.unread_saved = 0  # saved storages no backward op reads (left temporary)
+        self.op_counts: dict = {}
+        for key, (name, role, t) in resident.items():
+            self._new_tensor(name, t, role, None, key)
+
+    # --- tensors ---------------------------------------------------------------------------
+    def _new_tensor(self, name, t, role, view_of, key):
+        index = len(self.tensors)
+        shape = list(t.shape)
+        dtype = DTYPES.get(t.dtype)
+        if dtype is None:
+            raise SystemExit(f'comptrain_capture: tensor {name}: dtype {t.dtype} has no trace dtype')
+        base = index if view_of is None else self.base_of[view_of]
+        if view_of is not None:
+            # A view may be larger than its base (expand broadcasts a stride-0 dimension); the
+            # format wants views no larger than their base, and a view occupies no memory of
+            # its own anyway, so such a view is written with its base's shape.
+            b = self.tensors[base]
+            if math.prod(shape) * ELEMENT_SIZE[dtype] > math.prod(b['shape']) * ELEMENT_SIZE[b['dtype']]:
+                shape, dtype = list(b['shape']), b['dtype']
+        self.tensors.append({'name': name, 'dtype': dtype, 'shape': shape, 'role': role,
+                             'base': base, 'view_of': None if view_of is None else base})
+        self.base_of.append(base)
+        if key is not None:
+            self.by_storage[key] = index
+        return index
+
+    def lookup(self, t: torch.Tensor, context: str) -> int:
+        key = storage_key(t)
+        index = self.by_storage.get(key) if key is not None else None
+        if index is None:
+            # Made outside the dispatcher (rare): it exists before the op, like a constant.
+            index = self._new_tensor(f'external.{len(self.tensors)}', t, 'temporary', None, key)
+            print(f'comptrain_capture: warning: {context} reads a tensor made outside the '
+                  f'dispatcher; recorded without a producer', file=sys.stderr)
+        return index
+
+    def pack(self, t: torch.Tensor):
+        key = storage_key(t)
+        index = self.by_storage.get(key) if key is not None else None
+        if index is not None and self.tensors[self.base_of[index]]['role'] == 'temporary':
+            self.saved_storages.add(self.base_of[index])
+            if self.keep_saved:
+                creator = type(t.grad_fn).__name__ if t.grad_fn is not None else 'leaf'
+                self.saved_tensors.append((self.base_of[index], t, creator))
+        return t
+
+    # --- ops -------------------------------------------------------------------------------
+    def _op_name(self, base: str, inputs: list[int]) -> tuple[str, str]:
+        """Forward ops take the innermost module's name; backward ops the module of the weight
+        they read, else of the forward op that produced the latest tensor they read."""
+        if self.phase == 'forward':
+            module = self.module_stack[-1] if self.module_stack else ''
+        elif self.phase == 'backward':
+            module = ''
+            for i in inputs:
+                t = self.tensors[self.base_of[i]]
+                if t['role'] == 'weight':
+                    module = t['name'].rsplit('.', 1)[0]
+                    break
+            if not module:
+                producers = [self.tensors[i].get('producer_module') for i in inputs]
+                producers = [p for p in producers if p]
+                module = producers[-1] if producers else ''
+        else:
+            module = 'optimizer'
+        prefix = '.'.join(p for p in (module, 'backward' if self.phase == 'backward' else '') if p)
+        stem = f'{prefix}.{base}' if prefix else base
+        count = self.op_counts.get(stem, 0)
+        self.op_counts[stem] = count + 1
+        return (stem if count == 0 else f'{stem}_{count}'), module
+
+    def _kind(self, base: str, module: str, is_view: bool) -> str:
+        if self.phase == 'optimizer':
+            return 'optimizer_update'
+        cls = self.module_of.get(module, '')
+        if 'Dropout' in cls:
+            return 'dropout'
+        if 'Pool' in cls and base not in ('convolution', 'convolution_backward'):
+            return 'pool'
+        if is_view:
+            return 'view'
+        kind = KIND_BY_OP.get(base)
+        if kind == 'matmul' and cls == 'Linear':
+            return 'linear'
+        if kind:
+            return kind
+        return 'elementwise' if base in ELEMENTWISE else 'other'
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        base = op_base_name(func)
+        if func.namespace == 'profiler':
+            # record_function's bookkeeping (the optimizer step is wrapped in one): no kernel.
+            return func(*args, **kwargs)
+        in_tensors = tensors_in((args, kwargs))
+        inputs = [self.lookup(t, base) for t in in_tensors]
+        input_keys = {storage_key(t) for t in in_tensors} - {None}
+        start = time.perf_counter()
+        result = func(*args, **kwargs)
+        seconds = time.perf_counter() - start
+        out_tensors = tensors_in(result)
+        name, module = self._op_name(base, inputs)
+
+        outputs, aliases_only = [], True
+        for j, t in enumerate(out_tensors):
+            key = storage_key(t)
+            if key is not None and key in input_keys:
+                prior = self.by_storage[key]
+                if self.tensors[self.base_of[prior]]['role'] in RESIDENT:
+                    continue  # updates (or views) a resident tensor: it stays an input only
+                index = self._new_tensor(f'{name}.out{j or ""}', t, 'temporary', prior, key)
+            else:
+                aliases_only = False
+                index = self._new_tensor(f'{name}.out{j or ""}', t, 'temporary', None, key)
+            self.tensors[index]['producer_module'] = module
+            outputs.append(index)
+        is_view = aliases_only and bool(out_tensors) and not base.endswith('_')
+        if is_view and not outputs:
+            return result  # a view of a weight or buffer (`w.t()`): no kernel, nothing new
+        flops = gemm_flops(base, args, out_tensors)
+        if not flops and base in FLOPS_PER_ELEMENT and out_tensors:
+            flops = FLOPS_PER_ELEMENT[base] * out_tensors[0].numel()
+        kind = self._kind(base, module, is_view)
+        for index in outputs:
+            self.tensors[index]['producer_kind'] = kind
+        self.ops.append({
+            'name': name, 'phase': self.phase, 'kind': kind,
+            'inputs': inputs, 'outputs': outputs, 'flops': flops, 'seconds': seconds,
+        })
+        return result
+
+
+def load_model(spec: str) -> torch.nn.Module:
+    if ':' in spec:
+        module_name, factory = spec.split(':', 1)
+        return getattr(importlib.import_module(module_name), factory)()
+    factory = getattr(torchvision.models, spec, None)
+    if factory is None or not callable(factory):
+        raise SystemExit(f'comptrain_capture: unknown model {spec!r}: expected a torchvision model '
+                         f'name (e.g. resnet18) or module:factory')
+    return factory()
+
+
+def make_optimizer(name: str, params, lr: float):
+    if name == 'sgd':
+        return torch.optim.SGD(params, lr=lr)
+    if name == 'momentum':
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    if name == 'adam':
+        return torch.optim.Adam(params, lr=lr)
+    if name == 'adamw':
+        return torch.optim.AdamW(params, lr=lr)
+    raise SystemExit(f'comptrain_capture: unknown optimizer {name!r}')
+
+
+def cpu_model() -> str:
+    try:
+        with open('/proc/cpuinfo', encoding='utf-8') as f:
+            for line in f:
+                if line.startswith('model name'):
+                    return line.split(':', 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+class Session:
+    """The model, its optimizer and the bookkeeping shared by the probe and the recorded run."""
+
+    def __init__(self, args):
+        torch.manual_seed(args.seed)
+        self.args = args
+        self.model = load_model(args.model)
+        self.model.train()
+        self.dtype = getattr(torch, args.dtype)
+        self.model.to(self.dtype)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = make_optimizer(args.optimizer, self.params, args.lr)
+        # Steady-state optimizer state: one step over zero gradients creates momentum buffers
+        # and moments without changing the weights.
+        for p in self.params:
+            p.grad = torch.zeros_like(p)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.module_of = {name: type(m).__name__ for name, m in self.model.named_modules()}
+
+    def resident(self, x, y) -> dict:
+        out = {}
+        for name, p in self.model.named_parameters():
+            out[storage_key(p)] = (name, 'weight', p)
+        for name, b in self.model.named_buffers():
+            if storage_key(b) is not None:
+                out[storage_key(b)] = (name, 'buffer', b)
+        names = {id(p): n for n, p in self.model.named_parameters()}
+        for p, state in self.optimizer.state.items():
+            for key, value in state.items():
+                if isinstance(value, torch.Tensor) and storage_key(value) is not None:
+                    out[storage_key(value)] = (f'{names.get(id(p), "param")}.{key}', 'optimizer_state', value)
+        out[storage_key(x)] = ('input', 'input', x)
+        out[storage_key(y)] = ('labels', 'input', y)
+        return out
+
+    def step(self, batch: int, keep_saved: bool) -> Recorder:
+        shape = [batch] + [int(s) for s in self.args.input_shape.split(',')]
+        x = torch.randn(shape, dtype=self.dtype)
+        y = torch.randint(0, self.args.num_classes, (batch,))
+        rec = Recorder(self.resident(x, y), self.module_of)
+        rec.keep_saved = keep_saved
+        def enter(name):
+            def hook(_module, _inputs):
+                rec.module_stack.append(name)
+            return hook
+
+        def leave(_module, _inputs, _output):
+            rec.module_stack.pop()  # returns None: a forward hook's result would replace the output
+
+        hooks = []
+        for name, m in self.model.named_modules():
+            hooks.append(m.register_forward_pre_hook(enter(name)))
+            hooks.append(m.register_forward_hook(leave))
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(rec.pack, lambda t: t):
+                with rec:
+                    logits = self.model(x)
+                    rec.module_stack = ['loss']  # the loss runs outside any module
+                    loss = torch.nn.functional.cross_entropy(logits, y)
+                    del logits
+                    rec.phase = 'backward'
+                    loss.backward()
+                    rec.phase = 'optimizer'
+                    self.optimizer.step()
+        finally:
+            for h in hooks:
+                h.remove()
+        # Roles, per storage: what ends up in .grad is a gradient; saved storages that some
+        # backward op reads are activations.
+        for p in self.params:
+            if p.grad is not None:
+                index = rec.by_storage.get(storage_key(p.grad))
+                if index is not None:
+                    rec.tensors[rec.base_of[index]]['role'] = 'gradient'
+        read_backward = set()
+        for op in rec.ops:
+            if op['phase'] == 'backward':
+                read_backward.update(rec.base_of[i] for i in op['inputs'])
+        for base in rec.saved_storages:
+            if rec.tensors[base]['role'] != 'temporary':
+                continue
+            if base in read_backward:
+                rec.tensors[base]['role'] = 'activation'
+            else:
+                rec.unread_saved += 1
+        for t in rec.tensors:
+            t['role'] = rec.tensors[t['base']]['role']
+        self.optimizer.zero_grad(set_to_none=True)
+        del loss
+        return rec
+
+
+def batch_linear(value_main: int, value_probe: int, batch: int, probe: int) -> dict:
+    """Solve value = fixed + per_sample * b from two batch sizes; fall back to a fixed value
+    when the two do not fit an integer line (the op does not scale with the batch)."""
+    diff = value_main - value_probe
+    if diff % (batch - probe) == 0:
+        per_sample = diff // (batch - probe)
+        fixed = value_main - per_sample * batch
+        if per_sample >= 0 and fixed >= 0:
+            return {'fixed': fixed, 'per_sample': per_sample}
+    return {'fixed': value_main, 'per_sample': 0}
+
+
+def tensor_bytes(t: dict) -> int:
+    return math.prod(t['shape']) * ELEMENT_SIZE[t['dtype']]
+
+
+def build_trace(session: Session, main: Recorder, probe: Recorder, batch: int, probe_batch: int) -> dict:
+    if len(main.tensors) != len(probe.tensors) or [o['name'] for o in main.ops] != [o['name'] for o in probe.ops]:
+        raise SystemExit('comptrain_capture: the runs at batch sizes '
+                         f'{batch} and {probe_batch} issued different ops ({len(main.ops)} vs '
+                         f'{len(probe.ops)}); the model is not batch-size independent in its op sequence')
+    device = f'cpu ({cpu_model()}, {torch.get_num_threads()} threads)'
+    tensors = []
+    for i, (t, u) in enumerate(zip(main.tensors, probe.tensors)):
+        entry = {'id': i, 'name': t['name'], 'dtype': t['dtype'], 'shape': t['shape'], 'role': t['role']}
+        if t['role'] not in ('weight', 'buffer', 'optimizer_state') and t['shape'] != u['shape']:
+            for d, (a, b) in enumerate(zip(t['shape'], u['shape'])):
+                if a != b and a % batch == 0 and b % probe_batch == 0 and a // batch == b // probe_batch:
+                    entry['batch_dim'] = d
+                    break
+            else:
+                print(f'comptrain_capture: warning: tensor {t["name"]} changes shape with the batch '
+                      f'({t["shape"]} vs {u["shape"]}) but not linearly; recorded as batch-independent',
+                      file=sys.stderr)
+        if t['view_of'] is not None:
+            entry['view_of'] = t['view_of']
+        tensors.append(entry)
+    # A view must scale like its base or not at all; the base's verdict wins.
+    for entry in tensors:
+        if 'view_of' in entry and 'batch_dim' in entry and 'batch_dim' not in tensors[entry['view_of']]:
+            del entry['batch_dim']
+
+    def io_bytes(rec, op):
+        read = sum(tensor_bytes(rec.tensors[i]) for i in op['inputs'])
+        written = sum(tensor_bytes(rec.tensors[i]) for i in op['outputs'])
+        if op['kind'] == 'view':
+            return 0, 0  # no data moves
+        if op['phase'] == 'optimizer':
+            written = sum(tensor_bytes(rec.tensors[i]) for i in op['inputs']
+                          if rec.tensors[i]['role'] in ('weight', 'optimizer_state'))
+        return read, written
+
+    ops = []
+    for k, (op, pop) in enumerate(zip(main.ops, probe.ops)):
+        read, written = io_bytes(main, op)
+        pread, pwritten = io_bytes(probe, pop)
+        entry = {
+            'id': k, 'name': op['name'], 'phase': op['phase'], 'kind': op['kind'],
+            'inputs': op['inputs'], 'outputs': op['outputs'],
+            'flops': batch_linear(op['flops'], pop['flops'], batch, probe_batch),
+            'bytes_read': batch_linear(read, pread, batch, probe_batch),
+            'bytes_written': batch_linear(written, pwritten, batch, probe_batch),
+            'measured': {'seconds': op['seconds'], 'device': device, 'batch_size': batch},
+        }
+        ops.append(entry)
+    metadata = {
+        'source': 'comptrain_capture.py', 'model': session.args.model,
+        'torch': torch.__version__, 'torchvision': torchvision.__version__,
+        'device': device, 'optimizer': session.args.optimizer, 'dtype': session.args.dtype,
+        'input_shape': session.args.input_shape, 'num_classes': str(session.args.num_classes),
+        'saved_storages_unread_by_backward': str(main.unread_saved),
+        'note': 'CPU run: dropout saves a float32 mask (CUDA saves a 1-byte one)',
+    }
+    name = session.args.name or session.args.model.rsplit(':', 1)[-1]
+    return {'format': 'comptrain-trace', 'version': 1, 'name': name, 'batch_size': batch,
+            'metadata': metadata, 'tensors': tensors, 'ops': ops}
+
+
+def write_samples(rec: Recorder, directory: str, count: int) -> None:
+    """Save `count` saved activations, spread over the network, as .npy with their class: the
+    autograd node of the tensor (its creator's grad_fn) and the kind of the op that produced it,
+    for codec experiments on real data. `tensor_id` is the trace tensor."""
+    import numpy as np  # python3-numpy comes with python3-torch
+    os.makedirs(directory, exist_ok=True)
+    seen, unique = set(), []
+    for base, t, creator in rec.saved_tensors:
+        if base not in seen and rec.tensors[base]['role'] == 'activation' and t.is_floating_point():
+            seen.add(base)
+            unique.append((base, t, creator))
+    if not unique:
+        return
+    step = max(1, len(unique) // count)
+    manifest = []
+    for n, (base, t, creator) in enumerate(unique[::step][:count]):
+        file = f'{n:02d}_{rec.tensors[base]["name"].replace("/", "_")}.npy'
+        np.save(os.path.join(directory, file), t.detach().float().numpy())
+        manifest.append({'file': file, 'tensor': rec.tensors[base]['name'], 'tensor_id': base,
+                         'class': creator, 'producer_kind': rec.tensors[base].get('producer_kind', 'none'),
+                         'shape': list(t.shape), 'dtype': str(t.dtype)})
+    with open(os.path.join(directory, 'samples.json'), 'w', encoding='utf-8') as f:
+        json.dump(manifest, f, indent=1)
+        f.write('\n')
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description='Capture one CPU training iteration as a comptrain trace.')
+    p.add_argument('model', help='torchvision model name (resnet18) or module:factory')
+    p.add_argument('--batch', type=int, default=1, help='batch size to record (default 1)')
+    p.add_argument('-o', '--output', required=True, help='trace file to write (.json)')
+    p.add_argument('--optimizer', default='momentum', choices=['sgd', 'momentum', 'adam', 'adamw'])
+    p.add_argument('--lr', type=float, default=0.01)
+    p.add_argument('--input-shape', default='3,224,224', help='per-sample input shape (default 3,224,224)')
+    p.add_argument('--dtype', default='float32', choices=['float32', 'float64', 'bfloat16'],
+                   help='model and input dtype')
+    p.add_argument('--num-classes', type=int, default=1000, help='label range (default 1000)')
+    p.add_argument('--name', help='trace name (default: the model)')
+    p.add_argument('--samples', metavar='DIR', help='save a few saved activations (.npy) here')
+    p.add_argument('--sample-count', type=int, default=8)
+    p.add_argument('--threads', type=int, help='torch CPU threads (default: torch\'s choice)')
+    p.add_argument('--seed', type=int, default=0)
+    args = p.parse_args(argv)
+    if args.batch < 1:
+        p.error('--batch must be >= 1')
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    session = Session(args)
+    probe_batch = args.batch - 1 if args.batch > 1 else 2
+    # The probe runs first: it also warms the kernels and the allocator up for the timed run.
+    probe = session.step(probe_batch, keep_saved=False)
+    main_run = session.step(args.batch, keep_saved=bool(args.samples))
+    trace = build_trace(session, main_run, probe, args.batch, probe_batch)
+    tmp = args.output + '.tmp'
+    with open(tmp, 'w', encoding='utf-8') as f:
+        json.dump(trace, f, separators=(',', ':'))
+        f.write('\n')
+    os.replace(tmp, args.output)
+    if args.samples:
+        write_samples(main_run, args.samples, args.sample_count)
+    print(f'comptrain_capture: wrote {args.output}: {len(trace["ops"])} ops, '
+          f'{len(trace["tensors"])} tensors, batch {args.batch}', file=sys.stderr)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

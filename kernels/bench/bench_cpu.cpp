@@ -94,7 +94,7 @@ void BM_memcpy(benchmark::State& state) {
 void register_all() {
   benchmark::RegisterBenchmark("memcpy", BM_memcpy)->Unit(benchmark::kMillisecond);
   for (double eb : {1e-2, 1e-3, 1e-4}) {
-    for (ck::CodecId c : {ck::CodecId::szp, ck::CodecId::zfp}) {
+    for (ck::CodecId c : {ck::CodecId::szp, ck::CodecId::szh, ck::CodecId::zfp}) {
       const std::string name = std::string(ck::codec_info(c).name) + "/rel" + (eb == 1e-2 ? "1e-2" : eb == 1e-3 ? "1e-3" : "1e-4");
       benchmark::RegisterBenchmark(("compress/" + name).c_str(), BM_compress, c, eb, 8u)->Unit(benchmark::kMillisecond);
       benchmark::RegisterBenchmark(("decompress/" + name).c_str(), BM_decompress, c, eb, 8u)->Unit(benchmark::kMillisecond);

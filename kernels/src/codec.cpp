@@ -10,6 +10,7 @@
 
 #include "comptrain/kernels/stages.hpp"
 #include "cpu_driver.hpp"
+#include "szh_codec.hpp"
 #include "zfp_codec.hpp"
 
 namespace comptrain::kernels {
@@ -18,6 +19,8 @@ namespace {
 constexpr CodecInfo kCodecs[] = {
     {CodecId::szp, "szp", true, true,
      "prequantisation with verify-and-fallback, per-block Lorenzo, fixed-length bit-planes (cuSZp-like); strict bound"},
+    {CodecId::szh, "szh", true, true,
+     "prequantisation with verify-and-fallback, 1-D Lorenzo on the codes, canonical Huffman (cuSZ-like); strict bound"},
     {CodecId::zeros, "zeros", false, true, "lossless zero elimination: per-32 bitmap + packed non-zero values"},
     {CodecId::quant, "quant", false, false,
      "per-group k-bit min/max quantisation (ActNN-style, k = 1, 2, 4, 8); NOT error-bounded, NaN/Inf not kept"},
@@ -183,6 +186,32 @@ COMPTRAIN_CPU_CLONES const char* decode_chunk_szp(const SzpBlockCodec<>& codec, 
                                                   std::uint64_t values, float* out) {
   return decode_chunk(codec, in, size, values, out);
 }
+// szh: quantise the chunk block by block (the same stage call as szp), then predict and map to
+// symbols over the whole chunk (pass 2), or only count the symbols of both predictor choices
+// (pass 1: nothing is stored between the passes, the quantisation is simply redone).
+namespace {
+void szh_quantize_chunk(const LinearQuantizer& quantizer, const float* x, std::uint64_t values, std::int32_t* q, std::uint32_t* raw) {
+  const auto blocks = static_cast<std::uint32_t>((values + kBlockValues - 1) / kBlockValues);
+  for (std::uint32_t b = 0; b < blocks; ++b) {
+    const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(kBlockValues, values - std::uint64_t{b} * kBlockValues));
+    quantizer.quantize_block(x + std::uint64_t{b} * kBlockValues, n, q + b * kBlockValues, raw + b * kBlockValues);
+  }
+}
+}  // namespace
+COMPTRAIN_CPU_CLONES void szh_histogram_chunk(const LinearQuantizer& quantizer, const float* x, std::uint64_t values,
+                                              std::uint64_t* plain, std::uint64_t* lorenzo) {
+  alignas(64) std::int32_t q[kChunkValues];
+  alignas(64) std::uint32_t raw[kChunkValues];
+  szh_quantize_chunk(quantizer, x, values, q, raw);
+  ChunkLorenzo1D::histograms(q, raw, static_cast<std::uint32_t>(values), plain, lorenzo);
+}
+COMPTRAIN_CPU_CLONES std::uint32_t szh_symbols_chunk(const LinearQuantizer& quantizer, const float* x, std::uint64_t values,
+                                                     bool lorenzo, std::uint16_t* symbols, std::uint32_t* outliers) {
+  alignas(64) std::int32_t q[kChunkValues];
+  alignas(64) std::uint32_t raw[kChunkValues];
+  szh_quantize_chunk(quantizer, x, values, q, raw);
+  return ChunkLorenzo1D::forward(x, q, raw, static_cast<std::uint32_t>(values), lorenzo, symbols, outliers);
+}
 COMPTRAIN_CPU_CLONES std::uint64_t encode_chunk_zeros(const ZerosBlockCodec& codec, const float* x, std::uint64_t values,
                                                       std::uint8_t* out, float* side) {
   return encode_chunk(codec, x, values, out, side);
@@ -263,6 +292,7 @@ std::uint64_t max_compressed_size(CodecId codec, std::uint64_t n, unsigned quant
     case CodecId::zeros:
       // state + chunk table + tags (padded to 4 per chunk) + every value verbatim
       return kHeaderSize + kSzpStateBytes + 8 * (chunks + 1) + blocks + 3 * chunks + 4 * n;
+    case CodecId::szh: return kHeaderSize + detail::szh_max_payload(n);
     case CodecId::quant:
       check_quant_bits(quant_bits);
       return kHeaderSize + ((n + kQuantGroup - 1) / kQuantGroup) * quant_group_bytes(kQuantGroup, quant_bits);
@@ -308,6 +338,14 @@ std::vector<std::byte> compress(std::span<const float> data, const Shape& shape,
       detail::encode_chunked(codec, data.data(), data.size(), options.threads, out);
       break;
     }
+    case CodecId::szh: {
+      const LinearQuantizer quantizer = make_linear_quantizer(h.eb_abs);
+      out.resize(out.size() + LinearQuantizer::kStateBytes);
+      quantizer.save(reinterpret_cast<std::uint8_t*>(out.data() + out.size() - LinearQuantizer::kStateBytes));
+      append(out, kChunkBlocks);
+      detail::szh_encode(quantizer, data.data(), data.size(), options.threads, out);
+      break;
+    }
     case CodecId::zeros:
       append(out, std::uint32_t{0});
       append(out, kChunkBlocks);
@@ -340,6 +378,7 @@ void check_plausible_count(const Header& h) {
   switch (h.codec) {
     case CodecId::szp:
     case CodecId::zeros: min_payload = kSzpStateBytes + 8 * (chunk_count(n) + 1) + (n + kBlockValues - 1) / kBlockValues; break;
+    case CodecId::szh: min_payload = detail::szh_min_payload(n); break;
     case CodecId::quant: min_payload = 8 * ((n + kQuantGroup - 1) / kQuantGroup) + n / 8; break;
     case CodecId::fp16:
     case CodecId::bf16: min_payload = 2 * n; break;
@@ -381,6 +420,18 @@ void decompress_into(std::span<const std::byte> stream, std::span<float> out, un
       } else {
         detail::decode_chunked(ZerosBlockCodec{}, chunks, out.data(), h.count, threads);
       }
+      break;
+    }
+    case CodecId::szh: {
+      if (payload.size() < detail::kSzhStateBytes) throw StreamError("corrupted stream: missing codec state");
+      std::uint32_t chunk_blocks;
+      std::memcpy(&chunk_blocks, payload.data() + 4, 4);
+      if (chunk_blocks != kChunkBlocks) throw StreamError("corrupted stream: unsupported chunk size");
+      LinearQuantizer quantizer;
+      if (!quantizer.load(reinterpret_cast<const std::uint8_t*>(payload.data()))) {
+        throw StreamError("corrupted stream: bad quantisation step");
+      }
+      detail::szh_decode(quantizer, payload.subspan(LinearQuantizer::kStateBytes + 4), out.data(), h.count, threads);
       break;
     }
     case CodecId::quant:

@@ -47,6 +47,11 @@ if cmp -s <(head -c 10 "$work/a.npy") <(head -c 10 "$work/b.npy") && [[ $(stat -
 else
   failed=$((failed + 1)); echo "FAIL: decompressed .npy does not keep the header/shape"
 fi
+expect 0 'bound held +yes' -- compress --codec szh --eb 1e-3 --rel --stats "$work/a.npy" "$work/s.ctk"
+expect 0 '' -- decompress "$work/s.ctk" "$work/s.npy"
+if [[ $(stat -c %s "$work/s.npy") -eq $(stat -c %s "$work/a.npy") ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: szh .npy round trip"; fi
+head -c 130 "$work/s.ctk" >"$work/st.ctk"
+expect 2 'truncated' -- decompress "$work/st.ctk" "$work/x.f32"
 expect 0 'lossless: yes' -- compress --codec zeros --stats "$work/a.f32" "$work/z.ctk"
 expect 0 '' -- decompress "$work/z.ctk" "$work/z.f32"
 if cmp -s "$work/a.f32" "$work/z.f32"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: zeros not lossless"; fi

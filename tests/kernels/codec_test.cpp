@@ -23,6 +23,8 @@ std::vector<float> finite_only(std::vector<float> v) {
 
 TEST(Codecs, RegistryNamesAndFlags) {
   EXPECT_EQ(codec_from_name("szp"), CodecId::szp);
+  EXPECT_EQ(codec_from_name("szh"), CodecId::szh);
+  EXPECT_TRUE(codec_info(CodecId::szh).strict);
   EXPECT_THROW(codec_from_name("lz4"), InputError);
   EXPECT_TRUE(codec_info(CodecId::szp).strict);
   EXPECT_FALSE(codec_info(CodecId::quant).error_bounded);
@@ -122,7 +124,7 @@ TEST(Codecs, ZfpReportsViolationsInsteadOfHidingThem) {
 
 TEST(Codecs, ShapesUpToFourDimensionsRoundTrip) {
   const auto x = testing::relu_like(2 * 3 * 5 * 7, 0.5, 3);
-  for (CodecId c : {CodecId::szp, CodecId::zeros, CodecId::quant, CodecId::fp16, CodecId::bf16, CodecId::zfp}) {
+  for (CodecId c : {CodecId::szp, CodecId::szh, CodecId::zeros, CodecId::quant, CodecId::fp16, CodecId::bf16, CodecId::zfp}) {
     const Shape shape{4, {2, 3, 5, 7}};
     const auto s = compress(x, shape, {.codec = c, .eb = 1e-2, .mode = BoundMode::abs});
     const Header h = inspect(s);
@@ -134,7 +136,7 @@ TEST(Codecs, ShapesUpToFourDimensionsRoundTrip) {
 
 TEST(Determinism, MultiThreadedStreamsAreByteIdentical) {
   const auto x = testing::relu_like(200000, 0.5, 21);
-  for (CodecId c : {CodecId::szp, CodecId::zeros, CodecId::quant, CodecId::fp16, CodecId::bf16}) {
+  for (CodecId c : {CodecId::szp, CodecId::szh, CodecId::zeros, CodecId::quant, CodecId::fp16, CodecId::bf16}) {
     const auto one = compress(x, Shape::flat(x.size()), {.codec = c, .eb = 1e-3, .mode = BoundMode::rel, .threads = 1});
     for (unsigned t : {2u, 3u, 7u, 0u}) {
       const auto many = compress(x, Shape::flat(x.size()), {.codec = c, .eb = 1e-3, .mode = BoundMode::rel, .threads = t});

@@ -23,12 +23,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   if (size < 2) return 0;
   // First byte picks the codec, second the element count (0..255 * 37); the rest is payload.
-  static const ck::CodecId codecs[] = {ck::CodecId::szp, ck::CodecId::zeros, ck::CodecId::quant,
-                                       ck::CodecId::fp16, ck::CodecId::bf16, ck::CodecId::zfp};
+  static const ck::CodecId codecs[] = {ck::CodecId::szp,  ck::CodecId::zeros, ck::CodecId::quant, ck::CodecId::fp16,
+                                       ck::CodecId::bf16, ck::CodecId::zfp,   ck::CodecId::szh};
+  constexpr unsigned kCodecs = sizeof codecs / sizeof codecs[0];
   ck::Header h;
-  h.codec = codecs[data[0] % 6];
-  h.mode = h.codec == ck::CodecId::szp || h.codec == ck::CodecId::zfp ? ck::BoundMode::abs : ck::BoundMode::none;
-  h.codec_param = h.codec == ck::CodecId::quant ? (1u << (data[0] / 6 % 4)) : 0u;
+  h.codec = codecs[data[0] % kCodecs];
+  h.mode = ck::codec_info(h.codec).error_bounded ? ck::BoundMode::abs : ck::BoundMode::none;
+  h.codec_param = h.codec == ck::CodecId::quant ? (1u << (data[0] / kCodecs % 4)) : 0u;
   h.count = std::uint64_t{data[1]} * 37;
   h.dims = {h.count, 1, 1, 1};
   h.eb_given = h.eb_abs = 1e-3;

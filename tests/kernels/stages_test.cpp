@@ -3,10 +3,13 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
+#include <tuple>
 #include <random>
 
 #include "comptrain/kernels/hd.hpp"
+#include "comptrain/kernels/huffman.hpp"
 #include "comptrain/kernels/stages.hpp"
 #include "cpu_driver.hpp"
 #include "data_families.hpp"
@@ -65,6 +68,159 @@ TEST(Stages, CpuChunkWorkerMatchesBlockAtATimeEncode) {
       ASSERT_EQ(sa, sb) << f.name << " " << eb;
       ASSERT_EQ(std::memcmp(a.data(), b.data(), sa), 0) << f.name << " " << eb;
     }
+  }
+}
+
+// --- szh's Huffman stage ---------------------------------------------------------------------
+
+// Sum of 2^-length over the code (scaled by 2^kMaxLength): <= 1 for any prefix code.
+std::uint64_t kraft_sum(const std::vector<std::uint64_t>& histogram, const HuffmanCode& code) {
+  std::uint64_t k = 0;
+  for (std::uint32_t s = 0; s < histogram.size(); ++s) {
+    if (histogram[s] != 0) k += std::uint64_t{1} << (HuffmanCode::kMaxLength - code.length(static_cast<std::uint16_t>(s)));
+  }
+  return k;
+}
+
+// Encodes `symbols`, reloads the code from its serialised state and decodes them back.
+void expect_round_trip(const HuffmanCode& code, const std::vector<std::uint16_t>& symbols) {
+  std::vector<std::uint8_t> state(code.state_bytes());
+  code.save(state.data());
+  HuffmanCode loaded;
+  std::uint64_t used = 0;
+  ASSERT_EQ(HuffmanCode::load(state.data(), state.size(), loaded, used), nullptr);
+  EXPECT_EQ(used, state.size());
+  std::vector<std::uint8_t> bits(3 * symbols.size() + 8);
+  HuffmanCode::Writer w{bits.data()};
+  std::uint64_t total = 0;
+  for (auto s : symbols) {
+    w.put(code.code(s), code.length(s));
+    total += code.length(s);
+  }
+  const std::uint64_t bytes = w.finish();
+  EXPECT_EQ(bytes, (total + 7) / 8);
+  HuffmanCode::Reader r{bits.data(), bytes};
+  for (std::size_t i = 0; i < symbols.size(); ++i) {
+    std::uint16_t s = 0;
+    ASSERT_TRUE(loaded.decode(r, s)) << i;
+    ASSERT_EQ(s, symbols[i]) << i;
+  }
+  EXPECT_EQ(r.consumed(), total);
+}
+
+TEST(Huffman, LengthLimitedOnFibonacciFrequencies) {
+  // Fibonacci counts make the unrestricted Huffman tree a chain (depth 44 here): the limit must bite.
+  std::vector<std::uint64_t> histogram(HuffmanCode::kAlphabet, 0);
+  std::uint64_t a = 1, b = 1;
+  std::vector<std::uint16_t> symbols;
+  for (std::uint32_t i = 0; i < 45; ++i) {
+    const auto s = static_cast<std::uint16_t>(1000 + 7 * i);
+    histogram[s] = a;
+    std::tie(a, b) = std::pair{b, a + b};
+    symbols.push_back(s);
+  }
+  const HuffmanCode code = HuffmanCode::build(histogram);
+  std::uint32_t longest = 0;
+  for (auto s : symbols) longest = std::max(longest, code.length(s));
+  EXPECT_LE(longest, HuffmanCode::kMaxLength);
+  EXPECT_GE(longest, 20u);
+  EXPECT_EQ(kraft_sum(histogram, code), std::uint64_t{1} << HuffmanCode::kMaxLength);  // complete
+  expect_round_trip(code, symbols);
+}
+
+TEST(Huffman, RandomHistogramsRoundTripAndAreOptimalWhenUnlimited) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<std::uint64_t> histogram(HuffmanCode::kAlphabet, 0);
+    std::geometric_distribution<int> geo(trial % 2 ? 0.3 : 0.01);
+    std::vector<std::uint16_t> symbols(5000);
+    for (auto& s : symbols) {
+      s = static_cast<std::uint16_t>(32768 + (rng() % 2 ? 1 : -1) * std::min(geo(rng), 30000));
+      ++histogram[s];
+    }
+    const HuffmanCode code = HuffmanCode::build(histogram);
+    EXPECT_LE(kraft_sum(histogram, code), std::uint64_t{1} << HuffmanCode::kMaxLength);
+    expect_round_trip(code, symbols);
+  }
+  std::vector<std::uint64_t> one(HuffmanCode::kAlphabet, 0);
+  one[7] = 100;  // one symbol: a 1-bit code (incomplete, still decodable)
+  const HuffmanCode single = HuffmanCode::build(one);
+  EXPECT_EQ(single.length(7), 1u);
+  expect_round_trip(single, std::vector<std::uint16_t>(100, 7));
+  EXPECT_TRUE(HuffmanCode::build(std::vector<std::uint64_t>(HuffmanCode::kAlphabet, 0)).empty());
+}
+
+TEST(Huffman, LoadRejectsForgedTables) {
+  const auto table = [](std::vector<std::array<int, 2>> entries) {
+    std::vector<std::uint8_t> t(4 + 3 * entries.size());
+    hd::store_u32(t.data(), static_cast<std::uint32_t>(entries.size()));
+    for (std::size_t i = 0; i < entries.size(); ++i) {
+      t[4 + 3 * i] = static_cast<std::uint8_t>(entries[i][0] & 0xFF);
+      t[5 + 3 * i] = static_cast<std::uint8_t>(entries[i][0] >> 8);
+      t[6 + 3 * i] = static_cast<std::uint8_t>(entries[i][1]);
+    }
+    return t;
+  };
+  const auto rejects = [](const std::vector<std::uint8_t>& t, std::uint64_t size) {
+    HuffmanCode c;
+    std::uint64_t used = 0;
+    return HuffmanCode::load(t.data(), size, c, used) != nullptr;
+  };
+  const auto ok = table({{3, 1}, {9, 2}, {400, 2}});
+  EXPECT_FALSE(rejects(ok, ok.size()));
+  EXPECT_TRUE(rejects(ok, ok.size() - 1));                       // truncated
+  EXPECT_TRUE(rejects(ok, 3));                                   // no count
+  EXPECT_TRUE(rejects(table({{3, 0}, {9, 1}}), 10));             // length 0
+  EXPECT_TRUE(rejects(table({{3, 1}, {9, 25}}), 10));            // longer than the limit
+  EXPECT_TRUE(rejects(table({{9, 1}, {3, 1}}), 10));             // out of order
+  EXPECT_TRUE(rejects(table({{3, 1}, {3, 1}}), 10));             // duplicate
+  EXPECT_TRUE(rejects(table({{1, 1}, {2, 1}, {3, 1}}), 13));     // Kraft sum > 1
+  auto huge = ok;
+  hd::store_u32(huge.data(), 0xFFFFFFFFu);
+  EXPECT_TRUE(rejects(huge, huge.size()));
+  // An incomplete code: bit patterns outside it are refused by the decoder, not misread.
+  HuffmanCode c;
+  std::uint64_t used = 0;
+  const auto sparse = table({{5, 2}});
+  ASSERT_EQ(HuffmanCode::load(sparse.data(), sparse.size(), c, used), nullptr);
+  const std::uint8_t ones[4] = {0xFF, 0xFF, 0xFF, 0xFF};
+  HuffmanCode::Reader r{ones, 4};
+  std::uint16_t s = 0;
+  EXPECT_FALSE(c.decode(r, s));
+}
+
+// szh's prediction stage: the decoder's running sum inverts the encoder's residuals, escapes
+// included, and a raw value does not disturb the chain.
+TEST(Stages, ChunkLorenzoInverseMatchesForward) {
+  std::mt19937 rng(4);
+  std::vector<float> x(1000);
+  std::vector<std::int32_t> q(1000);
+  std::vector<std::uint32_t> raw(1000), outliers(1000);
+  std::vector<std::uint16_t> symbols(1000);
+  for (std::size_t i = 0; i < q.size(); ++i) {
+    q[i] = static_cast<std::int32_t>(rng() % 200000) - 100000;  // many wide residuals
+    if (i % 3 == 0) q[i] = q[i] / 1000;
+    raw[i] = i % 11 == 0 ? 1u : 0u;
+    x[i] = static_cast<float>(i);
+    if (raw[i]) q[i] = 0;
+  }
+  for (bool lorenzo : {false, true}) {
+    const std::uint32_t k = ChunkLorenzo1D::forward(x.data(), q.data(), raw.data(), 1000, lorenzo, symbols.data(), outliers.data());
+    std::vector<std::uint64_t> plain(ChunkLorenzo1D::kSymbols, 0), delta(ChunkLorenzo1D::kSymbols, 0), mine(ChunkLorenzo1D::kSymbols, 0);
+    ChunkLorenzo1D::histograms(q.data(), raw.data(), 1000, plain.data(), delta.data());
+    for (auto s : symbols) ++mine[s];
+    EXPECT_EQ(mine, lorenzo ? delta : plain);  // pass 1 counts exactly what pass 2 codes
+    std::uint32_t prev = 0, used = 0;
+    for (std::size_t i = 0; i < q.size(); ++i) {
+      const std::uint16_t s = symbols[i];
+      if (s == ChunkLorenzo1D::kRawSymbol) {
+        EXPECT_EQ(hd::bits_float(outliers[used++]), x[i]);
+        continue;
+      }
+      const std::uint32_t o = s == ChunkLorenzo1D::kWideSymbol ? outliers[used++] : 0u;
+      EXPECT_EQ(ChunkLorenzo1D::inverse(s, o, lorenzo, prev), q[i]) << i;
+    }
+    EXPECT_EQ(used, k);
   }
 }
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <random>
 
 #include "comptrain/kernels/codec.hpp"
 #include "data_families.hpp"
@@ -24,7 +25,7 @@ void reseal(std::vector<std::byte>& s) {
   std::memcpy(s.data() + 88, &sum, 8);
 }
 
-constexpr CodecId kAll[] = {CodecId::szp, CodecId::zeros, CodecId::quant, CodecId::fp16, CodecId::bf16, CodecId::zfp};
+constexpr CodecId kAll[] = {CodecId::szp, CodecId::szh, CodecId::zeros, CodecId::quant, CodecId::fp16, CodecId::bf16, CodecId::zfp};
 
 TEST(Stream, TruncationAtEveryHeaderFieldBoundaryAndInThePayload) {
   for (CodecId c : kAll) {
@@ -82,7 +83,7 @@ TEST(Stream, ForeignAndFutureStreams) {
 // validate every count and offset themselves. Any outcome but StreamError or a clean decode is a
 // failure; under ASan/the fuzzer, out-of-bounds accesses would show.
 TEST(Stream, ResealedPayloadCorruptionIsValidated) {
-  for (CodecId c : {CodecId::szp, CodecId::zeros, CodecId::quant, CodecId::fp16}) {
+  for (CodecId c : {CodecId::szp, CodecId::szh, CodecId::zeros, CodecId::quant, CodecId::fp16}) {
     const auto s = sample(c, 20000);
     std::mt19937 rng(5);
     for (int trial = 0; trial < 400; ++trial) {
@@ -112,6 +113,78 @@ TEST(Stream, ResealedPayloadCorruptionIsValidated) {
       EXPECT_LT(count, 30000u);
     } catch (const StreamError&) {
     }
+  }
+}
+
+// Targeted forgeries of szh's own structures behind a valid checksum: the code table, the
+// outlier count, the chunk table and the bitstream.
+TEST(Stream, SzhForgedTableOutliersAndBitstream) {
+  const auto s = sample(CodecId::szh, 20000);
+  constexpr std::size_t kTable = kHeaderSize + 12;  // after the step, chunk-size and predictor words
+  std::uint32_t m = 0;
+  std::memcpy(&m, s.data() + kTable, 4);
+  ASSERT_GT(m, 2u);
+  const std::size_t chunk_table = kTable + 4 + 3 * std::size_t{m};
+  const std::size_t chunk0 = chunk_table + 8 * 4;  // 20000 values = 3 chunks
+  const auto expect_error = [](std::vector<std::byte> t, const char* what) {
+    reseal(t);
+    EXPECT_THROW(decompress(t), StreamError) << what;
+  };
+  auto t = s;
+  t[kTable + 4 + 2] = std::byte{0};
+  expect_error(t, "length 0");
+  t = s;
+  t[kTable + 4 + 3 + 2] = std::byte{25};
+  expect_error(t, "length 25");
+  t = s;
+  std::swap(t[kTable + 4], t[kTable + 4 + 3]);  // first two symbols out of order
+  std::swap(t[kTable + 5], t[kTable + 5 + 3]);
+  expect_error(t, "order");
+  t = s;
+  for (std::size_t i = 0; i < m; ++i) t[kTable + 4 + 3 * i + 2] = std::byte{1};  // all 1-bit: Kraft > 1
+  expect_error(t, "kraft");
+  t = s;
+  const std::uint32_t huge = 0x7FFFFFFF;
+  std::memcpy(t.data() + kTable, &huge, 4);
+  expect_error(t, "table count");
+  t = s;
+  const std::uint32_t more = m + 1;
+  std::memcpy(t.data() + kTable, &more, 4);
+  expect_error(t, "table count + 1");
+  t = s;
+  const std::uint32_t outliers = 20000;
+  std::memcpy(t.data() + chunk0, &outliers, 4);
+  expect_error(t, "outlier count");
+  t = s;
+  const std::uint64_t offset = 5;
+  std::memcpy(t.data() + chunk_table + 8, &offset, 8);
+  expect_error(t, "chunk offset");
+  // Bitstream bytes: any outcome but a clean decode or StreamError is a failure.
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<std::size_t> pos(chunk0 + 64, s.size() - 1);
+  int detected = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    t = s;
+    t[pos(rng)] ^= std::byte{static_cast<unsigned char>(1u + rng() % 255)};
+    reseal(t);
+    try {
+      EXPECT_EQ(decompress(t).size(), 20000u);
+    } catch (const StreamError&) {
+      ++detected;
+    }
+  }
+  EXPECT_GT(detected, 0);
+  // A stream cut inside its chunks, with the chunk table and sizes forged to match.
+  for (std::size_t cut : {std::size_t{1}, std::size_t{7}, std::size_t{100}}) {
+    t = s;
+    t.resize(t.size() - cut);
+    std::uint64_t last = 0;
+    std::memcpy(&last, t.data() + chunk_table + 8 * 3, 8);
+    last -= cut;
+    std::memcpy(t.data() + chunk_table + 8 * 3, &last, 8);
+    const std::uint64_t payload = t.size() - kHeaderSize;
+    std::memcpy(t.data() + 72, &payload, 8);
+    expect_error(t, "cut chunk");
   }
 }
 

@@ -3,6 +3,7 @@
 //
 // Codecs (see kernels/README.md):
 //   szp    error-bounded, strict: |x - x'| <= eb for every element; NaN/Inf/-0.0 bit-exact.
+//   szh    the same strict bound; Lorenzo on the codes + Huffman: higher ratio, lower speed.
 //   zeros  lossless zero elimination.
 //   quant  per-group k-bit quantisation (ActNN-style), NOT error-bounded.
 //   fp16, bf16  casts, NOT error-bounded.

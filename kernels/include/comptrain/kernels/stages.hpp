@@ -410,6 +410,77 @@ COMPTRAIN_HD std::uint64_t max_chunk_bytes(std::uint64_t values) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Prediction stage of `szh`: 1-D Lorenzo over the integer codes of a whole chunk (cuSZ's dual
+// quantisation: every value is prequantised first, so the prediction is exact integer arithmetic
+// and the error is decided by the quantiser alone) or no prediction, and the mapping of residuals
+// to the 16-bit symbols the (host) Huffman stage codes. The choice is made once per stream, on the
+// exact coded size of both histograms (szh_codec.hpp): post-ReLU activations are close to white
+// noise, where a first difference doubles the spread of the codes and costs ~1.5 bits per value
+// more, while smooth data wants Lorenzo. The choice is the stage's serialised state (u32).
+//
+// Symbols: residual d with -kRadius + 2 <= d < kRadius is symbol d + kRadius; symbol 0 marks a
+// raw value (quantiser fallback: NaN, Inf, -0.0, out-of-range, unverifiable) and symbol 1 a wide
+// residual. Both escapes take the next slot of the chunk's outlier list (float bits, or the
+// residual as int32), so no positions are stored. A raw value does not update the predictor:
+// the chain continues from the last coded value, so one NaN costs one outlier, not two.
+struct ChunkLorenzo1D {
+  static constexpr std::int32_t kRadius = 1 << 15;  // SZ3's default 65536 bins
+  static constexpr std::uint32_t kSymbols = 2u * kRadius;
+  static constexpr std::uint16_t kRawSymbol = 0, kWideSymbol = 1;
+
+  // Symbol of a residual, or kWideSymbol when it needs an outlier slot.
+  COMPTRAIN_HD static std::uint16_t symbol(std::int32_t d) {
+    return d > -kRadius + 1 && d < kRadius ? static_cast<std::uint16_t>(d + kRadius) : kWideSymbol;
+  }
+
+  // q and raw as LinearQuantizer::quantize_block leaves them for n values starting at x.
+  // Writes n symbols and the outliers; returns the number of outliers.
+  COMPTRAIN_HD static std::uint32_t forward(const float* x, const std::int32_t* q, const std::uint32_t* raw, std::uint32_t n,
+                                            bool lorenzo, std::uint16_t* symbols, std::uint32_t* outliers) {
+    std::int32_t prev = 0;
+    std::uint32_t k = 0;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      if (raw[i]) {
+        symbols[i] = kRawSymbol;
+        outliers[k++] = hd::float_bits(x[i]);
+        continue;
+      }
+      const std::int32_t d = q[i] - prev;  // |q| < 2^22: no overflow
+      if (lorenzo) prev = q[i];
+      symbols[i] = symbol(d);
+      if (symbols[i] == kWideSymbol) outliers[k++] = static_cast<std::uint32_t>(d);
+    }
+    return k;
+  }
+
+  // Histograms of the symbols of both choices (no prediction, Lorenzo), without the outliers.
+  COMPTRAIN_HD static void histograms(const std::int32_t* q, const std::uint32_t* raw, std::uint32_t n, std::uint64_t* plain,
+                                      std::uint64_t* lorenzo) {
+    std::int32_t prev = 0;
+    for (std::uint32_t i = 0; i < n; ++i) {
+      if (raw[i]) {
+        ++plain[kRawSymbol];
+        ++lorenzo[kRawSymbol];
+        continue;
+      }
+      ++plain[symbol(q[i])];
+      ++lorenzo[symbol(q[i] - prev)];
+      prev = q[i];
+    }
+  }
+
+  // Decoder, one value at a time (the Huffman decoder produces symbols sequentially). `prev` is
+  // the running code in wrapping unsigned arithmetic: a forged stream must not cause signed
+  // overflow, only wrong values. Returns the code of a non-raw symbol; `outlier` is the wide
+  // residual when symbol == kWideSymbol.
+  COMPTRAIN_HD static std::int32_t inverse(std::uint16_t symbol, std::uint32_t outlier, bool lorenzo, std::uint32_t& prev) {
+    const std::uint32_t d = symbol == kWideSymbol ? outlier : static_cast<std::uint32_t>(static_cast<std::int32_t>(symbol) - kRadius);
+    prev = (lorenzo ? prev : 0u) + d;
+    return static_cast<std::int32_t>(prev);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
 // Number-format stages for the non-error-bounded baselines (host and device).
 
 // float -> bfloat16, round to nearest even; NaN stays a (quiet) NaN.

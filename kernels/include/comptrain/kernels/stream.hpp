@@ -40,7 +40,7 @@ inline constexpr std::uint16_t kFormatVersion = 1;
 inline constexpr std::size_t kHeaderSize = 96;
 inline constexpr std::size_t kMaxRank = 4;
 
-enum class CodecId : std::uint8_t { szp = 1, zeros = 2, quant = 3, fp16 = 4, bf16 = 5, zfp = 6 };
+enum class CodecId : std::uint8_t { szp = 1, zeros = 2, quant = 3, fp16 = 4, bf16 = 5, zfp = 6, szh = 7 };
 enum class BoundMode : std::uint8_t { none = 0, abs = 1, rel = 2 };
 enum class ElementType : std::uint8_t { float32 = 1 };
 

@@ -1,0 +1,241 @@
+#pragma once
+// `szh`: LinearQuantizer -> ChunkLorenzo1D (dual quantisation, cuSZ) -> canonical Huffman.
+// Private to the library (included by codec.cpp only, so the fuzz target needs no new source).
+//
+// Payload:  f32 step | u32 kChunkBlocks | u32 predictor (0 none, 1 Lorenzo) | Huffman state |
+//           (chunks + 1) u64 offsets | chunks
+// Chunk (kChunkValues values, predicted independently so threads need no carry):
+//   u32 0xFFFFFFFF, then the values verbatim (4 B each)       - when coding would not be smaller
+//   u32 k, k x u32 outliers (raw float bits / wide residual), the bitstream (MSB first, zero-padded
+//   to a byte)
+// The codebook is global (one histogram over the whole array, built on the host as in cuSZ): a
+// per-chunk table would cost up to 3 B per distinct symbol per 32 KiB chunk. Encoding is two
+// parallel passes over the chunks: (1) quantise and count the symbols of both predictor choices;
+// then, on the host, build both codes and keep the predictor whose stream is smaller; (2)
+// quantise again (cheaper than keeping 2 bytes per value between the passes), predict, code.
+// The stream does not depend on the thread count (integer histogram sums, a deterministic code
+// construction, chunks assembled in order).
+//
+// Worst case: a chunk is at most 4 + 4 values bytes, and when the code table plus the chunks
+// would not be smaller than the all-verbatim stream (empty table, every chunk verbatim), that
+// stream is written instead, so max_payload() holds for incompressible data.
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "comptrain/kernels/huffman.hpp"
+#include "comptrain/kernels/stages.hpp"
+#include "cpu_driver.hpp"
+
+namespace comptrain::kernels::detail {
+
+inline constexpr std::uint32_t kSzhVerbatim = 0xFFFFFFFFu;
+// Fixed state before the code table: step, chunk size, predictor choice.
+inline constexpr std::uint64_t kSzhStateBytes = LinearQuantizer::kStateBytes + 4 + 4;
+
+inline std::uint64_t szh_max_chunk_bytes(std::uint64_t values) { return 4 + 4 * values; }
+
+// Largest payload for n values: fixed state, an empty table, the chunk table, every chunk verbatim.
+inline std::uint64_t szh_max_payload(std::uint64_t n) {
+  const std::uint64_t chunks = chunk_count(n);
+  return kSzhStateBytes + 4 + 8 * (chunks + 1) + 4 * chunks + 4 * n;
+}
+
+// Smallest payload for n values (every symbol costs >= 1 bit): refuses forged counts early.
+inline std::uint64_t szh_min_payload(std::uint64_t n) {
+  const std::uint64_t chunks = chunk_count(n);
+  return kSzhStateBytes + 4 + 8 * (chunks + 1) + 4 * chunks + n / 8;
+}
+
+// Per-chunk workers (codec.cpp, multi-versioned). Pass 1 adds the chunk's symbol counts of both
+// predictor choices to the histograms; pass 2 writes its symbols and outliers and returns the
+// outlier count.
+void szh_histogram_chunk(const LinearQuantizer& quantizer, const float* x, std::uint64_t values, std::uint64_t* plain,
+                         std::uint64_t* lorenzo);
+std::uint32_t szh_symbols_chunk(const LinearQuantizer& quantizer, const float* x, std::uint64_t values, bool lorenzo,
+                                std::uint16_t* symbols, std::uint32_t* outliers);
+
+// Exact size in bytes of everything `code` would write for `histogram`, before the per-chunk
+// verbatim fallback: table, bitstreams (rounded per chunk, ignored) and 4-byte outliers.
+inline std::uint64_t szh_coded_bytes(const HuffmanCode& code, const std::vector<std::uint64_t>& histogram) {
+  std::uint64_t bits = 0;
+  for (std::uint32_t s = 0; s < HuffmanCode::kAlphabet; ++s) bits += histogram[s] * code.length(static_cast<std::uint16_t>(s));
+  const std::uint64_t escapes = histogram[ChunkLorenzo1D::kRawSymbol] + histogram[ChunkLorenzo1D::kWideSymbol];
+  return code.state_bytes() + (bits + 7) / 8 + 4 * escapes;
+}
+
+// Pass 2 of one chunk: writes it at out (room for szh_max_chunk_bytes); returns its size. The
+// exact bit count is known before writing, so the bitstream is only written when it fits.
+inline std::uint64_t szh_encode_chunk(const HuffmanCode& code, const float* x, const std::uint16_t* symbols, std::uint64_t values,
+                                      const std::uint32_t* outliers, std::uint32_t outlier_count, std::uint8_t* out) {
+  std::uint64_t bits = 0;
+  for (std::uint64_t i = 0; i < values; ++i) bits += code.length(symbols[i]);
+  const std::uint64_t coded = 4 + 4 * std::uint64_t{outlier_count} + (bits + 7) / 8;
+  if (code.empty() || coded >= szh_max_chunk_bytes(values)) {
+    hd::store_u32(out, kSzhVerbatim);
+    std::memcpy(out + 4, x, 4 * values);
+    return szh_max_chunk_bytes(values);
+  }
+  hd::store_u32(out, outlier_count);
+  std::memcpy(out + 4, outliers, 4 * std::uint64_t{outlier_count});
+  HuffmanCode::Writer w{out + 4 + 4 * std::uint64_t{outlier_count}};
+  for (std::uint64_t i = 0; i < values; ++i) w.put(code.code(symbols[i]), code.length(symbols[i]));
+  const std::uint64_t written = w.finish();
+  return 4 + 4 * std::uint64_t{outlier_count} + written;
+}
+
+// Decodes one chunk of `size` bytes, validating counts and the bitstream's extent; returns
+// nullptr or what is wrong.
+inline const char* szh_decode_chunk(const LinearQuantizer& quantizer, const HuffmanCode& code, bool lorenzo, const std::uint8_t* in,
+                                    std::uint64_t size, std::uint64_t values, float* out) {
+  if (size < 4) return "shorter than its header word";
+  const std::uint32_t k = hd::load_u32(in);
+  if (k == kSzhVerbatim) {
+    if (size != szh_max_chunk_bytes(values)) return "verbatim chunk has the wrong size";
+    std::memcpy(out, in + 4, 4 * values);
+    return nullptr;
+  }
+  if (code.empty()) return "coded chunk but no code table";
+  if (k > values) return "more outliers than values";
+  if (4 + 4 * std::uint64_t{k} > size) return "outliers run past the chunk";
+  const std::uint8_t* outliers = in + 4;
+  HuffmanCode::Reader r{in + 4 + 4 * std::uint64_t{k}, size - 4 - 4 * std::uint64_t{k}};
+  std::uint32_t prev = 0, used = 0;
+  for (std::uint64_t i = 0; i < values; ++i) {
+    std::uint16_t s;
+    if (!code.decode(r, s)) return "invalid Huffman code";
+    if (s == ChunkLorenzo1D::kRawSymbol || s == ChunkLorenzo1D::kWideSymbol) {
+      if (used == k) return "more escapes than outliers";
+      const std::uint32_t o = hd::load_u32(outliers + 4 * std::uint64_t{used++});
+      if (s == ChunkLorenzo1D::kRawSymbol) {
+        out[i] = hd::bits_float(o);
+        continue;
+      }
+      out[i] = quantizer.recover(ChunkLorenzo1D::inverse(s, o, lorenzo, prev));
+    } else {
+      out[i] = quantizer.recover(ChunkLorenzo1D::inverse(s, 0, lorenzo, prev));
+    }
+    if (r.pos > r.size + 8) return "bitstream ends early";  // stop early on a forged chunk
+  }
+  if (used != k) return "unused outliers";
+  const std::uint64_t consumed = r.consumed();
+  if (consumed > 8 * r.size || (consumed + 7) / 8 != r.size) return "bitstream length does not match its symbols";
+  return nullptr;
+}
+
+// Appends the predictor choice, the Huffman state, the chunk table and the chunks to `out`.
+inline void szh_encode(const LinearQuantizer& quantizer, const float* x, std::uint64_t n, unsigned threads,
+                       std::vector<std::byte>& out) {
+  const std::uint64_t chunks = chunk_count(n);
+  threads = resolve_threads(threads, chunks);
+  std::vector<std::vector<std::uint64_t>> histograms(2 * threads);  // per thread: plain, Lorenzo
+  parallel_ranges(chunks, threads, [&](std::uint64_t c0, std::uint64_t c1, unsigned t) {
+    histograms[2 * t].assign(HuffmanCode::kAlphabet, 0);
+    histograms[2 * t + 1].assign(HuffmanCode::kAlphabet, 0);
+    for (std::uint64_t c = c0; c < c1; ++c) {
+      szh_histogram_chunk(quantizer, x + c * kChunkValues, chunk_values(n, c), histograms[2 * t].data(), histograms[2 * t + 1].data());
+    }
+  });
+  std::vector<std::uint64_t> plain(HuffmanCode::kAlphabet, 0), delta(HuffmanCode::kAlphabet, 0);
+  for (unsigned t = 0; t < threads; ++t) {
+    for (std::uint32_t s = 0; s < HuffmanCode::kAlphabet; ++s) {
+      plain[s] += histograms[2 * t][s];
+      delta[s] += histograms[2 * t + 1][s];
+    }
+  }
+  HuffmanCode plain_code = HuffmanCode::build(plain);
+  HuffmanCode delta_code = HuffmanCode::build(delta);
+  const bool lorenzo = szh_coded_bytes(delta_code, delta) < szh_coded_bytes(plain_code, plain);
+  const HuffmanCode code = std::move(lorenzo ? delta_code : plain_code);
+
+  std::vector<std::uint64_t> sizes(chunks);
+  std::vector<std::unique_ptr<std::uint8_t[]>> buffers(threads);
+  std::vector<std::uint64_t> used(threads, 0);
+  parallel_ranges(chunks, threads, [&](std::uint64_t c0, std::uint64_t c1, unsigned t) {
+    std::uint64_t cap = 1;
+    for (std::uint64_t c = c0; c < c1; ++c) cap += szh_max_chunk_bytes(chunk_values(n, c));
+    buffers[t].reset(new std::uint8_t[cap]);  // uninitialised: untouched space costs nothing
+    std::unique_ptr<std::uint16_t[]> symbols(new std::uint16_t[kChunkValues]);
+    std::unique_ptr<std::uint32_t[]> outliers(new std::uint32_t[kChunkValues]);
+    std::uint64_t pos = 0;
+    for (std::uint64_t c = c0; c < c1; ++c) {
+      const std::uint64_t v = chunk_values(n, c);
+      const std::uint32_t k = szh_symbols_chunk(quantizer, x + c * kChunkValues, v, lorenzo, symbols.get(), outliers.get());
+      sizes[c] = szh_encode_chunk(code, x + c * kChunkValues, symbols.get(), v, outliers.get(), k, buffers[t].get() + pos);
+      pos += sizes[c];
+    }
+    used[t] = pos;
+  });
+  std::uint64_t total = 0;
+  for (auto u : used) total += u;
+  const std::uint64_t verbatim_total = 4 * chunks + 4 * n;
+  const bool all_verbatim = code.state_bytes() + total >= 4 + verbatim_total;
+
+  const std::size_t start = out.size();
+  if (all_verbatim) {
+    out.resize(start + 8 + 8 * (chunks + 1) + verbatim_total);
+    auto* p = reinterpret_cast<std::uint8_t*>(out.data() + start);
+    hd::store_u32(p, 0);      // no prediction
+    hd::store_u32(p + 4, 0);  // empty code table
+    p += 8;
+    for (std::uint64_t c = 0; c <= chunks; ++c) {
+      const std::uint64_t offset = 4 * c + 4 * std::min(n, c * kChunkValues);
+      std::memcpy(p + 8 * c, &offset, 8);
+    }
+    p += 8 * (chunks + 1);
+    for (std::uint64_t c = 0; c < chunks; ++c) {
+      hd::store_u32(p, kSzhVerbatim);
+      std::memcpy(p + 4, x + c * kChunkValues, 4 * chunk_values(n, c));
+      p += szh_max_chunk_bytes(chunk_values(n, c));
+    }
+    return;
+  }
+  out.resize(start + 4 + code.state_bytes() + 8 * (chunks + 1) + total);
+  auto* p = reinterpret_cast<std::uint8_t*>(out.data() + start);
+  hd::store_u32(p, lorenzo ? 1u : 0u);
+  p += 4;
+  code.save(p);
+  p += code.state_bytes();
+  std::uint64_t offset = 0;
+  for (std::uint64_t c = 0; c <= chunks; ++c) {
+    std::memcpy(p + 8 * c, &offset, 8);
+    if (c < chunks) offset += sizes[c];
+  }
+  p += 8 * (chunks + 1);
+  for (unsigned t = 0; t < threads; ++t) {
+    if (used[t] != 0) std::memcpy(p, buffers[t].get(), used[t]);
+    p += used[t];
+  }
+}
+
+// Decodes the payload after the step and chunk-size words.
+inline void szh_decode(const LinearQuantizer& quantizer, std::span<const std::byte> rest, float* out, std::uint64_t n,
+                       unsigned threads) {
+  if (rest.size() < 4) throw StreamError("corrupted stream: missing predictor");
+  const std::uint32_t predictor = hd::load_u32(reinterpret_cast<const std::uint8_t*>(rest.data()));
+  if (predictor > 1) throw StreamError("corrupted stream: unknown szh predictor " + std::to_string(predictor));
+  const bool lorenzo = predictor == 1;
+  rest = rest.subspan(4);
+  HuffmanCode code;
+  std::uint64_t table = 0;
+  if (const char* e = HuffmanCode::load(reinterpret_cast<const std::uint8_t*>(rest.data()), rest.size(), code, table)) {
+    throw StreamError(std::string("corrupted stream: ") + e);
+  }
+  const auto chunked = rest.subspan(table);
+  const std::uint64_t chunks = chunk_count(n);
+  const std::vector<std::uint64_t> offsets = read_chunk_table(chunked, n);
+  const auto* data = reinterpret_cast<const std::uint8_t*>(chunked.data() + 8 * (chunks + 1));
+  parallel_ranges(chunks, threads, [&](std::uint64_t c0, std::uint64_t c1, unsigned) {
+    for (std::uint64_t c = c0; c < c1; ++c) {
+      const std::uint64_t size = offsets[c + 1] - offsets[c];
+      if (size > szh_max_chunk_bytes(chunk_values(n, c))) corrupt_chunk(c, "larger than its worst case");
+      const char* error = szh_decode_chunk(quantizer, code, lorenzo, data + offsets[c], size, chunk_values(n, c), out + c * kChunkValues);
+      if (error != nullptr) corrupt_chunk(c, error);
+    }
+  });
+}
+
+}  // namespace comptrain::kernels::detail

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "comptrain/support/input_error.hpp"
+#include "calibrate_command.hpp"
 #include "compress_command.hpp"
 #include "comptrain_version.hpp"
 #include "plan_command.hpp"
@@ -22,19 +23,6 @@ namespace {
 
 constexpr int kExitInternal = 1;
 constexpr int kExitBadInput = 2;
-
-// A subcommand that a later milestone fills in: it has its --help, and running it says
-// plainly that it does not work yet instead of printing anything that looks like a result.
-std::function<int()> add_pending_command(CLI::App& app, const std::string& name, const std::string& description,
-                                         const std::string& arrives_with) {
-  auto* command = app.add_subcommand(name, description + " [not implemented yet]");
-  command->allow_extras();
-  return [command, name, arrives_with]() -> int {
-    if (!command->parsed()) return -1;
-    fmt::print(stderr, "comptrain {}: not implemented yet ({})\n", name, arrives_with);
-    return kExitInternal;
-  };
-}
 
 }  // namespace
 
@@ -55,8 +43,7 @@ int main(int argc, char** argv) {
       comptrain::cli::add_decompress_command(app),
       comptrain::cli::add_plan_command(app),
       comptrain::cli::add_merge_command(app),
-      add_pending_command(app, "calibrate", "Benchmark the compressor kernels and links on this machine and fit the cost model",
-                          "calibration needs the compressor kernels"),
+      comptrain::cli::add_calibrate_command(app),
   };
 
   try {

@@ -143,12 +143,60 @@ void check_rule(const StrategyRule& rule, std::size_t index) {
     }
   }
   if (const auto& c = rule.compress) {
-    if (!(c->ratio >= 1) || !std::isfinite(c->ratio)) throw InputError(where + "compress ratio must be >= 1");
-    if (!(c->compress_bandwidth > 0) || !(c->decompress_bandwidth > 0)) {
+    const bool profiled = c->profile != nullptr;
+    if ((!profiled || c->explicit_ratio) && (!(c->ratio >= 1) || !std::isfinite(c->ratio))) {
+      throw InputError(where + "compress ratio must be >= 1");
+    }
+    if ((!profiled || c->explicit_compress_bandwidth) && !(c->compress_bandwidth > 0)) {
       throw InputError(where + "compress and decompress bandwidths must be > 0");
     }
-    if (!(c->latency >= 0) || !std::isfinite(c->latency)) throw InputError(where + "compress latency must be >= 0");
+    if ((!profiled || c->explicit_decompress_bandwidth) && !(c->decompress_bandwidth > 0)) {
+      throw InputError(where + "compress and decompress bandwidths must be > 0");
+    }
+    if ((!profiled || c->explicit_latency) && (!(c->latency >= 0) || !std::isfinite(c->latency))) {
+      throw InputError(where + "compress latency must be >= 0");
+    }
+    if (profiled) {
+      const CodecProfile* codec = c->profile->find(c->codec);
+      if (codec == nullptr) {
+        std::string names;
+        for (const auto& p : c->profile->codecs) names += (names.empty() ? "" : ", ") + p.codec;
+        throw InputError(where + "profile '" + c->profile->name + "' has no codec '" + c->codec + "'; it has: " + names);
+      }
+      if (codec->ratio.count(TensorClass::generic) == 0) {
+        throw InputError(where + "profile '" + c->profile->name + "' codec '" + c->codec + "' has no generic ratio model");
+      }
+      if (!c->explicit_ratio && (!(c->error_bound > 0) || !std::isfinite(c->error_bound))) {
+        throw InputError(where + "a profile-driven compress rule needs error_bound > 0 (relative to the value range)");
+      }
+    }
   }
+}
+
+// The class of a storage's values: the op kind of its last forward writer, which decides the
+// content that is saved (an in-place ReLU overwrites the batch-norm output it shares storage with).
+TensorClass storage_class(const Trace& trace, const StorageInfo& info) {
+  for (auto it = info.writers.rbegin(); it != info.writers.rend(); ++it) {
+    if (is_forward(trace, *it)) return tensor_class_of_op(trace.op(*it).kind);
+  }
+  return TensorClass::generic;
+}
+
+// The costs a compress action applies: the explicit numbers, or the profile's models where the
+// scenario did not give one (check_rule has made sure the codec exists).
+double compress_ratio(const CompressAction& c, TensorClass cls) {
+  if (!c.profile || c.explicit_ratio) return c.ratio;
+  return c.profile->find(c.codec)->ratio_model(cls).ratio(c.error_bound);
+}
+
+TimeModel codec_time(const CompressAction& c, bool compress) {
+  TimeModel t;
+  if (c.profile) t = compress ? c.profile->find(c.codec)->compress : c.profile->find(c.codec)->decompress;
+  if (!c.profile || c.explicit_latency) t.latency = c.latency;
+  if (!c.profile || (compress ? c.explicit_compress_bandwidth : c.explicit_decompress_bandwidth)) {
+    t.bandwidth = compress ? c.compress_bandwidth : c.decompress_bandwidth;
+  }
+  return t;
 }
 
 // The decision for every storage: an action and the rule that gave it.
@@ -196,7 +244,8 @@ class Assembler {
         restored_[s] = add_buffer(copy_buffer(s, MemoryRole::prefetch, tensor.bytes(), " (prefetched)"));
       } else if (plan_.action[s] == Action::compress) {
         const auto& c = *spec_.rules[plan_.rule[s]].compress;
-        const auto bytes = static_cast<std::int64_t>(std::ceil(static_cast<double>(tensor.bytes()) / c.ratio));
+        const double ratio = compress_ratio(c, storage_class(trace, a_.info[s]));
+        const auto bytes = static_cast<std::int64_t>(std::ceil(static_cast<double>(tensor.bytes()) / ratio));
         compressed_[s] = add_buffer(copy_buffer(s, MemoryRole::compressed, bytes, " (compressed)"));
         restored_[s] = add_buffer(copy_buffer(s, MemoryRole::activation, tensor.bytes(), " (decompressed)"));
       }
@@ -426,7 +475,7 @@ class Assembler {
         out.group = 1;
         out.task.kind = TaskKind::compress;
         out.task.stream = Stream::codec;
-        out.task.seconds = c.latency + b / c.compress_bandwidth;
+        out.task.seconds = codec_time(c, true).seconds(b);
         out.task.creates = {compressed_[s]};
         out.task.uses = {original_[s]};
         if (names_) out.task.name = "compress " + name;
@@ -436,7 +485,7 @@ class Assembler {
         in.after_compute = {first_consumer - 1};
         in.task.kind = TaskKind::decompress;
         in.task.stream = Stream::codec;
-        in.task.seconds = c.latency + b / c.decompress_bandwidth;
+        in.task.seconds = codec_time(c, false).seconds(b);
         in.task.uses = {compressed_[s]};
         if (names_) in.task.name = "decompress " + name;
       }
@@ -771,6 +820,27 @@ Schedule build_schedule(const Trace& trace, const OpTimeModel& time_model, const
 
   Built built = assemble(a, strategy, plan, true);
   built.schedule.strategy = describe(strategy, plan, a, built);
+  for (std::size_t r = 0; r < strategy.rules.size(); ++r) {
+    const auto& c = strategy.rules[r].compress;
+    if (!c || !c->profile) continue;  // explicit numbers are in the scenario already
+    CompressionModelUse use;
+    use.rule = r;
+    if (c->profile) {
+      use.profile = c->profile->name;
+      use.profile_source = c->profile->source;
+      use.codec = c->codec;
+    }
+    use.error_bound = c->error_bound;
+    use.compress = codec_time(*c, true);
+    use.decompress = codec_time(*c, false);
+    use.ratio_overridden = !c->profile || c->explicit_ratio;
+    std::set<TensorClass> classes;
+    for (TensorIndex s : a.storages) {
+      if (plan.rule[s] == r && plan.action[s] == Action::compress) classes.insert(storage_class(trace, a.info[s]));
+    }
+    for (TensorClass cls : classes) use.ratios.emplace_back(cls, compress_ratio(*c, cls));
+    built.schedule.compression.push_back(std::move(use));
+  }
   return std::move(built.schedule);
 }
 

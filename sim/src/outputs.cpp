@@ -191,6 +191,21 @@ void add_role_table(std::string& out, const BytesByMemoryRole& bytes, const char
   add_line(out, "  {:<18}{:>14}{:>20}", total_label, format_bytes(total), group_digits(total));
 }
 
+// Which costs a compress rule applied: the profile, its fitted models (with provenance), and
+// the ratio per tensor class it compressed.
+void add_compression_line(std::string& out, const models::CompressionModelUse& c) {
+  auto time = [](const models::TimeModel& t) {
+    return fmt::format("{} + B / {:.4g} GB/s [{}]", format_seconds(t.latency), t.bandwidth / 1e9, models::to_string(t.provenance));
+  };
+  std::string ratios;
+  for (const auto& [cls, ratio] : c.ratios) ratios += fmt::format("{}{} {:.3g}", ratios.empty() ? "" : ", ", models::to_string(cls), ratio);
+  add_line(out, "           compress rule {}: profile {} ({}), codec {}, error bound {:g}", c.rule, c.profile, c.profile_source, c.codec,
+           c.error_bound);
+  add_line(out, "             compress {}, decompress {}", time(c.compress), time(c.decompress));
+  add_line(out, "             ratio {}{}", ratios.empty() ? "(nothing compressed)" : ratios,
+           c.ratio_overridden ? " [explicit]" : " [fitted ratio model]");
+}
+
 void add_header(std::string& out, const SimulationRun& run) {
   const traces::Trace& trace = run.trace;
   std::string model = fmt::format("{} · batch {}", trace.name(), trace.batch_size());
@@ -202,6 +217,7 @@ void add_header(std::string& out, const SimulationRun& run) {
   add_line(out, "Platform   {}: {}, {} of GPU memory ({} bytes)   (source: {})", run.platform.name, run.platform.gpu.name,
            format_bytes(run.platform.gpu.memory_bytes), group_digits(run.platform.gpu.memory_bytes), run.platform.source);
   add_line(out, "Strategy   {}", run.schedule.strategy);
+  for (const models::CompressionModelUse& c : run.schedule.compression) add_compression_line(out, c);
   out += '\n';
 }
 
@@ -337,6 +353,29 @@ std::string report_json(const SimulationRun& run) {
                    {"gpu", run.platform.gpu.name},
                    {"memory_capacity_bytes", run.platform.gpu.memory_bytes}};
   j["strategy"] = run.schedule.strategy;
+  if (!run.schedule.compression.empty()) {
+    auto time = [](const models::TimeModel& t) {
+      return ordered_json{{"latency_seconds", t.latency},
+                          {"bandwidth_bytes_per_second", t.bandwidth},
+                          {"provenance", models::to_string(t.provenance)},
+                          {"source", t.source}};
+    };
+    ordered_json list = ordered_json::array();
+    for (const models::CompressionModelUse& c : run.schedule.compression) {
+      ordered_json ratios = ordered_json::object();
+      for (const auto& [cls, ratio] : c.ratios) ratios[std::string(models::to_string(cls))] = ratio;
+      list.push_back({{"rule", c.rule},
+                      {"profile", c.profile.empty() ? ordered_json(nullptr) : ordered_json(c.profile)},
+                      {"profile_source", c.profile_source.empty() ? ordered_json(nullptr) : ordered_json(c.profile_source)},
+                      {"codec", c.codec.empty() ? ordered_json(nullptr) : ordered_json(c.codec)},
+                      {"error_bound", c.error_bound},
+                      {"compress", time(c.compress)},
+                      {"decompress", time(c.decompress)},
+                      {"ratio_source", c.ratio_overridden ? "explicit" : "profile"},
+                      {"ratio_by_class", ratios}});
+    }
+    j["compression"] = list;
+  }
   j["fits"] = r.fits();
   if (r.out_of_memory) {
     const OutOfMemory& oom = *r.out_of_memory;

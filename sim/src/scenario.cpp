@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "comptrain/calibrate/profile.hpp"
 #include "comptrain/models/platform_yaml.hpp"
 #include "comptrain/models/units.hpp"
 #include "comptrain/support/atomic_file.hpp"
@@ -48,7 +49,10 @@ class ScenarioReader {
     }
     if (training) check_keys(training, "training", {"batch_size", "precision", "optimizer", "tf32"});
     if (training && training["tf32"]) scenario.allow_tf32 = boolean(training["tf32"], "training.tf32");
-    if (const YAML::Node platform = root["platform"]) scenario.platform = read_platform(platform);
+    if (const YAML::Node platform = root["platform"]) {
+      scenario.platform = read_platform(platform);
+      platform_name_ = scenario.platform->name;  // for compress rules' `profile: auto`
+    }
     if (const YAML::Node strategy = root["strategy"]) scenario.strategy = read_strategy(strategy, "strategy");
     if (const YAML::Node plan = root["plan"]) scenario.plan = read_plan(plan);
     if (const YAML::Node sweep = root["sweep"]) {
@@ -231,13 +235,45 @@ class ScenarioReader {
     } else {
       const YAML::Node c = node["compress"];
       require_map(c, field + ".compress");
-      check_keys(c, field + ".compress", {"ratio", "compress_bandwidth", "decompress_bandwidth", "latency", "error_bound"});
+      check_keys(c, field + ".compress", {"profile", "codec", "ratio", "compress_bandwidth", "decompress_bandwidth", "latency", "error_bound"});
       models::CompressAction action;
       const std::string f = field + ".compress";
-      action.ratio = number(required(c, "ratio", f), f + ".ratio");
-      if (!(action.ratio >= 1)) throw InputError(where(c["ratio"].Mark()) + "'" + f + ".ratio' is " + c["ratio"].Scalar() + "; expected a compression ratio >= 1");
-      action.compress_bandwidth = quantity(required(c, "compress_bandwidth", f), models::units::Dimension::bandwidth, f + ".compress_bandwidth", true);
-      action.decompress_bandwidth = quantity(required(c, "decompress_bandwidth", f), models::units::Dimension::bandwidth, f + ".decompress_bandwidth", true);
+      const bool profiled = static_cast<bool>(c["profile"]);
+      if (profiled) {
+        // Costs from a calibration profile; any number given explicitly overrides its model.
+        const YAML::Node p = c["profile"];
+        try {
+          action.profile = calibrate::resolve_profile(scalar(p, f + ".profile"), base_dir_, platform_name_);
+        } catch (const InputError& e) {
+          throw InputError(where(p.Mark()) + "'" + f + ".profile': " + e.what());
+        }
+        if (c["codec"]) action.codec = scalar(c["codec"], f + ".codec");
+        if (!action.profile->find(action.codec)) {
+          std::string names;
+          for (const auto& cp : action.profile->codecs) names += (names.empty() ? "" : ", ") + cp.codec;
+          throw InputError(where(c["codec"] ? c["codec"].Mark() : p.Mark()) + "profile '" + action.profile->name + "' has no codec '" +
+                           action.codec + "'; it has: " + names);
+        }
+        if (!c["error_bound"] && !c["ratio"]) {
+          throw InputError(where(c.Mark()) + "'" + f + "' with a profile needs 'error_bound' (relative to the value range, e.g. 1e-3), which picks the ratio");
+        }
+        action.explicit_ratio = static_cast<bool>(c["ratio"]);
+        action.explicit_compress_bandwidth = static_cast<bool>(c["compress_bandwidth"]);
+        action.explicit_decompress_bandwidth = static_cast<bool>(c["decompress_bandwidth"]);
+        action.explicit_latency = static_cast<bool>(c["latency"]);
+      } else if (c["codec"]) {
+        throw InputError(where(c["codec"].Mark()) + "'" + f + ".codec' applies with 'profile' only (it picks the profile's models)");
+      }
+      if (!profiled || c["ratio"]) {
+        action.ratio = number(required(c, "ratio", f), f + ".ratio");
+        if (!(action.ratio >= 1)) throw InputError(where(c["ratio"].Mark()) + "'" + f + ".ratio' is " + c["ratio"].Scalar() + "; expected a compression ratio >= 1");
+      }
+      if (!profiled || c["compress_bandwidth"]) {
+        action.compress_bandwidth = quantity(required(c, "compress_bandwidth", f), models::units::Dimension::bandwidth, f + ".compress_bandwidth", true);
+      }
+      if (!profiled || c["decompress_bandwidth"]) {
+        action.decompress_bandwidth = quantity(required(c, "decompress_bandwidth", f), models::units::Dimension::bandwidth, f + ".decompress_bandwidth", true);
+      }
       if (c["latency"]) action.latency = quantity(c["latency"], models::units::Dimension::time, f + ".latency", false);
       if (c["error_bound"]) {
         action.error_bound = number(c["error_bound"], f + ".error_bound");
@@ -353,6 +389,7 @@ class ScenarioReader {
 
   std::string source_;
   std::filesystem::path base_dir_;
+  std::string platform_name_;  // the scenario's platform, once read (compress rules: profile auto)
 };
 
 }  // namespace

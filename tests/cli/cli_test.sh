@@ -105,8 +105,10 @@ expect 2 'another sweep' -- merge "$work/s0.json" "$work/sim0.json"
 printf 'model: {zoo: resnet18}\nplatform: a100-40gb\nsweep:\n  training.batchsize: [1]\n' >"$work/badsweep.yaml"
 expect 2 'badsweep.yaml:4:3: .*unknown key .batchsize.' -- plan "$work/badsweep.yaml"
 
-# Subcommands of later milestones say so and fail.
-expect 1 'not implemented yet' -- calibrate
+# calibrate: usage errors (the measurements themselves: tests/calibrate/calibrate_cli_test.sh).
+expect 2 'output.*required|required.*output' -- calibrate
+expect 2 'no GPU is visible' -- calibrate --device cuda -o "$work/p.yaml"
+expect 2 'unknown codec|expected one of' -- calibrate --codecs nope -o "$work/p.yaml"
 expect 0 'memory-csv' -- simulate --help
 
 echo "cli: $passed passed, $failed failed"

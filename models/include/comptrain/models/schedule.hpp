@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "comptrain/models/compression_model.hpp"
 #include "comptrain/traces/trace.hpp"
 
 namespace comptrain::models {
@@ -76,6 +77,7 @@ struct Task {
 
 struct Schedule {
   std::string strategy;  // a short description, for reports
+  std::vector<CompressionModelUse> compression;  // per profile-driven compress rule: the costs it applied, for reports
   std::vector<Buffer> buffers;
   std::vector<Task> tasks;
 

@@ -5,10 +5,12 @@
 // tensor decides, unselected tensors are kept.
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "comptrain/models/compression_model.hpp"
 #include "comptrain/models/op_time.hpp"
 #include "comptrain/models/schedule.hpp"
 #include "comptrain/traces/trace.hpp"
@@ -42,14 +44,30 @@ struct RecomputeAction {
   std::int64_t budget_bytes = 0;         // budget: peak bytes of saved activations allowed
 };
 
-// Compression with explicit cost parameters (until calibration profiles provide them).
+// Compression, costed by explicit numbers, by a calibration profile, or by a profile with some
+// numbers overridden (what-if studies).
 struct CompressAction {
   double ratio = 1;                  // original bytes / compressed bytes (>= 1)
   double compress_bandwidth = 0;     // bytes of input per second
   double decompress_bandwidth = 0;   // bytes of output per second
-  double latency = 0;                // seconds per call
-  double error_bound = 0;            // recorded for reports; does not change costs here
+  double latency = 0;                // seconds per call (compress and decompress alike)
+  double error_bound = 0;            // relative to the value range; picks the profile's ratio
+
+  // With a profile, each number above whose explicit_* flag is false comes from the profile's
+  // models for `codec`: the ratio from the ratio model of the tensor's class (derived from the op
+  // that produces it) at `error_bound`, the seconds from the compress / decompress time models.
+  std::shared_ptr<const CalibrationProfile> profile;
+  std::string codec = "szp";
+  bool explicit_ratio = true;
+  bool explicit_compress_bandwidth = true;
+  bool explicit_decompress_bandwidth = true;
+  bool explicit_latency = true;
 };
+
+// The class of an activation whose content an op of this kind wrote last (the strategy uses the
+// storage's last forward writer): relu -> post_relu, batchnorm,
+// gelu, linear and matmul -> linear, anything else -> generic.
+TensorClass tensor_class_of_op(traces::OpKind kind);
 
 struct StrategyRule {
   TensorSelector select;

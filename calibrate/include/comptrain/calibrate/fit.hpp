@@ -1,0 +1,43 @@
+#pragma once
+// Least-squares fits of the compression cost model (calibrate/README.md, "Models").
+
+#include <span>
+#include <vector>
+
+#include "comptrain/models/compression_model.hpp"
+
+namespace comptrain::calibrate {
+
+// One timing: `seconds` to compress (or decompress) `bytes` of float32 input.
+struct TimeSample {
+  double bytes = 0;
+  double seconds = 0;
+};
+
+// One compression: the ratio reached at relative error bound `eb` on data with `features`.
+struct RatioSample {
+  double eb = 0;
+  models::DataFeatures features;
+  double ratio = 1;
+  bool heldout = false;  // kept out of the fit, used to report its error
+};
+
+// Solves min sum_i w_i (x_i . c - y_i)^2 through the normal equations (Gaussian elimination
+// with partial pivoting). Columns after the first (the intercept) that are constant over the
+// rows get coefficient 0 instead of making the system singular.
+std::vector<double> least_squares(const std::vector<std::vector<double>>& rows, std::span<const double> y,
+                                  std::span<const double> weights);
+
+// seconds = latency + bytes / bandwidth, fitted with weights 1 / seconds^2, i.e. minimising the
+// relative error: sizes span 64 KiB .. 1 GiB, and an unweighted fit would let the largest size
+// alone decide (and the latency come out negative). A negative latency is refitted as 0.
+// Fills r2 (on the seconds, unweighted) and max_relative_error. Needs >= 2 distinct sizes.
+models::TimeModel fit_time_model(std::span<const TimeSample> samples);
+
+// ln ratio = c0 + c_log_eb ln eb + c_zero zero_fraction + c_log_spread ln spread, unweighted
+// least squares on the samples not held back; the held-back ones give heldout_rms_log_error
+// and heldout_max_relative_error (on the ratio). default_features = mean features of all
+// samples, max_ratio = largest ratio seen.
+models::RatioModel fit_ratio_model(std::span<const RatioSample> samples);
+
+}  // namespace comptrain::calibrate

@@ -1,0 +1,290 @@
+#include "comptrain/calibrate/profile.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <set>
+
+#include "builtin_profiles.hpp"
+#include "comptrain/support/atomic_file.hpp"
+#include "comptrain/support/input_error.hpp"
+
+namespace comptrain::calibrate {
+namespace {
+
+constexpr const char* kFormat = "comptrain-calibration-profile 1";
+constexpr const char* kRatioForm =
+    "ln(ratio) = c0 + c_log_eb*ln(eb) + c_zero*zero_fraction + c_log_spread*ln(spread), clamped to [1, max_ratio]; "
+    "eb relative to the value range, spread = std/(max-min)";
+
+void emit_time(YAML::Emitter& out, const char* key, const models::TimeModel& m) {
+  out << YAML::Key << key << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "latency_s" << YAML::Value << m.latency;
+  out << YAML::Key << "bandwidth_bytes_per_s" << YAML::Value << m.bandwidth;
+  out << YAML::Key << "r2" << YAML::Value << m.r2;
+  out << YAML::Key << "max_relative_error" << YAML::Value << m.max_relative_error;
+  out << YAML::Key << "provenance" << YAML::Value << std::string(models::to_string(m.provenance));
+  out << YAML::Key << "source" << YAML::Value << m.source;
+  out << YAML::EndMap;
+}
+
+void emit_ratio(YAML::Emitter& out, models::TensorClass c, const models::RatioModel& m) {
+  out << YAML::Key << std::string(models::to_string(c)) << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "c0" << YAML::Value << m.c0;
+  out << YAML::Key << "c_log_eb" << YAML::Value << m.c_log_eb;
+  out << YAML::Key << "c_zero" << YAML::Value << m.c_zero;
+  out << YAML::Key << "c_log_spread" << YAML::Value << m.c_log_spread;
+  out << YAML::Key << "max_ratio" << YAML::Value << m.max_ratio;
+  out << YAML::Key << "default_zero_fraction" << YAML::Value << m.default_features.zero_fraction;
+  out << YAML::Key << "default_spread" << YAML::Value << m.default_features.spread;
+  out << YAML::Key << "train_samples" << YAML::Value << m.train_samples;
+  out << YAML::Key << "heldout_samples" << YAML::Value << m.heldout_samples;
+  out << YAML::Key << "heldout_rms_log_error" << YAML::Value << m.heldout_rms_log_error;
+  out << YAML::Key << "heldout_max_relative_error" << YAML::Value << m.heldout_max_relative_error;
+  out << YAML::Key << "provenance" << YAML::Value << std::string(models::to_string(m.provenance));
+  out << YAML::Key << "source" << YAML::Value << m.source;
+  out << YAML::EndMap;
+}
+
+class ProfileReader {
+ public:
+  explicit ProfileReader(std::string source) : source_(std::move(source)) {}
+
+  models::CalibrationProfile read(std::string_view text) {
+    YAML::Node root;
+    try {
+      root = YAML::Load(std::string(text));
+    } catch (const YAML::Exception& e) {
+      throw InputError(where(e.mark) + "malformed YAML: " + e.msg);
+    }
+    if (!root.IsMap()) throw InputError(where(root.Mark()) + "expected a calibration profile (a mapping; calibrate/README.md)");
+    check_keys(root, "the profile", {"format", "name", "device", "platforms", "date", "comptrain_version", "ratio_model", "codecs"});
+    const std::string format = scalar(required(root, "format", "the profile"), "format");
+    if (format != kFormat) throw InputError(where(root["format"].Mark()) + "unknown profile format '" + format + "'; expected '" + kFormat + "'");
+    models::CalibrationProfile p;
+    p.source = source_;
+    p.name = scalar(required(root, "name", "the profile"), "name");
+    const YAML::Node device = required(root, "device", "the profile");
+    require_map(device, "device");
+    check_keys(device, "device", {"name", "kind", "threads"});
+    p.device = scalar(required(device, "name", "device"), "device.name");
+    p.device_kind = scalar(required(device, "kind", "device"), "device.kind");
+    if (const YAML::Node platforms = root["platforms"]) {
+      if (!platforms.IsSequence()) throw InputError(where(platforms.Mark()) + "'platforms' must be a list of platform names");
+      for (const auto& item : platforms) p.platforms.push_back(scalar(item, "platforms"));
+    }
+    if (root["date"]) p.date = scalar(root["date"], "date");
+    if (root["comptrain_version"]) p.comptrain_version = scalar(root["comptrain_version"], "comptrain_version");
+    const YAML::Node codecs = required(root, "codecs", "the profile");
+    if (!codecs.IsSequence() || codecs.size() == 0) throw InputError(where(codecs.Mark()) + "'codecs' must be a non-empty list");
+    for (std::size_t i = 0; i < codecs.size(); ++i) p.codecs.push_back(read_codec(codecs[i], "codecs[" + std::to_string(i) + "]"));
+    return p;
+  }
+
+ private:
+  models::CodecProfile read_codec(const YAML::Node& node, const std::string& field) const {
+    require_map(node, field);
+    check_keys(node, field, {"codec", "compress", "decompress", "ratio", "measurements"});
+    models::CodecProfile c;
+    c.codec = scalar(required(node, "codec", field), field + ".codec");
+    c.compress = read_time(required(node, "compress", field), field + ".compress");
+    c.decompress = read_time(required(node, "decompress", field), field + ".decompress");
+    const YAML::Node ratio = required(node, "ratio", field);
+    require_map(ratio, field + ".ratio");
+    for (const auto& entry : ratio) {
+      const std::string name = entry.first.as<std::string>("");
+      auto cls = models::parse_tensor_class(name);
+      if (!cls) {
+        std::string valid;
+        for (auto k : models::kTensorClasses) valid += (valid.empty() ? "" : ", ") + std::string(models::to_string(k));
+        throw InputError(where(entry.first.Mark()) + "unknown tensor class '" + name + "' in " + field + ".ratio; valid: " + valid);
+      }
+      c.ratio[*cls] = read_ratio(entry.second, field + ".ratio." + name);
+    }
+    if (c.ratio.count(models::TensorClass::generic) == 0) {
+      throw InputError(where(ratio.Mark()) + "'" + field + ".ratio' needs a 'generic' model (used for tensors of other classes)");
+    }
+    return c;
+  }
+
+  models::TimeModel read_time(const YAML::Node& node, const std::string& field) const {
+    require_map(node, field);
+    check_keys(node, field, {"latency_s", "bandwidth_bytes_per_s", "r2", "max_relative_error", "provenance", "source"});
+    models::TimeModel m;
+    m.latency = number(required(node, "latency_s", field), field + ".latency_s");
+    m.bandwidth = number(required(node, "bandwidth_bytes_per_s", field), field + ".bandwidth_bytes_per_s");
+    if (m.latency < 0) throw InputError(where(node["latency_s"].Mark()) + "'" + field + ".latency_s' must be >= 0");
+    if (!(m.bandwidth > 0)) throw InputError(where(node["bandwidth_bytes_per_s"].Mark()) + "'" + field + ".bandwidth_bytes_per_s' must be > 0");
+    if (node["r2"]) m.r2 = number(node["r2"], field + ".r2");
+    if (node["max_relative_error"]) m.max_relative_error = number(node["max_relative_error"], field + ".max_relative_error");
+    read_origin(node, field, m.provenance, m.source);
+    return m;
+  }
+
+  models::RatioModel read_ratio(const YAML::Node& node, const std::string& field) const {
+    require_map(node, field);
+    check_keys(node, field, {"c0", "c_log_eb", "c_zero", "c_log_spread", "max_ratio", "default_zero_fraction", "default_spread",
+                             "train_samples", "heldout_samples", "heldout_rms_log_error", "heldout_max_relative_error",
+                             "provenance", "source"});
+    models::RatioModel m;
+    m.c0 = number(required(node, "c0", field), field + ".c0");
+    m.c_log_eb = number(required(node, "c_log_eb", field), field + ".c_log_eb");
+    m.c_zero = number(required(node, "c_zero", field), field + ".c_zero");
+    m.c_log_spread = number(required(node, "c_log_spread", field), field + ".c_log_spread");
+    m.max_ratio = number(required(node, "max_ratio", field), field + ".max_ratio");
+    if (!(m.max_ratio >= 1)) throw InputError(where(node["max_ratio"].Mark()) + "'" + field + ".max_ratio' must be >= 1");
+    m.default_features.zero_fraction = number(required(node, "default_zero_fraction", field), field + ".default_zero_fraction");
+    m.default_features.spread = number(required(node, "default_spread", field), field + ".default_spread");
+    if (!(m.default_features.zero_fraction >= 0 && m.default_features.zero_fraction <= 1)) {
+      throw InputError(where(node["default_zero_fraction"].Mark()) + "'" + field + ".default_zero_fraction' must be in [0, 1]");
+    }
+    if (!(m.default_features.spread > 0)) throw InputError(where(node["default_spread"].Mark()) + "'" + field + ".default_spread' must be > 0");
+    if (node["train_samples"]) m.train_samples = static_cast<std::size_t>(number(node["train_samples"], field + ".train_samples"));
+    if (node["heldout_samples"]) m.heldout_samples = static_cast<std::size_t>(number(node["heldout_samples"], field + ".heldout_samples"));
+    if (node["heldout_rms_log_error"]) m.heldout_rms_log_error = number(node["heldout_rms_log_error"], field + ".heldout_rms_log_error");
+    if (node["heldout_max_relative_error"]) {
+      m.heldout_max_relative_error = number(node["heldout_max_relative_error"], field + ".heldout_max_relative_error");
+    }
+    read_origin(node, field, m.provenance, m.source);
+    return m;
+  }
+
+  void read_origin(const YAML::Node& node, const std::string& field, models::Provenance& provenance, std::string& source) const {
+    const YAML::Node p = required(node, "provenance", field);
+    auto value = models::parse_provenance(scalar(p, field + ".provenance"));
+    if (!value) throw InputError(where(p.Mark()) + "unknown provenance '" + p.Scalar() + "'; expected measured, literature or assumed");
+    provenance = *value;
+    source = scalar(required(node, "source", field), field + ".source");
+  }
+
+  YAML::Node required(const YAML::Node& map, const char* key, const std::string& section) const {
+    YAML::Node n = map[key];
+    if (!n) throw InputError(where(map.Mark()) + "missing key '" + key + "' in " + section);
+    return n;
+  }
+  void require_map(const YAML::Node& node, const std::string& field) const {
+    if (!node.IsMap()) throw InputError(where(node.Mark()) + "'" + field + "' must be a mapping");
+  }
+  std::string scalar(const YAML::Node& node, const std::string& field) const {
+    if (!node.IsScalar()) throw InputError(where(node.Mark()) + "'" + field + "' must be a single value");
+    return node.Scalar();
+  }
+  double number(const YAML::Node& node, const std::string& field) const {
+    double value = 0;
+    if (!node.IsScalar() || !YAML::convert<double>::decode(node, value) || !std::isfinite(value)) {
+      throw InputError(where(node.Mark()) + "'" + field + "' is '" + (node.IsScalar() ? node.Scalar() : std::string("a collection")) + "'; expected a number");
+    }
+    return value;
+  }
+  std::string where(const YAML::Mark& mark) const {
+    if (mark.is_null()) return source_ + ": ";
+    return source_ + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1) + ": ";
+  }
+  void check_keys(const YAML::Node& map, const std::string& section, std::initializer_list<const char*> valid) const {
+    std::set<std::string> seen;
+    for (const auto& entry : map) {
+      const std::string key = entry.first.as<std::string>("");
+      if (std::none_of(valid.begin(), valid.end(), [&](const char* v) { return key == v; })) {
+        std::string list;
+        for (const char* v : valid) list += (list.empty() ? "" : ", ") + std::string(v);
+        throw InputError(where(entry.first.Mark()) + "unknown key '" + key + "' in " + section + "; valid keys: " + list);
+      }
+      if (!seen.insert(key).second) throw InputError(where(entry.first.Mark()) + "key '" + key + "' appears twice in " + section);
+    }
+  }
+
+  std::string source_;
+};
+
+}  // namespace
+
+std::string profile_to_yaml(const models::CalibrationProfile& p, const std::vector<CodecMeasurements>& measurements) {
+  YAML::Emitter out;
+  out.SetDoublePrecision(8);
+  out << YAML::BeginMap;
+  out << YAML::Key << "format" << YAML::Value << kFormat;
+  out << YAML::Key << "name" << YAML::Value << p.name;
+  out << YAML::Key << "device" << YAML::Value << YAML::BeginMap << YAML::Key << "name" << YAML::Value << p.device << YAML::Key
+      << "kind" << YAML::Value << p.device_kind << YAML::EndMap;
+  out << YAML::Key << "platforms" << YAML::Value << YAML::Flow << p.platforms;
+  out << YAML::Key << "date" << YAML::Value << p.date;
+  out << YAML::Key << "comptrain_version" << YAML::Value << p.comptrain_version;
+  out << YAML::Key << "ratio_model" << YAML::Value << kRatioForm;
+  out << YAML::Key << "codecs" << YAML::Value << YAML::BeginSeq;
+  for (const auto& c : p.codecs) {
+    out << YAML::BeginMap;
+    out << YAML::Key << "codec" << YAML::Value << c.codec;
+    emit_time(out, "compress", c.compress);
+    emit_time(out, "decompress", c.decompress);
+    out << YAML::Key << "ratio" << YAML::Value << YAML::BeginMap;
+    for (const auto& [cls, model] : c.ratio) emit_ratio(out, cls, model);
+    out << YAML::EndMap;
+    auto m = std::find_if(measurements.begin(), measurements.end(), [&](const CodecMeasurements& x) { return x.codec == c.codec; });
+    if (m != measurements.end()) {
+      out << YAML::Key << "measurements" << YAML::Value << YAML::BeginMap;
+      for (const auto& [key, samples] : {std::pair{"compress", &m->compress}, std::pair{"decompress", &m->decompress}}) {
+        out << YAML::Key << key << YAML::Comment("[bytes, seconds (fastest run)]") << YAML::Value << YAML::BeginSeq;
+        for (const auto& s : *samples) out << YAML::Flow << YAML::BeginSeq << static_cast<std::uint64_t>(s.bytes) << s.seconds << YAML::EndSeq;
+        out << YAML::EndSeq;
+      }
+      out << YAML::Key << "ratio" << YAML::Comment("[class, eb, zero_fraction, spread, ratio, heldout]") << YAML::Value << YAML::BeginSeq;
+      for (const auto& [cls, s] : m->ratio) {
+        out << YAML::Flow << YAML::BeginSeq << std::string(models::to_string(cls)) << s.eb << s.features.zero_fraction
+            << s.features.spread << s.ratio << s.heldout << YAML::EndSeq;
+      }
+      out << YAML::EndSeq << YAML::EndMap;
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+models::CalibrationProfile parse_profile(std::string_view yaml, const std::string& source) { return ProfileReader(source).read(yaml); }
+
+models::CalibrationProfile load_profile_file(const std::filesystem::path& path) {
+  return parse_profile(read_file(path), path.string());
+}
+
+std::vector<std::string> builtin_profile_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, yaml] : detail::builtin_profile_sources()) names.emplace_back(name);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+models::CalibrationProfile builtin_profile(std::string_view name) {
+  for (const auto& [builtin, yaml] : detail::builtin_profile_sources()) {
+    if (builtin == name) return parse_profile(yaml, "embedded:" + std::string(builtin));
+  }
+  std::string names;
+  for (const std::string& known : builtin_profile_names()) names += (names.empty() ? "" : ", ") + known;
+  throw InputError("unknown calibration profile '" + std::string(name) + "'; expected auto, a .yaml file or one of: " + names);
+}
+
+std::shared_ptr<const models::CalibrationProfile> resolve_profile(std::string_view spec, const std::filesystem::path& base_dir,
+                                                                  std::string_view platform) {
+  if (spec == "auto") {
+    if (platform.empty()) throw InputError("profile auto needs the scenario's platform (it picks the profile made for it)");
+    std::string known;
+    for (const std::string& name : builtin_profile_names()) {
+      auto p = builtin_profile(name);
+      if (std::find(p.platforms.begin(), p.platforms.end(), platform) != p.platforms.end()) {
+        return std::make_shared<const models::CalibrationProfile>(std::move(p));
+      }
+      for (const auto& x : p.platforms) known += (known.empty() ? "" : ", ") + x;
+    }
+    throw InputError("profile auto: no shipped profile is made for platform '" + std::string(platform) +
+                     "'; profiles exist for: " + known + " (or name a profile or a .yaml file)");
+  }
+  const std::filesystem::path path{std::string(spec)};
+  const std::string ext = path.extension().string();
+  if (ext == ".yaml" || ext == ".yml") {
+    return std::make_shared<const models::CalibrationProfile>(load_profile_file(path.is_absolute() ? path : base_dir / path));
+  }
+  return std::make_shared<const models::CalibrationProfile>(builtin_profile(spec));
+}
+
+}  // namespace comptrain::calibrate

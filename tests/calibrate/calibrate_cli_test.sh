@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# End to end: `comptrain calibrate --device cpu --quick` writes a profile, then a scenario whose
+# compress rule uses that profile simulates ResNet-50, and the report names the profile and its
+# fitted numbers. Also: a shipped literature profile picked by `profile: auto`.
+# Usage: calibrate_cli_test.sh PATH/TO/comptrain
+set -u
+bin=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failed=0
+fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
+
+start=$SECONDS
+if ! "$bin" calibrate --device cpu --quick -o "$work/p.yaml" 2>"$work/calibrate.err"; then
+  fail "calibrate --quick exited $?"; cat "$work/calibrate.err"
+fi
+echo "calibrate --quick took $((SECONDS - start)) s"
+grep -q '^format: comptrain-calibration-profile 1' "$work/p.yaml" || fail "profile has no format line"
+grep -q 'provenance: measured' "$work/p.yaml" || fail "profile numbers are not marked measured"
+grep -Eq 'calibrate: \[ *[0-9]+%\].*left' "$work/calibrate.err" || fail "no progress lines with a time estimate on stderr"
+ls "$work" | grep -q 'tmp' && fail "temporary files left next to the profile"
+
+cat >"$work/scenario.yaml" <<YAML
+name: resnet50-calibrated
+model: {zoo: resnet50}
+training: {batch_size: 16}
+platform: a100-40gb
+strategy:
+  name: compress-calibrated
+  rules:
+    - compress: {profile: p.yaml, codec: szp, error_bound: 1e-3}
+YAML
+"$bin" simulate "$work/scenario.yaml" >"$work/report.txt" 2>&1 || { fail "simulate with the measured profile exited $?"; cat "$work/report.txt"; }
+grep -q 'compress rule 0: profile p (.*p.yaml), codec szp, error bound 0.001' "$work/report.txt" || { fail "report does not name the profile"; cat "$work/report.txt"; }
+grep -q 'ratio post_relu' "$work/report.txt" || fail "report has no ratio per class"
+grep -q 'GB/s \[measured\]' "$work/report.txt" || fail "report does not mark the measured time model"
+"$bin" simulate --json "$work/scenario.yaml" >"$work/report.json" 2>&1 || fail "simulate --json exited $?"
+grep -q '"ratio_source": "profile"' "$work/report.json" || fail "JSON report has no compression section"
+
+sed -e 's/profile: p.yaml/profile: auto/' "$work/scenario.yaml" >"$work/auto.yaml"
+"$bin" simulate "$work/auto.yaml" >"$work/auto.txt" 2>&1 || { fail "simulate with profile auto exited $?"; cat "$work/auto.txt"; }
+grep -q 'profile a100-literature (embedded:a100-literature)' "$work/auto.txt" || { fail "auto did not pick a100-literature"; cat "$work/auto.txt"; }
+grep -q 'GB/s \[literature\]' "$work/auto.txt" || fail "literature time model not marked"
+
+sed -e 's/error_bound: 1e-3}/error_bound: 1e-3, codec_typo: 1}/' "$work/scenario.yaml" >"$work/bad.yaml"
+out=$("$bin" simulate "$work/bad.yaml" 2>&1); code=$?
+[[ $code -eq 2 && $out == *"bad.yaml:8:"*"unknown key 'codec_typo'"*"valid keys: profile, codec"* ]] || fail "bad key: exit $code, $out"
+sed -e 's/codec: szp, error_bound: 1e-3/codec: szp/' "$work/scenario.yaml" >"$work/noeb.yaml"
+out=$("$bin" simulate "$work/noeb.yaml" 2>&1); code=$?
+[[ $code -eq 2 && $out == *"needs 'error_bound'"* ]] || fail "missing error_bound: exit $code, $out"
+
+echo "calibrate cli: $failed failed"
+[[ $failed -eq 0 ]]

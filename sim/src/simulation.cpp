@@ -1,4 +1,5 @@
 #include "comptrain/sim/simulation.hpp"
+#include "pipe_io.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -318,16 +319,6 @@ SimulationResult deserialize(const std::string& bytes) {
   return r;
 }
 
-void write_all(int fd, const std::string& data) {
-  std::size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    done += static_cast<std::size_t>(n);
-  }
-}
-
 }  // namespace
 
 SimulationResult simulate_in_this_process(const models::Platform& platform, const models::Schedule& schedule) {
@@ -353,7 +344,7 @@ SimulationResult simulate(const models::Platform& platform, const models::Schedu
       message = std::string("E") + e.what();
       code = 1;
     }
-    write_all(fds[1], message);
+    detail::write_all(fds[1], message);
     ::close(fds[1]);
     ::_exit(code);  // skip SimGrid's static destructors
   }

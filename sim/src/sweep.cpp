@@ -24,6 +24,7 @@
 #include "comptrain/support/format.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "scenario_yaml.hpp"
+#include "pipe_io.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -448,20 +449,6 @@ std::size_t ProcessPool::submit(Work work) {
   return next_id_++;
 }
 
-namespace {
-
-void write_all(int fd, const std::string& data) {
-  std::size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    done += static_cast<std::size_t>(n);
-  }
-}
-
-}  // namespace
-
 void ProcessPool::start_queued() {
   while (!queue_.empty() && running_.size() < static_cast<std::size_t>(workers_)) {
     auto [id, work] = std::move(queue_.front());
@@ -489,7 +476,7 @@ void ProcessPool::start_queued() {
         message = std::string("E") + e.what();
         code = 1;
       }
-      write_all(fds[1], message);
+      detail::write_all(fds[1], message);
       ::close(fds[1]);
       ::_exit(code);  // skip the parent's atexit handlers and SimGrid's static destructors
     }

@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "schedule_builder.hpp"
+
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -44,47 +46,9 @@ traces::Trace mini_trace() {
   return traces::Trace("mini", 4, h.tensors, h.ops, {{"precision", "fp32"}, {"optimizer", "sgd"}, {"source", "hand"}});
 }
 
-// A GPU with a 10 GB/s (per direction), 1 us PCIe link, as in simulation_test.cpp.
-models::Platform test_platform(std::int64_t memory) {
-  models::Platform p;
-  p.name = "test";
-  p.source = "embedded:test";
-  p.gpu.name = "TestGPU";
-  p.gpu.memory_bytes = memory;
-  p.gpu.memory_bandwidth = 1e12;
-  p.gpu.peak_fp32 = 1e13;
-  p.host.flops = 1e11;
-  p.host_link.bandwidth = 10e9;
-  p.host_link.latency = 1e-6;
-  return p;
-}
 
-struct ScheduleBuilder {
-  Schedule s;
-  BufferId buffer(const std::string& name, std::int64_t bytes, MemoryRole role, bool resident = false, bool held_to_end = false) {
-    Buffer b;
-    b.name = name;
-    b.bytes = bytes;
-    b.role = role;
-    b.resident = resident;
-    b.held_to_end = held_to_end;
-    s.buffers.push_back(b);
-    return s.buffers.size() - 1;
-  }
-  TaskId task(const std::string& name, TaskKind kind, Stream stream, double seconds, std::vector<BufferId> creates,
-              std::vector<BufferId> uses, std::vector<TaskId> after = {}) {
-    Task t;
-    t.name = name;
-    t.kind = kind;
-    t.stream = stream;
-    t.seconds = seconds;
-    t.creates = std::move(creates);
-    t.uses = std::move(uses);
-    t.after = std::move(after);
-    s.tasks.push_back(t);
-    return s.tasks.size() - 1;
-  }
-};
+using testing::ScheduleBuilder;
+using testing::test_platform;
 
 // A trace, platform, schedule and the simulation's result, kept together because
 // SimulationRun only refers to them.

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "schedule_builder.hpp"
+
 namespace comptrain::sim {
 namespace {
 
@@ -13,48 +15,9 @@ using models::Stream;
 using models::Task;
 using models::TaskKind;
 
-// A GPU with 1 GB of memory and a 10 GB/s (per direction), 1 us PCIe link.
-models::Platform test_platform(std::int64_t memory = 1'000'000'000) {
-  models::Platform p;
-  p.name = "test";
-  p.gpu.name = "TestGPU";
-  p.gpu.memory_bytes = memory;
-  p.gpu.memory_bandwidth = 1e12;
-  p.gpu.peak_fp32 = 1e13;
-  p.host.flops = 1e11;
-  p.host_link.bandwidth = 10e9;
-  p.host_link.latency = 1e-6;
-  return p;
-}
 
-struct ScheduleBuilder {
-  Schedule s;
-  models::BufferId buffer(const std::string& name, std::int64_t bytes, MemoryRole role = MemoryRole::temporary,
-                          bool resident = false) {
-    Buffer b;
-    b.name = name;
-    b.bytes = bytes;
-    b.role = role;
-    b.resident = resident;
-    s.buffers.push_back(b);
-    return s.buffers.size() - 1;
-  }
-  models::TaskId task(const std::string& name, TaskKind kind, Stream stream, double seconds, std::vector<models::BufferId> creates,
-                      std::vector<models::BufferId> uses, std::vector<models::TaskId> after = {}, std::int64_t bytes = 0) {
-    Task t;
-    t.name = name;
-    t.kind = kind;
-    t.stream = stream;
-    t.seconds = seconds;
-    t.bytes = bytes;
-    t.creates = std::move(creates);
-    t.uses = std::move(uses);
-    t.after = std::move(after);
-    if (kind == TaskKind::op || kind == TaskKind::recompute) t.op = s.tasks.size();  // a stand-in trace op
-    s.tasks.push_back(t);
-    return s.tasks.size() - 1;
-  }
-};
+using testing::ScheduleBuilder;
+using testing::test_platform;
 
 constexpr double kTol = 1e-9;
 

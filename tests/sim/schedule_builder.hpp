@@ -1,0 +1,62 @@
+#pragma once
+// Hand-built schedules and a small test platform for the simulator's tests.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comptrain/models/platform.hpp"
+#include "comptrain/models/schedule.hpp"
+
+namespace comptrain::sim::testing {
+
+// A GPU with `memory` bytes and a 10 GB/s (per direction), 1 us PCIe link.
+inline models::Platform test_platform(std::int64_t memory = 1'000'000'000) {
+  models::Platform p;
+  p.name = "test";
+  p.source = "embedded:test";
+  p.gpu.name = "TestGPU";
+  p.gpu.memory_bytes = memory;
+  p.gpu.memory_bandwidth = 1e12;
+  p.gpu.peak_fp32 = 1e13;
+  p.host.flops = 1e11;
+  p.host_link.bandwidth = 10e9;
+  p.host_link.latency = 1e-6;
+  return p;
+}
+
+struct ScheduleBuilder {
+  models::Schedule s;
+
+  models::BufferId buffer(const std::string& name, std::int64_t bytes, models::MemoryRole role = models::MemoryRole::temporary,
+                          bool resident = false, bool held_to_end = false) {
+    models::Buffer b;
+    b.name = name;
+    b.bytes = bytes;
+    b.role = role;
+    b.resident = resident;
+    b.held_to_end = held_to_end;
+    s.buffers.push_back(b);
+    return s.buffers.size() - 1;
+  }
+
+  // Op and recompute tasks get a stand-in trace op (their own index) unless a test sets one.
+  models::TaskId task(const std::string& name, models::TaskKind kind, models::Stream stream, double seconds,
+                      std::vector<models::BufferId> creates, std::vector<models::BufferId> uses,
+                      std::vector<models::TaskId> after = {}, std::int64_t bytes = 0) {
+    models::Task t;
+    t.name = name;
+    t.kind = kind;
+    t.stream = stream;
+    t.seconds = seconds;
+    t.bytes = bytes;
+    t.creates = std::move(creates);
+    t.uses = std::move(uses);
+    t.after = std::move(after);
+    if (kind == models::TaskKind::op || kind == models::TaskKind::recompute) t.op = s.tasks.size();
+    s.tasks.push_back(t);
+    return s.tasks.size() - 1;
+  }
+};
+
+}  // namespace comptrain::sim::testing

@@ -10,6 +10,7 @@
 #include "builtin_profiles.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/input_error.hpp"
+#include "comptrain/support/yaml_errors.hpp"
 
 namespace comptrain::calibrate {
 namespace {
@@ -178,21 +179,9 @@ class ProfileReader {
     }
     return value;
   }
-  std::string where(const YAML::Mark& mark) const {
-    if (mark.is_null()) return source_ + ": ";
-    return source_ + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1) + ": ";
-  }
+  std::string where(const YAML::Mark& mark) const { return yaml::location(source_, mark); }
   void check_keys(const YAML::Node& map, const std::string& section, std::initializer_list<const char*> valid) const {
-    std::set<std::string> seen;
-    for (const auto& entry : map) {
-      const std::string key = entry.first.as<std::string>("");
-      if (std::none_of(valid.begin(), valid.end(), [&](const char* v) { return key == v; })) {
-        std::string list;
-        for (const char* v : valid) list += (list.empty() ? "" : ", ") + std::string(v);
-        throw InputError(where(entry.first.Mark()) + "unknown key '" + key + "' in " + section + "; valid keys: " + list);
-      }
-      if (!seen.insert(key).second) throw InputError(where(entry.first.Mark()) + "key '" + key + "' appears twice in " + section);
-    }
+    yaml::check_keys(source_, map, section, valid);
   }
 
   std::string source_;

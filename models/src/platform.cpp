@@ -14,6 +14,7 @@
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/models/units.hpp"
+#include "comptrain/support/yaml_errors.hpp"
 
 namespace comptrain::models {
 namespace {
@@ -223,15 +224,7 @@ class PlatformReader {
   }
 
   void check_keys(const YAML::Node& map, const std::string& section_name, std::initializer_list<const char*> valid) const {
-    std::set<std::string> seen;
-    for (const auto& entry : map) {
-      const std::string key = entry.first.as<std::string>("");
-      const bool known = std::any_of(valid.begin(), valid.end(), [&](const char* v) { return key == v; });
-      if (!known) {
-        throw InputError(where(entry.first.Mark()) + "unknown key '" + key + "' in " + section_name + "; valid keys: " + join(valid));
-      }
-      if (!seen.insert(key).second) throw InputError(where(entry.first.Mark()) + "key '" + key + "' appears twice in " + section_name);
-    }
+    yaml::check_keys(source_, map, section_name, valid);
   }
 
   YAML::Node required(const YAML::Node& map, const char* key, const std::string& section_name) const {
@@ -248,10 +241,7 @@ class PlatformReader {
 
   static std::string describe(const YAML::Node& node) { return node.IsScalar() ? node.Scalar() : std::string("a collection"); }
 
-  std::string where(const YAML::Mark& mark) const {
-    if (mark.is_null()) return source_ + ": ";
-    return source_ + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1) + ": ";
-  }
+  std::string where(const YAML::Mark& mark) const { return yaml::location(source_, mark); }
 
   std::string source_;
 };

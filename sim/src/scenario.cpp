@@ -13,6 +13,7 @@
 #include "comptrain/models/units.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/traces/trace_json.hpp"
+#include "comptrain/support/yaml_errors.hpp"
 #include "scenario_yaml.hpp"
 
 namespace comptrain::sim {
@@ -346,23 +347,10 @@ class ScenarioReader {
     return value;
   }
 
-  std::string where(const YAML::Mark& mark) const {
-    if (mark.is_null()) return source_ + ": ";
-    return source_ + ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1) + ": ";
-  }
+  std::string where(const YAML::Mark& mark) const { return yaml::location(source_, mark); }
 
   void check_keys(const YAML::Node& map, const std::string& section, std::initializer_list<const char*> valid) const {
-    std::set<std::string> seen;
-    for (const auto& entry : map) {
-      const std::string key = entry.first.as<std::string>("");
-      const bool known = std::any_of(valid.begin(), valid.end(), [&](const char* v) { return key == v; });
-      if (!known) {
-        std::string list;
-        for (const char* v : valid) list += (list.empty() ? "" : ", ") + std::string(v);
-        throw InputError(where(entry.first.Mark()) + "unknown key '" + key + "' in " + section + "; valid keys: " + list);
-      }
-      if (!seen.insert(key).second) throw InputError(where(entry.first.Mark()) + "key '" + key + "' appears twice in " + section);
-    }
+    yaml::check_keys(source_, map, section, valid);
   }
 
   YAML::Node required(const YAML::Node& map, const char* key, const std::string& section) const {

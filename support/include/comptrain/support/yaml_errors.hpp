@@ -1,0 +1,43 @@
+#pragma once
+// Error locations and key checks shared by every YAML reader (scenarios, platforms,
+// calibration profiles), so they all report problems the same way. Header-only: its users
+// link yaml-cpp themselves.
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <initializer_list>
+#include <set>
+#include <string>
+#include <string_view>
+
+#include "comptrain/support/input_error.hpp"
+
+namespace comptrain::yaml {
+
+// "SOURCE:LINE:COLUMN: " (1-based), or "SOURCE: " when the node has no position.
+inline std::string location(std::string_view source, const YAML::Mark& mark) {
+  std::string out(source);
+  if (!mark.is_null()) out += ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
+  return out + ": ";
+}
+
+// Throws InputError at the first key of `map` that is not in `valid` (listing the valid ones,
+// so a typo never passes silently) or that appears twice.
+inline void check_keys(std::string_view source, const YAML::Node& map, const std::string& section,
+                       std::initializer_list<const char*> valid) {
+  std::set<std::string> seen;
+  for (const auto& entry : map) {
+    const std::string key = entry.first.as<std::string>("");
+    if (std::none_of(valid.begin(), valid.end(), [&](const char* v) { return key == v; })) {
+      std::string list;
+      for (const char* v : valid) list += (list.empty() ? "" : ", ") + std::string(v);
+      throw InputError(location(source, entry.first.Mark()) + "unknown key '" + key + "' in " + section + "; valid keys: " + list);
+    }
+    if (!seen.insert(key).second) {
+      throw InputError(location(source, entry.first.Mark()) + "key '" + key + "' appears twice in " + section);
+    }
+  }
+}
+
+}  // namespace comptrain::yaml

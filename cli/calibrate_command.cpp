@@ -5,19 +5,21 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comptrain/calibrate/calibrate.hpp"
+#include "comptrain/calibrate/gpu_calibration.hpp"
 #include "comptrain/calibrate/profile.hpp"
+#include "comptrain/models/platform.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain_version.hpp"
 
 namespace comptrain::cli {
 namespace {
-
-constexpr int kExitInternal = 1;
 
 struct CalibrateArgs {
   std::string device;
@@ -26,7 +28,34 @@ struct CalibrateArgs {
   unsigned threads = 0;
   std::string name;
   std::string out;
+  std::string emit_platform;
+  std::string base_platform;
 };
+
+// Fail on an unwritable output before minutes of measurements, not after.
+void check_writable(const std::string& option, const std::string& file) {
+  const auto dir = std::filesystem::absolute(file).parent_path();
+  if (!std::filesystem::is_directory(dir)) throw InputError(option + " " + file + ": directory " + dir.string() + " does not exist");
+  if (::access(dir.c_str(), W_OK) != 0) throw InputError(option + " " + file + ": directory " + dir.string() + " is not writable");
+}
+
+// --base-platform: a built-in platform's name or a platform file.
+models::Platform base_platform(const std::string& spec) {
+  if (spec.ends_with(".yaml") || spec.ends_with(".yml")) return models::load_platform_file(spec);
+  return models::builtin_platform(spec);
+}
+
+void print_gpu_summary(const calibrate::GpuMeasurements& gpu) {
+  for (const auto& [kind, m] : gpu.copy_models) {
+    fmt::print(stderr, "  copy {:<12} {:9.3g} s + B / {:8.2f} GB/s  (R² {:.4f})\n", calibrate::to_string(kind), m.latency, m.bandwidth / 1e9, m.r2);
+  }
+  for (calibrate::GemmPrecision p : calibrate::kGemmPrecisions) {
+    const double rate = gpu.best_gemm_rate(p);
+    if (rate > 0) fmt::print(stderr, "  GEMM {:<4} best {:8.1f} TFLOP/s\n", calibrate::to_string(p), rate / 1e12);
+  }
+  fmt::print(stderr, "  transformer-layer GEMMs at {:.0f} % of the best rate; kernel launch {:.2f} us\n", 100 * gpu.layer_gemm_efficiency(),
+             gpu.launch_overhead * 1e6);
+}
 
 void print_summary(const models::CalibrationProfile& p) {
   for (const auto& c : p.codecs) {
@@ -47,26 +76,29 @@ std::function<int()> add_calibrate_command(CLI::App& app) {
   auto args = std::make_shared<CalibrateArgs>();
   auto* command = app.add_subcommand(
       "calibrate", "Measure the compressor kernels on this machine and fit the compression cost model into a profile");
-  command->add_option("--device", args->device, "cpu (the CPU driver; default without a GPU) or cuda")
+  command->add_option("--device", args->device,
+                      "cuda (default when a GPU is visible and comptrain was built with CUDA: CUDA driver, events, copies, cuBLAS) or cpu (the CPU driver)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   command->add_flag("--quick", args->quick, "64 KiB .. 16 MiB, fewer repetitions and samples (under a minute)");
   command->add_option("--codecs", args->codecs, "Codecs to measure, comma-separated (default: all)")->delimiter(',');
   command->add_option("--threads", args->threads, "CPU threads of the CPU driver (0: all cores)")->default_val(0);
   command->add_option("--name", args->name, "Profile name (default: the output file's stem)");
   command->add_option("-o,--output", args->out, "Profile to write (YAML, written once at the end)")->required();
+  command->add_option("--emit-platform", args->emit_platform,
+                      "With --device cuda: also write a platform file (scenarios/platforms format) from the measured GPU, copies and GEMMs");
+  command->add_option("--base-platform", args->base_platform,
+                      "Platform (built-in name or .yaml) whose host, NVLink, power and non-GEMM efficiencies --emit-platform copies "
+                      "(default: the built-in platform with this GPU's name, if any)");
   return [command, args]() -> int {
     if (!command->parsed()) return -1;
     const CalibrateArgs& a = *args;
     const bool gpu = calibrate::gpu_visible();
-    const std::string device = a.device.empty() ? "cpu" : a.device;
-    if (device == "cuda") {
-      if (!gpu) throw InputError("--device cuda: no GPU is visible (no /dev/nvidia* device); use --device cpu");
-      fmt::print(stderr, "comptrain calibrate: --device cuda is not implemented yet (calibrate/README.md says what it will measure)\n");
-      return kExitInternal;
+    const std::string device = !a.device.empty() ? a.device : (gpu && calibrate::built_with_cuda() ? "cuda" : "cpu");
+    if (a.device.empty() && gpu && !calibrate::built_with_cuda()) {
+      fmt::print(stderr, "comptrain calibrate: a GPU is visible but this comptrain was built without CUDA; calibrating the CPU driver\n");
     }
-    if (a.device.empty() && gpu) {
-      fmt::print(stderr, "comptrain calibrate: a GPU is visible, but only the CPU driver is calibrated so far (--device cpu)\n");
-    }
+    if (!a.emit_platform.empty() && device != "cuda") throw InputError("--emit-platform needs --device cuda (a platform describes a GPU)");
+    if (!a.base_platform.empty() && a.emit_platform.empty()) throw InputError("--base-platform is only used with --emit-platform");
     calibrate::CalibrationOptions options;
     options.quick = a.quick;
     options.codecs = a.codecs;
@@ -74,10 +106,47 @@ std::function<int()> add_calibrate_command(CLI::App& app) {
     options.name = a.name.empty() ? std::filesystem::path(a.out).stem().string() : a.name;
     options.comptrain_version = COMPTRAIN_VERSION;
     options.progress = [](std::string_view line) { fmt::print(stderr, "{}\n", line); };
-    // Fail on an unwritable output before minutes of measurements, not after.
-    const auto dir = std::filesystem::absolute(a.out).parent_path();
-    if (!std::filesystem::is_directory(dir)) throw InputError("-o " + a.out + ": directory " + dir.string() + " does not exist");
-    if (::access(dir.c_str(), W_OK) != 0) throw InputError("-o " + a.out + ": directory " + dir.string() + " is not writable");
+    check_writable("-o", a.out);
+    if (!a.emit_platform.empty()) check_writable("--emit-platform", a.emit_platform);
+    std::optional<models::Platform> base;
+    if (!a.base_platform.empty()) base = base_platform(a.base_platform);
+
+    if (device == "cuda") {
+      if (a.threads != 0) throw InputError("--threads sets the CPU driver's threads; it has no meaning with --device cuda");
+      if (calibrate::built_with_cuda() && !gpu) {
+        throw InputError("--device cuda: no GPU is visible (no /dev/nvidia* device); use --device cpu");
+      }
+      const auto probe = calibrate::open_cuda_probe();
+      const auto result = calibrate::calibrate_gpu(*probe, options);
+      write_file_atomically(a.out, calibrate::profile_to_yaml(result.codecs.profile, result.codecs.measurements) +
+                                       calibrate::gpu_measurements_yaml(result.gpu));
+      fmt::print(stderr, "comptrain calibrate: wrote {} ({})\n", a.out, result.codecs.profile.device);
+      if (!a.emit_platform.empty()) {
+        if (!base) {
+          for (const auto& name : models::builtin_platform_names()) {
+            if (models::builtin_platform(name).gpu.name == result.gpu.info.name) {
+              base = models::builtin_platform(name);
+              break;
+            }
+          }
+        }
+        calibrate::PlatformEmitOptions emit;
+        emit.name = std::filesystem::path(a.emit_platform).stem().string();
+        emit.date = result.codecs.profile.date;
+        emit.base = base ? &*base : nullptr;
+        emit.host_name = calibrate::cpu_description(std::max(1u, std::thread::hardware_concurrency()));
+        emit.host_cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        emit.host_memory_bytes = calibrate::host_memory_bytes();
+        const std::string yaml = calibrate::platform_yaml(result.gpu, emit);
+        models::parse_platform(yaml, a.emit_platform);  // what we write must read back
+        write_file_atomically(a.emit_platform, yaml);
+        fmt::print(stderr, "comptrain calibrate: wrote {} (platform {}{})\n", a.emit_platform, emit.name,
+                   base ? ", unmeasured values from " + base->name : "");
+      }
+      print_summary(result.codecs.profile);
+      print_gpu_summary(result.gpu);
+      return 0;
+    }
 
     const auto result = calibrate::calibrate_cpu(options);
     write_file_atomically(a.out, calibrate::profile_to_yaml(result.profile, result.measurements));

@@ -42,7 +42,7 @@ void apply_overrides(const SimulateOptions& o, sim::Scenario& scenario) {
   }
   if (!o.platform.empty()) {
     const std::string ext = std::filesystem::path(o.platform).extension().string();
-    scenario.platform = (ext == ".yaml" || ext == ".yml") ? models::load_platform_file(o.platform) : models::builtin_platform(o.platform);
+    sim::set_platform(scenario, (ext == ".yaml" || ext == ".yml") ? models::load_platform_file(o.platform) : models::builtin_platform(o.platform));
   }
 }
 

@@ -14,6 +14,10 @@ if(NOT COMPTRAIN_CUDA STREQUAL "OFF")
       set(CMAKE_CUDA_ARCHITECTURES 80 90)
     endif()
     enable_language(CUDA)
+    # CMake 3.25 has no C++20 dialect flag for nvcc (Modules/Compiler/NVIDIA-CUDA.cmake stops at
+    # c++17); set here, at the top level, so every directory's CUDA targets get it.
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     # nvcc must not contract a*b+c into FMA, so device and host streams are bit-identical.

@@ -61,7 +61,7 @@ class ProfileReader {
       throw InputError(where(e.mark) + "malformed YAML: " + e.msg);
     }
     if (!root.IsMap()) throw InputError(where(root.Mark()) + "expected a calibration profile (a mapping; calibrate/README.md)");
-    check_keys(root, "the profile", {"format", "name", "device", "platforms", "date", "comptrain_version", "ratio_model", "codecs"});
+    check_keys(root, "the profile", {"format", "name", "device", "platforms", "date", "comptrain_version", "ratio_model", "codecs", "gpu_measurements"});
     const std::string format = scalar(required(root, "format", "the profile"), "format");
     if (format != kFormat) throw InputError(where(root["format"].Mark()) + "unknown profile format '" + format + "'; expected '" + kFormat + "'");
     models::CalibrationProfile p;

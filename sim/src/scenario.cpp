@@ -244,7 +244,9 @@ class ScenarioReader {
         // Costs from a calibration profile; any number given explicitly overrides its model.
         const YAML::Node p = c["profile"];
         try {
-          action.profile = calibrate::resolve_profile(scalar(p, f + ".profile"), base_dir_, platform_name_);
+          const std::string spec = scalar(p, f + ".profile");
+          action.profile = calibrate::resolve_profile(spec, base_dir_, platform_name_);
+          action.profile_auto = spec == "auto";
         } catch (const InputError& e) {
           throw InputError(where(p.Mark()) + "'" + f + ".profile': " + e.what());
         }
@@ -405,6 +407,23 @@ Scenario load_scenario_file(const std::filesystem::path& path) {
 
 Scenario default_scenario() {
   return parse_scenario(default_scenario_yaml(), "<embedded scenarios/default.yaml>", std::filesystem::current_path());
+}
+
+void set_platform(Scenario& scenario, models::Platform platform) {
+  for (std::size_t i = 0; i < scenario.strategy.rules.size(); ++i) {
+    auto& compress = scenario.strategy.rules[i].compress;
+    if (!compress || !compress->profile_auto) continue;
+    const std::string where = scenario.source + ": strategy.rules[" + std::to_string(i) + "].compress.profile auto, platform " + platform.name;
+    try {
+      compress->profile = calibrate::resolve_profile("auto", scenario.base_dir, platform.name);
+    } catch (const InputError& e) {
+      throw InputError(where + ": " + e.what());
+    }
+    if (!compress->profile->find(compress->codec)) {
+      throw InputError(where + ": profile '" + compress->profile->name + "' has no codec '" + compress->codec + "'");
+    }
+  }
+  scenario.platform = std::move(platform);
 }
 
 const models::Platform& require_platform(const Scenario& scenario) {

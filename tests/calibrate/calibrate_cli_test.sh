@@ -41,6 +41,11 @@ sed -e 's/profile: p.yaml/profile: auto/' "$work/scenario.yaml" >"$work/auto.yam
 "$bin" simulate "$work/auto.yaml" >"$work/auto.txt" 2>&1 || { fail "simulate with profile auto exited $?"; cat "$work/auto.txt"; }
 grep -q 'profile a100-literature (embedded:a100-literature)' "$work/auto.txt" || { fail "auto did not pick a100-literature"; cat "$work/auto.txt"; }
 grep -q 'GB/s \[literature\]' "$work/auto.txt" || fail "literature time model not marked"
+# --platform re-picks `profile: auto` for the new GPU (and says so when none is made for it).
+"$bin" simulate --platform h100-80gb "$work/auto.yaml" >"$work/auto-h100.txt" 2>&1 || { fail "auto with --platform h100-80gb exited $?"; cat "$work/auto-h100.txt"; }
+grep -q 'profile h100-literature (embedded:h100-literature)' "$work/auto-h100.txt" || { fail "--platform did not re-pick the profile"; cat "$work/auto-h100.txt"; }
+out=$("$bin" simulate --platform titanx-maxwell "$work/auto.yaml" 2>&1); code=$?
+[[ $code -eq 2 && $out == *"compress.profile auto, platform titanx-maxwell"*"no shipped profile"* ]] || fail "auto for a platform without a profile: exit $code, $out"
 
 sed -e 's/error_bound: 1e-3}/error_bound: 1e-3, codec_typo: 1}/' "$work/scenario.yaml" >"$work/bad.yaml"
 out=$("$bin" simulate "$work/bad.yaml" 2>&1); code=$?
@@ -48,6 +53,17 @@ out=$("$bin" simulate "$work/bad.yaml" 2>&1); code=$?
 sed -e 's/codec: szp, error_bound: 1e-3/codec: szp/' "$work/scenario.yaml" >"$work/noeb.yaml"
 out=$("$bin" simulate "$work/noeb.yaml" 2>&1); code=$?
 [[ $code -eq 2 && $out == *"needs 'error_bound'"* ]] || fail "missing error_bound: exit $code, $out"
+
+# --device cuda on this machine: without a GPU (or without CUDA in the build) a clear exit 2.
+if [[ ! -e /dev/nvidia0 ]]; then
+  out=$("$bin" calibrate --device cuda --quick -o "$work/gpu.yaml" 2>&1); code=$?
+  [[ $code -eq 2 && $out == *"--device cuda: "*"use --device cpu"* ]] || fail "--device cuda without a GPU: exit $code, $out"
+  [[ -e "$work/gpu.yaml" ]] && fail "--device cuda without a GPU wrote a profile"
+fi
+out=$("$bin" calibrate --device cpu --quick --emit-platform "$work/pl.yaml" -o "$work/q.yaml" 2>&1); code=$?
+[[ $code -eq 2 && $out == *"--emit-platform needs --device cuda"* ]] || fail "--emit-platform with cpu: exit $code, $out"
+out=$("$bin" calibrate --device cpu --quick -o "$work/no/such/dir/q.yaml" 2>&1); code=$?
+[[ $code -eq 2 && $out == *"does not exist"* ]] || fail "unwritable output: exit $code, $out"
 
 echo "calibrate cli: $failed failed"
 [[ $failed -eq 0 ]]

@@ -57,6 +57,7 @@ struct CompressAction {
   // models for `codec`: the ratio from the ratio model of the tensor's class (derived from the op
   // that produces it) at `error_bound`, the seconds from the compress / decompress time models.
   std::shared_ptr<const CalibrationProfile> profile;
+  bool profile_auto = false;  // `profile: auto`: picked for the platform, re-picked when it changes (sim::set_platform)
   std::string codec = "szp";
   bool explicit_ratio = true;
   bool explicit_compress_bandwidth = true;

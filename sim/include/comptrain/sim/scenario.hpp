@@ -67,6 +67,11 @@ Scenario default_scenario();
 // The trace the scenario describes, at its batch size.
 traces::Trace build_trace(const Scenario& scenario);
 
+// Replaces the scenario's platform (the command line's --platform) and re-picks every compress
+// rule's `profile: auto` for it, so the costs follow the GPU. InputError when no shipped profile
+// stands for the new platform, or the one that does lacks a rule's codec.
+void set_platform(Scenario& scenario, models::Platform platform);
+
 // The scenario's platform; InputError naming the scenario when it has none.
 const models::Platform& require_platform(const Scenario& scenario);
 

@@ -1,0 +1,329 @@
+#include "comptrain/calibrate/gpu_calibration.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <set>
+
+#include "calibration_steps.hpp"
+#include "comptrain/support/input_error.hpp"
+#include "comptrain/traces/vocabulary.hpp"
+
+namespace comptrain::calibrate {
+namespace {
+
+using detail::Plan;
+
+// Square GEMMs find the best rate; layer-shaped ones (C[tokens x out] = A[tokens x in] B) say
+// how far below it a transformer layer runs. Tokens = batch x sequence = 8192 in both models.
+std::vector<GemmShape> gemm_shapes(bool quick) {
+  std::vector<GemmShape> shapes;
+  for (std::int64_t s : quick ? std::vector<std::int64_t>{2048, 4096} : std::vector<std::int64_t>{1024, 2048, 4096, 8192}) {
+    shapes.push_back({s, s, s, false, fmt::format("square {}", s)});
+  }
+  // GPT-2 small (hidden 768, MLP 3072), batch 8, sequence 1024.
+  shapes.push_back({8192, 3072, 768, true, "GPT-2 MLP up (b8 s1024)"});
+  shapes.push_back({8192, 768, 3072, true, "GPT-2 MLP down (b8 s1024)"});
+  if (!quick) {
+    shapes.push_back({8192, 2304, 768, true, "GPT-2 QKV (b8 s1024)"});
+    shapes.push_back({8192, 768, 768, true, "GPT-2 attention out (b8 s1024)"});
+    // BERT-large (hidden 1024, MLP 4096), batch 16, sequence 512.
+    shapes.push_back({8192, 4096, 1024, true, "BERT-large MLP up (b16 s512)"});
+    shapes.push_back({8192, 1024, 4096, true, "BERT-large MLP down (b16 s512)"});
+  }
+  return shapes;
+}
+
+// Rough seconds of each step at rates a data-centre GPU reaches; they only weigh the steps
+// against each other in the progress estimate (the rate actually seen sets the time left).
+constexpr double kCodecRateGuess = 100e9, kCopyRateGuess = 10e9, kGemmRateGuess = 50e12, kRatioSampleGuess = 2e-3;
+
+std::string number(double v) { return fmt::format("{:.6g}", v); }
+
+}  // namespace
+
+std::string_view to_string(CopyKind kind) {
+  switch (kind) {
+    case CopyKind::h2d_pinned: return "h2d_pinned";
+    case CopyKind::d2h_pinned: return "d2h_pinned";
+    case CopyKind::h2d_pageable: return "h2d_pageable";
+    case CopyKind::d2h_pageable: return "d2h_pageable";
+    case CopyKind::d2d: return "d2d";
+  }
+  return "?";
+}
+
+std::string_view to_string(GemmPrecision precision) {
+  switch (precision) {
+    case GemmPrecision::fp32: return "fp32";
+    case GemmPrecision::tf32: return "tf32";
+    case GemmPrecision::fp16: return "fp16";
+    case GemmPrecision::bf16: return "bf16";
+  }
+  return "?";
+}
+
+double GpuMeasurements::best_gemm_rate(GemmPrecision precision) const {
+  double best = 0;
+  for (const auto& g : gemm) {
+    if (g.precision == precision) best = std::max(best, g.flop_rate());
+  }
+  return best;
+}
+
+double GpuMeasurements::layer_gemm_efficiency() const {
+  double sum = 0;
+  int precisions = 0;
+  for (GemmPrecision p : kGemmPrecisions) {
+    const double best = best_gemm_rate(p);
+    double log_sum = 0;
+    int count = 0;
+    for (const auto& g : gemm) {
+      if (g.precision != p || !g.shape.layer_shaped || !(best > 0)) continue;
+      log_sum += std::log(g.flop_rate() / best);
+      ++count;
+    }
+    if (count == 0) continue;
+    sum += std::exp(log_sum / count);
+    ++precisions;
+  }
+  return precisions == 0 ? 0.0 : sum / precisions;
+}
+
+double GpuMeasurements::memory_bandwidth() const {
+  const auto it = copy_models.find(CopyKind::d2d);
+  return it == copy_models.end() ? 0.0 : 2.0 * it->second.bandwidth;
+}
+
+GpuCalibrationResult calibrate_gpu(GpuProbe& probe, const CalibrationOptions& options) {
+  const GpuInfo info = probe.info();
+  const std::vector<kernels::CodecId> available = probe.codecs();
+  std::vector<kernels::CodecId> codecs;
+  if (options.codecs.empty()) {
+    codecs = available;
+  } else {
+    for (const auto& name : options.codecs) {
+      const kernels::CodecId id = kernels::codec_from_name(name);
+      if (std::find(available.begin(), available.end(), id) == available.end()) {
+        std::string names;
+        for (kernels::CodecId a : available) names += (names.empty() ? "" : ", ") + std::string(kernels::codec_info(a).name);
+        throw InputError(fmt::format("--codecs: '{}' has no CUDA driver; on a GPU the codecs are {} (the others run on the CPU: --device cpu)",
+                                     name, names));
+      }
+      codecs.push_back(id);
+    }
+  }
+  const Plan plan = detail::plan_for(options.quick);
+  const int reps = options.quick ? 5 : 10;
+  const std::vector<GemmShape> shapes = gemm_shapes(options.quick);
+
+  double codec_units = 0, copy_units = 0, gemm_units = 0;
+  for (auto s : plan.sizes) codec_units += 2.0 * (reps + 1) * static_cast<double>(s) / kCodecRateGuess;
+  for (auto s : plan.sizes) copy_units += static_cast<double>(std::size(kCopyKinds)) * (reps + 1) * static_cast<double>(s) / kCopyRateGuess;
+  for (const auto& g : shapes) gemm_units += 4.0 * (reps + 1) * 2.0 * static_cast<double>(g.m * g.n * g.k) / kGemmRateGuess;
+  const double ratio_units = static_cast<double>(std::size(detail::kSampledClasses)) * plan.draws *
+                             static_cast<double>(std::size(detail::kErrorBounds)) * kRatioSampleGuess;
+  detail::Progress progress(options.progress, static_cast<double>(codecs.size()) * (codec_units + ratio_units) + copy_units + gemm_units, 0);
+
+  GpuCalibrationResult result;
+  result.gpu.info = info;
+  auto& profile = result.codecs.profile;
+  profile.name = options.name;
+  profile.device = info.name;
+  profile.device_kind = "cuda";
+  profile.date = detail::today();
+  profile.comptrain_version = options.comptrain_version;
+  for (const auto& name : models::builtin_platform_names()) {
+    if (models::builtin_platform(name).gpu.name == info.name) profile.platforms.push_back(name);
+  }
+
+  const std::vector<float> data = detail::timing_data(plan.sizes.back() / sizeof(float));
+  const std::string how = fmt::format("comptrain calibrate --device cuda{}", options.quick ? " --quick" : "");
+  const std::string source = fmt::format("{} on {}: device-resident data, CUDA events, fastest of {} runs after a warm-up", how,
+                                         info.name, reps);
+  for (kernels::CodecId id : codecs) {
+    CodecMeasurements raw;
+    raw.codec = std::string(kernels::codec_info(id).name);
+    models::CodecProfile cp;
+    cp.codec = raw.codec;
+    for (std::uint64_t bytes : plan.sizes) {
+      progress.stage(fmt::format("{}: timing {} KiB", cp.codec, bytes >> 10));
+      const auto times = probe.time_codec(id, std::span<const float>(data.data(), bytes / sizeof(float)), detail::kTimingErrorBound, reps);
+      raw.compress.push_back({static_cast<double>(bytes), times.compress});
+      raw.decompress.push_back({static_cast<double>(bytes), times.decompress});
+      progress.done(2.0 * (reps + 1) * static_cast<double>(bytes) / kCodecRateGuess);
+    }
+    cp.compress = fit_time_model(raw.compress);
+    cp.decompress = fit_time_model(raw.decompress);
+    cp.compress.provenance = cp.decompress.provenance = models::Provenance::measured;
+    cp.compress.source = cp.decompress.source = source;
+    const auto compressed_size = [&](std::span<const float> values, double eb) { return probe.compressed_size(id, values, eb); };
+    detail::Progress ratio_progress(nullptr, 1, 0);  // the outer progress counts the ratio step as a whole
+    progress.stage(fmt::format("{}: compression ratios on synthetic activations", cp.codec));
+    detail::measure_ratio_models(plan, compressed_size, how, cp, raw, ratio_progress);
+    progress.done(ratio_units);
+    profile.codecs.push_back(std::move(cp));
+    result.codecs.measurements.push_back(std::move(raw));
+  }
+
+  for (CopyKind kind : kCopyKinds) {
+    for (std::uint64_t bytes : plan.sizes) {
+      progress.stage(fmt::format("copy {}: {} KiB", to_string(kind), bytes >> 10));
+      result.gpu.copies[kind].push_back({static_cast<double>(bytes), probe.time_copy(kind, bytes, reps)});
+      progress.done((reps + 1) * static_cast<double>(bytes) / kCopyRateGuess);
+    }
+    models::TimeModel m = fit_time_model(result.gpu.copies[kind]);
+    m.provenance = models::Provenance::measured;
+    m.source = fmt::format("{}: cudaMemcpyAsync{}, CUDA events, fastest of {} runs", how,
+                           kind == CopyKind::d2d ? "" : (kind == CopyKind::h2d_pinned || kind == CopyKind::d2h_pinned ? " from/to cudaMallocHost memory" : " from/to malloc memory"),
+                           reps);
+    result.gpu.copy_models[kind] = m;
+  }
+
+  for (GemmPrecision precision : kGemmPrecisions) {
+    for (const GemmShape& shape : shapes) {
+      progress.stage(fmt::format("GEMM {} {}x{}x{}", to_string(precision), shape.m, shape.n, shape.k));
+      if (const auto seconds = probe.time_gemm(precision, shape, reps)) {
+        result.gpu.gemm.push_back({precision, shape, *seconds});
+      }
+      progress.done((reps + 1) * 2.0 * static_cast<double>(shape.m * shape.n * shape.k) / kGemmRateGuess);
+    }
+  }
+  progress.stage("kernel launch overhead");
+  result.gpu.launch_overhead = probe.launch_overhead(1000);
+  progress.stage("done");
+  return result;
+}
+
+std::string gpu_measurements_yaml(const GpuMeasurements& gpu) {
+  std::string out = "gpu_measurements:  # raw data of `comptrain calibrate --device cuda` (ignored when read)\n";
+  out += fmt::format("  device: {{name: \"{}\", memory_bytes: {}, multiprocessors: {}, compute_capability: \"{}.{}\", runtime: \"{}\"}}\n",
+                     gpu.info.name, gpu.info.memory_bytes, gpu.info.multiprocessors, gpu.info.compute_major, gpu.info.compute_minor,
+                     gpu.info.runtime);
+  out += fmt::format("  launch_overhead_s: {}\n", number(gpu.launch_overhead));
+  out += "  copies:\n";
+  for (const auto& [kind, samples] : gpu.copies) {
+    const models::TimeModel& m = gpu.copy_models.at(kind);
+    out += fmt::format("    {}:\n      fit: {{latency_s: {}, bandwidth_bytes_per_s: {}, r2: {}, max_relative_error: {}}}\n", to_string(kind),
+                       number(m.latency), number(m.bandwidth), number(m.r2), number(m.max_relative_error));
+    out += "      samples:  # [bytes, seconds (fastest run)]\n";
+    for (const auto& s : samples) out += fmt::format("        - [{}, {}]\n", number(s.bytes), number(s.seconds));
+  }
+  out += "  gemm:  # [precision, m, n, k, seconds (fastest run), FLOP/s, what]\n";
+  for (const auto& g : gpu.gemm) {
+    out += fmt::format("    - [{}, {}, {}, {}, {}, {}, \"{}\"]\n", to_string(g.precision), g.shape.m, g.shape.n, g.shape.k, number(g.seconds),
+                       number(g.flop_rate()), g.shape.what);
+  }
+  return out;
+}
+
+std::string platform_yaml(const GpuMeasurements& gpu, const PlatformEmitOptions& options) {
+  const models::Platform* base = options.base;
+  const std::string from_base = base ? fmt::format("not measured: copied from platform {} ({})", base->name, base->source) : "";
+  const std::string measured = fmt::format("measured by comptrain calibrate on {}", options.date);
+  std::string out;
+  out += fmt::format("# {} as `comptrain calibrate --device cuda --emit-platform` measured it on {}.\n", gpu.info.name, options.date);
+  out += "# Each value says where it comes from: measured here, copied from a base platform, or an assumption.\n";
+  out += "# Peaks are the best cuBLAS rates measured, not datasheet figures, so the efficiencies below are\n";
+  out += "# fractions of what this GPU reached, not of its datasheet.\n";
+  out += fmt::format("name: {}\n", options.name);
+  out += "gpu:\n";
+  out += fmt::format("  name: \"{}\"  # {}: cudaDeviceProp::name\n", gpu.info.name, measured);
+  out += fmt::format("  memory: {} B  # {}: cudaDeviceProp::totalGlobalMem\n", gpu.info.memory_bytes, measured);
+  const double memory_bandwidth = gpu.memory_bandwidth();
+  if (!(memory_bandwidth > 0)) throw std::invalid_argument("platform_yaml: no device-to-device copy was measured");
+  out += fmt::format("  memory_bandwidth: {:.6g} GB/s  # {}: device-to-device cudaMemcpy, 2 x bytes / s (read + write), fitted over the sizes\n",
+                     memory_bandwidth / 1e9, measured);
+  out += "  peak:\n";
+  for (GemmPrecision p : kGemmPrecisions) {
+    const double rate = gpu.best_gemm_rate(p);
+    if (rate > 0) {
+      std::size_t shapes = 0;
+      for (const auto& g : gpu.gemm) shapes += g.precision == p ? 1 : 0;
+      out += fmt::format("    {}: {:.6g} TFLOP/s  # {}: best cuBLAS GEMM rate over {} shapes\n", to_string(p), rate / 1e12, measured, shapes);
+    } else if (p == GemmPrecision::fp32 || p == GemmPrecision::fp16) {
+      throw std::invalid_argument(fmt::format("platform_yaml: no {} GEMM was measured", to_string(p)));
+    } else {
+      out += fmt::format("    {}: 0 TFLOP/s  # {}: cuBLAS has no {} GEMM on compute capability {}.{}\n", to_string(p), measured, to_string(p),
+                         gpu.info.compute_major, gpu.info.compute_minor);
+    }
+  }
+  out += fmt::format("  launch_overhead: {:.4g} us  # {}: empty kernels launched back to back, per launch\n", gpu.launch_overhead * 1e6, measured);
+  if (base && base->gpu.max_power > 0) {
+    out += fmt::format("  power: {{idle: {} W, max: {} W}}  # {}\n", number(base->gpu.idle_power), number(base->gpu.max_power), from_base);
+  }
+
+  out += "host:\n";
+  if (base) {
+    out += fmt::format("  name: \"{}\"  # {}\n", base->host.name, from_base);
+    out += fmt::format("  cores: {}  # {}\n", base->host.cores, from_base);
+    out += fmt::format("  flops: {:.6g} TFLOP/s  # {}\n", base->host.flops / 1e12, from_base);
+    out += fmt::format("  memory: {} B  # {}\n", base->host.memory_bytes, from_base);
+    out += fmt::format("  memory_bandwidth: {:.6g} GB/s  # {}\n", base->host.memory_bandwidth / 1e9, from_base);
+  } else {
+    out += fmt::format("  name: \"{}\"  # this host (/proc/cpuinfo)\n", options.host_name);
+    out += fmt::format("  cores: {}  # this host (hardware threads)\n", std::max(1, options.host_cores));
+    // 2.5 GHz x 32 fp32 FLOP/cycle (two 256-bit FMA pipes) per core: a typical server core.
+    out += fmt::format("  flops: {:.6g} TFLOP/s  # assumption: cores x 2.5 GHz x 32 FLOP/cycle; not measured\n",
+                       std::max(1, options.host_cores) * 2.5e9 * 32 / 1e12);
+    out += fmt::format("  memory: {} B  # this host (/proc/meminfo MemTotal)\n", std::max<std::int64_t>(options.host_memory_bytes, 1));
+    out += "  memory_bandwidth: 100 GB/s  # assumption: not measured (the order of one DDR4/DDR5 socket)\n";
+  }
+
+  const auto& h2d = gpu.copy_models.at(CopyKind::h2d_pinned);
+  const auto& d2h = gpu.copy_models.at(CopyKind::d2h_pinned);
+  out += "host_link:  # per direction\n";
+  out += "  name: \"PCIe (measured)\"\n";
+  out += fmt::format("  bandwidth: {:.6g} GB/s  # {}: the slower direction of pinned copies (H2D {:.4g}, D2H {:.4g} GB/s)\n",
+                     std::min(h2d.bandwidth, d2h.bandwidth) / 1e9, measured, h2d.bandwidth / 1e9, d2h.bandwidth / 1e9);
+  out += fmt::format("  latency: {:.4g} us  # {}: mean fitted latency of pinned copies, driver cost included\n",
+                     0.5 * (h2d.latency + d2h.latency) * 1e6, measured);
+  if (base && base->gpu_link.bandwidth > 0) {
+    out += "gpu_link:\n";
+    out += fmt::format("  name: \"{}\"  # {}\n", base->gpu_link.name, from_base);
+    out += fmt::format("  bandwidth: {:.6g} GB/s  # {}\n", base->gpu_link.bandwidth / 1e9, from_base);
+    out += fmt::format("  latency: {:.4g} us  # {}\n", base->gpu_link.latency * 1e6, from_base);
+  }
+  if (base) {
+    out += fmt::format("gpus_per_node: {}  # {}\n", base->gpus_per_node, from_base);
+  } else {
+    out += fmt::format("gpus_per_node: {}  # GPUs visible to the calibration (cudaGetDeviceCount)\n", std::max(1, gpu.info.device_count));
+  }
+
+  out += "efficiency:\n  compute:\n";
+  const double layer = gpu.layer_gemm_efficiency();
+  const std::string base_or_assumed = base ? from_base + " (a fraction of its datasheet peaks)" : "assumption: the built-in platforms' value";
+  out += fmt::format("    default: {}  # {}\n", number(base ? base->efficiency.compute_default : 0.6), base_or_assumed);
+  std::set<traces::OpKind> written;
+  for (traces::OpKind kind : {traces::OpKind::linear, traces::OpKind::matmul}) {
+    if (layer > 0) {
+      out += fmt::format("    {}: {:.3f}  # {}: transformer-layer GEMMs' rate / best rate (geometric mean)\n", traces::to_string(kind),
+                         std::min(1.0, layer), measured);
+      written.insert(kind);
+    }
+  }
+  const std::map<traces::OpKind, double> defaults = {{traces::OpKind::conv, 0.7}, {traces::OpKind::attention, 0.5}};
+  for (const auto& [kind, value] : base ? base->efficiency.compute : defaults) {
+    if (written.count(kind)) continue;
+    out += fmt::format("    {}: {}  # {}\n", traces::to_string(kind), number(value), base_or_assumed);
+  }
+  out += "  memory:\n";
+  out += "    default: 0.9  # assumption: elementwise kernels stream at ~90 % of a device-to-device copy (memory_bandwidth above)\n";
+  return out;
+}
+
+std::int64_t host_memory_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit) {
+    if (key == "MemTotal:") return kib * 1024;
+  }
+  return 0;
+}
+
+}  // namespace comptrain::calibrate

@@ -1,0 +1,207 @@
+// `calibrate --device cuda` without a GPU: the planning, fitting, profile and platform writing
+// run against a fake probe whose device follows known laws, and must recover them. (The CUDA
+// probe itself, src/cuda_probe.cu, needs a GPU; calibrate/README.md says how to run it.)
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "comptrain/calibrate/gpu_calibration.hpp"
+#include "comptrain/calibrate/profile.hpp"
+#include "comptrain/kernels/codec.hpp"
+#include "comptrain/models/platform.hpp"
+#include "comptrain/support/input_error.hpp"
+
+namespace comptrain::calibrate {
+namespace {
+
+// A GPU whose every cost is latency + bytes / bandwidth (or FLOPs / rate) exactly. Its streams
+// are the CPU driver's, which the CUDA driver's equal byte for byte (kernels tests).
+class FakeProbe final : public GpuProbe {
+ public:
+  std::string name = "NVIDIA A100-SXM4-40GB";
+  bool has_tf32 = true;
+  int codec_calls = 0;
+
+  GpuInfo info() const override {
+    GpuInfo i;
+    i.name = name;
+    i.memory_bytes = std::int64_t{40} << 30;
+    i.multiprocessors = 108;
+    i.compute_major = has_tf32 ? 8 : 7;
+    i.device_count = 4;
+    i.runtime = "fake";
+    return i;
+  }
+  std::vector<kernels::CodecId> codecs() const override { return {kernels::CodecId::szp, kernels::CodecId::zeros}; }
+  CodecTimes time_codec(kernels::CodecId codec, std::span<const float> values, double, int) override {
+    ++codec_calls;
+    const double bytes = static_cast<double>(values.size_bytes());
+    const double rate = codec == kernels::CodecId::szp ? 300e9 : 500e9;
+    return {12e-6 + bytes / rate, 9e-6 + bytes / (2 * rate)};
+  }
+  std::size_t compressed_size(kernels::CodecId codec, std::span<const float> values, double eb) override {
+    kernels::CompressOptions o;
+    o.codec = codec;
+    o.eb = eb;
+    return kernels::compress(values, kernels::Shape::flat(values.size()), o).size();
+  }
+  double time_copy(CopyKind kind, std::uint64_t bytes, int) override {
+    const double b = static_cast<double>(bytes);
+    switch (kind) {
+      case CopyKind::h2d_pinned: return 8e-6 + b / 25e9;
+      case CopyKind::d2h_pinned: return 9e-6 + b / 24e9;
+      case CopyKind::h2d_pageable: return 20e-6 + b / 10e9;
+      case CopyKind::d2h_pageable: return 22e-6 + b / 9e9;
+      case CopyKind::d2d: return 5e-6 + b / 700e9;
+    }
+    return 0;
+  }
+  // Square GEMMs at the peak, layer-shaped ones at 80 % of it.
+  std::optional<double> time_gemm(GemmPrecision precision, const GemmShape& shape, int) override {
+    double peak = 0;
+    switch (precision) {
+      case GemmPrecision::fp32: peak = 19e12; break;
+      case GemmPrecision::tf32: peak = 150e12; break;
+      case GemmPrecision::fp16: peak = 280e12; break;
+      case GemmPrecision::bf16: peak = 280e12; break;
+    }
+    if (!has_tf32 && (precision == GemmPrecision::tf32 || precision == GemmPrecision::bf16)) return std::nullopt;
+    const double flops = 2.0 * static_cast<double>(shape.m * shape.n * shape.k);
+    return flops / (shape.layer_shaped ? 0.8 * peak : peak);
+  }
+  double launch_overhead(int) override { return 4e-6; }
+};
+
+CalibrationOptions quick_options() {
+  CalibrationOptions o;
+  o.quick = true;
+  o.name = "fake-a100";
+  o.comptrain_version = "test";
+  return o;
+}
+
+TEST(GpuCalibration, RecoversTheDevicesLaws) {
+  FakeProbe probe;
+  const GpuCalibrationResult r = calibrate_gpu(probe, quick_options());
+  const auto& p = r.codecs.profile;
+  EXPECT_EQ(p.device, "NVIDIA A100-SXM4-40GB");
+  EXPECT_EQ(p.device_kind, "cuda");
+  EXPECT_EQ(p.platforms, std::vector<std::string>{"a100-40gb"});  // found by name: profile: auto picks it
+  ASSERT_EQ(p.codecs.size(), 2u);
+  const models::CodecProfile& szp = *p.find("szp");
+  EXPECT_NEAR(szp.compress.latency, 12e-6, 1e-10);
+  EXPECT_NEAR(szp.compress.bandwidth, 300e9, 300e9 * 1e-6);
+  EXPECT_NEAR(szp.decompress.bandwidth, 600e9, 600e9 * 1e-6);
+  EXPECT_EQ(szp.compress.provenance, models::Provenance::measured);
+  EXPECT_NE(szp.compress.source.find("--device cuda"), std::string::npos) << szp.compress.source;
+  EXPECT_NEAR(p.find("zeros")->compress.bandwidth, 500e9, 500e9 * 1e-6);
+  for (models::TensorClass c : models::kTensorClasses) {
+    ASSERT_TRUE(szp.ratio.count(c)) << models::to_string(c);
+    EXPECT_GT(szp.ratio.at(c).heldout_samples, 0u);
+    EXPECT_GT(szp.ratio.at(c).ratio(1e-3), 1.0);
+  }
+
+  const GpuMeasurements& g = r.gpu;
+  EXPECT_NEAR(g.copy_models.at(CopyKind::h2d_pinned).bandwidth, 25e9, 25e9 * 1e-6);
+  EXPECT_NEAR(g.copy_models.at(CopyKind::d2h_pinned).latency, 9e-6, 1e-10);
+  EXPECT_NEAR(g.copy_models.at(CopyKind::d2h_pageable).bandwidth, 9e9, 9e9 * 1e-6);
+  EXPECT_NEAR(g.memory_bandwidth(), 1400e9, 1400e9 * 1e-6);  // 2 x the copy rate: read + write
+  EXPECT_NEAR(g.best_gemm_rate(GemmPrecision::fp16), 280e12, 280e12 * 1e-9);
+  EXPECT_NEAR(g.layer_gemm_efficiency(), 0.8, 1e-9);
+  EXPECT_DOUBLE_EQ(g.launch_overhead, 4e-6);
+}
+
+TEST(GpuCalibration, ProfileWithGpuMeasurementsReadsBack) {
+  FakeProbe probe;
+  const GpuCalibrationResult r = calibrate_gpu(probe, quick_options());
+  const std::string yaml = profile_to_yaml(r.codecs.profile, r.codecs.measurements) + gpu_measurements_yaml(r.gpu);
+  EXPECT_NE(yaml.find("gpu_measurements:"), std::string::npos);
+  EXPECT_NE(yaml.find("h2d_pageable:"), std::string::npos);
+  const models::CalibrationProfile back = parse_profile(yaml, "gpu.yaml");
+  EXPECT_EQ(back.device_kind, "cuda");
+  EXPECT_EQ(profile_to_yaml(back), profile_to_yaml(r.codecs.profile));
+}
+
+TEST(GpuCalibration, CodecsWithoutADeviceDriverAreRefused) {
+  FakeProbe probe;
+  CalibrationOptions o = quick_options();
+  o.codecs = {"szp", "zfp"};
+  try {
+    calibrate_gpu(probe, o);
+    FAIL() << "zfp has no CUDA driver";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'zfp' has no CUDA driver"), std::string::npos) << e.what();
+  }
+  o.codecs = {"zeros"};
+  const auto r = calibrate_gpu(probe, o);
+  ASSERT_EQ(r.codecs.profile.codecs.size(), 1u);
+  EXPECT_EQ(r.codecs.profile.codecs[0].codec, "zeros");
+}
+
+TEST(GpuPlatform, EmittedPlatformParsesWithTheMeasuredValues) {
+  FakeProbe probe;
+  probe.name = "Some Future GPU";
+  const GpuCalibrationResult r = calibrate_gpu(probe, quick_options());
+  EXPECT_TRUE(r.codecs.profile.platforms.empty());
+  PlatformEmitOptions o;
+  o.name = "future";
+  o.date = "2026-11-22";
+  o.host_name = "Test CPU";
+  o.host_cores = 16;
+  o.host_memory_bytes = std::int64_t{64} << 30;
+  const std::string yaml = platform_yaml(r.gpu, o);
+  const models::Platform pl = models::parse_platform(yaml, "future.yaml");
+  EXPECT_EQ(pl.name, "future");
+  EXPECT_EQ(pl.gpu.name, "Some Future GPU");
+  EXPECT_EQ(pl.gpu.memory_bytes, std::int64_t{40} << 30);
+  EXPECT_NEAR(pl.gpu.memory_bandwidth, 1400e9, 1400e9 * 1e-5);
+  EXPECT_NEAR(pl.gpu.peak_fp32, 19e12, 19e12 * 1e-5);
+  EXPECT_NEAR(pl.gpu.peak_tf32, 150e12, 150e12 * 1e-5);
+  EXPECT_NEAR(pl.gpu.launch_overhead, 4e-6, 1e-9);
+  EXPECT_NEAR(pl.host_link.bandwidth, 24e9, 24e9 * 1e-5);  // the slower direction
+  EXPECT_NEAR(pl.host_link.latency, 8.5e-6, 1e-9);
+  EXPECT_EQ(pl.host.cores, 16);
+  EXPECT_EQ(pl.host.memory_bytes, std::int64_t{64} << 30);
+  EXPECT_EQ(pl.gpus_per_node, 4);
+  EXPECT_EQ(pl.gpu_link.bandwidth, 0.0);  // not measured, no base: absent
+  EXPECT_NEAR(pl.efficiency.compute_for(traces::OpKind::linear), 0.8, 1e-3);
+  EXPECT_NEAR(pl.efficiency.compute_for(traces::OpKind::matmul), 0.8, 1e-3);
+  EXPECT_NE(yaml.find("assumption"), std::string::npos);  // unmeasured values say so
+}
+
+TEST(GpuPlatform, PreAmpereHasNoTf32AndBaseFillsTheRest) {
+  FakeProbe probe;
+  probe.name = "Tesla V100-SXM2-16GB";
+  probe.has_tf32 = false;
+  const GpuCalibrationResult r = calibrate_gpu(probe, quick_options());
+  const models::Platform base = models::builtin_platform("v100-16gb");
+  PlatformEmitOptions o;
+  o.name = "v100-here";
+  o.date = "2026-11-22";
+  o.base = &base;
+  const models::Platform pl = models::parse_platform(platform_yaml(r.gpu, o), "v100-here.yaml");
+  EXPECT_EQ(pl.gpu.peak_tf32, 0.0);
+  EXPECT_EQ(pl.gpu.peak_bf16, 0.0);
+  EXPECT_EQ(pl.host.name, base.host.name);
+  EXPECT_EQ(pl.host.cores, base.host.cores);
+  EXPECT_EQ(pl.gpus_per_node, base.gpus_per_node);
+  EXPECT_NEAR(pl.gpu_link.bandwidth, base.gpu_link.bandwidth, base.gpu_link.bandwidth * 1e-5);
+  EXPECT_NEAR(pl.efficiency.compute_for(traces::OpKind::conv), base.efficiency.compute_for(traces::OpKind::conv), 1e-9);
+  EXPECT_NEAR(pl.gpu.peak_fp16, 280e12, 280e12 * 1e-5);  // measured, not the base's datasheet figure
+}
+
+TEST(GpuProbeLoading, ExplainsWhyThereIsNoProbe) {
+  if (built_with_cuda()) {
+    // With the module but no GPU (or a bad path), opening must fail with an input error, not crash.
+    setenv("COMPTRAIN_CUDA_PROBE", "/nonexistent/libcomptrain_cuda_probe.so", 1);
+    EXPECT_THROW(open_cuda_probe(), InputError);
+    unsetenv("COMPTRAIN_CUDA_PROBE");
+  } else {
+    EXPECT_THROW(open_cuda_probe(), InputError);
+  }
+}
+
+}  // namespace
+}  // namespace comptrain::calibrate

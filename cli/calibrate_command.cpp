@@ -16,6 +16,7 @@
 #include "comptrain/models/platform.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/input_error.hpp"
+#include "comptrain/support/progress_bar.hpp"
 #include "comptrain_version.hpp"
 
 namespace comptrain::cli {
@@ -105,7 +106,25 @@ std::function<int()> add_calibrate_command(CLI::App& app) {
     options.threads = a.threads;
     options.name = a.name.empty() ? std::filesystem::path(a.out).stem().string() : a.name;
     options.comptrain_version = COMPTRAIN_VERSION;
-    options.progress = [](std::string_view line) { fmt::print(stderr, "{}\n", line); };
+    // A bar redrawn in place on a terminal; one line per stage in a log.
+    // An error in the middle ends the bar's line first, so that the message starts on its own.
+    struct Bar {
+      bool terminal = stderr_is_terminal();
+      bool open = false;
+      ~Bar() {
+        if (open) end_terminal_line(false);
+      }
+    } bar;
+    options.progress = [&bar](const calibrate::ProgressUpdate& u) {
+      if (!bar.terminal) {
+        fmt::print(stderr, "{}\n", calibrate::progress_line(u));
+        return;
+      }
+      redraw_terminal_line(fmt::format("calibrate {} {:3.0f}%  {}  {:.0f} s{}", progress_bar(u.fraction), 100 * u.fraction, u.stage,
+                                       u.elapsed, u.left ? fmt::format(", ~{:.0f} s left", *u.left) : std::string()));
+      bar.open = !u.done;
+      if (u.done) end_terminal_line(false);
+    };
     check_writable("-o", a.out);
     if (!a.emit_platform.empty()) check_writable("--emit-platform", a.emit_platform);
     std::optional<models::Platform> base;

@@ -38,6 +38,11 @@ double time_best(F&& f, const Plan& plan) {
 
 }  // namespace
 
+std::string progress_line(const ProgressUpdate& u) {
+  return fmt::format("calibrate: [{:>3.0f}%] {} (elapsed {:.1f} s, {})", 100 * u.fraction, u.stage, u.elapsed,
+                     u.left ? fmt::format("~{:.0f} s left", *u.left) : std::string("estimating"));
+}
+
 bool gpu_visible() {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator("/dev", ec)) {

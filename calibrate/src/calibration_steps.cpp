@@ -32,21 +32,23 @@ std::string today() {
   return buffer;
 }
 
-Progress::Progress(std::function<void(std::string_view)> sink, double total_units, double total_fixed_seconds)
+Progress::Progress(std::function<void(const ProgressUpdate&)> sink, double total_units, double total_fixed_seconds)
     : sink_(std::move(sink)), total_units_(std::max(total_units, 1.0)), total_fixed_(total_fixed_seconds) {}
 
 void Progress::stage(std::string_view what) {
   if (!sink_) return;
-  const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
-  const double unit_seconds = std::max(0.0, elapsed - fixed_done_);
-  std::string left = "estimating";
-  if (units_done_ > 0) {
-    const double estimate =
-        std::max(0.0, total_fixed_ - fixed_done_) + unit_seconds / units_done_ * std::max(0.0, total_units_ - units_done_);
-    left = fmt::format("~{:.0f} s left", estimate);
+  ProgressUpdate u;
+  u.elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+  u.stage = std::string(what);
+  u.done = what == "done";
+  u.fraction = u.done ? 1.0 : std::min(1.0, units_done_ / total_units_);
+  const double unit_seconds = std::max(0.0, u.elapsed - fixed_done_);
+  if (u.done) {
+    u.left = 0.0;
+  } else if (units_done_ > 0) {
+    u.left = std::max(0.0, total_fixed_ - fixed_done_) + unit_seconds / units_done_ * std::max(0.0, total_units_ - units_done_);
   }
-  sink_(fmt::format("calibrate: [{:>3.0f}%] {} (elapsed {:.1f} s, {})", std::min(100.0, 100.0 * units_done_ / total_units_), what,
-                    elapsed, left));
+  sink_(u);
 }
 
 void Progress::done(double units, double fixed_seconds) {

@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "comptrain/calibrate/calibrate.hpp"
 #include "comptrain/calibrate/profile.hpp"
 #include "comptrain/models/compression_model.hpp"
 
@@ -42,13 +43,13 @@ std::string today();
 // its size (the CPU's minimum time per timed size).
 class Progress {
  public:
-  Progress(std::function<void(std::string_view)> sink, double total_units, double total_fixed_seconds);
+  Progress(std::function<void(const ProgressUpdate&)> sink, double total_units, double total_fixed_seconds);
   void stage(std::string_view what);
   void done(double units, double fixed_seconds = 0);
 
  private:
   using Clock = std::chrono::steady_clock;
-  std::function<void(std::string_view)> sink_;
+  std::function<void(const ProgressUpdate&)> sink_;
   double total_units_, total_fixed_;
   double units_done_ = 0, fixed_done_ = 0;
   Clock::time_point start_ = Clock::now();

@@ -23,6 +23,7 @@
 #include "comptrain/sim/simulation.hpp"
 #include "comptrain/support/format.hpp"
 #include "comptrain/support/input_error.hpp"
+#include "comptrain/support/progress_bar.hpp"
 #include "scenario_yaml.hpp"
 #include "pipe_io.hpp"
 
@@ -533,11 +534,11 @@ std::optional<ProcessPool::Finished> ProcessPool::next() {
 // --- Progress ----------------------------------------------------------------------------
 
 Progress::Progress(std::string what, bool enabled)
-    : what_(std::move(what)), enabled_(enabled), tty_(::isatty(STDERR_FILENO) == 1), start_(std::chrono::steady_clock::now()), last_line_(start_) {}
+    : what_(std::move(what)), enabled_(enabled), tty_(stderr_is_terminal()), start_(std::chrono::steady_clock::now()), last_line_(start_) {}
 
 Progress::~Progress() {
   // An exception left the bar unfinished: end its line so that the error starts on its own.
-  if (enabled_ && tty_ && !finished_) std::fputs("\n", stderr);
+  if (enabled_ && tty_ && !finished_) end_terminal_line(false);
 }
 
 void Progress::update(std::size_t done, std::size_t total, bool estimate) {
@@ -550,10 +551,8 @@ void Progress::update(std::size_t done, std::size_t total, bool estimate) {
   if (done > 0 && total == done) eta = "ETA 0 s";
   const std::string count = fmt::format("{}/{}{} simulations", done, estimate ? "~" : "", total);
   if (tty_) {
-    constexpr std::size_t kWidth = 30;
-    const std::size_t filled = total == 0 ? 0 : done * kWidth / total;
-    fmt::print(stderr, "\r{} [{}{}] {}  {:.0f} s  {}\x1b[K", what_, std::string(filled, '#'), std::string(kWidth - filled, '.'), count, elapsed, eta);
-    std::fflush(stderr);
+    const double fraction = total == 0 ? 0.0 : static_cast<double>(done) / static_cast<double>(total);
+    redraw_terminal_line(fmt::format("{} {} {}  {:.0f} s  {}", what_, progress_bar(fraction), count, elapsed, eta));
     return;
   }
   // Logs (Slurm, CI): a line every few seconds at most.
@@ -567,7 +566,7 @@ void Progress::finish(std::size_t done) {
   if (!enabled_ || finished_) return;
   finished_ = true;
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  if (tty_) fmt::print(stderr, "\r\x1b[K");
+  if (tty_) end_terminal_line(true);
   fmt::print(stderr, "comptrain {}: {} simulations in {:.1f} s\n", what_, done, elapsed);
 }
 

@@ -3,6 +3,7 @@
 // activation-like samples, then fits the cost model (calibrate/README.md).
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,14 +13,25 @@
 
 namespace comptrain::calibrate {
 
+// Where a calibration stands, at the start of each stage and at the end.
+struct ProgressUpdate {
+  double fraction = 0;        // of the estimated work, in [0, 1]
+  std::string stage;          // "szp: timing 4096 KiB", "done"
+  double elapsed = 0;         // seconds since the start
+  std::optional<double> left; // estimated seconds left (none before any work is done)
+  bool done = false;
+};
+// "calibrate: [ 45%] szp: timing 4096 KiB (elapsed 3.2 s, ~5 s left)"
+std::string progress_line(const ProgressUpdate& update);
+
 struct CalibrationOptions {
   bool quick = false;               // 64 KiB .. 16 MiB, fewer repetitions and samples (< 60 s on 2 cores)
   std::vector<std::string> codecs;  // kernels' codec names; empty: all
   unsigned threads = 0;             // CPU driver threads; 0 = hardware concurrency
   std::string name;                 // profile name
   std::string comptrain_version;
-  // One line per stage (what it does, elapsed, estimated time left).
-  std::function<void(std::string_view)> progress;
+  // Called at the start of each stage and at the end (the CLI draws a bar or prints lines).
+  std::function<void(const ProgressUpdate&)> progress;
 };
 
 struct CalibrationResult {

@@ -18,8 +18,16 @@ namespace comptrain::yaml {
 // "SOURCE:LINE:COLUMN: " (1-based), or "SOURCE: " when the node has no position.
 inline std::string location(std::string_view source, const YAML::Mark& mark) {
   std::string out(source);
-  if (!mark.is_null()) out += ":" + std::to_string(mark.line + 1) + ":" + std::to_string(mark.column + 1);
-  return out + ": ";
+  // Appended piece by piece: `":" + std::to_string(...)` makes GCC 12 -O3 warn (-Wrestrict, a
+  // false positive in its inlined std::string code).
+  if (!mark.is_null()) {
+    out += ':';
+    out += std::to_string(mark.line + 1);
+    out += ':';
+    out += std::to_string(mark.column + 1);
+  }
+  out += ": ";
+  return out;
 }
 
 // Throws InputError at the first key of `map` that is not in `valid` (listing the valid ones,

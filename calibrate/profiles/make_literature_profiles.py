@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Writes the GPU profiles {v100,a100,h100}-literature.yaml from published cuSZp2 throughputs.
+"""Writes the GPU profiles {v100,a100,h100,h200}-literature.yaml from published cuSZp2 throughputs.
 
 Usage: make_literature_profiles.py MEASURED_CPU_PROFILE.yaml   (run from calibrate/profiles/)
 
@@ -8,9 +8,10 @@ Time models (szp only, the cuSZp family: block prequantisation + fixed-length bi
         513.04 GB/s decompress (SC'24 abstract; SC24-cuSZp2 AD/AE README; shared/reference/
         compressors.md section 2). Taken as 1e9 B/s; cuSZp's own tools print MiB/ms labelled
         "GB/s" (compressors.md section 8), in which case the true figures are 4.9 % higher.
-  V100, H100: no cuSZp2 figure is published for them; the A100 figures are scaled by the HBM
-        bandwidth ratio (the kernels are memory-bound): V100-SXM2 900 GB/s, A100-SXM4-40GB
-        1555 GB/s, H100-SXM5 3350 GB/s (datasheets, as in scenarios/platforms/*.yaml).
+  V100, H100, H200: no cuSZp2 figure is published for them; the A100 figures are scaled by the
+        HBM bandwidth ratio (the kernels are memory-bound): V100-SXM2 900 GB/s, A100-SXM4-40GB
+        1555 GB/s, H100-SXM5 3350 GB/s, H200 4800 GB/s (datasheets, as in
+        scenarios/platforms/*.yaml).
   Latency: not published; 20 us per call is ASSUMED (kernel launches + the D2H copy of the
         compressed size), the value the shipped COMET scenarios use.
 Ratio models: copied from the measured CPU profile. The CUDA driver runs the same stage code
@@ -21,11 +22,12 @@ import sys
 import yaml
 
 A100_COMPRESS, A100_DECOMPRESS = 332.42e9, 513.04e9
-HBM = {"v100": 900e9, "a100": 1555e9, "h100": 3350e9}
+HBM = {"v100": 900e9, "a100": 1555e9, "h100": 3350e9, "h200": 4800e9}
 GPUS = {
     "v100": ("Tesla V100-SXM2 (16/32 GB)", ["v100-16gb", "v100-32gb"]),
     "a100": ("NVIDIA A100-SXM4 (40/80 GB)", ["a100-40gb", "a100-80gb"]),
     "h100": ("NVIDIA H100 80GB HBM3", ["h100-80gb"]),
+    "h200": ("NVIDIA H200", ["h200"]),
 }
 SOURCE = ("cuSZp2 (Huang et al., SC'24) A100 average over 9 data sets, {what} {a100:.2f} GB/s "
           "(SC'24 abstract; github.com/hyfshishen/SC24-cuSZp2 AD/AE README){scaled}; "

@@ -89,8 +89,16 @@ models::TimeModel fit_time_model(std::span<const TimeSample> samples) {
 }
 
 namespace {
+// The columns of RatioModel::bits_per_value, in the order of the coefficients below.
 std::vector<double> ratio_row(const RatioSample& s) {
-  return {1.0, std::log(s.eb), s.features.zero_fraction, std::log(std::max(s.features.spread, 1e-6))};
+  const models::DataFeatures& f = s.features;
+  const double nonzero_blocks = 1.0 - f.zero_block_fraction;
+  return {1.0,
+          f.zero_fraction,
+          f.zero_block_fraction,
+          nonzero_blocks * std::log(s.eb),
+          nonzero_blocks * std::log(std::max(f.block_scale, 1e-6)),
+          nonzero_blocks * std::log(std::max(f.spread, 1e-6))};
 }
 }  // namespace
 
@@ -98,24 +106,49 @@ models::RatioModel fit_ratio_model(std::span<const RatioSample> samples) {
   std::vector<std::vector<double>> rows;
   std::vector<double> y, w;
   models::RatioModel m;
+  double log_scale = 0, log_spread = 0;
   for (const auto& s : samples) {
     if (!(s.eb > 0) || !(s.ratio > 0)) throw std::invalid_argument("fit_ratio_model: samples need eb > 0 and ratio > 0");
     m.max_ratio = std::max(m.max_ratio, s.ratio);
     m.default_features.zero_fraction += s.features.zero_fraction;
-    m.default_features.spread += s.features.spread;
+    m.default_features.zero_block_fraction += s.features.zero_block_fraction;
+    log_scale += std::log(std::max(s.features.block_scale, 1e-6));
+    log_spread += std::log(std::max(s.features.spread, 1e-6));
     if (s.heldout) continue;
     rows.push_back(ratio_row(s));
-    y.push_back(std::log(s.ratio));
-    w.push_back(1.0);
+    const double bits = 32.0 / s.ratio;
+    y.push_back(bits);
+    // Weights 1 / bits^2: the squared residual becomes the squared *relative* error of the
+    // size (= of the ratio, to first order), so ratios of 2 and of 20 count alike.
+    w.push_back(1.0 / (bits * bits));
   }
   if (rows.size() < 2) throw std::invalid_argument("fit_ratio_model: needs at least 2 samples that are not held back");
-  m.default_features.zero_fraction /= static_cast<double>(samples.size());
-  m.default_features.spread /= static_cast<double>(samples.size());
+  // A fraction that varies by less than 0.01 over the samples says nothing about its coefficient
+  // (GELU's underflowing tail leaves a few exact zeros per million values): its column is left
+  // out (coefficient 0) rather than fitted to that noise.
+  for (std::size_t column : {std::size_t{1}, std::size_t{2}}) {
+    double lo = 1, hi = 0;
+    for (const auto& r : rows) {
+      lo = std::min(lo, r[column]);
+      hi = std::max(hi, r[column]);
+    }
+    if (hi - lo < 0.01) {
+      for (auto& r : rows) r[column] = 0;
+    }
+  }
+  const auto count = static_cast<double>(samples.size());
+  m.default_features.zero_fraction /= count;
+  m.default_features.zero_block_fraction /= count;
+  // The log features by their geometric means: the model is linear in their logs.
+  m.default_features.block_scale = std::exp(log_scale / count);
+  m.default_features.spread = std::exp(log_spread / count);
   const std::vector<double> c = least_squares(rows, y, w);
   m.c0 = c[0];
-  m.c_log_eb = c[1];
-  m.c_zero = c[2];
-  m.c_log_spread = c[3];
+  m.c_zero = c[1];
+  m.c_zero_block = c[2];
+  m.c_log_eb = c[3];
+  m.c_log_scale = c[4];
+  m.c_log_spread = c[5];
   m.train_samples = rows.size();
   double sum_sq = 0;
   for (const auto& s : samples) {

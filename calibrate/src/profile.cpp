@@ -15,10 +15,15 @@
 namespace comptrain::calibrate {
 namespace {
 
-constexpr const char* kFormat = "comptrain-calibration-profile 1";
+// Format 2: the ratio model gives compressed bits per value (format 1: ln ratio, without the
+// block features); a format-1 profile is refused rather than read with the wrong meaning.
+constexpr const char* kFormat = "comptrain-calibration-profile 2";
 constexpr const char* kRatioForm =
-    "ln(ratio) = c0 + c_log_eb*ln(eb) + c_zero*zero_fraction + c_log_spread*ln(spread), clamped to [1, max_ratio]; "
-    "eb relative to the value range, spread = std/(max-min)";
+    "ratio = 32 / bits, clamped to [1, max_ratio]; bits = c0 + c_zero*zero_fraction + c_zero_block*zero_block_fraction "
+    "+ (1 - zero_block_fraction)*(c_log_eb*ln(eb) + c_log_scale*ln(block_scale) + c_log_spread*ln(spread)); "
+    "eb relative to the value range (max-min), spread = std/(max-min), zero_block_fraction = all-zero 32-value blocks, "
+    "block_scale = geometric mean over the other blocks of the magnitude szp codes, the smaller of max|x| and "
+    "max(|x0|, max|x[i]-x[i-1]|), doubled when a sign is coded, /(max-min)";
 
 void emit_time(YAML::Emitter& out, const char* key, const models::TimeModel& m) {
   out << YAML::Key << key << YAML::Value << YAML::BeginMap;
@@ -36,9 +41,13 @@ void emit_ratio(YAML::Emitter& out, models::TensorClass c, const models::RatioMo
   out << YAML::Key << "c0" << YAML::Value << m.c0;
   out << YAML::Key << "c_log_eb" << YAML::Value << m.c_log_eb;
   out << YAML::Key << "c_zero" << YAML::Value << m.c_zero;
+  out << YAML::Key << "c_zero_block" << YAML::Value << m.c_zero_block;
+  out << YAML::Key << "c_log_scale" << YAML::Value << m.c_log_scale;
   out << YAML::Key << "c_log_spread" << YAML::Value << m.c_log_spread;
   out << YAML::Key << "max_ratio" << YAML::Value << m.max_ratio;
   out << YAML::Key << "default_zero_fraction" << YAML::Value << m.default_features.zero_fraction;
+  out << YAML::Key << "default_zero_block_fraction" << YAML::Value << m.default_features.zero_block_fraction;
+  out << YAML::Key << "default_block_scale" << YAML::Value << m.default_features.block_scale;
   out << YAML::Key << "default_spread" << YAML::Value << m.default_features.spread;
   out << YAML::Key << "train_samples" << YAML::Value << m.train_samples;
   out << YAML::Key << "heldout_samples" << YAML::Value << m.heldout_samples;
@@ -126,20 +135,31 @@ class ProfileReader {
 
   models::RatioModel read_ratio(const YAML::Node& node, const std::string& field) const {
     require_map(node, field);
-    check_keys(node, field, {"c0", "c_log_eb", "c_zero", "c_log_spread", "max_ratio", "default_zero_fraction", "default_spread",
+    check_keys(node, field, {"c0", "c_log_eb", "c_zero", "c_zero_block", "c_log_scale", "c_log_spread", "max_ratio",
+                             "default_zero_fraction", "default_zero_block_fraction", "default_block_scale", "default_spread",
                              "train_samples", "heldout_samples", "heldout_rms_log_error", "heldout_max_relative_error",
                              "provenance", "source"});
     models::RatioModel m;
     m.c0 = number(required(node, "c0", field), field + ".c0");
     m.c_log_eb = number(required(node, "c_log_eb", field), field + ".c_log_eb");
     m.c_zero = number(required(node, "c_zero", field), field + ".c_zero");
+    m.c_zero_block = number(required(node, "c_zero_block", field), field + ".c_zero_block");
+    m.c_log_scale = number(required(node, "c_log_scale", field), field + ".c_log_scale");
     m.c_log_spread = number(required(node, "c_log_spread", field), field + ".c_log_spread");
     m.max_ratio = number(required(node, "max_ratio", field), field + ".max_ratio");
     if (!(m.max_ratio >= 1)) throw InputError(where(node["max_ratio"].Mark()) + "'" + field + ".max_ratio' must be >= 1");
     m.default_features.zero_fraction = number(required(node, "default_zero_fraction", field), field + ".default_zero_fraction");
+    m.default_features.zero_block_fraction =
+        number(required(node, "default_zero_block_fraction", field), field + ".default_zero_block_fraction");
+    m.default_features.block_scale = number(required(node, "default_block_scale", field), field + ".default_block_scale");
     m.default_features.spread = number(required(node, "default_spread", field), field + ".default_spread");
-    if (!(m.default_features.zero_fraction >= 0 && m.default_features.zero_fraction <= 1)) {
-      throw InputError(where(node["default_zero_fraction"].Mark()) + "'" + field + ".default_zero_fraction' must be in [0, 1]");
+    const auto check_fraction = [&](const char* key, double v) {
+      if (!(v >= 0 && v <= 1)) throw InputError(where(node[key].Mark()) + "'" + field + "." + key + "' must be in [0, 1]");
+    };
+    check_fraction("default_zero_fraction", m.default_features.zero_fraction);
+    check_fraction("default_zero_block_fraction", m.default_features.zero_block_fraction);
+    if (!(m.default_features.block_scale > 0)) {
+      throw InputError(where(node["default_block_scale"].Mark()) + "'" + field + ".default_block_scale' must be > 0");
     }
     if (!(m.default_features.spread > 0)) throw InputError(where(node["default_spread"].Mark()) + "'" + field + ".default_spread' must be > 0");
     if (node["train_samples"]) m.train_samples = static_cast<std::size_t>(number(node["train_samples"], field + ".train_samples"));
@@ -218,10 +238,11 @@ std::string profile_to_yaml(const models::CalibrationProfile& p, const std::vect
         for (const auto& s : *samples) out << YAML::Flow << YAML::BeginSeq << static_cast<std::uint64_t>(s.bytes) << s.seconds << YAML::EndSeq;
         out << YAML::EndSeq;
       }
-      out << YAML::Key << "ratio" << YAML::Comment("[class, eb, zero_fraction, spread, ratio, heldout]") << YAML::Value << YAML::BeginSeq;
+      out << YAML::Key << "ratio" << YAML::Comment("[class, eb, zero_fraction, zero_block_fraction, block_scale, spread, ratio, heldout]")
+          << YAML::Value << YAML::BeginSeq;
       for (const auto& [cls, s] : m->ratio) {
         out << YAML::Flow << YAML::BeginSeq << std::string(models::to_string(cls)) << s.eb << s.features.zero_fraction
-            << s.features.spread << s.ratio << s.heldout << YAML::EndSeq;
+            << s.features.zero_block_fraction << s.features.block_scale << s.features.spread << s.ratio << s.heldout << YAML::EndSeq;
       }
       out << YAML::EndSeq << YAML::EndMap;
     }

@@ -15,7 +15,7 @@ if ! "$bin" calibrate --device cpu --quick -o "$work/p.yaml" 2>"$work/calibrate.
   fail "calibrate --quick exited $?"; cat "$work/calibrate.err"
 fi
 echo "calibrate --quick took $((SECONDS - start)) s"
-grep -q '^format: comptrain-calibration-profile 1' "$work/p.yaml" || fail "profile has no format line"
+grep -q '^format: comptrain-calibration-profile 2' "$work/p.yaml" || fail "profile has no format line"
 grep -q 'provenance: measured' "$work/p.yaml" || fail "profile numbers are not marked measured"
 grep -Eq 'calibrate: \[ *[0-9]+%\].*left' "$work/calibrate.err" || fail "no progress lines with a time estimate on stderr"
 ls "$work" | grep -q 'tmp' && fail "temporary files left next to the profile"

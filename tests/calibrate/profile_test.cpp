@@ -34,11 +34,13 @@ models::CalibrationProfile sample_profile() {
                   .provenance = models::Provenance::measured, .source = "here"};
   models::RatioModel relu;
   relu.c0 = 0.5;
-  relu.c_log_eb = -0.2;
-  relu.c_zero = 1.7;
+  relu.c_log_eb = -1.4;
+  relu.c_zero = -1.7;
+  relu.c_zero_block = 0.25;
+  relu.c_log_scale = 1.2;
   relu.c_log_spread = -0.1;
   relu.max_ratio = 40;
-  relu.default_features = {.zero_fraction = 0.55, .spread = 0.12};
+  relu.default_features = {.zero_fraction = 0.55, .spread = 0.12, .zero_block_fraction = 0.08, .block_scale = 0.21};
   relu.train_samples = 30;
   relu.heldout_samples = 10;
   relu.heldout_rms_log_error = 0.05;
@@ -46,7 +48,7 @@ models::CalibrationProfile sample_profile() {
   relu.source = "synthetic";
   models::RatioModel generic = relu;
   generic.c_zero = 0.9;
-  generic.default_features = {.zero_fraction = 0.1, .spread = 0.2};
+  generic.default_features = {.zero_fraction = 0.1, .spread = 0.2, .zero_block_fraction = 0.01, .block_scale = 0.3};
   c.ratio[models::TensorClass::post_relu] = relu;
   c.ratio[models::TensorClass::generic] = generic;
   p.codecs.push_back(c);
@@ -67,7 +69,7 @@ TEST(Profile, YamlRoundTrip) {
   CodecMeasurements raw;
   raw.codec = "szp";
   raw.compress = {{65536, 1e-4}, {262144, 3e-4}};
-  raw.ratio = {{models::TensorClass::post_relu, RatioSample{1e-3, {0.5, 0.1}, 7.5, true}}};
+  raw.ratio = {{models::TensorClass::post_relu, RatioSample{1e-3, {0.5, 0.1, 0.05, 0.2}, 7.5, true}}};
   const std::string yaml = profile_to_yaml(p, {raw});
   const auto q = parse_profile(yaml, "round-trip");
   EXPECT_EQ(q.name, p.name);
@@ -86,10 +88,15 @@ TEST(Profile, YamlRoundTrip) {
     EXPECT_DOUBLE_EQ(r.c0, m.c0);
     EXPECT_DOUBLE_EQ(r.c_log_eb, m.c_log_eb);
     EXPECT_DOUBLE_EQ(r.c_zero, m.c_zero);
+    EXPECT_DOUBLE_EQ(r.c_zero_block, m.c_zero_block);
+    EXPECT_DOUBLE_EQ(r.c_log_scale, m.c_log_scale);
     EXPECT_DOUBLE_EQ(r.c_log_spread, m.c_log_spread);
     EXPECT_DOUBLE_EQ(r.max_ratio, m.max_ratio);
     EXPECT_DOUBLE_EQ(r.default_features.zero_fraction, m.default_features.zero_fraction);
     EXPECT_DOUBLE_EQ(r.default_features.spread, m.default_features.spread);
+    EXPECT_DOUBLE_EQ(r.default_features.zero_block_fraction, m.default_features.zero_block_fraction);
+    EXPECT_DOUBLE_EQ(r.default_features.block_scale, m.default_features.block_scale);
+    EXPECT_DOUBLE_EQ(r.ratio(1e-3), m.ratio(1e-3));
     EXPECT_EQ(r.train_samples, m.train_samples);
     EXPECT_EQ(r.heldout_samples, m.heldout_samples);
     EXPECT_DOUBLE_EQ(r.heldout_max_relative_error, m.heldout_max_relative_error);
@@ -115,11 +122,20 @@ TEST(Profile, ErrorsNameFileLineAndColumn) {
   }
   EXPECT_THROW(parse_profile("format: other 2\n", "x.yaml"), InputError);
   EXPECT_THROW(parse_profile("[1, 2", "x.yaml"), InputError);
+  // A format-1 profile (its ratio model was ln ratio, without the block features) is refused.
+  std::string v1 = profile_to_yaml(sample_profile());
+  v1.replace(v1.find("calibration-profile 2"), 21, "calibration-profile 1");
+  try {
+    parse_profile(v1, "old.yaml");
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("expected 'comptrain-calibration-profile 2'"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Profile, ShippedProfilesParseAndCarryProvenance) {
   const auto names = builtin_profile_names();
-  for (const char* expected : {"a100-literature", "h100-literature", "v100-literature"}) {
+  for (const char* expected : {"a100-literature", "h100-literature", "h200-literature", "v100-literature"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), expected), names.end()) << expected;
   }
   for (const auto& name : names) {
@@ -136,6 +152,7 @@ TEST(Profile, AutoPicksThePlatformsProfile) {
   EXPECT_EQ(resolve_profile("auto", ".", "a100-80gb")->name, "a100-literature");
   EXPECT_EQ(resolve_profile("auto", ".", "h100-80gb")->name, "h100-literature");
   EXPECT_EQ(resolve_profile("auto", ".", "v100-32gb")->name, "v100-literature");
+  EXPECT_EQ(resolve_profile("auto", ".", "h200")->name, "h200-literature");
   EXPECT_THROW(resolve_profile("auto", ".", "titanx-maxwell"), InputError);
   EXPECT_THROW(resolve_profile("auto", ".", ""), InputError);
   EXPECT_THROW(resolve_profile("missing.yaml", ".", "a100-40gb"), InputError);

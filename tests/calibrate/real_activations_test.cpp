@@ -1,7 +1,9 @@
 // The shipped CPU profile's ratio model against real activations (tests/data/activations,
 // written by make_activations.py from torchvision's resnet18 and a GELU transformer layer):
-// predicted from each tensor's own features, the szp ratio must be within (1.5x, see below) the
-// error the fit reported on its held-back synthetic samples.
+// predicted from each tensor's own features, the szp ratio must be within the error the fit
+// reported on its held-back synthetic samples, at relative error bounds 1e-4, 1e-3 and 1e-2.
+// Nothing is fitted on these tensors: the profile comes from `comptrain calibrate` on synthetic
+// families only (calibrate/README.md, "Real activations").
 
 #include <gtest/gtest.h>
 
@@ -36,23 +38,22 @@ TEST(RealActivations, RatioModelWithinItsReportedError) {
     const auto cls = models::parse_tensor_class(class_name);
     ASSERT_TRUE(cls) << line;
     const auto array = kernels::parse_npy(read_file(dir + file), file);
-    kernels::CompressOptions o;
-    o.codec = kernels::CodecId::szp;
-    o.eb = 1e-3;
-    o.mode = kernels::BoundMode::rel;
-    const auto stream = kernels::compress(array.values, array.shape, o);
-    const double actual = static_cast<double>(array.values.size() * sizeof(float)) / static_cast<double>(stream.size());
     const models::RatioModel& model = szp.ratio_model(*cls);
-    const double predicted = model.ratio(1e-3, features_of(array.values));
-    const double error = std::fabs(predicted - actual) / actual;
-    // 1.5x the reported error, not 1x: on the data of 2026-11-22 one tensor of seven
-    // (resnet18_layer1_bn2, batchnorm) is off by 24 % where the synthetic held-back samples
-    // gave at most 20 %: real batch-norm outputs compress a little worse than gamma z + beta.
-    // The finding is recorded here rather than hidden by refitting on the test data.
-    EXPECT_LE(error, 1.5 * model.heldout_max_relative_error)
-        << file << " (" << class_name << "): actual " << actual << ", predicted " << predicted;
-    std::printf("%-28s %-10s actual %6.3f predicted %6.3f error %5.1f %% (held-back max %5.1f %%)\n", file.c_str(),
-                class_name.c_str(), actual, predicted, 100 * error, 100 * model.heldout_max_relative_error);
+    const models::DataFeatures features = features_of(array.values);
+    for (double eb : {1e-4, 1e-3, 1e-2}) {
+      kernels::CompressOptions o;
+      o.codec = kernels::CodecId::szp;
+      o.eb = eb;
+      o.mode = kernels::BoundMode::rel;
+      const auto stream = kernels::compress(array.values, array.shape, o);
+      const double actual = static_cast<double>(array.values.size() * sizeof(float)) / static_cast<double>(stream.size());
+      const double predicted = model.ratio(eb, features);
+      const double error = std::fabs(predicted - actual) / actual;
+      EXPECT_LE(error, model.heldout_max_relative_error)
+          << file << " (" << class_name << ") at eb " << eb << ": actual " << actual << ", predicted " << predicted;
+      std::printf("%-26s %-10s eb %-6g actual %6.3f predicted %6.3f error %5.1f %% (held-back max %5.1f %%)\n", file.c_str(),
+                  class_name.c_str(), eb, actual, predicted, 100 * error, 100 * model.heldout_max_relative_error);
+    }
     ++checked;
   }
   EXPECT_GE(checked, 5);

@@ -34,10 +34,11 @@ std::vector<double> least_squares(const std::vector<std::vector<double>>& rows, 
 // Fills r2 (on the seconds, unweighted) and max_relative_error. Needs >= 2 distinct sizes.
 models::TimeModel fit_time_model(std::span<const TimeSample> samples);
 
-// ln ratio = c0 + c_log_eb ln eb + c_zero zero_fraction + c_log_spread ln spread, unweighted
-// least squares on the samples not held back; the held-back ones give heldout_rms_log_error
-// and heldout_max_relative_error (on the ratio). default_features = mean features of all
-// samples, max_ratio = largest ratio seen.
+// The ratio model (models::RatioModel: compressed bits per value = 32 / ratio, linear in its
+// columns), by least squares on the samples not held back, weighted by 1 / bits^2 so that the
+// relative error is minimised; the held-back ones give heldout_rms_log_error and
+// heldout_max_relative_error (on the ratio). default_features: mean zero fractions and
+// geometric-mean spread and block scale over all samples; max_ratio = largest ratio seen.
 models::RatioModel fit_ratio_model(std::span<const RatioSample> samples);
 
 }  // namespace comptrain::calibrate

@@ -44,23 +44,42 @@ struct TimeModel {
   double seconds(double bytes) const { return latency + bytes / bandwidth; }
 };
 
-// Features of a tensor's values that the ratio depends on.
+// Features of a tensor's values that the ratio depends on (comptrain::calibrate::features_of
+// computes them; calibrate/README.md, "Compression ratio"). Blocks are 32 consecutive values in
+// memory order, as the block codecs (szp, zeros) cut them.
 struct DataFeatures {
-  double zero_fraction = 0;  // fraction of exact zeros
-  double spread = 0;         // standard deviation / (max - min) over all values, in (0, 0.5]
+  double zero_fraction = 0;        // fraction of exact zeros
+  double spread = 0;               // standard deviation / (max - min) over all values, in (0, 0.5]
+  double zero_block_fraction = 0;  // fraction of 32-value blocks whose values are all exactly zero
+  // Geometric mean, over the blocks that are not all zero, of the magnitude a block codec must
+  // code after the better of no prediction and 1-D Lorenzo, relative to the value range: the
+  // smaller of max |x_i| and max(|x_0|, max |x_i - x_(i-1)|), doubled when the coded values
+  // include negative ones (a sign bit per value), / (max - min). 0 when the range is 0.
+  double block_scale = 0;
 };
 
-// ln(ratio) = c0 + c_log_eb * ln(eb) + c_zero * zero_fraction + c_log_spread * ln(spread), with
-// eb the error bound relative to the value range. Clamped to [1, max_ratio]: no codec here
-// expands data by more than its header, and max_ratio is the largest ratio seen while fitting
-// (the log-linear form must not extrapolate to absurd ratios).
+// Compressed bits per value (32 / ratio), with eb the error bound relative to the value range:
+//   bits = c0 + c_zero * zero_fraction + c_zero_block * zero_block_fraction
+//        + (1 - zero_block_fraction) * (c_log_eb * ln(eb) + c_log_scale * ln(block_scale)
+//                                       + c_log_spread * ln(spread))
+// Why this form: a block codec's output is a sum over blocks. A block of zeros costs a constant;
+// any other block costs about log2(magnitude / eb) bits per value (its bit-plane width, or the
+// entropy of its quantisation codes: the high-resolution rate log2(sigma / step)), so the size,
+// not its log, is linear in ln(eb) and ln(block_scale), weighted by the fraction of blocks that
+// are not all zero. spread adds the shape of the distribution inside the range (heavy tails,
+// outlier features), which the block maxima alone miss. The fit sets the coefficients of each
+// codec (zeros: bits = 33 - 32 zero_fraction; fp16: c0 = 16 and nothing else).
+// ratio = 32 / bits, clamped to [1, max_ratio] (bits <= 0 gives max_ratio): no codec here expands
+// data by more than its header, and max_ratio is the largest ratio seen while fitting.
 struct RatioModel {
   double c0 = 0;
   double c_log_eb = 0;
   double c_zero = 0;
+  double c_zero_block = 0;
+  double c_log_scale = 0;
   double c_log_spread = 0;
   double max_ratio = 1;
-  DataFeatures default_features;  // used for tensors of this class (means of the fitting samples)
+  DataFeatures default_features;  // used for tensors of this class (fit_ratio_model: from the fitting samples)
   // Fit quality on samples held back from the fit.
   std::size_t train_samples = 0;
   std::size_t heldout_samples = 0;
@@ -69,10 +88,17 @@ struct RatioModel {
   Provenance provenance = Provenance::measured;
   std::string source;
 
+  // The log features are floored at 1e-6: constant data (range 0) has spread and block scale 0.
+  double bits_per_value(double eb, const DataFeatures& f) const {
+    const double nonzero_blocks = 1.0 - f.zero_block_fraction;
+    return c0 + c_zero * f.zero_fraction + c_zero_block * f.zero_block_fraction +
+           nonzero_blocks * (c_log_eb * std::log(eb) + c_log_scale * std::log(std::max(f.block_scale, 1e-6)) +
+                             c_log_spread * std::log(std::max(f.spread, 1e-6)));
+  }
   double ratio(double eb, const DataFeatures& f) const {
-    const double spread = std::max(f.spread, 1e-6);
-    const double log_ratio = c0 + c_log_eb * std::log(eb) + c_zero * f.zero_fraction + c_log_spread * std::log(spread);
-    return std::clamp(std::exp(log_ratio), 1.0, std::max(1.0, max_ratio));
+    const double top = std::max(1.0, max_ratio);
+    const double bits = bits_per_value(eb, f);
+    return bits > 0 ? std::clamp(32.0 / bits, 1.0, top) : top;
   }
   double ratio(double eb) const { return ratio(eb, default_features); }
 };

@@ -182,11 +182,40 @@ TensorClass storage_class(const Trace& trace, const StorageInfo& info) {
   return TensorClass::generic;
 }
 
+// The value features the trace gives for a storage's saved content: those of the tensor its
+// last forward writer wrote into it (the same op that decides the class; an in-place ReLU's
+// output, not the batch-norm output it overwrote). Empty when that tensor has none.
+const traces::ValueFeatures& storage_values(const Trace& trace, TensorIndex s, const StorageInfo& info) {
+  static const traces::ValueFeatures kNone;
+  for (auto it = info.writers.rbegin(); it != info.writers.rend(); ++it) {
+    if (!is_forward(trace, *it)) continue;
+    const auto& outputs = trace.op(*it).outputs;
+    for (auto t = outputs.rbegin(); t != outputs.rend(); ++t) {
+      if (trace.storage_of(*t) == s) return trace.tensor(*t).values;
+    }
+    break;
+  }
+  return kNone;
+}
+
 // The costs a compress action applies: the explicit numbers, or the profile's models where the
-// scenario did not give one (check_rule has made sure the codec exists).
-double compress_ratio(const CompressAction& c, TensorClass cls) {
+// scenario did not give one (check_rule has made sure the codec exists). The ratio model takes
+// the class's default features, overridden field by field by those the trace gives.
+double compress_ratio(const CompressAction& c, TensorClass cls, const traces::ValueFeatures& values = {}) {
   if (!c.profile || c.explicit_ratio) return c.ratio;
-  return c.profile->find(c.codec)->ratio_model(cls).ratio(c.error_bound);
+  const RatioModel& model = c.profile->find(c.codec)->ratio_model(cls);
+  if (values.empty()) return model.ratio(c.error_bound);
+  DataFeatures features = model.default_features;
+  if (values.zero_fraction) features.zero_fraction = *values.zero_fraction;
+  if (values.spread) features.spread = *values.spread;
+  if (values.zero_block_fraction) features.zero_block_fraction = *values.zero_block_fraction;
+  if (values.block_scale) features.block_scale = *values.block_scale;
+  return model.ratio(c.error_bound, features);
+}
+
+// Whether a storage's compressed size depends on the features the trace gives for it.
+bool uses_values(const CompressAction& c, const traces::ValueFeatures& values) {
+  return c.profile && !c.explicit_ratio && !values.empty();
 }
 
 TimeModel codec_time(const CompressAction& c, bool compress) {
@@ -244,7 +273,7 @@ class Assembler {
         restored_[s] = add_buffer(copy_buffer(s, MemoryRole::prefetch, tensor.bytes(), " (prefetched)"));
       } else if (plan_.action[s] == Action::compress) {
         const auto& c = *spec_.rules[plan_.rule[s]].compress;
-        const double ratio = compress_ratio(c, storage_class(trace, a_.info[s]));
+        const double ratio = compress_ratio(c, storage_class(trace, a_.info[s]), storage_values(trace, s, a_.info[s]));
         const auto bytes = static_cast<std::int64_t>(std::ceil(static_cast<double>(tensor.bytes()) / ratio));
         compressed_[s] = add_buffer(copy_buffer(s, MemoryRole::compressed, bytes, " (compressed)"));
         restored_[s] = add_buffer(copy_buffer(s, MemoryRole::activation, tensor.bytes(), " (decompressed)"));
@@ -834,12 +863,37 @@ Schedule build_schedule(const Trace& trace, const OpTimeModel& time_model, const
     use.compress = codec_time(*c, true);
     use.decompress = codec_time(*c, false);
     use.ratio_overridden = !c->profile || c->explicit_ratio;
-    std::set<TensorClass> classes;
+    // Per class: the bytes, the compressed bytes (unrounded) and whether a tensor's own
+    // features moved its ratio off the class's; then the class's one ratio, or the
+    // byte-weighted mean when they did.
+    struct ClassTotals {
+      double bytes = 0;
+      double compressed = 0;
+      bool from_values = false;
+    };
+    std::map<TensorClass, ClassTotals> classes;
+    CompressionFeatureUse features;
+    features.rule = r;
     for (TensorIndex s : a.storages) {
-      if (plan.rule[s] == r && plan.action[s] == Action::compress) classes.insert(storage_class(trace, a.info[s]));
+      if (plan.rule[s] != r || plan.action[s] != Action::compress) continue;
+      const TensorClass cls = storage_class(trace, a.info[s]);
+      const traces::ValueFeatures& values = storage_values(trace, s, a.info[s]);
+      const auto bytes = static_cast<double>(trace.tensor(s).bytes());
+      ClassTotals& totals = classes[cls];
+      totals.bytes += bytes;
+      totals.compressed += bytes / compress_ratio(*c, cls, values);
+      ++features.storages;
+      if (uses_values(*c, values)) {
+        totals.from_values = true;
+        ++features.with_features;
+      }
     }
-    for (TensorClass cls : classes) use.ratios.emplace_back(cls, compress_ratio(*c, cls));
+    for (const auto& [cls, totals] : classes) {
+      const bool mean = totals.from_values && totals.compressed > 0;
+      use.ratios.emplace_back(cls, mean ? totals.bytes / totals.compressed : compress_ratio(*c, cls));
+    }
     built.schedule.compression.push_back(std::move(use));
+    built.schedule.compression_features.push_back(features);
   }
   return std::move(built.schedule);
 }

@@ -191,9 +191,19 @@ void add_role_table(std::string& out, const BytesByMemoryRole& bytes, const char
   add_line(out, "  {:<18}{:>14}{:>20}", total_label, format_bytes(total), group_digits(total));
 }
 
+// How many of a compress rule's storages had their ratio from their own value features
+// (nullptr when the schedule does not say).
+const models::CompressionFeatureUse* feature_use(const models::Schedule& schedule, std::size_t rule) {
+  for (const models::CompressionFeatureUse& f : schedule.compression_features) {
+    if (f.rule == rule) return &f;
+  }
+  return nullptr;
+}
+
 // Which costs a compress rule applied: the profile, its fitted models (with provenance), and
-// the ratio per tensor class it compressed.
-void add_compression_line(std::string& out, const models::CompressionModelUse& c) {
+// the ratio per tensor class it compressed (the byte-weighted mean where tensors had their own
+// value features).
+void add_compression_line(std::string& out, const models::CompressionModelUse& c, const models::CompressionFeatureUse* f) {
   auto time = [](const models::TimeModel& t) {
     return fmt::format("{} + B / {:.4g} GB/s [{}]", format_seconds(t.latency), t.bandwidth / 1e9, models::to_string(t.provenance));
   };
@@ -202,8 +212,12 @@ void add_compression_line(std::string& out, const models::CompressionModelUse& c
   add_line(out, "           compress rule {}: profile {} ({}), codec {}, error bound {:g}", c.rule, c.profile, c.profile_source, c.codec,
            c.error_bound);
   add_line(out, "             compress {}, decompress {}", time(c.compress), time(c.decompress));
-  add_line(out, "             ratio {}{}", ratios.empty() ? "(nothing compressed)" : ratios,
-           c.ratio_overridden ? " [explicit]" : " [fitted ratio model]");
+  std::string from = c.ratio_overridden ? " [explicit]" : " [fitted ratio model]";
+  if (f != nullptr && f->with_features > 0) {
+    from = fmt::format(" [fitted ratio model; byte-weighted means, {} of {} tensors from per-tensor features]", f->with_features,
+                       f->storages);
+  }
+  add_line(out, "             ratio {}{}", ratios.empty() ? "(nothing compressed)" : ratios, from);
 }
 
 void add_header(std::string& out, const SimulationRun& run) {
@@ -217,7 +231,9 @@ void add_header(std::string& out, const SimulationRun& run) {
   add_line(out, "Platform   {}: {}, {} of GPU memory ({} bytes)   (source: {})", run.platform.name, run.platform.gpu.name,
            format_bytes(run.platform.gpu.memory_bytes), group_digits(run.platform.gpu.memory_bytes), run.platform.source);
   add_line(out, "Strategy   {}", run.schedule.strategy);
-  for (const models::CompressionModelUse& c : run.schedule.compression) add_compression_line(out, c);
+  for (const models::CompressionModelUse& c : run.schedule.compression) {
+    add_compression_line(out, c, feature_use(run.schedule, c.rule));
+  }
   out += '\n';
 }
 
@@ -373,6 +389,12 @@ std::string report_json(const SimulationRun& run) {
                       {"decompress", time(c.decompress)},
                       {"ratio_source", c.ratio_overridden ? "explicit" : "profile"},
                       {"ratio_by_class", ratios}});
+      // Counts of the storages compressed and of those whose own value features set their ratio;
+      // when the latter is > 0, ratio_by_class holds byte-weighted means (bytes / compressed bytes).
+      if (const models::CompressionFeatureUse* f = feature_use(run.schedule, c.rule)) {
+        list.back()["storages"] = f->storages;
+        list.back()["storages_with_value_features"] = f->with_features;
+      }
     }
     j["compression"] = list;
   }

@@ -55,6 +55,16 @@ sed '0,/"inputs": \[/s//"inputs": [987654, /' "$work/alexnet.json" >"$work/dangl
 expect 2 'dangling.json: /ops/0/inputs/0.*987654' -- trace show "$work/dangling.json"
 expect 2 'cannot read' -- trace show "$work/nonexistent.json"
 
+# Per-tensor value features (version 2): read; malformed ones name their JSON path.
+values=$2/traces/tiny_values.json
+expect 0 'tiny-mlp · batch 2' -- trace show "$values"
+sed 's/"zero_fraction": 0.5,/"zero_fraction": 1.5,/' "$values" >"$work/range.json"
+expect 2 'range.json: /tensors/3/values/zero_fraction: found 1.5; expected a fraction in \[0, 1\]' -- trace show "$work/range.json"
+sed 's/"zero_fraction": 0.5,/"zero_fractoin": 0.5,/' "$values" >"$work/key.json"
+expect 2 'key.json: /tensors/3/values/zero_fractoin: unknown field' -- trace show "$work/key.json"
+sed 's/"spread": 0.25/"spread": "wide"/' "$values" >"$work/type.json"
+expect 2 'type.json: /tensors/0/values/spread: found the string "wide"' -- trace show "$work/type.json"
+
 # Scenarios.
 printf 'model:\n  zoo: resnet18\ntraining:\n  batch_size: 4\n' >"$work/ok.yaml"
 expect 0 'resnet18 · batch 4' -- trace show "$work/ok.yaml"

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,17 @@ class Builder {
     tensors_.push_back(std::move(t));
     return tensors_.size() - 1;
   }
+  // A tensor sharing `base`'s storage (an in-place op's output), of the same size and role.
+  std::size_t view(std::string name, std::size_t base) {
+    traces::Tensor t = tensors_.at(base);
+    t.id = tensors_.size();
+    t.name = std::move(name);
+    t.view_of = base;
+    t.values = {};
+    tensors_.push_back(std::move(t));
+    return tensors_.size() - 1;
+  }
+  traces::Tensor& at(std::size_t index) { return tensors_.at(index); }
   std::size_t op(std::string name, Phase phase, OpKind kind, std::vector<std::size_t> in, std::vector<std::size_t> out,
                  std::int64_t flops = 0) {
     traces::Op o;
@@ -387,6 +399,205 @@ TEST(Rules, InvalidRulesAreInputErrors) {
   EXPECT_THROW(build_schedule(trace, time_model(), spec("s", {compress_rule(no_bandwidth)})), InputError);
   EXPECT_THROW(build_schedule(trace, time_model(), spec("s", {recompute_rule(RecomputeAction::Mode::every_k, 0)})),
                InputError);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Compress with a profile: each storage's ratio from its class's model at the error bound, with
+// the class's default features overridden by those the trace gives (traces/FORMAT.md, "values").
+
+// A profile whose szp ratio depends on the zero fraction (and the error bound); post_relu and
+// generic models with different defaults.
+std::shared_ptr<const CalibrationProfile> ratio_profile() {
+  CalibrationProfile p;
+  p.name = "features-test";
+  p.source = "embedded:features-test";
+  CodecProfile codec;
+  codec.codec = "szp";
+  codec.compress.latency = 1e-5;
+  codec.compress.bandwidth = 1e11;
+  codec.decompress.latency = 1e-5;
+  codec.decompress.bandwidth = 2e11;
+  RatioModel post_relu;
+  post_relu.c0 = 4;
+  post_relu.c_log_eb = -1;
+  post_relu.c_zero = -8;
+  post_relu.max_ratio = 32;
+  post_relu.default_features.zero_fraction = 0.5;
+  post_relu.default_features.spread = 0.2;
+  RatioModel generic = post_relu;
+  generic.c_zero = -2;
+  generic.default_features.zero_fraction = 0.1;
+  codec.ratio[TensorClass::post_relu] = post_relu;
+  codec.ratio[TensorClass::generic] = generic;
+  p.codecs.push_back(codec);
+  return std::make_shared<const CalibrationProfile>(p);
+}
+
+CompressAction profiled(std::shared_ptr<const CalibrationProfile> profile, double error_bound) {
+  CompressAction c;
+  c.profile = std::move(profile);
+  c.codec = "szp";
+  c.error_bound = error_bound;
+  c.explicit_ratio = c.explicit_compress_bandwidth = c.explicit_decompress_bandwidth = c.explicit_latency = false;
+  return c;
+}
+
+// x -a(relu)-> y1 -b(relu)-> y2 -c(conv)-> z -loss-> l; backward reads y1 and y2. Both saved
+// activations are post_relu, 4000 bytes each; `values` gives them value features.
+traces::Trace two_relus(const traces::ValueFeatures& y1_values, const traces::ValueFeatures& y2_values) {
+  Builder b;
+  const auto x = b.tensor("x", 4000, TensorRole::input);
+  const auto y1 = b.tensor("y1", 4000, TensorRole::activation);
+  const auto y2 = b.tensor("y2", 4000, TensorRole::activation);
+  const auto z = b.tensor("z", 4000, TensorRole::temporary);
+  const auto l = b.tensor("l", 4, TensorRole::temporary);
+  const auto gl = b.tensor("gl", 4, TensorRole::temporary);
+  const auto g2 = b.tensor("g2", 4000, TensorRole::temporary);
+  const auto g1 = b.tensor("g1", 4000, TensorRole::temporary);
+  const auto wg = b.tensor("wg", 40, TensorRole::gradient);
+  b.at(y1).values = y1_values;
+  b.at(y2).values = y2_values;
+  b.op("a", Phase::forward, OpKind::relu, {x}, {y1}, 100);
+  b.op("b", Phase::forward, OpKind::relu, {y1}, {y2}, 100);
+  b.op("c", Phase::forward, OpKind::conv, {y2}, {z}, 1000);
+  b.op("loss", Phase::forward, OpKind::loss, {z}, {l}, 10);
+  b.op("seed", Phase::backward, OpKind::other, {l}, {gl});
+  b.op("c.backward", Phase::backward, OpKind::conv, {gl, y2}, {g2}, 1000);
+  b.op("b.backward", Phase::backward, OpKind::relu, {g2, y2}, {g1}, 100);
+  b.op("a.backward", Phase::backward, OpKind::relu, {g1, y1}, {wg}, 100);
+  return b.build("two-relus");
+}
+
+// The compressed size of each compressed storage, by storage.
+std::map<std::size_t, std::int64_t> compressed_bytes(const Schedule& s) {
+  std::map<std::size_t, std::int64_t> out;
+  for (const Task& t : s.tasks) {
+    if (t.kind == TaskKind::compress && t.tensor && t.creates.size() == 1) out[*t.tensor] = s.buffers[t.creates[0]].bytes;
+  }
+  return out;
+}
+
+traces::ValueFeatures zeros(double fraction) {
+  traces::ValueFeatures v;
+  v.zero_fraction = fraction;
+  return v;
+}
+
+TEST(CompressFeatures, TensorsOfOneClassGetTheRatioOfTheirOwnFeatures) {
+  const auto profile = ratio_profile();
+  const RatioModel& model = profile->find("szp")->ratio_model(TensorClass::post_relu);
+  const traces::Trace trace = two_relus(zeros(0.2), zeros(0.8));
+  const Schedule s = build(trace, spec("compress", {compress_rule(profiled(profile, 1e-3))}));
+  // The profile's prediction for each tensor's own features: the class defaults with the zero
+  // fraction replaced, nothing else.
+  DataFeatures f1 = model.default_features;
+  f1.zero_fraction = 0.2;
+  DataFeatures f2 = model.default_features;
+  f2.zero_fraction = 0.8;
+  const double r1 = model.ratio(1e-3, f1);
+  const double r2 = model.ratio(1e-3, f2);
+  ASSERT_GT(r2, r1 * 1.5);  // the zero fraction matters in this profile
+  ASSERT_LT(r2, model.max_ratio);
+  const auto sizes = compressed_bytes(s);
+  ASSERT_EQ(sizes.size(), 2u);
+  EXPECT_EQ(sizes.at(1), static_cast<std::int64_t>(std::ceil(4000 / r1)));
+  EXPECT_EQ(sizes.at(2), static_cast<std::int64_t>(std::ceil(4000 / r2)));
+  EXPECT_NE(sizes.at(1), sizes.at(2));
+
+  // The report does not claim one ratio for the class: it gives the byte-weighted mean and says
+  // how many tensors had their own features.
+  ASSERT_EQ(s.compression.size(), 1u);
+  ASSERT_EQ(s.compression[0].ratios.size(), 1u);
+  EXPECT_EQ(s.compression[0].ratios[0].first, TensorClass::post_relu);
+  EXPECT_DOUBLE_EQ(s.compression[0].ratios[0].second, 8000 / (4000 / r1 + 4000 / r2));
+  ASSERT_EQ(s.compression_features.size(), 1u);
+  EXPECT_EQ(s.compression_features[0].rule, 0u);
+  EXPECT_EQ(s.compression_features[0].storages, 2u);
+  EXPECT_EQ(s.compression_features[0].with_features, 2u);
+}
+
+TEST(CompressFeatures, ATraceWithoutFeaturesGivesTheClassDefaultsExactly) {
+  const auto profile = ratio_profile();
+  const RatioModel& model = profile->find("szp")->ratio_model(TensorClass::post_relu);
+  const Schedule s = build(two_relus({}, {}), spec("compress", {compress_rule(profiled(profile, 1e-3))}));
+  const double ratio = model.ratio(1e-3);
+  for (const auto& [storage, bytes] : compressed_bytes(s)) {
+    EXPECT_EQ(bytes, static_cast<std::int64_t>(std::ceil(4000 / ratio))) << storage;
+  }
+  ASSERT_EQ(s.compression.size(), 1u);
+  ASSERT_EQ(s.compression[0].ratios.size(), 1u);
+  EXPECT_EQ(s.compression[0].ratios[0].second, ratio);  // bit for bit: the class's one ratio
+  EXPECT_EQ(s.compression_features[0].storages, 2u);
+  EXPECT_EQ(s.compression_features[0].with_features, 0u);
+
+  // An explicit ratio (what-if) ignores the features.
+  CompressAction what_if = profiled(profile, 1e-3);
+  what_if.explicit_ratio = true;
+  what_if.ratio = 4;
+  const Schedule w = build(two_relus(zeros(0.2), zeros(0.8)), spec("compress", {compress_rule(what_if)}));
+  for (const auto& [storage, bytes] : compressed_bytes(w)) EXPECT_EQ(bytes, 1000) << storage;
+  EXPECT_EQ(w.compression_features[0].with_features, 0u);
+}
+
+TEST(CompressFeatures, GivenFieldsOverrideTheDefaultsOneByOne) {
+  const auto profile = ratio_profile();
+  const RatioModel& model = profile->find("szp")->ratio_model(TensorClass::post_relu);
+  traces::ValueFeatures spread_only;
+  spread_only.spread = 0.05;
+  traces::ValueFeatures all;
+  all.zero_fraction = 0.7;
+  all.spread = 0.3;
+  all.zero_block_fraction = 0.25;
+  all.block_scale = 0.01;
+  const Schedule s = build(two_relus(spread_only, all), spec("compress", {compress_rule(profiled(profile, 1e-2))}));
+  DataFeatures f1 = model.default_features;
+  f1.spread = 0.05;
+  DataFeatures f2;
+  f2.zero_fraction = 0.7;
+  f2.spread = 0.3;
+  f2.zero_block_fraction = 0.25;
+  f2.block_scale = 0.01;
+  const auto sizes = compressed_bytes(s);
+  EXPECT_EQ(sizes.at(1), static_cast<std::int64_t>(std::ceil(4000 / model.ratio(1e-2, f1))));
+  EXPECT_EQ(sizes.at(2), static_cast<std::int64_t>(std::ceil(4000 / model.ratio(1e-2, f2))));
+}
+
+TEST(CompressFeatures, AStorageUsesTheFeaturesOfItsLastForwardWritersTensor) {
+  // bn writes y, an in-place relu_ overwrites it (y_relu, a view of y): the compressor sees the
+  // ReLU's output, so the class is post_relu and the features are y_relu's, not y's.
+  const auto build_trace = [](const traces::ValueFeatures& base, const traces::ValueFeatures& view) {
+    Builder b;
+    const auto x = b.tensor("x", 4000, TensorRole::input);
+    const auto y = b.tensor("y", 4000, TensorRole::activation);
+    const auto y_relu = b.view("y_relu", y);
+    const auto z = b.tensor("z", 4000, TensorRole::temporary);
+    const auto gz = b.tensor("gz", 4000, TensorRole::temporary);
+    const auto wg = b.tensor("wg", 40, TensorRole::gradient);
+    b.at(y).values = base;
+    b.at(y_relu).values = view;
+    b.op("bn", Phase::forward, OpKind::batchnorm, {x}, {y}, 100);
+    b.op("relu_", Phase::forward, OpKind::relu, {y}, {y_relu}, 100);
+    b.op("c", Phase::forward, OpKind::conv, {y_relu}, {z}, 1000);
+    b.op("seed", Phase::backward, OpKind::other, {z}, {gz});
+    b.op("c.backward", Phase::backward, OpKind::conv, {gz, y_relu}, {wg}, 1000);
+    return b.build("bn-relu");
+  };
+  const auto profile = ratio_profile();
+  const RatioModel& model = profile->find("szp")->ratio_model(TensorClass::post_relu);
+  const auto rule = spec("compress", {compress_rule(profiled(profile, 1e-3))});
+  const auto default_bytes = static_cast<std::int64_t>(std::ceil(4000 / model.ratio(1e-3)));
+  DataFeatures mostly_zero = model.default_features;
+  mostly_zero.zero_fraction = 0.9;
+  const auto own_bytes = static_cast<std::int64_t>(std::ceil(4000 / model.ratio(1e-3, mostly_zero)));
+  ASSERT_NE(default_bytes, own_bytes);
+
+  // Features on the storage owner (the batch-norm output) describe content the ReLU overwrote.
+  const Schedule on_base = build(build_trace(zeros(0.9), {}), rule);
+  EXPECT_EQ(compressed_bytes(on_base).at(1), default_bytes);
+  EXPECT_EQ(on_base.compression_features[0].with_features, 0u);
+  const Schedule on_view = build(build_trace(zeros(0.0), zeros(0.9)), rule);
+  EXPECT_EQ(compressed_bytes(on_view).at(1), own_bytes);
+  EXPECT_EQ(on_view.compression_features[0].with_features, 1u);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -250,6 +250,36 @@ TEST(Outputs, JsonReportHasTheResultsNumbers) {
   EXPECT_EQ(seconds["compute_stall"].get<double>(), r.compute_stall_seconds);
 }
 
+// A profile-driven compress rule's report: one ratio per class, or, where tensors had their own
+// value features, the byte-weighted means and how many tensors had them.
+TEST(Outputs, CompressionReportSaysWhenRatiosComeFromPerTensorFeatures) {
+  Fixture f = every_kind();
+  models::CompressionModelUse use;
+  use.rule = 1;
+  use.profile = "p";
+  use.profile_source = "embedded:p";
+  use.codec = "szp";
+  use.error_bound = 1e-3;
+  use.compress.bandwidth = use.decompress.bandwidth = 1e11;
+  use.ratios = {{models::TensorClass::post_relu, 3.5}, {models::TensorClass::generic, 2.25}};
+  f.schedule.compression = {use};
+  f.schedule.compression_features = {models::CompressionFeatureUse{1, 5, 0}};
+  std::string text = report_text(f.run());
+  EXPECT_THAT(text, HasSubstr("ratio post_relu 3.5, generic 2.25 [fitted ratio model]\n"));
+  json j = json::parse(report_json(f.run()));
+  EXPECT_EQ(j["compression"][0]["ratio_by_class"]["post_relu"], 3.5);
+  EXPECT_EQ(j["compression"][0]["storages"], 5);
+  EXPECT_EQ(j["compression"][0]["storages_with_value_features"], 0);
+
+  f.schedule.compression_features = {models::CompressionFeatureUse{1, 5, 3}};
+  text = report_text(f.run());
+  EXPECT_THAT(text, HasSubstr("ratio post_relu 3.5, generic 2.25 [fitted ratio model; byte-weighted means, 3 of 5 tensors from "
+                              "per-tensor features]"));
+  j = json::parse(report_json(f.run()));
+  EXPECT_EQ(j["compression"][0]["ratio_source"], "profile");
+  EXPECT_EQ(j["compression"][0]["storages_with_value_features"], 3);
+}
+
 TEST(Outputs, JsonReportDescribesTheOutOfMemory) {
   const Fixture& f = out_of_memory();
   const json j = json::parse(report_json(f.run()));

@@ -64,8 +64,10 @@ Op make_op(std::uint64_t id, std::string name, Phase phase, OpKind kind, std::ve
 }
 
 // tests/data/traces/tiny.json, built in code: a linear layer with an in-place ReLU, a loss and
-// a momentum step. It exercises every optional field, sparse ids and the largest uint64 id.
-Trace tiny_trace() {
+// a momentum step. It exercises every optional field of version 1, sparse ids and the largest
+// uint64 id. With `values`, tests/data/traces/tiny_values.json: the same with value features
+// (version 2), all four on the linear output and on its in-place ReLU, one on the input.
+Trace tiny_trace(bool values = false) {
   using enum TensorRole;
   std::vector<Tensor> tensors{
       make_tensor(7, "x", {2, 4}, input, 0),
@@ -89,6 +91,11 @@ Trace tiny_trace() {
   };
   ops[3].after = {2};
   ops[4].measured = MeasuredDuration{1.25e-05, "NVIDIA A100-SXM4-40GB", 32};
+  if (values) {
+    tensors[0].values.spread = 0.25;
+    tensors[2].values = ValueFeatures{0.0, 0.2, 0.0, 0.35};
+    tensors[3].values = ValueFeatures{0.5, 0.18, 0.125, 0.03125};
+  }
   return Trace("tiny-mlp", 2, std::move(tensors), std::move(ops),
                {{"source", "hand-written fixture"}, {"precision", "fp32"}});
 }
@@ -148,6 +155,34 @@ TEST(TraceJson, RoundTripsAtEveryIndent) {
     EXPECT_EQ(trace_to_json(read, indent), text);
     EXPECT_EQ(text.find('\n') == std::string::npos, indent < 0);
   }
+}
+
+TEST(TraceJson, ValueFeaturesRoundTripByteForByte) {
+  const Trace trace = tiny_trace(true);
+  EXPECT_EQ(trace_from_json(fixture_text("tiny_values.json"), "tiny_values.json"), trace);
+  // The writer's exact layout: `values` last in a tensor, fields in the documented order, only
+  // those given; version 2 because the trace has values.
+  EXPECT_EQ(trace_to_json(trace) + "\n", fixture_text("tiny_values.json"));
+  for (int indent : {-1, 1, 2}) {
+    const std::string text = trace_to_json(trace, indent);
+    const Trace read = trace_from_json(text, "t.json");
+    EXPECT_EQ(read, trace);
+    EXPECT_EQ(read.tensor(0).values.spread, 0.25);
+    EXPECT_FALSE(read.tensor(0).values.zero_fraction.has_value());
+    EXPECT_EQ(read.tensor(3).values.block_scale, 0.03125);
+    EXPECT_EQ(trace_to_json(read, indent), text);
+  }
+  // Values are per-value statistics: rescaling keeps them.
+  EXPECT_EQ(trace.rescaled(8).tensor(3).values, trace.tensor(3).values);
+  EXPECT_EQ(trace.rescaled(8).rescaled(2), trace);
+  // Doubles survive at full precision, and an empty object is the same as none.
+  const std::string precise = edited(fixture_text("tiny_values.json"),
+                                     {{R"("block_scale": 0.35)", R"("block_scale": 0.1234567890123456789)"},
+                                      {R"("values": {"spread": 0.25})", R"("values": {})"}});
+  const Trace read = trace_from_json(precise, "t.json");
+  EXPECT_EQ(read.tensor(2).values.block_scale, 0.1234567890123456789);
+  EXPECT_TRUE(read.tensor(0).values.empty());
+  EXPECT_EQ(trace_from_json(trace_to_json(read), "t.json"), read);
 }
 
 TEST(TraceJson, WriterPutsFormatAndVersionFirstAndIsDeterministic) {
@@ -409,6 +444,8 @@ TEST_P(BrokenTrace, NamesTheLocationAndTheProblem) {
 const std::string kTensorX =
     R"({"id": 7, "name": "x", "dtype": "f32", "shape": [2, 4], "role": "input", "batch_dim": 0})";
 const std::string kFcFlops = R"("flops": {"fixed": 0, "per_sample": 24})";
+const std::string kReluView = R"("view_of": 11)";
+const std::pair<std::string, std::string> kVersion2{R"("version": 1,)", R"("version": 2,)"};
 
 // Errors the reader finds itself.
 INSTANTIATE_TEST_SUITE_P(
@@ -619,13 +656,35 @@ INSTANTIATE_TEST_SUITE_P(
             {R"(unknown role "grad")", "expected one of: input, weight, buffer, gradient, optimizer_state"}},
         // Format and version.
         BrokenCase{"NewerVersion",
-                   {{R"("version": 1,)", R"("version": 2, "new_field": 1,)"}},
+                   {{R"("version": 1,)", R"("version": 3, "new_field": 1,)"}},
                    "/version",
-                   {"unsupported version 2; expected version 1", "newer comptrain"}},
+                   {"unsupported version 3; expected version 1 or 2", "newer comptrain"}},
         BrokenCase{"VersionZero",
                    {{R"("version": 1,)", R"("version": 0,)"}},
                    "/version",
-                   {"unsupported version 0; expected version 1"}},
+                   {"unsupported version 0; expected version 1 or 2"}},
+        // Value features (version 2).
+        BrokenCase{"ValuesInVersion1",
+                   {{kReluView, R"("view_of": 11, "values": {"zero_fraction": 0.5})"}},
+                   "/tensors/3/values",
+                   {"version-2 field but /version is 1", R"(expected "version": 2)"}},
+        BrokenCase{"ValuesUnknownKey",
+                   {kVersion2, {kReluView, R"("view_of": 11, "values": {"zero_fractoin": 0.5})"}},
+                   "/tensors/3/values/zero_fractoin",
+                   {R"(unknown field "zero_fractoin" (did you mean "zero_fraction"?))",
+                    "expected one of: zero_fraction, spread, zero_block_fraction, block_scale"}},
+        BrokenCase{"ValuesWrongType",
+                   {kVersion2, {kReluView, R"("view_of": 11, "values": {"spread": "0.2"})"}},
+                   "/tensors/3/values/spread",
+                   {R"(found the string "0.2"; expected a number in [0, 0.5])"}},
+        BrokenCase{"ValuesNull",
+                   {kVersion2, {kReluView, R"("view_of": 11, "values": {"block_scale": null})"}},
+                   "/tensors/3/values/block_scale",
+                   {"found null; expected a finite number >= 0"}},
+        BrokenCase{"ValuesNotAnObject",
+                   {kVersion2, {kReluView, R"("view_of": 11, "values": [0.5])"}},
+                   "/tensors/3/values",
+                   {R"(found an array; expected an object with any of "zero_fraction", "spread")"}},
         BrokenCase{"VersionIsAString",
                    {{R"("version": 1,)", R"("version": "1",)"}},
                    "/version",
@@ -669,6 +728,22 @@ INSTANTIATE_TEST_SUITE_P(
               R"({"id": 7, "name": "x", "dtype": "f32", "shape": [3, 4], "role": "input", "batch_dim": 0})"}},
             "/tensors/0/shape/0",
             {"multiple of the batch size 2"}},
+        BrokenCase{"ZeroFractionAboveOne",
+                   {kVersion2, {kReluView, R"("view_of": 11, "values": {"zero_fraction": 1.5})"}},
+                   "/tensors/3/values/zero_fraction",
+                   {"found 1.5; expected a fraction in [0, 1]"}},
+        BrokenCase{"NegativeZeroBlockFraction",
+                   {kVersion2, {kReluView, R"("view_of": 11, "values": {"zero_block_fraction": -0.25})"}},
+                   "/tensors/3/values/zero_block_fraction",
+                   {"found -0.25; expected a fraction in [0, 1]"}},
+        BrokenCase{"SpreadAboveHalf",
+                   {kVersion2, {kReluView, R"("view_of": 11, "values": {"spread": 0.6})"}},
+                   "/tensors/3/values/spread",
+                   {"found 0.6; expected a number in [0, 0.5]"}},
+        BrokenCase{"NegativeBlockScale",
+                   {kVersion2, {kReluView, R"("view_of": 11, "values": {"block_scale": -1e-9})"}},
+                   "/tensors/3/values/block_scale",
+                   {"found -1e-09; expected a finite number >= 0"}},
         BrokenCase{"ActivationUnusedByBackward",
                    {{R"("shape": [], "role": "temporary")", R"("shape": [], "role": "activation")"}},
                    "/tensors/4/role",

@@ -10,7 +10,10 @@ How it works (PyTorch 1.13, CPU):
   - A TorchDispatchMode sees every aten op below autograd: the forward ops, the backward ops the
     autograd engine runs during `loss.backward()` (the CPU engine runs them on the calling thread,
     so the thread-local mode sees them) and the optimizer's ops. Each becomes one trace op, timed
-    with perf_counter around the kernel call.
+    with perf_counter around the kernel call -- except, outside the forward pass, ops that only
+    rename what they read (autograd's `detach` of every saved tensor it unpacks, `t`, `view`):
+    they move no data, and as backward writes of saved storages they would keep every saved
+    activation from the strategies (Recorder._renames_what_it_reads).
   - Tensors are identified by their storage (`storage().data_ptr()`): an op output sharing the
     storage of one of the op's inputs (a view, `relu_`, `add_`) becomes a new tensor with
     `view_of` = the storage's first tensor, so every tensor keeps exactly one producer. Outputs
@@ -26,6 +29,11 @@ How it works (PyTorch 1.13, CPU):
     before the timed run.
   - Optimizer state is created before recording by a step over zero gradients (which leaves the
     weights unchanged for SGD, momentum and Adam), so the recorded step is a steady-state one.
+  - Value features (FORMAT.md, "values"; off with --no-values): when the backward pass starts,
+    each floating-point storage autograd saved holds its final forward content, the values a
+    compressor would see. Its zero fraction, spread, zero-block fraction and block scale are
+    computed with numpy (the definitions of calibrate's features_of) and written on the tensor
+    the storage's last forward writer produced.
 """
 from __future__ import annotations
 
@@ -101,6 +109,90 @@ def storage_key(t: torch.Tensor):
     return ptr if ptr != 0 else None
 
 
+BLOCK = 32  # values per block, as the block codecs (szp, zeros) cut them
+
+
+def value_features(values) -> dict:
+    """The value features of FORMAT.md ("values") of a 1-D array in memory order, as calibrate's
+    features_of computes them: blocks of 32 values from the start (the last may be shorter); min,
+    max and the standard deviation over the finite values; a block's magnitude is the better of
+    no prediction (max |x|) and 1-D Lorenzo (max |x_i - x_(i-1)|, the first step from 0, steps
+    next to a non-finite value skipped), doubled when the coded values include negative ones.
+    Processed in chunks of whole blocks so that large tensors need little extra memory."""
+    import numpy as np  # python3-numpy comes with python3-torch
+    n = values.size
+    if n == 0:
+        return {}
+    chunk = BLOCK * 65536
+    zeros = finite_count = 0
+    lo, hi, total, total_sq = math.inf, -math.inf, 0.0, 0.0
+    zero_blocks = 0
+    magnitudes = []  # per block that is not all zero
+    for start in range(0, n, chunk):
+        x = np.asarray(values[start:start + chunk], dtype=np.float64)
+        m = x.size
+        is_zero = x == 0
+        zeros += int(np.count_nonzero(is_zero))
+        finite = np.isfinite(x)
+        xf = x[finite]
+        if xf.size:
+            finite_count += xf.size
+            lo, hi = min(lo, float(xf.min())), max(hi, float(xf.max()))
+            total += float(xf.sum())
+            total_sq += float(np.dot(xf, xf))
+        blocks = -(-m // BLOCK)
+        pad = blocks * BLOCK - m
+        first = np.zeros(m, dtype=bool)
+        first[::BLOCK] = True  # chunks start on a block boundary
+        previous = np.empty(m)
+        previous[0] = 0.0
+        previous[1:] = x[:-1]
+        previous[first] = 0.0
+        previous_finite = np.ones(m, dtype=bool)
+        previous_finite[1:] = finite[:-1]
+        previous_finite[first] = True
+        stepped = finite & previous_finite
+        step = np.zeros(m)
+        np.subtract(x, previous, out=step, where=stepped)
+        plain = np.where(finite, np.abs(x), 0.0)
+
+        def per_block(a, fill, reduce):
+            return reduce(np.concatenate([a, np.full(pad, fill, dtype=a.dtype)]).reshape(blocks, BLOCK), axis=1)
+
+        all_zero = per_block(is_zero, True, np.all)
+        plain_max = per_block(plain, 0.0, np.max)
+        plain_negative = per_block(finite & (x < 0), False, np.any)
+        lorenzo_max = per_block(np.abs(step), 0.0, np.max)
+        lorenzo_negative = per_block(stepped & (step < 0), False, np.any)
+        magnitude = np.where(lorenzo_max < plain_max, lorenzo_max * np.where(lorenzo_negative, 2.0, 1.0),
+                             plain_max * np.where(plain_negative, 2.0, 1.0))
+        zero_blocks += int(np.count_nonzero(all_zero))
+        magnitudes.append(magnitude[~all_zero])
+    blocks_total = -(-n // BLOCK)
+    value_range = hi - lo if finite_count else 0.0
+    spread = block_scale = 0.0
+    if value_range > 0:
+        mean = total / finite_count
+        variance = max(0.0, total_sq / finite_count - mean * mean)
+        # std <= range / 2 exactly; rounding must not push it over what a reader accepts.
+        spread = min(0.5, math.sqrt(variance) / value_range)
+        scales = np.concatenate(magnitudes) / value_range
+        if scales.size:
+            block_scale = float(np.exp(np.mean(np.log(np.maximum(scales, 1e-6)))))
+    return {'zero_fraction': zeros / n, 'spread': spread,
+            'zero_block_fraction': zero_blocks / blocks_total, 'block_scale': block_scale}
+
+
+def storage_values(t: torch.Tensor, elements: int):
+    """The first `elements` values of t's storage, in memory order, as a numpy array (float32 or
+    float64). Called inside __torch_dispatch__, where the mode is off, so nothing is recorded."""
+    flat = torch.empty(0, dtype=t.dtype).set_(t.storage())
+    flat = flat[:min(elements, flat.numel())]
+    if flat.dtype not in (torch.float32, torch.float64):
+        flat = flat.float()
+    return flat.numpy()
+
+
 def tensors_in(tree):
     return [x for x in tree_flatten(tree)[0] if isinstance(x, torch.Tensor)]
 
@@ -154,6 +246,8 @@ class Recorder(TorchDispatchMode):
         self.saved_storages: set[int] = set()  # base indices autograd saved
         self.saved_tensors: list = []          # (base index, tensor, creator) for --samples
         self.keep_saved = False
+        self.record_values = False   # compute value features when the backward pass starts
+        self.saved_refs: dict = {}   # base index -> a saved tensor of that storage (until then)
         self.unread_saved = 0  # saved storages no backward op reads (left temporary)
         self.op_counts: dict = {}
         for key, (name, role, t) in resident.items():
@@ -196,10 +290,26 @@ class Recorder(TorchDispatchMode):
         index = self.by_storage.get(key) if key is not None else None
         if index is not None and self.tensors[self.base_of[index]]['role'] == 'temporary':
             self.saved_storages.add(self.base_of[index])
+            if self.record_values and self.phase == 'forward' and t.is_floating_point():
+                self.saved_refs.setdefault(self.base_of[index], t)
             if self.keep_saved:
                 creator = type(t.grad_fn).__name__ if t.grad_fn is not None else 'leaf'
                 self.saved_tensors.append((self.base_of[index], t, creator))
         return t
+
+    def _record_values(self):
+        """At the first op after the forward pass: each saved storage holds its final forward
+        content. Its features go on its latest tensor, the one its last forward writer produced
+        (where the strategy looks for them, FORMAT.md "values"). The references are dropped, so
+        that autograd frees the storages during backward as usual."""
+        refs, self.saved_refs = self.saved_refs, {}
+        for base, t in refs.items():
+            latest = self.by_storage.get(storage_key(t))
+            if latest is None or self.base_of[latest] != base:
+                continue
+            features = value_features(storage_values(t, math.prod(self.tensors[base]['shape'])))
+            if features:
+                self.tensors[latest]['values'] = features
 
     # --- ops -------------------------------------------------------------------------------
     def _op_name(self, base: str, inputs: list[int]) -> tuple[str, str]:
@@ -243,12 +353,48 @@ class Recorder(TorchDispatchMode):
             return kind
         return 'elementwise' if base in ELEMENTWISE else 'other'
 
+    @staticmethod
+    def _renames_what_it_reads(base: str, in_tensors, out_tensors) -> bool:
+        """Whether an op only gives another name to tensors it reads: it is not in-place (`relu_`,
+        `add_` write data), and every output shares the storage of an input and covers at least
+        that input's bytes (`detach`, `alias`, `t`, `view`, `_reshape_alias`, `expand`; not a
+        `slice`, `select` or `split`, which name a part of what they read).
+
+        Outside the forward pass such an op is not recorded (`__torch_dispatch__`). It moves no
+        data, and recording it says something false about the data flow: autograd `detach`es
+        every saved tensor it unpacks in the backward pass (and the gradients AccumulateGrad
+        stores), and a recorded detach is a backward op *writing* a view of the saved storage. The
+        strategies only act on storages that no backward op writes (models/strategies/README.md,
+        "Rules"; a backward write would change what a restored or recomputed copy must hold), so
+        with those ops recorded they could offload, compress or drop no saved activation of a
+        captured trace. Unrecorded, the alias stays unnamed: a later reader is looked up by its
+        storage (`lookup`) and reads the storage's latest tensor, the one the alias renames, as
+        every reader of that memory does. The zoo has no such op either: it records one op per
+        autograd node, and its backward `view` ops (an add's or a reshape's backward) alias
+        gradients, never saved activations.
+
+        Views of a part (a `slice` of a gradient in CatBackward) stay recorded as `view` ops: their
+        readers read the part, which a lookup by storage would widen to the whole. In the forward
+        pass every alias op stays recorded, as the zoo records its forward views (a flatten is a
+        forward `view` op)."""
+        if not out_tensors or base.endswith('_'):
+            return False
+        for t in out_tensors:
+            key = storage_key(t)
+            if key is None or not any(storage_key(i) == key and
+                                      t.numel() * t.element_size() >= i.numel() * i.element_size()
+                                      for i in in_tensors):
+                return False
+        return True
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         base = op_base_name(func)
         if func.namespace == 'profiler':
             # record_function's bookkeeping (the optimizer step is wrapped in one): no kernel.
             return func(*args, **kwargs)
+        if self.saved_refs and self.phase != 'forward':
+            self._record_values()
         in_tensors = tensors_in((args, kwargs))
         inputs = [self.lookup(t, base) for t in in_tensors]
         input_keys = {storage_key(t) for t in in_tensors} - {None}
@@ -256,6 +402,8 @@ class Recorder(TorchDispatchMode):
         result = func(*args, **kwargs)
         seconds = time.perf_counter() - start
         out_tensors = tensors_in(result)
+        if self.phase != 'forward' and self._renames_what_it_reads(base, in_tensors, out_tensors):
+            return result  # no data moves; later readers read the tensor it renames
         name, module = self._op_name(base, inputs)
 
         outputs, aliases_only = [], True
@@ -357,12 +505,13 @@ class Session:
         out[storage_key(y)] = ('labels', 'input', y)
         return out
 
-    def step(self, batch: int, keep_saved: bool) -> Recorder:
+    def step(self, batch: int, keep_saved: bool, record_values: bool = False) -> Recorder:
         shape = [batch] + [int(s) for s in self.args.input_shape.split(',')]
         x = torch.randn(shape, dtype=self.dtype)
         y = torch.randint(0, self.args.num_classes, (batch,))
         rec = Recorder(self.resident(x, y), self.module_of)
         rec.keep_saved = keep_saved
+        rec.record_values = record_values
         def enter(name):
             def hook(_module, _inputs):
                 rec.module_stack.append(name)
@@ -450,6 +599,8 @@ def build_trace(session: Session, main: Recorder, probe: Recorder, batch: int, p
                       file=sys.stderr)
         if t['view_of'] is not None:
             entry['view_of'] = t['view_of']
+        if 'values' in t and t['role'] == 'activation':
+            entry['values'] = t['values']
         tensors.append(entry)
     # A view must scale like its base or not at all; the base's verdict wins.
     for entry in tensors:
@@ -488,7 +639,8 @@ def build_trace(session: Session, main: Recorder, probe: Recorder, batch: int, p
         'note': 'CPU run: dropout saves a float32 mask (CUDA saves a 1-byte one)',
     }
     name = session.args.name or session.args.model.rsplit(':', 1)[-1]
-    return {'format': 'comptrain-trace', 'version': 1, 'name': name, 'batch_size': batch,
+    version = 2 if any('values' in entry for entry in tensors) else 1  # 2 added per-tensor values
+    return {'format': 'comptrain-trace', 'version': version, 'name': name, 'batch_size': batch,
             'metadata': metadata, 'tensors': tensors, 'ops': ops}
 
 
@@ -534,6 +686,8 @@ def parse_args(argv):
     p.add_argument('--sample-count', type=int, default=8)
     p.add_argument('--threads', type=int, help='torch CPU threads (default: torch\'s choice)')
     p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--no-values', dest='values', action='store_false',
+                   help='do not compute value features of the saved activations (FORMAT.md, "values")')
     args = p.parse_args(argv)
     if args.batch < 1:
         p.error('--batch must be >= 1')
@@ -548,7 +702,7 @@ def main(argv=None) -> int:
     probe_batch = args.batch - 1 if args.batch > 1 else 2
     # The probe runs first: it also warms the kernels and the allocator up for the timed run.
     probe = session.step(probe_batch, keep_saved=False)
-    main_run = session.step(args.batch, keep_saved=bool(args.samples))
+    main_run = session.step(args.batch, keep_saved=bool(args.samples), record_values=args.values)
     trace = build_trace(session, main_run, probe, args.batch, probe_batch)
     tmp = args.output + '.tmp'
     with open(tmp, 'w', encoding='utf-8') as f:

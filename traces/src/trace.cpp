@@ -1,6 +1,8 @@
 #include "comptrain/traces/trace.hpp"
 
+#include <array>
 #include <boost/graph/depth_first_search.hpp>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <numeric>
@@ -43,6 +45,20 @@ void check_tensor_shapes(const std::vector<Tensor>& tensors, std::int64_t batch_
                          "extent " + std::to_string(extent) + " of the batch dimension is not a positive multiple of the batch size " +
                              std::to_string(batch_size));
       }
+    }
+  }
+}
+
+// Value features (FORMAT.md, "values"): each given field finite and within its range.
+void check_value_features(const std::vector<Tensor>& tensors) {
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    for (const ValueFeatureField& field : kValueFeatureFields) {
+      const std::optional<double>& value = tensors[i].values.*field.member;
+      if (!value || (*value >= 0 && *value <= field.max && std::isfinite(*value))) continue;
+      std::array<char, 32> text{};
+      const auto written = std::to_chars(text.data(), text.data() + text.size(), *value);
+      throw TraceError(tensor_path(i) + "/values/" + std::string(field.key),
+                       "found " + std::string(text.data(), written.ptr) + "; expected " + std::string(field.expected));
     }
   }
 }
@@ -100,6 +116,7 @@ Trace::Trace(std::string name, std::int64_t batch_size, std::vector<Tensor> tens
   }
 
   check_tensor_shapes(tensors_, batch_size_);
+  check_value_features(tensors_);
 
   // Views: resolve each tensor to the tensor that owns its storage.
   storage_.resize(n_tensors);

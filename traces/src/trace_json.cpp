@@ -365,16 +365,20 @@ class TraceReader {
       fail("/format", "found " + describe(*format) + "; expected " + json_quoted(kTraceFormatName) +
                           " (is this a comptrain trace?)");
     }
-    const std::string current = std::to_string(kTraceFormatVersion);
+    std::string known;
+    for (int v = 1; v <= kTraceFormatVersion; ++v) {
+      known += (v == 1 ? "" : v == kTraceFormatVersion ? " or " : ", ") + std::to_string(v);
+    }
     const std::uint64_t version =
-        as_uint64(required(root, "", "version", "the format version, " + current), "/version");
-    if (version != static_cast<std::uint64_t>(kTraceFormatVersion)) {
-      fail("/version", "unsupported version " + std::to_string(version) + "; expected version " + current +
-                           ", the only one this build reads" +
+        as_uint64(required(root, "", "version", "the format version, " + known), "/version");
+    if (version < 1 || version > static_cast<std::uint64_t>(kTraceFormatVersion)) {
+      fail("/version", "unsupported version " + std::to_string(version) + "; expected version " + known +
+                           ", the versions this build reads" +
                            (version > static_cast<std::uint64_t>(kTraceFormatVersion)
                                 ? " (the file is from a newer comptrain)"
                                 : ""));
     }
+    version_ = version;
     check_fields(root, "", {"format", "version", "name", "batch_size", "metadata", "tensors", "ops"});
 
     std::string name = as_string(required(root, "", "name", "a string"), "/name");
@@ -568,7 +572,11 @@ class TraceReader {
   Tensor read_tensor(const json& value, const std::string& path,
                      std::vector<std::optional<std::uint64_t>>& view_ids) {
     expect_object(value, path, "a tensor object");
-    check_fields(value, path, {"id", "name", "dtype", "shape", "role", "batch_dim", "view_of"});
+    if (version_ < 2 && value.is_object() && value.contains("values")) {
+      fail(child(path, "values"), "per-tensor \"values\" are a version-2 field but /version is " +
+                                      std::to_string(version_) + "; expected \"version\": 2 in a file that has them");
+    }
+    check_fields(value, path, {"id", "name", "dtype", "shape", "role", "batch_dim", "view_of", "values"});
     Tensor tensor;
     tensor.id = as_uint64(required(value, path, "id", "an unsigned integer"), child(path, "id"));
     if (auto [it, inserted] = tensor_index_.try_emplace(tensor.id, tensor_index_.size()); !inserted) {
@@ -612,7 +620,33 @@ class TraceReader {
       view_id = as_uint64(*view_of, child(path, "view_of"));
     }
     view_ids.push_back(view_id);
+    if (const json* values = optional(value, "values")) tensor.values = read_values(*values, child(path, "values"));
     return tensor;
+  }
+
+  // The ranges are the Trace constructor's to check (it names the same path).
+  ValueFeatures read_values(const json& value, const std::string& path) const {
+    std::vector<std::string_view> keys;
+    for (const ValueFeatureField& field : kValueFeatureFields) keys.push_back(field.key);
+    std::string expected = "an object with any of";
+    for (std::size_t k = 0; k < keys.size(); ++k) expected += (k == 0 ? " \"" : ", \"") + std::string(keys[k]) + "\"";
+    expect_object(value, path, expected);
+    for (auto it = value.begin(); it != value.end(); ++it) {
+      if (std::find(keys.begin(), keys.end(), it.key()) == keys.end()) {
+        fail(child(path, it.key()), "unknown field " + json_quoted(it.key()) + suggestion(it.key(), keys) +
+                                        "; expected one of: " + joined(keys));
+      }
+    }
+    ValueFeatures features;
+    for (const ValueFeatureField& field : kValueFeatureFields) {
+      const json* number = optional(value, std::string(field.key));
+      if (number == nullptr) continue;
+      if (!number->is_number()) {
+        fail(child(path, field.key), "found " + describe(*number) + "; expected " + std::string(field.expected));
+      }
+      features.*field.member = number->get<double>();
+    }
+    return features;
   }
 
   // view_of names a tensor id that may come later in the file, so it is resolved once every
@@ -704,6 +738,7 @@ class TraceReader {
   }
 
   std::string_view source_;
+  std::uint64_t version_ = 1;
   std::int64_t batch_size_ = 1;
   std::unordered_map<std::uint64_t, TensorIndex> tensor_index_;
   std::unordered_map<std::uint64_t, OpIndex> op_index_;
@@ -726,7 +761,11 @@ class TraceWriter {
     string(kTraceFormatName, "/format");
     next_field(1);
     key("version");
-    out_ += std::to_string(kTraceFormatVersion);
+    // The oldest version that can hold the trace (2 added `values`), so that a trace without
+    // values stays readable by older builds and its files keep their bytes.
+    const bool any_values = std::any_of(trace_.tensors().begin(), trace_.tensors().end(),
+                                        [](const Tensor& t) { return !t.values.empty(); });
+    out_ += any_values ? "2" : "1";
     next_field(1);
     key("name");
     string(trace_.name(), "/name");
@@ -853,6 +892,22 @@ class TraceWriter {
       separator();
       key("view_of");
       out_ += std::to_string(trace_.tensor(*tensor.view_of).id);
+    }
+    if (!tensor.values.empty()) {
+      separator();
+      key("values");
+      out_ += '{';
+      bool first = true;
+      for (const ValueFeatureField& field : kValueFeatureFields) {
+        const std::optional<double>& number = tensor.values.*field.member;
+        if (!number) continue;
+        if (!first) separator();
+        first = false;
+        key(field.key);
+        // Finite (the Trace constructor checked); the shortest text that reads back the same.
+        out_ += json(*number).dump();
+      }
+      out_ += '}';
     }
     out_ += '}';
   }

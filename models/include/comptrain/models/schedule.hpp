@@ -75,9 +75,20 @@ struct Task {
   std::vector<TaskId> after;                  // tasks of other streams that must end first
 };
 
+// Per profile-driven compress rule: how many storages it compressed, and how many of those had
+// their ratio from the value features the trace gives (traces/FORMAT.md, "values") over their
+// class's defaults. When a class had any, its entry in CompressionModelUse::ratios is the
+// byte-weighted mean (its bytes / its compressed bytes), not a ratio every tensor got.
+struct CompressionFeatureUse {
+  std::size_t rule = 0;
+  std::size_t storages = 0;
+  std::size_t with_features = 0;
+};
+
 struct Schedule {
   std::string strategy;  // a short description, for reports
   std::vector<CompressionModelUse> compression;  // per profile-driven compress rule: the costs it applied, for reports
+  std::vector<CompressionFeatureUse> compression_features;  // the same rules, in the same order
   std::vector<Buffer> buffers;
   std::vector<Task> tasks;
 

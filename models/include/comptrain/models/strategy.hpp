@@ -55,7 +55,9 @@ struct CompressAction {
 
   // With a profile, each number above whose explicit_* flag is false comes from the profile's
   // models for `codec`: the ratio from the ratio model of the tensor's class (derived from the op
-  // that produces it) at `error_bound`, the seconds from the compress / decompress time models.
+  // that produces it) at `error_bound`, with the class's default features overridden field by
+  // field by the value features the trace gives for the saved content (traces/FORMAT.md,
+  // "values"), the seconds from the compress / decompress time models.
   std::shared_ptr<const CalibrationProfile> profile;
   bool profile_auto = false;  // `profile: auto`: picked for the platform, re-picked when it changes (sim::set_platform)
   std::string codec = "szp";

@@ -7,12 +7,15 @@
 //  - an op's FLOPs and bytes are `fixed + per_sample * batch` (BatchLinear), so rescaling
 //    never rounds and b -> b' -> b gives back the original bit for bit.
 
+#include <array>
 #include <boost/graph/adjacency_list.hpp>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "comptrain/support/input_error.hpp"
@@ -46,6 +49,38 @@ struct MeasuredDuration {
   friend bool operator==(const MeasuredDuration&, const MeasuredDuration&) = default;
 };
 
+// Features of a tensor's values, measured on one captured batch (traces/FORMAT.md, "values"):
+// what a compression-ratio model needs beyond the tensor's size. Each field is optional; a
+// missing one means "not measured" (a consumer uses its own default). Values are in memory order,
+// cut into blocks of 32 consecutive values (the last one may be shorter); min, max and the
+// standard deviation count the finite values only.
+struct ValueFeatures {
+  std::optional<double> zero_fraction;        // fraction of the values that are exactly zero, in [0, 1]
+  std::optional<double> spread;               // standard deviation / (max - min), in [0, 0.5]; 0 when max == min
+  std::optional<double> zero_block_fraction;  // fraction of the blocks whose values are all zero, in [0, 1]
+  // Geometric mean over the blocks that are not all zero of a block's coded magnitude relative to
+  // max - min (FORMAT.md gives the definition), >= 0; 0 when max == min or every block is zero.
+  std::optional<double> block_scale;
+
+  bool empty() const { return !zero_fraction && !spread && !zero_block_fraction && !block_scale; }
+  friend bool operator==(const ValueFeatures&, const ValueFeatures&) = default;
+};
+
+// The fields of ValueFeatures in file order, with their JSON keys and valid ranges [0, max]
+// (the Trace constructor checks them; the reader and the writer follow this order).
+struct ValueFeatureField {
+  std::string_view key;
+  std::optional<double> ValueFeatures::*member;
+  double max;
+  std::string_view expected;  // for messages: "a fraction in [0, 1]"
+};
+inline constexpr std::array<ValueFeatureField, 4> kValueFeatureFields{{
+    {"zero_fraction", &ValueFeatures::zero_fraction, 1.0, "a fraction in [0, 1]"},
+    {"spread", &ValueFeatures::spread, 0.5, "a number in [0, 0.5] (standard deviation / range)"},
+    {"zero_block_fraction", &ValueFeatures::zero_block_fraction, 1.0, "a fraction in [0, 1]"},
+    {"block_scale", &ValueFeatures::block_scale, std::numeric_limits<double>::infinity(), "a finite number >= 0"},
+}};
+
 struct Tensor {
   std::uint64_t id = 0;  // as in the file; unique within the trace
   std::string name;
@@ -54,6 +89,10 @@ struct Tensor {
   TensorRole role = TensorRole::temporary;
   std::optional<std::size_t> batch_dim;     // the dimension that grows with the batch, if any
   std::optional<TensorIndex> view_of;       // shares storage with this tensor (in-place, reshape)
+  // Features of this tensor's values as its producer wrote them (empty: not measured). For the
+  // storage a compress rule compresses, the strategy reads those of the tensor written by the
+  // storage's last forward writer (FORMAT.md, "values").
+  ValueFeatures values;
 
   // Derived from the ops when the trace is built; never read from a file.
   std::optional<OpIndex> producer;

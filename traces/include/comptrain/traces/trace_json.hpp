@@ -10,7 +10,9 @@
 namespace comptrain::traces {
 
 inline constexpr std::string_view kTraceFormatName = "comptrain-trace";
-inline constexpr int kTraceFormatVersion = 1;
+// The versions this build reads, 1 to kTraceFormatVersion. Version 2 added per-tensor `values`.
+// The writer writes the oldest version that can hold the trace: 1 unless a tensor has values.
+inline constexpr int kTraceFormatVersion = 2;
 
 // Serialises a trace. `indent` < 0 writes one line.
 std::string trace_to_json(const Trace& trace, int indent = 1);

@@ -201,21 +201,37 @@ const traces::ValueFeatures& storage_values(const Trace& trace, TensorIndex s, c
 // The costs a compress action applies: the explicit numbers, or the profile's models where the
 // scenario did not give one (check_rule has made sure the codec exists). The ratio model takes
 // the class's default features, overridden field by field by those the trace gives.
+// An absolute bound becomes the relative one the models take through the storage's range
+// (eb_abs / range, capped at 1: a bound as wide as the range leaves one value to code).
 double compress_ratio(const CompressAction& c, TensorClass cls, const traces::ValueFeatures& values = {}) {
   if (!c.profile || c.explicit_ratio) return c.ratio;
   const RatioModel& model = c.profile->find(c.codec)->ratio_model(cls);
-  if (values.empty()) return model.ratio(c.error_bound);
+  double eb = c.error_bound;
+  if (c.absolute_bound) {
+    if (!values.range) throw std::logic_error("compress_ratio: absolute bound without a range (check_ranges runs first)");
+    eb = *values.range > 0 ? std::min(1.0, c.error_bound / *values.range) : 1.0;
+  }
+  if (values.empty()) return model.ratio(eb);
   DataFeatures features = model.default_features;
   if (values.zero_fraction) features.zero_fraction = *values.zero_fraction;
   if (values.spread) features.spread = *values.spread;
   if (values.zero_block_fraction) features.zero_block_fraction = *values.zero_block_fraction;
   if (values.block_scale) features.block_scale = *values.block_scale;
-  return model.ratio(c.error_bound, features);
+  return model.ratio(eb, features);
 }
 
 // Whether a storage's compressed size depends on the features the trace gives for it.
 bool uses_values(const CompressAction& c, const traces::ValueFeatures& values) {
   return c.profile && !c.explicit_ratio && !values.empty();
+}
+
+// An absolute-bound rule needs the range of every storage it compresses: checked before any
+// ratio is taken, so the error names the tensor rather than failing deep in the assembly.
+void check_ranges(const Trace& trace, const StrategySpec& spec, std::size_t rule, TensorIndex s, const traces::ValueFeatures& values) {
+  const CompressAction& c = *spec.rules[rule].compress;
+  if (!c.absolute_bound || !c.profile || c.explicit_ratio || values.range) return;
+  throw InputError("strategy '" + spec.name + "' rule " + std::to_string(rule) + ": error_bound_mode abs needs the value range of every tensor it compresses, and '" +
+                   trace.tensor(s).name + "' has none in the trace (values.range, traces/FORMAT.md; comptrain_capture.py writes it); use a relative bound (error_bound_mode rel) for traces without values");
 }
 
 TimeModel codec_time(const CompressAction& c, bool compress) {
@@ -273,7 +289,9 @@ class Assembler {
         restored_[s] = add_buffer(copy_buffer(s, MemoryRole::prefetch, tensor.bytes(), " (prefetched)"));
       } else if (plan_.action[s] == Action::compress) {
         const auto& c = *spec_.rules[plan_.rule[s]].compress;
-        const double ratio = compress_ratio(c, storage_class(trace, a_.info[s]), storage_values(trace, s, a_.info[s]));
+        const traces::ValueFeatures& values = storage_values(trace, s, a_.info[s]);
+        check_ranges(trace, spec_, plan_.rule[s], s, values);
+        const double ratio = compress_ratio(c, storage_class(trace, a_.info[s]), values);
         const auto bytes = static_cast<std::int64_t>(std::ceil(static_cast<double>(tensor.bytes()) / ratio));
         compressed_[s] = add_buffer(copy_buffer(s, MemoryRole::compressed, bytes, " (compressed)"));
         restored_[s] = add_buffer(copy_buffer(s, MemoryRole::activation, tensor.bytes(), " (decompressed)"));
@@ -860,6 +878,7 @@ Schedule build_schedule(const Trace& trace, const OpTimeModel& time_model, const
       use.codec = c->codec;
     }
     use.error_bound = c->error_bound;
+    use.absolute_bound = c->absolute_bound;
     use.compress = codec_time(*c, true);
     use.decompress = codec_time(*c, false);
     use.ratio_overridden = !c->profile || c->explicit_ratio;
@@ -889,7 +908,8 @@ Schedule build_schedule(const Trace& trace, const OpTimeModel& time_model, const
       }
     }
     for (const auto& [cls, totals] : classes) {
-      const bool mean = totals.from_values && totals.compressed > 0;
+      // With an absolute bound every tensor has its own relative bound: always the mean.
+      const bool mean = (totals.from_values || c->absolute_bound) && totals.compressed > 0;
       use.ratios.emplace_back(cls, mean ? totals.bytes / totals.compressed : compress_ratio(*c, cls));
     }
     built.schedule.compression.push_back(std::move(use));

@@ -209,8 +209,8 @@ void add_compression_line(std::string& out, const models::CompressionModelUse& c
   };
   std::string ratios;
   for (const auto& [cls, ratio] : c.ratios) ratios += fmt::format("{}{} {:.3g}", ratios.empty() ? "" : ", ", models::to_string(cls), ratio);
-  add_line(out, "           compress rule {}: profile {} ({}), codec {}, error bound {:g}", c.rule, c.profile, c.profile_source, c.codec,
-           c.error_bound);
+  add_line(out, "           compress rule {}: profile {} ({}), codec {}, error bound {:g}{}", c.rule, c.profile, c.profile_source, c.codec,
+           c.error_bound, c.absolute_bound ? " (absolute)" : "");
   add_line(out, "             compress {}, decompress {}", time(c.compress), time(c.decompress));
   std::string from = c.ratio_overridden ? " [explicit]" : " [fitted ratio model]";
   if (f != nullptr && f->with_features > 0) {
@@ -385,6 +385,7 @@ std::string report_json(const SimulationRun& run) {
                       {"profile_source", c.profile_source.empty() ? ordered_json(nullptr) : ordered_json(c.profile_source)},
                       {"codec", c.codec.empty() ? ordered_json(nullptr) : ordered_json(c.codec)},
                       {"error_bound", c.error_bound},
+                      {"error_bound_mode", c.absolute_bound ? "abs" : "rel"},
                       {"compress", time(c.compress)},
                       {"decompress", time(c.decompress)},
                       {"ratio_source", c.ratio_overridden ? "explicit" : "profile"},

@@ -236,7 +236,7 @@ class ScenarioReader {
     } else {
       const YAML::Node c = node["compress"];
       require_map(c, field + ".compress");
-      check_keys(c, field + ".compress", {"profile", "codec", "ratio", "compress_bandwidth", "decompress_bandwidth", "latency", "error_bound"});
+      check_keys(c, field + ".compress", {"profile", "codec", "ratio", "compress_bandwidth", "decompress_bandwidth", "latency", "error_bound", "error_bound_mode"});
       models::CompressAction action;
       const std::string f = field + ".compress";
       const bool profiled = static_cast<bool>(c["profile"]);
@@ -281,6 +281,17 @@ class ScenarioReader {
       if (c["error_bound"]) {
         action.error_bound = number(c["error_bound"], f + ".error_bound");
         if (!(action.error_bound > 0)) throw InputError(where(c["error_bound"].Mark()) + "'" + f + ".error_bound' must be > 0");
+      }
+      if (const YAML::Node mode = c["error_bound_mode"]) {
+        const std::string m = scalar(mode, f + ".error_bound_mode");
+        if (m != "rel" && m != "abs") {
+          throw InputError(where(mode.Mark()) + "'" + f + ".error_bound_mode' is '" + m +
+                           "'; expected rel (relative to each tensor's value range, the default) or abs (in the tensor's units)");
+        }
+        if (!profiled || !c["error_bound"]) {
+          throw InputError(where(mode.Mark()) + "'" + f + ".error_bound_mode' applies with 'profile' and 'error_bound' only");
+        }
+        action.absolute_bound = m == "abs";
       }
       rule.compress = action;
     }

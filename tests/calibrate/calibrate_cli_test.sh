@@ -65,5 +65,9 @@ out=$("$bin" calibrate --device cpu --quick --emit-platform "$work/pl.yaml" -o "
 out=$("$bin" calibrate --device cpu --quick -o "$work/no/such/dir/q.yaml" 2>&1); code=$?
 [[ $code -eq 2 && $out == *"does not exist"* ]] || fail "unwritable output: exit $code, $out"
 
+sed -e 's/error_bound: 1e-3}/error_bound: 1e-3, error_bound_mode: absolute}/' "$work/scenario.yaml" >"$work/mode.yaml"
+out=$("$bin" simulate "$work/mode.yaml" 2>&1); code=$?
+[[ $code -eq 2 && $out == *"mode.yaml:8:"*"error_bound_mode' is 'absolute'; expected rel"*"or abs"* ]] || fail "bad error_bound_mode: exit $code, $out"
+
 echo "calibrate cli: $failed failed"
 [[ $failed -eq 0 ]]

@@ -64,4 +64,19 @@ for strategy, action in (('offload', 'offloaded'), ('compress', 'compressed'), (
     assert acted > 0, f'{strategy}: {action} no saved activation of the captured trace'
     assert peak < baseline_peak, f'{strategy}: peak {peak} not below the baseline {baseline_peak}'
 PY
-echo "OK: captured resnet18 (batch 4) replays; offload, compress and sqrt_n act on it as on the zoo"
+# An absolute error bound: each captured tensor's relative bound is it over the tensor's range
+# (values.range), so tensors of one class get different ratios; the zoo has no ranges: exit 2.
+# Conv inputs only: integer tensors (max-pool indices) carry no values, hence no range.
+abs_rules=$'strategy:\n  name: compress-abs\n  rules:\n    - select: {inputs_of: [conv]}\n      compress: {profile: auto, codec: szp, error_bound: 0.01, error_bound_mode: abs}'
+for model in 'trace: resnet18-b4.json' 'zoo: resnet18'; do
+  printf 'name: resnet18-abs\nmodel: {%s}\ntraining: {batch_size: 4}\nplatform: a100-40gb\n%s\n' "$model" "$abs_rules" > "$dir/abs-${model%%:*}.yaml"
+done
+"$comptrain" simulate "$dir/abs-trace.yaml" > "$dir/abs.txt"
+grep -q 'error bound 0.01 (absolute)' "$dir/abs.txt" || { echo "FAIL: the report does not say the bound is absolute"; cat "$dir/abs.txt"; exit 1; }
+grep -Eq 'compressed [1-9][0-9]* ' "$dir/abs.txt" || { echo "FAIL: nothing compressed under an absolute bound"; cat "$dir/abs.txt"; exit 1; }
+set +e
+out=$("$comptrain" simulate "$dir/abs-zoo.yaml" 2>&1); code=$?
+set -e
+[[ $code -eq 2 && $out == *"error_bound_mode abs needs the value range"*"has none in the trace"* ]] || { echo "FAIL: abs bound on the zoo: exit $code, $out"; exit 1; }
+
+echo "OK: captured resnet18 (batch 4) replays; offload, compress and sqrt_n act on it as on the zoo; absolute bounds use its ranges"

@@ -274,13 +274,15 @@ TEST(Capture, SavedActivationsCarryTheValueFeaturesOfTheirFinalForwardContent) {
     ASSERT_EQ(!tensor.values.empty(), carries) << tensor.name;
     if (!carries) continue;
     const ValueFeatures& v = tensor.values;
-    ASSERT_TRUE(v.zero_fraction && v.spread && v.zero_block_fraction && v.block_scale) << tensor.name;
+    ASSERT_TRUE(v.zero_fraction && v.spread && v.zero_block_fraction && v.block_scale && v.range) << tensor.name;
+    EXPECT_GE(*v.range, 0) << tensor.name;
     EXPECT_LE(*v.spread, 0.5) << tensor.name;  // 0 for a constant (the loss's total weight)
     EXPECT_LE(*v.zero_block_fraction, 1.0) << tensor.name;
     const OpKind writer = trace.op(*tensor.producer).kind;
     if (writer == OpKind::relu || writer == OpKind::conv) {
       EXPECT_GT(*v.spread, 0) << tensor.name;
       EXPECT_GT(*v.block_scale, 0) << tensor.name;
+      EXPECT_GT(*v.range, 0) << tensor.name;  // what an absolute error bound is divided by
     }
     if (writer == OpKind::relu) {
       ++relus;

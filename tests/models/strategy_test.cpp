@@ -562,6 +562,41 @@ TEST(CompressFeatures, GivenFieldsOverrideTheDefaultsOneByOne) {
   EXPECT_EQ(sizes.at(2), static_cast<std::int64_t>(std::ceil(4000 / model.ratio(1e-2, f2))));
 }
 
+// error_bound_mode abs: each storage's relative bound is the absolute one over its own range.
+TEST(CompressFeatures, AnAbsoluteBoundIsRelativeToEachTensorsRange) {
+  const auto profile = ratio_profile();
+  const RatioModel& model = profile->find("szp")->ratio_model(TensorClass::post_relu);
+  traces::ValueFeatures narrow, wide;
+  narrow.range = 0.5;
+  wide.range = 50.0;
+  CompressAction abs = profiled(profile, 0.05);
+  abs.absolute_bound = true;
+  const Schedule s = build(two_relus(narrow, wide), spec("compress", {compress_rule(abs)}));
+  const double r1 = model.ratio(0.05 / 0.5);   // relative 1e-1
+  const double r2 = model.ratio(0.05 / 50.0);  // relative 1e-3
+  ASSERT_GT(r1, r2);
+  const auto sizes = compressed_bytes(s);
+  ASSERT_EQ(sizes.size(), 2u);
+  EXPECT_EQ(sizes.at(1), static_cast<std::int64_t>(std::ceil(4000 / r1)));
+  EXPECT_EQ(sizes.at(2), static_cast<std::int64_t>(std::ceil(4000 / r2)));
+  ASSERT_EQ(s.compression.size(), 1u);
+  EXPECT_TRUE(s.compression[0].absolute_bound);
+  EXPECT_DOUBLE_EQ(s.compression[0].ratios[0].second, 8000 / (4000 / r1 + 4000 / r2));  // per tensor: the mean
+
+  // A tensor without a range cannot take an absolute bound: an input error naming it.
+  try {
+    build(two_relus(narrow, {}), spec("compress", {compress_rule(abs)}));
+    FAIL() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("'y2' has none in the trace"), std::string::npos) << e.what();
+  }
+  // Constant data (range 0): one value to code, the bound capped at the whole range.
+  traces::ValueFeatures flat;
+  flat.range = 0.0;
+  const auto flat_sizes = compressed_bytes(build(two_relus(flat, wide), spec("compress", {compress_rule(abs)})));
+  EXPECT_EQ(flat_sizes.at(1), static_cast<std::int64_t>(std::ceil(4000 / model.ratio(1.0))));
+}
+
 TEST(CompressFeatures, AStorageUsesTheFeaturesOfItsLastForwardWritersTensor) {
   // bn writes y, an in-place relu_ overwrites it (y_relu, a view of y): the compressor sees the
   // ReLU's output, so the class is post_relu and the features are y_relu's, not y's.

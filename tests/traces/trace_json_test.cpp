@@ -93,8 +93,8 @@ Trace tiny_trace(bool values = false) {
   ops[4].measured = MeasuredDuration{1.25e-05, "NVIDIA A100-SXM4-40GB", 32};
   if (values) {
     tensors[0].values.spread = 0.25;
-    tensors[2].values = ValueFeatures{0.0, 0.2, 0.0, 0.35};
-    tensors[3].values = ValueFeatures{0.5, 0.18, 0.125, 0.03125};
+    tensors[2].values = ValueFeatures{0.0, 0.2, 0.0, 0.35, std::nullopt};
+    tensors[3].values = ValueFeatures{0.5, 0.18, 0.125, 0.03125, 2.5};
   }
   return Trace("tiny-mlp", 2, std::move(tensors), std::move(ops),
                {{"source", "hand-written fixture"}, {"precision", "fp32"}});

@@ -180,7 +180,8 @@ def value_features(values) -> dict:
         if scales.size:
             block_scale = float(np.exp(np.mean(np.log(np.maximum(scales, 1e-6)))))
     return {'zero_fraction': zeros / n, 'spread': spread,
-            'zero_block_fraction': zero_blocks / blocks_total, 'block_scale': block_scale}
+            'zero_block_fraction': zero_blocks / blocks_total, 'block_scale': block_scale,
+            'range': float(value_range)}
 
 
 def storage_values(t: torch.Tensor, elements: int):

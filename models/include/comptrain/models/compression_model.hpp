@@ -133,6 +133,7 @@ struct CompressionModelUse {
   std::string profile_source;  // file or embedded:NAME
   std::string codec;
   double error_bound = 0;
+  bool absolute_bound = false;  // error_bound in the tensors' units (else relative to their range)
   TimeModel compress;    // effective (explicit overrides applied)
   TimeModel decompress;
   bool ratio_overridden = false;

@@ -61,6 +61,10 @@ struct CompressAction {
   std::shared_ptr<const CalibrationProfile> profile;
   bool profile_auto = false;  // `profile: auto`: picked for the platform, re-picked when it changes (sim::set_platform)
   std::string codec = "szp";
+  // error_bound_mode abs: error_bound is in the tensor's own units, and the ratio model (which
+  // takes bounds relative to the value range) gets error_bound / range, with the range from the
+  // trace's value features; a storage without one is an error.
+  bool absolute_bound = false;
   bool explicit_ratio = true;
   bool explicit_compress_bandwidth = true;
   bool explicit_decompress_bandwidth = true;

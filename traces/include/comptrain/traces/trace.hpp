@@ -61,8 +61,11 @@ struct ValueFeatures {
   // Geometric mean over the blocks that are not all zero of a block's coded magnitude relative to
   // max - min (FORMAT.md gives the definition), >= 0; 0 when max == min or every block is zero.
   std::optional<double> block_scale;
+  // max - min over the finite values, in the tensor's own units, >= 0: turns an absolute error
+  // bound into the relative one the ratio models take (eb_rel = eb_abs / range).
+  std::optional<double> range;
 
-  bool empty() const { return !zero_fraction && !spread && !zero_block_fraction && !block_scale; }
+  bool empty() const { return !zero_fraction && !spread && !zero_block_fraction && !block_scale && !range; }
   friend bool operator==(const ValueFeatures&, const ValueFeatures&) = default;
 };
 
@@ -74,11 +77,12 @@ struct ValueFeatureField {
   double max;
   std::string_view expected;  // for messages: "a fraction in [0, 1]"
 };
-inline constexpr std::array<ValueFeatureField, 4> kValueFeatureFields{{
+inline constexpr std::array<ValueFeatureField, 5> kValueFeatureFields{{
     {"zero_fraction", &ValueFeatures::zero_fraction, 1.0, "a fraction in [0, 1]"},
     {"spread", &ValueFeatures::spread, 0.5, "a number in [0, 0.5] (standard deviation / range)"},
     {"zero_block_fraction", &ValueFeatures::zero_block_fraction, 1.0, "a fraction in [0, 1]"},
     {"block_scale", &ValueFeatures::block_scale, std::numeric_limits<double>::infinity(), "a finite number >= 0"},
+    {"range", &ValueFeatures::range, std::numeric_limits<double>::infinity(), "a finite number >= 0 (max - min)"},
 }};
 
 struct Tensor {

@@ -167,20 +167,10 @@ COMPTRAIN_CPU_CLONES std::uint64_t encode_chunk_szp(const SzpBlockCodec<>& codec
     q33[b * (kBlockValues + 1)] = 0;
     codec.quantizer.quantize_block(x + std::uint64_t{b} * kBlockValues, n, q33 + b * (kBlockValues + 1) + 1, raw + b * kBlockValues);
   }
-  const std::uint32_t tb = tag_bytes(blocks);
-  std::uint8_t* body = out + tb;
-  std::uint32_t side_n = 0;
-  for (std::uint32_t b = 0; b < blocks; ++b) {
-    const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(kBlockValues, values - std::uint64_t{b} * kBlockValues));
-    const EncodedBlock e = codec.encode_quantized(x + std::uint64_t{b} * kBlockValues, n, q33 + b * (kBlockValues + 1),
-                                                  raw + b * kBlockValues, body, side + side_n);
-    out[b] = e.tag;
-    body += 4 * std::uint64_t{e.body_words};
-    side_n += e.side_count;
-  }
-  for (std::uint32_t b = blocks; b < tb; ++b) out[b] = 0;
-  std::memcpy(body, side, 4 * std::uint64_t{side_n});
-  return static_cast<std::uint64_t>(body - out) + 4 * std::uint64_t{side_n};
+  return pack_chunk(values, out, side, [&](std::uint32_t b, std::uint32_t n, std::uint8_t* body, float* block_side) {
+    return codec.encode_quantized(x + std::uint64_t{b} * kBlockValues, n, q33 + b * (kBlockValues + 1), raw + b * kBlockValues,
+                                  body, block_side);
+  });
 }
 COMPTRAIN_CPU_CLONES const char* decode_chunk_szp(const SzpBlockCodec<>& codec, const std::uint8_t* in, std::uint64_t size,
                                                   std::uint64_t values, float* out) {

@@ -52,6 +52,28 @@ void parallel_ranges(std::uint64_t items, unsigned threads, F&& f) {
 
 inline std::uint64_t chunk_values(std::uint64_t n, std::uint64_t c) { return std::min(kChunkValues, n - c * kChunkValues); }
 
+// Lays out one chunk of `values` values at `out` (room for max_chunk_bytes(values)): the tag
+// bytes, then the blocks' bodies, then their side words; returns its size. encode_block(b, n,
+// body, side) encodes block b (n values) at `body`, its side words at `side`. Every encoder of
+// the chunked format goes through here, so the layout is written once.
+template <class EncodeBlock>
+inline std::uint64_t pack_chunk(std::uint64_t values, std::uint8_t* out, float* side, EncodeBlock&& encode_block) {
+  const auto blocks = static_cast<std::uint32_t>((values + kBlockValues - 1) / kBlockValues);
+  const std::uint32_t tb = tag_bytes(blocks);
+  std::uint8_t* body = out + tb;
+  std::uint32_t side_n = 0;
+  for (std::uint32_t b = 0; b < blocks; ++b) {
+    const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(kBlockValues, values - std::uint64_t{b} * kBlockValues));
+    const EncodedBlock e = encode_block(b, n, body, side + side_n);
+    out[b] = e.tag;
+    body += 4 * std::uint64_t{e.body_words};
+    side_n += e.side_count;
+  }
+  for (std::uint32_t b = blocks; b < tb; ++b) out[b] = 0;
+  std::memcpy(body, side, 4 * std::uint64_t{side_n});
+  return static_cast<std::uint64_t>(body - out) + 4 * std::uint64_t{side_n};
+}
+
 template <class BlockCodec>
 std::uint64_t encode_chunk(const BlockCodec& codec, const float* x, std::uint64_t values, std::uint8_t* out, float* side);
 template <class BlockCodec>
@@ -96,20 +118,9 @@ struct ChunkWorkers<SzpBlockCodec<>> {
 // Encodes one chunk of `values` values at `out` (room for max_chunk_bytes(values)); returns its size.
 template <class BlockCodec>
 std::uint64_t encode_chunk(const BlockCodec& codec, const float* x, std::uint64_t values, std::uint8_t* out, float* side) {
-  const auto blocks = static_cast<std::uint32_t>((values + kBlockValues - 1) / kBlockValues);
-  const std::uint32_t tb = tag_bytes(blocks);
-  std::uint8_t* body = out + tb;
-  std::uint32_t side_n = 0;
-  for (std::uint32_t b = 0; b < blocks; ++b) {
-    const auto n = static_cast<std::uint32_t>(std::min<std::uint64_t>(kBlockValues, values - std::uint64_t{b} * kBlockValues));
-    const EncodedBlock e = codec.encode(x + std::uint64_t{b} * kBlockValues, n, body, side + side_n);
-    out[b] = e.tag;
-    body += 4 * std::uint64_t{e.body_words};
-    side_n += e.side_count;
-  }
-  for (std::uint32_t b = blocks; b < tb; ++b) out[b] = 0;
-  std::memcpy(body, side, 4 * std::uint64_t{side_n});
-  return static_cast<std::uint64_t>(body - out) + 4 * std::uint64_t{side_n};
+  return pack_chunk(values, out, side, [&](std::uint32_t b, std::uint32_t n, std::uint8_t* body, float* block_side) {
+    return codec.encode(x + std::uint64_t{b} * kBlockValues, n, body, block_side);
+  });
 }
 
 [[noreturn]] inline void corrupt_chunk(std::uint64_t c, const char* what) {

@@ -9,7 +9,6 @@
 #include <benchmark/benchmark.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <xbt/log.h>
 
 #include <simgrid/s4u.hpp>
 
@@ -17,6 +16,7 @@
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/sim/simulation.hpp"
 #include "comptrain/zoo/zoo.hpp"
+#include "simgrid_engine.hpp"
 
 namespace {
 
@@ -79,11 +79,9 @@ void raw_simgrid(std::size_t execs, std::size_t copies) {
   int argc = 1;
   char program[] = "raw";
   char* argv[] = {program, nullptr};
-  xbt_log_control_set("root.thres:critical");
+  sim::detail::silence_simgrid();
   sg4::Engine engine(&argc, argv);
-  sg4::Engine::set_config("network/model:CM02");
-  sg4::Engine::set_config("network/crosstraffic:0");
-  sg4::Engine::set_config("network/TCP-gamma:0");
+  sim::detail::configure_flow_model();
   auto* zone = sg4::create_full_zone("node");
   sg4::Host* gpu = zone->create_host("gpu", 1e9)->seal();
   sg4::Host* host = zone->create_host("host", 1e9)->seal();

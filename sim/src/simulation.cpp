@@ -1,9 +1,9 @@
 #include "comptrain/sim/simulation.hpp"
 #include "pipe_io.hpp"
+#include "simgrid_engine.hpp"
 
 #include <sys/wait.h>
 #include <unistd.h>
-#include <xbt/log.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -56,14 +56,9 @@ class Replay {
     int argc = 1;
     char program[] = "comptrain";
     char* argv[] = {program, nullptr};
-    // Silence SimGrid's informational output (before set_config, which logs otherwise).
-    xbt_log_control_set("root.thres:critical");
+    detail::silence_simgrid();
     sg4::Engine engine(&argc, argv);
-    // Flow model without the wide-area TCP corrections (shared/reference/simgrid.md §3): the
-    // plain CM02 max-min model, no reverse-direction cross traffic, no per-flow window cap.
-    sg4::Engine::set_config("network/model:CM02");
-    sg4::Engine::set_config("network/crosstraffic:0");
-    sg4::Engine::set_config("network/TCP-gamma:0");
+    detail::configure_flow_model();
     build_platform();
 
     // Weights, buffers and optimizer state are in GPU memory before the iteration starts.

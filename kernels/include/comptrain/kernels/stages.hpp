@@ -230,6 +230,22 @@ struct EncodedBlock {
 // with body_words(tag) + side_count <= n for every block it writes (never larger than raw).
 // =============================================================================================
 
+// The two block forms every block codec has besides its own: the block stored verbatim (tag
+// `verbatim_tag`, n words of float bits in the body) and the all-zero block (tag 0, no body).
+// Decodes them and returns true, or returns false for any other tag.
+COMPTRAIN_HD bool decode_verbatim_or_zero(std::uint8_t tag, std::uint8_t verbatim_tag, const std::uint8_t* body, std::uint32_t n,
+                                          float* out) {
+  if (tag == verbatim_tag) {
+    for (std::uint32_t i = 0; i < n; ++i) out[i] = hd::bits_float(hd::load_u32(body + 4 * i));
+    return true;
+  }
+  if (tag == 0) {
+    for (std::uint32_t i = 0; i < n; ++i) out[i] = 0.0f;
+    return true;
+  }
+  return false;
+}
+
 // `szp` recipe: LinearQuantizer -> BlockLorenzo1D -> BitplaneEncoder, raw side channel.
 // Tag byte: bits 0-4 width (0..23), 0x20 sign word present, 0x40 Lorenzo, 0x80 raw word present
 // (the raw values themselves go to the chunk's side area, in block order). Tag 0x1F (width 31)
@@ -299,14 +315,7 @@ struct SzpBlockCodec {
 
   COMPTRAIN_HD void decode(std::uint8_t tag, const std::uint8_t* body, const std::uint8_t* side, std::uint32_t n,
                            float* out) const {
-    if (tag == kRawBlock) {
-      for (std::uint32_t i = 0; i < n; ++i) out[i] = hd::bits_float(hd::load_u32(body + 4 * i));
-      return;
-    }
-    if (tag == 0) {
-      for (std::uint32_t i = 0; i < n; ++i) out[i] = 0.0f;
-      return;
-    }
+    if (decode_verbatim_or_zero(tag, kRawBlock, body, n, out)) return;
     const typename Encoder::Shape shape{tag & 0x1Fu, (tag & kSigns) != 0, (tag & kHasRaw) != 0};
     std::uint32_t m[kBlockValues];
     Encoder::decode(body, shape, m);
@@ -369,14 +378,7 @@ struct ZerosBlockCodec {
 
   COMPTRAIN_HD void decode(std::uint8_t tag, const std::uint8_t* body, const std::uint8_t*, std::uint32_t n,
                            float* out) const {
-    if (tag == kRawBlock) {
-      for (std::uint32_t i = 0; i < n; ++i) out[i] = hd::bits_float(hd::load_u32(body + 4 * i));
-      return;
-    }
-    if (tag == 0) {
-      for (std::uint32_t i = 0; i < n; ++i) out[i] = 0.0f;
-      return;
-    }
+    if (decode_verbatim_or_zero(tag, kRawBlock, body, n, out)) return;
     // Branch-free: always load the next slot (clamped to the last one, so the read stays inside
     // the block's body) and keep it only for a non-zero position.
     const std::uint32_t mask = hd::load_u32(body);

@@ -142,12 +142,8 @@ std::function<int()> add_calibrate_command(CLI::App& app) {
       fmt::print(stderr, "comptrain calibrate: wrote {} ({})\n", a.out, result.codecs.profile.device);
       if (!a.emit_platform.empty()) {
         if (!base) {
-          for (const auto& name : models::builtin_platform_names()) {
-            if (models::builtin_platform(name).gpu.name == result.gpu.info.name) {
-              base = models::builtin_platform(name);
-              break;
-            }
-          }
+          const auto same_gpu = models::builtin_platforms_with_gpu(result.gpu.info.name);
+          if (!same_gpu.empty()) base = models::builtin_platform(same_gpu.front());
         }
         calibrate::PlatformEmitOptions emit;
         emit.name = std::filesystem::path(a.emit_platform).stem().string();

@@ -119,10 +119,7 @@ CalibrationResult calibrate_cpu(const CalibrationOptions& options) {
       raw.decompress.push_back({static_cast<double>(bytes), d});
       progress.done(2.0 * (plan.min_reps + 1) * static_cast<double>(bytes), 2.0 * plan.min_seconds);
     }
-    cp.compress = fit_time_model(raw.compress);
-    cp.decompress = fit_time_model(raw.decompress);
-    cp.compress.provenance = cp.decompress.provenance = models::Provenance::measured;
-    cp.compress.source = cp.decompress.source = source;
+    detail::fit_codec_time_models(raw, source, cp);
 
     const auto compressed_size = [&](std::span<const float> values, double eb) {
       kernels::CompressOptions o;
@@ -131,7 +128,7 @@ CalibrationResult calibrate_cpu(const CalibrationOptions& options) {
       o.threads = threads;
       return kernels::compress(values, kernels::Shape::flat(values.size()), o).size();
     };
-    detail::measure_ratio_models(plan, compressed_size, how, cp, raw, progress);
+    detail::measure_ratio_models(plan, compressed_size, how, cp, raw, progress, detail::ratio_work(plan));
     profile.codecs.push_back(std::move(cp));
     result.measurements.push_back(std::move(raw));
   }

@@ -68,8 +68,15 @@ double ratio_work(const Plan& plan) {
          static_cast<double>(plan.sample_values);
 }
 
+void fit_codec_time_models(const CodecMeasurements& raw, const std::string& source, models::CodecProfile& profile) {
+  profile.compress = fit_time_model(raw.compress);
+  profile.decompress = fit_time_model(raw.decompress);
+  profile.compress.provenance = profile.decompress.provenance = models::Provenance::measured;
+  profile.compress.source = profile.decompress.source = source;
+}
+
 void measure_ratio_models(const Plan& plan, const CompressedSize& compressed_size, std::string_view how,
-                          models::CodecProfile& profile, CodecMeasurements& raw, Progress& progress) {
+                          models::CodecProfile& profile, CodecMeasurements& raw, Progress& progress, double units) {
   progress.stage(fmt::format("{}: compression ratios on synthetic activations", profile.codec));
   std::map<models::TensorClass, std::vector<RatioSample>> by_class;
   std::uint32_t seed = 1;
@@ -88,7 +95,7 @@ void measure_ratio_models(const Plan& plan, const CompressedSize& compressed_siz
         raw.ratio.emplace_back(cls, s);
       }
     }
-    progress.done(ratio_work(plan) / static_cast<double>(std::size(kSampledClasses)));
+    progress.done(units / static_cast<double>(std::size(kSampledClasses)));
   }
   for (auto& [cls, samples] : by_class) {
     models::RatioModel m = fit_ratio_model(samples);

@@ -60,16 +60,20 @@ class Progress {
 // cross-chunk state.
 std::vector<float> timing_data(std::size_t count);
 
+// Fits profile.compress / decompress to raw's timings, marked measured with `source`.
+void fit_codec_time_models(const CodecMeasurements& raw, const std::string& source, models::CodecProfile& profile);
+
 // Bytes of the stream a codec writes for `values` at relative error bound `eb`.
 using CompressedSize = std::function<std::size_t(std::span<const float> values, double eb)>;
 
-// Work units of measure_ratio_models for one codec (for Progress).
+// Bytes through the codec in measure_ratio_models, for one codec (the CPU's progress units).
 double ratio_work(const Plan& plan);
 
 // Fits the ratio models of one codec (every sampled class, and generic) on plan.draws
 // synthetic samples per class at every error bound, 1 in 4 held back; fills profile.ratio and
 // raw.ratio. `how` names the driver in each model's source ("comptrain calibrate --device cpu").
+// The step counts as `units` of the caller's progress.
 void measure_ratio_models(const Plan& plan, const CompressedSize& compressed_size, std::string_view how,
-                          models::CodecProfile& profile, CodecMeasurements& raw, Progress& progress);
+                          models::CodecProfile& profile, CodecMeasurements& raw, Progress& progress, double units);
 
 }  // namespace comptrain::calibrate::detail

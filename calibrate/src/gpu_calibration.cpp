@@ -136,9 +136,7 @@ GpuCalibrationResult calibrate_gpu(GpuProbe& probe, const CalibrationOptions& op
   profile.device_kind = "cuda";
   profile.date = detail::today();
   profile.comptrain_version = options.comptrain_version;
-  for (const auto& name : models::builtin_platform_names()) {
-    if (models::builtin_platform(name).gpu.name == info.name) profile.platforms.push_back(name);
-  }
+  profile.platforms = models::builtin_platforms_with_gpu(info.name);
 
   const std::vector<float> data = detail::timing_data(plan.sizes.back() / sizeof(float));
   const std::string how = fmt::format("comptrain calibrate --device cuda{}", options.quick ? " --quick" : "");
@@ -156,15 +154,9 @@ GpuCalibrationResult calibrate_gpu(GpuProbe& probe, const CalibrationOptions& op
       raw.decompress.push_back({static_cast<double>(bytes), times.decompress});
       progress.done(2.0 * (reps + 1) * static_cast<double>(bytes) / kCodecRateGuess);
     }
-    cp.compress = fit_time_model(raw.compress);
-    cp.decompress = fit_time_model(raw.decompress);
-    cp.compress.provenance = cp.decompress.provenance = models::Provenance::measured;
-    cp.compress.source = cp.decompress.source = source;
+    detail::fit_codec_time_models(raw, source, cp);
     const auto compressed_size = [&](std::span<const float> values, double eb) { return probe.compressed_size(id, values, eb); };
-    detail::Progress ratio_progress(nullptr, 1, 0);  // the outer progress counts the ratio step as a whole
-    progress.stage(fmt::format("{}: compression ratios on synthetic activations", cp.codec));
-    detail::measure_ratio_models(plan, compressed_size, how, cp, raw, ratio_progress);
-    progress.done(ratio_units);
+    detail::measure_ratio_models(plan, compressed_size, how, cp, raw, progress, ratio_units);
     profile.codecs.push_back(std::move(cp));
     result.codecs.measurements.push_back(std::move(raw));
   }

@@ -307,4 +307,12 @@ Platform builtin_platform(std::string_view name) {
   throw InputError("unknown platform '" + std::string(name) + "'; expected one of: " + names);
 }
 
+std::vector<std::string> builtin_platforms_with_gpu(std::string_view gpu_name) {
+  std::vector<std::string> names;
+  for (const std::string& name : builtin_platform_names()) {
+    if (builtin_platform(name).gpu.name == gpu_name) names.push_back(name);
+  }
+  return names;
+}
+
 }  // namespace comptrain::models

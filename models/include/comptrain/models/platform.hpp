@@ -75,5 +75,7 @@ Platform load_platform_file(const std::filesystem::path& path);
 // The platforms shipped in scenarios/platforms/ (embedded in the binary at build time).
 std::vector<std::string> builtin_platform_names();
 Platform builtin_platform(std::string_view name);  // InputError listing the names if unknown
+// The shipped platforms whose gpu.name is `gpu_name` exactly (a device's name, as CUDA reports it).
+std::vector<std::string> builtin_platforms_with_gpu(std::string_view gpu_name);
 
 }  // namespace comptrain::models

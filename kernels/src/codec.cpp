@@ -3,10 +3,13 @@
 #include "comptrain/kernels/codec.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cstdio>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
+#include <string_view>
 
 #include "comptrain/kernels/stages.hpp"
 #include "cpu_driver.hpp"
@@ -15,20 +18,6 @@
 
 namespace comptrain::kernels {
 namespace {
-
-constexpr CodecInfo kCodecs[] = {
-    {CodecId::szp, "szp", true, true,
-     "prequantisation with verify-and-fallback, per-block Lorenzo, fixed-length bit-planes (cuSZp-like); strict bound"},
-    {CodecId::szh, "szh", true, true,
-     "prequantisation with verify-and-fallback, 1-D Lorenzo on the codes, canonical Huffman (cuSZ-like); strict bound"},
-    {CodecId::zeros, "zeros", false, true, "lossless zero elimination: per-32 bitmap + packed non-zero values"},
-    {CodecId::quant, "quant", false, false,
-     "per-group k-bit min/max quantisation (ActNN-style, k = 1, 2, 4, 8); NOT error-bounded, NaN/Inf not kept"},
-    {CodecId::fp16, "fp16", false, false, "cast to IEEE half (round to nearest even); NOT error-bounded"},
-    {CodecId::bf16, "bf16", false, false, "cast to bfloat16 (round to nearest even); NOT error-bounded"},
-    {CodecId::zfp, "zfp", true, false,
-     "libzfp fixed-accuracy mode; the tolerance is not a strict bound (violations are reported); no NaN/Inf"},
-};
 
 // ActNN (Chen et al., ICML 2021) quantises activations per group of 256 values by default
 // (actnn/conf.py `group_size = 256`), storing each group's min and scale.
@@ -93,7 +82,7 @@ void quant_decode(std::span<const std::byte> payload, unsigned bits, float* out,
   const std::uint64_t expect = groups == 0 ? 0
                                            : (groups - 1) * quant_group_bytes(kQuantGroup, bits) +
                                                  quant_group_bytes(n - (groups - 1) * kQuantGroup, bits);
-  if (payload.size() != expect) throw StreamError("corrupted stream: quant payload has the wrong size");
+  if (payload.size() != expect) throw_corrupt_at(field::kPayloadSize, "quant payload has the wrong size");
   const std::uint32_t mask = (1u << bits) - 1u;
   detail::parallel_ranges(groups, threads, [&](std::uint64_t g0, std::uint64_t g1, unsigned) {
     for (std::uint64_t g = g0; g < g1; ++g) {
@@ -128,7 +117,7 @@ void cast_encode(std::span<const float> x, unsigned threads, std::vector<std::by
 
 template <class Convert>
 void cast_decode(std::span<const std::byte> payload, float* out, std::uint64_t n, unsigned threads, Convert convert) {
-  if (payload.size() != 2 * n) throw StreamError("corrupted stream: cast payload has the wrong size");
+  if (payload.size() != 2 * n) throw_corrupt_at(field::kPayloadSize, "cast payload has the wrong size");
   detail::parallel_ranges(n, threads, [&](std::uint64_t i0, std::uint64_t i1, unsigned) {
     for (std::uint64_t i = i0; i < i1; ++i) {
       std::uint16_t h;
@@ -214,6 +203,253 @@ COMPTRAIN_CPU_CLONES const char* decode_chunk_zeros(const ZerosBlockCodec& codec
 
 namespace {
 
+// Stream offset of payload byte `offset` (error messages name stream offsets).
+constexpr std::uint64_t at(std::uint64_t offset) { return kHeaderSize + offset; }
+
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+std::uint32_t payload_u32(std::span<const std::byte> payload, std::uint64_t offset) {
+  std::uint32_t v;
+  std::memcpy(&v, payload.data() + offset, 4);
+  return v;
+}
+
+// ---- Checks of a codec's payload state against the header, shared by the rows below ----------
+
+void check_state_size(std::span<const std::byte> payload, std::uint64_t bytes, std::string_view codec) {
+  if (payload.size() < bytes) {
+    throw_corrupt_at(at(0), "the " + std::to_string(payload.size()) + "-byte payload ends before the " + std::to_string(bytes) +
+                                "-byte " + std::string(codec) + " state");
+  }
+}
+
+// The codecs without a parameter write 0.
+void check_no_param(const Header& h) {
+  if (h.codec_param != 0) {
+    throw_corrupt_at(field::kCodecParam, "codec parameter " + std::to_string(h.codec_param) + " for codec " +
+                                             std::string(codec_info(h.codec).name) + " (expected 0)");
+  }
+}
+
+// The step at payload byte 0 must be the one the encoder derives from the header's absolute
+// bound (make_linear_quantizer): a step that does not match would decode values whose error is
+// not what the header promises (a forged step 0 decodes everything to 0).
+void check_step(const Header& h, std::span<const std::byte> payload) {
+  const float expected = make_linear_quantizer(h.eb_abs).quantum;
+  const std::uint32_t bits = payload_u32(payload, 0);
+  if (bits != hd::float_bits(expected)) {
+    throw_corrupt_at(at(0), "quantisation step " + number(hd::bits_float(bits)) + " does not match the absolute error bound " +
+                                number(h.eb_abs) + " at byte " + std::to_string(field::kEbAbs) + " (expected step " +
+                                number(expected) + ")");
+  }
+}
+
+void check_chunk_blocks(std::span<const std::byte> payload, std::uint64_t offset) {
+  const std::uint32_t blocks = payload_u32(payload, offset);
+  if (blocks != kChunkBlocks) {
+    throw_corrupt_at(at(offset), "chunk size " + std::to_string(blocks) + " blocks (this build reads " + std::to_string(kChunkBlocks) + ")");
+  }
+}
+
+void check_exact_payload(const Header& h, std::uint64_t expected, const char* what) {
+  if (h.payload_size != expected) {
+    throw_corrupt_at(field::kPayloadSize, "payload size " + std::to_string(h.payload_size) + " does not match the " +
+                                              std::to_string(expected) + " bytes " + what + " for " + std::to_string(h.count) +
+                                              " values (count at byte " + std::to_string(field::kCount) + ")");
+  }
+}
+
+// ---- szp: state = f32 step | u32 kChunkBlocks, then the chunk table and chunks --------------
+// (zeros has the same layout with a zero word for the step.)
+
+std::uint64_t chunked_max_payload(std::uint64_t n, unsigned) {
+  // state + chunk table + tags (padded to 4 per chunk) + every value verbatim
+  return kSzpStateBytes + 8 * (chunk_count(n) + 1) + (n + kBlockValues - 1) / kBlockValues + 3 * chunk_count(n) + 4 * n;
+}
+std::uint64_t chunked_min_payload(std::uint64_t n) {  // state, table, >= 1 tag byte per block
+  return kSzpStateBytes + 8 * (chunk_count(n) + 1) + (n + kBlockValues - 1) / kBlockValues;
+}
+
+void szp_encode(std::span<const float> x, const Shape&, const CompressOptions& o, Header& h, std::vector<std::byte>& out) {
+  SzpBlockCodec<> codec{make_linear_quantizer(h.eb_abs)};
+  out.resize(out.size() + LinearQuantizer::kStateBytes);
+  codec.quantizer.save(reinterpret_cast<std::uint8_t*>(out.data() + out.size() - LinearQuantizer::kStateBytes));
+  append(out, kChunkBlocks);
+  detail::encode_chunked(codec, x.data(), x.size(), o.threads, out);
+}
+void szp_check(const Header& h, std::span<const std::byte> payload) {
+  check_no_param(h);
+  check_state_size(payload, kSzpStateBytes, "szp");
+  check_step(h, payload);
+  check_chunk_blocks(payload, LinearQuantizer::kStateBytes);
+}
+void szp_decode(const Header& h, std::span<const std::byte> payload, std::span<float> out, unsigned threads) {
+  SzpBlockCodec<> codec;
+  codec.quantizer.load(reinterpret_cast<const std::uint8_t*>(payload.data()));  // checked by szp_check
+  detail::decode_chunked(codec, payload.subspan(kSzpStateBytes), out.data(), h.count, threads, at(kSzpStateBytes));
+}
+
+// ---- zeros ---------------------------------------------------------------------------------
+
+void zeros_encode(std::span<const float> x, const Shape&, const CompressOptions& o, Header&, std::vector<std::byte>& out) {
+  append(out, std::uint32_t{0});
+  append(out, kChunkBlocks);
+  detail::encode_chunked(ZerosBlockCodec{}, x.data(), x.size(), o.threads, out);
+}
+void zeros_check(const Header& h, std::span<const std::byte> payload) {
+  check_no_param(h);
+  check_state_size(payload, kSzpStateBytes, "zeros");
+  if (payload_u32(payload, 0) != 0) throw_corrupt_at(at(0), "zeros has no quantiser: its state word is not 0");
+  check_chunk_blocks(payload, 4);
+}
+void zeros_decode(const Header& h, std::span<const std::byte> payload, std::span<float> out, unsigned threads) {
+  detail::decode_chunked(ZerosBlockCodec{}, payload.subspan(kSzpStateBytes), out.data(), h.count, threads, at(kSzpStateBytes));
+}
+
+// ---- szh: state = f32 step | u32 kChunkBlocks | szh_codec.hpp's payload ----------------------
+
+std::uint64_t szh_max(std::uint64_t n, unsigned) { return detail::szh_max_payload(n); }
+void szh_encode_row(std::span<const float> x, const Shape&, const CompressOptions& o, Header& h, std::vector<std::byte>& out) {
+  const LinearQuantizer quantizer = make_linear_quantizer(h.eb_abs);
+  out.resize(out.size() + LinearQuantizer::kStateBytes);
+  quantizer.save(reinterpret_cast<std::uint8_t*>(out.data() + out.size() - LinearQuantizer::kStateBytes));
+  append(out, kChunkBlocks);
+  detail::szh_encode(quantizer, x.data(), x.size(), o.threads, out);
+}
+void szh_check(const Header& h, std::span<const std::byte> payload) {
+  check_no_param(h);
+  check_state_size(payload, detail::kSzhStateBytes, "szh");
+  check_step(h, payload);
+  check_chunk_blocks(payload, LinearQuantizer::kStateBytes);
+}
+void szh_decode_row(const Header& h, std::span<const std::byte> payload, std::span<float> out, unsigned threads) {
+  LinearQuantizer quantizer;
+  quantizer.load(reinterpret_cast<const std::uint8_t*>(payload.data()));  // checked by szh_check
+  constexpr std::uint64_t kRest = LinearQuantizer::kStateBytes + 4;
+  detail::szh_decode(quantizer, payload.subspan(kRest), out.data(), h.count, threads, at(kRest));
+}
+
+// ---- quant: codec_param = bits; fixed size per group ----------------------------------------
+
+std::uint64_t quant_payload(std::uint64_t n, unsigned bits) {
+  const std::uint64_t groups = (n + kQuantGroup - 1) / kQuantGroup;
+  return groups == 0 ? 0 : (groups - 1) * quant_group_bytes(kQuantGroup, bits) + quant_group_bytes(n - (groups - 1) * kQuantGroup, bits);
+}
+std::uint64_t quant_max(std::uint64_t n, unsigned bits) {
+  check_quant_bits(bits);
+  return ((n + kQuantGroup - 1) / kQuantGroup) * quant_group_bytes(kQuantGroup, bits);
+}
+std::uint64_t quant_min(std::uint64_t n) { return 8 * ((n + kQuantGroup - 1) / kQuantGroup) + n / 8; }  // 1 bit per value
+void quant_encode_row(std::span<const float> x, const Shape&, const CompressOptions& o, Header& h, std::vector<std::byte>& out) {
+  check_quant_bits(o.quant_bits);
+  h.codec_param = o.quant_bits;
+  quant_encode(x, o.quant_bits, o.threads, out);
+}
+void quant_check(const Header& h, std::span<const std::byte>) {
+  if (h.codec_param != 1 && h.codec_param != 2 && h.codec_param != 4 && h.codec_param != 8) {
+    throw_corrupt_at(field::kCodecParam, "quant bit count " + std::to_string(h.codec_param) + " (expected 1, 2, 4 or 8)");
+  }
+  check_exact_payload(h, quant_payload(h.count, h.codec_param), ("that quant with " + std::to_string(h.codec_param) + " bits needs").c_str());
+}
+void quant_decode_row(const Header& h, std::span<const std::byte> payload, std::span<float> out, unsigned threads) {
+  quant_decode(payload, h.codec_param, out.data(), h.count, threads);
+}
+
+// ---- fp16, bf16: 2 bytes per value -----------------------------------------------------------
+
+std::uint64_t cast_max(std::uint64_t n, unsigned) { return 2 * n; }
+std::uint64_t cast_min(std::uint64_t n) { return 2 * n; }
+void cast_check(const Header& h, std::span<const std::byte>) {
+  check_no_param(h);
+  check_exact_payload(h, 2 * h.count, "that 2-byte casts need");
+}
+void fp16_encode(std::span<const float> x, const Shape&, const CompressOptions& o, Header&, std::vector<std::byte>& out) {
+  cast_encode(x, o.threads, out, float_to_fp16);
+}
+void fp16_decode(const Header& h, std::span<const std::byte> payload, std::span<float> out, unsigned threads) {
+  cast_decode(payload, out.data(), h.count, threads, fp16_to_float);
+}
+void bf16_encode(std::span<const float> x, const Shape&, const CompressOptions& o, Header&, std::vector<std::byte>& out) {
+  cast_encode(x, o.threads, out, float_to_bf16);
+}
+void bf16_decode(const Header& h, std::span<const std::byte> payload, std::span<float> out, unsigned threads) {
+  cast_decode(payload, out.data(), h.count, threads, bf16_to_float);
+}
+
+// ---- zfp: libzfp's bit stream, no state of ours ----------------------------------------------
+
+std::uint64_t zfp_max(std::uint64_t n, unsigned) { return detail::zfp_max_payload(Shape::flat(n), 0.0); }
+std::uint64_t zfp_min(std::uint64_t n) { return n / 2048; }  // >= 1 bit per 4^4-value block
+void zfp_encode(std::span<const float> x, const Shape& shape, const CompressOptions&, Header& h, std::vector<std::byte>& out) {
+  detail::zfp_compress(x, shape, h.eb_abs, out);
+}
+void zfp_check(const Header& h, std::span<const std::byte>) { check_no_param(h); }
+void zfp_decode(const Header& h, std::span<const std::byte> payload, std::span<float> out, unsigned) {
+  Shape s;
+  s.rank = h.rank;
+  s.dims = h.dims;
+  detail::zfp_decompress(payload, s, h.eb_abs, out);
+}
+
+// ---- The codec table: one row per codec (after SZ3, where a compressor is one composition
+// of its modules). Adding a codec = writing these functions and adding its row; nothing else
+// in this file dispatches on CodecId.
+struct CodecRow {
+  CodecInfo info;
+  // Largest payload for n values (compress never exceeds it); throws InputError for a bad
+  // parameter.
+  std::uint64_t (*max_payload)(std::uint64_t n, unsigned quant_bits);
+  // Smallest payload that can hold n values: refuses a forged count before allocating.
+  std::uint64_t (*min_payload)(std::uint64_t n);
+  // Appends the payload; may set header fields of its own (codec_param).
+  void (*encode)(std::span<const float> data, const Shape& shape, const CompressOptions& options, Header& h,
+                 std::vector<std::byte>& out);
+  // Checks the header's codec fields and the payload's state against each other (throws
+  // StreamError with the byte offset) before anything is allocated or decoded.
+  void (*check)(const Header& h, std::span<const std::byte> payload);
+  // Decodes a checked payload into out (h.count values); validates the rest of the structure.
+  void (*decode)(const Header& h, std::span<const std::byte> payload, std::span<float> out, unsigned threads);
+};
+
+constexpr CodecRow kRows[] = {
+    {{CodecId::szp, "szp", true, true,
+      "prequantisation with verify-and-fallback, per-block Lorenzo, fixed-length bit-planes (cuSZp-like); strict bound"},
+     chunked_max_payload, chunked_min_payload, szp_encode, szp_check, szp_decode},
+    {{CodecId::szh, "szh", true, true,
+      "prequantisation with verify-and-fallback, 1-D Lorenzo on the codes, canonical Huffman (cuSZ-like); strict bound"},
+     szh_max, detail::szh_min_payload, szh_encode_row, szh_check, szh_decode_row},
+    {{CodecId::zeros, "zeros", false, true, "lossless zero elimination: per-32 bitmap + packed non-zero values"},
+     chunked_max_payload, chunked_min_payload, zeros_encode, zeros_check, zeros_decode},
+    {{CodecId::quant, "quant", false, false,
+      "per-group k-bit min/max quantisation (ActNN-style, k = 1, 2, 4, 8); NOT error-bounded, NaN/Inf not kept"},
+     quant_max, quant_min, quant_encode_row, quant_check, quant_decode_row},
+    {{CodecId::fp16, "fp16", false, false, "cast to IEEE half (round to nearest even); NOT error-bounded"},
+     cast_max, cast_min, fp16_encode, cast_check, fp16_decode},
+    {{CodecId::bf16, "bf16", false, false, "cast to bfloat16 (round to nearest even); NOT error-bounded"},
+     cast_max, cast_min, bf16_encode, cast_check, bf16_decode},
+    {{CodecId::zfp, "zfp", true, false,
+      "libzfp fixed-accuracy mode; the tolerance is not a strict bound (violations are reported); no NaN/Inf"},
+     zfp_max, zfp_min, zfp_encode, zfp_check, zfp_decode},
+};
+
+// The public registry (codecs()) is the info column of the table.
+constexpr auto kCodecs = [] {
+  std::array<CodecInfo, std::size(kRows)> infos{};
+  for (std::size_t i = 0; i < std::size(kRows); ++i) infos[i] = kRows[i].info;
+  return infos;
+}();
+
+const CodecRow& row(CodecId id) {
+  for (const auto& r : kRows) {
+    if (r.info.id == id) return r;
+  }
+  throw InputError("unknown codec id " + std::to_string(static_cast<int>(id)));
+}
+
 }  // namespace
 
 std::span<const CodecInfo> codecs() { return kCodecs; }
@@ -225,11 +461,7 @@ const CodecInfo* codec_info_or_null(CodecId id) {
   return nullptr;
 }
 
-const CodecInfo& codec_info(CodecId id) {
-  const CodecInfo* c = codec_info_or_null(id);
-  if (c == nullptr) throw InputError("unknown codec id " + std::to_string(static_cast<int>(id)));
-  return *c;
-}
+const CodecInfo& codec_info(CodecId id) { return row(id).info; }
 
 CodecId codec_from_name(std::string_view name) {
   std::string known;
@@ -275,26 +507,12 @@ COMPTRAIN_CPU_CLONES double absolute_bound(std::span<const float> data, double e
 }
 
 std::uint64_t max_compressed_size(CodecId codec, std::uint64_t n, unsigned quant_bits) {
-  const std::uint64_t chunks = (n + kChunkValues - 1) / kChunkValues;
-  const std::uint64_t blocks = (n + kBlockValues - 1) / kBlockValues;
-  switch (codec) {
-    case CodecId::szp:
-    case CodecId::zeros:
-      // state + chunk table + tags (padded to 4 per chunk) + every value verbatim
-      return kHeaderSize + kSzpStateBytes + 8 * (chunks + 1) + blocks + 3 * chunks + 4 * n;
-    case CodecId::szh: return kHeaderSize + detail::szh_max_payload(n);
-    case CodecId::quant:
-      check_quant_bits(quant_bits);
-      return kHeaderSize + ((n + kQuantGroup - 1) / kQuantGroup) * quant_group_bytes(kQuantGroup, quant_bits);
-    case CodecId::fp16:
-    case CodecId::bf16: return kHeaderSize + 2 * n;
-    case CodecId::zfp: return kHeaderSize + detail::zfp_max_payload(Shape::flat(n), 0.0);
-  }
-  throw InputError("unknown codec");
+  return kHeaderSize + row(codec).max_payload(n, quant_bits);
 }
 
 std::vector<std::byte> compress(std::span<const float> data, const Shape& shape, const CompressOptions& options) {
-  const CodecInfo& info = codec_info(options.codec);
+  const CodecRow& r = row(options.codec);
+  const CodecInfo& info = r.info;
   if (shape.rank < 1 || shape.rank > kMaxRank) throw InputError("shape rank must be 1..4");
   if (shape.count() != data.size()) {
     throw InputError("shape has " + std::to_string(shape.count()) + " elements but the data has " + std::to_string(data.size()));
@@ -319,37 +537,7 @@ std::vector<std::byte> compress(std::span<const float> data, const Shape& shape,
   }
 
   std::vector<std::byte> out(kHeaderSize);
-  switch (options.codec) {
-    case CodecId::szp: {
-      SzpBlockCodec<> codec{make_linear_quantizer(h.eb_abs)};
-      out.resize(out.size() + LinearQuantizer::kStateBytes);
-      codec.quantizer.save(reinterpret_cast<std::uint8_t*>(out.data() + out.size() - LinearQuantizer::kStateBytes));
-      append(out, kChunkBlocks);
-      detail::encode_chunked(codec, data.data(), data.size(), options.threads, out);
-      break;
-    }
-    case CodecId::szh: {
-      const LinearQuantizer quantizer = make_linear_quantizer(h.eb_abs);
-      out.resize(out.size() + LinearQuantizer::kStateBytes);
-      quantizer.save(reinterpret_cast<std::uint8_t*>(out.data() + out.size() - LinearQuantizer::kStateBytes));
-      append(out, kChunkBlocks);
-      detail::szh_encode(quantizer, data.data(), data.size(), options.threads, out);
-      break;
-    }
-    case CodecId::zeros:
-      append(out, std::uint32_t{0});
-      append(out, kChunkBlocks);
-      detail::encode_chunked(ZerosBlockCodec{}, data.data(), data.size(), options.threads, out);
-      break;
-    case CodecId::quant:
-      check_quant_bits(options.quant_bits);
-      h.codec_param = options.quant_bits;
-      quant_encode(data, options.quant_bits, options.threads, out);
-      break;
-    case CodecId::fp16: cast_encode(data, options.threads, out, float_to_fp16); break;
-    case CodecId::bf16: cast_encode(data, options.threads, out, float_to_bf16); break;
-    case CodecId::zfp: detail::zfp_compress(data, shape, h.eb_abs, out); break;
-  }
+  r.encode(data, shape, options, h, out);
   h.payload_size = out.size() - kHeaderSize;
   write_header(h, out.data());
   h.checksum = stream_checksum(out);
@@ -357,89 +545,32 @@ std::vector<std::byte> compress(std::span<const float> data, const Shape& shape,
   return out;
 }
 
-Header inspect(std::span<const std::byte> stream) { return read_header(stream); }
-
-namespace {
-// Before allocating the output: a forged element count must not make us allocate terabytes for
-// a payload that cannot possibly hold it. These are lower bounds of each codec's payload.
-void check_plausible_count(const Header& h) {
-  const std::uint64_t n = h.count;
-  std::uint64_t min_payload = 0;
-  switch (h.codec) {
-    case CodecId::szp:
-    case CodecId::zeros: min_payload = kSzpStateBytes + 8 * (chunk_count(n) + 1) + (n + kBlockValues - 1) / kBlockValues; break;
-    case CodecId::szh: min_payload = detail::szh_min_payload(n); break;
-    case CodecId::quant: min_payload = 8 * ((n + kQuantGroup - 1) / kQuantGroup) + n / 8; break;
-    case CodecId::fp16:
-    case CodecId::bf16: min_payload = 2 * n; break;
-    case CodecId::zfp: min_payload = n / 2048; break;  // >= 1 bit per 4^4-value block
-  }
+Header inspect(std::span<const std::byte> stream) {
+  const Header h = read_header(stream);
+  const CodecRow& r = row(h.codec);
+  // Before allocating the output: a forged element count must not make us allocate terabytes
+  // for a payload that cannot possibly hold it.
+  const std::uint64_t min_payload = r.min_payload(h.count);
   if (h.payload_size < min_payload) {
-    throw StreamError("corrupted stream: " + std::to_string(h.payload_size) + "-byte payload cannot hold " + std::to_string(n) +
-                      " elements");
+    throw_corrupt_at(field::kCount, "element count " + std::to_string(h.count) + " needs a " + std::string(r.info.name) +
+                                        " payload of at least " + std::to_string(min_payload) + " bytes, the header says " +
+                                        std::to_string(h.payload_size) + " (byte " + std::to_string(field::kPayloadSize) + ")");
   }
+  r.check(h, stream.subspan(kHeaderSize));
+  return h;
 }
-}  // namespace
 
 std::vector<float> decompress(std::span<const std::byte> stream, unsigned threads) {
-  const Header h = read_header(stream);
-  check_plausible_count(h);
+  const Header h = inspect(stream);
   std::vector<float> out(h.count);
-  decompress_into(stream, out, threads);
+  row(h.codec).decode(h, stream.subspan(kHeaderSize), out, threads);
   return out;
 }
 
 void decompress_into(std::span<const std::byte> stream, std::span<float> out, unsigned threads) {
-  const Header h = read_header(stream);
+  const Header h = inspect(stream);
   if (out.size() != h.count) throw InputError("output buffer size does not match the stream's element count");
-  const auto payload = stream.subspan(kHeaderSize);
-  switch (h.codec) {
-    case CodecId::szp:
-    case CodecId::zeros: {
-      if (payload.size() < kSzpStateBytes) throw StreamError("corrupted stream: missing codec state");
-      std::uint32_t chunk_blocks;
-      std::memcpy(&chunk_blocks, payload.data() + 4, 4);
-      if (chunk_blocks != kChunkBlocks) throw StreamError("corrupted stream: unsupported chunk size");
-      const auto chunks = payload.subspan(kSzpStateBytes);
-      if (h.codec == CodecId::szp) {
-        SzpBlockCodec<> codec;
-        if (!codec.quantizer.load(reinterpret_cast<const std::uint8_t*>(payload.data()))) {
-          throw StreamError("corrupted stream: bad quantisation step");
-        }
-        detail::decode_chunked(codec, chunks, out.data(), h.count, threads);
-      } else {
-        detail::decode_chunked(ZerosBlockCodec{}, chunks, out.data(), h.count, threads);
-      }
-      break;
-    }
-    case CodecId::szh: {
-      if (payload.size() < detail::kSzhStateBytes) throw StreamError("corrupted stream: missing codec state");
-      std::uint32_t chunk_blocks;
-      std::memcpy(&chunk_blocks, payload.data() + 4, 4);
-      if (chunk_blocks != kChunkBlocks) throw StreamError("corrupted stream: unsupported chunk size");
-      LinearQuantizer quantizer;
-      if (!quantizer.load(reinterpret_cast<const std::uint8_t*>(payload.data()))) {
-        throw StreamError("corrupted stream: bad quantisation step");
-      }
-      detail::szh_decode(quantizer, payload.subspan(LinearQuantizer::kStateBytes + 4), out.data(), h.count, threads);
-      break;
-    }
-    case CodecId::quant:
-      if (h.codec_param != 1 && h.codec_param != 2 && h.codec_param != 4 && h.codec_param != 8) {
-        throw StreamError("corrupted stream: bad quant bit count");
-      }
-      quant_decode(payload, h.codec_param, out.data(), h.count, threads);
-      break;
-    case CodecId::fp16: cast_decode(payload, out.data(), h.count, threads, fp16_to_float); break;
-    case CodecId::bf16: cast_decode(payload, out.data(), h.count, threads, bf16_to_float); break;
-    case CodecId::zfp: {
-      Shape s;
-      s.rank = h.rank;
-      s.dims = h.dims;
-      detail::zfp_decompress(payload, s, h.eb_abs, out);
-      break;
-    }
-  }
+  row(h.codec).decode(h, stream.subspan(kHeaderSize), out, threads);
 }
 
 ErrorStats compare(std::span<const float> original, std::span<const float> reconstructed, double eb_abs) {

@@ -123,8 +123,9 @@ std::uint64_t encode_chunk(const BlockCodec& codec, const float* x, std::uint64_
   });
 }
 
-[[noreturn]] inline void corrupt_chunk(std::uint64_t c, const char* what) {
-  throw StreamError("corrupted stream: chunk " + std::to_string(c) + ": " + what);
+// `at`: the stream offset of the chunk's first byte.
+[[noreturn]] inline void corrupt_chunk(std::uint64_t c, std::uint64_t at, const char* what) {
+  throw_corrupt_at(at, "chunk " + std::to_string(c) + ": " + what);
 }
 
 // Decodes one chunk of `size` bytes, validating every count and offset before use. Returns
@@ -203,33 +204,44 @@ void encode_chunked(const BlockCodec& codec, const float* x, std::uint64_t n, un
 
 // Reads and validates the chunk table at the start of `payload`: offsets relative to the end of
 // the table, starting at 0, non-decreasing, each chunk within its worst-case size, the last
-// one ending exactly at the end of the payload.
-inline std::vector<std::uint64_t> read_chunk_table(std::span<const std::byte> payload, std::uint64_t n) {
+// one ending exactly at the end of the payload. `base`: the stream offset of payload[0], for
+// the error messages.
+inline std::vector<std::uint64_t> read_chunk_table(std::span<const std::byte> payload, std::uint64_t n, std::uint64_t base = 0) {
   const std::uint64_t chunks = chunk_count(n);
-  if (payload.size() / 8 < chunks + 1) throw StreamError("corrupted stream: payload too short for its chunk table");
+  if (payload.size() / 8 < chunks + 1) {
+    throw_corrupt_at(base, "the " + std::to_string(payload.size()) + " bytes left cannot hold the chunk table of " +
+                               std::to_string(chunks + 1) + " u64 offsets that " + std::to_string(n) + " values need");
+  }
   const std::uint64_t data_size = payload.size() - 8 * (chunks + 1);
   std::vector<std::uint64_t> offsets(chunks + 1);
   std::memcpy(offsets.data(), payload.data(), 8 * (chunks + 1));
-  if (offsets[0] != 0 || offsets[chunks] != data_size) throw StreamError("corrupted stream: chunk table does not cover the payload");
+  if (offsets[0] != 0) throw_corrupt_at(base, "first chunk offset is " + std::to_string(offsets[0]) + " (expected 0)");
+  if (offsets[chunks] != data_size) {
+    throw_corrupt_at(base + 8 * chunks, "chunk table ends at " + std::to_string(offsets[chunks]) + " but the chunks hold " +
+                                            std::to_string(data_size) + " bytes");
+  }
   for (std::uint64_t c = 0; c < chunks; ++c) {
     if (offsets[c + 1] < offsets[c] || offsets[c + 1] - offsets[c] > max_chunk_bytes(chunk_values(n, c))) {
-      throw StreamError("corrupted stream: bad offset of chunk " + std::to_string(c));
+      throw_corrupt_at(base + 8 * (c + 1), "offset " + std::to_string(offsets[c + 1]) + " of chunk " + std::to_string(c + 1) +
+                                               " is before the previous one or past chunk " + std::to_string(c) +
+                                               "'s worst case (" + std::to_string(max_chunk_bytes(chunk_values(n, c))) + " bytes)");
     }
   }
   return offsets;
 }
 
-// Decodes the offsets table + chunks in `payload` into out[0..n).
+// Decodes the offsets table + chunks in `payload` (at stream offset `base`) into out[0..n).
 template <class BlockCodec>
-void decode_chunked(const BlockCodec& codec, std::span<const std::byte> payload, float* out, std::uint64_t n, unsigned threads) {
+void decode_chunked(const BlockCodec& codec, std::span<const std::byte> payload, float* out, std::uint64_t n, unsigned threads,
+                    std::uint64_t base = 0) {
   const std::uint64_t chunks = chunk_count(n);
-  const std::vector<std::uint64_t> offsets = read_chunk_table(payload, n);
+  const std::vector<std::uint64_t> offsets = read_chunk_table(payload, n, base);
   const auto* data = reinterpret_cast<const std::uint8_t*>(payload.data() + 8 * (chunks + 1));
   parallel_ranges(chunks, threads, [&](std::uint64_t c0, std::uint64_t c1, unsigned) {
     for (std::uint64_t c = c0; c < c1; ++c) {
       const char* error =
           ChunkWorkers<BlockCodec>::decode(codec, data + offsets[c], offsets[c + 1] - offsets[c], chunk_values(n, c), out + c * kChunkValues);
-      if (error != nullptr) corrupt_chunk(c, error);
+      if (error != nullptr) corrupt_chunk(c, base + 8 * (chunks + 1) + offsets[c], error);
     }
   });
 }

@@ -201,9 +201,10 @@ void encode_device(const Codec& codec, const float* x, std::uint64_t n, std::vec
 }
 
 template <class Codec>
-void decode_device(const Codec& codec, std::span<const std::byte> payload, std::uint64_t n, float* out, float* ms) {
+void decode_device(const Codec& codec, std::span<const std::byte> payload, std::uint64_t n, float* out, float* ms,
+                   std::uint64_t base) {
   const std::uint64_t chunks = chunk_count(n);
-  const std::vector<std::uint64_t> offsets = detail::read_chunk_table(payload, n);
+  const std::vector<std::uint64_t> offsets = detail::read_chunk_table(payload, n, base);
   const std::uint64_t data_size = payload.size() - 8 * (chunks + 1);
   DeviceBuffer<std::uint8_t> data(data_size);
   DeviceBuffer<std::uint64_t> d_offsets(chunks + 1);
@@ -219,7 +220,9 @@ void decode_device(const Codec& codec, std::span<const std::byte> payload, std::
   int host_error = 0;
   check(cudaMemcpy(&host_error, error.ptr, sizeof(int), cudaMemcpyDeviceToHost), "copy error flag");
   if (ms) *ms = ev.elapsed();
-  if (host_error) throw StreamError("corrupted stream: a chunk failed validation on the device");
+  if (host_error) {
+    throw_corrupt_at(base + 8 * (chunks + 1), "a chunk (the chunks start here) failed validation on the device");
+  }
 }
 
 }  // namespace
@@ -280,22 +283,19 @@ std::vector<std::byte> compress(const float* device_data, const Shape& shape, co
 }
 
 void decompress(std::span<const std::byte> stream, float* device_out, Timings* timings) {
-  const Header h = read_header(stream);
-  if (h.codec != CodecId::szp && h.codec != CodecId::zeros) throw InputError("the CUDA driver implements szp and zeros only");
+  if (const Header peek = read_header(stream); peek.codec != CodecId::szp && peek.codec != CodecId::zeros) {
+    throw InputError("the CUDA driver implements szp and zeros only");
+  }
+  // The same header-vs-state checks as the CPU path (step vs bound, chunk size, sizes).
+  const Header h = inspect(stream);
   const auto payload = stream.subspan(kHeaderSize);
-  if (payload.size() < kStateBytes) throw StreamError("corrupted stream: missing codec state");
-  std::uint32_t chunk_blocks;
-  std::memcpy(&chunk_blocks, payload.data() + LinearQuantizer::kStateBytes, 4);
-  if (chunk_blocks != kChunkBlocks) throw StreamError("corrupted stream: unsupported chunk size");
   Timings t;
   if (h.codec == CodecId::szp) {
     SzpBlockCodec<> codec;
-    if (!codec.quantizer.load(reinterpret_cast<const std::uint8_t*>(payload.data()))) {
-      throw StreamError("corrupted stream: bad quantisation step");
-    }
-    decode_device(codec, payload.subspan(kStateBytes), h.count, device_out, &t.encode_ms);
+    codec.quantizer.load(reinterpret_cast<const std::uint8_t*>(payload.data()));  // checked by inspect
+    decode_device(codec, payload.subspan(kStateBytes), h.count, device_out, &t.encode_ms, kHeaderSize + kStateBytes);
   } else {
-    decode_device(ZerosBlockCodec{}, payload.subspan(kStateBytes), h.count, device_out, &t.encode_ms);
+    decode_device(ZerosBlockCodec{}, payload.subspan(kStateBytes), h.count, device_out, &t.encode_ms, kHeaderSize + kStateBytes);
   }
   if (timings) *timings = t;
 }

@@ -2,6 +2,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 
@@ -124,15 +125,27 @@ std::uint64_t stream_checksum(std::span<const std::byte> stream) {
   return xxh64(stream.subspan(kHeaderSize), seed);
 }
 
+void throw_corrupt_at(std::uint64_t offset, const std::string& what) {
+  throw StreamError("corrupted stream at byte " + std::to_string(offset) + ": " + what);
+}
+
+namespace {
+std::string number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+}  // namespace
+
 Header read_header(std::span<const std::byte> s) {
   const std::byte* in = s.data();
   if (s.size() < 4 || std::memcmp(in, kMagic.data(), 4) != 0) {
-    throw StreamError("not a comptrain compressed stream (bad magic; expected \"CTKZ\")");
+    throw StreamError("not a comptrain compressed stream (bad magic at byte 0; expected \"CTKZ\")");
   }
-  if (s.size() < 6) throw StreamError("truncated stream: " + std::to_string(s.size()) + " bytes, no format version");
-  const auto version = get<std::uint16_t>(in, 4);
+  if (s.size() < 6) throw StreamError("truncated stream: " + std::to_string(s.size()) + " bytes, no format version (byte 4)");
+  const auto version = get<std::uint16_t>(in, field::kVersion);
   if (version != kFormatVersion) {
-    throw StreamError("unsupported stream format version " + std::to_string(version) + " (this build reads version " +
+    throw StreamError("unsupported stream format version " + std::to_string(version) + " at byte 4 (this build reads version " +
                       std::to_string(kFormatVersion) + ")");
   }
   if (s.size() < kHeaderSize) {
@@ -140,48 +153,93 @@ Header read_header(std::span<const std::byte> s) {
                       std::to_string(kHeaderSize) + "-byte header");
   }
   Header h;
-  const auto codec = get<std::uint8_t>(in, 6);
-  if (codec_info_or_null(static_cast<CodecId>(codec)) == nullptr) {
-    throw StreamError("unknown codec id " + std::to_string(codec) + " in stream header");
-  }
+  const auto codec = get<std::uint8_t>(in, field::kCodec);
+  const CodecInfo* info = codec_info_or_null(static_cast<CodecId>(codec));
+  if (info == nullptr) throw_corrupt_at(field::kCodec, "unknown codec id " + std::to_string(codec));
   h.codec = static_cast<CodecId>(codec);
-  if (get<std::uint8_t>(in, 7) != static_cast<std::uint8_t>(ElementType::float32)) {
-    throw StreamError("unsupported element type " + std::to_string(get<std::uint8_t>(in, 7)) + " (only 1 = float32)");
+  if (get<std::uint8_t>(in, field::kType) != static_cast<std::uint8_t>(ElementType::float32)) {
+    throw_corrupt_at(field::kType, "unsupported element type " + std::to_string(get<std::uint8_t>(in, field::kType)) + " (only 1 = float32)");
   }
-  const auto mode = get<std::uint8_t>(in, 8);
-  if (mode > static_cast<std::uint8_t>(BoundMode::rel)) throw StreamError("bad error-bound mode " + std::to_string(mode));
+  const auto mode = get<std::uint8_t>(in, field::kMode);
+  if (mode > static_cast<std::uint8_t>(BoundMode::rel)) {
+    throw_corrupt_at(field::kMode, "bad error-bound mode " + std::to_string(mode) + " (0 none, 1 abs, 2 rel)");
+  }
   h.mode = static_cast<BoundMode>(mode);
-  h.rank = get<std::uint8_t>(in, 9);
-  if (h.rank < 1 || h.rank > kMaxRank) throw StreamError("bad rank " + std::to_string(h.rank) + " (1..4)");
-  if (get<std::uint16_t>(in, 10) != kHeaderSize) throw StreamError("bad header size field");
-  h.codec_param = get<std::uint32_t>(in, 12);
+  // The encoder stores mode none exactly for the codecs that ignore --eb.
+  if (info->error_bounded != (h.mode != BoundMode::none)) {
+    throw_corrupt_at(field::kMode, "error-bound mode " + std::to_string(mode) + " for codec " + std::string(info->name) +
+                                (info->error_bounded ? ", which needs abs (1) or rel (2)" : ", which is not error-bounded (expected 0)"));
+  }
+  h.rank = get<std::uint8_t>(in, field::kRank);
+  if (h.rank < 1 || h.rank > kMaxRank) throw_corrupt_at(field::kRank, "bad rank " + std::to_string(h.rank) + " (expected 1..4)");
+  if (get<std::uint16_t>(in, field::kHeaderSize) != kHeaderSize) {
+    throw_corrupt_at(field::kHeaderSize, "header size field is " + std::to_string(get<std::uint16_t>(in, field::kHeaderSize)) +
+                                             " (expected " + std::to_string(kHeaderSize) + ")");
+  }
+  h.codec_param = get<std::uint32_t>(in, field::kCodecParam);
   std::uint64_t product = 1;
   bool overflow = false;
   for (std::size_t i = 0; i < kMaxRank; ++i) {
-    h.dims[i] = get<std::uint64_t>(in, 16 + 8 * i);
-    if (i >= h.rank && h.dims[i] != 1) throw StreamError("shape dimension " + std::to_string(i) + " beyond the rank is not 1");
+    h.dims[i] = get<std::uint64_t>(in, field::kDims + 8 * i);
+    if (i >= h.rank && h.dims[i] != 1) {
+      throw_corrupt_at(field::kDims + 8 * i, "shape dimension " + std::to_string(i) + " beyond rank " + std::to_string(h.rank) + " is " +
+                                          std::to_string(h.dims[i]) + " (expected 1)");
+    }
     if (h.dims[i] != 0 && product > std::numeric_limits<std::uint64_t>::max() / h.dims[i]) overflow = true;
     product *= h.dims[i];
   }
-  h.count = get<std::uint64_t>(in, 48);
-  if (overflow || product != h.count) throw StreamError("shape does not match the element count");
-  if (h.count > kMaxElements) throw StreamError("element count " + std::to_string(h.count) + " exceeds the supported maximum");
-  h.eb_given = get<double>(in, 56);
-  h.eb_abs = get<double>(in, 64);
-  if (!(h.eb_abs >= 0.0) || !std::isfinite(h.eb_abs) || !(h.eb_given >= 0.0) || !std::isfinite(h.eb_given)) {
-    throw StreamError("bad error bound in stream header");
+  h.count = get<std::uint64_t>(in, field::kCount);
+  if (overflow || product != h.count) {
+    std::string shape;
+    for (std::size_t i = 0; i < h.rank; ++i) shape += (i ? " x " : "") + std::to_string(h.dims[i]);
+    throw_corrupt_at(field::kCount, "element count " + std::to_string(h.count) + " is not the product of the shape " + shape +
+                                 (overflow ? " (which overflows 64 bits)" : " (" + std::to_string(product) + ")"));
   }
-  h.payload_size = get<std::uint64_t>(in, 72);
-  if (get<std::uint64_t>(in, 80) != 0) throw StreamError("reserved header field is not zero");
+  if (h.count > kMaxElements) {
+    throw_corrupt_at(field::kCount, "element count " + std::to_string(h.count) + " exceeds the supported maximum " + std::to_string(kMaxElements));
+  }
+  h.eb_given = get<double>(in, field::kEbGiven);
+  h.eb_abs = get<double>(in, field::kEbAbs);
+  if (!(h.eb_given >= 0.0) || !std::isfinite(h.eb_given)) {
+    throw_corrupt_at(field::kEbGiven, "error bound " + number(h.eb_given) + " is not a finite number >= 0");
+  }
+  if (!(h.eb_abs >= 0.0) || !std::isfinite(h.eb_abs)) {
+    throw_corrupt_at(field::kEbAbs, "absolute error bound " + number(h.eb_abs) + " is not a finite number >= 0");
+  }
+  switch (h.mode) {
+    case BoundMode::none:  // the encoder leaves both at 0
+      if (h.eb_given != 0.0) throw_corrupt_at(field::kEbGiven, "error bound " + number(h.eb_given) + " with mode none (expected 0)");
+      if (h.eb_abs != 0.0) throw_corrupt_at(field::kEbAbs, "absolute error bound " + number(h.eb_abs) + " with mode none (expected 0)");
+      break;
+    case BoundMode::abs:  // enforced = given
+      if (h.eb_abs != h.eb_given) {
+        throw_corrupt_at(field::kEbAbs, "absolute error bound " + number(h.eb_abs) + " differs from the given absolute bound " +
+                                     number(h.eb_given) + " (byte 56)");
+      }
+      break;
+    case BoundMode::rel: {  // enforced = given x (max - min) of finite floats, a range below 2 FLT_MAX
+      const double widest = h.eb_given * 2.0 * static_cast<double>(std::numeric_limits<float>::max());
+      if (h.eb_abs > widest) {
+        throw_corrupt_at(field::kEbAbs, "absolute error bound " + number(h.eb_abs) + " exceeds the relative bound " + number(h.eb_given) +
+                                     " times the widest float range (" + number(widest) + ")");
+      }
+      break;
+    }
+  }
+  h.payload_size = get<std::uint64_t>(in, field::kPayloadSize);
+  if (get<std::uint64_t>(in, field::kReserved) != 0) throw_corrupt_at(field::kReserved, "reserved header field is not zero");
   h.checksum = get<std::uint64_t>(in, kChecksumOffset);
   const std::uint64_t actual_payload = s.size() - kHeaderSize;
   if (h.payload_size != actual_payload) {
     throw StreamError(h.payload_size > actual_payload
                           ? "truncated stream: payload is " + std::to_string(actual_payload) + " bytes, header says " +
-                                std::to_string(h.payload_size)
-                          : "stream has " + std::to_string(actual_payload - h.payload_size) + " trailing bytes");
+                                std::to_string(h.payload_size) + " (byte 72)"
+                          : "stream has " + std::to_string(actual_payload - h.payload_size) + " trailing bytes after byte " +
+                                std::to_string(kHeaderSize + h.payload_size) + " (payload size at byte 72)");
   }
-  if (stream_checksum(s) != h.checksum) throw StreamError("stream checksum mismatch (corrupted data)");
+  if (stream_checksum(s) != h.checksum) {
+    throw StreamError("stream checksum mismatch (corrupted data; checksum at byte 88 covers the header and the payload)");
+  }
   return h;
 }
 

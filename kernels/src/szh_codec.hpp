@@ -211,29 +211,31 @@ inline void szh_encode(const LinearQuantizer& quantizer, const float* x, std::ui
   }
 }
 
-// Decodes the payload after the step and chunk-size words.
+// Decodes the payload after the step and chunk-size words; `base`: the stream offset of rest[0].
 inline void szh_decode(const LinearQuantizer& quantizer, std::span<const std::byte> rest, float* out, std::uint64_t n,
-                       unsigned threads) {
-  if (rest.size() < 4) throw StreamError("corrupted stream: missing predictor");
+                       unsigned threads, std::uint64_t base) {
+  if (rest.size() < 4) throw_corrupt_at(base, "payload ends before the szh predictor word");
   const std::uint32_t predictor = hd::load_u32(reinterpret_cast<const std::uint8_t*>(rest.data()));
-  if (predictor > 1) throw StreamError("corrupted stream: unknown szh predictor " + std::to_string(predictor));
+  if (predictor > 1) throw_corrupt_at(base, "unknown szh predictor " + std::to_string(predictor) + " (expected 0 or 1)");
   const bool lorenzo = predictor == 1;
   rest = rest.subspan(4);
   HuffmanCode code;
   std::uint64_t table = 0;
   if (const char* e = HuffmanCode::load(reinterpret_cast<const std::uint8_t*>(rest.data()), rest.size(), code, table)) {
-    throw StreamError(std::string("corrupted stream: ") + e);
+    throw_corrupt_at(base + 4, std::string("Huffman code table: ") + e);
   }
   const auto chunked = rest.subspan(table);
+  const std::uint64_t table_at = base + 4 + table;
   const std::uint64_t chunks = chunk_count(n);
-  const std::vector<std::uint64_t> offsets = read_chunk_table(chunked, n);
+  const std::vector<std::uint64_t> offsets = read_chunk_table(chunked, n, table_at);
   const auto* data = reinterpret_cast<const std::uint8_t*>(chunked.data() + 8 * (chunks + 1));
+  const std::uint64_t data_at = table_at + 8 * (chunks + 1);
   parallel_ranges(chunks, threads, [&](std::uint64_t c0, std::uint64_t c1, unsigned) {
     for (std::uint64_t c = c0; c < c1; ++c) {
       const std::uint64_t size = offsets[c + 1] - offsets[c];
-      if (size > szh_max_chunk_bytes(chunk_values(n, c))) corrupt_chunk(c, "larger than its worst case");
+      if (size > szh_max_chunk_bytes(chunk_values(n, c))) corrupt_chunk(c, data_at + offsets[c], "larger than its worst case");
       const char* error = szh_decode_chunk(quantizer, code, lorenzo, data + offsets[c], size, chunk_values(n, c), out + c * kChunkValues);
-      if (error != nullptr) corrupt_chunk(c, error);
+      if (error != nullptr) corrupt_chunk(c, data_at + offsets[c], error);
     }
   });
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <string>
 
 namespace comptrain::kernels::detail {
 namespace {
@@ -71,13 +72,16 @@ void zfp_compress(std::span<const float> data, const Shape& shape, double tolera
 
 void zfp_decompress(std::span<const std::byte> payload, const Shape& shape, double tolerance, std::span<float> out) {
   if (out.empty()) {
-    if (!payload.empty()) throw StreamError("corrupted stream: zfp payload for an empty array");
+    if (!payload.empty()) throw_corrupt_at(kHeaderSize, "zfp payload of " + std::to_string(payload.size()) + " bytes for an empty array (expected none)");
     return;
   }
   auto zs = make_stream(tolerance);
   auto field = make_field(out.data(), shape);
   const std::size_t cap = zfp_stream_maximum_size(zs.get(), field.get());
-  if (payload.size() > cap) throw StreamError("corrupted stream: zfp payload larger than zfp's maximum size");
+  if (payload.size() > cap) {
+    throw_corrupt_at(field::kPayloadSize, "zfp payload of " + std::to_string(payload.size()) + " bytes is larger than zfp's maximum size for this shape (" +
+                             std::to_string(cap) + ")");
+  }
   // zfp's bit reader does not check bounds; decoding from a zero-padded copy of the worst-case
   // size keeps a forged payload from making it read past our buffer.
   std::vector<std::byte> padded(cap + 64);
@@ -86,7 +90,7 @@ void zfp_decompress(std::span<const std::byte> payload, const Shape& shape, doub
   zfp_stream_set_bit_stream(zs.get(), bs.get());
   zfp_stream_rewind(zs.get());
   const std::size_t bytes = zfp_decompress(zs.get(), field.get());
-  if (bytes == 0 || bytes > payload.size() + 8) throw StreamError("corrupted stream: zfp payload does not decode");
+  if (bytes == 0 || bytes > payload.size() + 8) throw_corrupt_at(kHeaderSize, "zfp payload does not decode to the header's shape");
 }
 
 }  // namespace comptrain::kernels::detail

@@ -58,6 +58,18 @@ struct Header {
   std::uint64_t checksum = 0;
 };
 
+// Byte offsets of the header fields (the table above), for readers and for error messages.
+namespace field {
+inline constexpr std::size_t kMagic = 0, kVersion = 4, kCodec = 6, kType = 7, kMode = 8, kRank = 9, kHeaderSize = 10,
+                             kCodecParam = 12, kDims = 16, kCount = 48, kEbGiven = 56, kEbAbs = 64, kPayloadSize = 72,
+                             kReserved = 80, kChecksum = 88;
+}  // namespace field
+
+// Throws StreamError("corrupted stream at byte <offset>: <what>"): every message about a field
+// of a stream names where that field is, so a forged or damaged file can be inspected with a
+// hex dump. `offset` counts from the first byte of the stream (the header included).
+[[noreturn]] void throw_corrupt_at(std::uint64_t offset, const std::string& what);
+
 // XXH64 (Yann Collet, xxHash specification v0.1.1), written here to avoid a dependency.
 std::uint64_t xxh64(std::span<const std::byte> data, std::uint64_t seed);
 
@@ -66,7 +78,12 @@ void write_header(const Header& h, std::byte* out);
 // Computes the checksum of a complete stream whose header fields are already written.
 std::uint64_t stream_checksum(std::span<const std::byte> stream);
 // Parses and validates the header and the checksum of a complete stream; throws StreamError
-// naming the first problem found.
+// naming the first problem found and its byte offset. Checks every field against the others
+// where the header alone allows it: the shape's product is the count, the rank is 1..4 and the
+// dims beyond it are 1, the bound mode suits the codec (none exactly for the codecs that are not
+// error-bounded, and then both bounds are 0), in abs mode the enforced bound is the given one, in
+// rel mode it is at most the given one times the widest float range. The codec-specific checks
+// of the payload against the header (codec parameter, quantiser step, sizes) are in `inspect`.
 Header read_header(std::span<const std::byte> stream);
 
 }  // namespace comptrain::kernels

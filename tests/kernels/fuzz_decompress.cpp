@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "comptrain/kernels/codec.hpp"
+#include "comptrain/kernels/stages.hpp"
 
 namespace ck = comptrain::kernels;
 
@@ -32,10 +33,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   h.codec_param = h.codec == ck::CodecId::quant ? (1u << (data[0] / kCodecs % 4)) : 0u;
   h.count = std::uint64_t{data[1]} * 37;
   h.dims = {h.count, 1, 1, 1};
-  h.eb_given = h.eb_abs = 1e-3;
+  // Header fields consistent with each other as an encoder writes them (no bound without a mode,
+  // the step the bound implies), so that the payload decoders are reached, not just the checks.
+  h.eb_given = h.eb_abs = h.mode == ck::BoundMode::none ? 0.0 : 1e-3;
   h.payload_size = size - 2;
   std::vector<std::byte> stream(ck::kHeaderSize + size - 2);
   if (size > 2) std::memcpy(stream.data() + ck::kHeaderSize, data + 2, size - 2);
+  if ((h.codec == ck::CodecId::szp || h.codec == ck::CodecId::szh) && size >= 6) {
+    const float step = ck::make_linear_quantizer(1e-3).quantum;
+    std::memcpy(stream.data() + ck::kHeaderSize, &step, 4);
+  }
   ck::write_header(h, stream.data());
   h.checksum = ck::stream_checksum(stream);
   ck::write_header(h, stream.data());

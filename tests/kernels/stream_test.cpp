@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <random>
+#include <string>
 
 #include "comptrain/kernels/codec.hpp"
 #include "data_families.hpp"
@@ -185,6 +186,116 @@ TEST(Stream, SzhForgedTableOutliersAndBitstream) {
     const std::uint64_t payload = t.size() - kHeaderSize;
     std::memcpy(t.data() + 72, &payload, 8);
     expect_error(t, "cut chunk");
+  }
+}
+
+// Defect 10 (shared/defects/10-stream-forged-count): header and payload fields forged one at a
+// time, with the checksum recomputed as a forger would. Each must be refused with the exact
+// offset of the field that contradicts the others.
+std::string error_of(std::vector<std::byte> t) {
+  reseal(t);
+  try {
+    (void)decompress(t);
+  } catch (const StreamError& e) {
+    return e.what();
+  }
+  return "(decoded)";
+}
+template <class T>
+std::vector<std::byte> with(std::vector<std::byte> s, std::size_t offset, T value) {
+  std::memcpy(s.data() + offset, &value, sizeof value);
+  return s;
+}
+
+std::vector<std::byte> noise_stream(CodecId codec, std::size_t n = 70000) {
+  std::vector<float> x(n);
+  std::uint32_t state = 12345;
+  for (auto& v : x) {
+    state = state * 1664525u + 1013904223u;  // Numerical Recipes' LCG
+    v = static_cast<float>(state >> 8) / 16777216.0f * 8.0f - 4.0f;
+  }
+  return compress(x, Shape::flat(n), {.codec = codec, .eb = 1e-3, .mode = BoundMode::abs});
+}
+
+TEST(Stream, ForgedQuantisationStepIsRefusedAtItsOffset) {
+  // As make.py's forged-step0.ctk: step 0 would decode every value to 0 (max error 4 for eb 1e-3).
+  for (CodecId c : {CodecId::szp, CodecId::szh}) {
+    const auto s = noise_stream(c);
+    ASSERT_EQ(decompress(s).size(), 70000u);
+    EXPECT_EQ(error_of(with(s, 96, 0.0f)),
+              "corrupted stream at byte 96: quantisation step 0 does not match the absolute error bound 0.001 at byte 64 "
+              "(expected step 0.00200000009)")
+        << codec_info(c).name;
+    EXPECT_TRUE(error_of(with(s, 96, 0.004f)).starts_with("corrupted stream at byte 96: quantisation step 0.00400000019 does not match"));
+    // The step is right but the bound was changed (abs: the given bound must follow).
+    EXPECT_EQ(error_of(with(s, 64, 2e-3)),
+              "corrupted stream at byte 64: absolute error bound 0.002 differs from the given absolute bound 0.001 (byte 56)");
+    auto both = with(with(s, 64, 2e-3), 56, 2e-3);
+    EXPECT_TRUE(error_of(both).starts_with("corrupted stream at byte 96: quantisation step 0.00200000009 does not match the absolute "
+                                          "error bound 0.002 at byte 64 (expected step 0.00400000019)"));
+  }
+}
+
+TEST(Stream, ForgedHeaderFieldsAreRefusedAtTheirOffsets) {
+  const auto s = noise_stream(CodecId::szp);
+  EXPECT_EQ(error_of(with(s, 48, std::uint64_t{70001})),
+            "corrupted stream at byte 48: element count 70001 is not the product of the shape 70000 (70000)");
+  EXPECT_EQ(error_of(with(s, 16, std::uint64_t{70001})),
+            "corrupted stream at byte 48: element count 70000 is not the product of the shape 70001 (70001)");
+  EXPECT_EQ(error_of(with(s, 9, std::uint8_t{5})), "corrupted stream at byte 9: bad rank 5 (expected 1..4)");
+  EXPECT_EQ(error_of(with(s, 32, std::uint64_t{2})), "corrupted stream at byte 32: shape dimension 2 beyond rank 1 is 2 (expected 1)");
+  EXPECT_EQ(error_of(with(s, 8, std::uint8_t{0})),
+            "corrupted stream at byte 8: error-bound mode 0 for codec szp, which needs abs (1) or rel (2)");
+  EXPECT_EQ(error_of(with(s, 12, std::uint32_t{4})), "corrupted stream at byte 12: codec parameter 4 for codec szp (expected 0)");
+  EXPECT_EQ(error_of(with(s, 100, std::uint32_t{128})), "corrupted stream at byte 100: chunk size 128 blocks (this build reads 256)");
+  EXPECT_EQ(error_of(with(s, 104, std::uint64_t{8})), "corrupted stream at byte 104: first chunk offset is 8 (expected 0)");
+  // 9 chunks: the table is at 104..184, the chunks start at 184.
+  EXPECT_EQ(error_of(with(s, 112, std::uint64_t{1})), "corrupted stream at byte 184: chunk 0: shorter than its tag bytes");
+  EXPECT_TRUE(error_of(with(s, 120, std::uint64_t{0})).starts_with("corrupted stream at byte 120: offset 0 of chunk 2 is before"));
+  // A count that needs more blocks than the chunks hold: the chunk's tags are refused where they start.
+  const auto t = with(with(s, 48, std::uint64_t{70017}), 16, std::uint64_t{70017});
+  EXPECT_NE(error_of(t).find("corrupted stream at byte "), std::string::npos) << error_of(t);
+  // A count so large that no payload of this size holds it.
+  const auto big = with(with(s, 48, std::uint64_t{1} << 39), 16, std::uint64_t{1} << 39);
+  EXPECT_TRUE(error_of(big).starts_with("corrupted stream at byte 48: element count 549755813888 needs a szp payload of at least"));
+
+  const auto z = noise_stream(CodecId::zeros);
+  EXPECT_EQ(error_of(with(z, 96, std::uint32_t{1})), "corrupted stream at byte 96: zeros has no quantiser: its state word is not 0");
+  EXPECT_EQ(error_of(with(z, 56, 1e-3)), "corrupted stream at byte 56: error bound 0.001 with mode none (expected 0)");
+  EXPECT_EQ(error_of(with(z, 8, std::uint8_t{1})),
+            "corrupted stream at byte 8: error-bound mode 1 for codec zeros, which is not error-bounded (expected 0)");
+
+  const auto q = sample(CodecId::quant, 1000);
+  EXPECT_EQ(error_of(with(q, 12, std::uint32_t{3})), "corrupted stream at byte 12: quant bit count 3 (expected 1, 2, 4 or 8)");
+  EXPECT_EQ(error_of(with(q, 12, std::uint32_t{4})),
+            "corrupted stream at byte 72: payload size 1032 does not match the 532 bytes that quant with 4 bits needs for 1000 values "
+            "(count at byte 48)");
+  const auto h = sample(CodecId::fp16, 1000);
+  EXPECT_EQ(error_of(with(with(h, 48, std::uint64_t{999}), 16, std::uint64_t{999})),
+            "corrupted stream at byte 72: payload size 2000 does not match the 1998 bytes that 2-byte casts need for 999 values "
+            "(count at byte 48)");
+  // rel: the enforced bound cannot exceed the relative bound times the widest range of floats.
+  const auto r = sample(CodecId::szp, 1000);
+  EXPECT_EQ(error_of(with(r, 64, 1e300)),
+            "corrupted stream at byte 64: absolute error bound 1.0000000000000001e+300 exceeds the relative bound 0.001 times the "
+            "widest float range (6.8056469327705773e+35)");
+}
+
+// Every StreamError about a stream's content says where: random forgeries of header and payload
+// bytes behind a recomputed checksum.
+TEST(Stream, EveryCorruptionMessageNamesAByteOffset) {
+  for (CodecId c : kAll) {
+    const auto s = sample(c, 20000);
+    std::mt19937 rng(11);
+    for (int trial = 0; trial < 300; ++trial) {
+      auto t = s;
+      std::uniform_int_distribution<std::size_t> pos(4, t.size() - 1);
+      const std::size_t p = pos(rng);
+      if (p >= 88 && p < 96) continue;  // the checksum itself
+      t[p] ^= std::byte{static_cast<unsigned char>(1u + rng() % 255)};
+      const std::string e = error_of(t);
+      if (e != "(decoded)") EXPECT_NE(e.find("byte"), std::string::npos) << codec_info(c).name << " byte " << p << ": " << e;
+    }
   }
 }
 

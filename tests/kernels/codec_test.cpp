@@ -222,5 +222,49 @@ TEST(ArrayIo, NpyRoundTripAndStrictHeader) {
   EXPECT_EQ(parse_raw_f32(std::string(8, '\0'), "x").values.size(), 2u);
 }
 
+// `comptrain compress` input errors name the file, the byte offset and what was expected.
+TEST(ArrayIo, ErrorsNameTheFileTheOffsetAndTheExpectation) {
+  const std::vector<float> v{1.0f, -2.0f, 3.5f, 0.0f, 5.0f, 6.0f};
+  const std::string file = format_npy(v, Shape{2, {2, 3, 1, 1}});  // dict at byte 10
+  const auto message = [](const std::string& bytes) {
+    try {
+      (void)parse_npy(bytes, "a.npy");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(parsed)");
+  };
+  auto replace = [&](const std::string& from, const std::string& to) {
+    std::string s = file;
+    s.replace(s.find(from), from.size(), to);
+    return s;
+  };
+  const std::size_t descr = file.find("'<f4'"), shape = file.find("(2, 3)"), data = file.size() - 24;
+  EXPECT_EQ(message(replace("<f4", "<f8")),
+            "a.npy: not a supported .npy file: at byte " + std::to_string(descr) + ": dtype '<f8' (expected '<f4', little-endian float32)");
+  EXPECT_EQ(message(replace("False", "True ")),
+            "a.npy: not a supported .npy file: at byte " + std::to_string(file.find("False")) +
+                ": fortran_order True (expected False, C order)");
+  EXPECT_EQ(message(replace("(2, 3)", "(2, 4)")), "a.npy: not a supported .npy file: at byte " + std::to_string(data) +
+                                                       ": the data is 24 bytes, the shape (2, 4) at byte " + std::to_string(shape) +
+                                                       " needs 32 (4 per float32)");
+  EXPECT_EQ(message(replace("(2, 3)", "(2, x)")),
+            "a.npy: not a supported .npy file: at byte " + std::to_string(shape + 4) + ": bad shape (2, x) (expected non-negative integers)");
+  EXPECT_EQ(message(replace("'shape'", "'shapf'")), "a.npy: not a supported .npy file: at byte " + std::to_string(file.find("'shape'")) +
+                                                        ": unknown key 'shapf' (expected 'descr', 'fortran_order' and 'shape')");
+  EXPECT_EQ(message("not numpy at all"), "a.npy: not a supported .npy file: at byte 0: bad magic (expected \"\\x93NUMPY\")");
+  EXPECT_EQ(message(replace(std::string("\x01\x00", 2), std::string("\x07\x00", 2))),
+            "a.npy: not a supported .npy file: at byte 6: format version 7 (expected 1, 2 or 3)");
+  EXPECT_EQ(message(file.substr(0, 40)), "a.npy: not a supported .npy file: at byte 8: header length " + std::to_string(data - 10) +
+                                             " runs past the end of the file (30 bytes after the preamble)");
+  try {
+    (void)parse_raw_f32("abcdef", "a.f32");
+    ADD_FAILURE() << "no error";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "a.f32: raw float32 file size 6 is not a multiple of 4 (expected whole 4-byte values; the last 2 bytes from byte 4 are left over)");
+  }
+}
+
 }  // namespace
 }  // namespace comptrain::kernels

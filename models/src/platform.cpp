@@ -19,9 +19,15 @@
 namespace comptrain::models {
 namespace {
 
+using units::Bounds;
 using units::Dimension;
+namespace limits = platform_limits;
 
-enum class Range { positive, non_negative };
+// Whether 0 is accepted beside the bounds: tf32 and bf16 peaks write "0" for "unsupported".
+constexpr const char* kMinEfficiencyText = "0.001";  // platform_limits::min_efficiency
+static_assert(limits::min_efficiency == 1e-3);
+
+enum class Zero { rejected, means_unsupported };
 
 std::string join(std::initializer_list<const char*> names) {
   std::string list;
@@ -70,24 +76,24 @@ class PlatformReader {
     GpuSpec spec;
     spec.name = text_field(gpu, "name", "gpu");
     spec.memory_bytes = byte_count(gpu, "memory", "gpu");
-    spec.memory_bandwidth = quantity(gpu, "memory_bandwidth", "gpu", Dimension::bandwidth, Range::positive);
+    spec.memory_bandwidth = quantity(gpu, "memory_bandwidth", "gpu", Dimension::bandwidth, limits::bandwidth);
     // Every peak is required, tf32 and bf16 included: an omitted TF32 figure would silently
     // run fp32 matmuls 8x slower on an A100, so "0 = unsupported" must be written out.
     const YAML::Node peak = section(gpu, "peak", "gpu", {"fp32", "tf32", "fp16", "bf16"});
-    spec.peak_fp32 = quantity(peak, "fp32", "gpu.peak", Dimension::flop_rate, Range::positive);
-    spec.peak_tf32 = quantity(peak, "tf32", "gpu.peak", Dimension::flop_rate, Range::non_negative);
-    spec.peak_fp16 = quantity(peak, "fp16", "gpu.peak", Dimension::flop_rate, Range::positive);
-    spec.peak_bf16 = quantity(peak, "bf16", "gpu.peak", Dimension::flop_rate, Range::non_negative);
-    spec.launch_overhead = quantity(gpu, "launch_overhead", "gpu", Dimension::time, Range::non_negative);
+    spec.peak_fp32 = quantity(peak, "fp32", "gpu.peak", Dimension::flop_rate, limits::flop_rate);
+    spec.peak_tf32 = quantity(peak, "tf32", "gpu.peak", Dimension::flop_rate, limits::flop_rate, Zero::means_unsupported);
+    spec.peak_fp16 = quantity(peak, "fp16", "gpu.peak", Dimension::flop_rate, limits::flop_rate);
+    spec.peak_bf16 = quantity(peak, "bf16", "gpu.peak", Dimension::flop_rate, limits::flop_rate, Zero::means_unsupported);
+    spec.launch_overhead = quantity(gpu, "launch_overhead", "gpu", Dimension::time, limits::latency);
     // Power feeds energy estimates only, and user-described GPUs may not know it: optional,
     // 0/0 meaning unknown.
     if (gpu["power"]) {
       const YAML::Node power = section(gpu, "power", "gpu", {"idle", "max"});
-      spec.idle_power = quantity(power, "idle", "gpu.power", Dimension::power, Range::non_negative);
-      spec.max_power = quantity(power, "max", "gpu.power", Dimension::power, Range::positive);
+      spec.idle_power = quantity(power, "idle", "gpu.power", Dimension::power, limits::idle_power);
+      spec.max_power = quantity(power, "max", "gpu.power", Dimension::power, limits::max_power);
       if (spec.idle_power > spec.max_power) {
-        throw InputError(where(power["idle"].Mark()) + "'gpu.power.idle' (" + power["idle"].Scalar() +
-                         ") exceeds 'gpu.power.max' (" + power["max"].Scalar() + "); expected idle <= max");
+        throw InputError(where(power["idle"].Mark()) + "'gpu.power.idle' (" + shortened(power["idle"]) +
+                         ") exceeds 'gpu.power.max' (" + shortened(power["max"]) + "); expected idle <= max");
       }
     }
     return spec;
@@ -97,17 +103,17 @@ class PlatformReader {
     HostSpec spec;
     spec.name = text_field(host, "name", "host");
     spec.cores = required_positive_int(host, "cores", "host");
-    spec.flops = quantity(host, "flops", "host", Dimension::flop_rate, Range::positive);
+    spec.flops = quantity(host, "flops", "host", Dimension::flop_rate, limits::flop_rate);
     spec.memory_bytes = byte_count(host, "memory", "host");
-    spec.memory_bandwidth = quantity(host, "memory_bandwidth", "host", Dimension::bandwidth, Range::positive);
+    spec.memory_bandwidth = quantity(host, "memory_bandwidth", "host", Dimension::bandwidth, limits::bandwidth);
     return spec;
   }
 
   LinkSpec read_link(const YAML::Node& link, const std::string& section_name) const {
     LinkSpec spec;
     spec.name = text_field(link, "name", section_name);
-    spec.bandwidth = quantity(link, "bandwidth", section_name, Dimension::bandwidth, Range::positive);
-    spec.latency = quantity(link, "latency", section_name, Dimension::time, Range::non_negative);
+    spec.bandwidth = quantity(link, "bandwidth", section_name, Dimension::bandwidth, limits::bandwidth);
+    spec.latency = quantity(link, "latency", section_name, Dimension::time, limits::latency);
     return spec;
   }
 
@@ -118,7 +124,7 @@ class PlatformReader {
     return result;
   }
 
-  // `default` and one entry per op kind, each a fraction of peak in (0, 1].
+  // `default` and one entry per op kind, each a fraction of peak in [0.001, 1].
   void read_fractions(const YAML::Node& map, const std::string& field, double& fallback,
                       std::map<traces::OpKind, double>& per_kind) const {
     std::string valid = "default";
@@ -143,49 +149,50 @@ class PlatformReader {
 
   double fraction(const YAML::Node& node, const std::string& field) const {
     double value = 0;
-    if (!node.IsScalar() || !YAML::convert<double>::decode(node, value) || !std::isfinite(value) || value <= 0 || value > 1) {
-      throw InputError(where(node.Mark()) + "'" + field + "' is '" + describe(node) + "'; expected a fraction of peak in (0, 1]");
+    if (!node.IsScalar() || !YAML::convert<double>::decode(node, value) || !std::isfinite(value) ||
+        value < limits::min_efficiency || value > 1) {
+      throw InputError(where(node.Mark()) + "'" + field + "' is '" + shortened(node) + "'; expected a fraction of peak between " +
+                       kMinEfficiencyText + " and 1");
     }
     return value;
   }
 
-  // A required quantity with a unit, in the base unit of `dimension`.
-  double quantity(const YAML::Node& map, const char* key, const std::string& section_name, Dimension dimension, Range range) const {
+  // A required quantity with a unit, in the base unit of `dimension`, within `bounds` (or 0 when
+  // `zero` says 0 means unsupported).
+  double quantity(const YAML::Node& map, const char* key, const std::string& section_name, Dimension dimension, Bounds bounds,
+                  Zero zero = Zero::rejected) const {
     const YAML::Node node = required(map, key, section_name);
     const std::string field = qualified(section_name, key);
     if (!node.IsScalar() || node.Scalar().empty()) {
       throw InputError(where(node.Mark()) + "'" + field + "' must be a quantity in " + std::string(units::base_unit_name(dimension)) +
                        " with a unit (" + units::valid_units(dimension) + ")");
     }
-    double value = 0;
     try {
-      value = units::parse_quantity(node.Scalar(), dimension);
+      if (zero == Zero::means_unsupported && units::parse_quantity(node.Scalar(), dimension) == 0) return 0.0;
+      return units::parse_quantity(node.Scalar(), dimension, bounds);
+    } catch (const units::OutOfRange& e) {
+      throw InputError(where(node.Mark()) + "'" + field + "' is " + e.written() + "; expected " +
+                       (zero == Zero::means_unsupported ? "0 (unsupported) or " : "") + e.expected());
     } catch (const std::invalid_argument& e) {
-      throw InputError(where(node.Mark()) + "'" + field + "' is '" + node.Scalar() + "': " + e.what());
+      throw InputError(where(node.Mark()) + "'" + field + "' is '" + shortened(node) + "': " + e.what());
     }
-    if (range == Range::positive && !(value > 0)) {
-      throw InputError(where(node.Mark()) + "'" + field + "' is '" + node.Scalar() + "'; expected a positive quantity");
-    }
-    if (range == Range::non_negative && !(value >= 0)) {
-      throw InputError(where(node.Mark()) + "'" + field + "' is '" + node.Scalar() + "'; expected a quantity >= 0");
-    }
-    return value;
   }
 
-  // A positive size in bytes, rounded to a whole byte.
+  // A memory size in bytes, rounded to a whole byte, within the platform bounds.
   std::int64_t byte_count(const YAML::Node& map, const char* key, const std::string& section_name) const {
-    const double value = quantity(map, key, section_name, Dimension::bytes, Range::positive);
-    // 2^63 is exactly representable; anything at or above it does not fit in int64.
-    if (value >= 9223372036854775808.0) {
-      throw InputError(where(map[key].Mark()) + "'" + qualified(section_name, key) + "' is '" + map[key].Scalar() +
-                       "'; expected less than 8 EiB");
+    const YAML::Node node = required(map, key, section_name);
+    const std::string field = qualified(section_name, key);
+    if (!node.IsScalar() || node.Scalar().empty()) {
+      throw InputError(where(node.Mark()) + "'" + field + "' must be a quantity in bytes with a unit (" +
+                       units::valid_units(Dimension::bytes) + ")");
     }
-    const auto bytes = std::llround(value);
-    if (bytes < 1) {
-      throw InputError(where(map[key].Mark()) + "'" + qualified(section_name, key) + "' is '" + map[key].Scalar() +
-                       "'; expected at least 1 byte");
+    try {
+      return units::parse_byte_count(node.Scalar(), limits::min_memory_bytes, limits::max_memory_bytes);
+    } catch (const units::OutOfRange& e) {
+      throw InputError(where(node.Mark()) + "'" + field + "' is " + e.written() + "; expected " + e.expected());
+    } catch (const std::invalid_argument& e) {
+      throw InputError(where(node.Mark()) + "'" + field + "' is '" + shortened(node) + "': " + e.what());
     }
-    return bytes;
   }
 
   std::string text_field(const YAML::Node& map, const char* key, const std::string& section_name) const {
@@ -208,7 +215,7 @@ class PlatformReader {
   int positive_int(const YAML::Node& node, const std::string& field) const {
     int value = 0;
     if (!node.IsScalar() || !YAML::convert<int>::decode(node, value) || value < 1) {
-      throw InputError(where(node.Mark()) + "'" + field + "' is '" + describe(node) + "'; expected a positive integer");
+      throw InputError(where(node.Mark()) + "'" + field + "' is '" + shortened(node) + "'; expected a positive integer");
     }
     return value;
   }
@@ -240,6 +247,13 @@ class PlatformReader {
   }
 
   static std::string describe(const YAML::Node& node) { return node.IsScalar() ? node.Scalar() : std::string("a collection"); }
+
+  // A scalar as written, cut short: a 300-digit number must not fill the message.
+  static std::string shortened(const YAML::Node& node) {
+    std::string text = describe(node);
+    if (text.size() > 40) text = text.substr(0, 37) + "...";
+    return text;
+  }
 
   std::string where(const YAML::Mark& mark) const { return yaml::location(source_, mark); }
 

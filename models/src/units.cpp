@@ -2,10 +2,12 @@
 
 #include <array>
 #include <charconv>
-#include <span>
 #include <cmath>
+#include <cstdio>
+#include <span>
 #include <stdexcept>
 #include <system_error>
+#include <utility>
 
 namespace comptrain::models::units {
 namespace {
@@ -66,6 +68,61 @@ std::string_view example_of(Dimension dimension) {
 
 constexpr bool is_space(char c) { return c == ' ' || c == '\t'; }
 
+// "%g" or another printf format of one double: short whatever the value.
+std::string printed(const char* format, double value) {
+  std::array<char, 64> buffer{};
+  const int n = std::snprintf(buffer.data(), buffer.size(), format, value);
+  return std::string(buffer.data(), n > 0 ? static_cast<std::size_t>(n) : 0);
+}
+
+// A quantity split into its number and its unit, before the unit is applied.
+struct Parts {
+  double number = 0;
+  std::string_view unit;  // empty for a bare 0
+  double factor = 1;      // base units per unit
+
+  double value() const { return number * factor; }
+  // What was written, shortened: "1e+300 GB/s", never 300 digits.
+  std::string written() const { return printed("%g", number) + (unit.empty() ? "" : " " + std::string(unit)); }
+};
+
+Parts parse_parts(std::string_view text, Dimension dimension) {
+  while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
+  while (!text.empty() && is_space(text.back())) text.remove_suffix(1);
+
+  Parts parts;
+  const char* const end = text.data() + text.size();
+  const auto [rest, ec] = std::from_chars(text.data(), end, parts.number);
+  if (ec == std::errc::result_out_of_range) throw std::invalid_argument("the number is out of range");
+  if (ec != std::errc() || !std::isfinite(parts.number)) {
+    throw std::invalid_argument("expected a number followed by a unit, e.g. " + std::string(example_of(dimension)));
+  }
+  std::string_view unit(rest, static_cast<std::size_t>(end - rest));
+  while (!unit.empty() && is_space(unit.front())) unit.remove_prefix(1);
+
+  if (unit.empty()) {
+    if (parts.number == 0) return parts;
+    throw std::invalid_argument("a quantity needs a unit (only 0 may be written bare), e.g. " + std::string(example_of(dimension)) +
+                                "; valid units: " + valid_units(dimension));
+  }
+  for (const Unit& candidate : units_of(dimension)) {
+    if (candidate.symbol == unit) {
+      parts.unit = candidate.symbol;
+      parts.factor = candidate.factor;
+      return parts;
+    }
+  }
+  throw std::invalid_argument("unknown unit '" + std::string(unit) + "'; valid units: " + valid_units(dimension));
+}
+
+// 2^63, exactly representable: a double at or above it does not fit in int64.
+constexpr double kTwoTo63 = 9223372036854775808.0;
+
+std::string byte_bound(std::int64_t bytes) {
+  if (bytes == kMaxByteCount) return "2^63-1 B (about 8 EiB), the largest representable byte count";
+  return format_quantity(static_cast<double>(bytes), Dimension::bytes);
+}
+
 }  // namespace
 
 std::string valid_units(Dimension dimension) {
@@ -88,29 +145,62 @@ std::string_view base_unit_name(Dimension dimension) {
   throw std::logic_error("unknown unit dimension");
 }
 
+OutOfRange::OutOfRange(std::string written, std::string expected)
+    : std::invalid_argument(written + " is out of range; expected " + expected), written_(std::move(written)), expected_(std::move(expected)) {}
+
 double parse_quantity(std::string_view text, Dimension dimension) {
-  while (!text.empty() && is_space(text.front())) text.remove_prefix(1);
-  while (!text.empty() && is_space(text.back())) text.remove_suffix(1);
+  const Parts parts = parse_parts(text, dimension);
+  const double value = parts.value();
+  if (!std::isfinite(value)) {
+    throw OutOfRange(parts.written(), "a finite number of " + std::string(base_unit_name(dimension)) + " (at most " +
+                                          printed("%g", std::numeric_limits<double>::max()) + ")");
+  }
+  return value;
+}
 
-  double number = 0;
-  const char* const end = text.data() + text.size();
-  const auto [rest, ec] = std::from_chars(text.data(), end, number);
-  if (ec == std::errc::result_out_of_range) throw std::invalid_argument("the number is out of range");
-  if (ec != std::errc() || !std::isfinite(number)) {
-    throw std::invalid_argument("expected a number followed by a unit, e.g. " + std::string(example_of(dimension)));
+double parse_quantity(std::string_view text, Dimension dimension, Bounds bounds) {
+  const Parts parts = parse_parts(text, dimension);
+  const double value = parts.value();
+  if (!(value >= bounds.min && value <= bounds.max && std::isfinite(value))) {
+    throw OutOfRange(parts.written(), describe_bounds(bounds, dimension));
   }
-  std::string_view unit(rest, static_cast<std::size_t>(end - rest));
-  while (!unit.empty() && is_space(unit.front())) unit.remove_prefix(1);
+  return value;
+}
 
-  if (unit.empty()) {
-    if (number == 0) return 0.0;
-    throw std::invalid_argument("a quantity needs a unit (only 0 may be written bare), e.g. " + std::string(example_of(dimension)) +
-                                "; valid units: " + valid_units(dimension));
+std::int64_t parse_byte_count(std::string_view text, std::int64_t min, std::int64_t max) {
+  const Parts parts = parse_parts(text, Dimension::bytes);
+  const double value = parts.value();
+  const std::string range = "between " + byte_bound(min) + " and " + byte_bound(max);
+  // Both ends checked as doubles first: llround of a value beyond int64 is undefined.
+  if (!(value < kTwoTo63)) {
+    throw OutOfRange(parts.written(), max == kMaxByteCount ? "at most " + byte_bound(max) : range);
   }
-  for (const Unit& candidate : units_of(dimension)) {
-    if (candidate.symbol == unit) return number * candidate.factor;
+  if (!(value > -kTwoTo63)) throw OutOfRange(parts.written(), range);
+  const std::int64_t bytes = std::llround(value);
+  if (bytes < min || bytes > max) throw OutOfRange(parts.written(), range);
+  return bytes;
+}
+
+std::string format_quantity(double value, Dimension dimension) {
+  const std::span<const Unit> units = units_of(dimension);
+  const Unit* best = nullptr;
+  double best_number = 0;
+  if (std::isfinite(value) && value != 0) {
+    for (const Unit& unit : units) {
+      const double number = std::fabs(value / unit.factor);
+      // Whole numbers below 10^15 print exactly in at most 15 digits.
+      if (number >= 1 && number < 1e15 && number == std::round(number) && (!best || unit.factor > best->factor)) {
+        best = &unit;
+        best_number = value / unit.factor;
+      }
+    }
   }
-  throw std::invalid_argument("unknown unit '" + std::string(unit) + "'; valid units: " + valid_units(dimension));
+  if (best) return printed("%.15g", best_number) + " " + std::string(best->symbol);
+  return printed("%g", value) + " " + std::string(units.front().symbol);
+}
+
+std::string describe_bounds(Bounds bounds, Dimension dimension) {
+  return "between " + format_quantity(bounds.min, dimension) + " and " + format_quantity(bounds.max, dimension);
 }
 
 }  // namespace comptrain::models::units

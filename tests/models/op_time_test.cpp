@@ -3,17 +3,22 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstdint>
+#include <limits>
 #include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "comptrain/support/input_error.hpp"
 #include "comptrain/zoo/zoo.hpp"
 
 namespace comptrain::models {
 namespace {
 
+using ::testing::HasSubstr;
 using traces::BatchLinear;
 using traces::DType;
 using traces::MeasuredDuration;
@@ -207,6 +212,68 @@ TEST(OpTime, ArithmeticDtypeIsTheFirstFloatingOutputElseInput) {
 
 TEST(OpTime, RejectsAPlatformWithoutPeaks) {
   EXPECT_THROW(OpTimeModel(Platform{}), std::invalid_argument);
+}
+
+TEST(OpTime, RejectsAPlatformWithInfinitePeaksOrBandwidth) {
+  Platform platform = test_platform();
+  platform.gpu.peak_fp16 = std::numeric_limits<double>::infinity();
+  EXPECT_THROW(OpTimeModel{platform}, std::invalid_argument);
+  platform = test_platform();
+  platform.gpu.memory_bandwidth = std::numeric_limits<double>::infinity();
+  EXPECT_THROW(OpTimeModel{platform}, std::invalid_argument);
+}
+
+// parse_platform bounds every value, so only a hand-built platform gets here; the simulator must
+// still never receive an infinite duration (defects 06 and 07: "invalid duration", exit 1, or a
+// SimGrid deadlock reported as a result). An InputError names the op and what made the time.
+TEST(OpTime, ANonFiniteDurationIsAnInputErrorNamingTheOpAndItsInputs) {
+  Platform platform = test_platform();
+  platform.gpu.peak_fp32 = 1e-300;  // positive, so the constructor accepts it
+  try {
+    seconds(compute_bound(OpKind::linear, DType::f32), false, platform);
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("op 0 (op): the modeled duration is inf s, from 4e+12 FLOP at 1e-300 FLOP/s x compute efficiency 0.8"));
+    EXPECT_THAT(e.what(), HasSubstr("platform 'test', test.yaml"));
+  }
+
+  platform = test_platform();
+  platform.gpu.memory_bandwidth = 1e-306;
+  try {
+    seconds(compute_bound(OpKind::relu, DType::f32), false, platform);
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("op 0 (op): the modeled duration is inf s"));
+    EXPECT_THAT(e.what(), HasSubstr("4e+06 bytes at 1e-306 bytes/s x memory efficiency 0.5"));
+  }
+
+  platform = test_platform();
+  platform.efficiency.compute[OpKind::linear] = 0;  // an efficiency parse_platform refuses
+  EXPECT_THROW(seconds(compute_bound(OpKind::linear, DType::f32), false, platform), InputError);
+  OneOp no_flops = compute_bound(OpKind::linear, DType::f32);
+  no_flops.flops = {0, 0};
+  EXPECT_THROW(seconds(no_flops, false, platform), InputError) << "0 FLOP / 0 is NaN, not a duration";
+}
+
+// The platform bounds (platform_limits) with the largest FLOP and byte counts a trace may hold
+// (2^63 - 1 each) give a long but finite duration: the bounds are enough on their own.
+TEST(OpTime, TheSlowestPlatformTheBoundsAllowGivesFiniteDurations) {
+  Platform platform = test_platform();
+  platform.gpu.peak_fp32 = platform_limits::flop_rate.min;
+  platform.gpu.memory_bandwidth = platform_limits::bandwidth.min;
+  platform.gpu.launch_overhead = platform_limits::latency.max;
+  platform.efficiency.compute_default = platform.efficiency.memory_default = platform_limits::min_efficiency;
+  platform.efficiency.compute.clear();
+  platform.efficiency.memory.clear();
+  OneOp spec;
+  spec.kind = OpKind::relu;
+  const std::int64_t most = std::numeric_limits<std::int64_t>::max();
+  spec.flops = {most, 0};
+  spec.bytes_read = {most, 0};
+  spec.bytes_written = {most, 0};
+  const double s = seconds(spec, false, platform);
+  EXPECT_TRUE(std::isfinite(s));
+  EXPECT_GT(s, 1e16);
 }
 
 // End to end on a zoo model: the sum of op times is a roofline lower bound on a real

@@ -7,7 +7,9 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
+#include "comptrain/models/units.hpp"
 #include "comptrain/support/input_error.hpp"
 
 namespace comptrain::models {
@@ -15,6 +17,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 using traces::DType;
 using traces::OpKind;
@@ -193,8 +196,10 @@ TEST(PeakFlops, WithoutTf32OrBf16UnitsFallsBackToFp32) {
 
 // ---- Units ---------------------------------------------------------------------------------
 
+// The unit tables, through the parser itself: platform values are bounded (PlatformBounds below),
+// and units must be tested beyond those bounds too.
 TEST(PlatformUnits, Bytes) {
-  const auto memory = [](const std::string& text) { return parsed(with("memory: 40 GiB", "memory: " + text)).gpu.memory_bytes; };
+  const auto memory = [](const std::string& text) { return units::parse_byte_count(text); };
   EXPECT_EQ(memory("2048 B"), 2048);
   EXPECT_EQ(memory("3 kB"), 3000);
   EXPECT_EQ(memory("3 KB"), 3000);
@@ -212,9 +217,7 @@ TEST(PlatformUnits, Bytes) {
 }
 
 TEST(PlatformUnits, Bandwidth) {
-  const auto bandwidth = [](const std::string& text) {
-    return parsed(with("memory_bandwidth: 1555 GB/s", "memory_bandwidth: " + text)).gpu.memory_bandwidth;
-  };
+  const auto bandwidth = [](const std::string& text) { return units::parse_quantity(text, units::Dimension::bandwidth); };
   EXPECT_DOUBLE_EQ(bandwidth("7 B/s"), 7);
   EXPECT_DOUBLE_EQ(bandwidth("7 kB/s"), 7e3);
   EXPECT_DOUBLE_EQ(bandwidth("7 KB/s"), 7e3);
@@ -229,9 +232,7 @@ TEST(PlatformUnits, Bandwidth) {
 }
 
 TEST(PlatformUnits, FlopRates) {
-  const auto fp32 = [](const std::string& text) {
-    return parsed(with("fp32: 19.5 TFLOP/s", "fp32: " + text)).gpu.peak_fp32;
-  };
+  const auto fp32 = [](const std::string& text) { return units::parse_quantity(text, units::Dimension::flop_rate); };
   EXPECT_DOUBLE_EQ(fp32("5 FLOP/s"), 5);
   EXPECT_DOUBLE_EQ(fp32("5 kFLOP/s"), 5e3);
   EXPECT_DOUBLE_EQ(fp32("5 MFLOP/s"), 5e6);
@@ -243,9 +244,7 @@ TEST(PlatformUnits, FlopRates) {
 }
 
 TEST(PlatformUnits, TimesAndPower) {
-  const auto overhead = [](const std::string& text) {
-    return parsed(with("launch_overhead: 5 us", "launch_overhead: " + text)).gpu.launch_overhead;
-  };
+  const auto overhead = [](const std::string& text) { return units::parse_quantity(text, units::Dimension::time); };
   EXPECT_DOUBLE_EQ(overhead("2 s"), 2);
   EXPECT_DOUBLE_EQ(overhead("3 ms"), 3e-3);
   EXPECT_DOUBLE_EQ(overhead("5 us"), 5e-6);
@@ -267,7 +266,7 @@ TEST(PlatformUnits, BadUnitsAndValuesAreRejected) {
   EXPECT_THAT(e, HasSubstr("p.yaml:4:11: 'gpu.memory' is '40': a quantity needs a unit"));
 
   e = error_of(with("memory: 40 GiB", "memory: -40 GiB"));
-  EXPECT_THAT(e, HasSubstr("p.yaml:4:11: 'gpu.memory' is '-40 GiB'; expected a positive quantity"));
+  EXPECT_THAT(e, HasSubstr("p.yaml:4:11: 'gpu.memory' is -40 GiB; expected between 1 MiB and 1 PiB"));
 
   e = error_of(with("memory: 40 GiB", "memory: lots"));
   EXPECT_THAT(e, HasSubstr("'gpu.memory' is 'lots': expected a number followed by a unit, e.g. '40 GiB'"));
@@ -282,19 +281,19 @@ TEST(PlatformUnits, BadUnitsAndValuesAreRejected) {
   EXPECT_THAT(e, HasSubstr("unknown unit 'EiB'"));
 
   e = error_of(with("memory: 40 GiB", "memory: 9000 PiB"));
-  EXPECT_THAT(e, HasSubstr("expected less than 8 EiB"));
+  EXPECT_THAT(e, HasSubstr("'gpu.memory' is 9000 PiB; expected between 1 MiB and 1 PiB"));
 
   e = error_of(with("memory: 40 GiB", "memory: 0.25 B"));
-  EXPECT_THAT(e, HasSubstr("expected at least 1 byte"));
+  EXPECT_THAT(e, HasSubstr("'gpu.memory' is 0.25 B; expected between 1 MiB and 1 PiB"));
 
   e = error_of(with("bandwidth: 25 GB/s", "bandwidth: 100 Gb/s"));
   EXPECT_THAT(e, HasSubstr("p.yaml:9:36: 'host_link.bandwidth' is '100 Gb/s': unknown unit 'Gb/s'"));
 
   e = error_of(with("latency: 1 us", "latency: -1 us"));
-  EXPECT_THAT(e, HasSubstr("'host_link.latency' is '-1 us'; expected a quantity >= 0"));
+  EXPECT_THAT(e, HasSubstr("'host_link.latency' is -1 us; expected between 0 s and 1 s"));
 
   e = error_of(with("fp32: 19.5 TFLOP/s", "fp32: 0"));
-  EXPECT_THAT(e, HasSubstr("'gpu.peak.fp32' is '0'; expected a positive quantity"));
+  EXPECT_THAT(e, HasSubstr("'gpu.peak.fp32' is 0; expected between 1 MFLOP/s and 1000 PFLOP/s"));
 
   e = error_of(with("fp16: 312 TFLOP/s", "fp16: inf TFLOP/s"));
   EXPECT_THAT(e, HasSubstr("'gpu.peak.fp16' is 'inf TFLOP/s': expected a number"));
@@ -307,7 +306,168 @@ TEST(PlatformUnits, Tf32AndBf16MayBeZero) {
   const Platform p = parsed(with("tf32: 156 TFLOP/s", "tf32: 0", with("bf16: 312 TFLOP/s", "bf16: 0 TFLOP/s")));
   EXPECT_EQ(p.gpu.peak_tf32, 0);
   EXPECT_EQ(p.gpu.peak_bf16, 0);
-  EXPECT_THAT(error_of(with("tf32: 156 TFLOP/s", "tf32: -1 TFLOP/s")), HasSubstr("'gpu.peak.tf32' is '-1 TFLOP/s'; expected a quantity >= 0"));
+  EXPECT_THAT(error_of(with("tf32: 156 TFLOP/s", "tf32: -1 TFLOP/s")), HasSubstr("'gpu.peak.tf32' is -1 TFLOP/s; expected 0 (unsupported) or between 1 MFLOP/s and 1000 PFLOP/s"));
+}
+
+TEST(PlatformUnits, EveryQuantityIsFiniteAfterItsUnit) {
+  // 1e300 is a finite double; 1e300 GB/s is not (defect 05: SimGrid aborted on it).
+  EXPECT_THROW(units::parse_quantity("1e300 GB/s", units::Dimension::bandwidth), units::OutOfRange);
+  EXPECT_THROW(units::parse_quantity("1e300 PiB", units::Dimension::bytes), units::OutOfRange);
+  try {
+    units::parse_quantity("1e300 TFLOP/s", units::Dimension::flop_rate);
+    ADD_FAILURE() << "expected OutOfRange";
+  } catch (const units::OutOfRange& e) {
+    EXPECT_EQ(e.written(), "1e+300 TFLOP/s");
+    EXPECT_THAT(e.what(), HasSubstr("1e+300 TFLOP/s is out of range; expected a finite number of FLOP/s"));
+  }
+  EXPECT_DOUBLE_EQ(units::parse_quantity("1e300 B/s", units::Dimension::bandwidth), 1e300) << "finite: range checks are the caller's";
+}
+
+TEST(PlatformUnits, BoundedQuantities) {
+  const units::Bounds one_second{0, 1};
+  EXPECT_DOUBLE_EQ(units::parse_quantity("20 us", units::Dimension::time, one_second), 20e-6);
+  EXPECT_DOUBLE_EQ(units::parse_quantity("1 s", units::Dimension::time, one_second), 1) << "bounds are inclusive";
+  EXPECT_DOUBLE_EQ(units::parse_quantity("0", units::Dimension::time, one_second), 0);
+  try {
+    units::parse_quantity("1e300 s", units::Dimension::time, one_second);  // defect 07, s3.yaml: a codec latency
+    ADD_FAILURE() << "expected OutOfRange";
+  } catch (const units::OutOfRange& e) {
+    EXPECT_STREQ(e.what(), "1e+300 s is out of range; expected between 0 s and 1 s");
+    EXPECT_EQ(e.expected(), "between 0 s and 1 s");
+  }
+  EXPECT_THROW(units::parse_quantity("1001 ms", units::Dimension::time, one_second), units::OutOfRange);
+  EXPECT_THROW(units::parse_quantity("-1 ns", units::Dimension::time, one_second), units::OutOfRange);
+  // A malformed quantity is still reported as such, not as out of range.
+  try {
+    units::parse_quantity("5", units::Dimension::time, one_second);
+    ADD_FAILURE() << "expected invalid_argument";
+  } catch (const units::OutOfRange&) {
+    ADD_FAILURE() << "a missing unit is not a range error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_THAT(e.what(), HasSubstr("a quantity needs a unit"));
+  }
+}
+
+TEST(PlatformUnits, ByteCountsMustFitInt64AndSaySo) {
+  EXPECT_EQ(units::parse_byte_count("4 GiB"), 4LL << 30);
+  EXPECT_EQ(units::parse_byte_count("0"), 0);
+  EXPECT_EQ(units::parse_byte_count("8191 PiB"), 8191LL << 50);
+  try {
+    units::parse_byte_count("1e19 B");  // was "budget_bytes must be >= 0" after a cast to int64
+    ADD_FAILURE() << "expected OutOfRange";
+  } catch (const units::OutOfRange& e) {
+    EXPECT_THAT(e.what(), HasSubstr("1e+19 B is out of range; expected at most 2^63-1 B (about 8 EiB), the largest representable byte count"));
+    EXPECT_THAT(e.what(), Not(HasSubstr(">= 0")));
+  }
+  EXPECT_THROW(units::parse_byte_count("8192 PiB"), units::OutOfRange) << "2^63 B";
+  EXPECT_THROW(units::parse_byte_count("1e300 PiB"), units::OutOfRange);
+  try {
+    units::parse_byte_count("-1 KiB");
+    ADD_FAILURE() << "expected OutOfRange";
+  } catch (const units::OutOfRange& e) {
+    EXPECT_THAT(e.what(), HasSubstr("-1 KiB is out of range; expected between 0 B and 2^63-1 B"));
+  }
+  EXPECT_EQ(units::parse_byte_count("2 KiB", 1024, 4096), 2048);
+  EXPECT_THROW(units::parse_byte_count("5 KiB", 1024, 4096), units::OutOfRange);
+}
+
+TEST(PlatformUnits, MessagesNeverPrintHundredsOfDigits) {
+  const std::string huge = "1" + std::string(300, '0');
+  try {
+    units::parse_quantity(huge + " GB/s", units::Dimension::bandwidth, {1e3, 1e15});
+    ADD_FAILURE() << "expected OutOfRange";
+  } catch (const units::OutOfRange& e) {
+    EXPECT_STREQ(e.what(), "1e+300 GB/s is out of range; expected between 1 kB/s and 1 PB/s");
+  }
+  const std::string e = error_of(with("bandwidth: 25 GB/s", "bandwidth: " + huge + " GB/s"));
+  EXPECT_THAT(e, HasSubstr("p.yaml:9:36: 'host_link.bandwidth' is 1e+300 GB/s; expected between 1 kB/s and 1 PB/s"));
+  EXPECT_LT(e.size(), 200u) << e;
+}
+
+TEST(PlatformUnits, FormatQuantityPicksAWholeNumberUnit) {
+  EXPECT_EQ(units::format_quantity(1 << 20, units::Dimension::bytes), "1 MiB");
+  EXPECT_EQ(units::format_quantity(1e15, units::Dimension::bandwidth), "1 PB/s");
+  EXPECT_EQ(units::format_quantity(1e18, units::Dimension::flop_rate), "1000 PFLOP/s");
+  EXPECT_EQ(units::format_quantity(3600, units::Dimension::time), "3600 s");
+  EXPECT_EQ(units::format_quantity(0, units::Dimension::time), "0 s");
+  EXPECT_EQ(units::format_quantity(1e-300, units::Dimension::flop_rate), "1e-300 FLOP/s");
+}
+
+// ---- Bounds: every value finite and physically plausible after units -----------------------
+
+TEST(PlatformBounds, InfiniteBandwidthIsRejectedAtItsLine) {
+  // Defect 05: 1e300 GB/s overflowed to +inf, was accepted, and SimGrid aborted.
+  EXPECT_THAT(error_of(with("bandwidth: 25 GB/s", "bandwidth: 1e300 GB/s")),
+              HasSubstr("p.yaml:9:36: 'host_link.bandwidth' is 1e+300 GB/s; expected between 1 kB/s and 1 PB/s"));
+  EXPECT_THAT(error_of(with("memory_bandwidth: 1555 GB/s", "memory_bandwidth: 1e300 GB/s")),
+              HasSubstr("p.yaml:5:21: 'gpu.memory_bandwidth' is 1e+300 GB/s; expected between 1 kB/s and 1 PB/s"));
+}
+
+TEST(PlatformBounds, TinyRatesAreRejectedAtTheirLine) {
+  // Defect 06: fp32 1e-300 FLOP/s gave "task 0 (conv1) has an invalid duration", exit 1.
+  EXPECT_THAT(error_of(with("fp32: 19.5 TFLOP/s", "fp32: 1e-300 FLOP/s")),
+              HasSubstr("p.yaml:6:16: 'gpu.peak.fp32' is 1e-300 FLOP/s; expected between 1 MFLOP/s and 1000 PFLOP/s"));
+  // Defect 07 (s.yaml): memory bandwidth 1e-300 B/s made every duration infinite.
+  EXPECT_THAT(error_of(with("memory_bandwidth: 1555 GB/s", "memory_bandwidth: 1e-300 B/s")),
+              HasSubstr("p.yaml:5:21: 'gpu.memory_bandwidth' is 1e-300 B/s; expected between 1 kB/s and 1 PB/s"));
+  EXPECT_THAT(error_of(with("tf32: 156 TFLOP/s", "tf32: 1e-300 FLOP/s")),
+              HasSubstr("'gpu.peak.tf32' is 1e-300 FLOP/s; expected 0 (unsupported) or between 1 MFLOP/s and 1000 PFLOP/s"));
+  EXPECT_THAT(error_of(with("flops: 1 TFLOP/s", "flops: 1 kFLOP/s")), HasSubstr("p.yaml:8:"));
+  EXPECT_THAT(error_of(with("flops: 1 TFLOP/s", "flops: 1 kFLOP/s")), HasSubstr("'host.flops' is 1 kFLOP/s; expected between"));
+}
+
+TEST(PlatformBounds, EveryFieldIsBoundedAndTheBoundsAreInclusive) {
+  struct Case {
+    std::string from;
+    std::string low;       // just inside
+    std::string high;      // just inside
+    std::string too_low;   // just outside
+    std::string too_high;  // just outside
+  };
+  const std::vector<Case> cases{
+      {"memory: 40 GiB", "memory: 1 MiB", "memory: 1 PiB", "memory: 1048575 B", "memory: 1025 TiB"},
+      {"memory: 64 GiB", "memory: 1 MiB", "memory: 1 PiB", "memory: 1 KiB", "memory: 2 PiB"},
+      {"memory_bandwidth: 1555 GB/s", "memory_bandwidth: 1 kB/s", "memory_bandwidth: 1 PB/s", "memory_bandwidth: 999 B/s",
+       "memory_bandwidth: 1.001 PB/s"},
+      {"memory_bandwidth: 100 GB/s", "memory_bandwidth: 1 kB/s", "memory_bandwidth: 1 PB/s", "memory_bandwidth: 0 B/s",
+       "memory_bandwidth: 2 PB/s"},
+      {"fp32: 19.5 TFLOP/s", "fp32: 1 MFLOP/s", "fp32: 1000 PFLOP/s", "fp32: 999 kFLOP/s", "fp32: 1001 PFLOP/s"},
+      {"fp16: 312 TFLOP/s", "fp16: 1 MFLOP/s", "fp16: 1000 PFLOP/s", "fp16: 0", "fp16: 1e19 FLOP/s"},
+      {"bf16: 312 TFLOP/s", "bf16: 1 MFLOP/s", "bf16: 1000 PFLOP/s", "bf16: 1 FLOP/s", "bf16: 1e300 PFLOP/s"},
+      {"launch_overhead: 5 us", "launch_overhead: 0 s", "launch_overhead: 1 s", "launch_overhead: -1 ns", "launch_overhead: 1.5 s"},
+      {"latency: 1 us", "latency: 0", "latency: 1000 ms", "latency: -1 us", "latency: 1e300 s"},
+      {"bandwidth: 25 GB/s", "bandwidth: 1000 B/s", "bandwidth: 1 PB/s", "bandwidth: 1e-300 B/s", "bandwidth: 1e300 GB/s"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.from);
+    EXPECT_NO_THROW(parsed(with(c.from, c.low)));
+    EXPECT_NO_THROW(parsed(with(c.from, c.high)));
+    EXPECT_THAT(error_of(with(c.from, c.too_low)), HasSubstr("; expected "));
+    EXPECT_THAT(error_of(with(c.from, c.too_high)), HasSubstr("; expected "));
+  }
+  const std::string power = "  launch_overhead: 5 us\n";
+  EXPECT_NO_THROW(parsed(with(power, power + "  power: {idle: 0 W, max: 1000 kW}\n")));
+  EXPECT_THAT(error_of(with(power, power + "  power: {idle: 50 W, max: 1e300 kW}\n")),
+              HasSubstr("'gpu.power.max' is 1e+300 kW; expected between 1 W and 1000 kW"));
+  EXPECT_THAT(error_of(with(power, power + "  power: {idle: -1 W, max: 400 W}\n")), HasSubstr("'gpu.power.idle' is -1 W; expected"));
+  const std::string link = "gpu_link: {name: NVLink, bandwidth: 300 GB/s, latency: 2 us}\n";
+  EXPECT_NO_THROW(parsed(kMinimal + link));
+  EXPECT_THAT(error_of(kMinimal + "gpu_link: {name: NVLink, bandwidth: 1e300 GB/s, latency: 2 us}\n"),
+              HasSubstr("p.yaml:10:37: 'gpu_link.bandwidth' is 1e+300 GB/s"));
+}
+
+TEST(PlatformBounds, EfficienciesBelowATenthOfAPercentAreRejected) {
+  EXPECT_NO_THROW(parsed(kMinimal + "efficiency:\n  compute: {default: 0.001}\n"));
+  EXPECT_THAT(error_of(kMinimal + "efficiency:\n  compute: {default: 1e-300}\n"),
+              HasSubstr("p.yaml:11:22: 'efficiency.compute.default' is '1e-300'; expected a fraction of peak between 0.001 and 1"));
+  EXPECT_THAT(error_of(kMinimal + "efficiency:\n  memory: {conv: 0.0009}\n"), HasSubstr("'efficiency.memory.conv' is '0.0009'"));
+}
+
+TEST(PlatformBounds, ShippedPlatformsAreWithinTheBounds) {
+  for (const std::string& name : builtin_platform_names()) {
+    SCOPED_TRACE(name);
+    EXPECT_NO_THROW(builtin_platform(name));
+  }
 }
 
 // ---- Structure -----------------------------------------------------------------------------
@@ -371,13 +531,13 @@ TEST(PlatformYaml, MissingKeysAndWrongTypesAreNamed) {
 
 TEST(PlatformYaml, RangesAreChecked) {
   EXPECT_THAT(error_of(kMinimal + "efficiency:\n  memory: {default: 1.5}\n"),
-              HasSubstr("p.yaml:11:21: 'efficiency.memory.default' is '1.5'; expected a fraction of peak in (0, 1]"));
+              HasSubstr("p.yaml:11:21: 'efficiency.memory.default' is '1.5'; expected a fraction of peak between 0.001 and 1"));
   EXPECT_THAT(error_of(kMinimal + "efficiency:\n  compute: {conv: 0}\n"), HasSubstr("'efficiency.compute.conv' is '0'; expected a fraction"));
   EXPECT_THAT(error_of(kMinimal + "efficiency:\n  compute: 0.7\n"), HasSubstr("'efficiency.compute' must be a mapping"));
   EXPECT_THAT(error_of(with("  launch_overhead: 5 us\n", "  launch_overhead: 5 us\n  power: {idle: 500 W, max: 400 W}\n")),
               HasSubstr("p.yaml:8:17: 'gpu.power.idle' (500 W) exceeds 'gpu.power.max' (400 W)"));
   EXPECT_THAT(error_of(with("memory_bandwidth: 100 GB/s", "memory_bandwidth: 0 GB/s")),
-              HasSubstr("'host.memory_bandwidth' is '0 GB/s'; expected a positive quantity"));
+              HasSubstr("'host.memory_bandwidth' is 0 GB/s; expected between 1 kB/s and 1 PB/s"));
 }
 
 TEST(PlatformFile, ErrorsNameTheFile) {

@@ -9,9 +9,42 @@
 #include <string_view>
 #include <vector>
 
+#include "comptrain/models/units.hpp"
 #include "comptrain/traces/vocabulary.hpp"
 
 namespace comptrain::models {
+
+// The physically plausible range of every platform value, enforced by parse_platform (an
+// InputError at the value's line otherwise) and documented in scenarios/README.md ("Platform
+// values"). They are wide, 3 to 6 orders of magnitude around today's hardware each way, so no real
+// or hypothetical-but-sane machine is refused; their job is to keep every derived duration finite
+// and meaningful: with FLOP and byte counts below 2^63 (traces/FORMAT.md), the slowest op the
+// bounds allow takes 9.2e18 / (1e6 FLOP/s x 1e-3) = 9.2e15 s, finite, where 1e-300 FLOP/s gave
+// infinity (and SimGrid aborted on 1e300 GB/s).
+// Other readers of rates, latencies and sizes (a scenario's compress rule) use the same bounds.
+namespace platform_limits {
+// 1 MFLOP/s (below any CPU since the 1980s) to 10^18 FLOP/s (1 EFLOP/s: ~500x an H100's dense
+// FP16 peak, 989 TFLOP/s, for one device). GPU peaks (tf32 and bf16 may also be 0 =
+// unsupported) and the host's FLOP/s.
+inline constexpr units::Bounds flop_rate{1e6, 1e18};
+// 1 kB/s (slower than a 1990s modem link) to 1 PB/s (~200x an H200's 4.8 TB/s HBM3e). GPU and host
+// memory bandwidths, host_link and gpu_link bandwidths.
+inline constexpr units::Bounds bandwidth{1e3, 1e15};
+// 0 to 1 s: a kernel launch takes ~5 us and a PCIe/NVLink transfer starts in ~1-10 us; a latency
+// of a second per call is no GPU link or launch. launch_overhead and link latencies.
+inline constexpr units::Bounds latency{0, 1};
+// 1 MiB to 1 PiB of memory, GPU or host: the smallest GPU ever had megabytes, and 1 PiB is
+// ~500x a DGX node's 2 TiB host memory.
+inline constexpr std::int64_t min_memory_bytes = std::int64_t{1} << 20;
+inline constexpr std::int64_t max_memory_bytes = std::int64_t{1} << 50;
+// 0 to 1 MW for idle power, 1 W to 1 MW for max power: a GPU draws 50-1000 W; a megawatt is
+// a whole data-centre row.
+inline constexpr units::Bounds idle_power{0, 1e6};
+inline constexpr units::Bounds max_power{1, 1e6};
+// Efficiencies, fractions of peak: 0.001 to 1. Below 0.1% of peak a roofline says nothing
+// about a kernel (and a fraction like 1e-300 would turn every duration infinite).
+inline constexpr double min_efficiency = 1e-3;
+}  // namespace platform_limits
 
 struct GpuSpec {
   std::string name;                 // "NVIDIA A100-SXM4-40GB"

@@ -63,13 +63,20 @@ expect 2 'not error-bounded' -- compress --codec fp16 --eb 1e-3 "$work/a.f32" "$
 expect 2 "unknown codec 'lz4'" -- compress --codec lz4 --eb 1 "$work/a.f32" "$work/x.ctk"
 expect 2 'error bound must be' -- compress --codec szp --eb -1 "$work/a.f32" "$work/x.ctk"
 expect 2 'bits must be' -- compress --codec quant --bits 3 "$work/a.f32" "$work/x.ctk"
-expect 2 'bad magic' -- decompress "$work/a.f32" "$work/x.f32"
+expect 2 'bad magic at byte 0' -- decompress "$work/a.f32" "$work/x.f32"
 head -c 150 "$work/a.ctk" >"$work/t.ctk"
 expect 2 'truncated' -- decompress "$work/t.ctk" "$work/x.f32"
 head -c 1001 "$work/a.f32" >"$work/odd.f32"
-expect 2 'not a multiple of 4' -- compress --codec szp --eb 1 "$work/odd.f32" "$work/x.ctk"
+expect 2 'odd\.f32: raw float32 file size 1001 is not a multiple of 4 .*the last 1 bytes from byte 1000' -- compress --codec szp --eb 1 "$work/odd.f32" "$work/x.ctk"
 sed 's/<f4/<f8/' "$work/a.npy" >"$work/f8.npy"
-expect 2 'dtype' -- compress --codec szp --eb 1 "$work/f8.npy" "$work/x.ctk"
+expect 2 "f8\\.npy: not a supported \\.npy file: at byte [0-9]+: dtype '<f8' \\(expected '<f4'" -- compress --codec szp --eb 1 "$work/f8.npy" "$work/x.ctk"
+# Input errors name the file, the byte offset and what was expected (the data of a.npy starts at byte 128).
+sed 's/(10, 100)/(10, 101)/' "$work/a.npy" >"$work/shape.npy"
+expect 2 'shape\.npy: not a supported \.npy file: at byte 128: the data is 4000 bytes, the shape \(10, 101\) at byte [0-9]+ needs 4040' -- compress --codec szp --eb 1 "$work/shape.npy" "$work/x.ctk"
+# Stream errors name the offset of the field: a payload byte changed without the checksum.
+cp "$work/a.ctk" "$work/flip.ctk"
+printf '\x55' | dd of="$work/flip.ctk" bs=1 seek=120 conv=notrunc 2>/dev/null
+expect 2 'flip\.ctk: stream checksum mismatch .*checksum at byte 88' -- decompress "$work/flip.ctk" "$work/x.f32"
 expect 2 'cannot read|No such file' -- compress --codec szp --eb 1 "$work/missing.f32" "$work/x.ctk"
 if [[ ! -e "$work/x.ctk" ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: output written on error"; fi
 

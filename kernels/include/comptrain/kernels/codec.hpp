@@ -60,7 +60,9 @@ std::uint64_t max_compressed_size(CodecId codec, std::uint64_t n, unsigned quant
 
 std::vector<std::byte> compress(std::span<const float> data, const Shape& shape, const CompressOptions& options);
 
-// Validates the header and checksum (throws StreamError), then decodes.
+// Validates the header and checksum, then the codec's fields and payload state against the header
+// (parameter, quantiser step vs the absolute bound, sizes); throws StreamError naming the byte
+// offset of the offending field. decompress(_into) run it before allocating or decoding.
 Header inspect(std::span<const std::byte> stream);
 std::vector<float> decompress(std::span<const std::byte> stream, unsigned threads = 1);
 // Decodes into `out`, whose size must equal the stream's element count.

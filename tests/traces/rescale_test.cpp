@@ -58,6 +58,24 @@ TEST(Rescale, ScalesBatchDimensionsAndAffineQuantities) {
   EXPECT_EQ(t.op(0).measured->batch_size, 4);
 }
 
+// BatchLinear rescaling never overflows silently: a batch at which fixed + per_sample x batch
+// leaves int64 is an InputError naming the op's field, not a wrapped (negative) count.
+TEST(Rescale, ABatchThatOverflowsAnOpQuantityIsAnInputErrorNamingIt) {
+  std::vector<Tensor> tensors{make_tensor(10, "x", DType::f32, {2, 3}, TensorRole::input, 0),
+                              make_tensor(12, "y", DType::f16, {2, 5}, TensorRole::temporary, 0)};
+  const std::int64_t per_sample = std::int64_t{1} << 40;
+  std::vector<Op> ops{make_op(7, "fc", Phase::forward, {0}, {1}, {0, per_sample}, {0, 12}, {0, 10})};
+  const Trace trace("big", 2, tensors, ops);
+  EXPECT_EQ(trace.rescaled(1 << 20).flops(0), per_sample << 20);
+  try {
+    (void)trace.rescaled(std::int64_t{1} << 23);  // 2^63 FLOPs
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("/ops/0/flops"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("overflows 64 bits"), std::string::npos) << error.what();
+  }
+}
+
 TEST(Rescale, RoundTripGivesBackTheOriginalExactly) {
   const Trace original = linear_layer(6);
   for (std::int64_t b : {1, 2, 7, 64, 1000}) {

@@ -202,8 +202,9 @@ TEST(TraceJson, RoundTripsAnEmptyTrace) {
 }
 
 TEST(TraceJson, SecondsRoundTripBitForBit) {
-  for (double seconds : {0.0, 0.1 + 0.2, 1e-300, std::numeric_limits<double>::denorm_min(),
-                         std::numeric_limits<double>::max(), 1.0 / 3.0, 123456.789, 1.0}) {
+  // Up to the 1-hour bound per op (kMaxMeasuredSeconds); beyond it, see AMeasuredDurationOverAnHour...
+  for (double seconds : {0.0, 0.1 + 0.2, 1e-300, std::numeric_limits<double>::denorm_min(), kMaxMeasuredSeconds,
+                         std::nextafter(kMaxMeasuredSeconds, 0.0), 1.0 / 3.0, 1234.56789, 1.0}) {
     SCOPED_TRACE(seconds);
     Trace base = tiny_trace();
     std::vector<Op> ops = base.ops();
@@ -219,6 +220,43 @@ TEST(TraceJson, SecondsRoundTripBitForBit) {
     EXPECT_EQ(std::bit_cast<std::uint64_t>(read.op(0).measured->seconds),
               std::bit_cast<std::uint64_t>(seconds));
     EXPECT_EQ(trace_to_json(read), text);
+  }
+}
+
+TEST(TraceJson, AMeasuredDurationOverAnHourCannotMakeATrace) {
+  for (double seconds : {std::nextafter(kMaxMeasuredSeconds, 1e4), 1e300, std::numeric_limits<double>::max()}) {
+    SCOPED_TRACE(seconds);
+    Trace base = tiny_trace();
+    std::vector<Op> ops = base.ops();
+    ops[4].measured->seconds = seconds;
+    std::vector<Tensor> tensors = base.tensors();
+    for (Tensor& t : tensors) {
+      t.producer.reset();
+      t.consumers.clear();
+    }
+    try {
+      const Trace trace(base.name(), base.batch_size(), std::move(tensors), std::move(ops));
+      ADD_FAILURE() << "an absurd duration was accepted";
+    } catch (const InputError& error) {
+      EXPECT_THAT(error.what(), AllOf(StartsWith("/ops/4/measured/seconds: duration "), HasSubstr("exceeds 3600 s (1 hour)")));
+      EXPECT_LT(std::string(error.what()).size(), 200u) << "no 300-digit numbers: " << error.what();
+    }
+  }
+}
+
+// Defect 07's t.json, as written: an optimizer step measured at 1e+300 s.
+TEST(TraceJson, TheDefect07TraceIsRejectedWithItsJsonPath) {
+  Trace base = tiny_trace();
+  std::string text = trace_to_json(base);
+  const std::string from = "\"seconds\": 1.25e-05";
+  const auto at = text.find(from);
+  ASSERT_NE(at, std::string::npos) << text;
+  text.replace(at, from.size(), "\"seconds\": 1e+300");
+  try {
+    trace_from_json(text, "t.json");
+    ADD_FAILURE() << "1e+300 s was accepted";
+  } catch (const InputError& error) {
+    EXPECT_THAT(error.what(), StartsWith("t.json: /ops/4/measured/seconds: found the number 1e+300; expected a duration of at most 3600 seconds"));
   }
 }
 
@@ -544,6 +582,15 @@ INSTANTIATE_TEST_SUITE_P(
                    {{R"("seconds": 1.25e-05)", R"("seconds": -1e-3)"}},
                    "/ops/4/measured/seconds",
                    {"expected a duration >= 0"}},
+        // Defect 07 (s2.yaml): 1e300 s reached the simulator as an infinite time.
+        BrokenCase{"AbsurdSeconds",
+                   {{R"("seconds": 1.25e-05)", R"("seconds": 1e300)"}},
+                   "/ops/4/measured/seconds",
+                   {"found the number 1e+300; expected a duration of at most 3600 seconds (1 hour)"}},
+        BrokenCase{"SecondsJustOverAnHour",
+                   {{R"("seconds": 1.25e-05)", R"("seconds": 3600.5)"}},
+                   "/ops/4/measured/seconds",
+                   {"found the number 3600.5; expected a duration of at most 3600 seconds"}},
         BrokenCase{"BatchDimOutOfRange",
                    {{R"("role": "input", "batch_dim": 0)", R"("role": "input", "batch_dim": 2)"}},
                    "/tensors/0/batch_dim",

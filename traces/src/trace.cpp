@@ -4,6 +4,7 @@
 #include <boost/graph/depth_first_search.hpp>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <numeric>
 #include <string>
@@ -188,9 +189,18 @@ Trace::Trace(std::string name, std::int64_t batch_size, std::vector<Tensor> tens
       check_quantity(*quantity, batch_size_, op_path(o) + "/" + field);
     }
     if (op.measured) {
+      // %g: std::to_string would print 1e300 with 301 digits.
+      std::array<char, 32> text{};
+      const int n = std::snprintf(text.data(), text.size(), "%g", op.measured->seconds);
+      const std::string seconds(text.data(), n > 0 ? static_cast<std::size_t>(n) : 0);
       if (!std::isfinite(op.measured->seconds) || op.measured->seconds < 0) {
-        throw TraceError(op_path(o) + "/measured/seconds", "duration " + std::to_string(op.measured->seconds) +
-                                                               " is not a finite number of seconds >= 0");
+        throw TraceError(op_path(o) + "/measured/seconds", "duration " + seconds + " is not a finite number of seconds >= 0");
+      }
+      if (op.measured->seconds > kMaxMeasuredSeconds) {
+        throw TraceError(op_path(o) + "/measured/seconds",
+                         "duration " + seconds + " s exceeds " + std::to_string(static_cast<int>(kMaxMeasuredSeconds)) +
+                             " s (1 hour); one GPU op running longer is not a training trace "
+                         "(check the unit: seconds, not microseconds)");
       }
       if (op.measured->batch_size < 1) {
         throw TraceError(op_path(o) + "/measured/batch_size", "batch size " + std::to_string(op.measured->batch_size) +

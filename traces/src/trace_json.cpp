@@ -532,6 +532,9 @@ class TraceReader {
     if (!value.is_number()) fail(path, "found " + describe(value) + "; expected a number of seconds");
     const double seconds = value.get<double>();
     if (!(seconds >= 0.0)) fail(path, "found " + describe(value) + "; expected a duration >= 0");
+    if (seconds > kMaxMeasuredSeconds) {
+      fail(path, "found " + describe(value) + "; expected a duration of at most 3600 seconds (1 hour): one GPU op running longer is not a training trace");
+    }
     return seconds;
   }
 

@@ -40,8 +40,13 @@ struct BatchLinear {
   friend constexpr bool operator==(const BatchLinear&, const BatchLinear&) = default;
 };
 
-// A duration measured on a real device, at a given batch size. The op-time model scales it
-// linearly to other batch sizes.
+// The longest measured duration one op may carry: 1 hour. A single GPU op (its kernels) running
+// longer than that is not a training trace but a unit or recording error (1e300 s reached the
+// simulator as an infinite time, defect 07); traces/FORMAT.md, "Ops", documents it.
+inline constexpr double kMaxMeasuredSeconds = 3600.0;
+
+// A duration measured on a real device, at a given batch size, in [0, kMaxMeasuredSeconds]
+// (checked by the Trace constructor). The op-time model scales it linearly to other batch sizes.
 struct MeasuredDuration {
   double seconds = 0.0;
   std::string device;

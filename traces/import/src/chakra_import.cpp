@@ -103,7 +103,7 @@ ImportResult import_chakra(const json& document, const JsonInput& in, const Impo
         } else if (name == "tensor_size") {
           op.bytes_read.fixed = *value;
         } else {
-          comm_bytes += *value;
+          comm_bytes = in.add(comm_bytes, *value, kpath, "the bytes of all comm_size attributes");
         }
       }
     }

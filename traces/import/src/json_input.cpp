@@ -5,6 +5,7 @@
 #include <cctype>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <utility>
 
@@ -26,6 +27,17 @@ std::string type_name(const json& value) {
     case json::value_t::number_unsigned: return "an integer";
     default: return "an unexpected value";
   }
+}
+
+// Why a JSON number that parsed as a double is not read as an integer: integers beyond uint64
+// parse as doubles too, and must not be truncated or rounded into range.
+std::string float_as_integer(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", value);
+  if (!std::isfinite(value)) return std::string("the non-finite number ") + text;
+  if (value != std::trunc(value)) return std::string("the non-integer number ") + text;
+  if (std::fabs(value) >= 0x1p63) return std::string("the number ") + text + " is outside the int64 range";
+  return std::string("the number ") + text + " is written with a fraction or an exponent";
 }
 
 std::string lower(std::string_view text) {
@@ -84,8 +96,10 @@ std::int64_t JsonInput::integer(const json& value, const std::string& path) cons
     std::int64_t out = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
     if (ec == std::errc() && end == text.data() + text.size() && !text.empty()) return out;
+    if (ec == std::errc::result_out_of_range) fail(path, "\"" + text + "\" is outside the int64 range", "an int64");
     fail(path, "\"" + text + "\" is not an integer", "an integer (or a decimal string, as protobuf JSON writes int64)");
   }
+  if (value.is_number_float()) fail(path, float_as_integer(value.get<double>()), "an integer");
   fail(path, type_name(value), "an integer");
 }
 
@@ -102,9 +116,12 @@ std::uint64_t JsonInput::id(const json& value, const std::string& path) const {
     std::uint64_t out = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
     if (ec == std::errc() && end == text.data() + text.size() && !text.empty()) return out;
+    fail(path, "\"" + text + (ec == std::errc::result_out_of_range ? "\" is outside the uint64 range" : "\" is not an id"), "a uint64 id");
   }
   if (value.is_number_integer() && value.get<std::int64_t>() >= 0) return value.get<std::uint64_t>();
-  fail(path, value.is_string() ? "\"" + value.get<std::string>() + "\" is not an id" : type_name(value), "a uint64 id");
+  if (value.is_number_integer()) fail(path, "negative id " + std::to_string(value.get<std::int64_t>()), "a uint64 id");
+  if (value.is_number_float()) fail(path, float_as_integer(value.get<double>()), "a uint64 id");
+  fail(path, type_name(value), "a uint64 id");
 }
 
 double JsonInput::number(const json& value, const std::string& path) const {
@@ -126,6 +143,29 @@ double JsonInput::number(const json& value, const std::string& path) const {
 std::string JsonInput::string(const json& value, const std::string& path) const {
   if (!value.is_string()) fail(path, type_name(value), "a string");
   return value.get<std::string>();
+}
+
+std::int64_t JsonInput::add(std::int64_t a, std::int64_t b, const std::string& path, const std::string& total) const {
+  std::int64_t out = 0;
+  if (__builtin_add_overflow(a, b, &out)) {
+    fail(path, total + " overflows int64 (" + std::to_string(a) + " + " + std::to_string(b) + ")",
+         "sizes whose running total fits in 64 bits");
+  }
+  return out;
+}
+
+std::int64_t JsonInput::subtract(std::int64_t a, std::int64_t b, const std::string& path, const std::string& total) const {
+  std::int64_t out = 0;
+  if (__builtin_sub_overflow(a, b, &out)) {
+    fail(path, total + " overflows int64 (" + std::to_string(a) + " - " + std::to_string(b) + ")",
+         "sizes whose running total fits in 64 bits");
+  }
+  return out;
+}
+
+double JsonInput::finite(double value, const std::string& path, const std::string& what) const {
+  if (!std::isfinite(value)) fail(path, what + " is not finite", "times and durations whose sums and differences are finite");
+  return value;
 }
 
 std::string child(const std::string& path, std::string_view key) {

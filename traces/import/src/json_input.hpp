@@ -35,6 +35,14 @@ class JsonInput {
   double number(const json& value, const std::string& path) const;
   std::string string(const json& value, const std::string& path) const;
 
+  // a + b and a - b for running byte and FLOP totals; when the exact result does not fit in an
+  // int64 it is an InputError at `path` (the value that made it overflow) saying which total.
+  std::int64_t add(std::int64_t a, std::int64_t b, const std::string& path, const std::string& total) const;
+  std::int64_t subtract(std::int64_t a, std::int64_t b, const std::string& path, const std::string& total) const;
+  // A sum or difference of finite times or durations, checked to be finite as well (two finite
+  // doubles near 1e308 add up to infinity).
+  double finite(double value, const std::string& path, const std::string& what) const;
+
   const std::string& source() const { return source_; }
 
  private:

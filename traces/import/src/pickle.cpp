@@ -1,8 +1,10 @@
 #include "pickle.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
 #include <variant>
 #include <vector>
 
@@ -23,24 +25,39 @@ struct Node {
   std::int64_t integer = 0;
   std::uint64_t unsigned_integer = 0;
   double real = 0.0;
+  std::size_t offset = 0;  // byte offset of the opcode that built it, for errors
   std::string text;
   std::vector<NodePtr> items;                         // list, tuple
   std::vector<std::pair<NodePtr, NodePtr>> entries;  // dict, in insertion order
 };
 using Item = std::variant<NodePtr, Mark>;
 
+// What to_json allocates per value, roughly: the json value itself plus its slot in the
+// parent's vector or map node. Only an estimate; it makes the budget scale with the output.
+constexpr std::uint64_t kValueCost = 64;
+
 class Unpickler {
  public:
-  Unpickler(std::string_view data, const std::string& source) : data_(data), source_(source) {}
+  Unpickler(std::string_view data, const std::string& source, std::uint64_t max_expanded_bytes)
+      : data_(data), source_(source), max_expanded_bytes_(max_expanded_bytes) {}
 
   nlohmann::json run() {
     while (true) {
       const std::size_t at = pos_;
+      op_at_ = at;
       const auto op = static_cast<unsigned char>(take(1)[0]);
       switch (op) {
         case 0x80: take(1); break;                  // PROTO
         case 0x95: take(8); break;                  // FRAME: framing only
-        case '.': return to_json(pop(at), 0, at);   // STOP
+        case '.': {  // STOP
+          const NodePtr root = pop(at);
+          // The stack machine shares memoized values, so reading is linear in the file; copying
+          // them out into a JSON tree is not (each BINGET copies the whole value again: 60
+          // nested pairs of references are 2^60 leaves). Price the tree before building it.
+          std::unordered_map<const Node*, std::uint64_t> cost;
+          expanded_cost(*root, cost, 0);
+          return to_json(root, 0, at);
+        }
         case 0x94: memo_.push_back(top(at)); break;  // MEMOIZE
         case 'q': put(le(1), at); break;             // BINPUT
         case 'r': put(le(4), at); break;             // LONG_BINPUT
@@ -137,12 +154,13 @@ class Unpickler {
     for (std::size_t i = n; i-- > 0;) value = (value << 8) | static_cast<unsigned char>(bytes[i]);
     return value;
   }
-  static NodePtr make(Node::Kind kind) {
+  NodePtr make(Node::Kind kind) const {
     auto node = std::make_shared<Node>();
     node->kind = kind;
+    node->offset = op_at_;
     return node;
   }
-  static NodePtr integer(std::int64_t value) {
+  NodePtr integer(std::int64_t value) {
     auto node = make(Node::Kind::integer);
     node->integer = value;
     return node;
@@ -213,7 +231,12 @@ class Unpickler {
     for (std::size_t i = 0; i < items.size(); i += 2) dict.entries.emplace_back(items[i], items[i + 1]);
   }
   void put(std::uint64_t index, std::size_t at) {
-    if (index > memo_.size() + (1u << 20)) fail(at, "memo index " + std::to_string(index) + " out of range", "a dense memo");
+    // Python's pickler numbers memo entries 0, 1, 2, ... (len(memo)); a gap would let five bytes
+    // of BINPUT allocate an arbitrarily large memo.
+    if (index > memo_.size()) {
+      fail(at, "memo index " + std::to_string(index) + " skips entries (the memo holds " + std::to_string(memo_.size()) + ")",
+           "memo indices stored in order (at most " + std::to_string(memo_.size()) + ")");
+    }
     if (index >= memo_.size()) memo_.resize(static_cast<std::size_t>(index) + 1);
     memo_[static_cast<std::size_t>(index)] = top(at);
   }
@@ -221,6 +244,38 @@ class Unpickler {
     if (index >= memo_.size() || !memo_[static_cast<std::size_t>(index)]) fail(at, "memo index " + std::to_string(index) + " was never stored", "a stored memo entry");
     push(memo_[static_cast<std::size_t>(index)]);
   }
+  // The bytes to_json would allocate for `node`, every memo reference counted at its full size;
+  // an InputError as soon as one value exceeds the budget (the innermost such value is named,
+  // so the sums stay below twice the budget and cannot wrap). Memoized per node, so this pass
+  // is linear in the (shared) graph however large the tree it stands for.
+  std::uint64_t expanded_cost(const Node& node, std::unordered_map<const Node*, std::uint64_t>& cost, int depth) const {
+    constexpr std::uint64_t kInProgress = ~std::uint64_t{0};
+    if (depth > 200) fail(node.offset, "values nested more than 200 deep", "a plain-data tree");
+    const auto [it, inserted] = cost.try_emplace(&node, kInProgress);
+    if (!inserted) {
+      if (it->second == kInProgress) fail(node.offset, "a value that contains itself (a cycle through the memo)", "a plain-data tree");
+      return it->second;
+    }
+    std::uint64_t total = kValueCost + node.text.size();
+    const auto add = [&](std::uint64_t part) {
+      total += part;  // both terms <= the budget (checked below), far from 2^64
+      if (total > max_expanded_bytes_) {
+        fail(node.offset,
+             "the value built here expands to more than " + std::to_string(max_expanded_bytes_) +
+                 " bytes when its memo references are copied out (a pickle bomb?)",
+             "a pickle whose values, copied out, fit in " + std::to_string(max_expanded_bytes_) + " bytes");
+      }
+    };
+    add(0);
+    for (const auto& item : node.items) add(expanded_cost(*item, cost, depth + 1));
+    for (const auto& [key, value] : node.entries) {
+      add(expanded_cost(*key, cost, depth + 1));
+      add(expanded_cost(*value, cost, depth + 1));
+    }
+    cost[&node] = total;  // not `it`: the recursion may have rehashed the map
+    return total;
+  }
+
   nlohmann::json to_json(const NodePtr& node, int depth, std::size_t at) const {
     if (depth > 200) fail(at, "values nested more than 200 deep (or a cycle)", "a plain-data tree");
     switch (node->kind) {
@@ -238,7 +293,7 @@ class Unpickler {
       case Node::Kind::dict: {
         nlohmann::json out = nlohmann::json::object();
         for (const auto& [key, value] : node->entries) {
-          if (key->kind != Node::Kind::string) fail(at, "a dict key that is not a string", "string keys (a memory snapshot)");
+          if (key->kind != Node::Kind::string) fail(key->offset, "a dict key that is not a string", "string keys (a memory snapshot)");
           out[key->text] = to_json(value, depth + 1, at);
         }
         return out;
@@ -249,7 +304,9 @@ class Unpickler {
 
   std::string_view data_;
   std::string source_;
+  std::uint64_t max_expanded_bytes_;
   std::size_t pos_ = 0;
+  std::size_t op_at_ = 0;  // offset of the opcode being read
   std::vector<Item> stack_;
   std::vector<NodePtr> memo_;
 };
@@ -261,6 +318,14 @@ bool looks_like_pickle(std::string_view data) {
          static_cast<unsigned char>(data[1]) <= 5;
 }
 
-nlohmann::json unpickle(std::string_view data, const std::string& source) { return Unpickler(data, source).run(); }
+std::uint64_t default_expansion_budget(std::size_t pickle_bytes) {
+  constexpr std::uint64_t kFloor = std::uint64_t{1} << 30;
+  constexpr std::uint64_t kPerByte = 64;
+  return std::max(kFloor, static_cast<std::uint64_t>(pickle_bytes) * kPerByte);
+}
+
+nlohmann::json unpickle(std::string_view data, const std::string& source, std::optional<std::uint64_t> max_expanded_bytes) {
+  return Unpickler(data, source, max_expanded_bytes.value_or(default_expansion_budget(data.size()))).run();
+}
 
 }  // namespace comptrain::trace_import::detail

@@ -34,6 +34,15 @@ bool is_op_category(const std::string& c) { return c.empty() || c == "cpu_op" ||
 bool is_annotation_category(const std::string& c) { return c == "user_annotation" || c == "cpu_op_annotation"; }
 bool is_kernel_category(const std::string& c) { return c == "kernel" || c == "gpu_memcpy" || c == "gpu_memset"; }
 
+// One "[memory]" instant event.
+struct MemoryEvent {
+  double ts = 0;  // microseconds
+  std::int64_t bytes = 0;             // + allocated, - freed
+  std::optional<std::int64_t> total;  // "Total Allocated" after the event, when recorded
+  std::string path;                   // of the event's args, for errors
+  std::string ts_path;
+};
+
 std::int64_t id_field(const JsonInput& in, const json& event, const std::string& path, const char* key) {
   const json* value = in.find(event, key);
   if (value == nullptr) return 0;
@@ -49,7 +58,7 @@ ImportResult import_profiler(const json& document, const JsonInput& in, const Im
   const json& events = in.array(*events_ptr, events_path);
 
   std::vector<Span> ops, annotations, kernels;
-  std::map<std::string, std::vector<std::tuple<double, std::int64_t, std::int64_t>>> memory_events;  // device -> (ts, bytes, total)
+  std::map<std::string, std::vector<MemoryEvent>> memory_events;  // per device
   for (std::size_t i = 0; i < events.size(); ++i) {
     const std::string path = child(events_path, i);
     const json& event = in.object(events[i], path);
@@ -66,6 +75,8 @@ ImportResult import_profiler(const json& document, const JsonInput& in, const Im
       span.ts = in.number(in.member(event, path, "ts"), child(path, "ts"));
       span.dur = in.number(in.member(event, path, "dur"), child(path, "dur"));
       if (span.dur < 0) in.fail(child(path, "dur"), "negative duration", "a duration >= 0 (microseconds)");
+      // Nesting compares ts + dur, which must not round to infinity.
+      in.finite(span.ts + span.dur, child(path, "dur"), "the span's end (ts + dur)");
       if (const json* args = in.find(event, "args")) {
         in.object(*args, child(path, "args"));
         if (const json* f = in.find(*args, "flops")) span.flops = in.non_negative(*f, child(child(path, "args"), "flops"));
@@ -79,14 +90,16 @@ ImportResult import_profiler(const json& document, const JsonInput& in, const Im
       const json& args = in.object(in.member(event, path, "args"), args_path);
       const double ts = in.number(in.member(event, path, "ts"), child(path, "ts"));
       const std::int64_t bytes = in.integer(in.member(args, args_path, "Bytes"), child(args_path, "Bytes"));
-      std::int64_t type = 0, index = -1, total = -1;
+      std::int64_t type = 0, index = -1;
+      std::optional<std::int64_t> total;
       if (const json* v = in.find(args, "Device Type")) type = in.integer(*v, child(args_path, "Device Type"));
       if (const json* v = in.find(args, "Device Id")) index = in.integer(*v, child(args_path, "Device Id"));
-      if (const json* v = in.find(args, "Total Allocated")) total = in.integer(*v, child(args_path, "Total Allocated"));
+      // The allocator's total is a byte count: a negative one is not "absent", it is wrong.
+      if (const json* v = in.find(args, "Total Allocated")) total = in.non_negative(*v, child(args_path, "Total Allocated"));
       // c10::DeviceType: 0 CPU, 1 CUDA; others keep their number.
       std::string device = type == 0 ? "cpu" : type == 1 ? "cuda" : "device" + std::to_string(type);
       if (index >= 0) device += ":" + std::to_string(index);
-      memory_events[device].emplace_back(ts, bytes, total);
+      memory_events[device].push_back({ts, bytes, total, args_path, child(path, "ts")});
     }
   }
 
@@ -105,7 +118,9 @@ ImportResult import_profiler(const json& document, const JsonInput& in, const Im
         top.push_back(&s);
       }
       if (s.external_id) top_of_external[*s.external_id] = open;
-      flops_of[open] += s.flops;  // with_flops annotates the inner aten::addmm, not aten::linear
+      // with_flops annotates the inner aten::addmm, not aten::linear
+      flops_of[open] = in.add(flops_of[open], s.flops, child(child(child(events_path, s.event), "args"), "flops"),
+                              "the FLOPs of " + open->name);
     }
   }
   std::stable_sort(top.begin(), top.end(), [](const Span* a, const Span* b) { return a->ts < b->ts; });
@@ -116,7 +131,9 @@ ImportResult import_profiler(const json& document, const JsonInput& in, const Im
   for (const Span& k : kernels) {
     if (!k.external_id) continue;
     if (const auto it = top_of_external.find(*k.external_id); it != top_of_external.end()) {
-      kernel_us[position.at(it->second)] += k.dur;
+      const std::size_t at = position.at(it->second);
+      kernel_us[at] = in.finite(kernel_us[at] + k.dur, child(child(events_path, k.event), "dur"),
+                                "the kernel time of " + it->second->name);
     }
   }
 
@@ -156,19 +173,27 @@ ImportResult import_profiler(const json& document, const JsonInput& in, const Im
   std::vector<MemoryTimeline> memory;
   std::vector<std::string> missing;
   for (auto& [dev, list] : memory_events) {
-    std::stable_sort(list.begin(), list.end(), [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+    std::stable_sort(list.begin(), list.end(), [](const MemoryEvent& a, const MemoryEvent& b) { return a.ts < b.ts; });
     MemoryTimeline timeline;
     timeline.device = dev;
-    const double t0 = std::get<0>(list.front());
-    std::int64_t running = 0;
+    const double t0 = list.front().ts;
     // "Total Allocated" (after the event) is authoritative when present: it includes what was
     // allocated before profiling started.
-    if (std::get<2>(list.front()) >= 0) timeline.baseline = std::get<2>(list.front()) - std::get<1>(list.front());
-    running = timeline.baseline;
+    if (const MemoryEvent& first = list.front(); first.total) {
+      timeline.baseline = in.subtract(*first.total, first.bytes, child(first.path, "Bytes"),
+                                      "the bytes allocated before the first event (Total Allocated - Bytes)");
+      if (timeline.baseline < 0) {
+        in.fail(child(first.path, "Bytes"),
+                "the event allocates " + std::to_string(first.bytes) + " bytes but leaves only " + std::to_string(*first.total) +
+                    " allocated (Total Allocated), so " + std::to_string(timeline.baseline) + " bytes were allocated before it",
+                "Bytes no larger than Total Allocated");
+      }
+    }
+    std::int64_t running = timeline.baseline;
     timeline.peak = running;
-    for (const auto& [ts, bytes, total] : list) {
-      running = total >= 0 ? total : running + bytes;
-      const double t = (ts - t0) * 1e-6;
+    for (const MemoryEvent& event : list) {
+      running = event.total ? *event.total : in.add(running, event.bytes, child(event.path, "Bytes"), "the bytes allocated on " + dev);
+      const double t = in.finite(event.ts - t0, event.ts_path, "the time since the first event") * 1e-6;
       timeline.samples.emplace_back(t, running);
       if (running > timeline.peak) {
         timeline.peak = running;

@@ -37,7 +37,8 @@ ImportResult import_snapshot(const json& document, const JsonInput& in, const Im
       const std::string state = in.string(in.member(block, bpath, "state"), child(bpath, "state"));
       // The C++ binding writes active_pending_free, the docstring says active_awaiting_free.
       if (state == "active_allocated" || state == "active_pending_free" || state == "active_awaiting_free") {
-        final_allocated[device] += size;
+        final_allocated[device] = in.add(final_allocated[device], size, child(bpath, "size"),
+                                         "the bytes in use on device " + std::to_string(device));
       } else if (state != "inactive") {
         in.fail(child(bpath, "state"), "unknown block state \"" + state + "\"",
                 "active_allocated, active_pending_free, active_awaiting_free or inactive");
@@ -55,7 +56,12 @@ ImportResult import_snapshot(const json& document, const JsonInput& in, const Im
     const std::string device = "cuda:" + std::to_string(d);
     std::map<std::int64_t, traces::TensorIndex> live;  // address -> its allocation's tensor
     std::int64_t net = 0;
-    std::vector<std::pair<double, std::int64_t>> deltas;
+    struct Delta {
+      double t;
+      std::int64_t bytes;
+      std::size_t entry;  // index in device_traces[d], for errors
+    };
+    std::vector<Delta> deltas;
     bool have_time = true;
     for (std::size_t e = 0; e < entries.size(); ++e) {
       const std::string path = child(dpath, e);
@@ -68,7 +74,7 @@ ImportResult import_snapshot(const json& document, const JsonInput& in, const Im
       const std::int64_t size = in.non_negative(in.member(entry, path, "size"), child(path, "size"));
       double t = static_cast<double>(e);
       if (const json* time = in.find(entry, "time_us")) {
-        t = in.number(*time, child(path, "time_us")) * 1e-6;
+        t = in.number(*time, child(path, "time_us")) * 1e-6;  // finite; in seconds, differences stay finite
       } else {
         have_time = false;
       }
@@ -91,8 +97,8 @@ ImportResult import_snapshot(const json& document, const JsonInput& in, const Im
         op.outputs.push_back(tensors.size());
         op.bytes_written.fixed = size;
         tensors.push_back(std::move(tensor));
-        net += size;
-        deltas.emplace_back(t, size);
+        net = in.add(net, size, child(path, "size"), "the net bytes allocated by the history");
+        deltas.push_back({t, size, e});
       } else {
         op.name = "free " + device + "@0x" + hex;
         if (const auto it = live.find(addr); it != live.end()) {
@@ -104,8 +110,8 @@ ImportResult import_snapshot(const json& document, const JsonInput& in, const Im
           op.inputs.push_back(it->second);
           live.erase(it);
         }
-        net -= size;
-        deltas.emplace_back(t, -size);
+        net = in.subtract(net, size, child(path, "size"), "the net bytes allocated by the history");
+        deltas.push_back({t, -size, e});
       }
       ops.push_back(std::move(op));
     }
@@ -121,16 +127,17 @@ ImportResult import_snapshot(const json& document, const JsonInput& in, const Im
     }
     MemoryTimeline timeline;
     timeline.device = device;
-    timeline.baseline = final_allocated[static_cast<std::int64_t>(d)] - net;
+    timeline.baseline = in.subtract(final_allocated[static_cast<std::int64_t>(d)], net, dpath,
+                                    "the bytes allocated before the history (final state minus the history's net)");
     if (timeline.baseline < 0) {
       missing.push_back(device + ": the history frees more than the final state and the allocations explain (a truncated ring buffer?); baseline taken as 0");
       timeline.baseline = 0;
     }
     std::int64_t running = timeline.baseline;
     timeline.peak = running;
-    const double t0 = deltas.empty() ? 0.0 : deltas.front().first;
-    for (const auto& [t, delta] : deltas) {
-      running += delta;
+    const double t0 = deltas.empty() ? 0.0 : deltas.front().t;
+    for (const auto& [t, delta, e] : deltas) {
+      running = in.add(running, delta, child(child(dpath, e), "size"), "the bytes allocated on " + device);
       timeline.samples.emplace_back(t - t0, running);
       if (running > timeline.peak) {
         timeline.peak = running;

@@ -12,12 +12,14 @@
 
 #include "comptrain/calibrate/calibrate.hpp"
 #include "comptrain/calibrate/gpu_calibration.hpp"
-#include "comptrain/calibrate/profile.hpp"
 #include "comptrain/models/platform.hpp"
+#include "comptrain/models/profile_yaml.hpp"
+#include "comptrain/models/shipped_or_file.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/support/progress_bar.hpp"
 #include "comptrain_version.hpp"
+#include "options.hpp"
 
 namespace comptrain::cli {
 namespace {
@@ -31,44 +33,42 @@ struct CalibrateArgs {
   std::string out;
   std::string emit_platform;
   std::string base_platform;
+  CLI::Option* base_platform_option = nullptr;  // given at all: `--base-platform ""` is an error, not "no base"
 };
 
 // Fail on an unwritable output before minutes of measurements, not after.
 void check_writable(const std::string& option, const std::string& file) {
+  if (is_standard_output(file)) return;
   const auto dir = std::filesystem::absolute(file).parent_path();
   if (!std::filesystem::is_directory(dir)) throw InputError(option + " " + file + ": directory " + dir.string() + " does not exist");
   if (::access(dir.c_str(), W_OK) != 0) throw InputError(option + " " + file + ": directory " + dir.string() + " is not writable");
 }
 
-// --base-platform: a built-in platform's name or a platform file.
-models::Platform base_platform(const std::string& spec) {
-  if (spec.ends_with(".yaml") || spec.ends_with(".yml")) return models::load_platform_file(spec);
-  return models::builtin_platform(spec);
+// A default name taken from an output file: its stem, or `fallback` for standard output.
+std::string output_stem(const std::string& file, const std::string& fallback) {
+  return is_standard_output(file) ? fallback : std::filesystem::path(file).stem().string();
 }
+
+// What the "wrote ..." lines call an output.
+std::string output_name(const std::string& file) { return is_standard_output(file) ? "standard output" : file; }
 
 void print_gpu_summary(const calibrate::GpuMeasurements& gpu) {
   for (const auto& [kind, m] : gpu.copy_models) {
-    fmt::print(stderr, "  copy {:<12} {:9.3g} s + B / {:8.2f} GB/s  (R² {:.4f})\n", calibrate::to_string(kind), m.latency, m.bandwidth / 1e9, m.r2);
+    fmt::print("  copy {:<12} {:9.3g} s + B / {:8.2f} GB/s  (R² {:.4f})\n", calibrate::to_string(kind), m.latency, m.bandwidth / 1e9, m.r2);
   }
   for (calibrate::GemmPrecision p : calibrate::kGemmPrecisions) {
     const double rate = gpu.best_gemm_rate(p);
-    if (rate > 0) fmt::print(stderr, "  GEMM {:<4} best {:8.1f} TFLOP/s\n", calibrate::to_string(p), rate / 1e12);
+    if (rate > 0) fmt::print("  GEMM {:<4} best {:8.1f} TFLOP/s\n", calibrate::to_string(p), rate / 1e12);
   }
-  fmt::print(stderr, "  transformer-layer GEMMs at {:.0f} % of the best rate; kernel launch {:.2f} us\n", 100 * gpu.layer_gemm_efficiency(),
+  fmt::print("  transformer-layer GEMMs at {:.0f} % of the best rate; kernel launch {:.2f} us\n", 100 * gpu.layer_gemm_efficiency(),
              gpu.launch_overhead * 1e6);
 }
 
+// The summary is the command's result: standard output, so that it can be kept apart from the
+// progress lines (stderr). The warnings are diagnostics: stderr, after it.
 void print_summary(const models::CalibrationProfile& p) {
-  for (const auto& c : p.codecs) {
-    fmt::print(stderr, "  {:<6} compress   {:9.3g} s + B / {:7.3f} GB/s  (R² {:.4f}, max rel. error {:.1f} %)\n", c.codec,
-               c.compress.latency, c.compress.bandwidth / 1e9, c.compress.r2, 100 * c.compress.max_relative_error);
-    fmt::print(stderr, "  {:<6} decompress {:9.3g} s + B / {:7.3f} GB/s  (R² {:.4f}, max rel. error {:.1f} %)\n", "",
-               c.decompress.latency, c.decompress.bandwidth / 1e9, c.decompress.r2, 100 * c.decompress.max_relative_error);
-    for (const auto& [cls, m] : c.ratio) {
-      fmt::print(stderr, "  {:<6} ratio {:<10} at eb 1e-3: {:6.2f}  (held-back rms log error {:.3f}, max rel. error {:.1f} %)\n", "",
-                 models::to_string(cls), m.ratio(1e-3), m.heldout_rms_log_error, 100 * m.heldout_max_relative_error);
-    }
-  }
+  fmt::print("{}", calibrate::profile_summary(p));
+  for (const std::string& line : calibrate::fit_warnings(p)) fmt::print(stderr, "{}\n", line);
 }
 
 }  // namespace
@@ -77,17 +77,18 @@ std::function<int()> add_calibrate_command(CLI::App& app) {
   auto args = std::make_shared<CalibrateArgs>();
   auto* command = app.add_subcommand(
       "calibrate", "Measure the compressor kernels on this machine and fit the compression cost model into a profile");
-  command->add_option("--device", args->device,
-                      "cuda (default when a GPU is visible and comptrain was built with CUDA: CUDA driver, events, copies, cuBLAS) or cpu (the CPU driver)")
-      ->check(CLI::IsMember({"cpu", "cuda"}));
+  add_choice(*command, "--device", args->device,
+             "cuda (default when a GPU is visible and comptrain was built with CUDA: CUDA driver, events, copies, cuBLAS) or cpu (the CPU driver)",
+             {"cpu", "cuda"});
   command->add_flag("--quick", args->quick, "64 KiB .. 16 MiB, fewer repetitions and samples (under a minute)");
   command->add_option("--codecs", args->codecs, "Codecs to measure, comma-separated (default: all)")->delimiter(',');
-  command->add_option("--threads", args->threads, "CPU threads of the CPU driver (0: all cores)")->default_val(0);
-  command->add_option("--name", args->name, "Profile name (default: the output file's stem)");
-  command->add_option("-o,--output", args->out, "Profile to write (YAML, written once at the end)")->required();
+  add_nonnegative_int(*command, "--threads", args->threads, "CPU threads of the CPU driver (0: all cores)")->default_val(0);
+  command->add_option("--name", args->name, "Profile name (default: the output file's stem, or 'profile' for standard output)");
+  command->add_option("-o,--output", args->out, "Profile to write (YAML, written once at the end); - for standard output")->required();
   command->add_option("--emit-platform", args->emit_platform,
-                      "With --device cuda: also write a platform file (scenarios/platforms format) from the measured GPU, copies and GEMMs");
-  command->add_option("--base-platform", args->base_platform,
+                      "With --device cuda: also write a platform file (scenarios/platforms format) from the measured GPU, copies and "
+                      "GEMMs; - for standard output");
+  args->base_platform_option = command->add_option("--base-platform", args->base_platform,
                       "Platform (built-in name or .yaml) whose host, NVLink, power and non-GEMM efficiencies --emit-platform copies "
                       "(default: the built-in platform with this GPU's name, if any)");
   return [command, args]() -> int {
@@ -99,12 +100,13 @@ std::function<int()> add_calibrate_command(CLI::App& app) {
       fmt::print(stderr, "comptrain calibrate: a GPU is visible but this comptrain was built without CUDA; calibrating the CPU driver\n");
     }
     if (!a.emit_platform.empty() && device != "cuda") throw InputError("--emit-platform needs --device cuda (a platform describes a GPU)");
-    if (!a.base_platform.empty() && a.emit_platform.empty()) throw InputError("--base-platform is only used with --emit-platform");
+    const bool base_given = a.base_platform_option->count() > 0;
+    if (base_given && a.emit_platform.empty()) throw InputError("--base-platform is only used with --emit-platform");
     calibrate::CalibrationOptions options;
     options.quick = a.quick;
     options.codecs = a.codecs;
     options.threads = a.threads;
-    options.name = a.name.empty() ? std::filesystem::path(a.out).stem().string() : a.name;
+    options.name = a.name.empty() ? output_stem(a.out, "profile") : a.name;
     options.comptrain_version = COMPTRAIN_VERSION;
     // A bar redrawn in place on a terminal; one line per stage in a log.
     // An error in the middle ends the bar's line first, so that the message starts on its own.
@@ -125,10 +127,13 @@ std::function<int()> add_calibrate_command(CLI::App& app) {
       bar.open = !u.done;
       if (u.done) end_terminal_line(false);
     };
+    if (is_standard_output(a.out) && is_standard_output(a.emit_platform)) {
+      throw InputError("-o - and --emit-platform -: both documents to standard output; expected at most one of them there");
+    }
     check_writable("-o", a.out);
     if (!a.emit_platform.empty()) check_writable("--emit-platform", a.emit_platform);
     std::optional<models::Platform> base;
-    if (!a.base_platform.empty()) base = base_platform(a.base_platform);
+    if (base_given) base = models::resolve_platform(a.base_platform, std::filesystem::current_path());
 
     if (device == "cuda") {
       if (a.threads != 0) throw InputError("--threads sets the CPU driver's threads; it has no meaning with --device cuda");
@@ -137,16 +142,16 @@ std::function<int()> add_calibrate_command(CLI::App& app) {
       }
       const auto probe = calibrate::open_cuda_probe();
       const auto result = calibrate::calibrate_gpu(*probe, options);
-      write_file_atomically(a.out, calibrate::profile_to_yaml(result.codecs.profile, result.codecs.measurements) +
-                                       calibrate::gpu_measurements_yaml(result.gpu));
-      fmt::print(stderr, "comptrain calibrate: wrote {} ({})\n", a.out, result.codecs.profile.device);
+      write_output(a.out, models::profile_to_yaml(result.codecs.profile, result.codecs.measurements) +
+                              calibrate::gpu_measurements_yaml(result.gpu));
+      fmt::print(stderr, "comptrain calibrate: wrote {} ({})\n", output_name(a.out), result.codecs.profile.device);
       if (!a.emit_platform.empty()) {
         if (!base) {
           const auto same_gpu = models::builtin_platforms_with_gpu(result.gpu.info.name);
           if (!same_gpu.empty()) base = models::builtin_platform(same_gpu.front());
         }
         calibrate::PlatformEmitOptions emit;
-        emit.name = std::filesystem::path(a.emit_platform).stem().string();
+        emit.name = output_stem(a.emit_platform, "calibrated");
         emit.date = result.codecs.profile.date;
         emit.base = base ? &*base : nullptr;
         emit.host_name = calibrate::cpu_description(std::max(1u, std::thread::hardware_concurrency()));
@@ -154,8 +159,8 @@ std::function<int()> add_calibrate_command(CLI::App& app) {
         emit.host_memory_bytes = calibrate::host_memory_bytes();
         const std::string yaml = calibrate::platform_yaml(result.gpu, emit);
         models::parse_platform(yaml, a.emit_platform);  // what we write must read back
-        write_file_atomically(a.emit_platform, yaml);
-        fmt::print(stderr, "comptrain calibrate: wrote {} (platform {}{})\n", a.emit_platform, emit.name,
+        write_output(a.emit_platform, yaml);
+        fmt::print(stderr, "comptrain calibrate: wrote {} (platform {}{})\n", output_name(a.emit_platform), emit.name,
                    base ? ", unmeasured values from " + base->name : "");
       }
       print_summary(result.codecs.profile);
@@ -164,8 +169,8 @@ std::function<int()> add_calibrate_command(CLI::App& app) {
     }
 
     const auto result = calibrate::calibrate_cpu(options);
-    write_file_atomically(a.out, calibrate::profile_to_yaml(result.profile, result.measurements));
-    fmt::print(stderr, "comptrain calibrate: wrote {} ({})\n", a.out, result.profile.device);
+    write_output(a.out, models::profile_to_yaml(result.profile, result.measurements));
+    fmt::print(stderr, "comptrain calibrate: wrote {} ({})\n", output_name(a.out), result.profile.device);
     print_summary(result.profile);
     return 0;
   };

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <thread>
+#include <utility>
 
 #include "calibration_steps.hpp"
 #include "comptrain/kernels/codec.hpp"
@@ -41,6 +42,43 @@ double time_best(F&& f, const Plan& plan) {
 std::string progress_line(const ProgressUpdate& u) {
   return fmt::format("calibrate: [{:>3.0f}%] {} (elapsed {:.1f} s, {})", 100 * u.fraction, u.stage, u.elapsed,
                      u.left ? fmt::format("~{:.0f} s left", *u.left) : std::string("estimating"));
+}
+
+std::vector<std::string> fit_warnings(const models::CalibrationProfile& profile) {
+  std::vector<std::string> lines;
+  for (const auto& c : profile.codecs) {
+    for (const auto& [what, m] : {std::pair{"compress", &c.compress}, std::pair{"decompress", &c.decompress}}) {
+      if (m->r2 < kMinTimeR2) {
+        lines.push_back(fmt::format("warning: {} {} time model: R² {:.3f} is below {} (max relative error {:.0f} %); "
+                                    "latency + bytes / bandwidth does not follow the measured times well",
+                                    c.codec, what, m->r2, kMinTimeR2, 100 * m->max_relative_error));
+      }
+    }
+    for (const auto& [cls, m] : c.ratio) {
+      if (m.heldout_max_relative_error > kMaxRatioHeldoutError) {
+        lines.push_back(fmt::format("warning: {} ratio model, class {}: held-back max relative error {:.0f} % exceeds {:.0f} %", c.codec,
+                                    models::to_string(cls), 100 * m.heldout_max_relative_error, 100 * kMaxRatioHeldoutError));
+      }
+    }
+  }
+  return lines;
+}
+
+std::string profile_summary(const models::CalibrationProfile& p) {
+  std::string out;
+  for (const auto& c : p.codecs) {
+    out += fmt::format("  {:<6} compress   {:9.3g} s + B / {:7.3f} GB/s  (R² {:.4f}, max rel. error {:.1f} %)\n", c.codec, c.compress.latency,
+                       c.compress.bandwidth / 1e9, c.compress.r2, 100 * c.compress.max_relative_error);
+    out += fmt::format("  {:<6} decompress {:9.3g} s + B / {:7.3f} GB/s  (R² {:.4f}, max rel. error {:.1f} %)\n", "", c.decompress.latency,
+                       c.decompress.bandwidth / 1e9, c.decompress.r2, 100 * c.decompress.max_relative_error);
+    // quant, fp16 and bf16 ignore the error bound: "at eb 1e-3" would suggest it matters.
+    const bool bounded = kernels::codec_info(kernels::codec_from_name(c.codec)).error_bounded;
+    for (const auto& [cls, m] : c.ratio) {
+      out += fmt::format("  {:<6} ratio {:<10}{}: {:6.2f}  (held-back rms log error {:.3f}, max rel. error {:.1f} %)\n", "", models::to_string(cls),
+                         bounded ? " at eb 1e-3" : "", m.ratio(1e-3), m.heldout_rms_log_error, 100 * m.heldout_max_relative_error);
+    }
+  }
+  return out;
 }
 
 bool gpu_visible() {

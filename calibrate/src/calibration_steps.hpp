@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "comptrain/calibrate/calibrate.hpp"
-#include "comptrain/calibrate/profile.hpp"
 #include "comptrain/models/compression_model.hpp"
 
 namespace comptrain::calibrate::detail {

@@ -1,12 +1,14 @@
 #include "comptrain/calibrate/gpu_calibration.hpp"
 
 #include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <iterator>
 #include <set>
+#include <stdexcept>
 
 #include "calibration_steps.hpp"
 #include "comptrain/support/input_error.hpp"
@@ -216,95 +218,123 @@ std::string platform_yaml(const GpuMeasurements& gpu, const PlatformEmitOptions&
   const models::Platform* base = options.base;
   const std::string from_base = base ? fmt::format("not measured: copied from platform {} ({})", base->name, base->source) : "";
   const std::string measured = fmt::format("measured by comptrain calibrate on {}", options.date);
-  std::string out;
-  out += fmt::format("# {} as `comptrain calibrate --device cuda --emit-platform` measured it on {}.\n", gpu.info.name, options.date);
-  out += "# Each value says where it comes from: measured here, copied from a base platform, or an assumption.\n";
-  out += "# Peaks are the best cuBLAS rates measured, not datasheet figures, so the efficiencies below are\n";
-  out += "# fractions of what this GPU reached, not of its datasheet.\n";
-  out += fmt::format("name: {}\n", options.name);
-  out += "gpu:\n";
-  out += fmt::format("  name: \"{}\"  # {}: cudaDeviceProp::name\n", gpu.info.name, measured);
-  out += fmt::format("  memory: {} B  # {}: cudaDeviceProp::totalGlobalMem\n", gpu.info.memory_bytes, measured);
   const double memory_bandwidth = gpu.memory_bandwidth();
   if (!(memory_bandwidth > 0)) throw std::invalid_argument("platform_yaml: no device-to-device copy was measured");
-  out += fmt::format("  memory_bandwidth: {:.6g} GB/s  # {}: device-to-device cudaMemcpy, 2 x bytes / s (read + write), fitted over the sizes\n",
-                     memory_bandwidth / 1e9, measured);
-  out += "  peak:\n";
+
+  // yaml-cpp's emitter quotes what needs quoting (a GPU or CPU name with a colon or a quote);
+  // each value carries its origin as a comment, which the platform reader ignores.
+  YAML::Emitter out;
+  const auto value = [&out](std::string_view key, const std::string& text, const std::string& why) {
+    out << YAML::Key << std::string(key) << YAML::Value << text << YAML::Comment(why);
+  };
+  const auto section = [&out](std::string_view key, const std::string& why = {}) {
+    out << YAML::Key << std::string(key);
+    if (!why.empty()) out << YAML::Comment(why);
+    out << YAML::Value << YAML::BeginMap;
+  };
+  out << YAML::Comment(fmt::format("{} as `comptrain calibrate --device cuda --emit-platform` measured it on {}.\n"
+                                   "Each value says where it comes from: measured here, copied from a base platform, or an assumption.\n"
+                                   "Peaks are the best cuBLAS rates measured, not datasheet figures, so the efficiencies below are\n"
+                                   "fractions of what this GPU reached, not of its datasheet.",
+                                   gpu.info.name, options.date))
+      << YAML::Newline;
+  out << YAML::BeginMap;
+  value("name", options.name, "the platform file's name (--emit-platform)");
+
+  section("gpu");
+  value("name", gpu.info.name, measured + ": cudaDeviceProp::name");
+  value("memory", fmt::format("{} B", gpu.info.memory_bytes), measured + ": cudaDeviceProp::totalGlobalMem");
+  value("memory_bandwidth", fmt::format("{:.6g} GB/s", memory_bandwidth / 1e9),
+        measured + ": device-to-device cudaMemcpy, 2 x bytes / s (read + write), fitted over the sizes");
+  section("peak");
   for (GemmPrecision p : kGemmPrecisions) {
     const double rate = gpu.best_gemm_rate(p);
     if (rate > 0) {
       std::size_t shapes = 0;
       for (const auto& g : gpu.gemm) shapes += g.precision == p ? 1 : 0;
-      out += fmt::format("    {}: {:.6g} TFLOP/s  # {}: best cuBLAS GEMM rate over {} shapes\n", to_string(p), rate / 1e12, measured, shapes);
+      value(to_string(p), fmt::format("{:.6g} TFLOP/s", rate / 1e12), fmt::format("{}: best cuBLAS GEMM rate over {} shapes", measured, shapes));
     } else if (p == GemmPrecision::fp32 || p == GemmPrecision::fp16) {
       throw std::invalid_argument(fmt::format("platform_yaml: no {} GEMM was measured", to_string(p)));
     } else {
-      out += fmt::format("    {}: 0 TFLOP/s  # {}: cuBLAS has no {} GEMM on compute capability {}.{}\n", to_string(p), measured, to_string(p),
-                         gpu.info.compute_major, gpu.info.compute_minor);
+      value(to_string(p), "0 TFLOP/s",
+            fmt::format("{}: cuBLAS has no {} GEMM on compute capability {}.{}", measured, to_string(p), gpu.info.compute_major, gpu.info.compute_minor));
     }
   }
-  out += fmt::format("  launch_overhead: {:.4g} us  # {}: empty kernels launched back to back, per launch\n", gpu.launch_overhead * 1e6, measured);
+  out << YAML::EndMap;
+  value("launch_overhead", fmt::format("{:.4g} us", gpu.launch_overhead * 1e6), measured + ": empty kernels launched back to back, per launch");
   if (base && base->gpu.max_power > 0) {
-    out += fmt::format("  power: {{idle: {} W, max: {} W}}  # {}\n", number(base->gpu.idle_power), number(base->gpu.max_power), from_base);
+    section("power");
+    value("idle", fmt::format("{} W", number(base->gpu.idle_power)), from_base);
+    value("max", fmt::format("{} W", number(base->gpu.max_power)), from_base);
+    out << YAML::EndMap;
   }
+  out << YAML::EndMap;
 
-  out += "host:\n";
+  section("host");
   if (base) {
-    out += fmt::format("  name: \"{}\"  # {}\n", base->host.name, from_base);
-    out += fmt::format("  cores: {}  # {}\n", base->host.cores, from_base);
-    out += fmt::format("  flops: {:.6g} TFLOP/s  # {}\n", base->host.flops / 1e12, from_base);
-    out += fmt::format("  memory: {} B  # {}\n", base->host.memory_bytes, from_base);
-    out += fmt::format("  memory_bandwidth: {:.6g} GB/s  # {}\n", base->host.memory_bandwidth / 1e9, from_base);
+    value("name", base->host.name, from_base);
+    value("cores", std::to_string(base->host.cores), from_base);
+    value("flops", fmt::format("{:.6g} TFLOP/s", base->host.flops / 1e12), from_base);
+    value("memory", fmt::format("{} B", base->host.memory_bytes), from_base);
+    value("memory_bandwidth", fmt::format("{:.6g} GB/s", base->host.memory_bandwidth / 1e9), from_base);
   } else {
-    out += fmt::format("  name: \"{}\"  # this host (/proc/cpuinfo)\n", options.host_name);
-    out += fmt::format("  cores: {}  # this host (hardware threads)\n", std::max(1, options.host_cores));
+    const int cores = std::max(1, options.host_cores);
+    value("name", options.host_name, "this host (/proc/cpuinfo)");
+    value("cores", std::to_string(cores), "this host (hardware threads)");
     // 2.5 GHz x 32 fp32 FLOP/cycle (two 256-bit FMA pipes) per core: a typical server core.
-    out += fmt::format("  flops: {:.6g} TFLOP/s  # assumption: cores x 2.5 GHz x 32 FLOP/cycle; not measured\n",
-                       std::max(1, options.host_cores) * 2.5e9 * 32 / 1e12);
-    out += fmt::format("  memory: {} B  # this host (/proc/meminfo MemTotal)\n", std::max<std::int64_t>(options.host_memory_bytes, 1));
-    out += "  memory_bandwidth: 100 GB/s  # assumption: not measured (the order of one DDR4/DDR5 socket)\n";
+    value("flops", fmt::format("{:.6g} TFLOP/s", cores * 2.5e9 * 32 / 1e12), "assumption: cores x 2.5 GHz x 32 FLOP/cycle; not measured");
+    value("memory", fmt::format("{} B", std::max<std::int64_t>(options.host_memory_bytes, 1)), "this host (/proc/meminfo MemTotal)");
+    value("memory_bandwidth", "100 GB/s", "assumption: not measured (the order of one DDR4/DDR5 socket)");
   }
+  out << YAML::EndMap;
 
   const auto& h2d = gpu.copy_models.at(CopyKind::h2d_pinned);
   const auto& d2h = gpu.copy_models.at(CopyKind::d2h_pinned);
-  out += "host_link:  # per direction\n";
-  out += "  name: \"PCIe (measured)\"\n";
-  out += fmt::format("  bandwidth: {:.6g} GB/s  # {}: the slower direction of pinned copies (H2D {:.4g}, D2H {:.4g} GB/s)\n",
-                     std::min(h2d.bandwidth, d2h.bandwidth) / 1e9, measured, h2d.bandwidth / 1e9, d2h.bandwidth / 1e9);
-  out += fmt::format("  latency: {:.4g} us  # {}: mean fitted latency of pinned copies, driver cost included\n",
-                     0.5 * (h2d.latency + d2h.latency) * 1e6, measured);
+  section("host_link", "per direction");
+  value("name", "PCIe (measured)", measured + ": pinned host <-> device copies");
+  value("bandwidth", fmt::format("{:.6g} GB/s", std::min(h2d.bandwidth, d2h.bandwidth) / 1e9),
+        fmt::format("{}: the slower direction of pinned copies (H2D {:.4g}, D2H {:.4g} GB/s)", measured, h2d.bandwidth / 1e9, d2h.bandwidth / 1e9));
+  value("latency", fmt::format("{:.4g} us", 0.5 * (h2d.latency + d2h.latency) * 1e6),
+        measured + ": mean fitted latency of pinned copies, driver cost included");
+  out << YAML::EndMap;
   if (base && base->gpu_link.bandwidth > 0) {
-    out += "gpu_link:\n";
-    out += fmt::format("  name: \"{}\"  # {}\n", base->gpu_link.name, from_base);
-    out += fmt::format("  bandwidth: {:.6g} GB/s  # {}\n", base->gpu_link.bandwidth / 1e9, from_base);
-    out += fmt::format("  latency: {:.4g} us  # {}\n", base->gpu_link.latency * 1e6, from_base);
+    section("gpu_link");
+    value("name", base->gpu_link.name, from_base);
+    value("bandwidth", fmt::format("{:.6g} GB/s", base->gpu_link.bandwidth / 1e9), from_base);
+    value("latency", fmt::format("{:.4g} us", base->gpu_link.latency * 1e6), from_base);
+    out << YAML::EndMap;
   }
   if (base) {
-    out += fmt::format("gpus_per_node: {}  # {}\n", base->gpus_per_node, from_base);
+    value("gpus_per_node", std::to_string(base->gpus_per_node), from_base);
   } else {
-    out += fmt::format("gpus_per_node: {}  # GPUs visible to the calibration (cudaGetDeviceCount)\n", std::max(1, gpu.info.device_count));
+    value("gpus_per_node", std::to_string(std::max(1, gpu.info.device_count)), "GPUs visible to the calibration (cudaGetDeviceCount)");
   }
 
-  out += "efficiency:\n  compute:\n";
+  section("efficiency");
+  section("compute");
   const double layer = gpu.layer_gemm_efficiency();
   const std::string base_or_assumed = base ? from_base + " (a fraction of its datasheet peaks)" : "assumption: the built-in platforms' value";
-  out += fmt::format("    default: {}  # {}\n", number(base ? base->efficiency.compute_default : 0.6), base_or_assumed);
+  value("default", number(base ? base->efficiency.compute_default : 0.6), base_or_assumed);
   std::set<traces::OpKind> written;
   for (traces::OpKind kind : {traces::OpKind::linear, traces::OpKind::matmul}) {
     if (layer > 0) {
-      out += fmt::format("    {}: {:.3f}  # {}: transformer-layer GEMMs' rate / best rate (geometric mean)\n", traces::to_string(kind),
-                         std::min(1.0, layer), measured);
+      value(traces::to_string(kind), fmt::format("{:.3f}", std::min(1.0, layer)),
+            measured + ": transformer-layer GEMMs' rate / best rate (geometric mean)");
       written.insert(kind);
     }
   }
   const std::map<traces::OpKind, double> defaults = {{traces::OpKind::conv, 0.7}, {traces::OpKind::attention, 0.5}};
-  for (const auto& [kind, value] : base ? base->efficiency.compute : defaults) {
+  for (const auto& [kind, fraction] : base ? base->efficiency.compute : defaults) {
     if (written.count(kind)) continue;
-    out += fmt::format("    {}: {}  # {}\n", traces::to_string(kind), number(value), base_or_assumed);
+    value(traces::to_string(kind), number(fraction), base_or_assumed);
   }
-  out += "  memory:\n";
-  out += "    default: 0.9  # assumption: elementwise kernels stream at ~90 % of a device-to-device copy (memory_bandwidth above)\n";
-  return out;
+  out << YAML::EndMap;
+  section("memory");
+  value("default", "0.9", "assumption: elementwise kernels stream at ~90 % of a device-to-device copy (memory_bandwidth above)");
+  out << YAML::EndMap << YAML::EndMap;
+  out << YAML::EndMap;
+  if (!out.good()) throw std::logic_error("platform_yaml: " + out.GetLastError());
+  return std::string(out.c_str()) + "\n";
 }
 
 std::int64_t host_memory_bytes() {

@@ -11,7 +11,7 @@ failed=0
 fail() { failed=$((failed + 1)); echo "FAIL: $*"; }
 
 start=$SECONDS
-if ! "$bin" calibrate --device cpu --quick -o "$work/p.yaml" 2>"$work/calibrate.err"; then
+if ! "$bin" calibrate --device cpu --quick -o "$work/p.yaml" >"$work/calibrate.out" 2>"$work/calibrate.err"; then
   fail "calibrate --quick exited $?"; cat "$work/calibrate.err"
 fi
 echo "calibrate --quick took $((SECONDS - start)) s"
@@ -19,6 +19,22 @@ grep -q '^format: comptrain-calibration-profile 2' "$work/p.yaml" || fail "profi
 grep -q 'provenance: measured' "$work/p.yaml" || fail "profile numbers are not marked measured"
 grep -Eq 'calibrate: \[ *[0-9]+%\].*left' "$work/calibrate.err" || fail "no progress lines with a time estimate on stderr"
 ls "$work" | grep -q 'tmp' && fail "temporary files left next to the profile"
+# The summary is the result (stdout); progress and warnings are diagnostics (stderr).
+grep -Eq '^  szp +compress +[0-9.e+-]+ s \+ B /' "$work/calibrate.out" || { fail "no szp summary on stdout"; cat "$work/calibrate.out"; }
+grep -q 'calibrate: \[' "$work/calibrate.out" && fail "progress lines on stdout"
+grep -q 'warning:' "$work/calibrate.out" && fail "warnings on stdout"
+# "ratio at eb" only for codecs with an error bound: szp has it, fp16 (the lines after its
+# compress line, up to the next codec) has none.
+grep -Eq 'ratio post_relu +at eb 1e-3: ' "$work/calibrate.out" || fail "szp's ratio lines do not give the error bound"
+awk '/^  fp16 /{f=1; next} /^  [a-z0-9]+ +compress/{f=0} f' "$work/calibrate.out" >"$work/fp16.out"
+grep -q 'ratio generic' "$work/fp16.out" || { fail "no fp16 ratio lines"; cat "$work/calibrate.out"; }
+grep -q 'at eb' "$work/fp16.out" && { fail "fp16 has no error bound, but its ratio is given at one"; cat "$work/fp16.out"; }
+# Every warning names a codec and the figure against its threshold (calibrate/README.md).
+if grep -v -E '^calibrate: |^comptrain calibrate: wrote ' "$work/calibrate.err" | grep -v -E \
+    '^warning: [a-z0-9]+ (compress|decompress) time model: R² [0-9.-]+ is below 0\.9 |^warning: [a-z0-9]+ ratio model, class [a-z_]+: held-back max relative error [0-9]+ % exceeds 25 %$' \
+    >"$work/other.err"; then
+  fail "unexpected lines on stderr:"; cat "$work/other.err"
+fi
 
 cat >"$work/scenario.yaml" <<YAML
 name: resnet50-calibrated
@@ -62,6 +78,11 @@ if [[ ! -e /dev/nvidia0 ]]; then
 fi
 out=$("$bin" calibrate --device cpu --quick --emit-platform "$work/pl.yaml" -o "$work/q.yaml" 2>&1); code=$?
 [[ $code -eq 2 && $out == *"--emit-platform needs --device cuda"* ]] || fail "--emit-platform with cpu: exit $code, $out"
+# An empty --base-platform is an error (not "no base"), before any measurement.
+out=$("$bin" calibrate --device cuda --quick --emit-platform "$work/pl.yaml" --base-platform "" -o "$work/q.yaml" 2>&1); code=$?
+[[ $code -eq 2 && $out == *"empty platform; expected a shipped platform name or a .yaml file; shipped: a100-40gb"* ]] || fail "--base-platform '': exit $code, $out"
+out=$("$bin" calibrate --device cuda --quick --emit-platform "$work/pl.yaml" --base-platform a100-41gb -o "$work/q.yaml" 2>&1); code=$?
+[[ $code -eq 2 && $out == *"unknown platform 'a100-41gb'"* ]] || fail "--base-platform a100-41gb: exit $code, $out"
 out=$("$bin" calibrate --device cpu --quick -o "$work/no/such/dir/q.yaml" 2>&1); code=$?
 [[ $code -eq 2 && $out == *"does not exist"* ]] || fail "unwritable output: exit $code, $out"
 

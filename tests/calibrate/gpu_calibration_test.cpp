@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <regex>
+#include <sstream>
 
 #include "comptrain/calibrate/gpu_calibration.hpp"
-#include "comptrain/calibrate/profile.hpp"
+#include "comptrain/models/profile_yaml.hpp"
 #include "comptrain/kernels/codec.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/support/input_error.hpp"
@@ -74,6 +76,23 @@ class FakeProbe final : public GpuProbe {
   double launch_overhead(int) override { return 4e-6; }
 };
 
+// Every value of an emitted platform file says where it comes from, in a comment on its line:
+// measured here, copied from the base platform, this host, or an assumption. Returns how many
+// value lines there were.
+int expect_every_value_commented(const std::string& yaml) {
+  static const std::regex value_line(R"(^ *[a-z0-9_]+: +[^ #].*$)");
+  static const std::regex origin(R"(  # .*(measured|copied from platform|assumption|this host|cudaGetDeviceCount|--emit-platform))");
+  std::istringstream in(yaml);
+  std::string line;
+  int values = 0;
+  while (std::getline(in, line)) {
+    if (!std::regex_match(line, value_line)) continue;
+    ++values;
+    EXPECT_TRUE(std::regex_search(line, origin)) << "no origin comment: " << line;
+  }
+  return values;
+}
+
 CalibrationOptions quick_options() {
   CalibrationOptions o;
   o.quick = true;
@@ -116,12 +135,12 @@ TEST(GpuCalibration, RecoversTheDevicesLaws) {
 TEST(GpuCalibration, ProfileWithGpuMeasurementsReadsBack) {
   FakeProbe probe;
   const GpuCalibrationResult r = calibrate_gpu(probe, quick_options());
-  const std::string yaml = profile_to_yaml(r.codecs.profile, r.codecs.measurements) + gpu_measurements_yaml(r.gpu);
+  const std::string yaml = models::profile_to_yaml(r.codecs.profile, r.codecs.measurements) + gpu_measurements_yaml(r.gpu);
   EXPECT_NE(yaml.find("gpu_measurements:"), std::string::npos);
   EXPECT_NE(yaml.find("h2d_pageable:"), std::string::npos);
-  const models::CalibrationProfile back = parse_profile(yaml, "gpu.yaml");
+  const models::CalibrationProfile back = models::parse_profile(yaml, "gpu.yaml");
   EXPECT_EQ(back.device_kind, "cuda");
-  EXPECT_EQ(profile_to_yaml(back), profile_to_yaml(r.codecs.profile));
+  EXPECT_EQ(models::profile_to_yaml(back), models::profile_to_yaml(r.codecs.profile));
 }
 
 TEST(GpuCalibration, CodecsWithoutADeviceDriverAreRefused) {
@@ -169,6 +188,25 @@ TEST(GpuPlatform, EmittedPlatformParsesWithTheMeasuredValues) {
   EXPECT_NEAR(pl.efficiency.compute_for(traces::OpKind::linear), 0.8, 1e-3);
   EXPECT_NEAR(pl.efficiency.compute_for(traces::OpKind::matmul), 0.8, 1e-3);
   EXPECT_NE(yaml.find("assumption"), std::string::npos);  // unmeasured values say so
+  // name 1, gpu 3 + 4 peaks + launch 1, host 5, host_link 3, gpus_per_node 1, efficiency: compute
+  // default, linear, matmul, conv, attention and memory default 6.
+  EXPECT_EQ(expect_every_value_commented(yaml), 24) << yaml;
+  EXPECT_NE(yaml.find("    fp32: 19 TFLOP/s  # measured by comptrain calibrate on 2026-11-22: best cuBLAS GEMM rate over"), std::string::npos) << yaml;
+}
+
+// Names that YAML would misread unquoted (a colon and a space, a leading quote, a '#') are quoted
+// by the emitter and read back unchanged.
+TEST(GpuPlatform, OddNamesSurviveTheRoundTrip) {
+  FakeProbe probe;
+  probe.name = "GPU: \"X\" #2";
+  const GpuCalibrationResult r = calibrate_gpu(probe, quick_options());
+  PlatformEmitOptions o;
+  o.name = "odd";
+  o.date = "2026-11-22";
+  o.host_name = "'CPU' # 1: fast";
+  const models::Platform pl = models::parse_platform(platform_yaml(r.gpu, o), "odd.yaml");
+  EXPECT_EQ(pl.gpu.name, probe.name);
+  EXPECT_EQ(pl.host.name, o.host_name);
 }
 
 TEST(GpuPlatform, PreAmpereHasNoTf32AndBaseFillsTheRest) {
@@ -190,6 +228,10 @@ TEST(GpuPlatform, PreAmpereHasNoTf32AndBaseFillsTheRest) {
   EXPECT_NEAR(pl.gpu_link.bandwidth, base.gpu_link.bandwidth, base.gpu_link.bandwidth * 1e-5);
   EXPECT_NEAR(pl.efficiency.compute_for(traces::OpKind::conv), base.efficiency.compute_for(traces::OpKind::conv), 1e-9);
   EXPECT_NEAR(pl.gpu.peak_fp16, 280e12, 280e12 * 1e-5);  // measured, not the base's datasheet figure
+  EXPECT_NEAR(pl.gpu.max_power, base.gpu.max_power, 1e-9);
+  const std::string yaml = platform_yaml(r.gpu, o);
+  EXPECT_GT(expect_every_value_commented(yaml), 20) << yaml;
+  EXPECT_NE(yaml.find("copied from platform v100-16gb"), std::string::npos) << yaml;
 }
 
 TEST(GpuProbeLoading, ExplainsWhyThereIsNoProbe) {

@@ -1,21 +1,25 @@
 // Profiles: YAML round trip, errors with file:line:col, the shipped profiles, lookup for
 // scenarios; and the schedule's compress tasks costed exactly as the profile predicts.
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <set>
 #include <string>
 
-#include "comptrain/calibrate/profile.hpp"
 #include "comptrain/models/op_time.hpp"
 #include "comptrain/models/platform.hpp"
+#include "comptrain/models/profile_yaml.hpp"
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/zoo/zoo.hpp"
 
-namespace comptrain::calibrate {
+namespace comptrain::models {
 namespace {
 
 models::CalibrationProfile sample_profile() {
@@ -133,6 +137,66 @@ TEST(Profile, ErrorsNameFileLineAndColumn) {
   }
 }
 
+// The sample profile with the first `key:`'s value replaced by `value`; `location` gets
+// "bad.yaml:LINE:COLUMN:" of that value, where the error must point.
+std::string with_value(const std::string& key, const std::string& value, std::string& location) {
+  std::string yaml = profile_to_yaml(sample_profile());
+  const auto at = yaml.find(" " + key + ": ");
+  EXPECT_NE(at, std::string::npos) << key;
+  const auto begin = at + key.size() + 3;
+  const auto end = yaml.find('\n', begin);
+  yaml.replace(begin, end - begin, value);
+  const auto line_start = yaml.rfind('\n', begin) + 1;
+  location = "bad.yaml:" + std::to_string(1 + std::count(yaml.begin(), yaml.begin() + static_cast<std::ptrdiff_t>(begin), '\n')) + ":" +
+             std::to_string(begin - line_start + 1) + ": ";
+  return yaml;
+}
+
+// Numbers are checked before they are narrowed or used: a count that is negative or fractional
+// would wrap or truncate in size_t, a NaN would poison every ratio, a latency of seconds is a
+// unit mistake. Each error points at the value and says what was expected (exit 2 in the CLI).
+TEST(Profile, NumbersAreCheckedBeforeUse) {
+  const struct {
+    const char* key;
+    const char* value;
+    const char* expected;
+  } cases[] = {
+      {"train_samples", "-1", "'codecs[0].ratio.post_relu.train_samples' is '-1'; expected a whole number of samples in [0, 1000000000]"},
+      {"train_samples", "1.5", "expected a whole number of samples"},
+      {"heldout_samples", "1e12", "expected a whole number of samples"},
+      {"heldout_samples", "10000000000", "expected a whole number of samples"},
+      {"latency_s", "-1e-6", "'codecs[0].compress.latency_s' is '-1e-6'; expected seconds per call, >= 0 and < 1"},
+      {"latency_s", "20", "expected seconds per call, >= 0 and < 1"},
+      {"bandwidth_bytes_per_s", "0", "expected bytes per second, > 0"},
+      {"bandwidth_bytes_per_s", ".inf", "expected bytes per second, > 0"},
+      {"r2", ".nan", "'codecs[0].compress.r2' is '.nan'; expected a coefficient of determination, <= 1"},
+      {"max_relative_error", "-0.1", "expected a number >= 0"},
+      {"c0", ".nan", "'codecs[0].ratio.post_relu.c0' is '.nan'; expected a finite number"},
+      {"c_log_eb", "-.inf", "expected a finite number"},
+      {"c_zero", "many", "expected a finite number"},
+      {"max_ratio", "0.5", "expected a ratio >= 1"},
+      {"default_zero_fraction", "1.5", "expected a fraction in [0, 1]"},
+      {"default_spread", "0", "expected a number > 0"},
+      {"heldout_rms_log_error", "-1", "expected a number >= 0"},
+      {"heldout_max_relative_error", ".nan", "expected a number >= 0"},
+  };
+  for (const auto& c : cases) {
+    std::string location;
+    const std::string yaml = with_value(c.key, c.value, location);
+    try {
+      parse_profile(yaml, "bad.yaml");
+      ADD_FAILURE() << c.key << ": " << c.value << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(location), std::string::npos) << c.key << ": " << e.what() << " (expected at " << location << ")";
+      EXPECT_NE(std::string(e.what()).find(c.expected), std::string::npos) << c.key << ": " << e.what();
+    }
+  }
+  // The bounds themselves are accepted: a count of 0 and a latency of 0.
+  std::string location;
+  EXPECT_EQ(parse_profile(with_value("train_samples", "0", location), "ok.yaml").codecs[0].ratio.at(TensorClass::post_relu).train_samples, 0u);
+  EXPECT_EQ(parse_profile(with_value("latency_s", "0", location), "ok.yaml").codecs[0].compress.latency, 0.0);
+}
+
 TEST(Profile, ShippedProfilesParseAndCarryProvenance) {
   const auto names = builtin_profile_names();
   for (const char* expected : {"a100-literature", "h100-literature", "h200-literature", "v100-literature"}) {
@@ -156,6 +220,27 @@ TEST(Profile, AutoPicksThePlatformsProfile) {
   EXPECT_THROW(resolve_profile("auto", ".", "titanx-maxwell"), InputError);
   EXPECT_THROW(resolve_profile("auto", ".", ""), InputError);
   EXPECT_THROW(resolve_profile("missing.yaml", ".", "a100-40gb"), InputError);
+}
+
+TEST(Profile, ResolveTakesNamesAndFilesAndRefusesTheRest) {
+  EXPECT_EQ(resolve_profile("h100-literature", ".", "")->source, "embedded:h100-literature");
+  const auto dir = std::filesystem::temp_directory_path() / ("profile_yaml_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream(dir / "mine.yml") << profile_to_yaml(sample_profile());
+  }
+  const auto p = resolve_profile("mine.yml", dir, "");  // relative to the base directory
+  EXPECT_EQ(p->name, "test");
+  EXPECT_EQ(p->source, (dir / "mine.yml").string());
+  std::filesystem::remove_all(dir);
+  for (const char* spec : {"", "no-such-profile"}) {
+    try {
+      resolve_profile(spec, ".", "a100-40gb");
+      ADD_FAILURE() << "'" << spec << "' was accepted";
+    } catch (const InputError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr("expected auto, a shipped calibration profile name or a .yaml file; shipped: a100-literature"));
+    }
+  }
 }
 
 // The compress and decompress tasks of a profile-driven rule take exactly the profile's time
@@ -248,4 +333,4 @@ TEST(ProfileInSchedule, UnknownCodecIsAnInputError) {
 }
 
 }  // namespace
-}  // namespace comptrain::calibrate
+}  // namespace comptrain::models

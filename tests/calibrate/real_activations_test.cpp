@@ -13,7 +13,7 @@
 #include <sstream>
 #include <string>
 
-#include "comptrain/calibrate/profile.hpp"
+#include "comptrain/models/profile_yaml.hpp"
 #include "comptrain/calibrate/samples.hpp"
 #include "comptrain/kernels/array_io.hpp"
 #include "comptrain/kernels/codec.hpp"
@@ -26,7 +26,7 @@ TEST(RealActivations, RatioModelWithinItsReportedError) {
   const std::string dir = std::string(COMPTRAIN_TEST_DATA_DIR) + "/activations/";
   std::ifstream index(dir + "index.txt");
   ASSERT_TRUE(index) << dir << "index.txt";
-  const auto profile = builtin_profile("cpu-epyc-2core");
+  const auto profile = models::builtin_profile("cpu-epyc-2core");
   const models::CodecProfile& szp = *profile.find("szp");
   std::string line;
   int checked = 0;

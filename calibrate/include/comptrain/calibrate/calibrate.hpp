@@ -8,10 +8,13 @@
 #include <string_view>
 #include <vector>
 
-#include "comptrain/calibrate/profile.hpp"
 #include "comptrain/models/compression_model.hpp"
+#include "comptrain/models/profile_yaml.hpp"
 
 namespace comptrain::calibrate {
+
+// Written into profiles by models::profile_to_yaml; calibrate fills them.
+using models::CodecMeasurements;
 
 // Where a calibration stands, at the start of each stage and at the end.
 struct ProgressUpdate {
@@ -41,6 +44,23 @@ struct CalibrationResult {
 
 // With the CPU driver. Throws InputError for an unknown codec name.
 CalibrationResult calibrate_cpu(const CalibrationOptions& options);
+
+// Poor fits, which `comptrain calibrate` warns about (calibrate/README.md, "Poor fits"): a time
+// model whose R² is below kMinTimeR2 (latency + bytes / bandwidth does not follow the measured
+// times, e.g. cache effects on the CPU), or a ratio model whose largest relative error on the
+// held-back samples exceeds kMaxRatioHeldoutError. The profile is written either way: a poor
+// model is still the best this form gives, but its predictions deserve the stated doubt.
+inline constexpr double kMinTimeR2 = 0.9;
+inline constexpr double kMaxRatioHeldoutError = 0.25;
+
+// One line per poor fit, each starting "warning: " and naming the codec, the time model
+// (compress / decompress) or the ratio model's class, and the figure against its threshold.
+std::vector<std::string> fit_warnings(const models::CalibrationProfile& profile);
+
+// The fitted models, a few lines per codec: time models with R² and max relative error, ratio
+// models per class with their held-back errors, and the ratio at eb 1e-3 with the class's default
+// features only for codecs that have an error bound (quant, fp16, bf16 have none: one ratio).
+std::string profile_summary(const models::CalibrationProfile& profile);
 
 // Whether a CUDA GPU is visible to this process (a /dev/nvidia[0-9]* device node).
 bool gpu_visible();

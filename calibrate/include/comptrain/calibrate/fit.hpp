@@ -8,19 +8,9 @@
 
 namespace comptrain::calibrate {
 
-// One timing: `seconds` to compress (or decompress) `bytes` of float32 input.
-struct TimeSample {
-  double bytes = 0;
-  double seconds = 0;
-};
-
-// One compression: the ratio reached at relative error bound `eb` on data with `features`.
-struct RatioSample {
-  double eb = 0;
-  models::DataFeatures features;
-  double ratio = 1;
-  bool heldout = false;  // kept out of the fit, used to report its error
-};
+// The samples are plain data in models (profiles carry them as raw measurements).
+using models::RatioSample;
+using models::TimeSample;
 
 // Solves min sum_i w_i (x_i . c - y_i)^2 through the normal equations (Gaussian elimination
 // with partial pivoting). Columns after the first (the intercept) that are constant over the

@@ -1,8 +1,9 @@
 #pragma once
 // The compression cost model that calibration profiles provide (calibrate/README.md): time
 // models (latency + bytes / bandwidth) and ratio models (compression ratio as a function of the
-// error bound and of the data's features) per codec and per tensor class. Pure C++: the YAML
-// reading and writing lives in comptrain::calibrate, so the models library stays free of it.
+// error bound and of the data's features) per codec and per tensor class, and the raw samples
+// they are fitted to. Pure data: the profiles' YAML is in profile_yaml.hpp, the fits in
+// comptrain::calibrate (which measures the kernels).
 
 #include <algorithm>
 #include <array>
@@ -101,6 +102,22 @@ struct RatioModel {
     return bits > 0 ? std::clamp(32.0 / bits, 1.0, top) : top;
   }
   double ratio(double eb) const { return ratio(eb, default_features); }
+};
+
+// One timing: `seconds` to compress (or decompress) `bytes` of float32 input. Here rather than
+// in calibrate, which measures them, because profiles carry them (profile_yaml.hpp) and models
+// must not depend on calibrate and the kernels.
+struct TimeSample {
+  double bytes = 0;
+  double seconds = 0;
+};
+
+// One compression: the ratio reached at relative error bound `eb` on data with `features`.
+struct RatioSample {
+  double eb = 0;
+  DataFeatures features;
+  double ratio = 1;
+  bool heldout = false;  // kept out of the fit, used to report its error
 };
 
 struct CodecProfile {

@@ -1,4 +1,4 @@
-#include "comptrain/calibrate/profile.hpp"
+#include "comptrain/models/profile_yaml.hpp"
 
 #include <yaml-cpp/yaml.h>
 
@@ -8,16 +8,20 @@
 #include <set>
 
 #include "builtin_profiles.hpp"
+#include "comptrain/models/shipped_or_file.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/support/yaml_errors.hpp"
 
-namespace comptrain::calibrate {
+namespace comptrain::models {
 namespace {
 
 // Format 2: the ratio model gives compressed bits per value (format 1: ln ratio, without the
 // block features); a format-1 profile is refused rather than read with the wrong meaning.
 constexpr const char* kFormat = "comptrain-calibration-profile 2";
+// Bounds of the numbers read (see read_time, count): beyond them a value is a mistake.
+constexpr double kMaxLatency = 1.0;          // seconds per codec call
+constexpr long long kMaxCount = 1000000000;  // samples per ratio model (calibrate fits tens)
 constexpr const char* kRatioForm =
     "ratio = 32 / bits, clamped to [1, max_ratio]; bits = c0 + c_zero*zero_fraction + c_zero_block*zero_block_fraction "
     "+ (1 - zero_block_fraction)*(c_log_eb*ln(eb) + c_log_scale*ln(block_scale) + c_log_spread*ln(spread)); "
@@ -25,19 +29,19 @@ constexpr const char* kRatioForm =
     "block_scale = geometric mean over the other blocks of the magnitude szp codes, the smaller of max|x| and "
     "max(|x0|, max|x[i]-x[i-1]|), doubled when a sign is coded, /(max-min)";
 
-void emit_time(YAML::Emitter& out, const char* key, const models::TimeModel& m) {
+void emit_time(YAML::Emitter& out, const char* key, const TimeModel& m) {
   out << YAML::Key << key << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "latency_s" << YAML::Value << m.latency;
   out << YAML::Key << "bandwidth_bytes_per_s" << YAML::Value << m.bandwidth;
   out << YAML::Key << "r2" << YAML::Value << m.r2;
   out << YAML::Key << "max_relative_error" << YAML::Value << m.max_relative_error;
-  out << YAML::Key << "provenance" << YAML::Value << std::string(models::to_string(m.provenance));
+  out << YAML::Key << "provenance" << YAML::Value << std::string(to_string(m.provenance));
   out << YAML::Key << "source" << YAML::Value << m.source;
   out << YAML::EndMap;
 }
 
-void emit_ratio(YAML::Emitter& out, models::TensorClass c, const models::RatioModel& m) {
-  out << YAML::Key << std::string(models::to_string(c)) << YAML::Value << YAML::BeginMap;
+void emit_ratio(YAML::Emitter& out, TensorClass c, const RatioModel& m) {
+  out << YAML::Key << std::string(to_string(c)) << YAML::Value << YAML::BeginMap;
   out << YAML::Key << "c0" << YAML::Value << m.c0;
   out << YAML::Key << "c_log_eb" << YAML::Value << m.c_log_eb;
   out << YAML::Key << "c_zero" << YAML::Value << m.c_zero;
@@ -53,7 +57,7 @@ void emit_ratio(YAML::Emitter& out, models::TensorClass c, const models::RatioMo
   out << YAML::Key << "heldout_samples" << YAML::Value << m.heldout_samples;
   out << YAML::Key << "heldout_rms_log_error" << YAML::Value << m.heldout_rms_log_error;
   out << YAML::Key << "heldout_max_relative_error" << YAML::Value << m.heldout_max_relative_error;
-  out << YAML::Key << "provenance" << YAML::Value << std::string(models::to_string(m.provenance));
+  out << YAML::Key << "provenance" << YAML::Value << std::string(to_string(m.provenance));
   out << YAML::Key << "source" << YAML::Value << m.source;
   out << YAML::EndMap;
 }
@@ -62,7 +66,7 @@ class ProfileReader {
  public:
   explicit ProfileReader(std::string source) : source_(std::move(source)) {}
 
-  models::CalibrationProfile read(std::string_view text) {
+  CalibrationProfile read(std::string_view text) {
     YAML::Node root;
     try {
       root = YAML::Load(std::string(text));
@@ -73,7 +77,7 @@ class ProfileReader {
     check_keys(root, "the profile", {"format", "name", "device", "platforms", "date", "comptrain_version", "ratio_model", "codecs", "gpu_measurements"});
     const std::string format = scalar(required(root, "format", "the profile"), "format");
     if (format != kFormat) throw InputError(where(root["format"].Mark()) + "unknown profile format '" + format + "'; expected '" + kFormat + "'");
-    models::CalibrationProfile p;
+    CalibrationProfile p;
     p.source = source_;
     p.name = scalar(required(root, "name", "the profile"), "name");
     const YAML::Node device = required(root, "device", "the profile");
@@ -94,10 +98,10 @@ class ProfileReader {
   }
 
  private:
-  models::CodecProfile read_codec(const YAML::Node& node, const std::string& field) const {
+  CodecProfile read_codec(const YAML::Node& node, const std::string& field) const {
     require_map(node, field);
     check_keys(node, field, {"codec", "compress", "decompress", "ratio", "measurements"});
-    models::CodecProfile c;
+    CodecProfile c;
     c.codec = scalar(required(node, "codec", field), field + ".codec");
     c.compress = read_time(required(node, "compress", field), field + ".compress");
     c.decompress = read_time(required(node, "decompress", field), field + ".decompress");
@@ -105,76 +109,73 @@ class ProfileReader {
     require_map(ratio, field + ".ratio");
     for (const auto& entry : ratio) {
       const std::string name = entry.first.as<std::string>("");
-      auto cls = models::parse_tensor_class(name);
+      auto cls = parse_tensor_class(name);
       if (!cls) {
         std::string valid;
-        for (auto k : models::kTensorClasses) valid += (valid.empty() ? "" : ", ") + std::string(models::to_string(k));
+        for (auto k : kTensorClasses) valid += (valid.empty() ? "" : ", ") + std::string(to_string(k));
         throw InputError(where(entry.first.Mark()) + "unknown tensor class '" + name + "' in " + field + ".ratio; valid: " + valid);
       }
       c.ratio[*cls] = read_ratio(entry.second, field + ".ratio." + name);
     }
-    if (c.ratio.count(models::TensorClass::generic) == 0) {
+    if (c.ratio.count(TensorClass::generic) == 0) {
       throw InputError(where(ratio.Mark()) + "'" + field + ".ratio' needs a 'generic' model (used for tensors of other classes)");
     }
     return c;
   }
 
-  models::TimeModel read_time(const YAML::Node& node, const std::string& field) const {
+  TimeModel read_time(const YAML::Node& node, const std::string& field) const {
     require_map(node, field);
     check_keys(node, field, {"latency_s", "bandwidth_bytes_per_s", "r2", "max_relative_error", "provenance", "source"});
-    models::TimeModel m;
-    m.latency = number(required(node, "latency_s", field), field + ".latency_s");
-    m.bandwidth = number(required(node, "bandwidth_bytes_per_s", field), field + ".bandwidth_bytes_per_s");
-    if (m.latency < 0) throw InputError(where(node["latency_s"].Mark()) + "'" + field + ".latency_s' must be >= 0");
-    if (!(m.bandwidth > 0)) throw InputError(where(node["bandwidth_bytes_per_s"].Mark()) + "'" + field + ".bandwidth_bytes_per_s' must be > 0");
-    if (node["r2"]) m.r2 = number(node["r2"], field + ".r2");
-    if (node["max_relative_error"]) m.max_relative_error = number(node["max_relative_error"], field + ".max_relative_error");
+    TimeModel m;
+    // A codec call's fixed cost is microseconds; a second or more is a unit mistake (us written
+    // as s), which would otherwise dominate every compressed tensor's time without a word.
+    m.latency = number(required(node, "latency_s", field), field + ".latency_s", [](double v) { return v >= 0 && v < kMaxLatency; },
+                       "seconds per call, >= 0 and < 1");
+    m.bandwidth = number(required(node, "bandwidth_bytes_per_s", field), field + ".bandwidth_bytes_per_s", [](double v) { return v > 0; },
+                         "bytes per second, > 0");
+    if (node["r2"]) m.r2 = number(node["r2"], field + ".r2", [](double v) { return v <= 1; }, "a coefficient of determination, <= 1");
+    if (node["max_relative_error"]) m.max_relative_error = number(node["max_relative_error"], field + ".max_relative_error", non_negative, "a number >= 0");
     read_origin(node, field, m.provenance, m.source);
     return m;
   }
 
-  models::RatioModel read_ratio(const YAML::Node& node, const std::string& field) const {
+  RatioModel read_ratio(const YAML::Node& node, const std::string& field) const {
     require_map(node, field);
     check_keys(node, field, {"c0", "c_log_eb", "c_zero", "c_zero_block", "c_log_scale", "c_log_spread", "max_ratio",
                              "default_zero_fraction", "default_zero_block_fraction", "default_block_scale", "default_spread",
                              "train_samples", "heldout_samples", "heldout_rms_log_error", "heldout_max_relative_error",
                              "provenance", "source"});
-    models::RatioModel m;
-    m.c0 = number(required(node, "c0", field), field + ".c0");
-    m.c_log_eb = number(required(node, "c_log_eb", field), field + ".c_log_eb");
-    m.c_zero = number(required(node, "c_zero", field), field + ".c_zero");
-    m.c_zero_block = number(required(node, "c_zero_block", field), field + ".c_zero_block");
-    m.c_log_scale = number(required(node, "c_log_scale", field), field + ".c_log_scale");
-    m.c_log_spread = number(required(node, "c_log_spread", field), field + ".c_log_spread");
-    m.max_ratio = number(required(node, "max_ratio", field), field + ".max_ratio");
-    if (!(m.max_ratio >= 1)) throw InputError(where(node["max_ratio"].Mark()) + "'" + field + ".max_ratio' must be >= 1");
-    m.default_features.zero_fraction = number(required(node, "default_zero_fraction", field), field + ".default_zero_fraction");
-    m.default_features.zero_block_fraction =
-        number(required(node, "default_zero_block_fraction", field), field + ".default_zero_block_fraction");
-    m.default_features.block_scale = number(required(node, "default_block_scale", field), field + ".default_block_scale");
-    m.default_features.spread = number(required(node, "default_spread", field), field + ".default_spread");
-    const auto check_fraction = [&](const char* key, double v) {
-      if (!(v >= 0 && v <= 1)) throw InputError(where(node[key].Mark()) + "'" + field + "." + key + "' must be in [0, 1]");
+    const auto get = [&](const char* key, bool (*valid)(double) = nullptr, const char* expected = "a finite number") {
+      return number(required(node, key, field), field + "." + key, valid, expected);
     };
-    check_fraction("default_zero_fraction", m.default_features.zero_fraction);
-    check_fraction("default_zero_block_fraction", m.default_features.zero_block_fraction);
-    if (!(m.default_features.block_scale > 0)) {
-      throw InputError(where(node["default_block_scale"].Mark()) + "'" + field + ".default_block_scale' must be > 0");
+    RatioModel m;
+    m.c0 = get("c0");
+    m.c_log_eb = get("c_log_eb");
+    m.c_zero = get("c_zero");
+    m.c_zero_block = get("c_zero_block");
+    m.c_log_scale = get("c_log_scale");
+    m.c_log_spread = get("c_log_spread");
+    m.max_ratio = get("max_ratio", [](double v) { return v >= 1; }, "a ratio >= 1");
+    m.default_features.zero_fraction = get("default_zero_fraction", fraction, "a fraction in [0, 1]");
+    m.default_features.zero_block_fraction = get("default_zero_block_fraction", fraction, "a fraction in [0, 1]");
+    m.default_features.block_scale = get("default_block_scale", positive, "a number > 0");
+    m.default_features.spread = get("default_spread", positive, "a number > 0");
+    if (node["train_samples"]) m.train_samples = count(node["train_samples"], field + ".train_samples");
+    if (node["heldout_samples"]) m.heldout_samples = count(node["heldout_samples"], field + ".heldout_samples");
+    if (node["heldout_rms_log_error"]) {
+      m.heldout_rms_log_error = number(node["heldout_rms_log_error"], field + ".heldout_rms_log_error", non_negative, "a number >= 0");
     }
-    if (!(m.default_features.spread > 0)) throw InputError(where(node["default_spread"].Mark()) + "'" + field + ".default_spread' must be > 0");
-    if (node["train_samples"]) m.train_samples = static_cast<std::size_t>(number(node["train_samples"], field + ".train_samples"));
-    if (node["heldout_samples"]) m.heldout_samples = static_cast<std::size_t>(number(node["heldout_samples"], field + ".heldout_samples"));
-    if (node["heldout_rms_log_error"]) m.heldout_rms_log_error = number(node["heldout_rms_log_error"], field + ".heldout_rms_log_error");
     if (node["heldout_max_relative_error"]) {
-      m.heldout_max_relative_error = number(node["heldout_max_relative_error"], field + ".heldout_max_relative_error");
+      m.heldout_max_relative_error =
+          number(node["heldout_max_relative_error"], field + ".heldout_max_relative_error", non_negative, "a number >= 0");
     }
     read_origin(node, field, m.provenance, m.source);
     return m;
   }
 
-  void read_origin(const YAML::Node& node, const std::string& field, models::Provenance& provenance, std::string& source) const {
+  void read_origin(const YAML::Node& node, const std::string& field, Provenance& provenance, std::string& source) const {
     const YAML::Node p = required(node, "provenance", field);
-    auto value = models::parse_provenance(scalar(p, field + ".provenance"));
+    auto value = parse_provenance(scalar(p, field + ".provenance"));
     if (!value) throw InputError(where(p.Mark()) + "unknown provenance '" + p.Scalar() + "'; expected measured, literature or assumed");
     provenance = *value;
     source = scalar(required(node, "source", field), field + ".source");
@@ -192,13 +193,30 @@ class ProfileReader {
     if (!node.IsScalar()) throw InputError(where(node.Mark()) + "'" + field + "' must be a single value");
     return node.Scalar();
   }
-  double number(const YAML::Node& node, const std::string& field) const {
+  // A finite number that `valid` (when given) accepts; otherwise "expected <expected>". The
+  // finiteness check catches .nan and .inf, which YAML spells as numbers.
+  double number(const YAML::Node& node, const std::string& field, bool (*valid)(double) = nullptr,
+                const char* expected = "a finite number") const {
     double value = 0;
-    if (!node.IsScalar() || !YAML::convert<double>::decode(node, value) || !std::isfinite(value)) {
-      throw InputError(where(node.Mark()) + "'" + field + "' is '" + (node.IsScalar() ? node.Scalar() : std::string("a collection")) + "'; expected a number");
+    if (!node.IsScalar() || !YAML::convert<double>::decode(node, value) || !std::isfinite(value) || (valid && !valid(value))) {
+      throw InputError(where(node.Mark()) + "'" + field + "' is '" + describe(node) + "'; expected " + expected);
     }
     return value;
   }
+  // A sample count, read as an integer: a double cast to size_t would turn -1 into 2^64 - 1 and
+  // 1.5 into 1 without a word.
+  std::size_t count(const YAML::Node& node, const std::string& field) const {
+    long long value = 0;
+    if (!node.IsScalar() || !YAML::convert<long long>::decode(node, value) || value < 0 || value > kMaxCount) {
+      throw InputError(where(node.Mark()) + "'" + field + "' is '" + describe(node) + "'; expected a whole number of samples in [0, " +
+                       std::to_string(kMaxCount) + "]");
+    }
+    return static_cast<std::size_t>(value);
+  }
+  static std::string describe(const YAML::Node& node) { return node.IsScalar() ? node.Scalar() : std::string("a collection"); }
+  static bool non_negative(double v) { return v >= 0; }
+  static bool positive(double v) { return v > 0; }
+  static bool fraction(double v) { return v >= 0 && v <= 1; }
   std::string where(const YAML::Mark& mark) const { return yaml::location(source_, mark); }
   void check_keys(const YAML::Node& map, const std::string& section, std::initializer_list<const char*> valid) const {
     yaml::check_keys(source_, map, section, valid);
@@ -209,7 +227,7 @@ class ProfileReader {
 
 }  // namespace
 
-std::string profile_to_yaml(const models::CalibrationProfile& p, const std::vector<CodecMeasurements>& measurements) {
+std::string profile_to_yaml(const CalibrationProfile& p, const std::vector<CodecMeasurements>& measurements) {
   YAML::Emitter out;
   out.SetDoublePrecision(8);
   out << YAML::BeginMap;
@@ -241,7 +259,7 @@ std::string profile_to_yaml(const models::CalibrationProfile& p, const std::vect
       out << YAML::Key << "ratio" << YAML::Comment("[class, eb, zero_fraction, zero_block_fraction, block_scale, spread, ratio, heldout]")
           << YAML::Value << YAML::BeginSeq;
       for (const auto& [cls, s] : m->ratio) {
-        out << YAML::Flow << YAML::BeginSeq << std::string(models::to_string(cls)) << s.eb << s.features.zero_fraction
+        out << YAML::Flow << YAML::BeginSeq << std::string(to_string(cls)) << s.eb << s.features.zero_fraction
             << s.features.zero_block_fraction << s.features.block_scale << s.features.spread << s.ratio << s.heldout << YAML::EndSeq;
       }
       out << YAML::EndSeq << YAML::EndMap;
@@ -252,9 +270,9 @@ std::string profile_to_yaml(const models::CalibrationProfile& p, const std::vect
   return std::string(out.c_str()) + "\n";
 }
 
-models::CalibrationProfile parse_profile(std::string_view yaml, const std::string& source) { return ProfileReader(source).read(yaml); }
+CalibrationProfile parse_profile(std::string_view yaml, const std::string& source) { return ProfileReader(source).read(yaml); }
 
-models::CalibrationProfile load_profile_file(const std::filesystem::path& path) {
+CalibrationProfile load_profile_file(const std::filesystem::path& path) {
   return parse_profile(read_file(path), path.string());
 }
 
@@ -265,7 +283,7 @@ std::vector<std::string> builtin_profile_names() {
   return names;
 }
 
-models::CalibrationProfile builtin_profile(std::string_view name) {
+CalibrationProfile builtin_profile(std::string_view name) {
   for (const auto& [builtin, yaml] : detail::builtin_profile_sources()) {
     if (builtin == name) return parse_profile(yaml, "embedded:" + std::string(builtin));
   }
@@ -274,27 +292,23 @@ models::CalibrationProfile builtin_profile(std::string_view name) {
   throw InputError("unknown calibration profile '" + std::string(name) + "'; expected auto, a .yaml file or one of: " + names);
 }
 
-std::shared_ptr<const models::CalibrationProfile> resolve_profile(std::string_view spec, const std::filesystem::path& base_dir,
-                                                                  std::string_view platform) {
+std::shared_ptr<const CalibrationProfile> resolve_profile(std::string_view spec, const std::filesystem::path& base_dir,
+                                                          std::string_view platform_name) {
   if (spec == "auto") {
-    if (platform.empty()) throw InputError("profile auto needs the scenario's platform (it picks the profile made for it)");
+    if (platform_name.empty()) throw InputError("profile auto needs the scenario's platform (it picks the profile made for it)");
     std::string known;
     for (const std::string& name : builtin_profile_names()) {
       auto p = builtin_profile(name);
-      if (std::find(p.platforms.begin(), p.platforms.end(), platform) != p.platforms.end()) {
-        return std::make_shared<const models::CalibrationProfile>(std::move(p));
+      if (std::find(p.platforms.begin(), p.platforms.end(), platform_name) != p.platforms.end()) {
+        return std::make_shared<const CalibrationProfile>(std::move(p));
       }
       for (const auto& x : p.platforms) known += (known.empty() ? "" : ", ") + x;
     }
-    throw InputError("profile auto: no shipped profile is made for platform '" + std::string(platform) +
+    throw InputError("profile auto: no shipped profile is made for platform '" + std::string(platform_name) +
                      "'; profiles exist for: " + known + " (or name a profile or a .yaml file)");
   }
-  const std::filesystem::path path{std::string(spec)};
-  const std::string ext = path.extension().string();
-  if (ext == ".yaml" || ext == ".yml") {
-    return std::make_shared<const models::CalibrationProfile>(load_profile_file(path.is_absolute() ? path : base_dir / path));
-  }
-  return std::make_shared<const models::CalibrationProfile>(builtin_profile(spec));
+  const ShippedOrFile which = shipped_or_file(spec, base_dir, "calibration profile", builtin_profile_names(), "auto");
+  return std::make_shared<const CalibrationProfile>(which.file ? load_profile_file(*which.file) : builtin_profile(which.name));
 }
 
-}  // namespace comptrain::calibrate
+}  // namespace comptrain::models

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -824,6 +825,54 @@ TEST(Zoo, EveryStrategyValidatesOnTransformers) {
       EXPECT_LE(activation_peak(s), activation_peak(build(request_trace, spec("baseline", {})))) << name;
     }
   }
+}
+
+// ---- Finite costs: the simulator never gets an infinite or absurd time (defect 07) ----------
+
+// The message of the InputError `build` throws, or "" (with a failure) when it throws none.
+template <class Build>
+std::string input_error_of(Build build) {
+  try {
+    (void)build();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an InputError";
+  return "";
+}
+
+TEST(FiniteCosts, AnAbsurdCodecLatencyIsAnInputErrorNamingTheRuleAndTheTensor) {
+  const auto trace = tiny();
+  CompressAction c = codec(4);
+  c.latency = 1e300;  // defect 07, s3.yaml: SimGrid deadlocked and the report said FITS
+  const std::string e = input_error_of([&] { return build_schedule(trace, time_model(), spec("s3", {compress_rule(c)})); });
+  EXPECT_NE(e.find("strategy 's3' rule 0: compressing 'y' (400 B) takes 1e+300 s from a latency of 1e+300 s"), std::string::npos) << e;
+  EXPECT_NE(e.find("expected a latency between 0 s and 1 s"), std::string::npos) << e;
+
+  c.latency = std::numeric_limits<double>::infinity();
+  EXPECT_THROW((void)build_schedule(trace, time_model(), spec("s", {compress_rule(c)})), InputError);
+  c.latency = 1.5;
+  EXPECT_THROW((void)build_schedule(trace, time_model(), spec("s", {compress_rule(c)})), InputError);
+  c.latency = 1.0;  // the bound itself is accepted
+  EXPECT_NO_THROW((void)build_schedule(trace, time_model(), spec("s", {compress_rule(c)})));
+}
+
+TEST(FiniteCosts, ACodecBandwidthBelowOneKilobytePerSecondIsAnInputError) {
+  const auto trace = tiny();
+  CompressAction c = codec(4);
+  c.decompress_bandwidth = 1e-300;  // 400 B / 1e-300 B/s: an absurd, if finite, 4e302 s
+  const std::string e = input_error_of([&] { return build_schedule(trace, time_model(), spec("slow", {compress_rule(c)})); });
+  EXPECT_NE(e.find("strategy 'slow' rule 0: decompressing 'y' (400 B) takes 4e+302 s"), std::string::npos) << e;
+  EXPECT_NE(e.find("a bandwidth of at least 1 kB/s"), std::string::npos) << e;
+}
+
+TEST(FiniteCosts, AnInfiniteOpTimeIsAnInputErrorNotAnInternalError) {
+  // Was: "task 0 (conv1) has an invalid duration" from Schedule::validate, a logic_error (exit 1).
+  Platform p = test_platform();
+  p.gpu.peak_fp32 = 1e-307;  // only a hand-built platform can hold this (parse_platform bounds it)
+  const OpTimeModel slow(p);
+  const std::string e = input_error_of([&] { return build_schedule(tiny(), slow, spec("baseline", {})); });
+  EXPECT_NE(e.find("op 0 (a): the modeled duration is inf s"), std::string::npos) << e;
 }
 
 }  // namespace

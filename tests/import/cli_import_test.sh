@@ -28,5 +28,20 @@ for f in "$data"/corrupt_*; do
   if [[ $rc -ne 2 ]]; then echo "FAIL: $(basename "$f"): exit $rc, expected 2"; fail=1; fi
   grep -q 'comptrain: error: ' "$dir/bad.err" || { echo "FAIL: $(basename "$f"): no error message"; fail=1; }
 done
+# Adversarial inputs (make_adversarial.py): exit 2 naming the file, where, and what was exceeded.
+# The memo bomb stands for 2^60 values: it must be refused at once, not after a minute and a
+# bad_alloc (timeout's 124 would fail the exit-code check).
+expect_error() {  # FILE MESSAGE...
+  local f=$1; shift
+  timeout 10 "$comptrain" trace import "$data/$f" -o "$dir/adv.json" 2> "$dir/adv.err"
+  local rc=$?
+  [[ $rc -eq 2 ]] || { echo "FAIL: $f: exit $rc, expected 2"; cat "$dir/adv.err"; fail=1; return; }
+  for m in "$f" "$@"; do
+    grep -qF -- "$m" "$dir/adv.err" || { echo "FAIL: $f: no '$m' in the message"; cat "$dir/adv.err"; fail=1; }
+  done
+}
+expect_error corrupt_pickle_memo_bomb.pickle ': byte ' 'expands to more than 1073741824 bytes'
+expect_error corrupt_snapshot_overflow.json '/device_traces/0/1/size: the net bytes allocated by the history overflows int64'
+expect_error corrupt_profiler_bytes_overflow.json '/traceEvents/1/args/Bytes: the bytes allocated before the first event'
 [[ $fail -eq 0 ]] && echo "OK: trace import"
 exit $fail

@@ -100,7 +100,7 @@ std::function<int()> add_compress_command(CLI::App& app) {
       ->default_val(1);
   command->add_flag("--stats", args->stats, "Also decompress and print ratio, errors, PSNR and throughput");
   command->add_option("in", args->in, "Input array: .npy (float32, C order) or raw little-endian float32")->required();
-  command->add_option("out", args->out, "Output compressed stream")->required();
+  command->add_option("out", args->out, "Output compressed stream; - for standard output")->required();
   return [command, args]() -> int {
     if (!command->parsed()) return -1;
     const CompressArgs& a = *args;
@@ -119,7 +119,9 @@ std::function<int()> add_compress_command(CLI::App& app) {
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<std::byte> stream = ck::compress(input.values, input.shape, options);
     const double compress_s = seconds_since(t0);
-    write_file_atomically(a.out, as_text(stream));
+    // The stream and the --stats report cannot share standard output: the report would corrupt it.
+    if (a.stats && is_standard_output(a.out)) throw InputError("--stats prints to standard output; expected an output file, not -");
+    write_output(a.out, as_text(stream));
     if (a.stats) {
       std::vector<float> back(input.values.size());
       const auto t1 = std::chrono::steady_clock::now();
@@ -140,7 +142,8 @@ std::function<int()> add_decompress_command(CLI::App& app) {
   auto* command = app.add_subcommand("decompress", "Decompress a stream written by `comptrain compress`");
   command->add_option("--threads", args->threads, "CPU threads (0: all cores)")->default_val(1);
   command->add_option("in", args->in, "Compressed stream")->required();
-  command->add_option("out", args->out, "Output array: .npy keeps the shape; any other name gets raw little-endian float32")
+  command->add_option("out", args->out,
+                      "Output array: .npy keeps the shape; any other name gets raw little-endian float32; - for standard output (raw)")
       ->required();
   return [command, args]() -> int {
     if (!command->parsed()) return -1;
@@ -158,9 +161,9 @@ std::function<int()> add_decompress_command(CLI::App& app) {
       ck::Shape shape;
       shape.rank = h.rank;
       shape.dims = h.dims;
-      write_file_atomically(args->out, ck::format_npy(values, shape));
+      write_output(args->out, ck::format_npy(values, shape));
     } else {
-      write_file_atomically(args->out, as_text(std::span<const float>(values)));
+      write_output(args->out, as_text(std::span<const float>(values)));
     }
     return 0;
   };

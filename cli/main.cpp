@@ -3,17 +3,23 @@
 //
 // Exit codes: 0 success, 1 internal failure (or a subcommand not implemented yet),
 // 2 bad usage or bad input.
+//
+// Every error, CLI11's parse errors included, is printed as "comptrain: error: WHAT; expected
+// WHAT": scripts grep for the prefix, and people need to be told what would have been right.
 
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
 #include <exception>
 #include <functional>
+#include <iostream>
+#include <regex>
 #include <string>
+#include <vector>
 
-#include "comptrain/support/input_error.hpp"
 #include "calibrate_command.hpp"
 #include "compress_command.hpp"
+#include "comptrain/support/input_error.hpp"
 #include "comptrain_version.hpp"
 #include "plan_command.hpp"
 #include "simulate_command.hpp"
@@ -24,16 +30,203 @@ namespace {
 constexpr int kExitInternal = 1;
 constexpr int kExitBadInput = 2;
 
+// "comptrain trace show": the words that select `command`.
+std::string command_path(const CLI::App& command) {
+  return command.get_parent() ? command_path(*command.get_parent()) + " " + command.get_name() : command.get_name();
+}
+
+// Subcommands proper: CLI11 keeps option groups ("transformer shape") among them too.
+std::vector<const CLI::App*> subcommands_of(const CLI::App& command) {
+  return command.get_subcommands([](const CLI::App* sub) { return dynamic_cast<const CLI::Option_group*>(sub) == nullptr; });
+}
+
+const CLI::App* find_subcommand(const CLI::App& command, const std::string& word) {
+  for (const CLI::App* sub : subcommands_of(command)) {
+    if (sub->check_name(word)) return sub;
+  }
+  return nullptr;
+}
+
+// "trace, simulate, ...", plus "help" at the top, where `comptrain help CMD` is understood.
+std::string subcommand_list(const CLI::App& command) {
+  std::string list;
+  for (const CLI::App* sub : subcommands_of(command)) list += (list.empty() ? "" : ", ") + sub->get_name();
+  if (!command.get_parent()) list += ", help";
+  return list;
+}
+
+std::string unknown_command(const CLI::App& command, const std::string& word) {
+  const std::string words = command.get_parent() ? command_path(command).substr(command_path(command).find(' ') + 1) + " " : "";
+  return fmt::format("unknown command '{}{}'; expected one of: {}", words, word, subcommand_list(command));
+}
+
+// Prints a usage error about `command` and answers the exit code of bad usage.
+int usage_error(const CLI::App& command, const std::string& what) {
+  fmt::print(stderr, "comptrain: error: {}\nRun '{} --help' for more.\n", what, command_path(command));
+  return kExitBadInput;
+}
+
+// The subcommand given last on the command line (the top-level app when none): where a parse
+// error belongs.
+const CLI::App& deepest_parsed(const CLI::App& app) {
+  const auto parsed = app.get_subcommands();
+  return parsed.empty() ? app : deepest_parsed(*parsed.front());
+}
+
+// Of `command` and its parents, the one called `name` (CLI11 errors name the app they come from).
+const CLI::App& named_or_deepest(const CLI::App& command, const std::string& name) {
+  for (const CLI::App* a = &command; a; a = a->get_parent()) {
+    if (a->get_name() == name) return *a;
+  }
+  return command;
+}
+
+const CLI::Option* find_option(const CLI::App& command, const std::string& name) {
+  for (const CLI::App* a = &command; a; a = a->get_parent()) {
+    for (const CLI::Option* opt : a->get_options()) {
+      if (opt->get_name() == name || opt->get_name(true) == name || opt->check_name(name)) return opt;
+    }
+  }
+  return nullptr;
+}
+
+// What a value of CLI11's type name looks like, in words.
+std::string expected_value(const CLI::Option* opt) {
+  const std::string type = opt ? opt->get_type_name() : "";
+  if (type.starts_with("INT")) return "an integer";
+  if (type.starts_with("UINT")) return "a non-negative integer";
+  if (type.starts_with("FLOAT")) return "a number";
+  return "a value";
+}
+
+std::string option_list(const CLI::App& command) {
+  std::string list;
+  for (const CLI::Option* opt : command.get_options()) {
+    if (opt->nonpositional()) list += (list.empty() ? "" : ", ") + opt->get_name();
+  }
+  return list;
+}
+
+// CLI11's message for `e`, rewritten as "WHAT; expected WHAT".
+std::string describe(const CLI::ParseError& e, const CLI::App& app) {
+  const CLI::App& command = deepest_parsed(app);
+  const std::string what = e.what();
+  std::smatch m;
+  if (dynamic_cast<const CLI::ValidationError*>(&e)) {
+    return what;  // our validators (options.hpp) already write "OPTION: found X; expected Y"
+  }
+  if (dynamic_cast<const CLI::RequiredError*>(&e)) {
+    if (what.starts_with("A subcommand") || what.starts_with("Requires at least")) {
+      return "no command given; expected one of: " + subcommand_list(command);
+    }
+    if (std::regex_match(what, m, std::regex("(.*) is required"))) {
+      const CLI::Option* opt = find_option(command, m[1]);
+      if (opt && opt->get_positional() && !opt->nonpositional()) {
+        return fmt::format("missing argument '{}'; expected {}", opt->get_name(true), opt->get_description());
+      }
+      return fmt::format("missing option {}; expected {} {}{}", m[1].str(), m[1].str(), opt ? opt->get_type_name() : "VALUE",
+                         opt ? " (" + opt->get_description() + ")" : "");
+    }
+  }
+  if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
+    const CLI::App& owner = named_or_deepest(command, e.get_name());
+    std::string rest = what.substr(what.find(": ") + 2);
+    const std::string first = rest.substr(0, rest.find(' '));
+    if (first.starts_with("-") && first.size() > 1) {
+      return fmt::format("unknown option '{}'; expected one of: {}", first, option_list(owner));
+    }
+    if (!subcommands_of(owner).empty()) return unknown_command(owner, first);
+    std::string positionals;
+    std::size_t count = 0;
+    for (const CLI::Option* opt : owner.get_options([](const CLI::Option* o) { return !o->nonpositional(); })) {
+      positionals += (count++ ? ", " : "") + opt->get_name(true);
+    }
+    return count == 0 ? fmt::format("unexpected argument '{}'; expected options only", first)
+                      : fmt::format("unexpected argument '{}'; expected at most {} argument{} ({})", first, count, count == 1 ? "" : "s",
+                                    positionals);
+  }
+  if (dynamic_cast<const CLI::ConversionError*>(&e)) {
+    if (std::regex_match(what, m, std::regex("Could not convert: (.*) = (.*)"))) {
+      return fmt::format("{}: found '{}'; expected {}", m[1].str(), m[2].str(), expected_value(find_option(command, m[1])));
+    }
+    if (std::regex_match(what, m, std::regex("(.*): too many inputs for a flag"))) {
+      return fmt::format("{} is a flag; expected {} without a value", m[1].str(), m[1].str());
+    }
+    if (std::regex_match(what, m, std::regex("(.*): Should be true/false or a number"))) {
+      return fmt::format("{}: found a value that is not true or false; expected true, false or none", m[1].str());
+    }
+  }
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&e)) {
+    if (std::regex_match(what, m, std::regex("(.*): [0-9]+ required (.*) missing"))) {
+      return fmt::format("{} needs a value; expected {} {}", m[1].str(), m[1].str(), m[2].str());
+    }
+  }
+  // Anything else CLI11 reports (none of comptrain's options can produce it today).
+  return what + "; expected what '" + command_path(command) + " --help' describes";
+}
+
+// `--version` after any subcommand prints the same line as after `comptrain`.
+void add_version_flags(CLI::App& command, const std::string& line) {
+  for (CLI::App* sub : command.get_subcommands([](CLI::App* s) { return dynamic_cast<CLI::Option_group*>(s) == nullptr; })) {
+    sub->set_version_flag("--version", line);
+    add_version_flags(*sub, line);
+  }
+}
+
+// Before CLI11 sees the arguments: a word where a subcommand must stand that names none
+// (CLI11 would report "A subcommand is required" or "argument was not expected", neither of
+// which says the command is unknown), and `comptrain help [CMD...]`. Answers an exit code, or
+// -1 to go on parsing.
+int preparse(const CLI::App& app, const std::vector<std::string>& args) {
+  if (!args.empty() && args.front() == "help") {
+    const CLI::App* target = &app;
+    for (std::size_t i = 1; i < args.size(); ++i) {
+      const CLI::App* sub = find_subcommand(*target, args[i]);
+      if (!sub) return usage_error(*target, unknown_command(*target, args[i]));
+      target = sub;
+    }
+    std::cout << target->help(target->get_parent() ? command_path(*target->get_parent()) : "");
+    return 0;
+  }
+  const CLI::App* current = &app;
+  for (const std::string& word : args) {
+    if (word == "--" || subcommands_of(*current).empty()) break;
+    // Only safe while every option here is a flag: a word after an option taking a value
+    // would be that value, not a command.
+    for (const CLI::Option* opt : current->get_options()) {
+      if (opt->get_items_expected_max() != 0) return -1;
+    }
+    if (word.starts_with("-")) {
+      // Unknown here, CLI11 would only say that a command is required.
+      const std::string name = word.substr(0, word.find('='));
+      bool known = false;
+      for (const CLI::Option* opt : current->get_options()) known = known || opt->check_name(name);
+      if (!known) {
+        return usage_error(*current, fmt::format("unknown option '{}'; expected one of: {}; or a command: {}", name,
+                                                 option_list(*current), subcommand_list(*current)));
+      }
+      continue;
+    }
+    const CLI::App* sub = find_subcommand(*current, word);
+    if (!sub) return usage_error(*current, unknown_command(*current, word));
+    current = sub;
+  }
+  return -1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  const std::string version_line = std::string("comptrain ") + COMPTRAIN_VERSION;
   CLI::App app{
       "comptrain: trace-driven simulator of memory-saving DNN training (activation compression, offloading, "
       "recomputation) on GPU systems",
       "comptrain"};
-  app.set_version_flag("--version", std::string("comptrain ") + COMPTRAIN_VERSION);
+  app.set_version_flag("--version", version_line);
   app.require_subcommand(1);
-  app.footer("Exit codes: 0 success, 1 internal failure or not implemented, 2 bad usage or bad input.");
+  app.footer(
+      "Run 'comptrain help CMD' or 'comptrain CMD --help' for a command's options.\n"
+      "Exit codes: 0 success, 1 internal failure or not implemented, 2 bad usage or bad input.");
 
   // Each returns its action, which answers -1 when its subcommand was not the one given.
   const std::function<int()> commands[] = {
@@ -45,7 +238,9 @@ int main(int argc, char** argv) {
       comptrain::cli::add_merge_command(app),
       comptrain::cli::add_calibrate_command(app),
   };
+  add_version_flags(app, version_line);
 
+  if (const int code = preparse(app, std::vector<std::string>(argv + 1, argv + argc)); code >= 0) return code;
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -55,8 +250,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);  // prints the message and a hint to --help
-    return kExitBadInput;
+    return usage_error(deepest_parsed(app), describe(e, app));
   }
 
   try {

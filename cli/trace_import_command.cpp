@@ -5,9 +5,11 @@
 #include <memory>
 #include <string>
 
+#include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/trace_import/import.hpp"
 #include "comptrain/traces/trace_json.hpp"
+#include "options.hpp"
 
 namespace comptrain::cli {
 
@@ -20,11 +22,10 @@ std::function<int()> add_trace_import_command(CLI::App& trace) {
   auto* command = trace.add_subcommand(
       "import", "Convert a PyTorch profiler trace, a PyTorch memory snapshot (JSON) or a Chakra trace (JSON) into a trace file");
   command->add_option("input", options->input, "The file to import")->required();
-  command->add_option("-o,--output", options->output, "Trace file to write (.json)")->required();
-  command->add_option("--format", options->format, "Input format (default: detected from the content)")
-      ->check(CLI::IsMember({"pytorch-profiler", "memory-snapshot", "chakra-json"}));
-  command->add_option("-b,--batch", options->batch, "The batch size the input was recorded at (no format records it)")
-      ->check(CLI::PositiveNumber)
+  command->add_option("-o,--output", options->output, "Trace file to write (.json); - for standard output")->required();
+  add_choice(*command, "--format", options->format, "Input format (default: detected from the content)",
+             {"pytorch-profiler", "memory-snapshot", "chakra-json"});
+  add_positive_int(*command, "-b,--batch", options->batch, "The batch size the input was recorded at (no format records it)")
       ->capture_default_str();
   command->add_option("--device", options->device, "The device the durations were measured on, when the input does not say");
   command->add_option("--name", options->name, "Trace name (default: the input's file name)");
@@ -37,9 +38,11 @@ std::function<int()> add_trace_import_command(CLI::App& trace) {
     import_options.device = options->device;
     import_options.name = options->name;
     const auto result = trace_import::import_file(options->input, import_options);
-    traces::write_trace_file(result.trace, options->output);
+    // Files end with a newline, as text files should (as traces::write_trace_file writes them).
+    write_output(options->output, traces::trace_to_json(result.trace) + "\n");
     fmt::print(stderr, "imported {} ({}): {} ops, {} tensors -> {}\n", options->input, trace_import::to_string(result.format),
-               result.trace.ops().size(), result.trace.tensors().size(), options->output);
+               result.trace.ops().size(), result.trace.tensors().size(),
+               is_standard_output(options->output) ? "standard output" : options->output);
     for (const auto& timeline : result.memory) {
       fmt::print(stderr, "memory {}: peak {} bytes at {:.6f} s ({} allocator events, {} bytes before the first)\n",
                  timeline.device, timeline.peak, timeline.peak_time, timeline.events, timeline.baseline);

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -121,6 +122,16 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view c
     ::unlink(pattern.c_str());
     throw InputError("cannot write '" + path.string() + "': rename failed: " + reason);
   }
+}
+
+void write_output(const std::string& path, std::string_view contents) {
+  if (!is_standard_output(path)) {
+    write_file_atomically(path, contents);
+    return;
+  }
+  // Through C stdio (std::cout is synchronised with it), flushed here so that a failure shows now.
+  const bool ok = std::fwrite(contents.data(), 1, contents.size(), stdout) == contents.size();
+  if (!ok || std::fflush(stdout) != 0) throw InputError("cannot write to standard output: " + errno_text());
 }
 
 std::string read_file(const std::filesystem::path& path) {

@@ -3,7 +3,8 @@
 # implemented, 2 bad input) and that error messages name the problem.
 # Usage: cli_test.sh PATH/TO/comptrain PATH/TO/tests/data
 set -u
-bin=$1
+bin=$(realpath "$1")  # absolute: some checks run in another directory
+data=$(realpath "$2")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 passed=0
@@ -28,16 +29,98 @@ expect() {
 
 expect 0 '^comptrain [0-9]+\.[0-9]+\.[0-9]+$' -- --version
 expect 0 'Subcommands:' -- --help
-expect 2 'A subcommand is required|subcommand' --
-expect 2 'not-a-command|following argument|subcommand is required' -- not-a-command
+
+# Usage errors: every one starts with the prefix, says what was expected, exits 2, and never
+# shows CLI11's own wording.
+# expect_usage PATTERN -- ARGS...: exit 2, one line "comptrain: error: ...; expected ..."
+# matching PATTERN, and no CLI11 phrasing.
+expect_usage() {
+  local pattern=$1
+  shift 2
+  local out actual
+  out=$("$bin" "$@" 2>&1)
+  actual=$?
+  if [[ $actual -eq 2 ]] && grep -Eq -- "^comptrain: error: .*; expected " <<<"$out" && grep -Eq -- "$pattern" <<<"$out" &&
+    ! grep -Eq -- 'not expected|is required|not in range|Could not convert|required INT|subcommand' <<<"$out"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL: comptrain $* -> exit $actual (expected 2), output should be a usage error matching /$pattern/:"
+    sed 's/^/    /' <<<"$out" | head -20
+  fi
+}
+expect_usage '^comptrain: error: no command given; expected one of: trace, simulate, compress, decompress, plan, merge, calibrate, help$' --
+expect_usage "^comptrain: error: unknown command 'not-a-command'; expected one of: trace, simulate, .*calibrate" -- not-a-command
+expect_usage "unknown command 'trace nope'; expected one of: list, show, export, import" -- trace nope
+expect_usage "unknown option '--bogus'; expected one of: .*--batch" -- simulate --bogus
+expect_usage "unknown option '--bogus'; expected one of: --help, --version; or a command: trace" -- --bogus
+expect_usage "unexpected argument 'two'; expected at most 1 argument \(scenario\)" -- simulate one two
+expect_usage "missing option --output; expected --output" -- trace export resnet18
+expect_usage "--batch needs a value; expected --batch INT" -- trace show resnet18 --batch
+expect_usage "--precision: found 'fp8'; expected one of: fp32, mixed" -- trace show resnet18 --precision fp8
+expect_usage "Run 'comptrain trace show --help' for more" -- trace show resnet18 --precision fp8
+
+# Integers are read exactly: out of the type's range (2^63), fractions and words are errors
+# naming the option, never clamped to 2^63 - 1 or truncated.
+expect_usage '--batch: found 9223372036854775808, out of range; expected a positive integer' -- trace show resnet18 -b 9223372036854775808
+expect_usage '--batch: found 9223372036854775808, out of range' -- simulate -b 9223372036854775808
+expect_usage '--max-batch: found 9223372036854775808, out of range' -- plan --max-batch 9223372036854775808
+expect_usage "--batch: found '1.5', not an integer" -- trace show resnet18 -b 1.5
+expect_usage "--batch: found '1.5', not an integer" -- simulate -b 1.5
+expect_usage "--layers: found 'many', not an integer" -- trace show gpt --layers many
+expect_usage "--jobs: found 0, out of range; expected a positive integer" -- plan -j 0
+expect_usage "--largest: found -1, out of range; expected a non-negative integer" -- trace show resnet18 --largest -1
+expect_usage "--batch: found 0, out of range" -- trace import x.json -o y.json -b 0
+# Range errors print their bounds as written, not as 300-digit doubles.
+expect_usage '--margin: found 1.5, out of range; expected a number from 0 to 0.999999$' -- plan --margin 1.5
+for args in "trace show -b 0" "simulate -b 0" "plan --max-batch 0" "plan --margin 2"; do
+  # shellcheck disable=SC2086 # word splitting wanted
+  if "$bin" $args 2>&1 | grep -Eq '[0-9]{40}'; then
+    failed=$((failed + 1)); echo "FAIL: comptrain $args prints a 40-digit number"
+  else
+    passed=$((passed + 1))
+  fi
+done
+# 2^63 - 1 itself is in range: accepted by the option (then too large for the zoo, an input error).
+expect 2 '^comptrain: error: ' -- trace show resnet18 -b 9223372036854775807
+"$bin" trace show resnet18 -b 9223372036854775807 2>&1 | grep -q 'found 9223372036854775807' &&
+  { failed=$((failed + 1)); echo "FAIL: -b 2^63-1 rejected by the option"; } || passed=$((passed + 1))
+
+# help CMD prints the command's help, exactly what CMD --help prints.
+expect 0 '^Usage: comptrain \[OPTIONS\] SUBCOMMAND' -- help
+expect 0 '^Usage: comptrain simulate \[OPTIONS\]' -- help simulate
+expect 0 '^Usage: comptrain trace show \[OPTIONS\]' -- help trace show
+expect_usage "unknown command 'nope'; expected one of: trace" -- help nope
+expect_usage "unknown command 'trace nope'; expected one of: list, show" -- help trace nope
+for cmd in "" simulate "trace show" "trace import" calibrate; do
+  # shellcheck disable=SC2086 # word splitting wanted
+  if cmp -s <("$bin" help $cmd 2>&1) <("$bin" $cmd --help 2>&1); then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1)); echo "FAIL: 'comptrain help $cmd' differs from 'comptrain $cmd --help'"
+  fi
+done
+
+# --version after any subcommand: the same line as after comptrain itself.
+version=$("$bin" --version)
+for cmd in simulate "trace" "trace show" "trace import" plan merge calibrate compress decompress; do
+  # shellcheck disable=SC2086 # word splitting wanted
+  out=$("$bin" $cmd --version 2>&1)
+  code=$?
+  if [[ $code -eq 0 && "$out" == "$version" ]]; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1)); echo "FAIL: comptrain $cmd --version -> exit $code, '$out' (expected '$version')"
+  fi
+done
+
 expect 0 'resnet50' -- trace list
 expect 0 'parameters +11,689,512' -- trace show resnet18 --batch 2
 expect 0 'resnet50 · batch 32 · precision fp32 · optimizer momentum' -- trace show
 expect 0 '"parameters": 25557032' -- trace show resnet50 --json
 expect 0 'gpt · batch 1' -- trace show gpt --layers 2 --hidden 64 --heads 4 --seq-len 32 --vocab 128
 expect 2 'unknown zoo model|resnet51' -- trace show resnet51
-expect 2 'batch' -- trace show resnet18 --batch 0
-expect 2 'precision' -- trace show resnet18 --precision fp8
+expect_usage '--batch: found 0, out of range; expected a positive integer' -- trace show resnet18 --batch 0
 
 # Export, read back, rescale.
 expect 0 'wrote' -- trace export alexnet --batch 4 -o "$work/alexnet.json"
@@ -45,6 +128,23 @@ expect 0 'alexnet · batch 4' -- trace show "$work/alexnet.json"
 expect 0 'alexnet · batch 8' -- trace show "$work/alexnet.json" --batch 8
 expect 2 'only --batch' -- trace show "$work/alexnet.json" --precision mixed
 expect 2 "cannot write .*$work/missing/x.json" -- trace export alexnet -o "$work/missing/x.json"
+
+# -o - writes to standard output: the same document as the file, and no file called "-".
+(cd "$work" && "$bin" trace export alexnet --batch 4 -o - >"$work/stdout.json" 2>"$work/stderr.txt")
+code=$?
+if [[ $code -eq 0 ]] && cmp -s "$work/stdout.json" "$work/alexnet.json" && [[ ! -e "$work/-" ]] &&
+  grep -q 'wrote standard output' "$work/stderr.txt"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "FAIL: trace export -o - (exit $code) should print the trace file's content on stdout"
+fi
+(cd "$work" && "$bin" trace import "$data/import/chakra.json" -o - >"$work/import_stdout.json" 2>/dev/null)
+"$bin" trace import "$data/import/chakra.json" -o "$work/import_file.json" 2>/dev/null
+if [[ ! -e "$work/-" ]] && [[ -s "$work/import_stdout.json" ]] && cmp -s "$work/import_stdout.json" "$work/import_file.json"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "FAIL: trace import -o - should write the trace file's content to stdout"
+fi
 
 # Broken trace files: truncated, hand-broken, dangling reference.
 head -c 2000 "$work/alexnet.json" >"$work/truncated.json"
@@ -116,7 +216,10 @@ printf 'model: {zoo: resnet18}\nplatform: a100-40gb\nsweep:\n  training.batchsiz
 expect 2 'badsweep.yaml:4:3: .*unknown key .batchsize.' -- plan "$work/badsweep.yaml"
 
 # calibrate: usage errors (the measurements themselves: tests/calibrate/calibrate_cli_test.sh).
-expect 2 'output.*required|required.*output' -- calibrate
+expect_usage 'missing option --output; expected --output' -- calibrate
+expect_usage '--threads: found -2, out of range; expected a non-negative integer' -- calibrate --threads -2 -o "$work/p.yaml"
+expect_usage "--device: found 'tpu'; expected one of: cpu, cuda" -- calibrate --device tpu -o "$work/p.yaml"
+expect 2 'both documents to standard output' -- calibrate --device cuda -o - --emit-platform -
 [[ -e /dev/nvidia0 ]] || expect 2 'no GPU is visible|built without CUDA' -- calibrate --device cuda -o "$work/p.yaml"
 expect 2 'unknown codec|expected one of' -- calibrate --codecs nope -o "$work/p.yaml"
 expect 0 'memory-csv' -- simulate --help

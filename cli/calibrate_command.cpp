@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <optional>
@@ -52,22 +53,23 @@ std::string output_stem(const std::string& file, const std::string& fallback) {
 // What the "wrote ..." lines call an output.
 std::string output_name(const std::string& file) { return is_standard_output(file) ? "standard output" : file; }
 
-void print_gpu_summary(const calibrate::GpuMeasurements& gpu) {
+void print_gpu_summary(std::FILE* to, const calibrate::GpuMeasurements& gpu) {
   for (const auto& [kind, m] : gpu.copy_models) {
-    fmt::print("  copy {:<12} {:9.3g} s + B / {:8.2f} GB/s  (R² {:.4f})\n", calibrate::to_string(kind), m.latency, m.bandwidth / 1e9, m.r2);
+    fmt::print(to, "  copy {:<12} {:9.3g} s + B / {:8.2f} GB/s  (R² {:.4f})\n", calibrate::to_string(kind), m.latency, m.bandwidth / 1e9, m.r2);
   }
   for (calibrate::GemmPrecision p : calibrate::kGemmPrecisions) {
     const double rate = gpu.best_gemm_rate(p);
-    if (rate > 0) fmt::print("  GEMM {:<4} best {:8.1f} TFLOP/s\n", calibrate::to_string(p), rate / 1e12);
+    if (rate > 0) fmt::print(to, "  GEMM {:<4} best {:8.1f} TFLOP/s\n", calibrate::to_string(p), rate / 1e12);
   }
-  fmt::print("  transformer-layer GEMMs at {:.0f} % of the best rate; kernel launch {:.2f} us\n", 100 * gpu.layer_gemm_efficiency(),
+  fmt::print(to, "  transformer-layer GEMMs at {:.0f} % of the best rate; kernel launch {:.2f} us\n", 100 * gpu.layer_gemm_efficiency(),
              gpu.launch_overhead * 1e6);
 }
 
 // The summary is the command's result: standard output, so that it can be kept apart from the
-// progress lines (stderr). The warnings are diagnostics: stderr, after it.
-void print_summary(const models::CalibrationProfile& p) {
-  fmt::print("{}", calibrate::profile_summary(p));
+// progress lines (stderr), unless a YAML document went there (-o - or --emit-platform -), which
+// it would corrupt: then stderr. The warnings are diagnostics: stderr, after it.
+void print_summary(std::FILE* to, const models::CalibrationProfile& p) {
+  fmt::print(to, "{}", calibrate::profile_summary(p));
   for (const std::string& line : calibrate::fit_warnings(p)) fmt::print(stderr, "{}\n", line);
 }
 
@@ -130,6 +132,7 @@ std::function<int()> add_calibrate_command(CLI::App& app) {
     if (is_standard_output(a.out) && is_standard_output(a.emit_platform)) {
       throw InputError("-o - and --emit-platform -: both documents to standard output; expected at most one of them there");
     }
+    std::FILE* const summary_to = is_standard_output(a.out) || is_standard_output(a.emit_platform) ? stderr : stdout;
     check_writable("-o", a.out);
     if (!a.emit_platform.empty()) check_writable("--emit-platform", a.emit_platform);
     std::optional<models::Platform> base;
@@ -163,15 +166,15 @@ std::function<int()> add_calibrate_command(CLI::App& app) {
         fmt::print(stderr, "comptrain calibrate: wrote {} (platform {}{})\n", output_name(a.emit_platform), emit.name,
                    base ? ", unmeasured values from " + base->name : "");
       }
-      print_summary(result.codecs.profile);
-      print_gpu_summary(result.gpu);
+      print_summary(summary_to, result.codecs.profile);
+      print_gpu_summary(summary_to, result.gpu);
       return 0;
     }
 
     const auto result = calibrate::calibrate_cpu(options);
     write_output(a.out, models::profile_to_yaml(result.profile, result.measurements));
     fmt::print(stderr, "comptrain calibrate: wrote {} ({})\n", output_name(a.out), result.profile.device);
-    print_summary(result.profile);
+    print_summary(summary_to, result.profile);
     return 0;
   };
 }

@@ -174,7 +174,7 @@ TEST_P(CorruptInput, RejectedWithItsLocation) {
 
 INSTANTIATE_TEST_SUITE_P(
     Fixtures, CorruptInput,
-    testing::Values(Corrupt{"corrupt_profiler_dur.json", "/traceEvents/0/dur: a string; expected a finite number"},
+    testing::Values(Corrupt{"corrupt_profiler_dur.json", "/traceEvents/0/dur: \"soon\" is not a finite decimal number; expected a finite number"},
                     Corrupt{"corrupt_profiler_memory.json", "/args/Bytes: missing"},
                     Corrupt{"corrupt_snapshot_size.json", "/device_traces/0/1/size: negative value -5"},
                     Corrupt{"corrupt_chakra_dep.json", "/nodes/2/data_deps/0: no node has id 99"},
@@ -319,6 +319,16 @@ TEST(ImportOverflow, ProfilerTotalsAndTimesAreChecked) {
       {"ph": "X", "cat": "kernel", "name": "k1", "ts": 1, "dur": 1.7e308, "args": {"External id": 7}},
       {"ph": "X", "cat": "kernel", "name": "k2", "ts": 2, "dur": 1.7e308, "args": {"External id": 7}}]})"),
               HasSubstr("/traceEvents/2/dur: the kernel time of aten::mm is not finite"));
+}
+
+TEST(ImportNumbers, TimesAsStringsAreFiniteDecimals) {
+  const auto span = [](const std::string& ts) {
+    return R"({"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::relu", "ts": )" + ts + R"(, "dur": 2}]})";
+  };
+  EXPECT_EQ(rejection(span(R"("12.5")")), "");  // a decimal string is a number
+  for (const char* text : {R"("nan")", R"("inf")", R"("1e400")", R"("0x10")", R"(" 5")", R"("5 ")", R"("")"}) {
+    EXPECT_THAT(rejection(span(text)), HasSubstr("/traceEvents/0/ts: " + std::string(text) + " is not a finite decimal number")) << text;
+  }
 }
 
 TEST(ImportOverflow, ChakraNumbersAreChecked) {

@@ -130,13 +130,15 @@ double JsonInput::number(const json& value, const std::string& path) const {
     if (std::isfinite(out)) return out;
   }
   if (value.is_string()) {
-    try {
-      std::size_t used = 0;
-      const double out = std::stod(value.get<std::string>(), &used);
-      if (used == value.get_ref<const std::string&>().size() && std::isfinite(out)) return out;
-    } catch (const std::exception&) {
-    }
+    // from_chars, not stod: no leading blanks, no hexadecimal, no locale; "inf", "nan" and
+    // values beyond the double range are refused below.
+    const auto& text = value.get_ref<const std::string&>();
+    double out = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+    if (ec == std::errc() && end == text.data() + text.size() && !text.empty() && std::isfinite(out)) return out;
+    fail(path, "\"" + text + "\" is not a finite decimal number", "a finite number");
   }
+  if (value.is_number_float()) fail(path, "the non-finite number " + std::to_string(value.get<double>()), "a finite number");
   fail(path, type_name(value), "a finite number");
 }
 

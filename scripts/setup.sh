@@ -17,6 +17,7 @@ packages=(
   libzfp-dev                # peer compressor we measure ourselves against
   clang libclang-rt-14-dev  # libFuzzer, for the decompression fuzz test
   gnuplot-nox               # SVG plots (plan and --plot), run as a program; -nox: no X11 on headless machines
+  help2man                  # the man page comptrain.1, generated at build time from --help (optional: skipped without it)
   python3-torch python3-torchvision  # capture: traces/capture/comptrain_capture.py (/usr/bin/python3)
 )
 

@@ -47,6 +47,25 @@ TEST_F(AtomicFile, ReadingAMissingFileOrADirectoryIsAnInputError) {
   EXPECT_THROW(read_file(dir_), InputError);
 }
 
+// "-" is standard output for every output option (write_output); other paths are files
+// written atomically, so a file literally named "-" needs "./-".
+TEST_F(AtomicFile, WriteOutputSendsDashToStandardOutputAndAnythingElseToAFile) {
+  ::testing::internal::CaptureStdout();
+  write_output("-", std::string_view("to stdout\0binary", 16));
+  EXPECT_EQ(::testing::internal::GetCapturedStdout(), std::string("to stdout\0binary", 16));
+  EXPECT_EQ(entries(), 0u);
+
+  ::testing::internal::CaptureStdout();
+  write_output((dir_ / "out.txt").string(), "to a file");
+  EXPECT_EQ(::testing::internal::GetCapturedStdout(), "");
+  EXPECT_EQ(read_file(dir_ / "out.txt"), "to a file");
+  EXPECT_THROW(write_output((dir_ / "missing" / "out.txt").string(), "x"), InputError);
+
+  EXPECT_TRUE(is_standard_output("-"));
+  EXPECT_FALSE(is_standard_output("./-"));
+  EXPECT_FALSE(is_standard_output(""));
+}
+
 TEST_F(AtomicFile, AnInterruptedWriteLeavesTheOldFileAndNoTemporary) {
   write_file_atomically(dir_ / "out.json", "old");
   const pid_t child = ::fork();

@@ -8,9 +8,11 @@
 #include <optional>
 
 #include "comptrain/sim/scenario.hpp"
+#include "comptrain/support/atomic_file.hpp"
 #include "comptrain/traces/summary.hpp"
 #include "comptrain/traces/trace_json.hpp"
 #include "comptrain/zoo/zoo.hpp"
+#include "options.hpp"
 #include "trace_import_command.hpp"
 #include "trace_report.hpp"
 
@@ -37,17 +39,17 @@ struct TraceSelection {
     command.add_option("target", target,
                        "A zoo model name (see `comptrain trace list`), a trace file (.json) or a scenario (.yaml); "
                        "default: the embedded default scenario");
-    command.add_option("-b,--batch", batch, "Batch size (rescales a trace file)")->check(CLI::PositiveNumber);
-    command.add_option("--precision", precision, "fp32, or mixed (16-bit weights and activations, fp32 master weights)")
-        ->check(CLI::IsMember({"fp32", "mixed"}));
-    command.add_option("--optimizer", optimizer, "sgd, momentum or adam (default: momentum for CNNs, adam for transformers)")
-        ->check(CLI::IsMember({"sgd", "momentum", "adam"}));
+    add_positive_int(command, "-b,--batch", batch, "Batch size (rescales a trace file)");
+    add_choice(command, "--precision", precision, "fp32, or mixed (16-bit weights and activations, fp32 master weights)",
+               {"fp32", "mixed"});
+    add_choice(command, "--optimizer", optimizer, "sgd, momentum or adam (default: momentum for CNNs, adam for transformers)",
+               {"sgd", "momentum", "adam"});
     auto* shape = command.add_option_group("transformer shape", "For bert-base, bert-large, gpt2 and gpt");
-    shape->add_option("--layers", layers, "Transformer layers")->check(CLI::PositiveNumber);
-    shape->add_option("--hidden", hidden, "Hidden size")->check(CLI::PositiveNumber);
-    shape->add_option("--heads", heads, "Attention heads")->check(CLI::PositiveNumber);
-    shape->add_option("--seq-len", seq_len, "Sequence length")->check(CLI::PositiveNumber);
-    shape->add_option("--vocab", vocab, "Vocabulary size")->check(CLI::PositiveNumber);
+    add_positive_int(*shape, "--layers", layers, "Transformer layers");
+    add_positive_int(*shape, "--hidden", hidden, "Hidden size");
+    add_positive_int(*shape, "--heads", heads, "Attention heads");
+    add_positive_int(*shape, "--seq-len", seq_len, "Sequence length");
+    add_positive_int(*shape, "--vocab", vocab, "Vocabulary size");
   }
 
   bool overrides_model() const {
@@ -104,14 +106,14 @@ std::function<int()> add_trace_command(CLI::App& app) {
   auto* show = trace->add_subcommand("show", "Print a trace's op count, parameters, FLOPs and static memory breakdown");
   show_selection->add_options(*show);
   show->add_flag("--json", *show_json, "Print the report as JSON");
-  show->add_option("--largest", *show_largest, "How many of the largest tensors live at the peak to list")
+  add_nonnegative_int(*show, "--largest", *show_largest, "How many of the largest tensors live at the peak to list")
       ->capture_default_str();
 
   auto export_selection = std::make_shared<TraceSelection>();
   auto output = std::make_shared<std::string>();
   auto* exporter = trace->add_subcommand("export", "Write a trace file (JSON, traces/FORMAT.md)");
   export_selection->add_options(*exporter);
-  exporter->add_option("-o,--output", *output, "Output file")->required();
+  exporter->add_option("-o,--output", *output, "Output file; - for standard output")->required();
 
   const std::function<int()> import_action = add_trace_import_command(*trace);
 
@@ -129,8 +131,10 @@ std::function<int()> add_trace_command(CLI::App& app) {
       return 0;
     }
     const traces::Trace t = export_selection->load();
-    traces::write_trace_file(t, *output);
-    fmt::print(stderr, "wrote {} ({} ops, {} tensors, batch {})\n", *output, t.ops().size(), t.tensors().size(), t.batch_size());
+    // Files end with a newline, as text files should (as traces::write_trace_file writes them).
+    write_output(*output, traces::trace_to_json(t) + "\n");
+    fmt::print(stderr, "wrote {} ({} ops, {} tensors, batch {})\n", is_standard_output(*output) ? "standard output" : *output,
+               t.ops().size(), t.tensors().size(), t.batch_size());
     return 0;
   };
 }

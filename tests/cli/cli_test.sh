@@ -145,6 +145,21 @@ if [[ ! -e "$work/-" ]] && [[ -s "$work/import_stdout.json" ]] && cmp -s "$work/
 else
   failed=$((failed + 1)); echo "FAIL: trace import -o - should write the trace file's content to stdout"
 fi
+# compress and decompress: "-" is standard output too (binary), byte for byte the file's content.
+awk 'BEGIN { for (i = 0; i < 1024; i++) printf "%c%c%c%c", 0, i % 256, 128, 63 }' >"$work/x.f32"
+"$bin" compress --codec szp --eb 1e-3 --rel "$work/x.f32" "$work/x.szp"
+(cd "$work" && "$bin" compress --codec szp --eb 1e-3 --rel "$work/x.f32" - >"$work/x_stdout.szp")
+"$bin" decompress "$work/x.szp" "$work/x_back.f32"
+(cd "$work" && "$bin" decompress "$work/x.szp" - >"$work/x_back_stdout.f32")
+if [[ -s "$work/x.szp" && ! -e "$work/-" ]] && cmp -s "$work/x.szp" "$work/x_stdout.szp" && cmp -s "$work/x_back.f32" "$work/x_back_stdout.f32"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "FAIL: compress/decompress to - should write the stream/array to stdout"
+fi
+expect 2 '^comptrain: error: --stats prints to standard output; expected an output file' -- compress --codec szp --eb 1e-3 --stats "$work/x.f32" -
+# Unsigned options: out of range or fractional are errors too, never wrapped or clamped.
+expect_usage "--threads: found '18446744073709551616'; expected a non-negative integer" -- decompress --threads 18446744073709551616 "$work/x.szp" "$work/y.f32"
+expect_usage "--bits: found '1.5'; expected a non-negative integer" -- compress --codec quant --bits 1.5 "$work/x.f32" "$work/y.q"
 
 # Broken trace files: truncated, hand-broken, dangling reference.
 head -c 2000 "$work/alexnet.json" >"$work/truncated.json"

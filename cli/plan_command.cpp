@@ -13,6 +13,7 @@
 #include "comptrain/sim/sweep.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/input_error.hpp"
+#include "options.hpp"
 
 namespace comptrain::cli {
 namespace {
@@ -32,9 +33,9 @@ struct PlanCliOptions {
   std::string output;
 };
 
-// The document goes to -o FILE (atomically) or to stdout.
+// The document goes to -o FILE (atomically) or to stdout (no -o, or -o -).
 void emit(const std::string& output, const std::string& text) {
-  if (output.empty()) {
+  if (output.empty() || output == "-") {
     std::cout << text;
   } else {
     write_file_atomically(output, text);
@@ -62,7 +63,7 @@ sim::PlanRequest request_for(const sim::Scenario& scenario, const PlanCliOptions
   return r;
 }
 
-void write_plots(const sim::Plan& plan, const std::filesystem::path& directory) {
+void write_plots(const sim::BatchSizePlan& plan, const std::filesystem::path& directory) {
   const auto files = sim::write_plan_plots(plan, directory);
   for (const auto& f : files) fmt::print(stderr, "wrote {}\n", f.string());
 }
@@ -72,8 +73,8 @@ int run_plan(const PlanCliOptions& o) {
   if (!scenario.has_sweep) {
     if (!o.shard.empty()) throw InputError("--shard: " + scenario.source + " has no 'sweep' section to split");
     std::vector<sim::PlanRequest> requests{request_for(scenario, o, "")};
-    const sim::Plan plan = sim::make_plans(requests, o.jobs, !o.quiet).front();
-    if (!o.csv.empty()) write_file_atomically(o.csv, sim::plan_csv(plan));
+    const sim::BatchSizePlan plan = sim::make_plans(requests, o.jobs, !o.quiet).front();
+    if (!o.csv.empty()) write_output(o.csv, sim::plan_csv(plan));
     if (o.json || !o.output.empty()) {
       emit(o.output, sim::plan_json(plan));
     } else {
@@ -88,8 +89,8 @@ int run_plan(const PlanCliOptions& o) {
   const std::vector<std::size_t> indices = sim::shard_variants(sweep.variants.size(), shard);
   std::vector<sim::PlanRequest> requests;
   for (std::size_t i : indices) requests.push_back(request_for(sweep.variants[i].scenario, o, sweep.variants[i].label));
-  const std::vector<sim::Plan> plans = sim::make_plans(requests, o.jobs, !o.quiet);
-  if (!o.csv.empty()) write_file_atomically(o.csv, sim::plan_csv(plans));
+  const std::vector<sim::BatchSizePlan> plans = sim::make_plans(requests, o.jobs, !o.quiet);
+  if (!o.csv.empty()) write_output(o.csv, sim::plan_csv(plans));
   if (o.json || shard || !o.output.empty()) {
     std::vector<sim::VariantResult> results;
     for (std::size_t k = 0; k < indices.size(); ++k) results.push_back({indices[k], sweep.variants[indices[k]].label, sim::plan_json(plans[k])});
@@ -131,14 +132,13 @@ std::function<int()> add_plan_command(CLI::App& app) {
       "Strategies come from the scenario's 'plan.strategies' (default: baseline, offload, recompute and the scenario's own). "
       "A scenario with a 'sweep' section is planned for every variant.");
   command->add_option("scenario", o->scenario, "Scenario file (.yaml); default: the embedded default scenario");
-  command->add_option("--margin", o->margin, "Fraction of GPU memory kept free: peak <= (1 - margin) * capacity (default 0.05 or plan.margin)")
-      ->check(CLI::Range(0.0, 0.999999));
-  command->add_option("--max-batch", o->max_batch, "Search ceiling (default 65536 or plan.max_batch)")->check(CLI::PositiveNumber);
-  command->add_option("--target-global-batch", o->target_global_batch,
-                      "Rank batches for this global batch reached by gradient accumulation: ceil(G/b) micro-batches of b")
-      ->check(CLI::PositiveNumber);
-  command->add_option("--probes", o->probes, "Simulations per search round (default 3); results do not depend on -j")->check(CLI::PositiveNumber);
-  command->add_option("-j,--jobs", o->jobs, "Worker processes (default: the core count)")->check(CLI::PositiveNumber);
+  add_real(*command, "--margin", o->margin, "Fraction of GPU memory kept free: peak <= (1 - margin) * capacity (default 0.05 or plan.margin)",
+           0.0, 0.999999);
+  add_positive_int(*command, "--max-batch", o->max_batch, "Search ceiling (default 65536 or plan.max_batch)");
+  add_positive_int(*command, "--target-global-batch", o->target_global_batch,
+                   "Rank batches for this global batch reached by gradient accumulation: ceil(G/b) micro-batches of b");
+  add_positive_int(*command, "--probes", o->probes, "Simulations per search round (default 3); results do not depend on -j");
+  add_positive_int(*command, "-j,--jobs", o->jobs, "Worker processes (default: the core count)");
   command->add_flag("--json", o->json, "Print the plan (every simulated point included) as JSON");
   command->add_option("--csv", o->csv, "Write every simulated point as CSV");
   command->add_option("--plots", o->plots, "Write SVG plots (throughput and peak memory against the batch) into this directory");

@@ -12,9 +12,12 @@
 #include "comptrain/sim/outputs.hpp"
 #include "comptrain/sim/plots.hpp"
 #include "comptrain/sim/scenario.hpp"
+#include "comptrain/sim/run.hpp"
 #include "comptrain/sim/simulation.hpp"
+#include "comptrain/models/shipped_or_file.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/input_error.hpp"
+#include "options.hpp"
 #include "plan_command.hpp"
 
 namespace comptrain::cli {
@@ -23,7 +26,7 @@ namespace {
 struct SimulateOptions {
   std::string scenario;
   std::optional<std::int64_t> batch;
-  std::string platform;
+  std::optional<std::string> platform;  // set even when empty: --platform "" is an error, not "no override"
   bool json = false;
   std::string memory_csv;
   std::string timeline;
@@ -36,14 +39,8 @@ struct SimulateOptions {
 };
 
 void apply_overrides(const SimulateOptions& o, sim::Scenario& scenario) {
-  if (o.batch) {
-    scenario.batch_size = o.batch;
-    if (scenario.zoo_model) scenario.zoo_model->batch_size = *o.batch;
-  }
-  if (!o.platform.empty()) {
-    const std::string ext = std::filesystem::path(o.platform).extension().string();
-    sim::set_platform(scenario, (ext == ".yaml" || ext == ".yml") ? models::load_platform_file(o.platform) : models::builtin_platform(o.platform));
-  }
+  if (o.batch) scenario.batch_size = o.batch;
+  if (o.platform) sim::set_platform(scenario, models::resolve_platform(*o.platform, std::filesystem::current_path()));
 }
 
 sim::Scenario load(const SimulateOptions& o) {
@@ -64,23 +61,31 @@ int run(const SimulateOptions& o) {
     sweep_options.output = o.output;
     sweep_options.json = o.json;
     sweep_options.quiet = o.quiet;
-    sweep_options.settings = "batch=" + (o.batch ? std::to_string(*o.batch) : std::string("-")) + " platform=" + o.platform;
+    sweep_options.settings = "batch=" + (o.batch ? std::to_string(*o.batch) : std::string("-")) + " platform=" + o.platform.value_or("-");
     return simulate_sweep(scenario, [&o](sim::Scenario& variant) { apply_overrides(o, variant); }, sweep_options);
   }
   if (!o.shard.empty()) throw InputError("--shard: " + scenario.source + " has no 'sweep' section to split");
-  const models::Platform& platform = sim::require_platform(scenario);
-  const traces::Trace trace = sim::build_trace(scenario);
-  models::OpTimeOptions time_options;
-  time_options.allow_tf32 = scenario.allow_tf32;
-  const models::OpTimeModel time_model(platform, time_options);
-  const models::Schedule schedule = models::build_schedule(trace, time_model, scenario.strategy);
-  const sim::SimulationResult result = sim::simulate(platform, schedule);
-
-  const sim::SimulationRun run{scenario.name, scenario.source, trace, platform, schedule, result};
-  if (!o.memory_csv.empty()) write_file_atomically(o.memory_csv, sim::memory_timeline_csv(run));
-  if (!o.timeline.empty()) write_file_atomically(o.timeline, sim::perfetto_trace_json(run));
-  if (!o.plot.empty()) sim::write_memory_timeline_plot(run, o.plot);
-  std::cout << (o.json ? sim::report_json(run) : sim::report_text(run));
+  const sim::PreparedScenario prepared(scenario);
+  const std::int64_t batch = prepared.batch_size();
+  const sim::RunOutcome outcome = sim::run_scenario(prepared, scenario.strategy, batch, sim::Isolation::child_process);
+  if (const auto* completed = std::get_if<sim::CompletedRun>(&outcome)) {
+    const sim::SimulationRun run = completed->view(prepared);
+    if (!o.memory_csv.empty()) write_output(o.memory_csv, sim::memory_timeline_csv(run));
+    if (!o.timeline.empty()) write_output(o.timeline, sim::perfetto_trace_json(run));
+    if (!o.plot.empty()) sim::write_memory_timeline_plot(run, o.plot);
+    if (run.schedule.tasks.empty() || std::none_of(run.schedule.tasks.begin(), run.schedule.tasks.end(), [](const models::Task& t) { return t.seconds > 0 || t.bytes > 0; })) {
+      fmt::print(stderr, "comptrain: warning: {}: the trace has no GPU work (no op with a duration, no copy); the report below describes an empty iteration\n",
+                 scenario.source);
+    }
+    if (const auto& oom = completed->result.out_of_memory; oom && std::any_of(scenario.strategy.rules.begin(), scenario.strategy.rules.end(), [](const models::StrategyRule& r) {
+          return r.offload() && !r.offload()->synchronous;
+        })) {
+      fmt::print(stderr,
+                 "comptrain: hint: with asynchronous offload the forward pass may run ahead of its copies and hold their sources; "
+                 "'offload: {{synchronous: true}}' (vDNN) waits for each copy\n");
+    }
+  }
+  std::cout << sim::report(prepared, scenario.strategy, batch, outcome, o.json);
   return 0;
 }
 
@@ -94,7 +99,7 @@ std::function<int()> add_simulate_command(CLI::App& app) {
       "throughput, time in compute, copies, compression, recomputation and stalls. A model that does not fit is "
       "reported as such (exit 0, 'fits': false in JSON).");
   command->add_option("scenario", options->scenario, "Scenario file (.yaml); default: the embedded default scenario");
-  command->add_option("-b,--batch", options->batch, "Override the scenario's batch size")->check(CLI::PositiveNumber);
+  add_positive_int(*command, "-b,--batch", options->batch, "Override the scenario's batch size");
   command->add_option("--platform", options->platform, "Override the scenario's platform: a shipped name or a .yaml file");
   command->add_flag("--json", options->json, "Print the report as JSON");
   command->add_option("--memory-csv", options->memory_csv, "Write the memory timeline (bytes per role over time) as CSV");
@@ -102,7 +107,7 @@ std::function<int()> add_simulate_command(CLI::App& app) {
                       "Write a Chrome/Perfetto trace (one track per stream, memory counters); open it in ui.perfetto.dev");
   command->add_option("--plot", options->plot,
                       "Draw the memory over the iteration, stacked by role, as an SVG file (needs gnuplot: Debian's gnuplot-nox)");
-  command->add_option("-j,--jobs", options->jobs, "With a sweep: worker processes (default: the core count)")->check(CLI::PositiveNumber);
+  add_positive_int(*command, "-j,--jobs", options->jobs, "With a sweep: worker processes (default: the core count)");
   command->add_option("--shard", options->shard,
                       "With a sweep: only variants I, I+N, ... (0-based I of N); writes JSON, joined by 'comptrain merge'");
   command->add_option("-o,--output", options->output, "With a sweep: write the JSON document to this file instead of stdout");

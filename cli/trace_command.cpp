@@ -72,16 +72,15 @@ struct TraceSelection {
     } else {
       scenario.source = "command line";
       scenario.name = target;
-      scenario.zoo_model = zoo::ModelRequest{};
+      scenario.zoo_model = zoo::ModelSpec{};
       scenario.zoo_model->model = target;
     }
+    if (batch) scenario.batch_size = batch;
     if (scenario.trace_file) {
       if (overrides_model()) throw InputError(scenario.source + ": the scenario's model is a trace file: only --batch applies");
-      if (batch) scenario.batch_size = batch;
       return sim::build_trace(scenario);
     }
-    zoo::ModelRequest& request = *scenario.zoo_model;
-    if (batch) request.batch_size = *batch;
+    zoo::ModelSpec& request = *scenario.zoo_model;
     if (!precision.empty()) request.precision = *zoo::parse_precision(precision);
     if (!optimizer.empty()) request.optimizer = zoo::parse_optimizer(optimizer);
     for (auto [field, value] : {std::pair{&request.layers, layers}, {&request.hidden, hidden}, {&request.heads, heads},

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <map>
 #include <numeric>
@@ -114,10 +115,15 @@ bool contains(const std::vector<traces::OpKind>& kinds, traces::OpKind kind) {
   return std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
 }
 
+bool names_storage(const TensorSelector& selector, const std::string& name) {
+  return std::find(selector.names.begin(), selector.names.end(), name) != selector.names.end();
+}
+
 bool selects(const Analysis& a, const TensorSelector& selector, TensorIndex s) {
   const Trace& trace = *a.trace;
   const StorageInfo& info = a.info[s];
   if (trace.tensor(s).bytes() < selector.min_bytes) return false;
+  if (!selector.names.empty() && !names_storage(selector, trace.tensor(s).name)) return false;
   if (selector.inputs_of.empty() && selector.outputs_of.empty()) return true;
   for (OpIndex r : info.readers) {
     if (is_forward(trace, r) && contains(selector.inputs_of, trace.op(r).kind)) return true;
@@ -128,48 +134,43 @@ bool selects(const Analysis& a, const TensorSelector& selector, TensorIndex s) {
   return false;
 }
 
-void check_rule(const StrategyRule& rule, std::size_t index) {
-  const std::string where = "strategy rule " + std::to_string(index) + ": ";
-  const int set = int{rule.offload.has_value()} + int{rule.recompute.has_value()} + int{rule.compress.has_value()};
-  if (set != 1) throw InputError(where + "exactly one of offload, recompute, compress must be set");
+void check_rule(const StrategySpec& spec, std::size_t index) {
+  const StrategyRule& rule = spec.rules[index];
+  const std::string where = "strategy '" + spec.name + "' rule " + std::to_string(index) + ": ";
   if (rule.select.min_bytes < 0) throw InputError(where + "min_bytes must be >= 0");
-  if (rule.offload && rule.offload->lookahead < 1) throw InputError(where + "offload lookahead must be >= 1");
-  if (rule.recompute) {
-    if (rule.recompute->mode == RecomputeAction::Mode::every_k && rule.recompute->k < 1) {
-      throw InputError(where + "recompute k must be >= 1");
-    }
-    if (rule.recompute->mode == RecomputeAction::Mode::budget && rule.recompute->budget_bytes < 0) {
-      throw InputError(where + "recompute budget_bytes must be >= 0");
-    }
+  if (const OffloadAction* o = rule.offload(); o && o->lookahead < 1) throw InputError(where + "offload lookahead must be >= 1");
+  if (const RecomputeAction* r = rule.recompute()) {
+    if (r->mode == RecomputeAction::Mode::every_k && r->k < 1) throw InputError(where + "recompute k must be >= 1");
+    if (r->mode == RecomputeAction::Mode::budget && r->budget_bytes < 0) throw InputError(where + "recompute budget_bytes must be >= 0");
   }
-  if (const auto& c = rule.compress) {
-    const bool profiled = c->profile != nullptr;
-    if ((!profiled || c->explicit_ratio) && (!(c->ratio >= 1) || !std::isfinite(c->ratio))) {
-      throw InputError(where + "compress ratio must be >= 1");
+  const CompressAction* c = rule.compress();
+  if (c == nullptr) return;
+  const bool profiled = c->profile != nullptr;
+  // Without a profile every number is needed; with one, any number given overrides its model.
+  auto check = [&](const std::optional<double>& value, const char* what, const char* expected, auto ok) {
+    if (!value) {
+      if (!profiled) throw InputError(where + "compress needs '" + what + "' (" + expected + ") or a profile");
+      return;
     }
-    if ((!profiled || c->explicit_compress_bandwidth) && !(c->compress_bandwidth > 0)) {
-      throw InputError(where + "compress and decompress bandwidths must be > 0");
-    }
-    if ((!profiled || c->explicit_decompress_bandwidth) && !(c->decompress_bandwidth > 0)) {
-      throw InputError(where + "compress and decompress bandwidths must be > 0");
-    }
-    if ((!profiled || c->explicit_latency) && (!(c->latency >= 0) || !std::isfinite(c->latency))) {
-      throw InputError(where + "compress latency must be >= 0");
-    }
-    if (profiled) {
-      const CodecProfile* codec = c->profile->find(c->codec);
-      if (codec == nullptr) {
-        std::string names;
-        for (const auto& p : c->profile->codecs) names += (names.empty() ? "" : ", ") + p.codec;
-        throw InputError(where + "profile '" + c->profile->name + "' has no codec '" + c->codec + "'; it has: " + names);
-      }
-      if (codec->ratio.count(TensorClass::generic) == 0) {
-        throw InputError(where + "profile '" + c->profile->name + "' codec '" + c->codec + "' has no generic ratio model");
-      }
-      if (!c->explicit_ratio && (!(c->error_bound > 0) || !std::isfinite(c->error_bound))) {
-        throw InputError(where + "a profile-driven compress rule needs error_bound > 0 (relative to the value range)");
-      }
-    }
+    if (!std::isfinite(*value) || !ok(*value)) throw InputError(where + "compress " + what + " must be " + expected);
+  };
+  check(c->ratio, "ratio", ">= 1", [](double v) { return v >= 1; });
+  check(c->compress_bandwidth, "compress_bandwidth", "> 0", [](double v) { return v > 0; });
+  check(c->decompress_bandwidth, "decompress_bandwidth", "> 0", [](double v) { return v > 0; });
+  if (c->latency && (!std::isfinite(*c->latency) || *c->latency < 0)) throw InputError(where + "compress latency must be >= 0");
+  if (c->error_bound_mode == ErrorBoundMode::none) throw InputError(where + "error_bound_mode must be rel or abs");
+  if (!profiled) return;
+  const CodecProfile* codec = c->profile->find(c->codec);
+  if (codec == nullptr) {
+    std::string names;
+    for (const auto& p : c->profile->codecs) names += (names.empty() ? "" : ", ") + p.codec;
+    throw InputError(where + "profile '" + c->profile->name + "' has no codec '" + c->codec + "'; it has: " + names);
+  }
+  if (codec->ratio.count(TensorClass::generic) == 0) {
+    throw InputError(where + "profile '" + c->profile->name + "' codec '" + c->codec + "' has no generic ratio model");
+  }
+  if (!c->ratio && (!(c->error_bound > 0) || !std::isfinite(c->error_bound))) {
+    throw InputError(where + "a profile-driven compress rule needs error_bound > 0");
   }
 }
 
@@ -203,33 +204,39 @@ const traces::ValueFeatures& storage_values(const Trace& trace, TensorIndex s, c
 // the class's default features, overridden field by field by those the trace gives.
 // An absolute bound becomes the relative one the models take through the storage's range
 // (eb_abs / range, capped at 1: a bound as wide as the range leaves one value to code).
-double compress_ratio(const CompressAction& c, TensorClass cls, const traces::ValueFeatures& values = {}) {
-  if (!c.profile || c.explicit_ratio) return c.ratio;
+//
+// Profiles are fitted on float32 data: their models give compressed bits per value. A tensor of
+// another element type holds element_size * 8 bits per value, so its ratio is converted:
+// ratio = element bits / model bits, i.e. the float32 ratio * element_size / 4 (a 16-bit
+// activation compresses to the same bits per value, so half the float32 ratio), floored at 1.
+// An explicit ratio is the user's figure for the bytes as they are and is applied unchanged.
+double compress_ratio(const CompressAction& c, TensorClass cls, traces::DType dtype, const traces::ValueFeatures& values = {}) {
+  if (c.ratio) return *c.ratio;
   const RatioModel& model = c.profile->find(c.codec)->ratio_model(cls);
+  const double element_scale = static_cast<double>(traces::element_size(dtype)) / 4.0;
   double eb = c.error_bound;
-  if (c.absolute_bound) {
+  if (c.error_bound_mode == ErrorBoundMode::abs) {
     if (!values.range) throw std::logic_error("compress_ratio: absolute bound without a range (check_ranges runs first)");
     eb = *values.range > 0 ? std::min(1.0, c.error_bound / *values.range) : 1.0;
   }
-  if (values.empty()) return model.ratio(eb);
   DataFeatures features = model.default_features;
   if (values.zero_fraction) features.zero_fraction = *values.zero_fraction;
   if (values.spread) features.spread = *values.spread;
   if (values.zero_block_fraction) features.zero_block_fraction = *values.zero_block_fraction;
   if (values.block_scale) features.block_scale = *values.block_scale;
-  return model.ratio(eb, features);
+  return std::max(1.0, model.ratio(eb, features) * element_scale);
 }
 
 // Whether a storage's compressed size depends on the features the trace gives for it.
 bool uses_values(const CompressAction& c, const traces::ValueFeatures& values) {
-  return c.profile && !c.explicit_ratio && !values.empty();
+  return c.profile && !c.ratio && !values.empty();
 }
 
 // An absolute-bound rule needs the range of every storage it compresses: checked before any
 // ratio is taken, so the error names the tensor rather than failing deep in the assembly.
 void check_ranges(const Trace& trace, const StrategySpec& spec, std::size_t rule, TensorIndex s, const traces::ValueFeatures& values) {
-  const CompressAction& c = *spec.rules[rule].compress;
-  if (!c.absolute_bound || !c.profile || c.explicit_ratio || values.range) return;
+  const CompressAction& c = *spec.rules[rule].compress();
+  if (c.error_bound_mode != ErrorBoundMode::abs || !c.profile || c.ratio || values.range) return;
   throw InputError("strategy '" + spec.name + "' rule " + std::to_string(rule) + ": error_bound_mode abs needs the value range of every tensor it compresses, and '" +
                    trace.tensor(s).name + "' has none in the trace (values.range, traces/FORMAT.md; comptrain_capture.py writes it); use a relative bound (error_bound_mode rel) for traces without values");
 }
@@ -237,15 +244,51 @@ void check_ranges(const Trace& trace, const StrategySpec& spec, std::size_t rule
 TimeModel codec_time(const CompressAction& c, bool compress) {
   TimeModel t;
   if (c.profile) t = compress ? c.profile->find(c.codec)->compress : c.profile->find(c.codec)->decompress;
-  if (!c.profile || c.explicit_latency) t.latency = c.latency;
-  if (!c.profile || (compress ? c.explicit_compress_bandwidth : c.explicit_decompress_bandwidth)) {
-    t.bandwidth = compress ? c.compress_bandwidth : c.decompress_bandwidth;
-  }
+  if (c.latency || !c.profile) t.latency = c.latency.value_or(0.0);
+  if (const auto& bandwidth = compress ? c.compress_bandwidth : c.decompress_bandwidth) t.bandwidth = *bandwidth;
   return t;
 }
 
+// %g: short whatever the value (1e+300, inf), for messages.
+std::string short_number(double value) {
+  char text[32];
+  const int n = std::snprintf(text, sizeof text, "%g", value);
+  return std::string(text, n > 0 ? static_cast<std::size_t>(n) : 0);
+}
+
+// The seconds of one codec call on a storage: a latency in [0, 1 s] and a bandwidth of at least
+// 1 kB/s (the platform bounds, models/platform.hpp) and a finite result, or an InputError naming
+// the rule, the tensor and the numbers that made it. The simulator must never receive an
+// infinite or absurd time (defect 07: a codec latency of 1e300 s deadlocked SimGrid and the
+// report said FITS).
+double codec_seconds(const StrategySpec& spec, std::size_t rule, const CompressAction& c, bool compress, const std::string& tensor,
+                     std::int64_t bytes) {
+  const TimeModel t = codec_time(c, compress);
+  const double seconds = t.seconds(static_cast<double>(bytes));
+  if (t.latency >= platform_limits::latency.min && t.latency <= platform_limits::latency.max &&
+      t.bandwidth >= platform_limits::bandwidth.min && std::isfinite(seconds) && seconds >= 0) {
+    return seconds;
+  }
+  throw InputError("strategy '" + spec.name + "' rule " + std::to_string(rule) + ": " + (compress ? "compressing '" : "decompressing '") +
+                   tensor + "' (" + std::to_string(bytes) + " B) takes " + short_number(seconds) + " s from a latency of " +
+                   short_number(t.latency) + " s and a bandwidth of " + short_number(t.bandwidth) + " bytes/s" +
+                   (c.profile ? " (profile '" + c.profile->name + "', codec '" + c.codec + "', unless given in the rule)" : "") +
+                   "; expected a latency " + units::describe_bounds(platform_limits::latency, units::Dimension::time) +
+                   ", a bandwidth of at least " + units::format_quantity(platform_limits::bandwidth.min, units::Dimension::bandwidth) +
+                   " and a finite time");
+}
+
+// A compressed size in whole bytes: finite, >= 0 and within int64, whatever the ratio model gave.
+std::int64_t compressed_bytes(const StrategySpec& spec, std::size_t rule, const std::string& tensor, std::int64_t bytes, double ratio) {
+  const double compressed = std::ceil(static_cast<double>(bytes) / ratio);
+  if (compressed >= 0 && compressed < 9223372036854775808.0) return static_cast<std::int64_t>(compressed);
+  throw InputError("strategy '" + spec.name + "' rule " + std::to_string(rule) + ": compressing '" + tensor + "' (" + std::to_string(bytes) +
+                   " B) at a ratio of " + short_number(ratio) + " gives " + short_number(compressed) +
+                   " B; expected a finite compression ratio > 0");
+}
+
 // The decision for every storage: an action and the rule that gave it.
-struct Plan {
+struct StorageActions {
   std::vector<Action> action;     // indexed by tensor
   std::vector<std::size_t> rule;  // indexed by tensor; kNoRule when no rule applies
 };
@@ -262,7 +305,7 @@ struct Built {
 // task they wait for, so that `tasks` order is itself a valid one-at-a-time execution.
 class Assembler {
  public:
-  Assembler(const Analysis& a, const StrategySpec& spec, const Plan& plan) : a_(a), spec_(spec), plan_(plan) {}
+  Assembler(const Analysis& a, const StrategySpec& spec, const StorageActions& plan) : a_(a), spec_(spec), plan_(plan) {}
 
   Built run(bool names) {
     names_ = names;
@@ -288,11 +331,11 @@ class Assembler {
       if (plan_.action[s] == Action::offload) {
         restored_[s] = add_buffer(copy_buffer(s, MemoryRole::prefetch, tensor.bytes(), " (prefetched)"));
       } else if (plan_.action[s] == Action::compress) {
-        const auto& c = *spec_.rules[plan_.rule[s]].compress;
+        const auto& c = *spec_.rules[plan_.rule[s]].compress();
         const traces::ValueFeatures& values = storage_values(trace, s, a_.info[s]);
         check_ranges(trace, spec_, plan_.rule[s], s, values);
-        const double ratio = compress_ratio(c, storage_class(trace, a_.info[s]), values);
-        const auto bytes = static_cast<std::int64_t>(std::ceil(static_cast<double>(tensor.bytes()) / ratio));
+        const double ratio = compress_ratio(c, storage_class(trace, a_.info[s]), tensor.dtype, values);
+        const std::int64_t bytes = compressed_bytes(spec_, plan_.rule[s], tensor.name, tensor.bytes(), ratio);
         compressed_[s] = add_buffer(copy_buffer(s, MemoryRole::compressed, bytes, " (compressed)"));
         restored_[s] = add_buffer(copy_buffer(s, MemoryRole::activation, tensor.bytes(), " (decompressed)"));
       }
@@ -506,7 +549,7 @@ class Assembler {
         // before the first consumer (= once the task before that one ends), but not before the
         // backward pass (nor before the copy out was issued). Lookahead 1 overlaps the copy
         // with the op just before the consumer, as vDNN prefetches during the previous layer.
-        const auto lookahead = static_cast<std::size_t>(rule.offload->lookahead);
+        const auto lookahead = static_cast<std::size_t>(rule.offload()->lookahead);
         std::size_t trigger = first_consumer > lookahead ? first_consumer - lookahead - 1 : 0;
         trigger = std::max({trigger, clamp, last_forward});
         in.group = 2;
@@ -517,12 +560,11 @@ class Assembler {
         in.task.bytes = bytes;
         if (names_) in.task.name = "prefetch " + name;
       } else {
-        const auto& c = *rule.compress;
-        const double b = static_cast<double>(bytes);
+        const auto& c = *rule.compress();
         out.group = 1;
         out.task.kind = TaskKind::compress;
         out.task.stream = Stream::codec;
-        out.task.seconds = codec_time(c, true).seconds(b);
+        out.task.seconds = codec_seconds(spec_, plan_.rule[s], c, true, name, bytes);
         out.task.creates = {compressed_[s]};
         out.task.uses = {original_[s]};
         if (names_) out.task.name = "compress " + name;
@@ -532,12 +574,12 @@ class Assembler {
         in.after_compute = {first_consumer - 1};
         in.task.kind = TaskKind::decompress;
         in.task.stream = Stream::codec;
-        in.task.seconds = codec_time(c, false).seconds(b);
+        in.task.seconds = codec_seconds(spec_, plan_.rule[s], c, false, name, bytes);
         in.task.uses = {compressed_[s]};
         if (names_) in.task.name = "decompress " + name;
       }
       const std::size_t out_index = side_.size();
-      if (action == Action::offload && rule.offload->synchronous) {
+      if (action == Action::offload && rule.offload()->synchronous) {
         // vDNN: copy as soon as the last writer is done (overlapping the readers), and hold the
         // compute stream before the op after the last forward use until the copy has ended.
         const std::size_t last_writer = op_task_[a_.info[s].writers.back()];
@@ -589,6 +631,16 @@ class Assembler {
         schedule_.tasks.push_back(std::move(task));
       }
     }
+    // The last line of defence (the op-time model and codec_seconds check at the source): the
+    // simulator gets finite, non-negative durations and payloads only, or an InputError.
+    for (TaskId t = 0; t < schedule_.tasks.size(); ++t) {
+      const Task& task = schedule_.tasks[t];
+      if (std::isfinite(task.seconds) && task.seconds >= 0 && task.bytes >= 0) continue;
+      const std::string what = task.op ? "op " + std::to_string(*task.op) + " (" + a_.trace->op(*task.op).name + ")"
+                                       : "task " + std::to_string(t) + (task.name.empty() ? "" : " (" + task.name + ")");
+      throw InputError("strategy '" + spec_.name + "': " + what + " would take " + short_number(task.seconds) + " s and move " +
+                       std::to_string(task.bytes) + " B; expected a finite time >= 0 and a payload >= 0");
+    }
     Built built;
     built.schedule = std::move(schedule_);
     built.recompute_seconds = recompute_seconds_;
@@ -598,7 +650,7 @@ class Assembler {
 
   const Analysis& a_;
   const StrategySpec& spec_;
-  const Plan& plan_;
+  const StorageActions& plan_;
   bool names_ = true;
   Schedule schedule_;
   std::vector<BufferId> original_, restored_, compressed_, remat_;
@@ -611,7 +663,7 @@ class Assembler {
   std::size_t recompute_tasks_ = 0;
 };
 
-Built assemble(const Analysis& a, const StrategySpec& spec, const Plan& plan, bool names) {
+Built assemble(const Analysis& a, const StrategySpec& spec, const StorageActions& plan, bool names) {
   return Assembler(a, spec, plan).run(names);
 }
 
@@ -620,14 +672,14 @@ struct Evaluation {
   double seconds = 0;     // recomputation seconds
 };
 
-Evaluation evaluate(const Analysis& a, const StrategySpec& spec, const Plan& plan) {
+Evaluation evaluate(const Analysis& a, const StrategySpec& spec, const StorageActions& plan) {
   const Built built = assemble(a, spec, plan, false);
   return {detail::sequential_peak_bytes(built.schedule, detail::saved_activation_roles()), built.recompute_seconds};
 }
 
 // Chen et al. 2016: keep every k-th candidate in forward production order (the k-th, 2k-th,
 // ...), drop the rest.
-void drop_all_but_every_kth(Plan& plan, const std::vector<TensorIndex>& candidates, std::size_t k) {
+void drop_all_but_every_kth(StorageActions& plan, const std::vector<TensorIndex>& candidates, std::size_t k) {
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     plan.action[candidates[i]] = (i + 1) % k == 0 ? Action::keep : Action::drop;
   }
@@ -641,7 +693,7 @@ std::size_t ceil_sqrt(std::size_t n) {
 }
 
 // Budget mode; see README.md ("Recompute: budget") for the algorithm and its guarantees.
-void plan_budget(const Analysis& a, const StrategySpec& spec, Plan& plan, const std::vector<TensorIndex>& candidates,
+std::optional<NotApplicable> plan_budget(const Analysis& a, const StrategySpec& spec, StorageActions& plan, const std::vector<TensorIndex>& candidates,
                  std::int64_t budget, std::size_t rule_index) {
   const std::size_t n = candidates.size();
   auto set_drops = [&](const std::vector<bool>& drop) {
@@ -668,7 +720,7 @@ void plan_budget(const Analysis& a, const StrategySpec& spec, Plan& plan, const 
   std::vector<bool> none(n, false);
   if (consider(none).peak <= budget) {
     set_drops(none);
-    return;
+    return std::nullopt;
   }
   // 1. Structured plans: every k-th kept for every useful k (sqrt_n among them) ...
   std::set<std::size_t> ks;
@@ -761,7 +813,7 @@ void plan_budget(const Analysis& a, const StrategySpec& spec, Plan& plan, const 
     message << "strategy rule " << rule_index << ": recompute budget of " << budget
             << " bytes of saved activations cannot be met: dropping every selected activation still peaks at "
             << eval(std::vector<bool>(n, true)).peak << " bytes";
-    throw InputError(message.str());
+    return NotApplicable{message.str()};
   }
   // 3. Local improvement of the cheapest feasible plan: keep dropped storages again (most
   // expensive first) while the budget holds, then move checkpoints onto a more expensive
@@ -799,9 +851,10 @@ void plan_budget(const Analysis& a, const StrategySpec& spec, Plan& plan, const 
     }
   }
   set_drops(drop);
+  return std::nullopt;
 }
 
-std::string describe(const StrategySpec& spec, const Plan& plan, const Analysis& a, const Built& built) {
+std::string describe(const StrategySpec& spec, const StorageActions& plan, const Analysis& a, const Built& built) {
   std::size_t counts[4] = {0, 0, 0, 0};
   std::int64_t bytes[4] = {0, 0, 0, 0};
   for (TensorIndex s : a.storages) {
@@ -821,11 +874,15 @@ std::string describe(const StrategySpec& spec, const Plan& plan, const Analysis&
 
 }  // namespace
 
-Schedule build_schedule(const Trace& trace, const OpTimeModel& time_model, const StrategySpec& strategy) {
-  for (std::size_t r = 0; r < strategy.rules.size(); ++r) check_rule(strategy.rules[r], r);
+void validate_strategy(const StrategySpec& strategy) {
+  for (std::size_t r = 0; r < strategy.rules.size(); ++r) check_rule(strategy, r);
+}
+
+std::variant<Schedule, NotApplicable> build_schedule(const Trace& trace, const OpTimeModel& time_model, const StrategySpec& strategy) {
+  validate_strategy(strategy);
   const Analysis a = analyse(trace, time_model);
 
-  Plan plan;
+  StorageActions plan;
   plan.action.assign(trace.tensors().size(), Action::keep);
   plan.rule.assign(trace.tensors().size(), kNoRule);
   // First matching rule decides; a storage without a gap stays kept whatever its rule.
@@ -833,13 +890,16 @@ Schedule build_schedule(const Trace& trace, const OpTimeModel& time_model, const
   for (TensorIndex s : a.storages) {
     if (!a.info[s].saved) continue;
     for (std::size_t r = 0; r < strategy.rules.size(); ++r) {
-      if (!selects(a, strategy.rules[r].select, s)) continue;
+      const auto& rule = strategy.rules[r];
+      if (!selects(a, rule.select, s)) continue;
+      // Integer and boolean storages (max-pool indices, dropout masks) hold no values a lossy
+      // codec may touch: a compress rule takes them only when it names them.
+      if (rule.compress() && !traces::is_floating(trace.tensor(s).dtype) && !names_storage(rule.select, trace.tensor(s).name)) continue;
       plan.rule[s] = r;
       if (a.info[s].gap) {
-        const auto& rule = strategy.rules[r];
-        if (rule.offload) plan.action[s] = Action::offload;
-        if (rule.compress) plan.action[s] = Action::compress;
-        if (rule.recompute) recompute_candidates[r].push_back(s);
+        if (rule.offload()) plan.action[s] = Action::offload;
+        if (rule.compress()) plan.action[s] = Action::compress;
+        if (rule.recompute()) recompute_candidates[r].push_back(s);
       }
       break;
     }
@@ -852,7 +912,7 @@ Schedule build_schedule(const Trace& trace, const OpTimeModel& time_model, const
   }
   // every_k and sqrt_n first: budget rules then search with those decisions in place.
   for (std::size_t r = 0; r < strategy.rules.size(); ++r) {
-    const auto& rc = strategy.rules[r].recompute;
+    const RecomputeAction* rc = strategy.rules[r].recompute();
     if (!rc || rc->mode == RecomputeAction::Mode::budget) continue;
     const auto& candidates = recompute_candidates[r];
     const std::size_t k = rc->mode == RecomputeAction::Mode::every_k ? static_cast<std::size_t>(rc->k)
@@ -860,28 +920,26 @@ Schedule build_schedule(const Trace& trace, const OpTimeModel& time_model, const
     drop_all_but_every_kth(plan, candidates, k);
   }
   for (std::size_t r = 0; r < strategy.rules.size(); ++r) {
-    const auto& rc = strategy.rules[r].recompute;
+    const RecomputeAction* rc = strategy.rules[r].recompute();
     if (!rc || rc->mode != RecomputeAction::Mode::budget) continue;
-    plan_budget(a, strategy, plan, recompute_candidates[r], rc->budget_bytes, r);
+    if (auto not_applicable = plan_budget(a, strategy, plan, recompute_candidates[r], rc->budget_bytes, r)) return *not_applicable;
   }
 
   Built built = assemble(a, strategy, plan, true);
   built.schedule.strategy = describe(strategy, plan, a, built);
   for (std::size_t r = 0; r < strategy.rules.size(); ++r) {
-    const auto& c = strategy.rules[r].compress;
+    const CompressAction* c = strategy.rules[r].compress();
     if (!c || !c->profile) continue;  // explicit numbers are in the scenario already
     CompressionModelUse use;
     use.rule = r;
-    if (c->profile) {
-      use.profile = c->profile->name;
-      use.profile_source = c->profile->source;
-      use.codec = c->codec;
-    }
+    use.profile = c->profile->name;
+    use.profile_source = c->profile->source;
+    use.codec = c->codec;
     use.error_bound = c->error_bound;
-    use.absolute_bound = c->absolute_bound;
+    use.error_bound_mode = c->error_bound_mode;
     use.compress = codec_time(*c, true);
     use.decompress = codec_time(*c, false);
-    use.ratio_overridden = !c->profile || c->explicit_ratio;
+    use.ratio_overridden = c->ratio.has_value();
     // Per class: the bytes, the compressed bytes (unrounded) and whether a tensor's own
     // features moved its ratio off the class's; then the class's one ratio, or the
     // byte-weighted mean when they did.
@@ -900,7 +958,8 @@ Schedule build_schedule(const Trace& trace, const OpTimeModel& time_model, const
       const auto bytes = static_cast<double>(trace.tensor(s).bytes());
       ClassTotals& totals = classes[cls];
       totals.bytes += bytes;
-      totals.compressed += bytes / compress_ratio(*c, cls, values);
+      totals.compressed += bytes / compress_ratio(*c, cls, trace.tensor(s).dtype, values);
+      if (!use.ratio_overridden && traces::element_size(trace.tensor(s).dtype) != 4) use.ratio_converted_to_element_size = true;
       ++features.storages;
       if (uses_values(*c, values)) {
         totals.from_values = true;
@@ -908,9 +967,9 @@ Schedule build_schedule(const Trace& trace, const OpTimeModel& time_model, const
       }
     }
     for (const auto& [cls, totals] : classes) {
-      // With an absolute bound every tensor has its own relative bound: always the mean.
-      const bool mean = (totals.from_values || c->absolute_bound) && totals.compressed > 0;
-      use.ratios.emplace_back(cls, mean ? totals.bytes / totals.compressed : compress_ratio(*c, cls));
+      // Tensors of one class can differ in their own features, their relative bound (abs mode)
+      // and their element type: the class's figure is what its bytes compressed to.
+      use.ratios.emplace_back(cls, totals.compressed > 0 ? totals.bytes / totals.compressed : 1.0);
     }
     built.schedule.compression.push_back(std::move(use));
     built.schedule.compression_features.push_back(features);

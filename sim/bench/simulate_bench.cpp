@@ -12,9 +12,10 @@
 
 #include <simgrid/s4u.hpp>
 
-#include "comptrain/models/op_time.hpp"
-#include "comptrain/models/strategy.hpp"
-#include "comptrain/sim/simulation.hpp"
+#include <memory>
+#include <optional>
+
+#include "comptrain/sim/run.hpp"
 #include "comptrain/zoo/zoo.hpp"
 #include "simgrid_engine.hpp"
 
@@ -23,26 +24,29 @@ namespace {
 namespace sg4 = simgrid::s4u;
 using namespace comptrain;
 
+// One scenario, prepared and scheduled through the run layer (sim/run.hpp) as `comptrain
+// simulate` does; the benchmark times the replay of its schedule.
 struct Workload {
-  models::Platform platform;
-  models::Schedule schedule;
+  std::unique_ptr<sim::PreparedScenario> prepared;
+  std::optional<sim::ScheduledRun> run;
   std::size_t execs = 0;
   std::size_t copies = 0;
 };
 
 Workload make_workload(const std::string& model, std::int64_t batch) {
-  zoo::ModelRequest request;
-  request.model = model;
-  request.batch_size = batch;
-  const traces::Trace trace = zoo::build_model(request);
+  sim::Scenario scenario;
+  scenario.source = "<simulate_bench>";
+  scenario.name = model;
+  scenario.zoo_model = zoo::ModelSpec{};
+  scenario.zoo_model->model = model;
+  scenario.batch_size = batch;
+  scenario.platform = models::builtin_platform("a100-80gb");
+  scenario.strategy.name = "offload";
+  scenario.strategy.rules.push_back({{}, models::OffloadAction{}});
   Workload w;
-  w.platform = models::builtin_platform("a100-80gb");
-  models::StrategySpec offload;
-  offload.name = "offload";
-  offload.rules.emplace_back();
-  offload.rules.back().offload = models::OffloadAction{};
-  w.schedule = models::build_schedule(trace, models::OpTimeModel(w.platform), offload);
-  for (const auto& task : w.schedule.tasks) {
+  w.prepared = std::make_unique<sim::PreparedScenario>(scenario);
+  w.run = std::get<sim::ScheduledRun>(sim::schedule_run(*w.prepared, scenario.strategy, batch));
+  for (const auto& task : w.run->schedule.tasks) {
     const bool copy = task.kind == models::TaskKind::offload || task.kind == models::TaskKind::prefetch;
     (copy ? w.copies : w.execs) += 1;
   }
@@ -67,7 +71,7 @@ void set_counters(benchmark::State& state, const Workload& w) {
 void BM_ComptrainReplay(benchmark::State& state) {
   const Workload& w = workload(static_cast<int>(state.range(0)));
   for (auto _ : state) {
-    const auto result = sim::simulate(w.platform, w.schedule);
+    const auto result = sim::replay(*w.prepared, *w.run, sim::Isolation::child_process);
     benchmark::DoNotOptimize(result.iteration_seconds);
   }
   set_counters(state, w);

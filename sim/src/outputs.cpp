@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comptrain/support/format.hpp"
+#include "documents.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -210,7 +211,7 @@ void add_compression_line(std::string& out, const models::CompressionModelUse& c
   std::string ratios;
   for (const auto& [cls, ratio] : c.ratios) ratios += fmt::format("{}{} {:.3g}", ratios.empty() ? "" : ", ", models::to_string(cls), ratio);
   add_line(out, "           compress rule {}: profile {} ({}), codec {}, error bound {:g}{}", c.rule, c.profile, c.profile_source, c.codec,
-           c.error_bound, c.absolute_bound ? " (absolute)" : "");
+           c.error_bound, c.error_bound_mode == ErrorBoundMode::abs ? " (absolute)" : "");
   add_line(out, "             compress {}, decompress {}", time(c.compress), time(c.decompress));
   std::string from = c.ratio_overridden ? " [explicit]" : " [fitted ratio model]";
   if (f != nullptr && f->with_features > 0) {
@@ -218,6 +219,9 @@ void add_compression_line(std::string& out, const models::CompressionModelUse& c
                        f->storages);
   }
   add_line(out, "             ratio {}{}", ratios.empty() ? "(nothing compressed)" : ratios, from);
+  if (c.ratio_converted_to_element_size) {
+    add_line(out, "             (the profile is fitted on 32-bit data; ratios of tensors of other element types are converted: same bits per value)");
+  }
 }
 
 void add_header(std::string& out, const SimulationRun& run) {
@@ -361,14 +365,16 @@ std::string report_text(const SimulationRun& run) {
 
 std::string report_json(const SimulationRun& run) {
   const SimulationResult& r = run.result;
-  ordered_json j;
-  j["scenario"] = {{"name", run.scenario_name}, {"source", run.scenario_source}};
+  ordered_json j = detail::document_header("simulate");
+  j["scenario"] = detail::scenario_json(run.scenario_name, run.scenario_source);
   j["model"] = {{"trace", run.trace.name()}, {"batch_size", run.trace.batch_size()}, {"metadata", run.trace.metadata()}};
-  j["platform"] = {{"name", run.platform.name},
-                   {"source", run.platform.source},
-                   {"gpu", run.platform.gpu.name},
-                   {"memory_capacity_bytes", run.platform.gpu.memory_bytes}};
-  j["strategy"] = run.schedule.strategy;
+  j["platform"] = detail::platform_json(run.platform);
+  if (run.strategy != nullptr) {
+    j["strategy"] = detail::strategy_json(*run.strategy);
+  } else {
+    j["strategy"] = {{"name", run.schedule.strategy.substr(0, run.schedule.strategy.find(':'))}, {"rules", nullptr}};
+  }
+  j["strategy"]["applied"] = run.schedule.strategy;
   if (!run.schedule.compression.empty()) {
     auto time = [](const models::TimeModel& t) {
       return ordered_json{{"latency_seconds", t.latency},
@@ -385,10 +391,11 @@ std::string report_json(const SimulationRun& run) {
                       {"profile_source", c.profile_source.empty() ? ordered_json(nullptr) : ordered_json(c.profile_source)},
                       {"codec", c.codec.empty() ? ordered_json(nullptr) : ordered_json(c.codec)},
                       {"error_bound", c.error_bound},
-                      {"error_bound_mode", c.absolute_bound ? "abs" : "rel"},
+                      {"error_bound_mode", to_string(c.error_bound_mode)},
                       {"compress", time(c.compress)},
                       {"decompress", time(c.decompress)},
                       {"ratio_source", c.ratio_overridden ? "explicit" : "profile"},
+                      {"ratio_converted_to_element_size", c.ratio_converted_to_element_size},
                       {"ratio_by_class", ratios}});
       // Counts of the storages compressed and of those whose own value features set their ratio;
       // when the latter is > 0, ratio_by_class holds byte-weighted means (bytes / compressed bytes).
@@ -400,6 +407,7 @@ std::string report_json(const SimulationRun& run) {
     j["compression"] = list;
   }
   j["fits"] = r.fits();
+  j["not_applicable"] = nullptr;
   if (r.out_of_memory) {
     const OutOfMemory& oom = *r.out_of_memory;
     ordered_json o;
@@ -433,6 +441,31 @@ std::string report_json(const SimulationRun& run) {
     results["time_seconds"] = std::move(seconds);
     j["results"] = std::move(results);
   }
+  return j.dump(2) + "\n";
+}
+
+std::string report_text(const NotApplicableRun& run) {
+  std::string out;
+  add_line(out, "Scenario   {}   (source: {})", run.scenario_name, run.scenario_source);
+  add_line(out, "Model      {} · batch {}", run.trace_name, run.batch_size);
+  add_line(out, "Platform   {}: {}, {} of GPU memory   (source: {})", run.platform.name, run.platform.gpu.name,
+           format_bytes(run.platform.gpu.memory_bytes), run.platform.source);
+  add_line(out, "Strategy   {}", run.strategy.name);
+  out += '\n';
+  add_line(out, "DOES NOT APPLY at batch {}: {}", run.batch_size, run.reason);
+  return out;
+}
+
+std::string report_json(const NotApplicableRun& run) {
+  ordered_json j = detail::document_header("simulate");
+  j["scenario"] = detail::scenario_json(run.scenario_name, run.scenario_source);
+  j["model"] = {{"trace", run.trace_name}, {"batch_size", run.batch_size}};
+  j["platform"] = detail::platform_json(run.platform);
+  j["strategy"] = detail::strategy_json(run.strategy);
+  j["fits"] = false;
+  j["not_applicable"] = run.reason;
+  j["out_of_memory"] = nullptr;
+  j["results"] = nullptr;
   return j.dump(2) + "\n";
 }
 

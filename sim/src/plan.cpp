@@ -1,21 +1,22 @@
 #include "comptrain/sim/plan.hpp"
 
-#include <fcntl.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <type_traits>
 
-#include "comptrain/models/op_time.hpp"
+#include "comptrain/sim/run.hpp"
 #include "comptrain/sim/simulation.hpp"
-#include "comptrain/sim/sweep.hpp"
+#include "comptrain/sim/workers.hpp"
 #include "comptrain/support/format.hpp"
 #include "comptrain/support/input_error.hpp"
+#include "documents.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -26,50 +27,20 @@ static_assert(std::is_trivially_copyable_v<PlanPoint>, "PlanPoint travels over a
 
 bool is_baseline(const models::StrategySpec& spec) { return spec.rules.empty(); }
 
-Scenario at_batch(Scenario scenario, std::int64_t batch) {
-  scenario.batch_size = batch;
-  if (scenario.zoo_model) scenario.zoo_model->batch_size = batch;
-  return scenario;
-}
-
-// Runs in a worker process: one simulation, reduced to what the planner needs. A strategy that
-// cannot be built at this batch (e.g. a recompute budget below what the checkpoints need) is an
-// inapplicable point rather than an error, so the search can go on; its message follows the bytes.
-std::string probe(const Scenario& scenario, const models::StrategySpec& spec, std::int64_t batch) {
-  // This is a worker process: SimGrid's backtraces on a crash would only clutter the progress
-  // line, and the failure reaches the plan's warnings anyway.
-  if (const int null = ::open("/dev/null", O_WRONLY); null >= 0) {
-    ::dup2(null, STDERR_FILENO);
-    ::close(null);
-  }
-  const Scenario s = at_batch(scenario, batch);
-  const models::Platform& platform = require_platform(s);
-  const traces::Trace trace = build_trace(s);
-  models::OpTimeOptions time_options;
-  time_options.allow_tf32 = s.allow_tf32;
-  const models::OpTimeModel time_model(platform, time_options);
+// Runs in a worker process: one simulation, reduced to what the planner needs, replayed in
+// this process (the worker is a fresh child already). A strategy that does not apply at this
+// batch is a point of its own; its reason follows the point's bytes.
+std::string probe(const PreparedScenario& prepared, const models::StrategySpec& spec, std::int64_t batch) {
   PlanPoint point;
   point.batch = batch;
   std::string note;
-  std::optional<models::Schedule> schedule;
-  try {
-    schedule = models::build_schedule(trace, time_model, spec);
-  } catch (const InputError& e) {
+  auto scheduled = schedule_run(prepared, spec, batch);
+  if (const auto* not_applicable = std::get_if<models::NotApplicable>(&scheduled)) {
     point.inapplicable = true;
-    note = e.what();
-  }
-  if (schedule) {
-    // simulate() forks once more: a simulator crash (an abort inside SimGrid) then becomes a
-    // failed point with its message instead of ending the whole plan.
-    SimulationResult r;
-    try {
-      r = simulate(platform, *schedule);
-    } catch (const std::runtime_error& e) {
-      point.simulation_failed = true;
-      note = e.what();
-    }
-    if (point.simulation_failed) {
-    } else if (r.out_of_memory) {
+    note = not_applicable->reason;
+  } else {
+    const SimulationResult r = replay(prepared, std::get<ScheduledRun>(scheduled), Isolation::this_process);
+    if (r.out_of_memory) {
       point.out_of_memory = true;
       point.peak_bytes = r.out_of_memory->in_use + r.out_of_memory->requested;
     } else {
@@ -100,9 +71,11 @@ struct Search {
 
 struct Driver {
   const std::vector<PlanRequest>& requests;
-  std::vector<Plan> plans;
+  std::vector<std::unique_ptr<PreparedScenario>> prepared;  // per request, prepared once
+  std::vector<std::vector<models::StrategySpec>> strategies;  // per request, identical ones removed
+  std::vector<BatchSizePlan> plans;
   std::vector<Search> searches;
-  ProcessPool pool;
+  WorkerPool pool;
   Progress progress;
   std::map<std::size_t, std::pair<std::size_t, std::int64_t>> job_owner;  // job -> search, batch
   std::vector<bool> extra_done;
@@ -111,6 +84,7 @@ struct Driver {
 
   const PlanOptions& options(const Search& s) const { return requests[s.plan].options; }
   std::int64_t limit(const Search& s) const { return plans[s.plan].limit_bytes; }
+  const models::StrategySpec& spec(const Search& s) const { return strategies[s.plan][s.strategy]; }
 
   // The next round's probes, or none when the search is finished.
   std::vector<std::int64_t> next_round(Search& s) const {
@@ -138,6 +112,10 @@ struct Driver {
 
   // Decides from a completed round: the first failing probe bounds the interval from above.
   void decide(Search& s) {
+    if (s.phase == Search::Phase::extra) {
+      s.phase = Search::Phase::done;  // comparison points only: the search itself was over
+      return;
+    }
     std::sort(s.round.begin(), s.round.end());
     std::optional<std::int64_t> first_fail;
     for (std::int64_t b : s.round) {
@@ -146,10 +124,6 @@ struct Driver {
         break;
       }
       s.lo = b;
-    }
-    if (s.phase == Search::Phase::extra) {
-      s.phase = Search::Phase::done;
-      return;
     }
     if (first_fail) {
       s.hi = *first_fail;
@@ -168,9 +142,9 @@ struct Driver {
       s.outstanding = 0;
       for (std::int64_t b : s.round) {
         if (s.points.count(b)) continue;  // already simulated
-        const PlanRequest& request = requests[s.plan];
-        const models::StrategySpec& spec = request.strategies[s.strategy];
-        const std::size_t job = pool.submit([&request, &spec, b]() { return probe(request.scenario, spec, b); });
+        const PreparedScenario& scenario = *prepared[s.plan];
+        const models::StrategySpec& strategy = spec(s);
+        const std::size_t job = pool.submit([&scenario, &strategy, b]() { return probe(scenario, strategy, b); });
         job_owner[job] = {index, b};
         ++s.outstanding;
       }
@@ -184,8 +158,9 @@ struct Driver {
     on_search_done(s);
   }
 
-  // When every search of a plan is done: the baseline at the other strategies' best batches
-  // where it fits there but was not simulated, for the slowdown column.
+  // When every search of a plan is done: the points the comparison with the baseline needs,
+  // each strategy and the baseline at the smaller of their largest batches, where the search
+  // did not simulate them.
   void on_search_done(const Search& done) {
     const std::size_t p = done.plan;
     if (extra_done[p]) return;
@@ -193,22 +168,24 @@ struct Driver {
     for (std::size_t i = 0; i < searches.size(); ++i) {
       if (searches[i].plan != p) continue;
       if (searches[i].phase != Search::Phase::done) return;
-      if (!baseline && is_baseline(requests[p].strategies[searches[i].strategy])) baseline = i;
+      if (!baseline && is_baseline(spec(searches[i]))) baseline = i;
     }
     extra_done[p] = true;
-    if (!baseline) return;
-    Search& base = searches[*baseline];
-    std::vector<std::int64_t> extra;
-    for (const Search& s : searches) {
-      if (s.plan != p || &s == &base) continue;
-      if (auto best = best_of(s); best && base.lo >= *best && !base.points.count(*best)) extra.push_back(*best);
+    if (!baseline || searches[*baseline].lo == 0) return;
+    std::map<std::size_t, std::set<std::int64_t>> extra;  // search -> batches
+    const std::int64_t base_max = searches[*baseline].lo;
+    for (std::size_t i = 0; i < searches.size(); ++i) {
+      const Search& s = searches[i];
+      if (s.plan != p || i == *baseline || s.lo == 0) continue;
+      const std::int64_t common = std::min(base_max, s.lo);
+      if (!s.points.count(common)) extra[i].insert(common);
+      if (!searches[*baseline].points.count(common)) extra[*baseline].insert(common);
     }
-    std::sort(extra.begin(), extra.end());
-    extra.erase(std::unique(extra.begin(), extra.end()), extra.end());
-    if (extra.empty()) return;
-    base.phase = Search::Phase::extra;
-    base.round = extra;
-    submit_round(*baseline);
+    for (auto& [i, batches] : extra) {
+      searches[i].phase = Search::Phase::extra;
+      searches[i].round.assign(batches.begin(), batches.end());
+    }
+    for (auto& [i, batches] : extra) submit_round(i);
   }
 
   double rate(const Search& s, const PlanPoint& point) const {
@@ -233,14 +210,24 @@ struct Driver {
     return best;
   }
 
-  void record(std::size_t job, std::string output) {
+  void record(std::size_t job, JobOutcome outcome) {
     const auto [index, batch] = job_owner.at(job);
     Search& s = searches[index];
     PlanPoint point;
-    std::memcpy(&point, output.data(), sizeof point);
-    if (point.inapplicable) s.notes[batch] = fmt::format("batch {}: the strategy does not apply: {}", batch, output.substr(sizeof point));
-    if (point.simulation_failed) {
-      s.notes[batch] = fmt::format("batch {}: the simulation failed ({}); counted as not fitting", batch, output.substr(sizeof point));
+    point.batch = batch;
+    if (outcome.status == JobOutcome::Status::input_error) throw InputError(outcome.text);  // exits 2, once
+    if (outcome.status == JobOutcome::Status::result && outcome.text.size() >= sizeof point) {
+      std::memcpy(&point, outcome.text.data(), sizeof point);
+      if (point.inapplicable) s.notes[batch] = fmt::format("batch {}: the strategy does not apply: {}", batch, outcome.text.substr(sizeof point));
+    } else {
+      // A worker that threw or died (a signal: a crash inside SimGrid) fails this point only.
+      point.simulation_failed = true;
+      s.notes[batch] = fmt::format("batch {}: {}; counted as not fitting", batch, outcome.text);
+    }
+    if (!outcome.diagnostics.empty()) {
+      std::string& note = s.notes[batch];
+      note += (note.empty() ? fmt::format("batch {}: ", batch) : std::string("; ")) + "the worker wrote: " + outcome.diagnostics;
+      while (!note.empty() && note.back() == '\n') note.pop_back();
     }
     point.fits = !point.out_of_memory && !point.inapplicable && !point.simulation_failed && point.peak_bytes <= limit(s);
     point.samples_per_second = point.fits && point.iteration_seconds > 0 ? static_cast<double>(batch) / point.iteration_seconds : 0;
@@ -265,7 +252,7 @@ struct Driver {
 
   StrategyPlan finish(const Search& s) const {
     StrategyPlan out;
-    out.strategy = requests[s.plan].strategies[s.strategy].name;
+    out.strategy = spec(s).name;
     for (const auto& [b, point] : s.points) out.points.push_back(point);
     for (const auto& [batch, note] : s.notes) out.warnings.push_back(note);
     if (s.lo > 0) {
@@ -300,21 +287,85 @@ struct Driver {
 };
 
 void check_options(const PlanOptions& o) {
-  if (!(o.margin >= 0 && o.margin < 1)) throw InputError(fmt::format("plan: margin {} is out of range; expected a fraction in [0, 1)", o.margin));
+  if (!(o.margin >= 0 && o.margin < 1)) throw InputError(fmt::format("plan: margin {:g} is out of range; expected a fraction in [0, 1)", o.margin));
   if (o.max_batch < 1) throw InputError("plan: max batch must be >= 1");
   if (o.target_global_batch && *o.target_global_batch < 1) throw InputError("plan: target global batch must be >= 1");
   if (o.probes_per_round < 1) throw InputError("plan: probes per round must be >= 1");
 }
 
-std::string strategy_description(const StrategyPlan& s, const Plan& plan) {
+// Two strategies with the same rules plan the same: one is kept, the other named in a note.
+std::vector<models::StrategySpec> without_duplicates(const std::vector<models::StrategySpec>& specs, std::vector<std::string>& notes) {
+  std::vector<models::StrategySpec> out;
+  std::vector<std::string> rules;
+  for (const models::StrategySpec& spec : specs) {
+    const std::string mine = detail::strategy_json(spec)["rules"].dump();
+    const auto same = std::find(rules.begin(), rules.end(), mine);
+    if (same != rules.end()) {
+      const std::string& kept = out[static_cast<std::size_t>(same - rules.begin())].name;
+      if (kept != spec.name) notes.push_back(fmt::format("'{}' has the same rules as '{}': planned once, as '{}'", spec.name, kept, kept));
+      continue;
+    }
+    rules.push_back(mine);
+    out.push_back(spec);
+  }
+  return out;
+}
+
+const PlanPoint* point_at(const StrategyPlan& s, std::int64_t batch) {
+  const auto it = std::find_if(s.points.begin(), s.points.end(), [&](const PlanPoint& q) { return q.batch == batch; });
+  return it == s.points.end() ? nullptr : &*it;
+}
+
+void compare_with_baseline(BatchSizePlan& plan, const std::vector<models::StrategySpec>& specs) {
+  const auto base = std::find_if(specs.begin(), specs.end(), is_baseline);
+  if (base == specs.end()) return;
+  const StrategyPlan& baseline = plan.strategies[static_cast<std::size_t>(base - specs.begin())];
+  if (!baseline.max_batch) return;
+  for (StrategyPlan& s : plan.strategies) {
+    if (&s == &baseline || !s.max_batch) continue;
+    const std::int64_t batch = std::min(*baseline.max_batch, *s.max_batch);
+    const PlanPoint* mine = point_at(s, batch);
+    const PlanPoint* theirs = point_at(baseline, batch);
+    if (!mine || !theirs || !mine->fits || !theirs->fits || theirs->iteration_seconds <= 0 || theirs->peak_bytes <= 0) continue;
+    StrategyPlan::Comparison c;
+    c.batch = batch;
+    c.peak_saved_fraction = 1.0 - static_cast<double>(mine->peak_bytes) / static_cast<double>(theirs->peak_bytes);
+    c.slowdown = mine->iteration_seconds / theirs->iteration_seconds;
+    c.best_throughput_ratio = baseline.best_samples_per_second > 0 ? s.best_samples_per_second / baseline.best_samples_per_second : 0;
+    s.vs_baseline = c;
+  }
+}
+
+std::string strategy_description(const StrategyPlan& s, const BatchSizePlan& plan) {
   if (!s.max_batch) {
     if (s.points.empty()) return "not simulated";
     const PlanPoint& one = s.points.front();
     if (one.inapplicable) return "the strategy does not apply at batch 1";
+    if (one.simulation_failed) return "the simulation failed at batch 1 (see the warnings)";
     return fmt::format("does not fit at batch 1: needs {}{} of {} allowed", one.out_of_memory ? "more than " : "", format_bytes(one.peak_bytes),
                        format_bytes(plan.limit_bytes));
   }
   return {};
+}
+
+// One line under the table: which strategy trains the largest batch, which is fastest, and
+// what the largest one costs against the baseline.
+std::string verdict(const BatchSizePlan& plan) {
+  const StrategyPlan* largest = nullptr;
+  const StrategyPlan* fastest = nullptr;
+  for (const StrategyPlan& s : plan.strategies) {
+    if (!s.max_batch) continue;
+    if (!largest || *s.max_batch > *largest->max_batch) largest = &s;
+    if (!fastest || s.best_samples_per_second > fastest->best_samples_per_second) fastest = &s;
+  }
+  if (!largest) return "Verdict: no strategy fits at batch 1 on this GPU.";
+  std::string out = fmt::format("Verdict: {} runs the largest batch ({}{})", largest->strategy, largest->max_is_ceiling ? ">= " : "", *largest->max_batch);
+  if (largest->vs_baseline) {
+    const auto& c = *largest->vs_baseline;
+    out += fmt::format(", saving {:.0f}% of peak memory at batch {} for a {:.2f}x slowdown", 100 * c.peak_saved_fraction, c.batch, c.slowdown);
+  }
+  if (fastest == largest) return out + fmt::format("; it is also the fastest ({:.1f} samples/s).", fastest->best_samples_per_second);
+  return out + fmt::format("; {} is the fastest ({:.1f} samples/s at batch {}).", fastest->strategy, fastest->best_samples_per_second, *fastest->best_batch);
 }
 
 }  // namespace
@@ -324,13 +375,12 @@ std::vector<models::StrategySpec> strategies_to_plan(const Scenario& scenario) {
   std::vector<models::StrategySpec> out(3);
   out[0].name = "baseline";
   out[1].name = "offload";
-  out[1].rules.push_back({});
-  out[1].rules.back().offload = models::OffloadAction{};
+  out[1].rules.push_back({{}, models::OffloadAction{}});
   out[2].name = "recompute";
-  out[2].rules.push_back({});
-  out[2].rules.back().recompute = models::RecomputeAction{};
-  const std::string& own = scenario.strategy.name;
-  if (std::none_of(out.begin(), out.end(), [&](const auto& s) { return s.name == own; })) out.push_back(scenario.strategy);
+  out[2].rules.push_back({{}, models::RecomputeAction{}});
+  // The scenario's own strategy, unless it is one of these under another name.
+  const std::string own = detail::strategy_json(scenario.strategy)["rules"].dump();
+  if (std::none_of(out.begin(), out.end(), [&](const auto& s) { return detail::strategy_json(s)["rules"].dump() == own; })) out.push_back(scenario.strategy);
   return out;
 }
 
@@ -342,16 +392,30 @@ PlanOptions plan_options_for(const Scenario& scenario, PlanOptions base) {
   return base;
 }
 
-std::vector<Plan> make_plans(const std::vector<PlanRequest>& requests, int jobs, bool progress) {
+std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, int jobs, bool progress) {
   Driver d(requests, jobs, progress);
   d.extra_done.assign(requests.size(), false);
   for (std::size_t p = 0; p < requests.size(); ++p) {
     const PlanRequest& r = requests[p];
     check_options(r.options);
     if (r.strategies.empty()) throw InputError(r.scenario.source + ": no strategy to plan");
-    const models::Platform& platform = require_platform(r.scenario);
-    Plan plan;
+    // Prepared once here, before any worker is forked: a trace file is parsed once, and a
+    // scenario or strategy that cannot run exits 2 once instead of failing every probe.
+    d.prepared.push_back(std::make_unique<PreparedScenario>(r.scenario));
+    BatchSizePlan plan;
+    d.strategies.push_back(without_duplicates(r.strategies, plan.notes));
+    for (const models::StrategySpec& spec : d.strategies.back()) {
+      try {
+        models::validate_strategy(spec);
+      } catch (const InputError& e) {
+        throw InputError(r.scenario.source + ": " + e.what());
+      }
+    }
+    const models::Platform& platform = d.prepared.back()->platform();
     plan.scenario_name = r.scenario.name;
+    plan.scenario_source = r.scenario.source;
+    plan.platform_source = platform.source;
+    plan.gpu_name = platform.gpu.name;
     plan.variant = r.variant;
     plan.platform_name = platform.name;
     plan.capacity_bytes = platform.gpu.memory_bytes;
@@ -360,7 +424,7 @@ std::vector<Plan> make_plans(const std::vector<PlanRequest>& requests, int jobs,
     plan.options.jobs = jobs;
     plan.options.progress = progress;
     d.plans.push_back(std::move(plan));
-    for (std::size_t s = 0; s < r.strategies.size(); ++s) {
+    for (std::size_t s = 0; s < d.strategies.back().size(); ++s) {
       Search search;
       search.plan = p;
       search.strategy = s;
@@ -371,31 +435,17 @@ std::vector<Plan> make_plans(const std::vector<PlanRequest>& requests, int jobs,
   std::size_t done = 0;
   d.progress.update(0, d.estimate_total(), true);
   while (auto finished = d.pool.next()) {
-    d.record(finished->id, std::move(finished->output));
+    d.record(finished->id, std::move(finished->outcome));
     d.progress.update(++done, d.estimate_total(), true);
   }
   d.progress.finish(done);
 
   for (const Search& s : d.searches) d.plans[s.plan].strategies.push_back(d.finish(s));
-  for (std::size_t p = 0; p < d.plans.size(); ++p) {
-    Plan& plan = d.plans[p];
-    const auto& specs = requests[p].strategies;
-    const auto base = std::find_if(specs.begin(), specs.end(), is_baseline);
-    if (base == specs.end()) continue;
-    const StrategyPlan& baseline = plan.strategies[static_cast<std::size_t>(base - specs.begin())];
-    for (StrategyPlan& s : plan.strategies) {
-      if (!s.best_batch) continue;
-      const auto mine = std::find_if(s.points.begin(), s.points.end(), [&](const PlanPoint& q) { return q.batch == *s.best_batch; });
-      const auto theirs = std::find_if(baseline.points.begin(), baseline.points.end(), [&](const PlanPoint& q) { return q.batch == *s.best_batch; });
-      if (theirs != baseline.points.end() && theirs->fits && theirs->iteration_seconds > 0) {
-        s.slowdown_vs_baseline = mine->iteration_seconds / theirs->iteration_seconds;
-      }
-    }
-  }
+  for (std::size_t p = 0; p < d.plans.size(); ++p) compare_with_baseline(d.plans[p], d.strategies[p]);
   return d.plans;
 }
 
-Plan make_plan(const Scenario& scenario, const std::vector<models::StrategySpec>& strategies, const PlanOptions& options) {
+BatchSizePlan make_plan(const Scenario& scenario, const std::vector<models::StrategySpec>& strategies, const PlanOptions& options) {
   std::vector<PlanRequest> requests(1);
   requests[0].scenario = scenario;
   requests[0].strategies = strategies;
@@ -403,7 +453,7 @@ Plan make_plan(const Scenario& scenario, const std::vector<models::StrategySpec>
   return make_plans(requests, options.jobs, options.progress).front();
 }
 
-std::string plan_table_text(const Plan& plan) {
+std::string plan_table_text(const BatchSizePlan& plan) {
   const auto& o = plan.options;
   std::string out = fmt::format("Plan       {}{}\n", plan.scenario_name, plan.variant.empty() ? "" : "   (variant: " + plan.variant + ")");
   out += fmt::format("Platform   {}: {} of GPU memory; limit {} (margin {:g}%)\n", plan.platform_name, format_bytes(plan.capacity_bytes),
@@ -420,7 +470,8 @@ std::string plan_table_text(const Plan& plan) {
   const bool g = o.target_global_batch.has_value();
   out += "\n" + fmt::format("{:<{}}  {:>10}  {:>10}  {:>11}  {:>12}  ", "strategy", width, "max batch", "best batch", "samples/s", "peak at best");
   if (g) out += fmt::format("{:>11}  ", "accum steps");
-  out += fmt::format("{:>13}  {:>4}\n", "vs baseline", "sims");
+  out += fmt::format("{:>24}  {:>9}  {:>4}\n", "vs baseline: batch, peak", "slowdown", "sims");
+  bool compared = false;
   for (const auto& s : plan.strategies) {
     if (!s.max_batch) {
       out += fmt::format("{:<{}}  {}  ({} simulations)\n", s.strategy, width, strategy_description(s, plan), s.points.size());
@@ -430,9 +481,24 @@ std::string plan_table_text(const Plan& plan) {
     out += fmt::format("{:<{}}  {:>10}  {:>10}  {:>11.1f}  {:>12}  ", s.strategy, width, max, *s.best_batch, s.best_samples_per_second,
                        format_bytes(s.best_peak_bytes));
     if (g) out += fmt::format("{:>11}  ", s.accumulation_steps);
-    out += fmt::format("{:>13}  {:>4}\n", s.slowdown_vs_baseline > 0 ? fmt::format("{:.2f}x", s.slowdown_vs_baseline) : "n/a", s.points.size());
+    std::string at = "-", slowdown = "-";
+    if (s.vs_baseline) {
+      compared = true;
+      at = fmt::format("{}, {:+.0f}%", s.vs_baseline->batch, -100 * s.vs_baseline->peak_saved_fraction);
+      slowdown = fmt::format("{:.2f}x", s.vs_baseline->slowdown);
+    }
+    out += fmt::format("{:>24}  {:>9}  {:>4}\n", at, slowdown, s.points.size());
   }
-  out += "\nvs baseline: iteration time / the baseline's at the same batch (n/a: the baseline does not fit there).\n";
+  if (compared) {
+    out += "\nvs baseline: at the largest batch both run, the change in peak memory and the iteration time over the baseline's.\n";
+    for (const auto& s : plan.strategies) {
+      if (s.vs_baseline && s.vs_baseline->best_throughput_ratio > 0) {
+        out += fmt::format("best vs best: {} {:.2f}x the baseline's samples/s\n", s.strategy, s.vs_baseline->best_throughput_ratio);
+      }
+    }
+  }
+  out += "\n" + verdict(plan) + "\n";
+  for (const auto& note : plan.notes) out += "note: " + note + "\n";
   for (const auto& s : plan.strategies) {
     if (s.max_is_ceiling) out += fmt::format("{}: fits up to the search ceiling {} (--max-batch to search further).\n", s.strategy, *s.max_batch);
     for (const auto& w : s.warnings) out += fmt::format("warning: {}: {}\n", s.strategy, w);
@@ -442,12 +508,11 @@ std::string plan_table_text(const Plan& plan) {
 
 namespace {
 
-ordered_json plan_to_json(const Plan& plan) {
-  ordered_json j;
-  j["scenario"] = plan.scenario_name;
+ordered_json plan_to_json(const BatchSizePlan& plan) {
+  ordered_json j = detail::document_header("plan");
+  j["scenario"] = detail::scenario_json(plan.scenario_name, plan.scenario_source);
   j["variant"] = plan.variant.empty() ? ordered_json(nullptr) : ordered_json(plan.variant);
-  j["platform"] = plan.platform_name;
-  j["capacity_bytes"] = plan.capacity_bytes;
+  j["platform"] = {{"name", plan.platform_name}, {"source", plan.platform_source}, {"gpu", plan.gpu_name}, {"memory_capacity_bytes", plan.capacity_bytes}};
   j["limit_bytes"] = plan.limit_bytes;
   // jobs and progress are left out: they do not change the plan, and documents must not differ by them.
   j["options"] = {{"margin", plan.options.margin},
@@ -457,7 +522,7 @@ ordered_json plan_to_json(const Plan& plan) {
   ordered_json strategies = ordered_json::array();
   for (const auto& s : plan.strategies) {
     ordered_json js;
-    js["strategy"] = s.strategy;
+    js["strategy"] = {{"name", s.strategy}};
     js["fits_at_batch_1"] = s.max_batch.has_value();
     js["max_batch"] = s.max_batch ? ordered_json(*s.max_batch) : ordered_json(nullptr);
     js["max_is_ceiling"] = s.max_is_ceiling;
@@ -465,7 +530,14 @@ ordered_json plan_to_json(const Plan& plan) {
     js["best_samples_per_second"] = s.best_samples_per_second;
     js["best_peak_bytes"] = s.best_peak_bytes;
     js["accumulation_steps"] = s.accumulation_steps;
-    js["slowdown_vs_baseline"] = s.slowdown_vs_baseline > 0 ? ordered_json(s.slowdown_vs_baseline) : ordered_json(nullptr);
+    if (s.vs_baseline) {
+      js["vs_baseline"] = {{"batch", s.vs_baseline->batch},
+                           {"peak_saved_fraction", s.vs_baseline->peak_saved_fraction},
+                           {"slowdown", s.vs_baseline->slowdown},
+                           {"best_throughput_ratio", s.vs_baseline->best_throughput_ratio}};
+    } else {
+      js["vs_baseline"] = nullptr;
+    }
     js["warnings"] = s.warnings;
     ordered_json points = ordered_json::array();
     for (const auto& p : s.points) {
@@ -483,6 +555,7 @@ ordered_json plan_to_json(const Plan& plan) {
     strategies.push_back(std::move(js));
   }
   j["strategies"] = std::move(strategies);
+  j["notes"] = plan.notes;
   return j;
 }
 
@@ -495,11 +568,11 @@ std::string csv_field(const std::string& text) {
 
 }  // namespace
 
-std::string plan_json(const Plan& plan) { return plan_to_json(plan).dump(2) + "\n"; }
+std::string plan_json(const BatchSizePlan& plan) { return plan_to_json(plan).dump(2) + "\n"; }
 
-std::string plan_csv(const std::vector<Plan>& plans) {
+std::string plan_csv(const std::vector<BatchSizePlan>& plans) {
   std::string out = "variant,scenario,platform,strategy,batch,fits,out_of_memory,inapplicable,simulation_failed,peak_bytes,iteration_seconds,samples_per_second,stall_seconds\n";
-  for (const Plan& plan : plans) {
+  for (const BatchSizePlan& plan : plans) {
     for (const auto& s : plan.strategies) {
       for (const auto& p : s.points) {
         out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(plan.variant), csv_field(plan.scenario_name), csv_field(plan.platform_name),
@@ -511,6 +584,6 @@ std::string plan_csv(const std::vector<Plan>& plans) {
   return out;
 }
 
-std::string plan_csv(const Plan& plan) { return plan_csv(std::vector<Plan>{plan}); }
+std::string plan_csv(const BatchSizePlan& plan) { return plan_csv(std::vector<BatchSizePlan>{plan}); }
 
 }  // namespace comptrain::sim

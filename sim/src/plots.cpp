@@ -231,7 +231,7 @@ void draw(const std::filesystem::path& svg, const std::string& body) {
 std::string number(double value) { return fmt::format("{:.9g}", value); }
 double gib(std::int64_t bytes) { return static_cast<double>(bytes) / kGiB; }
 
-std::string plan_subject(const Plan& plan) {
+std::string plan_subject(const BatchSizePlan& plan) {
   return plan.platform_name.empty() ? plan.scenario_name : fmt::format("{} on {}", plan.scenario_name, plan.platform_name);
 }
 
@@ -248,7 +248,7 @@ std::string data_block(std::string_view name, const std::vector<PlanPoint>& poin
 
 // x range over every point of every strategy, so the axes of the two plan plots agree; gnuplot's
 // own autoscale would fail with a log axis when a plot has no points at all.
-std::pair<std::int64_t, std::int64_t> batch_range(const Plan& plan) {
+std::pair<std::int64_t, std::int64_t> batch_range(const BatchSizePlan& plan) {
   std::int64_t lo = 0;
   std::int64_t hi = 0;
   for (const StrategyPlan& s : plan.strategies) {
@@ -264,7 +264,7 @@ std::pair<std::int64_t, std::int64_t> batch_range(const Plan& plan) {
 }
 
 // Batch sizes on a log2 axis: a tic at each power of two, labelled as a plain number.
-std::string log2_batch_axis(const Plan& plan) {
+std::string log2_batch_axis(const BatchSizePlan& plan) {
   const auto [lo, hi] = batch_range(plan);
   std::string s;
   s += "set logscale x 2\n";
@@ -292,7 +292,7 @@ bool gnuplot_available() {
   }
 }
 
-void write_throughput_plot(const Plan& plan, const std::filesystem::path& svg) {
+void write_throughput_plot(const BatchSizePlan& plan, const std::filesystem::path& svg) {
   std::string s;
   s += fmt::format("set title {} noenhanced\n", gnuplot_string(fmt::format("Throughput by batch size: {}", plan_subject(plan))));
   s += log2_batch_axis(plan);
@@ -338,7 +338,7 @@ void write_throughput_plot(const Plan& plan, const std::filesystem::path& svg) {
   draw(svg, s);
 }
 
-void write_peak_memory_plot(const Plan& plan, const std::filesystem::path& svg) {
+void write_peak_memory_plot(const BatchSizePlan& plan, const std::filesystem::path& svg) {
   const double capacity = gib(plan.capacity_bytes);
   const double usable = (1.0 - plan.options.margin) * capacity;
   std::string s;
@@ -559,7 +559,7 @@ void write_memory_timeline_plot(const SimulationRun& run, const std::filesystem:
   draw(svg, s);
 }
 
-std::vector<std::filesystem::path> write_plan_plots(const Plan& plan, const std::filesystem::path& directory) {
+std::vector<std::filesystem::path> write_plan_plots(const BatchSizePlan& plan, const std::filesystem::path& directory) {
   require_gnuplot();  // before creating the directory: a missing gnuplot leaves nothing behind
   std::error_code error;
   std::filesystem::create_directories(directory, error);

@@ -8,8 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "comptrain/calibrate/profile.hpp"
 #include "comptrain/models/platform_yaml.hpp"
+#include "comptrain/models/profile_yaml.hpp"
+#include "comptrain/models/shipped_or_file.hpp"
 #include "comptrain/models/units.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/traces/trace_json.hpp"
@@ -18,6 +19,10 @@
 
 namespace comptrain::sim {
 namespace {
+
+// Counts of ops (a lookahead, every k-th activation): no trace has more than a million ops per
+// iteration, and the value must fit the int the strategy keeps.
+constexpr std::int64_t kMaxCount = 1'000'000;
 
 // Reads one YAML document and reports every problem as "SOURCE:LINE:COLUMN: message".
 class ScenarioReader {
@@ -71,7 +76,7 @@ class ScenarioReader {
       throw InputError(where(model.Mark()) + "'model' needs exactly one of 'zoo' (a model name: comptrain trace list) or 'trace' (a trace file)");
     }
     if (has_zoo) {
-      zoo::ModelRequest request;
+      zoo::ModelSpec request;
       request.model = scalar(model["zoo"], "model.zoo");
       const auto models = zoo::list_models();
       if (std::none_of(models.begin(), models.end(), [&](const auto& m) { return m.name == request.model; })) {
@@ -85,7 +90,7 @@ class ScenarioReader {
       request.seq_len = optional_positive(model, "seq_len", "model");
       request.vocab = optional_positive(model, "vocab", "model");
       if (training) {
-        if (auto batch = optional_positive(training, "batch_size", "training")) request.batch_size = *batch;
+        scenario.batch_size = optional_positive(training, "batch_size", "training");
         if (const YAML::Node p = training["precision"]) {
           auto value = zoo::parse_precision(scalar(p, "training.precision"));
           if (!value) throw InputError(where(p.Mark()) + "unknown precision '" + p.Scalar() + "'; expected fp32 or mixed");
@@ -97,7 +102,6 @@ class ScenarioReader {
           request.optimizer = *value;
         }
       }
-      scenario.batch_size = request.batch_size;
       scenario.zoo_model = std::move(request);
     } else {
       for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab"}) {
@@ -124,11 +128,8 @@ class ScenarioReader {
   models::Platform read_platform(const YAML::Node& node) const {
     if (node.IsMap()) return models::platform_from_yaml(node, source_ + " (inline platform)");
     const std::string text = scalar(node, "platform");
-    const std::filesystem::path path(text);
-    const std::string ext = path.extension().string();
     try {
-      if (ext == ".yaml" || ext == ".yml") return models::load_platform_file(path.is_absolute() ? path : base_dir_ / path);
-      return models::builtin_platform(text);
+      return models::resolve_platform(text, base_dir_);
     } catch (const InputError& e) {
       throw InputError(where(node.Mark()) + "platform: " + e.what());
     }
@@ -162,9 +163,9 @@ class ScenarioReader {
       if (spec.name == "baseline") return spec;
       models::StrategyRule rule;
       if (spec.name == "offload") {
-        rule.offload = models::OffloadAction{};
+        rule.action = models::OffloadAction{};
       } else if (spec.name == "recompute") {
-        rule.recompute = models::RecomputeAction{};
+        rule.action = models::RecomputeAction{};
       } else {
         throw InputError(where(node.Mark()) + "unknown strategy '" + spec.name +
                          "'; expected baseline, offload, recompute, or a mapping with name and rules");
@@ -190,117 +191,128 @@ class ScenarioReader {
     const int actions = (node["offload"] ? 1 : 0) + (node["recompute"] ? 1 : 0) + (node["compress"] ? 1 : 0);
     if (actions != 1) throw InputError(where(node.Mark()) + "'" + field + "' needs exactly one of offload, recompute, compress");
     if (const YAML::Node select = node["select"]) rule.select = read_selector(select, field + ".select");
-
     if (const YAML::Node n = node["offload"]) {
-      models::OffloadAction action;
-      if (!n.IsNull()) {
-        require_map(n, field + ".offload");
-        check_keys(n, field + ".offload", {"policy", "lookahead", "synchronous"});
-        if (const YAML::Node policy = n["policy"]) {
-          const std::string value = scalar(policy, field + ".offload.policy");
-          if (value != "all" && value != "conv") throw InputError(where(policy.Mark()) + "unknown offload policy '" + value + "'; expected all or conv");
-          if (node["select"]) throw InputError(where(policy.Mark()) + "give either 'policy' or 'select', not both");
-          if (value == "conv") rule.select.inputs_of = {traces::OpKind::conv};  // vDNN's conv policy
-        }
-        if (auto lookahead = optional_positive(n, "lookahead", field + ".offload")) action.lookahead = static_cast<int>(*lookahead);
-        if (n["synchronous"]) action.synchronous = boolean(n["synchronous"], field + ".offload.synchronous");
-      }
-      rule.offload = action;
+      rule.action = read_offload(n, node, rule.select, field + ".offload");
     } else if (const YAML::Node r = node["recompute"]) {
-      models::RecomputeAction action;
-      if (!r.IsNull()) {
-        require_map(r, field + ".recompute");
-        check_keys(r, field + ".recompute", {"mode", "k", "budget"});
-        const std::string mode = r["mode"] ? scalar(r["mode"], field + ".recompute.mode") : "sqrt_n";
-        if (mode == "sqrt_n") {
-          action.mode = models::RecomputeAction::Mode::sqrt_n;
-        } else if (mode == "every_k") {
-          action.mode = models::RecomputeAction::Mode::every_k;
-        } else if (mode == "budget") {
-          action.mode = models::RecomputeAction::Mode::budget;
-        } else {
-          throw InputError(where(r["mode"].Mark()) + "unknown recompute mode '" + mode + "'; expected sqrt_n, every_k or budget");
-        }
-        if (auto k = optional_positive(r, "k", field + ".recompute")) {
-          if (action.mode != models::RecomputeAction::Mode::every_k) throw InputError(where(r["k"].Mark()) + "'k' applies to mode every_k only");
-          action.k = static_cast<int>(*k);
-        }
-        if (const YAML::Node budget = r["budget"]) {
-          if (action.mode != models::RecomputeAction::Mode::budget) throw InputError(where(budget.Mark()) + "'budget' applies to mode budget only");
-          action.budget_bytes = static_cast<std::int64_t>(quantity(budget, models::units::Dimension::bytes, field + ".recompute.budget", true));
-        } else if (action.mode == models::RecomputeAction::Mode::budget) {
-          throw InputError(where(r.Mark()) + "mode budget needs 'budget' (bytes of saved activations allowed, e.g. 4 GiB)");
-        }
-      }
-      rule.recompute = action;
+      rule.action = read_recompute(r, field + ".recompute");
     } else {
-      const YAML::Node c = node["compress"];
-      require_map(c, field + ".compress");
-      check_keys(c, field + ".compress", {"profile", "codec", "ratio", "compress_bandwidth", "decompress_bandwidth", "latency", "error_bound", "error_bound_mode"});
-      models::CompressAction action;
-      const std::string f = field + ".compress";
-      const bool profiled = static_cast<bool>(c["profile"]);
-      if (profiled) {
-        // Costs from a calibration profile; any number given explicitly overrides its model.
-        const YAML::Node p = c["profile"];
-        try {
-          const std::string spec = scalar(p, f + ".profile");
-          action.profile = calibrate::resolve_profile(spec, base_dir_, platform_name_);
-          action.profile_auto = spec == "auto";
-        } catch (const InputError& e) {
-          throw InputError(where(p.Mark()) + "'" + f + ".profile': " + e.what());
-        }
-        if (c["codec"]) action.codec = scalar(c["codec"], f + ".codec");
-        if (!action.profile->find(action.codec)) {
-          std::string names;
-          for (const auto& cp : action.profile->codecs) names += (names.empty() ? "" : ", ") + cp.codec;
-          throw InputError(where(c["codec"] ? c["codec"].Mark() : p.Mark()) + "profile '" + action.profile->name + "' has no codec '" +
-                           action.codec + "'; it has: " + names);
-        }
-        if (!c["error_bound"] && !c["ratio"]) {
-          throw InputError(where(c.Mark()) + "'" + f + "' with a profile needs 'error_bound' (relative to the value range, e.g. 1e-3), which picks the ratio");
-        }
-        action.explicit_ratio = static_cast<bool>(c["ratio"]);
-        action.explicit_compress_bandwidth = static_cast<bool>(c["compress_bandwidth"]);
-        action.explicit_decompress_bandwidth = static_cast<bool>(c["decompress_bandwidth"]);
-        action.explicit_latency = static_cast<bool>(c["latency"]);
-      } else if (c["codec"]) {
-        throw InputError(where(c["codec"].Mark()) + "'" + f + ".codec' applies with 'profile' only (it picks the profile's models)");
-      }
-      if (!profiled || c["ratio"]) {
-        action.ratio = number(required(c, "ratio", f), f + ".ratio");
-        if (!(action.ratio >= 1)) throw InputError(where(c["ratio"].Mark()) + "'" + f + ".ratio' is " + c["ratio"].Scalar() + "; expected a compression ratio >= 1");
-      }
-      if (!profiled || c["compress_bandwidth"]) {
-        action.compress_bandwidth = quantity(required(c, "compress_bandwidth", f), models::units::Dimension::bandwidth, f + ".compress_bandwidth", true);
-      }
-      if (!profiled || c["decompress_bandwidth"]) {
-        action.decompress_bandwidth = quantity(required(c, "decompress_bandwidth", f), models::units::Dimension::bandwidth, f + ".decompress_bandwidth", true);
-      }
-      if (c["latency"]) action.latency = quantity(c["latency"], models::units::Dimension::time, f + ".latency", false);
-      if (c["error_bound"]) {
-        action.error_bound = number(c["error_bound"], f + ".error_bound");
-        if (!(action.error_bound > 0)) throw InputError(where(c["error_bound"].Mark()) + "'" + f + ".error_bound' must be > 0");
-      }
-      if (const YAML::Node mode = c["error_bound_mode"]) {
-        const std::string m = scalar(mode, f + ".error_bound_mode");
-        if (m != "rel" && m != "abs") {
-          throw InputError(where(mode.Mark()) + "'" + f + ".error_bound_mode' is '" + m +
-                           "'; expected rel (relative to each tensor's value range, the default) or abs (in the tensor's units)");
-        }
-        if (!profiled || !c["error_bound"]) {
-          throw InputError(where(mode.Mark()) + "'" + f + ".error_bound_mode' applies with 'profile' and 'error_bound' only");
-        }
-        action.absolute_bound = m == "abs";
-      }
-      rule.compress = action;
+      rule.action = read_compress(node["compress"], field + ".compress");
     }
     return rule;
   }
 
+  models::OffloadAction read_offload(const YAML::Node& n, const YAML::Node& rule, models::TensorSelector& select, const std::string& f) const {
+    models::OffloadAction action;
+    if (n.IsNull()) return action;
+    require_map(n, f);
+    check_keys(n, f, {"policy", "lookahead", "synchronous"});
+    if (const YAML::Node policy = n["policy"]) {
+      const std::string value = scalar(policy, f + ".policy");
+      if (value != "all" && value != "conv") throw InputError(where(policy.Mark()) + "unknown offload policy '" + value + "'; expected all or conv");
+      if (rule["select"]) throw InputError(where(policy.Mark()) + "give either 'policy' or 'select', not both");
+      if (value == "conv") select.inputs_of = {traces::OpKind::conv};  // vDNN's conv policy
+    }
+    // A lookahead counts ops; more than a trace holds is a typo, and an int must hold it.
+    if (n["lookahead"]) action.lookahead = static_cast<int>(bounded_integer(n["lookahead"], f + ".lookahead", 1, kMaxCount));
+    if (n["synchronous"]) action.synchronous = boolean(n["synchronous"], f + ".synchronous");
+    return action;
+  }
+
+  models::RecomputeAction read_recompute(const YAML::Node& r, const std::string& f) const {
+    models::RecomputeAction action;
+    if (r.IsNull()) return action;
+    require_map(r, f);
+    check_keys(r, f, {"mode", "k", "budget"});
+    const std::string mode = r["mode"] ? scalar(r["mode"], f + ".mode") : "sqrt_n";
+    if (mode == "sqrt_n") {
+      action.mode = models::RecomputeAction::Mode::sqrt_n;
+    } else if (mode == "every_k") {
+      action.mode = models::RecomputeAction::Mode::every_k;
+    } else if (mode == "budget") {
+      action.mode = models::RecomputeAction::Mode::budget;
+    } else {
+      throw InputError(where(r["mode"].Mark()) + "unknown recompute mode '" + mode + "'; expected sqrt_n, every_k or budget");
+    }
+    if (const YAML::Node k = r["k"]) {
+      if (action.mode != models::RecomputeAction::Mode::every_k) throw InputError(where(k.Mark()) + "'k' applies to mode every_k only");
+      action.k = static_cast<int>(bounded_integer(k, f + ".k", 1, kMaxCount));
+    }
+    if (const YAML::Node budget = r["budget"]) {
+      if (action.mode != models::RecomputeAction::Mode::budget) throw InputError(where(budget.Mark()) + "'budget' applies to mode budget only");
+      action.budget_bytes = byte_count(budget, f + ".budget");
+    } else if (action.mode == models::RecomputeAction::Mode::budget) {
+      throw InputError(where(r.Mark()) + "mode budget needs 'budget' (bytes of saved activations allowed, e.g. 4 GiB)");
+    }
+    return action;
+  }
+
+  models::CompressAction read_compress(const YAML::Node& c, const std::string& f) const {
+    require_map(c, f);
+    check_keys(c, f, {"profile", "codec", "ratio", "compress_bandwidth", "decompress_bandwidth", "latency", "error_bound", "error_bound_mode"});
+    models::CompressAction action;
+    const bool profiled = static_cast<bool>(c["profile"]);
+    if (profiled) {
+      // Costs from a calibration profile; any number given explicitly overrides its model.
+      const YAML::Node p = c["profile"];
+      try {
+        const std::string spec = scalar(p, f + ".profile");
+        action.profile = models::resolve_profile(spec, base_dir_, platform_name_);
+        action.profile_auto = spec == "auto";
+      } catch (const InputError& e) {
+        throw InputError(where(p.Mark()) + "'" + f + ".profile': " + e.what());
+      }
+      if (c["codec"]) action.codec = scalar(c["codec"], f + ".codec");
+      if (!action.profile->find(action.codec)) {
+        std::string names;
+        for (const auto& cp : action.profile->codecs) names += (names.empty() ? "" : ", ") + cp.codec;
+        throw InputError(where(c["codec"] ? c["codec"].Mark() : p.Mark()) + "profile '" + action.profile->name + "' has no codec '" +
+                         action.codec + "'; it has: " + names);
+      }
+      if (!c["error_bound"] && !c["ratio"]) {
+        throw InputError(where(c.Mark()) + "'" + f + "' with a profile needs 'error_bound' (relative to the value range, e.g. 1e-3), which picks the ratio");
+      }
+    } else if (c["codec"]) {
+      throw InputError(where(c["codec"].Mark()) + "'" + f + ".codec' applies with 'profile' only (it picks the profile's models)");
+    }
+    // Without a profile the ratio and both bandwidths are required; with one each overrides.
+    if (!profiled || c["ratio"]) {
+      const YAML::Node ratio = required(c, "ratio", f);
+      action.ratio = number(ratio, f + ".ratio");
+      if (!(*action.ratio >= 1)) throw InputError(where(ratio.Mark()) + "'" + f + ".ratio' is " + ratio.Scalar() + "; expected a compression ratio >= 1");
+    }
+    // Codec throughputs from 1 kB/s to 1 PB/s, latencies up to 1 s: anything outside is a typo
+    // that would otherwise become an absurd or infinite duration in the replay.
+    const models::units::Bounds bandwidth{1e3, 1e15};
+    if (!profiled || c["compress_bandwidth"]) {
+      action.compress_bandwidth = bounded_quantity(required(c, "compress_bandwidth", f), models::units::Dimension::bandwidth, f + ".compress_bandwidth", bandwidth);
+    }
+    if (!profiled || c["decompress_bandwidth"]) {
+      action.decompress_bandwidth =
+          bounded_quantity(required(c, "decompress_bandwidth", f), models::units::Dimension::bandwidth, f + ".decompress_bandwidth", bandwidth);
+    }
+    if (c["latency"]) action.latency = bounded_quantity(c["latency"], models::units::Dimension::time, f + ".latency", {0, 1});
+    if (c["error_bound"]) {
+      action.error_bound = number(c["error_bound"], f + ".error_bound");
+      if (!(action.error_bound > 0)) throw InputError(where(c["error_bound"].Mark()) + "'" + f + ".error_bound' must be > 0");
+    }
+    if (const YAML::Node mode = c["error_bound_mode"]) {
+      const std::string m = scalar(mode, f + ".error_bound_mode");
+      const auto parsed = parse_error_bound_mode(m);
+      if (!parsed) {
+        throw InputError(where(mode.Mark()) + "'" + f + ".error_bound_mode' is '" + m +
+                         "'; expected rel (relative to each tensor's value range, the default) or abs (in the tensor's units)");
+      }
+      if (!profiled || !c["error_bound"]) {
+        throw InputError(where(mode.Mark()) + "'" + f + ".error_bound_mode' applies with 'profile' and 'error_bound' only");
+      }
+      action.error_bound_mode = *parsed;
+    }
+    return action;
+  }
+
   models::TensorSelector read_selector(const YAML::Node& node, const std::string& field) const {
     require_map(node, field);
-    check_keys(node, field, {"inputs_of", "outputs_of", "min_bytes"});
+    check_keys(node, field, {"inputs_of", "outputs_of", "min_bytes", "names"});
     models::TensorSelector selector;
     auto kinds = [&](const YAML::Node& list, const std::string& name) {
       std::vector<traces::OpKind> out;
@@ -319,8 +331,12 @@ class ScenarioReader {
     };
     if (node["inputs_of"]) selector.inputs_of = kinds(node["inputs_of"], field + ".inputs_of");
     if (node["outputs_of"]) selector.outputs_of = kinds(node["outputs_of"], field + ".outputs_of");
-    if (node["min_bytes"]) {
-      selector.min_bytes = static_cast<std::int64_t>(quantity(node["min_bytes"], models::units::Dimension::bytes, field + ".min_bytes", false));
+    if (node["min_bytes"]) selector.min_bytes = byte_count(node["min_bytes"], field + ".min_bytes");
+    if (const YAML::Node names = node["names"]) {
+      if (!names.IsSequence() || names.size() == 0) {
+        throw InputError(where(names.Mark()) + "'" + field + ".names' must be a non-empty list of tensor names (comptrain trace show --json lists them)");
+      }
+      for (const auto& item : names) selector.names.push_back(scalar(item, field + ".names"));
     }
     return selector;
   }
@@ -337,17 +353,36 @@ class ScenarioReader {
     return value;
   }
 
-  // A quantity with a unit ("300 GB/s", "10 us", "4 GiB"); must be > 0 when `positive`, >= 0 otherwise.
-  double quantity(const YAML::Node& node, models::units::Dimension dimension, const std::string& field, bool positive) const {
+  // A quantity with a unit ("300 GB/s", "10 us"), within `bounds` (base units).
+  double bounded_quantity(const YAML::Node& node, models::units::Dimension dimension, const std::string& field, models::units::Bounds bounds) const {
     const std::string text = scalar(node, field);
-    double value = 0;
     try {
-      value = models::units::parse_quantity(text, dimension);
+      return models::units::parse_quantity(text, dimension, bounds);
+    } catch (const models::units::OutOfRange& e) {
+      throw InputError(where(node.Mark()) + "'" + field + "' is " + e.written() + "; expected " + e.expected());
     } catch (const std::invalid_argument& e) {
       throw InputError(where(node.Mark()) + "'" + field + "': " + e.what());
     }
-    if (positive ? !(value > 0) : !(value >= 0)) {
-      throw InputError(where(node.Mark()) + "'" + field + "' is '" + text + "'; expected a value " + (positive ? "> 0" : ">= 0"));
+  }
+
+  // Bytes held in an int64 ("4 GiB", "0"): at least 0, at most 2^63 - 1.
+  std::int64_t byte_count(const YAML::Node& node, const std::string& field) const {
+    const std::string text = scalar(node, field);
+    try {
+      return models::units::parse_byte_count(text);
+    } catch (const models::units::OutOfRange& e) {
+      throw InputError(where(node.Mark()) + "'" + field + "' is " + e.written() + "; expected " + e.expected());
+    } catch (const std::invalid_argument& e) {
+      throw InputError(where(node.Mark()) + "'" + field + "': " + e.what());
+    }
+  }
+
+  // An integer in [min, max], checked before any narrowing: "k: 4294967299" must not run as 3.
+  std::int64_t bounded_integer(const YAML::Node& node, const std::string& field, std::int64_t min, std::int64_t max) const {
+    std::int64_t value = 0;
+    if (!node.IsScalar() || !YAML::convert<std::int64_t>::decode(node, value) || value < min || value > max) {
+      throw InputError(where(node.Mark()) + "'" + field + "' is '" + (node.IsScalar() ? node.Scalar() : std::string("a collection")) +
+                       "'; expected an integer from " + std::to_string(min) + " to " + std::to_string(max));
     }
     return value;
   }
@@ -422,11 +457,11 @@ Scenario default_scenario() {
 
 void set_platform(Scenario& scenario, models::Platform platform) {
   for (std::size_t i = 0; i < scenario.strategy.rules.size(); ++i) {
-    auto& compress = scenario.strategy.rules[i].compress;
+    models::CompressAction* compress = scenario.strategy.rules[i].compress();
     if (!compress || !compress->profile_auto) continue;
     const std::string where = scenario.source + ": strategy.rules[" + std::to_string(i) + "].compress.profile auto, platform " + platform.name;
     try {
-      compress->profile = calibrate::resolve_profile("auto", scenario.base_dir, platform.name);
+      compress->profile = models::resolve_profile("auto", scenario.base_dir, platform.name);
     } catch (const InputError& e) {
       throw InputError(where + ": " + e.what());
     }
@@ -445,19 +480,6 @@ const models::Platform& require_platform(const Scenario& scenario) {
                      "), a platform file (.yaml) or an inline description");
   }
   return *scenario.platform;
-}
-
-traces::Trace build_trace(const Scenario& scenario) {
-  if (scenario.zoo_model) {
-    try {
-      return zoo::build_model(*scenario.zoo_model);
-    } catch (const InputError& e) {
-      throw InputError(scenario.source + ": model: " + e.what());
-    }
-  }
-  traces::Trace trace = traces::read_trace_file(*scenario.trace_file);
-  if (scenario.batch_size && *scenario.batch_size != trace.batch_size()) return trace.rescaled(*scenario.batch_size);
-  return trace;
 }
 
 }  // namespace comptrain::sim

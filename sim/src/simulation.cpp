@@ -1,17 +1,16 @@
 #include "comptrain/sim/simulation.hpp"
-#include "pipe_io.hpp"
-#include "simgrid_engine.hpp"
 
-#include <sys/wait.h>
-#include <unistd.h>
+#include <fmt/format.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
+#include <cmath>
 #include <cstring>
 #include <simgrid/s4u.hpp>
 #include <stdexcept>
 #include <string>
+
+#include "comptrain/sim/workers.hpp"
+#include "simgrid_engine.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -171,6 +170,30 @@ class Replay {
     if (waiters_ > 0) task_done_->notify_all();
   }
 
+  // SimGrid's engine returns when no actor can progress. Without an out-of-memory stop every
+  // task must have run: a task left over means the streams waited on each other (a deadlock
+  // that Schedule::validate should have ruled out) or SimGrid gave up on an activity. Either
+  // way the timings would be a silently wrong result, so it is an error, never a report.
+  void check_completed() const {
+    if (result_.out_of_memory) return;
+    const auto ran = static_cast<std::size_t>(std::count(done_.begin(), done_.end(), true));
+    if (ran != schedule_.tasks.size()) {
+      std::string first;
+      for (TaskId t = 0; t < schedule_.tasks.size() && first.empty(); ++t) {
+        if (!done_[t]) first = fmt::format("task {} ({})", t, schedule_.tasks[t].name);
+      }
+      throw std::runtime_error(fmt::format("the replay stopped with {} of {} tasks run (first not run: {}): a deadlock in the schedule or in "
+                                           "SimGrid; no result is reported",
+                                           ran, schedule_.tasks.size(), first));
+    }
+    for (TaskId t = 0; t < schedule_.tasks.size(); ++t) {
+      const TaskTiming& timing = result_.tasks[t];
+      if (!std::isfinite(timing.end) || !std::isfinite(timing.start)) {
+        throw std::runtime_error(fmt::format("task {} ({}) ended at a non-finite time; no result is reported", t, schedule_.tasks[t].name));
+      }
+    }
+  }
+
   void record_out_of_memory(std::optional<TaskId> task, BufferId buffer, double time) {
     OutOfMemory oom;
     oom.task = task;
@@ -183,6 +206,7 @@ class Replay {
   }
 
   SimulationResult finish() {
+    check_completed();
     for (TaskId t = 0; t < schedule_.tasks.size(); ++t) {
       const TaskTiming& timing = result_.tasks[t];
       if (!done_[t]) continue;
@@ -324,45 +348,16 @@ SimulationResult simulate_in_this_process(const models::Platform& platform, cons
 
 SimulationResult simulate(const models::Platform& platform, const models::Schedule& schedule) {
   schedule.validate();  // fail in the caller, with its stack, rather than in the child
-  int fds[2];
-  if (::pipe(fds) != 0) throw std::runtime_error(std::string("cannot create a pipe: ") + std::strerror(errno));
-  std::fflush(nullptr);  // otherwise buffered output would be written twice
-  const pid_t child = ::fork();
-  if (child < 0) throw std::runtime_error(std::string("cannot fork the simulation: ") + std::strerror(errno));
-  if (child == 0) {
-    ::close(fds[0]);
-    int code = 0;
-    std::string message;
-    try {
-      message = "R" + serialize(simulate_in_this_process(platform, schedule));
-    } catch (const std::exception& e) {
-      message = std::string("E") + e.what();
-      code = 1;
-    }
-    detail::write_all(fds[1], message);
-    ::close(fds[1]);
-    ::_exit(code);  // skip SimGrid's static destructors
+  ChildProcess child([&] { return serialize(simulate_in_this_process(platform, schedule)); });
+  JobOutcome outcome = child.wait();
+  if (outcome.status == JobOutcome::Status::result) {
+    // SimGrid's warnings, if any, reach the user as the child wrote them.
+    if (!outcome.diagnostics.empty()) std::fputs(outcome.diagnostics.c_str(), stderr);
+    return deserialize(outcome.text);
   }
-  ::close(fds[1]);
-  std::string received;
-  char chunk[1 << 16];
-  while (true) {
-    const ssize_t n = ::read(fds[0], chunk, sizeof chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    received.append(chunk, static_cast<std::size_t>(n));
-  }
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (received.empty()) {
-    throw std::runtime_error("the simulation process ended without a result (" +
-                             (WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status)) : "exit " + std::to_string(WEXITSTATUS(status))) +
-                             ")");
-  }
-  if (received[0] == 'E') throw std::runtime_error("simulation failed: " + received.substr(1));
-  return deserialize(received.substr(1));
+  outcome.text = "simulation failed: " + outcome.text;
+  std::move(outcome).result_or_throw();
+  return {};  // not reached: result_or_throw threw
 }
 
 }  // namespace comptrain::sim

@@ -17,15 +17,12 @@
 #include <stdexcept>
 #include <thread>
 
-#include "comptrain/models/op_time.hpp"
-#include "comptrain/models/strategy.hpp"
 #include "comptrain/sim/outputs.hpp"
-#include "comptrain/sim/simulation.hpp"
+#include "comptrain/sim/run.hpp"
+#include "comptrain/sim/workers.hpp"
 #include "comptrain/support/format.hpp"
 #include "comptrain/support/input_error.hpp"
-#include "comptrain/support/progress_bar.hpp"
 #include "scenario_yaml.hpp"
-#include "pipe_io.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -375,21 +372,17 @@ std::string merge_sweep_documents(const std::vector<std::pair<std::string, std::
 }
 
 std::vector<VariantResult> simulate_variants(const Sweep& sweep, const std::vector<std::size_t>& indices, int jobs, bool progress) {
-  ProcessPool pool(jobs);
+  WorkerPool pool(jobs);
   Progress bar("simulate", progress);
   std::map<std::size_t, std::size_t> slot_of_job;
   for (std::size_t k = 0; k < indices.size(); ++k) {
     const Scenario& scenario = sweep.variants.at(indices[k]).scenario;
+    // Prepared and replayed in the worker: the variants' traces are built in parallel, and the
+    // worker is a fresh process in which SimGrid's engine can run once.
     const std::size_t id = pool.submit([&scenario]() {
-      const models::Platform& platform = require_platform(scenario);
-      const traces::Trace trace = build_trace(scenario);
-      models::OpTimeOptions time_options;
-      time_options.allow_tf32 = scenario.allow_tf32;
-      const models::OpTimeModel time_model(platform, time_options);
-      const models::Schedule schedule = models::build_schedule(trace, time_model, scenario.strategy);
-      const SimulationResult result = simulate_in_this_process(platform, schedule);
-      const SimulationRun run{scenario.name, scenario.source, trace, platform, schedule, result};
-      return report_json(run);
+      const PreparedScenario prepared(scenario);
+      const RunOutcome outcome = run_scenario(prepared, scenario.strategy, prepared.batch_size(), Isolation::this_process);
+      return report(prepared, scenario.strategy, prepared.batch_size(), outcome, true);
     });
     slot_of_job[id] = k;
   }
@@ -398,7 +391,10 @@ std::vector<VariantResult> simulate_variants(const Sweep& sweep, const std::vect
   bar.update(0, indices.size(), false);
   while (auto finished = pool.next()) {
     const std::size_t k = slot_of_job.at(finished->id);
-    results[k] = {indices[k], sweep.variants[indices[k]].label, std::move(finished->output)};
+    const std::string& label = sweep.variants[indices[k]].label;
+    if (!finished->outcome.diagnostics.empty()) bar.print(prefix_lines(fmt::format("variant {} ({}): ", indices[k], label), finished->outcome.diagnostics));
+    if (finished->outcome.status != JobOutcome::Status::result) finished->outcome.text = fmt::format("variant {} ({}): {}", indices[k], label, finished->outcome.text);
+    results[k] = {indices[k], label, std::move(finished->outcome).result_or_throw()};
     bar.update(++done, indices.size(), false);
   }
   bar.finish(done);
@@ -417,6 +413,8 @@ std::string simulation_table_text(const Sweep& sweep, const std::vector<VariantR
       const std::string rate = res.at("samples_per_second").is_null() ? "n/a" : fmt::format("{:.1f}", res.at("samples_per_second").get<double>());
       out += fmt::format("{:>5}  {:<{}}  {:<12}  {:>12}  {:>14}  {:>10}\n", r.index, r.label, width, "FITS",
                          format_bytes(res.at("memory").at("peak_bytes").get<std::int64_t>()), format_seconds(res.at("iteration_seconds").get<double>()), rate);
+    } else if (j.at("not_applicable").is_string()) {
+      out += fmt::format("{:>5}  {:<{}}  {:<12}  {}\n", r.index, r.label, width, "NOT APPLIC.", j.at("not_applicable").get<std::string>());
     } else {
       const auto& oom = j.at("out_of_memory");
       out += fmt::format("{:>5}  {:<{}}  {:<12}  {:>12}  {:>14}  {:>10}\n", r.index, r.label, width, "DOES NOT FIT",
@@ -424,150 +422,6 @@ std::string simulation_table_text(const Sweep& sweep, const std::vector<VariantR
     }
   }
   return out;
-}
-
-int default_jobs() {
-  const unsigned n = std::thread::hardware_concurrency();
-  return n == 0 ? 1 : static_cast<int>(n);
-}
-
-// --- ProcessPool -------------------------------------------------------------------------
-
-ProcessPool::ProcessPool(int workers) : workers_(workers <= 0 ? default_jobs() : workers) {}
-
-ProcessPool::~ProcessPool() {
-  for (Running& job : running_) {
-    ::kill(job.pid, SIGKILL);
-    ::close(job.fd);
-    int status = 0;
-    while (::waitpid(job.pid, &status, 0) < 0 && errno == EINTR) {
-    }
-  }
-}
-
-std::size_t ProcessPool::submit(Work work) {
-  queue_.emplace_back(next_id_, std::move(work));
-  return next_id_++;
-}
-
-void ProcessPool::start_queued() {
-  while (!queue_.empty() && running_.size() < static_cast<std::size_t>(workers_)) {
-    auto [id, work] = std::move(queue_.front());
-    queue_.pop_front();
-    int fds[2];
-    if (::pipe(fds) != 0) throw std::runtime_error(std::string("cannot create a pipe: ") + std::strerror(errno));
-    std::fflush(nullptr);  // otherwise buffered output would be written twice
-    const pid_t pid = ::fork();
-    if (pid < 0) {
-      ::close(fds[0]);
-      ::close(fds[1]);
-      throw std::runtime_error(std::string("cannot fork a worker: ") + std::strerror(errno));
-    }
-    if (pid == 0) {
-      ::close(fds[0]);
-      // 'R' result, 'I' input error, 'E' other failure; then the text.
-      std::string message;
-      int code = 0;
-      try {
-        message = "R" + work();
-      } catch (const InputError& e) {
-        message = std::string("I") + e.what();
-        code = 1;
-      } catch (const std::exception& e) {
-        message = std::string("E") + e.what();
-        code = 1;
-      }
-      detail::write_all(fds[1], message);
-      ::close(fds[1]);
-      ::_exit(code);  // skip the parent's atexit handlers and SimGrid's static destructors
-    }
-    ::close(fds[1]);
-    running_.push_back({id, pid, fds[0], {}});
-  }
-}
-
-ProcessPool::Finished ProcessPool::finish(Running job) {
-  ::close(job.fd);
-  int status = 0;
-  while (::waitpid(job.pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (job.received.empty()) {
-    throw std::runtime_error("a worker process ended without a result (" +
-                             (WIFSIGNALED(status) ? "signal " + std::to_string(WTERMSIG(status)) : "exit " + std::to_string(WEXITSTATUS(status))) + ")");
-  }
-  const char kind = job.received[0];
-  std::string text = job.received.substr(1);
-  if (kind == 'I') throw InputError(text);
-  if (kind != 'R') throw std::runtime_error(text);
-  return {job.id, std::move(text)};
-}
-
-std::optional<ProcessPool::Finished> ProcessPool::next() {
-  start_queued();
-  if (running_.empty()) return std::nullopt;
-  std::vector<pollfd> fds(running_.size());
-  char chunk[1 << 16];
-  while (true) {
-    for (std::size_t i = 0; i < running_.size(); ++i) fds[i] = {running_[i].fd, POLLIN, 0};
-    const int ready = ::poll(fds.data(), static_cast<nfds_t>(fds.size()), -1);
-    if (ready < 0) {
-      if (errno == EINTR) continue;
-      throw std::runtime_error(std::string("poll failed: ") + std::strerror(errno));
-    }
-    for (std::size_t i = 0; i < running_.size(); ++i) {
-      if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
-      const ssize_t n = ::read(running_[i].fd, chunk, sizeof chunk);
-      if (n < 0 && errno == EINTR) continue;
-      if (n > 0) {
-        running_[i].received.append(chunk, static_cast<std::size_t>(n));
-        continue;
-      }
-      // End of file: the job is done. Take it out before finish() may throw, so that the
-      // destructor does not touch it again.
-      Running job = std::move(running_[i]);
-      running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
-      return finish(std::move(job));
-    }
-  }
-}
-
-// --- Progress ----------------------------------------------------------------------------
-
-Progress::Progress(std::string what, bool enabled)
-    : what_(std::move(what)), enabled_(enabled), tty_(stderr_is_terminal()), start_(std::chrono::steady_clock::now()), last_line_(start_) {}
-
-Progress::~Progress() {
-  // An exception left the bar unfinished: end its line so that the error starts on its own.
-  if (enabled_ && tty_ && !finished_) end_terminal_line(false);
-}
-
-void Progress::update(std::size_t done, std::size_t total, bool estimate) {
-  if (!enabled_) return;
-  const auto now = std::chrono::steady_clock::now();
-  const double elapsed = std::chrono::duration<double>(now - start_).count();
-  total = std::max(total, done);
-  std::string eta = "ETA --";
-  if (done > 0 && total > done) eta = fmt::format("ETA {:.0f} s", elapsed / static_cast<double>(done) * static_cast<double>(total - done));
-  if (done > 0 && total == done) eta = "ETA 0 s";
-  const std::string count = fmt::format("{}/{}{} simulations", done, estimate ? "~" : "", total);
-  if (tty_) {
-    const double fraction = total == 0 ? 0.0 : static_cast<double>(done) / static_cast<double>(total);
-    redraw_terminal_line(fmt::format("{} {} {}  {:.0f} s  {}", what_, progress_bar(fraction), count, elapsed, eta));
-    return;
-  }
-  // Logs (Slurm, CI): a line every few seconds at most.
-  if (now - last_line_ >= std::chrono::seconds(5)) {
-    last_line_ = now;
-    fmt::print(stderr, "comptrain {}: {}, {:.0f} s elapsed, {}\n", what_, count, elapsed, eta);
-  }
-}
-
-void Progress::finish(std::size_t done) {
-  if (!enabled_ || finished_) return;
-  finished_ = true;
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  if (tty_) end_terminal_line(true);
-  fmt::print(stderr, "comptrain {}: {} simulations in {:.1f} s\n", what_, done, elapsed);
 }
 
 }  // namespace comptrain::sim

@@ -18,6 +18,7 @@
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/zoo/zoo.hpp"
+#include "../support/must_apply.hpp"
 
 namespace comptrain::models {
 namespace {
@@ -257,11 +258,10 @@ TEST(ProfileInSchedule, CompressTasksMatchTheProfilesPrediction) {
   action.profile = profile;
   action.codec = "szp";
   action.error_bound = 1e-3;
-  action.explicit_ratio = action.explicit_compress_bandwidth = action.explicit_decompress_bandwidth = action.explicit_latency = false;
   models::StrategySpec spec;
   spec.name = "calibrated";
-  spec.rules.push_back(models::StrategyRule{.select = {}, .offload = {}, .recompute = {}, .compress = action});
-  const models::Schedule s = models::build_schedule(trace, time_model, spec);
+  spec.rules.push_back(models::StrategyRule{.select = {}, .action = action});
+  const models::Schedule s = test_support::must_apply(models::build_schedule(trace, time_model, spec));
 
   const models::CodecProfile& codec = *profile->find("szp");
   std::set<models::TensorClass> seen;
@@ -303,11 +303,10 @@ TEST(ProfileInSchedule, CompressTasksMatchTheProfilesPrediction) {
   EXPECT_FALSE(s.compression[0].ratio_overridden);
 
   // Explicit numbers override the profile (what-if): ratio 4 and 100 GB/s everywhere.
-  action.explicit_ratio = action.explicit_compress_bandwidth = true;
   action.ratio = 4;
   action.compress_bandwidth = 1e11;
-  spec.rules[0].compress = action;
-  const models::Schedule w = models::build_schedule(trace, time_model, spec);
+  spec.rules[0].action = action;
+  const models::Schedule w = test_support::must_apply(models::build_schedule(trace, time_model, spec));
   for (const models::Task& task : w.tasks) {
     if (task.kind != models::TaskKind::compress) continue;
     const double bytes = static_cast<double>(trace.tensor(*task.tensor).bytes());
@@ -326,10 +325,9 @@ TEST(ProfileInSchedule, UnknownCodecIsAnInputError) {
   action.profile = std::make_shared<const models::CalibrationProfile>(sample_profile());
   action.codec = "zfp";
   action.error_bound = 1e-3;
-  action.explicit_ratio = action.explicit_compress_bandwidth = action.explicit_decompress_bandwidth = action.explicit_latency = false;
   models::StrategySpec spec;
-  spec.rules.push_back(models::StrategyRule{.select = {}, .offload = {}, .recompute = {}, .compress = action});
-  EXPECT_THROW(models::build_schedule(trace, time_model, spec), InputError);
+  spec.rules.push_back(models::StrategyRule{.select = {}, .action = action});
+  EXPECT_THROW((void)models::build_schedule(trace, time_model, spec), InputError);
 }
 
 }  // namespace

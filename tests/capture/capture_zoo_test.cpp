@@ -27,6 +27,7 @@
 #include "comptrain/traces/trace.hpp"
 #include "comptrain/traces/trace_json.hpp"
 #include "comptrain/zoo/zoo.hpp"
+#include "../support/must_apply.hpp"
 
 namespace comptrain::traces {
 namespace {
@@ -113,7 +114,7 @@ std::size_t reported_count(const std::string& description, const std::string& wo
 
 Outcome apply(const Trace& trace, const models::StrategySpec& strategy) {
   static const models::OpTimeModel time_model(models::builtin_platform("a100-40gb"));
-  const models::Schedule schedule = models::build_schedule(trace, time_model, strategy);
+  const models::Schedule schedule = test_support::must_apply(models::build_schedule(trace, time_model, strategy));
   Outcome outcome;
   outcome.peak = models::sequential_peak_bytes(schedule);
   if (!strategy.rules.empty()) {
@@ -147,15 +148,16 @@ std::size_t activation_storages(const Trace& trace) {
 // them, no saved activation of a captured trace qualified: "compressed 0", the baseline's peak.
 void expect_strategies_act_as_on_the_zoo(const Trace& captured, const Trace& generated) {
   models::StrategyRule offload;
-  offload.offload = models::OffloadAction{};
+  offload.action = models::OffloadAction{};
   models::StrategyRule compress;
-  compress.compress = models::CompressAction{};
-  compress.compress->ratio = 4;
-  compress.compress->compress_bandwidth = 300e9;
-  compress.compress->decompress_bandwidth = 500e9;
-  compress.compress->latency = 20e-6;
+  models::CompressAction ratio_4;
+  ratio_4.ratio = 4;
+  ratio_4.compress_bandwidth = 300e9;
+  ratio_4.decompress_bandwidth = 500e9;
+  ratio_4.latency = 20e-6;
+  compress.action = ratio_4;
   models::StrategyRule recompute;
-  recompute.recompute = models::RecomputeAction{};  // sqrt_n
+  recompute.action = models::RecomputeAction{};  // sqrt_n
   const std::size_t saved = activation_storages(captured);
   ASSERT_GT(saved, 0u);
   EXPECT_EQ(saved, activation_storages(generated));

@@ -18,6 +18,7 @@
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/traces/summary.hpp"
 #include "comptrain/zoo/zoo.hpp"
+#include "../support/must_apply.hpp"
 
 namespace comptrain::models {
 namespace {
@@ -142,7 +143,7 @@ StrategyRule offload_rule(int lookahead, TensorSelector select = {}) {
   r.select = std::move(select);
   OffloadAction a;
   a.lookahead = lookahead;
-  r.offload = a;
+  r.action = a;
   return r;
 }
 
@@ -158,7 +159,7 @@ CompressAction codec(double ratio) {
 StrategyRule compress_rule(CompressAction c, TensorSelector select = {}) {
   StrategyRule r;
   r.select = std::move(select);
-  r.compress = c;
+  r.action = c;
   return r;
 }
 
@@ -169,7 +170,7 @@ StrategyRule recompute_rule(RecomputeAction::Mode mode, int k = 2, std::int64_t 
   a.mode = mode;
   a.k = k;
   a.budget_bytes = budget;
-  r.recompute = a;
+  r.action = a;
   return r;
 }
 
@@ -181,7 +182,7 @@ StrategySpec spec(std::string name, std::vector<StrategyRule> rules) {
 }
 
 Schedule build(const traces::Trace& trace, const StrategySpec& s) {
-  Schedule schedule = build_schedule(trace, time_model(), s);
+  Schedule schedule = test_support::must_apply(build_schedule(trace, time_model(), s));
   EXPECT_NO_THROW(schedule.validate()) << s.name;
   return schedule;
 }
@@ -359,10 +360,11 @@ TEST(Recompute, TinyTraceBudget) {
   const auto trace = tiny();
   // y must be materialised for the backward pass anyway: 400 is the floor.
   const auto at = [&](std::int64_t budget) {
-    return build_schedule(trace, time_model(), spec("budget", {recompute_rule(RecomputeAction::Mode::budget, 2, budget)}));
+    return test_support::must_apply(build_schedule(trace, time_model(), spec("budget", {recompute_rule(RecomputeAction::Mode::budget, 2, budget)})));
   };
   EXPECT_EQ(count_of(at(400), TaskKind::recompute), 0u);
-  EXPECT_THROW(at(399), InputError);
+  const auto below = build_schedule(trace, time_model(), spec("budget", {recompute_rule(RecomputeAction::Mode::budget, 2, 399)}));
+  EXPECT_TRUE(std::holds_alternative<NotApplicable>(below));
 }
 
 TEST(Rules, SelectorsAndFirstMatchWins) {
@@ -386,13 +388,15 @@ TEST(Rules, SelectorsAndFirstMatchWins) {
   EXPECT_EQ(count_of(s, TaskKind::compress), 0u);
 }
 
+// A rule with no action or two cannot be written (StrategyRule holds one variant); the numbers
+// of an action are checked, once, by validate_strategy, which build_schedule calls too.
 TEST(Rules, InvalidRulesAreInputErrors) {
   const auto trace = tiny();
-  StrategyRule none;
-  EXPECT_THROW(build_schedule(trace, time_model(), spec("s", {none})), InputError);
-  StrategyRule two = offload_rule(1);
-  two.compress = codec(2);
-  EXPECT_THROW(build_schedule(trace, time_model(), spec("s", {two})), InputError);
+  EXPECT_THROW(validate_strategy(spec("s", {offload_rule(0)})), InputError);
+  CompressAction no_ratio = codec(2);
+  no_ratio.ratio.reset();  // without a profile the ratio is required
+  EXPECT_THROW(validate_strategy(spec("s", {compress_rule(no_ratio)})), InputError);
+  EXPECT_NO_THROW(validate_strategy(spec("s", {offload_rule(1), compress_rule(codec(2))})));
   EXPECT_THROW(build_schedule(trace, time_model(), spec("s", {offload_rule(0)})), InputError);
   EXPECT_THROW(build_schedule(trace, time_model(), spec("s", {compress_rule(codec(0.5))})), InputError);
   CompressAction no_bandwidth = codec(2);
@@ -438,8 +442,7 @@ CompressAction profiled(std::shared_ptr<const CalibrationProfile> profile, doubl
   CompressAction c;
   c.profile = std::move(profile);
   c.codec = "szp";
-  c.error_bound = error_bound;
-  c.explicit_ratio = c.explicit_compress_bandwidth = c.explicit_decompress_bandwidth = c.explicit_latency = false;
+  c.error_bound = error_bound;  // ratio, bandwidths and latency unset: all from the profile
   return c;
 }
 
@@ -527,13 +530,12 @@ TEST(CompressFeatures, ATraceWithoutFeaturesGivesTheClassDefaultsExactly) {
   }
   ASSERT_EQ(s.compression.size(), 1u);
   ASSERT_EQ(s.compression[0].ratios.size(), 1u);
-  EXPECT_EQ(s.compression[0].ratios[0].second, ratio);  // bit for bit: the class's one ratio
+  EXPECT_DOUBLE_EQ(s.compression[0].ratios[0].second, ratio);  // the class's one ratio (bytes / compressed bytes)
   EXPECT_EQ(s.compression_features[0].storages, 2u);
   EXPECT_EQ(s.compression_features[0].with_features, 0u);
 
   // An explicit ratio (what-if) ignores the features.
   CompressAction what_if = profiled(profile, 1e-3);
-  what_if.explicit_ratio = true;
   what_if.ratio = 4;
   const Schedule w = build(two_relus(zeros(0.2), zeros(0.8)), spec("compress", {compress_rule(what_if)}));
   for (const auto& [storage, bytes] : compressed_bytes(w)) EXPECT_EQ(bytes, 1000) << storage;
@@ -571,7 +573,7 @@ TEST(CompressFeatures, AnAbsoluteBoundIsRelativeToEachTensorsRange) {
   narrow.range = 0.5;
   wide.range = 50.0;
   CompressAction abs = profiled(profile, 0.05);
-  abs.absolute_bound = true;
+  abs.error_bound_mode = ErrorBoundMode::abs;
   const Schedule s = build(two_relus(narrow, wide), spec("compress", {compress_rule(abs)}));
   const double r1 = model.ratio(0.05 / 0.5);   // relative 1e-1
   const double r2 = model.ratio(0.05 / 50.0);  // relative 1e-3
@@ -581,7 +583,7 @@ TEST(CompressFeatures, AnAbsoluteBoundIsRelativeToEachTensorsRange) {
   EXPECT_EQ(sizes.at(1), static_cast<std::int64_t>(std::ceil(4000 / r1)));
   EXPECT_EQ(sizes.at(2), static_cast<std::int64_t>(std::ceil(4000 / r2)));
   ASSERT_EQ(s.compression.size(), 1u);
-  EXPECT_TRUE(s.compression[0].absolute_bound);
+  EXPECT_EQ(s.compression[0].error_bound_mode, ErrorBoundMode::abs);
   EXPECT_DOUBLE_EQ(s.compression[0].ratios[0].second, 8000 / (4000 / r1 + 4000 / r2));  // per tensor: the mean
 
   // A tensor without a range cannot take an absolute bound: an input error naming it.
@@ -688,12 +690,13 @@ TEST(Recompute, BudgetMeetsItsBudgetAndBeatsSqrtNOnAHeterogeneousChain) {
     if (expensive) {
       EXPECT_LT(b_seconds, 0.9 * sq_seconds);
     }
-    // A looser budget recomputes less; an impossible one is an InputError.
+    // A looser budget recomputes less; an impossible one does not apply (a result, not an error).
     const Schedule loose =
         build(trace, spec("budget", {recompute_rule(RecomputeAction::Mode::budget, 2, activation_peak(sq) * 2)}));
     EXPECT_LE(seconds_of(loose, TaskKind::recompute), b_seconds);
-    EXPECT_THROW(build_schedule(trace, time_model(), spec("b", {recompute_rule(RecomputeAction::Mode::budget, 2, 4096)})),
-                 InputError);
+    const auto impossible = build_schedule(trace, time_model(), spec("b", {recompute_rule(RecomputeAction::Mode::budget, 2, 4096)}));
+    ASSERT_TRUE(std::holds_alternative<NotApplicable>(impossible));
+    EXPECT_NE(std::get<NotApplicable>(impossible).reason.find("cannot be met"), std::string::npos);
   }
 }
 
@@ -845,23 +848,23 @@ TEST(FiniteCosts, AnAbsurdCodecLatencyIsAnInputErrorNamingTheRuleAndTheTensor) {
   const auto trace = tiny();
   CompressAction c = codec(4);
   c.latency = 1e300;  // defect 07, s3.yaml: SimGrid deadlocked and the report said FITS
-  const std::string e = input_error_of([&] { return build_schedule(trace, time_model(), spec("s3", {compress_rule(c)})); });
+  const std::string e = input_error_of([&] { return test_support::must_apply(build_schedule(trace, time_model(), spec("s3", {compress_rule(c)}))); });
   EXPECT_NE(e.find("strategy 's3' rule 0: compressing 'y' (400 B) takes 1e+300 s from a latency of 1e+300 s"), std::string::npos) << e;
   EXPECT_NE(e.find("expected a latency between 0 s and 1 s"), std::string::npos) << e;
 
   c.latency = std::numeric_limits<double>::infinity();
-  EXPECT_THROW((void)build_schedule(trace, time_model(), spec("s", {compress_rule(c)})), InputError);
+  EXPECT_THROW((void)test_support::must_apply(build_schedule(trace, time_model(), spec("s", {compress_rule(c)}))), InputError);
   c.latency = 1.5;
-  EXPECT_THROW((void)build_schedule(trace, time_model(), spec("s", {compress_rule(c)})), InputError);
+  EXPECT_THROW((void)test_support::must_apply(build_schedule(trace, time_model(), spec("s", {compress_rule(c)}))), InputError);
   c.latency = 1.0;  // the bound itself is accepted
-  EXPECT_NO_THROW((void)build_schedule(trace, time_model(), spec("s", {compress_rule(c)})));
+  EXPECT_NO_THROW((void)test_support::must_apply(build_schedule(trace, time_model(), spec("s", {compress_rule(c)}))));
 }
 
 TEST(FiniteCosts, ACodecBandwidthBelowOneKilobytePerSecondIsAnInputError) {
   const auto trace = tiny();
   CompressAction c = codec(4);
   c.decompress_bandwidth = 1e-300;  // 400 B / 1e-300 B/s: an absurd, if finite, 4e302 s
-  const std::string e = input_error_of([&] { return build_schedule(trace, time_model(), spec("slow", {compress_rule(c)})); });
+  const std::string e = input_error_of([&] { return test_support::must_apply(build_schedule(trace, time_model(), spec("slow", {compress_rule(c)}))); });
   EXPECT_NE(e.find("strategy 'slow' rule 0: decompressing 'y' (400 B) takes 4e+302 s"), std::string::npos) << e;
   EXPECT_NE(e.find("a bandwidth of at least 1 kB/s"), std::string::npos) << e;
 }
@@ -871,7 +874,7 @@ TEST(FiniteCosts, AnInfiniteOpTimeIsAnInputErrorNotAnInternalError) {
   Platform p = test_platform();
   p.gpu.peak_fp32 = 1e-307;  // only a hand-built platform can hold this (parse_platform bounds it)
   const OpTimeModel slow(p);
-  const std::string e = input_error_of([&] { return build_schedule(tiny(), slow, spec("baseline", {})); });
+  const std::string e = input_error_of([&] { return test_support::must_apply(build_schedule(tiny(), slow, spec("baseline", {}))); });
   EXPECT_NE(e.find("op 0 (a): the modeled duration is inf s"), std::string::npos) << e;
 }
 

@@ -58,7 +58,7 @@ struct Fixture {
   Schedule schedule;
   SimulationResult result;
 
-  SimulationRun run() const { return SimulationRun{"unit", "<test>", trace, platform, schedule, result}; }
+  SimulationRun run() const { return SimulationRun{"unit", "<test>", trace, platform, schedule, result, nullptr}; }
 };
 
 // Every task kind and stream: conv1 saves y, which is offloaded and prefetched; x is
@@ -219,7 +219,11 @@ TEST(Outputs, JsonReportHasTheResultsNumbers) {
   EXPECT_EQ(j["model"]["batch_size"], 4);
   EXPECT_EQ(j["model"]["metadata"]["precision"], "fp32");
   EXPECT_EQ(j["platform"]["memory_capacity_bytes"], 1'000'000'000);
-  EXPECT_EQ(j["strategy"], f.schedule.strategy);
+  EXPECT_EQ(j["strategy"]["applied"], f.schedule.strategy);
+  EXPECT_TRUE(j["strategy"]["rules"].is_null());  // the run gave no StrategySpec
+  EXPECT_EQ(j["schema"]["name"], "comptrain.simulate");
+  EXPECT_EQ(j["schema"]["version"], 2);
+  EXPECT_TRUE(j["comptrain_version"].is_string());
   EXPECT_EQ(j["fits"], true);
   EXPECT_TRUE(j["out_of_memory"].is_null());
   const json& res = j["results"];

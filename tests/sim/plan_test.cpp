@@ -7,6 +7,7 @@
 #include "comptrain/models/op_time.hpp"
 #include "comptrain/sim/plan.hpp"
 #include "comptrain/sim/simulation.hpp"
+#include "../support/must_apply.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -31,11 +32,10 @@ PlanOptions options(double margin, std::int64_t max_batch, int jobs) {
 // Peak of one simulation at `batch` (in use + requested when it ran out of memory).
 std::pair<bool, std::int64_t> simulate_at(const Scenario& scenario, const models::StrategySpec& spec, std::int64_t batch) {
   Scenario s = scenario;
-  s.zoo_model->batch_size = batch;
   s.batch_size = batch;
   const traces::Trace trace = build_trace(s);
   const models::OpTimeModel time_model(*s.platform, {});
-  const SimulationResult r = simulate(*s.platform, models::build_schedule(trace, time_model, spec));
+  const SimulationResult r = simulate(*s.platform, test_support::must_apply(models::build_schedule(trace, time_model, spec)));
   if (r.out_of_memory) return {false, r.out_of_memory->in_use + r.out_of_memory->requested};
   return {true, r.peak_bytes};
 }
@@ -45,7 +45,7 @@ TEST(Plan, SearchAgreesWithAnExhaustiveScan) {
   const auto strategies = strategies_to_plan(scenario);  // baseline, offload, recompute
   ASSERT_EQ(strategies.size(), 3U);
   const PlanOptions o = options(0.05, 64, 2);
-  const Plan plan = make_plan(scenario, {strategies[0], strategies[2]}, o);
+  const BatchSizePlan plan = make_plan(scenario, {strategies[0], strategies[2]}, o);
   ASSERT_EQ(plan.strategies.size(), 2U);
   for (std::size_t i = 0; i < 2; ++i) {
     const auto& spec = i == 0 ? strategies[0] : strategies[2];
@@ -63,13 +63,23 @@ TEST(Plan, SearchAgreesWithAnExhaustiveScan) {
     // A search, not a scan.
     EXPECT_LT(plan.strategies[i].points.size(), static_cast<std::size_t>(expected) / 2 + 4);
   }
-  // The baseline's best is compared with itself.
-  EXPECT_DOUBLE_EQ(plan.strategies[0].slowdown_vs_baseline, 1.0);
+  // Each other strategy is compared with the baseline at the smaller of the two largest batches.
+  EXPECT_FALSE(plan.strategies[0].vs_baseline.has_value());
+  for (std::size_t i = 1; i < plan.strategies.size(); ++i) {
+    ASSERT_TRUE(plan.strategies[i].vs_baseline.has_value()) << plan.strategies[i].strategy;
+    const auto& c = *plan.strategies[i].vs_baseline;
+    EXPECT_EQ(c.batch, std::min(*plan.strategies[0].max_batch, *plan.strategies[i].max_batch));
+    const auto [base_fits, base_peak] = simulate_at(scenario, strategies[0], c.batch);
+    const auto [fits, peak] = simulate_at(scenario, strategies[2], c.batch);  // the plan's second strategy
+    ASSERT_TRUE(base_fits && fits);
+    EXPECT_DOUBLE_EQ(c.peak_saved_fraction, 1.0 - static_cast<double>(peak) / static_cast<double>(base_peak));
+    EXPECT_GT(c.slowdown, 1.0);  // recomputation adds work
+  }
 }
 
 TEST(Plan, MarginIsRespected) {
   const Scenario scenario = small_scenario(1024 * kMiB);
-  const Plan plan = make_plan(scenario, {models::StrategySpec{}}, options(0.2, 64, 2));
+  const BatchSizePlan plan = make_plan(scenario, {models::StrategySpec{}}, options(0.2, 64, 2));
   const StrategyPlan& s = plan.strategies.front();
   ASSERT_TRUE(s.max_batch.has_value());
   EXPECT_EQ(plan.limit_bytes, static_cast<std::int64_t>(std::floor(0.8 * 1024 * kMiB)));
@@ -102,7 +112,7 @@ TEST(Plan, AccumulationStepsReachTheTargetGlobalBatch) {
   const Scenario scenario = small_scenario(1024 * kMiB);
   PlanOptions o = options(0.05, 64, 2);
   o.target_global_batch = 100;
-  const Plan plan = make_plan(scenario, {models::StrategySpec{}}, o);
+  const BatchSizePlan plan = make_plan(scenario, {models::StrategySpec{}}, o);
   const StrategyPlan& s = plan.strategies.front();
   ASSERT_TRUE(s.best_batch.has_value());
   EXPECT_EQ(s.accumulation_steps, (100 + *s.best_batch - 1) / *s.best_batch);
@@ -113,7 +123,7 @@ TEST(Plan, AccumulationStepsReachTheTargetGlobalBatch) {
 
 TEST(Plan, AModelThatDoesNotFitAtBatchOneIsReported) {
   const Scenario scenario = small_scenario(64 * kMiB);  // below ResNet-18's weights and optimizer state
-  const Plan plan = make_plan(scenario, {models::StrategySpec{}}, options(0.05, 64, 1));
+  const BatchSizePlan plan = make_plan(scenario, {models::StrategySpec{}}, options(0.05, 64, 1));
   const StrategyPlan& s = plan.strategies.front();
   EXPECT_FALSE(s.max_batch.has_value());
   EXPECT_FALSE(s.best_batch.has_value());
@@ -124,7 +134,7 @@ TEST(Plan, AModelThatDoesNotFitAtBatchOneIsReported) {
 }
 
 TEST(Plan, TheCeilingIsReported) {
-  const Plan plan = make_plan(small_scenario(1024 * kMiB), {models::StrategySpec{}}, options(0.05, 6, 2));
+  const BatchSizePlan plan = make_plan(small_scenario(1024 * kMiB), {models::StrategySpec{}}, options(0.05, 6, 2));
   const StrategyPlan& s = plan.strategies.front();
   ASSERT_TRUE(s.max_batch.has_value());
   EXPECT_EQ(*s.max_batch, 6);

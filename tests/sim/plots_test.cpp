@@ -70,8 +70,8 @@ PlanPoint point(std::int64_t batch, std::int64_t peak, double samples_per_second
 
 // Two strategies on a 16 GiB GPU: the baseline runs out of memory at batch 256, the tricky
 // one fits up to 512.
-Plan hand_plan() {
-  Plan plan;
+BatchSizePlan hand_plan() {
+  BatchSizePlan plan;
   plan.scenario_name = "resnet50_\"hand\"";
   plan.platform_name = "v100-16gb";
   plan.capacity_bytes = 16 * kGiB;
@@ -159,7 +159,7 @@ TEST_F(PlotsTest, PlanPlotsGoIntoANewDirectory) {
 
 TEST_F(PlotsTest, APlanWhereNothingFitsStillDraws) {
   require_gnuplot();
-  Plan plan;
+  BatchSizePlan plan;
   plan.scenario_name = "too big";
   plan.capacity_bytes = 12 * kGiB;
   StrategyPlan s;
@@ -170,7 +170,7 @@ TEST_F(PlotsTest, APlanWhereNothingFitsStillDraws) {
   EXPECT_THAT(read_svg(dir_ / "throughput.svg"), HasSubstr("baseline (no batch fits)"));
   EXPECT_THAT(read_svg(dir_ / "peak_memory.svg"), HasSubstr("baseline (no batch fits)"));
 
-  write_plan_plots(Plan{}, dir_ / "empty");  // no strategy at all: empty axes, no gnuplot error
+  write_plan_plots(BatchSizePlan{}, dir_ / "empty");  // no strategy at all: empty axes, no gnuplot error
   read_svg(dir_ / "empty" / "throughput.svg");
 }
 
@@ -240,7 +240,7 @@ struct HandRun {
     result.peak_bytes = 6 * kGiB + kGiB / 4;
     result.peak_time = 0.003;
   }
-  SimulationRun run() const { return SimulationRun{"hand_run", "<test>", trace, platform, schedule, result}; }
+  SimulationRun run() const { return SimulationRun{"hand_run", "<test>", trace, platform, schedule, result, nullptr}; }
 };
 
 TEST_F(PlotsTest, MemoryTimelineStacksTheRolesInUse) {

@@ -27,7 +27,7 @@ TEST(Scenario, TheEmbeddedDefaultIsResNet50) {
   const Scenario s = default_scenario();
   ASSERT_TRUE(s.zoo_model);
   EXPECT_EQ(s.zoo_model->model, "resnet50");
-  EXPECT_EQ(s.zoo_model->batch_size, 32);
+  EXPECT_EQ(s.batch_size, 32);  // the one home of the batch size
   EXPECT_EQ(s.zoo_model->precision, zoo::Precision::fp32);
   EXPECT_EQ(s.zoo_model->optimizer, zoo::Optimizer::momentum);
   EXPECT_EQ(s.name, "resnet50-a100-baseline");
@@ -135,7 +135,7 @@ TEST(Scenario, ReadsStrategyShorthandsAndRules) {
   EXPECT_TRUE(parse_scenario("model: {zoo: resnet18}\nstrategy: baseline\n", "s.yaml", ".").strategy.rules.empty());
   const auto offload = parse_scenario("model: {zoo: resnet18}\nstrategy: offload\n", "s.yaml", ".").strategy;
   ASSERT_EQ(offload.rules.size(), 1u);
-  EXPECT_TRUE(offload.rules[0].offload);
+  EXPECT_TRUE(offload.rules[0].offload());
 
   const Scenario s = parse_scenario(R"(model: {zoo: resnet18}
 strategy:
@@ -151,21 +151,21 @@ strategy:
   const auto& rules = s.strategy.rules;
   EXPECT_EQ(s.strategy.name, "mixed");
   ASSERT_EQ(rules.size(), 4u);
-  ASSERT_TRUE(rules[0].compress);
+  ASSERT_TRUE(rules[0].compress());
   EXPECT_EQ(rules[0].select.inputs_of, std::vector<traces::OpKind>{traces::OpKind::conv});
   EXPECT_EQ(rules[0].select.min_bytes, 1 << 20);
-  EXPECT_DOUBLE_EQ(rules[0].compress->ratio, 8);
-  EXPECT_DOUBLE_EQ(rules[0].compress->compress_bandwidth, 300e9);
-  EXPECT_DOUBLE_EQ(rules[0].compress->decompress_bandwidth, 500e9);
-  EXPECT_DOUBLE_EQ(rules[0].compress->latency, 10e-6);
-  ASSERT_TRUE(rules[1].offload);
-  EXPECT_EQ(rules[1].offload->lookahead, 3);
-  EXPECT_TRUE(rules[1].offload->synchronous);
+  EXPECT_DOUBLE_EQ(*rules[0].compress()->ratio, 8);
+  EXPECT_DOUBLE_EQ(*rules[0].compress()->compress_bandwidth, 300e9);
+  EXPECT_DOUBLE_EQ(*rules[0].compress()->decompress_bandwidth, 500e9);
+  EXPECT_DOUBLE_EQ(*rules[0].compress()->latency, 10e-6);
+  ASSERT_TRUE(rules[1].offload());
+  EXPECT_EQ(rules[1].offload()->lookahead, 3);
+  EXPECT_TRUE(rules[1].offload()->synchronous);
   EXPECT_EQ(rules[1].select.inputs_of, std::vector<traces::OpKind>{traces::OpKind::conv});  // vDNN's conv policy
-  ASSERT_TRUE(rules[2].recompute);
-  EXPECT_EQ(rules[2].recompute->mode, models::RecomputeAction::Mode::budget);
-  EXPECT_EQ(rules[2].recompute->budget_bytes, 2LL << 30);
-  EXPECT_EQ(rules[3].recompute->k, 4);
+  ASSERT_TRUE(rules[2].recompute());
+  EXPECT_EQ(rules[2].recompute()->mode, models::RecomputeAction::Mode::budget);
+  EXPECT_EQ(rules[2].recompute()->budget_bytes, 2LL << 30);
+  EXPECT_EQ(rules[3].recompute()->k, 4);
   EXPECT_EQ(rules[3].select.outputs_of, std::vector<traces::OpKind>{traces::OpKind::relu});
 }
 
@@ -182,7 +182,17 @@ TEST(Scenario, StrategyErrorsNameTheField) {
   EXPECT_THAT(error_of(head + "    - recompute: {mode: budget}\n"), HasSubstr("needs 'budget'"));
   EXPECT_THAT(error_of(head + "    - recompute: {mode: sqrt_n, k: 3}\n"), HasSubstr("'k' applies to mode every_k only"));
   EXPECT_THAT(error_of(head + "    - offload: {policy: some}\n"), HasSubstr("unknown offload policy 'some'"));
-  EXPECT_THAT(error_of(head + "    - offload: {lookahead: 0}\n"), HasSubstr("expected a positive integer"));
+  EXPECT_THAT(error_of(head + "    - offload: {lookahead: 0}\n"), HasSubstr("s.yaml:4:28: 'strategy.rules[0].offload.lookahead' is '0'; expected an integer from 1 to 1000000"));
+  // Checked before narrowing to int: 2^32 + 3 must not run as 3 (defect 15).
+  EXPECT_THAT(error_of(head + "    - recompute: {mode: every_k, k: 4294967299}\n"),
+              HasSubstr("s.yaml:4:37: 'strategy.rules[0].recompute.k' is '4294967299'; expected an integer from 1 to 1000000"));
+  EXPECT_THAT(error_of(head + "    - offload: {lookahead: 4294967297}\n"), HasSubstr("'strategy.rules[0].offload.lookahead' is '4294967297'"));
+  EXPECT_THAT(error_of(head + "    - recompute: {mode: budget, budget: 1e19 B}\n"),
+              HasSubstr("s.yaml:4:41: 'strategy.rules[0].recompute.budget' is 1e+19 B; expected at most"));
+  EXPECT_THAT(error_of(head + "    - select: {min_bytes: 1e300 PiB}\n      offload: {}\n"),
+              HasSubstr("s.yaml:4:27: 'strategy.rules[0].select.min_bytes' is 1e+300 PiB; expected"));
+  EXPECT_THAT(error_of(head + "    - compress: {ratio: 2, compress_bandwidth: 1 GB/s, decompress_bandwidth: 1 GB/s, latency: 1e300 s}\n"),
+              HasSubstr("'strategy.rules[0].compress.latency' is 1e+300 s; expected between 0 s and 1 s"));
   EXPECT_THAT(error_of(head + "    - offload: {lookahed: 2}\n"), HasSubstr("s.yaml:4:17: unknown key 'lookahed'"));
 }
 

@@ -11,6 +11,7 @@
 #include "comptrain/sim/simulation.hpp"
 #include "comptrain/traces/summary.hpp"
 #include "comptrain/zoo/zoo.hpp"
+#include "../support/must_apply.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -98,7 +99,7 @@ models::StrategySpec only_big(models::StrategyRule rule) {
 
 SimulationResult run(const traces::Trace& trace, const models::Platform& platform, const models::StrategySpec& spec) {
   const models::OpTimeModel model(platform);
-  return simulate(platform, models::build_schedule(trace, model, spec));
+  return simulate(platform, test_support::must_apply(models::build_schedule(trace, model, spec)));
 }
 
 constexpr double kTol = 1e-9;
@@ -114,7 +115,7 @@ TEST(StrategyReplay, BaselineTimesAndPeakByHand) {
 
 TEST(StrategyReplay, OffloadLowersThePeakOnAFastLink) {
   models::StrategyRule rule;
-  rule.offload = models::OffloadAction{2};
+  rule.action = models::OffloadAction{2};
   const SimulationResult r = run(chain(), hand_platform(1e4), only_big(rule));
   ASSERT_TRUE(r.fits());
   // a copies out 0.2-0.3 (freed then) and back 0.6-0.7 (lookahead 2: once l ends, as b4
@@ -130,7 +131,7 @@ TEST(StrategyReplay, OffloadLowersThePeakOnAFastLink) {
 
 TEST(StrategyReplay, OffloadOnASlowLinkStallsByTheCopyTime) {
   models::StrategyRule rule;
-  rule.offload = models::OffloadAction{2};
+  rule.action = models::OffloadAction{2};
   const SimulationResult r = run(chain(), hand_platform(2e3), only_big(rule));
   ASSERT_TRUE(r.fits());
   // Each copy takes 0.5 s: out 0.2-0.7, back 0.7-1.2; b2 is ready at 0.8 and waits 0.4 s.
@@ -142,7 +143,7 @@ TEST(StrategyReplay, OffloadOnASlowLinkStallsByTheCopyTime) {
 
 TEST(StrategyReplay, SynchronousOffloadBoundsMemoryOnASlowLink) {
   models::StrategyRule rule;
-  rule.offload = models::OffloadAction{2, true};
+  rule.action = models::OffloadAction{2, true};
   const SimulationResult r = run(chain(), hand_platform(2e3), only_big(rule));
   ASSERT_TRUE(r.fits());
   // vDNN: the copy of a (0.5 s) starts when f1 ends (0.1) and overlaps f2; f3 waits for it
@@ -161,11 +162,14 @@ TEST(StrategyReplay, CompressionKeepsBytesOverRatioBetweenCompressAndDecompress)
   c.compress_bandwidth = 1e4;    // 1000 B in 0.1 s
   c.decompress_bandwidth = 2e4;  // 1000 B in 0.05 s
   c.latency = 0.01;
-  rule.compress = c;
+  rule.action = c;
+  // The hand trace's tensors are u8 (one byte per element): a compress rule leaves integer
+  // storages alone unless it names them.
+  rule.select.names = {"a"};
   const traces::Trace trace = chain();
   const models::Platform platform = hand_platform(1e4);
   const models::OpTimeModel model(platform);
-  const models::Schedule schedule = models::build_schedule(trace, model, only_big(rule));
+  const models::Schedule schedule = test_support::must_apply(models::build_schedule(trace, model, only_big(rule)));
   const SimulationResult r = simulate(platform, schedule);
   ASSERT_TRUE(r.fits());
   // Find the codec tasks and the compressed buffer.

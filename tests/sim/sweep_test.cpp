@@ -41,9 +41,9 @@ TEST(Sweep, CrossProductOfListsAndRanges) {
   EXPECT_EQ(s.variants[0].label, "training.batch_size=1, model.layers=1, strategy.rules[0].compress.ratio=4, platform=a100-40gb");
   EXPECT_EQ(s.variants[1].label, "training.batch_size=1, model.layers=1, strategy.rules[0].compress.ratio=4, platform=h100-80gb");
   const Scenario& last = s.variants.back().scenario;
-  EXPECT_EQ(last.zoo_model->batch_size, 4);
+  EXPECT_EQ(last.batch_size, 4);
   EXPECT_EQ(last.zoo_model->layers, 3);
-  EXPECT_DOUBLE_EQ(last.strategy.rules[0].compress->ratio, 8);
+  EXPECT_DOUBLE_EQ(*last.strategy.rules[0].compress()->ratio, 8);
   EXPECT_EQ(last.platform->name, "h100-80gb");
   EXPECT_FALSE(last.has_sweep);
   EXPECT_EQ(s.hash.size(), 16U);

@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "comptrain/support/error_bound.hpp"
+
 namespace comptrain::models {
 
 // Where a number comes from. Profiles mark every model with one of these and a source.
@@ -150,10 +152,14 @@ struct CompressionModelUse {
   std::string profile_source;  // file or embedded:NAME
   std::string codec;
   double error_bound = 0;
-  bool absolute_bound = false;  // error_bound in the tensors' units (else relative to their range)
+  ErrorBoundMode error_bound_mode = ErrorBoundMode::rel;  // abs: error_bound in the tensors' units
   TimeModel compress;    // effective (explicit overrides applied)
   TimeModel decompress;
   bool ratio_overridden = false;
+  // The profile's ratio models are fitted on float32 data (bits per value); some tensors this
+  // rule compressed have another element size, and their ratios were converted (same bits per
+  // value, so ratio * element_size / 4).
+  bool ratio_converted_to_element_size = false;
   std::vector<std::pair<TensorClass, double>> ratios;  // effective ratio per class the rule compressed
 };
 

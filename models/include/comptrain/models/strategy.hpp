@@ -8,11 +8,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "comptrain/models/compression_model.hpp"
 #include "comptrain/models/op_time.hpp"
 #include "comptrain/models/schedule.hpp"
+#include "comptrain/support/error_bound.hpp"
 #include "comptrain/traces/trace.hpp"
 
 namespace comptrain::models {
@@ -21,10 +23,15 @@ namespace comptrain::models {
 // backward and (if given) it is read by a forward op of one of `inputs_of`, or written by a
 // forward op of one of `outputs_of`, and it is at least `min_bytes` large. Both lists empty:
 // every saved activation.
+//
+// `names`, when given, further restricts the selection to the storages (base tensors) of those
+// names. A compress rule never takes an integer or boolean storage (indices, masks: a lossy
+// codec would corrupt them) unless `names` lists it.
 struct TensorSelector {
   std::vector<traces::OpKind> inputs_of;
   std::vector<traces::OpKind> outputs_of;
   std::int64_t min_bytes = 0;
+  std::vector<std::string> names;
 };
 
 struct OffloadAction {
@@ -47,28 +54,26 @@ struct RecomputeAction {
 // Compression, costed by explicit numbers, by a calibration profile, or by a profile with some
 // numbers overridden (what-if studies).
 struct CompressAction {
-  double ratio = 1;                  // original bytes / compressed bytes (>= 1)
-  double compress_bandwidth = 0;     // bytes of input per second
-  double decompress_bandwidth = 0;   // bytes of output per second
-  double latency = 0;                // seconds per call (compress and decompress alike)
-  double error_bound = 0;            // relative to the value range; picks the profile's ratio
+  // Given explicitly, or (with a profile) left empty to come from the profile's models for
+  // `codec`: the ratio from the ratio model of the tensor's class (derived from the op that
+  // produces it) at `error_bound`, with the class's default features overridden field by field
+  // by the value features the trace gives for the saved content (traces/FORMAT.md, "values");
+  // the seconds from the compress / decompress time models. Without a profile the ratio and
+  // both bandwidths are required and the latency defaults to 0.
+  std::optional<double> ratio;                 // original bytes / compressed bytes (>= 1)
+  std::optional<double> compress_bandwidth;    // bytes of input per second
+  std::optional<double> decompress_bandwidth;  // bytes of output per second
+  std::optional<double> latency;               // seconds per call (compress and decompress alike)
 
-  // With a profile, each number above whose explicit_* flag is false comes from the profile's
-  // models for `codec`: the ratio from the ratio model of the tensor's class (derived from the op
-  // that produces it) at `error_bound`, with the class's default features overridden field by
-  // field by the value features the trace gives for the saved content (traces/FORMAT.md,
-  // "values"), the seconds from the compress / decompress time models.
   std::shared_ptr<const CalibrationProfile> profile;
   bool profile_auto = false;  // `profile: auto`: picked for the platform, re-picked when it changes (sim::set_platform)
   std::string codec = "szp";
-  // error_bound_mode abs: error_bound is in the tensor's own units, and the ratio model (which
-  // takes bounds relative to the value range) gets error_bound / range, with the range from the
-  // trace's value features; a storage without one is an error.
-  bool absolute_bound = false;
-  bool explicit_ratio = true;
-  bool explicit_compress_bandwidth = true;
-  bool explicit_decompress_bandwidth = true;
-  bool explicit_latency = true;
+  // The error bound that picks the profile's ratio. rel: relative to each tensor's value range;
+  // abs: in the tensor's own units, turned into the relative bound the ratio model takes
+  // through the range the trace gives (traces/FORMAT.md, values.range); a storage without one
+  // is an error. The same mode type the kernels' streams record.
+  double error_bound = 0;
+  ErrorBoundMode error_bound_mode = ErrorBoundMode::rel;
 };
 
 // The class of an activation whose content an op of this kind wrote last (the strategy uses the
@@ -76,11 +81,16 @@ struct CompressAction {
 // gelu, linear and matmul -> linear, anything else -> generic.
 TensorClass tensor_class_of_op(traces::OpKind kind);
 
+using StrategyAction = std::variant<OffloadAction, RecomputeAction, CompressAction>;
+
 struct StrategyRule {
   TensorSelector select;
-  std::optional<OffloadAction> offload;
-  std::optional<RecomputeAction> recompute;
-  std::optional<CompressAction> compress;  // exactly one of the three is set
+  StrategyAction action;
+
+  const OffloadAction* offload() const { return std::get_if<OffloadAction>(&action); }
+  const RecomputeAction* recompute() const { return std::get_if<RecomputeAction>(&action); }
+  const CompressAction* compress() const { return std::get_if<CompressAction>(&action); }
+  CompressAction* compress() { return std::get_if<CompressAction>(&action); }
 };
 
 struct StrategySpec {
@@ -88,9 +98,22 @@ struct StrategySpec {
   std::vector<StrategyRule> rules;  // empty: baseline
 };
 
+// Throws InputError "strategy 'NAME' rule I: ..." for a rule no trace could run: an offload
+// lookahead < 1, recompute k < 1, a compress rule without the numbers its costs need, a
+// profile without the rule's codec. Checked once, before any batch is tried.
+void validate_strategy(const StrategySpec& strategy);
+
+// Why a valid strategy cannot apply to one trace (at one batch size): a recompute budget
+// below what the checkpoints alone need. A result for the planner and the reports, not an
+// input error.
+struct NotApplicable {
+  std::string reason;
+};
+
 // Builds the schedule: the trace's ops on the compute stream in recorded order, plus the
-// copies, codec tasks and recomputations the rules call for. Throws InputError when a rule
-// cannot apply (e.g. a memory budget below what the checkpoints alone need).
-Schedule build_schedule(const traces::Trace& trace, const OpTimeModel& time_model, const StrategySpec& strategy);
+// copies, codec tasks and recomputations the rules call for. Validates the strategy
+// (InputError) and the trace's fitness for it (InputError: an absolute error bound on a
+// tensor without a value range); NotApplicable when the strategy cannot apply at this batch.
+std::variant<Schedule, NotApplicable> build_schedule(const traces::Trace& trace, const OpTimeModel& time_model, const StrategySpec& strategy);
 
 }  // namespace comptrain::models

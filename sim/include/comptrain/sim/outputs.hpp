@@ -6,6 +6,7 @@
 
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/schedule.hpp"
+#include "comptrain/models/strategy.hpp"
 #include "comptrain/sim/simulation.hpp"
 #include "comptrain/traces/trace.hpp"
 
@@ -19,10 +20,25 @@ struct SimulationRun {
   const models::Platform& platform;
   const models::Schedule& schedule;
   const SimulationResult& result;
+  const models::StrategySpec* strategy;  // its rules, for the JSON report (nullptr: name only)
 };
 
 std::string report_text(const SimulationRun& run);
 std::string report_json(const SimulationRun& run);
+
+// A strategy that does not apply at the batch simulated (models::NotApplicable): a result,
+// reported like a run that does not fit (JSON: "fits": false, "not_applicable": the reason).
+struct NotApplicableRun {
+  std::string scenario_name;
+  std::string scenario_source;
+  std::string trace_name;
+  std::int64_t batch_size = 0;
+  const models::Platform& platform;
+  const models::StrategySpec& strategy;
+  std::string reason;
+};
+std::string report_text(const NotApplicableRun& run);
+std::string report_json(const NotApplicableRun& run);
 // One row per memory event: time in seconds, then bytes live per role, then the total.
 std::string memory_timeline_csv(const SimulationRun& run);
 // Chrome trace event format (JSON), opens in ui.perfetto.dev and chrome://tracing.

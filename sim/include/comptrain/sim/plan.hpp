@@ -12,6 +12,11 @@
 // completion order. The points simulated are checked for monotonicity; a violation is a warning.
 // The best batch is chosen among every fitting point simulated, which include every power of
 // two up to the largest fitting batch and that batch itself.
+//
+// Each strategy is then compared with the baseline at a batch both can run (the smaller of
+// their largest batches; simulated once more where the search did not): the memory it saves
+// there and its slowdown; and best against best throughput. The scenario is prepared once
+// (sim/run.hpp) and every probe replays in the worker process it runs in.
 
 #include <cstdint>
 #include <optional>
@@ -38,8 +43,8 @@ struct PlanPoint {
   std::int64_t batch = 0;
   bool fits = false;                 // simulated without out-of-memory and within the margin
   bool out_of_memory = false;        // the simulation itself ran out of memory
-  bool inapplicable = false;         // the strategy could not be built at this batch (see warnings)
-  bool simulation_failed = false;    // the simulator crashed here (see warnings); counted as not fitting
+  bool inapplicable = false;         // the strategy does not apply at this batch (models::NotApplicable; see warnings)
+  bool simulation_failed = false;    // the simulation failed or its worker died here (see warnings); counted as not fitting
   std::int64_t peak_bytes = 0;       // for out-of-memory points: in use + requested
   double iteration_seconds = 0;      // 0 for out-of-memory points
   double samples_per_second = 0;
@@ -54,19 +59,33 @@ struct StrategyPlan {
   double best_samples_per_second = 0;         // with target_global_batch G: G / (steps * t(b))
   std::int64_t best_peak_bytes = 0;
   std::int64_t accumulation_steps = 1;        // to reach target_global_batch at best_batch
-  double slowdown_vs_baseline = 0;            // iteration time / baseline's at the same batch (0: n/a)
+  // Against the baseline at a batch both run (the smaller of the two largest batches); empty
+  // when there is no baseline, this is it, or either fits nowhere.
+  struct Comparison {
+    std::int64_t batch = 0;
+    double peak_saved_fraction = 0;   // 1 - peak / baseline's peak, at `batch`
+    double slowdown = 0;              // iteration time / baseline's, at `batch`
+    double best_throughput_ratio = 0; // best_samples_per_second / the baseline's best
+  };
+  std::optional<Comparison> vs_baseline;
   std::vector<PlanPoint> points;              // every batch simulated, ascending
-  std::vector<std::string> warnings;          // monotonicity violations, inapplicable points
+  std::vector<std::string> warnings;          // monotonicity violations, inapplicable points, worker diagnostics
 };
 
-struct Plan {
+// The planner's answer for one scenario: per strategy, the largest batch that fits and the
+// fastest one.
+struct BatchSizePlan {
   std::string scenario_name;
+  std::string scenario_source;
+  std::string platform_source;
+  std::string gpu_name;
   std::string variant;                        // the sweep variant's label; empty outside sweeps
   std::string platform_name;
   std::int64_t capacity_bytes = 0;
   std::int64_t limit_bytes = 0;               // floor((1 - margin) * capacity)
   PlanOptions options;
   std::vector<StrategyPlan> strategies;
+  std::vector<std::string> notes;             // strategies left out as identical to another
 };
 
 // The strategies a scenario asks to plan: its `plan.strategies` list, or by default baseline,
@@ -77,7 +96,8 @@ std::vector<models::StrategySpec> strategies_to_plan(const Scenario& scenario);
 PlanOptions plan_options_for(const Scenario& scenario, PlanOptions base = {});
 
 // Runs the search. Each simulation is its own process; results do not depend on `jobs`.
-Plan make_plan(const Scenario& scenario, const std::vector<models::StrategySpec>& strategies, const PlanOptions& options);
+// InputError (once, before any simulation) for a strategy no batch could run.
+BatchSizePlan make_plan(const Scenario& scenario, const std::vector<models::StrategySpec>& strategies, const PlanOptions& options);
 
 // Several plans at once (a sweep's variants) sharing one pool of `jobs` worker processes.
 struct PlanRequest {
@@ -86,11 +106,12 @@ struct PlanRequest {
   PlanOptions options;  // jobs and progress are taken from make_plans' arguments
   std::string variant;
 };
-std::vector<Plan> make_plans(const std::vector<PlanRequest>& requests, int jobs, bool progress);
+std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, int jobs, bool progress);
 
-std::string plan_table_text(const Plan& plan);
-std::string plan_json(const Plan& plan);
-std::string plan_csv(const Plan& plan);  // one row per simulated point
-std::string plan_csv(const std::vector<Plan>& plans);  // the same with a variant column
+// The table, with the comparison against the baseline and a one-line verdict under it.
+std::string plan_table_text(const BatchSizePlan& plan);
+std::string plan_json(const BatchSizePlan& plan);
+std::string plan_csv(const BatchSizePlan& plan);  // one row per simulated point
+std::string plan_csv(const std::vector<BatchSizePlan>& plans);  // the same with a variant column
 
 }  // namespace comptrain::sim

@@ -15,15 +15,15 @@ namespace comptrain::sim {
 bool gnuplot_available();
 
 // Throughput (samples/s) against batch size, one line per strategy.
-void write_throughput_plot(const Plan& plan, const std::filesystem::path& svg);
+void write_throughput_plot(const BatchSizePlan& plan, const std::filesystem::path& svg);
 // Peak memory against batch size, one line per strategy, with the GPU capacity and the
 // margin as horizontal lines.
-void write_peak_memory_plot(const Plan& plan, const std::filesystem::path& svg);
+void write_peak_memory_plot(const BatchSizePlan& plan, const std::filesystem::path& svg);
 // Memory over simulated time, stacked by role, for one simulation.
 void write_memory_timeline_plot(const SimulationRun& run, const std::filesystem::path& svg);
 
 // The plan's plots into `directory` (created if needed): throughput.svg, peak_memory.svg.
 // Returns the files written.
-std::vector<std::filesystem::path> write_plan_plots(const Plan& plan, const std::filesystem::path& directory);
+std::vector<std::filesystem::path> write_plan_plots(const BatchSizePlan& plan, const std::filesystem::path& directory);
 
 }  // namespace comptrain::sim

@@ -35,11 +35,13 @@ struct Scenario {
   std::string source;  // where it came from, for messages ("scenarios/default.yaml")
   std::string name;    // a label for reports; defaults to the model's name
 
-  // Exactly one of the two: a zoo model (its request carries batch, precision, optimizer)
-  // or a trace file (path resolved against the scenario's directory).
-  std::optional<zoo::ModelRequest> zoo_model;
+  // Exactly one of the two: a zoo model (with its precision and optimizer) or a trace file
+  // (path resolved against the scenario's directory).
+  std::optional<zoo::ModelSpec> zoo_model;
   std::optional<std::filesystem::path> trace_file;
-  std::optional<std::int64_t> batch_size;  // for a trace file: rescale to this batch
+  // training.batch_size, the one home of the batch size: unset means the trace file's own
+  // batch, or 1 for a zoo model. The run layer (sim/run.hpp) builds or rescales the trace to it.
+  std::optional<std::int64_t> batch_size;
   bool allow_tf32 = false;                 // fp32 convolutions and matmuls on TF32 tensor cores
 
   std::optional<models::Platform> platform;  // required to simulate
@@ -64,7 +66,8 @@ Scenario load_scenario_file(const std::filesystem::path& path);
 std::string_view default_scenario_yaml();
 Scenario default_scenario();
 
-// The trace the scenario describes, at its batch size.
+// The trace the scenario describes, at its batch size (implemented with the run layer,
+// sim/run.hpp, which also prepares a scenario once for many batch sizes).
 traces::Trace build_trace(const Scenario& scenario);
 
 // Replaces the scenario's platform (the command line's --platform) and re-picks every compress

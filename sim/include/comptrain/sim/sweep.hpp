@@ -1,7 +1,6 @@
 #pragma once
 // Sweeps (a scenario's `sweep:` section), sharding them across a job array, the sweep result
-// documents and their merge; and the process pool and progress line that the planner and the
-// sweeps share.
+// documents and their merge. The worker processes that run the variants are in workers.hpp.
 //
 // A sweep maps scenario key paths to values:
 //   sweep:
@@ -11,14 +10,8 @@
 // Variants are the cross product, in the order of the keys (the last key varies fastest). Each
 // is the document with those nodes replaced, read by the normal scenario reader.
 
-#include <sys/types.h>
-
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
-#include <functional>
-#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -83,71 +76,5 @@ std::string merge_sweep_documents(const std::vector<std::pair<std::string, std::
 std::vector<VariantResult> simulate_variants(const Sweep& sweep, const std::vector<std::size_t>& indices, int jobs, bool progress);
 // One line per variant: fits, peak, iteration time, samples/s.
 std::string simulation_table_text(const Sweep& sweep, const std::vector<VariantResult>& results);
-
-// The number of worker processes for jobs = 0: the core count (at least 1).
-int default_jobs();
-
-// A pool of forked worker processes, driven from one thread with poll(): each job runs a
-// function in a fresh child (SimGrid's engine can run once per process) and sends the string
-// it returns back over a pipe. Jobs start in submission order.
-class ProcessPool {
- public:
-  using Work = std::function<std::string()>;
-  struct Finished {
-    std::size_t id = 0;
-    std::string output;
-  };
-
-  explicit ProcessPool(int workers);  // 0: default_jobs()
-  ~ProcessPool();                     // kills and reaps the jobs still running
-  ProcessPool(const ProcessPool&) = delete;
-  ProcessPool& operator=(const ProcessPool&) = delete;
-
-  std::size_t submit(Work work);  // returns the job's id (0, 1, ...)
-  // Starts queued jobs up to the worker count and waits for one to finish; nullopt when none is
-  // queued or running. A job that threw rethrows here: InputError as InputError, others as
-  // std::runtime_error.
-  std::optional<Finished> next();
-
-  std::size_t running() const { return running_.size(); }
-  std::size_t queued() const { return queue_.size(); }
-  int workers() const { return workers_; }
-
- private:
-  struct Running {
-    std::size_t id = 0;
-    pid_t pid = 0;
-    int fd = -1;
-    std::string received;
-  };
-  void start_queued();
-  Finished finish(Running job);
-
-  int workers_;
-  std::size_t next_id_ = 0;
-  std::deque<std::pair<std::size_t, Work>> queue_;
-  std::vector<Running> running_;
-};
-
-// Progress on stderr: a one-line bar with the count and an ETA when stderr is a terminal,
-// otherwise a plain line every few seconds; nothing when disabled.
-class Progress {
- public:
-  Progress(std::string what, bool enabled);
-  ~Progress();
-  Progress(const Progress&) = delete;
-  Progress& operator=(const Progress&) = delete;
-  // `total` may be an estimate (the planner's searches adapt); shown with a "~".
-  void update(std::size_t done, std::size_t total, bool estimate);
-  void finish(std::size_t done);
-
- private:
-  std::string what_;
-  bool enabled_;
-  bool tty_;
-  bool finished_ = false;
-  std::chrono::steady_clock::time_point start_;
-  std::chrono::steady_clock::time_point last_line_;
-};
 
 }  // namespace comptrain::sim

@@ -62,6 +62,11 @@ std::span<const TensorRole> all_tensor_roles();
 // Bytes per element. Booleans take one byte, as in PyTorch.
 std::int64_t element_size(DType dtype);
 
+// Floating-point element types (f64, f32, f16, bf16): the values a lossy codec may approximate.
+constexpr bool is_floating(DType dtype) {
+  return dtype == DType::f64 || dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16;
+}
+
 // Weights, buffers and optimizer state exist before and after the iteration.
 constexpr bool is_resident(TensorRole role) {
   return role == TensorRole::weight || role == TensorRole::buffer ||

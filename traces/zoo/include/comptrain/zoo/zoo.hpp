@@ -25,10 +25,10 @@ std::string_view to_string(Optimizer optimizer);
 std::optional<Precision> parse_precision(std::string_view text);
 std::optional<Optimizer> parse_optimizer(std::string_view text);
 
-// What to generate. Unset optional fields take the model's defaults.
-struct ModelRequest {
+// Which model, trained how: everything but the batch size. Unset optional fields take the
+// model's defaults. A scenario holds one of these; its batch size lives in the scenario alone.
+struct ModelSpec {
   std::string model;  // a name from list_models()
-  std::int64_t batch_size = 1;
   Precision precision = Precision::fp32;
   std::optional<Optimizer> optimizer;  // default: momentum for CNNs, adam for transformers
   // Transformer shape (bert-*, gpt2, gpt only; an error for the CNNs).
@@ -37,6 +37,11 @@ struct ModelRequest {
   std::optional<std::int64_t> heads;
   std::optional<std::int64_t> seq_len;
   std::optional<std::int64_t> vocab;
+};
+
+// What to generate: a model at a batch size.
+struct ModelRequest : ModelSpec {
+  std::int64_t batch_size = 1;
 };
 
 struct ModelInfo {

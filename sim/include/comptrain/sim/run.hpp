@@ -1,0 +1,85 @@
+#pragma once
+// The run layer: one simulation run, written once. A scenario is prepared once (platform and
+// profiles resolved when it was read, strategies checked, a trace file parsed once), then for
+// any batch size and any strategy it gives the trace, the schedule and the replay.
+// `comptrain simulate`, sweeps, the planner's probes and the benchmark all go through here:
+//
+//   PreparedScenario prepared(scenario);                        // once
+//   auto scheduled = schedule_run(prepared, strategy, batch);   // trace + schedule, or NotApplicable
+//   SimulationResult r = replay(prepared, *scheduled, Isolation::child_process);
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+
+#include "comptrain/models/op_time.hpp"
+#include "comptrain/models/platform.hpp"
+#include "comptrain/models/schedule.hpp"
+#include "comptrain/models/strategy.hpp"
+#include "comptrain/sim/outputs.hpp"
+#include "comptrain/sim/scenario.hpp"
+#include "comptrain/sim/simulation.hpp"
+#include "comptrain/traces/trace.hpp"
+
+namespace comptrain::sim {
+
+class PreparedScenario {
+ public:
+  // Throws InputError naming the scenario when it cannot run at all: no platform, a trace
+  // file that does not read, a zoo model that cannot be built, a malformed strategy rule.
+  explicit PreparedScenario(Scenario scenario);
+
+  const Scenario& scenario() const { return scenario_; }
+  const models::Platform& platform() const { return time_model_.platform(); }
+  const models::OpTimeModel& time_model() const { return time_model_; }
+  // The scenario's batch size: training.batch_size, else the trace file's, else 1.
+  std::int64_t batch_size() const { return batch_size_; }
+
+  // The iteration at `batch`: a zoo model built at that batch, or the trace file (parsed once)
+  // rescaled exactly to it.
+  traces::Trace trace_at(std::int64_t batch) const;
+
+ private:
+  Scenario scenario_;
+  models::OpTimeModel time_model_;
+  std::optional<traces::Trace> file_trace_;
+  std::int64_t batch_size_ = 1;
+};
+
+// What a replay needs: one iteration's trace and its schedule under one strategy.
+struct ScheduledRun {
+  models::StrategySpec strategy;
+  traces::Trace trace;
+  models::Schedule schedule;
+};
+
+// The trace at `batch` and its schedule under `strategy`; NotApplicable when the strategy
+// cannot apply there (a recompute budget below what the checkpoints alone need): a result for
+// the caller to report, not an error.
+std::variant<ScheduledRun, models::NotApplicable> schedule_run(const PreparedScenario& prepared, const models::StrategySpec& strategy,
+                                                               std::int64_t batch);
+
+// Where the replay runs: SimGrid's engine can run once per process, so a caller that runs
+// more than one (or must survive a SimGrid abort) replays in a forked child; a worker that is
+// itself a child replays in place.
+enum class Isolation { child_process, this_process };
+
+SimulationResult replay(const PreparedScenario& prepared, const ScheduledRun& run, Isolation isolation);
+
+// A replayed run and what the outputs (report, JSON, CSV, Perfetto) need from it.
+struct CompletedRun {
+  ScheduledRun scheduled;
+  SimulationResult result;
+  SimulationRun view(const PreparedScenario& prepared) const;
+};
+
+// schedule_run + replay; NotApplicable passes through.
+using RunOutcome = std::variant<CompletedRun, models::NotApplicable>;
+RunOutcome run_scenario(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch, Isolation isolation);
+
+// The simulate report of an outcome (report_text / report_json of outputs.hpp).
+std::string report(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch, const RunOutcome& outcome,
+                   bool json);
+
+}  // namespace comptrain::sim

@@ -1,0 +1,32 @@
+#pragma once
+// The parts every JSON document comptrain writes shares (simulate reports, plans, sweep
+// results), written once so that they have one shape everywhere: the header naming the
+// document's schema and the comptrain that wrote it, the scenario, the platform and the
+// strategy. Private to the sim library.
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <string_view>
+
+#include "comptrain/models/platform.hpp"
+#include "comptrain/models/strategy.hpp"
+
+namespace comptrain::sim::detail {
+
+using nlohmann::ordered_json;
+
+// Bumped when a field of the document changes meaning or shape. Version 2: the run layer's
+// documents (comptrain_version, schema, structured strategy, one scenario/platform shape).
+inline constexpr int kSchemaVersion = 2;
+
+// {"comptrain_version": "0.1.0", "schema": {"name": "comptrain.<kind>", "version": 2}}
+ordered_json document_header(std::string_view kind);
+
+// {"name", "source"}
+ordered_json scenario_json(const std::string& name, const std::string& source);
+// {"name", "source", "gpu", "memory_capacity_bytes"}
+ordered_json platform_json(const models::Platform& platform);
+// {"name", "rules": [{"select": {...}, "action": "offload" | "recompute" | "compress", <action>: {...}}]}
+ordered_json strategy_json(const models::StrategySpec& strategy);
+
+}  // namespace comptrain::sim::detail

@@ -1,0 +1,92 @@
+#include "comptrain/sim/run.hpp"
+
+#include "comptrain/support/input_error.hpp"
+#include "comptrain/traces/trace_json.hpp"
+#include "comptrain/zoo/zoo.hpp"
+
+namespace comptrain::sim {
+namespace {
+
+models::OpTimeModel time_model_for(const Scenario& scenario) {
+  models::OpTimeOptions options;
+  options.allow_tf32 = scenario.allow_tf32;
+  return models::OpTimeModel(require_platform(scenario), options);
+}
+
+traces::Trace build_zoo_trace(const Scenario& scenario, std::int64_t batch) {
+  zoo::ModelRequest request;
+  static_cast<zoo::ModelSpec&>(request) = *scenario.zoo_model;
+  request.batch_size = batch;
+  try {
+    return zoo::build_model(request);
+  } catch (const InputError& e) {
+    throw InputError(scenario.source + ": model: " + e.what());
+  }
+}
+
+}  // namespace
+
+PreparedScenario::PreparedScenario(Scenario scenario) : scenario_(std::move(scenario)), time_model_(time_model_for(scenario_)) {
+  if (scenario_.trace_file) {
+    file_trace_ = traces::read_trace_file(*scenario_.trace_file);
+    batch_size_ = scenario_.batch_size.value_or(file_trace_->batch_size());
+  } else {
+    batch_size_ = scenario_.batch_size.value_or(1);
+  }
+  try {
+    models::validate_strategy(scenario_.strategy);
+  } catch (const InputError& e) {
+    throw InputError(scenario_.source + ": " + e.what());
+  }
+}
+
+traces::Trace PreparedScenario::trace_at(std::int64_t batch) const {
+  if (file_trace_) return batch == file_trace_->batch_size() ? *file_trace_ : file_trace_->rescaled(batch);
+  return build_zoo_trace(scenario_, batch);
+}
+
+std::variant<ScheduledRun, models::NotApplicable> schedule_run(const PreparedScenario& prepared, const models::StrategySpec& strategy,
+                                                               std::int64_t batch) {
+  traces::Trace trace = prepared.trace_at(batch);
+  auto schedule = models::build_schedule(trace, prepared.time_model(), strategy);
+  if (auto* not_applicable = std::get_if<models::NotApplicable>(&schedule)) return std::move(*not_applicable);
+  return ScheduledRun{strategy, std::move(trace), std::move(std::get<models::Schedule>(schedule))};
+}
+
+SimulationResult replay(const PreparedScenario& prepared, const ScheduledRun& run, Isolation isolation) {
+  return isolation == Isolation::child_process ? simulate(prepared.platform(), run.schedule)
+                                               : simulate_in_this_process(prepared.platform(), run.schedule);
+}
+
+SimulationRun CompletedRun::view(const PreparedScenario& prepared) const {
+  return SimulationRun{prepared.scenario().name, prepared.scenario().source, scheduled.trace, prepared.platform(), scheduled.schedule,
+                       result,         &scheduled.strategy};
+}
+
+RunOutcome run_scenario(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch, Isolation isolation) {
+  auto scheduled = schedule_run(prepared, strategy, batch);
+  if (auto* not_applicable = std::get_if<models::NotApplicable>(&scheduled)) return std::move(*not_applicable);
+  SimulationResult result = replay(prepared, std::get<ScheduledRun>(scheduled), isolation);
+  return CompletedRun{std::move(std::get<ScheduledRun>(scheduled)), std::move(result)};
+}
+
+std::string report(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch, const RunOutcome& outcome,
+                   bool json) {
+  if (const auto* completed = std::get_if<CompletedRun>(&outcome)) {
+    const SimulationRun view = completed->view(prepared);
+    return json ? report_json(view) : report_text(view);
+  }
+  const Scenario& s = prepared.scenario();
+  const NotApplicableRun run{s.name, s.source, s.zoo_model ? s.zoo_model->model : s.trace_file->stem().string(), batch, prepared.platform(),
+                             strategy, std::get<models::NotApplicable>(outcome).reason};
+  return json ? report_json(run) : report_text(run);
+}
+
+traces::Trace build_trace(const Scenario& scenario) {
+  if (scenario.zoo_model) return build_zoo_trace(scenario, scenario.batch_size.value_or(1));
+  traces::Trace trace = traces::read_trace_file(*scenario.trace_file);
+  if (scenario.batch_size && *scenario.batch_size != trace.batch_size()) return trace.rescaled(*scenario.batch_size);
+  return trace;
+}
+
+}  // namespace comptrain::sim

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <exception>
 #include <functional>
 #include <iostream>
@@ -99,10 +100,22 @@ std::string expected_value(const CLI::Option* opt) {
   return "a value";
 }
 
+// The options of `command`, those of its option groups ("transformer shape") included.
 std::string option_list(const CLI::App& command) {
   std::string list;
-  for (const CLI::Option* opt : command.get_options()) {
-    if (opt->nonpositional()) list += (list.empty() ? "" : ", ") + opt->get_name();
+  std::vector<const CLI::App*> holders{&command};
+  for (const CLI::App* group : command.get_subcommands([](const CLI::App* sub) { return dynamic_cast<const CLI::Option_group*>(sub) != nullptr; })) {
+    holders.push_back(group);
+  }
+  std::vector<std::string> names;
+  for (const CLI::App* holder : holders) {
+    for (const CLI::Option* opt : holder->get_options()) {
+      // A group repeats its parent's --help.
+      if (opt->nonpositional() && std::find(names.begin(), names.end(), opt->get_name()) == names.end()) {
+        names.push_back(opt->get_name());
+        list += (list.empty() ? "" : ", ") + opt->get_name();
+      }
+    }
   }
   return list;
 }
@@ -181,6 +194,7 @@ int preparse(const CLI::App& app, const std::vector<std::string>& args) {
   if (!args.empty() && args.front() == "help") {
     const CLI::App* target = &app;
     for (std::size_t i = 1; i < args.size(); ++i) {
+      if (args[i] == "-h" || args[i] == "--help") continue;  // `help --help` is still help
       const CLI::App* sub = find_subcommand(*target, args[i]);
       if (!sub) return usage_error(*target, unknown_command(*target, args[i]));
       target = sub;

@@ -54,6 +54,7 @@ expect_usage "^comptrain: error: unknown command 'not-a-command'; expected one o
 expect_usage "unknown command 'trace nope'; expected one of: list, show, export, import" -- trace nope
 expect_usage "unknown option '--bogus'; expected one of: .*--batch" -- simulate --bogus
 expect_usage "unknown option '--bogus'; expected one of: --help, --version; or a command: trace" -- --bogus
+expect_usage "unknown option '--layer'; expected one of: .*--batch.*--layers, --hidden" -- trace show gpt --layer 3
 expect_usage "unexpected argument 'two'; expected at most 1 argument \(scenario\)" -- simulate one two
 expect_usage "missing option --output; expected --output" -- trace export resnet18
 expect_usage "--batch needs a value; expected --batch INT" -- trace show resnet18 --batch

@@ -15,6 +15,7 @@
 #include <functional>
 #include <iostream>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -143,11 +144,18 @@ std::string describe(const CLI::ParseError& e, const CLI::App& app) {
   }
   if (dynamic_cast<const CLI::ExtrasError*>(&e)) {
     const CLI::App& owner = named_or_deepest(command, e.get_name());
-    std::string rest = what.substr(what.find(": ") + 2);
-    const std::string first = rest.substr(0, rest.find(' '));
-    if (first.starts_with("-") && first.size() > 1) {
-      return fmt::format("unknown option '{}'; expected one of: {}", first, option_list(owner));
+    // CLI11 lists the extras last given first (detail::rjoin); an unknown option among them is
+    // the likely cause of the others (its value), so it is the one reported.
+    std::vector<std::string> extras;
+    std::istringstream words(what.substr(what.find(": ") + 2));
+    for (std::string w; words >> w;) extras.insert(extras.begin(), w);
+    if (extras.empty()) extras.push_back("?");
+    for (const std::string& word : extras) {
+      if (word.starts_with("-") && word.size() > 1) {
+        return fmt::format("unknown option '{}'; expected one of: {}", word.substr(0, word.find('=')), option_list(owner));
+      }
     }
+    const std::string& first = extras.front();
     if (!subcommands_of(owner).empty()) return unknown_command(owner, first);
     std::string positionals;
     std::size_t count = 0;

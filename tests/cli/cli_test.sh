@@ -56,6 +56,7 @@ expect_usage "unknown option '--bogus'; expected one of: .*--batch" -- simulate 
 expect_usage "unknown option '--bogus'; expected one of: --help, --version; or a command: trace" -- --bogus
 expect_usage "unknown option '--layer'; expected one of: .*--batch.*--layers, --hidden" -- trace show gpt --layer 3
 expect_usage "unexpected argument 'two'; expected at most 1 argument \(scenario\)" -- simulate one two
+expect_usage "unexpected argument 'two'; expected at most 1 argument" -- simulate one two three
 expect_usage "missing option --output; expected --output" -- trace export resnet18
 expect_usage "--batch needs a value; expected --batch INT" -- trace show resnet18 --batch
 expect_usage "--precision: found 'fp8'; expected one of: fp32, mixed" -- trace show resnet18 --precision fp8

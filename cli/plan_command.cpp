@@ -86,18 +86,21 @@ int run_plan(const PlanCliOptions& o) {
 
   const sim::Sweep sweep = sim::expand_sweep(scenario);
   const std::optional<sim::Shard> shard = o.shard.empty() ? std::nullopt : std::optional(sim::parse_shard(o.shard));
-  const std::vector<std::size_t> indices = sim::shard_variants(sweep.variants.size(), shard);
+  const std::vector<std::size_t> indices = sim::shard_variants(sweep.variant_count, shard);
   std::vector<sim::PlanRequest> requests;
-  for (std::size_t i : indices) requests.push_back(request_for(sweep.variants[i].scenario, o, sweep.variants[i].label));
+  for (std::size_t i : indices) {
+    const sim::SweepVariant variant = sweep.variant(i);
+    requests.push_back(request_for(variant.scenario, o, variant.label));
+  }
   const std::vector<sim::BatchSizePlan> plans = sim::make_plans(requests, o.jobs, !o.quiet);
   if (!o.csv.empty()) write_output(o.csv, sim::plan_csv(plans));
   if (o.json || shard || !o.output.empty()) {
     std::vector<sim::VariantResult> results;
-    for (std::size_t k = 0; k < indices.size(); ++k) results.push_back({indices[k], sweep.variants[indices[k]].label, sim::plan_json(plans[k])});
+    for (std::size_t k = 0; k < indices.size(); ++k) results.push_back({indices[k], plans[k].variant, sim::plan_json(plans[k])});
     emit(o.output, sim::sweep_document(sweep, "plan", sim::sweep_run_hash(sweep, "plan", settings_of(o)), shard, std::move(results)));
   } else {
     for (std::size_t k = 0; k < indices.size(); ++k) {
-      std::cout << (k ? "\n" : "") << fmt::format("=== variant {} of {}: {}\n", indices[k], sweep.variants.size(), sweep.variants[indices[k]].label)
+      std::cout << (k ? "\n" : "") << fmt::format("=== variant {} of {}: {}\n", indices[k], sweep.variant_count, plans[k].variant)
                 << sim::plan_table_text(plans[k]);
     }
   }
@@ -111,9 +114,9 @@ int run_plan(const PlanCliOptions& o) {
 
 int simulate_sweep(const sim::Scenario& scenario, const std::function<void(sim::Scenario&)>& adjust, const SweepRunOptions& options) {
   sim::Sweep sweep = sim::expand_sweep(scenario);
-  for (auto& v : sweep.variants) adjust(v.scenario);
+  sweep.adjust = adjust;
   const std::optional<sim::Shard> shard = options.shard.empty() ? std::nullopt : std::optional(sim::parse_shard(options.shard));
-  const std::vector<std::size_t> indices = sim::shard_variants(sweep.variants.size(), shard);
+  const std::vector<std::size_t> indices = sim::shard_variants(sweep.variant_count, shard);
   std::vector<sim::VariantResult> results = sim::simulate_variants(sweep, indices, options.jobs, !options.quiet);
   if (options.json || shard || !options.output.empty()) {
     emit(options.output, sim::sweep_document(sweep, "simulate", sim::sweep_run_hash(sweep, "simulate", options.settings), shard, std::move(results)));

@@ -1,27 +1,23 @@
 #include "comptrain/sim/sweep.hpp"
 
 #include <fmt/format.h>
-#include <poll.h>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
-#include <cerrno>
+#include <charconv>
 #include <cmath>
-#include <csignal>
-#include <cstdio>
-#include <cstring>
+#include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
-#include <thread>
 
 #include "comptrain/sim/outputs.hpp"
 #include "comptrain/sim/run.hpp"
 #include "comptrain/sim/workers.hpp"
 #include "comptrain/support/format.hpp"
 #include "comptrain/support/input_error.hpp"
+#include "documents.hpp"
 #include "scenario_yaml.hpp"
 
 namespace comptrain::sim {
@@ -59,8 +55,11 @@ std::vector<PathStep> parse_key_path(const std::string& text, const std::string&
       const std::size_t close = text.find(']', i);
       if (close == std::string::npos || close == i + 1) throw bad("unclosed or empty [index]");
       const std::string digits = text.substr(i + 1, close - i - 1);
-      if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) throw bad("index '" + digits + "' is not a number");
-      steps.push_back({"", static_cast<std::size_t>(std::stoull(digits))});
+      std::size_t index = 0;
+      const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), index);
+      if (error == std::errc::result_out_of_range) throw bad("index " + digits.substr(0, 24) + (digits.size() > 24 ? "..." : "") + " is too large");
+      if (error != std::errc() || end != digits.data() + digits.size()) throw bad("index '" + digits + "' is not a non-negative integer");
+      steps.push_back({"", index});
       i = close + 1;
     }
     if (i < text.size()) {
@@ -104,7 +103,7 @@ void set_path(YAML::Node root, const std::vector<PathStep>& path, const YAML::No
                          std::to_string(*step.index) + "]");
       }
       if (last) {
-        current[*step.index] = value;
+        current[*step.index] = YAML::Clone(value);  // a copy: sharing would merge the documents' memory
         return;
       }
       YAML::Node next = current[*step.index];
@@ -116,7 +115,7 @@ void set_path(YAML::Node root, const std::vector<PathStep>& path, const YAML::No
                        "' is not a mapping, so it has no key '" + step.key + "'");
     }
     if (last) {
-      current[step.key] = value;
+      current[step.key] = YAML::Clone(value);
       return;
     }
     if (!current[step.key]) current[step.key] = YAML::Node(YAML::NodeType::Map);
@@ -156,8 +155,14 @@ std::vector<YAML::Node> range_values(const YAML::Node& range, const std::string&
                         (!range["step"] || YAML::convert<std::int64_t>::decode(range["step"], step));
   if (integers) {
     if (step <= 0 || from > to) throw InputError(at + "the range of sweep key '" + key + "' needs from <= to and step > 0");
-    if ((to - from) / step >= static_cast<std::int64_t>(kMaxVariants)) throw InputError(at + "the range of sweep key '" + key + "' is too long");
-    for (std::int64_t v = from; v <= to; v += step) out.emplace_back(std::to_string(v));
+    // In unsigned arithmetic: to - from may not fit an int64, and from + k * step is only ever
+    // formed for k up to the count, where it stays <= to.
+    const std::uint64_t span = static_cast<std::uint64_t>(to) - static_cast<std::uint64_t>(from);
+    const std::uint64_t last = span / static_cast<std::uint64_t>(step);
+    if (last >= kMaxVariants) throw InputError(at + "the range of sweep key '" + key + "' has more than " + std::to_string(kMaxVariants) + " values");
+    for (std::uint64_t k = 0; k <= last; ++k) {
+      out.emplace_back(std::to_string(static_cast<std::int64_t>(static_cast<std::uint64_t>(from) + k * static_cast<std::uint64_t>(step))));
+    }
     return out;
   }
   double f = 0, t = 0, s = 1;
@@ -168,7 +173,9 @@ std::vector<YAML::Node> range_values(const YAML::Node& range, const std::string&
   if (!(s > 0) || f > t) throw InputError(at + "the range of sweep key '" + key + "' needs from <= to and step > 0");
   // Index-based so that rounding does not accumulate; the end is included up to a rounding slack.
   const double count = std::floor((t - f) / s + 1e-9);
-  if (count >= static_cast<double>(kMaxVariants)) throw InputError(at + "the range of sweep key '" + key + "' is too long");
+  if (!(count < static_cast<double>(kMaxVariants))) {
+    throw InputError(at + "the range of sweep key '" + key + "' has more than " + std::to_string(kMaxVariants) + " values");
+  }
   for (std::int64_t i = 0; i <= static_cast<std::int64_t>(count); ++i) out.emplace_back(fmt::format("{}", f + static_cast<double>(i) * s));
   return out;
 }
@@ -183,13 +190,66 @@ std::uint64_t fnv1a(std::string_view text, std::uint64_t h = 1469598103934665603
 
 }  // namespace
 
+struct Sweep::Axes {
+  std::string yaml;  // the scenario's text, re-read for each variant (yaml-cpp nodes share memory)
+  std::filesystem::path base_dir;
+  std::vector<Axis> axes;
+};
+
+namespace {
+
+// Mixed-radix digits of `index`, the last key fastest.
+std::vector<std::size_t> choice_of(const std::vector<Axis>& axes, std::size_t index) {
+  std::vector<std::size_t> choice(axes.size());
+  for (std::size_t a = axes.size(); a-- > 0;) {
+    choice[a] = index % axes[a].values.size();
+    index /= axes[a].values.size();
+  }
+  return choice;
+}
+
+}  // namespace
+
+std::string Sweep::label(std::size_t index) const {
+  const auto choice = choice_of(axes->axes, index);
+  std::string out;
+  for (std::size_t a = 0; a < choice.size(); ++a) {
+    out += (out.empty() ? "" : ", ") + axes->axes[a].key + "=" + value_label(axes->axes[a].values[choice[a]]);
+  }
+  return out;
+}
+
+SweepVariant Sweep::variant(std::size_t index) const {
+  if (index >= variant_count) throw std::out_of_range("sweep variant " + std::to_string(index) + " of " + std::to_string(variant_count));
+  const auto choice = choice_of(axes->axes, index);
+  YAML::Node doc = load_scenario_yaml(axes->yaml, source);
+  for (std::size_t a = 0; a < choice.size(); ++a) {
+    const Axis& axis = axes->axes[a];
+    set_path(doc, axis.path, axis.values[choice[a]], axis.key, where(source, axis.mark));
+  }
+  SweepVariant v;
+  v.index = index;
+  v.label = label(index);
+  try {
+    v.scenario = parse_scenario_node(doc, source, axes->base_dir);
+  } catch (const InputError& e) {
+    throw InputError(where(source, axes->axes.front().mark) + "sweep variant " + std::to_string(index) + " (" + v.label + "): " + e.what());
+  }
+  v.scenario.has_sweep = false;
+  v.scenario.base_dir = axes->base_dir;
+  if (adjust) adjust(v.scenario);
+  return v;
+}
+
 Sweep expand_sweep(const Scenario& scenario) {
   if (!scenario.has_sweep) throw InputError(scenario.source + ": the scenario has no 'sweep' section");
   const std::string& source = scenario.source;
   const YAML::Node doc = load_scenario_yaml(scenario.yaml, source);
   const YAML::Node section = doc["sweep"];
 
-  std::vector<Axis> axes;
+  auto axes = std::make_shared<Sweep::Axes>();
+  axes->yaml = scenario.yaml;
+  axes->base_dir = scenario.base_dir;
   for (const auto& entry : section) {
     Axis axis;
     axis.mark = entry.first.Mark();
@@ -200,20 +260,28 @@ Sweep expand_sweep(const Scenario& scenario) {
     const YAML::Node& values = entry.second;
     if (values.IsSequence()) {
       if (values.size() == 0) throw InputError(at + "sweep key '" + axis.key + "' has an empty list of values");
-      for (const auto& v : values) axis.values.push_back(v);
+      if (values.size() > kMaxVariants) throw InputError(at + "sweep key '" + axis.key + "' has more than " + std::to_string(kMaxVariants) + " values");
+      for (const auto& v : values) axis.values.push_back(YAML::Clone(v));
     } else if (values.IsMap()) {
       axis.values = range_values(values, source, axis.key);
     } else {
       throw InputError(at + "sweep key '" + axis.key + "' must map to a list of values or a range {from, to, step}");
     }
-    for (const Axis& other : axes) {
+    for (const Axis& other : axes->axes) {
       if (other.key == axis.key) throw InputError(at + "sweep key '" + axis.key + "' appears twice");
     }
-    axes.push_back(std::move(axis));
+    axes->axes.push_back(std::move(axis));
   }
 
-  // Each value alone first, so that a bad path or value is blamed on its own key's line.
-  for (const Axis& axis : axes) {
+  std::size_t count = 1;
+  for (const Axis& axis : axes->axes) {
+    count *= axis.values.size();
+    if (count > kMaxVariants) throw InputError(where(source, section.Mark()) + "the sweep has more than " + std::to_string(kMaxVariants) + " variants");
+  }
+
+  // Each value alone, so that a bad path or value is blamed on its own key's line; the
+  // combinations are read when a variant is asked for (Sweep::variant).
+  for (const Axis& axis : axes->axes) {
     const std::string at = where(source, axis.mark);
     for (const YAML::Node& value : axis.values) {
       YAML::Node variant = load_scenario_yaml(scenario.yaml, source);
@@ -226,43 +294,12 @@ Sweep expand_sweep(const Scenario& scenario) {
     }
   }
 
-  std::size_t count = 1;
-  for (const Axis& axis : axes) {
-    count *= axis.values.size();
-    if (count > kMaxVariants) throw InputError(where(source, section.Mark()) + "the sweep has more than " + std::to_string(kMaxVariants) + " variants");
-  }
-
   Sweep sweep;
   sweep.source = source;
-  for (const Axis& axis : axes) sweep.keys.push_back(axis.key);
+  for (const Axis& axis : axes->axes) sweep.keys.push_back(axis.key);
+  sweep.variant_count = count;
   sweep.hash = fmt::format("{:016x}", fnv1a(scenario.yaml));
-  for (std::size_t index = 0; index < count; ++index) {
-    // Mixed-radix digits of the index, the last key fastest.
-    std::vector<std::size_t> choice(axes.size());
-    std::size_t rest = index;
-    for (std::size_t a = axes.size(); a-- > 0;) {
-      choice[a] = rest % axes[a].values.size();
-      rest /= axes[a].values.size();
-    }
-    YAML::Node variant = load_scenario_yaml(scenario.yaml, source);
-    std::string label;
-    for (std::size_t a = 0; a < axes.size(); ++a) {
-      const YAML::Node& value = axes[a].values[choice[a]];
-      set_path(variant, axes[a].path, value, axes[a].key, where(source, axes[a].mark));
-      label += (label.empty() ? "" : ", ") + axes[a].key + "=" + value_label(value);
-    }
-    SweepVariant v;
-    v.index = index;
-    v.label = label;
-    try {
-      v.scenario = parse_scenario_node(variant, source, scenario.base_dir);
-    } catch (const InputError& e) {
-      throw InputError(where(source, axes.front().mark) + "sweep variant " + std::to_string(index) + " (" + label + "): " + e.what());
-    }
-    v.scenario.has_sweep = false;
-    v.scenario.base_dir = scenario.base_dir;
-    sweep.variants.push_back(std::move(v));
-  }
+  sweep.axes = std::move(axes);
   return sweep;
 }
 
@@ -300,12 +337,12 @@ std::string sweep_run_hash(const Sweep& sweep, std::string_view command, std::st
 std::string sweep_document(const Sweep& sweep, std::string_view command, std::string_view run_hash, const std::optional<Shard>& shard,
                            std::vector<VariantResult> results) {
   std::sort(results.begin(), results.end(), [](const VariantResult& a, const VariantResult& b) { return a.index < b.index; });
-  ordered_json j;
+  ordered_json j = detail::document_header("sweep");
   j["sweep"] = {{"hash", run_hash},
                 {"command", command},
                 {"source", sweep.source},
                 {"keys", sweep.keys},
-                {"variant_count", sweep.variants.size()}};
+                {"variant_count", sweep.variant_count}};
   if (shard) j["shard"] = {{"index", shard->index}, {"count", shard->count}};
   ordered_json variants = ordered_json::array();
   for (const VariantResult& r : results) {
@@ -315,10 +352,35 @@ std::string sweep_document(const Sweep& sweep, std::string_view command, std::st
   return j.dump(2) + "\n";
 }
 
+namespace {
+
+// "0-99, 105, 107-110", at most `shown` runs, then "and N more in M further runs".
+std::string index_ranges(const std::vector<std::size_t>& sorted, std::size_t shown = 20) {
+  std::string out;
+  std::size_t runs = 0, hidden_runs = 0, hidden = 0;
+  for (std::size_t i = 0; i < sorted.size();) {
+    std::size_t j = i;
+    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
+    if (runs < shown) {
+      out += (out.empty() ? "" : ", ") + (i == j ? std::to_string(sorted[i]) : fmt::format("{}-{}", sorted[i], sorted[j]));
+    } else {
+      ++hidden_runs;
+      hidden += j - i + 1;
+    }
+    ++runs;
+    i = j + 1;
+  }
+  if (hidden_runs > 0) out += fmt::format(", and {} more in {} further runs", hidden, hidden_runs);
+  return out;
+}
+
+}  // namespace
+
 std::string merge_sweep_documents(const std::vector<std::pair<std::string, std::string>>& documents) {
   if (documents.empty()) throw InputError("merge: no shard documents given");
   std::optional<ordered_json> sweep;
   std::string first_source;
+  std::size_t count = 0;
   std::map<std::size_t, std::vector<std::string>> seen;  // variant -> the files that hold it
   std::map<std::size_t, ordered_json> variants;
   for (const auto& [source, text] : documents) {
@@ -332,38 +394,49 @@ std::string merge_sweep_documents(const std::vector<std::pair<std::string, std::
         !doc["sweep"].contains("hash") || !doc["sweep"].contains("variant_count")) {
       throw InputError(source + ": not a sweep result (expected the JSON that comptrain plan/simulate --shard writes, with 'sweep' and 'variants')");
     }
+    const ordered_json& n = doc["sweep"]["variant_count"];
+    // The sweep's own cap: a count beyond it was not written by comptrain.
+    if (!n.is_number_unsigned() || n.get<std::uint64_t>() < 1 || n.get<std::uint64_t>() > kMaxVariants) {
+      throw InputError(source + ": /sweep/variant_count is " + n.dump().substr(0, 40) + "; expected an integer from 1 to " + std::to_string(kMaxVariants));
+    }
     if (!sweep) {
       sweep = doc["sweep"];
       first_source = source;
+      count = n.get<std::size_t>();
     } else if ((*sweep)["hash"] != doc["sweep"]["hash"] || (*sweep)["command"] != doc["sweep"]["command"] ||
                (*sweep)["variant_count"] != doc["sweep"]["variant_count"]) {
       throw InputError(source + ": from another sweep than " + first_source + " (sweep hash " + doc["sweep"]["hash"].dump() + " vs " +
                        (*sweep)["hash"].dump() + "; the scenario, the command and its options must be the same)");
     }
-    for (const auto& v : doc["variants"]) {
-      if (!v.is_object() || !v.contains("index") || !v["index"].is_number_unsigned()) throw InputError(source + ": a variant without an index");
-      const auto index = v["index"].get<std::size_t>();
+    for (std::size_t k = 0; k < doc["variants"].size(); ++k) {
+      const ordered_json& v = doc["variants"][k];
+      const std::string at = fmt::format("{}: /variants/{}", source, k);
+      if (!v.is_object() || !v.contains("index") || !v["index"].is_number_unsigned()) throw InputError(at + "/index: expected a non-negative integer");
+      if (!v.contains("label") || !v["label"].is_string()) throw InputError(at + "/label: expected a string");
+      const auto index = v["index"].get<std::uint64_t>();
+      if (index >= count) throw InputError(fmt::format("{}/index: variant {} is out of range; the sweep has {} (0 to {})", at, index, count, count - 1));
       seen[index].push_back(source);
       variants[index] = v;
     }
   }
-  const auto count = (*sweep)["variant_count"].get<std::size_t>();
-  std::string duplicates, missing, unknown;
+  std::string duplicates;
+  std::size_t duplicated = 0;
   for (const auto& [index, sources] : seen) {
-    if (index >= count) unknown += (unknown.empty() ? "" : ", ") + std::to_string(index);
-    if (sources.size() > 1) {
-      std::string in;
-      for (const auto& s : sources) in += (in.empty() ? "" : ", ") + s;
-      duplicates += (duplicates.empty() ? "" : "; ") + std::to_string(index) + " (" + variants[index]["label"].get<std::string>() + ") in " + in;
-    }
+    if (sources.size() < 2 || ++duplicated > 20) continue;
+    std::string in;
+    for (const auto& s : sources) in += (in.empty() ? "" : ", ") + s;
+    duplicates += (duplicates.empty() ? "" : "; ") + std::to_string(index) + " (" + variants[index]["label"].get<std::string>() + ") in " + in;
   }
+  if (duplicated > 20) duplicates += fmt::format("; and {} more", duplicated - 20);
+  std::vector<std::size_t> missing;
   for (std::size_t i = 0; i < count; ++i) {
-    if (!seen.count(i)) missing += (missing.empty() ? "" : ", ") + std::to_string(i);
+    if (!seen.count(i)) missing.push_back(i);
   }
-  if (!unknown.empty()) throw InputError("merge: variants out of range (the sweep has " + std::to_string(count) + "): " + unknown);
   if (!duplicates.empty()) throw InputError("merge: overlapping shards; variants given more than once: " + duplicates);
-  if (!missing.empty()) throw InputError("merge: incomplete; missing variants (0-based): " + missing + " of " + std::to_string(count));
-  ordered_json j;
+  if (!missing.empty()) {
+    throw InputError(fmt::format("merge: incomplete; missing {} of {} variants (0-based): {}", missing.size(), count, index_ranges(missing)));
+  }
+  ordered_json j = detail::document_header("sweep");
   j["sweep"] = *sweep;
   ordered_json list = ordered_json::array();
   for (auto& [index, v] : variants) list.push_back(std::move(v));
@@ -376,10 +449,11 @@ std::vector<VariantResult> simulate_variants(const Sweep& sweep, const std::vect
   Progress bar("simulate", progress);
   std::map<std::size_t, std::size_t> slot_of_job;
   for (std::size_t k = 0; k < indices.size(); ++k) {
-    const Scenario& scenario = sweep.variants.at(indices[k]).scenario;
-    // Prepared and replayed in the worker: the variants' traces are built in parallel, and the
-    // worker is a fresh process in which SimGrid's engine can run once.
-    const std::size_t id = pool.submit([&scenario]() {
+    const std::size_t index = indices[k];
+    // Read, prepared and replayed in the worker: variants are built in parallel and only when
+    // run, and the worker is a fresh process in which SimGrid's engine can run once.
+    const std::size_t id = pool.submit([&sweep, index]() {
+      const Scenario scenario = sweep.variant(index).scenario;
       const PreparedScenario prepared(scenario);
       const RunOutcome outcome = run_scenario(prepared, scenario.strategy, prepared.batch_size(), Isolation::this_process);
       return report(prepared, scenario.strategy, prepared.batch_size(), outcome, true);
@@ -391,7 +465,7 @@ std::vector<VariantResult> simulate_variants(const Sweep& sweep, const std::vect
   bar.update(0, indices.size(), false);
   while (auto finished = pool.next()) {
     const std::size_t k = slot_of_job.at(finished->id);
-    const std::string& label = sweep.variants[indices[k]].label;
+    const std::string label = sweep.label(indices[k]);
     if (!finished->outcome.diagnostics.empty()) bar.print(prefix_lines(fmt::format("variant {} ({}): ", indices[k], label), finished->outcome.diagnostics));
     if (finished->outcome.status != JobOutcome::Status::result) finished->outcome.text = fmt::format("variant {} ({}): {}", indices[k], label, finished->outcome.text);
     results[k] = {indices[k], label, std::move(finished->outcome).result_or_throw()};
@@ -404,7 +478,7 @@ std::vector<VariantResult> simulate_variants(const Sweep& sweep, const std::vect
 std::string simulation_table_text(const Sweep& sweep, const std::vector<VariantResult>& results) {
   std::size_t width = 7;
   for (const auto& r : results) width = std::max(width, r.label.size());
-  std::string out = fmt::format("Sweep      {} ({} variants; keys: {})\n\n", sweep.source, sweep.variants.size(), fmt::join(sweep.keys, ", "));
+  std::string out = fmt::format("Sweep      {} ({} variants; keys: {})\n\n", sweep.source, sweep.variant_count, fmt::join(sweep.keys, ", "));
   out += fmt::format("{:>5}  {:<{}}  {:<12}  {:>12}  {:>14}  {:>10}\n", "#", "variant", width, "fits", "peak memory", "iteration time", "samples/s");
   for (const auto& r : results) {
     const auto j = nlohmann::json::parse(r.json);

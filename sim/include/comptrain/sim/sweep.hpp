@@ -12,6 +12,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -28,16 +30,32 @@ struct SweepVariant {
   Scenario scenario;
 };
 
+// A sweep, expanded lazily: its keys and values are read and each value checked once, and a
+// variant's scenario is built only when asked for, so expanding costs time linear in the
+// variants used (a shard builds only its own).
 struct Sweep {
   std::string source;
-  std::vector<std::string> keys;      // in document order
-  std::vector<SweepVariant> variants;
-  std::string hash;                   // of the scenario's text: identifies the sweep in shards
+  std::vector<std::string> keys;  // in document order
+  std::size_t variant_count = 0;
+  std::string hash;               // of the scenario's text: identifies the sweep in shards
+  // Applied to every variant's scenario after it is read (the command line's --batch,
+  // --platform); may be empty.
+  std::function<void(Scenario&)> adjust;
+
+  // "training.batch_size=8, platform=h100-80gb"
+  std::string label(std::size_t index) const;
+  // Variant `index` (< variant_count). InputError "SOURCE:LINE:COLUMN: sweep variant I (LABEL):
+  // ..." when the scenario reader rejects the combination.
+  SweepVariant variant(std::size_t index) const;
+
+  struct Axes;  // the parsed keys and values (sweep.cpp)
+  std::shared_ptr<const Axes> axes;
 };
 
 // Expands `scenario`'s sweep (scenario.has_sweep). Throws InputError "SOURCE:LINE:COLUMN: ..."
-// at the sweep key for a bad key path, an empty list, a bad range, or a variant that the
-// scenario reader rejects (with the reader's message). At most 100000 variants.
+// at the sweep key for a bad key path (an index beyond 2^64 included), an empty list, a bad or
+// overflowing range, or a value that the scenario reader rejects (with the reader's message).
+// At most 100000 variants.
 Sweep expand_sweep(const Scenario& scenario);
 
 // --shard I/N: variants I, I+N, I+2N, ... (0-based), for Slurm job arrays
@@ -68,7 +86,7 @@ std::string sweep_document(const Sweep& sweep, std::string_view command, std::st
 
 // Joins shard documents ({source name, text}) into the unsharded document. InputError when they
 // come from different sweeps or commands (hash), or do not cover every variant exactly once
-// (naming the missing or duplicated variants).
+// (naming the missing or duplicated variants, as ranges, at most a few dozen of them).
 std::string merge_sweep_documents(const std::vector<std::pair<std::string, std::string>>& documents);
 
 // Simulates each listed variant (one process each, `jobs` at a time); results in `indices`'

@@ -10,18 +10,19 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <system_error>
 #include <vector>
 
+#include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/input_error.hpp"
 
 extern char** environ;  // POSIX: the environment the child inherits (not declared by <unistd.h> in C++)
@@ -100,8 +101,9 @@ void write_all_ignoring_broken_pipe(int fd, std::string_view data) {
 // Runs `program` (looked up on PATH, no shell in between, so no quoting of paths) with `input`
 // on its stdin through a pipe. Its stdout and stderr go to an anonymous temporary file rather
 // than a second pipe: gnuplot may write while we still write its script, and two pipes would
-// need a poll loop to avoid a deadlock. Throws std::system_error when it cannot be started.
-ProcessResult run_program(const std::vector<std::string>& args, std::string_view input) {
+// need a poll loop to avoid a deadlock. `fd3`, when >= 0, becomes the program's descriptor 3.
+// Throws std::system_error when it cannot be started.
+ProcessResult run_program(const std::vector<std::string>& args, std::string_view input, int fd3 = -1) {
   std::unique_ptr<std::FILE, FileCloser> output(std::tmpfile());
   if (!output) throw std::system_error(errno, std::generic_category(), "cannot create a temporary file");
   const int output_fd = fileno(output.get());
@@ -113,6 +115,7 @@ ProcessResult run_program(const std::vector<std::string>& args, std::string_view
   posix_spawn_file_actions_adddup2(actions.get(), pipe_fds[0], STDIN_FILENO);
   posix_spawn_file_actions_adddup2(actions.get(), output_fd, STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(actions.get(), output_fd, STDERR_FILENO);
+  if (fd3 >= 0) posix_spawn_file_actions_adddup2(actions.get(), fd3, 3);
 
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));  // posix_spawn's signature
@@ -146,33 +149,6 @@ void require_gnuplot() {
   if (!gnuplot_available()) throw InputError(std::string(kInstallHint));
 }
 
-// The temporary file gnuplot writes, renamed over the target once gnuplot succeeded; removed
-// if anything fails first, so an existing plot is never replaced by a half-drawn one.
-class TemporaryOutput {
- public:
-  explicit TemporaryOutput(const std::filesystem::path& target) {
-    static std::atomic<unsigned> counter{0};
-    path_ = target.parent_path() /
-            fmt::format(".{}.{}-{}.tmp", target.filename().string(), ::getpid(), counter.fetch_add(1));
-  }
-  ~TemporaryOutput() {
-    std::error_code ignored;
-    if (!committed_) std::filesystem::remove(path_, ignored);
-  }
-  TemporaryOutput(const TemporaryOutput&) = delete;
-  TemporaryOutput& operator=(const TemporaryOutput&) = delete;
-
-  const std::filesystem::path& path() const { return path_; }
-  void commit(const std::filesystem::path& target) {
-    std::filesystem::rename(path_, target);
-    committed_ = true;
-  }
-
- private:
-  std::filesystem::path path_;
-  bool committed_ = false;
-};
-
 // A gnuplot single-quoted string: only the quote itself is special (doubled). Control
 // characters, which could end the command line early, become spaces.
 std::string gnuplot_string(std::string_view text) {
@@ -191,12 +167,12 @@ std::string gnuplot_string(std::string_view text) {
 }
 
 // The script's preamble: the terminal the plots share, the output file, and the look.
-std::string preamble(const std::filesystem::path& output) {
+std::string preamble(const std::string& output) {
   std::string s;
   s += "set encoding utf8\n";
   // An explicit white background: viewers that show transparency as black would hide the text.
   s += "set terminal svg size 900,560 dynamic enhanced font 'sans,12' background rgb 'white'\n";
-  s += fmt::format("set output {}\n", gnuplot_string(output.string()));
+  s += fmt::format("set output {}\n", gnuplot_string(output));
   s += "set border 3 lc rgb '#444444'\n";
   s += "set tics nomirror\n";
   s += "set grid xtics ytics lc rgb '#dddddd' lt 1 dt 1\n";
@@ -206,24 +182,30 @@ std::string preamble(const std::filesystem::path& output) {
   return s;
 }
 
-// Runs the script, which draws into a temporary file in the target's directory, and renames
-// that over `svg` once gnuplot has finished.
+// Runs the script, which draws into an anonymous temporary file (deleted from the start, handed
+// to gnuplot as its descriptor 3, which it opens as /dev/fd/3), then writes the SVG atomically.
+// No named temporary file exists at any time, so an interrupt (which reaches gnuplot too, or
+// not) can leave none behind, and an existing plot is never replaced by a half-drawn one.
 void draw(const std::filesystem::path& svg, const std::string& body) {
   require_gnuplot();
   const std::filesystem::path directory = svg.parent_path().empty() ? std::filesystem::path(".") : svg.parent_path();
   if (!std::filesystem::is_directory(directory)) {
     throw InputError(fmt::format("cannot write {}: the directory {} does not exist", svg.string(), directory.string()));
   }
-  TemporaryOutput temporary(svg);
-  const std::string script = preamble(temporary.path()) + body + "unset output\n";
-  const ProcessResult r = run_program({"gnuplot"}, script);
-  std::error_code ignored;
-  const bool written = std::filesystem::file_size(temporary.path(), ignored) > 0 && !ignored;
-  if (r.exit_status != 0 || !written) {
+  std::unique_ptr<std::FILE, FileCloser> drawing(std::tmpfile());
+  if (!drawing) throw std::system_error(errno, std::generic_category(), "cannot create a temporary file");
+  const std::string script = preamble("/dev/fd/3") + body + "unset output\n";
+  const ProcessResult r = run_program({"gnuplot"}, script, fileno(drawing.get()));
+  std::string content;
+  std::rewind(drawing.get());
+  std::array<char, 4096> chunk{};
+  std::size_t n = 0;
+  while ((n = std::fread(chunk.data(), 1, chunk.size(), drawing.get())) > 0) content.append(chunk.data(), n);
+  if (r.exit_status != 0 || content.empty()) {
     throw std::runtime_error(
         fmt::format("gnuplot failed to draw {} (exit status {}):\n{}", svg.string(), r.exit_status, r.output));
   }
-  temporary.commit(svg);
+  write_file_atomically(svg, content);
 }
 
 // ---- Plans --------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 #include "comptrain/support/atomic_file.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -50,34 +52,44 @@ void install_handlers_once() {
   (void)installed;
 }
 
-// Registers a temporary path for removal on a fatal signal for the lifetime of the object.
-class TemporaryGuard {
+// The fatal signals blocked while a temporary file is created and registered, so that none
+// can land between the two and leave the file behind.
+class FatalSignalsBlocked {
  public:
-  explicit TemporaryGuard(const std::string& path) {
-    install_handlers_once();
-    if (path.size() >= kPathMax) return;
-    for (std::size_t i = 0; i < kSlots; ++i) {
-      bool expected = false;
-      if (slot_used[i].compare_exchange_strong(expected, true)) {
-        std::memcpy(slot_path[i].data(), path.c_str(), path.size() + 1);
-        slot_ = static_cast<int>(i);
-        return;
-      }
-    }
+  FatalSignalsBlocked() {
+    sigset_t fatal;
+    sigemptyset(&fatal);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&fatal, sig);
+    ::pthread_sigmask(SIG_BLOCK, &fatal, &previous_);
   }
-  ~TemporaryGuard() {
-    if (slot_ >= 0) slot_used[static_cast<std::size_t>(slot_)].store(false);
-  }
-  TemporaryGuard(const TemporaryGuard&) = delete;
-  TemporaryGuard& operator=(const TemporaryGuard&) = delete;
+  ~FatalSignalsBlocked() { ::pthread_sigmask(SIG_SETMASK, &previous_, nullptr); }
+  FatalSignalsBlocked(const FatalSignalsBlocked&) = delete;
+  FatalSignalsBlocked& operator=(const FatalSignalsBlocked&) = delete;
 
  private:
-  int slot_ = -1;
+  sigset_t previous_;
 };
 
 std::string errno_text() { return std::strerror(errno); }
 
 }  // namespace
+
+RemovedOnFatalSignal::RemovedOnFatalSignal(const std::string& path) {
+  install_handlers_once();
+  if (path.size() >= kPathMax) return;
+  for (std::size_t i = 0; i < kSlots; ++i) {
+    bool expected = false;
+    if (slot_used[i].compare_exchange_strong(expected, true)) {
+      std::memcpy(slot_path[i].data(), path.c_str(), path.size() + 1);
+      slot_ = static_cast<int>(i);
+      return;
+    }
+  }
+}
+
+RemovedOnFatalSignal::~RemovedOnFatalSignal() {
+  if (slot_ >= 0) slot_used[static_cast<std::size_t>(slot_)].store(false);
+}
 
 void write_file_atomically(const std::filesystem::path& path, std::string_view contents) {
   const std::filesystem::path dir = path.has_parent_path() ? path.parent_path() : ".";
@@ -85,12 +97,18 @@ void write_file_atomically(const std::filesystem::path& path, std::string_view c
   std::string name = ".";
   name.append(path.filename().string()).append(".tmp.XXXXXX");
   std::string pattern = (dir / name).string();
-  int fd = ::mkstemp(pattern.data());
+  install_handlers_once();
+  int fd = -1;
+  std::optional<RemovedOnFatalSignal> guard;
+  {
+    const FatalSignalsBlocked blocked;
+    fd = ::mkstemp(pattern.data());
+    if (fd >= 0) guard.emplace(pattern);
+  }
   if (fd < 0) {
     throw InputError("cannot write '" + path.string() + "': cannot create a temporary file in '" +
                      dir.string() + "': " + errno_text());
   }
-  TemporaryGuard guard(pattern);
   auto fail = [&](const std::string& what) {
     std::string reason = errno_text();
     ::close(fd);

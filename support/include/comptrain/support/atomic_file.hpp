@@ -21,6 +21,20 @@ void write_output(const std::string& path, std::string_view contents);
 // Whether an output option's value means standard output rather than a file.
 inline bool is_standard_output(const std::string& path) { return path == "-"; }
 
+// While it lives, `path` is removed if the process is ended by SIGINT, SIGTERM or SIGHUP: for
+// temporary files that someone other than write_file_atomically writes (gnuplot's plots).
+// At most 16 at once; paths of 4096 bytes or more are not registered.
+class RemovedOnFatalSignal {
+ public:
+  explicit RemovedOnFatalSignal(const std::string& path);
+  ~RemovedOnFatalSignal();
+  RemovedOnFatalSignal(const RemovedOnFatalSignal&) = delete;
+  RemovedOnFatalSignal& operator=(const RemovedOnFatalSignal&) = delete;
+
+ private:
+  int slot_ = -1;
+};
+
 // Reads a whole file. Throws InputError naming the path when it cannot be opened.
 std::string read_file(const std::filesystem::path& path);
 

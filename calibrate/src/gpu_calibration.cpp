@@ -283,7 +283,12 @@ std::string platform_yaml(const GpuMeasurements& gpu, const PlatformEmitOptions&
     value("cores", std::to_string(cores), "this host (hardware threads)");
     // 2.5 GHz x 32 fp32 FLOP/cycle (two 256-bit FMA pipes) per core: a typical server core.
     value("flops", fmt::format("{:.6g} TFLOP/s", cores * 2.5e9 * 32 / 1e12), "assumption: cores x 2.5 GHz x 32 FLOP/cycle; not measured");
-    value("memory", fmt::format("{} B", std::max<std::int64_t>(options.host_memory_bytes, 1)), "this host (/proc/meminfo MemTotal)");
+    if (options.host_memory_bytes >= (std::int64_t{1} << 20)) {
+      value("memory", fmt::format("{} B", options.host_memory_bytes), "this host (/proc/meminfo MemTotal)");
+    } else {
+      // Unknown (no /proc/meminfo): a value the platform reader accepts, marked as a guess.
+      value("memory", "64 GiB", "assumption: this host's memory could not be read (/proc/meminfo)");
+    }
     value("memory_bandwidth", "100 GB/s", "assumption: not measured (the order of one DDR4/DDR5 socket)");
   }
   out << YAML::EndMap;

@@ -52,7 +52,7 @@ import json, re, sys
 directory = sys.argv[1]
 def run(name):
     report = json.load(open(f'{directory}/{name}.json'))
-    return report['strategy'], report['results']['memory']['peak_bytes']
+    return report['strategy']['applied'], report['results']['memory']['peak_bytes']
 _, baseline_peak = run('report')
 for strategy, action in (('offload', 'offloaded'), ('compress', 'compressed'), ('sqrt_n', 'dropped')):
     (captured, peak), (zoo, _) = run(f'{strategy}-trace'), run(f'{strategy}-zoo')

@@ -133,10 +133,10 @@ models::StrategySpec one_rule(const char* name, models::StrategyRule rule) {
   return spec;
 }
 
-std::size_t activation_storages(const Trace& trace) {
+std::size_t activation_storages(const Trace& trace, bool floating_only = false) {
   std::size_t count = 0;
   for (const auto& tensor : trace.tensors()) {
-    if (tensor.role == TensorRole::activation && !tensor.is_view()) ++count;
+    if (tensor.role == TensorRole::activation && !tensor.is_view() && (!floating_only || traces::is_floating(tensor.dtype))) ++count;
   }
   return count;
 }
@@ -172,10 +172,17 @@ void expect_strategies_act_as_on_the_zoo(const Trace& captured, const Trace& gen
               << z.compressed << ", dropped " << z.dropped << ", peak " << z.peak << " (baseline " << zoo_baseline.peak
               << ")\n";
     EXPECT_EQ(c.kept + c.offloaded + c.compressed + c.dropped, saved) << strategy.name;
-    EXPECT_EQ(c.kept, z.kept) << strategy.name;
     EXPECT_EQ(c.offloaded, z.offloaded) << strategy.name;
-    EXPECT_EQ(c.compressed, z.compressed) << strategy.name;
     EXPECT_EQ(c.dropped, z.dropped) << strategy.name;
+    if (strategy.name == "compress") {
+      // Compression takes the floating-point storages only (max-pool indices and CUDA's 1-byte
+      // dropout masks stay); the CPU capture's dropout masks are float32, the zoo's bool.
+      EXPECT_EQ(c.compressed, activation_storages(captured, true));
+      EXPECT_EQ(z.compressed, activation_storages(generated, true));
+    } else {
+      EXPECT_EQ(c.kept, z.kept) << strategy.name;
+      EXPECT_EQ(c.compressed, z.compressed) << strategy.name;
+    }
     // The peak falls where it falls in the zoo: AlexNet's is its weights, gradients and momenta
     // once every gradient exists (some 733 MB against 4-7 MB of saved activations), which
     // offload and recomputation leave as it is.
@@ -185,7 +192,8 @@ void expect_strategies_act_as_on_the_zoo(const Trace& captured, const Trace& gen
     }
   }
   EXPECT_EQ(apply(captured, one_rule("offload", offload)).offloaded, saved);
-  EXPECT_EQ(apply(captured, one_rule("compress", compress)).compressed, saved);
+  EXPECT_LT(activation_storages(captured, true), saved);  // the max-pool indices at least are integers
+
   EXPECT_GT(apply(captured, one_rule("sqrt_n", recompute)).dropped, 0u);
 }
 

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -236,6 +237,29 @@ TEST(Stream, ForgedQuantisationStepIsRefusedAtItsOffset) {
   }
 }
 
+// make.py's forged.ctk (defect 10): count and dim0 raised from 70000 to 70001 with the checksum
+// recomputed. 70000 is not a multiple of the 32-value block, and the encoder codes the padding of
+// the last block as zeros, so the forged stream is byte for byte what the encoder writes for the
+// same values followed by a 0.0: a valid stream of 70001 values, which decodes correctly. No
+// check can refuse it without refusing that honest stream too (a checksum is not a signature).
+TEST(Stream, ACountRaisedIntoTheLastBlocksPaddingIsTheStreamOfOneMoreZero) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::vector<float> values(70000);
+  for (float& v : values) v = u(rng);
+  values[3] = 0.0f;  // the range (and so the absolute bound) is the same with one more 0.0
+  std::vector<float> one_more = values;
+  one_more.push_back(0.0f);
+  const CompressOptions o{.codec = CodecId::szp, .eb = 1e-3, .mode = BoundMode::rel};
+  const auto stream = compress(values, Shape::flat(values.size()), o);
+  const auto honest = compress(one_more, Shape::flat(one_more.size()), o);
+  ASSERT_EQ(stream.size(), honest.size());
+  EXPECT_TRUE(std::equal(stream.begin() + kHeaderSize, stream.end(), honest.begin() + kHeaderSize));
+  const std::vector<float> back = decompress(honest);
+  ASSERT_EQ(back.size(), 70001u);
+  EXPECT_EQ(back.back(), 0.0f);
+}
+
 TEST(Stream, ForgedHeaderFieldsAreRefusedAtTheirOffsets) {
   const auto s = noise_stream(CodecId::szp);
   EXPECT_EQ(error_of(with(s, 48, std::uint64_t{70001})),
@@ -294,7 +318,9 @@ TEST(Stream, EveryCorruptionMessageNamesAByteOffset) {
       if (p >= 88 && p < 96) continue;  // the checksum itself
       t[p] ^= std::byte{static_cast<unsigned char>(1u + rng() % 255)};
       const std::string e = error_of(t);
-      if (e != "(decoded)") EXPECT_NE(e.find("byte"), std::string::npos) << codec_info(c).name << " byte " << p << ": " << e;
+      if (e != "(decoded)") {
+        EXPECT_NE(e.find("byte"), std::string::npos) << codec_info(c).name << " byte " << p << ": " << e;
+      }
     }
   }
 }

@@ -17,14 +17,14 @@ namespace comptrain::calibrate {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using detail::Plan;
+using detail::MeasurementPlan;
 
 // Fastest of the repetitions of `f`, after one untimed warm-up call (first touch of the
 // output pages, thread start-up). The minimum rather than the median: the VM's cores are
 // shared, and other processes only ever add time, so the minimum is the best estimate of
 // what the kernel itself costs.
 template <class F>
-double time_best(F&& f, const Plan& plan) {
+double time_best(F&& f, const MeasurementPlan& plan) {
   f();
   std::vector<double> times;
   const auto start = Clock::now();
@@ -110,7 +110,7 @@ CalibrationResult calibrate_cpu(const CalibrationOptions& options) {
     for (const auto& name : options.codecs) codecs.push_back(kernels::codec_from_name(name));
   }
   const unsigned threads = options.threads == 0 ? std::max(1u, std::thread::hardware_concurrency()) : options.threads;
-  const Plan plan = detail::plan_for(options.quick);
+  const MeasurementPlan plan = detail::plan_for(options.quick);
 
   // Work units: bytes through the codecs (timing: about min_reps passes per size, both
   // directions; ratio: one compression per class, draw and bound).

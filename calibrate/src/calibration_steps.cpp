@@ -12,8 +12,8 @@
 
 namespace comptrain::calibrate::detail {
 
-Plan plan_for(bool quick) {
-  Plan p;
+MeasurementPlan plan_for(bool quick) {
+  MeasurementPlan p;
   const std::uint64_t top = quick ? (std::uint64_t{16} << 20) : (std::uint64_t{1} << 30);
   for (std::uint64_t s = 64 << 10; s <= top; s *= 4) p.sizes.push_back(s);
   p.min_seconds = quick ? 0.1 : 0.5;
@@ -63,7 +63,7 @@ std::vector<float> timing_data(std::size_t count) {
   return data;
 }
 
-double ratio_work(const Plan& plan) {
+double ratio_work(const MeasurementPlan& plan) {
   return static_cast<double>(std::size(kSampledClasses)) * plan.draws * static_cast<double>(std::size(kErrorBounds)) * 4.0 *
          static_cast<double>(plan.sample_values);
 }
@@ -75,7 +75,7 @@ void fit_codec_time_models(const CodecMeasurements& raw, const std::string& sour
   profile.compress.source = profile.decompress.source = source;
 }
 
-void measure_ratio_models(const Plan& plan, const CompressedSize& compressed_size, std::string_view how,
+void measure_ratio_models(const MeasurementPlan& plan, const CompressedSize& compressed_size, std::string_view how,
                           models::CodecProfile& profile, CodecMeasurements& raw, Progress& progress, double units) {
   progress.stage(fmt::format("{}: compression ratios on synthetic activations", profile.codec));
   std::map<models::TensorClass, std::vector<RatioSample>> by_class;

@@ -25,14 +25,14 @@ inline constexpr double kTimingErrorBound = 1e-3;
 inline constexpr models::TensorClass kSampledClasses[] = {models::TensorClass::post_relu, models::TensorClass::batchnorm,
                                                           models::TensorClass::gelu, models::TensorClass::linear};
 
-struct Plan {
+struct MeasurementPlan {
   std::vector<std::uint64_t> sizes;  // bytes of float32 input
   double min_seconds = 0;            // CPU: per size, repeat until this much time was spent...
   int min_reps = 0;                  // ...and at least this many times (GPU: exactly this many)
   std::size_t sample_values = 0;     // per ratio sample
   int draws = 0;                     // ratio samples per class (every 4th held back)
 };
-Plan plan_for(bool quick);
+MeasurementPlan plan_for(bool quick);
 
 // Today's date, ISO 8601 (UTC).
 std::string today();
@@ -66,13 +66,13 @@ void fit_codec_time_models(const CodecMeasurements& raw, const std::string& sour
 using CompressedSize = std::function<std::size_t(std::span<const float> values, double eb)>;
 
 // Bytes through the codec in measure_ratio_models, for one codec (the CPU's progress units).
-double ratio_work(const Plan& plan);
+double ratio_work(const MeasurementPlan& plan);
 
 // Fits the ratio models of one codec (every sampled class, and generic) on plan.draws
 // synthetic samples per class at every error bound, 1 in 4 held back; fills profile.ratio and
 // raw.ratio. `how` names the driver in each model's source ("comptrain calibrate --device cpu").
 // The step counts as `units` of the caller's progress.
-void measure_ratio_models(const Plan& plan, const CompressedSize& compressed_size, std::string_view how,
+void measure_ratio_models(const MeasurementPlan& plan, const CompressedSize& compressed_size, std::string_view how,
                           models::CodecProfile& profile, CodecMeasurements& raw, Progress& progress, double units);
 
 }  // namespace comptrain::calibrate::detail

@@ -17,7 +17,7 @@
 namespace comptrain::calibrate {
 namespace {
 
-using detail::Plan;
+using detail::MeasurementPlan;
 
 // Square GEMMs find the best rate; layer-shaped ones (C[tokens x out] = A[tokens x in] B) say
 // how far below it a transformer layer runs. Tokens = batch x sequence = 8192 in both models.
@@ -118,7 +118,7 @@ GpuCalibrationResult calibrate_gpu(GpuProbe& probe, const CalibrationOptions& op
       codecs.push_back(id);
     }
   }
-  const Plan plan = detail::plan_for(options.quick);
+  const MeasurementPlan plan = detail::plan_for(options.quick);
   const int reps = options.quick ? 5 : 10;
   const std::vector<GemmShape> shapes = gemm_shapes(options.quick);
 

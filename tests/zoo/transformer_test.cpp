@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "comptrain/support/input_error.hpp"
 #include "comptrain/zoo/zoo.hpp"
 #include "zoo_test_support.hpp"
 
@@ -191,6 +192,21 @@ TEST(Transformer, AttentionSavesViewsOfTheFusedQkv) {
   EXPECT_EQ(log_probs.dtype, traces::DType::f32);
   EXPECT_EQ(log_probs.shape, (std::vector<std::int64_t>{64, 50257}));
   EXPECT_EQ(log_probs.batch_dim, 0u);
+}
+
+// Refused before building (defect list: `layers: 1000000` allocated until memory ran out).
+TEST(Transformer, LayerCountsTheMachineCannotBuildAreRefusedFirst) {
+  ModelRequest request;
+  request.model = "gpt";
+  request.layers = 1'000'000;
+  try {
+    (void)build_model(request);
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("layers: 1000000 is above the zoo's limit of 1024 (about 48000000 ops"), std::string::npos) << e.what();
+  }
+  request.layers = std::int64_t{1} << 40;
+  EXPECT_THROW((void)build_model(request), InputError);
 }
 
 }  // namespace

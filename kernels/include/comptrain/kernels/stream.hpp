@@ -25,6 +25,7 @@
 #include <span>
 #include <string>
 
+#include "comptrain/support/error_bound.hpp"
 #include "comptrain/support/input_error.hpp"
 
 namespace comptrain::kernels {
@@ -41,7 +42,9 @@ inline constexpr std::size_t kHeaderSize = 96;
 inline constexpr std::size_t kMaxRank = 4;
 
 enum class CodecId : std::uint8_t { szp = 1, zeros = 2, quant = 3, fp16 = 4, bf16 = 5, zfp = 6, szh = 7 };
-enum class BoundMode : std::uint8_t { none = 0, abs = 1, rel = 2 };
+// The scenario's error_bound_mode and the stream's are one type (support/error_bound.hpp);
+// its numeric values are this header byte's.
+using BoundMode = ErrorBoundMode;
 enum class ElementType : std::uint8_t { float32 = 1 };
 
 struct Header {

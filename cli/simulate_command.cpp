@@ -73,8 +73,14 @@ int run(const SimulateOptions& o) {
     if (!o.memory_csv.empty()) write_output(o.memory_csv, sim::memory_timeline_csv(run));
     if (!o.timeline.empty()) write_output(o.timeline, sim::perfetto_trace_json(run));
     if (!o.plot.empty()) sim::write_memory_timeline_plot(run, o.plot);
-    if (run.schedule.tasks.empty() || std::none_of(run.schedule.tasks.begin(), run.schedule.tasks.end(), [](const models::Task& t) { return t.seconds > 0 || t.bytes > 0; })) {
-      fmt::print(stderr, "comptrain: warning: {}: the trace has no GPU work (no op with a duration, no copy); the report below describes an empty iteration\n",
+    // A trace in which no op does arithmetic or carries a measured duration (a memory
+    // snapshot's import: its ops are allocation events; a hand-made stub) is no training step:
+    // "fits" and the times would describe nothing real.
+    const auto& ops = run.trace.ops();
+    if (std::none_of(ops.begin(), ops.end(), [](const traces::Op& op) { return op.flops.fixed != 0 || op.flops.per_sample != 0 || op.measured; })) {
+      fmt::print(stderr,
+                 "comptrain: warning: {}: the trace has no GPU work (no op with FLOPs or a measured duration); the times below are "
+                 "kernel launches and memory traffic only\n",
                  scenario.source);
     }
     if (const auto& oom = completed->result.out_of_memory; oom && std::any_of(scenario.strategy.rules.begin(), scenario.strategy.rules.end(), [](const models::StrategyRule& r) {

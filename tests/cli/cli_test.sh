@@ -243,5 +243,23 @@ expect 2 'both documents to standard output' -- calibrate --device cuda -o - --e
 expect 2 'unknown codec|expected one of' -- calibrate --codecs nope -o "$work/p.yaml"
 expect 0 'memory-csv' -- simulate --help
 
+# The run layer's results and guards (issue: one run layer).
+scenarios=$(cd "$(dirname "$0")/../../scenarios" && pwd)
+expect 2 "empty platform; expected a shipped platform name or a .yaml file" -- simulate --platform ""
+expect 0 "hint: .*'offload: \{synchronous: true\}'" -- simulate "$scenarios/resnet50-offload.yaml" --batch 1024
+"$bin" trace import "$2/import/memory_snapshot.json" -o "$work/snapshot.json" 2>/dev/null
+printf 'model: {trace: %s}\nplatform: a100-40gb\n' "$work/snapshot.json" >"$work/snapshot.yaml"
+expect 0 "warning: .*snapshot.yaml: the trace has no GPU work" -- simulate "$work/snapshot.yaml"
+printf 'model: {zoo: resnet18}\ntraining: {batch_size: 4}\nplatform: a100-40gb\nstrategy: {name: tight, rules: [{recompute: {mode: budget, budget: 1 KiB}}]}\n' >"$work/budget.yaml"
+expect 0 "DOES NOT APPLY at batch 4: strategy rule 0: recompute budget of 1024 bytes" -- simulate "$work/budget.yaml"
+expect 0 '"not_applicable": "strategy rule 0: recompute budget' -- simulate "$work/budget.yaml" --json
+expect 0 '"schema": \{\s*$' -- simulate --json
+printf 'model: {zoo: resnet18}\nplatform: a100-40gb\nplan: {strategies: [baseline, {name: bad, rules: [{recompute: {mode: every_k, k: 0}}]}]}\n' >"$work/bad-plan.yaml"
+expect 2 "bad-plan.yaml:3:[0-9]+: 'plan.strategies\[1\].rules\[0\].recompute.k' is '0'" -- plan "$work/bad-plan.yaml" -q
+out=$("$bin" plan "$work/bad-plan.yaml" -q 2>&1)
+if [[ $(grep -c 'error' <<<"$out") -eq 1 ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: a malformed plan strategy should be one error, got: $out"; fi
+expect 0 'Verdict: .* runs the largest batch' -- plan "$work/budget.yaml" -q --max-batch 64
+expect 0 'DOES NOT APPLY|does not apply' -- plan "$work/budget.yaml" -q --max-batch 64
+
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

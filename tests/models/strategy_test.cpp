@@ -878,5 +878,69 @@ TEST(FiniteCosts, AnInfiniteOpTimeIsAnInputErrorNotAnInternalError) {
   EXPECT_NE(e.find("op 0 (a): the modeled duration is inf s"), std::string::npos) << e;
 }
 
+// two_relus with the saved activations' element types set: 1000 elements each.
+traces::Trace two_relus_of(traces::DType y1_type, traces::DType y2_type) {
+  Builder b;
+  const auto x = b.tensor("x", 4000, TensorRole::input);
+  const auto y1 = b.tensor("y1", 4000, TensorRole::activation);
+  const auto y2 = b.tensor("y2", 4000, TensorRole::activation);
+  b.at(y1).dtype = y1_type;
+  b.at(y2).dtype = y2_type;
+  const auto z = b.tensor("z", 4000, TensorRole::temporary);
+  const auto l = b.tensor("l", 4, TensorRole::temporary);
+  const auto gl = b.tensor("gl", 4, TensorRole::temporary);
+  const auto g2 = b.tensor("g2", 4000, TensorRole::temporary);
+  const auto g1 = b.tensor("g1", 4000, TensorRole::temporary);
+  const auto wg = b.tensor("wg", 40, TensorRole::gradient);
+  b.op("a", Phase::forward, OpKind::relu, {x}, {y1}, 100);
+  b.op("b", Phase::forward, OpKind::relu, {y1}, {y2}, 100);
+  b.op("c", Phase::forward, OpKind::conv, {y2}, {z}, 1000);
+  b.op("loss", Phase::forward, OpKind::loss, {z}, {l}, 10);
+  b.op("seed", Phase::backward, OpKind::other, {l}, {gl});
+  b.op("c.backward", Phase::backward, OpKind::conv, {gl, y2}, {g2}, 1000);
+  b.op("b.backward", Phase::backward, OpKind::relu, {g2, y2}, {g1}, 100);
+  b.op("a.backward", Phase::backward, OpKind::relu, {g1, y1}, {wg}, 100);
+  return b.build("two-relus-typed");
+}
+
+// A lossy codec must not touch indices or masks: a compress rule skips integer and boolean
+// storages unless it names them.
+TEST(CompressGuards, IntegerStoragesAreCompressedOnlyWhenNamed) {
+  for (traces::DType integer : {traces::DType::i64, traces::DType::boolean, traces::DType::u8}) {
+    const auto trace = two_relus_of(integer, traces::DType::f32);
+    const auto sizes = compressed_bytes(build(trace, spec("c", {compress_rule(codec(4))})));
+    EXPECT_EQ(sizes, (std::map<std::size_t, std::int64_t>{{2, 1000}})) << traces::to_string(integer);
+    TensorSelector named;
+    named.names = {"y1"};
+    const auto named_sizes = compressed_bytes(build(trace, spec("c", {compress_rule(codec(4), named)})));
+    const std::int64_t y1_bytes = trace.tensor(1).bytes();
+    EXPECT_EQ(named_sizes, (std::map<std::size_t, std::int64_t>{{1, (y1_bytes + 3) / 4}})) << traces::to_string(integer);
+  }
+  // Offload and recomputation move integer storages as they are.
+  EXPECT_EQ(count_of(build(two_relus_of(traces::DType::i64, traces::DType::f32), spec("o", {offload_rule(1)})), TaskKind::offload), 2u);
+}
+
+// Profiles are fitted on float32 data (bits per value): a 16-bit tensor compresses to the same
+// bits per value, so to half the float32 ratio; an explicit ratio is applied unchanged.
+TEST(CompressGuards, ProfileRatiosAreConvertedToTheElementSize) {
+  const auto profile = ratio_profile();
+  const RatioModel& model = profile->find("szp")->ratio_model(TensorClass::post_relu);
+  const double r32 = model.ratio(1e-3);
+  ASSERT_GT(r32, 2.0);  // so that half of it is still above the floor of 1
+  const auto trace = two_relus_of(traces::DType::f16, traces::DType::f32);
+  const Schedule s = build(trace, spec("compress", {compress_rule(profiled(profile, 1e-3))}));
+  const auto sizes = compressed_bytes(s);
+  EXPECT_EQ(sizes.at(1), static_cast<std::int64_t>(std::ceil(2000 / (r32 * 0.5))));  // 1000 half values
+  EXPECT_EQ(sizes.at(2), static_cast<std::int64_t>(std::ceil(4000 / r32)));
+  ASSERT_EQ(s.compression.size(), 1u);
+  EXPECT_TRUE(s.compression[0].ratio_converted_to_element_size);
+  EXPECT_FALSE(build(two_relus_of(traces::DType::f32, traces::DType::f32), spec("compress", {compress_rule(profiled(profile, 1e-3))}))
+                   .compression[0]
+                   .ratio_converted_to_element_size);
+  CompressAction what_if = profiled(profile, 1e-3);
+  what_if.ratio = 4;
+  EXPECT_EQ(compressed_bytes(build(trace, spec("w", {compress_rule(what_if)}))).at(1), 500);
+}
+
 }  // namespace
 }  // namespace comptrain::models

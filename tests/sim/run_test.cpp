@@ -1,0 +1,85 @@
+// The run layer: a scenario prepared once gives the trace, the schedule and the replay at any
+// batch; the batch size has one home; a strategy that does not apply is a result.
+#include <gtest/gtest.h>
+
+#include <variant>
+
+#include "comptrain/sim/run.hpp"
+#include "comptrain/support/input_error.hpp"
+#include "comptrain/traces/trace_json.hpp"
+#include "comptrain/zoo/zoo.hpp"
+
+namespace comptrain::sim {
+namespace {
+
+Scenario scenario(const std::string& yaml) { return parse_scenario(yaml, "s.yaml", COMPTRAIN_TEST_DATA_DIR); }
+
+TEST(Run, TheBatchSizeHasOneHome) {
+  const PreparedScenario zoo_default(scenario("model: {zoo: resnet18}\nplatform: a100-40gb\n"));
+  EXPECT_EQ(zoo_default.batch_size(), 1);
+  Scenario s = scenario("model: {zoo: resnet18}\ntraining: {batch_size: 8}\nplatform: a100-40gb\n");
+  EXPECT_EQ(*s.batch_size, 8);
+  s.batch_size = 3;  // an override writes one field
+  const PreparedScenario prepared(s);
+  EXPECT_EQ(prepared.batch_size(), 3);
+  EXPECT_EQ(prepared.trace_at(prepared.batch_size()).batch_size(), 3);
+  EXPECT_EQ(build_trace(s).batch_size(), 3);
+}
+
+TEST(Run, AZooTraceAtAnyBatchIsTheZoosModelAtThatBatch) {
+  const PreparedScenario prepared(scenario("model: {zoo: resnet18}\ntraining: {batch_size: 2, optimizer: adam}\nplatform: a100-40gb\n"));
+  zoo::ModelRequest request;
+  request.model = "resnet18";
+  request.optimizer = zoo::Optimizer::adam;
+  request.batch_size = 5;
+  const traces::Trace expected = zoo::build_model(request);
+  const traces::Trace got = prepared.trace_at(5);
+  EXPECT_EQ(got.batch_size(), 5);
+  EXPECT_EQ(traces::trace_to_json(got), traces::trace_to_json(expected));
+}
+
+TEST(Run, ATraceFileIsReadOnceAndRescaledExactly) {
+  const std::string file = std::string(COMPTRAIN_TEST_DATA_DIR) + "/traces/tiny_values.json";
+  const PreparedScenario prepared(scenario("model: {trace: traces/tiny_values.json}\nplatform: a100-40gb\n"));
+  const traces::Trace original = traces::read_trace_file(file);
+  EXPECT_EQ(prepared.batch_size(), original.batch_size());
+  EXPECT_EQ(traces::trace_to_json(prepared.trace_at(7)), traces::trace_to_json(original.rescaled(7)));
+  EXPECT_EQ(traces::trace_to_json(prepared.trace_at(original.batch_size())), traces::trace_to_json(original));
+}
+
+TEST(Run, ScenariosThatCannotRunAreInputErrorsAtPreparation) {
+  EXPECT_THROW(PreparedScenario(scenario("model: {zoo: resnet18}\n")), InputError);  // no platform
+  Scenario bad = scenario("model: {zoo: resnet18}\nplatform: a100-40gb\nstrategy: offload\n");
+  std::get<models::OffloadAction>(bad.strategy.rules[0].action).lookahead = 0;  // past the reader
+  try {
+    PreparedScenario prepared(bad);
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "s.yaml: strategy 'offload' rule 0: offload lookahead must be >= 1");
+  }
+}
+
+TEST(Run, AStrategyThatDoesNotApplyIsAResult) {
+  const PreparedScenario prepared(scenario(
+      "model: {zoo: resnet18}\ntraining: {batch_size: 2}\nplatform: a100-40gb\n"
+      "strategy: {name: tight, rules: [{recompute: {mode: budget, budget: 1 KiB}}]}\n"));
+  const RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, 2, Isolation::child_process);
+  ASSERT_TRUE(std::holds_alternative<models::NotApplicable>(outcome));
+  const std::string json = report(prepared, prepared.scenario().strategy, 2, outcome, true);
+  EXPECT_NE(json.find("\"not_applicable\": \"strategy rule 0: recompute budget of 1024 bytes"), std::string::npos) << json;
+  EXPECT_NE(report(prepared, prepared.scenario().strategy, 2, outcome, false).find("DOES NOT APPLY at batch 2"), std::string::npos);
+}
+
+TEST(Run, OneRunInAChildEqualsTheSameRunInPlace) {
+  const PreparedScenario prepared(scenario("model: {zoo: resnet18}\ntraining: {batch_size: 2}\nplatform: a100-40gb\nstrategy: offload\n"));
+  const auto scheduled = std::get<ScheduledRun>(schedule_run(prepared, prepared.scenario().strategy, 2));
+  const SimulationResult child = replay(prepared, scheduled, Isolation::child_process);
+  const RunOutcome again = run_scenario(prepared, prepared.scenario().strategy, 2, Isolation::child_process);
+  const auto& completed = std::get<CompletedRun>(again);
+  EXPECT_EQ(child.peak_bytes, completed.result.peak_bytes);
+  EXPECT_EQ(child.iteration_seconds, completed.result.iteration_seconds);
+  EXPECT_EQ(report_json(completed.view(prepared)), report(prepared, prepared.scenario().strategy, 2, again, true));
+}
+
+}  // namespace
+}  // namespace comptrain::sim

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "comptrain/support/format.hpp"
+#include "comptrain/traces/trace_json.hpp"
 
 namespace comptrain::cli {
 namespace {
@@ -95,7 +96,7 @@ std::string trace_report_json(const traces::Trace& trace, const traces::TraceSum
   ordered_json j;
   j["name"] = s.name;
   j["batch_size"] = s.batch_size;
-  j["metadata"] = trace.metadata();
+  j["metadata"] = nlohmann::ordered_json::parse(traces::metadata_to_json(trace));
   j["ops"] = {{"total", s.ops}, {"forward", s.ops_by_phase[0]}, {"backward", s.ops_by_phase[1]}, {"optimizer", s.ops_by_phase[2]}};
   j["tensors"] = s.tensors;
   j["parameters"] = s.parameters;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comptrain/support/format.hpp"
+#include "comptrain/traces/trace_json.hpp"
 #include "documents.hpp"
 
 namespace comptrain::sim {
@@ -367,7 +368,7 @@ std::string report_json(const SimulationRun& run) {
   const SimulationResult& r = run.result;
   ordered_json j = detail::document_header("simulate");
   j["scenario"] = detail::scenario_json(run.scenario_name, run.scenario_source);
-  j["model"] = {{"trace", run.trace.name()}, {"batch_size", run.trace.batch_size()}, {"metadata", run.trace.metadata()}};
+  j["model"] = {{"trace", run.trace.name()}, {"batch_size", run.trace.batch_size()}, {"metadata", ordered_json::parse(traces::metadata_to_json(run.trace))}};
   j["platform"] = detail::platform_json(run.platform);
   if (run.strategy != nullptr) {
     j["strategy"] = detail::strategy_json(*run.strategy);

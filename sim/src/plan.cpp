@@ -253,6 +253,7 @@ struct Driver {
   StrategyPlan finish(const Search& s) const {
     StrategyPlan out;
     out.strategy = spec(s).name;
+    out.spec = spec(s);
     for (const auto& [b, point] : s.points) out.points.push_back(point);
     for (const auto& [batch, note] : s.notes) out.warnings.push_back(note);
     if (s.lo > 0) {
@@ -522,7 +523,7 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
   ordered_json strategies = ordered_json::array();
   for (const auto& s : plan.strategies) {
     ordered_json js;
-    js["strategy"] = {{"name", s.strategy}};
+    js["strategy"] = detail::strategy_json(s.spec);
     js["fits_at_batch_1"] = s.max_batch.has_value();
     js["max_batch"] = s.max_batch ? ordered_json(*s.max_batch) : ordered_json(nullptr);
     js["max_is_ceiling"] = s.max_is_ceiling;

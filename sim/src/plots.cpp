@@ -205,7 +205,7 @@ void draw(const std::filesystem::path& svg, const std::string& body) {
     throw std::runtime_error(
         fmt::format("gnuplot failed to draw {} (exit status {}):\n{}", svg.string(), r.exit_status, r.output));
   }
-  write_file_atomically(svg, content);
+  write_output(svg.string(), content);  // "-": the SVG on standard output
 }
 
 // ---- Plans --------------------------------------------------------------------------------------

@@ -140,6 +140,13 @@ TEST(TraceJson, FixtureReadsAsTheHandBuiltTrace) {
   EXPECT_EQ(read.tensor(0).bytes(), 32);
 }
 
+// Reports give numbers as numbers: metadata values that are whole decimal integers become JSON
+// numbers, the rest (leading zeros, fractions, words) stay strings.
+TEST(TraceJson, MetadataForReportsHasNumbersAsNumbers) {
+  const Trace t("m", 1, {}, {}, {{"layers", "12"}, {"delta", "-3"}, {"code", "007"}, {"ratio", "2.5"}, {"model", "gpt2"}, {"zero", "0"}});
+  EXPECT_EQ(metadata_to_json(t), R"({"code":"007","delta":-3,"layers":12,"model":"gpt2","ratio":"2.5","zero":0})");
+}
+
 TEST(TraceJson, WriterOutputIsTheCanonicalFixture) {
   // The fixture is in the writer's exact layout, so this pins the layout down.
   EXPECT_EQ(trace_to_json(tiny_trace()) + "\n", fixture_text("tiny.json"));

@@ -1,6 +1,7 @@
 #include "comptrain/traces/trace_json.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -983,6 +984,21 @@ class TraceWriter {
 }  // namespace
 
 std::string trace_to_json(const Trace& trace, int indent) { return TraceWriter(trace, indent).write(); }
+
+std::string metadata_to_json(const Trace& trace) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& [key, value] : trace.metadata()) {
+    std::int64_t number = 0;
+    const char* end = value.data() + value.size();
+    const auto [stop, error] = std::from_chars(value.data(), end, number);
+    if (!value.empty() && error == std::errc() && stop == end && (value == "0" || value[0] != '0')) {
+      j[key] = number;
+    } else {
+      j[key] = value;
+    }
+  }
+  return j.dump();
+}
 
 Trace trace_from_json(std::string_view text, std::string_view source) {
   DomBuilder builder;

@@ -53,6 +53,7 @@ struct PlanPoint {
 
 struct StrategyPlan {
   std::string strategy;                       // StrategySpec::name
+  models::StrategySpec spec;                  // the strategy planned (its rules, for the JSON)
   std::optional<std::int64_t> max_batch;      // empty: not even batch 1 fits
   bool max_is_ceiling = false;                // max_batch is PlanOptions::max_batch: larger may fit
   std::optional<std::int64_t> best_batch;     // highest samples/s among the fitting points

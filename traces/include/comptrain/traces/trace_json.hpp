@@ -22,6 +22,11 @@ std::string trace_to_json(const Trace& trace, int indent = 1);
 // "line L, column C" for JSON syntax errors and a JSON path ("/ops/3/inputs/1") otherwise.
 Trace trace_from_json(std::string_view text, std::string_view source);
 
+// The trace's metadata as a one-line JSON object for reports: values that are whole decimal
+// integers ("layers": "12") are written as numbers, the rest as strings. (The trace format keeps
+// every metadata value a string; reports give numbers as numbers.)
+std::string metadata_to_json(const Trace& trace);
+
 Trace read_trace_file(const std::filesystem::path& path);
 void write_trace_file(const Trace& trace, const std::filesystem::path& path);  // atomic
 

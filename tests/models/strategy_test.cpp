@@ -448,19 +448,23 @@ CompressAction profiled(std::shared_ptr<const CalibrationProfile> profile, doubl
 
 // x -a(relu)-> y1 -b(relu)-> y2 -c(conv)-> z -loss-> l; backward reads y1 and y2. Both saved
 // activations are post_relu, 4000 bytes each; `values` gives them value features.
-traces::Trace two_relus(const traces::ValueFeatures& y1_values, const traces::ValueFeatures& y2_values) {
+// The same with the saved activations' element types set (1000 elements each).
+traces::Trace two_relus_of(traces::DType y1_type, traces::DType y2_type, const traces::ValueFeatures& y1_values = {},
+                           const traces::ValueFeatures& y2_values = {}) {
   Builder b;
   const auto x = b.tensor("x", 4000, TensorRole::input);
   const auto y1 = b.tensor("y1", 4000, TensorRole::activation);
   const auto y2 = b.tensor("y2", 4000, TensorRole::activation);
+  b.at(y1).dtype = y1_type;
+  b.at(y2).dtype = y2_type;
+  b.at(y1).values = y1_values;
+  b.at(y2).values = y2_values;
   const auto z = b.tensor("z", 4000, TensorRole::temporary);
   const auto l = b.tensor("l", 4, TensorRole::temporary);
   const auto gl = b.tensor("gl", 4, TensorRole::temporary);
   const auto g2 = b.tensor("g2", 4000, TensorRole::temporary);
   const auto g1 = b.tensor("g1", 4000, TensorRole::temporary);
   const auto wg = b.tensor("wg", 40, TensorRole::gradient);
-  b.at(y1).values = y1_values;
-  b.at(y2).values = y2_values;
   b.op("a", Phase::forward, OpKind::relu, {x}, {y1}, 100);
   b.op("b", Phase::forward, OpKind::relu, {y1}, {y2}, 100);
   b.op("c", Phase::forward, OpKind::conv, {y2}, {z}, 1000);
@@ -470,6 +474,10 @@ traces::Trace two_relus(const traces::ValueFeatures& y1_values, const traces::Va
   b.op("b.backward", Phase::backward, OpKind::relu, {g2, y2}, {g1}, 100);
   b.op("a.backward", Phase::backward, OpKind::relu, {g1, y1}, {wg}, 100);
   return b.build("two-relus");
+}
+
+traces::Trace two_relus(const traces::ValueFeatures& y1_values, const traces::ValueFeatures& y2_values) {
+  return two_relus_of(traces::DType::f32, traces::DType::f32, y1_values, y2_values);
 }
 
 // The compressed size of each compressed storage, by storage.
@@ -878,30 +886,6 @@ TEST(FiniteCosts, AnInfiniteOpTimeIsAnInputErrorNotAnInternalError) {
   EXPECT_NE(e.find("op 0 (a): the modeled duration is inf s"), std::string::npos) << e;
 }
 
-// two_relus with the saved activations' element types set: 1000 elements each.
-traces::Trace two_relus_of(traces::DType y1_type, traces::DType y2_type) {
-  Builder b;
-  const auto x = b.tensor("x", 4000, TensorRole::input);
-  const auto y1 = b.tensor("y1", 4000, TensorRole::activation);
-  const auto y2 = b.tensor("y2", 4000, TensorRole::activation);
-  b.at(y1).dtype = y1_type;
-  b.at(y2).dtype = y2_type;
-  const auto z = b.tensor("z", 4000, TensorRole::temporary);
-  const auto l = b.tensor("l", 4, TensorRole::temporary);
-  const auto gl = b.tensor("gl", 4, TensorRole::temporary);
-  const auto g2 = b.tensor("g2", 4000, TensorRole::temporary);
-  const auto g1 = b.tensor("g1", 4000, TensorRole::temporary);
-  const auto wg = b.tensor("wg", 40, TensorRole::gradient);
-  b.op("a", Phase::forward, OpKind::relu, {x}, {y1}, 100);
-  b.op("b", Phase::forward, OpKind::relu, {y1}, {y2}, 100);
-  b.op("c", Phase::forward, OpKind::conv, {y2}, {z}, 1000);
-  b.op("loss", Phase::forward, OpKind::loss, {z}, {l}, 10);
-  b.op("seed", Phase::backward, OpKind::other, {l}, {gl});
-  b.op("c.backward", Phase::backward, OpKind::conv, {gl, y2}, {g2}, 1000);
-  b.op("b.backward", Phase::backward, OpKind::relu, {g2, y2}, {g1}, 100);
-  b.op("a.backward", Phase::backward, OpKind::relu, {g1, y1}, {wg}, 100);
-  return b.build("two-relus-typed");
-}
 
 // A lossy codec must not touch indices or masks: a compress rule skips integer and boolean
 // storages unless it names them.

@@ -46,8 +46,11 @@ struct SimulationResult {
 };
 
 // Runs one simulation in a child process (SimGrid's engine cannot be reset within a process,
-// so every call gets a fresh one) and returns its result. Throws std::runtime_error if the
-// child fails. The schedule must be valid (Schedule::validate).
+// so every call gets a fresh one; sim/workers.hpp) and returns its result. Throws
+// std::runtime_error if the child fails: the replay stopped with tasks not run (a deadlock) or
+// at a non-finite time, or the child died (its signal and the end of its stderr are in the
+// message). What the child wrote to stderr otherwise is passed on to ours. The schedule must be
+// valid (Schedule::validate).
 SimulationResult simulate(const models::Platform& platform, const models::Schedule& schedule);
 
 // The same in this process: usable once per process (a benchmark child, a worker).

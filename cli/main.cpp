@@ -26,6 +26,7 @@
 #include "plan_command.hpp"
 #include "simulate_command.hpp"
 #include "trace_command.hpp"
+#include "validate_command.hpp"
 
 namespace {
 
@@ -259,6 +260,7 @@ int main(int argc, char** argv) {
       comptrain::cli::add_plan_command(app),
       comptrain::cli::add_merge_command(app),
       comptrain::cli::add_calibrate_command(app),
+      comptrain::cli::add_validate_command(app),
   };
   add_version_flags(app, version_line);
 

@@ -49,7 +49,7 @@ expect_usage() {
     sed 's/^/    /' <<<"$out" | head -20
   fi
 }
-expect_usage '^comptrain: error: no command given; expected one of: trace, simulate, compress, decompress, plan, merge, calibrate, help$' --
+expect_usage '^comptrain: error: no command given; expected one of: trace, simulate, compress, decompress, plan, merge, calibrate, validate, help$' --
 expect_usage "^comptrain: error: unknown command 'not-a-command'; expected one of: trace, simulate, .*calibrate" -- not-a-command
 expect_usage "unknown command 'trace nope'; expected one of: list, show, export, import" -- trace nope
 expect_usage "unknown option '--bogus'; expected one of: .*--batch" -- simulate --bogus

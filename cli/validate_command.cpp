@@ -1,0 +1,58 @@
+#include "validate_command.hpp"
+
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "comptrain/sim/validate.hpp"
+#include "comptrain/support/atomic_file.hpp"
+#include "options.hpp"
+
+namespace comptrain::cli {
+namespace {
+
+struct ValidateOptions {
+  std::string table;
+  bool fast = false;
+  bool json = false;
+  int jobs = 0;
+  std::string output;
+};
+
+int run(const ValidateOptions& o) {
+  const std::filesystem::path path = o.table.empty() ? sim::default_validation_table() : std::filesystem::path(o.table);
+  const sim::ValidationTable table = sim::load_validation_table(path);
+  const auto results = sim::validate(table, {.fast = o.fast, .jobs = o.jobs});
+  const std::string text = o.json ? sim::validation_json(table.source, results) : sim::validation_text(results);
+  if (o.output.empty()) {
+    std::cout << text;
+  } else {
+    write_output(o.output, text);
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::function<int()> add_validate_command(CLI::App& app) {
+  auto options = std::make_shared<ValidateOptions>();
+  auto* command = app.add_subcommand(
+      "validate",
+      "Set comptrain's predictions beside published measurements (throughput, peak memory, memory reduction, slowdown, "
+      "largest batch): each point's published and predicted value and the error (predicted / published - 1), then per "
+      "metric the median and worst |error| over the points not marked suspect.");
+  command->add_option("table",
+                      options->table,
+                      "Validation table (.jsonl, scenarios/validation/README.md); default: scenarios/validation/published.jsonl of "
+                      "the source tree comptrain was built from");
+  command->add_flag("--fast", options->fast, "Only the points marked fast in the table (a few seconds; what ctest runs)");
+  command->add_flag("--json", options->json, "Print the results as JSON");
+  add_positive_int(*command, "-j,--jobs", options->jobs, "Points predicted at once, each in its own process (default: the core count)");
+  command->add_option("-o,--output", options->output, "Write the table (or JSON) to this file instead of stdout ('-': stdout)");
+  return [command, options]() -> int {
+    if (!command->parsed()) return -1;
+    return run(*options);
+  };
+}
+
+}  // namespace comptrain::cli

@@ -1,0 +1,440 @@
+#include "comptrain/sim/validate.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <tuple>
+#include <variant>
+
+#include "comptrain/sim/plan.hpp"
+#include "comptrain/sim/run.hpp"
+#include "comptrain/sim/scenario.hpp"
+#include "comptrain/sim/workers.hpp"
+#include "comptrain/support/input_error.hpp"
+#include "documents.hpp"
+
+namespace comptrain::sim {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::array kMetrics{ValidationMetric::throughput_samples_per_s, ValidationMetric::peak_mem_bytes,
+                              ValidationMetric::memory_reduction_x, ValidationMetric::slowdown_x, ValidationMetric::max_batch};
+
+bool two_runs(ValidationMetric metric) {
+  return metric == ValidationMetric::memory_reduction_x || metric == ValidationMetric::slowdown_x;
+}
+
+// One line's fields, checked one by one; every message names the table's line.
+class PointReader {
+ public:
+  PointReader(const json& object, std::string where) : object_(object), where_(std::move(where)) {}
+
+  [[noreturn]] void fail(const std::string& what) const { throw InputError(where_ + ": " + what); }
+
+  const json* find(const char* key) const {
+    const auto it = object_.find(key);
+    return it == object_.end() ? nullptr : &*it;
+  }
+  std::string text(const char* key, bool required) const {
+    const json* value = find(key);
+    if (!value) {
+      if (required) fail(fmt::format("missing field '{}'; expected a string", key));
+      return {};
+    }
+    if (!value->is_string() || value->get_ref<const std::string&>().empty()) {
+      fail(fmt::format("field '{}': found {}; expected a non-empty string", key, value->dump()));
+    }
+    return value->get<std::string>();
+  }
+  std::optional<double> number(const char* key, bool required) const {
+    const json* value = find(key);
+    if (!value) {
+      if (required) fail(fmt::format("missing field '{}'; expected a positive number", key));
+      return std::nullopt;
+    }
+    if (!value->is_number() || !(value->get<double>() > 0) || !std::isfinite(value->get<double>())) {
+      fail(fmt::format("field '{}': found {}; expected a positive number", key, value->dump()));
+    }
+    return value->get<double>();
+  }
+  bool flag(const char* key) const {
+    const json* value = find(key);
+    if (!value) return false;
+    if (!value->is_boolean()) fail(fmt::format("field '{}': found {}; expected true or false", key, value->dump()));
+    return value->get<bool>();
+  }
+
+ private:
+  const json& object_;
+  std::string where_;
+};
+
+constexpr std::array kFields{"id",    "source", "model",   "gpu",  "precision", "batch",    "metric",
+                             "published", "published_upper", "unit", "published_raw", "notes", "suspect", "holdout",
+                             "fast",  "scenario", "reference_scenario", "not_covered"};
+
+ValidationPoint read_point(const json& object, const std::string& where, const std::filesystem::path& base_dir) {
+  const PointReader in(object, where);
+  if (!object.is_object()) in.fail(fmt::format("found {}; expected one JSON object per line", object.type_name()));
+  for (const auto& [key, value] : object.items()) {
+    if (std::find(kFields.begin(), kFields.end(), key) == kFields.end()) {
+      std::string valid;
+      for (const char* field : kFields) valid += (valid.empty() ? "" : ", ") + std::string(field);
+      in.fail(fmt::format("unknown field '{}'; expected one of: {}", key, valid));
+    }
+  }
+  ValidationPoint p;
+  p.id = in.text("id", true);
+  p.source = in.text("source", true);
+  p.model = in.text("model", true);
+  p.gpu = in.text("gpu", true);
+  p.precision = in.text("precision", true);
+  if (p.precision != "fp32" && p.precision != "tf32" && p.precision != "amp") {
+    in.fail(fmt::format("field 'precision': found \"{}\"; expected fp32, tf32 or amp", p.precision));
+  }
+  const json* batch = in.find("batch");
+  if (!batch || !batch->is_number_integer() || batch->get<std::int64_t>() < 1) {
+    in.fail(fmt::format("field 'batch': found {}; expected a positive integer", batch ? batch->dump() : "nothing"));
+  }
+  p.batch = batch->get<std::int64_t>();
+  const std::string metric = in.text("metric", true);
+  const auto known = std::find_if(kMetrics.begin(), kMetrics.end(), [&](ValidationMetric m) { return metric_name(m) == metric; });
+  if (known == kMetrics.end()) {
+    in.fail(fmt::format("field 'metric': found \"{}\"; expected throughput_samples_per_s, peak_mem_bytes, memory_reduction_x, "
+                        "slowdown_x or max_batch",
+                        metric));
+  }
+  p.metric = *known;
+  p.published = *in.number("published", true);
+  p.published_upper = in.number("published_upper", false);
+  if (p.published_upper && *p.published_upper < p.published) {
+    in.fail(fmt::format("field 'published_upper': found {:g}, below published {:g}; expected the range's upper end", *p.published_upper,
+                        p.published));
+  }
+  p.unit = in.text("unit", true);
+  p.published_raw = in.text("published_raw", false);
+  p.notes = in.text("notes", true);
+  p.suspect = in.flag("suspect");
+  p.holdout = in.flag("holdout");
+  p.fast = in.flag("fast");
+  p.not_covered = in.text("not_covered", false);
+  const std::string scenario = in.text("scenario", false);
+  const std::string reference = in.text("reference_scenario", false);
+  if (!reference.empty() && !two_runs(p.metric)) {
+    in.fail(fmt::format("field 'reference_scenario' given for {}, a one-run metric; expected it only for memory_reduction_x and slowdown_x",
+                        metric));
+  }
+  if (p.covered()) {
+    if (scenario.empty()) in.fail("missing field 'scenario'; expected the scenario of a covered point, or 'not_covered' with the reason");
+    if (two_runs(p.metric) && reference.empty()) {
+      in.fail(fmt::format("missing field 'reference_scenario'; expected the other run of {}", metric));
+    }
+  }
+  for (const auto& [name, file, target] : {std::tuple{"scenario", scenario, &p.scenario}, std::tuple{"reference_scenario", reference, &p.reference_scenario}}) {
+    if (file.empty()) continue;
+    *target = base_dir / file;
+    if (!std::filesystem::is_regular_file(*target)) {
+      in.fail(fmt::format("field '{}': {} is not a file; expected a scenario relative to the table", name, target->string()));
+    }
+  }
+  return p;
+}
+
+// A point's prediction as a worker sends it back: "v<number>" or "n<why there is none>".
+std::string predicted_value(double value) { return fmt::format("v{:.17g}", value); }
+std::string no_value(const std::string& why) { return "n" + why; }
+
+// One run at `batch`, or why it gave nothing to compare.
+std::variant<SimulationResult, std::string> run_once(const PreparedScenario& prepared, std::int64_t batch) {
+  RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, batch, Isolation::child_process);
+  if (const auto* inapplicable = std::get_if<models::NotApplicable>(&outcome)) {
+    return fmt::format("{}: the strategy does not apply at batch {} ({})", prepared.scenario().source, batch, inapplicable->reason);
+  }
+  SimulationResult result = std::move(std::get<CompletedRun>(outcome).result);
+  if (const auto& oom = result.out_of_memory) {
+    return fmt::format("{}: out of memory at batch {} (needs {:.2f} GiB of {:.2f} GiB)", prepared.scenario().source, batch,
+                       static_cast<double>(oom->in_use + oom->requested) / (1 << 30), static_cast<double>(oom->capacity) / (1 << 30));
+  }
+  return result;
+}
+
+// Runs in a worker process: the point's predicted value, encoded for the pipe.
+std::string predict(const ValidationPoint& point, const PreparedScenario& run, const PreparedScenario* reference) {
+  if (point.metric == ValidationMetric::max_batch) {
+    PlanOptions options = plan_options_for(run.scenario());
+    options.jobs = 1;  // this worker is one of validate's jobs already
+    options.progress = false;
+    const BatchSizePlan plan = make_plan(run.scenario(), {run.scenario().strategy}, options);
+    const StrategyPlan& strategy = plan.strategies.front();
+    if (!strategy.max_batch) return no_value(run.scenario().source + ": does not fit at batch 1");
+    return predicted_value(static_cast<double>(*strategy.max_batch));
+  }
+  const auto measured = run_once(run, point.batch);
+  if (const auto* why = std::get_if<std::string>(&measured)) return no_value(*why);
+  const SimulationResult& r = std::get<SimulationResult>(measured);
+  switch (point.metric) {
+    case ValidationMetric::throughput_samples_per_s:
+      return predicted_value(static_cast<double>(point.batch) / r.iteration_seconds);
+    case ValidationMetric::peak_mem_bytes:
+      return predicted_value(static_cast<double>(r.peak_bytes));
+    default:
+      break;
+  }
+  const auto baseline = run_once(*reference, point.batch);
+  if (const auto* why = std::get_if<std::string>(&baseline)) return no_value(*why);
+  const SimulationResult& b = std::get<SimulationResult>(baseline);
+  if (point.metric == ValidationMetric::memory_reduction_x) {
+    return predicted_value(static_cast<double>(b.peak_bytes) / static_cast<double>(r.peak_bytes));
+  }
+  return predicted_value(r.iteration_seconds / b.iteration_seconds);
+}
+
+// The scenario a point names, read and prepared once, and checked against the point's batch.
+std::shared_ptr<const PreparedScenario> prepare(const std::filesystem::path& path, const ValidationPoint& point, const std::string& table) {
+  Scenario scenario = load_scenario_file(path);
+  if (scenario.has_sweep) throw InputError(fmt::format("{}:{}: {} has a sweep; expected one setup per scenario", table, point.line, path.string()));
+  auto prepared = std::make_shared<const PreparedScenario>(std::move(scenario));
+  if (point.metric != ValidationMetric::max_batch && prepared->batch_size() != point.batch) {
+    throw InputError(fmt::format("{}:{}: the point is at batch {} but {} runs batch {}; expected the point's batch in training.batch_size",
+                                 table, point.line, point.batch, path.string(), prepared->batch_size()));
+  }
+  return prepared;
+}
+
+std::string format_value(ValidationMetric metric, double value) {
+  switch (metric) {
+    case ValidationMetric::throughput_samples_per_s:
+      return fmt::format("{:.4g}", value);  // the published figures have 2 to 4 digits
+    case ValidationMetric::peak_mem_bytes:
+      return fmt::format("{:.2f} GiB", value / (1 << 30));
+    case ValidationMetric::memory_reduction_x:
+    case ValidationMetric::slowdown_x:
+      return fmt::format("{:.3f}x", value);
+    case ValidationMetric::max_batch:
+      return fmt::format("{:.0f}", value);
+  }
+  return {};
+}
+
+std::string format_published(const ValidationPoint& p) {
+  std::string text = format_value(p.metric, p.published);
+  if (p.published_upper) text += "-" + format_value(p.metric, *p.published_upper);
+  return text;
+}
+
+std::string format_error(double error) { return fmt::format("{:+.1f}%", 100 * error); }
+
+}  // namespace
+
+std::string_view metric_name(ValidationMetric metric) {
+  switch (metric) {
+    case ValidationMetric::throughput_samples_per_s:
+      return "throughput_samples_per_s";
+    case ValidationMetric::peak_mem_bytes:
+      return "peak_mem_bytes";
+    case ValidationMetric::memory_reduction_x:
+      return "memory_reduction_x";
+    case ValidationMetric::slowdown_x:
+      return "slowdown_x";
+    case ValidationMetric::max_batch:
+      return "max_batch";
+  }
+  return "?";
+}
+
+ValidationTable parse_validation_table(std::string_view text, std::string_view source, const std::filesystem::path& base_dir) {
+  ValidationTable table;
+  table.source = std::string(source);
+  std::set<std::string> ids;
+  std::istringstream lines{std::string(text)};
+  int number = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++number;
+    const auto first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#') continue;  // blank lines and comments
+    const std::string where = fmt::format("{}:{}", source, number);
+    json object;
+    try {
+      object = json::parse(line);
+    } catch (const json::parse_error& e) {
+      // nlohmann's text is "[json.exception...] parse error at line 1, column C: WHAT"; the
+      // line is ours to give, the column is e.byte.
+      std::string what = e.what();
+      what = what.substr(what.find(": ") == std::string::npos ? 0 : what.find(": ") + 2);
+      throw InputError(fmt::format("{}:{}: malformed JSON ({}); expected one JSON object per line", where, e.byte, what));
+    }
+    ValidationPoint point = read_point(object, where, base_dir);
+    point.line = number;
+    if (!ids.insert(point.id).second) throw InputError(fmt::format("{}: duplicate id '{}'; expected each point once", where, point.id));
+    table.points.push_back(std::move(point));
+  }
+  if (table.points.empty()) throw InputError(fmt::format("{}: no points; expected one JSON object per line", source));
+  return table;
+}
+
+ValidationTable load_validation_table(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("{}: cannot be read; expected a validation table (.jsonl)", path.string()));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_validation_table(text.str(), path.string(), path.parent_path());
+}
+
+std::filesystem::path default_validation_table() {
+  // This file is sim/src/validate.cpp of the source tree (CMake compiles sources by absolute path).
+  return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "scenarios" / "validation" / "published.jsonl";
+}
+
+double relative_error(double predicted, double published, std::optional<double> published_upper) {
+  if (published_upper && predicted > published) {
+    return predicted <= *published_upper ? 0.0 : predicted / *published_upper - 1;
+  }
+  return predicted / published - 1;
+}
+
+std::vector<ValidationResult> validate(const ValidationTable& table, const ValidateOptions& options) {
+  std::vector<ValidationResult> results;
+  for (const ValidationPoint& point : table.points) {
+    if (options.fast && !point.fast) continue;
+    results.push_back({point, std::nullopt, std::nullopt, point.covered() ? "" : "not covered: " + point.not_covered});
+  }
+  // Every scenario is read before the first simulation, so a bad one stops the run at once.
+  std::map<std::filesystem::path, std::shared_ptr<const PreparedScenario>> prepared;
+  for (const ValidationResult& r : results) {
+    if (!r.point.covered()) continue;
+    for (const auto& path : {r.point.scenario, r.point.reference_scenario}) {
+      if (!path.empty() && !prepared.contains(path)) prepared[path] = prepare(path, r.point, table.source);
+    }
+  }
+  WorkerPool pool(options.jobs);
+  std::map<std::size_t, std::size_t> result_of_job;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const ValidationPoint& point = results[i].point;
+    if (!point.covered()) continue;
+    const PreparedScenario* run = prepared.at(point.scenario).get();
+    const PreparedScenario* reference = point.reference_scenario.empty() ? nullptr : prepared.at(point.reference_scenario).get();
+    result_of_job[pool.submit([&point, run, reference] { return predict(point, *run, reference); })] = i;
+  }
+  while (auto finished = pool.next()) {
+    ValidationResult& r = results[result_of_job.at(finished->id)];
+    JobOutcome& outcome = finished->outcome;
+    if (!outcome.diagnostics.empty()) fmt::print(stderr, "{}", prefix_lines(r.point.id + ": ", outcome.diagnostics));
+    if (outcome.status == JobOutcome::Status::input_error) std::move(outcome).result_or_throw();
+    if (outcome.status != JobOutcome::Status::result) {
+      // A failed simulation is one point without a prediction, not the end of the table.
+      r.why_none = "simulation failed: " + outcome.text;
+      continue;
+    }
+    if (outcome.text.starts_with("v")) {
+      r.predicted = std::stod(outcome.text.substr(1));
+      r.error = relative_error(*r.predicted, r.point.published, r.point.published_upper);
+    } else {
+      r.why_none = outcome.text.substr(1);
+    }
+  }
+  return results;
+}
+
+std::vector<MetricSummary> summarize(const std::vector<ValidationResult>& results) {
+  std::vector<MetricSummary> summaries;
+  for (ValidationMetric metric : kMetrics) {
+    MetricSummary s;
+    s.metric = metric;
+    std::vector<double> errors;
+    bool any = false;
+    for (const ValidationResult& r : results) {
+      if (r.point.metric != metric) continue;
+      any = true;
+      if (!r.error) {
+        ++s.not_covered;
+      } else if (r.point.suspect) {
+        ++s.suspect;
+      } else {
+        errors.push_back(std::abs(*r.error));
+        if (errors.back() >= s.worst_abs_error) {
+          s.worst_abs_error = errors.back();
+          s.worst_id = r.point.id;
+        }
+      }
+    }
+    if (!any) continue;
+    s.count = static_cast<int>(errors.size());
+    std::sort(errors.begin(), errors.end());
+    if (!errors.empty()) {
+      const std::size_t mid = errors.size() / 2;
+      s.median_abs_error = errors.size() % 2 ? errors[mid] : (errors[mid - 1] + errors[mid]) / 2;
+    }
+    summaries.push_back(s);
+  }
+  return summaries;
+}
+
+std::string validation_text(const std::vector<ValidationResult>& results) {
+  std::size_t id_width = 2;
+  for (const ValidationResult& r : results) id_width = std::max(id_width, r.point.id.size());
+  std::string out = fmt::format("{:<{}}  {:<24}  {:>11}  {:>11}  {:>8}  {:<15}  {}\n", "id", id_width, "metric", "published", "predicted", "error",
+                                "set", "covered");
+  for (const ValidationResult& r : results) {
+    std::string set = r.point.holdout ? "holdout" : "fit";
+    if (r.point.suspect) set += ", suspect";
+    const std::string status = r.predicted ? "covered" : r.why_none;
+    out += fmt::format("{:<{}}  {:<24}  {:>11}  {:>11}  {:>8}  {:<15}  {}\n", r.point.id, id_width, metric_name(r.point.metric), format_published(r.point),
+                       r.predicted ? format_value(r.point.metric, *r.predicted) : "-", r.error ? format_error(*r.error) : "-", set, status);
+  }
+  out += "\nerror = predicted / published - 1. Summary per metric over the predicted points, suspect ones left out:\n";
+  out += fmt::format("{:<24}  {:>6}  {:>14}  {:>13}  {:<}\n", "metric", "points", "median |error|", "worst |error|", "worst point");
+  for (const MetricSummary& s : summarize(results)) {
+    std::string left_out;
+    if (s.suspect) left_out += fmt::format("{} suspect", s.suspect);
+    if (s.not_covered) left_out += fmt::format("{}{} without prediction", left_out.empty() ? "" : ", ", s.not_covered);
+    out += fmt::format("{:<24}  {:>6}  {:>14}  {:>13}  {}{}\n", metric_name(s.metric), s.count,
+                       s.count ? fmt::format("{:.1f}%", 100 * s.median_abs_error) : "-", s.count ? fmt::format("{:.1f}%", 100 * s.worst_abs_error) : "-",
+                       s.count ? s.worst_id : "-", left_out.empty() ? "" : " (left out: " + left_out + ")");
+  }
+  return out;
+}
+
+std::string validation_json(const std::string& table_source, const std::vector<ValidationResult>& results) {
+  detail::ordered_json doc = detail::document_header("validation");
+  doc["table"] = table_source;
+  detail::ordered_json points = detail::ordered_json::array();
+  for (const ValidationResult& r : results) {
+    detail::ordered_json p;
+    p["id"] = r.point.id;
+    p["metric"] = metric_name(r.point.metric);
+    p["published"] = r.point.published;
+    if (r.point.published_upper) p["published_upper"] = *r.point.published_upper;
+    p["predicted"] = r.predicted ? detail::ordered_json(*r.predicted) : detail::ordered_json(nullptr);
+    p["error"] = r.error ? detail::ordered_json(*r.error) : detail::ordered_json(nullptr);
+    p["covered"] = r.point.covered();
+    if (!r.why_none.empty()) p["why_none"] = r.why_none;
+    p["suspect"] = r.point.suspect;
+    p["holdout"] = r.point.holdout;
+    p["source"] = r.point.source;
+    points.push_back(std::move(p));
+  }
+  doc["points"] = std::move(points);
+  detail::ordered_json summary = detail::ordered_json::array();
+  for (const MetricSummary& s : summarize(results)) {
+    summary.push_back({{"metric", metric_name(s.metric)},
+                       {"points", s.count},
+                       {"median_abs_error", s.count ? detail::ordered_json(s.median_abs_error) : detail::ordered_json(nullptr)},
+                       {"worst_abs_error", s.count ? detail::ordered_json(s.worst_abs_error) : detail::ordered_json(nullptr)},
+                       {"worst_point", s.worst_id},
+                       {"suspect_left_out", s.suspect},
+                       {"without_prediction", s.not_covered}});
+  }
+  doc["summary"] = std::move(summary);
+  return doc.dump(2) + "\n";
+}
+
+}  // namespace comptrain::sim

@@ -1,0 +1,162 @@
+// The validation table's reader (fields, comments, located errors), the error arithmetic and
+// the summaries. The predictions themselves run in tests/cli/validate_test.sh.
+#include "comptrain/sim/validate.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "comptrain/support/input_error.hpp"
+
+namespace comptrain::sim {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The repository's scenarios/: default.yaml stands in for a point's scenario.
+const std::filesystem::path kScenarios = std::filesystem::path(COMPTRAIN_TEST_DATA_DIR) / "../../scenarios";
+
+const std::string kPoint =
+    R"({"id": "p1", "source": "paper, table 2", "model": "resnet50", "gpu": "A100", "precision": "tf32", "batch": 32, )"
+    R"("metric": "throughput_samples_per_s", "published": 900, "unit": "images/s", "notes": "n", "scenario": "default.yaml"})";
+
+ValidationTable parse(const std::string& text) { return parse_validation_table(text, "t.jsonl", kScenarios); }
+
+std::string error_of(const std::string& text) {
+  try {
+    parse(text);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(ValidationTable, ReadsPointsSkippingCommentsAndBlankLines) {
+  const ValidationTable table = parse(
+      "# comment\n\n" + kPoint + "\n" +
+      R"({"id": "p2", "source": "s", "model": "m", "gpu": "g", "precision": "amp", "batch": 4, "metric": "memory_reduction_x", )"
+      R"("published": 1.5, "published_upper": 2, "unit": "x", "notes": "n", "suspect": true, "holdout": true, "fast": true, )"
+      R"("scenario": "default.yaml", "reference_scenario": "default.yaml"})" "\n" +
+      R"({"id": "p3", "source": "s", "model": "m", "gpu": "g", "precision": "fp32", "batch": 4, "metric": "peak_mem_bytes", )"
+      R"("published": 1e9, "unit": "bytes", "notes": "n", "not_covered": "optimizer Adafactor"})" "\n");
+  ASSERT_EQ(table.points.size(), 3u);
+  const ValidationPoint& p1 = table.points[0];
+  EXPECT_EQ(p1.id, "p1");
+  EXPECT_EQ(p1.line, 3);
+  EXPECT_EQ(p1.metric, ValidationMetric::throughput_samples_per_s);
+  EXPECT_EQ(p1.batch, 32);
+  EXPECT_DOUBLE_EQ(p1.published, 900);
+  EXPECT_EQ(p1.scenario, kScenarios / "default.yaml");
+  EXPECT_TRUE(p1.covered());
+  EXPECT_FALSE(p1.suspect || p1.holdout || p1.fast);
+  const ValidationPoint& p2 = table.points[1];
+  EXPECT_EQ(p2.metric, ValidationMetric::memory_reduction_x);
+  EXPECT_EQ(p2.published_upper, 2.0);
+  EXPECT_TRUE(p2.suspect && p2.holdout && p2.fast);
+  EXPECT_FALSE(table.points[2].covered());
+  EXPECT_EQ(table.points[2].not_covered, "optimizer Adafactor");
+}
+
+TEST(ValidationTable, ErrorsNameTheLine) {
+  EXPECT_THAT(error_of("# c\n{\"id\": \n"), HasSubstr("t.jsonl:2:"));
+  EXPECT_THAT(error_of("# c\n{\"id\": \n"), HasSubstr("malformed JSON"));
+  EXPECT_THAT(error_of("[1, 2]\n"), HasSubstr("t.jsonl:1: found array; expected one JSON object per line"));
+  std::string unknown = kPoint;
+  unknown.insert(1, R"("colour": 1, )");
+  EXPECT_THAT(error_of("\n" + unknown), HasSubstr("t.jsonl:2: unknown field 'colour'; expected one of: id, source"));
+  EXPECT_THAT(error_of(kPoint + "\n" + kPoint), HasSubstr("t.jsonl:2: duplicate id 'p1'"));
+  std::string metric = kPoint;
+  metric.replace(metric.find("throughput_samples_per_s"), 24, "speed");
+  EXPECT_THAT(error_of(metric), HasSubstr("t.jsonl:1: field 'metric': found \"speed\"; expected throughput_samples_per_s"));
+  std::string batch = kPoint;
+  batch.replace(batch.find("\"batch\": 32"), 11, "\"batch\": 0");
+  EXPECT_THAT(error_of(batch), HasSubstr("field 'batch': found 0; expected a positive integer"));
+  std::string precision = kPoint;
+  precision.replace(precision.find("tf32"), 4, "bf16");
+  EXPECT_THAT(error_of(precision), HasSubstr("expected fp32, tf32 or amp"));
+  std::string published = kPoint;
+  published.replace(published.find("900"), 3, "-1");
+  EXPECT_THAT(error_of(published), HasSubstr("field 'published': found -1; expected a positive number"));
+  std::string missing = kPoint;
+  missing.replace(missing.find(R"(, "scenario": "default.yaml")"), 28, "");
+  EXPECT_THAT(error_of(missing), HasSubstr("missing field 'scenario'"));
+  std::string absent = kPoint;
+  absent.replace(absent.find("default.yaml"), 12, "nowhere.yaml");
+  EXPECT_THAT(error_of(absent), HasSubstr("nowhere.yaml is not a file"));
+  std::string reference = kPoint;
+  reference.insert(reference.size() - 1, R"(, "reference_scenario": "default.yaml")");
+  EXPECT_THAT(error_of(reference), HasSubstr("'reference_scenario' given for throughput_samples_per_s, a one-run metric"));
+  std::string ratio = kPoint;
+  ratio.replace(ratio.find("throughput_samples_per_s"), 24, "slowdown_x");
+  EXPECT_THAT(error_of(ratio), HasSubstr("missing field 'reference_scenario'"));
+  EXPECT_THAT(error_of("# only a comment\n"), HasSubstr("t.jsonl: no points"));
+}
+
+TEST(ValidationTable, ShippedTableReads) {
+  const ValidationTable table = load_validation_table(default_validation_table());
+  EXPECT_GE(table.points.size(), 30u);
+  int fast = 0, holdout = 0, not_covered = 0;
+  for (const ValidationPoint& p : table.points) {
+    fast += p.fast;
+    holdout += p.holdout;
+    not_covered += !p.covered();
+    EXPECT_FALSE(p.source.empty()) << p.id;
+  }
+  EXPECT_GE(fast, 3);
+  EXPECT_GE(holdout, 3);
+  EXPECT_GE(not_covered, 1);
+}
+
+TEST(ValidationError, IsSignedRatioMinusOne) {
+  EXPECT_DOUBLE_EQ(relative_error(140, 100), 0.4);
+  EXPECT_DOUBLE_EQ(relative_error(60, 100), -0.4);
+  EXPECT_DOUBLE_EQ(relative_error(100, 100), 0);
+  // Against a range: zero inside, the nearer end outside.
+  EXPECT_DOUBLE_EQ(relative_error(150, 100, 200.0), 0);
+  EXPECT_DOUBLE_EQ(relative_error(300, 100, 200.0), 0.5);
+  EXPECT_DOUBLE_EQ(relative_error(50, 100, 200.0), -0.5);
+}
+
+ValidationResult result(const std::string& id, ValidationMetric metric, std::optional<double> error, bool suspect = false) {
+  ValidationResult r;
+  r.point.id = id;
+  r.point.metric = metric;
+  r.point.suspect = suspect;
+  r.error = error;
+  if (error) r.predicted = 1 + *error;
+  return r;
+}
+
+TEST(ValidationSummary, MedianAndWorstOfAbsoluteErrorsWithoutSuspects) {
+  const auto summaries = summarize({
+      result("a", ValidationMetric::throughput_samples_per_s, 0.4),
+      result("b", ValidationMetric::throughput_samples_per_s, -0.1),
+      result("c", ValidationMetric::throughput_samples_per_s, 0.2),
+      result("d", ValidationMetric::throughput_samples_per_s, -0.6),
+      result("e", ValidationMetric::throughput_samples_per_s, 5.0, true),  // suspect: left out
+      result("f", ValidationMetric::peak_mem_bytes, -0.3),
+      result("g", ValidationMetric::peak_mem_bytes, std::nullopt),  // not covered
+  });
+  ASSERT_EQ(summaries.size(), 2u);
+  EXPECT_EQ(summaries[0].metric, ValidationMetric::throughput_samples_per_s);
+  EXPECT_EQ(summaries[0].count, 4);
+  EXPECT_DOUBLE_EQ(summaries[0].median_abs_error, 0.3);  // |errors| 0.1 0.2 0.4 0.6
+  EXPECT_DOUBLE_EQ(summaries[0].worst_abs_error, 0.6);
+  EXPECT_EQ(summaries[0].worst_id, "d");
+  EXPECT_EQ(summaries[0].suspect, 1);
+  EXPECT_EQ(summaries[1].count, 1);
+  EXPECT_DOUBLE_EQ(summaries[1].median_abs_error, 0.3);
+  EXPECT_EQ(summaries[1].not_covered, 1);
+}
+
+TEST(ValidationSummary, TextShowsSignedErrorsAndTheSummary) {
+  const std::string text = validation_text({result("a", ValidationMetric::slowdown_x, 0.25)});
+  EXPECT_THAT(text, HasSubstr("+25.0%"));
+  EXPECT_THAT(text, HasSubstr("slowdown_x"));
+  EXPECT_THAT(text, HasSubstr("median |error|"));
+}
+
+}  // namespace
+}  // namespace comptrain::sim

@@ -5,14 +5,26 @@
 
 namespace comptrain::sim {
 
+namespace {
+
+// Room for the observing allocator model: far beyond any GPU, so that it never refuses (it
+// observes; MemoryTracker decides out-of-memory), yet far from overflowing int64 arithmetic.
+constexpr std::int64_t kObserverCapacity = std::int64_t{1} << 60;
+
+}  // namespace
+
 MemoryTracker::MemoryTracker(const models::Schedule& schedule, std::int64_t capacity_bytes)
-    : schedule_(schedule), capacity_(capacity_bytes), live_(schedule.buffers.size(), false) {}
+    : schedule_(schedule),
+      capacity_(capacity_bytes),
+      live_(schedule.buffers.size(), false),
+      allocator_(CachingAllocatorOptions{.capacity_bytes = kObserverCapacity, .expandable_segments = false}) {}
 
 bool MemoryTracker::allocate(models::BufferId buffer, double time) {
   const models::Buffer& b = schedule_.buffers.at(buffer);
   if (live_[buffer]) throw std::logic_error("buffer '" + b.name + "' allocated twice");
   if (in_use_ + b.bytes > capacity_) return false;
   live_[buffer] = true;
+  allocator_.allocate(buffer, b.bytes);
   in_use_ += b.bytes;
   by_role_[static_cast<std::size_t>(b.role)] += b.bytes;
   events_.push_back({time, buffer, b.bytes});
@@ -41,6 +53,7 @@ void MemoryTracker::release(models::BufferId buffer, double time) {
   const models::Buffer& b = schedule_.buffers.at(buffer);
   if (!live_[buffer]) throw std::logic_error("buffer '" + b.name + "' freed while not allocated");
   live_[buffer] = false;
+  allocator_.free(buffer);
   in_use_ -= b.bytes;
   by_role_[static_cast<std::size_t>(b.role)] -= b.bytes;
   events_.push_back({time, buffer, -b.bytes});

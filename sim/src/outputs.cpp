@@ -278,6 +278,13 @@ void add_results(std::string& out, const SimulationRun& run) {
   }
   add_line(out, "  peak memory      {} ({} bytes), {:.1f}% of {}, at t = {}", format_bytes(r.peak_bytes), group_digits(r.peak_bytes),
            percent(r.peak_bytes, capacity), format_bytes(capacity), format_seconds(r.peak_time));
+  add_line(out, "  PyTorch's allocator (model): max_memory_allocated {}, max_memory_reserved {} (rounded blocks; segments, cached",
+           format_bytes(r.allocator_peak_allocated), format_bytes(r.allocator_peak_reserved));
+  add_line(out, "                   blocks and fragmentation; no CUDA context or library workspaces yet)");
+  if (r.allocator_peak_reserved > capacity) {
+    add_line(out, "  warning: the allocator model reserves {} more than the GPU has: PyTorch would likely run out of memory here",
+             format_bytes(r.allocator_peak_reserved - capacity));
+  }
   out += '\n';
 
   add_line(out, "Memory at the peak, by role (KiB/MiB/GiB = 2^10/2^20/2^30 bytes)");
@@ -431,6 +438,9 @@ std::string report_json(const SimulationRun& run) {
     ordered_json largest = ordered_json::array();
     for (BufferId b : largest_live_at_peak(run)) largest.push_back(buffer_json(run, b));
     results["memory"] = {{"peak_bytes", r.peak_bytes},
+                         {"allocator_model", {{"max_memory_allocated_bytes", r.allocator_peak_allocated},
+                                              {"max_memory_reserved_bytes", r.allocator_peak_reserved},
+                                              {"reserved_exceeds_capacity", r.allocator_peak_reserved > run.platform.gpu.memory_bytes}}},
                          {"peak_fraction_of_capacity", fraction(r.peak_bytes, run.platform.gpu.memory_bytes)},
                          {"peak_time_seconds", r.peak_time},
                          {"peak_by_role_bytes", bytes_by_role_json(r.peak_by_role)},

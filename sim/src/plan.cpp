@@ -45,6 +45,7 @@ std::string probe(const PreparedScenario& prepared, const models::StrategySpec& 
       point.peak_bytes = r.out_of_memory->in_use + r.out_of_memory->requested;
     } else {
       point.peak_bytes = r.peak_bytes;
+      point.allocator_reserved_bytes = r.allocator_peak_reserved;
       point.iteration_seconds = r.iteration_seconds;
       point.stall_seconds = r.compute_stall_seconds;
     }
@@ -275,6 +276,16 @@ struct Driver {
                                            format_bytes(previous->peak_bytes), previous->batch));
       }
       previous = &point;
+    }
+    // Until memory is planned against the allocator's reserved figure (the memory-fidelity
+    // work), say where that figure already exceeds the GPU at the largest batch.
+    if (s.lo > 0) {
+      const PlanPoint& largest = s.points.at(s.lo);
+      if (largest.allocator_reserved_bytes > plans[s.plan].capacity_bytes) {
+        out.warnings.push_back(fmt::format("at batch {} the PyTorch allocator model reserves {} of the GPU's {} (segments, cached blocks, "
+                                           "fragmentation): PyTorch would likely run out of memory there; the margin does not cover it",
+                                           s.lo, format_bytes(largest.allocator_reserved_bytes), format_bytes(plans[s.plan].capacity_bytes)));
+      }
     }
     if (auto best = best_of(s)) {
       const PlanPoint& point = s.points.at(*best);
@@ -550,7 +561,8 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
                         {"peak_bytes", p.peak_bytes},
                         {"iteration_seconds", p.iteration_seconds},
                         {"samples_per_second", p.samples_per_second},
-                        {"stall_seconds", p.stall_seconds}});
+                        {"stall_seconds", p.stall_seconds},
+                        {"allocator_reserved_bytes", p.allocator_reserved_bytes}});
     }
     js["points"] = std::move(points);
     strategies.push_back(std::move(js));

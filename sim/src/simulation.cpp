@@ -215,6 +215,8 @@ class Replay {
       if (schedule_.tasks[t].stream == Stream::compute) result_.compute_stall_seconds += timing.start - timing.ready;
     }
     result_.peak_bytes = tracker_.peak();
+    result_.allocator_peak_allocated = tracker_.allocator_peak_allocated();
+    result_.allocator_peak_reserved = tracker_.allocator_peak_reserved();
     result_.peak_time = tracker_.peak_time();
     result_.peak_by_role = tracker_.peak_by_role();
     result_.live_at_peak = tracker_.live_at_peak();
@@ -301,6 +303,8 @@ std::string serialize(const SimulationResult& r) {
   }
   w.put(r.iteration_seconds);
   w.put(r.peak_bytes);
+  w.put(r.allocator_peak_allocated);
+  w.put(r.allocator_peak_reserved);
   w.put(r.peak_time);
   w.put(r.peak_by_role);
   w.put_vector(r.live_at_peak);
@@ -328,6 +332,8 @@ SimulationResult deserialize(const std::string& bytes) {
   }
   r.iteration_seconds = in.get<double>();
   r.peak_bytes = in.get<std::int64_t>();
+  r.allocator_peak_allocated = in.get<std::int64_t>();
+  r.allocator_peak_reserved = in.get<std::int64_t>();
   r.peak_time = in.get<double>();
   r.peak_by_role = in.get<BytesByMemoryRole>();
   r.live_at_peak = in.get_vector<BufferId>();

@@ -59,7 +59,10 @@ TEST(Plan, SearchAgreesWithAnExhaustiveScan) {
     ASSERT_LT(expected, o.max_batch);
     ASSERT_TRUE(plan.strategies[i].max_batch.has_value());
     EXPECT_EQ(*plan.strategies[i].max_batch, expected) << spec.name;
-    EXPECT_TRUE(plan.strategies[i].warnings.empty());
+    for (const std::string& w : plan.strategies[i].warnings) EXPECT_EQ(w.find("not monotone"), std::string::npos) << w;
+    // On this shrunk GPU the allocator model reserves more than 1 GiB at the largest batch.
+    EXPECT_EQ(plan.strategies[i].warnings.size(), 1u);
+    EXPECT_NE(plan.strategies[i].warnings.back().find("the PyTorch allocator model reserves"), std::string::npos);
     // A search, not a scan.
     EXPECT_LT(plan.strategies[i].points.size(), static_cast<std::size_t>(expected) / 2 + 4);
   }

@@ -50,6 +50,23 @@ TEST(Simulation, ComputeTasksRunInOrderAndFreeAfterTheLastUse) {
   EXPECT_NEAR(r.memory_events[4].time, 1.0, kTol);
 }
 
+// The tracker feeds the same stream to the model of PyTorch's caching allocator.
+TEST(Simulation, TheAllocatorModelSeesTheSameStream) {
+  constexpr std::int64_t kMiB = 1 << 20;
+  ScheduleBuilder b;
+  auto w = b.buffer("w", 100, MemoryRole::weight, true);  // small pool: a 512 B block in a 2 MiB segment
+  auto x = b.buffer("x", 3 * kMiB, MemoryRole::activation);  // large pool: a 20 MiB segment, split
+  auto y = b.buffer("y", 3 * kMiB);                          // the segment's 17 MiB remainder, split
+  b.task("f", TaskKind::op, Stream::compute, 0.25, {x}, {w});
+  b.task("g", TaskKind::op, Stream::compute, 0.5, {y}, {x});
+  b.task("h", TaskKind::op, Stream::compute, 0.25, {}, {y});
+  const SimulationResult r = simulate(test_platform(), b.s);
+  ASSERT_TRUE(r.fits());
+  EXPECT_EQ(r.peak_bytes, 100 + 6 * kMiB);
+  EXPECT_EQ(r.allocator_peak_allocated, 512 + 6 * kMiB);  // while g runs
+  EXPECT_EQ(r.allocator_peak_reserved, 2 * kMiB + 20 * kMiB);
+}
+
 TEST(Simulation, ACopyTakesLatencyPlusBytesOverBandwidth) {
   ScheduleBuilder b;
   auto a = b.buffer("a", 1'000'000'000 / 2, MemoryRole::activation);

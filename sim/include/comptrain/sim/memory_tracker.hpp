@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "comptrain/models/schedule.hpp"
+#include "comptrain/sim/caching_allocator.hpp"
 
 namespace comptrain::sim {
 
@@ -36,6 +37,15 @@ class MemoryTracker {
   const std::vector<MemoryEvent>& events() const { return events_; }
   bool is_live(models::BufferId buffer) const { return live_[buffer]; }
 
+  // The same allocation stream through the model of PyTorch's caching allocator
+  // (caching_allocator.hpp): its peaks are what torch.cuda.max_memory_allocated (rounded blocks)
+  // and max_memory_reserved (segments, cached blocks and fragmentation included) would report.
+  // It observes only: out-of-memory is still decided on the exact bytes above (the
+  // memory-fidelity work will decide it on the reserved figure), so it is given room beyond the
+  // GPU's capacity and the report compares its reserved peak with the capacity.
+  std::int64_t allocator_peak_allocated() const { return allocator_.peak_allocated(); }
+  std::int64_t allocator_peak_reserved() const { return allocator_.peak_reserved(); }
+
  private:
   const models::Schedule& schedule_;
   std::int64_t capacity_;
@@ -47,6 +57,7 @@ class MemoryTracker {
   std::vector<bool> live_;
   std::size_t peak_event_ = 0;  // events_[0, peak_event_] make the peak's live set
   std::vector<MemoryEvent> events_;
+  CachingAllocator allocator_;
 };
 
 }  // namespace comptrain::sim

@@ -49,6 +49,7 @@ struct PlanPoint {
   double iteration_seconds = 0;      // 0 for out-of-memory points
   double samples_per_second = 0;
   double stall_seconds = 0;
+  std::int64_t allocator_reserved_bytes = 0;  // the PyTorch allocator model's max_memory_reserved (simulation.hpp)
 };
 
 struct StrategyPlan {

@@ -34,6 +34,10 @@ struct SimulationResult {
   std::optional<OutOfMemory> out_of_memory;
   double iteration_seconds = 0;   // when the last task ended
   std::int64_t peak_bytes = 0;
+  // The model of PyTorch's caching allocator fed the same stream (MemoryTracker): its peaks of
+  // max_memory_allocated and max_memory_reserved. No CUDA context or library workspaces yet.
+  std::int64_t allocator_peak_allocated = 0;
+  std::int64_t allocator_peak_reserved = 0;
   double peak_time = 0;
   BytesByMemoryRole peak_by_role{};
   std::vector<models::BufferId> live_at_peak;

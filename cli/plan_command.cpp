@@ -24,6 +24,7 @@ struct PlanCliOptions {
   std::optional<std::int64_t> max_batch;
   std::optional<std::int64_t> target_global_batch;
   std::optional<int> probes;
+  std::string memory_metric;  // empty: the scenario's plan.memory_metric, else reserved
   int jobs = 0;
   bool json = false;
   bool quiet = false;
@@ -45,9 +46,9 @@ void emit(const std::string& output, const std::string& text) {
 
 std::string settings_of(const PlanCliOptions& o) {
   // Only what changes results: two shards run with different overrides must not merge.
-  return fmt::format("margin={} max_batch={} target_global_batch={} probes={}", o.margin ? fmt::format("{}", *o.margin) : "-",
+  return fmt::format("margin={} max_batch={} target_global_batch={} probes={} memory_metric={}", o.margin ? fmt::format("{}", *o.margin) : "-",
                      o.max_batch ? std::to_string(*o.max_batch) : "-", o.target_global_batch ? std::to_string(*o.target_global_batch) : "-",
-                     o.probes ? std::to_string(*o.probes) : "-");
+                     o.probes ? std::to_string(*o.probes) : "-", o.memory_metric.empty() ? "-" : o.memory_metric);
 }
 
 sim::PlanRequest request_for(const sim::Scenario& scenario, const PlanCliOptions& o, std::string variant) {
@@ -59,6 +60,7 @@ sim::PlanRequest request_for(const sim::Scenario& scenario, const PlanCliOptions
   if (o.max_batch) r.options.max_batch = *o.max_batch;
   if (o.target_global_batch) r.options.target_global_batch = *o.target_global_batch;
   if (o.probes) r.options.probes_per_round = *o.probes;
+  if (!o.memory_metric.empty()) r.options.memory_metric = *sim::parse_memory_metric(o.memory_metric);  // add_choice checked it
   r.variant = std::move(variant);
   return r;
 }
@@ -141,6 +143,10 @@ std::function<int()> add_plan_command(CLI::App& app) {
   add_positive_int(*command, "--target-global-batch", o->target_global_batch,
                    "Rank batches for this global batch reached by gradient accumulation: ceil(G/b) micro-batches of b");
   add_positive_int(*command, "--probes", o->probes, "Simulations per search round (default 3); results do not depend on -j");
+  add_choice(*command, "--memory-metric", o->memory_metric,
+             "The peak kept within the limit: reserved (default or plan.memory_metric: the PyTorch caching-allocator model's "
+             "max_memory_reserved, where PyTorch runs out of memory), allocated (its max_memory_allocated) or exact (the live tensors' bytes)",
+             {"reserved", "allocated", "exact"});
   add_positive_int(*command, "-j,--jobs", o->jobs, "Worker processes (default: the core count)");
   command->add_flag("--json", o->json, "Print the plan (every simulated point included) as JSON");
   command->add_option("--csv", o->csv, "Write every simulated point as CSV");

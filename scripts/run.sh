@@ -2,7 +2,7 @@
 # The main job: installs, builds, and runs the planner on the embedded default scenario
 # (scenarios/default.yaml: ResNet-50, fp32, SGD with momentum, on an A100-40GB): for baseline,
 # offload, sqrt(n) recomputation and conv-input compression at ratios 4 and 8, the largest batch
-# within 95% of GPU memory and the fastest batch. Prints the table; plots go to plots/.
+# within 95% of GPU memory (PyTorch's reserved memory, modelled) and the fastest batch. Prints the table; plots go to plots/.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 bash "$root/scripts/build.sh" >&2

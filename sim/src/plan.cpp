@@ -44,8 +44,9 @@ std::string probe(const PreparedScenario& prepared, const models::StrategySpec& 
       point.out_of_memory = true;
       point.peak_bytes = r.out_of_memory->in_use + r.out_of_memory->requested;
     } else {
-      point.peak_bytes = r.peak_bytes;
-      point.allocator_reserved_bytes = r.allocator_peak_reserved;
+      point.exact_peak_bytes = r.peak_bytes;
+      point.allocated_peak_bytes = r.allocator_peak_allocated;
+      point.reserved_peak_bytes = r.allocator_peak_reserved;
       point.iteration_seconds = r.iteration_seconds;
       point.stall_seconds = r.compute_stall_seconds;
     }
@@ -230,6 +231,13 @@ struct Driver {
       note += (note.empty() ? fmt::format("batch {}: ", batch) : std::string("; ")) + "the worker wrote: " + outcome.diagnostics;
       while (!note.empty() && note.back() == '\n') note.pop_back();
     }
+    if (!point.out_of_memory && !point.inapplicable && !point.simulation_failed) {
+      switch (options(s).memory_metric) {
+        case MemoryMetric::exact: point.peak_bytes = point.exact_peak_bytes; break;
+        case MemoryMetric::allocated: point.peak_bytes = point.allocated_peak_bytes; break;
+        case MemoryMetric::reserved: point.peak_bytes = point.reserved_peak_bytes; break;
+      }
+    }
     point.fits = !point.out_of_memory && !point.inapplicable && !point.simulation_failed && point.peak_bytes <= limit(s);
     point.samples_per_second = point.fits && point.iteration_seconds > 0 ? static_cast<double>(batch) / point.iteration_seconds : 0;
     s.points[batch] = point;
@@ -271,7 +279,10 @@ struct Driver {
                                            *failed_at));
       }
       if (point.out_of_memory || point.inapplicable || point.simulation_failed) continue;
-      if (previous && point.peak_bytes < previous->peak_bytes) {
+      // The allocator's figures move by whole segments and cached blocks, so they may dip a
+      // little as the batch grows without the search being wrong: only what fits (above) is
+      // checked for them; the tensors' exact bytes must not fall.
+      if (previous && options(s).memory_metric == MemoryMetric::exact && point.peak_bytes < previous->peak_bytes) {
         out.warnings.push_back(fmt::format("not monotone: peak {} at batch {} is below {} at batch {}", format_bytes(point.peak_bytes), point.batch,
                                            format_bytes(previous->peak_bytes), previous->batch));
       }
@@ -279,12 +290,12 @@ struct Driver {
     }
     // Until memory is planned against the allocator's reserved figure (the memory-fidelity
     // work), say where that figure already exceeds the GPU at the largest batch.
-    if (s.lo > 0) {
+    if (s.lo > 0 && options(s).memory_metric != MemoryMetric::reserved) {
       const PlanPoint& largest = s.points.at(s.lo);
-      if (largest.allocator_reserved_bytes > plans[s.plan].capacity_bytes) {
+      if (largest.reserved_peak_bytes > plans[s.plan].capacity_bytes) {
         out.warnings.push_back(fmt::format("at batch {} the PyTorch allocator model reserves {} of the GPU's {} (segments, cached blocks, "
                                            "fragmentation): PyTorch would likely run out of memory there; the margin does not cover it",
-                                           s.lo, format_bytes(largest.allocator_reserved_bytes), format_bytes(plans[s.plan].capacity_bytes)));
+                                           s.lo, format_bytes(largest.reserved_peak_bytes), format_bytes(plans[s.plan].capacity_bytes)));
       }
     }
     if (auto best = best_of(s)) {
@@ -401,6 +412,7 @@ PlanOptions plan_options_for(const Scenario& scenario, PlanOptions base) {
   if (scenario.plan->margin) base.margin = *scenario.plan->margin;
   if (scenario.plan->max_batch) base.max_batch = *scenario.plan->max_batch;
   if (scenario.plan->target_global_batch) base.target_global_batch = scenario.plan->target_global_batch;
+  if (scenario.plan->memory_metric) base.memory_metric = *scenario.plan->memory_metric;
   return base;
 }
 
@@ -470,6 +482,10 @@ std::string plan_table_text(const BatchSizePlan& plan) {
   std::string out = fmt::format("Plan       {}{}\n", plan.scenario_name, plan.variant.empty() ? "" : "   (variant: " + plan.variant + ")");
   out += fmt::format("Platform   {}: {} of GPU memory; limit {} (margin {:g}%)\n", plan.platform_name, format_bytes(plan.capacity_bytes),
                      format_bytes(plan.limit_bytes), o.margin * 100);
+  out += fmt::format("Memory     {}\n", o.memory_metric == MemoryMetric::reserved
+                                          ? "reserved: PyTorch's caching allocator (model) must hold the peak's segments within the limit; no CUDA context or workspaces yet"
+                                      : o.memory_metric == MemoryMetric::allocated ? "allocated: the allocator model's rounded blocks (max_memory_allocated) within the limit"
+                                                                                   : "exact: the live tensors' bytes within the limit (no allocator rounding or caching)");
   out += fmt::format("Search     batch 1 to {}, exponential growth then bisection ({} simulations per round); peak memory assumed monotone in the batch\n",
                      o.max_batch, o.probes_per_round);
   if (o.target_global_batch) {
@@ -528,6 +544,7 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
   j["limit_bytes"] = plan.limit_bytes;
   // jobs and progress are left out: they do not change the plan, and documents must not differ by them.
   j["options"] = {{"margin", plan.options.margin},
+                  {"memory_metric", to_string(plan.options.memory_metric)},
                   {"max_batch", plan.options.max_batch},
                   {"target_global_batch", plan.options.target_global_batch ? ordered_json(*plan.options.target_global_batch) : ordered_json(nullptr)},
                   {"probes_per_round", plan.options.probes_per_round}};
@@ -562,7 +579,9 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
                         {"iteration_seconds", p.iteration_seconds},
                         {"samples_per_second", p.samples_per_second},
                         {"stall_seconds", p.stall_seconds},
-                        {"allocator_reserved_bytes", p.allocator_reserved_bytes}});
+                        {"exact_peak_bytes", p.exact_peak_bytes},
+                        {"allocated_peak_bytes", p.allocated_peak_bytes},
+                        {"reserved_peak_bytes", p.reserved_peak_bytes}});
     }
     js["points"] = std::move(points);
     strategies.push_back(std::move(js));

@@ -137,7 +137,7 @@ class ScenarioReader {
 
   PlanSection read_plan(const YAML::Node& node) const {
     require_map(node, "plan");
-    check_keys(node, "plan", {"strategies", "margin", "max_batch", "target_global_batch"});
+    check_keys(node, "plan", {"strategies", "margin", "max_batch", "target_global_batch", "memory_metric"});
     PlanSection plan;
     if (const YAML::Node list = node["strategies"]) {
       if (!list.IsSequence() || list.size() == 0) {
@@ -149,6 +149,13 @@ class ScenarioReader {
       const double value = number(margin, "plan.margin");
       if (!(value >= 0 && value < 1)) throw InputError(where(margin.Mark()) + "'plan.margin' is " + margin.Scalar() + "; expected a fraction in [0, 1), e.g. 0.05");
       plan.margin = value;
+    }
+    if (const YAML::Node metric = node["memory_metric"]) {
+      const std::string text = scalar(metric, "plan.memory_metric");
+      plan.memory_metric = parse_memory_metric(text);
+      if (!plan.memory_metric) {
+        throw InputError(where(metric.Mark()) + "'plan.memory_metric' is '" + text + "'; expected reserved (the default), allocated or exact");
+      }
     }
     plan.max_batch = optional_positive(node, "max_batch", "plan");
     plan.target_global_batch = optional_positive(node, "target_global_batch", "plan");
@@ -429,6 +436,22 @@ class ScenarioReader {
 };
 
 }  // namespace
+
+std::string_view to_string(MemoryMetric metric) {
+  switch (metric) {
+    case MemoryMetric::exact: return "exact";
+    case MemoryMetric::allocated: return "allocated";
+    case MemoryMetric::reserved: return "reserved";
+  }
+  return "?";
+}
+
+std::optional<MemoryMetric> parse_memory_metric(std::string_view text) {
+  for (MemoryMetric m : {MemoryMetric::exact, MemoryMetric::allocated, MemoryMetric::reserved}) {
+    if (text == to_string(m)) return m;
+  }
+  return std::nullopt;
+}
 
 Scenario parse_scenario(std::string_view yaml, std::string_view source, const std::filesystem::path& base_dir) {
   ScenarioReader reader(source, base_dir);

@@ -261,5 +261,11 @@ if [[ $(grep -c 'error' <<<"$out") -eq 1 ]]; then passed=$((passed + 1)); else f
 expect 0 'Verdict: .* runs the largest batch' -- plan "$work/budget.yaml" -q --max-batch 64
 expect 0 'DOES NOT APPLY|does not apply' -- plan "$work/budget.yaml" -q --max-batch 64
 
+printf 'model: {zoo: resnet18}\nplatform: a100-40gb\nplan: {memory_metric: peak}\n' >"$work/metric.yaml"
+expect 2 "metric.yaml:3:23: 'plan.memory_metric' is 'peak'; expected reserved" -- plan "$work/metric.yaml" -q
+expect 2 "--memory-metric: found 'x'; expected one of: reserved, allocated, exact" -- plan --memory-metric x
+expect 0 'Memory     exact: ' -- plan "$work/budget.yaml" -q --max-batch 16 --memory-metric exact
+expect 0 'Memory     reserved: ' -- plan "$work/budget.yaml" -q --max-batch 16
+
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -2,6 +2,9 @@
 // The planner: for each strategy, the largest batch that fits in GPU memory with a safety
 // margin, and the batch with the highest throughput among those that fit.
 //
+// The peak compared with the limit is the plan's memory metric (scenario.hpp: MemoryMetric;
+// by default the caching-allocator model's reserved bytes, where PyTorch runs out of memory).
+//
 // Search (per strategy), assuming the peak memory is monotone (non-decreasing) in the batch:
 //   1. growth: powers of two from 1, `probes_per_round` of them per round, capped at max_batch,
 //      until one does not fit;
@@ -30,6 +33,7 @@ namespace comptrain::sim {
 
 struct PlanOptions {
   double margin = 0.05;                          // keep peak <= (1 - margin) * capacity
+  MemoryMetric memory_metric = MemoryMetric::reserved;  // which peak (scenario.hpp)
   std::int64_t max_batch = 65536;                // search ceiling
   std::optional<std::int64_t> target_global_batch;  // with gradient accumulation
   int jobs = 0;                                  // worker processes; 0 = the core count
@@ -45,11 +49,13 @@ struct PlanPoint {
   bool out_of_memory = false;        // the simulation itself ran out of memory
   bool inapplicable = false;         // the strategy does not apply at this batch (models::NotApplicable; see warnings)
   bool simulation_failed = false;    // the simulation failed or its worker died here (see warnings); counted as not fitting
-  std::int64_t peak_bytes = 0;       // for out-of-memory points: in use + requested
+  std::int64_t peak_bytes = 0;       // in the plan's memory metric; for out-of-memory points: in use + requested (exact)
+  std::int64_t exact_peak_bytes = 0;      // the three metrics of a simulation that ran (0 otherwise)
+  std::int64_t allocated_peak_bytes = 0;
+  std::int64_t reserved_peak_bytes = 0;
   double iteration_seconds = 0;      // 0 for out-of-memory points
   double samples_per_second = 0;
   double stall_seconds = 0;
-  std::int64_t allocator_reserved_bytes = 0;  // the PyTorch allocator model's max_memory_reserved (simulation.hpp)
 };
 
 struct StrategyPlan {

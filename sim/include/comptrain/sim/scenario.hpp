@@ -23,12 +23,23 @@
 
 namespace comptrain::sim {
 
+// Which peak the planner keeps within (1 - margin) x capacity:
+//   exact      the sum of the live tensors' bytes (comptrain's memory tracker)
+//   allocated  the caching-allocator model's max_memory_allocated (blocks rounded to 512 B)
+//   reserved   its max_memory_reserved (segments, cached blocks, fragmentation): what PyTorch
+//              must obtain from the GPU, so where it runs out of memory. The planner's default.
+// None includes the CUDA context or library workspaces yet.
+enum class MemoryMetric { exact, allocated, reserved };
+std::string_view to_string(MemoryMetric metric);
+std::optional<MemoryMetric> parse_memory_metric(std::string_view text);
+
 // The `plan:` section; unset fields take the planner's defaults (sim/plan.hpp).
 struct PlanSection {
   std::vector<models::StrategySpec> strategies;  // empty: the default list (strategies_to_plan)
   std::optional<double> margin;                  // fraction of the capacity kept free, in [0, 1)
   std::optional<std::int64_t> max_batch;
   std::optional<std::int64_t> target_global_batch;
+  std::optional<MemoryMetric> memory_metric;
 };
 
 struct Scenario {

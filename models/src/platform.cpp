@@ -10,7 +10,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "builtin_platforms.hpp"
+#include "embedded_files.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/models/units.hpp"
@@ -305,20 +305,11 @@ Platform platform_from_yaml(const YAML::Node& node, std::string_view source) { r
 
 Platform load_platform_file(const std::filesystem::path& path) { return parse_platform(read_file(path), path.string()); }
 
-std::vector<std::string> builtin_platform_names() {
-  std::vector<std::string> names;
-  for (const auto& [name, yaml] : detail::builtin_platform_sources()) names.emplace_back(name);
-  std::sort(names.begin(), names.end());
-  return names;
-}
+std::vector<std::string> builtin_platform_names() { return detail::embedded_names(detail::builtin_platform_sources()); }
 
 Platform builtin_platform(std::string_view name) {
-  for (const auto& [builtin, yaml] : detail::builtin_platform_sources()) {
-    if (builtin == name) return parse_platform(yaml, "embedded:" + std::string(builtin));
-  }
-  std::string names;
-  for (const std::string& known : builtin_platform_names()) names += (names.empty() ? "" : ", ") + known;
-  throw InputError("unknown platform '" + std::string(name) + "'; expected one of: " + names);
+  if (const auto yaml = detail::embedded_text(detail::builtin_platform_sources(), name)) return parse_platform(*yaml, "embedded:" + std::string(name));
+  throw InputError("unknown platform '" + std::string(name) + "'; expected one of: " + detail::embedded_name_list(detail::builtin_platform_sources()));
 }
 
 std::vector<std::string> builtin_platforms_with_gpu(std::string_view gpu_name) {

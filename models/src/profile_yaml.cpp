@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <set>
 
-#include "builtin_profiles.hpp"
+#include "embedded_files.hpp"
 #include "comptrain/models/shipped_or_file.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/input_error.hpp"
@@ -276,20 +276,12 @@ CalibrationProfile load_profile_file(const std::filesystem::path& path) {
   return parse_profile(read_file(path), path.string());
 }
 
-std::vector<std::string> builtin_profile_names() {
-  std::vector<std::string> names;
-  for (const auto& [name, yaml] : detail::builtin_profile_sources()) names.emplace_back(name);
-  std::sort(names.begin(), names.end());
-  return names;
-}
+std::vector<std::string> builtin_profile_names() { return detail::embedded_names(detail::builtin_profile_sources()); }
 
 CalibrationProfile builtin_profile(std::string_view name) {
-  for (const auto& [builtin, yaml] : detail::builtin_profile_sources()) {
-    if (builtin == name) return parse_profile(yaml, "embedded:" + std::string(builtin));
-  }
-  std::string names;
-  for (const std::string& known : builtin_profile_names()) names += (names.empty() ? "" : ", ") + known;
-  throw InputError("unknown calibration profile '" + std::string(name) + "'; expected auto, a .yaml file or one of: " + names);
+  if (const auto yaml = detail::embedded_text(detail::builtin_profile_sources(), name)) return parse_profile(*yaml, "embedded:" + std::string(name));
+  throw InputError("unknown calibration profile '" + std::string(name) + "'; expected auto, a .yaml file or one of: " +
+                   detail::embedded_name_list(detail::builtin_profile_sources()));
 }
 
 std::shared_ptr<const CalibrationProfile> resolve_profile(std::string_view spec, const std::filesystem::path& base_dir,

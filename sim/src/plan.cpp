@@ -9,6 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <tuple>
 #include <type_traits>
 
 #include "comptrain/sim/run.hpp"
@@ -81,6 +82,10 @@ struct Driver {
   Progress progress;
   std::map<std::size_t, std::pair<std::size_t, std::int64_t>> job_owner;  // job -> search, batch
   std::vector<bool> extra_done;
+  // An input error a worker met (a zoo model that cannot be built at some batch): reported once
+  // every job has ended, the first by (plan, strategy, batch), so that it does not depend on
+  // which worker finished first.
+  std::optional<std::tuple<std::size_t, std::size_t, std::int64_t, std::string>> input_error;
 
   Driver(const std::vector<PlanRequest>& r, int jobs, bool show) : requests(r), pool(jobs), progress("plan", show) {}
 
@@ -217,7 +222,11 @@ struct Driver {
     Search& s = searches[index];
     PlanPoint point;
     point.batch = batch;
-    if (outcome.status == JobOutcome::Status::input_error) throw InputError(outcome.text);  // exits 2, once
+    if (outcome.status == JobOutcome::Status::input_error) {
+      auto error = std::make_tuple(s.plan, s.strategy, batch, outcome.text);
+      if (!input_error || error < *input_error) input_error = std::move(error);
+      outcome.status = JobOutcome::Status::failed;  // the point fails; the plan exits 2 at the end
+    }
     if (outcome.status == JobOutcome::Status::result && outcome.text.size() >= sizeof point) {
       std::memcpy(&point, outcome.text.data(), sizeof point);
       if (point.inapplicable) s.notes[batch] = fmt::format("batch {}: the strategy does not apply: {}", batch, outcome.text.substr(sizeof point));
@@ -463,6 +472,7 @@ std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, 
     d.progress.update(++done, d.estimate_total(), true);
   }
   d.progress.finish(done);
+  if (d.input_error) throw InputError(std::get<3>(*d.input_error));
 
   for (const Search& s : d.searches) d.plans[s.plan].strategies.push_back(d.finish(s));
   for (std::size_t p = 0; p < d.plans.size(); ++p) compare_with_baseline(d.plans[p], d.strategies[p]);

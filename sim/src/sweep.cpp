@@ -463,15 +463,23 @@ std::vector<VariantResult> simulate_variants(const Sweep& sweep, const std::vect
   std::vector<VariantResult> results(indices.size());
   std::size_t done = 0;
   bar.update(0, indices.size(), false);
+  // A failing variant is reported once all have run, the lowest-numbered one first: the error
+  // must not depend on which worker happened to finish first (-j).
+  std::optional<std::pair<std::size_t, JobOutcome>> first_failure;
   while (auto finished = pool.next()) {
     const std::size_t k = slot_of_job.at(finished->id);
     const std::string label = sweep.label(indices[k]);
     if (!finished->outcome.diagnostics.empty()) bar.print(prefix_lines(fmt::format("variant {} ({}): ", indices[k], label), finished->outcome.diagnostics));
-    if (finished->outcome.status != JobOutcome::Status::result) finished->outcome.text = fmt::format("variant {} ({}): {}", indices[k], label, finished->outcome.text);
-    results[k] = {indices[k], label, std::move(finished->outcome).result_or_throw()};
+    if (finished->outcome.status != JobOutcome::Status::result) {
+      finished->outcome.text = fmt::format("variant {} ({}): {}", indices[k], label, finished->outcome.text);
+      if (!first_failure || k < first_failure->first) first_failure.emplace(k, std::move(finished->outcome));
+    } else {
+      results[k] = {indices[k], label, std::move(finished->outcome.text)};
+    }
     bar.update(++done, indices.size(), false);
   }
   bar.finish(done);
+  if (first_failure) std::move(first_failure->second).result_or_throw();
   return results;
 }
 

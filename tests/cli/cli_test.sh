@@ -267,5 +267,9 @@ expect 2 "--memory-metric: found 'x'; expected one of: reserved, allocated, exac
 expect 0 'Memory     exact: ' -- plan "$work/budget.yaml" -q --max-batch 16 --memory-metric exact
 expect 0 'Memory     reserved: ' -- plan "$work/budget.yaml" -q --max-batch 16
 
+# A model the workers cannot build: one error, the same for any -j.
+printf 'model: {zoo: gpt, layers: 1, hidden: 64, heads: 5, seq_len: 16, vocab: 64}\nplatform: a100-40gb\n' >"$work/heads.yaml"
+expect 2 "heads.yaml: model: heads: 5 heads do not divide hidden size 64" -- plan "$work/heads.yaml" -q -j 2
+
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

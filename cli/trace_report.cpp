@@ -18,6 +18,7 @@ constexpr const char* role_label(TensorRole role) {
   switch (role) {
     case TensorRole::input: return "input";
     case TensorRole::weight: return "weights";
+    case TensorRole::weight_copy: return "weight copies";
     case TensorRole::buffer: return "buffers";
     case TensorRole::gradient: return "gradients";
     case TensorRole::optimizer_state: return "optimizer state";

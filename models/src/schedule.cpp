@@ -25,6 +25,7 @@ std::string_view to_string(MemoryRole role) {
   switch (role) {
     case MemoryRole::input: return "input";
     case MemoryRole::weight: return "weight";
+    case MemoryRole::weight_copy: return "weight_copy";
     case MemoryRole::buffer: return "buffer";
     case MemoryRole::gradient: return "gradient";
     case MemoryRole::optimizer_state: return "optimizer_state";
@@ -41,6 +42,7 @@ MemoryRole memory_role_of(traces::TensorRole role) {
   switch (role) {
     case TensorRole::input: return MemoryRole::input;
     case TensorRole::weight: return MemoryRole::weight;
+    case TensorRole::weight_copy: return MemoryRole::weight_copy;
     case TensorRole::buffer: return MemoryRole::buffer;
     case TensorRole::gradient: return MemoryRole::gradient;
     case TensorRole::optimizer_state: return MemoryRole::optimizer_state;

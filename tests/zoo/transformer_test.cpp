@@ -1,6 +1,7 @@
 // The transformers: parameter counts, saved activations per layer (Korthikanti et al. 2022)
 // and GEMM FLOPs per iteration (Narayanan et al. 2021).
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -162,11 +163,10 @@ TEST(Transformer, TiedWeightsAccumulateTheirGradients) {
     EXPECT_EQ(trace.op(*sum.producer).kind, OpKind::elementwise);
     int updates = 0;
     for (const auto& op : trace.ops()) {
-      if (op.phase != Phase::optimizer) continue;
-      if (trace.tensor(op.inputs[0]).name == weight) {
-        ++updates;
-        EXPECT_EQ(op.inputs[1], sum.id);  // the accumulated gradient
-      }
+      if (op.name != "optimizer." + weight) continue;
+      ++updates;
+      EXPECT_THAT(op.inputs, testing::Contains(sum.id));  // the accumulated gradient
+      EXPECT_THAT(op.inputs, testing::Not(testing::Contains(grad.id)));
     }
     EXPECT_EQ(updates, 1);
   }
@@ -207,6 +207,163 @@ TEST(Transformer, LayerCountsTheMachineCannotBuildAreRefusedFirst) {
   }
   request.layers = std::int64_t{1} << 40;
   EXPECT_THROW((void)build_model(request), InputError);
+}
+
+// CUDA autocast (PyTorch's AMP doc, "CUDA Ops that can autocast to float16" / "to float32"):
+// linear and matmul run in 16 bits, softmax and layer_norm in fp32, the rest in their inputs'
+// dtype with type promotion; each weight a lower-precision op reads is copied once per forward.
+TEST(Transformer, AutocastDtypesAndWeightCopies) {
+  for (const auto& [precision, lower] : {std::pair{Precision::amp_fp16, traces::DType::f16},
+                                         std::pair{Precision::amp_bf16, traces::DType::bf16}}) {
+    SCOPED_TRACE(std::string(to_string(precision)));
+    ModelRequest request = Request("bert-base").precision(precision).layers(1).seq_len(16);
+    request.attention = Attention::eager;
+    const Trace trace = build_model(request);
+    const std::string self = "bert.encoder.layer.0.attention.self.";
+    EXPECT_EQ(tensor_named(trace, self + "query.out").dtype, lower);
+    EXPECT_EQ(tensor_named(trace, self + "softmax.out").dtype, traces::DType::f32);
+    EXPECT_EQ(tensor_named(trace, self + "softmax.out").role, TensorRole::activation);
+    // The scores plus the fp32 mask (the model's dtype) promote to fp32.
+    EXPECT_EQ(tensor_named(trace, self + "scores.add_mask.out").dtype, traces::DType::f32);
+    // The context GEMM saves a 16-bit cast of the fp32 dropout output.
+    EXPECT_EQ(tensor_named(trace, self + "context.cast.out").dtype, lower);
+    EXPECT_EQ(tensor_named(trace, self + "context.cast.out").role, TensorRole::activation);
+    EXPECT_EQ(tensor_named(trace, self + "dropout.out").role, TensorRole::temporary);
+    // A 16-bit dense output plus the fp32 residual is fp32, and so is the LayerNorm.
+    EXPECT_EQ(tensor_named(trace, "bert.encoder.layer.0.attention.output.add.out").dtype, traces::DType::f32);
+    EXPECT_EQ(tensor_named(trace, "bert.encoder.layer.0.output.LayerNorm.out").dtype, traces::DType::f32);
+    EXPECT_EQ(tensor_named(trace, "masked_lm_loss.log_softmax.out").dtype, traces::DType::f32);
+    EXPECT_EQ(tensor_named(trace, "bert.embeddings.word_embeddings.out").dtype, traces::DType::f32);
+
+    // Exactly one copy per weight that a linear reads, the tied word embeddings included once.
+    std::map<std::string, int> copies;
+    std::int64_t linear_parameters = 0;
+    for (const auto& tensor : trace.tensors()) {
+      if (tensor.role == TensorRole::weight_copy) {
+        ++copies[tensor.name];
+        EXPECT_EQ(tensor.dtype, lower) << tensor.name;
+        ASSERT_TRUE(tensor.producer);
+        const auto& weight = trace.tensor(trace.op(*tensor.producer).inputs.at(0));
+        EXPECT_EQ(weight.role, TensorRole::weight);
+        EXPECT_EQ(tensor.name, weight.name + ".cast.out");
+        EXPECT_EQ(tensor.shape, weight.shape);
+      }
+    }
+    for (const auto& op : trace.ops()) {
+      if (op.phase != Phase::forward || op.kind != OpKind::linear) continue;
+      for (const auto input : op.inputs) {
+        const auto& tensor = trace.tensor(input);
+        if (tensor.role == TensorRole::weight_copy) linear_parameters += tensor.elements();
+        EXPECT_NE(tensor.role, TensorRole::weight) << op.name;  // never the fp32 weight itself
+      }
+    }
+    for (const auto& [name, count] : copies) EXPECT_EQ(count, 1) << name;
+    EXPECT_EQ(copies.count("bert.embeddings.word_embeddings.weight.cast.out"), 1u);
+    EXPECT_EQ(copies.count("bert.embeddings.position_embeddings.weight.cast.out"), 0u);
+    EXPECT_EQ(copies.count("bert.encoder.layer.0.output.LayerNorm.weight.cast.out"), 0u);
+    std::int64_t copied = 0;
+    for (const auto& tensor : trace.tensors()) {
+      if (tensor.role == TensorRole::weight_copy) copied += tensor.elements();
+    }
+    EXPECT_EQ(copied, linear_parameters - 0);  // each copy feeds linears only
+    // The copy of a weight is read again by its linear's backward; its 16-bit gradient is a
+    // temporary and the cast's backward writes the fp32 .grad.
+    const auto& query_copy = tensor_named(trace, self + "query.weight.cast.out");
+    bool read_by_backward = false;
+    for (const auto consumer : query_copy.consumers) {
+      read_by_backward |= trace.op(consumer).name == self + "query.backward";
+    }
+    EXPECT_TRUE(read_by_backward);
+    EXPECT_EQ(tensor_named(trace, self + "query.weight.cast.out.grad").role, TensorRole::temporary);
+    EXPECT_EQ(tensor_named(trace, self + "query.weight.cast.out.grad").dtype, lower);
+    EXPECT_EQ(tensor_named(trace, self + "query.weight.grad").role, TensorRole::gradient);
+    EXPECT_EQ(tensor_named(trace, self + "query.weight.grad").dtype, traces::DType::f32);
+  }
+  // ResNet under autocast: 16-bit convolutions, batch norm in its input's dtype with fp32
+  // running statistics, the fp32 images cast once for conv1.
+  const Trace resnet = build_model(Request("resnet18").precision(Precision::amp_fp16));
+  EXPECT_EQ(tensor_named(resnet, "images").dtype, traces::DType::f32);
+  EXPECT_EQ(tensor_named(resnet, "conv1.cast.out").dtype, traces::DType::f16);
+  EXPECT_EQ(tensor_named(resnet, "conv1.cast.out").role, TensorRole::activation);
+  EXPECT_EQ(tensor_named(resnet, "bn1.out").dtype, traces::DType::f16);
+  EXPECT_EQ(tensor_named(resnet, "bn1.running_mean").dtype, traces::DType::f32);
+  EXPECT_EQ(tensor_named(resnet, "bn1.weight").dtype, traces::DType::f32);
+  // model.half(): batch-norm buffers are 16-bit too, its batch statistics fp32.
+  const Trace half = build_model(Request("resnet18").precision(Precision::fp16));
+  EXPECT_EQ(tensor_named(half, "bn1.running_mean").dtype, traces::DType::f16);
+  EXPECT_EQ(tensor_named(half, "bn1.save_mean").dtype, traces::DType::f32);
+  EXPECT_EQ(tensor_named(half, "loss.log_softmax.out").dtype, traces::DType::f16);
+}
+
+// Saved bytes per layer and sample of the three attention implementations, by hand from what
+// each op saves (traces/zoo/README.md), as differences between 1- and 2-layer models.
+TEST(Transformer, AttentionImplementationsSavedPerLayer) {
+  constexpr std::int64_t s = 32;
+  constexpr std::int64_t h = 64;
+  constexpr std::int64_t a = 4;
+  const auto per_layer = [&](const std::string& model, Precision precision, Attention attention) {
+    const auto build = [&](std::int64_t layers) {
+      ModelRequest request = Request(model).batch_size(2).precision(precision).layers(layers).hidden(h).heads(a).seq_len(s);
+      request.vocab = 1000;
+      request.attention = attention;
+      return test_support::saved_for_backward(build_model(request));
+    };
+    const auto one = build(1);
+    const auto two = build(2);
+    return std::pair{two.per_sample - one.per_sample, two.fixed - one.fixed};
+  };
+  const std::int64_t layernorm_statistics = 2 * 2 * 4 * s;
+  // fp32 BERT: the Megatron core and eager save the same bytes -- eager's copies of Q, Kᵀ and
+  // V replace the views of the projections, its scale and mask add save nothing -- and flash
+  // drops the S x S tensors (softmax output 4, mask 1, dropout output 4 bytes per element) for
+  // an fp32 logsumexp per row and head.
+  const std::int64_t fp32_megatron = 4 * (16 * s * h + 2 * a * s * s) + (2 * s * h + a * s * s) + layernorm_statistics;
+  EXPECT_EQ(per_layer("bert-base", Precision::fp32, Attention::fused_softmax), std::pair(fp32_megatron, std::int64_t{0}));
+  EXPECT_EQ(per_layer("bert-base", Precision::fp32, Attention::eager), std::pair(fp32_megatron, std::int64_t{0}));
+  EXPECT_EQ(per_layer("bert-base", Precision::fp32, Attention::flash),
+            std::pair(fp32_megatron - 9 * a * s * s + 4 * a * s, std::int64_t{0}));
+
+  // amp-fp16 BERT, per sbh: three fp16 casts of the fp32 layer input (6), Q, K, V (6), the
+  // context (2), the dense input of the MLP's cast (2), GELU input (8), fc2 input (8), two
+  // dropout masks (1 + 1), two fp32 LayerNorm inputs (4 + 4): 42; per as²: Megatron keeps a
+  // 16-bit softmax output (2), mask (1) and dropout output (2); eager saves an fp32 softmax
+  // output (4), the mask (1) and the fp16 cast of the fp32 dropout output (2).
+  const std::int64_t amp_common = 42 * s * h + layernorm_statistics;
+  EXPECT_EQ(per_layer("bert-base", Precision::amp_fp16, Attention::fused_softmax).first, amp_common + 5 * a * s * s);
+  EXPECT_EQ(per_layer("bert-base", Precision::amp_fp16, Attention::eager).first, amp_common + 7 * a * s * s);
+  EXPECT_EQ(per_layer("bert-base", Precision::amp_fp16, Attention::flash).first, amp_common + 4 * a * s);
+
+  // GPT-2 (pre-LN) under amp-fp16, per sbh: ln_1 input fp32 (4), the c_attn input cast (2),
+  // Q, K, V (6), context (2), mask (1), ln_2 input fp32 (4), the c_fc input cast (2), GELU (8),
+  // c_proj input (8), mask (1): 38. Eager's torch.where saves the bool causal mask, s² bytes
+  // per layer whatever the batch; its softmax output is fp32 and the dropout runs on the
+  // downcast copy (attn_weights.type(value.dtype)).
+  const std::int64_t gpt_common = 38 * s * h + layernorm_statistics;
+  EXPECT_EQ(per_layer("gpt", Precision::amp_fp16, Attention::fused_softmax), std::pair(gpt_common + 5 * a * s * s, std::int64_t{0}));
+  EXPECT_EQ(per_layer("gpt", Precision::amp_fp16, Attention::eager), std::pair(gpt_common + 7 * a * s * s, s * s));
+  EXPECT_EQ(per_layer("gpt", Precision::fp32, Attention::eager),
+            std::pair(4 * (16 * s * h + 2 * a * s * s) + (2 * s * h + a * s * s) + layernorm_statistics, s * s));
+}
+
+// Flash: one attention op per layer, no S x S tensor anywhere in the trace.
+TEST(Transformer, FlashAttentionHasNoQuadraticTensors) {
+  ModelRequest request = Request("gpt2").precision(Precision::amp_bf16).layers(2).seq_len(128);
+  request.attention = Attention::flash;
+  const Trace trace = build_model(request);
+  int attention_ops = 0;
+  for (const auto& op : trace.ops()) {
+    if (op.kind == OpKind::attention && op.phase == Phase::forward) ++attention_ops;
+  }
+  EXPECT_EQ(attention_ops, 2);
+  for (const auto& tensor : trace.tensors()) {
+    const auto& shape = tensor.shape;
+    EXPECT_FALSE(shape.size() == 4 && shape[2] == 128 && shape[3] == 128) << tensor.name;
+  }
+  const auto& lse = tensor_named(trace, "transformer.h.0.attn.scaled_dot_product_attention.logsumexp");
+  EXPECT_EQ(lse.dtype, traces::DType::f32);
+  EXPECT_EQ(lse.shape, (std::vector<std::int64_t>{1, 12, 128}));
+  EXPECT_EQ(lse.role, TensorRole::activation);
+  EXPECT_EQ(tensor_named(trace, "transformer.h.0.attn.scaled_dot_product_attention.out").dtype, traces::DType::bf16);
 }
 
 }  // namespace

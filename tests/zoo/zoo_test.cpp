@@ -7,9 +7,12 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 #include <set>
 #include <string>
 
+#include "comptrain/traces/liveness.hpp"
+#include "comptrain/traces/summary.hpp"
 #include "comptrain/zoo/zoo.hpp"
 #include "zoo_test_support.hpp"
 
@@ -105,17 +108,23 @@ TEST(Zoo, ListsTheModels) {
                                           "bert-large", "gpt2", "gpt"));
 }
 
-TEST(Zoo, PrecisionAndOptimizerNames) {
-  for (const Precision precision : {Precision::fp32, Precision::mixed}) {
-    EXPECT_EQ(parse_precision(to_string(precision)), precision);
-  }
-  for (const Optimizer optimizer : {Optimizer::sgd, Optimizer::momentum, Optimizer::adam}) {
-    EXPECT_EQ(parse_optimizer(to_string(optimizer)), optimizer);
-  }
-  EXPECT_EQ(to_string(Precision::mixed), "mixed");
-  EXPECT_EQ(to_string(Optimizer::adam), "adam");
-  EXPECT_EQ(parse_precision("fp16"), std::nullopt);
+TEST(Zoo, PrecisionOptimizerAndAttentionNames) {
+  EXPECT_THAT(precision_names(), testing::ElementsAre("fp32", "amp-fp16", "amp-bf16", "fp16", "bf16", "mixed"));
+  EXPECT_THAT(optimizer_names(), testing::ElementsAre("sgd", "momentum", "adam", "adamw"));
+  EXPECT_THAT(optimizer_impl_names(), testing::ElementsAre("foreach", "fused", "for-loop"));
+  EXPECT_THAT(attention_names(), testing::ElementsAre("fused-softmax", "eager", "flash"));
+  for (const std::string_view name : precision_names()) EXPECT_EQ(to_string(*parse_precision(name)), name);
+  for (const std::string_view name : optimizer_names()) EXPECT_EQ(to_string(*parse_optimizer(name)), name);
+  for (const std::string_view name : optimizer_impl_names()) EXPECT_EQ(to_string(*parse_optimizer_impl(name)), name);
+  for (const std::string_view name : attention_names()) EXPECT_EQ(to_string(*parse_attention(name)), name);
+  EXPECT_EQ(parse_precision("amp-fp16"), Precision::amp_fp16);
+  EXPECT_EQ(parse_optimizer_impl("for-loop"), OptimizerImpl::for_loop);
+  EXPECT_EQ(parse_attention("fused-softmax"), Attention::fused_softmax);
+  EXPECT_EQ(parse_precision("tf32"), std::nullopt);  // the scenario reader's fp32 + allow_tf32
+  EXPECT_EQ(parse_precision("amp_fp16"), std::nullopt);
   EXPECT_EQ(parse_optimizer("Adam"), std::nullopt);
+  EXPECT_EQ(parse_optimizer_impl("for_loop"), std::nullopt);
+  EXPECT_EQ(parse_attention("sdpa"), std::nullopt);
 }
 
 TEST(Zoo, RejectsBadRequests) {
@@ -131,6 +140,9 @@ TEST(Zoo, RejectsBadRequests) {
   EXPECT_THAT(error_of(Request("gpt").heads(0)), HasSubstr("heads"));
   EXPECT_THAT(error_of(Request("gpt").vocab(-1)), HasSubstr("vocab"));
   EXPECT_THAT(error_of(Request("gpt").hidden(0)), HasSubstr("hidden"));
+  ModelRequest cnn_with_attention = Request("resnet50");
+  cnn_with_attention.attention = Attention::flash;
+  EXPECT_THAT(error_of(cnn_with_attention), AllOf(HasSubstr("attention"), HasSubstr("resnet50"), HasSubstr("CNN")));
   // BERT learns 512 positions, GPT-2 1024 (their Hugging Face configs).
   EXPECT_THAT(error_of(Request("bert-base").seq_len(513)), HasSubstr("seq_len"));
   EXPECT_THAT(error_of(Request("gpt2").seq_len(1025)), HasSubstr("seq_len"));
@@ -147,19 +159,29 @@ TEST(Zoo, MetadataAndDefaultOptimizers) {
   EXPECT_EQ(cnn.metadata().at("model"), "resnet18");
   EXPECT_EQ(cnn.metadata().at("precision"), "fp32");
   EXPECT_EQ(cnn.metadata().at("optimizer"), "momentum");  // SGD with momentum for CNNs
+  EXPECT_EQ(cnn.metadata().at("optimizer_impl"), "foreach");  // PyTorch 2.x's default on CUDA
   EXPECT_FALSE(cnn.metadata().contains("layers"));
+  EXPECT_FALSE(cnn.metadata().contains("attention"));
 
   const Trace gpt = build_model(Request("gpt").precision(Precision::mixed).layers(3).hidden(128).heads(4).seq_len(32).vocab(1000));
   EXPECT_EQ(gpt.metadata().at("precision"), "mixed");
   EXPECT_EQ(gpt.metadata().at("optimizer"), "adam");  // Adam for transformers
+  EXPECT_EQ(gpt.metadata().at("attention"), "fused-softmax");
   EXPECT_EQ(gpt.metadata().at("layers"), "3");
   EXPECT_EQ(gpt.metadata().at("hidden"), "128");
   EXPECT_EQ(gpt.metadata().at("heads"), "4");
   EXPECT_EQ(gpt.metadata().at("seq_len"), "32");
   EXPECT_EQ(gpt.metadata().at("vocab"), "1000");
 
-  const Trace bert = build_model(Request("bert-base").optimizer(Optimizer::sgd).layers(1).seq_len(16));
+  ModelRequest bert_request = Request("bert-base").optimizer(Optimizer::sgd).layers(1).seq_len(16);
+  bert_request.optimizer_impl = OptimizerImpl::for_loop;
+  bert_request.attention = Attention::eager;
+  bert_request.precision = Precision::amp_bf16;
+  const Trace bert = build_model(bert_request);
   EXPECT_EQ(bert.metadata().at("optimizer"), "sgd");
+  EXPECT_EQ(bert.metadata().at("optimizer_impl"), "for-loop");
+  EXPECT_EQ(bert.metadata().at("attention"), "eager");
+  EXPECT_EQ(bert.metadata().at("precision"), "amp-bf16");
   EXPECT_EQ(bert.metadata().at("hidden"), "768");  // bert-base's default kept
 }
 
@@ -183,34 +205,45 @@ TEST_P(EveryModel, HasBackwardOptimizerAndConsistentAccounting) {
     EXPECT_TRUE(std::is_sorted(ops.begin(), ops.end(),
                                [](const auto& a, const auto& b) { return a.phase < b.phase; }));
 
-    // Every forward op has its backward op.
+    // Every forward op has its backward op, but those on the mini-batch and buffers alone
+    // (autocast's cast of the images, attention masks), which autograd does not record.
     std::set<std::string> names;
     for (const auto& op : ops) EXPECT_TRUE(names.insert(op.name).second) << "duplicate op name " << op.name;
     for (const auto& op : ops) {
-      if (op.phase == Phase::forward) {
-        EXPECT_TRUE(names.contains(op.name + ".backward")) << op.name;
-      }
+      if (op.phase != Phase::forward) continue;
+      const bool constant = std::all_of(op.inputs.begin(), op.inputs.end(), [&](auto input) {
+        return trace.tensor(input).role == TensorRole::input || trace.tensor(input).role == TensorRole::buffer;
+      });
+      EXPECT_NE(names.contains(op.name + ".backward"), constant) << op.name;
     }
 
-    // One optimizer update per weight, reading the weight, its gradient and its state: an fp32
-    // master copy in mixed precision, plus Adam's two moments (transformers' default) or
+    // One op named optimizer.<weight> per weight, reading its final gradient; every weight and
+    // every optimizer state is read by the optimizer phase, and each weight has its states: an
+    // fp32 master copy in mixed precision, plus Adam's two moments (transformers' default) or
     // SGD's momentum buffer (CNNs' default).
     const std::size_t states = (request.precision == Precision::mixed ? 1 : 0) + (info.transformer ? 2 : 1);
-    std::map<std::size_t, int> updates;
+    std::map<std::string, int> named_updates;
+    std::set<std::size_t> read_by_optimizer;
     for (const auto& op : ops) {
       if (op.phase != Phase::optimizer) continue;
+      for (const auto input : op.inputs) read_by_optimizer.insert(input);
+      if (op.name.starts_with("optimizer._foreach")) continue;
       EXPECT_EQ(op.kind, traces::OpKind::optimizer_update);
-      EXPECT_TRUE(op.outputs.empty()) << op.name;
-      ASSERT_EQ(op.inputs.size(), 2 + states) << op.name;
-      ++updates[op.inputs[0]];
-      EXPECT_EQ(trace.tensor(op.inputs[0]).role, TensorRole::weight);
-      EXPECT_EQ(trace.tensor(op.inputs[1]).role, TensorRole::gradient);
-      EXPECT_EQ(op.name, "optimizer." + trace.tensor(op.inputs[0]).name);
+      EXPECT_TRUE(op.outputs.empty()) << op.name;  // the default foreach step writes its temporaries elsewhere
+      ++named_updates[op.name];
+    }
+    std::map<std::string, std::size_t> state_count;
+    for (const auto& tensor : tensors) {
+      if (tensor.role == TensorRole::optimizer_state) {
+        EXPECT_TRUE(read_by_optimizer.contains(tensor.id)) << tensor.name;
+        ++state_count[tensor.name.substr(0, tensor.name.rfind('.'))];
+      }
     }
     for (std::size_t i = 0; i < tensors.size(); ++i) {
-      if (tensors[i].role == TensorRole::weight) {
-        EXPECT_EQ(updates[i], 1) << tensors[i].name;
-      }
+      if (tensors[i].role != TensorRole::weight) continue;
+      EXPECT_EQ(named_updates["optimizer." + tensors[i].name], 1) << tensors[i].name;
+      EXPECT_TRUE(read_by_optimizer.contains(i)) << tensors[i].name;
+      EXPECT_EQ(state_count[tensors[i].name], states) << tensors[i].name;
     }
 
     // Storage roles, batch dimensions, byte accounting.
@@ -223,8 +256,12 @@ TEST_P(EveryModel, HasBackwardOptimizerAndConsistentAccounting) {
       }
       if (tensor.role == TensorRole::activation && tensor.dtype != traces::DType::boolean &&
           tensor.dtype != traces::DType::i64 && !tensor.scales_with_batch()) {
-        // Only per-channel statistics and loss scalars are saved without a batch dimension.
-        EXPECT_EQ(tensor.dtype, traces::DType::f32) << tensor.name;
+        // Only per-channel statistics and loss scalars are saved without a batch dimension:
+        // fp32, but for the loss of a .half()/.bfloat16() model, in its dtype.
+        const bool pure16 = request.precision == Precision::fp16 || request.precision == Precision::bf16;
+        if (!(pure16 && tensor.name.ends_with(".total_weight"))) {
+          EXPECT_EQ(tensor.dtype, traces::DType::f32) << tensor.name;
+        }
       }
     }
     for (const auto& op : ops) {
@@ -241,8 +278,14 @@ TEST_P(EveryModel, HasBackwardOptimizerAndConsistentAccounting) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Precisions, EveryModel, testing::Values(Precision::fp32, Precision::mixed),
-                         [](const auto& param_info) { return std::string(to_string(param_info.param)); });
+INSTANTIATE_TEST_SUITE_P(Precisions, EveryModel,
+                         testing::Values(Precision::fp32, Precision::amp_fp16, Precision::amp_bf16, Precision::fp16,
+                                         Precision::bf16, Precision::mixed),
+                         [](const auto& param_info) {
+                           std::string name(to_string(param_info.param));
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
 
 TEST(Zoo, RescalingIsExactAndInvertible) {
   for (const ModelInfo& info : list_models()) {
@@ -302,6 +345,138 @@ TEST(Zoo, MixedPrecisionDtypes) {
     }
     if (tensor.role == TensorRole::optimizer_state) {
       EXPECT_EQ(tensor.dtype, traces::DType::f32);
+    }
+  }
+}
+
+// Bytes per parameter of the weights, their autocast copies, the gradients and the optimizer
+// state, read from the trace's summary (the storages per role). Hugging Face's "model memory
+// anatomy" (docs/source/en/model_memory_anatomy.md, "Model Weights", "Optimizer States",
+// "Gradients"): mixed-precision (AMP) training holds 6 bytes per parameter of weights (fp32 + an
+// fp16 copy), 4 of gradients (fp32), AdamW 8 of states, SGD with momentum 4, plain SGD 0. The
+// doc's 6 assumes a copy of every parameter; autocast copies only what its lower-precision ops
+// read (linear and conv weights and biases, the tied embedding of the LM head), so the copies
+// are counted here over those parameters, worked out by hand below. A .half()/.bfloat16()
+// model keeps everything in 16 bits: 2 + 2 bytes plus 16-bit states (zeros_like(p)).
+TEST(Zoo, BytesPerParameterByPrecision) {
+  struct Case {
+    Precision precision;
+    std::int64_t weight, copy, gradient;  // bytes per parameter (copies: per copied parameter)
+    std::int64_t state_size;              // bytes per element of an optimizer state
+  };
+  const Case cases[] = {
+      {Precision::amp_fp16, 4, 2, 4, 4}, {Precision::amp_bf16, 4, 2, 4, 4}, {Precision::fp16, 2, 0, 2, 2},
+      {Precision::bf16, 2, 0, 2, 2},     {Precision::fp32, 4, 0, 4, 4},
+  };
+  struct Model {
+    std::string name;
+    std::int64_t parameters;
+    std::int64_t copied;  // parameters read by autocast's lower-precision ops
+  };
+  // GPT-2 small: everything but the position table (1024 x 768) and the 25 LayerNorms' weight
+  // and bias (2 x 768 each). ResNet-18: everything but the batch norms' weight and bias, over
+  // 64 + 4·64 + 5·128 + 5·256 + 5·512 = 4800 channels.
+  const Model models[] = {
+      {"gpt2", 124'439'808, 124'439'808 - 1024 * 768 - 25 * 2 * 768},
+      {"resnet18", 11'689'512, 11'689'512 - 2 * 4800},
+  };
+  const std::pair<Optimizer, std::int64_t> optimizers[] = {
+      {Optimizer::sgd, 0}, {Optimizer::momentum, 1}, {Optimizer::adam, 2}, {Optimizer::adamw, 2}};
+  for (const Model& model : models) {
+    for (const Case& c : cases) {
+      for (const auto& [optimizer, states] : optimizers) {
+        SCOPED_TRACE(model.name + " " + std::string(to_string(c.precision)) + " " + std::string(to_string(optimizer)));
+        ModelRequest request = Request(model.name).precision(c.precision).optimizer(optimizer);
+        if (model.name == "gpt2") request.seq_len = 32;
+        const traces::TraceSummary summary = traces::summarize(build_model(request));
+        const auto role = [&](TensorRole r) { return traces::at(summary.allocated_by_role, r); };
+        EXPECT_EQ(summary.parameters, model.parameters);
+        EXPECT_EQ(role(TensorRole::weight), c.weight * model.parameters);
+        EXPECT_EQ(role(TensorRole::weight_copy), c.copy * model.copied);
+        EXPECT_EQ(role(TensorRole::gradient), c.gradient * model.parameters);
+        EXPECT_EQ(role(TensorRole::optimizer_state), states * c.state_size * model.parameters);
+        if (c.copy != 0 && optimizer == Optimizer::adamw) {
+          // The documented AMP + AdamW total, 18 bytes per parameter, less the copies autocast
+          // does not make.
+          EXPECT_EQ(role(TensorRole::weight) + role(TensorRole::weight_copy) + role(TensorRole::gradient) +
+                        role(TensorRole::optimizer_state),
+                    18 * model.parameters - 2 * (model.parameters - model.copied));
+        }
+      }
+    }
+  }
+}
+
+// Optimizer-step temporaries (torch/optim/adam.py, adamw.py at the commits cited in
+// network_builder.cpp): foreach Adam keeps one sqrt(exp_avg_sq) per parameter, all alive from
+// _foreach_sqrt to _foreach_addcdiv_; the for-loop makes sqrt(v) and denom for one parameter at
+// a time; fused makes none; SGD makes none with its defaults.
+TEST(Zoo, OptimizerTemporaries) {
+  const auto build = [](Optimizer optimizer, OptimizerImpl impl, Precision precision) {
+    ModelRequest request = Request("gpt").layers(2).hidden(64).heads(4).seq_len(16).vocab(100).precision(precision).optimizer(optimizer);
+    request.optimizer_impl = impl;
+    return build_model(request);
+  };
+  const auto temporaries = [](const Trace& trace) {
+    std::vector<const traces::Tensor*> found;
+    for (const auto& tensor : trace.tensors()) {
+      if (tensor.producer && trace.op(*tensor.producer).phase == Phase::optimizer) found.push_back(&tensor);
+    }
+    return found;
+  };
+  for (const Optimizer optimizer : {Optimizer::adam, Optimizer::adamw}) {
+    for (const Precision precision : {Precision::fp32, Precision::bf16, Precision::mixed}) {
+      SCOPED_TRACE(std::string(to_string(optimizer)) + " " + std::string(to_string(precision)));
+      // The dtype of the moments: fp32, or the .bfloat16() model's bf16.
+      const std::int64_t state_bytes = precision == Precision::bf16 ? 2 : 4;
+
+      const Trace foreach = build(optimizer, OptimizerImpl::foreach, precision);
+      const std::int64_t parameters = traces::summarize(foreach).parameters;
+      std::vector<traces::OpIndex> order(foreach.ops().size());
+      std::iota(order.begin(), order.end(), traces::OpIndex{0});
+      const traces::Liveness liveness = traces::compute_liveness(foreach, order);
+      const auto found = temporaries(foreach);
+      std::int64_t bytes = 0;
+      std::size_t sqrt_op = 0;
+      std::size_t addcdiv_op = 0;
+      for (const auto& op : foreach.ops()) {
+        if (op.name == "optimizer._foreach_sqrt") sqrt_op = op.id;
+        if (op.name == "optimizer._foreach_addcdiv_") addcdiv_op = op.id;
+      }
+      ASSERT_GT(addcdiv_op, sqrt_op);
+      for (const traces::Tensor* tensor : found) {
+        EXPECT_TRUE(tensor->name.ends_with(".exp_avg_sq_sqrt")) << tensor->name;
+        EXPECT_EQ(tensor->role, TensorRole::temporary);
+        bytes += tensor->bytes();
+        const auto& life = liveness.lifetimes.at(std::size_t(std::find_if(liveness.lifetimes.begin(), liveness.lifetimes.end(),
+                                                                          [&](const auto& l) { return l.storage == tensor->id; }) -
+                                                             liveness.lifetimes.begin()));
+        EXPECT_EQ(life.first, sqrt_op);
+        EXPECT_EQ(life.last, addcdiv_op);  // all alive until the step ends
+      }
+      EXPECT_EQ(bytes, state_bytes * parameters);
+
+      const Trace loop = build(optimizer, OptimizerImpl::for_loop, precision);
+      const auto loop_found = temporaries(loop);
+      std::int64_t loop_bytes = 0;
+      for (const traces::Tensor* tensor : loop_found) {
+        loop_bytes += tensor->bytes();
+        ASSERT_EQ(tensor->consumers.size(), 0u) << tensor->name;  // freed as its parameter's update ends
+      }
+      EXPECT_EQ(loop_bytes, 2 * state_bytes * parameters);  // sqrt(v) and denom, per parameter
+
+      EXPECT_TRUE(temporaries(build(optimizer, OptimizerImpl::fused, precision)).empty());
+
+      // The same update in every implementation: 13 FLOPs per element for Adam, 14 for AdamW.
+      const std::int64_t per_element = optimizer == Optimizer::adam ? 13 : 14;
+      for (const Trace* trace : {&foreach, &loop}) {
+        EXPECT_EQ(traces::summarize(*trace).flops_by_phase[2], per_element * parameters);
+      }
+    }
+  }
+  for (const Optimizer optimizer : {Optimizer::sgd, Optimizer::momentum}) {
+    for (const OptimizerImpl impl : {OptimizerImpl::foreach, OptimizerImpl::fused, OptimizerImpl::for_loop}) {
+      EXPECT_TRUE(temporaries(build(optimizer, impl, Precision::fp32)).empty()) << to_string(optimizer) << " " << to_string(impl);
     }
   }
 }

@@ -26,8 +26,8 @@ struct TransformerShape {
 
 // Hugging Face's BertForPreTraining: post-LN encoder, MLM head over every position (decoder
 // tied to the word embeddings) and the next-sentence head.
-Value bert_for_pretraining(NetworkBuilder& nb, const TransformerShape& shape);
+Value bert_for_pretraining(NetworkBuilder& nb, const TransformerShape& shape, Attention attention);
 // Hugging Face's GPT2LMHeadModel: pre-LN decoder, LM head tied to the token embedding.
-Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape);
+Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention attention);
 
 }  // namespace comptrain::zoo::detail

@@ -33,15 +33,46 @@ constexpr std::int64_t kSoftmaxForward = 5;    // max, subtract, exp, sum, divid
 constexpr std::int64_t kSoftmaxBackward = 4;   // y * (g - sum(g * y))
 constexpr std::int64_t kLogSoftmaxForward = 5; // max, subtract, exp, sum, subtract log-sum
 constexpr std::int64_t kLogSoftmaxBackward = 4;// g - exp(y) * sum(g)
+constexpr std::int64_t kScaleFlops = 1;        // x / c, and g / c backward
+constexpr std::int64_t kWhereFlops = 1;        // a select, forward and backward
+// FlashAttention-2 (Dao 2023, §4.1): the backward pass runs 5 GEMMs of the forward's size to
+// the forward's 2 (it recomputes the scores), 2.5 times the forward's matmul FLOPs.
+constexpr std::int64_t kFlashForwardGemms = 2;
+constexpr std::int64_t kFlashBackwardGemms = 5;
 
-// Optimizer FLOPs per parameter element (PyTorch's update rules, no weight decay).
+// Optimizer FLOPs per parameter element, following torch.optim's update rules (adam.py,
+// adamw.py and sgd.py at pytorch/pytorch dc80ccded5385cca3e777472d64cfe3d874fad89,
+// c15fcf4eb79daaf10e12cecdf7fee15cde6cc530, 0316fdce3d7cd6b72508ea175f38e4ad19ed5072) with
+// PyTorch's default hyper-parameters (weight_decay 0 for SGD and Adam, 0.01 for AdamW).
+constexpr std::int64_t kSgdFlops = 2;       // w -= lr * g
+constexpr std::int64_t kMomentumFlops = 4;  // buf = mu * buf + g; w -= lr * buf
+// Adam: m = lerp(m, g, 1 - b1) (3); v = b2 * v + (1 - b2) * g * g (4) ...
+constexpr std::int64_t kAdamMomentFlops = 7;
+// ... d = sqrt(v) / sqrt(bc2) + eps (3) ...
+constexpr std::int64_t kAdamDenomFlops = 3;
+// ... w += -(lr / bc1) * m / d (addcdiv, 3).
+constexpr std::int64_t kAdamUpdateFlops = 3;
+// AdamW's decoupled decay first multiplies the weight by (1 - lr * wd) in place (adamw.py:
+// param.mul_ / _foreach_mul_(device_params, 1 - lr * weight_decay)).
+constexpr std::int64_t kAdamWDecayFlops = 1;
+
 std::int64_t optimizer_flops_per_element(Optimizer optimizer) {
   switch (optimizer) {
-    case Optimizer::sgd: return 2;       // w -= lr * g
-    case Optimizer::momentum: return 4;  // buf = mu * buf + g; w -= lr * buf
-    case Optimizer::adam: return 13;     // m (3), v (4), sqrt(v) / bc2 + eps (3), w -= a * m / d (3)
+    case Optimizer::sgd: return kSgdFlops;
+    case Optimizer::momentum: return kMomentumFlops;
+    case Optimizer::adam: return kAdamMomentFlops + kAdamDenomFlops + kAdamUpdateFlops;
+    case Optimizer::adamw: return kAdamWDecayFlops + kAdamMomentFlops + kAdamDenomFlops + kAdamUpdateFlops;
   }
   return 0;
+}
+
+// PyTorch's type promotion of two floating dtypes (c10::promoteTypes): equal types stay, f16
+// with bf16 and anything with f32 give f32, anything with f64 gives f64.
+DType promote(DType a, DType b) {
+  if (a == b || !traces::is_floating(b)) return a;
+  if (!traces::is_floating(a)) return b;
+  if (a == DType::f64 || b == DType::f64) return DType::f64;
+  return DType::f32;
 }
 
 BatchLinear times(BatchLinear value, std::int64_t factor) {
@@ -73,13 +104,36 @@ std::int64_t window_output(std::int64_t in, std::int64_t kernel, std::int64_t st
 }  // namespace
 
 NetworkBuilder::NetworkBuilder(std::string model, std::int64_t batch_size, Precision precision,
-                               Optimizer optimizer)
-    : model_(std::move(model)), batch_size_(batch_size), precision_(precision), optimizer_(optimizer) {
+                               Optimizer optimizer, OptimizerImpl optimizer_impl)
+    : model_(std::move(model)),
+      batch_size_(batch_size),
+      precision_(precision),
+      optimizer_(optimizer),
+      optimizer_impl_(optimizer_impl) {
   if (batch_size_ < 1) throw std::logic_error("NetworkBuilder: batch size must be >= 1");
 }
 
 DType NetworkBuilder::compute_dtype() const {
-  return precision_ == Precision::mixed ? DType::f16 : DType::f32;
+  switch (precision_) {
+    case Precision::mixed:
+    case Precision::fp16: return DType::f16;
+    case Precision::bf16: return DType::bf16;
+    case Precision::fp32:
+    case Precision::amp_fp16:
+    case Precision::amp_bf16: return DType::f32;
+  }
+  return DType::f32;
+}
+
+bool NetworkBuilder::autocast() const {
+  return precision_ == Precision::amp_fp16 || precision_ == Precision::amp_bf16;
+}
+
+DType NetworkBuilder::state_dtype() const {
+  // torch.optim creates its states with torch.zeros_like(p): the parameter's dtype, so a
+  // .half() model keeps 16-bit moments. Megatron's `mixed` keeps them fp32 next to the fp32
+  // master weights; under autocast the parameters are fp32 anyway.
+  return precision_ == Precision::fp16 || precision_ == Precision::bf16 ? compute_dtype() : DType::f32;
 }
 
 const std::vector<std::int64_t>& NetworkBuilder::sample_shape(Value value) const {
@@ -217,6 +271,56 @@ void NetworkBuilder::record(ForwardOp op) {
   recipes_.push_back(std::move(recipe));
 }
 
+std::size_t NetworkBuilder::cast(const std::string& op_name, std::size_t tensor, DType dtype, TensorRole role) {
+  const std::string op = unique_op_name(op_name);
+  TensorRecord copy;
+  copy.name = op + ".out";
+  copy.dtype = dtype;
+  copy.sample_shape = tensors_.at(tensor).sample_shape;
+  copy.batch_dim = tensors_.at(tensor).batch_dim;
+  copy.role = role;
+  copy.requires_grad = requires_grad(tensor);
+  const std::size_t y = add_tensor(std::move(copy));
+  if (!requires_grad(tensor)) {
+    // Casting the images: a kernel, but no autograd node.
+    emit({op, Phase::forward, OpKind::elementwise, {tensor}, {y}, {}, {}, {}});
+    return y;
+  }
+  ForwardOp f;
+  f.name = op;
+  f.kind = OpKind::elementwise;  // a conversion: bytes, no FLOPs
+  f.inputs = {tensor};
+  f.outputs = {y};
+  f.differentiable_outputs = {y};
+  // ToCopyBackward0 saves nothing; it converts the gradient back to the source dtype: for a
+  // weight copy that is the fp32 weight.grad itself.
+  f.grads = {{tensor, {}}};
+  f.backward_kind = OpKind::elementwise;
+  record(std::move(f));
+  return y;
+}
+
+std::size_t NetworkBuilder::autocast_lower(const std::string& op, std::size_t tensor) {
+  const DType dtype = tensors_.at(tensor).dtype;
+  const DType lower = precision_ == Precision::amp_bf16 ? DType::bf16 : DType::f16;
+  if (!autocast() || !traces::is_floating(dtype) || dtype == lower) return tensor;
+  if (tensors_[tensor].role == TensorRole::weight) {
+    // autocast_mode.cpp (cached_cast): the lower-precision copy of a leaf that requires grad
+    // is cached until the autocast region ends, so a weight is cast once per forward pass.
+    if (const auto cached = weight_copies_.find(tensor); cached != weight_copies_.end()) return cached->second;
+    const std::size_t copy = cast(tensors_[tensor].name + ".cast", tensor, lower, TensorRole::weight_copy);
+    weight_copies_.emplace(tensor, copy);
+    return copy;
+  }
+  return cast(op + ".cast", tensor, lower, TensorRole::temporary);
+}
+
+std::size_t NetworkBuilder::autocast_fp32(const std::string& op, std::size_t tensor) {
+  const DType dtype = tensors_.at(tensor).dtype;
+  if (!autocast() || !traces::is_floating(dtype) || dtype == DType::f32) return tensor;
+  return cast(op + ".cast", tensor, DType::f32, TensorRole::temporary);
+}
+
 // ---- Convolutional layers ----------------------------------------------------------------
 
 Value NetworkBuilder::conv2d(const std::string& name, Value x, std::int64_t out_channels,
@@ -226,10 +330,14 @@ Value NetworkBuilder::conv2d(const std::string& name, Value x, std::int64_t out_
   const std::int64_t out_h = window_output(dim(x, 2), kernel, stride, padding, name);
   const std::int64_t out_w = window_output(dim(x, 3), kernel, stride, padding, name);
   const std::string op = unique_op_name(name);
-  const Value weight = parameter(name + ".weight", {out_channels, in_channels, kernel, kernel});
+  Value weight = parameter(name + ".weight", {out_channels, in_channels, kernel, kernel});
   std::vector<std::size_t> biases;  // zero or one
   if (bias) biases.push_back(parameter(name + ".bias", {out_channels}).index);
-  const std::size_t y = new_output(op + ".out", compute_dtype(), {dim(x, 0), out_channels, out_h, out_w},
+  // conv2d is on autocast's lower-precision list: input, weight and bias run in 16 bits.
+  x = {autocast_lower(op, x.index)};
+  weight = {autocast_lower(op, weight.index)};
+  for (std::size_t& b : biases) b = autocast_lower(op, b);
+  const std::size_t y = new_output(op + ".out", tensors_[x.index].dtype, {dim(x, 0), out_channels, out_h, out_w},
                                    tensors_[x.index].batch_dim, true);
   const BatchLinear macs = times(elements(y), in_channels * kernel * kernel);
   const BatchLinear bias_flops = bias ? elements(y) : BatchLinear{};
@@ -259,9 +367,14 @@ Value NetworkBuilder::batchnorm2d(const std::string& name, Value x) {
   const std::string op = unique_op_name(name);
   const Value weight = parameter(name + ".weight", {channels});
   const Value bias = parameter(name + ".bias", {channels});
-  // Running statistics stay fp32 in mixed precision (cuDNN requires it for 16-bit inputs).
-  const Value running_mean = buffer(name + ".running_mean", DType::f32, {channels});
-  const Value running_var = buffer(name + ".running_var", DType::f32, {channels});
+  // Running statistics: fp32 under autocast (an fp32 model; batch norm is on neither autocast
+  // list, so it runs on its 16-bit input with fp32 weights and statistics, as cuDNN allows) and
+  // in `mixed` (Apex O2's keep_batchnorm_fp32); model.half()/.bfloat16() converts every
+  // floating buffer, so 16-bit there. save_mean/save_invstd use the accumulate type, fp32, in
+  // any case (aten/src/ATen/native/cuda/Normalization.cu: at::toAccumulateType).
+  const DType stats = precision_ == Precision::fp16 || precision_ == Precision::bf16 ? compute_dtype() : DType::f32;
+  const Value running_mean = buffer(name + ".running_mean", stats, {channels});
+  const Value running_var = buffer(name + ".running_var", stats, {channels});
   const std::size_t y = new_output(op + ".out", tensors_[x.index].dtype, sample_shape(x),
                                    tensors_[x.index].batch_dim, true);
   const std::size_t save_mean = new_output(op + ".save_mean", DType::f32, {channels}, std::nullopt, false);
@@ -356,9 +469,13 @@ Value NetworkBuilder::linear(const std::string& name, Value x, Value weight, std
   }
   const std::int64_t out_features = dim(weight, 0);
   const std::string op = unique_op_name(name);
+  // linear/addmm are on autocast's lower-precision list.
+  x = {autocast_lower(op, x.index)};
+  weight = {autocast_lower(op, weight.index)};
+  if (bias) bias = Value{autocast_lower(op, bias->index)};
   std::vector<std::int64_t> shape = sample_shape(x);
   shape.back() = out_features;
-  const std::size_t y = new_output(op + ".out", compute_dtype(), shape, tensors_[x.index].batch_dim, true);
+  const std::size_t y = new_output(op + ".out", tensors_[x.index].dtype, shape, tensors_[x.index].batch_dim, true);
   const BatchLinear macs = times(elements(y), in_features);
   const BatchLinear bias_flops = bias ? elements(y) : BatchLinear{};
 
@@ -419,7 +536,10 @@ Value NetworkBuilder::dropout(const std::string& name, Value x) {
 
 Value NetworkBuilder::add(const std::string& name, Value a, Value b) {
   const std::string op = unique_op_name(name);
-  const std::size_t y = new_output(op + ".out", tensors_[a.index].dtype, sample_shape(a),
+  // add is on no autocast list: ordinary type promotion (a 16-bit GEMM output plus an fp32
+  // residual gives fp32).
+  const DType dtype = promote(tensors_[a.index].dtype, tensors_[b.index].dtype);
+  const std::size_t y = new_output(op + ".out", dtype, sample_shape(a),
                                    tensors_[a.index].batch_dim, requires_grad(a.index) || requires_grad(b.index));
   ForwardOp f;
   f.name = op;
@@ -455,6 +575,8 @@ void NetworkBuilder::record_add(ForwardOp f) {
   f.backward_kind = OpKind::view;
   for (GradSpec& grad : f.grads) {
     const TensorRecord& operand = tensors_[grad.target];
+    // Only an operand needing no gradient may broadcast (BERT's additive attention mask).
+    if (!requires_grad(grad.target)) continue;
     if (operand.sample_shape != tensors_[y].sample_shape) {
       throw std::logic_error(f.name + ": operands of different shapes");
     }
@@ -474,9 +596,11 @@ Value NetworkBuilder::layernorm(const std::string& name, Value x) {
   const std::string op = unique_op_name(name);
   const Value weight = parameter(name + ".weight", {features});
   const Value bias = parameter(name + ".bias", {features});
+  x = {autocast_fp32(op, x.index)};  // layer_norm is on autocast's fp32 list
   const auto batch_dim = tensors_[x.index].batch_dim;
   const std::size_t y = new_output(op + ".out", tensors_[x.index].dtype, sample_shape(x), batch_dim, true);
-  // One fp32 mean and reciprocal standard deviation per normalised row, whatever the precision.
+  // One fp32 mean and reciprocal standard deviation per normalised row, whatever the precision
+  // (layer_norm_cuda allocates them in the accumulate type).
   std::vector<std::int64_t> rows = sample_shape(x);
   rows.pop_back();
   const std::size_t mean = new_output(op + ".mean", DType::f32, rows, batch_dim, false);
@@ -498,12 +622,28 @@ Value NetworkBuilder::layernorm(const std::string& name, Value x) {
 }
 
 Value NetworkBuilder::softmax(const std::string& name, Value x) {
-  return elementwise(name, x, OpKind::softmax, kSoftmaxForward, kSoftmaxBackward, Saves::result, false);  // SoftmaxBackward0
+  // On autocast's fp32 list: a 16-bit input is cast to fp32, and the saved output is fp32.
+  const std::string op = unique_op_name(name);
+  x = {autocast_fp32(op, x.index)};
+  return elementwise_named(op, x, OpKind::softmax, kSoftmaxForward, kSoftmaxBackward, Saves::result, false);  // SoftmaxBackward0
+}
+
+Value NetworkBuilder::fused_softmax(const std::string& name, Value x) {
+  return elementwise(name, x, OpKind::softmax, kSoftmaxForward, kSoftmaxBackward, Saves::result, false);
+}
+
+Value NetworkBuilder::scale(const std::string& name, Value x) {
+  // DivBackward0 by a constant needs only the constant.
+  return elementwise(name, x, OpKind::elementwise, kScaleFlops, kScaleFlops, Saves::nothing, false);
 }
 
 Value NetworkBuilder::elementwise(const std::string& name, Value x, OpKind kind, std::int64_t forward_flops,
                                   std::int64_t backward_flops, Saves saves, bool in_place) {
-  const std::string op = unique_op_name(name);
+  return elementwise_named(unique_op_name(name), x, kind, forward_flops, backward_flops, saves, in_place);
+}
+
+Value NetworkBuilder::elementwise_named(const std::string& op, Value x, OpKind kind, std::int64_t forward_flops,
+                                        std::int64_t backward_flops, Saves saves, bool in_place) {
   const std::size_t y = in_place ? new_view(op + ".out", x.index, sample_shape(x), tensors_[x.index].batch_dim)
                                  : new_output(op + ".out", tensors_[x.index].dtype, sample_shape(x),
                                               tensors_[x.index].batch_dim, true);
@@ -514,7 +654,7 @@ Value NetworkBuilder::elementwise(const std::string& name, Value x, OpKind kind,
   f.outputs = {y};
   f.flops = times(elements(y), forward_flops);
   f.differentiable_outputs = {y};
-  f.saved = {saves == Saves::input ? x.index : y};
+  if (saves != Saves::nothing) f.saved = {saves == Saves::input ? x.index : y};
   f.grads = {{x.index, {}}};
   f.backward_flops = times(elements(y), backward_flops);
   f.backward_kind = kind;
@@ -523,8 +663,9 @@ Value NetworkBuilder::elementwise(const std::string& name, Value x, OpKind kind,
 }
 
 Value NetworkBuilder::matmul(const std::string& name, Value a, Value b, bool transpose_b) {
-  const auto& shape_a = sample_shape(a);
-  const auto& shape_b = sample_shape(b);
+  // Copies: the casts below add tensors.
+  const std::vector<std::int64_t> shape_a = sample_shape(a);
+  const std::vector<std::int64_t> shape_b = sample_shape(b);
   if (shape_a.size() < 2 || shape_a.size() != shape_b.size() ||
       !std::equal(shape_a.begin(), shape_a.end() - 2, shape_b.begin())) {
     throw std::logic_error(name + ": operands are not batches of matrices of the same batch");
@@ -534,6 +675,9 @@ Value NetworkBuilder::matmul(const std::string& name, Value a, Value b, bool tra
     throw std::logic_error(name + ": inner dimensions differ");
   }
   const std::string op = unique_op_name(name);
+  // bmm/matmul are on autocast's lower-precision list.
+  a = {autocast_lower(op, a.index)};
+  b = {autocast_lower(op, b.index)};
   std::vector<std::int64_t> shape = shape_a;
   shape.back() = transpose_b ? dim(b, -2) : dim(b, -1);
   const std::size_t y = new_output(op + ".out", tensors_[a.index].dtype, shape, tensors_[a.index].batch_dim,
@@ -563,7 +707,8 @@ Value NetworkBuilder::embedding(const std::string& name, Value ids, Value weight
   const std::string op = unique_op_name(name);
   std::vector<std::int64_t> shape = sample_shape(ids);
   shape.push_back(dim(weight, 1));
-  const std::size_t y = new_output(op + ".out", compute_dtype(), shape, tensors_[ids.index].batch_dim, true);
+  // embedding is on no autocast list: it gathers rows of the table in the table's dtype.
+  const std::size_t y = new_output(op + ".out", tensors_[weight.index].dtype, shape, tensors_[ids.index].batch_dim, true);
   ForwardOp f;
   f.name = op;
   f.kind = OpKind::embedding;
@@ -661,6 +806,103 @@ Value NetworkBuilder::select_first(const std::string& name, Value x) {
   return {y};
 }
 
+// ---- Attention pieces ------------------------------------------------------------------------
+
+Value NetworkBuilder::where(const std::string& name, Value condition, Value x) {
+  if (requires_grad(condition.index) || tensors_[condition.index].dtype != DType::boolean) {
+    throw std::logic_error(name + ": the condition must be a bool tensor without gradient");
+  }
+  const std::string op = unique_op_name(name);
+  const std::size_t y = new_output(op + ".out", tensors_[x.index].dtype, sample_shape(x), tensors_[x.index].batch_dim, true);
+  ForwardOp f;
+  f.name = op;
+  f.kind = OpKind::elementwise;
+  f.inputs = {condition.index, x.index};
+  f.outputs = {y};
+  f.flops = times(elements(y), kWhereFlops);
+  f.differentiable_outputs = {y};
+  f.saved = {condition.index};  // WhereBackward0: grad where condition, 0 elsewhere
+  f.grads = {{x.index, {}}};
+  f.backward_flops = times(elements(y), kWhereFlops);
+  f.backward_kind = OpKind::elementwise;
+  record(std::move(f));
+  return {y};
+}
+
+Value NetworkBuilder::to_dtype(const std::string& name, Value x, DType dtype) {
+  // Tensor.to / Tensor.type return the tensor itself when it already has the dtype.
+  if (tensors_.at(x.index).dtype == dtype) return x;
+  return {cast(name, x.index, dtype, TensorRole::temporary)};
+}
+
+Value NetworkBuilder::contiguous(const std::string& name, Value x, bool transpose) {
+  std::vector<std::int64_t> shape = sample_shape(x);
+  if (shape.size() < 2) throw std::logic_error(name + ": needs two dimensions");
+  if (transpose) std::swap(shape[shape.size() - 1], shape[shape.size() - 2]);
+  const std::string op = unique_op_name(name);
+  const std::size_t y = new_output(op + ".out", tensors_[x.index].dtype, shape, tensors_[x.index].batch_dim,
+                                   requires_grad(x.index));
+  ForwardOp f;
+  f.name = op;
+  f.kind = OpKind::elementwise;  // a copy: bytes, no FLOPs
+  f.inputs = {x.index};
+  f.outputs = {y};
+  f.differentiable_outputs = {y};
+  f.grads = {{x.index, y}};  // CloneBackward0 hands the gradient on; the view ops reshape it
+  f.backward_kind = OpKind::view;
+  record(std::move(f));
+  return {y};
+}
+
+Value NetworkBuilder::flash_attention(const std::string& name, Value q, Value k, Value v) {
+  expect_rank(q, 4, name);
+  if (sample_shape(k) != sample_shape(q) || sample_shape(v) != sample_shape(q)) {
+    throw std::logic_error(name + ": q, k and v differ in shape");
+  }
+  const std::string op = unique_op_name(name);
+  // scaled_dot_product_attention is on autocast's lower-precision list.
+  q = {autocast_lower(op, q.index)};
+  k = {autocast_lower(op, k.index)};
+  v = {autocast_lower(op, v.index)};
+  const std::vector<std::int64_t> shape = sample_shape(q);
+  const std::int64_t seq = shape[2];
+  const std::int64_t head_dim = shape[3];
+  const auto batch_dim = tensors_[q.index].batch_dim;
+  const std::size_t y = new_output(op + ".out", tensors_[q.index].dtype, shape, batch_dim, true);
+  // The log-sum-exp of every score row, fp32, that the backward kernel recomputes the
+  // probabilities from (FlashAttention's L; _scaled_dot_product_flash_attention's logsumexp).
+  const std::size_t lse = new_output(op + ".logsumexp", DType::f32, {shape[0], shape[1], seq}, batch_dim, false);
+  const BatchLinear macs = times(elements(q.index), seq);  // one S x S x D product per head
+  // Scores per sample: the products' MACs / D (exact: D divides both parts).
+  const BatchLinear scores{macs.fixed / head_dim, macs.per_sample / head_dim};
+  ForwardOp f;
+  f.name = op;
+  f.kind = OpKind::attention;
+  f.inputs = {q.index, k.index, v.index};
+  f.outputs = {y, lse};
+  // Q·Kᵀ and P·V, the softmax and the dropout on the scores, all in one kernel (full S x S:
+  // a causal kernel skips about half of the blocks, which this does not count).
+  f.flops = times(macs, 2 * kFlashForwardGemms) + times(scores, kSoftmaxForward + kDropoutForward);
+  f.differentiable_outputs = {y};
+  // _scaled_dot_product_flash_attention_backward takes q, k, v, the output and logsumexp (and
+  // the dropout RNG seed and offset, two scalars left out).
+  f.saved = {q.index, k.index, v.index, y, lse};
+  f.grads = {{q.index, {}}, {k.index, {}}, {v.index, {}}};
+  f.backward_flops = times(macs, 2 * kFlashBackwardGemms) + times(scores, kSoftmaxBackward + kDropoutBackward);
+  f.backward_kind = OpKind::attention;
+  record(std::move(f));
+  return {y};
+}
+
+Value NetworkBuilder::constant_op(const std::string& name, Value input, DType dtype, std::vector<std::int64_t> shape) {
+  if (requires_grad(input.index)) throw std::logic_error(name + ": its input requires a gradient");
+  const std::string op = unique_op_name(name);
+  const auto batch_dim = tensors_[input.index].batch_dim;
+  const std::size_t y = new_output(op + ".out", dtype, std::move(shape), batch_dim, false);
+  emit({op, Phase::forward, OpKind::elementwise, {input.index}, {y}, {}, {}, elements(y)});
+  return {y};
+}
+
 // ---- Loss ------------------------------------------------------------------------------------
 
 Value NetworkBuilder::cross_entropy(const std::string& name, Value logits, Value labels) {
@@ -671,10 +913,13 @@ Value NetworkBuilder::cross_entropy(const std::string& name, Value logits, Value
   }
   const auto batch_dim = tensors_[logits.index].batch_dim;
 
-  // log_softmax runs in fp32 under mixed precision (autocast's fp32 list; Megatron's
-  // cross-entropy also upcasts), so its saved output is fp32 either way.
+  // cross_entropy is on autocast's fp32 list: 16-bit logits are cast to fp32 first. Megatron's
+  // cross-entropy (`mixed`) upcasts too, so the saved log-probabilities are fp32 there; a
+  // .half()/.bfloat16() model without autocast computes them in its own dtype.
   const std::string softmax_op = unique_op_name(name + ".log_softmax");
-  const std::size_t log_probs = new_output(softmax_op + ".out", DType::f32, sample_shape(logits), batch_dim, true);
+  logits = {autocast_fp32(softmax_op, logits.index)};
+  const DType dtype = precision_ == Precision::mixed ? DType::f32 : tensors_[logits.index].dtype;
+  const std::size_t log_probs = new_output(softmax_op + ".out", dtype, sample_shape(logits), batch_dim, true);
   ForwardOp s;
   s.name = softmax_op;
   s.kind = OpKind::loss;
@@ -689,8 +934,9 @@ Value NetworkBuilder::cross_entropy(const std::string& name, Value logits, Value
   record(std::move(s));
 
   const std::string nll_op = unique_op_name(name + ".nll_loss");
-  const std::size_t loss = new_output(nll_op + ".out", DType::f32, {}, std::nullopt, true);
-  const std::size_t total_weight = new_output(nll_op + ".total_weight", DType::f32, {}, std::nullopt, false);
+  // nll_loss's output and total_weight take the input's dtype (self.options()).
+  const std::size_t loss = new_output(nll_op + ".out", dtype, {}, std::nullopt, true);
+  const std::size_t total_weight = new_output(nll_op + ".total_weight", dtype, {}, std::nullopt, false);
   ForwardOp n;
   n.name = nll_op;
   n.kind = OpKind::loss;
@@ -714,11 +960,11 @@ traces::Trace NetworkBuilder::finish(Value loss, std::map<std::string, std::stri
     throw std::logic_error("NetworkBuilder: the loss must be a scalar that requires grad");
   }
   // loss.backward() starts from a gradient of ones (torch.ones_like(loss)).
-  const std::size_t seed = new_output(tensors_[loss.index].name + ".grad", DType::f32, {}, std::nullopt, false);
+  const std::size_t seed = new_output(tensors_[loss.index].name + ".grad", tensors_[loss.index].dtype, {}, std::nullopt, false);
   add_gradient(loss.index, seed, emit({"backward.seed", Phase::backward, OpKind::elementwise, {}, {seed}, {}, {}, {}}));
 
   for (auto recipe = recipes_.rbegin(); recipe != recipes_.rend(); ++recipe) emit_backward(*recipe);
-  for (const std::size_t weight : weights_) emit_optimizer_step(weight);
+  emit_optimizer_steps();
   assign_storage_roles();
   finished_ = true;
   return build_trace(std::move(metadata));
@@ -786,38 +1032,137 @@ void NetworkBuilder::add_gradient(std::size_t target, std::size_t grad, std::siz
   tensors_[target].grad = sum;
 }
 
-void NetworkBuilder::emit_optimizer_step(std::size_t weight) {
-  const auto grad = tensors_[weight].grad;
-  if (!grad) throw std::logic_error(tensors_[weight].name + ": the weight gets no gradient");
-  const std::string name = tensors_[weight].name;
-  const auto state = [&](const std::string& suffix) {
+void NetworkBuilder::emit_optimizer_steps() {
+  // The state of one weight, created as torch.optim does on its first step (this is a later,
+  // steady-state iteration: the momentum buffer exists, so SGD's first-step clone is not made).
+  struct Step {
+    std::size_t weight = 0;
+    std::size_t grad = 0;
+    std::optional<std::size_t> master;  // `mixed` only
+    std::vector<std::size_t> states;    // momentum_buffer | exp_avg, exp_avg_sq
+    std::size_t target() const { return master.value_or(weight); }  // what the update math runs on
+  };
+  const auto new_state = [&](std::size_t weight, const std::string& suffix, DType dtype, TensorRole role) {
     TensorRecord record;
-    record.name = name + "." + suffix;
-    record.dtype = DType::f32;
+    record.name = tensors_[weight].name + "." + suffix;
+    record.dtype = dtype;
     record.sample_shape = tensors_[weight].sample_shape;
-    record.role = TensorRole::optimizer_state;
+    record.role = role;
     return add_tensor(std::move(record));
   };
-  std::vector<std::size_t> states;
-  // Mixed precision keeps an fp32 master copy that the update applies to, then copies back
-  // to the 16-bit weight (Micikevicius et al. 2018; ZeRO's 2 + 2 + 12 bytes per parameter).
-  if (precision_ == Precision::mixed) states.push_back(state("master"));
-  switch (optimizer_) {
-    case Optimizer::sgd: break;
-    case Optimizer::momentum: states.push_back(state("momentum_buffer")); break;
-    case Optimizer::adam:
-      states.push_back(state("exp_avg"));
-      states.push_back(state("exp_avg_sq"));
-      break;
+  std::vector<Step> steps;
+  for (const std::size_t weight : weights_) {
+    const auto grad = tensors_[weight].grad;
+    if (!grad) throw std::logic_error(tensors_[weight].name + ": the weight gets no gradient");
+    Step step;
+    step.weight = weight;
+    step.grad = *grad;
+    // Mixed precision keeps an fp32 master copy that the update applies to, then copies back
+    // to the 16-bit weight (Micikevicius et al. 2018; ZeRO's 2 + 2 + 12 bytes per parameter).
+    if (precision_ == Precision::mixed) step.master = new_state(weight, "master", DType::f32, TensorRole::optimizer_state);
+    switch (optimizer_) {
+      case Optimizer::sgd: break;
+      case Optimizer::momentum:
+        step.states.push_back(new_state(weight, "momentum_buffer", state_dtype(), TensorRole::optimizer_state));
+        break;
+      case Optimizer::adam:
+      case Optimizer::adamw:
+        step.states.push_back(new_state(weight, "exp_avg", state_dtype(), TensorRole::optimizer_state));
+        step.states.push_back(new_state(weight, "exp_avg_sq", state_dtype(), TensorRole::optimizer_state));
+        break;
+    }
+    steps.push_back(std::move(step));
   }
-  OpRecord op;
-  op.name = "optimizer." + name;
-  op.phase = Phase::optimizer;
-  op.kind = OpKind::optimizer_update;
-  op.inputs = concat({weight, *grad}, states);
-  op.updated = concat({weight}, states);  // in place: no outputs
-  op.flops = times(elements(weight), optimizer_flops_per_element(optimizer_));
-  emit(std::move(op));
+
+  const bool adam_like = optimizer_ == Optimizer::adam || optimizer_ == Optimizer::adamw;
+  const auto whole_update = [&](const Step& step) {
+    OpRecord op;
+    op.name = "optimizer." + tensors_[step.weight].name;
+    op.phase = Phase::optimizer;
+    op.kind = OpKind::optimizer_update;
+    op.inputs = {step.weight, step.grad};
+    if (step.master) op.inputs.push_back(*step.master);
+    op.inputs.insert(op.inputs.end(), step.states.begin(), step.states.end());
+    op.updated = op.inputs;
+    op.updated.erase(op.updated.begin() + 1);  // all but the gradient, in place
+    op.flops = times(elements(step.weight), optimizer_flops_per_element(optimizer_));
+    return op;
+  };
+
+  if (!adam_like || optimizer_impl_ == OptimizerImpl::fused) {
+    // SGD allocates nothing parameter-sized in any implementation with its defaults (no
+    // weight decay, no Nesterov: sgd.py), and the fused kernels none at all: one update per
+    // weight, in place.
+    for (const Step& step : steps) emit(whole_update(step));
+    return;
+  }
+  if (optimizer_impl_ == OptimizerImpl::for_loop) {
+    // _single_tensor_adam(w): denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+    // makes sqrt(v), then the quotient while sqrt(v) is still alive; both are freed before
+    // the next parameter's. (Python frees the previous denom only when the name is rebound,
+    // which overlaps it with the next parameter's two for a moment: not modelled.)
+    for (const Step& step : steps) {
+      OpRecord op = whole_update(step);
+      const std::size_t v = step.states.back();
+      op.outputs.push_back(new_output(tensors_[step.weight].name + ".exp_avg_sq_sqrt", tensors_[v].dtype,
+                                      tensors_[v].sample_shape, std::nullopt, false));
+      op.outputs.push_back(new_output(tensors_[step.weight].name + ".denom", tensors_[v].dtype,
+                                      tensors_[v].sample_shape, std::nullopt, false));
+      emit(std::move(op));
+    }
+    return;
+  }
+  // _multi_tensor_adam(w): the moments are updated in place (_foreach_lerp_, _foreach_mul_,
+  // _foreach_addcmul_; AdamW first decays the weights with _foreach_mul_), then
+  // exp_avg_sq_sqrt = torch._foreach_sqrt(device_exp_avg_sqs) allocates one tensor per
+  // parameter, divided and shifted in place, and all of them stay alive until
+  // _foreach_addcdiv_ has updated every parameter.
+  for (const Step& step : steps) {
+    OpRecord op;
+    op.name = "optimizer." + tensors_[step.weight].name;
+    op.phase = Phase::optimizer;
+    op.kind = OpKind::optimizer_update;
+    op.inputs = {step.grad};
+    op.inputs.insert(op.inputs.end(), step.states.begin(), step.states.end());
+    op.updated = step.states;
+    std::int64_t flops = kAdamMomentFlops;
+    if (optimizer_ == Optimizer::adamw) {
+      op.inputs.push_back(step.target());
+      op.updated.push_back(step.target());
+      flops += kAdamWDecayFlops;
+    }
+    op.flops = times(elements(step.weight), flops);
+    emit(std::move(op));
+  }
+  OpRecord sqrt;
+  sqrt.name = "optimizer._foreach_sqrt";
+  sqrt.phase = Phase::optimizer;
+  sqrt.kind = OpKind::elementwise;
+  OpRecord update;
+  update.name = "optimizer._foreach_addcdiv_";
+  update.phase = Phase::optimizer;
+  update.kind = OpKind::optimizer_update;
+  for (const Step& step : steps) {
+    const std::size_t v = step.states.back();
+    const std::size_t root = new_output(tensors_[step.weight].name + ".exp_avg_sq_sqrt", tensors_[v].dtype,
+                                        tensors_[v].sample_shape, std::nullopt, false);
+    sqrt.inputs.push_back(v);
+    sqrt.outputs.push_back(root);
+    sqrt.flops += times(elements(v), kAdamDenomFlops);
+    // Parameters (the master copies in `mixed`, whose 16-bit weights are written back too),
+    // first moments and the denominators.
+    update.inputs.push_back(step.target());
+    update.updated.push_back(step.target());
+    if (step.master) {
+      update.inputs.push_back(step.weight);
+      update.updated.push_back(step.weight);
+    }
+    update.inputs.push_back(step.states.front());
+    update.inputs.push_back(root);
+    update.flops += times(elements(step.weight), kAdamUpdateFlops);
+  }
+  emit(std::move(sqrt));
+  emit(std::move(update));
 }
 
 void NetworkBuilder::assign_storage_roles() {
@@ -885,6 +1230,7 @@ traces::Trace NetworkBuilder::build_trace(std::map<std::string, std::string> met
   metadata["model"] = model_;
   metadata["precision"] = std::string(to_string(precision_));
   metadata["optimizer"] = std::string(to_string(optimizer_));
+  metadata["optimizer_impl"] = std::string(to_string(optimizer_impl_));
   return traces::Trace(model_, batch_size_, std::move(tensors), std::move(ops), std::move(metadata));
 }
 

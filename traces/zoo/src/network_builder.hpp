@@ -35,15 +35,19 @@ struct Value {
 class NetworkBuilder {
  public:
   NetworkBuilder(std::string model, std::int64_t batch_size, Precision precision,
-                 Optimizer optimizer);
+                 Optimizer optimizer, OptimizerImpl optimizer_impl);
 
-  // 16-bit in mixed precision, fp32 otherwise: the dtype of weights, activations and their
-  // gradients.
+  // The model's dtype: that of its parameters and floating buffers, of the images it is fed
+  // and of every activation outside autocast (fp16 in `mixed` and `fp16`, bf16 in `bf16`,
+  // fp32 in `fp32` and under autocast).
   traces::DType compute_dtype() const;
+  // Under torch.autocast (amp-fp16, amp-bf16).
+  bool autocast() const;
 
   // The shape of `value` for one sample (see the header comment) and its batch dimension.
   const std::vector<std::int64_t>& sample_shape(Value value) const;
   std::int64_t dim(Value value, std::ptrdiff_t axis) const;  // negative axes count from the end
+  traces::DType dtype(Value value) const { return tensors_.at(value.index).dtype; }
 
   // ---- Leaves -------------------------------------------------------------------------------
   // Part of the mini-batch, batch dimension 0 (sample_shape[0] is the per-sample extent).
@@ -75,9 +79,33 @@ class NetworkBuilder {
   Value add(const std::string& name, Value a, Value b);
   Value add_(const std::string& name, Value a, Value b);  // a += b, in place
   Value layernorm(const std::string& name, Value x);      // over the last dimension
-  Value softmax(const std::string& name, Value x);        // over the last dimension
+  // Softmax over the last dimension, torch's (on autocast's fp32 list: fp32 under autocast).
+  Value softmax(const std::string& name, Value x);
+  // Megatron-LM's fused scale-(mask-)softmax kernel: not an autocast op, so it keeps its
+  // input's 16-bit dtype; saves its output like torch's.
+  Value fused_softmax(const std::string& name, Value x);
   // Batched a·b (a·bᵀ when transpose_b) over the last two dimensions, no weights.
   Value matmul(const std::string& name, Value a, Value b, bool transpose_b);
+  // x / c for a Python or 0-dim constant c, a new tensor (DivBackward0 saves nothing of x).
+  Value scale(const std::string& name, Value x);
+  // torch.where(condition, x, fill) with a constant fill; `condition` needs no gradient and
+  // broadcasts over x (WhereBackward0 saves it).
+  Value where(const std::string& name, Value condition, Value x);
+  // x.to(dtype) as a real op (nothing happens when x already has it); ToCopyBackward0 saves
+  // nothing and converts the gradient back.
+  Value to_dtype(const std::string& name, Value x, traces::DType dtype);
+  // A contiguous copy, transposing the last two dimensions when `transpose`: what torch.matmul's
+  // reshape does to permuted attention heads. CloneBackward0 passes the gradient through.
+  Value contiguous(const std::string& name, Value x, bool transpose);
+  // A fused scaled-dot-product attention kernel (FlashAttention / SDPA) with its dropout:
+  // q, k, v [N, heads, S, D] -> [N, heads, S, D]; saves q, k, v, the output and an fp32
+  // logsumexp [N, heads, S].
+  Value flash_attention(const std::string& name, Value q, Value k, Value v);
+  // A forward op that needs no gradient (the attention-mask preprocessing, a bool cast of a
+  // buffer): no autograd node, no backward op. The output has the given dtype and shape and
+  // follows `like`'s batch dimension.
+  Value constant_op(const std::string& name, Value input, traces::DType dtype,
+                    std::vector<std::int64_t> sample_shape);
   // Looks `ids` up in a new table `name.weight` [num, dim], or in a given (shared) one.
   Value embedding(const std::string& name, Value ids, std::int64_t num, std::int64_t dim);
   Value embedding(const std::string& name, Value ids, Value weight);
@@ -173,9 +201,18 @@ class NetworkBuilder {
                        std::optional<std::size_t> batch_dim);
   std::size_t emit(OpRecord op);
   void record(ForwardOp op);
+  // Autocast's argument casts for an op `op` (CUDA rules, traces/zoo/README.md): to the 16-bit
+  // autocast dtype for the ops on its lower-precision list, to fp32 for those on its fp32 list.
+  // Nothing outside autocast, for non-floating tensors or tensors already of that dtype. A
+  // weight's 16-bit copy is made once per forward pass and reused (autocast's cast cache).
+  std::size_t autocast_lower(const std::string& op, std::size_t tensor);
+  std::size_t autocast_fp32(const std::string& op, std::size_t tensor);
+  std::size_t cast(const std::string& op_name, std::size_t tensor, traces::DType dtype, traces::TensorRole role);
   // An op mapping x to a tensor of the same shape (elementwise, or row-wise like softmax) that
   // saves either its input or its result for backward; in place when `in_place`.
-  enum class Saves { input, result };
+  enum class Saves { input, result, nothing };
+  Value elementwise_named(const std::string& op, Value x, traces::OpKind kind, std::int64_t forward_flops,
+                          std::int64_t backward_flops, Saves saves, bool in_place);  // `op` already unique
   Value elementwise(const std::string& name, Value x, traces::OpKind kind, std::int64_t forward_flops,
                     std::int64_t backward_flops, Saves saves, bool in_place);
   void record_add(ForwardOp op);  // add and add_: fills in kind, FLOPs and the gradient routes
@@ -190,7 +227,8 @@ class NetworkBuilder {
   // finish() steps.
   void emit_backward(const BackwardRecipe& recipe);
   void add_gradient(std::size_t target, std::size_t grad, std::size_t producer_op);
-  void emit_optimizer_step(std::size_t weight);
+  void emit_optimizer_steps();
+  traces::DType state_dtype() const;
   void assign_storage_roles();
   traces::Trace build_trace(std::map<std::string, std::string> metadata) const;
 
@@ -198,6 +236,8 @@ class NetworkBuilder {
   std::int64_t batch_size_;
   Precision precision_;
   Optimizer optimizer_;
+  OptimizerImpl optimizer_impl_;
+  std::map<std::size_t, std::size_t> weight_copies_;  // autocast's cache: weight -> 16-bit copy
   std::vector<TensorRecord> tensors_;
   std::vector<OpRecord> ops_;
   std::vector<BackwardRecipe> recipes_;  // one per forward op, in forward order

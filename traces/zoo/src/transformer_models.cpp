@@ -4,6 +4,7 @@
 // output, GELU saving its input. See traces/zoo/README.md for where that differs from eager
 // Hugging Face code.
 
+#include <optional>
 #include <string>
 
 #include "models.hpp"
@@ -13,23 +14,93 @@ namespace {
 
 using traces::DType;
 
-// Softmax(Q Kᵀ / sqrt(d)) V over `heads` heads; q, k, v are [N, heads, S, d] views.
-Value attention_core(NetworkBuilder& nb, const std::string& p, Value q, Value k, Value v,
-                     const std::string& dropout_name) {
+// Softmax(Q Kᵀ / sqrt(d)) V over `heads` heads; q, k, v are [N, heads, S, d] views. Megatron-LM's
+// core: the 1/sqrt(d) scale folded into the score GEMM (baddbmm), the causal or padding mask
+// inside the fused softmax kernel, which keeps the 16-bit dtype of its input.
+Value megatron_core(NetworkBuilder& nb, const std::string& p, Value q, Value k, Value v,
+                    const std::string& dropout_name) {
   Value scores = nb.matmul(p + "scores", q, k, true);
-  Value probs = nb.softmax(p + "softmax", scores);
+  Value probs = nb.fused_softmax(p + "softmax", scores);
   probs = nb.dropout(dropout_name, probs);
   const Value context = nb.matmul(p + "context", probs, v, false);
   return nb.merge_heads(p + "merge_heads", context);
 }
 
+// torch.nn.functional.scaled_dot_product_attention dispatched to the flash kernel (dropout in
+// the kernel, causal or no mask): nothing S x S is stored.
+Value flash_core(NetworkBuilder& nb, const std::string& p, Value q, Value k, Value v) {
+  const Value context = nb.flash_attention(p + "scaled_dot_product_attention", q, k, v);
+  return nb.merge_heads(p + "merge_heads", context);
+}
+
+// transformers v4.25.1, modeling_bert.py, BertSelfAttention.forward (absolute positions):
+//   attention_scores = torch.matmul(query_layer, key_layer.transpose(-1, -2))
+//   attention_scores = attention_scores / math.sqrt(self.attention_head_size)
+//   attention_scores = attention_scores + attention_mask
+//   attention_probs = nn.functional.softmax(attention_scores, dim=-1)
+//   attention_probs = self.dropout(attention_probs)
+//   context_layer = torch.matmul(attention_probs, value_layer)
+// torch.matmul reshapes its permuted operands for bmm, which copies them (the copies are what
+// BmmBackward0 saves); the contiguous probabilities need no copy.
+Value bert_eager_core(NetworkBuilder& nb, const std::string& self, Value q, Value k, Value v, Value mask) {
+  const Value q_copy = nb.contiguous(self + "scores.query_copy", q, false);
+  const Value k_copy = nb.contiguous(self + "scores.key_copy", k, true);  // key_layer.transpose(-1, -2)
+  Value scores = nb.matmul(self + "scores", q_copy, k_copy, false);
+  scores = nb.scale(self + "scores.div", scores);
+  scores = nb.add(self + "scores.add_mask", scores, mask);  // the mask has the model's dtype
+  Value probs = nb.softmax(self + "softmax", scores);
+  probs = nb.dropout(self + "dropout", probs);
+  const Value v_copy = nb.contiguous(self + "context.value_copy", v, false);
+  const Value context = nb.matmul(self + "context", probs, v_copy, false);
+  return nb.merge_heads(self + "merge_heads", context);
+}
+
+// transformers v4.25.1, modeling_gpt2.py, GPT2Attention._attn:
+//   attn_weights = torch.matmul(query, key.transpose(-1, -2))
+//   attn_weights = attn_weights / torch.tensor(value.size(-1) ** 0.5, dtype=attn_weights.dtype, ...)
+//   causal_mask = self.bias[:, :, key_length - query_length : key_length, :key_length].to(torch.bool)
+//   attn_weights = torch.where(causal_mask, attn_weights, mask_value)
+//   attn_weights = nn.functional.softmax(attn_weights, dim=-1)
+//   attn_weights = attn_weights.type(value.dtype)   # "Downcast (if necessary) back to V's dtype"
+//   attn_weights = self.attn_dropout(attn_weights)
+//   attn_output = torch.matmul(attn_weights, value)
+// `bias` is a uint8 [1, 1, n_positions, n_positions] buffer; the 0-dim divisor and mask value
+// (a few bytes each) are left out.
+Value gpt2_eager_core(NetworkBuilder& nb, const std::string& p, Value q, Value k, Value v, Value bias) {
+  const std::int64_t s = nb.dim(q, 2);
+  const Value q_copy = nb.contiguous(p + "attn.scores.query_copy", q, false);
+  const Value k_copy = nb.contiguous(p + "attn.scores.key_copy", k, true);
+  Value weights = nb.matmul(p + "attn.scores", q_copy, k_copy, false);
+  weights = nb.scale(p + "attn.scores.div", weights);
+  const Value causal = nb.constant_op(p + "attn.causal_mask", bias, traces::DType::boolean, {1, 1, s, s});
+  weights = nb.where(p + "attn.where", causal, weights);
+  weights = nb.softmax(p + "attn.softmax", weights);
+  weights = nb.to_dtype(p + "attn.type", weights, nb.dtype(v));
+  weights = nb.dropout(p + "attn.attn_dropout", weights);
+  const Value v_copy = nb.contiguous(p + "attn.context.value_copy", v, false);
+  const Value context = nb.matmul(p + "attn.context", weights, v_copy, false);
+  return nb.merge_heads(p + "attn.merge_heads", context);
+}
+
 // transformers.models.gpt2.modeling_gpt2.GPT2Block (pre-LN).
-Value gpt2_block(NetworkBuilder& nb, const std::string& p, Value x, const TransformerShape& shape) {
+Value gpt2_block(NetworkBuilder& nb, const std::string& p, Value x, const TransformerShape& shape,
+                 Attention attention) {
   const std::int64_t h = shape.hidden;
+  // HF's causal-mask buffer, which only the eager code reads.
+  const std::optional<Value> bias =
+      attention == Attention::eager
+          ? std::optional(nb.buffer(p + "attn.bias", traces::DType::u8, {1, 1, shape.max_positions, shape.max_positions}))
+          : std::nullopt;
   Value a = nb.layernorm(p + "ln_1", x);
   const Value qkv = nb.linear(p + "attn.c_attn", a, 3 * h, true);
   const auto heads = nb.split_heads(p + "attn.split_heads", qkv, 3, shape.heads);
-  a = attention_core(nb, p + "attn.", heads[0], heads[1], heads[2], p + "attn.attn_dropout");
+  switch (attention) {
+    case Attention::fused_softmax:
+      a = megatron_core(nb, p + "attn.", heads[0], heads[1], heads[2], p + "attn.attn_dropout");
+      break;
+    case Attention::eager: a = gpt2_eager_core(nb, p, heads[0], heads[1], heads[2], *bias); break;
+    case Attention::flash: a = flash_core(nb, p + "attn.", heads[0], heads[1], heads[2]); break;
+  }
   a = nb.linear(p + "attn.c_proj", a, h, true);
   a = nb.dropout(p + "attn.resid_dropout", a);
   x = nb.add(p + "add", a, x);  // hidden_states = attn_output + residual
@@ -43,7 +114,8 @@ Value gpt2_block(NetworkBuilder& nb, const std::string& p, Value x, const Transf
 }
 
 // transformers.models.bert.modeling_bert.BertLayer (post-LN).
-Value bert_layer(NetworkBuilder& nb, const std::string& p, Value x, const TransformerShape& shape) {
+Value bert_layer(NetworkBuilder& nb, const std::string& p, Value x, const TransformerShape& shape,
+                 Attention attention, std::optional<Value> mask) {
   const std::int64_t h = shape.hidden;
   const std::string self = p + "attention.self.";
   const Value query = nb.linear(self + "query", x, h, true);
@@ -52,7 +124,12 @@ Value bert_layer(NetworkBuilder& nb, const std::string& p, Value x, const Transf
   const Value q = nb.split_heads(self + "transpose_query", query, 1, shape.heads).front();
   const Value k = nb.split_heads(self + "transpose_key", key, 1, shape.heads).front();
   const Value v = nb.split_heads(self + "transpose_value", value, 1, shape.heads).front();
-  Value a = attention_core(nb, self, q, k, v, self + "dropout");
+  Value a;
+  switch (attention) {
+    case Attention::fused_softmax: a = megatron_core(nb, self, q, k, v, self + "dropout"); break;
+    case Attention::eager: a = bert_eager_core(nb, self, q, k, v, *mask); break;
+    case Attention::flash: a = flash_core(nb, self, q, k, v); break;
+  }
   a = nb.linear(p + "attention.output.dense", a, h, true);
   a = nb.dropout(p + "attention.output.dropout", a);
   a = nb.add(p + "attention.output.add", a, x);  // LayerNorm(hidden_states + input_tensor)
@@ -68,7 +145,7 @@ Value bert_layer(NetworkBuilder& nb, const std::string& p, Value x, const Transf
 
 }  // namespace
 
-Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape) {
+Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention attention) {
   const std::int64_t s = shape.seq_len;
   const Value ids = nb.input("input_ids", DType::i64, {1, s});
   // Labels already shifted by one token (Megatron's data loader), so the loss covers all s
@@ -82,7 +159,7 @@ Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape) {
   x = nb.add("transformer.add", x, position_embeds);  // broadcast over the batch
   x = nb.dropout("transformer.drop", x);
   for (std::int64_t layer = 0; layer < shape.layers; ++layer) {
-    x = gpt2_block(nb, "transformer.h." + std::to_string(layer) + ".", x, shape);
+    x = gpt2_block(nb, "transformer.h." + std::to_string(layer) + ".", x, shape, attention);
   }
   x = nb.layernorm("transformer.ln_f", x);
   Value logits = nb.linear("lm_head", x, wte, std::nullopt);  // tied to wte, no bias
@@ -90,7 +167,7 @@ Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape) {
   return nb.cross_entropy("loss", logits, nb.reshape("labels.view", labels, {s}));
 }
 
-Value bert_for_pretraining(NetworkBuilder& nb, const TransformerShape& shape) {
+Value bert_for_pretraining(NetworkBuilder& nb, const TransformerShape& shape, Attention attention) {
   constexpr std::int64_t kTokenTypes = 2;
   constexpr std::int64_t kNextSentenceClasses = 2;
   const std::int64_t s = shape.seq_len;
@@ -100,6 +177,15 @@ Value bert_for_pretraining(NetworkBuilder& nb, const TransformerShape& shape) {
   const Value mlm_labels = nb.input("labels", DType::i64, {1, s});
   const Value nsp_labels = nb.input("next_sentence_label", DType::i64, {1});
   const Value positions = nb.buffer("bert.embeddings.position_ids", DType::i64, {1, s});
+  // Eager attention adds the extended mask to the scores. BertModel.forward (v4.25.1) makes it
+  // from the tokenizer's int64 attention_mask (all ones without padding) with
+  // get_extended_attention_mask: mask[:, None, None, :] in the model's dtype, (1 - mask) * min;
+  // one op here. The fused kernels take no mask when nothing is padded.
+  std::optional<Value> mask;
+  if (attention == Attention::eager) {
+    const Value attention_mask = nb.input("attention_mask", DType::i64, {1, s});
+    mask = nb.constant_op("bert.get_extended_attention_mask", attention_mask, nb.compute_dtype(), {1, 1, 1, s});
+  }
 
   const std::string e = "bert.embeddings.";
   const Value words = nb.parameter(e + "word_embeddings.weight", {shape.vocab, h});
@@ -111,7 +197,7 @@ Value bert_for_pretraining(NetworkBuilder& nb, const TransformerShape& shape) {
   x = nb.layernorm(e + "LayerNorm", x);
   x = nb.dropout(e + "dropout", x);
   for (std::int64_t layer = 0; layer < shape.layers; ++layer) {
-    x = bert_layer(nb, "bert.encoder.layer." + std::to_string(layer) + ".", x, shape);
+    x = bert_layer(nb, "bert.encoder.layer." + std::to_string(layer) + ".", x, shape, attention, mask);
   }
   Value pooled = nb.select_first("bert.pooler.select", x);  // hidden_states[:, 0]
   pooled = nb.linear("bert.pooler.dense", pooled, h, true);

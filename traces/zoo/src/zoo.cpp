@@ -120,40 +120,73 @@ void reject_transformer_fields(const ModelRequest& request) {
                        "' is a CNN with a fixed shape");
     }
   }
+  if (request.attention) {
+    throw InputError("attention: a transformer option; model '" + request.model +
+                     "' is a CNN and has no attention");
+  }
 }
 
 }  // namespace
 
-std::string_view to_string(Precision precision) {
-  switch (precision) {
-    case Precision::fp32: return "fp32";
-    case Precision::mixed: return "mixed";
+namespace {
+
+// Each vocabulary is one table: the value and its name in scenarios and on the command line.
+template <typename Enum, std::size_t N>
+using NameTable = std::array<std::pair<Enum, std::string_view>, N>;
+
+constexpr NameTable<Precision, 6> kPrecisions = {{
+    {Precision::fp32, "fp32"}, {Precision::amp_fp16, "amp-fp16"}, {Precision::amp_bf16, "amp-bf16"},
+    {Precision::fp16, "fp16"}, {Precision::bf16, "bf16"},         {Precision::mixed, "mixed"},
+}};
+constexpr NameTable<Optimizer, 4> kOptimizers = {{
+    {Optimizer::sgd, "sgd"}, {Optimizer::momentum, "momentum"}, {Optimizer::adam, "adam"}, {Optimizer::adamw, "adamw"},
+}};
+constexpr NameTable<OptimizerImpl, 3> kOptimizerImpls = {{
+    {OptimizerImpl::foreach, "foreach"}, {OptimizerImpl::fused, "fused"}, {OptimizerImpl::for_loop, "for-loop"},
+}};
+constexpr NameTable<Attention, 3> kAttentions = {{
+    {Attention::fused_softmax, "fused-softmax"}, {Attention::eager, "eager"}, {Attention::flash, "flash"},
+}};
+
+template <typename Enum, std::size_t N>
+std::string_view name_in(const NameTable<Enum, N>& table, Enum value) {
+  for (const auto& [v, name] : table) {
+    if (v == value) return name;
   }
   return "?";
 }
 
-std::string_view to_string(Optimizer optimizer) {
-  switch (optimizer) {
-    case Optimizer::sgd: return "sgd";
-    case Optimizer::momentum: return "momentum";
-    case Optimizer::adam: return "adam";
-  }
-  return "?";
-}
-
-std::optional<Precision> parse_precision(std::string_view text) {
-  for (const Precision precision : {Precision::fp32, Precision::mixed}) {
-    if (text == to_string(precision)) return precision;
+template <typename Enum, std::size_t N>
+std::optional<Enum> value_in(const NameTable<Enum, N>& table, std::string_view text) {
+  for (const auto& [v, name] : table) {
+    if (name == text) return v;
   }
   return std::nullopt;
 }
 
-std::optional<Optimizer> parse_optimizer(std::string_view text) {
-  for (const Optimizer optimizer : {Optimizer::sgd, Optimizer::momentum, Optimizer::adam}) {
-    if (text == to_string(optimizer)) return optimizer;
-  }
-  return std::nullopt;
+template <typename Enum, std::size_t N>
+std::vector<std::string_view> names_in(const NameTable<Enum, N>& table) {
+  std::vector<std::string_view> names;
+  for (const auto& entry : table) names.push_back(entry.second);
+  return names;
 }
+
+}  // namespace
+
+std::string_view to_string(Precision precision) { return name_in(kPrecisions, precision); }
+std::string_view to_string(Optimizer optimizer) { return name_in(kOptimizers, optimizer); }
+std::string_view to_string(OptimizerImpl impl) { return name_in(kOptimizerImpls, impl); }
+std::string_view to_string(Attention attention) { return name_in(kAttentions, attention); }
+
+std::optional<Precision> parse_precision(std::string_view text) { return value_in(kPrecisions, text); }
+std::optional<Optimizer> parse_optimizer(std::string_view text) { return value_in(kOptimizers, text); }
+std::optional<OptimizerImpl> parse_optimizer_impl(std::string_view text) { return value_in(kOptimizerImpls, text); }
+std::optional<Attention> parse_attention(std::string_view text) { return value_in(kAttentions, text); }
+
+std::vector<std::string_view> precision_names() { return names_in(kPrecisions); }
+std::vector<std::string_view> optimizer_names() { return names_in(kOptimizers); }
+std::vector<std::string_view> optimizer_impl_names() { return names_in(kOptimizerImpls); }
+std::vector<std::string_view> attention_names() { return names_in(kAttentions); }
 
 std::vector<ModelInfo> list_models() {
   std::vector<ModelInfo> models;
@@ -173,14 +206,16 @@ traces::Trace build_model(const ModelRequest& request) {
   const Optimizer optimizer = request.optimizer.value_or(transformer ? Optimizer::adam : Optimizer::momentum);
   if (!transformer) {
     reject_transformer_fields(request);
-    NetworkBuilder nb(request.model, request.batch_size, request.precision, optimizer);
+    NetworkBuilder nb(request.model, request.batch_size, request.precision, optimizer, request.optimizer_impl);
     return nb.finish(entry.cnn(nb));
   }
   const TransformerShape shape = resolve_shape(entry, request);
-  NetworkBuilder nb(request.model, request.batch_size, request.precision, optimizer);
-  const Value loss = entry.family == Family::bert ? detail::bert_for_pretraining(nb, shape)
-                                                  : detail::gpt2_lm_head(nb, shape);
-  return nb.finish(loss, {{"layers", std::to_string(shape.layers)},
+  const Attention attention = request.attention.value_or(Attention::fused_softmax);
+  NetworkBuilder nb(request.model, request.batch_size, request.precision, optimizer, request.optimizer_impl);
+  const Value loss = entry.family == Family::bert ? detail::bert_for_pretraining(nb, shape, attention)
+                                                  : detail::gpt2_lm_head(nb, shape, attention);
+  return nb.finish(loss, {{"attention", std::string(to_string(attention))},
+                          {"layers", std::to_string(shape.layers)},
                           {"hidden", std::to_string(shape.hidden)},
                           {"heads", std::to_string(shape.heads)},
                           {"seq_len", std::to_string(shape.seq_len)},

@@ -28,6 +28,7 @@ std::string_view to_string(Stream stream);
 enum class MemoryRole : std::uint8_t {
   input,
   weight,
+  weight_copy,  // autocast's lower-precision copies of weights (traces::TensorRole::weight_copy)
   buffer,
   gradient,
   optimizer_state,
@@ -36,7 +37,7 @@ enum class MemoryRole : std::uint8_t {
   prefetch,     // offloaded activations brought back for the backward pass
   temporary,    // unsaved forward outputs, activation gradients, workspace
 };
-inline constexpr std::size_t kMemoryRoleCount = 9;
+inline constexpr std::size_t kMemoryRoleCount = 10;
 std::string_view to_string(MemoryRole role);
 MemoryRole memory_role_of(traces::TensorRole role);
 

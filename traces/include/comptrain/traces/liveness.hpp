@@ -12,7 +12,7 @@
 
 namespace comptrain::traces {
 
-constexpr std::size_t kRoleCount = 7;
+constexpr std::size_t kRoleCount = 8;
 using BytesByRole = std::array<std::int64_t, kRoleCount>;  // indexed by TensorRole
 inline std::int64_t& at(BytesByRole& bytes, TensorRole role) {
   return bytes[static_cast<std::size_t>(role)];

@@ -36,6 +36,8 @@ enum class OpKind : std::uint8_t {
 enum class TensorRole : std::uint8_t {
   input,            // the mini-batch (samples, labels, token ids)
   weight,           // trainable parameters as used by forward and backward
+  weight_copy,      // a lower-precision copy of a weight made in the forward pass (autocast's
+                    // cached fp16/bf16 cast), kept while a backward op still needs it
   buffer,           // non-trainable persistent state (batch-norm running statistics)
   gradient,         // gradients of the weights
   optimizer_state,  // momentum, Adam moments, fp32 master weights

@@ -13,17 +13,51 @@
 
 namespace comptrain::zoo {
 
+// Numeric precision, named as PyTorch users set it up (traces/zoo/README.md, "Precision").
 enum class Precision {
-  fp32,   // everything in fp32
-  mixed,  // 16-bit (fp16) weights, activations and gradients; fp32 master weights and
-          // optimizer state (the ZeRO paper's 2 + 2 + 12 bytes per parameter with Adam)
+  fp32,      // an fp32 model, no autocast: everything in fp32
+  amp_fp16,  // "amp-fp16": an fp32 model under torch.autocast(dtype=torch.float16) + GradScaler:
+             // fp32 weights, gradients and optimizer state; each op runs in the dtype CUDA
+             // autocast gives it, and linear/conv keep a cached fp16 copy of their weights
+  amp_bf16,  // "amp-bf16": the same with torch.autocast(dtype=torch.bfloat16)
+  fp16,      // model.half(): weights, activations, gradients and optimizer state all fp16
+  bf16,      // model.bfloat16(): the same in bf16
+  mixed,     // Megatron-LM / Apex O2 style: fp16 weights, activations and gradients, an fp32
+             // master copy of every weight and fp32 optimizer state (ZeRO's 2 + 2 + 12 bytes
+             // per parameter with Adam)
 };
-enum class Optimizer { sgd, momentum, adam };
+enum class Optimizer {
+  sgd,       // torch.optim.SGD, momentum 0
+  momentum,  // torch.optim.SGD(momentum=0.9): one momentum buffer
+  adam,      // torch.optim.Adam, weight_decay 0 (PyTorch's default)
+  adamw,     // torch.optim.AdamW, weight_decay 0.01 (PyTorch's default), decoupled and in place
+};
+// Which of torch.optim's three implementations runs the step.
+enum class OptimizerImpl {
+  foreach,   // "foreach": _multi_tensor_* over lists of tensors, PyTorch 2.x's default on CUDA
+  fused,     // "fused": one fused kernel (fused=True), no parameter-sized temporaries
+  for_loop,  // "for-loop": _single_tensor_*, one parameter at a time (foreach=False)
+};
+// The attention core of the transformers.
+enum class Attention {
+  fused_softmax,  // "fused-softmax": Megatron-LM's core (scaled GEMM, fused 16-bit softmax)
+  eager,          // "eager": Hugging Face's eager attention (transformers v4.25.1)
+  flash,          // "flash": one fused SDPA / FlashAttention kernel, no S x S tensors
+};
 
 std::string_view to_string(Precision precision);
 std::string_view to_string(Optimizer optimizer);
+std::string_view to_string(OptimizerImpl impl);
+std::string_view to_string(Attention attention);
 std::optional<Precision> parse_precision(std::string_view text);
 std::optional<Optimizer> parse_optimizer(std::string_view text);
+std::optional<OptimizerImpl> parse_optimizer_impl(std::string_view text);
+std::optional<Attention> parse_attention(std::string_view text);
+// The valid names of each, in declaration order (for help texts and error messages).
+std::vector<std::string_view> precision_names();
+std::vector<std::string_view> optimizer_names();
+std::vector<std::string_view> optimizer_impl_names();
+std::vector<std::string_view> attention_names();
 
 // Which model, trained how: everything but the batch size. Unset optional fields take the
 // model's defaults. A scenario holds one of these; its batch size lives in the scenario alone.
@@ -31,6 +65,9 @@ struct ModelSpec {
   std::string model;  // a name from list_models()
   Precision precision = Precision::fp32;
   std::optional<Optimizer> optimizer;  // default: momentum for CNNs, adam for transformers
+  OptimizerImpl optimizer_impl = OptimizerImpl::foreach;
+  // Transformers only (an error for the CNNs); default: fused-softmax.
+  std::optional<Attention> attention;
   // Transformer shape (bert-*, gpt2, gpt only; an error for the CNNs).
   std::optional<std::int64_t> layers;
   std::optional<std::int64_t> hidden;

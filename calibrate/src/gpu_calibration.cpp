@@ -244,6 +244,8 @@ std::string platform_yaml(const GpuMeasurements& gpu, const PlatformEmitOptions&
   section("gpu");
   value("name", gpu.info.name, measured + ": cudaDeviceProp::name");
   value("memory", fmt::format("{} B", gpu.info.memory_bytes), measured + ": cudaDeviceProp::totalGlobalMem");
+  value("compute_capability", fmt::format("{}.{}", gpu.info.compute_major, gpu.info.compute_minor),
+        measured + ": cudaDeviceProp::major.minor (sets PyTorch's default cuBLAS workspace)");
   value("memory_bandwidth", fmt::format("{:.6g} GB/s", memory_bandwidth / 1e9),
         measured + ": device-to-device cudaMemcpy, 2 x bytes / s (read + write), fitted over the sizes");
   section("peak");

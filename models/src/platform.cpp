@@ -4,7 +4,9 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <initializer_list>
 #include <set>
 #include <stdexcept>
@@ -60,7 +62,8 @@ class PlatformReader {
     Platform platform;
     platform.source = source_;
     platform.name = text_field(root, "name", "");
-    platform.gpu = read_gpu(section(root, "gpu", "", {"name", "memory", "memory_bandwidth", "peak", "launch_overhead", "power"}));
+    platform.gpu = read_gpu(section(root, "gpu", "", {"name", "memory", "memory_visible", "cuda_context", "compute_capability", "memory_bandwidth", "peak",
+                                                         "launch_overhead", "power"}));
     platform.host = read_host(section(root, "host", "", {"name", "cores", "flops", "memory", "memory_bandwidth"}));
     platform.host_link = read_link(section(root, "host_link", "", {"name", "bandwidth", "latency"}), "host_link");
     if (root["gpu_link"]) {
@@ -76,6 +79,23 @@ class PlatformReader {
     GpuSpec spec;
     spec.name = text_field(gpu, "name", "gpu");
     spec.memory_bytes = byte_count(gpu, "memory", "gpu");
+    spec.memory_visible_bytes = spec.memory_bytes;
+    if (gpu["memory_visible"]) {
+      spec.memory_visible_bytes = byte_count(gpu, "memory_visible", "gpu");
+      if (spec.memory_visible_bytes > spec.memory_bytes || spec.memory_visible_bytes < spec.memory_bytes / 2) {
+        throw InputError(where(gpu["memory_visible"].Mark()) + "'gpu.memory_visible' (" + shortened(gpu["memory_visible"]) +
+                         ") must lie between half of 'gpu.memory' (" + shortened(gpu["memory"]) +
+                         ") and all of it: it is the datasheet memory less what the driver keeps");
+      }
+    }
+    if (gpu["cuda_context"]) {
+      spec.cuda_context_bytes = byte_count(gpu, "cuda_context", "gpu", 0);
+      if (spec.cuda_context_bytes >= spec.memory_visible_bytes / 2) {
+        throw InputError(where(gpu["cuda_context"].Mark()) + "'gpu.cuda_context' (" + shortened(gpu["cuda_context"]) +
+                         ") must be less than half of the visible memory: a CUDA context takes hundreds of MiB, not the GPU");
+      }
+    }
+    if (const YAML::Node cc = gpu["compute_capability"]) read_compute_capability(cc, spec);
     spec.memory_bandwidth = quantity(gpu, "memory_bandwidth", "gpu", Dimension::bandwidth, limits::bandwidth);
     // Every peak is required, tf32 and bf16 included: an omitted TF32 figure would silently
     // run fp32 matmuls 8x slower on an A100, so "0 = unsupported" must be written out.
@@ -97,6 +117,23 @@ class PlatformReader {
       }
     }
     return spec;
+  }
+
+  // "8.0": CUDA's major.minor, each 1-2 digits (major 1 to 99).
+  void read_compute_capability(const YAML::Node& node, GpuSpec& spec) const {
+    const std::string text = node.IsScalar() ? node.Scalar() : std::string();
+    int major = 0;
+    int minor = 0;
+    char dot = 0;
+    int used = 0;
+    const bool parsed = text.size() >= 3 && text.size() <= 5 && std::sscanf(text.c_str(), "%2d%c%2d%n", &major, &dot, &minor, &used) == 3 &&
+                        dot == '.' && static_cast<std::size_t>(used) == text.size() && major >= 1 && minor >= 0 && std::isdigit(static_cast<unsigned char>(text.back()));
+    if (!parsed) {
+      throw InputError(where(node.Mark()) + "'gpu.compute_capability' is '" + shortened(node) +
+                       "'; expected CUDA's major.minor, e.g. \"7.0\" (V100), \"8.0\" (A100), \"9.0\" (H100)");
+    }
+    spec.compute_capability_major = major;
+    spec.compute_capability_minor = minor;
   }
 
   HostSpec read_host(const YAML::Node& host) const {
@@ -179,7 +216,8 @@ class PlatformReader {
   }
 
   // A memory size in bytes, rounded to a whole byte, within the platform bounds.
-  std::int64_t byte_count(const YAML::Node& map, const char* key, const std::string& section_name) const {
+  std::int64_t byte_count(const YAML::Node& map, const char* key, const std::string& section_name,
+                          std::int64_t min_bytes = limits::min_memory_bytes) const {
     const YAML::Node node = required(map, key, section_name);
     const std::string field = qualified(section_name, key);
     if (!node.IsScalar() || node.Scalar().empty()) {
@@ -187,7 +225,7 @@ class PlatformReader {
                        units::valid_units(Dimension::bytes) + ")");
     }
     try {
-      return units::parse_byte_count(node.Scalar(), limits::min_memory_bytes, limits::max_memory_bytes);
+      return units::parse_byte_count(node.Scalar(), min_bytes, limits::max_memory_bytes);
     } catch (const units::OutOfRange& e) {
       throw InputError(where(node.Mark()) + "'" + field + "' is " + e.written() + "; expected " + e.expected());
     } catch (const std::invalid_argument& e) {

@@ -17,7 +17,9 @@ using nlohmann::ordered_json;
 
 // Bumped when a field of the document changes meaning or shape. Version 2: the run layer's
 // documents (comptrain_version, schema, structured strategy, one scenario/platform shape).
-inline constexpr int kSchemaVersion = 2;
+// Version 3: device memory (framework section; allocated, reserved, device peaks; out-of-memory
+// decided by the caching-allocator model, with its iteration).
+inline constexpr int kSchemaVersion = 3;
 
 // {"comptrain_version": "0.1.0", "schema": {"name": "comptrain.<kind>", "version": 2}}
 ordered_json document_header(std::string_view kind);

@@ -30,7 +30,7 @@ using nlohmann::ordered_json;
 constexpr std::size_t kLargestBuffers = 8;
 
 constexpr std::array<MemoryRole, models::kMemoryRoleCount> kMemoryRoles{
-    MemoryRole::input,      MemoryRole::weight,     MemoryRole::buffer,   MemoryRole::gradient,  MemoryRole::optimizer_state,
+    MemoryRole::input,      MemoryRole::weight,     MemoryRole::weight_copy, MemoryRole::buffer, MemoryRole::gradient, MemoryRole::optimizer_state,
     MemoryRole::activation, MemoryRole::compressed, MemoryRole::prefetch, MemoryRole::temporary,
 };
 constexpr std::array<Stream, models::kStreamCount> kStreams{Stream::compute, Stream::d2h, Stream::h2d, Stream::codec};
@@ -242,9 +242,12 @@ void add_header(std::string& out, const SimulationRun& run) {
   out += '\n';
 }
 
+constexpr std::array<const char*, 3> kIterationNames{"the set-up, before the first iteration", "the first iteration",
+                                                     "the steady iteration (every one after the first)"};
+
 void add_out_of_memory(std::string& out, const SimulationRun& run, const OutOfMemory& oom) {
-  const models::Buffer& buffer = run.schedule.buffers.at(oom.buffer);
-  add_line(out, "DOES NOT FIT: out of GPU memory at t = {} ({:.9g} s)", format_seconds(oom.time), oom.time);
+  add_line(out, "DOES NOT FIT: PyTorch would run out of GPU memory in {}, at t = {} ({:.9g} s)", kIterationNames.at(oom.iteration),
+           format_seconds(oom.time), oom.time);
   if (oom.task) {
     const models::Task& task = run.schedule.tasks.at(*oom.task);
     std::string what = fmt::format("#{} '{}' ({} on the {} stream)", *oom.task, task.name, models::to_string(task.kind),
@@ -253,22 +256,31 @@ void add_out_of_memory(std::string& out, const SimulationRun& run, const OutOfMe
     if (task.tensor) what += fmt::format(", tensor '{}'", run.trace.tensor(*task.tensor).name);
     add_line(out, "  task        {}", what);
   } else {
-    add_line(out, "  task        none: the resident weights, buffers and optimizer state, allocated before the iteration");
+    add_line(out, "  task        none: the weights, buffers and inputs, allocated before the first iteration");
   }
-  add_line(out, "  asked for   {} ({} bytes) for buffer '{}' ({})", format_bytes(oom.requested), group_digits(oom.requested), buffer.name,
-           models::to_string(buffer.role));
-  add_line(out, "  in use      {} ({} bytes) of {} capacity ({} bytes)", format_bytes(oom.in_use), group_digits(oom.in_use),
+  if (oom.buffer) {
+    const models::Buffer& buffer = run.schedule.buffers.at(*oom.buffer);
+    add_line(out, "  buffer      '{}' ({}, {} = {} bytes)", buffer.name, models::to_string(buffer.role), format_bytes(buffer.bytes),
+             group_digits(buffer.bytes));
+  } else {
+    add_line(out, "  buffer      the cuBLAS workspace ({})", format_bytes(run.result.device.framework.cublas_workspace_bytes));
+  }
+  add_line(out, "  new segment {} ({} bytes) with {} reserved ({} bytes) of the {} PyTorch can use ({} bytes:",
+           format_bytes(oom.requested), group_digits(oom.requested), format_bytes(oom.in_use), group_digits(oom.in_use),
            format_bytes(oom.capacity), group_digits(oom.capacity));
+  add_line(out, "              {} visible less a {} CUDA context), after releasing the allocator's cache",
+           format_bytes(run.result.device.framework.visible_bytes), format_bytes(run.result.device.framework.cuda_context_bytes));
   const std::int64_t short_by = oom.in_use + oom.requested - oom.capacity;
   add_line(out, "  short by    {} ({} bytes)", format_bytes(short_by), group_digits(short_by));
   out += '\n';
-  add_line(out, "Memory in use when the allocation failed (KiB/MiB/GiB = 2^10/2^20/2^30 bytes)");
-  add_role_table(out, live_at_the_end(run), "in use");
+  add_line(out, "Tensors live in the steady iteration when the allocation failed, exact bytes (KiB/MiB/GiB = 2^10/2^20/2^30 bytes)");
+  add_role_table(out, live_at_the_end(run), "live");
 }
 
 void add_results(std::string& out, const SimulationRun& run) {
   const SimulationResult& r = run.result;
-  const std::int64_t capacity = run.platform.gpu.memory_bytes;
+  const DeviceMemory& d = r.device;
+  const std::int64_t usable = d.framework.usable_bytes();
   add_line(out, "FITS");
   add_line(out, "  iteration time   {} ({:.9g} s)", format_seconds(r.iteration_seconds), r.iteration_seconds);
   if (auto rate = samples_per_second(run)) {
@@ -276,14 +288,25 @@ void add_results(std::string& out, const SimulationRun& run) {
   } else {
     add_line(out, "  throughput       n/a (the iteration takes no time)");
   }
-  add_line(out, "  peak memory      {} ({} bytes), {:.1f}% of {}, at t = {}", format_bytes(r.peak_bytes), group_digits(r.peak_bytes),
-           percent(r.peak_bytes, capacity), format_bytes(capacity), format_seconds(r.peak_time));
-  add_line(out, "  PyTorch's allocator (model): max_memory_allocated {}, max_memory_reserved {} (rounded blocks; segments, cached",
-           format_bytes(r.allocator_peak_allocated), format_bytes(r.allocator_peak_reserved));
-  add_line(out, "                   blocks and fragmentation; no CUDA context or library workspaces yet)");
-  if (r.allocator_peak_reserved > capacity) {
-    add_line(out, "  warning: the allocator model reserves {} more than the GPU has: PyTorch would likely run out of memory here",
-             format_bytes(r.allocator_peak_reserved - capacity));
+  add_line(out, "  peak memory      {} reserved ({} bytes), {:.1f}% of the {} PyTorch can use", format_bytes(d.peak_reserved),
+           group_digits(d.peak_reserved), percent(d.peak_reserved, usable), format_bytes(usable));
+  out += '\n';
+  add_line(out, "Peak memory, four ways (PyTorch's CUDA caching allocator modelled over set-up, first and steady iteration;");
+  add_line(out, "gradients {}, expandable segments {})", d.framework.zero_grad == ZeroGrad::set_to_none ? "set to None between iterations" : "zeroed and kept",
+           d.framework.expandable_segments ? "on" : "off");
+  add_line(out, "  {:<22}{:>14}{:>20}  {}", "metric", "size", "bytes", "what it is");
+  add_line(out, "  {:<22}{:>14}{:>20}  {}", "tensors (exact)", format_bytes(r.peak_bytes), group_digits(r.peak_bytes),
+           fmt::format("live tensors' bytes, steady iteration, at t = {}", format_seconds(r.peak_time)));
+  add_line(out, "  {:<22}{:>14}{:>20}  {}", "allocated", format_bytes(d.peak_allocated), group_digits(d.peak_allocated),
+           fmt::format("torch.cuda.max_memory_allocated (blocks, cuBLAS workspace {})", format_bytes(d.framework.cublas_workspace_bytes)));
+  add_line(out, "  {:<22}{:>14}{:>20}  {}", "reserved", format_bytes(d.peak_reserved), group_digits(d.peak_reserved),
+           "torch.cuda.max_memory_reserved (segments, cache, fragmentation)");
+  add_line(out, "  {:<22}{:>14}{:>20}  {}", "device", format_bytes(d.device_peak()), group_digits(d.device_peak()),
+           fmt::format("nvidia-smi: reserved + CUDA context {}{}, of {} visible", format_bytes(d.framework.cuda_context_bytes),
+                       d.framework.cuda_context_bytes == 0 ? " (the platform gives no gpu.cuda_context)" : "",
+                       format_bytes(d.framework.visible_bytes)));
+  if (d.alloc_retries > 0) {
+    add_line(out, "  the allocator had to release its cache {} time(s) to fit (num_alloc_retries): close to the limit", d.alloc_retries);
   }
   out += '\n';
 
@@ -377,6 +400,13 @@ std::string report_json(const SimulationRun& run) {
   j["scenario"] = detail::scenario_json(run.scenario_name, run.scenario_source);
   j["model"] = {{"trace", run.trace.name()}, {"batch_size", run.trace.batch_size()}, {"metadata", ordered_json::parse(traces::metadata_to_json(run.trace))}};
   j["platform"] = detail::platform_json(run.platform);
+  const FrameworkOnGpu& framework = run.result.device.framework;
+  j["framework"] = {{"zero_grad", to_string(framework.zero_grad)},
+                    {"expandable_segments", framework.expandable_segments},
+                    {"visible_bytes", framework.visible_bytes},
+                    {"cuda_context_bytes", framework.cuda_context_bytes},
+                    {"cublas_workspace_bytes", framework.cublas_workspace_bytes},
+                    {"usable_bytes", framework.usable_bytes()}};
   if (run.strategy != nullptr) {
     j["strategy"] = detail::strategy_json(*run.strategy);
   } else {
@@ -419,13 +449,14 @@ std::string report_json(const SimulationRun& run) {
   if (r.out_of_memory) {
     const OutOfMemory& oom = *r.out_of_memory;
     ordered_json o;
+    o["iteration"] = oom.iteration == 0 ? "setup" : oom.iteration == 1 ? "first" : "steady";
     o["time_seconds"] = oom.time;
     o["task"] = oom.task ? task_json(run, *oom.task) : ordered_json(nullptr);
-    o["buffer"] = buffer_json(run, oom.buffer);
+    o["buffer"] = oom.buffer ? buffer_json(run, *oom.buffer) : ordered_json("cublas_workspace");
     o["requested_bytes"] = oom.requested;
-    o["in_use_bytes"] = oom.in_use;
-    o["capacity_bytes"] = oom.capacity;
-    o["in_use_by_role_bytes"] = bytes_by_role_json(live_at_the_end(run));
+    o["reserved_bytes"] = oom.in_use;
+    o["usable_bytes"] = oom.capacity;
+    o["live_tensors_by_role_bytes"] = bytes_by_role_json(live_at_the_end(run));
     j["out_of_memory"] = std::move(o);
     // Timings and a peak of an iteration cut short would mislead; there are none.
     j["results"] = nullptr;
@@ -437,11 +468,15 @@ std::string report_json(const SimulationRun& run) {
     results["samples_per_second"] = rate ? ordered_json(*rate) : ordered_json(nullptr);
     ordered_json largest = ordered_json::array();
     for (BufferId b : largest_live_at_peak(run)) largest.push_back(buffer_json(run, b));
+    const DeviceMemory& d = r.device;
     results["memory"] = {{"peak_bytes", r.peak_bytes},
-                         {"allocator_model", {{"max_memory_allocated_bytes", r.allocator_peak_allocated},
-                                              {"max_memory_reserved_bytes", r.allocator_peak_reserved},
-                                              {"reserved_exceeds_capacity", r.allocator_peak_reserved > run.platform.gpu.memory_bytes}}},
-                         {"peak_fraction_of_capacity", fraction(r.peak_bytes, run.platform.gpu.memory_bytes)},
+                         {"max_memory_allocated_bytes", d.peak_allocated},
+                         {"max_memory_reserved_bytes", d.peak_reserved},
+                         {"device_bytes", d.device_peak()},
+                         {"steady_max_memory_allocated_bytes", d.steady_peak_allocated},
+                         {"steady_max_memory_reserved_bytes", d.steady_peak_reserved},
+                         {"alloc_retries", d.alloc_retries},
+                         {"reserved_fraction_of_usable", fraction(d.peak_reserved, d.framework.usable_bytes())},
                          {"peak_time_seconds", r.peak_time},
                          {"peak_by_role_bytes", bytes_by_role_json(r.peak_by_role)},
                          {"buffers_live_at_peak", r.live_at_peak.size()},
@@ -550,8 +585,10 @@ std::string perfetto_trace_json(const SimulationRun& run) {
 
   if (r.out_of_memory) {
     const OutOfMemory& oom = *r.out_of_memory;
-    const models::Buffer& buffer = run.schedule.buffers.at(oom.buffer);
-    ordered_json args = {{"buffer", buffer.name}, {"requested_bytes", oom.requested}, {"in_use_bytes", oom.in_use}, {"capacity_bytes", oom.capacity}};
+    ordered_json args = {{"buffer", oom.buffer ? run.schedule.buffers.at(*oom.buffer).name : std::string("cuBLAS workspace")},
+                         {"requested_bytes", oom.requested},
+                         {"reserved_bytes", oom.in_use},
+                         {"usable_bytes", oom.capacity}};
     args["task"] = oom.task ? ordered_json(tasks.at(*oom.task).name) : ordered_json(nullptr);
     events.push_back({{"name", "out of memory"},
                       {"cat", "oom"},

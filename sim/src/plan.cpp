@@ -46,8 +46,9 @@ std::string probe(const PreparedScenario& prepared, const models::StrategySpec& 
       point.peak_bytes = r.out_of_memory->in_use + r.out_of_memory->requested;
     } else {
       point.exact_peak_bytes = r.peak_bytes;
-      point.allocated_peak_bytes = r.allocator_peak_allocated;
-      point.reserved_peak_bytes = r.allocator_peak_reserved;
+      point.allocated_peak_bytes = r.device.peak_allocated;
+      point.reserved_peak_bytes = r.device.peak_reserved;
+      point.device_peak_bytes = r.device.device_peak();
       point.iteration_seconds = r.iteration_seconds;
       point.stall_seconds = r.compute_stall_seconds;
     }
@@ -245,6 +246,7 @@ struct Driver {
         case MemoryMetric::exact: point.peak_bytes = point.exact_peak_bytes; break;
         case MemoryMetric::allocated: point.peak_bytes = point.allocated_peak_bytes; break;
         case MemoryMetric::reserved: point.peak_bytes = point.reserved_peak_bytes; break;
+        case MemoryMetric::device: point.peak_bytes = point.device_peak_bytes; break;
       }
     }
     point.fits = !point.out_of_memory && !point.inapplicable && !point.simulation_failed && point.peak_bytes <= limit(s);
@@ -296,16 +298,6 @@ struct Driver {
                                            format_bytes(previous->peak_bytes), previous->batch));
       }
       previous = &point;
-    }
-    // Until memory is planned against the allocator's reserved figure (the memory-fidelity
-    // work), say where that figure already exceeds the GPU at the largest batch.
-    if (s.lo > 0 && options(s).memory_metric != MemoryMetric::reserved) {
-      const PlanPoint& largest = s.points.at(s.lo);
-      if (largest.reserved_peak_bytes > plans[s.plan].capacity_bytes) {
-        out.warnings.push_back(fmt::format("at batch {} the PyTorch allocator model reserves {} of the GPU's {} (segments, cached blocks, "
-                                           "fragmentation): PyTorch would likely run out of memory there; the margin does not cover it",
-                                           s.lo, format_bytes(largest.reserved_peak_bytes), format_bytes(plans[s.plan].capacity_bytes)));
-      }
     }
     if (auto best = best_of(s)) {
       const PlanPoint& point = s.points.at(*best);
@@ -362,6 +354,11 @@ void compare_with_baseline(BatchSizePlan& plan, const std::vector<models::Strate
     StrategyPlan::Comparison c;
     c.batch = batch;
     c.peak_saved_fraction = 1.0 - static_cast<double>(mine->peak_bytes) / static_cast<double>(theirs->peak_bytes);
+    const auto saved = [](std::int64_t mine_bytes, std::int64_t their_bytes) {
+      return their_bytes > 0 ? 1.0 - static_cast<double>(mine_bytes) / static_cast<double>(their_bytes) : 0.0;
+    };
+    c.allocated_saved_fraction = saved(mine->allocated_peak_bytes, theirs->allocated_peak_bytes);
+    c.reserved_saved_fraction = saved(mine->reserved_peak_bytes, theirs->reserved_peak_bytes);
     c.slowdown = mine->iteration_seconds / theirs->iteration_seconds;
     c.best_throughput_ratio = baseline.best_samples_per_second > 0 ? s.best_samples_per_second / baseline.best_samples_per_second : 0;
     s.vs_baseline = c;
@@ -394,7 +391,8 @@ std::string verdict(const BatchSizePlan& plan) {
   std::string out = fmt::format("Verdict: {} runs the largest batch ({}{})", largest->strategy, largest->max_is_ceiling ? ">= " : "", *largest->max_batch);
   if (largest->vs_baseline) {
     const auto& c = *largest->vs_baseline;
-    out += fmt::format(", saving {:.0f}% of peak memory at batch {} for a {:.2f}x slowdown", 100 * c.peak_saved_fraction, c.batch, c.slowdown);
+    out += fmt::format(", saving {:.0f}% of peak memory at batch {} ({:.0f}% of max_memory_allocated, {:.0f}% of max_memory_reserved) for a {:.2f}x slowdown",
+                       100 * c.peak_saved_fraction, c.batch, 100 * c.allocated_saved_fraction, 100 * c.reserved_saved_fraction, c.slowdown);
   }
   if (fastest == largest) return out + fmt::format("; it is also the fastest ({:.1f} samples/s).", fastest->best_samples_per_second);
   return out + fmt::format("; {} is the fastest ({:.1f} samples/s at batch {}).", fastest->strategy, fastest->best_samples_per_second, *fastest->best_batch);
@@ -451,8 +449,12 @@ std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, 
     plan.gpu_name = platform.gpu.name;
     plan.variant = r.variant;
     plan.platform_name = platform.name;
-    plan.capacity_bytes = platform.gpu.memory_bytes;
-    plan.limit_bytes = static_cast<std::int64_t>(std::floor((1 - r.options.margin) * static_cast<double>(platform.gpu.memory_bytes)));
+    // The device metric counts the CUDA context, so it is held against the visible memory; the
+    // others count what the allocator holds, against what it may reserve.
+    const FrameworkOnGpu& framework = d.prepared.back()->framework();
+    plan.capacity_bytes = r.options.memory_metric == MemoryMetric::device ? framework.visible_bytes : framework.usable_bytes();
+    plan.cuda_context_bytes = framework.cuda_context_bytes;
+    plan.limit_bytes = static_cast<std::int64_t>(std::floor((1 - r.options.margin) * static_cast<double>(plan.capacity_bytes)));
     plan.options = r.options;
     plan.options.jobs = jobs;
     plan.options.progress = progress;
@@ -490,12 +492,21 @@ BatchSizePlan make_plan(const Scenario& scenario, const std::vector<models::Stra
 std::string plan_table_text(const BatchSizePlan& plan) {
   const auto& o = plan.options;
   std::string out = fmt::format("Plan       {}{}\n", plan.scenario_name, plan.variant.empty() ? "" : "   (variant: " + plan.variant + ")");
-  out += fmt::format("Platform   {}: {} of GPU memory; limit {} (margin {:g}%)\n", plan.platform_name, format_bytes(plan.capacity_bytes),
+  out += fmt::format("Platform   {}: {} {}; limit {} (margin {:g}%)\n", plan.platform_name, format_bytes(plan.capacity_bytes),
+                     o.memory_metric == MemoryMetric::device
+                         ? "of visible GPU memory"
+                         : fmt::format("PyTorch can use (visible memory less a {} CUDA context)", format_bytes(plan.cuda_context_bytes)),
                      format_bytes(plan.limit_bytes), o.margin * 100);
-  out += fmt::format("Memory     {}\n", o.memory_metric == MemoryMetric::reserved
-                                          ? "reserved: PyTorch's caching allocator (model) must hold the peak's segments within the limit; no CUDA context or workspaces yet"
-                                      : o.memory_metric == MemoryMetric::allocated ? "allocated: the allocator model's rounded blocks (max_memory_allocated) within the limit"
-                                                                                   : "exact: the live tensors' bytes within the limit (no allocator rounding or caching)");
+  const char* metric = "";
+  switch (o.memory_metric) {
+    case MemoryMetric::reserved:
+      metric = "reserved: PyTorch's caching allocator (model) must hold the peak's segments within the limit (max_memory_reserved)";
+      break;
+    case MemoryMetric::allocated: metric = "allocated: the allocator model's rounded blocks (max_memory_allocated) within the limit"; break;
+    case MemoryMetric::exact: metric = "exact: the live tensors' bytes within the limit (no allocator rounding or caching)"; break;
+    case MemoryMetric::device: metric = "device: reserved + CUDA context (what nvidia-smi shows) within the limit"; break;
+  }
+  out += fmt::format("Memory     {}; out-of-memory as PyTorch decides it, on reserved segments\n", metric);
   out += fmt::format("Search     batch 1 to {}, exponential growth then bisection ({} simulations per round); peak memory assumed monotone in the batch\n",
                      o.max_batch, o.probes_per_round);
   if (o.target_global_batch) {
@@ -550,7 +561,8 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
   ordered_json j = detail::document_header("plan");
   j["scenario"] = detail::scenario_json(plan.scenario_name, plan.scenario_source);
   j["variant"] = plan.variant.empty() ? ordered_json(nullptr) : ordered_json(plan.variant);
-  j["platform"] = {{"name", plan.platform_name}, {"source", plan.platform_source}, {"gpu", plan.gpu_name}, {"memory_capacity_bytes", plan.capacity_bytes}};
+  j["platform"] = {{"name", plan.platform_name}, {"source", plan.platform_source}, {"gpu", plan.gpu_name}, {"memory_capacity_bytes", plan.capacity_bytes},
+                   {"cuda_context_bytes", plan.cuda_context_bytes}};
   j["limit_bytes"] = plan.limit_bytes;
   // jobs and progress are left out: they do not change the plan, and documents must not differ by them.
   j["options"] = {{"margin", plan.options.margin},
@@ -572,6 +584,8 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
     if (s.vs_baseline) {
       js["vs_baseline"] = {{"batch", s.vs_baseline->batch},
                            {"peak_saved_fraction", s.vs_baseline->peak_saved_fraction},
+                           {"allocated_saved_fraction", s.vs_baseline->allocated_saved_fraction},
+                           {"reserved_saved_fraction", s.vs_baseline->reserved_saved_fraction},
                            {"slowdown", s.vs_baseline->slowdown},
                            {"best_throughput_ratio", s.vs_baseline->best_throughput_ratio}};
     } else {
@@ -591,7 +605,8 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
                         {"stall_seconds", p.stall_seconds},
                         {"exact_peak_bytes", p.exact_peak_bytes},
                         {"allocated_peak_bytes", p.allocated_peak_bytes},
-                        {"reserved_peak_bytes", p.reserved_peak_bytes}});
+                        {"reserved_peak_bytes", p.reserved_peak_bytes},
+                        {"device_peak_bytes", p.device_peak_bytes}});
     }
     js["points"] = std::move(points);
     strategies.push_back(std::move(js));

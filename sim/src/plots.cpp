@@ -430,6 +430,7 @@ std::string_view role_colour(MemoryRole role) {
   switch (role) {
     case MemoryRole::input: return "#999999";
     case MemoryRole::weight: return "#0072B2";
+    case MemoryRole::weight_copy: return "#66A3D2";
     case MemoryRole::buffer: return "#56B4E9";
     case MemoryRole::gradient: return "#E69F00";
     case MemoryRole::optimizer_state: return "#7F3C8D";
@@ -445,7 +446,8 @@ std::string_view role_colour(MemoryRole role) {
 
 void write_memory_timeline_plot(const SimulationRun& run, const std::filesystem::path& svg) {
   const SimulationResult& r = run.result;
-  const double capacity = gib(run.platform.gpu.memory_bytes);
+  // What PyTorch's allocator may reserve: the visible memory less the CUDA context.
+  const double capacity = gib(r.device.framework.usable_bytes());
   std::vector<MemoryRow> rows = memory_rows(run);
   const double end = std::max(r.out_of_memory ? r.out_of_memory->time : r.iteration_seconds,
                               rows.empty() ? 0.0 : rows.back().time);
@@ -487,11 +489,11 @@ void write_memory_timeline_plot(const SimulationRun& run, const std::filesystem:
   const std::string strategy = description.substr(0, description.find(": "));
   const std::string subject = fmt::format("{} ({}) on {}", run.scenario_name, strategy, run.platform.name);
   const std::string outcome =
-      r.out_of_memory ? fmt::format("out of memory at t = {:.2f} ms: {:.2f} GiB in use + {:.2f} GiB requested > {:.2f} GiB",
+      r.out_of_memory ? fmt::format("out of memory at t = {:.2f} ms: {:.2f} GiB reserved + {:.2f} GiB new segment > {:.2f} GiB usable",
                                     r.out_of_memory->time * 1e3, gib(r.out_of_memory->in_use), gib(r.out_of_memory->requested),
                                     capacity)
-                      : fmt::format("peak {:.2f} GiB of {:.2f} GiB at t = {:.2f} ms, iteration {:.2f} ms", gib(r.peak_bytes),
-                                    capacity, r.peak_time * 1e3, r.iteration_seconds * 1e3);
+                      : fmt::format("tensors' peak {:.2f} GiB at t = {:.2f} ms (reserved {:.2f} of {:.2f} GiB usable), iteration {:.2f} ms",
+                                    gib(r.peak_bytes), r.peak_time * 1e3, gib(r.device.peak_reserved), capacity, r.iteration_seconds * 1e3);
 
   std::string s = data;
   // Two lines: single-quoted strings take no escapes, so the newline is a double-quoted piece.
@@ -516,7 +518,7 @@ void write_memory_timeline_plot(const SimulationRun& run, const std::filesystem:
     // On a white box below the arrow's head, so the capacity line does not run through it.
     s += "set style textbox opaque noborder\n";
     s += fmt::format("set label 2 {} at first {}, first {} right offset -1,-1 textcolor rgb '#C00000' boxed front\n",
-                     gnuplot_string(fmt::format("+{:.2f} GiB requested", gib(o.requested))), number(o.time * 1e3),
+                     gnuplot_string(fmt::format("+{:.2f} GiB segment", gib(o.requested))), number(o.time * 1e3),
                      number(gib(o.in_use + o.requested)));
   } else if (r.peak_bytes > 0) {
     // Anchored on the side away from the nearer border so the text stays inside the plot.

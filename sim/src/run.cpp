@@ -26,7 +26,10 @@ traces::Trace build_zoo_trace(const Scenario& scenario, std::int64_t batch) {
 
 }  // namespace
 
-PreparedScenario::PreparedScenario(Scenario scenario) : scenario_(std::move(scenario)), time_model_(time_model_for(scenario_)) {
+PreparedScenario::PreparedScenario(Scenario scenario)
+    : scenario_(std::move(scenario)),
+      time_model_(time_model_for(scenario_)),
+      framework_(resolve_framework(scenario_.framework, require_platform(scenario_).gpu, scenario_.source)) {
   if (scenario_.trace_file) {
     file_trace_ = traces::read_trace_file(*scenario_.trace_file);
     batch_size_ = scenario_.batch_size.value_or(file_trace_->batch_size());
@@ -50,12 +53,13 @@ std::variant<ScheduledRun, models::NotApplicable> schedule_run(const PreparedSce
   traces::Trace trace = prepared.trace_at(batch);
   auto schedule = models::build_schedule(trace, prepared.time_model(), strategy);
   if (auto* not_applicable = std::get_if<models::NotApplicable>(&schedule)) return std::move(*not_applicable);
+  apply_gradient_lifetime(std::get<models::Schedule>(schedule), prepared.framework().zero_grad);
   return ScheduledRun{strategy, std::move(trace), std::move(std::get<models::Schedule>(schedule))};
 }
 
 SimulationResult replay(const PreparedScenario& prepared, const ScheduledRun& run, Isolation isolation) {
-  return isolation == Isolation::child_process ? simulate(prepared.platform(), run.schedule)
-                                               : simulate_in_this_process(prepared.platform(), run.schedule);
+  return isolation == Isolation::child_process ? simulate(prepared.platform(), run.schedule, prepared.framework())
+                                               : simulate_in_this_process(prepared.platform(), run.schedule, prepared.framework());
 }
 
 SimulationRun CompletedRun::view(const PreparedScenario& prepared) const {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -42,23 +43,24 @@ class ScenarioReader {
     if (!root.IsMap()) {
       throw InputError(where(root.Mark()) + "expected a mapping with the keys model, training (and optionally name)");
     }
-    check_keys(root, "the scenario", {"name", "model", "training", "platform", "strategy", "plan", "sweep"});
+    check_keys(root, "the scenario", {"name", "model", "training", "framework", "platform", "strategy", "plan", "sweep"});
 
     Scenario scenario;
     scenario.source = source_;
     const YAML::Node model = required(root, "model", "the scenario");
     if (!model.IsMap()) throw InputError(where(model.Mark()) + "'model' must be a mapping with the key zoo or trace");
-    check_keys(model, "model", {"zoo", "trace", "layers", "hidden", "heads", "seq_len", "vocab"});
+    check_keys(model, "model", {"zoo", "trace", "layers", "hidden", "heads", "seq_len", "vocab", "attention"});
     const YAML::Node training = root["training"];
     if (training && !training.IsMap()) {
-      throw InputError(where(training.Mark()) + "'training' must be a mapping with the keys batch_size, precision, optimizer, tf32");
+      throw InputError(where(training.Mark()) + "'training' must be a mapping with the keys batch_size, precision, optimizer, optimizer_impl, tf32");
     }
-    if (training) check_keys(training, "training", {"batch_size", "precision", "optimizer", "tf32"});
+    if (training) check_keys(training, "training", {"batch_size", "precision", "optimizer", "optimizer_impl", "tf32"});
     if (training && training["tf32"]) scenario.allow_tf32 = boolean(training["tf32"], "training.tf32");
     if (const YAML::Node platform = root["platform"]) {
       scenario.platform = read_platform(platform);
       platform_name_ = scenario.platform->name;  // for compress rules' `profile: auto`
     }
+    if (const YAML::Node framework = root["framework"]) scenario.framework = read_framework(framework);
     if (const YAML::Node strategy = root["strategy"]) scenario.strategy = read_strategy(strategy, "strategy");
     if (const YAML::Node plan = root["plan"]) scenario.plan = read_plan(plan);
     if (const YAML::Node sweep = root["sweep"]) {
@@ -89,28 +91,41 @@ class ScenarioReader {
       request.heads = optional_positive(model, "heads", "model");
       request.seq_len = optional_positive(model, "seq_len", "model");
       request.vocab = optional_positive(model, "vocab", "model");
+      if (const YAML::Node a = model["attention"]) {
+        request.attention = named(a, "model.attention", zoo::parse_attention, zoo::attention_names());
+      }
       if (training) {
         scenario.batch_size = optional_positive(training, "batch_size", "training");
         if (const YAML::Node p = training["precision"]) {
-          auto value = zoo::parse_precision(scalar(p, "training.precision"));
-          if (!value) throw InputError(where(p.Mark()) + "unknown precision '" + p.Scalar() + "'; expected fp32 or mixed");
-          request.precision = *value;
+          // tf32 is fp32 whose convolutions and matmuls run on TF32 tensor cores
+          // (torch.backends.cuda.matmul.allow_tf32 / cudnn.allow_tf32): the same tensors.
+          if (scalar(p, "training.precision") == "tf32") {
+            if (training["tf32"] && !scenario.allow_tf32) {
+              throw InputError(where(training["tf32"].Mark()) + "'training.tf32: false' contradicts 'precision: tf32'; expected one of the two");
+            }
+            scenario.allow_tf32 = true;
+          } else {
+            std::vector<std::string_view> names = zoo::precision_names();
+            names.insert(names.begin() + 1, "tf32");
+            request.precision = named(p, "training.precision", zoo::parse_precision, names);
+          }
         }
         if (const YAML::Node o = training["optimizer"]) {
-          auto value = zoo::parse_optimizer(scalar(o, "training.optimizer"));
-          if (!value) throw InputError(where(o.Mark()) + "unknown optimizer '" + o.Scalar() + "'; expected sgd, momentum or adam");
-          request.optimizer = *value;
+          request.optimizer = named(o, "training.optimizer", zoo::parse_optimizer, zoo::optimizer_names());
+        }
+        if (const YAML::Node o = training["optimizer_impl"]) {
+          request.optimizer_impl = named(o, "training.optimizer_impl", zoo::parse_optimizer_impl, zoo::optimizer_impl_names());
         }
       }
       scenario.zoo_model = std::move(request);
     } else {
-      for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab"}) {
+      for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "attention"}) {
         if (model[key]) throw InputError(where(model[key].Mark()) + "'" + key + "' applies to zoo models only; a trace file fixes the model's shape");
       }
       std::filesystem::path path = scalar(model["trace"], "model.trace");
       scenario.trace_file = path.is_absolute() ? path : base_dir_ / path;
       if (training) {
-        for (const char* key : {"precision", "optimizer"}) {
+        for (const char* key : {"precision", "optimizer", "optimizer_impl"}) {
           if (training[key]) throw InputError(where(training[key].Mark()) + "'" + key + "' applies to zoo models only; a trace file fixes it");
         }
         scenario.batch_size = optional_positive(training, "batch_size", "training");
@@ -135,6 +150,49 @@ class ScenarioReader {
     }
   }
 
+  // One of a closed set of names, parsed by `parse`; the message lists `names`.
+  template <typename Parse>
+  typename std::invoke_result_t<Parse, std::string_view>::value_type named(const YAML::Node& node, const std::string& field, Parse parse, const std::vector<std::string_view>& names) const {
+    const std::string text = scalar(node, field);
+    const auto value = parse(text);
+    if (!value) {
+      std::string list;
+      for (std::string_view n : names) list += (list.empty() ? "" : ", ") + std::string(n);
+      throw InputError(where(node.Mark()) + "unknown " + field.substr(field.find('.') + 1) + " '" + text + "' in '" + field + "'; expected one of: " + list);
+    }
+    return *value;
+  }
+
+  FrameworkSpec read_framework(const YAML::Node& node) const {
+    require_map(node, "framework");
+    check_keys(node, "framework", {"zero_grad", "expandable_segments", "cuda_context", "cublas_workspace"});
+    FrameworkSpec framework;
+    if (const YAML::Node z = node["zero_grad"]) {
+      const std::string text = scalar(z, "framework.zero_grad");
+      const auto value = parse_zero_grad(text);
+      if (!value) {
+        throw InputError(where(z.Mark()) + "'framework.zero_grad' is '" + text +
+                         "'; expected set_to_none (gradients freed between iterations, PyTorch 2's default) or zeros (kept)");
+      }
+      framework.zero_grad = *value;
+    }
+    if (node["expandable_segments"]) framework.expandable_segments = boolean(node["expandable_segments"], "framework.expandable_segments");
+    // At most 64 GiB: no CUDA context or cuBLAS workspace comes near; anything larger is a
+    // misplaced unit.
+    constexpr std::int64_t kMaxFrameworkBytes = std::int64_t{64} << 30;
+    for (const char* key : {"cuda_context", "cublas_workspace"}) {
+      const YAML::Node n = node[key];
+      if (!n) continue;
+      const std::string field = std::string("framework.") + key;
+      const std::int64_t bytes = byte_count(n, field);
+      if (bytes > kMaxFrameworkBytes) {
+        throw InputError(where(n.Mark()) + "'" + field + "' is " + scalar(n, field) + "; expected at most 64 GiB (a CUDA context takes hundreds of MiB)");
+      }
+      (std::string_view(key) == "cuda_context" ? framework.cuda_context_bytes : framework.cublas_workspace_bytes) = bytes;
+    }
+    return framework;
+  }
+
   PlanSection read_plan(const YAML::Node& node) const {
     require_map(node, "plan");
     check_keys(node, "plan", {"strategies", "margin", "max_batch", "target_global_batch", "memory_metric"});
@@ -154,7 +212,7 @@ class ScenarioReader {
       const std::string text = scalar(metric, "plan.memory_metric");
       plan.memory_metric = parse_memory_metric(text);
       if (!plan.memory_metric) {
-        throw InputError(where(metric.Mark()) + "'plan.memory_metric' is '" + text + "'; expected reserved (the default), allocated or exact");
+        throw InputError(where(metric.Mark()) + "'plan.memory_metric' is '" + text + "'; expected reserved (the default), allocated, exact or device");
       }
     }
     plan.max_batch = optional_positive(node, "max_batch", "plan");
@@ -442,12 +500,13 @@ std::string_view to_string(MemoryMetric metric) {
     case MemoryMetric::exact: return "exact";
     case MemoryMetric::allocated: return "allocated";
     case MemoryMetric::reserved: return "reserved";
+    case MemoryMetric::device: return "device";
   }
   return "?";
 }
 
 std::optional<MemoryMetric> parse_memory_metric(std::string_view text) {
-  for (MemoryMetric m : {MemoryMetric::exact, MemoryMetric::allocated, MemoryMetric::reserved}) {
+  for (MemoryMetric m : {MemoryMetric::exact, MemoryMetric::allocated, MemoryMetric::reserved, MemoryMetric::device}) {
     if (text == to_string(m)) return m;
   }
   return std::nullopt;

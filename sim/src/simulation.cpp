@@ -30,10 +30,11 @@ constexpr double kGpuSpeed = 1e9;
 // Actors run one at a time (SimGrid's maestro), so plain members need no locking.
 class Replay {
  public:
-  Replay(const models::Platform& platform, const models::Schedule& schedule)
+  Replay(const models::Platform& platform, const models::Schedule& schedule, const FrameworkOnGpu& framework)
       : platform_(platform),
         schedule_(schedule),
-        tracker_(schedule, platform.gpu.memory_bytes),
+        framework_(framework),
+        tracker_(schedule),
         done_(schedule.tasks.size(), false),
         allocated_once_(schedule.buffers.size(), false),
         remaining_users_(schedule.buffers.size(), 0),
@@ -63,10 +64,7 @@ class Replay {
     // Weights, buffers and optimizer state are in GPU memory before the iteration starts.
     for (BufferId b = 0; b < schedule_.buffers.size(); ++b) {
       if (!schedule_.buffers[b].resident) continue;
-      if (!tracker_.allocate(b, 0.0)) {
-        record_out_of_memory(std::nullopt, b, 0.0);
-        return finish();
-      }
+      tracker_.allocate(b, 0.0, std::nullopt);
       allocated_once_[b] = true;
     }
 
@@ -97,43 +95,28 @@ class Replay {
 
   void run_stream(std::size_t stream) {
     for (TaskId t : stream_tasks_[stream]) {
-      if (stopped_) return;
       const models::Task& task = schedule_.tasks[t];
       TaskTiming& timing = result_.tasks[t];
       timing.ready = sg4::Engine::get_clock();
       wait_for(task.after);
-      if (stopped_) return;
       timing.start = sg4::Engine::get_clock();
       for (BufferId b : task.creates) {
         if (allocated_once_[b]) continue;
-        if (!tracker_.allocate(b, timing.start)) {
-          record_out_of_memory(t, b, timing.start);
-          stop();
-          return;
-        }
+        tracker_.allocate(b, timing.start, t);
         allocated_once_[b] = true;
       }
       execute(task);
-      if (stopped_) return;  // another stream ran out of memory meanwhile: this task does not count
       timing.end = sg4::Engine::get_clock();
       finish_task(t, timing.end);
     }
   }
 
-  // Ends the iteration after an out-of-memory: every actor returns at its next check. Actors
-  // are not killed, because a killed actor blocked in a condition-variable wait unwinds through
-  // a SimGrid mutex unlock, which aborts the process.
-  void stop() {
-    stopped_ = true;
-    if (waiters_ > 0) task_done_->notify_all();
-  }
-
   void wait_for(const std::vector<TaskId>& dependencies) {
     for (TaskId d : dependencies) {
-      if (done_[d] || stopped_) continue;
+      if (done_[d]) continue;
       std::unique_lock<sg4::Mutex> lock(*mutex_);
       ++waiters_;
-      while (!done_[d] && !stopped_) task_done_->wait(lock);
+      while (!done_[d]) task_done_->wait(lock);
       --waiters_;
     }
   }
@@ -161,7 +144,7 @@ class Replay {
     for (BufferId b : task_buffers_[t]) {
       const models::Buffer& buffer = schedule_.buffers[b];
       if (--remaining_users_[b] == 0 && !buffer.resident && !buffer.held_to_end && tracker_.is_live(b)) {
-        tracker_.release(b, time);
+        tracker_.release(b, time, t);
       }
     }
     done_[t] = true;
@@ -170,12 +153,10 @@ class Replay {
     if (waiters_ > 0) task_done_->notify_all();
   }
 
-  // SimGrid's engine returns when no actor can progress. Without an out-of-memory stop every
-  // task must have run: a task left over means the streams waited on each other (a deadlock
+  // SimGrid's engine returns when no actor can progress. Every task must have run: a task left over means the streams waited on each other (a deadlock
   // that Schedule::validate should have ruled out) or SimGrid gave up on an activity. Either
   // way the timings would be a silently wrong result, so it is an error, never a report.
   void check_completed() const {
-    if (result_.out_of_memory) return;
     const auto ran = static_cast<std::size_t>(std::count(done_.begin(), done_.end(), true));
     if (ran != schedule_.tasks.size()) {
       std::string first;
@@ -194,38 +175,94 @@ class Replay {
     }
   }
 
-  void record_out_of_memory(std::optional<TaskId> task, BufferId buffer, double time) {
-    OutOfMemory oom;
-    oom.task = task;
-    oom.buffer = buffer;
-    oom.requested = schedule_.buffers[buffer].bytes;
-    oom.in_use = tracker_.in_use();
-    oom.capacity = tracker_.capacity();
-    oom.time = time;
-    result_.out_of_memory = oom;
-  }
-
   SimulationResult finish() {
     check_completed();
     for (TaskId t = 0; t < schedule_.tasks.size(); ++t) {
       const TaskTiming& timing = result_.tasks[t];
-      if (!done_[t]) continue;
       result_.iteration_seconds = std::max(result_.iteration_seconds, timing.end);
       result_.seconds_by_task_kind[static_cast<std::size_t>(schedule_.tasks[t].kind)] += timing.end - timing.start;
       if (schedule_.tasks[t].stream == Stream::compute) result_.compute_stall_seconds += timing.start - timing.ready;
     }
     result_.peak_bytes = tracker_.peak();
-    result_.allocator_peak_allocated = tracker_.allocator_peak_allocated();
-    result_.allocator_peak_reserved = tracker_.allocator_peak_reserved();
     result_.peak_time = tracker_.peak_time();
     result_.peak_by_role = tracker_.peak_by_role();
     result_.live_at_peak = tracker_.live_at_peak();
     result_.memory_events = tracker_.events();
+    result_.device = model_device_memory(schedule_, result_.memory_events, result_.tasks, framework_);
+    if (result_.device.out_of_memory) cut_at(*result_.device.out_of_memory);
     return std::move(result_);
+  }
+
+  // PyTorch raises at the failing allocation: the iteration ends there. The exact-byte stream
+  // keeps what came before it, tasks that had not ended lose their end (those not yet started,
+  // their timing), and the failure is described in the replay's terms.
+  void cut_at(const DeviceOutOfMemory& d) {
+    OutOfMemory oom;
+    oom.iteration = d.iteration;
+    oom.buffer = d.buffer;
+    oom.requested = d.requested;
+    oom.in_use = d.reserved;
+    oom.capacity = d.usable;
+    oom.time = d.time;
+    auto& events = result_.memory_events;
+    if (d.event) {
+      oom.task = events[*d.event].task;
+      events.resize(*d.event);
+    } else if (d.iteration == 0) {
+      events.erase(std::remove_if(events.begin(), events.end(), [](const MemoryEvent& e) { return e.task.has_value(); }), events.end());
+    } else {
+      // A lazily created buffer (or the cuBLAS workspace): before the first allocation at or
+      // after its time, the task that first needs it.
+      std::size_t keep = 0;
+      while (keep < events.size() && (!events[keep].task || events[keep].time < d.time || !events[keep].allocation)) ++keep;
+      if (keep < events.size()) oom.task = events[keep].task;
+      events.resize(keep);
+      if (d.buffer) oom.task = first_user(*d.buffer).value_or(oom.task.value_or(0));
+    }
+    const double cut = d.iteration == 0 ? 0.0 : d.time;
+    for (TaskId t = 0; t < result_.tasks.size(); ++t) {
+      TaskTiming& timing = result_.tasks[t];
+      if (timing.start > cut || (d.iteration == 0)) {
+        timing = TaskTiming{};
+      } else if (timing.end > cut || (oom.task && *oom.task == t)) {
+        timing.end = 0;
+      }
+    }
+    if (d.iteration == 0) oom.task.reset();
+    // The exact-byte figures of the stream as cut.
+    MemoryTracker cut_tracker(schedule_);
+    for (const MemoryEvent& e : events) {
+      if (e.allocation) {
+        cut_tracker.allocate(e.buffer, e.time, e.task);
+      } else {
+        cut_tracker.release(e.buffer, e.time, e.task.value_or(0));
+      }
+    }
+    result_.peak_bytes = cut_tracker.peak();
+    result_.peak_time = cut_tracker.peak_time();
+    result_.peak_by_role = cut_tracker.peak_by_role();
+    result_.live_at_peak = cut_tracker.live_at_peak();
+    result_.iteration_seconds = 0;
+    result_.seconds_by_task_kind = {};
+    result_.compute_stall_seconds = 0;
+    result_.out_of_memory = oom;
+  }
+
+  // The task that first creates or uses `buffer` (the earliest start).
+  std::optional<TaskId> first_user(BufferId buffer) const {
+    std::optional<TaskId> first;
+    for (TaskId t = 0; t < schedule_.tasks.size(); ++t) {
+      const models::Task& task = schedule_.tasks[t];
+      const bool uses = std::find(task.creates.begin(), task.creates.end(), buffer) != task.creates.end() ||
+                        std::find(task.uses.begin(), task.uses.end(), buffer) != task.uses.end();
+      if (uses && (!first || result_.tasks[t].start < result_.tasks[*first].start)) first = t;
+    }
+    return first;
   }
 
   const models::Platform& platform_;
   const models::Schedule& schedule_;
+  FrameworkOnGpu framework_;
   MemoryTracker tracker_;
   std::vector<bool> done_;
   std::vector<bool> allocated_once_;
@@ -236,7 +273,6 @@ class Replay {
   sg4::Host* host_ = nullptr;
   sg4::MutexPtr mutex_;
   sg4::ConditionVariablePtr task_done_;
-  bool stopped_ = false;
   int waiters_ = 0;  // actors blocked in wait_for
   SimulationResult result_;
 };
@@ -288,13 +324,37 @@ class Reader {
   std::size_t offset_ = 0;
 };
 
+// DeviceMemory holds an optional of a struct with optionals: written field by field.
+void put_device_memory(Writer& w, const DeviceMemory& d) {
+  w.put(d.framework);
+  w.put(d.peak_allocated);
+  w.put(d.peak_reserved);
+  w.put(d.steady_peak_allocated);
+  w.put(d.steady_peak_reserved);
+  w.put(d.alloc_retries);
+  w.put<bool>(d.out_of_memory.has_value());
+  if (d.out_of_memory) w.put(*d.out_of_memory);
+}
+
+DeviceMemory get_device_memory(Reader& in) {
+  DeviceMemory d;
+  d.framework = in.get<FrameworkOnGpu>();
+  d.peak_allocated = in.get<std::int64_t>();
+  d.peak_reserved = in.get<std::int64_t>();
+  d.steady_peak_allocated = in.get<std::int64_t>();
+  d.steady_peak_reserved = in.get<std::int64_t>();
+  d.alloc_retries = in.get<std::int64_t>();
+  if (in.get<bool>()) d.out_of_memory = in.get<DeviceOutOfMemory>();
+  return d;
+}
+
 std::string serialize(const SimulationResult& r) {
   Writer w;
   w.put<bool>(r.out_of_memory.has_value());
   if (r.out_of_memory) {
     const OutOfMemory& o = *r.out_of_memory;
-    w.put<bool>(o.task.has_value());
-    w.put<TaskId>(o.task.value_or(0));
+    w.put(o.iteration);
+    w.put(o.task);
     w.put(o.buffer);
     w.put(o.requested);
     w.put(o.in_use);
@@ -303,8 +363,7 @@ std::string serialize(const SimulationResult& r) {
   }
   w.put(r.iteration_seconds);
   w.put(r.peak_bytes);
-  w.put(r.allocator_peak_allocated);
-  w.put(r.allocator_peak_reserved);
+  put_device_memory(w, r.device);
   w.put(r.peak_time);
   w.put(r.peak_by_role);
   w.put_vector(r.live_at_peak);
@@ -320,10 +379,9 @@ SimulationResult deserialize(const std::string& bytes) {
   SimulationResult r;
   if (in.get<bool>()) {
     OutOfMemory o;
-    const bool has_task = in.get<bool>();
-    const auto task = in.get<TaskId>();
-    if (has_task) o.task = task;
-    o.buffer = in.get<BufferId>();
+    o.iteration = in.get<int>();
+    o.task = in.get<std::optional<TaskId>>();
+    o.buffer = in.get<std::optional<BufferId>>();
     o.requested = in.get<std::int64_t>();
     o.in_use = in.get<std::int64_t>();
     o.capacity = in.get<std::int64_t>();
@@ -332,8 +390,7 @@ SimulationResult deserialize(const std::string& bytes) {
   }
   r.iteration_seconds = in.get<double>();
   r.peak_bytes = in.get<std::int64_t>();
-  r.allocator_peak_allocated = in.get<std::int64_t>();
-  r.allocator_peak_reserved = in.get<std::int64_t>();
+  r.device = get_device_memory(in);
   r.peak_time = in.get<double>();
   r.peak_by_role = in.get<BytesByMemoryRole>();
   r.live_at_peak = in.get_vector<BufferId>();
@@ -346,15 +403,19 @@ SimulationResult deserialize(const std::string& bytes) {
 
 }  // namespace
 
-SimulationResult simulate_in_this_process(const models::Platform& platform, const models::Schedule& schedule) {
+SimulationResult simulate_in_this_process(const models::Platform& platform, const models::Schedule& schedule, const FrameworkOnGpu& framework) {
   schedule.validate();
-  Replay replay(platform, schedule);
+  Replay replay(platform, schedule, framework);
   return replay.run();
 }
 
 SimulationResult simulate(const models::Platform& platform, const models::Schedule& schedule) {
+  return simulate(platform, schedule, resolve_framework(FrameworkSpec{}, platform.gpu, platform.source));
+}
+
+SimulationResult simulate(const models::Platform& platform, const models::Schedule& schedule, const FrameworkOnGpu& framework) {
   schedule.validate();  // fail in the caller, with its stack, rather than in the child
-  ChildProcess child([&] { return serialize(simulate_in_this_process(platform, schedule)); });
+  ChildProcess child([&] { return serialize(simulate_in_this_process(platform, schedule, framework)); });
   JobOutcome outcome = child.wait();
   if (outcome.status == JobOutcome::Status::result) {
     // SimGrid's warnings, if any, reach the user as the child wrote them.

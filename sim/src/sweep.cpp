@@ -487,20 +487,20 @@ std::string simulation_table_text(const Sweep& sweep, const std::vector<VariantR
   std::size_t width = 7;
   for (const auto& r : results) width = std::max(width, r.label.size());
   std::string out = fmt::format("Sweep      {} ({} variants; keys: {})\n\n", sweep.source, sweep.variant_count, fmt::join(sweep.keys, ", "));
-  out += fmt::format("{:>5}  {:<{}}  {:<12}  {:>12}  {:>14}  {:>10}\n", "#", "variant", width, "fits", "peak memory", "iteration time", "samples/s");
+  out += fmt::format("{:>5}  {:<{}}  {:<12}  {:>12}  {:>14}  {:>10}\n", "#", "variant", width, "fits", "reserved peak", "iteration time", "samples/s");
   for (const auto& r : results) {
     const auto j = nlohmann::json::parse(r.json);
     if (j.at("fits").get<bool>()) {
       const auto& res = j.at("results");
       const std::string rate = res.at("samples_per_second").is_null() ? "n/a" : fmt::format("{:.1f}", res.at("samples_per_second").get<double>());
       out += fmt::format("{:>5}  {:<{}}  {:<12}  {:>12}  {:>14}  {:>10}\n", r.index, r.label, width, "FITS",
-                         format_bytes(res.at("memory").at("peak_bytes").get<std::int64_t>()), format_seconds(res.at("iteration_seconds").get<double>()), rate);
+                         format_bytes(res.at("memory").at("max_memory_reserved_bytes").get<std::int64_t>()), format_seconds(res.at("iteration_seconds").get<double>()), rate);
     } else if (j.at("not_applicable").is_string()) {
       out += fmt::format("{:>5}  {:<{}}  {:<12}  {}\n", r.index, r.label, width, "NOT APPLIC.", j.at("not_applicable").get<std::string>());
     } else {
       const auto& oom = j.at("out_of_memory");
       out += fmt::format("{:>5}  {:<{}}  {:<12}  {:>12}  {:>14}  {:>10}\n", r.index, r.label, width, "DOES NOT FIT",
-                         "> " + format_bytes(oom.at("capacity_bytes").get<std::int64_t>()), "-", "-");
+                         "> " + format_bytes(oom.at("usable_bytes").get<std::int64_t>()), "-", "-");
     }
   }
   return out;

@@ -80,7 +80,10 @@ class PointReader {
 
 constexpr std::array kFields{"id",    "source", "model",   "gpu",  "precision", "batch",    "metric",
                              "published", "published_upper", "unit", "published_raw", "notes", "suspect", "holdout",
-                             "fast",  "scenario", "reference_scenario", "not_covered"};
+                             "fast",  "scenario", "reference_scenario", "not_covered", "measured_as"};
+
+constexpr std::array kMeasuredAs{MeasuredAs::max_memory_allocated, MeasuredAs::max_memory_reserved, MeasuredAs::nvidia_smi,
+                                 MeasuredAs::first_oom, MeasuredAs::tensor_bytes};
 
 ValidationPoint read_point(const json& object, const std::string& where, const std::filesystem::path& base_dir) {
   const PointReader in(object, where);
@@ -98,8 +101,9 @@ ValidationPoint read_point(const json& object, const std::string& where, const s
   p.model = in.text("model", true);
   p.gpu = in.text("gpu", true);
   p.precision = in.text("precision", true);
-  if (p.precision != "fp32" && p.precision != "tf32" && p.precision != "amp") {
-    in.fail(fmt::format("field 'precision': found \"{}\"; expected fp32, tf32 or amp", p.precision));
+  constexpr std::array kPrecisions{"fp32", "tf32", "amp", "amp-fp16", "amp-bf16", "fp16", "bf16", "mixed"};
+  if (std::find(kPrecisions.begin(), kPrecisions.end(), p.precision) == kPrecisions.end()) {
+    in.fail(fmt::format("field 'precision': found \"{}\"; expected fp32, tf32, amp, amp-fp16, amp-bf16, fp16, bf16 or mixed", p.precision));
   }
   const json* batch = in.find("batch");
   if (!batch || !batch->is_number_integer() || batch->get<std::int64_t>() < 1) {
@@ -114,6 +118,22 @@ ValidationPoint read_point(const json& object, const std::string& where, const s
                         metric));
   }
   p.metric = *known;
+  const std::string measured_as = in.text("measured_as", false);
+  if (!measured_as.empty()) {
+    const auto m = std::find_if(kMeasuredAs.begin(), kMeasuredAs.end(), [&](MeasuredAs x) { return to_string(x) == measured_as; });
+    if (m == kMeasuredAs.end()) {
+      in.fail(fmt::format("field 'measured_as': found \"{}\"; expected max_memory_allocated, max_memory_reserved, nvidia-smi, first_oom or "
+                          "tensor_bytes",
+                          measured_as));
+    }
+    p.measured_as = *m;
+  }
+  if ((p.metric == ValidationMetric::peak_mem_bytes || p.metric == ValidationMetric::memory_reduction_x) &&
+      (p.measured_as == MeasuredAs::unspecified || p.measured_as == MeasuredAs::first_oom)) {
+    in.fail(fmt::format("field 'measured_as': {}; expected how the {} figure was measured: max_memory_allocated, max_memory_reserved, "
+                        "nvidia-smi or tensor_bytes",
+                        measured_as.empty() ? "missing" : "found \"" + measured_as + "\"", metric));
+  }
   p.published = *in.number("published", true);
   p.published_upper = in.number("published_upper", false);
   if (p.published_upper && *p.published_upper < p.published) {
@@ -149,6 +169,19 @@ ValidationPoint read_point(const json& object, const std::string& where, const s
   return p;
 }
 
+// The simulated peak in the terms a published figure was measured in.
+std::int64_t memory_as_measured(const SimulationResult& r, MeasuredAs measured_as) {
+  switch (measured_as) {
+    case MeasuredAs::max_memory_allocated: return r.device.peak_allocated;
+    case MeasuredAs::max_memory_reserved: return r.device.peak_reserved;
+    case MeasuredAs::nvidia_smi: return r.device.device_peak();
+    case MeasuredAs::unspecified:
+    case MeasuredAs::first_oom:
+    case MeasuredAs::tensor_bytes: break;
+  }
+  return r.peak_bytes;
+}
+
 // A point's prediction as a worker sends it back: "v<number>" or "n<why there is none>".
 std::string predicted_value(double value) { return fmt::format("v{:.17g}", value); }
 std::string no_value(const std::string& why) { return "n" + why; }
@@ -161,7 +194,7 @@ std::variant<SimulationResult, std::string> run_once(const PreparedScenario& pre
   }
   SimulationResult result = std::move(std::get<CompletedRun>(outcome).result);
   if (const auto& oom = result.out_of_memory) {
-    return fmt::format("{}: out of memory at batch {} (needs {:.2f} GiB of {:.2f} GiB)", prepared.scenario().source, batch,
+    return fmt::format("{}: out of memory at batch {} (needs {:.2f} GiB reserved of {:.2f} GiB usable)", prepared.scenario().source, batch,
                        static_cast<double>(oom->in_use + oom->requested) / (1 << 30), static_cast<double>(oom->capacity) / (1 << 30));
   }
   return result;
@@ -185,7 +218,7 @@ std::string predict(const ValidationPoint& point, const PreparedScenario& run, c
     case ValidationMetric::throughput_samples_per_s:
       return predicted_value(static_cast<double>(point.batch) / r.iteration_seconds);
     case ValidationMetric::peak_mem_bytes:
-      return predicted_value(static_cast<double>(r.peak_bytes));
+      return predicted_value(static_cast<double>(memory_as_measured(r, point.measured_as)));
     default:
       break;
   }
@@ -193,7 +226,8 @@ std::string predict(const ValidationPoint& point, const PreparedScenario& run, c
   if (const auto* why = std::get_if<std::string>(&baseline)) return no_value(*why);
   const SimulationResult& b = std::get<SimulationResult>(baseline);
   if (point.metric == ValidationMetric::memory_reduction_x) {
-    return predicted_value(static_cast<double>(b.peak_bytes) / static_cast<double>(r.peak_bytes));
+    return predicted_value(static_cast<double>(memory_as_measured(b, point.measured_as)) /
+                           static_cast<double>(memory_as_measured(r, point.measured_as)));
   }
   return predicted_value(r.iteration_seconds / b.iteration_seconds);
 }
@@ -234,6 +268,18 @@ std::string format_published(const ValidationPoint& p) {
 std::string format_error(double error) { return fmt::format("{:+.1f}%", 100 * error); }
 
 }  // namespace
+
+std::string_view to_string(MeasuredAs measured_as) {
+  switch (measured_as) {
+    case MeasuredAs::unspecified: return "";
+    case MeasuredAs::max_memory_allocated: return "max_memory_allocated";
+    case MeasuredAs::max_memory_reserved: return "max_memory_reserved";
+    case MeasuredAs::nvidia_smi: return "nvidia-smi";
+    case MeasuredAs::first_oom: return "first_oom";
+    case MeasuredAs::tensor_bytes: return "tensor_bytes";
+  }
+  return "";
+}
 
 std::string_view metric_name(ValidationMetric metric) {
   switch (metric) {

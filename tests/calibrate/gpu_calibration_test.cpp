@@ -184,13 +184,14 @@ TEST(GpuPlatform, EmittedPlatformParsesWithTheMeasuredValues) {
   EXPECT_EQ(pl.host.cores, 16);
   EXPECT_EQ(pl.host.memory_bytes, std::int64_t{64} << 30);
   EXPECT_EQ(pl.gpus_per_node, 4);
+  EXPECT_EQ(pl.gpu.compute_capability_major, 8);  // cudaDeviceProp, read back from the file
   EXPECT_EQ(pl.gpu_link.bandwidth, 0.0);  // not measured, no base: absent
   EXPECT_NEAR(pl.efficiency.compute_for(traces::OpKind::linear), 0.8, 1e-3);
   EXPECT_NEAR(pl.efficiency.compute_for(traces::OpKind::matmul), 0.8, 1e-3);
   EXPECT_NE(yaml.find("assumption"), std::string::npos);  // unmeasured values say so
-  // name 1, gpu 3 + 4 peaks + launch 1, host 5, host_link 3, gpus_per_node 1, efficiency: compute
+  // name 1, gpu 4 (name, memory, compute capability, bandwidth) + 4 peaks + launch 1, host 5, host_link 3, gpus_per_node 1, efficiency: compute
   // default, linear, matmul, conv, attention and memory default 6.
-  EXPECT_EQ(expect_every_value_commented(yaml), 24) << yaml;
+  EXPECT_EQ(expect_every_value_commented(yaml), 25) << yaml;
   EXPECT_NE(yaml.find("    fp32: 19 TFLOP/s  # measured by comptrain calibrate on 2026-11-22: best cuBLAS GEMM rate over"), std::string::npos) << yaml;
 }
 

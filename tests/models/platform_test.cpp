@@ -500,7 +500,7 @@ TEST(PlatformYaml, UnknownKeysAreRejectedWithTheValidOnes) {
   EXPECT_THAT(e, HasSubstr("valid keys: name, gpu, host, host_link, gpu_link, gpus_per_node, efficiency"));
 
   e = error_of(with("  launch_overhead: 5 us\n", "  launch_overhead: 5 us\n  tdp: 400 W\n"));
-  EXPECT_THAT(e, HasSubstr("p.yaml:8:3: unknown key 'tdp' in gpu; valid keys: name, memory, memory_bandwidth, peak, launch_overhead, power"));
+  EXPECT_THAT(e, HasSubstr("p.yaml:8:3: unknown key 'tdp' in gpu; valid keys: name, memory, memory_visible, cuda_context, compute_capability, memory_bandwidth, peak, launch_overhead, power"));
 
   e = error_of(with("fp16: 312", "fp8: 624 TFLOP/s, fp16: 312"));
   EXPECT_THAT(e, HasSubstr("p.yaml:6:49: unknown key 'fp8' in gpu.peak; valid keys: fp32, tf32, fp16, bf16"));

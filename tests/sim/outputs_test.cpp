@@ -103,23 +103,26 @@ Fixture make_every_kind() {
   return f;
 }
 
-// conv1_backward needs 600 more bytes than the 2,000-byte GPU has.
+constexpr std::int64_t kMiB = 1 << 20;
+
+// conv1_backward's 20 MiB gradient needs a new 20 MiB segment with 24 MiB reserved (w's 2 MiB
+// small segment, x's 12 and y's 10 MiB) of the 40 MiB PyTorch may use: 4 MiB short.
 Fixture make_out_of_memory() {
   Fixture f;
-  f.platform = test_platform(2'000);
+  f.platform = test_platform(40 * kMiB);
   ScheduleBuilder b;
   b.s.strategy = "baseline";
   const auto w = b.buffer("w", 100, MemoryRole::weight, true);
-  const auto x = b.buffer("x", 400, MemoryRole::input);
-  const auto y = b.buffer("y", 1'000, MemoryRole::activation);
-  const auto dw = b.buffer("dw (big)", 1'100, MemoryRole::gradient, false, true);
+  const auto x = b.buffer("x", 12 * kMiB, MemoryRole::input);
+  const auto y = b.buffer("y", 10 * kMiB, MemoryRole::activation);
+  const auto dw = b.buffer("dw (big)", 20 * kMiB, MemoryRole::gradient, false, true);
   auto& tasks = b.s.tasks;
   const auto conv = b.task("fwd conv1", TaskKind::op, Stream::compute, 0.5, {x, y}, {w});
   tasks[conv].op = 0;
   const auto back = b.task("bwd conv1", TaskKind::op, Stream::compute, 0.5, {dw}, {x, y, w});
   tasks[back].op = 1;
   f.schedule = std::move(b.s);
-  f.result = simulate(f.platform, f.schedule);
+  f.result = simulate(f.platform, f.schedule, testing::bare_framework(40 * kMiB));
   return f;
 }
 
@@ -163,7 +166,11 @@ TEST(Outputs, TextReportGivesTheKeyFigures) {
   EXPECT_THAT(text, Not(HasSubstr("DOES NOT FIT")));
   EXPECT_THAT(text, HasSubstr("iteration time   " + format_seconds(r.iteration_seconds)));
   EXPECT_THAT(text, HasSubstr(fmt::format("{:.2f} samples/s", 4 / r.iteration_seconds)));
-  EXPECT_THAT(text, HasSubstr("peak memory      " + format_bytes(r.peak_bytes) + " (" + group_digits(r.peak_bytes) + " bytes)"));
+  EXPECT_THAT(text, HasSubstr("peak memory      " + format_bytes(r.device.peak_reserved) + " reserved (" + group_digits(r.device.peak_reserved) +
+                              " bytes)"));
+  EXPECT_THAT(text, HasSubstr(fmt::format("  {:<22}{:>14}{:>20}", "tensors (exact)", format_bytes(r.peak_bytes), group_digits(r.peak_bytes))));
+  EXPECT_THAT(text, HasSubstr(fmt::format("  {:<22}{:>14}{:>20}", "reserved", format_bytes(r.device.peak_reserved),
+                                          group_digits(r.device.peak_reserved))));
   for (std::size_t i = 0; i < models::kMemoryRoleCount; ++i) {
     EXPECT_THAT(text, HasSubstr(std::string(models::to_string(static_cast<MemoryRole>(i))))) << i;
   }
@@ -183,27 +190,28 @@ TEST(Outputs, TextReportSaysWhichTaskRanOutOfMemory) {
   EXPECT_THAT(text, HasSubstr("DOES NOT FIT"));
   EXPECT_THAT(text, HasSubstr("#1 'bwd conv1'"));
   EXPECT_THAT(text, HasSubstr("trace op 'conv1_backward' (backward)"));
-  EXPECT_THAT(text, HasSubstr("1,100 bytes) for buffer 'dw (big)' (gradient)"));
-  EXPECT_THAT(text, HasSubstr("1,500 bytes) of"));
-  EXPECT_THAT(text, HasSubstr("2,000 bytes"));
-  EXPECT_THAT(text, HasSubstr("short by    600 B"));
+  EXPECT_THAT(text, HasSubstr("the first iteration"));
+  EXPECT_THAT(text, HasSubstr("'dw (big)' (gradient, 20.00 MiB = 20,971,520 bytes)"));
+  EXPECT_THAT(text, HasSubstr("new segment 20.00 MiB (20,971,520 bytes) with 24.00 MiB reserved (25,165,824 bytes)"));
+  EXPECT_THAT(text, HasSubstr("41,943,040 bytes"));
+  EXPECT_THAT(text, HasSubstr("short by    4.00 MiB"));
   EXPECT_THAT(text, HasSubstr(format_seconds(0.5)));
   EXPECT_THAT(text, Not(HasSubstr("iteration time")));
 }
 
 TEST(Outputs, TextReportBlamesResidentStateThatDoesNotFit) {
   Fixture f;
-  f.platform = test_platform(1'000);
+  f.platform = test_platform(40 * kMiB);
   ScheduleBuilder b;
-  b.buffer("weights", 2'000, MemoryRole::weight, true);
+  b.buffer("weights", 50 * kMiB, MemoryRole::weight, true);
   b.task("f", TaskKind::op, Stream::compute, 1, {}, {});
   b.s.tasks[0].op = 0;
   f.schedule = std::move(b.s);
-  f.result = simulate(f.platform, f.schedule);
+  f.result = simulate(f.platform, f.schedule, testing::bare_framework(40 * kMiB));
   const std::string text = report_text(f.run());
   EXPECT_THAT(text, HasSubstr("DOES NOT FIT"));
-  EXPECT_THAT(text, HasSubstr("resident"));
-  EXPECT_THAT(text, HasSubstr("2,000 bytes) for buffer 'weights'"));
+  EXPECT_THAT(text, HasSubstr("allocated before the first iteration"));
+  EXPECT_THAT(text, HasSubstr("'weights' (weight, 50.00 MiB = 52,428,800 bytes)"));
   const json j = json::parse(report_json(f.run()));
   EXPECT_TRUE(j["out_of_memory"]["task"].is_null());
   // Nothing ran: the Perfetto trace has no slices.
@@ -222,7 +230,11 @@ TEST(Outputs, JsonReportHasTheResultsNumbers) {
   EXPECT_EQ(j["strategy"]["applied"], f.schedule.strategy);
   EXPECT_TRUE(j["strategy"]["rules"].is_null());  // the run gave no StrategySpec
   EXPECT_EQ(j["schema"]["name"], "comptrain.simulate");
-  EXPECT_EQ(j["schema"]["version"], 2);
+  EXPECT_EQ(j["schema"]["version"], 3);
+  EXPECT_EQ(j["framework"]["zero_grad"], "set_to_none");
+  EXPECT_EQ(j["framework"]["cublas_workspace_bytes"], 8 * kMiB + 128 * 1024);
+  EXPECT_EQ(j["results"]["memory"]["max_memory_reserved_bytes"], r.device.peak_reserved);
+  EXPECT_EQ(j["results"]["memory"]["device_bytes"], r.device.device_peak());
   EXPECT_TRUE(j["comptrain_version"].is_string());
   EXPECT_EQ(j["fits"], true);
   EXPECT_TRUE(j["out_of_memory"].is_null());
@@ -295,20 +307,21 @@ TEST(Outputs, JsonReportDescribesTheOutOfMemory) {
   EXPECT_EQ(o["task"]["op"]["name"], "conv1_backward");
   EXPECT_EQ(o["task"]["op"]["phase"], "backward");
   EXPECT_EQ(o["buffer"]["name"], "dw (big)");
-  EXPECT_EQ(o["requested_bytes"], 1'100);
-  EXPECT_EQ(o["in_use_bytes"], 1'500);
-  EXPECT_EQ(o["capacity_bytes"], 2'000);
+  EXPECT_EQ(o["iteration"], "first");
+  EXPECT_EQ(o["requested_bytes"], 20 * kMiB);
+  EXPECT_EQ(o["reserved_bytes"], 24 * kMiB);
+  EXPECT_EQ(o["usable_bytes"], 40 * kMiB);
   EXPECT_EQ(o["time_seconds"].get<double>(), f.result.out_of_memory->time);
-  std::int64_t in_use = 0;
-  for (const auto& [role, bytes] : o["in_use_by_role_bytes"].items()) in_use += bytes.get<std::int64_t>();
-  EXPECT_EQ(in_use, 1'500);
+  std::int64_t live = 0;
+  for (const auto& [role, bytes] : o["live_tensors_by_role_bytes"].items()) live += bytes.get<std::int64_t>();
+  EXPECT_EQ(live, 100 + 22 * kMiB);
 }
 
 void check_timeline(const Fixture& f) {
   const SimulationResult& r = f.result;
   const auto lines = split(memory_timeline_csv(f.run()), '\n');
   ASSERT_EQ(lines.size(), r.memory_events.size() + 1);
-  EXPECT_EQ(lines[0], "time_s,input,weight,buffer,gradient,optimizer_state,activation,compressed,prefetch,temporary,total");
+  EXPECT_EQ(lines[0], "time_s,input,weight,weight_copy,buffer,gradient,optimizer_state,activation,compressed,prefetch,temporary,total");
   std::int64_t live = 0;  // the tracker's total, replayed from its events
   std::int64_t max_total = 0;
   for (std::size_t i = 0; i < r.memory_events.size(); ++i) {

@@ -16,7 +16,10 @@ constexpr std::int64_t kMiB = 1024 * 1024;
 
 Scenario small_scenario(std::int64_t capacity) {
   Scenario s = parse_scenario("model: {zoo: resnet18}\ntraining: {batch_size: 1}\nplatform: a100-40gb\n", "test.yaml", ".");
+  // No CUDA context: the limit is the margin's share of `capacity` itself.
   s.platform->gpu.memory_bytes = capacity;
+  s.platform->gpu.memory_visible_bytes = capacity;
+  s.platform->gpu.cuda_context_bytes = 0;
   return s;
 }
 
@@ -40,24 +43,31 @@ std::pair<bool, std::int64_t> simulate_at(const Scenario& scenario, const models
   if (r.out_of_memory) return {false, r.out_of_memory->in_use + r.out_of_memory->requested};
   switch (metric) {
     case MemoryMetric::exact: return {true, r.peak_bytes};
-    case MemoryMetric::allocated: return {true, r.allocator_peak_allocated};
+    case MemoryMetric::allocated: return {true, r.device.peak_allocated};
+    case MemoryMetric::device: return {true, r.device.device_peak()};
     case MemoryMetric::reserved: break;
   }
-  return {true, r.allocator_peak_reserved};
+  return {true, r.device.peak_reserved};
 }
 
+// On the tensors' exact bytes, which grow with the batch, with room enough (a 1 GiB limit on a
+// 4 GiB GPU) that the allocator never runs out of memory: the allocator's reserved bytes, and so
+// its out-of-memory decisions, need not grow with the batch (fragmentation comes and goes:
+// ResNet-18 with recomputation reserves less at batch 36 than at 35 on 1 GiB), so no search can
+// promise a scan's answer on them.
 TEST(Plan, SearchAgreesWithAnExhaustiveScan) {
-  const Scenario scenario = small_scenario(1024 * kMiB);
+  const Scenario scenario = small_scenario(4096 * kMiB);
   const auto strategies = strategies_to_plan(scenario);  // baseline, offload, recompute
   ASSERT_EQ(strategies.size(), 3U);
-  const PlanOptions o = options(0.05, 64, 2);
+  PlanOptions o = options(0.75, 64, 2);
+  o.memory_metric = MemoryMetric::exact;
   const BatchSizePlan plan = make_plan(scenario, {strategies[0], strategies[2]}, o);
   ASSERT_EQ(plan.strategies.size(), 2U);
   for (std::size_t i = 0; i < 2; ++i) {
     const auto& spec = i == 0 ? strategies[0] : strategies[2];
     std::int64_t expected = 0;
     for (std::int64_t b = 1; b <= o.max_batch; ++b) {
-      const auto [ran, peak] = simulate_at(scenario, spec, b);
+      const auto [ran, peak] = simulate_at(scenario, spec, b, MemoryMetric::exact);
       if (!ran || peak > plan.limit_bytes) break;
       expected = b;
     }
@@ -75,8 +85,8 @@ TEST(Plan, SearchAgreesWithAnExhaustiveScan) {
     ASSERT_TRUE(plan.strategies[i].vs_baseline.has_value()) << plan.strategies[i].strategy;
     const auto& c = *plan.strategies[i].vs_baseline;
     EXPECT_EQ(c.batch, std::min(*plan.strategies[0].max_batch, *plan.strategies[i].max_batch));
-    const auto [base_fits, base_peak] = simulate_at(scenario, strategies[0], c.batch);
-    const auto [fits, peak] = simulate_at(scenario, strategies[2], c.batch);  // the plan's second strategy
+    const auto [base_fits, base_peak] = simulate_at(scenario, strategies[0], c.batch, MemoryMetric::exact);
+    const auto [fits, peak] = simulate_at(scenario, strategies[2], c.batch, MemoryMetric::exact);  // the plan's second strategy
     ASSERT_TRUE(base_fits && fits);
     EXPECT_DOUBLE_EQ(c.peak_saved_fraction, 1.0 - static_cast<double>(peak) / static_cast<double>(base_peak));
     EXPECT_GT(c.slowdown, 1.0);  // recomputation adds work
@@ -84,8 +94,8 @@ TEST(Plan, SearchAgreesWithAnExhaustiveScan) {
 }
 
 // By default the planner keeps the allocator model's reserved bytes within the limit; with the
-// exact metric it plans on the tensors' bytes, finds a larger batch, and warns where the reserved
-// figure there exceeds the GPU.
+// exact metric it plans on the tensors' bytes and finds a larger batch, out-of-memory still
+// being decided on the reserved segments.
 TEST(Plan, TheMemoryMetricDecidesWhatFits) {
   const Scenario scenario = small_scenario(1024 * kMiB);
   const models::StrategySpec baseline;
@@ -100,8 +110,7 @@ TEST(Plan, TheMemoryMetricDecidesWhatFits) {
   EXPECT_GT(simulate_at(scenario, baseline, r + 1).second, reserved.limit_bytes);
   EXPECT_LE(simulate_at(scenario, baseline, e, MemoryMetric::exact).second, exact.limit_bytes);
   EXPECT_TRUE(reserved.strategies[0].warnings.empty());
-  ASSERT_EQ(exact.strategies[0].warnings.size(), 1u);
-  EXPECT_NE(exact.strategies[0].warnings[0].find("the PyTorch allocator model reserves"), std::string::npos);
+  EXPECT_TRUE(simulate_at(scenario, baseline, e, MemoryMetric::reserved).first) << "a point that fits did not run out of memory";
   // Every point that ran carries the three metrics, in their order.
   for (const PlanPoint& p : exact.strategies[0].points) {
     if (p.out_of_memory) continue;

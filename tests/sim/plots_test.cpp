@@ -250,7 +250,7 @@ struct HandRun {
     const auto t = add("t", kGiB / 2, MemoryRole::temporary);
     auto event = [&](double time, std::size_t buffer, bool allocate) {
       const std::int64_t bytes = schedule.buffers[buffer].bytes;
-      result.memory_events.push_back({time, buffer, allocate ? bytes : -bytes});
+      result.memory_events.push_back({time, buffer, allocate ? bytes : -bytes, std::nullopt, allocate});
     };
     event(0, w, true);
     event(0, m, true);
@@ -265,6 +265,8 @@ struct HandRun {
     result.iteration_seconds = 0.008;
     result.peak_bytes = 6 * kGiB + kGiB / 4;
     result.peak_time = 0.003;
+    result.device.framework.visible_bytes = 8 * kGiB;  // no CUDA context: all of it usable
+    result.device.peak_reserved = 7 * kGiB;
   }
   SimulationRun run() const { return SimulationRun{"hand_run", "<test>", trace, platform, schedule, result, nullptr}; }
 };
@@ -278,7 +280,7 @@ TEST_F(PlotsTest, MemoryTimelineStacksTheRolesInUse) {
   EXPECT_THAT(svg, HasSubstr("simulated time (ms)"));
   EXPECT_THAT(svg, HasSubstr("GPU memory in use (GiB)"));
   EXPECT_THAT(svg, HasSubstr("hand_run (compress_conv) on test_gpu"));
-  EXPECT_THAT(svg, HasSubstr("peak 6.25 GiB of 8.00 GiB"));
+  EXPECT_THAT(svg, HasSubstr("tensors' peak 6.25 GiB at t = 3.00 ms (reserved 7.00 of 8.00 GiB usable)"));
   for (const char* role : {"weight", "optimizer_state", "activation", "compressed", "temporary"}) {
     EXPECT_THAT(svg, HasSubstr(std::string(">") + role + "</text>")) << role;
   }
@@ -293,7 +295,7 @@ TEST_F(PlotsTest, MemoryTimelineOfAnOutOfMemoryRunSaysSo) {
   require_gnuplot();
   HandRun hand;
   hand.result.memory_events.resize(4);  // stopped after a2
-  hand.result.out_of_memory = OutOfMemory{std::nullopt, 4, 3 * kGiB, 6 * kGiB, 8 * kGiB, 0.003};
+  hand.result.out_of_memory = OutOfMemory{2, std::nullopt, 4, 3 * kGiB, 6 * kGiB, 8 * kGiB, 0.003};
   const fs::path out = dir_ / "oom.svg";
   write_memory_timeline_plot(hand.run(), out);
   EXPECT_THAT(read_svg(out), HasSubstr("out of memory at t = 3.00 ms"));

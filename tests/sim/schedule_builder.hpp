@@ -7,6 +7,7 @@
 
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/schedule.hpp"
+#include "comptrain/sim/framework.hpp"
 
 namespace comptrain::sim::testing {
 
@@ -23,6 +24,15 @@ inline models::Platform test_platform(std::int64_t memory = 1'000'000'000) {
   p.host_link.bandwidth = 10e9;
   p.host_link.latency = 1e-6;
   return p;
+}
+
+// PyTorch's allocator on `visible` bytes with no CUDA context and no cuBLAS workspace, so that
+// hand-computed cases see only their own buffers.
+inline FrameworkOnGpu bare_framework(std::int64_t visible = 1'000'000'000, ZeroGrad zero_grad = ZeroGrad::set_to_none) {
+  FrameworkOnGpu f;
+  f.zero_grad = zero_grad;
+  f.visible_bytes = visible;
+  return f;
 }
 
 struct ScheduleBuilder {

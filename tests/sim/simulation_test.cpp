@@ -50,9 +50,10 @@ TEST(Simulation, ComputeTasksRunInOrderAndFreeAfterTheLastUse) {
   EXPECT_NEAR(r.memory_events[4].time, 1.0, kTol);
 }
 
-// The tracker feeds the same stream to the model of PyTorch's caching allocator.
+// The replay's stream goes through the model of PyTorch's caching allocator.
+constexpr std::int64_t kMiB = 1 << 20;
+
 TEST(Simulation, TheAllocatorModelSeesTheSameStream) {
-  constexpr std::int64_t kMiB = 1 << 20;
   ScheduleBuilder b;
   auto w = b.buffer("w", 100, MemoryRole::weight, true);  // small pool: a 512 B block in a 2 MiB segment
   auto x = b.buffer("x", 3 * kMiB, MemoryRole::activation);  // large pool: a 20 MiB segment, split
@@ -60,11 +61,32 @@ TEST(Simulation, TheAllocatorModelSeesTheSameStream) {
   b.task("f", TaskKind::op, Stream::compute, 0.25, {x}, {w});
   b.task("g", TaskKind::op, Stream::compute, 0.5, {y}, {x});
   b.task("h", TaskKind::op, Stream::compute, 0.25, {}, {y});
-  const SimulationResult r = simulate(test_platform(), b.s);
+  const SimulationResult r = simulate(test_platform(), b.s, testing::bare_framework());
   ASSERT_TRUE(r.fits());
   EXPECT_EQ(r.peak_bytes, 100 + 6 * kMiB);
-  EXPECT_EQ(r.allocator_peak_allocated, 512 + 6 * kMiB);  // while g runs
-  EXPECT_EQ(r.allocator_peak_reserved, 2 * kMiB + 20 * kMiB);
+  EXPECT_EQ(r.device.peak_allocated, 512 + 6 * kMiB);  // while g runs
+  EXPECT_EQ(r.device.peak_reserved, 2 * kMiB + 20 * kMiB);
+  EXPECT_EQ(r.device.steady_peak_reserved, 2 * kMiB + 20 * kMiB);
+  EXPECT_EQ(r.device.device_peak(), r.device.peak_reserved);  // no context
+}
+
+// The default framework allocates the cuBLAS workspace (8 MiB + 128 KiB before Hopper) at the
+// first allocation of the first iteration, and counts the CUDA context in the device figure.
+TEST(Simulation, TheDefaultFrameworkHoldsTheCublasWorkspaceAndTheContext) {
+  ScheduleBuilder b;
+  auto x = b.buffer("x", 12 * kMiB, MemoryRole::activation);
+  b.task("f", TaskKind::op, Stream::compute, 0.25, {x}, {});
+  models::Platform platform = test_platform();
+  platform.gpu.cuda_context_bytes = 300 * kMiB;
+  const SimulationResult r = simulate(platform, b.s);
+  ASSERT_TRUE(r.fits());
+  constexpr std::int64_t workspace = 8 * kMiB + 128 * 1024;
+  EXPECT_EQ(r.device.framework.cublas_workspace_bytes, workspace);
+  EXPECT_EQ(r.device.peak_allocated, workspace + 12 * kMiB);
+  // The workspace is below kMinLargeAlloc (10 MiB): a 20 MiB segment; x gets its own 12 MiB one.
+  EXPECT_EQ(r.device.peak_reserved, 20 * kMiB + 12 * kMiB);
+  EXPECT_EQ(r.device.device_peak(), 32 * kMiB + 300 * kMiB);
+  EXPECT_EQ(r.device.framework.usable_bytes(), 1'000'000'000 - 300 * kMiB);
 }
 
 TEST(Simulation, ACopyTakesLatencyPlusBytesOverBandwidth) {
@@ -116,48 +138,55 @@ TEST(Simulation, TheComputeStreamStallsForALatePrefetch) {
   EXPECT_NEAR(r.iteration_seconds, 0.012001, 1e-8);
 }
 
+// Out-of-memory is PyTorch's: a new segment that cannot be reserved within the usable memory.
 TEST(Simulation, OutOfMemoryNamesTheTaskAndTheBytes) {
   ScheduleBuilder b;
-  auto w = b.buffer("w", 600, MemoryRole::weight, true);
-  auto a = b.buffer("a", 300);
-  auto c = b.buffer("c", 200);
+  auto w = b.buffer("w", 10 * kMiB, MemoryRole::weight, true);  // a 10 MiB segment (>= kMinLargeAlloc: exact)
+  auto a = b.buffer("a", 12 * kMiB);                            // 12 MiB
+  auto c = b.buffer("c", 20 * kMiB);                            // 20 MiB more: 42 > 40
   b.task("first", TaskKind::op, Stream::compute, 0.5, {a}, {w});
   b.task("second", TaskKind::op, Stream::compute, 0.5, {c}, {a});
-  const SimulationResult r = simulate(test_platform(1000), b.s);
+  const SimulationResult r = simulate(test_platform(), b.s, testing::bare_framework(40 * kMiB));
   ASSERT_FALSE(r.fits());
+  EXPECT_EQ(r.out_of_memory->iteration, 1);  // the first iteration already fails
   EXPECT_EQ(r.out_of_memory->task, models::TaskId{1});
   EXPECT_EQ(r.out_of_memory->buffer, c);
-  EXPECT_EQ(r.out_of_memory->requested, 200);
-  EXPECT_EQ(r.out_of_memory->in_use, 900);
-  EXPECT_EQ(r.out_of_memory->capacity, 1000);
+  EXPECT_EQ(r.out_of_memory->requested, 20 * kMiB);
+  EXPECT_EQ(r.out_of_memory->in_use, 22 * kMiB);
+  EXPECT_EQ(r.out_of_memory->capacity, 40 * kMiB);
   EXPECT_NEAR(r.out_of_memory->time, 0.5, kTol);
+  // The iteration is cut there: the failing task did not end, the exact stream stops before c.
+  EXPECT_EQ(r.tasks[1].end, 0.0);
+  EXPECT_NEAR(r.tasks[0].end, 0.5, kTol);
+  ASSERT_EQ(r.memory_events.size(), 2u);  // w, a
 }
 
-TEST(Simulation, OutOfMemoryWhileAnotherStreamWaitsEndsCleanly) {
-  // The codec stream waits for the compute stream's task 1, which runs out of memory: the
-  // waiting actor must be released, not killed mid-wait (that aborted SimGrid).
+TEST(Simulation, OutOfMemoryCutsTheOtherStreamsToo) {
   ScheduleBuilder b;
-  auto a = b.buffer("a", 300);
-  auto big = b.buffer("big", 900);
+  auto a = b.buffer("a", 12 * kMiB);
+  auto big = b.buffer("big", 30 * kMiB);
   auto c = b.buffer("c", 100);
   auto t0 = b.task("first", TaskKind::op, Stream::compute, 0.5, {a}, {});
   auto t1 = b.task("second", TaskKind::op, Stream::compute, 0.5, {big}, {a});
   b.task("compress", TaskKind::compress, Stream::codec, 0.1, {c}, {a}, {t0, t1});
   b.task("copy", TaskKind::offload, Stream::d2h, 0, {}, {a}, {t1}, 1000);
-  const SimulationResult r = simulate(test_platform(1000), b.s);
+  const SimulationResult r = simulate(test_platform(), b.s, testing::bare_framework(40 * kMiB));
   ASSERT_FALSE(r.fits());
   EXPECT_EQ(r.out_of_memory->task, models::TaskId{1});
-  EXPECT_EQ(r.out_of_memory->requested, 900);
+  EXPECT_EQ(r.out_of_memory->requested, 30 * kMiB);
+  EXPECT_EQ(r.tasks[2].start, 0.0);  // after the failure: never ran
+  EXPECT_EQ(r.tasks[2].end, 0.0);
 }
 
 TEST(Simulation, ResidentStateThatDoesNotFitIsReportedBeforeTheIteration) {
   ScheduleBuilder b;
-  b.buffer("weights", 2000, MemoryRole::weight, true);
+  b.buffer("weights", 50 * kMiB, MemoryRole::weight, true);
   b.task("f", TaskKind::op, Stream::compute, 1, {}, {});
-  const SimulationResult r = simulate(test_platform(1000), b.s);
+  const SimulationResult r = simulate(test_platform(), b.s, testing::bare_framework(40 * kMiB));
   ASSERT_FALSE(r.fits());
+  EXPECT_EQ(r.out_of_memory->iteration, 0);
   EXPECT_FALSE(r.out_of_memory->task.has_value());
-  EXPECT_EQ(r.out_of_memory->requested, 2000);
+  EXPECT_EQ(r.out_of_memory->requested, 50 * kMiB);
 }
 
 TEST(Simulation, EachCallIsAFreshEngine) {

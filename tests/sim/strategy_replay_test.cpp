@@ -76,7 +76,7 @@ traces::Trace chain() {
 }
 
 // Link speeds in bytes/s, no latency: copying `a` takes 1000 / bandwidth seconds.
-models::Platform hand_platform(double link_bandwidth, std::int64_t memory = 1'000'000) {
+models::Platform hand_platform(double link_bandwidth, std::int64_t memory = std::int64_t{1} << 30) {
   models::Platform p;
   p.name = "hand";
   p.gpu.name = kDevice;
@@ -231,7 +231,8 @@ TEST(StrategyReplay, ResNet50AtABatchThatDoesNotFitIsOutOfMemory) {
   const SimulationResult r = run(trace, platform, models::StrategySpec{});
   ASSERT_FALSE(r.fits());
   EXPECT_TRUE(r.out_of_memory->task.has_value());
-  EXPECT_GT(r.out_of_memory->requested + r.out_of_memory->in_use, platform.gpu.memory_bytes);
+  EXPECT_GT(r.out_of_memory->requested + r.out_of_memory->in_use, r.out_of_memory->capacity);
+  EXPECT_EQ(r.out_of_memory->capacity, platform.gpu.memory_visible_bytes - platform.gpu.cuda_context_bytes);
 }
 
 }  // namespace

@@ -37,10 +37,10 @@ TEST(ValidationTable, ReadsPointsSkippingCommentsAndBlankLines) {
   const ValidationTable table = parse(
       "# comment\n\n" + kPoint + "\n" +
       R"({"id": "p2", "source": "s", "model": "m", "gpu": "g", "precision": "amp", "batch": 4, "metric": "memory_reduction_x", )"
-      R"("published": 1.5, "published_upper": 2, "unit": "x", "notes": "n", "suspect": true, "holdout": true, "fast": true, )"
+      R"("published": 1.5, "published_upper": 2, "unit": "x", "notes": "n", "suspect": true, "holdout": true, "fast": true, "measured_as": "nvidia-smi", )"
       R"("scenario": "default.yaml", "reference_scenario": "default.yaml"})" "\n" +
       R"({"id": "p3", "source": "s", "model": "m", "gpu": "g", "precision": "fp32", "batch": 4, "metric": "peak_mem_bytes", )"
-      R"("published": 1e9, "unit": "bytes", "notes": "n", "not_covered": "optimizer Adafactor"})" "\n");
+      R"("published": 1e9, "unit": "bytes", "notes": "n", "not_covered": "optimizer Adafactor", "measured_as": "max_memory_allocated"})" "\n");
   ASSERT_EQ(table.points.size(), 3u);
   const ValidationPoint& p1 = table.points[0];
   EXPECT_EQ(p1.id, "p1");
@@ -55,6 +55,8 @@ TEST(ValidationTable, ReadsPointsSkippingCommentsAndBlankLines) {
   EXPECT_EQ(p2.metric, ValidationMetric::memory_reduction_x);
   EXPECT_EQ(p2.published_upper, 2.0);
   EXPECT_TRUE(p2.suspect && p2.holdout && p2.fast);
+  EXPECT_EQ(p2.measured_as, MeasuredAs::nvidia_smi);
+  EXPECT_EQ(table.points[2].measured_as, MeasuredAs::max_memory_allocated);
   EXPECT_FALSE(table.points[2].covered());
   EXPECT_EQ(table.points[2].not_covered, "optimizer Adafactor");
 }
@@ -74,8 +76,13 @@ TEST(ValidationTable, ErrorsNameTheLine) {
   batch.replace(batch.find("\"batch\": 32"), 11, "\"batch\": 0");
   EXPECT_THAT(error_of(batch), HasSubstr("field 'batch': found 0; expected a positive integer"));
   std::string precision = kPoint;
-  precision.replace(precision.find("tf32"), 4, "bf16");
-  EXPECT_THAT(error_of(precision), HasSubstr("expected fp32, tf32 or amp"));
+  precision.replace(precision.find("tf32"), 4, "fp8");
+  EXPECT_THAT(error_of(precision), HasSubstr("expected fp32, tf32, amp, amp-fp16"));
+  std::string peak = kPoint;
+  peak.replace(peak.find("throughput_samples_per_s"), 24, "peak_mem_bytes");
+  EXPECT_THAT(error_of(peak), HasSubstr("field 'measured_as': missing; expected how the peak_mem_bytes figure was measured"));
+  peak.insert(1, R"("measured_as": "smi", )");
+  EXPECT_THAT(error_of(peak), HasSubstr("field 'measured_as': found \"smi\"; expected max_memory_allocated"));
   std::string published = kPoint;
   published.replace(published.find("900"), 3, "-1");
   EXPECT_THAT(error_of(published), HasSubstr("field 'published': found -1; expected a positive number"));

@@ -538,7 +538,7 @@ INSTANTIATE_TEST_SUITE_P(
         BrokenCase{"RoleIsANumber",
                    {{R"("role": "input")", R"("role": 0)"}},
                    "/tensors/0/role",
-                   {"found the integer 0; expected a role, one of: input, weight, buffer"}},
+                   {"found the integer 0; expected a role, one of: input, weight, weight_copy, buffer"}},
         BrokenCase{"MetadataValueNotAString",
                    {{R"("precision": "fp32")", R"("precision": 32)"}},
                    "/metadata/precision",
@@ -702,7 +702,7 @@ INSTANTIATE_TEST_SUITE_P(
             "UnknownRole",
             {{R"("role": "gradient")", R"("role": "grad")"}},
             "/tensors/6/role",
-            {R"(unknown role "grad")", "expected one of: input, weight, buffer, gradient, optimizer_state"}},
+            {R"(unknown role "grad")", "expected one of: input, weight, weight_copy, buffer, gradient, optimizer_state"}},
         // Format and version.
         BrokenCase{"NewerVersion",
                    {{R"("version": 1,)", R"("version": 3, "new_field": 1,)"}},

@@ -48,7 +48,17 @@ inline constexpr double min_efficiency = 1e-3;
 
 struct GpuSpec {
   std::string name;                 // "NVIDIA A100-SXM4-40GB"
-  std::int64_t memory_bytes = 0;    // usable device memory
+  std::int64_t memory_bytes = 0;    // device memory, as the datasheet gives it
+  // What cudaMemGetInfo and nvidia-smi report as the total (gpu.memory_visible): the datasheet
+  // figure less what the driver keeps (and ECC's share on GDDR parts). Defaults to memory_bytes.
+  std::int64_t memory_visible_bytes = 0;
+  // What the CUDA context and the kernels loaded into it take, outside PyTorch's caching
+  // allocator (gpu.cuda_context): nvidia-smi counts it, torch.cuda.memory_reserved does not.
+  // 0 when the platform does not give it.
+  std::int64_t cuda_context_bytes = 0;
+  // gpu.compute_capability "major.minor"; 0.0 when not given.
+  int compute_capability_major = 0;
+  int compute_capability_minor = 0;
   double memory_bandwidth = 0;      // HBM/GDDR bytes/s
   double peak_fp32 = 0;             // dense FLOP/s
   double peak_tf32 = 0;             // dense tensor-core FLOP/s (0: no TF32)

@@ -53,6 +53,7 @@ struct PlanPoint {
   std::int64_t exact_peak_bytes = 0;      // the three metrics of a simulation that ran (0 otherwise)
   std::int64_t allocated_peak_bytes = 0;
   std::int64_t reserved_peak_bytes = 0;
+  std::int64_t device_peak_bytes = 0;     // reserved + CUDA context
   double iteration_seconds = 0;      // 0 for out-of-memory points
   double samples_per_second = 0;
   double stall_seconds = 0;
@@ -71,7 +72,11 @@ struct StrategyPlan {
   // when there is no baseline, this is it, or either fits nowhere.
   struct Comparison {
     std::int64_t batch = 0;
-    double peak_saved_fraction = 0;   // 1 - peak / baseline's peak, at `batch`
+    double peak_saved_fraction = 0;   // 1 - peak / baseline's peak, at `batch` (the plan's metric)
+    // The same in PyTorch's terms: max_memory_allocated and max_memory_reserved (a compressed
+    // buffer is an allocation of its own, with its rounding and its segment).
+    double allocated_saved_fraction = 0;
+    double reserved_saved_fraction = 0;
     double slowdown = 0;              // iteration time / baseline's, at `batch`
     double best_throughput_ratio = 0; // best_samples_per_second / the baseline's best
   };
@@ -89,7 +94,10 @@ struct BatchSizePlan {
   std::string gpu_name;
   std::string variant;                        // the sweep variant's label; empty outside sweeps
   std::string platform_name;
+  // What the plan's metric is held against: the visible memory for `device`, else what PyTorch
+  // can use (visible memory less the CUDA context).
   std::int64_t capacity_bytes = 0;
+  std::int64_t cuda_context_bytes = 0;
   std::int64_t limit_bytes = 0;               // floor((1 - margin) * capacity)
   PlanOptions options;
   std::vector<StrategyPlan> strategies;

@@ -33,6 +33,8 @@ class PreparedScenario {
   const Scenario& scenario() const { return scenario_; }
   const models::Platform& platform() const { return time_model_.platform(); }
   const models::OpTimeModel& time_model() const { return time_model_; }
+  // The scenario's framework section against its platform (sim/framework.hpp).
+  const FrameworkOnGpu& framework() const { return framework_; }
   // The scenario's batch size: training.batch_size, else the trace file's, else 1.
   std::int64_t batch_size() const { return batch_size_; }
 
@@ -43,6 +45,7 @@ class PreparedScenario {
  private:
   Scenario scenario_;
   models::OpTimeModel time_model_;
+  FrameworkOnGpu framework_;
   std::optional<traces::Trace> file_trace_;
   std::int64_t batch_size_ = 1;
 };
@@ -54,7 +57,8 @@ struct ScheduledRun {
   models::Schedule schedule;
 };
 
-// The trace at `batch` and its schedule under `strategy`; NotApplicable when the strategy
+// The trace at `batch` and its schedule under `strategy`, with the framework's gradient
+// lifetime applied (apply_gradient_lifetime); NotApplicable when the strategy
 // cannot apply there (a recompute budget below what the checkpoints alone need): a result for
 // the caller to report, not an error.
 std::variant<ScheduledRun, models::NotApplicable> schedule_run(const PreparedScenario& prepared, const models::StrategySpec& strategy,

@@ -3,6 +3,8 @@
 // and execution, it has one section per concern:
 //   model:     the application (a zoo model and its shape options, or a trace file)
 //   training:  how it is trained (batch size, precision, optimizer, TF32)
+//   framework: what PyTorch holds besides the tensors (gradient lifetime, allocator options,
+//              CUDA context, cuBLAS workspace; sim/framework.hpp)
 //   platform:  the system (a shipped platform, a platform file, or an inline description)
 //   strategy:  the memory-saving strategy (rules over the saved activations)
 //   plan:      optional, for `comptrain plan`: strategies to compare, margin, search ceiling
@@ -18,18 +20,23 @@
 
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/strategy.hpp"
+#include "comptrain/sim/framework.hpp"
 #include "comptrain/traces/trace.hpp"
 #include "comptrain/zoo/zoo.hpp"
 
 namespace comptrain::sim {
 
-// Which peak the planner keeps within (1 - margin) x capacity:
-//   exact      the sum of the live tensors' bytes (comptrain's memory tracker)
-//   allocated  the caching-allocator model's max_memory_allocated (blocks rounded to 512 B)
+// Which peak the planner keeps within (1 - margin) x capacity (sim/device_memory.hpp):
+//   exact      the sum of the live tensors' bytes in the steady iteration (memory tracker);
+//              capacity: what PyTorch's allocator may reserve (visible memory - CUDA context)
+//   allocated  the caching-allocator model's max_memory_allocated (blocks rounded to 512 B,
+//              the cuBLAS workspace, set-up and first iteration included); same capacity
 //   reserved   its max_memory_reserved (segments, cached blocks, fragmentation): what PyTorch
-//              must obtain from the GPU, so where it runs out of memory. The planner's default.
-// None includes the CUDA context or library workspaces yet.
-enum class MemoryMetric { exact, allocated, reserved };
+//              must obtain from the GPU, so where it runs out of memory; same capacity. The
+//              planner's default.
+//   device     reserved + the CUDA context: what nvidia-smi shows as used; capacity: the
+//              GPU's visible memory (gpu.memory_visible)
+enum class MemoryMetric { exact, allocated, reserved, device };
 std::string_view to_string(MemoryMetric metric);
 std::optional<MemoryMetric> parse_memory_metric(std::string_view text);
 
@@ -54,6 +61,7 @@ struct Scenario {
   // batch, or 1 for a zoo model. The run layer (sim/run.hpp) builds or rescales the trace to it.
   std::optional<std::int64_t> batch_size;
   bool allow_tf32 = false;                 // fp32 convolutions and matmuls on TF32 tensor cores
+  FrameworkSpec framework;
 
   std::optional<models::Platform> platform;  // required to simulate
   models::StrategySpec strategy;             // default: baseline

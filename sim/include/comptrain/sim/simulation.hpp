@@ -9,6 +9,8 @@
 
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/schedule.hpp"
+#include "comptrain/sim/device_memory.hpp"
+#include "comptrain/sim/framework.hpp"
 #include "comptrain/sim/memory_tracker.hpp"
 
 namespace comptrain::sim {
@@ -19,11 +21,14 @@ struct TaskTiming {
   double end = 0;
 };
 
-// The iteration did not fit: allocating `requested` bytes for `task` (or, with no task, the
-// resident weights, buffers and optimizer state before the iteration) exceeded the capacity.
+// The iteration did not fit: PyTorch's caching allocator (model) could not reserve the
+// `requested` bytes of a new segment for `task`'s buffer with `in_use` bytes reserved of the
+// `capacity` it may use (the GPU's visible memory less the CUDA context). With no task, it was
+// the set-up (weights, buffers, inputs) before the first iteration.
 struct OutOfMemory {
+  int iteration = 2;  // 0 set-up, 1 the first iteration, 2 the steady one (device_memory.hpp)
   std::optional<models::TaskId> task;
-  models::BufferId buffer = 0;
+  std::optional<models::BufferId> buffer;  // none: the cuBLAS workspace
   std::int64_t requested = 0;
   std::int64_t in_use = 0;
   std::int64_t capacity = 0;
@@ -33,17 +38,17 @@ struct OutOfMemory {
 struct SimulationResult {
   std::optional<OutOfMemory> out_of_memory;
   double iteration_seconds = 0;   // when the last task ended
-  std::int64_t peak_bytes = 0;
-  // The model of PyTorch's caching allocator fed the same stream (MemoryTracker): its peaks of
-  // max_memory_allocated and max_memory_reserved. No CUDA context or library workspaces yet.
-  std::int64_t allocator_peak_allocated = 0;
-  std::int64_t allocator_peak_reserved = 0;
+  std::int64_t peak_bytes = 0;      // the tensors' exact bytes, steady iteration (MemoryTracker)
+  // What PyTorch would hold: the stream through the caching-allocator model, with set-up and
+  // first iteration, the cuBLAS workspace and the CUDA context (device_memory.hpp).
+  DeviceMemory device;
   double peak_time = 0;
   BytesByMemoryRole peak_by_role{};
   std::vector<models::BufferId> live_at_peak;
   std::array<double, 6> seconds_by_task_kind{};  // summed task durations, indexed by TaskKind
   double compute_stall_seconds = 0;  // the compute stream waiting for other streams
   std::vector<TaskTiming> tasks;     // indexed by TaskId (zeros for tasks that never ran)
+  // The exact-byte stream; after an out-of-memory, up to the failing allocation.
   std::vector<MemoryEvent> memory_events;
 
   bool fits() const { return !out_of_memory.has_value(); }
@@ -55,9 +60,17 @@ struct SimulationResult {
 // at a non-finite time, or the child died (its signal and the end of its stderr are in the
 // message). What the child wrote to stderr otherwise is passed on to ours. The schedule must be
 // valid (Schedule::validate).
+// The replay runs the whole iteration; the device-memory model then decides out-of-memory on the
+// caching allocator's reserved bytes, and an iteration that does not fit is cut at the failing
+// allocation (tasks that had not ended by then count as not run, as if PyTorch had raised).
+// `framework` must have the gradient lifetime applied to `schedule` already
+// (apply_gradient_lifetime; sim/run.hpp does it).
+SimulationResult simulate(const models::Platform& platform, const models::Schedule& schedule, const FrameworkOnGpu& framework);
+
+// With the default framework (FrameworkSpec{}: PyTorch 2's defaults) on the platform's GPU.
 SimulationResult simulate(const models::Platform& platform, const models::Schedule& schedule);
 
 // The same in this process: usable once per process (a benchmark child, a worker).
-SimulationResult simulate_in_this_process(const models::Platform& platform, const models::Schedule& schedule);
+SimulationResult simulate_in_this_process(const models::Platform& platform, const models::Schedule& schedule, const FrameworkOnGpu& framework);
 
 }  // namespace comptrain::sim

@@ -7,8 +7,12 @@
 //
 // What is predicted, per metric (a point's `scenario` S, its `reference_scenario` R):
 //   throughput_samples_per_s  batch / iteration time of S at the point's batch
-//   peak_mem_bytes            the simulated peak of S
-//   memory_reduction_x        peak of R / peak of S (R: the baseline)
+//   peak_mem_bytes            the simulated peak of S, in the terms of the point's
+//                             `measured_as`: max_memory_allocated, max_memory_reserved,
+//                             nvidia-smi (reserved + CUDA context: sim/device_memory.hpp), or
+//                             tensor_bytes (the live tensors' exact bytes: another framework's
+//                             own accounting or a paper's estimate)
+//   memory_reduction_x        peak of R / peak of S (R: the baseline), in the same terms
 //   slowdown_x                iteration time of S / iteration time of R (R: the reference run)
 //   max_batch                 the planner's largest batch for S's strategy (sim/plan.hpp,
 //                             with S's plan settings: by default 5% of the memory kept free)
@@ -26,6 +30,10 @@ enum class ValidationMetric { throughput_samples_per_s, peak_mem_bytes, memory_r
 
 std::string_view metric_name(ValidationMetric metric);
 
+// How a published memory figure was measured (the table's `measured_as`).
+enum class MeasuredAs { unspecified, max_memory_allocated, max_memory_reserved, nvidia_smi, first_oom, tensor_bytes };
+std::string_view to_string(MeasuredAs measured_as);
+
 struct ValidationPoint {
   std::string id;
   int line = 0;  // in the table, for messages
@@ -33,6 +41,7 @@ struct ValidationPoint {
   std::string model, gpu, precision, unit, notes, published_raw;
   std::int64_t batch = 0;
   ValidationMetric metric = ValidationMetric::throughput_samples_per_s;
+  MeasuredAs measured_as = MeasuredAs::unspecified;  // required for peak_mem_bytes and memory_reduction_x
   double published = 0;
   std::optional<double> published_upper;  // the published figure is a range [published, published_upper]
   bool suspect = false;  // the setup cannot be reproduced faithfully: shown, left out of the summaries
@@ -85,6 +94,7 @@ std::vector<ValidationResult> validate(const ValidationTable& table, const Valid
 // Per metric, over the predicted points that are not suspect.
 struct MetricSummary {
   ValidationMetric metric = ValidationMetric::throughput_samples_per_s;
+  MeasuredAs measured_as = MeasuredAs::unspecified;  // required for peak_mem_bytes and memory_reduction_x
   int count = 0;
   double median_abs_error = 0;
   double worst_abs_error = 0;

@@ -1,0 +1,65 @@
+#pragma once
+// The framework model: what a PyTorch training process holds on the GPU besides the tensors of
+// the trace, and when. A scenario's `framework:` section (scenarios/README.md, "framework")
+// sets it; every field has a default that matches a stock PyTorch 2.x training loop.
+//
+//   zero_grad            when weight gradients are freed: `set_to_none` (optimizer.zero_grad()'s
+//                        default since PyTorch 2.0, torch/optim/optimizer.py: `set_to_none: bool =
+//                        True`; gradients are freed between iterations and re-created by the next
+//                        backward) or `zeros` (set_to_none=False, the default before 2.0 and what
+//                        trainers calling model.zero_grad() on 1.x did: gradients stay allocated
+//                        through the next forward pass).
+//   expandable_segments  PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (caching_allocator.hpp).
+//   cuda_context         bytes the CUDA context and the loaded kernels take outside the caching
+//                        allocator (nvidia-smi shows them, torch.cuda.memory_reserved does not);
+//                        unset: the platform's gpu.cuda_context.
+//   cublas_workspace     the cuBLAS workspace PyTorch allocates through the caching allocator on
+//                        the first GEMM and keeps (aten/src/ATen/cuda/CublasHandlePool.cpp);
+//                        unset: the default for the platform's compute capability
+//                        (default_cublas_workspace_bytes).
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "comptrain/models/platform.hpp"
+#include "comptrain/models/schedule.hpp"
+
+namespace comptrain::sim {
+
+enum class ZeroGrad { set_to_none, zeros };
+std::string_view to_string(ZeroGrad zero_grad);
+std::optional<ZeroGrad> parse_zero_grad(std::string_view text);
+
+struct FrameworkSpec {
+  ZeroGrad zero_grad = ZeroGrad::set_to_none;
+  bool expandable_segments = false;
+  std::optional<std::int64_t> cuda_context_bytes;
+  std::optional<std::int64_t> cublas_workspace_bytes;
+};
+
+// The framework resolved against a platform: every figure the device-memory model needs.
+struct FrameworkOnGpu {
+  ZeroGrad zero_grad = ZeroGrad::set_to_none;
+  bool expandable_segments = false;
+  std::int64_t visible_bytes = 0;           // what cudaMemGetInfo / nvidia-smi report as total
+  std::int64_t cuda_context_bytes = 0;      // outside the allocator
+  std::int64_t cublas_workspace_bytes = 0;  // inside the allocator, held from the first GEMM on
+  // What the caching allocator can reserve: visible_bytes - cuda_context_bytes.
+  std::int64_t usable_bytes() const { return visible_bytes - cuda_context_bytes; }
+};
+
+// InputError naming `source` when the context leaves nothing for the allocator.
+FrameworkOnGpu resolve_framework(const FrameworkSpec& framework, const models::GpuSpec& gpu, std::string_view source);
+
+// PyTorch's default cuBLAS workspace for a GPU of compute capability major.minor
+// (CublasHandlePool.cpp, see framework.cpp for the commit and the formula).
+std::int64_t default_cublas_workspace_bytes(int major, int minor);
+
+// Applies the gradient lifetime to a schedule. With `zeros`, weight gradients (role gradient,
+// held to the end of the iteration) become resident: allocated before the iteration, as they
+// are at the start of every iteration but the first, and never freed. With `set_to_none` the
+// schedule is unchanged: gradients are created by the backward pass and freed after the step.
+void apply_gradient_lifetime(models::Schedule& schedule, ZeroGrad zero_grad);
+
+}  // namespace comptrain::sim

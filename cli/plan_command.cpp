@@ -145,8 +145,10 @@ std::function<int()> add_plan_command(CLI::App& app) {
   add_positive_int(*command, "--probes", o->probes, "Simulations per search round (default 3); results do not depend on -j");
   add_choice(*command, "--memory-metric", o->memory_metric,
              "The peak kept within the limit: reserved (default or plan.memory_metric: the PyTorch caching-allocator model's "
-             "max_memory_reserved, where PyTorch runs out of memory), allocated (its max_memory_allocated) or exact (the live tensors' bytes)",
-             {"reserved", "allocated", "exact"});
+             "max_memory_reserved, where PyTorch runs out of memory), allocated (its max_memory_allocated), exact (the live tensors' bytes) "
+             "or device (reserved + the CUDA context, what nvidia-smi shows, against the GPU's visible memory); out-of-memory is always "
+             "decided on reserved",
+             {"reserved", "allocated", "exact", "device"});
   add_positive_int(*command, "-j,--jobs", o->jobs, "Worker processes (default: the core count)");
   command->add_flag("--json", o->json, "Print the plan (every simulated point included) as JSON");
   command->add_option("--csv", o->csv, "Write every simulated point as CSV");

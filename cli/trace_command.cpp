@@ -27,12 +27,16 @@ bool has_extension(const std::string& text, std::initializer_list<const char*> e
   return false;
 }
 
+std::vector<std::string> names(const std::vector<std::string_view>& views) { return {views.begin(), views.end()}; }
+
 // Which trace to work on, and the command-line overrides of its scenario.
 struct TraceSelection {
   std::string target;  // zoo name, trace .json, scenario .yaml; empty: the embedded default scenario
   std::optional<std::int64_t> batch;
   std::string precision;
   std::string optimizer;
+  std::string optimizer_impl;
+  std::string attention;
   std::optional<std::int64_t> layers, hidden, heads, seq_len, vocab;
 
   void add_options(CLI::App& command) {
@@ -40,11 +44,20 @@ struct TraceSelection {
                        "A zoo model name (see `comptrain trace list`), a trace file (.json) or a scenario (.yaml); "
                        "default: the embedded default scenario");
     add_positive_int(command, "-b,--batch", batch, "Batch size (rescales a trace file)");
-    add_choice(command, "--precision", precision, "fp32, or mixed (16-bit weights and activations, fp32 master weights)",
-               {"fp32", "mixed"});
-    add_choice(command, "--optimizer", optimizer, "sgd, momentum or adam (default: momentum for CNNs, adam for transformers)",
-               {"sgd", "momentum", "adam"});
+    add_choice(command, "--precision", precision,
+               "fp32; amp-fp16 or amp-bf16 (torch.autocast: fp32 weights, gradients and state, 16-bit copies of the weights, "
+               "autocast's per-op dtypes); fp16 or bf16 (model.half()/.bfloat16(): everything 16-bit); mixed (Megatron-style: "
+               "16-bit weights and gradients, fp32 master weights and state). See traces/zoo/README.md",
+               names(zoo::precision_names()));
+    add_choice(command, "--optimizer", optimizer, "sgd, momentum, adam or adamw (default: momentum for CNNs, adam for transformers)",
+               names(zoo::optimizer_names()));
+    add_choice(command, "--optimizer-impl", optimizer_impl,
+               "foreach (PyTorch 2's default on CUDA), fused or for-loop: which temporaries the step makes", names(zoo::optimizer_impl_names()));
     auto* shape = command.add_option_group("transformer shape", "For bert-base, bert-large, gpt2 and gpt");
+    add_choice(*shape, "--attention", attention,
+               "fused-softmax (default: Megatron-style scale-mask-softmax), eager (Hugging Face's eager attention) or flash (one fused "
+               "kernel, no S x S tensors)",
+               names(zoo::attention_names()));
     add_positive_int(*shape, "--layers", layers, "Transformer layers");
     add_positive_int(*shape, "--hidden", hidden, "Hidden size");
     add_positive_int(*shape, "--heads", heads, "Attention heads");
@@ -53,7 +66,7 @@ struct TraceSelection {
   }
 
   bool overrides_model() const {
-    return !precision.empty() || !optimizer.empty() || layers || hidden || heads || seq_len || vocab;
+    return !precision.empty() || !optimizer.empty() || !optimizer_impl.empty() || !attention.empty() || layers || hidden || heads || seq_len || vocab;
   }
 
   traces::Trace load() const {
@@ -83,6 +96,8 @@ struct TraceSelection {
     zoo::ModelSpec& request = *scenario.zoo_model;
     if (!precision.empty()) request.precision = *zoo::parse_precision(precision);
     if (!optimizer.empty()) request.optimizer = zoo::parse_optimizer(optimizer);
+    if (!optimizer_impl.empty()) request.optimizer_impl = *zoo::parse_optimizer_impl(optimizer_impl);
+    if (!attention.empty()) request.attention = zoo::parse_attention(attention);
     for (auto [field, value] : {std::pair{&request.layers, layers}, {&request.hidden, hidden}, {&request.heads, heads},
                                 {&request.seq_len, seq_len}, {&request.vocab, vocab}}) {
       if (value) *field = value;

@@ -34,15 +34,29 @@ std::int64_t default_cublas_workspace_bytes(int major, int /*minor*/) {
   return std::int64_t{4096} * 1024 * 2 + std::int64_t{16} * 1024 * 8;
 }
 
+std::optional<PytorchVersion> parse_pytorch_version(std::string_view text) {
+  const auto dot = text.find('.');
+  if (dot != 1 || text.size() < 3 || text.size() > 4) return std::nullopt;
+  const auto digits = [](std::string_view part) {
+    return !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  const std::string_view major = text.substr(0, dot), minor = text.substr(dot + 1);
+  if (!digits(major) || !digits(minor)) return std::nullopt;
+  return PytorchVersion{major[0] - '0', std::stoi(std::string(minor))};
+}
+
 FrameworkOnGpu resolve_framework(const FrameworkSpec& framework, const models::GpuSpec& gpu, std::string_view source) {
   FrameworkOnGpu out;
-  out.zero_grad = framework.zero_grad;
+  out.pytorch = framework.pytorch;
+  const bool before_2_0 = framework.pytorch && *framework.pytorch < PytorchVersion{2, 0};
+  const bool before_1_13 = framework.pytorch && *framework.pytorch < PytorchVersion{1, 13};
+  out.zero_grad = framework.zero_grad.value_or(before_2_0 ? ZeroGrad::zeros : ZeroGrad::set_to_none);
   out.expandable_segments = framework.expandable_segments;
   // A platform whose memory was changed after it was read (a test, a what-if) keeps within it.
   out.visible_bytes = gpu.memory_visible_bytes > 0 ? std::min(gpu.memory_visible_bytes, gpu.memory_bytes) : gpu.memory_bytes;
   out.cuda_context_bytes = framework.cuda_context_bytes.value_or(gpu.cuda_context_bytes);
   out.cublas_workspace_bytes = framework.cublas_workspace_bytes.value_or(
-      default_cublas_workspace_bytes(gpu.compute_capability_major, gpu.compute_capability_minor));
+      before_1_13 ? 0 : default_cublas_workspace_bytes(gpu.compute_capability_major, gpu.compute_capability_minor));
   if (out.cuda_context_bytes >= out.visible_bytes) {
     throw InputError(std::string(source) + ": framework.cuda_context (" + std::to_string(out.cuda_context_bytes) +
                      " B) leaves nothing of the GPU's " + std::to_string(out.visible_bytes) +

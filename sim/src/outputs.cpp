@@ -292,7 +292,9 @@ void add_results(std::string& out, const SimulationRun& run) {
            group_digits(d.peak_reserved), percent(d.peak_reserved, usable), format_bytes(usable));
   out += '\n';
   add_line(out, "Peak memory, four ways (PyTorch's CUDA caching allocator modelled over set-up, first and steady iteration;");
-  add_line(out, "gradients {}, expandable segments {})", d.framework.zero_grad == ZeroGrad::set_to_none ? "set to None between iterations" : "zeroed and kept",
+  add_line(out, "{}gradients {}, expandable segments {})",
+           d.framework.pytorch ? fmt::format("PyTorch {}.{}; ", d.framework.pytorch->major, d.framework.pytorch->minor) : "",
+           d.framework.zero_grad == ZeroGrad::set_to_none ? "set to None between iterations" : "zeroed and kept",
            d.framework.expandable_segments ? "on" : "off");
   add_line(out, "  {:<22}{:>14}{:>20}  {}", "metric", "size", "bytes", "what it is");
   add_line(out, "  {:<22}{:>14}{:>20}  {}", "tensors (exact)", format_bytes(r.peak_bytes), group_digits(r.peak_bytes),
@@ -401,7 +403,9 @@ std::string report_json(const SimulationRun& run) {
   j["model"] = {{"trace", run.trace.name()}, {"batch_size", run.trace.batch_size()}, {"metadata", ordered_json::parse(traces::metadata_to_json(run.trace))}};
   j["platform"] = detail::platform_json(run.platform);
   const FrameworkOnGpu& framework = run.result.device.framework;
-  j["framework"] = {{"zero_grad", to_string(framework.zero_grad)},
+  j["framework"] = {{"pytorch", framework.pytorch ? ordered_json(fmt::format("{}.{}", framework.pytorch->major, framework.pytorch->minor))
+                                                  : ordered_json(nullptr)},
+                    {"zero_grad", to_string(framework.zero_grad)},
                     {"expandable_segments", framework.expandable_segments},
                     {"visible_bytes", framework.visible_bytes},
                     {"cuda_context_bytes", framework.cuda_context_bytes},

@@ -165,8 +165,16 @@ class ScenarioReader {
 
   FrameworkSpec read_framework(const YAML::Node& node) const {
     require_map(node, "framework");
-    check_keys(node, "framework", {"zero_grad", "expandable_segments", "cuda_context", "cublas_workspace"});
+    check_keys(node, "framework", {"pytorch", "zero_grad", "expandable_segments", "cuda_context", "cublas_workspace"});
     FrameworkSpec framework;
+    if (const YAML::Node v = node["pytorch"]) {
+      // The text as written: YAML would read 1.10 as the number 1.1.
+      const std::string text = scalar(v, "framework.pytorch");
+      framework.pytorch = parse_pytorch_version(text);
+      if (!framework.pytorch) {
+        throw InputError(where(v.Mark()) + "'framework.pytorch' is '" + text + "'; expected a release as major.minor, e.g. \"1.10\" or \"2.1\"");
+      }
+    }
     if (const YAML::Node z = node["zero_grad"]) {
       const std::string text = scalar(z, "framework.zero_grad");
       const auto value = parse_zero_grad(text);

@@ -131,6 +131,59 @@ TEST(Scenario, ReadsAPlatformByNameAndTf32) {
   }
 }
 
+// Precisions as PyTorch users name them; tf32 is fp32 on TF32 tensor cores.
+TEST(Scenario, ReadsPrecisionOptimizerAndAttention) {
+  const Scenario s = parse_scenario(
+      "model: {zoo: bert-base, attention: eager}\ntraining: {precision: amp-bf16, optimizer: adamw, optimizer_impl: fused}\n", "s.yaml", ".");
+  EXPECT_EQ(s.zoo_model->precision, zoo::Precision::amp_bf16);
+  EXPECT_EQ(s.zoo_model->optimizer, zoo::Optimizer::adamw);
+  EXPECT_EQ(s.zoo_model->optimizer_impl, zoo::OptimizerImpl::fused);
+  EXPECT_EQ(s.zoo_model->attention, zoo::Attention::eager);
+  const Scenario tf32 = parse_scenario("model: {zoo: resnet18}\ntraining: {precision: tf32}\n", "s.yaml", ".");
+  EXPECT_EQ(tf32.zoo_model->precision, zoo::Precision::fp32);
+  EXPECT_TRUE(tf32.allow_tf32);
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {precision: tf32, tf32: false}\n"), HasSubstr("contradicts"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {precision: amp}\n"),
+              HasSubstr("s.yaml:2:23: unknown precision 'amp' in 'training.precision'; expected one of: fp32, tf32, amp-fp16"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {optimizer_impl: fast}\n"), HasSubstr("expected one of: foreach, fused, for-loop"));
+  EXPECT_THAT(error_of("model: {zoo: gpt2, attention: sdpa}\n"), HasSubstr("expected one of: fused-softmax, eager, flash"));
+}
+
+// The framework section; a PyTorch release sets the defaults that changed between releases.
+TEST(Scenario, ReadsTheFrameworkSection) {
+  const Scenario s = parse_scenario(
+      "model: {zoo: resnet18}\nframework: {zero_grad: zeros, expandable_segments: true, cuda_context: 1343 MiB, cublas_workspace: 0}\n"
+      "platform: v100-16gb\n",
+      "s.yaml", ".");
+  EXPECT_EQ(s.framework.zero_grad, ZeroGrad::zeros);
+  EXPECT_TRUE(s.framework.expandable_segments);
+  EXPECT_EQ(s.framework.cuda_context_bytes, std::int64_t{1343} << 20);
+  EXPECT_EQ(s.framework.cublas_workspace_bytes, 0);
+  const FrameworkOnGpu f = resolve_framework(s.framework, s.platform->gpu, s.source);
+  EXPECT_EQ(f.usable_bytes(), (std::int64_t{16160} - 1343) << 20);  // the V100's nvidia-smi total less the context
+
+  const Scenario old = parse_scenario("model: {zoo: resnet18}\nframework: {pytorch: 1.10}\nplatform: v100-16gb\n", "s.yaml", ".");
+  ASSERT_TRUE(old.framework.pytorch);
+  EXPECT_EQ(*old.framework.pytorch, (PytorchVersion{1, 10}));  // read as written, not as the number 1.1
+  const FrameworkOnGpu f110 = resolve_framework(old.framework, old.platform->gpu, old.source);
+  EXPECT_EQ(f110.zero_grad, ZeroGrad::zeros);         // set_to_none became the default in 2.0
+  EXPECT_EQ(f110.cublas_workspace_bytes, 0);          // no workspace through the allocator before 1.13
+  const Scenario v113 = parse_scenario("model: {zoo: resnet18}\nframework: {pytorch: \"1.13\"}\nplatform: v100-16gb\n", "s.yaml", ".");
+  const FrameworkOnGpu f113 = resolve_framework(v113.framework, v113.platform->gpu, v113.source);
+  EXPECT_EQ(f113.zero_grad, ZeroGrad::zeros);
+  EXPECT_EQ(f113.cublas_workspace_bytes, 8 * (std::int64_t{1} << 20) + 128 * 1024);
+  const Scenario now = parse_scenario("model: {zoo: resnet18}\nframework: {pytorch: 2.1, zero_grad: zeros}\nplatform: v100-16gb\n", "s.yaml", ".");
+  EXPECT_EQ(resolve_framework(now.framework, now.platform->gpu, now.source).zero_grad, ZeroGrad::zeros);  // given wins
+  const Scenario current = parse_scenario("model: {zoo: resnet18}\nframework: {pytorch: 2.1}\nplatform: v100-16gb\n", "s.yaml", ".");
+  EXPECT_EQ(resolve_framework(current.framework, current.platform->gpu, current.source).zero_grad, ZeroGrad::set_to_none);
+
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {zero_grad: none}\n"), HasSubstr("s.yaml:2:24: 'framework.zero_grad' is 'none'"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {pytorch: 10.1.2}\n"), HasSubstr("expected a release as major.minor"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {cuda_context: 100 GiB}\n"), HasSubstr("expected at most 64 GiB"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {cuda_context: lots}\n"), HasSubstr("framework.cuda_context"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {ecc: on}\n"), HasSubstr("unknown key 'ecc' in framework"));
+}
+
 TEST(Scenario, ReadsStrategyShorthandsAndRules) {
   EXPECT_TRUE(parse_scenario("model: {zoo: resnet18}\nstrategy: baseline\n", "s.yaml", ".").strategy.rules.empty());
   const auto offload = parse_scenario("model: {zoo: resnet18}\nstrategy: offload\n", "s.yaml", ".").strategy;

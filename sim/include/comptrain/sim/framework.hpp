@@ -17,7 +17,20 @@
 //                        the first GEMM and keeps (aten/src/ATen/cuda/CublasHandlePool.cpp);
 //                        unset: the default for the platform's compute capability
 //                        (default_cublas_workspace_bytes).
+//   pytorch              the PyTorch release ("1.10", "2.1"), for the defaults that changed
+//                        between releases; unset: a current 2.x. Earlier releases differ in:
+//                        - < 2.0: zero_grad's default is zeros (set_to_none became the default
+//                          in 2.0: torch/optim/optimizer.py, PyTorch 2.0 release notes);
+//                        - < 1.13: no cuBLAS workspace through the caching allocator (PyTorch
+//                          set one explicitly from pytorch/pytorch#83461, Aug 2022; before,
+//                          cuBLAS allocated its own outside it), so cublas_workspace defaults
+//                          to 0;
+//                        - <= 1.10: softmax and log_softmax also save their input for backward
+//                          (pytorch/pytorch#64000, removed by #65242 for 1.11): a property of
+//                          the trace, which the scenario reader passes to the zoo.
+//                        Fields given explicitly win over these defaults.
 
+#include <compare>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -28,11 +41,21 @@
 namespace comptrain::sim {
 
 enum class ZeroGrad { set_to_none, zeros };
+
+// A PyTorch release, major.minor.
+struct PytorchVersion {
+  int major = 0;
+  int minor = 0;
+  friend auto operator<=>(const PytorchVersion&, const PytorchVersion&) = default;
+};
+// "1.10" -> {1, 10}; nullopt unless digits.digits with major 0 to 9 and minor 0 to 99.
+std::optional<PytorchVersion> parse_pytorch_version(std::string_view text);
 std::string_view to_string(ZeroGrad zero_grad);
 std::optional<ZeroGrad> parse_zero_grad(std::string_view text);
 
 struct FrameworkSpec {
-  ZeroGrad zero_grad = ZeroGrad::set_to_none;
+  std::optional<PytorchVersion> pytorch;
+  std::optional<ZeroGrad> zero_grad;        // unset: set_to_none, or zeros before PyTorch 2.0
   bool expandable_segments = false;
   std::optional<std::int64_t> cuda_context_bytes;
   std::optional<std::int64_t> cublas_workspace_bytes;
@@ -40,6 +63,7 @@ struct FrameworkSpec {
 
 // The framework resolved against a platform: every figure the device-memory model needs.
 struct FrameworkOnGpu {
+  std::optional<PytorchVersion> pytorch;  // as given; unset: a current 2.x
   ZeroGrad zero_grad = ZeroGrad::set_to_none;
   bool expandable_segments = false;
   std::int64_t visible_bytes = 0;           // what cudaMemGetInfo / nvidia-smi report as total

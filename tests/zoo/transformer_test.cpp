@@ -366,5 +366,180 @@ TEST(Transformer, FlashAttentionHasNoQuadraticTensors) {
   EXPECT_EQ(tensor_named(trace, "transformer.h.0.attn.scaled_dot_product_attention.out").dtype, traces::DType::bf16);
 }
 
+// ---- softmax_saves_input (PyTorch <= 1.10) ---------------------------------------------------
+
+// Everything autograd saves, per storage (test_support::saved_for_backward), at the trace's
+// batch size.
+std::int64_t total_saved(const Trace& trace) {
+  const auto saved = test_support::saved_for_backward(trace);
+  return saved.per_sample * trace.batch_size() + saved.fixed;
+}
+
+// PyTorch up to 1.10 saved softmax's and log_softmax's input besides the result
+// (derivatives.yaml's _softmax_backward_data(grad, result, dim, self); pytorch/pytorch issue
+// 64000). A small BERT, by hand: each layer's attention softmax runs on the fp32 scores,
+// a·s² elements of 4 bytes per sample, and each cross-entropy's log_softmax on its logits,
+// [s, V] (MLM) and [1, 2] (NSP) per sample in fp32. Nothing else is saved in addition.
+TEST(Transformer, SoftmaxSavesInputAddsTheScoresAndTheLogits) {
+  constexpr std::int64_t layers = 2;
+  constexpr std::int64_t h = 64;
+  constexpr std::int64_t a = 4;
+  constexpr std::int64_t s = 32;
+  constexpr std::int64_t vocab = 1000;
+  constexpr std::int64_t batch = 2;
+  constexpr std::int64_t fp32 = 4;
+  const auto build = [&](Attention attention, bool saves_input) {
+    return build_model(Request("bert-base").batch_size(batch).layers(layers).hidden(h).heads(a).seq_len(s).vocab(vocab)
+                           .attention(attention).softmax_saves_input(saves_input));
+  };
+  const std::int64_t logits = batch * (s * vocab + 2) * fp32;  // masked_lm_loss + next_sentence_loss
+  for (const Attention attention : {Attention::fused_softmax, Attention::eager}) {
+    SCOPED_TRACE(std::string(to_string(attention)));
+    const Trace before = build(attention, false);
+    const Trace after = build(attention, true);
+    EXPECT_EQ(total_saved(after) - total_saved(before), a * s * s * fp32 * layers * batch + logits);
+    EXPECT_EQ(test_support::saved_for_backward(after).fixed, test_support::saved_for_backward(before).fixed);
+    EXPECT_EQ(after.metadata().at("softmax_saves_input"), "true");
+    EXPECT_FALSE(before.metadata().contains("softmax_saves_input"));  // old traces' metadata unchanged
+    // The softmax's backward reads its result and, now, its input: the scores.
+    const std::string self = "bert.encoder.layer.1.attention.self.";
+    const auto& input = tensor_named(after, attention == Attention::eager ? self + "scores.add_mask.out" : self + "scores.out");
+    EXPECT_EQ(input.role, TensorRole::activation);
+    EXPECT_EQ(tensor_named(before, input.name).role, TensorRole::temporary);
+    bool read_by_softmax_backward = false;
+    for (const auto consumer : input.consumers) read_by_softmax_backward |= after.op(consumer).name == self + "softmax.backward";
+    EXPECT_TRUE(read_by_softmax_backward);
+  }
+  // Flash attention has no softmax op of its own: only the losses' inputs are added.
+  const Trace flash_before = build(Attention::flash, false);
+  const Trace flash_after = build(Attention::flash, true);
+  EXPECT_EQ(total_saved(flash_after) - total_saved(flash_before), logits);
+}
+
+// Under autocast softmax and log_softmax run in fp32 on a cast copy: the copy is what is saved.
+// GPT-2's eager scores are fp16 (torch.where keeps the GEMM's dtype), so softmax casts them:
+// 4 bytes per a·s² element per layer; the fp16 LM-head logits [s, V] are cast for the loss,
+// 4 bytes per element, while the fp16 logits themselves stay unsaved. A CNN's loss: the 1000
+// fp32 logits per image.
+TEST(Transformer, SoftmaxSavesTheFp32CopyUnderAutocast) {
+  constexpr std::int64_t layers = 2;
+  constexpr std::int64_t h = 64;
+  constexpr std::int64_t a = 4;
+  constexpr std::int64_t s = 32;
+  constexpr std::int64_t vocab = 1000;
+  constexpr std::int64_t batch = 3;
+  const auto build = [&](bool saves_input) {
+    return build_model(Request("gpt").batch_size(batch).precision(Precision::amp_fp16).layers(layers).hidden(h).heads(a)
+                           .seq_len(s).vocab(vocab).attention(Attention::eager).softmax_saves_input(saves_input));
+  };
+  const Trace before = build(false);
+  const Trace after = build(true);
+  EXPECT_EQ(total_saved(after) - total_saved(before), (a * s * s * 4 * layers + s * vocab * 4) * batch);
+  const auto& softmax_copy = tensor_named(after, "transformer.h.0.attn.softmax.cast.out");
+  EXPECT_EQ(softmax_copy.dtype, traces::DType::f32);
+  EXPECT_EQ(softmax_copy.role, TensorRole::activation);
+  EXPECT_EQ(tensor_named(after, "transformer.h.0.attn.where.out").dtype, traces::DType::f16);
+  EXPECT_EQ(tensor_named(after, "transformer.h.0.attn.where.out").role, TensorRole::temporary);
+  const auto& loss_copy = tensor_named(after, "loss.log_softmax.cast.out");
+  EXPECT_EQ(loss_copy.dtype, traces::DType::f32);
+  EXPECT_EQ(loss_copy.role, TensorRole::activation);
+  EXPECT_EQ(tensor_named(after, "lm_head.out").role, TensorRole::temporary);
+
+  const Trace resnet_before = build_model(Request("resnet18").batch_size(batch));
+  const Trace resnet_after = build_model(Request("resnet18").batch_size(batch).softmax_saves_input(true));
+  EXPECT_EQ(total_saved(resnet_after) - total_saved(resnet_before), 1000 * 4 * batch);
+  EXPECT_EQ(resnet_after.metadata().at("softmax_saves_input"), "true");
+}
+
+// ---- BERT heads ------------------------------------------------------------------------------
+
+// Hugging Face's BertForSequenceClassification (transformers v4.25.1) with the default two
+// labels: BertModel's parameters (pooler included) plus the classifier's h·2 + 2.
+TEST(Transformer, SequenceClassificationParameterCounts) {
+  const Trace base = build_model(Request("bert-base").seq_len(16).head(BertHead::sequence_classification));
+  EXPECT_EQ(parameters_named(base, "bert."), 109'482'240);
+  EXPECT_EQ(parameters_named(base, "classifier."), 768 * 2 + 2);
+  EXPECT_EQ(parameters_named(base, ""), 109'483'778);
+
+  const Trace large = build_model(Request("bert-large").seq_len(16).head(BertHead::sequence_classification));
+  EXPECT_EQ(parameters_named(large, "bert."), 335'141'888);
+  EXPECT_EQ(parameters_named(large, ""), 335'143'938);
+  EXPECT_EQ(335'141'888 + 1024 * 2 + 2, 335'143'938);
+}
+
+TEST(Transformer, SequenceClassificationHead) {
+  constexpr std::int64_t batch = 3;
+  constexpr std::int64_t s = 16;
+  constexpr std::int64_t h = 64;
+  for (const Attention attention : {Attention::fused_softmax, Attention::eager, Attention::flash}) {
+    SCOPED_TRACE(std::string(to_string(attention)));
+    const Trace trace = build_model(Request("bert-base").batch_size(batch).layers(2).hidden(h).heads(4).seq_len(s)
+                                        .attention(attention).head(BertHead::sequence_classification));
+    EXPECT_EQ(trace.metadata().at("head"), "sequence-classification");
+    // No MLM or NSP head anywhere: no decoder, no prediction transform, no second loss.
+    for (const auto& op : trace.ops()) {
+      EXPECT_THAT(op.name, testing::Not(testing::AnyOf(testing::HasSubstr("decoder"), testing::HasSubstr("cls."),
+                                                       testing::HasSubstr("masked_lm"), testing::HasSubstr("next_sentence"),
+                                                       testing::HasSubstr("seq_relationship"))));
+    }
+    // The loss: log_softmax over [N, 2] logits from the classifier, nll_loss with [N] int64 labels.
+    const traces::Op* log_softmax = nullptr;
+    const traces::Op* nll = nullptr;
+    for (const auto& op : trace.ops()) {
+      if (op.name == "loss.log_softmax") log_softmax = &op;
+      if (op.name == "loss.nll_loss") nll = &op;
+    }
+    ASSERT_NE(log_softmax, nullptr);
+    ASSERT_NE(nll, nullptr);
+    ASSERT_EQ(log_softmax->inputs.size(), 1u);
+    const auto& logits = trace.tensor(log_softmax->inputs.front());
+    EXPECT_EQ(logits.shape, (std::vector<std::int64_t>{batch, 2}));
+    EXPECT_EQ(trace.storage_of(logits.id), tensor_named(trace, "classifier.out").id);
+    const auto& labels = trace.tensor(nll->inputs.at(1));
+    EXPECT_EQ(labels.shape, (std::vector<std::int64_t>{batch}));
+    EXPECT_EQ(labels.dtype, traces::DType::i64);
+    EXPECT_EQ(trace.tensor(trace.storage_of(labels.id)).role, TensorRole::input);
+    // The classifier reads the dropout of the tanh-pooled first token.
+    EXPECT_EQ(tensor_named(trace, "dropout.mask").shape, (std::vector<std::int64_t>{batch, h}));
+    EXPECT_EQ(tensor_named(trace, "bert.pooler.activation.out").shape, (std::vector<std::int64_t>{batch, h}));
+    // The embeddings stay, the word embeddings no longer tied to a decoder: one gradient.
+    EXPECT_EQ(tensor_named(trace, "bert.embeddings.word_embeddings.weight").shape, (std::vector<std::int64_t>{30522, h}));
+    EXPECT_EQ(tensor_named(trace, "bert.embeddings.token_type_embeddings.weight").role, TensorRole::weight);
+    EXPECT_EQ(tensor_named(trace, "bert.embeddings.position_embeddings.weight").role, TensorRole::weight);
+    EXPECT_THROW(tensor_named(trace, "bert.embeddings.word_embeddings.weight.grad.1"), std::runtime_error);
+    EXPECT_EQ(tensor_named(trace, "bert.embeddings.word_embeddings.weight.grad").role, TensorRole::gradient);
+  }
+  // The default head is pre-training, as before the option existed.
+  const Trace pretraining = build_model(Request("bert-base").layers(1).seq_len(s));
+  EXPECT_EQ(pretraining.metadata().at("head"), "pretraining");
+  EXPECT_EQ(tensor_named(pretraining, "cls.predictions.decoder.out").role, TensorRole::temporary);
+}
+
+// What each head saves beyond BertModel, per sample in fp32, by hand. Both save the last
+// LayerNorm's output (the pooler's x[:, 0] is a view of it; 4·s·h) and the tanh output (4·h,
+// read by the NSP linear or kept by TanhBackward0). Pre-training adds the MLM transform's GELU
+// input, LayerNorm input and decoder input (4·s·h each), that LayerNorm's mean and rstd (8·s),
+// the MLM log-probabilities (4·s·V) and labels (8·s), the NSP log-probabilities (8) and label
+// (8); sequence classification the dropout mask (h), the classifier input (4·h), the
+// log-probabilities (8) and the label (8). Batch-independent: one 4-byte total_weight per loss.
+TEST(Transformer, SequenceClassificationSavesItsHeadOnly) {
+  constexpr std::int64_t h = 64;
+  constexpr std::int64_t s = 16;
+  constexpr std::int64_t vocab = 1000;
+  const auto saved = [&](BertHead head, std::int64_t layers) {
+    return test_support::saved_for_backward(
+        build_model(Request("bert-base").batch_size(2).layers(layers).hidden(h).heads(4).seq_len(s).vocab(vocab).head(head)));
+  };
+  const auto pretraining = saved(BertHead::pretraining, 1);
+  const auto classification = saved(BertHead::sequence_classification, 1);
+  const std::int64_t pretraining_head = 3 * 4 * s * h + 8 * s + 4 * s * vocab + 8 * s + 8 + 8;
+  const std::int64_t classification_head = h + 4 * h + 8 + 8;
+  EXPECT_EQ(pretraining.per_sample - classification.per_sample, pretraining_head - classification_head);
+  EXPECT_EQ(pretraining.fixed - classification.fixed, 4);
+  // A layer costs the same under both heads.
+  EXPECT_EQ(saved(BertHead::sequence_classification, 2).per_sample - classification.per_sample,
+            saved(BertHead::pretraining, 2).per_sample - pretraining.per_sample);
+}
+
 }  // namespace
 }  // namespace comptrain::zoo

@@ -10,6 +10,8 @@
 #include <numeric>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "comptrain/traces/liveness.hpp"
 #include "comptrain/traces/summary.hpp"
@@ -113,10 +115,15 @@ TEST(Zoo, PrecisionOptimizerAndAttentionNames) {
   EXPECT_THAT(optimizer_names(), testing::ElementsAre("sgd", "momentum", "adam", "adamw"));
   EXPECT_THAT(optimizer_impl_names(), testing::ElementsAre("foreach", "fused", "for-loop"));
   EXPECT_THAT(attention_names(), testing::ElementsAre("fused-softmax", "eager", "flash"));
+  EXPECT_THAT(head_names(), testing::ElementsAre("pretraining", "sequence-classification"));
   for (const std::string_view name : precision_names()) EXPECT_EQ(to_string(*parse_precision(name)), name);
   for (const std::string_view name : optimizer_names()) EXPECT_EQ(to_string(*parse_optimizer(name)), name);
   for (const std::string_view name : optimizer_impl_names()) EXPECT_EQ(to_string(*parse_optimizer_impl(name)), name);
   for (const std::string_view name : attention_names()) EXPECT_EQ(to_string(*parse_attention(name)), name);
+  for (const std::string_view name : head_names()) EXPECT_EQ(to_string(*parse_head(name)), name);
+  EXPECT_EQ(parse_head("sequence-classification"), BertHead::sequence_classification);
+  EXPECT_EQ(parse_head("sequence_classification"), std::nullopt);
+  EXPECT_EQ(parse_head("mlm"), std::nullopt);
   EXPECT_EQ(parse_precision("amp-fp16"), Precision::amp_fp16);
   EXPECT_EQ(parse_optimizer_impl("for-loop"), OptimizerImpl::for_loop);
   EXPECT_EQ(parse_attention("fused-softmax"), Attention::fused_softmax);
@@ -143,6 +150,12 @@ TEST(Zoo, RejectsBadRequests) {
   ModelRequest cnn_with_attention = Request("resnet50");
   cnn_with_attention.attention = Attention::flash;
   EXPECT_THAT(error_of(cnn_with_attention), AllOf(HasSubstr("attention"), HasSubstr("resnet50"), HasSubstr("CNN")));
+  // The head is BERT's alone.
+  for (const char* model : {"resnet50", "gpt2", "gpt"}) {
+    EXPECT_THAT(error_of(Request(model).head(BertHead::sequence_classification)),
+                AllOf(HasSubstr("head"), HasSubstr(model), HasSubstr("BERT")));
+  }
+  EXPECT_THAT(error_of(Request("gpt2").head(BertHead::pretraining)), HasSubstr("head"));
   // BERT learns 512 positions, GPT-2 1024 (their Hugging Face configs).
   EXPECT_THAT(error_of(Request("bert-base").seq_len(513)), HasSubstr("seq_len"));
   EXPECT_THAT(error_of(Request("gpt2").seq_len(1025)), HasSubstr("seq_len"));
@@ -162,6 +175,8 @@ TEST(Zoo, MetadataAndDefaultOptimizers) {
   EXPECT_EQ(cnn.metadata().at("optimizer_impl"), "foreach");  // PyTorch 2.x's default on CUDA
   EXPECT_FALSE(cnn.metadata().contains("layers"));
   EXPECT_FALSE(cnn.metadata().contains("attention"));
+  EXPECT_FALSE(cnn.metadata().contains("head"));
+  EXPECT_FALSE(cnn.metadata().contains("softmax_saves_input"));
 
   const Trace gpt = build_model(Request("gpt").precision(Precision::mixed).layers(3).hidden(128).heads(4).seq_len(32).vocab(1000));
   EXPECT_EQ(gpt.metadata().at("precision"), "mixed");
@@ -172,6 +187,7 @@ TEST(Zoo, MetadataAndDefaultOptimizers) {
   EXPECT_EQ(gpt.metadata().at("heads"), "4");
   EXPECT_EQ(gpt.metadata().at("seq_len"), "32");
   EXPECT_EQ(gpt.metadata().at("vocab"), "1000");
+  EXPECT_FALSE(gpt.metadata().contains("head"));
 
   ModelRequest bert_request = Request("bert-base").optimizer(Optimizer::sgd).layers(1).seq_len(16);
   bert_request.optimizer_impl = OptimizerImpl::for_loop;
@@ -183,15 +199,35 @@ TEST(Zoo, MetadataAndDefaultOptimizers) {
   EXPECT_EQ(bert.metadata().at("attention"), "eager");
   EXPECT_EQ(bert.metadata().at("precision"), "amp-bf16");
   EXPECT_EQ(bert.metadata().at("hidden"), "768");  // bert-base's default kept
+  EXPECT_EQ(bert.metadata().at("head"), "pretraining");  // the default head, named
 }
 
-// The structural invariants, for every model in both precisions.
+// The structural invariants, for every model in every precision, plus BERT's
+// sequence-classification head and the PyTorch <= 1.10 softmax saves (on a CNN and a BERT).
 class EveryModel : public testing::TestWithParam<Precision> {};
 
 TEST_P(EveryModel, HasBackwardOptimizerAndConsistentAccounting) {
+  std::vector<std::pair<ModelInfo, ModelRequest>> cases;
   for (const ModelInfo& info : list_models()) {
-    SCOPED_TRACE(info.name);
-    ModelRequest request = small_request(info, 3);
+    cases.emplace_back(info, small_request(info, 3));
+    if (info.name == "bert-base") {
+      ModelRequest classification = small_request(info, 3);
+      classification.head = BertHead::sequence_classification;
+      cases.emplace_back(info, classification);
+      ModelRequest old_softmax = classification;
+      old_softmax.attention = Attention::eager;
+      old_softmax.softmax_saves_input = true;
+      cases.emplace_back(info, old_softmax);
+    }
+    if (info.name == "resnet18") {
+      ModelRequest old_softmax = small_request(info, 3);
+      old_softmax.softmax_saves_input = true;
+      cases.emplace_back(info, old_softmax);
+    }
+  }
+  for (auto& [info, request] : cases) {
+    SCOPED_TRACE(info.name + (request.head ? " " + std::string(to_string(*request.head)) : "") +
+                 (request.softmax_saves_input ? " softmax_saves_input" : ""));
     request.precision = GetParam();
     const Trace trace = build_model(request);
     const auto& ops = trace.ops();

@@ -39,6 +39,9 @@ class Request {
   Request& heads(std::int64_t value) { request_.heads = value; return *this; }
   Request& seq_len(std::int64_t value) { request_.seq_len = value; return *this; }
   Request& vocab(std::int64_t value) { request_.vocab = value; return *this; }
+  Request& attention(Attention value) { request_.attention = value; return *this; }
+  Request& head(BertHead value) { request_.head = value; return *this; }
+  Request& softmax_saves_input(bool value) { request_.softmax_saves_input = value; return *this; }
   operator const ModelRequest&() const { return request_; }  // NOLINT: implicit by design
 
  private:

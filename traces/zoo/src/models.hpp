@@ -24,9 +24,11 @@ struct TransformerShape {
   std::int64_t max_positions = 0;  // rows of the learned position embedding
 };
 
-// Hugging Face's BertForPreTraining: post-LN encoder, MLM head over every position (decoder
-// tied to the word embeddings) and the next-sentence head.
-Value bert_for_pretraining(NetworkBuilder& nb, const TransformerShape& shape, Attention attention);
+// Hugging Face's BertModel (post-LN encoder, pooler) with the head's class on top:
+// BertForPreTraining (MLM head over every position, decoder tied to the word embeddings, and
+// the next-sentence head) or BertForSequenceClassification (dropout and a 2-label classifier
+// on the pooled first token).
+Value bert(NetworkBuilder& nb, const TransformerShape& shape, Attention attention, BertHead head);
 // Hugging Face's GPT2LMHeadModel: pre-LN decoder, LM head tied to the token embedding.
 Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention attention);
 

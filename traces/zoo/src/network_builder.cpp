@@ -104,12 +104,13 @@ std::int64_t window_output(std::int64_t in, std::int64_t kernel, std::int64_t st
 }  // namespace
 
 NetworkBuilder::NetworkBuilder(std::string model, std::int64_t batch_size, Precision precision,
-                               Optimizer optimizer, OptimizerImpl optimizer_impl)
+                               Optimizer optimizer, OptimizerImpl optimizer_impl, bool softmax_saves_input)
     : model_(std::move(model)),
       batch_size_(batch_size),
       precision_(precision),
       optimizer_(optimizer),
-      optimizer_impl_(optimizer_impl) {
+      optimizer_impl_(optimizer_impl),
+      softmax_saves_input_(softmax_saves_input) {
   if (batch_size_ < 1) throw std::logic_error("NetworkBuilder: batch size must be >= 1");
 }
 
@@ -622,14 +623,25 @@ Value NetworkBuilder::layernorm(const std::string& name, Value x) {
 }
 
 Value NetworkBuilder::softmax(const std::string& name, Value x) {
-  // On autocast's fp32 list: a 16-bit input is cast to fp32, and the saved output is fp32.
+  // On autocast's fp32 list: a 16-bit input is cast to fp32, and the saved output is fp32 (and
+  // so is the saved input, when saved: the cast copy softmax ran on).
   const std::string op = unique_op_name(name);
   x = {autocast_fp32(op, x.index)};
-  return elementwise_named(op, x, OpKind::softmax, kSoftmaxForward, kSoftmaxBackward, Saves::result, false);  // SoftmaxBackward0
+  return elementwise_named(op, x, OpKind::softmax, kSoftmaxForward, kSoftmaxBackward, softmax_saves(), false);
 }
 
 Value NetworkBuilder::fused_softmax(const std::string& name, Value x) {
-  return elementwise(name, x, OpKind::softmax, kSoftmaxForward, kSoftmaxBackward, Saves::result, false);
+  // Saves what torch's softmax saves, the input included under softmax_saves_input, which
+  // applies to every attention softmax (see traces/zoo/README.md for the caveat: Megatron's
+  // own CUDA kernel is an autograd.Function that saves its result only).
+  return elementwise(name, x, OpKind::softmax, kSoftmaxForward, kSoftmaxBackward, softmax_saves(), false);
+}
+
+NetworkBuilder::Saves NetworkBuilder::softmax_saves() const {
+  // SoftmaxBackward0 saves the result. Up to PyTorch 1.10 derivatives.yaml called
+  // _softmax_backward_data(grad, result, dim, self), so the input was saved too
+  // (pytorch/pytorch issue 64000; pull request 65242 dropped `self`, from 1.11 on).
+  return softmax_saves_input_ ? Saves::result_and_input : Saves::result;
 }
 
 Value NetworkBuilder::scale(const std::string& name, Value x) {
@@ -654,7 +666,12 @@ Value NetworkBuilder::elementwise_named(const std::string& op, Value x, OpKind k
   f.outputs = {y};
   f.flops = times(elements(y), forward_flops);
   f.differentiable_outputs = {y};
-  if (saves != Saves::nothing) f.saved = {saves == Saves::input ? x.index : y};
+  switch (saves) {
+    case Saves::input: f.saved = {x.index}; break;
+    case Saves::result: f.saved = {y}; break;
+    case Saves::result_and_input: f.saved = {y, x.index}; break;  // in _softmax_backward_data's order
+    case Saves::nothing: break;
+  }
   f.grads = {{x.index, {}}};
   f.backward_flops = times(elements(y), backward_flops);
   f.backward_kind = kind;
@@ -927,7 +944,12 @@ Value NetworkBuilder::cross_entropy(const std::string& name, Value logits, Value
   s.outputs = {log_probs};
   s.flops = times(elements(log_probs), kLogSoftmaxForward);
   s.differentiable_outputs = {log_probs};
-  s.saved = {log_probs};  // LogSoftmaxBackward0 saves the result
+  s.saved = {log_probs};  // LogSoftmaxBackward0 saves the result ...
+  // ... and, up to PyTorch 1.10, the input as well (_log_softmax_backward_data(grad, result,
+  // dim, self); pytorch/pytorch issue 64000, pull request 65242): the fp32 cast copy under
+  // autocast, the logits themselves otherwise (in `mixed`, the 16-bit logits: the upcast that
+  // Megatron's loss makes is not a tensor of the trace).
+  if (softmax_saves_input_) s.saved.push_back(logits.index);
   s.grads = {{logits.index, {}}};
   s.backward_flops = times(elements(log_probs), kLogSoftmaxBackward);
   s.backward_kind = OpKind::loss;

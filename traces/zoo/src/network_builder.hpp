@@ -34,8 +34,10 @@ struct Value {
 
 class NetworkBuilder {
  public:
+  // `softmax_saves_input`: softmax and log_softmax save their input too (PyTorch <= 1.10;
+  // ModelSpec::softmax_saves_input).
   NetworkBuilder(std::string model, std::int64_t batch_size, Precision precision,
-                 Optimizer optimizer, OptimizerImpl optimizer_impl);
+                 Optimizer optimizer, OptimizerImpl optimizer_impl, bool softmax_saves_input);
 
   // The model's dtype: that of its parameters and floating buffers, of the images it is fed
   // and of every activation outside autocast (fp16 in `mixed` and `fp16`, bf16 in `bf16`,
@@ -80,9 +82,10 @@ class NetworkBuilder {
   Value add_(const std::string& name, Value a, Value b);  // a += b, in place
   Value layernorm(const std::string& name, Value x);      // over the last dimension
   // Softmax over the last dimension, torch's (on autocast's fp32 list: fp32 under autocast).
+  // Saves its output, and also the (fp32) tensor it ran on when softmax_saves_input.
   Value softmax(const std::string& name, Value x);
   // Megatron-LM's fused scale-(mask-)softmax kernel: not an autocast op, so it keeps its
-  // input's 16-bit dtype; saves its output like torch's.
+  // input's 16-bit dtype; saves what torch's softmax saves.
   Value fused_softmax(const std::string& name, Value x);
   // Batched a·b (a·bᵀ when transpose_b) over the last two dimensions, no weights.
   Value matmul(const std::string& name, Value a, Value b, bool transpose_b);
@@ -124,6 +127,7 @@ class NetworkBuilder {
 
   // ---- Loss ---------------------------------------------------------------------------------
   // log_softmax (fp32) + nll_loss (mean): logits [N, C], labels [N] int64 -> a scalar.
+  // log_softmax saves its input too when softmax_saves_input.
   Value cross_entropy(const std::string& name, Value logits, Value labels);
 
   // Derives backward, gradient accumulation and the optimizer step, and builds the trace.
@@ -210,7 +214,8 @@ class NetworkBuilder {
   std::size_t cast(const std::string& op_name, std::size_t tensor, traces::DType dtype, traces::TensorRole role);
   // An op mapping x to a tensor of the same shape (elementwise, or row-wise like softmax) that
   // saves either its input or its result for backward; in place when `in_place`.
-  enum class Saves { input, result, nothing };
+  enum class Saves { input, result, result_and_input, nothing };
+  Saves softmax_saves() const;  // what softmax and the fused softmax save
   Value elementwise_named(const std::string& op, Value x, traces::OpKind kind, std::int64_t forward_flops,
                           std::int64_t backward_flops, Saves saves, bool in_place);  // `op` already unique
   Value elementwise(const std::string& name, Value x, traces::OpKind kind, std::int64_t forward_flops,
@@ -237,6 +242,7 @@ class NetworkBuilder {
   Precision precision_;
   Optimizer optimizer_;
   OptimizerImpl optimizer_impl_;
+  bool softmax_saves_input_;
   std::map<std::size_t, std::size_t> weight_copies_;  // autocast's cache: weight -> 16-bit copy
   std::vector<TensorRecord> tensors_;
   std::vector<OpRecord> ops_;

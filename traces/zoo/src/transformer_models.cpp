@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "models.hpp"
 
@@ -167,15 +168,24 @@ Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention 
   return nb.cross_entropy("loss", logits, nb.reshape("labels.view", labels, {s}));
 }
 
-Value bert_for_pretraining(NetworkBuilder& nb, const TransformerShape& shape, Attention attention) {
+Value bert(NetworkBuilder& nb, const TransformerShape& shape, Attention attention, BertHead head) {
   constexpr std::int64_t kTokenTypes = 2;
   constexpr std::int64_t kNextSentenceClasses = 2;
+  // PretrainedConfig's default num_labels is 2 (transformers v4.25.1, configuration_utils.py:
+  // id2label defaults to two labels), which BertForSequenceClassification's classifier takes.
+  constexpr std::int64_t kSequenceLabels = 2;
   const std::int64_t s = shape.seq_len;
   const std::int64_t h = shape.hidden;
+  const bool pretraining = head == BertHead::pretraining;
   const Value ids = nb.input("input_ids", DType::i64, {1, s});
   const Value token_types = nb.input("token_type_ids", DType::i64, {1, s});
-  const Value mlm_labels = nb.input("labels", DType::i64, {1, s});
-  const Value nsp_labels = nb.input("next_sentence_label", DType::i64, {1});
+  // The labels are part of the mini-batch, made with the other inputs: BertForPreTraining's
+  // token labels and next-sentence label, or BertForSequenceClassification's one int64 class
+  // per sequence.
+  const Value labels = nb.input("labels", DType::i64, pretraining ? std::vector<std::int64_t>{1, s}
+                                                                  : std::vector<std::int64_t>{1});
+  const std::optional<Value> nsp_labels =
+      pretraining ? std::optional(nb.input("next_sentence_label", DType::i64, {1})) : std::nullopt;
   const Value positions = nb.buffer("bert.embeddings.position_ids", DType::i64, {1, s});
   // Eager attention adds the extended mask to the scores. BertModel.forward (v4.25.1) makes it
   // from the tokenizer's int64 attention_mask (all ones without padding) with
@@ -187,6 +197,7 @@ Value bert_for_pretraining(NetworkBuilder& nb, const TransformerShape& shape, At
     mask = nb.constant_op("bert.get_extended_attention_mask", attention_mask, nb.compute_dtype(), {1, 1, 1, s});
   }
 
+  // BertModel: embeddings, encoder, pooler.
   const std::string e = "bert.embeddings.";
   const Value words = nb.parameter(e + "word_embeddings.weight", {shape.vocab, h});
   Value x = nb.embedding(e + "word_embeddings", ids, words);
@@ -203,6 +214,19 @@ Value bert_for_pretraining(NetworkBuilder& nb, const TransformerShape& shape, At
   pooled = nb.linear("bert.pooler.dense", pooled, h, true);
   pooled = nb.tanh("bert.pooler.activation", pooled);
 
+  if (!pretraining) {
+    // BertForSequenceClassification.forward (v4.25.1), single_label_classification (int64
+    // labels, num_labels > 1):
+    //   pooled_output = self.dropout(outputs[1])   # classifier_dropout or hidden_dropout_prob
+    //   logits = self.classifier(pooled_output)    # nn.Linear(hidden_size, num_labels)
+    //   loss = CrossEntropyLoss()(logits.view(-1, self.num_labels), labels.view(-1))
+    pooled = nb.dropout("dropout", pooled);
+    Value logits = nb.linear("classifier", pooled, kSequenceLabels, true);
+    logits = nb.reshape("logits.view", logits, {1, kSequenceLabels});  // already [N, 2]: a view op
+    return nb.cross_entropy("loss", logits, nb.reshape("labels.view", labels, {1}));
+  }
+
+  // BertForPreTraining: the MLM head over every position and the next-sentence head.
   const std::string c = "cls.predictions.";
   Value t = nb.linear(c + "transform.dense", x, h, true);
   t = nb.gelu(c + "transform.transform_act_fn", t);
@@ -212,8 +236,8 @@ Value bert_for_pretraining(NetworkBuilder& nb, const TransformerShape& shape, At
   const Value nsp = nb.linear("cls.seq_relationship", pooled, kNextSentenceClasses, true);
 
   scores = nb.reshape("prediction_scores.view", scores, {s, shape.vocab});
-  const Value mlm_loss = nb.cross_entropy("masked_lm_loss", scores, nb.reshape("labels.view", mlm_labels, {s}));
-  const Value nsp_loss = nb.cross_entropy("next_sentence_loss", nsp, nsp_labels);
+  const Value mlm_loss = nb.cross_entropy("masked_lm_loss", scores, nb.reshape("labels.view", labels, {s}));
+  const Value nsp_loss = nb.cross_entropy("next_sentence_loss", nsp, *nsp_labels);
   return nb.add("total_loss", mlm_loss, nsp_loss);
 }
 

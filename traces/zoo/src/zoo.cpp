@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <map>
 #include <string>
 #include <utility>
 
@@ -126,6 +127,13 @@ void reject_transformer_fields(const ModelRequest& request) {
   }
 }
 
+void reject_bert_fields(const ModelRequest& request) {
+  if (request.head) {
+    throw InputError("head: a BERT option (" + std::string(to_string(*request.head)) + "); model '" +
+                     request.model + "' is not a BERT model");
+  }
+}
+
 }  // namespace
 
 namespace {
@@ -146,6 +154,9 @@ constexpr NameTable<OptimizerImpl, 3> kOptimizerImpls = {{
 }};
 constexpr NameTable<Attention, 3> kAttentions = {{
     {Attention::fused_softmax, "fused-softmax"}, {Attention::eager, "eager"}, {Attention::flash, "flash"},
+}};
+constexpr NameTable<BertHead, 2> kHeads = {{
+    {BertHead::pretraining, "pretraining"}, {BertHead::sequence_classification, "sequence-classification"},
 }};
 
 template <typename Enum, std::size_t N>
@@ -177,16 +188,19 @@ std::string_view to_string(Precision precision) { return name_in(kPrecisions, pr
 std::string_view to_string(Optimizer optimizer) { return name_in(kOptimizers, optimizer); }
 std::string_view to_string(OptimizerImpl impl) { return name_in(kOptimizerImpls, impl); }
 std::string_view to_string(Attention attention) { return name_in(kAttentions, attention); }
+std::string_view to_string(BertHead head) { return name_in(kHeads, head); }
 
 std::optional<Precision> parse_precision(std::string_view text) { return value_in(kPrecisions, text); }
 std::optional<Optimizer> parse_optimizer(std::string_view text) { return value_in(kOptimizers, text); }
 std::optional<OptimizerImpl> parse_optimizer_impl(std::string_view text) { return value_in(kOptimizerImpls, text); }
 std::optional<Attention> parse_attention(std::string_view text) { return value_in(kAttentions, text); }
+std::optional<BertHead> parse_head(std::string_view text) { return value_in(kHeads, text); }
 
 std::vector<std::string_view> precision_names() { return names_in(kPrecisions); }
 std::vector<std::string_view> optimizer_names() { return names_in(kOptimizers); }
 std::vector<std::string_view> optimizer_impl_names() { return names_in(kOptimizerImpls); }
 std::vector<std::string_view> attention_names() { return names_in(kAttentions); }
+std::vector<std::string_view> head_names() { return names_in(kHeads); }
 
 std::vector<ModelInfo> list_models() {
   std::vector<ModelInfo> models;
@@ -204,22 +218,35 @@ traces::Trace build_model(const ModelRequest& request) {
   const bool transformer = entry.family != Family::cnn;
   // Convolutional nets train with SGD and momentum, transformers with Adam (the papers' setups).
   const Optimizer optimizer = request.optimizer.value_or(transformer ? Optimizer::adam : Optimizer::momentum);
+  // Only a set flag is recorded, so that the metadata of the default (PyTorch >= 1.11) traces
+  // stays as it was.
+  std::map<std::string, std::string> metadata;
+  if (request.softmax_saves_input) metadata["softmax_saves_input"] = "true";
+  NetworkBuilder nb(request.model, request.batch_size, request.precision, optimizer, request.optimizer_impl,
+                    request.softmax_saves_input);
   if (!transformer) {
     reject_transformer_fields(request);
-    NetworkBuilder nb(request.model, request.batch_size, request.precision, optimizer, request.optimizer_impl);
-    return nb.finish(entry.cnn(nb));
+    reject_bert_fields(request);
+    return nb.finish(entry.cnn(nb), std::move(metadata));
   }
   const TransformerShape shape = resolve_shape(entry, request);
   const Attention attention = request.attention.value_or(Attention::fused_softmax);
-  NetworkBuilder nb(request.model, request.batch_size, request.precision, optimizer, request.optimizer_impl);
-  const Value loss = entry.family == Family::bert ? detail::bert_for_pretraining(nb, shape, attention)
-                                                  : detail::gpt2_lm_head(nb, shape, attention);
-  return nb.finish(loss, {{"attention", std::string(to_string(attention))},
-                          {"layers", std::to_string(shape.layers)},
-                          {"hidden", std::to_string(shape.hidden)},
-                          {"heads", std::to_string(shape.heads)},
-                          {"seq_len", std::to_string(shape.seq_len)},
-                          {"vocab", std::to_string(shape.vocab)}});
+  Value loss;
+  if (entry.family == Family::bert) {
+    const BertHead head = request.head.value_or(BertHead::pretraining);
+    loss = detail::bert(nb, shape, attention, head);
+    metadata["head"] = std::string(to_string(head));
+  } else {
+    reject_bert_fields(request);
+    loss = detail::gpt2_lm_head(nb, shape, attention);
+  }
+  metadata["attention"] = std::string(to_string(attention));
+  metadata["layers"] = std::to_string(shape.layers);
+  metadata["hidden"] = std::to_string(shape.hidden);
+  metadata["heads"] = std::to_string(shape.heads);
+  metadata["seq_len"] = std::to_string(shape.seq_len);
+  metadata["vocab"] = std::to_string(shape.vocab);
+  return nb.finish(loss, std::move(metadata));
 }
 
 }  // namespace comptrain::zoo

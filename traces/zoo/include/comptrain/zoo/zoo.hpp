@@ -44,20 +44,30 @@ enum class Attention {
   eager,          // "eager": Hugging Face's eager attention (transformers v4.25.1)
   flash,          // "flash": one fused SDPA / FlashAttention kernel, no S x S tensors
 };
+// What a BERT model is trained for: which Hugging Face class sits on top of BertModel
+// (transformers v4.25.1, modeling_bert.py).
+enum class BertHead {
+  pretraining,              // "pretraining": BertForPreTraining, MLM over every position + NSP
+  sequence_classification,  // "sequence-classification": BertForSequenceClassification, the
+                            // pooled first token -> dropout -> Linear(hidden, 2) -> cross-entropy
+};
 
 std::string_view to_string(Precision precision);
 std::string_view to_string(Optimizer optimizer);
 std::string_view to_string(OptimizerImpl impl);
 std::string_view to_string(Attention attention);
+std::string_view to_string(BertHead head);
 std::optional<Precision> parse_precision(std::string_view text);
 std::optional<Optimizer> parse_optimizer(std::string_view text);
 std::optional<OptimizerImpl> parse_optimizer_impl(std::string_view text);
 std::optional<Attention> parse_attention(std::string_view text);
+std::optional<BertHead> parse_head(std::string_view text);
 // The valid names of each, in declaration order (for help texts and error messages).
 std::vector<std::string_view> precision_names();
 std::vector<std::string_view> optimizer_names();
 std::vector<std::string_view> optimizer_impl_names();
 std::vector<std::string_view> attention_names();
+std::vector<std::string_view> head_names();
 
 // Which model, trained how: everything but the batch size. Unset optional fields take the
 // model's defaults. A scenario holds one of these; its batch size lives in the scenario alone.
@@ -68,6 +78,14 @@ struct ModelSpec {
   OptimizerImpl optimizer_impl = OptimizerImpl::foreach;
   // Transformers only (an error for the CNNs); default: fused-softmax.
   std::optional<Attention> attention;
+  // BERT only (an error for GPT-2, gpt and the CNNs); default: pretraining.
+  std::optional<BertHead> head;
+  // PyTorch up to 1.10 saved the input of softmax and log_softmax for backward besides the
+  // result (derivatives.yaml: _softmax_backward_data(grad, result, dim, self); pytorch/pytorch
+  // issue 64000, removed by pull request 65242, so 1.11 and later save the result only). Set,
+  // every softmax and log_softmax op -- the loss's, and the attention softmax of fused-softmax
+  // and eager attention (flash has none) -- also saves the tensor it ran on.
+  bool softmax_saves_input = false;
   // Transformer shape (bert-*, gpt2, gpt only; an error for the CNNs).
   std::optional<std::int64_t> layers;
   std::optional<std::int64_t> hidden;

@@ -27,7 +27,8 @@
 //                          to 0;
 //                        - <= 1.10: softmax and log_softmax also save their input for backward
 //                          (pytorch/pytorch#64000, removed by #65242 for 1.11): a property of
-//                          the trace, which the scenario reader passes to the zoo.
+//                          the trace, which the scenario reader passes to the zoo
+//                          (zoo::ModelSpec::softmax_saves_input).
 //                        Fields given explicitly win over these defaults.
 
 #include <compare>

@@ -1,6 +1,8 @@
 // Strategies -> Schedule. The semantics are documented in models/strategies/README.md; the
 // comments here say why the code is shaped the way it is.
 
+#include <fnmatch.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -115,9 +117,11 @@ bool contains(const std::vector<traces::OpKind>& kinds, traces::OpKind kind) {
   return std::find(kinds.begin(), kinds.end(), kind) != kinds.end();
 }
 
-bool names_storage(const TensorSelector& selector, const std::string& name) {
-  return std::find(selector.names.begin(), selector.names.end(), name) != selector.names.end();
+bool matches_any(const std::vector<std::string>& patterns, const std::string& name) {
+  return std::any_of(patterns.begin(), patterns.end(), [&](const std::string& p) { return name_matches(p, name); });
 }
+
+bool names_storage(const TensorSelector& selector, const std::string& name) { return matches_any(selector.names, name); }
 
 bool selects(const Analysis& a, const TensorSelector& selector, TensorIndex s) {
   const Trace& trace = *a.trace;
@@ -142,6 +146,10 @@ void check_rule(const StrategySpec& spec, std::size_t index) {
   if (const RecomputeAction* r = rule.recompute()) {
     if (r->mode == RecomputeAction::Mode::every_k && r->k < 1) throw InputError(where + "recompute k must be >= 1");
     if (r->mode == RecomputeAction::Mode::budget && r->budget_bytes < 0) throw InputError(where + "recompute budget_bytes must be >= 0");
+    if ((r->mode == RecomputeAction::Mode::checkpoints) != !r->keep.empty()) {
+      throw InputError(where + (r->keep.empty() ? "recompute mode checkpoints needs 'keep' (name patterns of the activations kept)"
+                                                : "recompute 'keep' applies to mode checkpoints only"));
+    }
   }
   const CompressAction* c = rule.compress();
   if (c == nullptr) return;
@@ -291,6 +299,10 @@ std::int64_t compressed_bytes(const StrategySpec& spec, std::size_t rule, const 
 struct StorageActions {
   std::vector<Action> action;     // indexed by tensor
   std::vector<std::size_t> rule;  // indexed by tensor; kNoRule when no rule applies
+  // Indexed by tensor: a block input that a checkpoints rule keeps although autograd does not
+  // save it (under autocast a linear saves its 16-bit cast copy, not the fp32 layer input that
+  // torch.utils.checkpoint keeps): held until the last replay that reads it.
+  std::vector<bool> pinned;
 };
 
 struct Built {
@@ -427,6 +439,7 @@ class Assembler {
   bool available(TensorIndex s) const {
     const StorageInfo& info = a_.info[s];
     if (!info.written) return true;  // resident
+    if (plan_.pinned[s]) return true;  // kept by a checkpoints rule: recomputation starts from it
     if (remat_[s] != kNone) return true;
     switch (plan_.action[s]) {
       case Action::offload:
@@ -885,6 +898,7 @@ std::variant<Schedule, NotApplicable> build_schedule(const Trace& trace, const O
   StorageActions plan;
   plan.action.assign(trace.tensors().size(), Action::keep);
   plan.rule.assign(trace.tensors().size(), kNoRule);
+  plan.pinned.assign(trace.tensors().size(), false);
   // First matching rule decides; a storage without a gap stays kept whatever its rule.
   std::vector<std::vector<TensorIndex>> recompute_candidates(strategy.rules.size());
   for (TensorIndex s : a.storages) {
@@ -910,11 +924,19 @@ std::variant<Schedule, NotApplicable> build_schedule(const Trace& trace, const O
       return a.info[x].writers.front() < a.info[y].writers.front();
     });
   }
-  // every_k and sqrt_n first: budget rules then search with those decisions in place.
+  // every_k, sqrt_n and checkpoints first: budget rules then search with those decisions in place.
   for (std::size_t r = 0; r < strategy.rules.size(); ++r) {
     const RecomputeAction* rc = strategy.rules[r].recompute();
     if (!rc || rc->mode == RecomputeAction::Mode::budget) continue;
     const auto& candidates = recompute_candidates[r];
+    if (rc->mode == RecomputeAction::Mode::checkpoints) {
+      for (TensorIndex s : candidates) plan.action[s] = matches_any(rc->keep, trace.tensor(s).name) ? Action::keep : Action::drop;
+      // Block inputs autograd does not save are kept all the same, as checkpoint saves them.
+      for (TensorIndex s : a.storages) {
+        if (a.info[s].written && !a.info[s].saved && matches_any(rc->keep, trace.tensor(s).name)) plan.pinned[s] = true;
+      }
+      continue;
+    }
     const std::size_t k = rc->mode == RecomputeAction::Mode::every_k ? static_cast<std::size_t>(rc->k)
                                                                       : ceil_sqrt(candidates.size());
     drop_all_but_every_kth(plan, candidates, k);
@@ -975,6 +997,10 @@ std::variant<Schedule, NotApplicable> build_schedule(const Trace& trace, const O
     built.schedule.compression_features.push_back(features);
   }
   return std::move(built.schedule);
+}
+
+bool name_matches(const std::string& pattern, const std::string& name) {
+  return pattern == name || fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
 }
 
 }  // namespace comptrain::models

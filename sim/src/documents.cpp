@@ -20,6 +20,7 @@ std::string_view mode_name(models::RecomputeAction::Mode mode) {
     case models::RecomputeAction::Mode::every_k: return "every_k";
     case models::RecomputeAction::Mode::sqrt_n: return "sqrt_n";
     case models::RecomputeAction::Mode::budget: return "budget";
+    case models::RecomputeAction::Mode::checkpoints: return "checkpoints";
   }
   return "?";
 }
@@ -35,6 +36,7 @@ struct ActionJson {
     ordered_json j{{"mode", mode_name(r.mode)}};
     if (r.mode == models::RecomputeAction::Mode::every_k) j["k"] = r.k;
     if (r.mode == models::RecomputeAction::Mode::budget) j["budget_bytes"] = r.budget_bytes;
+    if (r.mode == models::RecomputeAction::Mode::checkpoints) j["keep"] = r.keep;
     rule["recompute"] = std::move(j);
   }
   void operator()(const models::CompressAction& c) const {

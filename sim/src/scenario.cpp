@@ -298,7 +298,7 @@ class ScenarioReader {
     models::RecomputeAction action;
     if (r.IsNull()) return action;
     require_map(r, f);
-    check_keys(r, f, {"mode", "k", "budget"});
+    check_keys(r, f, {"mode", "k", "budget", "keep"});
     const std::string mode = r["mode"] ? scalar(r["mode"], f + ".mode") : "sqrt_n";
     if (mode == "sqrt_n") {
       action.mode = models::RecomputeAction::Mode::sqrt_n;
@@ -306,8 +306,17 @@ class ScenarioReader {
       action.mode = models::RecomputeAction::Mode::every_k;
     } else if (mode == "budget") {
       action.mode = models::RecomputeAction::Mode::budget;
+    } else if (mode == "checkpoints") {
+      action.mode = models::RecomputeAction::Mode::checkpoints;
     } else {
-      throw InputError(where(r["mode"].Mark()) + "unknown recompute mode '" + mode + "'; expected sqrt_n, every_k or budget");
+      throw InputError(where(r["mode"].Mark()) + "unknown recompute mode '" + mode + "'; expected sqrt_n, every_k, budget or checkpoints");
+    }
+    if (const YAML::Node keep = r["keep"]) {
+      if (action.mode != models::RecomputeAction::Mode::checkpoints) throw InputError(where(keep.Mark()) + "'keep' applies to mode checkpoints only");
+      action.keep = string_list(keep, f + ".keep");
+    } else if (action.mode == models::RecomputeAction::Mode::checkpoints) {
+      throw InputError(where(r.Mark()) + "mode checkpoints needs 'keep': name patterns of the activations kept (block inputs), e.g. "
+                                         "[\"bert.encoder.layer.*.output.LayerNorm.out\"]");
     }
     if (const YAML::Node k = r["k"]) {
       if (action.mode != models::RecomputeAction::Mode::every_k) throw InputError(where(k.Mark()) + "'k' applies to mode every_k only");
@@ -408,13 +417,19 @@ class ScenarioReader {
     if (node["inputs_of"]) selector.inputs_of = kinds(node["inputs_of"], field + ".inputs_of");
     if (node["outputs_of"]) selector.outputs_of = kinds(node["outputs_of"], field + ".outputs_of");
     if (node["min_bytes"]) selector.min_bytes = byte_count(node["min_bytes"], field + ".min_bytes");
-    if (const YAML::Node names = node["names"]) {
-      if (!names.IsSequence() || names.size() == 0) {
-        throw InputError(where(names.Mark()) + "'" + field + ".names' must be a non-empty list of tensor names (comptrain trace show --json lists them)");
-      }
-      for (const auto& item : names) selector.names.push_back(scalar(item, field + ".names"));
-    }
+    if (const YAML::Node names = node["names"]) selector.names = string_list(names, field + ".names");
     return selector;
+  }
+
+  // A non-empty list of tensor names or shell-style patterns (models::name_matches).
+  std::vector<std::string> string_list(const YAML::Node& node, const std::string& field) const {
+    if (!node.IsSequence() || node.size() == 0) {
+      throw InputError(where(node.Mark()) + "'" + field +
+                       "' must be a non-empty list of tensor names or patterns such as \"layer.*.out\" (comptrain trace show --json lists the names)");
+    }
+    std::vector<std::string> out;
+    for (const auto& item : node) out.push_back(scalar(item, field));
+    return out;
   }
 
   void require_map(const YAML::Node& node, const std::string& field) const {

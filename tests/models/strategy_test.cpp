@@ -684,6 +684,76 @@ TEST(Recompute, EveryKDropsTheRightStorages) {
   EXPECT_EQ(count_of(all, TaskKind::recompute), 0u);
 }
 
+// Checkpoints keep the named block inputs (names or fnmatch patterns) and drop the rest: the
+// same plan as every_k 3 on a 6-chain, written as torch.utils.checkpoint users write it.
+TEST(Recompute, CheckpointsKeepTheNamedInputs) {
+  const auto trace = chain(6);
+  for (const std::vector<std::string>& keep : {std::vector<std::string>{"x3", "x6"}, std::vector<std::string>{"x[36]"}}) {
+    StrategyRule rule = recompute_rule(RecomputeAction::Mode::checkpoints);
+    std::get<RecomputeAction>(rule.action).keep = keep;
+    const Schedule s = build(trace, spec("checkpoints", {rule}));
+    std::vector<std::string> replayed;
+    for (const auto& t : s.tasks) {
+      if (t.kind == TaskKind::recompute) replayed.push_back(t.name);
+    }
+    EXPECT_EQ(replayed, (std::vector<std::string>{"f4 (recompute)", "f5 (recompute)", "f1 (recompute)", "f2 (recompute)"}));
+  }
+  // A selector narrows what is dropped: outside it everything is kept.
+  StrategyRule narrow = recompute_rule(RecomputeAction::Mode::checkpoints, 2, 0, TensorSelector{{}, {}, 0, {"x4", "x5", "x6"}});
+  std::get<RecomputeAction>(narrow.action).keep = {"x6"};
+  const Schedule n = build(trace, spec("narrow", {narrow}));
+  EXPECT_EQ(count_of(n, TaskKind::recompute), 2u);  // f4, f5 from the kept x3
+  // Without `keep` the mode is an input error, as is `keep` on another mode.
+  EXPECT_THROW(build_schedule(trace, time_model(), spec("c", {recompute_rule(RecomputeAction::Mode::checkpoints)})), InputError);
+  StrategyRule stray = recompute_rule(RecomputeAction::Mode::sqrt_n);
+  std::get<RecomputeAction>(stray.action).keep = {"x3"};
+  EXPECT_THROW(build_schedule(trace, time_model(), spec("s", {stray})), InputError);
+}
+
+// A block input that autograd does not save (under autocast a linear saves its 16-bit copy, not
+// the fp32 layer input) is kept all the same, and the replay starts from it: x -f1-> a
+// (temporary) -f2-> b (saved) -f3-> c (saved); keeping `a` replays f2 and f3, never f1.
+TEST(Recompute, CheckpointsKeepABlockInputAutogradDoesNotSave) {
+  Builder b;
+  const auto x = b.tensor("x", 400, TensorRole::input);
+  const auto a = b.tensor("a", 400, TensorRole::temporary);
+  const auto bb = b.tensor("b", 400, TensorRole::activation);
+  const auto c = b.tensor("c", 400, TensorRole::activation);
+  const auto l = b.tensor("l", 4, TensorRole::temporary);
+  const auto gl = b.tensor("gl", 4, TensorRole::temporary);
+  const auto gc = b.tensor("gc", 400, TensorRole::temporary);
+  const auto wg = b.tensor("wg", 40, TensorRole::gradient);
+  b.op("f1", Phase::forward, OpKind::relu, {x}, {a}, 100);
+  b.op("f2", Phase::forward, OpKind::relu, {a}, {bb}, 100);
+  b.op("f3", Phase::forward, OpKind::relu, {bb}, {c}, 100);
+  b.op("loss", Phase::forward, OpKind::loss, {c}, {l}, 10);
+  b.op("seed", Phase::backward, OpKind::other, {l}, {gl});
+  b.op("f3.backward", Phase::backward, OpKind::relu, {gl, c}, {gc}, 100);
+  b.op("f2.backward", Phase::backward, OpKind::relu, {gc, bb}, {wg}, 100);
+  const auto trace = b.build("block");
+  StrategyRule rule = recompute_rule(RecomputeAction::Mode::checkpoints);
+  std::get<RecomputeAction>(rule.action).keep = {"a"};
+  const Schedule s = build(trace, spec("checkpoints", {rule}));
+  std::vector<std::string> replayed;
+  for (const auto& t : s.tasks) {
+    if (t.kind == TaskKind::recompute) replayed.push_back(t.name);
+  }
+  EXPECT_EQ(replayed, (std::vector<std::string>{"f2 (recompute)", "f3 (recompute)"}));
+  // `a`'s buffer is the one the replay of f2 reads: it lives into the backward pass.
+  const auto f1 = std::find_if(s.tasks.begin(), s.tasks.end(), [](const auto& t) { return t.name == "f1"; });
+  const auto f2r = std::find_if(s.tasks.begin(), s.tasks.end(), [](const auto& t) { return t.name == "f2 (recompute)"; });
+  ASSERT_TRUE(f1 != s.tasks.end() && f2r != s.tasks.end());
+  ASSERT_EQ(f1->creates.size(), 1u);
+  EXPECT_NE(std::find(f2r->uses.begin(), f2r->uses.end(), f1->creates[0]), f2r->uses.end());
+}
+
+TEST(Models, NamePatternsAreFnmatchWithExactNamesAlwaysMatching) {
+  EXPECT_TRUE(name_matches("bert.encoder.layer.*.output.LayerNorm.out", "bert.encoder.layer.11.output.LayerNorm.out"));
+  EXPECT_FALSE(name_matches("bert.encoder.layer.*.output.LayerNorm.out", "bert.encoder.layer.11.output.LayerNorm.mean"));
+  EXPECT_TRUE(name_matches("x[1]", "x[1]"));  // a name with pattern characters matches itself
+  EXPECT_TRUE(name_matches("x?", "x7"));
+}
+
 TEST(Recompute, BudgetMeetsItsBudgetAndBeatsSqrtNOnAHeterogeneousChain) {
   for (const bool expensive : {false, true}) {
     const auto trace = chain(64, expensive);

@@ -19,14 +19,19 @@
 
 namespace comptrain::models {
 
+// Whether `name` is `pattern` or matches it as a shell-style pattern (fnmatch(3), no flags).
+bool name_matches(const std::string& pattern, const std::string& name);
+
 // Which saved activations a rule applies to. A storage is selected when it is saved for
 // backward and (if given) it is read by a forward op of one of `inputs_of`, or written by a
 // forward op of one of `outputs_of`, and it is at least `min_bytes` large. Both lists empty:
 // every saved activation.
 //
 // `names`, when given, further restricts the selection to the storages (base tensors) of those
-// names. A compress rule never takes an integer or boolean storage (indices, masks: a lossy
-// codec would corrupt them) unless `names` lists it.
+// names: each entry is a name, or a shell-style pattern as POSIX fnmatch(3) reads it (`*`, `?`,
+// `[...]`: "bert.encoder.layer.*"); a name always matches itself. A compress rule never takes an
+// integer or boolean storage (indices, masks: a lossy codec would corrupt them) unless `names`
+// matches it.
 struct TensorSelector {
   std::vector<traces::OpKind> inputs_of;
   std::vector<traces::OpKind> outputs_of;
@@ -45,10 +50,15 @@ struct OffloadAction {
 };
 
 struct RecomputeAction {
-  enum class Mode { every_k, sqrt_n, budget };
+  // checkpoints: keep the selected activations whose names match `keep` and drop every other
+  // selected one, as torch.utils.checkpoint around blocks does: the block inputs are kept and
+  // each block's forward is replayed before its backward (Hugging Face's
+  // gradient_checkpointing keeps each transformer layer's input).
+  enum class Mode { every_k, sqrt_n, budget, checkpoints };
   Mode mode = Mode::sqrt_n;
   int k = 2;                             // every_k: keep every k-th selected activation
   std::int64_t budget_bytes = 0;         // budget: peak bytes of saved activations allowed
+  std::vector<std::string> keep;         // checkpoints: name patterns (as TensorSelector::names)
 };
 
 // Compression, costed by explicit numbers, by a calibration profile, or by a profile with some

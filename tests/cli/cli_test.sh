@@ -59,7 +59,7 @@ expect_usage "unexpected argument 'two'; expected at most 1 argument \(scenario\
 expect_usage "unexpected argument 'two'; expected at most 1 argument" -- simulate one two three
 expect_usage "missing option --output; expected --output" -- trace export resnet18
 expect_usage "--batch needs a value; expected --batch INT" -- trace show resnet18 --batch
-expect_usage "--precision: found 'fp8'; expected one of: fp32, mixed" -- trace show resnet18 --precision fp8
+expect_usage "--precision: found 'fp8'; expected one of: fp32, amp-fp16, amp-bf16, fp16, bf16, mixed" -- trace show resnet18 --precision fp8
 expect_usage "Run 'comptrain trace show --help' for more" -- trace show resnet18 --precision fp8
 
 # Integers are read exactly: out of the type's range (2^63), fractions and words are errors
@@ -195,6 +195,17 @@ expect 0 'DOES NOT FIT' -- simulate --batch 512
 expect 0 'iteration time' -- simulate --platform v100-32gb --memory-csv "$work/memory.csv" --timeline "$work/timeline.json"
 head -1 "$work/memory.csv" | grep -q '^time_s,' && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: memory CSV header"; }
 grep -q '"traceEvents"' "$work/timeline.json" && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: Perfetto trace"; }
+# Memory as PyTorch holds it: the four peaks, the out-of-memory PyTorch would raise, the metric.
+expect 0 'device .*nvidia-smi: reserved \+ CUDA context 381\.47 MiB' -- simulate
+expect 0 'PyTorch would run out of GPU memory in the first iteration' -- simulate --batch 512
+expect 0 'Memory     device: reserved \+ CUDA context' -- plan -q --memory-metric device --max-batch 8 -j 1
+expect_usage "--memory-metric: found 'peak'; expected one of: reserved, allocated, exact, device" -- plan --memory-metric peak
+printf 'model: {zoo: bert-base, seq_len: 128, attention: eager, head: sequence-classification}\ntraining: {batch_size: 2, precision: amp-fp16, optimizer: adamw}\nframework: {pytorch: "1.10", cuda_context: 1343 MiB}\nplatform: v100-16gb\n' >"$work/framework.yaml"
+expect 0 'PyTorch 1\.10; gradients zeroed and kept' -- simulate "$work/framework.yaml"
+printf 'model: {zoo: resnet18}\nframework: {cuda_context: 20 GiB}\nplatform: v100-16gb\n' >"$work/bigcontext.yaml"
+expect 2 'bigcontext.yaml: framework.cuda_context .* leaves nothing' -- simulate "$work/bigcontext.yaml"
+printf 'model: {zoo: resnet18}\nframework: {zero_grad: never}\nplatform: v100-16gb\n' >"$work/zerograd.yaml"
+expect 2 "zerograd.yaml:2:24: 'framework.zero_grad' is 'never'; expected set_to_none" -- simulate "$work/zerograd.yaml"
 printf 'model:\n  zoo: resnet18\n' >"$work/noplatform.yaml"
 expect 2 "has no 'platform'" -- simulate "$work/noplatform.yaml"
 printf 'model:\n  zoo: resnet18\nplatform: a100-40gb\nstrategy:\n  rules:\n    - offload: {lookahead: 0}\n' >"$work/badrule.yaml"

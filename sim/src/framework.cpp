@@ -57,6 +57,7 @@ FrameworkOnGpu resolve_framework(const FrameworkSpec& framework, const models::G
   out.cuda_context_bytes = framework.cuda_context_bytes.value_or(gpu.cuda_context_bytes);
   out.cublas_workspace_bytes = framework.cublas_workspace_bytes.value_or(
       before_1_13 ? 0 : default_cublas_workspace_bytes(gpu.compute_capability_major, gpu.compute_capability_minor));
+  out.cudnn_workspace_bytes = framework.cudnn_workspace_bytes;
   if (out.cuda_context_bytes >= out.visible_bytes) {
     throw InputError(std::string(source) + ": framework.cuda_context (" + std::to_string(out.cuda_context_bytes) +
                      " B) leaves nothing of the GPU's " + std::to_string(out.visible_bytes) +
@@ -86,6 +87,19 @@ void apply_gradient_lifetime(models::Schedule& schedule, ZeroGrad zero_grad) {
       if (std::find(task.uses.begin(), task.uses.end(), *it) == task.uses.end()) task.uses.push_back(*it);
       it = task.creates.erase(it);
     }
+  }
+}
+
+void add_cudnn_workspaces(models::Schedule& schedule, const traces::Trace& trace, std::int64_t bytes) {
+  if (bytes <= 0) return;
+  for (models::Task& task : schedule.tasks) {
+    if (!task.op || trace.op(*task.op).kind != traces::OpKind::conv) continue;
+    models::Buffer workspace;
+    workspace.name = task.name + " (cuDNN workspace)";
+    workspace.bytes = bytes;
+    workspace.role = models::MemoryRole::temporary;
+    schedule.buffers.push_back(std::move(workspace));
+    task.creates.push_back(schedule.buffers.size() - 1);
   }
 }
 

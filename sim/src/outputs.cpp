@@ -307,6 +307,10 @@ void add_results(std::string& out, const SimulationRun& run) {
            fmt::format("nvidia-smi: reserved + CUDA context {}{}, of {} visible", format_bytes(d.framework.cuda_context_bytes),
                        d.framework.cuda_context_bytes == 0 ? " (the platform gives no gpu.cuda_context)" : "",
                        format_bytes(d.framework.visible_bytes)));
+  if (d.framework.cudnn_workspace_bytes > 0) {
+    add_line(out, "  each convolution also holds a {} cuDNN workspace while it runs (framework.cudnn_workspace)",
+             format_bytes(d.framework.cudnn_workspace_bytes));
+  }
   if (d.alloc_retries > 0) {
     add_line(out, "  the allocator had to release its cache {} time(s) to fit (num_alloc_retries): close to the limit", d.alloc_retries);
   }
@@ -410,6 +414,7 @@ std::string report_json(const SimulationRun& run) {
                     {"visible_bytes", framework.visible_bytes},
                     {"cuda_context_bytes", framework.cuda_context_bytes},
                     {"cublas_workspace_bytes", framework.cublas_workspace_bytes},
+                    {"cudnn_workspace_bytes", framework.cudnn_workspace_bytes},
                     {"usable_bytes", framework.usable_bytes()}};
   if (run.strategy != nullptr) {
     j["strategy"] = detail::strategy_json(*run.strategy);

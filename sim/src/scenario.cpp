@@ -168,7 +168,7 @@ class ScenarioReader {
 
   FrameworkSpec read_framework(const YAML::Node& node) const {
     require_map(node, "framework");
-    check_keys(node, "framework", {"pytorch", "zero_grad", "expandable_segments", "cuda_context", "cublas_workspace"});
+    check_keys(node, "framework", {"pytorch", "zero_grad", "expandable_segments", "cuda_context", "cublas_workspace", "cudnn_workspace"});
     FrameworkSpec framework;
     if (const YAML::Node v = node["pytorch"]) {
       // The text as written: YAML would read 1.10 as the number 1.1.
@@ -191,7 +191,7 @@ class ScenarioReader {
     // At most 64 GiB: no CUDA context or cuBLAS workspace comes near; anything larger is a
     // misplaced unit.
     constexpr std::int64_t kMaxFrameworkBytes = std::int64_t{64} << 30;
-    for (const char* key : {"cuda_context", "cublas_workspace"}) {
+    for (const char* key : {"cuda_context", "cublas_workspace", "cudnn_workspace"}) {
       const YAML::Node n = node[key];
       if (!n) continue;
       const std::string field = std::string("framework.") + key;
@@ -199,7 +199,13 @@ class ScenarioReader {
       if (bytes > kMaxFrameworkBytes) {
         throw InputError(where(n.Mark()) + "'" + field + "' is " + scalar(n, field) + "; expected at most 64 GiB (a CUDA context takes hundreds of MiB)");
       }
-      (std::string_view(key) == "cuda_context" ? framework.cuda_context_bytes : framework.cublas_workspace_bytes) = bytes;
+      if (std::string_view(key) == "cuda_context") {
+        framework.cuda_context_bytes = bytes;
+      } else if (std::string_view(key) == "cublas_workspace") {
+        framework.cublas_workspace_bytes = bytes;
+      } else {
+        framework.cudnn_workspace_bytes = bytes;
+      }
     }
     return framework;
   }

@@ -6,7 +6,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
+#include "comptrain/models/op_time.hpp"
+#include "comptrain/models/strategy.hpp"
 #include "comptrain/sim/simulation.hpp"
+#include "comptrain/zoo/zoo.hpp"
 #include "schedule_builder.hpp"
 
 namespace comptrain::sim {
@@ -142,6 +147,41 @@ TEST(DeviceMemory, EmptyBuffersComeAndGo) {
   EXPECT_TRUE(r.memory_events[0].allocation);
   EXPECT_FALSE(r.memory_events[1].allocation);
   EXPECT_EQ(r.device.peak_allocated, 3 * kMiB);
+}
+
+// framework.cudnn_workspace: every task that runs a convolution (forward, backward, replayed)
+// gets a workspace of its own that lives while the task runs.
+TEST(DeviceMemory, EveryConvolutionTaskHoldsItsCudnnWorkspace) {
+  zoo::ModelRequest request;
+  request.model = "resnet18";
+  request.batch_size = 2;
+  const traces::Trace trace = zoo::build_model(request);
+  models::Platform platform = models::builtin_platform("v100-16gb");
+  const models::OpTimeModel time_model(platform);
+  models::Schedule schedule = std::get<models::Schedule>(models::build_schedule(trace, time_model, models::StrategySpec{}));
+  const std::size_t buffers_before = schedule.buffers.size();
+  std::size_t conv_tasks = 0;
+  for (const models::Task& t : schedule.tasks) conv_tasks += t.op && trace.op(*t.op).kind == traces::OpKind::conv ? 1 : 0;
+  ASSERT_GT(conv_tasks, 0u);
+  add_cudnn_workspaces(schedule, trace, 64 * kMiB);
+  ASSERT_EQ(schedule.buffers.size(), buffers_before + conv_tasks);
+  for (models::BufferId b = buffers_before; b < schedule.buffers.size(); ++b) {
+    std::size_t holders = 0;
+    for (const models::Task& t : schedule.tasks) {
+      holders += std::count(t.creates.begin(), t.creates.end(), b) + std::count(t.uses.begin(), t.uses.end(), b);
+    }
+    EXPECT_EQ(holders, 1u) << schedule.buffers[b].name;  // created by its task alone: freed when it ends
+    EXPECT_EQ(schedule.buffers[b].bytes, 64 * kMiB);
+  }
+  EXPECT_NO_THROW(schedule.validate());
+  add_cudnn_workspaces(schedule, trace, 0);  // 0: nothing
+  EXPECT_EQ(schedule.buffers.size(), buffers_before + conv_tasks);
+  // One workspace at a time (one stream): the exact peak grows by at most one of them.
+  models::Schedule plain = std::get<models::Schedule>(models::build_schedule(trace, time_model, models::StrategySpec{}));
+  const SimulationResult with = simulate(platform, schedule, bare_framework(std::int64_t{16} << 30));
+  const SimulationResult without = simulate(platform, plain, bare_framework(std::int64_t{16} << 30));
+  EXPECT_GT(with.peak_bytes, without.peak_bytes);
+  EXPECT_LE(with.peak_bytes, without.peak_bytes + 64 * kMiB);
 }
 
 TEST(DeviceMemory, FrameworkResolvesAgainstTheGpu) {

@@ -163,6 +163,9 @@ TEST(Scenario, ReadsTheFrameworkSection) {
   EXPECT_TRUE(s.framework.expandable_segments);
   EXPECT_EQ(s.framework.cuda_context_bytes, std::int64_t{1343} << 20);
   EXPECT_EQ(s.framework.cublas_workspace_bytes, 0);
+  EXPECT_EQ(s.framework.cudnn_workspace_bytes, 0);  // not modelled unless given
+  EXPECT_EQ(parse_scenario("model: {zoo: resnet18}\nframework: {cudnn_workspace: 256 MiB}\n", "s.yaml", ".").framework.cudnn_workspace_bytes,
+            std::int64_t{256} << 20);
   const FrameworkOnGpu f = resolve_framework(s.framework, s.platform->gpu, s.source);
   EXPECT_EQ(f.usable_bytes(), (std::int64_t{16160} - 1343) << 20);  // the V100's nvidia-smi total less the context
 

@@ -13,6 +13,12 @@
 //   cuda_context         bytes the CUDA context and the loaded kernels take outside the caching
 //                        allocator (nvidia-smi shows them, torch.cuda.memory_reserved does not);
 //                        unset: the platform's gpu.cuda_context.
+//   cudnn_workspace      bytes of cuDNN workspace each convolution (forward, backward, replayed)
+//                        takes through the caching allocator while it runs (PyTorch's cuDNN
+//                        convolutions allocate the chosen algorithm's workspace per call:
+//                        aten/src/ATen/native/cudnn/Conv_v7.cpp, Workspace). Unset: 0, not
+//                        modelled: the size depends on the algorithm cuDNN picks (and on
+//                        torch.backends.cudnn.benchmark), which no shipped figure gives.
 //   cublas_workspace     the cuBLAS workspace PyTorch allocates through the caching allocator on
 //                        the first GEMM and keeps (aten/src/ATen/cuda/CublasHandlePool.cpp);
 //                        unset: the default for the platform's compute capability
@@ -60,6 +66,7 @@ struct FrameworkSpec {
   bool expandable_segments = false;
   std::optional<std::int64_t> cuda_context_bytes;
   std::optional<std::int64_t> cublas_workspace_bytes;
+  std::int64_t cudnn_workspace_bytes = 0;
 };
 
 // The framework resolved against a platform: every figure the device-memory model needs.
@@ -70,6 +77,7 @@ struct FrameworkOnGpu {
   std::int64_t visible_bytes = 0;           // what cudaMemGetInfo / nvidia-smi report as total
   std::int64_t cuda_context_bytes = 0;      // outside the allocator
   std::int64_t cublas_workspace_bytes = 0;  // inside the allocator, held from the first GEMM on
+  std::int64_t cudnn_workspace_bytes = 0;   // inside the allocator, per convolution while it runs
   // What the caching allocator can reserve: visible_bytes - cuda_context_bytes.
   std::int64_t usable_bytes() const { return visible_bytes - cuda_context_bytes; }
 };
@@ -86,5 +94,9 @@ std::int64_t default_cublas_workspace_bytes(int major, int minor);
 // are at the start of every iteration but the first, and never freed. With `set_to_none` the
 // schedule is unchanged: gradients are created by the backward pass and freed after the step.
 void apply_gradient_lifetime(models::Schedule& schedule, ZeroGrad zero_grad);
+
+// Gives every task that runs a convolution of `trace` (op, recompute) a workspace buffer of
+// `bytes` that lives while the task runs (role temporary). Nothing when bytes is 0.
+void add_cudnn_workspaces(models::Schedule& schedule, const traces::Trace& trace, std::int64_t bytes);
 
 }  // namespace comptrain::sim

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
@@ -48,6 +49,215 @@ double checked(double seconds, const traces::Trace& trace, traces::OpIndex index
                    "and the trace's measured durations)");
 }
 
+// ---- Kernel traffic ----------------------------------------------------------------------
+//
+// A trace records an op's logical bytes: one read of each input and one write of each output.
+// PyTorch's CUDA kernels for some kinds move more than that (a statistics pass before the
+// normalisation, a temporary product, a second kernel over the same tensors) and for others
+// less (a gather reads the rows it picks, not the whole table). kernel_traffic turns the
+// logical bytes into the bytes the kernels issue to device memory, by kind and phase, from the
+// table below. Each rule adds whole passes over the op's main tensors (inputs[0], and inputs[1]
+// where the kernel re-reads both); ops that do not have the inputs a rule expects keep their
+// logical bytes.
+//
+// One judgement applies to every rule: a pass that re-reads data the same thread block read
+// moments before (a row of a softmax or a layer norm, a channel plane of batch norm's fused
+// backward kernel) is counted only when that data exceeds the 48 KiB a block can keep in
+// shared memory; smaller rows are served on chip (L1 / shared memory), as PyTorch's own
+// softmax chooses for rows that fit (cunn_SoftMaxForwardSmem). Re-reads by a separate kernel
+// always count: the tensors are far larger than the L2 cache in training.
+
+// cudaDevAttrMaxSharedMemoryPerBlock without opt-in, 48 KiB on every CUDA GPU since compute
+// capability 2.0 (CUDA C++ Programming Guide, "Technical Specifications per Compute
+// Capability"); SoftMax.cu (pytorch/pytorch@000cace5a401cabff792f70ee9768708415ec98d,
+// host_softmax) sizes its shared-memory row cache from this sharedMemPerBlock.
+constexpr std::int64_t kOnChipBytesPerBlock = 48 * 1024;
+// host_softmax's persistent (one warp per row, row held in registers) path:
+// dim_size <= 1024 && dim_size * sizeof(scalar_t) <= 4096 (SoftMax.cu@000cace5, above).
+constexpr std::int64_t kPersistentSoftmaxElements = 1024;
+constexpr std::int64_t kPersistentSoftmaxBytes = 4096;
+// host_softmax's shared-memory path loads 16-byte vectors (ILP = sizeof(float4) /
+// sizeof(scalar_t)), needs dim_size % ILP == 0, and keeps one fp32 partial per warp of a block
+// of up to 1024 threads next to the row (SoftMaxForward_getBlockSize; SoftMax.cu@000cace5).
+constexpr std::int64_t kSoftmaxVectorBytes = 16;
+constexpr std::int64_t kSoftmaxReductionBytes = (1024 / 32) * 4;
+// DRAM is accessed in 32-byte sectors, so a gather of one 4-byte value per row still moves a
+// sector (CUDA C++ Best Practices Guide, "Coalesced Access to Global Memory").
+constexpr std::int64_t kSectorBytes = 32;
+
+enum class TrafficRule : std::uint8_t {
+  logical,             // the trace's bytes are what the kernels move
+  batchnorm_forward,   // +1 read of x
+  batchnorm_backward,  // +1 read of grad_out and x when a channel plane exceeds a block's on-chip memory
+  layernorm_forward,   // +1 read of x when a row exceeds a block's on-chip memory
+  layernorm_backward,  // +1 read of grad_out and x (gamma/beta kernel), +1 more when a row pair exceeds on-chip memory
+  softmax_forward,     // +2 reads of x for rows that neither the persistent nor the shared-memory kernel takes
+  softmax_backward,    // tmp = grad * output first (+1 write); the kernel reads tmp and output (+2 reads); +1 read of tmp on long rows
+  loss_forward,        // log_softmax as softmax_forward; nll_loss gathers one value per row
+  loss_backward,       // log_softmax backward: +1 read of grad on long rows; nll_loss backward: logical
+  embedding_forward,   // index_select: reads the gathered rows, not the table
+};
+
+struct TrafficRow {
+  traces::OpKind kind;
+  traces::Phase phase;
+  TrafficRule rule;
+  const char* source;  // the kernels the rule follows (models/README.md, "Kernel traffic")
+};
+
+// One row per kind and phase that departs from the logical bytes; every other kind and phase
+// (conv, linear, matmul, attention: tiled GEMMs whose traffic this model does not try to
+// derive; relu, gelu, elementwise, dropout, pool, optimizer_update, other) keeps them.
+constexpr TrafficRow kTrafficTable[] = {
+    {traces::OpKind::batchnorm, traces::Phase::forward, TrafficRule::batchnorm_forward,
+     "aten/src/ATen/native/cuda/Normalization.cu@000e0689816596fada756234dbc4cf0a73790876 batch_norm_cuda_out: "
+     "batch_norm_mean_var (statistics kernel) then batch_norm_elementwise"},
+    {traces::OpKind::batchnorm, traces::Phase::backward, TrafficRule::batchnorm_backward,
+     "aten/src/ATen/native/cuda/Normalization.cuh@045df435368073014bca09cfa8bbb16c516a0255 batch_norm_backward_kernel: "
+     "a block per channel reduces over (grad_out, input), then writes grad_input from both again"},
+    {traces::OpKind::layernorm, traces::Phase::forward, TrafficRule::layernorm_forward,
+     "aten/src/ATen/native/cuda/layer_norm_kernel.cu@0005c538e468a9597b4372816aecacb33733deb6 "
+     "vectorized_layer_norm_kernel_impl: compute_stats over the row, then a second loop reading it"},
+    {traces::OpKind::layernorm, traces::Phase::backward, TrafficRule::layernorm_backward,
+     "layer_norm_kernel.cu@0005c538 layer_norm_grad_input_kernel(_vectorized): two loops over (dY, X) per row; "
+     "GammaBetaBackward*Kernel: a second kernel over dY and X"},
+    {traces::OpKind::softmax, traces::Phase::forward, TrafficRule::softmax_forward,
+     "aten/src/ATen/native/cuda/SoftMax.cu@000cace5a401cabff792f70ee9768708415ec98d host_softmax: "
+     "dispatch_softmax_forward / cunn_SoftMaxForwardSmem read a row once; cunn_SoftMaxForward three times"},
+    {traces::OpKind::softmax, traces::Phase::backward, TrafficRule::softmax_backward,
+     "SoftMax.cu@000cace5 softmax_backward_cuda_out: tmp = grad * output, then host_softmax_backward(tmp, output); "
+     "cunn_SoftMaxBackward reads tmp twice"},
+    {traces::OpKind::loss, traces::Phase::forward, TrafficRule::loss_forward,
+     "SoftMax.cu@000cace5 log_softmax_cuda_out (host_softmax); aten/src/ATen/native/cuda/Loss.cu@"
+     "bef73c91efe3de3d7b8cfe5bbd44092aa366a200 nll_loss_forward_reduce_cuda_kernel_2d: input[i][target[i]]"},
+    {traces::OpKind::loss, traces::Phase::backward, TrafficRule::loss_backward,
+     "SoftMax.cu@000cace5 log_softmax_backward_cuda_out: cunn_SoftMaxBackward reduces grad, then reads it again; "
+     "Loss.cu@bef73c91 nll_loss backward: zero-filled grad_input, one value scattered per row"},
+    {traces::OpKind::embedding, traces::Phase::forward, TrafficRule::embedding_forward,
+     "aten/src/ATen/native/Embedding.cpp: embedding is weight.index_select(0, indices)"},
+};
+
+struct Traffic {
+  double read = 0;
+  double written = 0;
+};
+
+TrafficRule traffic_rule(traces::OpKind kind, traces::Phase phase) {
+  for (const TrafficRow& row : kTrafficTable) {
+    if (row.kind == kind && row.phase == phase) return row.rule;
+  }
+  return TrafficRule::logical;
+}
+
+double bytes_of(const traces::Trace& trace, traces::TensorIndex t) { return static_cast<double>(trace.tensor(t).bytes()); }
+
+// Bytes of one row along the last dimension (the softmax and layer-norm dimension in the zoo
+// and in captured transformer traces).
+std::int64_t row_bytes(const traces::Tensor& t) {
+  return t.shape.empty() ? traces::element_size(t.dtype) : t.shape.back() * traces::element_size(t.dtype);
+}
+
+// Bytes of one channel plane of an (N, C, ...) tensor: what one block of batch norm's
+// backward kernel walks.
+std::int64_t plane_bytes(const traces::Tensor& t) {
+  if (t.shape.size() < 2 || t.shape[1] == 0) return t.bytes();
+  return t.bytes() / t.shape[1];
+}
+
+// Extra full reads of a softmax / log_softmax input beyond the first, from host_softmax's
+// kernel choice for a contiguous row.
+int softmax_forward_extra_reads(const traces::Tensor& x) {
+  const std::int64_t element = traces::element_size(x.dtype);
+  const std::int64_t dim = x.shape.empty() ? 1 : x.shape.back();
+  if (dim <= kPersistentSoftmaxElements && dim * element <= kPersistentSoftmaxBytes) return 0;
+  const std::int64_t vector = std::max<std::int64_t>(1, kSoftmaxVectorBytes / element);
+  const bool fits_shared_memory = dim * element < kOnChipBytesPerBlock - kSoftmaxReductionBytes && dim % vector == 0;
+  return fits_shared_memory ? 0 : 2;  // cunn_SoftMaxForward: max pass, sum-of-exp pass, write pass
+}
+
+bool has_integer_input(const traces::Trace& trace, const traces::Op& op) {
+  return std::any_of(op.inputs.begin(), op.inputs.end(),
+                     [&](traces::TensorIndex t) { return !traces::is_floating(trace.tensor(t).dtype); });
+}
+
+// The bytes the op's kernels issue to device memory (see the table above).
+Traffic kernel_traffic(const traces::Trace& trace, traces::OpIndex index) {
+  const traces::Op& op = trace.op(index);
+  Traffic t{static_cast<double>(trace.bytes_read(index)), static_cast<double>(trace.bytes_written(index))};
+  const auto& in = op.inputs;
+  switch (traffic_rule(op.kind, op.phase)) {
+    case TrafficRule::logical: break;
+    case TrafficRule::batchnorm_forward:
+      if (!in.empty()) t.read += bytes_of(trace, in[0]);
+      break;
+    case TrafficRule::batchnorm_backward:
+      if (in.size() >= 2 && plane_bytes(trace.tensor(in[0])) + plane_bytes(trace.tensor(in[1])) > kOnChipBytesPerBlock) {
+        t.read += bytes_of(trace, in[0]) + bytes_of(trace, in[1]);
+      }
+      break;
+    case TrafficRule::layernorm_forward:
+      if (!in.empty() && row_bytes(trace.tensor(in[0])) > kOnChipBytesPerBlock) t.read += bytes_of(trace, in[0]);
+      break;
+    case TrafficRule::layernorm_backward:
+      if (in.size() >= 2) {
+        const double pair = bytes_of(trace, in[0]) + bytes_of(trace, in[1]);
+        t.read += pair;  // the gamma/beta kernel
+        if (row_bytes(trace.tensor(in[0])) + row_bytes(trace.tensor(in[1])) > kOnChipBytesPerBlock) t.read += pair;
+      }
+      break;
+    case TrafficRule::softmax_forward:
+      if (!in.empty()) t.read += softmax_forward_extra_reads(trace.tensor(in[0])) * bytes_of(trace, in[0]);
+      break;
+    case TrafficRule::softmax_backward:
+      if (in.size() >= 2) {
+        const double grad = bytes_of(trace, in[0]);
+        // tmp = grad * output reads both and writes tmp; the softmax kernel then reads tmp
+        // (grad-sized) and output again.
+        t.read += grad + bytes_of(trace, in[1]);
+        t.written += grad;
+        // cunn_SoftMaxBackward (rows past the persistent kernel) reduces tmp, then reads it
+        // again with output: a second read from memory once the row no longer stays on chip.
+        if (row_bytes(trace.tensor(in[0])) > kOnChipBytesPerBlock) t.read += grad;
+      }
+      break;
+    case TrafficRule::loss_forward:
+      if (in.empty()) break;
+      if (has_integer_input(trace, op)) {
+        // nll_loss: of the floating inputs it reads one value (a sector) per target.
+        double gathered = 0;
+        double floating = 0;
+        for (const traces::TensorIndex i : in) {
+          if (traces::is_floating(trace.tensor(i).dtype)) {
+            floating += bytes_of(trace, i);
+          } else {
+            gathered += static_cast<double>(trace.tensor(i).elements()) * kSectorBytes;
+          }
+        }
+        t.read -= floating - std::min(floating, gathered);
+      } else {
+        t.read += softmax_forward_extra_reads(trace.tensor(in[0])) * bytes_of(trace, in[0]);
+      }
+      break;
+    case TrafficRule::loss_backward:
+      if (!has_integer_input(trace, op) && !in.empty() && row_bytes(trace.tensor(in[0])) > kOnChipBytesPerBlock) {
+        t.read += bytes_of(trace, in[0]);
+      }
+      break;
+    case TrafficRule::embedding_forward: {
+      // Replace the table (the floating input) by the rows gathered: the output's bytes.
+      double table = 0;
+      for (const traces::TensorIndex i : in) {
+        if (traces::is_floating(trace.tensor(i).dtype)) table += bytes_of(trace, i);
+      }
+      double gathered = 0;
+      for (const traces::TensorIndex o : op.outputs) gathered += bytes_of(trace, o);
+      t.read -= table - std::min(table, gathered);
+      break;
+    }
+  }
+  return t;
+}
+
 }  // namespace
 
 OpTimeModel::OpTimeModel(Platform platform, OpTimeOptions options) : platform_(std::move(platform)), options_(options) {
@@ -81,7 +291,9 @@ double OpTimeModel::seconds(const traces::Trace& trace, traces::OpIndex index) c
   }
 
   const double flops = static_cast<double>(trace.flops(index));
-  const double bytes = static_cast<double>(trace.bytes_read(index)) + static_cast<double>(trace.bytes_written(index));
+  // The bytes the kernels move, not the logical ones (kernel_traffic, above).
+  const Traffic traffic = kernel_traffic(trace, index);
+  const double bytes = traffic.read + traffic.written;
   // Nothing computed and nothing moved (a no-op, or an op whose cost the trace does not
   // know): no kernel to launch either.
   if (flops == 0 && bytes == 0) return 0.0;

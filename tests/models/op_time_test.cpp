@@ -276,6 +276,227 @@ TEST(OpTime, TheSlowestPlatformTheBoundsAllowGivesFiniteDurations) {
   EXPECT_GT(s, 1e16);
 }
 
+// ---- Kernel traffic (models/README.md, "Kernel traffic") -----------------------------------
+//
+// On test_platform memory moves at 1 TB/s x 0.5 = 5e11 bytes/s and every kernel costs 5 us to
+// launch, so a memory-bound op takes bytes / 5e11 + 5e-6 s. Each test builds the op as the zoo
+// records it, with the trace's logical bytes (one read of each input, one write of each
+// output), and states by hand the bytes PyTorch's kernels move.
+
+struct TensorSpec {
+  TensorSpec(std::string name_, DType dtype_, std::vector<std::int64_t> shape_,
+             traces::TensorRole role_ = traces::TensorRole::input, std::optional<traces::TensorIndex> view_of_ = std::nullopt)
+      : name(std::move(name_)), dtype(dtype_), shape(std::move(shape_)), role(role_), view_of(view_of_) {}
+  std::string name;
+  DType dtype;
+  std::vector<std::int64_t> shape;
+  traces::TensorRole role;
+  std::optional<traces::TensorIndex> view_of;
+};
+
+struct OpSpec {
+  OpKind kind = OpKind::elementwise;
+  traces::Phase phase = traces::Phase::forward;
+  std::vector<traces::TensorIndex> inputs;
+  std::vector<traces::TensorIndex> outputs;
+};
+
+// Batch size 1, no tensor scales with the batch; each op's logical bytes are the sums over its
+// inputs and outputs, as the zoo's build_trace computes them.
+traces::Trace trace_of(const std::vector<TensorSpec>& specs, const std::vector<OpSpec>& op_specs) {
+  std::vector<traces::Tensor> tensors;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    traces::Tensor t;
+    t.id = i;
+    t.name = specs[i].name;
+    t.dtype = specs[i].dtype;
+    t.shape = specs[i].shape;
+    t.role = specs[i].role;
+    t.view_of = specs[i].view_of;
+    tensors.push_back(std::move(t));
+  }
+  std::vector<traces::Op> ops;
+  for (std::size_t i = 0; i < op_specs.size(); ++i) {
+    traces::Op op;
+    op.id = i;
+    op.name = "op" + std::to_string(i);
+    op.kind = op_specs[i].kind;
+    op.phase = op_specs[i].phase;
+    op.inputs = op_specs[i].inputs;
+    op.outputs = op_specs[i].outputs;
+    for (const auto t : op.inputs) op.bytes_read.fixed += tensors[t].bytes();
+    for (const auto t : op.outputs) op.bytes_written.fixed += tensors[t].bytes();
+    ops.push_back(std::move(op));
+  }
+  return traces::Trace("traffic", 1, std::move(tensors), std::move(ops));
+}
+
+double op_seconds(const traces::Trace& trace, traces::OpIndex op = 0) { return OpTimeModel(test_platform()).seconds(trace, op); }
+
+double memory_time(double bytes) { return bytes / 5e11 + 5e-6; }
+
+constexpr auto kForward = traces::Phase::forward;
+constexpr auto kBackward = traces::Phase::backward;
+constexpr auto kTemp = traces::TensorRole::temporary;
+
+TEST(OpTimeTraffic, BatchNormForwardReadsItsInputTwice) {
+  // x [4, 2, 8, 8] f32 = 2048 B; weight, bias, running mean and var 8 B each; y 2048 B and
+  // save_mean, save_invstd 8 B each. Logical: 2080 read, 2064 written. The statistics kernel
+  // reads x once more: 4128 read.
+  const traces::Trace trace = trace_of({{"x", DType::f32, {4, 2, 8, 8}}, {"w", DType::f32, {2}}, {"b", DType::f32, {2}},
+                                        {"rm", DType::f32, {2}}, {"rv", DType::f32, {2}}, {"y", DType::f32, {4, 2, 8, 8}, kTemp},
+                                        {"mean", DType::f32, {2}, kTemp}, {"invstd", DType::f32, {2}, kTemp}},
+                                       {{OpKind::batchnorm, kForward, {0, 1, 2, 3, 4}, {5, 6, 7}}});
+  EXPECT_EQ(trace.bytes_read(0), 2080);
+  EXPECT_DOUBLE_EQ(op_seconds(trace), memory_time(4128 + 2064));
+}
+
+// grad_out, x, weight, save_mean, save_invstd -> grad_input, grad_weight, grad_bias.
+traces::Trace batchnorm_backward(std::vector<std::int64_t> shape) {
+  const std::vector<std::int64_t> channels = {shape[1]};
+  return trace_of({{"gy", DType::f32, shape}, {"x", DType::f32, shape}, {"w", DType::f32, channels}, {"mean", DType::f32, channels},
+                   {"invstd", DType::f32, channels}, {"gx", DType::f32, shape, kTemp}, {"gw", DType::f32, channels, kTemp},
+                   {"gb", DType::f32, channels, kTemp}},
+                  {{OpKind::batchnorm, kBackward, {0, 1, 2, 3, 4}, {5, 6, 7}}});
+}
+
+TEST(OpTimeTraffic, BatchNormBackwardRereadsLargeChannelPlanes) {
+  // Planes of 4 x 8 x 8 x 4 B = 1 KiB per tensor: the fused kernel's second pass stays on
+  // chip. Logical 4120 read (2 x 2048 + 3 x 8), 2064 written.
+  EXPECT_DOUBLE_EQ(op_seconds(batchnorm_backward({4, 2, 8, 8})), memory_time(4120 + 2064));
+  // One channel of 2 x 128 x 128 x 4 B = 128 KiB per tensor: grad_out and x are read twice.
+  // Logical 2 x 131072 + 12 = 262156 read, 131072 + 8 written; +262144 read.
+  EXPECT_DOUBLE_EQ(op_seconds(batchnorm_backward({2, 1, 128, 128})), memory_time(262156 + 262144 + 131080));
+}
+
+traces::Trace softmax(OpKind kind, std::vector<std::int64_t> shape) {
+  return trace_of({{"x", DType::f32, shape}, {"y", DType::f32, shape, kTemp}}, {{kind, kForward, {0}, {1}}});
+}
+
+TEST(OpTimeTraffic, SoftmaxForwardReadsARowOnceUnlessItIsLong) {
+  // 8 fp32 per row: the persistent kernel, one read. 2 x 8 x 4 B in and out.
+  EXPECT_DOUBLE_EQ(op_seconds(softmax(OpKind::softmax, {4, 8})), memory_time(128 + 128));
+  // 2048 fp32 (8 KiB) per row: past the persistent kernel, but the row fits shared memory.
+  EXPECT_DOUBLE_EQ(op_seconds(softmax(OpKind::softmax, {2, 2048})), memory_time(16384 + 16384));
+  // 2047 fp32: not a multiple of the 4-element vector, so cunn_SoftMaxForward: three reads.
+  EXPECT_DOUBLE_EQ(op_seconds(softmax(OpKind::softmax, {2, 2047})), memory_time(3 * 16376 + 16376));
+  // 16384 fp32 (64 KiB) per row: beyond shared memory, three reads.
+  EXPECT_DOUBLE_EQ(op_seconds(softmax(OpKind::softmax, {2, 16384})), memory_time(3 * 131072 + 131072));
+  // log_softmax (kind loss, floating input only) follows the same kernels.
+  EXPECT_DOUBLE_EQ(op_seconds(softmax(OpKind::loss, {2, 16384})), memory_time(3 * 131072 + 131072));
+  EXPECT_DOUBLE_EQ(op_seconds(softmax(OpKind::loss, {4, 8})), memory_time(128 + 128));
+}
+
+traces::Trace softmax_backward(OpKind kind, std::vector<std::int64_t> shape) {
+  return trace_of({{"gy", DType::f32, shape}, {"y", DType::f32, shape}, {"gx", DType::f32, shape, kTemp}},
+                  {{kind, kBackward, {0, 1}, {2}}});
+}
+
+TEST(OpTimeTraffic, SoftmaxBackwardWritesAndRereadsTheProductFirst) {
+  // tmp = grad * y (read 2, write 1), then the kernel reads tmp and y and writes grad_input:
+  // 4 reads and 2 writes of 128 B for the short row, against the logical 2 and 1.
+  EXPECT_DOUBLE_EQ(op_seconds(softmax_backward(OpKind::softmax, {4, 8})), memory_time(4 * 128 + 2 * 128));
+  // 64 KiB rows: cunn_SoftMaxBackward reads tmp a second time: 5 reads, 2 writes.
+  EXPECT_DOUBLE_EQ(op_seconds(softmax_backward(OpKind::softmax, {2, 16384})), memory_time(5 * 131072 + 2 * 131072));
+  // log_softmax backward has no product: logical for short rows, grad read twice for long ones.
+  EXPECT_DOUBLE_EQ(op_seconds(softmax_backward(OpKind::loss, {4, 8})), memory_time(2 * 128 + 128));
+  EXPECT_DOUBLE_EQ(op_seconds(softmax_backward(OpKind::loss, {2, 16384})), memory_time(3 * 131072 + 131072));
+}
+
+TEST(OpTimeTraffic, LayerNorm) {
+  // Forward, x [4, 8] f32 (128 B), weight and bias 32 B, y 128 B, mean and rstd 16 B: the
+  // 32-byte rows are re-read on chip, so logical: 192 read, 160 written.
+  const traces::Trace forward = trace_of({{"x", DType::f32, {4, 8}}, {"w", DType::f32, {8}}, {"b", DType::f32, {8}},
+                                          {"y", DType::f32, {4, 8}, kTemp}, {"mean", DType::f32, {4}, kTemp},
+                                          {"rstd", DType::f32, {4}, kTemp}},
+                                         {{OpKind::layernorm, kForward, {0, 1, 2}, {3, 4, 5}}});
+  EXPECT_DOUBLE_EQ(op_seconds(forward), memory_time(192 + 160));
+  // 64 KiB rows: the normalising loop reads x again from memory.
+  const traces::Trace wide = trace_of({{"x", DType::f32, {2, 16384}}, {"w", DType::f32, {16384}}, {"b", DType::f32, {16384}},
+                                       {"y", DType::f32, {2, 16384}, kTemp}, {"mean", DType::f32, {2}, kTemp},
+                                       {"rstd", DType::f32, {2}, kTemp}},
+                                      {{OpKind::layernorm, kForward, {0, 1, 2}, {3, 4, 5}}});
+  EXPECT_DOUBLE_EQ(op_seconds(wide), memory_time((131072 + 2 * 65536 + 131072) + (131072 + 16)));
+  // Backward: grad_out, x, mean, rstd, weight, bias -> grad_input, grad_weight, grad_bias.
+  // Logical 128 + 128 + 16 + 16 + 32 + 32 = 352 read, 128 + 32 + 32 = 192 written; the
+  // gamma/beta kernel reads grad_out and x once more (+256).
+  const traces::Trace backward = trace_of({{"gy", DType::f32, {4, 8}}, {"x", DType::f32, {4, 8}}, {"mean", DType::f32, {4}},
+                                           {"rstd", DType::f32, {4}}, {"w", DType::f32, {8}}, {"b", DType::f32, {8}},
+                                           {"gx", DType::f32, {4, 8}, kTemp}, {"gw", DType::f32, {8}, kTemp},
+                                           {"gb", DType::f32, {8}, kTemp}},
+                                          {{OpKind::layernorm, kBackward, {0, 1, 2, 3, 4, 5}, {6, 7, 8}}});
+  EXPECT_DOUBLE_EQ(op_seconds(backward), memory_time(352 + 256 + 192));
+}
+
+TEST(OpTimeTraffic, InPlaceAddReadsBothOperandsAndWritesOne) {
+  // a = relu(x) (a temporary, so that it can be overwritten), then a += b: the add's output
+  // is a view of a, recorded as written once; the trace's logical bytes are already the
+  // kernel's (read a and b, write a), and the model leaves them.
+  const traces::Trace trace = trace_of({{"x", DType::f32, {4, 8}}, {"b", DType::f32, {4, 8}}, {"a", DType::f32, {4, 8}, kTemp},
+                                        {"sum", DType::f32, {4, 8}, kTemp, traces::TensorIndex{2}}},
+                                       {{OpKind::relu, kForward, {0}, {2}}, {OpKind::elementwise, kForward, {2, 1}, {3}}});
+  EXPECT_EQ(trace.bytes_read(1), 256);
+  EXPECT_EQ(trace.bytes_written(1), 128);
+  EXPECT_DOUBLE_EQ(op_seconds(trace, 1), memory_time(256 + 128));
+}
+
+TEST(OpTimeTraffic, ZooInPlaceAddRecordsTwoReadsAndOneWrite) {
+  // What the zoo records for ResNet's `out += identity`: the add reads both operands and
+  // writes the view of the first once, so the logical bytes need no factor.
+  zoo::ModelRequest request;
+  request.model = "resnet18";
+  request.batch_size = 2;
+  const traces::Trace trace = zoo::build_model(request);
+  const OpTimeModel model(test_platform());
+  int checked_ops = 0;
+  for (traces::OpIndex i = 0; i < trace.ops().size(); ++i) {
+    const traces::Op& op = trace.op(i);
+    if (op.kind != OpKind::elementwise || op.phase != kForward || op.outputs.size() != 1 || op.inputs.size() != 2) continue;
+    if (!trace.tensor(op.outputs[0]).view_of) continue;
+    const std::int64_t y = trace.tensor(op.outputs[0]).bytes();
+    const double y_bytes = static_cast<double>(y);
+    EXPECT_EQ(trace.bytes_read(i), 2 * y) << op.name;
+    EXPECT_EQ(trace.bytes_written(i), y) << op.name;
+    EXPECT_DOUBLE_EQ(model.seconds(trace, i), std::max(static_cast<double>(trace.flops(i)) / 5e12, 3.0 * y_bytes / 5e11) + 5e-6) << op.name;
+    ++checked_ops;
+  }
+  EXPECT_EQ(checked_ops, 8) << "ResNet-18 has eight residual adds";
+}
+
+TEST(OpTimeTraffic, NllLossGathersOneValuePerRow) {
+  // log_probs [4, 1000] f32 (16000 B) and labels [4] i64 (32 B) -> loss and total_weight
+  // (4 B each): the kernel reads the labels and one 32-byte sector per label, 160 B, not the
+  // 16032 logical bytes.
+  const traces::Trace trace = trace_of({{"logp", DType::f32, {4, 1000}}, {"labels", DType::i64, {4}},
+                                        {"loss", DType::f32, {}, kTemp}, {"total_weight", DType::f32, {}, kTemp}},
+                                       {{OpKind::loss, kForward, {0, 1}, {2, 3}}});
+  EXPECT_EQ(trace.bytes_read(0), 16032);
+  EXPECT_DOUBLE_EQ(op_seconds(trace), memory_time(32 + 4 * 32 + 8));
+}
+
+TEST(OpTimeTraffic, EmbeddingLookupReadsTheRowsItGathers) {
+  // ids [4] i64 (32 B), table [1000, 8] f32 (32000 B) -> out [4, 8] f32 (128 B): reads the
+  // ids and the four 32-byte rows.
+  const traces::Trace trace = trace_of({{"ids", DType::i64, {4}}, {"table", DType::f32, {1000, 8}},
+                                        {"out", DType::f32, {4, 8}, kTemp}},
+                                       {{OpKind::embedding, kForward, {0, 1}, {2}}});
+  EXPECT_DOUBLE_EQ(op_seconds(trace), memory_time(32 + 128 + 128));
+}
+
+TEST(OpTimeTraffic, GemmKindsAndElementwiseKindsKeepTheirLogicalBytes) {
+  for (const OpKind kind : {OpKind::conv, OpKind::linear, OpKind::matmul, OpKind::attention, OpKind::relu, OpKind::gelu,
+                            OpKind::dropout, OpKind::elementwise, OpKind::pool, OpKind::optimizer_update, OpKind::other}) {
+    OneOp spec;
+    spec.kind = kind;
+    spec.bytes_read = {0, 500'000'000};
+    spec.bytes_written = {0, 250'000'000};
+    EXPECT_DOUBLE_EQ(seconds(spec), 3e9 / 5e11 + 5e-6) << traces::to_string(kind);
+  }
+  // Compute-bound: as before the traffic model (the ComputeBound tests above).
+  EXPECT_DOUBLE_EQ(seconds(compute_bound(OpKind::conv, DType::f32)), 4e12 / (10e12 * 0.5) + 5e-6);
+  EXPECT_DOUBLE_EQ(seconds(compute_bound(OpKind::matmul, DType::f32)), 4e12 / (10e12 * 0.5) + 5e-6);
+}
+
 // End to end on a zoo model: the sum of op times is a roofline lower bound on a real
 // iteration, so it must land in a plausible band, not at a precise figure.
 TEST(OpTime, ResNet50IterationOnA100IsPlausible) {

@@ -13,6 +13,10 @@ struct OpTimeOptions {
 // Roofline: max(FLOPs / (peak · compute efficiency), bytes / (bandwidth · memory efficiency))
 // plus the kernel launch overhead; an op that carries a duration measured on this platform's
 // GPU (same device name) uses it instead, scaled linearly from the batch it was measured at.
+// The bytes are those PyTorch's CUDA kernels move for the op's kind and phase (a batch norm
+// reads its input twice, a gather reads only the rows it picks), derived from the trace's
+// logical bytes and tensors by a per-kind table in op_time.cpp (models/README.md, "Kernel
+// traffic").
 class OpTimeModel {
  public:
   OpTimeModel(Platform platform, OpTimeOptions options = {});

@@ -4,7 +4,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
+#include <optional>
+#include <utility>
+#include <vector>
 #include <string>
 
 #include "comptrain/support/input_error.hpp"
@@ -539,6 +543,250 @@ TEST(Transformer, SequenceClassificationSavesItsHeadOnly) {
   // A layer costs the same under both heads.
   EXPECT_EQ(saved(BertHead::sequence_classification, 2).per_sample - classification.per_sample,
             saved(BertHead::pretraining, 2).per_sample - pretraining.per_sample);
+}
+
+
+const traces::Op& op_named(const Trace& trace, const std::string& name) {
+  for (const auto& op : trace.ops()) {
+    if (op.name == name) return op;
+  }
+  throw std::runtime_error("no op " + name);
+}
+
+bool has_op(const Trace& trace, const std::string& name) {
+  return std::any_of(trace.ops().begin(), trace.ops().end(), [&](const traces::Op& op) { return op.name == name; });
+}
+
+// ---- Question answering ----------------------------------------------------------------------
+
+// Hugging Face's BertForQuestionAnswering (transformers v4.25.1): BertModel(add_pooling_layer=
+// False) -- BertModel less the pooler's dense h·h + h -- plus qa_outputs Linear(h, 2): h·2 + 2.
+TEST(Transformer, QuestionAnsweringParameterCounts) {
+  const Trace base = build_model(Request("bert-base").seq_len(16).head(BertHead::question_answering));
+  EXPECT_EQ(parameters_named(base, "bert."), 109'482'240 - (768 * 768 + 768));
+  EXPECT_EQ(parameters_named(base, "qa_outputs."), 768 * 2 + 2);
+  EXPECT_EQ(parameters_named(base, ""), 108'893'186);
+  EXPECT_EQ(parameters_named(base, "bert.pooler."), 0);
+
+  const Trace large = build_model(Request("bert-large").seq_len(16).head(BertHead::question_answering));
+  EXPECT_EQ(parameters_named(large, "bert."), 334'092'288);
+  EXPECT_EQ(335'141'888 - (1024 * 1024 + 1024), 334'092'288);
+  EXPECT_EQ(parameters_named(large, ""), 334'094'338);
+  EXPECT_EQ(334'092'288 + 1024 * 2 + 2, 334'094'338);
+}
+
+TEST(Transformer, QuestionAnsweringHead) {
+  constexpr std::int64_t batch = 3;
+  constexpr std::int64_t s = 16;
+  constexpr std::int64_t h = 64;
+  for (const Attention attention : {Attention::fused_softmax, Attention::eager, Attention::flash}) {
+    SCOPED_TRACE(std::string(to_string(attention)));
+    const Trace trace = build_model(Request("bert-base").batch_size(batch).layers(2).hidden(h).heads(4).seq_len(s)
+                                        .attention(attention).head(BertHead::question_answering));
+    // No pooler, no pre-training or classification head.
+    for (const auto& op : trace.ops()) {
+      EXPECT_THAT(op.name, testing::Not(testing::AnyOf(testing::HasSubstr("pooler"), testing::HasSubstr("cls."),
+                                                       testing::HasSubstr("classifier"),
+                                                       testing::HasSubstr("masked_lm"))));
+      EXPECT_NE(op.name, "dropout");
+    }
+    // qa_outputs on every position, split into start and end logits [N, S] that are copied
+    // (.contiguous()) and fed to one cross-entropy each.
+    EXPECT_EQ(tensor_named(trace, "qa_outputs.weight").shape, (std::vector<std::int64_t>{2, h}));
+    EXPECT_EQ(tensor_named(trace, "qa_outputs.out").shape, (std::vector<std::int64_t>{batch, s, 2}));
+    for (const std::string which : {"start", "end"}) {
+      const auto& logits = tensor_named(trace, which + "_logits.contiguous.out");
+      EXPECT_EQ(logits.shape, (std::vector<std::int64_t>{batch, s}));
+      EXPECT_FALSE(logits.is_view());
+      EXPECT_EQ(logits.role, TensorRole::temporary);  // log_softmax saves its result only
+      const auto& log_softmax = op_named(trace, which + "_loss.log_softmax");
+      EXPECT_EQ(log_softmax.inputs, (std::vector<traces::TensorIndex>{logits.id}));
+      // The positions are clamped (a kernel without autograd node) and saved by nll_loss.
+      const auto& positions = tensor_named(trace, which + "_positions");
+      EXPECT_EQ(positions.shape, (std::vector<std::int64_t>{batch}));
+      EXPECT_EQ(positions.role, TensorRole::input);
+      const auto& clamped = tensor_named(trace, which + "_positions.clamp.out");
+      EXPECT_EQ(clamped.dtype, traces::DType::i64);
+      EXPECT_EQ(clamped.role, TensorRole::activation);
+      EXPECT_EQ(op_named(trace, which + "_loss.nll_loss").inputs.at(1), clamped.id);
+      EXPECT_FALSE(has_op(trace, which + "_positions.clamp.backward"));
+    }
+    const auto& split = op_named(trace, "logits.split");
+    EXPECT_EQ(split.kind, OpKind::view);
+    EXPECT_EQ(split.outputs.size(), 2u);
+    // SplitBackward0 builds the [N, S, 2] gradient of the logits from both halves.
+    const auto& split_backward = op_named(trace, "logits.split.backward");
+    ASSERT_EQ(split_backward.outputs.size(), 1u);
+    EXPECT_EQ(trace.tensor(split_backward.outputs.front()).shape, (std::vector<std::int64_t>{batch, s, 2}));
+    // total_loss = (start_loss + end_loss) / 2: the division is the last forward op.
+    EXPECT_EQ(op_named(trace, "total_loss").phase, Phase::forward);
+    const auto& div = op_named(trace, "total_loss.div");
+    std::size_t last_forward = 0;
+    for (const auto& op : trace.ops()) {
+      if (op.phase == Phase::forward) last_forward = op.id;
+    }
+    EXPECT_EQ(div.id, last_forward);
+    EXPECT_FALSE(trace.metadata().contains("mlm"));
+  }
+}
+
+// What the question-answering head saves beyond BertModel's encoder, per sample in fp32, by
+// hand: the last LayerNorm output read by qa_outputs (4·s·h), the start and end
+// log-probabilities (4·s each) and clamped positions (8 each); batch-independent, one 4-byte
+// total_weight per loss. Sequence classification saves the same LayerNorm output (through the
+// pooler's x[:, 0]) plus tanh output (4·h), dropout mask (h), classifier input (4·h),
+// log-probabilities (8) and label (8), and one total_weight.
+TEST(Transformer, QuestionAnsweringSavesItsHeadOnly) {
+  constexpr std::int64_t h = 64;
+  constexpr std::int64_t s = 16;
+  const auto saved = [&](BertHead head, std::int64_t layers) {
+    return test_support::saved_for_backward(
+        build_model(Request("bert-base").batch_size(2).layers(layers).hidden(h).heads(4).seq_len(s).vocab(1000).head(head)));
+  };
+  const auto qa = saved(BertHead::question_answering, 1);
+  const auto classification = saved(BertHead::sequence_classification, 1);
+  const std::int64_t qa_head = 4 * s * h + 2 * 4 * s + 2 * 8;
+  const std::int64_t classification_head = 4 * s * h + 4 * h + h + 4 * h + 8 + 8;
+  EXPECT_EQ(qa.per_sample - classification.per_sample, qa_head - classification_head);
+  EXPECT_EQ(qa.fixed - classification.fixed, 4);
+  EXPECT_EQ(saved(BertHead::question_answering, 2).per_sample - qa.per_sample,
+            saved(BertHead::sequence_classification, 2).per_sample - classification.per_sample);
+}
+
+// ---- Masked-LM positions ---------------------------------------------------------------------
+
+// NVIDIA DeepLearningExamples' dense sequence output: the final hidden states are flattened,
+// the masked rows gathered (index_select), and the transform, decoder and loss run on those
+// only. Here P = 5 of s = 32 positions per sample at batch 2.
+TEST(Transformer, MaskedMlmGathersThePredictedPositions) {
+  constexpr std::int64_t batch = 2;
+  constexpr std::int64_t s = 32;
+  constexpr std::int64_t h = 64;
+  constexpr std::int64_t vocab = 1000;
+  constexpr std::int64_t p = 5;
+  const Trace trace = build_model(Request("bert-base").batch_size(batch).layers(1).hidden(h).heads(4).seq_len(s)
+                                      .vocab(vocab).mlm(MlmPositions::masked).mlm_predictions(p));
+  EXPECT_EQ(trace.metadata().at("mlm"), "masked");
+  EXPECT_EQ(trace.metadata().at("mlm_predictions"), "5");
+  // The labels are still one per position (-1 where nothing is masked).
+  EXPECT_EQ(tensor_named(trace, "labels").shape, (std::vector<std::int64_t>{batch, s}));
+
+  const auto& flat = tensor_named(trace, "cls.sequence_output.view.out");
+  EXPECT_EQ(flat.shape, (std::vector<std::int64_t>{batch * s, h}));
+  EXPECT_TRUE(flat.is_view());
+  const auto& index = tensor_named(trace, "cls.nonzero.out");
+  EXPECT_EQ(index.shape, (std::vector<std::int64_t>{batch * p}));
+  EXPECT_EQ(index.dtype, traces::DType::i64);
+  EXPECT_EQ(index.role, TensorRole::activation);  // IndexSelectBackward0 keeps the index
+  EXPECT_EQ(tensor_named(trace, "cls.masked_lm_labels.ne.out").role, TensorRole::temporary);
+  EXPECT_FALSE(has_op(trace, "cls.nonzero.backward"));
+
+  const auto& gather = op_named(trace, "cls.index_select");
+  EXPECT_EQ(gather.inputs, (std::vector<traces::TensorIndex>{flat.id, index.id}));
+  EXPECT_EQ(trace.flops(gather.id), 0);
+  const auto& selected = tensor_named(trace, "cls.index_select.out");
+  EXPECT_EQ(selected.shape, (std::vector<std::int64_t>{batch * p, h}));
+  EXPECT_EQ(selected.role, TensorRole::activation);  // the transform's dense saves it
+  EXPECT_EQ(op_named(trace, "cls.predictions.transform.dense").inputs.front(), selected.id);
+  // The backward scatters the rows' gradient into a zero tensor of the flattened hidden
+  // states, reading the saved index and not the hidden states.
+  const auto& scatter = op_named(trace, "cls.index_select.backward");
+  EXPECT_THAT(scatter.inputs, testing::Contains(index.id));
+  EXPECT_THAT(scatter.inputs, testing::Not(testing::Contains(flat.id)));
+  ASSERT_EQ(scatter.outputs.size(), 1u);
+  EXPECT_EQ(trace.tensor(scatter.outputs.front()).shape, (std::vector<std::int64_t>{batch * s, h}));
+  EXPECT_EQ(trace.flops(scatter.id), batch * p * h);
+
+  // The decoder and the loss see P rows per sample.
+  EXPECT_EQ(tensor_named(trace, "cls.predictions.decoder.out").shape, (std::vector<std::int64_t>{batch * p, vocab}));
+  EXPECT_EQ(tensor_named(trace, "masked_lm_loss.log_softmax.out").shape, (std::vector<std::int64_t>{batch * p, vocab}));
+  const auto& mlm_labels = tensor_named(trace, "masked_lm_labels.index.out");
+  EXPECT_EQ(mlm_labels.shape, (std::vector<std::int64_t>{batch * p}));
+  EXPECT_EQ(mlm_labels.role, TensorRole::activation);
+  EXPECT_EQ(op_named(trace, "masked_lm_loss.nll_loss").inputs.at(1), mlm_labels.id);
+  EXPECT_EQ(op_named(trace, "masked_lm_labels.index").inputs.size(), 2u);  // labels and their mask
+
+  // The default runs on every position, without any gather.
+  const Trace all = build_model(Request("bert-base").batch_size(batch).layers(1).hidden(h).heads(4).seq_len(s).vocab(vocab));
+  EXPECT_FALSE(has_op(all, "cls.index_select"));
+  EXPECT_FALSE(has_op(all, "cls.nonzero"));
+  EXPECT_EQ(tensor_named(all, "cls.predictions.decoder.out").shape, (std::vector<std::int64_t>{batch, s, vocab}));
+  // Same parameters either way.
+  EXPECT_EQ(parameters_named(trace, ""), parameters_named(all, ""));
+}
+
+// What the masked head saves, per sample in fp32, by hand (h 64, s 32, V 1000, P 5): the
+// gather's index (8·P), the gathered rows the transform's dense reads (4·P·h), the GELU input,
+// the LayerNorm input and the decoder input (4·P·h each), that LayerNorm's mean and rstd (8·P),
+// the MLM log-probabilities (4·P·V) and gathered labels (8·P), the NSP log-probabilities (8)
+// and label (8); the last encoder LayerNorm output (4·s·h) and the pooler's tanh output (4·h)
+// as every BERT with a pooler. Compared with sequence classification (which saves, besides the
+// two shared ones, the dropout mask h, classifier input 4·h, log-probabilities 8 and label 8)
+// and with the head on all positions (3·4·s·h + 8·s + 4·s·V + 8·s + 16 beyond the shared two).
+TEST(Transformer, MaskedMlmSavesByHand) {
+  constexpr std::int64_t h = 64;
+  constexpr std::int64_t s = 32;
+  constexpr std::int64_t vocab = 1000;
+  constexpr std::int64_t p = 5;
+  const auto request = [&](std::int64_t layers) {
+    return Request("bert-base").batch_size(2).layers(layers).hidden(h).heads(4).seq_len(s).vocab(vocab);
+  };
+  const auto masked = test_support::saved_for_backward(
+      build_model(request(1).mlm(MlmPositions::masked).mlm_predictions(p)));
+  const auto all = test_support::saved_for_backward(build_model(request(1)));
+  const auto classification =
+      test_support::saved_for_backward(build_model(request(1).head(BertHead::sequence_classification)));
+  const std::int64_t masked_head = 8 * p + 4 * 4 * p * h + 8 * p + 4 * p * vocab + 8 * p + 8 + 8;
+  const std::int64_t all_head = 3 * 4 * s * h + 8 * s + 4 * s * vocab + 8 * s + 8 + 8;
+  const std::int64_t classification_head = h + 4 * h + 8 + 8;
+  EXPECT_EQ(masked.per_sample - classification.per_sample, masked_head - classification_head);
+  EXPECT_EQ(all.per_sample - masked.per_sample, all_head - masked_head);
+  EXPECT_EQ(masked.per_sample - classification.per_sample, 25'256 - 336);  // the numbers, once
+  EXPECT_EQ(masked.fixed, all.fixed);  // two losses' total_weight either way
+  // bert-large at s = 512 with DLE's default 80 predictions (the README's figure): the formula
+  // above at h 1024, V 30522.
+  const auto large = [&](std::optional<MlmPositions> mlm) {
+    ModelRequest r = Request("bert-large").layers(1);
+    r.mlm = mlm;
+    return test_support::saved_for_backward(build_model(r)).per_sample;
+  };
+  EXPECT_EQ(large(std::nullopt) - large(MlmPositions::masked), 57'729'024);
+  // A layer costs the same.
+  EXPECT_EQ(test_support::saved_for_backward(build_model(request(2).mlm(MlmPositions::masked).mlm_predictions(p))).per_sample -
+                masked.per_sample,
+            test_support::saved_for_backward(build_model(request(2))).per_sample - all.per_sample);
+}
+
+// The masked head's FLOPs (the transform, the decoder, the MLM loss and the gather, forward and
+// backward) follow the predictions, not the sequence: the same at s = 32 and 64 for P = 5,
+// twice as many for P = 10; the decoder's forward is P·(2·h·V + V) per sample.
+TEST(Transformer, MaskedMlmFlopsFollowThePredictions) {
+  constexpr std::int64_t batch = 2;
+  constexpr std::int64_t h = 64;
+  constexpr std::int64_t vocab = 1000;
+  const auto head_flops = [&](std::int64_t s, std::optional<std::int64_t> p) {
+    ModelRequest request = Request("bert-base").batch_size(batch).layers(1).hidden(h).heads(4).seq_len(s).vocab(vocab);
+    if (p) {
+      request.mlm = MlmPositions::masked;
+      request.mlm_predictions = *p;
+    }
+    const Trace trace = build_model(request);
+    std::int64_t flops = 0;
+    for (const auto& op : trace.ops()) {
+      if (op.name.starts_with("cls.predictions.") || op.name.starts_with("masked_lm_loss.") ||
+          op.name.starts_with("cls.index_select")) {
+        flops += trace.flops(op.id);
+      }
+    }
+    return std::pair{flops, trace.flops(op_named(trace, "cls.predictions.decoder").id)};
+  };
+  const auto [p5, decoder5] = head_flops(32, 5);
+  EXPECT_GT(p5, 0);
+  EXPECT_EQ(head_flops(64, 5).first, p5);
+  EXPECT_EQ(head_flops(32, 10).first, 2 * p5);
+  EXPECT_EQ(decoder5, batch * 5 * (2 * h * vocab + vocab));
+  // On every position the decoder is s / P times larger.
+  EXPECT_EQ(head_flops(32, std::nullopt).second, batch * 32 * (2 * h * vocab + vocab));
 }
 
 }  // namespace

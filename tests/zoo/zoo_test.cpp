@@ -115,7 +115,13 @@ TEST(Zoo, PrecisionOptimizerAndAttentionNames) {
   EXPECT_THAT(optimizer_names(), testing::ElementsAre("sgd", "momentum", "adam", "adamw"));
   EXPECT_THAT(optimizer_impl_names(), testing::ElementsAre("foreach", "fused", "for-loop"));
   EXPECT_THAT(attention_names(), testing::ElementsAre("fused-softmax", "eager", "flash"));
-  EXPECT_THAT(head_names(), testing::ElementsAre("pretraining", "sequence-classification"));
+  EXPECT_THAT(head_names(), testing::ElementsAre("pretraining", "sequence-classification", "question-answering"));
+  EXPECT_THAT(mlm_positions_names(), testing::ElementsAre("all", "masked"));
+  for (const std::string_view name : mlm_positions_names()) EXPECT_EQ(to_string(*parse_mlm_positions(name)), name);
+  EXPECT_EQ(parse_mlm_positions("masked"), MlmPositions::masked);
+  EXPECT_EQ(parse_mlm_positions("dense"), std::nullopt);
+  EXPECT_EQ(parse_head("question-answering"), BertHead::question_answering);
+  EXPECT_EQ(parse_head("qa"), std::nullopt);
   for (const std::string_view name : precision_names()) EXPECT_EQ(to_string(*parse_precision(name)), name);
   for (const std::string_view name : optimizer_names()) EXPECT_EQ(to_string(*parse_optimizer(name)), name);
   for (const std::string_view name : optimizer_impl_names()) EXPECT_EQ(to_string(*parse_optimizer_impl(name)), name);
@@ -156,6 +162,33 @@ TEST(Zoo, RejectsBadRequests) {
                 AllOf(HasSubstr("head"), HasSubstr(model), HasSubstr("BERT")));
   }
   EXPECT_THAT(error_of(Request("gpt2").head(BertHead::pretraining)), HasSubstr("head"));
+  EXPECT_THAT(error_of(Request("gpt2").head(BertHead::question_answering)), HasSubstr("head"));
+  // The masked-LM options are BERT pre-training's alone.
+  for (const char* model : {"resnet50", "gpt2", "gpt"}) {
+    EXPECT_THAT(error_of(Request(model).mlm(MlmPositions::masked)),
+                AllOf(HasSubstr("mlm"), HasSubstr(model), HasSubstr("BERT")));
+    EXPECT_THAT(error_of(Request(model).mlm_predictions(20)),
+                AllOf(HasSubstr("mlm_predictions"), HasSubstr(model), HasSubstr("BERT")));
+  }
+  for (const BertHead head : {BertHead::sequence_classification, BertHead::question_answering}) {
+    EXPECT_THAT(error_of(Request("bert-base").seq_len(128).head(head).mlm(MlmPositions::masked)),
+                AllOf(HasSubstr("mlm"), HasSubstr(to_string(head))));
+    EXPECT_THAT(error_of(Request("bert-base").seq_len(128).head(head).mlm(MlmPositions::all)), HasSubstr("mlm"));
+    EXPECT_THAT(error_of(Request("bert-base").seq_len(128).head(head).mlm_predictions(20)),
+                HasSubstr("mlm_predictions"));
+  }
+  // A count without masked positions means nothing; masked needs one where DLE gives none.
+  EXPECT_THAT(error_of(Request("bert-base").seq_len(128).mlm_predictions(20)), HasSubstr("mlm_predictions"));
+  EXPECT_THAT(error_of(Request("bert-base").seq_len(128).mlm(MlmPositions::all).mlm_predictions(20)),
+              HasSubstr("mlm_predictions"));
+  EXPECT_THAT(error_of(Request("bert-base").layers(1).seq_len(64).mlm(MlmPositions::masked)),
+              AllOf(HasSubstr("mlm_predictions"), HasSubstr("64")));
+  EXPECT_THAT(error_of(Request("bert-base").layers(1).seq_len(64).mlm(MlmPositions::masked).mlm_predictions(0)),
+              HasSubstr("mlm_predictions"));
+  EXPECT_THAT(error_of(Request("bert-base").layers(1).seq_len(64).mlm(MlmPositions::masked).mlm_predictions(65)),
+              HasSubstr("mlm_predictions"));
+  EXPECT_NO_THROW(build_model(Request("bert-base").layers(1).seq_len(64).mlm(MlmPositions::masked).mlm_predictions(64)));
+  EXPECT_NO_THROW(build_model(Request("bert-base").layers(1).seq_len(64).mlm(MlmPositions::all)));
   // BERT learns 512 positions, GPT-2 1024 (their Hugging Face configs).
   EXPECT_THAT(error_of(Request("bert-base").seq_len(513)), HasSubstr("seq_len"));
   EXPECT_THAT(error_of(Request("gpt2").seq_len(1025)), HasSubstr("seq_len"));
@@ -200,6 +233,20 @@ TEST(Zoo, MetadataAndDefaultOptimizers) {
   EXPECT_EQ(bert.metadata().at("precision"), "amp-bf16");
   EXPECT_EQ(bert.metadata().at("hidden"), "768");  // bert-base's default kept
   EXPECT_EQ(bert.metadata().at("head"), "pretraining");  // the default head, named
+  // The masked-LM positions are recorded only when masked (the default traces keep their
+  // metadata), with the count, DLE's default at seq_len 128 and 512.
+  EXPECT_FALSE(bert.metadata().contains("mlm"));
+  EXPECT_FALSE(bert.metadata().contains("mlm_predictions"));
+  const Trace phase1 = build_model(Request("bert-base").layers(1).seq_len(128).mlm(MlmPositions::masked));
+  EXPECT_EQ(phase1.metadata().at("mlm"), "masked");
+  EXPECT_EQ(phase1.metadata().at("mlm_predictions"), "20");
+  const Trace phase2 = build_model(Request("bert-base").layers(1).mlm(MlmPositions::masked));
+  EXPECT_EQ(phase2.metadata().at("mlm_predictions"), "80");
+  const Trace given = build_model(Request("bert-base").layers(1).seq_len(128).mlm(MlmPositions::masked).mlm_predictions(7));
+  EXPECT_EQ(given.metadata().at("mlm_predictions"), "7");
+  const Trace qa = build_model(Request("bert-base").layers(1).seq_len(16).head(BertHead::question_answering));
+  EXPECT_EQ(qa.metadata().at("head"), "question-answering");
+  EXPECT_FALSE(qa.metadata().contains("mlm"));
 }
 
 // The structural invariants, for every model in every precision, plus BERT's
@@ -218,6 +265,13 @@ TEST_P(EveryModel, HasBackwardOptimizerAndConsistentAccounting) {
       old_softmax.attention = Attention::eager;
       old_softmax.softmax_saves_input = true;
       cases.emplace_back(info, old_softmax);
+      ModelRequest question_answering = small_request(info, 3);
+      question_answering.head = BertHead::question_answering;
+      cases.emplace_back(info, question_answering);
+      ModelRequest masked = small_request(info, 3);
+      masked.mlm = MlmPositions::masked;
+      masked.mlm_predictions = 10;
+      cases.emplace_back(info, masked);
     }
     if (info.name == "resnet18") {
       ModelRequest old_softmax = small_request(info, 3);
@@ -227,6 +281,7 @@ TEST_P(EveryModel, HasBackwardOptimizerAndConsistentAccounting) {
   }
   for (auto& [info, request] : cases) {
     SCOPED_TRACE(info.name + (request.head ? " " + std::string(to_string(*request.head)) : "") +
+                 (request.mlm ? " mlm " + std::string(to_string(*request.mlm)) : "") +
                  (request.softmax_saves_input ? " softmax_saves_input" : ""));
     request.precision = GetParam();
     const Trace trace = build_model(request);
@@ -241,15 +296,21 @@ TEST_P(EveryModel, HasBackwardOptimizerAndConsistentAccounting) {
     EXPECT_TRUE(std::is_sorted(ops.begin(), ops.end(),
                                [](const auto& a, const auto& b) { return a.phase < b.phase; }));
 
-    // Every forward op has its backward op, but those on the mini-batch and buffers alone
-    // (autocast's cast of the images, attention masks), which autograd does not record.
+    // Every forward op has its backward op, but those computed from the mini-batch and buffers
+    // alone (autocast's cast of the images, attention masks, the masked positions and clamped
+    // labels), which autograd does not record.
     std::set<std::string> names;
     for (const auto& op : ops) EXPECT_TRUE(names.insert(op.name).second) << "duplicate op name " << op.name;
+    std::set<traces::TensorIndex> constants;
+    for (const auto& tensor : tensors) {
+      if (tensor.role == TensorRole::input || tensor.role == TensorRole::buffer) constants.insert(tensor.id);
+    }
     for (const auto& op : ops) {
       if (op.phase != Phase::forward) continue;
       const bool constant = std::all_of(op.inputs.begin(), op.inputs.end(), [&](auto input) {
-        return trace.tensor(input).role == TensorRole::input || trace.tensor(input).role == TensorRole::buffer;
+        return constants.contains(input);
       });
+      if (constant) constants.insert(op.outputs.begin(), op.outputs.end());
       EXPECT_NE(names.contains(op.name + ".backward"), constant) << op.name;
     }
 

@@ -41,6 +41,8 @@ class Request {
   Request& vocab(std::int64_t value) { request_.vocab = value; return *this; }
   Request& attention(Attention value) { request_.attention = value; return *this; }
   Request& head(BertHead value) { request_.head = value; return *this; }
+  Request& mlm(MlmPositions value) { request_.mlm = value; return *this; }
+  Request& mlm_predictions(std::int64_t value) { request_.mlm_predictions = value; return *this; }
   Request& softmax_saves_input(bool value) { request_.softmax_saves_input = value; return *this; }
   operator const ModelRequest&() const { return request_; }  // NOLINT: implicit by design
 

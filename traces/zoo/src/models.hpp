@@ -24,11 +24,19 @@ struct TransformerShape {
   std::int64_t max_positions = 0;  // rows of the learned position embedding
 };
 
+// What sits on top of BertModel and how it runs (zoo.hpp: ModelSpec::head, mlm, mlm_predictions).
+struct BertOptions {
+  BertHead head = BertHead::pretraining;
+  MlmPositions mlm = MlmPositions::all;  // pre-training only
+  std::int64_t mlm_predictions = 0;      // positions per sample with MlmPositions::masked
+};
+
 // Hugging Face's BertModel (post-LN encoder, pooler) with the head's class on top:
-// BertForPreTraining (MLM head over every position, decoder tied to the word embeddings, and
-// the next-sentence head) or BertForSequenceClassification (dropout and a 2-label classifier
-// on the pooled first token).
-Value bert(NetworkBuilder& nb, const TransformerShape& shape, Attention attention, BertHead head);
+// BertForPreTraining (MLM head over every position, or over the masked ones as NVIDIA's
+// DeepLearningExamples runs it, decoder tied to the word embeddings, and the next-sentence
+// head), BertForSequenceClassification (dropout and a 2-label classifier on the pooled first
+// token) or BertForQuestionAnswering (no pooler; start and end logits on every position).
+Value bert(NetworkBuilder& nb, const TransformerShape& shape, Attention attention, const BertOptions& options);
 // Hugging Face's GPT2LMHeadModel: pre-LN decoder, LM head tied to the token embedding.
 Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention attention);
 

@@ -805,6 +805,33 @@ Value NetworkBuilder::merge_heads(const std::string& name, Value x) {
   return reshape(name, x, {dim(x, 0), dim(x, 2), dim(x, 1) * dim(x, 3)});
 }
 
+std::vector<Value> NetworkBuilder::split_last(const std::string& name, Value x) {
+  const std::vector<std::int64_t> in_shape = sample_shape(x);
+  if (in_shape.size() < 2) throw std::logic_error(name + ": needs two dimensions");
+  const std::int64_t parts = in_shape.back();
+  std::vector<std::int64_t> shape = in_shape;
+  shape.pop_back();
+  const std::string op = unique_op_name(name);
+  ForwardOp f;
+  f.name = op;
+  f.kind = OpKind::view;
+  f.inputs = {x.index};
+  std::vector<Value> result;
+  for (std::int64_t part = 0; part < parts; ++part) {
+    const std::size_t y = new_view(op + "." + std::to_string(part), x.index, shape, tensors_[x.index].batch_dim);
+    f.outputs.push_back(y);
+    result.push_back({y});
+  }
+  f.aliases = f.outputs;
+  f.differentiable_outputs = f.outputs;
+  // SplitBackward0 (after SqueezeBackward's views) concatenates the parts' gradients into a new
+  // tensor of x's shape, as split_heads' does.
+  f.grads = {{x.index, {}}};
+  f.backward_kind = OpKind::other;
+  record(std::move(f));
+  return result;
+}
+
 Value NetworkBuilder::select_first(const std::string& name, Value x) {
   expect_rank(x, 3, name);
   const std::string op = unique_op_name(name);
@@ -912,11 +939,50 @@ Value NetworkBuilder::flash_attention(const std::string& name, Value q, Value k,
 }
 
 Value NetworkBuilder::constant_op(const std::string& name, Value input, DType dtype, std::vector<std::int64_t> shape) {
-  if (requires_grad(input.index)) throw std::logic_error(name + ": its input requires a gradient");
+  return constant_op(name, std::vector<Value>{input}, dtype, std::move(shape));
+}
+
+Value NetworkBuilder::constant_op(const std::string& name, const std::vector<Value>& inputs, DType dtype,
+                                  std::vector<std::int64_t> shape) {
+  if (inputs.empty()) throw std::logic_error(name + ": no input");
+  std::vector<std::size_t> indices;
+  for (const Value input : inputs) {
+    if (requires_grad(input.index)) throw std::logic_error(name + ": an input requires a gradient");
+    indices.push_back(input.index);
+  }
   const std::string op = unique_op_name(name);
-  const auto batch_dim = tensors_[input.index].batch_dim;
+  const auto batch_dim = tensors_[inputs.front().index].batch_dim;
   const std::size_t y = new_output(op + ".out", dtype, std::move(shape), batch_dim, false);
-  emit({op, Phase::forward, OpKind::elementwise, {input.index}, {y}, {}, {}, elements(y)});
+  emit({op, Phase::forward, OpKind::elementwise, std::move(indices), {y}, {}, {}, elements(y)});
+  return {y};
+}
+
+Value NetworkBuilder::index_select(const std::string& name, Value x, Value index) {
+  expect_rank(index, 1, name);
+  if (requires_grad(index.index) || tensors_[index.index].dtype != DType::i64 || sample_shape(x).empty()) {
+    throw std::logic_error(name + ": needs a tensor and an int64 index without gradient");
+  }
+  const std::string op = unique_op_name(name);
+  std::vector<std::int64_t> shape = sample_shape(x);
+  shape.front() = dim(index, 0);
+  // Not on any autocast list: the rows keep x's dtype.
+  const std::size_t y = new_output(op + ".out", tensors_[x.index].dtype, shape, tensors_[index.index].batch_dim,
+                                   requires_grad(x.index));
+  ForwardOp f;
+  f.name = op;
+  f.kind = OpKind::other;  // a gather: bytes, no FLOPs (like an embedding lookup)
+  f.inputs = {x.index, index.index};
+  f.outputs = {y};
+  f.differentiable_outputs = {y};
+  // derivatives.yaml, index_select: self: index_select_backward(grad, self.sizes(), dim, index),
+  // so IndexSelectBackward0 saves the index and x's sizes, not x.
+  f.saved = {index.index};
+  f.grads = {{x.index, {}}};
+  // index_select_backward: zeros(self.sizes()).index_add_(dim, index, grad), one add per
+  // gathered element; its output is a new tensor of x's shape.
+  f.backward_flops = elements(y);
+  f.backward_kind = OpKind::other;
+  record(std::move(f));
   return {y};
 }
 

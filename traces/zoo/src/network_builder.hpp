@@ -109,6 +109,14 @@ class NetworkBuilder {
   // follows `like`'s batch dimension.
   Value constant_op(const std::string& name, Value input, traces::DType dtype,
                     std::vector<std::int64_t> sample_shape);
+  // The same reading several tensors (none requiring a gradient); the output follows the first
+  // one's batch dimension.
+  Value constant_op(const std::string& name, const std::vector<Value>& inputs, traces::DType dtype,
+                    std::vector<std::int64_t> sample_shape);
+  // torch.index_select(x, 0, index): the rows of x [R, ...] that the int64 `index` [K] (no
+  // gradient) names, a new tensor [K, ...]. IndexSelectBackward0 saves the index (and x's sizes):
+  // its backward writes a zero tensor of x's shape and index_add_s the gradient into it.
+  Value index_select(const std::string& name, Value x, Value index);
   // Looks `ids` up in a new table `name.weight` [num, dim], or in a given (shared) one.
   Value embedding(const std::string& name, Value ids, std::int64_t num, std::int64_t dim);
   Value embedding(const std::string& name, Value ids, Value weight);
@@ -122,6 +130,9 @@ class NetworkBuilder {
                                  std::int64_t heads);
   // [N, heads, S, D] -> [N, S, heads*D].
   Value merge_heads(const std::string& name, Value x);
+  // x.split(1, dim=-1) with each part .squeeze(-1): [..., parts] -> `parts` views [...]
+  // (the start and end logits of a question-answering head).
+  std::vector<Value> split_last(const std::string& name, Value x);
   // x[:, 0]: [N, S, H] -> [N, H] (BERT's pooler reads the first token).
   Value select_first(const std::string& name, Value x);
 

@@ -6,6 +6,8 @@
 
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "models.hpp"
@@ -168,24 +170,69 @@ Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention 
   return nb.cross_entropy("loss", logits, nb.reshape("labels.view", labels, {s}));
 }
 
-Value bert(NetworkBuilder& nb, const TransformerShape& shape, Attention attention, BertHead head) {
+namespace {
+
+// NVIDIA DeepLearningExamples, PyTorch/LanguageModeling/BERT (NVIDIA/DeepLearningExamples@
+// 729963dd47e7c8bd462ad10bfac7a7b0b604e6dd), with its default dense sequence output
+// (run_pretraining.py: sequence_output_is_dense = not args.no_dense_sequence_output):
+//   modeling.py, BertPreTrainingHeads.forward:
+//     sequence_flattened = torch.index_select(sequence_output.view(-1, sequence_output.shape[-1]), 0,
+//                                             torch.nonzero(masked_lm_labels.view(-1) != -1).squeeze())
+//     prediction_scores = self.predictions(sequence_flattened)
+//   run_pretraining.py, BertPretrainingCriterion.forward:
+//     masked_lm_labels_flat = masked_lm_labels.view(-1)
+//     mlm_labels = masked_lm_labels_flat[masked_lm_labels_flat != -1]
+//     masked_lm_loss = self.loss_fn(prediction_scores.view(-1, self.vocab_size), mlm_labels.view(-1))
+// so the transform, the decoder and the loss see `predictions` rows per sample instead of s.
+// `labels` is DLE's masked_lm_labels [N, s], -1 where nothing is masked. Returns the gathered
+// hidden states [N * predictions, h] and their labels [N * predictions].
+std::pair<Value, Value> gather_masked_positions(NetworkBuilder& nb, Value x, Value labels, std::int64_t s,
+                                                std::int64_t h, std::int64_t predictions) {
+  const Value flat = nb.reshape("cls.sequence_output.view", x, {s, h});
+  // The compare and nonzero need no gradient: kernels without autograd nodes. nonzero's result
+  // is [N * predictions, 1], squeezed to the index (a view of a tensor needing no gradient).
+  const Value is_masked = nb.constant_op("cls.masked_lm_labels.ne", labels, DType::boolean, {s});
+  const Value index = nb.constant_op("cls.nonzero", is_masked, DType::i64, {predictions});
+  const Value selected = nb.index_select("cls.index_select", flat, index);
+  // The criterion computes the mask again and indexes the labels with it (boolean indexing
+  // reads both).
+  const Value label_mask = nb.constant_op("masked_lm_labels.ne", labels, DType::boolean, {s});
+  const Value mlm_labels =
+      nb.constant_op("masked_lm_labels.index", std::vector<Value>{labels, label_mask}, DType::i64, {predictions});
+  return {selected, mlm_labels};
+}
+
+}  // namespace
+
+Value bert(NetworkBuilder& nb, const TransformerShape& shape, Attention attention, const BertOptions& options) {
   constexpr std::int64_t kTokenTypes = 2;
   constexpr std::int64_t kNextSentenceClasses = 2;
   // PretrainedConfig's default num_labels is 2 (transformers v4.25.1, configuration_utils.py:
-  // id2label defaults to two labels), which BertForSequenceClassification's classifier takes.
+  // id2label defaults to two labels), which BertForSequenceClassification's classifier takes,
+  // and BertForQuestionAnswering's qa_outputs too (one start and one end logit per position).
   constexpr std::int64_t kSequenceLabels = 2;
+  constexpr std::int64_t kSpanLogits = 2;
   const std::int64_t s = shape.seq_len;
   const std::int64_t h = shape.hidden;
+  const BertHead head = options.head;
   const bool pretraining = head == BertHead::pretraining;
+  const bool question_answering = head == BertHead::question_answering;
   const Value ids = nb.input("input_ids", DType::i64, {1, s});
   const Value token_types = nb.input("token_type_ids", DType::i64, {1, s});
   // The labels are part of the mini-batch, made with the other inputs: BertForPreTraining's
-  // token labels and next-sentence label, or BertForSequenceClassification's one int64 class
-  // per sequence.
-  const Value labels = nb.input("labels", DType::i64, pretraining ? std::vector<std::int64_t>{1, s}
-                                                                  : std::vector<std::int64_t>{1});
-  const std::optional<Value> nsp_labels =
-      pretraining ? std::optional(nb.input("next_sentence_label", DType::i64, {1})) : std::nullopt;
+  // token labels and next-sentence label, BertForSequenceClassification's one int64 class per
+  // sequence, or BertForQuestionAnswering's int64 start and end positions per sequence.
+  std::optional<Value> labels;
+  std::optional<Value> nsp_labels;
+  std::optional<Value> start_positions;
+  std::optional<Value> end_positions;
+  if (question_answering) {
+    start_positions = nb.input("start_positions", DType::i64, {1});
+    end_positions = nb.input("end_positions", DType::i64, {1});
+  } else {
+    labels = nb.input("labels", DType::i64, pretraining ? std::vector<std::int64_t>{1, s} : std::vector<std::int64_t>{1});
+    if (pretraining) nsp_labels = nb.input("next_sentence_label", DType::i64, {1});
+  }
   const Value positions = nb.buffer("bert.embeddings.position_ids", DType::i64, {1, s});
   // Eager attention adds the extended mask to the scores. BertModel.forward (v4.25.1) makes it
   // from the tokenizer's int64 attention_mask (all ones without padding) with
@@ -210,6 +257,36 @@ Value bert(NetworkBuilder& nb, const TransformerShape& shape, Attention attentio
   for (std::int64_t layer = 0; layer < shape.layers; ++layer) {
     x = bert_layer(nb, "bert.encoder.layer." + std::to_string(layer) + ".", x, shape, attention, mask);
   }
+
+  if (question_answering) {
+    // BertForQuestionAnswering (transformers v4.25.1, modeling_bert.py) builds
+    // BertModel(config, add_pooling_layer=False) -- no pooler -- and in forward:
+    //   logits = self.qa_outputs(sequence_output)          # nn.Linear(hidden_size, num_labels)
+    //   start_logits, end_logits = logits.split(1, dim=-1)
+    //   start_logits = start_logits.squeeze(-1).contiguous()
+    //   end_logits = end_logits.squeeze(-1).contiguous()
+    //   ignored_index = start_logits.size(1)
+    //   start_positions = start_positions.clamp(0, ignored_index)
+    //   end_positions = end_positions.clamp(0, ignored_index)
+    //   loss_fct = CrossEntropyLoss(ignore_index=ignored_index)
+    //   total_loss = (loss_fct(start_logits, start_positions) + loss_fct(end_logits, end_positions)) / 2
+    // NVIDIA DeepLearningExamples' SQuAD fine-tuning (modeling.py BertForQuestionAnswering and
+    // run_squad.py at NVIDIA/DeepLearningExamples@729963dd47e7c8bd462ad10bfac7a7b0b604e6dd) has
+    // the same head and loss, but without the .contiguous() copies (log_softmax then copies
+    // internally, unsaved), with in-place clamp_ and with a pooler that runs and gets no gradient.
+    const Value logits = nb.linear("qa_outputs", x, kSpanLogits, true);
+    const std::vector<Value> span = nb.split_last("logits.split", logits);
+    const Value start_logits = nb.contiguous("start_logits.contiguous", span[0], false);
+    const Value end_logits = nb.contiguous("end_logits.contiguous", span[1], false);
+    // The clamps need no gradient: kernels, no autograd nodes; nll_loss saves their results.
+    const Value start = nb.constant_op("start_positions.clamp", *start_positions, DType::i64, {1});
+    const Value end = nb.constant_op("end_positions.clamp", *end_positions, DType::i64, {1});
+    const Value start_loss = nb.cross_entropy("start_loss", start_logits, start);
+    const Value end_loss = nb.cross_entropy("end_loss", end_logits, end);
+    const Value total = nb.add("total_loss", start_loss, end_loss);
+    return nb.scale("total_loss.div", total);  // / 2
+  }
+
   Value pooled = nb.select_first("bert.pooler.select", x);  // hidden_states[:, 0]
   pooled = nb.linear("bert.pooler.dense", pooled, h, true);
   pooled = nb.tanh("bert.pooler.activation", pooled);
@@ -223,20 +300,29 @@ Value bert(NetworkBuilder& nb, const TransformerShape& shape, Attention attentio
     pooled = nb.dropout("dropout", pooled);
     Value logits = nb.linear("classifier", pooled, kSequenceLabels, true);
     logits = nb.reshape("logits.view", logits, {1, kSequenceLabels});  // already [N, 2]: a view op
-    return nb.cross_entropy("loss", logits, nb.reshape("labels.view", labels, {1}));
+    return nb.cross_entropy("loss", logits, nb.reshape("labels.view", *labels, {1}));
   }
 
-  // BertForPreTraining: the MLM head over every position and the next-sentence head.
+  // BertForPreTraining: the MLM head over every position (Hugging Face) or over the masked
+  // positions only (NVIDIA DeepLearningExamples), and the next-sentence head.
+  std::int64_t rows = s;  // MLM rows per sample
+  Value mlm_input = x;
+  std::optional<Value> mlm_labels;
+  if (options.mlm == MlmPositions::masked) {
+    rows = options.mlm_predictions;
+    std::tie(mlm_input, mlm_labels) = gather_masked_positions(nb, x, *labels, s, h, rows);
+  }
   const std::string c = "cls.predictions.";
-  Value t = nb.linear(c + "transform.dense", x, h, true);
+  Value t = nb.linear(c + "transform.dense", mlm_input, h, true);
   t = nb.gelu(c + "transform.transform_act_fn", t);
   t = nb.layernorm(c + "transform.LayerNorm", t);
   const Value decoder_bias = nb.parameter(c + "bias", {shape.vocab});
   Value scores = nb.linear(c + "decoder", t, words, decoder_bias);  // tied to word_embeddings
   const Value nsp = nb.linear("cls.seq_relationship", pooled, kNextSentenceClasses, true);
 
-  scores = nb.reshape("prediction_scores.view", scores, {s, shape.vocab});
-  const Value mlm_loss = nb.cross_entropy("masked_lm_loss", scores, nb.reshape("labels.view", labels, {s}));
+  scores = nb.reshape("prediction_scores.view", scores, {rows, shape.vocab});
+  const Value mlm_targets = mlm_labels ? *mlm_labels : nb.reshape("labels.view", *labels, {s});
+  const Value mlm_loss = nb.cross_entropy("masked_lm_loss", scores, mlm_targets);
   const Value nsp_loss = nb.cross_entropy("next_sentence_loss", nsp, *nsp_labels);
   return nb.add("total_loss", mlm_loss, nsp_loss);
 }

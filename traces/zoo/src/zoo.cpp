@@ -132,6 +132,61 @@ void reject_bert_fields(const ModelRequest& request) {
     throw InputError("head: a BERT option (" + std::string(to_string(*request.head)) + "); model '" +
                      request.model + "' is not a BERT model");
   }
+  if (request.mlm) {
+    throw InputError("mlm: a BERT pre-training option (" + std::string(to_string(*request.mlm)) + "); model '" +
+                     request.model + "' is not a BERT model");
+  }
+  if (request.mlm_predictions) {
+    throw InputError("mlm_predictions: a BERT pre-training option; model '" + request.model +
+                     "' is not a BERT model");
+  }
+}
+
+// The masked-LM positions per sample when `mlm: masked` leaves them out: NVIDIA
+// DeepLearningExamples pre-trains BERT in two phases, sequence 128 with max_predictions_per_seq
+// 20 and sequence 512 with 80 (PyTorch/LanguageModeling/BERT/scripts/run_pretraining.sh and its
+// README, "20 masked predictions per sequence" / "80", at NVIDIA/DeepLearningExamples@
+// 729963dd47e7c8bd462ad10bfac7a7b0b604e6dd). It is a cap: create_pretraining_data.py masks
+// min(max_predictions_per_seq, max(1, round(0.15 * tokens))) positions -- 19 and 77 for full
+// sequences; run_pretraining.py now reads LDDL's loader, which masks on the fly and is not
+// handed the cap -- so the default errs on the side of more memory. Other lengths have no
+// published figure: they must say.
+std::optional<std::int64_t> default_mlm_predictions(std::int64_t seq_len) {
+  constexpr std::int64_t kPhase1SeqLen = 128;
+  constexpr std::int64_t kPhase1Predictions = 20;
+  constexpr std::int64_t kPhase2SeqLen = 512;
+  constexpr std::int64_t kPhase2Predictions = 80;
+  if (seq_len == kPhase1SeqLen) return kPhase1Predictions;
+  if (seq_len == kPhase2SeqLen) return kPhase2Predictions;
+  return std::nullopt;
+}
+
+detail::BertOptions resolve_bert_options(const ModelRequest& request, const TransformerShape& shape) {
+  detail::BertOptions options;
+  options.head = request.head.value_or(BertHead::pretraining);
+  if (request.mlm && options.head != BertHead::pretraining) {
+    throw InputError("mlm: only the pretraining head has a masked-LM head; head is '" +
+                     std::string(to_string(options.head)) + "'");
+  }
+  options.mlm = request.mlm.value_or(MlmPositions::all);
+  if (options.mlm != MlmPositions::masked) {
+    if (request.mlm_predictions) {
+      throw InputError("mlm_predictions: only with mlm: masked (mlm is '" + std::string(to_string(options.mlm)) +
+                       "': the head runs on every position)");
+    }
+    return options;
+  }
+  const auto predictions = request.mlm_predictions ? request.mlm_predictions : default_mlm_predictions(shape.seq_len);
+  if (!predictions) {
+    throw InputError("mlm_predictions: required with mlm: masked at seq_len " + std::to_string(shape.seq_len) +
+                     " (the defaults are NVIDIA DeepLearningExamples' 20 at seq_len 128 and 80 at 512)");
+  }
+  if (*predictions < 1 || *predictions > shape.seq_len) {
+    throw InputError("mlm_predictions: must be between 1 and seq_len (" + std::to_string(shape.seq_len) + "), got " +
+                     std::to_string(*predictions));
+  }
+  options.mlm_predictions = *predictions;
+  return options;
 }
 
 }  // namespace
@@ -155,8 +210,13 @@ constexpr NameTable<OptimizerImpl, 3> kOptimizerImpls = {{
 constexpr NameTable<Attention, 3> kAttentions = {{
     {Attention::fused_softmax, "fused-softmax"}, {Attention::eager, "eager"}, {Attention::flash, "flash"},
 }};
-constexpr NameTable<BertHead, 2> kHeads = {{
-    {BertHead::pretraining, "pretraining"}, {BertHead::sequence_classification, "sequence-classification"},
+constexpr NameTable<BertHead, 3> kHeads = {{
+    {BertHead::pretraining, "pretraining"},
+    {BertHead::sequence_classification, "sequence-classification"},
+    {BertHead::question_answering, "question-answering"},
+}};
+constexpr NameTable<MlmPositions, 2> kMlmPositions = {{
+    {MlmPositions::all, "all"}, {MlmPositions::masked, "masked"},
 }};
 
 template <typename Enum, std::size_t N>
@@ -189,18 +249,21 @@ std::string_view to_string(Optimizer optimizer) { return name_in(kOptimizers, op
 std::string_view to_string(OptimizerImpl impl) { return name_in(kOptimizerImpls, impl); }
 std::string_view to_string(Attention attention) { return name_in(kAttentions, attention); }
 std::string_view to_string(BertHead head) { return name_in(kHeads, head); }
+std::string_view to_string(MlmPositions mlm) { return name_in(kMlmPositions, mlm); }
 
 std::optional<Precision> parse_precision(std::string_view text) { return value_in(kPrecisions, text); }
 std::optional<Optimizer> parse_optimizer(std::string_view text) { return value_in(kOptimizers, text); }
 std::optional<OptimizerImpl> parse_optimizer_impl(std::string_view text) { return value_in(kOptimizerImpls, text); }
 std::optional<Attention> parse_attention(std::string_view text) { return value_in(kAttentions, text); }
 std::optional<BertHead> parse_head(std::string_view text) { return value_in(kHeads, text); }
+std::optional<MlmPositions> parse_mlm_positions(std::string_view text) { return value_in(kMlmPositions, text); }
 
 std::vector<std::string_view> precision_names() { return names_in(kPrecisions); }
 std::vector<std::string_view> optimizer_names() { return names_in(kOptimizers); }
 std::vector<std::string_view> optimizer_impl_names() { return names_in(kOptimizerImpls); }
 std::vector<std::string_view> attention_names() { return names_in(kAttentions); }
 std::vector<std::string_view> head_names() { return names_in(kHeads); }
+std::vector<std::string_view> mlm_positions_names() { return names_in(kMlmPositions); }
 
 std::vector<ModelInfo> list_models() {
   std::vector<ModelInfo> models;
@@ -233,9 +296,14 @@ traces::Trace build_model(const ModelRequest& request) {
   const Attention attention = request.attention.value_or(Attention::fused_softmax);
   Value loss;
   if (entry.family == Family::bert) {
-    const BertHead head = request.head.value_or(BertHead::pretraining);
-    loss = detail::bert(nb, shape, attention, head);
-    metadata["head"] = std::string(to_string(head));
+    const detail::BertOptions options = resolve_bert_options(request, shape);
+    loss = detail::bert(nb, shape, attention, options);
+    metadata["head"] = std::string(to_string(options.head));
+    // Recorded only when masked, so that the metadata of the default traces stays as it was.
+    if (options.mlm == MlmPositions::masked) {
+      metadata["mlm"] = std::string(to_string(options.mlm));
+      metadata["mlm_predictions"] = std::to_string(options.mlm_predictions);
+    }
   } else {
     reject_bert_fields(request);
     loss = detail::gpt2_lm_head(nb, shape, attention);

@@ -50,6 +50,15 @@ enum class BertHead {
   pretraining,              // "pretraining": BertForPreTraining, MLM over every position + NSP
   sequence_classification,  // "sequence-classification": BertForSequenceClassification, the
                             // pooled first token -> dropout -> Linear(hidden, 2) -> cross-entropy
+  question_answering,       // "question-answering": BertForQuestionAnswering (SQuAD fine-tuning):
+                            // BertModel without pooler, Linear(hidden, 2) on every position split
+                            // into start and end logits [N, S], (CE(start) + CE(end)) / 2
+};
+// Which positions the masked-LM head of BERT pre-training runs on.
+enum class MlmPositions {
+  all,     // "all": every position, as Hugging Face's BertForPreTraining does
+  masked,  // "masked": only the masked ones, gathered with index_select first, as NVIDIA
+           // DeepLearningExamples' run_pretraining.py does by default (dense sequence output)
 };
 
 std::string_view to_string(Precision precision);
@@ -57,17 +66,20 @@ std::string_view to_string(Optimizer optimizer);
 std::string_view to_string(OptimizerImpl impl);
 std::string_view to_string(Attention attention);
 std::string_view to_string(BertHead head);
+std::string_view to_string(MlmPositions mlm);
 std::optional<Precision> parse_precision(std::string_view text);
 std::optional<Optimizer> parse_optimizer(std::string_view text);
 std::optional<OptimizerImpl> parse_optimizer_impl(std::string_view text);
 std::optional<Attention> parse_attention(std::string_view text);
 std::optional<BertHead> parse_head(std::string_view text);
+std::optional<MlmPositions> parse_mlm_positions(std::string_view text);
 // The valid names of each, in declaration order (for help texts and error messages).
 std::vector<std::string_view> precision_names();
 std::vector<std::string_view> optimizer_names();
 std::vector<std::string_view> optimizer_impl_names();
 std::vector<std::string_view> attention_names();
 std::vector<std::string_view> head_names();
+std::vector<std::string_view> mlm_positions_names();
 
 // Which model, trained how: everything but the batch size. Unset optional fields take the
 // model's defaults. A scenario holds one of these; its batch size lives in the scenario alone.
@@ -80,6 +92,13 @@ struct ModelSpec {
   std::optional<Attention> attention;
   // BERT only (an error for GPT-2, gpt and the CNNs); default: pretraining.
   std::optional<BertHead> head;
+  // BERT pre-training only (an error with another head or model); default: all.
+  std::optional<MlmPositions> mlm;
+  // With mlm: masked, the masked positions per sample (DLE's max_predictions_per_seq, an upper
+  // bound on the positions its data mask). Default: 20 at seq_len 128 and 80 at seq_len 512, as
+  // DLE's pre-training phases 1 and 2 run; any other seq_len requires it. 1 <= it <= seq_len;
+  // an error without mlm: masked.
+  std::optional<std::int64_t> mlm_predictions;
   // PyTorch up to 1.10 saved the input of softmax and log_softmax for backward besides the
   // result (derivatives.yaml: _softmax_backward_data(grad, result, dim, self); pytorch/pytorch
   // issue 64000, removed by pull request 65242, so 1.11 and later save the result only). Set,

@@ -64,7 +64,7 @@ class PlatformReader {
     platform.name = text_field(root, "name", "");
     platform.gpu = read_gpu(section(root, "gpu", "", {"name", "memory", "memory_visible", "cuda_context", "compute_capability", "memory_bandwidth", "peak",
                                                          "launch_overhead", "power"}));
-    platform.host = read_host(section(root, "host", "", {"name", "cores", "flops", "memory", "memory_bandwidth"}));
+    platform.host = read_host(section(root, "host", "", {"name", "cores", "flops", "memory", "memory_bandwidth", "dispatch"}));
     platform.host_link = read_link(section(root, "host_link", "", {"name", "bandwidth", "latency"}), "host_link");
     if (root["gpu_link"]) {
       platform.gpu_link = read_link(section(root, "gpu_link", "", {"name", "bandwidth", "latency"}), "gpu_link");
@@ -143,6 +143,12 @@ class PlatformReader {
     spec.flops = quantity(host, "flops", "host", Dimension::flop_rate, limits::flop_rate);
     spec.memory_bytes = byte_count(host, "memory", "host");
     spec.memory_bandwidth = quantity(host, "memory_bandwidth", "host", Dimension::bandwidth, limits::bandwidth);
+    if (host["dispatch"]) {
+      const YAML::Node d = section(host, "dispatch", "host", {"forward", "backward", "optimizer"});
+      spec.dispatch.forward = quantity(d, "forward", "host.dispatch", Dimension::time, limits::latency);
+      spec.dispatch.backward = quantity(d, "backward", "host.dispatch", Dimension::time, limits::latency);
+      spec.dispatch.optimizer = quantity(d, "optimizer", "host.dispatch", Dimension::time, limits::latency);
+    }
     return spec;
   }
 

@@ -90,6 +90,20 @@ void apply_gradient_lifetime(models::Schedule& schedule, ZeroGrad zero_grad) {
   }
 }
 
+void assign_dispatch_costs(models::Schedule& schedule, const traces::Trace& trace, const models::OpDispatch& dispatch) {
+  for (models::Task& task : schedule.tasks) {
+    if (!task.op) {
+      task.host_seconds = dispatch.backward;
+      continue;
+    }
+    switch (trace.op(*task.op).phase) {
+      case traces::Phase::forward: task.host_seconds = dispatch.forward; break;
+      case traces::Phase::backward: task.host_seconds = dispatch.backward; break;
+      case traces::Phase::optimizer: task.host_seconds = dispatch.optimizer; break;
+    }
+  }
+}
+
 void add_cudnn_workspaces(models::Schedule& schedule, const traces::Trace& trace, std::int64_t bytes) {
   if (bytes <= 0) return;
   for (models::Task& task : schedule.tasks) {

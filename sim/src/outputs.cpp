@@ -145,6 +145,7 @@ std::vector<TimeRow> time_rows(const SimulationResult& r) {
       {"compression", "compress", k[index_of(TaskKind::compress)]},
       {"decompression", "decompress", k[index_of(TaskKind::decompress)]},
       {"compute-stream stalls", "compute_stall", r.compute_stall_seconds},
+      {"waiting for the CPU to launch", "host_wait", r.host_wait_seconds},
   };
 }
 

@@ -55,6 +55,7 @@ std::variant<ScheduledRun, models::NotApplicable> schedule_run(const PreparedSce
   if (auto* not_applicable = std::get_if<models::NotApplicable>(&schedule)) return std::move(*not_applicable);
   apply_gradient_lifetime(std::get<models::Schedule>(schedule), prepared.framework().zero_grad);
   add_cudnn_workspaces(std::get<models::Schedule>(schedule), trace, prepared.framework().cudnn_workspace_bytes);
+  assign_dispatch_costs(std::get<models::Schedule>(schedule), trace, prepared.platform().host.dispatch);
   return ScheduledRun{strategy, std::move(trace), std::move(std::get<models::Schedule>(schedule))};
 }
 

@@ -36,6 +36,7 @@ class Replay {
         framework_(framework),
         tracker_(schedule),
         done_(schedule.tasks.size(), false),
+        launched_(schedule.tasks.size(), false),
         allocated_once_(schedule.buffers.size(), false),
         remaining_users_(schedule.buffers.size(), 0),
         task_buffers_(schedule.tasks.size()) {
@@ -70,10 +71,16 @@ class Replay {
 
     mutex_ = sg4::Mutex::create();
     task_done_ = sg4::ConditionVariable::create();
+    // Eager PyTorch issues every kernel from one CPU thread: a launcher actor on the host
+    // spends each task's host_seconds, in `tasks` order, before the task may start on its
+    // stream. Without any host time every task is launched at once.
+    const bool launcher = std::any_of(schedule_.tasks.begin(), schedule_.tasks.end(), [](const models::Task& t) { return t.host_seconds > 0; });
+    if (!launcher) std::fill(launched_.begin(), launched_.end(), true);
     for (std::size_t s = 0; s < models::kStreamCount; ++s) {
       if (stream_tasks_[s].empty()) continue;
       sg4::Actor::create(std::string(models::to_string(static_cast<Stream>(s))), gpu_, [this, s] { run_stream(s); });
     }
+    if (launcher) sg4::Actor::create("launcher", host_, [this] { run_launcher(); });
     engine.run();
     return finish();
   }
@@ -97,7 +104,10 @@ class Replay {
     for (TaskId t : stream_tasks_[stream]) {
       const models::Task& task = schedule_.tasks[t];
       TaskTiming& timing = result_.tasks[t];
+      const double free = sg4::Engine::get_clock();
+      wait_for_launch(t);
       timing.ready = sg4::Engine::get_clock();
+      if (task.stream == Stream::compute) result_.host_wait_seconds += timing.ready - free;
       wait_for(task.after);
       timing.start = sg4::Engine::get_clock();
       for (BufferId b : task.creates) {
@@ -109,6 +119,24 @@ class Replay {
       timing.end = sg4::Engine::get_clock();
       finish_task(t, timing.end);
     }
+  }
+
+  void run_launcher() {
+    for (TaskId t = 0; t < schedule_.tasks.size(); ++t) {
+      const double cpu = schedule_.tasks[t].host_seconds;
+      if (cpu > 0) sg4::this_actor::sleep_for(cpu);
+      launched_[t] = true;
+      if (waiters_ > 0) task_done_->notify_all();
+    }
+    result_.host_seconds = sg4::Engine::get_clock();
+  }
+
+  void wait_for_launch(TaskId t) {
+    if (launched_[t]) return;
+    std::unique_lock<sg4::Mutex> lock(*mutex_);
+    ++waiters_;
+    while (!launched_[t]) task_done_->wait(lock);
+    --waiters_;
   }
 
   void wait_for(const std::vector<TaskId>& dependencies) {
@@ -245,6 +273,7 @@ class Replay {
     result_.iteration_seconds = 0;
     result_.seconds_by_task_kind = {};
     result_.compute_stall_seconds = 0;
+    result_.host_wait_seconds = 0;
     result_.out_of_memory = oom;
   }
 
@@ -265,6 +294,7 @@ class Replay {
   FrameworkOnGpu framework_;
   MemoryTracker tracker_;
   std::vector<bool> done_;
+  std::vector<bool> launched_;
   std::vector<bool> allocated_once_;
   std::vector<std::size_t> remaining_users_;
   std::vector<std::vector<BufferId>> task_buffers_;  // creates ∪ uses, each once
@@ -369,6 +399,8 @@ std::string serialize(const SimulationResult& r) {
   w.put_vector(r.live_at_peak);
   w.put(r.seconds_by_task_kind);
   w.put(r.compute_stall_seconds);
+  w.put(r.host_wait_seconds);
+  w.put(r.host_seconds);
   w.put_vector(r.tasks);
   w.put_vector(r.memory_events);
   return w.bytes();
@@ -396,6 +428,8 @@ SimulationResult deserialize(const std::string& bytes) {
   r.live_at_peak = in.get_vector<BufferId>();
   r.seconds_by_task_kind = in.get<std::array<double, 6>>();
   r.compute_stall_seconds = in.get<double>();
+  r.host_wait_seconds = in.get<double>();
+  r.host_seconds = in.get<double>();
   r.tasks = in.get_vector<TaskTiming>();
   r.memory_events = in.get_vector<MemoryEvent>();
   return r;

@@ -184,6 +184,26 @@ TEST(DeviceMemory, EveryConvolutionTaskHoldsItsCudnnWorkspace) {
   EXPECT_LE(with.peak_bytes, without.peak_bytes + 64 * kMiB);
 }
 
+// host.dispatch: each task's launch cost by the phase of the op it runs.
+TEST(DeviceMemory, DispatchCostsFollowThePhase) {
+  zoo::ModelRequest request;
+  request.model = "resnet18";
+  const traces::Trace trace = zoo::build_model(request);
+  const models::Platform platform = models::builtin_platform("v100-16gb");
+  models::Schedule schedule =
+      std::get<models::Schedule>(models::build_schedule(trace, models::OpTimeModel(platform), models::StrategySpec{}));
+  assign_dispatch_costs(schedule, trace, models::OpDispatch{11e-6, 5e-6, 3e-6});
+  std::size_t seen[3] = {0, 0, 0};
+  for (const models::Task& t : schedule.tasks) {
+    ASSERT_TRUE(t.op.has_value());  // the baseline has op tasks only
+    const traces::Phase phase = trace.op(*t.op).phase;
+    const double expected = phase == traces::Phase::forward ? 11e-6 : phase == traces::Phase::backward ? 5e-6 : 3e-6;
+    EXPECT_EQ(t.host_seconds, expected) << t.name;
+    ++seen[static_cast<std::size_t>(phase)];
+  }
+  EXPECT_GT(seen[0] * seen[1] * seen[2], 0u);
+}
+
 TEST(DeviceMemory, FrameworkResolvesAgainstTheGpu) {
   models::GpuSpec gpu;
   gpu.memory_bytes = 16 * 1024 * kMiB;

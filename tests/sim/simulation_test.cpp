@@ -189,6 +189,28 @@ TEST(Simulation, ResidentStateThatDoesNotFitIsReportedBeforeTheIteration) {
   EXPECT_EQ(r.out_of_memory->requested, 50 * kMiB);
 }
 
+// The launching thread: eager PyTorch issues every kernel from one CPU thread. Short kernels
+// wait for it (CPU-bound); long ones hide it behind the GPU's queue.
+TEST(Simulation, ShortKernelsWaitForTheLaunchingThread) {
+  ScheduleBuilder b;
+  for (int i = 0; i < 3; ++i) b.task("k" + std::to_string(i), TaskKind::op, Stream::compute, 1e-6, {}, {});
+  for (auto& t : b.s.tasks) t.host_seconds = 10e-6;
+  const SimulationResult r = simulate(test_platform(), b.s, testing::bare_framework());
+  // Launched at 10, 20, 30 us; each runs 1 us once launched.
+  EXPECT_NEAR(r.tasks[0].start, 10e-6, 1e-12);
+  EXPECT_NEAR(r.tasks[2].start, 30e-6, 1e-12);
+  EXPECT_NEAR(r.iteration_seconds, 31e-6, 1e-12);
+  EXPECT_NEAR(r.host_wait_seconds, 10e-6 + 9e-6 + 9e-6, 1e-12);
+  EXPECT_NEAR(r.host_seconds, 30e-6, 1e-12);
+
+  ScheduleBuilder g;
+  for (int i = 0; i < 3; ++i) g.task("k" + std::to_string(i), TaskKind::op, Stream::compute, 0.5, {}, {});
+  for (auto& t : g.s.tasks) t.host_seconds = 10e-6;
+  const SimulationResult gpu = simulate(test_platform(), g.s, testing::bare_framework());
+  EXPECT_NEAR(gpu.iteration_seconds, 10e-6 + 1.5, 1e-9);  // only the first launch shows
+  EXPECT_NEAR(gpu.host_wait_seconds, 10e-6, 1e-12);
+}
+
 TEST(Simulation, EachCallIsAFreshEngine) {
   ScheduleBuilder b;
   b.task("f", TaskKind::op, Stream::compute, 0.5, {}, {});

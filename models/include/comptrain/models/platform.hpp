@@ -69,12 +69,22 @@ struct GpuSpec {
   double max_power = 0;             // W (TDP)
 };
 
+// CPU seconds eager PyTorch's launching thread spends per op, by phase (host.dispatch): the
+// Python frontend, the dispatcher, autograd's bookkeeping and the kernel launch. All 0 (the
+// default when a platform file gives none): the thread is never the bottleneck.
+struct OpDispatch {
+  double forward = 0;    // per forward op (and per forward op replayed by recomputation)
+  double backward = 0;   // per backward op (autograd's C++ engine), and per copy or codec task
+  double optimizer = 0;  // per optimizer op of the trace
+};
+
 struct HostSpec {
   std::string name;
   int cores = 1;
   double flops = 0;                 // FLOP/s of the whole host
   std::int64_t memory_bytes = 0;
   double memory_bandwidth = 0;      // bytes/s
+  OpDispatch dispatch;
 };
 
 // A full-duplex link: `bandwidth` is per direction.

@@ -95,6 +95,11 @@ std::int64_t default_cublas_workspace_bytes(int major, int minor);
 // schedule is unchanged: gradients are created by the backward pass and freed after the step.
 void apply_gradient_lifetime(models::Schedule& schedule, ZeroGrad zero_grad);
 
+// Sets each task's host_seconds from the platform's per-op dispatch costs: an op or replayed
+// op by its phase in `trace` (a replayed op is a forward op), any other task (copy, codec) the
+// backward cost, as a launch from C++.
+void assign_dispatch_costs(models::Schedule& schedule, const traces::Trace& trace, const models::OpDispatch& dispatch);
+
 // Gives every task that runs a convolution of `trace` (op, recompute) a workspace buffer of
 // `bytes` that lives while the task runs (role temporary). Nothing when bytes is 0.
 void add_cudnn_workspaces(models::Schedule& schedule, const traces::Trace& trace, std::int64_t bytes);

@@ -47,6 +47,10 @@ struct SimulationResult {
   std::vector<models::BufferId> live_at_peak;
   std::array<double, 6> seconds_by_task_kind{};  // summed task durations, indexed by TaskKind
   double compute_stall_seconds = 0;  // the compute stream waiting for other streams
+  // The compute stream idle because its next task was not launched yet: the iteration is
+  // CPU-bound there (models::Task::host_seconds).
+  double host_wait_seconds = 0;
+  double host_seconds = 0;           // when the launching thread issued the last task
   std::vector<TaskTiming> tasks;     // indexed by TaskId (zeros for tasks that never ran)
   // The exact-byte stream; after an out-of-memory, up to the failing allocation.
   std::vector<MemoryEvent> memory_events;

@@ -49,7 +49,7 @@ class ScenarioReader {
     scenario.source = source_;
     const YAML::Node model = required(root, "model", "the scenario");
     if (!model.IsMap()) throw InputError(where(model.Mark()) + "'model' must be a mapping with the key zoo or trace");
-    check_keys(model, "model", {"zoo", "trace", "layers", "hidden", "heads", "seq_len", "vocab", "attention", "head"});
+    check_keys(model, "model", {"zoo", "trace", "layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions"});
     const YAML::Node training = root["training"];
     if (training && !training.IsMap()) {
       throw InputError(where(training.Mark()) + "'training' must be a mapping with the keys batch_size, precision, optimizer, optimizer_impl, tf32");
@@ -95,6 +95,8 @@ class ScenarioReader {
         request.attention = named(a, "model.attention", zoo::parse_attention, zoo::attention_names());
       }
       if (const YAML::Node h = model["head"]) request.head = named(h, "model.head", zoo::parse_head, zoo::head_names());
+      if (const YAML::Node m = model["mlm"]) request.mlm = named(m, "model.mlm", zoo::parse_mlm_positions, zoo::mlm_positions_names());
+      request.mlm_predictions = optional_positive(model, "mlm_predictions", "model");
       // Up to PyTorch 1.10 softmax and log_softmax saved their input too (sim/framework.hpp).
       request.softmax_saves_input = scenario.framework.pytorch && *scenario.framework.pytorch <= PytorchVersion{1, 10};
       if (training) {
@@ -122,7 +124,7 @@ class ScenarioReader {
       }
       scenario.zoo_model = std::move(request);
     } else {
-      for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "attention", "head"}) {
+      for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions"}) {
         if (model[key]) throw InputError(where(model[key].Mark()) + "'" + key + "' applies to zoo models only; a trace file fixes the model's shape");
       }
       std::filesystem::path path = scalar(model["trace"], "model.trace");

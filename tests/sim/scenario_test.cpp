@@ -142,7 +142,11 @@ TEST(Scenario, ReadsPrecisionOptimizerAndAttention) {
   EXPECT_FALSE(s.zoo_model->softmax_saves_input);
   const Scenario cls = parse_scenario("model: {zoo: bert-large, head: sequence-classification}\n", "s.yaml", ".");
   EXPECT_EQ(cls.zoo_model->head, zoo::BertHead::sequence_classification);
-  EXPECT_THAT(error_of("model: {zoo: bert-large, head: qa}\n"), HasSubstr("expected one of: pretraining, sequence-classification"));
+  EXPECT_THAT(error_of("model: {zoo: bert-large, head: qa}\n"), HasSubstr("expected one of: pretraining, sequence-classification, question-answering"));
+  const Scenario masked = parse_scenario("model: {zoo: bert-large, seq_len: 128, mlm: masked, mlm_predictions: 20}\n", "s.yaml", ".");
+  EXPECT_EQ(masked.zoo_model->mlm, zoo::MlmPositions::masked);
+  EXPECT_EQ(masked.zoo_model->mlm_predictions, 20);
+  EXPECT_THAT(error_of("model: {zoo: bert-large, mlm: some}\n"), HasSubstr("expected one of: all, masked"));
   const Scenario tf32 = parse_scenario("model: {zoo: resnet18}\ntraining: {precision: tf32}\n", "s.yaml", ".");
   EXPECT_EQ(tf32.zoo_model->precision, zoo::Precision::fp32);
   EXPECT_TRUE(tf32.allow_tf32);

@@ -20,6 +20,7 @@
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/support/progress_bar.hpp"
 #include "comptrain_version.hpp"
+#include "fit_measurements.hpp"
 #include "options.hpp"
 
 namespace comptrain::cli {
@@ -35,6 +36,7 @@ struct CalibrateArgs {
   std::string emit_platform;
   std::string base_platform;
   CLI::Option* base_platform_option = nullptr;  // given at all: `--base-platform ""` is an error, not "no base"
+  FitMeasurementsArgs fit;                      // --from-measurements: fit a platform instead (fit_measurements.hpp)
 };
 
 // Fail on an unwritable output before minutes of measurements, not after.
@@ -93,9 +95,12 @@ std::function<int()> add_calibrate_command(CLI::App& app) {
   args->base_platform_option = command->add_option("--base-platform", args->base_platform,
                       "Platform (built-in name or .yaml) whose host, NVLink, power and non-GEMM efficiencies --emit-platform copies "
                       "(default: the built-in platform with this GPU's name, if any)");
+  add_fit_measurements_options(*command, args->fit);
   return [command, args]() -> int {
     if (!command->parsed()) return -1;
     const CalibrateArgs& a = *args;
+    if (fit_measurements_requested(a.fit)) return run_fit_measurements(a.fit, *command, a.name, a.out);
+    check_fit_options_unused(a.fit);
     const bool gpu = calibrate::gpu_visible();
     const std::string device = !a.device.empty() ? a.device : (gpu && calibrate::built_with_cuda() ? "cuda" : "cpu");
     if (a.device.empty() && gpu && !calibrate::built_with_cuda()) {

@@ -1,0 +1,84 @@
+#include "fit_measurements.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "comptrain/sim/fit.hpp"
+#include "comptrain/support/atomic_file.hpp"
+#include "comptrain/support/input_error.hpp"
+#include "options.hpp"
+
+namespace comptrain::cli {
+
+void add_fit_measurements_options(CLI::App& command, FitMeasurementsArgs& args) {
+  args.file_option = command.add_option(
+      "--from-measurements", args.file,
+      "Fit a platform to measured training throughputs instead of measuring kernels, and write it to -o. FILE (YAML): "
+      "`platform:` a shipped name or a .yaml file, `measurements:` a list of {scenario: FILE, samples_per_second: X} (paths relative "
+      "to FILE; each scenario runs at its own batch size on that platform). Fits the efficiencies of --fit-parameters to minimize "
+      "the sum of log(predicted/measured)^2, writes the platform with every fitted value marked `fitted` and its error, and prints "
+      "per measurement the measured, predicted before and after. --name names the platform (default: the output file's stem)");
+  args.holdout_option = add_nonnegative_int(command, "--holdout", args.holdout,
+                                            "With --from-measurements: leave the last K measurements out of the fit and report "
+                                            "their error apart (default 0)");
+  args.parameters_option =
+      command
+          .add_option("--fit-parameters", args.parameters,
+                       "With --from-measurements: what to fit, comma-separated: gemm (compute efficiency of conv, linear, matmul and "
+                       "attention, scaled together), memory_default, compute_default (default: gemm,memory_default)")
+          ->delimiter(',');
+}
+
+bool fit_measurements_requested(const FitMeasurementsArgs& args) { return args.file_option->count() > 0; }
+
+void check_fit_options_unused(const FitMeasurementsArgs& args) {
+  for (const CLI::Option* option : {args.holdout_option, args.parameters_option}) {
+    if (option->count() > 0) throw InputError(option->get_name() + " is only used with --from-measurements");
+  }
+}
+
+int run_fit_measurements(const FitMeasurementsArgs& args, const CLI::App& command, const std::string& name, const std::string& output) {
+  // The kernel-measurement options mean nothing to a fit; silently ignoring one would let a
+  // user believe it changed something.
+  for (const char* other : {"--device", "--quick", "--codecs", "--threads", "--emit-platform", "--base-platform"}) {
+    if (command.get_option(other)->count() > 0) {
+      throw InputError(std::string(other) + " measures kernels; it has no meaning with --from-measurements (which fits a platform)");
+    }
+  }
+  if (args.file.empty()) throw InputError("--from-measurements is empty; expected a measurements file (YAML)");
+  sim::FitOptions options;
+  if (args.parameters_option->count() > 0) {
+    options.parameters.clear();
+    for (const std::string& text : args.parameters) {
+      const auto parameter = sim::parse_fit_parameter(text);
+      if (!parameter) throw InputError("--fit-parameters: found '" + text + "'; expected gemm, memory_default or compute_default");
+      options.parameters.push_back(*parameter);
+    }
+  }
+  options.holdout = args.holdout;
+  options.output_name = !name.empty() ? name : is_standard_output(output) ? "fitted" : std::filesystem::path(output).stem().string();
+  // An unwritable output fails now, not after the simulations.
+  if (!is_standard_output(output)) {
+    const auto dir = std::filesystem::absolute(output).parent_path();
+    if (!std::filesystem::is_directory(dir) || ::access(dir.c_str(), W_OK) != 0) {
+      throw InputError("-o " + output + ": directory " + dir.string() + " does not exist or is not writable");
+    }
+  }
+
+  const sim::MeasurementSet set = sim::load_measurements(args.file);
+  fmt::print(stderr, "comptrain calibrate: fitting {} to {} measurement{} of {}\n", set.platform.name, set.measurements.size(),
+             set.measurements.size() == 1 ? "" : "s", args.file);
+  const sim::FitResult result = sim::fit_measurements(set, options);
+  write_output(output, result.platform_yaml);
+  // The table is the result: standard output, unless the platform went there.
+  std::FILE* const table_to = is_standard_output(output) ? stderr : stdout;
+  fmt::print(table_to, "{}", sim::fit_table(result));
+  fmt::print(stderr, "comptrain calibrate: wrote {} (platform {})\n", is_standard_output(output) ? "standard output" : output,
+             options.output_name);
+  return 0;
+}
+
+}  // namespace comptrain::cli

@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "comptrain/support/input_error.hpp"
 
@@ -258,6 +260,135 @@ Traffic kernel_traffic(const traces::Trace& trace, traces::OpIndex index) {
   return t;
 }
 
+// ---- Wave quantization ---------------------------------------------------------------------
+//
+// cuBLAS, cuDNN and CUTLASS compute a GEMM's output matrix in tiles, one thread block per tile,
+// and the GPU runs as many blocks at once as it has SMs: the tiles go in waves. A GEMM with
+// fewer tiles than SMs leaves SMs idle for its whole duration, and one with a tile more than a
+// whole number of waves runs a last wave that is almost empty (NVIDIA, "Matrix Multiplication
+// Background User's Guide", DU-09799-001, 2023: 3.1 "Tile Quantization", 3.2 "Wave
+// Quantization"). That is why small GEMMs and convolutions reach far less than the flat
+// per-kind efficiency: the efficiency is multiplied by the fraction of SM-slots the tiles fill,
+//   tiles / (ceil(tiles / sms) * sms).
+// Only the compute term is scaled; the memory term, a kernel's bytes, is unchanged.
+
+// Assumption: a 128 x 128 output tile. cuBLAS picks among 256x128, 128x256, 128x128, 64x128 ...
+// per shape (same guide, 2.3 "Typical Tile Dimensions In cuBLAS And Performance"); 128x128 is
+// the middle of that list. A library that picks a smaller tile for a small problem fills more
+// SMs than this model says: the factor is the wave loss of a 128x128 kernel, a bound on the
+// real one. Tile quantization inside a tile (an output of 129 rows computes 256) is not
+// counted: the FLOPs stay the trace's.
+constexpr std::int64_t kGemmTile = 128;
+// Assumption: FlashAttention runs one thread block per (batch, head, block of 128 query rows)
+// in the forward pass and per (batch, head, block of 128 key rows) in the backward one, each
+// block covering the whole head dimension (Dao, "FlashAttention-2", 2023, section 3.2,
+// "Parallelism": thread blocks over batch, heads and sequence blocks).
+constexpr std::int64_t kAttentionBlockRows = 128;
+// Assumption: a GEMM too small to fill one wave splits its reduction (K) dimension over more
+// thread blocks, each summing a slice, and adds the partial sums afterwards (split-K: CUTLASS,
+// media/docs/efficient_gemm.md, "Parallelized Reductions"; its convolution wgrad kernels take a
+// split_k_slices argument for this). Without it a weight gradient (K = N·P·Q, tens of
+// thousands, over a few tiles of output) would be modeled 10-20x too slow. A slice keeps at
+// least 256 of K, 8 steps of a 32-deep main loop, so that the split's prologue and reduction
+// stay small against its arithmetic (assumption; the reduction's time is not modelled).
+constexpr std::int64_t kMinSplitKSlice = 256;
+
+constexpr std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// One GEMM's output: `batch` matrices of rows x cols, tiled kGemmTile x kGemmTile (attention:
+// cols = 1, so a tile is a block of kGemmTile = kAttentionBlockRows rows).
+struct GemmOutput {
+  std::int64_t batch = 1;
+  std::int64_t rows = 1;
+  std::int64_t cols = 1;
+  bool split_k = true;  // whether the kernel may split its reduction dimension
+  std::int64_t tiles() const { return batch * ceil_div(rows, kGemmTile) * ceil_div(cols, kGemmTile); }
+};
+static_assert(kAttentionBlockRows == kGemmTile, "GemmOutput tiles attention's rows with kGemmTile");
+
+// The GEMM that writes tensor `t` of an op of kind `kind`, from its shape:
+//  - linear: (..., n): the leading dimensions flattened are the GEMM's rows (M), the last its
+//    columns (N): y = x·Wᵀ, grad_input = g·W, and grad_weight (out x in) = gᵀ·x alike.
+//  - matmul: (batch..., m, n): a batched GEMM, one grid of tiles per matrix.
+//  - conv: the implicit-GEMM view (CUTLASS, media/docs/implicit_gemm_convolution.md, "Implicit
+//    GEMM Algorithm"). An activation (N, C, spatial...), the forward output or grad_input:
+//    M = N·P·Q (every axis but the channels), N = its channels (fprop: the K output channels;
+//    dgrad: the C input channels, M = N·H·W). A weight gradient (K, C, R, S), which has no
+//    batch dimension: M = K, N = C·R·S (wgrad).
+//  - attention: (batch..., S, D): batch x heads x ceil(S / 128) blocks (kAttentionBlockRows).
+// nullopt when the shape does not fit the kind (too few dimensions, an empty one).
+std::optional<GemmOutput> gemm_output(traces::OpKind kind, const traces::Tensor& t) {
+  const std::vector<std::int64_t>& s = t.shape;
+  if (std::any_of(s.begin(), s.end(), [](std::int64_t d) { return d < 1; })) return std::nullopt;
+  const std::int64_t elements = t.elements();
+  switch (kind) {
+    case traces::OpKind::linear:
+      if (s.empty()) return std::nullopt;
+      return GemmOutput{1, elements / s.back(), s.back()};
+    case traces::OpKind::matmul:
+      if (s.size() < 2) return std::nullopt;
+      return GemmOutput{elements / (s[s.size() - 2] * s.back()), s[s.size() - 2], s.back()};
+    case traces::OpKind::conv:
+      if (s.size() < 3) return std::nullopt;
+      if (t.batch_dim == 0) return GemmOutput{1, elements / s[1], s[1]};
+      if (!t.batch_dim) return GemmOutput{1, s[0], elements / s[0]};
+      return std::nullopt;  // a batch dimension elsewhere: not an (N, C, ...) layout we know
+    case traces::OpKind::attention:
+      if (s.size() < 3) return std::nullopt;
+      return GemmOutput{elements / (s[s.size() - 2] * s.back()), s[s.size() - 2], 1, false};
+    default:
+      return std::nullopt;
+  }
+}
+
+// The fraction of the SM-slots of its waves that a GEMM fills, one tile per SM per wave
+// (assumption: a 128x128 tensor-core tile takes most of an SM's registers and shared memory;
+// the guide's 3.2 counts one 256x128 block per A100 SM; kernels that fit two blocks per SM
+// would halve the loss). `macs` are the GEMM's multiply-adds, which give its K = macs / (M·N)
+// for split-K.
+double wave_fill(const GemmOutput& gemm, double macs, int sms) {
+  std::int64_t blocks = gemm.tiles();
+  if (gemm.split_k && blocks < sms) {
+    const double k = macs / (static_cast<double>(gemm.batch) * static_cast<double>(gemm.rows) * static_cast<double>(gemm.cols));
+    const std::int64_t by_k = k >= 1 ? static_cast<std::int64_t>(std::min(k / kMinSplitKSlice, 1e9)) : 0;
+    blocks *= std::max<std::int64_t>(1, std::min<std::int64_t>(sms / blocks, by_k));
+  }
+  const std::int64_t slots = ceil_div(blocks, sms) * sms;
+  return static_cast<double>(blocks) / static_cast<double>(slots);
+}
+
+// The factor that multiplies a GEMM-like op's compute efficiency: 1 without gpu.sms, for other
+// kinds, and when no GEMM shape can be derived from the trace.
+// The GEMMs an op runs are read from what it writes: a forward op's first output (attention's
+// second output is its log-sum-exp); a backward op's floating outputs of the GEMM's rank
+// (linear and matmul: >= 2, so that a bias gradient, a reduction, is left out; conv: >= 3;
+// attention: the first, as one kernel writes dq, dk and dv). A backward op that runs several
+// GEMMs (grad_input and grad_weight) takes their harmonic mean, weighting each by its FLOPs:
+// time = sum(flops_i / fill_i). Those FLOPs are equal (grad_input, grad_weight and the forward
+// GEMM all take M·N·K multiply-adds; so do bmm's two gradients), so the op's FLOPs are shared
+// equally, a bias's few included.
+double wave_factor(const traces::Trace& trace, traces::OpIndex index, int sms) {
+  const traces::Op& op = trace.op(index);
+  if (sms < 1 || !uses_tensor_cores(op.kind)) return 1.0;
+  const std::size_t min_rank = op.kind == traces::OpKind::linear ? (op.phase == traces::Phase::forward ? 1 : 2)
+                               : op.kind == traces::OpKind::matmul ? 2
+                                                                   : 3;
+  std::vector<GemmOutput> gemms;
+  const bool first_only = op.phase == traces::Phase::forward || op.kind == traces::OpKind::attention;
+  for (const traces::TensorIndex o : op.outputs) {
+    const traces::Tensor& t = trace.tensor(o);
+    if (traces::is_floating(t.dtype) && t.shape.size() >= min_rank) {
+      if (const std::optional<GemmOutput> gemm = gemm_output(op.kind, t)) gemms.push_back(*gemm);
+    }
+    if (first_only) break;
+  }
+  if (gemms.empty()) return 1.0;
+  const double macs_each = static_cast<double>(trace.flops(index)) / 2 / static_cast<double>(gemms.size());
+  double inverse_fills = 0;
+  for (const GemmOutput& gemm : gemms) inverse_fills += 1.0 / wave_fill(gemm, macs_each, sms);
+  return static_cast<double>(gemms.size()) / inverse_fills;
+}
+
 }  // namespace
 
 OpTimeModel::OpTimeModel(Platform platform, OpTimeOptions options) : platform_(std::move(platform)), options_(options) {
@@ -305,7 +436,9 @@ double OpTimeModel::seconds(const traces::Trace& trace, traces::OpIndex index) c
   const double peak = uses_tensor_cores(op.kind) ? platform_.peak_flops(dtype, options_.allow_tf32)
                       : dtype == traces::DType::f64 ? platform_.peak_flops(dtype, false)
                                                      : platform_.gpu.peak_fp32;
-  const double compute_efficiency = platform_.efficiency.compute_for(op.kind);
+  // The flat per-kind efficiency, times the share of the SMs the op's GEMM tiles keep busy
+  // (wave_factor, above; 1 when the platform gives no gpu.sms or the shape is unknown).
+  const double compute_efficiency = platform_.efficiency.compute_for(op.kind) * wave_factor(trace, index, platform_.gpu.sms);
   const double memory_efficiency = platform_.efficiency.memory_for(op.kind);
   const double compute = flops / (peak * compute_efficiency);
   const double memory = bytes / (platform_.gpu.memory_bandwidth * memory_efficiency);

@@ -63,7 +63,7 @@ class PlatformReader {
     platform.source = source_;
     platform.name = text_field(root, "name", "");
     platform.gpu = read_gpu(section(root, "gpu", "", {"name", "memory", "memory_visible", "cuda_context", "compute_capability", "memory_bandwidth", "peak",
-                                                         "launch_overhead", "power"}));
+                                                         "launch_overhead", "sms", "power"}));
     platform.host = read_host(section(root, "host", "", {"name", "cores", "flops", "memory", "memory_bandwidth", "dispatch"}));
     platform.host_link = read_link(section(root, "host_link", "", {"name", "bandwidth", "latency"}), "host_link");
     if (root["gpu_link"]) {
@@ -105,6 +105,20 @@ class PlatformReader {
     spec.peak_fp16 = quantity(peak, "fp16", "gpu.peak", Dimension::flop_rate, limits::flop_rate);
     spec.peak_bf16 = quantity(peak, "bf16", "gpu.peak", Dimension::flop_rate, limits::flop_rate, Zero::means_unsupported);
     spec.launch_overhead = quantity(gpu, "launch_overhead", "gpu", Dimension::time, limits::latency);
+    // Optional: only the op-time model's wave quantization reads it, and a user-described GPU
+    // may not know it (0 = not given, no quantization). 1 to 10000: a GPU has at least one SM,
+    // and 10000 is ~75x an H100's 132, so no real or hypothetical-but-sane part is refused
+    // while a typo (a core count, 16896) still is.
+    if (const YAML::Node sms = gpu["sms"]) {
+      constexpr int kMaxSms = 10000;
+      int value = 0;
+      if (!sms.IsScalar() || !YAML::convert<int>::decode(sms, value) || value < 1 || value > kMaxSms) {
+        throw InputError(where(sms.Mark()) + "'gpu.sms' is '" + shortened(sms) +
+                         "'; expected a whole number of streaming multiprocessors from 1 to " + std::to_string(kMaxSms) +
+                         " (e.g. 108 on an A100)");
+      }
+      spec.sms = value;
+    }
     // Power feeds energy estimates only, and user-described GPUs may not know it: optional,
     // 0/0 meaning unknown.
     if (gpu["power"]) {

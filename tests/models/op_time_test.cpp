@@ -499,6 +499,206 @@ TEST(OpTimeTraffic, GemmKindsAndElementwiseKindsKeepTheirLogicalBytes) {
 
 // End to end on a zoo model: the sum of op times is a roofline lower bound on a real
 // iteration, so it must land in a plausible band, not at a precise figure.
+// ---- Wave quantization -------------------------------------------------------------------
+//
+// The test platform with gpu.sms: compute efficiency 0.5 (0.8 for linear) at the fp16 peak,
+// 160 TFLOP/s, so a GEMM-like op in fp16 runs at 80 (linear 128) TFLOP/s before quantization.
+Platform platform_with_sms(int sms) { return test_platform("5 us\n  sms: " + std::to_string(sms)); }
+
+struct GemmTensor {
+  std::vector<std::int64_t> shape;
+  std::optional<std::size_t> batch_dim = 0;  // nullopt: a weight gradient
+};
+
+// One fp16 op of `kind` and `phase` that reads x [1, 8] and writes `outputs`, doing `flops`
+// and moving nothing: its time is its compute term plus the 5 us launch.
+traces::Trace gemm_trace(OpKind kind, traces::Phase phase, const std::vector<GemmTensor>& outputs, std::int64_t flops) {
+  std::vector<traces::Tensor> tensors(1);
+  tensors[0].id = 1;
+  tensors[0].name = "x";
+  tensors[0].dtype = DType::f16;
+  tensors[0].shape = {1, 8};
+  tensors[0].role = traces::TensorRole::input;
+  tensors[0].batch_dim = 0;
+  traces::Op op;
+  op.id = 1;
+  op.name = "gemm";
+  op.kind = kind;
+  op.phase = phase;
+  op.inputs = {0};
+  op.flops = {flops, 0};
+  for (const GemmTensor& out : outputs) {
+    traces::Tensor t;
+    t.id = tensors.size() + 1;
+    t.name = "out" + std::to_string(tensors.size());
+    t.dtype = DType::f16;
+    t.shape = out.shape;
+    t.role = traces::TensorRole::temporary;
+    t.batch_dim = out.batch_dim;
+    op.outputs.push_back(tensors.size());
+    tensors.push_back(std::move(t));
+  }
+  return traces::Trace("gemm", 1, std::move(tensors), {std::move(op)});
+}
+
+double gemm_seconds(const traces::Trace& trace, const Platform& platform) { return OpTimeModel(platform).seconds(trace, 0); }
+
+// The wave arithmetic is exact; the model's multiplications may round in the last bits.
+void expect_seconds(double actual, double expected) { EXPECT_NEAR(actual, expected, expected * 1e-12); }
+
+TEST(OpTimeWaves, WholeWavesOfTilesKeepTheFlatEfficiency) {
+  // y [128, 4 x 128]: 1 x 4 tiles of 128 x 128, one wave on 4 SMs: factor 1.
+  // 128e9 FLOP / (160e12 x 0.8) = 1 ms.
+  const traces::Trace four = gemm_trace(OpKind::linear, traces::Phase::forward, {{{128, 512}}}, 128'000'000'000);
+  expect_seconds(gemm_seconds(four, platform_with_sms(4)), 1e-3 + 5e-6);
+  expect_seconds(gemm_seconds(four, test_platform()), 1e-3 + 5e-6);
+  // Eight tiles on 4 SMs (two full waves) or on 8 SMs (one): still factor 1.
+  const traces::Trace eight = gemm_trace(OpKind::linear, traces::Phase::forward, {{{256, 512}}}, 256'000'000'000);
+  expect_seconds(gemm_seconds(eight, platform_with_sms(4)), 2e-3 + 5e-6);
+  expect_seconds(gemm_seconds(eight, platform_with_sms(8)), 2e-3 + 5e-6);
+}
+
+TEST(OpTimeWaves, OneTileMoreThanAWaveTakesTwoWaves) {
+  // y [128, 5 x 128] with the same K: 1.25x the FLOPs, 5 tiles on 4 SMs. The fifth tile runs
+  // alone in a second wave as long as the first: 2 x 1 ms, where the flat roofline said 1.25 ms.
+  // Factor 5 / (2 x 4) = 0.625.
+  const traces::Trace five = gemm_trace(OpKind::linear, traces::Phase::forward, {{{128, 640}}}, 160'000'000'000);
+  expect_seconds(gemm_seconds(five, platform_with_sms(4)), 2e-3 + 5e-6);
+  // Without gpu.sms the flat efficiency: 160e9 / 128e12 = 1.25 ms.
+  expect_seconds(gemm_seconds(five, test_platform()), 1.25e-3 + 5e-6);
+  // A column of 129 is a second tile too: [128, 4 x 128 + 1] is 5 tiles (the FLOPs stay the trace's).
+  const traces::Trace ragged = gemm_trace(OpKind::linear, traces::Phase::forward, {{{128, 513}}}, 128'000'000'000);
+  expect_seconds(gemm_seconds(ragged, platform_with_sms(4)), 1e-3 / 0.625 + 5e-6);
+}
+
+TEST(OpTimeWaves, LinearFlattensTheLeadingDimensions) {
+  // y [2, 64, 256] (batch, sequence, features) is the GEMM [128, 256]: 2 tiles on 4 SMs. K = 64
+  // (FLOPs 2 x 128 x 256 x 64 = 4,194,304) is too short to split, so half the SMs idle:
+  // 4194304 / (128e12 x 0.5) = 65.536 ns.
+  const traces::Trace t = gemm_trace(OpKind::linear, traces::Phase::forward, {{{2, 64, 256}}}, 4'194'304);
+  expect_seconds(gemm_seconds(t, platform_with_sms(4)), 65.536e-9 + 5e-6);
+}
+
+TEST(OpTimeWaves, ASmallGemmWithALongReductionSplitsIt) {
+  // y [128, 128]: 1 tile on 4 SMs. K = 1024 (FLOPs 2 x 128 x 128 x 1024 = 33,554,432) gives
+  // 4 slices of 256: 4 blocks, one full wave, factor 1: 33554432 / 128e12 = 262.144 ns.
+  const traces::Trace long_k = gemm_trace(OpKind::linear, traces::Phase::forward, {{{128, 128}}}, 33'554'432);
+  expect_seconds(gemm_seconds(long_k, platform_with_sms(4)), 262.144e-9 + 5e-6);
+  // K = 512: 2 slices, 2 of 4 SMs busy: factor 0.5, 2 x 131.072 ns.
+  const traces::Trace mid_k = gemm_trace(OpKind::linear, traces::Phase::forward, {{{128, 128}}}, 16'777'216);
+  expect_seconds(gemm_seconds(mid_k, platform_with_sms(4)), 262.144e-9 + 5e-6);
+  // K = 128: no split, 1 of 4 SMs: factor 0.25, 4 x 32.768 ns.
+  const traces::Trace short_k = gemm_trace(OpKind::linear, traces::Phase::forward, {{{128, 128}}}, 4'194'304);
+  expect_seconds(gemm_seconds(short_k, platform_with_sms(4)), 131.072e-9 + 5e-6);
+}
+
+TEST(OpTimeWaves, ConvolutionIsTiledAsItsImplicitGemm) {
+  // Forward: y [N=2, K=64, P=16, Q=16] is the GEMM M = N·P·Q = 512, N = K = 64: 4 x 1 tiles.
+  // C·R·S = 64 x 3 x 3 = 576: FLOPs 2 x 512 x 64 x 576 = 37,748,736, at 80 TFLOP/s 471.8592 ns.
+  const traces::Trace fprop = gemm_trace(OpKind::conv, traces::Phase::forward, {{{2, 64, 16, 16}}}, 37'748'736);
+  expect_seconds(gemm_seconds(fprop, platform_with_sms(4)), 471.8592e-9 + 5e-6);
+  // On 3 SMs the 4 tiles take 2 waves: factor 4 / 6.
+  expect_seconds(gemm_seconds(fprop, platform_with_sms(3)), 471.8592e-9 * 1.5 + 5e-6);
+
+  // Backward: grad_input [2, 64, 16, 16] (dgrad, M = N·H·W = 512, N = C = 64: 4 tiles),
+  // grad_weight [64, 64, 3, 3] (wgrad, M = K = 64, N = C·R·S = 576: 1 x 5 tiles), grad_bias
+  // [64] (a reduction, not a GEMM). On 4 SMs dgrad fills its wave (1) and wgrad takes two
+  // (5 / 8); the two GEMMs have equal FLOPs, so the op's factor is 2 / (1 + 8/5) = 10/13.
+  // FLOPs 2 x 37,748,736 = 75,497,472: 943.7184 ns at 80 TFLOP/s, x 13/10.
+  const traces::Trace backward = gemm_trace(OpKind::conv, traces::Phase::backward,
+                                            {{{2, 64, 16, 16}}, {{64, 64, 3, 3}, std::nullopt}, {{64}, std::nullopt}}, 75'497'472);
+  expect_seconds(gemm_seconds(backward, platform_with_sms(4)), 943.7184e-9 * 1.3 + 5e-6);
+  expect_seconds(gemm_seconds(backward, test_platform()), 943.7184e-9 + 5e-6);
+}
+
+TEST(OpTimeWaves, AWeightGradientSplitsItsLongReduction) {
+  // The first layer's backward computes only grad_weight [64, 3, 7, 7]: M = 64, N = 147, 1 x 2
+  // tiles, and K = N·P·Q = 2 x 112 x 112 = 25,088 (FLOPs 2 x 64 x 147 x 25088 = 472,055,808).
+  // On 8 SMs split-K makes 4 slices per tile: 8 blocks, one full wave, factor 1.
+  const traces::Trace wgrad = gemm_trace(OpKind::conv, traces::Phase::backward, {{{64, 3, 7, 7}, std::nullopt}}, 472'055'808);
+  expect_seconds(gemm_seconds(wgrad, platform_with_sms(8)), 472'055'808 / 80e12 + 5e-6);
+  // On 5 SMs 2 slices per tile fill 4 of them: factor 0.8.
+  expect_seconds(gemm_seconds(wgrad, platform_with_sms(5)), 472'055'808 / 80e12 / 0.8 + 5e-6);
+}
+
+TEST(OpTimeWaves, BatchedMatmulAndAttention) {
+  // bmm: y [2, 3, 128, 256] is 6 matrices of 1 x 2 tiles, 12 tiles on 8 SMs: factor 12 / 16.
+  // K = 128 (FLOPs 2 x 6 x 128 x 256 x 128 = 50,331,648), not split as 12 tiles exceed 8.
+  const traces::Trace bmm = gemm_trace(OpKind::matmul, traces::Phase::forward, {{{2, 3, 128, 256}}}, 50'331'648);
+  expect_seconds(gemm_seconds(bmm, platform_with_sms(8)), 50'331'648 / 80e12 / 0.75 + 5e-6);
+  // Its backward writes grad_a [2, 3, 128, 128] (6 tiles: a wave of 8 with K = 256 split in 1,
+  // as 8 / 6 = 1 slice) and grad_b [2, 3, 128, 256] (12 tiles: 12 / 16): factor
+  // 2 / (8/6 + 16/12) = 0.75.
+  const traces::Trace bmm_backward = gemm_trace(OpKind::matmul, traces::Phase::backward,
+                                                {{{2, 3, 128, 128}}, {{2, 3, 128, 256}}}, 100'663'296);
+  expect_seconds(gemm_seconds(bmm_backward, platform_with_sms(8)), 100'663'296 / 80e12 / 0.75 + 5e-6);
+  // Attention: out [B=2, H=3, S=256, D=64] and its log-sum-exp [2, 3, 256]: one block per 128
+  // query rows of each head, 2 x 3 x 2 = 12 blocks on 8 SMs: factor 0.75.
+  const traces::Trace attention = gemm_trace(OpKind::attention, traces::Phase::forward,
+                                             {{{2, 3, 256, 64}}, {{2, 3, 256}}}, 1'000'000'000);
+  expect_seconds(gemm_seconds(attention, platform_with_sms(8)), 1e9 / 80e12 / 0.75 + 5e-6);
+  // FlashAttention does not split its reduction: at S = 128, 6 blocks fill 6 of 8 SMs however
+  // long the sequence of keys.
+  const traces::Trace short_rows = gemm_trace(OpKind::attention, traces::Phase::backward,
+                                              {{{2, 3, 128, 64}}, {{2, 3, 128, 64}}, {{2, 3, 128, 64}}}, 1'000'000'000);
+  expect_seconds(gemm_seconds(short_rows, platform_with_sms(8)), 1e9 / 80e12 / 0.75 + 5e-6);
+}
+
+TEST(OpTimeWaves, OpsWithoutAGemmShapeKeepTheirTime) {
+  const Platform waves = platform_with_sms(4);
+  // A linear with a scalar output, a matmul writing a vector, a convolution writing a matrix,
+  // an attention writing [S, D], a backward linear that writes only a bias gradient: no GEMM
+  // shape, factor 1, 128e9 FLOP at the flat efficiency.
+  const std::vector<std::pair<OpKind, traces::Phase>> kinds{{OpKind::linear, traces::Phase::forward},
+                                                            {OpKind::matmul, traces::Phase::forward},
+                                                            {OpKind::conv, traces::Phase::forward},
+                                                            {OpKind::attention, traces::Phase::forward},
+                                                            {OpKind::linear, traces::Phase::backward}};
+  const std::vector<std::vector<std::int64_t>> shapes{{}, {640}, {1, 640}, {128, 64}, {640}};
+  for (std::size_t i = 0; i < kinds.size(); ++i) {
+    SCOPED_TRACE(traces::to_string(kinds[i].first));
+    const traces::Trace t = gemm_trace(kinds[i].first, kinds[i].second,
+                                       {{shapes[i], shapes[i].empty() ? std::nullopt : std::optional<std::size_t>(0)}}, 160'000'000'000);
+    EXPECT_DOUBLE_EQ(gemm_seconds(t, waves), gemm_seconds(t, test_platform()));
+  }
+  // Other kinds are not tiled GEMMs: a relu over [128, 640] keeps its time.
+  const traces::Trace relu = gemm_trace(OpKind::relu, traces::Phase::forward, {{{128, 640}}}, 160'000'000'000);
+  EXPECT_DOUBLE_EQ(gemm_seconds(relu, waves), 160e9 / 5e12 + 5e-6);
+  // The one-op traces above (y [4, 8], K in the billions) split into a full wave: unchanged.
+  EXPECT_DOUBLE_EQ(seconds(compute_bound(OpKind::linear, DType::f16), false, waves), 0.03125 + 5e-6);
+}
+
+TEST(OpTimeWaves, ShippedPlatformsSlowTheSmallLayersOfAZooModel) {
+  // BERT-base's GEMMs on an A100 (108 SMs) against the same platform without gpu.sms: every
+  // GEMM-like op is at least as slow, none more than 1 / 0.2 slower (a layer that fills a fifth
+  // of the SMs would be a modelling error at batch 32), and every other op is unchanged.
+  zoo::ModelRequest request;
+  request.model = "bert-base";
+  request.batch_size = 32;
+  const traces::Trace trace = zoo::build_model(request);
+  Platform a100 = builtin_platform("a100-40gb");
+  ASSERT_EQ(a100.gpu.sms, 108);
+  const OpTimeModel waves(a100);
+  a100.gpu.sms = 0;
+  const OpTimeModel flat(a100);
+  double waves_total = 0;
+  double flat_total = 0;
+  for (traces::OpIndex op = 0; op < trace.ops().size(); ++op) {
+    const double w = waves.seconds(trace, op);
+    const double f = flat.seconds(trace, op);
+    waves_total += w;
+    flat_total += f;
+    SCOPED_TRACE(trace.op(op).name);
+    if (trace.op(op).kind == OpKind::linear || trace.op(op).kind == OpKind::matmul || trace.op(op).kind == OpKind::attention) {
+      EXPECT_GE(w, f);
+      EXPECT_LE(w, f * 5);
+    } else {
+      EXPECT_EQ(w, f);
+    }
+  }
+  EXPECT_GT(waves_total, flat_total);
+}
+
 TEST(OpTime, ResNet50IterationOnA100IsPlausible) {
   zoo::ModelRequest request;
   request.model = "resnet50";

@@ -500,7 +500,7 @@ TEST(PlatformYaml, UnknownKeysAreRejectedWithTheValidOnes) {
   EXPECT_THAT(e, HasSubstr("valid keys: name, gpu, host, host_link, gpu_link, gpus_per_node, efficiency"));
 
   e = error_of(with("  launch_overhead: 5 us\n", "  launch_overhead: 5 us\n  tdp: 400 W\n"));
-  EXPECT_THAT(e, HasSubstr("p.yaml:8:3: unknown key 'tdp' in gpu; valid keys: name, memory, memory_visible, cuda_context, compute_capability, memory_bandwidth, peak, launch_overhead, power"));
+  EXPECT_THAT(e, HasSubstr("p.yaml:8:3: unknown key 'tdp' in gpu; valid keys: name, memory, memory_visible, cuda_context, compute_capability, memory_bandwidth, peak, launch_overhead, sms, power"));
 
   e = error_of(with("fp16: 312", "fp8: 624 TFLOP/s, fp16: 312"));
   EXPECT_THAT(e, HasSubstr("p.yaml:6:49: unknown key 'fp8' in gpu.peak; valid keys: fp32, tf32, fp16, bf16"));
@@ -538,6 +538,32 @@ TEST(PlatformYaml, RangesAreChecked) {
               HasSubstr("p.yaml:8:17: 'gpu.power.idle' (500 W) exceeds 'gpu.power.max' (400 W)"));
   EXPECT_THAT(error_of(with("memory_bandwidth: 100 GB/s", "memory_bandwidth: 0 GB/s")),
               HasSubstr("'host.memory_bandwidth' is 0 GB/s; expected between 1 kB/s and 1 PB/s"));
+}
+
+TEST(PlatformYaml, StreamingMultiprocessorsAreOptionalAndBounded) {
+  const std::string sms = "  launch_overhead: 5 us\n";
+  EXPECT_EQ(parsed(kMinimal).gpu.sms, 0) << "not given: no wave quantization";
+  EXPECT_EQ(parsed(with(sms, sms + "  sms: 108\n")).gpu.sms, 108);
+  EXPECT_EQ(parsed(with(sms, sms + "  sms: 1\n")).gpu.sms, 1);
+  EXPECT_EQ(parsed(with(sms, sms + "  sms: 10000\n")).gpu.sms, 10000);
+  EXPECT_THAT(error_of(with(sms, sms + "  sms: 0\n")),
+              HasSubstr("p.yaml:8:8: 'gpu.sms' is '0'; expected a whole number of streaming multiprocessors from 1 to 10000"));
+  EXPECT_THAT(error_of(with(sms, sms + "  sms: 16896\n")), HasSubstr("'gpu.sms' is '16896'; expected a whole number"));
+  EXPECT_THAT(error_of(with(sms, sms + "  sms: 108.5\n")), HasSubstr("'gpu.sms' is '108.5'; expected"));
+  EXPECT_THAT(error_of(with(sms, sms + "  sms: -4\n")), HasSubstr("'gpu.sms' is '-4'; expected"));
+  EXPECT_THAT(error_of(with(sms, sms + "  sms: 1e300\n")), HasSubstr("'gpu.sms' is '1e300'; expected"));
+  EXPECT_THAT(error_of(with(sms, sms + "  sms: [108]\n")), HasSubstr("p.yaml:8:8: 'gpu.sms' is "));
+}
+
+TEST(BuiltinPlatforms, StreamingMultiprocessorsAreTheWhitepapers) {
+  // Volta, A100 and H100 whitepapers; GM200: 3072 cores / 128 per Maxwell SM.
+  EXPECT_EQ(builtin_platform("v100-16gb").gpu.sms, 80);
+  EXPECT_EQ(builtin_platform("v100-32gb").gpu.sms, 80);
+  EXPECT_EQ(builtin_platform("a100-40gb").gpu.sms, 108);
+  EXPECT_EQ(builtin_platform("a100-80gb").gpu.sms, 108);
+  EXPECT_EQ(builtin_platform("h100-80gb").gpu.sms, 132);
+  EXPECT_EQ(builtin_platform("h200").gpu.sms, 132);
+  EXPECT_EQ(builtin_platform("titanx-maxwell").gpu.sms, 24);
 }
 
 TEST(PlatformFile, ErrorsNameTheFile) {

@@ -16,7 +16,10 @@ struct OpTimeOptions {
 // The bytes are those PyTorch's CUDA kernels move for the op's kind and phase (a batch norm
 // reads its input twice, a gather reads only the rows it picks), derived from the trace's
 // logical bytes and tensors by a per-kind table in op_time.cpp (models/README.md, "Kernel
-// traffic").
+// traffic"). For GEMM-like kinds (linear, matmul, conv, attention) on a platform that gives
+// gpu.sms, the compute efficiency is also multiplied by the share of SM-slots the op's output
+// tiles fill in their waves, its GEMM shape read from the tensors it writes (models/README.md,
+// "Wave quantization"); a small GEMM leaves most SMs idle.
 class OpTimeModel {
  public:
   OpTimeModel(Platform platform, OpTimeOptions options = {});

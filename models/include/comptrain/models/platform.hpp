@@ -65,6 +65,9 @@ struct GpuSpec {
   double peak_fp16 = 0;             // dense tensor-core FLOP/s
   double peak_bf16 = 0;             // dense tensor-core FLOP/s (0: no bf16)
   double launch_overhead = 0;       // seconds added to every kernel
+  // Streaming multiprocessors (gpu.sms, 1 to 10000): how many GEMM tiles run at once, for the
+  // op-time model's wave quantization. 0 when not given: no wave quantization.
+  int sms = 0;
   double idle_power = 0;            // W
   double max_power = 0;             // W (TDP)
 };

@@ -548,6 +548,7 @@ std::string fitted_platform_yaml(const models::Platform& base, std::string_view 
   if (g.compute_capability_major > 0) {
     w.copied({"gpu", "compute_capability"}, fmt::format("{}.{}", g.compute_capability_major, g.compute_capability_minor));
   }
+  if (g.sms > 0) w.copied({"gpu", "sms"}, std::to_string(g.sms));
   w.copied({"gpu", "memory_bandwidth"}, scaled_text(g.memory_bandwidth, 1e9, "GB/s"));
   w.begin({"gpu", "peak"});
   w.copied({"gpu", "peak", "fp32"}, scaled_text(g.peak_fp32, 1e12, "TFLOP/s"));

@@ -216,5 +216,20 @@ TEST_F(FitTest, CopiedCommentsAreTheValuesOwnOnly) {
   EXPECT_THAT(yaml, ::testing::Not(HasSubstr("fitted  ")));
 }
 
+// A fitted shipped platform keeps every field that is not fitted: the memory the device model
+// needs, the SM count the wave model needs, the launching thread's costs.
+TEST_F(FitTest, EveryFieldOfAShippedPlatformSurvives) {
+  const models::Platform start = models::builtin_platform("v100-16gb");
+  const std::string yaml = fitted_platform_yaml(start, "", start, {}, "fitted");
+  const models::Platform back = models::parse_platform(yaml, "x.yaml");
+  EXPECT_EQ(back.gpu.memory_visible_bytes, start.gpu.memory_visible_bytes);
+  EXPECT_EQ(back.gpu.cuda_context_bytes, start.gpu.cuda_context_bytes);
+  EXPECT_EQ(back.gpu.compute_capability_major, 7);
+  EXPECT_EQ(back.gpu.sms, 80);
+  EXPECT_DOUBLE_EQ(back.host.dispatch.forward, start.host.dispatch.forward);
+  EXPECT_DOUBLE_EQ(back.host.dispatch.optimizer, start.host.dispatch.optimizer);
+  EXPECT_DOUBLE_EQ(back.gpu.launch_overhead, start.gpu.launch_overhead);
+}
+
 }  // namespace
 }  // namespace comptrain::sim

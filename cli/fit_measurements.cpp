@@ -54,7 +54,7 @@ int run_fit_measurements(const FitMeasurementsArgs& args, const CLI::App& comman
     options.parameters.clear();
     for (const std::string& text : args.parameters) {
       const auto parameter = sim::parse_fit_parameter(text);
-      if (!parameter) throw InputError("--fit-parameters: found '" + text + "'; expected gemm, memory_default or compute_default");
+      if (!parameter) throw InputError("--fit-parameters: found '" + text + "'; expected gemm, memory_default, compute_default or tensor_core");
       options.parameters.push_back(*parameter);
     }
   }

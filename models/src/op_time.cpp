@@ -438,7 +438,11 @@ double OpTimeModel::seconds(const traces::Trace& trace, traces::OpIndex index) c
                                                      : platform_.gpu.peak_fp32;
   // The flat per-kind efficiency, times the share of the SMs the op's GEMM tiles keep busy
   // (wave_factor, above; 1 when the platform gives no gpu.sms or the shape is unknown).
-  const double compute_efficiency = platform_.efficiency.compute_for(op.kind) * wave_factor(trace, index, platform_.gpu.sms);
+  // On tensor cores (a peak other than the CUDA cores' fp32 one) the platform's tensor-core
+  // share applies on top (Efficiency::tensor_core).
+  const bool tensor_cores = uses_tensor_cores(op.kind) && dtype != traces::DType::f64 && peak != platform_.gpu.peak_fp32;
+  const double compute_efficiency = platform_.efficiency.compute_for(op.kind) * wave_factor(trace, index, platform_.gpu.sms) *
+                                    (tensor_cores ? platform_.efficiency.tensor_core : 1.0);
   const double memory_efficiency = platform_.efficiency.memory_for(op.kind);
   const double compute = flops / (peak * compute_efficiency);
   const double memory = bytes / (platform_.gpu.memory_bandwidth * memory_efficiency);

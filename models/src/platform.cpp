@@ -70,7 +70,7 @@ class PlatformReader {
       platform.gpu_link = read_link(section(root, "gpu_link", "", {"name", "bandwidth", "latency"}), "gpu_link");
     }
     platform.gpus_per_node = optional_positive_int(root, "gpus_per_node", "", 1);
-    if (root["efficiency"]) platform.efficiency = read_efficiency(section(root, "efficiency", "", {"compute", "memory"}));
+    if (root["efficiency"]) platform.efficiency = read_efficiency(section(root, "efficiency", "", {"compute", "memory", "tensor_core"}));
     return platform;
   }
 
@@ -178,6 +178,7 @@ class PlatformReader {
     Efficiency result;
     if (efficiency["compute"]) read_fractions(efficiency["compute"], "efficiency.compute", result.compute_default, result.compute);
     if (efficiency["memory"]) read_fractions(efficiency["memory"], "efficiency.memory", result.memory_default, result.memory);
+    if (efficiency["tensor_core"]) result.tensor_core = fraction(efficiency["tensor_core"], "efficiency.tensor_core");
     return result;
   }
 

@@ -31,7 +31,7 @@ namespace limits = models::platform_limits;
 // uses_tensor_cores): scaled together by FitParameter::gemm.
 constexpr std::array kGemmKinds{OpKind::conv, OpKind::linear, OpKind::matmul, OpKind::attention};
 
-constexpr std::array kAllParameters{FitParameter::gemm, FitParameter::memory_default, FitParameter::compute_default};
+constexpr std::array kAllParameters{FitParameter::gemm, FitParameter::memory_default, FitParameter::compute_default, FitParameter::tensor_core};
 
 // ---------------------------------------------------------------- the measurements file
 
@@ -94,6 +94,7 @@ MeasurementSet read_measurements(const YAML::Node& root, std::string_view source
 // One parameter's efficiencies on the base platform: where they live and their values.
 struct Group {
   bool memory = false;                // memory efficiencies, else compute
+  bool tensor_core = false;           // Efficiency::tensor_core (one entry, nullopt)
   std::vector<std::optional<OpKind>> entries;  // nullopt: the `default`
   std::vector<double> base;
   double lo = 0, hi = 0;              // bounds of log(scale): every value stays in [0.001, 1]
@@ -117,6 +118,11 @@ Group group_of(FitParameter parameter, const models::Efficiency& e) {
       g.entries.emplace_back(std::nullopt);
       g.base.push_back(e.compute_default);
       break;
+    case FitParameter::tensor_core:
+      g.tensor_core = true;
+      g.entries.emplace_back(std::nullopt);
+      g.base.push_back(e.tensor_core);
+      break;
   }
   const auto [smallest, largest] = std::minmax_element(g.base.begin(), g.base.end());
   g.lo = std::log(limits::min_efficiency / *smallest);
@@ -139,7 +145,9 @@ models::Efficiency scaled(const models::Efficiency& base, const std::vector<Grou
       double value = std::clamp(g.base[k] * std::exp(x[j]), limits::min_efficiency, 1.0);
       if (round) value = as_written(value);
       const std::optional<OpKind>& entry = g.entries[k];
-      if (!entry) {
+      if (g.tensor_core) {
+        e.tensor_core = value;
+      } else if (!entry) {
         (g.memory ? e.memory_default : e.compute_default) = value;
       } else {
         (g.memory ? e.memory : e.compute)[*entry] = value;
@@ -516,6 +524,8 @@ std::string_view to_string(FitParameter parameter) {
       return "memory_default";
     case FitParameter::compute_default:
       return "compute_default";
+    case FitParameter::tensor_core:
+      return "tensor_core";
   }
   return "?";
 }
@@ -595,6 +605,7 @@ std::string fitted_platform_yaml(const models::Platform& base, std::string_view 
   // The efficiencies: the fitted ones from `fitted` with `fitted_comment`, the rest copied.
   std::map<std::pair<bool, std::optional<OpKind>>, const ParameterFit*> fitted_entries;
   for (const ParameterFit& p : parameters) {
+    if (p.parameter == FitParameter::tensor_core) continue;  // written on its own below
     for (const std::optional<OpKind>& entry : group_of(p.parameter, base.efficiency).entries) {
       fitted_entries[{p.parameter == FitParameter::memory_default, entry}] = &p;
     }
@@ -622,6 +633,18 @@ std::string fitted_platform_yaml(const models::Platform& base, std::string_view 
     }
     w.end();
   }
+  {
+    const double value = fitted.efficiency.tensor_core;
+    const auto it = std::find_if(parameters.begin(), parameters.end(), [](const ParameterFit& p) { return p.parameter == FitParameter::tensor_core; });
+    if (it == parameters.end()) {
+      if (base.efficiency.tensor_core != 1.0) w.copied({"efficiency", "tensor_core"}, fmt::format("{}", value));
+    } else if (it->sensitivity == 0) {
+      w.value("tensor_core", fmt::format("{}", value),
+              fmt::format("not fitted: no measurement depends on it (tensor_core kept); copied from platform {}", base.name));
+    } else {
+      w.value("tensor_core", fmt::format("{}", value), fitted_comment);
+    }
+  }
   w.end();
   out << YAML::EndMap;
   if (!out.good()) throw std::logic_error("fitted_platform_yaml: " + out.GetLastError());
@@ -634,7 +657,7 @@ FitResult fit_measurements(const MeasurementSet& set, const FitOptions& options)
     throw InputError(fmt::format("--holdout {}: {} has {} measurement{}; expected 0 to {} held out, so that at least one is fitted",
                                  options.holdout, set.source, count, count == 1 ? "" : "s", count - 1));
   }
-  if (options.parameters.empty()) throw InputError("no parameter to fit; expected one or more of gemm, memory_default, compute_default");
+  if (options.parameters.empty()) throw InputError("no parameter to fit; expected one or more of gemm, memory_default, compute_default, tensor_core");
 
   // Every scenario is read and prepared before the first simulation, so a bad one stops the fit
   // at once, at its measurement's line.

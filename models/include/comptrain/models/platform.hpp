@@ -101,6 +101,10 @@ struct LinkSpec {
 struct Efficiency {
   double compute_default = 1.0;
   double memory_default = 1.0;
+  // Multiplies the compute efficiency of an op that runs on tensor cores (a TF32, FP16 or BF16
+  // peak): real cuBLAS/cuDNN kernels reach a smaller share of the tensor-core peak than of the
+  // CUDA cores' (efficiency.tensor_core; 1 when not given).
+  double tensor_core = 1.0;
   std::map<traces::OpKind, double> compute;
   std::map<traces::OpKind, double> memory;
   double compute_for(traces::OpKind kind) const;

@@ -28,6 +28,9 @@
 //                    elementwise, normalization and optimizer kernels: memory-bound time)
 //   compute_default  compute efficiency of the other kinds; rarely binding on a roofline (those
 //                    kernels move far more bytes than they compute), so not fitted by default
+//   tensor_core      Efficiency::tensor_core, the extra factor of ops on tensor cores (TF32,
+//                    FP16, BF16 peaks): separates fp32 runs from tensor-core runs, which gemm
+//                    alone cannot; fit it with measurements of both
 // Every resulting efficiency stays within the platform bounds [0.001, 1].
 //
 // Objective: sum over the fitted measurements of log(predicted / measured)^2, where predicted =
@@ -74,7 +77,7 @@ struct MeasurementSet {
 MeasurementSet parse_measurements(std::string_view yaml, std::string_view source, const std::filesystem::path& base_dir);
 MeasurementSet load_measurements(const std::filesystem::path& path);
 
-enum class FitParameter { gemm, memory_default, compute_default };
+enum class FitParameter { gemm, memory_default, compute_default, tensor_core };
 std::string_view to_string(FitParameter parameter);
 std::optional<FitParameter> parse_fit_parameter(std::string_view text);
 

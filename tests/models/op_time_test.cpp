@@ -121,6 +121,17 @@ TEST(OpTime, Fp16UsesTheTensorCorePeak) {
   EXPECT_DOUBLE_EQ(seconds(compute_bound(OpKind::relu, DType::f16)), 0.8 + 5e-6);
 }
 
+// efficiency.tensor_core scales ops on tensor cores only: fp16 and TF32 GEMMs, not fp32 on the
+// CUDA cores, not other kinds.
+TEST(OpTime, TensorCoreShareAppliesOnTensorCoresOnly) {
+  Platform p = test_platform();
+  p.efficiency.tensor_core = 0.5;
+  EXPECT_DOUBLE_EQ(seconds(compute_bound(OpKind::linear, DType::f16), false, p), 2 * 0.03125 + 5e-6);
+  EXPECT_DOUBLE_EQ(seconds(compute_bound(OpKind::linear, DType::f32), true, p), 2 * 0.0625 + 5e-6);
+  EXPECT_DOUBLE_EQ(seconds(compute_bound(OpKind::linear, DType::f32), false, p), 0.5 + 5e-6);
+  EXPECT_DOUBLE_EQ(seconds(compute_bound(OpKind::relu, DType::f16), false, p), 0.8 + 5e-6);
+}
+
 TEST(OpTime, Bf16WithoutBf16UnitsRunsAtTheFp32Rate) {
   EXPECT_DOUBLE_EQ(seconds(compute_bound(OpKind::linear, DType::bf16)), 0.5 + 5e-6);
 }

@@ -154,6 +154,18 @@ TEST(BuiltinPlatforms, A100ValuesAreTheDatasheets) {
   EXPECT_DOUBLE_EQ(p.efficiency.memory_for(OpKind::conv), 0.8);
 }
 
+// The V100 platforms carry fitted efficiencies (calibrate/measurements/v100.yaml), the new
+// fields read back, and a platform without them keeps the neutral defaults.
+TEST(BuiltinPlatforms, FittedAndLauncherFieldsReadBack) {
+  const Platform v = builtin_platform("v100-16gb");
+  EXPECT_DOUBLE_EQ(v.efficiency.tensor_core, 0.7415);
+  EXPECT_DOUBLE_EQ(v.host.dispatch.forward, 10e-6);
+  EXPECT_DOUBLE_EQ(v.host.dispatch.backward, 5e-6);
+  EXPECT_EQ(v.gpu.sms, 80);
+  const Platform a = builtin_platform("a100-40gb");
+  EXPECT_DOUBLE_EQ(a.efficiency.tensor_core, 1.0);  // not fitted: see calibrate/measurements/a100.yaml
+}
+
 TEST(BuiltinPlatforms, VoltaAndMaxwellHaveNoTf32OrBf16) {
   for (const char* name : {"v100-16gb", "v100-32gb", "titanx-maxwell"}) {
     SCOPED_TRACE(name);

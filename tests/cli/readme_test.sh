@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every command of README.md's ```sh blocks that starts with `comptrain` or
 # `/usr/bin/python3 traces/...`, as written, from a scratch directory that sees the repository's
-# scenarios/, tests/ and traces/ (so the files it writes stay out of the tree). Each must exit 0.
+# scenarios/, tests/, traces/ and calibrate/ (so the files it writes stay out of the tree). Each must exit 0.
 # The set-up commands (bash scripts/...) and `export PATH` are not run: the test puts the built
 # comptrain on PATH itself.
 # Usage: readme_test.sh PATH/TO/comptrain PATH/TO/repository-root
@@ -10,7 +10,7 @@ bin=$(realpath "$1")
 root=$(realpath "$2")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for d in scenarios tests traces; do ln -s "$root/$d" "$work/$d"; done
+for d in scenarios tests traces calibrate; do ln -s "$root/$d" "$work/$d"; done
 export PATH="$(dirname "$bin"):$PATH"
 cd "$work" || exit 1
 

@@ -62,46 +62,9 @@ TEST(DeviceMemory, StateCreatedBeforeTheForwardDoesNotFragment) {
   EXPECT_EQ(r.device.peak_reserved, 2 * kMiB + 20 * kMiB);
 }
 
-// zero_grad(set_to_none=False) keeps the gradients: the steady iteration starts with them.
-// Here the set_to_none peak is the activation alone (the gradient is created after it is
-// freed), so keeping the gradient adds exactly its bytes to the peak.
-TEST(DeviceMemory, KeptGradientsAddTheirBytesToThePeak) {
-  const auto schedule = [] {
-    ScheduleBuilder b;
-    auto w = b.buffer("w", 4 * kMiB, MemoryRole::weight, true);
-    auto a = b.buffer("a", 10 * kMiB, MemoryRole::activation);
-    auto g = b.buffer("w.grad", 4 * kMiB, MemoryRole::gradient, false, true);
-    b.task("forward", TaskKind::op, Stream::compute, 0.25, {a}, {w});
-    b.task("backward.input", TaskKind::op, Stream::compute, 0.25, {}, {a});
-    b.task("backward.weight", TaskKind::op, Stream::compute, 0.25, {g}, {w});
-    b.task("step", TaskKind::op, Stream::compute, 0.25, {}, {w, g});
-    return b.s;
-  };
-  models::Schedule none = schedule();
-  models::Schedule zeros = schedule();
-  apply_gradient_lifetime(zeros, ZeroGrad::zeros);
-  EXPECT_TRUE(zeros.buffers[2].resident);
-  EXPECT_TRUE(zeros.tasks[2].creates.empty());
-  const SimulationResult r_none = simulate(test_platform(), none, bare_framework());
-  const SimulationResult r_zeros = simulate(test_platform(), zeros, bare_framework(1'000'000'000, ZeroGrad::zeros));
-  EXPECT_EQ(r_none.peak_bytes, 14 * kMiB);
-  EXPECT_EQ(r_zeros.peak_bytes, r_none.peak_bytes + 4 * kMiB);
-  // In the first iteration the gradient is created lazily by backward.weight, into the cached
-  // block the activation left (10 MiB segment, 4 MiB taken, 6 MiB rest split off); the steady
-  // iteration's activation then needs a new 10 MiB segment: 4 (w, below kMinLargeAlloc so a 20
-  // MiB segment whose rest the activation cannot use... see below) -- computed step by step:
-  //   set-up: w 4 MiB -> new 20 MiB segment [w 4 | free 16];
-  //   iter 1: a 10 MiB -> best fit: the 16 MiB free block, split [w 4 | a 10 | free 6];
-  //           a freed -> [w 4 | free 16] (merged); g 4 MiB (lazy) -> [w 4 | g 4 | free 12];
-  //   iter 2: a 10 MiB -> the 12 MiB block, split? rest 2 MiB > kSmallSize: [w | g | a 10 | 2].
-  // One 20 MiB segment throughout.
-  EXPECT_EQ(r_zeros.device.peak_reserved, 20 * kMiB);
-  EXPECT_EQ(r_zeros.device.peak_allocated, 18 * kMiB);
-}
-
-// set_to_none frees the gradients after the first iteration: the steady iteration re-creates
-// them, and max_memory_allocated is the set_to_none peak.
-TEST(DeviceMemory, SetToNoneRecreatesGradientsEveryIteration) {
+// One weight w (4 MiB), one activation a (10 MiB) freed by the backward pass before the weight's
+// gradient (4 MiB, held to the end) is created, then the step.
+models::Schedule forward_backward_step() {
   ScheduleBuilder b;
   auto w = b.buffer("w", 4 * kMiB, MemoryRole::weight, true);
   auto a = b.buffer("a", 10 * kMiB, MemoryRole::activation);
@@ -110,7 +73,37 @@ TEST(DeviceMemory, SetToNoneRecreatesGradientsEveryIteration) {
   b.task("backward.input", TaskKind::op, Stream::compute, 0.25, {}, {a});
   b.task("backward.weight", TaskKind::op, Stream::compute, 0.25, {g}, {w});
   b.task("step", TaskKind::op, Stream::compute, 0.25, {}, {w, g});
-  const SimulationResult r = simulate(test_platform(), b.s, bare_framework());
+  return b.s;
+}
+
+// zero_grad(set_to_none=False) keeps the gradients: the steady iteration starts with them.
+// Here the set_to_none peak is the activation alone (the gradient is created after it is
+// freed), so keeping the gradient adds exactly its bytes to the peak.
+TEST(DeviceMemory, KeptGradientsAddTheirBytesToThePeak) {
+  const models::Schedule none = forward_backward_step();
+  models::Schedule zeros = forward_backward_step();
+  apply_gradient_lifetime(zeros, ZeroGrad::zeros);
+  EXPECT_TRUE(zeros.buffers[2].resident);
+  EXPECT_TRUE(zeros.tasks[2].creates.empty());
+  const SimulationResult r_none = simulate(test_platform(), none, bare_framework());
+  const SimulationResult r_zeros = simulate(test_platform(), zeros, bare_framework(1'000'000'000, ZeroGrad::zeros));
+  EXPECT_EQ(r_none.peak_bytes, 14 * kMiB);
+  EXPECT_EQ(r_zeros.peak_bytes, r_none.peak_bytes + 4 * kMiB);
+  // Step by step through the allocator (every request below kMinLargeAlloc takes a 20 MiB
+  // segment; the large pool splits when the rest exceeds kSmallSize):
+  //   set-up: w 4 MiB -> a new 20 MiB segment [w 4 | free 16];
+  //   iter 1: a 10 MiB -> the 16 MiB block, split [w 4 | a 10 | free 6]; a freed and merged
+  //           [w 4 | free 16]; g 4 MiB, created lazily -> [w 4 | g 4 | free 12];
+  //   iter 2: a 10 MiB -> the 12 MiB block, split [w 4 | g 4 | a 10 | free 2].
+  // One 20 MiB segment throughout.
+  EXPECT_EQ(r_zeros.device.peak_reserved, 20 * kMiB);
+  EXPECT_EQ(r_zeros.device.peak_allocated, 18 * kMiB);
+}
+
+// set_to_none frees the gradients after the first iteration: the steady iteration re-creates
+// them, and max_memory_allocated is the set_to_none peak.
+TEST(DeviceMemory, SetToNoneRecreatesGradientsEveryIteration) {
+  const SimulationResult r = simulate(test_platform(), forward_backward_step(), bare_framework());
   ASSERT_TRUE(r.fits());
   EXPECT_EQ(r.device.peak_allocated, 14 * kMiB);
   EXPECT_EQ(r.device.steady_peak_allocated, 14 * kMiB);

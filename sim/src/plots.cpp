@@ -361,7 +361,7 @@ void write_peak_memory_plot(const BatchSizePlan& plan, const std::filesystem::pa
     }
   }
   if (any_out_of_memory) {
-    elements.push_back("NaN title 'out of memory (in use + requested)' with points lc rgb '#444444' pt 2 ps 1.6 lw 2");
+    elements.push_back("NaN title 'out of memory (reserved + new segment)' with points lc rgb '#444444' pt 2 ps 1.6 lw 2");
   }
   elements.push_back(fmt::format("{} title {} with lines lc rgb '#C00000' lw 2 dt 1", number(capacity),
                                  gnuplot_string(fmt::format("GPU capacity ({:.2f} GiB)", capacity))));

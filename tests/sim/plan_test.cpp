@@ -32,7 +32,7 @@ PlanOptions options(double margin, std::int64_t max_batch, int jobs) {
   return o;
 }
 
-// Peak of one simulation at `batch` in `metric` (in use + requested when it ran out of memory).
+// Peak of one simulation at `batch` in `metric` (reserved + the new segment when it ran out of memory).
 std::pair<bool, std::int64_t> simulate_at(const Scenario& scenario, const models::StrategySpec& spec, std::int64_t batch,
                                           MemoryMetric metric = MemoryMetric::reserved) {
   Scenario s = scenario;

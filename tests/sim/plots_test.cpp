@@ -147,7 +147,7 @@ TEST_F(PlotsTest, PeakMemoryPlotHasTheCapacityAndMarginLines) {
   EXPECT_THAT(svg, HasSubstr("capacity (15.20 GiB, margin 5%)"));
   EXPECT_THAT(svg, HasSubstr("baseline (max batch 128)"));
   EXPECT_THAT(svg, HasSubstr("it's compress_conv &lt;r=6> &amp; more (max batch 512)"));
-  EXPECT_THAT(svg, HasSubstr("out of memory (in use + requested)"));
+  EXPECT_THAT(svg, HasSubstr("out of memory (reserved + new segment)"));
 }
 
 TEST_F(PlotsTest, PlanPlotsGoIntoANewDirectory) {

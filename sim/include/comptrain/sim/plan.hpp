@@ -49,8 +49,8 @@ struct PlanPoint {
   bool out_of_memory = false;        // the simulation itself ran out of memory
   bool inapplicable = false;         // the strategy does not apply at this batch (models::NotApplicable; see warnings)
   bool simulation_failed = false;    // the simulation failed or its worker died here (see warnings); counted as not fitting
-  std::int64_t peak_bytes = 0;       // in the plan's memory metric; for out-of-memory points: in use + requested (exact)
-  std::int64_t exact_peak_bytes = 0;      // the three metrics of a simulation that ran (0 otherwise)
+  std::int64_t peak_bytes = 0;       // in the plan's memory metric; for out-of-memory points: reserved + the segment that could not be reserved
+  std::int64_t exact_peak_bytes = 0;      // the four metrics of a simulation that ran (0 otherwise)
   std::int64_t allocated_peak_bytes = 0;
   std::int64_t reserved_peak_bytes = 0;
   std::int64_t device_peak_bytes = 0;     // reserved + CUDA context

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -25,13 +26,6 @@ constexpr std::uint32_t kQuantGroup = 256;
 
 std::uint64_t quant_group_bytes(std::uint64_t values, unsigned bits) { return 8 + (values * bits + 7) / 8; }
 
-template <class T>
-void append(std::vector<std::byte>& out, T value) {
-  const std::size_t at = out.size();
-  out.resize(at + sizeof value);
-  std::memcpy(out.data() + at, &value, sizeof value);
-}
-
 void check_quant_bits(unsigned bits) {
   if (bits != 1 && bits != 2 && bits != 4 && bits != 8) {
     throw InputError("quant bits must be 1, 2, 4 or 8 (got " + std::to_string(bits) + ")");
@@ -39,12 +33,9 @@ void check_quant_bits(unsigned bits) {
 }
 
 // --- quant: per-group min/scale + packed codes. Fixed size per group, so groups are independent.
-void quant_encode(std::span<const float> x, unsigned bits, unsigned threads, std::vector<std::byte>& out) {
+std::uint64_t quant_encode(std::span<const float> x, unsigned bits, unsigned threads, std::span<std::byte> out) {
   const std::uint64_t n = x.size();
   const std::uint64_t groups = (n + kQuantGroup - 1) / kQuantGroup;
-  const std::size_t start = out.size();
-  out.resize(start + (groups == 0 ? 0 : (groups - 1) * quant_group_bytes(kQuantGroup, bits) +
-                                            quant_group_bytes(n - (groups - 1) * kQuantGroup, bits)));
   const std::uint32_t levels = (1u << bits) - 1u;
   detail::parallel_ranges(groups, threads, [&](std::uint64_t g0, std::uint64_t g1, unsigned) {
     for (std::uint64_t g = g0; g < g1; ++g) {
@@ -61,7 +52,7 @@ void quant_encode(std::span<const float> x, unsigned bits, unsigned threads, std
       const auto scale = static_cast<float>(std::min((static_cast<double>(hi) - lo) / levels,
                                                      static_cast<double>(std::numeric_limits<float>::max())));
       const float inv = scale > 0.0f ? 1.0f / scale : 0.0f;
-      std::byte* p = out.data() + start + g * quant_group_bytes(kQuantGroup, bits);
+      std::byte* p = out.data() + g * quant_group_bytes(kQuantGroup, bits);
       std::memcpy(p, &lo, 4);
       std::memcpy(p + 4, &scale, 4);
       std::uint8_t* codes = reinterpret_cast<std::uint8_t*>(p + 8);
@@ -75,6 +66,7 @@ void quant_encode(std::span<const float> x, unsigned bits, unsigned threads, std
       }
     }
   });
+  return groups == 0 ? 0 : (groups - 1) * quant_group_bytes(kQuantGroup, bits) + quant_group_bytes(n - (groups - 1) * kQuantGroup, bits);
 }
 
 void quant_decode(std::span<const std::byte> payload, unsigned bits, float* out, std::uint64_t n, unsigned threads) {
@@ -103,16 +95,15 @@ void quant_decode(std::span<const std::byte> payload, unsigned bits, float* out,
 }
 
 template <class Convert>
-void cast_encode(std::span<const float> x, unsigned threads, std::vector<std::byte>& out, Convert convert) {
-  const std::size_t start = out.size();
-  out.resize(start + 2 * x.size());
+std::uint64_t cast_encode(std::span<const float> x, unsigned threads, std::span<std::byte> out, Convert convert) {
   detail::parallel_ranges(x.size(), threads, [&](std::uint64_t i0, std::uint64_t i1, unsigned) {
-    auto* o = reinterpret_cast<unsigned char*>(out.data() + start);
+    auto* o = reinterpret_cast<unsigned char*>(out.data());
     for (std::uint64_t i = i0; i < i1; ++i) {
       const std::uint16_t h = convert(x[i]);
       std::memcpy(o + 2 * i, &h, 2);
     }
   });
+  return 2 * x.size();
 }
 
 template <class Convert>
@@ -268,18 +259,27 @@ void check_exact_payload(const Header& h, std::uint64_t expected, const char* wh
 
 std::uint64_t chunked_max_payload(std::uint64_t n, unsigned) {
   // state + chunk table + tags (padded to 4 per chunk) + every value verbatim
-  return kSzpStateBytes + 8 * (chunk_count(n) + 1) + (n + kBlockValues - 1) / kBlockValues + 3 * chunk_count(n) + 4 * n;
+  return kSzpStateBytes + detail::chunked_bytes_max(n);
 }
 std::uint64_t chunked_min_payload(std::uint64_t n) {  // state, table, >= 1 tag byte per block
   return kSzpStateBytes + 8 * (chunk_count(n) + 1) + (n + kBlockValues - 1) / kBlockValues;
 }
 
-void szp_encode(std::span<const float> x, const Shape&, const CompressOptions& o, Header& h, std::vector<std::byte>& out) {
+// The fixed state of the chunked codecs: the quantiser's (szp; zeros writes 4 zero bytes) and the chunk size.
+void write_chunked_state(const LinearQuantizer* quantizer, std::span<std::byte> out) {
+  auto* p = reinterpret_cast<std::uint8_t*>(out.data());
+  if (quantizer != nullptr) {
+    quantizer->save(p);
+  } else {
+    hd::store_u32(p, 0);
+  }
+  hd::store_u32(p + LinearQuantizer::kStateBytes, kChunkBlocks);
+}
+
+std::uint64_t szp_encode(std::span<const float> x, const Shape&, const CompressOptions& o, Header& h, std::span<std::byte> out) {
   SzpBlockCodec<> codec{make_linear_quantizer(h.eb_abs)};
-  out.resize(out.size() + LinearQuantizer::kStateBytes);
-  codec.quantizer.save(reinterpret_cast<std::uint8_t*>(out.data() + out.size() - LinearQuantizer::kStateBytes));
-  append(out, kChunkBlocks);
-  detail::encode_chunked(codec, x.data(), x.size(), o.threads, out);
+  write_chunked_state(&codec.quantizer, out);
+  return kSzpStateBytes + detail::encode_chunked(codec, x.data(), x.size(), o.threads, out.subspan(kSzpStateBytes));
 }
 void szp_check(const Header& h, std::span<const std::byte> payload) {
   check_no_param(h);
@@ -295,10 +295,9 @@ void szp_decode(const Header& h, std::span<const std::byte> payload, std::span<f
 
 // ---- zeros ---------------------------------------------------------------------------------
 
-void zeros_encode(std::span<const float> x, const Shape&, const CompressOptions& o, Header&, std::vector<std::byte>& out) {
-  append(out, std::uint32_t{0});
-  append(out, kChunkBlocks);
-  detail::encode_chunked(ZerosBlockCodec{}, x.data(), x.size(), o.threads, out);
+std::uint64_t zeros_encode(std::span<const float> x, const Shape&, const CompressOptions& o, Header&, std::span<std::byte> out) {
+  write_chunked_state(nullptr, out);
+  return kSzpStateBytes + detail::encode_chunked(ZerosBlockCodec{}, x.data(), x.size(), o.threads, out.subspan(kSzpStateBytes));
 }
 void zeros_check(const Header& h, std::span<const std::byte> payload) {
   check_no_param(h);
@@ -313,12 +312,10 @@ void zeros_decode(const Header& h, std::span<const std::byte> payload, std::span
 // ---- szh: state = f32 step | u32 kChunkBlocks | szh_codec.hpp's payload ----------------------
 
 std::uint64_t szh_max(std::uint64_t n, unsigned) { return detail::szh_max_payload(n); }
-void szh_encode_row(std::span<const float> x, const Shape&, const CompressOptions& o, Header& h, std::vector<std::byte>& out) {
+std::uint64_t szh_encode_row(std::span<const float> x, const Shape&, const CompressOptions& o, Header& h, std::span<std::byte> out) {
   const LinearQuantizer quantizer = make_linear_quantizer(h.eb_abs);
-  out.resize(out.size() + LinearQuantizer::kStateBytes);
-  quantizer.save(reinterpret_cast<std::uint8_t*>(out.data() + out.size() - LinearQuantizer::kStateBytes));
-  append(out, kChunkBlocks);
-  detail::szh_encode(quantizer, x.data(), x.size(), o.threads, out);
+  write_chunked_state(&quantizer, out);
+  return kSzpStateBytes + detail::szh_encode(quantizer, x.data(), x.size(), o.threads, out.subspan(kSzpStateBytes));
 }
 void szh_check(const Header& h, std::span<const std::byte> payload) {
   check_no_param(h);
@@ -344,10 +341,10 @@ std::uint64_t quant_max(std::uint64_t n, unsigned bits) {
   return ((n + kQuantGroup - 1) / kQuantGroup) * quant_group_bytes(kQuantGroup, bits);
 }
 std::uint64_t quant_min(std::uint64_t n) { return 8 * ((n + kQuantGroup - 1) / kQuantGroup) + n / 8; }  // 1 bit per value
-void quant_encode_row(std::span<const float> x, const Shape&, const CompressOptions& o, Header& h, std::vector<std::byte>& out) {
+std::uint64_t quant_encode_row(std::span<const float> x, const Shape&, const CompressOptions& o, Header& h, std::span<std::byte> out) {
   check_quant_bits(o.quant_bits);
   h.codec_param = o.quant_bits;
-  quant_encode(x, o.quant_bits, o.threads, out);
+  return quant_encode(x, o.quant_bits, o.threads, out);
 }
 void quant_check(const Header& h, std::span<const std::byte>) {
   if (h.codec_param != 1 && h.codec_param != 2 && h.codec_param != 4 && h.codec_param != 8) {
@@ -367,14 +364,14 @@ void cast_check(const Header& h, std::span<const std::byte>) {
   check_no_param(h);
   check_exact_payload(h, 2 * h.count, "that 2-byte casts need");
 }
-void fp16_encode(std::span<const float> x, const Shape&, const CompressOptions& o, Header&, std::vector<std::byte>& out) {
-  cast_encode(x, o.threads, out, float_to_fp16);
+std::uint64_t fp16_encode(std::span<const float> x, const Shape&, const CompressOptions& o, Header&, std::span<std::byte> out) {
+  return cast_encode(x, o.threads, out, float_to_fp16);
 }
 void fp16_decode(const Header& h, std::span<const std::byte> payload, std::span<float> out, unsigned threads) {
   cast_decode(payload, out.data(), h.count, threads, fp16_to_float);
 }
-void bf16_encode(std::span<const float> x, const Shape&, const CompressOptions& o, Header&, std::vector<std::byte>& out) {
-  cast_encode(x, o.threads, out, float_to_bf16);
+std::uint64_t bf16_encode(std::span<const float> x, const Shape&, const CompressOptions& o, Header&, std::span<std::byte> out) {
+  return cast_encode(x, o.threads, out, float_to_bf16);
 }
 void bf16_decode(const Header& h, std::span<const std::byte> payload, std::span<float> out, unsigned threads) {
   cast_decode(payload, out.data(), h.count, threads, bf16_to_float);
@@ -384,8 +381,8 @@ void bf16_decode(const Header& h, std::span<const std::byte> payload, std::span<
 
 std::uint64_t zfp_max(std::uint64_t n, unsigned) { return detail::zfp_max_payload(Shape::flat(n), 0.0); }
 std::uint64_t zfp_min(std::uint64_t n) { return n / 2048; }  // >= 1 bit per 4^4-value block
-void zfp_encode(std::span<const float> x, const Shape& shape, const CompressOptions&, Header& h, std::vector<std::byte>& out) {
-  detail::zfp_compress(x, shape, h.eb_abs, out);
+std::uint64_t zfp_encode(std::span<const float> x, const Shape& shape, const CompressOptions&, Header& h, std::span<std::byte> out) {
+  return detail::zfp_compress(x, shape, h.eb_abs, out);
 }
 void zfp_check(const Header& h, std::span<const std::byte>) { check_no_param(h); }
 void zfp_decode(const Header& h, std::span<const std::byte> payload, std::span<float> out, unsigned) {
@@ -405,9 +402,10 @@ struct CodecRow {
   std::uint64_t (*max_payload)(std::uint64_t n, unsigned quant_bits);
   // Smallest payload that can hold n values: refuses a forged count before allocating.
   std::uint64_t (*min_payload)(std::uint64_t n);
-  // Appends the payload; may set header fields of its own (codec_param).
-  void (*encode)(std::span<const float> data, const Shape& shape, const CompressOptions& options, Header& h,
-                 std::vector<std::byte>& out);
+  // Writes the payload at `out` (max_payload bytes or more) and returns its size; may set header
+  // fields of its own (codec_param).
+  std::uint64_t (*encode)(std::span<const float> data, const Shape& shape, const CompressOptions& options, Header& h,
+                          std::span<std::byte> out);
   // Checks the header's codec fields and the payload's state against each other (throws
   // StreamError with the byte offset) before anything is allocated or decoded.
   void (*check)(const Header& h, std::span<const std::byte> payload);
@@ -510,9 +508,11 @@ std::uint64_t max_compressed_size(CodecId codec, std::uint64_t n, unsigned quant
   return kHeaderSize + row(codec).max_payload(n, quant_bits);
 }
 
-std::vector<std::byte> compress(std::span<const float> data, const Shape& shape, const CompressOptions& options) {
-  const CodecRow& r = row(options.codec);
-  const CodecInfo& info = r.info;
+namespace {
+
+// Checks the arguments and fills the header's shape, codec and bound fields (the range pass).
+Header make_header(std::span<const float> data, const Shape& shape, const CompressOptions& options) {
+  const CodecInfo& info = row(options.codec).info;
   if (shape.rank < 1 || shape.rank > kMaxRank) throw InputError("shape rank must be 1..4");
   if (shape.count() != data.size()) {
     throw InputError("shape has " + std::to_string(shape.count()) + " elements but the data has " + std::to_string(data.size()));
@@ -535,14 +535,43 @@ std::vector<std::byte> compress(std::span<const float> data, const Shape& shape,
   } else {
     h.mode = BoundMode::none;
   }
+  return h;
+}
 
-  std::vector<std::byte> out(kHeaderSize);
-  r.encode(data, shape, options, h, out);
-  h.payload_size = out.size() - kHeaderSize;
-  write_header(h, out.data());
-  h.checksum = stream_checksum(out);
-  write_header(h, out.data());
-  return out;
+// Encodes after make_header into out (room for the codec's worst case); returns the stream size.
+std::uint64_t encode_stream(std::span<const float> data, const Shape& shape, const CompressOptions& options, Header& h,
+                            std::span<std::byte> out) {
+  h.payload_size = row(options.codec).encode(data, shape, options, h, out.subspan(kHeaderSize));
+  const auto stream = out.first(kHeaderSize + h.payload_size);
+  write_header(h, stream.data());
+  h.checksum = stream_checksum(stream);
+  write_header(h, stream.data());
+  return stream.size();
+}
+
+}  // namespace
+
+std::size_t compress_into(std::span<const float> data, const Shape& shape, const CompressOptions& options, std::span<std::byte> out) {
+  const std::uint64_t need = max_compressed_size(options.codec, data.size(), options.quant_bits);
+  if (out.size() < need) {
+    throw InputError("compress_into: the output buffer has " + std::to_string(out.size()) + " bytes; " +
+                     std::string(codec_info(options.codec).name) + " needs max_compressed_size = " + std::to_string(need) +
+                     " for " + std::to_string(data.size()) + " values");
+  }
+  Header h = make_header(data, shape, options);
+  return encode_stream(data, shape, options, h, out);
+}
+
+std::vector<std::byte> compress(std::span<const float> data, const Shape& shape, const CompressOptions& options) {
+  Header h = make_header(data, shape, options);
+  std::uint64_t room = max_compressed_size(options.codec, data.size(), options.quant_bits);
+  // zfp's worst case depends on the shape (partial 4^d blocks), which max_compressed_size does
+  // not take; give it its own.
+  if (options.codec == CodecId::zfp) room = std::max(room, kHeaderSize + detail::zfp_max_payload(shape, h.eb_abs));
+  // Uninitialised on purpose: the worst-case space that is never written costs no memory traffic.
+  std::unique_ptr<std::byte[]> buffer(new std::byte[room]);
+  const std::uint64_t size = encode_stream(data, shape, options, h, {buffer.get(), room});
+  return std::vector<std::byte>(buffer.get(), buffer.get() + size);
 }
 
 Header inspect(std::span<const std::byte> stream) {

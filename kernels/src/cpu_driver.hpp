@@ -165,41 +165,94 @@ const char* decode_chunk(const BlockCodec& codec, const std::uint8_t* in, std::u
   return nullptr;
 }
 
-// Appends (chunks + 1) u64 offsets and the chunks to `out`.
+// Where one thread's range of chunks is written. The chunk encoders write straight into the
+// caller's output (no per-call scratch that would be page-faulted on every call): range t starts
+// at the sum of the worst-case sizes of the chunks before it, so ranges never overlap, and
+// gather_ranges() then moves them down to be contiguous (with one thread nothing moves). A range
+// whose region runs out continues in a heap overflow; that happens only to szh, whose code table
+// sits before the chunks, on data that ends up stored verbatim anyway.
+struct RangeOutput {
+  std::uint8_t* region = nullptr;
+  std::uint64_t room = 0;  // bytes available at region
+  std::uint64_t used = 0;  // bytes written at region
+  bool overflowing = false;
+  std::vector<std::uint8_t> overflow;  // bytes after the region's ones
+
+  // Somewhere to write a chunk of at most `worst` bytes; commit() its size before the next one.
+  std::uint8_t* reserve(std::uint64_t worst) {
+    if (!overflowing && room - used >= worst) return region + used;
+    overflowing = true;
+    const std::size_t at = overflow.size();
+    overflow.resize(at + worst);
+    return overflow.data() + at;
+  }
+  void commit(std::uint64_t worst, std::uint64_t size) {
+    if (overflowing) {
+      overflow.resize(overflow.size() - worst + size);
+    } else {
+      used += size;
+    }
+  }
+  std::uint64_t total() const { return used + overflow.size(); }
+};
+
+// Regions for `threads` ranges of parallel_ranges(chunks, threads) over an area of `room` bytes
+// at `dst`; `worst_full` = worst-case bytes of a full chunk (all chunks but the last are full).
+inline std::vector<RangeOutput> range_outputs(std::uint8_t* dst, std::uint64_t room, std::uint64_t chunks, unsigned threads,
+                                              std::uint64_t worst_full) {
+  std::vector<RangeOutput> r(threads);
+  for (unsigned t = 0; t < threads; ++t) {
+    const std::uint64_t begin = std::min(room, worst_full * (chunks * t / threads));
+    const std::uint64_t end = t + 1 == threads ? room : std::min(room, worst_full * (chunks * (t + 1) / threads));
+    r[t].region = dst + begin;
+    r[t].room = end - begin;
+  }
+  return r;
+}
+
+// Moves the ranges' bytes down to dst, in order; returns the total. Safe because range t's
+// bytes never exceed its region's worst case, so its final place ends before range t+1's region
+// begins (memmove handles the overlap with its own region).
+inline std::uint64_t gather_ranges(std::uint8_t* dst, const std::vector<RangeOutput>& ranges) {
+  std::uint64_t pos = 0;
+  for (const auto& r : ranges) {
+    if (r.used != 0 && dst + pos != r.region) std::memmove(dst + pos, r.region, r.used);
+    pos += r.used;
+    if (!r.overflow.empty()) std::memcpy(dst + pos, r.overflow.data(), r.overflow.size());
+    pos += r.overflow.size();
+  }
+  return pos;
+}
+
+// Writes (chunks + 1) u64 offsets and the chunks at `out` (room for chunked_bytes_max(n));
+// returns the bytes written.
+inline std::uint64_t chunked_bytes_max(std::uint64_t n) {
+  return 8 * (chunk_count(n) + 1) + (n + kBlockValues - 1) / kBlockValues + 3 * chunk_count(n) + 4 * n;
+}
 template <class BlockCodec>
-void encode_chunked(const BlockCodec& codec, const float* x, std::uint64_t n, unsigned threads, std::vector<std::byte>& out) {
+std::uint64_t encode_chunked(const BlockCodec& codec, const float* x, std::uint64_t n, unsigned threads, std::span<std::byte> out) {
   const std::uint64_t chunks = chunk_count(n);
   threads = resolve_threads(threads, chunks);
+  auto* table = reinterpret_cast<std::uint8_t*>(out.data());
+  std::uint8_t* data = table + 8 * (chunks + 1);
   std::vector<std::uint64_t> sizes(chunks);
-  std::vector<std::unique_ptr<std::uint8_t[]>> buffers(threads);
-  std::vector<std::uint64_t> used(threads, 0);
+  std::vector<RangeOutput> ranges = range_outputs(data, out.size() - 8 * (chunks + 1), chunks, threads, max_chunk_bytes(kChunkValues));
   parallel_ranges(chunks, threads, [&](std::uint64_t c0, std::uint64_t c1, unsigned t) {
-    std::uint64_t cap = 0;
-    for (std::uint64_t c = c0; c < c1; ++c) cap += max_chunk_bytes(chunk_values(n, c));
-    // Uninitialised on purpose: untouched worst-case space costs no memory traffic.
-    buffers[t].reset(new std::uint8_t[std::max<std::uint64_t>(cap, 1)]);
     std::unique_ptr<float[]> side(new float[kChunkValues]);
-    std::uint64_t pos = 0;
+    RangeOutput& r = ranges[t];
     for (std::uint64_t c = c0; c < c1; ++c) {
-      sizes[c] = ChunkWorkers<BlockCodec>::encode(codec, x + c * kChunkValues, chunk_values(n, c), buffers[t].get() + pos, side.get());
-      pos += sizes[c];
+      const std::uint64_t worst = max_chunk_bytes(chunk_values(n, c));
+      sizes[c] = ChunkWorkers<BlockCodec>::encode(codec, x + c * kChunkValues, chunk_values(n, c), r.reserve(worst), side.get());
+      r.commit(worst, sizes[c]);
     }
-    used[t] = pos;
   });
-  const std::size_t table = out.size();
-  std::uint64_t total = 0;
-  for (auto u : used) total += u;
-  out.resize(table + 8 * (chunks + 1) + total);
+  const std::uint64_t total = gather_ranges(data, ranges);
   std::uint64_t offset = 0;
   for (std::uint64_t c = 0; c <= chunks; ++c) {
-    std::memcpy(out.data() + table + 8 * c, &offset, 8);
+    std::memcpy(table + 8 * c, &offset, 8);
     if (c < chunks) offset += sizes[c];
   }
-  std::byte* dst = out.data() + table + 8 * (chunks + 1);
-  for (unsigned t = 0; t < threads; ++t) {
-    if (used[t] != 0) std::memcpy(dst, buffers[t].get(), used[t]);
-    dst += used[t];
-  }
+  return 8 * (chunks + 1) + total;
 }
 
 // Reads and validates the chunk table at the start of `payload`: offsets relative to the end of

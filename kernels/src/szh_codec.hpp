@@ -126,9 +126,11 @@ inline const char* szh_decode_chunk(const LinearQuantizer& quantizer, const Huff
   return nullptr;
 }
 
-// Appends the predictor choice, the Huffman state, the chunk table and the chunks to `out`.
-inline void szh_encode(const LinearQuantizer& quantizer, const float* x, std::uint64_t n, unsigned threads,
-                       std::vector<std::byte>& out) {
+// Writes the predictor choice, the Huffman state, the chunk table and the chunks at `out` (room
+// for szh_max_payload(n) - 8 bytes, the payload after the step and chunk-size words); returns
+// the bytes written.
+inline std::uint64_t szh_encode(const LinearQuantizer& quantizer, const float* x, std::uint64_t n, unsigned threads,
+                                std::span<std::byte> out) {
   const std::uint64_t chunks = chunk_count(n);
   threads = resolve_threads(threads, chunks);
   std::vector<std::vector<std::uint64_t>> histograms(2 * threads);  // per thread: plain, Lorenzo
@@ -151,33 +153,32 @@ inline void szh_encode(const LinearQuantizer& quantizer, const float* x, std::ui
   const bool lorenzo = szh_coded_bytes(delta_code, delta) < szh_coded_bytes(plain_code, plain);
   const HuffmanCode code = std::move(lorenzo ? delta_code : plain_code);
 
+  // Pass 2 writes the chunks where they go when coded: after the predictor word, the code table
+  // and the chunk table (range_outputs: in place with one thread).
+  auto* const base = reinterpret_cast<std::uint8_t*>(out.data());
+  const std::uint64_t chunks_at = 4 + code.state_bytes() + 8 * (chunks + 1);
+  std::uint8_t* const data = base + std::min<std::uint64_t>(chunks_at, out.size());
   std::vector<std::uint64_t> sizes(chunks);
-  std::vector<std::unique_ptr<std::uint8_t[]>> buffers(threads);
-  std::vector<std::uint64_t> used(threads, 0);
+  std::vector<RangeOutput> ranges =
+      range_outputs(data, out.size() - std::min<std::uint64_t>(chunks_at, out.size()), chunks, threads, szh_max_chunk_bytes(kChunkValues));
   parallel_ranges(chunks, threads, [&](std::uint64_t c0, std::uint64_t c1, unsigned t) {
-    std::uint64_t cap = 1;
-    for (std::uint64_t c = c0; c < c1; ++c) cap += szh_max_chunk_bytes(chunk_values(n, c));
-    buffers[t].reset(new std::uint8_t[cap]);  // uninitialised: untouched space costs nothing
     std::unique_ptr<std::uint16_t[]> symbols(new std::uint16_t[kChunkValues]);
     std::unique_ptr<std::uint32_t[]> outliers(new std::uint32_t[kChunkValues]);
-    std::uint64_t pos = 0;
+    RangeOutput& r = ranges[t];
     for (std::uint64_t c = c0; c < c1; ++c) {
       const std::uint64_t v = chunk_values(n, c);
       const std::uint32_t k = szh_symbols_chunk(quantizer, x + c * kChunkValues, v, lorenzo, symbols.get(), outliers.get());
-      sizes[c] = szh_encode_chunk(code, x + c * kChunkValues, symbols.get(), v, outliers.get(), k, buffers[t].get() + pos);
-      pos += sizes[c];
+      sizes[c] = szh_encode_chunk(code, x + c * kChunkValues, symbols.get(), v, outliers.get(), k, r.reserve(szh_max_chunk_bytes(v)));
+      r.commit(szh_max_chunk_bytes(v), sizes[c]);
     }
-    used[t] = pos;
   });
   std::uint64_t total = 0;
-  for (auto u : used) total += u;
+  for (const auto& r : ranges) total += r.total();
   const std::uint64_t verbatim_total = 4 * chunks + 4 * n;
   const bool all_verbatim = code.state_bytes() + total >= 4 + verbatim_total;
 
-  const std::size_t start = out.size();
-  if (all_verbatim) {
-    out.resize(start + 8 + 8 * (chunks + 1) + verbatim_total);
-    auto* p = reinterpret_cast<std::uint8_t*>(out.data() + start);
+  std::uint8_t* p = base;
+  if (all_verbatim) {  // overwrites whatever pass 2 left in the buffer
     hd::store_u32(p, 0);      // no prediction
     hd::store_u32(p + 4, 0);  // empty code table
     p += 8;
@@ -191,10 +192,10 @@ inline void szh_encode(const LinearQuantizer& quantizer, const float* x, std::ui
       std::memcpy(p + 4, x + c * kChunkValues, 4 * chunk_values(n, c));
       p += szh_max_chunk_bytes(chunk_values(n, c));
     }
-    return;
+    return static_cast<std::uint64_t>(p - base);
   }
-  out.resize(start + 4 + code.state_bytes() + 8 * (chunks + 1) + total);
-  auto* p = reinterpret_cast<std::uint8_t*>(out.data() + start);
+  // The coded stream is smaller than the all-verbatim one, so it fits in `out`.
+  gather_ranges(data, ranges);
   hd::store_u32(p, lorenzo ? 1u : 0u);
   p += 4;
   code.save(p);
@@ -204,11 +205,7 @@ inline void szh_encode(const LinearQuantizer& quantizer, const float* x, std::ui
     std::memcpy(p + 8 * c, &offset, 8);
     if (c < chunks) offset += sizes[c];
   }
-  p += 8 * (chunks + 1);
-  for (unsigned t = 0; t < threads; ++t) {
-    if (used[t] != 0) std::memcpy(p, buffers[t].get(), used[t]);
-    p += used[t];
-  }
+  return chunks_at + total;
 }
 
 // Decodes the payload after the step and chunk-size words; `base`: the stream offset of rest[0].

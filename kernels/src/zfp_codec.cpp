@@ -51,8 +51,8 @@ std::uint64_t zfp_max_payload(const Shape& shape, double tolerance) {
   return zfp_stream_maximum_size(zs.get(), field.get());
 }
 
-void zfp_compress(std::span<const float> data, const Shape& shape, double tolerance, std::vector<std::byte>& out) {
-  if (data.empty()) return;
+std::uint64_t zfp_compress(std::span<const float> data, const Shape& shape, double tolerance, std::span<std::byte> out) {
+  if (data.empty()) return 0;
   for (float x : data) {
     // zfp's lossy modes are undefined on NaN/Inf (zfp issue #242 reports SIGILL).
     if (!std::isfinite(x)) throw InputError("zfp cannot compress NaN or Inf values (undefined in zfp's lossy modes)");
@@ -60,14 +60,27 @@ void zfp_compress(std::span<const float> data, const Shape& shape, double tolera
   auto zs = make_stream(tolerance);
   auto field = make_field(const_cast<float*>(data.data()), shape);  // zfp reads only
   const std::size_t cap = zfp_stream_maximum_size(zs.get(), field.get());
-  const std::size_t start = out.size();
-  out.resize(start + cap);
-  std::unique_ptr<bitstream, BitstreamDeleter> bs(stream_open(out.data() + start, cap));
+  // zfp's worst case for this shape can exceed the flat one that max_compressed_size gives (its
+  // partial 4^d blocks are padded): then encode into a buffer of zfp's worst case and copy.
+  std::vector<std::byte> spill;
+  std::span<std::byte> target = out;
+  if (cap > out.size()) {
+    spill.resize(cap);
+    target = spill;
+  }
+  std::unique_ptr<bitstream, BitstreamDeleter> bs(stream_open(target.data(), target.size()));
   zfp_stream_set_bit_stream(zs.get(), bs.get());
   zfp_stream_rewind(zs.get());
   const std::size_t bytes = zfp_compress(zs.get(), field.get());
   if (bytes == 0) throw std::runtime_error("zfp_compress failed");
-  out.resize(start + bytes);
+  if (!spill.empty()) {
+    if (bytes > out.size()) {
+      throw InputError("zfp needs " + std::to_string(bytes) + " bytes for this shape, more than the " + std::to_string(out.size()) +
+                       "-byte output buffer (compress() sizes it for the shape)");
+    }
+    std::memcpy(out.data(), spill.data(), bytes);
+  }
+  return bytes;
 }
 
 void zfp_decompress(std::span<const std::byte> payload, const Shape& shape, double tolerance, std::span<float> out) {

@@ -2,10 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <random>
 
 #include "comptrain/kernels/array_io.hpp"
 #include "comptrain/kernels/codec.hpp"
@@ -146,6 +148,45 @@ TEST(Determinism, MultiThreadedStreamsAreByteIdentical) {
     const auto d1 = decompress(one, 1);
     const auto d3 = decompress(one, 3);
     ASSERT_EQ(std::memcmp(d1.data(), d3.data(), 4 * d1.size()), 0);
+  }
+}
+
+// compress_into writes the same stream as compress into a caller's buffer that is reused across
+// calls (leftovers of the previous call must not leak into the next stream), refuses a buffer
+// below max_compressed_size, and is thread-count independent like compress. The szh cases put
+// incompressible values (eb = 0 on noise) in the last thread's chunks, so that thread's region,
+// which is shorter than its worst case by the code table, overflows into the heap.
+TEST(CompressInto, WritesCompressStreamIntoAReusedBuffer) {
+  std::vector<std::vector<float>> inputs;
+  inputs.push_back(testing::relu_like(200000, 0.5, 31));
+  inputs.push_back(testing::families()[1].values);  // uniform noise
+  std::vector<float> tail_noise(6 * kChunkValues + 123, 0.0f);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (std::size_t i = tail_noise.size() * 2 / 3; i < tail_noise.size(); ++i) tail_noise[i] = u(rng);
+  inputs.push_back(tail_noise);
+  inputs.push_back({});
+  for (CodecId c : {CodecId::szp, CodecId::szh, CodecId::zeros, CodecId::quant, CodecId::fp16, CodecId::bf16, CodecId::zfp}) {
+    std::uint64_t largest = 0;
+    for (const auto& x : inputs) largest = std::max(largest, max_compressed_size(c, x.size(), 4));
+    std::vector<std::byte> buffer(largest, std::byte{0xA5});
+    for (const auto& x : inputs) {
+      for (double eb : {1e-3, 0.0}) {
+        for (unsigned threads : {1u, 3u}) {
+          const CompressOptions o{.codec = c, .eb = eb, .mode = BoundMode::abs, .quant_bits = 4, .threads = threads};
+          const auto expected = compress(x, Shape::flat(x.size()), o);
+          const std::size_t size = compress_into(x, Shape::flat(x.size()), o, buffer);
+          ASSERT_EQ(size, expected.size()) << codec_info(c).name << " eb " << eb << " threads " << threads;
+          ASSERT_EQ(std::memcmp(buffer.data(), expected.data(), size), 0) << codec_info(c).name << " eb " << eb << " threads " << threads;
+          ASSERT_LE(size, max_compressed_size(c, x.size(), 4));
+        }
+      }
+    }
+    const auto& x = inputs[0];
+    std::vector<std::byte> small(max_compressed_size(c, x.size(), 4) - 1);
+    EXPECT_THROW(compress_into(x, Shape::flat(x.size()), {.codec = c, .eb = 1e-3, .mode = BoundMode::abs, .quant_bits = 4}, small),
+                 InputError)
+        << codec_info(c).name;
   }
 }
 

@@ -55,10 +55,15 @@ struct CompressOptions {
 // finite values in rel mode (0 when there are none).
 double absolute_bound(std::span<const float> data, double eb, BoundMode mode);
 
-// Upper bound of the compressed size of n elements (header included); compress never exceeds it.
+// Upper bound of the compressed size of n elements (header included); compress never exceeds it
+// (zfp: for rank-1 shapes; its worst case grows with padded partial blocks of higher ranks).
 std::uint64_t max_compressed_size(CodecId codec, std::uint64_t n, unsigned quant_bits = 8);
 
 std::vector<std::byte> compress(std::span<const float> data, const Shape& shape, const CompressOptions& options);
+// The same stream written into `out`, which must hold max_compressed_size(codec, n, quant_bits)
+// bytes (InputError otherwise); returns the stream's size. Reusing one buffer across calls avoids
+// compress()'s allocation, page faults and final copy: the codecs write straight into it.
+std::size_t compress_into(std::span<const float> data, const Shape& shape, const CompressOptions& options, std::span<std::byte> out);
 
 // Validates the header and checksum, then the codec's fields and payload state against the header
 // (parameter, quantiser step vs the absolute bound, sizes); throws StreamError naming the byte

@@ -303,6 +303,17 @@ std::string platform_yaml(const GpuMeasurements& gpu, const PlatformEmitOptions&
         fmt::format("{}: the slower direction of pinned copies (H2D {:.4g}, D2H {:.4g} GB/s)", measured, h2d.bandwidth / 1e9, d2h.bandwidth / 1e9));
   value("latency", fmt::format("{:.4g} us", 0.5 * (h2d.latency + d2h.latency) * 1e6),
         measured + ": mean fitted latency of pinned copies, driver cost included");
+  // Pageable copies (offload host_memory: pageable) cross the driver's staging buffers; the
+  // slower direction, capped at the pinned rate that the platform reader requires it not exceed.
+  const auto pageable = gpu.copy_models.find(CopyKind::h2d_pageable);
+  const auto pageable_back = gpu.copy_models.find(CopyKind::d2h_pageable);
+  if (pageable != gpu.copy_models.end() && pageable_back != gpu.copy_models.end()) {
+    const double pinned = std::min(h2d.bandwidth, d2h.bandwidth);
+    const double rate = std::min({pageable->second.bandwidth, pageable_back->second.bandwidth, pinned});
+    value("pageable_bandwidth", fmt::format("{:.6g} GB/s", rate / 1e9),
+          fmt::format("{}: the slower direction of pageable copies (H2D {:.4g}, D2H {:.4g} GB/s), at most the pinned rate", measured,
+                      pageable->second.bandwidth / 1e9, pageable_back->second.bandwidth / 1e9));
+  }
   out << YAML::EndMap;
   if (base && base->gpu_link.bandwidth > 0) {
     section("gpu_link");

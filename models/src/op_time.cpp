@@ -446,7 +446,19 @@ double OpTimeModel::seconds(const traces::Trace& trace, traces::OpIndex index) c
   const double memory_efficiency = platform_.efficiency.memory_for(op.kind);
   const double compute = flops / (peak * compute_efficiency);
   const double memory = bytes / (platform_.gpu.memory_bandwidth * memory_efficiency);
-  const double seconds = std::max(compute, memory) + platform_.gpu.launch_overhead;
+  double seconds = std::max(compute, memory) + platform_.gpu.launch_overhead;
+  // cuDNN's tensor-core convolution kernels take NHWC tensors; given NCHW ones (PyTorch's
+  // default memory format) it transposes each tensor the convolution reads into NHWC and the
+  // result back (NVIDIA, "Convolutional Layers User's Guide", section "Tensor Layouts In Memory:
+  // NCHW vs NHWC", docs.nvidia.com/deeplearning/performance/dl-performance-convolutional;
+  // PyTorch's channels_last tutorial: "cuDNN ... converts NCHW to NHWC internally"). Each
+  // transpose is a memory-bound kernel of its own, so it adds to the convolution's time rather
+  // than overlapping it: one read and one write of every byte the convolution moves, and one
+  // launch per tensor. Filters are transposed too; they are in the bytes.
+  if (op.kind == traces::OpKind::conv && tensor_cores && !options_.channels_last) {
+    seconds += 2.0 * bytes / (platform_.gpu.memory_bandwidth * memory_efficiency) +
+               static_cast<double>(op.inputs.size() + op.outputs.size()) * platform_.gpu.launch_overhead;
+  }
   if (std::isfinite(seconds) && seconds >= 0) return seconds;
   return checked(seconds, trace, index,
                  g(flops) + " FLOP at " + g(peak) + " FLOP/s x compute efficiency " + g(compute_efficiency) + " and " + g(bytes) +

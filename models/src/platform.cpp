@@ -65,7 +65,17 @@ class PlatformReader {
     platform.gpu = read_gpu(section(root, "gpu", "", {"name", "memory", "memory_visible", "cuda_context", "compute_capability", "memory_bandwidth", "peak",
                                                          "launch_overhead", "sms", "power"}));
     platform.host = read_host(section(root, "host", "", {"name", "cores", "flops", "memory", "memory_bandwidth", "dispatch"}));
-    platform.host_link = read_link(section(root, "host_link", "", {"name", "bandwidth", "latency"}), "host_link");
+    platform.host_link = read_link(section(root, "host_link", "", {"name", "bandwidth", "latency", "pageable_bandwidth"}), "host_link");
+    if (root["host_link"]["pageable_bandwidth"]) {
+      platform.host_link.pageable_bandwidth =
+          quantity(root["host_link"], "pageable_bandwidth", "host_link", Dimension::bandwidth, limits::bandwidth);
+      // Staging through pinned buffers only adds work: a pageable copy is never faster.
+      if (platform.host_link.pageable_bandwidth > platform.host_link.bandwidth) {
+        throw InputError(where(root["host_link"]["pageable_bandwidth"].Mark()) + "'host_link.pageable_bandwidth' (" +
+                         shortened(root["host_link"]["pageable_bandwidth"]) +
+                         ") exceeds host_link.bandwidth; expected at most the pinned rate (pageable copies are staged through pinned buffers)");
+      }
+    }
     if (root["gpu_link"]) {
       platform.gpu_link = read_link(section(root, "gpu_link", "", {"name", "bandwidth", "latency"}), "gpu_link");
     }

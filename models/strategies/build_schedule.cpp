@@ -572,6 +572,32 @@ class Assembler {
         in.task.stream = Stream::h2d;
         in.task.bytes = bytes;
         if (names_) in.task.name = "prefetch " + name;
+        const OffloadAction& o = *rule.offload();
+        if (o.stream == OffloadAction::Stream::compute) {
+          // save_on_cpu: the copy out is issued when the tensor is saved, on the compute
+          // stream, so it runs right after its last writer and holds compute up; the copy back
+          // runs on the compute stream just before the first backward use.
+          const std::size_t last_writer = op_task_[info.writers.back()];
+          out.slot = last_writer;
+          out.key = last_writer;
+          out.after_compute = {last_writer};
+          out.task.stream = Stream::compute;
+          in.slot = std::max(first_consumer - 1, last_forward);
+          in.after_compute = {in.slot};
+          in.task.stream = Stream::compute;
+        }
+        if (o.host_memory == OffloadAction::HostMemory::pageable) {
+          const double rate = a_.time_model->platform().host_link.pageable_bandwidth;
+          if (!(rate > 0)) {
+            throw InputError("strategy '" + spec_.name + "' rule " + std::to_string(plan_.rule[s]) + ": offload host_memory pageable needs the platform's "
+                             "host_link.pageable_bandwidth, which platform '" + a_.time_model->platform().name +
+                             "' does not give; expected a platform that gives it (comptrain calibrate on the GPU measures it) or host_memory: pinned");
+          }
+          out.task.pageable = true;
+          in.task.pageable = true;
+          out.task.blocks_host = true;
+          in.task.blocks_host = true;
+        }
       } else {
         const auto& c = *rule.compress();
         out.group = 1;
@@ -592,7 +618,7 @@ class Assembler {
         if (names_) in.task.name = "decompress " + name;
       }
       const std::size_t out_index = side_.size();
-      if (action == Action::offload && rule.offload()->synchronous) {
+      if (action == Action::offload && rule.offload()->synchronous && rule.offload()->stream == OffloadAction::Stream::copy) {
         // vDNN: copy as soon as the last writer is done (overlapping the readers), and hold the
         // compute stream before the op after the last forward use until the copy has ended.
         const std::size_t last_writer = op_task_[a_.info[s].writers.back()];

@@ -596,6 +596,7 @@ std::string fitted_platform_yaml(const models::Platform& base, std::string_view 
     w.copied({key, "name"}, l.name);
     w.copied({key, "bandwidth"}, scaled_text(l.bandwidth, 1e9, "GB/s"));
     w.copied({key, "latency"}, scaled_text(l.latency, 1e-6, "us"));
+    if (l.pageable_bandwidth > 0) w.copied({key, "pageable_bandwidth"}, scaled_text(l.pageable_bandwidth, 1e9, "GB/s"));
     w.end();
   };
   link("host_link", base.host_link);

@@ -10,6 +10,7 @@ namespace {
 models::OpTimeModel time_model_for(const Scenario& scenario) {
   models::OpTimeOptions options;
   options.allow_tf32 = scenario.allow_tf32;
+  options.channels_last = scenario.channels_last;
   return models::OpTimeModel(require_platform(scenario), options);
 }
 

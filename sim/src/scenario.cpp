@@ -52,10 +52,20 @@ class ScenarioReader {
     check_keys(model, "model", {"zoo", "trace", "layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions"});
     const YAML::Node training = root["training"];
     if (training && !training.IsMap()) {
-      throw InputError(where(training.Mark()) + "'training' must be a mapping with the keys batch_size, precision, optimizer, optimizer_impl, tf32");
+      throw InputError(where(training.Mark()) + "'training' must be a mapping with the keys batch_size, precision, optimizer, optimizer_impl, tf32, memory_format");
     }
-    if (training) check_keys(training, "training", {"batch_size", "precision", "optimizer", "optimizer_impl", "tf32"});
+    if (training) check_keys(training, "training", {"batch_size", "precision", "optimizer", "optimizer_impl", "tf32", "memory_format"});
     if (training && training["tf32"]) scenario.allow_tf32 = boolean(training["tf32"], "training.tf32");
+    if (training && training["memory_format"]) {
+      // PyTorch's names: model.to(memory_format=torch.channels_last), and the default
+      // torch.contiguous_format (NCHW for 4-D activations).
+      const YAML::Node f = training["memory_format"];
+      const std::string format = scalar(f, "training.memory_format");
+      if (format != "channels_last" && format != "contiguous_format") {
+        throw InputError(where(f.Mark()) + "unknown training.memory_format '" + format + "'; expected channels_last or contiguous_format");
+      }
+      scenario.channels_last = format == "channels_last";
+    }
     if (const YAML::Node platform = root["platform"]) {
       scenario.platform = read_platform(platform);
       platform_name_ = scenario.platform->name;  // for compress rules' `profile: auto`
@@ -289,7 +299,7 @@ class ScenarioReader {
     models::OffloadAction action;
     if (n.IsNull()) return action;
     require_map(n, f);
-    check_keys(n, f, {"policy", "lookahead", "synchronous"});
+    check_keys(n, f, {"policy", "lookahead", "synchronous", "stream", "host_memory"});
     if (const YAML::Node policy = n["policy"]) {
       const std::string value = scalar(policy, f + ".policy");
       if (value != "all" && value != "conv") throw InputError(where(policy.Mark()) + "unknown offload policy '" + value + "'; expected all or conv");
@@ -299,6 +309,23 @@ class ScenarioReader {
     // A lookahead counts ops; more than a trace holds is a typo, and an int must hold it.
     if (n["lookahead"]) action.lookahead = static_cast<int>(bounded_integer(n["lookahead"], f + ".lookahead", 1, kMaxCount));
     if (n["synchronous"]) action.synchronous = boolean(n["synchronous"], f + ".synchronous");
+    if (const YAML::Node s = n["stream"]) {
+      const std::string value = scalar(s, f + ".stream");
+      if (value != "copy" && value != "compute") throw InputError(where(s.Mark()) + "unknown offload stream '" + value + "'; expected copy or compute");
+      action.stream = value == "copy" ? models::OffloadAction::Stream::copy : models::OffloadAction::Stream::compute;
+      // On the compute stream the copies are where save_on_cpu puts them: a lookahead or the
+      // synchronous mode would be silently ignored, so they are refused.
+      if (action.stream == models::OffloadAction::Stream::compute) {
+        for (const char* key : {"lookahead", "synchronous"}) {
+          if (n[key]) throw InputError(where(n[key].Mark()) + "'" + f + "." + key + "' applies to stream: copy only; expected no " + key + " with stream: compute");
+        }
+      }
+    }
+    if (const YAML::Node m = n["host_memory"]) {
+      const std::string value = scalar(m, f + ".host_memory");
+      if (value != "pinned" && value != "pageable") throw InputError(where(m.Mark()) + "unknown offload host_memory '" + value + "'; expected pinned or pageable");
+      action.host_memory = value == "pinned" ? models::OffloadAction::HostMemory::pinned : models::OffloadAction::HostMemory::pageable;
+    }
     return action;
   }
 

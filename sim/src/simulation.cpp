@@ -74,7 +74,8 @@ class Replay {
     // Eager PyTorch issues every kernel from one CPU thread: a launcher actor on the host
     // spends each task's host_seconds, in `tasks` order, before the task may start on its
     // stream. Without any host time every task is launched at once.
-    const bool launcher = std::any_of(schedule_.tasks.begin(), schedule_.tasks.end(), [](const models::Task& t) { return t.host_seconds > 0; });
+    const bool launcher =
+        std::any_of(schedule_.tasks.begin(), schedule_.tasks.end(), [](const models::Task& t) { return t.host_seconds > 0 || t.blocks_host; });
     if (!launcher) std::fill(launched_.begin(), launched_.end(), true);
     for (std::size_t s = 0; s < models::kStreamCount; ++s) {
       if (stream_tasks_[s].empty()) continue;
@@ -97,6 +98,17 @@ class Replay {
                      ->seal();
     zone->add_route(gpu_->get_netpoint(), host_->get_netpoint(), nullptr, nullptr,
                     {sg4::LinkInRoute(pcie, sg4::LinkInRoute::Direction::UP)}, true);
+    // Pageable host memory: the driver copies between it and its pinned staging buffers on the
+    // CPU while the DMA engine moves the staged data over PCIe, so a pageable copy crosses the
+    // PCIe link and a staging link of host_link.pageable_bandwidth, one link shared by both
+    // directions (the host's memcpy). SimGrid's flow model then gives each copy the smaller
+    // share, and pinned copies still contend with it on PCIe.
+    if (platform_.host_link.pageable_bandwidth > 0) {
+      staging_ = zone->create_host("pageable_host_memory", host_speed)->seal();
+      auto* staging = zone->create_link("pageable_staging", platform_.host_link.pageable_bandwidth)->seal();
+      zone->add_route(gpu_->get_netpoint(), staging_->get_netpoint(), nullptr, nullptr,
+                      {sg4::LinkInRoute(pcie, sg4::LinkInRoute::Direction::UP), sg4::LinkInRoute(staging)}, true);
+    }
     zone->seal();
   }
 
@@ -127,6 +139,8 @@ class Replay {
       if (cpu > 0) sg4::this_actor::sleep_for(cpu);
       launched_[t] = true;
       if (waiters_ > 0) task_done_->notify_all();
+      // A synchronous call (a copy to or from pageable memory) returns only once the task is done.
+      if (schedule_.tasks[t].blocks_host) wait_for({t});
     }
     result_.host_seconds = sg4::Engine::get_clock();
   }
@@ -152,10 +166,10 @@ class Replay {
   void execute(const models::Task& task) {
     switch (task.kind) {
       case TaskKind::offload:
-        if (task.bytes > 0) sg4::Comm::sendto(gpu_, host_, static_cast<std::uint64_t>(task.bytes));
+        copy(gpu_, host_, task);
         return;
       case TaskKind::prefetch:
-        if (task.bytes > 0) sg4::Comm::sendto(host_, gpu_, static_cast<std::uint64_t>(task.bytes));
+        copy(host_, gpu_, task);
         return;
       case TaskKind::op:
       case TaskKind::recompute:
@@ -166,6 +180,17 @@ class Replay {
         if (task.seconds > 0) sg4::this_actor::execute(task.seconds * kGpuSpeed);
         return;
     }
+  }
+
+  // A copy over the host link; one to or from pageable memory takes the staging route.
+  void copy(sg4::Host* from, sg4::Host* to, const models::Task& task) {
+    if (task.bytes <= 0) return;
+    if (task.pageable) {
+      if (staging_ == nullptr) throw std::logic_error("a pageable copy on a platform without host_link.pageable_bandwidth");
+      if (from == host_) from = staging_;
+      if (to == host_) to = staging_;
+    }
+    sg4::Comm::sendto(from, to, static_cast<std::uint64_t>(task.bytes));
   }
 
   void finish_task(TaskId t, double time) {
@@ -301,6 +326,7 @@ class Replay {
   std::array<std::vector<TaskId>, models::kStreamCount> stream_tasks_;
   sg4::Host* gpu_ = nullptr;
   sg4::Host* host_ = nullptr;
+  sg4::Host* staging_ = nullptr;  // pageable host memory, behind the staging link (build_platform)
   sg4::MutexPtr mutex_;
   sg4::ConditionVariablePtr task_done_;
   int waiters_ = 0;  // actors blocked in wait_for

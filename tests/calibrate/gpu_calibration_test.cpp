@@ -181,6 +181,7 @@ TEST(GpuPlatform, EmittedPlatformParsesWithTheMeasuredValues) {
   EXPECT_NEAR(pl.gpu.launch_overhead, 4e-6, 1e-9);
   EXPECT_NEAR(pl.host_link.bandwidth, 24e9, 24e9 * 1e-5);  // the slower direction
   EXPECT_NEAR(pl.host_link.latency, 8.5e-6, 1e-9);
+  EXPECT_NEAR(pl.host_link.pageable_bandwidth, 9e9, 9e9 * 1e-5);  // the slower pageable direction
   EXPECT_EQ(pl.host.cores, 16);
   EXPECT_EQ(pl.host.memory_bytes, std::int64_t{64} << 30);
   EXPECT_EQ(pl.gpus_per_node, 4);
@@ -189,9 +190,9 @@ TEST(GpuPlatform, EmittedPlatformParsesWithTheMeasuredValues) {
   EXPECT_NEAR(pl.efficiency.compute_for(traces::OpKind::linear), 0.8, 1e-3);
   EXPECT_NEAR(pl.efficiency.compute_for(traces::OpKind::matmul), 0.8, 1e-3);
   EXPECT_NE(yaml.find("assumption"), std::string::npos);  // unmeasured values say so
-  // name 1, gpu 4 (name, memory, compute capability, bandwidth) + 4 peaks + launch 1, host 5, host_link 3, gpus_per_node 1, efficiency: compute
-  // default, linear, matmul, conv, attention and memory default 6.
-  EXPECT_EQ(expect_every_value_commented(yaml), 25) << yaml;
+  // name 1, gpu 4 (name, memory, compute capability, bandwidth) + 4 peaks + launch 1, host 5, host_link 4 (with the pageable
+  // rate), gpus_per_node 1, efficiency: compute default, linear, matmul, conv, attention and memory default 6.
+  EXPECT_EQ(expect_every_value_commented(yaml), 26) << yaml;
   EXPECT_NE(yaml.find("    fp32: 19 TFLOP/s  # measured by comptrain calibrate on 2026-11-22: best cuBLAS GEMM rate over"), std::string::npos) << yaml;
 }
 

@@ -130,6 +130,30 @@ TEST(BuiltinPlatforms, EmbeddedCopiesMatchTheFilesInTheRepository) {
   }
 }
 
+// vDNN's "oracular GPU" (scenarios/validation/titanx-maxwell-64gib.yaml) is the shipped TITAN X
+// with more memory: every other line must stay the shipped file's, or the validation point
+// silently compares with an out-of-date GPU.
+TEST(BuiltinPlatforms, TheValidationOracleIsTheShippedTitanXWithMoreMemory) {
+  const std::filesystem::path repo = std::filesystem::path(COMPTRAIN_TEST_DATA_DIR) / "../..";
+  const auto body = [](const std::filesystem::path& path) {
+    std::ifstream in(path);
+    std::vector<std::string> lines;
+    std::string line;
+    bool started = false;
+    while (std::getline(in, line)) {
+      if (line.rfind("name:", 0) == 0) started = true;  // the header comments differ
+      if (!started || line.rfind("name:", 0) == 0 || line.rfind("  memory:", 0) == 0) continue;
+      lines.push_back(line);
+    }
+    return lines;
+  };
+  const auto shipped = body(repo / "scenarios/platforms/titanx-maxwell.yaml");
+  EXPECT_GT(shipped.size(), 20u);
+  EXPECT_EQ(body(repo / "scenarios/validation/titanx-maxwell-64gib.yaml"), shipped);
+  const Platform oracle = load_platform_file(repo / "scenarios/validation/titanx-maxwell-64gib.yaml");
+  EXPECT_EQ(oracle.gpu.memory_bytes, std::int64_t{64} << 30);
+}
+
 TEST(BuiltinPlatforms, A100ValuesAreTheDatasheets) {
   const Platform p = builtin_platform("a100-40gb");
   EXPECT_EQ(p.gpu.name, "NVIDIA A100-SXM4-40GB");
@@ -565,6 +589,16 @@ TEST(PlatformYaml, StreamingMultiprocessorsAreOptionalAndBounded) {
   EXPECT_THAT(error_of(with(sms, sms + "  sms: -4\n")), HasSubstr("'gpu.sms' is '-4'; expected"));
   EXPECT_THAT(error_of(with(sms, sms + "  sms: 1e300\n")), HasSubstr("'gpu.sms' is '1e300'; expected"));
   EXPECT_THAT(error_of(with(sms, sms + "  sms: [108]\n")), HasSubstr("p.yaml:8:8: 'gpu.sms' is "));
+}
+
+TEST(PlatformYaml, PageableBandwidthIsOptionalAndAtMostThePinnedRate) {
+  EXPECT_EQ(parsed(kMinimal).host_link.pageable_bandwidth, 0) << "not given: pageable copies are refused";
+  const std::string link = "latency: 1 us}";
+  const auto pageable = [&](const std::string& rate) { return with(link, "latency: 1 us, pageable_bandwidth: " + rate + "}"); };
+  EXPECT_DOUBLE_EQ(parsed(pageable("6 GB/s")).host_link.pageable_bandwidth, 6e9);
+  EXPECT_THAT(error_of(pageable("30 GB/s")),
+              HasSubstr("'host_link.pageable_bandwidth' (30 GB/s) exceeds host_link.bandwidth; expected at most the pinned rate"));
+  EXPECT_THAT(error_of(pageable("0 GB/s")), HasSubstr("pageable_bandwidth"));
 }
 
 TEST(BuiltinPlatforms, StreamingMultiprocessorsAreTheWhitepapers) {

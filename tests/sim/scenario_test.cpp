@@ -12,6 +12,7 @@ namespace comptrain::sim {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::AllOf;
 
 std::string error_of(std::string_view yaml) {
   try {
@@ -233,6 +234,39 @@ strategy:
   EXPECT_EQ(rules[2].recompute()->budget_bytes, 2LL << 30);
   EXPECT_EQ(rules[3].recompute()->k, 4);
   EXPECT_EQ(rules[3].select.outputs_of, std::vector<traces::OpKind>{traces::OpKind::relu});
+}
+
+TEST(Scenario, ReadsHowOffloadCopiesRun) {
+  const Scenario s = parse_scenario(R"(model: {zoo: resnet18}
+strategy:
+  rules:
+    - offload: {stream: compute, host_memory: pageable}
+    - offload: {stream: copy, host_memory: pinned, lookahead: 2}
+)", "s.yaml", ".");
+  ASSERT_EQ(s.strategy.rules.size(), 2u);
+  EXPECT_EQ(s.strategy.rules[0].offload()->stream, models::OffloadAction::Stream::compute);
+  EXPECT_EQ(s.strategy.rules[0].offload()->host_memory, models::OffloadAction::HostMemory::pageable);
+  EXPECT_EQ(s.strategy.rules[1].offload()->stream, models::OffloadAction::Stream::copy);
+  EXPECT_EQ(s.strategy.rules[1].offload()->host_memory, models::OffloadAction::HostMemory::pinned);
+  // The defaults: dedicated copy streams and pinned memory, as vDNN runs.
+  const auto plain = parse_scenario("model: {zoo: resnet18}\nstrategy: offload\n", "s.yaml", ".").strategy;
+  EXPECT_EQ(plain.rules[0].offload()->stream, models::OffloadAction::Stream::copy);
+  EXPECT_EQ(plain.rules[0].offload()->host_memory, models::OffloadAction::HostMemory::pinned);
+
+  const std::string head = "model: {zoo: resnet18}\nstrategy:\n  rules:\n";
+  EXPECT_THAT(error_of(head + "    - offload: {stream: side}\n"), AllOf(HasSubstr("s.yaml:4:"), HasSubstr("unknown offload stream 'side'; expected copy or compute")));
+  EXPECT_THAT(error_of(head + "    - offload: {host_memory: locked}\n"), HasSubstr("unknown offload host_memory 'locked'; expected pinned or pageable"));
+  EXPECT_THAT(error_of(head + "    - offload: {stream: compute, lookahead: 2}\n"),
+              HasSubstr("'strategy.rules[0].offload.lookahead' applies to stream: copy only"));
+  EXPECT_THAT(error_of(head + "    - offload: {stream: compute, synchronous: true}\n"), HasSubstr("synchronous"));
+}
+
+TEST(Scenario, ReadsTheMemoryFormat) {
+  EXPECT_FALSE(parse_scenario("model: {zoo: resnet18}\n", "s.yaml", ".").channels_last);
+  EXPECT_TRUE(parse_scenario("model: {zoo: resnet18}\ntraining: {memory_format: channels_last}\n", "s.yaml", ".").channels_last);
+  EXPECT_FALSE(parse_scenario("model: {zoo: resnet18}\ntraining: {memory_format: contiguous_format}\n", "s.yaml", ".").channels_last);
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {memory_format: nhwc}\n"),
+              HasSubstr("unknown training.memory_format 'nhwc'; expected channels_last or contiguous_format"));
 }
 
 TEST(Scenario, StrategyErrorsNameTheField) {

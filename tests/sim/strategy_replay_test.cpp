@@ -9,6 +9,7 @@
 #include "comptrain/models/op_time.hpp"
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/sim/simulation.hpp"
+#include "comptrain/support/input_error.hpp"
 #include "comptrain/traces/summary.hpp"
 #include "comptrain/zoo/zoo.hpp"
 #include "../support/must_apply.hpp"
@@ -153,6 +154,63 @@ TEST(StrategyReplay, SynchronousOffloadBoundsMemoryOnASlowLink) {
   // a leaves at 0.6, before e exists: the peak is while b4 runs with the prefetched a
   // (x b c g gc + 1000), not the asynchronous run's 2031.
   EXPECT_EQ(r.peak_bytes, 1041);
+}
+
+TEST(StrategyReplay, OffloadOnTheComputeStreamAddsBothCopiesToTheIteration) {
+  models::StrategyRule rule;
+  models::OffloadAction o;
+  o.stream = models::OffloadAction::Stream::compute;
+  rule.action = o;
+  const SimulationResult r = run(chain(), hand_platform(1e4), only_big(rule));
+  ASSERT_TRUE(r.fits());
+  // save_on_cpu: a goes out on the compute stream right after f1 (0.1-0.2), so f2 runs
+  // 0.2-0.3, and comes back right before b2 (after b3: 0.9-1.0); b2 ends at 1.1, the
+  // baseline's 0.9 plus both copies, with nothing left to overlap.
+  EXPECT_NEAR(r.iteration_seconds, 0.9 + 0.2, kTol);
+  EXPECT_NEAR(r.seconds_by_task_kind[static_cast<std::size_t>(models::TaskKind::offload)], 0.1, kTol);
+  // a leaves after f2 (its last forward use); the peak is while l runs: x b c e g.
+  EXPECT_EQ(r.peak_bytes, 1031);
+  // The same copies on the copy streams hide behind f3 and l (OffloadLowersThePeakOnAFastLink).
+  models::StrategyRule on_copy_streams;
+  on_copy_streams.action = models::OffloadAction{2};
+  EXPECT_NEAR(run(chain(), hand_platform(1e4), only_big(on_copy_streams)).iteration_seconds, 0.9, kTol);
+}
+
+TEST(StrategyReplay, PageableCopiesRunAtThePageableRateAndHoldTheLaunchingThread) {
+  models::StrategyRule rule;
+  models::OffloadAction o;
+  o.host_memory = models::OffloadAction::HostMemory::pageable;
+  rule.action = o;
+  models::Platform platform = hand_platform(1e4);
+  platform.host_link.pageable_bandwidth = 5e3;  // 1000 B in 0.2 s
+  const SimulationResult r = run(chain(), platform, only_big(rule));
+  ASSERT_TRUE(r.fits());
+  // The copy out is issued after f2 and runs 0.2-0.4 at the pageable rate; the launching
+  // thread is blocked in it, so f3 is launched only at 0.4 (ends 0.6), f4 0.7, l 0.8. The copy
+  // back (lookahead 2: after l) runs 0.8-1.0 and blocks the thread again: b4 1.1, b3 1.2, b2 1.3.
+  EXPECT_NEAR(r.seconds_by_task_kind[static_cast<std::size_t>(models::TaskKind::offload)], 0.2, kTol);
+  EXPECT_NEAR(r.seconds_by_task_kind[static_cast<std::size_t>(models::TaskKind::prefetch)], 0.2, kTol);
+  EXPECT_NEAR(r.iteration_seconds, 1.3, kTol);
+  EXPECT_NEAR(r.host_wait_seconds, 0.4, kTol);
+  // Pinned memory at the link's rate: the copies overlap compute, as in the baseline's 0.9.
+  rule.action = models::OffloadAction{2};
+  EXPECT_NEAR(run(chain(), platform, only_big(rule)).iteration_seconds, 0.9, kTol);
+}
+
+TEST(StrategyReplay, PageableCopiesNeedThePlatformsPageableRate) {
+  models::StrategyRule rule;
+  models::OffloadAction o;
+  o.host_memory = models::OffloadAction::HostMemory::pageable;
+  rule.action = o;
+  const models::Platform platform = hand_platform(1e4);  // no pageable_bandwidth
+  const models::OpTimeModel model(platform);
+  try {
+    (void)models::build_schedule(chain(), model, only_big(rule));
+    FAIL() << "a pageable offload ran without a pageable rate";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), testing::HasSubstr("host_link.pageable_bandwidth"));
+    EXPECT_THAT(e.what(), testing::HasSubstr("platform 'hand'"));
+  }
 }
 
 TEST(StrategyReplay, CompressionKeepsBytesOverRatioBetweenCompressAndDecompress) {

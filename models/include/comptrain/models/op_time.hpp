@@ -8,6 +8,11 @@ namespace comptrain::models {
 
 struct OpTimeOptions {
   bool allow_tf32 = false;  // fp32 convolutions and matmuls on TF32 tensor cores
+  // Activations stored channels-last (NHWC, torch.channels_last) rather than PyTorch's default
+  // contiguous NCHW. cuDNN's tensor-core convolutions work in NHWC: on NCHW tensors each
+  // convolution that runs on tensor cores is wrapped in transpose kernels (models/README.md,
+  // "Memory format").
+  bool channels_last = false;
 };
 
 // Roofline: max(FLOPs / (peak · compute efficiency), bytes / (bandwidth · memory efficiency))
@@ -19,7 +24,10 @@ struct OpTimeOptions {
 // traffic"). For GEMM-like kinds (linear, matmul, conv, attention) on a platform that gives
 // gpu.sms, the compute efficiency is also multiplied by the share of SM-slots the op's output
 // tiles fill in their waves, its GEMM shape read from the tensors it writes (models/README.md,
-// "Wave quantization"); a small GEMM leaves most SMs idle.
+// "Wave quantization"); a small GEMM leaves most SMs idle. A convolution on tensor cores over
+// NCHW tensors (OpTimeOptions::channels_last false) adds the transposes cuDNN runs around it:
+// separate kernels that read and write every tensor the convolution reads and writes, at the
+// memory roofline, each with its own launch.
 class OpTimeModel {
  public:
   OpTimeModel(Platform platform, OpTimeOptions options = {});

@@ -95,6 +95,11 @@ struct LinkSpec {
   std::string name;                 // "PCIe 4.0 x16"
   double bandwidth = 0;             // bytes/s per direction
   double latency = 0;               // seconds
+  // host_link only: bytes/s per direction of a copy to or from pageable (malloc'ed) host memory,
+  // which the driver stages through its own pinned buffers, so the host's memcpy is in the
+  // path (CUDA Runtime API, "API synchronization behavior"). 0 when the platform does not give
+  // it; a strategy that copies to pageable memory then has no rate to use and is refused.
+  double pageable_bandwidth = 0;
 };
 
 // Fraction of peak reached by each op kind, for the roofline's compute and memory terms.

@@ -74,6 +74,13 @@ struct Task {
   // kernel launch); 0: issued at once. The replay's launcher actor issues tasks in `tasks` order.
   double host_seconds = 0;
   std::int64_t bytes = 0;                     // payload of copy tasks (offload, prefetch)
+  // Copy tasks: the host side is pageable memory, so the driver stages the copy through its
+  // pinned buffers and the host's memcpy (the platform's host_link.pageable_bandwidth) is in
+  // the path as well as the link.
+  bool pageable = false;
+  // The launching thread waits until this task has ended before it issues the next (a
+  // synchronous call: a copy to or from pageable host memory).
+  bool blocks_host = false;
   std::vector<BufferId> creates;              // allocated when the task starts
   std::vector<BufferId> uses;                 // held until the task ends (creates need not be repeated)
   std::vector<TaskId> after;                  // tasks of other streams that must end first

@@ -47,6 +47,22 @@ struct OffloadAction {
   // until the copy has ended, so the forward pass never runs ahead of its offloads. Otherwise
   // the copy starts after the last forward use and nothing waits for it.
   bool synchronous = false;
+  // Where the copies run. `copy`: dedicated copy streams (vDNN, PyTorch code that uses a side
+  // stream), overlapping compute. `compute`: the compute stream itself, as
+  // torch.autograd.graph.save_on_cpu issues them (`tensor.to("cpu")` in its pack hook and back
+  // to the device in its unpack hook, on the current stream): each copy out runs right after
+  // the tensor's last writer, each copy back right before its first backward use, and compute
+  // waits for both (a naive swap). `lookahead` and `synchronous` apply to `copy` only.
+  enum class Stream { copy, compute };
+  Stream stream = Stream::copy;
+  // Host memory the copies go to: `pinned` (page-locked: cudaMallocHost / pin_memory=True; DMA
+  // at the link's rate, asynchronous for the CPU), or `pageable` (plain malloc: save_on_cpu's
+  // default pin_memory=False). Pageable copies run at host_link.pageable_bandwidth and block
+  // the launching CPU thread until they end (CUDA Runtime API, "API synchronization behavior":
+  // a device-to-pageable copy returns once complete; a pageable-to-device copy once the source
+  // is staged, which for a copy larger than the staging buffers is nearly all of it).
+  enum class HostMemory { pinned, pageable };
+  HostMemory host_memory = HostMemory::pinned;
 };
 
 struct RecomputeAction {

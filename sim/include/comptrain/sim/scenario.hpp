@@ -61,6 +61,7 @@ struct Scenario {
   // batch, or 1 for a zoo model. The run layer (sim/run.hpp) builds or rescales the trace to it.
   std::optional<std::int64_t> batch_size;
   bool allow_tf32 = false;                 // fp32 convolutions and matmuls on TF32 tensor cores
+  bool channels_last = false;              // training.memory_format: channels_last (NHWC) or contiguous_format (NCHW)
   FrameworkSpec framework;
 
   std::optional<models::Platform> platform;  // required to simulate

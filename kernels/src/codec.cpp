@@ -172,8 +172,9 @@ COMPTRAIN_CPU_CLONES void szh_histogram_chunk(const LinearQuantizer& quantizer, 
                                               std::uint64_t* plain, std::uint64_t* lorenzo) {
   alignas(64) std::int32_t q[kChunkValues];
   alignas(64) std::uint32_t raw[kChunkValues];
+  alignas(64) std::uint16_t symbols[kChunkValues];
   szh_quantize_chunk(quantizer, x, values, q, raw);
-  ChunkLorenzo1D::histograms(q, raw, static_cast<std::uint32_t>(values), plain, lorenzo);
+  ChunkLorenzo1D::histograms(q, raw, static_cast<std::uint32_t>(values), symbols, plain, lorenzo);
 }
 COMPTRAIN_CPU_CLONES std::uint32_t szh_symbols_chunk(const LinearQuantizer& quantizer, const float* x, std::uint64_t values,
                                                      bool lorenzo, std::uint16_t* symbols, std::uint32_t* outliers) {

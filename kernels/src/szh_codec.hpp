@@ -68,23 +68,38 @@ inline std::uint64_t szh_coded_bytes(const HuffmanCode& code, const std::vector<
 }
 
 // Pass 2 of one chunk: writes it at out (room for szh_max_chunk_bytes); returns its size. The
-// exact bit count is known before writing, so the bitstream is only written when it fits.
+// coded form is kept when it is smaller than verbatim, i.e. when its bitstream stays below
+// `limit` bytes: the bulk of the symbols go, two at a time, through the branch-free writer while 8
+// bytes of room are left below the limit, the rest byte by byte; running into the limit means
+// verbatim.
 inline std::uint64_t szh_encode_chunk(const HuffmanCode& code, const float* x, const std::uint16_t* symbols, std::uint64_t values,
                                       const std::uint32_t* outliers, std::uint32_t outlier_count, std::uint8_t* out) {
-  std::uint64_t bits = 0;
-  for (std::uint64_t i = 0; i < values; ++i) bits += code.length(symbols[i]);
-  const std::uint64_t coded = 4 + 4 * std::uint64_t{outlier_count} + (bits + 7) / 8;
-  if (code.empty() || coded >= szh_max_chunk_bytes(values)) {
-    hd::store_u32(out, kSzhVerbatim);
-    std::memcpy(out + 4, x, 4 * values);
-    return szh_max_chunk_bytes(values);
+  const std::uint64_t room = szh_max_chunk_bytes(values);
+  const std::uint64_t head = 4 + 4 * std::uint64_t{outlier_count};
+  if (!code.empty() && head < room) {
+    const std::uint64_t limit = room - head;
+    const std::uint32_t* const enc = code.encoder_table();
+    HuffmanCode::Writer w{out + head};
+    std::uint64_t i = 0;
+    for (; i + 2 <= values && w.pos + 8 <= limit; i += 2) {
+      const std::uint32_t a = enc[symbols[i]], b = enc[symbols[i + 1]];
+      w.put_wide((std::uint64_t{a >> 5} << (b & 31u)) | (b >> 5), (a & 31u) + (b & 31u));
+    }
+    bool fits = true;
+    for (; i < values && fits; ++i) {
+      const std::uint32_t e = enc[symbols[i]];
+      fits = w.put_bounded(e >> 5, e & 31u, limit);
+    }
+    if (fits && w.pos + (w.bits > 0 ? 1u : 0u) < limit) {
+      const std::uint64_t bytes = w.finish();
+      hd::store_u32(out, outlier_count);
+      std::memcpy(out + 4, outliers, 4 * std::uint64_t{outlier_count});
+      return head + bytes;
+    }
   }
-  hd::store_u32(out, outlier_count);
-  std::memcpy(out + 4, outliers, 4 * std::uint64_t{outlier_count});
-  HuffmanCode::Writer w{out + 4 + 4 * std::uint64_t{outlier_count}};
-  for (std::uint64_t i = 0; i < values; ++i) w.put(code.code(symbols[i]), code.length(symbols[i]));
-  const std::uint64_t written = w.finish();
-  return 4 + 4 * std::uint64_t{outlier_count} + written;
+  hd::store_u32(out, kSzhVerbatim);
+  std::memcpy(out + 4, x, 4 * values);
+  return room;
 }
 
 // Decodes one chunk of `size` bytes, validating counts and the bitstream's extent; returns
@@ -135,8 +150,8 @@ inline std::uint64_t szh_encode(const LinearQuantizer& quantizer, const float* x
   threads = resolve_threads(threads, chunks);
   std::vector<std::vector<std::uint64_t>> histograms(2 * threads);  // per thread: plain, Lorenzo
   parallel_ranges(chunks, threads, [&](std::uint64_t c0, std::uint64_t c1, unsigned t) {
-    histograms[2 * t].assign(HuffmanCode::kAlphabet, 0);
-    histograms[2 * t + 1].assign(HuffmanCode::kAlphabet, 0);
+    histograms[2 * t].assign(std::size_t{HuffmanCode::kAlphabet} * ChunkLorenzo1D::kWays, 0);
+    histograms[2 * t + 1].assign(std::size_t{HuffmanCode::kAlphabet} * ChunkLorenzo1D::kWays, 0);
     for (std::uint64_t c = c0; c < c1; ++c) {
       szh_histogram_chunk(quantizer, x + c * kChunkValues, chunk_values(n, c), histograms[2 * t].data(), histograms[2 * t + 1].data());
     }
@@ -144,8 +159,10 @@ inline std::uint64_t szh_encode(const LinearQuantizer& quantizer, const float* x
   std::vector<std::uint64_t> plain(HuffmanCode::kAlphabet, 0), delta(HuffmanCode::kAlphabet, 0);
   for (unsigned t = 0; t < threads; ++t) {
     for (std::uint32_t s = 0; s < HuffmanCode::kAlphabet; ++s) {
-      plain[s] += histograms[2 * t][s];
-      delta[s] += histograms[2 * t + 1][s];
+      for (std::uint32_t w = 0; w < ChunkLorenzo1D::kWays; ++w) {
+        plain[s] += histograms[2 * t][s * ChunkLorenzo1D::kWays + w];
+        delta[s] += histograms[2 * t + 1][s * ChunkLorenzo1D::kWays + w];
+      }
     }
   }
   HuffmanCode plain_code = HuffmanCode::build(plain);

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <cstring>
 #include <tuple>
@@ -189,6 +190,59 @@ TEST(Huffman, LoadRejectsForgedTables) {
   EXPECT_FALSE(c.decode(r, s));
 }
 
+// The sequential definition of szh's symbols (the stage's form before it was split into a
+// vectorised pass and a correction after raw values): a raw value is an escape and does not move
+// the predictor; residuals outside the symbol range are wide escapes.
+std::uint32_t reference_forward(const float* x, const std::int32_t* q, const std::uint32_t* raw, std::uint32_t n, bool lorenzo,
+                                std::uint16_t* symbols, std::uint32_t* outliers) {
+  std::int32_t prev = 0;
+  std::uint32_t k = 0;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    if (raw[i]) {
+      symbols[i] = ChunkLorenzo1D::kRawSymbol;
+      outliers[k++] = hd::float_bits(x[i]);
+      continue;
+    }
+    const std::int32_t d = q[i] - prev;
+    if (lorenzo) prev = q[i];
+    symbols[i] = ChunkLorenzo1D::symbol(d);
+    if (symbols[i] == ChunkLorenzo1D::kWideSymbol) outliers[k++] = static_cast<std::uint32_t>(d);
+  }
+  return k;
+}
+
+TEST(Stages, ChunkLorenzoSymbolsMatchTheSequentialDefinition) {
+  std::mt19937 rng(9);
+  for (std::uint32_t n : {0u, 1u, 2u, 31u, 1000u, 8192u}) {
+    for (int pattern = 0; pattern < 4; ++pattern) {
+      std::vector<float> x(n);
+      std::vector<std::int32_t> q(n);
+      std::vector<std::uint32_t> raw(n);
+      for (std::uint32_t i = 0; i < n; ++i) {
+        x[i] = static_cast<float>(i) + 0.5f;
+        // pattern 0: small codes, no escapes; 1: wide residuals; 2: raw runs (at 0, at the end,
+        // consecutive); 3: both
+        const bool wide = (pattern & 1) && rng() % 5 == 0;
+        q[i] = wide ? static_cast<std::int32_t>(rng() % (1u << 22)) - (1 << 21) : static_cast<std::int32_t>(rng() % 41) - 20;
+        raw[i] = (pattern & 2) && (i == 0 || i + 1 == n || rng() % 7 == 0 || (i > 3 && raw[i - 1] && rng() % 2 == 0)) ? 1u : 0u;
+        if (raw[i]) q[i] = 0;
+      }
+      for (bool lorenzo : {false, true}) {
+        std::vector<std::uint16_t> expect_sym(n), sym(n, 0xFFFF);
+        std::vector<std::uint32_t> expect_out(n), out(n, 0xDEADBEEF);
+        const std::uint32_t ek = reference_forward(x.data(), q.data(), raw.data(), n, lorenzo, expect_sym.data(), expect_out.data());
+        const std::uint32_t k = ChunkLorenzo1D::forward(x.data(), q.data(), raw.data(), n, lorenzo, sym.data(), out.data());
+        ASSERT_EQ(sym, expect_sym) << "n " << n << " pattern " << pattern << " lorenzo " << lorenzo;
+        ASSERT_EQ(k, ek);
+        ASSERT_TRUE(std::equal(out.begin(), out.begin() + k, expect_out.begin()));
+        if (ek != 0) {
+          EXPECT_TRUE(ChunkLorenzo1D::symbols(q.data(), raw.data(), n, lorenzo, sym.data()));
+        }
+      }
+    }
+  }
+}
+
 // szh's prediction stage: the decoder's running sum inverts the encoder's residuals, escapes
 // included, and a raw value does not disturb the chain.
 TEST(Stages, ChunkLorenzoInverseMatchesForward) {
@@ -206,8 +260,17 @@ TEST(Stages, ChunkLorenzoInverseMatchesForward) {
   }
   for (bool lorenzo : {false, true}) {
     const std::uint32_t k = ChunkLorenzo1D::forward(x.data(), q.data(), raw.data(), 1000, lorenzo, symbols.data(), outliers.data());
+    constexpr std::uint32_t kWays = ChunkLorenzo1D::kWays;
+    std::vector<std::uint64_t> spread_plain(ChunkLorenzo1D::kSymbols * kWays, 0), spread_delta(ChunkLorenzo1D::kSymbols * kWays, 0);
+    std::vector<std::uint16_t> scratch(1000);
+    ChunkLorenzo1D::histograms(q.data(), raw.data(), 1000, scratch.data(), spread_plain.data(), spread_delta.data());
     std::vector<std::uint64_t> plain(ChunkLorenzo1D::kSymbols, 0), delta(ChunkLorenzo1D::kSymbols, 0), mine(ChunkLorenzo1D::kSymbols, 0);
-    ChunkLorenzo1D::histograms(q.data(), raw.data(), 1000, plain.data(), delta.data());
+    for (std::uint32_t s = 0; s < ChunkLorenzo1D::kSymbols; ++s) {
+      for (std::uint32_t w = 0; w < kWays; ++w) {
+        plain[s] += spread_plain[s * kWays + w];
+        delta[s] += spread_delta[s * kWays + w];
+      }
+    }
     for (auto s : symbols) ++mine[s];
     EXPECT_EQ(mine, lorenzo ? delta : plain);  // pass 1 counts exactly what pass 2 codes
     std::uint32_t prev = 0, used = 0;

@@ -29,6 +29,7 @@ class HuffmanCode {
  public:
   static constexpr std::uint32_t kAlphabet = 65536;
   static constexpr std::uint32_t kMaxLength = 24;  // codes fit a 32-bit flush with room to spare
+  static_assert(7 + 2 * kMaxLength < 64, "Writer::put_wide joins two codes in a 64-bit accumulator");
   static constexpr std::uint32_t kLutBits = 12;    // 16 KiB decode table, in L1 (14 bits measured slower)
 
   // From a histogram of kAlphabet counts. No symbol present -> the empty code.
@@ -100,33 +101,47 @@ class HuffmanCode {
   std::uint32_t code(std::uint16_t s) const { return enc_[s] >> 5; }
   bool has(std::uint16_t s) const { return enc_[s] != 0; }
 
-  // MSB-first writer into a buffer the caller sized (kMaxLength bits per symbol + 8 bytes).
+  // The encoder table itself, for loops that must not reload it through the class on every
+  // symbol (byte stores may alias it as far as the compiler knows): code << 5 | length.
+  const std::uint32_t* encoder_table() const { return enc_.data(); }
+
+  // MSB-first writer. put() is branch-free: it stores the 8 bytes at the current byte position
+  // every time (the pending bits, left-aligned, zero below) and advances by the whole bytes
+  // completed, so the buffer needs 8 bytes of room at out + pos before every put() - the caller
+  // checks room() or sizes the buffer (kMaxLength bits per symbol + 8 bytes). put_bounded()
+  // stores byte by byte and never writes at or past `limit`: for the end of a tight buffer.
   struct Writer {
     std::uint8_t* out;
-    std::uint64_t pos = 0;
-    std::uint64_t acc = 0;
-    std::uint32_t bits = 0;  // pending bits in the low end of acc (< 32 between calls)
-
-    void put(std::uint32_t code, std::uint32_t length) {
-      acc = (acc << length) | code;
+    std::uint64_t pos = 0;   // whole bytes written
+    std::uint64_t acc = 0;   // pending bits, left-aligned
+    std::uint32_t bits = 0;  // pending bits (< 8 between calls)
+    void put(std::uint32_t code, std::uint32_t length) { put_wide(code, length); }
+    // Up to 56 bits at once (two codes of at most kMaxLength bits joined: the serial dependency of
+    // the accumulator is then paid once per pair).
+    void put_wide(std::uint64_t code, std::uint32_t length) {
+      bits += length;  // <= 7 + 2 kMaxLength < 64
+      acc |= code << (64 - bits);
+      const std::uint64_t be = __builtin_bswap64(acc);
+      std::memcpy(out + pos, &be, 8);
+      pos += bits >> 3;
+      acc <<= bits & ~7u;
+      bits &= 7u;
+    }
+    // False (and nothing written at or past limit) when the code does not fit below limit.
+    bool put_bounded(std::uint32_t code, std::uint32_t length, std::uint64_t limit) {
       bits += length;
-      if (bits >= 32) {
-        bits -= 32;
-        const auto w = static_cast<std::uint32_t>(acc >> bits);
-        out[pos] = static_cast<std::uint8_t>(w >> 24);
-        out[pos + 1] = static_cast<std::uint8_t>(w >> 16);
-        out[pos + 2] = static_cast<std::uint8_t>(w >> 8);
-        out[pos + 3] = static_cast<std::uint8_t>(w);
-        pos += 4;
+      acc |= std::uint64_t{code} << (64 - bits);
+      for (; bits >= 8; bits -= 8) {
+        if (pos >= limit) return false;
+        out[pos++] = static_cast<std::uint8_t>(acc >> 56);
+        acc <<= 8;
       }
+      return true;
     }
     // Flushes (zero-padding the last byte); returns the bytes written.
     std::uint64_t finish() {
-      while (bits >= 8) {
-        bits -= 8;
-        out[pos++] = static_cast<std::uint8_t>(acc >> bits);
-      }
-      if (bits > 0) out[pos++] = static_cast<std::uint8_t>(acc << (8 - bits));
+      if (bits > 0) out[pos++] = static_cast<std::uint8_t>(acc >> 56);
+      acc = 0;
       bits = 0;
       return pos;
     }

@@ -435,40 +435,86 @@ struct ChunkLorenzo1D {
     return d > -kRadius + 1 && d < kRadius ? static_cast<std::uint16_t>(d + kRadius) : kWideSymbol;
   }
 
-  // q and raw as LinearQuantizer::quantize_block leaves them for n values starting at x.
-  // Writes n symbols and the outliers; returns the number of outliers.
-  COMPTRAIN_HD static std::uint32_t forward(const float* x, const std::int32_t* q, const std::uint32_t* raw, std::uint32_t n,
-                                            bool lorenzo, std::uint16_t* symbols, std::uint32_t* outliers) {
+  // Symbols of n values for one predictor choice (q and raw as LinearQuantizer::quantize_block
+  // leaves them: raw values carry code 0); returns false when no symbol is an escape, i.e. when
+  // outliers() has nothing to collect (true may be a false alarm: cheap to compute in the loop). The main loop predicts every value from the code just
+  // before it and is branch-free, so the host compiler vectorises it; a raw value, however, must
+  // not move the predictor, so in Lorenzo mode the values that follow a raw one are redone by a
+  // sequential pass, only in the (rare) chunks that hold raw values. Same symbols as the plain
+  // sequential definition (tested against it).
+  // (`sym` must not overlap q or raw: __restrict__ spares the vectorised loop a run-time overlap
+  // check, with which GCC 12 kept the scalar loop; so does a compile-time predictor choice.)
+  COMPTRAIN_HD static bool symbols(const std::int32_t* q, const std::uint32_t* raw, std::uint32_t n, bool lorenzo,
+                                   std::uint16_t* __restrict__ sym) {
+    return lorenzo ? symbols_of<true>(q, raw, n, sym) : symbols_of<false>(q, raw, n, sym);
+  }
+  template <bool Lorenzo>
+  COMPTRAIN_HD static bool symbols_of(const std::int32_t* q, const std::uint32_t* raw, std::uint32_t n, std::uint16_t* __restrict__ sym) {
+    if (n == 0) return false;
+    std::uint32_t any_raw = raw[0], any_wide = 0;
+    sym[0] = raw[0] ? kRawSymbol : symbol(q[0]);
+    any_wide |= static_cast<std::uint32_t>(sym[0] == kWideSymbol);
+    for (std::uint32_t i = 1; i < n; ++i) {
+      const std::int32_t d = Lorenzo ? q[i] - q[i - 1] : q[i];  // |q| < 2^22: no overflow
+      sym[i] = raw[i] ? kRawSymbol : symbol(d);
+      any_raw |= raw[i];
+      any_wide |= static_cast<std::uint32_t>(d <= -kRadius + 1) | static_cast<std::uint32_t>(d >= kRadius);  // 32-bit lanes
+    }
+    if (any_raw == 0) return any_wide != 0;
+    if (Lorenzo) {
+      std::int32_t prev = 0;
+      for (std::uint32_t i = 0; i < n; ++i) {
+        if (raw[i]) continue;
+        if (i > 0 && raw[i - 1]) sym[i] = symbol(q[i] - prev);
+        prev = q[i];
+      }
+    }
+    return true;
+  }
+
+  // The outlier list of symbols() output: raw values' float bits and wide residuals, in order.
+  // Returns their number.
+  COMPTRAIN_HD static std::uint32_t outliers(const float* x, const std::int32_t* q, const std::uint16_t* sym, std::uint32_t n,
+                                             bool lorenzo, std::uint32_t* out) {
     std::int32_t prev = 0;
     std::uint32_t k = 0;
     for (std::uint32_t i = 0; i < n; ++i) {
-      if (raw[i]) {
-        symbols[i] = kRawSymbol;
-        outliers[k++] = hd::float_bits(x[i]);
+      if (sym[i] == kRawSymbol) {
+        out[k++] = hd::float_bits(x[i]);
         continue;
       }
-      const std::int32_t d = q[i] - prev;  // |q| < 2^22: no overflow
-      if (lorenzo) prev = q[i];
-      symbols[i] = symbol(d);
-      if (symbols[i] == kWideSymbol) outliers[k++] = static_cast<std::uint32_t>(d);
+      if (sym[i] == kWideSymbol) out[k++] = static_cast<std::uint32_t>(q[i] - (lorenzo ? prev : 0));
+      prev = q[i];
     }
     return k;
   }
 
-  // Histograms of the symbols of both choices (no prediction, Lorenzo), without the outliers.
-  COMPTRAIN_HD static void histograms(const std::int32_t* q, const std::uint32_t* raw, std::uint32_t n, std::uint64_t* plain,
-                                      std::uint64_t* lorenzo) {
-    std::int32_t prev = 0;
-    for (std::uint32_t i = 0; i < n; ++i) {
-      if (raw[i]) {
-        ++plain[kRawSymbol];
-        ++lorenzo[kRawSymbol];
-        continue;
-      }
-      ++plain[symbol(q[i])];
-      ++lorenzo[symbol(q[i] - prev)];
-      prev = q[i];
+  // Pass 2: writes n symbols and the outliers; returns the number of outliers.
+  COMPTRAIN_HD static std::uint32_t forward(const float* x, const std::int32_t* q, const std::uint32_t* raw, std::uint32_t n,
+                                            bool lorenzo, std::uint16_t* sym, std::uint32_t* outlier_list) {
+    return symbols(q, raw, n, lorenzo, sym) ? outliers(x, q, sym, n, lorenzo, outlier_list) : 0u;
+  }
+
+  // Pass 1: adds the symbol counts of both choices (no prediction, Lorenzo), escapes included, to
+  // the histograms; `scratch` holds n symbols. The counts of symbol s are spread over kWays
+  // counters, s * kWays + i % kWays for value i (their sum is the count): runs of one symbol (the
+  // zeros of post-ReLU data) then increment different words instead of each increment waiting for
+  // the previous one through memory (measured: the single-counter loop ran at the store-to-load
+  // forwarding latency and took most of pass 1).
+  static constexpr std::uint32_t kWays = 4;
+  COMPTRAIN_HD static void histograms(const std::int32_t* q, const std::uint32_t* raw, std::uint32_t n, std::uint16_t* scratch,
+                                      std::uint64_t* plain, std::uint64_t* lorenzo) {
+    symbols(q, raw, n, false, scratch);
+    count(scratch, n, plain);
+    symbols(q, raw, n, true, scratch);
+    count(scratch, n, lorenzo);
+  }
+  COMPTRAIN_HD static void count(const std::uint16_t* sym, std::uint32_t n, std::uint64_t* h) {
+    std::uint32_t i = 0;
+    for (; i + kWays <= n; i += kWays) {
+      for (std::uint32_t w = 0; w < kWays; ++w) ++h[std::uint32_t{sym[i + w]} * kWays + w];
     }
+    for (; i < n; ++i) ++h[std::uint32_t{sym[i]} * kWays + i % kWays];
   }
 
   // Decoder, one value at a time (the Huffman decoder produces symbols sequentially). `prev` is

@@ -81,5 +81,52 @@ TEST(Run, OneRunInAChildEqualsTheSameRunInPlace) {
   EXPECT_EQ(report_json(completed.view(prepared)), report(prepared, prepared.scenario().strategy, 2, again, true));
 }
 
+// Eager PyTorch launches every kernel from one CPU thread (the launcher actor). The model's own
+// prediction of where a run turns CPU-bound: the batch below which the launcher's CPU time
+// exceeds the compute stream's GPU time. Below it the replayed iteration must follow the CPU
+// (the GPU waits for launches), above it the GPU (the launcher runs ahead).
+TEST(Run, TheIterationIsCpuBoundBelowTheBatchWhereGpuWorkOvertakesTheLaunches) {
+  // A small GPT on an A100 whose host launches 4x slower than the shipped assumption (a slow
+  // host CPU, or Python-heavy model code): small batches must come out CPU-bound.
+  Scenario s = scenario("model: {zoo: gpt, layers: 2, hidden: 256, heads: 4, seq_len: 64, vocab: 512}\nplatform: a100-40gb\n");
+  models::OpDispatch& dispatch = s.platform->host.dispatch;
+  ASSERT_GT(dispatch.forward, 0) << "a100-40gb must give host.dispatch";
+  dispatch.forward *= 4;
+  dispatch.backward *= 4;
+  dispatch.optimizer *= 4;
+  const PreparedScenario prepared(std::move(s));
+  int cpu_bound = 0;
+  int gpu_bound = 0;
+  std::int64_t predicted = 0;  // the first batch whose GPU time reaches its CPU time
+  for (std::int64_t batch = 1; batch <= 256; batch *= 2) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    const auto scheduled = std::get<ScheduledRun>(schedule_run(prepared, prepared.scenario().strategy, batch));
+    double cpu = 0;
+    double gpu = 0;
+    for (const models::Task& task : scheduled.schedule.tasks) {
+      cpu += task.host_seconds;
+      if (task.stream == models::Stream::compute) gpu += task.seconds;
+    }
+    if (predicted == 0 && gpu >= cpu) predicted = batch;
+    const SimulationResult r = replay(prepared, scheduled, Isolation::child_process);
+    // Neither the CPU nor the GPU can finish early.
+    EXPECT_GE(r.iteration_seconds, std::max(cpu, gpu) * (1 - 1e-9));
+    if (batch < predicted || predicted == 0) {
+      // Below the predicted batch the launches set the pace: the iteration is the CPU's time
+      // plus the last kernels it launched, and the GPU spends much of it waiting.
+      ++cpu_bound;
+      EXPECT_LT(r.iteration_seconds, cpu * 1.25);
+      EXPECT_GT(r.host_wait_seconds, 0.25 * r.iteration_seconds) << "the GPU waits for launches";
+    } else if (gpu > 2 * cpu) {
+      ++gpu_bound;
+      EXPECT_LT(r.iteration_seconds, gpu * 1.05) << "GPU-bound: launches run ahead";
+      EXPECT_LT(r.host_wait_seconds, 0.1 * r.iteration_seconds);
+    }
+  }
+  EXPECT_GT(predicted, 1) << "CPU-bound at batch 1";
+  EXPECT_GT(cpu_bound, 0);
+  EXPECT_GT(gpu_bound, 0);
+}
+
 }  // namespace
 }  // namespace comptrain::sim

@@ -42,9 +42,9 @@ TEST(Trace, DerivesProducersConsumersAndTheGraph) {
   EXPECT_THAT(t.tensor(2).consumers, ::testing::ElementsAre(1, 2));
   EXPECT_FALSE(t.tensor(0).producer);
   EXPECT_EQ(boost::num_vertices(t.graph()), 4u);
-  EXPECT_TRUE(boost::edge(0, 1, t.graph()).second);
-  EXPECT_TRUE(boost::edge(2, 3, t.graph()).second);
-  EXPECT_FALSE(boost::edge(3, 0, t.graph()).second);
+  EXPECT_TRUE(boost::edge(OpIndex{0}, OpIndex{1}, t.graph()).second);
+  EXPECT_TRUE(boost::edge(OpIndex{2}, OpIndex{3}, t.graph()).second);
+  EXPECT_FALSE(boost::edge(OpIndex{3}, OpIndex{0}, t.graph()).second);
 }
 
 TEST(Trace, RejectsDuplicateIds) {
@@ -155,7 +155,7 @@ TEST(Trace, InPlaceWriteWaitsForEarlierReadersOfTheStorage) {
   h.op("read_y", {y}, {z});
   h.op("inplace", {x}, {y2});  // overwrites y: must not run before read_y
   const Trace t = h.build();
-  EXPECT_TRUE(boost::edge(1, 2, t.graph()).second);
+  EXPECT_TRUE(boost::edge(OpIndex{1}, OpIndex{2}, t.graph()).second);
   std::vector<OpIndex> bad{0, 2, 1};
   EXPECT_THROW(check_execution_order(t, bad), TraceError);
 }

@@ -65,15 +65,80 @@ void check_value_features(const std::vector<Tensor>& tensors) {
 }
 
 // A cost is never negative and must be representable at the trace's batch size.
-void check_quantity(const BatchLinear& q, std::int64_t batch_size, const std::string& path) {
+// `path` is called only on an error (building the path string for every op is measurable).
+template <typename Path>
+void check_quantity(const BatchLinear& q, std::int64_t batch_size, const Path& path) {
   if (q.fixed < 0 || q.per_sample < 0) {
-    throw TraceError(path, "fixed " + std::to_string(q.fixed) + " and per_sample " + std::to_string(q.per_sample) +
+    throw TraceError(path(), "fixed " + std::to_string(q.fixed) + " and per_sample " + std::to_string(q.per_sample) +
                                " must both be >= 0");
   }
   std::int64_t scaled = 0;
   if (__builtin_mul_overflow(q.per_sample, batch_size, &scaled) || __builtin_add_overflow(scaled, q.fixed, &scaled)) {
-    throw TraceError(path, "fixed + per_sample * batch_size overflows 64 bits at batch size " + std::to_string(batch_size));
+    throw TraceError(path(), "fixed + per_sample * batch_size overflows 64 bits at batch size " + std::to_string(batch_size));
   }
+}
+
+// The op DAG's edges, in one pass over the ops for the data and control edges and one for the
+// in-place orderings (edge insertion order is kept per source op, which keeps the cycle and
+// order messages stable).
+//
+// In place (FORMAT.md): an op W that writes a view of a storage runs after every op that,
+// earlier in the recorded order, read or wrote a member of that storage. Adding an edge from
+// each of those ops is quadratic when one storage has many writers (a gradient accumulated in
+// place across all layers). Per storage, only the *frontier* is kept: the last op that wrote a
+// view of it and the ops that read it or wrote its base since. W gets an edge from each
+// frontier op and then becomes the frontier alone. Every earlier reader or writer of the
+// storage is either in the frontier or precedes the last view write, which by the same
+// argument (by induction over the view writes) already waits for it; so the transitive closure,
+// hence the set of valid execution orders, is that of the edge-per-pair rule, with at most one
+// edge per (op, storage) it touches.
+OpGraph build_dependency_graph(const std::vector<Op>& ops, const std::vector<Tensor>& tensors,
+                               const std::vector<TensorIndex>& storage) {
+  std::vector<std::pair<std::size_t, std::size_t>> edges;
+  std::vector<DependencyEdge> labels;
+  const auto add = [&](std::size_t from, std::size_t to, std::optional<TensorIndex> tensor) {
+    edges.emplace_back(from, to);
+    labels.push_back(DependencyEdge{tensor});
+  };
+  for (std::size_t o = 0; o < ops.size(); ++o) {
+    for (TensorIndex in : ops[o].inputs) {
+      if (auto p = tensors[in].producer) add(*p, o, in);
+    }
+    for (OpIndex before : ops[o].after) add(before, o, std::nullopt);
+  }
+
+  // Only a storage with a view can be written in place.
+  std::vector<bool> has_views(tensors.size(), false);
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (storage[i] != i) has_views[storage[i]] = true;
+  }
+  struct Touch {
+    OpIndex op;
+    TensorIndex via;  // the member of the storage the op read or wrote
+  };
+  std::vector<std::vector<Touch>> frontier(tensors.size());
+  const auto touch = [&](std::size_t root, OpIndex o, TensorIndex via) {
+    auto& f = frontier[root];
+    if (f.empty() || f.back().op != o) f.push_back({o, via});  // an op's touches are contiguous
+  };
+  for (std::size_t o = 0; o < ops.size(); ++o) {
+    for (TensorIndex out : ops[o].outputs) {
+      const TensorIndex root = storage[out];
+      if (!has_views[root]) continue;
+      if (out != root) {
+        for (const Touch& t : frontier[root]) {
+          if (t.op != o) add(t.op, o, t.via);
+        }
+        frontier[root].clear();
+      }
+      touch(root, o, out);
+    }
+    for (TensorIndex in : ops[o].inputs) {
+      const TensorIndex root = storage[in];
+      if (has_views[root]) touch(root, o, in);
+    }
+  }
+  return OpGraph(boost::edges_are_unsorted_multi_pass, edges.begin(), edges.end(), labels.begin(), ops.size());
 }
 
 }  // namespace
@@ -98,59 +163,86 @@ Trace::Trace(std::string name, std::int64_t batch_size, std::vector<Tensor> tens
 
   // Ids are unique (they are how files refer to elements).
   {
-    std::map<std::uint64_t, std::size_t> seen;
-    for (std::size_t i = 0; i < n_tensors; ++i) {
-      auto [it, fresh] = seen.emplace(tensors_[i].id, i);
-      if (!fresh) {
-        throw TraceError(tensor_path(i) + "/id", "id " + std::to_string(tensors_[i].id) + " is already used by " +
-                                                     tensor_path(it->second) + "; expected unique tensor ids");
+    const auto check_unique = [](std::size_t count, const auto& id_of, const auto& path_of, const char* what) {
+      // Ids below `count` (all of them when dense, as the zoo and the writer make them) are
+      // checked in a table; larger ones in a map.
+      std::vector<std::size_t> first(count, count);
+      std::map<std::uint64_t, std::size_t> sparse;
+      for (std::size_t i = 0; i < count; ++i) {
+        const std::uint64_t id = id_of(i);
+        std::size_t earlier = count;
+        if (id < count) {
+          if (first[id] == count) {
+            first[id] = i;
+          } else {
+            earlier = first[id];
+          }
+        } else if (auto [it, fresh] = sparse.emplace(id, i); !fresh) {
+          earlier = it->second;
+        }
+        if (earlier != count) {
+          throw TraceError(path_of(i) + "/id", "id " + std::to_string(id) + " is already used by " + path_of(earlier) +
+                                                   "; expected unique " + what + " ids");
+        }
       }
-    }
-    seen.clear();
-    for (std::size_t i = 0; i < n_ops; ++i) {
-      auto [it, fresh] = seen.emplace(ops_[i].id, i);
-      if (!fresh) {
-        throw TraceError(op_path(i) + "/id", "id " + std::to_string(ops_[i].id) + " is already used by " +
-                                                 op_path(it->second) + "; expected unique op ids");
-      }
-    }
+    };
+    check_unique(n_tensors, [&](std::size_t i) { return tensors_[i].id; }, tensor_path, "tensor");
+    check_unique(n_ops, [&](std::size_t i) { return ops_[i].id; }, op_path, "op");
   }
 
   check_tensor_shapes(tensors_, batch_size_);
   check_value_features(tensors_);
 
-  // Views: resolve each tensor to the tensor that owns its storage.
+  // Views: resolve each tensor to the tensor that owns its storage. A chain of views is walked
+  // once and resolved for all its members together, so long in-place chains stay linear.
   storage_.resize(n_tensors);
-  for (std::size_t i = 0; i < n_tensors; ++i) {
-    std::size_t current = i;
-    std::size_t hops = 0;
-    while (tensors_[current].view_of) {
-      const std::size_t base = *tensors_[current].view_of;
-      if (base >= n_tensors) {
-        throw TraceError(tensor_path(current) + "/view_of", "refers to tensor index " + std::to_string(base) +
-                                                                " but the trace has " + std::to_string(n_tensors) + " tensors");
+  {
+    enum class Resolved : std::uint8_t { no, on_path, yes };
+    std::vector<Resolved> state(n_tensors, Resolved::no);
+    std::vector<std::size_t> path;
+    for (std::size_t i = 0; i < n_tensors; ++i) {
+      path.clear();
+      std::size_t current = i;
+      while (state[current] == Resolved::no && tensors_[current].view_of) {
+        state[current] = Resolved::on_path;
+        path.push_back(current);
+        const std::size_t base = *tensors_[current].view_of;
+        if (base >= n_tensors) {
+          throw TraceError(tensor_path(current) + "/view_of", "refers to tensor index " + std::to_string(base) +
+                                                                  " but the trace has " + std::to_string(n_tensors) + " tensors");
+        }
+        if (state[base] == Resolved::on_path) {
+          throw TraceError(tensor_path(i) + "/view_of", "views form a cycle; expected a chain ending at a tensor that owns its storage");
+        }
+        current = base;
       }
-      if (++hops > n_tensors) {
-        throw TraceError(tensor_path(i) + "/view_of", "views form a cycle; expected a chain ending at a tensor that owns its storage");
+      const std::size_t root = state[current] == Resolved::yes ? storage_[current] : current;
+      storage_[current] = root;
+      state[current] = Resolved::yes;
+      for (std::size_t member : path) {
+        storage_[member] = root;
+        state[member] = Resolved::yes;
       }
-      current = base;
-    }
-    storage_[i] = current;
-    const Tensor& t = tensors_[i];
-    const Tensor& base = tensors_[current];
-    if (t.role != base.role) {
-      throw TraceError(tensor_path(i) + "/role", describe(t) + " has role " + std::string(to_string(t.role)) +
-                                                     " but it is a view of " + describe(base) + " with role " +
-                                                     std::string(to_string(base.role)) + "; a storage has one role");
-    }
-    if (t.bytes() > base.bytes()) {
-      throw TraceError(tensor_path(i) + "/view_of", describe(t) + " (" + std::to_string(t.bytes()) +
-                                                        " bytes) is larger than the storage it views, " + describe(base) + " (" +
-                                                        std::to_string(base.bytes()) + " bytes)");
+
+      const Tensor& t = tensors_[i];
+      const Tensor& base = tensors_[root];
+      if (t.role != base.role) {
+        throw TraceError(tensor_path(i) + "/role", describe(t) + " has role " + std::string(to_string(t.role)) +
+                                                       " but it is a view of " + describe(base) + " with role " +
+                                                       std::string(to_string(base.role)) + "; a storage has one role");
+      }
+      if (t.bytes() > base.bytes()) {
+        throw TraceError(tensor_path(i) + "/view_of", describe(t) + " (" + std::to_string(t.bytes()) +
+                                                          " bytes) is larger than the storage it views, " + describe(base) + " (" +
+                                                          std::to_string(base.bytes()) + " bytes)");
+      }
     }
   }
 
   // Ops: references in range, one writer per tensor; derive producers and consumers.
+  // read_by[t] == o: op o lists t among its inputs (checked against its outputs in linear time;
+  // a foreach optimizer op has inputs and outputs for every parameter).
+  std::vector<std::size_t> read_by(n_tensors, n_ops);
   for (std::size_t o = 0; o < n_ops; ++o) {
     Op& op = ops_[o];
     for (std::size_t k = 0; k < op.inputs.size(); ++k) {
@@ -160,6 +252,7 @@ Trace::Trace(std::string name, std::int64_t batch_size, std::vector<Tensor> tens
       }
       auto& consumers = tensors_[op.inputs[k]].consumers;
       if (consumers.empty() || consumers.back() != o) consumers.push_back(o);
+      read_by[op.inputs[k]] = o;
     }
     for (std::size_t k = 0; k < op.outputs.size(); ++k) {
       const TensorIndex t = op.outputs[k];
@@ -178,15 +271,13 @@ Trace::Trace(std::string name, std::int64_t batch_size, std::vector<Tensor> tens
                          describe(out) + " has role " + std::string(to_string(out.role)) +
                              ", which exists before the iteration and cannot be an op's output; an op that updates it in place lists it as an input");
       }
-      for (TensorIndex in : op.inputs) {
-        if (in == t) {
-          throw TraceError(op_path(o) + "/outputs/" + std::to_string(k), describe(out) + " is both an input and an output of " + describe(op));
-        }
+      if (read_by[t] == o) {
+        throw TraceError(op_path(o) + "/outputs/" + std::to_string(k), describe(out) + " is both an input and an output of " + describe(op));
       }
       out.producer = o;
     }
     for (auto [field, quantity] : {std::pair{"flops", &op.flops}, {"bytes_read", &op.bytes_read}, {"bytes_written", &op.bytes_written}}) {
-      check_quantity(*quantity, batch_size_, op_path(o) + "/" + field);
+      check_quantity(*quantity, batch_size_, [&, field = field] { return op_path(o) + "/" + field; });
     }
     if (op.measured) {
       // %g: std::to_string would print 1e300 with 301 digits.
@@ -216,36 +307,7 @@ Trace::Trace(std::string name, std::int64_t batch_size, std::vector<Tensor> tens
     }
   }
 
-  // Dependency edges. Data: producer -> consumer. Control: `after`. In-place writes: every
-  // op that reads a storage before an op writes a view of it (in the recorded order) must
-  // finish before that write (write-after-read), and the writer waits for the base's producer.
-  for (std::size_t o = 0; o < n_ops; ++o) {
-    const Op& op = ops_[o];
-    for (TensorIndex in : op.inputs) {
-      if (auto p = tensors_[in].producer) boost::add_edge(*p, o, DependencyEdge{in}, graph_);
-    }
-    for (OpIndex before : op.after) boost::add_edge(before, o, DependencyEdge{}, graph_);
-  }
-  {
-    std::vector<std::vector<TensorIndex>> members(n_tensors);
-    for (std::size_t i = 0; i < n_tensors; ++i) members[storage_[i]].push_back(i);
-    for (std::size_t root = 0; root < n_tensors; ++root) {
-      if (members[root].size() < 2) continue;
-      for (TensorIndex view : members[root]) {
-        const auto writer = tensors_[view].producer;
-        if (view == root || !writer) continue;
-        for (TensorIndex member : members[root]) {
-          if (member == view) continue;
-          if (auto p = tensors_[member].producer; p && *p < *writer) {
-            boost::add_edge(*p, *writer, DependencyEdge{member}, graph_);
-          }
-          for (OpIndex reader : tensors_[member].consumers) {
-            if (reader < *writer) boost::add_edge(reader, *writer, DependencyEdge{member}, graph_);
-          }
-        }
-      }
-    }
-  }
+  graph_ = build_dependency_graph(ops_, tensors_, storage_);
 
   // A cycle makes the iteration impossible; report it as a path of ops.
   {

@@ -8,7 +8,7 @@
 //    never rounds and b -> b' -> b gives back the original bit for bit.
 
 #include <array>
-#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/compressed_sparse_row_graph.hpp>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -141,13 +141,16 @@ class TraceError : public InputError {
   std::string location_;
 };
 
-// The op DAG: vertex i is op i; an edge u -> v means v must wait for u (it reads a tensor u
-// writes, or names u in `after`).
+// The op DAG: vertex i is op i; an edge u -> v means v must wait for u: v reads a tensor u
+// writes (data), names u in `after` (control), or writes a view of a storage that u read or
+// wrote earlier in the recorded order (in place; traces/FORMAT.md, "Views and in-place ops").
+// Only the in-place edges that the others do not already imply are stored, so the edge count
+// is linear in the ops' inputs and outputs. Compressed sparse row: two arrays, no allocation
+// per edge; out-edges only (nothing needs in-edges).
 struct DependencyEdge {
-  std::optional<TensorIndex> tensor;  // empty for a control dependency
+  std::optional<TensorIndex> tensor;  // the tensor through which v depends on u; empty for `after`
 };
-using OpGraph = boost::adjacency_list<boost::vecS, boost::vecS, boost::bidirectionalS,
-                                      boost::no_property, DependencyEdge>;
+using OpGraph = boost::compressed_sparse_row_graph<boost::directedS, boost::no_property, DependencyEdge>;
 
 class Trace {
  public:

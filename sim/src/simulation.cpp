@@ -36,7 +36,8 @@ class Replay {
         framework_(framework),
         tracker_(schedule),
         done_(schedule.tasks.size(), false),
-        launched_(schedule.tasks.size(), false),
+        launch_(schedule.tasks.size(), 0.0),
+        gate_(schedule.tasks.size(), kNoGate),
         allocated_once_(schedule.buffers.size(), false),
         remaining_users_(schedule.buffers.size(), 0),
         task_buffers_(schedule.tasks.size()) {
@@ -50,6 +51,23 @@ class Replay {
       buffers.erase(std::unique(buffers.begin(), buffers.end()), buffers.end());
       for (BufferId b : buffers) ++remaining_users_[b];
       stream_tasks_[static_cast<std::size_t>(task.stream)].push_back(t);
+    }
+    // Eager PyTorch issues every kernel from one CPU thread, which spends each task's
+    // host_seconds, in `tasks` order, before the task may start on its stream, and waits in a
+    // task marked blocks_host until it has ended. That thread never waits for anything else, so
+    // its launch times are known in advance up to the first blocking task, and after each one
+    // from its end (finish_task): no actor needs to replay it. A stream that gets ahead of the
+    // thread sleeps until the launch (run_stream).
+    double clock = 0;
+    TaskId gate = kNoGate;
+    for (TaskId t = 0; t < schedule.tasks.size(); ++t) {
+      if (gate == kNoGate) {
+        clock += schedule.tasks[t].host_seconds;
+        launch_[t] = clock;
+      } else {
+        gate_[t] = gate;
+      }
+      if (schedule.tasks[t].blocks_host) gate = t;
     }
   }
 
@@ -71,17 +89,10 @@ class Replay {
 
     mutex_ = sg4::Mutex::create();
     task_done_ = sg4::ConditionVariable::create();
-    // Eager PyTorch issues every kernel from one CPU thread: a launcher actor on the host
-    // spends each task's host_seconds, in `tasks` order, before the task may start on its
-    // stream. Without any host time every task is launched at once.
-    const bool launcher =
-        std::any_of(schedule_.tasks.begin(), schedule_.tasks.end(), [](const models::Task& t) { return t.host_seconds > 0 || t.blocks_host; });
-    if (!launcher) std::fill(launched_.begin(), launched_.end(), true);
     for (std::size_t s = 0; s < models::kStreamCount; ++s) {
       if (stream_tasks_[s].empty()) continue;
       sg4::Actor::create(std::string(models::to_string(static_cast<Stream>(s))), gpu_, [this, s] { run_stream(s); });
     }
-    if (launcher) sg4::Actor::create("launcher", host_, [this] { run_launcher(); });
     engine.run();
     return finish();
   }
@@ -133,24 +144,20 @@ class Replay {
     }
   }
 
-  void run_launcher() {
-    for (TaskId t = 0; t < schedule_.tasks.size(); ++t) {
-      const double cpu = schedule_.tasks[t].host_seconds;
-      if (cpu > 0) sg4::this_actor::sleep_for(cpu);
-      launched_[t] = true;
-      if (waiters_ > 0) task_done_->notify_all();
-      // A synchronous call (a copy to or from pageable memory) returns only once the task is done.
-      if (schedule_.tasks[t].blocks_host) wait_for({t});
-    }
-    result_.host_seconds = sg4::Engine::get_clock();
+  // Until the launching thread has issued task `t` (the constructor's comment).
+  void wait_for_launch(TaskId t) {
+    if (gate_[t] != kNoGate) wait_for({gate_[t]});
+    if (launch_[t] > sg4::Engine::get_clock()) sg4::this_actor::sleep_until(launch_[t]);
   }
 
-  void wait_for_launch(TaskId t) {
-    if (launched_[t]) return;
-    std::unique_lock<sg4::Mutex> lock(*mutex_);
-    ++waiters_;
-    while (!launched_[t]) task_done_->wait(lock);
-    --waiters_;
+  // A blocking task has ended at `time`: the launching thread goes on from there, up to and
+  // including the next blocking task.
+  void resume_launches_after(TaskId blocking, double time) {
+    double clock = time;
+    for (TaskId t = blocking + 1; t < schedule_.tasks.size() && gate_[t] == blocking; ++t) {
+      clock += schedule_.tasks[t].host_seconds;
+      launch_[t] = clock;
+    }
   }
 
   void wait_for(const std::vector<TaskId>& dependencies) {
@@ -194,6 +201,7 @@ class Replay {
   }
 
   void finish_task(TaskId t, double time) {
+    if (schedule_.tasks[t].blocks_host) resume_launches_after(t, time);
     for (BufferId b : task_buffers_[t]) {
       const models::Buffer& buffer = schedule_.buffers[b];
       if (--remaining_users_[b] == 0 && !buffer.resident && !buffer.held_to_end && tracker_.is_live(b)) {
@@ -230,6 +238,12 @@ class Replay {
 
   SimulationResult finish() {
     check_completed();
+    // The launching thread is done once it has issued the last task (and, if that call
+    // blocks, once the task has ended).
+    if (!schedule_.tasks.empty()) {
+      const TaskId last = schedule_.tasks.size() - 1;
+      result_.host_seconds = schedule_.tasks[last].blocks_host ? result_.tasks[last].end : launch_[last];
+    }
     for (TaskId t = 0; t < schedule_.tasks.size(); ++t) {
       const TaskTiming& timing = result_.tasks[t];
       result_.iteration_seconds = std::max(result_.iteration_seconds, timing.end);
@@ -318,8 +332,10 @@ class Replay {
   const models::Schedule& schedule_;
   FrameworkOnGpu framework_;
   MemoryTracker tracker_;
+  static constexpr TaskId kNoGate = static_cast<TaskId>(-1);
   std::vector<bool> done_;
-  std::vector<bool> launched_;
+  std::vector<double> launch_;  // when the launching thread issues each task (known once its gate has ended)
+  std::vector<TaskId> gate_;    // the blocking task whose end a task's launch waits for, or kNoGate
   std::vector<bool> allocated_once_;
   std::vector<std::size_t> remaining_users_;
   std::vector<std::vector<BufferId>> task_buffers_;  // creates ∪ uses, each once
@@ -461,12 +477,17 @@ SimulationResult deserialize(const std::string& bytes) {
   return r;
 }
 
+// The replay of a schedule already validated.
+SimulationResult replay_validated(const models::Platform& platform, const models::Schedule& schedule, const FrameworkOnGpu& framework) {
+  Replay replay(platform, schedule, framework);
+  return replay.run();
+}
+
 }  // namespace
 
 SimulationResult simulate_in_this_process(const models::Platform& platform, const models::Schedule& schedule, const FrameworkOnGpu& framework) {
   schedule.validate();
-  Replay replay(platform, schedule, framework);
-  return replay.run();
+  return replay_validated(platform, schedule, framework);
 }
 
 SimulationResult simulate(const models::Platform& platform, const models::Schedule& schedule) {
@@ -474,8 +495,8 @@ SimulationResult simulate(const models::Platform& platform, const models::Schedu
 }
 
 SimulationResult simulate(const models::Platform& platform, const models::Schedule& schedule, const FrameworkOnGpu& framework) {
-  schedule.validate();  // fail in the caller, with its stack, rather than in the child
-  ChildProcess child([&] { return serialize(simulate_in_this_process(platform, schedule, framework)); });
+  schedule.validate();  // fail in the caller, with its stack, rather than in the child, and only once
+  ChildProcess child([&] { return serialize(replay_validated(platform, schedule, framework)); });
   JobOutcome outcome = child.wait();
   if (outcome.status == JobOutcome::Status::result) {
     // SimGrid's warnings, if any, reach the user as the child wrote them.

@@ -81,7 +81,7 @@ TEST(Run, OneRunInAChildEqualsTheSameRunInPlace) {
   EXPECT_EQ(report_json(completed.view(prepared)), report(prepared, prepared.scenario().strategy, 2, again, true));
 }
 
-// Eager PyTorch launches every kernel from one CPU thread (the launcher actor). The model's own
+// Eager PyTorch launches every kernel from one CPU thread (the launching thread). The model's own
 // prediction of where a run turns CPU-bound: the batch below which the launcher's CPU time
 // exceeds the compute stream's GPU time. Below it the replayed iteration must follow the CPU
 // (the GPU waits for launches), above it the GPU (the launcher runs ahead).

@@ -71,7 +71,7 @@ struct Task {
   std::optional<traces::TensorIndex> tensor;  // the activation storage a copy or codec task moves
   double seconds = 0;                         // duration of exec tasks (op, recompute, codec)
   // CPU time the launching thread spends issuing the task (eager PyTorch's per-op dispatch and
-  // kernel launch); 0: issued at once. The replay's launcher actor issues tasks in `tasks` order.
+  // kernel launch); 0: issued at once. The replay's launching thread issues tasks in `tasks` order.
   double host_seconds = 0;
   std::int64_t bytes = 0;                     // payload of copy tasks (offload, prefetch)
   // Copy tasks: the host side is pageable memory, so the driver stages the copy through its

@@ -32,9 +32,15 @@ class HuffmanCode {
   static_assert(7 + 2 * kMaxLength < 64, "Writer::put_wide joins two codes in a 64-bit accumulator");
   static constexpr std::uint32_t kLutBits = 12;    // 16 KiB decode table, in L1 (14 bits measured slower)
 
+  // (symbol, code length) of every symbol present, by symbol: the serialised state.
+  using Lengths = std::vector<std::pair<std::uint16_t, std::uint8_t>>;
+
   // From a histogram of kAlphabet counts. No symbol present -> the empty code.
-  static HuffmanCode build(std::span<const std::uint64_t> histogram) {
-    std::vector<std::pair<std::uint16_t, std::uint8_t>> entries;
+  static HuffmanCode build(std::span<const std::uint64_t> histogram) { return from_lengths(lengths(histogram)); }
+
+  // The code lengths build() assigns codes to, without building the tables (to compare codes).
+  static Lengths lengths(std::span<const std::uint64_t> histogram) {
+    Lengths entries;
     std::vector<std::uint64_t> freq;
     std::vector<std::uint16_t> present;
     for (std::uint32_t s = 0; s < kAlphabet && s < histogram.size(); ++s) {
@@ -54,8 +60,11 @@ class HuffmanCode {
         for (auto& f : freq) f = (f + 1) / 2;  // flattens the distribution; converges to a balanced tree
       }
     }
+    return entries;
+  }
+  static HuffmanCode from_lengths(Lengths entries) {
     HuffmanCode c;
-    c.assign(std::move(entries));
+    c.assign(std::move(entries), true);
     return c;
   }
 
@@ -91,12 +100,12 @@ class HuffmanCode {
       kraft += std::uint64_t{1} << (kMaxLength - length);
     }
     if (kraft > (std::uint64_t{1} << kMaxLength)) return "code lengths violate the Kraft inequality";
-    code.assign(std::move(entries));
+    code.assign(std::move(entries), false);
     used = 4 + 3 * std::uint64_t{m};
     return nullptr;
   }
 
-  // Encoder table lookups (symbol must be present).
+  // Encoder table lookups (symbol must be present; built codes only, not loaded ones).
   std::uint32_t length(std::uint16_t s) const { return enc_[s] & 31u; }
   std::uint32_t code(std::uint16_t s) const { return enc_[s] >> 5; }
   bool has(std::uint16_t s) const { return enc_[s] != 0; }
@@ -230,10 +239,12 @@ class HuffmanCode {
     return len;
   }
 
-  // Canonical assignment from (symbol, length) pairs sorted by symbol with Kraft sum <= 1.
-  void assign(std::vector<std::pair<std::uint16_t, std::uint8_t>> entries) {
+  // Canonical assignment from (symbol, length) pairs sorted by symbol with Kraft sum <= 1. The
+  // 256 KiB encoder table only for codes that encode (a decoder does not need it, and allocating
+  // it per stream cost page faults on every call).
+  void assign(Lengths entries, bool encoder) {
     entries_ = std::move(entries);
-    enc_.assign(kAlphabet, 0);
+    enc_.assign(encoder ? kAlphabet : 0, 0);
     lut_.assign(std::size_t{1} << kLutBits, 0);
     std::fill(std::begin(count_), std::end(count_), 0u);
     for (const auto& e : entries_) ++count_[e.second];
@@ -251,7 +262,7 @@ class HuffmanCode {
       const std::uint32_t slot = next[len]++;
       sorted_[slot] = symbol;
       const std::uint32_t c = first_[len] + (slot - offset_[len]);
-      enc_[symbol] = (c << 5) | len;
+      if (encoder) enc_[symbol] = (c << 5) | len;
       if (len <= kLutBits) {
         const std::uint32_t lo = c << (kLutBits - len), span = 1u << (kLutBits - len);
         for (std::uint32_t j = 0; j < span; ++j) lut_[lo + j] = (std::uint32_t{symbol} << 8) | len;

@@ -109,6 +109,9 @@ class ScenarioReader {
       request.mlm_predictions = optional_positive(model, "mlm_predictions", "model");
       // Up to PyTorch 1.10 softmax and log_softmax saved their input too (sim/framework.hpp).
       request.softmax_saves_input = scenario.framework.pytorch && *scenario.framework.pytorch <= PytorchVersion{1, 10};
+      // Up to PyTorch 1.13 autograd summed a tensor's gradients into a new tensor, from 2.0 in
+      // place into the first (zoo::ModelSpec::accumulate_gradients_in_place).
+      request.accumulate_gradients_in_place = !(scenario.framework.pytorch && *scenario.framework.pytorch < PytorchVersion{2, 0});
       if (training) {
         scenario.batch_size = optional_positive(training, "batch_size", "training");
         if (const YAML::Node p = training["precision"]) {

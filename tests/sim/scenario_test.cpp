@@ -141,6 +141,7 @@ TEST(Scenario, ReadsPrecisionOptimizerAndAttention) {
   EXPECT_EQ(s.zoo_model->optimizer_impl, zoo::OptimizerImpl::fused);
   EXPECT_EQ(s.zoo_model->attention, zoo::Attention::eager);
   EXPECT_FALSE(s.zoo_model->softmax_saves_input);
+  EXPECT_TRUE(s.zoo_model->accumulate_gradients_in_place);
   const Scenario cls = parse_scenario("model: {zoo: bert-large, head: sequence-classification}\n", "s.yaml", ".");
   EXPECT_EQ(cls.zoo_model->head, zoo::BertHead::sequence_classification);
   EXPECT_THAT(error_of("model: {zoo: bert-large, head: qa}\n"), HasSubstr("expected one of: pretraining, sequence-classification, question-answering"));
@@ -178,6 +179,7 @@ TEST(Scenario, ReadsTheFrameworkSection) {
   ASSERT_TRUE(old.framework.pytorch);
   EXPECT_EQ(*old.framework.pytorch, (PytorchVersion{1, 10}));  // read as written, not as the number 1.1
   EXPECT_TRUE(old.zoo_model->softmax_saves_input);  // up to 1.10 (pytorch/pytorch#64000)
+  EXPECT_FALSE(old.zoo_model->accumulate_gradients_in_place);  // up to 1.13 (pytorch/pytorch#90217)
   const FrameworkOnGpu f110 = resolve_framework(old.framework, old.platform->gpu, old.source);
   EXPECT_EQ(f110.zero_grad, ZeroGrad::zeros);         // set_to_none became the default in 2.0
   EXPECT_EQ(f110.cublas_workspace_bytes, 0);          // no workspace through the allocator before 1.13
@@ -186,10 +188,12 @@ TEST(Scenario, ReadsTheFrameworkSection) {
   EXPECT_EQ(f113.zero_grad, ZeroGrad::zeros);
   EXPECT_EQ(f113.cublas_workspace_bytes, 8 * (std::int64_t{1} << 20) + 128 * 1024);
   EXPECT_FALSE(v113.zoo_model->softmax_saves_input);
+  EXPECT_FALSE(v113.zoo_model->accumulate_gradients_in_place);
   const Scenario now = parse_scenario("model: {zoo: resnet18}\nframework: {pytorch: 2.1, zero_grad: zeros}\nplatform: v100-16gb\n", "s.yaml", ".");
   EXPECT_EQ(resolve_framework(now.framework, now.platform->gpu, now.source).zero_grad, ZeroGrad::zeros);  // given wins
   const Scenario current = parse_scenario("model: {zoo: resnet18}\nframework: {pytorch: 2.1}\nplatform: v100-16gb\n", "s.yaml", ".");
   EXPECT_EQ(resolve_framework(current.framework, current.platform->gpu, current.source).zero_grad, ZeroGrad::set_to_none);
+  EXPECT_TRUE(current.zoo_model->accumulate_gradients_in_place);
 
   EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {zero_grad: none}\n"), HasSubstr("s.yaml:2:24: 'framework.zero_grad' is 'none'"));
   EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {pytorch: 10.1.2}\n"), HasSubstr("expected a release as major.minor"));

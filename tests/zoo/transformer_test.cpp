@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 #include <utility>
 #include <vector>
 #include <string>
 
 #include "comptrain/support/input_error.hpp"
+#include "comptrain/traces/liveness.hpp"
 #include "comptrain/zoo/zoo.hpp"
 #include "zoo_test_support.hpp"
 
@@ -207,7 +209,7 @@ TEST(Transformer, LayerCountsTheMachineCannotBuildAreRefusedFirst) {
     (void)build_model(request);
     FAIL() << "expected an InputError";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("layers: 1000000 is above the zoo's limit of 1024 (about 48000000 ops"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("layers: 1000000 is above the zoo's limit of 8192 (about 48000000 ops"), std::string::npos) << e.what();
   }
   request.layers = std::int64_t{1} << 40;
   EXPECT_THROW((void)build_model(request), InputError);
@@ -453,6 +455,80 @@ TEST(Transformer, SoftmaxSavesTheFp32CopyUnderAutocast) {
   const Trace resnet_after = build_model(Request("resnet18").batch_size(batch).softmax_saves_input(true));
   EXPECT_EQ(total_saved(resnet_after) - total_saved(resnet_before), 1000 * 4 * batch);
   EXPECT_EQ(resnet_after.metadata().at("softmax_saves_input"), "true");
+}
+
+// ---- Gradient accumulation (autograd's InputBuffer) -------------------------------------------
+
+// Where a tensor feeds two ops, autograd sums its gradients in InputBuffer::accumulate
+// (torch/csrc/autograd/input_buffer.cpp): from PyTorch 2.0 in place into the first one, up to
+// 1.13 into a new tensor. A GPT has 2 sums per layer (each block's input and its attention
+// sum feed a LayerNorm and the residual add) and one for the tied wte.
+TEST(Transformer, GradientSumsAreInPlaceFromPytorch2AndNewTensorsBefore) {
+  constexpr std::int64_t layers = 3;
+  const auto build = [&](bool in_place) {
+    return build_model(Request("gpt").batch_size(2).layers(layers).hidden(64).heads(2).seq_len(16).vocab(100)
+                           .accumulate_gradients_in_place(in_place));
+  };
+  const Trace in_place = build(true);
+  const Trace new_tensors = build(false);
+  // The same ops in the same order, with the same costs: only where the sums live differs.
+  ASSERT_EQ(in_place.ops().size(), new_tensors.ops().size());
+  for (std::size_t o = 0; o < in_place.ops().size(); ++o) {
+    EXPECT_EQ(in_place.op(o).name, new_tensors.op(o).name);
+    EXPECT_EQ(in_place.op(o).flops, new_tensors.op(o).flops);
+    EXPECT_EQ(in_place.op(o).bytes_written, new_tensors.op(o).bytes_written);
+  }
+  const auto residual_sum_storages = [](const Trace& t) {
+    std::set<traces::TensorIndex> storages;
+    std::size_t sums = 0;
+    for (traces::TensorIndex i = 0; i < t.tensors().size(); ++i) {
+      const std::string& name = t.tensor(i).name;
+      if (name.find(".grad.sum") == std::string::npos || name.rfind("transformer.wte.", 0) == 0) continue;
+      ++sums;
+      storages.insert(t.storage_of(i));
+    }
+    return std::pair{sums, storages.size()};
+  };
+  // In place, the residual stream's gradient is one storage from ln_f down to the embeddings.
+  EXPECT_EQ(residual_sum_storages(in_place), std::pair(std::size_t{2 * layers}, std::size_t{1}));
+  EXPECT_EQ(residual_sum_storages(new_tensors), std::pair(std::size_t{2 * layers}, std::size_t{2 * layers}));
+  // The tied embedding's .grad: the LM head's gradient, with the embedding's added into it; or
+  // the sum, the LM head's gradient being a temporary.
+  EXPECT_EQ(tensor_named(in_place, "transformer.wte.weight.grad").role, TensorRole::gradient);
+  EXPECT_TRUE(tensor_named(in_place, "transformer.wte.weight.grad.sum1").is_view());
+  EXPECT_EQ(tensor_named(new_tensors, "transformer.wte.weight.grad").role, TensorRole::temporary);
+  EXPECT_EQ(tensor_named(new_tensors, "transformer.wte.weight.grad.sum1").role, TensorRole::gradient);
+  EXPECT_FALSE(tensor_named(new_tensors, "transformer.wte.weight.grad.sum1").is_view());
+  EXPECT_FALSE(in_place.metadata().contains("accumulate_gradients_in_place"));  // default traces unchanged
+  EXPECT_EQ(new_tensors.metadata().at("accumulate_gradients_in_place"), "false");
+}
+
+// What it costs, by hand: while an out-of-place sum runs, its two parts and the new sum are
+// live, one tensor more than in place -- [b, s, h] fp32 for the residual stream, [V, h] fp32 for
+// wte -- and at every other step the live bytes are the same.
+TEST(Transformer, AnOutOfPlaceGradientSumHoldsOneMoreTensorWhileItRuns) {
+  constexpr std::int64_t b = 2, s = 16, h = 64, vocab = 100, fp32 = 4;
+  const auto build = [&](bool in_place) {
+    return build_model(Request("gpt").batch_size(b).layers(2).hidden(h).heads(2).seq_len(s).vocab(vocab)
+                           .accumulate_gradients_in_place(in_place));
+  };
+  const Trace in_place = build(true);
+  const Trace new_tensors = build(false);
+  const auto a = traces::compute_liveness(in_place, in_place.recorded_order());
+  const auto n = traces::compute_liveness(new_tensors, new_tensors.recorded_order());
+  int residual_sums = 0;
+  for (std::size_t step = 0; step < in_place.ops().size(); ++step) {
+    const std::string& name = in_place.op(step).name;
+    std::int64_t expected = 0;
+    if (name == "transformer.wte.weight.grad.accumulate1") {
+      expected = vocab * h * fp32;
+    } else if (name.find(".grad.accumulate") != std::string::npos) {
+      expected = b * s * h * fp32;
+      ++residual_sums;
+    }
+    EXPECT_EQ(traces::total(n.live_by_step[step]) - traces::total(a.live_by_step[step]), expected) << name;
+  }
+  EXPECT_EQ(residual_sums, 4);
 }
 
 // ---- BERT heads ------------------------------------------------------------------------------

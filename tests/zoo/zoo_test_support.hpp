@@ -44,6 +44,7 @@ class Request {
   Request& mlm(MlmPositions value) { request_.mlm = value; return *this; }
   Request& mlm_predictions(std::int64_t value) { request_.mlm_predictions = value; return *this; }
   Request& softmax_saves_input(bool value) { request_.softmax_saves_input = value; return *this; }
+  Request& accumulate_gradients_in_place(bool value) { request_.accumulate_gradients_in_place = value; return *this; }
   operator const ModelRequest&() const { return request_; }  // NOLINT: implicit by design
 
  private:

@@ -104,13 +104,15 @@ std::int64_t window_output(std::int64_t in, std::int64_t kernel, std::int64_t st
 }  // namespace
 
 NetworkBuilder::NetworkBuilder(std::string model, std::int64_t batch_size, Precision precision,
-                               Optimizer optimizer, OptimizerImpl optimizer_impl, bool softmax_saves_input)
+                               Optimizer optimizer, OptimizerImpl optimizer_impl, bool softmax_saves_input,
+                               bool accumulate_gradients_in_place)
     : model_(std::move(model)),
       batch_size_(batch_size),
       precision_(precision),
       optimizer_(optimizer),
       optimizer_impl_(optimizer_impl),
-      softmax_saves_input_(softmax_saves_input) {
+      softmax_saves_input_(softmax_saves_input),
+      accumulate_gradients_in_place_(accumulate_gradients_in_place) {
   if (batch_size_ < 1) throw std::logic_error("NetworkBuilder: batch size must be >= 1");
 }
 
@@ -1092,7 +1094,8 @@ void NetworkBuilder::emit_backward(const BackwardRecipe& recipe) {
       record.sample_shape = target.sample_shape;
       record.batch_dim = target.batch_dim;
       // A weight's first gradient becomes its .grad (kept to the optimizer step); further
-      // partial gradients (a tied weight) are temporaries added into it.
+      // partial gradients (a tied weight) are temporaries added into it (add_gradient, which
+      // hands the role on to a new sum when gradients are not accumulated in place).
       record.role = target.role == TensorRole::weight && !target.grad ? TensorRole::gradient
                                                                       : TensorRole::temporary;
       grad = add_tensor(std::move(record));
@@ -1111,10 +1114,32 @@ void NetworkBuilder::add_gradient(std::size_t target, std::size_t grad, std::siz
     tensors_[target].grad = grad;
     return;
   }
-  // Autograd's InputBuffer adds a further gradient into the first one in place.
+  // Autograd's InputBuffer sums the gradients reaching one tensor as they arrive, in the
+  // engine's order, which the reverse walk over the forward ops reproduces
+  // (torch/csrc/autograd/input_buffer.cpp, accumulate(); ModelSpec::accumulate_gradients_in_place).
   const std::string base = tensors_[target].name + ".grad";
-  const std::size_t sum = new_view(base + ".sum" + std::to_string(partial), *previous,
-                                   tensors_[target].sample_shape, tensors_[target].batch_dim);
+  const std::string sum_name = base + ".sum" + std::to_string(partial);
+  std::size_t sum = 0;
+  if (accumulate_gradients_in_place_) {
+    // PyTorch >= 2.0: `buffer[pos] = old_var.add_(var)` -- the first gradient's storage
+    // holds the sum (for a weight, that storage becomes its .grad).
+    sum = new_view(sum_name, *previous, tensors_[target].sample_shape, tensors_[target].batch_dim);
+  } else {
+    // PyTorch <= 1.13: `buffer[pos] = old_var + var` -- a new tensor; the buffer drops both
+    // parts, so each is freed after this op unless something else reads it later. A weight's
+    // .grad is then the last sum, and the earlier partial sums are temporaries.
+    TensorRecord record;
+    record.name = sum_name;
+    record.dtype = tensors_[*previous].dtype;
+    record.sample_shape = tensors_[target].sample_shape;
+    record.batch_dim = tensors_[target].batch_dim;
+    record.role = TensorRole::temporary;
+    if (tensors_[storage(*previous)].role == TensorRole::gradient) {
+      record.role = TensorRole::gradient;
+      tensors_[storage(*previous)].role = TensorRole::temporary;
+    }
+    sum = add_tensor(std::move(record));
+  }
   emit({base + ".accumulate" + std::to_string(partial), ops_[producer_op].phase, OpKind::elementwise,
         {*previous, grad}, {sum}, {}, {}, elements(sum)});
   tensors_[target].grad = sum;
@@ -1271,34 +1296,17 @@ void NetworkBuilder::assign_storage_roles() {
   }
 }
 
-traces::Trace NetworkBuilder::build_trace(std::map<std::string, std::string> metadata) const {
-  std::vector<traces::Tensor> tensors;
-  tensors.reserve(tensors_.size());
-  for (std::size_t i = 0; i < tensors_.size(); ++i) {
-    const TensorRecord& record = tensors_[i];
-    traces::Tensor tensor;
-    tensor.id = i;
-    tensor.name = record.name;
-    tensor.dtype = record.dtype;
-    tensor.shape = record.sample_shape;
-    if (record.batch_dim) tensor.shape.at(*record.batch_dim) *= batch_size_;
-    tensor.role = record.role;
-    tensor.batch_dim = record.batch_dim;
-    tensor.view_of = record.view_of;
-    tensors.push_back(std::move(tensor));
-  }
-
+traces::Trace NetworkBuilder::build_trace(std::map<std::string, std::string> metadata) {
+  // The records are not used after this: names, shapes and index lists are moved, not copied.
+  // The ops come first, as their byte counts read the tensor records.
   std::vector<traces::Op> ops;
   ops.reserve(ops_.size());
   for (std::size_t i = 0; i < ops_.size(); ++i) {
-    const OpRecord& record = ops_[i];
+    OpRecord& record = ops_[i];
     traces::Op op;
     op.id = i;
-    op.name = record.name;
     op.phase = record.phase;
     op.kind = record.kind;
-    op.inputs = record.inputs;
-    op.outputs = record.outputs;
     op.flops = record.flops;
     // Bytes moved: the op's input and output tensors, except that views move no data and
     // in-place updates write the tensors they update.
@@ -1311,7 +1319,26 @@ traces::Trace NetworkBuilder::build_trace(std::map<std::string, std::string> met
       }
       for (const std::size_t updated : record.updated) op.bytes_written += bytes(updated);
     }
+    op.name = std::move(record.name);
+    op.inputs = std::move(record.inputs);
+    op.outputs = std::move(record.outputs);
     ops.push_back(std::move(op));
+  }
+
+  std::vector<traces::Tensor> tensors;
+  tensors.reserve(tensors_.size());
+  for (std::size_t i = 0; i < tensors_.size(); ++i) {
+    TensorRecord& record = tensors_[i];
+    traces::Tensor tensor;
+    tensor.id = i;
+    tensor.name = std::move(record.name);
+    tensor.dtype = record.dtype;
+    tensor.shape = std::move(record.sample_shape);
+    if (record.batch_dim) tensor.shape.at(*record.batch_dim) *= batch_size_;
+    tensor.role = record.role;
+    tensor.batch_dim = record.batch_dim;
+    tensor.view_of = record.view_of;
+    tensors.push_back(std::move(tensor));
   }
 
   metadata["source"] = "zoo";

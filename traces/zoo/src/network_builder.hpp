@@ -35,9 +35,12 @@ struct Value {
 class NetworkBuilder {
  public:
   // `softmax_saves_input`: softmax and log_softmax save their input too (PyTorch <= 1.10;
-  // ModelSpec::softmax_saves_input).
+  // ModelSpec::softmax_saves_input). `accumulate_gradients_in_place`: a tensor's further
+  // gradients are added into its first one (PyTorch >= 2.0), else summed into a new tensor
+  // each (ModelSpec::accumulate_gradients_in_place).
   NetworkBuilder(std::string model, std::int64_t batch_size, Precision precision,
-                 Optimizer optimizer, OptimizerImpl optimizer_impl, bool softmax_saves_input);
+                 Optimizer optimizer, OptimizerImpl optimizer_impl, bool softmax_saves_input,
+                 bool accumulate_gradients_in_place = true);
 
   // The model's dtype: that of its parameters and floating buffers, of the images it is fed
   // and of every activation outside autocast (fp16 in `mixed` and `fp16`, bf16 in `bf16`,
@@ -246,7 +249,7 @@ class NetworkBuilder {
   void emit_optimizer_steps();
   traces::DType state_dtype() const;
   void assign_storage_roles();
-  traces::Trace build_trace(std::map<std::string, std::string> metadata) const;
+  traces::Trace build_trace(std::map<std::string, std::string> metadata);  // last: moves the records
 
   std::string model_;
   std::int64_t batch_size_;
@@ -254,6 +257,7 @@ class NetworkBuilder {
   Optimizer optimizer_;
   OptimizerImpl optimizer_impl_;
   bool softmax_saves_input_;
+  bool accumulate_gradients_in_place_;
   std::map<std::size_t, std::size_t> weight_copies_;  // autocast's cache: weight -> 16-bit copy
   std::vector<TensorRecord> tensors_;
   std::vector<OpRecord> ops_;

@@ -84,15 +84,16 @@ TransformerShape resolve_shape(const Entry& entry, const ModelRequest& request) 
   take(request.heads, shape.heads, "heads");
   take(request.seq_len, shape.seq_len, "seq_len");
   take(request.vocab, shape.vocab, "vocab");
-  // Refused before building rather than after exhausting memory: a GPT iteration has about 48
-  // ops and 97 tensors per layer, and building its trace today takes memory that grows with the
-  // square of the layer count (measured: 82 MB at 100 layers, 4.3 GB and 10 s at 1100 layers on
-  // the 2-core development VM). 1024 layers is ten times GPT-3's 96.
-  constexpr std::int64_t kMaxLayers = 1024;
+  // Refused before building rather than after exhausting memory: a GPT iteration has 48 ops and
+  // 109 tensors per layer, and the trace, its schedule and replay take memory linear in the ops
+  // (traces/bench/trace_bench.cpp; README, "Performance"): `simulate` on an 8192-layer GPT,
+  // about 393,000 ops, peaked at 993 MiB on the 2-core development VM. 8192 layers is 85 times
+  // GPT-3's 96.
+  constexpr std::int64_t kMaxLayers = 8192;
   if (shape.layers > kMaxLayers) {
     throw InputError("layers: " + std::to_string(shape.layers) + " is above the zoo's limit of " + std::to_string(kMaxLayers) +
                      " (about " + std::to_string(48 * std::min<std::int64_t>(shape.layers, std::int64_t{1} << 40)) +
-                     " ops; building a trace takes memory growing with the square of the layers: about 4.3 GB at 1100)");
+                     " ops; a simulation takes about 2.5 KiB of memory per op)");
   }
   if (shape.hidden % shape.heads != 0) {
     throw InputError("heads: " + std::to_string(shape.heads) + " heads do not divide hidden size " +
@@ -281,12 +282,13 @@ traces::Trace build_model(const ModelRequest& request) {
   const bool transformer = entry.family != Family::cnn;
   // Convolutional nets train with SGD and momentum, transformers with Adam (the papers' setups).
   const Optimizer optimizer = request.optimizer.value_or(transformer ? Optimizer::adam : Optimizer::momentum);
-  // Only a set flag is recorded, so that the metadata of the default (PyTorch >= 1.11) traces
-  // stays as it was.
+  // Only a flag that differs from its default is recorded, so that the metadata of the default
+  // (PyTorch >= 2.0) traces stays as it was.
   std::map<std::string, std::string> metadata;
   if (request.softmax_saves_input) metadata["softmax_saves_input"] = "true";
+  if (!request.accumulate_gradients_in_place) metadata["accumulate_gradients_in_place"] = "false";
   NetworkBuilder nb(request.model, request.batch_size, request.precision, optimizer, request.optimizer_impl,
-                    request.softmax_saves_input);
+                    request.softmax_saves_input, request.accumulate_gradients_in_place);
   if (!transformer) {
     reject_transformer_fields(request);
     reject_bert_fields(request);

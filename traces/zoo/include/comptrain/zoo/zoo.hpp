@@ -105,6 +105,16 @@ struct ModelSpec {
   // every softmax and log_softmax op -- the loss's, and the attention softmax of fused-softmax
   // and eager attention (flash has none) -- also saves the tensor it ran on.
   bool softmax_saves_input = false;
+  // How autograd sums the gradients that reach one tensor from several uses (a residual
+  // stream's skip and branch, BERT's hidden state feeding query, key, value and the skip, a tied
+  // embedding): InputBuffer's accumulate() in torch/csrc/autograd/input_buffer.cpp. Set (PyTorch
+  // 2.0 and later): in place into the gradient that arrived first, `old_var.add_(var)`, which it
+  // does when the buffer holds that tensor's only reference (pull request 90217, merged for 2.0)
+  // -- always the case in the zoo's models, where the first gradient is a backward kernel's
+  // fresh output or the pass-through of an add whose branch has already consumed it. So one
+  // storage carries a residual stream's gradient down all the layers. Clear (PyTorch 1.13 and
+  // earlier): `buffer[pos] = old_var + var`, a new tensor per sum; the parts are freed after it.
+  bool accumulate_gradients_in_place = true;
   // Transformer shape (bert-*, gpt2, gpt only; an error for the CNNs).
   std::optional<std::int64_t> layers;
   std::optional<std::int64_t> hidden;

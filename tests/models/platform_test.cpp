@@ -188,6 +188,13 @@ TEST(BuiltinPlatforms, FittedAndLauncherFieldsReadBack) {
   EXPECT_EQ(v.gpu.sms, 80);
   const Platform a = builtin_platform("a100-40gb");
   EXPECT_DOUBLE_EQ(a.efficiency.tensor_core, 1.0);  // not fitted: see calibrate/measurements/a100.yaml
+  // Hopper: the tensor-core share fitted on the H100 SXM5 (calibrate/measurements/h100.yaml),
+  // shared by the H200 (the same GH100 SMs); the other efficiencies stay the assumed ones.
+  for (const char* name : {"h100-80gb", "h200"}) {
+    const Platform h = builtin_platform(name);
+    EXPECT_DOUBLE_EQ(h.efficiency.tensor_core, 0.5021) << name;
+    EXPECT_DOUBLE_EQ(h.efficiency.compute_for(traces::OpKind::linear), 0.75) << name;
+  }
 }
 
 TEST(BuiltinPlatforms, VoltaAndMaxwellHaveNoTf32OrBf16) {

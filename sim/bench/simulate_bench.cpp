@@ -1,17 +1,21 @@
 // How fast comptrain replays an iteration, next to the same number of SimGrid activities with
 // no comptrain logic around them, so that comptrain's overhead is a ratio.
 //
+// BM_SimulateGpt (below) times the whole run layer for a GPT of growing depth instead.
+//
 // Both sides pay for a fresh process per simulation (SimGrid's engine cannot be reset, so
 // comptrain forks one per simulation): the raw side forks too, for a like-for-like ratio.
 // Timed in wall-clock time (the work happens in the child). Counters: items_per_second =
 // schedule tasks (ops, copies) replayed per second; `simulations/s`.
 
 #include <benchmark/benchmark.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <simgrid/s4u.hpp>
 
+#include <array>
 #include <memory>
 #include <optional>
 
@@ -117,8 +121,108 @@ void BM_RawSimGrid(benchmark::State& state) {
   set_counters(state, w);
 }
 
+// ---- The whole run layer at growing depths ----------------------------------------------------
+// `comptrain simulate`'s work for a GPT of 12 to 1536 layers: the scenario prepared, the trace
+// built, its schedule, the SimGrid replay and the device-memory model (sim::run_scenario), in a
+// child forked per iteration and replaying in place. Timed in the child's CPU seconds (user +
+// system, from wait4), so the 2-core machine's other load counts less. Counters per op of the
+// trace, flat when the cost is linear: s/op, edges/op and RSS/op (the child's peak RSS above a
+// 1-layer GPT's, per op above its ops); plus ops, tasks and the child's peak RSS.
+//
+// The GPT is narrow (hidden 256, 4 heads, sequence 512, fp32, Adam, batch 1) so that even 1536
+// layers fit an H100's 80 GB and the whole iteration is replayed.
+
+struct ChildReport {
+  std::size_t ops = 0;
+  std::size_t edges = 0;
+  std::size_t tasks = 0;
+  int fits = 0;
+};
+
+ChildReport simulate_gpt(std::int64_t layers) {
+  sim::Scenario scenario;
+  scenario.source = "<simulate_bench>";
+  scenario.name = "gpt";
+  scenario.zoo_model = zoo::ModelSpec{};
+  scenario.zoo_model->model = "gpt";
+  scenario.zoo_model->layers = layers;
+  scenario.zoo_model->hidden = 256;
+  scenario.zoo_model->heads = 4;
+  scenario.zoo_model->seq_len = 512;
+  scenario.batch_size = 1;
+  scenario.platform = models::builtin_platform("h100-80gb");
+  const sim::PreparedScenario prepared(scenario);
+  const sim::RunOutcome outcome = sim::run_scenario(prepared, scenario.strategy, 1, sim::Isolation::this_process);
+  const auto& run = std::get<sim::CompletedRun>(outcome);
+  ChildReport report;
+  report.ops = run.scheduled.trace.ops().size();
+  report.edges = boost::num_edges(run.scheduled.trace.graph());
+  report.tasks = run.scheduled.schedule.tasks.size();
+  report.fits = run.result.out_of_memory ? 0 : 1;
+  return report;
+}
+
+// One simulation in a forked child: what it reports, its CPU seconds and its peak RSS.
+struct ChildRun {
+  ChildReport report;
+  double cpu_seconds = 0;
+  double max_rss_bytes = 0;
+  bool ok = false;
+};
+
+ChildRun run_in_child(std::int64_t layers) {
+  ChildRun run;
+  std::array<int, 2> pipe_fds{};
+  if (::pipe(pipe_fds.data()) != 0) return run;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(pipe_fds[0]);
+    const ChildReport r = simulate_gpt(layers);
+    const bool written = ::write(pipe_fds[1], &r, sizeof r) == static_cast<ssize_t>(sizeof r);
+    ::_exit(written ? 0 : 1);
+  }
+  ::close(pipe_fds[1]);
+  const bool read_all = ::read(pipe_fds[0], &run.report, sizeof run.report) == static_cast<ssize_t>(sizeof run.report);
+  ::close(pipe_fds[0]);
+  int status = 0;
+  rusage usage{};
+  ::wait4(child, &status, 0, &usage);
+  run.ok = read_all && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  run.cpu_seconds = static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                    static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
+  run.max_rss_bytes = static_cast<double>(usage.ru_maxrss) * 1024.0;  // kilobytes on Linux
+  return run;
+}
+
+void BM_SimulateGpt(benchmark::State& state) {
+  // RSS/op is the peak RSS above that of a 1-layer GPT's simulation, per op above its ops: the
+  // memory that grows with the model, without the process's fixed part.
+  static const ChildRun one_layer = run_in_child(1);
+  ChildRun run;
+  double cpu_seconds = 0;
+  for (auto _ : state) {
+    run = run_in_child(state.range(0));
+    if (!run.ok || !one_layer.ok) {
+      state.SkipWithError("simulation child failed");
+      break;
+    }
+    state.SetIterationTime(run.cpu_seconds);
+    cpu_seconds += run.cpu_seconds;
+  }
+  if (run.report.fits != 1) state.SkipWithError("the GPT did not fit: the replay was cut short");
+  const double ops = static_cast<double>(run.report.ops);
+  const auto binary = [](double v) { return benchmark::Counter(v, benchmark::Counter::kDefaults, benchmark::Counter::OneK::kIs1024); };
+  state.counters["ops"] = ops;
+  state.counters["tasks"] = static_cast<double>(run.report.tasks);
+  state.counters["edges/op"] = static_cast<double>(run.report.edges) / ops;
+  state.counters["s/op"] = cpu_seconds / static_cast<double>(state.iterations()) / ops;
+  state.counters["max RSS"] = binary(run.max_rss_bytes);
+  state.counters["RSS/op"] = binary((run.max_rss_bytes - one_layer.max_rss_bytes) / (ops - static_cast<double>(one_layer.report.ops)));
+}
+
 }  // namespace
 
+BENCHMARK(BM_SimulateGpt)->Arg(12)->Arg(48)->Arg(192)->Arg(768)->Arg(1536)->Unit(benchmark::kMillisecond)->UseManualTime();
 BENCHMARK(BM_ComptrainReplay)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_RawSimGrid)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();

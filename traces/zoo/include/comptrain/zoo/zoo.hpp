@@ -111,7 +111,8 @@ struct ModelSpec {
   // 2.0 and later): in place into the gradient that arrived first, `old_var.add_(var)`, which it
   // does when the buffer holds that tensor's only reference (pull request 90217, merged for 2.0)
   // -- always the case in the zoo's models, where the first gradient is a backward kernel's
-  // fresh output or the pass-through of an add whose branch has already consumed it. So one
+  // fresh output (or a view of one nothing else holds) or the pass-through of an add whose
+  // branch has already consumed it (traces/zoo/README.md, "Gradient sums"). So one
   // storage carries a residual stream's gradient down all the layers. Clear (PyTorch 1.13 and
   // earlier): `buffer[pos] = old_var + var`, a new tensor per sum; the parts are freed after it.
   bool accumulate_gradients_in_place = true;

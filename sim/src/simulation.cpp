@@ -38,6 +38,7 @@ class Replay {
         done_(schedule.tasks.size(), false),
         launch_(schedule.tasks.size(), 0.0),
         gate_(schedule.tasks.size(), kNoGate),
+        waiting_streams_(schedule.tasks.size(), 0),
         allocated_once_(schedule.buffers.size(), false),
         remaining_users_(schedule.buffers.size(), 0),
         task_buffers_(schedule.tasks.size()) {
@@ -88,7 +89,7 @@ class Replay {
     }
 
     mutex_ = sg4::Mutex::create();
-    task_done_ = sg4::ConditionVariable::create();
+    for (auto& woken : stream_woken_) woken = sg4::ConditionVariable::create();
     for (std::size_t s = 0; s < models::kStreamCount; ++s) {
       if (stream_tasks_[s].empty()) continue;
       sg4::Actor::create(std::string(models::to_string(static_cast<Stream>(s))), gpu_, [this, s] { run_stream(s); });
@@ -128,10 +129,10 @@ class Replay {
       const models::Task& task = schedule_.tasks[t];
       TaskTiming& timing = result_.tasks[t];
       const double free = sg4::Engine::get_clock();
-      wait_for_launch(t);
+      wait_for_launch(stream, t);
       timing.ready = sg4::Engine::get_clock();
       if (task.stream == Stream::compute) result_.host_wait_seconds += timing.ready - free;
-      wait_for(task.after);
+      wait_for(stream, task.after);
       timing.start = sg4::Engine::get_clock();
       for (BufferId b : task.creates) {
         if (allocated_once_[b]) continue;
@@ -145,8 +146,8 @@ class Replay {
   }
 
   // Until the launching thread has issued task `t` (the constructor's comment).
-  void wait_for_launch(TaskId t) {
-    if (gate_[t] != kNoGate) wait_for({gate_[t]});
+  void wait_for_launch(std::size_t stream, TaskId t) {
+    if (gate_[t] != kNoGate) wait_for(stream, {gate_[t]});
     if (launch_[t] > sg4::Engine::get_clock()) sg4::this_actor::sleep_until(launch_[t]);
   }
 
@@ -160,13 +161,16 @@ class Replay {
     }
   }
 
-  void wait_for(const std::vector<TaskId>& dependencies) {
+  // Blocks the actor of `stream` until every task in `dependencies` has ended. Each stream
+  // waits on its own condition variable and says which task it waits for, so a task's end
+  // wakes exactly the streams that wait for it (sim/bench: fewer wake-ups than one shared
+  // variable notified at every end).
+  void wait_for(std::size_t stream, const std::vector<TaskId>& dependencies) {
     for (TaskId d : dependencies) {
       if (done_[d]) continue;
       std::unique_lock<sg4::Mutex> lock(*mutex_);
-      ++waiters_;
-      while (!done_[d]) task_done_->wait(lock);
-      --waiters_;
+      waiting_streams_[d] |= static_cast<std::uint8_t>(1u << stream);
+      while (!done_[d]) stream_woken_[stream]->wait(lock);
     }
   }
 
@@ -209,9 +213,13 @@ class Replay {
       }
     }
     done_[t] = true;
-    // Most tasks have nobody waiting on them; skipping the simcall keeps the replay close to
-    // raw SimGrid speed (sim/bench).
-    if (waiters_ > 0) task_done_->notify_all();
+    // Most tasks have nobody waiting on them: no simcall at all then.
+    if (const std::uint8_t streams = waiting_streams_[t]; streams != 0) {
+      waiting_streams_[t] = 0;
+      for (std::size_t s = 0; s < models::kStreamCount; ++s) {
+        if (streams & (1u << s)) stream_woken_[s]->notify_one();
+      }
+    }
   }
 
   // SimGrid's engine returns when no actor can progress. Every task must have run: a task left over means the streams waited on each other (a deadlock
@@ -344,8 +352,9 @@ class Replay {
   sg4::Host* host_ = nullptr;
   sg4::Host* staging_ = nullptr;  // pageable host memory, behind the staging link (build_platform)
   sg4::MutexPtr mutex_;
-  sg4::ConditionVariablePtr task_done_;
-  int waiters_ = 0;  // actors blocked in wait_for
+  std::array<sg4::ConditionVariablePtr, models::kStreamCount> stream_woken_;
+  std::vector<std::uint8_t> waiting_streams_;  // per task: the streams blocked until it ends (bit per stream)
+  static_assert(models::kStreamCount <= 8, "waiting_streams_ holds one bit per stream");
   SimulationResult result_;
 };
 

@@ -38,10 +38,10 @@ class Replay {
         done_(schedule.tasks.size(), false),
         launch_(schedule.tasks.size(), 0.0),
         gate_(schedule.tasks.size(), kNoGate),
-        waiting_streams_(schedule.tasks.size(), 0),
         allocated_once_(schedule.buffers.size(), false),
         remaining_users_(schedule.buffers.size(), 0),
-        task_buffers_(schedule.tasks.size()) {
+        task_buffers_(schedule.tasks.size()),
+        waiting_streams_(schedule.tasks.size(), 0) {
     result_.tasks.resize(schedule.tasks.size());
     for (TaskId t = 0; t < schedule.tasks.size(); ++t) {
       const models::Task& task = schedule.tasks[t];

@@ -19,7 +19,9 @@
 
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/support/input_error.hpp"
+#include "recompute_evaluator.hpp"
 #include "schedule_replay.hpp"
+#include "strategy_internal.hpp"
 
 namespace comptrain::models {
 
@@ -31,34 +33,7 @@ using traces::TensorIndex;
 using traces::TensorRole;
 using traces::Trace;
 
-constexpr std::size_t kNoRule = std::numeric_limits<std::size_t>::max();
-
-// What happens to one storage's bytes between its forward and backward uses.
-enum class Action : std::uint8_t { keep, offload, compress, drop };
-
-// Per storage (indexed by the base tensor's index; views' entries stay empty).
-struct StorageInfo {
-  bool written = false;             // some op writes it or one of its views
-  bool written_in_forward_only = true;
-  std::vector<OpIndex> writers;     // ascending
-  std::vector<OpIndex> readers;     // ascending
-  std::optional<OpIndex> last_forward_use;
-  std::optional<OpIndex> first_backward_read;
-  bool saved = false;               // role activation and written: a candidate for the rules
-  bool gap = false;                 // can be offloaded / compressed / dropped
-  double forward_seconds = 0;       // its forward writers, once: the cost of recomputing it alone
-};
-
-struct Analysis {
-  const Trace* trace = nullptr;
-  const OpTimeModel* time_model = nullptr;
-  std::vector<TensorIndex> storages;  // base tensors, ascending
-  std::vector<StorageInfo> info;      // indexed by tensor
-  std::vector<double> op_seconds;     // time_model.seconds per op, computed once
-  std::optional<OpIndex> first_backward_op;
-};
-
-bool is_forward(const Trace& trace, OpIndex op) { return trace.op(op).phase == Phase::forward; }
+using namespace strategy_detail;
 
 void sorted_unique(std::vector<std::size_t>& v) {
   std::sort(v.begin(), v.end());
@@ -295,19 +270,10 @@ std::int64_t compressed_bytes(const StrategySpec& spec, std::size_t rule, const 
                    " B; expected a finite compression ratio > 0");
 }
 
-// The decision for every storage: an action and the rule that gave it.
-struct StorageActions {
-  std::vector<Action> action;     // indexed by tensor
-  std::vector<std::size_t> rule;  // indexed by tensor; kNoRule when no rule applies
-  // Indexed by tensor: a block input that a checkpoints rule keeps although autograd does not
-  // save it (under autocast a linear saves its 16-bit cast copy, not the fp32 layer input that
-  // torch.utils.checkpoint keeps): held until the last replay that reads it.
-  std::vector<bool> pinned;
-};
-
 struct Built {
   Schedule schedule;
-  double recompute_seconds = 0;
+  double recompute_seconds = 0;  // the recompute tasks' seconds added in schedule order (the reported figure)
+  double recompute_exact = 0;    // their exact sum, rounded once
   std::size_t recompute_tasks = 0;
 };
 
@@ -452,15 +418,15 @@ class Assembler {
     return info.first_backward_read.has_value();
   }
 
-  void collect(TensorIndex s, std::set<OpIndex>& replay, std::vector<bool>& visiting) const {
-    if (available(s) || visiting[s]) return;
-    visiting[s] = true;
+  void collect(TensorIndex s, std::set<OpIndex>& replay) {
+    if (available(s) || visiting_[s] == visit_) return;
+    visiting_[s] = visit_;
     const Trace& trace = *a_.trace;
     for (OpIndex w : a_.info[s].writers) {
       if (!is_forward(trace, w) || !replay.insert(w).second) continue;
       for (TensorIndex t : trace.op(w).inputs) {
         const TensorIndex in = trace.storage_of(t);
-        if (in != s) collect(in, replay, visiting);
+        if (in != s) collect(in, replay);
       }
     }
   }
@@ -469,8 +435,11 @@ class Assembler {
   void rematerialise(const std::vector<TensorIndex>& needed) {
     const Trace& trace = *a_.trace;
     std::set<OpIndex> replay;
-    std::vector<bool> visiting(trace.tensors().size(), false);
-    for (TensorIndex s : needed) collect(s, replay, visiting);
+    // A new visit mark per replay (one array for all: clearing one per replay would cost the
+    // number of tensors each time).
+    if (visiting_.empty()) visiting_.assign(trace.tensors().size(), 0);
+    ++visit_;
+    for (TensorIndex s : needed) collect(s, replay);
 
     std::map<TensorIndex, BufferId> fresh;  // storages written in this replay -> new buffer
     for (OpIndex w : replay) {
@@ -481,6 +450,7 @@ class Assembler {
       task.op = w;
       task.seconds = a_.op_seconds[w];
       recompute_seconds_ += task.seconds;
+      recompute_exact_.add(task.seconds);
       ++recompute_tasks_;
       for (TensorIndex t : op.inputs) {
         const TensorIndex s = trace.storage_of(t);
@@ -683,6 +653,7 @@ class Assembler {
     Built built;
     built.schedule = std::move(schedule_);
     built.recompute_seconds = recompute_seconds_;
+    built.recompute_exact = recompute_exact_.value();
     built.recompute_tasks = recompute_tasks_;
     return built;
   }
@@ -698,7 +669,10 @@ class Assembler {
   std::vector<Task> compute_;
   std::vector<std::vector<std::size_t>> compute_waits_;  // side tasks each compute task waits for
   std::vector<SideTask> side_;
+  std::vector<std::size_t> visiting_;  // == visit_: visited by the current replay's walk
+  std::size_t visit_ = 0;
   double recompute_seconds_ = 0;
+  ExactSum recompute_exact_;
   std::size_t recompute_tasks_ = 0;
 };
 
@@ -706,14 +680,11 @@ Built assemble(const Analysis& a, const StrategySpec& spec, const StorageActions
   return Assembler(a, spec, plan).run(names);
 }
 
-struct Evaluation {
-  std::int64_t peak = 0;  // sequential peak of saved-activation bytes (activation, compressed, prefetch)
-  double seconds = 0;     // recomputation seconds
-};
-
+// The full measure of a plan: build the schedule and replay it sequentially.
 Evaluation evaluate(const Analysis& a, const StrategySpec& spec, const StorageActions& plan) {
   const Built built = assemble(a, spec, plan, false);
-  return {detail::sequential_peak_bytes(built.schedule, detail::saved_activation_roles()), built.recompute_seconds};
+  return {detail::sequential_peak_bytes(built.schedule, detail::saved_activation_roles()), built.recompute_exact, built.recompute_tasks,
+          built.recompute_seconds};
 }
 
 // Chen et al. 2016: keep every k-th candidate in forward production order (the k-th, 2k-th,
@@ -731,60 +702,310 @@ std::size_t ceil_sqrt(std::size_t n) {
   return std::max<std::size_t>(k, 1);
 }
 
+// Scores the plans of one budget rule: each candidate kept or dropped, every other storage as
+// `plan` has it (which it keeps up to date). With the incremental evaluator where the plan is
+// within its model (no offloaded or compressed storage), else by building and measuring the
+// whole schedule for every score; both give the same figures.
+class PlanScorer {
+ public:
+  PlanScorer(const Analysis& a, const StrategySpec& spec, StorageActions& plan, const std::vector<TensorIndex>& candidates)
+      : a_(a), spec_(spec), plan_(plan), candidates_(candidates), drop_(candidates.size(), false) {
+    for (std::size_t i = 0; i < candidates.size(); ++i) drop_[i] = plan.action[candidates[i]] == Action::drop;
+    if (RecomputeEvaluator::supports(plan)) evaluator_.emplace(a, plan, candidates);
+  }
+
+  bool incremental() const { return evaluator_.has_value(); }
+  const std::vector<bool>& drops() const { return drop_; }
+  void set(std::size_t i, bool drop) {
+    if (drop_[i] == drop) return;
+    drop_[i] = drop;
+    plan_.action[candidates_[i]] = drop ? Action::drop : Action::keep;
+    if (evaluator_) evaluator_->set(i, drop);
+  }
+  void set_all(const std::vector<bool>& drop) {
+    for (std::size_t i = 0; i < drop.size(); ++i) set(i, drop[i]);
+  }
+  Evaluation evaluate() { return evaluator_ ? evaluator_->evaluate() : models::evaluate(a_, spec_, plan_); }
+  Evaluation evaluate(const std::vector<bool>& drop) {
+    set_all(drop);
+    return evaluate();
+  }
+  // Fills e.ordered; e must be the score of the plan the scorer holds.
+  double ordered(Evaluation& e) const {
+    if (!e.ordered) e.ordered = evaluator_->ordered_seconds();
+    return *e.ordered;
+  }
+
+ private:
+  const Analysis& a_;
+  const StrategySpec& spec_;
+  StorageActions& plan_;
+  const std::vector<TensorIndex>& candidates_;
+  std::vector<bool> drop_;
+  std::optional<RecomputeEvaluator> evaluator_;
+};
+
+// A lower bound of the recompute seconds of a budget rule's plans, exact (ExactSum), for
+// skipping structured plans that cannot be chosen. Every forward writer of a dropped storage is
+// replayed at least once (a storage is rebuilt only by replaying all of them), and so,
+// recursively, is every forward writer of an input of a replayed op that no plan keeps
+// available (an unsaved intermediate, a storage read in the forward pass only, another rule's
+// drop), unless that input was rebuilt, which replayed its writers too. So a plan replays at
+// least the union over its dropped candidates i (and the other rules' drops) of L_i: the
+// forward writers reached from i walking back through such storages only. Per plan the bound
+// costs the L_i of the dropped candidates, or, when most are dropped, the total less the ops
+// that only kept candidates reach. L_i are computed once; if they add up to more than a few
+// times the trace (storages no plan keeps shared by many candidates), the bound is 0: every
+// plan is scored.
+class ReplayLowerBound {
+ public:
+  ReplayLowerBound(const Analysis& a, const StorageActions& plan, const std::vector<TensorIndex>& candidates) : a_(a), n_(candidates.size()) {
+    const Trace& trace = *a.trace;
+    const std::size_t n_ops = trace.ops().size();
+    constexpr std::size_t kNotCandidate = std::numeric_limits<std::size_t>::max();
+    std::vector<std::size_t> candidate_index(trace.tensors().size(), kNotCandidate);
+    for (std::size_t i = 0; i < n_; ++i) candidate_index[candidates[i]] = i;
+    // Storages the walks go through: unavailable in every plan and not a candidate.
+    auto other_drop = [&](TensorIndex s) { return plan.action[s] == Action::drop && candidate_index[s] == kNotCandidate; };
+    auto never_available = [&](TensorIndex s) {
+      const StorageInfo& info = a.info[s];
+      if (candidate_index[s] != kNotCandidate || !info.written || plan.pinned[s]) return false;
+      if (plan.action[s] == Action::drop) return true;
+      return plan.action[s] == Action::keep && !info.first_backward_read;
+    };
+    std::vector<std::uint32_t> seen_storage(trace.tensors().size(), 0), seen_op(n_ops, 0);
+    std::uint32_t stamp = 0;
+    std::vector<TensorIndex> stack;
+    // The ops reached from `starts` through never-available storages, each once per walk.
+    auto walk = [&](auto&& starts, auto&& visit) {
+      ++stamp;
+      stack.clear();
+      starts();
+      while (!stack.empty()) {
+        const TensorIndex s = stack.back();
+        stack.pop_back();
+        if (seen_storage[s] == stamp) continue;
+        seen_storage[s] = stamp;
+        for (OpIndex w : a.info[s].writers) {
+          if (!is_forward(trace, w) || seen_op[w] == stamp) continue;
+          seen_op[w] = stamp;
+          if (!visit(w)) return false;
+          for (TensorIndex t : trace.op(w).inputs) {
+            const TensorIndex in = trace.storage_of(t);
+            if (in != s && seen_storage[in] != stamp && never_available(in)) stack.push_back(in);
+          }
+        }
+      }
+      return true;
+    };
+    // Replayed in every plan: from the other rules' drops.
+    always_.assign(n_ops, 0);
+    walk([&] {
+      for (TensorIndex s : a.storages) {
+        if (other_drop(s)) stack.push_back(s);
+      }
+    }, [&](OpIndex w) {
+      always_[w] = 1;
+      always_sum_.add(a.op_seconds[w]);
+      return true;
+    });
+    // L_i, less the ops replayed in every plan, within a budget.
+    const std::size_t limit = 8 * (n_ops + n_) + 1024;
+    reach_begin_.reserve(n_ + 1);
+    for (std::size_t i = 0; i < n_; ++i) {
+      reach_begin_.push_back(reach_.size());
+      const bool within = walk([&] { stack.push_back(candidates[i]); }, [&](OpIndex w) {
+        if (!always_[w]) reach_.push_back(w);
+        return reach_.size() <= limit;
+      });
+      if (!within) {
+        usable_ = false;
+        reach_.clear();
+        reach_begin_.clear();
+        return;
+      }
+    }
+    reach_begin_.push_back(reach_.size());
+    // Per op, the candidates whose L_i holds it; the total over every op some plan replays.
+    std::vector<std::size_t> count(n_ops + 1, 0);
+    for (OpIndex w : reach_) ++count[w + 1];
+    for (std::size_t o = 0; o < n_ops; ++o) count[o + 1] += count[o];
+    cover_begin_ = count;
+    cover_.resize(reach_.size());
+    for (std::size_t i = 0; i < n_; ++i) {
+      for (std::size_t k = reach_begin_[i]; k < reach_begin_[i + 1]; ++k) cover_[count[reach_[k]]++] = i;
+    }
+    all_sum_ = always_sum_;
+    for (std::size_t o = 0; o < n_ops; ++o) {
+      if (cover_begin_[o + 1] > cover_begin_[o]) all_sum_.add(a.op_seconds[o]);
+    }
+    op_mark_.assign(n_ops, 0);
+    kept_mark_.assign(n_, 0);
+  }
+
+  // The bound of the plan that drops every candidate but those in `kept` (ascending).
+  double operator()(const std::vector<std::size_t>& kept) {
+    if (!usable_) return 0;
+    if (++stamp_ == 0) {
+      std::fill(op_mark_.begin(), op_mark_.end(), 0);
+      std::fill(kept_mark_.begin(), kept_mark_.end(), 0);
+      stamp_ = 1;
+    }
+    for (std::size_t i : kept) kept_mark_[i] = stamp_;
+    if (2 * kept.size() >= n_) {
+      // Mostly kept: the union over the dropped ones.
+      ExactSum sum = always_sum_;
+      for (std::size_t i = 0; i < n_; ++i) {
+        if (kept_mark_[i] == stamp_) continue;
+        for (std::size_t k = reach_begin_[i]; k < reach_begin_[i + 1]; ++k) {
+          const OpIndex w = reach_[k];
+          if (op_mark_[w] == stamp_) continue;
+          op_mark_[w] = stamp_;
+          sum.add(a_.op_seconds[w]);
+        }
+      }
+      return sum.value();
+    }
+    // Mostly dropped: everything less the ops only kept candidates reach.
+    ExactSum sum = all_sum_;
+    for (std::size_t i : kept) {
+      for (std::size_t k = reach_begin_[i]; k < reach_begin_[i + 1]; ++k) {
+        const OpIndex w = reach_[k];
+        if (op_mark_[w] == stamp_) continue;
+        op_mark_[w] = stamp_;
+        const bool kept_only = std::all_of(cover_.begin() + static_cast<std::ptrdiff_t>(cover_begin_[w]),
+                                           cover_.begin() + static_cast<std::ptrdiff_t>(cover_begin_[w + 1]),
+                                           [&](std::size_t c) { return kept_mark_[c] == stamp_; });
+        if (kept_only) sum.subtract(a_.op_seconds[w]);
+      }
+    }
+    return sum.value();
+  }
+
+ private:
+  const Analysis& a_;
+  std::size_t n_ = 0;
+  bool usable_ = true;
+  std::vector<char> always_;                 // per op: replayed in every plan
+  ExactSum always_sum_, all_sum_;            // their seconds; those of every op some plan replays
+  std::vector<OpIndex> reach_;               // L_i of candidate i at [reach_begin_[i], reach_begin_[i + 1])
+  std::vector<std::size_t> reach_begin_;
+  std::vector<std::size_t> cover_;           // per op w, the candidates whose L_i holds it
+  std::vector<std::size_t> cover_begin_;
+  std::vector<std::uint32_t> op_mark_, kept_mark_;
+  std::uint32_t stamp_ = 0;
+};
+
 // Budget mode; see README.md ("Recompute: budget") for the algorithm and its guarantees.
 std::optional<NotApplicable> plan_budget(const Analysis& a, const StrategySpec& spec, StorageActions& plan, const std::vector<TensorIndex>& candidates,
                  std::int64_t budget, std::size_t rule_index) {
   const std::size_t n = candidates.size();
-  auto set_drops = [&](const std::vector<bool>& drop) {
-    for (std::size_t i = 0; i < n; ++i) plan.action[candidates[i]] = drop[i] ? Action::drop : Action::keep;
+  PlanScorer scorer(a, spec, plan, candidates);
+  std::vector<std::int64_t> bytes(n);
+  for (std::size_t i = 0; i < n; ++i) bytes[i] = a.trace->tensor(candidates[i]).bytes();
+  // Plans compare by the recompute seconds their built schedule reports (Evaluation::ordered),
+  // which this search has always compared. Exact sums farther apart than an ordered sum's
+  // rounding can reach order the ordered sums alike (a sum of m non-negative terms in any order
+  // is within (m - 1) u of the exact one, u = 2^-53, give or take its own rounding; twice that
+  // is allowed); nearer, the ordered sum of the plan the scorer holds is computed.
+  auto reach = [](const Evaluation& e) { return (static_cast<double>(e.tasks) + 2) * std::ldexp(e.exact, -52); };
+  // -1, 0, 1 as the held plan's `e` recomputes less than, as much as or more than `than`
+  // (whose ordered sum is known).
+  auto compare_seconds = [&](Evaluation& e, const Evaluation& than) {
+    if (std::abs(e.exact - than.exact) > reach(e) + reach(than)) return e.exact < than.exact ? -1 : 1;
+    const double x = scorer.ordered(e);
+    return x < *than.ordered ? -1 : (x == *than.ordered ? 0 : 1);
   };
-  auto eval = [&](const std::vector<bool>& drop) {
-    set_drops(drop);
-    return evaluate(a, spec, plan);
-  };
+  // The best plan is the one that fits with the least recompute seconds, then the lowest peak,
+  // then the first in the README's order (structured plans in the order listed, then the
+  // greedy's): a total order, so that the plans may be scored in any order (the greedy's first,
+  // to skip structured plans that cannot win) with the same result.
+  using Order = std::pair<int, std::size_t>;  // (0 structured | 1 greedy, place in that list)
   struct Best {
     std::vector<bool> drop;
     Evaluation e;
+    Order order;
     bool found = false;
   } best;
-  auto consider = [&](const std::vector<bool>& drop) {
-    const Evaluation e = eval(drop);
-    if (e.peak <= budget && (!best.found || e.seconds < best.e.seconds ||
-                             (e.seconds == best.e.seconds && e.peak < best.e.peak))) {
-      best = {drop, e, true};
+  auto offer = [&](Evaluation e, Order order) {  // the plan the scorer holds, scored
+    if (e.peak > budget) return e;
+    if (best.found) {
+      const int seconds = compare_seconds(e, best.e);
+      if (seconds > 0 || (seconds == 0 && std::tie(e.peak, order) >= std::tie(best.e.peak, best.order))) return e;
     }
+    scorer.ordered(e);
+    best = {scorer.drops(), e, order, true};
     return e;
   };
 
   std::vector<bool> none(n, false);
-  if (consider(none).peak <= budget) {
-    set_drops(none);
-    return std::nullopt;
+  if (scorer.evaluate(none).peak <= budget) return std::nullopt;  // 0. keep everything if it fits
+
+  // 2. Cost-ordered greedy: drop in ascending recompute-seconds per byte, keeping a drop only
+  // when it does not raise the peak, until the budget is met. One storage changes per score.
+  std::vector<std::size_t> by_ratio(n);
+  std::iota(by_ratio.begin(), by_ratio.end(), std::size_t{0});
+  auto ratio = [&](std::size_t i) {
+    return bytes[i] > 0 ? a.info[candidates[i]].forward_seconds / static_cast<double>(bytes[i]) : std::numeric_limits<double>::infinity();
+  };
+  std::stable_sort(by_ratio.begin(), by_ratio.end(), [&](std::size_t x, std::size_t y) { return ratio(x) < ratio(y); });
+  {
+    std::int64_t peak = scorer.evaluate(none).peak;
+    std::size_t step = 0;
+    for (std::size_t i : by_ratio) {
+      scorer.set(i, true);
+      const Evaluation e = offer(scorer.evaluate(), {1, step++});
+      if (e.peak <= peak) {
+        peak = e.peak;
+        if (peak <= budget) break;
+      } else {
+        scorer.set(i, false);
+      }
+    }
   }
-  // 1. Structured plans: every k-th kept for every useful k (sqrt_n among them) ...
+
+  // 1. Structured plans, generated first and scored in ascending order of a lower bound of
+  // their recompute seconds (ReplayLowerBound), while the bound does not exceed the best plan's
+  // seconds: a plan whose bound does cannot be chosen.
+  const Trace& trace = *a.trace;
+  std::vector<char> is_candidate(trace.tensors().size(), 0);
+  for (TensorIndex s : candidates) is_candidate[s] = 1;
+  ReplayLowerBound lower_bound(a, plan, candidates);
+  // Each structured plan drops every candidate but a kept set (ascending indices).
+  struct Structured {
+    std::vector<std::size_t> kept;
+    double bound = 0;
+  };
+  std::vector<Structured> structured;
+  auto consider = [&](std::vector<std::size_t> kept) {
+    const double bound = lower_bound(kept);
+    structured.push_back({std::move(kept), bound});
+  };
+  // Every k-th kept for every useful k (sqrt_n among them) ...
   std::set<std::size_t> ks;
   for (std::size_t k = 2; k <= std::min<std::size_t>(n, 2 * ceil_sqrt(n) + 2); ++k) ks.insert(k);
   for (std::size_t k = 2; k <= n; k *= 2) ks.insert(k);
   ks.insert(n + 1);  // drop everything
   for (std::size_t k : ks) {
-    std::vector<bool> drop(n);
-    for (std::size_t i = 0; i < n; ++i) drop[i] = (i + 1) % k != 0;
-    consider(drop);
+    std::vector<std::size_t> kept;
+    for (std::size_t i = k - 1; i < n; i += k) kept.push_back(i);
+    consider(std::move(kept));
   }
   // ... and Chen's byte-threshold segmentation (their Algorithm for a budget): walking in
   // production order, keep a candidate as a checkpoint once the dropped bytes since the
   // last one exceed a threshold; thresholds swept geometrically.
   std::int64_t total = 0;
-  for (TensorIndex s : candidates) total += a.trace->tensor(s).bytes();
+  for (std::int64_t b : bytes) total += b;
   for (double threshold = static_cast<double>(total); threshold >= 1; threshold /= 1.5) {
-    std::vector<bool> drop(n);
+    std::vector<std::size_t> kept;
     double run = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      run += static_cast<double>(a.trace->tensor(candidates[i]).bytes());
-      drop[i] = run <= threshold;
-      if (!drop[i]) run = 0;
+      run += static_cast<double>(bytes[i]);
+      if (run <= threshold) continue;
+      kept.push_back(i);
+      run = 0;
     }
-    consider(drop);
+    consider(std::move(kept));
   }
   // ... and Chen's segments on a DAG: checkpoints only at separators (a candidate that is, when
   // its last forward writer ends, the only storage needing recomputation that a later forward
@@ -792,9 +1013,6 @@ std::optional<NotApplicable> plan_budget(const Analysis& a, const StrategySpec& 
   // kept, every other candidate dropped. Dropping a non-separator between two kept separators
   // cannot make a rebuild cascade past the segment.
   {
-    const Trace& trace = *a.trace;
-    std::vector<bool> is_candidate(trace.tensors().size(), false);
-    for (TensorIndex s : candidates) is_candidate[s] = true;
     std::vector<int> crossing(trace.ops().size() + 1, 0);  // difference array over forward ops
     for (TensorIndex s : a.storages) {
       const StorageInfo& info = a.info[s];
@@ -819,77 +1037,77 @@ std::optional<NotApplicable> plan_budget(const Analysis& a, const StrategySpec& 
       if (read_later && crossing[w] == 1) separators.push_back(i);
     }
     for (std::size_t k = 1; k <= separators.size(); ++k) {
-      std::vector<bool> drop(n, true);
-      for (std::size_t j = k - 1; j < separators.size(); j += k) drop[separators[j]] = false;
-      consider(drop);
+      std::vector<std::size_t> kept;
+      for (std::size_t j = k - 1; j < separators.size(); j += k) kept.push_back(separators[j]);
+      consider(std::move(kept));
     }
   }
-  // 2. Cost-ordered greedy: drop in ascending recompute-seconds per byte, keeping a drop only
-  // when it does not raise the peak, until the budget is met.
-  std::vector<std::size_t> by_ratio(n);
-  std::iota(by_ratio.begin(), by_ratio.end(), std::size_t{0});
-  auto ratio = [&](std::size_t i) {
-    const auto bytes = static_cast<double>(a.trace->tensor(candidates[i]).bytes());
-    return bytes > 0 ? a.info[candidates[i]].forward_seconds / bytes : std::numeric_limits<double>::infinity();
-  };
-  std::stable_sort(by_ratio.begin(), by_ratio.end(), [&](std::size_t x, std::size_t y) { return ratio(x) < ratio(y); });
-  {
-    std::vector<bool> drop(n, false);
-    std::int64_t peak = eval(drop).peak;
-    for (std::size_t i : by_ratio) {
-      drop[i] = true;
-      const Evaluation e = consider(drop);
-      if (e.peak <= peak) {
-        peak = e.peak;
-        if (peak <= budget) break;
-      } else {
-        drop[i] = false;
-      }
-    }
+  std::vector<std::size_t> by_bound(structured.size());
+  std::iota(by_bound.begin(), by_bound.end(), std::size_t{0});
+  std::stable_sort(by_bound.begin(), by_bound.end(), [&](std::size_t x, std::size_t y) { return structured[x].bound < structured[y].bound; });
+  // A plan of m recompute tasks reports at least bound * (1 - (m + 2) u); m is at most every
+  // forward op replayed before every other op.
+  const double most_tasks = static_cast<double>(trace.ops().size()) * static_cast<double>(trace.ops().size());
+  const double shortfall = 1 - (most_tasks + 2) * std::ldexp(1.0, -52);
+  for (std::size_t p : by_bound) {
+    if (best.found && structured[p].bound * shortfall > *best.e.ordered) break;  // so are all after it
+    std::vector<bool> drop(n, true);
+    for (std::size_t i : structured[p].kept) drop[i] = false;
+    offer(scorer.evaluate(drop), {0, p});
   }
   if (!best.found) {
     std::ostringstream message;
     message << "strategy rule " << rule_index << ": recompute budget of " << budget
             << " bytes of saved activations cannot be met: dropping every selected activation still peaks at "
-            << eval(std::vector<bool>(n, true)).peak << " bytes";
+            << scorer.evaluate(std::vector<bool>(n, true)).peak << " bytes";
     return NotApplicable{message.str()};
   }
   // 3. Local improvement of the cheapest feasible plan: keep dropped storages again (most
   // expensive first) while the budget holds, then move checkpoints onto a more expensive
   // neighbour (keep it, drop the cheaper one) when that stays within budget and saves time.
-  std::vector<bool> drop = best.drop;
+  scorer.set_all(best.drop);
   Evaluation current = best.e;
   std::vector<std::size_t> by_cost(n);
   std::iota(by_cost.begin(), by_cost.end(), std::size_t{0});
   std::stable_sort(by_cost.begin(), by_cost.end(), [&](std::size_t x, std::size_t y) {
     return a.info[candidates[x]].forward_seconds > a.info[candidates[y]].forward_seconds;
   });
-  auto try_change = [&](std::vector<bool> changed) {
-    const Evaluation e = eval(changed);
-    if (e.peak <= budget && e.seconds < current.seconds) {
-      drop = std::move(changed);
+  // Scores the plan with the changes made; keeps it if it fits and recomputes less.
+  auto improves = [&]() {
+    Evaluation e = scorer.evaluate();
+    if (e.peak <= budget && compare_seconds(e, current) < 0) {
+      scorer.ordered(e);
       current = e;
       return true;
     }
     return false;
   };
   for (std::size_t i : by_cost) {
-    if (!drop[i]) continue;
-    std::vector<bool> changed = drop;
-    changed[i] = false;
-    try_change(std::move(changed));
+    if (!scorer.drops()[i]) continue;
+    scorer.set(i, false);
+    if (!improves()) scorer.set(i, true);
   }
   for (std::size_t i : by_cost) {
-    if (!drop[i]) continue;
+    if (!scorer.drops()[i]) continue;
     for (const std::size_t j : {i - 1, i + 1}) {  // i - 1 wraps to a huge value at 0
-      if (j >= n || drop[j] || a.info[candidates[j]].forward_seconds >= a.info[candidates[i]].forward_seconds) continue;
-      std::vector<bool> changed = drop;
-      changed[i] = false;
-      changed[j] = true;
-      if (try_change(std::move(changed))) break;
+      if (j >= n || scorer.drops()[j] || a.info[candidates[j]].forward_seconds >= a.info[candidates[i]].forward_seconds) continue;
+      scorer.set(i, false);
+      scorer.set(j, true);
+      if (improves()) break;
+      scorer.set(i, true);
+      scorer.set(j, false);
     }
   }
-  set_drops(drop);
+  // The plan is in `plan` now. Scored incrementally, it is measured once in full: the result
+  // must meet the budget by the built schedule's own replay, with the figures the search used.
+  if (scorer.incremental()) {
+    const Evaluation measured = evaluate(a, spec, plan);
+    if (measured.peak > budget || measured.peak != current.peak || measured.exact != current.exact || measured.ordered != current.ordered) {
+      throw std::logic_error("strategy rule " + std::to_string(rule_index) + ": the budget plan's incremental score (peak " +
+                             std::to_string(current.peak) + " B, " + short_number(current.exact) + " s) differs from its built schedule's (" +
+                             std::to_string(measured.peak) + " B, " + short_number(measured.exact) + " s)");
+    }
+  }
   return std::nullopt;
 }
 
@@ -911,22 +1129,24 @@ std::string describe(const StrategySpec& spec, const StorageActions& plan, const
   return out.str();
 }
 
-}  // namespace
-
-void validate_strategy(const StrategySpec& strategy) {
-  for (std::size_t r = 0; r < strategy.rules.size(); ++r) check_rule(strategy, r);
-}
-
-std::variant<Schedule, NotApplicable> build_schedule(const Trace& trace, const OpTimeModel& time_model, const StrategySpec& strategy) {
-  validate_strategy(strategy);
-  const Analysis a = analyse(trace, time_model);
-
+struct FixedPlan {
   StorageActions plan;
+  std::vector<std::vector<TensorIndex>> recompute_candidates;  // per rule
+};
+
+// Every decision but the budget rules': the first matching rule per storage, offload and
+// compress actions, the fixed recompute modes; each recompute rule's candidates in forward
+// production order (a budget rule's still kept).
+FixedPlan fixed_decisions(const Analysis& a, const StrategySpec& strategy) {
+  const Trace& trace = *a.trace;
+  FixedPlan fixed;
+  StorageActions& plan = fixed.plan;
   plan.action.assign(trace.tensors().size(), Action::keep);
   plan.rule.assign(trace.tensors().size(), kNoRule);
   plan.pinned.assign(trace.tensors().size(), false);
   // First matching rule decides; a storage without a gap stays kept whatever its rule.
-  std::vector<std::vector<TensorIndex>> recompute_candidates(strategy.rules.size());
+  auto& recompute_candidates = fixed.recompute_candidates;
+  recompute_candidates.resize(strategy.rules.size());
   for (TensorIndex s : a.storages) {
     if (!a.info[s].saved) continue;
     for (std::size_t r = 0; r < strategy.rules.size(); ++r) {
@@ -967,6 +1187,21 @@ std::variant<Schedule, NotApplicable> build_schedule(const Trace& trace, const O
                                                                       : ceil_sqrt(candidates.size());
     drop_all_but_every_kth(plan, candidates, k);
   }
+  return fixed;
+}
+
+}  // namespace
+
+void validate_strategy(const StrategySpec& strategy) {
+  for (std::size_t r = 0; r < strategy.rules.size(); ++r) check_rule(strategy, r);
+}
+
+std::variant<Schedule, NotApplicable> build_schedule(const Trace& trace, const OpTimeModel& time_model, const StrategySpec& strategy) {
+  validate_strategy(strategy);
+  const Analysis a = analyse(trace, time_model);
+  FixedPlan fixed = fixed_decisions(a, strategy);
+  StorageActions& plan = fixed.plan;
+  const auto& recompute_candidates = fixed.recompute_candidates;
   for (std::size_t r = 0; r < strategy.rules.size(); ++r) {
     const RecomputeAction* rc = strategy.rules[r].recompute();
     if (!rc || rc->mode != RecomputeAction::Mode::budget) continue;
@@ -1028,5 +1263,36 @@ std::variant<Schedule, NotApplicable> build_schedule(const Trace& trace, const O
 bool name_matches(const std::string& pattern, const std::string& name) {
   return pattern == name || fnmatch(pattern.c_str(), name.c_str(), 0) == 0;
 }
+
+namespace strategy_detail {
+
+std::size_t recompute_candidate_count(const Trace& trace, const OpTimeModel& time_model, const StrategySpec& strategy, std::size_t rule) {
+  validate_strategy(strategy);
+  const Analysis a = analyse(trace, time_model);
+  return fixed_decisions(a, strategy).recompute_candidates.at(rule).size();
+}
+
+std::vector<EvaluatorCheck> check_recompute_evaluator(const Trace& trace, const OpTimeModel& time_model, const StrategySpec& strategy,
+                                                      std::size_t rule, const std::vector<std::vector<bool>>& plans) {
+  validate_strategy(strategy);
+  const Analysis a = analyse(trace, time_model);
+  FixedPlan fixed = fixed_decisions(a, strategy);
+  const auto& candidates = fixed.recompute_candidates.at(rule);
+  RecomputeEvaluator evaluator(a, fixed.plan, candidates);
+  std::vector<EvaluatorCheck> checks;
+  for (const auto& drop : plans) {
+    if (drop.size() != candidates.size()) throw std::invalid_argument("check_recompute_evaluator: a plan of the wrong size");
+    for (std::size_t i = 0; i < drop.size(); ++i) {
+      evaluator.set(i, drop[i]);
+      fixed.plan.action[candidates[i]] = drop[i] ? Action::drop : Action::keep;
+    }
+    Evaluation incremental = evaluator.evaluate();
+    incremental.ordered = evaluator.ordered_seconds();
+    checks.push_back({incremental, evaluate(a, strategy, fixed.plan)});
+  }
+  return checks;
+}
+
+}  // namespace strategy_detail
 
 }  // namespace comptrain::models

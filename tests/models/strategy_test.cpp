@@ -10,6 +10,8 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,8 @@
 #include "comptrain/traces/summary.hpp"
 #include "comptrain/zoo/zoo.hpp"
 #include "../support/must_apply.hpp"
+// The budget mode's evaluator is internal to the library; its test hook is declared here.
+#include "../../models/strategies/recompute_evaluator.hpp"
 
 namespace comptrain::models {
 namespace {
@@ -906,6 +910,246 @@ TEST(Zoo, EveryStrategyValidatesOnTransformers) {
       EXPECT_LE(activation_peak(s), activation_peak(build(request_trace, spec("baseline", {})))) << name;
     }
   }
+}
+
+// ---- The budget mode's incremental evaluator -------------------------------------------------
+
+// A random walk through the plans of recompute rule `rule` (single flips as the greedy makes,
+// pairs as the move pass makes, whole plans as the structured ones are, all and none): at every
+// step the evaluator's peak of saved-activation bytes, its recompute tasks and seconds (the
+// exact sum, and the sum in schedule order that the schedule reports) equal exactly those of
+// the built schedule replayed sequentially. Returns how many different peaks and how
+// many recomputing plans the walk met, so that callers can check it was not a walk among
+// look-alikes.
+struct WalkCover {
+  std::size_t peaks = 0;
+  std::size_t recomputing = 0;
+};
+WalkCover expect_evaluator_agrees(const std::string& label, const traces::Trace& trace, const StrategySpec& s, std::size_t rule,
+                                  unsigned seed, std::size_t steps = 150) {
+  const std::size_t n = strategy_detail::recompute_candidate_count(trace, time_model(), s, rule);
+  if (n == 0) return {};
+  std::mt19937 rng(seed);
+  auto pick = [&] { return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng); };
+  std::vector<std::vector<bool>> plans;
+  std::vector<bool> drop(n, false);
+  for (std::size_t step = 0; step < steps; ++step) {
+    const int kind = std::uniform_int_distribution<int>(0, 9)(rng);
+    if (kind <= 4) {
+      const std::size_t i = pick();
+      drop[i] = !drop[i];
+    } else if (kind <= 6) {
+      const std::size_t i = pick();
+      const std::size_t j = i + 1 < n ? i + 1 : (i > 0 ? i - 1 : i);
+      drop[i] = !drop[i];
+      if (j != i) drop[j] = !drop[j];
+    } else if (kind == 7) {
+      std::bernoulli_distribution dropped(std::uniform_real_distribution<double>(0, 1)(rng));
+      for (std::size_t i = 0; i < n; ++i) drop[i] = dropped(rng);
+    } else if (kind == 8) {
+      const std::size_t k = 1 + pick() % 8;
+      for (std::size_t i = 0; i < n; ++i) drop[i] = (i + 1) % k != 0;
+    } else {
+      std::fill(drop.begin(), drop.end(), std::bernoulli_distribution(0.5)(rng));
+    }
+    plans.push_back(drop);
+  }
+  const auto checks = strategy_detail::check_recompute_evaluator(trace, time_model(), s, rule, plans);
+  EXPECT_EQ(checks.size(), plans.size());
+  std::set<std::int64_t> peaks;
+  WalkCover cover;
+  for (std::size_t p = 0; p < checks.size(); ++p) {
+    const auto& [incremental, built] = checks[p];
+    EXPECT_EQ(incremental.peak, built.peak) << label << ", plan " << p;
+    EXPECT_EQ(incremental.exact, built.exact) << label << ", plan " << p;
+    EXPECT_EQ(incremental.tasks, built.tasks) << label << ", plan " << p;
+    EXPECT_EQ(incremental.ordered, built.ordered) << label << ", plan " << p;
+    peaks.insert(built.peak);
+    if (built.tasks > 0) ++cover.recomputing;
+  }
+  cover.peaks = peaks.size();
+  return cover;
+}
+
+void expect_evaluator_agrees_widely(const std::string& label, const traces::Trace& trace, const StrategySpec& s, std::size_t rule,
+                                    unsigned seed, std::size_t steps = 150) {
+  const WalkCover cover = expect_evaluator_agrees(label, trace, s, rule, seed, steps);
+  EXPECT_GT(cover.peaks, steps / 10) << label;
+  EXPECT_GT(cover.recomputing, steps / 2) << label;
+}
+
+// A random training-like trace: forward ops reading one to three earlier storages and writing
+// one or two new ones (saved activations or unsaved temporaries), some in place (a view of an
+// earlier storage, so storages with several writers), then a backward chain that reads the
+// saved activations in a random order, some temporaries too, and writes a few activations that
+// later backward ops read. Seconds differ per op.
+traces::Trace random_trace(std::mt19937& rng) {
+  Builder b;
+  auto uniform = [&](std::size_t lo, std::size_t hi) { return std::uniform_int_distribution<std::size_t>(lo, hi)(rng); };
+  auto chance = [&](double p) { return std::bernoulli_distribution(p)(rng); };
+  auto bytes = [&] { return static_cast<std::int64_t>(4 * uniform(10, 250)); };
+  std::vector<std::size_t> current{b.tensor("x", 400, TensorRole::input)};  // latest tensor of each storage
+  std::vector<std::size_t> saved;  // indices into current of activation storages
+  std::vector<std::size_t> temporaries;
+  const std::size_t forward_ops = uniform(6, 14);
+  for (std::size_t f = 0; f < forward_ops; ++f) {
+    const std::string name = "f" + std::to_string(f);
+    const auto flops = static_cast<std::int64_t>(uniform(1, 1000)) << uniform(0, 20);
+    std::vector<std::size_t> in;
+    for (std::size_t k = uniform(1, 3); k > 0; --k) {
+      const std::size_t t = current[uniform(0, current.size() - 1)];
+      if (std::find(in.begin(), in.end(), t) == in.end()) in.push_back(t);
+    }
+    std::vector<std::size_t> out;
+    if (current.size() > 1 && chance(0.3)) {
+      const std::size_t storage = uniform(1, current.size() - 1);  // in place on a forward storage
+      if (std::find(in.begin(), in.end(), current[storage]) == in.end()) {
+        in.push_back(current[storage]);
+        out.push_back(b.view(name + ".out", current[storage]));
+        current[storage] = out.back();
+      }
+    }
+    for (std::size_t k = out.empty() ? uniform(1, 2) : uniform(0, 1); k > 0; --k) {
+      const bool activation = chance(0.65);
+      out.push_back(b.tensor(name + ".out" + std::to_string(k), bytes(), activation ? TensorRole::activation : TensorRole::temporary));
+      (activation ? saved : temporaries).push_back(current.size());
+      current.push_back(out.back());
+    }
+    b.op(name, Phase::forward, chance(0.5) ? OpKind::linear : OpKind::relu, in, out, flops);
+  }
+  const auto loss = b.tensor("loss", 4, TensorRole::temporary);
+  b.op("loss", Phase::forward, OpKind::loss, {current.back()}, {loss});
+  // Backward: every saved activation read at least once, in a random order, plus extra reads.
+  std::vector<std::size_t> reads = saved;
+  for (std::size_t k = uniform(0, saved.size()); k > 0 && !saved.empty(); --k) reads.push_back(saved[uniform(0, saved.size() - 1)]);
+  for (std::size_t k = uniform(0, 2); k > 0 && !temporaries.empty(); --k) reads.push_back(temporaries[uniform(0, temporaries.size() - 1)]);
+  std::shuffle(reads.begin(), reads.end(), rng);
+  std::size_t gradient = b.tensor("g.seed", 4, TensorRole::temporary);
+  b.op("seed", Phase::backward, OpKind::other, {loss}, {gradient});
+  std::vector<std::size_t> backward_activations;  // written in backward, read by a later backward op
+  std::size_t next = 0;
+  for (std::size_t op = 0; next < reads.size() || !backward_activations.empty(); ++op) {
+    const std::string name = "b" + std::to_string(op);
+    std::vector<std::size_t> in{gradient};
+    for (std::size_t k = uniform(1, 2); k > 0 && next < reads.size(); --k) {
+      const std::size_t t = current[reads[next++]];
+      if (std::find(in.begin(), in.end(), t) == in.end()) in.push_back(t);
+    }
+    if (!backward_activations.empty() && chance(0.5)) {
+      in.push_back(backward_activations.back());
+      backward_activations.pop_back();
+    }
+    gradient = b.tensor(name + ".grad", bytes(), TensorRole::temporary);
+    std::vector<std::size_t> out{gradient};
+    if (next < reads.size() && chance(0.2)) {
+      out.push_back(b.tensor(name + ".saved", bytes(), TensorRole::activation));
+      backward_activations.push_back(out.back());
+    }
+    b.op(name, Phase::backward, OpKind::linear, in, out, static_cast<std::int64_t>(uniform(1, 1000)) << uniform(0, 20));
+  }
+  const auto wg = b.tensor("wg", 40, TensorRole::gradient);
+  b.op("last", Phase::backward, OpKind::relu, {gradient}, {wg}, 100);
+  return b.build("random");
+}
+
+TEST(IncrementalEvaluator, AgreesExactlyOnRandomTraces) {
+  std::mt19937 rng(2024);
+  const StrategySpec budget = spec("budget", {recompute_rule(RecomputeAction::Mode::budget, 2, 1)});
+  std::size_t peaks = 0;
+  std::size_t recomputing = 0;
+  constexpr std::size_t kTraces = 60;
+  constexpr std::size_t kSteps = 60;
+  for (std::size_t i = 0; i < kTraces; ++i) {
+    const traces::Trace trace = random_trace(rng);
+    const WalkCover cover = expect_evaluator_agrees("random trace " + std::to_string(i), trace, budget, 0, static_cast<unsigned>(i), kSteps);
+    peaks += cover.peaks;
+    recomputing += cover.recomputing;
+  }
+  EXPECT_GT(peaks, kTraces * 3);
+  EXPECT_GT(recomputing, kTraces * kSteps / 2);
+}
+
+// The budget evaluator adds and removes replays' seconds in any order; the sum must be the
+// exact one, rounded once, whatever the order (math.fsum's results).
+TEST(IncrementalEvaluator, ExactSumIsExactAndOrderFree) {
+  auto sum_of = [](const std::vector<double>& terms) {
+    strategy_detail::ExactSum sum;
+    for (double x : terms) sum.add(x);
+    return sum.value();
+  };
+  EXPECT_EQ(sum_of({1e16, 1.0, -1e16}), 1.0);  // plain addition gives 0
+  EXPECT_EQ(sum_of(std::vector<double>(10, 0.1)), 1.0);  // plain addition gives 0.9999999999999999
+  EXPECT_EQ(sum_of({1e-16, 1.0, 1e16}), 10000000000000002.0);  // ties to even decided by the 1e-16
+  std::mt19937 rng(7);
+  std::vector<double> terms;
+  for (int i = 0; i < 400; ++i) {
+    terms.push_back(std::ldexp(std::uniform_real_distribution<double>(0, 1)(rng), std::uniform_int_distribution<int>(-40, 10)(rng)));
+  }
+  const double total = sum_of(terms);
+  for (int round = 0; round < 5; ++round) {
+    std::shuffle(terms.begin(), terms.end(), rng);
+    EXPECT_EQ(sum_of(terms), total);
+    // Added, some removed and added back in another order: still the same figure.
+    strategy_detail::ExactSum sum;
+    for (double x : terms) sum.add(x);
+    for (std::size_t i = 0; i < terms.size(); i += 3) sum.subtract(terms[i]);
+    for (std::size_t i = terms.size(); i-- > 0;) {
+      if (i % 3 == 0) sum.add(terms[i]);
+    }
+    EXPECT_EQ(sum.value(), total);
+  }
+  strategy_detail::ExactSum empty;
+  empty.add(0.25);
+  empty.subtract(0.25);
+  EXPECT_EQ(empty.value(), 0.0);
+}
+
+traces::Trace small_gpt(std::int64_t layers, zoo::Precision precision = zoo::Precision::fp32) {
+  zoo::ModelRequest request;
+  request.model = "gpt";
+  request.batch_size = 2;
+  request.precision = precision;
+  request.layers = layers;
+  request.hidden = 256;
+  request.heads = 4;
+  request.seq_len = 128;
+  request.vocab = 1000;
+  return zoo::build_model(request);
+}
+
+TEST(IncrementalEvaluator, AgreesExactlyWithTheBuiltScheduleOnRandomPlans) {
+  const StrategySpec budget = spec("budget", {recompute_rule(RecomputeAction::Mode::budget, 2, 1)});
+  expect_evaluator_agrees_widely("chain", chain(24, true), budget, 0, 1);
+  expect_evaluator_agrees_widely("resnet18", zoo_model("resnet18", 2), budget, 0, 2);
+  zoo::ModelRequest mixed;
+  mixed.model = "resnet18";
+  mixed.batch_size = 2;
+  mixed.precision = zoo::Precision::mixed;
+  expect_evaluator_agrees_widely("resnet18 mixed", zoo::build_model(mixed), budget, 0, 3);
+  expect_evaluator_agrees_widely("gpt 2 layers", small_gpt(2), budget, 0, 4);
+  expect_evaluator_agrees_widely("gpt 4 layers", small_gpt(4), budget, 0, 5);
+  zoo::ModelRequest bert;
+  bert.model = "bert-base";
+  bert.batch_size = 2;
+  bert.layers = 2;
+  bert.seq_len = 64;
+  expect_evaluator_agrees_widely("bert 2 layers", zoo::build_model(bert), budget, 0, 6);
+}
+
+// With other rules' decisions in place: a fixed recompute rule before the budget rule (its drops
+// are rebuilt too, and budget drops cascade through them), and a checkpoints rule whose kept
+// block inputs are pinned (replays start from them and extend their lives).
+TEST(IncrementalEvaluator, AgreesWithOtherRulesInPlace) {
+  TensorSelector linear_inputs;
+  linear_inputs.inputs_of = {OpKind::linear, OpKind::conv};
+  const StrategySpec every_3 = spec("every-3 + budget", {recompute_rule(RecomputeAction::Mode::every_k, 3, 0, linear_inputs),
+                                                         recompute_rule(RecomputeAction::Mode::budget, 2, 1)});
+  expect_evaluator_agrees_widely("gpt 4 layers, every-3 first", small_gpt(4), every_3, 1, 7);
+  expect_evaluator_agrees_widely("resnet18, every-3 first", zoo_model("resnet18", 2), every_3, 1, 8);
+  StrategyRule blocks = recompute_rule(RecomputeAction::Mode::checkpoints, 2, 0, TensorSelector{{}, {}, 0, {"transformer.h.1.*"}});
+  std::get<RecomputeAction>(blocks.action).keep = {"transformer.h.1.ln_1*", "transformer.h.0.add*"};
+  const StrategySpec pinned = spec("checkpoints + budget", {blocks, recompute_rule(RecomputeAction::Mode::budget, 2, 1)});
+  expect_evaluator_agrees_widely("gpt 3 layers mixed, checkpoints first", small_gpt(3, zoo::Precision::mixed), pinned, 1, 9);
 }
 
 // ---- Finite costs: the simulator never gets an infinite or absurd time (defect 07) ----------

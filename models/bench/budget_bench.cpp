@@ -8,12 +8,20 @@
 //
 // Counters: s/layer (CPU time per layer: a flat row means linear growth), ops, the budget, and
 // the plan's peak and recompute seconds (so that a change in the result shows beside the speed).
+//
+// BM_BuildSchedule times build_schedule on the same GPTs (12 to 384 layers) under each kind of
+// strategy: the baseline (no rules), offload, recompute sqrt_n, recompute budget (half of the
+// baseline's peak) and compress (fixed ratio), each rule over every saved activation. Counters:
+// ops, tasks (of the built schedule) and s/op (CPU time per trace op: a flat row means linear
+// growth). Building the trace itself is timed in traces/bench/trace_bench.
 
 #include <benchmark/benchmark.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <variant>
+#include <vector>
 
 #include "comptrain/models/op_time.hpp"
 #include "comptrain/models/platform.hpp"
@@ -130,8 +138,81 @@ void BM_PlanBudgetGptFraction(benchmark::State& state) {
   });
 }
 
+// The strategies BM_BuildSchedule compares, one rule each over every saved activation.
+enum class Kind { baseline, offload, sqrt_n, budget_half, compress };
+
+models::StrategySpec strategy_of(Kind kind, const traces::Trace& trace, const models::OpTimeModel& time_model) {
+  models::StrategySpec spec;
+  models::StrategyRule rule;
+  switch (kind) {
+    case Kind::baseline:
+      spec.name = "baseline";
+      return spec;
+    case Kind::offload:
+      rule.action = models::OffloadAction{};
+      spec.name = "offload";
+      break;
+    case Kind::sqrt_n:
+      return recompute(models::RecomputeAction::Mode::sqrt_n);
+    case Kind::budget_half: {
+      models::StrategySpec baseline;
+      baseline.name = "baseline";
+      const auto schedule = std::get<models::Schedule>(models::build_schedule(trace, time_model, baseline));
+      return recompute(models::RecomputeAction::Mode::budget, activation_peak(schedule) / 2);
+    }
+    case Kind::compress: {
+      // Explicit numbers, no profile: the path that costs each tensor by ratio and throughput
+      // alone. The values only set task durations and buffer sizes, not the work of building
+      // the schedule; they are round figures of the order of a GPU codec (ratio 4, 100 GB/s
+      // compressing, 200 GB/s decompressing, 10 us a call), not measurements.
+      models::CompressAction codec;
+      codec.ratio = 4.0;
+      codec.compress_bandwidth = 100e9;
+      codec.decompress_bandwidth = 200e9;
+      codec.latency = 10e-6;
+      rule.action = codec;
+      spec.name = "compress";
+      break;
+    }
+  }
+  spec.rules = {rule};
+  return spec;
+}
+
+// build_schedule on a GPT of state.range(0) layers under `kind`; the trace, the time model and
+// the strategy (for the budget, the baseline's peak) are made outside the timed loop.
+void BM_BuildSchedule(benchmark::State& state, Kind kind) {
+  const traces::Trace trace = gpt(state.range(0));
+  const models::OpTimeModel time_model(models::builtin_platform("a100-80gb"));
+  const models::StrategySpec spec = strategy_of(kind, trace, time_model);
+  std::size_t tasks = 0;
+  for (auto _ : state) {
+    auto built = models::build_schedule(trace, time_model, spec);
+    const auto* schedule = std::get_if<models::Schedule>(&built);
+    if (!schedule) {
+      state.SkipWithError("the strategy does not apply");
+      return;
+    }
+    tasks = schedule->tasks.size();
+    benchmark::DoNotOptimize(built);
+  }
+  const auto ops = static_cast<double>(trace.ops().size());
+  state.counters["ops"] = ops;
+  state.counters["tasks"] = static_cast<double>(tasks);
+  // Rates divide by CPU time: this is CPU seconds per op.
+  state.counters["s/op"] = benchmark::Counter(ops, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
 }  // namespace
 
 BENCHMARK(BM_PlanBudgetGptSqrtN)->Arg(12)->Arg(24)->Arg(48)->Arg(96)->Arg(192)->Arg(384)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_PlanBudgetGptFraction)->ArgsProduct({{12, 24, 48, 96, 192, 384}, {50, 25, 10}})->Unit(benchmark::kMillisecond);
+#define COMPTRAIN_BUILD_SCHEDULE(kind) \
+  BENCHMARK_CAPTURE(BM_BuildSchedule, kind, Kind::kind)->Arg(12)->Arg(48)->Arg(96)->Arg(192)->Arg(384)->Unit(benchmark::kMillisecond)
+COMPTRAIN_BUILD_SCHEDULE(baseline);
+COMPTRAIN_BUILD_SCHEDULE(offload);
+COMPTRAIN_BUILD_SCHEDULE(sqrt_n);
+COMPTRAIN_BUILD_SCHEDULE(budget_half);
+COMPTRAIN_BUILD_SCHEDULE(compress);
+#undef COMPTRAIN_BUILD_SCHEDULE
 BENCHMARK_MAIN();

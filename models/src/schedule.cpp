@@ -17,6 +17,7 @@ std::string_view to_string(Stream stream) {
     case Stream::d2h: return "d2h";
     case Stream::h2d: return "h2d";
     case Stream::codec: return "codec";
+    case Stream::comm: return "comm";
   }
   return "unknown";
 }
@@ -60,6 +61,16 @@ std::string_view to_string(TaskKind kind) {
     case TaskKind::prefetch: return "prefetch";
     case TaskKind::compress: return "compress";
     case TaskKind::decompress: return "decompress";
+    case TaskKind::collective: return "collective";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(CollectiveKind kind) {
+  switch (kind) {
+    case CollectiveKind::all_reduce: return "all_reduce";
+    case CollectiveKind::reduce_scatter: return "reduce_scatter";
+    case CollectiveKind::all_gather: return "all_gather";
   }
   return "unknown";
 }
@@ -105,6 +116,9 @@ void Schedule::validate() const {
     if ((task.kind == TaskKind::op || task.kind == TaskKind::recompute) && !task.op) {
       invalid(*this, task_label(*this, t) + " runs no op");
     }
+    if ((task.kind == TaskKind::collective) != task.collective.has_value()) {
+      invalid(*this, task_label(*this, t) + (task.collective ? " names a collective but is not one" : " is a collective that names none"));
+    }
   }
 
   // Wait graph: each task waits for its stream predecessor and for its `after` tasks.
@@ -144,7 +158,7 @@ void Schedule::validate() const {
   }
 
   // Happens-before as vector clocks: clock[t][s] is the position (1-based) of the latest task
-  // of stream s that ends before t starts or is t itself. With four streams this is exact
+  // of stream s that ends before t starts or is t itself. With a handful of streams this is exact
   // and linear in the number of edges.
   std::vector<std::array<std::size_t, kStreamCount>> clock(n);
   for (TaskId t : order) {

@@ -190,6 +190,9 @@ class Replay {
         // Host::exec_async, which runs on the caller's host: reference notes, pitfall 1).
         if (task.seconds > 0) sg4::this_actor::execute(task.seconds * kGpuSpeed);
         return;
+      case TaskKind::collective:
+        // No schedule builder emits collectives before the replay has a cluster network to run them on.
+        throw std::logic_error("task " + task.name + " is a collective, and this replay has no network of GPUs to run it on");
     }
   }
 
@@ -477,7 +480,7 @@ SimulationResult deserialize(const std::string& bytes) {
   r.peak_time = in.get<double>();
   r.peak_by_role = in.get<BytesByMemoryRole>();
   r.live_at_peak = in.get_vector<BufferId>();
-  r.seconds_by_task_kind = in.get<std::array<double, 6>>();
+  r.seconds_by_task_kind = in.get<std::array<double, models::kTaskKindCount>>();
   r.compute_stall_seconds = in.get<double>();
   r.host_wait_seconds = in.get<double>();
   r.host_seconds = in.get<double>();

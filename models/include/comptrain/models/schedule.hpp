@@ -20,8 +20,10 @@
 
 namespace comptrain::models {
 
-enum class Stream : std::uint8_t { compute, d2h, h2d, codec };
-inline constexpr std::size_t kStreamCount = 4;
+// comm: NCCL's communication stream (the data-parallel collectives: DDP's gradient all-reduces,
+// ZeRO's reduce-scatters and all-gathers).
+enum class Stream : std::uint8_t { compute, d2h, h2d, codec, comm };
+inline constexpr std::size_t kStreamCount = 5;
 std::string_view to_string(Stream stream);
 
 // What a buffer holds, for the memory breakdown.
@@ -60,8 +62,16 @@ enum class TaskKind : std::uint8_t {
   prefetch,    // host -> device copy of an offloaded activation
   compress,    // compress an activation in GPU memory
   decompress,  // decompress it before its backward use
+  collective,  // a collective over the data-parallel group (Task::collective says which)
 };
+inline constexpr std::size_t kTaskKindCount = 7;
 std::string_view to_string(TaskKind kind);
+
+// A collective as NCCL runs it over every rank of the data-parallel group. Its size is counted as
+// nccl-tests counts it (doc/PERFORMANCE.md): all_reduce, the buffer each rank holds; reduce_scatter,
+// the whole input (each rank keeps 1/p of it); all_gather, the whole output (each rank gives 1/p).
+enum class CollectiveKind : std::uint8_t { all_reduce, reduce_scatter, all_gather };
+std::string_view to_string(CollectiveKind kind);
 
 struct Task {
   std::string name;
@@ -73,7 +83,8 @@ struct Task {
   // CPU time the launching thread spends issuing the task (eager PyTorch's per-op dispatch and
   // kernel launch); 0: issued at once. The replay's launching thread issues tasks in `tasks` order.
   double host_seconds = 0;
-  std::int64_t bytes = 0;                     // payload of copy tasks (offload, prefetch)
+  std::int64_t bytes = 0;                     // payload of copy tasks (offload, prefetch) and collectives (CollectiveKind's size)
+  std::optional<CollectiveKind> collective;   // collective tasks: which one
   // Copy tasks: the host side is pageable memory, so the driver stages the copy through its
   // pinned buffers and the host's memcpy (the platform's host_link.pageable_bandwidth) is in
   // the path as well as the link.

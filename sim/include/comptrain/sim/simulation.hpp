@@ -45,7 +45,7 @@ struct SimulationResult {
   double peak_time = 0;
   BytesByMemoryRole peak_by_role{};
   std::vector<models::BufferId> live_at_peak;
-  std::array<double, 6> seconds_by_task_kind{};  // summed task durations, indexed by TaskKind
+  std::array<double, models::kTaskKindCount> seconds_by_task_kind{};  // summed task durations, indexed by TaskKind
   double compute_stall_seconds = 0;  // the compute stream waiting for other streams
   // The compute stream idle because its next task was not launched yet: the iteration is
   // CPU-bound there (models::Task::host_seconds).

@@ -55,7 +55,8 @@ class PlatformReader {
 
   // A platform that is one node of a larger document (a scenario's inline platform).
   Platform read(const YAML::Node& root) {
-    const std::initializer_list<const char*> top_keys{"name", "gpu", "host", "host_link", "gpu_link", "gpus_per_node", "efficiency"};
+    const std::initializer_list<const char*> top_keys{"name",          "gpu",        "host", "host_link", "gpu_link",
+                                                      "gpus_per_node", "efficiency", "nic",  "network",   "collectives"};
     if (!root.IsMap()) throw InputError(where(root.Mark()) + "expected a mapping with the keys " + join(top_keys));
     check_keys(root, "the platform", top_keys);
 
@@ -81,6 +82,7 @@ class PlatformReader {
     }
     platform.gpus_per_node = optional_positive_int(root, "gpus_per_node", "", 1);
     if (root["efficiency"]) platform.efficiency = read_efficiency(section(root, "efficiency", "", {"compute", "memory", "tensor_core"}));
+    read_cluster(root, platform);
     return platform;
   }
 
@@ -182,6 +184,144 @@ class PlatformReader {
     spec.bandwidth = quantity(link, "bandwidth", section_name, Dimension::bandwidth, limits::bandwidth);
     spec.latency = quantity(link, "latency", section_name, Dimension::time, limits::latency);
     return spec;
+  }
+
+  // nic, network and collectives: optional, and nic and network only together (a NIC without a
+  // network, or a network no NIC reaches, is a description error, not a cluster).
+  void read_cluster(const YAML::Node& root, Platform& platform) const {
+    if (root["nic"] && !root["network"]) {
+      throw InputError(where(root["nic"].Mark()) + "'nic' is given but 'network' is not; expected both (a cluster) or neither (one node)");
+    }
+    if (root["network"] && !root["nic"]) {
+      throw InputError(where(root["network"].Mark()) + "'network' is given but 'nic' is not; expected the nodes' NICs (nic: {name, bandwidth, latency})");
+    }
+    if (root["nic"]) platform.nic = read_nic(section(root, "nic", "", {"name", "bandwidth", "latency", "per_node"}), platform.gpus_per_node);
+    if (root["network"]) {
+      platform.network =
+          read_network(section(root, "network", "", {"topology", "nodes", "fat_tree", "dragonfly", "torus", "link"}));
+    }
+    if (root["collectives"]) {
+      const YAML::Node c = section(root, "collectives", "", {"base_latency", "intra_node_step", "inter_node_step", "network_overhead"});
+      platform.collectives.base = quantity(c, "base_latency", "collectives", Dimension::time, limits::latency);
+      platform.collectives.intra_node_step = quantity(c, "intra_node_step", "collectives", Dimension::time, limits::latency);
+      // A single node's collectives never cross the network: the network terms are optional there.
+      if (c["inter_node_step"] || platform.network) {
+        platform.collectives.inter_node_step = quantity(c, "inter_node_step", "collectives", Dimension::time, limits::latency);
+      }
+      if (c["network_overhead"] || platform.network) {
+        platform.collectives.network_overhead = quantity(c, "network_overhead", "collectives", Dimension::time, limits::latency);
+      }
+    }
+  }
+
+  NicSpec read_nic(const YAML::Node& nic, int gpus_per_node) const {
+    NicSpec spec;
+    const LinkSpec link = read_link(nic, "nic");
+    spec.name = link.name;
+    spec.bandwidth = link.bandwidth;
+    spec.latency = link.latency;
+    spec.per_node = gpus_per_node;
+    if (const YAML::Node per_node = nic["per_node"]) {
+      spec.per_node = positive_int(per_node, "nic.per_node");
+      // NCCL gives each NIC the GPUs nearest to it, the same number each on these nodes; a NIC
+      // without a GPU carries no ring.
+      if (spec.per_node > gpus_per_node || gpus_per_node % spec.per_node != 0) {
+        throw InputError(where(per_node.Mark()) + "'nic.per_node' is " + shortened(per_node) + "; expected a divisor of gpus_per_node (" +
+                         std::to_string(gpus_per_node) + "): the node's GPUs share its NICs evenly");
+      }
+    }
+    return spec;
+  }
+
+  NetworkSpec read_network(const YAML::Node& network) const {
+    NetworkSpec spec;
+    const std::string topology = text_field(network, "topology", "network");
+    const std::initializer_list<const char*> topologies{"fat_tree", "dragonfly", "torus"};
+    if (topology == "fat_tree") {
+      spec.topology = NetworkTopology::fat_tree;
+    } else if (topology == "dragonfly") {
+      spec.topology = NetworkTopology::dragonfly;
+    } else if (topology == "torus") {
+      spec.topology = NetworkTopology::torus;
+    } else {
+      throw InputError(where(network["topology"].Mark()) + "'network.topology' is '" + shortened(network["topology"]) + "'; expected one of " +
+                       join(topologies));
+    }
+    // Exactly the parameters of the topology named: another topology's would be silently unused.
+    for (const char* other : topologies) {
+      if (other != topology && network[other]) {
+        throw InputError(where(network[other].Mark()) + "'network." + other + "' is given but network.topology is " + topology +
+                         "; expected network." + topology + " alone");
+      }
+    }
+    spec.nodes = required_positive_int(network, "nodes", "network");
+    switch (spec.topology) {
+      case NetworkTopology::fat_tree: {
+        const YAML::Node tree = section(network, "fat_tree", "network", {"levels", "down", "up", "links"});
+        constexpr int kMaxLevels = 8;  // SimGrid's fat tree builds levels + 1 rows; real trees have 2-4
+        spec.fat_tree.levels = required_positive_int(tree, "levels", "network.fat_tree");
+        if (spec.fat_tree.levels > kMaxLevels) {
+          throw InputError(where(tree["levels"].Mark()) + "'network.fat_tree.levels' is " + shortened(tree["levels"]) +
+                           "; expected 1 to " + std::to_string(kMaxLevels) + " switch levels");
+        }
+        spec.fat_tree.down = int_list(tree, "down", "network.fat_tree", spec.fat_tree.levels);
+        spec.fat_tree.up = int_list(tree, "up", "network.fat_tree", spec.fat_tree.levels);
+        spec.fat_tree.links = int_list(tree, "links", "network.fat_tree", spec.fat_tree.levels);
+        break;
+      }
+      case NetworkTopology::dragonfly: {
+        const YAML::Node fly = section(network, "dragonfly", "network", {"groups", "chassis", "routers", "nodes"});
+        const std::vector<int> groups = int_list(fly, "groups", "network.dragonfly", 2);
+        const std::vector<int> chassis = int_list(fly, "chassis", "network.dragonfly", 2);
+        const std::vector<int> routers = int_list(fly, "routers", "network.dragonfly", 2);
+        spec.dragonfly = {groups[0], groups[1], chassis[0], chassis[1], routers[0], routers[1],
+                          required_positive_int(fly, "nodes", "network.dragonfly")};
+        // SimGrid 3.32 links group g to the g-th router of chassis 0 of every other group
+        // (src/kernel/routing/DragonflyZone.cpp), so it needs a router per group there.
+        if (spec.dragonfly.groups > spec.dragonfly.routers) {
+          throw InputError(where(fly["groups"].Mark()) + "'network.dragonfly.groups' has " + std::to_string(spec.dragonfly.groups) +
+                           " groups but only " + std::to_string(spec.dragonfly.routers) +
+                           " routers per chassis; expected at most one group per router (SimGrid's dragonfly links group g to router g)");
+        }
+        break;
+      }
+      case NetworkTopology::torus:
+        spec.torus = int_list(network, "torus", "network", -1);
+        break;
+    }
+    const std::int64_t leaves = spec.leaves();
+    if (leaves > limits::max_network_nodes) {
+      throw InputError(where(network[topology].Mark()) + "'network." + topology + "' has " + std::to_string(leaves) +
+                       " places for nodes; expected at most " + std::to_string(limits::max_network_nodes));
+    }
+    if (spec.nodes > leaves) {
+      throw InputError(where(network["nodes"].Mark()) + "'network.nodes' is " + std::to_string(spec.nodes) + " but network." + topology +
+                       " has places for " + std::to_string(leaves) + "; expected at most as many nodes as the topology has leaves");
+    }
+    spec.link = read_link(section(network, "link", "network", {"name", "bandwidth", "latency"}), "network.link");
+    return spec;
+  }
+
+  // A list of positive whole numbers, of `size` entries (any size from 1 up when size < 0).
+  std::vector<int> int_list(const YAML::Node& map, const char* key, const std::string& section_name, int size) const {
+    const YAML::Node node = required(map, key, section_name);
+    const std::string field = qualified(section_name, key);
+    const std::string expected = size < 0 ? std::string("a list of positive integers, e.g. [4, 4, 4]")
+                                          : "a list of " + std::to_string(size) + " positive integer" + (size == 1 ? "" : "s");
+    if (!node.IsSequence() || node.size() == 0 || (size >= 0 && node.size() != static_cast<std::size_t>(size))) {
+      throw InputError(where(node.Mark()) + "'" + field + "' is " + (node.IsSequence() ? "a list of " + std::to_string(node.size()) : "'" + shortened(node) + "'") +
+                       "; expected " + expected);
+    }
+    std::vector<int> values;
+    for (std::size_t i = 0; i < node.size(); ++i) {
+      const int value = positive_int(node[i], field + "[" + std::to_string(i) + "]");
+      if (value > limits::max_network_nodes) {
+        throw InputError(where(node[i].Mark()) + "'" + field + "[" + std::to_string(i) + "]' is " + std::to_string(value) + "; expected at most " +
+                         std::to_string(limits::max_network_nodes));
+      }
+      values.push_back(value);
+    }
+    return values;
   }
 
   Efficiency read_efficiency(const YAML::Node& efficiency) const {
@@ -331,6 +471,29 @@ class PlatformReader {
 
 }  // namespace
 
+std::string_view to_string(NetworkTopology topology) {
+  switch (topology) {
+    case NetworkTopology::fat_tree: return "fat_tree";
+    case NetworkTopology::dragonfly: return "dragonfly";
+    case NetworkTopology::torus: return "torus";
+  }
+  return "unknown";
+}
+
+std::int64_t NetworkSpec::leaves() const {
+  // Each factor is at most platform_limits::max_network_nodes (1e5); the product is capped as it
+  // grows so that it never overflows.
+  std::vector<int> factors;
+  switch (topology) {
+    case NetworkTopology::fat_tree: factors = fat_tree.down; break;
+    case NetworkTopology::dragonfly: factors = {dragonfly.groups, dragonfly.chassis, dragonfly.routers, dragonfly.nodes}; break;
+    case NetworkTopology::torus: factors = torus; break;
+  }
+  std::int64_t product = 1;
+  for (const int f : factors) product = std::min<std::int64_t>(product * f, std::int64_t{1} << 40);
+  return product;
+}
+
 double Efficiency::compute_for(traces::OpKind kind) const {
   const auto it = compute.find(kind);
   return it == compute.end() ? compute_default : it->second;
@@ -384,7 +547,8 @@ Platform builtin_platform(std::string_view name) {
 std::vector<std::string> builtin_platforms_with_gpu(std::string_view gpu_name) {
   std::vector<std::string> names;
   for (const std::string& name : builtin_platform_names()) {
-    if (builtin_platform(name).gpu.name == gpu_name) names.push_back(name);
+    const Platform platform = builtin_platform(name);
+    if (platform.gpu.name == gpu_name && !platform.network) names.push_back(name);
   }
   return names;
 }

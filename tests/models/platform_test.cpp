@@ -64,8 +64,8 @@ Platform parsed(const std::string& yaml) { return parse_platform(yaml, "p.yaml")
 // ---- Shipped platforms -------------------------------------------------------------------
 
 TEST(BuiltinPlatforms, AllShippedPlatformsAreEmbedded) {
-  EXPECT_THAT(builtin_platform_names(),
-              ElementsAre("a100-40gb", "a100-80gb", "h100-80gb", "h200", "titanx-maxwell", "v100-16gb", "v100-32gb"));
+  EXPECT_THAT(builtin_platform_names(), ElementsAre("a100-40gb", "a100-80gb", "dgx-a100-superpod", "dgx-h100-superpod", "h100-80gb", "h200",
+                                                   "perlmutter-gpu", "polaris", "titanx-maxwell", "v100-16gb", "v100-32gb"));
 }
 
 TEST(BuiltinPlatforms, EveryShippedPlatformParsesWithSaneValues) {
@@ -171,7 +171,7 @@ TEST(BuiltinPlatforms, A100ValuesAreTheDatasheets) {
   EXPECT_DOUBLE_EQ(p.host_link.bandwidth, 25e9);
   EXPECT_DOUBLE_EQ(p.host_link.latency, 1e-6);
   EXPECT_EQ(p.gpu_link.name, "NVLink 3");
-  EXPECT_DOUBLE_EQ(p.gpu_link.bandwidth, 300e9);
+  EXPECT_DOUBLE_EQ(p.gpu_link.bandwidth, 240e9) << "effective: 12 links x NCCL's 20 GB/s (topo.h), not the 300 GB/s line rate";
   EXPECT_EQ(p.gpus_per_node, 8);
   EXPECT_DOUBLE_EQ(p.efficiency.compute_for(OpKind::conv), 0.7);
   EXPECT_DOUBLE_EQ(p.efficiency.compute_for(OpKind::relu), 0.6);
@@ -213,7 +213,8 @@ TEST(BuiltinPlatforms, UnknownNameListsTheShippedOnes) {
     FAIL() << "expected an InputError";
   } catch (const InputError& e) {
     EXPECT_THAT(e.what(), HasSubstr("unknown platform 'nope'"));
-    EXPECT_THAT(e.what(), HasSubstr("a100-40gb, a100-80gb, h100-80gb, h200, titanx-maxwell, v100-16gb, v100-32gb"));
+    EXPECT_THAT(e.what(), HasSubstr("a100-40gb, a100-80gb, dgx-a100-superpod, dgx-h100-superpod, h100-80gb, h200, perlmutter-gpu, polaris, "
+                                    "titanx-maxwell, v100-16gb, v100-32gb"));
   }
 }
 
@@ -617,6 +618,195 @@ TEST(BuiltinPlatforms, StreamingMultiprocessorsAreTheWhitepapers) {
   EXPECT_EQ(builtin_platform("h100-80gb").gpu.sms, 132);
   EXPECT_EQ(builtin_platform("h200").gpu.sms, 132);
   EXPECT_EQ(builtin_platform("titanx-maxwell").gpu.sms, 24);
+}
+
+// ---- Clusters: nic, network, collectives -------------------------------------------------
+
+// kMinimal as a cluster of 8-GPU nodes. Line numbers matter for the file:line:column assertions.
+const std::string kCluster = kMinimal +
+                             "gpus_per_node: 8\n"                                                      // 10
+                             "nic: {name: NIC, bandwidth: 24 GB/s, latency: 1 us}\n"                   // 11
+                             "network:\n"                                                              // 12
+                             "  topology: fat_tree\n"                                                  // 13
+                             "  nodes: 4\n"                                                            // 14
+                             "  fat_tree: {levels: 2, down: [2, 2], up: [1, 2], links: [1, 1]}\n"      // 15
+                             "  link: {name: net, bandwidth: 192 GB/s, latency: 0}\n";                 // 16
+
+std::string cluster_with(const std::string& from, const std::string& to) { return with(from, to, kCluster); }
+
+// kCluster with another topology and its parameters (one line, line 15).
+std::string cluster_of(const std::string& topology, const std::string& parameters) {
+  return with("topology: fat_tree", "topology: " + topology,
+              cluster_with("  fat_tree: {levels: 2, down: [2, 2], up: [1, 2], links: [1, 1]}\n", "  " + parameters + "\n"));
+}
+
+TEST(PlatformCluster, WithoutANetworkAPlatformIsOneNode) {
+  const Platform p = parsed(kMinimal);
+  EXPECT_FALSE(p.nic);
+  EXPECT_FALSE(p.network);
+  EXPECT_EQ(p.max_nodes(), 1);
+  EXPECT_EQ(p.collectives.base, 0) << "no collectives: bandwidth terms only";
+  for (const std::string& name : builtin_platform_names()) {
+    const Platform shipped = builtin_platform(name);
+    if (name.find("superpod") != std::string::npos || name == "perlmutter-gpu" || name == "polaris") continue;
+    EXPECT_FALSE(shipped.network) << name;
+    EXPECT_EQ(shipped.max_nodes(), 1) << name;
+  }
+}
+
+TEST(PlatformCluster, ReadsNicNetworkAndCollectives) {
+  const Platform p = parsed(kCluster + "collectives: {base_latency: 8.4 us, intra_node_step: 3.4 us, inter_node_step: 14 us, network_overhead: 2 us}\n");
+  ASSERT_TRUE(p.nic);
+  EXPECT_EQ(p.nic->name, "NIC");
+  EXPECT_DOUBLE_EQ(p.nic->bandwidth, 24e9);
+  EXPECT_EQ(p.nic->per_node, 8) << "default: one NIC per GPU";
+  ASSERT_TRUE(p.network);
+  EXPECT_EQ(p.network->topology, NetworkTopology::fat_tree);
+  EXPECT_EQ(p.network->nodes, 4);
+  EXPECT_EQ(p.max_nodes(), 4);
+  EXPECT_EQ(p.network->fat_tree.levels, 2);
+  EXPECT_THAT(p.network->fat_tree.down, ElementsAre(2, 2));
+  EXPECT_THAT(p.network->fat_tree.up, ElementsAre(1, 2));
+  EXPECT_EQ(p.network->leaves(), 4);
+  EXPECT_DOUBLE_EQ(p.network->link.bandwidth, 192e9);
+  EXPECT_DOUBLE_EQ(p.collectives.base, 8.4e-6);
+  EXPECT_DOUBLE_EQ(p.collectives.intra_node_step, 3.4e-6);
+  EXPECT_DOUBLE_EQ(p.collectives.inter_node_step, 14e-6);
+  EXPECT_DOUBLE_EQ(p.collectives.network_overhead, 2e-6);
+
+  const Platform fly = parsed(cluster_of("dragonfly", "dragonfly: {groups: [2, 1], chassis: [1, 1], routers: [3, 1], nodes: 2}"));
+  EXPECT_EQ(fly.network->topology, NetworkTopology::dragonfly);
+  EXPECT_EQ(fly.network->dragonfly.routers, 3);
+  EXPECT_EQ(fly.network->leaves(), 12);
+  const Platform torus = parsed(cluster_of("torus", "torus: [2, 3, 2]"));
+  EXPECT_THAT(torus.network->torus, ElementsAre(2, 3, 2));
+  EXPECT_EQ(torus.network->leaves(), 12);
+  EXPECT_EQ(parsed(cluster_with("1 us}\nnetwork", "1 us, per_node: 2}\nnetwork")).nic->per_node, 2);
+}
+
+TEST(PlatformCluster, ASingleNodeNeedsNoNetworkLatencies) {
+  const Platform p = parsed(kMinimal + "collectives: {base_latency: 8.4 us, intra_node_step: 3.4 us}\n");
+  EXPECT_DOUBLE_EQ(p.collectives.intra_node_step, 3.4e-6);
+  EXPECT_EQ(p.collectives.inter_node_step, 0);
+  // With a network, a collective crosses it: its latency terms are required.
+  EXPECT_THAT(error_of(kCluster + "collectives: {base_latency: 8.4 us, intra_node_step: 3.4 us}\n"),
+              HasSubstr("p.yaml:17:14: missing key 'inter_node_step' in collectives"));
+}
+
+TEST(PlatformCluster, BadValuesAreNamedAtTheirLine) {
+  EXPECT_THAT(error_of(kMinimal + "nic: {name: NIC, bandwidth: 24 GB/s, latency: 1 us}\n"),
+              HasSubstr("p.yaml:10:6: 'nic' is given but 'network' is not; expected both (a cluster) or neither (one node)"));
+  EXPECT_THAT(error_of(cluster_with("nic: {name: NIC, bandwidth: 24 GB/s, latency: 1 us}\n", "")),
+              HasSubstr("p.yaml:12:3: 'network' is given but 'nic' is not"));
+  EXPECT_THAT(error_of(cluster_with("1 us}\nnetwork", "1 us, per_node: 3}\nnetwork")),
+              HasSubstr("p.yaml:11:63: 'nic.per_node' is 3; expected a divisor of gpus_per_node (8)"));
+  EXPECT_THAT(error_of(cluster_with("1 us}\nnetwork", "1 us, per_node: 16}\nnetwork")), HasSubstr("'nic.per_node' is 16; expected a divisor"));
+  EXPECT_THAT(error_of(cluster_with("bandwidth: 24 GB/s", "bandwidth: 24 Gb/s")), HasSubstr("p.yaml:11:29: 'nic.bandwidth' is '24 Gb/s': unknown unit 'Gb/s'"));
+  EXPECT_THAT(error_of(cluster_with("topology: fat_tree", "topology: mesh")),
+              HasSubstr("p.yaml:13:13: 'network.topology' is 'mesh'; expected one of fat_tree, dragonfly, torus"));
+  EXPECT_THAT(error_of(cluster_with("  nodes: 4\n", "  nodes: 4\n  torus: [4]\n")),
+              HasSubstr("p.yaml:15:10: 'network.torus' is given but network.topology is fat_tree; expected network.fat_tree alone"));
+  EXPECT_THAT(error_of(cluster_with("nodes: 4", "nodes: 5")),
+              HasSubstr("p.yaml:14:10: 'network.nodes' is 5 but network.fat_tree has places for 4; expected at most as many nodes"));
+  EXPECT_THAT(error_of(cluster_with("nodes: 4", "nodes: 0")), HasSubstr("p.yaml:14:10: 'network.nodes' is '0'; expected a positive integer"));
+  EXPECT_THAT(error_of(cluster_with("down: [2, 2]", "down: [2, 2, 2]")),
+              HasSubstr("p.yaml:15:31: 'network.fat_tree.down' is a list of 3; expected a list of 2 positive integers"));
+  EXPECT_THAT(error_of(cluster_with("down: [2, 2]", "down: [2, 0]")),
+              HasSubstr("p.yaml:15:35: 'network.fat_tree.down[1]' is '0'; expected a positive integer"));
+  EXPECT_THAT(error_of(cluster_with("down: [2, 2]", "down: 4")), HasSubstr("'network.fat_tree.down' is '4'; expected a list of 2"));
+  EXPECT_THAT(error_of(cluster_with("levels: 2", "levels: 9")), HasSubstr("'network.fat_tree.levels' is 9; expected 1 to 8 switch levels"));
+  EXPECT_THAT(error_of(cluster_with("down: [2, 2]", "down: [1000, 1000]")),
+              HasSubstr("p.yaml:15:13: 'network.fat_tree' has 1000000 places for nodes; expected at most 100000"));
+  EXPECT_THAT(error_of(cluster_of("dragonfly", "dragonfly: {groups: [4, 1], chassis: [1, 1], routers: [3, 1], nodes: 2}")),
+              HasSubstr("p.yaml:15:23: 'network.dragonfly.groups' has 4 groups but only 3 routers per chassis; expected at most one group per router"));
+  EXPECT_THAT(error_of(cluster_of("torus", "torus: []")),
+              HasSubstr("'network.torus' is a list of 0; expected a list of positive integers"));
+  EXPECT_THAT(error_of(cluster_with("  fat_tree: {levels: 2, down: [2, 2], up: [1, 2], links: [1, 1]}\n", "")),
+              HasSubstr("missing key 'fat_tree' in network"));
+  EXPECT_THAT(error_of(cluster_with("bandwidth: 192 GB/s", "bandwidth: 1e300 GB/s")),
+              HasSubstr("p.yaml:16:32: 'network.link.bandwidth' is 1e+300 GB/s; expected between 1 kB/s and 1 PB/s"));
+  EXPECT_THAT(error_of(cluster_with("  nodes: 4\n", "  nodes: 4\n  switches: 3\n")),
+              HasSubstr("p.yaml:15:3: unknown key 'switches' in network; valid keys: topology, nodes, fat_tree, dragonfly, torus, link"));
+  EXPECT_THAT(error_of(kCluster + "collectives: {base_latency: -1 us, intra_node_step: 3.4 us, inter_node_step: 14 us, network_overhead: 2 us}\n"),
+              HasSubstr("p.yaml:17:29: 'collectives.base_latency' is -1 us; expected between 0 s and 1 s"));
+}
+
+// The shipped clusters: their networks as their sources give them (see each file's comments).
+TEST(BuiltinPlatforms, ClustersAreTheirSystemsPages) {
+  const Platform a = builtin_platform("dgx-a100-superpod");
+  EXPECT_EQ(a.gpus_per_node, 8);
+  EXPECT_EQ(a.nic->per_node, 8);
+  EXPECT_DOUBLE_EQ(a.nic->bandwidth, 24e9);
+  EXPECT_EQ(a.network->topology, NetworkTopology::fat_tree);
+  EXPECT_EQ(a.network->nodes, 140);
+  EXPECT_DOUBLE_EQ(a.network->link.bandwidth, 8 * a.nic->bandwidth) << "the 8 rails aggregated";
+  EXPECT_DOUBLE_EQ(a.collectives.network_overhead, 2e-6) << "AMD host";
+  const Platform h = builtin_platform("dgx-h100-superpod");
+  EXPECT_DOUBLE_EQ(h.nic->bandwidth, 47e9);
+  EXPECT_EQ(h.network->nodes, 2048);
+  EXPECT_EQ(h.network->leaves(), 2048);
+  EXPECT_DOUBLE_EQ(h.network->link.bandwidth, 8 * h.nic->bandwidth);
+  EXPECT_DOUBLE_EQ(h.collectives.network_overhead, 1e-6) << "Intel host";
+  const Platform p = builtin_platform("perlmutter-gpu");
+  EXPECT_EQ(p.gpus_per_node, 4);
+  EXPECT_EQ(p.nic->per_node, 4);
+  EXPECT_EQ(p.network->topology, NetworkTopology::dragonfly);
+  EXPECT_EQ(p.network->nodes, 1536);
+  EXPECT_EQ(p.network->leaves(), 1536);
+  EXPECT_DOUBLE_EQ(p.network->link.bandwidth, 4 * p.nic->bandwidth);
+  const Platform q = builtin_platform("polaris");
+  EXPECT_EQ(q.gpus_per_node, 4);
+  EXPECT_EQ(q.nic->per_node, 2) << "a pair of Slingshot NICs for 4 GPUs";
+  EXPECT_EQ(q.network->nodes, 560);
+  EXPECT_DOUBLE_EQ(q.network->link.bandwidth, 2 * q.nic->bandwidth);
+  for (const std::string& name : builtin_platform_names()) {
+    const Platform x = builtin_platform(name);
+    if (x.gpus_per_node == 1) continue;
+    SCOPED_TRACE(name);
+    EXPECT_DOUBLE_EQ(x.collectives.base, 8.4e-6) << "NCCL tuning.cc, Ring/Simple";
+    EXPECT_DOUBLE_EQ(x.collectives.intra_node_step, 3.4e-6);
+    if (x.network) {
+      EXPECT_DOUBLE_EQ(x.collectives.inter_node_step, 14e-6);
+    }
+  }
+  // A calibration of an A100 or H100 describes the single-node platforms; the clusters copy them.
+  EXPECT_THAT(builtin_platforms_with_gpu("NVIDIA A100-SXM4-40GB"), ElementsAre("a100-40gb"));
+  EXPECT_THAT(builtin_platforms_with_gpu("NVIDIA H100 80GB HBM3"), ElementsAre("h100-80gb"));
+}
+
+// The clusters reuse the single-node files' GPU sections (and the DGX ones their hosts and links):
+// every line of those sections must stay the same, or a cluster silently runs an out-of-date GPU.
+TEST(BuiltinPlatforms, ClustersKeepTheirNodesSectionsInSync) {
+  const std::filesystem::path dir = std::filesystem::path(COMPTRAIN_TEST_DATA_DIR) / "../../scenarios/platforms";
+  // The lines of a top-level section of a platform file, its key line included.
+  const auto section = [&](const std::string& file, const std::string& key) {
+    std::ifstream in(dir / (file + ".yaml"));
+    std::vector<std::string> lines;
+    bool inside = false;
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty() && line[0] != ' ' && line[0] != '#') inside = line.rfind(key + ":", 0) == 0;
+      if (inside) lines.push_back(line);
+    }
+    return lines;
+  };
+  struct Copy {
+    std::string cluster, node;
+    std::vector<std::string> sections;
+  };
+  const std::vector<Copy> copies{
+      {"dgx-a100-superpod", "a100-80gb", {"gpu", "host", "host_link", "gpu_link", "gpus_per_node", "efficiency"}},
+      {"dgx-h100-superpod", "h100-80gb", {"gpu", "host", "host_link", "gpu_link", "gpus_per_node", "efficiency"}},
+      {"perlmutter-gpu", "a100-40gb", {"gpu", "host_link", "efficiency"}},
+      {"polaris", "a100-40gb", {"gpu", "host_link", "efficiency"}},
+  };
+  for (const Copy& c : copies) {
+    for (const std::string& key : c.sections) {
+      SCOPED_TRACE(c.cluster + " " + key);
+      const auto node = section(c.node, key);
+      EXPECT_FALSE(node.empty());
+      EXPECT_EQ(section(c.cluster, key), node);
+    }
+  }
 }
 
 TEST(PlatformFile, ErrorsNameTheFile) {

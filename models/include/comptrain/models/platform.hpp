@@ -1,10 +1,12 @@
 #pragma once
-// A modeled machine: one GPU, its host, and the links between them. Described as data
-// (scenarios/platforms/*.yaml, each value with its datasheet source), never as code.
+// A modeled machine: one GPU, its host, and the links between them; optionally the node's GPUs,
+// NICs and the network between nodes (a cluster). Described as data (scenarios/platforms/*.yaml,
+// each value with its datasheet source), never as code.
 
 #include <cstdint>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -44,6 +46,10 @@ inline constexpr units::Bounds max_power{1, 1e6};
 // Efficiencies, fractions of peak: 0.001 to 1. Below 0.1% of peak a roofline says nothing
 // about a kernel (and a fraction like 1e-300 would turn every duration infinite).
 inline constexpr double min_efficiency = 1e-3;
+// 1 to 100,000 nodes in a network (network.nodes and the leaves of its topology): the largest GPU
+// machines have about 10^4 nodes (Frontier: 9,408), and SimGrid builds every switch and link of
+// the topology, so a typo of a few more digits must not start a build of millions of links.
+inline constexpr int max_network_nodes = 100'000;
 }  // namespace platform_limits
 
 struct GpuSpec {
@@ -116,6 +122,59 @@ struct Efficiency {
   double memory_for(traces::OpKind kind) const;
 };
 
+// A node's network interfaces (nic): `per_node` NICs of `bandwidth` each, per direction. NCCL
+// drives one ring per NIC (rail-optimised networks); the node's GPUs share them evenly, GPU g
+// using NIC g / (gpus_per_node / per_node).
+struct NicSpec {
+  std::string name;                 // "ConnectX-6 HDR InfiniBand 200 Gb/s"
+  double bandwidth = 0;             // bytes/s per direction, effective (what NCCL reaches)
+  double latency = 0;               // seconds, the hardware's; collectives use `collectives`
+  int per_node = 0;                 // NICs per node (nic.per_node; default gpus_per_node)
+};
+
+enum class NetworkTopology : std::uint8_t { fat_tree, dragonfly, torus };
+std::string_view to_string(NetworkTopology topology);
+
+// The topologies' parameters exactly as SimGrid's FatTreeParams / DragonflyParams / torus
+// dimensions take them (simgrid/s4u/NetZone.hpp); their leaves are the nodes.
+struct FatTreeShape {
+  int levels = 0;
+  std::vector<int> down;            // per level: children of a switch
+  std::vector<int> up;              // per level: parents of an element
+  std::vector<int> links;           // per level: parallel links between an element and a parent
+};
+struct DragonflyShape {
+  int groups = 0, group_links = 0;      // groups, links between two groups (blue)
+  int chassis = 0, chassis_links = 0;   // chassis per group, links between chassis (black)
+  int routers = 0, router_links = 0;    // routers per chassis, links between routers (green)
+  int nodes = 0;                        // nodes per router
+};
+
+// The network between nodes (network). Its links carry all of a node's rails at once: SimGrid
+// routes a node's traffic over one link per hop, so `link.bandwidth` is the aggregate of the
+// physical links it stands for (scenarios/platforms/README.md, "Clusters").
+struct NetworkSpec {
+  NetworkTopology topology = NetworkTopology::fat_tree;
+  int nodes = 1;                    // the most nodes the system has (<= leaves())
+  FatTreeShape fat_tree;            // topology fat_tree
+  DragonflyShape dragonfly;         // topology dragonfly
+  std::vector<int> torus;           // topology torus: the dimensions
+  LinkSpec link;                    // every link of the topology, per direction
+  std::int64_t leaves() const;      // places for nodes in the topology
+};
+
+// NCCL's latency of one ring collective (src/graph/tuning.cc, ring algorithm, Simple protocol):
+// base + (steps - network steps) x intra + network steps x inter, where a ring over p ranks on N
+// nodes takes 2(p-1) steps (all-reduce) or p-1 (reduce-scatter, all-gather), 2(N-1) or N-1 of
+// them across the network, and intra = max(intra_node_step, 3 x network_overhead) when N > 1.
+// All 0 when the platform gives no `collectives`: bandwidth terms only.
+struct CollectiveLatency {
+  double base = 0;                  // collectives.base_latency
+  double intra_node_step = 0;       // per step over NVLink (PCIe where there is no gpu_link)
+  double inter_node_step = 0;       // per step over the network
+  double network_overhead = 0;      // NCCL's per-step CPU proxy overhead (getNetOverhead)
+};
+
 struct Platform {
   std::string name;                 // "a100-40gb"
   std::string source;               // file or "embedded:NAME", for messages and reports
@@ -123,8 +182,14 @@ struct Platform {
   HostSpec host;
   LinkSpec host_link;               // GPU <-> host (PCIe)
   int gpus_per_node = 1;
-  LinkSpec gpu_link;                // GPU <-> GPU (NVLink); bandwidth 0 when absent
+  LinkSpec gpu_link;                // GPU <-> GPU (NVLink, through the NVSwitch); bandwidth 0 when absent
   Efficiency efficiency;
+  // Clusters (optional): no `network` is one node, as before. nic and network come together.
+  std::optional<NicSpec> nic;
+  std::optional<NetworkSpec> network;
+  CollectiveLatency collectives;
+
+  int max_nodes() const { return network ? network->nodes : 1; }
 
   // Peak FLOP/s for arithmetic in `dtype` (fp32 uses TF32 tensor cores when `allow_tf32`).
   double peak_flops(traces::DType dtype, bool allow_tf32) const;
@@ -140,7 +205,9 @@ Platform load_platform_file(const std::filesystem::path& path);
 // The platforms shipped in scenarios/platforms/ (embedded in the binary at build time).
 std::vector<std::string> builtin_platform_names();
 Platform builtin_platform(std::string_view name);  // InputError listing the names if unknown
-// The shipped platforms whose gpu.name is `gpu_name` exactly (a device's name, as CUDA reports it).
+// The shipped single-node platforms whose gpu.name is `gpu_name` exactly (a device's name, as CUDA
+// reports it): what a calibration of that device describes. The clusters built of the same GPUs
+// (a `network`) copy those platforms' GPU sections and are left out.
 std::vector<std::string> builtin_platforms_with_gpu(std::string_view gpu_name);
 
 }  // namespace comptrain::models

@@ -1,0 +1,120 @@
+// How much CPU one simulated collective costs as the cluster grows (issue 15's targets are 1,024
+// GPUs in under 30 s and 4,096 in under 2 minutes for a whole iteration of many collectives, so
+// one collective must stay well under a second).
+//
+// BM_SimulateCollective: sim::simulate_collective as callers use it, an all-reduce of 1 GiB over
+// every GPU of N DGX H100 nodes (dgx-h100-superpod, 8 rails), timed as the forked child's CPU
+// seconds (getrusage of the reaped child). BM_ClusterPhases splits the same work in a child of its
+// own into building the SimGrid platform and running the collective (counters, CPU seconds).
+
+#include <benchmark/benchmark.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <simgrid/s4u.hpp>
+
+#include <array>
+
+#include "cluster_network.hpp"
+#include "comptrain/sim/collectives.hpp"
+#include "simgrid_engine.hpp"
+
+namespace {
+
+using namespace comptrain;
+
+double cpu_seconds(const rusage& usage) {
+  return static_cast<double>(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+         static_cast<double>(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) * 1e-6;
+}
+
+double children_cpu_seconds() {
+  rusage usage{};
+  ::getrusage(RUSAGE_CHILDREN, &usage);
+  return cpu_seconds(usage);
+}
+
+double self_cpu_seconds() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  return cpu_seconds(usage);
+}
+
+constexpr std::int64_t kBytes = std::int64_t{1} << 30;
+
+void BM_SimulateCollective(benchmark::State& state) {
+  static const models::Platform platform = models::builtin_platform("dgx-h100-superpod");
+  const sim::ClusterShape shape{static_cast<int>(state.range(0)), 8};
+  sim::CollectiveTiming timing;
+  for (auto _ : state) {
+    const double before = children_cpu_seconds();
+    timing = sim::simulate_collective(platform, shape, models::CollectiveKind::all_reduce, kBytes);
+    state.SetIterationTime(children_cpu_seconds() - before);
+  }
+  state.counters["GPUs"] = shape.ranks();
+  state.counters["busbw GB/s"] = timing.bus_bandwidth / 1e9;
+}
+
+// The child's CPU seconds after building the platform and after the collective.
+struct Phases {
+  double build = 0;
+  double run = 0;
+};
+
+Phases phases_in_child(int nodes) {
+  std::array<int, 2> pipe_fds{};
+  Phases phases;
+  if (::pipe(pipe_fds.data()) != 0) return phases;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(pipe_fds[0]);
+    const double start = self_cpu_seconds();
+    int argc = 1;
+    char program[] = "collectives_bench";
+    char* argv[] = {program, nullptr};
+    sim::detail::silence_simgrid();
+    simgrid::s4u::Engine engine(&argc, argv);
+    sim::detail::configure_flow_model();
+    const sim::detail::ClusterNetwork network(models::builtin_platform("dgx-h100-superpod"), {nodes, 8});
+    Phases measured;
+    measured.build = self_cpu_seconds() - start;
+    simgrid::s4u::Actor::create("collective", network.gpu(0), [&] { network.run_collective(models::CollectiveKind::all_reduce, kBytes); });
+    engine.run();
+    measured.run = self_cpu_seconds() - start - measured.build;
+    const bool written = ::write(pipe_fds[1], &measured, sizeof measured) == static_cast<ssize_t>(sizeof measured);
+    ::_exit(written ? 0 : 1);
+  }
+  ::close(pipe_fds[1]);
+  const bool read_all = ::read(pipe_fds[0], &phases, sizeof phases) == static_cast<ssize_t>(sizeof phases);
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  if (!read_all || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return {-1, -1};
+  return phases;
+}
+
+void BM_ClusterPhases(benchmark::State& state) {
+  Phases total;
+  for (auto _ : state) {
+    const Phases p = phases_in_child(static_cast<int>(state.range(0)));
+    if (p.build < 0) {
+      state.SkipWithError("child failed");
+      break;
+    }
+    state.SetIterationTime(p.build + p.run);
+    total.build += p.build;
+    total.run += p.run;
+  }
+  const double n = static_cast<double>(state.iterations());
+  state.counters["GPUs"] = static_cast<double>(state.range(0) * 8);
+  state.counters["build CPU s"] = total.build / n;
+  state.counters["collective CPU s"] = total.run / n;
+}
+
+}  // namespace
+
+// 16, 128 and 512 DGX H100 nodes: 128, 1,024 and 4,096 GPUs.
+BENCHMARK(BM_SimulateCollective)->Arg(16)->Arg(128)->Arg(512)->Unit(benchmark::kMillisecond)->UseManualTime();
+BENCHMARK(BM_ClusterPhases)->Arg(16)->Arg(128)->Arg(512)->Unit(benchmark::kMillisecond)->UseManualTime();
+BENCHMARK_MAIN();

@@ -1,0 +1,247 @@
+#include "cluster_network.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+namespace comptrain::sim::detail {
+namespace {
+
+using simgrid::kernel::routing::NetPoint;
+using Direction = sg4::LinkInRoute::Direction;
+
+}  // namespace
+
+ClusterNetwork::ClusterNetwork(const models::Platform& platform, ClusterShape shape) : platform_(platform), shape_(shape) {
+  check_cluster_shape(platform_, shape_);
+  nodes_.resize(static_cast<std::size_t>(shape_.nodes));
+  if (shape_.nodes == 1) {
+    build_node(0, nullptr);  // the root zone: one node, as the single-GPU replay always built
+  } else {
+    build_network();
+  }
+  plan_rings();
+}
+
+sg4::Host* ClusterNetwork::gpu(int rank) const {
+  if (rank < 0 || rank >= shape_.ranks()) throw std::out_of_range(fmt::format("GPU rank {} of {}", rank, shape_.ranks()));
+  return nodes_[static_cast<std::size_t>(rank / shape_.gpus_per_node)].gpus[static_cast<std::size_t>(rank % shape_.gpus_per_node)];
+}
+
+sg4::Host* ClusterNetwork::host(int node) const { return nodes_.at(static_cast<std::size_t>(node)).host; }
+
+sg4::Host* ClusterNetwork::pageable_staging(int node) const { return nodes_.at(static_cast<std::size_t>(node)).staging; }
+
+NetPoint* ClusterNetwork::build_node(int index, sg4::NetZone* parent) {
+  Node& node = nodes_[static_cast<std::size_t>(index)];
+  const int gpus = shape_.gpus_per_node;
+  // One node with one GPU keeps the names the single-GPU replay always used; otherwise every name
+  // says its node (SimGrid's host and link names are global).
+  const bool single = shape_.nodes == 1 && gpus == 1;
+  const std::string prefix = shape_.nodes == 1 ? "" : fmt::format("node{}.", index);
+  const auto name = [&](const std::string& what) { return prefix + what; };
+  const auto gpu_name = [&](int local) { return single ? name("gpu") : name(fmt::format("gpu{}", local)); };
+
+  node.zone = sg4::create_full_zone(shape_.nodes == 1 ? "node" : fmt::format("node{}", index));
+  if (parent != nullptr) node.zone->set_parent(parent);
+  for (int g = 0; g < gpus; ++g) node.gpus.push_back(node.zone->create_host(gpu_name(g), kGpuSpeed)->seal());
+  const double host_speed = platform_.host.flops > 0 ? platform_.host.flops : 1e9;
+  node.host = node.zone->create_host(name("host"), host_speed)->seal();
+
+  // The host's memory bandwidth, shared by every copy of the node's GPUs to and from host memory
+  // (one link for both directions: DRAM reads and writes share it). Only where GPUs share it: a
+  // single GPU's routes stay the single-GPU replay's (its PCIe link binds long before memory).
+  sg4::Link* memory = nullptr;
+  if (gpus > 1) memory = node.zone->create_link(name("host_memory"), platform_.host.memory_bandwidth)->seal();
+
+  // PCIe is full duplex: a split-duplex link per GPU gives each direction its own bandwidth.
+  std::vector<sg4::Link*> pcie;
+  for (int g = 0; g < gpus; ++g) {
+    pcie.push_back(node.zone->create_split_duplex_link(single ? name("host_link") : name(fmt::format("host_link{}", g)),
+                                                       platform_.host_link.bandwidth)
+                       ->set_latency(platform_.host_link.latency)
+                       ->seal());
+    std::vector<sg4::LinkInRoute> route{sg4::LinkInRoute(pcie.back(), Direction::UP)};
+    if (memory != nullptr) route.emplace_back(memory);
+    node.zone->add_route(node.gpus[static_cast<std::size_t>(g)]->get_netpoint(), node.host->get_netpoint(), nullptr, nullptr, route, true);
+  }
+
+  // Pageable host memory: the driver copies between it and its pinned staging buffers on the
+  // CPU while the DMA engine moves the staged data over PCIe, so a pageable copy crosses the PCIe
+  // link and a staging link of host_link.pageable_bandwidth, one link shared by both directions
+  // and by the node's GPUs (the host's memcpy). SimGrid's flow model then gives each copy the
+  // smaller share, and pinned copies still contend with it on PCIe.
+  if (platform_.host_link.pageable_bandwidth > 0) {
+    node.staging = node.zone->create_host(name("pageable_host_memory"), host_speed)->seal();
+    sg4::Link* staging = node.zone->create_link(name("pageable_staging"), platform_.host_link.pageable_bandwidth)->seal();
+    for (int g = 0; g < gpus; ++g) {
+      std::vector<sg4::LinkInRoute> route{sg4::LinkInRoute(pcie[static_cast<std::size_t>(g)], Direction::UP)};
+      if (memory != nullptr) route.emplace_back(memory);
+      route.emplace_back(staging);
+      node.zone->add_route(node.gpus[static_cast<std::size_t>(g)]->get_netpoint(), node.staging->get_netpoint(), nullptr, nullptr, route, true);
+    }
+  }
+
+  // GPU to GPU: each GPU's port into the NVSwitch, up on the sender, down on the receiver. The
+  // links carry no latency (NCCL's latency term is added once per collective, and equal-latency
+  // routes keep SimGrid's sharing fair: shared/reference/simgrid.md, pitfall 7). Without NVLink,
+  // peer traffic crosses both GPUs' PCIe links.
+  if (gpus > 1) {
+    std::vector<sg4::Link*> ports;
+    if (platform_.gpu_link.bandwidth > 0) {
+      for (int g = 0; g < gpus; ++g) {
+        ports.push_back(node.zone->create_split_duplex_link(name(fmt::format("gpu_link{}", g)), platform_.gpu_link.bandwidth)->seal());
+      }
+    } else {
+      ports = pcie;
+    }
+    for (int a = 0; a < gpus; ++a) {
+      for (int b = a + 1; b < gpus; ++b) {
+        node.zone->add_route(node.gpus[static_cast<std::size_t>(a)]->get_netpoint(), node.gpus[static_cast<std::size_t>(b)]->get_netpoint(), nullptr,
+                             nullptr,
+                             {sg4::LinkInRoute(ports[static_cast<std::size_t>(a)], Direction::UP),
+                              sg4::LinkInRoute(ports[static_cast<std::size_t>(b)], Direction::DOWN)},
+                             true);
+      }
+    }
+  }
+
+  // The node's NICs, each shared by gpus_per_node / per_node neighbouring GPUs, and the router
+  // through which the node reaches the network (the zone's gateway).
+  NetPoint* router = nullptr;
+  if (parent != nullptr) {
+    router = node.zone->create_router(name("nic_router"));
+    const int gpus_per_nic = platform_.gpus_per_node / platform_.nic->per_node;
+    std::vector<sg4::Link*> nics;
+    for (int g = 0; g < gpus; ++g) {
+      const int nic = g / gpus_per_nic;
+      if (static_cast<std::size_t>(nic) == nics.size()) {
+        nics.push_back(node.zone->create_split_duplex_link(name(fmt::format("nic{}", nic)), platform_.nic->bandwidth)->seal());
+      }
+      node.zone->add_route(node.gpus[static_cast<std::size_t>(g)]->get_netpoint(), router, nullptr, nullptr,
+                           {sg4::LinkInRoute(nics[static_cast<std::size_t>(nic)], Direction::UP)}, true);
+    }
+  }
+  node.zone->seal();
+  return router;
+}
+
+void ClusterNetwork::build_network() {
+  const models::NetworkSpec& network = *platform_.network;
+  // A leaf of the topology: the next node's zone and its NIC router, or a bare router where the
+  // topology has more places than the shape has nodes (SimGrid routes nothing to it).
+  const auto leaf = [this](sg4::NetZone* cluster, const std::vector<unsigned long>& /*coordinates*/,
+                           unsigned long id) -> std::pair<NetPoint*, NetPoint*> {
+    if (id >= static_cast<unsigned long>(shape_.nodes)) return {cluster->create_router(fmt::format("empty{}", id)), nullptr};
+    NetPoint* router = build_node(static_cast<int>(id), cluster);
+    return {nodes_[id].zone->get_netpoint(), router};
+  };
+  const sg4::ClusterCallbacks callbacks(leaf);
+  // No latency on the network's links either (see build_node); split duplex: full-duplex cables.
+  constexpr auto kSplitDuplex = sg4::Link::SharingPolicy::SPLITDUPLEX;
+  const double bandwidth = network.link.bandwidth;
+  const auto unsigned_list = [](const std::vector<int>& values) { return std::vector<unsigned>(values.begin(), values.end()); };
+  sg4::NetZone* cluster = nullptr;
+  switch (network.topology) {
+    case models::NetworkTopology::fat_tree: {
+      const sg4::FatTreeParams params(static_cast<unsigned>(network.fat_tree.levels), unsigned_list(network.fat_tree.down),
+                                      unsigned_list(network.fat_tree.up), unsigned_list(network.fat_tree.links));
+      cluster = sg4::create_fatTree_zone("network", nullptr, params, callbacks, bandwidth, 0, kSplitDuplex);
+      break;
+    }
+    case models::NetworkTopology::dragonfly: {
+      const models::DragonflyShape& d = network.dragonfly;
+      const auto pair = [](int count, int links) { return std::pair<unsigned, unsigned>(static_cast<unsigned>(count), static_cast<unsigned>(links)); };
+      const sg4::DragonflyParams params(pair(d.groups, d.group_links), pair(d.chassis, d.chassis_links), pair(d.routers, d.router_links),
+                                        static_cast<unsigned>(d.nodes));
+      cluster = sg4::create_dragonfly_zone("network", nullptr, params, callbacks, bandwidth, 0, kSplitDuplex);
+      break;
+    }
+    case models::NetworkTopology::torus: {
+      const std::vector<unsigned long> dimensions(network.torus.begin(), network.torus.end());
+      cluster = sg4::create_torus_zone("network", nullptr, dimensions, callbacks, bandwidth, 0, kSplitDuplex);
+      break;
+    }
+  }
+  cluster->seal();
+}
+
+// NCCL's rings (shared/reference/distributed.md §1, §7): within one node, a ring through the
+// node's GPUs over the NVSwitch (one ring already loads every GPU's port in both directions, so
+// more rings would only split the same bytes). Across nodes, one rail-aligned ring per NIC the
+// shape's GPUs use: ring k enters every node at the GPU of NIC k, runs through the node's GPUs over
+// NVLink and leaves for the next node through NIC k again (NCCL sends the last GPU's data through
+// that NIC over NVLink, PXN; its NVLink hop is left out here). All rings run at once, pipelined
+// inside and between nodes, never one phase after another.
+//
+// Every ring's NVLink hops go from GPU l to GPU l+1 of the node, so the sends a GPU makes to its
+// neighbour, one per ring, share one route: they are one communication carrying all of them
+// (fewer communications for SimGrid, the same bytes on the same links).
+void ClusterNetwork::plan_rings() {
+  const int g = shape_.gpus_per_node;
+  const int n = shape_.nodes;
+  if (shape_.ranks() < 2) return;
+  const auto local = [&](int node, int index) { return nodes_[static_cast<std::size_t>(node)].gpus[static_cast<std::size_t>(index % g)]; };
+  if (n == 1) {
+    rings_ = 1;
+    for (int i = 0; i < g; ++i) sends_.push_back({local(0, i), local(0, i + 1), 1});
+    return;
+  }
+  const int gpus_per_nic = platform_.gpus_per_node / platform_.nic->per_node;
+  rings_ = (g + gpus_per_nic - 1) / gpus_per_nic;
+  // Ring k enters a node at GPU k x gpus_per_nic and leaves it from the GPU before, which sends
+  // nothing over NVLink in that ring: GPU l sends to l+1 in every ring but those entering at l+1.
+  std::vector<int> nvlink_rings(static_cast<std::size_t>(g), rings_);
+  for (int k = 0; k < rings_; ++k) --nvlink_rings[static_cast<std::size_t>((k * gpus_per_nic + g - 1) % g)];
+  for (int node = 0; node < n; ++node) {
+    for (int l = 0; g > 1 && l < g; ++l) {
+      if (nvlink_rings[static_cast<std::size_t>(l)] > 0) sends_.push_back({local(node, l), local(node, l + 1), nvlink_rings[static_cast<std::size_t>(l)]});
+    }
+    for (int k = 0; k < rings_; ++k) sends_.push_back({local(node, k * gpus_per_nic), local((node + 1) % n, k * gpus_per_nic), 1});
+  }
+}
+
+std::uint64_t ClusterNetwork::bytes_per_send(models::CollectiveKind kind, std::int64_t bytes) const {
+  if (rings_ == 0) return 0;
+  // A ring over p ranks sends 2(p-1) chunks of bytes/p from every rank for an all-reduce, p-1 for
+  // the others; each of the r rings moves 1/r of the buffer.
+  const double share = bus_bandwidth_factor(kind, shape_.ranks()) * static_cast<double>(bytes) / rings_;
+  return static_cast<std::uint64_t>(std::llround(share));
+}
+
+void ClusterNetwork::run_collective(models::CollectiveKind kind, std::int64_t bytes) const {
+  if (sends_.empty() || bytes <= 0) return;
+  const double latency = collective_latency(platform_, shape_, kind);
+  if (latency > 0) sg4::this_actor::sleep_for(latency);
+  const std::uint64_t each = bytes_per_send(kind, bytes);
+  if (each == 0) return;
+  std::vector<sg4::CommPtr> comms;
+  comms.reserve(sends_.size());
+  for (const Send& send : sends_) comms.push_back(sg4::Comm::sendto_async(send.from, send.to, each * static_cast<std::uint64_t>(send.rings)));
+  sg4::Comm::wait_all(comms);
+}
+
+double ClusterNetwork::idle_collective_seconds(models::CollectiveKind kind, std::int64_t bytes) const {
+  if (sends_.empty() || bytes <= 0) return 0;
+  const double latency = collective_latency(platform_, shape_, kind);
+  const double each = static_cast<double>(bytes_per_send(kind, bytes));
+  std::unordered_map<const sg4::Link*, double> load;
+  std::vector<sg4::Link*> route;
+  double route_latency = 0;  // the longest route's: the NVLink, NIC and network links carry none
+  for (const Send& send : sends_) {
+    route.clear();
+    double this_route = 0;
+    send.from->route_to(send.to, route, &this_route);
+    route_latency = std::max(route_latency, this_route);
+    for (const sg4::Link* link : route) load[link] += each * send.rings;
+  }
+  double slowest = 0;
+  for (const auto& [link, bytes_over] : load) slowest = std::max(slowest, bytes_over / link->get_bandwidth());
+  return latency + route_latency + slowest;
+}
+
+}  // namespace comptrain::sim::detail

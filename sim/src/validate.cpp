@@ -14,6 +14,8 @@
 #include <tuple>
 #include <variant>
 
+#include "comptrain/models/shipped_or_file.hpp"
+#include "comptrain/sim/collectives.hpp"
 #include "comptrain/sim/plan.hpp"
 #include "comptrain/sim/run.hpp"
 #include "comptrain/sim/scenario.hpp"
@@ -27,7 +29,8 @@ namespace {
 using nlohmann::json;
 
 constexpr std::array kMetrics{ValidationMetric::throughput_samples_per_s, ValidationMetric::peak_mem_bytes,
-                              ValidationMetric::memory_reduction_x, ValidationMetric::slowdown_x, ValidationMetric::max_batch};
+                              ValidationMetric::memory_reduction_x, ValidationMetric::slowdown_x, ValidationMetric::max_batch,
+                              ValidationMetric::bus_bandwidth};
 
 bool two_runs(ValidationMetric metric) {
   return metric == ValidationMetric::memory_reduction_x || metric == ValidationMetric::slowdown_x;
@@ -80,10 +83,41 @@ class PointReader {
 
 constexpr std::array kFields{"id",    "source", "model",   "gpu",  "precision", "batch",    "metric",
                              "published", "published_upper", "unit", "published_raw", "notes", "suspect", "holdout",
-                             "fast",  "scenario", "reference_scenario", "not_covered", "measured_as"};
+                             "fast",  "scenario", "reference_scenario", "not_covered", "measured_as",
+                             "platform", "nodes", "gpus_per_node", "collective", "bytes"};
 
 constexpr std::array kMeasuredAs{MeasuredAs::max_memory_allocated, MeasuredAs::max_memory_reserved, MeasuredAs::nvidia_smi,
                                  MeasuredAs::first_oom, MeasuredAs::tensor_bytes};
+
+// A bus_bandwidth point's setup; its platform is read now, so that a bad one stops the table.
+CollectivePoint read_collective(const PointReader& in, const std::filesystem::path& base_dir) {
+  CollectivePoint c;
+  try {
+    c.platform = models::resolve_platform(in.text("platform", true), base_dir);
+  } catch (const InputError& e) {
+    in.fail(fmt::format("field 'platform': {}", e.what()));
+  }
+  const auto count = [&](const char* key, std::int64_t max) {
+    const json* value = in.find(key);
+    if (!value || !value->is_number_integer() || value->get<std::int64_t>() < 1 || value->get<std::int64_t>() > max) {
+      in.fail(fmt::format("field '{}': found {}; expected an integer from 1 to {}", key, value ? value->dump() : "nothing", max));
+    }
+    return value->get<std::int64_t>();
+  };
+  c.nodes = static_cast<int>(count("nodes", c.platform.max_nodes()));
+  c.gpus_per_node = static_cast<int>(count("gpus_per_node", c.platform.gpus_per_node));
+  c.bytes = count("bytes", std::int64_t{1} << 50);
+  const std::string kind = in.text("collective", true);
+  bool found = false;
+  for (const auto k : {models::CollectiveKind::all_reduce, models::CollectiveKind::reduce_scatter, models::CollectiveKind::all_gather}) {
+    if (models::to_string(k) == kind) {
+      c.kind = k;
+      found = true;
+    }
+  }
+  if (!found) in.fail(fmt::format("field 'collective': found \"{}\"; expected all_reduce, reduce_scatter or all_gather", kind));
+  return c;
+}
 
 ValidationPoint read_point(const json& object, const std::string& where, const std::filesystem::path& base_dir) {
   const PointReader in(object, where);
@@ -98,26 +132,34 @@ ValidationPoint read_point(const json& object, const std::string& where, const s
   ValidationPoint p;
   p.id = in.text("id", true);
   p.source = in.text("source", true);
-  p.model = in.text("model", true);
-  p.gpu = in.text("gpu", true);
-  p.precision = in.text("precision", true);
-  constexpr std::array kPrecisions{"fp32", "tf32", "amp", "amp-fp16", "amp-bf16", "fp16", "bf16", "mixed"};
-  if (std::find(kPrecisions.begin(), kPrecisions.end(), p.precision) == kPrecisions.end()) {
-    in.fail(fmt::format("field 'precision': found \"{}\"; expected fp32, tf32, amp, amp-fp16, amp-bf16, fp16, bf16 or mixed", p.precision));
-  }
-  const json* batch = in.find("batch");
-  if (!batch || !batch->is_number_integer() || batch->get<std::int64_t>() < 1) {
-    in.fail(fmt::format("field 'batch': found {}; expected a positive integer", batch ? batch->dump() : "nothing"));
-  }
-  p.batch = batch->get<std::int64_t>();
   const std::string metric = in.text("metric", true);
   const auto known = std::find_if(kMetrics.begin(), kMetrics.end(), [&](ValidationMetric m) { return metric_name(m) == metric; });
   if (known == kMetrics.end()) {
     in.fail(fmt::format("field 'metric': found \"{}\"; expected throughput_samples_per_s, peak_mem_bytes, memory_reduction_x, "
-                        "slowdown_x or max_batch",
+                        "slowdown_x, max_batch or bus_bandwidth",
                         metric));
   }
   p.metric = *known;
+  // A collective's bandwidth has no model, precision or batch: its setup is read below.
+  const bool collective = p.metric == ValidationMetric::bus_bandwidth;
+  p.model = in.text("model", !collective);
+  p.gpu = in.text("gpu", true);
+  p.precision = in.text("precision", !collective);
+  constexpr std::array kPrecisions{"fp32", "tf32", "amp", "amp-fp16", "amp-bf16", "fp16", "bf16", "mixed"};
+  if (!p.precision.empty() && std::find(kPrecisions.begin(), kPrecisions.end(), p.precision) == kPrecisions.end()) {
+    in.fail(fmt::format("field 'precision': found \"{}\"; expected fp32, tf32, amp, amp-fp16, amp-bf16, fp16, bf16 or mixed", p.precision));
+  }
+  const json* batch = in.find("batch");
+  if (batch || !collective) {
+    if (!batch || !batch->is_number_integer() || batch->get<std::int64_t>() < 1) {
+      in.fail(fmt::format("field 'batch': found {}; expected a positive integer", batch ? batch->dump() : "nothing"));
+    }
+    p.batch = batch->get<std::int64_t>();
+  }
+  for (const char* field : {"platform", "nodes", "gpus_per_node", "collective", "bytes"}) {
+    if (!collective && in.find(field)) in.fail(fmt::format("field '{}' given for {}; expected it only on bus_bandwidth points", field, metric));
+  }
+  if (collective) p.collective = read_collective(in, base_dir);
   const std::string measured_as = in.text("measured_as", false);
   if (!measured_as.empty()) {
     const auto m = std::find_if(kMeasuredAs.begin(), kMeasuredAs.end(), [&](MeasuredAs x) { return to_string(x) == measured_as; });
@@ -153,7 +195,8 @@ ValidationPoint read_point(const json& object, const std::string& where, const s
     in.fail(fmt::format("field 'reference_scenario' given for {}, a one-run metric; expected it only for memory_reduction_x and slowdown_x",
                         metric));
   }
-  if (p.covered()) {
+  if (p.collective && !scenario.empty()) in.fail("field 'scenario' given for bus_bandwidth; expected the collective's fields instead");
+  if (p.covered() && !p.collective) {
     if (scenario.empty()) in.fail("missing field 'scenario'; expected the scenario of a covered point, or 'not_covered' with the reason");
     if (two_runs(p.metric) && reference.empty()) {
       in.fail(fmt::format("missing field 'reference_scenario'; expected the other run of {}", metric));
@@ -198,6 +241,12 @@ std::variant<SimulationResult, std::string> run_once(const PreparedScenario& pre
                        static_cast<double>(oom->in_use + oom->requested) / (1 << 30), static_cast<double>(oom->capacity) / (1 << 30));
   }
   return result;
+}
+
+// Runs in a worker process: a bus_bandwidth point's busbw in GB/s.
+std::string predict_collective(const CollectivePoint& c) {
+  const CollectiveTiming t = simulate_collective(c.platform, {c.nodes, c.gpus_per_node}, c.kind, c.bytes);
+  return predicted_value(t.bus_bandwidth / 1e9);
 }
 
 // Runs in a worker process: the point's predicted value, encoded for the pipe.
@@ -255,6 +304,8 @@ std::string format_value(ValidationMetric metric, double value) {
       return fmt::format("{:.3f}x", value);
     case ValidationMetric::max_batch:
       return fmt::format("{:.0f}", value);
+    case ValidationMetric::bus_bandwidth:
+      return fmt::format("{:.1f} GB/s", value);
   }
   return {};
 }
@@ -293,6 +344,8 @@ std::string_view metric_name(ValidationMetric metric) {
       return "slowdown_x";
     case ValidationMetric::max_batch:
       return "max_batch";
+    case ValidationMetric::bus_bandwidth:
+      return "bus_bandwidth";
   }
   return "?";
 }
@@ -356,7 +409,7 @@ std::vector<ValidationResult> validate(const ValidationTable& table, const Valid
   // Every scenario is read before the first simulation, so a bad one stops the run at once.
   std::map<std::filesystem::path, std::shared_ptr<const PreparedScenario>> prepared;
   for (const ValidationResult& r : results) {
-    if (!r.point.covered()) continue;
+    if (!r.point.covered() || r.point.collective) continue;
     for (const auto& path : {r.point.scenario, r.point.reference_scenario}) {
       if (!path.empty() && !prepared.contains(path)) prepared[path] = prepare(path, r.point, table.source);
     }
@@ -366,6 +419,10 @@ std::vector<ValidationResult> validate(const ValidationTable& table, const Valid
   for (std::size_t i = 0; i < results.size(); ++i) {
     const ValidationPoint& point = results[i].point;
     if (!point.covered()) continue;
+    if (point.collective) {
+      result_of_job[pool.submit([&point] { return predict_collective(*point.collective); })] = i;
+      continue;
+    }
     const PreparedScenario* run = prepared.at(point.scenario).get();
     const PreparedScenario* reference = point.reference_scenario.empty() ? nullptr : prepared.at(point.reference_scenario).get();
     result_of_job[pool.submit([&point, run, reference] { return predict(point, *run, reference); })] = i;

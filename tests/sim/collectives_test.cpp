@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cluster_network.hpp"
+#include "comptrain/sim/validate.hpp"
 #include "comptrain/sim/workers.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "simgrid_engine.hpp"
@@ -361,6 +362,61 @@ TEST(Collectives, ShippedSuperpodsAreNicBoundAcrossNodes) {
   const CollectiveTiming node1 = simulate_collective(a, {1, 8}, CollectiveKind::all_reduce, size);
   EXPECT_LT(node1.bus_bandwidth, 240e9);
   EXPECT_GT(node1.bus_bandwidth, 0.99 * 240e9);
+}
+
+// ---- The validation table's bus_bandwidth points --------------------------------------------
+
+const std::string kBusPoint =
+    R"({"id": "b", "source": "s", "gpu": "g", "metric": "bus_bandwidth", "platform": "dgx-a100-superpod", "nodes": 2, )"
+    R"("gpus_per_node": 8, "collective": "reduce_scatter", "bytes": 1073741824, "published": 190, "unit": "GB/s", "notes": "n"})";
+
+std::string table_error(const std::string& line) {
+  try {
+    parse_validation_table(line, "t.jsonl", ".");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an InputError for " << line;
+  return "";
+}
+
+std::string with_field(std::string line, const std::string& from, const std::string& to) {
+  const auto at = line.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) line.replace(at, from.size(), to);
+  return line;
+}
+
+TEST(CollectivesValidation, ABusBandwidthPointNamesItsSetupInsteadOfAScenario) {
+  const ValidationTable table = parse_validation_table(kBusPoint, "t.jsonl", ".");
+  const ValidationPoint& p = table.points.at(0);
+  EXPECT_EQ(p.metric, ValidationMetric::bus_bandwidth);
+  EXPECT_EQ(metric_name(p.metric), "bus_bandwidth");
+  EXPECT_TRUE(p.covered());
+  ASSERT_TRUE(p.collective);
+  EXPECT_EQ(p.collective->platform.name, "dgx-a100-superpod");
+  EXPECT_EQ(p.collective->nodes, 2);
+  EXPECT_EQ(p.collective->gpus_per_node, 8);
+  EXPECT_EQ(p.collective->kind, CollectiveKind::reduce_scatter);
+  EXPECT_EQ(p.collective->bytes, std::int64_t{1} << 30);
+  EXPECT_TRUE(p.model.empty()) << "no model, precision or batch for a collective";
+}
+
+TEST(CollectivesValidation, BadBusBandwidthPointsAreNamedAtTheirLine) {
+  EXPECT_THAT(table_error(with_field(kBusPoint, "reduce_scatter", "broadcast")),
+              HasSubstr("t.jsonl:1: field 'collective': found \"broadcast\"; expected all_reduce, reduce_scatter or all_gather"));
+  EXPECT_THAT(table_error(with_field(kBusPoint, "\"nodes\": 2", "\"nodes\": 141")),
+              HasSubstr("t.jsonl:1: field 'nodes': found 141; expected an integer from 1 to 140"));
+  EXPECT_THAT(table_error(with_field(kBusPoint, "\"gpus_per_node\": 8", "\"gpus_per_node\": 0")),
+              HasSubstr("field 'gpus_per_node': found 0; expected an integer from 1 to 8"));
+  EXPECT_THAT(table_error(with_field(kBusPoint, "dgx-a100-superpod", "dgx-z100")), HasSubstr("t.jsonl:1: field 'platform': unknown platform 'dgx-z100'"));
+  EXPECT_THAT(table_error(with_field(kBusPoint, "\"bytes\": 1073741824, ", "")), HasSubstr("field 'bytes': found nothing; expected an integer"));
+  EXPECT_THAT(table_error(with_field(kBusPoint, "\"notes\": \"n\"", "\"notes\": \"n\", \"scenario\": \"x.yaml\"")),
+              HasSubstr("field 'scenario' given for bus_bandwidth; expected the collective's fields instead"));
+  const std::string throughput =
+      R"({"id": "x", "source": "s", "model": "resnet50", "gpu": "g", "precision": "fp32", "batch": 8, "metric": "throughput_samples_per_s", )"
+      R"("published": 900, "unit": "images/s", "notes": "n", "nodes": 2, "not_covered": "no"})";
+  EXPECT_THAT(table_error(throughput), HasSubstr("field 'nodes' given for throughput_samples_per_s; expected it only on bus_bandwidth points"));
 }
 
 }  // namespace

@@ -16,6 +16,9 @@
 //   slowdown_x                iteration time of S / iteration time of R (R: the reference run)
 //   max_batch                 the planner's largest batch for S's strategy (sim/plan.hpp,
 //                             with S's plan settings: by default 5% of the memory kept free)
+//   bus_bandwidth             nccl-tests' busbw in GB/s of one collective on a cluster
+//                             (sim/collectives.hpp); the point names the platform, the shape,
+//                             the collective and its size instead of a scenario
 
 #include <cstdint>
 #include <filesystem>
@@ -24,15 +27,28 @@
 #include <string_view>
 #include <vector>
 
+#include "comptrain/models/platform.hpp"
+#include "comptrain/models/schedule.hpp"
+
 namespace comptrain::sim {
 
-enum class ValidationMetric { throughput_samples_per_s, peak_mem_bytes, memory_reduction_x, slowdown_x, max_batch };
+enum class ValidationMetric { throughput_samples_per_s, peak_mem_bytes, memory_reduction_x, slowdown_x, max_batch, bus_bandwidth };
 
 std::string_view metric_name(ValidationMetric metric);
 
 // How a published memory figure was measured (the table's `measured_as`).
 enum class MeasuredAs { unspecified, max_memory_allocated, max_memory_reserved, nvidia_smi, first_oom, tensor_bytes };
 std::string_view to_string(MeasuredAs measured_as);
+
+// A bus_bandwidth point's setup: nccl-tests' <collective>_perf on `nodes` x `gpus_per_node` GPUs
+// of `platform`, at `bytes` (nccl-tests' size).
+struct CollectivePoint {
+  models::Platform platform;  // the table's `platform`: a shipped name or a .yaml beside the table
+  int nodes = 1;
+  int gpus_per_node = 1;
+  models::CollectiveKind kind = models::CollectiveKind::all_reduce;
+  std::int64_t bytes = 0;
+};
 
 struct ValidationPoint {
   std::string id;
@@ -51,6 +67,7 @@ struct ValidationPoint {
   std::filesystem::path scenario;
   std::filesystem::path reference_scenario;
   std::string not_covered;  // why comptrain cannot represent the setup; empty when covered
+  std::optional<CollectivePoint> collective;  // bus_bandwidth points (they have no scenario)
 
   bool covered() const { return not_covered.empty(); }
 };

@@ -67,7 +67,11 @@ int run(const SimulateOptions& o) {
   if (!o.shard.empty()) throw InputError("--shard: " + scenario.source + " has no 'sweep' section to split");
   const sim::PreparedScenario prepared(scenario);
   const std::int64_t batch = prepared.batch_size();
-  const sim::RunOutcome outcome = sim::run_scenario(prepared, scenario.strategy, batch, sim::Isolation::child_process);
+  sim::RunOutcome outcome = sim::run_scenario(prepared, scenario.strategy, batch, sim::Isolation::child_process);
+  // On a cluster, the same per-GPU run on one GPU alone gives the scaling efficiency.
+  if (auto* completed = std::get_if<sim::CompletedRun>(&outcome); completed != nullptr && completed->result.fits()) {
+    completed->one_gpu_seconds = sim::one_gpu_iteration_seconds(prepared, scenario.strategy, batch);
+  }
   if (const auto* completed = std::get_if<sim::CompletedRun>(&outcome)) {
     const sim::SimulationRun run = completed->view(prepared);
     if (!o.memory_csv.empty()) write_output(o.memory_csv, sim::memory_timeline_csv(run));

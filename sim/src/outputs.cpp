@@ -60,9 +60,43 @@ double fraction(std::int64_t part, std::int64_t whole) { return fraction(static_
 double percent(double part, double whole) { return 100.0 * fraction(part, whole); }
 double percent(std::int64_t part, std::int64_t whole) { return 100.0 * fraction(part, whole); }
 
+// Every GPU trains on the trace's batch: the global batch is that times the GPUs.
+std::int64_t global_batch(const SimulationRun& run) { return run.trace.batch_size() * run.cluster.ranks(); }
+
 std::optional<double> samples_per_second(const SimulationRun& run) {
   if (!run.result.fits() || run.result.iteration_seconds <= 0) return std::nullopt;
-  return static_cast<double>(run.trace.batch_size()) / run.result.iteration_seconds;
+  return static_cast<double>(global_batch(run)) / run.result.iteration_seconds;
+}
+
+// Throughput on the cluster / (GPUs x throughput of one GPU alone).
+std::optional<double> scaling_efficiency(const SimulationRun& run) {
+  if (!run.one_gpu_seconds || !(run.result.iteration_seconds > 0) || !run.result.fits()) return std::nullopt;
+  return *run.one_gpu_seconds / run.result.iteration_seconds;
+}
+
+std::string data_parallel_name(const SimulationRun& run) {
+  if (run.data_parallel == nullptr) return "one GPU";
+  if (run.data_parallel->zero_stage == 0) return "PyTorch DDP";
+  return fmt::format("DeepSpeed ZeRO stage {}", run.data_parallel->zero_stage);
+}
+
+// The total length of a union of intervals (sorted in place).
+double union_length(std::vector<std::pair<double, double>>& intervals) {
+  std::sort(intervals.begin(), intervals.end());
+  double total = 0;
+  double start = 0;
+  double end = -1;
+  for (const auto& [a, b] : intervals) {
+    if (a > end) {
+      if (end > start) total += end - start;
+      start = a;
+      end = b;
+    } else {
+      end = std::max(end, b);
+    }
+  }
+  if (end > start) total += end - start;
+  return total;
 }
 
 std::string metadata_or(const traces::Trace& trace, const std::string& key, const std::string& fallback) {
@@ -279,6 +313,19 @@ void add_out_of_memory(std::string& out, const SimulationRun& run, const OutOfMe
   add_role_table(out, live_at_the_end(run), "live");
 }
 
+void add_cluster_results(std::string& out, const SimulationRun& run) {
+  if (run.cluster.ranks() == 1) return;
+  add_line(out, "  GPUs             {} ({} node{} x {}), {}; global batch {} ({} per GPU)", run.cluster.ranks(), run.cluster.nodes,
+           run.cluster.nodes == 1 ? "" : "s", run.cluster.gpus_per_node, data_parallel_name(run), global_batch(run), run.trace.batch_size());
+  const CommunicationTime c = communication_time(run.schedule, run.result);
+  add_line(out, "  communication    {} in collectives: {} exposed (compute stream idle), {} hidden behind compute", format_seconds(c.collective_seconds),
+           format_seconds(c.exposed_seconds), format_seconds(c.hidden_seconds()));
+  if (const auto e = scaling_efficiency(run)) {
+    add_line(out, "  scaling          {:.1f}% efficiency: {:.2f} samples/s against {} x {:.2f} on one GPU alone", 100 * *e, *samples_per_second(run),
+             run.cluster.ranks(), static_cast<double>(run.trace.batch_size()) / *run.one_gpu_seconds);
+  }
+}
+
 void add_results(std::string& out, const SimulationRun& run) {
   const SimulationResult& r = run.result;
   const DeviceMemory& d = r.device;
@@ -286,10 +333,15 @@ void add_results(std::string& out, const SimulationRun& run) {
   add_line(out, "FITS");
   add_line(out, "  iteration time   {} ({:.9g} s)", format_seconds(r.iteration_seconds), r.iteration_seconds);
   if (auto rate = samples_per_second(run)) {
-    add_line(out, "  throughput       {:.2f} samples/s (batch {})", *rate, run.trace.batch_size());
+    if (run.cluster.ranks() == 1) {
+      add_line(out, "  throughput       {:.2f} samples/s (batch {})", *rate, run.trace.batch_size());
+    } else {
+      add_line(out, "  throughput       {:.2f} samples/s (global batch {})", *rate, global_batch(run));
+    }
   } else {
     add_line(out, "  throughput       n/a (the iteration takes no time)");
   }
+  add_cluster_results(out, run);
   add_line(out, "  peak memory      {} reserved ({} bytes), {:.1f}% of the {} PyTorch can use", format_bytes(d.peak_reserved),
            group_digits(d.peak_reserved), percent(d.peak_reserved, usable), format_bytes(usable));
   out += '\n';
@@ -479,6 +531,21 @@ std::string report_json(const SimulationRun& run) {
     results["iteration_seconds"] = r.iteration_seconds;
     const auto rate = samples_per_second(run);
     results["samples_per_second"] = rate ? ordered_json(*rate) : ordered_json(nullptr);
+    if (run.cluster.ranks() > 1) {
+      const CommunicationTime c = communication_time(run.schedule, r);
+      const auto e = scaling_efficiency(run);
+      results["cluster"] = {{"gpus", run.cluster.ranks()},
+                            {"nodes", run.cluster.nodes},
+                            {"gpus_per_node", run.cluster.gpus_per_node},
+                            {"data_parallel", data_parallel_name(run)},
+                            {"zero_stage", run.data_parallel ? run.data_parallel->zero_stage : 0},
+                            {"global_batch", global_batch(run)},
+                            {"collective_seconds", c.collective_seconds},
+                            {"exposed_communication_seconds", c.exposed_seconds},
+                            {"hidden_communication_seconds", c.hidden_seconds()},
+                            {"one_gpu_iteration_seconds", run.one_gpu_seconds ? ordered_json(*run.one_gpu_seconds) : ordered_json(nullptr)},
+                            {"scaling_efficiency", e ? ordered_json(*e) : ordered_json(nullptr)}};
+    }
     ordered_json largest = ordered_json::array();
     for (BufferId b : largest_live_at_peak(run)) largest.push_back(buffer_json(run, b));
     const DeviceMemory& d = r.device;
@@ -540,6 +607,31 @@ std::string memory_timeline_csv(const SimulationRun& run) {
     out += fmt::format(",{}\n", sum(rows[i]));
   }
   return out;
+}
+
+CommunicationTime communication_time(const models::Schedule& schedule, const SimulationResult& result) {
+  std::vector<std::pair<double, double>> comm;
+  std::vector<std::pair<double, double>> both;
+  for (TaskId t = 0; t < schedule.tasks.size() && t < result.tasks.size(); ++t) {
+    const TaskTiming& timing = result.tasks[t];
+    if (!(timing.end > timing.start)) continue;
+    if (schedule.tasks[t].kind == TaskKind::collective) {
+      comm.emplace_back(timing.start, timing.end);
+      both.emplace_back(timing.start, timing.end);
+    } else if (schedule.tasks[t].stream == Stream::compute) {
+      both.emplace_back(timing.start, timing.end);
+    }
+  }
+  std::vector<std::pair<double, double>> compute;
+  for (TaskId t = 0; t < schedule.tasks.size() && t < result.tasks.size(); ++t) {
+    const TaskTiming& timing = result.tasks[t];
+    if (schedule.tasks[t].stream == Stream::compute && timing.end > timing.start) compute.emplace_back(timing.start, timing.end);
+  }
+  CommunicationTime c;
+  c.collective_seconds = union_length(comm);
+  // |comm \ compute| = |comm ∪ compute| - |compute|
+  c.exposed_seconds = std::max(0.0, union_length(both) - union_length(compute));
+  return c;
 }
 
 std::string perfetto_trace_json(const SimulationRun& run) {

@@ -1,5 +1,6 @@
 #include "comptrain/sim/run.hpp"
 
+#include "comptrain/models/data_parallel.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/traces/trace_json.hpp"
 #include "comptrain/zoo/zoo.hpp"
@@ -42,6 +43,12 @@ PreparedScenario::PreparedScenario(Scenario scenario)
   } catch (const InputError& e) {
     throw InputError(scenario_.source + ": " + e.what());
   }
+  // A cluster shape the platform does not have is the scenario's error, found before any run.
+  try {
+    check_cluster_shape(require_platform(scenario_), cluster_shape());
+  } catch (const InputError& e) {
+    throw InputError(scenario_.source + ": parallelism: " + e.what());
+  }
 }
 
 traces::Trace PreparedScenario::trace_at(std::int64_t batch) const {
@@ -54,6 +61,11 @@ std::variant<ScheduledRun, models::NotApplicable> schedule_run(const PreparedSce
   traces::Trace trace = prepared.trace_at(batch);
   auto schedule = models::build_schedule(trace, prepared.time_model(), strategy);
   if (auto* not_applicable = std::get_if<models::NotApplicable>(&schedule)) return std::move(*not_applicable);
+  // Data parallelism reshapes the gradients' lifetime (ZeRO frees them after their reduction),
+  // so it comes before the framework's gradient lifetime.
+  if (const auto& parallelism = prepared.scenario().parallelism) {
+    models::apply_data_parallel(std::get<models::Schedule>(schedule), trace, parallelism->data);
+  }
   apply_gradient_lifetime(std::get<models::Schedule>(schedule), prepared.framework().zero_grad);
   add_cudnn_workspaces(std::get<models::Schedule>(schedule), trace, prepared.framework().cudnn_workspace_bytes);
   assign_dispatch_costs(std::get<models::Schedule>(schedule), trace, prepared.platform().host.dispatch);
@@ -61,13 +73,23 @@ std::variant<ScheduledRun, models::NotApplicable> schedule_run(const PreparedSce
 }
 
 SimulationResult replay(const PreparedScenario& prepared, const ScheduledRun& run, Isolation isolation) {
-  return isolation == Isolation::child_process ? simulate(prepared.platform(), run.schedule, prepared.framework())
-                                               : simulate_in_this_process(prepared.platform(), run.schedule, prepared.framework());
+  const ClusterShape shape = prepared.cluster_shape();
+  return isolation == Isolation::child_process ? simulate(prepared.platform(), run.schedule, prepared.framework(), shape)
+                                               : simulate_in_this_process(prepared.platform(), run.schedule, prepared.framework(), shape);
+}
+
+ClusterShape PreparedScenario::cluster_shape() const {
+  if (!scenario_.parallelism) return {};
+  return ClusterShape{scenario_.parallelism->nodes, scenario_.parallelism->gpus_per_node};
 }
 
 SimulationRun CompletedRun::view(const PreparedScenario& prepared) const {
-  return SimulationRun{prepared.scenario().name, prepared.scenario().source, scheduled.trace, prepared.platform(), scheduled.schedule,
-                       result,         &scheduled.strategy};
+  SimulationRun run{prepared.scenario().name, prepared.scenario().source, scheduled.trace, prepared.platform(), scheduled.schedule,
+                    result,         &scheduled.strategy};
+  run.cluster = prepared.cluster_shape();
+  if (prepared.scenario().parallelism && run.cluster.ranks() > 1) run.data_parallel = &prepared.scenario().parallelism->data;
+  run.one_gpu_seconds = one_gpu_seconds;  // CompletedRun's
+  return run;
 }
 
 RunOutcome run_scenario(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch, Isolation isolation) {
@@ -75,6 +97,17 @@ RunOutcome run_scenario(const PreparedScenario& prepared, const models::Strategy
   if (auto* not_applicable = std::get_if<models::NotApplicable>(&scheduled)) return std::move(*not_applicable);
   SimulationResult result = replay(prepared, std::get<ScheduledRun>(scheduled), isolation);
   return CompletedRun{std::move(std::get<ScheduledRun>(scheduled)), std::move(result)};
+}
+
+std::optional<double> one_gpu_iteration_seconds(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch) {
+  if (!prepared.scenario().parallelism || prepared.cluster_shape().ranks() == 1) return std::nullopt;
+  Scenario alone = prepared.scenario();
+  alone.parallelism.reset();
+  const PreparedScenario one_gpu(std::move(alone));
+  const RunOutcome outcome = run_scenario(one_gpu, strategy, batch, Isolation::child_process);
+  const auto* completed = std::get_if<CompletedRun>(&outcome);
+  if (completed == nullptr || !completed->result.fits() || !(completed->result.iteration_seconds > 0)) return std::nullopt;
+  return completed->result.iteration_seconds;
 }
 
 std::string report(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch, const RunOutcome& outcome,

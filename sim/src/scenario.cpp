@@ -43,7 +43,7 @@ class ScenarioReader {
     if (!root.IsMap()) {
       throw InputError(where(root.Mark()) + "expected a mapping with the keys model, training (and optionally name)");
     }
-    check_keys(root, "the scenario", {"name", "model", "training", "framework", "platform", "strategy", "plan", "sweep"});
+    check_keys(root, "the scenario", {"name", "model", "training", "framework", "platform", "strategy", "parallelism", "plan", "sweep"});
 
     Scenario scenario;
     scenario.source = source_;
@@ -73,6 +73,7 @@ class ScenarioReader {
     if (const YAML::Node framework = root["framework"]) scenario.framework = read_framework(framework);
     if (const YAML::Node strategy = root["strategy"]) scenario.strategy = read_strategy(strategy, "strategy");
     if (const YAML::Node plan = root["plan"]) scenario.plan = read_plan(plan);
+    if (const YAML::Node parallelism = root["parallelism"]) scenario.parallelism = read_parallelism(parallelism, scenario.platform);
     if (const YAML::Node sweep = root["sweep"]) {
       // Its entries are checked when the sweep is expanded (sim/sweep.cpp), which needs the
       // rest of the document; here only its shape.
@@ -223,6 +224,78 @@ class ScenarioReader {
       }
     }
     return framework;
+  }
+
+  // parallelism: {nodes, gpus_per_node, ddp: {bucket_cap, first_bucket, gradient_as_bucket_view},
+  //               zero: {stage, reduce_bucket_size, overlap_comm}}
+  ParallelismSection read_parallelism(const YAML::Node& node, const std::optional<models::Platform>& platform) const {
+    require_map(node, "parallelism");
+    check_keys(node, "parallelism", {"nodes", "gpus_per_node", "ddp", "zero"});
+    ParallelismSection p;
+    // At most 1,000,000 GPUs: far beyond any machine, and nodes x GPUs stays an int.
+    constexpr std::int64_t kMaxCount = 1'000'000;
+    const auto count = [&](const char* key, std::int64_t fallback) {
+      const std::int64_t value = optional_positive(node, key, "parallelism").value_or(fallback);
+      if (value > kMaxCount) {
+        throw InputError(where(node[key].Mark()) + "'parallelism." + key + "' is " + node[key].Scalar() + "; expected at most 1000000");
+      }
+      return static_cast<int>(value);
+    };
+    p.nodes = count("nodes", 1);
+    // Default: every GPU of a node (the platform's gpus_per_node).
+    p.gpus_per_node = count("gpus_per_node", platform ? platform->gpus_per_node : 1);
+    if (static_cast<std::int64_t>(p.nodes) * p.gpus_per_node > kMaxCount) {
+      throw InputError(where(node.Mark()) + "'parallelism' asks for " + std::to_string(static_cast<std::int64_t>(p.nodes) * p.gpus_per_node) +
+                       " GPUs; expected at most 1000000");
+    }
+    if (platform && p.gpus_per_node > platform->gpus_per_node) {
+      throw InputError(where(node["gpus_per_node"] ? node["gpus_per_node"].Mark() : node.Mark()) + "'parallelism.gpus_per_node' is " +
+                       std::to_string(p.gpus_per_node) + " but platform '" + platform->name + "' has " + std::to_string(platform->gpus_per_node) +
+                       " GPUs per node; expected at most that");
+    }
+    p.data.ranks = p.nodes * p.gpus_per_node;
+    const YAML::Node ddp = node["ddp"];
+    const YAML::Node zero = node["zero"];
+    if (ddp && zero) {
+      throw InputError(where(zero.Mark()) + "'parallelism' has both 'ddp' (PyTorch DDP) and 'zero' (DeepSpeed ZeRO); expected one of them");
+    }
+    // The largest bucket or reduction bucket accepted: 1 TiB, beyond any GPU's memory.
+    constexpr std::int64_t kMaxBucketBytes = std::int64_t{1} << 40;
+    if (ddp) {
+      require_map(ddp, "parallelism.ddp");
+      check_keys(ddp, "parallelism.ddp", {"bucket_cap", "first_bucket", "gradient_as_bucket_view"});
+      for (const char* key : {"bucket_cap", "first_bucket"}) {
+        const YAML::Node n = ddp[key];
+        if (!n) continue;
+        const std::string field = std::string("parallelism.ddp.") + key;
+        const std::int64_t bytes = byte_count(n, field);
+        if (bytes < 1 || bytes > kMaxBucketBytes) {
+          throw InputError(where(n.Mark()) + "'" + field + "' is " + scalar(n, field) + "; expected 1 B to 1 TiB (PyTorch's default: 25 MiB, the first 1 MiB)");
+        }
+        (std::string_view(key) == "bucket_cap" ? p.data.bucket_cap_bytes : p.data.first_bucket_bytes) = bytes;
+      }
+      if (ddp["gradient_as_bucket_view"]) p.data.gradient_as_bucket_view = boolean(ddp["gradient_as_bucket_view"], "parallelism.ddp.gradient_as_bucket_view");
+    }
+    if (zero) {
+      require_map(zero, "parallelism.zero");
+      check_keys(zero, "parallelism.zero", {"stage", "reduce_bucket_size", "overlap_comm"});
+      const YAML::Node stage = required(zero, "stage", "parallelism.zero");
+      std::int64_t value = 0;
+      if (!stage.IsScalar() || !YAML::convert<std::int64_t>::decode(stage, value) || value < 1 || value > 3) {
+        throw InputError(where(stage.Mark()) + "'parallelism.zero.stage' is '" + (stage.IsScalar() ? stage.Scalar() : std::string("a collection")) +
+                         "'; expected 1, 2 or 3 (leave 'zero' out for PyTorch DDP)");
+      }
+      p.data.zero_stage = static_cast<int>(value);
+      if (const auto elements = optional_positive(zero, "reduce_bucket_size", "parallelism.zero")) {
+        if (*elements > kMaxBucketBytes) {
+          throw InputError(where(zero["reduce_bucket_size"].Mark()) + "'parallelism.zero.reduce_bucket_size' is " + zero["reduce_bucket_size"].Scalar() +
+                           "; expected at most 2^40 elements (DeepSpeed's default: 500000000)");
+        }
+        p.data.reduce_bucket_elements = *elements;
+      }
+      if (zero["overlap_comm"]) p.data.overlap_comm = boolean(zero["overlap_comm"], "parallelism.zero.overlap_comm");
+    }
+    return p;
   }
 
   PlanSection read_plan(const YAML::Node& node) const {

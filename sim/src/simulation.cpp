@@ -5,11 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <simgrid/s4u.hpp>
 #include <stdexcept>
 #include <string>
 
 #include "comptrain/sim/workers.hpp"
+#include "cluster_network.hpp"
 #include "simgrid_engine.hpp"
 
 namespace comptrain::sim {
@@ -20,28 +23,37 @@ using models::BufferId;
 using models::Stream;
 using models::TaskId;
 using models::TaskKind;
+using detail::ClusterNetwork;
 
-// The GPU host's speed in SimGrid work units per second. A task of `s` seconds is an exec of
-// s * kGpuSpeed units, so concurrent kernels share the GPU (SimGrid's fair sharing) and a
-// kernel alone takes exactly its modeled time.
-constexpr double kGpuSpeed = 1e9;
+using detail::kGpuSpeed;
 
-// One simulation: the SimGrid platform, one actor per stream, and the bookkeeping they share.
-// Actors run one at a time (SimGrid's maestro), so plain members need no locking.
+// One simulation: the SimGrid platform (a ClusterNetwork: one GPU, or every GPU of a cluster
+// shape), one actor per stream of each replayed rank, and the bookkeeping they share. Actors run
+// one at a time (SimGrid's maestro), so plain members need no locking.
+//
+// Ranks (sim/README.md, "Clusters and collectives"). Data-parallel ranks run the same schedule,
+// so by default one rank is replayed (ReplayRanks::symmetric) and the network carries every
+// rank's share of its traffic: a collective is the whole group's (ClusterNetwork::run_collective),
+// and a host-link copy is made by every GPU of the node at once, sharing the node's host
+// memory. ReplayRanks::every_rank replays each rank with its own actors instead: a collective
+// starts when every rank's comm stream has reached it and ends for all at once, and each GPU
+// makes its own copies. Only rank 0's timings and memory are recorded; the two agree where the
+// ranks are symmetric (tests/sim/cluster_replay_test.cpp).
 class Replay {
  public:
-  Replay(const models::Platform& platform, const models::Schedule& schedule, const FrameworkOnGpu& framework)
+  Replay(const models::Platform& platform, const models::Schedule& schedule, const FrameworkOnGpu& framework, ClusterShape shape,
+         ReplayRanks ranks)
       : platform_(platform),
         schedule_(schedule),
         framework_(framework),
+        shape_(shape),
+        replayed_ranks_(ranks == ReplayRanks::every_rank ? shape.ranks() : 1),
         tracker_(schedule),
-        done_(schedule.tasks.size(), false),
-        launch_(schedule.tasks.size(), 0.0),
-        gate_(schedule.tasks.size(), kNoGate),
         allocated_once_(schedule.buffers.size(), false),
         remaining_users_(schedule.buffers.size(), 0),
         task_buffers_(schedule.tasks.size()),
-        waiting_streams_(schedule.tasks.size(), 0) {
+        first_launch_(schedule.tasks.size(), 0.0),
+        gate_(schedule.tasks.size(), kNoGate) {
     result_.tasks.resize(schedule.tasks.size());
     for (TaskId t = 0; t < schedule.tasks.size(); ++t) {
       const models::Task& task = schedule.tasks[t];
@@ -64,7 +76,7 @@ class Replay {
     for (TaskId t = 0; t < schedule.tasks.size(); ++t) {
       if (gate == kNoGate) {
         clock += schedule.tasks[t].host_seconds;
-        launch_[t] = clock;
+        first_launch_[t] = clock;
       } else {
         gate_[t] = gate;
       }
@@ -79,7 +91,7 @@ class Replay {
     detail::silence_simgrid();
     sg4::Engine engine(&argc, argv);
     detail::configure_flow_model();
-    build_platform();
+    network_.emplace(platform_, shape_);
 
     // Weights, buffers and optimizer state are in GPU memory before the iteration starts.
     for (BufferId b = 0; b < schedule_.buffers.size(); ++b) {
@@ -89,138 +101,192 @@ class Replay {
     }
 
     mutex_ = sg4::Mutex::create();
-    for (auto& woken : stream_woken_) woken = sg4::ConditionVariable::create();
-    for (std::size_t s = 0; s < models::kStreamCount; ++s) {
-      if (stream_tasks_[s].empty()) continue;
-      sg4::Actor::create(std::string(models::to_string(static_cast<Stream>(s))), gpu_, [this, s] { run_stream(s); });
-    }
+    if (replayed_ranks_ > 1) collective_barrier_ = sg4::Barrier::create(static_cast<unsigned>(replayed_ranks_));
+    ranks_.reserve(static_cast<std::size_t>(replayed_ranks_));
+    for (int r = 0; r < replayed_ranks_; ++r) ranks_.push_back(std::make_unique<Rank>(*this, r));
+    for (auto& rank : ranks_) rank->start();
     engine.run();
     return finish();
   }
 
  private:
-  void build_platform() {
-    auto* zone = sg4::create_full_zone("node");
-    gpu_ = zone->create_host("gpu", kGpuSpeed)->seal();
-    const double host_speed = platform_.host.flops > 0 ? platform_.host.flops : 1e9;
-    host_ = zone->create_host("host", host_speed)->seal();
-    // PCIe is full duplex: a split-duplex link gives each direction its own bandwidth.
-    auto* pcie = zone->create_split_duplex_link("host_link", platform_.host_link.bandwidth)
-                     ->set_latency(platform_.host_link.latency)
-                     ->seal();
-    zone->add_route(gpu_->get_netpoint(), host_->get_netpoint(), nullptr, nullptr,
-                    {sg4::LinkInRoute(pcie, sg4::LinkInRoute::Direction::UP)}, true);
-    // Pageable host memory: the driver copies between it and its pinned staging buffers on the
-    // CPU while the DMA engine moves the staged data over PCIe, so a pageable copy crosses the
-    // PCIe link and a staging link of host_link.pageable_bandwidth, one link shared by both
-    // directions (the host's memcpy). SimGrid's flow model then gives each copy the smaller
-    // share, and pinned copies still contend with it on PCIe.
-    if (platform_.host_link.pageable_bandwidth > 0) {
-      staging_ = zone->create_host("pageable_host_memory", host_speed)->seal();
-      auto* staging = zone->create_link("pageable_staging", platform_.host_link.pageable_bandwidth)->seal();
-      zone->add_route(gpu_->get_netpoint(), staging_->get_netpoint(), nullptr, nullptr,
-                      {sg4::LinkInRoute(pcie, sg4::LinkInRoute::Direction::UP), sg4::LinkInRoute(staging)}, true);
+  // One replayed GPU: its streams' actors and what they wait on. Rank 0 also records the
+  // timings and drives the memory tracker.
+  class Rank {
+   public:
+    Rank(Replay& replay, int index)
+        : replay_(replay),
+          index_(index),
+          gpu_(replay.network_->gpu(index)),
+          node_(index / replay.shape_.gpus_per_node),
+          done_(replay.schedule_.tasks.size(), false),
+          launch_(replay.first_launch_),
+          waiting_streams_(replay.schedule_.tasks.size(), 0) {
+      for (auto& woken : stream_woken_) woken = sg4::ConditionVariable::create();
     }
-    zone->seal();
-  }
 
-  void run_stream(std::size_t stream) {
-    for (TaskId t : stream_tasks_[stream]) {
-      const models::Task& task = schedule_.tasks[t];
-      TaskTiming& timing = result_.tasks[t];
-      const double free = sg4::Engine::get_clock();
-      wait_for_launch(stream, t);
-      timing.ready = sg4::Engine::get_clock();
-      if (task.stream == Stream::compute) result_.host_wait_seconds += timing.ready - free;
-      wait_for(stream, task.after);
-      timing.start = sg4::Engine::get_clock();
-      for (BufferId b : task.creates) {
-        if (allocated_once_[b]) continue;
-        tracker_.allocate(b, timing.start, t);
-        allocated_once_[b] = true;
+    void start() {
+      for (std::size_t s = 0; s < models::kStreamCount; ++s) {
+        if (replay_.stream_tasks_[s].empty()) continue;
+        const std::string name = std::string(models::to_string(static_cast<Stream>(s))) + (index_ == 0 ? "" : "@" + std::to_string(index_));
+        sg4::Actor::create(name, gpu_, [this, s] { run_stream(s); });
       }
-      execute(task);
-      timing.end = sg4::Engine::get_clock();
-      finish_task(t, timing.end);
     }
-  }
 
-  // Until the launching thread has issued task `t` (the constructor's comment).
-  void wait_for_launch(std::size_t stream, TaskId t) {
-    if (gate_[t] != kNoGate) wait_for(stream, {gate_[t]});
-    if (launch_[t] > sg4::Engine::get_clock()) sg4::this_actor::sleep_until(launch_[t]);
-  }
+    bool done(TaskId t) const { return done_[t]; }
+    double launch(TaskId t) const { return launch_[t]; }
 
-  // A blocking task has ended at `time`: the launching thread goes on from there, up to and
-  // including the next blocking task.
-  void resume_launches_after(TaskId blocking, double time) {
-    double clock = time;
-    for (TaskId t = blocking + 1; t < schedule_.tasks.size() && gate_[t] == blocking; ++t) {
-      clock += schedule_.tasks[t].host_seconds;
-      launch_[t] = clock;
+   private:
+    bool records() const { return index_ == 0; }
+
+    void run_stream(std::size_t stream) {
+      for (TaskId t : replay_.stream_tasks_[stream]) {
+        const models::Task& task = replay_.schedule_.tasks[t];
+        const double free = sg4::Engine::get_clock();
+        wait_for_launch(stream, t);
+        const double ready = sg4::Engine::get_clock();
+        wait_for(stream, task.after);
+        const double start = sg4::Engine::get_clock();
+        if (records()) {
+          TaskTiming& timing = replay_.result_.tasks[t];
+          timing.ready = ready;
+          timing.start = start;
+          if (task.stream == Stream::compute) replay_.result_.host_wait_seconds += ready - free;
+          for (BufferId b : task.creates) {
+            if (replay_.allocated_once_[b]) continue;
+            replay_.tracker_.allocate(b, start, t);
+            replay_.allocated_once_[b] = true;
+          }
+        }
+        execute(task);
+        const double end = sg4::Engine::get_clock();
+        if (records()) replay_.result_.tasks[t].end = end;
+        finish_task(t, end);
+      }
     }
-  }
 
-  // Blocks the actor of `stream` until every task in `dependencies` has ended. Each stream
-  // waits on its own condition variable and says which task it waits for, so a task's end
-  // wakes exactly the streams that wait for it (sim/bench: fewer wake-ups than one shared
-  // variable notified at every end).
-  void wait_for(std::size_t stream, const std::vector<TaskId>& dependencies) {
-    for (TaskId d : dependencies) {
-      if (done_[d]) continue;
-      std::unique_lock<sg4::Mutex> lock(*mutex_);
-      waiting_streams_[d] |= static_cast<std::uint8_t>(1u << stream);
-      while (!done_[d]) stream_woken_[stream]->wait(lock);
+    // Until the launching thread has issued task `t` (the Replay constructor's comment).
+    void wait_for_launch(std::size_t stream, TaskId t) {
+      if (replay_.gate_[t] != kNoGate) wait_for(stream, {replay_.gate_[t]});
+      if (launch_[t] > sg4::Engine::get_clock()) sg4::this_actor::sleep_until(launch_[t]);
     }
-  }
 
-  void execute(const models::Task& task) {
-    switch (task.kind) {
-      case TaskKind::offload:
-        copy(gpu_, host_, task);
+    // A blocking task has ended at `time`: the launching thread goes on from there, up to and
+    // including the next blocking task.
+    void resume_launches_after(TaskId blocking, double time) {
+      double clock = time;
+      const auto& tasks = replay_.schedule_.tasks;
+      for (TaskId t = blocking + 1; t < tasks.size() && replay_.gate_[t] == blocking; ++t) {
+        clock += tasks[t].host_seconds;
+        launch_[t] = clock;
+      }
+    }
+
+    // Blocks the actor of `stream` until every task in `dependencies` has ended. Each stream
+    // waits on its own condition variable and says which task it waits for, so a task's end
+    // wakes exactly the streams that wait for it (sim/bench: fewer wake-ups than one shared
+    // variable notified at every end).
+    void wait_for(std::size_t stream, const std::vector<TaskId>& dependencies) {
+      for (TaskId d : dependencies) {
+        if (done_[d]) continue;
+        std::unique_lock<sg4::Mutex> lock(*replay_.mutex_);
+        waiting_streams_[d] |= static_cast<std::uint8_t>(1u << stream);
+        while (!done_[d]) stream_woken_[stream]->wait(lock);
+      }
+    }
+
+    void execute(const models::Task& task) {
+      switch (task.kind) {
+        case TaskKind::offload:
+          copy(task, /*to_host=*/true);
+          return;
+        case TaskKind::prefetch:
+          copy(task, /*to_host=*/false);
+          return;
+        case TaskKind::op:
+        case TaskKind::recompute:
+        case TaskKind::compress:
+        case TaskKind::decompress:
+          // The actor lives on its GPU host, so this_actor::execute runs there (never
+          // Host::exec_async, which runs on the caller's host: reference notes, pitfall 1).
+          if (task.seconds > 0) sg4::this_actor::execute(task.seconds * kGpuSpeed);
+          return;
+        case TaskKind::collective:
+          collective(task);
+          return;
+      }
+    }
+
+    // A collective over every rank. Replaying one rank, that rank stands for all (the network
+    // carries every rank's share). Replaying each, the collective starts once every rank's comm
+    // stream has reached it (NCCL's ring cannot progress without all of them), rank 0 runs the
+    // group's traffic, and it ends for all ranks at once.
+    void collective(const models::Task& task) {
+      if (!task.collective) throw std::logic_error("task " + task.name + " is a collective that names none");
+      if (replay_.replayed_ranks_ == 1) {
+        replay_.network_->run_collective(*task.collective, task.bytes);
         return;
-      case TaskKind::prefetch:
-        copy(host_, gpu_, task);
-        return;
-      case TaskKind::op:
-      case TaskKind::recompute:
-      case TaskKind::compress:
-      case TaskKind::decompress:
-        // The actor lives on the GPU host, so this_actor::execute runs there (never
-        // Host::exec_async, which runs on the caller's host: reference notes, pitfall 1).
-        if (task.seconds > 0) sg4::this_actor::execute(task.seconds * kGpuSpeed);
-        return;
-      case TaskKind::collective:
-        // No schedule builder emits collectives before the replay has a cluster network to run them on.
-        throw std::logic_error("task " + task.name + " is a collective, and this replay has no network of GPUs to run it on");
+      }
+      replay_.collective_barrier_->wait();
+      if (index_ == 0) replay_.network_->run_collective(*task.collective, task.bytes);
+      replay_.collective_barrier_->wait();
     }
-  }
 
-  // A copy over the host link; one to or from pageable memory takes the staging route.
-  void copy(sg4::Host* from, sg4::Host* to, const models::Task& task) {
-    if (task.bytes <= 0) return;
-    if (task.pageable) {
-      if (staging_ == nullptr) throw std::logic_error("a pageable copy on a platform without host_link.pageable_bandwidth");
-      if (from == host_) from = staging_;
-      if (to == host_) to = staging_;
+    // A copy over this GPU's host link; one to or from pageable memory takes the staging route.
+    // Replaying one rank, the node's other GPUs make the same copy at the same time, sharing
+    // the node's host memory.
+    void copy(const models::Task& task, bool to_host) {
+      if (task.bytes <= 0) return;
+      const ClusterNetwork& network = *replay_.network_;
+      sg4::Host* host_end = network.host(node_);
+      if (task.pageable) {
+        host_end = network.pageable_staging(node_);
+        if (host_end == nullptr) throw std::logic_error("a pageable copy on a platform without host_link.pageable_bandwidth");
+      }
+      const auto bytes = static_cast<std::uint64_t>(task.bytes);
+      const int mirrored = replay_.replayed_ranks_ == 1 ? replay_.shape_.gpus_per_node : 1;
+      if (mirrored == 1) {
+        to_host ? sg4::Comm::sendto(gpu_, host_end, bytes) : sg4::Comm::sendto(host_end, gpu_, bytes);
+        return;
+      }
+      std::vector<sg4::CommPtr> comms;
+      comms.reserve(static_cast<std::size_t>(mirrored));
+      for (int local = 0; local < mirrored; ++local) {
+        sg4::Host* gpu = network.gpu(node_ * replay_.shape_.gpus_per_node + local);
+        comms.push_back(to_host ? sg4::Comm::sendto_async(gpu, host_end, bytes) : sg4::Comm::sendto_async(host_end, gpu, bytes));
+      }
+      sg4::Comm::wait_all(comms);
     }
-    sg4::Comm::sendto(from, to, static_cast<std::uint64_t>(task.bytes));
-  }
 
-  void finish_task(TaskId t, double time) {
-    if (schedule_.tasks[t].blocks_host) resume_launches_after(t, time);
+    void finish_task(TaskId t, double time) {
+      if (replay_.schedule_.tasks[t].blocks_host) resume_launches_after(t, time);
+      if (records()) replay_.release_buffers_of(t, time);
+      done_[t] = true;
+      // Most tasks have nobody waiting on them: no simcall at all then.
+      if (const std::uint8_t streams = waiting_streams_[t]; streams != 0) {
+        waiting_streams_[t] = 0;
+        for (std::size_t s = 0; s < models::kStreamCount; ++s) {
+          if (streams & (1u << s)) stream_woken_[s]->notify_one();
+        }
+      }
+    }
+
+    Replay& replay_;
+    int index_ = 0;
+    sg4::Host* gpu_ = nullptr;
+    int node_ = 0;
+    std::vector<bool> done_;
+    std::vector<double> launch_;  // when the launching thread issues each task (known once its gate has ended)
+    std::array<sg4::ConditionVariablePtr, models::kStreamCount> stream_woken_;
+    std::vector<std::uint8_t> waiting_streams_;  // per task: the streams blocked until it ends (bit per stream)
+    static_assert(models::kStreamCount <= 8, "waiting_streams_ holds one bit per stream");
+  };
+
+  void release_buffers_of(TaskId t, double time) {
     for (BufferId b : task_buffers_[t]) {
       const models::Buffer& buffer = schedule_.buffers[b];
       if (--remaining_users_[b] == 0 && !buffer.resident && !buffer.held_to_end && tracker_.is_live(b)) {
         tracker_.release(b, time, t);
-      }
-    }
-    done_[t] = true;
-    // Most tasks have nobody waiting on them: no simcall at all then.
-    if (const std::uint8_t streams = waiting_streams_[t]; streams != 0) {
-      waiting_streams_[t] = 0;
-      for (std::size_t s = 0; s < models::kStreamCount; ++s) {
-        if (streams & (1u << s)) stream_woken_[s]->notify_one();
       }
     }
   }
@@ -229,15 +295,21 @@ class Replay {
   // that Schedule::validate should have ruled out) or SimGrid gave up on an activity. Either
   // way the timings would be a silently wrong result, so it is an error, never a report.
   void check_completed() const {
-    const auto ran = static_cast<std::size_t>(std::count(done_.begin(), done_.end(), true));
-    if (ran != schedule_.tasks.size()) {
-      std::string first;
-      for (TaskId t = 0; t < schedule_.tasks.size() && first.empty(); ++t) {
-        if (!done_[t]) first = fmt::format("task {} ({})", t, schedule_.tasks[t].name);
+    std::size_t ran = 0;
+    std::string first;
+    for (const auto& rank : ranks_) {
+      for (TaskId t = 0; t < schedule_.tasks.size(); ++t) {
+        if (rank->done(t)) {
+          ++ran;
+        } else if (first.empty()) {
+          first = fmt::format("task {} ({})", t, schedule_.tasks[t].name);
+        }
       }
+    }
+    if (ran != schedule_.tasks.size() * ranks_.size()) {
       throw std::runtime_error(fmt::format("the replay stopped with {} of {} tasks run (first not run: {}): a deadlock in the schedule or in "
                                            "SimGrid; no result is reported",
-                                           ran, schedule_.tasks.size(), first));
+                                           ran, schedule_.tasks.size() * ranks_.size(), first));
     }
     for (TaskId t = 0; t < schedule_.tasks.size(); ++t) {
       const TaskTiming& timing = result_.tasks[t];
@@ -253,7 +325,7 @@ class Replay {
     // blocks, once the task has ended).
     if (!schedule_.tasks.empty()) {
       const TaskId last = schedule_.tasks.size() - 1;
-      result_.host_seconds = schedule_.tasks[last].blocks_host ? result_.tasks[last].end : launch_[last];
+      result_.host_seconds = schedule_.tasks[last].blocks_host ? result_.tasks[last].end : ranks_.front()->launch(last);
     }
     for (TaskId t = 0; t < schedule_.tasks.size(); ++t) {
       const TaskTiming& timing = result_.tasks[t];
@@ -342,22 +414,20 @@ class Replay {
   const models::Platform& platform_;
   const models::Schedule& schedule_;
   FrameworkOnGpu framework_;
+  ClusterShape shape_;
+  int replayed_ranks_ = 1;
   MemoryTracker tracker_;
   static constexpr TaskId kNoGate = static_cast<TaskId>(-1);
-  std::vector<bool> done_;
-  std::vector<double> launch_;  // when the launching thread issues each task (known once its gate has ended)
-  std::vector<TaskId> gate_;    // the blocking task whose end a task's launch waits for, or kNoGate
   std::vector<bool> allocated_once_;
   std::vector<std::size_t> remaining_users_;
   std::vector<std::vector<BufferId>> task_buffers_;  // creates ∪ uses, each once
   std::array<std::vector<TaskId>, models::kStreamCount> stream_tasks_;
-  sg4::Host* gpu_ = nullptr;
-  sg4::Host* host_ = nullptr;
-  sg4::Host* staging_ = nullptr;  // pageable host memory, behind the staging link (build_platform)
+  std::vector<double> first_launch_;  // launch times up to the first blocking task (each rank's start)
+  std::vector<TaskId> gate_;          // the blocking task whose end a task's launch waits for, or kNoGate
+  std::optional<ClusterNetwork> network_;
   sg4::MutexPtr mutex_;
-  std::array<sg4::ConditionVariablePtr, models::kStreamCount> stream_woken_;
-  std::vector<std::uint8_t> waiting_streams_;  // per task: the streams blocked until it ends (bit per stream)
-  static_assert(models::kStreamCount <= 8, "waiting_streams_ holds one bit per stream");
+  sg4::BarrierPtr collective_barrier_;  // every_rank: the ranks' comm streams meet at each collective
+  std::vector<std::unique_ptr<Rank>> ranks_;
   SimulationResult result_;
 };
 
@@ -490,25 +560,30 @@ SimulationResult deserialize(const std::string& bytes) {
 }
 
 // The replay of a schedule already validated.
-SimulationResult replay_validated(const models::Platform& platform, const models::Schedule& schedule, const FrameworkOnGpu& framework) {
-  Replay replay(platform, schedule, framework);
+SimulationResult replay_validated(const models::Platform& platform, const models::Schedule& schedule, const FrameworkOnGpu& framework,
+                                  ClusterShape shape, ReplayRanks ranks) {
+  Replay replay(platform, schedule, framework, shape, ranks);
   return replay.run();
 }
 
 }  // namespace
 
-SimulationResult simulate_in_this_process(const models::Platform& platform, const models::Schedule& schedule, const FrameworkOnGpu& framework) {
+SimulationResult simulate_in_this_process(const models::Platform& platform, const models::Schedule& schedule, const FrameworkOnGpu& framework,
+                                          ClusterShape shape, ReplayRanks ranks) {
   schedule.validate();
-  return replay_validated(platform, schedule, framework);
+  check_cluster_shape(platform, shape);
+  return replay_validated(platform, schedule, framework, shape, ranks);
 }
 
 SimulationResult simulate(const models::Platform& platform, const models::Schedule& schedule) {
   return simulate(platform, schedule, resolve_framework(FrameworkSpec{}, platform.gpu, platform.source));
 }
 
-SimulationResult simulate(const models::Platform& platform, const models::Schedule& schedule, const FrameworkOnGpu& framework) {
+SimulationResult simulate(const models::Platform& platform, const models::Schedule& schedule, const FrameworkOnGpu& framework,
+                          ClusterShape shape, ReplayRanks ranks) {
   schedule.validate();  // fail in the caller, with its stack, rather than in the child, and only once
-  ChildProcess child([&] { return serialize(replay_validated(platform, schedule, framework)); });
+  check_cluster_shape(platform, shape);
+  ChildProcess child([&] { return serialize(replay_validated(platform, schedule, framework, shape, ranks)); });
   JobOutcome outcome = child.wait();
   if (outcome.status == JobOutcome::Status::result) {
     // SimGrid's warnings, if any, reach the user as the child wrote them.

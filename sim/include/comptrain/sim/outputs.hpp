@@ -2,8 +2,10 @@
 // What a simulation gives its user: a readable report, JSON, the memory timeline as CSV, and
 // a Chrome/Perfetto trace (one track per stream, counter tracks for memory per role).
 
+#include <optional>
 #include <string>
 
+#include "comptrain/models/data_parallel.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/schedule.hpp"
 #include "comptrain/models/strategy.hpp"
@@ -21,7 +23,21 @@ struct SimulationRun {
   const models::Schedule& schedule;
   const SimulationResult& result;
   const models::StrategySpec* strategy;  // its rules, for the JSON report (nullptr: name only)
+  // On more than one GPU: the GPUs it ran on, how they reduce gradients (nullptr: one GPU), and
+  // the same per-GPU run's iteration time on one GPU alone, for the scaling efficiency.
+  ClusterShape cluster{};
+  const models::DataParallelSpec* data_parallel = nullptr;
+  std::optional<double> one_gpu_seconds;
 };
+
+// Collective time and how much of it the compute stream did not hide (rank 0's timeline): the
+// exposed part is when a collective ran and no compute-stream task did.
+struct CommunicationTime {
+  double collective_seconds = 0;  // the union of the collectives' intervals
+  double exposed_seconds = 0;     // of which with the compute stream idle
+  double hidden_seconds() const { return collective_seconds - exposed_seconds; }
+};
+CommunicationTime communication_time(const models::Schedule& schedule, const SimulationResult& result);
 
 std::string report_text(const SimulationRun& run);
 std::string report_json(const SimulationRun& run);

@@ -37,6 +37,8 @@ class PreparedScenario {
   const FrameworkOnGpu& framework() const { return framework_; }
   // The scenario's batch size: training.batch_size, else the trace file's, else 1.
   std::int64_t batch_size() const { return batch_size_; }
+  // The GPUs the scenario trains on (its parallelism section; one GPU without one).
+  ClusterShape cluster_shape() const;
 
   // The iteration at `batch`: a zoo model built at that batch, or the trace file (parsed once)
   // rescaled exactly to it.
@@ -75,12 +77,18 @@ SimulationResult replay(const PreparedScenario& prepared, const ScheduledRun& ru
 struct CompletedRun {
   ScheduledRun scheduled;
   SimulationResult result;
+  std::optional<double> one_gpu_seconds;  // set by the caller that wants the scaling efficiency (one_gpu_iteration_seconds)
   SimulationRun view(const PreparedScenario& prepared) const;
 };
 
 // schedule_run + replay; NotApplicable passes through.
 using RunOutcome = std::variant<CompletedRun, models::NotApplicable>;
 RunOutcome run_scenario(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch, Isolation isolation);
+
+// The iteration time of the same per-GPU run on one GPU alone (the scenario without its
+// parallelism section), the reference of the scaling efficiency; nullopt for a one-GPU scenario
+// or when that run does not fit or does not apply.
+std::optional<double> one_gpu_iteration_seconds(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch);
 
 // The simulate report of an outcome (report_text / report_json of outputs.hpp).
 std::string report(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch, const RunOutcome& outcome,

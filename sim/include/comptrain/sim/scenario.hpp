@@ -7,6 +7,8 @@
 //              CUDA context, cuBLAS workspace; sim/framework.hpp)
 //   platform:  the system (a shipped platform, a platform file, or an inline description)
 //   strategy:  the memory-saving strategy (rules over the saved activations)
+//   parallelism: optional, how many nodes and GPUs train data-parallel, with PyTorch DDP or
+//              DeepSpeed ZeRO (models/data_parallel.hpp)
 //   plan:      optional, for `comptrain plan`: strategies to compare, margin, search ceiling
 //   sweep:     optional, scenario keys to vary (expanded by sim/sweep.hpp)
 // See scenarios/README.md.
@@ -18,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "comptrain/models/data_parallel.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/sim/framework.hpp"
@@ -49,6 +52,15 @@ struct PlanSection {
   std::optional<MemoryMetric> memory_metric;
 };
 
+// The `parallelism:` section: `nodes` x `gpus_per_node` GPUs of the platform train one replica
+// each on training.batch_size samples (the per-GPU micro-batch), reducing gradients with PyTorch
+// DDP, or with DeepSpeed ZeRO when `zero` is given. data.ranks = nodes x gpus_per_node.
+struct ParallelismSection {
+  int nodes = 1;
+  int gpus_per_node = 1;
+  models::DataParallelSpec data;
+};
+
 struct Scenario {
   std::string source;  // where it came from, for messages ("scenarios/default.yaml")
   std::string name;    // a label for reports; defaults to the model's name
@@ -66,6 +78,7 @@ struct Scenario {
 
   std::optional<models::Platform> platform;  // required to simulate
   models::StrategySpec strategy;             // default: baseline
+  std::optional<ParallelismSection> parallelism;  // unset: one GPU
   std::optional<PlanSection> plan;
 
   // The document itself, kept so that a `sweep:` section can be expanded by re-reading it

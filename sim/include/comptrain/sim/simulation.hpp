@@ -1,6 +1,8 @@
 #pragma once
-// Replays a schedule on a modeled GPU node with SimGrid (s4u): the GPU and the host are
-// SimGrid hosts, the PCIe link a split-duplex SimGrid link, and each stream an actor.
+// Replays a schedule with SimGrid (s4u) on a modeled GPU, node or cluster: the GPUs and hosts
+// are SimGrid hosts, PCIe, NVLink and the network SimGrid links (sim/src/cluster_network.hpp),
+// and each stream an actor. On more than one GPU the schedule is one data-parallel rank's and its
+// collectives run over every GPU of the cluster shape.
 
 #include <array>
 #include <cstdint>
@@ -9,6 +11,7 @@
 
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/schedule.hpp"
+#include "comptrain/sim/collectives.hpp"
 #include "comptrain/sim/device_memory.hpp"
 #include "comptrain/sim/framework.hpp"
 #include "comptrain/sim/memory_tracker.hpp"
@@ -58,6 +61,15 @@ struct SimulationResult {
   bool fits() const { return !out_of_memory.has_value(); }
 };
 
+// Which ranks of a cluster shape the replay runs (every rank runs the same schedule):
+//   symmetric   one rank's actors; the network carries every rank's share of the collectives and
+//               every GPU of the node makes each host-link copy at once (the default: exact when
+//               the ranks are symmetric, as data parallelism makes them, and as cheap as one GPU
+//               plus the network's activities)
+//   every_rank  one set of stream actors per rank, collectives synchronised across them (for
+//               checking the symmetric replay; rank 0's timings and memory are reported)
+enum class ReplayRanks { symmetric, every_rank };
+
 // Runs one simulation in a child process (SimGrid's engine cannot be reset within a process,
 // so every call gets a fresh one; sim/workers.hpp) and returns its result. Throws
 // std::runtime_error if the child fails: the replay stopped with tasks not run (a deadlock) or
@@ -69,12 +81,16 @@ struct SimulationResult {
 // allocation (tasks that had not ended by then count as not run, as if PyTorch had raised).
 // `framework` must have the gradient lifetime applied to `schedule` already
 // (apply_gradient_lifetime; sim/run.hpp does it).
-SimulationResult simulate(const models::Platform& platform, const models::Schedule& schedule, const FrameworkOnGpu& framework);
+// `shape` is the part of the platform's cluster the run uses (one GPU by default); InputError when
+// the platform does not have it (check_cluster_shape).
+SimulationResult simulate(const models::Platform& platform, const models::Schedule& schedule, const FrameworkOnGpu& framework,
+                          ClusterShape shape = {}, ReplayRanks ranks = ReplayRanks::symmetric);
 
 // With the default framework (FrameworkSpec{}: PyTorch 2's defaults) on the platform's GPU.
 SimulationResult simulate(const models::Platform& platform, const models::Schedule& schedule);
 
 // The same in this process: usable once per process (a benchmark child, a worker).
-SimulationResult simulate_in_this_process(const models::Platform& platform, const models::Schedule& schedule, const FrameworkOnGpu& framework);
+SimulationResult simulate_in_this_process(const models::Platform& platform, const models::Schedule& schedule, const FrameworkOnGpu& framework,
+                                          ClusterShape shape = {}, ReplayRanks ranks = ReplayRanks::symmetric);
 
 }  // namespace comptrain::sim

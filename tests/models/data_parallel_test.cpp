@@ -1,0 +1,231 @@
+// Data parallelism as a schedule transform (models/data_parallel.hpp): DDP's buckets and their
+// waits, ZeRO's per-GPU model-state bytes against the paper's formulas exactly, and ZeRO-3's
+// gathered parameters.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <stdexcept>
+
+#include "comptrain/models/data_parallel.hpp"
+#include "comptrain/models/op_time.hpp"
+#include "comptrain/models/platform.hpp"
+#include "comptrain/models/strategy.hpp"
+#include "comptrain/traces/summary.hpp"
+#include "comptrain/zoo/zoo.hpp"
+#include "../support/must_apply.hpp"
+
+namespace comptrain::models {
+namespace {
+
+traces::Trace gpt(zoo::Precision precision, std::int64_t layers = 2) {
+  zoo::ModelRequest request;
+  request.model = "gpt2";
+  request.layers = layers;
+  request.precision = precision;
+  request.optimizer = zoo::Optimizer::adam;
+  request.batch_size = 2;
+  return zoo::build_model(request);
+}
+
+Schedule baseline(const traces::Trace& trace) {
+  static const OpTimeModel time_model(builtin_platform("a100-80gb"));
+  return test_support::must_apply(build_schedule(trace, time_model, StrategySpec{}));
+}
+
+std::vector<TaskId> collectives(const Schedule& s, std::optional<CollectiveKind> kind = std::nullopt) {
+  std::vector<TaskId> out;
+  for (TaskId t = 0; t < s.tasks.size(); ++t) {
+    if (s.tasks[t].kind == TaskKind::collective && (!kind || s.tasks[t].collective == kind)) out.push_back(t);
+  }
+  return out;
+}
+
+// The resident bytes of one role: what a GPU holds of it for the whole iteration.
+std::int64_t resident_bytes(const Schedule& s, MemoryRole role) {
+  std::set<BufferId> referenced;
+  for (const Task& t : s.tasks) {
+    referenced.insert(t.creates.begin(), t.creates.end());
+    referenced.insert(t.uses.begin(), t.uses.end());
+  }
+  std::int64_t total = 0;
+  for (BufferId b = 0; b < s.buffers.size(); ++b) {
+    if (s.buffers[b].resident && s.buffers[b].role == role) total += s.buffers[b].bytes;
+  }
+  return total;
+}
+
+std::int64_t bytes_of_role(const Schedule& s, MemoryRole role, bool held) {
+  std::int64_t total = 0;
+  for (const Buffer& b : s.buffers) {
+    if (b.role == role && (held ? b.held_to_end : b.resident)) total += b.bytes;
+  }
+  return total;
+}
+
+std::optional<traces::Phase> phase_of(const traces::Trace& trace, const Task& task) {
+  if (!task.op) return std::nullopt;
+  return trace.op(*task.op).phase;
+}
+
+TEST(DataParallel, OneRankLeavesTheScheduleAlone) {
+  const auto trace = gpt(zoo::Precision::fp32);
+  Schedule s = baseline(trace);
+  const std::size_t tasks = s.tasks.size();
+  apply_data_parallel(s, trace, DataParallelSpec{});
+  EXPECT_EQ(s.tasks.size(), tasks);
+  EXPECT_TRUE(collectives(s).empty());
+}
+
+TEST(DataParallel, RejectsImpossibleSpecs) {
+  DataParallelSpec spec;
+  spec.ranks = 0;
+  EXPECT_THROW(check_data_parallel(spec), std::invalid_argument);
+  spec.ranks = 2;
+  spec.zero_stage = 4;
+  EXPECT_THROW(check_data_parallel(spec), std::invalid_argument);
+}
+
+// DDP: buckets of at least 25 MiB (the first 1 MiB) in the order gradients become ready, each
+// all-reduced after the last backward op writing one of its gradients; all gradients reduced
+// exactly once; the optimizer waits for the last all-reduce; the bucket copy holds one more
+// gradient-sized buffer unless gradient_as_bucket_view.
+TEST(DataParallel, DdpBucketsFollowTheBackwardPassAndGateTheOptimizer) {
+  const auto trace = gpt(zoo::Precision::fp32, 4);
+  const Schedule before = baseline(trace);
+  const std::int64_t gradient_bytes = bytes_of_role(before, MemoryRole::gradient, true);
+  ASSERT_GT(gradient_bytes, std::int64_t{100} << 20);  // several buckets
+
+  Schedule s = before;
+  DataParallelSpec spec;
+  spec.ranks = 8;
+  apply_data_parallel(s, trace, spec);
+  ASSERT_NO_THROW(s.validate());
+  const auto reduces = collectives(s, CollectiveKind::all_reduce);
+  ASSERT_GE(reduces.size(), 3u);
+  std::int64_t reduced = 0;
+  std::set<BufferId> seen;
+  for (std::size_t i = 0; i < reduces.size(); ++i) {
+    const Task& c = s.tasks[reduces[i]];
+    EXPECT_EQ(c.stream, Stream::comm);
+    reduced += c.bytes;
+    // Every bucket but the last of its dtype reaches its cap.
+    if (i + 1 < reduces.size()) {
+      EXPECT_GE(c.bytes, i == 0 ? spec.first_bucket_bytes : spec.bucket_cap_bytes) << c.name;
+    }
+    // It waits for the last backward op touching any of its gradients, and comes right after it.
+    ASSERT_EQ(c.after.size(), 1u);
+    const TaskId ready = c.after[0];
+    EXPECT_EQ(phase_of(trace, s.tasks[ready]), traces::Phase::backward);
+    for (BufferId b : c.uses) {
+      if (s.buffers[b].role != MemoryRole::gradient || !s.buffers[b].tensor) continue;
+      EXPECT_TRUE(seen.insert(b).second) << "gradient reduced twice";
+      for (TaskId t = ready + 1; t < s.tasks.size(); ++t) {
+        const Task& u = s.tasks[t];
+        if (phase_of(trace, u) != traces::Phase::backward) continue;
+        const bool writes = std::count(u.creates.begin(), u.creates.end(), b) + std::count(u.uses.begin(), u.uses.end(), b) > 0;
+        EXPECT_FALSE(writes) << u.name << " writes a gradient after its bucket was reduced";
+      }
+    }
+  }
+  EXPECT_EQ(reduced, gradient_bytes);
+  // The optimizer's first task waits for the last all-reduce.
+  const auto first_optimizer = std::find_if(s.tasks.begin(), s.tasks.end(), [&](const Task& t) { return phase_of(trace, t) == traces::Phase::optimizer; });
+  ASSERT_NE(first_optimizer, s.tasks.end());
+  EXPECT_NE(std::find(first_optimizer->after.begin(), first_optimizer->after.end(), reduces.back()), first_optimizer->after.end());
+  // One more gradient-sized buffer for the buckets, resident.
+  EXPECT_EQ(resident_bytes(s, MemoryRole::gradient), gradient_bytes);
+
+  Schedule view = before;
+  spec.gradient_as_bucket_view = true;
+  apply_data_parallel(view, trace, spec);
+  EXPECT_EQ(resident_bytes(view, MemoryRole::gradient), 0);
+  EXPECT_EQ(collectives(view).size(), reduces.size());
+}
+
+// ZeRO's per-GPU model-state bytes (Rajbhandari et al., SC20, Figure 1: with mixed-precision
+// Adam, 2 + 2 + 12 bytes per parameter): stage 1 keeps 2Ψ + 2Ψ + 12Ψ/N, stage 2 2Ψ + (2 + 12)Ψ/N
+// (plus DeepSpeed's reduction bucket, here the whole gradient of this small model), stage 3 (2 +
+// 2 + 12)Ψ/N. Exact to the byte, each partition rounded up.
+TEST(DataParallel, ZeroModelStateBytesAreThePapersFormulas) {
+  const auto trace = gpt(zoo::Precision::mixed);
+  const std::int64_t psi = traces::summarize(trace).parameters;
+  const Schedule before = baseline(trace);
+  ASSERT_EQ(bytes_of_role(before, MemoryRole::weight, false), 2 * psi);
+  ASSERT_EQ(bytes_of_role(before, MemoryRole::gradient, true), 2 * psi);
+  ASSERT_EQ(bytes_of_role(before, MemoryRole::optimizer_state, false), 12 * psi);
+  const int n = 8;
+  const auto part = [&](std::int64_t bytes) { return (bytes + n - 1) / n; };
+  for (int stage = 1; stage <= 3; ++stage) {
+    Schedule s = before;
+    DataParallelSpec spec;
+    spec.ranks = n;
+    spec.zero_stage = stage;
+    apply_data_parallel(s, trace, spec);
+    ASSERT_NO_THROW(s.validate()) << "stage " << stage;
+    EXPECT_EQ(resident_bytes(s, MemoryRole::optimizer_state), part(12 * psi)) << "stage " << stage;
+    EXPECT_EQ(resident_bytes(s, MemoryRole::weight), stage == 3 ? part(2 * psi) : 2 * psi) << "stage " << stage;
+    if (stage == 1) {
+      EXPECT_EQ(bytes_of_role(s, MemoryRole::gradient, true), 2 * psi);
+      EXPECT_EQ(resident_bytes(s, MemoryRole::gradient), 0);
+    } else {
+      // The partition, and the reduction bucket: min(5e8 elements, Ψ) x 2 bytes.
+      EXPECT_EQ(bytes_of_role(s, MemoryRole::gradient, true), 0);
+      EXPECT_EQ(resident_bytes(s, MemoryRole::gradient), part(2 * psi) + 2 * psi) << "stage " << stage;
+    }
+    // Stage 1 and 2 exchange 2Ψ elements per step (reduce-scatter + all-gather), stage 3 3Ψ.
+    std::int64_t scattered = 0;
+    std::int64_t gathered = 0;
+    for (TaskId t : collectives(s, CollectiveKind::reduce_scatter)) scattered += s.tasks[t].bytes;
+    for (TaskId t : collectives(s, CollectiveKind::all_gather)) gathered += s.tasks[t].bytes;
+    EXPECT_EQ(scattered, 2 * psi) << "stage " << stage;
+    EXPECT_TRUE(collectives(s, CollectiveKind::all_reduce).empty());
+    if (stage < 3) {
+      EXPECT_EQ(gathered, 2 * psi) << "stage " << stage;
+    } else {
+      // Forward and backward each gather every parameter an op reads: all of them in forward;
+      // in backward, those a backward op reads (the embeddings' tables are not re-read by
+      // their backward, which needs only the indices).
+      EXPECT_GT(gathered, 2 * psi);
+      EXPECT_LE(gathered, 4 * psi);
+    }
+  }
+}
+
+// ZeRO-3: every forward and backward op reads parameters only through a gathered copy made by
+// an all-gather it waits for, and the optimizer reads the partition.
+TEST(DataParallel, ZeroStage3OpsReadGatheredParameters) {
+  const auto trace = gpt(zoo::Precision::mixed);
+  Schedule s = baseline(trace);
+  DataParallelSpec spec;
+  spec.ranks = 4;
+  spec.zero_stage = 3;
+  apply_data_parallel(s, trace, spec);
+  ASSERT_NO_THROW(s.validate());
+  std::map<BufferId, TaskId> gathered_by;
+  for (TaskId t : collectives(s, CollectiveKind::all_gather)) {
+    for (BufferId b : s.tasks[t].creates) gathered_by[b] = t;
+  }
+  int checked = 0;
+  for (TaskId t = 0; t < s.tasks.size(); ++t) {
+    const Task& task = s.tasks[t];
+    const auto phase = phase_of(trace, task);
+    if (!phase) continue;
+    for (BufferId b : task.uses) {
+      if (s.buffers[b].role != MemoryRole::weight) continue;
+      if (*phase == traces::Phase::optimizer) {
+        EXPECT_TRUE(s.buffers[b].resident) << task.name;
+        continue;
+      }
+      ASSERT_TRUE(gathered_by.count(b)) << task.name << " reads " << s.buffers[b].name;
+      EXPECT_FALSE(s.buffers[b].resident);
+      if (std::find(task.after.begin(), task.after.end(), gathered_by[b]) != task.after.end()) ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0);
+}
+
+}  // namespace
+}  // namespace comptrain::models

@@ -1,7 +1,8 @@
 // How fast comptrain replays an iteration, next to the same number of SimGrid activities with
 // no comptrain logic around them, so that comptrain's overhead is a ratio.
 //
-// BM_SimulateGpt (below) times the whole run layer for a GPT of growing depth instead.
+// BM_SimulateGpt (below) times the whole run layer for a GPT of growing depth instead, and
+// BM_SimulateCluster a GPT trained with ZeRO-3 on a growing number of GPUs.
 //
 // Both sides pay for a fresh process per simulation (SimGrid's engine cannot be reset, so
 // comptrain forks one per simulation): the raw side forks too, for a like-for-like ratio.
@@ -136,6 +137,7 @@ struct ChildReport {
   std::size_t ops = 0;
   std::size_t edges = 0;
   std::size_t tasks = 0;
+  std::size_t collectives = 0;
   int fits = 0;
 };
 
@@ -162,6 +164,41 @@ ChildReport simulate_gpt(std::int64_t layers) {
   return report;
 }
 
+// The example scenario's model (scenarios/gpt-zero3-4x8.yaml: 1.3 B parameters, mixed
+// precision, Adam, 4 sequences per GPU) with ZeRO stage 3 on `nodes` DGX H100 nodes of 8 GPUs,
+// replayed symmetrically (one rank, every rank's traffic on the network).
+ChildReport simulate_cluster(std::int64_t nodes) {
+  sim::Scenario scenario;
+  scenario.source = "<simulate_bench>";
+  scenario.name = "gpt-zero3";
+  scenario.zoo_model = zoo::ModelSpec{};
+  scenario.zoo_model->model = "gpt";
+  scenario.zoo_model->layers = 24;
+  scenario.zoo_model->hidden = 2048;
+  scenario.zoo_model->heads = 16;
+  scenario.zoo_model->seq_len = 2048;
+  scenario.zoo_model->precision = zoo::Precision::mixed;
+  scenario.zoo_model->optimizer = zoo::Optimizer::adam;
+  scenario.batch_size = 4;
+  scenario.platform = models::builtin_platform("dgx-h100-superpod");
+  sim::ParallelismSection parallelism;
+  parallelism.nodes = static_cast<int>(nodes);
+  parallelism.gpus_per_node = 8;
+  parallelism.data.ranks = parallelism.nodes * parallelism.gpus_per_node;
+  parallelism.data.zero_stage = 3;
+  scenario.parallelism = parallelism;
+  const sim::PreparedScenario prepared(scenario);
+  const sim::RunOutcome outcome = sim::run_scenario(prepared, scenario.strategy, 4, sim::Isolation::this_process);
+  const auto& run = std::get<sim::CompletedRun>(outcome);
+  ChildReport report;
+  report.ops = run.scheduled.trace.ops().size();
+  report.edges = boost::num_edges(run.scheduled.trace.graph());
+  report.tasks = run.scheduled.schedule.tasks.size();
+  for (const auto& task : run.scheduled.schedule.tasks) report.collectives += task.kind == models::TaskKind::collective ? 1 : 0;
+  report.fits = run.result.out_of_memory ? 0 : 1;
+  return report;
+}
+
 // One simulation in a forked child: what it reports, its CPU seconds and its peak RSS.
 struct ChildRun {
   ChildReport report;
@@ -170,14 +207,15 @@ struct ChildRun {
   bool ok = false;
 };
 
-ChildRun run_in_child(std::int64_t layers) {
+template <typename Simulate>
+ChildRun run_in_child(Simulate simulate) {
   ChildRun run;
   std::array<int, 2> pipe_fds{};
   if (::pipe(pipe_fds.data()) != 0) return run;
   const pid_t child = ::fork();
   if (child == 0) {
     ::close(pipe_fds[0]);
-    const ChildReport r = simulate_gpt(layers);
+    const ChildReport r = simulate();
     const bool written = ::write(pipe_fds[1], &r, sizeof r) == static_cast<ssize_t>(sizeof r);
     ::_exit(written ? 0 : 1);
   }
@@ -197,11 +235,11 @@ ChildRun run_in_child(std::int64_t layers) {
 void BM_SimulateGpt(benchmark::State& state) {
   // RSS/op is the peak RSS above that of a 1-layer GPT's simulation, per op above its ops: the
   // memory that grows with the model, without the process's fixed part.
-  static const ChildRun one_layer = run_in_child(1);
+  static const ChildRun one_layer = run_in_child([] { return simulate_gpt(1); });
   ChildRun run;
   double cpu_seconds = 0;
   for (auto _ : state) {
-    run = run_in_child(state.range(0));
+    run = run_in_child([&] { return simulate_gpt(state.range(0)); });
     if (!run.ok || !one_layer.ok) {
       state.SkipWithError("simulation child failed");
       break;
@@ -220,8 +258,32 @@ void BM_SimulateGpt(benchmark::State& state) {
   state.counters["RSS/op"] = binary((run.max_rss_bytes - one_layer.max_rss_bytes) / (ops - static_cast<double>(one_layer.report.ops)));
 }
 
+// The scale targets: 1,024 GPUs (128 nodes) in under 30 s and 4,096 (512 nodes) in under
+// 2 minutes of one core. Timed in the child's CPU seconds; s/collective is that over the
+// collectives of the iteration (each runs every GPU's ring traffic through SimGrid).
+void BM_SimulateCluster(benchmark::State& state) {
+  ChildRun run;
+  double cpu_seconds = 0;
+  for (auto _ : state) {
+    run = run_in_child([&] { return simulate_cluster(state.range(0)); });
+    if (!run.ok) {
+      state.SkipWithError("simulation child failed");
+      break;
+    }
+    state.SetIterationTime(run.cpu_seconds);
+    cpu_seconds += run.cpu_seconds;
+  }
+  if (run.report.fits != 1) state.SkipWithError("the GPT did not fit: the replay was cut short");
+  state.counters["GPUs"] = static_cast<double>(state.range(0) * 8);
+  state.counters["tasks"] = static_cast<double>(run.report.tasks);
+  state.counters["collectives"] = static_cast<double>(run.report.collectives);
+  state.counters["s/collective"] = cpu_seconds / static_cast<double>(state.iterations()) / static_cast<double>(run.report.collectives);
+  state.counters["max RSS"] = benchmark::Counter(run.max_rss_bytes, benchmark::Counter::kDefaults, benchmark::Counter::OneK::kIs1024);
+}
+
 }  // namespace
 
+BENCHMARK(BM_SimulateCluster)->Arg(4)->Arg(16)->Arg(128)->Arg(512)->Unit(benchmark::kSecond)->UseManualTime()->Iterations(1);
 BENCHMARK(BM_SimulateGpt)->Arg(12)->Arg(48)->Arg(192)->Arg(768)->Arg(1536)->Unit(benchmark::kMillisecond)->UseManualTime();
 BENCHMARK(BM_ComptrainReplay)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_RawSimGrid)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->UseRealTime();

@@ -233,10 +233,10 @@ class ScenarioReader {
     check_keys(node, "parallelism", {"nodes", "gpus_per_node", "ddp", "zero"});
     ParallelismSection p;
     // At most 1,000,000 GPUs: far beyond any machine, and nodes x GPUs stays an int.
-    constexpr std::int64_t kMaxCount = 1'000'000;
+    constexpr std::int64_t kMaxGpus = 1'000'000;
     const auto count = [&](const char* key, std::int64_t fallback) {
       const std::int64_t value = optional_positive(node, key, "parallelism").value_or(fallback);
-      if (value > kMaxCount) {
+      if (value > kMaxGpus) {
         throw InputError(where(node[key].Mark()) + "'parallelism." + key + "' is " + node[key].Scalar() + "; expected at most 1000000");
       }
       return static_cast<int>(value);
@@ -244,7 +244,7 @@ class ScenarioReader {
     p.nodes = count("nodes", 1);
     // Default: every GPU of a node (the platform's gpus_per_node).
     p.gpus_per_node = count("gpus_per_node", platform ? platform->gpus_per_node : 1);
-    if (static_cast<std::int64_t>(p.nodes) * p.gpus_per_node > kMaxCount) {
+    if (static_cast<std::int64_t>(p.nodes) * p.gpus_per_node > kMaxGpus) {
       throw InputError(where(node.Mark()) + "'parallelism' asks for " + std::to_string(static_cast<std::int64_t>(p.nodes) * p.gpus_per_node) +
                        " GPUs; expected at most 1000000");
     }

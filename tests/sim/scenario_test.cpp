@@ -7,6 +7,8 @@
 #include <fstream>
 
 #include "comptrain/traces/trace_json.hpp"
+#include "comptrain/sim/run.hpp"
+#include "comptrain/support/input_error.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -306,6 +308,55 @@ TEST(Scenario, StrategyErrorsNameTheField) {
 
 TEST(Scenario, AMissingFileIsAnInputError) {
   EXPECT_THROW(load_scenario_file("/nonexistent/scenario.yaml"), InputError);
+}
+
+}  // namespace
+}  // namespace comptrain::sim
+
+namespace comptrain::sim {
+namespace {
+
+TEST(Scenario, ReadsParallelism) {
+  const Scenario s = parse_scenario(
+      "model: {zoo: gpt2}\nplatform: dgx-a100-superpod\nparallelism:\n  nodes: 4\n  zero: {stage: 2, reduce_bucket_size: 200000000, overlap_comm: true}\n",
+      "s.yaml", ".");
+  ASSERT_TRUE(s.parallelism);
+  EXPECT_EQ(s.parallelism->nodes, 4);
+  EXPECT_EQ(s.parallelism->gpus_per_node, 8);  // the platform's
+  EXPECT_EQ(s.parallelism->data.ranks, 32);
+  EXPECT_EQ(s.parallelism->data.zero_stage, 2);
+  EXPECT_EQ(s.parallelism->data.reduce_bucket_elements, 200'000'000);
+  EXPECT_TRUE(s.parallelism->data.overlap_comm);
+  const Scenario d = parse_scenario("model: {zoo: gpt2}\nplatform: a100-80gb\nparallelism:\n  gpus_per_node: 4\n  ddp: {bucket_cap: 50 MiB, gradient_as_bucket_view: true}\n",
+                                    "s.yaml", ".");
+  EXPECT_EQ(d.parallelism->data.ranks, 4);
+  EXPECT_EQ(d.parallelism->data.zero_stage, 0);
+  EXPECT_EQ(d.parallelism->data.bucket_cap_bytes, 50 << 20);
+  EXPECT_EQ(d.parallelism->data.first_bucket_bytes, 1 << 20);
+  EXPECT_TRUE(d.parallelism->data.gradient_as_bucket_view);
+}
+
+using ::testing::HasSubstr;
+
+std::string parallelism_error(const std::string& section) {
+  try {
+    const Scenario s = parse_scenario("model: {zoo: gpt2}\nplatform: a100-80gb\nparallelism:\n" + section, "s.yaml", ".");
+    PreparedScenario prepared(s);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Scenario, BadParallelismIsRejectedWhereItIsWritten) {
+  EXPECT_THAT(parallelism_error("  gpus_per_node: 16\n"), HasSubstr("s.yaml:4:18: 'parallelism.gpus_per_node' is 16 but platform 'a100-80gb' has 8"));
+  EXPECT_THAT(parallelism_error("  nodes: 0\n"), HasSubstr("s.yaml:4:10: 'parallelism.nodes' is '0'; expected a positive integer"));
+  EXPECT_THAT(parallelism_error("  zero: {stage: 4}\n"), HasSubstr("'parallelism.zero.stage' is '4'; expected 1, 2 or 3"));
+  EXPECT_THAT(parallelism_error("  zero: {stage: 1}\n  ddp: {}\n"), HasSubstr("has both 'ddp' (PyTorch DDP) and 'zero'"));
+  EXPECT_THAT(parallelism_error("  ddp: {bucket_cap: 0 B}\n"), HasSubstr("'parallelism.ddp.bucket_cap' is 0 B; expected 1 B to 1 TiB"));
+  EXPECT_THAT(parallelism_error("  gpu: 4\n"), HasSubstr("unknown key 'gpu' in parallelism"));
+  // A single node has no network: two nodes of it do not exist.
+  EXPECT_THAT(parallelism_error("  nodes: 2\n"), HasSubstr("s.yaml: parallelism:"));
 }
 
 }  // namespace

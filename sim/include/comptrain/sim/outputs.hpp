@@ -27,7 +27,7 @@ struct SimulationRun {
   // the same per-GPU run's iteration time on one GPU alone, for the scaling efficiency.
   ClusterShape cluster{};
   const models::DataParallelSpec* data_parallel = nullptr;
-  std::optional<double> one_gpu_seconds;
+  std::optional<double> one_gpu_seconds{};  // {}: aggregate initialisations that leave it out stay -Wmissing-field-initializers clean
 };
 
 // Collective time and how much of it the compute stream did not hide (rank 0's timeline): the

@@ -77,7 +77,7 @@ SimulationResult replay(const PreparedScenario& prepared, const ScheduledRun& ru
 struct CompletedRun {
   ScheduledRun scheduled;
   SimulationResult result;
-  std::optional<double> one_gpu_seconds;  // set by the caller that wants the scaling efficiency (one_gpu_iteration_seconds)
+  std::optional<double> one_gpu_seconds{};  // set by the caller that wants the scaling efficiency (one_gpu_iteration_seconds)
   SimulationRun view(const PreparedScenario& prepared) const;
 };
 

@@ -1,5 +1,7 @@
 #include "comptrain/sim/outputs.hpp"
 
+#include "comptrain/models/zero_memory.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -313,6 +315,27 @@ void add_out_of_memory(std::string& out, const SimulationRun& run, const OutOfMe
   add_role_table(out, live_at_the_end(run), "live");
 }
 
+// DeepSpeed's own estimate of the model states per GPU (its estimate_zero2/3_model_states_mem_needs,
+// models/zero_memory.hpp, as DeepSpeed prints it today), for ZeRO 2 and 3 runs: the figure users
+// compare with, shown beside the simulated peak. The largest layer is the largest parameter
+// tensor (DeepSpeed takes the largest module's parameters).
+std::optional<std::int64_t> deepspeed_estimate(const SimulationRun& run) {
+  if (run.data_parallel == nullptr || run.data_parallel->zero_stage < 2) return std::nullopt;
+  std::int64_t parameters = 0;
+  std::int64_t largest = 0;
+  for (const traces::Tensor& t : run.trace.tensors()) {
+    if (t.role != traces::TensorRole::weight || t.is_view()) continue;
+    parameters += t.elements();
+    largest = std::max(largest, t.elements());
+  }
+  if (parameters <= 0) return std::nullopt;
+  models::zero::DeepSpeedCluster cluster;
+  cluster.nodes = run.cluster.nodes;
+  cluster.gpus_per_node = run.cluster.gpus_per_node;
+  if (run.data_parallel->zero_stage == 2) return models::zero::deepspeed_zero2_estimate(parameters, cluster, false).gpu_bytes;
+  return models::zero::deepspeed_zero3_estimate(parameters, largest, cluster, {}).gpu_bytes;
+}
+
 void add_cluster_results(std::string& out, const SimulationRun& run) {
   if (run.cluster.ranks() == 1) return;
   add_line(out, "  GPUs             {} ({} node{} x {}), {}; global batch {} ({} per GPU)", run.cluster.ranks(), run.cluster.nodes,
@@ -320,6 +343,9 @@ void add_cluster_results(std::string& out, const SimulationRun& run) {
   const CommunicationTime c = communication_time(run.schedule, run.result);
   add_line(out, "  communication    {} in collectives: {} exposed (compute stream idle), {} hidden behind compute", format_seconds(c.collective_seconds),
            format_seconds(c.exposed_seconds), format_seconds(c.hidden_seconds()));
+  if (const auto estimate = deepspeed_estimate(run)) {
+    add_line(out, "  DeepSpeed        its estimator gives {} of model states per GPU (a formula: no activations, no buffers)", format_bytes(*estimate));
+  }
   if (const auto e = scaling_efficiency(run)) {
     add_line(out, "  scaling          {:.1f}% efficiency: {:.2f} samples/s against {} x {:.2f} on one GPU alone", 100 * *e, *samples_per_second(run),
              run.cluster.ranks(), static_cast<double>(run.trace.batch_size()) / *run.one_gpu_seconds);
@@ -545,6 +571,8 @@ std::string report_json(const SimulationRun& run) {
                             {"hidden_communication_seconds", c.hidden_seconds()},
                             {"one_gpu_iteration_seconds", run.one_gpu_seconds ? ordered_json(*run.one_gpu_seconds) : ordered_json(nullptr)},
                             {"scaling_efficiency", e ? ordered_json(*e) : ordered_json(nullptr)}};
+      const auto estimate = deepspeed_estimate(run);
+      results["cluster"]["deepspeed_estimate_bytes"] = estimate ? ordered_json(*estimate) : ordered_json(nullptr);
     }
     ordered_json largest = ordered_json::array();
     for (BufferId b : largest_live_at_peak(run)) largest.push_back(buffer_json(run, b));

@@ -3,12 +3,17 @@
 // (one rank standing for all) against the replay of every rank, on hand-built schedules and on
 // zoo models under DDP and ZeRO.
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "comptrain/models/data_parallel.hpp"
 #include "comptrain/models/op_time.hpp"
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/sim/collectives.hpp"
+#include "comptrain/sim/outputs.hpp"
+#include "comptrain/sim/run.hpp"
+#include "comptrain/sim/scenario.hpp"
 #include "comptrain/sim/simulation.hpp"
 #include "comptrain/zoo/zoo.hpp"
 #include "../support/must_apply.hpp"
@@ -67,6 +72,10 @@ TEST(ClusterReplay, ABucketAllReduceOverlapsTheRestOfBackward) {
   EXPECT_NEAR(r.tasks[d].start, 2.5e-3, 1e-8);
   EXPECT_NEAR(r.iteration_seconds, 3.5e-3, 1e-8);
   EXPECT_NEAR(r.seconds_by_task_kind[static_cast<std::size_t>(TaskKind::collective)], 1.5e-3, 1e-8);
+  const CommunicationTime comm = communication_time(b.s, r);
+  EXPECT_NEAR(comm.collective_seconds, 1.5e-3, 1e-8);
+  EXPECT_NEAR(comm.exposed_seconds, 0.5e-3, 1e-8);
+  EXPECT_NEAR(comm.hidden_seconds(), 1e-3, 1e-8);
 
   // The same on 4 GPUs: 2(p-1)/p = 1.5, so 225 MB over each port: 2.25 ms, D from 3.25 ms.
   const SimulationResult r4 = simulate(node_platform(4), b.s, testing::bare_framework(), ClusterShape{1, 4});
@@ -154,6 +163,33 @@ TEST(ClusterReplay, TheSymmetricReplayEqualsTheReplayOfEveryRank) {
       }
     }
   }
+}
+
+// The run layer and the report: a scenario with a parallelism section runs on its GPUs and the
+// report gives them, the global batch, the communication, DeepSpeed's estimate and the scaling.
+TEST(ClusterReplay, TheReportDescribesTheCluster) {
+  const Scenario scenario = parse_scenario(
+      "model: {zoo: gpt2, layers: 2}\ntraining: {batch_size: 2, precision: mixed}\nplatform: a100-80gb\n"
+      "parallelism: {gpus_per_node: 4, zero: {stage: 3}}\n",
+      "c.yaml", ".");
+  const PreparedScenario prepared(scenario);
+  RunOutcome outcome = run_scenario(prepared, scenario.strategy, 2, Isolation::child_process);
+  auto& completed = std::get<CompletedRun>(outcome);
+  completed.one_gpu_seconds = one_gpu_iteration_seconds(prepared, scenario.strategy, 2);
+  ASSERT_TRUE(completed.one_gpu_seconds);
+  const std::string text = report(prepared, scenario.strategy, 2, outcome, false);
+  EXPECT_THAT(text, ::testing::HasSubstr("global batch 8)"));
+  EXPECT_THAT(text, ::testing::HasSubstr("GPUs             4 (1 node x 4), DeepSpeed ZeRO stage 3; global batch 8 (2 per GPU)"));
+  EXPECT_THAT(text, ::testing::HasSubstr("in collectives:"));
+  EXPECT_THAT(text, ::testing::HasSubstr("DeepSpeed        its estimator gives"));
+  EXPECT_THAT(text, ::testing::HasSubstr("% efficiency"));
+  const auto json = nlohmann::json::parse(report(prepared, scenario.strategy, 2, outcome, true));
+  const auto& cluster = json["results"]["cluster"];
+  EXPECT_EQ(cluster["gpus"], 4);
+  EXPECT_EQ(cluster["zero_stage"], 3);
+  EXPECT_NEAR(cluster["scaling_efficiency"].get<double>(), *completed.one_gpu_seconds / completed.result.iteration_seconds, 1e-12);
+  EXPECT_NEAR(json["results"]["samples_per_second"].get<double>(), 8 / completed.result.iteration_seconds, 1e-9);
+  EXPECT_GT(cluster["deepspeed_estimate_bytes"].get<double>(), 0);
 }
 
 TEST(ClusterReplay, AShapeThePlatformLacksIsRejected) {

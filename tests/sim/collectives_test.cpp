@@ -281,6 +281,35 @@ TEST(Collectives, GpusOfANodeShareTheHostMemory) {
   for (double end : v) EXPECT_NEAR(end, 0.080001, 1e-12);
 }
 
+// Each end's limits hold whichever direction a route crosses a link (SimGrid 3.32 lost a
+// split-duplex link's DOWN bound behind a shared link in a reversed symmetrical route: commit
+// 231e46d). Two 1 GB flows out of GPU 0's NVLink port (to GPUs 1 and 2) and one more into GPU 1's
+// (from GPU 3): every port carries two flows, 50 GB/s each, 20 ms. Two 1 GB flows from two NICs of
+// node 0 into NIC 0 of node 1 (rank 8) share its 10 GB/s receive side: 5 GB/s each, 200 ms.
+TEST(Collectives, EveryLinkBoundsItsFlowsInBothDirections) {
+  const models::Platform p = hand();
+  const auto v = numbers(in_simgrid([&] {
+    const detail::ClusterNetwork network(p, {2, 8});
+    std::vector<double> ends(5, -1);
+    const std::vector<std::pair<int, int>> flows{{0, 1}, {0, 2}, {3, 1}, {0, 8}, {1, 8}};
+    for (std::size_t i = 0; i < flows.size(); ++i) {
+      sg4::Actor::create(fmt::format("flow{}", i), network.gpu(flows[i].first), [&, i] {
+        // The NVLink flows first, the NIC flows after them, so that the two groups never overlap.
+        if (i >= 3) sg4::this_actor::sleep_for(1);
+        sg4::Comm::sendto(network.gpu(flows[i].first), network.gpu(flows[i].second), kGB);
+        ends[i] = sg4::Engine::get_clock();
+      });
+    }
+    sg4::Engine::get_instance()->run();
+    std::string out;
+    for (double e : ends) out += fmt::format("{:.17g} ", e);
+    return out;
+  }));
+  ASSERT_EQ(v.size(), 5u);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_NEAR(v[i], 0.020, 1e-12) << i;
+  for (std::size_t i = 3; i < 5; ++i) EXPECT_NEAR(v[i], 1.200, 1e-12) << i;
+}
+
 // ---- The single-GPU platform ---------------------------------------------------------------
 
 // Shape {1, 1} is the replay's platform as it always was: hosts "gpu" and "host" in zone "node",

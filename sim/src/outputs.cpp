@@ -62,8 +62,9 @@ double fraction(std::int64_t part, std::int64_t whole) { return fraction(static_
 double percent(double part, double whole) { return 100.0 * fraction(part, whole); }
 double percent(std::int64_t part, std::int64_t whole) { return 100.0 * fraction(part, whole); }
 
-// Every GPU trains on the trace's batch: the global batch is that times the GPUs.
-std::int64_t global_batch(const SimulationRun& run) { return run.trace.batch_size() * run.cluster.ranks(); }
+// Every GPU trains on the trace's batch in each micro-step: the global batch is that times the
+// GPUs and the micro-steps.
+std::int64_t global_batch(const SimulationRun& run) { return run.trace.batch_size() * run.cluster.ranks() * run.accumulation_steps; }
 
 std::optional<double> samples_per_second(const SimulationRun& run) {
   if (!run.result.fits() || run.result.iteration_seconds <= 0) return std::nullopt;
@@ -338,8 +339,9 @@ std::optional<std::int64_t> deepspeed_estimate(const SimulationRun& run) {
 
 void add_cluster_results(std::string& out, const SimulationRun& run) {
   if (run.cluster.ranks() == 1) return;
-  add_line(out, "  GPUs             {} ({} node{} x {}), {}; global batch {} ({} per GPU)", run.cluster.ranks(), run.cluster.nodes,
-           run.cluster.nodes == 1 ? "" : "s", run.cluster.gpus_per_node, data_parallel_name(run), global_batch(run), run.trace.batch_size());
+  add_line(out, "  GPUs             {} ({} node{} x {}), {}; global batch {} ({} per GPU{})", run.cluster.ranks(), run.cluster.nodes,
+           run.cluster.nodes == 1 ? "" : "s", run.cluster.gpus_per_node, data_parallel_name(run), global_batch(run), run.trace.batch_size(),
+           run.accumulation_steps > 1 ? fmt::format(" per micro-step, {} micro-steps", run.accumulation_steps) : std::string());
   const CommunicationTime c = communication_time(run.schedule, run.result);
   add_line(out, "  communication    {} in collectives: {} exposed (compute stream idle), {} hidden behind compute", format_seconds(c.collective_seconds),
            format_seconds(c.exposed_seconds), format_seconds(c.hidden_seconds()));
@@ -348,7 +350,7 @@ void add_cluster_results(std::string& out, const SimulationRun& run) {
   }
   if (const auto e = scaling_efficiency(run)) {
     add_line(out, "  scaling          {:.1f}% efficiency: {:.2f} samples/s against {} x {:.2f} on one GPU alone", 100 * *e, *samples_per_second(run),
-             run.cluster.ranks(), static_cast<double>(run.trace.batch_size()) / *run.one_gpu_seconds);
+             run.cluster.ranks(), static_cast<double>(run.trace.batch_size() * run.accumulation_steps) / *run.one_gpu_seconds);
   }
 }
 
@@ -359,7 +361,10 @@ void add_results(std::string& out, const SimulationRun& run) {
   add_line(out, "FITS");
   add_line(out, "  iteration time   {} ({:.9g} s)", format_seconds(r.iteration_seconds), r.iteration_seconds);
   if (auto rate = samples_per_second(run)) {
-    if (run.cluster.ranks() == 1) {
+    if (run.cluster.ranks() == 1 && run.accumulation_steps > 1) {
+      add_line(out, "  throughput       {:.2f} samples/s (batch {} = {} micro-steps of {})", *rate, global_batch(run), run.accumulation_steps,
+               run.trace.batch_size());
+    } else if (run.cluster.ranks() == 1) {
       add_line(out, "  throughput       {:.2f} samples/s (batch {})", *rate, run.trace.batch_size());
     } else {
       add_line(out, "  throughput       {:.2f} samples/s (global batch {})", *rate, global_batch(run));
@@ -486,7 +491,7 @@ std::string report_json(const SimulationRun& run) {
   const SimulationResult& r = run.result;
   ordered_json j = detail::document_header("simulate");
   j["scenario"] = detail::scenario_json(run.scenario_name, run.scenario_source);
-  j["model"] = {{"trace", run.trace.name()}, {"batch_size", run.trace.batch_size()}, {"metadata", ordered_json::parse(traces::metadata_to_json(run.trace))}};
+  j["model"] = {{"trace", run.trace.name()}, {"batch_size", run.trace.batch_size()}, {"gradient_accumulation_steps", run.accumulation_steps}, {"metadata", ordered_json::parse(traces::metadata_to_json(run.trace))}};
   j["platform"] = detail::platform_json(run.platform);
   const FrameworkOnGpu& framework = run.result.device.framework;
   j["framework"] = {{"pytorch", framework.pytorch ? ordered_json(fmt::format("{}.{}", framework.pytorch->major, framework.pytorch->minor))

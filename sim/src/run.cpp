@@ -1,6 +1,7 @@
 #include "comptrain/sim/run.hpp"
 
 #include "comptrain/models/data_parallel.hpp"
+#include "comptrain/models/gradient_accumulation.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/traces/trace_json.hpp"
 #include "comptrain/zoo/zoo.hpp"
@@ -63,6 +64,7 @@ std::variant<ScheduledRun, models::NotApplicable> schedule_run(const PreparedSce
   if (auto* not_applicable = std::get_if<models::NotApplicable>(&schedule)) return std::move(*not_applicable);
   // Data parallelism reshapes the gradients' lifetime (ZeRO frees them after their reduction),
   // so it comes before the framework's gradient lifetime.
+  models::apply_gradient_accumulation(std::get<models::Schedule>(schedule), trace, prepared.scenario().accumulation_steps);
   if (const auto& parallelism = prepared.scenario().parallelism) {
     models::apply_data_parallel(std::get<models::Schedule>(schedule), trace, parallelism->data);
   }
@@ -87,6 +89,7 @@ SimulationRun CompletedRun::view(const PreparedScenario& prepared) const {
   SimulationRun run{prepared.scenario().name, prepared.scenario().source, scheduled.trace, prepared.platform(), scheduled.schedule,
                     result,         &scheduled.strategy};
   run.cluster = prepared.cluster_shape();
+  run.accumulation_steps = prepared.scenario().accumulation_steps;
   if (prepared.scenario().parallelism && run.cluster.ranks() > 1) run.data_parallel = &prepared.scenario().parallelism->data;
   run.one_gpu_seconds = one_gpu_seconds;  // CompletedRun's
   return run;

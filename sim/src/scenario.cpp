@@ -52,9 +52,20 @@ class ScenarioReader {
     check_keys(model, "model", {"zoo", "trace", "layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions"});
     const YAML::Node training = root["training"];
     if (training && !training.IsMap()) {
-      throw InputError(where(training.Mark()) + "'training' must be a mapping with the keys batch_size, precision, optimizer, optimizer_impl, tf32, memory_format");
+      throw InputError(where(training.Mark()) + "'training' must be a mapping with the keys batch_size, precision, optimizer, optimizer_impl, tf32, memory_format, gradient_accumulation_steps");
     }
-    if (training) check_keys(training, "training", {"batch_size", "precision", "optimizer", "optimizer_impl", "tf32", "memory_format"});
+    if (training) check_keys(training, "training", {"batch_size", "precision", "optimizer", "optimizer_impl", "tf32", "memory_format", "gradient_accumulation_steps"});
+    if (training) {
+      // At most 4096 micro-steps: each is a whole forward and backward pass in the replay, and
+      // no recipe accumulates more (DLE BERT pre-training: 8192 / 64 = 128 on one V100).
+      if (const auto steps = optional_positive(training, "gradient_accumulation_steps", "training")) {
+        if (*steps > 4096) {
+          throw InputError(where(training["gradient_accumulation_steps"].Mark()) + "'training.gradient_accumulation_steps' is " +
+                           training["gradient_accumulation_steps"].Scalar() + "; expected at most 4096");
+        }
+        scenario.accumulation_steps = static_cast<int>(*steps);
+      }
+    }
     if (training && training["tf32"]) scenario.allow_tf32 = boolean(training["tf32"], "training.tf32");
     if (training && training["memory_format"]) {
       // PyTorch's names: model.to(memory_format=torch.channels_last), and the default

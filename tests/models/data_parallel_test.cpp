@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "comptrain/models/data_parallel.hpp"
+#include "comptrain/models/gradient_accumulation.hpp"
 #include "comptrain/models/op_time.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/strategy.hpp"
@@ -225,6 +226,57 @@ TEST(DataParallel, ZeroStage3OpsReadGatheredParameters) {
     }
   }
   EXPECT_GT(checked, 0);
+}
+
+}  // namespace
+}  // namespace comptrain::models
+
+namespace comptrain::models {
+namespace {
+
+// Gradient accumulation: k micro-steps of forward and backward, one optimizer step; the
+// gradients are shared (created once, written by every micro-step), everything else of a
+// micro-step is its own; under DDP every all-reduce comes after the last micro-step's backward
+// (no_sync on the others).
+TEST(GradientAccumulation, RepeatsTheMicroStepAndReducesOnceAtTheEnd) {
+  const auto trace = gpt(zoo::Precision::fp32);
+  const Schedule one = baseline(trace);
+  std::size_t optimizer_tasks = 0;
+  for (const Task& t : one.tasks) optimizer_tasks += phase_of(trace, t) == traces::Phase::optimizer ? 1 : 0;
+  const std::size_t micro = one.tasks.size() - optimizer_tasks;
+
+  Schedule s = one;
+  apply_gradient_accumulation(s, trace, 3);
+  ASSERT_NO_THROW(s.validate());
+  EXPECT_EQ(s.tasks.size(), 3 * micro + optimizer_tasks);
+  // Same held gradients, created by the first micro-step only.
+  EXPECT_EQ(bytes_of_role(s, MemoryRole::gradient, true), bytes_of_role(one, MemoryRole::gradient, true));
+  std::map<BufferId, int> creations;
+  for (const Task& t : s.tasks) {
+    for (BufferId b : t.creates) ++creations[b];
+  }
+  for (BufferId b = 0; b < s.buffers.size(); ++b) {
+    if (s.buffers[b].held_to_end) {
+      EXPECT_LE(creations[b], 1) << s.buffers[b].name;
+    }
+  }
+  // Each micro-step frees its own buffers; the gradients, though, live from the first backward pass
+  // on, so a later forward pass runs with them: the peak grows by at most the gradients.
+  EXPECT_GE(sequential_peak_bytes(s), sequential_peak_bytes(one));
+  EXPECT_LE(sequential_peak_bytes(s), sequential_peak_bytes(one) + bytes_of_role(one, MemoryRole::gradient, true));
+
+  DataParallelSpec spec;
+  spec.ranks = 4;
+  apply_data_parallel(s, trace, spec);
+  ASSERT_NO_THROW(s.validate());
+  const auto reduces = collectives(s, CollectiveKind::all_reduce);
+  ASSERT_FALSE(reduces.empty());
+  for (TaskId c : reduces) EXPECT_GE(c, 2 * micro) << "an all-reduce before the last micro-step";
+
+  Schedule same = one;
+  apply_gradient_accumulation(same, trace, 1);
+  EXPECT_EQ(same.tasks.size(), one.tasks.size());
+  EXPECT_THROW(apply_gradient_accumulation(same, trace, 0), std::invalid_argument);
 }
 
 }  // namespace

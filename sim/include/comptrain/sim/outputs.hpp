@@ -26,6 +26,7 @@ struct SimulationRun {
   // On more than one GPU: the GPUs it ran on, how they reduce gradients (nullptr: one GPU), and
   // the same per-GPU run's iteration time on one GPU alone, for the scaling efficiency.
   ClusterShape cluster{};
+  int accumulation_steps = 1;  // micro-steps per iteration, each on the trace's batch
   const models::DataParallelSpec* data_parallel = nullptr;
   std::optional<double> one_gpu_seconds{};  // {}: aggregate initialisations that leave it out stay -Wmissing-field-initializers clean
 };

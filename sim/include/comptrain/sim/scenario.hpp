@@ -74,6 +74,9 @@ struct Scenario {
   std::optional<std::int64_t> batch_size;
   bool allow_tf32 = false;                 // fp32 convolutions and matmuls on TF32 tensor cores
   bool channels_last = false;              // training.memory_format: channels_last (NHWC) or contiguous_format (NCHW)
+  // training.gradient_accumulation_steps: micro-steps per optimizer step, each of batch_size
+  // samples (models/gradient_accumulation.hpp; under DDP the earlier ones run in no_sync()).
+  int accumulation_steps = 1;
   FrameworkSpec framework;
 
   std::optional<models::Platform> platform;  // required to simulate

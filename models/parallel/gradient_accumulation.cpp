@@ -1,0 +1,94 @@
+#include "comptrain/models/gradient_accumulation.hpp"
+
+#include <algorithm>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace comptrain::models {
+namespace {
+
+bool is_optimizer_task(const Task& task, const traces::Trace& trace) {
+  return task.op && task.kind == TaskKind::op && trace.op(*task.op).phase == traces::Phase::optimizer;
+}
+
+}  // namespace
+
+void apply_gradient_accumulation(Schedule& schedule, const traces::Trace& trace, int steps) {
+  if (steps < 1) throw std::invalid_argument("gradient accumulation: steps must be at least 1");
+  if (steps == 1) return;
+  const std::size_t n = schedule.tasks.size();
+  const std::size_t buffer_count = schedule.buffers.size();
+
+  std::vector<TaskId> micro;      // the forward and backward tasks, in order
+  std::vector<TaskId> optimizer;  // the step's tasks, in order
+  for (TaskId t = 0; t < n; ++t) (is_optimizer_task(schedule.tasks[t], trace) ? optimizer : micro).push_back(t);
+  // A buffer a micro-step needs for itself: not resident, not held to the end (the gradients),
+  // and not touched by the optimizer's tasks (what they read must be the one the last micro-step
+  // left, so it stays shared).
+  std::vector<bool> shared(buffer_count, false);
+  for (BufferId b = 0; b < buffer_count; ++b) shared[b] = schedule.buffers[b].resident || schedule.buffers[b].held_to_end;
+  for (TaskId t : optimizer) {
+    for (BufferId b : schedule.tasks[t].creates) shared[b] = true;
+    for (BufferId b : schedule.tasks[t].uses) shared[b] = true;
+  }
+
+  // New ids: micro-step s's copy of old task t; the optimizer's tasks at the end.
+  std::vector<std::vector<TaskId>> id(static_cast<std::size_t>(steps), std::vector<TaskId>(n, 0));
+  std::vector<Task> tasks;
+  tasks.reserve(micro.size() * static_cast<std::size_t>(steps) + optimizer.size());
+  for (int s = 0; s < steps; ++s) {
+    for (std::size_t i = 0; i < micro.size(); ++i) id[static_cast<std::size_t>(s)][micro[i]] = tasks.size() + i;
+    // Buffers of this micro-step: the first keeps the originals, the others get copies.
+    std::vector<BufferId> buffer_of(buffer_count);
+    for (BufferId b = 0; b < buffer_count; ++b) {
+      if (s == 0 || shared[b]) {
+        buffer_of[b] = b;
+        continue;
+      }
+      Buffer copy = schedule.buffers[b];
+      copy.name += " (micro-step " + std::to_string(s + 1) + ")";
+      schedule.buffers.push_back(std::move(copy));
+      buffer_of[b] = schedule.buffers.size() - 1;
+    }
+    for (TaskId t : micro) {
+      Task task = schedule.tasks[t];
+      if (s > 0) {
+        task.name += " [micro-step " + std::to_string(s + 1) + "]";
+        // Later micro-steps write into the gradients the first one created.
+        std::vector<BufferId> creates;
+        for (BufferId b : task.creates) {
+          if (schedule.buffers[b].held_to_end) {
+            task.uses.push_back(b);
+          } else {
+            creates.push_back(buffer_of[b]);
+          }
+        }
+        task.creates = std::move(creates);
+        for (BufferId& b : task.uses) b = buffer_of[b];
+        std::sort(task.uses.begin(), task.uses.end());
+        task.uses.erase(std::unique(task.uses.begin(), task.uses.end()), task.uses.end());
+      }
+      for (TaskId& a : task.after) {
+        if (is_optimizer_task(schedule.tasks[a], trace)) throw std::logic_error("a forward or backward task waits for the optimizer");
+        a = id[static_cast<std::size_t>(s)][a];
+      }
+      tasks.push_back(std::move(task));
+    }
+  }
+  // The optimizer's waits point at the last micro-step's tasks.
+  std::vector<TaskId> optimizer_id(n, 0);
+  for (std::size_t i = 0; i < optimizer.size(); ++i) optimizer_id[optimizer[i]] = tasks.size() + i;
+  for (TaskId t : optimizer) {
+    Task task = schedule.tasks[t];
+    for (TaskId& a : task.after) {
+      a = is_optimizer_task(schedule.tasks[a], trace) ? optimizer_id[a] : id[static_cast<std::size_t>(steps - 1)][a];
+    }
+    tasks.push_back(std::move(task));
+  }
+  schedule.tasks = std::move(tasks);
+  schedule.strategy += ", " + std::to_string(steps) + " micro-steps";
+}
+
+}  // namespace comptrain::models

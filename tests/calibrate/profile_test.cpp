@@ -218,6 +218,11 @@ TEST(Profile, AutoPicksThePlatformsProfile) {
   EXPECT_EQ(resolve_profile("auto", ".", "h100-80gb")->name, "h100-literature");
   EXPECT_EQ(resolve_profile("auto", ".", "v100-32gb")->name, "v100-literature");
   EXPECT_EQ(resolve_profile("auto", ".", "h200")->name, "h200-literature");
+  // The clusters of those GPUs too.
+  for (const char* cluster : {"dgx-a100-superpod", "perlmutter-gpu", "polaris"}) {
+    EXPECT_EQ(resolve_profile("auto", ".", cluster)->name, "a100-literature") << cluster;
+  }
+  EXPECT_EQ(resolve_profile("auto", ".", "dgx-h100-superpod")->name, "h100-literature");
   EXPECT_THROW(resolve_profile("auto", ".", "titanx-maxwell"), InputError);
   EXPECT_THROW(resolve_profile("auto", ".", ""), InputError);
   EXPECT_THROW(resolve_profile("missing.yaml", ".", "a100-40gb"), InputError);

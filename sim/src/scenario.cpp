@@ -83,8 +83,9 @@ class ScenarioReader {
     }
     if (const YAML::Node framework = root["framework"]) scenario.framework = read_framework(framework);
     if (const YAML::Node strategy = root["strategy"]) scenario.strategy = read_strategy(strategy, "strategy");
-    if (const YAML::Node plan = root["plan"]) scenario.plan = read_plan(plan);
     if (const YAML::Node parallelism = root["parallelism"]) scenario.parallelism = read_parallelism(parallelism, scenario.platform);
+    // After parallelism: plan.gpus fills nodes of the parallelism section's GPUs per node.
+    if (const YAML::Node plan = root["plan"]) scenario.plan = read_plan(plan, scenario.platform, scenario.parallelism);
     if (const YAML::Node sweep = root["sweep"]) {
       // Its entries are checked when the sweep is expanded (sim/sweep.cpp), which needs the
       // rest of the document; here only its shape.
@@ -309,9 +310,9 @@ class ScenarioReader {
     return p;
   }
 
-  PlanSection read_plan(const YAML::Node& node) const {
+  PlanSection read_plan(const YAML::Node& node, const std::optional<models::Platform>& platform, const std::optional<ParallelismSection>& parallelism) const {
     require_map(node, "plan");
-    check_keys(node, "plan", {"strategies", "margin", "max_batch", "target_global_batch", "memory_metric"});
+    check_keys(node, "plan", {"strategies", "margin", "max_batch", "target_global_batch", "memory_metric", "gpus", "nodes", "zero_stages"});
     PlanSection plan;
     if (const YAML::Node list = node["strategies"]) {
       if (!list.IsSequence() || list.size() == 0) {
@@ -333,7 +334,62 @@ class ScenarioReader {
     }
     plan.max_batch = optional_positive(node, "max_batch", "plan");
     plan.target_global_batch = optional_positive(node, "target_global_batch", "plan");
+    read_cluster_search(node, platform, parallelism, plan);
     return plan;
+  }
+
+  // plan.gpus or plan.nodes, and plan.zero_stages: lists of distinct integers. A GPU count up to
+  // a node's GPUs is one node of that many; a larger one fills whole nodes.
+  void read_cluster_search(const YAML::Node& node, const std::optional<models::Platform>& platform, const std::optional<ParallelismSection>& parallelism,
+                           PlanSection& plan) const {
+    const auto list = [&](const char* key, std::int64_t max) {
+      std::vector<std::pair<int, YAML::Mark>> out;
+      const YAML::Node n = node[key];
+      if (!n) return out;
+      const std::string field = std::string("plan.") + key;
+      if (!n.IsSequence() || n.size() == 0) throw InputError(where(n.Mark()) + "'" + field + "' must be a non-empty list of integers, e.g. [8, 16, 32]");
+      for (std::size_t i = 0; i < n.size(); ++i) {
+        const std::string item = field + "[" + std::to_string(i) + "]";
+        const int value = static_cast<int>(bounded_integer(n[i], item, key == std::string("zero_stages") ? 0 : 1, max));
+        for (const auto& [seen, mark] : out) {
+          if (seen == value) throw InputError(where(n[i].Mark()) + "'" + item + "' repeats " + std::to_string(value) + "; expected distinct values");
+        }
+        out.emplace_back(value, n[i].Mark());
+      }
+      return out;
+    };
+    constexpr std::int64_t kMaxGpus = 1'000'000;  // as in the parallelism section
+    const auto gpus = list("gpus", kMaxGpus);
+    const auto nodes = list("nodes", kMaxGpus);
+    if (!gpus.empty() && !nodes.empty()) {
+      throw InputError(where(node["nodes"].Mark()) + "'plan' has both 'gpus' and 'nodes'; expected one of them (GPU counts, or node counts of full nodes)");
+    }
+    const int per_node = parallelism ? parallelism->gpus_per_node : platform ? platform->gpus_per_node : 1;
+    const std::string per_node_source = parallelism ? "parallelism.gpus_per_node" : platform ? "platform '" + platform->name + "'" : "one GPU per node";
+    for (const auto& [count, mark] : gpus) {
+      if (count > per_node && count % per_node != 0) {
+        throw InputError(where(mark) + "'plan.gpus' has " + std::to_string(count) + " GPUs, which do not fill whole nodes of " + std::to_string(per_node) +
+                         " (" + per_node_source + "); expected at most " + std::to_string(per_node) + " or a multiple of " + std::to_string(per_node));
+      }
+      plan.cluster_sizes.push_back(count <= per_node ? PlanSection::ClusterSize{1, count} : PlanSection::ClusterSize{count / per_node, per_node});
+    }
+    for (const auto& [count, mark] : nodes) {
+      if (static_cast<std::int64_t>(count) * per_node > kMaxGpus) {
+        throw InputError(where(mark) + "'plan.nodes' has " + std::to_string(count) + " nodes of " + std::to_string(per_node) + " GPUs; expected at most 1000000 GPUs");
+      }
+      plan.cluster_sizes.push_back({count, per_node});
+    }
+    if (platform) {
+      const auto& marks = gpus.empty() ? nodes : gpus;
+      for (std::size_t i = 0; i < marks.size(); ++i) {
+        if (plan.cluster_sizes[i].nodes > platform->max_nodes()) {
+          throw InputError(where(marks[i].second) + "'plan." + (gpus.empty() ? "nodes" : "gpus") + "' asks for " + std::to_string(plan.cluster_sizes[i].nodes) +
+                           " nodes but platform '" + platform->name + "' has " + std::to_string(platform->max_nodes()) +
+                           (platform->network ? " (network.nodes)" : " (no network)") + "; expected at most that");
+        }
+      }
+    }
+    for (const auto& [stage, mark] : list("zero_stages", 3)) plan.zero_stages.push_back(stage);
   }
 
   models::StrategySpec read_strategy(const YAML::Node& node, const std::string& field) const {

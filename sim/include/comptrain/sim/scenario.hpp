@@ -50,6 +50,15 @@ struct PlanSection {
   std::optional<std::int64_t> max_batch;
   std::optional<std::int64_t> target_global_batch;
   std::optional<MemoryMetric> memory_metric;
+  // A cluster search (sim/plan.hpp): the cluster sizes to try, from plan.gpus or plan.nodes,
+  // each resolved against the parallelism section's GPUs per node (else the platform's), and
+  // plan.zero_stages (0: PyTorch DDP). Empty: the scenario's own size or stage.
+  struct ClusterSize {
+    int nodes = 1;
+    int gpus_per_node = 1;
+  };
+  std::vector<ClusterSize> cluster_sizes;
+  std::vector<int> zero_stages;
 };
 
 // The `parallelism:` section: `nodes` x `gpus_per_node` GPUs of the platform train one replica

@@ -1,6 +1,9 @@
 #include "comptrain/models/data_parallel.hpp"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -53,14 +56,21 @@ struct Added {
 
 class Transform {
  public:
-  Transform(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec)
-      : s_(schedule), trace_(trace), spec_(spec), n_(schedule.tasks.size()), old_buffers_(schedule.buffers.size()) {}
+  Transform(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec, const Platform* platform)
+      : s_(schedule),
+        trace_(trace),
+        spec_(spec),
+        platform_(platform),
+        n_(schedule.tasks.size()),
+        old_buffers_(schedule.buffers.size()),
+        removed_(schedule.tasks.size(), false) {}
 
   void run() {
     find_pass_bounds();
     const std::vector<Bucket> buckets = make_buckets();
     const std::int64_t gradient_bytes = sum_bytes(gradients_);
     substitute_.assign(old_buffers_, kKeep);
+    if (spec_.offload_optimizer) make_subgroups();
 
     // Memory first: the buffers the collectives use must exist when they are made.
     std::optional<BufferId> bucket_copy;
@@ -82,11 +92,21 @@ class Transform {
         element_size = std::max<std::int64_t>(element_size, traces::element_size(t.dtype));
       }
       reduction_bucket = add_buffer("ZeRO reduction bucket", std::min(elements, spec_.reduce_bucket_elements) * element_size, MemoryRole::gradient);
-      const BufferId part = add_buffer(partition_name("gradient partition"), ceil_div(gradient_bytes, spec_.ranks), MemoryRole::gradient);
+      // With an offloaded optimizer the partition is the host's (stage3.py@v0.13.3 line 225:
+      // self.device is the CPU, where grad_partitions_flat_buffer lives; stage_1_and_2.py keeps
+      // the fp32 gradients with the host's fp32 partition); Twin-Flow's GPU subgroups keep an
+      // fp32 gradient on the GPU (their fp32_partitioned_groups_flat[i].grad).
+      const std::int64_t part_bytes =
+          spec_.offload_optimizer ? kFp32GradientBytes * resident_elements_ : ceil_div(gradient_bytes, spec_.ranks);
+      std::optional<BufferId> part;
+      if (part_bytes > 0) {
+        part = add_buffer(partition_name(spec_.offload_optimizer ? "fp32 gradients of the subgroups stepped on the GPU" : "gradient partition"),
+                          part_bytes, MemoryRole::gradient);
+      }
       for (BufferId g : gradients_) {
         s_.buffers[g].held_to_end = false;
         s_.buffers[g].resident = false;
-        optimizer_substitute_[g] = part;
+        if (part) optimizer_substitute_[g] = *part;
       }
     }
     if (spec_.zero_stage == 3) partition_parameters();
@@ -109,17 +129,29 @@ class Transform {
       c.after = {ready};
       c.name = task_name(spec_.zero_stage == 0 ? "all-reduce of gradient bucket" : "reduce-scatter of gradient bucket", index++, bucket.bytes);
       last_reduction = add_task(std::move(c), ready + 1);
-      // Without overlap_comm DeepSpeed reduces on the compute stream's side: the next kernel waits.
+      std::vector<TaskId> copies;
+      if (spec_.offload_optimizer) copies = offload_gradients(bucket, *last_reduction, ready);
+      // Without overlap_comm DeepSpeed reduces (and copies the reduced gradients to the host) on
+      // the compute stream's side: the next kernel waits.
       if (spec_.zero_stage >= 1 && !spec_.overlap_comm) {
-        if (const auto next = next_compute_after(ready)) extra_after_[*next].push_back(*last_reduction);
+        if (const auto next = next_compute_after(ready)) {
+          extra_after_[*next].push_back(*last_reduction);
+          extra_after_[*next].insert(extra_after_[*next].end(), copies.begin(), copies.end());
+        }
       }
     }
     if (last_reduction && first_optimizer_) extra_after_[*first_optimizer_].push_back(*last_reduction);
 
     if (spec_.zero_stage >= 1) shard_optimizer_tasks();
+    // What the parameters' all-gather of stages 1 and 2 waits for: the optimizer's last task, or
+    // the last copy of updated parameters from the host.
+    std::optional<TaskId> step_end = last_optimizer_;
+    if (spec_.offload_optimizer) step_end = step_on_the_host(last_reduction);
     if (spec_.zero_stage == 3) {
-      gather_parameters();
-    } else if (spec_.zero_stage >= 1 && last_optimizer_) {
+      // One rank gathers nothing: DeepSpeed points each parameter at its partition
+      // (partition_parameters.py@v0.13.3 line 1163, all_gather_coalesced: num_partitions == 1).
+      if (spec_.ranks > 1) gather_parameters();
+    } else if (spec_.zero_stage >= 1 && last_optimizer_ && step_end) {
       // Stages 1 and 2 all-gather the updated parameters at the end of the step.
       if (const std::int64_t weight_bytes = sum_bytes(weights_); weight_bytes > 0) {
         Task c;
@@ -127,7 +159,7 @@ class Transform {
         c.stream = Stream::comm;
         c.collective = CollectiveKind::all_gather;
         c.bytes = weight_bytes;
-        c.after = {*last_optimizer_};
+        c.after = {*step_end};
         c.name = task_name("all-gather of the updated parameters", 0, weight_bytes);
         add_task(std::move(c), *last_optimizer_ + 1);
       }
@@ -209,8 +241,9 @@ class Transform {
     }
   }
 
-  // Buckets in the order the gradients become ready: the last backward op that writes each.
-  std::vector<Bucket> make_buckets() const {
+  // The gradients in the order they become ready, each with the last backward op that writes it
+  // (gradients no backward op writes are left out: nothing reduces them).
+  std::vector<std::pair<TaskId, BufferId>> ready_gradients() const {
     std::vector<std::optional<TaskId>> last(old_buffers_);
     for (TaskId t = 0; t < n_; ++t) {
       const Task& task = s_.tasks[t];
@@ -223,6 +256,12 @@ class Transform {
       if (last[g]) ready.emplace_back(*last[g], g);
     }
     std::stable_sort(ready.begin(), ready.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    return ready;
+  }
+
+  // Buckets in the order the gradients become ready: the last backward op that writes each.
+  std::vector<Bucket> make_buckets() const {
+    const std::vector<std::pair<TaskId, BufferId>> ready = ready_gradients();
     // One open bucket per dtype (DDP's compute_bucket_assignment_by_size keeps dtypes apart);
     // each closes once it holds at least its cap.
     std::map<traces::DType, Bucket> open;
@@ -262,6 +301,17 @@ class Transform {
       if (s_.buffers[b].role == MemoryRole::optimizer_state && s_.buffers[b].resident) members.push_back(b);
     }
     if (members.empty()) return;
+    if (spec_.offload_optimizer) {
+      // The fp32 state is the host's, but for Twin-Flow's GPU subgroups (DeepSpeed's fp32
+      // master, exp_avg and exp_avg_sq of those subgroups stay on the GPU). The optimizer's tasks,
+      // the only readers, are replaced by the step on the host (step_on_the_host).
+      for (BufferId b : members) s_.buffers[b].resident = false;
+      if (resident_elements_ > 0) {
+        add_buffer(partition_name("fp32 optimizer state of the subgroups stepped on the GPU"), kFp32AdamStateBytesPerParameter * resident_elements_,
+                   MemoryRole::optimizer_state);
+      }
+      return;
+    }
     const BufferId part = add_buffer(partition_name("optimizer state partition"), ceil_div(sum_bytes(members), spec_.ranks), MemoryRole::optimizer_state);
     for (BufferId b : members) {
       substitute_[b] = part;
@@ -279,6 +329,289 @@ class Transform {
       optimizer_substitute_[w] = *parameter_partition_;
       s_.buffers[w].resident = false;
     }
+  }
+
+  // ---- Optimizer offload (models/parallel/README.md, "Optimizer offload") ----------------------
+
+  // Subgroups of whole parameters in the model's order, which is the reverse of the order in
+  // which the backward pass makes their gradients ready (autograd runs the layers backwards):
+  // ZeRO-3 closes a subgroup once it holds sub_group_size elements of this rank's partition
+  // (stage3.py@38327e07 _create_fp16_sub_groups, lines 946-966); stages 1 and 2 step each rank's
+  // partition at once (stage_1_and_2.py: one fp32 partition per parameter group). Then where each
+  // is stepped: Twin-Flow's first int(ratio x subgroups) on the CPU and the rest on the GPU
+  // (stage3.py@38327e07 lines 851-858); Deep Optimizer States' rule (the fork's
+  // get_opt_update_device): x % k == 0 on the CPU (it starts the transfers), else (x + 1) % k ==
+  // 0 on the GPU, else on the CPU.
+  void make_subgroups() {
+    std::vector<std::pair<TaskId, BufferId>> ready = ready_gradients();
+    std::reverse(ready.begin(), ready.end());
+    const std::int64_t cap = spec_.zero_stage == 3 ? spec_.sub_group_elements : std::numeric_limits<std::int64_t>::max();
+    Subgroup open;
+    for (std::size_t i = 0; i < ready.size(); ++i) {
+      const BufferId g = ready[i].second;
+      const auto& tensor = trace_.tensor(*s_.buffers[g].tensor);
+      Share share;
+      share.element_size = static_cast<std::int64_t>(traces::element_size(tensor.dtype));
+      share.elements = ceil_div(s_.buffers[g].bytes / share.element_size, spec_.ranks);
+      share.subgroup = subgroups_.size();
+      share_[g] = share;
+      open.gradients.push_back(g);
+      open.elements += share.elements;
+      open.gradient_bytes += share.elements * share.element_size;
+      if (open.elements >= cap || i + 1 == ready.size()) {
+        subgroups_.push_back(std::move(open));
+        open = Subgroup{};
+      }
+    }
+    const OptimizerOffloadSpec& offload = *spec_.offload_optimizer;
+    // Python's int(ratio * n): truncation of the same double product.
+    const auto on_cpu = static_cast<std::size_t>(offload.ratio * static_cast<double>(subgroups_.size()));
+    const auto k = static_cast<std::size_t>(std::max(offload.prefetch_optimizer_gap, 1));
+    for (std::size_t x = 0; x < subgroups_.size(); ++x) {
+      Subgroup& sg = subgroups_[x];
+      if (offload.prefetch_optimizer) {
+        sg.where = (x % k != 0 && (x + 1) % k == 0) ? Where::gpu_prefetched : Where::cpu;
+      } else {
+        sg.where = x < on_cpu ? Where::cpu : Where::gpu_resident;
+      }
+      total_elements_ += sg.elements;
+      if (sg.where == Where::gpu_resident) resident_elements_ += sg.elements;
+    }
+  }
+
+  // The copies of one bucket's reduced gradients to the host, each after the bucket's reduction;
+  // returns them. Stages 1 and 2 (stage_1_and_2.py@v0.13.3
+  // async_inplace_copy_grad_to_fp32_buffer_from_gpu, lines 1255-1270): the gradient is upcast
+  // to fp32 on the GPU (a temporary) and copied without blocking, 4 bytes per element. Stage 3
+  // (stage3.py@v0.13.3 __partition_grads, lines 1431-1467): the reduced partition is copied into
+  // the host's gradient buffer and back to the GPU (grad_buffer.copy_(..., non_blocking=True);
+  // grad_buffer.to(device, non_blocking=True)), then a subgroup stepped on the CPU copies it into
+  // its host fp32 gradient: `fp32_grad_tensor.copy_(grad_buffer)`, which blocks the launching
+  // thread and converts on the host (a host task after the copy), so the 16-bit gradient crosses
+  // PCIe; with part_grads_async
+  // (the fork) it does not block, and PyTorch converts on the GPU first (a fp32 temporary, 4
+  // bytes per element cross). A subgroup stepped on the GPU keeps the gradient there: Twin-Flow's
+  // in its fp32 gradient (resident), Deep Optimizer States' in a buffer kept until the step.
+  std::vector<TaskId> offload_gradients(const Bucket& bucket, TaskId reduction, TaskId ready) {
+    std::vector<TaskId> copies;
+    const bool async = spec_.offload_optimizer->part_grads_async;
+    const auto copy = [&](TaskKind kind, std::string name, std::int64_t bytes, TaskId after) {
+      Task c;
+      c.kind = kind;
+      c.stream = kind == TaskKind::offload ? Stream::d2h : Stream::h2d;
+      c.name = std::move(name);
+      c.bytes = bytes;
+      c.after = {after};
+      return c;
+    };
+    for (BufferId g : bucket.gradients) {
+      const auto it = share_.find(g);
+      if (it == share_.end()) continue;
+      const Share& share = it->second;
+      Subgroup& sg = subgroups_[share.subgroup];
+      const std::string what = s_.buffers[g].name;
+      const std::int64_t half_bytes = share.elements * share.element_size;
+      if (spec_.zero_stage < 3) {
+        Task c = copy(TaskKind::offload, "fp32 gradient to the host: " + what, kFp32GradientBytes * share.elements, reduction);
+        c.creates = {add_buffer(what + " (fp32 upcast for the host)", kFp32GradientBytes * share.elements, MemoryRole::temporary, false)};
+        copies.push_back(add_task(std::move(c), ready + 1));
+        last_gradient_copy_[0] = copies.back();
+        continue;
+      }
+      const TaskId out = add_task(copy(TaskKind::offload, "gradient partition to the host buffer: " + what, half_bytes, reduction), ready + 1);
+      Task back = copy(TaskKind::prefetch, "gradient partition back on the GPU: " + what, half_bytes, out);
+      const BufferId on_gpu = add_buffer(what + " (partition back on the GPU)", half_bytes, MemoryRole::temporary, false);
+      back.creates = {on_gpu};
+      if (sg.where == Where::gpu_prefetched) {
+        // The fork's prefetch_optimizer_gpu_fp32_grads[i] (gradient_accumulation_dtype).
+        if (!sg.kept) {
+          sg.kept = add_buffer("gradients of optimizer subgroup " + std::to_string(share.subgroup) + " kept on the GPU", sg.gradient_bytes,
+                               MemoryRole::gradient, false);
+          back.creates.push_back(*sg.kept);
+        } else {
+          back.uses.push_back(*sg.kept);
+        }
+      }
+      copies.push_back(out);
+      copies.push_back(add_task(std::move(back), ready + 1));
+      last_gradient_copy_[0] = out;
+      last_gradient_copy_[1] = copies.back();
+      if (sg.where != Where::cpu) continue;
+      Task fp32 = copy(TaskKind::offload, "fp32 gradient to the host: " + what, (async ? kFp32GradientBytes : share.element_size) * share.elements,
+                       copies.back());
+      fp32.uses = {on_gpu};
+      if (async) {
+        fp32.creates = {add_buffer(what + " (fp32 upcast for the host)", kFp32GradientBytes * share.elements, MemoryRole::temporary, false)};
+      } else {
+        fp32.blocks_host = true;
+      }
+      copies.push_back(add_task(std::move(fp32), ready + 1));
+      last_gradient_copy_[0] = copies.back();
+      if (!async) {
+        // The blocking copy's conversion on the host (PyTorch copies into a 16-bit temporary,
+        // then converts it into the fp32 gradient): the 16-bit element read and 4 bytes written,
+        // at the host's memory bandwidth, on the launching thread.
+        Task convert;
+        convert.kind = TaskKind::host_compute;
+        convert.stream = Stream::host;
+        convert.name = "fp32 conversion on the host: " + what;
+        convert.seconds = static_cast<double>((share.element_size + kFp32GradientBytes) * share.elements) / platform_->host.memory_bandwidth;
+        convert.blocks_host = true;
+        convert.after = {copies.back()};
+        add_task(std::move(convert), ready + 1);
+      }
+    }
+    return copies;
+  }
+
+  // The optimizer's tasks give way to the step on the host, inserted where they were. Once the
+  // backward pass and the gradient copies have ended, subgroup by subgroup (stage3.py@v0.13.3
+  // step, lines 2114-2126; stage_1_and_2.py step): a subgroup on the CPU is stepped by
+  // DeepSpeedCPUAdam on the launching thread (cpu_adam_seconds), then its updated 16-bit
+  // parameters are copied to the GPU with a blocking copy_; one on the GPU (Twin-Flow) runs the
+  // optimizer's kernels for its share of the parameters. Deep Optimizer States' schedule instead
+  // (the fork's step and opt_transfers): at each subgroup x with x % k == 0, the fp32 state of
+  // the last GPU subgroup is copied back to the host and then (same copy streams) the next GPU
+  // subgroup's state is copied in, while the CPU steps the subgroups in between; the launching
+  // thread waits for that copy before the GPU subgroup's kernels, and for the parameter copies of
+  // the CPU subgroups (issued without blocking before each GPU subgroup) at each x % k == 0.
+  // Returns the last copy of parameters to the GPU (what stages 1 and 2 all-gather after).
+  std::optional<TaskId> step_on_the_host(std::optional<TaskId> last_reduction) {
+    if (!first_optimizer_) return std::nullopt;
+    // The GPU kernels' time of this rank's step (already 1/ranks) and an op to name them by.
+    double gpu_seconds = 0;
+    for (TaskId t = *first_optimizer_; t <= *last_optimizer_; ++t) {
+      const Task& task = s_.tasks[t];
+      if (!task.op || pass_of(task, trace_) != Phase::optimizer) continue;
+      gpu_seconds += task.seconds;
+      removed_[t] = true;
+    }
+    const traces::OpIndex optimizer_op = *s_.tasks[*first_optimizer_].op;
+    const TaskId at = *first_optimizer_;
+    // The step starts once the backward pass, the reductions and the copies have ended
+    // (DeepSpeed's step reads every gradient: the norm, the overflow check).
+    std::vector<TaskId> start = {last_backward_};
+    if (last_reduction) start.push_back(*last_reduction);
+    for (const auto& c : last_gradient_copy_) {
+      if (c) start.push_back(*c);
+    }
+    const OptimizerOffloadSpec& offload = *spec_.offload_optimizer;
+    const bool dos = offload.prefetch_optimizer;
+    const auto k = static_cast<std::size_t>(std::max(offload.prefetch_optimizer_gap, 1));
+    const std::optional<BufferId> parameters = spec_.zero_stage == 3 ? parameter_partition_ : std::nullopt;
+
+    std::optional<TaskId> last_host;         // the last CPU step issued
+    std::optional<TaskId> last_parameters;   // the last copy of updated parameters to the GPU
+    std::vector<TaskId> host_waits = start;  // what the launching thread waits for before its next CPU step
+    std::vector<std::size_t> later;          // Deep Optimizer States: CPU subgroups whose parameters are not copied yet
+    // Deep Optimizer States: the GPU subgroup whose state is on the GPU (a sentinel rather than an
+    // optional: g++ 12 warns that an optional<size_t> here may be used uninitialized).
+    constexpr std::size_t kNoSubgroup = static_cast<std::size_t>(-1);
+    std::size_t state_on_gpu = kNoSubgroup;
+    std::map<std::size_t, TaskId> fetched;   // Deep Optimizer States: GPU subgroup -> the copy of its state in
+
+    const auto elements_text = [](std::int64_t e) { return std::to_string(e) + " parameters"; };
+    const auto copy_parameters = [&](std::size_t x, TaskId after, bool blocking) {
+      const Subgroup& sg = subgroups_[x];
+      Task p;
+      p.kind = TaskKind::prefetch;
+      p.stream = Stream::h2d;
+      p.name = "updated parameters of optimizer subgroup " + std::to_string(x) + " to the GPU";
+      p.bytes = sg.gradient_bytes;  // the 16-bit parameters: the gradients' dtype
+      p.after = {after};
+      p.blocks_host = blocking;
+      if (parameters) p.uses = {*parameters};
+      last_parameters = add_task(std::move(p), at);
+    };
+    const auto gpu_step = [&](std::size_t x, std::vector<TaskId> after, std::vector<BufferId> uses) {
+      const Subgroup& sg = subgroups_[x];
+      Task g;
+      g.kind = TaskKind::op;
+      g.op = optimizer_op;
+      g.stream = Stream::compute;
+      g.name = "optimizer step on the GPU of subgroup " + std::to_string(x) + " (" + elements_text(sg.elements) + ")";
+      g.seconds = total_elements_ > 0 ? gpu_seconds * static_cast<double>(sg.elements) / static_cast<double>(total_elements_) : 0;
+      g.after = std::move(after);
+      g.uses = std::move(uses);
+      return add_task(std::move(g), at);
+    };
+    const auto state_copy = [&](std::size_t x, bool in, std::vector<TaskId> after) {
+      Subgroup& sg = subgroups_[x];
+      Task c;
+      c.kind = in ? TaskKind::prefetch : TaskKind::offload;
+      c.stream = in ? Stream::h2d : Stream::d2h;
+      c.name = std::string("fp32 optimizer state of subgroup ") + std::to_string(x) + (in ? " to the GPU" : " back to the host");
+      c.bytes = kFp32AdamStateBytesPerParameter * sg.elements;
+      c.after = std::move(after);
+      if (in) {
+        sg.state = add_buffer("fp32 parameters, momentum and variance of optimizer subgroup " + std::to_string(x) + " on the GPU", c.bytes,
+                              MemoryRole::optimizer_state, false);
+        sg.fp32_gradient = add_buffer("fp32 gradients of optimizer subgroup " + std::to_string(x) + " on the GPU",
+                                      kFp32GradientBytes * sg.elements, MemoryRole::gradient, false);
+        c.creates = {*sg.state, *sg.fp32_gradient};
+        if (sg.kept) c.uses = {*sg.kept};
+      } else {
+        c.uses = {*sg.state};
+      }
+      return add_task(std::move(c), at);
+    };
+    const auto flush_later = [&] {
+      for (std::size_t y : later) copy_parameters(y, *subgroups_[y].host_step, false);
+      later.clear();
+    };
+
+    for (std::size_t x = 0; x < subgroups_.size(); ++x) {
+      Subgroup& sg = subgroups_[x];
+      if (dos && x % k == 0) {
+        std::optional<TaskId> out;
+        if (state_on_gpu != kNoSubgroup) {
+          out = state_copy(state_on_gpu, false, {*subgroups_[state_on_gpu].gpu_step});
+          state_on_gpu = kNoSubgroup;
+        }
+        if (const std::size_t next = x + k - 1; next < subgroups_.size() && subgroups_[next].where == Where::gpu_prefetched) {
+          std::vector<TaskId> after = start;
+          if (out) after.push_back(*out);
+          fetched[next] = state_copy(next, true, std::move(after));
+        }
+        if (last_parameters) host_waits.push_back(*last_parameters);
+      }
+      switch (sg.where) {
+        case Where::cpu: {
+          Task a;
+          a.kind = TaskKind::host_compute;
+          a.stream = Stream::host;
+          a.name = "CPU Adam of optimizer subgroup " + std::to_string(x) + " (" + elements_text(sg.elements) + ")";
+          a.seconds = cpu_adam_seconds(sg.elements, platform_->host);
+          a.blocks_host = true;
+          a.after = std::move(host_waits);
+          host_waits.clear();
+          if (last_host) a.after.push_back(*last_host);
+          last_host = sg.host_step = add_task(std::move(a), at);
+          if (!dos) {
+            copy_parameters(x, *last_host, true);
+          } else {
+            later.push_back(x);
+            if (x + 1 < subgroups_.size() && subgroups_[x + 1].where == Where::gpu_prefetched) flush_later();
+          }
+          break;
+        }
+        case Where::gpu_resident:
+          sg.gpu_step = gpu_step(x, start, {});
+          break;
+        case Where::gpu_prefetched: {
+          const TaskId in = fetched.at(x);
+          sg.gpu_step = gpu_step(x, {in}, {*sg.state, *sg.fp32_gradient});
+          host_waits.push_back(in);
+          state_on_gpu = x;
+          break;
+        }
+      }
+    }
+    // The fork leaves the last GPU subgroup's state and the parameters of the CPU subgroups after
+    // it for a later step; here they complete this one.
+    if (state_on_gpu != kNoSubgroup) state_copy(state_on_gpu, false, {*subgroups_[state_on_gpu].gpu_step});
+    flush_later();
+    return last_parameters;
   }
 
   // The step's kernels run over this rank's partition: 1/ranks of the elements, so of the time
@@ -352,7 +685,8 @@ class Transform {
     }
   }
 
-  // The new task list: added tasks just before the old task they precede, every wait renumbered.
+  // The new task list: added tasks just before the old task they precede, removed tasks left
+  // out, every wait renumbered. A wait for a removed task becomes a wait for what it waited for.
   void assemble() {
     std::vector<std::vector<std::size_t>> before(n_ + 1);
     for (std::size_t i = 0; i < added_.size(); ++i) before[added_[i].before].push_back(i);
@@ -360,10 +694,12 @@ class Transform {
     order.reserve(n_ + added_.size());
     for (TaskId t = 0; t <= n_; ++t) {
       for (std::size_t i : before[t]) order.push_back(n_ + i);
-      if (t < n_) order.push_back(t);
+      if (t < n_ && !removed_[t]) order.push_back(t);
     }
-    std::vector<TaskId> new_id(order.size());
+    constexpr TaskId kNone = static_cast<TaskId>(-1);
+    std::vector<TaskId> new_id(n_ + added_.size(), kNone);
     for (TaskId pos = 0; pos < order.size(); ++pos) new_id[order[pos]] = pos;
+    const std::vector<std::vector<TaskId>> through = waits_through_removed();
     std::vector<Task> tasks;
     tasks.reserve(order.size());
     for (TaskId id : order) {
@@ -371,19 +707,101 @@ class Transform {
       if (auto it = extra_after_.find(id); id < n_ && it != extra_after_.end()) {
         task.after.insert(task.after.end(), it->second.begin(), it->second.end());
       }
-      for (TaskId& a : task.after) a = new_id[a];
-      std::sort(task.after.begin(), task.after.end());
-      task.after.erase(std::unique(task.after.begin(), task.after.end()), task.after.end());
+      std::vector<TaskId> after;
+      for (TaskId a : task.after) {
+        if (a < n_ && removed_[a]) {
+          after.insert(after.end(), through[a].begin(), through[a].end());
+        } else {
+          after.push_back(a);
+        }
+      }
+      for (TaskId& a : after) a = new_id[a];
+      std::sort(after.begin(), after.end());
+      after.erase(std::unique(after.begin(), after.end()), after.end());
+      task.after = std::move(after);
       tasks.push_back(std::move(task));
     }
     s_.tasks = std::move(tasks);
   }
 
+  // Per removed old task, the kept tasks (old ids or n + added index) it waited for: its `after`
+  // waits, the extra ones and its stream predecessor, through other removed tasks.
+  std::vector<std::vector<TaskId>> waits_through_removed() const {
+    std::vector<std::vector<TaskId>> direct(n_);
+    std::array<std::optional<TaskId>, kStreamCount> previous{};
+    for (TaskId t = 0; t < n_; ++t) {
+      const auto stream = static_cast<std::size_t>(s_.tasks[t].stream);
+      const std::optional<TaskId> predecessor = previous[stream];
+      previous[stream] = t;
+      if (!removed_[t]) continue;
+      direct[t] = s_.tasks[t].after;
+      if (auto it = extra_after_.find(t); it != extra_after_.end()) direct[t].insert(direct[t].end(), it->second.begin(), it->second.end());
+      if (predecessor) direct[t].push_back(*predecessor);
+    }
+    // The waits form a DAG (Schedule::validate), so the recursion ends.
+    std::vector<std::vector<TaskId>> through(n_);
+    std::vector<bool> done(n_, false);
+    const auto resolve = [&](const auto& self, TaskId t) -> const std::vector<TaskId>& {
+      if (done[t]) return through[t];
+      std::vector<TaskId> out;
+      for (TaskId w : direct[t]) {
+        if (w < n_ && removed_[w]) {
+          const auto& more = self(self, w);
+          out.insert(out.end(), more.begin(), more.end());
+        } else {
+          out.push_back(w);
+        }
+      }
+      std::sort(out.begin(), out.end());
+      out.erase(std::unique(out.begin(), out.end()), out.end());
+      through[t] = std::move(out);
+      done[t] = true;
+      return through[t];
+    };
+    for (TaskId t = 0; t < n_; ++t) {
+      if (removed_[t]) resolve(resolve, t);
+    }
+    return through;
+  }
+
+  // Where an optimizer subgroup is stepped under an offloaded optimizer.
+  enum class Where : std::uint8_t {
+    cpu,             // DeepSpeedCPUAdam on the host
+    gpu_resident,    // Twin-Flow (ratio < 1): fp32 state kept on the GPU
+    gpu_prefetched,  // Deep Optimizer States: fp32 state copied in for the step and back
+  };
+  struct Subgroup {
+    std::vector<BufferId> gradients;
+    std::int64_t elements = 0;        // of this rank's partition
+    std::int64_t gradient_bytes = 0;  // the same in the gradients' (16-bit) dtype
+    Where where = Where::cpu;
+    std::optional<BufferId> kept;           // Deep Optimizer States: its gradients kept on the GPU
+    std::optional<BufferId> state;          // Deep Optimizer States: its fp32 state on the GPU
+    std::optional<BufferId> fp32_gradient;  // Deep Optimizer States: its fp32 gradients on the GPU
+    std::optional<TaskId> host_step;
+    std::optional<TaskId> gpu_step;
+  };
+  // One gradient's share of this rank's partition.
+  struct Share {
+    std::int64_t elements = 0;
+    std::int64_t element_size = 0;
+    std::size_t subgroup = 0;
+  };
+  // An fp32 gradient element: DeepSpeed's host gradients are fp32 (the fp32 partition's .grad).
+  static constexpr std::int64_t kFp32GradientBytes = 4;
+
   Schedule& s_;
   const traces::Trace& trace_;
   const DataParallelSpec& spec_;
+  const Platform* platform_ = nullptr;
   const std::size_t n_;
   const std::size_t old_buffers_;
+  std::vector<bool> removed_;  // old tasks left out (the optimizer's, under offload)
+  std::vector<Subgroup> subgroups_;
+  std::map<BufferId, Share> share_;
+  std::int64_t total_elements_ = 0;     // of the subgroups
+  std::int64_t resident_elements_ = 0;  // of Twin-Flow's GPU subgroups
+  std::array<std::optional<TaskId>, 2> last_gradient_copy_;  // the last gradient copy to the host, and back
   std::vector<BufferId> gradients_;
   std::vector<BufferId> weights_;
   std::optional<TaskId> first_optimizer_;
@@ -404,12 +822,42 @@ void check_data_parallel(const DataParallelSpec& spec) {
   if (spec.zero_stage < 0 || spec.zero_stage > 3) throw std::invalid_argument("data parallel: zero_stage must be 0, 1, 2 or 3");
   if (spec.bucket_cap_bytes < 1 || spec.first_bucket_bytes < 1) throw std::invalid_argument("data parallel: bucket sizes must be positive");
   if (spec.reduce_bucket_elements < 1) throw std::invalid_argument("data parallel: reduce_bucket_elements must be positive");
+  if (spec.sub_group_elements < 1) throw std::invalid_argument("data parallel: sub_group_elements must be positive");
+  if (const auto& offload = spec.offload_optimizer) {
+    if (spec.zero_stage < 1) throw std::invalid_argument("data parallel: offload_optimizer needs ZeRO (stage 1, 2 or 3)");
+    if (!(offload->ratio >= 0 && offload->ratio <= 1)) throw std::invalid_argument("data parallel: offload_optimizer.ratio must be in [0, 1]");
+    if (offload->ratio < 1 && spec.zero_stage != 3) throw std::invalid_argument("data parallel: offload_optimizer.ratio below 1 needs ZeRO stage 3");
+    if (offload->prefetch_optimizer) {
+      if (spec.zero_stage != 3) throw std::invalid_argument("data parallel: prefetch_optimizer needs ZeRO stage 3");
+      if (offload->ratio != 1) throw std::invalid_argument("data parallel: prefetch_optimizer needs offload_optimizer.ratio 1");
+      if (offload->prefetch_optimizer_gap < 1) throw std::invalid_argument("data parallel: prefetch_optimizer_gap must be at least 1");
+    }
+    if (offload->part_grads_async && spec.zero_stage != 3) throw std::invalid_argument("data parallel: part_grads_async needs ZeRO stage 3");
+  }
+}
+
+double cpu_adam_seconds(std::int64_t parameters, const HostSpec& host) {
+  if (!(host.flops > 0) || !(host.memory_bandwidth > 0)) {
+    throw std::invalid_argument("cpu_adam_seconds: the host '" + host.name + "' needs positive flops and memory_bandwidth");
+  }
+  const auto n = static_cast<double>(parameters);
+  return std::max(n * kCpuAdamFlopsPerParameter / host.flops, n * kCpuAdamBytesPerParameter / host.memory_bandwidth);
 }
 
 void apply_data_parallel(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec) {
   check_data_parallel(spec);
+  if (spec.offload_optimizer) throw std::invalid_argument("data parallel: an offloaded optimizer needs the platform (its host steps it)");
   if (spec.ranks == 1) return;
-  Transform(schedule, trace, spec).run();
+  Transform(schedule, trace, spec, nullptr).run();
+}
+
+void apply_data_parallel(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec, const Platform& platform) {
+  check_data_parallel(spec);
+  // One GPU without an offloaded optimizer trains as without data parallelism; with one, ZeRO's
+  // offload changes the schedule on one GPU too.
+  if (spec.ranks == 1 && !spec.offload_optimizer) return;
+  if (spec.offload_optimizer) cpu_adam_seconds(0, platform.host);  // the host must have rates
+  Transform(schedule, trace, spec, &platform).run();
 }
 
 }  // namespace comptrain::models

@@ -18,6 +18,7 @@ std::string_view to_string(Stream stream) {
     case Stream::h2d: return "h2d";
     case Stream::codec: return "codec";
     case Stream::comm: return "comm";
+    case Stream::host: return "host";
   }
   return "unknown";
 }
@@ -62,6 +63,7 @@ std::string_view to_string(TaskKind kind) {
     case TaskKind::compress: return "compress";
     case TaskKind::decompress: return "decompress";
     case TaskKind::collective: return "collective";
+    case TaskKind::host_compute: return "host_compute";
   }
   return "unknown";
 }
@@ -118,6 +120,11 @@ void Schedule::validate() const {
     }
     if ((task.kind == TaskKind::collective) != task.collective.has_value()) {
       invalid(*this, task_label(*this, t) + (task.collective ? " names a collective but is not one" : " is a collective that names none"));
+    }
+    // The replay runs host_compute on the host and every other kind on the GPU or its links.
+    if ((task.kind == TaskKind::host_compute) != (task.stream == Stream::host)) {
+      invalid(*this, task_label(*this, t) + (task.kind == TaskKind::host_compute ? " runs on the host but is not on the host stream"
+                                                                                    : " is on the host stream but is not host work"));
     }
   }
 

@@ -8,11 +8,60 @@
 // sources.
 
 #include <cstdint>
+#include <optional>
 
+#include "comptrain/models/platform.hpp"
 #include "comptrain/models/schedule.hpp"
 #include "comptrain/traces/trace.hpp"
 
 namespace comptrain::models {
+
+// ZeRO-Offload: the optimizer state and its step on the host CPU (DeepSpeed's
+// zero_optimization.offload_optimizer with device: cpu, deepspeed/runtime/zero/offload_config.py),
+// optionally with Deep Optimizer States' interleaved GPU updates (the DataStates/DeepSpeed fork,
+// branch deep-optimizer-states, the same section's keys). models/parallel/README.md tells the
+// schedule and its sources.
+struct OptimizerOffloadSpec {
+  // offload_optimizer.ratio (Twin-Flow, ZeRO-3 only): the first int(ratio x subgroups) subgroups
+  // are stepped on the CPU, the others keep their fp32 state on the GPU and step there
+  // (stage3.py@38327e07 lines 851-858). Default 1: all on the CPU.
+  double ratio = 1.0;
+  // prefetch_optimizer (Deep Optimizer States, ZeRO-3 only): subgroup x is stepped on the GPU when
+  // x % k != 0 and (x + 1) % k == 0, k = prefetch_optimizer_gap (the fork's
+  // get_opt_update_device): its fp32 parameters, momentum and variance are copied to the GPU while
+  // the CPU steps the subgroups before it, and back after.
+  bool prefetch_optimizer = false;
+  int prefetch_optimizer_gap = 0;
+  // part_grads_async (the fork): the fp32 gradient copies to the host do not block the launching
+  // thread (PyTorch then converts to fp32 on the GPU and copies 4 bytes per element).
+  bool part_grads_async = false;
+};
+
+// The optimizer step DeepSpeedCPUAdam runs per parameter (microsoft/DeepSpeed@38327e07,
+// csrc/includes/cpu_adam.h, Adam_Optimizer::Step_AVX lines 159-191):
+//  - FLOPs: AdamW's decay (an FMA: 2), the first moment (a multiply and an FMA: 3), the second
+//    (two multiplies and an FMA: 4), sqrt, the FMA with the bias correction and epsilon, the
+//    division (4) and the update's FMA (2): 15, a multiply-add counting 2 as everywhere;
+//  - host memory: it loads the fp32 gradient, exp_avg, exp_avg_sq and parameter (16 bytes) and
+//    stores the parameter, exp_avg and exp_avg_sq (12 bytes); then the updated fp32 parameter is
+//    converted to the GPU's 16-bit copy on the CPU (4 bytes read, 2 written): a blocking
+//    CPU-to-GPU copy_ with a dtype change converts on the CPU (PyTorch,
+//    aten/src/ATen/native/cuda/Copy.cu, copy_kernel_cuda), as stage3.py's
+//    _reassign_or_swap_out_partitioned_parameters and stage_1_and_2.py's step do, and the fork's
+//    downsample_fp32_fp16 (`.half()` on the host). 34 bytes per parameter.
+inline constexpr double kCpuAdamFlopsPerParameter = 15;
+inline constexpr double kCpuAdamBytesPerParameter = 34;
+// Bytes per parameter of DeepSpeed's fp32 optimizer state: the fp32 master copy, exp_avg and
+// exp_avg_sq (the three fp32 arrays Step_AVX updates), what Deep Optimizer States moves between
+// host and GPU for a subgroup stepped on the GPU (the fork's opt_transfers: p, m and v copiers).
+inline constexpr std::int64_t kFp32AdamStateBytesPerParameter = 12;
+
+// Seconds DeepSpeedCPUAdam takes to step `parameters` parameters with the whole host to itself:
+// a roofline over the host's FLOP/s and memory bandwidth, parameters x max(15 / flops, 34 /
+// memory_bandwidth). The node's GPUs share the host: the replay runs the step of each of the
+// node's ranks at once on it (sim/README.md), so each takes this times the ranks on the node.
+// Throws std::invalid_argument when the host has no FLOP/s or memory bandwidth.
+double cpu_adam_seconds(std::int64_t parameters, const HostSpec& host);
 
 struct DataParallelSpec {
   int ranks = 1;       // GPUs in the data-parallel group; 1: the schedule is left as it is
@@ -32,10 +81,19 @@ struct DataParallelSpec {
   // the next kernel waits for each one).
   std::int64_t reduce_bucket_elements = 500'000'000;
   bool overlap_comm = false;
+  // sub_group_size (deepspeed/runtime/zero/config.py@38327e07 line 168: 1e9 elements): ZeRO-3
+  // steps the optimizer one subgroup of whole parameters at a time (stage3.py
+  // _create_fp16_sub_groups: parameters are added until a subgroup holds at least this many
+  // elements of this rank's partition). Only ZeRO-3 with an offloaded optimizer is affected here.
+  std::int64_t sub_group_elements = 1'000'000'000;
+  // offload_optimizer with device cpu (stages 1 to 3); unset: the optimizer stays on the GPU.
+  std::optional<OptimizerOffloadSpec> offload_optimizer;
 };
 
-// InputError-free check of a spec built in code: ranks >= 1, zero_stage 0..3, positive sizes.
-// Throws std::invalid_argument naming the field.
+// InputError-free check of a spec built in code: ranks >= 1, zero_stage 0..3, positive sizes; an
+// offloaded optimizer needs ZeRO (stage >= 1), a ratio in [0, 1] and below 1 only with stage 3,
+// and prefetch_optimizer needs stage 3, ratio 1 and a gap >= 1. Throws std::invalid_argument
+// naming the field.
 void check_data_parallel(const DataParallelSpec& spec);
 
 // One rank's schedule under `spec` (models/parallel/README.md):
@@ -49,7 +107,16 @@ void check_data_parallel(const DataParallelSpec& spec);
 //    the gradients (>= 2, with DeepSpeed's reduction bucket) and the parameters (3) are held as
 //    1/ranks partitions; stage 3 all-gathers each op's parameters before its forward and its
 //    backward use (one op ahead) into buffers freed after their last use.
-// Apply it after build_schedule and before the framework's gradient lifetime.
+//  - with offload_optimizer (also on one rank), the optimizer's tasks are replaced by the step on
+//    the host (models/parallel/README.md, "Optimizer offload"): each reduced gradient is copied
+//    to the host during the backward pass, DeepSpeedCPUAdam steps each subgroup on the host
+//    (TaskKind::host_compute on Stream::host, cpu_adam_seconds on `platform.host`) and its
+//    updated 16-bit parameters are copied back; the fp32 state is not in GPU memory. Twin-Flow's
+//    and Deep Optimizer States' GPU subgroups step on the GPU for the optimizer's kernel time
+//    scaled to their share of the parameters.
+// Apply it after build_schedule and before the framework's gradient lifetime. The overload
+// without a platform refuses an offloaded optimizer (std::invalid_argument): its step needs the host.
 void apply_data_parallel(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec);
+void apply_data_parallel(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec, const Platform& platform);
 
 }  // namespace comptrain::models

@@ -21,9 +21,10 @@
 namespace comptrain::models {
 
 // comm: NCCL's communication stream (the data-parallel collectives: DDP's gradient all-reduces,
-// ZeRO's reduce-scatters and all-gathers).
-enum class Stream : std::uint8_t { compute, d2h, h2d, codec, comm };
-inline constexpr std::size_t kStreamCount = 5;
+// ZeRO's reduce-scatters and all-gathers). host: work the host CPU runs for this rank
+// (TaskKind::host_compute: ZeRO-Offload's optimizer step), one task at a time like a stream.
+enum class Stream : std::uint8_t { compute, d2h, h2d, codec, comm, host };
+inline constexpr std::size_t kStreamCount = 6;
 std::string_view to_string(Stream stream);
 
 // What a buffer holds, for the memory breakdown.
@@ -63,8 +64,12 @@ enum class TaskKind : std::uint8_t {
   compress,    // compress an activation in GPU memory
   decompress,  // decompress it before its backward use
   collective,  // a collective over the data-parallel group (Task::collective says which)
+  // Work on the host CPU (Stream::host only): `seconds` is its duration with the whole host of
+  // the node to itself; the replay runs it on the node's host, shared with the node's other
+  // ranks' host tasks (ZeRO-Offload's CPU Adam: models/parallel/README.md).
+  host_compute,
 };
-inline constexpr std::size_t kTaskKindCount = 7;
+inline constexpr std::size_t kTaskKindCount = 8;
 std::string_view to_string(TaskKind kind);
 
 // A collective as NCCL runs it over every rank of the data-parallel group. Its size is counted as
@@ -79,7 +84,7 @@ struct Task {
   Stream stream = Stream::compute;
   std::optional<traces::OpIndex> op;          // op and recompute tasks
   std::optional<traces::TensorIndex> tensor;  // the activation storage a copy or codec task moves
-  double seconds = 0;                         // duration of exec tasks (op, recompute, codec)
+  double seconds = 0;                         // duration of exec tasks (op, recompute, codec, host_compute)
   // CPU time the launching thread spends issuing the task (eager PyTorch's per-op dispatch and
   // kernel launch); 0: issued at once. The replay's launching thread issues tasks in `tasks` order.
   double host_seconds = 0;

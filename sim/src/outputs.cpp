@@ -35,7 +35,7 @@ constexpr std::array<MemoryRole, models::kMemoryRoleCount> kMemoryRoles{
     MemoryRole::input,      MemoryRole::weight,     MemoryRole::weight_copy, MemoryRole::buffer, MemoryRole::gradient, MemoryRole::optimizer_state,
     MemoryRole::activation, MemoryRole::compressed, MemoryRole::prefetch, MemoryRole::temporary,
 };
-constexpr std::array<Stream, models::kStreamCount> kStreams{Stream::compute, Stream::d2h, Stream::h2d, Stream::codec, Stream::comm};
+constexpr std::array<Stream, models::kStreamCount> kStreams{Stream::compute, Stream::d2h, Stream::h2d, Stream::codec, Stream::comm, Stream::host};
 
 constexpr std::size_t index_of(MemoryRole role) { return static_cast<std::size_t>(role); }
 constexpr std::size_t index_of(TaskKind kind) { return static_cast<std::size_t>(kind); }
@@ -182,6 +182,7 @@ std::vector<TimeRow> time_rows(const SimulationResult& r) {
       {"compression", "compress", k[index_of(TaskKind::compress)]},
       {"decompression", "decompress", k[index_of(TaskKind::decompress)]},
       {"collectives", "collective", k[index_of(TaskKind::collective)]},
+      {"host CPU (optimizer)", "host_compute", k[index_of(TaskKind::host_compute)]},
       {"compute-stream stalls", "compute_stall", r.compute_stall_seconds},
       {"waiting for the CPU to launch", "host_wait", r.host_wait_seconds},
   };
@@ -409,7 +410,7 @@ void add_results(std::string& out, const SimulationRun& run) {
   add_line(out, "  {:<24}{:>14}{:>12}", "activity", "time", "% of iter.");
   for (const TimeRow& row : time_rows(r)) {
     // A one-GPU run has no communication: its report keeps the rows it always had.
-    if (std::string_view(row.key) == "collective" && row.seconds == 0) continue;
+    if ((std::string_view(row.key) == "collective" || std::string_view(row.key) == "host_compute") && row.seconds == 0) continue;
     add_line(out, "  {:<24}{:>14}{:>11.1f}%", row.label, format_seconds(row.seconds), percent(row.seconds, r.iteration_seconds));
   }
   add_line(out, "  {:<24}{:>14}{:>11.1f}%", "iteration", format_seconds(r.iteration_seconds), 100.0);

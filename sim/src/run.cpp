@@ -66,7 +66,7 @@ std::variant<ScheduledRun, models::NotApplicable> schedule_run(const PreparedSce
   // so it comes before the framework's gradient lifetime.
   models::apply_gradient_accumulation(std::get<models::Schedule>(schedule), trace, prepared.scenario().accumulation_steps);
   if (const auto& parallelism = prepared.scenario().parallelism) {
-    models::apply_data_parallel(std::get<models::Schedule>(schedule), trace, parallelism->data);
+    models::apply_data_parallel(std::get<models::Schedule>(schedule), trace, parallelism->data, prepared.platform());
   }
   apply_gradient_lifetime(std::get<models::Schedule>(schedule), prepared.framework().zero_grad);
   add_cudnn_workspaces(std::get<models::Schedule>(schedule), trace, prepared.framework().cudnn_workspace_bytes);

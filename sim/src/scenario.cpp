@@ -290,7 +290,7 @@ class ScenarioReader {
     }
     if (zero) {
       require_map(zero, "parallelism.zero");
-      check_keys(zero, "parallelism.zero", {"stage", "reduce_bucket_size", "overlap_comm"});
+      check_keys(zero, "parallelism.zero", {"stage", "reduce_bucket_size", "overlap_comm", "sub_group_size", "offload_optimizer"});
       const YAML::Node stage = required(zero, "stage", "parallelism.zero");
       std::int64_t value = 0;
       if (!stage.IsScalar() || !YAML::convert<std::int64_t>::decode(stage, value) || value < 1 || value > 3) {
@@ -306,8 +306,62 @@ class ScenarioReader {
         p.data.reduce_bucket_elements = *elements;
       }
       if (zero["overlap_comm"]) p.data.overlap_comm = boolean(zero["overlap_comm"], "parallelism.zero.overlap_comm");
+      if (const auto elements = optional_positive(zero, "sub_group_size", "parallelism.zero")) {
+        if (*elements > kMaxBucketBytes) {
+          throw InputError(where(zero["sub_group_size"].Mark()) + "'parallelism.zero.sub_group_size' is " + zero["sub_group_size"].Scalar() +
+                           "; expected at most 2^40 elements (DeepSpeed's default: 1000000000)");
+        }
+        p.data.sub_group_elements = *elements;
+      }
+      if (const YAML::Node offload = zero["offload_optimizer"]) p.data.offload_optimizer = read_offload_optimizer(offload, p.data.zero_stage);
     }
     return p;
+  }
+
+  // parallelism.zero.offload_optimizer: DeepSpeed's keys (deepspeed/runtime/zero/offload_config.py)
+  // and Deep Optimizer States' (the DataStates/DeepSpeed fork's offload_config.py). device: none
+  // leaves the optimizer on the GPU, as in DeepSpeed.
+  std::optional<models::OptimizerOffloadSpec> read_offload_optimizer(const YAML::Node& node, int stage) const {
+    const std::string section = "parallelism.zero.offload_optimizer";
+    require_map(node, section);
+    check_keys(node, section, {"device", "ratio", "pin_memory", "prefetch_optimizer", "prefetch_optimizer_gap", "part_grads_async"});
+    const YAML::Node device = required(node, "device", section);
+    const std::string name = scalar(device, section + ".device");
+    if (name == "none") return std::nullopt;
+    if (name != "cpu") {
+      throw InputError(where(device.Mark()) + "'" + section + ".device' is '" + name + "'; expected cpu or none (nvme is not modelled)");
+    }
+    models::OptimizerOffloadSpec o;
+    if (const YAML::Node ratio = node["ratio"]) {
+      o.ratio = number(ratio, section + ".ratio");
+      if (!(o.ratio >= 0 && o.ratio <= 1)) throw InputError(where(ratio.Mark()) + "'" + section + ".ratio' is " + ratio.Scalar() + "; expected 0 to 1");
+      if (o.ratio < 1 && stage != 3) {
+        throw InputError(where(ratio.Mark()) + "'" + section + ".ratio' is " + ratio.Scalar() + " with ZeRO stage " + std::to_string(stage) +
+                         "; expected 1 (DeepSpeed's Twin-Flow ratio is for stage 3 only)");
+      }
+    }
+    // Host buffers are modelled as pinned (copies at the PCIe link's rate).
+    if (const YAML::Node pin = node["pin_memory"]; pin && !boolean(pin, section + ".pin_memory")) {
+      throw InputError(where(pin.Mark()) + "'" + section + ".pin_memory' is false; expected true (pageable host buffers are not modelled)");
+    }
+    if (node["part_grads_async"]) o.part_grads_async = boolean(node["part_grads_async"], section + ".part_grads_async");
+    if (node["prefetch_optimizer"]) o.prefetch_optimizer = boolean(node["prefetch_optimizer"], section + ".prefetch_optimizer");
+    if (const auto gap = optional_positive(node, "prefetch_optimizer_gap", section)) {
+      if (*gap > 1'000'000) throw InputError(where(node["prefetch_optimizer_gap"].Mark()) + "'" + section + ".prefetch_optimizer_gap' is too large; expected at most 1000000");
+      o.prefetch_optimizer_gap = static_cast<int>(*gap);
+    }
+    const bool fork_keys = o.prefetch_optimizer || o.part_grads_async;
+    if (fork_keys && stage != 3) {
+      throw InputError(where(node.Mark()) + "'" + section + "' uses Deep Optimizer States' keys with ZeRO stage " + std::to_string(stage) + "; expected stage 3");
+    }
+    if (o.prefetch_optimizer && o.ratio != 1) {
+      throw InputError(where(node["ratio"].Mark()) + "'" + section + ".ratio' is " + node["ratio"].Scalar() + " with prefetch_optimizer; expected 1");
+    }
+    if (o.prefetch_optimizer && o.prefetch_optimizer_gap == 0) {
+      throw InputError(where(node.Mark()) + "'" + section + "' has prefetch_optimizer but no prefetch_optimizer_gap; expected a gap k >= 1 (subgroup x is "
+                       "stepped on the GPU when (x + 1) % k == 0)");
+    }
+    return o;
   }
 
   PlanSection read_plan(const YAML::Node& node, const std::optional<models::Platform>& platform, const std::optional<ParallelismSection>& parallelism) const {

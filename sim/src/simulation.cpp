@@ -129,7 +129,9 @@ class Replay {
       for (std::size_t s = 0; s < models::kStreamCount; ++s) {
         if (replay_.stream_tasks_[s].empty()) continue;
         const std::string name = std::string(models::to_string(static_cast<Stream>(s))) + (index_ == 0 ? "" : "@" + std::to_string(index_));
-        sg4::Actor::create(name, gpu_, [this, s] { run_stream(s); });
+        // The host stream's work runs on the node's host (its CPU), the others on the GPU.
+        sg4::Host* where = static_cast<Stream>(s) == Stream::host ? replay_.network_->host(node_) : gpu_;
+        sg4::Actor::create(name, where, [this, s] { run_stream(s); });
       }
     }
 
@@ -213,6 +215,15 @@ class Replay {
           return;
         case TaskKind::collective:
           collective(task);
+          return;
+        case TaskKind::host_compute:
+          // `seconds` with the host to itself; the node's ranks share it (SimGrid's fair sharing
+          // of the host actor's executions). Replaying one rank, the node's others run the same
+          // work at once: one execution of all of it takes as long.
+          if (task.seconds > 0) {
+            const int mirrored = replay_.replayed_ranks_ == 1 ? replay_.shape_.gpus_per_node : 1;
+            sg4::this_actor::execute(task.seconds * sg4::this_actor::get_host()->get_speed() * mirrored);
+          }
           return;
       }
     }

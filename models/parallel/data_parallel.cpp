@@ -120,7 +120,12 @@ class Transform {
       c.stream = Stream::comm;
       c.collective = spec_.zero_stage == 0 ? CollectiveKind::all_reduce : CollectiveKind::reduce_scatter;
       c.bytes = bucket.bytes;
-      c.uses = bucket.gradients;
+      // With DeepSpeed's contiguous reduction bucket (stages 2 and 3) each gradient is copied into
+      // the bucket by its hook and its own storage freed at once (stage3.py@v0.13.3
+      // __add_grad_to_ipg_bucket: `new_grad_tensor.copy_(param.grad)`, `param.grad.data =
+      // new_grad_tensor`; stage_1_and_2.py's reduce_independent_p_g_buckets_and_remove_grads
+      // likewise): the reduction reads the bucket, not the gradients.
+      if (!reduction_bucket) c.uses = bucket.gradients;
       if (bucket_copy) c.uses.push_back(*bucket_copy);
       if (reduction_bucket) c.uses.push_back(*reduction_bucket);
       // Stage 1 reduces after the whole backward pass (DeepSpeed's reduce_gradients at the end of

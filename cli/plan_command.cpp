@@ -72,6 +72,9 @@ void write_plots(const sim::BatchSizePlan& plan, const std::filesystem::path& di
 
 int run_plan(const PlanCliOptions& o) {
   const sim::Scenario scenario = o.scenario.empty() ? sim::default_scenario() : sim::load_scenario_file(o.scenario);
+  if (!o.plots.empty() && scenario.plan && (!scenario.plan->cluster_sizes.empty() || !scenario.plan->zero_stages.empty())) {
+    throw InputError("--plots: " + scenario.source + " plans a cluster search (plan.gpus, plan.nodes or plan.zero_stages), which has no plots yet; expected --plots without it");
+  }
   if (!scenario.has_sweep) {
     if (!o.shard.empty()) throw InputError("--shard: " + scenario.source + " has no 'sweep' section to split");
     std::vector<sim::PlanRequest> requests{request_for(scenario, o, "")};
@@ -135,13 +138,17 @@ std::function<int()> add_plan_command(CLI::App& app) {
       "For each strategy, the largest batch that fits in GPU memory with a margin (exponential growth then bisection over the "
       "simulator, assuming peak memory grows with the batch) and the batch with the highest samples/s among those that fit. "
       "Strategies come from the scenario's 'plan.strategies' (default: baseline, offload, recompute and the scenario's own). "
-      "A scenario with a 'sweep' section is planned for every variant.");
+      "A scenario with a 'sweep' section is planned for every variant. With a 'parallelism' section the batches are per-GPU "
+      "micro-batches, samples/s are global and each strategy's scaling efficiency is against its best micro-batch on one GPU alone; "
+      "'plan.gpus' (or 'plan.nodes') and 'plan.zero_stages' search cluster sizes x ZeRO stages x strategies for the fastest "
+      "configuration (for 'plan.target_global_batch' or --target-global-batch) and say what limits each: memory, network, host or compute.");
   command->add_option("scenario", o->scenario, "Scenario file (.yaml); default: the embedded default scenario");
   add_real(*command, "--margin", o->margin, "Fraction of GPU memory kept free: peak <= (1 - margin) * capacity (default 0.05 or plan.margin)",
            0.0, 0.999999);
   add_positive_int(*command, "--max-batch", o->max_batch, "Search ceiling (default 65536 or plan.max_batch)");
   add_positive_int(*command, "--target-global-batch", o->target_global_batch,
-                   "Rank batches for this global batch reached by gradient accumulation: ceil(G/b) micro-batches of b");
+                   "Rank batches for this global batch reached by gradient accumulation: ceil(G/b) micro-batches of b (on N GPUs: ceil(G/N/b) "
+                   "micro-batches of b per GPU; G must be a multiple of N)");
   add_positive_int(*command, "--probes", o->probes, "Simulations per search round (default 3); results do not depend on -j");
   add_choice(*command, "--memory-metric", o->memory_metric,
              "The peak kept within the limit: reserved (default or plan.memory_metric: the PyTorch caching-allocator model's "

@@ -19,7 +19,9 @@ using nlohmann::ordered_json;
 // documents (comptrain_version, schema, structured strategy, one scenario/platform shape).
 // Version 3: device memory (framework section; allocated, reserved, device peaks; out-of-memory
 // decided by the caching-allocator model, with its iteration).
-inline constexpr int kSchemaVersion = 3;
+// Version 4: plans of clusters (batches per GPU and global samples/s under a parallelism section;
+// cluster, scaling efficiency, limit, communication and host-wait times; cluster_search).
+inline constexpr int kSchemaVersion = 4;
 
 // {"comptrain_version": "0.1.0", "schema": {"name": "comptrain.<kind>", "version": 2}}
 ordered_json document_header(std::string_view kind);

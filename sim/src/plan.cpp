@@ -9,9 +9,12 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <stdexcept>
 #include <tuple>
 #include <type_traits>
 
+#include "comptrain/models/data_parallel.hpp"
+#include "comptrain/models/platform.hpp"
 #include "comptrain/sim/run.hpp"
 #include "comptrain/sim/simulation.hpp"
 #include "comptrain/sim/workers.hpp"
@@ -30,8 +33,16 @@ bool is_baseline(const models::StrategySpec& spec) { return spec.rules.empty(); 
 
 // Runs in a worker process: one simulation, reduced to what the planner needs, replayed in
 // this process (the worker is a fresh child already). A strategy that does not apply at this
-// batch is a point of its own; its reason follows the point's bytes.
-std::string probe(const PreparedScenario& prepared, const models::StrategySpec& spec, std::int64_t batch) {
+// batch is a point of its own; its reason follows the point's bytes. `steps` > 0 replaces the
+// scenario's gradient accumulation steps (the scenario is prepared again, in the worker).
+std::string probe(const PreparedScenario& given, const models::StrategySpec& spec, std::int64_t batch, int steps = 0) {
+  std::optional<PreparedScenario> accumulating;
+  if (steps > 0 && steps != given.scenario().accumulation_steps) {
+    Scenario scenario = given.scenario();
+    scenario.accumulation_steps = steps;
+    accumulating.emplace(std::move(scenario));
+  }
+  const PreparedScenario& prepared = accumulating ? *accumulating : given;
   PlanPoint point;
   point.batch = batch;
   std::string note;
@@ -40,7 +51,8 @@ std::string probe(const PreparedScenario& prepared, const models::StrategySpec& 
     point.inapplicable = true;
     note = not_applicable->reason;
   } else {
-    const SimulationResult r = replay(prepared, std::get<ScheduledRun>(scheduled), Isolation::this_process);
+    const ScheduledRun& run = std::get<ScheduledRun>(scheduled);
+    const SimulationResult r = replay(prepared, run, Isolation::this_process);
     if (r.out_of_memory) {
       point.out_of_memory = true;
       point.peak_bytes = r.out_of_memory->in_use + r.out_of_memory->requested;
@@ -51,6 +63,10 @@ std::string probe(const PreparedScenario& prepared, const models::StrategySpec& 
       point.device_peak_bytes = r.device.device_peak();
       point.iteration_seconds = r.iteration_seconds;
       point.stall_seconds = r.compute_stall_seconds;
+      point.host_wait_seconds = r.host_wait_seconds;
+      const CommunicationTime communication = communication_time(run.schedule, r);
+      point.collective_seconds = communication.collective_seconds;
+      point.exposed_communication_seconds = communication.exposed_seconds;
     }
   }
   std::string bytes(sizeof point, '\0');
@@ -58,12 +74,37 @@ std::string probe(const PreparedScenario& prepared, const models::StrategySpec& 
   return bytes + note;
 }
 
+const PlanPoint* point_at(const StrategyPlan& s, std::int64_t batch) {
+  const auto it = std::find_if(s.points.begin(), s.points.end(), [&](const PlanPoint& q) { return q.batch == batch; });
+  return it == s.points.end() ? nullptr : &*it;
+}
+
+// See PlanLimit. A strategy that fits nowhere is named by its first point (batch 1).
+PlanLimit limit_of(const StrategyPlan& s, double share) {
+  if (!s.best_batch) {
+    if (s.points.empty()) return PlanLimit::failed;
+    const PlanPoint& one = s.points.front();
+    if (one.inapplicable) return PlanLimit::not_applicable;
+    if (one.simulation_failed) return PlanLimit::failed;
+    return PlanLimit::memory;
+  }
+  const PlanPoint* best = point_at(s, *s.best_batch);
+  const double network = best->exposed_communication_seconds / best->iteration_seconds;
+  const double host = best->host_wait_seconds / best->iteration_seconds;
+  if (std::max(network, host) < share) return PlanLimit::compute;
+  return network >= host ? PlanLimit::network : PlanLimit::host;
+}
+
 // The search for one strategy of one plan; see plan.hpp. A round's probes are decided from the
 // results of the previous round only, never from the order in which they arrive.
 struct Search {
   std::size_t plan = 0;
   std::size_t strategy = 0;
-  enum class Phase { grow, bisect, extra, done } phase = Phase::grow;
+  // A cluster candidate with a target global batch searches its divisors instead (Unit::divisors):
+  // first the whole share in one step, then bisection over the divisors below it.
+  enum class Phase { grow, bisect, first, divisors, extra, done } phase = Phase::grow;
+  std::ptrdiff_t lo_index = -1;  // divisors: the largest index known to fit (-1: none)
+  std::ptrdiff_t hi_index = 0;   // divisors: the smallest index known not to fit
   std::int64_t lo = 0;          // largest batch known to fit (0: none)
   std::int64_t hi = 0;          // smallest batch known not to fit (0: none yet)
   std::int64_t next_power = 1;  // growth: the next power of two to probe
@@ -73,33 +114,73 @@ struct Search {
   std::map<std::int64_t, std::string> notes;  // by batch: the same whatever the completion order
 };
 
+// What the driver plans: a request as it is, or one candidate cluster size and ZeRO stage of a
+// request's cluster search. `requests` below are these units.
+struct Unit {
+  std::size_t request = 0;          // the caller's request it belongs to
+  std::int64_t ceiling = 0;         // the search's ceiling: max_batch
+  bool compare = true;              // compare each strategy with the baseline (not for cluster candidates)
+  // A cluster candidate with a target global batch G on N GPUs: the micro-batches that divide
+  // the share G / N (ascending, up to max_batch and at most kMaxAccumulationSteps steps), each
+  // simulated with share / micro-batch accumulation steps.
+  std::int64_t share = 0;
+  std::vector<std::int64_t> divisors;
+};
+
+// The most micro-steps a probe simulates, as training.gradient_accumulation_steps allows
+// (sim/scenario.cpp): each is a whole forward and backward pass in the replay.
+constexpr std::int64_t kMaxAccumulationSteps = 4096;
+
+// The reference of the scaling efficiency: a strategy's micro-batch on one GPU alone, per request.
+using ReferenceKey = std::tuple<std::size_t, std::string, std::int64_t, int>;  // request, strategy rules, batch, accumulation steps
+struct Reference {
+  std::optional<double> seconds;
+  std::string note;  // why there is none
+};
+
 struct Driver {
-  const std::vector<PlanRequest>& requests;
-  std::vector<std::unique_ptr<PreparedScenario>> prepared;  // per request, prepared once
-  std::vector<std::vector<models::StrategySpec>> strategies;  // per request, identical ones removed
-  std::vector<BatchSizePlan> plans;
+  std::vector<PlanRequest> requests;   // the units' scenarios and options
+  std::vector<Unit> units;
+  const std::vector<PlanRequest>& callers;  // the caller's requests
+  std::vector<std::unique_ptr<PreparedScenario>> prepared;  // per unit, prepared once
+  std::vector<std::vector<models::StrategySpec>> strategies;  // per unit, identical ones removed
+  std::vector<BatchSizePlan> plans;  // per unit
   std::vector<Search> searches;
   WorkerPool pool;
   Progress progress;
   std::map<std::size_t, std::pair<std::size_t, std::int64_t>> job_owner;  // job -> search, batch
   std::vector<bool> extra_done;
+  std::vector<bool> references_submitted;  // per unit
+  // Per caller's request: its scenario on one GPU with memory unbounded (made when needed).
+  std::vector<std::unique_ptr<PreparedScenario>> one_gpu;
+  std::map<ReferenceKey, Reference> references;
+  std::map<std::size_t, ReferenceKey> reference_jobs;  // job -> key
   // An input error a worker met (a zoo model that cannot be built at some batch): reported once
   // every job has ended, the first by (plan, strategy, batch), so that it does not depend on
   // which worker finished first.
   std::optional<std::tuple<std::size_t, std::size_t, std::int64_t, std::string>> input_error;
 
-  Driver(const std::vector<PlanRequest>& r, int jobs, bool show) : requests(r), pool(jobs), progress("plan", show) {}
+  Driver(const std::vector<PlanRequest>& r, int jobs, bool show) : callers(r), pool(jobs), progress("plan", show) {}
 
   const PlanOptions& options(const Search& s) const { return requests[s.plan].options; }
   std::int64_t limit(const Search& s) const { return plans[s.plan].limit_bytes; }
   const models::StrategySpec& spec(const Search& s) const { return strategies[s.plan][s.strategy]; }
+  int ranks(const Search& s) const { return plans[s.plan].cluster.ranks(); }
 
   // The next round's probes, or none when the search is finished.
   std::vector<std::int64_t> next_round(Search& s) const {
     const auto width = static_cast<std::int64_t>(std::max(1, options(s).probes_per_round));
     const std::int64_t ceiling = options(s).max_batch;
+    const std::vector<std::int64_t>& divisors = units[s.plan].divisors;
     std::vector<std::int64_t> out;
-    if (s.phase == Search::Phase::grow) {
+    if (s.phase == Search::Phase::first) {
+      out.push_back(divisors.back());
+    } else if (s.phase == Search::Phase::divisors) {
+      for (std::ptrdiff_t i = 1; i <= width; ++i) {
+        const std::ptrdiff_t k = s.lo_index + (s.hi_index - s.lo_index) * i / (width + 1);
+        if (k > s.lo_index && k < s.hi_index && (out.empty() || out.back() != divisors[static_cast<std::size_t>(k)])) out.push_back(divisors[static_cast<std::size_t>(k)]);
+      }
+    } else if (s.phase == Search::Phase::grow) {
       while (static_cast<std::int64_t>(out.size()) < width && s.next_power > 0) {
         if (s.next_power >= ceiling) {
           out.push_back(ceiling);
@@ -122,6 +203,23 @@ struct Driver {
   void decide(Search& s) {
     if (s.phase == Search::Phase::extra) {
       s.phase = Search::Phase::done;  // comparison points only: the search itself was over
+      return;
+    }
+    if (s.phase == Search::Phase::first || s.phase == Search::Phase::divisors) {
+      const std::vector<std::int64_t>& divisors = units[s.plan].divisors;
+      if (s.phase == Search::Phase::first) s.hi_index = static_cast<std::ptrdiff_t>(divisors.size());
+      std::sort(s.round.begin(), s.round.end());
+      for (std::int64_t b : s.round) {
+        const auto k = std::lower_bound(divisors.begin(), divisors.end(), b) - divisors.begin();
+        if (!s.points.at(b).fits) {
+          s.hi_index = k;
+          s.hi = b;
+          break;
+        }
+        s.lo_index = k;
+        s.lo = b;
+      }
+      s.phase = s.hi_index - s.lo_index <= 1 ? Search::Phase::done : Search::Phase::divisors;
       return;
     }
     std::sort(s.round.begin(), s.round.end());
@@ -152,7 +250,8 @@ struct Driver {
         if (s.points.count(b)) continue;  // already simulated
         const PreparedScenario& scenario = *prepared[s.plan];
         const models::StrategySpec& strategy = spec(s);
-        const std::size_t job = pool.submit([&scenario, &strategy, b]() { return probe(scenario, strategy, b); });
+        const int k = simulated_steps(s, b);
+        const std::size_t job = pool.submit([&scenario, &strategy, b, k]() { return probe(scenario, strategy, b, k); });
         job_owner[job] = {index, b};
         ++s.outstanding;
       }
@@ -171,14 +270,23 @@ struct Driver {
   // did not simulate them.
   void on_search_done(const Search& done) {
     const std::size_t p = done.plan;
-    if (extra_done[p]) return;
+    if (!every_search_done(p)) return;
+    if (!extra_done[p]) {
+      extra_done[p] = true;
+      if (units[p].compare) submit_comparison_points(p);
+    }
+    if (every_search_done(p)) submit_references(p);
+  }
+
+  bool every_search_done(std::size_t p) const {
+    return std::all_of(searches.begin(), searches.end(), [&](const Search& s) { return s.plan != p || s.phase == Search::Phase::done; });
+  }
+
+  void submit_comparison_points(std::size_t p) {
     std::optional<std::size_t> baseline;
     for (std::size_t i = 0; i < searches.size(); ++i) {
-      if (searches[i].plan != p) continue;
-      if (searches[i].phase != Search::Phase::done) return;
-      if (!baseline && is_baseline(spec(searches[i]))) baseline = i;
+      if (searches[i].plan == p && !baseline && is_baseline(spec(searches[i]))) baseline = i;
     }
-    extra_done[p] = true;
     if (!baseline || searches[*baseline].lo == 0) return;
     std::map<std::size_t, std::set<std::int64_t>> extra;  // search -> batches
     const std::int64_t base_max = searches[*baseline].lo;
@@ -196,11 +304,73 @@ struct Driver {
     for (auto& [i, batches] : extra) submit_round(i);
   }
 
+  // Once a cluster unit's points are all in (its best batches final): each strategy's best
+  // micro-batch on one GPU alone, once per request, strategy and batch.
+  void submit_references(std::size_t p) {
+    if (references_submitted[p]) return;
+    references_submitted[p] = true;
+    if (plans[p].cluster.ranks() == 1) return;  // one GPU: its own reference
+    const std::size_t request = units[p].request;
+    for (const Search& s : searches) {
+      if (s.plan != p) continue;
+      const auto best = best_of(s);
+      if (!best) continue;
+      const int k = simulated_steps(s, *best);
+      ReferenceKey key{request, detail::strategy_json(spec(s))["rules"].dump(), *best, k};
+      if (references.count(key)) continue;
+      references[key] = {};
+      if (!one_gpu[request]) {
+        // The same iteration on one GPU, its memory unbounded: the replay's time does not depend
+        // on the memory unless it runs out (platform_limits::max_memory_bytes, 1 PiB, keeps the
+        // platform valid).
+        Scenario alone = callers[request].scenario;
+        alone.parallelism.reset();
+        alone.platform->gpu.memory_bytes = models::platform_limits::max_memory_bytes;
+        alone.platform->gpu.memory_visible_bytes = models::platform_limits::max_memory_bytes;
+        one_gpu[request] = std::make_unique<PreparedScenario>(std::move(alone));
+      }
+      const PreparedScenario& scenario = *one_gpu[request];
+      const models::StrategySpec& strategy = spec(s);
+      const std::int64_t batch = *best;
+      reference_jobs[pool.submit([&scenario, &strategy, batch, k]() { return probe(scenario, strategy, batch, k); })] = key;
+    }
+  }
+
+  void record_reference(std::size_t job, const JobOutcome& outcome) {
+    Reference& r = references.at(reference_jobs.at(job));
+    PlanPoint point;
+    if (outcome.status == JobOutcome::Status::result && outcome.text.size() >= sizeof point) {
+      std::memcpy(&point, outcome.text.data(), sizeof point);
+      if (point.iteration_seconds > 0 && !point.out_of_memory && !point.inapplicable) {
+        r.seconds = point.iteration_seconds;
+      } else {
+        r.note = point.inapplicable ? "the strategy does not apply there" : "it did not run";
+      }
+    } else {
+      r.note = outcome.text;
+    }
+  }
+
+  // Accumulation steps simulated at `batch`: a cluster candidate's share / batch; 0 (the
+  // scenario's own) otherwise.
+  int simulated_steps(const Search& s, std::int64_t batch) const {
+    return units[s.plan].divisors.empty() ? 0 : static_cast<int>(units[s.plan].share / batch);
+  }
+
+  // Micro-steps of `batch` per GPU and optimizer step: simulated (a cluster candidate's, or the
+  // scenario's own), or estimated to reach a target global batch (each GPU's share of it).
+  std::int64_t steps(const Search& s, std::int64_t batch) const {
+    if (!units[s.plan].divisors.empty()) return simulated_steps(s, batch);
+    const auto g = options(s).target_global_batch;
+    if (!g) return requests[s.plan].scenario.accumulation_steps;
+    const std::int64_t share = *g / ranks(s);  // a whole number: checked when the units were made
+    return (share + batch - 1) / batch;
+  }
+
   double rate(const Search& s, const PlanPoint& point) const {
     if (!point.fits || point.iteration_seconds <= 0) return 0;
-    if (const auto g = options(s).target_global_batch) {
-      const std::int64_t steps = (*g + point.batch - 1) / point.batch;
-      return static_cast<double>(*g) / (static_cast<double>(steps) * point.iteration_seconds);
+    if (const auto g = options(s).target_global_batch; g && units[s.plan].divisors.empty()) {
+      return static_cast<double>(*g) / (static_cast<double>(steps(s, point.batch)) * point.iteration_seconds);
     }
     return point.samples_per_second;
   }
@@ -219,6 +389,10 @@ struct Driver {
   }
 
   void record(std::size_t job, JobOutcome outcome) {
+    if (reference_jobs.count(job)) {
+      record_reference(job, outcome);
+      return;
+    }
     const auto [index, batch] = job_owner.at(job);
     Search& s = searches[index];
     PlanPoint point;
@@ -250,7 +424,11 @@ struct Driver {
       }
     }
     point.fits = !point.out_of_memory && !point.inapplicable && !point.simulation_failed && point.peak_bytes <= limit(s);
-    point.samples_per_second = point.fits && point.iteration_seconds > 0 ? static_cast<double>(batch) / point.iteration_seconds : 0;
+    // Every GPU trains on `batch` samples in each of its micro-steps: the throughput is global.
+    const int micro_steps = simulated_steps(s, batch) > 0 ? simulated_steps(s, batch) : requests[s.plan].scenario.accumulation_steps;
+    point.samples_per_second = point.fits && point.iteration_seconds > 0
+                                   ? static_cast<double>(batch) * static_cast<double>(ranks(s)) * micro_steps / point.iteration_seconds
+                                   : 0;
     s.points[batch] = point;
     if (--s.outstanding == 0) {
       decide(s);
@@ -264,9 +442,13 @@ struct Driver {
       total += s.points.size() + s.outstanding;
       const auto width = static_cast<double>(std::max(1, options(s).probes_per_round));
       auto rounds = [&](double span) { return span <= 1 ? 0.0 : std::ceil(std::log(span) / std::log(width + 1)); };
+      const auto divisors = static_cast<double>(units[s.plan].divisors.size());
+      if (s.phase == Search::Phase::first) total += static_cast<std::size_t>(1 + width * rounds(divisors));
+      if (s.phase == Search::Phase::divisors) total += static_cast<std::size_t>(width * rounds(static_cast<double>(s.hi_index - s.lo_index)));
       if (s.phase == Search::Phase::grow) total += static_cast<std::size_t>(width + width * rounds(static_cast<double>(std::max<std::int64_t>(s.lo, 2))));
       if (s.phase == Search::Phase::bisect) total += static_cast<std::size_t>(width * rounds(static_cast<double>(s.hi - s.lo)));
     }
+    for (const auto& [key, reference] : references) total += reference.seconds || !reference.note.empty() ? 0 : 1;
     return total;
   }
 
@@ -278,7 +460,7 @@ struct Driver {
     for (const auto& [batch, note] : s.notes) out.warnings.push_back(note);
     if (s.lo > 0) {
       out.max_batch = s.lo;
-      out.max_is_ceiling = s.lo == options(s).max_batch;
+      out.max_is_ceiling = s.lo == units[s.plan].ceiling || (!units[s.plan].divisors.empty() && s.lo == units[s.plan].divisors.back());
     }
     // The search assumed that peak memory grows with the batch; check it on what was simulated.
     const PlanPoint* previous = nullptr;
@@ -304,8 +486,23 @@ struct Driver {
       out.best_batch = *best;
       out.best_samples_per_second = rate(s, point);
       out.best_peak_bytes = point.peak_bytes;
-      if (const auto g = options(s).target_global_batch) out.accumulation_steps = (*g + *best - 1) / *best;
+      out.accumulation_steps = steps(s, *best);
+      out.accumulation_simulated = !units[s.plan].divisors.empty() || !options(s).target_global_batch;
+      if (ranks(s) == 1 && requests[s.plan].scenario.parallelism) {
+        // A parallelism section of one GPU (a cluster search's size 1) is its own reference.
+        out.one_gpu_iteration_seconds = point.iteration_seconds;
+        out.scaling_efficiency = 1.0;
+      } else if (ranks(s) > 1) {
+        const Reference& r = references.at({units[s.plan].request, detail::strategy_json(spec(s))["rules"].dump(), *best, simulated_steps(s, *best)});
+        if (r.seconds) {
+          out.one_gpu_iteration_seconds = r.seconds;
+          out.scaling_efficiency = *r.seconds / point.iteration_seconds;
+        } else {
+          out.warnings.push_back(fmt::format("no scaling efficiency: the reference run of batch {} on one GPU alone failed: {}", *best, r.note));
+        }
+      }
     }
+    out.limit = limit_of(out, options(s).bottleneck_share);
     return out;
   }
 };
@@ -333,11 +530,6 @@ std::vector<models::StrategySpec> without_duplicates(const std::vector<models::S
     out.push_back(spec);
   }
   return out;
-}
-
-const PlanPoint* point_at(const StrategyPlan& s, std::int64_t batch) {
-  const auto it = std::find_if(s.points.begin(), s.points.end(), [&](const PlanPoint& q) { return q.batch == batch; });
-  return it == s.points.end() ? nullptr : &*it;
 }
 
 void compare_with_baseline(BatchSizePlan& plan, const std::vector<models::StrategySpec>& specs) {
@@ -387,15 +579,16 @@ std::string verdict(const BatchSizePlan& plan) {
     if (!largest || *s.max_batch > *largest->max_batch) largest = &s;
     if (!fastest || s.best_samples_per_second > fastest->best_samples_per_second) fastest = &s;
   }
-  if (!largest) return "Verdict: no strategy fits at batch 1 on this GPU.";
+  if (!largest) return plan.cluster.ranks() > 1 ? "Verdict: no strategy fits at micro-batch 1 per GPU." : "Verdict: no strategy fits at batch 1 on this GPU.";
+  const char* rate = plan.cluster.ranks() > 1 ? "global samples/s" : "samples/s";
   std::string out = fmt::format("Verdict: {} runs the largest batch ({}{})", largest->strategy, largest->max_is_ceiling ? ">= " : "", *largest->max_batch);
   if (largest->vs_baseline) {
     const auto& c = *largest->vs_baseline;
     out += fmt::format(", saving {:.0f}% of peak memory at batch {} ({:.0f}% of max_memory_allocated, {:.0f}% of max_memory_reserved) for a {:.2f}x slowdown",
                        100 * c.peak_saved_fraction, c.batch, 100 * c.allocated_saved_fraction, 100 * c.reserved_saved_fraction, c.slowdown);
   }
-  if (fastest == largest) return out + fmt::format("; it is also the fastest ({:.1f} samples/s).", fastest->best_samples_per_second);
-  return out + fmt::format("; {} is the fastest ({:.1f} samples/s at batch {}).", fastest->strategy, fastest->best_samples_per_second, *fastest->best_batch);
+  if (fastest == largest) return out + fmt::format("; it is also the fastest ({:.1f} {}).", fastest->best_samples_per_second, rate);
+  return out + fmt::format("; {} is the fastest ({:.1f} {} at batch {}).", fastest->strategy, fastest->best_samples_per_second, rate, *fastest->best_batch);
 }
 
 }  // namespace
@@ -423,17 +616,146 @@ PlanOptions plan_options_for(const Scenario& scenario, PlanOptions base) {
   return base;
 }
 
+std::string_view to_string(PlanLimit limit) {
+  switch (limit) {
+    case PlanLimit::memory: return "memory";
+    case PlanLimit::network: return "network";
+    case PlanLimit::host: return "host";
+    case PlanLimit::compute: return "compute";
+    case PlanLimit::not_applicable: return "not_applicable";
+    case PlanLimit::failed: return "failed";
+  }
+  return "?";
+}
+
+namespace {
+
+// A plan's header: the scenario, its platform, its GPUs and what the peak is held against.
+BatchSizePlan plan_header(const PlanRequest& r, const PreparedScenario& prepared, int jobs, bool progress) {
+  BatchSizePlan plan;
+  const models::Platform& platform = prepared.platform();
+  plan.scenario_name = r.scenario.name;
+  plan.scenario_source = r.scenario.source;
+  plan.platform_source = platform.source;
+  plan.gpu_name = platform.gpu.name;
+  plan.variant = r.variant;
+  plan.platform_name = platform.name;
+  // The device metric counts the CUDA context, so it is held against the visible memory; the
+  // others count what the allocator holds, against what it may reserve.
+  const FrameworkOnGpu& framework = prepared.framework();
+  plan.capacity_bytes = r.options.memory_metric == MemoryMetric::device ? framework.visible_bytes : framework.usable_bytes();
+  plan.cuda_context_bytes = framework.cuda_context_bytes;
+  plan.limit_bytes = static_cast<std::int64_t>(std::floor((1 - r.options.margin) * static_cast<double>(plan.capacity_bytes)));
+  plan.options = r.options;
+  plan.options.jobs = jobs;
+  plan.options.progress = progress;
+  plan.cluster = prepared.cluster_shape();
+  if (r.scenario.parallelism) plan.zero_stage = r.scenario.parallelism->data.zero_stage;
+  return plan;
+}
+
+bool has_cluster_search(const Scenario& s) { return s.plan && (!s.plan->cluster_sizes.empty() || !s.plan->zero_stages.empty()); }
+
+std::string data_parallel_name(int zero_stage) { return zero_stage == 0 ? "DDP" : fmt::format("ZeRO-{}", zero_stage); }
+
+std::string describe_shape(ClusterShape shape) {
+  return fmt::format("{} GPU{} ({} node{} x {})", shape.ranks(), shape.ranks() == 1 ? "" : "s", shape.nodes, shape.nodes == 1 ? "" : "s", shape.gpus_per_node);
+}
+
+}  // namespace
+
 std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, int jobs, bool progress) {
   Driver d(requests, jobs, progress);
-  d.extra_done.assign(requests.size(), false);
+  d.one_gpu.resize(requests.size());
+  std::vector<BatchSizePlan> out(requests.size());
+  std::vector<std::vector<std::size_t>> units_of(requests.size());
+  // Each request is one unit, or one unit per cluster size and ZeRO stage of its cluster search.
   for (std::size_t p = 0; p < requests.size(); ++p) {
     const PlanRequest& r = requests[p];
     check_options(r.options);
     if (r.strategies.empty()) throw InputError(r.scenario.source + ": no strategy to plan");
+    const auto add_unit = [&](Scenario scenario, Unit unit) {
+      unit.request = p;
+      units_of[p].push_back(d.units.size());
+      d.units.push_back(unit);
+      d.requests.push_back({std::move(scenario), r.strategies, r.options, r.variant});
+    };
+    const auto target = r.options.target_global_batch;
+    if (target && r.scenario.accumulation_steps > 1) {
+      throw InputError(fmt::format("{}: plan: a target global batch ({}) with training.gradient_accumulation_steps ({}): the planner chooses the "
+                                   "accumulation for a target; expected one of them",
+                                   r.scenario.source, *target, r.scenario.accumulation_steps));
+    }
+    if (!has_cluster_search(r.scenario)) {
+      if (target && r.scenario.parallelism && *target % r.scenario.parallelism->data.ranks != 0) {
+        const int gpus = r.scenario.parallelism->data.ranks;
+        throw InputError(fmt::format("{}: plan: target global batch {} is not a multiple of the {} GPUs of the parallelism section; expected a multiple of {}",
+                                     r.scenario.source, *target, gpus, gpus));
+      }
+      add_unit(r.scenario, {p, r.options.max_batch, true, 0, {}});
+      continue;
+    }
+    // The header (and any error of the scenario itself, once) from the scenario as written.
+    out[p] = plan_header(r, PreparedScenario(r.scenario), jobs, progress);
+    ClusterSearch search;
+    std::vector<ClusterShape> shapes;
+    for (const auto& size : r.scenario.plan->cluster_sizes) shapes.push_back({size.nodes, size.gpus_per_node});
+    if (shapes.empty()) shapes.push_back(r.scenario.parallelism ? out[p].cluster : ClusterShape{1, require_platform(r.scenario).gpus_per_node});
+    search.zero_stages = r.scenario.plan->zero_stages;
+    if (search.zero_stages.empty()) search.zero_stages.push_back(r.scenario.parallelism ? r.scenario.parallelism->data.zero_stage : 0);
+    for (const ClusterShape shape : shapes) {
+      if (target && *target % shape.ranks() != 0) {
+        search.notes.push_back(fmt::format("{}: left out: the target global batch {} is not a multiple of {}", describe_shape(shape), *target, shape.ranks()));
+        continue;
+      }
+      search.shapes.push_back(shape);
+      for (const int stage : search.zero_stages) {
+        Scenario scenario = r.scenario;
+        ParallelismSection parallelism = scenario.parallelism.value_or(ParallelismSection{});
+        parallelism.nodes = shape.nodes;
+        parallelism.gpus_per_node = shape.gpus_per_node;
+        parallelism.data.ranks = shape.ranks();
+        parallelism.data.zero_stage = stage;
+        try {
+          models::check_data_parallel(parallelism.data);  // the section's other settings may not suit this stage
+        } catch (const std::invalid_argument& e) {
+          search.notes.push_back(fmt::format("{}, {}: left out: {}", describe_shape(shape), data_parallel_name(stage), e.what()));
+          continue;
+        }
+        scenario.parallelism = parallelism;
+        Unit unit;
+        unit.ceiling = r.options.max_batch;
+        unit.compare = false;  // the candidates compare with each other instead
+        if (target) {
+          unit.share = *target / shape.ranks();
+          for (std::int64_t b = 1; b * b <= unit.share; ++b) {
+            if (unit.share % b != 0) continue;
+            for (const std::int64_t divisor : {b, unit.share / b}) {
+              if (divisor <= r.options.max_batch && unit.share / divisor <= kMaxAccumulationSteps) unit.divisors.push_back(divisor);
+            }
+          }
+          std::sort(unit.divisors.begin(), unit.divisors.end());
+          unit.divisors.erase(std::unique(unit.divisors.begin(), unit.divisors.end()), unit.divisors.end());
+        }
+        if (target && unit.divisors.empty()) {
+          search.notes.push_back(fmt::format("{}, {}: left out: no micro-batch up to {} divides its share {} in at most {} steps", describe_shape(shape),
+                                             data_parallel_name(stage), r.options.max_batch, unit.share, kMaxAccumulationSteps));
+          continue;
+        }
+        add_unit(std::move(scenario), unit);
+      }
+    }
+    out[p].cluster_search = std::move(search);
+  }
+
+  d.extra_done.assign(d.units.size(), false);
+  d.references_submitted.assign(d.units.size(), false);
+  for (std::size_t u = 0; u < d.units.size(); ++u) {
+    const PlanRequest& r = d.requests[u];
     // Prepared once here, before any worker is forked: a trace file is parsed once, and a
     // scenario or strategy that cannot run exits 2 once instead of failing every probe.
     d.prepared.push_back(std::make_unique<PreparedScenario>(r.scenario));
-    BatchSizePlan plan;
+    BatchSizePlan plan = plan_header(r, *d.prepared.back(), jobs, progress);
     d.strategies.push_back(without_duplicates(r.strategies, plan.notes));
     for (const models::StrategySpec& spec : d.strategies.back()) {
       try {
@@ -442,27 +764,12 @@ std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, 
         throw InputError(r.scenario.source + ": " + e.what());
       }
     }
-    const models::Platform& platform = d.prepared.back()->platform();
-    plan.scenario_name = r.scenario.name;
-    plan.scenario_source = r.scenario.source;
-    plan.platform_source = platform.source;
-    plan.gpu_name = platform.gpu.name;
-    plan.variant = r.variant;
-    plan.platform_name = platform.name;
-    // The device metric counts the CUDA context, so it is held against the visible memory; the
-    // others count what the allocator holds, against what it may reserve.
-    const FrameworkOnGpu& framework = d.prepared.back()->framework();
-    plan.capacity_bytes = r.options.memory_metric == MemoryMetric::device ? framework.visible_bytes : framework.usable_bytes();
-    plan.cuda_context_bytes = framework.cuda_context_bytes;
-    plan.limit_bytes = static_cast<std::int64_t>(std::floor((1 - r.options.margin) * static_cast<double>(plan.capacity_bytes)));
-    plan.options = r.options;
-    plan.options.jobs = jobs;
-    plan.options.progress = progress;
     d.plans.push_back(std::move(plan));
     for (std::size_t s = 0; s < d.strategies.back().size(); ++s) {
       Search search;
-      search.plan = p;
+      search.plan = u;
       search.strategy = s;
+      search.phase = d.units[u].divisors.empty() ? Search::Phase::grow : Search::Phase::first;
       d.searches.push_back(std::move(search));
     }
   }
@@ -477,8 +784,31 @@ std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, 
   if (d.input_error) throw InputError(std::get<3>(*d.input_error));
 
   for (const Search& s : d.searches) d.plans[s.plan].strategies.push_back(d.finish(s));
-  for (std::size_t p = 0; p < d.plans.size(); ++p) compare_with_baseline(d.plans[p], d.strategies[p]);
-  return d.plans;
+  for (std::size_t u = 0; u < d.plans.size(); ++u) {
+    if (d.units[u].compare) compare_with_baseline(d.plans[u], d.strategies[u]);
+  }
+  for (std::size_t p = 0; p < requests.size(); ++p) {
+    if (!out[p].cluster_search) {
+      out[p] = std::move(d.plans[units_of[p].front()]);
+      continue;
+    }
+    ClusterSearch& search = *out[p].cluster_search;
+    for (const std::size_t u : units_of[p]) {
+      if (out[p].notes.empty()) out[p].notes = d.plans[u].notes;  // the same strategies in every unit
+      for (StrategyPlan& plan : d.plans[u].strategies) {
+        ClusterCandidate candidate;
+        candidate.shape = d.plans[u].cluster;
+        candidate.zero_stage = d.plans[u].zero_stage;
+        candidate.plan = std::move(plan);
+        search.candidates.push_back(std::move(candidate));
+      }
+    }
+    for (std::size_t i = 0; i < search.candidates.size(); ++i) {
+      const StrategyPlan& c = search.candidates[i].plan;
+      if (c.best_batch && (!search.fastest || c.best_samples_per_second > search.candidates[*search.fastest].plan.best_samples_per_second)) search.fastest = i;
+    }
+  }
+  return out;
 }
 
 BatchSizePlan make_plan(const Scenario& scenario, const std::vector<models::StrategySpec>& strategies, const PlanOptions& options) {
@@ -488,6 +818,90 @@ BatchSizePlan make_plan(const Scenario& scenario, const std::vector<models::Stra
   requests[0].options = options;
   return make_plans(requests, options.jobs, options.progress).front();
 }
+
+namespace {
+
+std::string percent_or_dash(const std::optional<double>& fraction) { return fraction ? fmt::format("{:.1f}%", 100 * *fraction) : "-"; }
+
+// The lines under the header that say what the batches and samples/s of a cluster plan mean.
+std::string cluster_lines(const BatchSizePlan& plan) {
+  const int gpus = plan.cluster.ranks();
+  std::string out = fmt::format("GPUs       {}, {}: batches are per-GPU micro-batches; samples/s are global (micro-batch x {} / iteration time)\n",
+                                describe_shape(plan.cluster), data_parallel_name(plan.zero_stage), gpus);
+  out += "Scaling    efficiency: the same strategy and micro-batch on one GPU alone (its memory unbounded) over the iteration time here\n";
+  return out;
+}
+
+std::string limit_lines(const PlanOptions& o) {
+  return fmt::format(
+      "Limits     at the best batch: network where the exposed collectives (compute stream idle) take >= {0:g}% of the iteration, host where\n"
+      "           the compute stream's wait for launches does (the larger of the two), else compute; memory where no micro-batch fits\n",
+      100 * o.bottleneck_share);
+}
+
+std::string cluster_search_text(const BatchSizePlan& plan) {
+  const ClusterSearch& search = *plan.cluster_search;
+  const auto& o = plan.options;
+  std::string sizes, stages;
+  for (const ClusterShape shape : search.shapes) sizes += (sizes.empty() ? "" : ", ") + std::to_string(shape.ranks());
+  for (const int stage : search.zero_stages) stages += (stages.empty() ? "" : ", ") + data_parallel_name(stage);
+  const std::size_t strategies = search.candidates.empty() ? 0 : static_cast<std::size_t>(std::count_if(search.candidates.begin(), search.candidates.end(), [&](const ClusterCandidate& c) {
+    return c.shape.ranks() == search.candidates.front().shape.ranks() && c.zero_stage == search.candidates.front().zero_stage;
+  }));
+  std::string out = fmt::format("Cluster    search over {} GPUs x {} x {} strateg{}: {} configuration{}; batches are per-GPU micro-batches, samples/s global\n",
+                                sizes.empty() ? "no" : sizes, stages, strategies, strategies == 1 ? "y" : "ies", search.candidates.size(),
+                                search.candidates.size() == 1 ? "" : "s");
+  if (o.target_global_batch) {
+    out += fmt::format(
+        "Target     global batch {0} = micro-batch x steps x GPUs exactly: each configuration runs {0} / GPUs per GPU in one step where that\n"
+        "           fits, else the largest micro-batch dividing it that fits, with gradient accumulation simulated (DDP's no_sync micro-steps)\n",
+        *o.target_global_batch);
+  } else {
+    out += "Target     none: each configuration runs its fastest micro-batch, so global batches differ (plan.target_global_batch fixes one)\n";
+  }
+  out += "Scaling    efficiency: the same strategy and micro-batch on one GPU alone (its memory unbounded) over the iteration time here\n";
+  out += limit_lines(o);
+  std::size_t width = 8;
+  for (const auto& c : search.candidates) width = std::max(width, c.plan.strategy.size());
+  out += "\n" + fmt::format("{:>5}  {:>7}  {:<6}  {:<{}}  {:>11}  {:>5}  {:>10}  {:>16}  {:>10}  {:>7}  {:>8}  {:>9}  {:>11}  {}\n", "GPUs", "nodes", "DP",
+                          "strategy", width, "micro-batch", "steps", "iteration", "global samples/s", "per sample", "scaling", "exposed", "host wait",
+                          "peak/GPU", "limit");
+  for (const auto& c : search.candidates) {
+    const StrategyPlan& s = c.plan;
+    out += fmt::format("{:>5}  {:>7}  {:<6}  {:<{}}  ", c.shape.ranks(), fmt::format("{}x{}", c.shape.nodes, c.shape.gpus_per_node), data_parallel_name(c.zero_stage),
+                       s.strategy, width);
+    if (!s.best_batch) {
+      out += fmt::format("{:>11}  {:>5}  {:>10}  {:>16}  {:>10}  {:>7}  {:>8}  {:>9}  {:>11}  {}\n", "-", "-", "-", "-", "-", "-", "-", "-",
+                         s.points.empty() ? "-" : format_bytes(s.points.front().peak_bytes), to_string(s.limit));
+      continue;
+    }
+    const PlanPoint& p = *point_at(s, *s.best_batch);
+    out += fmt::format("{:>11}  {:>5}  {:>10}  {:>16.1f}  {:>10}  {:>7}  {:>8}  {:>9}  {:>11}  {}\n", *s.best_batch,
+                       (c.accumulation_estimated() ? "~" : "") + std::to_string(s.accumulation_steps), format_seconds(p.iteration_seconds),
+                       s.best_samples_per_second, format_seconds(1 / s.best_samples_per_second), percent_or_dash(s.scaling_efficiency),
+                       fmt::format("{:.1f}%", 100 * p.exposed_communication_seconds / p.iteration_seconds),
+                       fmt::format("{:.1f}%", 100 * p.host_wait_seconds / p.iteration_seconds), format_bytes(p.peak_bytes), to_string(s.limit));
+  }
+  out += "\n";
+  if (search.fastest) {
+    const ClusterCandidate& c = search.candidates[*search.fastest];
+    const StrategyPlan& s = c.plan;
+    out += fmt::format("Fastest: {}, {}, {}: micro-batch {} x {} step{}{} per GPU, {} per sample ({:.1f} samples/s), scaling efficiency {}, limited by {}.\n",
+                       describe_shape(c.shape), data_parallel_name(c.zero_stage), s.strategy, *s.best_batch, s.accumulation_steps,
+                       s.accumulation_steps == 1 ? "" : "s", c.accumulation_estimated() ? " (estimated)" : "", format_seconds(1 / s.best_samples_per_second),
+                       s.best_samples_per_second, percent_or_dash(s.scaling_efficiency), to_string(s.limit));
+  } else {
+    out += "Fastest: none: no configuration fits.\n";
+  }
+  for (const auto& note : search.notes) out += "note: " + note + "\n";
+  for (const auto& note : plan.notes) out += "note: " + note + "\n";
+  for (const auto& c : search.candidates) {
+    for (const auto& w : c.plan.warnings) out += fmt::format("warning: {}, {}, {}: {}\n", describe_shape(c.shape), data_parallel_name(c.zero_stage), c.plan.strategy, w);
+  }
+  return out;
+}
+
+}  // namespace
 
 std::string plan_table_text(const BatchSizePlan& plan) {
   const auto& o = plan.options;
@@ -507,9 +921,23 @@ std::string plan_table_text(const BatchSizePlan& plan) {
     case MemoryMetric::device: metric = "device: reserved + CUDA context (what nvidia-smi shows) within the limit"; break;
   }
   out += fmt::format("Memory     {}; out-of-memory as PyTorch decides it, on reserved segments\n", metric);
-  out += fmt::format("Search     batch 1 to {}, exponential growth then bisection ({} simulations per round); peak memory assumed monotone in the batch\n",
-                     o.max_batch, o.probes_per_round);
-  if (o.target_global_batch) {
+  if (plan.cluster_search && o.target_global_batch) {
+    out += fmt::format("Search     micro-batches up to {} dividing each configuration's share: the share first, then bisection ({} simulations per\n"
+                       "           round); peak memory assumed monotone in the micro-batch\n",
+                       o.max_batch, o.probes_per_round);
+  } else {
+    out += fmt::format("Search     batch 1 to {}, exponential growth then bisection ({} simulations per round); peak memory assumed monotone in the batch\n",
+                       o.max_batch, o.probes_per_round);
+  }
+  if (plan.cluster_search) return out + cluster_search_text(plan);
+  const bool cluster = plan.cluster.ranks() > 1;
+  if (cluster) out += cluster_lines(plan) + limit_lines(o);
+  if (o.target_global_batch && cluster) {
+    out += fmt::format("Target     global batch {0} by gradient accumulation: {0} / {1} GPUs = {2} samples per GPU in ceil({2} / micro-batch) steps;\n"
+                       "           samples/s = {0} / (steps x iteration time), an estimate: accumulation is not simulated (the optimizer step and the\n"
+                       "           gradient reduction are counted on every micro-batch, so the figures are pessimistic)\n",
+                       *o.target_global_batch, plan.cluster.ranks(), *o.target_global_batch / plan.cluster.ranks());
+  } else if (o.target_global_batch) {
     out += fmt::format("Target     global batch {} by gradient accumulation: samples/s = {} / (steps x iteration time); the optimizer step is counted\n"
                        "           on every micro-batch (our trace holds one), so the figures are slightly pessimistic\n",
                        *o.target_global_batch, *o.target_global_batch);
@@ -517,8 +945,13 @@ std::string plan_table_text(const BatchSizePlan& plan) {
   std::size_t width = 8;
   for (const auto& s : plan.strategies) width = std::max(width, s.strategy.size());
   const bool g = o.target_global_batch.has_value();
-  out += "\n" + fmt::format("{:<{}}  {:>10}  {:>10}  {:>11}  {:>12}  ", "strategy", width, "max batch", "best batch", "samples/s", "peak at best");
+  if (cluster) {
+    out += "\n" + fmt::format("{:<{}}  {:>13}  {:>14}  {:>16}  {:>12}  ", "strategy", width, "max batch/GPU", "best batch/GPU", "global samples/s", "peak at best");
+  } else {
+    out += "\n" + fmt::format("{:<{}}  {:>10}  {:>10}  {:>11}  {:>12}  ", "strategy", width, "max batch", "best batch", "samples/s", "peak at best");
+  }
   if (g) out += fmt::format("{:>11}  ", "accum steps");
+  if (cluster) out += fmt::format("{:>7}  {:>8}  {:>9}  {:<7}  ", "scaling", "exposed", "host wait", "limit");
   out += fmt::format("{:>24}  {:>9}  {:>4}\n", "vs baseline: batch, peak", "slowdown", "sims");
   bool compared = false;
   for (const auto& s : plan.strategies) {
@@ -527,9 +960,20 @@ std::string plan_table_text(const BatchSizePlan& plan) {
       continue;
     }
     const std::string max = s.max_is_ceiling ? fmt::format(">= {}", *s.max_batch) : std::to_string(*s.max_batch);
-    out += fmt::format("{:<{}}  {:>10}  {:>10}  {:>11.1f}  {:>12}  ", s.strategy, width, max, *s.best_batch, s.best_samples_per_second,
-                       format_bytes(s.best_peak_bytes));
+    if (cluster) {
+      out += fmt::format("{:<{}}  {:>13}  {:>14}  {:>16.1f}  {:>12}  ", s.strategy, width, max, *s.best_batch, s.best_samples_per_second,
+                         format_bytes(s.best_peak_bytes));
+    } else {
+      out += fmt::format("{:<{}}  {:>10}  {:>10}  {:>11.1f}  {:>12}  ", s.strategy, width, max, *s.best_batch, s.best_samples_per_second,
+                         format_bytes(s.best_peak_bytes));
+    }
     if (g) out += fmt::format("{:>11}  ", s.accumulation_steps);
+    if (cluster) {
+      const PlanPoint& p = *point_at(s, *s.best_batch);
+      out += fmt::format("{:>7}  {:>8}  {:>9}  {:<7}  ", percent_or_dash(s.scaling_efficiency),
+                         fmt::format("{:.1f}%", 100 * p.exposed_communication_seconds / p.iteration_seconds),
+                         fmt::format("{:.1f}%", 100 * p.host_wait_seconds / p.iteration_seconds), to_string(s.limit));
+    }
     std::string at = "-", slowdown = "-";
     if (s.vs_baseline) {
       compared = true;
@@ -557,6 +1001,37 @@ std::string plan_table_text(const BatchSizePlan& plan) {
 
 namespace {
 
+ordered_json opt(const std::optional<double>& v) { return v ? ordered_json(*v) : ordered_json(nullptr); }
+ordered_json opt(const std::optional<std::int64_t>& v) { return v ? ordered_json(*v) : ordered_json(nullptr); }
+
+ordered_json points_json(const std::vector<PlanPoint>& points) {
+  ordered_json out = ordered_json::array();
+  for (const auto& p : points) {
+    out.push_back({{"batch", p.batch},
+                   {"fits", p.fits},
+                   {"out_of_memory", p.out_of_memory},
+                   {"inapplicable", p.inapplicable},
+                   {"simulation_failed", p.simulation_failed},
+                   {"peak_bytes", p.peak_bytes},
+                   {"iteration_seconds", p.iteration_seconds},
+                   {"samples_per_second", p.samples_per_second},
+                   {"stall_seconds", p.stall_seconds},
+                   {"collective_seconds", p.collective_seconds},
+                   {"exposed_communication_seconds", p.exposed_communication_seconds},
+                   {"host_wait_seconds", p.host_wait_seconds},
+                   {"exact_peak_bytes", p.exact_peak_bytes},
+                   {"allocated_peak_bytes", p.allocated_peak_bytes},
+                   {"reserved_peak_bytes", p.reserved_peak_bytes},
+                   {"device_peak_bytes", p.device_peak_bytes}});
+  }
+  return out;
+}
+
+ordered_json shape_json(ClusterShape shape, int zero_stage) {
+  return {{"gpus", shape.ranks()}, {"nodes", shape.nodes}, {"gpus_per_node", shape.gpus_per_node}, {"zero_stage", zero_stage},
+          {"data_parallel", zero_stage == 0 ? "ddp" : fmt::format("zero-{}", zero_stage)}};
+}
+
 ordered_json plan_to_json(const BatchSizePlan& plan) {
   ordered_json j = detail::document_header("plan");
   j["scenario"] = detail::scenario_json(plan.scenario_name, plan.scenario_source);
@@ -568,19 +1043,26 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
   j["options"] = {{"margin", plan.options.margin},
                   {"memory_metric", to_string(plan.options.memory_metric)},
                   {"max_batch", plan.options.max_batch},
-                  {"target_global_batch", plan.options.target_global_batch ? ordered_json(*plan.options.target_global_batch) : ordered_json(nullptr)},
-                  {"probes_per_round", plan.options.probes_per_round}};
+                  {"target_global_batch", opt(plan.options.target_global_batch)},
+                  {"probes_per_round", plan.options.probes_per_round},
+                  {"bottleneck_share", plan.options.bottleneck_share}};
+  // The GPUs the batches are per (batches are per-GPU micro-batches and samples/s global); null
+  // on one GPU and for a cluster search, whose candidates carry their own.
+  j["cluster"] = plan.cluster.ranks() > 1 && !plan.cluster_search ? shape_json(plan.cluster, plan.zero_stage) : ordered_json(nullptr);
   ordered_json strategies = ordered_json::array();
   for (const auto& s : plan.strategies) {
     ordered_json js;
     js["strategy"] = detail::strategy_json(s.spec);
     js["fits_at_batch_1"] = s.max_batch.has_value();
-    js["max_batch"] = s.max_batch ? ordered_json(*s.max_batch) : ordered_json(nullptr);
+    js["max_batch"] = opt(s.max_batch);
     js["max_is_ceiling"] = s.max_is_ceiling;
-    js["best_batch"] = s.best_batch ? ordered_json(*s.best_batch) : ordered_json(nullptr);
+    js["best_batch"] = opt(s.best_batch);
     js["best_samples_per_second"] = s.best_samples_per_second;
     js["best_peak_bytes"] = s.best_peak_bytes;
     js["accumulation_steps"] = s.accumulation_steps;
+    js["one_gpu_iteration_seconds"] = opt(s.one_gpu_iteration_seconds);
+    js["scaling_efficiency"] = opt(s.scaling_efficiency);
+    js["limit"] = to_string(s.limit);
     if (s.vs_baseline) {
       js["vs_baseline"] = {{"batch", s.vs_baseline->batch},
                            {"peak_saved_fraction", s.vs_baseline->peak_saved_fraction},
@@ -592,26 +1074,47 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
       js["vs_baseline"] = nullptr;
     }
     js["warnings"] = s.warnings;
-    ordered_json points = ordered_json::array();
-    for (const auto& p : s.points) {
-      points.push_back({{"batch", p.batch},
-                        {"fits", p.fits},
-                        {"out_of_memory", p.out_of_memory},
-                        {"inapplicable", p.inapplicable},
-                        {"simulation_failed", p.simulation_failed},
-                        {"peak_bytes", p.peak_bytes},
-                        {"iteration_seconds", p.iteration_seconds},
-                        {"samples_per_second", p.samples_per_second},
-                        {"stall_seconds", p.stall_seconds},
-                        {"exact_peak_bytes", p.exact_peak_bytes},
-                        {"allocated_peak_bytes", p.allocated_peak_bytes},
-                        {"reserved_peak_bytes", p.reserved_peak_bytes},
-                        {"device_peak_bytes", p.device_peak_bytes}});
-    }
-    js["points"] = std::move(points);
+    js["points"] = points_json(s.points);
     strategies.push_back(std::move(js));
   }
   j["strategies"] = std::move(strategies);
+  if (plan.cluster_search) {
+    const ClusterSearch& search = *plan.cluster_search;
+    ordered_json shapes = ordered_json::array();
+    for (const ClusterShape shape : search.shapes) shapes.push_back({{"gpus", shape.ranks()}, {"nodes", shape.nodes}, {"gpus_per_node", shape.gpus_per_node}});
+    ordered_json candidates = ordered_json::array();
+    for (const ClusterCandidate& c : search.candidates) {
+      const StrategyPlan& s = c.plan;
+      ordered_json jc = shape_json(c.shape, c.zero_stage);
+      jc["strategy"] = detail::strategy_json(s.spec);
+      jc["fits"] = c.fits();
+      jc["max_micro_batch"] = opt(s.max_batch);
+      jc["max_is_ceiling"] = s.max_is_ceiling;
+      jc["micro_batch"] = opt(s.best_batch);
+      jc["accumulation_steps"] = s.accumulation_steps;
+      jc["accumulation_estimated"] = c.accumulation_estimated();
+      const PlanPoint* best = s.best_batch ? point_at(s, *s.best_batch) : nullptr;
+      jc["iteration_seconds"] = best ? ordered_json(best->iteration_seconds) : ordered_json(nullptr);
+      jc["samples_per_second"] = s.best_samples_per_second;
+      jc["seconds_per_sample"] = s.best_samples_per_second > 0 ? ordered_json(1 / s.best_samples_per_second) : ordered_json(nullptr);
+      jc["one_gpu_iteration_seconds"] = opt(s.one_gpu_iteration_seconds);
+      jc["scaling_efficiency"] = opt(s.scaling_efficiency);
+      jc["exposed_communication_seconds"] = best ? ordered_json(best->exposed_communication_seconds) : ordered_json(nullptr);
+      jc["host_wait_seconds"] = best ? ordered_json(best->host_wait_seconds) : ordered_json(nullptr);
+      jc["peak_bytes"] = best ? ordered_json(best->peak_bytes) : ordered_json(nullptr);
+      jc["limit"] = to_string(s.limit);
+      jc["warnings"] = s.warnings;
+      jc["points"] = points_json(s.points);
+      candidates.push_back(std::move(jc));
+    }
+    j["cluster_search"] = {{"shapes", std::move(shapes)},
+                           {"zero_stages", search.zero_stages},
+                           {"candidates", std::move(candidates)},
+                           {"fastest", search.fastest ? ordered_json(*search.fastest) : ordered_json(nullptr)},
+                           {"notes", search.notes}};
+  } else {
+    j["cluster_search"] = nullptr;
+  }
   j["notes"] = plan.notes;
   return j;
 }
@@ -628,14 +1131,23 @@ std::string csv_field(const std::string& text) {
 std::string plan_json(const BatchSizePlan& plan) { return plan_to_json(plan).dump(2) + "\n"; }
 
 std::string plan_csv(const std::vector<BatchSizePlan>& plans) {
-  std::string out = "variant,scenario,platform,strategy,batch,fits,out_of_memory,inapplicable,simulation_failed,peak_bytes,iteration_seconds,samples_per_second,stall_seconds\n";
+  // samples_per_second is global (batch x gpus / iteration); the cluster columns come last so
+  // that readers of the one-GPU columns keep their positions.
+  std::string out =
+      "variant,scenario,platform,strategy,batch,fits,out_of_memory,inapplicable,simulation_failed,peak_bytes,iteration_seconds,samples_per_second,stall_seconds,"
+      "gpus,nodes,gpus_per_node,zero_stage,collective_seconds,exposed_communication_seconds,host_wait_seconds\n";
+  const auto rows = [&](const BatchSizePlan& plan, const StrategyPlan& s, ClusterShape shape, int zero_stage) {
+    for (const auto& p : s.points) {
+      out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(plan.variant), csv_field(plan.scenario_name),
+                         csv_field(plan.platform_name), csv_field(s.strategy), p.batch, p.fits ? 1 : 0, p.out_of_memory ? 1 : 0, p.inapplicable ? 1 : 0,
+                         p.simulation_failed ? 1 : 0, p.peak_bytes, p.iteration_seconds, p.samples_per_second, p.stall_seconds, shape.ranks(), shape.nodes,
+                         shape.gpus_per_node, zero_stage, p.collective_seconds, p.exposed_communication_seconds, p.host_wait_seconds);
+    }
+  };
   for (const BatchSizePlan& plan : plans) {
-    for (const auto& s : plan.strategies) {
-      for (const auto& p : s.points) {
-        out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(plan.variant), csv_field(plan.scenario_name), csv_field(plan.platform_name),
-                           csv_field(s.strategy), p.batch, p.fits ? 1 : 0, p.out_of_memory ? 1 : 0, p.inapplicable ? 1 : 0, p.simulation_failed ? 1 : 0, p.peak_bytes,
-                           p.iteration_seconds, p.samples_per_second, p.stall_seconds);
-      }
+    for (const auto& s : plan.strategies) rows(plan, s, plan.cluster, plan.zero_stage);
+    if (plan.cluster_search) {
+      for (const auto& c : plan.cluster_search->candidates) rows(plan, c.plan, c.shape, c.zero_stage);
     }
   }
   return out;

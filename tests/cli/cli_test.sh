@@ -282,5 +282,18 @@ expect 0 'Memory     reserved: ' -- plan "$work/budget.yaml" -q --max-batch 16
 printf 'model: {zoo: gpt, layers: 1, hidden: 64, heads: 5, seq_len: 16, vocab: 64}\nplatform: a100-40gb\n' >"$work/heads.yaml"
 expect 2 "heads.yaml: model: heads: 5 heads do not divide hidden size 64" -- plan "$work/heads.yaml" -q -j 2
 
+# Clusters (issue 15 item 6): a plan of a parallelism section, a cluster search, their errors.
+printf 'model: {zoo: gpt2, layers: 2, seq_len: 256}\ntraining: {precision: mixed}\nplatform: a100-80gb\nparallelism: {gpus_per_node: 4}\nplan: {max_batch: 4, strategies: [baseline]}\n' >"$work/dp.yaml"
+expect 0 'batches are per-GPU micro-batches; samples/s are global' -- plan -q -j 2 "$work/dp.yaml"
+expect 2 "dp.yaml: plan: target global batch 10 is not a multiple of the 4 GPUs" -- plan -q --target-global-batch 10 "$work/dp.yaml"
+printf 'model: {zoo: gpt2, layers: 2, seq_len: 256}\ntraining: {precision: mixed}\nplatform: a100-80gb\nplan: {gpus: [2, 4], zero_stages: [0, 3], target_global_batch: 16, strategies: [baseline]}\n' >"$work/search.yaml"
+expect 0 'Fastest: [0-9]+ GPUs \(1 node x [24]\), (DDP|ZeRO-3), baseline' -- plan -q -j 2 "$work/search.yaml"
+expect 0 '"cluster_search": \{' -- plan -q -j 2 --json "$work/search.yaml"
+expect 2 "^comptrain: error: --plots: .*cluster search" -- plan -q --plots "$work/plots" "$work/search.yaml"
+printf 'model: {zoo: gpt2}\nplatform: a100-80gb\nplan:\n  gpus: [8, 12]\n' >"$work/bad-gpus.yaml"
+expect 2 "bad-gpus.yaml:4:13: 'plan.gpus' has 12 GPUs, which do not fill whole nodes of 8" -- plan -q "$work/bad-gpus.yaml"
+printf 'model: {zoo: gpt2}\nplatform: a100-80gb\nplan: {zero_stages: [0, 5]}\n' >"$work/bad-stages.yaml"
+expect 2 "bad-stages.yaml:3:25: 'plan.zero_stages\[1\]' is '5'; expected an integer from 0 to 3" -- plan -q "$work/bad-stages.yaml"
+
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -20,13 +20,37 @@
 // their largest batches; simulated once more where the search did not): the memory it saves
 // there and its slowdown; and best against best throughput. The scenario is prepared once
 // (sim/run.hpp) and every probe replays in the worker process it runs in.
+//
+// Clusters. With a `parallelism:` section the batches searched are per-GPU micro-batches and
+// samples/s are global: micro-batch x GPUs / iteration time (with a target global batch G:
+// G / (steps x iteration time), each GPU taking G / GPUs samples in ceil((G / GPUs) / b) steps
+// of b). Each strategy's best micro-batch is simulated once more on one GPU alone (the scenario
+// without its parallelism section, the GPU's memory unbounded so that a micro-batch that fits
+// only thanks to ZeRO's sharding still has a reference): the scaling efficiency is that time
+// over the cluster's iteration time.
+//
+// Cluster search. `plan.gpus` (or `plan.nodes`) and `plan.zero_stages` expand the scenario over
+// cluster sizes x ZeRO stages (0: DDP) x strategies, each a candidate planned as above through
+// the same worker pool. With a target global batch G, a candidate of N GPUs runs micro-batches b
+// that divide its share G / N, each simulated with (G / N) / b gradient accumulation steps
+// (models/gradient_accumulation.hpp), so that every point trains G samples per optimizer step as
+// DeepSpeed requires (train_batch_size = micro-batch x steps x GPUs): first the share in one step
+// (one simulation); where that does not fit, bisection over the divisors below it (peak memory
+// assumed monotone in the micro-batch). Sizes whose GPUs do not divide G are left out with a
+// note. The plan reports the fastest candidate (time per sample, scaling efficiency) and what
+// limits each one (PlanLimit).
+//
+// Outside a cluster search a target global batch is reached by estimated accumulation: ceil(share
+// / b) steps of one simulated micro-batch each (the optimizer step counted on every micro-batch).
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "comptrain/models/strategy.hpp"
+#include "comptrain/sim/collectives.hpp"
 #include "comptrain/sim/scenario.hpp"
 
 namespace comptrain::sim {
@@ -40,7 +64,21 @@ struct PlanOptions {
   bool progress = true;                          // progress on stderr
   int probes_per_round = 3;                      // simulations per search round (not tied to jobs,
                                                  // so that results are the same for any jobs)
+  // A strategy is limited by the network (or the host) where the exposed collectives (or the
+  // compute stream's wait for launches) take at least this share of its iteration, so that the
+  // iteration would be at least that much shorter without them. 10% is a design choice, not a
+  // measured constant: below it, the GPU's own work is what to speed up first.
+  double bottleneck_share = 0.10;
 };
+
+// What limits a strategy or a cluster candidate at its best batch:
+//   memory          no batch fits (not even 1, or not even 1 per GPU)
+//   network         exposed collective time >= bottleneck_share of the iteration (and >= the host's)
+//   host            the compute stream idle waiting for the launching thread >= bottleneck_share
+//   compute         neither: the GPU's work (and any copies it waits for) sets the pace
+//   not_applicable  the strategy applies at no batch tried; failed: the simulations failed
+enum class PlanLimit { memory, network, host, compute, not_applicable, failed };
+std::string_view to_string(PlanLimit limit);
 
 // One simulated point.
 struct PlanPoint {
@@ -55,8 +93,11 @@ struct PlanPoint {
   std::int64_t reserved_peak_bytes = 0;
   std::int64_t device_peak_bytes = 0;     // reserved + CUDA context
   double iteration_seconds = 0;      // 0 for out-of-memory points
-  double samples_per_second = 0;
+  double samples_per_second = 0;     // batch x GPUs x micro-steps / iteration_seconds (global on a cluster)
   double stall_seconds = 0;
+  double collective_seconds = 0;     // sim::communication_time of the run (0 on one GPU)
+  double exposed_communication_seconds = 0;
+  double host_wait_seconds = 0;      // SimulationResult::host_wait_seconds
 };
 
 struct StrategyPlan {
@@ -65,9 +106,15 @@ struct StrategyPlan {
   std::optional<std::int64_t> max_batch;      // empty: not even batch 1 fits
   bool max_is_ceiling = false;                // max_batch is PlanOptions::max_batch: larger may fit
   std::optional<std::int64_t> best_batch;     // highest samples/s among the fitting points
-  double best_samples_per_second = 0;         // with target_global_batch G: G / (steps * t(b))
+  double best_samples_per_second = 0;         // with target_global_batch G: G / (steps * t(b)); global on a cluster
   std::int64_t best_peak_bytes = 0;
-  std::int64_t accumulation_steps = 1;        // to reach target_global_batch at best_batch
+  std::int64_t accumulation_steps = 1;        // micro-steps per optimizer step at best_batch: to reach target_global_batch (per GPU: G / GPUs), or the scenario's own
+  bool accumulation_simulated = true;         // false: estimated as steps x one micro-step's iteration (target_global_batch outside a cluster search)
+  // On a cluster: the best micro-batch's iteration on one GPU alone (memory unbounded), and that
+  // over the cluster's iteration time; empty on one GPU or where the reference did not run.
+  std::optional<double> one_gpu_iteration_seconds;
+  std::optional<double> scaling_efficiency;
+  PlanLimit limit = PlanLimit::memory;        // at best_batch (see PlanLimit)
   // Against the baseline at a batch both run (the smaller of the two largest batches); empty
   // when there is no baseline, this is it, or either fits nowhere.
   struct Comparison {
@@ -85,6 +132,24 @@ struct StrategyPlan {
   std::vector<std::string> warnings;          // monotonicity violations, inapplicable points, worker diagnostics
 };
 
+// One configuration of a cluster search: a cluster size, a ZeRO stage and a strategy, planned
+// as a strategy is (its `plan`: per-GPU micro-batches; best_samples_per_second global).
+struct ClusterCandidate {
+  ClusterShape shape;
+  int zero_stage = 0;   // 0: PyTorch DDP
+  StrategyPlan plan;
+  bool fits() const { return plan.best_batch.has_value(); }
+  bool accumulation_estimated() const { return plan.accumulation_steps > 1 && !plan.accumulation_simulated; }
+};
+
+struct ClusterSearch {
+  std::vector<ClusterShape> shapes;   // as planned (sizes left out are in notes)
+  std::vector<int> zero_stages;
+  std::vector<ClusterCandidate> candidates;  // by size, then stage, then strategy
+  std::optional<std::size_t> fastest;        // the highest global samples/s among those that fit
+  std::vector<std::string> notes;
+};
+
 // The planner's answer for one scenario: per strategy, the largest batch that fits and the
 // fastest one.
 struct BatchSizePlan {
@@ -100,7 +165,11 @@ struct BatchSizePlan {
   std::int64_t cuda_context_bytes = 0;
   std::int64_t limit_bytes = 0;               // floor((1 - margin) * capacity)
   PlanOptions options;
-  std::vector<StrategyPlan> strategies;
+  // The GPUs planned for (the parallelism section; 1 x 1 without one) and their ZeRO stage.
+  ClusterShape cluster{};
+  int zero_stage = 0;
+  std::vector<StrategyPlan> strategies;       // empty for a cluster search
+  std::optional<ClusterSearch> cluster_search;  // the scenario has plan.gpus, plan.nodes or plan.zero_stages
   std::vector<std::string> notes;             // strategies left out as identical to another
 };
 

@@ -64,8 +64,8 @@ Platform parsed(const std::string& yaml) { return parse_platform(yaml, "p.yaml")
 // ---- Shipped platforms -------------------------------------------------------------------
 
 TEST(BuiltinPlatforms, AllShippedPlatformsAreEmbedded) {
-  EXPECT_THAT(builtin_platform_names(), ElementsAre("a100-40gb", "a100-80gb", "dgx-a100-superpod", "dgx-h100-superpod", "h100-80gb", "h200",
-                                                   "perlmutter-gpu", "polaris", "titanx-maxwell", "v100-16gb", "v100-32gb"));
+  EXPECT_THAT(builtin_platform_names(), ElementsAre("a100-40gb", "a100-80gb", "dgx-a100-superpod", "dgx-h100-superpod", "dgx1-v100-cluster",
+                                                   "h100-80gb", "h200", "perlmutter-gpu", "polaris", "titanx-maxwell", "v100-16gb", "v100-32gb"));
 }
 
 TEST(BuiltinPlatforms, EveryShippedPlatformParsesWithSaneValues) {
@@ -213,8 +213,8 @@ TEST(BuiltinPlatforms, UnknownNameListsTheShippedOnes) {
     FAIL() << "expected an InputError";
   } catch (const InputError& e) {
     EXPECT_THAT(e.what(), HasSubstr("unknown platform 'nope'"));
-    EXPECT_THAT(e.what(), HasSubstr("a100-40gb, a100-80gb, dgx-a100-superpod, dgx-h100-superpod, h100-80gb, h200, perlmutter-gpu, polaris, "
-                                    "titanx-maxwell, v100-16gb, v100-32gb"));
+    EXPECT_THAT(e.what(), HasSubstr("a100-40gb, a100-80gb, dgx-a100-superpod, dgx-h100-superpod, dgx1-v100-cluster, h100-80gb, h200, "
+                                    "perlmutter-gpu, polaris, titanx-maxwell, v100-16gb, v100-32gb"));
   }
 }
 
@@ -763,6 +763,13 @@ TEST(BuiltinPlatforms, ClustersAreTheirSystemsPages) {
   EXPECT_EQ(q.nic->per_node, 2) << "a pair of Slingshot NICs for 4 GPUs";
   EXPECT_EQ(q.network->nodes, 560);
   EXPECT_DOUBLE_EQ(q.network->link.bandwidth, 2 * q.nic->bandwidth);
+  const Platform d = builtin_platform("dgx1-v100-cluster");
+  EXPECT_EQ(d.gpus_per_node, 8);
+  EXPECT_EQ(d.nic->per_node, 4) << "4 EDR NICs, one per pair of GPUs";
+  EXPECT_DOUBLE_EQ(d.nic->bandwidth, 12e9);
+  EXPECT_EQ(d.network->leaves(), 8);
+  EXPECT_DOUBLE_EQ(d.network->link.bandwidth, 4 * d.nic->bandwidth);
+  EXPECT_DOUBLE_EQ(d.collectives.network_overhead, 1e-6) << "Intel host";
   for (const std::string& name : builtin_platform_names()) {
     const Platform x = builtin_platform(name);
     if (x.gpus_per_node == 1) continue;
@@ -776,6 +783,7 @@ TEST(BuiltinPlatforms, ClustersAreTheirSystemsPages) {
   // A calibration of an A100 or H100 describes the single-node platforms; the clusters copy them.
   EXPECT_THAT(builtin_platforms_with_gpu("NVIDIA A100-SXM4-40GB"), ElementsAre("a100-40gb"));
   EXPECT_THAT(builtin_platforms_with_gpu("NVIDIA H100 80GB HBM3"), ElementsAre("h100-80gb"));
+  EXPECT_THAT(builtin_platforms_with_gpu("Tesla V100-SXM2-16GB"), ElementsAre("v100-16gb"));
 }
 
 // The clusters reuse the single-node files' GPU sections (and the DGX ones their hosts and links):
@@ -800,6 +808,7 @@ TEST(BuiltinPlatforms, ClustersKeepTheirNodesSectionsInSync) {
   const std::vector<Copy> copies{
       {"dgx-a100-superpod", "a100-80gb", {"gpu", "host", "host_link", "gpu_link", "gpus_per_node", "efficiency"}},
       {"dgx-h100-superpod", "h100-80gb", {"gpu", "host", "host_link", "gpu_link", "gpus_per_node", "efficiency"}},
+      {"dgx1-v100-cluster", "v100-16gb", {"gpu", "host", "host_link", "gpu_link", "gpus_per_node", "efficiency"}},
       {"perlmutter-gpu", "a100-40gb", {"gpu", "host_link", "efficiency"}},
       {"polaris", "a100-40gb", {"gpu", "host_link", "efficiency"}},
   };

@@ -265,7 +265,11 @@ std::string predict(const ValidationPoint& point, const PreparedScenario& run, c
   const SimulationResult& r = std::get<SimulationResult>(measured);
   switch (point.metric) {
     case ValidationMetric::throughput_samples_per_s:
-      return predicted_value(static_cast<double>(point.batch) / r.iteration_seconds);
+      // The whole job's samples/s, as multi-GPU sources publish it: `batch` is the per-GPU
+      // micro-batch, an iteration runs training.gradient_accumulation_steps of them and every rank
+      // steps in lockstep (the global throughput `comptrain simulate` reports).
+      return predicted_value(static_cast<double>(point.batch) * run.cluster_shape().ranks() * run.scenario().accumulation_steps /
+                             r.iteration_seconds);
     case ValidationMetric::peak_mem_bytes:
       return predicted_value(static_cast<double>(memory_as_measured(r, point.measured_as)));
     default:

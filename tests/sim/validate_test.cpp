@@ -1,13 +1,19 @@
-// The validation table's reader (fields, comments, located errors), the error arithmetic and
-// the summaries. The predictions themselves run in tests/cli/validate_test.sh.
+// The validation table's reader (fields, comments, located errors), the error arithmetic, the
+// summaries and a throughput point's prediction on one GPU and on several. The shipped table's
+// predictions run in tests/cli/validate_test.sh.
 #include "comptrain/sim/validate.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
+#include <tuple>
+#include <variant>
 
+#include "comptrain/sim/run.hpp"
+#include "comptrain/sim/scenario.hpp"
 #include "comptrain/support/input_error.hpp"
 
 namespace comptrain::sim {
@@ -156,6 +162,38 @@ TEST(ValidationSummary, MedianAndWorstOfAbsoluteErrorsWithoutSuspects) {
   EXPECT_EQ(summaries[1].count, 1);
   EXPECT_DOUBLE_EQ(summaries[1].median_abs_error, 0.3);
   EXPECT_EQ(summaries[1].not_covered, 1);
+}
+
+// Multi-GPU sources publish the whole job's samples/s: a throughput point predicts the per-GPU
+// micro-batch times the scenario's GPUs and micro-steps over its iteration time, and a one-GPU
+// point without accumulation the batch alone.
+TEST(ValidatePrediction, ThroughputIsTheWholeJobs) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "comptrain_validate_global_throughput";
+  std::filesystem::create_directories(dir);
+  const std::string one = "model: {zoo: resnet18}\ntraining: {batch_size: 8, precision: fp32, optimizer: momentum}\nplatform: a100-80gb\n";
+  std::ofstream(dir / "one.yaml") << one;
+  std::ofstream(dir / "four.yaml") << one << "parallelism: {nodes: 1, gpus_per_node: 4}\n";
+  std::ofstream(dir / "four-x3.yaml") << "model: {zoo: resnet18}\ntraining: {batch_size: 8, precision: fp32, optimizer: momentum, "
+                                         "gradient_accumulation_steps: 3}\nplatform: a100-80gb\nparallelism: {nodes: 1, gpus_per_node: 4}\n";
+  const auto point = [](const std::string& id, const std::string& scenario) {
+    return R"({"id": ")" + id + R"(", "source": "s", "model": "resnet18", "gpu": "A100", "precision": "fp32", "batch": 8, )"
+           R"("metric": "throughput_samples_per_s", "published": 1000, "unit": "images/s", "notes": "n", "scenario": ")" + scenario + "\"}\n";
+  };
+  const ValidationTable table =
+      parse_validation_table(point("one", "one.yaml") + point("four", "four.yaml") + point("four-x3", "four-x3.yaml"), "t.jsonl", dir);
+  const auto results = validate(table, ValidateOptions{false, 1});
+  ASSERT_EQ(results.size(), 3u);
+  // Micro-batches one iteration trains: GPUs x micro-steps.
+  for (const auto& [index, file, micro_batches] : {std::tuple{0, "one.yaml", 1}, std::tuple{1, "four.yaml", 4}, std::tuple{2, "four-x3.yaml", 12}}) {
+    SCOPED_TRACE(file);
+    const PreparedScenario prepared(load_scenario_file(dir / file));
+    const RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, 8, Isolation::child_process);
+    ASSERT_TRUE(std::holds_alternative<CompletedRun>(outcome));
+    const double iteration = std::get<CompletedRun>(outcome).result.iteration_seconds;
+    ASSERT_TRUE(results[index].predicted.has_value()) << results[index].why_none;
+    EXPECT_NEAR(*results[index].predicted, 8.0 * micro_batches / iteration, 1e-9 * 8.0 * micro_batches / iteration);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 TEST(ValidationSummary, TextShowsSignedErrorsAndTheSummary) {

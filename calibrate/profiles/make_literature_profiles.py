@@ -24,7 +24,7 @@ import yaml
 A100_COMPRESS, A100_DECOMPRESS = 332.42e9, 513.04e9
 HBM = {"v100": 900e9, "a100": 1555e9, "h100": 3350e9, "h200": 4800e9}
 GPUS = {
-    "v100": ("Tesla V100-SXM2 (16/32 GB)", ["v100-16gb", "v100-32gb"]),
+    "v100": ("Tesla V100-SXM2 (16/32 GB)", ["v100-16gb", "v100-32gb", "dgx1-v100-cluster"]),
     "a100": ("NVIDIA A100-SXM4 (40/80 GB)", ["a100-40gb", "a100-80gb", "dgx-a100-superpod", "perlmutter-gpu", "polaris"]),
     "h100": ("NVIDIA H100 80GB HBM3", ["h100-80gb", "dgx-h100-superpod"]),
     "h200": ("NVIDIA H200", ["h200"]),

@@ -223,6 +223,7 @@ TEST(Profile, AutoPicksThePlatformsProfile) {
     EXPECT_EQ(resolve_profile("auto", ".", cluster)->name, "a100-literature") << cluster;
   }
   EXPECT_EQ(resolve_profile("auto", ".", "dgx-h100-superpod")->name, "h100-literature");
+  EXPECT_EQ(resolve_profile("auto", ".", "dgx1-v100-cluster")->name, "v100-literature");
   EXPECT_THROW(resolve_profile("auto", ".", "titanx-maxwell"), InputError);
   EXPECT_THROW(resolve_profile("auto", ".", ""), InputError);
   EXPECT_THROW(resolve_profile("missing.yaml", ".", "a100-40gb"), InputError);

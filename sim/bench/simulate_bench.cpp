@@ -141,6 +141,21 @@ struct ChildReport {
   int fits = 0;
 };
 
+// Runs a scenario at its batch size through the run layer, in this process, and counts what it
+// replayed.
+ChildReport run_and_report(const sim::Scenario& scenario) {
+  const sim::PreparedScenario prepared(scenario);
+  const sim::RunOutcome outcome = sim::run_scenario(prepared, scenario.strategy, prepared.batch_size(), sim::Isolation::this_process);
+  const auto& run = std::get<sim::CompletedRun>(outcome);
+  ChildReport report;
+  report.ops = run.scheduled.trace.ops().size();
+  report.edges = boost::num_edges(run.scheduled.trace.graph());
+  report.tasks = run.scheduled.schedule.tasks.size();
+  for (const auto& task : run.scheduled.schedule.tasks) report.collectives += task.kind == models::TaskKind::collective ? 1 : 0;
+  report.fits = run.result.out_of_memory ? 0 : 1;
+  return report;
+}
+
 ChildReport simulate_gpt(std::int64_t layers) {
   sim::Scenario scenario;
   scenario.source = "<simulate_bench>";
@@ -153,15 +168,7 @@ ChildReport simulate_gpt(std::int64_t layers) {
   scenario.zoo_model->seq_len = 512;
   scenario.batch_size = 1;
   scenario.platform = models::builtin_platform("h100-80gb");
-  const sim::PreparedScenario prepared(scenario);
-  const sim::RunOutcome outcome = sim::run_scenario(prepared, scenario.strategy, 1, sim::Isolation::this_process);
-  const auto& run = std::get<sim::CompletedRun>(outcome);
-  ChildReport report;
-  report.ops = run.scheduled.trace.ops().size();
-  report.edges = boost::num_edges(run.scheduled.trace.graph());
-  report.tasks = run.scheduled.schedule.tasks.size();
-  report.fits = run.result.out_of_memory ? 0 : 1;
-  return report;
+  return run_and_report(scenario);
 }
 
 // The example scenario's model (scenarios/gpt-zero3-4x8.yaml: 1.3 B parameters, mixed
@@ -187,16 +194,7 @@ ChildReport simulate_cluster(std::int64_t nodes) {
   parallelism.data.ranks = parallelism.nodes * parallelism.gpus_per_node;
   parallelism.data.zero_stage = 3;
   scenario.parallelism = parallelism;
-  const sim::PreparedScenario prepared(scenario);
-  const sim::RunOutcome outcome = sim::run_scenario(prepared, scenario.strategy, 4, sim::Isolation::this_process);
-  const auto& run = std::get<sim::CompletedRun>(outcome);
-  ChildReport report;
-  report.ops = run.scheduled.trace.ops().size();
-  report.edges = boost::num_edges(run.scheduled.trace.graph());
-  report.tasks = run.scheduled.schedule.tasks.size();
-  for (const auto& task : run.scheduled.schedule.tasks) report.collectives += task.kind == models::TaskKind::collective ? 1 : 0;
-  report.fits = run.result.out_of_memory ? 0 : 1;
-  return report;
+  return run_and_report(scenario);
 }
 
 // One simulation in a forked child: what it reports, its CPU seconds and its peak RSS.

@@ -645,22 +645,15 @@ std::string memory_timeline_csv(const SimulationRun& run) {
 
 CommunicationTime communication_time(const models::Schedule& schedule, const SimulationResult& result) {
   std::vector<std::pair<double, double>> comm;
-  std::vector<std::pair<double, double>> both;
-  for (TaskId t = 0; t < schedule.tasks.size() && t < result.tasks.size(); ++t) {
-    const TaskTiming& timing = result.tasks[t];
-    if (!(timing.end > timing.start)) continue;
-    if (schedule.tasks[t].kind == TaskKind::collective) {
-      comm.emplace_back(timing.start, timing.end);
-      both.emplace_back(timing.start, timing.end);
-    } else if (schedule.tasks[t].stream == Stream::compute) {
-      both.emplace_back(timing.start, timing.end);
-    }
-  }
   std::vector<std::pair<double, double>> compute;
   for (TaskId t = 0; t < schedule.tasks.size() && t < result.tasks.size(); ++t) {
     const TaskTiming& timing = result.tasks[t];
-    if (schedule.tasks[t].stream == Stream::compute && timing.end > timing.start) compute.emplace_back(timing.start, timing.end);
+    if (!(timing.end > timing.start)) continue;
+    if (schedule.tasks[t].kind == TaskKind::collective) comm.emplace_back(timing.start, timing.end);
+    if (schedule.tasks[t].stream == Stream::compute) compute.emplace_back(timing.start, timing.end);
   }
+  std::vector<std::pair<double, double>> both = comm;
+  both.insert(both.end(), compute.begin(), compute.end());
   CommunicationTime c;
   c.collective_seconds = union_length(comm);
   // |comm \ compute| = |comm ∪ compute| - |compute|

@@ -90,6 +90,26 @@ inline constexpr std::array<ValueFeatureField, 5> kValueFeatureFields{{
     {"range", &ValueFeatures::range, std::numeric_limits<double>::infinity(), "a finite number >= 0 (max - min)"},
 }};
 
+// Gradient statistics of a saved activation, measured on one captured training step
+// (traces/FORMAT.md, "gradient"): what the error-propagation model of lossy compression needs
+// (models/README.md, "Gradient error of a compressed activation"). They sit on the tensor a
+// conv/linear op reads as its input, the one whose saved copy its weight gradient multiplies.
+// Each field is optional; missing means "not measured". The activation's own zero fraction and
+// range are in `values`.
+struct GradientStatistics {
+  // RMS over all entries of the gradient of the loss with respect to the consuming op's output
+  // (delta), the factor that multiplies this activation in the weight gradient; >= 0.
+  std::optional<double> delta_rms;
+  // RMS over all entries of the consuming op's weight gradient, the same step; >= 0.
+  std::optional<double> weight_grad_rms;
+  // Products each weight-gradient entry sums (N): batch x output positions for a convolution,
+  // batch x tokens for a linear layer; at the trace's batch size; >= 1.
+  std::optional<double> terms;
+
+  bool empty() const { return !delta_rms && !weight_grad_rms && !terms; }
+  friend bool operator==(const GradientStatistics&, const GradientStatistics&) = default;
+};
+
 struct Tensor {
   std::uint64_t id = 0;  // as in the file; unique within the trace
   std::string name;
@@ -102,6 +122,8 @@ struct Tensor {
   // storage a compress rule compresses, the strategy reads those of the tensor written by the
   // storage's last forward writer (FORMAT.md, "values").
   ValueFeatures values;
+  // Gradient statistics of this activation as the input of a conv/linear op (empty: not measured).
+  GradientStatistics gradient;
 
   // Derived from the ops when the trace is built; never read from a file.
   std::optional<OpIndex> producer;

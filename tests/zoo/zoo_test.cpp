@@ -106,7 +106,7 @@ TEST(Zoo, ListsTheModels) {
     EXPECT_FALSE(info.description.empty()) << info.name;
     EXPECT_EQ(info.transformer, info.name.starts_with("bert") || info.name.starts_with("gpt")) << info.name;
   }
-  EXPECT_THAT(names, testing::ElementsAre("alexnet", "vgg16", "resnet18", "resnet50", "resnet152", "bert-base",
+  EXPECT_THAT(names, testing::ElementsAre("alexnet", "vgg16", "resnet18", "resnet50", "resnet101", "resnet152", "bert-base",
                                           "bert-large", "gpt2", "gpt"));
 }
 

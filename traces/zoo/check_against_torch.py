@@ -15,7 +15,7 @@ For each torchvision model named on the command line (default: the five zoo CNNs
     3 bytes x (mask elements per sample); the script prints that adjusted figure too.
 
 Run it on the CPU with the system interpreter (PyTorch 1.13, torchvision 0.14):
-    /usr/bin/python3 traces/zoo/check_against_torch.py [alexnet vgg16 resnet18 resnet50 resnet152]
+    /usr/bin/python3 traces/zoo/check_against_torch.py [alexnet vgg16 resnet18 resnet50 resnet101 resnet152]
 It takes a few minutes on two cores (ResNet-152 at batch 2 dominates). The figures are the
 ground truth of tests/zoo/cnn_test.cpp.
 """
@@ -118,7 +118,7 @@ def measure(name, verbose):
 def main():
     args = [a for a in sys.argv[1:] if a != '-v']
     verbose = '-v' in sys.argv[1:]
-    for name in args or ['alexnet', 'vgg16', 'resnet18', 'resnet50', 'resnet152']:
+    for name in args or ['alexnet', 'vgg16', 'resnet18', 'resnet50', 'resnet101', 'resnet152']:
         measure(name, verbose)
 
 

@@ -145,6 +145,7 @@ Value vgg16(NetworkBuilder& nb) {
 
 Value resnet18(NetworkBuilder& nb) { return resnet(nb, Block::basic, {2, 2, 2, 2}); }
 Value resnet50(NetworkBuilder& nb) { return resnet(nb, Block::bottleneck, {3, 4, 6, 3}); }
+Value resnet101(NetworkBuilder& nb) { return resnet(nb, Block::bottleneck, {3, 4, 23, 3}); }
 Value resnet152(NetworkBuilder& nb) { return resnet(nb, Block::bottleneck, {3, 8, 36, 3}); }
 
 }  // namespace comptrain::zoo::detail

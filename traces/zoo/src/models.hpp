@@ -13,6 +13,7 @@ Value alexnet(NetworkBuilder& nb);
 Value vgg16(NetworkBuilder& nb);
 Value resnet18(NetworkBuilder& nb);
 Value resnet50(NetworkBuilder& nb);
+Value resnet101(NetworkBuilder& nb);
 Value resnet152(NetworkBuilder& nb);
 
 struct TransformerShape {

@@ -30,14 +30,16 @@ struct Entry {
   bool positions_follow_seq_len = false;
 };
 
-const std::array<Entry, 9>& catalogue() {
-  static const std::array<Entry, 9> entries = {{
+const std::array<Entry, 10>& catalogue() {
+  static const std::array<Entry, 10> entries = {{
       {"alexnet", "AlexNet (torchvision variant), 61.1M parameters, 224x224 ImageNet", Family::cnn,
        &detail::alexnet, {}, false},
       {"vgg16", "VGG-16 (configuration D), 138.4M parameters, 224x224 ImageNet", Family::cnn,
        &detail::vgg16, {}, false},
       {"resnet18", "ResNet-18, 11.7M parameters, 224x224 ImageNet", Family::cnn, &detail::resnet18, {}, false},
       {"resnet50", "ResNet-50 v1.5, 25.6M parameters, 224x224 ImageNet", Family::cnn, &detail::resnet50, {}, false},
+      {"resnet101", "ResNet-101 v1.5, 44.5M parameters, 224x224 ImageNet", Family::cnn,
+       &detail::resnet101, {}, false},
       {"resnet152", "ResNet-152 v1.5, 60.2M parameters, 224x224 ImageNet", Family::cnn,
        &detail::resnet152, {}, false},
       {"bert-base", "BERT-base pre-training (MLM + NSP heads), 110.1M parameters, sequence 512",

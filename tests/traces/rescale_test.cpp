@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "comptrain/traces/summary.hpp"
 #include "comptrain/traces/trace.hpp"
 
@@ -90,6 +92,60 @@ TEST(Rescale, ExtentsThatAreMultiplesOfTheBatchStayMultiples) {
   const Trace t("flat", 2, tensors, {});
   EXPECT_EQ(t.rescaled(5).tensor(0).shape[0], 15);
   EXPECT_EQ(t.rescaled(5).rescaled(2), t);
+}
+
+// Gradient statistics (FORMAT.md, "Gradient statistics") on the linear layer's input x[b,3]:
+// each weight-gradient entry sums b products, so terms = b scales with the batch; the RMSs stay
+// as measured and gain the batch they were measured at. On w (no batch dimension) terms stay.
+Trace linear_layer_with_gradient(std::int64_t batch, std::optional<std::int64_t> measured_at = std::nullopt) {
+  const Trace plain = linear_layer(batch);
+  std::vector<Tensor> tensors = plain.tensors();
+  for (Tensor& t : tensors) {
+    t.producer.reset();
+    t.consumers.clear();
+  }
+  tensors[0].gradient = GradientStatistics{0.3, 0.7, static_cast<double>(batch), measured_at};
+  tensors[1].gradient.terms = 5;
+  return Trace(plain.name(), batch, tensors, plain.ops(), plain.metadata());
+}
+
+TEST(Rescale, GradientTermsScaleWithTheBatchAndTheRmsKeepTheBatchTheyWereMeasuredAt) {
+  const Trace original = linear_layer_with_gradient(4);
+  const Trace t = original.rescaled(10);
+  EXPECT_EQ(t.tensor(0).gradient, (GradientStatistics{0.3, 0.7, 10.0, 4}));
+  EXPECT_EQ(t.tensor(1).gradient, (GradientStatistics{std::nullopt, std::nullopt, 5.0, std::nullopt}));
+  // Under a mean-reduced loss delta is 1 / batch times a per-sample gradient.
+  EXPECT_DOUBLE_EQ(*t.tensor(0).gradient.delta_rms_at(t.batch_size()), 0.3 * 4 / 10);
+  EXPECT_EQ(*original.tensor(0).gradient.delta_rms_at(original.batch_size()), 0.3);
+  EXPECT_FALSE(t.tensor(1).gradient.delta_rms_at(t.batch_size()).has_value());
+  // Back at the measured batch the mark goes: the round trip is exact, through any batch.
+  for (std::int64_t b : {1, 3, 4, 7, 1000}) {
+    EXPECT_EQ(original.rescaled(b).rescaled(4), original) << "via batch " << b;
+    EXPECT_EQ(original.rescaled(b).rescaled(7).rescaled(4), original) << "via batch " << b << " and 7";
+  }
+  // A trace rescaled once (measured at 4, now at 10) comes back to itself too.
+  const Trace moved = linear_layer_with_gradient(10, 4);
+  EXPECT_EQ(moved.tensors(), t.tensors());  // (the ops differ: a measured duration keeps its batch)
+  for (std::int64_t b : {1, 4, 9}) EXPECT_EQ(moved.rescaled(b).rescaled(10), moved) << "via batch " << b;
+  // Saying the trace's own batch is saying nothing: one form per trace.
+  EXPECT_EQ(linear_layer_with_gradient(4, 4), original);
+  EXPECT_FALSE(linear_layer_with_gradient(4, 4).tensor(0).gradient.batch_size.has_value());
+}
+
+// Terms are whole numbers up to 2^53, where doubles stop holding every integer: a batch that
+// takes them past it is an InputError naming the tensor, never a rounded count.
+TEST(Rescale, ABatchThatTakesGradientTermsPast2To53IsAnInputError) {
+  std::vector<Tensor> tensors{make_tensor(10, "x", DType::f32, {2, 3}, TensorRole::input, 0)};
+  tensors[0].gradient.terms = std::ldexp(1.0, 41);  // 2^40 per sample at batch 2
+  const Trace trace("big", 2, tensors, {});
+  EXPECT_EQ(*trace.rescaled(1 << 13).tensor(0).gradient.terms, std::ldexp(1.0, 53));
+  try {
+    (void)trace.rescaled((1 << 13) + 1);
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& error) {
+    EXPECT_NE(std::string(error.what()).find("gradient terms of tensor 'x'"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("2^53"), std::string::npos) << error.what();
+  }
 }
 
 TEST(Rescale, RejectsANonPositiveBatch) {

@@ -66,8 +66,10 @@ Op make_op(std::uint64_t id, std::string name, Phase phase, OpKind kind, std::ve
 // tests/data/traces/tiny.json, built in code: a linear layer with an in-place ReLU, a loss and
 // a momentum step. It exercises every optional field of version 1, sparse ids and the largest
 // uint64 id. With `values`, tests/data/traces/tiny_values.json: the same with value features
-// (version 2), all four on the linear output and on its in-place ReLU, one on the input.
-Trace tiny_trace(bool values = false) {
+// (version 2), all four on the linear output and on its in-place ReLU, one on the input. With
+// `gradient` too, tests/data/traces/tiny_gradient.json (version 3): gradient statistics on the
+// linear layer's input, every field, measured at batch 8 (the trace being at 2).
+Trace tiny_trace(bool values = false, bool with_gradient = false) {
   using enum TensorRole;
   std::vector<Tensor> tensors{
       make_tensor(7, "x", {2, 4}, input, 0),
@@ -96,8 +98,19 @@ Trace tiny_trace(bool values = false) {
     tensors[2].values = ValueFeatures{0.0, 0.2, 0.0, 0.35, std::nullopt};
     tensors[3].values = ValueFeatures{0.5, 0.18, 0.125, 0.03125, 2.5};
   }
+  if (with_gradient) tensors[0].gradient = GradientStatistics{0.0625, 0.015625, 2.0, 8};
   return Trace("tiny-mlp", 2, std::move(tensors), std::move(ops),
                {{"source", "hand-written fixture"}, {"precision", "fp32"}});
+}
+
+// `base` with other tensors (their derived producers and consumers cleared, as the constructor
+// derives them again).
+Trace with_tensors(const Trace& base, std::vector<Tensor> tensors) {
+  for (Tensor& tensor : tensors) {
+    tensor.producer.reset();
+    tensor.consumers.clear();
+  }
+  return Trace(base.name(), base.batch_size(), std::move(tensors), base.ops(), base.metadata());
 }
 
 // The message of the InputError that parsing `text` throws ("" and a failure if none).
@@ -190,6 +203,65 @@ TEST(TraceJson, ValueFeaturesRoundTripByteForByte) {
   EXPECT_EQ(read.tensor(2).values.block_scale, 0.1234567890123456789);
   EXPECT_TRUE(read.tensor(0).values.empty());
   EXPECT_EQ(trace_from_json(trace_to_json(read), "t.json"), read);
+}
+
+TEST(TraceJson, GradientStatisticsRoundTripByteForByte) {
+  const Trace trace = tiny_trace(true, true);
+  EXPECT_EQ(trace_from_json(fixture_text("tiny_gradient.json"), "tiny_gradient.json"), trace);
+  // The writer's exact layout: `gradient` after `values`, fields in the documented order, terms
+  // written as a double; version 3 because the trace has gradient statistics.
+  EXPECT_EQ(trace_to_json(trace) + "\n", fixture_text("tiny_gradient.json"));
+  for (int indent : {-1, 1, 2}) {
+    const std::string text = trace_to_json(trace, indent);
+    const Trace read = trace_from_json(text, "t.json");
+    EXPECT_EQ(read, trace);
+    EXPECT_EQ(read.tensor(0).gradient.delta_rms, 0.0625);
+    EXPECT_EQ(read.tensor(0).gradient.batch_size, 8);
+    EXPECT_TRUE(read.tensor(2).gradient.empty());
+    EXPECT_EQ(trace_to_json(read, indent), text);
+  }
+  // Gradient statistics alone make a version-3 file; a subset of the fields is fine, `{}` is the
+  // same as none, and doubles survive at full precision.
+  std::vector<Tensor> tensors = tiny_trace().tensors();
+  tensors[0].gradient.weight_grad_rms = 0.1234567890123456789;
+  const Trace only_gradient = with_tensors(tiny_trace(), tensors);
+  const std::string text = trace_to_json(only_gradient);
+  EXPECT_THAT(text, HasSubstr(R"("version": 3,)"));
+  EXPECT_THAT(text, HasSubstr(R"("batch_dim": 0, "gradient": {"weight_grad_rms": 0.12345678901234568}})"));
+  EXPECT_EQ(trace_from_json(text, "t.json"), only_gradient);
+  const Trace empty = trace_from_json(
+      edited(fixture_text("tiny_gradient.json"),
+             {{R"("gradient": {"delta_rms": 0.0625, "weight_grad_rms": 0.015625, "terms": 2.0, "batch_size": 8})",
+               R"("gradient": {})"}}),
+      "t.json");
+  EXPECT_TRUE(empty.tensor(0).gradient.empty());
+  EXPECT_EQ(empty, tiny_trace(true));
+  // A batch_size equal to the trace's is the default: the same trace as without it.
+  const Trace same_batch = trace_from_json(
+      edited(fixture_text("tiny_gradient.json"), {{R"("batch_size": 8})", R"("batch_size": 2})"}}), "t.json");
+  EXPECT_FALSE(same_batch.tensor(0).gradient.batch_size.has_value());
+  EXPECT_THAT(trace_to_json(same_batch), HasSubstr(R"("terms": 2.0}})"));
+}
+
+TEST(TraceJson, GradientStatisticsOutOfRangeCannotMakeATrace) {
+  // What JSON cannot write (NaN, infinity) can still come from code: the constructor names it.
+  const auto error_with = [](GradientStatistics statistics) -> std::string {
+    std::vector<Tensor> tensors = tiny_trace().tensors();
+    tensors[0].gradient = statistics;
+    try {
+      (void)with_tensors(tiny_trace(), tensors);
+    } catch (const TraceError& error) {
+      return error.what();
+    }
+    return "accepted";
+  };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const double inf = std::numeric_limits<double>::infinity();
+  EXPECT_THAT(error_with({nan, {}, {}, {}}), StartsWith("/tensors/0/gradient/delta_rms: found nan; expected a finite number >= 0"));
+  EXPECT_THAT(error_with({{}, inf, {}, {}}), StartsWith("/tensors/0/gradient/weight_grad_rms: found inf"));
+  EXPECT_THAT(error_with({{}, {}, inf, {}}), StartsWith("/tensors/0/gradient/terms: found inf"));
+  EXPECT_THAT(error_with({1.0, {}, {}, 0}), StartsWith("/tensors/0/gradient/batch_size: found 0; expected an integer >= 1"));
+  EXPECT_EQ(error_with({0.0, 0.0, 2.0, 3}), "accepted");
 }
 
 TEST(TraceJson, WriterPutsFormatAndVersionFirstAndIsDeterministic) {
@@ -486,6 +558,11 @@ const std::string kTensorX =
 const std::string kFcFlops = R"("flops": {"fixed": 0, "per_sample": 24})";
 const std::string kReluView = R"("view_of": 11)";
 const std::pair<std::string, std::string> kVersion2{R"("version": 1,)", R"("version": 2,)"};
+const std::pair<std::string, std::string> kVersion3{R"("version": 1,)", R"("version": 3,)"};
+// The input x (batch dimension 0, batch size 2) with gradient statistics `fields`.
+std::pair<std::string, std::string> x_gradient(const std::string& fields) {
+  return {R"("role": "input", "batch_dim": 0})", R"("role": "input", "batch_dim": 0, "gradient": )" + fields + "}"};
+}
 
 // Errors the reader finds itself.
 INSTANTIATE_TEST_SUITE_P(
@@ -705,13 +782,13 @@ INSTANTIATE_TEST_SUITE_P(
             {R"(unknown role "grad")", "expected one of: input, weight, weight_copy, buffer, gradient, optimizer_state"}},
         // Format and version.
         BrokenCase{"NewerVersion",
-                   {{R"("version": 1,)", R"("version": 3, "new_field": 1,)"}},
+                   {{R"("version": 1,)", R"("version": 4, "new_field": 1,)"}},
                    "/version",
-                   {"unsupported version 3; expected version 1 or 2", "newer comptrain"}},
+                   {"unsupported version 4; expected version 1, 2 or 3", "newer comptrain"}},
         BrokenCase{"VersionZero",
                    {{R"("version": 1,)", R"("version": 0,)"}},
                    "/version",
-                   {"unsupported version 0; expected version 1 or 2"}},
+                   {"unsupported version 0; expected version 1, 2 or 3"}},
         // Value features (version 2).
         BrokenCase{"ValuesInVersion1",
                    {{kReluView, R"("view_of": 11, "values": {"zero_fraction": 0.5})"}},
@@ -734,6 +811,36 @@ INSTANTIATE_TEST_SUITE_P(
                    {kVersion2, {kReluView, R"("view_of": 11, "values": [0.5])"}},
                    "/tensors/3/values",
                    {R"(found an array; expected an object with any of "zero_fraction", "spread")"}},
+        // Gradient statistics (version 3).
+        BrokenCase{"GradientInVersion2",
+                   {kVersion2, x_gradient(R"({"delta_rms": 0.5})")},
+                   "/tensors/0/gradient",
+                   {"version-3 field but /version is 2", R"(expected "version": 3)"}},
+        BrokenCase{"GradientUnknownKey",
+                   {kVersion3, x_gradient(R"({"delta_rsm": 0.5})")},
+                   "/tensors/0/gradient/delta_rsm",
+                   {R"(unknown field "delta_rsm" (did you mean "delta_rms"?))",
+                    "expected one of: delta_rms, weight_grad_rms, terms, batch_size"}},
+        BrokenCase{"GradientWrongType",
+                   {kVersion3, x_gradient(R"({"terms": "4"})")},
+                   "/tensors/0/gradient/terms",
+                   {R"(found the string "4"; expected a whole number in [1, 2^53])"}},
+        BrokenCase{"GradientNull",
+                   {kVersion3, x_gradient(R"({"weight_grad_rms": null})")},
+                   "/tensors/0/gradient/weight_grad_rms",
+                   {"found null; expected a finite number >= 0"}},
+        BrokenCase{"GradientNotAnObject",
+                   {kVersion3, x_gradient("[0.5]")},
+                   "/tensors/0/gradient",
+                   {R"(found an array; expected an object with any of "delta_rms", "weight_grad_rms", "terms", "batch_size")"}},
+        BrokenCase{"GradientBatchSizeNotAnInteger",
+                   {kVersion3, x_gradient(R"({"delta_rms": 0.5, "batch_size": 2.5})")},
+                   "/tensors/0/gradient/batch_size",
+                   {"found the number 2.5 (not an integer); expected an integer >= 1"}},
+        BrokenCase{"GradientBatchSizeZero",
+                   {kVersion3, x_gradient(R"({"delta_rms": 0.5, "batch_size": 0})")},
+                   "/tensors/0/gradient/batch_size",
+                   {"found the integer 0; expected an integer >= 1"}},
         BrokenCase{"VersionIsAString",
                    {{R"("version": 1,)", R"("version": "1",)"}},
                    "/version",
@@ -793,6 +900,34 @@ INSTANTIATE_TEST_SUITE_P(
                    {kVersion2, {kReluView, R"("view_of": 11, "values": {"block_scale": -1e-9})"}},
                    "/tensors/3/values/block_scale",
                    {"found -1e-09; expected a finite number >= 0"}},
+        BrokenCase{"NegativeDeltaRms",
+                   {kVersion3, x_gradient(R"({"delta_rms": -0.5})")},
+                   "/tensors/0/gradient/delta_rms",
+                   {"found -0.5; expected a finite number >= 0 (an RMS)"}},
+        BrokenCase{"NegativeWeightGradRms",
+                   {kVersion3, x_gradient(R"({"weight_grad_rms": -1e-300})")},
+                   "/tensors/0/gradient/weight_grad_rms",
+                   {"found -1e-300; expected a finite number >= 0 (an RMS)"}},
+        BrokenCase{"ZeroTerms",
+                   {kVersion3, x_gradient(R"({"terms": 0})")},
+                   "/tensors/0/gradient/terms",
+                   {"found 0; expected a whole number in [1, 2^53]"}},
+        BrokenCase{"FractionalTerms",
+                   {kVersion3, x_gradient(R"({"terms": 4.5})")},
+                   "/tensors/0/gradient/terms",
+                   {"found 4.5; expected a whole number in [1, 2^53]"}},
+        BrokenCase{"TermsAbove2To53",
+                   {kVersion3, x_gradient(R"({"terms": 1e16})")},
+                   "/tensors/0/gradient/terms",
+                   {"found 1e+16; expected a whole number in [1, 2^53]"}},
+        BrokenCase{"TermsNotAMultipleOfTheBatch",
+                   {kVersion3, x_gradient(R"({"terms": 3})")},
+                   "/tensors/0/gradient/terms",
+                   {"found 3 on a tensor that scales with the batch; expected a multiple of the batch size 2"}},
+        BrokenCase{"GradientBatchSizeAlone",
+                   {kVersion3, x_gradient(R"({"terms": 4, "batch_size": 8})")},
+                   "/tensors/0/gradient/batch_size",
+                   {"a batch size without delta_rms or weight_grad_rms"}},
         BrokenCase{"ActivationUnusedByBackward",
                    {{R"("shape": [], "role": "temporary")", R"("shape": [], "role": "activation")"}},
                    "/tensors/4/role",
@@ -817,8 +952,8 @@ TEST(TraceJsonSchema, ContainersMustHaveTheirType) {
 
 TEST(TraceJsonSchema, FormatAndVersionComeBeforeUnknownFields) {
   // A newer file may well have fields this reader does not know: say "newer version" instead.
-  EXPECT_THAT(error_of(R"({"format": "comptrain-trace", "version": 3, "streams": []})"),
-              StartsWith("t.json: /version: unsupported version 3"));
+  EXPECT_THAT(error_of(R"({"format": "comptrain-trace", "version": 4, "streams": []})"),
+              StartsWith("t.json: /version: unsupported version 4"));
   EXPECT_THAT(error_of(R"({"schema": "1.0.3", "nodes": []})"),
               StartsWith(R"(t.json: /format: missing field "format"; expected "comptrain-trace")"));
 }

@@ -64,6 +64,45 @@ void check_value_features(const std::vector<Tensor>& tensors) {
   }
 }
 
+// Gradient statistics (FORMAT.md, "Gradient statistics"): each given number finite and within
+// its range; terms a whole number, and a multiple of the batch size on a tensor that scales with
+// it (so that rescaling is exact); batch_size >= 1 and only beside the RMSs it dates. A batch_size
+// equal to the trace's is the default and is dropped here, so that each trace has one form and
+// b -> b' -> b gives back the original (Trace::rescaled).
+void check_gradient_statistics(std::vector<Tensor>& tensors, std::int64_t batch_size) {
+  const auto shown = [](double value) {
+    std::array<char, 32> text{};
+    const auto written = std::to_chars(text.data(), text.data() + text.size(), value);
+    return std::string(text.data(), written.ptr);
+  };
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    GradientStatistics& g = tensors[i].gradient;
+    const std::string path = tensor_path(i) + "/gradient/";
+    for (const GradientStatisticsField& field : kGradientStatisticsFields) {
+      const std::optional<double>& value = g.*field.member;
+      if (!value || (std::isfinite(*value) && *value >= field.min && *value <= field.max &&
+                     (!field.whole || std::floor(*value) == *value))) {
+        continue;
+      }
+      throw TraceError(path + std::string(field.key), "found " + shown(*value) + "; expected " + std::string(field.expected));
+    }
+    if (g.terms && tensors[i].batch_dim && std::fmod(*g.terms, static_cast<double>(batch_size)) != 0) {
+      throw TraceError(path + "terms", "found " + shown(*g.terms) + " on a tensor that scales with the batch; expected a multiple of the batch size " +
+                                           std::to_string(batch_size) + " (batch x positions per sample)");
+    }
+    if (g.batch_size) {
+      if (*g.batch_size < 1) {
+        throw TraceError(path + "batch_size", "found " + std::to_string(*g.batch_size) + "; expected an integer >= 1");
+      }
+      if (!g.delta_rms && !g.weight_grad_rms) {
+        throw TraceError(path + "batch_size", "a batch size without delta_rms or weight_grad_rms; expected it only beside "
+                                              "the RMSs it says the batch of");
+      }
+      if (*g.batch_size == batch_size) g.batch_size.reset();
+    }
+  }
+}
+
 // A cost is never negative and must be representable at the trace's batch size.
 // `path` is called only on an error (building the path string for every op is measurable).
 template <typename Path>
@@ -192,6 +231,7 @@ Trace::Trace(std::string name, std::int64_t batch_size, std::vector<Tensor> tens
 
   check_tensor_shapes(tensors_, batch_size_);
   check_value_features(tensors_);
+  check_gradient_statistics(tensors_, batch_size_);
 
   // Views: resolve each tensor to the tensor that owns its storage. A chain of views is walked
   // once and resolved for all its members together, so long in-place chains stay linear.
@@ -376,6 +416,24 @@ Trace Trace::rescaled(std::int64_t batch_size) const {
       if (__builtin_mul_overflow(extent / batch_size_, batch_size, &extent)) {
         throw InputError("batch size " + std::to_string(batch_size) + " makes " + describe(t) + " too large to represent");
       }
+    }
+    // Gradient statistics (FORMAT.md, "Gradient statistics"): terms count products over the
+    // batch, so on a tensor that scales with it they scale exactly (a whole multiple of the batch
+    // size, at most 2^53: integer arithmetic in doubles). The RMSs stay as measured and say at
+    // which batch; back at that batch the mark is dropped again, so the round trip is exact.
+    GradientStatistics& g = t.gradient;
+    if (g.terms && t.batch_dim) {
+      const auto per_sample = static_cast<std::int64_t>(*g.terms) / batch_size_;
+      std::int64_t scaled = 0;
+      if (__builtin_mul_overflow(per_sample, batch_size, &scaled) || scaled > static_cast<std::int64_t>(kMaxGradientTerms)) {
+        throw InputError("batch size " + std::to_string(batch_size) + " makes the gradient terms of " + describe(t) +
+                         " exceed 2^53");
+      }
+      g.terms = static_cast<double>(scaled);
+    }
+    if (g.delta_rms || g.weight_grad_rms) {
+      const std::int64_t measured = g.batch_size.value_or(batch_size_);
+      g.batch_size = measured == batch_size ? std::nullopt : std::optional<std::int64_t>(measured);
     }
   }
   return Trace(name_, batch_size, std::move(tensors), ops_, metadata_);

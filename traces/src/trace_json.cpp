@@ -580,7 +580,11 @@ class TraceReader {
       fail(child(path, "values"), "per-tensor \"values\" are a version-2 field but /version is " +
                                       std::to_string(version_) + "; expected \"version\": 2 in a file that has them");
     }
-    check_fields(value, path, {"id", "name", "dtype", "shape", "role", "batch_dim", "view_of", "values"});
+    if (version_ < 3 && value.is_object() && value.contains("gradient")) {
+      fail(child(path, "gradient"), "per-tensor \"gradient\" statistics are a version-3 field but /version is " +
+                                        std::to_string(version_) + "; expected \"version\": 3 in a file that has them");
+    }
+    check_fields(value, path, {"id", "name", "dtype", "shape", "role", "batch_dim", "view_of", "values", "gradient"});
     Tensor tensor;
     tensor.id = as_uint64(required(value, path, "id", "an unsigned integer"), child(path, "id"));
     if (auto [it, inserted] = tensor_index_.try_emplace(tensor.id, tensor_index_.size()); !inserted) {
@@ -625,7 +629,40 @@ class TraceReader {
     }
     view_ids.push_back(view_id);
     if (const json* values = optional(value, "values")) tensor.values = read_values(*values, child(path, "values"));
+    if (const json* gradient = optional(value, "gradient")) {
+      tensor.gradient = read_gradient(*gradient, child(path, "gradient"));
+    }
     return tensor;
+  }
+
+  // Gradient statistics: the number fields of kGradientStatisticsFields, then the integer
+  // batch_size. The ranges are the Trace constructor's to check (it names the same path).
+  GradientStatistics read_gradient(const json& value, const std::string& path) const {
+    std::vector<std::string_view> keys;
+    for (const GradientStatisticsField& field : kGradientStatisticsFields) keys.push_back(field.key);
+    keys.emplace_back("batch_size");
+    std::string expected = "an object with any of";
+    for (std::size_t k = 0; k < keys.size(); ++k) expected += (k == 0 ? " \"" : ", \"") + std::string(keys[k]) + "\"";
+    expect_object(value, path, expected);
+    for (auto it = value.begin(); it != value.end(); ++it) {
+      if (std::find(keys.begin(), keys.end(), it.key()) == keys.end()) {
+        fail(child(path, it.key()), "unknown field " + json_quoted(it.key()) + suggestion(it.key(), keys) +
+                                        "; expected one of: " + joined(keys));
+      }
+    }
+    GradientStatistics statistics;
+    for (const GradientStatisticsField& field : kGradientStatisticsFields) {
+      const json* number = optional(value, std::string(field.key));
+      if (number == nullptr) continue;
+      if (!number->is_number()) {
+        fail(child(path, field.key), "found " + describe(*number) + "; expected " + std::string(field.expected));
+      }
+      statistics.*field.member = number->get<double>();
+    }
+    if (const json* batch = optional(value, "batch_size")) {
+      statistics.batch_size = as_int64(*batch, child(path, "batch_size"), 1);
+    }
+    return statistics;
   }
 
   // The ranges are the Trace constructor's to check (it names the same path).
@@ -765,11 +802,12 @@ class TraceWriter {
     string(kTraceFormatName, "/format");
     next_field(1);
     key("version");
-    // The oldest version that can hold the trace (2 added `values`), so that a trace without
-    // values stays readable by older builds and its files keep their bytes.
-    const bool any_values = std::any_of(trace_.tensors().begin(), trace_.tensors().end(),
-                                        [](const Tensor& t) { return !t.values.empty(); });
-    out_ += any_values ? "2" : "1";
+    // The oldest version that can hold the trace (2 added `values`, 3 `gradient`), so that a
+    // trace without them stays readable by older builds and its files keep their bytes.
+    const auto any = [this](auto has) { return std::any_of(trace_.tensors().begin(), trace_.tensors().end(), has); };
+    out_ += any([](const Tensor& t) { return !t.gradient.empty(); })  ? "3"
+            : any([](const Tensor& t) { return !t.values.empty(); }) ? "2"
+                                                                      : "1";
     next_field(1);
     key("name");
     string(trace_.name(), "/name");
@@ -910,6 +948,28 @@ class TraceWriter {
         key(field.key);
         // Finite (the Trace constructor checked); the shortest text that reads back the same.
         out_ += json(*number).dump();
+      }
+      out_ += '}';
+    }
+    if (!tensor.gradient.empty()) {
+      separator();
+      key("gradient");
+      out_ += '{';
+      bool first = true;
+      for (const GradientStatisticsField& field : kGradientStatisticsFields) {
+        const std::optional<double>& number = tensor.gradient.*field.member;
+        if (!number) continue;
+        if (!first) separator();
+        first = false;
+        key(field.key);
+        // Finite (the Trace constructor checked); the shortest text that reads back the same
+        // (terms, a whole number, as 1024.0).
+        out_ += json(*number).dump();
+      }
+      if (tensor.gradient.batch_size) {
+        if (!first) separator();
+        key("batch_size");
+        out_ += std::to_string(*tensor.gradient.batch_size);
       }
       out_ += '}';
     }

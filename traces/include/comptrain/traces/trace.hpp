@@ -91,24 +91,61 @@ inline constexpr std::array<ValueFeatureField, 5> kValueFeatureFields{{
 }};
 
 // Gradient statistics of a saved activation, measured on one captured training step
-// (traces/FORMAT.md, "gradient"): what the error-propagation model of lossy compression needs
-// (models/README.md, "Gradient error of a compressed activation"). They sit on the tensor a
-// conv/linear op reads as its input, the one whose saved copy its weight gradient multiplies.
-// Each field is optional; missing means "not measured". The activation's own zero fraction and
-// range are in `values`.
+// (traces/FORMAT.md, "Gradient statistics"): what the error-propagation model of lossy
+// compression needs (models/README.md, "Gradient error of a compressed activation"). They sit on
+// the tensor a conv/linear op reads as its input, the one whose saved copy its weight gradient
+// multiplies. Each field is optional; missing means "not measured". The activation's own zero
+// fraction and range are in `values` (of the storage's last forward writer, FORMAT.md "values").
 struct GradientStatistics {
   // RMS over all entries of the gradient of the loss with respect to the consuming op's output
-  // (delta), the factor that multiplies this activation in the weight gradient; >= 0.
+  // (delta), the factor that multiplies this activation in the weight gradient; >= 0. Measured
+  // at `batch_size`; with a mean-reduced loss delta scales as 1 / batch (delta_rms_at).
   std::optional<double> delta_rms;
-  // RMS over all entries of the consuming op's weight gradient, the same step; >= 0.
+  // RMS over all entries of the consuming op's weight gradient, the same step; >= 0. Measured at
+  // `batch_size` and kept as measured at other batches (FORMAT.md says why).
   std::optional<double> weight_grad_rms;
   // Products each weight-gradient entry sums (N): batch x output positions for a convolution,
-  // batch x tokens for a linear layer; at the trace's batch size; >= 1.
+  // batch x tokens for a linear layer; at the trace's batch size; a whole number >= 1 (at most
+  // 2^53, exact in a double), a multiple of the batch size on a tensor that scales with it
+  // (Trace::rescaled scales it exactly).
   std::optional<double> terms;
+  // The batch size delta_rms and weight_grad_rms were measured at; absent = the trace's batch
+  // size. Trace::rescaled sets it (and drops it when the batch comes back to it); a value equal to
+  // the trace's batch size is dropped when the trace is built, so that every trace has one form.
+  // Only beside delta_rms or weight_grad_rms.
+  std::optional<std::int64_t> batch_size;
 
-  bool empty() const { return !delta_rms && !weight_grad_rms && !terms; }
+  bool empty() const { return !delta_rms && !weight_grad_rms && !terms && !batch_size; }
+  // delta_rms at the batch size `trace_batch` of the trace holding these statistics, under a
+  // mean-reduced loss (each entry of delta is 1 / batch times a per-sample gradient):
+  // delta_rms x measured batch / trace_batch. Empty when delta_rms is.
+  std::optional<double> delta_rms_at(std::int64_t trace_batch) const {
+    if (!delta_rms) return std::nullopt;
+    return *delta_rms * static_cast<double>(batch_size.value_or(trace_batch)) / static_cast<double>(trace_batch);
+  }
   friend bool operator==(const GradientStatistics&, const GradientStatistics&) = default;
 };
+
+// The number fields of GradientStatistics in file order, with their JSON keys and valid ranges
+// [min, max] (the Trace constructor checks them; the reader and the writer follow this order).
+// `batch_size`, an integer, comes after them.
+struct GradientStatisticsField {
+  std::string_view key;
+  std::optional<double> GradientStatistics::*member;
+  double min;
+  double max;
+  bool whole;                 // a count: a whole number
+  std::string_view expected;  // for messages
+};
+inline constexpr double kMaxGradientTerms = 9007199254740992.0;  // 2^53: every whole number up to it is a double
+inline constexpr std::array<GradientStatisticsField, 3> kGradientStatisticsFields{{
+    {"delta_rms", &GradientStatistics::delta_rms, 0.0, std::numeric_limits<double>::infinity(), false,
+     "a finite number >= 0 (an RMS)"},
+    {"weight_grad_rms", &GradientStatistics::weight_grad_rms, 0.0, std::numeric_limits<double>::infinity(), false,
+     "a finite number >= 0 (an RMS)"},
+    {"terms", &GradientStatistics::terms, 1.0, kMaxGradientTerms, true,
+     "a whole number in [1, 2^53] (products per weight-gradient entry)"},
+}};
 
 struct Tensor {
   std::uint64_t id = 0;  // as in the file; unique within the trace
@@ -122,7 +159,8 @@ struct Tensor {
   // storage a compress rule compresses, the strategy reads those of the tensor written by the
   // storage's last forward writer (FORMAT.md, "values").
   ValueFeatures values;
-  // Gradient statistics of this activation as the input of a conv/linear op (empty: not measured).
+  // Gradient statistics of this tensor as the input of a conv/linear op (empty: not measured;
+  // FORMAT.md, "Gradient statistics").
   GradientStatistics gradient;
 
   // Derived from the ops when the trace is built; never read from a file.
@@ -204,7 +242,9 @@ class Trace {
   // The recorded execution order: 0, 1, ..., ops().size() - 1.
   std::vector<OpIndex> recorded_order() const;
 
-  // The same iteration at another batch size (>= 1). Exact and invertible.
+  // The same iteration at another batch size (>= 1). Exact and invertible. Value features and
+  // the gradient RMSs are kept as measured (gradient statistics gain the batch they were measured
+  // at); gradient terms on tensors that scale with the batch scale with it.
   Trace rescaled(std::int64_t batch_size) const;
 
   // Same name, batch size, metadata, tensors and ops (the graph follows from them).

@@ -10,9 +10,10 @@
 namespace comptrain::traces {
 
 inline constexpr std::string_view kTraceFormatName = "comptrain-trace";
-// The versions this build reads, 1 to kTraceFormatVersion. Version 2 added per-tensor `values`.
-// The writer writes the oldest version that can hold the trace: 1 unless a tensor has values.
-inline constexpr int kTraceFormatVersion = 2;
+// The versions this build reads, 1 to kTraceFormatVersion. Version 2 added per-tensor `values`,
+// version 3 per-tensor `gradient` statistics. The writer writes the oldest version that can hold
+// the trace: 3 if a tensor has gradient statistics, else 2 if one has values, else 1.
+inline constexpr int kTraceFormatVersion = 3;
 
 // Serialises a trace. `indent` < 0 writes one line.
 std::string trace_to_json(const Trace& trace, int indent = 1);

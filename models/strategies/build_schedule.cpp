@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "comptrain/models/gradient_error.hpp"
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "recompute_evaluator.hpp"
@@ -129,6 +130,7 @@ void check_rule(const StrategySpec& spec, std::size_t index) {
   const CompressAction* c = rule.compress();
   if (c == nullptr) return;
   const bool profiled = c->profile != nullptr;
+  if (c->adaptive && !profiled) throw InputError(where + "error_bound adaptive needs a profile, whose ratio model turns each tensor's bound into its ratio");
   // Without a profile every number is needed; with one, any number given overrides its model.
   auto check = [&](const std::optional<double>& value, const char* what, const char* expected, auto ok) {
     if (!value) {
@@ -151,6 +153,23 @@ void check_rule(const StrategySpec& spec, std::size_t index) {
   }
   if (codec->ratio.count(TensorClass::generic) == 0) {
     throw InputError(where + "profile '" + c->profile->name + "' codec '" + c->codec + "' has no generic ratio model");
+  }
+  if (c->adaptive) {
+    // The bound comes from the model per storage, and picks the storage's ratio: an explicit
+    // ratio would ignore it, and a codec whose errors are not uniform quantisation errors (zfp's
+    // tolerance, the casts) is outside the model.
+    if (!(c->adaptive->tolerance > 0) || !std::isfinite(c->adaptive->tolerance)) {
+      throw InputError(where + "error_bound adaptive needs gradient_error_tolerance finite and > 0 (a fraction of the weight gradient's RMS, e.g. 0.01)");
+    }
+    if (const auto& fallback = c->adaptive->fallback_error_bound; fallback && (!(*fallback > 0) || !std::isfinite(*fallback))) {
+      throw InputError(where + "fallback_error_bound must be finite and > 0");
+    }
+    if (c->ratio) throw InputError(where + "error_bound adaptive picks each tensor's ratio from the profile; expected no explicit ratio");
+    if (!codec_has_uniform_errors(c->codec)) {
+      throw InputError(where + "error_bound adaptive needs a codec whose errors the gradient-error model describes (szp or szh: uniform quantisation errors, zeros exact); codec '" +
+                       c->codec + "' is not one");
+    }
+    return;
   }
   if (!c->ratio && (!(c->error_bound > 0) || !std::isfinite(c->error_bound))) {
     throw InputError(where + "a profile-driven compress rule needs error_bound > 0");
@@ -182,32 +201,115 @@ const traces::ValueFeatures& storage_values(const Trace& trace, TensorIndex s, c
   return kNone;
 }
 
+// The error bound a compress rule gives one storage, and what the gradient-error model
+// (gradient_error.hpp) says of it. `relative` is what the ratio models take.
+struct StorageBound {
+  double relative = 0;             // eb / value range, <= 1 (a range of 0: 1, the whole range)
+  std::optional<double> absolute;  // eb in the tensor's units, when its range is known
+  TensorBoundUse::From from = TensorBoundUse::From::fixed;
+  std::string why_fallback;
+  StorageGradientModel model;
+  std::optional<double> predicted;  // the worst consumer's relative gradient error, when covered
+  std::size_t worst_consumer = 0;
+};
+
+// Why the model does not cover a storage, for messages and reports.
+std::string uncovered_reason(const Trace& trace, const StorageGradientModel& m) {
+  using Coverage = StorageGradientModel::Coverage;
+  switch (m.coverage) {
+    case Coverage::covered: return "";
+    case Coverage::no_conv_or_linear_consumer: return "no conv or linear op reads it in the forward pass";
+    case Coverage::other_backward_reader:
+      return "the backward op '" + trace.op(*m.reader).name + "' (" + std::string(traces::to_string(trace.op(*m.reader).kind)) +
+             ") reads it, so its error enters the data path, which the model does not follow";
+    case Coverage::missing_statistics: {
+      const traces::TensorIndex t = *m.tensor;
+      std::string op;
+      for (const auto& c : m.consumers) {
+        if (c.tensor == t) op = trace.op(c.ops.front()).name;
+      }
+      return "tensor '" + trace.tensor(t).name + "', which '" + op + "' reads, has no gradient statistics (delta_rms, weight_grad_rms and terms)";
+    }
+  }
+  return "";
+}
+
+// The bound of storage `s` under compress rule `rule`: the rule's fixed bound (relative, or
+// absolute through the range, capped at the whole range as before), or the adaptive one: the
+// largest bound the model allows for the tolerance over every conv/linear consumer, capped at the
+// range (eb_rel <= 1: a wider bound codes every value as one step). Storages the model does not
+// cover take the fallback bound or are an InputError naming the tensor and the reason.
+StorageBound storage_bound(const Trace& trace, const StorageInfo& info, const StrategySpec& spec, std::size_t rule, TensorIndex s,
+                           const traces::ValueFeatures& values) {
+  const CompressAction& c = *spec.rules[rule].compress();
+  const std::string where = "strategy '" + spec.name + "' rule " + std::to_string(rule) + ": ";
+  StorageBound b;
+  if (c.ratio || !c.profile) {  // explicit numbers: no bound picks anything
+    b.relative = c.error_bound;
+    return b;
+  }
+  b.model = gradient_model_of(trace, s, info.readers, values.zero_fraction.value_or(0.0));
+  const bool covered = b.model.coverage == StorageGradientModel::Coverage::covered;
+  // A bound in `mode`'s units as relative and absolute bounds (check_ranges has made sure an
+  // absolute one has its range).
+  auto set_fixed = [&](double eb, ErrorBoundMode mode) {
+    if (mode == ErrorBoundMode::abs) {
+      b.absolute = eb;
+      b.relative = *values.range > 0 ? std::min(1.0, eb / *values.range) : 1.0;
+    } else {
+      b.relative = eb;
+      if (values.range) b.absolute = eb * *values.range;
+    }
+  };
+  if (!c.adaptive) {
+    set_fixed(c.error_bound, c.error_bound_mode);
+  } else if (covered) {
+    if (!values.range) {
+      throw InputError(where + "error_bound adaptive needs the value range of every tensor it compresses (the model's bound is absolute, the ratio model's relative), and '" +
+                       trace.tensor(s).name + "' has none in the trace (values.range, traces/FORMAT.md; comptrain_capture.py writes it)");
+    }
+    const double range = *values.range;
+    b.from = TensorBoundUse::From::adaptive;
+    b.absolute = std::min(b.model.largest_error_bound(c.adaptive->tolerance), range);
+    b.relative = range > 0 ? *b.absolute / range : 1.0;
+  } else if (c.adaptive->fallback_error_bound) {
+    b.from = TensorBoundUse::From::fallback;
+    b.why_fallback = uncovered_reason(trace, b.model);
+    set_fixed(*c.adaptive->fallback_error_bound, c.error_bound_mode);
+  } else {
+    const bool missing = b.model.coverage == StorageGradientModel::Coverage::missing_statistics;
+    throw InputError(where + "error_bound adaptive cannot bound '" + trace.tensor(s).name + "': " + uncovered_reason(trace, b.model) + "; " +
+                     (missing ? "capture the trace with traces/capture/comptrain_capture.py, which measures them (traces/FORMAT.md, \"Gradient statistics\"), or give "
+                                "fallback_error_bound for such tensors"
+                              : "select the inputs of conv and linear layers only (select: {inputs_of: [conv, linear]}) or give fallback_error_bound for such tensors"));
+  }
+  if (covered && b.absolute) std::tie(b.predicted, b.worst_consumer) = b.model.worst_relative_error(*b.absolute);
+  return b;
+}
+
 // The costs a compress action applies: the explicit numbers, or the profile's models where the
 // scenario did not give one (check_rule has made sure the codec exists). The ratio model takes
-// the class's default features, overridden field by field by those the trace gives.
-// An absolute bound becomes the relative one the models take through the storage's range
-// (eb_abs / range, capped at 1: a bound as wide as the range leaves one value to code).
+// the class's default features, overridden field by field by those the trace gives, at the
+// storage's relative bound (storage_bound: an absolute bound becomes eb_abs / range there).
+// A relative bound of 0 (an adaptive bound for a layer whose weight gradient is 0) is lossless:
+// ratio 1, as szp's eb = 0 stores float data.
 //
 // Profiles are fitted on float32 data: their models give compressed bits per value. A tensor of
 // another element type holds element_size * 8 bits per value, so its ratio is converted:
 // ratio = element bits / model bits, i.e. the float32 ratio * element_size / 4 (a 16-bit
 // activation compresses to the same bits per value, so half the float32 ratio), floored at 1.
 // An explicit ratio is the user's figure for the bytes as they are and is applied unchanged.
-double compress_ratio(const CompressAction& c, TensorClass cls, traces::DType dtype, const traces::ValueFeatures& values = {}) {
+double compress_ratio(const CompressAction& c, TensorClass cls, traces::DType dtype, double relative_bound, const traces::ValueFeatures& values = {}) {
   if (c.ratio) return *c.ratio;
+  if (!(relative_bound > 0)) return 1.0;
   const RatioModel& model = c.profile->find(c.codec)->ratio_model(cls);
   const double element_scale = static_cast<double>(traces::element_size(dtype)) / 4.0;
-  double eb = c.error_bound;
-  if (c.error_bound_mode == ErrorBoundMode::abs) {
-    if (!values.range) throw std::logic_error("compress_ratio: absolute bound without a range (check_ranges runs first)");
-    eb = *values.range > 0 ? std::min(1.0, c.error_bound / *values.range) : 1.0;
-  }
   DataFeatures features = model.default_features;
   if (values.zero_fraction) features.zero_fraction = *values.zero_fraction;
   if (values.spread) features.spread = *values.spread;
   if (values.zero_block_fraction) features.zero_block_fraction = *values.zero_block_fraction;
   if (values.block_scale) features.block_scale = *values.block_scale;
-  return std::max(1.0, model.ratio(eb, features) * element_scale);
+  return std::max(1.0, model.ratio(relative_bound, features) * element_scale);
 }
 
 // Whether a storage's compressed size depends on the features the trace gives for it.
@@ -216,7 +318,9 @@ bool uses_values(const CompressAction& c, const traces::ValueFeatures& values) {
 }
 
 // An absolute-bound rule needs the range of every storage it compresses: checked before any
-// ratio is taken, so the error names the tensor rather than failing deep in the assembly.
+// ratio is taken, so the error names the tensor rather than failing deep in the assembly. (An
+// adaptive rule's fallback bound in abs mode needs it too; its adaptive bounds are checked in
+// storage_bound.)
 void check_ranges(const Trace& trace, const StrategySpec& spec, std::size_t rule, TensorIndex s, const traces::ValueFeatures& values) {
   const CompressAction& c = *spec.rules[rule].compress();
   if (c.error_bound_mode != ErrorBoundMode::abs || !c.profile || c.ratio || values.range) return;
@@ -312,7 +416,8 @@ class Assembler {
         const auto& c = *spec_.rules[plan_.rule[s]].compress();
         const traces::ValueFeatures& values = storage_values(trace, s, a_.info[s]);
         check_ranges(trace, spec_, plan_.rule[s], s, values);
-        const double ratio = compress_ratio(c, storage_class(trace, a_.info[s]), tensor.dtype, values);
+        const StorageBound bound = storage_bound(trace, a_.info[s], spec_, plan_.rule[s], s, values);
+        const double ratio = compress_ratio(c, storage_class(trace, a_.info[s]), tensor.dtype, bound.relative, values);
         const std::int64_t bytes = compressed_bytes(spec_, plan_.rule[s], tensor.name, tensor.bytes(), ratio);
         compressed_[s] = add_buffer(copy_buffer(s, MemoryRole::compressed, bytes, " (compressed)"));
         restored_[s] = add_buffer(copy_buffer(s, MemoryRole::activation, tensor.bytes(), " (decompressed)"));
@@ -1210,6 +1315,23 @@ std::variant<Schedule, NotApplicable> build_schedule(const Trace& trace, const O
 
   Built built = assemble(a, strategy, plan, true);
   built.schedule.strategy = describe(strategy, plan, a, built);
+  // Compressed storages whose decompressed copy a recompute replay reads: their error enters the
+  // recomputed activations too, which the gradient-error prediction leaves out (reported).
+  std::set<TensorIndex> read_by_recomputation;
+  {
+    std::map<BufferId, TensorIndex> decompressed;
+    for (const Task& task : built.schedule.tasks) {
+      if (task.kind == TaskKind::decompress && task.tensor) {
+        for (BufferId b : task.creates) decompressed[b] = *task.tensor;
+      }
+    }
+    for (const Task& task : built.schedule.tasks) {
+      if (task.kind != TaskKind::recompute) continue;
+      for (BufferId b : task.uses) {
+        if (auto it = decompressed.find(b); it != decompressed.end()) read_by_recomputation.insert(it->second);
+      }
+    }
+  }
   for (std::size_t r = 0; r < strategy.rules.size(); ++r) {
     const CompressAction* c = strategy.rules[r].compress();
     if (!c || !c->profile) continue;  // explicit numbers are in the scenario already
@@ -1223,6 +1345,10 @@ std::variant<Schedule, NotApplicable> build_schedule(const Trace& trace, const O
     use.compress = codec_time(*c, true);
     use.decompress = codec_time(*c, false);
     use.ratio_overridden = c->ratio.has_value();
+    if (c->adaptive) {
+      use.gradient_error_tolerance = c->adaptive->tolerance;
+      use.fallback_error_bound = c->adaptive->fallback_error_bound;
+    }
     // Per class: the bytes, the compressed bytes (unrounded) and whether a tensor's own
     // features moved its ratio off the class's; then the class's one ratio, or the
     // byte-weighted mean when they did.
@@ -1239,9 +1365,26 @@ std::variant<Schedule, NotApplicable> build_schedule(const Trace& trace, const O
       const TensorClass cls = storage_class(trace, a.info[s]);
       const traces::ValueFeatures& values = storage_values(trace, s, a.info[s]);
       const auto bytes = static_cast<double>(trace.tensor(s).bytes());
+      const StorageBound bound = storage_bound(trace, a.info[s], strategy, r, s, values);
+      const double ratio = compress_ratio(*c, cls, trace.tensor(s).dtype, bound.relative, values);
       ClassTotals& totals = classes[cls];
       totals.bytes += bytes;
-      totals.compressed += bytes / compress_ratio(*c, cls, trace.tensor(s).dtype, values);
+      totals.compressed += bytes / ratio;
+      TensorBoundUse& tensor = use.tensors.emplace_back();
+      tensor.tensor = trace.tensor(s).name;
+      // The consumers, the one the prediction is at first.
+      for (std::size_t k = 0; k < bound.model.consumers.size(); ++k) {
+        const auto& consumer = bound.model.consumers[(k + bound.worst_consumer) % bound.model.consumers.size()];
+        for (traces::OpIndex o : consumer.ops) tensor.consumers.push_back(trace.op(o).name);
+      }
+      tensor.from = bound.from;
+      tensor.why_fallback = bound.why_fallback;
+      tensor.relative_error_bound = bound.relative;
+      tensor.absolute_error_bound = bound.absolute;
+      tensor.ratio = ratio;
+      tensor.predicted_gradient_error = bound.predicted;
+      tensor.relu_mask = bound.model.relu_reader && bound.model.coverage == StorageGradientModel::Coverage::covered;
+      tensor.read_by_recomputation = read_by_recomputation.count(s) > 0;
       if (!use.ratio_overridden && traces::element_size(trace.tensor(s).dtype) != 4) use.ratio_converted_to_element_size = true;
       ++features.storages;
       if (uses_values(*c, values)) {

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "comptrain/models/gradient_error.hpp"
 #include "comptrain/support/error_bound.hpp"
 
 namespace comptrain::models {
@@ -161,6 +162,13 @@ struct CompressionModelUse {
   // value, so ratio * element_size / 4).
   bool ratio_converted_to_element_size = false;
   std::vector<std::pair<TensorClass, double>> ratios;  // effective ratio per class the rule compressed
+  // `error_bound: adaptive` (CompressAction::Adaptive): the relative gradient error allowed and
+  // the bound of the storages the model does not cover; error_bound is then unused.
+  std::optional<double> gradient_error_tolerance;
+  std::optional<double> fallback_error_bound;
+  // Per compressed storage, in the schedule's storage order: its bound, ratio and predicted
+  // gradient error (gradient_error.hpp).
+  std::vector<TensorBoundUse> tensors;
 };
 
 }  // namespace comptrain::models

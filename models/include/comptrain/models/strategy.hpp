@@ -100,6 +100,20 @@ struct CompressAction {
   // is an error. The same mode type the kernels' streams record.
   double error_bound = 0;
   ErrorBoundMode error_bound_mode = ErrorBoundMode::rel;
+
+  // COMET's adaptive bound (`error_bound: adaptive`): each storage gets the largest bound whose
+  // predicted weight-gradient error stays within `tolerance` of its conv/linear consumers'
+  // weight-gradient RMS (gradient_error.hpp; models/README.md, "Gradient error of a compressed
+  // activation"), from the trace's gradient statistics, capped at its value range; `error_bound`
+  // is then unused. Storages the model does not cover (no statistics, a backward reader other
+  // than conv/linear/ReLU) take `fallback_error_bound` (in error_bound_mode's units) when given,
+  // and are an InputError otherwise. Needs a profile, a codec whose errors the model describes
+  // (szp, szh: uniform quantisation, zeros exact) and no explicit ratio.
+  struct Adaptive {
+    double tolerance = 0;                        // relative gradient error allowed, finite > 0
+    std::optional<double> fallback_error_bound;  // > 0
+  };
+  std::optional<Adaptive> adaptive;
 };
 
 // The class of an activation whose content an op of this kind wrote last (the strategy uses the

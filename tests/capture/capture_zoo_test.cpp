@@ -19,6 +19,7 @@
 #include <system_error>
 #include <vector>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "comptrain/models/platform.hpp"
@@ -246,15 +247,25 @@ TEST(Capture, RescaledEqualsCapturedAtThatBatch) {
   if (!torch_available()) GTEST_SKIP() << "torch/torchvision not importable from " << kPython << ": capture not tested";
   const Trace rescaled = capture("resnet18", 1).rescaled(3);
   const Trace captured = capture("resnet18", 3);
-  // Value features are measured on each run's own batch: the same tensors carry them, with
-  // other numbers.
+  // Value features and gradient RMSs are measured on each run's own batch: the same tensors carry
+  // them, with other numbers. Gradient terms scale with the batch: equal; the rescaled RMSs say
+  // they were measured at batch 1.
   ASSERT_EQ(rescaled.tensors().size(), captured.tensors().size());
+  std::size_t with_gradient = 0;
   for (std::size_t i = 0; i < captured.tensors().size(); ++i) {
     Tensor a = rescaled.tensor(i), b = captured.tensor(i);
     EXPECT_EQ(a.values.empty(), b.values.empty()) << a.name;
     a.values = b.values = {};
+    EXPECT_EQ(a.gradient.terms, b.gradient.terms) << a.name;
+    EXPECT_EQ(a.gradient.delta_rms.has_value(), b.gradient.delta_rms.has_value()) << a.name;
+    EXPECT_EQ(a.gradient.weight_grad_rms.has_value(), b.gradient.weight_grad_rms.has_value()) << a.name;
+    EXPECT_EQ(a.gradient.batch_size, a.gradient.empty() ? std::nullopt : std::optional<std::int64_t>(1)) << a.name;
+    EXPECT_FALSE(b.gradient.batch_size.has_value()) << b.name;
+    with_gradient += b.gradient.empty() ? 0 : 1;
+    a.gradient = b.gradient = {};
     EXPECT_EQ(a, b) << a.name;
   }
+  EXPECT_EQ(with_gradient, 18u);
   ASSERT_EQ(rescaled.ops().size(), captured.ops().size());
   for (std::size_t i = 0; i < captured.ops().size(); ++i) {
     Op a = rescaled.op(i), b = captured.op(i);
@@ -264,12 +275,18 @@ TEST(Capture, RescaledEqualsCapturedAtThatBatch) {
   }
 }
 
+// resnet18 captured at batch 2, once for the tests that read it.
+const Trace& resnet18_at_batch_2() {
+  static const Trace trace = capture("resnet18", 2);
+  return trace;
+}
+
 // Value features (FORMAT.md, "values"): every floating-point saved activation carries all four,
 // on the tensor its last forward writer produced (where the compress strategy reads them) and on
 // no other tensor; their numbers are what the layers make of random weights and inputs.
 TEST(Capture, SavedActivationsCarryTheValueFeaturesOfTheirFinalForwardContent) {
   if (!torch_available()) GTEST_SKIP() << "torch/torchvision not importable from " << kPython << ": capture not tested";
-  const Trace trace = capture("resnet18", 2);
+  const Trace& trace = resnet18_at_batch_2();
   std::vector<std::optional<std::size_t>> last_forward_output(trace.tensors().size());
   for (const Op& op : trace.ops()) {
     if (op.phase != Phase::forward) continue;
@@ -318,6 +335,68 @@ TEST(Capture, SavedActivationsCarryTheValueFeaturesOfTheirFinalForwardContent) {
   EXPECT_EQ(relus, 17u);  // the stem and two per basic block
   EXPECT_EQ(relus_after_bn, 9u);
   EXPECT_EQ(convs, 20u);  // the stem, two per basic block, three downsamples
+}
+
+// Gradient statistics (FORMAT.md, "Gradient statistics") on a captured CNN: the input of every
+// convolution and of the classifier carries all three, and no other tensor any; terms are
+// batch x output positions (convolutions) and the batch (the classifier), from the trace's own
+// shapes; a block input read by conv1 and by the downsample convolution carries one set (the
+// more sensitive consumer's; the Python test checks the choice).
+TEST(Capture, EveryConvAndLinearInputCarriesGradientStatistics) {
+  if (!torch_available()) GTEST_SKIP() << "torch/torchvision not importable from " << kPython << ": capture not tested";
+  const Trace& trace = resnet18_at_batch_2();
+  std::vector<bool> read_by_weighted_op(trace.tensors().size(), false);
+  std::size_t convs = 0, linears = 0;
+  for (const Op& op : trace.ops()) {
+    if (op.phase != Phase::forward || (op.kind != OpKind::conv && op.kind != OpKind::linear)) continue;
+    (op.kind == OpKind::conv ? convs : linears) += 1;
+    std::vector<TensorIndex> carriers;
+    for (TensorIndex in : op.inputs) {
+      if (!trace.tensor(in).gradient.empty()) carriers.push_back(in);
+    }
+    ASSERT_EQ(carriers.size(), 1u) << op.name;
+    const Tensor& input = trace.tensor(carriers[0]);
+    read_by_weighted_op[carriers[0]] = true;
+    EXPECT_NE(input.role, TensorRole::weight) << op.name;
+    const GradientStatistics& g = input.gradient;
+    ASSERT_TRUE(g.delta_rms && g.weight_grad_rms && g.terms) << op.name;
+    EXPECT_FALSE(g.batch_size.has_value()) << op.name;  // measured at the trace's batch
+    EXPECT_GT(*g.delta_rms, 0) << op.name;
+    EXPECT_GT(*g.weight_grad_rms, 0) << op.name;
+    ASSERT_EQ(op.outputs.size(), 1u) << op.name;
+    const std::vector<std::int64_t>& out = trace.tensor(op.outputs[0]).shape;
+    if (op.kind == OpKind::conv) {
+      ASSERT_EQ(out.size(), 4u) << op.name;
+      EXPECT_EQ(*g.terms, static_cast<double>(out[0] * out[2] * out[3])) << op.name;  // batch x H_out x W_out
+    } else {
+      EXPECT_EQ(*g.terms, static_cast<double>(out[0])) << op.name;  // [batch, classes]: the batch
+    }
+    EXPECT_EQ(out[0], trace.batch_size()) << op.name;
+  }
+  EXPECT_EQ(convs, 20u);
+  EXPECT_EQ(linears, 1u);
+  std::size_t carriers = 0;
+  for (TensorIndex t = 0; t < trace.tensors().size(); ++t) {
+    const bool carries = !trace.tensor(t).gradient.empty();
+    EXPECT_EQ(carries, read_by_weighted_op[t]) << trace.tensor(t).name;
+    carriers += carries ? 1 : 0;
+  }
+  EXPECT_EQ(carriers, 18u);  // 21 ops; three downsamples share their block's input with its conv1
+  // Written and read back: version 3, the same statistics.
+  EXPECT_NE(trace_to_json(trace).find("\"version\": 3,"), std::string::npos);
+  EXPECT_EQ(trace_from_json(trace_to_json(trace), "t.json"), trace);
+}
+
+// The capture's numbers against their definitions, measured by another path on the same step
+// (tests/capture/capture_gradient_test.py: hooks on module outputs, weight gradients recomputed
+// from the module inputs and delta in float64): a tiny model with two convolutions reading one
+// input, a linear layer and a bias-less linear layer on a 3-D input.
+TEST(Capture, GradientStatisticsEqualTheirPyTorchDefinitions) {
+  if (!torch_available()) GTEST_SKIP() << "torch/torchvision not importable from " << kPython << ": capture not tested";
+  const fs::path script = fs::path(__FILE__).parent_path() / "capture_gradient_test.py";
+  const int status = std::system((std::string(kPython) + " " + script.string()).c_str());
+  ASSERT_TRUE(WIFEXITED(status)) << script;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << script << " failed (its output says which check)";
 }
 
 }  // namespace

@@ -34,6 +34,12 @@ How it works (PyTorch 1.13, CPU):
     compressor would see. Its zero fraction, spread, zero-block fraction and block scale are
     computed with numpy (the definitions of calibrate's features_of) and written on the tensor
     the storage's last forward writer produced.
+  - Gradient statistics (FORMAT.md, "Gradient statistics"; off with --no-gradients): after the
+    forward pass, a hook on the autograd node of every convolution and every matrix product with
+    a weight (ConvolutionBackward0, AddmmBackward0, MmBackward0) sees, in the recorded step's
+    backward pass, the gradient of the op's output (delta) and of its weight; their RMSs and the
+    products per weight-gradient entry go on the trace tensor the forward op read as its input
+    (GradientWatch).
 """
 from __future__ import annotations
 
@@ -194,6 +200,149 @@ def storage_values(t: torch.Tensor, elements: int):
     return flat.numpy()
 
 
+def rms(t: torch.Tensor) -> float:
+    """Root mean square of all entries, accumulated in float64."""
+    if t.numel() == 0:
+        return 0.0
+    return float(torch.linalg.vector_norm(t.detach(), dtype=torch.float64)) / math.sqrt(t.numel())
+
+
+def weighted_operands(base: str, args):
+    """For a convolution or a matrix product one of whose operands is a weight: the (activation,
+    weight) tensors of the forward aten op, else None. `convolution(input, weight, ...)`,
+    `addmm(bias, mat1, mat2)`, `mm(self, mat2)`; in x @ W.t() the weight operand is a view of
+    the parameter, which the caller recognises by its storage."""
+    if base == 'convolution':
+        return [(args[0], args[1])]
+    if base == 'addmm':
+        return [(args[1], args[2]), (args[2], args[1])]
+    if base == 'mm':
+        return [(args[0], args[1]), (args[1], args[0])]
+    return None
+
+
+class GradientWatch:
+    """Gradient statistics (FORMAT.md, "Gradient statistics") of the recorded step.
+
+    The forward pass registers, for each convolution and each matrix product with a weight, the
+    trace tensor the op read as its activation operand, keyed by the storages of that operand
+    and of the weight (`forward_op`). When the forward pass is over (`watch`), the autograd graph
+    is walked from the loss; each ConvolutionBackward0, AddmmBackward0 and MmBackward0 node whose
+    saved operands are such a pair gets a hook, which in the backward pass receives the
+    gradient of the node's output (delta) and the gradients of its inputs, among them the
+    weight's (for x @ W.t() that of W.t(), whose RMS is W's). From them:
+      delta_rms       = RMS of delta over all its entries;
+      weight_grad_rms = RMS of this node's weight gradient;
+      terms           = the products each weight-gradient entry sums: for a convolution delta's
+                        elements / its channels (batch x output positions), for a transposed one
+                        the input's elements / its channels (batch x input positions); for a
+                        matrix product the rows of the activation operand (weight on the right)
+                        or the columns (weight on the left).
+    When several nodes read the same trace tensor, the tensor keeps the statistics of the most
+    sensitive one: the largest delta_rms * sqrt(terms) / weight_grad_rms. The hooks run with the
+    recorder paused, so that their own torch calls are not recorded."""
+
+    NODES = {
+        # node name: its two saved operands (for a convolution: input, weight)
+        'ConvolutionBackward0': ('_saved_input', '_saved_weight'),
+        'AddmmBackward0': ('_saved_mat1', '_saved_mat2'),
+        'MmBackward0': ('_saved_self', '_saved_mat2'),
+    }
+    # Input positions of the node's gradients (its next_functions): conv (input, weight, bias),
+    # addmm (self, mat1, mat2), mm (self, mat2).
+    POSITIONS = {'ConvolutionBackward0': (0, 1), 'AddmmBackward0': (1, 2), 'MmBackward0': (0, 1)}
+
+    def __init__(self, rec: 'Recorder'):
+        self.rec = rec
+        self.operands: dict = {}   # (activation storage, weight storage) -> trace tensor index
+        self.stats: dict = {}      # trace tensor index -> statistics
+        self.handles: list = []
+
+    def forward_op(self, base: str, args, in_tensors, inputs) -> None:
+        """A forward op: if it multiplies an activation by a weight, remember which trace tensor
+        (`inputs`, the op's trace inputs in the order of `in_tensors`) the activation is."""
+        for activation, weight in weighted_operands(base, args) or ():
+            if not isinstance(activation, torch.Tensor) or not isinstance(weight, torch.Tensor):
+                continue
+            w_key, a_key = storage_key(weight), storage_key(activation)
+            w_index = self.rec.by_storage.get(w_key) if w_key is not None else None
+            if a_key is None or w_index is None or self.rec.tensors[self.rec.base_of[w_index]]['role'] != 'weight':
+                continue
+            position = next((k for k, t in enumerate(in_tensors) if t is activation), None)
+            if position is not None:
+                self.operands[(a_key, w_key)] = inputs[position]
+            return
+
+    def watch(self, loss: torch.Tensor) -> None:
+        seen, stack = set(), [loss.grad_fn]
+        while stack:
+            node = stack.pop()
+            if node is None or node in seen:
+                continue
+            seen.add(node)
+            stack.extend(f for f, _ in node.next_functions)
+            name = type(node).__name__
+            if name not in self.NODES:
+                continue
+            try:
+                saved = [getattr(node, attr) for attr in self.NODES[name]]
+            except RuntimeError:
+                continue  # an operand autograd did not save (its partner needs no gradient)
+            first, second = self.POSITIONS[name]
+            # The weight is the saved operand whose storage is a parameter's (for mm/addmm either).
+            for activation, weight, w_position in ((saved[0], saved[1], second), (saved[1], saved[0], first)):
+                if not isinstance(activation, torch.Tensor) or not isinstance(weight, torch.Tensor):
+                    continue
+                index = self.operands.get((storage_key(activation), storage_key(weight)))
+                if index is None:
+                    continue
+                if name == 'ConvolutionBackward0':
+                    transposed = bool(node._saved_transposed)
+                    in_shape = tuple(activation.shape)
+                    terms = (lambda delta, s=in_shape: math.prod(s) // s[1]) if transposed else \
+                        (lambda delta: delta.numel() // delta.shape[1])
+                elif w_position == second:  # activation @ weight: each entry sums over the rows
+                    terms = lambda delta: delta.shape[0]
+                else:                        # weight @ activation: over the columns
+                    terms = lambda delta: delta.shape[1]
+                self.handles.append(node.register_hook(self._hook(index, w_position, terms)))
+                break
+        self.operands.clear()
+
+    def _hook(self, index: int, w_position: int, terms):
+        def hook(grad_inputs, grad_outputs):
+            delta, grad_weight = grad_outputs[0], grad_inputs[w_position]
+            if delta is None or grad_weight is None:
+                return None
+            paused, self.rec.paused = self.rec.paused, True
+            try:
+                stats = {'delta_rms': rms(delta), 'weight_grad_rms': rms(grad_weight),
+                         'terms': float(terms(delta))}
+            finally:
+                self.rec.paused = paused
+            previous = self.stats.get(index)
+            if previous is None or self.sensitivity(stats) > self.sensitivity(previous):
+                self.stats[index] = stats
+            return None
+        return hook
+
+    @staticmethod
+    def sensitivity(stats: dict) -> float:
+        """delta_rms * sqrt(terms) / weight_grad_rms: the error model's relative gradient error
+        per unit error bound (infinite for a zero weight gradient that an error would change)."""
+        numerator = stats['delta_rms'] * math.sqrt(stats['terms'])
+        if stats['weight_grad_rms'] == 0:
+            return math.inf if numerator > 0 else 0.0
+        return numerator / stats['weight_grad_rms']
+
+    def close(self) -> None:
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+        for index, stats in self.stats.items():
+            self.rec.tensors[index]['gradient'] = stats
+
+
 def tensors_in(tree):
     return [x for x in tree_flatten(tree)[0] if isinstance(x, torch.Tensor)]
 
@@ -249,6 +398,8 @@ class Recorder(TorchDispatchMode):
         self.keep_saved = False
         self.record_values = False   # compute value features when the backward pass starts
         self.saved_refs: dict = {}   # base index -> a saved tensor of that storage (until then)
+        self.gradients: GradientWatch | None = None  # gradient statistics (None: not measured)
+        self.paused = False          # ops issued by the capture's own hooks: run, not recorded
         self.unread_saved = 0  # saved storages no backward op reads (left temporary)
         self.op_counts: dict = {}
         for key, (name, role, t) in resident.items():
@@ -391,8 +542,9 @@ class Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         base = op_base_name(func)
-        if func.namespace == 'profiler':
-            # record_function's bookkeeping (the optimizer step is wrapped in one): no kernel.
+        if func.namespace == 'profiler' or self.paused:
+            # record_function's bookkeeping (the optimizer step is wrapped in one): no kernel;
+            # or the capture's own measurements (GradientWatch's hooks).
             return func(*args, **kwargs)
         if self.saved_refs and self.phase != 'forward':
             self._record_values()
@@ -429,6 +581,8 @@ class Recorder(TorchDispatchMode):
         kind = self._kind(base, module, is_view)
         for index in outputs:
             self.tensors[index]['producer_kind'] = kind
+        if self.gradients is not None and self.phase == 'forward':
+            self.gradients.forward_op(base, args, in_tensors, inputs)
         self.ops.append({
             'name': name, 'phase': self.phase, 'kind': kind,
             'inputs': inputs, 'outputs': outputs, 'flops': flops, 'seconds': seconds,
@@ -506,13 +660,16 @@ class Session:
         out[storage_key(y)] = ('labels', 'input', y)
         return out
 
-    def step(self, batch: int, keep_saved: bool, record_values: bool = False) -> Recorder:
+    def step(self, batch: int, keep_saved: bool, record_values: bool = False,
+             record_gradients: bool = False) -> Recorder:
         shape = [batch] + [int(s) for s in self.args.input_shape.split(',')]
         x = torch.randn(shape, dtype=self.dtype)
         y = torch.randint(0, self.args.num_classes, (batch,))
         rec = Recorder(self.resident(x, y), self.module_of)
         rec.keep_saved = keep_saved
         rec.record_values = record_values
+        if record_gradients:
+            rec.gradients = GradientWatch(rec)
         def enter(name):
             def hook(_module, _inputs):
                 rec.module_stack.append(name)
@@ -532,6 +689,12 @@ class Session:
                     rec.module_stack = ['loss']  # the loss runs outside any module
                     loss = torch.nn.functional.cross_entropy(logits, y)
                     del logits
+                    if rec.gradients is not None:
+                        rec.paused = True  # walking the graph unpacks saved tensors
+                        try:
+                            rec.gradients.watch(loss)
+                        finally:
+                            rec.paused = False
                     rec.phase = 'backward'
                     loss.backward()
                     rec.phase = 'optimizer'
@@ -539,6 +702,8 @@ class Session:
         finally:
             for h in hooks:
                 h.remove()
+            if rec.gradients is not None:
+                rec.gradients.close()
         # Roles, per storage: what ends up in .grad is a gradient; saved storages that some
         # backward op reads are activations.
         for p in self.params:
@@ -602,6 +767,8 @@ def build_trace(session: Session, main: Recorder, probe: Recorder, batch: int, p
             entry['view_of'] = t['view_of']
         if 'values' in t and t['role'] == 'activation':
             entry['values'] = t['values']
+        if 'gradient' in t:
+            entry['gradient'] = t['gradient']
         tensors.append(entry)
     # A view must scale like its base or not at all; the base's verdict wins.
     for entry in tensors:
@@ -640,7 +807,9 @@ def build_trace(session: Session, main: Recorder, probe: Recorder, batch: int, p
         'note': 'CPU run: dropout saves a float32 mask (CUDA saves a 1-byte one)',
     }
     name = session.args.name or session.args.model.rsplit(':', 1)[-1]
-    version = 2 if any('values' in entry for entry in tensors) else 1  # 2 added per-tensor values
+    # The oldest version that holds the trace: 2 added per-tensor values, 3 gradient statistics.
+    version = 3 if any('gradient' in entry for entry in tensors) else \
+        2 if any('values' in entry for entry in tensors) else 1
     return {'format': 'comptrain-trace', 'version': version, 'name': name, 'batch_size': batch,
             'metadata': metadata, 'tensors': tensors, 'ops': ops}
 
@@ -689,6 +858,8 @@ def parse_args(argv):
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--no-values', dest='values', action='store_false',
                    help='do not compute value features of the saved activations (FORMAT.md, "values")')
+    p.add_argument('--no-gradients', dest='gradients', action='store_false',
+                   help='do not measure gradient statistics of conv/linear inputs (FORMAT.md, "Gradient statistics")')
     args = p.parse_args(argv)
     if args.batch < 1:
         p.error('--batch must be >= 1')
@@ -703,7 +874,8 @@ def main(argv=None) -> int:
     probe_batch = args.batch - 1 if args.batch > 1 else 2
     # The probe runs first: it also warms the kernels and the allocator up for the timed run.
     probe = session.step(probe_batch, keep_saved=False)
-    main_run = session.step(args.batch, keep_saved=bool(args.samples), record_values=args.values)
+    main_run = session.step(args.batch, keep_saved=bool(args.samples), record_values=args.values,
+                            record_gradients=args.gradients)
     trace = build_trace(session, main_run, probe, args.batch, probe_batch)
     tmp = args.output + '.tmp'
     with open(tmp, 'w', encoding='utf-8') as f:

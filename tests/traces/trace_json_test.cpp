@@ -264,6 +264,41 @@ TEST(TraceJson, GradientStatisticsOutOfRangeCannotMakeATrace) {
   EXPECT_EQ(error_with({0.0, 0.0, 2.0, 3}), "accepted");
 }
 
+// The shipped capture (scenarios/traces/resnet18-b4-captured.json, written by
+// traces/capture/comptrain_capture.py; scenarios/traces/README.md) reads without torch, and every
+// convolution and linear layer finds its gradient statistics on its input: what the error model
+// and the adaptive error bound read. It rescales exactly.
+TEST(TraceJson, ShippedCaptureCarriesGradientStatisticsOnEveryConvAndLinearInput) {
+  const fs::path file = kDataDir / ".." / ".." / "scenarios" / "traces" / "resnet18-b4-captured.json";
+  const Trace trace = read_trace_file(file);
+  EXPECT_EQ(trace.batch_size(), 4);
+  std::size_t weighted = 0;
+  for (const Op& op : trace.ops()) {
+    if (op.phase != Phase::forward || (op.kind != OpKind::conv && op.kind != OpKind::linear)) continue;
+    ++weighted;
+    std::size_t carriers = 0;
+    for (TensorIndex in : op.inputs) {
+      const GradientStatistics& g = trace.tensor(in).gradient;
+      if (g.empty()) continue;
+      ++carriers;
+      EXPECT_TRUE(g.delta_rms && g.weight_grad_rms && g.terms) << op.name;
+      EXPECT_GT(g.delta_rms.value_or(0), 0) << op.name;
+      EXPECT_GT(g.weight_grad_rms.value_or(0), 0) << op.name;
+    }
+    EXPECT_EQ(carriers, 1u) << op.name;
+  }
+  EXPECT_EQ(weighted, 21u);  // resnet18: 20 convolutions and the classifier
+  for (std::int64_t b : {1, 3, 256}) EXPECT_EQ(trace.rescaled(b).rescaled(4), trace) << "via batch " << b;
+  const auto images = std::find_if(trace.tensors().begin(), trace.tensors().end(),
+                                   [](const Tensor& t) { return t.name == "input"; });
+  ASSERT_NE(images, trace.tensors().end());
+  const Tensor& images_at_32 = trace.rescaled(32).tensor(static_cast<TensorIndex>(images - trace.tensors().begin()));
+  EXPECT_EQ(images->gradient.terms, 4.0 * 112 * 112);  // conv1, stride 2: batch x 112 x 112
+  EXPECT_EQ(images_at_32.gradient.terms, 32.0 * 112 * 112);
+  EXPECT_EQ(images_at_32.gradient.batch_size, 4);
+  EXPECT_EQ(images_at_32.gradient.delta_rms, images->gradient.delta_rms);
+}
+
 TEST(TraceJson, WriterPutsFormatAndVersionFirstAndIsDeterministic) {
   const std::string text = trace_to_json(tiny_trace());
   EXPECT_THAT(

@@ -78,9 +78,16 @@ std::pair<double, std::size_t> StorageGradientModel::worst_relative_error(double
 StorageGradientModel gradient_model_of(const traces::Trace& trace, TensorIndex storage, std::span<const OpIndex> readers,
                                        double zero_fraction) {
   StorageGradientModel model;
+  // A backward matmul that reads the storage is a linear layer's weight-gradient GEMM (δᵀ·X) when
+  // no forward matmul or attention reads it: a backward op reads a saved tensor for the forward op
+  // that saved it, and among the storage's forward GEMM readers only conv/linear ones are left.
+  // (The capture names a Linear's backward mm `matmul` when it cannot attribute it to the module.)
+  std::optional<OpIndex> backward_matmul;
+  bool forward_matmul = false;
   for (OpIndex r : readers) {
     const traces::Op& op = trace.op(r);
     if (op.phase == Phase::forward) {
+      if (op.kind == OpKind::matmul || op.kind == OpKind::attention) forward_matmul = true;
       if (!is_conv_or_linear(op.kind)) continue;
       for (TensorIndex t : op.inputs) {
         if (trace.storage_of(t) != storage) continue;
@@ -93,10 +100,13 @@ StorageGradientModel gradient_model_of(const traces::Trace& trace, TensorIndex s
       }
     } else if (op.kind == OpKind::relu) {
       model.relu_reader = true;
+    } else if (op.kind == OpKind::matmul) {
+      if (!backward_matmul) backward_matmul = r;
     } else if (!is_conv_or_linear(op.kind) && !model.reader) {
       model.reader = r;
     }
   }
+  if (backward_matmul && forward_matmul && !model.reader) model.reader = backward_matmul;
   if (model.consumers.empty()) {
     model.coverage = StorageGradientModel::Coverage::no_conv_or_linear_consumer;
     return model;

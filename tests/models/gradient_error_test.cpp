@@ -543,6 +543,24 @@ TEST(AdaptiveBound, UncoveredStoragesNeedAFallback) {
   EXPECT_EQ(the_tensor(a, "y1").from, TensorBoundUse::From::adaptive);
 }
 
+// A backward matmul reading the storage is a linear layer's weight-gradient GEMM (as the capture
+// names it when it cannot attribute the op to its Linear module), unless a forward matmul reads
+// the storage too: then the backward matmul may be that one's, whose input gradient reads it.
+TEST(AdaptiveBound, BackwardMatmulsCountAsLinearsUnlessAForwardMatmulReadsTheStorage) {
+  Mlp mlp;
+  mlp.ops[9].kind = OpKind::matmul;  // l2.backward
+  const Schedule s = test_support::must_apply(build_schedule(mlp.build(), time_model(), spec(adaptive(0.01), only("y1"))));
+  EXPECT_EQ(the_tensor(s, "y1").from, TensorBoundUse::From::adaptive);
+  mlp.ops[3].kind = OpKind::matmul;  // sm becomes a forward matmul that reads a1 too
+  mlp.ops[3].inputs.push_back(mlp.a1);
+  try {
+    build_schedule(mlp.build(), time_model(), spec(adaptive(0.01), only("y1")));
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("the backward op 'l2.backward' (matmul) reads it"), std::string::npos) << e.what();
+  }
+}
+
 TEST(AdaptiveBound, MissingStatisticsOrRangeAreNamed) {
   Mlp mlp;
   mlp.tensors[mlp.a1].gradient.terms.reset();

@@ -67,7 +67,9 @@ double largest_error_bound(double tolerance, const ConsumerGradientStatistics& s
 // Covered: a forward conv or linear op reads the storage (the consumers), and every backward op
 // that reads it is a conv or linear op (the consumers' backward: G) or a ReLU's backward, which
 // reads the sign of its saved output only. The ReLU's mask is not in σ: a positive value below
-// eb decodes to 0 and masks its gradient (README, "When the model does not apply").
+// eb decodes to 0 and masks its gradient (README, "When the model does not apply"). A backward
+// matmul counts as a linear layer's weight-gradient GEMM when no forward matmul or attention reads
+// the storage (captures name a Linear's backward mm `matmul` when they cannot attribute it).
 // Not covered: another backward reader (batch norm, layer norm, softmax, GELU, matmul, attention,
 // pooling, ...): there the error enters the data path, i.e. the input gradients of every layer
 // below, which this model does not follow.

@@ -43,8 +43,10 @@ struct ActionJson {
     rule["action"] = "compress";
     rule["compress"] = {{"profile", c.profile ? ordered_json(c.profile->name) : ordered_json(nullptr)},
                         {"codec", c.profile ? ordered_json(c.codec) : ordered_json(nullptr)},
-                        {"error_bound", c.profile ? ordered_json(c.error_bound) : ordered_json(nullptr)},
+                        {"error_bound", !c.profile ? ordered_json(nullptr) : c.adaptive ? ordered_json("adaptive") : ordered_json(c.error_bound)},
                         {"error_bound_mode", c.profile ? ordered_json(to_string(c.error_bound_mode)) : ordered_json(nullptr)},
+                        {"gradient_error_tolerance", c.adaptive ? ordered_json(c.adaptive->tolerance) : ordered_json(nullptr)},
+                        {"fallback_error_bound", c.adaptive ? optional_number(c.adaptive->fallback_error_bound) : ordered_json(nullptr)},
                         {"ratio", optional_number(c.ratio)},
                         {"compress_bandwidth_bytes_per_second", optional_number(c.compress_bandwidth)},
                         {"decompress_bandwidth_bytes_per_second", optional_number(c.decompress_bandwidth)},

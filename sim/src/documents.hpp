@@ -21,7 +21,10 @@ using nlohmann::ordered_json;
 // decided by the caching-allocator model, with its iteration).
 // Version 4: plans of clusters (batches per GPU and global samples/s under a parallelism section;
 // cluster, scaling efficiency, limit, communication and host-wait times; cluster_search).
-inline constexpr int kSchemaVersion = 4;
+// Version 5: adaptive error bounds (issue 16): a compress rule's error_bound may be "adaptive",
+// with gradient_error_tolerance and fallback_error_bound (null otherwise); each compression entry
+// lists its storages (tensors: bound, ratio, predicted gradient error) and the tolerance.
+inline constexpr int kSchemaVersion = 5;
 
 // {"comptrain_version": "0.1.0", "schema": {"name": "comptrain.<kind>", "version": 2}}
 ordered_json document_header(std::string_view kind);

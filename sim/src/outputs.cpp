@@ -242,6 +242,34 @@ const models::CompressionFeatureUse* feature_use(const models::Schedule& schedul
   return nullptr;
 }
 
+// Per tensor, the bound, the ratio and the predicted weight-gradient error (models/README.md,
+// "Gradient error of a compressed activation"): for an adaptive rule, or a fixed one on a trace
+// with gradient statistics (where some tensor has a prediction); nothing otherwise.
+void add_tensor_bounds(std::string& out, const models::CompressionModelUse& c) {
+  const bool predicted = std::any_of(c.tensors.begin(), c.tensors.end(), [](const auto& t) { return t.predicted_gradient_error.has_value(); });
+  if (c.tensors.empty() || (!c.gradient_error_tolerance && !predicted)) return;
+  std::size_t width = 6;
+  for (const auto& t : c.tensors) width = std::max(width, t.tensor.size());
+  width = std::min<std::size_t>(width, 60);
+  add_line(out, "             per tensor: bound relative to its value range and absolute, ratio, predicted weight-gradient error (sigma / RMS) of the layers it enters");
+  add_line(out, "             {:<{}}  {:<8}  {:>10}  {:>10}  {:>7}  {:>11}  {}", "tensor", width, "bound", "relative", "absolute", "ratio", "grad. error", "layers");
+  bool relu = false, recomputed = false;
+  for (const auto& t : c.tensors) {
+    std::string layers;
+    for (const std::string& name : t.consumers) layers += (layers.empty() ? "" : ", ") + name;
+    if (t.from == models::TensorBoundUse::From::fallback) layers = t.why_fallback;
+    if (t.relu_mask) layers += " [r]";
+    if (t.read_by_recomputation) layers += " [c]";
+    relu = relu || t.relu_mask;
+    recomputed = recomputed || t.read_by_recomputation;
+    add_line(out, "             {:<{}}  {:<8}  {:>10.3e}  {:>10}  {:>7.3g}  {:>11}  {}", t.tensor, width, models::to_string(t.from), t.relative_error_bound,
+             t.absolute_error_bound ? fmt::format("{:.3e}", *t.absolute_error_bound) : "-", t.ratio,
+             t.predicted_gradient_error ? fmt::format("{:.3g} %", 100 * *t.predicted_gradient_error) : "-", layers);
+  }
+  if (relu) add_line(out, "             [r] a ReLU's backward reads it too: positive values below the bound decode to 0 and mask their gradients (not in the prediction)");
+  if (recomputed) add_line(out, "             [c] a recomputation reads the decompressed copy: the error enters the recomputed activations too (not in the prediction)");
+}
+
 // Which costs a compress rule applied: the profile, its fitted models (with provenance), and
 // the ratio per tensor class it compressed (the byte-weighted mean where tensors had their own
 // value features).
@@ -251,8 +279,14 @@ void add_compression_line(std::string& out, const models::CompressionModelUse& c
   };
   std::string ratios;
   for (const auto& [cls, ratio] : c.ratios) ratios += fmt::format("{}{} {:.3g}", ratios.empty() ? "" : ", ", models::to_string(cls), ratio);
-  add_line(out, "           compress rule {}: profile {} ({}), codec {}, error bound {:g}{}", c.rule, c.profile, c.profile_source, c.codec,
-           c.error_bound, c.error_bound_mode == ErrorBoundMode::abs ? " (absolute)" : "");
+  if (c.gradient_error_tolerance) {
+    add_line(out, "           compress rule {}: profile {} ({}), codec {}, error bound adaptive: predicted weight-gradient error <= {:g} of each layer's RMS{}",
+             c.rule, c.profile, c.profile_source, c.codec, *c.gradient_error_tolerance,
+             c.fallback_error_bound ? fmt::format(" (fallback {:g}{})", *c.fallback_error_bound, c.error_bound_mode == ErrorBoundMode::abs ? " absolute" : "") : "");
+  } else {
+    add_line(out, "           compress rule {}: profile {} ({}), codec {}, error bound {:g}{}", c.rule, c.profile, c.profile_source, c.codec,
+             c.error_bound, c.error_bound_mode == ErrorBoundMode::abs ? " (absolute)" : "");
+  }
   add_line(out, "             compress {}, decompress {}", time(c.compress), time(c.decompress));
   std::string from = c.ratio_overridden ? " [explicit]" : " [fitted ratio model]";
   if (f != nullptr && f->with_features > 0) {
@@ -263,6 +297,7 @@ void add_compression_line(std::string& out, const models::CompressionModelUse& c
   if (c.ratio_converted_to_element_size) {
     add_line(out, "             (the profile is fitted on 32-bit data; ratios of tensors of other element types are converted: same bits per value)");
   }
+  add_tensor_bounds(out, c);
 }
 
 void add_header(std::string& out, const SimulationRun& run) {
@@ -525,8 +560,10 @@ std::string report_json(const SimulationRun& run) {
                       {"profile", c.profile.empty() ? ordered_json(nullptr) : ordered_json(c.profile)},
                       {"profile_source", c.profile_source.empty() ? ordered_json(nullptr) : ordered_json(c.profile_source)},
                       {"codec", c.codec.empty() ? ordered_json(nullptr) : ordered_json(c.codec)},
-                      {"error_bound", c.error_bound},
+                      {"error_bound", c.gradient_error_tolerance ? ordered_json("adaptive") : ordered_json(c.error_bound)},
                       {"error_bound_mode", to_string(c.error_bound_mode)},
+                      {"gradient_error_tolerance", c.gradient_error_tolerance ? ordered_json(*c.gradient_error_tolerance) : ordered_json(nullptr)},
+                      {"fallback_error_bound", c.fallback_error_bound ? ordered_json(*c.fallback_error_bound) : ordered_json(nullptr)},
                       {"compress", time(c.compress)},
                       {"decompress", time(c.decompress)},
                       {"ratio_source", c.ratio_overridden ? "explicit" : "profile"},
@@ -538,6 +575,23 @@ std::string report_json(const SimulationRun& run) {
         list.back()["storages"] = f->storages;
         list.back()["storages_with_value_features"] = f->with_features;
       }
+      // Per storage: its bound (relative to its range, and absolute where the range is known), the
+      // ratio it got and the predicted relative weight-gradient error of the layers it enters
+      // (null where the model does not cover it or the trace has no statistics).
+      ordered_json tensors = ordered_json::array();
+      for (const models::TensorBoundUse& t : c.tensors) {
+        tensors.push_back({{"tensor", t.tensor},
+                           {"bound_from", models::to_string(t.from)},
+                           {"why_fallback", t.why_fallback.empty() ? ordered_json(nullptr) : ordered_json(t.why_fallback)},
+                           {"relative_error_bound", t.relative_error_bound},
+                           {"absolute_error_bound", t.absolute_error_bound ? ordered_json(*t.absolute_error_bound) : ordered_json(nullptr)},
+                           {"ratio", t.ratio},
+                           {"predicted_relative_gradient_error", t.predicted_gradient_error ? ordered_json(*t.predicted_gradient_error) : ordered_json(nullptr)},
+                           {"layers", t.consumers},
+                           {"relu_mask_not_modelled", t.relu_mask},
+                           {"read_by_recomputation", t.read_by_recomputation}});
+      }
+      list.back()["tensors"] = std::move(tensors);
     }
     j["compression"] = list;
   }

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "comptrain/models/gradient_error.hpp"
 #include "comptrain/models/platform_yaml.hpp"
 #include "comptrain/models/profile_yaml.hpp"
 #include "comptrain/models/shipped_or_file.hpp"
@@ -565,7 +566,8 @@ class ScenarioReader {
 
   models::CompressAction read_compress(const YAML::Node& c, const std::string& f) const {
     require_map(c, f);
-    check_keys(c, f, {"profile", "codec", "ratio", "compress_bandwidth", "decompress_bandwidth", "latency", "error_bound", "error_bound_mode"});
+    check_keys(c, f, {"profile", "codec", "ratio", "compress_bandwidth", "decompress_bandwidth", "latency", "error_bound", "error_bound_mode",
+                      "gradient_error_tolerance", "fallback_error_bound"});
     models::CompressAction action;
     const bool profiled = static_cast<bool>(c["profile"]);
     if (profiled) {
@@ -586,7 +588,7 @@ class ScenarioReader {
                          action.codec + "'; it has: " + names);
       }
       if (!c["error_bound"] && !c["ratio"]) {
-        throw InputError(where(c.Mark()) + "'" + f + "' with a profile needs 'error_bound' (relative to the value range, e.g. 1e-3), which picks the ratio");
+        throw InputError(where(c.Mark()) + "'" + f + "' with a profile needs 'error_bound' (relative to the value range, e.g. 1e-3, or adaptive with gradient_error_tolerance), which picks the ratio");
       }
     } else if (c["codec"]) {
       throw InputError(where(c["codec"].Mark()) + "'" + f + ".codec' applies with 'profile' only (it picks the profile's models)");
@@ -608,9 +610,14 @@ class ScenarioReader {
           bounded_quantity(required(c, "decompress_bandwidth", f), models::units::Dimension::bandwidth, f + ".decompress_bandwidth", bandwidth);
     }
     if (c["latency"]) action.latency = bounded_quantity(c["latency"], models::units::Dimension::time, f + ".latency", {0, 1});
-    if (c["error_bound"]) {
-      action.error_bound = number(c["error_bound"], f + ".error_bound");
-      if (!(action.error_bound > 0)) throw InputError(where(c["error_bound"].Mark()) + "'" + f + ".error_bound' must be > 0");
+    if (const YAML::Node eb = c["error_bound"]; eb && eb.IsScalar() && eb.Scalar() == "adaptive") {
+      action.adaptive = read_adaptive_bound(c, f, profiled);
+    } else if (eb) {
+      action.error_bound = number(eb, f + ".error_bound");
+      if (!(action.error_bound > 0)) throw InputError(where(eb.Mark()) + "'" + f + ".error_bound' must be > 0 (or adaptive)");
+    }
+    for (const char* key : {"gradient_error_tolerance", "fallback_error_bound"}) {
+      if (c[key] && !action.adaptive) throw InputError(where(c[key].Mark()) + "'" + f + "." + key + "' applies with 'error_bound: adaptive' only");
     }
     if (const YAML::Node mode = c["error_bound_mode"]) {
       const std::string m = scalar(mode, f + ".error_bound_mode");
@@ -625,6 +632,43 @@ class ScenarioReader {
       action.error_bound_mode = *parsed;
     }
     return action;
+  }
+
+  // `error_bound: adaptive` (models/README.md, "Gradient error of a compressed activation"): a
+  // per-tensor bound from the trace's gradient statistics, within gradient_error_tolerance of each
+  // conv/linear layer's weight gradient; fallback_error_bound for the tensors the model does not
+  // cover. Checked here, at their lines, for what the rule alone decides; a trace without the
+  // statistics is found when the strategy is built (models::build_schedule names the tensor).
+  models::CompressAction::Adaptive read_adaptive_bound(const YAML::Node& c, const std::string& f, bool profiled) const {
+    const YAML::Node eb = c["error_bound"];
+    if (!profiled) {
+      throw InputError(where(eb.Mark()) + "'" + f + ".error_bound: adaptive' needs 'profile': its ratio model turns each tensor's bound into a ratio");
+    }
+    if (c["ratio"]) {
+      throw InputError(where(c["ratio"].Mark()) + "'" + f + ".ratio' with 'error_bound: adaptive'; expected no ratio (each tensor's bound picks its ratio from the profile)");
+    }
+    const std::string codec = c["codec"] ? c["codec"].Scalar() : std::string("szp");
+    if (!models::codec_has_uniform_errors(codec)) {
+      throw InputError(where(c["codec"] ? c["codec"].Mark() : eb.Mark()) + "'" + f + ".codec' is '" + codec +
+                       "', but 'error_bound: adaptive' needs szp or szh (the codecs whose errors the gradient-error model describes: uniform quantisation, zeros exact)");
+    }
+    const YAML::Node tolerance = c["gradient_error_tolerance"];
+    if (!tolerance) {
+      throw InputError(where(eb.Mark()) + "'" + f + ".error_bound: adaptive' needs 'gradient_error_tolerance': the predicted weight-gradient error allowed, "
+                                         "relative to each layer's weight-gradient RMS (e.g. 0.01)");
+    }
+    models::CompressAction::Adaptive adaptive;
+    adaptive.tolerance = number(tolerance, f + ".gradient_error_tolerance");
+    if (!(adaptive.tolerance > 0)) {
+      throw InputError(where(tolerance.Mark()) + "'" + f + ".gradient_error_tolerance' is " + tolerance.Scalar() + "; expected a finite number > 0 (e.g. 0.01)");
+    }
+    if (const YAML::Node fallback = c["fallback_error_bound"]) {
+      adaptive.fallback_error_bound = number(fallback, f + ".fallback_error_bound");
+      if (!(*adaptive.fallback_error_bound > 0)) {
+        throw InputError(where(fallback.Mark()) + "'" + f + ".fallback_error_bound' is " + fallback.Scalar() + "; expected a finite number > 0");
+      }
+    }
+    return adaptive;
   }
 
   models::TensorSelector read_selector(const YAML::Node& node, const std::string& field) const {

@@ -271,7 +271,7 @@ TEST(PlanClusters, ThroughputIsGlobalAndScalingIsAgainstOneGpu) {
     EXPECT_NE(text.find("batches are per-GPU micro-batches; samples/s are global"), std::string::npos) << text;
     EXPECT_NE(text.find("global samples/s"), std::string::npos) << text;
     const auto j = nlohmann::json::parse(plan_json(plan));
-    EXPECT_EQ(j["schema"]["version"], 4);
+    EXPECT_EQ(j["schema"]["version"], 5);
     EXPECT_EQ(j["cluster"]["gpus"], gpus);
     EXPECT_DOUBLE_EQ(j["strategies"][0]["scaling_efficiency"].get<double>(), *s.scaling_efficiency);
     EXPECT_EQ(j["strategies"][0]["limit"], std::string(to_string(s.limit)));

@@ -1,0 +1,223 @@
+// `error_bound: adaptive` in scenarios (issue 16): the compress rule's keys and their errors at
+// their line, the per-tensor bounds, ratios and predicted gradient errors in the text and JSON
+// reports, and the bounds the run layer gives the planner at each batch (the tolerance holds at
+// every batch). The model itself is tested in tests/models/gradient_error_test.cpp.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "comptrain/sim/plan.hpp"
+#include "comptrain/sim/run.hpp"
+#include "comptrain/sim/scenario.hpp"
+#include "comptrain/support/input_error.hpp"
+#include "comptrain/traces/trace_json.hpp"
+
+namespace comptrain::sim {
+namespace {
+
+using testing::HasSubstr;
+using traces::OpKind;
+using traces::Phase;
+using traces::TensorRole;
+
+// Batch 4, every tensor [4, 250] f32. l1 (linear) -> y1, relu in place -> a1, l2 (linear) reads
+// a1, softmax -> p, l3 (linear) reads p, loss. a1 carries l2's gradient statistics; p is read by
+// softmax's backward (the model does not cover it).
+traces::Trace mlp() {
+  std::vector<traces::Tensor> tensors;
+  std::vector<traces::Op> ops;
+  auto tensor = [&](const std::string& name, TensorRole role, std::optional<std::size_t> view_of = std::nullopt) {
+    traces::Tensor t;
+    t.id = tensors.size();
+    t.name = name;
+    t.shape = {4, 250};
+    t.batch_dim = 0;
+    t.role = role;
+    t.view_of = view_of;
+    tensors.push_back(t);
+    return tensors.size() - 1;
+  };
+  auto op = [&](const std::string& name, Phase phase, OpKind kind, std::vector<std::size_t> in, std::vector<std::size_t> out) {
+    traces::Op o;
+    o.id = ops.size();
+    o.name = name;
+    o.phase = phase;
+    o.kind = kind;
+    o.inputs = std::move(in);
+    o.outputs = std::move(out);
+    o.flops.per_sample = 1000;
+    o.bytes_read.per_sample = 1000;
+    o.bytes_written.per_sample = 1000;
+    ops.push_back(o);
+  };
+  const auto x = tensor("x", TensorRole::input);
+  const auto y1 = tensor("y1", TensorRole::activation);
+  const auto a1 = tensor("a1", TensorRole::activation, y1);
+  const auto y2 = tensor("y2", TensorRole::temporary);
+  const auto p = tensor("p", TensorRole::activation);
+  const auto y3 = tensor("y3", TensorRole::temporary);
+  const auto l = tensor("l", TensorRole::temporary);
+  const auto g3 = tensor("g3", TensorRole::temporary), gp = tensor("gp", TensorRole::temporary), g2 = tensor("g2", TensorRole::temporary);
+  const auto ga = tensor("ga", TensorRole::temporary), g1 = tensor("g1", TensorRole::temporary);
+  const auto w = tensor("w.grad", TensorRole::gradient);
+  op("l1", Phase::forward, OpKind::linear, {x}, {y1});
+  op("r1", Phase::forward, OpKind::relu, {y1}, {a1});
+  op("l2", Phase::forward, OpKind::linear, {a1}, {y2});
+  op("sm", Phase::forward, OpKind::softmax, {y2}, {p});
+  op("l3", Phase::forward, OpKind::linear, {p}, {y3});
+  op("loss", Phase::forward, OpKind::loss, {y3}, {l});
+  op("loss.backward", Phase::backward, OpKind::loss, {l}, {g3});
+  op("l3.backward", Phase::backward, OpKind::linear, {g3, p}, {gp});
+  op("sm.backward", Phase::backward, OpKind::softmax, {gp, p}, {g2});
+  op("l2.backward", Phase::backward, OpKind::linear, {g2, a1}, {ga});
+  op("r1.backward", Phase::backward, OpKind::relu, {ga, a1}, {g1});
+  op("l1.backward", Phase::backward, OpKind::linear, {g1, x}, {w});
+  tensors[a1].values.zero_fraction = 0.5;
+  tensors[a1].values.range = 4.0;
+  tensors[p].values.range = 1.0;
+  tensors[a1].gradient = {1e-3, 2e-3, 4.0, std::nullopt};
+  return traces::Trace("mlp", 4, tensors, ops);
+}
+
+std::filesystem::path trace_file() {
+  static const std::filesystem::path path = [] {
+    const auto dir = std::filesystem::temp_directory_path() / "comptrain_adaptive_bound_test";
+    std::filesystem::create_directories(dir);
+    const auto file = dir / "mlp.json";
+    traces::write_trace_file(mlp(), file);
+    return file;
+  }();
+  return path;
+}
+
+Scenario scenario(const std::string& compress, const std::string& select = "{names: [y1]}") {
+  return parse_scenario("name: adaptive\nmodel: {trace: " + trace_file().string() + "}\nplatform: a100-40gb\nstrategy:\n  name: adaptive\n  rules:\n    - select: " +
+                            select + "\n      compress: " + compress + "\n",
+                        "s.yaml", ".");
+}
+
+std::string error_of(const std::string& compress) {
+  try {
+    scenario(compress);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(AdaptiveScenario, ReadsTheRule) {
+  const Scenario s = scenario("{profile: auto, codec: szp, error_bound: adaptive, gradient_error_tolerance: 0.02, fallback_error_bound: 1e-3, error_bound_mode: abs}");
+  const models::CompressAction* c = s.strategy.rules.at(0).compress();
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->adaptive.has_value());
+  EXPECT_EQ(c->adaptive->tolerance, 0.02);
+  EXPECT_EQ(c->adaptive->fallback_error_bound, 1e-3);
+  EXPECT_EQ(c->error_bound_mode, ErrorBoundMode::abs);
+  const models::CompressAction* fixed = scenario("{profile: auto, error_bound: 1e-3}").strategy.rules.at(0).compress();
+  EXPECT_FALSE(fixed->adaptive.has_value());
+  EXPECT_EQ(fixed->error_bound, 1e-3);
+}
+
+TEST(AdaptiveScenario, BadRulesExitAtTheirLine) {
+  // Line 8 is the compress rule; columns point at the key.
+  EXPECT_THAT(error_of("{profile: auto, error_bound: adaptive}"), HasSubstr("needs 'gradient_error_tolerance'"));
+  EXPECT_THAT(error_of("{profile: auto, error_bound: adaptive, gradient_error_tolerance: 0}"), HasSubstr("s.yaml:8:"));
+  EXPECT_THAT(error_of("{profile: auto, error_bound: adaptive, gradient_error_tolerance: 0}"), HasSubstr("expected a finite number > 0"));
+  EXPECT_THAT(error_of("{profile: auto, error_bound: adaptive, gradient_error_tolerance: -1}"), HasSubstr("expected a finite number > 0"));
+  EXPECT_THAT(error_of("{profile: auto, error_bound: adaptive, gradient_error_tolerance: .inf}"), HasSubstr("gradient_error_tolerance' is '.inf'; expected a number"));
+  EXPECT_THAT(error_of("{profile: auto, error_bound: adaptive, gradient_error_tolerance: lots}"), HasSubstr("expected a number"));
+  EXPECT_THAT(error_of("{profile: auto, error_bound: adaptive, gradient_error_tolerance: 0.01, fallback_error_bound: 0}"),
+              HasSubstr("fallback_error_bound' is 0; expected a finite number > 0"));
+  EXPECT_THAT(error_of("{profile: auto, error_bound: 1e-3, gradient_error_tolerance: 0.01}"), HasSubstr("applies with 'error_bound: adaptive' only"));
+  EXPECT_THAT(error_of("{profile: auto, error_bound: 1e-3, fallback_error_bound: 0.01}"), HasSubstr("applies with 'error_bound: adaptive' only"));
+  EXPECT_THAT(error_of("{ratio: 4, compress_bandwidth: 1 GB/s, decompress_bandwidth: 1 GB/s, error_bound: adaptive, gradient_error_tolerance: 0.01}"),
+              HasSubstr("needs 'profile'"));
+  EXPECT_THAT(error_of("{profile: auto, ratio: 4, error_bound: adaptive, gradient_error_tolerance: 0.01}"), HasSubstr("expected no ratio"));
+  EXPECT_THAT(error_of("{profile: cpu-epyc-2core, codec: zfp, error_bound: adaptive, gradient_error_tolerance: 0.01}"), HasSubstr("needs szp or szh"));
+  EXPECT_THAT(error_of("{profile: auto, error_bound: adaptive, gradient_error_tolerance: 0.01, error_bound_mode: relative}"),
+              HasSubstr("error_bound_mode' is 'relative'"));
+}
+
+// The trace decides the rest when the strategy is built: a selected tensor the model does not
+// cover, without a fallback, is an InputError naming it (exit 2).
+TEST(AdaptiveScenario, UncoveredTensorsAreNamedWhenTheStrategyIsBuilt) {
+  const PreparedScenario prepared(scenario("{profile: auto, error_bound: adaptive, gradient_error_tolerance: 0.01}", "{inputs_of: [linear]}"));
+  try {
+    schedule_run(prepared, prepared.scenario().strategy, 4);
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("cannot bound 'p'"));
+    EXPECT_THAT(e.what(), HasSubstr("'sm.backward' (softmax)"));
+  }
+}
+
+TEST(AdaptiveScenario, ReportsListTheBoundRatioAndPredictionPerTensor) {
+  const PreparedScenario prepared(
+      scenario("{profile: auto, error_bound: adaptive, gradient_error_tolerance: 0.01, fallback_error_bound: 1e-3}", "{inputs_of: [linear]}"));
+  const RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, 4, Isolation::child_process);
+  const std::string text = report(prepared, prepared.scenario().strategy, 4, outcome, false);
+  EXPECT_THAT(text, HasSubstr("error bound adaptive: predicted weight-gradient error <= 0.01 of each layer's RMS (fallback 0.001)"));
+  // y1: eb = 0.01 * 2e-3 / (1e-3 * sqrt(0.5 * 4 / 3)) = 0.02449 absolute, / 4 = 6.124e-03 relative.
+  EXPECT_THAT(text, testing::ContainsRegex("y1 +adaptive +6\\.124e-03 +2\\.449e-02 +[0-9.]+ +1 % +l2 \\[r\\]"));
+  EXPECT_THAT(text, testing::ContainsRegex("p +fallback +1\\.000e-03 +1\\.000e-03 +[0-9.]+ +- +the backward op 'sm.backward'"));
+  EXPECT_THAT(text, HasSubstr("[r] a ReLU's backward reads it too"));
+
+  const auto j = nlohmann::json::parse(report(prepared, prepared.scenario().strategy, 4, outcome, true));
+  EXPECT_EQ(j["schema"]["version"], 5);
+  EXPECT_EQ(j["strategy"]["rules"][0]["compress"]["error_bound"], "adaptive");
+  EXPECT_EQ(j["strategy"]["rules"][0]["compress"]["gradient_error_tolerance"], 0.01);
+  EXPECT_EQ(j["strategy"]["rules"][0]["compress"]["fallback_error_bound"], 1e-3);
+  const auto& c = j["compression"][0];
+  EXPECT_EQ(c["error_bound"], "adaptive");
+  EXPECT_EQ(c["gradient_error_tolerance"], 0.01);
+  ASSERT_EQ(c["tensors"].size(), 2u);
+  const auto& y1 = c["tensors"][0];
+  EXPECT_EQ(y1["tensor"], "y1");
+  EXPECT_EQ(y1["bound_from"], "adaptive");
+  EXPECT_TRUE(y1["why_fallback"].is_null());
+  EXPECT_NEAR(y1["absolute_error_bound"].get<double>(), 0.01 * 2e-3 / (1e-3 * std::sqrt(0.5 * 4.0 / 3.0)), 1e-15);
+  EXPECT_NEAR(y1["predicted_relative_gradient_error"].get<double>(), 0.01, 1e-15);
+  EXPECT_EQ(y1["layers"], nlohmann::json::array({"l2"}));
+  EXPECT_TRUE(y1["relu_mask_not_modelled"].get<bool>());
+  EXPECT_GT(y1["ratio"].get<double>(), 1.0);
+  const auto& p = c["tensors"][1];
+  EXPECT_EQ(p["bound_from"], "fallback");
+  EXPECT_TRUE(p["predicted_relative_gradient_error"].is_null());
+  EXPECT_THAT(p["why_fallback"].get<std::string>(), HasSubstr("sm.backward"));
+}
+
+// The planner simulates each batch through schedule_run, which bounds every tensor for that batch:
+// the tolerance holds at every batch, and the bound grows as √batch (RMS(δ) ∝ 1/batch, N ∝ batch,
+// traces/FORMAT.md), so the ratio does not fall as the batch grows.
+TEST(AdaptiveScenario, TheToleranceHoldsAtEveryBatchThePlannerTries) {
+  const PreparedScenario prepared(scenario("{profile: auto, error_bound: adaptive, gradient_error_tolerance: 0.01}"));
+  double last_ratio = 0;
+  for (const std::int64_t batch : {1, 4, 16, 64}) {
+    const auto run = schedule_run(prepared, prepared.scenario().strategy, batch);
+    const auto& scheduled = std::get<ScheduledRun>(run);
+    const models::TensorBoundUse& y1 = scheduled.schedule.compression.at(0).tensors.at(0);
+    EXPECT_NEAR(*y1.predicted_gradient_error, 0.01, 1e-15) << batch;
+    EXPECT_NEAR(*y1.absolute_error_bound, 0.01 * 2e-3 / (1e-3 * 4.0 / static_cast<double>(batch) * std::sqrt(0.5 * static_cast<double>(batch) / 3.0)), 1e-12)
+        << batch;
+    EXPECT_GE(y1.ratio, last_ratio);
+    last_ratio = y1.ratio;
+  }
+  PlanOptions options;
+  options.max_batch = 64;
+  options.jobs = 1;
+  options.progress = false;
+  const BatchSizePlan plan = make_plan(prepared.scenario(), {prepared.scenario().strategy}, options);
+  ASSERT_EQ(plan.strategies.size(), 1u);
+  ASSERT_TRUE(plan.strategies[0].best_batch.has_value());
+  const ScheduledRun best = std::get<ScheduledRun>(schedule_run(prepared, prepared.scenario().strategy, *plan.strategies[0].best_batch));
+  EXPECT_LE(*best.schedule.compression.at(0).tensors.at(0).predicted_gradient_error, 0.01 * (1 + 1e-12));
+}
+
+}  // namespace
+}  // namespace comptrain::sim

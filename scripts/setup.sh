@@ -19,6 +19,7 @@ packages=(
   gnuplot-nox               # SVG plots (plan and --plot), run as a program; -nox: no X11 on headless machines
   help2man                  # the man page comptrain.1, generated at build time from --help (optional: skipped without it)
   python3-torch python3-torchvision  # capture: traces/capture/comptrain_capture.py (/usr/bin/python3)
+  pybind11-dev python3-dev  # kernels/python: the kernels as a Python module (comptrain_codecs) for /usr/bin/python3
 )
 
 missing=()

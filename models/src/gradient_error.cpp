@@ -93,7 +93,7 @@ StorageGradientModel gradient_model_of(const traces::Trace& trace, TensorIndex s
         if (trace.storage_of(t) != storage) continue;
         auto it = std::find_if(model.consumers.begin(), model.consumers.end(), [&](const auto& c) { return c.tensor == t; });
         if (it == model.consumers.end()) {
-          model.consumers.push_back({t, {}, {}});
+          model.consumers.push_back({t, {}, {}, std::nullopt});
           it = model.consumers.end() - 1;
         }
         if (it->ops.empty() || it->ops.back() != r) it->ops.push_back(r);
@@ -124,6 +124,7 @@ StorageGradientModel gradient_model_of(const traces::Trace& trace, TensorIndex s
       return model;
     }
     c.stats = {*delta, *g.weight_grad_rms, *g.terms, zero_fraction};
+    c.measured_batch = g.batch_size;
   }
   model.coverage = StorageGradientModel::Coverage::covered;
   return model;

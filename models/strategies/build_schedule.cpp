@@ -1383,6 +1383,7 @@ std::variant<Schedule, NotApplicable> build_schedule(const Trace& trace, const O
       tensor.absolute_error_bound = bound.absolute;
       tensor.ratio = ratio;
       tensor.predicted_gradient_error = bound.predicted;
+      if (bound.predicted) tensor.statistics_batch = bound.model.consumers[bound.worst_consumer].measured_batch;
       tensor.relu_mask = bound.model.relu_reader && bound.model.coverage == StorageGradientModel::Coverage::covered;
       tensor.read_by_recomputation = read_by_recomputation.count(s) > 0;
       if (!use.ratio_overridden && traces::element_size(trace.tensor(s).dtype) != 4) use.ratio_converted_to_element_size = true;

@@ -268,6 +268,18 @@ void add_tensor_bounds(std::string& out, const models::CompressionModelUse& c) {
   }
   if (relu) add_line(out, "             [r] a ReLU's backward reads it too: positive values below the bound decode to 0 and mask their gradients (not in the prediction)");
   if (recomputed) add_line(out, "             [c] a recomputation reads the decompressed copy: the error enters the recomputed activations too (not in the prediction)");
+  // Statistics measured at another batch: the prediction assumes the weight gradient's RMS does
+  // not change with the batch; where gradient noise dominates it, it falls as 1/sqrt(batch) and the
+  // real error is off by sqrt(batch / measured batch) (traces/FORMAT.md).
+  std::optional<std::int64_t> measured;
+  for (const auto& t : c.tensors) {
+    if (t.statistics_batch && (!measured || *t.statistics_batch != *measured)) measured = measured ? std::optional<std::int64_t>(-1) : t.statistics_batch;
+  }
+  if (measured) {
+    add_line(out, "             gradient statistics measured at {}, used at this batch: RMS(delta) scaled as 1/batch, the weight gradient's RMS kept; where gradient",
+             *measured > 0 ? fmt::format("batch {}", *measured) : std::string("other batches"));
+    add_line(out, "             noise dominates that RMS, the real error is sqrt(batch / measured batch) times the prediction (traces/FORMAT.md)");
+  }
 }
 
 // Which costs a compress rule applied: the profile, its fitted models (with provenance), and
@@ -589,6 +601,7 @@ std::string report_json(const SimulationRun& run) {
                            {"predicted_relative_gradient_error", t.predicted_gradient_error ? ordered_json(*t.predicted_gradient_error) : ordered_json(nullptr)},
                            {"layers", t.consumers},
                            {"relu_mask_not_modelled", t.relu_mask},
+                           {"statistics_batch_size", t.statistics_batch ? ordered_json(*t.statistics_batch) : ordered_json(nullptr)},
                            {"read_by_recomputation", t.read_by_recomputation}});
       }
       list.back()["tensors"] = std::move(tensors);

@@ -620,6 +620,9 @@ TEST(AdaptiveBound, TheBoundGrowsAsTheSquareRootOfTheBatch) {
   const Schedule at16 = test_support::must_apply(build_schedule(trace.rescaled(16), time_model(), spec(adaptive(0.01), only("y1"))));
   EXPECT_NEAR(*the_tensor(at16, "y1").absolute_error_bound / *the_tensor(at4, "y1").absolute_error_bound, 2.0, 1e-12);
   EXPECT_NEAR(*the_tensor(at16, "y1").predicted_gradient_error, 0.01, 1e-15);
+  // The report says the statistics are extrapolated from the batch they were measured at.
+  EXPECT_FALSE(the_tensor(at4, "y1").statistics_batch.has_value());
+  EXPECT_EQ(the_tensor(at16, "y1").statistics_batch, 4);
 }
 
 // A fixed-bound rule on a trace with statistics predicts the error of its bound.

@@ -167,6 +167,9 @@ TEST(AdaptiveScenario, ReportsListTheBoundRatioAndPredictionPerTensor) {
   EXPECT_THAT(text, testing::ContainsRegex("y1 +adaptive +6\\.124e-03 +2\\.449e-02 +[0-9.]+ +1 % +l2 \\[r\\]"));
   EXPECT_THAT(text, testing::ContainsRegex("p +fallback +1\\.000e-03 +1\\.000e-03 +[0-9.]+ +- +the backward op 'sm.backward'"));
   EXPECT_THAT(text, HasSubstr("[r] a ReLU's backward reads it too"));
+  EXPECT_THAT(text, testing::Not(HasSubstr("gradient statistics measured at")));  // at the captured batch
+  const RunOutcome at16 = run_scenario(prepared, prepared.scenario().strategy, 16, Isolation::child_process);
+  EXPECT_THAT(report(prepared, prepared.scenario().strategy, 16, at16, false), HasSubstr("gradient statistics measured at batch 4, used at this batch"));
 
   const auto j = nlohmann::json::parse(report(prepared, prepared.scenario().strategy, 4, outcome, true));
   EXPECT_EQ(j["schema"]["version"], 5);
@@ -185,6 +188,7 @@ TEST(AdaptiveScenario, ReportsListTheBoundRatioAndPredictionPerTensor) {
   EXPECT_NEAR(y1["predicted_relative_gradient_error"].get<double>(), 0.01, 1e-15);
   EXPECT_EQ(y1["layers"], nlohmann::json::array({"l2"}));
   EXPECT_TRUE(y1["relu_mask_not_modelled"].get<bool>());
+  EXPECT_TRUE(y1["statistics_batch_size"].is_null());
   EXPECT_GT(y1["ratio"].get<double>(), 1.0);
   const auto& p = c["tensors"][1];
   EXPECT_EQ(p["bound_from"], "fallback");

@@ -84,6 +84,10 @@ struct StorageGradientModel {
     traces::TensorIndex tensor = 0;     // the tensor the consumers read (the storage or a view of it)
     std::vector<traces::OpIndex> ops;   // the forward conv/linear ops reading it
     ConsumerGradientStatistics stats;   // complete only when covered
+    // The batch the RMSs were measured at, where the trace was rescaled from it
+    // (GradientStatistics::batch_size): delta_rms is then scaled to the trace's batch and
+    // weight_grad_rms kept as measured (traces/FORMAT.md, "Gradient statistics and the batch size").
+    std::optional<std::int64_t> measured_batch;
   };
   Coverage coverage = Coverage::no_conv_or_linear_consumer;
   std::vector<Consumer> consumers;      // one per distinct tensor read by a forward conv/linear op
@@ -124,6 +128,9 @@ struct TensorBoundUse {
   double ratio = 1;                      // the ratio the storage got (element-size converted)
   std::optional<double> predicted_gradient_error;  // σ / RMS(G), worst consumer; empty when not covered
   bool relu_mask = false;                // a ReLU's backward reads it too (mask flips not in the prediction)
+  // The batch the worst consumer's statistics were measured at, when it is not the trace's: the
+  // prediction then extrapolates them (README, "With the batch").
+  std::optional<std::int64_t> statistics_batch;
   bool read_by_recomputation = false;    // a recompute replay reads the decompressed copy (error in the data path)
 };
 

@@ -72,8 +72,8 @@ void write_plots(const sim::BatchSizePlan& plan, const std::filesystem::path& di
 
 int run_plan(const PlanCliOptions& o) {
   const sim::Scenario scenario = o.scenario.empty() ? sim::default_scenario() : sim::load_scenario_file(o.scenario);
-  if (!o.plots.empty() && scenario.plan && (!scenario.plan->cluster_sizes.empty() || !scenario.plan->zero_stages.empty())) {
-    throw InputError("--plots: " + scenario.source + " plans a cluster search (plan.gpus, plan.nodes or plan.zero_stages), which has no plots yet; expected --plots without it");
+  if (!o.plots.empty() && scenario.plan && scenario.plan->searches_clusters()) {
+    throw InputError("--plots: " + scenario.source + " plans a cluster search (plan.gpus, plan.nodes, plan.zero_stages or plan.offload_optimizer), which has no plots yet; expected --plots without it");
   }
   if (!scenario.has_sweep) {
     if (!o.shard.empty()) throw InputError("--shard: " + scenario.source + " has no 'sweep' section to split");
@@ -140,7 +140,8 @@ std::function<int()> add_plan_command(CLI::App& app) {
       "Strategies come from the scenario's 'plan.strategies' (default: baseline, offload, recompute and the scenario's own). "
       "A scenario with a 'sweep' section is planned for every variant. With a 'parallelism' section the batches are per-GPU "
       "micro-batches, samples/s are global and each strategy's scaling efficiency is against its best micro-batch on one GPU alone; "
-      "'plan.gpus' (or 'plan.nodes') and 'plan.zero_stages' search cluster sizes x ZeRO stages x strategies for the fastest "
+      "'plan.gpus' (or 'plan.nodes'), 'plan.zero_stages' and 'plan.offload_optimizer' search cluster sizes x ZeRO stages x "
+      "optimizer places (GPU, ZeRO-Offload, Deep Optimizer States with each gap of 'plan.prefetch_optimizer_gaps') x strategies for the fastest "
       "configuration (for 'plan.target_global_batch' or --target-global-batch) and say what limits each: memory, network, host or compute.");
   command->add_option("scenario", o->scenario, "Scenario file (.yaml); default: the embedded default scenario");
   add_real(*command, "--margin", o->margin, "Fraction of GPU memory kept free: peak <= (1 - margin) * capacity (default 0.05 or plan.margin)",

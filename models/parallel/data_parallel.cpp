@@ -822,6 +822,13 @@ class Transform {
 
 }  // namespace
 
+std::string optimizer_place(const std::optional<OptimizerOffloadSpec>& offload) {
+  if (!offload) return "GPU";
+  if (offload->prefetch_optimizer) return "DOS k=" + std::to_string(offload->prefetch_optimizer_gap);
+  if (offload->ratio < 1) return "CPU " + std::to_string(static_cast<int>(std::lround(100 * offload->ratio))) + "%";
+  return "CPU";
+}
+
 void check_data_parallel(const DataParallelSpec& spec) {
   if (spec.ranks < 1) throw std::invalid_argument("data parallel: ranks must be at least 1");
   if (spec.zero_stage < 0 || spec.zero_stage > 3) throw std::invalid_argument("data parallel: zero_stage must be 0, 1, 2 or 3");

@@ -23,7 +23,10 @@ using nlohmann::ordered_json;
 // cluster, scaling efficiency, limit, communication and host-wait times; cluster_search).
 // Version 5: adaptive error bounds (issue 16): a compress rule's error_bound may be "adaptive",
 // with gradient_error_tolerance and fallback_error_bound (null otherwise); each compression entry
-// lists its storages (tensors: bound, ratio, predicted gradient error) and the tolerance.
+// lists its storages (tensors: bound, ratio, predicted gradient error) and the tolerance. Plans:
+// `offload_optimizer` (null: the GPU) in `cluster` and in each cluster-search candidate, and the
+// list searched in `cluster_search.offload_optimizer`; `cluster` is also given for one GPU with
+// an offloaded optimizer.
 inline constexpr int kSchemaVersion = 5;
 
 // {"comptrain_version": "0.1.0", "schema": {"name": "comptrain.<kind>", "version": 2}}

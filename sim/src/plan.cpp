@@ -650,11 +650,14 @@ BatchSizePlan plan_header(const PlanRequest& r, const PreparedScenario& prepared
   plan.options.jobs = jobs;
   plan.options.progress = progress;
   plan.cluster = prepared.cluster_shape();
-  if (r.scenario.parallelism) plan.zero_stage = r.scenario.parallelism->data.zero_stage;
+  if (r.scenario.parallelism) {
+    plan.zero_stage = r.scenario.parallelism->data.zero_stage;
+    plan.offload_optimizer = r.scenario.parallelism->data.offload_optimizer;
+  }
   return plan;
 }
 
-bool has_cluster_search(const Scenario& s) { return s.plan && (!s.plan->cluster_sizes.empty() || !s.plan->zero_stages.empty()); }
+bool has_cluster_search(const Scenario& s) { return s.plan && s.plan->searches_clusters(); }
 
 std::string data_parallel_name(int zero_stage) { return zero_stage == 0 ? "DDP" : fmt::format("ZeRO-{}", zero_stage); }
 
@@ -703,23 +706,39 @@ std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, 
     if (shapes.empty()) shapes.push_back(r.scenario.parallelism ? out[p].cluster : ClusterShape{1, require_platform(r.scenario).gpus_per_node});
     search.zero_stages = r.scenario.plan->zero_stages;
     if (search.zero_stages.empty()) search.zero_stages.push_back(r.scenario.parallelism ? r.scenario.parallelism->data.zero_stage : 0);
+    search.offload_optimizer = r.scenario.plan->offload_optimizer;
+    if (search.offload_optimizer.empty()) search.offload_optimizer.push_back(r.scenario.parallelism ? r.scenario.parallelism->data.offload_optimizer : std::nullopt);
+    bool skipped_pairs = false;
     for (const ClusterShape shape : shapes) {
       if (target && *target % shape.ranks() != 0) {
         search.notes.push_back(fmt::format("{}: left out: the target global batch {} is not a multiple of {}", describe_shape(shape), *target, shape.ranks()));
         continue;
       }
       search.shapes.push_back(shape);
+      // Only the pairs DeepSpeed has: an offloaded optimizer needs ZeRO, Deep Optimizer States
+      // stage 3 (one note for the search, not one per pair).
+      std::vector<std::pair<int, std::optional<models::OptimizerOffloadSpec>>> stages_and_offloads;
       for (const int stage : search.zero_stages) {
+        for (const auto& offload : search.offload_optimizer) {
+          if (offload && (stage == 0 || (stage != 3 && (offload->prefetch_optimizer || offload->ratio < 1)))) {
+            skipped_pairs = true;
+            continue;
+          }
+          stages_and_offloads.emplace_back(stage, offload);
+        }
+      }
+      for (const auto& [stage, offload] : stages_and_offloads) {
         Scenario scenario = r.scenario;
         ParallelismSection parallelism = scenario.parallelism.value_or(ParallelismSection{});
         parallelism.nodes = shape.nodes;
         parallelism.gpus_per_node = shape.gpus_per_node;
         parallelism.data.ranks = shape.ranks();
         parallelism.data.zero_stage = stage;
+        parallelism.data.offload_optimizer = offload;
         try {
           models::check_data_parallel(parallelism.data);  // the section's other settings may not suit this stage
         } catch (const std::invalid_argument& e) {
-          search.notes.push_back(fmt::format("{}, {}: left out: {}", describe_shape(shape), data_parallel_name(stage), e.what()));
+          search.notes.push_back(fmt::format("{}, {}, optimizer {}: left out: {}", describe_shape(shape), data_parallel_name(stage), models::optimizer_place(offload), e.what()));
           continue;
         }
         scenario.parallelism = parallelism;
@@ -738,12 +757,17 @@ std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, 
           unit.divisors.erase(std::unique(unit.divisors.begin(), unit.divisors.end()), unit.divisors.end());
         }
         if (target && unit.divisors.empty()) {
-          search.notes.push_back(fmt::format("{}, {}: left out: no micro-batch up to {} divides its share {} in at most {} steps", describe_shape(shape),
-                                             data_parallel_name(stage), r.options.max_batch, unit.share, kMaxAccumulationSteps));
+          search.notes.push_back(fmt::format("{}, {}, optimizer {}: left out: no micro-batch up to {} divides its share {} in at most {} steps",
+                                             describe_shape(shape), data_parallel_name(stage), models::optimizer_place(offload), r.options.max_batch, unit.share,
+                                             kMaxAccumulationSteps));
           continue;
         }
         add_unit(std::move(scenario), unit);
       }
+    }
+    if (skipped_pairs) {
+      search.notes.push_back("optimizer offload is tried with the ZeRO stages that have it: cpu with stages 1-3, deep_optimizer_states with stage 3; "
+                             "DDP (stage 0) keeps its optimizer on the GPU");
     }
     out[p].cluster_search = std::move(search);
   }
@@ -799,6 +823,7 @@ std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, 
         ClusterCandidate candidate;
         candidate.shape = d.plans[u].cluster;
         candidate.zero_stage = d.plans[u].zero_stage;
+        candidate.offload_optimizer = d.plans[u].offload_optimizer;
         candidate.plan = std::move(plan);
         search.candidates.push_back(std::move(candidate));
       }
@@ -826,8 +851,8 @@ std::string percent_or_dash(const std::optional<double>& fraction) { return frac
 // The lines under the header that say what the batches and samples/s of a cluster plan mean.
 std::string cluster_lines(const BatchSizePlan& plan) {
   const int gpus = plan.cluster.ranks();
-  std::string out = fmt::format("GPUs       {}, {}: batches are per-GPU micro-batches; samples/s are global (micro-batch x {} / iteration time)\n",
-                                describe_shape(plan.cluster), data_parallel_name(plan.zero_stage), gpus);
+  std::string out = fmt::format("GPUs       {}, {}, optimizer on {}: batches are per-GPU micro-batches; samples/s are global (micro-batch x {} / iteration time)\n",
+                                describe_shape(plan.cluster), data_parallel_name(plan.zero_stage), models::optimizer_place(plan.offload_optimizer), gpus);
   out += "Scaling    efficiency: the same strategy and micro-batch on one GPU alone (its memory unbounded) over the iteration time here\n";
   return out;
 }
@@ -845,11 +870,14 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
   std::string sizes, stages;
   for (const ClusterShape shape : search.shapes) sizes += (sizes.empty() ? "" : ", ") + std::to_string(shape.ranks());
   for (const int stage : search.zero_stages) stages += (stages.empty() ? "" : ", ") + data_parallel_name(stage);
+  std::string places;
+  for (const auto& offload : search.offload_optimizer) places += (places.empty() ? "" : ", ") + models::optimizer_place(offload);
   const std::size_t strategies = search.candidates.empty() ? 0 : static_cast<std::size_t>(std::count_if(search.candidates.begin(), search.candidates.end(), [&](const ClusterCandidate& c) {
-    return c.shape.ranks() == search.candidates.front().shape.ranks() && c.zero_stage == search.candidates.front().zero_stage;
+    const ClusterCandidate& first = search.candidates.front();
+    return c.shape.ranks() == first.shape.ranks() && c.zero_stage == first.zero_stage && c.offload_optimizer == first.offload_optimizer;
   }));
-  std::string out = fmt::format("Cluster    search over {} GPUs x {} x {} strateg{}: {} configuration{}; batches are per-GPU micro-batches, samples/s global\n",
-                                sizes.empty() ? "no" : sizes, stages, strategies, strategies == 1 ? "y" : "ies", search.candidates.size(),
+  std::string out = fmt::format("Cluster    search over {} GPUs x {} x optimizer on {} x {} strateg{}: {} configuration{}; batches are per-GPU micro-batches, samples/s global\n",
+                                sizes.empty() ? "no" : sizes, stages, places, strategies, strategies == 1 ? "y" : "ies", search.candidates.size(),
                                 search.candidates.size() == 1 ? "" : "s");
   if (o.target_global_batch) {
     out += fmt::format(
@@ -863,13 +891,13 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
   out += limit_lines(o);
   std::size_t width = 8;
   for (const auto& c : search.candidates) width = std::max(width, c.plan.strategy.size());
-  out += "\n" + fmt::format("{:>5}  {:>7}  {:<6}  {:<{}}  {:>11}  {:>5}  {:>10}  {:>16}  {:>10}  {:>7}  {:>8}  {:>9}  {:>11}  {}\n", "GPUs", "nodes", "DP",
-                          "strategy", width, "micro-batch", "steps", "iteration", "global samples/s", "per sample", "scaling", "exposed", "host wait",
+  out += "\n" + fmt::format("{:>5}  {:>7}  {:<6}  {:<9}  {:<{}}  {:>11}  {:>5}  {:>10}  {:>16}  {:>10}  {:>7}  {:>8}  {:>9}  {:>11}  {}\n", "GPUs", "nodes", "DP",
+                          "optimizer", "strategy", width, "micro-batch", "steps", "iteration", "global samples/s", "per sample", "scaling", "exposed", "host wait",
                           "peak/GPU", "limit");
   for (const auto& c : search.candidates) {
     const StrategyPlan& s = c.plan;
-    out += fmt::format("{:>5}  {:>7}  {:<6}  {:<{}}  ", c.shape.ranks(), fmt::format("{}x{}", c.shape.nodes, c.shape.gpus_per_node), data_parallel_name(c.zero_stage),
-                       s.strategy, width);
+    out += fmt::format("{:>5}  {:>7}  {:<6}  {:<9}  {:<{}}  ", c.shape.ranks(), fmt::format("{}x{}", c.shape.nodes, c.shape.gpus_per_node),
+                       data_parallel_name(c.zero_stage), models::optimizer_place(c.offload_optimizer), s.strategy, width);
     if (!s.best_batch) {
       out += fmt::format("{:>11}  {:>5}  {:>10}  {:>16}  {:>10}  {:>7}  {:>8}  {:>9}  {:>11}  {}\n", "-", "-", "-", "-", "-", "-", "-", "-",
                          s.points.empty() ? "-" : format_bytes(s.points.front().peak_bytes), to_string(s.limit));
@@ -886,8 +914,8 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
   if (search.fastest) {
     const ClusterCandidate& c = search.candidates[*search.fastest];
     const StrategyPlan& s = c.plan;
-    out += fmt::format("Fastest: {}, {}, {}: micro-batch {} x {} step{}{} per GPU, {} per sample ({:.1f} samples/s), scaling efficiency {}, limited by {}.\n",
-                       describe_shape(c.shape), data_parallel_name(c.zero_stage), s.strategy, *s.best_batch, s.accumulation_steps,
+    out += fmt::format("Fastest: {}, {}, optimizer on {}, {}: micro-batch {} x {} step{}{} per GPU, {} per sample ({:.1f} samples/s), scaling efficiency {}, limited by {}.\n",
+                       describe_shape(c.shape), data_parallel_name(c.zero_stage), models::optimizer_place(c.offload_optimizer), s.strategy, *s.best_batch, s.accumulation_steps,
                        s.accumulation_steps == 1 ? "" : "s", c.accumulation_estimated() ? " (estimated)" : "", format_seconds(1 / s.best_samples_per_second),
                        s.best_samples_per_second, percent_or_dash(s.scaling_efficiency), to_string(s.limit));
   } else {
@@ -896,7 +924,10 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
   for (const auto& note : search.notes) out += "note: " + note + "\n";
   for (const auto& note : plan.notes) out += "note: " + note + "\n";
   for (const auto& c : search.candidates) {
-    for (const auto& w : c.plan.warnings) out += fmt::format("warning: {}, {}, {}: {}\n", describe_shape(c.shape), data_parallel_name(c.zero_stage), c.plan.strategy, w);
+    for (const auto& w : c.plan.warnings) {
+      out += fmt::format("warning: {}, {}, optimizer on {}, {}: {}\n", describe_shape(c.shape), data_parallel_name(c.zero_stage),
+                         models::optimizer_place(c.offload_optimizer), c.plan.strategy, w);
+    }
   }
   return out;
 }
@@ -1027,9 +1058,23 @@ ordered_json points_json(const std::vector<PlanPoint>& points) {
   return out;
 }
 
-ordered_json shape_json(ClusterShape shape, int zero_stage) {
-  return {{"gpus", shape.ranks()}, {"nodes", shape.nodes}, {"gpus_per_node", shape.gpus_per_node}, {"zero_stage", zero_stage},
-          {"data_parallel", zero_stage == 0 ? "ddp" : fmt::format("zero-{}", zero_stage)}};
+// null (the GPU) or {"device": "cpu", "ratio", "prefetch_optimizer_gap" (null without Deep
+// Optimizer States), "part_grads_async"}
+ordered_json offload_json(const std::optional<models::OptimizerOffloadSpec>& offload) {
+  if (!offload) return nullptr;
+  return {{"device", "cpu"},
+          {"ratio", offload->ratio},
+          {"prefetch_optimizer_gap", offload->prefetch_optimizer ? ordered_json(offload->prefetch_optimizer_gap) : ordered_json(nullptr)},
+          {"part_grads_async", offload->part_grads_async}};
+}
+
+ordered_json shape_json(ClusterShape shape, int zero_stage, const std::optional<models::OptimizerOffloadSpec>& offload) {
+  return {{"gpus", shape.ranks()},
+          {"nodes", shape.nodes},
+          {"gpus_per_node", shape.gpus_per_node},
+          {"zero_stage", zero_stage},
+          {"data_parallel", zero_stage == 0 ? "ddp" : fmt::format("zero-{}", zero_stage)},
+          {"offload_optimizer", offload_json(offload)}};
 }
 
 ordered_json plan_to_json(const BatchSizePlan& plan) {
@@ -1048,7 +1093,8 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
                   {"bottleneck_share", plan.options.bottleneck_share}};
   // The GPUs the batches are per (batches are per-GPU micro-batches and samples/s global); null
   // on one GPU and for a cluster search, whose candidates carry their own.
-  j["cluster"] = plan.cluster.ranks() > 1 && !plan.cluster_search ? shape_json(plan.cluster, plan.zero_stage) : ordered_json(nullptr);
+  j["cluster"] = (plan.cluster.ranks() > 1 || plan.offload_optimizer) && !plan.cluster_search ? shape_json(plan.cluster, plan.zero_stage, plan.offload_optimizer)
+                                                                                               : ordered_json(nullptr);
   ordered_json strategies = ordered_json::array();
   for (const auto& s : plan.strategies) {
     ordered_json js;
@@ -1085,7 +1131,7 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
     ordered_json candidates = ordered_json::array();
     for (const ClusterCandidate& c : search.candidates) {
       const StrategyPlan& s = c.plan;
-      ordered_json jc = shape_json(c.shape, c.zero_stage);
+      ordered_json jc = shape_json(c.shape, c.zero_stage, c.offload_optimizer);
       jc["strategy"] = detail::strategy_json(s.spec);
       jc["fits"] = c.fits();
       jc["max_micro_batch"] = opt(s.max_batch);
@@ -1107,8 +1153,11 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
       jc["points"] = points_json(s.points);
       candidates.push_back(std::move(jc));
     }
+    ordered_json offloads = ordered_json::array();
+    for (const auto& offload : search.offload_optimizer) offloads.push_back(offload_json(offload));
     j["cluster_search"] = {{"shapes", std::move(shapes)},
                            {"zero_stages", search.zero_stages},
+                           {"offload_optimizer", std::move(offloads)},
                            {"candidates", std::move(candidates)},
                            {"fastest", search.fastest ? ordered_json(*search.fastest) : ordered_json(nullptr)},
                            {"notes", search.notes}};
@@ -1135,19 +1184,20 @@ std::string plan_csv(const std::vector<BatchSizePlan>& plans) {
   // that readers of the one-GPU columns keep their positions.
   std::string out =
       "variant,scenario,platform,strategy,batch,fits,out_of_memory,inapplicable,simulation_failed,peak_bytes,iteration_seconds,samples_per_second,stall_seconds,"
-      "gpus,nodes,gpus_per_node,zero_stage,collective_seconds,exposed_communication_seconds,host_wait_seconds\n";
-  const auto rows = [&](const BatchSizePlan& plan, const StrategyPlan& s, ClusterShape shape, int zero_stage) {
+      "gpus,nodes,gpus_per_node,zero_stage,collective_seconds,exposed_communication_seconds,host_wait_seconds,optimizer\n";
+  const auto rows = [&](const BatchSizePlan& plan, const StrategyPlan& s, ClusterShape shape, int zero_stage, const std::optional<models::OptimizerOffloadSpec>& offload) {
     for (const auto& p : s.points) {
-      out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(plan.variant), csv_field(plan.scenario_name),
+      out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(plan.variant), csv_field(plan.scenario_name),
                          csv_field(plan.platform_name), csv_field(s.strategy), p.batch, p.fits ? 1 : 0, p.out_of_memory ? 1 : 0, p.inapplicable ? 1 : 0,
                          p.simulation_failed ? 1 : 0, p.peak_bytes, p.iteration_seconds, p.samples_per_second, p.stall_seconds, shape.ranks(), shape.nodes,
-                         shape.gpus_per_node, zero_stage, p.collective_seconds, p.exposed_communication_seconds, p.host_wait_seconds);
+                         shape.gpus_per_node, zero_stage, p.collective_seconds, p.exposed_communication_seconds, p.host_wait_seconds,
+                         csv_field(models::optimizer_place(offload)));
     }
   };
   for (const BatchSizePlan& plan : plans) {
-    for (const auto& s : plan.strategies) rows(plan, s, plan.cluster, plan.zero_stage);
+    for (const auto& s : plan.strategies) rows(plan, s, plan.cluster, plan.zero_stage, plan.offload_optimizer);
     if (plan.cluster_search) {
-      for (const auto& c : plan.cluster_search->candidates) rows(plan, c.plan, c.shape, c.zero_stage);
+      for (const auto& c : plan.cluster_search->candidates) rows(plan, c.plan, c.shape, c.zero_stage, c.offload_optimizer);
     }
   }
   return out;

@@ -367,7 +367,8 @@ class ScenarioReader {
 
   PlanSection read_plan(const YAML::Node& node, const std::optional<models::Platform>& platform, const std::optional<ParallelismSection>& parallelism) const {
     require_map(node, "plan");
-    check_keys(node, "plan", {"strategies", "margin", "max_batch", "target_global_batch", "memory_metric", "gpus", "nodes", "zero_stages"});
+    check_keys(node, "plan", {"strategies", "margin", "max_batch", "target_global_batch", "memory_metric", "gpus", "nodes", "zero_stages",
+                                "offload_optimizer", "prefetch_optimizer_gaps"});
     PlanSection plan;
     if (const YAML::Node list = node["strategies"]) {
       if (!list.IsSequence() || list.size() == 0) {
@@ -445,6 +446,68 @@ class ScenarioReader {
       }
     }
     for (const auto& [stage, mark] : list("zero_stages", 3)) plan.zero_stages.push_back(stage);
+    read_offload_search(node, parallelism, plan);
+  }
+
+  // plan.offload_optimizer: a list of none, cpu and deep_optimizer_states; the last one is tried
+  // with every gap of plan.prefetch_optimizer_gaps (default kDefaultGaps), so the planner chooses k.
+  void read_offload_search(const YAML::Node& node, const std::optional<ParallelismSection>& parallelism, PlanSection& plan) const {
+    const YAML::Node list = node["offload_optimizer"];
+    const YAML::Node gaps = node["prefetch_optimizer_gaps"];
+    if (!list) {
+      if (gaps) throw InputError(where(gaps.Mark()) + "'plan.prefetch_optimizer_gaps' without 'plan.offload_optimizer'; expected deep_optimizer_states in plan.offload_optimizer");
+      return;
+    }
+    if (!list.IsSequence() || list.size() == 0) {
+      throw InputError(where(list.Mark()) + "'plan.offload_optimizer' must be a non-empty list of none, cpu and deep_optimizer_states");
+    }
+    // Deep Optimizer States' gap k: subgroup x steps on the GPU when (x + 1) % k == 0. The paper
+    // (Maurya et al., Middleware 2024) tunes k per model; these cover its range up to 1 in 8.
+    static constexpr int kDefaultGaps[] = {2, 3, 4, 6, 8};
+    std::vector<int> gap_values;
+    if (gaps) {
+      if (!gaps.IsSequence() || gaps.size() == 0) throw InputError(where(gaps.Mark()) + "'plan.prefetch_optimizer_gaps' must be a non-empty list of integers >= 1, e.g. [2, 4, 8]");
+      for (std::size_t i = 0; i < gaps.size(); ++i) {
+        const std::string item = "plan.prefetch_optimizer_gaps[" + std::to_string(i) + "]";
+        const int value = static_cast<int>(bounded_integer(gaps[i], item, 1, 1'000'000));
+        if (std::find(gap_values.begin(), gap_values.end(), value) != gap_values.end()) {
+          throw InputError(where(gaps[i].Mark()) + "'" + item + "' repeats " + std::to_string(value) + "; expected distinct values");
+        }
+        gap_values.push_back(value);
+      }
+    } else {
+      gap_values.assign(std::begin(kDefaultGaps), std::end(kDefaultGaps));
+    }
+    // The scenario's own offload keys that are not searched (part_grads_async) stay.
+    models::OptimizerOffloadSpec base;
+    if (parallelism && parallelism->data.offload_optimizer) base.part_grads_async = parallelism->data.offload_optimizer->part_grads_async;
+    std::vector<std::string> seen;
+    bool dos = false;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const std::string item = "plan.offload_optimizer[" + std::to_string(i) + "]";
+      const std::string name = scalar(list[i], item);
+      if (std::find(seen.begin(), seen.end(), name) != seen.end()) throw InputError(where(list[i].Mark()) + "'" + item + "' repeats " + name + "; expected distinct values");
+      seen.push_back(name);
+      if (name == "none") {
+        plan.offload_optimizer.emplace_back(std::nullopt);
+      } else if (name == "cpu") {
+        models::OptimizerOffloadSpec o = base;
+        o.part_grads_async = false;  // a key of the Deep Optimizer States fork, not of DeepSpeed
+        plan.offload_optimizer.emplace_back(o);
+      } else if (name == "deep_optimizer_states") {
+        dos = true;
+        for (const int k : gap_values) {
+          models::OptimizerOffloadSpec o = base;
+          o.prefetch_optimizer = true;
+          o.prefetch_optimizer_gap = k;
+          plan.offload_optimizer.emplace_back(o);
+        }
+      } else {
+        throw InputError(where(list[i].Mark()) + "'" + item + "' is '" + name + "'; expected none (the optimizer on the GPU), cpu (ZeRO-Offload) or "
+                         "deep_optimizer_states (tried with each of plan.prefetch_optimizer_gaps)");
+      }
+    }
+    if (gaps && !dos) throw InputError(where(gaps.Mark()) + "'plan.prefetch_optimizer_gaps' without deep_optimizer_states in 'plan.offload_optimizer'; expected it there");
   }
 
   models::StrategySpec read_strategy(const YAML::Node& node, const std::string& field) const {

@@ -287,13 +287,17 @@ printf 'model: {zoo: gpt2, layers: 2, seq_len: 256}\ntraining: {precision: mixed
 expect 0 'batches are per-GPU micro-batches; samples/s are global' -- plan -q -j 2 "$work/dp.yaml"
 expect 2 "dp.yaml: plan: target global batch 10 is not a multiple of the 4 GPUs" -- plan -q --target-global-batch 10 "$work/dp.yaml"
 printf 'model: {zoo: gpt2, layers: 2, seq_len: 256}\ntraining: {precision: mixed}\nplatform: a100-80gb\nplan: {gpus: [2, 4], zero_stages: [0, 3], target_global_batch: 16, strategies: [baseline]}\n' >"$work/search.yaml"
-expect 0 'Fastest: [0-9]+ GPUs \(1 node x [24]\), (DDP|ZeRO-3), baseline' -- plan -q -j 2 "$work/search.yaml"
+expect 0 'Fastest: [0-9]+ GPUs \(1 node x [24]\), (DDP|ZeRO-3), optimizer on GPU, baseline' -- plan -q -j 2 "$work/search.yaml"
 expect 0 '"cluster_search": \{' -- plan -q -j 2 --json "$work/search.yaml"
 expect 2 "^comptrain: error: --plots: .*cluster search" -- plan -q --plots "$work/plots" "$work/search.yaml"
 printf 'model: {zoo: gpt2}\nplatform: a100-80gb\nplan:\n  gpus: [8, 12]\n' >"$work/bad-gpus.yaml"
 expect 2 "bad-gpus.yaml:4:13: 'plan.gpus' has 12 GPUs, which do not fill whole nodes of 8" -- plan -q "$work/bad-gpus.yaml"
 printf 'model: {zoo: gpt2}\nplatform: a100-80gb\nplan: {zero_stages: [0, 5]}\n' >"$work/bad-stages.yaml"
 expect 2 "bad-stages.yaml:3:25: 'plan.zero_stages\[1\]' is '5'; expected an integer from 0 to 3" -- plan -q "$work/bad-stages.yaml"
+printf 'model: {zoo: gpt2, layers: 2, seq_len: 256}\ntraining: {precision: mixed}\nplatform: a100-80gb\nparallelism: {gpus_per_node: 2, zero: {stage: 3}}\nplan: {max_batch: 2, strategies: [baseline], offload_optimizer: [cpu, deep_optimizer_states], prefetch_optimizer_gaps: [2]}\n' >"$work/offload.yaml"
+expect 0 'ZeRO-3  DOS k=2 ' -- plan -q -j 2 "$work/offload.yaml"
+printf 'model: {zoo: gpt2}\nplatform: a100-80gb\nplan: {offload_optimizer: [nvme]}\n' >"$work/bad-offload.yaml"
+expect 2 "bad-offload.yaml:3:28: 'plan.offload_optimizer\[0\]' is 'nvme'; expected none" -- plan -q "$work/bad-offload.yaml"
 
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -447,6 +447,54 @@ TEST(PlanClusters, NodesOfACluster) {
   EXPECT_NE(plan_csv(plan).find(",16,2,8,0,"), std::string::npos) << "gpus, nodes, gpus_per_node, zero_stage columns";
 }
 
+// Where the optimizer steps is a dimension of the search: on the GPU, ZeRO-Offload (the CPU) and
+// Deep Optimizer States with each gap k; each candidate is the run layer's own run of the scenario
+// with that offload section, and the fastest is chosen among all of them, so the planner picks k.
+// DDP has no offloaded optimizer: only its GPU candidate is planned, with one note.
+TEST(PlanClusters, TheSearchChoosesWhereTheOptimizerStepsAndDeepOptimizerStatesGap) {
+  const Scenario scenario = gpt2_scenario("a100-80gb",
+                                          "parallelism: {gpus_per_node: 2, zero: {stage: 3, sub_group_size: 2000000}}\n"
+                                          "plan: {zero_stages: [0, 3], offload_optimizer: [none, cpu, deep_optimizer_states], prefetch_optimizer_gaps: [2, 4]}\n");
+  ASSERT_EQ(scenario.plan->offload_optimizer.size(), 4U);
+  const BatchSizePlan plan = make_plan(scenario, {models::StrategySpec{}}, plan_options_for(scenario, options(0.05, 2, 2)));
+  const ClusterSearch& search = *plan.cluster_search;
+  ASSERT_EQ(search.candidates.size(), 5U) << "DDP on the GPU; ZeRO-3 on the GPU, the CPU, DOS k=2 and k=4";
+  const std::vector<std::string> places = {"GPU", "GPU", "CPU", "DOS k=2", "DOS k=4"};
+  std::optional<std::size_t> fastest;
+  for (std::size_t i = 0; i < search.candidates.size(); ++i) {
+    const ClusterCandidate& c = search.candidates[i];
+    EXPECT_EQ(models::optimizer_place(c.offload_optimizer), places[i]) << i;
+    EXPECT_EQ(c.zero_stage, i == 0 ? 0 : 3) << i;
+    ASSERT_TRUE(c.fits()) << i;
+    if (!fastest || c.plan.best_samples_per_second > search.candidates[*fastest].plan.best_samples_per_second) fastest = i;
+    // The candidate is the scenario with that offload section, as `simulate` runs it.
+    Scenario direct = scenario;
+    direct.plan.reset();
+    direct.parallelism->data.zero_stage = c.zero_stage;
+    direct.parallelism->data.offload_optimizer = c.offload_optimizer;
+    const RunOutcome outcome = run_scenario(PreparedScenario(direct), models::StrategySpec{}, *c.plan.best_batch, Isolation::child_process);
+    ASSERT_TRUE(std::holds_alternative<CompletedRun>(outcome)) << i;
+    EXPECT_DOUBLE_EQ(point_of(c.plan, *c.plan.best_batch).iteration_seconds, std::get<CompletedRun>(outcome).result.iteration_seconds) << i;
+  }
+  EXPECT_EQ(search.fastest, fastest);
+  // The gaps make different schedules: k = 2 steps every second subgroup on the GPU, k = 4 every fourth.
+  EXPECT_NE(point_of(search.candidates[3].plan, *search.candidates[3].plan.best_batch).iteration_seconds,
+            point_of(search.candidates[4].plan, *search.candidates[4].plan.best_batch).iteration_seconds);
+  ASSERT_EQ(search.notes.size(), 1U);
+  EXPECT_NE(search.notes[0].find("DDP (stage 0) keeps its optimizer on the GPU"), std::string::npos) << search.notes[0];
+  const std::string text = plan_table_text(plan);
+  EXPECT_NE(text.find("x optimizer on GPU, CPU, DOS k=2, DOS k=4 x"), std::string::npos) << text;
+  EXPECT_NE(text.find("Fastest: 2 GPUs (1 node x 2), " + std::string(search.candidates[*fastest].zero_stage == 0 ? "DDP" : "ZeRO-3") + ", optimizer on " + places[*fastest]),
+            std::string::npos)
+      << text;
+  const auto j = nlohmann::json::parse(plan_json(plan));
+  EXPECT_TRUE(j["cluster_search"]["candidates"][1]["offload_optimizer"].is_null());
+  EXPECT_EQ(j["cluster_search"]["candidates"][3]["offload_optimizer"]["prefetch_optimizer_gap"], 2);
+  EXPECT_TRUE(j["cluster_search"]["candidates"][2]["offload_optimizer"]["prefetch_optimizer_gap"].is_null());
+  EXPECT_EQ(j["cluster_search"]["offload_optimizer"].size(), 4U);
+  EXPECT_NE(plan_csv(plan).find(",DOS k=4\n"), std::string::npos) << "the optimizer column, last";
+}
+
 TEST(PlanClusters, BadPlanKeysNameTheirLine) {
   const auto error_of = [](const std::string& platform, const std::string& plan) {
     try {
@@ -471,6 +519,17 @@ TEST(PlanClusters, BadPlanKeysNameTheirLine) {
   EXPECT_NE(error_of("a100-80gb", "  gpus: []\n").find("p.yaml:5:9: 'plan.gpus' must be a non-empty list"), std::string::npos)
       << error_of("a100-80gb", "  gpus: []\n");
   EXPECT_NE(error_of("a100-80gb", "  gpus: [0]\n").find("'plan.gpus[0]' is '0'; expected an integer from 1"), std::string::npos);
+  EXPECT_NE(error_of("a100-80gb", "  offload_optimizer: [gpu]\n").find("p.yaml:5:23: 'plan.offload_optimizer[0]' is 'gpu'; expected none"), std::string::npos)
+      << error_of("a100-80gb", "  offload_optimizer: [gpu]\n");
+  EXPECT_NE(error_of("a100-80gb", "  offload_optimizer: [cpu, cpu]\n").find("'plan.offload_optimizer[1]' repeats cpu"), std::string::npos);
+  EXPECT_NE(error_of("a100-80gb", "  offload_optimizer: [cpu]\n  prefetch_optimizer_gaps: [2]\n")
+                .find("p.yaml:6:28: 'plan.prefetch_optimizer_gaps' without deep_optimizer_states"),
+            std::string::npos)
+      << error_of("a100-80gb", "  offload_optimizer: [cpu]\n  prefetch_optimizer_gaps: [2]\n");
+  EXPECT_NE(error_of("a100-80gb", "  offload_optimizer: [deep_optimizer_states]\n  prefetch_optimizer_gaps: [0]\n")
+                .find("'plan.prefetch_optimizer_gaps[0]' is '0'; expected an integer from 1"),
+            std::string::npos);
+  EXPECT_NE(error_of("a100-80gb", "  prefetch_optimizer_gaps: [2]\n").find("without 'plan.offload_optimizer'"), std::string::npos);
   // GPU counts fill the parallelism section's nodes when it has one.
   const Scenario s = parse_scenario(gpt2_yaml("dgx-a100-superpod", "parallelism: {gpus_per_node: 4}\nplan: {gpus: [2, 4, 8]}\n"), "p.yaml", ".");
   ASSERT_EQ(s.plan->cluster_sizes.size(), 3U);

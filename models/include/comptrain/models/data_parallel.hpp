@@ -35,7 +35,12 @@ struct OptimizerOffloadSpec {
   // part_grads_async (the fork): the fp32 gradient copies to the host do not block the launching
   // thread (PyTorch then converts to fp32 on the GPU and copies 4 bytes per element).
   bool part_grads_async = false;
+  friend bool operator==(const OptimizerOffloadSpec&, const OptimizerOffloadSpec&) = default;
 };
+
+// Where the optimizer steps, for reports: "GPU" (nullopt), "CPU" (ZeRO-Offload), "CPU 75%"
+// (Twin-Flow: that share of the subgroups on the CPU), "DOS k=3" (Deep Optimizer States, gap 3).
+std::string optimizer_place(const std::optional<OptimizerOffloadSpec>& offload);
 
 // The optimizer step DeepSpeedCPUAdam runs per parameter (microsoft/DeepSpeed@38327e07,
 // csrc/includes/cpu_adam.h, Adam_Optimizer::Step_AVX lines 159-191):

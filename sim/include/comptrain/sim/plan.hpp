@@ -29,8 +29,10 @@
 // only thanks to ZeRO's sharding still has a reference): the scaling efficiency is that time
 // over the cluster's iteration time.
 //
-// Cluster search. `plan.gpus` (or `plan.nodes`) and `plan.zero_stages` expand the scenario over
-// cluster sizes x ZeRO stages (0: DDP) x strategies, each a candidate planned as above through
+// Cluster search. `plan.gpus` (or `plan.nodes`), `plan.zero_stages` and `plan.offload_optimizer`
+// expand the scenario over cluster sizes x ZeRO stages (0: DDP) x optimizer places (the GPU,
+// ZeRO-Offload, Deep Optimizer States with each gap of plan.prefetch_optimizer_gaps: the planner
+// chooses k; only the pairs DeepSpeed has) x strategies, each a candidate planned as above through
 // the same worker pool. With a target global batch G, a candidate of N GPUs runs micro-batches b
 // that divide its share G / N, each simulated with (G / N) / b gradient accumulation steps
 // (models/gradient_accumulation.hpp), so that every point trains G samples per optimizer step as
@@ -132,11 +134,13 @@ struct StrategyPlan {
   std::vector<std::string> warnings;          // monotonicity violations, inapplicable points, worker diagnostics
 };
 
-// One configuration of a cluster search: a cluster size, a ZeRO stage and a strategy, planned
+// One configuration of a cluster search: a cluster size, a ZeRO stage, where the optimizer steps
+// and a strategy, planned
 // as a strategy is (its `plan`: per-GPU micro-batches; best_samples_per_second global).
 struct ClusterCandidate {
   ClusterShape shape;
   int zero_stage = 0;   // 0: PyTorch DDP
+  std::optional<models::OptimizerOffloadSpec> offload_optimizer;  // where the optimizer steps; nullopt: the GPU
   StrategyPlan plan;
   bool fits() const { return plan.best_batch.has_value(); }
   bool accumulation_estimated() const { return plan.accumulation_steps > 1 && !plan.accumulation_simulated; }
@@ -145,7 +149,8 @@ struct ClusterCandidate {
 struct ClusterSearch {
   std::vector<ClusterShape> shapes;   // as planned (sizes left out are in notes)
   std::vector<int> zero_stages;
-  std::vector<ClusterCandidate> candidates;  // by size, then stage, then strategy
+  std::vector<std::optional<models::OptimizerOffloadSpec>> offload_optimizer;  // as planned (plan.offload_optimizer)
+  std::vector<ClusterCandidate> candidates;  // by size, then stage, then optimizer place, then strategy
   std::optional<std::size_t> fastest;        // the highest global samples/s among those that fit
   std::vector<std::string> notes;
 };
@@ -168,6 +173,7 @@ struct BatchSizePlan {
   // The GPUs planned for (the parallelism section; 1 x 1 without one) and their ZeRO stage.
   ClusterShape cluster{};
   int zero_stage = 0;
+  std::optional<models::OptimizerOffloadSpec> offload_optimizer;  // where the optimizer steps (parallelism section); nullopt: the GPU
   std::vector<StrategyPlan> strategies;       // empty for a cluster search
   std::optional<ClusterSearch> cluster_search;  // the scenario has plan.gpus, plan.nodes or plan.zero_stages
   std::vector<std::string> notes;             // strategies left out as identical to another

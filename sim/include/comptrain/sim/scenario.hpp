@@ -59,6 +59,13 @@ struct PlanSection {
   };
   std::vector<ClusterSize> cluster_sizes;
   std::vector<int> zero_stages;
+  // plan.offload_optimizer (with plan.prefetch_optimizer_gaps): where the optimizer steps, one
+  // candidate each: nullopt = on the GPU (`none`), ZeRO-Offload (`cpu`: every subgroup on the
+  // CPU) and Deep Optimizer States with each gap k (`deep_optimizer_states`). The parallelism
+  // section's other offload keys (part_grads_async) are kept. Empty: the scenario's own.
+  std::vector<std::optional<models::OptimizerOffloadSpec>> offload_optimizer;
+
+  bool searches_clusters() const { return !cluster_sizes.empty() || !zero_stages.empty() || !offload_optimizer.empty(); }
 };
 
 // The `parallelism:` section: `nodes` x `gpus_per_node` GPUs of the platform train one replica

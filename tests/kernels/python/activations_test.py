@@ -72,7 +72,9 @@ class RoundTrip(unittest.TestCase):
                         self.assertEqual(stats.tensors_packed, 1)
                         self.assertLessEqual(float((back - h).abs().max()), bound)
                         self.assertLessEqual(stats.max_error_over_bound, 1.0)
-                        self.assertGreater(stats.max_error_over_bound, 0.3)  # and not exact: it did compress
+                        # Not exact: it did compress (szp/szh reach 1.000 of the bound on 35 K
+                        # values; zfp stays under it: 0.33-0.45 measured).
+                        self.assertGreater(stats.max_error_over_bound, 0.9 if codec != "zfp" else 0.1)
                         self.assertGreater(stats.ratio, 1.0)
 
     def test_codecs_without_a_bound(self):
@@ -358,6 +360,19 @@ class Training(unittest.TestCase):
         self.assertLess(errors[1e-4], 0.025, errors)
         self.assertLess(errors[1e-4], errors[1e-3])
         self.assertLess(errors[1e-3], errors[1e-2])
+
+class Measure(unittest.TestCase):
+    def test_the_measurement_runs_on_the_small_model(self):
+        from comptrain_codecs import measure
+
+        row = measure.measure("small", 8, 1, "szp", 1e-2, "rel", 1)
+        # The conv's input (96 KiB at batch 8), ReLU's output (also the pool's input), the pool's
+        # output (the linear's input, flattened).
+        self.assertEqual(row["packed"], 3)
+        self.assertGreater(row["ratio"], 1)
+        self.assertGreater(row["held_saved_mib"], 0)
+        self.assertGreater(row["base_s"], 0)
+
 
 class Cuda(unittest.TestCase):
     @unittest.skipUnless(cc.cuda_driver_available() and not torch.cuda.is_available(),

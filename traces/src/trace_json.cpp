@@ -635,12 +635,11 @@ class TraceReader {
     return tensor;
   }
 
-  // Gradient statistics: the number fields of kGradientStatisticsFields, then the integer
-  // batch_size. The ranges are the Trace constructor's to check (it names the same path).
-  GradientStatistics read_gradient(const json& value, const std::string& path) const {
-    std::vector<std::string_view> keys;
-    for (const GradientStatisticsField& field : kGradientStatisticsFields) keys.push_back(field.key);
-    keys.emplace_back("batch_size");
+  // An object of optional number fields (`values`, `gradient`): an object with no key but `keys`,
+  // each of `fields` that is present a JSON number (ranges are the Trace constructor's to check;
+  // it names the same path).
+  template <class Out, class Fields>
+  Out read_number_fields(const json& value, const std::string& path, const Fields& fields, const std::vector<std::string_view>& keys) const {
     std::string expected = "an object with any of";
     for (std::size_t k = 0; k < keys.size(); ++k) expected += (k == 0 ? " \"" : ", \"") + std::string(keys[k]) + "\"";
     expect_object(value, path, expected);
@@ -650,44 +649,35 @@ class TraceReader {
                                         "; expected one of: " + joined(keys));
       }
     }
-    GradientStatistics statistics;
-    for (const GradientStatisticsField& field : kGradientStatisticsFields) {
+    Out out;
+    for (const auto& field : fields) {
       const json* number = optional(value, std::string(field.key));
       if (number == nullptr) continue;
       if (!number->is_number()) {
         fail(child(path, field.key), "found " + describe(*number) + "; expected " + std::string(field.expected));
       }
-      statistics.*field.member = number->get<double>();
+      out.*field.member = number->get<double>();
     }
+    return out;
+  }
+
+  // Gradient statistics: the number fields of kGradientStatisticsFields, then the integer
+  // batch_size.
+  GradientStatistics read_gradient(const json& value, const std::string& path) const {
+    std::vector<std::string_view> keys;
+    for (const GradientStatisticsField& field : kGradientStatisticsFields) keys.push_back(field.key);
+    keys.emplace_back("batch_size");
+    GradientStatistics statistics = read_number_fields<GradientStatistics>(value, path, kGradientStatisticsFields, keys);
     if (const json* batch = optional(value, "batch_size")) {
       statistics.batch_size = as_int64(*batch, child(path, "batch_size"), 1);
     }
     return statistics;
   }
 
-  // The ranges are the Trace constructor's to check (it names the same path).
   ValueFeatures read_values(const json& value, const std::string& path) const {
     std::vector<std::string_view> keys;
     for (const ValueFeatureField& field : kValueFeatureFields) keys.push_back(field.key);
-    std::string expected = "an object with any of";
-    for (std::size_t k = 0; k < keys.size(); ++k) expected += (k == 0 ? " \"" : ", \"") + std::string(keys[k]) + "\"";
-    expect_object(value, path, expected);
-    for (auto it = value.begin(); it != value.end(); ++it) {
-      if (std::find(keys.begin(), keys.end(), it.key()) == keys.end()) {
-        fail(child(path, it.key()), "unknown field " + json_quoted(it.key()) + suggestion(it.key(), keys) +
-                                        "; expected one of: " + joined(keys));
-      }
-    }
-    ValueFeatures features;
-    for (const ValueFeatureField& field : kValueFeatureFields) {
-      const json* number = optional(value, std::string(field.key));
-      if (number == nullptr) continue;
-      if (!number->is_number()) {
-        fail(child(path, field.key), "found " + describe(*number) + "; expected " + std::string(field.expected));
-      }
-      features.*field.member = number->get<double>();
-    }
-    return features;
+    return read_number_fields<ValueFeatures>(value, path, kValueFeatureFields, keys);
   }
 
   // view_of names a tensor id that may come later in the file, so it is resolved once every

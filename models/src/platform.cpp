@@ -201,7 +201,9 @@ class PlatformReader {
           read_network(section(root, "network", "", {"topology", "nodes", "fat_tree", "dragonfly", "torus", "link"}));
     }
     if (root["collectives"]) {
-      const YAML::Node c = section(root, "collectives", "", {"base_latency", "intra_node_step", "inter_node_step", "network_overhead"});
+      const YAML::Node c = section(root, "collectives", "",
+                                   {"base_latency", "intra_node_step", "inter_node_step", "network_overhead", "tree_base_latency",
+                                    "tree_intra_node_step", "tree_inter_node_step", "algorithm"});
       platform.collectives.base = quantity(c, "base_latency", "collectives", Dimension::time, limits::latency);
       platform.collectives.intra_node_step = quantity(c, "intra_node_step", "collectives", Dimension::time, limits::latency);
       // A single node's collectives never cross the network: the network terms are optional there.
@@ -211,7 +213,32 @@ class PlatformReader {
       if (c["network_overhead"] || platform.network) {
         platform.collectives.network_overhead = quantity(c, "network_overhead", "collectives", Dimension::time, limits::latency);
       }
+      // The tree's terms are optional: absent, NCCL's own (the struct's defaults, models/platform.hpp).
+      if (c["tree_base_latency"]) {
+        platform.collectives.tree_base = quantity(c, "tree_base_latency", "collectives", Dimension::time, limits::latency);
+      }
+      if (c["tree_intra_node_step"]) {
+        platform.collectives.tree_intra_node_step = quantity(c, "tree_intra_node_step", "collectives", Dimension::time, limits::latency);
+      }
+      if (c["tree_inter_node_step"]) {
+        platform.collectives.tree_inter_node_step = quantity(c, "tree_inter_node_step", "collectives", Dimension::time, limits::latency);
+      }
+      if (const YAML::Node a = c["algorithm"]) platform.collectives.algorithm = nccl_algorithm(a);
+    } else {
+      // No NCCL terms at all: bandwidth only, for the tree as for the ring.
+      platform.collectives.tree_base = platform.collectives.tree_intra_node_step = platform.collectives.tree_inter_node_step = 0;
     }
+  }
+
+  // collectives.algorithm: NCCL_ALGO's names, in any case as NCCL reads them (strcasecmp).
+  NcclAlgorithm nccl_algorithm(const YAML::Node& node) const {
+    std::string text = node.IsScalar() ? node.Scalar() : std::string();
+    std::transform(text.begin(), text.end(), text.begin(), [](unsigned char ch) { return static_cast<char>(std::tolower(ch)); });
+    for (const NcclAlgorithm a : {NcclAlgorithm::automatic, NcclAlgorithm::ring, NcclAlgorithm::tree}) {
+      if (text == to_string(a)) return a;
+    }
+    throw InputError(where(node.Mark()) + "'collectives.algorithm' is '" + shortened(node) +
+                     "'; expected auto (NCCL's own choice per all-reduce), ring or tree (NCCL_ALGO's meaning)");
   }
 
   NicSpec read_nic(const YAML::Node& nic, int gpus_per_node) const {
@@ -470,6 +497,15 @@ class PlatformReader {
 };
 
 }  // namespace
+
+std::string_view to_string(NcclAlgorithm algorithm) {
+  switch (algorithm) {
+    case NcclAlgorithm::automatic: return "auto";
+    case NcclAlgorithm::ring: return "ring";
+    case NcclAlgorithm::tree: return "tree";
+  }
+  return "unknown";
+}
 
 std::string_view to_string(NetworkTopology topology) {
   switch (topology) {

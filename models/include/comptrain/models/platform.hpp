@@ -163,16 +163,31 @@ struct NetworkSpec {
   std::int64_t leaves() const;      // places for nodes in the topology
 };
 
-// NCCL's latency of one ring collective (src/graph/tuning.cc, ring algorithm, Simple protocol):
-// base + (steps - network steps) x intra + network steps x inter, where a ring over p ranks on N
-// nodes takes 2(p-1) steps (all-reduce) or p-1 (reduce-scatter, all-gather), 2(N-1) or N-1 of
+// NCCL's choice of algorithm for all-reduces, as the NCCL_ALGO environment variable makes it
+// (collectives.algorithm): `automatic` lets NCCL's own model pick ring or tree per all-reduce
+// (NCCL's default, sim/collectives.hpp `nccl_prediction`); `ring` and `tree` force one, as
+// NCCL_ALGO=ring or NCCL_ALGO="allreduce:tree" do. Reduce-scatters and all-gathers always run rings
+// (NCCL has no tree for them).
+enum class NcclAlgorithm : std::uint8_t { automatic, ring, tree };
+std::string_view to_string(NcclAlgorithm algorithm);  // "auto", "ring", "tree": the YAML spelling
+
+// NCCL's latency terms (src/graph/tuning.cc, Simple protocol) and its algorithm choice.
+// Ring: base + (steps - network steps) x intra + network steps x inter, where a ring over p ranks
+// on N nodes takes 2(p-1) steps (all-reduce) or p-1 (reduce-scatter, all-gather), 2(N-1) or N-1 of
 // them across the network, and intra = max(intra_node_step, 3 x network_overhead) when N > 1.
-// All 0 when the platform gives no `collectives`: bandwidth terms only.
+// Tree (all-reduce only): tree_base + 2 x ((ppn - 1) x tree_intra + floor(log2 N) x tree_inter).
+// All 0 when the platform gives no `collectives`: bandwidth terms only. The tree terms default to
+// NCCL's own (NVIDIA/nccl@5067397c = v2.30.7, src/graph/tuning.cc, ncclTunerConstantsDefaults,
+// Tree/Simple; the same since v2.23.4) wherever the section is given or the struct is built in code.
 struct CollectiveLatency {
   double base = 0;                  // collectives.base_latency
   double intra_node_step = 0;       // per step over NVLink (PCIe where there is no gpu_link)
   double inter_node_step = 0;       // per step over the network
   double network_overhead = 0;      // NCCL's per-step CPU proxy overhead (getNetOverhead)
+  double tree_base = 8.4e-6;            // collectives.tree_base_latency: baseLatencies[Tree][Simple] = 8.4 us
+  double tree_intra_node_step = 4e-6;   // collectives.tree_intra_node_step: hwLatencies[NVLINK and PCI][Tree][Simple] = 4.0 us
+  double tree_inter_node_step = 14e-6;  // collectives.tree_inter_node_step: hwLatencies[NET][Tree][Simple] = 14 us
+  NcclAlgorithm algorithm = NcclAlgorithm::automatic;  // collectives.algorithm
 };
 
 struct Platform {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
@@ -25,6 +26,7 @@ ClusterNetwork::ClusterNetwork(const models::Platform& platform, ClusterShape sh
     build_network();
   }
   plan_rings();
+  plan_trees();
 }
 
 sg4::Host* ClusterNetwork::gpu(int rank) const {
@@ -224,6 +226,80 @@ void ClusterNetwork::plan_rings() {
   }
 }
 
+std::array<int, 2> double_binary_tree_parents(int nodes, int node) {
+  if (nodes < 1 || node < 0 || node >= nodes) throw std::out_of_range(fmt::format("node {} of a tree of {}", node, nodes));
+  // Tree 0: node 0 is the root; any other node r hangs under r with its lowest set bit cleared and
+  // the bit above it set, or with that bit only cleared where the first would be past the last node.
+  const auto parent = [nodes](int r) {
+    if (r == 0) return -1;
+    const int low = r & -r;
+    const int up = (r ^ low) | (low << 1);
+    return up < nodes ? up : r ^ low;
+  };
+  std::array<int, 2> parents{parent(node), -1};
+  if (nodes % 2 == 0) {
+    // Mirrored: node r plays node nodes-1-r of tree 0.
+    const int up = parent(nodes - 1 - node);
+    parents[1] = up < 0 ? -1 : nodes - 1 - up;
+  } else {
+    // Shifted by one: node r plays node r-1 of tree 0 (a mirror of an odd count would keep the
+    // middle node interior in both).
+    const int up = parent((node - 1 + nodes) % nodes);
+    parents[1] = up < 0 ? -1 : (up + 1) % nodes;
+  }
+  return parents;
+}
+
+// NCCL's tree all-reduce (NCCL >= 2.4; shared/reference/distributed.md §1): within each node a
+// chain through the node's GPUs over NVLink, across nodes the double binary tree
+// (double_binary_tree_parents), each of the two trees carrying half of the buffer: the reduction
+// goes up the chains and the trees to the roots, the broadcast comes back down, pipelined, so
+// every edge carries its tree's half once each way and all edges run at once.
+//
+// Across nodes there is one chain per rail, as there is one ring (ring k's rail; NCCL gives each
+// channel of its tree graph a NIC, and runs both trees over a channel's chain): chain k starts at
+// the GPU of NIC k, which also talks to the parent's and the children's chain heads through NIC k,
+// and runs through the node's GPUs in order (the rings' order, so that its NVLink sends share the
+// rings' routes). On one node there is no network: one chain per GPU, headed by it, so that the
+// chains' ends are spread over the GPUs as NCCL's channels spread them (a single chain would load
+// its middle GPUs' ports with 2 x bytes and its ends with half of that).
+//
+// Every (tree, chain) carries bytes / (2 x chains): one share per edge and direction. The sends
+// between the same two GPUs, over every tree, chain and direction, are one communication.
+void ClusterNetwork::plan_trees() {
+  const int g = shape_.gpus_per_node;
+  const int n = shape_.nodes;
+  if (shape_.ranks() < 2) return;
+  std::vector<int> heads;
+  if (n == 1) {
+    for (int l = 0; l < g; ++l) heads.push_back(l);
+  } else {
+    const int gpus_per_nic = platform_.gpus_per_node / platform_.nic->per_node;
+    for (int k = 0; k < rings_; ++k) heads.push_back(k * gpus_per_nic);
+  }
+  chains_ = static_cast<int>(heads.size());
+  const auto rank = [g](int node, int local) { return node * g + local % g; };
+  std::map<std::pair<int, int>, int> shares;  // (from rank, to rank): ordered, so that the plan is deterministic
+  for (const int head : heads) {
+    for (int node = 0; node < n; ++node) {
+      for (int i = 0; i + 1 < g; ++i) {
+        const int a = rank(node, head + i);
+        const int b = rank(node, head + i + 1);
+        shares[{a, b}] += 2;  // the broadcast down the chain, in each of the two trees
+        shares[{b, a}] += 2;  // the reduction up the chain
+      }
+    }
+    for (int node = 0; n > 1 && node < n; ++node) {
+      for (const int parent : double_binary_tree_parents(n, node)) {
+        if (parent < 0) continue;
+        ++shares[{rank(node, head), rank(parent, head)}];  // the reduction to the parent
+        ++shares[{rank(parent, head), rank(node, head)}];  // the broadcast from it
+      }
+    }
+  }
+  for (const auto& [pair, count] : shares) tree_sends_.push_back({gpu(pair.first), gpu(pair.second), count});
+}
+
 std::uint64_t ClusterNetwork::bytes_per_send(models::CollectiveKind kind, std::int64_t bytes) const {
   if (rings_ == 0) return 0;
   // A ring over p ranks sends 2(p-1) chunks of bytes/p from every rank for an all-reduce, p-1 for
@@ -232,35 +308,120 @@ std::uint64_t ClusterNetwork::bytes_per_send(models::CollectiveKind kind, std::i
   return static_cast<std::uint64_t>(std::llround(share));
 }
 
-void ClusterNetwork::run_collective(models::CollectiveKind kind, std::int64_t bytes) const {
-  if (sends_.empty() || bytes <= 0) return;
-  const double latency = collective_latency(platform_, shape_, kind);
-  if (latency > 0) sg4::this_actor::sleep_for(latency);
-  const std::uint64_t each = bytes_per_send(kind, bytes);
-  if (each == 0) return;
-  std::vector<sg4::CommPtr> comms;
-  comms.reserve(sends_.size());
-  for (const Send& send : sends_) comms.push_back(sg4::Comm::sendto_async(send.from, send.to, each * static_cast<std::uint64_t>(send.rings)));
-  sg4::Comm::wait_all(comms);
+std::uint64_t ClusterNetwork::bytes_per_tree_share(std::int64_t bytes) const {
+  if (chains_ == 0) return 0;
+  return static_cast<std::uint64_t>(std::llround(static_cast<double>(bytes) / (2.0 * chains_)));
 }
 
-double ClusterNetwork::idle_collective_seconds(models::CollectiveKind kind, std::int64_t bytes) const {
-  if (sends_.empty() || bytes <= 0) return 0;
-  const double latency = collective_latency(platform_, shape_, kind);
-  const double each = static_cast<double>(bytes_per_send(kind, bytes));
+CollectiveAlgorithm ClusterNetwork::algorithm_for(models::CollectiveKind kind, std::int64_t bytes) const {
+  if (kind != models::CollectiveKind::all_reduce || shape_.ranks() < 2) return CollectiveAlgorithm::ring;
+  switch (platform_.collectives.algorithm) {
+    case models::NcclAlgorithm::ring: return CollectiveAlgorithm::ring;
+    case models::NcclAlgorithm::tree: return CollectiveAlgorithm::tree;
+    case models::NcclAlgorithm::automatic: break;
+  }
+  return prediction(kind, bytes).algorithm;
+}
+
+NcclPrediction ClusterNetwork::prediction(models::CollectiveKind kind, std::int64_t bytes) const {
+  return nccl_prediction(platform_, shape_, kind, bytes, graph_bandwidths());
+}
+
+NcclGraphBandwidths ClusterNetwork::graph_bandwidths() const {
+  if (graphs_) return *graphs_;
+  NcclGraphBandwidths graphs;
+  graphs.channels = std::max(rings_, 1);
+  if (shape_.ranks() >= 2) {
+    // Loads are linear in the bytes: any size gives the same bandwidths (1 GB, without rounding).
+    constexpr double kBytes = 1e9;
+    const double factor = bus_bandwidth_factor(models::CollectiveKind::all_reduce, shape_.ranks());
+    const double ring_seconds = idle_route_latency_and_data(sends_, factor * kBytes / rings_).second;
+    graphs.ring = ring_seconds > 0 ? factor * kBytes / ring_seconds : 0;
+    graphs.tree = graphs.ring;
+    if (shape_.nodes == 2) {
+      const double tree_seconds = idle_route_latency_and_data(tree_sends_, kBytes / (2.0 * chains_)).second;
+      graphs.tree = tree_seconds > 0 ? 2 * kBytes / tree_seconds : 0;
+    }
+  }
+  graphs_ = graphs;
+  return graphs;
+}
+
+void ClusterNetwork::run_collective(models::CollectiveKind kind, std::int64_t bytes) const {
+  if (sends_.empty() || bytes <= 0) return;
+  run_collective(kind, bytes, algorithm_for(kind, bytes));
+}
+
+void ClusterNetwork::run_collective(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm) const {
+  const bool tree = algorithm == CollectiveAlgorithm::tree;
+  if (tree && kind != models::CollectiveKind::all_reduce) {
+    throw std::invalid_argument(fmt::format("a tree {}: NCCL runs trees for all-reduces only", models::to_string(kind)));
+  }
+  if (sends_.empty() || bytes <= 0) return;
+  const double latency = collective_latency(platform_, shape_, kind, algorithm);
+  if (latency > 0) sg4::this_actor::sleep_for(latency);
+  const std::uint64_t each = tree ? bytes_per_tree_share(bytes) : bytes_per_send(kind, bytes);
+  if (each == 0) return;
+  const std::vector<Send>& sends = tree ? tree_sends_ : sends_;
+  const auto send_all = [each](const Send* first, const Send* last) {
+    std::vector<sg4::CommPtr> comms;
+    comms.reserve(static_cast<std::size_t>(last - first));
+    for (const Send* send = first; send != last; ++send) {
+      comms.push_back(sg4::Comm::sendto_async(send->from, send->to, each * static_cast<std::uint64_t>(send->shares)));
+    }
+    sg4::Comm::wait_all(comms);
+  };
+  if (shape_.nodes == 1) {
+    send_all(sends.data(), sends.data() + sends.size());
+    return;
+  }
+  // Across nodes, one actor per node issues the node's sends: SimGrid 3.32 keeps an actor's
+  // activities in a std::list that it searches whenever one ends (ActorImpl::activities_; a
+  // std::set from 3.35), so one actor issuing all of them costs their number squared (a tree over
+  // 512 DGX H100 nodes, 22,496 communications: 8-10 s of CPU from one actor, 2.3-2.7 s split by
+  // node; what remains is mostly SimGrid's one list of every detached communication, which
+  // sendto_async makes). The communications, their start and so every time are the same.
+  std::vector<sg4::ActorPtr> senders;
+  for (std::size_t begin = 0; begin < sends.size();) {
+    const sg4::NetZone* zone = sends[begin].from->get_englobing_zone();  // the sender's node
+    std::size_t end = begin;
+    while (end < sends.size() && sends[end].from->get_englobing_zone() == zone) ++end;
+    const Send* first = sends.data() + begin;
+    const Send* last = sends.data() + end;
+    senders.push_back(sg4::Actor::create("collective sends", sends[begin].from, [send_all, first, last] { send_all(first, last); }));
+    begin = end;
+  }
+  for (const sg4::ActorPtr& sender : senders) sender->join();
+}
+
+std::pair<double, double> ClusterNetwork::idle_route_latency_and_data(const std::vector<Send>& sends, double bytes_per_share) const {
   std::unordered_map<const sg4::Link*, double> load;
   std::vector<sg4::Link*> route;
   double route_latency = 0;  // the longest route's: the NVLink, NIC and network links carry none
-  for (const Send& send : sends_) {
+  for (const Send& send : sends) {
     route.clear();
     double this_route = 0;
     send.from->route_to(send.to, route, &this_route);
     route_latency = std::max(route_latency, this_route);
-    for (const sg4::Link* link : route) load[link] += each * send.rings;
+    for (const sg4::Link* link : route) load[link] += bytes_per_share * send.shares;
   }
   double slowest = 0;
   for (const auto& [link, bytes_over] : load) slowest = std::max(slowest, bytes_over / link->get_bandwidth());
-  return latency + route_latency + slowest;
+  return {route_latency, slowest};
+}
+
+double ClusterNetwork::idle_collective_seconds(models::CollectiveKind kind, std::int64_t bytes) const {
+  if (sends_.empty() || bytes <= 0) return 0;
+  return idle_collective_seconds(kind, bytes, algorithm_for(kind, bytes));
+}
+
+double ClusterNetwork::idle_collective_seconds(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm) const {
+  if (sends_.empty() || bytes <= 0) return 0;
+  const bool tree = algorithm == CollectiveAlgorithm::tree;
+  const double latency = collective_latency(platform_, shape_, kind, algorithm);
+  const double each = static_cast<double>(tree ? bytes_per_tree_share(bytes) : bytes_per_send(kind, bytes));
+  const auto [route_latency, data] = idle_route_latency_and_data(tree ? tree_sends_ : sends_, each);
+  return latency + route_latency + data;
 }
 
 }  // namespace comptrain::sim::detail

@@ -1,6 +1,6 @@
 #pragma once
-// The SimGrid platform of a cluster, and NCCL's ring collectives on it (sim/README.md, "Clusters
-// and collectives"). Internal to comptrain::sim: the replay (simulation.cpp) builds its platform
+// The SimGrid platform of a cluster, and NCCL's ring and tree collectives on it (sim/README.md,
+// "Clusters and collectives"). Internal to comptrain::sim: the replay (simulation.cpp) builds its platform
 // here, and collectives.cpp runs one collective alone.
 //
 // What is built, inside a created sg4::Engine (before engine.run()):
@@ -18,7 +18,9 @@
 
 #include <simgrid/s4u.hpp>
 
+#include <array>
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -50,29 +52,53 @@ class ClusterNetwork {
 
   // One collective over all ranks, run from the calling actor (blocks it until every rank's part
   // has ended): `bytes` as nccl-tests counts the size (all_reduce: the buffer; reduce_scatter: the
-  // input; all_gather: the output). NCCL's latency term first, then one SimGrid communication per
-  // GPU per ring carrying its whole share (the rings' NVLink sends from one GPU to its neighbour
-  // as one); contention with other traffic is SimGrid's.
+  // input; all_gather: the output), with the algorithm NCCL runs (algorithm_for). NCCL's latency
+  // term first, then the data as aggregated SimGrid communications: the ring's, one per GPU per
+  // ring carrying its whole share (the rings' NVLink sends from one GPU to its neighbour as one),
+  // or the tree's, one per pair of GPUs that a tree edge joins (tree_sends). Contention with
+  // other traffic is SimGrid's.
   void run_collective(models::CollectiveKind kind, std::int64_t bytes) const;
+  // The same with `algorithm` (tree: all-reduce only; std::invalid_argument otherwise).
+  void run_collective(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm) const;
+
+  // What NCCL runs for this collective: platform.collectives.algorithm when it forces one (tree
+  // for all-reduces only), else the faster in NCCL's model (nccl_prediction over graph_bandwidths);
+  // always ring for a reduce-scatter or an all-gather.
+  CollectiveAlgorithm algorithm_for(models::CollectiveKind kind, std::int64_t bytes) const;
+  NcclPrediction prediction(models::CollectiveKind kind, std::int64_t bytes) const;
+  // NCCL's graph bandwidths taken from this network (computed once, on first use): the ring's bus
+  // bandwidth on an idle network (nccl-tests' factor x bytes / the most loaded link's time); the
+  // tree's the same on all but 2 nodes, and on 2 nodes the simulated tree's own, 2 x bytes / its
+  // most loaded link's time (NCCL's search raises a 2-node tree's intra-node bandwidth up to
+  // twice the network's: src/graph/search.cc, "increase bwIntra for trees"); channels = rings.
+  NcclGraphBandwidths graph_bandwidths() const;
 
   // Its time on an idle network, computed without running SimGrid: the latency term, the longest
-  // route's link latency (0 but over PCIe) and, over every link the rings cross, the largest
-  // bytes / bandwidth (for reports and tests; the rings load their links evenly, so SimGrid's
-  // max-min sharing gives the same).
+  // route's link latency (0 but over PCIe) and, over every link the algorithm's sends cross, the
+  // largest bytes / bandwidth (for reports and tests; SimGrid's max-min sharing gives the same
+  // where every link's flows end together, as the tests check for the ring and the tree).
   double idle_collective_seconds(models::CollectiveKind kind, std::int64_t bytes) const;
+  double idle_collective_seconds(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm) const;
 
   // What one GPU sends in one ring: factor x bytes / rings with nccl-tests' factor
   // (bus_bandwidth_factor), rounded to a whole byte (SimGrid's payloads are integers).
   std::uint64_t bytes_per_send(models::CollectiveKind kind, std::int64_t bytes) const;
+  // One tree share: what one tree edge carries in one direction for one of the two trees and one
+  // chain, bytes / (2 x tree_chains()), rounded to a whole byte.
+  std::uint64_t bytes_per_tree_share(std::int64_t bytes) const;
   int rings() const { return rings_; }
-  // The communications of one collective: `rings` rings' sends from one GPU to the next, which
-  // share a route (plan_rings), as one communication of rings x bytes_per_send.
+  // The chains each of the two trees runs: one per rail across nodes (as the rings), one headed by
+  // each GPU on one node (NCCL's channels spread the chains' ends over the GPUs).
+  int tree_chains() const { return chains_; }
+  // Aggregated communications: `shares` sends from one GPU to another that share a route, as one
+  // communication of shares x bytes_per_send (ring) or shares x bytes_per_tree_share (tree).
   struct Send {
     sg4::Host* from = nullptr;
     sg4::Host* to = nullptr;
-    int rings = 1;
+    int shares = 1;
   };
   const std::vector<Send>& ring_sends() const { return sends_; }
+  const std::vector<Send>& tree_sends() const { return tree_sends_; }
 
  private:
   struct Node {
@@ -87,12 +113,27 @@ class ClusterNetwork {
   simgrid::kernel::routing::NetPoint* build_node(int index, sg4::NetZone* parent);
   void build_network();
   void plan_rings();
+  void plan_trees();
+  // The latency of the longest route of `sends` and the time the most loaded link takes for its
+  // bytes, each send carrying shares x `bytes_per_share`.
+  std::pair<double, double> idle_route_latency_and_data(const std::vector<Send>& sends, double bytes_per_share) const;
 
   models::Platform platform_;  // a copy, so that the caller's platform need not outlive the network
   ClusterShape shape_;
   std::vector<Node> nodes_;
   int rings_ = 0;
   std::vector<Send> sends_;
+  int chains_ = 0;
+  std::vector<Send> tree_sends_;
+  mutable std::optional<NcclGraphBandwidths> graphs_;
 };
+
+// NCCL's double binary tree over `nodes` nodes (NCCL >= 2.4, src/graph/trees.cc): the parent of
+// `node` in tree 0 and in tree 1, -1 at a root. Tree 0 is the binary tree rooted at node 0 in
+// which node r hangs under r with its lowest set bit cleared and the bit above it set (only
+// cleared where that is past the last node); tree 1
+// mirrors it (r -> nodes-1-r) on an even count and shifts it by one node on an odd count, so that
+// every node is interior in at most one of the two.
+std::array<int, 2> double_binary_tree_parents(int nodes, int node);
 
 }  // namespace comptrain::sim::detail

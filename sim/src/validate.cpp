@@ -243,9 +243,12 @@ std::variant<SimulationResult, std::string> run_once(const PreparedScenario& pre
   return result;
 }
 
-// Runs in a worker process: a bus_bandwidth point's busbw in GB/s.
+// Runs in a worker process: a bus_bandwidth point's busbw in GB/s. With NCCL's ring forced: the
+// table's points are rings (NCCL_ALGO=RING, or sizes and nodes where NCCL runs rings).
 std::string predict_collective(const CollectivePoint& c) {
-  const CollectiveTiming t = simulate_collective(c.platform, {c.nodes, c.gpus_per_node}, c.kind, c.bytes);
+  models::Platform ring = c.platform;
+  ring.collectives.algorithm = models::NcclAlgorithm::ring;
+  const CollectiveTiming t = simulate_collective(ring, {c.nodes, c.gpus_per_node}, c.kind, c.bytes);
   return predicted_value(t.bus_bandwidth / 1e9);
 }
 

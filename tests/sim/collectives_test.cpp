@@ -1,6 +1,7 @@
 // Collectives on a cluster: the SimGrid platform of a cluster (sim/src/cluster_network.hpp) and
-// NCCL's rings on it (sim/collectives.hpp), against times computed by hand on a platform of round
-// numbers. Every SimGrid run happens in a forked child (its engine cannot be reset in a process).
+// NCCL's rings and trees on it and its choice between them (sim/collectives.hpp), against times
+// computed by hand on a platform of round numbers. Every SimGrid run happens in a forked child (its
+// engine cannot be reset in a process).
 
 #include "comptrain/sim/collectives.hpp"
 
@@ -10,7 +11,10 @@
 
 #include <simgrid/s4u.hpp>
 
+#include <cmath>
 #include <functional>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -32,7 +36,9 @@ using models::CollectiveKind;
 // 100 GB/s NVLink port, a 25 GB/s PCIe link and a 10 GB/s NIC; the host's memory 100 GB/s; 4 nodes
 // on one switch (a one-level fat tree) whose links carry a node's 8 rails, 80 GB/s. NCCL's latency
 // terms: base 10 us, 1 us per NVLink step, 5 us per network step, a 2 us proxy overhead (so 6 us
-// per intra-node step once a ring crosses the network).
+// per intra-node step once a ring crosses the network); the tree's terms are NCCL's defaults (8.4 us
+// base, 4 us per chain step, 14 us per tree level across the network). No compute capability:
+// NCCL's model takes the Volta constants.
 const std::string kHand =
     "name: hand\n"
     "gpu:\n"
@@ -92,27 +98,38 @@ struct Alone {
   double idle = 0;
 };
 
-Alone alone(const models::Platform& platform, ClusterShape shape, CollectiveKind kind, std::int64_t bytes) {
+// `algorithm`: forced; absent: the one NCCL picks (ClusterNetwork::algorithm_for).
+Alone alone(const models::Platform& platform, ClusterShape shape, CollectiveKind kind, std::int64_t bytes,
+            std::optional<CollectiveAlgorithm> algorithm = std::nullopt) {
   const auto v = numbers(in_simgrid([&] {
     const detail::ClusterNetwork network(platform, shape);
     double end = -1;
     sg4::Actor::create("collective", network.gpu(0), [&] {
-      network.run_collective(kind, bytes);
+      if (algorithm) {
+        network.run_collective(kind, bytes, *algorithm);
+      } else {
+        network.run_collective(kind, bytes);
+      }
       end = sg4::Engine::get_clock();
     });
-    const double idle = network.idle_collective_seconds(kind, bytes);
+    const double idle = algorithm ? network.idle_collective_seconds(kind, bytes, *algorithm) : network.idle_collective_seconds(kind, bytes);
     sg4::Engine::get_instance()->run();
     return fmt::format("{:.17g} {:.17g}", end, idle);
   }));
   return {v.at(0), v.at(1)};
 }
 
-void expect_time(const models::Platform& platform, ClusterShape shape, CollectiveKind kind, std::int64_t bytes, double expected) {
-  SCOPED_TRACE(fmt::format("{} on {} x {}", models::to_string(kind), shape.nodes, shape.gpus_per_node));
-  const Alone t = alone(platform, shape, kind, bytes);
+void expect_time(const models::Platform& platform, ClusterShape shape, CollectiveKind kind, std::int64_t bytes, double expected,
+                 std::optional<CollectiveAlgorithm> algorithm = std::nullopt) {
+  SCOPED_TRACE(fmt::format("{} on {} x {} ({})", models::to_string(kind), shape.nodes, shape.gpus_per_node,
+                           algorithm ? to_string(*algorithm) : std::string_view("NCCL's choice")));
+  const Alone t = alone(platform, shape, kind, bytes, algorithm);
   EXPECT_NEAR(t.simulated, expected, expected * 1e-9);
   EXPECT_NEAR(t.idle, expected, expected * 1e-9) << "the idle estimate is the same arithmetic";
 }
+
+constexpr auto kRing = CollectiveAlgorithm::ring;
+constexpr auto kTree = CollectiveAlgorithm::tree;
 
 // ---- One node ------------------------------------------------------------------------------
 
@@ -168,13 +185,13 @@ TEST(Collectives, AllReduceOnTwoNodes) {
   // Its other sends share the GPUs' NVLink ports, 7 flows each, 100/7 GB/s > 10: not the bottleneck.
   // Latency: 30 steps, 2 across the network; intra-node steps cost max(1, 3 x 2) = 6 us:
   // 10 + 28 x 6 + 2 x 5 = 188 us.
-  expect_time(p, {2, 8}, CollectiveKind::all_reduce, kGB, 0.0234375 + 188e-6);
+  expect_time(p, {2, 8}, CollectiveKind::all_reduce, kGB, 0.0234375 + 188e-6, kRing);
   // Reduce-scatter: 15/16 GB / 8 rings = 0.1171875 GB per NIC at 10 GB/s = 11.71875 ms;
   // latency 10 + 14 x 6 + 1 x 5 = 99 us.
   expect_time(p, {2, 8}, CollectiveKind::reduce_scatter, kGB, 0.01171875 + 99e-6);
   // One GPU per node: p = 2, one ring through NIC 0: 1 GB at 10 GB/s = 100 ms; 2 steps, both
   // across the network: 10 + 2 x 5 = 20 us.
-  expect_time(p, {2, 1}, CollectiveKind::all_reduce, kGB, 0.1 + 20e-6);
+  expect_time(p, {2, 1}, CollectiveKind::all_reduce, kGB, 0.1 + 20e-6, kRing);
 }
 
 TEST(Collectives, FourNodesAndNicsSharedByTwoGpus) {
@@ -182,7 +199,7 @@ TEST(Collectives, FourNodesAndNicsSharedByTwoGpus) {
   // 2*31/32 GB = 1.9375 GB, 0.484375 GB per ring and NIC at 10 GB/s = 48.4375 ms.
   // Latency: 62 steps, 6 across the network: 10 + 56 x 6 + 6 x 5 = 376 us.
   const models::Platform p = hand("latency: 1 us}\nnetwork", "latency: 1 us, per_node: 4}\nnetwork");
-  expect_time(p, {4, 8}, CollectiveKind::all_reduce, kGB, 0.0484375 + 376e-6);
+  expect_time(p, {4, 8}, CollectiveKind::all_reduce, kGB, 0.0484375 + 376e-6, kRing);
 }
 
 TEST(Collectives, EveryTopologyCarriesTheRings) {
@@ -192,7 +209,7 @@ TEST(Collectives, EveryTopologyCarriesTheRings) {
   const models::Platform fly =
       hand("  topology: fat_tree\n" + std::string("  nodes: 4\n") + tree,
            "  topology: dragonfly\n  nodes: 4\n  dragonfly: {groups: [2, 1], chassis: [1, 1], routers: [2, 1], nodes: 1}\n");
-  expect_time(fly, {2, 8}, CollectiveKind::all_reduce, kGB, 0.0234375 + 188e-6);
+  expect_time(fly, {2, 8}, CollectiveKind::all_reduce, kGB, 0.0234375 + 188e-6, kRing);
   // A ring of 4 nodes on a 1-D torus of 4: each hop one link, carrying a node pair's 8 rails.
   // Reduce-scatter, p = 32: 31/32 GB / 8 rings at 10 GB/s = 12.109375 ms; latency 31 steps, 3
   // across the network: 10 + 28 x 6 + 3 x 5 = 193 us.
@@ -207,6 +224,267 @@ TEST(Collectives, SimulatedBusBandwidthFollowsNcclTests) {
   EXPECT_NEAR(t.algorithm_bandwidth, 1e9 / 0.017524, 1);
   EXPECT_NEAR(t.bus_bandwidth, 1e9 / 0.017524 * 2 * 7 / 8, 1);
   EXPECT_LT(t.bus_bandwidth, 100e9) << "never above the NVLink port";
+}
+
+// ---- Trees ---------------------------------------------------------------------------------
+
+// NCCL's double binary tree (src/graph/trees.cc's pictures): on 14 nodes tree 0 is 0 - 8, 8 - {4,
+// 12}, 4 - {2, 6}, 12 - {10, 13}, 2 - {1, 3}, ...; tree 1 mirrors it on an even count and shifts it
+// on an odd one.
+TEST(CollectiveTrees, TheDoubleBinaryTreeIsNccls) {
+  using detail::double_binary_tree_parents;
+  const std::vector<int> tree0_of_14{-1, 2, 4, 2, 8, 6, 4, 6, 0, 10, 12, 10, 8, 12};
+  for (int r = 0; r < 14; ++r) {
+    EXPECT_EQ(double_binary_tree_parents(14, r)[0], tree0_of_14[static_cast<std::size_t>(r)]) << r;
+    const int mirrored = tree0_of_14[static_cast<std::size_t>(13 - r)];
+    EXPECT_EQ(double_binary_tree_parents(14, r)[1], mirrored < 0 ? -1 : 13 - mirrored) << "tree 1 mirrors tree 0: " << r;
+  }
+  // 2 nodes: each the other's child in one tree. 4 nodes: 0 - 2 - {1, 3} and 3 - 1 - {2, 0}.
+  EXPECT_EQ(double_binary_tree_parents(2, 0), (std::array<int, 2>{-1, 1}));
+  EXPECT_EQ(double_binary_tree_parents(2, 1), (std::array<int, 2>{0, -1}));
+  for (const auto& [node, parents] : std::vector<std::pair<int, std::array<int, 2>>>{{0, {-1, 1}}, {1, {2, 3}}, {2, {0, 1}}, {3, {2, -1}}}) {
+    EXPECT_EQ(double_binary_tree_parents(4, node), parents) << node;
+  }
+  // 3 nodes, shifted: tree 0 is 0 - 2 - 1, tree 1 is 1 - 0 - 2.
+  for (const auto& [node, parents] : std::vector<std::pair<int, std::array<int, 2>>>{{0, {-1, 1}}, {1, {2, -1}}, {2, {0, 0}}}) {
+    EXPECT_EQ(double_binary_tree_parents(3, node), parents) << node;
+  }
+  // On every count: each tree has one root, every node reaches it, a node has at most 2 children;
+  // on an even count every node is interior in at most one tree (on an odd one node 0 may be in both).
+  for (int n = 1; n <= 70; ++n) {
+    std::vector<std::array<int, 2>> children(static_cast<std::size_t>(n), {0, 0});
+    for (int t = 0; t < 2; ++t) {
+      int roots = 0;
+      for (int r = 0; r < n; ++r) {
+        int at = r;
+        for (int hops = 0; hops <= n && double_binary_tree_parents(n, at)[static_cast<std::size_t>(t)] >= 0; ++hops) {
+          at = double_binary_tree_parents(n, at)[static_cast<std::size_t>(t)];
+        }
+        EXPECT_EQ(double_binary_tree_parents(n, at)[static_cast<std::size_t>(t)], -1) << n << " nodes, tree " << t << ": " << r << " reaches no root";
+        const int parent = double_binary_tree_parents(n, r)[static_cast<std::size_t>(t)];
+        if (parent < 0) {
+          ++roots;
+        } else {
+          ++children[static_cast<std::size_t>(parent)][static_cast<std::size_t>(t)];
+        }
+      }
+      EXPECT_EQ(roots, 1) << n << " nodes, tree " << t;
+    }
+    for (int r = 0; r < n; ++r) {
+      const auto& c = children[static_cast<std::size_t>(r)];
+      EXPECT_LE(c[0], 2) << n << ":" << r;
+      EXPECT_LE(c[1], 2) << n << ":" << r;
+      if (n % 2 == 0 || r != 0) {
+        EXPECT_TRUE(c[0] == 0 || c[1] == 0) << n << " nodes: " << r << " is interior in both trees";
+      }
+    }
+  }
+}
+
+// A tree all-reduce (sim/README.md, "Clusters and collectives"): with r chains per tree (one per
+// rail across nodes, one per GPU on one node) every tree edge carries a share of S / (2r) each way
+// in each of the two trees. Time = NCCL's tree latency + the most loaded link's bytes / bandwidth:
+//  - a NIC of node n carries (its edges in tree 0 + in tree 1) x S / (2r) each way: 2 edges on 2
+//    nodes (S / r), up to 4 beyond (an interior node's parent and 2 children, and its parent in the
+//    tree where it is a leaf: 2S / r);
+//  - GPU l's NVLink port sends 2 shares per chain down to l+1 (unless l+1 heads the chain) and 2
+//    up to l-1 (unless l heads it): 2(g-1)/g x S with a chain headed by each of the g GPUs.
+// Latency: 8.4 us + 2 x ((g - 1) x 4 us + floor(log2 N) x 14 us).
+TEST(CollectiveTrees, TreeAllReduceOnTwoNodes) {
+  const models::Platform p = hand();
+  // 2 x 8, r = 8, shares of 1 GB / 16. A NIC: 2 shares = 0.125 GB at 10 GB/s = 12.5 ms (the switch
+  // links: 8 x 0.125 GB at 80 GB/s, the same). A GPU's port: 7 chains x (2 + 2) shares = 1.75 GB
+  // at 100 GB/s = 17.5 ms: NVLink binds. Latency 8.4 + 2 x (7 x 4 + 1 x 14) = 92.4 us.
+  expect_time(p, {2, 8}, CollectiveKind::all_reduce, kGB, 0.0175 + 92.4e-6, kTree);
+  // With 1000 GB/s ports the NICs bind: 12.5 ms. The tree then moves 1 GB in 12.5 ms where the
+  // ring needs 23.4 ms: 149 GB/s of bus bandwidth over 80 GB/s of NICs per node (two-node trees
+  // beat the NICs' limit: shared/reference/distributed.md §1).
+  const models::Platform fast = hand("bandwidth: 100 GB/s, latency: 2 us}", "bandwidth: 1000 GB/s, latency: 2 us}");
+  expect_time(fast, {2, 8}, CollectiveKind::all_reduce, kGB, 0.0125 + 92.4e-6, kTree);
+  // One GPU per node: one chain of one GPU, shares of 1 GB / 2; each node sends 2 shares = 1 GB
+  // through its NIC: 100 ms, as the ring. Latency 8.4 + 2 x (0 + 14) = 36.4 us.
+  expect_time(p, {2, 1}, CollectiveKind::all_reduce, kGB, 0.1 + 36.4e-6, kTree);
+}
+
+TEST(CollectiveTrees, TreeAllReduceOnThreeAndFourNodes) {
+  const models::Platform p = hand();
+  // 4 x 8: nodes 1 and 2 are interior, 4 shares = 0.25 GB per NIC at 10 GB/s = 25 ms (and 2 GB
+  // over the node's 80 GB/s switch link: the same); NVLink 17.5 ms. SimGrid's sharing ends there
+  // too: node 2's NIC sends 1, 2 and 1 shares (to 0, 1, 3) at 10/3 GB/s each until the single
+  // shares end (18.75 ms), then the double share alone (6.25 ms more). Latency 8.4 + 2 x (28 + 2 x
+  // 14) = 120.4 us.
+  expect_time(p, {4, 8}, CollectiveKind::all_reduce, kGB, 0.025 + 120.4e-6, kTree);
+  // 3 x 8 (shifted trees 0 - 2 - 1 and 1 - 0 - 2): nodes 0 and 2 send 3 shares = 0.1875 GB per NIC,
+  // 18.75 ms; floor(log2 3) = 1: latency 92.4 us.
+  expect_time(p, {3, 8}, CollectiveKind::all_reduce, kGB, 0.01875 + 92.4e-6, kTree);
+  // 4 NICs for 8 GPUs: r = 4, shares of 1 GB / 8, chains headed by GPUs 0, 2, 4, 6. An interior
+  // node's NIC: 4 shares = 0.5 GB at 10 GB/s = 50 ms. A port: (2 x 4 + 2 x 3) shares = 1.75 GB,
+  // 17.5 ms; the switch link 4 x 0.5 GB at 80 GB/s = 25 ms.
+  const models::Platform shared = hand("latency: 1 us}\nnetwork", "latency: 1 us, per_node: 4}\nnetwork");
+  expect_time(shared, {4, 8}, CollectiveKind::all_reduce, kGB, 0.05 + 120.4e-6, kTree);
+}
+
+TEST(CollectiveTrees, OnOneNodeTheTreeIsAChain) {
+  const models::Platform p = hand();
+  // NCCL keeps its tree on one node (tuning.cc disables only NVLS trees there): a chain through the
+  // node's GPUs, nothing across the network. 8 GPUs, 8 chains, shares of 1 GB / 16: a port sends
+  // 7 x 4 shares = 1.75 GB, 17.5 ms (the ring's bytes); latency 8.4 + 2 x 7 x 4 = 64.4 us.
+  expect_time(p, {1, 8}, CollectiveKind::all_reduce, kGB, 0.0175 + 64.4e-6, kTree);
+  // 4 GPUs: 3 x 4 shares of 1 GB / 8 = 1.5 GB, 15 ms; 8.4 + 2 x 3 x 4 = 32.4 us.
+  expect_time(p, {1, 4}, CollectiveKind::all_reduce, kGB, 0.015 + 32.4e-6, kTree);
+  // 2 GPUs: 4 shares of 1 GB / 4 each way, 10 ms; 8.4 + 2 x 4 = 16.4 us.
+  expect_time(p, {1, 2}, CollectiveKind::all_reduce, kGB, 0.010 + 16.4e-6, kTree);
+  // NCCL's model keeps the ring on one node at every size: a shorter latency (3.4 vs 4 us per
+  // step with NCCL's constants, 1 vs 4 here) and more bandwidth (p / 2(p-1) vs 0.92 / 2).
+  for (std::int64_t bytes = 8; bytes <= (std::int64_t{1} << 36); bytes *= 8) {
+    EXPECT_EQ(nccl_prediction(p, {1, 8}, CollectiveKind::all_reduce, bytes, {100e9, 100e9, 1}).algorithm, kRing) << bytes;
+  }
+  EXPECT_EQ(simulate_collective(p, {1, 8}, CollectiveKind::all_reduce, 1000).algorithm, kRing);
+}
+
+TEST(CollectiveTrees, LatencyTermsAreThePlatforms) {
+  const models::Platform p = hand();
+  EXPECT_NEAR(collective_latency(p, {4, 8}, CollectiveKind::all_reduce, kTree), 120.4e-6, 1e-15);
+  EXPECT_NEAR(collective_latency(p, {16, 1}, CollectiveKind::all_reduce, kTree), 8.4e-6 + 2 * 4 * 14e-6, 1e-15) << "4 levels, no chain";
+  EXPECT_EQ(collective_latency(p, {1, 1}, CollectiveKind::all_reduce, kTree), 0);
+  EXPECT_THROW(collective_latency(p, {4, 8}, CollectiveKind::reduce_scatter, kTree), std::invalid_argument);
+  // NCCL before 2.23 charged 28 us per tree step and no base (tuning.cc of v2.22).
+  const models::Platform old = hand("network_overhead: 2 us}", "network_overhead: 2 us, tree_base_latency: 0, tree_intra_node_step: 28 us, tree_inter_node_step: 28 us}");
+  EXPECT_NEAR(collective_latency(old, {4, 8}, CollectiveKind::all_reduce, kTree), 2 * (7 * 28e-6 + 2 * 28e-6), 1e-15);
+}
+
+// NCCL's model on the hand platform's 4 x 8 (ring and tree graphs 80 GB/s over 8 channels; no
+// compute capability: Volta constants):
+//  ring: latency 376 us x 1.9 (plateau) = 714.4 us, algbw 80 x 32/62 GB/s;
+//  tree: bus bandwidth min(0.92 x 80, 8 x 10) = 73.6 GB/s, algbw 36.8 x correction(S); latency
+//        120.4 us.
+// At 1 MB (correction 0.5): ring 714.4 + 24.21875 = 738.61875 us, tree 120.4 + 54.3478 = 174.7478
+// us. The tree is faster up to S* where 594 us = S x (1 / (36.8 x 0.7) - 62 / 2560) s/GB: 40.68 MB
+// (in 33.5 .. 67 MB, where the correction is 0.7), the ring beyond.
+TEST(CollectiveChoice, NcclPicksTheFasterInItsOwnModel) {
+  const models::Platform p = hand();
+  const NcclGraphBandwidths graphs{80e9, 80e9, 8};
+  const NcclPrediction mb = nccl_prediction(p, {4, 8}, CollectiveKind::all_reduce, 1'000'000, graphs);
+  EXPECT_NEAR(mb.ring_seconds, 738.61875e-6, 1e-12);
+  EXPECT_NEAR(mb.tree_seconds, 120.4e-6 + 1e6 / 18.4e9, 1e-12);
+  EXPECT_EQ(mb.algorithm, kTree);
+  const double flip = (714.4e-6 - 120.4e-6) / (1 / (36.8e9 * 0.7) - 62 / (80e9 * 32));
+  EXPECT_NEAR(flip, 40.68e6, 0.01e6);
+  const auto below = static_cast<std::int64_t>(flip * 0.999);
+  const auto above = static_cast<std::int64_t>(flip * 1.001);
+  EXPECT_EQ(nccl_prediction(p, {4, 8}, CollectiveKind::all_reduce, below, graphs).algorithm, kTree);
+  EXPECT_EQ(nccl_prediction(p, {4, 8}, CollectiveKind::all_reduce, above, graphs).algorithm, kRing);
+  const NcclPrediction at = nccl_prediction(p, {4, 8}, CollectiveKind::all_reduce, static_cast<std::int64_t>(flip), graphs);
+  EXPECT_NEAR(at.tree_seconds, at.ring_seconds, 1e-9);
+  for (std::int64_t bytes = 64; bytes <= (std::int64_t{32} << 20); bytes *= 2) {
+    EXPECT_EQ(nccl_prediction(p, {4, 8}, CollectiveKind::all_reduce, bytes, graphs).algorithm, kTree) << bytes;
+  }
+  for (std::int64_t bytes = std::int64_t{64} << 20; bytes <= (std::int64_t{64} << 30); bytes *= 2) {
+    EXPECT_EQ(nccl_prediction(p, {4, 8}, CollectiveKind::all_reduce, bytes, graphs).algorithm, kRing) << bytes;
+  }
+  // Only all-reduces have a tree.
+  const NcclPrediction rs = nccl_prediction(p, {4, 8}, CollectiveKind::reduce_scatter, 1'000'000, graphs);
+  EXPECT_EQ(rs.algorithm, kRing);
+  EXPECT_TRUE(std::isinf(rs.tree_seconds));
+  // The same on the simulated network: its graphs are those, and the collective that runs is the
+  // one the model picks, on either side of S*.
+  const CollectiveTiming tree = simulate_collective(p, {4, 8}, CollectiveKind::all_reduce, below);
+  EXPECT_EQ(tree.algorithm, kTree);
+  EXPECT_NEAR(tree.prediction.ring_seconds, nccl_prediction(p, {4, 8}, CollectiveKind::all_reduce, below, graphs).ring_seconds, 1e-12);
+  EXPECT_NEAR(tree.prediction.tree_seconds, nccl_prediction(p, {4, 8}, CollectiveKind::all_reduce, below, graphs).tree_seconds, 1e-12);
+  EXPECT_EQ(simulate_collective(p, {4, 8}, CollectiveKind::all_reduce, above).algorithm, kRing);
+  EXPECT_EQ(simulate_collective(p, {4, 8}, CollectiveKind::all_gather, 1000).algorithm, kRing);
+}
+
+// The graphs the model takes from the simulated network: the ring's idle bus bandwidth (NIC-bound
+// across nodes, 8 x 10 GB/s; NVLink-bound on one node, 100 GB/s); the tree's the same but on 2
+// nodes, where it is the simulated tree's 2 x 1 GB / 17.5 ms (NVLink-bound), or 2 x 80 GB/s
+// (NIC-bound) with 1000 GB/s ports.
+TEST(CollectiveChoice, GraphBandwidthsComeFromTheNetwork) {
+  const auto graphs = [](const models::Platform& platform, ClusterShape shape) {
+    return numbers(in_simgrid([&] {
+      const detail::ClusterNetwork network(platform, shape);
+      const NcclGraphBandwidths g = network.graph_bandwidths();
+      return fmt::format("{:.17g} {:.17g} {}", g.ring, g.tree, g.channels);
+    }));
+  };
+  const models::Platform p = hand();
+  const auto two = graphs(p, {2, 8});
+  EXPECT_NEAR(two.at(0), 80e9, 1e-3);
+  EXPECT_NEAR(two.at(1), 2e9 / 0.0175, 1e-3);
+  EXPECT_EQ(two.at(2), 8);
+  const auto four = graphs(p, {4, 8});
+  EXPECT_NEAR(four.at(0), 80e9, 1e-3);
+  EXPECT_NEAR(four.at(1), 80e9, 1e-3);
+  const auto one = graphs(p, {1, 8});
+  EXPECT_NEAR(one.at(0), 100e9, 1e-3);
+  EXPECT_NEAR(one.at(1), 100e9, 1e-3);
+  const auto fast = graphs(hand("bandwidth: 100 GB/s, latency: 2 us}", "bandwidth: 1000 GB/s, latency: 2 us}"), {2, 8});
+  EXPECT_NEAR(fast.at(1), 160e9, 1e-3);
+}
+
+// collectives.algorithm forces NCCL's choice as NCCL_ALGO does. On the hand platform's 2 x 8 NCCL
+// picks the tree for 1 GB (ring 188 x 1.9 + 1e9 / 42.67 GB/s = 23.79 ms; tree 92.4 + 1e9 / (0.92 x
+// 114.29 / 2) GB/s = 19.11 ms): forced ring, the ring runs; forced tree, a reduce-scatter still
+// runs its ring.
+TEST(CollectiveChoice, TheAlgorithmCanBeForced) {
+  const CollectiveTiming chosen = simulate_collective(hand(), {2, 8}, CollectiveKind::all_reduce, kGB);
+  EXPECT_EQ(chosen.algorithm, kTree);
+  EXPECT_NEAR(chosen.seconds, 0.0175 + 92.4e-6, 1e-12);
+  EXPECT_NEAR(chosen.prediction.ring_seconds, 188e-6 * 1.9 + 1e9 * 30 / (80e9 * 16), 1e-12);
+  EXPECT_NEAR(chosen.prediction.tree_seconds, 92.4e-6 + 1e9 / (0.92 * 2e9 / 0.0175 / 2), 1e-12);
+  const models::Platform ring = hand("network_overhead: 2 us}", "network_overhead: 2 us, algorithm: ring}");
+  EXPECT_EQ(ring.collectives.algorithm, models::NcclAlgorithm::ring);
+  const CollectiveTiming forced = simulate_collective(ring, {2, 8}, CollectiveKind::all_reduce, kGB);
+  EXPECT_EQ(forced.algorithm, kRing);
+  EXPECT_NEAR(forced.seconds, 0.0234375 + 188e-6, 1e-12);
+  EXPECT_EQ(forced.prediction.algorithm, kRing) << "the prediction names what runs";
+  const models::Platform tree = hand("network_overhead: 2 us}", "network_overhead: 2 us, algorithm: tree}");
+  const CollectiveTiming on_one_node = simulate_collective(tree, {1, 8}, CollectiveKind::all_reduce, kGB);
+  EXPECT_EQ(on_one_node.algorithm, kTree);
+  EXPECT_NEAR(on_one_node.seconds, 0.0175 + 64.4e-6, 1e-12);
+  const CollectiveTiming rs = simulate_collective(tree, {2, 8}, CollectiveKind::reduce_scatter, kGB);
+  EXPECT_EQ(rs.algorithm, kRing);
+  EXPECT_NEAR(rs.seconds, 0.01171875 + 99e-6, 1e-12);
+}
+
+std::string platform_error(const std::string& from, const std::string& to) {
+  try {
+    hand(from, to);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an InputError for " << to;
+  return "";
+}
+
+// The option and the tree's terms are read once, with the platform: a bad value is an InputError
+// (exit 2) naming the file, line and column and the field.
+TEST(CollectiveChoice, BadOptionsAreNamedAtTheirLine) {
+  const std::string end = "network_overhead: 2 us}";
+  EXPECT_THAT(platform_error(end, "network_overhead: 2 us, algorithm: butterfly}"),
+              HasSubstr("hand.yaml:18:117: 'collectives.algorithm' is 'butterfly'; expected auto (NCCL's own choice per all-reduce), ring or tree"));
+  EXPECT_THAT(platform_error(end, "network_overhead: 2 us, algorithm: [ring]}"), HasSubstr("'collectives.algorithm' is"));
+  EXPECT_THAT(platform_error(end, "network_overhead: 2 us, algorithm: collnet}"), HasSubstr("expected auto"));
+  EXPECT_THAT(platform_error(end, "network_overhead: 2 us, tree_intra_node_step: 4}"), HasSubstr("'collectives.tree_intra_node_step'"));
+  EXPECT_THAT(platform_error(end, "network_overhead: 2 us, tree_base_latency: -1 us}"),
+              HasSubstr("'collectives.tree_base_latency' is -1 us; expected between 0 s and 1 s"));
+  EXPECT_THAT(platform_error(end, "network_overhead: 2 us, trees: 2}"), HasSubstr("tree_inter_node_step"));
+  // NCCL_ALGO's spelling, any case.
+  EXPECT_EQ(hand(end, "network_overhead: 2 us, algorithm: RING}").collectives.algorithm, models::NcclAlgorithm::ring);
+  EXPECT_EQ(hand(end, "network_overhead: 2 us, algorithm: Tree}").collectives.algorithm, models::NcclAlgorithm::tree);
+  EXPECT_EQ(hand(end, "network_overhead: 2 us, algorithm: auto}").collectives.algorithm, models::NcclAlgorithm::automatic);
+  // Defaults: NCCL's tree terms with a collectives section, none without (bandwidth only).
+  const models::Platform with = hand();
+  EXPECT_EQ(with.collectives.algorithm, models::NcclAlgorithm::automatic);
+  EXPECT_DOUBLE_EQ(with.collectives.tree_base, 8.4e-6);
+  EXPECT_DOUBLE_EQ(with.collectives.tree_intra_node_step, 4e-6);
+  EXPECT_DOUBLE_EQ(with.collectives.tree_inter_node_step, 14e-6);
+  const models::Platform without = hand("collectives: {base_latency: 10 us, intra_node_step: 1 us, inter_node_step: 5 us, network_overhead: 2 us}\n", "");
+  EXPECT_EQ(without.collectives.tree_base, 0);
+  EXPECT_EQ(without.collectives.tree_intra_node_step, 0);
+  EXPECT_EQ(without.collectives.tree_inter_node_step, 0);
+  EXPECT_EQ(collective_latency(without, {4, 8}, CollectiveKind::all_reduce, kTree), 0);
 }
 
 // ---- Contention ----------------------------------------------------------------------------

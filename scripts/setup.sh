@@ -20,6 +20,7 @@ packages=(
   help2man                  # the man page comptrain.1, generated at build time from --help (optional: skipped without it)
   python3-torch python3-torchvision  # capture: traces/capture/comptrain_capture.py (/usr/bin/python3)
   pybind11-dev python3-dev  # kernels/python: the kernels as a Python module (comptrain_codecs) for /usr/bin/python3
+  python3-sklearn           # its bundled digits dataset (offline) for comptrain_codecs.digits_training (skipped without it)
 )
 
 missing=()

@@ -78,10 +78,11 @@ class SmallCNN(torch.nn.Module):
 
 
 class Block(torch.nn.Module):
-    """A pre-norm transformer block from torch primitives: single-head-per-slice attention by
-    matmul and softmax (no fused kernel, so the capture sees the products), GELU MLP."""
+    """A pre-norm transformer block from torch primitives: multi-head attention by matmul and
+    softmax (no fused kernel, so the capture sees the products), dropout on the attention
+    probabilities, GELU MLP."""
 
-    def __init__(self, dim, heads):
+    def __init__(self, dim, heads, dropout=0.0):
         super().__init__()
         self.heads = heads
         self.norm1 = torch.nn.LayerNorm(dim)
@@ -91,6 +92,9 @@ class Block(torch.nn.Module):
         self.fc1 = torch.nn.Linear(dim, 4 * dim)
         self.act = torch.nn.GELU()
         self.fc2 = torch.nn.Linear(4 * dim, dim)
+        # Dropout on the attention probabilities (read by a matmul, not a linear layer): random
+        # masks in the forward pass, which the check must replay (gradient_error_check's test).
+        self.drop = torch.nn.Dropout(dropout) if dropout else torch.nn.Identity()
         # The attention scale as a buffer, not a Python number: the capture (torch 1.13) fails
         # on the wrapped-number tensor that `scores / 8.0` saves for its backward.
         self.register_buffer("scale", torch.tensor(1 / math.sqrt(dim // heads)))
@@ -99,7 +103,7 @@ class Block(torch.nn.Module):
         b, t, d = x.shape
         q, k, v = self.qkv(self.norm1(x)).reshape(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
         a = torch.softmax(torch.matmul(q, k.transpose(-1, -2)) * self.scale, dim=-1)
-        x = x + self.proj(torch.matmul(a, v).transpose(1, 2).reshape(b, t, d))
+        x = x + self.proj(torch.matmul(self.drop(a), v).transpose(1, 2).reshape(b, t, d))
         return x + self.fc2(self.act(self.fc1(self.norm2(x))))
 
 
@@ -107,10 +111,10 @@ class SmallTransformer(torch.nn.Module):
     """Inputs [batch, tokens, features]: an input projection, `depth` blocks, a final norm,
     the mean over tokens and a classifier."""
 
-    def __init__(self, features=16, dim=64, heads=4, depth=2, classes=10):
+    def __init__(self, features=16, dim=64, heads=4, depth=2, classes=10, dropout=0.0):
         super().__init__()
         self.embed = torch.nn.Linear(features, dim)
-        self.blocks = torch.nn.Sequential(*[Block(dim, heads) for _ in range(depth)])
+        self.blocks = torch.nn.Sequential(*[Block(dim, heads, dropout) for _ in range(depth)])
         self.norm = torch.nn.LayerNorm(dim)
         self.head = torch.nn.Linear(dim, classes)
 
@@ -123,7 +127,7 @@ def small_cnn():
 
 
 def small_transformer():
-    return SmallTransformer()
+    return SmallTransformer(dropout=0.1)
 
 
 # -- the check ---------------------------------------------------------------------------------
@@ -142,8 +146,9 @@ def load_capture(path):
 
 
 def capture_step(capture, cap_args, trace_path):
-    """Runs the capture as its main() does and returns (session, x, y, weights of the recorded
-    step). The probe step comes first (it changes the weights); the recorded step draws x, y."""
+    """Runs the capture as its main() does and returns (session, trace, x, y, random state after
+    x and y), the model holding the recorded step's weights. The probe step comes first (it
+    changes the weights); the recorded step draws x, y, then its dropout masks."""
     session = capture.Session(cap_args)
     probe_batch = cap_args.batch - 1 if cap_args.batch > 1 else 2
     probe = session.step(probe_batch, keep_saved=False)
@@ -160,9 +165,12 @@ def capture_step(capture, cap_args, trace_path):
     shape = [cap_args.batch] + [int(s) for s in cap_args.input_shape.split(",")]
     x = torch.randn(shape, dtype=session.dtype)
     y = torch.randint(0, cap_args.num_classes, (cap_args.batch,))
+    # The forward pass's own draws (dropout masks) follow: every pass below starts from this
+    # state, so they all see the recorded step's masks.
+    forward_rng = torch.get_rng_state()
     torch.set_rng_state(after)
     session.model.load_state_dict(weights)
-    return session, trace, x, y
+    return session, trace, x, y, forward_rng
 
 
 def predict(comptrain, trace_path, batch, bound, platform, workdir, tolerance=None):
@@ -209,8 +217,10 @@ def module_of_op(op_name, modules):
     return None
 
 
-def weight_grads(model, modules, x, y, hooks=None):
+def weight_grads(model, modules, x, y, hooks=None, rng=None):
     model.zero_grad(set_to_none=True)
+    if rng is not None:
+        torch.set_rng_state(rng)  # the same dropout masks in every pass
     if hooks is None:
         loss = torch.nn.functional.cross_entropy(model(x), y)
     else:
@@ -222,7 +232,7 @@ def weight_grads(model, modules, x, y, hooks=None):
     return grads
 
 
-def reference_step(model, modules, x, y):
+def reference_step(model, modules, x, y, rng=None):
     """One forward + backward without compression: the weight gradients, and every save autograd
     made as (module path, index in the module's call, storage address). The hooks pass every
     tensor through (their bounds callable answers None) and are there for the module paths."""
@@ -234,7 +244,7 @@ def reference_step(model, modules, x, y):
         saves.append((info.module, info.index, storage.data_ptr()))
         return None
     grads = weight_grads(model, modules, x, y,
-                         compressed_activations("szp", 1e-3, "abs", bounds=record, module=model, min_bytes=0))
+                         compressed_activations("szp", 1e-3, "abs", bounds=record, module=model, min_bytes=0), rng)
     return grads, saves
 
 
@@ -269,11 +279,11 @@ def run_check(model_spec, batch, bounds, comptrain, capture_path, input_shape="3
                                        "--input-shape", input_shape, "--num-classes", str(num_classes),
                                        "--seed", str(seed)])
         trace_path = cap_args.output
-        session, trace, x, y = capture_step(capture, cap_args, trace_path)
+        session, trace, x, y, rng = capture_step(capture, cap_args, trace_path)
         model = session.model
         modules = layer_modules(model)
 
-        ref, saves = reference_step(model, modules, x, y)
+        ref, saves = reference_step(model, modules, x, y, rng)
         # The capture measured RMS(G) on this step: a check that the weights and batch are the same.
         stats = {}
         tensors = {t["id"]: t for t in trace["tensors"]}
@@ -312,9 +322,9 @@ def run_check(model_spec, batch, bounds, comptrain, capture_path, input_shape="3
             def all_readers(info):
                 return by_save.get((info.module, info.index))
             hooks_w = compressed_activations("szp", 1e-3, "abs", bounds=weight_path, module=model, min_bytes=0)
-            g_w = weight_grads(model, modules, x, y, hooks_w)
+            g_w = weight_grads(model, modules, x, y, hooks_w, rng)
             hooks_a = compressed_activations("szp", 1e-3, "abs", bounds=all_readers, module=model, min_bytes=0)
-            g_a = weight_grads(model, modules, x, y, hooks_a)
+            g_a = weight_grads(model, modules, x, y, hooks_a, rng)
             # Every conv/linear layer, covered or not: with the weight path alone compressed, no
             # error enters the data path, so a layer whose input is not compressed must have
             # exactly its reference gradient; with all readers, a ReLU's mask moves the gradients

@@ -9,7 +9,10 @@ For one model and one captured training step (issue 16, item 5a):
     gradient statistics, exactly as its command line does (a probe step at batch +-1, which also
     updates the weights, then the recorded step). Before the recorded step the weights and torch's
     random state are copied, so that the measurement below runs on the same weights and the same
-    batch (the step draws its inputs and labels first thing).
+    batch (the step draws its inputs and labels first thing, then its dropout masks: every pass
+    below starts from the random state after the inputs, so all see the recorded masks). The
+    reference pass's RMS(G) is compared with the capture's; a difference is printed as a warning
+    (and is in the result's statistics_mismatch).
  2. Prediction, from the real CLI. For each bound, a scenario compresses `inputs_of: [conv,
     linear]` with szp at that relative bound (profile-driven: `profile: auto`); `comptrain simulate
     --json` lists, per compressed storage, its absolute bound, the conv/linear layers it enters

@@ -49,7 +49,9 @@ class TinyNet(torch.nn.Module):
         self.head = torch.nn.Linear(3, 5, bias=False)               # mm on the [batch*2, 3] view
 
     def forward(self, x):
-        h = torch.relu(self.conv(x) + self.side(x))
+        # `/ 2.0`: DivBackward saves the wrapped number 2.0, which the capture must hand back to
+        # autograd as a tensor (comptrain_capture.Recorder.__torch_dispatch__, `detach`).
+        h = torch.relu(self.conv(x) + self.side(x)) / 2.0
         h = torch.relu(self.fc(h.flatten(1)))
         return self.head(h.view(h.shape[0], 2, 3)).mean(1)
 

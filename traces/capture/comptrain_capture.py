@@ -433,6 +433,8 @@ class Recorder(TorchDispatchMode):
         if index is None:
             # Made outside the dispatcher (rare): it exists before the op, like a constant.
             index = self._new_tensor(f'external.{len(self.tensors)}', t, 'temporary', None, key)
+            if t.dim() == 0:
+                return index  # a wrapped Python number (the 8.0 of `x / 8.0`): a constant
             print(f'comptrain_capture: warning: {context} reads a tensor made outside the '
                   f'dispatcher; recorded without a producer', file=sys.stderr)
         return index
@@ -554,6 +556,12 @@ class Recorder(TorchDispatchMode):
         start = time.perf_counter()
         result = func(*args, **kwargs)
         seconds = time.perf_counter() - start
+        if base == 'detach' and not isinstance(result, torch.Tensor):
+            # A saved wrapped number (the 8.0 of `x / 8.0`, which DivBackward keeps), unpacked
+            # after the saved-tensor hooks, detaches to a Python scalar under a dispatch mode
+            # (torch 1.13), which autograd refuses ("detach returned invalid type float"): give it
+            # back the 0-dim tensor it detached (a constant: nothing to detach it from).
+            return args[0]
         out_tensors = tensors_in(result)
         if self.phase != 'forward' and self._renames_what_it_reads(base, in_tensors, out_tensors):
             return result  # no data moves; later readers read the tensor it renames

@@ -47,12 +47,14 @@ class TinyNet(torch.nn.Module):
         self.side = torch.nn.Conv2d(3, 4, 1, stride=2, bias=False)  # reads the same input, 5x5
         self.fc = torch.nn.Linear(4 * 5 * 5, 6)                     # addmm on [batch, 100]
         self.head = torch.nn.Linear(3, 5, bias=False)               # mm on the [batch*2, 3] view
+        self.act = torch.nn.ReLU()
 
     def forward(self, x):
         # `/ 2.0`: DivBackward saves the wrapped number 2.0, which the capture must hand back to
         # autograd as a tensor (comptrain_capture.Recorder.__torch_dispatch__, `detach`).
         h = torch.relu(self.conv(x) + self.side(x)) / 2.0
-        h = torch.relu(self.fc(h.flatten(1)))
+        # `act` produces fc's input: fc's weight-gradient product must still be named after fc.
+        h = torch.relu(self.fc(self.act(h.flatten(1))))
         return self.head(h.view(h.shape[0], 2, 3)).mean(1)
 
 
@@ -130,6 +132,14 @@ def main() -> int:
     tensors = trace['tensors']
     carriers = set()
     failures = []
+    # A Linear's weight-gradient product reads its saved input and no weight: it is still named
+    # after the Linear (and of kind linear), not after the input's producer.
+    backward_products = [op for op in trace['ops'] if op['phase'] == 'backward' and op['name'].split('.')[-1].split('_')[0] in ('mm', 'addmm')]
+    for op in backward_products:
+        if op['kind'] != 'linear' or op['name'].split('.', 1)[0] not in ('fc', 'head'):
+            failures.append(f'backward product {op["name"]}: kind {op["kind"]}, expected a linear op named after fc or head')
+    if len(backward_products) != 4:
+        failures.append(f'{len(backward_products)} backward products, expected 4 (input and weight gradients of fc and head)')
     for op in trace['ops']:
         if op['phase'] != 'forward' or op['kind'] not in ('conv', 'linear', 'matmul'):
             continue

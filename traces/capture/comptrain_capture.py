@@ -402,6 +402,11 @@ class Recorder(TorchDispatchMode):
         self.paused = False          # ops issued by the capture's own hooks: run, not recorded
         self.unread_saved = 0  # saved storages no backward op reads (left temporary)
         self.op_counts: dict = {}
+        # Storage base index -> the module of the forward matrix product that read it with a
+        # weight (a Linear outside any other module): its backward weight-gradient product reads
+        # that activation and no weight, and is named after this module, not the activation's
+        # producer (a Dropout before the Linear).
+        self.matmul_reader: dict = {}
         for key, (name, role, t) in resident.items():
             self._new_tensor(name, t, role, None, key)
 
@@ -468,7 +473,9 @@ class Recorder(TorchDispatchMode):
     # --- ops -------------------------------------------------------------------------------
     def _op_name(self, base: str, inputs: list[int]) -> tuple[str, str]:
         """Forward ops take the innermost module's name; backward ops the module of the weight
-        they read, else of the forward op that produced the latest tensor they read."""
+        they read, else (a matrix product: a Linear's weight gradient) of the forward product that
+        read one of their inputs with a weight, else of the forward op that produced the latest
+        tensor they read."""
         if self.phase == 'forward':
             module = self.module_stack[-1] if self.module_stack else ''
         elif self.phase == 'backward':
@@ -478,6 +485,10 @@ class Recorder(TorchDispatchMode):
                 if t['role'] == 'weight':
                     module = t['name'].rsplit('.', 1)[0]
                     break
+            if not module and base in ('mm', 'addmm'):
+                readers = [self.matmul_reader.get(self.base_of[i]) for i in inputs]
+                readers = [r for r in readers if r]
+                module = readers[-1] if readers else ''
             if not module:
                 producers = [self.tensors[i].get('producer_module') for i in inputs]
                 producers = [p for p in producers if p]
@@ -589,6 +600,14 @@ class Recorder(TorchDispatchMode):
         kind = self._kind(base, module, is_view)
         for index in outputs:
             self.tensors[index]['producer_kind'] = kind
+        if self.phase == 'forward' and base in ('mm', 'addmm'):
+            for activation, weight in weighted_operands(base, args):
+                w_index = self.by_storage.get(storage_key(weight)) if isinstance(weight, torch.Tensor) else None
+                if w_index is None or self.tensors[self.base_of[w_index]]['role'] != 'weight':
+                    continue
+                position = next((k for k, t in enumerate(in_tensors) if t is activation), None)
+                if position is not None:
+                    self.matmul_reader[self.base_of[inputs[position]]] = module
         if self.gradients is not None and self.phase == 'forward':
             self.gradients.forward_op(base, args, in_tensors, inputs)
         self.ops.append({

@@ -17,6 +17,7 @@
 #include "comptrain/sim/scenario.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/traces/trace_json.hpp"
+#include "../models/gradient_mlp.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -26,64 +27,9 @@ using traces::OpKind;
 using traces::Phase;
 using traces::TensorRole;
 
-// Batch 4, every tensor [4, 250] f32. l1 (linear) -> y1, relu in place -> a1, l2 (linear) reads
-// a1, softmax -> p, l3 (linear) reads p, loss. a1 carries l2's gradient statistics; p is read by
-// softmax's backward (the model does not cover it).
-traces::Trace mlp() {
-  std::vector<traces::Tensor> tensors;
-  std::vector<traces::Op> ops;
-  auto tensor = [&](const std::string& name, TensorRole role, std::optional<std::size_t> view_of = std::nullopt) {
-    traces::Tensor t;
-    t.id = tensors.size();
-    t.name = name;
-    t.shape = {4, 250};
-    t.batch_dim = 0;
-    t.role = role;
-    t.view_of = view_of;
-    tensors.push_back(t);
-    return tensors.size() - 1;
-  };
-  auto op = [&](const std::string& name, Phase phase, OpKind kind, std::vector<std::size_t> in, std::vector<std::size_t> out) {
-    traces::Op o;
-    o.id = ops.size();
-    o.name = name;
-    o.phase = phase;
-    o.kind = kind;
-    o.inputs = std::move(in);
-    o.outputs = std::move(out);
-    o.flops.per_sample = 1000;
-    o.bytes_read.per_sample = 1000;
-    o.bytes_written.per_sample = 1000;
-    ops.push_back(o);
-  };
-  const auto x = tensor("x", TensorRole::input);
-  const auto y1 = tensor("y1", TensorRole::activation);
-  const auto a1 = tensor("a1", TensorRole::activation, y1);
-  const auto y2 = tensor("y2", TensorRole::temporary);
-  const auto p = tensor("p", TensorRole::activation);
-  const auto y3 = tensor("y3", TensorRole::temporary);
-  const auto l = tensor("l", TensorRole::temporary);
-  const auto g3 = tensor("g3", TensorRole::temporary), gp = tensor("gp", TensorRole::temporary), g2 = tensor("g2", TensorRole::temporary);
-  const auto ga = tensor("ga", TensorRole::temporary), g1 = tensor("g1", TensorRole::temporary);
-  const auto w = tensor("w.grad", TensorRole::gradient);
-  op("l1", Phase::forward, OpKind::linear, {x}, {y1});
-  op("r1", Phase::forward, OpKind::relu, {y1}, {a1});
-  op("l2", Phase::forward, OpKind::linear, {a1}, {y2});
-  op("sm", Phase::forward, OpKind::softmax, {y2}, {p});
-  op("l3", Phase::forward, OpKind::linear, {p}, {y3});
-  op("loss", Phase::forward, OpKind::loss, {y3}, {l});
-  op("loss.backward", Phase::backward, OpKind::loss, {l}, {g3});
-  op("l3.backward", Phase::backward, OpKind::linear, {g3, p}, {gp});
-  op("sm.backward", Phase::backward, OpKind::softmax, {gp, p}, {g2});
-  op("l2.backward", Phase::backward, OpKind::linear, {g2, a1}, {ga});
-  op("r1.backward", Phase::backward, OpKind::relu, {ga, a1}, {g1});
-  op("l1.backward", Phase::backward, OpKind::linear, {g1, x}, {w});
-  tensors[a1].values.zero_fraction = 0.5;
-  tensors[a1].values.range = 4.0;
-  tensors[p].values.range = 1.0;
-  tensors[a1].gradient = {1e-3, 2e-3, 4.0, std::nullopt};
-  return traces::Trace("mlp", 4, tensors, ops);
-}
+// The error model's MLP (tests/models/gradient_mlp.hpp): a1 carries l2's gradient statistics and
+// is also read by a ReLU's backward; p is read by softmax's backward (the model does not cover it).
+traces::Trace mlp() { return test_support::Mlp().build(); }
 
 std::filesystem::path trace_file() {
   static const std::filesystem::path path = [] {

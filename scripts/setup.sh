@@ -21,6 +21,8 @@ packages=(
   python3-torch python3-torchvision  # capture: traces/capture/comptrain_capture.py (/usr/bin/python3)
   pybind11-dev python3-dev  # kernels/python: the kernels as a Python module (comptrain_codecs) for /usr/bin/python3
   python3-sklearn           # its bundled digits dataset (offline) for comptrain_codecs.digits_training (skipped without it)
+  coinor-libcbc-dev         # hybrid/: the MILP of `plan --hybrid` (COIN-OR CBC through its C interface; HiGHS is not packaged in Debian 12)
+  libprotobuf-dev protobuf-compiler  # traces/import: MLCommons Chakra's binary execution traces (.et)
 )
 
 missing=()

@@ -1,10 +1,12 @@
 #include "comptrain/trace_import/import.hpp"
 
 #include <array>
+#include <memory>
 #include <fstream>
 #include <sstream>
 
 #include "comptrain/support/input_error.hpp"
+#include "chakra_et.hpp"
 #include "importers.hpp"
 #include "pickle.hpp"
 
@@ -12,11 +14,20 @@ namespace comptrain::trace_import {
 
 namespace {
 
-constexpr std::array<std::pair<Format, std::string_view>, 3> kNames{{
+constexpr std::array<std::pair<Format, std::string_view>, 4> kNames{{
     {Format::pytorch_profiler, "pytorch-profiler"},
     {Format::memory_snapshot, "memory-snapshot"},
     {Format::chakra_json, "chakra-json"},
+    {Format::chakra_et, "chakra-et"},
 }};
+
+// A JSON document starts with '{' or '[' after optional whitespace. A .et file starts with a
+// varint length, which can be one of those bytes too (a 123-byte GlobalMetadata starts with '{'),
+// so such a file is taken as JSON first and as a .et when it does not parse.
+bool starts_as_json(std::string_view text) {
+  const auto first = text.find_first_not_of(" \t\r\n");
+  return first != std::string_view::npos && (text[first] == '{' || text[first] == '[');
+}
 
 std::optional<Format> detect(const nlohmann::json& document) {
   if (document.is_object()) {
@@ -51,6 +62,7 @@ std::optional<Format> parse_format(std::string_view text) {
 std::optional<Format> detect_format(std::string_view text) {
   try {
     if (detail::looks_like_pickle(text)) return detect(detail::unpickle(text, "input"));
+    if (detail::looks_like_chakra_et(text) && (!starts_as_json(text) || !nlohmann::json::accept(text))) return Format::chakra_et;
     return detect(nlohmann::json::parse(text));
   } catch (const InputError&) {
     return std::nullopt;
@@ -59,27 +71,48 @@ std::optional<Format> detect_format(std::string_view text) {
   }
 }
 
-ImportResult import_text(std::string_view text, std::string_view source, const ImportOptions& options) {
+namespace {
+
+ImportResult import_impl(std::string_view text, std::string_view source, const ImportOptions& options, const std::string& default_name) {
   if (options.batch_size < 1) throw InputError("batch size " + std::to_string(options.batch_size) + ": expected >= 1");
-  const detail::JsonInput in(source);
+  detail::JsonInput in(source);
+  ImportOptions named = options;
+  if (named.name.empty()) named.name = default_name;
+  std::optional<Format> format = options.format;
+  const bool pickled = detail::looks_like_pickle(text);
+  bool binary = format == Format::chakra_et;
+  if (!format && !pickled && detail::looks_like_chakra_et(text)) {
+    binary = !starts_as_json(text) || !nlohmann::json::accept(text);
+  }
+  if (binary) {
+    // The binary form is read into the document its JSON form would be, and imported by the
+    // same code (chakra_import.cpp); errors found there give the byte offset too.
+    const auto et = std::make_shared<detail::ChakraEtDocument>(detail::parse_chakra_et(text, std::string(source)));
+    in.set_locator([et](const std::string& path) { return et->locate(path); });
+    try {
+      ImportResult result = detail::import_chakra(et->document, in, options, default_name, Format::chakra_et);
+      result.format = Format::chakra_et;
+      return result;
+    } catch (const traces::TraceError& e) {
+      throw InputError(std::string(source) + ": imported as chakra-et, the trace is invalid: " + e.what());
+    }
+  }
   // _dump_snapshot writes a pickle; read it as the JSON it stands for (JSON Pointers in errors
   // then point into that JSON).
-  const bool pickled = detail::looks_like_pickle(text);
   const nlohmann::json document = pickled ? detail::unpickle(text, std::string(source)) : in.parse(text);
-  std::optional<Format> format = options.format;
   if (!format) format = detect(document);
   if (!format) {
     throw InputError(std::string(source) +
                      ": /: not a recognised format; expected a PyTorch profiler trace (traceEvents), a memory "
-                     "snapshot (segments, device_traces) or a Chakra trace in JSON (nodes); name it with --format");
+                     "snapshot (segments, device_traces), a Chakra trace in JSON (nodes) or a binary Chakra trace (.et); "
+                     "name it with --format");
   }
-  ImportOptions named = options;
-  if (named.name.empty()) named.name = std::string(source);
   try {
     switch (*format) {
       case Format::pytorch_profiler: return detail::import_profiler(document, in, named);
       case Format::memory_snapshot: return detail::import_snapshot(document, in, named);
-      case Format::chakra_json: return detail::import_chakra(document, in, named);
+      case Format::chakra_json: return detail::import_chakra(document, in, options, default_name, Format::chakra_json);
+      case Format::chakra_et: break;  // handled above
     }
   } catch (const traces::TraceError& e) {
     // The imported trace broke a structural rule: the input is inconsistent.
@@ -88,13 +121,23 @@ ImportResult import_text(std::string_view text, std::string_view source, const I
   throw InputError("unknown format");
 }
 
+}  // namespace
+
+ImportResult import_text(std::string_view text, std::string_view source, const ImportOptions& options) {
+  return import_impl(text, source, options, std::string(source));
+}
+
 ImportResult import_file(const std::filesystem::path& path, ImportOptions options) {
   std::ifstream file(path, std::ios::binary);
   if (!file) throw InputError(path.string() + ": cannot open the file");
   std::ostringstream text;
   text << file.rdbuf();
-  if (options.name.empty()) options.name = path.stem().string();
-  return import_text(text.str(), path.string(), options);
+  if (!options.format && path.extension() == ".et") options.format = Format::chakra_et;
+  return import_impl(text.str(), path.string(), options, path.stem().string());
+}
+
+std::string chakra_et_to_json(std::string_view bytes, std::string_view source) {
+  return detail::parse_chakra_et(bytes, std::string(source)).document.dump(1);
 }
 
 namespace detail {

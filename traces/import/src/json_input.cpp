@@ -58,7 +58,9 @@ json JsonInput::parse(std::string_view text) const {
 }
 
 void JsonInput::fail(const std::string& path, const std::string& what, const std::string& expected) const {
-  throw InputError(source_ + ": " + (path.empty() ? std::string("/") : path) + ": " + what + "; expected " + expected);
+  const std::string where = locate(path);
+  throw InputError(source_ + ": " + (where.empty() ? std::string() : where + ": ") + (path.empty() ? std::string("/") : path) + ": " + what +
+                   "; expected " + expected);
 }
 
 const json& JsonInput::object(const json& value, const std::string& path) const {

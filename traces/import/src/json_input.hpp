@@ -6,8 +6,10 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "comptrain/traces/vocabulary.hpp"
 
@@ -45,8 +47,14 @@ class JsonInput {
 
   const std::string& source() const { return source_; }
 
+  // Where a JSON Pointer lies in the original input when the document was made from another
+  // encoding (a Chakra .et file: "byte 1234 (node message 5)"); errors then give both.
+  void set_locator(std::function<std::string(const std::string&)> locator) { locator_ = std::move(locator); }
+  std::string locate(const std::string& path) const { return locator_ ? locator_(path) : std::string(); }
+
  private:
   std::string source_;
+  std::function<std::string(const std::string&)> locator_;
 };
 
 // JSON Pointer child: "/traceEvents" + 3 -> "/traceEvents/3", escaping '~' and '/'.

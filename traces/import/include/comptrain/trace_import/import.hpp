@@ -21,6 +21,7 @@ enum class Format : std::uint8_t {
   pytorch_profiler,  // torch.profiler export_chrome_trace (Kineto Chrome-trace JSON)
   memory_snapshot,   // torch.cuda.memory._snapshot() written as JSON (MemoryViz's JSON variant)
   chakra_json,       // a Chakra execution trace in JSON form (chakra_jsonizer / protobuf JSON)
+  chakra_et,         // a Chakra execution trace in its binary protobuf form (.et)
 };
 
 std::string_view to_string(Format format);
@@ -50,10 +51,24 @@ struct ImportResult {
   std::vector<std::string> missing;    // what the simulator needs and the input lacks
 };
 
-// Which format `text` is, from its top-level keys; nullopt when none matches.
+// Which format `text` is, from its top-level keys (or, for a binary .et, its first bytes);
+// nullopt when none matches.
 std::optional<Format> detect_format(std::string_view text);
 
+// `text` may be binary (.et). import_file also takes a .et by its extension when no format is
+// named, so that a corrupt .et is reported as one.
 ImportResult import_text(std::string_view text, std::string_view source, const ImportOptions& options);
 ImportResult import_file(const std::filesystem::path& path, ImportOptions options);
+
+// A .et file as the JSON document chakra_jsonizer prints for it ({"global_metadata": ...,
+// "nodes": [...]}, Chakra's snake_case field names); what the chakra-et import reads. Throws
+// InputError naming `source` and the byte offset for a corrupt file.
+std::string chakra_et_to_json(std::string_view bytes, std::string_view source);
+
+// Writes `trace` as a Chakra execution trace (.et bytes): one COMP_NODE per op with Chakra's
+// fields filled (dependencies, num_ops, tensor_size, duration_micros, operand shapes and types),
+// plus comptrain's own attributes ("comptrain.*") that make the import give back the same trace.
+// traces/FORMAT.md, "Chakra .et", lists them.
+std::string trace_to_chakra_et(const traces::Trace& trace);
 
 }  // namespace comptrain::trace_import

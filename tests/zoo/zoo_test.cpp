@@ -104,17 +104,17 @@ TEST(Zoo, ListsTheModels) {
   for (const ModelInfo& info : list_models()) {
     names.push_back(info.name);
     EXPECT_FALSE(info.description.empty()) << info.name;
-    EXPECT_EQ(info.transformer, info.name.starts_with("bert") || info.name.starts_with("gpt")) << info.name;
+    EXPECT_EQ(info.transformer, info.name.starts_with("bert") || info.name.starts_with("gpt") || info.name == "llama") << info.name;
   }
   EXPECT_THAT(names, testing::ElementsAre("alexnet", "vgg16", "resnet18", "resnet50", "resnet101", "resnet152", "bert-base",
-                                          "bert-large", "gpt2", "gpt"));
+                                          "bert-large", "gpt2", "gpt", "llama"));
 }
 
 TEST(Zoo, PrecisionOptimizerAndAttentionNames) {
   EXPECT_THAT(precision_names(), testing::ElementsAre("fp32", "amp-fp16", "amp-bf16", "fp16", "bf16", "mixed"));
   EXPECT_THAT(optimizer_names(), testing::ElementsAre("sgd", "momentum", "adam", "adamw"));
   EXPECT_THAT(optimizer_impl_names(), testing::ElementsAre("foreach", "fused", "for-loop"));
-  EXPECT_THAT(attention_names(), testing::ElementsAre("fused-softmax", "eager", "flash"));
+  EXPECT_THAT(attention_names(), testing::ElementsAre("fused-softmax", "eager", "flash", "sdpa-mem-efficient"));
   EXPECT_THAT(head_names(), testing::ElementsAre("pretraining", "sequence-classification", "question-answering"));
   EXPECT_THAT(mlm_positions_names(), testing::ElementsAre("all", "masked"));
   for (const std::string_view name : mlm_positions_names()) EXPECT_EQ(to_string(*parse_mlm_positions(name)), name);
@@ -273,6 +273,35 @@ TEST_P(EveryModel, HasBackwardOptimizerAndConsistentAccounting) {
       masked.mlm_predictions = 10;
       cases.emplace_back(info, masked);
     }
+    if (info.name == "llama") {
+      // A small grouped-query decoder with each attention implementation, and GPT-NeoX's blocks.
+      DecoderArchitecture arch;
+      arch.layers = 2;
+      arch.hidden = 64;
+      arch.heads = 4;
+      arch.kv_heads = 2;
+      arch.intermediate = 96;
+      arch.vocab = 100;
+      for (const Attention attention : {Attention::eager, Attention::sdpa_mem_efficient}) {
+        ModelRequest gqa = small_request(info, 3);
+        gqa.decoder = arch;
+        gqa.attention = attention;
+        cases.emplace_back(info, gqa);
+      }
+      DecoderArchitecture neox = arch;
+      neox.family = "gpt_neox";
+      neox.kv_heads = neox.heads;
+      neox.norm = DecoderArchitecture::Norm::layer;
+      neox.gated_mlp = false;
+      neox.activation = DecoderArchitecture::Activation::gelu;
+      neox.qkv_bias = neox.output_bias = neox.mlp_bias = true;
+      neox.parallel_residual = true;
+      neox.rotary_dims = 4;
+      ModelRequest parallel = small_request(info, 3);
+      parallel.decoder = neox;
+      parallel.attention = Attention::eager;
+      cases.emplace_back(info, parallel);
+    }
     if (info.name == "resnet18") {
       ModelRequest old_softmax = small_request(info, 3);
       old_softmax.softmax_saves_input = true;
@@ -354,9 +383,14 @@ TEST_P(EveryModel, HasBackwardOptimizerAndConsistentAccounting) {
       if (tensor.role == TensorRole::activation && tensor.dtype != traces::DType::boolean &&
           tensor.dtype != traces::DType::i64 && !tensor.scales_with_batch()) {
         // Only per-channel statistics and loss scalars are saved without a batch dimension:
-        // fp32, but for the loss of a .half()/.bfloat16() model, in its dtype.
+        // fp32, but for the loss of a .half()/.bfloat16() model, in its dtype -- and a decoder's
+        // rotary cos and sin [1, s, d], in the model's dtype.
         const bool pure16 = request.precision == Precision::fp16 || request.precision == Precision::bf16;
-        if (!(pure16 && tensor.name.ends_with(".total_weight"))) {
+        const bool rotary = tensor.name.starts_with("model.rotary_emb.") || tensor.name.starts_with("gpt_neox.rotary_emb.");
+        const bool model_16bit = pure16 || request.precision == Precision::mixed;
+        if (rotary && model_16bit) {
+          EXPECT_EQ(traces::element_size(tensor.dtype), 2) << tensor.name;
+        } else if (!(pure16 && tensor.name.ends_with(".total_weight"))) {
           EXPECT_EQ(tensor.dtype, traces::DType::f32) << tensor.name;
         }
       }

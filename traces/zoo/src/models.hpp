@@ -41,4 +41,9 @@ Value bert(NetworkBuilder& nb, const TransformerShape& shape, Attention attentio
 // Hugging Face's GPT2LMHeadModel: pre-LN decoder, LM head tied to the token embedding.
 Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention attention);
 
+// Hugging Face's LlamaForCausalLM (LLaMA, Mistral, Qwen2) or GPTNeoXForCausalLM with the
+// causal-LM loss, at `seq_len` tokens, with the given attention (eager, flash or
+// sdpa-mem-efficient).
+Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64_t seq_len, Attention implementation);
+
 }  // namespace comptrain::zoo::detail

@@ -35,6 +35,17 @@ constexpr std::int64_t kLogSoftmaxForward = 5; // max, subtract, exp, sum, subtr
 constexpr std::int64_t kLogSoftmaxBackward = 4;// g - exp(y) * sum(g)
 constexpr std::int64_t kScaleFlops = 1;        // x / c, and g / c backward
 constexpr std::int64_t kWhereFlops = 1;        // a select, forward and backward
+// HF's LlamaRMSNorm: pow, mean, multiply by the rsqrt, multiply by the weight (4 per element)
+// and add eps, rsqrt per row (2); backward: the weight product's two gradients (3), the
+// rsqrt product's (3), pow's (2) and mean's broadcast (1) per element, rsqrt's and the sum
+// behind it per row (3).
+constexpr std::int64_t kRmsNormForward = 4;
+constexpr std::int64_t kRmsNormForwardPerRow = 2;
+constexpr std::int64_t kRmsNormBackward = 9;
+constexpr std::int64_t kRmsNormBackwardPerRow = 3;
+constexpr std::int64_t kSiluForward = 4;   // x * sigmoid(x): exp, add, divide, multiply
+constexpr std::int64_t kSiluBackward = 8;  // sigmoid again (3), g * s * (1 + x * (1 - s)) (5)
+constexpr std::int64_t kRotaryFlops = 4;   // x * cos + neg-and-swap(x) * sin: 2 products, neg, add
 // FlashAttention-2 (Dao 2023, §4.1): the backward pass runs 5 GEMMs of the forward's size to
 // the forward's 2 (it recomputes the scores), 2.5 times the forward's matmul FLOPs.
 constexpr std::int64_t kFlashForwardGemms = 2;
@@ -935,6 +946,197 @@ Value NetworkBuilder::flash_attention(const std::string& name, Value q, Value k,
   f.saved = {q.index, k.index, v.index, y, lse};
   f.grads = {{q.index, {}}, {k.index, {}}, {v.index, {}}};
   f.backward_flops = times(macs, 2 * kFlashBackwardGemms) + times(scores, kSoftmaxBackward + kDropoutBackward);
+  f.backward_kind = OpKind::attention;
+  record(std::move(f));
+  return {y};
+}
+
+// ---- LLaMA-family pieces -----------------------------------------------------------------------
+
+Value NetworkBuilder::rmsnorm(const std::string& name, Value x) {
+  const std::int64_t features = dim(x, -1);
+  const std::string op = unique_op_name(name);
+  const Value weight = parameter(name + ".weight", {features});
+  const DType input_dtype = tensors_[x.index].dtype;
+  const auto batch_dim = tensors_[x.index].batch_dim;
+  const std::vector<std::int64_t> shape = sample_shape(x);
+  std::vector<std::int64_t> rows = shape;
+  rows.back() = 1;  // variance.mean(-1, keepdim=True)
+  // self.weight * hidden_states.to(input_dtype): ordinary promotion (an fp32 weight under
+  // autocast, the model's dtype otherwise).
+  const std::size_t y = new_output(op + ".out", promote(tensors_[weight.index].dtype, input_dtype), shape, batch_dim, true);
+  std::vector<std::size_t> outputs = {y};
+  // hidden_states.to(torch.float32) is the input itself when it is already fp32, else a copy
+  // that pow and the product save.
+  std::size_t fp32_input = x.index;
+  if (input_dtype != DType::f32) {
+    fp32_input = new_output(op + ".input_fp32", DType::f32, shape, batch_dim, false);
+    outputs.push_back(fp32_input);
+  }
+  const std::size_t rstd = new_output(op + ".rstd", DType::f32, rows, batch_dim, false);
+  const std::size_t normalized = new_output(op + ".normalized", input_dtype, shape, batch_dim, false);
+  outputs.push_back(rstd);
+  outputs.push_back(normalized);
+  ForwardOp f;
+  f.name = op;
+  f.kind = OpKind::layernorm;
+  f.inputs = {x.index, weight.index};
+  f.outputs = std::move(outputs);
+  f.flops = times(elements(x.index), kRmsNormForward) + times(elements(rstd), kRmsNormForwardPerRow);
+  f.differentiable_outputs = {y};
+  // PowBackward0 and MulBackward0 save the fp32 input (one storage), RsqrtBackward0 and
+  // MulBackward0 the rsqrt, the weight product the normalised rows and the weight.
+  f.saved = {fp32_input, rstd, normalized, weight.index};
+  f.grads = {{x.index, {}}, {weight.index, {}}};
+  f.backward_flops = times(elements(x.index), kRmsNormBackward) + times(elements(rstd), kRmsNormBackwardPerRow);
+  f.backward_kind = OpKind::layernorm;
+  record(std::move(f));
+  return {y};
+}
+
+Value NetworkBuilder::silu(const std::string& name, Value x) {
+  return elementwise(name, x, OpKind::elementwise, kSiluForward, kSiluBackward, Saves::input, false);  // SiluBackward0 saves self
+}
+
+Value NetworkBuilder::mul(const std::string& name, Value a, Value b) {
+  if (!requires_grad(a.index)) std::swap(a, b);  // the operand needing a gradient gives the shape
+  if (requires_grad(b.index) && sample_shape(a) != sample_shape(b)) {
+    throw std::logic_error(name + ": operands of different shapes");
+  }
+  const std::string op = unique_op_name(name);
+  const DType dtype = promote(tensors_[a.index].dtype, tensors_[b.index].dtype);
+  const std::size_t y = new_output(op + ".out", dtype, sample_shape(a), tensors_[a.index].batch_dim,
+                                   requires_grad(a.index) || requires_grad(b.index));
+  ForwardOp f;
+  f.name = op;
+  f.kind = OpKind::elementwise;
+  f.inputs = {a.index, b.index};
+  f.outputs = {y};
+  f.flops = elements(y);
+  f.differentiable_outputs = {y};
+  // MulBackward0: self's gradient is grad * other, other's is grad * self.
+  if (requires_grad(a.index)) f.saved.push_back(b.index);
+  if (requires_grad(b.index)) f.saved.push_back(a.index);
+  f.grads = {{a.index, {}}, {b.index, {}}};
+  f.backward_flops = times(elements(y), (requires_grad(a.index) ? 1 : 0) + (requires_grad(b.index) ? 1 : 0));
+  f.backward_kind = OpKind::elementwise;
+  record(std::move(f));
+  return {y};
+}
+
+Value NetworkBuilder::rotary(const std::string& name, Value x, Value cos, Value sin) {
+  expect_rank(x, 4, name);
+  const std::int64_t rotated = dim(cos, -1);
+  if (requires_grad(cos.index) || requires_grad(sin.index) || sample_shape(cos) != sample_shape(sin) ||
+      rotated > dim(x, 3) || rotated % 2 != 0 || dim(cos, -2) != dim(x, 2)) {
+    throw std::logic_error(name + ": cos and sin do not fit the heads");
+  }
+  const std::string op = unique_op_name(name);
+  const DType dtype = promote(tensors_[x.index].dtype, tensors_[cos.index].dtype);
+  const std::size_t y = new_output(op + ".out", dtype, sample_shape(x), tensors_[x.index].batch_dim, true);
+  // Rotated elements per sample: the products' share of x.
+  const BatchLinear rotated_elements{elements(x.index).fixed / dim(x, 3) * rotated,
+                                     elements(x.index).per_sample / dim(x, 3) * rotated};
+  ForwardOp f;
+  f.name = op;
+  f.kind = OpKind::elementwise;
+  f.inputs = {x.index, cos.index, sin.index};
+  f.outputs = {y};
+  f.flops = times(rotated_elements, kRotaryFlops);
+  f.differentiable_outputs = {y};
+  f.saved = {cos.index, sin.index};  // MulBackward0 of x * cos and of rotate_half(x) * sin
+  f.grads = {{x.index, {}}};
+  f.backward_flops = times(rotated_elements, kRotaryFlops);
+  f.backward_kind = OpKind::elementwise;
+  record(std::move(f));
+  return {y};
+}
+
+Value NetworkBuilder::repeat_kv(const std::string& name, Value x, std::int64_t n_rep) {
+  expect_rank(x, 4, name);
+  if (n_rep < 1) throw std::logic_error(name + ": n_rep < 1");
+  if (n_rep == 1) return x;  // repeat_kv returns its input unchanged
+  const std::string op = unique_op_name(name);
+  std::vector<std::int64_t> shape = sample_shape(x);
+  shape[1] *= n_rep;
+  const std::size_t y = new_output(op + ".out", tensors_[x.index].dtype, shape, tensors_[x.index].batch_dim,
+                                   requires_grad(x.index));
+  ForwardOp f;
+  f.name = op;
+  f.kind = OpKind::elementwise;  // a copy: bytes, no FLOPs
+  f.inputs = {x.index};
+  f.outputs = {y};
+  f.differentiable_outputs = {y};
+  // ExpandBackward0 sums the gradient over the repeats into a new tensor of x's shape; the
+  // reshape's copy (CloneBackward0 / _unsafe_view) saves nothing.
+  f.grads = {{x.index, {}}};
+  f.backward_flops = elements(y);
+  f.backward_kind = OpKind::elementwise;
+  record(std::move(f));
+  return {y};
+}
+
+Value NetworkBuilder::softmax_fp32(const std::string& name, Value x) {
+  const std::string op = unique_op_name(name);
+  const std::size_t y = new_output(op + ".out", DType::f32, sample_shape(x), tensors_[x.index].batch_dim, true);
+  ForwardOp f;
+  f.name = op;
+  f.kind = OpKind::softmax;
+  f.inputs = {x.index};
+  f.outputs = {y};
+  f.flops = times(elements(y), kSoftmaxForward);
+  f.differentiable_outputs = {y};
+  f.saved = {y};
+  if (softmax_saves_input_) f.saved.push_back(x.index);
+  f.grads = {{x.index, {}}};
+  f.backward_flops = times(elements(y), kSoftmaxBackward);
+  f.backward_kind = OpKind::softmax;
+  record(std::move(f));
+  return {y};
+}
+
+Value NetworkBuilder::sdpa(const std::string& name, Value q, Value k, Value v, SdpaKernel kernel, bool dropout) {
+  expect_rank(q, 4, name);
+  expect_rank(k, 4, name);
+  if (sample_shape(k) != sample_shape(v) || dim(k, 0) != dim(q, 0) || dim(k, 2) != dim(q, 2) || dim(k, 3) != dim(q, 3) ||
+      dim(q, 1) % dim(k, 1) != 0 || (kernel == SdpaKernel::mem_efficient && dim(k, 1) != dim(q, 1))) {
+    throw std::logic_error(name + ": q, k and v do not fit the kernel");
+  }
+  const std::string op = unique_op_name(name);
+  // scaled_dot_product_attention is on autocast's lower-precision list.
+  q = {autocast_lower(op, q.index)};
+  k = {autocast_lower(op, k.index)};
+  v = {autocast_lower(op, v.index)};
+  const std::vector<std::int64_t> shape = sample_shape(q);
+  const std::int64_t seq = shape[2];
+  const std::int64_t head_dim = shape[3];
+  const auto batch_dim = tensors_[q.index].batch_dim;
+  const std::size_t y = new_output(op + ".out", tensors_[q.index].dtype, shape, batch_dim, true);
+  // The fp32 log-sum-exp of every score row. aten/src/ATen/native/transformers/cuda/attention.cu
+  // allocates the flash kernel's as {B, heads, S} and _efficient_attention_forward's as
+  // {B, heads, ceil_div(S, kAlignLSE) * kAlignLSE} with kAlignLSE = 32 (the backward kernel's
+  // block of rows).
+  constexpr std::int64_t kAlignLse = 32;
+  const std::int64_t lse_rows = kernel == SdpaKernel::flash ? seq : (seq + kAlignLse - 1) / kAlignLse * kAlignLse;
+  const std::size_t lse = new_output(op + ".logsumexp", DType::f32, {shape[0], shape[1], lse_rows}, batch_dim, false);
+  const BatchLinear macs = times(elements(q.index), seq);  // one S x S x D product per query head
+  const BatchLinear scores{macs.fixed / head_dim, macs.per_sample / head_dim};
+  const std::int64_t dropout_forward = dropout ? kDropoutForward : 0;
+  const std::int64_t dropout_backward = dropout ? kDropoutBackward : 0;
+  ForwardOp f;
+  f.name = op;
+  f.kind = OpKind::attention;
+  f.inputs = {q.index, k.index, v.index};
+  f.outputs = {y, lse};
+  // Full S x S blocks, as flash_attention counts them (a causal kernel skips about half).
+  f.flops = times(macs, 2 * kFlashForwardGemms) + times(scores, kSoftmaxForward + dropout_forward);
+  f.differentiable_outputs = {y};
+  // derivatives.yaml: _scaled_dot_product_flash_attention's and _scaled_dot_product_efficient_
+  // attention's backward take query, key, value, output and logsumexp (and, with dropout, the
+  // philox seed and offset: 0-dim int64 tensors made without a device, so host memory, left out).
+  f.saved = {q.index, k.index, v.index, y, lse};
+  f.grads = {{q.index, {}}, {k.index, {}}, {v.index, {}}};
+  f.backward_flops = times(macs, 2 * kFlashBackwardGemms) + times(scores, kSoftmaxBackward + dropout_backward);
   f.backward_kind = OpKind::attention;
   record(std::move(f));
   return {y};

@@ -107,6 +107,45 @@ class NetworkBuilder {
   // q, k, v [N, heads, S, D] -> [N, heads, S, D]; saves q, k, v, the output and an fp32
   // logsumexp [N, heads, S].
   Value flash_attention(const std::string& name, Value q, Value k, Value v);
+  // ---- LLaMA-family pieces (Hugging Face transformers' modeling_llama.py) ------------------
+  // LlamaRMSNorm.forward, as its Python runs it:
+  //   hidden_states = hidden_states.to(torch.float32)
+  //   variance = hidden_states.pow(2).mean(-1, keepdim=True)
+  //   hidden_states = hidden_states * torch.rsqrt(variance + self.variance_epsilon)
+  //   return self.weight * hidden_states.to(input_dtype)
+  // as one op. Autograd keeps the fp32 input (PowBackward0 and MulBackward0 save it: one
+  // storage; a 16-bit input's fp32 copy `<op>.input_fp32`, an output of the op), the fp32
+  // rsqrt per row (`<op>.rstd`, RsqrtBackward0's result, MulBackward0's other operand), the
+  // normalised rows in the input's dtype (`<op>.normalized`, saved by the weight product) and
+  // the weight.
+  Value rmsnorm(const std::string& name, Value x);
+  // SiLU (x * sigmoid(x)), torch.nn.functional.silu: SiluBackward0 saves its input.
+  Value silu(const std::string& name, Value x);
+  // a * b, elementwise, with ordinary type promotion. MulBackward0 saves b for a's gradient and
+  // a for b's, so both when both need one; an operand needing no gradient may broadcast.
+  Value mul(const std::string& name, Value a, Value b);
+  // apply_rotary_pos_emb for one of q or k [N, heads, S, D]: x * cos + rotate_half(x) * sin
+  // over the first `cos`'s last-dimension channels (all of them, or GPT-NeoX's rotary_pct
+  // share, the rest passed through and concatenated back). cos and sin need no gradient and
+  // broadcast over batch and heads; MulBackward0 saves them, nothing else is saved (the slices,
+  // neg and cat save sizes only). The output is promoted to cos's dtype (fp32 under autocast).
+  Value rotary(const std::string& name, Value x, Value cos, Value sin);
+  // Hugging Face's repeat_kv: x [N, kv_heads, S, D] expanded to [N, kv_heads * n_rep, S, D]
+  // and reshaped, which copies (the expanded tensor is not viewable). Saves nothing; its
+  // backward sums the groups' gradients into a new tensor.
+  Value repeat_kv(const std::string& name, Value x, std::int64_t n_rep);
+  // softmax(x, dim=-1, dtype=torch.float32): an fp32 result whatever x's dtype (the kernel's
+  // half_to_float; under autocast an fp32 x anyway). Saves the result (and x with
+  // softmax_saves_input).
+  Value softmax_fp32(const std::string& name, Value x);
+  // torch.nn.functional.scaled_dot_product_attention on one fused kernel, causal, dropout
+  // `dropout` inside: q [N, H, S, D], k and v [N, H_kv, S, D] with H_kv dividing H (only the
+  // flash kernel takes H_kv < H). Saves q, k, v, the output and the fp32 logsumexp: [N, H, S]
+  // for `flash` (_scaled_dot_product_flash_attention), [N, H, ceil(S / 32) * 32] for
+  // `mem_efficient` (_efficient_attention_forward pads it to kAlignLSE = 32 rows).
+  enum class SdpaKernel { flash, mem_efficient };
+  Value sdpa(const std::string& name, Value q, Value k, Value v, SdpaKernel kernel, bool dropout);
+
   // A forward op that needs no gradient (the attention-mask preprocessing, a bool cast of a
   // buffer): no autograd node, no backward op. The output has the given dtype and shape and
   // follows `like`'s batch dimension.

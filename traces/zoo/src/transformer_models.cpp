@@ -5,6 +5,7 @@
 // Hugging Face code.
 
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -103,6 +104,7 @@ Value gpt2_block(NetworkBuilder& nb, const std::string& p, Value x, const Transf
       break;
     case Attention::eager: a = gpt2_eager_core(nb, p, heads[0], heads[1], heads[2], *bias); break;
     case Attention::flash: a = flash_core(nb, p + "attn.", heads[0], heads[1], heads[2]); break;
+    case Attention::sdpa_mem_efficient: throw std::logic_error("gpt2: sdpa-mem-efficient is refused before building");
   }
   a = nb.linear(p + "attn.c_proj", a, h, true);
   a = nb.dropout(p + "attn.resid_dropout", a);
@@ -132,6 +134,7 @@ Value bert_layer(NetworkBuilder& nb, const std::string& p, Value x, const Transf
     case Attention::fused_softmax: a = megatron_core(nb, self, q, k, v, self + "dropout"); break;
     case Attention::eager: a = bert_eager_core(nb, self, q, k, v, *mask); break;
     case Attention::flash: a = flash_core(nb, self, q, k, v); break;
+    case Attention::sdpa_mem_efficient: throw std::logic_error("bert: sdpa-mem-efficient is refused before building");
   }
   a = nb.linear(p + "attention.output.dense", a, h, true);
   a = nb.dropout(p + "attention.output.dropout", a);

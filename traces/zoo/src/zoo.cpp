@@ -18,7 +18,7 @@ using detail::NetworkBuilder;
 using detail::TransformerShape;
 using detail::Value;
 
-enum class Family { cnn, bert, gpt };
+enum class Family { cnn, bert, gpt, decoder };
 
 struct Entry {
   std::string_view name;
@@ -30,8 +30,8 @@ struct Entry {
   bool positions_follow_seq_len = false;
 };
 
-const std::array<Entry, 10>& catalogue() {
-  static const std::array<Entry, 10> entries = {{
+const std::array<Entry, 11>& catalogue() {
+  static const std::array<Entry, 11> entries = {{
       {"alexnet", "AlexNet (torchvision variant), 61.1M parameters, 224x224 ImageNet", Family::cnn,
        &detail::alexnet, {}, false},
       {"vgg16", "VGG-16 (configuration D), 138.4M parameters, 224x224 ImageNet", Family::cnn,
@@ -50,6 +50,11 @@ const std::array<Entry, 10>& catalogue() {
        {12, 768, 12, 1024, 50257, 1024}, false},
       {"gpt", "GPT-2-style decoder of any shape (layers, hidden, heads, seq_len, vocab)", Family::gpt,
        nullptr, {24, 2048, 16, 2048, 50257, 2048}, true},
+      // Llama-2-7B's shape (Touvron et al. 2023, Table 1 and the Hugging Face config of
+      // meta-llama/Llama-2-7b-hf: 32 layers, 4096 hidden, 32 heads, 11008 MLP, 32000 tokens,
+      // 4096 positions, the pre-training context).
+      {"llama", "LLaMA-family decoder (Llama-2-7B by default; any Hugging Face LLaMA/Mistral/Qwen2/GPT-NeoX config)",
+       Family::decoder, nullptr, {32, 4096, 32, 4096, 32000, 4096}, false},
   }};
   return entries;
 }
@@ -192,6 +197,80 @@ detail::BertOptions resolve_bert_options(const ModelRequest& request, const Tran
   return options;
 }
 
+// Meta's LLaMA FeedForward width for a model dimension (facebookresearch/llama, model.py:
+// hidden_dim = int(2 * 4 * dim / 3), rounded up to multiple_of = 256): 11008 at 4096.
+std::int64_t llama_intermediate(std::int64_t hidden) {
+  constexpr std::int64_t kMultipleOf = 256;
+  const std::int64_t width = 2 * 4 * hidden / 3;
+  return (width + kMultipleOf - 1) / kMultipleOf * kMultipleOf;
+}
+
+// The decoder's architecture: the request's (a Hugging Face config) or Llama-2-7B's, with the
+// shape fields over it, checked.
+DecoderArchitecture resolve_decoder(const Entry& entry, const ModelRequest& request, std::int64_t& seq_len) {
+  DecoderArchitecture arch;
+  if (request.decoder) {
+    arch = *request.decoder;
+  } else {
+    arch.layers = entry.defaults.layers;
+    arch.hidden = entry.defaults.hidden;
+    arch.heads = entry.defaults.heads;
+    arch.kv_heads = entry.defaults.heads;
+    arch.vocab = entry.defaults.vocab;
+    arch.max_positions = entry.defaults.max_positions;
+    if (request.hidden) arch.intermediate = llama_intermediate(*request.hidden);
+  }
+  const std::string from = arch.source.empty() ? "" : " (" + arch.source + ")";
+  const auto take = [&](const std::optional<std::int64_t>& field, std::int64_t& target, const char* name) {
+    if (!field) return;
+    if (*field < 1) {
+      throw InputError(std::string(name) + ": must be >= 1 for model '" + request.model + "', got " + std::to_string(*field));
+    }
+    target = *field;
+  };
+  const std::int64_t config_heads = arch.heads;
+  take(request.layers, arch.layers, "layers");
+  take(request.hidden, arch.hidden, "hidden");
+  take(request.heads, arch.heads, "heads");
+  take(request.vocab, arch.vocab, "vocab");
+  // Overriding the heads of a multi-head model keeps it multi-head.
+  if (request.heads && arch.kv_heads == config_heads) arch.kv_heads = arch.heads;
+  seq_len = request.seq_len.value_or(entry.defaults.seq_len);
+  if (request.decoder && !request.seq_len) {
+    throw InputError("seq_len: required with a Hugging Face config" + from + " (max_position_embeddings " +
+                     std::to_string(arch.max_positions) + " is the longest it allows, not a training length)");
+  }
+  if (seq_len < 1) throw InputError("seq_len: must be >= 1, got " + std::to_string(seq_len));
+  constexpr std::int64_t kMaxLayers = 8192;  // as resolve_shape: the memory a build takes
+  if (arch.layers > kMaxLayers) {
+    throw InputError("layers: " + std::to_string(arch.layers) + " is above the zoo's limit of " + std::to_string(kMaxLayers));
+  }
+  if (arch.hidden % arch.heads != 0) {
+    throw InputError("heads: " + std::to_string(arch.heads) + " heads do not divide hidden size " + std::to_string(arch.hidden) + from);
+  }
+  if (arch.kv_heads < 1 || arch.heads % arch.kv_heads != 0) {
+    throw InputError("num_key_value_heads: " + std::to_string(arch.kv_heads) + " does not divide the " +
+                     std::to_string(arch.heads) + " attention heads" + from);
+  }
+  const std::int64_t head_dim = arch.hidden / arch.heads;
+  if (arch.rotary_dims < 0 || arch.rotary_dims > head_dim || arch.rotary_dims % 2 != 0) {
+    throw InputError("rotary_pct: gives " + std::to_string(arch.rotary_dims) + " rotary channels of a head of " +
+                     std::to_string(head_dim) + "; expected an even number up to it" + from);
+  }
+  if (arch.rotary_dims == 0 && head_dim % 2 != 0) {
+    throw InputError("heads: the head size " + std::to_string(head_dim) + " is odd; rotary embeddings need an even one" + from);
+  }
+  if (seq_len > arch.max_positions) {
+    throw InputError("seq_len: must be <= " + std::to_string(arch.max_positions) + " (max_position_embeddings of '" +
+                     request.model + "'" + from + "), got " + std::to_string(seq_len));
+  }
+  if (arch.sliding_window && seq_len > *arch.sliding_window) {
+    throw InputError("seq_len: " + std::to_string(seq_len) + " is longer than the sliding window of " +
+                     std::to_string(*arch.sliding_window) + from + ", which the zoo does not model; expected at most that");
+  }
+  return arch;
+}
+
 }  // namespace
 
 namespace {
@@ -210,8 +289,11 @@ constexpr NameTable<Optimizer, 4> kOptimizers = {{
 constexpr NameTable<OptimizerImpl, 3> kOptimizerImpls = {{
     {OptimizerImpl::foreach, "foreach"}, {OptimizerImpl::fused, "fused"}, {OptimizerImpl::for_loop, "for-loop"},
 }};
-constexpr NameTable<Attention, 3> kAttentions = {{
-    {Attention::fused_softmax, "fused-softmax"}, {Attention::eager, "eager"}, {Attention::flash, "flash"},
+constexpr NameTable<Attention, 4> kAttentions = {{
+    {Attention::fused_softmax, "fused-softmax"},
+    {Attention::eager, "eager"},
+    {Attention::flash, "flash"},
+    {Attention::sdpa_mem_efficient, "sdpa-mem-efficient"},
 }};
 constexpr NameTable<BertHead, 3> kHeads = {{
     {BertHead::pretraining, "pretraining"},
@@ -257,7 +339,11 @@ std::string_view to_string(MlmPositions mlm) { return name_in(kMlmPositions, mlm
 std::optional<Precision> parse_precision(std::string_view text) { return value_in(kPrecisions, text); }
 std::optional<Optimizer> parse_optimizer(std::string_view text) { return value_in(kOptimizers, text); }
 std::optional<OptimizerImpl> parse_optimizer_impl(std::string_view text) { return value_in(kOptimizerImpls, text); }
-std::optional<Attention> parse_attention(std::string_view text) { return value_in(kAttentions, text); }
+std::optional<Attention> parse_attention(std::string_view text) {
+  // PyTorch's name for the backend (torch.nn.attention.SDPBackend.FLASH_ATTENTION) of the same kernel.
+  if (text == "sdpa-flash") return Attention::flash;
+  return value_in(kAttentions, text);
+}
 std::optional<BertHead> parse_head(std::string_view text) { return value_in(kHeads, text); }
 std::optional<MlmPositions> parse_mlm_positions(std::string_view text) { return value_in(kMlmPositions, text); }
 
@@ -296,8 +382,39 @@ traces::Trace build_model(const ModelRequest& request) {
     reject_bert_fields(request);
     return nb.finish(entry.cnn(nb), std::move(metadata));
   }
+  if (entry.family == Family::decoder) {
+    reject_bert_fields(request);
+    std::int64_t seq_len = 0;
+    const DecoderArchitecture arch = resolve_decoder(entry, request, seq_len);
+    // Hugging Face's default attention implementation is "sdpa", which picks the flash kernel
+    // for 16-bit inputs on a GPU that has it.
+    const Attention attention = request.attention.value_or(Attention::flash);
+    if (attention == Attention::fused_softmax) {
+      throw InputError("attention: fused-softmax (Megatron-LM's core) is not written for '" + request.model +
+                       "'; expected eager, flash (sdpa-flash) or sdpa-mem-efficient");
+    }
+    const Value loss = detail::decoder_lm(nb, arch, seq_len, attention);
+    metadata["attention"] = std::string(to_string(attention));
+    metadata["family"] = arch.family;
+    metadata["layers"] = std::to_string(arch.layers);
+    metadata["hidden"] = std::to_string(arch.hidden);
+    metadata["heads"] = std::to_string(arch.heads);
+    metadata["kv_heads"] = std::to_string(arch.kv_heads);
+    metadata["intermediate"] = std::to_string(arch.intermediate);
+    metadata["seq_len"] = std::to_string(seq_len);
+    metadata["vocab"] = std::to_string(arch.vocab);
+    if (!arch.source.empty()) metadata["hf_config"] = arch.source;
+    return nb.finish(loss, std::move(metadata));
+  }
+  if (request.decoder) {
+    throw InputError("decoder: a Hugging Face decoder architecture applies to model 'llama' only, not '" + request.model + "'");
+  }
   const TransformerShape shape = resolve_shape(entry, request);
   const Attention attention = request.attention.value_or(Attention::fused_softmax);
+  if (attention == Attention::sdpa_mem_efficient) {
+    throw InputError("attention: sdpa-mem-efficient is written for model 'llama' only; '" + request.model +
+                     "' takes fused-softmax, eager or flash");
+  }
   Value loss;
   if (entry.family == Family::bert) {
     const detail::BertOptions options = resolve_bert_options(request, shape);

@@ -42,7 +42,12 @@ enum class OptimizerImpl {
 enum class Attention {
   fused_softmax,  // "fused-softmax": Megatron-LM's core (scaled GEMM, fused 16-bit softmax)
   eager,          // "eager": Hugging Face's eager attention (transformers v4.25.1)
-  flash,          // "flash": one fused SDPA / FlashAttention kernel, no S x S tensors
+  flash,          // "flash" (also read as "sdpa-flash"): one fused SDPA / FlashAttention kernel,
+                  // no S x S tensors
+  // "sdpa-mem-efficient": scaled_dot_product_attention on the memory-efficient (xFormers /
+  // CUTLASS) kernel: the flash kernel's saved set with the log-sum-exp padded to 32 rows, and
+  // grouped K/V repeated to every head first (Hugging Face's repeat_kv). `llama` only.
+  sdpa_mem_efficient,
 };
 // What a BERT model is trained for: which Hugging Face class sits on top of BertModel
 // (transformers v4.25.1, modeling_bert.py).
@@ -80,6 +85,35 @@ std::vector<std::string_view> optimizer_impl_names();
 std::vector<std::string_view> attention_names();
 std::vector<std::string_view> head_names();
 std::vector<std::string_view> mlm_positions_names();
+
+// A LLaMA-family (LLaMA, Mistral, Qwen2) or GPT-NeoX decoder, as its Hugging Face config.json
+// describes it (spec_from_hf_config; traces/zoo/README.md, "Decoders and Hugging Face configs").
+struct DecoderArchitecture {
+  enum class Norm { rms, layer };                 // LlamaRMSNorm, or nn.LayerNorm with a bias
+  enum class Activation { silu, gelu, gelu_tanh };  // F.silu, F.gelu, F.gelu(approximate="tanh")
+  // Hugging Face's model_type: "llama", "mistral", "qwen2" (modeling_llama.py's modules and
+  // names) or "gpt_neox" (modeling_gpt_neox.py's).
+  std::string family = "llama";
+  std::int64_t layers = 32;
+  std::int64_t hidden = 4096;
+  std::int64_t heads = 32;
+  std::int64_t kv_heads = 32;        // num_key_value_heads: < heads is grouped-query, 1 multi-query
+  std::int64_t intermediate = 11008;
+  std::int64_t vocab = 32000;
+  std::int64_t max_positions = 4096;  // max_position_embeddings: the longest seq_len allowed
+  Norm norm = Norm::rms;
+  Activation activation = Activation::silu;
+  bool gated_mlp = true;         // down(act(gate(x)) * up(x)) (SwiGLU / GeGLU), else fc2(act(fc1(x)))
+  bool qkv_bias = false;         // biases on the q, k, v projections (Qwen2, GPT-NeoX)
+  bool output_bias = false;      // a bias on the attention's output projection
+  bool mlp_bias = false;         // biases on the MLP's projections
+  bool tie_embeddings = false;   // tie_word_embeddings: the LM head reads the input embedding
+  std::int64_t rotary_dims = 0;  // channels per head that rotate; 0: all (GPT-NeoX: rotary_pct)
+  bool parallel_residual = false;  // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
+  bool attention_dropout = false;  // a nonzero attention_dropout, applied in training
+  std::optional<std::int64_t> sliding_window;  // Mistral's: seq_len may not exceed it
+  std::string source;            // the config file it came from, for messages
+};
 
 // Which model, trained how: everything but the batch size. Unset optional fields take the
 // model's defaults. A scenario holds one of these; its batch size lives in the scenario alone.
@@ -122,6 +156,9 @@ struct ModelSpec {
   std::optional<std::int64_t> heads;
   std::optional<std::int64_t> seq_len;
   std::optional<std::int64_t> vocab;
+  // `llama` only: the decoder's architecture (default: Llama-2-7B's, with the MLP width of
+  // Meta's rule for another `hidden`); the shape fields above override its own.
+  std::optional<DecoderArchitecture> decoder;
 };
 
 // What to generate: a model at a batch size.
@@ -136,6 +173,15 @@ struct ModelInfo {
 };
 
 std::vector<ModelInfo> list_models();
+
+// The model a Hugging Face config.json describes (`json_text`, read from `source`, which the
+// messages name): model_type llama, mistral, qwen2 or gpt_neox give `llama` with its
+// DecoderArchitecture, gpt2 gives `gpt2` and bert gives `bert-base` with the config's shape.
+// seq_len is left unset: the caller must give it (max_position_embeddings is the longest a
+// model allows, not what it trains on). An unknown model_type, a missing field or a value the
+// zoo does not model (hidden_act, head_dim, mixture-of-experts fields, ...) is an InputError
+// naming the file, the field and what is expected.
+ModelSpec spec_from_hf_config(std::string_view json_text, const std::string& source);
 
 // Throws InputError naming the field when the model is unknown or an option is out of range
 // (batch < 1, heads not dividing hidden, ...).

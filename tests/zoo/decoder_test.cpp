@@ -1,0 +1,228 @@
+// LLaMA-family decoders and Hugging Face configs (issue 19): parameter counts of the shipped
+// configs against the published totals, saved bytes per layer against Korthikanti et al.'s
+// formula adapted to LLaMA's blocks (eager) and its FlashAttention-reduced form, grouped-query
+// attention, and the configs' errors.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "comptrain/support/input_error.hpp"
+#include "comptrain/zoo/zoo.hpp"
+#include "zoo_test_support.hpp"
+
+namespace comptrain::zoo {
+namespace {
+
+using traces::TensorRole;
+using traces::Trace;
+
+std::int64_t parameters(const Trace& trace) {
+  std::int64_t count = 0;
+  for (const auto& tensor : trace.tensors()) {
+    if (tensor.role == TensorRole::weight) count += tensor.elements();
+  }
+  return count;
+}
+
+std::string read_config(const std::string& name) {
+  const std::string path = std::string(COMPTRAIN_HF_CONFIG_DIR) + "/" + name;
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+ModelRequest from_config(const std::string& name, std::int64_t seq_len) {
+  ModelRequest request;
+  static_cast<ModelSpec&>(request) = spec_from_hf_config(read_config(name), name);
+  request.seq_len = seq_len;
+  return request;
+}
+
+// Published totals (sum(p.numel() for p in model.parameters()), tied weights once), each also
+// computed by hand from its config in traces/zoo/README.md ("Parameter counts"):
+// Llama-2-7B, Llama-3-8B, Mistral-7B-v0.1 and Qwen2-7B as the Hugging Face Hub's safetensors
+// metadata gives them (6.74B, 8.03B, 7.24B, 7.62B rounded; the exact sums from the configs);
+// Pythia-160M from the Pythia README's table (162,322,944 total, 85,056,000 non-embedding);
+// GPT-2 and BERT-base (BertForPreTraining) as the zoo's own tests have them.
+TEST(HfConfig, ShippedConfigsHaveThePublishedParameterCounts) {
+  EXPECT_EQ(parameters(build_model(from_config("llama-2-7b.json", 16))), 6'738'415'616);
+  EXPECT_EQ(parameters(build_model(from_config("llama-3-8b.json", 16))), 8'030'261'248);
+  EXPECT_EQ(parameters(build_model(from_config("mistral-7b-v0.1.json", 16))), 7'241'732'096);
+  EXPECT_EQ(parameters(build_model(from_config("qwen2-7b.json", 16))), 7'615'616'512);
+  EXPECT_EQ(parameters(build_model(from_config("pythia-160m.json", 16))), 162'322'944);
+  EXPECT_EQ(parameters(build_model(from_config("gpt2.json", 16))), 124'439'808);
+  EXPECT_EQ(parameters(build_model(from_config("bert-base-uncased.json", 16))), 110'106'428);
+}
+
+// The `llama` zoo entry without a config is Llama-2-7B.
+TEST(HfConfig, LlamaEntryDefaultsToLlama2_7B) {
+  ModelRequest request;
+  request.model = "llama";
+  request.seq_len = 16;
+  const Trace trace = build_model(request);
+  EXPECT_EQ(parameters(trace), 6'738'415'616);
+  EXPECT_EQ(trace.metadata().at("attention"), "flash");
+  // Meta's MLP width rule for another hidden size: int(2 * 4 * 2048 / 3) = 5461 -> 5632.
+  request.hidden = 2048;
+  request.heads = 16;
+  request.layers = 1;
+  EXPECT_EQ(build_model(request).metadata().at("intermediate"), "5632");
+}
+
+struct Shape {
+  std::int64_t s = 40;  // not a multiple of 32: the memory-efficient kernel pads its log-sum-exp
+  std::int64_t h = 64;
+  std::int64_t a = 4;
+  std::int64_t kv = 4;
+  std::int64_t i = 176;
+};
+
+// Saved bytes of one layer per sample, and batch-independent, as the difference between a
+// 2-layer and a 1-layer model.
+std::pair<std::int64_t, std::int64_t> per_layer(const Shape& shape, Precision precision, Attention attention) {
+  const auto build = [&](std::int64_t layers) {
+    DecoderArchitecture arch;
+    arch.layers = layers;
+    arch.hidden = shape.h;
+    arch.heads = shape.a;
+    arch.kv_heads = shape.kv;
+    arch.intermediate = shape.i;
+    arch.vocab = 1000;
+    arch.max_positions = 4096;
+    ModelRequest request = test_support::Request("llama").batch_size(2).precision(precision).seq_len(shape.s).attention(attention);
+    request.decoder = arch;
+    return test_support::saved_for_backward(build_model(request));
+  };
+  const auto one = build(1);
+  const auto two = build(2);
+  return {two.per_sample - one.per_sample, two.fixed - one.fixed};
+}
+
+// Korthikanti et al. 2022 (arXiv 2205.05198, §4.1, Eq. 1) count, per layer of a 16-bit GPT,
+// 34·sbh + 5·as²b bytes: attention 11·sbh + 5·as²b (QKV input 2, Q and K 4, V 2, output
+// projection input 2, output dropout mask 1; softmax output 2, its dropout mask 1 and output 2),
+// MLP 19·sbh (input 2, GELU input 8, fc2 input 8, dropout mask 1), two LayerNorm inputs 4·sbh.
+// Adapted to Hugging Face's LLaMA block, model.bfloat16() (2-byte tensors), eager attention:
+//   attention: QKV input 2, Q and K after the rotation 4, V's copy for matmul 2, o_proj input 2
+//     = 10·sbh (no dropout, so no mask); softmax(dtype=torch.float32) keeps a 4-byte output and
+//     its .to(bf16) copy, which the value matmul saves, 2: 6·as² for the paper's 5 (no mask);
+//   MLP (SwiGLU, width I): input 2·sbh, gate output (SiLU's input), SiLU output, up output and
+//     down_proj's input, 2·sbI each: 2·sbh + 8·sbI for the paper's 2·sbh + 16·sbh;
+//   RMSNorm (twice): the fp32 copy of its input 4·sbh, the normalised bf16 rows 2·sbh and an fp32
+//     rsqrt per row 4·sb: 12·sbh + 8·sb for the paper's 4·sbh;
+// 24·sbh + 8·sbI + 6·as²b + 8·sb. Grouped K/V heads are repeated to every head before the
+// matmuls (repeat_kv copies), so the same bytes.
+TEST(DecoderSaved, EagerMatchesKorthikantiAdaptedToLlama) {
+  for (const std::int64_t kv : {4, 2, 1}) {
+    Shape shape;
+    shape.kv = kv;
+    const auto [s, h, a, i] = std::tuple{shape.s, shape.h, shape.a, shape.i};
+    EXPECT_EQ(per_layer(shape, Precision::bf16, Attention::eager),
+              std::pair(24 * s * h + 8 * s * i + 6 * a * s * s + 8 * s, std::int64_t{0}))
+        << "kv heads " << kv;
+    // amp-bf16 (an fp32 model under autocast): the residual stream is fp32, so each RMSNorm keeps
+    // its fp32 input itself (4) and fp32 normalised rows (4); each projection casts the fp32 norm
+    // output to bf16 on its own (q, k, v: 3 x 2; gate, up: 2 x 2); the rotation promotes q and k
+    // to fp32 (cos and sin are fp32) and the score matmul saves their bf16 casts (2 + 2); V's copy
+    // 2 and o_proj's input 2: 34·sbh, the paper's figure, by coincidence.
+    EXPECT_EQ(per_layer(shape, Precision::amp_bf16, Attention::eager).first, 34 * s * h + 8 * s * i + 6 * a * s * s + 8 * s)
+        << "kv heads " << kv;
+  }
+}
+
+// The FlashAttention-reduced form: nothing S x S; the kernel keeps q, k, v, its output (which
+// o_proj saves too: the same storage) and an fp32 log-sum-exp per row and head, 4·as·b. Under
+// amp-bf16 with kv_heads = a: 34·sbh + 8·sbI + 8·sb + 4·asb. With grouped K/V the flash kernel
+// keeps K and V at kv heads: (30 + 4·kv/a)·sbh. The memory-efficient kernel takes them repeated
+// to every head and pads the log-sum-exp to 32 rows (s = 40 -> 64).
+TEST(DecoderSaved, FlashAndMemEfficientDropTheQuadraticTerm) {
+  for (const std::int64_t kv : {4, 2, 1}) {
+    Shape shape;
+    shape.kv = kv;
+    const auto [s, h, a, i] = std::tuple{shape.s, shape.h, shape.a, shape.i};
+    const std::int64_t common = 8 * s * i + 8 * s;
+    EXPECT_EQ(per_layer(shape, Precision::amp_bf16, Attention::flash),
+              std::pair(30 * s * h + 4 * s * h * kv / a + common + 4 * a * s, std::int64_t{0}))
+        << "kv heads " << kv;
+    EXPECT_EQ(per_layer(shape, Precision::amp_bf16, Attention::sdpa_mem_efficient),
+              std::pair(34 * s * h + common + 4 * a * 64, std::int64_t{0}))
+        << "kv heads " << kv;
+    // Eager minus flash, multi-head: the S x S tensors for the log-sum-exp.
+    if (kv == a) {
+      EXPECT_EQ(per_layer(shape, Precision::amp_bf16, Attention::eager).first -
+                    per_layer(shape, Precision::amp_bf16, Attention::flash).first,
+                6 * a * s * s - 4 * a * s);
+    }
+  }
+}
+
+TEST(DecoderSaved, NamesAreHuggingFaceModulePaths) {
+  ModelRequest request = test_support::Request("llama").layers(2).seq_len(16).precision(Precision::amp_bf16).attention(Attention::eager);
+  request.hidden = 64;
+  request.heads = 4;
+  request.vocab = 100;
+  const Trace trace = build_model(request);
+  std::vector<std::string> names;
+  for (const auto& op : trace.ops()) names.push_back(op.name);
+  for (const char* expected :
+       {"model.embed_tokens", "model.layers.0.input_layernorm", "model.layers.0.self_attn.q_proj",
+        "model.layers.0.self_attn.k_rotary", "model.layers.0.self_attn.softmax", "model.layers.0.self_attn.o_proj",
+        "model.layers.0.add", "model.layers.0.post_attention_layernorm", "model.layers.0.mlp.gate_proj",
+        "model.layers.0.mlp.act_fn", "model.layers.0.mlp.mul", "model.layers.1.mlp.down_proj", "model.layers.1.add_1",
+        "model.norm", "lm_head", "loss.log_softmax"}) {
+    EXPECT_THAT(names, testing::Contains(std::string(expected)));
+  }
+}
+
+TEST(HfConfig, ErrorsNameTheFileTheFieldAndTheExpectation) {
+  const auto error = [](const std::string& json) {
+    try {
+      spec_from_hf_config(json, "cfg.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string llama = R"("model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 64)";
+  EXPECT_EQ(error("{" + llama + "}"), "no error");
+  EXPECT_THAT(error(R"({"model_type": "mixtral"})"), testing::AllOf(testing::HasSubstr("cfg.json"), testing::HasSubstr("model_type"),
+                                                                       testing::HasSubstr("llama, mistral, qwen2")));
+  EXPECT_THAT(error("{" + llama + R"(, "hidden_act": "relu"})"),
+              testing::AllOf(testing::HasSubstr("cfg.json: 'hidden_act'"), testing::HasSubstr("expected silu")));
+  EXPECT_THAT(error("{" + llama + R"(, "num_local_experts": 8})"), testing::HasSubstr("'num_local_experts'"));
+  EXPECT_THAT(error("{" + llama + R"(, "head_dim": 32})"), testing::HasSubstr("'head_dim' is 32; expected"));
+  EXPECT_THAT(error("{" + llama + R"(, "pretraining_tp": 2})"), testing::HasSubstr("'pretraining_tp'"));
+  EXPECT_THAT(error("{" + llama + R"(, "num_attention_heads": 4.5})"), testing::HasSubstr("expected a positive integer"));
+  EXPECT_THAT(error(R"({"model_type": "llama"})"), testing::HasSubstr("'hidden_size' is missing"));
+  EXPECT_THAT(error("[1]"), testing::HasSubstr("expected a JSON object"));
+  EXPECT_THAT(error("{"), testing::HasSubstr("not a JSON document"));
+  EXPECT_THAT(error(R"({"model_type": "bert", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "intermediate_size": 100, "vocab_size": 100})"),
+              testing::HasSubstr("'intermediate_size' is 100; expected 4 * hidden_size = 256"));
+
+  // seq_len is required, bounded by max_position_embeddings and by Mistral's sliding window.
+  ModelRequest request;
+  static_cast<ModelSpec&>(request) = spec_from_hf_config("{" + llama + "}", "cfg.json");
+  EXPECT_THAT([&] { build_model(request); }, testing::ThrowsMessage<InputError>(testing::HasSubstr("seq_len: required")));
+  request.seq_len = 65;
+  EXPECT_THAT([&] { build_model(request); }, testing::ThrowsMessage<InputError>(testing::HasSubstr("max_position_embeddings")));
+  request = from_config("mistral-7b-v0.1.json", 8192);
+  EXPECT_THAT([&] { build_model(request); }, testing::ThrowsMessage<InputError>(testing::HasSubstr("sliding window of 4096")));
+  // fused-softmax is the GPT/BERT Megatron core; sdpa-mem-efficient is the decoder's only.
+  request = from_config("llama-2-7b.json", 16);
+  request.layers = 1;
+  request.attention = Attention::fused_softmax;
+  EXPECT_THROW(build_model(request), InputError);
+  EXPECT_THROW(build_model(test_support::Request("gpt2").seq_len(16).attention(Attention::sdpa_mem_efficient)), InputError);
+  EXPECT_EQ(parse_attention("sdpa-flash"), Attention::flash);
+}
+
+}  // namespace
+}  // namespace comptrain::zoo

@@ -1,0 +1,211 @@
+// LLaMA-family decoders (LLaMA, Mistral, Qwen2) and GPT-NeoX, as Hugging Face transformers
+// writes them (modeling_llama.py, modeling_gpt_neox.py; module and parameter names are
+// theirs), for training: LlamaForCausalLM / GPTNeoXForCausalLM with the loss. What each op
+// saves is PyTorch autograd's (traces/zoo/README.md, "Decoders and Hugging Face configs").
+//
+// The code followed is transformers' as of v4.46 and later, where the rotary cos/sin are made
+// once per forward pass by the model (LlamaModel.rotary_emb) and handed to every layer, and the
+// causal-LM loss upcasts the logits (ForCausalLMLoss: `logits = logits.float()`) and shifts the
+// labels rather than the logits. The labels arrive already shifted here, as for GPT-2.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "models.hpp"
+
+namespace comptrain::zoo::detail {
+namespace {
+
+using traces::DType;
+
+// Module names of the two code bases.
+struct Names {
+  std::string base;        // the decoder module
+  std::string embed;       // token embedding, under `base`
+  std::string layers;      // "layers", under `base`
+  std::string attention;   // the attention module in a layer
+  std::string output;      // the attention's output projection
+  std::string up;          // the MLP's first (ungated: only) projection
+  std::string down;        // the MLP's last projection
+  std::string act;         // the MLP's activation module
+  std::string final_norm;  // under `base`
+  std::string head;        // the LM head, a top-level module
+};
+
+Names names_of(const std::string& family) {
+  if (family == "gpt_neox") {
+    return {"gpt_neox.", "embed_in", "layers", "attention", "dense", "dense_h_to_4h", "dense_4h_to_h", "act",
+            "final_layer_norm", "embed_out"};
+  }
+  return {"model.", "embed_tokens", "layers", "self_attn", "o_proj", "up_proj", "down_proj", "act_fn", "norm", "lm_head"};
+}
+
+Value norm(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& name, Value x) {
+  return arch.norm == DecoderArchitecture::Norm::rms ? nb.rmsnorm(name, x) : nb.layernorm(name, x);
+}
+
+Value activation(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& name, Value x) {
+  // F.gelu with approximate="tanh" saves its input as the exact one does (GeluBackward0).
+  return arch.activation == DecoderArchitecture::Activation::silu ? nb.silu(name, x) : nb.gelu(name, x);
+}
+
+struct Rotary {
+  Value cos;
+  Value sin;
+  std::optional<Value> causal_mask;  // eager attention's additive mask
+};
+
+// LlamaAttention.forward with eager_attention_forward (v4.46+):
+//   query_states = self.q_proj(hidden_states).view(hidden_shape).transpose(1, 2)   (k, v alike)
+//   query_states, key_states = apply_rotary_pos_emb(query_states, key_states, cos, sin)
+//   key_states = repeat_kv(key, module.num_key_value_groups)                       (v alike)
+//   attn_weights = torch.matmul(query, key_states.transpose(2, 3)) * scaling
+//   attn_weights = attn_weights + causal_mask
+//   attn_weights = nn.functional.softmax(attn_weights, dim=-1, dtype=torch.float32).to(query.dtype)
+//   attn_weights = nn.functional.dropout(attn_weights, p=dropout, training=module.training)
+//   attn_output = torch.matmul(attn_weights, value_states)
+//   attn_output = attn_output.transpose(1, 2).contiguous()
+//   attn_output = self.o_proj(attn_output.reshape(*input_shape, -1))
+// or sdpa_attention_forward, which calls torch.nn.functional.scaled_dot_product_attention
+// (is_causal, no mask). A dropout of p = 0 returns its input (at::dropout), so none is
+// recorded unless the config's attention_dropout is nonzero.
+Value attention(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, Value x, const Rotary& rotary,
+                Attention implementation) {
+  const std::int64_t h = arch.hidden;
+  const std::int64_t head_dim = h / arch.heads;
+  Value q;
+  Value k;
+  Value v;
+  if (arch.family == "gpt_neox") {
+    // GPTNeoXAttention: one fused projection, viewed as [N, S, heads, 3 * head_dim] and sliced
+    // into q, k, v: views of one storage.
+    const Value qkv = nb.linear(p + "query_key_value", x, 3 * h, arch.qkv_bias);
+    const auto parts = nb.split_heads(p + "split_heads", qkv, 3, arch.heads);
+    q = parts[0];
+    k = parts[1];
+    v = parts[2];
+  } else {
+    const std::int64_t kv_width = arch.kv_heads * head_dim;
+    q = nb.split_heads(p + "q_proj.view", nb.linear(p + "q_proj", x, h, arch.qkv_bias), 1, arch.heads).front();
+    k = nb.split_heads(p + "k_proj.view", nb.linear(p + "k_proj", x, kv_width, arch.qkv_bias), 1, arch.kv_heads).front();
+    v = nb.split_heads(p + "v_proj.view", nb.linear(p + "v_proj", x, kv_width, arch.qkv_bias), 1, arch.kv_heads).front();
+  }
+  q = nb.rotary(p + "q_rotary", q, rotary.cos, rotary.sin);
+  k = nb.rotary(p + "k_rotary", k, rotary.cos, rotary.sin);
+  const std::int64_t groups = arch.heads / arch.kv_heads;
+
+  Value context;
+  switch (implementation) {
+    case Attention::eager: {
+      k = nb.repeat_kv(p + "k_repeat", k, groups);
+      v = nb.repeat_kv(p + "v_repeat", v, groups);
+      // The rotated q and k are contiguous [N, H, S, D] and k's transpose folds into bmm's
+      // batch as a view, so bmm saves them (their autocast copies) without copying; v is a
+      // transposed view of its projection, which matmul's reshape copies (when repeat_kv has
+      // not already made a contiguous copy).
+      Value scores = nb.matmul(p + "scores", q, k, true);
+      scores = nb.scale(p + "scores.mul", scores);
+      scores = nb.add(p + "scores.add_mask", scores, *rotary.causal_mask);
+      Value probs = nb.softmax_fp32(p + "softmax", scores);
+      probs = nb.to_dtype(p + "softmax.to", probs, nb.dtype(q));
+      if (arch.attention_dropout) probs = nb.dropout(p + "dropout", probs);
+      if (groups == 1) v = nb.contiguous(p + "context.value_copy", v, false);
+      context = nb.matmul(p + "context", probs, v, false);
+      break;
+    }
+    case Attention::flash:
+      // The flash kernel takes fewer K/V heads than query heads as they are: FlashAttention-2
+      // (flash_attn_func, Hugging Face's flash_attention_2) and scaled_dot_product_attention
+      // with enable_gqa (PyTorch 2.5 and later) skip repeat_kv.
+      context = nb.sdpa(p + "scaled_dot_product_attention", q, k, v, NetworkBuilder::SdpaKernel::flash,
+                        arch.attention_dropout);
+      break;
+    case Attention::sdpa_mem_efficient:
+      k = nb.repeat_kv(p + "k_repeat", k, groups);
+      v = nb.repeat_kv(p + "v_repeat", v, groups);
+      context = nb.sdpa(p + "scaled_dot_product_attention", q, k, v, NetworkBuilder::SdpaKernel::mem_efficient,
+                        arch.attention_dropout);
+      break;
+    case Attention::fused_softmax:
+      throw std::logic_error("decoder: fused-softmax attention is refused before building");
+  }
+  // transpose(1, 2).contiguous() copies the eager context (o_proj then saves the copy) and is
+  // a no-op on the kernels' output, already laid out [N, S, H, D]; written as a view (the bytes
+  // o_proj saves are the same).
+  const Value merged = nb.merge_heads(p + "merge_heads", context);
+  return nb.linear(p + names_of(arch.family).output, merged, h, arch.output_bias);
+}
+
+// LlamaMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x)); GPTNeoXMLP: dense_4h_to_h(act(dense_h_to_4h(x))).
+Value mlp(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, Value x) {
+  const Names names = names_of(arch.family);
+  if (!arch.gated_mlp) {
+    Value m = nb.linear(p + names.up, x, arch.intermediate, arch.mlp_bias);
+    m = activation(nb, arch, p + names.act, m);
+    return nb.linear(p + names.down, m, arch.hidden, arch.mlp_bias);
+  }
+  Value gate = nb.linear(p + "gate_proj", x, arch.intermediate, arch.mlp_bias);
+  gate = activation(nb, arch, p + names.act, gate);
+  const Value up = nb.linear(p + "up_proj", x, arch.intermediate, arch.mlp_bias);
+  const Value product = nb.mul(p + "mul", gate, up);
+  return nb.linear(p + names.down, product, arch.hidden, arch.mlp_bias);
+}
+
+// LlamaDecoderLayer (pre-norm, sequential residuals) or GPTNeoXLayer (use_parallel_residual:
+// hidden_states = mlp_output + attn_output + hidden_states).
+Value decoder_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, Value x,
+                    const Rotary& rotary, Attention implementation) {
+  const Names names = names_of(arch.family);
+  Value a = norm(nb, arch, p + "input_layernorm", x);
+  a = attention(nb, arch, p + names.attention + ".", a, rotary, implementation);
+  if (arch.parallel_residual) {
+    Value m = norm(nb, arch, p + "post_attention_layernorm", x);
+    m = mlp(nb, arch, p + "mlp.", m);
+    return nb.add(p + "add", nb.add(p + "add", m, a), x);
+  }
+  x = nb.add(p + "add", x, a);  // hidden_states = residual + hidden_states
+  Value m = norm(nb, arch, p + "post_attention_layernorm", x);
+  m = mlp(nb, arch, p + "mlp.", m);
+  return nb.add(p + "add", x, m);
+}
+
+}  // namespace
+
+Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64_t seq_len, Attention implementation) {
+  const std::int64_t s = seq_len;
+  const std::int64_t head_dim = arch.hidden / arch.heads;
+  const std::int64_t rotary_dims = arch.rotary_dims == 0 ? head_dim : arch.rotary_dims;
+  const Names names = names_of(arch.family);
+  const Value ids = nb.input("input_ids", DType::i64, {1, s});
+  const Value labels = nb.input("labels", DType::i64, {1, s});
+  // cache_position.unsqueeze(0): one [1, S] row for the whole batch.
+  const Value positions = nb.buffer(names.base + "position_ids", DType::i64, {1, s});
+  const Value embed = nb.parameter(names.base + names.embed + ".weight", {arch.vocab, arch.hidden});
+  Value x = nb.embedding(names.base + names.embed, ids, embed);
+
+  // LlamaRotaryEmbedding.forward: inv_freq [D/2] (a buffer) times the positions, cos and sin
+  // computed in fp32 and cast to the hidden states' dtype (the model's: fp32 under autocast),
+  // [1, S, D]; no gradient. Kept for backward by every layer's products (one storage each).
+  const std::string r = names.base + "rotary_emb";
+  const Value inv_freq = nb.buffer(r + ".inv_freq", DType::f32, {rotary_dims / 2});
+  Rotary rotary{nb.constant_op(r + ".cos", std::vector<Value>{inv_freq, positions}, nb.compute_dtype(), {1, s, rotary_dims}),
+                nb.constant_op(r + ".sin", std::vector<Value>{inv_freq, positions}, nb.compute_dtype(), {1, s, rotary_dims}),
+                std::nullopt};
+  if (implementation == Attention::eager) {
+    // The 4-D causal mask of eager attention (LlamaModel._update_causal_mask: torch.full of the
+    // dtype's minimum, triu, expanded over the batch as a view): [1, 1, S, S] in the model's dtype.
+    rotary.causal_mask =
+        nb.constant_op(names.base + "causal_mask", positions, nb.compute_dtype(), {1, 1, s, s});
+  }
+  for (std::int64_t layer = 0; layer < arch.layers; ++layer) {
+    x = decoder_layer(nb, arch, names.base + names.layers + "." + std::to_string(layer) + ".", x, rotary, implementation);
+  }
+  x = norm(nb, arch, names.base + names.final_norm, x);
+  Value logits = arch.tie_embeddings ? nb.linear(names.head, x, embed, std::nullopt) : nb.linear(names.head, x, arch.vocab, false);
+  logits = nb.to_dtype("logits.float", logits, DType::f32);  // ForCausalLMLoss: logits = logits.float()
+  logits = nb.reshape("logits.view", logits, {s, arch.vocab});
+  return nb.cross_entropy("loss", logits, nb.reshape("labels.view", labels, {s}));
+}
+
+}  // namespace comptrain::zoo::detail

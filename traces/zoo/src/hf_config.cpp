@@ -1,0 +1,256 @@
+// Hugging Face config.json -> ModelSpec (zoo.hpp: spec_from_hf_config). The fields each family
+// reads are those of its configuration class in transformers (configuration_llama.py,
+// configuration_mistral.py, configuration_qwen2.py, configuration_gpt_neox.py,
+// configuration_gpt2.py, configuration_bert.py); their defaults are the classes' defaults.
+// Anything that would change the trace and is not modelled is refused by name.
+
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "comptrain/support/input_error.hpp"
+#include "comptrain/zoo/zoo.hpp"
+
+namespace comptrain::zoo {
+namespace {
+
+using nlohmann::json;
+
+class ConfigReader {
+ public:
+  ConfigReader(const json& config, std::string source, std::string model_type)
+      : config_(config), source_(std::move(source)), model_type_(std::move(model_type)) {}
+
+  [[noreturn]] void fail(const std::string& field, const std::string& message) const {
+    throw InputError(source_ + ": '" + field + "' " + message);
+  }
+
+  bool present(const std::string& field) const { return config_.contains(field) && !config_.at(field).is_null(); }
+
+  std::int64_t positive(const std::string& field) const {
+    if (!present(field)) fail(field, "is missing; a " + model_type_ + " config needs it (a positive integer)");
+    return positive_value(field);
+  }
+  std::int64_t positive(const std::string& field, std::int64_t fallback) const {
+    return present(field) ? positive_value(field) : fallback;
+  }
+  bool boolean(const std::string& field, bool fallback) const {
+    if (!present(field)) return fallback;
+    const json& value = config_.at(field);
+    if (!value.is_boolean()) fail(field, "is " + value.dump() + "; expected true or false");
+    return value.get<bool>();
+  }
+  double number(const std::string& field, double fallback) const {
+    if (!present(field)) return fallback;
+    const json& value = config_.at(field);
+    if (!value.is_number() || !std::isfinite(value.get<double>())) fail(field, "is " + value.dump() + "; expected a number");
+    return value.get<double>();
+  }
+  std::string string(const std::string& field, const std::string& fallback) const {
+    if (!present(field)) return fallback;
+    const json& value = config_.at(field);
+    if (!value.is_string()) fail(field, "is " + value.dump() + "; expected a string");
+    return value.get<std::string>();
+  }
+  // A field the zoo models only at one value (or absent).
+  void only(const std::string& field, const json& expected, const std::string& why) const {
+    if (present(field) && config_.at(field) != expected) {
+      fail(field, "is " + config_.at(field).dump() + "; expected " + expected.dump() + " (" + why + ")");
+    }
+  }
+  // A dropout probability: 0 or absent unless `allowed`.
+  double probability(const std::string& field, double fallback) const {
+    const double p = number(field, fallback);
+    if (p < 0 || p >= 1) fail(field, "is " + std::to_string(p) + "; expected a probability in [0, 1)");
+    return p;
+  }
+  void no_experts() const {
+    // Mixture-of-experts fields of the families' MoE variants (Mixtral's num_local_experts,
+    // Qwen2-MoE's num_experts, ...): the zoo has no expert layers.
+    for (const char* field : {"num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                              "shared_expert_intermediate_size"}) {
+      if (present(field) && config_.at(field) != json(0)) {
+        fail(field, "is " + config_.at(field).dump() + ": mixture-of-experts layers are not modelled; expected a dense model");
+      }
+    }
+  }
+  const std::string& source() const { return source_; }
+
+ private:
+  std::int64_t positive_value(const std::string& field) const {
+    const json& value = config_.at(field);
+    if (!value.is_number_integer() || value.get<std::int64_t>() < 1) {
+      fail(field, "is " + value.dump() + "; expected a positive integer");
+    }
+    return value.get<std::int64_t>();
+  }
+
+  const json& config_;
+  std::string source_;
+  std::string model_type_;
+};
+
+DecoderArchitecture::Activation activation(const ConfigReader& r, const std::string& field, const std::string& fallback) {
+  const std::string act = r.string(field, fallback);
+  if (act == "silu" || act == "swish") return DecoderArchitecture::Activation::silu;
+  if (act == "gelu") return DecoderArchitecture::Activation::gelu;
+  if (act == "gelu_pytorch_tanh") return DecoderArchitecture::Activation::gelu_tanh;
+  r.fail(field, "is \"" + act + "\"; expected silu, gelu or gelu_pytorch_tanh (the activations the zoo models)");
+}
+
+// The head size a config may state (newer LLaMA and Mistral configs carry head_dim): the zoo's
+// projections are hidden_size wide, so it must be hidden_size / num_attention_heads.
+void check_head_dim(const ConfigReader& r, const DecoderArchitecture& arch) {
+  if (arch.hidden % arch.heads != 0) {
+    r.fail("num_attention_heads", "is " + std::to_string(arch.heads) + ", which does not divide hidden_size " +
+                                      std::to_string(arch.hidden));
+  }
+  if (r.present("head_dim") && r.positive("head_dim") != arch.hidden / arch.heads) {
+    r.fail("head_dim", "is " + std::to_string(r.positive("head_dim")) + "; expected hidden_size / num_attention_heads = " +
+                           std::to_string(arch.hidden / arch.heads) + " (other head sizes are not modelled)");
+  }
+}
+
+// LlamaConfig, MistralConfig, Qwen2Config: the modules of modeling_llama.py (Mistral's and
+// Qwen2's are the same blocks; Qwen2 puts biases on q, k and v).
+ModelSpec llama_family(const ConfigReader& r, const std::string& type) {
+  DecoderArchitecture arch;
+  arch.family = type;
+  arch.source = r.source();
+  arch.hidden = r.positive("hidden_size");
+  arch.layers = r.positive("num_hidden_layers");
+  arch.heads = r.positive("num_attention_heads");
+  // The classes' default: num_key_value_heads = num_attention_heads (multi-head).
+  arch.kv_heads = r.positive("num_key_value_heads", arch.heads);
+  arch.intermediate = r.positive("intermediate_size");
+  arch.vocab = r.positive("vocab_size");
+  arch.max_positions = r.positive("max_position_embeddings");
+  arch.tie_embeddings = r.boolean("tie_word_embeddings", false);
+  arch.activation = activation(r, "hidden_act", "silu");
+  if (r.number("rms_norm_eps", 1e-6) <= 0) r.fail("rms_norm_eps", "must be > 0");
+  if (type == "qwen2") {
+    arch.qkv_bias = true;  // Qwen2Attention: q_proj, k_proj, v_proj with bias=True, o_proj without
+    // Qwen2's sliding window applies only with use_sliding_window (false in the released models).
+    if (r.boolean("use_sliding_window", false)) arch.sliding_window = r.positive("sliding_window");
+  } else {
+    arch.qkv_bias = r.boolean("attention_bias", false);  // LlamaAttention: bias=config.attention_bias on all four
+    arch.output_bias = arch.qkv_bias;
+    arch.mlp_bias = r.boolean("mlp_bias", false);
+    if (type == "mistral" && r.present("sliding_window")) arch.sliding_window = r.positive("sliding_window");
+  }
+  arch.attention_dropout = r.probability("attention_dropout", 0.0) > 0;
+  r.only("pretraining_tp", 1, "Meta's tensor-parallel split of the projections is not modelled");
+  // rope_scaling and rope_theta change the rotary frequencies' values only, not a tensor's
+  // shape or a FLOP count: accepted.
+  r.no_experts();
+  check_head_dim(r, arch);
+  ModelSpec spec;
+  spec.model = "llama";
+  spec.decoder = std::move(arch);
+  return spec;
+}
+
+// GPTNeoXConfig: modeling_gpt_neox.py (Pythia, GPT-NeoX-20B).
+ModelSpec gpt_neox(const ConfigReader& r) {
+  DecoderArchitecture arch;
+  arch.family = "gpt_neox";
+  arch.source = r.source();
+  arch.hidden = r.positive("hidden_size");
+  arch.layers = r.positive("num_hidden_layers");
+  arch.heads = r.positive("num_attention_heads");
+  arch.kv_heads = arch.heads;
+  arch.intermediate = r.positive("intermediate_size");
+  arch.vocab = r.positive("vocab_size");
+  arch.max_positions = r.positive("max_position_embeddings");
+  arch.tie_embeddings = r.boolean("tie_word_embeddings", false);
+  arch.norm = DecoderArchitecture::Norm::layer;
+  arch.gated_mlp = false;
+  arch.activation = activation(r, "hidden_act", "gelu");
+  arch.qkv_bias = r.boolean("attention_bias", true);
+  arch.output_bias = arch.qkv_bias;
+  arch.mlp_bias = true;  // GPTNeoXMLP: nn.Linear with its default bias
+  arch.parallel_residual = r.boolean("use_parallel_residual", true);
+  check_head_dim(r, arch);
+  // GPTNeoXAttention: rotary_ndims = int(head_size * rotary_pct).
+  const double pct = r.number("rotary_pct", 0.25);
+  if (pct <= 0 || pct > 1) r.fail("rotary_pct", "is " + std::to_string(pct) + "; expected a fraction in (0, 1]");
+  arch.rotary_dims = static_cast<std::int64_t>(static_cast<double>(arch.hidden / arch.heads) * pct);
+  arch.attention_dropout = r.probability("attention_dropout", 0.0) > 0;
+  if (r.probability("hidden_dropout", 0.0) > 0) {
+    r.fail("hidden_dropout", "is nonzero; the dropouts after GPT-NeoX's attention and MLP are not modelled (expected 0)");
+  }
+  r.no_experts();
+  ModelSpec spec;
+  spec.model = "llama";
+  spec.decoder = std::move(arch);
+  return spec;
+}
+
+// GPT2Config: the zoo's gpt2 (GPT2LMHeadModel, 1024 learned positions, tied LM head).
+ModelSpec gpt2(const ConfigReader& r) {
+  ModelSpec spec;
+  spec.model = "gpt2";
+  spec.hidden = r.positive("n_embd");
+  spec.layers = r.positive("n_layer");
+  spec.heads = r.positive("n_head");
+  spec.vocab = r.positive("vocab_size");
+  r.only("n_positions", 1024, "the zoo's gpt2 learns 1024 positions");
+  if (r.present("n_inner") && r.positive("n_inner") != 4 * *spec.hidden) {
+    r.fail("n_inner", "is " + std::to_string(r.positive("n_inner")) + "; expected null or 4 * n_embd = " +
+                          std::to_string(4 * *spec.hidden) + " (the zoo's MLP is 4 * hidden wide)");
+  }
+  const std::string act = r.string("activation_function", "gelu_new");
+  if (act != "gelu_new" && act != "gelu") {
+    r.fail("activation_function", "is \"" + act + "\"; expected gelu_new or gelu (written as the fused GELU that saves its input)");
+  }
+  r.only("tie_word_embeddings", true, "GPT2LMHeadModel's head is tied to wte");
+  r.only("add_cross_attention", false, "cross-attention is not modelled");
+  r.only("reorder_and_upcast_attn", false, "the upcast attention variant is not modelled");
+  r.only("scale_attn_by_inverse_layer_idx", false, "the per-layer attention scale is not modelled");
+  return spec;
+}
+
+// BertConfig: the zoo's bert-base entry with the config's shape (BertForPreTraining by default).
+ModelSpec bert(const ConfigReader& r) {
+  ModelSpec spec;
+  spec.model = "bert-base";
+  spec.hidden = r.positive("hidden_size");
+  spec.layers = r.positive("num_hidden_layers");
+  spec.heads = r.positive("num_attention_heads");
+  spec.vocab = r.positive("vocab_size");
+  if (r.positive("intermediate_size", 4 * *spec.hidden) != 4 * *spec.hidden) {
+    r.fail("intermediate_size", "is " + std::to_string(r.positive("intermediate_size")) + "; expected 4 * hidden_size = " +
+                                    std::to_string(4 * *spec.hidden) + " (the zoo's MLP is 4 * hidden wide)");
+  }
+  r.only("max_position_embeddings", 512, "the zoo's BERT learns 512 positions");
+  r.only("type_vocab_size", 2, "the zoo's BERT has two token types");
+  r.only("hidden_act", "gelu", "the zoo's BERT uses GELU");
+  r.only("position_embedding_type", "absolute", "relative position embeddings are not modelled");
+  return spec;
+}
+
+}  // namespace
+
+ModelSpec spec_from_hf_config(std::string_view json_text, const std::string& source) {
+  json config;
+  try {
+    config = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    throw InputError(source + ": not a JSON document (" + e.what() + "); expected a Hugging Face config.json");
+  }
+  if (!config.is_object()) throw InputError(source + ": expected a JSON object (a Hugging Face config.json)");
+  if (!config.contains("model_type") || !config.at("model_type").is_string()) {
+    throw InputError(source + ": 'model_type' is missing or not a string; expected one of llama, mistral, qwen2, gpt_neox, gpt2, bert");
+  }
+  const std::string type = config.at("model_type").get<std::string>();
+  const ConfigReader reader(config, source, type);
+  if (type == "llama" || type == "mistral" || type == "qwen2") return llama_family(reader, type);
+  if (type == "gpt_neox") return gpt_neox(reader);
+  if (type == "gpt2") return gpt2(reader);
+  if (type == "bert") return bert(reader);
+  reader.fail("model_type", "is \"" + type + "\", which the zoo does not model; expected one of llama, mistral, qwen2, gpt_neox, gpt2, bert");
+}
+
+}  // namespace comptrain::zoo

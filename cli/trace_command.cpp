@@ -9,6 +9,7 @@
 
 #include "comptrain/sim/scenario.hpp"
 #include "comptrain/support/atomic_file.hpp"
+#include "comptrain/trace_import/import.hpp"
 #include "comptrain/traces/summary.hpp"
 #include "comptrain/traces/trace_json.hpp"
 #include "comptrain/zoo/zoo.hpp"
@@ -41,7 +42,7 @@ struct TraceSelection {
 
   void add_options(CLI::App& command) {
     command.add_option("target", target,
-                       "A zoo model name (see `comptrain trace list`), a trace file (.json) or a scenario (.yaml); "
+                       "A zoo model name (see `comptrain trace list`), a trace file (.json), a Chakra trace (.et) or a scenario (.yaml); "
                        "default: the embedded default scenario");
     add_positive_int(command, "-b,--batch", batch, "Batch size (rescales a trace file)");
     add_choice(command, "--precision", precision,
@@ -53,11 +54,16 @@ struct TraceSelection {
                names(zoo::optimizer_names()));
     add_choice(command, "--optimizer-impl", optimizer_impl,
                "foreach (PyTorch 2's default on CUDA), fused or for-loop: which temporaries the step makes", names(zoo::optimizer_impl_names()));
-    auto* shape = command.add_option_group("transformer shape", "For bert-base, bert-large, gpt2 and gpt");
+    auto* shape = command.add_option_group("transformer shape", "For bert-base, bert-large, gpt2, gpt and llama");
     add_choice(*shape, "--attention", attention,
                "fused-softmax (default: Megatron-style scale-mask-softmax), eager (Hugging Face's eager attention) or flash (one fused "
-               "kernel, no S x S tensors)",
-               names(zoo::attention_names()));
+               "kernel, no S x S tensors; also sdpa-flash; llama's default); sdpa-mem-efficient (llama only: SDPA's memory-efficient "
+               "kernel)",
+               [] {
+                 std::vector<std::string> choices = names(zoo::attention_names());
+                 choices.emplace_back("sdpa-flash");  // zoo::parse_attention's other name for flash
+                 return choices;
+               }());
     add_positive_int(*shape, "--layers", layers, "Transformer layers");
     add_positive_int(*shape, "--hidden", hidden, "Hidden size");
     add_positive_int(*shape, "--heads", heads, "Attention heads");
@@ -70,11 +76,13 @@ struct TraceSelection {
   }
 
   traces::Trace load() const {
-    if (has_extension(target, {".json"})) {
+    if (has_extension(target, {".json", ".et"})) {
       if (overrides_model()) {
         throw InputError("'" + target + "' is a trace file: only --batch applies to it (its model, precision and optimizer are fixed)");
       }
-      traces::Trace trace = traces::read_trace_file(target);
+      // A .et is read as `trace import` reads it (a Chakra trace comptrain wrote gives back its
+      // trace; any other what its nodes hold).
+      traces::Trace trace = has_extension(target, {".et"}) ? trace_import::import_file(target, {}).trace : traces::read_trace_file(target);
       return batch ? trace.rescaled(*batch) : trace;
     }
     sim::Scenario scenario;
@@ -125,9 +133,15 @@ std::function<int()> add_trace_command(CLI::App& app) {
 
   auto export_selection = std::make_shared<TraceSelection>();
   auto output = std::make_shared<std::string>();
-  auto* exporter = trace->add_subcommand("export", "Write a trace file (JSON, traces/FORMAT.md)");
+  auto export_format = std::make_shared<std::string>();
+  auto* exporter = trace->add_subcommand("export", "Write a trace file (JSON, traces/FORMAT.md) or a Chakra execution trace (.et)");
   export_selection->add_options(*exporter);
   exporter->add_option("-o,--output", *output, "Output file; - for standard output")->required();
+  add_choice(*exporter, "--format", *export_format,
+             "json: comptrain's trace format; chakra: MLCommons Chakra's binary execution trace (.et; what ASTRA-sim reads, and "
+             "`comptrain trace import` reads back to the same trace; traces/FORMAT.md, \"Chakra .et\"). Default: chakra when the "
+             "output ends in .et, json otherwise",
+             {"json", "chakra"});
 
   const std::function<int()> import_action = add_trace_import_command(*trace);
 
@@ -145,10 +159,11 @@ std::function<int()> add_trace_command(CLI::App& app) {
       return 0;
     }
     const traces::Trace t = export_selection->load();
-    // Files end with a newline, as text files should (as traces::write_trace_file writes them).
-    write_output(*output, traces::trace_to_json(t) + "\n");
-    fmt::print(stderr, "wrote {} ({} ops, {} tensors, batch {})\n", is_standard_output(*output) ? "standard output" : *output,
-               t.ops().size(), t.tensors().size(), t.batch_size());
+    const bool chakra = *export_format == "chakra" || (export_format->empty() && has_extension(*output, {".et"}));
+    // Text files end with a newline, as traces::write_trace_file writes them; a .et is binary.
+    write_output(*output, chakra ? trace_import::trace_to_chakra_et(t) : traces::trace_to_json(t) + "\n");
+    fmt::print(stderr, "wrote {} ({}{} ops, {} tensors, batch {})\n", is_standard_output(*output) ? "standard output" : *output,
+               chakra ? "Chakra .et, " : "", t.ops().size(), t.tensors().size(), t.batch_size());
     return 0;
   };
 }

@@ -20,15 +20,21 @@ std::function<int()> add_trace_import_command(CLI::App& trace) {
   };
   auto options = std::make_shared<Options>();
   auto* command = trace.add_subcommand(
-      "import", "Convert a PyTorch profiler trace, a PyTorch memory snapshot (JSON) or a Chakra trace (JSON) into a trace file");
-  command->add_option("input", options->input, "The file to import")->required();
+      "import",
+      "Convert a PyTorch profiler trace, a PyTorch memory snapshot (JSON), or a Chakra execution trace (JSON or binary .et) into a "
+      "trace file");
+  command->add_option("input", options->input, "The file to import (a .et file is read as a binary Chakra trace)")->required();
   command->add_option("-o,--output", options->output, "Trace file to write (.json); - for standard output")->required();
-  add_choice(*command, "--format", options->format, "Input format (default: detected from the content)",
-             {"pytorch-profiler", "memory-snapshot", "chakra-json"});
-  add_positive_int(*command, "-b,--batch", options->batch, "The batch size the input was recorded at (no format records it)")
+  add_choice(*command, "--format", options->format,
+             "Input format (default: detected from the content, and chakra-et for a .et file): chakra-et is Chakra's binary "
+             "protobuf trace (what Chakra's converter and `comptrain trace export --format chakra` write)",
+             {"pytorch-profiler", "memory-snapshot", "chakra-json", "chakra-et"});
+  add_positive_int(*command, "-b,--batch", options->batch,
+                   "The batch size the input was recorded at (no other tool's format records it; a Chakra trace written by "
+                   "comptrain does, and keeps its own)")
       ->capture_default_str();
   command->add_option("--device", options->device, "The device the durations were measured on, when the input does not say");
-  command->add_option("--name", options->name, "Trace name (default: the input's file name)");
+  command->add_option("--name", options->name, "Trace name (default: the input's file name, or the recorded name of a Chakra trace comptrain wrote)");
 
   return [command, options]() -> int {
     if (!command->parsed()) return -1;

@@ -56,7 +56,7 @@ class PlatformReader {
   // A platform that is one node of a larger document (a scenario's inline platform).
   Platform read(const YAML::Node& root) {
     const std::initializer_list<const char*> top_keys{"name",          "gpu",        "host", "host_link", "gpu_link",
-                                                      "gpus_per_node", "efficiency", "nic",  "network",   "collectives"};
+                                                      "gpus_per_node", "efficiency", "nic",  "network",   "collectives", "storage"};
     if (!root.IsMap()) throw InputError(where(root.Mark()) + "expected a mapping with the keys " + join(top_keys));
     check_keys(root, "the platform", top_keys);
 
@@ -83,6 +83,7 @@ class PlatformReader {
     platform.gpus_per_node = optional_positive_int(root, "gpus_per_node", "", 1);
     if (root["efficiency"]) platform.efficiency = read_efficiency(section(root, "efficiency", "", {"compute", "memory", "tensor_core"}));
     read_cluster(root, platform);
+    if (root["storage"]) platform.storage = read_storage(section(root, "storage", "", {"local", "shared"}));
     return platform;
   }
 
@@ -239,6 +240,30 @@ class PlatformReader {
     }
     throw InputError(where(node.Mark()) + "'collectives.algorithm' is '" + shortened(node) +
                      "'; expected auto (NCCL's own choice per all-reduce), ring or tree (NCCL_ALGO's meaning)");
+  }
+
+  // storage: a node-local disk, a shared file system, or both; at least one.
+  StorageSpec read_storage(const YAML::Node& storage) const {
+    if (!storage["local"] && !storage["shared"]) {
+      throw InputError(where(storage.Mark()) + "'storage' has neither 'local' nor 'shared'; expected a node-local disk, a shared file system or both");
+    }
+    StorageSpec spec;
+    if (storage["local"]) {
+      const YAML::Node local = section(storage, "local", "storage", {"name", "read_bandwidth", "write_bandwidth"});
+      spec.local = LocalDiskSpec{text_field(local, "name", "storage.local"),
+                                 quantity(local, "read_bandwidth", "storage.local", Dimension::bandwidth, limits::bandwidth),
+                                 quantity(local, "write_bandwidth", "storage.local", Dimension::bandwidth, limits::bandwidth)};
+    }
+    if (storage["shared"]) {
+      const YAML::Node shared =
+          section(storage, "shared", "storage", {"name", "read_bandwidth", "write_bandwidth", "per_node_bandwidth", "latency"});
+      spec.shared = SharedFileSystemSpec{text_field(shared, "name", "storage.shared"),
+                                         quantity(shared, "read_bandwidth", "storage.shared", Dimension::bandwidth, limits::bandwidth),
+                                         quantity(shared, "write_bandwidth", "storage.shared", Dimension::bandwidth, limits::bandwidth),
+                                         quantity(shared, "per_node_bandwidth", "storage.shared", Dimension::bandwidth, limits::bandwidth),
+                                         quantity(shared, "latency", "storage.shared", Dimension::time, limits::latency)};
+    }
+    return spec;
   }
 
   NicSpec read_nic(const YAML::Node& nic, int gpus_per_node) const {

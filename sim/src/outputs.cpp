@@ -1,4 +1,5 @@
 #include "comptrain/sim/outputs.hpp"
+#include "comptrain/sim/io.hpp"
 
 #include "comptrain/models/zero_memory.hpp"
 
@@ -534,6 +535,7 @@ std::string report_text(const SimulationRun& run) {
     add_out_of_memory(out, run, *run.result.out_of_memory);
   } else {
     add_results(out, run);
+    if (run.io != nullptr) out += io_report_text(*run.io);
   }
   return out;
 }
@@ -669,6 +671,7 @@ std::string report_json(const SimulationRun& run) {
     ordered_json seconds = ordered_json::object();
     for (const TimeRow& row : time_rows(r)) seconds[row.key] = row.seconds;
     results["time_seconds"] = std::move(seconds);
+    if (run.io != nullptr) results["io"] = ordered_json::parse(io_report_json(*run.io));
     j["results"] = std::move(results);
   }
   return j.dump(2) + "\n";

@@ -44,6 +44,13 @@ PreparedScenario::PreparedScenario(Scenario scenario)
   } catch (const InputError& e) {
     throw InputError(scenario_.source + ": " + e.what());
   }
+  if (scenario_.data || scenario_.checkpoint) {
+    IoInputs io;
+    io.platform = require_platform(scenario_);
+    io.data = scenario_.data;
+    io.checkpoint = scenario_.checkpoint;
+    check_io_inputs(io, scenario_.source);
+  }
   // A cluster shape the platform does not have is the scenario's error, found before any run.
   try {
     check_cluster_shape(require_platform(scenario_), cluster_shape());
@@ -92,6 +99,7 @@ SimulationRun CompletedRun::view(const PreparedScenario& prepared) const {
   run.accumulation_steps = prepared.scenario().accumulation_steps;
   if (prepared.scenario().parallelism && run.cluster.ranks() > 1) run.data_parallel = &prepared.scenario().parallelism->data;
   run.one_gpu_seconds = one_gpu_seconds;  // CompletedRun's
+  if (io) run.io = &*io;
   return run;
 }
 
@@ -99,7 +107,23 @@ RunOutcome run_scenario(const PreparedScenario& prepared, const models::Strategy
   auto scheduled = schedule_run(prepared, strategy, batch);
   if (auto* not_applicable = std::get_if<models::NotApplicable>(&scheduled)) return std::move(*not_applicable);
   SimulationResult result = replay(prepared, std::get<ScheduledRun>(scheduled), isolation);
-  return CompletedRun{std::move(std::get<ScheduledRun>(scheduled)), std::move(result)};
+  std::optional<IoResult> io = simulate_run_io(prepared, std::get<ScheduledRun>(scheduled), result);
+  return CompletedRun{std::move(std::get<ScheduledRun>(scheduled)), std::move(result), {}, std::move(io)};
+}
+
+std::optional<IoResult> simulate_run_io(const PreparedScenario& prepared, const ScheduledRun& run, const SimulationResult& result) {
+  const Scenario& s = prepared.scenario();
+  if ((!s.data && !s.checkpoint) || !result.fits() || !(result.iteration_seconds > 0)) return std::nullopt;
+  IoInputs io;
+  io.platform = prepared.platform();
+  io.shape = prepared.cluster_shape();
+  io.profile = iteration_profile(run.trace, run.schedule, result, s.accumulation_steps);
+  io.data = s.data;
+  io.checkpoint = s.checkpoint;
+  const models::DataParallelSpec* data_parallel = s.parallelism && io.shape.ranks() > 1 ? &s.parallelism->data : nullptr;
+  if (s.checkpoint) io.sizes = checkpoint_sizes(run.trace, data_parallel);
+  if (s.plan) io.target_overhead = s.plan->checkpoint_overhead;
+  return simulate_io(io);
 }
 
 std::optional<double> one_gpu_iteration_seconds(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch) {

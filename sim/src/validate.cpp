@@ -16,6 +16,7 @@
 
 #include "comptrain/models/shipped_or_file.hpp"
 #include "comptrain/sim/collectives.hpp"
+#include "comptrain/sim/io.hpp"
 #include "comptrain/sim/plan.hpp"
 #include "comptrain/sim/run.hpp"
 #include "comptrain/sim/scenario.hpp"
@@ -30,7 +31,8 @@ using nlohmann::json;
 
 constexpr std::array kMetrics{ValidationMetric::throughput_samples_per_s, ValidationMetric::peak_mem_bytes,
                               ValidationMetric::memory_reduction_x, ValidationMetric::slowdown_x, ValidationMetric::max_batch,
-                              ValidationMetric::bus_bandwidth};
+                              ValidationMetric::bus_bandwidth, ValidationMetric::checkpoint_throughput,
+                              ValidationMetric::checkpoint_iteration_seconds};
 
 bool two_runs(ValidationMetric metric) {
   return metric == ValidationMetric::memory_reduction_x || metric == ValidationMetric::slowdown_x;
@@ -84,7 +86,7 @@ class PointReader {
 constexpr std::array kFields{"id",    "source", "model",   "gpu",  "precision", "batch",    "metric",
                              "published", "published_upper", "unit", "published_raw", "notes", "suspect", "holdout",
                              "fast",  "scenario", "reference_scenario", "not_covered", "measured_as",
-                             "platform", "nodes", "gpus_per_node", "collective", "bytes"};
+                             "platform", "nodes", "gpus_per_node", "collective", "bytes", "checkpoint"};
 
 constexpr std::array kMeasuredAs{MeasuredAs::max_memory_allocated, MeasuredAs::max_memory_reserved, MeasuredAs::nvidia_smi,
                                  MeasuredAs::first_oom, MeasuredAs::tensor_bytes};
@@ -119,6 +121,58 @@ CollectivePoint read_collective(const PointReader& in, const std::filesystem::pa
   return c;
 }
 
+// A checkpoint_throughput point's setup: the platform and shape as a bus_bandwidth point's, and
+// its `checkpoint` object {bytes_per_gpu, forward_backward_seconds, update_seconds, mode, every,
+// host_cache_bytes, chunk_bytes, to}.
+CheckpointPoint read_checkpoint_point(const PointReader& in, const std::filesystem::path& base_dir) {
+  CheckpointPoint c;
+  try {
+    c.platform = models::resolve_platform(in.text("platform", true), base_dir);
+  } catch (const InputError& e) {
+    in.fail(fmt::format("field 'platform': {}", e.what()));
+  }
+  const auto integer = [&](const json* value, const std::string& key, std::int64_t max) {
+    if (!value || !value->is_number_integer() || value->get<std::int64_t>() < 1 || value->get<std::int64_t>() > max) {
+      in.fail(fmt::format("field '{}': found {}; expected an integer from 1 to {}", key, value ? value->dump() : "nothing", max));
+    }
+    return value->get<std::int64_t>();
+  };
+  c.nodes = static_cast<int>(integer(in.find("nodes"), "nodes", c.platform.max_nodes()));
+  c.gpus_per_node = static_cast<int>(integer(in.find("gpus_per_node"), "gpus_per_node", c.platform.gpus_per_node));
+  const json* object = in.find("checkpoint");
+  if (!object || !object->is_object()) in.fail("field 'checkpoint': expected an object {bytes_per_gpu, forward_backward_seconds, update_seconds, mode, every, ...}");
+  for (const auto& [key, value] : object->items()) {
+    constexpr std::array kKeys{"bytes_per_gpu", "forward_backward_seconds", "update_seconds", "mode", "every", "host_cache_bytes", "chunk_bytes", "to"};
+    if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end()) in.fail(fmt::format("field 'checkpoint.{}': unknown", key));
+  }
+  const auto seconds = [&](const char* key) {
+    const auto it = object->find(key);
+    if (it == object->end() || !it->is_number() || !(it->get<double>() >= 0) || !(it->get<double>() < 1e6)) {
+      in.fail(fmt::format("field 'checkpoint.{}': expected seconds from 0 to 1e6", key));
+    }
+    return it->get<double>();
+  };
+  const auto member = [&](const char* key) { return object->contains(key) ? &object->at(key) : nullptr; };
+  c.bytes_per_gpu = integer(member("bytes_per_gpu"), "checkpoint.bytes_per_gpu", std::int64_t{1} << 50);
+  c.forward_backward_seconds = seconds("forward_backward_seconds");
+  c.update_seconds = seconds("update_seconds");
+  if (!(c.forward_backward_seconds + c.update_seconds > 0)) in.fail("field 'checkpoint': the iteration's phases sum to 0; expected a positive iteration");
+  c.checkpoint.every = static_cast<int>(integer(member("every"), "checkpoint.every", 10'000'000));
+  if (const json* mode = member("mode"); mode && mode->is_string() && parse_checkpoint_mode(mode->get<std::string>())) {
+    c.checkpoint.mode = *parse_checkpoint_mode(mode->get<std::string>());
+  } else {
+    in.fail("field 'checkpoint.mode': expected \"sync\" or \"async\"");
+  }
+  if (const json* cache = member("host_cache_bytes")) c.checkpoint.host_cache_bytes = integer(cache, "checkpoint.host_cache_bytes", std::int64_t{1} << 50);
+  if (const json* chunk = member("chunk_bytes")) c.checkpoint.chunk_bytes = integer(chunk, "checkpoint.chunk_bytes", std::int64_t{1} << 50);
+  if (const json* to = member("to")) {
+    const auto tier = to->is_string() ? parse_storage_tier(to->get<std::string>()) : std::nullopt;
+    if (!tier) in.fail("field 'checkpoint.to': expected \"shared\" or \"local\"");
+    c.checkpoint.to = *tier;
+  }
+  return c;
+}
+
 ValidationPoint read_point(const json& object, const std::string& where, const std::filesystem::path& base_dir) {
   const PointReader in(object, where);
   if (!object.is_object()) in.fail(fmt::format("found {}; expected one JSON object per line", object.type_name()));
@@ -136,12 +190,15 @@ ValidationPoint read_point(const json& object, const std::string& where, const s
   const auto known = std::find_if(kMetrics.begin(), kMetrics.end(), [&](ValidationMetric m) { return metric_name(m) == metric; });
   if (known == kMetrics.end()) {
     in.fail(fmt::format("field 'metric': found \"{}\"; expected throughput_samples_per_s, peak_mem_bytes, memory_reduction_x, "
-                        "slowdown_x, max_batch or bus_bandwidth",
+                        "slowdown_x, max_batch, bus_bandwidth, checkpoint_throughput or checkpoint_iteration_seconds",
                         metric));
   }
   p.metric = *known;
-  // A collective's bandwidth has no model, precision or batch: its setup is read below.
+  // A collective's bandwidth has no model, precision or batch: its setup is read below. Nor has a
+  // checkpoint's throughput a batch: the measured iteration is given instead.
   const bool collective = p.metric == ValidationMetric::bus_bandwidth;
+  const bool checkpoint =
+      p.metric == ValidationMetric::checkpoint_throughput || p.metric == ValidationMetric::checkpoint_iteration_seconds;
   p.model = in.text("model", !collective);
   p.gpu = in.text("gpu", true);
   p.precision = in.text("precision", !collective);
@@ -150,16 +207,22 @@ ValidationPoint read_point(const json& object, const std::string& where, const s
     in.fail(fmt::format("field 'precision': found \"{}\"; expected fp32, tf32, amp, amp-fp16, amp-bf16, fp16, bf16 or mixed", p.precision));
   }
   const json* batch = in.find("batch");
-  if (batch || !collective) {
+  if (batch || !(collective || checkpoint)) {
     if (!batch || !batch->is_number_integer() || batch->get<std::int64_t>() < 1) {
       in.fail(fmt::format("field 'batch': found {}; expected a positive integer", batch ? batch->dump() : "nothing"));
     }
     p.batch = batch->get<std::int64_t>();
   }
   for (const char* field : {"platform", "nodes", "gpus_per_node", "collective", "bytes"}) {
-    if (!collective && in.find(field)) in.fail(fmt::format("field '{}' given for {}; expected it only on bus_bandwidth points", field, metric));
+    const bool shape = std::string_view(field) != "collective" && std::string_view(field) != "bytes";
+    if (!collective && !(checkpoint && shape) && in.find(field)) {
+      in.fail(fmt::format("field '{}' given for {}; expected it only on bus_bandwidth points{}", field, metric,
+                          shape ? " (and on checkpoint points)" : ""));
+    }
   }
+  if (!checkpoint && in.find("checkpoint")) in.fail(fmt::format("field 'checkpoint' given for {}; expected it only on checkpoint_throughput points", metric));
   if (collective) p.collective = read_collective(in, base_dir);
+  if (checkpoint && !in.find("not_covered")) p.checkpoint = read_checkpoint_point(in, base_dir);
   const std::string measured_as = in.text("measured_as", false);
   if (!measured_as.empty()) {
     const auto m = std::find_if(kMeasuredAs.begin(), kMeasuredAs.end(), [&](MeasuredAs x) { return to_string(x) == measured_as; });
@@ -196,7 +259,8 @@ ValidationPoint read_point(const json& object, const std::string& where, const s
                         metric));
   }
   if (p.collective && !scenario.empty()) in.fail("field 'scenario' given for bus_bandwidth; expected the collective's fields instead");
-  if (p.covered() && !p.collective) {
+  if (p.checkpoint && !scenario.empty()) in.fail("field 'scenario' given for checkpoint_throughput; expected the checkpoint's fields instead");
+  if (p.covered() && !p.collective && !p.checkpoint) {
     if (scenario.empty()) in.fail("missing field 'scenario'; expected the scenario of a covered point, or 'not_covered' with the reason");
     if (two_runs(p.metric) && reference.empty()) {
       in.fail(fmt::format("missing field 'reference_scenario'; expected the other run of {}", metric));
@@ -250,6 +314,26 @@ std::string predict_collective(const CollectivePoint& c) {
   ring.collectives.algorithm = models::NcclAlgorithm::ring;
   const CollectiveTiming t = simulate_collective(ring, {c.nodes, c.gpus_per_node}, c.kind, c.bytes);
   return predicted_value(t.bus_bandwidth / 1e9);
+}
+
+// Runs in a worker process: a checkpoint_throughput point's GB/s, the job's checkpoint bytes over
+// the time one checkpoint blocks training (the I/O simulation's stall, in its steady state).
+std::string predict_checkpoint(const CheckpointPoint& c, ValidationMetric metric) {
+  IoInputs in;
+  in.platform = c.platform;
+  in.shape = {c.nodes, c.gpus_per_node};
+  in.profile.optimizer_start = c.forward_backward_seconds;
+  in.profile.seconds = c.forward_backward_seconds + c.update_seconds;
+  in.profile.samples = 1;
+  in.checkpoint = c.checkpoint;
+  in.sizes.rank0 = {0, c.bytes_per_gpu};
+  in.sizes.other = {0, c.bytes_per_gpu};
+  check_io_inputs(in, "the point");
+  const IoResult r = simulate_io_in_this_process(in);
+  if (metric == ValidationMetric::checkpoint_iteration_seconds) return predicted_value(r.mean_iteration_seconds);
+  if (!(r.checkpoint->stall_seconds > 0)) return no_value("the checkpoint blocks no training time (hidden entirely)");
+  const double bytes = static_cast<double>(c.bytes_per_gpu) * c.nodes * c.gpus_per_node;
+  return predicted_value(bytes / r.checkpoint->stall_seconds / 1e9);
 }
 
 // Runs in a worker process: the point's predicted value, encoded for the pipe.
@@ -312,7 +396,10 @@ std::string format_value(ValidationMetric metric, double value) {
     case ValidationMetric::max_batch:
       return fmt::format("{:.0f}", value);
     case ValidationMetric::bus_bandwidth:
+    case ValidationMetric::checkpoint_throughput:
       return fmt::format("{:.1f} GB/s", value);
+    case ValidationMetric::checkpoint_iteration_seconds:
+      return fmt::format("{:.2f} s", value);
   }
   return {};
 }
@@ -353,6 +440,10 @@ std::string_view metric_name(ValidationMetric metric) {
       return "max_batch";
     case ValidationMetric::bus_bandwidth:
       return "bus_bandwidth";
+    case ValidationMetric::checkpoint_throughput:
+      return "checkpoint_throughput";
+    case ValidationMetric::checkpoint_iteration_seconds:
+      return "checkpoint_iteration_seconds";
   }
   return "?";
 }
@@ -416,7 +507,7 @@ std::vector<ValidationResult> validate(const ValidationTable& table, const Valid
   // Every scenario is read before the first simulation, so a bad one stops the run at once.
   std::map<std::filesystem::path, std::shared_ptr<const PreparedScenario>> prepared;
   for (const ValidationResult& r : results) {
-    if (!r.point.covered() || r.point.collective) continue;
+    if (!r.point.covered() || r.point.collective || r.point.checkpoint) continue;
     for (const auto& path : {r.point.scenario, r.point.reference_scenario}) {
       if (!path.empty() && !prepared.contains(path)) prepared[path] = prepare(path, r.point, table.source);
     }
@@ -428,6 +519,10 @@ std::vector<ValidationResult> validate(const ValidationTable& table, const Valid
     if (!point.covered()) continue;
     if (point.collective) {
       result_of_job[pool.submit([&point] { return predict_collective(*point.collective); })] = i;
+      continue;
+    }
+    if (point.checkpoint) {
+      result_of_job[pool.submit([&point] { return predict_checkpoint(*point.checkpoint, point.metric); })] = i;
       continue;
     }
     const PreparedScenario* run = prepared.at(point.scenario).get();

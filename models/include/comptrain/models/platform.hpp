@@ -163,6 +163,27 @@ struct NetworkSpec {
   std::int64_t leaves() const;      // places for nodes in the topology
 };
 
+// Storage (storage, optional): where training reads its samples and writes its checkpoints.
+// A node-local disk (NVMe) is a SimGrid disk on the node's host; a shared parallel file system
+// is reached from each node through its client link (per_node_bandwidth, each direction) and
+// shares its aggregate rates among all nodes of the job (sim/io.hpp).
+struct LocalDiskSpec {
+  std::string name;                 // "4x 3.84 TB U.2 NVMe, RAID 0"
+  double read_bandwidth = 0;        // bytes/s of the node's disks together
+  double write_bandwidth = 0;
+};
+struct SharedFileSystemSpec {
+  std::string name;                 // "Lustre, HPE ClusterStor E1000 (Grand)"
+  double read_bandwidth = 0;        // bytes/s, aggregate over every client
+  double write_bandwidth = 0;       // bytes/s, aggregate over every client
+  double per_node_bandwidth = 0;    // bytes/s, one node's client limit per direction (its NICs)
+  double latency = 0;               // seconds per request
+};
+struct StorageSpec {
+  std::optional<LocalDiskSpec> local;
+  std::optional<SharedFileSystemSpec> shared;
+};
+
 // NCCL's choice of algorithm for all-reduces, as the NCCL_ALGO environment variable makes it
 // (collectives.algorithm): `automatic` lets NCCL's own model pick ring or tree per all-reduce
 // (NCCL's default, sim/collectives.hpp `nccl_prediction`); `ring` and `tree` force one, as
@@ -203,6 +224,7 @@ struct Platform {
   std::optional<NicSpec> nic;
   std::optional<NetworkSpec> network;
   CollectiveLatency collectives;
+  std::optional<StorageSpec> storage;  // storage: none given, no I/O can be simulated
 
   int max_nodes() const { return network ? network->nodes : 1; }
 

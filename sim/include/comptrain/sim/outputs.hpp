@@ -10,6 +10,10 @@
 #include "comptrain/models/schedule.hpp"
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/sim/simulation.hpp"
+
+namespace comptrain::sim {
+struct IoResult;  // sim/io.hpp
+}
 #include "comptrain/traces/trace.hpp"
 
 namespace comptrain::sim {
@@ -28,6 +32,7 @@ struct SimulationRun {
   ClusterShape cluster{};
   int accumulation_steps = 1;  // micro-steps per iteration, each on the trace's batch
   const models::DataParallelSpec* data_parallel = nullptr;
+  const IoResult* io = nullptr;  // the data loader and checkpoints (sim/io.hpp), when the scenario has them
   std::optional<double> one_gpu_seconds{};  // {}: aggregate initialisations that leave it out stay -Wmissing-field-initializers clean
 };
 

@@ -17,6 +17,7 @@
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/schedule.hpp"
 #include "comptrain/models/strategy.hpp"
+#include "comptrain/sim/io.hpp"
 #include "comptrain/sim/outputs.hpp"
 #include "comptrain/sim/scenario.hpp"
 #include "comptrain/sim/simulation.hpp"
@@ -78,10 +79,15 @@ struct CompletedRun {
   ScheduledRun scheduled;
   SimulationResult result;
   std::optional<double> one_gpu_seconds{};  // set by the caller that wants the scaling efficiency (one_gpu_iteration_seconds)
+  std::optional<IoResult> io{};  // with a data or checkpoint section and a run that fits (simulate_run_io)
   SimulationRun view(const PreparedScenario& prepared) const;
 };
 
-// schedule_run + replay; NotApplicable passes through.
+// The scenario's data loader and checkpoints (sim/io.hpp) around a replayed run that fits;
+// nullopt when the scenario has neither section or the run does not fit. Runs in a forked child.
+std::optional<IoResult> simulate_run_io(const PreparedScenario& prepared, const ScheduledRun& run, const SimulationResult& result);
+
+// schedule_run + replay (+ simulate_run_io); NotApplicable passes through.
 using RunOutcome = std::variant<CompletedRun, models::NotApplicable>;
 RunOutcome run_scenario(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch, Isolation isolation);
 

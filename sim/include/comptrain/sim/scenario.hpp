@@ -11,6 +11,8 @@
 //              DeepSpeed ZeRO (models/data_parallel.hpp)
 //   plan:      optional, for `comptrain plan`: strategies to compare, margin, search ceiling
 //   sweep:     optional, scenario keys to vary (expanded by sim/sweep.hpp)
+//   data:      optional, the input pipeline (sim/data_loader.hpp)
+//   checkpoint: optional, checkpoints every N iterations, sync or async (sim/checkpoint.hpp)
 // See scenarios/README.md.
 
 #include <cstdint>
@@ -23,6 +25,8 @@
 #include "comptrain/models/data_parallel.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/strategy.hpp"
+#include "comptrain/sim/checkpoint.hpp"
+#include "comptrain/sim/data_loader.hpp"
 #include "comptrain/sim/framework.hpp"
 #include "comptrain/traces/trace.hpp"
 #include "comptrain/zoo/zoo.hpp"
@@ -64,6 +68,9 @@ struct PlanSection {
   // CPU) and Deep Optimizer States with each gap k (`deep_optimizer_states`). The parallelism
   // section's other offload keys (part_grads_async) are kept. Empty: the scenario's own.
   std::vector<std::optional<models::OptimizerOffloadSpec>> offload_optimizer;
+  // plan.checkpoint_overhead: the checkpoint's cost per iteration as a fraction of the iteration
+  // that the checkpoint interval may cost; the report gives the smallest interval meeting it (sim/io.hpp).
+  std::optional<double> checkpoint_overhead;
 
   bool searches_clusters() const { return !cluster_sizes.empty() || !zero_stages.empty() || !offload_optimizer.empty(); }
 };
@@ -99,6 +106,9 @@ struct Scenario {
   models::StrategySpec strategy;             // default: baseline
   std::optional<ParallelismSection> parallelism;  // unset: one GPU
   std::optional<PlanSection> plan;
+  // data: and checkpoint: (sim/data_loader.hpp, sim/checkpoint.hpp), simulated by sim/io.hpp.
+  std::optional<DataSpec> data;
+  std::optional<CheckpointSpec> checkpoint;
 
   // The document itself, kept so that a `sweep:` section can be expanded by re-reading it
   // with overrides (expand_sweep in sim/sweep.hpp). The reader checks the sweep section's shape

@@ -19,6 +19,13 @@
 //   bus_bandwidth             nccl-tests' busbw in GB/s of one collective on a cluster
 //                             (sim/collectives.hpp); the point names the platform, the shape,
 //                             the collective and its size instead of a scenario
+//   checkpoint_throughput     the job's checkpoint bytes / the training time one checkpoint
+//                             blocks, GB/s (DataStates-LLM's "checkpointing throughput"), from
+//                             the I/O simulation (sim/io.hpp); the point names the platform, the
+//                             shape, the checkpoint and the measured iteration phases instead of a
+//                             scenario
+//   checkpoint_iteration_seconds  the mean iteration time with that checkpoint (the same setup):
+//                             the measured iteration plus the checkpoint's cost per iteration
 
 #include <cstdint>
 #include <filesystem>
@@ -29,10 +36,20 @@
 
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/schedule.hpp"
+#include "comptrain/sim/checkpoint.hpp"
 
 namespace comptrain::sim {
 
-enum class ValidationMetric { throughput_samples_per_s, peak_mem_bytes, memory_reduction_x, slowdown_x, max_batch, bus_bandwidth };
+enum class ValidationMetric {
+  throughput_samples_per_s,
+  peak_mem_bytes,
+  memory_reduction_x,
+  slowdown_x,
+  max_batch,
+  bus_bandwidth,
+  checkpoint_throughput,
+  checkpoint_iteration_seconds
+};
 
 std::string_view metric_name(ValidationMetric metric);
 
@@ -48,6 +65,19 @@ struct CollectivePoint {
   int gpus_per_node = 1;
   models::CollectiveKind kind = models::CollectiveKind::all_reduce;
   std::int64_t bytes = 0;
+};
+
+// A checkpoint_throughput point's setup (its `checkpoint` object): every GPU of `nodes` x
+// `gpus_per_node` of `platform` writes `bytes_per_gpu` every `every` iterations of the measured
+// phases, in `mode` (sim/checkpoint.hpp).
+struct CheckpointPoint {
+  models::Platform platform;
+  int nodes = 1;
+  int gpus_per_node = 1;
+  std::int64_t bytes_per_gpu = 0;
+  double forward_backward_seconds = 0;
+  double update_seconds = 0;
+  CheckpointSpec checkpoint;
 };
 
 struct ValidationPoint {
@@ -68,6 +98,7 @@ struct ValidationPoint {
   std::filesystem::path reference_scenario;
   std::string not_covered;  // why comptrain cannot represent the setup; empty when covered
   std::optional<CollectivePoint> collective;  // bus_bandwidth points (they have no scenario)
+  std::optional<CheckpointPoint> checkpoint;  // checkpoint_throughput points (they have no scenario)
 
   bool covered() const { return not_covered.empty(); }
 };

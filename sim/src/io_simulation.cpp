@@ -1,0 +1,641 @@
+// The I/O simulation of sim/io.hpp: the node's training loops, data-loader workers and
+// checkpoint copies on SimGrid.
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <limits>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "comptrain/sim/io.hpp"
+#include "comptrain/sim/outputs.hpp"
+#include "comptrain/sim/workers.hpp"
+#include "comptrain/support/input_error.hpp"
+#include "simgrid_engine.hpp"
+
+namespace sg4 = simgrid::s4u;
+
+namespace comptrain::sim {
+
+std::string_view to_string(IterationBound bound) {
+  switch (bound) {
+    case IterationBound::gpu: return "gpu";
+    case IterationBound::network: return "network";
+    case IterationBound::host: return "host";
+    case IterationBound::loader: return "loader";
+    case IterationBound::storage: return "storage";
+  }
+  return "?";
+}
+
+IterationProfile iteration_profile(const traces::Trace& trace, const models::Schedule& schedule, const SimulationResult& result,
+                                   int accumulation_steps) {
+  IterationProfile profile;
+  profile.seconds = result.iteration_seconds;
+  profile.samples = trace.batch_size() * std::max(accumulation_steps, 1);
+  profile.optimizer_start = result.iteration_seconds;
+  for (std::size_t t = 0; t < schedule.tasks.size() && t < result.tasks.size(); ++t) {
+    const models::Task& task = schedule.tasks[t];
+    const bool optimizer = task.kind == models::TaskKind::host_compute ||
+                           (task.op && trace.ops()[*task.op].phase == traces::Phase::optimizer);
+    if (optimizer) profile.optimizer_start = std::min(profile.optimizer_start, result.tasks[t].start);
+  }
+  profile.host_wait_seconds = result.host_wait_seconds;
+  profile.exposed_communication_seconds = communication_time(schedule, result).exposed_seconds;
+  return profile;
+}
+
+void check_io_inputs(const IoInputs& inputs, std::string_view source) {
+  const auto& storage = inputs.platform.storage;
+  const auto need = [&](StorageTier tier, std::string_view section) {
+    const bool present = storage && (tier == StorageTier::shared ? storage->shared.has_value() : storage->local.has_value());
+    if (!present) {
+      throw InputError(fmt::format("{}: {}: the platform '{}' has no storage.{}; expected a platform with a `storage: {{{}: ...}}` section "
+                                   "(scenarios/platforms/README.md, \"Storage\")",
+                                   source, section, inputs.platform.name, to_string(tier), to_string(tier)));
+    }
+  };
+  if (inputs.data) need(inputs.data->from, "data.from");
+  if (inputs.checkpoint) {
+    need(inputs.checkpoint->to, "checkpoint.to");
+    const CheckpointSpec& c = *inputs.checkpoint;
+    if (c.mode == CheckpointMode::async && c.host_cache_bytes > 0 && c.host_cache_bytes < c.chunk_bytes) {
+      throw InputError(fmt::format("{}: checkpoint.host_cache ({} bytes) is smaller than checkpoint.chunk ({} bytes); expected a cache "
+                                   "that holds at least one chunk",
+                                   source, c.host_cache_bytes, c.chunk_bytes));
+    }
+  }
+}
+
+namespace {
+
+constexpr double kRelativeTolerance = 1e-9;  // iteration times compared as equal (floating-point sums of the same durations)
+constexpr int kMaxWarmupIterations = 20'000;
+constexpr int kMaxIntervals = 8;
+
+bool same_time(double a, double b) { return std::abs(a - b) <= kRelativeTolerance * std::max(std::abs(a), std::abs(b)) + 1e-12; }
+
+// One chunk in a GPU's host cache, waiting for the flusher.
+struct Chunk {
+  int checkpoint = 0;
+  std::int64_t bytes = 0;
+  bool last = false;
+};
+
+struct GpuState {
+  // loader
+  int consumed = 0;                 // batches taken by the training loop
+  std::map<int, double> ready;      // batch -> when it was decoded (erased once taken)
+  std::vector<double> read_seconds;    // per batch (index = batch)
+  std::vector<double> decode_seconds;
+  // checkpoint
+  std::int64_t checkpoint_bytes = 0;
+  int copies_requested = 0, copies_started = 0, copies_done = 0;
+  std::int64_t cache_used = 0;
+  std::deque<Chunk> to_flush;
+  std::map<int, double> checkpoint_start, persisted;  // checkpoint -> when it began / its last byte was written
+  std::map<int, double> stall;                        // checkpoint -> training time lost to it
+  std::vector<double> data_wait;                      // per iteration
+};
+
+class IoModel {
+ public:
+  explicit IoModel(const IoInputs& in) : in_(in) {
+    gpus_ = in_.shape.gpus_per_node;
+    workers_ = in_.data ? in_.data->workers_per_gpu : 1;
+    state_.resize(static_cast<std::size_t>(gpus_));
+    if (in_.checkpoint) {
+      for (int g = 0; g < gpus_; ++g) {
+        state_[static_cast<std::size_t>(g)].checkpoint_bytes = g == 0 ? in_.sizes.rank0.total() : in_.sizes.other.total();
+      }
+    }
+  }
+
+  IoResult run() {
+    int argc = 1;
+    char program[] = "comptrain";
+    char* argv[] = {program, nullptr};
+    detail::silence_simgrid();
+    sg4::Engine engine(&argc, argv);
+    detail::configure_flow_model();
+    build_platform();
+    mutex_ = sg4::Mutex::create();
+    changed_ = sg4::ConditionVariable::create();
+    barrier_ = sg4::Barrier::create(static_cast<unsigned>(gpus_));
+    for (int g = 0; g < gpus_; ++g) {
+      sg4::Actor::create(fmt::format("train{}", g), gpus_host_[static_cast<std::size_t>(g)], [this, g] { train(g); });
+      if (in_.data) {
+        for (int w = 0; w < workers_; ++w) {
+          sg4::Actor::create(fmt::format("loader{}.{}", g, w), cpu_, [this, g, w] { load(g, w); });
+        }
+      }
+      if (in_.checkpoint && in_.checkpoint->mode == CheckpointMode::async && state_[static_cast<std::size_t>(g)].checkpoint_bytes > 0) {
+        sg4::Actor::create(fmt::format("copier{}", g), gpus_host_[static_cast<std::size_t>(g)], [this, g] { copy(g); });
+        sg4::Actor::create(fmt::format("flusher{}", g), cpu_, [this, g] { flush(g); });
+      }
+    }
+    engine.run();
+    if (!finished_) throw std::runtime_error("the I/O simulation ended before its iterations did (a deadlock)");
+    return result_;
+  }
+
+ private:
+  // ---- the platform -------------------------------------------------------------------------
+  void build_platform() {
+    const models::Platform& p = in_.platform;
+    auto* zone = sg4::create_full_zone("io_node");
+    cpu_ = zone->create_host("host", 1.0);
+    cpu_->set_core_count(std::max(p.host.cores, 1));
+    if (p.storage && p.storage->local) {
+      disk_ = cpu_->create_disk("local_disk", p.storage->local->read_bandwidth, p.storage->local->write_bandwidth);
+      disk_->seal();
+    }
+    cpu_->seal();
+    sg4::Link* memory = nullptr;
+    if (gpus_ > 1) memory = zone->create_link("host_memory", p.host.memory_bandwidth)->seal();
+    for (int g = 0; g < gpus_; ++g) {
+      sg4::Host* gpu = zone->create_host(fmt::format("gpu{}", g), 1.0)->seal();
+      gpus_host_.push_back(gpu);
+      sg4::Link* pcie = zone->create_split_duplex_link(fmt::format("pcie{}", g), p.host_link.bandwidth)->set_latency(p.host_link.latency)->seal();
+      // The split-duplex link first, then the shared one (cluster_network.cpp, add_host_routes).
+      std::vector<sg4::LinkInRoute> up{sg4::LinkInRoute(pcie, sg4::LinkInRoute::Direction::UP)};
+      if (memory != nullptr) up.emplace_back(memory);
+      zone->add_route(gpu->get_netpoint(), cpu_->get_netpoint(), nullptr, nullptr, up, false);
+    }
+    if (p.storage && p.storage->shared) {
+      const models::SharedFileSystemSpec& fs = *p.storage->shared;
+      const double nodes = in_.shape.nodes;
+      pfs_ = zone->create_host("file_system", 1.0)->seal();
+      sg4::Link* client = zone->create_split_duplex_link("fs_client", fs.per_node_bandwidth)->seal();
+      sg4::Link* reads = zone->create_link("fs_read_share", fs.read_bandwidth / nodes)->set_latency(fs.latency)->seal();
+      sg4::Link* writes = zone->create_link("fs_write_share", fs.write_bandwidth / nodes)->set_latency(fs.latency)->seal();
+      zone->add_route(cpu_->get_netpoint(), pfs_->get_netpoint(), nullptr, nullptr,
+                      {sg4::LinkInRoute(client, sg4::LinkInRoute::Direction::UP), sg4::LinkInRoute(writes)}, false);
+      zone->add_route(pfs_->get_netpoint(), cpu_->get_netpoint(), nullptr, nullptr,
+                      {sg4::LinkInRoute(client, sg4::LinkInRoute::Direction::DOWN), sg4::LinkInRoute(reads)}, false);
+    }
+    zone->seal();
+  }
+
+  void read_from_storage(std::int64_t bytes, StorageTier tier) {
+    if (bytes <= 0) return;
+    if (tier == StorageTier::local) {
+      disk_->read(static_cast<sg_size_t>(bytes));
+    } else {
+      sg4::Comm::sendto(pfs_, cpu_, static_cast<std::uint64_t>(bytes));
+    }
+  }
+  void write_to_storage(std::int64_t bytes, StorageTier tier) {
+    if (bytes <= 0) return;
+    if (tier == StorageTier::local) {
+      disk_->write(static_cast<sg_size_t>(bytes));
+    } else {
+      sg4::Comm::sendto(cpu_, pfs_, static_cast<std::uint64_t>(bytes));
+    }
+  }
+  void copy_to_host(int g, std::int64_t bytes) {
+    if (bytes > 0) sg4::Comm::sendto(gpus_host_[static_cast<std::size_t>(g)], cpu_, static_cast<std::uint64_t>(bytes));
+  }
+
+  // ---- the loader ---------------------------------------------------------------------------
+  // Worker w of GPU g loads batches w, w + workers, ... in order; batch i may start once batch
+  // i - prefetch_factor x workers has been taken (DataLoader keeps that many outstanding).
+  void load(int g, int w) {
+    GpuState& s = state_[static_cast<std::size_t>(g)];
+    const DataSpec& d = *in_.data;
+    const int outstanding = d.prefetch_factor * workers_;
+    const std::int64_t bytes = d.bytes_per_sample * in_.profile.samples;
+    const double decode = d.decode_seconds_per_sample * static_cast<double>(in_.profile.samples);
+    for (int batch = w;; batch += workers_) {
+      {
+        std::unique_lock<sg4::Mutex> lock(*mutex_);
+        while (s.consumed < batch - outstanding + 1 && !finished_) changed_->wait(lock);
+        if (finished_) return;
+      }
+      const double start = sg4::Engine::get_clock();
+      read_from_storage(bytes, d.from);
+      const double read_end = sg4::Engine::get_clock();
+      if (decode > 0) sg4::this_actor::execute(decode);
+      const double end = sg4::Engine::get_clock();
+      std::unique_lock<sg4::Mutex> lock(*mutex_);
+      if (finished_) return;
+      if (s.read_seconds.size() <= static_cast<std::size_t>(batch)) {
+        s.read_seconds.resize(static_cast<std::size_t>(batch) + 1);
+        s.decode_seconds.resize(static_cast<std::size_t>(batch) + 1);
+      }
+      s.read_seconds[static_cast<std::size_t>(batch)] = read_end - start;
+      s.decode_seconds[static_cast<std::size_t>(batch)] = end - read_end;
+      s.ready[batch] = end;
+      changed_->notify_all();
+    }
+  }
+
+  // ---- asynchronous checkpoints -------------------------------------------------------------
+  std::int64_t cache_capacity(const GpuState& s) const {
+    return in_.checkpoint->host_cache_bytes > 0 ? in_.checkpoint->host_cache_bytes : s.checkpoint_bytes;
+  }
+
+  void note_host_bytes() {
+    std::int64_t total = 0;
+    for (const GpuState& s : state_) total += s.cache_used;
+    host_bytes_peak_ = std::max(host_bytes_peak_, total);
+  }
+
+  void copy(int g) {
+    GpuState& s = state_[static_cast<std::size_t>(g)];
+    const std::int64_t chunk = in_.checkpoint->chunk_bytes;
+    for (;;) {
+      int checkpoint = 0;
+      {
+        std::unique_lock<sg4::Mutex> lock(*mutex_);
+        while (s.copies_started == s.copies_requested && !finished_) changed_->wait(lock);
+        if (finished_) return;
+        checkpoint = s.copies_started++;
+      }
+      for (std::int64_t done = 0; done < s.checkpoint_bytes;) {
+        const std::int64_t bytes = std::min(chunk, s.checkpoint_bytes - done);
+        {
+          std::unique_lock<sg4::Mutex> lock(*mutex_);
+          // A FIFO ring: the copy waits for the flusher to free room.
+          while (s.cache_used > 0 && s.cache_used + bytes > cache_capacity(s) && !finished_) changed_->wait(lock);
+          if (finished_) return;
+          s.cache_used += bytes;
+          note_host_bytes();
+        }
+        copy_to_host(g, bytes);
+        done += bytes;
+        std::unique_lock<sg4::Mutex> lock(*mutex_);
+        if (finished_) return;
+        s.to_flush.push_back(Chunk{checkpoint, bytes, done == s.checkpoint_bytes});
+        changed_->notify_all();
+      }
+      std::unique_lock<sg4::Mutex> lock(*mutex_);
+      if (finished_) return;
+      ++s.copies_done;
+      changed_->notify_all();
+    }
+  }
+
+  void flush(int g) {
+    GpuState& s = state_[static_cast<std::size_t>(g)];
+    for (;;) {
+      Chunk chunk;
+      {
+        std::unique_lock<sg4::Mutex> lock(*mutex_);
+        while (s.to_flush.empty() && !finished_) changed_->wait(lock);
+        if (finished_) return;
+        chunk = s.to_flush.front();
+        s.to_flush.pop_front();
+      }
+      write_to_storage(chunk.bytes, in_.checkpoint->to);
+      std::unique_lock<sg4::Mutex> lock(*mutex_);
+      if (finished_) return;
+      s.cache_used -= chunk.bytes;
+      if (chunk.last) s.persisted[chunk.checkpoint] = sg4::Engine::get_clock();
+      changed_->notify_all();
+    }
+  }
+
+  // ---- the training loop --------------------------------------------------------------------
+  void save_synchronously(int g, int checkpoint) {
+    GpuState& s = state_[static_cast<std::size_t>(g)];
+    const std::int64_t chunk = in_.checkpoint->chunk_bytes;
+    const double start = sg4::Engine::get_clock();
+    for (std::int64_t done = 0; done < s.checkpoint_bytes;) {
+      const std::int64_t bytes = std::min(chunk, s.checkpoint_bytes - done);
+      {
+        std::unique_lock<sg4::Mutex> lock(*mutex_);
+        s.cache_used += bytes;  // the chunk staged in host memory until written
+        note_host_bytes();
+      }
+      copy_to_host(g, bytes);
+      write_to_storage(bytes, in_.checkpoint->to);
+      std::unique_lock<sg4::Mutex> lock(*mutex_);
+      s.cache_used -= bytes;
+      done += bytes;
+    }
+    const double end = sg4::Engine::get_clock();
+    std::unique_lock<sg4::Mutex> lock(*mutex_);
+    s.persisted[checkpoint] = end;
+    s.stall[checkpoint] = end - start;
+  }
+
+  void train(int g) {
+    GpuState& s = state_[static_cast<std::size_t>(g)];
+    const double forward_backward = in_.profile.optimizer_start;
+    const double step = in_.profile.seconds - in_.profile.optimizer_start;
+    int pending_async = -1;  // the async checkpoint whose copy must end before this iteration's step
+    for (int i = 0;; ++i) {
+      const double begin = sg4::Engine::get_clock();
+      if (in_.data) {
+        std::unique_lock<sg4::Mutex> lock(*mutex_);
+        while (s.ready.find(i) == s.ready.end()) changed_->wait(lock);
+        s.ready.erase(i);
+        s.consumed = i + 1;
+        changed_->notify_all();
+      }
+      s.data_wait.push_back(sg4::Engine::get_clock() - begin);
+      if (forward_backward > 0) sg4::this_actor::sleep_for(forward_backward);
+      if (pending_async >= 0) {
+        const double wait_start = sg4::Engine::get_clock();
+        std::unique_lock<sg4::Mutex> lock(*mutex_);
+        while (s.copies_done <= pending_async) changed_->wait(lock);
+        s.stall[pending_async] = sg4::Engine::get_clock() - wait_start;
+        pending_async = -1;
+      }
+      if (step > 0) sg4::this_actor::sleep_for(step);
+      if (const int checkpoint = checkpoint_at(i); checkpoint >= 0 && s.checkpoint_bytes > 0) {
+        if (in_.checkpoint->mode == CheckpointMode::sync) {
+          save_synchronously(g, checkpoint);
+        } else {
+          std::unique_lock<sg4::Mutex> lock(*mutex_);
+          s.checkpoint_start[checkpoint] = sg4::Engine::get_clock();
+          ++s.copies_requested;
+          pending_async = checkpoint;
+          changed_->notify_all();
+        }
+      }
+      barrier_->wait();
+      if (g == 0) decide(i);
+      barrier_->wait();
+      if (finished_) {
+        // Wake the loader, copier and flusher actors so that they end too (SimGrid ends a run
+        // when every actor has; killing daemons blocked on a condition variable aborted).
+        std::unique_lock<sg4::Mutex> lock(*mutex_);
+        changed_->notify_all();
+        return;
+      }
+    }
+  }
+
+  // ---- what to simulate next ----------------------------------------------------------------
+  // -1, or the index of the checkpoint taken after iteration i.
+  int checkpoint_at(int i) const {
+    if (first_checkpoint_ < 0 || i < first_checkpoint_) return -1;
+    const int every = in_.checkpoint->every;
+    return (i - first_checkpoint_) % every == 0 ? (i - first_checkpoint_) / every : -1;
+  }
+
+  bool steady_at(int i, double period_seconds) const {
+    const int p = workers_;
+    return i >= p && same_time(end_[static_cast<std::size_t>(i)] - end_[static_cast<std::size_t>(i - p)], period_seconds * p);
+  }
+
+  // Whether every checkpoint up to `checkpoint` has reached the file by `time`.
+  bool persisted_by(int checkpoint, double time) const {
+    for (const GpuState& s : state_) {
+      if (s.checkpoint_bytes == 0) continue;
+      const auto it = s.persisted.find(checkpoint);
+      if (it == s.persisted.end() || it->second > time) return false;
+    }
+    return true;
+  }
+
+  void decide(int i) {
+    end_.push_back(sg4::Engine::get_clock());
+    const auto e = [&](int k) { return k < 0 ? 0.0 : end_[static_cast<std::size_t>(k)]; };
+    const int p = workers_;
+    if (first_checkpoint_ < 0) {
+      // Warm-up: the loader's prefetch fills, then iteration times repeat with period p.
+      const int minimum = in_.data ? 2 * in_.data->prefetch_factor * p + 2 * p + 2 : 2;
+      if (i + 1 < minimum || i < 2 * p) return;
+      const double period = e(i) - e(i - p);
+      if (!same_time(period, e(i - p) - e(i - 2 * p))) {
+        if (i + 1 >= kMaxWarmupIterations) throw std::runtime_error("the loader reached no steady state in 20,000 iterations");
+        return;
+      }
+      steady_ = period / p;
+      steady_end_ = i;
+      if (!in_.checkpoint) return finish(i);
+      first_checkpoint_ = i + 1;
+      return;
+    }
+    const int every = in_.checkpoint->every;
+    const int since = i - first_checkpoint_;  // iterations since the first checkpoint's iteration
+    const int interval = since / every;
+    const int reference = first_checkpoint_ - 1;  // the last steady iteration before any checkpoint
+    if (interval == 0 && since >= p - 1 && persisted_by(0, e(i)) && steady_at(i, steady_)) {
+      // Back to steady within the first interval: the rest of the interval is steady.
+      extra_ = (e(i) - e(reference)) - (since + 1) * steady_;
+      affected_ = since + 1;
+      last_checkpoint_ = 0;
+      return finish(i);
+    }
+    if (since % every == every - 1) {
+      interval_seconds_.push_back(e(i) - e(i - every));
+      const std::size_t n = interval_seconds_.size();
+      if (n >= 2 && (same_time(interval_seconds_[n - 1], interval_seconds_[n - 2]) || static_cast<int>(n) >= kMaxIntervals)) {
+        extra_ = interval_seconds_.back() - every * steady_;
+        affected_ = every;
+        outlasts_ = true;
+        // The stall of the interval's own checkpoint may fall in the next iteration (async, every
+        // 1): report the one before it, which has run completely.
+        last_checkpoint_ = std::max(0, interval - 1);
+        return finish(i);
+      }
+    }
+  }
+
+  void finish(int i) {
+    finished_ = true;
+    IoResult& r = result_;
+    r.data_loader = in_.data.has_value();
+    r.gpu_iteration_seconds = in_.profile.seconds;
+    r.steady_iteration_seconds = steady_;
+    r.simulated_iterations = i + 1;
+    // The steady window: the p iterations ending at steady_end_ (GPU 0's waits and batches).
+    const GpuState& s0 = state_.front();
+    const int p = workers_;
+    double wait = 0, read = 0, decode = 0;
+    for (int k = steady_end_ - p + 1; k <= steady_end_; ++k) {
+      wait += s0.data_wait[static_cast<std::size_t>(k)];
+      if (in_.data && static_cast<std::size_t>(k) < s0.read_seconds.size()) {
+        read += s0.read_seconds[static_cast<std::size_t>(k)];
+        decode += s0.decode_seconds[static_cast<std::size_t>(k)];
+      }
+    }
+    r.data_wait_seconds = wait / p;
+    r.batch_read_seconds = read / p;
+    r.batch_decode_seconds = decode / p;
+    const double t = in_.profile.seconds;
+    if (r.data_wait_seconds > kRelativeTolerance * steady_) {
+      r.bound = r.batch_read_seconds > r.batch_decode_seconds ? IterationBound::storage : IterationBound::loader;
+    } else {
+      const double network = t > 0 ? in_.profile.exposed_communication_seconds / t : 0;
+      const double host = t > 0 ? in_.profile.host_wait_seconds / t : 0;
+      constexpr double kShare = 0.10;  // the planner's bottleneck_share (plan.hpp)
+      if (std::max(network, host) < kShare) {
+        r.bound = IterationBound::gpu;
+      } else {
+        r.bound = network >= host ? IterationBound::network : IterationBound::host;
+      }
+    }
+    r.mean_iteration_seconds = steady_;
+    if (in_.checkpoint) {
+      CheckpointResult c;
+      c.mode = in_.checkpoint->mode;
+      c.every = in_.checkpoint->every;
+      c.to = in_.checkpoint->to;
+      c.sizes = in_.sizes;
+      for (const GpuState& s : state_) {
+        if (s.checkpoint_bytes == 0) continue;
+        const auto stall = s.stall.find(last_checkpoint_);
+        if (stall != s.stall.end()) c.stall_seconds = std::max(c.stall_seconds, stall->second);
+        const auto persisted = s.persisted.find(last_checkpoint_);
+        if (persisted != s.persisted.end()) {
+          const double start = c.mode == CheckpointMode::sync ? persisted->second - s.stall.at(last_checkpoint_)
+                                                              : s.checkpoint_start.at(last_checkpoint_);
+          c.persist_seconds = std::max(c.persist_seconds, persisted->second - start);
+        }
+      }
+      // A difference of sums of the same durations: a hidden checkpoint gives +-1e-16, not 0.
+      c.extra_seconds_per_interval = std::abs(extra_) <= kRelativeTolerance * steady_ * (affected_ + 1) ? 0.0 : extra_;
+      c.seconds_per_iteration = c.extra_seconds_per_interval / c.every;
+      c.overhead = steady_ > 0 ? c.seconds_per_iteration / steady_ : 0;
+      c.host_bytes_per_node = host_bytes_peak_;
+      c.affected_iterations = affected_;
+      c.outlasts_interval = outlasts_;
+      if (in_.target_overhead) {
+        c.target_overhead = in_.target_overhead;
+        if (!outlasts_) {
+          // E is the same for every interval of at least `affected_` iterations.
+          const double target = *in_.target_overhead;
+          int n = affected_;
+          if (c.extra_seconds_per_interval > 0) {
+            const double needed = c.extra_seconds_per_interval / (target * steady_);
+            n = std::max(n, static_cast<int>(std::min(std::ceil(needed * (1 - 1e-12)), 1e9)));
+          }
+          c.interval_for_target = std::max(n, 1);
+        }
+      }
+      r.mean_iteration_seconds = steady_ + c.seconds_per_iteration;
+      r.checkpoint = c;
+    }
+  }
+
+  const IoInputs& in_;
+  int gpus_ = 1;
+  int workers_ = 1;
+  sg4::Host* cpu_ = nullptr;
+  sg4::Host* pfs_ = nullptr;
+  sg4::Disk* disk_ = nullptr;
+  std::vector<sg4::Host*> gpus_host_;
+  sg4::MutexPtr mutex_;
+  sg4::ConditionVariablePtr changed_;
+  sg4::BarrierPtr barrier_;
+  std::vector<GpuState> state_;
+  std::int64_t host_bytes_peak_ = 0;
+
+  std::vector<double> end_;  // per iteration, when the node's GPUs met after it
+  double steady_ = 0;
+  int steady_end_ = 0;
+  int first_checkpoint_ = -1;
+  std::vector<double> interval_seconds_;
+  double extra_ = 0;
+  int affected_ = 0;
+  bool outlasts_ = false;
+  int last_checkpoint_ = 0;
+  bool finished_ = false;
+  IoResult result_;
+};
+
+}  // namespace
+
+IoResult simulate_io_in_this_process(const IoInputs& inputs) {
+  if (inputs.shape.gpus_per_node < 1 || !(inputs.profile.seconds > 0)) {
+    throw std::invalid_argument("simulate_io: a shape with GPUs and an iteration of positive time");
+  }
+  if (inputs.data && (inputs.data->workers_per_gpu < 1 || inputs.data->prefetch_factor < 1)) {
+    throw std::invalid_argument("simulate_io: at least one worker per GPU and a prefetch factor of at least 1");
+  }
+  if (inputs.checkpoint && (inputs.checkpoint->every < 1 || inputs.checkpoint->chunk_bytes < 1)) {
+    throw std::invalid_argument("simulate_io: a checkpoint interval and chunk of at least 1");
+  }
+  IoModel model(inputs);
+  return model.run();
+}
+
+IoResult simulate_io(const IoInputs& inputs) {
+  ChildProcess child([&inputs] { return io_result_to_json(simulate_io_in_this_process(inputs)); });
+  return io_result_from_json(std::move(child.wait()).result_or_throw());
+}
+
+std::string io_result_to_json(const IoResult& r) {
+  nlohmann::json j;
+  j["data_loader"] = r.data_loader;
+  j["gpu_iteration_seconds"] = r.gpu_iteration_seconds;
+  j["steady_iteration_seconds"] = r.steady_iteration_seconds;
+  j["data_wait_seconds"] = r.data_wait_seconds;
+  j["batch_read_seconds"] = r.batch_read_seconds;
+  j["batch_decode_seconds"] = r.batch_decode_seconds;
+  j["bound"] = static_cast<int>(r.bound);
+  j["mean_iteration_seconds"] = r.mean_iteration_seconds;
+  j["simulated_iterations"] = r.simulated_iterations;
+  if (r.checkpoint) {
+    const CheckpointResult& c = *r.checkpoint;
+    nlohmann::json k;
+    k["mode"] = static_cast<int>(c.mode);
+    k["every"] = c.every;
+    k["to"] = static_cast<int>(c.to);
+    k["sizes"] = {c.sizes.parameter_count, c.sizes.rank0.parameters, c.sizes.rank0.optimizer_states, c.sizes.other.parameters,
+                  c.sizes.other.optimizer_states};
+    k["stall_seconds"] = c.stall_seconds;
+    k["persist_seconds"] = c.persist_seconds;
+    k["extra_seconds_per_interval"] = c.extra_seconds_per_interval;
+    k["seconds_per_iteration"] = c.seconds_per_iteration;
+    k["overhead"] = c.overhead;
+    k["host_bytes_per_node"] = c.host_bytes_per_node;
+    k["affected_iterations"] = c.affected_iterations;
+    k["outlasts_interval"] = c.outlasts_interval;
+    if (c.target_overhead) k["target_overhead"] = *c.target_overhead;
+    if (c.interval_for_target) k["interval_for_target"] = *c.interval_for_target;
+    j["checkpoint"] = k;
+  }
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::strict);
+}
+
+IoResult io_result_from_json(const std::string& text) {
+  const nlohmann::json j = nlohmann::json::parse(text);
+  IoResult r;
+  r.data_loader = j.at("data_loader").get<bool>();
+  r.gpu_iteration_seconds = j.at("gpu_iteration_seconds").get<double>();
+  r.steady_iteration_seconds = j.at("steady_iteration_seconds").get<double>();
+  r.data_wait_seconds = j.at("data_wait_seconds").get<double>();
+  r.batch_read_seconds = j.at("batch_read_seconds").get<double>();
+  r.batch_decode_seconds = j.at("batch_decode_seconds").get<double>();
+  r.bound = static_cast<IterationBound>(j.at("bound").get<int>());
+  r.mean_iteration_seconds = j.at("mean_iteration_seconds").get<double>();
+  r.simulated_iterations = j.at("simulated_iterations").get<int>();
+  if (j.contains("checkpoint")) {
+    const nlohmann::json& k = j.at("checkpoint");
+    CheckpointResult c;
+    c.mode = static_cast<CheckpointMode>(k.at("mode").get<int>());
+    c.every = k.at("every").get<int>();
+    c.to = static_cast<StorageTier>(k.at("to").get<int>());
+    const auto sizes = k.at("sizes").get<std::vector<std::int64_t>>();
+    c.sizes.parameter_count = sizes.at(0);
+    c.sizes.rank0 = {sizes.at(1), sizes.at(2)};
+    c.sizes.other = {sizes.at(3), sizes.at(4)};
+    c.stall_seconds = k.at("stall_seconds").get<double>();
+    c.persist_seconds = k.at("persist_seconds").get<double>();
+    c.extra_seconds_per_interval = k.at("extra_seconds_per_interval").get<double>();
+    c.seconds_per_iteration = k.at("seconds_per_iteration").get<double>();
+    c.overhead = k.at("overhead").get<double>();
+    c.host_bytes_per_node = k.at("host_bytes_per_node").get<std::int64_t>();
+    c.affected_iterations = k.at("affected_iterations").get<int>();
+    c.outlasts_interval = k.at("outlasts_interval").get<bool>();
+    if (k.contains("target_overhead")) c.target_overhead = k.at("target_overhead").get<double>();
+    if (k.contains("interval_for_target")) c.interval_for_target = k.at("interval_for_target").get<int>();
+    r.checkpoint = c;
+  }
+  return r;
+}
+
+}  // namespace comptrain::sim

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "comptrain/models/gradient_error.hpp"
+#include "comptrain/models/module_pattern.hpp"
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "recompute_evaluator.hpp"
@@ -104,6 +105,11 @@ bool selects(const Analysis& a, const TensorSelector& selector, TensorIndex s) {
   const StorageInfo& info = a.info[s];
   if (trace.tensor(s).bytes() < selector.min_bytes) return false;
   if (!selector.names.empty() && !names_storage(selector, trace.tensor(s).name)) return false;
+  if (!selector.modules.empty() &&
+      std::none_of(selector.modules.begin(), selector.modules.end(),
+                   [&](const std::string& pattern) { return module_pattern_matches(pattern, trace.tensor(s).name); })) {
+    return false;
+  }
   if (selector.inputs_of.empty() && selector.outputs_of.empty()) return true;
   for (OpIndex r : info.readers) {
     if (is_forward(trace, r) && contains(selector.inputs_of, trace.op(r).kind)) return true;
@@ -118,6 +124,13 @@ void check_rule(const StrategySpec& spec, std::size_t index) {
   const StrategyRule& rule = spec.rules[index];
   const std::string where = "strategy '" + spec.name + "' rule " + std::to_string(index) + ": ";
   if (rule.select.min_bytes < 0) throw InputError(where + "min_bytes must be >= 0");
+  for (const std::string& pattern : rule.select.modules) {
+    try {
+      validate_module_pattern(pattern);
+    } catch (const InputError& e) {
+      throw InputError(where + "modules: " + e.what());
+    }
+  }
   if (const OffloadAction* o = rule.offload(); o && o->lookahead < 1) throw InputError(where + "offload lookahead must be >= 1");
   if (const RecomputeAction* r = rule.recompute()) {
     if (r->mode == RecomputeAction::Mode::every_k && r->k < 1) throw InputError(where + "recompute k must be >= 1");

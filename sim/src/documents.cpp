@@ -78,6 +78,7 @@ ordered_json strategy_json(const models::StrategySpec& strategy) {
     if (!r.select.outputs_of.empty()) select["outputs_of"] = kinds_json(r.select.outputs_of);
     if (r.select.min_bytes > 0) select["min_bytes"] = r.select.min_bytes;
     if (!r.select.names.empty()) select["names"] = r.select.names;
+    if (!r.select.modules.empty()) select["modules"] = r.select.modules;
     rule["select"] = std::move(select);
     std::visit(ActionJson{rule}, r.action);
     rules.push_back(std::move(rule));

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "comptrain/models/gradient_error.hpp"
+#include "comptrain/models/module_pattern.hpp"
 #include "comptrain/models/platform_yaml.hpp"
 #include "comptrain/models/profile_yaml.hpp"
 #include "comptrain/models/shipped_or_file.hpp"
@@ -49,8 +50,8 @@ class ScenarioReader {
     Scenario scenario;
     scenario.source = source_;
     const YAML::Node model = required(root, "model", "the scenario");
-    if (!model.IsMap()) throw InputError(where(model.Mark()) + "'model' must be a mapping with the key zoo or trace");
-    check_keys(model, "model", {"zoo", "trace", "layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions"});
+    if (!model.IsMap()) throw InputError(where(model.Mark()) + "'model' must be a mapping with the key zoo, hf_config or trace");
+    check_keys(model, "model", {"zoo", "hf_config", "trace", "layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions"});
     const YAML::Node training = root["training"];
     if (training && !training.IsMap()) {
       throw InputError(where(training.Mark()) + "'training' must be a mapping with the keys batch_size, precision, optimizer, optimizer_impl, tf32, memory_format, gradient_accumulation_steps");
@@ -99,24 +100,40 @@ class ScenarioReader {
     }
 
     const bool has_zoo = static_cast<bool>(model["zoo"]);
+    const bool has_hf = static_cast<bool>(model["hf_config"]);
     const bool has_trace = static_cast<bool>(model["trace"]);
-    if (has_zoo == has_trace) {
-      throw InputError(where(model.Mark()) + "'model' needs exactly one of 'zoo' (a model name: comptrain trace list) or 'trace' (a trace file)");
+    if ((has_zoo ? 1 : 0) + (has_hf ? 1 : 0) + (has_trace ? 1 : 0) != 1) {
+      throw InputError(where(model.Mark()) + "'model' needs exactly one of 'zoo' (a model name: comptrain trace list), 'hf_config' "
+                                             "(a Hugging Face config.json) or 'trace' (a trace file)");
     }
-    if (has_zoo) {
+    if (has_zoo || has_hf) {
       zoo::ModelSpec request;
-      request.model = scalar(model["zoo"], "model.zoo");
+      if (has_hf) {
+        // The zoo reads the config (zoo::spec_from_hf_config); the sequence length is the
+        // scenario's: a config gives only the longest one its positions allow.
+        std::filesystem::path path = scalar(model["hf_config"], "model.hf_config");
+        if (!path.is_absolute()) path = base_dir_ / path;
+        request = zoo::spec_from_hf_config(read_file(path), path.string());
+        if (!model["seq_len"]) {
+          throw InputError(where(model.Mark()) + "'model.seq_len' is required with 'hf_config' (the training sequence length in tokens; "
+                                                 "max_position_embeddings is only the longest the model allows)");
+        }
+        hf_config_ = path;
+      } else {
+        request.model = scalar(model["zoo"], "model.zoo");
+      }
       const auto models = zoo::list_models();
       if (std::none_of(models.begin(), models.end(), [&](const auto& m) { return m.name == request.model; })) {
         std::string names;
         for (const auto& m : models) names += (names.empty() ? "" : ", ") + m.name;
         throw InputError(where(model["zoo"].Mark()) + "unknown zoo model '" + request.model + "'; expected one of: " + names);
       }
-      request.layers = optional_positive(model, "layers", "model");
-      request.hidden = optional_positive(model, "hidden", "model");
-      request.heads = optional_positive(model, "heads", "model");
-      request.seq_len = optional_positive(model, "seq_len", "model");
-      request.vocab = optional_positive(model, "vocab", "model");
+      // Given, they override the zoo's defaults and the config's values.
+      for (const auto& [key, field] : {std::pair{"layers", &request.layers}, std::pair{"hidden", &request.hidden},
+                                       std::pair{"heads", &request.heads}, std::pair{"seq_len", &request.seq_len},
+                                       std::pair{"vocab", &request.vocab}}) {
+        if (const auto value = optional_positive(model, key, "model")) *field = value;
+      }
       if (const YAML::Node a = model["attention"]) {
         request.attention = named(a, "model.attention", zoo::parse_attention, zoo::attention_names());
       }
@@ -168,7 +185,7 @@ class ScenarioReader {
     if (const YAML::Node name = root["name"]) {
       scenario.name = scalar(name, "name");
     } else {
-      scenario.name = has_zoo ? scenario.zoo_model->model : scenario.trace_file->stem().string();
+      scenario.name = has_zoo ? scenario.zoo_model->model : has_hf ? hf_config_.stem().string() : scenario.trace_file->stem().string();
     }
     return scenario;
   }
@@ -808,7 +825,7 @@ class ScenarioReader {
 
   models::TensorSelector read_selector(const YAML::Node& node, const std::string& field) const {
     require_map(node, field);
-    check_keys(node, field, {"inputs_of", "outputs_of", "min_bytes", "names"});
+    check_keys(node, field, {"inputs_of", "outputs_of", "min_bytes", "names", "modules"});
     models::TensorSelector selector;
     auto kinds = [&](const YAML::Node& list, const std::string& name) {
       std::vector<traces::OpKind> out;
@@ -829,6 +846,17 @@ class ScenarioReader {
     if (node["outputs_of"]) selector.outputs_of = kinds(node["outputs_of"], field + ".outputs_of");
     if (node["min_bytes"]) selector.min_bytes = byte_count(node["min_bytes"], field + ".min_bytes");
     if (const YAML::Node names = node["names"]) selector.names = string_list(names, field + ".names");
+    if (const YAML::Node modules = node["modules"]) {
+      // Module path patterns with numeric ranges (models/module_pattern.hpp), checked here once.
+      selector.modules = string_list(modules, field + ".modules");
+      for (std::size_t i = 0; i < selector.modules.size(); ++i) {
+        try {
+          models::validate_module_pattern(selector.modules[i]);
+        } catch (const InputError& e) {
+          throw InputError(where(modules[i].Mark()) + "'" + field + ".modules': " + e.what());
+        }
+      }
+    }
     return selector;
   }
 
@@ -928,6 +956,7 @@ class ScenarioReader {
   std::string source_;
   std::filesystem::path base_dir_;
   std::string platform_name_;  // the scenario's platform, once read (compress rules: profile auto)
+  std::filesystem::path hf_config_;  // model.hf_config, once read (the scenario's default name)
 };
 
 }  // namespace

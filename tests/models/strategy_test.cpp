@@ -703,7 +703,7 @@ TEST(Recompute, CheckpointsKeepTheNamedInputs) {
     EXPECT_EQ(replayed, (std::vector<std::string>{"f4 (recompute)", "f5 (recompute)", "f1 (recompute)", "f2 (recompute)"}));
   }
   // A selector narrows what is dropped: outside it everything is kept.
-  StrategyRule narrow = recompute_rule(RecomputeAction::Mode::checkpoints, 2, 0, TensorSelector{{}, {}, 0, {"x4", "x5", "x6"}});
+  StrategyRule narrow = recompute_rule(RecomputeAction::Mode::checkpoints, 2, 0, TensorSelector{{}, {}, 0, {"x4", "x5", "x6"}, {}});
   std::get<RecomputeAction>(narrow.action).keep = {"x6"};
   const Schedule n = build(trace, spec("narrow", {narrow}));
   EXPECT_EQ(count_of(n, TaskKind::recompute), 2u);  // f4, f5 from the kept x3
@@ -1146,7 +1146,7 @@ TEST(IncrementalEvaluator, AgreesWithOtherRulesInPlace) {
                                                          recompute_rule(RecomputeAction::Mode::budget, 2, 1)});
   expect_evaluator_agrees_widely("gpt 4 layers, every-3 first", small_gpt(4), every_3, 1, 7);
   expect_evaluator_agrees_widely("resnet18, every-3 first", zoo_model("resnet18", 2), every_3, 1, 8);
-  StrategyRule blocks = recompute_rule(RecomputeAction::Mode::checkpoints, 2, 0, TensorSelector{{}, {}, 0, {"transformer.h.1.*"}});
+  StrategyRule blocks = recompute_rule(RecomputeAction::Mode::checkpoints, 2, 0, TensorSelector{{}, {}, 0, {"transformer.h.1.*"}, {}});
   std::get<RecomputeAction>(blocks.action).keep = {"transformer.h.1.ln_1*", "transformer.h.0.add*"};
   const StrategySpec pinned = spec("checkpoints + budget", {blocks, recompute_rule(RecomputeAction::Mode::budget, 2, 1)});
   expect_evaluator_agrees_widely("gpt 3 layers mixed, checkpoints first", small_gpt(3, zoo::Precision::mixed), pinned, 1, 9);

@@ -37,6 +37,11 @@ struct TensorSelector {
   std::vector<traces::OpKind> outputs_of;
   std::int64_t min_bytes = 0;
   std::vector<std::string> names;
+  // `modules`, when given, further restricts the selection to the storages whose (base
+  // tensor's) name lies in a module one of these patterns names: dot-separated paths with `*`
+  // (one component), `**` (any number) and numeric ranges `[a-b]`, matched at any component
+  // ("layers.*.mlp", "layers.[0-15]"; models/module_pattern.hpp). validate_strategy checks them.
+  std::vector<std::string> modules;
 };
 
 struct OffloadAction {

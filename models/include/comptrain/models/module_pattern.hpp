@@ -1,0 +1,32 @@
+#pragma once
+// Module path patterns: which saved tensors of a trace a strategy rule selects by the module
+// they belong to (TensorSelector::modules; models/strategies/README.md, "Module patterns").
+//
+// A pattern is a dot-separated path of components, matched component by component against a
+// tensor's name (which in the zoo and in captured traces is its module path plus a suffix:
+// `model.layers.3.mlp.down_proj.out`). A component is
+//   - `[a-b]`: a numeric range, matching a component of decimal digits whose value lies in
+//     a..b inclusive (`[0-15]` matches `0` to `15`, not the character class fnmatch would read);
+//   - `**`: any number of components, none included;
+//   - anything else: a shell pattern within one component (fnmatch(3): `*` any characters but
+//     a dot, `?` one character), a plain name matching itself.
+// The pattern names a module anywhere along the path, and the module's whole subtree: it
+// matches a name when its components match consecutive components of the name, starting at
+// any component, whatever follows. So `mlp` matches every tensor of every `...mlp...` module,
+// `layers.*.mlp` those of each layer's MLP, `layers.[0-15]` everything of layers 0 to 15 and
+// `model.layers.3` layer 3 of a Hugging Face LLaMA only.
+
+#include <string>
+#include <string_view>
+
+namespace comptrain::models {
+
+// Throws InputError (message: `pattern '<text>': <what is wrong>; <what is expected>`) when the
+// pattern is empty, has an empty component, a bracket that is not a whole-component range
+// `[a-b]` of decimal numbers with a <= b, or a `**` inside a component.
+void validate_module_pattern(std::string_view pattern);
+
+// Whether `name` lies in a module `pattern` (validated) names.
+bool module_pattern_matches(std::string_view pattern, std::string_view name);
+
+}  // namespace comptrain::models

@@ -1,0 +1,85 @@
+// Scenarios with `model: {hf_config: ...}` and strategy rules selecting by `modules` (issue 19).
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "comptrain/sim/scenario.hpp"
+#include "comptrain/support/input_error.hpp"
+
+namespace comptrain::sim {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// The shipped configs live in scenarios/hf-configs; scenarios name them relative to themselves.
+const std::filesystem::path kScenarios = std::filesystem::path(COMPTRAIN_TEST_DATA_DIR) / ".." / ".." / "scenarios";
+
+std::string error_of(std::string_view yaml) {
+  try {
+    parse_scenario(yaml, "s.yaml", kScenarios);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an InputError for:\n" << yaml;
+  return "";
+}
+
+TEST(HfScenario, ReadsTheConfigRelativeToTheScenario) {
+  const Scenario s = parse_scenario(
+      "model: {hf_config: hf-configs/llama-3-8b.json, seq_len: 128, layers: 2, attention: sdpa-flash}\n"
+      "training: {batch_size: 2, precision: amp-bf16, optimizer: adamw}\n",
+      "s.yaml", kScenarios);
+  EXPECT_EQ(s.name, "llama-3-8b");
+  ASSERT_TRUE(s.zoo_model);
+  EXPECT_EQ(s.zoo_model->model, "llama");
+  ASSERT_TRUE(s.zoo_model->decoder);
+  EXPECT_EQ(s.zoo_model->decoder->kv_heads, 8);
+  const traces::Trace trace = build_trace(s);
+  EXPECT_EQ(trace.metadata().at("layers"), "2");  // the scenario's override over the config's 32
+  EXPECT_EQ(trace.metadata().at("seq_len"), "128");
+  EXPECT_EQ(trace.metadata().at("attention"), "flash");
+  EXPECT_THAT(trace.metadata().at("hf_config"), HasSubstr("llama-3-8b.json"));
+
+  // gpt2 and bert configs give the zoo's models with the config's shape.
+  const Scenario gpt2 = parse_scenario("model: {hf_config: hf-configs/gpt2.json, seq_len: 64}\n", "s.yaml", kScenarios);
+  EXPECT_EQ(gpt2.zoo_model->model, "gpt2");
+  EXPECT_EQ(gpt2.zoo_model->layers, 12);
+}
+
+TEST(HfScenario, ErrorsNameTheScenarioOrTheConfig) {
+  EXPECT_THAT(error_of("model: {hf_config: hf-configs/llama-2-7b.json}\n"),
+              AllOf(HasSubstr("s.yaml:1:8"), HasSubstr("'model.seq_len' is required with 'hf_config'")));
+  EXPECT_THAT(error_of("model: {hf_config: hf-configs/nope.json, seq_len: 8}\n"), HasSubstr("nope.json"));
+  EXPECT_THAT(error_of("model: {zoo: llama, hf_config: hf-configs/gpt2.json, seq_len: 8}\n"),
+              HasSubstr("exactly one of 'zoo' (a model name: comptrain trace list), 'hf_config'"));
+  // A config the zoo does not model: the file and the field.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "comptrain_hf_scenario_test";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "moe.json") << R"({"model_type": "mixtral", "hidden_size": 8})";
+  try {
+    parse_scenario("model: {hf_config: moe.json, seq_len: 8}\n", "s.yaml", dir);
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_THAT(std::string(e.what()), AllOf(HasSubstr("moe.json: 'model_type' is \"mixtral\""), HasSubstr("expected one of llama")));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(HfScenario, ModulePatternsAreCheckedAtTheirLine) {
+  const std::string head = "model: {zoo: llama, layers: 2, hidden: 64, heads: 4, vocab: 100, seq_len: 16}\nstrategy:\n  rules:\n";
+  EXPECT_THAT(error_of(head + "    - select: {modules: [\"layers.[15-0]\"]}\n      recompute: {mode: sqrt_n}\n"),
+              AllOf(HasSubstr("s.yaml:4:26"), HasSubstr("'strategy.rules[0].select.modules'"), HasSubstr("is empty (15 > 0)")));
+  EXPECT_THAT(error_of(head + "    - select: {modules: []}\n      recompute: {mode: sqrt_n}\n"), HasSubstr("non-empty list"));
+  const Scenario s = parse_scenario(head + "    - select: {modules: [\"layers.[0-1].mlp\"]}\n      recompute: {mode: sqrt_n}\n",
+                                    "s.yaml", kScenarios);
+  ASSERT_EQ(s.strategy.rules.size(), 1u);
+  EXPECT_EQ(s.strategy.rules[0].select.modules, std::vector<std::string>{"layers.[0-1].mlp"});
+}
+
+}  // namespace
+}  // namespace comptrain::sim

@@ -3,8 +3,15 @@
 
     /usr/bin/python3 traces/capture/comptrain_capture.py resnet18 --batch 4 -o resnet18.json
     /usr/bin/python3 traces/capture/comptrain_capture.py mypkg.models:make_net --input-shape 3,32,32 ...
+    /usr/bin/python3 traces/capture/comptrain_capture.py mypkg.lm:make_lm --tokens 64 --vocab 1000 --causal-lm ...
 
 MODEL is a torchvision model name or `module:factory` (a callable returning an nn.Module).
+
+Inputs: a float tensor of --input-shape per sample (images), or, with --tokens S, int64 token ids
+[batch, S] drawn from [0, --vocab) (language models). Labels: one class per sample in
+[0, --num-classes) and `cross_entropy(output, labels)`; with --causal-lm, one token per position
+[batch, S] and the causal-LM loss of Hugging Face's ForCausalLMLoss on already-shifted labels:
+`cross_entropy(logits.float().view(-1, V), labels.view(-1))` over the model's [batch, S, V] logits.
 
 How it works (PyTorch 1.13, CPU):
   - A TorchDispatchMode sees every aten op below autograd: the forward ops, the backward ops the
@@ -689,9 +696,15 @@ class Session:
 
     def step(self, batch: int, keep_saved: bool, record_values: bool = False,
              record_gradients: bool = False) -> Recorder:
-        shape = [batch] + [int(s) for s in self.args.input_shape.split(',')]
-        x = torch.randn(shape, dtype=self.dtype)
-        y = torch.randint(0, self.args.num_classes, (batch,))
+        if self.args.tokens:
+            x = torch.randint(0, self.args.vocab, (batch, self.args.tokens))
+        else:
+            shape = [batch] + [int(s) for s in self.args.input_shape.split(',')]
+            x = torch.randn(shape, dtype=self.dtype)
+        if self.args.causal_lm:
+            y = torch.randint(0, self.args.vocab, (batch, self.args.tokens))
+        else:
+            y = torch.randint(0, self.args.num_classes, (batch,))
         rec = Recorder(self.resident(x, y), self.module_of)
         rec.keep_saved = keep_saved
         rec.record_values = record_values
@@ -714,7 +727,13 @@ class Session:
                 with rec:
                     logits = self.model(x)
                     rec.module_stack = ['loss']  # the loss runs outside any module
-                    loss = torch.nn.functional.cross_entropy(logits, y)
+                    if self.args.causal_lm:
+                        # ForCausalLMLoss (transformers >= 4.46): the logits upcast, the labels
+                        # shifted beforehand (here: drawn already shifted).
+                        logits = logits.float()
+                        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+                    else:
+                        loss = torch.nn.functional.cross_entropy(logits, y)
                     del logits
                     if rec.gradients is not None:
                         rec.paused = True  # walking the graph unpacks saved tensors
@@ -829,7 +848,10 @@ def build_trace(session: Session, main: Recorder, probe: Recorder, batch: int, p
         'source': 'comptrain_capture.py', 'model': session.args.model,
         'torch': torch.__version__, 'torchvision': torchvision.__version__,
         'device': device, 'optimizer': session.args.optimizer, 'dtype': session.args.dtype,
-        'input_shape': session.args.input_shape, 'num_classes': str(session.args.num_classes),
+        **({'tokens': str(session.args.tokens), 'vocab': str(session.args.vocab),
+            'loss': 'causal-lm' if session.args.causal_lm else 'classification'}
+           if session.args.tokens else
+           {'input_shape': session.args.input_shape, 'num_classes': str(session.args.num_classes)}),
         'saved_storages_unread_by_backward': str(main.unread_saved),
         'note': 'CPU run: dropout saves a float32 mask (CUDA saves a 1-byte one)',
     }
@@ -878,6 +900,11 @@ def parse_args(argv):
     p.add_argument('--dtype', default='float32', choices=['float32', 'float64', 'bfloat16'],
                    help='model and input dtype')
     p.add_argument('--num-classes', type=int, default=1000, help='label range (default 1000)')
+    p.add_argument('--tokens', type=int, metavar='S',
+                   help='feed int64 token ids [batch, S] from [0, --vocab) instead of --input-shape floats')
+    p.add_argument('--vocab', type=int, help='token id range with --tokens (default: --num-classes)')
+    p.add_argument('--causal-lm', action='store_true',
+                   help='with --tokens: labels [batch, S] and the causal-LM loss over [batch, S, V] logits')
     p.add_argument('--name', help='trace name (default: the model)')
     p.add_argument('--samples', metavar='DIR', help='save a few saved activations (.npy) here')
     p.add_argument('--sample-count', type=int, default=8)
@@ -890,6 +917,14 @@ def parse_args(argv):
     args = p.parse_args(argv)
     if args.batch < 1:
         p.error('--batch must be >= 1')
+    if args.tokens is not None and args.tokens < 1:
+        p.error('--tokens must be >= 1')
+    if (args.vocab is not None or args.causal_lm) and not args.tokens:
+        p.error('--vocab and --causal-lm need --tokens')
+    if args.vocab is None:
+        args.vocab = args.num_classes
+    if args.vocab < 1:
+        p.error('--vocab must be >= 1')
     return args
 
 

@@ -162,6 +162,36 @@ TEST(DecoderSaved, FlashAndMemEfficientDropTheQuadraticTerm) {
   }
 }
 
+// GeGLU (a gated MLP with GELU, hidden_act gelu / gelu_pytorch_tanh) saves what SwiGLU saves: GELU
+// keeps its input as SiLU does. A tied LM head (tie_word_embeddings) has V·h parameters fewer and
+// the same saved bytes.
+TEST(DecoderSaved, GeGluAndTiedEmbeddings) {
+  const auto build = [](DecoderArchitecture::Activation act, bool tie) {
+    DecoderArchitecture arch;
+    arch.layers = 2;
+    arch.hidden = 64;
+    arch.heads = 4;
+    arch.kv_heads = 2;
+    arch.intermediate = 96;
+    arch.vocab = 100;
+    arch.activation = act;
+    arch.tie_embeddings = tie;
+    ModelRequest request = test_support::Request("llama").batch_size(2).precision(Precision::amp_bf16).seq_len(16);
+    request.decoder = arch;
+    return build_model(request);
+  };
+  const Trace swiglu = build(DecoderArchitecture::Activation::silu, false);
+  const Trace geglu = build(DecoderArchitecture::Activation::gelu_tanh, false);
+  const Trace tied = build(DecoderArchitecture::Activation::silu, true);
+  EXPECT_EQ(test_support::saved_for_backward(geglu).per_sample, test_support::saved_for_backward(swiglu).per_sample);
+  EXPECT_EQ(parameters(geglu), parameters(swiglu));
+  EXPECT_EQ(parameters(swiglu) - parameters(tied), 100 * 64);
+  EXPECT_EQ(test_support::saved_for_backward(tied).per_sample, test_support::saved_for_backward(swiglu).per_sample);
+  int gelus = 0;
+  for (const auto& op : geglu.ops()) gelus += op.kind == traces::OpKind::gelu && op.phase == traces::Phase::forward ? 1 : 0;
+  EXPECT_EQ(gelus, 2);  // one per layer's mlp.act_fn
+}
+
 TEST(DecoderSaved, NamesAreHuggingFaceModulePaths) {
   ModelRequest request = test_support::Request("llama").layers(2).seq_len(16).precision(Precision::amp_bf16).attention(Attention::eager);
   request.hidden = 64;

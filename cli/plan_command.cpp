@@ -8,10 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "comptrain/sim/hybrid_plan.hpp"
 #include "comptrain/sim/plan.hpp"
 #include "comptrain/sim/plots.hpp"
 #include "comptrain/sim/sweep.hpp"
 #include "comptrain/support/atomic_file.hpp"
+#include "comptrain/support/format.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "options.hpp"
 
@@ -32,6 +34,9 @@ struct PlanCliOptions {
   std::string plots;
   std::string shard;
   std::string output;
+  bool hybrid = false;
+  std::optional<double> time_limit;
+  std::string export_strategy;
 };
 
 // The document goes to -o FILE (atomically) or to stdout (no -o, or -o -).
@@ -70,8 +75,36 @@ void write_plots(const sim::BatchSizePlan& plan, const std::filesystem::path& di
   for (const auto& f : files) fmt::print(stderr, "wrote {}\n", f.string());
 }
 
+int run_hybrid(const sim::Scenario& scenario, const PlanCliOptions& o) {
+  if (!o.shard.empty()) throw InputError("--shard: plan --hybrid plans one scenario; expected --shard without --hybrid");
+  if (!o.plots.empty()) throw InputError("--plots: plan --hybrid has no plots yet; expected --plots without --hybrid");
+  if (!o.csv.empty()) throw InputError("--csv: plan --hybrid writes JSON (--json) and text; expected --csv without --hybrid");
+  sim::HybridOptions options;
+  if (o.time_limit) options.time_limit_seconds = *o.time_limit;
+  const sim::HybridPlan plan = sim::make_hybrid_plan(request_for(scenario, o, ""), options, o.jobs, !o.quiet);
+  if (!o.export_strategy.empty()) {
+    if (!plan.best) throw InputError("--export-strategy: no batch fits with any plan, so there is no strategy to export");
+    const sim::HybridPoint& best = plan.points[*plan.best];
+    const std::string comment = fmt::format(
+        "comptrain plan --hybrid: {} at batch {} on {}: {:.1f} samples/s, peak {} ({}), chosen by {}.\n"
+        "Paste under 'strategy:' (or into plan.strategies) of a scenario and re-run; the names select storages exactly.",
+        scenario.name, best.batch, plan.rules.platform_name, best.samples_per_second, format_bytes(best.peak_bytes),
+        sim::to_string(plan.rules.options.memory_metric), best.chosen);
+    write_output(o.export_strategy, sim::strategy_yaml(best.strategy, comment));
+    if (o.export_strategy != "-") fmt::print(stderr, "wrote {}\n", o.export_strategy);
+  }
+  if (o.json || !o.output.empty()) {
+    emit(o.output, sim::hybrid_plan_json(plan));
+  } else if (o.export_strategy != "-") {
+    std::cout << sim::hybrid_plan_text(plan);
+  }
+  return 0;
+}
+
 int run_plan(const PlanCliOptions& o) {
   const sim::Scenario scenario = o.scenario.empty() ? sim::default_scenario() : sim::load_scenario_file(o.scenario);
+  if (o.hybrid) return run_hybrid(scenario, o);
+  if (o.time_limit || !o.export_strategy.empty()) throw InputError("--time-limit and --export-strategy apply to --hybrid; expected --hybrid with them");
   if (!o.plots.empty() && scenario.plan && scenario.plan->searches_clusters()) {
     throw InputError("--plots: " + scenario.source + " plans a cluster search (plan.gpus, plan.nodes, plan.zero_stages or plan.offload_optimizer), which has no plots yet; expected --plots without it");
   }
@@ -166,6 +199,13 @@ std::function<int()> add_plan_command(CLI::App& app) {
                       "writes JSON, joined by 'comptrain merge'");
   command->add_option("-o,--output", o->output, "Write the JSON document to this file instead of stdout");
   command->add_flag("-q,--quiet", o->quiet, "No progress on stderr");
+  command->add_flag("--hybrid", o->hybrid,
+                    "After the rule-based plan, find per batch the fastest per-tensor mix of keep, compress (each compress action of the "
+                    "scenario's strategies), offload and recompute that fits (a MILP over the decision model, solved by COIN-OR CBC with a "
+                    "greedy warm start), each plan verified by replay and re-solved when it does not fit; one GPU");
+  add_real(*command, "--time-limit", o->time_limit, "With --hybrid: CPU seconds CBC may spend per solve (default 1)", 0.0, 3600.0);
+  command->add_option("--export-strategy", o->export_strategy,
+                      "With --hybrid: write the plan at the best batch as a scenario strategy (YAML) to this file ('-': stdout)");
   return [command, o]() -> int {
     if (!command->parsed()) return -1;
     return run_plan(*o);

@@ -132,6 +132,10 @@ void check_rule(const StrategySpec& spec, std::size_t index) {
     }
   }
   if (const OffloadAction* o = rule.offload(); o && o->lookahead < 1) throw InputError(where + "offload lookahead must be >= 1");
+  if (const OffloadAction* o = rule.offload(); o && o->free_by) {
+    if (*o->free_by < 1) throw InputError(where + "offload free_by must be >= 1");
+    if (o->synchronous || o->stream != OffloadAction::Stream::copy) throw InputError(where + "offload free_by applies to asynchronous copies on the copy stream; expected no synchronous and stream: copy");
+  }
   if (const RecomputeAction* r = rule.recompute()) {
     if (r->mode == RecomputeAction::Mode::every_k && r->k < 1) throw InputError(where + "recompute k must be >= 1");
     if (r->mode == RecomputeAction::Mode::budget && r->budget_bytes < 0) throw InputError(where + "recompute budget_bytes must be >= 0");
@@ -715,6 +719,10 @@ class Assembler {
         out.after_compute = {last_writer};
         if (last_forward + 1 < compute_.size()) compute_waits_[last_forward + 1].push_back(out_index);
       }
+      if (action == Action::offload && rule.offload()->free_by) {
+        const std::size_t waiting = last_forward + static_cast<std::size_t>(*rule.offload()->free_by);
+        if (waiting < compute_.size()) compute_waits_[waiting].push_back(out_index);
+      }
       side_.push_back(std::move(out));
       const std::size_t in_index = side_.size();
       side_.push_back(std::move(in));
@@ -1293,6 +1301,10 @@ FixedPlan fixed_decisions(const Analysis& a, const StrategySpec& strategy) {
     const RecomputeAction* rc = strategy.rules[r].recompute();
     if (!rc || rc->mode == RecomputeAction::Mode::budget) continue;
     const auto& candidates = recompute_candidates[r];
+    if (rc->mode == RecomputeAction::Mode::all) {
+      for (TensorIndex s : candidates) plan.action[s] = Action::drop;
+      continue;
+    }
     if (rc->mode == RecomputeAction::Mode::checkpoints) {
       for (TensorIndex s : candidates) plan.action[s] = matches_any(rc->keep, trace.tensor(s).name) ? Action::keep : Action::drop;
       // Block inputs autograd does not save are kept all the same, as checkpoint saves them.
@@ -1415,6 +1427,18 @@ std::variant<Schedule, NotApplicable> build_schedule(const Trace& trace, const O
     built.schedule.compression_features.push_back(features);
   }
   return std::move(built.schedule);
+}
+
+std::vector<SavedActivation> saved_activations(const Trace& trace, const OpTimeModel& time_model) {
+  const Analysis a = analyse(trace, time_model);
+  std::vector<SavedActivation> saved;
+  for (TensorIndex s : a.storages) {
+    const StorageInfo& info = a.info[s];
+    if (!info.gap) continue;
+    saved.push_back({s, trace.tensor(s).bytes(), *info.last_forward_use, *info.first_backward_read, info.writers,
+                     traces::is_floating(trace.tensor(s).dtype)});
+  }
+  return saved;
 }
 
 bool name_matches(const std::string& pattern, const std::string& name) {

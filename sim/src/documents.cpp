@@ -21,6 +21,7 @@ std::string_view mode_name(models::RecomputeAction::Mode mode) {
     case models::RecomputeAction::Mode::sqrt_n: return "sqrt_n";
     case models::RecomputeAction::Mode::budget: return "budget";
     case models::RecomputeAction::Mode::checkpoints: return "checkpoints";
+    case models::RecomputeAction::Mode::all: return "all";
   }
   return "?";
 }
@@ -30,6 +31,7 @@ struct ActionJson {
   void operator()(const models::OffloadAction& o) const {
     rule["action"] = "offload";
     rule["offload"] = {{"lookahead", o.lookahead}, {"synchronous", o.synchronous}};
+    if (o.free_by) rule["offload"]["free_by"] = *o.free_by;
   }
   void operator()(const models::RecomputeAction& r) const {
     rule["action"] = "recompute";

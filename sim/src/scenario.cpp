@@ -649,7 +649,7 @@ class ScenarioReader {
     models::OffloadAction action;
     if (n.IsNull()) return action;
     require_map(n, f);
-    check_keys(n, f, {"policy", "lookahead", "synchronous", "stream", "host_memory"});
+    check_keys(n, f, {"policy", "lookahead", "synchronous", "stream", "host_memory", "free_by"});
     if (const YAML::Node policy = n["policy"]) {
       const std::string value = scalar(policy, f + ".policy");
       if (value != "all" && value != "conv") throw InputError(where(policy.Mark()) + "unknown offload policy '" + value + "'; expected all or conv");
@@ -659,6 +659,10 @@ class ScenarioReader {
     // A lookahead counts ops; more than a trace holds is a typo, and an int must hold it.
     if (n["lookahead"]) action.lookahead = static_cast<int>(bounded_integer(n["lookahead"], f + ".lookahead", 1, kMaxCount));
     if (n["synchronous"]) action.synchronous = boolean(n["synchronous"], f + ".synchronous");
+    if (n["free_by"]) {
+      action.free_by = static_cast<int>(bounded_integer(n["free_by"], f + ".free_by", 1, kMaxCount));
+      if (action.synchronous) throw InputError(where(n["free_by"].Mark()) + "'" + f + ".free_by' does not combine with synchronous: true; expected one of them");
+    }
     if (const YAML::Node s = n["stream"]) {
       const std::string value = scalar(s, f + ".stream");
       if (value != "copy" && value != "compute") throw InputError(where(s.Mark()) + "unknown offload stream '" + value + "'; expected copy or compute");
@@ -666,7 +670,7 @@ class ScenarioReader {
       // On the compute stream the copies are where save_on_cpu puts them: a lookahead or the
       // synchronous mode would be silently ignored, so they are refused.
       if (action.stream == models::OffloadAction::Stream::compute) {
-        for (const char* key : {"lookahead", "synchronous"}) {
+        for (const char* key : {"lookahead", "synchronous", "free_by"}) {
           if (n[key]) throw InputError(where(n[key].Mark()) + "'" + f + "." + key + "' applies to stream: copy only; expected no " + key + " with stream: compute");
         }
       }
@@ -693,8 +697,10 @@ class ScenarioReader {
       action.mode = models::RecomputeAction::Mode::budget;
     } else if (mode == "checkpoints") {
       action.mode = models::RecomputeAction::Mode::checkpoints;
+    } else if (mode == "all") {
+      action.mode = models::RecomputeAction::Mode::all;
     } else {
-      throw InputError(where(r["mode"].Mark()) + "unknown recompute mode '" + mode + "'; expected sqrt_n, every_k, budget or checkpoints");
+      throw InputError(where(r["mode"].Mark()) + "unknown recompute mode '" + mode + "'; expected sqrt_n, every_k, budget, checkpoints or all");
     }
     if (const YAML::Node keep = r["keep"]) {
       if (action.mode != models::RecomputeAction::Mode::checkpoints) throw InputError(where(keep.Mark()) + "'keep' applies to mode checkpoints only");

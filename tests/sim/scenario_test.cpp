@@ -290,7 +290,7 @@ TEST(Scenario, StrategyErrorsNameTheField) {
   EXPECT_THAT(error_of(head + "    - recompute: {mode: checkpoints}\n"), HasSubstr("mode checkpoints needs 'keep'"));
   EXPECT_THAT(error_of(head + "    - recompute: {mode: sqrt_n, keep: [x]}\n"), HasSubstr("'keep' applies to mode checkpoints only"));
   EXPECT_THAT(error_of(head + "    - recompute: {mode: checkpoints, keep: []}\n"), HasSubstr("must be a non-empty list of tensor names or patterns"));
-  EXPECT_THAT(error_of(head + "    - recompute: {mode: layers}\n"), HasSubstr("expected sqrt_n, every_k, budget or checkpoints"));
+  EXPECT_THAT(error_of(head + "    - recompute: {mode: layers}\n"), HasSubstr("expected sqrt_n, every_k, budget, checkpoints or all"));
   EXPECT_THAT(error_of(head + "    - offload: {policy: some}\n"), HasSubstr("unknown offload policy 'some'"));
   EXPECT_THAT(error_of(head + "    - offload: {lookahead: 0}\n"), HasSubstr("s.yaml:4:28: 'strategy.rules[0].offload.lookahead' is '0'; expected an integer from 1 to 1000000"));
   // Checked before narrowing to int: 2^32 + 3 must not run as 3 (defect 15).

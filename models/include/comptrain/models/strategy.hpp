@@ -58,6 +58,11 @@ struct OffloadAction {
   // to the device in its unpack hook, on the current stream): each copy out runs right after
   // the tensor's last writer, each copy back right before its first backward use, and compute
   // waits for both (a naive swap). `lookahead` and `synchronous` apply to `copy` only.
+  // The compute stream does not start the op this many ops after the tensor's last forward use
+  // until the copy out has ended, so the tensor's bytes are free from that op on (>= 1; copy
+  // stream, not with `synchronous`). Without it nothing waits for the copy out, and the bytes are
+  // free whenever it ends. `comptrain plan --hybrid` exports its offload decisions with it.
+  std::optional<int> free_by;
   enum class Stream { copy, compute };
   Stream stream = Stream::copy;
   // Host memory the copies go to: `pinned` (page-locked: cudaMallocHost / pin_memory=True; DMA
@@ -75,7 +80,9 @@ struct RecomputeAction {
   // selected one, as torch.utils.checkpoint around blocks does: the block inputs are kept and
   // each block's forward is replayed before its backward (Hugging Face's
   // gradient_checkpointing keeps each transformer layer's input).
-  enum class Mode { every_k, sqrt_n, budget, checkpoints };
+  // all: drop every selected activation and rebuild it from whatever is available (a plan that
+  // names its storages one by one: `comptrain plan --hybrid` exports its recompute decisions so).
+  enum class Mode { every_k, sqrt_n, budget, checkpoints, all };
   Mode mode = Mode::sqrt_n;
   int k = 2;                             // every_k: keep every k-th selected activation
   std::int64_t budget_bytes = 0;         // budget: peak bytes of saved activations allowed
@@ -147,6 +154,19 @@ struct StrategySpec {
 // lookahead < 1, recompute k < 1, a compress rule without the numbers its costs need, a
 // profile without the rule's codec. Checked once, before any batch is tried.
 void validate_strategy(const StrategySpec& strategy);
+
+// A saved activation a rule can act on (one with a gap: written by forward ops only, its last
+// forward use before the backward pass and before its first backward read), in storage order.
+// Steps are trace op indices, which are the baseline schedule's compute tasks.
+struct SavedActivation {
+  traces::TensorIndex storage = 0;          // the base tensor
+  std::int64_t bytes = 0;
+  traces::OpIndex last_forward_use = 0;
+  traces::OpIndex first_backward_read = 0;
+  std::vector<traces::OpIndex> writers;     // forward writers, ascending (a rebuild replays them all)
+  bool lossy_safe = true;                   // a floating-point storage a lossy codec may take unnamed
+};
+std::vector<SavedActivation> saved_activations(const traces::Trace& trace, const OpTimeModel& time_model);
 
 // Why a valid strategy cannot apply to one trace (at one batch size): a recompute budget
 // below what the checkpoints alone need. A result for the planner and the reports, not an

@@ -442,6 +442,13 @@ class Recorder(TorchDispatchMode):
     def lookup(self, t: torch.Tensor, context: str) -> int:
         key = storage_key(t)
         index = self.by_storage.get(key) if key is not None else None
+        if index is not None and t.dim() == 0 and (self.tensors[index]['shape'] or
+                                                  self.tensors[index]['dtype'] != DTYPES.get(t.dtype)):
+            # A 0-dim tensor made outside the dispatcher (a wrapped Python number: the scale of
+            # `scores * scaling`) at the address of a tensor freed earlier in the step: not that
+            # tensor. Taking it for it would make the op sequence depend on where the allocator
+            # put the number (the probe and the recorded run then disagree).
+            index = None
         if index is None:
             # Made outside the dispatcher (rare): it exists before the op, like a constant.
             index = self._new_tensor(f'external.{len(self.tensors)}', t, 'temporary', None, key)

@@ -65,8 +65,8 @@ class PlatformReader {
     platform.name = text_field(root, "name", "");
     platform.gpu = read_gpu(section(root, "gpu", "", {"name", "memory", "memory_visible", "cuda_context", "compute_capability", "memory_bandwidth", "peak",
                                                          "launch_overhead", "sms", "power"}));
-    platform.host = read_host(section(root, "host", "", {"name", "cores", "flops", "memory", "memory_bandwidth", "dispatch"}));
-    platform.host_link = read_link(section(root, "host_link", "", {"name", "bandwidth", "latency", "pageable_bandwidth"}), "host_link");
+    platform.host = read_host(section(root, "host", "", {"name", "cores", "flops", "memory", "memory_bandwidth", "dispatch", "power"}));
+    platform.host_link = read_link(section(root, "host_link", "", {"name", "bandwidth", "latency", "pageable_bandwidth", "power"}), "host_link");
     if (root["host_link"]["pageable_bandwidth"]) {
       platform.host_link.pageable_bandwidth =
           quantity(root["host_link"], "pageable_bandwidth", "host_link", Dimension::bandwidth, limits::bandwidth);
@@ -78,11 +78,16 @@ class PlatformReader {
       }
     }
     if (root["gpu_link"]) {
-      platform.gpu_link = read_link(section(root, "gpu_link", "", {"name", "bandwidth", "latency"}), "gpu_link");
+      platform.gpu_link = read_link(section(root, "gpu_link", "", {"name", "bandwidth", "latency", "power"}), "gpu_link");
     }
     platform.gpus_per_node = optional_positive_int(root, "gpus_per_node", "", 1);
     if (root["efficiency"]) platform.efficiency = read_efficiency(section(root, "efficiency", "", {"compute", "memory", "tensor_core"}));
     read_cluster(root, platform);
+    // gpu.power.limit, once the GPU is read (yaml-cpp throws on a key of a missing node: step by step).
+    if (const YAML::Node power = root["gpu"]["power"]; power && power.IsMap() && power["limit"]) {
+      const double watts = quantity(power, "limit", "gpu.power", Dimension::power, limits::max_power);
+      platform = with_power_limit(std::move(platform), watts, where(power["limit"].Mark()) + "'gpu.power.limit'");
+    }
     if (root["storage"]) platform.storage = read_storage(section(root, "storage", "", {"local", "shared"}));
     return platform;
   }
@@ -133,14 +138,24 @@ class PlatformReader {
       spec.sms = value;
     }
     // Power feeds energy estimates only, and user-described GPUs may not know it: optional,
-    // 0/0 meaning unknown.
+    // 0/0 meaning unknown. in_job (the stall power) defaults to idle; limit (a power cap) is
+    // applied by the caller, once the whole GPU is read (with_power_limit).
     if (gpu["power"]) {
-      const YAML::Node power = section(gpu, "power", "gpu", {"idle", "max"});
+      const YAML::Node power = section(gpu, "power", "gpu", {"idle", "max", "in_job", "limit"});
       spec.idle_power = quantity(power, "idle", "gpu.power", Dimension::power, limits::idle_power);
       spec.max_power = quantity(power, "max", "gpu.power", Dimension::power, limits::max_power);
       if (spec.idle_power > spec.max_power) {
         throw InputError(where(power["idle"].Mark()) + "'gpu.power.idle' (" + shortened(power["idle"]) +
                          ") exceeds 'gpu.power.max' (" + shortened(power["max"]) + "); expected idle <= max");
+      }
+      spec.in_job_power = spec.idle_power;
+      if (power["in_job"]) {
+        spec.in_job_power = quantity(power, "in_job", "gpu.power", Dimension::power, limits::idle_power);
+        if (spec.in_job_power < spec.idle_power || spec.in_job_power >= spec.max_power) {
+          throw InputError(where(power["in_job"].Mark()) + "'gpu.power.in_job' (" + shortened(power["in_job"]) +
+                           ") must lie between 'gpu.power.idle' and 'gpu.power.max' (below max): a GPU in a job idles at or above "
+                           "nvidia-smi's idle and below its busy power");
+        }
       }
     }
     return spec;
@@ -176,6 +191,15 @@ class PlatformReader {
       spec.dispatch.backward = quantity(d, "backward", "host.dispatch", Dimension::time, limits::latency);
       spec.dispatch.optimizer = quantity(d, "optimizer", "host.dispatch", Dimension::time, limits::latency);
     }
+    if (host["power"]) {
+      const YAML::Node power = section(host, "power", "host", {"idle", "max"});
+      spec.idle_power = quantity(power, "idle", "host.power", Dimension::power, limits::idle_power);
+      spec.max_power = quantity(power, "max", "host.power", Dimension::power, limits::max_power);
+      if (spec.idle_power > spec.max_power) {
+        throw InputError(where(power["idle"].Mark()) + "'host.power.idle' (" + shortened(power["idle"]) + ") exceeds 'host.power.max' (" +
+                         shortened(power["max"]) + "); expected idle <= max");
+      }
+    }
     return spec;
   }
 
@@ -184,6 +208,18 @@ class PlatformReader {
     spec.name = text_field(link, "name", section_name);
     spec.bandwidth = quantity(link, "bandwidth", section_name, Dimension::bandwidth, limits::bandwidth);
     spec.latency = quantity(link, "latency", section_name, Dimension::time, limits::latency);
+    // Per direction, what the link's own hardware draws (a NIC, a switch port): for the link
+    // energy plugin. Optional: 0/0, not modelled.
+    if (link["power"]) {
+      const std::string name = section_name + ".power";
+      const YAML::Node power = section(link, "power", section_name, {"idle", "busy"});
+      spec.idle_power = quantity(power, "idle", name, Dimension::power, limits::idle_power);
+      spec.busy_power = quantity(power, "busy", name, Dimension::power, limits::idle_power);
+      if (spec.idle_power > spec.busy_power) {
+        throw InputError(where(power["idle"].Mark()) + "'" + name + ".idle' (" + shortened(power["idle"]) + ") exceeds '" + name + ".busy' (" +
+                         shortened(power["busy"]) + "); expected idle <= busy");
+      }
+    }
     return spec;
   }
 
@@ -196,7 +232,7 @@ class PlatformReader {
     if (root["network"] && !root["nic"]) {
       throw InputError(where(root["network"].Mark()) + "'network' is given but 'nic' is not; expected the nodes' NICs (nic: {name, bandwidth, latency})");
     }
-    if (root["nic"]) platform.nic = read_nic(section(root, "nic", "", {"name", "bandwidth", "latency", "per_node"}), platform.gpus_per_node);
+    if (root["nic"]) platform.nic = read_nic(section(root, "nic", "", {"name", "bandwidth", "latency", "per_node", "power"}), platform.gpus_per_node);
     if (root["network"]) {
       platform.network =
           read_network(section(root, "network", "", {"topology", "nodes", "fat_tree", "dragonfly", "torus", "link"}));
@@ -272,6 +308,8 @@ class PlatformReader {
     spec.name = link.name;
     spec.bandwidth = link.bandwidth;
     spec.latency = link.latency;
+    spec.idle_power = link.idle_power;
+    spec.busy_power = link.busy_power;
     spec.per_node = gpus_per_node;
     if (const YAML::Node per_node = nic["per_node"]) {
       spec.per_node = positive_int(per_node, "nic.per_node");
@@ -350,7 +388,7 @@ class PlatformReader {
       throw InputError(where(network["nodes"].Mark()) + "'network.nodes' is " + std::to_string(spec.nodes) + " but network." + topology +
                        " has places for " + std::to_string(leaves) + "; expected at most as many nodes as the topology has leaves");
     }
-    spec.link = read_link(section(network, "link", "network", {"name", "bandwidth", "latency"}), "network.link");
+    spec.link = read_link(section(network, "link", "network", {"name", "bandwidth", "latency", "power"}), "network.link");
     return spec;
   }
 
@@ -590,6 +628,27 @@ double Platform::peak_flops(traces::DType dtype, bool allow_tf32) const {
       return gpu.peak_fp32;
   }
   return gpu.peak_fp32;
+}
+
+Platform with_power_limit(Platform platform, double watts, std::string_view where) {
+  GpuSpec& gpu = platform.gpu;
+  if (!(gpu.max_power > 0)) {
+    throw InputError(std::string(where) + ": a power limit of " + units::format_quantity(watts, Dimension::power) + " on platform '" + platform.name +
+                     "', whose GPU gives no power values; expected gpu.power {idle, max} in the platform");
+  }
+  if (!(watts > gpu.in_job_power) || !std::isfinite(watts)) {
+    throw InputError(std::string(where) + ": a power limit of " + units::format_quantity(watts, Dimension::power) +
+                     "; expected more than the GPU's in-job idle power (" + units::format_quantity(gpu.in_job_power, Dimension::power) +
+                     "): below it no clock could run a kernel");
+  }
+  // Back to the nominal clock first, so that limits do not compound.
+  const double nominal = 1.0 / gpu.clock_fraction;
+  const double fraction =
+      watts >= gpu.max_power ? 1.0 : std::cbrt((watts - gpu.in_job_power) / (gpu.max_power - gpu.in_job_power));
+  for (double* peak : {&gpu.peak_fp32, &gpu.peak_tf32, &gpu.peak_fp16, &gpu.peak_bf16}) *peak *= nominal * fraction;
+  gpu.clock_fraction = fraction;
+  gpu.power_limit = watts;
+  return platform;
 }
 
 Platform parse_platform(std::string_view yaml, std::string_view source) { return PlatformReader(source).read(yaml); }

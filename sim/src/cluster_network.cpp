@@ -24,6 +24,7 @@ ClusterNetwork::ClusterNetwork(const models::Platform& platform, ClusterShape sh
     build_node(0, nullptr);  // the root zone: one node, as the single-GPU replay always built
   } else {
     build_network();
+    collect_network_links();
   }
   plan_rings();
   plan_trees();
@@ -37,6 +38,40 @@ sg4::Host* ClusterNetwork::gpu(int rank) const {
 sg4::Host* ClusterNetwork::host(int node) const { return nodes_.at(static_cast<std::size_t>(node)).host; }
 
 sg4::Host* ClusterNetwork::pageable_staging(int node) const { return nodes_.at(static_cast<std::size_t>(node)).staging; }
+
+void ClusterNetwork::add_power(sg4::Link* link, double idle, double busy, double bandwidth, std::vector<PoweredLink>& into) {
+  if (link == nullptr || !(busy > 0)) return;
+  const std::string range = fmt::format("{:.17g}:{:.17g}", idle, busy);
+  // A property on a SplitDuplexLink is ignored (0 J, measured: shared/reference/distributed.md
+  // §6): each direction gets its own and counts its own idle power.
+  std::vector<sg4::Link*> directions{link};
+  if (auto* duplex = dynamic_cast<sg4::SplitDuplexLink*>(link)) directions = {duplex->get_link_up(), duplex->get_link_down()};
+  for (sg4::Link* direction : directions) {
+    direction->set_property("wattage_range", range);
+    into.push_back({direction, idle, busy, bandwidth});
+  }
+}
+
+// The network's links are SimGrid's own (its fat-tree, dragonfly or torus zone creates them):
+// every link of the engine that is no node's.
+void ClusterNetwork::collect_network_links() {
+  const models::LinkSpec& spec = platform_.network->link;
+  if (!(spec.busy_power > 0)) return;
+  std::unordered_map<const sg4::Link*, bool> node_link;
+  for (const Node& node : nodes_) {
+    for (const PoweredLink& l : node.links) node_link[l.link] = true;
+  }
+  std::vector<PoweredLink> found;
+  for (sg4::Link* link : sg4::Engine::get_instance()->get_all_links()) {
+    if (node_link.count(link) != 0 || link->get_name().rfind("node", 0) == 0) continue;  // a node's (every node link's name starts with it)
+    add_power(link, spec.idle_power, spec.busy_power, spec.bandwidth, found);
+  }
+  // A split-duplex link and its directions may both be listed: each direction once.
+  std::unordered_map<const sg4::Link*, bool> seen;
+  for (const PoweredLink& l : found) {
+    if (seen.emplace(l.link, true).second) network_links_.push_back(l);
+  }
+}
 
 namespace {
 
@@ -74,9 +109,16 @@ NetPoint* ClusterNetwork::build_node(int index, sg4::NetZone* parent) {
 
   node.zone = sg4::create_full_zone(shape_.nodes == 1 ? "node" : fmt::format("node{}", index));
   if (parent != nullptr) node.zone->set_parent(parent);
-  for (int g = 0; g < gpus; ++g) node.gpus.push_back(node.zone->create_host(gpu_name(g), kGpuSpeed)->seal());
+  // The energy plugin's power per state, Idle:Epsilon:AllCores (sim/energy.hpp): a GPU waiting inside
+  // the job draws its in-job power whether SimGrid calls it Idle (no execution) or Epsilon.
+  const models::GpuSpec& g_spec = platform_.gpu;
+  const std::string gpu_watts = fmt::format("{0:.17g}:{0:.17g}:{1:.17g}", g_spec.in_job_power, g_spec.max_power > 0 ? g_spec.busy_power() : 0.0);
+  const std::string host_watts = fmt::format("{0:.17g}:{0:.17g}:{1:.17g}", platform_.host.idle_power, platform_.host.max_power);
+  for (int g = 0; g < gpus; ++g) {
+    node.gpus.push_back(node.zone->create_host(gpu_name(g), kGpuSpeed)->set_property("wattage_per_state", gpu_watts)->seal());
+  }
   const double host_speed = platform_.host.flops > 0 ? platform_.host.flops : 1e9;
-  node.host = node.zone->create_host(name("host"), host_speed)->seal();
+  node.host = node.zone->create_host(name("host"), host_speed)->set_property("wattage_per_state", host_watts)->seal();
 
   // The host's memory bandwidth, shared by every copy of the node's GPUs to and from host memory
   // (one link for both directions: DRAM reads and writes share it). Only where GPUs share it: a
@@ -91,6 +133,7 @@ NetPoint* ClusterNetwork::build_node(int index, sg4::NetZone* parent) {
                                                        platform_.host_link.bandwidth)
                        ->set_latency(platform_.host_link.latency)
                        ->seal());
+    add_power(pcie.back(), platform_.host_link.idle_power, platform_.host_link.busy_power, platform_.host_link.bandwidth, node.links);
     add_host_routes(node.zone, node.gpus[static_cast<std::size_t>(g)], node.host, pcie.back(), {memory});
   }
 
@@ -100,7 +143,8 @@ NetPoint* ClusterNetwork::build_node(int index, sg4::NetZone* parent) {
   // and by the node's GPUs (the host's memcpy). SimGrid's flow model then gives each copy the
   // smaller share, and pinned copies still contend with it on PCIe.
   if (platform_.host_link.pageable_bandwidth > 0) {
-    node.staging = node.zone->create_host(name("pageable_host_memory"), host_speed)->seal();
+    // Its memcpy work is the host's; the staging host stands for memory and draws nothing itself.
+    node.staging = node.zone->create_host(name("pageable_host_memory"), host_speed)->set_property("wattage_per_state", "0:0:0")->seal();
     sg4::Link* staging = node.zone->create_link(name("pageable_staging"), platform_.host_link.pageable_bandwidth)->seal();
     for (int g = 0; g < gpus; ++g) {
       add_host_routes(node.zone, node.gpus[static_cast<std::size_t>(g)], node.staging, pcie[static_cast<std::size_t>(g)], {memory, staging});
@@ -116,6 +160,7 @@ NetPoint* ClusterNetwork::build_node(int index, sg4::NetZone* parent) {
     if (platform_.gpu_link.bandwidth > 0) {
       for (int g = 0; g < gpus; ++g) {
         ports.push_back(node.zone->create_split_duplex_link(name(fmt::format("gpu_link{}", g)), platform_.gpu_link.bandwidth)->seal());
+        add_power(ports.back(), platform_.gpu_link.idle_power, platform_.gpu_link.busy_power, platform_.gpu_link.bandwidth, node.links);
       }
     } else {
       ports = pcie;
@@ -142,6 +187,7 @@ NetPoint* ClusterNetwork::build_node(int index, sg4::NetZone* parent) {
       const int nic = g / gpus_per_nic;
       if (static_cast<std::size_t>(nic) == nics.size()) {
         nics.push_back(node.zone->create_split_duplex_link(name(fmt::format("nic{}", nic)), platform_.nic->bandwidth)->seal());
+        add_power(nics.back(), platform_.nic->idle_power, platform_.nic->busy_power, platform_.nic->bandwidth, node.links);
       }
       node.zone->add_route(node.gpus[static_cast<std::size_t>(g)]->get_netpoint(), router, nullptr, nullptr,
                            {sg4::LinkInRoute(nics[static_cast<std::size_t>(nic)], Direction::UP)}, true);

@@ -39,6 +39,17 @@ inline constexpr double kGpuSpeed = 1e9;
 
 using sim::ClusterShape;
 
+// A link direction that draws power (the platform gives its section a `power`), as the link
+// energy plugin sees it: `wattage_range` idle:busy is set on it (never on a SplitDuplexLink, whose
+// property SimGrid ignores: shared/reference/distributed.md §6), and its power is
+// idle + (busy - idle) x usage / bandwidth.
+struct PoweredLink {
+  sg4::Link* link = nullptr;
+  double idle = 0;
+  double busy = 0;
+  double bandwidth = 0;
+};
+
 class ClusterNetwork {
  public:
   // Builds the SimGrid platform of `shape` on `platform`; called inside a created sg4::Engine
@@ -49,6 +60,15 @@ class ClusterNetwork {
   sg4::Host* gpu(int rank) const;               // rank = node * gpus_per_node + local
   sg4::Host* host(int node) const;              // the node's host memory end of each GPU's PCIe link
   sg4::Host* pageable_staging(int node) const;  // nullptr when host_link has no pageable_bandwidth
+
+  // Energy (sim/energy.hpp). Every host carries SimGrid's `wattage_per_state` (GPUs: in-job idle
+  // for Idle and Epsilon, busy power for AllCores; the node's host: its idle and max power; "0:0:0"
+  // where the platform gives none), set before the host is sealed; the host energy plugin, when
+  // initialised before this network is built, integrates them. The links whose section gives a
+  // power carry `wattage_range` on each direction: the node's (PCIe, NVLink ports, NICs) and the
+  // network's between nodes.
+  const std::vector<PoweredLink>& node_links(int node) const { return nodes_.at(static_cast<std::size_t>(node)).links; }
+  const std::vector<PoweredLink>& network_links() const { return network_links_; }
 
   // One collective over all ranks, run from the calling actor (blocks it until every rank's part
   // has ended): `bytes` as nccl-tests counts the size (all_reduce: the buffer; reduce_scatter: the
@@ -106,7 +126,12 @@ class ClusterNetwork {
     sg4::Host* host = nullptr;
     sg4::Host* staging = nullptr;
     std::vector<sg4::Host*> gpus;
+    std::vector<PoweredLink> links;  // the node's link directions that draw power
   };
+  // Sets the link's wattage on each direction (both of a split-duplex link) when `spec` gives a
+  // power, and records the directions in `into`.
+  static void add_power(sg4::Link* link, double idle, double busy, double bandwidth, std::vector<PoweredLink>& into);
+  void collect_network_links();
 
   // Builds node `index`'s zone under `parent` (nullptr: it is the root); returns its NIC router
   // (nullptr without a network).
@@ -121,6 +146,7 @@ class ClusterNetwork {
   models::Platform platform_;  // a copy, so that the caller's platform need not outlive the network
   ClusterShape shape_;
   std::vector<Node> nodes_;
+  std::vector<PoweredLink> network_links_;
   int rings_ = 0;
   std::vector<Send> sends_;
   int chains_ = 0;

@@ -18,6 +18,7 @@
 #include "comptrain/support/format.hpp"
 #include "comptrain/traces/trace_json.hpp"
 #include "documents.hpp"
+#include "energy_report.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -467,6 +468,8 @@ void add_results(std::string& out, const SimulationRun& run) {
   add_line(out, "  {:<24}{:>14}{:>11.1f}%", "iteration", format_seconds(r.iteration_seconds), 100.0);
   out += '\n';
 
+  detail::add_energy_report(out, r.energy, global_batch(run));
+
   const auto largest = largest_live_at_peak(run);
   add_line(out, "Largest buffers live at the peak ({} of {})", largest.size(), r.live_at_peak.size());
   for (BufferId b : largest) {
@@ -671,6 +674,7 @@ std::string report_json(const SimulationRun& run) {
     ordered_json seconds = ordered_json::object();
     for (const TimeRow& row : time_rows(r)) seconds[row.key] = row.seconds;
     results["time_seconds"] = std::move(seconds);
+    results["energy"] = detail::energy_json(r.energy, global_batch(run));
     if (run.io != nullptr) results["io"] = ordered_json::parse(io_report_json(*run.io));
     j["results"] = std::move(results);
   }

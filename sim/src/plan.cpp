@@ -64,6 +64,7 @@ std::string probe(const PreparedScenario& given, const models::StrategySpec& spe
       point.iteration_seconds = r.iteration_seconds;
       point.stall_seconds = r.compute_stall_seconds;
       point.host_wait_seconds = r.host_wait_seconds;
+      if (r.energy) point.joules = r.energy->total_joules;
       const CommunicationTime communication = communication_time(run.schedule, r);
       point.collective_seconds = communication.collective_seconds;
       point.exposed_communication_seconds = communication.exposed_seconds;
@@ -379,7 +380,8 @@ struct Driver {
     std::optional<std::int64_t> best;
     double best_rate = 0;
     for (const auto& [b, point] : s.points) {  // ascending: ties keep the smaller batch
-      const double r = rate(s, point);
+      // plan.objective: samples per joule (energy per sample is the same with any accumulation) or samples/s.
+      const double r = options(s).objective == PlanObjective::samples_per_joule ? (point.fits ? point.samples_per_joule : 0) : rate(s, point);
       if (point.fits && (!best || r > best_rate)) {
         best = b;
         best_rate = r;
@@ -429,6 +431,7 @@ struct Driver {
     point.samples_per_second = point.fits && point.iteration_seconds > 0
                                    ? static_cast<double>(batch) * static_cast<double>(ranks(s)) * micro_steps / point.iteration_seconds
                                    : 0;
+    point.samples_per_joule = point.fits && point.joules > 0 ? static_cast<double>(batch) * static_cast<double>(ranks(s)) * micro_steps / point.joules : 0;
     s.points[batch] = point;
     if (--s.outstanding == 0) {
       decide(s);
@@ -485,6 +488,7 @@ struct Driver {
       const PlanPoint& point = s.points.at(*best);
       out.best_batch = *best;
       out.best_samples_per_second = rate(s, point);
+      out.best_samples_per_joule = point.samples_per_joule;
       out.best_peak_bytes = point.peak_bytes;
       out.accumulation_steps = steps(s, *best);
       out.accumulation_simulated = !units[s.plan].divisors.empty() || !options(s).target_global_batch;
@@ -613,6 +617,7 @@ PlanOptions plan_options_for(const Scenario& scenario, PlanOptions base) {
   if (scenario.plan->max_batch) base.max_batch = *scenario.plan->max_batch;
   if (scenario.plan->target_global_batch) base.target_global_batch = scenario.plan->target_global_batch;
   if (scenario.plan->memory_metric) base.memory_metric = *scenario.plan->memory_metric;
+  if (scenario.plan->objective) base.objective = *scenario.plan->objective;
   return base;
 }
 
@@ -830,7 +835,11 @@ std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, 
     }
     for (std::size_t i = 0; i < search.candidates.size(); ++i) {
       const StrategyPlan& c = search.candidates[i].plan;
-      if (c.best_batch && (!search.fastest || c.best_samples_per_second > search.candidates[*search.fastest].plan.best_samples_per_second)) search.fastest = i;
+      // plan.objective: the most samples per joule, else the fastest.
+      const auto score = [&](const StrategyPlan& c_plan) {
+        return requests[p].options.objective == PlanObjective::samples_per_joule ? c_plan.best_samples_per_joule : c_plan.best_samples_per_second;
+      };
+      if (c.best_batch && (!search.fastest || score(c) > score(search.candidates[*search.fastest].plan))) search.fastest = i;
     }
   }
   return out;
@@ -1104,6 +1113,7 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
     js["max_is_ceiling"] = s.max_is_ceiling;
     js["best_batch"] = opt(s.best_batch);
     js["best_samples_per_second"] = s.best_samples_per_second;
+    js["best_samples_per_joule"] = s.best_samples_per_joule > 0 ? ordered_json(s.best_samples_per_joule) : ordered_json(nullptr);
     js["best_peak_bytes"] = s.best_peak_bytes;
     js["accumulation_steps"] = s.accumulation_steps;
     js["one_gpu_iteration_seconds"] = opt(s.one_gpu_iteration_seconds);

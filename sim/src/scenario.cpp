@@ -45,7 +45,8 @@ class ScenarioReader {
     if (!root.IsMap()) {
       throw InputError(where(root.Mark()) + "expected a mapping with the keys model, training (and optionally name)");
     }
-    check_keys(root, "the scenario", {"name", "model", "training", "framework", "platform", "strategy", "parallelism", "plan", "sweep", "data", "checkpoint"});
+    check_keys(root, "the scenario", {"name", "model", "training", "framework", "platform", "power_limit", "strategy", "parallelism", "plan", "sweep",
+                                      "data", "checkpoint"});
 
     Scenario scenario;
     scenario.source = source_;
@@ -82,6 +83,14 @@ class ScenarioReader {
     if (const YAML::Node platform = root["platform"]) {
       scenario.platform = read_platform(platform);
       platform_name_ = scenario.platform->name;  // for compress rules' `profile: auto`
+    }
+    // power_limit: the GPU's power cap (nvidia-smi -pl), on whatever platform the scenario runs
+    // (models::with_power_limit lowers its clock; sim/README.md, "Energy").
+    if (const YAML::Node limit = root["power_limit"]) {
+      scenario.power_limit = bounded_quantity(limit, models::units::Dimension::power, "power_limit", models::platform_limits::max_power);
+      if (scenario.platform) {
+        scenario.platform = models::with_power_limit(std::move(*scenario.platform), *scenario.power_limit, where(limit.Mark()) + "'power_limit'");
+      }
     }
     if (const YAML::Node framework = root["framework"]) scenario.framework = read_framework(framework);
     if (const YAML::Node strategy = root["strategy"]) scenario.strategy = read_strategy(strategy, "strategy");
@@ -448,7 +457,7 @@ class ScenarioReader {
 
   PlanSection read_plan(const YAML::Node& node, const std::optional<models::Platform>& platform, const std::optional<ParallelismSection>& parallelism) const {
     require_map(node, "plan");
-    check_keys(node, "plan", {"strategies", "margin", "max_batch", "target_global_batch", "memory_metric", "gpus", "nodes", "zero_stages",
+    check_keys(node, "plan", {"strategies", "margin", "max_batch", "target_global_batch", "memory_metric", "objective", "gpus", "nodes", "zero_stages",
                                 "offload_optimizer", "prefetch_optimizer_gaps", "checkpoint_overhead"});
     PlanSection plan;
     if (const YAML::Node overhead = node["checkpoint_overhead"]) {
@@ -475,6 +484,16 @@ class ScenarioReader {
       plan.memory_metric = parse_memory_metric(text);
       if (!plan.memory_metric) {
         throw InputError(where(metric.Mark()) + "'plan.memory_metric' is '" + text + "'; expected reserved (the default), allocated, exact or device");
+      }
+    }
+    if (const YAML::Node objective = node["objective"]) {
+      const std::string text = scalar(objective, "plan.objective");
+      if (text == "samples_per_second") {
+        plan.objective = PlanObjective::samples_per_second;
+      } else if (text == "samples_per_joule") {
+        plan.objective = PlanObjective::samples_per_joule;
+      } else {
+        throw InputError(where(objective.Mark()) + "'plan.objective' is '" + text + "'; expected samples_per_second (the default) or samples_per_joule");
       }
     }
     plan.max_batch = optional_positive(node, "max_batch", "plan");
@@ -1023,6 +1042,7 @@ void set_platform(Scenario& scenario, models::Platform platform) {
       throw InputError(where + ": profile '" + compress->profile->name + "' has no codec '" + compress->codec + "'");
     }
   }
+  if (scenario.power_limit) platform = models::with_power_limit(std::move(platform), *scenario.power_limit, scenario.source + ": power_limit");
   scenario.platform = std::move(platform);
 }
 

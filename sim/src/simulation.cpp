@@ -13,6 +13,7 @@
 
 #include "comptrain/sim/workers.hpp"
 #include "cluster_network.hpp"
+#include "energy_meter.hpp"
 #include "simgrid_engine.hpp"
 
 namespace comptrain::sim {
@@ -91,7 +92,11 @@ class Replay {
     detail::silence_simgrid();
     sg4::Engine engine(&argc, argv);
     detail::configure_flow_model();
+    // The energy plugins attach to hosts and links as they are created: before the platform.
+    const bool energy = detail::has_power_values(platform_);
+    if (energy) detail::init_energy_plugins();
     network_.emplace(platform_, shape_);
+    if (energy) energy_meter_.emplace(*network_, platform_, replayed_ranks_ == 1);
 
     // Weights, buffers and optimizer state are in GPU memory before the iteration starts.
     for (BufferId b = 0; b < schedule_.buffers.size(); ++b) {
@@ -106,6 +111,7 @@ class Replay {
     for (int r = 0; r < replayed_ranks_; ++r) ranks_.push_back(std::make_unique<Rank>(*this, r));
     for (auto& rank : ranks_) rank->start();
     engine.run();
+    if (energy_meter_) result_.energy = energy_meter_->finish();
     return finish();
   }
 
@@ -407,6 +413,7 @@ class Replay {
     result_.seconds_by_task_kind = {};
     result_.compute_stall_seconds = 0;
     result_.host_wait_seconds = 0;
+    result_.energy.reset();  // the iteration never ran to its end
     result_.out_of_memory = oom;
   }
 
@@ -436,6 +443,7 @@ class Replay {
   std::vector<double> first_launch_;  // launch times up to the first blocking task (each rank's start)
   std::vector<TaskId> gate_;          // the blocking task whose end a task's launch waits for, or kNoGate
   std::optional<ClusterNetwork> network_;
+  std::optional<detail::EnergyMeter> energy_meter_;
   sg4::MutexPtr mutex_;
   sg4::BarrierPtr collective_barrier_;  // every_rank: the ranks' comm streams meet at each collective
   std::vector<std::unique_ptr<Rank>> ranks_;
@@ -538,6 +546,8 @@ std::string serialize(const SimulationResult& r) {
   w.put(r.host_seconds);
   w.put_vector(r.tasks);
   w.put_vector(r.memory_events);
+  w.put<bool>(r.energy.has_value());
+  if (r.energy) w.put(*r.energy);
   return w.bytes();
 }
 
@@ -567,6 +577,7 @@ SimulationResult deserialize(const std::string& bytes) {
   r.host_seconds = in.get<double>();
   r.tasks = in.get_vector<TaskTiming>();
   r.memory_events = in.get_vector<MemoryEvent>();
+  if (in.get<bool>()) r.energy = in.get<EnergyResult>();
   return r;
 }
 

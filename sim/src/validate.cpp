@@ -31,11 +31,11 @@ using nlohmann::json;
 
 constexpr std::array kMetrics{ValidationMetric::throughput_samples_per_s, ValidationMetric::peak_mem_bytes,
                               ValidationMetric::memory_reduction_x, ValidationMetric::slowdown_x, ValidationMetric::max_batch,
-                              ValidationMetric::bus_bandwidth, ValidationMetric::checkpoint_throughput,
-                              ValidationMetric::checkpoint_iteration_seconds};
+                              ValidationMetric::bus_bandwidth, ValidationMetric::average_power_watts, ValidationMetric::energy_ratio_x,
+                              ValidationMetric::checkpoint_throughput, ValidationMetric::checkpoint_iteration_seconds};
 
 bool two_runs(ValidationMetric metric) {
-  return metric == ValidationMetric::memory_reduction_x || metric == ValidationMetric::slowdown_x;
+  return metric == ValidationMetric::memory_reduction_x || metric == ValidationMetric::slowdown_x || metric == ValidationMetric::energy_ratio_x;
 }
 
 // One line's fields, checked one by one; every message names the table's line.
@@ -190,7 +190,8 @@ ValidationPoint read_point(const json& object, const std::string& where, const s
   const auto known = std::find_if(kMetrics.begin(), kMetrics.end(), [&](ValidationMetric m) { return metric_name(m) == metric; });
   if (known == kMetrics.end()) {
     in.fail(fmt::format("field 'metric': found \"{}\"; expected throughput_samples_per_s, peak_mem_bytes, memory_reduction_x, "
-                        "slowdown_x, max_batch, bus_bandwidth, checkpoint_throughput or checkpoint_iteration_seconds",
+                        "slowdown_x, max_batch, bus_bandwidth, average_power_watts, energy_ratio_x, checkpoint_throughput or "
+                        "checkpoint_iteration_seconds",
                         metric));
   }
   p.metric = *known;
@@ -255,7 +256,7 @@ ValidationPoint read_point(const json& object, const std::string& where, const s
   const std::string scenario = in.text("scenario", false);
   const std::string reference = in.text("reference_scenario", false);
   if (!reference.empty() && !two_runs(p.metric)) {
-    in.fail(fmt::format("field 'reference_scenario' given for {}, a one-run metric; expected it only for memory_reduction_x and slowdown_x",
+    in.fail(fmt::format("field 'reference_scenario' given for {}, a one-run metric; expected it only for memory_reduction_x, slowdown_x and energy_ratio_x",
                         metric));
   }
   if (p.collective && !scenario.empty()) in.fail("field 'scenario' given for bus_bandwidth; expected the collective's fields instead");
@@ -359,6 +360,10 @@ std::string predict(const ValidationPoint& point, const PreparedScenario& run, c
                              r.iteration_seconds);
     case ValidationMetric::peak_mem_bytes:
       return predicted_value(static_cast<double>(memory_as_measured(r, point.measured_as)));
+    case ValidationMetric::average_power_watts:
+      // One GPU's own power over the iteration, as NVML reads it (sim/energy.hpp).
+      if (!r.energy) return no_value(run.scenario().source + ": the platform gives no gpu.power");
+      return predicted_value(r.energy->gpu_average_watts());
     default:
       break;
   }
@@ -368,6 +373,11 @@ std::string predict(const ValidationPoint& point, const PreparedScenario& run, c
   if (point.metric == ValidationMetric::memory_reduction_x) {
     return predicted_value(static_cast<double>(memory_as_measured(b, point.measured_as)) /
                            static_cast<double>(memory_as_measured(r, point.measured_as)));
+  }
+  if (point.metric == ValidationMetric::energy_ratio_x) {
+    // The GPU's energy per sample (NVML's view: the GPU alone), S over R; both run the point's batch.
+    if (!r.energy || !b.energy) return no_value("a platform gives no gpu.power");
+    return predicted_value(r.energy->gpu_joules / b.energy->gpu_joules);
   }
   return predicted_value(r.iteration_seconds / b.iteration_seconds);
 }
@@ -392,7 +402,10 @@ std::string format_value(ValidationMetric metric, double value) {
       return fmt::format("{:.2f} GiB", value / (1 << 30));
     case ValidationMetric::memory_reduction_x:
     case ValidationMetric::slowdown_x:
+    case ValidationMetric::energy_ratio_x:
       return fmt::format("{:.3f}x", value);
+    case ValidationMetric::average_power_watts:
+      return fmt::format("{:.1f} W", value);
     case ValidationMetric::max_batch:
       return fmt::format("{:.0f}", value);
     case ValidationMetric::bus_bandwidth:
@@ -440,6 +453,10 @@ std::string_view metric_name(ValidationMetric metric) {
       return "max_batch";
     case ValidationMetric::bus_bandwidth:
       return "bus_bandwidth";
+    case ValidationMetric::average_power_watts:
+      return "average_power_watts";
+    case ValidationMetric::energy_ratio_x:
+      return "energy_ratio_x";
     case ValidationMetric::checkpoint_throughput:
       return "checkpoint_throughput";
     case ValidationMetric::checkpoint_iteration_seconds:

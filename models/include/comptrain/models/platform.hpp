@@ -74,8 +74,22 @@ struct GpuSpec {
   // Streaming multiprocessors (gpu.sms, 1 to 10000): how many GEMM tiles run at once, for the
   // op-time model's wave quantization. 0 when not given: no wave quantization.
   int sms = 0;
-  double idle_power = 0;            // W
-  double max_power = 0;             // W (TDP)
+  // gpu.power (optional; 0 = unknown, no GPU energy is reported). The energy model
+  // (sim/energy.hpp) takes a GPU running any kernel to draw busy_power() and one waiting inside
+  // the job to draw in_job_power.
+  double idle_power = 0;            // W: nvidia-smi's reading of an idle GPU (gpu.power.idle)
+  double max_power = 0;             // W (TDP): the busy power at the nominal clock (gpu.power.max)
+  // W (gpu.power.in_job; default idle_power): a GPU inside a training job with no kernel running
+  // (memory held, clocks up) draws more than nvidia-smi's idle, so stalls are charged at this.
+  double in_job_power = 0;
+  // W (gpu.power.limit, or a scenario's power_limit; 0 = none): the power cap (nvidia-smi -pl).
+  // Below max_power it lowers the SM clock to clock_fraction (with_power_limit).
+  double power_limit = 0;
+  // The SM clock under power_limit as a fraction of the nominal one (1 without a limit). The
+  // peak FLOP rates above are already multiplied by it; the memory bandwidth is not (the HBM
+  // clock stays: with_power_limit).
+  double clock_fraction = 1;
+  double busy_power() const { return power_limit > 0 && power_limit < max_power ? power_limit : max_power; }
 };
 
 // CPU seconds eager PyTorch's launching thread spends per op, by phase (host.dispatch): the
@@ -94,6 +108,10 @@ struct HostSpec {
   std::int64_t memory_bytes = 0;
   double memory_bandwidth = 0;      // bytes/s
   OpDispatch dispatch;
+  // host.power (optional; 0 = unknown, no host energy): the node's CPUs while the job runs and
+  // nothing is computed on them (idle), and with every core busy (max, the TDPs).
+  double idle_power = 0;            // W
+  double max_power = 0;             // W
 };
 
 // A full-duplex link: `bandwidth` is per direction.
@@ -106,6 +124,10 @@ struct LinkSpec {
   // path (CUDA Runtime API, "API synchronization behavior"). 0 when the platform does not give
   // it; a strategy that copies to pageable memory then has no rate to use and is refused.
   double pageable_bandwidth = 0;
+  // power (optional; 0/0 = not modelled): W per direction, idle and at full bandwidth (SimGrid's
+  // link energy plugin: linear in the used share of the bandwidth in between).
+  double idle_power = 0;
+  double busy_power = 0;
 };
 
 // Fraction of peak reached by each op kind, for the roofline's compute and memory terms.
@@ -130,6 +152,8 @@ struct NicSpec {
   double bandwidth = 0;             // bytes/s per direction, effective (what NCCL reaches)
   double latency = 0;               // seconds, the hardware's; collectives use `collectives`
   int per_node = 0;                 // NICs per node (nic.per_node; default gpus_per_node)
+  double idle_power = 0;            // nic.power, W per direction (LinkSpec's)
+  double busy_power = 0;
 };
 
 enum class NetworkTopology : std::uint8_t { fat_tree, dragonfly, torus };
@@ -231,6 +255,16 @@ struct Platform {
   // Peak FLOP/s for arithmetic in `dtype` (fp32 uses TF32 tensor cores when `allow_tf32`).
   double peak_flops(traces::DType dtype, bool allow_tf32) const;
 };
+
+// The GPU of `platform` capped at `watts` (nvidia-smi -pl; a scenario's power_limit or the
+// platform's gpu.power.limit), by the DVFS model of sim/README.md ("Energy"): a busy GPU's power at
+// SM clock fraction f is in_job + (max - in_job) x f^3 (dynamic power C V^2 f with the voltage
+// proportional to the clock), so a cap L below max runs at f = ((L - in_job) / (max - in_job))^(1/3)
+// and draws L while busy. The peak FLOP rates scale by f (compute-bound ops lengthen by 1/f); the
+// memory bandwidth and the launch overhead do not. A cap at or above max changes nothing but the
+// recorded limit. Applied to an already limited platform, it starts from the nominal clock again.
+// InputError (naming `where`) when the GPU has no power values or the cap is not above in_job.
+Platform with_power_limit(Platform platform, double watts, std::string_view where);
 
 // Parses a platform description (YAML). `source` names it in errors; every error is an
 // InputError "SOURCE:LINE:COLUMN: problem; expected ...": unknown keys (listing the valid

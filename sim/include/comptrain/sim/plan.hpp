@@ -62,6 +62,7 @@ struct PlanOptions {
   MemoryMetric memory_metric = MemoryMetric::reserved;  // which peak (scenario.hpp)
   std::int64_t max_batch = 65536;                // search ceiling
   std::optional<std::int64_t> target_global_batch;  // with gradient accumulation
+  PlanObjective objective = PlanObjective::samples_per_second;  // what the best batch maximises (plan.objective)
   int jobs = 0;                                  // worker processes; 0 = the core count
   bool progress = true;                          // progress on stderr
   int probes_per_round = 3;                      // simulations per search round (not tied to jobs,
@@ -100,6 +101,8 @@ struct PlanPoint {
   double collective_seconds = 0;     // sim::communication_time of the run (0 on one GPU)
   double exposed_communication_seconds = 0;
   double host_wait_seconds = 0;      // SimulationResult::host_wait_seconds
+  double joules = 0;                 // the whole job's energy per iteration (sim/energy.hpp); 0 without power values
+  double samples_per_joule = 0;      // batch x GPUs x micro-steps / joules (0 when it does not fit or has no energy)
 };
 
 struct StrategyPlan {
@@ -109,6 +112,7 @@ struct StrategyPlan {
   bool max_is_ceiling = false;                // max_batch is PlanOptions::max_batch: larger may fit
   std::optional<std::int64_t> best_batch;     // highest samples/s among the fitting points
   double best_samples_per_second = 0;         // with target_global_batch G: G / (steps * t(b)); global on a cluster
+  double best_samples_per_joule = 0;          // at best_batch (PlanPoint::samples_per_joule)
   std::int64_t best_peak_bytes = 0;
   std::int64_t accumulation_steps = 1;        // micro-steps per optimizer step at best_batch: to reach target_global_batch (per GPU: G / GPUs), or the scenario's own
   bool accumulation_simulated = true;         // false: estimated as steps x one micro-step's iteration (target_global_batch outside a cluster search)

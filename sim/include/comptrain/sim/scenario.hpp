@@ -48,12 +48,17 @@ std::string_view to_string(MemoryMetric metric);
 std::optional<MemoryMetric> parse_memory_metric(std::string_view text);
 
 // The `plan:` section; unset fields take the planner's defaults (sim/plan.hpp).
+// What the planner's best batch maximises (plan.objective): global samples/s (the default), or
+// samples per joule of the whole job's energy (sim/energy.hpp; points without energy count 0).
+enum class PlanObjective { samples_per_second, samples_per_joule };
+
 struct PlanSection {
   std::vector<models::StrategySpec> strategies;  // empty: the default list (strategies_to_plan)
   std::optional<double> margin;                  // fraction of the capacity kept free, in [0, 1)
   std::optional<std::int64_t> max_batch;
   std::optional<std::int64_t> target_global_batch;
   std::optional<MemoryMetric> memory_metric;
+  std::optional<PlanObjective> objective;
   // A cluster search (sim/plan.hpp): the cluster sizes to try, from plan.gpus or plan.nodes,
   // each resolved against the parallelism section's GPUs per node (else the platform's), and
   // plan.zero_stages (0: PyTorch DDP). Empty: the scenario's own size or stage.
@@ -103,6 +108,9 @@ struct Scenario {
   FrameworkSpec framework;
 
   std::optional<models::Platform> platform;  // required to simulate
+  // power_limit: the GPU's power cap in W, applied to `platform` (and to one set_platform gives)
+  // by models::with_power_limit.
+  std::optional<double> power_limit;
   models::StrategySpec strategy;             // default: baseline
   std::optional<ParallelismSection> parallelism;  // unset: one GPU
   std::optional<PlanSection> plan;

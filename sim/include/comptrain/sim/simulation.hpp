@@ -13,6 +13,7 @@
 #include "comptrain/models/schedule.hpp"
 #include "comptrain/sim/collectives.hpp"
 #include "comptrain/sim/device_memory.hpp"
+#include "comptrain/sim/energy.hpp"
 #include "comptrain/sim/framework.hpp"
 #include "comptrain/sim/memory_tracker.hpp"
 
@@ -57,6 +58,9 @@ struct SimulationResult {
   std::vector<TaskTiming> tasks;     // indexed by TaskId (zeros for tasks that never ran)
   // The exact-byte stream; after an out-of-memory, up to the failing allocation.
   std::vector<MemoryEvent> memory_events;
+  // The iteration's energy (sim/energy.hpp): none when the platform gives no power values or the
+  // iteration does not fit.
+  std::optional<EnergyResult> energy;
 
   bool fits() const { return !out_of_memory.has_value(); }
 };

@@ -19,6 +19,10 @@
 //   bus_bandwidth             nccl-tests' busbw in GB/s of one collective on a cluster
 //                             (sim/collectives.hpp); the point names the platform, the shape,
 //                             the collective and its size instead of a scenario
+//   average_power_watts       one GPU's average power over S's iteration (sim/energy.hpp), as
+//                             NVML reads it
+//   energy_ratio_x            one GPU's energy per sample of S / of R at the same batch (Zeus's
+//                             power-limit traces: S capped, R at the default limit)
 //   checkpoint_throughput     the job's checkpoint bytes / the training time one checkpoint
 //                             blocks, GB/s (DataStates-LLM's "checkpointing throughput"), from
 //                             the I/O simulation (sim/io.hpp); the point names the platform, the
@@ -47,6 +51,8 @@ enum class ValidationMetric {
   slowdown_x,
   max_batch,
   bus_bandwidth,
+  average_power_watts,
+  energy_ratio_x,
   checkpoint_throughput,
   checkpoint_iteration_seconds
 };

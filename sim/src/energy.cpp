@@ -6,16 +6,18 @@
 
 namespace comptrain::sim::detail {
 
-bool has_power_values(const models::Platform& platform) {
-  const auto link_power = [](double busy) { return busy > 0; };
-  return platform.gpu.max_power > 0 || platform.host.max_power > 0 || link_power(platform.host_link.busy_power) ||
-         link_power(platform.gpu_link.busy_power) || (platform.nic && link_power(platform.nic->busy_power)) ||
-         (platform.network && link_power(platform.network->link.busy_power));
+bool has_link_power(const models::Platform& platform) {
+  return platform.host_link.busy_power > 0 || platform.gpu_link.busy_power > 0 || (platform.nic && platform.nic->busy_power > 0) ||
+         (platform.network && platform.network->link.busy_power > 0);
 }
 
-void init_energy_plugins() {
+bool has_power_values(const models::Platform& platform) {
+  return platform.gpu.max_power > 0 || platform.host.max_power > 0 || has_link_power(platform);
+}
+
+void init_energy_plugins(bool links) {
   sg_host_energy_plugin_init();
-  sg_link_energy_plugin_init();
+  if (links) sg_link_energy_plugin_init();
 }
 
 namespace {

@@ -94,7 +94,7 @@ class Replay {
     detail::configure_flow_model();
     // The energy plugins attach to hosts and links as they are created: before the platform.
     const bool energy = detail::has_power_values(platform_);
-    if (energy) detail::init_energy_plugins();
+    if (energy) detail::init_energy_plugins(detail::has_link_power(platform_));
     network_.emplace(platform_, shape_);
     if (energy) energy_meter_.emplace(*network_, platform_, replayed_ranks_ == 1);
 

@@ -246,8 +246,15 @@ HybridPoint hybrid_point(const Scenario& scenario, const std::vector<hybrid::Cod
   unbounded.platform->gpu.memory_visible_bytes = models::platform_limits::max_memory_bytes;
   const PreparedScenario prepared_unbounded(std::move(unbounded));
   const SimulationResult reference = replay(prepared_unbounded, base, Isolation::child_process);
-  const std::int64_t overhead = std::max<std::int64_t>(0, metric_peak(reference, metric) - model.baseline_peak());
-  point.budget_bytes = limit_bytes - overhead;
+  // The first budget assumes that share scales with the peak (the caching allocator's
+  // fragmentation grows with the blocks it holds); replays correct it.
+  const std::int64_t reference_peak = metric_peak(reference, metric);
+  const double share = reference_peak > 0 ? std::min(1.0, static_cast<double>(model.baseline_peak()) / static_cast<double>(reference_peak)) : 1.0;
+  point.budget_bytes = static_cast<std::int64_t>(std::floor(share * static_cast<double>(limit_bytes)));
+  point.notes.push_back(fmt::format("the baseline's {} peak {} is {:.3f}x the model's live bytes ({}; the replay's exact peak {}): the model's first budget is "
+                                    "the limit over that, {}",
+                                    to_string(metric), format_bytes(reference_peak), 1 / share, format_bytes(model.baseline_peak()),
+                                    format_bytes(reference.peak_bytes), format_bytes(point.budget_bytes)));
 
   for (int solve = 0; solve < std::max(1, options.max_solves); ++solve) {
     ++point.solves;
@@ -368,13 +375,14 @@ std::string strategy_yaml(const models::StrategySpec& strategy, const std::strin
             << (c->profile_auto ? std::string("auto") : source.rfind(embedded, 0) == 0 ? source.substr(embedded.size()) : source);
         out << YAML::Key << "codec" << YAML::Value << c->codec;
       }
-      auto number = [&](const char* key, const std::optional<double>& v) {
-        if (v) out << YAML::Key << key << YAML::Value << fmt::format("{}", *v);
+      // Shortest round-trip decimal forms, in the units the scenario reader takes.
+      auto number = [&](const char* key, const std::optional<double>& v, const char* unit) {
+        if (v) out << YAML::Key << key << YAML::Value << fmt::format("{}{}", *v, unit);
       };
-      number("ratio", c->ratio);
-      number("compress_bandwidth", c->compress_bandwidth);
-      number("decompress_bandwidth", c->decompress_bandwidth);
-      number("latency", c->latency);
+      number("ratio", c->ratio, "");
+      number("compress_bandwidth", c->compress_bandwidth, " B/s");
+      number("decompress_bandwidth", c->decompress_bandwidth, " B/s");
+      number("latency", c->latency, " s");
       if (c->adaptive) {
         out << YAML::Key << "error_bound" << YAML::Value << "adaptive" << YAML::Key << "gradient_error_tolerance" << YAML::Value
             << fmt::format("{}", c->adaptive->tolerance);
@@ -382,7 +390,7 @@ std::string strategy_yaml(const models::StrategySpec& strategy, const std::strin
       } else {
         out << YAML::Key << "error_bound" << YAML::Value << fmt::format("{}", c->error_bound);
       }
-      out << YAML::Key << "error_bound_mode" << YAML::Value << (c->error_bound_mode == ErrorBoundMode::abs ? "abs" : "rel");
+      if (c->profile) out << YAML::Key << "error_bound_mode" << YAML::Value << (c->error_bound_mode == ErrorBoundMode::abs ? "abs" : "rel");
       out << YAML::EndMap;
     }
     out << YAML::EndMap;

@@ -227,6 +227,12 @@ expect 0 '"max_batch": 16' -- plan -q --json -j 1 "$work/plan.yaml"
 expect 0 'accum steps' -- plan -q --target-global-batch 100 --max-batch 8 --csv "$work/plan.csv" "$work/plan.yaml"
 head -1 "$work/plan.csv" | grep -q '^variant,scenario,platform,strategy,batch,fits' && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: plan CSV header"; }
 expect 2 'margin' -- plan --margin 1.5 "$work/plan.yaml"
+# plan --hybrid: the table, the exported strategy (a scenario's strategy section that simulates), errors.
+expect 0 'Hybrid plan: per saved activation' -- plan -q --hybrid --time-limit 0.2 --export-strategy "$work/hybrid-strategy.yaml" "$work/plan.yaml"
+{ printf 'model: {zoo: resnet18}\nplatform: a100-40gb\ntraining: {batch_size: 16}\nstrategy:\n'; sed 's/^/  /' "$work/hybrid-strategy.yaml"; } >"$work/hybrid-run.yaml"
+expect 0 'FITS' -- simulate "$work/hybrid-run.yaml"
+expect 0 '"schema"' -- plan -q --hybrid --json --time-limit 0.2 "$work/plan.yaml"
+expect 2 'apply to --hybrid' -- plan --time-limit 1 "$work/plan.yaml"
 expect 2 'has no .sweep.' -- plan --shard 0/2 "$work/plan.yaml"
 printf 'model: {zoo: resnet18}\nplatform: a100-40gb\nplan: {max_batch: 4}\nsweep:\n  training.batch_size: [1, 2, 3]\n  platform: [a100-40gb, v100-32gb]\n' >"$work/sweep.yaml"
 expect 0 'variant 5 of 6: training.batch_size=3, platform=v100-32gb' -- plan -q "$work/sweep.yaml"

@@ -123,10 +123,23 @@ TEST(ChakraEt, FormatIsDetectedAndNamed) {
   EXPECT_EQ(to_string(Format::chakra_et), "chakra-et");
   // Without the .et extension the content decides.
   EXPECT_EQ(import_text(read("chakra.et"), "no-extension", {}).format, Format::chakra_et);
-  // A .et whose GlobalMetadata is 123 bytes long starts with '{' and is still read.
-  traces::Trace tiny = import_file(kDir + "tiny_comptrain.et", {}).trace;
-  std::string et = trace_to_chakra_et(tiny);
-  EXPECT_EQ(import_text(et, "t", {}).format, Format::chakra_et);
+  // A .et whose GlobalMetadata is 123 bytes long starts with "{\n", as pretty-printed JSON does
+  // (123 is '{', and the version's key 0x0a is '\n'): it does not parse as JSON, so it is read as
+  // the .et it is.
+  std::string et;
+  for (std::string name = "n"; name.size() < 100; name += 'n') {
+    et = trace_to_chakra_et(traces::Trace(name, 1, {}, {}, {}));
+    if (et[0] == '{') break;
+  }
+  ASSERT_EQ(et.substr(0, 2), "{\n");
+  const ImportResult braced = import_text(et, "t", {});
+  EXPECT_EQ(braced.format, Format::chakra_et);
+  EXPECT_EQ(braced.trace.tensors().size(), 0u);
+  // Pretty-printed JSON stays JSON, and a truncated one keeps its JSON error.
+  const std::string json = read("chakra.json");
+  ASSERT_EQ(json.substr(0, 2), "{\n");
+  EXPECT_EQ(import_text(json, "c.json", {}).format, Format::chakra_json);
+  EXPECT_THAT(error_of(json.substr(0, 200), "c.json"), HasSubstr("not valid JSON"));
 }
 
 // --- Writing and reading back ---------------------------------------------------------------

@@ -80,26 +80,41 @@ ImportResult import_impl(std::string_view text, std::string_view source, const I
   if (named.name.empty()) named.name = default_name;
   std::optional<Format> format = options.format;
   const bool pickled = detail::looks_like_pickle(text);
-  bool binary = format == Format::chakra_et;
-  if (!format && !pickled && detail::looks_like_chakra_et(text)) {
-    binary = !starts_as_json(text) || !nlohmann::json::accept(text);
+  // A .et: named, or binary content that starts as one does. Content that starts as JSON and as a
+  // .et at once (pretty-printed JSON's "{\n" is also a 123-byte GlobalMetadata's start) is JSON
+  // unless it fails to parse as JSON and parses whole as a .et; a corrupt JSON file keeps its
+  // JSON error.
+  std::shared_ptr<detail::ChakraEtDocument> et;
+  nlohmann::json document;
+  if (format == Format::chakra_et || (!format && !pickled && !starts_as_json(text) && detail::looks_like_chakra_et(text))) {
+    et = std::make_shared<detail::ChakraEtDocument>(detail::parse_chakra_et(text, std::string(source)));
+  } else if (pickled) {
+    // _dump_snapshot writes a pickle; read it as the JSON it stands for (JSON Pointers in errors
+    // then point into that JSON).
+    document = detail::unpickle(text, std::string(source));
+  } else if (!format && detail::looks_like_chakra_et(text)) {
+    try {
+      document = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::parse_error&) {
+      try {
+        et = std::make_shared<detail::ChakraEtDocument>(detail::parse_chakra_et(text, std::string(source)));
+      } catch (const InputError&) {
+        document = in.parse(text);  // throws the JSON error
+      }
+    }
+  } else {
+    document = in.parse(text);
   }
-  if (binary) {
+  if (et) {
     // The binary form is read into the document its JSON form would be, and imported by the
     // same code (chakra_import.cpp); errors found there give the byte offset too.
-    const auto et = std::make_shared<detail::ChakraEtDocument>(detail::parse_chakra_et(text, std::string(source)));
     in.set_locator([et](const std::string& path) { return et->locate(path); });
     try {
-      ImportResult result = detail::import_chakra(et->document, in, options, default_name, Format::chakra_et);
-      result.format = Format::chakra_et;
-      return result;
+      return detail::import_chakra(et->document, in, options, default_name, Format::chakra_et);
     } catch (const traces::TraceError& e) {
       throw InputError(std::string(source) + ": imported as chakra-et, the trace is invalid: " + e.what());
     }
   }
-  // _dump_snapshot writes a pickle; read it as the JSON it stands for (JSON Pointers in errors
-  // then point into that JSON).
-  const nlohmann::json document = pickled ? detail::unpickle(text, std::string(source)) : in.parse(text);
   if (!format) format = detect(document);
   if (!format) {
     throw InputError(std::string(source) +

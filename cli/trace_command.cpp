@@ -139,7 +139,7 @@ std::function<int()> add_trace_command(CLI::App& app) {
   exporter->add_option("-o,--output", *output, "Output file; - for standard output")->required();
   add_choice(*exporter, "--format", *export_format,
              "json: comptrain's trace format; chakra: MLCommons Chakra's binary execution trace (.et; what ASTRA-sim reads, and "
-             "`comptrain trace import` reads back to the same trace; traces/FORMAT.md, \"Chakra .et\"). Default: chakra when the "
+             "`comptrain trace import` reads back to the same trace; traces/README.md, \"Chakra's binary trace\"). Default: chakra when the "
              "output ends in .et, json otherwise",
              {"json", "chakra"});
 

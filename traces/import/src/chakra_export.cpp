@@ -2,7 +2,7 @@
 // chakra` writes. The file is what Chakra's tools read (encode_message's layout: each message
 // preceded by its length as a varint), with every op a COMP_NODE whose standard fields are
 // filled for them, and comptrain's own attributes (chakra_et.hpp) for the rest, so that the
-// import gives back the same trace. traces/FORMAT.md, "Chakra .et", lists the mapping.
+// import gives back the same trace. traces/README.md, "Chakra's binary trace (.et)", lists the mapping.
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>

@@ -68,7 +68,7 @@ std::string chakra_et_to_json(std::string_view bytes, std::string_view source);
 // Writes `trace` as a Chakra execution trace (.et bytes): one COMP_NODE per op with Chakra's
 // fields filled (dependencies, num_ops, tensor_size, duration_micros, operand shapes and types),
 // plus comptrain's own attributes ("comptrain.*") that make the import give back the same trace.
-// traces/FORMAT.md, "Chakra .et", lists them.
+// traces/README.md, "Chakra's binary trace (.et)", lists them.
 std::string trace_to_chakra_et(const traces::Trace& trace);
 
 }  // namespace comptrain::trace_import

@@ -62,7 +62,7 @@ struct OffloadAction {
   // until the copy out has ended, so the tensor's bytes are free from that op on (>= 1; copy
   // stream, not with `synchronous`). Without it nothing waits for the copy out, and the bytes are
   // free whenever it ends. `comptrain plan --hybrid` exports its offload decisions with it.
-  std::optional<int> free_by;
+  std::optional<int> free_by = std::nullopt;
   enum class Stream { copy, compute };
   Stream stream = Stream::copy;
   // Host memory the copies go to: `pinned` (page-locked: cudaMallocHost / pin_memory=True; DMA

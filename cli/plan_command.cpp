@@ -203,7 +203,7 @@ std::function<int()> add_plan_command(CLI::App& app) {
                     "After the rule-based plan, find per batch the fastest per-tensor mix of keep, compress (each compress action of the "
                     "scenario's strategies), offload and recompute that fits (a MILP over the decision model, solved by COIN-OR CBC with a "
                     "greedy warm start), each plan verified by replay and re-solved when it does not fit; one GPU");
-  add_real(*command, "--time-limit", o->time_limit, "With --hybrid: CPU seconds CBC may spend per solve (default 1)", 0.0, 3600.0);
+  add_real(*command, "--time-limit", o->time_limit, "With --hybrid: CPU seconds CBC may spend per solve (default 0.5)", 0.0, 3600.0);
   command->add_option("--export-strategy", o->export_strategy,
                       "With --hybrid: write the plan at the best batch as a scenario strategy (YAML) to this file ('-': stdout)");
   return [command, o]() -> int {

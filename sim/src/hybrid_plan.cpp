@@ -335,10 +335,17 @@ HybridPoint hybrid_point(const Scenario& scenario, const std::vector<hybrid::Cod
       point.strategy = best->spec;
       return point;
     }
-    // Rejected: lower the budget by the least excess seen and solve again.
+    // Rejected: lower the budget below the closest plan's model peak by its excess (so that the
+    // model cannot return that plan again) and solve again.
     std::optional<std::int64_t> excess;
+    std::int64_t closest_model_peak = point.budget_bytes;
     for (const Tried& t : tried) {
-      if (t.summary.replayed) excess = std::min(excess.value_or(t.summary.replay_peak_bytes - limit_bytes), t.summary.replay_peak_bytes - limit_bytes);
+      if (!t.summary.replayed) continue;
+      const std::int64_t e = t.summary.replay_peak_bytes - limit_bytes;
+      if (!excess || e < *excess) {
+        excess = e;
+        closest_model_peak = std::min(point.budget_bytes, t.summary.model_peak_bytes);
+      }
     }
     if (!excess) {
       point.notes.push_back(fmt::format("the model finds no plan within {} of live bytes (the greedy's peak {}, the MILP {})",
@@ -347,7 +354,7 @@ HybridPoint hybrid_point(const Scenario& scenario, const std::vector<hybrid::Cod
     }
     point.notes.push_back(fmt::format("solve {}: the replay exceeds the limit by {}; the model's budget is lowered by that", point.solves,
                                       format_bytes(*excess)));
-    point.budget_bytes -= std::max<std::int64_t>(*excess, 1) + (1 << 20);
+    point.budget_bytes = closest_model_peak - std::max<std::int64_t>(*excess, 1) - (1 << 20);
   }
   return point;
 }
@@ -599,7 +606,12 @@ std::string hybrid_plan_text(const HybridPlan& plan) {
     out += fmt::format("Decisions at batch {} (per action and tensor class; every tensor in the JSON and the exported strategy):\n", best.batch);
     out += decisions_text(best);
   }
-  for (const HybridPoint& p : plan.points) {
+  // The notes of the best and the largest batch, and of batches where no solver plan was the
+  // answer; every point's are in the JSON.
+  for (std::size_t i = 0; i < plan.points.size(); ++i) {
+    const HybridPoint& p = plan.points[i];
+    const bool shown = i == *plan.best || i == plan.largest || !p.fits || p.chosen.rfind("rule:", 0) == 0;
+    if (!shown) continue;
     for (const std::string& n : p.notes) out += fmt::format("note: batch {}: {}\n", p.batch, n);
   }
   return out;

@@ -193,7 +193,9 @@ TEST(HybridRecompute, OnAChainTheProgramFindsTheExhaustiveOptimumAndItsScheduleF
     EXPECT_TRUE(milp.feasible);
     EXPECT_NEAR(milp.evaluation.seconds, opt.evaluation.seconds, 1e-9) << layers;
     const Solution greedy = solve_greedy(model, budget);
-    if (greedy.feasible) EXPECT_GE(greedy.evaluation.seconds, opt.evaluation.seconds - 1e-12) << layers;
+    if (greedy.feasible) {
+      EXPECT_GE(greedy.evaluation.seconds, opt.evaluation.seconds - 1e-12) << layers;
+    }
     // The schedule of the plan, replayed one task at a time, stays within the model's peak.
     const auto built = models::build_schedule(trace, tm, spec_of(trace, model, milp.assignment));
     ASSERT_TRUE(std::holds_alternative<models::Schedule>(built));

@@ -23,7 +23,7 @@
 namespace comptrain::sim {
 
 struct HybridOptions {
-  double time_limit_seconds = 1;   // CBC's CPU seconds per solve
+  double time_limit_seconds = 0.5; // CBC's CPU seconds per solve
   double relative_gap = 1e-3;
   int max_solves = 5;              // per batch: the first solve and up to 4 after rejected replays
   bool offload = true;

@@ -267,7 +267,7 @@ TEST(StrategyReplay, BaselinePeakEqualsStaticAccountingForEveryZooModel) {
     zoo::ModelRequest request;
     request.model = info.name;
     request.batch_size = 2;
-    if (info.name == "gpt") {
+    if (info.name == "gpt" || info.name == "llama") {  // small shapes: llama's default, Llama-2-7B, does not fit in fp32
       request.layers = 2;
       request.hidden = 256;
       request.heads = 4;

@@ -304,6 +304,15 @@ MilpSolution solve_exact(const DecisionModel& model, std::int64_t budget_bytes, 
   }
   for (const MilpRow& row : b.problem.rows) nonzeros += row.terms.size();
 
+  if (nonzeros > options.max_nonzeros) {
+    MilpSolution s;
+    s.too_large = true;
+    s.columns = b.problem.columns.size();
+    s.rows = b.problem.rows.size();
+    s.nonzeros = nonzeros;
+    s.cpu_seconds = static_cast<double>(std::clock()) / CLOCKS_PER_SEC - started;
+    return s;
+  }
   MilpOptions milp;
   milp.time_limit_seconds = options.time_limit_seconds;
   milp.relative_gap = options.relative_gap;

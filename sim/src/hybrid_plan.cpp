@@ -193,7 +193,7 @@ HybridPoint point_from_json(const nlohmann::json& j) {
 }
 
 std::string milp_status_text(const hybrid::MilpSolution& m) {
-  return std::string(hybrid::to_string(m.status));
+  return m.too_large ? "too_large" : std::string(hybrid::to_string(m.status));
 }
 
 }  // namespace
@@ -268,7 +268,14 @@ HybridPoint hybrid_point(const Scenario& scenario, const std::vector<hybrid::Cod
       milp.status = hybrid::MilpStatus::optimal;
       milp.objective_seconds = milp.best_bound_seconds = greedy.evaluation.seconds;
     } else {
-      milp = hybrid::solve_exact(model, point.budget_bytes, {options.time_limit_seconds, options.relative_gap}, &greedy);
+      hybrid::MilpSolveOptions milp_options;
+      milp_options.time_limit_seconds = options.time_limit_seconds;
+      milp_options.relative_gap = options.relative_gap;
+      milp = hybrid::solve_exact(model, point.budget_bytes, milp_options, &greedy);
+      if (milp.too_large && solve == 0) {
+        point.notes.push_back(fmt::format("the program has {} non-zeros, more than CBC solves within its time limit ({}): the greedy's plans only",
+                                          milp.nonzeros, milp_options.max_nonzeros));
+      }
     }
     point.milp_status = milp_status_text(milp);
     point.milp_gap = milp.relative_gap;

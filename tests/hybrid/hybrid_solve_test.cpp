@@ -285,3 +285,23 @@ TEST(HybridModel, EvaluateMatchesTheProgramsObjective) {
 
 }  // namespace
 }  // namespace comptrain::hybrid
+
+namespace comptrain::hybrid {
+namespace {
+
+TEST(HybridSolve, AProgramAboveTheSizeLimitIsNotSolved) {
+  const models::OpTimeModel tm(platform(2.5e10));
+  const auto trace = chain(8, 1 << 20, 1 << 24);
+  const DecisionModel model = build_decision_model(trace, tm, baseline_of(trace, tm), ModelOptions{});
+  MilpSolveOptions options;
+  options.max_nonzeros = 10;
+  const MilpSolution milp = solve_exact(model, model.baseline_peak() / 2, options, nullptr);
+  EXPECT_TRUE(milp.too_large);
+  EXPECT_FALSE(milp.feasible);
+  EXPECT_GT(milp.nonzeros, 10u);
+  options.max_nonzeros = milp.nonzeros;
+  EXPECT_FALSE(solve_exact(model, model.baseline_peak() / 2, options, nullptr).too_large);
+}
+
+}  // namespace
+}  // namespace comptrain::hybrid

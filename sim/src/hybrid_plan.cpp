@@ -609,9 +609,17 @@ std::string hybrid_plan_text(const HybridPlan& plan) {
                      plan.points[*plan.largest].batch);
   if (best_rule > 0) out += fmt::format("; best rule-based: {} at {:.1f} samples/s ({:+.1f}%)", best_rule_name, best_rule, 100 * (best.samples_per_second / best_rule - 1));
   out += "\n";
-  if (!best.decisions.empty()) {
-    out += fmt::format("Decisions at batch {} (per action and tensor class; every tensor in the JSON and the exported strategy):\n", best.batch);
-    out += decisions_text(best);
+  std::vector<std::size_t> shown{*plan.best};
+  if (*plan.largest != *plan.best) shown.push_back(*plan.largest);
+  for (std::size_t i : shown) {
+    const HybridPoint& p = plan.points[i];
+    if (p.decisions.empty()) {
+      out += fmt::format("At batch {} the answer is {}.\n", p.batch, p.chosen);
+      continue;
+    }
+    out += fmt::format("Decisions at batch {} ({}; per action and tensor class; every tensor in the JSON and the exported strategy):\n", p.batch,
+                       i == *plan.best ? "the best" : "the largest");
+    out += decisions_text(p);
   }
   // The notes of the best and the largest batch, and of batches where no solver plan was the
   // answer; every point's are in the JSON.

@@ -609,9 +609,9 @@ std::string hybrid_plan_text(const HybridPlan& plan) {
                      plan.points[*plan.largest].batch);
   if (best_rule > 0) out += fmt::format("; best rule-based: {} at {:.1f} samples/s ({:+.1f}%)", best_rule_name, best_rule, 100 * (best.samples_per_second / best_rule - 1));
   out += "\n";
-  std::vector<std::size_t> shown{*plan.best};
-  if (*plan.largest != *plan.best) shown.push_back(*plan.largest);
-  for (std::size_t i : shown) {
+  std::vector<std::size_t> detailed{*plan.best};
+  if (*plan.largest != *plan.best) detailed.push_back(*plan.largest);
+  for (std::size_t i : detailed) {
     const HybridPoint& p = plan.points[i];
     if (p.decisions.empty()) {
       out += fmt::format("At batch {} the answer is {}.\n", p.batch, p.chosen);

@@ -13,6 +13,8 @@
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/schedule.hpp"
 #include "comptrain/models/strategy.hpp"
+#include "../support/roofline_platform.hpp"
+#include "../support/trace_builder.hpp"
 
 namespace comptrain::hybrid {
 namespace {
@@ -21,52 +23,9 @@ using traces::OpKind;
 using traces::Phase;
 using traces::TensorRole;
 
-models::Platform platform(double link_bandwidth) {
-  models::Platform p;
-  p.name = "test";
-  p.source = "embedded:test";
-  p.gpu.name = "Test GPU";
-  p.gpu.memory_bytes = std::int64_t{80} << 30;
-  p.gpu.memory_bandwidth = 1e12;
-  p.gpu.peak_fp32 = 1e13;
-  p.gpu.peak_tf32 = 1e14;
-  p.gpu.peak_fp16 = 1e14;
-  p.gpu.peak_bf16 = 1e14;
-  p.host_link.bandwidth = link_bandwidth;
-  return p;
-}
+models::Platform platform(double link_bandwidth) { return test_support::roofline_platform(link_bandwidth); }
 
-class Builder {
- public:
-  std::size_t tensor(std::string name, std::int64_t bytes, TensorRole role) {
-    traces::Tensor t;
-    t.id = tensors_.size();
-    t.name = std::move(name);
-    t.dtype = traces::DType::f32;
-    t.shape = {bytes / 4};
-    t.role = role;
-    tensors_.push_back(std::move(t));
-    return tensors_.size() - 1;
-  }
-  void op(std::string name, Phase phase, OpKind kind, std::vector<std::size_t> in, std::vector<std::size_t> out, std::int64_t flops) {
-    traces::Op o;
-    o.id = ops_.size();
-    o.name = std::move(name);
-    o.phase = phase;
-    o.kind = kind;
-    o.inputs = std::move(in);
-    o.outputs = std::move(out);
-    o.flops.fixed = flops;
-    for (auto t : o.inputs) o.bytes_read.fixed += tensors_[t].bytes();
-    for (auto t : o.outputs) o.bytes_written.fixed += tensors_[t].bytes();
-    ops_.push_back(std::move(o));
-  }
-  traces::Trace build(std::string name) { return traces::Trace(std::move(name), 1, tensors_, ops_); }
-
- private:
-  std::vector<traces::Tensor> tensors_;
-  std::vector<traces::Op> ops_;
-};
+using test_support::Builder;
 
 // n layers x_i = f_i(x_{i-1}), each output saved for f_i's backward; `flops` per layer op.
 traces::Trace chain(int n, std::int64_t bytes, std::int64_t flops) {

@@ -19,6 +19,7 @@
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "../support/must_apply.hpp"
+#include "../support/roofline_platform.hpp"
 #include "gradient_mlp.hpp"
 
 namespace comptrain::models {
@@ -298,20 +299,7 @@ TEST(GradientErrorModel, DegenerateStatistics) {
 // ---------------------------------------------------------------------------------------------
 // The adaptive bound in a compress rule.
 
-Platform test_platform() {
-  Platform p;
-  p.name = "test";
-  p.source = "embedded:test";
-  p.gpu.name = "Test GPU";
-  p.gpu.memory_bytes = std::int64_t{80} << 30;
-  p.gpu.memory_bandwidth = 1e12;
-  p.gpu.peak_fp32 = 1e13;
-  p.gpu.peak_tf32 = 1e14;
-  p.gpu.peak_fp16 = 1e14;
-  p.gpu.peak_bf16 = 1e14;
-  p.host_link.bandwidth = 2.5e10;
-  return p;
-}
+Platform test_platform() { return test_support::roofline_platform(); }
 
 const OpTimeModel& time_model() {
   static const OpTimeModel model(test_platform());

@@ -15,6 +15,7 @@
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/zoo/zoo.hpp"
+#include "../support/roofline_platform.hpp"
 
 namespace comptrain::models {
 namespace {
@@ -72,20 +73,7 @@ TEST(ModulePattern, MalformedPatternsAreInputErrorsNamingThePattern) {
               testing::ThrowsMessage<InputError>(testing::HasSubstr("strategy 's' rule 0: modules: pattern 'layers.[9-2]'")));
 }
 
-Platform platform() {
-  Platform p;
-  p.name = "test";
-  p.source = "embedded:test";
-  p.gpu.name = "Test GPU";
-  p.gpu.memory_bytes = std::int64_t{80} << 30;
-  p.gpu.memory_bandwidth = 1e12;
-  p.gpu.peak_fp32 = 1e13;
-  p.gpu.peak_tf32 = 1e14;
-  p.gpu.peak_fp16 = 1e14;
-  p.gpu.peak_bf16 = 1e14;
-  p.host_link.bandwidth = 2.5e10;
-  return p;
-}
+Platform platform() { return test_support::roofline_platform(); }
 
 traces::Trace llama(zoo::Attention attention) {
   zoo::ModelRequest request;

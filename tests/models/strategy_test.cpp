@@ -21,6 +21,8 @@
 #include "comptrain/traces/summary.hpp"
 #include "comptrain/zoo/zoo.hpp"
 #include "../support/must_apply.hpp"
+#include "../support/roofline_platform.hpp"
+#include "../support/trace_builder.hpp"
 // The budget mode's evaluator is internal to the library; its test hook is declared here.
 #include "../../models/strategies/recompute_evaluator.hpp"
 
@@ -30,72 +32,15 @@ namespace {
 using traces::OpKind;
 using traces::Phase;
 using traces::TensorRole;
+using test_support::Builder;
 
-Platform test_platform() {
-  Platform p;
-  p.name = "test";
-  p.source = "embedded:test";
-  p.gpu.name = "Test GPU";
-  p.gpu.memory_bytes = std::int64_t{80} << 30;
-  p.gpu.memory_bandwidth = 1e12;
-  p.gpu.peak_fp32 = 1e13;
-  p.gpu.peak_tf32 = 1e14;
-  p.gpu.peak_fp16 = 1e14;
-  p.gpu.peak_bf16 = 1e14;
-  p.host_link.bandwidth = 2.5e10;
-  return p;
-}
+Platform test_platform() { return test_support::roofline_platform(); }
 
 const OpTimeModel& time_model() {
   static const OpTimeModel model(test_platform());
   return model;
 }
 
-// A small trace builder: f32 1-D tensors of a given byte size, ops in recorded order.
-class Builder {
- public:
-  std::size_t tensor(std::string name, std::int64_t bytes, TensorRole role) {
-    traces::Tensor t;
-    t.id = tensors_.size();
-    t.name = std::move(name);
-    t.dtype = traces::DType::f32;
-    t.shape = {bytes / 4};
-    t.role = role;
-    tensors_.push_back(std::move(t));
-    return tensors_.size() - 1;
-  }
-  // A tensor sharing `base`'s storage (an in-place op's output), of the same size and role.
-  std::size_t view(std::string name, std::size_t base) {
-    traces::Tensor t = tensors_.at(base);
-    t.id = tensors_.size();
-    t.name = std::move(name);
-    t.view_of = base;
-    t.values = {};
-    tensors_.push_back(std::move(t));
-    return tensors_.size() - 1;
-  }
-  traces::Tensor& at(std::size_t index) { return tensors_.at(index); }
-  std::size_t op(std::string name, Phase phase, OpKind kind, std::vector<std::size_t> in, std::vector<std::size_t> out,
-                 std::int64_t flops = 0) {
-    traces::Op o;
-    o.id = ops_.size();
-    o.name = std::move(name);
-    o.phase = phase;
-    o.kind = kind;
-    o.inputs = std::move(in);
-    o.outputs = std::move(out);
-    o.flops.fixed = flops;
-    for (auto t : o.inputs) o.bytes_read.fixed += tensors_[t].bytes();
-    for (auto t : o.outputs) o.bytes_written.fixed += tensors_[t].bytes();
-    ops_.push_back(std::move(o));
-    return ops_.size() - 1;
-  }
-  traces::Trace build(std::string name) { return traces::Trace(std::move(name), 1, tensors_, ops_); }
-
- private:
-  std::vector<traces::Tensor> tensors_;
-  std::vector<traces::Op> ops_;
-};
 
 // x (input 400) -a-> y (saved, 400) -b-> z (800) -c-> l (4); seed: l -> gl;
 // b.backward: gl, y -> gy (400); a.backward: gy, y -> wg (gradient, 40).

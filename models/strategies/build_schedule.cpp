@@ -1435,8 +1435,7 @@ std::vector<SavedActivation> saved_activations(const Trace& trace, const OpTimeM
   for (TensorIndex s : a.storages) {
     const StorageInfo& info = a.info[s];
     if (!info.gap) continue;
-    saved.push_back({s, trace.tensor(s).bytes(), *info.last_forward_use, *info.first_backward_read, info.writers,
-                     traces::is_floating(trace.tensor(s).dtype)});
+    saved.push_back({s, trace.tensor(s).bytes(), *info.last_forward_use, *info.first_backward_read, info.writers});
   }
   return saved;
 }

@@ -164,7 +164,6 @@ struct SavedActivation {
   traces::OpIndex last_forward_use = 0;
   traces::OpIndex first_backward_read = 0;
   std::vector<traces::OpIndex> writers;     // forward writers, ascending (a rebuild replays them all)
-  bool lossy_safe = true;                   // a floating-point storage a lossy codec may take unnamed
 };
 std::vector<SavedActivation> saved_activations(const traces::Trace& trace, const OpTimeModel& time_model);
 

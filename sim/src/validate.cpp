@@ -504,8 +504,9 @@ ValidationTable load_validation_table(const std::filesystem::path& path) {
 }
 
 std::filesystem::path default_validation_table() {
-  // This file is sim/src/validate.cpp of the source tree (CMake compiles sources by absolute path).
-  return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / "scenarios" / "validation" / "published.jsonl";
+  // The source tree's root, from CMake (not __FILE__: a compiler launcher such as ccache with
+  // base_dir, or -ffile-prefix-map, makes that path relative to the build directory).
+  return std::filesystem::path(COMPTRAIN_SOURCE_DIR) / "scenarios" / "validation" / "published.jsonl";
 }
 
 double relative_error(double predicted, double published, std::optional<double> published_upper) {

@@ -455,7 +455,7 @@ TEST(Capture, EveryConvAndLinearInputCarriesGradientStatistics) {
 // input, a linear layer and a bias-less linear layer on a 3-D input.
 TEST(Capture, GradientStatisticsEqualTheirPyTorchDefinitions) {
   if (!torch_available()) GTEST_SKIP() << "torch/torchvision not importable from " << kPython << ": capture not tested";
-  const fs::path script = fs::path(__FILE__).parent_path() / "capture_gradient_test.py";
+  const fs::path script = fs::path(COMPTRAIN_CAPTURE_MODELS_DIR) / "capture_gradient_test.py";
   const int status = std::system((std::string(kPython) + " " + script.string()).c_str());
   ASSERT_TRUE(WIFEXITED(status)) << script;
   EXPECT_EQ(WEXITSTATUS(status), 0) << script << " failed (its output says which check)";

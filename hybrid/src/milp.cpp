@@ -19,6 +19,22 @@ constexpr double warm_start_integrality_tolerance = 1e-9;
 // beyond this magnitude are read as infinite.
 constexpr double cbc_infinite_objective = 1e49;
 
+// A warm start is taken as a solution when every row holds within this relative tolerance (CBC's
+// own primal tolerance is 1e-7 absolute on its scaled rows).
+constexpr double warm_start_row_tolerance = 1e-7;
+
+// Whether `values` satisfies every row of `problem` (bounds and integrality are validated already).
+bool satisfies_rows(const MilpProblem& problem, const std::vector<double>& values) {
+  for (const MilpRow& row : problem.rows) {
+    double activity = 0;
+    for (const auto& [column, coefficient] : row.terms) activity += coefficient * values[static_cast<std::size_t>(column)];
+    const double slack_lower = warm_start_row_tolerance * std::max(1.0, std::abs(row.lower));
+    const double slack_upper = warm_start_row_tolerance * std::max(1.0, std::abs(row.upper));
+    if (activity < row.lower - slack_lower || activity > row.upper + slack_upper) return false;
+  }
+  return true;
+}
+
 double thread_cpu_seconds() {
   rusage usage{};
   getrusage(RUSAGE_THREAD, &usage);
@@ -230,12 +246,14 @@ MilpResult solve_validated(const MilpProblem& problem, const MilpOptions& option
     solution = Cbc_bestSolution(cbc);
     if (Cbc_isContinuousUnbounded(cbc)) {
       infeasible_or_unbounded_relaxation = true;
-    } else if (Cbc_isProvenInfeasible(cbc)) {
+    } else if (Cbc_isProvenInfeasible(cbc) && status == 0) {
       result.status = MilpStatus::infeasible;
     } else if (status == 2 || Cbc_isAbandoned(cbc)) {
       throw std::runtime_error("solve_milp: CBC abandoned the solve (numerical difficulties)");
     } else if (solution == nullptr) {
-      result.status = status == 0 ? MilpStatus::infeasible : MilpStatus::no_solution;
+      // Stopped by the limit (1), or by it inside CBC's preprocessing, which then reports the
+      // problem as infeasible with status 1: no proof either way.
+      result.status = status == 0 && !Cbc_isProvenInfeasible(cbc) ? MilpStatus::infeasible : MilpStatus::no_solution;
     } else {
       // Finished with an incumbent: optimal, or within the allowable gap, which CBC also reports
       // as finished.
@@ -261,6 +279,16 @@ MilpResult solve_validated(const MilpProblem& problem, const MilpOptions& option
     return result;
   }
 
+  // CBC drops a warm start it cannot use before the limit, and may stop without any incumbent (or
+  // claim infeasibility under the limit, seen with CBC 2.10.8 at a 0.5 s limit): a warm start that
+  // satisfies every row is a solution the caller already has, so it is returned, as stopped by the
+  // limit.
+  const bool warm_start_holds = !options.warm_start.empty() && satisfies_rows(problem, options.warm_start);
+  if (warm_start_holds && (result.status == MilpStatus::no_solution || result.status == MilpStatus::infeasible)) {
+    result.status = MilpStatus::feasible;
+    solution = options.warm_start.data();
+  }
+
   if (result.status == MilpStatus::optimal || result.status == MilpStatus::feasible) {
     result.values.assign(solution, solution + n);
     result.objective = 0;
@@ -274,7 +302,8 @@ MilpResult solve_validated(const MilpProblem& problem, const MilpOptions& option
       result.best_bound = result.objective;
     } else {
       const double bound = Cbc_getBestPossibleObjValue(cbc);
-      result.best_bound = bound <= -cbc_infinite_objective ? -milp_infinity : bound;
+      // No bound, or none from a search that ended on a warm start it could not use (+1e50).
+      result.best_bound = std::abs(bound) >= cbc_infinite_objective ? -milp_infinity : bound;
     }
     result.relative_gap = gap(result.objective, result.best_bound);
   } else if (result.status == MilpStatus::infeasible) {

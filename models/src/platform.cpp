@@ -65,7 +65,7 @@ class PlatformReader {
     platform.name = text_field(root, "name", "");
     platform.gpu = read_gpu(section(root, "gpu", "", {"name", "memory", "memory_visible", "cuda_context", "compute_capability", "memory_bandwidth", "peak",
                                                          "launch_overhead", "sms", "power"}));
-    platform.host = read_host(section(root, "host", "", {"name", "cores", "flops", "memory", "memory_bandwidth", "dispatch", "power"}));
+    platform.host = read_host(section(root, "host", "", {"name", "cores", "flops", "memory", "memory_bandwidth", "dispatch", "torch_save_bandwidth", "power"}));
     platform.host_link = read_link(section(root, "host_link", "", {"name", "bandwidth", "latency", "pageable_bandwidth", "power"}), "host_link");
     if (root["host_link"]["pageable_bandwidth"]) {
       platform.host_link.pageable_bandwidth =
@@ -190,6 +190,9 @@ class PlatformReader {
       spec.dispatch.forward = quantity(d, "forward", "host.dispatch", Dimension::time, limits::latency);
       spec.dispatch.backward = quantity(d, "backward", "host.dispatch", Dimension::time, limits::latency);
       spec.dispatch.optimizer = quantity(d, "optimizer", "host.dispatch", Dimension::time, limits::latency);
+    }
+    if (host["torch_save_bandwidth"]) {
+      spec.torch_save_bandwidth = quantity(host, "torch_save_bandwidth", "host", Dimension::bandwidth, limits::bandwidth);
     }
     if (host["power"]) {
       const YAML::Node power = section(host, "power", "host", {"idle", "max"});

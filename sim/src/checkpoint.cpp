@@ -15,6 +15,14 @@ std::optional<CheckpointMode> parse_checkpoint_mode(std::string_view text) {
   return std::nullopt;
 }
 
+std::string_view to_string(CheckpointWait wait) { return wait == CheckpointWait::step ? "step" : "save"; }
+
+std::optional<CheckpointWait> parse_checkpoint_wait(std::string_view text) {
+  if (text == "step") return CheckpointWait::step;
+  if (text == "save") return CheckpointWait::save;
+  return std::nullopt;
+}
+
 std::string_view to_string(StorageTier tier) { return tier == StorageTier::shared ? "shared" : "local"; }
 
 std::optional<StorageTier> parse_storage_tier(std::string_view text) {

@@ -25,6 +25,12 @@ std::string io_report_text(const IoResult& r) {
                        format_bytes(c.sizes.rank0.parameters), format_bytes(c.sizes.rank0.optimizer_states));
     out += c.sizes.other.total() > 0 ? fmt::format(", every other rank {}\n", format_bytes(c.sizes.other.total())) : std::string("\n");
     out += fmt::format("  stall per checkpoint      {:.6f} s (persisted {:.6f} s after it began)\n", c.stall_seconds, c.persist_seconds);
+    if (c.mode == CheckpointMode::sync) {
+      out += fmt::format("  of which torch.save       {:.6f} s serializing (the rest: copies to the host and writes)\n", c.serialize_seconds);
+    } else {
+      out += fmt::format("  copies waited for         {}\n", c.wait == CheckpointWait::step ? "before the next optimizer step (checkpoint.wait: step)"
+                                                                                            : "at the end of the save (checkpoint.wait: save)");
+    }
     out += fmt::format("  cost per iteration        {:.6f} s averaged over the interval ({:.2f}% of the iteration; {:.6f} s per interval)\n",
                        c.seconds_per_iteration, 100 * c.overhead, c.extra_seconds_per_interval);
     out += fmt::format("  host memory               {} per node for checkpoint copies\n", format_bytes(c.host_bytes_per_node));
@@ -55,6 +61,7 @@ std::string io_report_json(const IoResult& r) {
     const CheckpointResult& c = *r.checkpoint;
     nlohmann::ordered_json k;
     k["mode"] = std::string(to_string(c.mode));
+    if (c.mode == CheckpointMode::async) k["wait"] = std::string(to_string(c.wait));
     k["every"] = c.every;
     k["to"] = std::string(to_string(c.to));
     k["parameter_count"] = c.sizes.parameter_count;
@@ -62,6 +69,7 @@ std::string io_report_json(const IoResult& r) {
     k["other_rank_bytes"] = {{"parameters", c.sizes.other.parameters}, {"optimizer_states", c.sizes.other.optimizer_states}};
     k["stall_seconds"] = c.stall_seconds;
     k["persist_seconds"] = c.persist_seconds;
+    if (c.mode == CheckpointMode::sync) k["serialize_seconds"] = c.serialize_seconds;
     k["extra_seconds_per_interval"] = c.extra_seconds_per_interval;
     k["seconds_per_iteration"] = c.seconds_per_iteration;
     k["overhead"] = c.overhead;

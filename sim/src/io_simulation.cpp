@@ -66,6 +66,12 @@ void check_io_inputs(const IoInputs& inputs, std::string_view source) {
   if (inputs.checkpoint) {
     need(inputs.checkpoint->to, "checkpoint.to");
     const CheckpointSpec& c = *inputs.checkpoint;
+    if (c.mode == CheckpointMode::sync && !(inputs.platform.host.torch_save_bandwidth > 0)) {
+      throw InputError(fmt::format("{}: checkpoint.mode: sync: the platform '{}' has no host.torch_save_bandwidth; expected the rate one "
+                                   "process's torch.save reaches on the host, which bounds a synchronous checkpoint "
+                                   "(scenarios/platforms/README.md, \"Storage\")",
+                                   source, inputs.platform.name));
+    }
     if (c.mode == CheckpointMode::async && c.host_cache_bytes > 0 && c.host_cache_bytes < c.chunk_bytes) {
       throw InputError(fmt::format("{}: checkpoint.host_cache ({} bytes) is smaller than checkpoint.chunk ({} bytes); expected a cache "
                                    "that holds at least one chunk",
@@ -102,6 +108,7 @@ struct GpuState {
   std::deque<Chunk> to_flush;
   std::map<int, double> checkpoint_start, persisted;  // checkpoint -> when it began / its last byte was written
   std::map<int, double> stall;                        // checkpoint -> training time lost to it
+  std::map<int, double> serialize;                    // sync checkpoint -> its time in torch.save's serialization
   std::vector<double> data_wait;                      // per iteration
 };
 
@@ -202,6 +209,17 @@ class IoModel {
   }
   void copy_to_host(int g, std::int64_t bytes) {
     if (bytes > 0) sg4::Comm::sendto(gpus_host_[static_cast<std::size_t>(g)], cpu_, static_cast<std::uint64_t>(bytes));
+  }
+  // torch.save's own work on a chunk, on one core of the node's CPU host (a core runs 1 flop/s,
+  // so bytes / rate flops take bytes / rate seconds unless the cores are shared): pickling, the
+  // storage's copy into fresh host memory, CRC-32 and the write into the page cache. No stage
+  // when the platform gives no rate (hand-built inputs; check_io_inputs refuses a scenario's).
+  void serialize_on_host(std::int64_t bytes) {
+    const double rate = in_.platform.host.torch_save_bandwidth;
+    if (bytes <= 0 || !(rate > 0)) return;
+    const sg4::ExecPtr exec = sg4::Exec::init()->set_flops_amount(static_cast<double>(bytes) / rate)->set_host(cpu_);
+    exec->start();
+    exec->wait();
   }
 
   // ---- the loader ---------------------------------------------------------------------------
@@ -304,10 +322,16 @@ class IoModel {
   }
 
   // ---- the training loop --------------------------------------------------------------------
+  // torch.save, one chunk (tensor) after the other: its copy to host memory, its serialization,
+  // its write. In series, as torch.save runs them (torch/serialization.py, _save: each storage's
+  // .cpu(), then the zip writer's write_record); the page cache would let the device's write-back
+  // overlap the next chunk, which the model leaves out (it can only lengthen the stall by the
+  // writes' share).
   void save_synchronously(int g, int checkpoint) {
     GpuState& s = state_[static_cast<std::size_t>(g)];
     const std::int64_t chunk = in_.checkpoint->chunk_bytes;
     const double start = sg4::Engine::get_clock();
+    double serializing = 0;
     for (std::int64_t done = 0; done < s.checkpoint_bytes;) {
       const std::int64_t bytes = std::min(chunk, s.checkpoint_bytes - done);
       {
@@ -316,6 +340,9 @@ class IoModel {
         note_host_bytes();
       }
       copy_to_host(g, bytes);
+      const double serialize_start = sg4::Engine::get_clock();
+      serialize_on_host(bytes);
+      serializing += sg4::Engine::get_clock() - serialize_start;
       write_to_storage(bytes, in_.checkpoint->to);
       std::unique_lock<sg4::Mutex> lock(*mutex_);
       s.cache_used -= bytes;
@@ -325,6 +352,15 @@ class IoModel {
     std::unique_lock<sg4::Mutex> lock(*mutex_);
     s.persisted[checkpoint] = end;
     s.stall[checkpoint] = end - start;
+    s.serialize[checkpoint] = serializing;
+  }
+
+  // checkpoint.wait: save: the save returns once the checkpoint's copies are in the host cache.
+  void wait_for_copies(GpuState& s, int checkpoint) {
+    const double wait_start = sg4::Engine::get_clock();
+    std::unique_lock<sg4::Mutex> lock(*mutex_);
+    while (s.copies_done <= checkpoint) changed_->wait(lock);
+    s.stall[checkpoint] = sg4::Engine::get_clock() - wait_start;
   }
 
   void train(int g) {
@@ -355,11 +391,17 @@ class IoModel {
         if (in_.checkpoint->mode == CheckpointMode::sync) {
           save_synchronously(g, checkpoint);
         } else {
-          std::unique_lock<sg4::Mutex> lock(*mutex_);
-          s.checkpoint_start[checkpoint] = sg4::Engine::get_clock();
-          ++s.copies_requested;
-          pending_async = checkpoint;
-          changed_->notify_all();
+          {
+            std::unique_lock<sg4::Mutex> lock(*mutex_);
+            s.checkpoint_start[checkpoint] = sg4::Engine::get_clock();
+            ++s.copies_requested;
+            changed_->notify_all();
+          }
+          if (in_.checkpoint->wait == CheckpointWait::save) {
+            wait_for_copies(s, checkpoint);
+          } else {
+            pending_async = checkpoint;
+          }
         }
       }
       barrier_->wait();
@@ -481,13 +523,18 @@ class IoModel {
     if (in_.checkpoint) {
       CheckpointResult c;
       c.mode = in_.checkpoint->mode;
+      c.wait = in_.checkpoint->wait;
       c.every = in_.checkpoint->every;
       c.to = in_.checkpoint->to;
       c.sizes = in_.sizes;
       for (const GpuState& s : state_) {
         if (s.checkpoint_bytes == 0) continue;
         const auto stall = s.stall.find(last_checkpoint_);
-        if (stall != s.stall.end()) c.stall_seconds = std::max(c.stall_seconds, stall->second);
+        if (stall != s.stall.end() && stall->second >= c.stall_seconds) {
+          c.stall_seconds = stall->second;
+          const auto serialize = s.serialize.find(last_checkpoint_);
+          c.serialize_seconds = serialize != s.serialize.end() ? serialize->second : 0.0;
+        }
         const auto persisted = s.persisted.find(last_checkpoint_);
         if (persisted != s.persisted.end()) {
           const double start = c.mode == CheckpointMode::sync ? persisted->second - s.stall.at(last_checkpoint_)
@@ -582,12 +629,14 @@ std::string io_result_to_json(const IoResult& r) {
     const CheckpointResult& c = *r.checkpoint;
     nlohmann::json k;
     k["mode"] = static_cast<int>(c.mode);
+    k["wait"] = static_cast<int>(c.wait);
     k["every"] = c.every;
     k["to"] = static_cast<int>(c.to);
     k["sizes"] = {c.sizes.parameter_count, c.sizes.rank0.parameters, c.sizes.rank0.optimizer_states, c.sizes.other.parameters,
                   c.sizes.other.optimizer_states};
     k["stall_seconds"] = c.stall_seconds;
     k["persist_seconds"] = c.persist_seconds;
+    k["serialize_seconds"] = c.serialize_seconds;
     k["extra_seconds_per_interval"] = c.extra_seconds_per_interval;
     k["seconds_per_iteration"] = c.seconds_per_iteration;
     k["overhead"] = c.overhead;
@@ -617,6 +666,7 @@ IoResult io_result_from_json(const std::string& text) {
     const nlohmann::json& k = j.at("checkpoint");
     CheckpointResult c;
     c.mode = static_cast<CheckpointMode>(k.at("mode").get<int>());
+    c.wait = static_cast<CheckpointWait>(k.at("wait").get<int>());
     c.every = k.at("every").get<int>();
     c.to = static_cast<StorageTier>(k.at("to").get<int>());
     const auto sizes = k.at("sizes").get<std::vector<std::int64_t>>();
@@ -625,6 +675,7 @@ IoResult io_result_from_json(const std::string& text) {
     c.sizes.other = {sizes.at(3), sizes.at(4)};
     c.stall_seconds = k.at("stall_seconds").get<double>();
     c.persist_seconds = k.at("persist_seconds").get<double>();
+    c.serialize_seconds = k.at("serialize_seconds").get<double>();
     c.extra_seconds_per_interval = k.at("extra_seconds_per_interval").get<double>();
     c.seconds_per_iteration = k.at("seconds_per_iteration").get<double>();
     c.overhead = k.at("overhead").get<double>();

@@ -415,10 +415,10 @@ class ScenarioReader {
     return data;
   }
 
-  // checkpoint: {every, mode, host_cache, chunk, to} (sim/checkpoint.hpp)
+  // checkpoint: {every, mode, host_cache, chunk, to, wait} (sim/checkpoint.hpp)
   CheckpointSpec read_checkpoint(const YAML::Node& node) const {
     require_map(node, "checkpoint");
-    check_keys(node, "checkpoint", {"every", "mode", "host_cache", "chunk", "to"});
+    check_keys(node, "checkpoint", {"every", "mode", "host_cache", "chunk", "to", "wait"});
     CheckpointSpec spec;
     const std::int64_t every = optional_positive(node, "every", "checkpoint").value_or(0);
     if (every < 1 || every > 10'000'000) {
@@ -445,6 +445,18 @@ class ScenarioReader {
       throw InputError(where(node["host_cache"].Mark()) + "'checkpoint.host_cache' is for mode: async; a sync checkpoint has no host cache");
     }
     if (const YAML::Node to = node["to"]) spec.to = storage_tier(to, "checkpoint.to");
+    if (const YAML::Node wait = node["wait"]) {
+      const std::string text = scalar(wait, "checkpoint.wait");
+      const auto parsed = parse_checkpoint_wait(text);
+      if (!parsed) {
+        throw InputError(where(wait.Mark()) + "'checkpoint.wait' is '" + text +
+                         "'; expected step (the copies wait before the next optimizer step) or save (at the end of the save)");
+      }
+      if (spec.mode == CheckpointMode::sync) {
+        throw InputError(where(wait.Mark()) + "'checkpoint.wait' is for mode: async; a sync checkpoint waits for all of its writes");
+      }
+      spec.wait = *parsed;
+    }
     return spec;
   }
 

@@ -123,7 +123,7 @@ CollectivePoint read_collective(const PointReader& in, const std::filesystem::pa
 
 // A checkpoint_throughput point's setup: the platform and shape as a bus_bandwidth point's, and
 // its `checkpoint` object {bytes_per_gpu, forward_backward_seconds, update_seconds, mode, every,
-// host_cache_bytes, chunk_bytes, to}.
+// host_cache_bytes, chunk_bytes, to, wait}.
 CheckpointPoint read_checkpoint_point(const PointReader& in, const std::filesystem::path& base_dir) {
   CheckpointPoint c;
   try {
@@ -142,7 +142,8 @@ CheckpointPoint read_checkpoint_point(const PointReader& in, const std::filesyst
   const json* object = in.find("checkpoint");
   if (!object || !object->is_object()) in.fail("field 'checkpoint': expected an object {bytes_per_gpu, forward_backward_seconds, update_seconds, mode, every, ...}");
   for (const auto& [key, value] : object->items()) {
-    constexpr std::array kKeys{"bytes_per_gpu", "forward_backward_seconds", "update_seconds", "mode", "every", "host_cache_bytes", "chunk_bytes", "to"};
+    constexpr std::array kKeys{"bytes_per_gpu", "forward_backward_seconds", "update_seconds", "mode", "every", "host_cache_bytes", "chunk_bytes", "to",
+                               "wait"};
     if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end()) in.fail(fmt::format("field 'checkpoint.{}': unknown", key));
   }
   const auto seconds = [&](const char* key) {
@@ -169,6 +170,12 @@ CheckpointPoint read_checkpoint_point(const PointReader& in, const std::filesyst
     const auto tier = to->is_string() ? parse_storage_tier(to->get<std::string>()) : std::nullopt;
     if (!tier) in.fail("field 'checkpoint.to': expected \"shared\" or \"local\"");
     c.checkpoint.to = *tier;
+  }
+  if (const json* wait = member("wait")) {
+    const auto parsed = wait->is_string() ? parse_checkpoint_wait(wait->get<std::string>()) : std::nullopt;
+    if (!parsed) in.fail("field 'checkpoint.wait': expected \"step\" or \"save\"");
+    if (c.checkpoint.mode == CheckpointMode::sync) in.fail("field 'checkpoint.wait': given for mode sync; expected it only with mode async");
+    c.checkpoint.wait = *parsed;
   }
   return c;
 }

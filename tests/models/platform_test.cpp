@@ -609,6 +609,28 @@ TEST(PlatformYaml, PageableBandwidthIsOptionalAndAtMostThePinnedRate) {
   EXPECT_THAT(error_of(pageable("0 GB/s")), HasSubstr("pageable_bandwidth"));
 }
 
+TEST(BuiltinPlatforms, EveryPlatformWithStorageGivesTorchSavesRate) {
+  // A sync checkpoint needs it (sim/io.hpp, check_io_inputs); the platforms without storage can
+  // simulate no checkpoint at all.
+  for (const std::string& name : builtin_platform_names()) {
+    SCOPED_TRACE(name);
+    const Platform p = builtin_platform(name);
+    if (p.storage) {
+      EXPECT_GT(p.host.torch_save_bandwidth, 0);
+    }
+  }
+}
+
+TEST(PlatformYaml, TorchSaveBandwidthIsOptionalAndARate) {
+  EXPECT_EQ(parsed(kMinimal).host.torch_save_bandwidth, 0) << "not given: sync checkpoints are refused (sim/io.hpp)";
+  const std::string host = "memory_bandwidth: 100 GB/s}";
+  const auto rate = [&](const std::string& value) { return with(host, "memory_bandwidth: 100 GB/s, torch_save_bandwidth: " + value + "}"); };
+  EXPECT_DOUBLE_EQ(parsed(rate("0.77 GB/s")).host.torch_save_bandwidth, 0.77e9);
+  EXPECT_THAT(error_of(rate("0 GB/s")), HasSubstr("'host.torch_save_bandwidth' is 0 GB/s; expected"));
+  EXPECT_THAT(error_of(rate("fast")), HasSubstr("p.yaml:8:"));
+  EXPECT_THAT(error_of(rate("1 GHz")), HasSubstr("host.torch_save_bandwidth"));
+}
+
 TEST(BuiltinPlatforms, StreamingMultiprocessorsAreTheWhitepapers) {
   // Volta, A100 and H100 whitepapers; GM200: 3072 cores / 128 per Maxwell SM.
   EXPECT_EQ(builtin_platform("v100-16gb").gpu.sms, 80);

@@ -18,10 +18,12 @@ namespace comptrain::sim {
 namespace {
 
 // One GPU: PCIe at 10 GB/s (a 1 GB chunk in 0.1 s), the file system's client link at 1 GB/s (a
-// chunk written in 1 s), no latencies, so every duration below is a sum of bytes / rate.
+// chunk written in 1 s), no latencies, so every duration below is a sum of bytes / rate. No
+// torch.save serialization stage unless a test gives host.torch_save_bandwidth.
 IoInputs hand_inputs(CheckpointSpec checkpoint, double pcie = 1e10) {
   IoInputs in;
   in.platform = models::builtin_platform("a100-40gb");
+  in.platform.host.torch_save_bandwidth = 0;
   in.platform.host_link.bandwidth = pcie;
   in.platform.host_link.latency = 0;
   in.platform.storage = models::StorageSpec{std::nullopt, models::SharedFileSystemSpec{"test", 1e12, 1e12, 1e9, 0}};
@@ -59,6 +61,55 @@ TEST(Checkpoint, SynchronousSaveStallsForEveryCopyAndWrite) {
   EXPECT_FALSE(c.outlasts_interval);
 }
 
+TEST(Checkpoint, SynchronousSaveSerializesEveryChunkOnOneCoreOfTheHost) {
+  // torch.save at 0.5 GB/s: each 1 GB chunk is copied (0.1 s), serialized (2 s) and written (1 s)
+  // before the next: 4 x 3.1 = 12.4 s, 8 s of it serializing.
+  IoInputs in = hand_inputs(spec(CheckpointMode::sync));
+  in.platform.host.torch_save_bandwidth = 0.5e9;
+  const IoResult r = simulate_io(in);
+  ASSERT_TRUE(r.checkpoint);
+  const CheckpointResult& c = *r.checkpoint;
+  EXPECT_NEAR(c.stall_seconds, 12.4, 1e-9);
+  EXPECT_NEAR(c.serialize_seconds, 8.0, 1e-9);
+  EXPECT_NEAR(c.persist_seconds, 12.4, 1e-9);
+  EXPECT_NEAR(c.extra_seconds_per_interval, 12.4, 1e-9);
+  EXPECT_NEAR(r.mean_iteration_seconds, 1.0 + 1.24, 1e-9);
+}
+
+TEST(Checkpoint, SerializationOfSeveralGpusSharesTheHostsCores) {
+  // Two GPUs each saving 4 chunks of 1 GB at once: their writes share the 1 GB/s client link
+  // (2 s a chunk). With two cores each serialization takes 2 s: 4 x (0.1 + 2 + 2) = 16.4 s; with
+  // one core the two share it and take 4 s: 4 x (0.1 + 4 + 2) = 24.4 s.
+  IoInputs in = hand_inputs(spec(CheckpointMode::sync));
+  in.platform.host.torch_save_bandwidth = 0.5e9;
+  in.shape.gpus_per_node = 2;
+  in.sizes.other = in.sizes.rank0;
+  in.platform.host.cores = 2;
+  const IoResult two = simulate_io(in);
+  ASSERT_TRUE(two.checkpoint);
+  EXPECT_NEAR(two.checkpoint->stall_seconds, 16.4, 1e-6);
+  EXPECT_NEAR(two.checkpoint->serialize_seconds, 8.0, 1e-6);
+  in.platform.host.cores = 1;
+  const IoResult one = simulate_io(in);
+  ASSERT_TRUE(one.checkpoint);
+  EXPECT_NEAR(one.checkpoint->stall_seconds, 24.4, 1e-6);
+  EXPECT_NEAR(one.checkpoint->serialize_seconds, 16.0, 1e-6);
+}
+
+TEST(Checkpoint, SynchronousCheckpointNeedsTheHostsTorchSaveRate) {
+  IoInputs in = hand_inputs(spec(CheckpointMode::sync));
+  try {
+    check_io_inputs(in, "s.yaml");
+    FAIL() << "a sync checkpoint without host.torch_save_bandwidth was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("host.torch_save_bandwidth"), std::string::npos) << e.what();
+  }
+  in.platform.host.torch_save_bandwidth = 1e9;
+  EXPECT_NO_THROW(check_io_inputs(in, "s.yaml"));
+  // An async checkpoint does not serialize with torch.save.
+  EXPECT_NO_THROW(check_io_inputs(hand_inputs(spec(CheckpointMode::async)), "s.yaml"));
+}
+
 TEST(Checkpoint, AsynchronousCopyShorterThanForwardBackwardIsHidden) {
   const IoResult r = simulate_io(hand_inputs(spec(CheckpointMode::async)));
   ASSERT_TRUE(r.checkpoint);
@@ -93,6 +144,28 @@ TEST(Checkpoint, AsynchronousCopyBlocksWhileTheHostCacheIsFull) {
   EXPECT_NEAR(r.checkpoint->extra_seconds_per_interval, 1.4, 1e-9);
   EXPECT_NEAR(r.checkpoint->persist_seconds, 4.1, 1e-9);  // chunk 3 written from 3.1 to 4.1 s
   EXPECT_EQ(r.checkpoint->host_bytes_per_node, 2'000'000'000);
+}
+
+TEST(Checkpoint, AsynchronousCopiesWaitedForAtTheSaveStallForAllOfThem) {
+  // checkpoint.wait: save: the save returns once the 4 chunks are copied (4 x 0.1 s), though the
+  // next forward and backward would have hidden them; the flush is as with wait: step.
+  CheckpointSpec c = spec(CheckpointMode::async);
+  c.wait = CheckpointWait::save;
+  const IoResult r = simulate_io(hand_inputs(c));
+  ASSERT_TRUE(r.checkpoint);
+  EXPECT_NEAR(r.checkpoint->stall_seconds, 0.4, 1e-9);
+  EXPECT_NEAR(r.checkpoint->extra_seconds_per_interval, 0.4, 1e-9);
+  EXPECT_NEAR(r.checkpoint->persist_seconds, 4.1, 1e-9);
+  EXPECT_NEAR(r.mean_iteration_seconds, 1.04, 1e-9);
+
+  // With a cache of two chunks the last copy ends at 2.2 s (as in the test above): all of it is
+  // stall at the save, where the step's wait lost 2.2 - 0.8 = 1.4 s.
+  CheckpointSpec full = spec(CheckpointMode::async, 2'000'000'000);
+  full.wait = CheckpointWait::save;
+  const IoResult f = simulate_io(hand_inputs(full));
+  ASSERT_TRUE(f.checkpoint);
+  EXPECT_NEAR(f.checkpoint->stall_seconds, 2.2, 1e-9);
+  EXPECT_NEAR(f.checkpoint->persist_seconds, 4.1, 1e-9);
 }
 
 TEST(Checkpoint, IntervalForATargetOverheadIsTheSmallestMeetingIt) {
@@ -156,12 +229,14 @@ TEST(Checkpoint, SizesFollowTheZeroStage) {
 
 TEST(Checkpoint, ScenarioSection) {
   const std::string base = "model: {zoo: gpt2}\ntraining: {batch_size: 1, precision: mixed, optimizer: adam}\nplatform: polaris\n";
-  const Scenario s = parse_scenario(base + "checkpoint: {every: 100, mode: async, host_cache: 8 GiB, chunk: 256 MiB, to: local}\n"
+  const Scenario s = parse_scenario(base + "checkpoint: {every: 100, mode: async, host_cache: 8 GiB, chunk: 256 MiB, to: local, wait: save}\n"
                                            "plan: {checkpoint_overhead: 0.02}\n",
                                     "test.yaml", ".");
   ASSERT_TRUE(s.checkpoint);
   EXPECT_EQ(s.checkpoint->every, 100);
   EXPECT_EQ(s.checkpoint->mode, CheckpointMode::async);
+  EXPECT_EQ(s.checkpoint->wait, CheckpointWait::save);
+  EXPECT_EQ(parse_scenario(base + "checkpoint: {every: 10, mode: async}\n", "t.yaml", ".").checkpoint->wait, CheckpointWait::step);
   EXPECT_EQ(s.checkpoint->host_cache_bytes, std::int64_t{8} << 30);
   EXPECT_EQ(s.checkpoint->chunk_bytes, std::int64_t{256} << 20);
   EXPECT_EQ(s.checkpoint->to, StorageTier::local);
@@ -172,11 +247,18 @@ TEST(Checkpoint, ScenarioSection) {
   EXPECT_THROW(parse_scenario(base + "checkpoint: {every: 10, mode: lazy}\n", "t.yaml", "."), InputError);
   EXPECT_THROW(parse_scenario(base + "checkpoint: {every: 10, mode: async, host_cache: 1 MiB}\n", "t.yaml", "."), InputError);
   EXPECT_THROW(parse_scenario(base + "checkpoint: {every: 10, to: tape}\n", "t.yaml", "."), InputError);
+  EXPECT_THROW(parse_scenario(base + "checkpoint: {every: 10, mode: async, wait: later}\n", "t.yaml", "."), InputError);
+  EXPECT_THROW(parse_scenario(base + "checkpoint: {every: 10, mode: sync, wait: save}\n", "t.yaml", "."), InputError);
   EXPECT_THROW(parse_scenario(base + "plan: {checkpoint_overhead: 1.5}\n", "t.yaml", "."), InputError);
   // A platform without the storage the section names is refused before any run.
   Scenario no_storage = parse_scenario(base + "checkpoint: {every: 10}\n", "t.yaml", ".");
   no_storage.platform->storage.reset();
   EXPECT_THROW(PreparedScenario{no_storage}, InputError);
+  // So is a sync checkpoint on a platform without torch.save's rate.
+  Scenario no_rate = parse_scenario(base + "checkpoint: {every: 10}\n", "t.yaml", ".");
+  ASSERT_GT(no_rate.platform->host.torch_save_bandwidth, 0);  // polaris gives it
+  no_rate.platform->host.torch_save_bandwidth = 0;
+  EXPECT_THROW(PreparedScenario{no_rate}, InputError);
 }
 
 }  // namespace
@@ -199,6 +281,18 @@ TEST(Checkpoint, ValidationPointsNameTheirSetup) {
   EXPECT_DOUBLE_EQ(p.checkpoint->forward_backward_seconds, 1.5);
   EXPECT_EQ(p.checkpoint->checkpoint.mode, CheckpointMode::async);
   EXPECT_EQ(p.checkpoint->checkpoint.host_cache_bytes, 100'000'000);
+  EXPECT_EQ(p.checkpoint->checkpoint.wait, CheckpointWait::step);
+  std::string at_save = line;
+  at_save.insert(at_save.size() - 2, R"(, "wait": "save")");
+  EXPECT_EQ(parse_validation_table(at_save, "t.jsonl", ".").points.front().checkpoint->checkpoint.wait, CheckpointWait::save);
+  std::string wait_on_sync = at_save;
+  wait_on_sync.replace(wait_on_sync.find("\"async\""), 7, "\"sync\"");
+  try {
+    parse_validation_table(wait_on_sync, "t.jsonl", ".");
+    ADD_FAILURE() << "checkpoint.wait on a sync point was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint.wait"), std::string::npos) << e.what();
+  }
   // A mode it does not know, and a scenario besides the setup, are errors naming the line.
   std::string bad = line;
   bad.replace(bad.find("\"async\""), 7, "\"lazy\"");
@@ -217,7 +311,9 @@ TEST(Checkpoint, ResultRoundTripsThroughTheChildsPipe) {
   c.mode = CheckpointMode::async;
   c.every = 7;
   c.sizes.rank0 = {1, 2};
+  c.wait = CheckpointWait::save;
   c.stall_seconds = 0.5;
+  c.serialize_seconds = 0.25;
   c.interval_for_target = 12;
   r.checkpoint = c;
   const IoResult back = io_result_from_json(io_result_to_json(r));
@@ -228,6 +324,8 @@ TEST(Checkpoint, ResultRoundTripsThroughTheChildsPipe) {
   EXPECT_EQ(back.checkpoint->every, 7);
   EXPECT_EQ(back.checkpoint->sizes.rank0.optimizer_states, 2);
   EXPECT_DOUBLE_EQ(back.checkpoint->stall_seconds, 0.5);
+  EXPECT_DOUBLE_EQ(back.checkpoint->serialize_seconds, 0.25);
+  EXPECT_EQ(back.checkpoint->wait, CheckpointWait::save);
   EXPECT_EQ(back.checkpoint->interval_for_target, 12);
 }
 

@@ -108,6 +108,11 @@ struct HostSpec {
   std::int64_t memory_bytes = 0;
   double memory_bandwidth = 0;      // bytes/s
   OpDispatch dispatch;
+  // host.torch_save_bandwidth (optional; 0 = not given): bytes/s that one process's torch.save
+  // reaches on one of this host's cores, end to end from device memory: pickling, each storage's
+  // copy into fresh pageable host memory, CRC-32 and the writes into the page cache, all on the
+  // process's one thread. A synchronous checkpoint needs it (sim/io.hpp).
+  double torch_save_bandwidth = 0;
   // host.power (optional; 0 = unknown, no host energy): the node's CPUs while the job runs and
   // nothing is computed on them (idle), and with every core busy (max, the TDPs).
   double idle_power = 0;            // W

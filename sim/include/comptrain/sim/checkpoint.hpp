@@ -3,8 +3,9 @@
 // `checkpoint:` section). The writing itself is simulated with the data loader by sim/io.hpp.
 //
 //   sync   torch.save / DeepSpeed's default engine: after the optimizer step the state is copied
-//          device -> host one chunk (tensor) at a time and each chunk is written to the file
-//          before the next is copied; training waits for all of it.
+//          device -> host one chunk (tensor) at a time, serialized by the process's one thread
+//          (the platform's host.torch_save_bandwidth) and written to the file before the next is
+//          copied; training waits for all of it.
 //   async  DataStates-LLM (Maurya et al., HPDC'24, arXiv 2406.10707; github.com/DataStates/
 //          datastates-llm): the chunks are copied device -> a pinned host cache on a separate
 //          stream while the next iteration's forward and backward run (the parameters and
@@ -25,6 +26,22 @@ enum class CheckpointMode { sync, async };
 std::string_view to_string(CheckpointMode mode);
 std::optional<CheckpointMode> parse_checkpoint_mode(std::string_view text);
 
+// Where training waits for an async checkpoint's device -> host copies (checkpoint.wait):
+//   step  just before the next optimizer step, the copies overlapping the next forward and
+//         backward: DataStates-LLM's lazy copies as the paper describes them (§5.1, Figure 5d),
+//         and the wait() its DeepSpeed fork calls before optimizer.step()
+//         (DataStates/DeepSpeed@de904bb4, deepspeed/runtime/engine.py, _take_model_step).
+//   save  at the end of the save, before the next iteration starts: the released integration's
+//         save_checkpoint ends with checkpoint_engine.commit(tag) (the same engine.py), and
+//         DataStates-LLM's commit() calls wait(), which returns when the queue of device -> host
+//         copies is empty (DataStates/datastates-llm@7dc12be8, datastates/llm/checkpointing.py,
+//         ckpt/src/engine.cpp). The model waits for all of the checkpoint's copies there (an
+//         upper bound: the engine's parser threads may not have queued every tensor by then).
+// The flush to the file overlaps training either way.
+enum class CheckpointWait { step, save };
+std::string_view to_string(CheckpointWait wait);
+std::optional<CheckpointWait> parse_checkpoint_wait(std::string_view text);
+
 // Where bytes are read from or written to: the platform's shared parallel file system or the
 // node-local disk (models::StorageSpec).
 enum class StorageTier { shared, local };
@@ -43,6 +60,7 @@ struct CheckpointSpec {
   // enough that a host cache holds many).
   std::int64_t chunk_bytes = std::int64_t{64} << 20;
   StorageTier to = StorageTier::shared;
+  CheckpointWait wait = CheckpointWait::step;  // async only
 };
 
 // What one rank writes, in bytes.

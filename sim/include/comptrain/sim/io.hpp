@@ -16,9 +16,11 @@
 //     symmetric ranks carry every rank's share of the network.
 // The actors: per GPU a training loop (it takes its batch, sleeps the replay's forward and
 // backward, waits for an async checkpoint copy, sleeps the optimizer step, writes a sync
-// checkpoint; the node's GPUs meet at the end of every iteration, as their collectives make
-// them), its loader workers on the CPU host (data_loader.hpp), and for async checkpoints a
-// copier (device -> pinned host cache) and a flusher (cache -> file).
+// checkpoint, its chunks' torch.save serialization run on one core of the CPU host at
+// host.torch_save_bandwidth; with checkpoint.wait: save, waits there for an async checkpoint's
+// copies; the node's GPUs meet at the end of every iteration, as their collectives make them),
+// its loader workers on the CPU host (data_loader.hpp), and for async checkpoints a copier
+// (device -> pinned host cache) and a flusher (cache -> file).
 //
 // What is averaged, exactly: warm-up iterations run until the iteration times repeat with the
 // loader's period (its workers per GPU); that gives the steady iteration T. Then a checkpoint is
@@ -70,14 +72,16 @@ std::string_view to_string(IterationBound bound);
 
 struct CheckpointResult {
   CheckpointMode mode = CheckpointMode::sync;
+  CheckpointWait wait = CheckpointWait::step;  // async
   int every = 1;
   StorageTier to = StorageTier::shared;
   CheckpointSizes sizes;
   // The training time lost to one checkpoint: sync, the save after the step; async, the wait
-  // before the next step for copies not finished (the host cache full included). The slowest
-  // GPU of the node's.
+  // before the next step (wait: save, at the end of the save) for copies not finished (the host
+  // cache full included). The slowest GPU of the node's.
   double stall_seconds = 0;
   double persist_seconds = 0;             // from the checkpoint's start to its last byte in the file
+  double serialize_seconds = 0;           // sync: the stall's time in torch.save's serialization (host.torch_save_bandwidth)
   double extra_seconds_per_interval = 0;  // E: the interval's time over `every` steady iterations
   double seconds_per_iteration = 0;       // E / every: the checkpoint's cost averaged over the interval
   double overhead = 0;                    // seconds_per_iteration / the steady iteration
@@ -115,7 +119,8 @@ struct IoInputs {
 };
 
 // InputError when the platform lacks the storage a section names (no storage.shared for
-// `from: shared`, ...) or a section's sizes do not fit (a host cache smaller than one chunk).
+// `from: shared`, ...), a sync checkpoint's host.torch_save_bandwidth, or a section's sizes do
+// not fit (a host cache smaller than one chunk).
 void check_io_inputs(const IoInputs& inputs, std::string_view source);
 
 // Runs the simulation in a forked child (SimGrid's engine runs once per process).

@@ -162,6 +162,35 @@ TEST(DecoderSaved, FlashAndMemEfficientDropTheQuadraticTerm) {
   }
 }
 
+// The decoder's scaled_dot_product_attention is causal (is_causal=True): its FLOPs are those of
+// the S(S + 1)/2 (query, key) pairs on or below the diagonal, per query head (grouped K/V heads
+// change nothing). 4 heads of 16, 2 K/V heads, S = 32, one sample, no dropout, by hand: MACs
+// 4·16·(32·33/2) = 33,792, scores 4·528 = 2,112; forward 2 GEMMs: 4·33,792 + 5·2,112 (softmax) =
+// 145,728; backward 5 GEMMs: 10·33,792 + 4·2,112 = 346,368. The memory-efficient kernel the same.
+TEST(DecoderFlops, CausalAttentionCountsThePairsOnOrBelowTheDiagonal) {
+  for (const Attention attention : {Attention::flash, Attention::sdpa_mem_efficient}) {
+    DecoderArchitecture arch;
+    arch.layers = 1;
+    arch.hidden = 64;
+    arch.heads = 4;
+    arch.kv_heads = attention == Attention::flash ? 2 : 4;
+    arch.intermediate = 176;
+    arch.vocab = 1000;
+    arch.max_positions = 4096;
+    ModelRequest request = test_support::Request("llama").batch_size(1).seq_len(32).attention(attention);
+    request.decoder = arch;
+    const Trace trace = build_model(request);
+    std::int64_t forward = 0;
+    std::int64_t backward = 0;
+    for (const auto& op : trace.ops()) {
+      if (op.kind != traces::OpKind::attention) continue;
+      (op.phase == traces::Phase::forward ? forward : backward) += trace.flops(op.id);
+    }
+    EXPECT_EQ(forward, 145'728) << to_string(attention);
+    EXPECT_EQ(backward, 346'368) << to_string(attention);
+  }
+}
+
 // GeGLU (a gated MLP with GELU, hidden_act gelu / gelu_pytorch_tanh) saves what SwiGLU saves: GELU
 // keeps its input as SiLU does. A tied LM head (tie_word_embeddings) has V·h parameters fewer and
 // the same saved bytes.

@@ -44,17 +44,31 @@ ModelRequest from_config(const std::string& name, std::int64_t seq_len) {
   return request;
 }
 
-// Published totals (sum(p.numel() for p in model.parameters()), tied weights once), each also
-// computed by hand from its config in traces/zoo/README.md ("Parameter counts"):
-// Llama-2-7B, Llama-3-8B, Mistral-7B-v0.1 and Qwen2-7B as the Hugging Face Hub's safetensors
-// metadata gives them (6.74B, 8.03B, 7.24B, 7.62B rounded; the exact sums from the configs);
+// Published exact totals. For the four 7-8B models: the Hugging Face Hub's
+// model.safetensors.index.json, whose metadata.total_size is the bytes of every tensor the
+// checkpoint stores; the weights are 16-bit (2 bytes per parameter). The Hub is not reachable
+// from the build machine: each figure was read from a verbatim quotation of the index
+// (scenarios/hf-configs/README.md names them). Where the quoted repository is a sibling of the
+// shipped config's, the sibling has the same tensor shapes (say so below).
+//   meta-llama/Llama-2-7b-hf: 13,476,839,424 B, which includes 32 rotary_emb.inv_freq buffers
+//     (the index lists model.layers.N.self_attn.rotary_emb.inv_freq; 64 fp32 values each:
+//     8,192 B), which are buffers, not parameters;
+//   meta-llama/Meta-Llama-3-8B: 16,060,522,496 B;
+//   mistralai/Mistral-7B-Instruct-v0.2: 14,483,464,192 B (v0.1's shapes: v0.2 changes only
+//     rope_theta and the sliding window);
+//   Qwen/Qwen2.5-7B-Instruct: 15,231,233,024 B (Qwen2-7B's shapes: hidden 3584, 28 layers, 28
+//     heads, 4 KV heads, MLP 18944, vocabulary 152064, untied).
 // Pythia-160M from the Pythia README's table (162,322,944 total, 85,056,000 non-embedding);
-// GPT-2 and BERT-base (BertForPreTraining) as the zoo's own tests have them.
+// GPT-2 and BERT-base (BertForPreTraining) as the zoo's own tests have them. Each is also
+// computed by hand from its config in traces/zoo/README.md ("Parameter counts").
+constexpr std::int64_t kBf16Bytes = 2;
+constexpr std::int64_t kLlama2InvFreqBytes = 32 * 64 * 4;
 TEST(HfConfig, ShippedConfigsHaveThePublishedParameterCounts) {
-  EXPECT_EQ(parameters(build_model(from_config("llama-2-7b.json", 16))), 6'738'415'616);
-  EXPECT_EQ(parameters(build_model(from_config("llama-3-8b.json", 16))), 8'030'261'248);
-  EXPECT_EQ(parameters(build_model(from_config("mistral-7b-v0.1.json", 16))), 7'241'732'096);
-  EXPECT_EQ(parameters(build_model(from_config("qwen2-7b.json", 16))), 7'615'616'512);
+  EXPECT_EQ(parameters(build_model(from_config("llama-2-7b.json", 16))),
+            (13'476'839'424 - kLlama2InvFreqBytes) / kBf16Bytes);
+  EXPECT_EQ(parameters(build_model(from_config("llama-3-8b.json", 16))), 16'060'522'496 / kBf16Bytes);
+  EXPECT_EQ(parameters(build_model(from_config("mistral-7b-v0.1.json", 16))), 14'483'464'192 / kBf16Bytes);
+  EXPECT_EQ(parameters(build_model(from_config("qwen2-7b.json", 16))), 15'231'233'024 / kBf16Bytes);
   EXPECT_EQ(parameters(build_model(from_config("pythia-160m.json", 16))), 162'322'944);
   EXPECT_EQ(parameters(build_model(from_config("gpt2.json", 16))), 124'439'808);
   EXPECT_EQ(parameters(build_model(from_config("bert-base-uncased.json", 16))), 110'106'428);
@@ -159,6 +173,35 @@ TEST(DecoderSaved, FlashAndMemEfficientDropTheQuadraticTerm) {
                     per_layer(shape, Precision::amp_bf16, Attention::flash).first,
                 6 * a * s * s - 4 * a * s);
     }
+  }
+}
+
+// The decoder's scaled_dot_product_attention is causal (is_causal=True): its FLOPs are those of
+// the S(S + 1)/2 (query, key) pairs on or below the diagonal, per query head (grouped K/V heads
+// change nothing). 4 heads of 16, 2 K/V heads, S = 32, one sample, no dropout, by hand: MACs
+// 4·16·(32·33/2) = 33,792, scores 4·528 = 2,112; forward 2 GEMMs: 4·33,792 + 5·2,112 (softmax) =
+// 145,728; backward 5 GEMMs: 10·33,792 + 4·2,112 = 346,368. The memory-efficient kernel the same.
+TEST(DecoderFlops, CausalAttentionCountsThePairsOnOrBelowTheDiagonal) {
+  for (const Attention attention : {Attention::flash, Attention::sdpa_mem_efficient}) {
+    DecoderArchitecture arch;
+    arch.layers = 1;
+    arch.hidden = 64;
+    arch.heads = 4;
+    arch.kv_heads = attention == Attention::flash ? 2 : 4;
+    arch.intermediate = 176;
+    arch.vocab = 1000;
+    arch.max_positions = 4096;
+    ModelRequest request = test_support::Request("llama").batch_size(1).seq_len(32).attention(attention);
+    request.decoder = arch;
+    const Trace trace = build_model(request);
+    std::int64_t forward = 0;
+    std::int64_t backward = 0;
+    for (const auto& op : trace.ops()) {
+      if (op.kind != traces::OpKind::attention) continue;
+      (op.phase == traces::Phase::forward ? forward : backward) += trace.flops(op.id);
+    }
+    EXPECT_EQ(forward, 145'728) << to_string(attention);
+    EXPECT_EQ(backward, 346'368) << to_string(attention);
   }
 }
 

@@ -372,6 +372,32 @@ TEST(Transformer, FlashAttentionHasNoQuadraticTensors) {
   EXPECT_EQ(tensor_named(trace, "transformer.h.0.attn.scaled_dot_product_attention.out").dtype, traces::DType::bf16);
 }
 
+// Flash FLOPs of the first layer's attention, forward and backward: 2 GEMMs forward and 5
+// backward over the (query, key) pairs, 2 FLOPs a multiply-add, plus softmax (5, 4) and dropout
+// (2, 2) per score. GPT-2's kernel is causal (is_causal: the S(S + 1)/2 pairs on or below the
+// diagonal, FlashAttention-2 skipping the blocks above it); BERT's attends to all S x S.
+// 12 heads of 64 at S = 128, one sample, by hand:
+//   causal:  MACs 12·64·(128·129/2) = 6,340,608, scores 12·128·129/2 = 99,072;
+//            forward 4·6,340,608 + 7·99,072 = 26,055,936; backward 10·6,340,608 + 6·99,072 = 64,000,512
+//   full:    MACs 12·64·128·128 = 12,582,912, scores 196,608;
+//            forward 4·12,582,912 + 7·196,608 = 51,707,904; backward 10·12,582,912 + 6·196,608 = 127,008,768
+TEST(Transformer, FlashAttentionCountsOnlyTheCausalPairsOfACausalKernel) {
+  const auto attention_flops = [](const std::string& model) {
+    ModelRequest request = Request(model).layers(1).seq_len(128);
+    request.attention = Attention::flash;
+    const Trace trace = build_model(request);
+    std::pair<std::int64_t, std::int64_t> flops{0, 0};
+    for (const auto& op : trace.ops()) {
+      if (op.kind != OpKind::attention) continue;
+      (op.phase == Phase::forward ? flops.first : flops.second) += trace.flops(op.id);
+    }
+    return flops;
+  };
+  using Flops = std::pair<std::int64_t, std::int64_t>;
+  EXPECT_EQ(attention_flops("gpt2"), Flops(26'055'936, 64'000'512));
+  EXPECT_EQ(attention_flops("bert-base"), Flops(51'707'904, 127'008'768));
+}
+
 // ---- softmax_saves_input (PyTorch <= 1.10) ---------------------------------------------------
 
 // Everything autograd saves, per storage (test_support::saved_for_backward), at the trace's

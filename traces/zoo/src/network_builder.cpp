@@ -94,6 +94,19 @@ BatchLinear operator+(BatchLinear a, const BatchLinear& b) {
   return a;
 }
 
+// The multiply-adds of one S x S x D product per head of q [N, H, S, D]: every (query, key)
+// pair, or with a causal mask the S(S + 1)/2 pairs on or below the diagonal. A causal fused
+// kernel skips the blocks above the diagonal (FlashAttention-2, Dao 2023, §3.1.1: "approximately
+// half of the blocks"; Dao-AILab/flash-attention@0469c727 benchmarks/benchmark_flash_attention.py
+// counts a causal kernel's FLOPs as `4 * batch * seqlen**2 * nheads * headdim // 2`). The masked
+// half of each diagonal block, which the kernel computes and discards (about B/(2S) of the work
+// for blocks of B rows), is not counted. Exact: S(S + 1) is even.
+BatchLinear attention_macs(BatchLinear q_elements, std::int64_t seq, bool causal) {
+  if (!causal) return times(q_elements, seq);
+  const BatchLinear doubled = times(q_elements, seq + 1);
+  return {doubled.fixed / 2, doubled.per_sample / 2};
+}
+
 std::int64_t product(const std::vector<std::int64_t>& shape) {
   return std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
 }
@@ -911,7 +924,7 @@ Value NetworkBuilder::contiguous(const std::string& name, Value x, bool transpos
   return {y};
 }
 
-Value NetworkBuilder::flash_attention(const std::string& name, Value q, Value k, Value v) {
+Value NetworkBuilder::flash_attention(const std::string& name, Value q, Value k, Value v, bool causal) {
   expect_rank(q, 4, name);
   if (sample_shape(k) != sample_shape(q) || sample_shape(v) != sample_shape(q)) {
     throw std::logic_error(name + ": q, k and v differ in shape");
@@ -929,7 +942,7 @@ Value NetworkBuilder::flash_attention(const std::string& name, Value q, Value k,
   // The log-sum-exp of every score row, fp32, that the backward kernel recomputes the
   // probabilities from (FlashAttention's L; _scaled_dot_product_flash_attention's logsumexp).
   const std::size_t lse = new_output(op + ".logsumexp", DType::f32, {shape[0], shape[1], seq}, batch_dim, false);
-  const BatchLinear macs = times(elements(q.index), seq);  // one S x S x D product per head
+  const BatchLinear macs = attention_macs(elements(q.index), seq, causal);
   // Scores per sample: the products' MACs / D (exact: D divides both parts).
   const BatchLinear scores{macs.fixed / head_dim, macs.per_sample / head_dim};
   ForwardOp f;
@@ -937,8 +950,8 @@ Value NetworkBuilder::flash_attention(const std::string& name, Value q, Value k,
   f.kind = OpKind::attention;
   f.inputs = {q.index, k.index, v.index};
   f.outputs = {y, lse};
-  // Q·Kᵀ and P·V, the softmax and the dropout on the scores, all in one kernel (full S x S:
-  // a causal kernel skips about half of the blocks, which this does not count).
+  // Q·Kᵀ and P·V, the softmax and the dropout on the scores, all in one kernel, over the pairs
+  // the mask leaves (attention_macs).
   f.flops = times(macs, 2 * kFlashForwardGemms) + times(scores, kSoftmaxForward + kDropoutForward);
   f.differentiable_outputs = {y};
   // _scaled_dot_product_flash_attention_backward takes q, k, v, the output and logsumexp (and
@@ -1119,7 +1132,7 @@ Value NetworkBuilder::sdpa(const std::string& name, Value q, Value k, Value v, S
   constexpr std::int64_t kAlignLse = 32;
   const std::int64_t lse_rows = kernel == SdpaKernel::flash ? seq : (seq + kAlignLse - 1) / kAlignLse * kAlignLse;
   const std::size_t lse = new_output(op + ".logsumexp", DType::f32, {shape[0], shape[1], lse_rows}, batch_dim, false);
-  const BatchLinear macs = times(elements(q.index), seq);  // one S x S x D product per query head
+  const BatchLinear macs = attention_macs(elements(q.index), seq, true);  // per query head; is_causal
   const BatchLinear scores{macs.fixed / head_dim, macs.per_sample / head_dim};
   const std::int64_t dropout_forward = dropout ? kDropoutForward : 0;
   const std::int64_t dropout_backward = dropout ? kDropoutBackward : 0;
@@ -1128,7 +1141,7 @@ Value NetworkBuilder::sdpa(const std::string& name, Value q, Value k, Value v, S
   f.kind = OpKind::attention;
   f.inputs = {q.index, k.index, v.index};
   f.outputs = {y, lse};
-  // Full S x S blocks, as flash_attention counts them (a causal kernel skips about half).
+  // The causal half of the S x S blocks (attention_macs).
   f.flops = times(macs, 2 * kFlashForwardGemms) + times(scores, kSoftmaxForward + dropout_forward);
   f.differentiable_outputs = {y};
   // derivatives.yaml: _scaled_dot_product_flash_attention's and _scaled_dot_product_efficient_

@@ -105,8 +105,9 @@ class NetworkBuilder {
   Value contiguous(const std::string& name, Value x, bool transpose);
   // A fused scaled-dot-product attention kernel (FlashAttention / SDPA) with its dropout:
   // q, k, v [N, heads, S, D] -> [N, heads, S, D]; saves q, k, v, the output and an fp32
-  // logsumexp [N, heads, S].
-  Value flash_attention(const std::string& name, Value q, Value k, Value v);
+  // logsumexp [N, heads, S]. `causal` (is_causal): the kernel computes only the pairs on or
+  // below the diagonal, about half the FLOPs.
+  Value flash_attention(const std::string& name, Value q, Value k, Value v, bool causal);
   // ---- LLaMA-family pieces (Hugging Face transformers' modeling_llama.py) ------------------
   // LlamaRMSNorm.forward, as its Python runs it:
   //   hidden_states = hidden_states.to(torch.float32)
@@ -138,7 +139,8 @@ class NetworkBuilder {
   // half_to_float; under autocast an fp32 x anyway). Saves the result (and x with
   // softmax_saves_input).
   Value softmax_fp32(const std::string& name, Value x);
-  // torch.nn.functional.scaled_dot_product_attention on one fused kernel, causal, dropout
+  // torch.nn.functional.scaled_dot_product_attention on one fused kernel, causal (the FLOPs of
+  // the pairs on or below the diagonal), dropout
   // `dropout` inside: q [N, H, S, D], k and v [N, H_kv, S, D] with H_kv dividing H (only the
   // flash kernel takes H_kv < H). Saves q, k, v, the output and the fp32 logsumexp: [N, H, S]
   // for `flash` (_scaled_dot_product_flash_attention), [N, H, ceil(S / 32) * 32] for

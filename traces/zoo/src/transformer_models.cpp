@@ -31,9 +31,10 @@ Value megatron_core(NetworkBuilder& nb, const std::string& p, Value q, Value k, 
 }
 
 // torch.nn.functional.scaled_dot_product_attention dispatched to the flash kernel (dropout in
-// the kernel, causal or no mask): nothing S x S is stored.
-Value flash_core(NetworkBuilder& nb, const std::string& p, Value q, Value k, Value v) {
-  const Value context = nb.flash_attention(p + "scaled_dot_product_attention", q, k, v);
+// the kernel, causal or no mask): nothing S x S is stored. `causal`: GPT's is_causal (the
+// kernel skips the pairs above the diagonal); BERT attends to every position.
+Value flash_core(NetworkBuilder& nb, const std::string& p, Value q, Value k, Value v, bool causal) {
+  const Value context = nb.flash_attention(p + "scaled_dot_product_attention", q, k, v, causal);
   return nb.merge_heads(p + "merge_heads", context);
 }
 
@@ -103,7 +104,7 @@ Value gpt2_block(NetworkBuilder& nb, const std::string& p, Value x, const Transf
       a = megatron_core(nb, p + "attn.", heads[0], heads[1], heads[2], p + "attn.attn_dropout");
       break;
     case Attention::eager: a = gpt2_eager_core(nb, p, heads[0], heads[1], heads[2], *bias); break;
-    case Attention::flash: a = flash_core(nb, p + "attn.", heads[0], heads[1], heads[2]); break;
+    case Attention::flash: a = flash_core(nb, p + "attn.", heads[0], heads[1], heads[2], true); break;
     case Attention::sdpa_mem_efficient: throw std::logic_error("gpt2: sdpa-mem-efficient is refused before building");
   }
   a = nb.linear(p + "attn.c_proj", a, h, true);
@@ -133,7 +134,7 @@ Value bert_layer(NetworkBuilder& nb, const std::string& p, Value x, const Transf
   switch (attention) {
     case Attention::fused_softmax: a = megatron_core(nb, self, q, k, v, self + "dropout"); break;
     case Attention::eager: a = bert_eager_core(nb, self, q, k, v, *mask); break;
-    case Attention::flash: a = flash_core(nb, self, q, k, v); break;
+    case Attention::flash: a = flash_core(nb, self, q, k, v, false); break;
     case Attention::sdpa_mem_efficient: throw std::logic_error("bert: sdpa-mem-efficient is refused before building");
   }
   a = nb.linear(p + "attention.output.dense", a, h, true);

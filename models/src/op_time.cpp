@@ -98,6 +98,8 @@ enum class TrafficRule : std::uint8_t {
   loss_forward,        // log_softmax as softmax_forward; nll_loss gathers one value per row
   loss_backward,       // log_softmax backward: +1 read of grad on long rows; nll_loss backward: logical
   embedding_forward,   // index_select: reads the gathered rows, not the table
+  gather,              // x[index], index_select (an index_add_'s gradient): reads the rows gathered
+  scatter,             // index_add_ in place: reads and writes the rows the index names; into a new tensor: logical
 };
 
 struct TrafficRow {
@@ -137,6 +139,18 @@ constexpr TrafficRow kTrafficTable[] = {
      "Loss.cu@bef73c91 nll_loss backward: zero-filled grad_input, one value scattered per row"},
     {traces::OpKind::embedding, traces::Phase::forward, TrafficRule::embedding_forward,
      "aten/src/ATen/native/Embedding.cpp: embedding is weight.index_select(0, indices)"},
+    {traces::OpKind::gather, traces::Phase::forward, TrafficRule::gather,
+     "aten/src/ATen/native/cuda/IndexKernel.cu index_kernel (gpu_index_kernel: one source element read per output "
+     "element); aten/src/ATen/native/cuda/Indexing.cu@d4c718120da900f5121cb784e91cf52fa0b02359 "
+     "index_select_out_cuda_impl (indexSelectSmallIndex / indexSelectLargeIndex: the selected slices)"},
+    {traces::OpKind::gather, traces::Phase::backward, TrafficRule::gather,
+     "an index_add_'s gradient is grad.index_select(dim, index) (derivatives.yaml, index_add): as gather forward"},
+    {traces::OpKind::scatter, traces::Phase::forward, TrafficRule::scatter,
+     "aten/src/ATen/native/cuda/Indexing.cu@d4c718120da900f5121cb784e91cf52fa0b02359 index_add_cuda_impl "
+     "(indexFuncSmallIndex / indexFuncLargeIndex: each source slice atomically added into the row its index names)"},
+    {traces::OpKind::scatter, traces::Phase::backward, TrafficRule::scatter,
+     "a gather's gradient (IndexBackward0, index_select_backward): a zero tensor of the source's shape written "
+     "whole, then index_put_ with accumulate / index_add_ of the gradient rows: logical"},
 };
 
 struct Traffic {
@@ -245,6 +259,41 @@ Traffic kernel_traffic(const traces::Trace& trace, traces::OpIndex index) {
         t.read += bytes_of(trace, in[0]);
       }
       break;
+    case TrafficRule::gather: {
+      // The floating source is read only where the index points: the output's bytes (one row,
+      // or one element, per index entry), as the embedding's table.
+      double source = 0;
+      for (const traces::TensorIndex i : in) {
+        if (traces::is_floating(trace.tensor(i).dtype)) source += bytes_of(trace, i);
+      }
+      double gathered = 0;
+      for (const traces::TensorIndex o : op.outputs) gathered += bytes_of(trace, o);
+      t.read -= source - std::min(source, gathered);
+      break;
+    }
+    case TrafficRule::scatter: {
+      // In place (the output is the destination, inputs[0], or a view of it): only the rows the
+      // index names are read and written, as many bytes as the source holds -- or, for a scalar
+      // source (one_hot's scatter_), one destination element per index entry. Into a new
+      // tensor, the zero fill writes it whole: logical.
+      if (in.empty() || op.outputs.empty() || trace.storage_of(op.outputs.front()) != trace.storage_of(in.front())) break;
+      const traces::Tensor& destination = trace.tensor(in.front());
+      double touched = 0;
+      double index_entries = 0;
+      for (std::size_t k = 1; k < in.size(); ++k) {
+        const traces::Tensor& operand = trace.tensor(in[k]);
+        if (traces::is_floating(operand.dtype)) {
+          touched += static_cast<double>(operand.bytes());
+        } else {
+          index_entries += static_cast<double>(operand.elements());
+        }
+      }
+      touched = std::max(touched, index_entries * static_cast<double>(traces::element_size(destination.dtype)));
+      const double whole = static_cast<double>(destination.bytes());
+      t.read -= whole - std::min(whole, touched);
+      t.written -= whole - std::min(whole, touched);
+      break;
+    }
     case TrafficRule::embedding_forward: {
       // Replace the table (the floating input) by the rows gathered: the output's bytes.
       double table = 0;

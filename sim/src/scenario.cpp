@@ -52,7 +52,7 @@ class ScenarioReader {
     scenario.source = source_;
     const YAML::Node model = required(root, "model", "the scenario");
     if (!model.IsMap()) throw InputError(where(model.Mark()) + "'model' must be a mapping with the key zoo, hf_config or trace");
-    check_keys(model, "model", {"zoo", "hf_config", "trace", "layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions"});
+    check_keys(model, "model", {"zoo", "hf_config", "trace", "layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions", "moe"});
     const YAML::Node training = root["training"];
     if (training && !training.IsMap()) {
       throw InputError(where(training.Mark()) + "'training' must be a mapping with the keys batch_size, precision, optimizer, optimizer_impl, tf32, memory_format, gradient_accumulation_steps");
@@ -149,6 +149,7 @@ class ScenarioReader {
       if (const YAML::Node h = model["head"]) request.head = named(h, "model.head", zoo::parse_head, zoo::head_names());
       if (const YAML::Node m = model["mlm"]) request.mlm = named(m, "model.mlm", zoo::parse_mlm_positions, zoo::mlm_positions_names());
       request.mlm_predictions = optional_positive(model, "mlm_predictions", "model");
+      if (const YAML::Node moe = model["moe"]) request.routing = read_expert_routing(moe);
       // Up to PyTorch 1.10 softmax and log_softmax saved their input too (sim/framework.hpp).
       request.softmax_saves_input = scenario.framework.pytorch && *scenario.framework.pytorch <= PytorchVersion{1, 10};
       // Up to PyTorch 1.13 autograd summed a tensor's gradients into a new tensor, from 2.0 in
@@ -179,7 +180,7 @@ class ScenarioReader {
       }
       scenario.zoo_model = std::move(request);
     } else {
-      for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions"}) {
+      for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions", "moe"}) {
         if (model[key]) throw InputError(where(model[key].Mark()) + "'" + key + "' applies to zoo models only; a trace file fixes the model's shape");
       }
       std::filesystem::path path = scalar(model["trace"], "model.trace");
@@ -906,6 +907,41 @@ class ScenarioReader {
     std::vector<std::string> out;
     for (const auto& item : node) out.push_back(scalar(item, field));
     return out;
+  }
+
+  // model.moe: how many tokens each expert of a mixture-of-experts decoder receives
+  // (zoo::ExpertRouting; traces/zoo/README.md, "Routed tokens"). The zoo checks them against the
+  // architecture (expert count, top-k, seq_len) when it builds the trace.
+  zoo::ExpertRouting read_expert_routing(const YAML::Node& node) const {
+    require_map(node, "model.moe");
+    check_keys(node, "model.moe", {"expert_load", "load_imbalance", "capacity_factor"});
+    if (node["expert_load"] && node["load_imbalance"]) {
+      throw InputError(where(node.Mark()) + "'model.moe' takes 'expert_load' (one share per expert) or 'load_imbalance' (max / mean), not both");
+    }
+    zoo::ExpertRouting routing;
+    if (const YAML::Node load = node["expert_load"]) {
+      if (!load.IsSequence() || load.size() == 0) {
+        throw InputError(where(load.Mark()) + "'model.moe.expert_load' must be a non-empty list of positive numbers, one relative load per expert");
+      }
+      for (const auto& item : load) {
+        const double share = number(item, "model.moe.expert_load");
+        if (share <= 0) throw InputError(where(item.Mark()) + "'model.moe.expert_load' holds " + item.Scalar() + "; expected positive numbers");
+        routing.expert_load.push_back(share);
+      }
+    }
+    if (const YAML::Node f = node["load_imbalance"]) {
+      routing.load_imbalance = number(f, "model.moe.load_imbalance");
+      if (*routing.load_imbalance < 1) {
+        throw InputError(where(f.Mark()) + "'model.moe.load_imbalance' is " + f.Scalar() + "; expected the busiest expert's load over the mean, >= 1");
+      }
+    }
+    if (const YAML::Node c = node["capacity_factor"]) {
+      routing.capacity_factor = number(c, "model.moe.capacity_factor");
+      if (*routing.capacity_factor <= 0) {
+        throw InputError(where(c.Mark()) + "'model.moe.capacity_factor' is " + c.Scalar() + "; expected a positive number (1.0: the mean load)");
+      }
+    }
+    return routing;
   }
 
   void require_map(const YAML::Node& node, const std::string& field) const {

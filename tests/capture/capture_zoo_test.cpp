@@ -303,6 +303,99 @@ INSTANTIATE_TEST_SUITE_P(TinyLlama, CaptureLlama,
                          testing::Values(LlamaCase{"make_tiny_llama", 4}, LlamaCase{"make_tiny_llama_gqa", 2}),
                          [](const auto& param_info) { return std::string(param_info.param.factory); });
 
+// The mixture-of-experts layers against real autograd (issue 19): tiny Mixtral- and Qwen2-MoE-style
+// causal LMs written from torch primitives with Hugging Face's expert loop
+// (tests/capture/tiny_moe.py: router, fp32 softmax, top-2, Mixtral's renormalisation, one_hot +
+// where, the gather of each expert's tokens, SwiGLU experts, the routing-weight product and
+// index_add_; Qwen2-MoE's shared expert with its sigmoid gate and a dense layer by
+// mlp_only_layers). Their routers are built so that every expert receives exactly
+// S * k / E = 8 tokens per sample (fed --token-ids arange), which is the zoo's default uniform
+// routing: the saved bytes, parameters and saved storages must agree exactly.
+struct MoeCase {
+  const char* factory;
+  bool qwen2_moe;
+};
+
+class CaptureMoe : public testing::TestWithParam<MoeCase> {};
+
+TEST_P(CaptureMoe, SavesExactlyWhatTheZooSaves) {
+  if (!torch_available()) GTEST_SKIP() << "torch/torchvision not importable from " << kPython << ": capture not tested";
+  const auto [factory, qwen2_moe] = GetParam();
+  constexpr std::int64_t kBatch = 3;
+  constexpr std::int64_t kTokens = 16;
+  constexpr std::int64_t kExperts = 4;
+  constexpr std::int64_t kTopK = 2;
+  const std::string model = std::string("tiny_moe:") + factory;
+  const Trace captured = capture(model, kBatch,
+                                 "--tokens " + std::to_string(kTokens) +
+                                     " --vocab 64 --token-ids arange --causal-lm --optimizer adamw --no-values",
+                                 "PYTHONPATH=" + fs::path(COMPTRAIN_CAPTURE_MODELS_DIR).string() + " ");
+  // The routing the model was built for: each expert's torch.where gives [tokens, 2] int64, 8
+  // tokens per sample.
+  std::size_t routed = 0;
+  for (const auto& tensor : captured.tensors()) {
+    if (tensor.name.find(".nonzero") != std::string::npos && !tensor.is_view()) {
+      ASSERT_EQ(tensor.shape, (std::vector<std::int64_t>{kBatch * kTokens * kTopK / kExperts, 2})) << tensor.name;
+      ++routed;
+    }
+  }
+  EXPECT_EQ(routed, static_cast<std::size_t>(qwen2_moe ? kExperts : 2 * kExperts));  // one per expert per sparse layer
+
+  zoo::DecoderArchitecture arch;  // tiny_moe.py's shape
+  arch.family = qwen2_moe ? "qwen2_moe" : "mixtral";
+  arch.layers = 2;
+  arch.hidden = 32;
+  arch.heads = 4;
+  arch.kv_heads = 4;
+  arch.intermediate = 48;  // Qwen2-MoE's dense layer (mlp_only_layers)
+  arch.vocab = 64;
+  arch.max_positions = kTokens;
+  arch.qkv_bias = qwen2_moe;
+  zoo::MoeArchitecture moe;
+  moe.experts = kExperts;
+  moe.top_k = kTopK;
+  moe.intermediate = 24;
+  moe.normalize_top_k = !qwen2_moe;
+  if (qwen2_moe) {
+    moe.shared_expert_intermediate = 40;
+    moe.dense_layers = {1};
+  }
+  arch.moe = moe;
+  zoo::ModelRequest request;
+  request.model = "llama";
+  request.decoder = arch;
+  request.seq_len = kTokens;
+  request.batch_size = kBatch;
+  request.precision = zoo::Precision::fp32;
+  request.optimizer = zoo::Optimizer::adamw;
+  request.attention = zoo::Attention::eager;
+  const Trace generated = zoo::build_model(request);
+  EXPECT_EQ(generated.metadata().at("moe_tokens_per_expert"), "8,8,8,8");
+
+  EXPECT_EQ(parameter_count(captured), parameter_count(generated));
+  for (const std::int64_t batch : {kBatch, std::int64_t{7}}) {
+    const Saved cpu = saved_for_backward(captured.rescaled(batch));
+    EXPECT_EQ(cpu.mask_elements, 0);
+    EXPECT_EQ(cpu.bytes, saved_for_backward(generated.rescaled(batch)).bytes) << model << " at batch " << batch;
+    std::cout << "[ capture ] " << model << " b" << batch << ": saved " << cpu.bytes << " bytes, zoo "
+              << saved_for_backward(generated.rescaled(batch)).bytes << "\n";
+  }
+  EXPECT_EQ(activation_storages(captured), activation_storages(generated));
+  // The token dispatch is recorded as gathers and scatters in both.
+  const auto count_kind = [](const Trace& trace, OpKind kind, Phase phase) {
+    return std::count_if(trace.ops().begin(), trace.ops().end(), [&](const Op& op) { return op.kind == kind && op.phase == phase; });
+  };
+  // Forward: per expert the tokens' gather and the routing weights' (aten::index); the index_add_
+  // per expert is a scatter in both (the capture also records one_hot's scatter_ per layer).
+  EXPECT_EQ(count_kind(generated, OpKind::gather, Phase::forward), count_kind(captured, OpKind::gather, Phase::forward));
+  EXPECT_GT(count_kind(generated, OpKind::gather, Phase::forward), 0);
+  EXPECT_GE(count_kind(captured, OpKind::scatter, Phase::forward), count_kind(generated, OpKind::scatter, Phase::forward));
+}
+
+INSTANTIATE_TEST_SUITE_P(TinyMoe, CaptureMoe,
+                         testing::Values(MoeCase{"make_tiny_mixtral", false}, MoeCase{"make_tiny_qwen2_moe", true}),
+                         [](const auto& param_info) { return std::string(param_info.param.factory); });
+
 // The batch model of a capture is right: captured at batch 1 and rescaled to 3, the trace is
 // the one captured at batch 3, tensor for tensor and op for op (the timings aside).
 TEST(Capture, RescaledEqualsCapturedAtThatBatch) {

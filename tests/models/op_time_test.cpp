@@ -513,6 +513,85 @@ TEST(OpTimeTraffic, EmbeddingLookupReadsTheRowsItGathers) {
   EXPECT_DOUBLE_EQ(op_seconds(trace), memory_time(32 + 128 + 128));
 }
 
+TEST(OpTimeTraffic, GatherReadsTheRowsItPicks) {
+  // A mixture-of-experts dispatch, x[top_x]: hidden [64, 8] f32 (2048 B) and the index [16] i64
+  // (128 B) -> rows [16, 8] f32 (512 B): reads the index and the 16 rows, writes them. The same
+  // in backward (an index_add_'s gradient is grad.index_select of the rows).
+  for (const auto phase : {kForward, kBackward}) {
+    const traces::Trace trace = trace_of({{"hidden", DType::f32, {64, 8}}, {"index", DType::i64, {16}},
+                                          {"rows", DType::f32, {16, 8}, kTemp}},
+                                         {{OpKind::gather, phase, {0, 1}, {2}}});
+    EXPECT_EQ(trace.bytes_read(0), 2048 + 128);
+    EXPECT_DOUBLE_EQ(op_seconds(trace), memory_time(128 + 512 + 512));
+  }
+}
+
+TEST(OpTimeTraffic, InPlaceScatterTouchesTheRowsItAddsInto) {
+  // final.index_add_(0, top_x, rows): final [64, 8] f32 (a temporary: 2048 B), the index [16]
+  // i64, the source [16, 8] f32 (512 B); the output is a view of final, so the logical bytes
+  // read it whole and write it whole. The kernel reads the index, the source and the 16
+  // destination rows, and writes those rows: 128 + 512 + 512 read, 512 written.
+  const traces::Trace trace = trace_of({{"final", DType::f32, {64, 8}, kTemp}, {"index", DType::i64, {16}},
+                                        {"rows", DType::f32, {16, 8}}, {"sum", DType::f32, {64, 8}, kTemp, traces::TensorIndex{0}}},
+                                       {{OpKind::scatter, kForward, {0, 1, 2}, {3}}});
+  EXPECT_EQ(trace.bytes_read(0), 2048 + 128 + 512);
+  EXPECT_EQ(trace.bytes_written(0), 2048);
+  EXPECT_DOUBLE_EQ(op_seconds(trace), memory_time(128 + 512 + 512 + 512));
+  // A scatter into a new tensor (a gather's gradient: zeros of the source's shape, the
+  // gradient rows accumulated into it) writes that tensor whole: the logical bytes.
+  const traces::Trace fresh = trace_of({{"grad_rows", DType::f32, {16, 8}}, {"index", DType::i64, {16}},
+                                        {"grad_hidden", DType::f32, {64, 8}, kTemp}},
+                                       {{OpKind::scatter, kBackward, {0, 1}, {2}}});
+  EXPECT_DOUBLE_EQ(op_seconds(fresh), memory_time(512 + 128 + 2048));
+  // A scalar scatter_ in place (one_hot): one destination element per index entry.
+  const traces::Trace one_hot = trace_of({{"mask", DType::i64, {32, 4}, kTemp}, {"index", DType::i64, {32, 1}},
+                                          {"out", DType::i64, {32, 4}, kTemp, traces::TensorIndex{0}}},
+                                         {{OpKind::scatter, kForward, {0, 1}, {2}}});
+  EXPECT_DOUBLE_EQ(op_seconds(one_hot), memory_time(256 + 256 + 256));
+}
+
+// The zoo's expert loop on a Mixtral-style layer: every gather and in-place scatter moves the
+// routed rows, not the whole hidden state (8 experts, top-2: a quarter of the tokens each).
+TEST(OpTimeTraffic, ZooExpertDispatchMovesTheRoutedRows) {
+  zoo::DecoderArchitecture arch;
+  arch.family = "mixtral";
+  arch.layers = 1;
+  arch.hidden = 64;
+  arch.heads = 4;
+  arch.kv_heads = 4;
+  arch.intermediate = 128;
+  arch.vocab = 100;
+  arch.max_positions = 64;
+  zoo::MoeArchitecture moe;
+  moe.experts = 8;
+  moe.top_k = 2;
+  moe.intermediate = 32;
+  arch.moe = moe;
+  zoo::ModelRequest request;
+  request.model = "llama";
+  request.decoder = arch;
+  request.seq_len = 64;
+  request.batch_size = 2;
+  request.precision = zoo::Precision::bf16;
+  const traces::Trace trace = zoo::build_model(request);
+  const OpTimeModel model(test_platform());
+  int gathers = 0, scatters = 0;
+  for (traces::OpIndex i = 0; i < trace.ops().size(); ++i) {
+    const traces::Op& op = trace.op(i);
+    if (op.phase != kForward || (op.kind != OpKind::gather && op.kind != OpKind::scatter)) continue;
+    const std::int64_t rows = 2 * 64 * 2 / 8;  // batch x tokens x top-k / experts
+    const std::int64_t index = rows * 8;
+    const double expected = op.kind == OpKind::gather
+                                ? (op.name.find("routing_weights") != std::string::npos ? 2 * rows * 2 + 2 * index   // [n, 1] bf16, two index views of one [n, 2] storage
+                                                                                         : 2 * rows * 64 * 2 + index)
+                                : 3 * rows * 64 * 2 + index;  // read source and rows, write rows
+    EXPECT_DOUBLE_EQ(model.seconds(trace, i), memory_time(expected)) << op.name;
+    (op.kind == OpKind::gather ? gathers : scatters) += 1;
+  }
+  EXPECT_EQ(gathers, 16);
+  EXPECT_EQ(scatters, 8);
+}
+
 TEST(OpTimeTraffic, GemmKindsAndElementwiseKindsKeepTheirLogicalBytes) {
   for (const OpKind kind : {OpKind::conv, OpKind::linear, OpKind::matmul, OpKind::attention, OpKind::relu, OpKind::gelu,
                             OpKind::dropout, OpKind::elementwise, OpKind::pool, OpKind::optimizer_update, OpKind::other}) {

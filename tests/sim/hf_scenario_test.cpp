@@ -60,14 +60,47 @@ TEST(HfScenario, ErrorsNameTheScenarioOrTheConfig) {
   // A config the zoo does not model: the file and the field.
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "comptrain_hf_scenario_test";
   std::filesystem::create_directories(dir);
-  std::ofstream(dir / "moe.json") << R"({"model_type": "mixtral", "hidden_size": 8})";
+  std::ofstream(dir / "moe.json") << R"({"model_type": "deepseek_v2", "hidden_size": 8})";
   try {
     parse_scenario("model: {hf_config: moe.json, seq_len: 8}\n", "s.yaml", dir);
     ADD_FAILURE() << "expected an InputError";
   } catch (const InputError& e) {
-    EXPECT_THAT(std::string(e.what()), AllOf(HasSubstr("moe.json: 'model_type' is \"mixtral\""), HasSubstr("expected one of llama")));
+    EXPECT_THAT(std::string(e.what()), AllOf(HasSubstr("moe.json: 'model_type' is \"deepseek_v2\""), HasSubstr("expected one of llama")));
   }
   std::filesystem::remove_all(dir);
+}
+
+// model.moe: the routed tokens of a mixture-of-experts config, checked at their line; the zoo
+// checks them against the architecture when it builds the trace.
+TEST(HfScenario, MoeRoutingKeys) {
+  const Scenario s = parse_scenario(
+      "model: {hf_config: hf-configs/mixtral-8x7b-v0.1.json, seq_len: 64, layers: 1, moe: {load_imbalance: 1.5, capacity_factor: 1.25}}\n"
+      "training: {precision: bf16}\n",
+      "s.yaml", kScenarios);
+  ASSERT_TRUE(s.zoo_model && s.zoo_model->routing);
+  EXPECT_EQ(s.zoo_model->routing->load_imbalance, 1.5);
+  EXPECT_EQ(s.zoo_model->routing->capacity_factor, 1.25);
+  const traces::Trace trace = build_trace(s);
+  // 128 slots over 8 experts: expert 0 1.5 x 16 = 24, capped at ceil(128 * 1.25 / 8) = 20; the
+  // others (8 - 1.5) / 7 x 16 = 14.86 each (15 x 6, 14 by the largest remainders).
+  EXPECT_EQ(trace.metadata().at("moe_tokens_per_expert"), "20,15,15,15,15,15,15,14");
+  EXPECT_EQ(trace.metadata().at("moe_routing"), "load_imbalance 1.5");
+  const Scenario load = parse_scenario("model: {hf_config: hf-configs/mixtral-8x7b-v0.1.json, seq_len: 64, moe: {expert_load: [2, 1, 1, 1, 1, 1, 1, 1]}}\n",
+                                       "s.yaml", kScenarios);
+  EXPECT_EQ(load.zoo_model->routing->expert_load.size(), 8u);
+
+  const std::string mixtral = "model: {hf_config: hf-configs/mixtral-8x7b-v0.1.json, seq_len: 64, moe: ";
+  EXPECT_THAT(error_of(mixtral + "{expert_load: [1, 1], load_imbalance: 2}}\n"), AllOf(HasSubstr("s.yaml:1:"), HasSubstr("not both")));
+  EXPECT_THAT(error_of(mixtral + "{expert_load: [1, -1]}}\n"), HasSubstr("'model.moe.expert_load' holds -1; expected positive numbers"));
+  EXPECT_THAT(error_of(mixtral + "{expert_load: 3}}\n"), HasSubstr("non-empty list of positive numbers"));
+  EXPECT_THAT(error_of(mixtral + "{load_imbalance: 0.5}}\n"), HasSubstr("'model.moe.load_imbalance' is 0.5; expected"));
+  EXPECT_THAT(error_of(mixtral + "{capacity_factor: 0}}\n"), HasSubstr("'model.moe.capacity_factor' is 0; expected a positive number"));
+  EXPECT_THAT(error_of(mixtral + "{capacity: 1}}\n"), HasSubstr("capacity"));
+  EXPECT_THAT(error_of("model: {trace: t.json, moe: {capacity_factor: 1}}\n"), HasSubstr("'moe' applies to zoo models only"));
+  // On a dense model the zoo refuses it when it builds the trace.
+  const Scenario dense = parse_scenario("model: {hf_config: hf-configs/llama-2-7b.json, seq_len: 16, layers: 1, moe: {capacity_factor: 1}}\n",
+                                        "s.yaml", kScenarios);
+  EXPECT_THROW(build_trace(dense), InputError);
 }
 
 TEST(HfScenario, ModulePatternsAreCheckedAtTheirLine) {

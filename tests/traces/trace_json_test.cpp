@@ -817,13 +817,18 @@ INSTANTIATE_TEST_SUITE_P(
             {R"(unknown role "grad")", "expected one of: input, weight, weight_copy, buffer, gradient, optimizer_state"}},
         // Format and version.
         BrokenCase{"NewerVersion",
-                   {{R"("version": 1,)", R"("version": 4, "new_field": 1,)"}},
+                   {{R"("version": 1,)", R"("version": 5, "new_field": 1,)"}},
                    "/version",
-                   {"unsupported version 4; expected version 1, 2 or 3", "newer comptrain"}},
+                   {"unsupported version 5; expected version 1, 2, 3 or 4", "newer comptrain"}},
         BrokenCase{"VersionZero",
                    {{R"("version": 1,)", R"("version": 0,)"}},
                    "/version",
-                   {"unsupported version 0; expected version 1, 2 or 3"}},
+                   {"unsupported version 0; expected version 1, 2, 3 or 4"}},
+        // The op kinds gather and scatter (version 4).
+        BrokenCase{"GatherInVersion3",
+                   {kVersion3, {R"("kind": "relu")", R"("kind": "gather")"}},
+                   "/ops/1/kind",
+                   {R"(op kind "gather" is a version-4 value but /version is 3)", R"(expected "version": 4)"}},
         // Value features (version 2).
         BrokenCase{"ValuesInVersion1",
                    {{kReluView, R"("view_of": 11, "values": {"zero_fraction": 0.5})"}},
@@ -987,8 +992,8 @@ TEST(TraceJsonSchema, ContainersMustHaveTheirType) {
 
 TEST(TraceJsonSchema, FormatAndVersionComeBeforeUnknownFields) {
   // A newer file may well have fields this reader does not know: say "newer version" instead.
-  EXPECT_THAT(error_of(R"({"format": "comptrain-trace", "version": 4, "streams": []})"),
-              StartsWith("t.json: /version: unsupported version 4"));
+  EXPECT_THAT(error_of(R"({"format": "comptrain-trace", "version": 5, "streams": []})"),
+              StartsWith("t.json: /version: unsupported version 5"));
   EXPECT_THAT(error_of(R"({"schema": "1.0.3", "nodes": []})"),
               StartsWith(R"(t.json: /format: missing field "format"; expected "comptrain-trace")"));
 }

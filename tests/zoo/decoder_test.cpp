@@ -265,7 +265,7 @@ TEST(HfConfig, ErrorsNameTheFileTheFieldAndTheExpectation) {
   const std::string llama = R"("model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
       "intermediate_size": 128, "vocab_size": 100, "max_position_embeddings": 64)";
   EXPECT_EQ(error("{" + llama + "}"), "no error");
-  EXPECT_THAT(error(R"({"model_type": "mixtral"})"), testing::AllOf(testing::HasSubstr("cfg.json"), testing::HasSubstr("model_type"),
+  EXPECT_THAT(error(R"({"model_type": "deepseek_v2"})"), testing::AllOf(testing::HasSubstr("cfg.json"), testing::HasSubstr("model_type"),
                                                                        testing::HasSubstr("llama, mistral, qwen2")));
   EXPECT_THAT(error("{" + llama + R"(, "hidden_act": "relu"})"),
               testing::AllOf(testing::HasSubstr("cfg.json: 'hidden_act'"), testing::HasSubstr("expected silu")));

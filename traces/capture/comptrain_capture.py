@@ -8,7 +8,9 @@
 MODEL is a torchvision model name or `module:factory` (a callable returning an nn.Module).
 
 Inputs: a float tensor of --input-shape per sample (images), or, with --tokens S, int64 token ids
-[batch, S] drawn from [0, --vocab) (language models). Labels: one class per sample in
+[batch, S] drawn from [0, --vocab) (language models; with --token-ids arange, position p of every
+sample holds token p mod V, for models whose ops depend on the data, such as a mixture-of-experts
+router). Labels: one class per sample in
 [0, --num-classes) and `cross_entropy(output, labels)`; with --causal-lm, one token per position
 [batch, S] and the causal-LM loss of Hugging Face's ForCausalLMLoss on already-shifted labels:
 `cross_entropy(logits.float().view(-1, V), labels.view(-1))` over the model's [batch, S, V] logits.
@@ -92,6 +94,12 @@ KIND_BY_OP = {
     'native_dropout': 'dropout', 'native_dropout_backward': 'dropout', 'bernoulli_': 'dropout',
     'embedding': 'embedding', 'embedding_dense_backward': 'embedding',
     '_scaled_dot_product_attention': 'attention',
+    # Row gathers and scatters by an int64 index (FORMAT.md, op kinds; a mixture-of-experts
+    # layer's token dispatch and its gradient).
+    'index': 'gather', 'index_select': 'gather', 'gather': 'gather',
+    'index_add': 'scatter', 'index_add_': 'scatter', 'index_put': 'scatter', 'index_put_': 'scatter',
+    '_index_put_impl_': 'scatter', 'scatter': 'scatter', 'scatter_': 'scatter', 'scatter_add': 'scatter',
+    'scatter_add_': 'scatter',
 }
 ELEMENTWISE = {
     'add', 'add_', 'sub', 'sub_', 'mul', 'mul_', 'div', 'div_', 'neg', 'sqrt', 'sqrt_', 'addcmul_',
@@ -703,7 +711,11 @@ class Session:
 
     def step(self, batch: int, keep_saved: bool, record_values: bool = False,
              record_gradients: bool = False) -> Recorder:
-        if self.args.tokens:
+        if self.args.tokens and self.args.token_ids == 'arange':
+            # Position p of every sample holds token p mod V: the same inputs at every batch size,
+            # for models whose ops depend on the data (a mixture-of-experts router).
+            x = (torch.arange(self.args.tokens) % self.args.vocab).repeat(batch, 1)
+        elif self.args.tokens:
             x = torch.randint(0, self.args.vocab, (batch, self.args.tokens))
         else:
             shape = [batch] + [int(s) for s in self.args.input_shape.split(',')]
@@ -863,8 +875,10 @@ def build_trace(session: Session, main: Recorder, probe: Recorder, batch: int, p
         'note': 'CPU run: dropout saves a float32 mask (CUDA saves a 1-byte one)',
     }
     name = session.args.name or session.args.model.rsplit(':', 1)[-1]
-    # The oldest version that holds the trace: 2 added per-tensor values, 3 gradient statistics.
-    version = 3 if any('gradient' in entry for entry in tensors) else \
+    # The oldest version that holds the trace: 2 added per-tensor values, 3 gradient statistics,
+    # 4 the op kinds gather and scatter.
+    version = 4 if any(entry['kind'] in ('gather', 'scatter') for entry in ops) else \
+        3 if any('gradient' in entry for entry in tensors) else \
         2 if any('values' in entry for entry in tensors) else 1
     return {'format': 'comptrain-trace', 'version': version, 'name': name, 'batch_size': batch,
             'metadata': metadata, 'tensors': tensors, 'ops': ops}
@@ -910,6 +924,10 @@ def parse_args(argv):
     p.add_argument('--tokens', type=int, metavar='S',
                    help='feed int64 token ids [batch, S] from [0, --vocab) instead of --input-shape floats')
     p.add_argument('--vocab', type=int, help='token id range with --tokens (default: --num-classes)')
+    p.add_argument('--token-ids', choices=['random', 'arange'], default='random',
+                   help='with --tokens: random ids (default), or position p of every sample holding '
+                        'token p mod V, so that data-dependent routing (mixture of experts) is the '
+                        'same at both recorded batch sizes')
     p.add_argument('--causal-lm', action='store_true',
                    help='with --tokens: labels [batch, S] and the causal-LM loss over [batch, S, V] logits')
     p.add_argument('--name', help='trace name (default: the model)')
@@ -926,8 +944,8 @@ def parse_args(argv):
         p.error('--batch must be >= 1')
     if args.tokens is not None and args.tokens < 1:
         p.error('--tokens must be >= 1')
-    if (args.vocab is not None or args.causal_lm) and not args.tokens:
-        p.error('--vocab and --causal-lm need --tokens')
+    if (args.vocab is not None or args.causal_lm or args.token_ids != 'random') and not args.tokens:
+        p.error('--vocab, --causal-lm and --token-ids need --tokens')
     if args.vocab is None:
         args.vocab = args.num_classes
     if args.vocab < 1:

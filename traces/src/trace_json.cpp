@@ -742,6 +742,10 @@ class TraceReader {
                                     parse_phase, all_phases());
     op.kind = as_vocabulary<OpKind>(required(value, path, "kind", "an op kind"), child(path, "kind"),
                                     "op kind", parse_op_kind, all_op_kinds());
+    if (version_ < 4 && (op.kind == OpKind::gather || op.kind == OpKind::scatter)) {
+      fail(child(path, "kind"), "op kind \"" + std::string(to_string(op.kind)) + "\" is a version-4 value but /version is " +
+                                    std::to_string(version_) + "; expected \"version\": 4 in a file that has it");
+    }
     op.inputs =
         read_tensor_ids(required(value, path, "inputs", "an array of tensor ids"), child(path, "inputs"));
     op.outputs =
@@ -792,12 +796,17 @@ class TraceWriter {
     string(kTraceFormatName, "/format");
     next_field(1);
     key("version");
-    // The oldest version that can hold the trace (2 added `values`, 3 `gradient`), so that a
-    // trace without them stays readable by older builds and its files keep their bytes.
+    // The oldest version that can hold the trace (2 added `values`, 3 `gradient`, 4 the op kinds
+    // gather and scatter), so that a trace without them stays readable by older builds and its
+    // files keep their bytes.
     const auto any = [this](auto has) { return std::any_of(trace_.tensors().begin(), trace_.tensors().end(), has); };
-    out_ += any([](const Tensor& t) { return !t.gradient.empty(); })  ? "3"
-            : any([](const Tensor& t) { return !t.values.empty(); }) ? "2"
-                                                                      : "1";
+    const bool gathers = std::any_of(trace_.ops().begin(), trace_.ops().end(), [](const Op& op) {
+      return op.kind == OpKind::gather || op.kind == OpKind::scatter;
+    });
+    out_ += gathers                                                   ? "4"
+            : any([](const Tensor& t) { return !t.gradient.empty(); }) ? "3"
+            : any([](const Tensor& t) { return !t.values.empty(); })   ? "2"
+                                                                       : "1";
     next_field(1);
     key("name");
     string(trace_.name(), "/name");

@@ -21,7 +21,7 @@ constexpr Table<DType, 9> kDTypes{{{DType::f64, "f64"},
                                    {DType::boolean, "bool"}}};
 constexpr Table<Phase, 3> kPhases{
     {{Phase::forward, "forward"}, {Phase::backward, "backward"}, {Phase::optimizer, "optimizer"}}};
-constexpr Table<OpKind, 17> kOpKinds{{{OpKind::conv, "conv"},
+constexpr Table<OpKind, 19> kOpKinds{{{OpKind::conv, "conv"},
                                       {OpKind::matmul, "matmul"},
                                       {OpKind::linear, "linear"},
                                       {OpKind::relu, "relu"},
@@ -34,6 +34,8 @@ constexpr Table<OpKind, 17> kOpKinds{{{OpKind::conv, "conv"},
                                       {OpKind::dropout, "dropout"},
                                       {OpKind::elementwise, "elementwise"},
                                       {OpKind::embedding, "embedding"},
+                                      {OpKind::gather, "gather"},
+                                      {OpKind::scatter, "scatter"},
                                       {OpKind::loss, "loss"},
                                       {OpKind::optimizer_update, "optimizer_update"},
                                       {OpKind::view, "view"},

@@ -152,27 +152,39 @@ Value mlp(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string
   return nb.linear(p + names.down, product, arch.hidden, arch.mlp_bias);
 }
 
+// The layer's MLP: dense, or the mixture of experts of a sparse layer (MixtralDecoderLayer's
+// block_sparse_moe, Qwen2MoeDecoderLayer's sparse mlp) whose experts process `expert_tokens`
+// tokens per sequence each (moe_block.cpp).
+Value layer_mlp(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, std::int64_t layer, Value x,
+                const std::vector<std::int64_t>& expert_tokens) {
+  if (arch.moe && is_sparse_layer(*arch.moe, layer)) {
+    return sparse_moe_block(nb, arch, expert_tokens, p + sparse_moe_module(arch) + ".", x);
+  }
+  return mlp(nb, arch, p + "mlp.", x);
+}
+
 // LlamaDecoderLayer (pre-norm, sequential residuals) or GPTNeoXLayer (use_parallel_residual:
 // hidden_states = mlp_output + attn_output + hidden_states).
-Value decoder_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, Value x,
-                    const Rotary& rotary, Attention implementation) {
+Value decoder_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, std::int64_t layer, Value x,
+                    const Rotary& rotary, Attention implementation, const std::vector<std::int64_t>& expert_tokens) {
   const Names names = names_of(arch.family);
   Value a = norm(nb, arch, p + "input_layernorm", x);
   a = attention(nb, arch, p + names.attention + ".", a, rotary, implementation);
   if (arch.parallel_residual) {
     Value m = norm(nb, arch, p + "post_attention_layernorm", x);
-    m = mlp(nb, arch, p + "mlp.", m);
+    m = layer_mlp(nb, arch, p, layer, m, expert_tokens);
     return nb.add(p + "add", nb.add(p + "add", m, a), x);
   }
   x = nb.add(p + "add", x, a);  // hidden_states = residual + hidden_states
   Value m = norm(nb, arch, p + "post_attention_layernorm", x);
-  m = mlp(nb, arch, p + "mlp.", m);
+  m = layer_mlp(nb, arch, p, layer, m, expert_tokens);
   return nb.add(p + "add", x, m);
 }
 
 }  // namespace
 
-Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64_t seq_len, Attention implementation) {
+Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64_t seq_len, Attention implementation,
+                 const std::vector<std::int64_t>& expert_tokens) {
   const std::int64_t s = seq_len;
   const std::int64_t head_dim = arch.hidden / arch.heads;
   const std::int64_t rotary_dims = arch.rotary_dims == 0 ? head_dim : arch.rotary_dims;
@@ -199,7 +211,8 @@ Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64
         nb.constant_op(names.base + "causal_mask", positions, nb.compute_dtype(), {1, 1, s, s});
   }
   for (std::int64_t layer = 0; layer < arch.layers; ++layer) {
-    x = decoder_layer(nb, arch, names.base + names.layers + "." + std::to_string(layer) + ".", x, rotary, implementation);
+    x = decoder_layer(nb, arch, names.base + names.layers + "." + std::to_string(layer) + ".", layer, x, rotary, implementation,
+                      expert_tokens);
   }
   x = norm(nb, arch, names.base + names.final_norm, x);
   Value logits = arch.tie_embeddings ? nb.linear(names.head, x, embed, std::nullopt) : nb.linear(names.head, x, arch.vocab, false);

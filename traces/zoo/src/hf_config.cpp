@@ -1,12 +1,15 @@
 // Hugging Face config.json -> ModelSpec (zoo.hpp: spec_from_hf_config). The fields each family
 // reads are those of its configuration class in transformers (configuration_llama.py,
-// configuration_mistral.py, configuration_qwen2.py, configuration_gpt_neox.py,
+// configuration_mistral.py, configuration_qwen2.py, configuration_mixtral.py,
+// configuration_qwen2_moe.py, configuration_gpt_neox.py,
 // configuration_gpt2.py, configuration_bert.py); their defaults are the classes' defaults.
 // Anything that would change the trace and is not modelled is refused by name.
 
 #include <cmath>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -76,6 +79,27 @@ class ConfigReader {
       }
     }
   }
+  // A list of non-negative integers (Qwen2-MoE's mlp_only_layers); absent or null: empty.
+  std::vector<std::int64_t> indices(const std::string& field) const {
+    std::vector<std::int64_t> result;
+    if (!present(field)) return result;
+    const json& value = config_.at(field);
+    if (!value.is_array()) fail(field, "is " + value.dump() + "; expected a list of layer indices");
+    for (const json& item : value) {
+      if (!item.is_number_integer() || item.get<std::int64_t>() < 0) {
+        fail(field, "holds " + item.dump() + "; expected non-negative integers (layer indices)");
+      }
+      result.push_back(item.get<std::int64_t>());
+    }
+    return result;
+  }
+  // A count that may be 0 (Qwen2-MoE's num_experts: 0 makes every layer dense).
+  std::int64_t count(const std::string& field, std::int64_t fallback) const {
+    if (!present(field)) return fallback;
+    const json& value = config_.at(field);
+    if (!value.is_number_integer() || value.get<std::int64_t>() < 0) fail(field, "is " + value.dump() + "; expected an integer >= 0");
+    return value.get<std::int64_t>();
+  }
   const std::string& source() const { return source_; }
 
  private:
@@ -113,6 +137,45 @@ void check_head_dim(const ConfigReader& r, const DecoderArchitecture& arch) {
   }
 }
 
+// MixtralConfig (configuration_mixtral.py) and Qwen2MoeConfig (configuration_qwen2_moe.py): the
+// sparse MLP of their decoder layers (moe_block.cpp). Qwen2-MoE with num_experts 0 is dense.
+std::optional<MoeArchitecture> moe_architecture(const ConfigReader& r, const std::string& type, std::int64_t layers) {
+  MoeArchitecture moe;
+  if (type == "mixtral") {
+    moe.experts = r.positive("num_local_experts", 8);
+    moe.top_k = r.positive("num_experts_per_tok", 2);
+    moe.intermediate = r.positive("intermediate_size");  // MixtralBlockSparseTop2MLP: ffn_dim = intermediate_size
+    moe.normalize_top_k = true;  // MixtralSparseMoeBlock always divides by the top-k sum
+    // MixtralSparseMoeBlock in training: hidden_states *= uniform noise when jitter_noise > 0.
+    if (r.number("router_jitter_noise", 0.0) != 0) {
+      r.fail("router_jitter_noise", "is nonzero; the router's input jitter (an in-place product with uniform noise) is not modelled; expected 0");
+    }
+  } else {
+    moe.experts = r.count("num_experts", 60);
+    if (moe.experts == 0) return std::nullopt;  // Qwen2MoeDecoderLayer: config.num_experts > 0 for a sparse layer
+    moe.top_k = r.positive("num_experts_per_tok", 4);
+    moe.intermediate = r.positive("moe_intermediate_size", 1408);
+    moe.normalize_top_k = r.boolean("norm_topk_prob", false);
+    moe.shared_expert_intermediate = r.positive("shared_expert_intermediate_size", 5632);
+    moe.sparse_step = r.positive("decoder_sparse_step", 1);
+    moe.dense_layers = r.indices("mlp_only_layers");
+    for (const std::int64_t layer : moe.dense_layers) {
+      if (layer >= layers) {
+        r.fail("mlp_only_layers", "names layer " + std::to_string(layer) + "; expected indices below num_hidden_layers = " +
+                                      std::to_string(layers));
+      }
+    }
+  }
+  if (moe.top_k > moe.experts) {
+    r.fail("num_experts_per_tok", "is " + std::to_string(moe.top_k) + "; expected at most the " + std::to_string(moe.experts) + " experts");
+  }
+  // With output_router_logits the causal-LM loss adds router_aux_loss_coef times Switch
+  // Transformer's load-balancing loss over every layer's router logits (load_balancing_loss_func):
+  // not modelled. (router_aux_loss_coef alone changes nothing.)
+  r.only("output_router_logits", false, "the router's load-balancing loss is not modelled");
+  return moe;
+}
+
 // LlamaConfig, MistralConfig, Qwen2Config: the modules of modeling_llama.py (Mistral's and
 // Qwen2's are the same blocks; Qwen2 puts biases on q, k and v).
 ModelSpec llama_family(const ConfigReader& r, const std::string& type) {
@@ -130,10 +193,16 @@ ModelSpec llama_family(const ConfigReader& r, const std::string& type) {
   arch.tie_embeddings = r.boolean("tie_word_embeddings", false);
   arch.activation = activation(r, "hidden_act", "silu");
   if (r.number("rms_norm_eps", 1e-6) <= 0) r.fail("rms_norm_eps", "must be > 0");
-  if (type == "qwen2") {
-    arch.qkv_bias = true;  // Qwen2Attention: q_proj, k_proj, v_proj with bias=True, o_proj without
+  if (type == "qwen2" || type == "qwen2_moe") {
+    // Qwen2Attention: q_proj, k_proj, v_proj with bias=True, o_proj without; Qwen2MoeAttention
+    // likewise (bias=config.qkv_bias in the transformers versions whose config has it, default true).
+    arch.qkv_bias = type == "qwen2" || r.boolean("qkv_bias", true);
     // Qwen2's sliding window applies only with use_sliding_window (false in the released models).
     if (r.boolean("use_sliding_window", false)) arch.sliding_window = r.positive("sliding_window");
+  } else if (type == "mixtral") {
+    // MixtralAttention: q, k, v, o projections without bias (no attention_bias field); the
+    // sliding window as Mistral's.
+    if (r.present("sliding_window")) arch.sliding_window = r.positive("sliding_window");
   } else {
     arch.qkv_bias = r.boolean("attention_bias", false);  // LlamaAttention: bias=config.attention_bias on all four
     arch.output_bias = arch.qkv_bias;
@@ -144,7 +213,11 @@ ModelSpec llama_family(const ConfigReader& r, const std::string& type) {
   r.only("pretraining_tp", 1, "Meta's tensor-parallel split of the projections is not modelled");
   // rope_scaling and rope_theta change the rotary frequencies' values only, not a tensor's
   // shape or a FLOP count: accepted.
-  r.no_experts();
+  if (type == "mixtral" || type == "qwen2_moe") {
+    arch.moe = moe_architecture(r, type, arch.layers);
+  } else {
+    r.no_experts();
+  }
   check_head_dim(r, arch);
   ModelSpec spec;
   spec.model = "llama";
@@ -242,15 +315,17 @@ ModelSpec spec_from_hf_config(std::string_view json_text, const std::string& sou
   }
   if (!config.is_object()) throw InputError(source + ": expected a JSON object (a Hugging Face config.json)");
   if (!config.contains("model_type") || !config.at("model_type").is_string()) {
-    throw InputError(source + ": 'model_type' is missing or not a string; expected one of llama, mistral, qwen2, gpt_neox, gpt2, bert");
+    throw InputError(source + ": 'model_type' is missing or not a string; expected one of llama, mistral, qwen2, mixtral, qwen2_moe, gpt_neox, gpt2, bert");
   }
   const std::string type = config.at("model_type").get<std::string>();
   const ConfigReader reader(config, source, type);
-  if (type == "llama" || type == "mistral" || type == "qwen2") return llama_family(reader, type);
+  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" || type == "qwen2_moe") {
+    return llama_family(reader, type);
+  }
   if (type == "gpt_neox") return gpt_neox(reader);
   if (type == "gpt2") return gpt2(reader);
   if (type == "bert") return bert(reader);
-  reader.fail("model_type", "is \"" + type + "\", which the zoo does not model; expected one of llama, mistral, qwen2, gpt_neox, gpt2, bert");
+  reader.fail("model_type", "is \"" + type + "\", which the zoo does not model; expected one of llama, mistral, qwen2, mixtral, qwen2_moe, gpt_neox, gpt2, bert");
 }
 
 }  // namespace comptrain::zoo

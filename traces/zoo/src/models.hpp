@@ -3,6 +3,8 @@
 // NetworkBuilder, in PyTorch's execution order, and returns the loss.
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "network_builder.hpp"
 
@@ -41,9 +43,22 @@ Value bert(NetworkBuilder& nb, const TransformerShape& shape, Attention attentio
 // Hugging Face's GPT2LMHeadModel: pre-LN decoder, LM head tied to the token embedding.
 Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention attention);
 
-// Hugging Face's LlamaForCausalLM (LLaMA, Mistral, Qwen2) or GPTNeoXForCausalLM with the
-// causal-LM loss, at `seq_len` tokens, with the given attention (eager, flash or
-// sdpa-mem-efficient).
-Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64_t seq_len, Attention implementation);
+// Hugging Face's LlamaForCausalLM (LLaMA, Mistral, Qwen2), MixtralForCausalLM,
+// Qwen2MoeForCausalLM or GPTNeoXForCausalLM with the causal-LM loss, at `seq_len` tokens, with
+// the given attention (eager, flash or sdpa-mem-efficient). With arch.moe, `expert_tokens` are
+// the tokens each expert of a sparse layer processes per sequence (routed_tokens).
+Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64_t seq_len, Attention implementation,
+                 const std::vector<std::int64_t>& expert_tokens = {});
+
+// ---- Mixture of experts (moe_block.cpp) --------------------------------------------------------
+// Whether decoder layer `layer` has the sparse MLP (Qwen2-MoE's decoder_sparse_step and
+// mlp_only_layers; every layer of Mixtral).
+bool is_sparse_layer(const MoeArchitecture& moe, std::int64_t layer);
+// The sparse MLP's module name in a layer: Mixtral's `block_sparse_moe`, Qwen2-MoE's `mlp`.
+std::string sparse_moe_module(const DecoderArchitecture& arch);
+// MixtralSparseMoeBlock / Qwen2MoeSparseMoeBlock on x [N, S, H] under module prefix `p` (ending
+// in '.'), expert e processing tokens[e] tokens per sequence.
+Value sparse_moe_block(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::vector<std::int64_t>& tokens,
+                       const std::string& p, Value x);
 
 }  // namespace comptrain::zoo::detail

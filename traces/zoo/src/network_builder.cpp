@@ -127,6 +127,8 @@ std::int64_t window_output(std::int64_t in, std::int64_t kernel, std::int64_t st
 
 }  // namespace
 
+DType promote_types(DType a, DType b) { return promote(a, b); }
+
 NetworkBuilder::NetworkBuilder(std::string model, std::int64_t batch_size, Precision precision,
                                Optimizer optimizer, OptimizerImpl optimizer_impl, bool softmax_saves_input,
                                bool accumulate_gradients_in_place)
@@ -1187,7 +1189,7 @@ Value NetworkBuilder::index_select(const std::string& name, Value x, Value index
                                    requires_grad(x.index));
   ForwardOp f;
   f.name = op;
-  f.kind = OpKind::other;  // a gather: bytes, no FLOPs (like an embedding lookup)
+  f.kind = OpKind::gather;  // bytes, no FLOPs (like an embedding lookup)
   f.inputs = {x.index, index.index};
   f.outputs = {y};
   f.differentiable_outputs = {y};
@@ -1198,7 +1200,7 @@ Value NetworkBuilder::index_select(const std::string& name, Value x, Value index
   // index_select_backward: zeros(self.sizes()).index_add_(dim, index, grad), one add per
   // gathered element; its output is a new tensor of x's shape.
   f.backward_flops = elements(y);
-  f.backward_kind = OpKind::other;
+  f.backward_kind = OpKind::scatter;
   record(std::move(f));
   return {y};
 }

@@ -32,6 +32,9 @@ struct Value {
   std::size_t index = 0;
 };
 
+// PyTorch's type promotion of two dtypes (c10::promoteTypes, for the floating types the zoo uses).
+traces::DType promote_types(traces::DType a, traces::DType b);
+
 class NetworkBuilder {
  public:
   // `softmax_saves_input`: softmax and log_softmax save their input too (PyTorch <= 1.10;
@@ -164,6 +167,45 @@ class NetworkBuilder {
   // Looks `ids` up in a new table `name.weight` [num, dim], or in a given (shared) one.
   Value embedding(const std::string& name, Value ids, std::int64_t num, std::int64_t dim);
   Value embedding(const std::string& name, Value ids, Value weight);
+
+  // ---- Mixture-of-experts pieces (network_builder_moe.cpp) -----------------------------------
+  // Hugging Face's expert loop (MixtralSparseMoeBlock.forward, Qwen2MoeSparseMoeBlock.forward):
+  // the routing, the gather of each expert's tokens and their sum back into the output.
+  //
+  // torch.topk(x, k, dim=-1): the k largest of each row, and their int64 indices (no gradient).
+  // TopkBackward0 saves the indices (and x's sizes); its backward scatters the gradient into a
+  // zero tensor of x's shape.
+  struct TopK {
+    Value values;
+    Value indices;
+  };
+  TopK topk(const std::string& name, Value x, std::int64_t k);
+  // x /= x.sum(dim=-1, keepdim=True), in place (Mixtral's renormalised top-k weights): `sum`
+  // (SumBackward1 saves sizes), then DivBackward0 of the in-place division, which needs the
+  // divisor and x as it was before -- autograd clones it first (`<name>.clone`) -- and saves
+  // both.
+  Value normalize_rows_(const std::string& name, Value x);
+  // torch.zeros of a shape: a tensor without gradient, written by one op; `batch_scaling` gives
+  // it batch dimension 0.
+  Value zeros(const std::string& name, traces::DType dtype, std::vector<std::int64_t> sample_shape, bool batch_scaling);
+  // The columns of a 2-D tensor without gradient [n, c] as c views [n] (torch.where(mask)'s
+  // index tensors are views of one nonzero() result); no op.
+  std::vector<Value> columns(const std::string& name, Value x);
+  // x[i0, i1, ...]: advanced indexing of x's leading dimensions by int64 index tensors without
+  // gradient (all of one length), a new tensor of `sample_shape` in x's dtype. IndexBackward0
+  // saves the indices (and x's sizes); its backward writes a zero tensor of x's shape and
+  // accumulates the gradient rows into it (index_put_ with accumulate=True).
+  Value index(const std::string& name, Value x, const std::vector<Value>& indices, std::vector<std::int64_t> sample_shape);
+  // x * w with w [..., 1] broadcast along x's last dimension, both needing a gradient or not:
+  // MulBackward0 saves w for x's gradient and x for w's (a product summed over the row).
+  Value mul_rows(const std::string& name, Value x, Value w);
+  // self.index_add_(0, index, source), in place: source's rows added into self's rows that the
+  // int64 index names (self may be a zero tensor without gradient). IndexAddBackward0 saves the
+  // index (and source's sizes): self's gradient passes through, source's is
+  // grad.index_select(0, index).
+  Value index_add_(const std::string& name, Value self, Value index, Value source);
+  // torch.sigmoid: SigmoidBackward0 saves the result.
+  Value sigmoid(const std::string& name, Value x);
 
   // ---- Views (no data movement) -------------------------------------------------------------
   // The same elements with another per-sample shape (reshape, flatten, transpose for layout).

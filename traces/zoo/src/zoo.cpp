@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
+#include <cmath>
 #include <map>
 #include <string>
 #include <utility>
@@ -205,6 +207,50 @@ std::int64_t llama_intermediate(std::int64_t hidden) {
   return (width + kMultipleOf - 1) / kMultipleOf * kMultipleOf;
 }
 
+// The shortest decimal that reads back as `value` (1.25, 0.001).
+std::string fmt_number(double value) {
+  char buffer[32];
+  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
+  return std::string(buffer, result.ptr);
+}
+
+// A sparse MLP's shape (the config reader checks its fields; a hand-made DecoderArchitecture
+// is checked here).
+void check_moe(const MoeArchitecture& moe, std::int64_t layers, const std::string& from) {
+  if (moe.experts < 1 || moe.top_k < 1 || moe.top_k > moe.experts) {
+    throw InputError("num_experts_per_tok: " + std::to_string(moe.top_k) + " of " + std::to_string(moe.experts) +
+                     " experts; expected 1 to the number of experts" + from);
+  }
+  if (moe.intermediate < 1 || moe.shared_expert_intermediate < 0 || moe.sparse_step < 1) {
+    throw InputError("moe: expert width " + std::to_string(moe.intermediate) + ", shared expert width " +
+                     std::to_string(moe.shared_expert_intermediate) + ", sparse step " + std::to_string(moe.sparse_step) +
+                     "; expected a positive expert width and step and a shared width >= 0" + from);
+  }
+  for (const std::int64_t layer : moe.dense_layers) {
+    if (layer < 0 || layer >= layers) {
+      throw InputError("mlp_only_layers: layer " + std::to_string(layer) + " is not one of the " + std::to_string(layers) +
+                       " layers" + from);
+    }
+  }
+}
+
+// What the trace says about its experts: the architecture and the routed token counts (an
+// assumption: traces/zoo/README.md, "Routed tokens").
+void add_moe_metadata(const MoeArchitecture& moe, const ExpertRouting& routing, const std::vector<std::int64_t>& tokens,
+                      std::map<std::string, std::string>& metadata) {
+  metadata["moe_experts"] = std::to_string(moe.experts);
+  metadata["moe_top_k"] = std::to_string(moe.top_k);
+  metadata["moe_intermediate"] = std::to_string(moe.intermediate);
+  if (moe.shared_expert_intermediate > 0) metadata["moe_shared_expert_intermediate"] = std::to_string(moe.shared_expert_intermediate);
+  std::string counts;
+  for (const std::int64_t n : tokens) counts += (counts.empty() ? "" : ",") + std::to_string(n);
+  metadata["moe_tokens_per_expert"] = counts;  // per sequence
+  metadata["moe_routing"] = routing.load_imbalance        ? "load_imbalance " + fmt_number(*routing.load_imbalance)
+                            : routing.expert_load.empty() ? "uniform"
+                                                          : "expert_load";
+  if (routing.capacity_factor) metadata["moe_capacity_factor"] = fmt_number(*routing.capacity_factor);
+}
+
 // The decoder's architecture: the request's (a Hugging Face config) or Llama-2-7B's, with the
 // shape fields over it, checked.
 DecoderArchitecture resolve_decoder(const Entry& entry, const ModelRequest& request, std::int64_t& seq_len) {
@@ -264,6 +310,7 @@ DecoderArchitecture resolve_decoder(const Entry& entry, const ModelRequest& requ
     throw InputError("seq_len: must be <= " + std::to_string(arch.max_positions) + " (max_position_embeddings of '" +
                      request.model + "'" + from + "), got " + std::to_string(seq_len));
   }
+  if (arch.moe) check_moe(*arch.moe, arch.layers, from);
   if (arch.sliding_window && seq_len > *arch.sliding_window) {
     throw InputError("seq_len: " + std::to_string(seq_len) + " is longer than the sliding window of " +
                      std::to_string(*arch.sliding_window) + from + ", which the zoo does not model; expected at most that");
@@ -380,6 +427,7 @@ traces::Trace build_model(const ModelRequest& request) {
   if (!transformer) {
     reject_transformer_fields(request);
     reject_bert_fields(request);
+    if (request.routing) throw InputError("moe: routing options apply to mixture-of-experts decoders; model '" + request.model + "' is a CNN");
     return nb.finish(entry.cnn(nb), std::move(metadata));
   }
   if (entry.family == Family::decoder) {
@@ -393,7 +441,15 @@ traces::Trace build_model(const ModelRequest& request) {
       throw InputError("attention: fused-softmax (Megatron-LM's core) is not written for '" + request.model +
                        "'; expected eager, flash (sdpa-flash) or sdpa-mem-efficient");
     }
-    const Value loss = detail::decoder_lm(nb, arch, seq_len, attention);
+    std::vector<std::int64_t> expert_tokens;
+    if (arch.moe) {
+      expert_tokens = routed_tokens(*arch.moe, request.routing.value_or(ExpertRouting{}), seq_len);
+      add_moe_metadata(*arch.moe, request.routing.value_or(ExpertRouting{}), expert_tokens, metadata);
+    } else if (request.routing) {
+      throw InputError("moe: routing options apply to decoders with mixture-of-experts layers (model_type mixtral or qwen2_moe); '" +
+                       request.model + "' here is dense");
+    }
+    const Value loss = detail::decoder_lm(nb, arch, seq_len, attention, expert_tokens);
     metadata["attention"] = std::string(to_string(attention));
     metadata["family"] = arch.family;
     metadata["layers"] = std::to_string(arch.layers);
@@ -408,6 +464,9 @@ traces::Trace build_model(const ModelRequest& request) {
   }
   if (request.decoder) {
     throw InputError("decoder: a Hugging Face decoder architecture applies to model 'llama' only, not '" + request.model + "'");
+  }
+  if (request.routing) {
+    throw InputError("moe: routing options apply to model 'llama' with mixture-of-experts layers only, not '" + request.model + "'");
   }
   const TransformerShape shape = resolve_shape(entry, request);
   const Attention attention = request.attention.value_or(Attention::fused_softmax);

@@ -27,6 +27,11 @@ enum class OpKind : std::uint8_t {
   dropout,
   elementwise,  // add, mul, scale, accumulate-gradient, casts
   embedding,
+  // Row gathers and scatters by an int64 index (x[index], index_select, index_add_,
+  // index_put_, scatter): memory-bound kernels that touch the rows the index names
+  // (models/README.md, "Kernel traffic"). A mixture-of-experts layer's token dispatch.
+  gather,
+  scatter,
   loss,
   optimizer_update,
   view,  // reshape/flatten/transpose: no data movement

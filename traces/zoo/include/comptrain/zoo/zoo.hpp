@@ -86,13 +86,45 @@ std::vector<std::string_view> attention_names();
 std::vector<std::string_view> head_names();
 std::vector<std::string_view> mlm_positions_names();
 
+// The sparse mixture-of-experts MLP of a decoder (Hugging Face's MixtralSparseMoeBlock and
+// Qwen2MoeSparseMoeBlock; traces/zoo/README.md, "Mixture of experts"): a router linear, softmax,
+// top-k, and per expert a SwiGLU MLP over the tokens routed to it, gathered by index and added
+// back with index_add_; Qwen2-MoE adds a shared expert scaled by a sigmoid gate.
+struct MoeArchitecture {
+  std::int64_t experts = 8;          // num_local_experts (Mixtral), num_experts (Qwen2-MoE)
+  std::int64_t top_k = 2;            // num_experts_per_tok
+  std::int64_t intermediate = 14336; // each expert's MLP width (Mixtral: intermediate_size; Qwen2-MoE: moe_intermediate_size)
+  bool normalize_top_k = true;       // the top-k weights divided by their sum (Mixtral; Qwen2-MoE's norm_topk_prob)
+  std::int64_t shared_expert_intermediate = 0;  // Qwen2-MoE's shared expert and its sigmoid gate; 0: none
+  std::int64_t sparse_step = 1;      // decoder_sparse_step: layer i is sparse when (i + 1) % step == 0 ...
+  std::vector<std::int64_t> dense_layers;  // ... and i is not in mlp_only_layers (a dense MLP of `intermediate`)
+  // Not modelled: the load-balancing loss that output_router_logits adds (refused by the config
+  // reader), the router's input jitter (router_jitter_noise).
+};
+
+// How many tokens each expert receives: routing depends on the data, so this is an assumption
+// the user states (traces/zoo/README.md, "Mixture of experts", "Routed tokens").
+struct ExpertRouting {
+  // Relative share of the routed token slots (seq_len * top_k per sample) each expert takes,
+  // one positive number per expert; empty: uniform, seq_len * top_k / experts each.
+  std::vector<double> expert_load;
+  // Instead of expert_load: the busiest expert's load over the mean (max / mean, >= 1, the
+  // imbalance Switch Transformer and GShard report); the other experts share the rest equally.
+  std::optional<double> load_imbalance;
+  // GShard / Switch token dropping: an expert keeps at most ceil(top_k * seq_len * factor /
+  // experts) tokens per sequence, the rest pass by on the residual stream. Unset: dropless,
+  // as Hugging Face's Mixtral and Qwen2-MoE are.
+  std::optional<double> capacity_factor;
+};
+
 // A LLaMA-family (LLaMA, Mistral, Qwen2) or GPT-NeoX decoder, as its Hugging Face config.json
 // describes it (spec_from_hf_config; traces/zoo/README.md, "Decoders and Hugging Face configs").
 struct DecoderArchitecture {
   enum class Norm { rms, layer };                 // LlamaRMSNorm, or nn.LayerNorm with a bias
   enum class Activation { silu, gelu, gelu_tanh };  // F.silu, F.gelu, F.gelu(approximate="tanh")
   // Hugging Face's model_type: "llama", "mistral", "qwen2" (modeling_llama.py's modules and
-  // names) or "gpt_neox" (modeling_gpt_neox.py's).
+  // names), "mixtral", "qwen2_moe" (their modeling files: LLaMA's attention with `moe`'s sparse
+  // MLP) or "gpt_neox" (modeling_gpt_neox.py's).
   std::string family = "llama";
   std::int64_t layers = 32;
   std::int64_t hidden = 4096;
@@ -112,6 +144,7 @@ struct DecoderArchitecture {
   bool parallel_residual = false;  // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
   bool attention_dropout = false;  // a nonzero attention_dropout, applied in training
   std::optional<std::int64_t> sliding_window;  // Mistral's: seq_len may not exceed it
+  std::optional<MoeArchitecture> moe;  // sparse MLPs (mixtral, qwen2_moe); unset: every layer dense
   std::string source;            // the config file it came from, for messages
 };
 
@@ -159,6 +192,8 @@ struct ModelSpec {
   // `llama` only: the decoder's architecture (default: Llama-2-7B's, with the MLP width of
   // Meta's rule for another `hidden`); the shape fields above override its own.
   std::optional<DecoderArchitecture> decoder;
+  // A decoder with mixture-of-experts layers only (an error otherwise): the routed token counts.
+  std::optional<ExpertRouting> routing;
 };
 
 // What to generate: a model at a batch size.
@@ -175,16 +210,22 @@ struct ModelInfo {
 std::vector<ModelInfo> list_models();
 
 // The model a Hugging Face config.json describes (`json_text`, read from `source`, which the
-// messages name): model_type llama, mistral, qwen2 or gpt_neox give `llama` with its
+// messages name): model_type llama, mistral, qwen2, mixtral, qwen2_moe or gpt_neox give `llama` with its
 // DecoderArchitecture, gpt2 gives `gpt2` and bert gives `bert-base` with the config's shape.
 // seq_len is left unset: the caller must give it (max_position_embeddings is the longest a
 // model allows, not what it trains on). An unknown model_type, a missing field or a value the
-// zoo does not model (hidden_act, head_dim, mixture-of-experts fields, ...) is an InputError
+// zoo does not model (hidden_act, head_dim, expert fields in a dense family's config, ...) is an InputError
 // naming the file, the field and what is expected.
 ModelSpec spec_from_hf_config(std::string_view json_text, const std::string& source);
 
 // Throws InputError naming the field when the model is unknown or an option is out of range
 // (batch < 1, heads not dividing hidden, ...).
 traces::Trace build_model(const ModelRequest& request);
+
+// The tokens each expert of a sparse layer processes per sequence of `seq_len` (the routed
+// token counts the trace is built with; traces/zoo/README.md, "Routed tokens"). InputError
+// naming the field when the routing is impossible (a share that gives an expert more than
+// seq_len tokens, or none).
+std::vector<std::int64_t> routed_tokens(const MoeArchitecture& moe, const ExpertRouting& routing, std::int64_t seq_len);
 
 }  // namespace comptrain::zoo

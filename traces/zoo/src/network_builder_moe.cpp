@@ -1,0 +1,224 @@
+// The mixture-of-experts pieces of the mini-autograd (network_builder.hpp, "Mixture-of-experts
+// pieces"): the ops of Hugging Face's expert loop (modeling_mixtral.py MixtralSparseMoeBlock,
+// modeling_qwen2_moe.py Qwen2MoeSparseMoeBlock) with what autograd saves for each, from
+// PyTorch's derivatives.yaml and checked against a capture (tests/capture/tiny_moe.py).
+
+#include <stdexcept>
+#include <utility>
+
+#include "network_builder.hpp"
+
+namespace comptrain::zoo::detail {
+namespace {
+
+using traces::BatchLinear;
+using traces::DType;
+using traces::OpKind;
+using traces::Phase;
+
+// FLOPs per element (traces/zoo/README.md, "FLOPs").
+constexpr std::int64_t kTopkComparisonsPerPick = 1;  // a pass over the row per value picked
+constexpr std::int64_t kSigmoidForward = 3;          // exp, add, divide
+constexpr std::int64_t kSigmoidBackward = 3;         // g * y * (1 - y)
+// Division of x by its row sum: the sum (1 add per element), the quotient (1); backward,
+// x's gradient g / s (1) and the divisor's -sum(g * x) / s^2 (3: product, row sum, scale).
+constexpr std::int64_t kRowSumFlops = 1;
+constexpr std::int64_t kDivideForward = 1;
+constexpr std::int64_t kDivideBackwardSelf = 1;
+constexpr std::int64_t kDivideBackwardDivisor = 3;
+
+BatchLinear scaled(BatchLinear value, std::int64_t factor) { return {value.fixed * factor, value.per_sample * factor}; }
+
+}  // namespace
+
+NetworkBuilder::TopK NetworkBuilder::topk(const std::string& name, Value x, std::int64_t k) {
+  const std::vector<std::int64_t> in_shape = sample_shape(x);
+  if (in_shape.empty() || k < 1 || k > in_shape.back() || !requires_grad(x.index)) {
+    throw std::logic_error(name + ": topk needs rows of at least k values that require a gradient");
+  }
+  const std::string op = unique_op_name(name);
+  std::vector<std::int64_t> shape = in_shape;
+  shape.back() = k;
+  const auto batch_dim = tensors_[x.index].batch_dim;
+  const std::size_t values = new_output(op + ".values", tensors_[x.index].dtype, shape, batch_dim, true);
+  const std::size_t indices = new_output(op + ".indices", DType::i64, shape, batch_dim, false);
+  ForwardOp f;
+  f.name = op;
+  f.kind = OpKind::other;  // a selection over each row
+  f.inputs = {x.index};
+  f.outputs = {values, indices};
+  f.flops = scaled(elements(x.index), k * kTopkComparisonsPerPick);
+  f.differentiable_outputs = {values};
+  // derivatives.yaml, topk: self: value_selecting_reduction_backward_symint(grad, dim, indices,
+  // self.sym_sizes(), true) -- TopkBackward0 keeps the indices and the sizes.
+  f.saved = {indices};
+  f.grads = {{x.index, {}}};
+  f.backward_kind = OpKind::scatter;  // zeros of x's shape, the gradient scattered at the indices
+  record(std::move(f));
+  return {{values}, {indices}};
+}
+
+Value NetworkBuilder::normalize_rows_(const std::string& name, Value x) {
+  const std::vector<std::int64_t> shape = sample_shape(x);
+  if (shape.empty() || !requires_grad(x.index)) throw std::logic_error(name + ": needs rows that require a gradient");
+  const auto batch_dim = tensors_[x.index].batch_dim;
+  const DType dtype = tensors_[x.index].dtype;
+  std::vector<std::int64_t> rows = shape;
+  rows.back() = 1;
+
+  // routing_weights.sum(dim=-1, keepdim=True): SumBackward1 saves sizes only; its backward
+  // expands the gradient over the row, a tensor of x's shape once added to x's other gradient.
+  const std::string sum_op = unique_op_name(name + ".sum");
+  const std::size_t sum = new_output(sum_op + ".out", dtype, rows, batch_dim, true);
+  ForwardOp s;
+  s.name = sum_op;
+  s.kind = OpKind::elementwise;
+  s.inputs = {x.index};
+  s.outputs = {sum};
+  s.flops = scaled(elements(x.index), kRowSumFlops);
+  s.differentiable_outputs = {sum};
+  s.grads = {{x.index, {}}};
+  s.backward_kind = OpKind::elementwise;
+  record(std::move(s));
+
+  // x /= sum: derivatives.yaml, div.Tensor: other: div_tensor_other_backward(grad, self, other)
+  // reads self, and an in-place op overwrites it, so the generated code saves a clone of the
+  // original self (`original_self = self.clone()`) besides `other`. The clone is a kernel of
+  // its own with no autograd node.
+  const std::string op = unique_op_name(name);
+  const std::size_t original = new_output(op + ".clone.out", dtype, shape, batch_dim, false);
+  emit({op + ".clone", Phase::forward, OpKind::elementwise, {x.index}, {original}, {}, {}, {}});
+  const std::size_t y = new_view(op + ".out", x.index, shape, batch_dim);
+  tensors_[y].requires_grad = true;
+  ForwardOp d;
+  d.name = op;
+  d.kind = OpKind::elementwise;
+  d.inputs = {x.index, sum};
+  d.outputs = {y};
+  d.flops = scaled(elements(x.index), kDivideForward);
+  d.differentiable_outputs = {y};
+  d.saved = {original, sum};  // DivBackward0: self (the clone) and other
+  d.grads = {{x.index, {}}, {sum, {}}};
+  d.backward_flops = scaled(elements(x.index), kDivideBackwardSelf + kDivideBackwardDivisor);
+  d.backward_kind = OpKind::elementwise;
+  record(std::move(d));
+  return {y};
+}
+
+Value NetworkBuilder::zeros(const std::string& name, DType dtype, std::vector<std::int64_t> shape, bool batch_scaling) {
+  if (batch_scaling && shape.empty()) throw std::logic_error(name + ": a batch-scaling tensor needs a dimension");
+  const std::string op = unique_op_name(name);
+  const std::size_t y = new_output(op + ".out", dtype, std::move(shape),
+                                   batch_scaling ? std::optional<std::size_t>(0) : std::nullopt, false);
+  emit({op, Phase::forward, OpKind::elementwise, {}, {y}, {}, {}, {}});  // a fill: bytes, no FLOPs
+  return {y};
+}
+
+std::vector<Value> NetworkBuilder::columns(const std::string& name, Value x) {
+  expect_rank(x, 2, name);
+  if (requires_grad(x.index)) throw std::logic_error(name + ": columns are taken of tensors without gradient only");
+  const std::string op = unique_op_name(name);
+  std::vector<Value> result;
+  for (std::int64_t column = 0; column < dim(x, 1); ++column) {
+    result.push_back({new_view(op + "." + std::to_string(column), x.index, {dim(x, 0)}, tensors_[x.index].batch_dim)});
+  }
+  return result;
+}
+
+Value NetworkBuilder::index(const std::string& name, Value x, const std::vector<Value>& indices,
+                            std::vector<std::int64_t> shape) {
+  if (indices.empty() || indices.size() > sample_shape(x).size()) throw std::logic_error(name + ": one index per leading dimension");
+  for (const Value i : indices) {
+    expect_rank(i, 1, name);
+    if (requires_grad(i.index) || tensors_[i.index].dtype != DType::i64 || dim(i, 0) != dim(indices.front(), 0) ||
+        tensors_[i.index].batch_dim != tensors_[indices.front().index].batch_dim) {
+      throw std::logic_error(name + ": the indices must be int64 tensors of one length, without gradient");
+    }
+  }
+  if (shape.empty() || shape.front() != dim(indices.front(), 0)) throw std::logic_error(name + ": one output row per index entry");
+  const std::string op = unique_op_name(name);
+  // aten::index is on no autocast list: the rows keep x's dtype.
+  const std::size_t y = new_output(op + ".out", tensors_[x.index].dtype, std::move(shape),
+                                   tensors_[indices.front().index].batch_dim, requires_grad(x.index));
+  ForwardOp f;
+  f.name = op;
+  f.kind = OpKind::gather;
+  f.inputs = {x.index};
+  for (const Value i : indices) f.inputs.push_back(i.index);
+  f.outputs = {y};
+  f.differentiable_outputs = {y};
+  // derivatives.yaml, index.Tensor: self: index_backward(grad.new_zeros_symint(self.sym_sizes(),
+  // self.options()), indices, grad) -- IndexBackward0 keeps the indices and x's sizes, not x.
+  for (const Value i : indices) f.saved.push_back(i.index);
+  f.grads = {{x.index, {}}};
+  // index_put_(accumulate=True) adds each gradient element into the zero tensor.
+  f.backward_flops = elements(y);
+  f.backward_kind = OpKind::scatter;
+  record(std::move(f));
+  return {y};
+}
+
+Value NetworkBuilder::mul_rows(const std::string& name, Value x, Value w) {
+  std::vector<std::int64_t> w_shape = sample_shape(x);
+  if (w_shape.empty()) throw std::logic_error(name + ": needs rows");
+  w_shape.back() = 1;
+  if (sample_shape(w) != w_shape || tensors_[w.index].batch_dim != tensors_[x.index].batch_dim) {
+    throw std::logic_error(name + ": the multiplier must have one value per row of x");
+  }
+  const std::string op = unique_op_name(name);
+  const bool x_grad = requires_grad(x.index);
+  const bool w_grad = requires_grad(w.index);
+  const std::size_t y = new_output(op + ".out", promote_types(tensors_[x.index].dtype, tensors_[w.index].dtype),
+                                   sample_shape(x), tensors_[x.index].batch_dim, x_grad || w_grad);
+  ForwardOp f;
+  f.name = op;
+  f.kind = OpKind::elementwise;
+  f.inputs = {x.index, w.index};
+  f.outputs = {y};
+  f.flops = elements(y);
+  f.differentiable_outputs = {y};
+  // MulBackward0: self's gradient is grad * other, other's is (grad * self) summed to other's
+  // shape (sum_to_size over the broadcast dimension).
+  if (x_grad) f.saved.push_back(w.index);
+  if (w_grad) f.saved.push_back(x.index);
+  f.grads = {{x.index, {}}, {w.index, {}}};
+  f.backward_flops = scaled(elements(y), (x_grad ? 1 : 0) + (w_grad ? 2 : 0));
+  f.backward_kind = OpKind::elementwise;
+  record(std::move(f));
+  return {y};
+}
+
+Value NetworkBuilder::index_add_(const std::string& name, Value self, Value index, Value source) {
+  expect_rank(index, 1, name);
+  std::vector<std::int64_t> rows = sample_shape(self);
+  if (rows.empty() || requires_grad(index.index) || tensors_[index.index].dtype != DType::i64) {
+    throw std::logic_error(name + ": needs a tensor with rows and an int64 index without gradient");
+  }
+  rows.front() = dim(index, 0);
+  if (sample_shape(source) != rows || tensors_[source.index].dtype != tensors_[self.index].dtype) {
+    throw std::logic_error(name + ": the source must hold one row of self's dtype per index entry");
+  }
+  const std::string op = unique_op_name(name);
+  const std::size_t y = new_view(op + ".out", self.index, sample_shape(self), tensors_[self.index].batch_dim);
+  tensors_[y].requires_grad = requires_grad(self.index) || requires_grad(source.index);
+  ForwardOp f;
+  f.name = op;
+  f.kind = OpKind::scatter;
+  f.inputs = {self.index, index.index, source.index};
+  f.outputs = {y};
+  f.flops = elements(source.index);  // one add per source element
+  f.differentiable_outputs = {y};
+  // derivatives.yaml, index_add: self: grad; source: maybe_multiply(grad.index_select(dim,
+  // index).expand_as(source), alpha) -- IndexAddBackward0 keeps the index (and source's sizes).
+  f.saved = {index.index};
+  f.grads = {{self.index, y}, {source.index, {}}};
+  f.backward_kind = OpKind::gather;  // index_select of the gradient's rows
+  record(std::move(f));
+  return {y};
+}
+
+Value NetworkBuilder::sigmoid(const std::string& name, Value x) {
+  return elementwise(name, x, OpKind::elementwise, kSigmoidForward, kSigmoidBackward, Saves::result, false);  // SigmoidBackward0
+}
+
+}  // namespace comptrain::zoo::detail

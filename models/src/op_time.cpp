@@ -454,10 +454,10 @@ OpTimeModel::OpTimeModel(Platform platform, OpTimeOptions options) : platform_(s
   }
 }
 
-double OpTimeModel::seconds(const traces::Trace& trace, traces::OpIndex index) const {
+KernelRun OpTimeModel::run(const traces::Trace& trace, traces::OpIndex index) const {
   const traces::Op& op = trace.op(index);
   // A view only reinterprets storage: no kernel runs.
-  if (op.kind == traces::OpKind::view) return 0.0;
+  if (op.kind == traces::OpKind::view) return {};
 
   // Measured durations are wall times of the op's kernels, launch included. They apply only
   // on the very device they were measured on (exact name, as torch.cuda.get_device_name()
@@ -465,9 +465,10 @@ double OpTimeModel::seconds(const traces::Trace& trace, traces::OpIndex index) c
   if (op.measured && op.measured->device == platform_.gpu.name) {
     const std::string inputs = "a duration of " + g(op.measured->seconds) + " s measured on " + op.measured->device + " at batch size " +
                                std::to_string(op.measured->batch_size);
-    if (!work_scales_with_batch(op)) return checked(op.measured->seconds, trace, index, inputs);
-    return checked(op.measured->seconds * static_cast<double>(trace.batch_size()) / static_cast<double>(op.measured->batch_size), trace,
-                   index, inputs + ", scaled to batch size " + std::to_string(trace.batch_size()));
+    if (!work_scales_with_batch(op)) return {checked(op.measured->seconds, trace, index, inputs), 0.0, 1.0};
+    return {checked(op.measured->seconds * static_cast<double>(trace.batch_size()) / static_cast<double>(op.measured->batch_size), trace,
+                    index, inputs + ", scaled to batch size " + std::to_string(trace.batch_size())),
+            0.0, 1.0};
   }
 
   const double flops = static_cast<double>(trace.flops(index));
@@ -476,7 +477,7 @@ double OpTimeModel::seconds(const traces::Trace& trace, traces::OpIndex index) c
   const double bytes = traffic.read + traffic.written;
   // Nothing computed and nothing moved (a no-op, or an op whose cost the trace does not
   // know): no kernel to launch either.
-  if (flops == 0 && bytes == 0) return 0.0;
+  if (flops == 0 && bytes == 0) return {};
 
   const traces::DType dtype = arithmetic_dtype(trace, index);
   // Tensor-core peaks (TF32, FP16, BF16 in the platform) apply to the kinds that use tensor
@@ -495,7 +496,8 @@ double OpTimeModel::seconds(const traces::Trace& trace, traces::OpIndex index) c
   const double memory_efficiency = platform_.efficiency.memory_for(op.kind);
   const double compute = flops / (peak * compute_efficiency);
   const double memory = bytes / (platform_.gpu.memory_bandwidth * memory_efficiency);
-  double seconds = std::max(compute, memory) + platform_.gpu.launch_overhead;
+  const KernelWork kernel{compute, memory, platform_.gpu.launch_overhead};
+  KernelRun result = run_kernel(platform_.gpu, kernel);
   // cuDNN's tensor-core convolution kernels take NHWC tensors; given NCHW ones (PyTorch's
   // default memory format) it transposes each tensor the convolution reads into NHWC and the
   // result back (NVIDIA, "Convolutional Layers User's Guide", section "Tensor Layouts In Memory:
@@ -503,17 +505,23 @@ double OpTimeModel::seconds(const traces::Trace& trace, traces::OpIndex index) c
   // PyTorch's channels_last tutorial: "cuDNN ... converts NCHW to NHWC internally"). Each
   // transpose is a memory-bound kernel of its own, so it adds to the convolution's time rather
   // than overlapping it: one read and one write of every byte the convolution moves, and one
-  // launch per tensor. Filters are transposed too; they are in the bytes.
+  // launch per tensor. Filters are transposed too; they are in the bytes. Their power is their
+  // own (memory-bound); the op's is the time-weighted mean.
   if (op.kind == traces::OpKind::conv && tensor_cores && !options_.channels_last) {
-    seconds += 2.0 * bytes / (platform_.gpu.memory_bandwidth * memory_efficiency) +
-               static_cast<double>(op.inputs.size() + op.outputs.size()) * platform_.gpu.launch_overhead;
+    const KernelWork transposes{0.0, 2.0 * bytes / (platform_.gpu.memory_bandwidth * memory_efficiency),
+                                static_cast<double>(op.inputs.size() + op.outputs.size()) * platform_.gpu.launch_overhead};
+    const KernelRun moved = run_kernel(platform_.gpu, transposes);
+    const double total = result.seconds + moved.seconds;
+    if (total > 0) result.watts = (result.watts * result.seconds + moved.watts * moved.seconds) / total;
+    result.seconds = total;
   }
-  if (std::isfinite(seconds) && seconds >= 0) return seconds;
-  return checked(seconds, trace, index,
-                 g(flops) + " FLOP at " + g(peak) + " FLOP/s x compute efficiency " + g(compute_efficiency) + " and " + g(bytes) +
-                     " bytes at " + g(platform_.gpu.memory_bandwidth) + " bytes/s x memory efficiency " + g(memory_efficiency) +
-                     ", plus a launch overhead of " + g(platform_.gpu.launch_overhead) + " s (platform '" + platform_.name + "', " +
-                     platform_.source + ")");
+  if (std::isfinite(result.seconds) && result.seconds >= 0) return result;
+  return {checked(result.seconds, trace, index,
+                  g(flops) + " FLOP at " + g(peak) + " FLOP/s x compute efficiency " + g(compute_efficiency) + " and " + g(bytes) +
+                      " bytes at " + g(platform_.gpu.memory_bandwidth) + " bytes/s x memory efficiency " + g(memory_efficiency) +
+                      ", plus a launch overhead of " + g(platform_.gpu.launch_overhead) + " s (platform '" + platform_.name + "', " +
+                      platform_.source + ")"),
+          result.watts, result.clock_fraction};
 }
 
 traces::DType arithmetic_dtype(const traces::Trace& trace, traces::OpIndex index) {

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "embedded_files.hpp"
+#include "comptrain/models/kernel_power.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/models/units.hpp"
@@ -141,7 +142,7 @@ class PlatformReader {
     // 0/0 meaning unknown. in_job (the stall power) defaults to idle; limit (a power cap) is
     // applied by the caller, once the whole GPU is read (with_power_limit).
     if (gpu["power"]) {
-      const YAML::Node power = section(gpu, "power", "gpu", {"idle", "max", "in_job", "limit"});
+      const YAML::Node power = section(gpu, "power", "gpu", {"idle", "max", "in_job", "limit", "memory_bound", "dram", "dvfs"});
       spec.idle_power = quantity(power, "idle", "gpu.power", Dimension::power, limits::idle_power);
       spec.max_power = quantity(power, "max", "gpu.power", Dimension::power, limits::max_power);
       if (spec.idle_power > spec.max_power) {
@@ -157,8 +158,51 @@ class PlatformReader {
                            "nvidia-smi's idle and below its busy power");
         }
       }
+      read_kernel_power(power, spec);
     }
     return spec;
+  }
+
+  // gpu.power.memory_bound, .dram and .dvfs: the kernel power model's values (kernel_power.hpp).
+  void read_kernel_power(const YAML::Node& power, GpuSpec& spec) const {
+    if (power["memory_bound"]) {
+      spec.memory_bound_power = quantity(power, "memory_bound", "gpu.power", Dimension::power, limits::max_power);
+      if (spec.memory_bound_power <= spec.in_job_power || spec.memory_bound_power > spec.max_power) {
+        throw InputError(where(power["memory_bound"].Mark()) + "'gpu.power.memory_bound' (" + shortened(power["memory_bound"]) +
+                         ") must lie above the in-job power and at most 'gpu.power.max': a kernel that saturates the memory "
+                         "draws more than a waiting GPU and no more than the TDP");
+      }
+    }
+    if (power["dram"]) {
+      spec.dram_power = quantity(power, "dram", "gpu.power", Dimension::power, limits::idle_power);
+      const double memory = (spec.memory_bound_power > 0 ? spec.memory_bound_power : spec.max_power) - spec.in_job_power;
+      if (spec.dram_power > memory) {
+        throw InputError(where(power["dram"].Mark()) + "'gpu.power.dram' (" + shortened(power["dram"]) +
+                         ") exceeds what a memory-bound kernel draws above the in-job power (" +
+                         units::format_quantity(memory, Dimension::power) + "); expected the DRAM devices' share of it");
+      }
+    }
+    if (power["dvfs"]) {
+      const YAML::Node dvfs = section(power, "dvfs", "gpu.power", {"floor_clock", "floor_voltage", "min_clock"});
+      spec.floor_clock = clock_ratio(required(dvfs, "floor_clock", "gpu.power.dvfs"), "gpu.power.dvfs.floor_clock");
+      spec.floor_voltage = clock_ratio(required(dvfs, "floor_voltage", "gpu.power.dvfs"), "gpu.power.dvfs.floor_voltage");
+      if (dvfs["min_clock"]) spec.min_clock = clock_ratio(dvfs["min_clock"], "gpu.power.dvfs.min_clock");
+      if (spec.floor_clock >= 1 || spec.min_clock > spec.floor_clock) {
+        throw InputError(where(dvfs.Mark()) + "'gpu.power.dvfs' has floor_clock " + shortened(dvfs["floor_clock"]) +
+                         (dvfs["min_clock"] ? " and min_clock " + shortened(dvfs["min_clock"]) : std::string()) +
+                         "; expected min_clock <= floor_clock < 1 (fractions of the clock the peaks are given at)");
+      }
+    }
+  }
+
+  // A fraction of the nominal clock or voltage: above 0, at most 1.
+  double clock_ratio(const YAML::Node& node, const std::string& field) const {
+    double value = 0;
+    if (!node.IsScalar() || !YAML::convert<double>::decode(node, value) || !std::isfinite(value) || !(value > 0) || value > 1) {
+      throw InputError(where(node.Mark()) + "'" + field + "' is '" + shortened(node) +
+                       "'; expected a fraction of the nominal value, above 0 and at most 1");
+    }
+    return value;
   }
 
   // "8.0": CUDA's major.minor, each 1-2 digits (major 1 to 99).
@@ -644,13 +688,9 @@ Platform with_power_limit(Platform platform, double watts, std::string_view wher
                      "; expected more than the GPU's in-job idle power (" + units::format_quantity(gpu.in_job_power, Dimension::power) +
                      "): below it no clock could run a kernel");
   }
-  // Back to the nominal clock first, so that limits do not compound.
-  const double nominal = 1.0 / gpu.clock_fraction;
-  const double fraction =
-      watts >= gpu.max_power ? 1.0 : std::cbrt((watts - gpu.in_job_power) / (gpu.max_power - gpu.in_job_power));
-  for (double* peak : {&gpu.peak_fp32, &gpu.peak_tf32, &gpu.peak_fp16, &gpu.peak_bf16}) *peak *= nominal * fraction;
-  gpu.clock_fraction = fraction;
+  // Each kernel is slowed by the op-time model (kernel_power.hpp); here only what the report shows.
   gpu.power_limit = watts;
+  gpu.clock_fraction = saturated_clock_fraction(gpu, watts);
   return platform;
 }
 

@@ -52,8 +52,11 @@ Analysis analyse(const Trace& trace, const OpTimeModel& time_model) {
     if (trace.storage_of(t) == t) a.storages.push_back(t);
   }
   a.op_seconds.resize(trace.ops().size());
+  a.op_watts.resize(trace.ops().size());
   for (OpIndex o = 0; o < trace.ops().size(); ++o) {
-    a.op_seconds[o] = time_model.seconds(trace, o);
+    const KernelRun run = time_model.run(trace, o);
+    a.op_seconds[o] = run.seconds;
+    a.op_watts[o] = run.watts;
     const auto& op = trace.op(o);
     if (op.phase != Phase::forward && !a.first_backward_op) a.first_backward_op = o;
     for (TensorIndex t : op.inputs) a.info[trace.storage_of(t)].readers.push_back(o);
@@ -460,6 +463,7 @@ class Assembler {
       task.kind = TaskKind::op;
       task.op = o;
       task.seconds = a_.op_seconds[o];
+      task.watts = a_.op_watts[o];
       for (TensorIndex t : op.inputs) task.uses.push_back(read_buffer(trace.storage_of(t), forward));
       for (TensorIndex t : op.outputs) {
         const TensorIndex s = trace.storage_of(t);
@@ -571,6 +575,7 @@ class Assembler {
       task.kind = TaskKind::recompute;
       task.op = w;
       task.seconds = a_.op_seconds[w];
+      task.watts = a_.op_watts[w];
       recompute_seconds_ += task.seconds;
       recompute_exact_.add(task.seconds);
       ++recompute_tasks_;

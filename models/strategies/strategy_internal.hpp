@@ -40,6 +40,7 @@ struct Analysis {
   std::vector<traces::TensorIndex> storages;  // base tensors, ascending
   std::vector<StorageInfo> info;              // indexed by tensor
   std::vector<double> op_seconds;             // time_model.seconds per op, computed once
+  std::vector<double> op_watts;               // the power of each op's kernels (OpTimeModel::run; 0: unknown)
   std::optional<traces::OpIndex> first_backward_op;
 };
 

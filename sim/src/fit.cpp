@@ -571,6 +571,16 @@ std::string fitted_platform_yaml(const models::Platform& base, std::string_view 
     w.begin({"gpu", "power"});
     w.copied({"gpu", "power", "idle"}, scaled_text(g.idle_power, 1, "W"));
     w.copied({"gpu", "power", "max"}, scaled_text(g.max_power, 1, "W"));
+    if (g.in_job_power != g.idle_power) w.copied({"gpu", "power", "in_job"}, scaled_text(g.in_job_power, 1, "W"));
+    if (g.memory_bound_power > 0) w.copied({"gpu", "power", "memory_bound"}, scaled_text(g.memory_bound_power, 1, "W"));
+    if (g.dram_power > 0) w.copied({"gpu", "power", "dram"}, scaled_text(g.dram_power, 1, "W"));
+    if (g.floor_clock > 0) {
+      w.begin({"gpu", "power", "dvfs"});
+      w.copied({"gpu", "power", "dvfs", "floor_clock"}, fmt::format("{:.6g}", g.floor_clock));
+      w.copied({"gpu", "power", "dvfs", "floor_voltage"}, fmt::format("{:.6g}", g.floor_voltage));
+      if (g.min_clock > 0) w.copied({"gpu", "power", "dvfs", "min_clock"}, fmt::format("{:.6g}", g.min_clock));
+      w.end();
+    }
     w.end();
   }
   w.end();

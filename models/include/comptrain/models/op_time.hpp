@@ -1,6 +1,7 @@
 #pragma once
 // How long one op takes on the modeled GPU.
 
+#include "comptrain/models/kernel_power.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/traces/trace.hpp"
 
@@ -28,10 +29,16 @@ struct OpTimeOptions {
 // NCHW tensors (OpTimeOptions::channels_last false) adds the transposes cuDNN runs around it:
 // separate kernels that read and write every tensor the convolution reads and writes, at the
 // memory roofline, each with its own launch.
+// Under a power limit each of these kernels runs as kernel_power.hpp says: one that would draw more
+// than the cap is slowed until it draws the cap, one that would not keeps its time. A measured
+// duration is kept as it is (its power is not known: 0 W, the replay's busy power).
 class OpTimeModel {
  public:
   OpTimeModel(Platform platform, OpTimeOptions options = {});
-  double seconds(const traces::Trace& trace, traces::OpIndex op) const;
+  double seconds(const traces::Trace& trace, traces::OpIndex op) const { return run(trace, op).seconds; }
+  // The op's duration, the power its kernels draw (their time-weighted mean; 0 when unknown) and
+  // the clock the compute kernel runs at.
+  KernelRun run(const traces::Trace& trace, traces::OpIndex op) const;
   const Platform& platform() const { return platform_; }
 
  private:

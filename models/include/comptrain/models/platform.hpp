@@ -75,19 +75,36 @@ struct GpuSpec {
   // op-time model's wave quantization. 0 when not given: no wave quantization.
   int sms = 0;
   // gpu.power (optional; 0 = unknown, no GPU energy is reported). The energy model
-  // (sim/energy.hpp) takes a GPU running any kernel to draw busy_power() and one waiting inside
-  // the job to draw in_job_power.
+  // (sim/energy.hpp, models/kernel_power.hpp) gives each kernel its own power from the SMs' and the
+  // memory's activity, and a GPU waiting inside the job in_job_power.
   double idle_power = 0;            // W: nvidia-smi's reading of an idle GPU (gpu.power.idle)
-  double max_power = 0;             // W (TDP): the busy power at the nominal clock (gpu.power.max)
+  // W (TDP, gpu.power.max): the board power limit, and what a kernel keeping the SMs saturated
+  // draws at the clock the peaks are given at (kernel_power.hpp).
+  double max_power = 0;
+  // W (gpu.power.memory_bound; 0 = not given: memory traffic draws like arithmetic, max_power):
+  // what a kernel keeping the memory bandwidth saturated draws at the nominal clock, the SMs'
+  // loads and stores and the L2 included.
+  double memory_bound_power = 0;
+  // W (gpu.power.dram; 0 = not given): the DRAM devices' share of memory_bound_power - in_job, the
+  // part that does not scale with the SM clock and voltage (the HBM clock is not lowered by a cap).
+  double dram_power = 0;
+  // gpu.power.dvfs (kernel_power.hpp): the voltage-frequency curve as fractions of the clock the
+  // peaks are given at and of the voltage there. Above floor_clock the voltage falls linearly with
+  // the clock to floor_voltage; below it stays there (dynamic power then linear in the clock);
+  // min_clock is the lowest clock the GPU runs at. All 0 (not given): voltage proportional to the
+  // clock, no floor (dynamic power cubic in the clock).
+  double floor_clock = 0;
+  double floor_voltage = 0;
+  double min_clock = 0;
   // W (gpu.power.in_job; default idle_power): a GPU inside a training job with no kernel running
   // (memory held, clocks up) draws more than nvidia-smi's idle, so stalls are charged at this.
   double in_job_power = 0;
   // W (gpu.power.limit, or a scenario's power_limit; 0 = none): the power cap (nvidia-smi -pl).
-  // Below max_power it lowers the SM clock to clock_fraction (with_power_limit).
+  // Below max_power each kernel that would draw more runs at a lower SM clock until it draws the
+  // cap (kernel_power.hpp; the op-time model applies it per kernel).
   double power_limit = 0;
-  // The SM clock under power_limit as a fraction of the nominal one (1 without a limit). The
-  // peak FLOP rates above are already multiplied by it; the memory bandwidth is not (the HBM
-  // clock stays: with_power_limit).
+  // The SM clock under power_limit, as a fraction of the nominal one, of a kernel that keeps the
+  // SMs saturated (1 without a limit): what the report shows. The peaks above stay nominal.
   double clock_fraction = 1;
   double busy_power() const { return power_limit > 0 && power_limit < max_power ? power_limit : max_power; }
 };
@@ -262,13 +279,11 @@ struct Platform {
 };
 
 // The GPU of `platform` capped at `watts` (nvidia-smi -pl; a scenario's power_limit or the
-// platform's gpu.power.limit), by the DVFS model of sim/README.md ("Energy"): a busy GPU's power at
-// SM clock fraction f is in_job + (max - in_job) x f^3 (dynamic power C V^2 f with the voltage
-// proportional to the clock), so a cap L below max runs at f = ((L - in_job) / (max - in_job))^(1/3)
-// and draws L while busy. The peak FLOP rates scale by f (compute-bound ops lengthen by 1/f); the
-// memory bandwidth and the launch overhead do not. A cap at or above max changes nothing but the
-// recorded limit. Applied to an already limited platform, it starts from the nominal clock again.
-// InputError (naming `where`) when the GPU has no power values or the cap is not above in_job.
+// platform's gpu.power.limit). Records the cap; the op-time model then slows each kernel that would
+// draw more than it (kernel_power.hpp, sim/README.md "Energy"), and clock_fraction becomes the clock
+// of a kernel that keeps the SMs saturated. The peaks, the memory bandwidth and the launch overhead
+// stay nominal. A cap at or above max records the limit and changes nothing. InputError (naming
+// `where`) when the GPU has no power values or the cap is not above in_job.
 Platform with_power_limit(Platform platform, double watts, std::string_view where);
 
 // Parses a platform description (YAML). `source` names it in errors; every error is an

@@ -85,6 +85,10 @@ struct Task {
   std::optional<traces::OpIndex> op;          // op and recompute tasks
   std::optional<traces::TensorIndex> tensor;  // the activation storage a copy or codec task moves
   double seconds = 0;                         // duration of exec tasks (op, recompute, codec, host_compute)
+  // GPU tasks: the power the GPU draws while the task runs (models/kernel_power.hpp, through
+  // OpTimeModel::run for op and recompute tasks); 0 = unknown: the GPU's busy power (its TDP, or its
+  // power limit below it).
+  double watts = 0;
   // CPU time the launching thread spends issuing the task (eager PyTorch's per-op dispatch and
   // kernel launch); 0: issued at once. The replay's launching thread issues tasks in `tasks` order.
   double host_seconds = 0;

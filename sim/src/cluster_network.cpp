@@ -35,6 +35,12 @@ sg4::Host* ClusterNetwork::gpu(int rank) const {
   return nodes_[static_cast<std::size_t>(rank / shape_.gpus_per_node)].gpus[static_cast<std::size_t>(rank % shape_.gpus_per_node)];
 }
 
+sg4::Host* ClusterNetwork::gpu_power(int rank) const {
+  if (rank < 0 || rank >= shape_.ranks()) throw std::out_of_range(fmt::format("GPU rank {} of {}", rank, shape_.ranks()));
+  const Node& node = nodes_[static_cast<std::size_t>(rank / shape_.gpus_per_node)];
+  return node.gpu_power.empty() ? nullptr : node.gpu_power[static_cast<std::size_t>(rank % shape_.gpus_per_node)];
+}
+
 sg4::Host* ClusterNetwork::host(int node) const { return nodes_.at(static_cast<std::size_t>(node)).host; }
 
 sg4::Host* ClusterNetwork::pageable_staging(int node) const { return nodes_.at(static_cast<std::size_t>(node)).staging; }
@@ -109,13 +115,20 @@ NetPoint* ClusterNetwork::build_node(int index, sg4::NetZone* parent) {
 
   node.zone = sg4::create_full_zone(shape_.nodes == 1 ? "node" : fmt::format("node{}", index));
   if (parent != nullptr) node.zone->set_parent(parent);
-  // The energy plugin's power per state, Idle:Epsilon:AllCores (sim/energy.hpp): a GPU waiting inside
-  // the job draws its in-job power whether SimGrid calls it Idle (no execution) or Epsilon.
+  // The energy plugin's power per state, Idle:Epsilon:AllCores (sim/energy.hpp). A GPU with power
+  // values draws on its power host, beside it: in_job with nothing running (whether SimGrid calls
+  // it Idle or Epsilon), in_job + load x (max - in_job) while the replay runs a bounded exec there
+  // whose load is the running kernels' power (GpuPowerDraw). The GPU host itself, which times the
+  // kernels, draws nothing.
   const models::GpuSpec& g_spec = platform_.gpu;
-  const std::string gpu_watts = fmt::format("{0:.17g}:{0:.17g}:{1:.17g}", g_spec.in_job_power, g_spec.max_power > 0 ? g_spec.busy_power() : 0.0);
+  const std::string power_watts = fmt::format("{0:.17g}:{0:.17g}:{1:.17g}", g_spec.in_job_power, g_spec.max_power);
   const std::string host_watts = fmt::format("{0:.17g}:{0:.17g}:{1:.17g}", platform_.host.idle_power, platform_.host.max_power);
   for (int g = 0; g < gpus; ++g) {
-    node.gpus.push_back(node.zone->create_host(gpu_name(g), kGpuSpeed)->set_property("wattage_per_state", gpu_watts)->seal());
+    node.gpus.push_back(node.zone->create_host(gpu_name(g), kGpuSpeed)->set_property("wattage_per_state", "0:0:0")->seal());
+    if (g_spec.max_power > 0) {
+      node.gpu_power.push_back(
+          node.zone->create_host(gpu_name(g) + ".power", kGpuPowerSpeed)->set_property("wattage_per_state", power_watts)->seal());
+    }
   }
   const double host_speed = platform_.host.flops > 0 ? platform_.host.flops : 1e9;
   node.host = node.zone->create_host(name("host"), host_speed)->set_property("wattage_per_state", host_watts)->seal();

@@ -36,6 +36,9 @@ namespace sg4 = simgrid::s4u;
 // s * kGpuSpeed units, so concurrent kernels share the GPU (SimGrid's fair sharing) and a kernel
 // alone takes exactly its modeled time.
 inline constexpr double kGpuSpeed = 1e9;
+// A GPU's power host's speed: an exec bounded at load x kGpuPowerSpeed makes it draw
+// in_job + load x (max - in_job) (GpuPowerDraw, simulation.cpp).
+inline constexpr double kGpuPowerSpeed = 1e9;
 
 using sim::ClusterShape;
 
@@ -60,10 +63,12 @@ class ClusterNetwork {
   sg4::Host* gpu(int rank) const;               // rank = node * gpus_per_node + local
   sg4::Host* host(int node) const;              // the node's host memory end of each GPU's PCIe link
   sg4::Host* pageable_staging(int node) const;  // nullptr when host_link has no pageable_bandwidth
+  // The host whose energy is GPU `rank`'s (sim/energy.hpp): nullptr when the GPU gives no power.
+  sg4::Host* gpu_power(int rank) const;
 
-  // Energy (sim/energy.hpp). Every host carries SimGrid's `wattage_per_state` (GPUs: in-job idle
-  // for Idle and Epsilon, busy power for AllCores; the node's host: its idle and max power; "0:0:0"
-  // where the platform gives none), set before the host is sealed; the host energy plugin, when
+  // Energy (sim/energy.hpp). Every host carries SimGrid's `wattage_per_state` (a GPU's power host:
+  // in-job idle for Idle and Epsilon, max for AllCores; the node's host: its idle and max power;
+  // "0:0:0" elsewhere, the GPU hosts included), set before the host is sealed; the host energy plugin, when
   // initialised before this network is built, integrates them. The links whose section gives a
   // power carry `wattage_range` on each direction: the node's (PCIe, NVLink ports, NICs) and the
   // network's between nodes.
@@ -126,6 +131,7 @@ class ClusterNetwork {
     sg4::Host* host = nullptr;
     sg4::Host* staging = nullptr;
     std::vector<sg4::Host*> gpus;
+    std::vector<sg4::Host*> gpu_power;  // one per GPU when the GPU gives power values (gpu_power())
     std::vector<PoweredLink> links;  // the node's link directions that draw power
   };
   // Sets the link's wattage on each direction (both of a split-duplex link) when `spec` gives a

@@ -29,7 +29,9 @@ double link_watts(const PoweredLink& l) {
   return l.idle + (l.busy - l.idle) * share;
 }
 
-double consumed(const sg4::Host* host) { return sg_host_get_consumed_energy(host); }
+double consumed(const sg4::Host* host) { return host != nullptr ? sg_host_get_consumed_energy(host) : 0.0; }
+
+double current(const sg4::Host* host) { return host != nullptr ? sg_host_get_current_consumption(host) : 0.0; }
 
 double consumed(const std::vector<PoweredLink>& links) {
   double joules = 0;
@@ -44,14 +46,15 @@ EnergyMeter::EnergyMeter(const ClusterNetwork& network, const models::Platform& 
   sg4::Engine::on_time_advance_cb([this](double interval) { sample(interval); });
 }
 
-double EnergyMeter::gpu_watts() const { return sg_host_get_current_consumption(network_.gpu(0)); }
+// A GPU's power is on its power host (ClusterNetwork::gpu_power; none: 0 W).
+double EnergyMeter::gpu_watts() const { return current(network_.gpu_power(0)); }
 
 double EnergyMeter::node_watts() const {
   double watts = 0;
   if (symmetric_) {
     watts = network_.shape().gpus_per_node * gpu_watts();
   } else {
-    for (int local = 0; local < network_.shape().gpus_per_node; ++local) watts += sg_host_get_current_consumption(network_.gpu(local));
+    for (int local = 0; local < network_.shape().gpus_per_node; ++local) watts += current(network_.gpu_power(local));
   }
   watts += sg_host_get_current_consumption(network_.host(0));
   for (const PoweredLink& l : network_.node_links(0)) watts += link_watts(l);
@@ -81,7 +84,7 @@ EnergyResult EnergyMeter::finish() const {
   e.gpu_busy_watts = gpu.max_power > 0 ? gpu.busy_power() : 0;
   e.gpu_power_limit_watts = gpu.power_limit;
   e.gpu_clock_fraction = gpu.clock_fraction;
-  e.gpu_joules = consumed(network_.gpu(0));
+  e.gpu_joules = consumed(network_.gpu_power(0));
   e.gpu_peak_watts = gpu_peak_;
   e.gpu_busy_seconds = gpu_busy_seconds_;
   e.node_peak_watts = node_peak_;
@@ -90,7 +93,7 @@ EnergyResult EnergyMeter::finish() const {
   const auto node_gpus = [&](int node) {
     if (symmetric_) return shape.gpus_per_node * e.gpu_joules;
     double joules = 0;
-    for (int local = 0; local < shape.gpus_per_node; ++local) joules += consumed(network_.gpu(node * shape.gpus_per_node + local));
+    for (int local = 0; local < shape.gpus_per_node; ++local) joules += consumed(network_.gpu_power(node * shape.gpus_per_node + local));
     return joules;
   };
   e.node_gpu_joules = node_gpus(0);

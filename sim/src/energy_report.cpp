@@ -38,9 +38,9 @@ void add_energy_report(std::string& out, const std::optional<EnergyResult>& ener
   line(out, "Energy per iteration (SimGrid's host and link energy plugins; GPUs at their in-job power while no kernel runs)");
   line(out, "  total            {} per iteration, {} per sample (global batch {}), {:.3g} samples/J", format_joules(e.total_joules),
        format_joules(e.joules_per_sample(samples)), samples, e.total_joules > 0 ? static_cast<double>(samples) / e.total_joules : 0.0);
-  line(out, "  per GPU          {}: average {}, peak {}; busy {:.1f}% of the iteration at {}, waiting at {}", format_joules(e.gpu_joules),
-       format_watts(e.gpu_average_watts()), format_watts(e.gpu_peak_watts), percent(e.gpu_busy_seconds, e.seconds), format_watts(e.gpu_busy_watts),
-       format_watts(e.gpu_in_job_watts));
+  line(out, "  per GPU          {}: average {}, peak {}; busy {:.1f}% of the iteration at {} on average (each kernel its own power, at most {}), waiting at {}",
+       format_joules(e.gpu_joules), format_watts(e.gpu_average_watts()), format_watts(e.gpu_peak_watts), percent(e.gpu_busy_seconds, e.seconds),
+       format_watts(e.gpu_busy_average_watts()), format_watts(e.gpu_busy_watts), format_watts(e.gpu_in_job_watts));
   line(out, "  per node         {}: GPUs {}, host {}, links {}; average {}, peak {}", format_joules(e.node_joules()),
        format_joules(e.node_gpu_joules), e.host_modelled ? format_joules(e.node_host_joules) : "n/a",
        e.links_modelled ? format_joules(e.node_link_joules) : "n/a", format_watts(e.node_average_watts()), format_watts(e.node_peak_watts));
@@ -49,8 +49,10 @@ void add_energy_report(std::string& out, const std::optional<EnergyResult>& ener
          e.network_modelled ? "" : ": network.link gives no power");
   }
   if (e.gpu_power_limit_watts > 0) {
-    line(out, "  power limit      {}: SM clock at {:.1f}% of nominal (compute-bound kernels {:.2f}x longer), busy power {}",
-         format_watts(e.gpu_power_limit_watts), 100 * e.gpu_clock_fraction, 1 / e.gpu_clock_fraction, format_watts(e.gpu_busy_watts));
+    line(out,
+         "  power limit      {}: a kernel that would draw more is clocked down until it draws it (one that keeps the SMs saturated: {:.1f}% "
+         "of the nominal clock, {:.2f}x longer); one that draws less keeps its speed",
+         format_watts(e.gpu_power_limit_watts), 100 * e.gpu_clock_fraction, 1 / e.gpu_clock_fraction);
   }
   std::vector<std::string> missing;
   if (!e.host_modelled) missing.emplace_back("the host's CPUs (no host.power)");
@@ -76,6 +78,7 @@ ordered_json energy_json(const std::optional<EnergyResult>& energy, std::int64_t
             {"peak_watts", e.gpu_peak_watts},
             {"busy_seconds", e.gpu_busy_seconds},
             {"busy_watts", e.gpu_busy_watts},
+            {"busy_average_watts", e.gpu_busy_average_watts()},
             {"in_job_watts", e.gpu_in_job_watts},
             {"power_limit_watts", e.gpu_power_limit_watts > 0 ? ordered_json(e.gpu_power_limit_watts) : ordered_json(nullptr)},
             {"clock_fraction", e.gpu_clock_fraction}}},

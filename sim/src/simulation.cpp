@@ -14,6 +14,7 @@
 #include "comptrain/sim/workers.hpp"
 #include "cluster_network.hpp"
 #include "energy_meter.hpp"
+#include "gpu_power_draw.hpp"
 #include "simgrid_engine.hpp"
 
 namespace comptrain::sim {
@@ -124,6 +125,7 @@ class Replay {
         : replay_(replay),
           index_(index),
           gpu_(replay.network_->gpu(index)),
+          power_(replay.network_->gpu_power(index), replay.platform_.gpu),
           node_(index / replay.shape_.gpus_per_node),
           done_(replay.schedule_.tasks.size(), false),
           launch_(replay.first_launch_),
@@ -132,6 +134,7 @@ class Replay {
     }
 
     void start() {
+      power_.start(index_ == 0 ? "power" : "power@" + std::to_string(index_));
       for (std::size_t s = 0; s < models::kStreamCount; ++s) {
         if (replay_.stream_tasks_[s].empty()) continue;
         const std::string name = std::string(models::to_string(static_cast<Stream>(s))) + (index_ == 0 ? "" : "@" + std::to_string(index_));
@@ -217,7 +220,12 @@ class Replay {
         case TaskKind::decompress:
           // The actor lives on its GPU host, so this_actor::execute runs there (never
           // Host::exec_async, which runs on the caller's host: reference notes, pitfall 1).
-          if (task.seconds > 0) sg4::this_actor::execute(task.seconds * kGpuSpeed);
+          // The GPU draws the kernel's power meanwhile (GpuPowerDraw).
+          if (task.seconds > 0) {
+            power_.begin(task.watts);
+            sg4::this_actor::execute(task.seconds * kGpuSpeed);
+            power_.end(task.watts);
+          }
           return;
         case TaskKind::collective:
           collective(task);
@@ -291,6 +299,7 @@ class Replay {
     Replay& replay_;
     int index_ = 0;
     sg4::Host* gpu_ = nullptr;
+    detail::GpuPowerDraw power_;
     int node_ = 0;
     std::vector<bool> done_;
     std::vector<double> launch_;  // when the launching thread issues each task (known once its gate has ended)

@@ -5,10 +5,12 @@
 //
 // The power model, per resource:
 //   GPU   in_job_power while no kernel runs on it (a stall inside the job: memory held, clocks up;
-//         not nvidia-smi's idle), busy_power while any kernel runs (SimGrid's
-//         Epsilon + load x (AllCores - Epsilon) with Epsilon = in-job power and a GPU host of one
-//         core: kernels share its speed, so any kernel loads it fully); busy_power is the TDP, or
-//         the power limit below it (models::with_power_limit: the clock is lowered to fit).
+//         not nvidia-smi's idle); while kernels run, the mean of their powers (each task's
+//         Task::watts, from models/kernel_power.hpp: what the SMs' and the memory's activity draw
+//         at the clock the power limit leaves it; 0, unknown: the busy power, the TDP or the limit
+//         below it). SimGrid's host energy plugin integrates it on the GPU's power host
+//         (Epsilon + load x (AllCores - Epsilon), Epsilon = in_job, AllCores = max, the load set by
+//         a bounded exec: GpuPowerDraw).
 //   host  host.power.idle while nothing runs on the node's CPUs, max while the host stream's
 //         work (CPU Adam) runs: the same rule with the host as one SimGrid core.
 //   link  per direction, idle + (busy - idle) x used bandwidth / bandwidth.
@@ -32,9 +34,9 @@ struct EnergyResult {
 
   // The GPU's power model (models::GpuSpec).
   double gpu_in_job_watts = 0;
-  double gpu_busy_watts = 0;
+  double gpu_busy_watts = 0;         // the most a kernel draws: the TDP, or the power limit below it
   double gpu_power_limit_watts = 0;  // 0: none
-  double gpu_clock_fraction = 1;
+  double gpu_clock_fraction = 1;     // under the limit, of a kernel that keeps the SMs saturated
 
   // One GPU (rank 0), per iteration.
   double gpu_joules = 0;
@@ -51,6 +53,10 @@ struct EnergyResult {
   double total_joules = 0;    // every node and the network, per iteration
 
   double gpu_average_watts() const { return seconds > 0 ? gpu_joules / seconds : 0; }
+  // The GPU's mean power while kernels run on it (it draws in_job the rest of the time).
+  double gpu_busy_average_watts() const {
+    return gpu_busy_seconds > 0 ? (gpu_joules - gpu_in_job_watts * (seconds - gpu_busy_seconds)) / gpu_busy_seconds : 0;
+  }
   double node_joules() const { return node_gpu_joules + node_host_joules + node_link_joules; }
   double node_average_watts() const { return seconds > 0 ? node_joules() / seconds : 0; }
   // `samples`: the samples one iteration trains over every GPU (the global batch).

@@ -111,7 +111,7 @@ RunOutcome run_scenario(const PreparedScenario& prepared, const models::Strategy
   return CompletedRun{std::move(std::get<ScheduledRun>(scheduled)), std::move(result), {}, std::move(io)};
 }
 
-std::optional<IoResult> simulate_run_io(const PreparedScenario& prepared, const ScheduledRun& run, const SimulationResult& result) {
+std::optional<IoResult> simulate_run_io(const PreparedScenario& prepared, const ScheduledRun& run, const SimulationResult& result, Isolation isolation) {
   const Scenario& s = prepared.scenario();
   if ((!s.data && !s.checkpoint) || !result.fits() || !(result.iteration_seconds > 0)) return std::nullopt;
   IoInputs io;
@@ -123,7 +123,7 @@ std::optional<IoResult> simulate_run_io(const PreparedScenario& prepared, const 
   const models::DataParallelSpec* data_parallel = s.parallelism && io.shape.ranks() > 1 ? &s.parallelism->data : nullptr;
   if (s.checkpoint) io.sizes = checkpoint_sizes(run.trace, data_parallel);
   if (s.plan) io.target_overhead = s.plan->checkpoint_overhead;
-  return simulate_io(io);
+  return isolation == Isolation::child_process ? simulate_io(io) : simulate_io_in_this_process(io);
 }
 
 std::optional<double> one_gpu_iteration_seconds(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch) {

@@ -84,8 +84,10 @@ struct CompletedRun {
 };
 
 // The scenario's data loader and checkpoints (sim/io.hpp) around a replayed run that fits;
-// nullopt when the scenario has neither section or the run does not fit. Runs in a forked child.
-std::optional<IoResult> simulate_run_io(const PreparedScenario& prepared, const ScheduledRun& run, const SimulationResult& result);
+// nullopt when the scenario has neither section or the run does not fit. In a forked child, or
+// in this process (which must not have run SimGrid's engine yet).
+std::optional<IoResult> simulate_run_io(const PreparedScenario& prepared, const ScheduledRun& run, const SimulationResult& result,
+                                        Isolation isolation = Isolation::child_process);
 
 // schedule_run + replay (+ simulate_run_io); NotApplicable passes through.
 using RunOutcome = std::variant<CompletedRun, models::NotApplicable>;

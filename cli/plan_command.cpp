@@ -175,7 +175,9 @@ std::function<int()> add_plan_command(CLI::App& app) {
       "micro-batches, samples/s are global and each strategy's scaling efficiency is against its best micro-batch on one GPU alone; "
       "'plan.gpus' (or 'plan.nodes'), 'plan.zero_stages' and 'plan.offload_optimizer' search cluster sizes x ZeRO stages x "
       "optimizer places (GPU, ZeRO-Offload, Deep Optimizer States with each gap of 'plan.prefetch_optimizer_gaps') x strategies for the fastest "
-      "configuration (for 'plan.target_global_batch' or --target-global-batch) and say what limits each: memory, network, host or compute.");
+      "configuration (for 'plan.target_global_batch' or --target-global-batch) and say what limits each: memory, network, host or compute. "
+      "A scenario's 'data' and 'checkpoint' sections are simulated at every batch that fits (samples/s over the mean iteration; limits "
+      "loader, storage, checkpoint), and 'plan.energy_budget' keeps the best batch within an energy budget (limit energy_budget where none is).");
   command->add_option("scenario", o->scenario, "Scenario file (.yaml); default: the embedded default scenario");
   add_real(*command, "--margin", o->margin, "Fraction of GPU memory kept free: peak <= (1 - margin) * capacity (default 0.05 or plan.margin)",
            0.0, 0.999999);

@@ -43,6 +43,8 @@ constexpr std::array kTimeUnits{
     Unit{"s", 1.0}, Unit{"ms", 1e-3}, Unit{"us", 1e-6}, Unit{"\u00b5s", 1e-6}, Unit{"ns", 1e-9},
 };
 constexpr std::array kPowerUnits{Unit{"W", 1.0}, Unit{"kW", 1e3}};
+// Energy: joules, and watt-hours as electricity is billed (1 Wh = 3600 J).
+constexpr std::array kEnergyUnits{Unit{"J", 1.0}, Unit{"kJ", 1e3}, Unit{"MJ", 1e6}, Unit{"Wh", 3600.0}, Unit{"kWh", 3.6e6}};
 
 std::span<const Unit> units_of(Dimension dimension) {
   switch (dimension) {
@@ -51,6 +53,7 @@ std::span<const Unit> units_of(Dimension dimension) {
     case Dimension::flop_rate: return kFlopRateUnits;
     case Dimension::time: return kTimeUnits;
     case Dimension::power: return kPowerUnits;
+    case Dimension::energy: return kEnergyUnits;
   }
   throw std::logic_error("unknown unit dimension");
 }
@@ -62,6 +65,7 @@ std::string_view example_of(Dimension dimension) {
     case Dimension::flop_rate: return "'19.5 TFLOP/s'";
     case Dimension::time: return "'5 us'";
     case Dimension::power: return "'400 W'";
+    case Dimension::energy: return "'2.5 J'";
   }
   throw std::logic_error("unknown unit dimension");
 }
@@ -141,6 +145,7 @@ std::string_view base_unit_name(Dimension dimension) {
     case Dimension::flop_rate: return "FLOP/s";
     case Dimension::time: return "seconds";
     case Dimension::power: return "watts";
+    case Dimension::energy: return "joules";
   }
   throw std::logic_error("unknown unit dimension");
 }

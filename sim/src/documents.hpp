@@ -27,7 +27,15 @@ using nlohmann::ordered_json;
 // `offload_optimizer` (null: the GPU) in `cluster` and in each cluster-search candidate, and the
 // list searched in `cluster_search.offload_optimizer`; `cluster` is also given for one GPU with
 // an offloaded optimizer.
-inline constexpr int kSchemaVersion = 5;
+// Version 6: I/O and energy (issue 18). Simulate: `results.energy` (null without power values;
+// `waiting_watts`, and `with_io`: the mean iteration's energy with the data loader and checkpoints)
+// and `results.io` (with a data or checkpoint section). Plans: each point's mean_iteration_seconds
+// (what samples_per_second is over), `io` (null without I/O: bound, waits, checkpoint cost and
+// interval), joules, samples_per_joule, GPU and node average watts and within_energy_budget;
+// `options.objective`, `options.energy_budget`, `options.checkpoint_overhead` and `io_modelled`; the
+// limits loader, storage, checkpoint and energy_budget; a cluster candidate's
+// mean_iteration_seconds and samples_per_joule.
+inline constexpr int kSchemaVersion = 6;
 
 // {"comptrain_version": "0.1.0", "schema": {"name": "comptrain.<kind>", "version": 2}}
 ordered_json document_header(std::string_view kind);

@@ -100,6 +100,13 @@ EnergyResult EnergyMeter::finish() const {
   e.node_host_joules = consumed(network_.host(0));
   e.node_link_joules = consumed(network_.node_links(0));
   e.network_joules = consumed(network_.network_links());
+  const auto idle = [](const std::vector<PoweredLink>& links) {
+    double watts = 0;
+    for (const PoweredLink& l : links) watts += l.idle;
+    return watts;
+  };
+  e.node_waiting_watts = shape.gpus_per_node * gpu.in_job_power + (e.host_modelled ? platform_.host.idle_power : 0.0) + idle(network_.node_links(0));
+  e.network_waiting_watts = idle(network_.network_links());
   if (symmetric_) {
     // The symmetric replay: node 0 stands for every node (the others' GPUs and hosts ran nothing).
     e.total_joules = shape.nodes * e.node_joules() + e.network_joules;

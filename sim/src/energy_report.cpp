@@ -32,7 +32,7 @@ double percent(double part, double whole) { return whole > 0 ? 100 * part / whol
 
 }  // namespace
 
-void add_energy_report(std::string& out, const std::optional<EnergyResult>& energy, std::int64_t samples) {
+void add_energy_report(std::string& out, const std::optional<EnergyResult>& energy, std::int64_t samples, const IterationEnergy* with_io) {
   if (!energy) return;
   const EnergyResult& e = *energy;
   line(out, "Energy per iteration (SimGrid's host and link energy plugins; GPUs at their in-job power while no kernel runs)");
@@ -47,6 +47,14 @@ void add_energy_report(std::string& out, const std::optional<EnergyResult>& ener
   if (e.nodes > 1) {
     line(out, "  network          {} (the links between nodes){}", e.network_modelled ? format_joules(e.network_joules) : "n/a",
          e.network_modelled ? "" : ": network.link gives no power");
+  }
+  if (with_io != nullptr) {
+    const IterationEnergy& w = *with_io;
+    line(out, "  with I/O         {} per mean iteration of {:.6f} s, {} per sample, {:.3g} samples/J: waiting {} (the job at {} while it waits"
+              " for a batch or a checkpoint), loader decoding {}; per GPU average {}, per node average {}",
+         format_joules(w.total_joules), w.seconds, format_joules(w.joules_per_sample(samples)),
+         w.total_joules > 0 ? static_cast<double>(samples) / w.total_joules : 0.0, format_joules(w.waiting_joules), format_watts(e.waiting_watts()),
+         format_joules(w.decode_joules), format_watts(w.gpu_average_watts()), format_watts(w.node_average_watts()));
   }
   if (e.gpu_power_limit_watts > 0) {
     line(out,
@@ -65,7 +73,7 @@ void add_energy_report(std::string& out, const std::optional<EnergyResult>& ener
   out += '\n';
 }
 
-ordered_json energy_json(const std::optional<EnergyResult>& energy, std::int64_t samples) {
+ordered_json energy_json(const std::optional<EnergyResult>& energy, std::int64_t samples, const IterationEnergy* with_io) {
   if (!energy) return nullptr;
   const EnergyResult& e = *energy;
   const auto modelled = [](bool is, double value) { return is ? ordered_json(value) : ordered_json(nullptr); };
@@ -89,7 +97,18 @@ ordered_json energy_json(const std::optional<EnergyResult>& energy, std::int64_t
             {"link_joules", modelled(e.links_modelled, e.node_link_joules)},
             {"average_watts", e.node_average_watts()},
             {"peak_watts", e.node_peak_watts}}},
-          {"network_joules", modelled(e.network_modelled, e.network_joules)}};
+          {"network_joules", modelled(e.network_modelled, e.network_joules)},
+          {"waiting_watts", e.waiting_watts()},
+          {"with_io", with_io == nullptr ? ordered_json(nullptr)
+                                         : ordered_json{{"mean_iteration_seconds", with_io->seconds},
+                                                        {"total_joules", with_io->total_joules},
+                                                        {"joules_per_sample", with_io->joules_per_sample(samples)},
+                                                        {"samples_per_joule", with_io->total_joules > 0 ? ordered_json(static_cast<double>(samples) / with_io->total_joules)
+                                                                                                         : ordered_json(nullptr)},
+                                                        {"waiting_joules", with_io->waiting_joules},
+                                                        {"decode_joules", with_io->decode_joules},
+                                                        {"gpu_average_watts", with_io->gpu_average_watts()},
+                                                        {"node_average_watts", with_io->node_average_watts()}}}};
 }
 
 }  // namespace comptrain::sim::detail

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "comptrain/sim/energy.hpp"
+#include "comptrain/sim/io_energy.hpp"
 
 namespace comptrain::sim::detail {
 
@@ -18,10 +19,12 @@ std::string format_joules(double joules);
 std::string format_watts(double watts);
 
 // The report's "Energy" section; `samples`: the global batch of one iteration. Nothing when the
-// run has no energy (the platform gives no power values).
-void add_energy_report(std::string& out, const std::optional<EnergyResult>& energy, std::int64_t samples);
+// run has no energy (the platform gives no power values). `with_io`: the mean iteration's energy
+// with the data loader and checkpoints (sim/io_energy.hpp), a line of its own; null without them.
+void add_energy_report(std::string& out, const std::optional<EnergyResult>& energy, std::int64_t samples, const IterationEnergy* with_io = nullptr);
 
-// results.energy: null without energy; the fields are README.md's ("Energy").
-nlohmann::ordered_json energy_json(const std::optional<EnergyResult>& energy, std::int64_t samples);
+// results.energy: null without energy; the fields are README.md's ("Energy"); `with_io` null
+// without a data or checkpoint section.
+nlohmann::ordered_json energy_json(const std::optional<EnergyResult>& energy, std::int64_t samples, const IterationEnergy* with_io = nullptr);
 
 }  // namespace comptrain::sim::detail

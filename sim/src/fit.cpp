@@ -174,13 +174,16 @@ std::string predict_in_worker(Scenario scenario, const models::Efficiency& effic
   if (const auto* inapplicable = std::get_if<models::NotApplicable>(&outcome)) {
     return fmt::format("nthe strategy does not apply at batch {} ({})", batch, inapplicable->reason);
   }
-  const SimulationResult& r = std::get<CompletedRun>(outcome).result;
+  const CompletedRun& completed = std::get<CompletedRun>(outcome);
+  const SimulationResult& r = completed.result;
   if (const auto& oom = r.out_of_memory) {
     return fmt::format("nit runs out of memory at batch {} (needs {:.2f} GiB reserved of {:.2f} GiB usable); a throughput needs a run that fits",
                        batch, static_cast<double>(oom->in_use + oom->requested) / (1 << 30), static_cast<double>(oom->capacity) / (1 << 30));
   }
   if (!(r.iteration_seconds > 0)) return fmt::format("nthe iteration takes {} s", r.iteration_seconds);
-  return fmt::format("v{:.17g}", static_cast<double>(batch) / r.iteration_seconds);
+  // As comptrain validate: with a data (or checkpoint) section, the iteration with the loader.
+  const double iteration = completed.io ? completed.io->mean_iteration_seconds : r.iteration_seconds;
+  return fmt::format("v{:.17g}", static_cast<double>(batch) / iteration);
 }
 
 // Simulates measurements under given efficiencies, many at once in worker processes.

@@ -14,6 +14,8 @@ std::string io_report_text(const IoResult& r) {
   if (r.data_loader) {
     out += fmt::format("  with the data loader      {:.6f} s (waiting {:.6f} s for the batch; a worker reads a batch in {:.6f} s, decodes it in {:.6f} s)\n",
                        r.steady_iteration_seconds, r.data_wait_seconds, r.batch_read_seconds, r.batch_decode_seconds);
+    out += fmt::format("  launching thread          {:.6f} s of CPU per iteration on the workers' cores (the iteration waited {:.6f} s for it)\n",
+                       r.launch_seconds, r.launch_wait_seconds);
   } else {
     out += "  data loader               none (no data: section; every batch is ready)\n";
   }
@@ -54,6 +56,8 @@ std::string io_report_json(const IoResult& r) {
   j["data_wait_seconds"] = r.data_wait_seconds;
   j["batch_read_seconds"] = r.batch_read_seconds;
   j["batch_decode_seconds"] = r.batch_decode_seconds;
+  j["launch_seconds"] = r.launch_seconds;
+  j["launch_wait_seconds"] = r.launch_wait_seconds;
   j["bound"] = std::string(to_string(r.bound));
   j["mean_iteration_seconds"] = r.mean_iteration_seconds;
   j["simulated_iterations"] = r.simulated_iterations;

@@ -49,6 +49,7 @@ IterationProfile iteration_profile(const traces::Trace& trace, const models::Sch
   }
   profile.host_wait_seconds = result.host_wait_seconds;
   profile.exposed_communication_seconds = communication_time(schedule, result).exposed_seconds;
+  for (const models::Task& task : schedule.tasks) profile.launch_seconds += task.host_seconds;
   return profile;
 }
 
@@ -110,6 +111,7 @@ struct GpuState {
   std::map<int, double> stall;                        // checkpoint -> training time lost to it
   std::map<int, double> serialize;                    // sync checkpoint -> its time in torch.save's serialization
   std::vector<double> data_wait;                      // per iteration
+  std::vector<double> launch_wait;                    // per iteration: the wait for the launching thread's CPU time
 };
 
 class IoModel {
@@ -223,14 +225,32 @@ class IoModel {
   }
 
   // ---- the loader ---------------------------------------------------------------------------
+  // One batch's read alone on the storage `data.from` names (its rate and request latency; the
+  // node's share of a shared file system), then its decode alone on a core.
+  double uncontended_batch_seconds() const {
+    const DataSpec& d = *in_.data;
+    const double bytes = static_cast<double>(d.bytes_per_sample * in_.profile.samples);
+    const double decode = d.decode_seconds_per_sample * static_cast<double>(in_.profile.samples);
+    if (bytes <= 0) return decode;
+    const models::StorageSpec& storage = *in_.platform.storage;
+    if (d.from == StorageTier::local) return bytes / storage.local->read_bandwidth + decode;
+    const models::SharedFileSystemSpec& fs = *storage.shared;
+    return fs.latency + bytes / std::min(fs.per_node_bandwidth, fs.read_bandwidth / in_.shape.nodes) + decode;
+  }
+
   // Worker w of GPU g loads batches w, w + workers, ... in order; batch i may start once batch
   // i - prefetch_factor x workers has been taken (DataLoader keeps that many outstanding).
+  // The node's workers start spread evenly over one uncontended batch (data_loader.hpp): real
+  // per-sample costs vary and keep workers out of step; identical simulated workers started
+  // together would stay in lockstep, all reading and then all decoding, an unstable equilibrium.
   void load(int g, int w) {
     GpuState& s = state_[static_cast<std::size_t>(g)];
     const DataSpec& d = *in_.data;
     const int outstanding = d.prefetch_factor * workers_;
     const std::int64_t bytes = d.bytes_per_sample * in_.profile.samples;
     const double decode = d.decode_seconds_per_sample * static_cast<double>(in_.profile.samples);
+    const int node_worker = w * gpus_ + g;
+    if (node_worker > 0) sg4::this_actor::sleep_for(uncontended_batch_seconds() * node_worker / (gpus_ * workers_));
     for (int batch = w;; batch += workers_) {
       {
         std::unique_lock<sg4::Mutex> lock(*mutex_);
@@ -378,6 +398,14 @@ class IoModel {
         changed_->notify_all();
       }
       s.data_wait.push_back(sg4::Engine::get_clock() - begin);
+      // The training process's launching thread issues this iteration's work on the node's CPU,
+      // sharing its cores with the loader workers (data_loader.hpp); the replay timed it on a
+      // free core, so it binds only when the sharing slows it past the GPU's time.
+      sg4::ExecPtr launch;
+      if (in_.data && in_.profile.launch_seconds > 0) {
+        launch = sg4::Exec::init()->set_flops_amount(in_.profile.launch_seconds)->set_host(cpu_);
+        launch->start();
+      }
       if (forward_backward > 0) sg4::this_actor::sleep_for(forward_backward);
       if (pending_async >= 0) {
         const double wait_start = sg4::Engine::get_clock();
@@ -387,6 +415,9 @@ class IoModel {
         pending_async = -1;
       }
       if (step > 0) sg4::this_actor::sleep_for(step);
+      const double launch_wait_start = sg4::Engine::get_clock();
+      if (launch) launch->wait();
+      s.launch_wait.push_back(sg4::Engine::get_clock() - launch_wait_start);
       if (const int checkpoint = checkpoint_at(i); checkpoint >= 0 && s.checkpoint_bytes > 0) {
         if (in_.checkpoint->mode == CheckpointMode::sync) {
           save_synchronously(g, checkpoint);
@@ -492,23 +523,49 @@ class IoModel {
     r.gpu_iteration_seconds = in_.profile.seconds;
     r.steady_iteration_seconds = steady_;
     r.simulated_iterations = i + 1;
-    // The steady window: the p iterations ending at steady_end_ (GPU 0's waits and batches).
-    const GpuState& s0 = state_.front();
+    // The steady window: the p iterations ending at steady_end_. The node's GPUs meet after
+    // every iteration, so an iteration waits as long as its slowest GPU did (the workers' spread
+    // start makes the GPUs' waits differ); the batches are those of the GPU that waited most.
     const int p = workers_;
-    double wait = 0, read = 0, decode = 0;
+    const auto window_total = [&](const std::vector<double> GpuState::*series) {
+      double total = 0;
+      for (int k = steady_end_ - p + 1; k <= steady_end_; ++k) {
+        double slowest = 0;
+        for (const GpuState& s : state_) slowest = std::max(slowest, (s.*series)[static_cast<std::size_t>(k)]);
+        total += slowest;
+      }
+      return total;
+    };
+    const double wait = window_total(&GpuState::data_wait);
+    const double launch_wait = window_total(&GpuState::launch_wait);
+    const GpuState* pacing = &state_.front();
+    double pacing_wait = -1;
+    for (const GpuState& s : state_) {
+      double own = 0;
+      for (int k = steady_end_ - p + 1; k <= steady_end_; ++k) own += s.data_wait[static_cast<std::size_t>(k)];
+      if (own > pacing_wait) {
+        pacing_wait = own;
+        pacing = &s;
+      }
+    }
+    const GpuState& s0 = *pacing;
+    double read = 0, decode = 0;
     for (int k = steady_end_ - p + 1; k <= steady_end_; ++k) {
-      wait += s0.data_wait[static_cast<std::size_t>(k)];
       if (in_.data && static_cast<std::size_t>(k) < s0.read_seconds.size()) {
         read += s0.read_seconds[static_cast<std::size_t>(k)];
         decode += s0.decode_seconds[static_cast<std::size_t>(k)];
       }
     }
     r.data_wait_seconds = wait / p;
+    r.launch_seconds = in_.data ? in_.profile.launch_seconds : 0;
+    r.launch_wait_seconds = launch_wait / p;
     r.batch_read_seconds = read / p;
     r.batch_decode_seconds = decode / p;
     const double t = in_.profile.seconds;
     if (r.data_wait_seconds > kRelativeTolerance * steady_) {
       r.bound = r.batch_read_seconds > r.batch_decode_seconds ? IterationBound::storage : IterationBound::loader;
+    } else if (r.launch_wait_seconds > kRelativeTolerance * steady_) {
+      r.bound = IterationBound::host;
     } else {
       const double network = t > 0 ? in_.profile.exposed_communication_seconds / t : 0;
       const double host = t > 0 ? in_.profile.host_wait_seconds / t : 0;
@@ -622,6 +679,8 @@ std::string io_result_to_json(const IoResult& r) {
   j["data_wait_seconds"] = r.data_wait_seconds;
   j["batch_read_seconds"] = r.batch_read_seconds;
   j["batch_decode_seconds"] = r.batch_decode_seconds;
+  j["launch_seconds"] = r.launch_seconds;
+  j["launch_wait_seconds"] = r.launch_wait_seconds;
   j["bound"] = static_cast<int>(r.bound);
   j["mean_iteration_seconds"] = r.mean_iteration_seconds;
   j["simulated_iterations"] = r.simulated_iterations;
@@ -659,6 +718,8 @@ IoResult io_result_from_json(const std::string& text) {
   r.data_wait_seconds = j.at("data_wait_seconds").get<double>();
   r.batch_read_seconds = j.at("batch_read_seconds").get<double>();
   r.batch_decode_seconds = j.at("batch_decode_seconds").get<double>();
+  r.launch_seconds = j.at("launch_seconds").get<double>();
+  r.launch_wait_seconds = j.at("launch_wait_seconds").get<double>();
   r.bound = static_cast<IterationBound>(j.at("bound").get<int>());
   r.mean_iteration_seconds = j.at("mean_iteration_seconds").get<double>();
   r.simulated_iterations = j.at("simulated_iterations").get<int>();

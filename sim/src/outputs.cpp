@@ -1,5 +1,6 @@
 #include "comptrain/sim/outputs.hpp"
 #include "comptrain/sim/io.hpp"
+#include "comptrain/sim/io_energy.hpp"
 
 #include "comptrain/models/zero_memory.hpp"
 
@@ -425,6 +426,11 @@ void add_results(std::string& out, const SimulationRun& run) {
   } else {
     add_line(out, "  throughput       n/a (the iteration takes no time)");
   }
+  if (run.io != nullptr && run.io->mean_iteration_seconds > 0) {
+    // The replay's figures above leave out the I/O; what training sustains is over the mean iteration.
+    add_line(out, "  with I/O         {:.2f} samples/s over the mean iteration of {} ({}-bound; \"Data loading and checkpoints\" below)",
+             static_cast<double>(global_batch(run)) / run.io->mean_iteration_seconds, format_seconds(run.io->mean_iteration_seconds), to_string(run.io->bound));
+  }
   add_cluster_results(out, run);
   add_line(out, "  peak memory      {} reserved ({} bytes), {:.1f}% of the {} PyTorch can use", format_bytes(d.peak_reserved),
            group_digits(d.peak_reserved), percent(d.peak_reserved, usable), format_bytes(usable));
@@ -468,7 +474,8 @@ void add_results(std::string& out, const SimulationRun& run) {
   add_line(out, "  {:<24}{:>14}{:>11.1f}%", "iteration", format_seconds(r.iteration_seconds), 100.0);
   out += '\n';
 
-  detail::add_energy_report(out, r.energy, global_batch(run));
+  const std::optional<IterationEnergy> with_io = r.energy && run.io != nullptr ? std::optional(iteration_energy(*r.energy, run.io, run.platform)) : std::nullopt;
+  detail::add_energy_report(out, r.energy, global_batch(run), with_io ? &*with_io : nullptr);
 
   const auto largest = largest_live_at_peak(run);
   add_line(out, "Largest buffers live at the peak ({} of {})", largest.size(), r.live_at_peak.size());
@@ -674,7 +681,8 @@ std::string report_json(const SimulationRun& run) {
     ordered_json seconds = ordered_json::object();
     for (const TimeRow& row : time_rows(r)) seconds[row.key] = row.seconds;
     results["time_seconds"] = std::move(seconds);
-    results["energy"] = detail::energy_json(r.energy, global_batch(run));
+    const std::optional<IterationEnergy> with_io = r.energy && run.io != nullptr ? std::optional(iteration_energy(*r.energy, run.io, run.platform)) : std::nullopt;
+    results["energy"] = detail::energy_json(r.energy, global_batch(run), with_io ? &*with_io : nullptr);
     if (run.io != nullptr) results["io"] = ordered_json::parse(io_report_json(*run.io));
     j["results"] = std::move(results);
   }

@@ -15,12 +15,14 @@
 
 #include "comptrain/models/data_parallel.hpp"
 #include "comptrain/models/platform.hpp"
+#include "comptrain/sim/io_energy.hpp"
 #include "comptrain/sim/run.hpp"
 #include "comptrain/sim/simulation.hpp"
 #include "comptrain/sim/workers.hpp"
 #include "comptrain/support/format.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "documents.hpp"
+#include "energy_report.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -31,11 +33,31 @@ static_assert(std::is_trivially_copyable_v<PlanPoint>, "PlanPoint travels over a
 
 bool is_baseline(const models::StrategySpec& spec) { return spec.rules.empty(); }
 
+// The peak a point is held against: the plan's memory metric of a simulation that ran.
+std::int64_t peak_in(MemoryMetric metric, const PlanPoint& point) {
+  switch (metric) {
+    case MemoryMetric::exact: return point.exact_peak_bytes;
+    case MemoryMetric::allocated: return point.allocated_peak_bytes;
+    case MemoryMetric::reserved: return point.reserved_peak_bytes;
+    case MemoryMetric::device: return point.device_peak_bytes;
+  }
+  return point.reserved_peak_bytes;
+}
+
+// Whether a probe runs the scenario's I/O simulation after its replay (plan.hpp, "I/O"): only for
+// a point within the memory limit, so that points that do not fit cost no fork.
+struct ProbeIo {
+  bool run = false;
+  MemoryMetric metric = MemoryMetric::reserved;
+  std::int64_t limit_bytes = 0;
+};
+
 // Runs in a worker process: one simulation, reduced to what the planner needs, replayed in
-// this process (the worker is a fresh child already). A strategy that does not apply at this
-// batch is a point of its own; its reason follows the point's bytes. `steps` > 0 replaces the
-// scenario's gradient accumulation steps (the scenario is prepared again, in the worker).
-std::string probe(const PreparedScenario& given, const models::StrategySpec& spec, std::int64_t batch, int steps = 0) {
+// this process (the worker is a fresh child already), or, where the I/O is simulated too, replayed
+// in a child and the I/O simulated here. A strategy that does not apply at this batch is a point of its own;
+// its reason follows the point's bytes. `steps` > 0 replaces the scenario's gradient accumulation
+// steps (the scenario is prepared again, in the worker).
+std::string probe(const PreparedScenario& given, const models::StrategySpec& spec, std::int64_t batch, const ProbeIo& io, int steps = 0) {
   std::optional<PreparedScenario> accumulating;
   if (steps > 0 && steps != given.scenario().accumulation_steps) {
     Scenario scenario = given.scenario();
@@ -52,7 +74,9 @@ std::string probe(const PreparedScenario& given, const models::StrategySpec& spe
     note = not_applicable->reason;
   } else {
     const ScheduledRun& run = std::get<ScheduledRun>(scheduled);
-    const SimulationResult r = replay(prepared, run, Isolation::this_process);
+    // SimGrid's engine runs once per process and a child forked after it ran inherits its state:
+    // with I/O to simulate, the replay runs in a child and the I/O here, in the worker.
+    const SimulationResult r = replay(prepared, run, io.run ? Isolation::child_process : Isolation::this_process);
     if (r.out_of_memory) {
       point.out_of_memory = true;
       point.peak_bytes = r.out_of_memory->in_use + r.out_of_memory->requested;
@@ -62,12 +86,31 @@ std::string probe(const PreparedScenario& given, const models::StrategySpec& spe
       point.reserved_peak_bytes = r.device.peak_reserved;
       point.device_peak_bytes = r.device.device_peak();
       point.iteration_seconds = r.iteration_seconds;
+      point.mean_iteration_seconds = r.iteration_seconds;
       point.stall_seconds = r.compute_stall_seconds;
       point.host_wait_seconds = r.host_wait_seconds;
-      if (r.energy) point.joules = r.energy->total_joules;
       const CommunicationTime communication = communication_time(run.schedule, r);
       point.collective_seconds = communication.collective_seconds;
       point.exposed_communication_seconds = communication.exposed_seconds;
+      std::optional<IoResult> io_result;
+      if (io.run && peak_in(io.metric, point) <= io.limit_bytes) io_result = simulate_run_io(prepared, run, r, Isolation::this_process);
+      if (io_result) {
+        point.io_modelled = true;
+        point.io_bound = io_result->bound;
+        point.mean_iteration_seconds = io_result->mean_iteration_seconds;
+        point.data_wait_seconds = io_result->data_wait_seconds;
+        if (const auto& c = io_result->checkpoint) {
+          point.checkpoint_seconds_per_iteration = c->seconds_per_iteration;
+          point.checkpoint_stall_seconds = c->stall_seconds;
+          point.checkpoint_interval_for_target = c->interval_for_target.value_or(0);
+        }
+      }
+      if (r.energy) {
+        const IterationEnergy energy = iteration_energy(*r.energy, io_result ? &*io_result : nullptr, prepared.platform());
+        point.joules = energy.total_joules;
+        point.gpu_average_watts = energy.gpu_average_watts();
+        point.node_average_watts = energy.node_average_watts();
+      }
     }
   }
   std::string bytes(sizeof point, '\0');
@@ -84,16 +127,32 @@ const PlanPoint* point_at(const StrategyPlan& s, std::int64_t batch) {
 PlanLimit limit_of(const StrategyPlan& s, double share) {
   if (!s.best_batch) {
     if (s.points.empty()) return PlanLimit::failed;
+    if (std::any_of(s.points.begin(), s.points.end(), [](const PlanPoint& p) { return p.fits; })) return PlanLimit::energy_budget;
     const PlanPoint& one = s.points.front();
     if (one.inapplicable) return PlanLimit::not_applicable;
     if (one.simulation_failed) return PlanLimit::failed;
     return PlanLimit::memory;
   }
   const PlanPoint* best = point_at(s, *s.best_batch);
+  if (best->io_modelled && best->io_bound == IterationBound::loader) return PlanLimit::loader;
+  if (best->io_modelled && best->io_bound == IterationBound::storage) return PlanLimit::storage;
   const double network = best->exposed_communication_seconds / best->iteration_seconds;
   const double host = best->host_wait_seconds / best->iteration_seconds;
-  if (std::max(network, host) < share) return PlanLimit::compute;
+  const double checkpoint = best->checkpoint_seconds_per_iteration / best->mean_iteration_seconds;
+  if (std::max({network, host, checkpoint}) < share) return PlanLimit::compute;
+  if (checkpoint > std::max(network, host)) return PlanLimit::checkpoint;
   return network >= host ? PlanLimit::network : PlanLimit::host;
+}
+
+// plan.energy_budget at a point that fits and trains `samples` per iteration: every bound given
+// holds (a point without energy meets none; scenarios with a budget need power values).
+bool within(const std::optional<EnergyBudget>& budget, const PlanPoint& point, double samples) {
+  if (!budget || !point.fits) return true;
+  if (!(point.joules > 0)) return false;
+  if (budget->joules_per_sample && point.joules / samples > *budget->joules_per_sample) return false;
+  if (budget->gpu_average_watts && point.gpu_average_watts > *budget->gpu_average_watts) return false;
+  if (budget->node_average_watts && point.node_average_watts > *budget->node_average_watts) return false;
+  return true;
 }
 
 // The search for one strategy of one plan; see plan.hpp. A round's probes are decided from the
@@ -164,6 +223,10 @@ struct Driver {
   Driver(const std::vector<PlanRequest>& r, int jobs, bool show) : callers(r), pool(jobs), progress("plan", show) {}
 
   const PlanOptions& options(const Search& s) const { return requests[s.plan].options; }
+  ProbeIo probe_io(const Search& s) const {
+    const Scenario& scenario = requests[s.plan].scenario;
+    return {scenario.data.has_value() || scenario.checkpoint.has_value(), options(s).memory_metric, limit(s)};
+  }
   std::int64_t limit(const Search& s) const { return plans[s.plan].limit_bytes; }
   const models::StrategySpec& spec(const Search& s) const { return strategies[s.plan][s.strategy]; }
   int ranks(const Search& s) const { return plans[s.plan].cluster.ranks(); }
@@ -252,7 +315,8 @@ struct Driver {
         const PreparedScenario& scenario = *prepared[s.plan];
         const models::StrategySpec& strategy = spec(s);
         const int k = simulated_steps(s, b);
-        const std::size_t job = pool.submit([&scenario, &strategy, b, k]() { return probe(scenario, strategy, b, k); });
+        const ProbeIo io = probe_io(s);
+        const std::size_t job = pool.submit([&scenario, &strategy, b, k, io]() { return probe(scenario, strategy, b, io, k); });
         job_owner[job] = {index, b};
         ++s.outstanding;
       }
@@ -333,7 +397,8 @@ struct Driver {
       const PreparedScenario& scenario = *one_gpu[request];
       const models::StrategySpec& strategy = spec(s);
       const std::int64_t batch = *best;
-      reference_jobs[pool.submit([&scenario, &strategy, batch, k]() { return probe(scenario, strategy, batch, k); })] = key;
+      // The scaling efficiency compares replays: no I/O for the reference.
+      reference_jobs[pool.submit([&scenario, &strategy, batch, k]() { return probe(scenario, strategy, batch, ProbeIo{}, k); })] = key;
     }
   }
 
@@ -371,7 +436,7 @@ struct Driver {
   double rate(const Search& s, const PlanPoint& point) const {
     if (!point.fits || point.iteration_seconds <= 0) return 0;
     if (const auto g = options(s).target_global_batch; g && units[s.plan].divisors.empty()) {
-      return static_cast<double>(*g) / (static_cast<double>(steps(s, point.batch)) * point.iteration_seconds);
+      return static_cast<double>(*g) / (static_cast<double>(steps(s, point.batch)) * point.mean_iteration_seconds);
     }
     return point.samples_per_second;
   }
@@ -382,7 +447,7 @@ struct Driver {
     for (const auto& [b, point] : s.points) {  // ascending: ties keep the smaller batch
       // plan.objective: samples per joule (energy per sample is the same with any accumulation) or samples/s.
       const double r = options(s).objective == PlanObjective::samples_per_joule ? (point.fits ? point.samples_per_joule : 0) : rate(s, point);
-      if (point.fits && (!best || r > best_rate)) {
+      if (point.fits && point.within_energy_budget && (!best || r > best_rate)) {
         best = b;
         best_rate = r;
       }
@@ -417,21 +482,14 @@ struct Driver {
       note += (note.empty() ? fmt::format("batch {}: ", batch) : std::string("; ")) + "the worker wrote: " + outcome.diagnostics;
       while (!note.empty() && note.back() == '\n') note.pop_back();
     }
-    if (!point.out_of_memory && !point.inapplicable && !point.simulation_failed) {
-      switch (options(s).memory_metric) {
-        case MemoryMetric::exact: point.peak_bytes = point.exact_peak_bytes; break;
-        case MemoryMetric::allocated: point.peak_bytes = point.allocated_peak_bytes; break;
-        case MemoryMetric::reserved: point.peak_bytes = point.reserved_peak_bytes; break;
-        case MemoryMetric::device: point.peak_bytes = point.device_peak_bytes; break;
-      }
-    }
+    if (!point.out_of_memory && !point.inapplicable && !point.simulation_failed) point.peak_bytes = peak_in(options(s).memory_metric, point);
     point.fits = !point.out_of_memory && !point.inapplicable && !point.simulation_failed && point.peak_bytes <= limit(s);
     // Every GPU trains on `batch` samples in each of its micro-steps: the throughput is global.
     const int micro_steps = simulated_steps(s, batch) > 0 ? simulated_steps(s, batch) : requests[s.plan].scenario.accumulation_steps;
-    point.samples_per_second = point.fits && point.iteration_seconds > 0
-                                   ? static_cast<double>(batch) * static_cast<double>(ranks(s)) * micro_steps / point.iteration_seconds
-                                   : 0;
-    point.samples_per_joule = point.fits && point.joules > 0 ? static_cast<double>(batch) * static_cast<double>(ranks(s)) * micro_steps / point.joules : 0;
+    const double samples = static_cast<double>(batch) * static_cast<double>(ranks(s)) * micro_steps;
+    point.samples_per_second = point.fits && point.mean_iteration_seconds > 0 ? samples / point.mean_iteration_seconds : 0;
+    point.samples_per_joule = point.fits && point.joules > 0 ? samples / point.joules : 0;
+    point.within_energy_budget = within(options(s).energy_budget, point, samples);
     s.points[batch] = point;
     if (--s.outstanding == 0) {
       decide(s);
@@ -546,7 +604,7 @@ void compare_with_baseline(BatchSizePlan& plan, const std::vector<models::Strate
     const std::int64_t batch = std::min(*baseline.max_batch, *s.max_batch);
     const PlanPoint* mine = point_at(s, batch);
     const PlanPoint* theirs = point_at(baseline, batch);
-    if (!mine || !theirs || !mine->fits || !theirs->fits || theirs->iteration_seconds <= 0 || theirs->peak_bytes <= 0) continue;
+    if (!mine || !theirs || !mine->fits || !theirs->fits || theirs->mean_iteration_seconds <= 0 || theirs->peak_bytes <= 0) continue;
     StrategyPlan::Comparison c;
     c.batch = batch;
     c.peak_saved_fraction = 1.0 - static_cast<double>(mine->peak_bytes) / static_cast<double>(theirs->peak_bytes);
@@ -555,7 +613,7 @@ void compare_with_baseline(BatchSizePlan& plan, const std::vector<models::Strate
     };
     c.allocated_saved_fraction = saved(mine->allocated_peak_bytes, theirs->allocated_peak_bytes);
     c.reserved_saved_fraction = saved(mine->reserved_peak_bytes, theirs->reserved_peak_bytes);
-    c.slowdown = mine->iteration_seconds / theirs->iteration_seconds;
+    c.slowdown = mine->mean_iteration_seconds / theirs->mean_iteration_seconds;
     c.best_throughput_ratio = baseline.best_samples_per_second > 0 ? s.best_samples_per_second / baseline.best_samples_per_second : 0;
     s.vs_baseline = c;
   }
@@ -581,9 +639,10 @@ std::string verdict(const BatchSizePlan& plan) {
   for (const StrategyPlan& s : plan.strategies) {
     if (!s.max_batch) continue;
     if (!largest || *s.max_batch > *largest->max_batch) largest = &s;
-    if (!fastest || s.best_samples_per_second > fastest->best_samples_per_second) fastest = &s;
+    if (s.best_batch && (!fastest || s.best_samples_per_second > fastest->best_samples_per_second)) fastest = &s;
   }
   if (!largest) return plan.cluster.ranks() > 1 ? "Verdict: no strategy fits at micro-batch 1 per GPU." : "Verdict: no strategy fits at batch 1 on this GPU.";
+  if (!fastest) return "Verdict: batches fit, but no strategy runs one within the energy budget (plan.energy_budget): infeasible.";
   const char* rate = plan.cluster.ranks() > 1 ? "global samples/s" : "samples/s";
   std::string out = fmt::format("Verdict: {} runs the largest batch ({}{})", largest->strategy, largest->max_is_ceiling ? ">= " : "", *largest->max_batch);
   if (largest->vs_baseline) {
@@ -618,6 +677,7 @@ PlanOptions plan_options_for(const Scenario& scenario, PlanOptions base) {
   if (scenario.plan->target_global_batch) base.target_global_batch = scenario.plan->target_global_batch;
   if (scenario.plan->memory_metric) base.memory_metric = *scenario.plan->memory_metric;
   if (scenario.plan->objective) base.objective = *scenario.plan->objective;
+  if (scenario.plan->energy_budget) base.energy_budget = scenario.plan->energy_budget;
   return base;
 }
 
@@ -629,6 +689,10 @@ std::string_view to_string(PlanLimit limit) {
     case PlanLimit::compute: return "compute";
     case PlanLimit::not_applicable: return "not_applicable";
     case PlanLimit::failed: return "failed";
+    case PlanLimit::loader: return "loader";
+    case PlanLimit::storage: return "storage";
+    case PlanLimit::checkpoint: return "checkpoint";
+    case PlanLimit::energy_budget: return "energy_budget";
   }
   return "?";
 }
@@ -655,6 +719,8 @@ BatchSizePlan plan_header(const PlanRequest& r, const PreparedScenario& prepared
   plan.options.jobs = jobs;
   plan.options.progress = progress;
   plan.cluster = prepared.cluster_shape();
+  plan.io_modelled = r.scenario.data.has_value() || r.scenario.checkpoint.has_value();
+  if (r.scenario.checkpoint && r.scenario.plan) plan.checkpoint_overhead = r.scenario.plan->checkpoint_overhead;
   if (r.scenario.parallelism) {
     plan.zero_stage = r.scenario.parallelism->data.zero_stage;
     plan.offload_optimizer = r.scenario.parallelism->data.offload_optimizer;
@@ -857,20 +923,136 @@ namespace {
 
 std::string percent_or_dash(const std::optional<double>& fraction) { return fraction ? fmt::format("{:.1f}%", 100 * *fraction) : "-"; }
 
+// The lines under the header for a plan with I/O (plan.hpp, "I/O").
+std::string io_lines(const BatchSizePlan& plan) {
+  if (!plan.io_modelled) return {};
+  std::string out =
+      "I/O        the data loader and checkpoints simulated at every fitting batch (sim/io.hpp): samples/s over the mean iteration (the\n"
+      "           replay's + the wait for the batch + the checkpoint's cost per iteration); wait and ckpt as shares of it; bound: what sets the\n"
+      "           pace (gpu, network, host, loader, storage)\n";
+  if (plan.checkpoint_overhead) {
+    out += fmt::format("Checkpoint every: the smallest interval whose cost is within plan.checkpoint_overhead ({:.2f}% of the iteration) at the best batch\n",
+                       100 * *plan.checkpoint_overhead);
+  }
+  return out;
+}
+
+bool shows_energy(const PlanOptions& o) { return o.energy_budget.has_value() || o.objective == PlanObjective::samples_per_joule; }
+
+std::string describe_budget(const EnergyBudget& b) {
+  std::string out;
+  const auto add = [&](const std::string& part) { out += (out.empty() ? "" : ", ") + part; };
+  if (b.joules_per_sample) add(fmt::format("<= {} per sample", detail::format_joules(*b.joules_per_sample)));
+  if (b.gpu_average_watts) add(fmt::format("<= {} average per GPU", detail::format_watts(*b.gpu_average_watts)));
+  if (b.node_average_watts) add(fmt::format("<= {} average per node", detail::format_watts(*b.node_average_watts)));
+  return out;
+}
+
+// The lines under the header for plan.objective and plan.energy_budget.
+std::string energy_lines(const PlanOptions& o) {
+  std::string out;
+  if (o.objective == PlanObjective::samples_per_joule) out += "Objective  samples per joule: the best batch trains the most samples per joule of the whole job\n";
+  if (o.energy_budget) {
+    out += fmt::format("Energy     budget {} (plan.energy_budget, over the mean iteration): the best batch is chosen among those within it;\n"
+                       "           none within it is a result (limit energy_budget), not an error\n",
+                       describe_budget(*o.energy_budget));
+  }
+  return out;
+}
+
+// The I/O columns: the mean iteration (unless the table has it already: `with_mean` false), the
+// wait for the batch and the checkpoint's cost as shares of it, the bound, and the interval for
+// plan.checkpoint_overhead.
+std::string io_header_cells(const BatchSizePlan& plan, bool with_mean) {
+  std::string out = with_mean ? fmt::format("{:>10}  ", "mean iter.") : std::string();
+  out += fmt::format("{:>6}  {:>6}  {:<7}  ", "wait", "ckpt", "bound");
+  if (plan.checkpoint_overhead) out += fmt::format("{:>5}  ", "every");
+  return out;
+}
+
+std::string io_cells(const PlanPoint& p, const BatchSizePlan& plan, bool with_mean) {
+  const auto share = [&](double seconds) { return fmt::format("{:.1f}%", p.mean_iteration_seconds > 0 ? 100 * seconds / p.mean_iteration_seconds : 0.0); };
+  std::string out = with_mean ? fmt::format("{:>10}  ", format_seconds(p.mean_iteration_seconds)) : std::string();
+  out += fmt::format("{:>6}  {:>6}  {:<7}  ", share(p.data_wait_seconds), share(p.checkpoint_seconds_per_iteration),
+                     p.io_modelled ? std::string(to_string(p.io_bound)) : "-");
+  if (plan.checkpoint_overhead) out += fmt::format("{:>5}  ", p.checkpoint_interval_for_target > 0 ? std::to_string(p.checkpoint_interval_for_target) : "-");
+  return out;
+}
+
+std::string energy_header_cells() { return fmt::format("{:>10}  {:>10}  {:>10}  ", "J/sample", "GPU avg", "node avg"); }
+
+std::string energy_cells(const PlanPoint& p) {
+  return fmt::format("{:>10}  {:>10}  {:>10}  ", p.samples_per_joule > 0 ? detail::format_joules(1 / p.samples_per_joule) : "-",
+                     detail::format_watts(p.gpu_average_watts), detail::format_watts(p.node_average_watts));
+}
+
+// For a strategy whose fitting batches are all over the energy budget: the least each bounded
+// quantity reaches among them, against its bound.
+std::string closest_to_budget(const StrategyPlan& s, const PlanOptions& o) {
+  if (!o.energy_budget) return "-";
+  double joules = 0, gpu = 0, node = 0;
+  bool any = false;
+  for (const PlanPoint& p : s.points) {
+    if (!p.fits || !(p.samples_per_joule > 0)) continue;
+    const double j = 1 / p.samples_per_joule;
+    joules = any ? std::min(joules, j) : j;
+    gpu = any ? std::min(gpu, p.gpu_average_watts) : p.gpu_average_watts;
+    node = any ? std::min(node, p.node_average_watts) : p.node_average_watts;
+    any = true;
+  }
+  if (!any) return "no fitting batch has an energy";
+  const EnergyBudget& b = *o.energy_budget;
+  std::string out = "the fitting batches reach at best";
+  if (b.joules_per_sample) out += fmt::format(" {} per sample (budget {})", detail::format_joules(joules), detail::format_joules(*b.joules_per_sample));
+  if (b.gpu_average_watts) out += fmt::format(" {} per GPU (budget {})", detail::format_watts(gpu), detail::format_watts(*b.gpu_average_watts));
+  if (b.node_average_watts) out += fmt::format(" {} per node (budget {})", detail::format_watts(node), detail::format_watts(*b.node_average_watts));
+  return out;
+}
+
+// Which simulated batches the loader or the storage bounds, per strategy (or configuration), so
+// that a reader sees where adding workers or bandwidth would pay.
+std::string io_bound_lines(const std::vector<std::pair<std::string, const StrategyPlan*>>& plans) {
+  std::string out;
+  for (const auto& [name, s] : plans) {
+    for (const IterationBound bound : {IterationBound::loader, IterationBound::storage}) {
+      std::string batches;
+      double most_wait = 0;
+      for (const PlanPoint& p : s->points) {
+        if (!p.io_modelled || p.io_bound != bound) continue;
+        batches += (batches.empty() ? "" : ", ") + std::to_string(p.batch);
+        most_wait = std::max(most_wait, p.data_wait_seconds);
+      }
+      if (!batches.empty()) {
+        out += fmt::format("{}-bound: {} at batch{} {} (waiting up to {} per iteration for the batch)\n", to_string(bound), name,
+                           batches.find(',') == std::string::npos ? "" : "es", batches, format_seconds(most_wait));
+      }
+    }
+  }
+  return out.empty() ? out : "\n" + out;
+}
+
 // The lines under the header that say what the batches and samples/s of a cluster plan mean.
 std::string cluster_lines(const BatchSizePlan& plan) {
   const int gpus = plan.cluster.ranks();
-  std::string out = fmt::format("GPUs       {}, {}, optimizer on {}: batches are per-GPU micro-batches; samples/s are global (micro-batch x {} / iteration time)\n",
-                                describe_shape(plan.cluster), data_parallel_name(plan.zero_stage), models::optimizer_place(plan.offload_optimizer), gpus);
+  std::string out = fmt::format("GPUs       {}, {}, optimizer on {}: batches are per-GPU micro-batches; samples/s are global (micro-batch x {} / {}iteration time)\n",
+                                describe_shape(plan.cluster), data_parallel_name(plan.zero_stage), models::optimizer_place(plan.offload_optimizer), gpus,
+                                plan.io_modelled ? "mean " : "");
   out += "Scaling    efficiency: the same strategy and micro-batch on one GPU alone (its memory unbounded) over the iteration time here\n";
   return out;
 }
 
-std::string limit_lines(const PlanOptions& o) {
-  return fmt::format(
+std::string limit_lines(const PlanOptions& o, bool io) {
+  std::string out = fmt::format(
       "Limits     at the best batch: network where the exposed collectives (compute stream idle) take >= {0:g}% of the iteration, host where\n"
       "           the compute stream's wait for launches does (the larger of the two), else compute; memory where no micro-batch fits\n",
       100 * o.bottleneck_share);
+  if (io) {
+    out += fmt::format("           with I/O, first loader or storage where the iteration waits for its batch, and checkpoint where the checkpoint's\n"
+                       "           cost per iteration takes >= {:g}% of the mean iteration (and more than the collectives or the host)\n",
+                       100 * o.bottleneck_share);
+  }
+  if (o.energy_budget) out += "           energy_budget where micro-batches fit but none is within plan.energy_budget\n";
+  return out;
 }
 
 std::string cluster_search_text(const BatchSizePlan& plan) {
@@ -897,27 +1079,49 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
     out += "Target     none: each configuration runs its fastest micro-batch, so global batches differ (plan.target_global_batch fixes one)\n";
   }
   out += "Scaling    efficiency: the same strategy and micro-batch on one GPU alone (its memory unbounded) over the iteration time here\n";
-  out += limit_lines(o);
+  out += limit_lines(o, plan.io_modelled);
   std::size_t width = 8;
   for (const auto& c : search.candidates) width = std::max(width, c.plan.strategy.size());
-  out += "\n" + fmt::format("{:>5}  {:>7}  {:<6}  {:<9}  {:<{}}  {:>11}  {:>5}  {:>10}  {:>16}  {:>10}  {:>7}  {:>8}  {:>9}  {:>11}  {}\n", "GPUs", "nodes", "DP",
-                          "optimizer", "strategy", width, "micro-batch", "steps", "iteration", "global samples/s", "per sample", "scaling", "exposed", "host wait",
-                          "peak/GPU", "limit");
+  // With I/O the iteration column is the mean iteration (the replay's + the waits), and the wait,
+  // checkpoint and bound columns follow; with an energy budget or objective, the energy columns.
+  const std::string io_head = plan.io_modelled ? "  " + io_header_cells(plan, false) : "";
+  const std::string energy_head = shows_energy(o) ? (plan.io_modelled ? "" : "  ") + energy_header_cells() : "";
+  std::string head = fmt::format("{:>5}  {:>7}  {:<6}  {:<9}  {:<{}}  {:>11}  {:>5}  {:>10}  {:>16}  {:>10}  {:>7}  {:>8}  {:>9}  {:>11}  {:<7}", "GPUs", "nodes",
+                                 "DP", "optimizer", "strategy", width, "micro-batch", "steps", plan.io_modelled ? "mean iter." : "iteration",
+                                 "global samples/s", "per sample", "scaling", "exposed", "host wait", "peak/GPU", "limit");
+  head += io_head + energy_head;
+  while (!head.empty() && head.back() == ' ') head.pop_back();
+  out += "\n" + head + "\n";
   for (const auto& c : search.candidates) {
     const StrategyPlan& s = c.plan;
-    out += fmt::format("{:>5}  {:>7}  {:<6}  {:<9}  {:<{}}  ", c.shape.ranks(), fmt::format("{}x{}", c.shape.nodes, c.shape.gpus_per_node),
-                       data_parallel_name(c.zero_stage), models::optimizer_place(c.offload_optimizer), s.strategy, width);
+    std::string row = fmt::format("{:>5}  {:>7}  {:<6}  {:<9}  {:<{}}  ", c.shape.ranks(), fmt::format("{}x{}", c.shape.nodes, c.shape.gpus_per_node),
+                                  data_parallel_name(c.zero_stage), models::optimizer_place(c.offload_optimizer), s.strategy, width);
     if (!s.best_batch) {
-      out += fmt::format("{:>11}  {:>5}  {:>10}  {:>16}  {:>10}  {:>7}  {:>8}  {:>9}  {:>11}  {}\n", "-", "-", "-", "-", "-", "-", "-", "-",
+      row += fmt::format("{:>11}  {:>5}  {:>10}  {:>16}  {:>10}  {:>7}  {:>8}  {:>9}  {:>11}  {}", "-", "-", "-", "-", "-", "-", "-", "-",
                          s.points.empty() ? "-" : format_bytes(s.points.front().peak_bytes), to_string(s.limit));
+      if (s.limit == PlanLimit::energy_budget) row += ": " + closest_to_budget(s, o);
+      out += row + "\n";
       continue;
     }
     const PlanPoint& p = *point_at(s, *s.best_batch);
-    out += fmt::format("{:>11}  {:>5}  {:>10}  {:>16.1f}  {:>10}  {:>7}  {:>8}  {:>9}  {:>11}  {}\n", *s.best_batch,
-                       (c.accumulation_estimated() ? "~" : "") + std::to_string(s.accumulation_steps), format_seconds(p.iteration_seconds),
+    row += fmt::format("{:>11}  {:>5}  {:>10}  {:>16.1f}  {:>10}  {:>7}  {:>8}  {:>9}  {:>11}  {:<7}", *s.best_batch,
+                       (c.accumulation_estimated() ? "~" : "") + std::to_string(s.accumulation_steps), format_seconds(p.mean_iteration_seconds),
                        s.best_samples_per_second, format_seconds(1 / s.best_samples_per_second), percent_or_dash(s.scaling_efficiency),
                        fmt::format("{:.1f}%", 100 * p.exposed_communication_seconds / p.iteration_seconds),
                        fmt::format("{:.1f}%", 100 * p.host_wait_seconds / p.iteration_seconds), format_bytes(p.peak_bytes), to_string(s.limit));
+    if (plan.io_modelled) row += "  " + io_cells(p, plan, false);
+    if (shows_energy(o)) row += (plan.io_modelled ? "" : "  ") + energy_cells(p);
+    while (!row.empty() && row.back() == ' ') row.pop_back();
+    out += row + "\n";
+  }
+  if (plan.io_modelled) {
+    std::vector<std::pair<std::string, const StrategyPlan*>> named;
+    for (const auto& c : search.candidates) {
+      named.emplace_back(fmt::format("{}, {}, optimizer on {}, {}", describe_shape(c.shape), data_parallel_name(c.zero_stage),
+                                     models::optimizer_place(c.offload_optimizer), c.plan.strategy),
+                         &c.plan);
+    }
+    out += io_bound_lines(named);
   }
   out += "\n";
   if (search.fastest) {
@@ -927,6 +1131,8 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
                        describe_shape(c.shape), data_parallel_name(c.zero_stage), models::optimizer_place(c.offload_optimizer), s.strategy, *s.best_batch, s.accumulation_steps,
                        s.accumulation_steps == 1 ? "" : "s", c.accumulation_estimated() ? " (estimated)" : "", format_seconds(1 / s.best_samples_per_second),
                        s.best_samples_per_second, percent_or_dash(s.scaling_efficiency), to_string(s.limit));
+  } else if (std::any_of(search.candidates.begin(), search.candidates.end(), [](const ClusterCandidate& c) { return c.plan.limit == PlanLimit::energy_budget; })) {
+    out += "Fastest: none: configurations fit, but none within the energy budget (plan.energy_budget): infeasible.\n";
   } else {
     out += "Fastest: none: no configuration fits.\n";
   }
@@ -969,9 +1175,10 @@ std::string plan_table_text(const BatchSizePlan& plan) {
     out += fmt::format("Search     batch 1 to {}, exponential growth then bisection ({} simulations per round); peak memory assumed monotone in the batch\n",
                        o.max_batch, o.probes_per_round);
   }
+  out += io_lines(plan) + energy_lines(o);
   if (plan.cluster_search) return out + cluster_search_text(plan);
   const bool cluster = plan.cluster.ranks() > 1;
-  if (cluster) out += cluster_lines(plan) + limit_lines(o);
+  if (cluster) out += cluster_lines(plan) + limit_lines(o, plan.io_modelled);
   if (o.target_global_batch && cluster) {
     out += fmt::format("Target     global batch {0} by gradient accumulation: {0} / {1} GPUs = {2} samples per GPU in ceil({2} / micro-batch) steps;\n"
                        "           samples/s = {0} / (steps x iteration time), an estimate: accumulation is not simulated (the optimizer step and the\n"
@@ -992,6 +1199,8 @@ std::string plan_table_text(const BatchSizePlan& plan) {
   }
   if (g) out += fmt::format("{:>11}  ", "accum steps");
   if (cluster) out += fmt::format("{:>7}  {:>8}  {:>9}  {:<7}  ", "scaling", "exposed", "host wait", "limit");
+  if (plan.io_modelled) out += io_header_cells(plan, true);
+  if (shows_energy(o)) out += energy_header_cells();
   out += fmt::format("{:>24}  {:>9}  {:>4}\n", "vs baseline: batch, peak", "slowdown", "sims");
   bool compared = false;
   for (const auto& s : plan.strategies) {
@@ -1000,6 +1209,12 @@ std::string plan_table_text(const BatchSizePlan& plan) {
       continue;
     }
     const std::string max = s.max_is_ceiling ? fmt::format(">= {}", *s.max_batch) : std::to_string(*s.max_batch);
+    if (!s.best_batch) {
+      // Batches fit, but none within plan.energy_budget: a result, with what the fitting points draw.
+      out += fmt::format("{:<{}}  {:>{}}  none within the energy budget: {}  ({} simulations)\n", s.strategy, width, max, cluster ? 13 : 10,
+                         closest_to_budget(s, o), s.points.size());
+      continue;
+    }
     if (cluster) {
       out += fmt::format("{:<{}}  {:>13}  {:>14}  {:>16.1f}  {:>12}  ", s.strategy, width, max, *s.best_batch, s.best_samples_per_second,
                          format_bytes(s.best_peak_bytes));
@@ -1008,12 +1223,14 @@ std::string plan_table_text(const BatchSizePlan& plan) {
                          format_bytes(s.best_peak_bytes));
     }
     if (g) out += fmt::format("{:>11}  ", s.accumulation_steps);
+    const PlanPoint& p = *point_at(s, *s.best_batch);
     if (cluster) {
-      const PlanPoint& p = *point_at(s, *s.best_batch);
       out += fmt::format("{:>7}  {:>8}  {:>9}  {:<7}  ", percent_or_dash(s.scaling_efficiency),
                          fmt::format("{:.1f}%", 100 * p.exposed_communication_seconds / p.iteration_seconds),
                          fmt::format("{:.1f}%", 100 * p.host_wait_seconds / p.iteration_seconds), to_string(s.limit));
     }
+    if (plan.io_modelled) out += io_cells(p, plan, true);
+    if (shows_energy(o)) out += energy_cells(p);
     std::string at = "-", slowdown = "-";
     if (s.vs_baseline) {
       compared = true;
@@ -1029,6 +1246,11 @@ std::string plan_table_text(const BatchSizePlan& plan) {
         out += fmt::format("best vs best: {} {:.2f}x the baseline's samples/s\n", s.strategy, s.vs_baseline->best_throughput_ratio);
       }
     }
+  }
+  if (plan.io_modelled) {
+    std::vector<std::pair<std::string, const StrategyPlan*>> named;
+    for (const StrategyPlan& s : plan.strategies) named.emplace_back(s.strategy, &s);
+    out += io_bound_lines(named);
   }
   out += "\n" + verdict(plan) + "\n";
   for (const auto& note : plan.notes) out += "note: " + note + "\n";
@@ -1062,9 +1284,32 @@ ordered_json points_json(const std::vector<PlanPoint>& points) {
                    {"exact_peak_bytes", p.exact_peak_bytes},
                    {"allocated_peak_bytes", p.allocated_peak_bytes},
                    {"reserved_peak_bytes", p.reserved_peak_bytes},
-                   {"device_peak_bytes", p.device_peak_bytes}});
+                   {"device_peak_bytes", p.device_peak_bytes},
+                   {"mean_iteration_seconds", p.mean_iteration_seconds},
+                   {"io", p.io_modelled ? ordered_json{{"bound", to_string(p.io_bound)},
+                                                       {"data_wait_seconds", p.data_wait_seconds},
+                                                       {"checkpoint_seconds_per_iteration", p.checkpoint_seconds_per_iteration},
+                                                       {"checkpoint_stall_seconds", p.checkpoint_stall_seconds},
+                                                       {"checkpoint_interval_for_target", p.checkpoint_interval_for_target > 0
+                                                                                              ? ordered_json(p.checkpoint_interval_for_target)
+                                                                                              : ordered_json(nullptr)}}
+                                        : ordered_json(nullptr)},
+                   {"joules", p.joules > 0 ? ordered_json(p.joules) : ordered_json(nullptr)},
+                   {"samples_per_joule", p.samples_per_joule > 0 ? ordered_json(p.samples_per_joule) : ordered_json(nullptr)},
+                   {"gpu_average_watts", p.joules > 0 ? ordered_json(p.gpu_average_watts) : ordered_json(nullptr)},
+                   {"node_average_watts", p.joules > 0 ? ordered_json(p.node_average_watts) : ordered_json(nullptr)},
+                   {"within_energy_budget", p.within_energy_budget}});
   }
   return out;
+}
+
+// plan.energy_budget: null, or its bounds (null where not given).
+ordered_json budget_json(const std::optional<EnergyBudget>& budget) {
+  if (!budget) return nullptr;
+  const auto bound = [](const std::optional<double>& v) { return v ? ordered_json(*v) : ordered_json(nullptr); };
+  return {{"joules_per_sample", bound(budget->joules_per_sample)},
+          {"gpu_average_watts", bound(budget->gpu_average_watts)},
+          {"node_average_watts", bound(budget->node_average_watts)}};
 }
 
 // null (the GPU) or {"device": "cpu", "ratio", "prefetch_optimizer_gap" (null without Deep
@@ -1099,7 +1344,11 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
                   {"max_batch", plan.options.max_batch},
                   {"target_global_batch", opt(plan.options.target_global_batch)},
                   {"probes_per_round", plan.options.probes_per_round},
-                  {"bottleneck_share", plan.options.bottleneck_share}};
+                  {"bottleneck_share", plan.options.bottleneck_share},
+                  {"objective", plan.options.objective == PlanObjective::samples_per_joule ? "samples_per_joule" : "samples_per_second"},
+                  {"energy_budget", budget_json(plan.options.energy_budget)},
+                  {"checkpoint_overhead", opt(plan.checkpoint_overhead)}};
+  j["io_modelled"] = plan.io_modelled;
   // The GPUs the batches are per (batches are per-GPU micro-batches and samples/s global); null
   // on one GPU and for a cluster search, whose candidates carry their own.
   j["cluster"] = (plan.cluster.ranks() > 1 || plan.offload_optimizer) && !plan.cluster_search ? shape_json(plan.cluster, plan.zero_stage, plan.offload_optimizer)
@@ -1151,6 +1400,8 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
       jc["accumulation_estimated"] = c.accumulation_estimated();
       const PlanPoint* best = s.best_batch ? point_at(s, *s.best_batch) : nullptr;
       jc["iteration_seconds"] = best ? ordered_json(best->iteration_seconds) : ordered_json(nullptr);
+      jc["mean_iteration_seconds"] = best ? ordered_json(best->mean_iteration_seconds) : ordered_json(nullptr);
+      jc["samples_per_joule"] = s.best_samples_per_joule > 0 ? ordered_json(s.best_samples_per_joule) : ordered_json(nullptr);
       jc["samples_per_second"] = s.best_samples_per_second;
       jc["seconds_per_sample"] = s.best_samples_per_second > 0 ? ordered_json(1 / s.best_samples_per_second) : ordered_json(nullptr);
       jc["one_gpu_iteration_seconds"] = opt(s.one_gpu_iteration_seconds);
@@ -1194,14 +1445,22 @@ std::string plan_csv(const std::vector<BatchSizePlan>& plans) {
   // that readers of the one-GPU columns keep their positions.
   std::string out =
       "variant,scenario,platform,strategy,batch,fits,out_of_memory,inapplicable,simulation_failed,peak_bytes,iteration_seconds,samples_per_second,stall_seconds,"
-      "gpus,nodes,gpus_per_node,zero_stage,collective_seconds,exposed_communication_seconds,host_wait_seconds,optimizer\n";
+      "gpus,nodes,gpus_per_node,zero_stage,collective_seconds,exposed_communication_seconds,host_wait_seconds,optimizer,"
+      "mean_iteration_seconds,io_bound,data_wait_seconds,checkpoint_seconds_per_iteration,checkpoint_interval_for_target,joules,samples_per_joule,"
+      "within_energy_budget\n";
   const auto rows = [&](const BatchSizePlan& plan, const StrategyPlan& s, ClusterShape shape, int zero_stage, const std::optional<models::OptimizerOffloadSpec>& offload) {
     for (const auto& p : s.points) {
-      out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(plan.variant), csv_field(plan.scenario_name),
-                         csv_field(plan.platform_name), csv_field(s.strategy), p.batch, p.fits ? 1 : 0, p.out_of_memory ? 1 : 0, p.inapplicable ? 1 : 0,
-                         p.simulation_failed ? 1 : 0, p.peak_bytes, p.iteration_seconds, p.samples_per_second, p.stall_seconds, shape.ranks(), shape.nodes,
-                         shape.gpus_per_node, zero_stage, p.collective_seconds, p.exposed_communication_seconds, p.host_wait_seconds,
-                         csv_field(models::optimizer_place(offload)));
+      // The I/O and energy columns are empty where the point has none.
+      const std::string bound = p.io_modelled ? std::string(to_string(p.io_bound)) : "";
+      const std::string interval = p.checkpoint_interval_for_target > 0 ? std::to_string(p.checkpoint_interval_for_target) : "";
+      const std::string joules = p.joules > 0 ? fmt::format("{}", p.joules) : "";
+      const std::string per_joule = p.samples_per_joule > 0 ? fmt::format("{}", p.samples_per_joule) : "";
+      out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(plan.variant),
+                         csv_field(plan.scenario_name), csv_field(plan.platform_name), csv_field(s.strategy), p.batch, p.fits ? 1 : 0, p.out_of_memory ? 1 : 0,
+                         p.inapplicable ? 1 : 0, p.simulation_failed ? 1 : 0, p.peak_bytes, p.iteration_seconds, p.samples_per_second, p.stall_seconds,
+                         shape.ranks(), shape.nodes, shape.gpus_per_node, zero_stage, p.collective_seconds, p.exposed_communication_seconds,
+                         p.host_wait_seconds, csv_field(models::optimizer_place(offload)), p.mean_iteration_seconds, bound, p.data_wait_seconds,
+                         p.checkpoint_seconds_per_iteration, interval, joules, per_joule, p.within_energy_budget ? 1 : 0);
     }
   };
   for (const BatchSizePlan& plan : plans) {

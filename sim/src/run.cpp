@@ -106,12 +106,16 @@ SimulationRun CompletedRun::view(const PreparedScenario& prepared) const {
 RunOutcome run_scenario(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch, Isolation isolation) {
   auto scheduled = schedule_run(prepared, strategy, batch);
   if (auto* not_applicable = std::get_if<models::NotApplicable>(&scheduled)) return std::move(*not_applicable);
-  SimulationResult result = replay(prepared, std::get<ScheduledRun>(scheduled), isolation);
-  std::optional<IoResult> io = simulate_run_io(prepared, std::get<ScheduledRun>(scheduled), result);
+  // SimGrid's engine runs once per process, and a child forked after it ran inherits it: with an
+  // I/O simulation to follow, the replay takes a child and the I/O this process, if offered.
+  const bool io_follows = prepared.scenario().data || prepared.scenario().checkpoint;
+  SimulationResult result = replay(prepared, std::get<ScheduledRun>(scheduled), io_follows ? Isolation::child_process : isolation);
+  std::optional<IoResult> io = simulate_run_io(prepared, std::get<ScheduledRun>(scheduled), result, isolation);
   return CompletedRun{std::move(std::get<ScheduledRun>(scheduled)), std::move(result), {}, std::move(io)};
 }
 
-std::optional<IoResult> simulate_run_io(const PreparedScenario& prepared, const ScheduledRun& run, const SimulationResult& result) {
+std::optional<IoResult> simulate_run_io(const PreparedScenario& prepared, const ScheduledRun& run, const SimulationResult& result,
+                                        Isolation isolation) {
   const Scenario& s = prepared.scenario();
   if ((!s.data && !s.checkpoint) || !result.fits() || !(result.iteration_seconds > 0)) return std::nullopt;
   IoInputs io;
@@ -123,7 +127,7 @@ std::optional<IoResult> simulate_run_io(const PreparedScenario& prepared, const 
   const models::DataParallelSpec* data_parallel = s.parallelism && io.shape.ranks() > 1 ? &s.parallelism->data : nullptr;
   if (s.checkpoint) io.sizes = checkpoint_sizes(run.trace, data_parallel);
   if (s.plan) io.target_overhead = s.plan->checkpoint_overhead;
-  return simulate_io(io);
+  return isolation == Isolation::child_process ? simulate_io(io) : simulate_io_in_this_process(io);
 }
 
 std::optional<double> one_gpu_iteration_seconds(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch) {

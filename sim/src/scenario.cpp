@@ -471,8 +471,9 @@ class ScenarioReader {
   PlanSection read_plan(const YAML::Node& node, const std::optional<models::Platform>& platform, const std::optional<ParallelismSection>& parallelism) const {
     require_map(node, "plan");
     check_keys(node, "plan", {"strategies", "margin", "max_batch", "target_global_batch", "memory_metric", "objective", "gpus", "nodes", "zero_stages",
-                                "offload_optimizer", "prefetch_optimizer_gaps", "checkpoint_overhead"});
+                                "offload_optimizer", "prefetch_optimizer_gaps", "checkpoint_overhead", "energy_budget"});
     PlanSection plan;
+    if (const YAML::Node budget = node["energy_budget"]) plan.energy_budget = read_energy_budget(budget, platform);
     if (const YAML::Node overhead = node["checkpoint_overhead"]) {
       const double value = number(overhead, "plan.checkpoint_overhead");
       if (!(value > 0 && value < 1)) {
@@ -513,6 +514,27 @@ class ScenarioReader {
     plan.target_global_batch = optional_positive(node, "target_global_batch", "plan");
     read_cluster_search(node, platform, parallelism, plan);
     return plan;
+  }
+
+  // plan.energy_budget: at least one bound, each a positive quantity; the platform must give its
+  // GPUs' power (gpu.power), without which no point has an energy to hold against the budget.
+  EnergyBudget read_energy_budget(const YAML::Node& node, const std::optional<models::Platform>& platform) const {
+    require_map(node, "plan.energy_budget");
+    check_keys(node, "plan.energy_budget", {"joules_per_sample", "gpu_average_power", "node_average_power"});
+    if (node.size() == 0) {
+      throw InputError(where(node.Mark()) + "'plan.energy_budget' is empty; expected at least one of joules_per_sample (e.g. 2.5 J), "
+                       "gpu_average_power (e.g. 300 W) or node_average_power (e.g. 4 kW)");
+    }
+    using models::units::Dimension;
+    EnergyBudget budget;
+    if (const YAML::Node j = node["joules_per_sample"]) budget.joules_per_sample = bounded_quantity(j, Dimension::energy, "plan.energy_budget.joules_per_sample", {1e-9, 1e12});
+    if (const YAML::Node w = node["gpu_average_power"]) budget.gpu_average_watts = bounded_quantity(w, Dimension::power, "plan.energy_budget.gpu_average_power", {1e-3, 1e6});
+    if (const YAML::Node w = node["node_average_power"]) budget.node_average_watts = bounded_quantity(w, Dimension::power, "plan.energy_budget.node_average_power", {1e-3, 1e8});
+    if (platform && !(platform->gpu.max_power > 0)) {
+      throw InputError(where(node.Mark()) + "'plan.energy_budget' needs the GPU's power, but platform '" + platform->name +
+                       "' gives no gpu.power; expected a platform with gpu.power {idle, max} (scenarios/platforms/README.md)");
+    }
+    return budget;
   }
 
   // plan.gpus or plan.nodes, and plan.zero_stages: lists of distinct integers. A GPU count up to

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -301,18 +302,28 @@ std::int64_t memory_as_measured(const SimulationResult& r, MeasuredAs measured_a
 std::string predicted_value(double value) { return fmt::format("v{:.17g}", value); }
 std::string no_value(const std::string& why) { return "n" + why; }
 
-// One run at `batch`, or why it gave nothing to compare.
-std::variant<SimulationResult, std::string> run_once(const PreparedScenario& prepared, std::int64_t batch) {
+// One run at `batch` (the replay, and the I/O simulation when the scenario has a data or
+// checkpoint section), or why it gave nothing to compare.
+struct OneRun {
+  SimulationResult result;
+  std::optional<IoResult> io;
+  // The iteration a measurement over many iterations sees: with a data or checkpoint section
+  // the I/O simulation's mean (the loader's waits, the launching thread sharing the workers'
+  // cores, the checkpoint's cost per iteration), else the replayed one.
+  double iteration_seconds() const { return io ? io->mean_iteration_seconds : result.iteration_seconds; }
+};
+
+std::variant<OneRun, std::string> run_once(const PreparedScenario& prepared, std::int64_t batch) {
   RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, batch, Isolation::child_process);
   if (const auto* inapplicable = std::get_if<models::NotApplicable>(&outcome)) {
     return fmt::format("{}: the strategy does not apply at batch {} ({})", prepared.scenario().source, batch, inapplicable->reason);
   }
-  SimulationResult result = std::move(std::get<CompletedRun>(outcome).result);
-  if (const auto& oom = result.out_of_memory) {
+  CompletedRun& completed = std::get<CompletedRun>(outcome);
+  if (const auto& oom = completed.result.out_of_memory) {
     return fmt::format("{}: out of memory at batch {} (needs {:.2f} GiB reserved of {:.2f} GiB usable)", prepared.scenario().source, batch,
                        static_cast<double>(oom->in_use + oom->requested) / (1 << 30), static_cast<double>(oom->capacity) / (1 << 30));
   }
-  return result;
+  return OneRun{std::move(completed.result), std::move(completed.io)};
 }
 
 // Runs in a worker process: a bus_bandwidth point's busbw in GB/s. With NCCL's ring forced: the
@@ -357,14 +368,16 @@ std::string predict(const ValidationPoint& point, const PreparedScenario& run, c
   }
   const auto measured = run_once(run, point.batch);
   if (const auto* why = std::get_if<std::string>(&measured)) return no_value(*why);
-  const SimulationResult& r = std::get<SimulationResult>(measured);
+  const OneRun& run_result = std::get<OneRun>(measured);
+  const SimulationResult& r = run_result.result;
   switch (point.metric) {
     case ValidationMetric::throughput_samples_per_s:
       // The whole job's samples/s, as multi-GPU sources publish it: `batch` is the per-GPU
       // micro-batch, an iteration runs training.gradient_accumulation_steps of them and every rank
       // steps in lockstep (the global throughput `comptrain simulate` reports).
+      // With a data section the iteration includes the loader (sim/io.hpp).
       return predicted_value(static_cast<double>(point.batch) * run.cluster_shape().ranks() * run.scenario().accumulation_steps /
-                             r.iteration_seconds);
+                             run_result.iteration_seconds());
     case ValidationMetric::peak_mem_bytes:
       return predicted_value(static_cast<double>(memory_as_measured(r, point.measured_as)));
     case ValidationMetric::average_power_watts:
@@ -376,7 +389,8 @@ std::string predict(const ValidationPoint& point, const PreparedScenario& run, c
   }
   const auto baseline = run_once(*reference, point.batch);
   if (const auto* why = std::get_if<std::string>(&baseline)) return no_value(*why);
-  const SimulationResult& b = std::get<SimulationResult>(baseline);
+  const OneRun& baseline_result = std::get<OneRun>(baseline);
+  const SimulationResult& b = baseline_result.result;
   if (point.metric == ValidationMetric::memory_reduction_x) {
     return predicted_value(static_cast<double>(memory_as_measured(b, point.measured_as)) /
                            static_cast<double>(memory_as_measured(r, point.measured_as)));
@@ -386,7 +400,8 @@ std::string predict(const ValidationPoint& point, const PreparedScenario& run, c
     if (!r.energy || !b.energy) return no_value("a platform gives no gpu.power");
     return predicted_value(r.energy->gpu_joules / b.energy->gpu_joules);
   }
-  return predicted_value(r.iteration_seconds / b.iteration_seconds);
+  // slowdown_x: e.g. real data (a data section) over synthetic data (none).
+  return predicted_value(run_result.iteration_seconds() / baseline_result.iteration_seconds());
 }
 
 // The scenario a point names, read and prepared once, and checked against the point's batch.

@@ -118,7 +118,7 @@ TEST(AdaptiveScenario, ReportsListTheBoundRatioAndPredictionPerTensor) {
   EXPECT_THAT(report(prepared, prepared.scenario().strategy, 16, at16, false), HasSubstr("gradient statistics measured at batch 4, used at this batch"));
 
   const auto j = nlohmann::json::parse(report(prepared, prepared.scenario().strategy, 4, outcome, true));
-  EXPECT_EQ(j["schema"]["version"], 5);
+  EXPECT_EQ(j["schema"]["version"], 6);
   EXPECT_EQ(j["strategy"]["rules"][0]["compress"]["error_bound"], "adaptive");
   EXPECT_EQ(j["strategy"]["rules"][0]["compress"]["gradient_error_tolerance"], 0.01);
   EXPECT_EQ(j["strategy"]["rules"][0]["compress"]["fallback_error_bound"], 1e-3);

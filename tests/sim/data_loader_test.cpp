@@ -59,6 +59,80 @@ TEST(DataLoader, WorkersBeyondTheCoresShareThem) {
   EXPECT_EQ(r.bound, IterationBound::loader);
 }
 
+// The training process's launching thread (0.5 s of CPU per iteration) shares the one core with
+// the worker (0.8 s per batch). The launch starts as the iteration takes batch i, with the
+// worker on batch i + 1: each runs at half speed, so the launch ends after 1 s (as the GPU does)
+// and the worker has done 0.5 s of its 0.8 s; alone, it needs 0.3 s more. Every iteration then
+// waits 0.3 s for its batch: 1.3 s, the core's 0.5 + 0.8 s of work per iteration.
+TEST(DataLoader, LaunchingThreadSharesTheWorkersCore) {
+  IoInputs in = hand_inputs(decode_only(1), 1);
+  in.data->decode_seconds_per_sample = 0.05;  // 0.8 s per batch of 16
+  in.profile.launch_seconds = 0.5;
+  const IoResult r = simulate_io(in);
+  EXPECT_NEAR(r.steady_iteration_seconds, 1.3, 1e-9);
+  EXPECT_NEAR(r.data_wait_seconds, 0.3, 1e-9);
+  EXPECT_NEAR(r.launch_wait_seconds, 0.0, 1e-9);
+  EXPECT_NEAR(r.launch_seconds, 0.5, 1e-12);
+  EXPECT_EQ(r.bound, IterationBound::loader);
+  // A second core gives each its own: the GPU's 1 s again.
+  in.platform.host.cores = 2;
+  const IoResult two = simulate_io(in);
+  EXPECT_NEAR(two.steady_iteration_seconds, 1.0, 1e-9);
+  EXPECT_NEAR(two.launch_wait_seconds, 0.0, 1e-9);
+  EXPECT_EQ(two.bound, IterationBound::gpu);
+  // Without the launching thread's time the worker keeps up on one core.
+  in.platform.host.cores = 1;
+  in.profile.launch_seconds = 0;
+  EXPECT_NEAR(simulate_io(in).steady_iteration_seconds, 1.0, 1e-9);
+}
+
+// A launch of 0.9 s and a worker of 0.3 s per batch on one core: the worker runs ahead (its
+// batches are ready), the launch is always running, so the core does 1.2 s of work per
+// iteration and the iteration waits 0.2 s past the GPU's 1 s for its launching thread.
+TEST(DataLoader, LaunchingThreadSlowedByTheWorkersMakesTheIterationHostBound) {
+  IoInputs in = hand_inputs(decode_only(1), 1);
+  in.data->decode_seconds_per_sample = 0.3 / 16;
+  in.profile.launch_seconds = 0.9;
+  const IoResult r = simulate_io(in);
+  EXPECT_NEAR(r.steady_iteration_seconds, 1.2, 1e-9);
+  EXPECT_NEAR(r.data_wait_seconds, 0.0, 1e-9);
+  EXPECT_NEAR(r.launch_wait_seconds, 0.2, 1e-9);
+  EXPECT_EQ(r.bound, IterationBound::host);
+}
+
+// Two workers on one core and one disk, each batch a 0.6 s read (2.4 GB at 4 GB/s) and a 0.8 s
+// decode, and a GPU of 0.5 s. Out of step, one worker reads while the other decodes and the
+// core never idles: a batch every 0.8 s (the core's work per batch), 0.3 s of it waited for.
+// In lockstep (both reading at half speed for 1.2 s, then both decoding for 1.6 s) it would be
+// 2.8 s per two batches, 1.4 s per iteration: the workers' spread start keeps them out of step.
+TEST(DataLoader, WorkersOutOfStepOverlapTheDiskAndTheCore) {
+  DataSpec d = decode_only(2);
+  d.bytes_per_sample = 150'000'000;
+  d.decode_seconds_per_sample = 0.05;
+  d.from = StorageTier::local;
+  IoInputs in = hand_inputs(d, 1);
+  in.profile.seconds = 0.5;
+  in.profile.optimizer_start = 0.4;
+  const IoResult r = simulate_io(in);
+  EXPECT_NEAR(r.steady_iteration_seconds, 0.8, 1e-9);
+  EXPECT_NEAR(r.data_wait_seconds, 0.3, 1e-9);
+  EXPECT_EQ(r.bound, IterationBound::loader);
+}
+
+// Two GPUs, one worker each on its own core, 1.6 s per batch: the second GPU's worker starts
+// 0.8 s later (the spread start), so the GPUs' batches arrive 0.8 s apart. They meet after
+// every iteration, so the node waits for the later one: 1.6 s per iteration, 0.6 s of it the
+// node's wait for a batch (the slower GPU's), loader-bound whichever GPU waited.
+TEST(DataLoader, NodeWaitsForItsSlowestGpusBatch) {
+  IoInputs in = hand_inputs(decode_only(1), 2);
+  in.shape = ClusterShape{1, 2};
+  const IoResult r = simulate_io(in);
+  EXPECT_NEAR(r.steady_iteration_seconds, 1.6, 1e-9);
+  EXPECT_NEAR(r.data_wait_seconds, 0.6, 1e-9);
+  EXPECT_NEAR(r.batch_decode_seconds, 1.6, 1e-9);
+  EXPECT_EQ(r.bound, IterationBound::loader);
+}
+
 TEST(DataLoader, FileSystemClientLinkBindsWhateverTheWorkers) {
   DataSpec d;
   d.bytes_per_sample = 100'000'000;  // 1.6 GB per batch over a 1 GB/s client link: 1.6 s

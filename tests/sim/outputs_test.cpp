@@ -235,7 +235,7 @@ TEST(Outputs, JsonReportHasTheResultsNumbers) {
   EXPECT_EQ(j["strategy"]["applied"], f.schedule.strategy);
   EXPECT_TRUE(j["strategy"]["rules"].is_null());  // the run gave no StrategySpec
   EXPECT_EQ(j["schema"]["name"], "comptrain.simulate");
-  EXPECT_EQ(j["schema"]["version"], 5);
+  EXPECT_EQ(j["schema"]["version"], 6);
   EXPECT_EQ(j["framework"]["zero_grad"], "set_to_none");
   EXPECT_EQ(j["framework"]["cublas_workspace_bytes"], 8 * kMiB + 128 * 1024);
   EXPECT_EQ(j["results"]["memory"]["max_memory_reserved_bytes"], r.device.peak_reserved);

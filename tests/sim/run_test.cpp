@@ -4,7 +4,9 @@
 
 #include <variant>
 
+#include "comptrain/sim/io.hpp"
 #include "comptrain/sim/run.hpp"
+#include "comptrain/sim/workers.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/traces/trace_json.hpp"
 #include "comptrain/zoo/zoo.hpp"
@@ -79,6 +81,25 @@ TEST(Run, OneRunInAChildEqualsTheSameRunInPlace) {
   EXPECT_EQ(child.peak_bytes, completed.result.peak_bytes);
   EXPECT_EQ(child.iteration_seconds, completed.result.iteration_seconds);
   EXPECT_EQ(report_json(completed.view(prepared)), report(prepared, prepared.scenario().strategy, 2, again, true));
+}
+
+// A worker that is itself a child (sweeps, calibration) runs a scenario in place; with a data
+// section the replay and the I/O simulation must not share that process's one SimGrid engine
+// (a second engine in a child forked after the first aborted). In place gives what a child does.
+TEST(Run, AScenarioWithADataSectionRunsInPlaceAsInAChild) {
+  const PreparedScenario prepared(scenario("model: {zoo: resnet18}\ntraining: {batch_size: 8}\nplatform: a100-80gb\n"
+                                           "data: {bytes_per_sample: 110 KB, decode_per_sample: 50 ms, from: local}\n"));
+  ChildProcess worker([&prepared] {
+    const RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, 8, Isolation::this_process);
+    const auto& completed = std::get<CompletedRun>(outcome);
+    return completed.io ? io_result_to_json(*completed.io) : std::string("no io");
+  });
+  const IoResult in_place = io_result_from_json(std::move(worker.wait()).result_or_throw());
+  const RunOutcome in_child = run_scenario(prepared, prepared.scenario().strategy, 8, Isolation::child_process);
+  const auto& completed = std::get<CompletedRun>(in_child);
+  ASSERT_TRUE(completed.io.has_value());
+  EXPECT_EQ(in_place.bound, IterationBound::loader);
+  EXPECT_EQ(in_place.mean_iteration_seconds, completed.io->mean_iteration_seconds);
 }
 
 // Eager PyTorch launches every kernel from one CPU thread (the launching thread). The model's own

@@ -196,6 +196,47 @@ TEST(ValidatePrediction, ThroughputIsTheWholeJobs) {
   std::filesystem::remove_all(dir);
 }
 
+// A scenario with a data section is predicted with its loader: the throughput over the I/O
+// simulation's iteration (its waits for the batch), and a slowdown of real over synthetic data
+// (the same scenario without the section) is that iteration over the replayed one.
+TEST(ValidatePrediction, DataSectionThroughputAndSlowdownIncludeTheLoader) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "comptrain_validate_data_loader";
+  std::filesystem::create_directories(dir);
+  const std::string synthetic = "model: {zoo: resnet18}\ntraining: {batch_size: 8, precision: fp32, optimizer: momentum}\nplatform: a100-80gb\n";
+  std::ofstream(dir / "synthetic.yaml") << synthetic;
+  // One worker decoding 8 samples at 50 ms: 0.4 s per batch, far slower than the GPU (a100-80gb's local disks: 50 GB/s).
+  std::ofstream(dir / "real.yaml") << synthetic << "data: {bytes_per_sample: 110 KB, decode_per_sample: 50 ms, workers_per_gpu: 1, from: local}\n";
+  const std::string common = R"("source": "s", "model": "resnet18", "gpu": "A100", "precision": "fp32", "batch": 8, "notes": "n", )";
+  const ValidationTable table = parse_validation_table(
+      R"({"id": "t", )" + common + R"("metric": "throughput_samples_per_s", "published": 20, "unit": "images/s", "scenario": "real.yaml"})" "\n" +
+          R"({"id": "s", )" + common +
+          R"("metric": "slowdown_x", "published": 2, "unit": "x", "scenario": "real.yaml", "reference_scenario": "synthetic.yaml"})" "\n",
+      "t.jsonl", dir);
+  const auto results = validate(table, ValidateOptions{false, 1});
+  ASSERT_EQ(results.size(), 2u);
+  const PreparedScenario real(load_scenario_file(dir / "real.yaml"));
+  const RunOutcome outcome = run_scenario(real, real.scenario().strategy, 8, Isolation::child_process);
+  ASSERT_TRUE(std::holds_alternative<CompletedRun>(outcome));
+  const CompletedRun& run = std::get<CompletedRun>(outcome);
+  ASSERT_TRUE(run.io.has_value());
+  EXPECT_EQ(run.io->bound, IterationBound::loader);
+  // The worker's batch: 880 KB read from the node's disks, then 0.4 s of decode; the launching
+  // thread has a core of its own.
+  ASSERT_TRUE(real.platform().storage && real.platform().storage->local);
+  const double batch_seconds = 8 * 110e3 / real.platform().storage->local->read_bandwidth + 8 * 0.05;
+  EXPECT_NEAR(run.io->steady_iteration_seconds, batch_seconds, 1e-9);
+  double launch = 0;
+  for (const models::Task& task : run.scheduled.schedule.tasks) launch += task.host_seconds;
+  EXPECT_GT(launch, 0);
+  EXPECT_NEAR(run.io->launch_seconds, launch, 1e-12);
+  ASSERT_TRUE(results[0].predicted.has_value()) << results[0].why_none;
+  EXPECT_NEAR(*results[0].predicted, 8.0 / batch_seconds, 1e-6);
+  ASSERT_TRUE(results[1].predicted.has_value()) << results[1].why_none;
+  EXPECT_NEAR(*results[1].predicted, batch_seconds / run.result.iteration_seconds, 1e-6);
+  EXPECT_GT(*results[1].predicted, 2.0);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(ValidationSummary, TextShowsSignedErrorsAndTheSummary) {
   const std::string text = validation_text({result("a", ValidationMetric::slowdown_x, 0.25)});
   EXPECT_THAT(text, HasSubstr("+25.0%"));

@@ -1,6 +1,6 @@
 #pragma once
 // Quantities with units, as written in platform descriptions: "40 GiB", "1555 GB/s",
-// "19.5 TFLOP/s", "5 us", "400 W". The grammar and the unit tables are documented in
+// "19.5 TFLOP/s", "5 us", "400 W", "2.5 J". The grammar and the unit tables are documented in
 // scenarios/platforms/README.md; keep the two in step.
 
 #include <cstdint>
@@ -12,8 +12,8 @@
 namespace comptrain::models::units {
 
 // What a quantity measures, and so which units it accepts. Values are returned in the base
-// unit of each: bytes, bytes/s, FLOP/s, seconds, watts.
-enum class Dimension { bytes, bandwidth, flop_rate, time, power };
+// unit of each: bytes, bytes/s, FLOP/s, seconds, watts, joules.
+enum class Dimension { bytes, bandwidth, flop_rate, time, power, energy };
 
 // An inclusive range of acceptable values, in the base unit of a dimension.
 struct Bounds {

@@ -5,7 +5,16 @@
 // on one CPU core (decode_seconds_per_sample per sample); a worker holds at most
 // `prefetch_factor` batches ahead (batch i is handed out once batch i - prefetch_factor x workers
 // has been taken, DataLoader's _try_put_index), and training takes the batches in order, waiting
-// when the next one is not ready.
+// when the next one is not ready. The training process itself runs on the same CPU: its launching
+// thread's CPU time per iteration (the replay's dispatch costs) is an execution on one of the
+// node's cores, started when the iteration takes its batch, and the iteration ends no earlier
+// than it (PyTorch's Python thread issues the iteration's work; the workers compete for its core
+// when there are more runnable workers and threads than cores). The node's workers start spread
+// evenly over one batch's uncontended read and decode time rather than all at once: a real
+// DataLoader's workers start together but fall out of step within a few samples (JPEG sizes, and
+// so decode times, vary), while identical simulated workers would keep an exact lockstep (all
+// reading, then all decoding), an unstable equilibrium that would halve the throughput of a
+// worker that alternates between the disk and a core (a modelling choice; tests/sim/data_loader_test.cpp).
 
 #include <cstdint>
 

@@ -52,6 +52,13 @@ struct EnergyResult {
   double network_joules = 0;  // the links between nodes, whole cluster
   double total_joules = 0;    // every node and the network, per iteration
 
+  // What the job draws while it waits with nothing running (for a batch, a checkpoint: sim/io.hpp,
+  // io_energy.hpp): every GPU at its in-job power, the hosts at host.power.idle, every powered
+  // link at its idle power.
+  double node_waiting_watts = 0;     // one node: its GPUs, host and links
+  double network_waiting_watts = 0;  // the links between nodes, whole cluster
+  double waiting_watts() const { return nodes * node_waiting_watts + network_waiting_watts; }
+
   double gpu_average_watts() const { return seconds > 0 ? gpu_joules / seconds : 0; }
   // The GPU's mean power while kernels run on it (it draws in_job the rest of the time).
   double gpu_busy_average_watts() const {

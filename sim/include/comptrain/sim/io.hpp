@@ -53,18 +53,25 @@ struct IterationProfile {
   std::int64_t samples = 0;    // samples one GPU takes per iteration (the batch x accumulation steps)
   double exposed_communication_seconds = 0;
   double host_wait_seconds = 0;
+  // The launching thread's CPU time per iteration (the schedule's host_seconds: Python, the
+  // dispatcher, autograd and the CUDA launches; models::Task::host_seconds). With a data section
+  // it runs on the node's CPU host next to the loader workers (data_loader.hpp).
+  double launch_seconds = 0;
 };
 
 // From a replayed run: the optimizer step starts at the first optimizer-phase task (a host
-// compute task of an offloaded step counts), else at the end.
+// compute task of an offloaded step counts), else at the end; the launching thread's CPU time
+// is the sum of the tasks' host_seconds.
 IterationProfile iteration_profile(const traces::Trace& trace, const models::Schedule& schedule, const SimulationResult& result,
                                    int accumulation_steps);
 
 // What sets the pace of the steady iteration:
 //   loader    the iteration waits for its batch and the workers spend more time decoding than reading
 //   storage   it waits for its batch and the workers spend more time reading
+//   host      no wait for the batch, but for the launching thread: slowed by the cores it shares
+//             with the loader workers (data_loader.hpp), or, in the replay, the GPU waiting for it
+//             >= 10% of the iteration and >= the exposed communication
 //   network   no wait; exposed communication >= 10% of the iteration and >= the host's wait
-//   host      no wait; the GPU waiting for the launching thread >= 10%
 //   gpu       none of these
 // (10%: the planner's bottleneck_share, plan.hpp, a design choice.)
 enum class IterationBound { gpu, network, host, loader, storage };
@@ -99,9 +106,13 @@ struct IoResult {
   bool data_loader = false;             // the scenario has a data section (else batches are always ready)
   double gpu_iteration_seconds = 0;     // the replay's iteration
   double steady_iteration_seconds = 0;  // with the loader, no checkpoint
-  double data_wait_seconds = 0;         // per steady iteration, the wait for the next batch
-  double batch_read_seconds = 0;        // one batch's read by one worker, in the steady state
-  double batch_decode_seconds = 0;      // one batch's decode by one worker, in the steady state
+  double data_wait_seconds = 0;         // per steady iteration, the wait for the next batch (the node's GPUs meet: the slowest GPU's wait)
+  double batch_read_seconds = 0;        // one batch's read by one worker, in the steady state (of the GPU that waited most)
+  double batch_decode_seconds = 0;      // one batch's decode by one worker, in the steady state (likewise)
+  // Per steady iteration, the wait for the launching thread's CPU time (IterationProfile::
+  // launch_seconds) beyond the replayed iteration: it shares the node's cores with the workers.
+  double launch_seconds = 0;       // the launching thread's CPU time per iteration (IterationProfile), with a data section
+  double launch_wait_seconds = 0;
   IterationBound bound = IterationBound::gpu;
   std::optional<CheckpointResult> checkpoint;
   double mean_iteration_seconds = 0;    // steady + the checkpoint's cost per iteration

@@ -44,6 +44,19 @@
 //
 // Outside a cluster search a target global batch is reached by estimated accumulation: ceil(share
 // / b) steps of one simulated micro-batch each (the optimizer step counted on every micro-batch).
+//
+// I/O. Where the scenario has a data: or checkpoint: section, every fitting point runs the I/O
+// simulation (sim/io.hpp, simulate_run_io) after its replay, in the same worker (the replay then
+// runs in a child of it: SimGrid's engine runs once per process): samples/s and energy are over the mean iteration (the replay's, the wait
+// for the next batch, the checkpoint's cost averaged over its interval), so a loader-bound batch
+// gains nothing over a smaller one that keeps up, and each point says what bounds it (IterationBound).
+// Points over the memory limit, and the one-GPU reference runs of the scaling efficiency (which
+// compare replays), skip it. A scenario without those sections plans exactly as before.
+//
+// Energy budget (plan.energy_budget, scenario.hpp: EnergyBudget). The best batch is chosen among the
+// fitting points within every bound (their energy over the mean iteration, sim/io_energy.hpp);
+// a strategy with fitting points none of which is within has no best batch and the limit
+// energy_budget, and a cluster search's fastest is among the configurations within it.
 
 #include <cstdint>
 #include <optional>
@@ -53,6 +66,7 @@
 
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/sim/collectives.hpp"
+#include "comptrain/sim/io.hpp"
 #include "comptrain/sim/scenario.hpp"
 
 namespace comptrain::sim {
@@ -63,6 +77,7 @@ struct PlanOptions {
   std::int64_t max_batch = 65536;                // search ceiling
   std::optional<std::int64_t> target_global_batch;  // with gradient accumulation
   PlanObjective objective = PlanObjective::samples_per_second;  // what the best batch maximises (plan.objective)
+  std::optional<EnergyBudget> energy_budget;     // plan.energy_budget: the best batch is within it
   int jobs = 0;                                  // worker processes; 0 = the core count
   bool progress = true;                          // progress on stderr
   int probes_per_round = 3;                      // simulations per search round (not tied to jobs,
@@ -76,11 +91,16 @@ struct PlanOptions {
 
 // What limits a strategy or a cluster candidate at its best batch:
 //   memory          no batch fits (not even 1, or not even 1 per GPU)
+//   energy_budget   batches fit, but none within plan.energy_budget
+//   loader          the iteration waits for its batch, the loader workers decoding longer than reading (sim/io.hpp)
+//   storage         it waits for its batch, the workers reading longer than decoding
+//   checkpoint      the checkpoint's cost per iteration >= bottleneck_share of the mean iteration (and
+//                   >= the exposed collectives' and the host's shares)
 //   network         exposed collective time >= bottleneck_share of the iteration (and >= the host's)
 //   host            the compute stream idle waiting for the launching thread >= bottleneck_share
-//   compute         neither: the GPU's work (and any copies it waits for) sets the pace
+//   compute         none of these: the GPU's work (and any copies it waits for) sets the pace
 //   not_applicable  the strategy applies at no batch tried; failed: the simulations failed
-enum class PlanLimit { memory, network, host, compute, not_applicable, failed };
+enum class PlanLimit { memory, network, host, compute, not_applicable, failed, loader, storage, checkpoint, energy_budget };
 std::string_view to_string(PlanLimit limit);
 
 // One simulated point.
@@ -95,14 +115,26 @@ struct PlanPoint {
   std::int64_t allocated_peak_bytes = 0;
   std::int64_t reserved_peak_bytes = 0;
   std::int64_t device_peak_bytes = 0;     // reserved + CUDA context
-  double iteration_seconds = 0;      // 0 for out-of-memory points
-  double samples_per_second = 0;     // batch x GPUs x micro-steps / iteration_seconds (global on a cluster)
+  double iteration_seconds = 0;      // the replay's; 0 for out-of-memory points
+  double samples_per_second = 0;     // batch x GPUs x micro-steps / mean_iteration_seconds (global on a cluster)
   double stall_seconds = 0;
   double collective_seconds = 0;     // sim::communication_time of the run (0 on one GPU)
   double exposed_communication_seconds = 0;
   double host_wait_seconds = 0;      // SimulationResult::host_wait_seconds
-  double joules = 0;                 // the whole job's energy per iteration (sim/energy.hpp); 0 without power values
+  double joules = 0;                 // the whole job's energy per mean iteration (sim/io_energy.hpp); 0 without power values
   double samples_per_joule = 0;      // batch x GPUs x micro-steps / joules (0 when it does not fit or has no energy)
+  double gpu_average_watts = 0;      // one GPU's average power over the mean iteration (0 without power values)
+  double node_average_watts = 0;     // one node's
+  bool within_energy_budget = true;  // plan.energy_budget holds here (true without a budget)
+  // The I/O simulation (sim/io.hpp), for a fitting point of a scenario with a data or checkpoint
+  // section; otherwise io_modelled is false, the waits 0 and the mean iteration the replay's.
+  bool io_modelled = false;
+  IterationBound io_bound = IterationBound::gpu;  // what sets the steady iteration's pace
+  double mean_iteration_seconds = 0;   // the replay's + the wait for the batch + the checkpoint's cost per iteration
+  double data_wait_seconds = 0;        // per steady iteration
+  double checkpoint_seconds_per_iteration = 0;  // the checkpoint's cost averaged over its interval
+  double checkpoint_stall_seconds = 0;          // per checkpoint
+  int checkpoint_interval_for_target = 0;       // the smallest interval within plan.checkpoint_overhead (0: none asked or found)
 };
 
 struct StrategyPlan {
@@ -180,6 +212,9 @@ struct BatchSizePlan {
   std::optional<models::OptimizerOffloadSpec> offload_optimizer;  // where the optimizer steps (parallelism section); nullopt: the GPU
   std::vector<StrategyPlan> strategies;       // empty for a cluster search
   std::optional<ClusterSearch> cluster_search;  // the scenario has plan.gpus, plan.nodes or plan.zero_stages
+  // The scenario has a data: or checkpoint: section: fitting points carry the I/O simulation.
+  bool io_modelled = false;
+  std::optional<double> checkpoint_overhead;  // plan.checkpoint_overhead, with a checkpoint section
   std::vector<std::string> notes;             // strategies left out as identical to another
 };
 

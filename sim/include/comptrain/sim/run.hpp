@@ -84,8 +84,11 @@ struct CompletedRun {
 };
 
 // The scenario's data loader and checkpoints (sim/io.hpp) around a replayed run that fits;
-// nullopt when the scenario has neither section or the run does not fit. Runs in a forked child.
-std::optional<IoResult> simulate_run_io(const PreparedScenario& prepared, const ScheduledRun& run, const SimulationResult& result);
+// nullopt when the scenario has neither section or the run does not fit. In a forked child, or in
+// this process where it has run no SimGrid engine yet (a planner's worker whose replay ran in a
+// child: a child forked after an engine ran inherits its initialised state, which SimGrid refuses).
+std::optional<IoResult> simulate_run_io(const PreparedScenario& prepared, const ScheduledRun& run, const SimulationResult& result,
+                                        Isolation isolation = Isolation::child_process);
 
 // schedule_run + replay (+ simulate_run_io); NotApplicable passes through.
 using RunOutcome = std::variant<CompletedRun, models::NotApplicable>;

@@ -52,6 +52,22 @@ std::optional<MemoryMetric> parse_memory_metric(std::string_view text);
 // samples per joule of the whole job's energy (sim/energy.hpp; points without energy count 0).
 enum class PlanObjective { samples_per_second, samples_per_joule };
 
+// plan.energy_budget: the planner's best batch (and a cluster search's fastest configuration) is
+// chosen among the points that stay within every bound given (sim/plan.hpp); a budget no point
+// meets is a result ("energy budget" as the limit), not an error. Each bound is over the point's
+// mean iteration (its data loader's wait and checkpoint cost included, sim/io.hpp):
+//   joules_per_sample   the whole job's energy per trained sample (1 / samples per joule): an energy
+//                       budget E for a run of N samples is E / N (Zeus reports energy to accuracy)
+//   gpu_average_watts   one GPU's average power: energy / time, what nvidia-smi averages to
+//   node_average_watts  one node's average power (its GPUs, CPUs and links): a per-node power budget
+// (averages, not peaks: under the power model every GPU draws its TDP or cap whenever a kernel runs,
+// so the peak is the same at every batch; a cap on it is power_limit.)
+struct EnergyBudget {
+  std::optional<double> joules_per_sample;
+  std::optional<double> gpu_average_watts;
+  std::optional<double> node_average_watts;
+};
+
 struct PlanSection {
   std::vector<models::StrategySpec> strategies;  // empty: the default list (strategies_to_plan)
   std::optional<double> margin;                  // fraction of the capacity kept free, in [0, 1)
@@ -76,6 +92,7 @@ struct PlanSection {
   // plan.checkpoint_overhead: the checkpoint's cost per iteration as a fraction of the iteration
   // that the checkpoint interval may cost; the report gives the smallest interval meeting it (sim/io.hpp).
   std::optional<double> checkpoint_overhead;
+  std::optional<EnergyBudget> energy_budget;  // plan.energy_budget
 
   bool searches_clusters() const { return !cluster_sizes.empty() || !zero_stages.empty() || !offload_optimizer.empty(); }
 };

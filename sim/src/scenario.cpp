@@ -94,7 +94,15 @@ class ScenarioReader {
     }
     if (const YAML::Node framework = root["framework"]) scenario.framework = read_framework(framework);
     if (const YAML::Node strategy = root["strategy"]) scenario.strategy = read_strategy(strategy, "strategy");
-    if (const YAML::Node parallelism = root["parallelism"]) scenario.parallelism = read_parallelism(parallelism, scenario.platform);
+    if (const YAML::Node parallelism = root["parallelism"]) {
+      scenario.parallelism = read_parallelism(parallelism, scenario.platform);
+      // FSDP2 under gradient accumulation (no resharding between micro-steps, reduce-scatters per
+      // micro-step or deferred) is not modelled.
+      if (scenario.parallelism->data.fsdp && scenario.accumulation_steps > 1) {
+        throw InputError(where(parallelism["fsdp"].Mark()) + "'parallelism.fsdp' with training.gradient_accumulation_steps " +
+                         std::to_string(scenario.accumulation_steps) + " is not modelled; expected gradient_accumulation_steps 1 with fsdp");
+      }
+    }
     // After parallelism: plan.gpus fills nodes of the parallelism section's GPUs per node.
     if (const YAML::Node plan = root["plan"]) scenario.plan = read_plan(plan, scenario.platform, scenario.parallelism);
     if (const YAML::Node data = root["data"]) scenario.data = read_data(data);

@@ -153,6 +153,8 @@ TEST(HfScenario, FsdpSection) {
   EXPECT_THAT(error_of(head + "parallelism: {fsdp: {units: [\"x\"], reduce_dtype: fp8}}\n"), HasSubstr("expected fp32, bf16 or fp16"));
   EXPECT_THAT(error_of(head + "parallelism: {fsdp: {units: [\"layers.[3-1]\"]}}\n"), HasSubstr("'parallelism.fsdp.units'"));
   EXPECT_THAT(error_of(head + "parallelism: {zero: {stage: 3}, fsdp: {units: [\"x\"]}}\n"), HasSubstr("more than one of 'ddp'"));
+  EXPECT_THAT(error_of(head + "training: {gradient_accumulation_steps: 2}\nparallelism: {fsdp: {units: [\"x\"]}}\n"),
+              AllOf(HasSubstr("s.yaml:4:"), HasSubstr("is not modelled")));
   EXPECT_THAT(error_of(head + "parallelism: {fsdp: {units: [\"x\"]}}\nplan: {zero_stages: [2, 3]}\n"),
               AllOf(HasSubstr("s.yaml:4:"), HasSubstr("'plan.zero_stages' searches DeepSpeed configurations")));
 }

@@ -67,16 +67,18 @@ bool component_matches(std::string_view pattern, std::string_view component, std
   return pattern == component || fnmatch(std::string(pattern).c_str(), std::string(component).c_str(), 0) == 0;
 }
 
-bool match_from(const std::vector<std::string_view>& pattern, std::size_t p, const std::vector<std::string_view>& name,
-                std::size_t n, std::string_view whole) {
-  if (p == pattern.size()) return true;  // the rest of the name lies inside the matched module
+// Where the match of pattern[p..] against name[n..] ends (the index of the first name component
+// after it), trying `**` shortest first; nothing when it does not match.
+std::optional<std::size_t> match_from(const std::vector<std::string_view>& pattern, std::size_t p, const std::vector<std::string_view>& name,
+                                      std::size_t n, std::string_view whole) {
+  if (p == pattern.size()) return n;  // the rest of the name lies inside the matched module
   if (pattern[p] == "**") {
     for (std::size_t k = n; k <= name.size(); ++k) {
-      if (match_from(pattern, p + 1, name, k, whole)) return true;
+      if (const auto end = match_from(pattern, p + 1, name, k, whole)) return end;
     }
-    return false;
+    return std::nullopt;
   }
-  if (n == name.size() || !component_matches(pattern[p], name[n], whole)) return false;
+  if (n == name.size() || !component_matches(pattern[p], name[n], whole)) return std::nullopt;
   return match_from(pattern, p + 1, name, n + 1, whole);
 }
 
@@ -96,13 +98,20 @@ void validate_module_pattern(std::string_view pattern) {
   }
 }
 
-bool module_pattern_matches(std::string_view pattern, std::string_view name) {
+bool module_pattern_matches(std::string_view pattern, std::string_view name) { return module_pattern_instance(pattern, name).has_value(); }
+
+std::optional<std::string_view> module_pattern_instance(std::string_view pattern, std::string_view name) {
   const std::vector<std::string_view> p = split(pattern);
   const std::vector<std::string_view> n = split(name);
   for (std::size_t start = 0; start < n.size(); ++start) {
-    if (match_from(p, 0, n, start, pattern)) return true;
+    if (const auto end = match_from(p, 0, n, start, pattern)) {
+      // The components name[0, end) joined by their dots: a prefix of `name`.
+      std::size_t length = 0;
+      for (std::size_t k = 0; k < *end; ++k) length += n[k].size() + (k > 0 ? 1 : 0);
+      return name.substr(0, length);
+    }
   }
-  return false;
+  return std::nullopt;
 }
 
 }  // namespace comptrain::models

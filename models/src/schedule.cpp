@@ -68,6 +68,15 @@ std::string_view to_string(TaskKind kind) {
   return "unknown";
 }
 
+std::string_view to_string(AllocationStream stream) {
+  switch (stream) {
+    case AllocationStream::current: return "current";
+    case AllocationStream::fsdp_all_gather: return "fsdp_all_gather";
+    case AllocationStream::fsdp_reduce_scatter: return "fsdp_reduce_scatter";
+  }
+  return "unknown";
+}
+
 std::string_view to_string(CollectiveKind kind) {
   switch (kind) {
     case CollectiveKind::all_reduce: return "all_reduce";

@@ -142,9 +142,22 @@ void check_rule(const StrategySpec& spec, std::size_t index) {
   if (const RecomputeAction* r = rule.recompute()) {
     if (r->mode == RecomputeAction::Mode::every_k && r->k < 1) throw InputError(where + "recompute k must be >= 1");
     if (r->mode == RecomputeAction::Mode::budget && r->budget_bytes < 0) throw InputError(where + "recompute budget_bytes must be >= 0");
-    if ((r->mode == RecomputeAction::Mode::checkpoints) != !r->keep.empty()) {
-      throw InputError(where + (r->keep.empty() ? "recompute mode checkpoints needs 'keep' (name patterns of the activations kept)"
-                                                : "recompute 'keep' applies to mode checkpoints only"));
+    const bool keeps = r->mode == RecomputeAction::Mode::checkpoints || r->mode == RecomputeAction::Mode::selective;
+    if (keeps != !r->keep.empty()) {
+      throw InputError(where + (r->keep.empty() ? std::string("recompute mode ") + (r->mode == RecomputeAction::Mode::selective ? "selective" : "checkpoints") +
+                                                      " needs 'keep' (name patterns of the activations kept)"
+                                                : "recompute 'keep' applies to modes checkpoints and selective only"));
+    }
+    if ((r->mode == RecomputeAction::Mode::selective) != !r->blocks.empty()) {
+      throw InputError(where + (r->blocks.empty() ? "recompute mode selective needs 'blocks' (module patterns of the checkpointed regions, e.g. model.layers.*)"
+                                                  : "recompute 'blocks' applies to mode selective only"));
+    }
+    for (const std::string& pattern : r->blocks) {
+      try {
+        validate_module_pattern(pattern);
+      } catch (const InputError& e) {
+        throw InputError(where + "blocks: " + e.what());
+      }
     }
   }
   const CompressAction* c = rule.compress();
@@ -428,6 +441,7 @@ class Assembler {
       b.role = memory_role_of(tensor.role);
       b.resident = !a_.info[s].written;  // held by its owner across iterations
       b.held_to_end = tensor.role == TensorRole::gradient;
+      if (held(s)) b.role = MemoryRole::activation;  // held for the backward pass by a selective checkpoint
       b.tensor = s;
       original_[s] = add_buffer(std::move(b));
       if (plan_.action[s] == Action::offload) {
@@ -479,6 +493,14 @@ class Assembler {
       compute_waits_.emplace_back();
     }
 
+    // Selective checkpoints' holds: the backward op a storage is held to uses it.
+    for (TensorIndex s : a_.storages) {
+      if (!held(s)) continue;
+      Task& task = compute_[op_task_[*plan_.held_until[s]]];
+      task.uses.push_back(original_[s]);
+      sorted_unique(task.uses);
+    }
+
     add_side_tasks(clamp.value_or(0));
     return emit();
   }
@@ -499,6 +521,11 @@ class Assembler {
   BufferId add_buffer(Buffer b) {
     schedule_.buffers.push_back(std::move(b));
     return schedule_.buffers.size() - 1;
+  }
+
+  // Held by a selective checkpoint (and still kept: a budget rule may not have dropped it).
+  bool held(TensorIndex s) const {
+    return !plan_.held_until.empty() && plan_.held_until[s].has_value() && plan_.action[s] == Action::keep;
   }
 
   Buffer copy_buffer(TensorIndex s, MemoryRole role, std::int64_t bytes, const char* suffix) const {
@@ -532,6 +559,7 @@ class Assembler {
     const StorageInfo& info = a_.info[s];
     if (!info.written) return true;  // resident
     if (plan_.pinned[s]) return true;  // kept by a checkpoints rule: recomputation starts from it
+    if (held(s)) return true;          // a selective checkpoint's cached output or input
     if (remat_[s] != kNone) return true;
     switch (plan_.action[s]) {
       case Action::offload:
@@ -1260,6 +1288,110 @@ std::string describe(const StrategySpec& spec, const StorageActions& plan, const
   return out.str();
 }
 
+// What PyTorch's selective activation checkpointing holds beyond checkpoints' split
+// (torch/utils/checkpoint.py, pytorch/pytorch@0008d771; the same behaviour in the December 2024
+// release torchtitan's published runs used). Per checkpointed block (a module instance of
+// `rc.blocks`):
+//  - _CachingTorchDispatchMode stores the output of every op the policy answers MUST_SAVE in the
+//    frame's storage during the forward; _CachedTorchDispatchMode hands it back (and lets go of
+//    it) when the recomputation reruns that op. The recomputation runs at the block's first
+//    backward use (_checkpoint_hook's unpack_hook) and, with early stop (the default), stops
+//    as soon as every tensor the block saved has been packed again (_recomputation_hook's
+//    pack_hook raises _StopRecomputationError). An op whose saved tensors are all inputs packs
+//    them before it runs (autograd saves inputs before dispatching the op), so the block's last
+//    op that saves anything, unless it saves an output, and every op after it never rerun: their
+//    cached outputs stay in the storage until the frame dies, with the last autograd node of the
+//    block that holds its saved-tensor hooks: the block's last backward op.
+//  - non-reentrant checkpoint keeps its tensor arguments (save_inputs) in a node no gradient
+//    reaches, also alive as long as the frame: the block's inputs stay to its last backward op.
+//    A kept output read by a forward op of another block is such an input (the residual stream
+//    `keep` names), not a cached op output.
+// A storage's hold is the latest backward op it is held to; held storages count as activations.
+void hold_selective_caches(const Analysis& a, const RecomputeAction& rc, StorageActions& plan) {
+  const Trace& trace = *a.trace;
+  if (plan.held_until.empty()) plan.held_until.assign(trace.tensors().size(), std::nullopt);
+  struct Block {
+    std::vector<OpIndex> forward;
+    std::optional<OpIndex> first_backward;
+    std::optional<OpIndex> last_backward;
+  };
+  std::map<std::string, Block> blocks;
+  std::vector<const Block*> block_of_op(trace.ops().size(), nullptr);
+  for (OpIndex o = 0; o < trace.ops().size(); ++o) {
+    const auto& op = trace.op(o);
+    if (op.phase == Phase::optimizer) continue;
+    for (const std::string& pattern : rc.blocks) {
+      if (const auto instance = module_pattern_instance(pattern, op.name)) {
+        Block& block = blocks[std::string(*instance)];
+        block_of_op[o] = &block;
+        if (op.phase == Phase::forward) {
+          block.forward.push_back(o);
+        } else {
+          if (!block.first_backward) block.first_backward = o;
+          block.last_backward = o;
+        }
+        break;
+      }
+    }
+  }
+  const auto read_in_backward = [&](TensorIndex s) {
+    const auto& readers = a.info[s].readers;
+    return std::any_of(readers.begin(), readers.end(), [&](OpIndex r) { return trace.op(r).phase == Phase::backward; });
+  };
+  const auto hold = [&](TensorIndex s, OpIndex until) {
+    auto& h = plan.held_until[s];
+    if (!h || *h < until) h = until;
+  };
+  for (auto& [name, block] : blocks) {
+    if (!block.last_backward || block.forward.empty()) continue;
+    // Where the recomputation stops: the last forward op of the block that saves a tensor (one a
+    // backward op reads); it reruns only when it saves an output.
+    std::optional<std::size_t> reruns_until;  // forward ops [0, reruns_until) rerun
+    for (std::size_t i = block.forward.size(); i-- > 0;) {
+      const auto& op = trace.op(block.forward[i]);
+      const auto saves = [&](const std::vector<TensorIndex>& list) {
+        return std::any_of(list.begin(), list.end(), [&](TensorIndex t) { return read_in_backward(trace.storage_of(t)); });
+      };
+      if (saves(op.outputs)) {
+        reruns_until = i + 1;
+        break;
+      }
+      if (saves(op.inputs)) {
+        reruns_until = i;
+        break;
+      }
+    }
+    const std::size_t rerun = reruns_until.value_or(0);
+    std::set<TensorIndex> written_here;
+    for (OpIndex o : block.forward) {
+      for (TensorIndex t : trace.op(o).outputs) written_here.insert(trace.storage_of(t));
+    }
+    // A kept output that a forward op outside the block reads is the block's output, which `keep`
+    // names as the next block's input (the residual stream), not an op output the policy caches.
+    const auto leaves_block = [&](TensorIndex s) {
+      for (OpIndex r : a.info[s].readers) {
+        if (trace.op(r).phase == Phase::forward && block_of_op[r] != &block) return true;
+      }
+      return false;
+    };
+    for (std::size_t i = 0; i < block.forward.size(); ++i) {
+      for (TensorIndex t : trace.op(block.forward[i]).outputs) {
+        const TensorIndex s = trace.storage_of(t);
+        if (plan.action[s] != Action::keep || !matches_any(rc.keep, trace.tensor(s).name) || leaves_block(s)) continue;
+        hold(s, i < rerun ? *block.first_backward : *block.last_backward);
+      }
+    }
+    // The checkpoint's tensor arguments: activations the block reads and does not write.
+    for (OpIndex o : block.forward) {
+      for (TensorIndex t : trace.op(o).inputs) {
+        const TensorIndex s = trace.storage_of(t);
+        if (!a.info[s].written || written_here.contains(s) || plan.action[s] != Action::keep) continue;
+        hold(s, *block.last_backward);
+      }
+    }
+  }
+}
+
 struct FixedPlan {
   StorageActions plan;
   std::vector<std::vector<TensorIndex>> recompute_candidates;  // per rule
@@ -1310,12 +1442,13 @@ FixedPlan fixed_decisions(const Analysis& a, const StrategySpec& strategy) {
       for (TensorIndex s : candidates) plan.action[s] = Action::drop;
       continue;
     }
-    if (rc->mode == RecomputeAction::Mode::checkpoints) {
+    if (rc->mode == RecomputeAction::Mode::checkpoints || rc->mode == RecomputeAction::Mode::selective) {
       for (TensorIndex s : candidates) plan.action[s] = matches_any(rc->keep, trace.tensor(s).name) ? Action::keep : Action::drop;
       // Block inputs autograd does not save are kept all the same, as checkpoint saves them.
       for (TensorIndex s : a.storages) {
         if (a.info[s].written && !a.info[s].saved && matches_any(rc->keep, trace.tensor(s).name)) plan.pinned[s] = true;
       }
+      if (rc->mode == RecomputeAction::Mode::selective) hold_selective_caches(a, *rc, plan);
       continue;
     }
     const std::size_t k = rc->mode == RecomputeAction::Mode::every_k ? static_cast<std::size_t>(rc->k)

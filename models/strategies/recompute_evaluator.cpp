@@ -29,12 +29,13 @@ std::uint32_t step_of(std::uint64_t p) { return static_cast<std::uint32_t>(p & 0
 }  // namespace
 
 bool RecomputeEvaluator::supports(const StorageActions& plan) {
-  return std::none_of(plan.action.begin(), plan.action.end(), [](Action x) { return x == Action::offload || x == Action::compress; });
+  return std::none_of(plan.action.begin(), plan.action.end(), [](Action x) { return x == Action::offload || x == Action::compress; }) &&
+         std::none_of(plan.held_until.begin(), plan.held_until.end(), [](const std::optional<traces::OpIndex>& h) { return h.has_value(); });
 }
 
 RecomputeEvaluator::RecomputeEvaluator(const Analysis& a, const StorageActions& plan, std::vector<TensorIndex> candidates)
     : a_(a), trace_(*a.trace), tensors_(a.trace->tensors().size()), candidates_(std::move(candidates)), action_(plan.action) {
-  if (!supports(plan)) throw std::logic_error("RecomputeEvaluator: offloaded or compressed storages are not modelled");
+  if (!supports(plan)) throw std::logic_error("RecomputeEvaluator: offloaded or compressed storages and selective holds are not modelled");
   const std::size_t n_ops = trace_.ops().size();
   if (n_ops >= kNone || tensors_ >= kNone / 2) throw std::logic_error("RecomputeEvaluator: trace too large");
   pinned_.assign(plan.pinned.begin(), plan.pinned.end());

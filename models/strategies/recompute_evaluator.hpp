@@ -37,7 +37,8 @@ namespace comptrain::models::strategy_detail {
 
 class RecomputeEvaluator {
  public:
-  // Whether the evaluator models a plan with these actions: none offloaded or compressed.
+  // Whether the evaluator models a plan with these actions: none offloaded or compressed, and no
+  // selective rule's holds (such plans are scored by building their schedule).
   static bool supports(const StorageActions& plan);
 
   // `plan` fixes every storage's action; `candidates` are the storages whose action set() may

@@ -54,6 +54,10 @@ struct StorageActions {
   // save it (under autocast a linear saves its 16-bit cast copy, not the fp32 layer input that
   // torch.utils.checkpoint keeps): held until the last replay that reads it.
   std::vector<bool> pinned;
+  // Indexed by tensor: a selective rule's cached output or checkpoint input, held until this
+  // backward op has run (models/strategies/README.md, "Selective activation checkpointing");
+  // empty vector or nothing: no such hold.
+  std::vector<std::optional<traces::OpIndex>> held_until;
 };
 
 // A plan's score in the budget search.

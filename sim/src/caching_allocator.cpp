@@ -20,6 +20,7 @@ struct ExpandableSegment;
 struct BlockPool;
 
 struct Block {
+  int stream = 0;  // the stream whose segment the block is carved from
   std::int64_t address = 0;
   std::int64_t size = 0;
   std::int64_t requested = 0;
@@ -33,16 +34,20 @@ struct Block {
   bool is_split() const { return prev != nullptr || next != nullptr; }
 };
 
-// BlockComparatorSize (one stream, so the stream key is left out).
+// BlockComparatorSize: stream, then size, then address.
 struct BySizeAddress {
   bool operator()(const Block* a, const Block* b) const {
+    if (a->stream != b->stream) return a->stream < b->stream;
     if (a->size != b->size) return a->size < b->size;
     return a->address < b->address;
   }
 };
-// BlockComparatorAddress.
+// BlockComparatorAddress: stream, then address.
 struct ByAddress {
-  bool operator()(const Block* a, const Block* b) const { return a->address < b->address; }
+  bool operator()(const Block* a, const Block* b) const {
+    if (a->stream != b->stream) return a->stream < b->stream;
+    return a->address < b->address;
+  }
 };
 
 struct BlockPool {
@@ -87,9 +92,10 @@ struct CachingAllocator::Impl {
   Impl(const Impl&) = delete;
   Impl& operator=(const Impl&) = delete;
 
-  Block* new_block(std::int64_t address, std::int64_t size, BlockPool* pool, ExpandableSegment* es,
+  Block* new_block(int stream, std::int64_t address, std::int64_t size, BlockPool* pool, ExpandableSegment* es,
                    bool mapped) {
     auto* b = new Block;
+    b->stream = stream;
     b->address = address;
     b->size = size;
     b->pool = pool;
@@ -123,7 +129,7 @@ struct CachingAllocator::Impl {
   }
 
   // malloc
-  bool malloc(RequestId id, std::int64_t bytes) {
+  bool malloc(RequestId id, std::int64_t bytes, int stream) {
     if (live.contains(id)) {
       throw std::logic_error("caching allocator: request " + std::to_string(id) + " allocated twice");
     }
@@ -139,15 +145,15 @@ struct CachingAllocator::Impl {
     BlockPool& pool = is_small_request(size) ? small_blocks : large_blocks;  // get_pool
     const std::int64_t alloc_size = allocation_size(size);                   // get_allocation_size
 
-    Block* block = get_free_block(pool, size);
+    Block* block = get_free_block(pool, stream, size);
     if (!block) {
       // alloc_block || (release_available_cached_blocks && alloc_block) || (release_cached_blocks
       // && alloc_block(isRetry)). release_available_cached_blocks returns false when
       // max_split_size is unlimited (the default), so it is left out.
-      block = alloc_block(pool, size, alloc_size, false);
+      block = alloc_block(pool, stream, size, alloc_size, false);
       if (!block) {
         release_cached_blocks();
-        block = alloc_block(pool, size, alloc_size, true);
+        block = alloc_block(pool, stream, size, alloc_size, true);
       }
     }
     if (!block) {
@@ -165,20 +171,22 @@ struct CachingAllocator::Impl {
     return remaining > kSmallSize;
   }
 
-  // get_free_block: best fit by (size, address); the block leaves the free set.
-  Block* get_free_block(BlockPool& pool, std::int64_t size) {
+  // get_free_block: best fit among the stream's free blocks by (size, address); the block leaves
+  // the free set.
+  Block* get_free_block(BlockPool& pool, int stream, std::int64_t size) {
     Block key;
+    key.stream = stream;
     key.size = size;
     key.address = std::numeric_limits<std::int64_t>::min();
     auto it = pool.blocks.lower_bound(&key);
-    if (it == pool.blocks.end()) return nullptr;
+    if (it == pool.blocks.end() || (*it)->stream != stream) return nullptr;
     if ((*it)->expandable && options.expandable_segments) {
       // A block followed by unmapped space can grow into it: best fit compares those sizes.
       auto expandable_size = [](const Block* b) {
         return b->size + (b->next && !b->next->mapped ? b->next->size : 0);
       };
       auto next = std::next(it);
-      while ((*it)->expandable && next != pool.blocks.end() &&
+      while ((*it)->expandable && next != pool.blocks.end() && (*next)->stream == stream &&
              expandable_size(*next) < expandable_size(*it)) {
         it = next++;
       }
@@ -190,11 +198,11 @@ struct CachingAllocator::Impl {
 
   // alloc_block: a new segment (cudaMalloc) or new pages of an expandable segment. The
   // returned block is in no free set.
-  Block* alloc_block(BlockPool& pool, std::int64_t size, std::int64_t alloc_size, bool is_retry) {
+  Block* alloc_block(BlockPool& pool, int stream, std::int64_t size, std::int64_t alloc_size, bool is_retry) {
     if (is_retry) ++num_alloc_retries;
-    if (options.expandable_segments) return try_allocate_expandable_block(pool, size);
+    if (options.expandable_segments) return try_allocate_expandable_block(pool, stream, size);
     if (reserved + alloc_size > options.capacity_bytes) return nullptr;  // cudaErrorMemoryAllocation
-    Block* block = new_block(next_address, alloc_size, &pool, nullptr, true);
+    Block* block = new_block(stream, next_address, alloc_size, &pool, nullptr, true);
     next_address += alloc_size;
     add_reserved(alloc_size);
     ++cuda_segments;
@@ -206,7 +214,7 @@ struct CachingAllocator::Impl {
   Block* alloc_found_block(Block* block, std::int64_t size, std::int64_t orig_size, bool split) {
     if (split) {
       Block* remaining = block;
-      block = new_block(remaining->address, size, remaining->pool, remaining->expandable, true);
+      block = new_block(remaining->stream, remaining->address, size, remaining->pool, remaining->expandable, true);
       splice(block, remaining->prev, remaining);
       remaining->address += size;
       remaining->size -= size;
@@ -310,14 +318,14 @@ struct CachingAllocator::Impl {
 
     const std::int64_t before_size = unmapped_address - block->address;
     if (before_size > 0) {
-      Block* before_free = new_block(block->address, before_size, &pool, block->expandable, true);
+      Block* before_free = new_block(block->stream, block->address, before_size, &pool, block->expandable, true);
       splice(before_free, block->prev, block);
       pool.blocks.insert(before_free);
     }
     const std::int64_t after_size = block->size - (before_size + unmapped_size);
     if (after_size > 0) {
       Block* after_free =
-          new_block(unmapped_address + unmapped_size, after_size, &pool, block->expandable, true);
+          new_block(block->stream, unmapped_address + unmapped_size, after_size, &pool, block->expandable, true);
       splice(after_free, block, block->next);
       pool.blocks.insert(after_free);
     }
@@ -341,9 +349,9 @@ struct CachingAllocator::Impl {
                   [es](const std::unique_ptr<ExpandableSegment>& s) { return s.get() == es; });
   }
 
-  // find_expandable_block: the lowest address where free and unmapped space together hold
-  // `size`, or a new expandable segment.
-  Block* find_expandable_block(BlockPool& pool, std::int64_t size) {
+  // find_expandable_block: the lowest address of the stream's expandable segments where free and
+  // unmapped space together hold `size`, or a new expandable segment for the stream.
+  Block* find_expandable_block(BlockPool& pool, int stream, std::int64_t size) {
     auto allocatable = [](const Block* b) { return b != nullptr && !b->allocated; };
     auto has_available_address_space = [&](const Block* b) {
       std::int64_t bytes = 0;
@@ -353,8 +361,11 @@ struct CachingAllocator::Impl {
       }
       return bytes >= size;
     };
-    for (Block* unmapped : pool.unmapped) {
-      Block* c = unmapped;
+    Block key;
+    key.stream = stream;
+    key.address = std::numeric_limits<std::int64_t>::min();
+    for (auto it = pool.unmapped.lower_bound(&key); it != pool.unmapped.end() && (*it)->stream == stream; ++it) {
+      Block* c = *it;
       if (allocatable(c->prev)) c = c->prev;
       if (has_available_address_space(c)) return c;
     }
@@ -365,7 +376,7 @@ struct CachingAllocator::Impl {
     es->max_pages = es->pages_up(options.capacity_bytes + options.capacity_bytes / 8);
     es->base = next_address;
     next_address += es->size();
-    Block* candidate = new_block(es->base, es->size(), &pool, es.get(), false);
+    Block* candidate = new_block(stream, es->base, es->size(), &pool, es.get(), false);
     pool.unmapped.insert(candidate);
     expandable_segments.push_back(std::move(es));
     return candidate;
@@ -384,7 +395,7 @@ struct CachingAllocator::Impl {
     pool.unmapped.erase(to_map);
     to_map->mapped = true;
     if (mapped_size < to_map->size) {
-      Block* remaining = new_block(to_map->address + mapped_size, to_map->size - mapped_size,
+      Block* remaining = new_block(to_map->stream, to_map->address + mapped_size, to_map->size - mapped_size,
                                    &pool, to_map->expandable, false);
       splice(remaining, to_map, to_map->next);
       pool.unmapped.insert(remaining);
@@ -399,8 +410,8 @@ struct CachingAllocator::Impl {
   }
 
   // try_allocate_expandable_block
-  Block* try_allocate_expandable_block(BlockPool& pool, std::int64_t size) {
-    Block* candidate = find_expandable_block(pool, size);
+  Block* try_allocate_expandable_block(BlockPool& pool, int stream, std::int64_t size) {
+    Block* candidate = find_expandable_block(pool, stream, size);
     if (!candidate->mapped && !map_block(candidate, std::min(candidate->size, size))) return nullptr;
     while (candidate->size < size) {
       // free -> unmapped -> ...: map part of the unmapped block, which merges with the free one
@@ -428,6 +439,7 @@ struct CachingAllocator::Impl {
       s.address = head->address;
       s.small_pool = head->pool->is_small;
       s.expandable = head->expandable != nullptr;
+      s.stream = head->stream;
       for (const Block* b = head; b != nullptr && b->mapped; b = b->next) {
         s.blocks.push_back({b->address, b->size, b->allocated});
         s.total_size += b->size;
@@ -450,7 +462,7 @@ CachingAllocator::~CachingAllocator() = default;
 CachingAllocator::CachingAllocator(CachingAllocator&&) noexcept = default;
 CachingAllocator& CachingAllocator::operator=(CachingAllocator&&) noexcept = default;
 
-bool CachingAllocator::allocate(RequestId id, std::int64_t bytes) { return impl_->malloc(id, bytes); }
+bool CachingAllocator::allocate(RequestId id, std::int64_t bytes, StreamId stream) { return impl_->malloc(id, bytes, stream); }
 void CachingAllocator::free(RequestId id) { impl_->free(id); }
 void CachingAllocator::empty_cache() { impl_->release_cached_blocks(); }
 void CachingAllocator::reset_peaks() {

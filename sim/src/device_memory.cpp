@@ -26,8 +26,9 @@ class Feed {
   }
 
   // False (and out_.out_of_memory set) when PyTorch would run out of memory here.
-  bool allocate(CachingAllocator::RequestId id, std::int64_t bytes, int iteration, std::optional<std::size_t> event, double time) {
-    if (allocator_.allocate(id, bytes)) return true;
+  bool allocate(CachingAllocator::RequestId id, std::int64_t bytes, int iteration, std::optional<std::size_t> event, double time,
+                models::AllocationStream stream = models::AllocationStream::current) {
+    if (allocator_.allocate(id, bytes, static_cast<CachingAllocator::StreamId>(stream))) return true;
     const std::int64_t rounded = CachingAllocator::round_size(bytes);
     DeviceOutOfMemory oom;
     oom.iteration = iteration;
@@ -76,7 +77,7 @@ DeviceMemory model_device_memory(const models::Schedule& schedule, const std::ve
   // 1. Set-up: weights, buffers, inputs.
   for (BufferId b = 0; b < buffers.size(); ++b) {
     if (!buffers[b].resident || created_lazily(buffers[b])) continue;
-    if (!feed.allocate(b, buffers[b].bytes, 0, std::nullopt, 0.0)) return feed.finish();
+    if (!feed.allocate(b, buffers[b].bytes, 0, std::nullopt, 0.0, buffers[b].allocation_stream)) return feed.finish();
   }
 
   // When each lazily created buffer is first needed: the start of the first task using it.
@@ -108,7 +109,7 @@ DeviceMemory model_device_memory(const models::Schedule& schedule, const std::ve
   const auto allocate_lazy_until = [&](double time) {
     for (; next_lazy < lazy.size() && lazy[next_lazy].time <= time; ++next_lazy) {
       const BufferId b = lazy[next_lazy].buffer;
-      if (!feed.allocate(b, buffers[b].bytes, 1, std::nullopt, lazy[next_lazy].time)) return false;
+      if (!feed.allocate(b, buffers[b].bytes, 1, std::nullopt, lazy[next_lazy].time, buffers[b].allocation_stream)) return false;
     }
     return true;
   };
@@ -127,7 +128,7 @@ DeviceMemory model_device_memory(const models::Schedule& schedule, const std::ve
       }
     }
     if (!allocate_lazy_until(e.time)) return feed.finish();
-    if (!feed.allocate(e.buffer, buffers[e.buffer].bytes, 1, i, e.time)) return feed.finish();
+    if (!feed.allocate(e.buffer, buffers[e.buffer].bytes, 1, i, e.time, buffers[e.buffer].allocation_stream)) return feed.finish();
   }
   if (!allocate_lazy_until(std::numeric_limits<double>::infinity())) return feed.finish();
 
@@ -143,7 +144,7 @@ DeviceMemory model_device_memory(const models::Schedule& schedule, const std::ve
     if (!e.task) continue;  // resident: still allocated
     if (!e.allocation) {
       feed.free(e.buffer);
-    } else if (!feed.allocate(e.buffer, buffers[e.buffer].bytes, 2, i, e.time)) {
+    } else if (!feed.allocate(e.buffer, buffers[e.buffer].bytes, 2, i, e.time, buffers[e.buffer].allocation_stream)) {
       return feed.finish();
     }
   }

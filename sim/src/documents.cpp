@@ -22,6 +22,7 @@ std::string_view mode_name(models::RecomputeAction::Mode mode) {
     case models::RecomputeAction::Mode::budget: return "budget";
     case models::RecomputeAction::Mode::checkpoints: return "checkpoints";
     case models::RecomputeAction::Mode::all: return "all";
+    case models::RecomputeAction::Mode::selective: return "selective";
   }
   return "?";
 }
@@ -38,7 +39,8 @@ struct ActionJson {
     ordered_json j{{"mode", mode_name(r.mode)}};
     if (r.mode == models::RecomputeAction::Mode::every_k) j["k"] = r.k;
     if (r.mode == models::RecomputeAction::Mode::budget) j["budget_bytes"] = r.budget_bytes;
-    if (r.mode == models::RecomputeAction::Mode::checkpoints) j["keep"] = r.keep;
+    if (r.mode == models::RecomputeAction::Mode::checkpoints || r.mode == models::RecomputeAction::Mode::selective) j["keep"] = r.keep;
+    if (r.mode == models::RecomputeAction::Mode::selective) j["blocks"] = r.blocks;
     rule["recompute"] = std::move(j);
   }
   void operator()(const models::CompressAction& c) const {

@@ -83,6 +83,7 @@ std::optional<double> scaling_efficiency(const SimulationRun& run) {
 std::string data_parallel_name(const SimulationRun& run) {
   if (run.data_parallel == nullptr) return "one GPU";
   if (run.data_parallel->zero_stage == 0) return "PyTorch DDP";
+  if (run.data_parallel->fsdp) return "PyTorch FSDP2";
   return fmt::format("DeepSpeed ZeRO stage {}", run.data_parallel->zero_stage);
 }
 
@@ -375,7 +376,7 @@ void add_out_of_memory(std::string& out, const SimulationRun& run, const OutOfMe
 // compare with, shown beside the simulated peak. The largest layer is the largest parameter
 // tensor (DeepSpeed takes the largest module's parameters).
 std::optional<std::int64_t> deepspeed_estimate(const SimulationRun& run) {
-  if (run.data_parallel == nullptr || run.data_parallel->zero_stage < 2) return std::nullopt;
+  if (run.data_parallel == nullptr || run.data_parallel->zero_stage < 2 || run.data_parallel->fsdp) return std::nullopt;
   std::int64_t parameters = 0;
   std::int64_t largest = 0;
   for (const traces::Tensor& t : run.trace.tensors()) {

@@ -94,7 +94,15 @@ class ScenarioReader {
     }
     if (const YAML::Node framework = root["framework"]) scenario.framework = read_framework(framework);
     if (const YAML::Node strategy = root["strategy"]) scenario.strategy = read_strategy(strategy, "strategy");
-    if (const YAML::Node parallelism = root["parallelism"]) scenario.parallelism = read_parallelism(parallelism, scenario.platform);
+    if (const YAML::Node parallelism = root["parallelism"]) {
+      scenario.parallelism = read_parallelism(parallelism, scenario.platform);
+      // FSDP2 under gradient accumulation (no resharding between micro-steps, reduce-scatters per
+      // micro-step or deferred) is not modelled.
+      if (scenario.parallelism->data.fsdp && scenario.accumulation_steps > 1) {
+        throw InputError(where(parallelism["fsdp"].Mark()) + "'parallelism.fsdp' with training.gradient_accumulation_steps " +
+                         std::to_string(scenario.accumulation_steps) + " is not modelled; expected gradient_accumulation_steps 1 with fsdp");
+      }
+    }
     // After parallelism: plan.gpus fills nodes of the parallelism section's GPUs per node.
     if (const YAML::Node plan = root["plan"]) scenario.plan = read_plan(plan, scenario.platform, scenario.parallelism);
     if (const YAML::Node data = root["data"]) scenario.data = read_data(data);
@@ -269,10 +277,10 @@ class ScenarioReader {
   }
 
   // parallelism: {nodes, gpus_per_node, ddp: {bucket_cap, first_bucket, gradient_as_bucket_view},
-  //               zero: {stage, reduce_bucket_size, overlap_comm}}
+  //               zero: {stage, reduce_bucket_size, overlap_comm}, fsdp: {units, reshard_after_forward, ...}}
   ParallelismSection read_parallelism(const YAML::Node& node, const std::optional<models::Platform>& platform) const {
     require_map(node, "parallelism");
-    check_keys(node, "parallelism", {"nodes", "gpus_per_node", "ddp", "zero"});
+    check_keys(node, "parallelism", {"nodes", "gpus_per_node", "ddp", "zero", "fsdp"});
     ParallelismSection p;
     // At most 1,000,000 GPUs: far beyond any machine, and nodes x GPUs stays an int.
     constexpr std::int64_t kMaxGpus = 1'000'000;
@@ -298,8 +306,14 @@ class ScenarioReader {
     p.data.ranks = p.nodes * p.gpus_per_node;
     const YAML::Node ddp = node["ddp"];
     const YAML::Node zero = node["zero"];
-    if (ddp && zero) {
-      throw InputError(where(zero.Mark()) + "'parallelism' has both 'ddp' (PyTorch DDP) and 'zero' (DeepSpeed ZeRO); expected one of them");
+    const YAML::Node fsdp = node["fsdp"];
+    if ((ddp ? 1 : 0) + (zero ? 1 : 0) + (fsdp ? 1 : 0) > 1) {
+      throw InputError(where((fsdp ? fsdp : zero).Mark()) +
+                       "'parallelism' has more than one of 'ddp' (PyTorch DDP), 'zero' (DeepSpeed ZeRO) and 'fsdp' (PyTorch FSDP2); expected one of them");
+    }
+    if (fsdp) {
+      p.data.zero_stage = 3;
+      p.data.fsdp = read_fsdp(fsdp);
     }
     // The largest bucket or reduction bucket accepted: 1 TiB, beyond any GPU's memory.
     constexpr std::int64_t kMaxBucketBytes = std::int64_t{1} << 40;
@@ -346,6 +360,50 @@ class ScenarioReader {
       if (const YAML::Node offload = zero["offload_optimizer"]) p.data.offload_optimizer = read_offload_optimizer(offload, p.data.zero_stage);
     }
     return p;
+  }
+
+  // parallelism.fsdp (models/parallel/README.md, "FSDP2"): {units: [module patterns],
+  // reshard_after_forward: true | false | all_but_last, sharded_dtype, reduce_dtype}.
+  models::FsdpSpec read_fsdp(const YAML::Node& node) const {
+    const std::string section = "parallelism.fsdp";
+    require_map(node, section);
+    check_keys(node, section, {"units", "reshard_after_forward", "sharded_dtype", "reduce_dtype"});
+    models::FsdpSpec f;
+    const YAML::Node units = required(node, "units", section);
+    f.units = string_list(units, section + ".units");
+    if (f.units.empty()) throw InputError(where(units.Mark()) + "'" + section + ".units' is empty; expected the module patterns fully_shard is applied to, e.g. [\"model.layers.*\"]");
+    for (std::size_t i = 0; i < f.units.size(); ++i) {
+      try {
+        models::validate_module_pattern(f.units[i]);
+      } catch (const InputError& e) {
+        throw InputError(where(units[i].Mark()) + "'" + section + ".units': " + e.what());
+      }
+    }
+    if (const YAML::Node r = node["reshard_after_forward"]) {
+      const std::string value = scalar(r, section + ".reshard_after_forward");
+      if (value == "true") {
+        f.reshard_after_forward = models::FsdpSpec::Reshard::all;
+      } else if (value == "false") {
+        f.reshard_after_forward = models::FsdpSpec::Reshard::none;
+      } else if (value == "all_but_last") {
+        f.reshard_after_forward = models::FsdpSpec::Reshard::all_but_last;
+      } else {
+        throw InputError(where(r.Mark()) + "'" + section + ".reshard_after_forward' is '" + value +
+                         "'; expected true, false or all_but_last (every unit but the last in forward order, as torchtitan does)");
+      }
+    }
+    const auto dtype_bytes = [&](const char* key, int fallback) {
+      const YAML::Node n = node[key];
+      if (!n) return fallback;
+      const std::string value = scalar(n, section + "." + key);
+      if (value == "fp32") return 4;
+      if (value == "bf16" || value == "fp16") return 2;
+      throw InputError(where(n.Mark()) + "'" + section + "." + key + "' is '" + value + "'; expected fp32, bf16 or fp16");
+    };
+    f.sharded_parameter_bytes = dtype_bytes("sharded_dtype", 4);
+    // Unset: MixedPrecisionPolicy's default (None): the gradients are reduced in their own dtype.
+    f.reduce_bytes = dtype_bytes("reduce_dtype", 0);
+    return f;
   }
 
   // parallelism.zero.offload_optimizer: DeepSpeed's keys (deepspeed/runtime/zero/offload_config.py)
@@ -588,6 +646,14 @@ class ScenarioReader {
         }
       }
     }
+    if (parallelism && parallelism->data.fsdp) {
+      for (const char* key : {"zero_stages", "offload_optimizer"}) {
+        if (node[key]) {
+          throw InputError(where(node[key].Mark()) + "'plan." + key + "' searches DeepSpeed configurations, but 'parallelism.fsdp' fixes PyTorch FSDP2; "
+                                                      "expected no plan." + key + " with fsdp");
+        }
+      }
+    }
     for (const auto& [stage, mark] : list("zero_stages", 3)) plan.zero_stages.push_back(stage);
     read_offload_search(node, parallelism, plan);
   }
@@ -741,7 +807,7 @@ class ScenarioReader {
     models::RecomputeAction action;
     if (r.IsNull()) return action;
     require_map(r, f);
-    check_keys(r, f, {"mode", "k", "budget", "keep"});
+    check_keys(r, f, {"mode", "k", "budget", "keep", "blocks"});
     const std::string mode = r["mode"] ? scalar(r["mode"], f + ".mode") : "sqrt_n";
     if (mode == "sqrt_n") {
       action.mode = models::RecomputeAction::Mode::sqrt_n;
@@ -753,15 +819,35 @@ class ScenarioReader {
       action.mode = models::RecomputeAction::Mode::checkpoints;
     } else if (mode == "all") {
       action.mode = models::RecomputeAction::Mode::all;
+    } else if (mode == "selective") {
+      action.mode = models::RecomputeAction::Mode::selective;
     } else {
-      throw InputError(where(r["mode"].Mark()) + "unknown recompute mode '" + mode + "'; expected sqrt_n, every_k, budget, checkpoints or all");
+      throw InputError(where(r["mode"].Mark()) + "unknown recompute mode '" + mode + "'; expected sqrt_n, every_k, budget, checkpoints, all or selective");
     }
+    const bool keeps = action.mode == models::RecomputeAction::Mode::checkpoints || action.mode == models::RecomputeAction::Mode::selective;
     if (const YAML::Node keep = r["keep"]) {
-      if (action.mode != models::RecomputeAction::Mode::checkpoints) throw InputError(where(keep.Mark()) + "'keep' applies to mode checkpoints only");
+      if (!keeps) throw InputError(where(keep.Mark()) + "'keep' applies to modes checkpoints and selective only");
       action.keep = string_list(keep, f + ".keep");
     } else if (action.mode == models::RecomputeAction::Mode::checkpoints) {
       throw InputError(where(r.Mark()) + "mode checkpoints needs 'keep': name patterns of the activations kept (block inputs), e.g. "
                                          "[\"bert.encoder.layer.*.output.LayerNorm.out\"]");
+    } else if (action.mode == models::RecomputeAction::Mode::selective) {
+      throw InputError(where(r.Mark()) + "mode selective needs 'keep': name patterns of the outputs the policy saves (MUST_SAVE) and of the block "
+                                         "inputs, e.g. [\"model.layers.*.add_1.out\", \"model.layers.*.mlp.gate_proj.out\"]");
+    }
+    if (const YAML::Node blocks = r["blocks"]) {
+      if (action.mode != models::RecomputeAction::Mode::selective) throw InputError(where(blocks.Mark()) + "'blocks' applies to mode selective only");
+      action.blocks = string_list(blocks, f + ".blocks");
+      for (std::size_t i = 0; i < action.blocks.size(); ++i) {
+        try {
+          models::validate_module_pattern(action.blocks[i]);
+        } catch (const InputError& e) {
+          throw InputError(where(blocks[i].Mark()) + "'" + f + ".blocks': " + e.what());
+        }
+      }
+    } else if (action.mode == models::RecomputeAction::Mode::selective) {
+      throw InputError(where(r.Mark()) + "mode selective needs 'blocks': module patterns of the checkpointed regions (one torch.utils.checkpoint "
+                                         "call per module instance), e.g. [\"model.layers.*\"]");
     }
     if (const YAML::Node k = r["k"]) {
       if (action.mode != models::RecomputeAction::Mode::every_k) throw InputError(where(k.Mark()) + "'k' applies to mode every_k only");

@@ -573,7 +573,7 @@ TEST(AdaptiveBound, RecomputationsReadingTheCopyAreFlagged) {
   StrategySpec s = spec(adaptive(0.01), only("y1"));
   TensorSelector y2;
   y2.names = {"y2"};
-  s.rules.push_back({y2, RecomputeAction{RecomputeAction::Mode::checkpoints, 2, 0, {"none"}}});
+  s.rules.push_back({y2, RecomputeAction{RecomputeAction::Mode::checkpoints, 2, 0, {"none"}, {}}});
   const Schedule built = test_support::must_apply(build_schedule(mlp.build(), time_model(), s));
   EXPECT_TRUE(the_tensor(built, "y1").read_by_recomputation);
   const Schedule alone = test_support::must_apply(build_schedule(mlp.build(), time_model(), spec(adaptive(0.01), only("y1"))));

@@ -42,6 +42,18 @@ TEST(ModulePattern, MatchesModulesAnywhereAndTheirSubtrees) {
   EXPECT_TRUE(module_pattern_matches("layers.[0-15]", "model.layers.10.add.out"));
 }
 
+// The module instance a name lies in: the name's components through the end of the match.
+TEST(ModulePattern, InstanceIsTheMatchedPrefix) {
+  EXPECT_EQ(module_pattern_instance("layers.*", "model.layers.3.mlp.down_proj.out"), "model.layers.3");
+  EXPECT_EQ(module_pattern_instance("layers.*", "model.layers.3.mlp.down_proj.backward"), "model.layers.3");
+  EXPECT_EQ(module_pattern_instance("model.layers.[10-31]", "model.layers.31.add_1.out.grad.sum1"), "model.layers.31");
+  EXPECT_EQ(module_pattern_instance("mlp", "model.layers.3.mlp.down_proj.out"), "model.layers.3.mlp");
+  EXPECT_EQ(module_pattern_instance("model.**.mlp", "model.layers.3.mlp.up_proj.out"), "model.layers.3.mlp");
+  EXPECT_EQ(module_pattern_instance("layers.*", "model.layers.3"), "model.layers.3");
+  EXPECT_EQ(module_pattern_instance("layers.*", "model.norm.out"), std::nullopt);
+  EXPECT_EQ(module_pattern_instance("layers.*", "model.layers"), std::nullopt);
+}
+
 TEST(ModulePattern, MalformedPatternsAreInputErrorsNamingThePattern) {
   EXPECT_NO_THROW(validate_module_pattern("layers.[0-15].*"));
   EXPECT_NO_THROW(validate_module_pattern("**.mlp"));

@@ -162,6 +162,61 @@ TEST(CachingAllocator, AFreedBlockIsCachedAndReusedByAnEqualOrSmallerRequest) {
   expect_consistent(a);
 }
 
+// Per-stream blocks (get_free_block's `(*it)->stream != p.stream()`): a block another stream
+// freed stays reserved and cannot serve this stream; the same stream reuses it.
+TEST(CachingAllocator, AFreedBlockServesOnlyItsOwnStream) {
+  auto a = make(1024 * MiB);
+  ASSERT_TRUE(a.allocate(1, 100 * MiB, 0));
+  a.free(1);
+  ASSERT_TRUE(a.allocate(2, 100 * MiB, 1));  // stream 1: a new 100 MiB segment
+  EXPECT_EQ(a.reserved(), 200 * MiB);
+  EXPECT_EQ(a.num_device_alloc(), 2);
+  a.free(2);
+  ASSERT_TRUE(a.allocate(3, 60 * MiB, 0));  // stream 0 splits its own cached segment
+  ASSERT_TRUE(a.allocate(4, 60 * MiB, 1));  // and stream 1 its own
+  EXPECT_EQ(a.reserved(), 200 * MiB);
+  EXPECT_EQ(a.num_device_alloc(), 2);
+  const auto snap = a.snapshot();
+  ASSERT_EQ(snap.size(), 2u);
+  EXPECT_EQ(snap[0].stream, 0);
+  EXPECT_EQ(snap[1].stream, 1);
+  expect_blocks(snap[0], {{60 * MiB, true}, {40 * MiB, false}});
+  expect_blocks(snap[1], {{60 * MiB, true}, {40 * MiB, false}});
+  // A 40 MiB request on stream 2 finds nothing of its own, though 80 MiB are free.
+  ASSERT_TRUE(a.allocate(5, 40 * MiB, 2));
+  EXPECT_EQ(a.reserved(), 240 * MiB);
+  // Nor does stream 0 take stream 1's whole free segment (stream 0's own 40 MiB are too small).
+  a.free(4);
+  ASSERT_TRUE(a.allocate(6, 100 * MiB, 0));
+  EXPECT_EQ(a.reserved(), 340 * MiB);
+  expect_consistent(a);
+}
+
+// Out of memory on one stream releases every stream's free segments before the retry.
+TEST(CachingAllocator, OutOfMemoryReleasesOtherStreamsCachedSegments) {
+  auto a = make(200 * MiB);
+  ASSERT_TRUE(a.allocate(1, 150 * MiB, 1));
+  a.free(1);
+  ASSERT_TRUE(a.allocate(2, 100 * MiB, 0));  // 250 MiB would exceed 200: stream 1's segment goes
+  EXPECT_EQ(a.num_alloc_retries(), 1);
+  EXPECT_EQ(a.reserved(), 100 * MiB);
+  expect_consistent(a);
+}
+
+// With expandable segments each stream maps pages of its own segment per pool.
+TEST(CachingAllocator, ExpandableSegmentsArePerStream) {
+  auto a = make(1024 * MiB, true);
+  ASSERT_TRUE(a.allocate(1, 30 * MiB, 0));  // stream 0 maps 2 pages of 20 MiB
+  a.free(1);
+  ASSERT_TRUE(a.allocate(2, 30 * MiB, 1));  // stream 1: its own segment, 2 more pages
+  EXPECT_EQ(a.reserved(), 80 * MiB);
+  EXPECT_EQ(a.segment_count(), 2);
+  a.free(2);
+  ASSERT_TRUE(a.allocate(3, 40 * MiB, 0));  // stream 0's 40 MiB mapped already
+  EXPECT_EQ(a.reserved(), 80 * MiB);
+  expect_consistent(a);
+}
+
 TEST(CachingAllocator, BestFitBySizeThenByAddress) {
   auto a = make(1024 * MiB);
   ASSERT_TRUE(a.allocate(1, 12 * MiB));  // segment at 0

@@ -46,6 +46,24 @@ TEST(DeviceMemory, TheFirstStepFragmentsTheCacheTheSteadyIterationInherits) {
   EXPECT_EQ(r.device.peak_reserved, 26 * kMiB);
 }
 
+// The compute stream cannot reuse the 30 MiB block a buffer on another stream (FSDP2's
+// all-gather stream) freed: the reserved peak is both segments, 60 MiB; on one stream, 30.
+TEST(DeviceMemory, BuffersOnAnotherStreamDoNotReuseTheComputeStreamsBlocks) {
+  for (const bool other_stream : {false, true}) {
+    ScheduleBuilder b;
+    auto gathered = b.buffer("gathered", 30 * kMiB, MemoryRole::weight);
+    auto activation = b.buffer("activation", 30 * kMiB, MemoryRole::activation);
+    if (other_stream) b.s.buffers[gathered].allocation_stream = models::AllocationStream::fsdp_all_gather;
+    b.task("gather", TaskKind::op, Stream::compute, 0.25, {gathered}, {});
+    b.task("use", TaskKind::op, Stream::compute, 0.25, {}, {gathered});
+    b.task("forward", TaskKind::op, Stream::compute, 0.25, {activation}, {}, {1});
+    const SimulationResult r = simulate(test_platform(), b.s, bare_framework());
+    ASSERT_TRUE(r.fits());
+    EXPECT_EQ(r.peak_bytes, 30 * kMiB);
+    EXPECT_EQ(r.device.steady_peak_reserved, (other_stream ? 60 : 30) * kMiB) << other_stream;
+  }
+}
+
 // Without the first iteration the state would have had its own segment and the activation
 // would reuse its block: this is the same schedule with the state created before the forward.
 TEST(DeviceMemory, StateCreatedBeforeTheForwardDoesNotFragment) {

@@ -114,5 +114,50 @@ TEST(HfScenario, ModulePatternsAreCheckedAtTheirLine) {
   EXPECT_EQ(s.strategy.rules[0].select.modules, std::vector<std::string>{"layers.[0-1].mlp"});
 }
 
+// recompute mode selective: keep and blocks, each checked where it is written.
+TEST(HfScenario, SelectiveCheckpointingRules) {
+  const std::string head = "model: {zoo: llama, layers: 2, hidden: 64, heads: 4, vocab: 100, seq_len: 16}\nstrategy:\n  rules:\n"
+                           "    - select: {modules: [\"model.layers\"]}\n";
+  const Scenario s = parse_scenario(head + "      recompute: {mode: selective, blocks: [\"model.layers.*\"], keep: [\"model.layers.*.add_1.out\"]}\n",
+                                    "s.yaml", kScenarios);
+  const auto* r = s.strategy.rules.at(0).recompute();
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->mode, models::RecomputeAction::Mode::selective);
+  EXPECT_EQ(r->blocks, std::vector<std::string>{"model.layers.*"});
+  EXPECT_THAT(error_of(head + "      recompute: {mode: selective, keep: [\"a\"]}\n"), AllOf(HasSubstr("s.yaml:5:18"), HasSubstr("needs 'blocks'")));
+  EXPECT_THAT(error_of(head + "      recompute: {mode: selective, blocks: [\"model.layers.*\"]}\n"), HasSubstr("mode selective needs 'keep'"));
+  EXPECT_THAT(error_of(head + "      recompute: {mode: checkpoints, blocks: [\"x\"], keep: [\"a\"]}\n"), HasSubstr("'blocks' applies to mode selective only"));
+  EXPECT_THAT(error_of(head + "      recompute: {mode: selective, blocks: [\"layers.[2-1]\"], keep: [\"a\"]}\n"),
+              AllOf(HasSubstr("s.yaml:5:"), HasSubstr("'strategy.rules[0].recompute.blocks'"), HasSubstr("is empty")));
+}
+
+// parallelism.fsdp: PyTorch FSDP2 in place of ddp or zero (models/parallel/README.md, "FSDP2").
+TEST(HfScenario, FsdpSection) {
+  const std::string head = "model: {zoo: llama, layers: 2, hidden: 64, heads: 4, vocab: 100, seq_len: 16}\nplatform: dgx-h100-superpod\n";
+  const Scenario s = parse_scenario(head + "parallelism: {gpus_per_node: 8, fsdp: {units: [\"model.layers.*\"], reshard_after_forward: all_but_last, "
+                                           "reduce_dtype: fp32}}\n",
+                                    "s.yaml", kScenarios);
+  ASSERT_TRUE(s.parallelism);
+  EXPECT_EQ(s.parallelism->data.zero_stage, 3);
+  ASSERT_TRUE(s.parallelism->data.fsdp);
+  EXPECT_EQ(s.parallelism->data.fsdp->units, std::vector<std::string>{"model.layers.*"});
+  EXPECT_EQ(s.parallelism->data.fsdp->reshard_after_forward, models::FsdpSpec::Reshard::all_but_last);
+  EXPECT_EQ(s.parallelism->data.fsdp->sharded_parameter_bytes, 4);
+  EXPECT_EQ(s.parallelism->data.fsdp->reduce_bytes, 4);
+  const Scenario defaults = parse_scenario(head + "parallelism: {fsdp: {units: [\"layers.*\"]}}\n", "s.yaml", kScenarios);
+  EXPECT_EQ(defaults.parallelism->data.fsdp->reshard_after_forward, models::FsdpSpec::Reshard::all);
+  EXPECT_EQ(defaults.parallelism->data.fsdp->reduce_bytes, 0);  // the gradients' dtype, PyTorch's default
+  EXPECT_THAT(error_of(head + "parallelism: {fsdp: {units: [\"x\"], reshard_after_forward: sometimes}}\n"),
+              AllOf(HasSubstr("s.yaml:3:"), HasSubstr("expected true, false or all_but_last")));
+  EXPECT_THAT(error_of(head + "parallelism: {fsdp: {}}\n"), HasSubstr("'units'"));
+  EXPECT_THAT(error_of(head + "parallelism: {fsdp: {units: [\"x\"], reduce_dtype: fp8}}\n"), HasSubstr("expected fp32, bf16 or fp16"));
+  EXPECT_THAT(error_of(head + "parallelism: {fsdp: {units: [\"layers.[3-1]\"]}}\n"), HasSubstr("'parallelism.fsdp.units'"));
+  EXPECT_THAT(error_of(head + "parallelism: {zero: {stage: 3}, fsdp: {units: [\"x\"]}}\n"), HasSubstr("more than one of 'ddp'"));
+  EXPECT_THAT(error_of(head + "training: {gradient_accumulation_steps: 2}\nparallelism: {fsdp: {units: [\"x\"]}}\n"),
+              AllOf(HasSubstr("s.yaml:4:"), HasSubstr("is not modelled")));
+  EXPECT_THAT(error_of(head + "parallelism: {fsdp: {units: [\"x\"]}}\nplan: {zero_stages: [2, 3]}\n"),
+              AllOf(HasSubstr("s.yaml:4:"), HasSubstr("'plan.zero_stages' searches DeepSpeed configurations")));
+}
+
 }  // namespace
 }  // namespace comptrain::sim

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/schedule.hpp"
@@ -68,6 +70,34 @@ inline constexpr std::int64_t kFp32AdamStateBytesPerParameter = 12;
 // Throws std::invalid_argument when the host has no FLOP/s or memory bandwidth.
 double cpu_adam_seconds(std::int64_t parameters, const HostSpec& host);
 
+// PyTorch FSDP2 (torch.distributed.fsdp.fully_shard, the per-parameter sharding torchtitan
+// uses) in place of DeepSpeed's ZeRO-3: the same model state per GPU, held and communicated the
+// way FSDP2 does it (models/parallel/README.md, "FSDP2"): parameters gathered and gradients
+// reduce-scattered per parameter group (a fully_shard unit), each unit's all-gather buffers and
+// sharded gradients allocated on FSDP2's own streams, the root group never resharded after
+// forward. Needs zero_stage 3 (the sharding).
+struct FsdpSpec {
+  // fully_shard is applied to each module instance these module patterns name
+  // (models/module_pattern.hpp; torchtitan: each transformer block, `model.layers.*`), then to
+  // the root module: each instance's parameters are one group, every other parameter is the
+  // root's. Weights and gradients belong to the instance their trace name lies in.
+  std::vector<std::string> units;
+  // reshard_after_forward of the units (the root is never resharded after forward: FSDPState's
+  // _lazy_init sets its post_forward_mesh_info to None). all_but_last: torchtitan's choice
+  // (parallelize_llama.py apply_fsdp: the last transformer block keeps its parameters, which the
+  // backward pass needs first).
+  enum class Reshard { all, none, all_but_last };
+  Reshard reshard_after_forward = Reshard::all;
+  // Bytes per element of the sharded parameters (the model's original dtype, which FSDP2 keeps
+  // sharded: fp32, 4) and of the reduce-scatter (MixedPrecisionPolicy.reduce_dtype, fp32 in
+  // torchtitan: 4; the reduced gradient shards are kept in it; 0: unset, PyTorch's default, the
+  // gradients' own dtype). The unsharded parameters and the gradients autograd computes are in
+  // the trace's weights' dtype (MixedPrecisionPolicy.param_dtype).
+  int sharded_parameter_bytes = 4;
+  int reduce_bytes = 0;
+  friend bool operator==(const FsdpSpec&, const FsdpSpec&) = default;
+};
+
 struct DataParallelSpec {
   int ranks = 1;       // GPUs in the data-parallel group; 1: the schedule is left as it is
   int zero_stage = 0;  // 0: PyTorch DDP (full replicas); 1, 2, 3: DeepSpeed ZeRO
@@ -93,11 +123,15 @@ struct DataParallelSpec {
   std::int64_t sub_group_elements = 1'000'000'000;
   // offload_optimizer with device cpu (stages 1 to 3); unset: the optimizer stays on the GPU.
   std::optional<OptimizerOffloadSpec> offload_optimizer;
+  // PyTorch FSDP2 instead of DeepSpeed (zero_stage 3, no offloaded optimizer); the DeepSpeed
+  // fields above (buckets, overlap_comm, sub_group_size) do not apply.
+  std::optional<FsdpSpec> fsdp;
 };
 
 // InputError-free check of a spec built in code: ranks >= 1, zero_stage 0..3, positive sizes; an
 // offloaded optimizer needs ZeRO (stage >= 1), a ratio in [0, 1] and below 1 only with stage 3,
-// and prefetch_optimizer needs stage 3, ratio 1 and a gap >= 1. Throws std::invalid_argument
+// and prefetch_optimizer needs stage 3, ratio 1 and a gap >= 1; fsdp needs stage 3, no offloaded
+// optimizer, valid unit patterns and element sizes of 1 to 8 bytes. Throws std::invalid_argument
 // naming the field.
 void check_data_parallel(const DataParallelSpec& spec);
 
@@ -119,6 +153,7 @@ void check_data_parallel(const DataParallelSpec& spec);
 //    updated 16-bit parameters are copied back; the fp32 state is not in GPU memory. Twin-Flow's
 //    and Deep Optimizer States' GPU subgroups step on the GPU for the optimizer's kernel time
 //    scaled to their share of the parameters.
+//  - with fsdp, FSDP2's schedule instead of ZeRO-3's (models/parallel/README.md, "FSDP2").
 // Apply it after build_schedule and before the framework's gradient lifetime. The overload
 // without a platform refuses an offloaded optimizer (std::invalid_argument): its step needs the host.
 void apply_data_parallel(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec);

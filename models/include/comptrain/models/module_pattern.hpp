@@ -16,6 +16,7 @@
 // `layers.*.mlp` those of each layer's MLP, `layers.[0-15]` everything of layers 0 to 15 and
 // `model.layers.3` layer 3 of a Hugging Face LLaMA only.
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -28,5 +29,12 @@ void validate_module_pattern(std::string_view pattern);
 
 // Whether `name` lies in a module `pattern` (validated) names.
 bool module_pattern_matches(std::string_view pattern, std::string_view name);
+
+// The module instance `name` lies in: the leading components of `name` up to the end of the
+// pattern's first match (leftmost start, `**` as short as possible), or nothing when it does not
+// match. `layers.*` on `model.layers.3.mlp.down_proj.out` gives `model.layers.3`, and on
+// `model.layers.3.mlp.down_proj.backward` the same: the unit a selective checkpoint region or an
+// FSDP parameter group is made of.
+std::optional<std::string_view> module_pattern_instance(std::string_view pattern, std::string_view name);
 
 }  // namespace comptrain::models

@@ -47,6 +47,16 @@ MemoryRole memory_role_of(traces::TensorRole role);
 using BufferId = std::size_t;
 using TaskId = std::size_t;
 
+// The CUDA stream a buffer is allocated on, as PyTorch's caching allocator sees it: a block
+// freed by one stream is cached for that stream's requests only (sim/caching_allocator.hpp).
+// `current`: the stream the training code runs on, which every buffer of a strategy's schedule
+// is allocated on (a side stream's copy or kernel writes into memory the code allocated before
+// launching it). FSDP2 allocates on two streams of its own (models/parallel/README.md, "FSDP2"):
+// its all-gather buffers on the all-gather copy-in stream, its reduce-scatter outputs (the
+// sharded gradients) on the reduce-scatter stream.
+enum class AllocationStream : std::uint8_t { current, fsdp_all_gather, fsdp_reduce_scatter };
+std::string_view to_string(AllocationStream stream);
+
 struct Buffer {
   std::string name;
   std::int64_t bytes = 0;
@@ -54,6 +64,7 @@ struct Buffer {
   bool resident = false;     // allocated before the iteration starts, never freed
   bool held_to_end = false;  // once allocated, kept until the iteration ends
   std::optional<traces::TensorIndex> tensor;  // the trace storage it holds (a copy of), if any
+  AllocationStream allocation_stream = AllocationStream::current;
 };
 
 enum class TaskKind : std::uint8_t {

@@ -82,11 +82,26 @@ struct RecomputeAction {
   // gradient_checkpointing keeps each transformer layer's input).
   // all: drop every selected activation and rebuild it from whatever is available (a plan that
   // names its storages one by one: `comptrain plan --hybrid` exports its recompute decisions so).
-  enum class Mode { every_k, sqrt_n, budget, checkpoints, all };
+  // selective: checkpoints as PyTorch's selective activation checkpointing runs them
+  // (torch.utils.checkpoint non-reentrant with create_selective_checkpoint_contexts, its policy
+  // answering MUST_SAVE for the ops whose outputs `keep` names) around each module instance one
+  // of `blocks` names; on top of checkpoints' split, the memory the checkpoint frame and the
+  // policy's cache hold (models/strategies/README.md, "Selective activation checkpointing"):
+  //   - each kept output a block's forward writes is cached from the forward until the block's
+  //     recomputation consumes it (the block's first backward task), whether or not a backward op
+  //     reads it; one the recomputation never reaches (it stops early, once every tensor the
+  //     block saved is rebuilt) is held until the block's last backward task;
+  //   - the block's inputs (the checkpoint's tensor arguments) are held until its last backward
+  //     task.
+  enum class Mode { every_k, sqrt_n, budget, checkpoints, all, selective };
   Mode mode = Mode::sqrt_n;
   int k = 2;                             // every_k: keep every k-th selected activation
   std::int64_t budget_bytes = 0;         // budget: peak bytes of saved activations allowed
-  std::vector<std::string> keep;         // checkpoints: name patterns (as TensorSelector::names)
+  std::vector<std::string> keep;         // checkpoints, selective: name patterns (as TensorSelector::names)
+  // selective: module patterns (models/module_pattern.hpp) naming the checkpointed regions; each
+  // module instance a pattern matches (module_pattern_instance: `model.layers.*` gives
+  // `model.layers.0`, `model.layers.1`, ...) is one checkpoint call.
+  std::vector<std::string> blocks;
 };
 
 // Compression, costed by explicit numbers, by a calibration profile, or by a profile with some

@@ -43,8 +43,15 @@
 // - garbage_collection_threshold and set_per_process_memory_fraction: not modelled; the
 //   capacity is the memory cudaMalloc can give the allocator (the device's free memory after
 //   the CUDA context and other processes).
-// - Streams: one stream. Per-stream pools, recordStream, and the CUDA events that delay a
-//   cross-stream free until the other stream's work is done are left out: a free is immediate.
+// - Streams: a request names the stream it is made on (0, the default, when a model has one).
+//   A block belongs to the stream of the segment it was carved from: get_free_block searches
+//   the free blocks of the request's stream only (BlockComparatorSize orders blocks by stream
+//   first), find_expandable_block the expandable segments of that stream only (one per stream
+//   and pool), and a new segment belongs to the request's stream. So memory one stream freed is
+//   reserved but unusable by another, the inter-stream fragmentation FSDP2's side streams cause.
+//   release_cached_blocks releases every stream's free segments. recordStream and the CUDA events
+//   that delay a cross-stream free until the other stream's work is done are left out: a free is
+//   immediate (the caller frees a block once every stream that uses it is done with it).
 // - CUDA graph private pools, FreeCudaMemoryCallbacks (CUDA IPC), IPC of expandable segments,
 //   expandable segments turned on or off during a run.
 // - Addresses: cudaMalloc's addresses are not predictable; segments get consecutive virtual
@@ -69,6 +76,8 @@ class CachingAllocator {
  public:
   // Identifies one allocation of the stream; the memory tracker passes its models::BufferId.
   using RequestId = std::size_t;
+  // A CUDA stream (cudaStream_t in PyTorch); 0 is the one a single-stream model uses.
+  using StreamId = int;
 
   // Constants of c10/cuda/CUDACachingAllocator.cpp @ eb42ad6eca0ce61e7c581212b4bf32f991425571,
   // file scope of namespace Native (used by round_size, get_pool, should_split,
@@ -104,6 +113,7 @@ class CachingAllocator {
     std::int64_t allocated_size = 0;  // bytes in allocated blocks
     bool small_pool = false;
     bool expandable = false;
+    StreamId stream = 0;
     std::vector<BlockInfo> blocks;  // in address order
   };
 
@@ -115,10 +125,10 @@ class CachingAllocator {
   CachingAllocator(const CachingAllocator&) = delete;
   CachingAllocator& operator=(const CachingAllocator&) = delete;
 
-  // torch's malloc: true when served; false when PyTorch would raise out-of-memory (nothing is
-  // allocated, but cached segments may have been released). std::logic_error when `id` is
-  // live, std::invalid_argument when bytes < 0.
-  bool allocate(RequestId id, std::int64_t bytes);
+  // torch's malloc on `stream`: true when served; false when PyTorch would raise out-of-memory
+  // (nothing is allocated, but cached segments may have been released). std::logic_error when
+  // `id` is live, std::invalid_argument when bytes < 0.
+  bool allocate(RequestId id, std::int64_t bytes, StreamId stream = 0);
   // torch's free: the block goes back to the cache. std::logic_error when `id` is not live.
   void free(RequestId id);
   // torch.cuda.empty_cache(): releases every cached segment with no allocated block (with

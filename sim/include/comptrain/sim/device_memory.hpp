@@ -18,7 +18,9 @@
 // Peaks cover all of it, as torch.cuda.max_memory_allocated/reserved read after a few steps do.
 // Out-of-memory is decided the way PyTorch decides it: a request that no cached block serves and
 // whose new segment cannot be reserved within the usable memory (the GPU's visible memory less
-// the CUDA context), even after the cache is released and the request retried.
+// the CUDA context), even after the cache is released and the request retried. Each buffer is
+// requested on its allocation stream (models::Buffer::allocation_stream), whose cached blocks
+// alone can serve it.
 
 #include <cstdint>
 #include <optional>

@@ -1,0 +1,310 @@
+// PyTorch FSDP2 as a schedule transform (models/data_parallel.hpp, FsdpSpec;
+// models/parallel/README.md, "FSDP2"): a two-layer LLaMA in `mixed` precision on 4 ranks, each
+// decoder layer a fully_shard unit, torchtitan's settings (the last layer not resharded after
+// forward, fp32 sharded parameters and reduce-scatter). The state per GPU, the buffers of each
+// unit, where each is allocated and how long it lives, against numbers computed by hand.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+
+#include "comptrain/models/data_parallel.hpp"
+#include "comptrain/models/op_time.hpp"
+#include "comptrain/models/platform.hpp"
+#include "comptrain/models/strategy.hpp"
+#include "comptrain/zoo/zoo.hpp"
+#include "../support/must_apply.hpp"
+
+namespace comptrain::models {
+namespace {
+
+constexpr int kRanks = 4;
+
+// hidden 64, 4 heads of 16 (as many key-value heads), the zoo's intermediate size for it (256),
+// vocabulary 100, untied embeddings.
+traces::Trace llama() {
+  zoo::ModelRequest request;
+  request.model = "llama";
+  request.layers = 2;
+  request.hidden = 64;
+  request.heads = 4;
+  request.vocab = 100;
+  request.seq_len = 32;
+  request.batch_size = 2;
+  request.precision = zoo::Precision::mixed;
+  request.optimizer = zoo::Optimizer::adamw;
+  request.attention = zoo::Attention::flash;
+  return zoo::build_model(request);
+}
+
+DataParallelSpec fsdp_spec(FsdpSpec::Reshard reshard = FsdpSpec::Reshard::all_but_last) {
+  DataParallelSpec spec;
+  spec.ranks = kRanks;
+  spec.zero_stage = 3;
+  FsdpSpec f;
+  f.units = {"model.layers.*"};
+  f.reshard_after_forward = reshard;
+  f.sharded_parameter_bytes = 4;
+  f.reduce_bytes = 4;
+  spec.fsdp = f;
+  return spec;
+}
+
+Schedule fsdp(const traces::Trace& trace, const DataParallelSpec& spec) {
+  static const OpTimeModel time_model(builtin_platform("a100-80gb"));
+  Schedule s = test_support::must_apply(build_schedule(trace, time_model, StrategySpec{}));
+  apply_data_parallel(s, trace, spec);
+  s.validate();
+  return s;
+}
+
+std::optional<BufferId> find_buffer(const Schedule& s, const std::string& name) {
+  for (BufferId b = 0; b < s.buffers.size(); ++b) {
+    if (s.buffers[b].name == name) return b;
+  }
+  return std::nullopt;
+}
+
+BufferId buffer(const Schedule& s, const std::string& name) {
+  const auto b = find_buffer(s, name);
+  if (!b) ADD_FAILURE() << "no buffer " << name;
+  return b.value_or(0);
+}
+
+struct Span {
+  TaskId first = 0, last = 0;
+};
+Span span(const Schedule& s, BufferId b) {
+  std::optional<Span> out;
+  for (TaskId t = 0; t < s.tasks.size(); ++t) {
+    const Task& task = s.tasks[t];
+    const bool touches = std::find(task.uses.begin(), task.uses.end(), b) != task.uses.end() ||
+                         std::find(task.creates.begin(), task.creates.end(), b) != task.creates.end();
+    if (!touches) continue;
+    if (!out) out = Span{t, t};
+    out->last = t;
+  }
+  if (!out) ADD_FAILURE() << "no task touches " << s.buffers[b].name;
+  return out.value_or(Span{});
+}
+
+TaskId creator(const Schedule& s, BufferId b) {
+  for (TaskId t = 0; t < s.tasks.size(); ++t) {
+    if (std::find(s.tasks[t].creates.begin(), s.tasks[t].creates.end(), b) != s.tasks[t].creates.end()) return t;
+  }
+  ADD_FAILURE() << "no task creates " << s.buffers[b].name;
+  return 0;
+}
+
+// The first and last op task of a pass whose op name starts with `prefix` (and that reads a weight,
+// for the forward and backward bounds of a unit).
+struct OpSpan {
+  std::optional<TaskId> first, last;
+};
+OpSpan ops_of(const traces::Trace& trace, const Schedule& s, traces::Phase phase, const std::string& prefix) {
+  OpSpan out;
+  for (TaskId t = 0; t < s.tasks.size(); ++t) {
+    const Task& task = s.tasks[t];
+    if (task.kind != TaskKind::op || trace.op(*task.op).phase != phase || !trace.op(*task.op).name.starts_with(prefix)) continue;
+    const bool reads_weight = std::any_of(task.uses.begin(), task.uses.end(), [&](BufferId b) { return s.buffers[b].role == MemoryRole::weight; }) ||
+                              std::any_of(task.creates.begin(), task.creates.end(), [&](BufferId b) { return s.buffers[b].role == MemoryRole::weight; });
+    if (!reads_weight) continue;
+    if (!out.first) out.first = t;
+    out.last = t;
+  }
+  return out;
+}
+
+// Parameters of the trace by unit (the layer instance, "" for the root), elements.
+std::map<std::string, std::int64_t> parameters_by_unit(const traces::Trace& trace) {
+  std::map<std::string, std::int64_t> out;
+  for (const auto& t : trace.tensors()) {
+    if (t.role != traces::TensorRole::weight || t.is_view()) continue;
+    std::string unit;
+    for (int l = 0; l < 2; ++l) {
+      const std::string prefix = "model.layers." + std::to_string(l) + ".";
+      if (t.name.starts_with(prefix)) unit = "model.layers." + std::to_string(l);
+    }
+    out[unit] += t.elements();
+  }
+  return out;
+}
+
+// The hand count of the model: per layer q, k, v, o (64 x 64 each), gate, up, down (64 x 256: the
+// zoo's intermediate size for hidden 64, 8/3 x 64 rounded up to a multiple of 256) and two norms
+// (64); the root: embeddings and lm_head (100 x 64 each) and the final norm (64). Every dim 0 is a
+// multiple of 4 ranks: no padding.
+TEST(Fsdp, ParameterGroupsAreTheLayersAndTheRoot) {
+  const auto trace = llama();
+  const auto units = parameters_by_unit(trace);
+  ASSERT_EQ(units.size(), 3u);
+  EXPECT_EQ(units.at(""), 100 * 64 + 100 * 64 + 64);
+  EXPECT_EQ(units.at("model.layers.0"), 4 * 64 * 64 + 3 * 64 * 256 + 2 * 64);
+  EXPECT_EQ(units.at("model.layers.1"), units.at("model.layers.0"));
+  for (const auto& t : trace.tensors()) {
+    if (t.role == traces::TensorRole::weight && !t.is_view()) {
+      EXPECT_EQ(t.shape.front() % kRanks, 0) << t.name;
+    }
+  }
+}
+
+// FSDP2's model state per GPU under mixed precision: the fp32 sharded parameters (4 bytes per
+// parameter / ranks, allocated with the model) and AdamW's two moments (8 / ranks); the trace's
+// fp32 masters are the sharded parameters, its 16-bit weights are gathered copies only.
+TEST(Fsdp, ModelStateIsTheFp32ShardsAndTheMoments) {
+  const auto trace = llama();
+  const Schedule s = fsdp(trace, fsdp_spec());
+  std::int64_t parameters = 0;
+  for (const auto& [unit, n] : parameters_by_unit(trace)) parameters += n;
+  const BufferId shards = buffer(s, "sharded parameters (1/4)");
+  EXPECT_TRUE(s.buffers[shards].resident);
+  EXPECT_EQ(s.buffers[shards].role, MemoryRole::weight);
+  EXPECT_EQ(s.buffers[shards].bytes, parameters * 4 / kRanks);
+  const BufferId state = buffer(s, "optimizer state partition (1/4)");
+  EXPECT_EQ(s.buffers[state].bytes, parameters * 8 / kRanks);
+  // Nothing else is resident but the inputs and the trace's buffers (none is a weight or state).
+  for (const Buffer& b : s.buffers) {
+    if (!b.resident) continue;
+    if (b.role == MemoryRole::weight || b.role == MemoryRole::optimizer_state || b.role == MemoryRole::gradient) {
+      EXPECT_TRUE(&b == &s.buffers[shards] || &b == &s.buffers[state]) << b.name;
+    }
+  }
+}
+
+// The root group is never resharded after forward: its 16-bit parameters are gathered once,
+// before the embedding, and held through the whole backward pass; the last layer (torchtitan's
+// reshard_after_forward=False) likewise; layer 0 is gathered again for its backward.
+TEST(Fsdp, UnshardedParametersLiveAsFsdp2HoldsThem) {
+  const auto trace = llama();
+  const Schedule s = fsdp(trace, fsdp_spec());
+  const auto units = parameters_by_unit(trace);
+  using traces::Phase;
+
+  const BufferId root = buffer(s, "root parameters (unsharded for forward)");
+  EXPECT_EQ(s.buffers[root].bytes, units.at("") * 2);
+  EXPECT_EQ(s.buffers[root].allocation_stream, AllocationStream::current);
+  EXPECT_FALSE(find_buffer(s, "root parameters (unsharded for backward)"));
+  // Resharded by the final callback, after the backward pass's last task.
+  TaskId last_backward = 0;
+  for (TaskId t = 0; t < s.tasks.size(); ++t) {
+    if (s.tasks[t].kind == TaskKind::op && trace.op(*s.tasks[t].op).phase == Phase::backward) last_backward = t;
+  }
+  EXPECT_EQ(span(s, root).last, last_backward);
+
+  const BufferId last = buffer(s, "model.layers.1 parameters (unsharded for forward)");
+  EXPECT_FALSE(find_buffer(s, "model.layers.1 parameters (unsharded for backward)"));
+  EXPECT_EQ(creator(s, last), *ops_of(trace, s, Phase::forward, "model.layers.1.").first);
+  EXPECT_EQ(span(s, last).last, *ops_of(trace, s, Phase::backward, "model.layers.1.").last);  // its post-backward
+
+  const BufferId first_fwd = buffer(s, "model.layers.0 parameters (unsharded for forward)");
+  EXPECT_EQ(s.buffers[first_fwd].bytes, units.at("model.layers.0") * 2);
+  EXPECT_EQ(creator(s, first_fwd), *ops_of(trace, s, Phase::forward, "model.layers.0.").first);
+  EXPECT_EQ(span(s, first_fwd).last, *ops_of(trace, s, Phase::forward, "model.layers.0.").last);
+  const BufferId first_bwd = buffer(s, "model.layers.0 parameters (unsharded for backward)");
+  EXPECT_EQ(creator(s, first_bwd), *ops_of(trace, s, Phase::backward, "model.layers.0.").first);
+  EXPECT_EQ(span(s, first_bwd).last, *ops_of(trace, s, Phase::backward, "model.layers.0.").last);
+
+  // With reshard_after_forward true the last layer is gathered again too.
+  const Schedule all = fsdp(trace, fsdp_spec(FsdpSpec::Reshard::all));
+  EXPECT_TRUE(find_buffer(all, "model.layers.1 parameters (unsharded for backward)"));
+  EXPECT_FALSE(find_buffer(all, "root parameters (unsharded for backward)"));
+}
+
+// All-gathers: forward root, layer 0, layer 1; backward layer 0 only. Each all-gather buffer is
+// the unit's 16-bit bytes on FSDP2's all-gather stream, with the shards' cast to 16 bits
+// (bytes / ranks); a forward buffer lives until the next unit's all-gather ends, a backward one
+// until its copy-out, the unit's first backward task.
+TEST(Fsdp, AllGatherBuffersAreOnTheirOwnStream) {
+  const auto trace = llama();
+  const Schedule s = fsdp(trace, fsdp_spec());
+  const auto units = parameters_by_unit(trace);
+  int forward = 0, backward = 0;
+  for (const Task& t : s.tasks) {
+    if (t.collective != CollectiveKind::all_gather) continue;
+    (t.name.find("for forward") != std::string::npos ? forward : backward)++;
+  }
+  EXPECT_EQ(forward, 3);
+  EXPECT_EQ(backward, 1);
+
+  const BufferId root_ag = buffer(s, "root all-gather buffer (forward)");
+  EXPECT_EQ(s.buffers[root_ag].allocation_stream, AllocationStream::fsdp_all_gather);
+  EXPECT_EQ(s.buffers[root_ag].bytes, units.at("") * 2);
+  const BufferId cast = buffer(s, "root shards cast for the all-gather (forward)");
+  EXPECT_EQ(s.buffers[cast].bytes, units.at("") * 2 / kRanks);
+  EXPECT_EQ(s.buffers[cast].allocation_stream, AllocationStream::fsdp_all_gather);
+  const BufferId layer0_ag = buffer(s, "model.layers.0 all-gather buffer (forward)");
+  EXPECT_EQ(span(s, root_ag).last, creator(s, layer0_ag));  // freed when layer 0's all-gather ends
+
+  const BufferId back_ag = buffer(s, "model.layers.0 all-gather buffer (backward)");
+  EXPECT_EQ(span(s, back_ag).last, *ops_of(trace, s, traces::Phase::backward, "model.layers.0.").first);
+}
+
+// Reduce-scatters: one per unit, the root's last (the final callback); the input is the unit's
+// gradients in fp32 (4 bytes per parameter) on the compute stream, held until the next unit's
+// post-backward; the output, this rank's fp32 shard, on FSDP2's reduce-scatter stream until
+// zero_grad. The 16-bit gradients are freed by the copy-in.
+TEST(Fsdp, ReduceScattersInFp32PerUnit) {
+  const auto trace = llama();
+  const Schedule s = fsdp(trace, fsdp_spec());
+  const auto units = parameters_by_unit(trace);
+  std::vector<TaskId> reductions;
+  for (TaskId t = 0; t < s.tasks.size(); ++t) {
+    if (s.tasks[t].collective == CollectiveKind::reduce_scatter) reductions.push_back(t);
+  }
+  ASSERT_EQ(reductions.size(), 3u);
+  EXPECT_THAT(s.tasks[reductions.back()].name, testing::HasSubstr("root"));
+  EXPECT_EQ(s.tasks[reductions.back()].bytes, units.at("") * 4);
+  for (const auto& [unit, n] : units) {
+    const std::string what = unit.empty() ? "root" : unit;
+    const BufferId input = buffer(s, what + " reduce-scatter input");
+    const BufferId output = buffer(s, what + " sharded gradients (1/4)");
+    EXPECT_EQ(s.buffers[input].bytes, n * 4);
+    EXPECT_EQ(s.buffers[input].allocation_stream, AllocationStream::current);
+    EXPECT_EQ(s.buffers[output].bytes, n * 4 / kRanks);
+    EXPECT_EQ(s.buffers[output].allocation_stream, AllocationStream::fsdp_reduce_scatter);
+    EXPECT_TRUE(s.buffers[output].held_to_end);
+  }
+  // Layer 1 is reduced first; its input is held to layer 0's post-backward (layer 0's last
+  // backward task), which waits for layer 1's reduce-scatter.
+  const BufferId input1 = buffer(s, "model.layers.1 reduce-scatter input");
+  const TaskId layer0_ready = *ops_of(trace, s, traces::Phase::backward, "model.layers.0.").last;
+  EXPECT_EQ(span(s, input1).last, layer0_ready);
+  EXPECT_THAT(s.tasks[layer0_ready].after, testing::Contains(creator(s, input1)));
+  // A layer's 16-bit gradients end with its reduce-scatter.
+  for (BufferId b = 0; b < s.buffers.size(); ++b) {
+    if (s.buffers[b].role != MemoryRole::gradient || !s.buffers[b].name.starts_with("model.layers.1.")) continue;
+    EXPECT_EQ(span(s, b).last, creator(s, input1)) << s.buffers[b].name;
+  }
+  // The optimizer reads the shards and waits for the last reduce-scatter.
+  bool optimizer_waits = false;
+  for (const Task& t : s.tasks) {
+    if (t.op && trace.op(*t.op).phase == traces::Phase::optimizer) {
+      optimizer_waits = optimizer_waits || std::find(t.after.begin(), t.after.end(), reductions.back()) != t.after.end();
+    }
+  }
+  EXPECT_TRUE(optimizer_waits);
+}
+
+TEST(Fsdp, RejectsWhatItDoesNotModel) {
+  DataParallelSpec spec = fsdp_spec();
+  spec.zero_stage = 2;
+  EXPECT_THROW(check_data_parallel(spec), std::invalid_argument);
+  spec = fsdp_spec();
+  spec.offload_optimizer = OptimizerOffloadSpec{};
+  EXPECT_THROW(check_data_parallel(spec), std::invalid_argument);
+  spec = fsdp_spec();
+  spec.fsdp->units = {"layers.[2-1]"};
+  EXPECT_THROW(check_data_parallel(spec), std::invalid_argument);
+  spec = fsdp_spec();
+  spec.fsdp->reduce_bytes = 9;
+  EXPECT_THROW(check_data_parallel(spec), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace comptrain::models

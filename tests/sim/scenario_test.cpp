@@ -288,9 +288,9 @@ TEST(Scenario, StrategyErrorsNameTheField) {
   EXPECT_THAT(error_of(head + "    - recompute: {mode: budget}\n"), HasSubstr("needs 'budget'"));
   EXPECT_THAT(error_of(head + "    - recompute: {mode: sqrt_n, k: 3}\n"), HasSubstr("'k' applies to mode every_k only"));
   EXPECT_THAT(error_of(head + "    - recompute: {mode: checkpoints}\n"), HasSubstr("mode checkpoints needs 'keep'"));
-  EXPECT_THAT(error_of(head + "    - recompute: {mode: sqrt_n, keep: [x]}\n"), HasSubstr("'keep' applies to mode checkpoints only"));
+  EXPECT_THAT(error_of(head + "    - recompute: {mode: sqrt_n, keep: [x]}\n"), HasSubstr("'keep' applies to modes checkpoints and selective only"));
   EXPECT_THAT(error_of(head + "    - recompute: {mode: checkpoints, keep: []}\n"), HasSubstr("must be a non-empty list of tensor names or patterns"));
-  EXPECT_THAT(error_of(head + "    - recompute: {mode: layers}\n"), HasSubstr("expected sqrt_n, every_k, budget, checkpoints or all"));
+  EXPECT_THAT(error_of(head + "    - recompute: {mode: layers}\n"), HasSubstr("expected sqrt_n, every_k, budget, checkpoints, all or selective"));
   EXPECT_THAT(error_of(head + "    - offload: {policy: some}\n"), HasSubstr("unknown offload policy 'some'"));
   EXPECT_THAT(error_of(head + "    - offload: {lookahead: 0}\n"), HasSubstr("s.yaml:4:28: 'strategy.rules[0].offload.lookahead' is '0'; expected an integer from 1 to 1000000"));
   // Checked before narrowing to int: 2^32 + 3 must not run as 3 (defect 15).
@@ -352,7 +352,7 @@ TEST(Scenario, BadParallelismIsRejectedWhereItIsWritten) {
   EXPECT_THAT(parallelism_error("  gpus_per_node: 16\n"), HasSubstr("s.yaml:4:18: 'parallelism.gpus_per_node' is 16 but platform 'a100-80gb' has 8"));
   EXPECT_THAT(parallelism_error("  nodes: 0\n"), HasSubstr("s.yaml:4:10: 'parallelism.nodes' is '0'; expected a positive integer"));
   EXPECT_THAT(parallelism_error("  zero: {stage: 4}\n"), HasSubstr("'parallelism.zero.stage' is '4'; expected 1, 2 or 3"));
-  EXPECT_THAT(parallelism_error("  zero: {stage: 1}\n  ddp: {}\n"), HasSubstr("has both 'ddp' (PyTorch DDP) and 'zero'"));
+  EXPECT_THAT(parallelism_error("  zero: {stage: 1}\n  ddp: {}\n"), HasSubstr("has more than one of 'ddp' (PyTorch DDP), 'zero' (DeepSpeed ZeRO) and 'fsdp'"));
   EXPECT_THAT(parallelism_error("  ddp: {bucket_cap: 0 B}\n"), HasSubstr("'parallelism.ddp.bucket_cap' is 0 B; expected 1 B to 1 TiB"));
   EXPECT_THAT(parallelism_error("  gpu: 4\n"), HasSubstr("unknown key 'gpu' in parallelism"));
   // A single node has no network: two nodes of it do not exist.

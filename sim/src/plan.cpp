@@ -723,6 +723,7 @@ BatchSizePlan plan_header(const PlanRequest& r, const PreparedScenario& prepared
   if (r.scenario.checkpoint && r.scenario.plan) plan.checkpoint_overhead = r.scenario.plan->checkpoint_overhead;
   if (r.scenario.parallelism) {
     plan.zero_stage = r.scenario.parallelism->data.zero_stage;
+    plan.fsdp = r.scenario.parallelism->data.fsdp.has_value();
     plan.offload_optimizer = r.scenario.parallelism->data.offload_optimizer;
   }
   return plan;
@@ -730,7 +731,11 @@ BatchSizePlan plan_header(const PlanRequest& r, const PreparedScenario& prepared
 
 bool has_cluster_search(const Scenario& s) { return s.plan && s.plan->searches_clusters(); }
 
-std::string data_parallel_name(int zero_stage) { return zero_stage == 0 ? "DDP" : fmt::format("ZeRO-{}", zero_stage); }
+// FSDP2 shards as ZeRO-3 does (zero_stage 3) but is named as what it is.
+std::string data_parallel_name(int zero_stage, bool fsdp) {
+  if (zero_stage == 0) return "DDP";
+  return fsdp ? "FSDP2" : fmt::format("ZeRO-{}", zero_stage);
+}
 
 std::string describe_shape(ClusterShape shape) {
   return fmt::format("{} GPU{} ({} node{} x {})", shape.ranks(), shape.ranks() == 1 ? "" : "s", shape.nodes, shape.nodes == 1 ? "" : "s", shape.gpus_per_node);
@@ -772,6 +777,7 @@ std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, 
     // The header (and any error of the scenario itself, once) from the scenario as written.
     out[p] = plan_header(r, PreparedScenario(r.scenario), jobs, progress);
     ClusterSearch search;
+    const bool fsdp = out[p].fsdp;
     std::vector<ClusterShape> shapes;
     for (const auto& size : r.scenario.plan->cluster_sizes) shapes.push_back({size.nodes, size.gpus_per_node});
     if (shapes.empty()) shapes.push_back(r.scenario.parallelism ? out[p].cluster : ClusterShape{1, require_platform(r.scenario).gpus_per_node});
@@ -809,7 +815,7 @@ std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, 
         try {
           models::check_data_parallel(parallelism.data);  // the section's other settings may not suit this stage
         } catch (const std::invalid_argument& e) {
-          search.notes.push_back(fmt::format("{}, {}, optimizer {}: left out: {}", describe_shape(shape), data_parallel_name(stage), models::optimizer_place(offload), e.what()));
+          search.notes.push_back(fmt::format("{}, {}, optimizer {}: left out: {}", describe_shape(shape), data_parallel_name(stage, fsdp), models::optimizer_place(offload), e.what()));
           continue;
         }
         scenario.parallelism = parallelism;
@@ -829,7 +835,7 @@ std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, 
         }
         if (target && unit.divisors.empty()) {
           search.notes.push_back(fmt::format("{}, {}, optimizer {}: left out: no micro-batch up to {} divides its share {} in at most {} steps",
-                                             describe_shape(shape), data_parallel_name(stage), models::optimizer_place(offload), r.options.max_batch, unit.share,
+                                             describe_shape(shape), data_parallel_name(stage, fsdp), models::optimizer_place(offload), r.options.max_batch, unit.share,
                                              kMaxAccumulationSteps));
           continue;
         }
@@ -1035,7 +1041,7 @@ std::string io_bound_lines(const std::vector<std::pair<std::string, const Strate
 std::string cluster_lines(const BatchSizePlan& plan) {
   const int gpus = plan.cluster.ranks();
   std::string out = fmt::format("GPUs       {}, {}, optimizer on {}: batches are per-GPU micro-batches; samples/s are global (micro-batch x {} / {}iteration time)\n",
-                                describe_shape(plan.cluster), data_parallel_name(plan.zero_stage), models::optimizer_place(plan.offload_optimizer), gpus,
+                                describe_shape(plan.cluster), data_parallel_name(plan.zero_stage, plan.fsdp), models::optimizer_place(plan.offload_optimizer), gpus,
                                 plan.io_modelled ? "mean " : "");
   out += "Scaling    efficiency: the same strategy and micro-batch on one GPU alone (its memory unbounded) over the iteration time here\n";
   return out;
@@ -1060,7 +1066,7 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
   const auto& o = plan.options;
   std::string sizes, stages;
   for (const ClusterShape shape : search.shapes) sizes += (sizes.empty() ? "" : ", ") + std::to_string(shape.ranks());
-  for (const int stage : search.zero_stages) stages += (stages.empty() ? "" : ", ") + data_parallel_name(stage);
+  for (const int stage : search.zero_stages) stages += (stages.empty() ? "" : ", ") + data_parallel_name(stage, plan.fsdp);
   std::string places;
   for (const auto& offload : search.offload_optimizer) places += (places.empty() ? "" : ", ") + models::optimizer_place(offload);
   const std::size_t strategies = search.candidates.empty() ? 0 : static_cast<std::size_t>(std::count_if(search.candidates.begin(), search.candidates.end(), [&](const ClusterCandidate& c) {
@@ -1095,7 +1101,7 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
   for (const auto& c : search.candidates) {
     const StrategyPlan& s = c.plan;
     std::string row = fmt::format("{:>5}  {:>7}  {:<6}  {:<9}  {:<{}}  ", c.shape.ranks(), fmt::format("{}x{}", c.shape.nodes, c.shape.gpus_per_node),
-                                  data_parallel_name(c.zero_stage), models::optimizer_place(c.offload_optimizer), s.strategy, width);
+                                  data_parallel_name(c.zero_stage, plan.fsdp), models::optimizer_place(c.offload_optimizer), s.strategy, width);
     if (!s.best_batch) {
       row += fmt::format("{:>11}  {:>5}  {:>10}  {:>16}  {:>10}  {:>7}  {:>8}  {:>9}  {:>11}  {}", "-", "-", "-", "-", "-", "-", "-", "-",
                          s.points.empty() ? "-" : format_bytes(s.points.front().peak_bytes), to_string(s.limit));
@@ -1117,7 +1123,7 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
   if (plan.io_modelled) {
     std::vector<std::pair<std::string, const StrategyPlan*>> named;
     for (const auto& c : search.candidates) {
-      named.emplace_back(fmt::format("{}, {}, optimizer on {}, {}", describe_shape(c.shape), data_parallel_name(c.zero_stage),
+      named.emplace_back(fmt::format("{}, {}, optimizer on {}, {}", describe_shape(c.shape), data_parallel_name(c.zero_stage, plan.fsdp),
                                      models::optimizer_place(c.offload_optimizer), c.plan.strategy),
                          &c.plan);
     }
@@ -1128,7 +1134,7 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
     const ClusterCandidate& c = search.candidates[*search.fastest];
     const StrategyPlan& s = c.plan;
     out += fmt::format("Fastest: {}, {}, optimizer on {}, {}: micro-batch {} x {} step{}{} per GPU, {} per sample ({:.1f} samples/s), scaling efficiency {}, limited by {}.\n",
-                       describe_shape(c.shape), data_parallel_name(c.zero_stage), models::optimizer_place(c.offload_optimizer), s.strategy, *s.best_batch, s.accumulation_steps,
+                       describe_shape(c.shape), data_parallel_name(c.zero_stage, plan.fsdp), models::optimizer_place(c.offload_optimizer), s.strategy, *s.best_batch, s.accumulation_steps,
                        s.accumulation_steps == 1 ? "" : "s", c.accumulation_estimated() ? " (estimated)" : "", format_seconds(1 / s.best_samples_per_second),
                        s.best_samples_per_second, percent_or_dash(s.scaling_efficiency), to_string(s.limit));
   } else if (std::any_of(search.candidates.begin(), search.candidates.end(), [](const ClusterCandidate& c) { return c.plan.limit == PlanLimit::energy_budget; })) {
@@ -1140,7 +1146,7 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
   for (const auto& note : plan.notes) out += "note: " + note + "\n";
   for (const auto& c : search.candidates) {
     for (const auto& w : c.plan.warnings) {
-      out += fmt::format("warning: {}, {}, optimizer on {}, {}: {}\n", describe_shape(c.shape), data_parallel_name(c.zero_stage),
+      out += fmt::format("warning: {}, {}, optimizer on {}, {}: {}\n", describe_shape(c.shape), data_parallel_name(c.zero_stage, plan.fsdp),
                          models::optimizer_place(c.offload_optimizer), c.plan.strategy, w);
     }
   }
@@ -1322,12 +1328,12 @@ ordered_json offload_json(const std::optional<models::OptimizerOffloadSpec>& off
           {"part_grads_async", offload->part_grads_async}};
 }
 
-ordered_json shape_json(ClusterShape shape, int zero_stage, const std::optional<models::OptimizerOffloadSpec>& offload) {
+ordered_json shape_json(ClusterShape shape, int zero_stage, bool fsdp, const std::optional<models::OptimizerOffloadSpec>& offload) {
   return {{"gpus", shape.ranks()},
           {"nodes", shape.nodes},
           {"gpus_per_node", shape.gpus_per_node},
           {"zero_stage", zero_stage},
-          {"data_parallel", zero_stage == 0 ? "ddp" : fmt::format("zero-{}", zero_stage)},
+          {"data_parallel", zero_stage == 0 ? "ddp" : fsdp ? "fsdp2" : fmt::format("zero-{}", zero_stage)},
           {"offload_optimizer", offload_json(offload)}};
 }
 
@@ -1351,7 +1357,7 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
   j["io_modelled"] = plan.io_modelled;
   // The GPUs the batches are per (batches are per-GPU micro-batches and samples/s global); null
   // on one GPU and for a cluster search, whose candidates carry their own.
-  j["cluster"] = (plan.cluster.ranks() > 1 || plan.offload_optimizer) && !plan.cluster_search ? shape_json(plan.cluster, plan.zero_stage, plan.offload_optimizer)
+  j["cluster"] = (plan.cluster.ranks() > 1 || plan.offload_optimizer) && !plan.cluster_search ? shape_json(plan.cluster, plan.zero_stage, plan.fsdp, plan.offload_optimizer)
                                                                                                : ordered_json(nullptr);
   ordered_json strategies = ordered_json::array();
   for (const auto& s : plan.strategies) {
@@ -1390,7 +1396,7 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
     ordered_json candidates = ordered_json::array();
     for (const ClusterCandidate& c : search.candidates) {
       const StrategyPlan& s = c.plan;
-      ordered_json jc = shape_json(c.shape, c.zero_stage, c.offload_optimizer);
+      ordered_json jc = shape_json(c.shape, c.zero_stage, plan.fsdp, c.offload_optimizer);
       jc["strategy"] = detail::strategy_json(s.spec);
       jc["fits"] = c.fits();
       jc["max_micro_batch"] = opt(s.max_batch);

@@ -278,6 +278,24 @@ TEST(PlanClusters, ThroughputIsGlobalAndScalingIsAgainstOneGpu) {
   }
 }
 
+// A plan names its data parallelism as the scenario has it: FSDP2 shards as ZeRO-3 does
+// (zero_stage 3) but is not DeepSpeed, and the text and JSON say so.
+TEST(PlanClusters, DataParallelismIsNamedAsTheScenarioHasIt) {
+  const std::string head = "model: {zoo: llama, layers: 2, hidden: 64, heads: 4, vocab: 100, seq_len: 16}\ntraining: {batch_size: 1, precision: mixed}\n"
+                           "platform: dgx-h100-superpod\n";
+  const std::pair<std::string, std::pair<std::string, std::string>> cases[] = {
+      {"parallelism: {gpus_per_node: 2, fsdp: {units: [\"model.layers.*\"]}}\n", {"FSDP2", "fsdp2"}},
+      {"parallelism: {gpus_per_node: 2, zero: {stage: 3}}\n", {"ZeRO-3", "zero-3"}},
+      {"parallelism: {gpus_per_node: 2}\n", {"DDP", "ddp"}}};
+  for (const auto& [section, names] : cases) {
+    const Scenario scenario = parse_scenario(head + section, "c.yaml", ".");
+    const BatchSizePlan plan = make_plan(scenario, {models::StrategySpec{}}, options(0.05, 2, 1));
+    EXPECT_NE(plan_table_text(plan).find("GPUs       2 GPUs (1 node x 2), " + names.first + ", optimizer on GPU"), std::string::npos)
+        << plan_table_text(plan);
+    EXPECT_EQ(nlohmann::json::parse(plan_json(plan))["cluster"]["data_parallel"], names.second) << section;
+  }
+}
+
 // One GPU has no scaling efficiency and no network; its samples/s are what they were.
 TEST(PlanClusters, OneGpuPlansAreUnchanged) {
   const BatchSizePlan plan = make_plan(small_scenario(1024 * kMiB), {models::StrategySpec{}}, options(0.05, 8, 2));

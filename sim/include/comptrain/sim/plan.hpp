@@ -209,6 +209,7 @@ struct BatchSizePlan {
   // The GPUs planned for (the parallelism section; 1 x 1 without one) and their ZeRO stage.
   ClusterShape cluster{};
   int zero_stage = 0;
+  bool fsdp = false;  // parallelism.fsdp: PyTorch FSDP2 (zero_stage 3), for every configuration of the plan
   std::optional<models::OptimizerOffloadSpec> offload_optimizer;  // where the optimizer steps (parallelism section); nullopt: the GPU
   std::vector<StrategyPlan> strategies;       // empty for a cluster search
   std::optional<ClusterSearch> cluster_search;  // the scenario has plan.gpus, plan.nodes or plan.zero_stages

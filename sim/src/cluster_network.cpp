@@ -436,7 +436,7 @@ void ClusterNetwork::run_collective(models::CollectiveKind kind, std::int64_t by
   }
   // Across nodes, one actor per node issues the node's sends: SimGrid 3.32 keeps an actor's
   // activities in a std::list that it searches whenever one ends (ActorImpl::activities_; a
-  // std::set from 3.35), so one actor issuing all of them costs their number squared (a tree over
+  // std::set from 3.34), so one actor issuing all of them costs their number squared (a tree over
   // 512 DGX H100 nodes, 22,496 communications: 8-10 s of CPU from one actor, 2.3-2.7 s split by
   // node; what remains is mostly SimGrid's one list of every detached communication, which
   // sendto_async makes). The communications, their start and so every time are the same.

@@ -244,6 +244,34 @@ INSTANTIATE_TEST_SUITE_P(Torchvision, CaptureVsZoo,
                            return std::string(param_info.param.model) + "_b" + std::to_string(param_info.param.batch);
                          });
 
+// The zoo's `llama` for a tiny capture's architecture: fp32, AdamW, eager attention.
+Trace zoo_decoder(const zoo::DecoderArchitecture& arch, std::int64_t tokens, std::int64_t batch) {
+  zoo::ModelRequest request;
+  request.model = "llama";
+  request.decoder = arch;
+  request.seq_len = tokens;
+  request.batch_size = batch;
+  request.precision = zoo::Precision::fp32;
+  request.optimizer = zoo::Optimizer::adamw;
+  request.attention = zoo::Attention::eager;
+  return zoo::build_model(request);
+}
+
+// A decoder's capture against the zoo: the same parameters, the same saved bytes byte for byte at
+// the captured batch and (the per-sample and fixed parts apart) at another, no dropout masks, and
+// the same saved storages for the strategies.
+void expect_saves_what_the_zoo_saves(const std::string& model, const Trace& captured, const Trace& generated, std::int64_t batch) {
+  EXPECT_EQ(parameter_count(captured), parameter_count(generated));
+  for (const std::int64_t b : {batch, std::int64_t{7}}) {
+    const Saved cpu = saved_for_backward(captured.rescaled(b));
+    EXPECT_EQ(cpu.mask_elements, 0);  // no dropout in these decoders
+    EXPECT_EQ(cpu.bytes, saved_for_backward(generated.rescaled(b)).bytes) << model << " at batch " << b;
+    std::cout << "[ capture ] " << model << " b" << b << ": saved " << cpu.bytes << " bytes, zoo "
+              << saved_for_backward(generated.rescaled(b)).bytes << "\n";
+  }
+  EXPECT_EQ(activation_storages(captured), activation_storages(generated));
+}
+
 // The LLaMA building blocks against real autograd (issue 19): a tiny LLaMA-style causal LM
 // written from torch primitives (tests/capture/tiny_llama.py: Hugging Face's LlamaRMSNorm, rotary
 // embeddings, repeat_kv, eager attention and SwiGLU MLP; torch 1.13 has no RMSNorm module and no
@@ -276,27 +304,7 @@ TEST_P(CaptureLlama, SavesExactlyWhatTheZooSaves) {
   arch.intermediate = 48;
   arch.vocab = 64;
   arch.max_positions = kTokens;
-  zoo::ModelRequest request;
-  request.model = "llama";
-  request.decoder = arch;
-  request.seq_len = kTokens;
-  request.batch_size = kBatch;
-  request.precision = zoo::Precision::fp32;
-  request.optimizer = zoo::Optimizer::adamw;
-  request.attention = zoo::Attention::eager;
-  const Trace generated = zoo::build_model(request);
-
-  EXPECT_EQ(parameter_count(captured), parameter_count(generated));
-  // Byte for byte, at the captured batch and (the per-sample and fixed parts apart) at another.
-  for (const std::int64_t batch : {kBatch, std::int64_t{7}}) {
-    const Saved cpu = saved_for_backward(captured.rescaled(batch));
-    EXPECT_EQ(cpu.mask_elements, 0);  // no dropout in LLaMA
-    EXPECT_EQ(cpu.bytes, saved_for_backward(generated.rescaled(batch)).bytes) << model << " at batch " << batch;
-    std::cout << "[ capture ] " << model << " b" << batch << ": saved " << cpu.bytes << " bytes, zoo "
-              << saved_for_backward(generated.rescaled(batch)).bytes << "\n";
-  }
-  // The strategies find the same saved storages in both.
-  EXPECT_EQ(activation_storages(captured), activation_storages(generated));
+  expect_saves_what_the_zoo_saves(model, captured, zoo_decoder(arch, kTokens, kBatch), kBatch);
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyLlama, CaptureLlama,
@@ -361,26 +369,9 @@ TEST_P(CaptureMoe, SavesExactlyWhatTheZooSaves) {
     moe.dense_layers = {1};
   }
   arch.moe = moe;
-  zoo::ModelRequest request;
-  request.model = "llama";
-  request.decoder = arch;
-  request.seq_len = kTokens;
-  request.batch_size = kBatch;
-  request.precision = zoo::Precision::fp32;
-  request.optimizer = zoo::Optimizer::adamw;
-  request.attention = zoo::Attention::eager;
-  const Trace generated = zoo::build_model(request);
+  const Trace generated = zoo_decoder(arch, kTokens, kBatch);
   EXPECT_EQ(generated.metadata().at("moe_tokens_per_expert"), "8,8,8,8");
-
-  EXPECT_EQ(parameter_count(captured), parameter_count(generated));
-  for (const std::int64_t batch : {kBatch, std::int64_t{7}}) {
-    const Saved cpu = saved_for_backward(captured.rescaled(batch));
-    EXPECT_EQ(cpu.mask_elements, 0);
-    EXPECT_EQ(cpu.bytes, saved_for_backward(generated.rescaled(batch)).bytes) << model << " at batch " << batch;
-    std::cout << "[ capture ] " << model << " b" << batch << ": saved " << cpu.bytes << " bytes, zoo "
-              << saved_for_backward(generated.rescaled(batch)).bytes << "\n";
-  }
-  EXPECT_EQ(activation_storages(captured), activation_storages(generated));
+  expect_saves_what_the_zoo_saves(model, captured, generated, kBatch);
   // The token dispatch is recorded as gathers and scatters in both.
   const auto count_kind = [](const Trace& trace, OpKind kind, Phase phase) {
     return std::count_if(trace.ops().begin(), trace.ops().end(), [&](const Op& op) { return op.kind == kind && op.phase == phase; });

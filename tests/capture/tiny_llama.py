@@ -126,10 +126,12 @@ class LlamaDecoderLayer(nn.Module):
 
 
 class LlamaModel(nn.Module):
-    def __init__(self, hidden, heads, kv_heads, intermediate, layers, vocab):
+    """Embedding, the decoder layers given (tiny_moe.py passes its mixture-of-experts ones), final norm."""
+
+    def __init__(self, hidden, heads, vocab, layers):
         super().__init__()
         self.embed_tokens = nn.Embedding(vocab, hidden)
-        self.layers = nn.ModuleList(LlamaDecoderLayer(hidden, heads, kv_heads, intermediate) for _ in range(layers))
+        self.layers = nn.ModuleList(layers)
         self.norm = LlamaRMSNorm(hidden)
         self.rotary_emb = LlamaRotaryEmbedding(hidden // heads)
 
@@ -148,7 +150,7 @@ class LlamaModel(nn.Module):
 class LlamaForCausalLM(nn.Module):
     def __init__(self, kv_heads=HEADS):
         super().__init__()
-        self.model = LlamaModel(HIDDEN, HEADS, kv_heads, INTERMEDIATE, LAYERS, VOCAB)
+        self.model = LlamaModel(HIDDEN, HEADS, VOCAB, [LlamaDecoderLayer(HIDDEN, HEADS, kv_heads, INTERMEDIATE) for _ in range(LAYERS)])
         self.lm_head = nn.Linear(HIDDEN, VOCAB, bias=False)
 
     def forward(self, input_ids):

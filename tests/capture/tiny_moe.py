@@ -34,7 +34,7 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
-from tiny_llama import LlamaAttention, LlamaRMSNorm, LlamaRotaryEmbedding
+from tiny_llama import LlamaAttention, LlamaModel, LlamaRMSNorm
 
 HIDDEN, HEADS, LAYERS, VOCAB = 32, 4, 2, 64
 EXPERTS, TOP_K, EXPERT_INTERMEDIATE = 4, 2, 24
@@ -132,29 +132,10 @@ class MoeDecoderLayer(nn.Module):
         return residual + hidden_states
 
 
-class MoeModel(nn.Module):
-    def __init__(self, layers):
-        super().__init__()
-        self.embed_tokens = nn.Embedding(VOCAB, HIDDEN)
-        self.layers = nn.ModuleList(layers)
-        self.norm = LlamaRMSNorm(HIDDEN)
-        self.rotary_emb = LlamaRotaryEmbedding(HIDDEN // HEADS)
-
-    def forward(self, input_ids):
-        hidden_states = self.embed_tokens(input_ids)
-        s = input_ids.shape[1]
-        position_ids = torch.arange(s).unsqueeze(0)
-        position_embeddings = self.rotary_emb(hidden_states, position_ids)
-        causal_mask = torch.full((s, s), torch.finfo(hidden_states.dtype).min, dtype=hidden_states.dtype).triu(1)[None, None]
-        for layer in self.layers:
-            hidden_states = layer(hidden_states, position_embeddings, causal_mask)
-        return self.norm(hidden_states)
-
-
 class MoeForCausalLM(nn.Module):
     def __init__(self, layers):
         super().__init__()
-        self.model = MoeModel(layers)
+        self.model = LlamaModel(HIDDEN, HEADS, VOCAB, layers)
         self.lm_head = nn.Linear(HIDDEN, VOCAB, bias=False)
         self.route_known_counts()
 

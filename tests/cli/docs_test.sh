@@ -45,19 +45,20 @@ for page in "${pages[@]}"; do
     # Every command runs in the one scratch directory, in page order: a command may read what an
     # earlier one on its page wrote (an exported trace, sweep shards). The comment after the command is prose; bash ignores it anyway.
     # A command repeated on another page (the README's first session) runs once and counts
-    # for both pages.
-    if [[ -n ${ran[$line]+x} ]]; then
-      if [[ ${ran[$line]} == ok ]]; then passed=$((passed + 1)); fi
+    # for both pages; the comment after it does not make it another command.
+    key=$(sed -E 's/[[:space:]]+#[[:space:]].*$//' <<<"$line")
+    if [[ -n ${ran[$key]+x} ]]; then
+      if [[ ${ran[$key]} == ok ]]; then passed=$((passed + 1)); fi
       continue
     fi
     start=$SECONDS
     if out=$(cd "$work" && timeout 300 bash -c "$line" 2>&1 </dev/null); then
       passed=$((passed + 1))
-      ran[$line]=ok
+      ran[$key]=ok
     else
       rc=$?
       failed=$((failed + 1))
-      ran[$line]=failed
+      ran[$key]=failed
       echo "FAIL ($name, exit $rc): $line"
       sed 's/^/    /' <<<"$out" | tail -15
     fi

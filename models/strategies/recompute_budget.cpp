@@ -233,26 +233,30 @@ std::size_t ceil_sqrt(std::size_t n) {
   return std::max<std::size_t>(k, 1);
 }
 
-// Budget mode; see README.md ("Recompute: budget") for the algorithm and its guarantees.
-std::optional<NotApplicable> plan_budget(const Analysis& a, const StrategySpec& spec, StorageActions& plan, const std::vector<TensorIndex>& candidates,
-                 std::int64_t budget, std::size_t rule_index) {
-  const std::size_t n = candidates.size();
-  PlanScorer scorer(a, spec, plan, candidates);
-  std::vector<std::int64_t> bytes(n);
-  for (std::size_t i = 0; i < n; ++i) bytes[i] = a.trace->tensor(candidates[i]).bytes();
-  // Plans compare by the recompute seconds their built schedule reports (Evaluation::ordered),
-  // which this search has always compared. Exact sums farther apart than an ordered sum's
-  // rounding can reach order the ordered sums alike (a sum of m non-negative terms in any order
-  // is within (m - 1) u of the exact one, u = 2^-53, give or take its own rounding; twice that
-  // is allowed); nearer, the ordered sum of the plan the scorer holds is computed.
-  auto reach = [](const Evaluation& e) { return (static_cast<double>(e.tasks) + 2) * std::ldexp(e.exact, -52); };
-  // -1, 0, 1 as the held plan's `e` recomputes less than, as much as or more than `than`
-  // (whose ordered sum is known).
-  auto compare_seconds = [&](Evaluation& e, const Evaluation& than) {
-    if (std::abs(e.exact - than.exact) > reach(e) + reach(than)) return e.exact < than.exact ? -1 : 1;
-    const double x = scorer.ordered(e);
-    return x < *than.ordered ? -1 : (x == *than.ordered ? 0 : 1);
-  };
+namespace {
+
+// The search of one budget rule (plan_budget), its steps as README.md ("Recompute: budget")
+// numbers them. Its members are what the steps share: the scorer (which holds the plan being
+// scored, and keeps `plan` up to date) and the best plan found so far.
+class BudgetSearch {
+ public:
+  BudgetSearch(const Analysis& a, const StrategySpec& spec, StorageActions& plan, const std::vector<TensorIndex>& candidates, std::int64_t budget)
+      : a_(a), spec_(spec), plan_(plan), candidates_(candidates), budget_(budget), n_(candidates.size()), scorer_(a, spec, plan, candidates), bytes_(n_) {
+    for (std::size_t i = 0; i < n_; ++i) bytes_[i] = a.trace->tensor(candidates[i]).bytes();
+  }
+
+  std::optional<NotApplicable> run(std::size_t rule_index) {
+    std::vector<bool> none(n_, false);
+    if (scorer_.evaluate(none).peak <= budget_) return std::nullopt;  // 0. keep everything if it fits
+    greedy();
+    score_structured(structured_plans());
+    if (!best_.found) return not_applicable(rule_index);
+    improve();
+    check_measured(rule_index);
+    return std::nullopt;
+  }
+
+ private:
   // The best plan is the one that fits with the least recompute seconds, then the lowest peak,
   // then the first in the README's order (structured plans in the order listed, then the
   // greedy's): a total order, so that the plans may be scored in any order (the greedy's first,
@@ -263,96 +267,120 @@ std::optional<NotApplicable> plan_budget(const Analysis& a, const StrategySpec& 
     Evaluation e;
     Order order;
     bool found = false;
-  } best;
-  auto offer = [&](Evaluation e, Order order) {  // the plan the scorer holds, scored
-    if (e.peak > budget) return e;
-    if (best.found) {
-      const int seconds = compare_seconds(e, best.e);
-      if (seconds > 0 || (seconds == 0 && std::tie(e.peak, order) >= std::tie(best.e.peak, best.order))) return e;
-    }
-    scorer.ordered(e);
-    best = {scorer.drops(), e, order, true};
-    return e;
+  };
+  // Each structured plan drops every candidate but a kept set (ascending indices).
+  struct Structured {
+    std::vector<std::size_t> kept;
+    double bound = 0;
   };
 
-  std::vector<bool> none(n, false);
-  if (scorer.evaluate(none).peak <= budget) return std::nullopt;  // 0. keep everything if it fits
+  // Plans compare by the recompute seconds their built schedule reports (Evaluation::ordered),
+  // which this search has always compared. Exact sums farther apart than an ordered sum's
+  // rounding can reach order the ordered sums alike (a sum of m non-negative terms in any order
+  // is within (m - 1) u of the exact one, u = 2^-53, give or take its own rounding; twice that
+  // is allowed); nearer, the ordered sum of the plan the scorer holds is computed.
+  static double reach(const Evaluation& e) { return (static_cast<double>(e.tasks) + 2) * std::ldexp(e.exact, -52); }
+  // -1, 0, 1 as the held plan's `e` recomputes less than, as much as or more than `than`
+  // (whose ordered sum is known).
+  int compare_seconds(Evaluation& e, const Evaluation& than) {
+    if (std::abs(e.exact - than.exact) > reach(e) + reach(than)) return e.exact < than.exact ? -1 : 1;
+    const double x = scorer_.ordered(e);
+    return x < *than.ordered ? -1 : (x == *than.ordered ? 0 : 1);
+  }
+  // The plan the scorer holds, scored: the best so far if it fits and wins.
+  Evaluation offer(Evaluation e, Order order) {
+    if (e.peak > budget_) return e;
+    if (best_.found) {
+      const int seconds = compare_seconds(e, best_.e);
+      if (seconds > 0 || (seconds == 0 && std::tie(e.peak, order) >= std::tie(best_.e.peak, best_.order))) return e;
+    }
+    scorer_.ordered(e);
+    best_ = {scorer_.drops(), e, order, true};
+    return e;
+  }
 
   // 2. Cost-ordered greedy: drop in ascending recompute-seconds per byte, keeping a drop only
   // when it does not raise the peak, until the budget is met. One storage changes per score.
-  std::vector<std::size_t> by_ratio(n);
-  std::iota(by_ratio.begin(), by_ratio.end(), std::size_t{0});
-  auto ratio = [&](std::size_t i) {
-    return bytes[i] > 0 ? a.info[candidates[i]].forward_seconds / static_cast<double>(bytes[i]) : std::numeric_limits<double>::infinity();
-  };
-  std::stable_sort(by_ratio.begin(), by_ratio.end(), [&](std::size_t x, std::size_t y) { return ratio(x) < ratio(y); });
-  {
-    std::int64_t peak = scorer.evaluate(none).peak;
+  void greedy() {
+    std::vector<bool> none(n_, false);
+    std::vector<std::size_t> by_ratio(n_);
+    std::iota(by_ratio.begin(), by_ratio.end(), std::size_t{0});
+    auto ratio = [&](std::size_t i) {
+      return bytes_[i] > 0 ? a_.info[candidates_[i]].forward_seconds / static_cast<double>(bytes_[i]) : std::numeric_limits<double>::infinity();
+    };
+    std::stable_sort(by_ratio.begin(), by_ratio.end(), [&](std::size_t x, std::size_t y) { return ratio(x) < ratio(y); });
+    std::int64_t peak = scorer_.evaluate(none).peak;
     std::size_t step = 0;
     for (std::size_t i : by_ratio) {
-      scorer.set(i, true);
-      const Evaluation e = offer(scorer.evaluate(), {1, step++});
+      scorer_.set(i, true);
+      const Evaluation e = offer(scorer_.evaluate(), {1, step++});
       if (e.peak <= peak) {
         peak = e.peak;
-        if (peak <= budget) break;
+        if (peak <= budget_) break;
       } else {
-        scorer.set(i, false);
+        scorer_.set(i, false);
       }
     }
   }
 
   // 1. Structured plans, generated first and scored in ascending order of a lower bound of
   // their recompute seconds (ReplayLowerBound), while the bound does not exceed the best plan's
-  // seconds: a plan whose bound does cannot be chosen.
-  const Trace& trace = *a.trace;
-  std::vector<char> is_candidate(trace.tensors().size(), 0);
-  for (TensorIndex s : candidates) is_candidate[s] = 1;
-  ReplayLowerBound lower_bound(a, plan, candidates);
-  // Each structured plan drops every candidate but a kept set (ascending indices).
-  struct Structured {
-    std::vector<std::size_t> kept;
-    double bound = 0;
-  };
-  std::vector<Structured> structured;
-  auto consider = [&](std::vector<std::size_t> kept) {
-    const double bound = lower_bound(kept);
-    structured.push_back({std::move(kept), bound});
-  };
-  // Every k-th kept for every useful k (sqrt_n among them) ...
-  std::set<std::size_t> ks;
-  for (std::size_t k = 2; k <= std::min<std::size_t>(n, 2 * ceil_sqrt(n) + 2); ++k) ks.insert(k);
-  for (std::size_t k = 2; k <= n; k *= 2) ks.insert(k);
-  ks.insert(n + 1);  // drop everything
-  for (std::size_t k : ks) {
-    std::vector<std::size_t> kept;
-    for (std::size_t i = k - 1; i < n; i += k) kept.push_back(i);
-    consider(std::move(kept));
-  }
-  // ... and Chen's byte-threshold segmentation (their Algorithm for a budget): walking in
-  // production order, keep a candidate as a checkpoint once the dropped bytes since the
-  // last one exceed a threshold; thresholds swept geometrically.
-  std::int64_t total = 0;
-  for (std::int64_t b : bytes) total += b;
-  for (double threshold = static_cast<double>(total); threshold >= 1; threshold /= 1.5) {
-    std::vector<std::size_t> kept;
-    double run = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      run += static_cast<double>(bytes[i]);
-      if (run <= threshold) continue;
-      kept.push_back(i);
-      run = 0;
+  // seconds: a plan whose bound does cannot be chosen. Generated after the greedy, with the
+  // plan as the greedy left it (as the search always has).
+  std::vector<Structured> structured_plans() {
+    ReplayLowerBound lower_bound(a_, plan_, candidates_);
+    std::vector<Structured> structured;
+    auto consider = [&](std::vector<std::size_t> kept) {
+      const double bound = lower_bound(kept);
+      structured.push_back({std::move(kept), bound});
+    };
+    // Every k-th kept for every useful k (sqrt_n among them) ...
+    std::set<std::size_t> ks;
+    for (std::size_t k = 2; k <= std::min<std::size_t>(n_, 2 * ceil_sqrt(n_) + 2); ++k) ks.insert(k);
+    for (std::size_t k = 2; k <= n_; k *= 2) ks.insert(k);
+    ks.insert(n_ + 1);  // drop everything
+    for (std::size_t k : ks) {
+      std::vector<std::size_t> kept;
+      for (std::size_t i = k - 1; i < n_; i += k) kept.push_back(i);
+      consider(std::move(kept));
     }
-    consider(std::move(kept));
+    // ... and Chen's byte-threshold segmentation (their Algorithm for a budget): walking in
+    // production order, keep a candidate as a checkpoint once the dropped bytes since the
+    // last one exceed a threshold; thresholds swept geometrically.
+    std::int64_t total = 0;
+    for (std::int64_t b : bytes_) total += b;
+    for (double threshold = static_cast<double>(total); threshold >= 1; threshold /= 1.5) {
+      std::vector<std::size_t> kept;
+      double run = 0;
+      for (std::size_t i = 0; i < n_; ++i) {
+        run += static_cast<double>(bytes_[i]);
+        if (run <= threshold) continue;
+        kept.push_back(i);
+        run = 0;
+      }
+      consider(std::move(kept));
+    }
+    // ... and Chen's segments on a DAG: every k-th separator kept, every other candidate dropped.
+    const std::vector<std::size_t> separators = this->separators();
+    for (std::size_t k = 1; k <= separators.size(); ++k) {
+      std::vector<std::size_t> kept;
+      for (std::size_t j = k - 1; j < separators.size(); j += k) kept.push_back(separators[j]);
+      consider(std::move(kept));
+    }
+    return structured;
   }
-  // ... and Chen's segments on a DAG: checkpoints only at separators (a candidate that is, when
-  // its last forward writer ends, the only storage needing recomputation that a later forward
-  // op still reads — ResNet block outputs, transformer layer outputs), every k-th separator
-  // kept, every other candidate dropped. Dropping a non-separator between two kept separators
-  // cannot make a rebuild cascade past the segment.
-  {
+
+  // Chen's segments on a DAG: checkpoints only at separators (a candidate that is, when its
+  // last forward writer ends, the only storage needing recomputation that a later forward op
+  // still reads — ResNet block outputs, transformer layer outputs). Dropping a non-separator
+  // between two kept separators cannot make a rebuild cascade past the segment.
+  std::vector<std::size_t> separators() const {
+    const Trace& trace = *a_.trace;
+    std::vector<char> is_candidate(trace.tensors().size(), 0);
+    for (TensorIndex s : candidates_) is_candidate[s] = 1;
     std::vector<int> crossing(trace.ops().size() + 1, 0);  // difference array over forward ops
-    for (TensorIndex s : a.storages) {
-      const StorageInfo& info = a.info[s];
+    for (TensorIndex s : a_.storages) {
+      const StorageInfo& info = a_.info[s];
       if (!info.written || !info.written_in_forward_only) continue;
       // Anything not rebuilt here: resident, or restored/kept by another rule.
       if (info.saved && !is_candidate[s] && info.first_backward_read) continue;
@@ -366,86 +394,112 @@ std::optional<NotApplicable> plan_budget(const Analysis& a, const StrategySpec& 
     }
     for (std::size_t o = 1; o < crossing.size(); ++o) crossing[o] += crossing[o - 1];
     std::vector<std::size_t> separators;
-    for (std::size_t i = 0; i < n; ++i) {
-      const StorageInfo& info = a.info[candidates[i]];
+    for (std::size_t i = 0; i < n_; ++i) {
+      const StorageInfo& info = a_.info[candidates_[i]];
       const OpIndex w = info.writers.back();
       const bool read_later = std::any_of(info.readers.begin(), info.readers.end(),
                                           [&](OpIndex r) { return r > w && is_forward(trace, r); });
       if (read_later && crossing[w] == 1) separators.push_back(i);
     }
-    for (std::size_t k = 1; k <= separators.size(); ++k) {
-      std::vector<std::size_t> kept;
-      for (std::size_t j = k - 1; j < separators.size(); j += k) kept.push_back(separators[j]);
-      consider(std::move(kept));
+    return separators;
+  }
+
+  // Scores the structured plans in ascending order of their bound, while one can still win.
+  void score_structured(const std::vector<Structured>& structured) {
+    const Trace& trace = *a_.trace;
+    std::vector<std::size_t> by_bound(structured.size());
+    std::iota(by_bound.begin(), by_bound.end(), std::size_t{0});
+    std::stable_sort(by_bound.begin(), by_bound.end(), [&](std::size_t x, std::size_t y) { return structured[x].bound < structured[y].bound; });
+    // A plan of m recompute tasks reports at least bound * (1 - (m + 2) u); m is at most every
+    // forward op replayed before every other op.
+    const double most_tasks = static_cast<double>(trace.ops().size()) * static_cast<double>(trace.ops().size());
+    const double shortfall = 1 - (most_tasks + 2) * std::ldexp(1.0, -52);
+    for (std::size_t p : by_bound) {
+      if (best_.found && structured[p].bound * shortfall > *best_.e.ordered) break;  // so are all after it
+      std::vector<bool> drop(n_, true);
+      for (std::size_t i : structured[p].kept) drop[i] = false;
+      offer(scorer_.evaluate(drop), {0, p});
     }
   }
-  std::vector<std::size_t> by_bound(structured.size());
-  std::iota(by_bound.begin(), by_bound.end(), std::size_t{0});
-  std::stable_sort(by_bound.begin(), by_bound.end(), [&](std::size_t x, std::size_t y) { return structured[x].bound < structured[y].bound; });
-  // A plan of m recompute tasks reports at least bound * (1 - (m + 2) u); m is at most every
-  // forward op replayed before every other op.
-  const double most_tasks = static_cast<double>(trace.ops().size()) * static_cast<double>(trace.ops().size());
-  const double shortfall = 1 - (most_tasks + 2) * std::ldexp(1.0, -52);
-  for (std::size_t p : by_bound) {
-    if (best.found && structured[p].bound * shortfall > *best.e.ordered) break;  // so are all after it
-    std::vector<bool> drop(n, true);
-    for (std::size_t i : structured[p].kept) drop[i] = false;
-    offer(scorer.evaluate(drop), {0, p});
-  }
-  if (!best.found) {
+
+  NotApplicable not_applicable(std::size_t rule_index) {
     std::ostringstream message;
-    message << "strategy rule " << rule_index << ": recompute budget of " << budget
+    message << "strategy rule " << rule_index << ": recompute budget of " << budget_
             << " bytes of saved activations cannot be met: dropping every selected activation still peaks at "
-            << scorer.evaluate(std::vector<bool>(n, true)).peak << " bytes";
+            << scorer_.evaluate(std::vector<bool>(n_, true)).peak << " bytes";
     return NotApplicable{message.str()};
   }
+
   // 3. Local improvement of the cheapest feasible plan: keep dropped storages again (most
   // expensive first) while the budget holds, then move checkpoints onto a more expensive
   // neighbour (keep it, drop the cheaper one) when that stays within budget and saves time.
-  scorer.set_all(best.drop);
-  Evaluation current = best.e;
-  std::vector<std::size_t> by_cost(n);
-  std::iota(by_cost.begin(), by_cost.end(), std::size_t{0});
-  std::stable_sort(by_cost.begin(), by_cost.end(), [&](std::size_t x, std::size_t y) {
-    return a.info[candidates[x]].forward_seconds > a.info[candidates[y]].forward_seconds;
-  });
+  void improve() {
+    scorer_.set_all(best_.drop);
+    current_ = best_.e;
+    std::vector<std::size_t> by_cost(n_);
+    std::iota(by_cost.begin(), by_cost.end(), std::size_t{0});
+    std::stable_sort(by_cost.begin(), by_cost.end(), [&](std::size_t x, std::size_t y) {
+      return a_.info[candidates_[x]].forward_seconds > a_.info[candidates_[y]].forward_seconds;
+    });
+    for (std::size_t i : by_cost) {
+      if (!scorer_.drops()[i]) continue;
+      scorer_.set(i, false);
+      if (!improves()) scorer_.set(i, true);
+    }
+    for (std::size_t i : by_cost) {
+      if (!scorer_.drops()[i]) continue;
+      for (const std::size_t j : {i - 1, i + 1}) {  // i - 1 wraps to a huge value at 0
+        if (j >= n_ || scorer_.drops()[j] || a_.info[candidates_[j]].forward_seconds >= a_.info[candidates_[i]].forward_seconds) continue;
+        scorer_.set(i, false);
+        scorer_.set(j, true);
+        if (improves()) break;
+        scorer_.set(i, true);
+        scorer_.set(j, false);
+      }
+    }
+  }
+
   // Scores the plan with the changes made; keeps it if it fits and recomputes less.
-  auto improves = [&]() {
-    Evaluation e = scorer.evaluate();
-    if (e.peak <= budget && compare_seconds(e, current) < 0) {
-      scorer.ordered(e);
-      current = e;
+  bool improves() {
+    Evaluation e = scorer_.evaluate();
+    if (e.peak <= budget_ && compare_seconds(e, current_) < 0) {
+      scorer_.ordered(e);
+      current_ = e;
       return true;
     }
     return false;
-  };
-  for (std::size_t i : by_cost) {
-    if (!scorer.drops()[i]) continue;
-    scorer.set(i, false);
-    if (!improves()) scorer.set(i, true);
   }
-  for (std::size_t i : by_cost) {
-    if (!scorer.drops()[i]) continue;
-    for (const std::size_t j : {i - 1, i + 1}) {  // i - 1 wraps to a huge value at 0
-      if (j >= n || scorer.drops()[j] || a.info[candidates[j]].forward_seconds >= a.info[candidates[i]].forward_seconds) continue;
-      scorer.set(i, false);
-      scorer.set(j, true);
-      if (improves()) break;
-      scorer.set(i, true);
-      scorer.set(j, false);
-    }
-  }
+
   // The plan is in `plan` now. Scored incrementally, it is measured once in full: the result
   // must meet the budget by the built schedule's own replay, with the figures the search used.
-  if (scorer.incremental()) {
-    const Evaluation measured = evaluate(a, spec, plan);
-    if (measured.peak > budget || measured.peak != current.peak || measured.exact != current.exact || measured.ordered != current.ordered) {
+  void check_measured(std::size_t rule_index) const {
+    if (!scorer_.incremental()) return;
+    const Evaluation measured = evaluate(a_, spec_, plan_);
+    if (measured.peak > budget_ || measured.peak != current_.peak || measured.exact != current_.exact || measured.ordered != current_.ordered) {
       throw std::logic_error("strategy rule " + std::to_string(rule_index) + ": the budget plan's incremental score (peak " +
-                             std::to_string(current.peak) + " B, " + short_number(current.exact) + " s) differs from its built schedule's (" +
+                             std::to_string(current_.peak) + " B, " + short_number(current_.exact) + " s) differs from its built schedule's (" +
                              std::to_string(measured.peak) + " B, " + short_number(measured.exact) + " s)");
     }
   }
-  return std::nullopt;
+
+  const Analysis& a_;
+  const StrategySpec& spec_;
+  StorageActions& plan_;
+  const std::vector<TensorIndex>& candidates_;
+  const std::int64_t budget_;
+  const std::size_t n_;
+  PlanScorer scorer_;
+  std::vector<std::int64_t> bytes_;  // per candidate
+  Best best_;
+  Evaluation current_;  // step 3's plan
+};
+
+}  // namespace
+
+// Budget mode; see README.md ("Recompute: budget") for the algorithm and its guarantees.
+std::optional<NotApplicable> plan_budget(const Analysis& a, const StrategySpec& spec, StorageActions& plan, const std::vector<TensorIndex>& candidates,
+                 std::int64_t budget, std::size_t rule_index) {
+  return BudgetSearch(a, spec, plan, candidates, budget).run(rule_index);
 }
 
 }  // namespace comptrain::models::strategy_detail

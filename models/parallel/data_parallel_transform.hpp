@@ -109,9 +109,31 @@ class Transform : public ScheduleEdit {
     return unit.name.empty() ? std::max(last_backward_, unit.last_backward.value_or(last_backward_)) : unit.last_backward.value_or(last_backward_);
   }
 
-  std::int64_t padded_elements(const traces::Tensor& t) const;
+  // The groups, and the parameters' sizes the sharded state is checked against.
+  struct FsdpGroups {
+    std::vector<Unit> units;
+    std::int64_t weight_elements = 0;
+    std::int64_t weight_element_size = 0;
+  };
+  // One group's buffers for one pass's all-gather.
+  struct Gathered {
+    BufferId unsharded = 0;
+    BufferId all_gather = 0;
+    std::optional<BufferId> cast;
+    TaskId collective = 0;  // as n + index into added_
+  };
 
+  std::int64_t padded_elements(const traces::Tensor& t) const;
   void run_fsdp();
+  FsdpGroups fsdp_groups() const;
+  BufferId shard_fsdp_state(const FsdpGroups& groups);
+  Gathered gathered_buffers(const Unit& unit, const char* pass);
+  TaskId fsdp_all_gather(const Unit& unit, const Gathered& g, const char* pass, std::size_t index, TaskId before, std::vector<TaskId> after,
+                         std::vector<BufferId> also_uses, BufferId sharded_parameters);
+  std::size_t gather_for_forward(const std::vector<Unit>& units, BufferId sharded_parameters);
+  void gather_for_backward(const std::vector<Unit>& units, BufferId sharded_parameters, std::size_t index);
+  void reduce_scatter_gradients(const std::vector<Unit>& units);
+  void hold_fsdp_buffers();
 
   // Where an optimizer subgroup is stepped under an offloaded optimizer.
   enum class Where : std::uint8_t {

@@ -1,22 +1,20 @@
 // PyTorch FSDP2 (README.md, "FSDP2"). Sources: pytorch/pytorch's
 // torch/distributed/_composable/fsdp (the December 2024 code, PyTorch 2.6: _fsdp_state.py,
 // _fsdp_param_group.py, _fsdp_collectives.py, _fsdp_param.py). Part of data parallelism as a
-// schedule transform (data_parallel_transform.hpp).
+// schedule transform (data_parallel_transform.hpp). run_fsdp gives the steps in order; each
+// step is one of torch's: the groups and their state, the gathers of each pass, the gradients'
+// reduce-scatters.
 
 #include <algorithm>
-#include <array>
-#include <cmath>
-#include <limits>
 #include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
-#include "data_parallel_transform.hpp"
-#include <string_view>
-
 #include "comptrain/models/module_pattern.hpp"
+#include "data_parallel_transform.hpp"
 
 namespace comptrain::models::transform_detail {
 
@@ -31,10 +29,25 @@ std::int64_t Transform::padded_elements(const traces::Tensor& t) const {
 }
 
 void Transform::run_fsdp() {
-  const FsdpSpec& f = *spec_.fsdp;
   substitute_.assign(old_buffers_, kKeep);
-  // The groups: one per module instance of `units`, the root's for every other parameter.
-  std::vector<Unit> units;
+  const FsdpGroups groups = fsdp_groups();
+  const BufferId sharded_parameters = shard_fsdp_state(groups);
+  const std::size_t gathers = gather_for_forward(groups.units, sharded_parameters);
+  gather_for_backward(groups.units, sharded_parameters, gathers);
+  reduce_scatter_gradients(groups.units);
+
+  shard_optimizer_tasks();
+  redirect_all();
+  hold_fsdp_buffers();
+  assemble();
+}
+
+// The groups: one per module instance of `units`, the root's for every other parameter; which
+// old tasks read each group's parameters, per pass; whether each is resharded after forward.
+Transform::FsdpGroups Transform::fsdp_groups() const {
+  const FsdpSpec& f = *spec_.fsdp;
+  FsdpGroups groups;
+  std::vector<Unit>& units = groups.units;
   std::map<std::string, std::size_t> unit_index;
   const auto unit_of = [&](const std::string& name) {
     std::string instance;
@@ -53,8 +66,8 @@ void Transform::run_fsdp() {
     return it->second;
   };
   std::map<BufferId, std::size_t> weight_unit;
-  std::int64_t weight_elements = 0;
-  std::int64_t weight_element_size = 0;
+  std::int64_t& weight_elements = groups.weight_elements;
+  std::int64_t& weight_element_size = groups.weight_element_size;
   for (BufferId w : weights_) {
     const auto& t = trace_.tensor(*s_.buffers[w].tensor);
     Unit& u = units[unit_of(t.name)];
@@ -109,11 +122,19 @@ void Transform::run_fsdp() {
     unit.reshard_after_forward = !unit.name.empty() && (f.reshard_after_forward == FsdpSpec::Reshard::all ||
                                                         (f.reshard_after_forward == FsdpSpec::Reshard::all_but_last && u != last_unit));
   }
+  return groups;
+}
 
-  // Model state: the sharded parameters in their original dtype (FSDPParam's _sharded_param_data,
-  // allocated with the model, before the first iteration) and the optimizer state of this rank's
-  // shards; under `mixed` precision the trace's optimizer state holds the fp32 masters of its
-  // 16-bit weights, which are FSDP2's sharded parameters and so are not counted twice.
+// Model state: the sharded parameters in their original dtype (FSDPParam's _sharded_param_data,
+// allocated with the model, before the first iteration) and the optimizer state of this rank's
+// shards; under `mixed` precision the trace's optimizer state holds the fp32 masters of its
+// 16-bit weights, which are FSDP2's sharded parameters and so are not counted twice.
+// Returns the sharded parameters' buffer.
+BufferId Transform::shard_fsdp_state(const FsdpGroups& groups) {
+  const FsdpSpec& f = *spec_.fsdp;
+  const std::vector<Unit>& units = groups.units;
+  const std::int64_t weight_elements = groups.weight_elements;
+  const std::int64_t weight_element_size = groups.weight_element_size;
   std::int64_t sharded = 0;
   for (const Unit& unit : units) sharded += unit.sharded_elements;
   const BufferId sharded_parameters =
@@ -142,58 +163,58 @@ void Transform::run_fsdp() {
     s_.buffers[w].resident = false;
     optimizer_substitute_[w] = sharded_parameters;
   }
+  return sharded_parameters;
+}
 
-  // The parameters each pass reads: per group, the unsharded parameters (allocated on the
-  // compute stream by the copy-out, FSDPParam.alloc_all_gather_outputs) and the all-gather
-  // buffer they are copied out of (foreach_all_gather allocates it on the all-gather copy-in
-  // stream), with the copy-in's cast of the shards to param_dtype (FSDPParam.all_gather_inputs).
-  struct Gathered {
-    BufferId unsharded = 0;
-    BufferId all_gather = 0;
-    std::optional<BufferId> cast;
-    TaskId collective = 0;  // as n + index into added_
-  };
-  const auto gathered_buffers = [&](const Unit& unit, const char* pass) {
-    const std::string what = (unit.name.empty() ? std::string("root") : unit.name);
-    Gathered g;
-    g.unsharded = add_buffer(what + " parameters (unsharded for " + pass + ")", unit.unsharded_bytes, MemoryRole::weight, false);
-    g.all_gather = add_buffer(what + " all-gather buffer (" + pass + ")", unit.unsharded_bytes, MemoryRole::weight, false);
-    s_.buffers[g.all_gather].allocation_stream = AllocationStream::fsdp_all_gather;
-    const std::int64_t element = unit.padded_elements > 0 ? unit.unsharded_bytes / unit.padded_elements : 0;
-    if (element != f.sharded_parameter_bytes && unit.sharded_elements > 0) {
-      g.cast = add_buffer(what + " shards cast for the all-gather (" + pass + ")", unit.sharded_elements * element, MemoryRole::temporary, false);
-      s_.buffers[*g.cast].allocation_stream = AllocationStream::fsdp_all_gather;
+// The parameters each pass reads: per group, the unsharded parameters (allocated on the
+// compute stream by the copy-out, FSDPParam.alloc_all_gather_outputs) and the all-gather
+// buffer they are copied out of (foreach_all_gather allocates it on the all-gather copy-in
+// stream), with the copy-in's cast of the shards to param_dtype (FSDPParam.all_gather_inputs).
+Transform::Gathered Transform::gathered_buffers(const Unit& unit, const char* pass) {
+  const FsdpSpec& f = *spec_.fsdp;
+  const std::string what = (unit.name.empty() ? std::string("root") : unit.name);
+  Gathered g;
+  g.unsharded = add_buffer(what + " parameters (unsharded for " + pass + ")", unit.unsharded_bytes, MemoryRole::weight, false);
+  g.all_gather = add_buffer(what + " all-gather buffer (" + pass + ")", unit.unsharded_bytes, MemoryRole::weight, false);
+  s_.buffers[g.all_gather].allocation_stream = AllocationStream::fsdp_all_gather;
+  const std::int64_t element = unit.padded_elements > 0 ? unit.unsharded_bytes / unit.padded_elements : 0;
+  if (element != f.sharded_parameter_bytes && unit.sharded_elements > 0) {
+    g.cast = add_buffer(what + " shards cast for the all-gather (" + pass + ")", unit.sharded_elements * element, MemoryRole::temporary, false);
+    s_.buffers[*g.cast].allocation_stream = AllocationStream::fsdp_all_gather;
+  }
+  for (BufferId w : unit.weights) {
+    if (std::string_view(pass) == "forward") {
+      gathered_[{static_cast<int>(Phase::forward), w}] = g.unsharded;
+      if (!unit.reshard_after_forward) gathered_[{static_cast<int>(Phase::backward), w}] = g.unsharded;
+    } else {
+      gathered_[{static_cast<int>(Phase::backward), w}] = g.unsharded;
     }
-    for (BufferId w : unit.weights) {
-      if (std::string_view(pass) == "forward") {
-        gathered_[{static_cast<int>(Phase::forward), w}] = g.unsharded;
-        if (!unit.reshard_after_forward) gathered_[{static_cast<int>(Phase::backward), w}] = g.unsharded;
-      } else {
-        gathered_[{static_cast<int>(Phase::backward), w}] = g.unsharded;
-      }
-    }
-    return g;
-  };
-  const auto all_gather = [&](const Unit& unit, const Gathered& g, const char* pass, std::size_t index, TaskId before, std::vector<TaskId> after,
-                              std::vector<BufferId> also_uses) {
-    Task c;
-    c.kind = TaskKind::collective;
-    c.stream = Stream::comm;
-    c.collective = CollectiveKind::all_gather;
-    c.bytes = unit.unsharded_bytes;
-    c.creates = {g.all_gather};
-    if (g.cast) c.creates.push_back(*g.cast);
-    c.uses = {sharded_parameters};
-    c.uses.insert(c.uses.end(), also_uses.begin(), also_uses.end());
-    c.after = std::move(after);
-    c.name = task_name((std::string("FSDP all-gather for ") + pass + " of " + (unit.name.empty() ? "root" : unit.name)).c_str(), index, c.bytes);
-    return add_task(std::move(c), before);
-  };
+  }
+  return g;
+}
 
-  // Forward: each group gathered before its first forward task (pre_forward), the copy-out on
-  // the compute stream; the previous group's all-gather buffer is freed after this one's
-  // all-gather (wait_for_unshard keeps it in all_gather_state until the next copy-out) and the
-  // copy-in stream waits for the previous copy-out.
+TaskId Transform::fsdp_all_gather(const Unit& unit, const Gathered& g, const char* pass, std::size_t index, TaskId before, std::vector<TaskId> after,
+                                  std::vector<BufferId> also_uses, BufferId sharded_parameters) {
+  Task c;
+  c.kind = TaskKind::collective;
+  c.stream = Stream::comm;
+  c.collective = CollectiveKind::all_gather;
+  c.bytes = unit.unsharded_bytes;
+  c.creates = {g.all_gather};
+  if (g.cast) c.creates.push_back(*g.cast);
+  c.uses = {sharded_parameters};
+  c.uses.insert(c.uses.end(), also_uses.begin(), also_uses.end());
+  c.after = std::move(after);
+  c.name = task_name((std::string("FSDP all-gather for ") + pass + " of " + (unit.name.empty() ? "root" : unit.name)).c_str(), index, c.bytes);
+  return add_task(std::move(c), before);
+}
+
+// Forward: each group gathered before its first forward task (pre_forward), the copy-out on
+// the compute stream; the previous group's all-gather buffer is freed after this one's
+// all-gather (wait_for_unshard keeps it in all_gather_state until the next copy-out) and the
+// copy-in stream waits for the previous copy-out.
+// Returns the number of all-gathers issued.
+std::size_t Transform::gather_for_forward(const std::vector<Unit>& units, BufferId sharded_parameters) {
   std::vector<std::size_t> forward_order;
   for (std::size_t u = 0; u < units.size(); ++u) {
     if (units[u].first_forward) forward_order.push_back(u);
@@ -211,7 +232,7 @@ void Transform::run_fsdp() {
     if (previous) after.push_back(*units[*previous].first_forward);
     std::vector<BufferId> also;
     if (previous_buffer) also.push_back(*previous_buffer);
-    g.collective = all_gather(unit, g, "forward", index++, *unit.first_forward, after, also);
+    g.collective = fsdp_all_gather(unit, g, "forward", index++, *unit.first_forward, after, also, sharded_parameters);
     extra_after_[*unit.first_forward].push_back(g.collective);
     create_at_[*unit.first_forward].push_back(g.unsharded);
     previous = u;
@@ -226,10 +247,14 @@ void Transform::run_fsdp() {
     }
     if (last) extra_uses_[*last].push_back(*previous_buffer);
   }
+  return index;
+}
 
-  // Backward: a group resharded after forward is gathered again, prefetched when the group
-  // before it in backward order starts its backward (_backward_prefetch in pre_backward); its
-  // copy-out at its own pre_backward frees the all-gather buffer at once.
+// Backward: a group resharded after forward is gathered again, prefetched when the group
+// before it in backward order starts its backward (_backward_prefetch in pre_backward); its
+// copy-out at its own pre_backward frees the all-gather buffer at once.
+// `index`: the number of all-gathers issued before (their names' numbering).
+void Transform::gather_for_backward(const std::vector<Unit>& units, BufferId sharded_parameters, std::size_t index) {
   std::vector<std::size_t> backward_order;
   for (std::size_t u = 0; u < units.size(); ++u) {
     if (units[u].first_backward) backward_order.push_back(u);
@@ -241,18 +266,21 @@ void Transform::run_fsdp() {
     Gathered g = gathered_buffers(unit, "backward");
     extra_uses_[post_backward(unit)].push_back(g.unsharded);
     const TaskId issue = k > 0 ? *units[backward_order[k - 1]].first_backward : *unit.first_backward;
-    g.collective = all_gather(unit, g, "backward", index++, issue, {}, {});
+    g.collective = fsdp_all_gather(unit, g, "backward", index++, issue, {}, {}, sharded_parameters);
     extra_after_[*unit.first_backward].push_back(g.collective);
     create_at_[*unit.first_backward].push_back(g.unsharded);
     extra_uses_[*unit.first_backward].push_back(g.all_gather);
   }
+}
 
-  // Gradients: each group's post-backward (after its last backward task; the root's in the
-  // final callback, after the whole backward pass) copies its gradients into a reduce-scatter
-  // input of reduce_dtype allocated on the compute stream, frees them, and reduce-scatters on
-  // its stream into an output allocated there, which stays as the group's sharded gradient
-  // until zero_grad. The input is held (ReduceScatterState) until the next post-backward, whose
-  // compute stream first waits for this reduce-scatter.
+// Gradients: each group's post-backward (after its last backward task; the root's in the
+// final callback, after the whole backward pass) copies its gradients into a reduce-scatter
+// input of reduce_dtype allocated on the compute stream, frees them, and reduce-scatters on
+// its stream into an output allocated there, which stays as the group's sharded gradient
+// until zero_grad. The input is held (ReduceScatterState) until the next post-backward, whose
+// compute stream first waits for this reduce-scatter.
+void Transform::reduce_scatter_gradients(const std::vector<Unit>& units) {
+  const FsdpSpec& f = *spec_.fsdp;
   std::vector<std::size_t> reduce_order;
   for (std::size_t u = 0; u < units.size(); ++u) {
     if (units[u].last_backward && !units[u].gradients.empty()) reduce_order.push_back(u);
@@ -302,11 +330,11 @@ void Transform::run_fsdp() {
     previous_input = input;
   }
   if (previous_reduction && first_optimizer_) extra_after_[*first_optimizer_].push_back(*previous_reduction);
+}
 
-  shard_optimizer_tasks();
-  redirect_all();
-  // The unsharded parameters are created by their group's first task of the pass (the copy-out
-  // there); the buffers a task holds for FSDP2 beyond its own reads.
+// After redirect_all: the unsharded parameters are created by their group's first task of the
+// pass (the copy-out there); the buffers a task holds for FSDP2 beyond its own reads.
+void Transform::hold_fsdp_buffers() {
   for (auto& [t, buffers] : create_at_) {
     Task& task = s_.tasks[t];
     for (BufferId b : buffers) {
@@ -323,7 +351,6 @@ void Transform::run_fsdp() {
       }
     }
   }
-  assemble();
 }
 
 }  // namespace comptrain::models::transform_detail

@@ -1,9 +1,9 @@
 #pragma once
-// Internal to models/parallel: the editing core of a schedule transform. A transform reads the
+// Internal to models/transforms: the editing core of a schedule transform. A transform reads the
 // old schedule's tasks by index, adds buffers and tasks (each inserted just before an old task),
 // leaves old tasks out, adds waits to old tasks, and then `assemble` writes the new task list
 // with every wait renumbered. Data parallelism (data_parallel_transform.hpp) is built on it; so
-// will the tensor- and pipeline-parallel transforms be (models/parallel/README.md).
+// will the tensor- and pipeline-parallel transforms be (models/transforms/README.md).
 
 #include <algorithm>
 #include <cstddef>

@@ -1,5 +1,5 @@
 #pragma once
-// Internal to models/parallel: data parallelism as a schedule transform (DDP, ZeRO 1-3, the
+// Internal to models/transforms: data parallelism as a schedule transform (DDP, ZeRO 1-3, the
 // optimizer offloaded to the host, FSDP2), one class whose steps live in one file per scheme:
 // data_parallel.cpp (the order of the steps, the public functions), ddp.cpp (buckets), zero.cpp
 // (partitions, sharded optimizer, ZeRO-3's gathers), optimizer_offload.cpp and fsdp.cpp.

@@ -60,17 +60,20 @@ class ScheduleEdit {
   // A task inserted just before old task `before` (n_: at the end); its id is n_ + its index
   // among the added tasks, which other added tasks' and old tasks' waits may name.
   TaskId add_task(Task task, TaskId before);
+  // Writes the new task list: added tasks just before the old task they precede, removed tasks
+  // left out, every wait renumbered (extra_after_ added to old tasks' waits). Once, at the end.
   void assemble();
 
  protected:
+  // Per removed old task, the kept tasks it waited for, through other removed tasks.
   std::vector<std::vector<TaskId>> waits_through_removed() const;
 
   Schedule& s_;
   const std::size_t n_;            // old tasks
   const std::size_t old_buffers_;  // old buffers
-  std::vector<bool> removed_;  // old tasks left out (the optimizer's, under offload)
+  std::vector<bool> removed_;      // old tasks left out (the optimizer's, under offload)
   std::vector<Added> added_;
-  std::map<TaskId, std::vector<TaskId>> extra_after_;       // old task -> waits to add (old ids or n + added index)
+  std::map<TaskId, std::vector<TaskId>> extra_after_;  // old task -> waits to add (old ids or n + added index)
 };
 
 }  // namespace comptrain::models::transform_detail

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "comptrain/sim/fit.hpp"
+#include "comptrain/sim/studies/platform_fit.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "options.hpp"

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "comptrain/sim/hybrid_plan.hpp"
-#include "comptrain/sim/plan.hpp"
-#include "comptrain/sim/plots.hpp"
-#include "comptrain/sim/sweep.hpp"
+#include "comptrain/sim/studies/hybrid_plan.hpp"
+#include "comptrain/sim/studies/plan.hpp"
+#include "comptrain/sim/report/plots.hpp"
+#include "comptrain/sim/studies/sweep.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/format.hpp"
 #include "comptrain/support/input_error.hpp"

@@ -7,7 +7,7 @@
 #include <functional>
 #include <string>
 
-#include "comptrain/sim/scenario.hpp"
+#include "comptrain/sim/config/scenario.hpp"
 
 namespace comptrain::cli {
 

@@ -9,11 +9,12 @@
 
 #include "comptrain/models/op_time.hpp"
 #include "comptrain/models/strategy.hpp"
-#include "comptrain/sim/outputs.hpp"
-#include "comptrain/sim/plots.hpp"
-#include "comptrain/sim/scenario.hpp"
-#include "comptrain/sim/run.hpp"
-#include "comptrain/sim/simulation.hpp"
+#include "comptrain/sim/report/simulate_report.hpp"
+#include "comptrain/sim/report/simulation_timeline.hpp"
+#include "comptrain/sim/report/plots.hpp"
+#include "comptrain/sim/config/scenario.hpp"
+#include "comptrain/sim/run/run.hpp"
+#include "comptrain/sim/engine/replay.hpp"
 #include "comptrain/models/shipped_or_file.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/input_error.hpp"
@@ -73,7 +74,7 @@ int run(const SimulateOptions& o) {
     completed->one_gpu_seconds = sim::one_gpu_iteration_seconds(prepared, scenario.strategy, batch);
   }
   if (const auto* completed = std::get_if<sim::CompletedRun>(&outcome)) {
-    const sim::SimulationRun run = completed->view(prepared);
+    const sim::SimulationRun run = sim::simulation_run(prepared, *completed);
     if (!o.memory_csv.empty()) write_output(o.memory_csv, sim::memory_timeline_csv(run));
     if (!o.timeline.empty()) write_output(o.timeline, sim::perfetto_trace_json(run));
     if (!o.plot.empty()) sim::write_memory_timeline_plot(run, o.plot);

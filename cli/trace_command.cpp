@@ -7,7 +7,7 @@
 #include <memory>
 #include <optional>
 
-#include "comptrain/sim/scenario.hpp"
+#include "comptrain/sim/config/scenario.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/trace_import/import.hpp"
 #include "comptrain/traces/summary.hpp"

@@ -4,7 +4,7 @@
 #include <memory>
 #include <string>
 
-#include "comptrain/sim/validate.hpp"
+#include "comptrain/sim/studies/validate.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "options.hpp"
 

@@ -16,9 +16,9 @@
 
 #include <array>
 
-#include "cluster_network.hpp"
-#include "comptrain/sim/collectives.hpp"
-#include "simgrid_engine.hpp"
+#include "engine/cluster_network.hpp"
+#include "comptrain/sim/engine/collectives.hpp"
+#include "engine/simgrid_engine.hpp"
 
 namespace {
 
@@ -70,12 +70,7 @@ Phases phases_in_child(int nodes) {
   if (child == 0) {
     ::close(pipe_fds[0]);
     const double start = self_cpu_seconds();
-    int argc = 1;
-    char program[] = "collectives_bench";
-    char* argv[] = {program, nullptr};
-    sim::detail::silence_simgrid();
-    simgrid::s4u::Engine engine(&argc, argv);
-    sim::detail::configure_flow_model();
+    sim::detail::ConfiguredEngine engine;
     const sim::detail::ClusterNetwork network(models::builtin_platform("dgx-h100-superpod"), {nodes, 8});
     Phases measured;
     measured.build = self_cpu_seconds() - start;

@@ -20,9 +20,9 @@
 #include <memory>
 #include <optional>
 
-#include "comptrain/sim/run.hpp"
+#include "comptrain/sim/run/run.hpp"
 #include "comptrain/zoo/zoo.hpp"
-#include "simgrid_engine.hpp"
+#include "engine/simgrid_engine.hpp"
 
 namespace {
 
@@ -85,12 +85,7 @@ void BM_ComptrainReplay(benchmark::State& state) {
 // The same numbers of execs (on a GPU host) and transfers (over one split-duplex link), issued
 // by two actors without dependencies, memory tracking or recording.
 void raw_simgrid(std::size_t execs, std::size_t copies) {
-  int argc = 1;
-  char program[] = "raw";
-  char* argv[] = {program, nullptr};
-  sim::detail::silence_simgrid();
-  sg4::Engine engine(&argc, argv);
-  sim::detail::configure_flow_model();
+  sim::detail::ConfiguredEngine engine;
   auto* zone = sg4::create_full_zone("node");
   sg4::Host* gpu = zone->create_host("gpu", 1e9)->seal();
   sg4::Host* host = zone->create_host("host", 1e9)->seal();

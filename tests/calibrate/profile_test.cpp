@@ -18,7 +18,7 @@
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/zoo/zoo.hpp"
-#include "../support/must_apply.hpp"
+#include "common/must_apply.hpp"
 
 namespace comptrain::models {
 namespace {

@@ -29,7 +29,7 @@
 #include "comptrain/traces/trace.hpp"
 #include "comptrain/traces/trace_json.hpp"
 #include "comptrain/zoo/zoo.hpp"
-#include "../support/must_apply.hpp"
+#include "common/must_apply.hpp"
 
 namespace comptrain::traces {
 namespace {

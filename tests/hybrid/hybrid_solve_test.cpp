@@ -13,8 +13,8 @@
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/schedule.hpp"
 #include "comptrain/models/strategy.hpp"
-#include "../support/roofline_platform.hpp"
-#include "../support/trace_builder.hpp"
+#include "common/test_platform.hpp"
+#include "common/trace_builder.hpp"
 
 namespace comptrain::hybrid {
 namespace {

@@ -19,7 +19,7 @@
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/zoo/zoo.hpp"
-#include "../support/must_apply.hpp"
+#include "common/must_apply.hpp"
 
 namespace comptrain::models {
 namespace {

@@ -18,8 +18,8 @@
 #include "comptrain/models/gradient_error.hpp"
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/support/input_error.hpp"
-#include "../support/must_apply.hpp"
-#include "../support/roofline_platform.hpp"
+#include "common/must_apply.hpp"
+#include "common/test_platform.hpp"
 #include "gradient_mlp.hpp"
 
 namespace comptrain::models {

@@ -15,7 +15,7 @@
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/zoo/zoo.hpp"
-#include "../support/roofline_platform.hpp"
+#include "common/test_platform.hpp"
 
 namespace comptrain::models {
 namespace {

@@ -17,7 +17,7 @@
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/traces/summary.hpp"
 #include "comptrain/zoo/zoo.hpp"
-#include "../support/must_apply.hpp"
+#include "common/must_apply.hpp"
 
 namespace comptrain::models {
 namespace {

@@ -16,8 +16,8 @@
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/zoo/zoo.hpp"
-#include "../support/must_apply.hpp"
-#include "../support/roofline_platform.hpp"
+#include "common/must_apply.hpp"
+#include "common/test_platform.hpp"
 
 namespace comptrain::models {
 namespace {

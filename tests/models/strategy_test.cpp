@@ -20,9 +20,9 @@
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/traces/summary.hpp"
 #include "comptrain/zoo/zoo.hpp"
-#include "../support/must_apply.hpp"
-#include "../support/roofline_platform.hpp"
-#include "../support/trace_builder.hpp"
+#include "common/must_apply.hpp"
+#include "common/test_platform.hpp"
+#include "common/trace_builder.hpp"
 // The budget mode's evaluator is internal to the library; its test hook is declared here.
 #include "../../models/strategies/recompute_evaluator.hpp"
 

@@ -1,0 +1,168 @@
+#pragma once
+// A scenario: what to simulate, written in YAML. Like Calculon's split of system, application
+// and execution, it has one section per concern:
+//   model:     the application (a zoo model and its shape options, or a trace file)
+//   training:  how it is trained (batch size, precision, optimizer, TF32)
+//   framework: what PyTorch holds besides the tensors (gradient lifetime, allocator options,
+//              CUDA context, cuBLAS workspace; sim/framework.hpp)
+//   platform:  the system (a shipped platform, a platform file, or an inline description)
+//   strategy:  the memory-saving strategy (rules over the saved activations)
+//   parallelism: optional, how many nodes and GPUs train data-parallel, with PyTorch DDP or
+//              DeepSpeed ZeRO (models/data_parallel.hpp)
+//   plan:      optional, for `comptrain plan`: strategies to compare, margin, search ceiling
+//   sweep:     optional, scenario keys to vary (expanded by sim/sweep.hpp)
+//   data:      optional, the input pipeline (sim/data_loader.hpp)
+//   checkpoint: optional, checkpoints every N iterations, sync or async (sim/checkpoint.hpp)
+// See scenarios/README.md.
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "comptrain/models/data_parallel.hpp"
+#include "comptrain/models/platform.hpp"
+#include "comptrain/models/strategy.hpp"
+#include "comptrain/sim/config/checkpoint.hpp"
+#include "comptrain/sim/config/data_loader.hpp"
+#include "comptrain/sim/config/framework.hpp"
+#include "comptrain/traces/trace.hpp"
+#include "comptrain/zoo/zoo.hpp"
+
+namespace comptrain::sim {
+
+// Which peak the planner keeps within (1 - margin) x capacity (sim/device_memory.hpp):
+//   exact      the sum of the live tensors' bytes in the steady iteration (memory tracker);
+//              capacity: what PyTorch's allocator may reserve (visible memory - CUDA context)
+//   allocated  the caching-allocator model's max_memory_allocated (blocks rounded to 512 B,
+//              the cuBLAS workspace, set-up and first iteration included); same capacity
+//   reserved   its max_memory_reserved (segments, cached blocks, fragmentation): what PyTorch
+//              must obtain from the GPU, so where it runs out of memory; same capacity. The
+//              planner's default.
+//   device     reserved + the CUDA context: what nvidia-smi shows as used; capacity: the
+//              GPU's visible memory (gpu.memory_visible)
+enum class MemoryMetric { exact, allocated, reserved, device };
+std::string_view to_string(MemoryMetric metric);
+std::optional<MemoryMetric> parse_memory_metric(std::string_view text);
+
+// The `plan:` section; unset fields take the planner's defaults (sim/plan.hpp).
+// What the planner's best batch maximises (plan.objective): global samples/s (the default), or
+// samples per joule of the whole job's energy (sim/energy.hpp; points without energy count 0).
+enum class PlanObjective { samples_per_second, samples_per_joule };
+
+// plan.energy_budget: the planner's best batch (and a cluster search's fastest configuration) is
+// chosen among the points that stay within every bound given (sim/plan.hpp); a budget no point
+// meets is a result ("energy budget" as the limit), not an error. Each bound is over the point's
+// mean iteration (its data loader's wait and checkpoint cost included, sim/io.hpp):
+//   joules_per_sample   the whole job's energy per trained sample (1 / samples per joule): an energy
+//                       budget E for a run of N samples is E / N (Zeus reports energy to accuracy)
+//   gpu_average_watts   one GPU's average power: energy / time, what nvidia-smi averages to
+//   node_average_watts  one node's average power (its GPUs, CPUs and links): a per-node power budget
+// (averages, not peaks: under the power model every GPU draws its TDP or cap whenever a kernel runs,
+// so the peak is the same at every batch; a cap on it is power_limit.)
+struct EnergyBudget {
+  std::optional<double> joules_per_sample;
+  std::optional<double> gpu_average_watts;
+  std::optional<double> node_average_watts;
+};
+
+struct PlanSection {
+  std::vector<models::StrategySpec> strategies;  // empty: the default list (strategies_to_plan)
+  std::optional<double> margin;                  // fraction of the capacity kept free, in [0, 1)
+  std::optional<std::int64_t> max_batch;
+  std::optional<std::int64_t> target_global_batch;
+  std::optional<MemoryMetric> memory_metric;
+  std::optional<PlanObjective> objective;
+  // A cluster search (sim/plan.hpp): the cluster sizes to try, from plan.gpus or plan.nodes,
+  // each resolved against the parallelism section's GPUs per node (else the platform's), and
+  // plan.zero_stages (0: PyTorch DDP). Empty: the scenario's own size or stage.
+  struct ClusterSize {
+    int nodes = 1;
+    int gpus_per_node = 1;
+  };
+  std::vector<ClusterSize> cluster_sizes;
+  std::vector<int> zero_stages;
+  // plan.offload_optimizer (with plan.prefetch_optimizer_gaps): where the optimizer steps, one
+  // candidate each: nullopt = on the GPU (`none`), ZeRO-Offload (`cpu`: every subgroup on the
+  // CPU) and Deep Optimizer States with each gap k (`deep_optimizer_states`). The parallelism
+  // section's other offload keys (part_grads_async) are kept. Empty: the scenario's own.
+  std::vector<std::optional<models::OptimizerOffloadSpec>> offload_optimizer;
+  // plan.checkpoint_overhead: the checkpoint's cost per iteration as a fraction of the iteration
+  // that the checkpoint interval may cost; the report gives the smallest interval meeting it (sim/io.hpp).
+  std::optional<double> checkpoint_overhead;
+  std::optional<EnergyBudget> energy_budget;  // plan.energy_budget
+
+  bool searches_clusters() const { return !cluster_sizes.empty() || !zero_stages.empty() || !offload_optimizer.empty(); }
+};
+
+// The `parallelism:` section: `nodes` x `gpus_per_node` GPUs of the platform train one replica
+// each on training.batch_size samples (the per-GPU micro-batch), reducing gradients with PyTorch
+// DDP, or with DeepSpeed ZeRO when `zero` is given. data.ranks = nodes x gpus_per_node.
+struct ParallelismSection {
+  int nodes = 1;
+  int gpus_per_node = 1;
+  models::DataParallelSpec data;
+};
+
+struct Scenario {
+  std::string source;  // where it came from, for messages ("scenarios/default.yaml")
+  std::string name;    // a label for reports; defaults to the model's name
+
+  // Exactly one of the two: a zoo model (with its precision and optimizer) or a trace file
+  // (path resolved against the scenario's directory).
+  std::optional<zoo::ModelSpec> zoo_model;
+  std::optional<std::filesystem::path> trace_file;
+  // training.batch_size, the one home of the batch size: unset means the trace file's own
+  // batch, or 1 for a zoo model. The run layer (sim/run.hpp) builds or rescales the trace to it.
+  std::optional<std::int64_t> batch_size;
+  bool allow_tf32 = false;                 // fp32 convolutions and matmuls on TF32 tensor cores
+  bool channels_last = false;              // training.memory_format: channels_last (NHWC) or contiguous_format (NCHW)
+  // training.gradient_accumulation_steps: micro-steps per optimizer step, each of batch_size
+  // samples (models/gradient_accumulation.hpp; under DDP the earlier ones run in no_sync()).
+  int accumulation_steps = 1;
+  FrameworkSpec framework;
+
+  std::optional<models::Platform> platform;  // required to simulate
+  // power_limit: the GPU's power cap in W, applied to `platform` (and to one set_platform gives)
+  // by models::with_power_limit.
+  std::optional<double> power_limit;
+  models::StrategySpec strategy;             // default: baseline
+  std::optional<ParallelismSection> parallelism;  // unset: one GPU
+  std::optional<PlanSection> plan;
+  // data: and checkpoint: (sim/data_loader.hpp, sim/checkpoint.hpp), simulated by sim/io.hpp.
+  std::optional<DataSpec> data;
+  std::optional<CheckpointSpec> checkpoint;
+
+  // The document itself, kept so that a `sweep:` section can be expanded by re-reading it
+  // with overrides (expand_sweep in sim/sweep.hpp). The reader checks the sweep section's shape
+  // only; the scenario above is the document without its sweep.
+  bool has_sweep = false;
+  std::string yaml;
+  std::filesystem::path base_dir;
+};
+
+// Parses a scenario. `source` names it in errors; relative trace paths resolve against
+// `base_dir`. Throws InputError "SOURCE:LINE:COLUMN: problem; expected ..." for malformed YAML,
+// unknown keys (listing the valid ones), wrong types and out-of-range values.
+Scenario parse_scenario(std::string_view yaml, std::string_view source, const std::filesystem::path& base_dir);
+Scenario load_scenario_file(const std::filesystem::path& path);
+
+// The scenario shipped inside the binary (scenarios/default.yaml at build time).
+std::string_view default_scenario_yaml();
+Scenario default_scenario();
+
+// The trace the scenario describes, at its batch size (implemented with the run layer,
+// sim/run.hpp, which also prepares a scenario once for many batch sizes).
+traces::Trace build_trace(const Scenario& scenario);
+
+// Replaces the scenario's platform (the command line's --platform) and re-picks every compress
+// rule's `profile: auto` for it, so the costs follow the GPU. InputError when no shipped profile
+// stands for the new platform, or the one that does lacks a rule's codec.
+void set_platform(Scenario& scenario, models::Platform platform);
+
+// The scenario's platform; InputError naming the scenario when it has none.
+const models::Platform& require_platform(const Scenario& scenario);
+
+}  // namespace comptrain::sim

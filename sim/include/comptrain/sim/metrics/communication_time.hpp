@@ -1,0 +1,18 @@
+#pragma once
+// A metric of a replayed run: its collectives' time and the part the compute stream did not hide.
+
+#include "comptrain/models/schedule.hpp"
+#include "comptrain/sim/engine/replay.hpp"
+
+namespace comptrain::sim {
+
+// Collective time and how much of it the compute stream did not hide (rank 0's timeline): the
+// exposed part is when a collective ran and no compute-stream task did.
+struct CommunicationTime {
+  double collective_seconds = 0;  // the union of the collectives' intervals
+  double exposed_seconds = 0;     // of which with the compute stream idle
+  double hidden_seconds() const { return collective_seconds - exposed_seconds; }
+};
+CommunicationTime communication_time(const models::Schedule& schedule, const SimulationResult& result);
+
+}  // namespace comptrain::sim

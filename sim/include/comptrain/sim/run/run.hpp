@@ -1,0 +1,100 @@
+#pragma once
+// The run layer: one simulation run, written once. A scenario is prepared once (platform and
+// profiles resolved when it was read, strategies checked, a trace file parsed once), then for
+// any batch size and any strategy it gives the trace, the schedule and the replay.
+// `comptrain simulate`, sweeps, the planner's probes and the benchmark all go through here:
+//
+//   PreparedScenario prepared(scenario);                        // once
+//   auto scheduled = schedule_run(prepared, strategy, batch);   // trace + schedule, or NotApplicable
+//   SimulationResult r = replay(prepared, *scheduled, Isolation::child_process);
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+
+#include "comptrain/models/op_time.hpp"
+#include "comptrain/models/platform.hpp"
+#include "comptrain/models/schedule.hpp"
+#include "comptrain/models/strategy.hpp"
+#include "comptrain/sim/engine/io_simulation.hpp"
+#include "comptrain/sim/config/scenario.hpp"
+#include "comptrain/sim/engine/replay.hpp"
+#include "comptrain/traces/trace.hpp"
+
+namespace comptrain::sim {
+
+class PreparedScenario {
+ public:
+  // Throws InputError naming the scenario when it cannot run at all: no platform, a trace
+  // file that does not read, a zoo model that cannot be built, a malformed strategy rule.
+  explicit PreparedScenario(Scenario scenario);
+
+  const Scenario& scenario() const { return scenario_; }
+  const models::Platform& platform() const { return time_model_.platform(); }
+  const models::OpTimeModel& time_model() const { return time_model_; }
+  // The scenario's framework section against its platform (sim/framework.hpp).
+  const FrameworkOnGpu& framework() const { return framework_; }
+  // The scenario's batch size: training.batch_size, else the trace file's, else 1.
+  std::int64_t batch_size() const { return batch_size_; }
+  // The GPUs the scenario trains on (its parallelism section; one GPU without one).
+  ClusterShape cluster_shape() const;
+
+  // The iteration at `batch`: a zoo model built at that batch, or the trace file (parsed once)
+  // rescaled exactly to it.
+  traces::Trace trace_at(std::int64_t batch) const;
+
+ private:
+  Scenario scenario_;
+  models::OpTimeModel time_model_;
+  FrameworkOnGpu framework_;
+  std::optional<traces::Trace> file_trace_;
+  std::int64_t batch_size_ = 1;
+};
+
+// What a replay needs: one iteration's trace and its schedule under one strategy.
+struct ScheduledRun {
+  models::StrategySpec strategy;
+  traces::Trace trace;
+  models::Schedule schedule;
+};
+
+// The trace at `batch` and its schedule under `strategy`, with the framework's gradient
+// lifetime applied (apply_gradient_lifetime); NotApplicable when the strategy
+// cannot apply there (a recompute budget below what the checkpoints alone need): a result for
+// the caller to report, not an error.
+std::variant<ScheduledRun, models::NotApplicable> schedule_run(const PreparedScenario& prepared, const models::StrategySpec& strategy,
+                                                               std::int64_t batch);
+
+// Where the replay runs: SimGrid's engine can run once per process, so a caller that runs
+// more than one (or must survive a SimGrid abort) replays in a forked child; a worker that is
+// itself a child replays in place.
+enum class Isolation { child_process, this_process };
+
+SimulationResult replay(const PreparedScenario& prepared, const ScheduledRun& run, Isolation isolation);
+
+// A replayed run (report/simulate_report.hpp: simulation_run gives the outputs' view of it).
+struct CompletedRun {
+  ScheduledRun scheduled;
+  SimulationResult result;
+  std::optional<double> one_gpu_seconds{};  // set by the caller that wants the scaling efficiency (one_gpu_iteration_seconds)
+  std::optional<IoResult> io{};  // with a data or checkpoint section and a run that fits (simulate_run_io)
+};
+
+// The scenario's data loader and checkpoints (sim/io.hpp) around a replayed run that fits;
+// nullopt when the scenario has neither section or the run does not fit. In a forked child, or in
+// this process where it has run no SimGrid engine yet (a planner's worker whose replay ran in a
+// child: a child forked after an engine ran inherits its initialised state, which SimGrid refuses).
+std::optional<IoResult> simulate_run_io(const PreparedScenario& prepared, const ScheduledRun& run, const SimulationResult& result,
+                                        Isolation isolation = Isolation::child_process);
+
+// schedule_run + replay (+ simulate_run_io); NotApplicable passes through.
+using RunOutcome = std::variant<CompletedRun, models::NotApplicable>;
+RunOutcome run_scenario(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch, Isolation isolation);
+
+// The iteration time of the same per-GPU run on one GPU alone (the scenario without its
+// parallelism section), the reference of the scaling efficiency; nullopt for a one-GPU scenario
+// or when that run does not fit or does not apply.
+std::optional<double> one_gpu_iteration_seconds(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch);
+
+}  // namespace comptrain::sim

@@ -1,0 +1,165 @@
+#pragma once
+// The validation table: published measurements of real training runs, each with its exact
+// source, set beside comptrain's prediction of the same setup, with the error shown whether it
+// is good or bad (`comptrain validate`). The table is a JSON-lines file
+// (scenarios/validation/published.jsonl; fields in scenarios/validation/README.md); each point
+// it covers names a scenario that describes the measured setup.
+//
+// What is predicted, per metric (a point's `scenario` S, its `reference_scenario` R):
+//   throughput_samples_per_s  batch / iteration time of S at the point's batch
+//   peak_mem_bytes            the simulated peak of S, in the terms of the point's
+//                             `measured_as`: max_memory_allocated, max_memory_reserved,
+//                             nvidia-smi (reserved + CUDA context: sim/device_memory.hpp), or
+//                             tensor_bytes (the live tensors' exact bytes: another framework's
+//                             own accounting or a paper's estimate)
+//   memory_reduction_x        peak of R / peak of S (R: the baseline), in the same terms
+//   slowdown_x                iteration time of S / iteration time of R (R: the reference run)
+//   max_batch                 the planner's largest batch for S's strategy (sim/plan.hpp,
+//                             with S's plan settings: by default 5% of the memory kept free)
+//   bus_bandwidth             nccl-tests' busbw in GB/s of one collective on a cluster
+//                             (sim/collectives.hpp); the point names the platform, the shape,
+//                             the collective and its size instead of a scenario
+//   average_power_watts       one GPU's average power over S's iteration (sim/energy.hpp), as
+//                             NVML reads it
+//   energy_ratio_x            one GPU's energy per sample of S / of R at the same batch (Zeus's
+//                             power-limit traces: S capped, R at the default limit)
+//   checkpoint_throughput     the job's checkpoint bytes / the training time one checkpoint
+//                             blocks, GB/s (DataStates-LLM's "checkpointing throughput"), from
+//                             the I/O simulation (sim/io.hpp); the point names the platform, the
+//                             shape, the checkpoint and the measured iteration phases instead of a
+//                             scenario
+//   checkpoint_iteration_seconds  the mean iteration time with that checkpoint (the same setup):
+//                             the measured iteration plus the checkpoint's cost per iteration
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "comptrain/models/platform.hpp"
+#include "comptrain/models/schedule.hpp"
+#include "comptrain/sim/config/checkpoint.hpp"
+
+namespace comptrain::sim {
+
+enum class ValidationMetric {
+  throughput_samples_per_s,
+  peak_mem_bytes,
+  memory_reduction_x,
+  slowdown_x,
+  max_batch,
+  bus_bandwidth,
+  average_power_watts,
+  energy_ratio_x,
+  checkpoint_throughput,
+  checkpoint_iteration_seconds
+};
+
+std::string_view metric_name(ValidationMetric metric);
+
+// How a published memory figure was measured (the table's `measured_as`).
+enum class MeasuredAs { unspecified, max_memory_allocated, max_memory_reserved, nvidia_smi, first_oom, tensor_bytes };
+std::string_view to_string(MeasuredAs measured_as);
+
+// A bus_bandwidth point's setup: nccl-tests' <collective>_perf on `nodes` x `gpus_per_node` GPUs
+// of `platform`, at `bytes` (nccl-tests' size).
+struct CollectivePoint {
+  models::Platform platform;  // the table's `platform`: a shipped name or a .yaml beside the table
+  int nodes = 1;
+  int gpus_per_node = 1;
+  models::CollectiveKind kind = models::CollectiveKind::all_reduce;
+  std::int64_t bytes = 0;
+};
+
+// A checkpoint_throughput point's setup (its `checkpoint` object): every GPU of `nodes` x
+// `gpus_per_node` of `platform` writes `bytes_per_gpu` every `every` iterations of the measured
+// phases, in `mode` (sim/checkpoint.hpp).
+struct CheckpointPoint {
+  models::Platform platform;
+  int nodes = 1;
+  int gpus_per_node = 1;
+  std::int64_t bytes_per_gpu = 0;
+  double forward_backward_seconds = 0;
+  double update_seconds = 0;
+  CheckpointSpec checkpoint;
+};
+
+struct ValidationPoint {
+  std::string id;
+  int line = 0;  // in the table, for messages
+  std::string source;  // where the number is printed: repository@commit:file and table, or paper and passage
+  std::string model, gpu, precision, unit, notes, published_raw;
+  std::int64_t batch = 0;
+  ValidationMetric metric = ValidationMetric::throughput_samples_per_s;
+  MeasuredAs measured_as = MeasuredAs::unspecified;  // required for peak_mem_bytes and memory_reduction_x
+  double published = 0;
+  std::optional<double> published_upper;  // the published figure is a range [published, published_upper]
+  bool suspect = false;  // the setup cannot be reproduced faithfully: shown, left out of the summaries
+  bool holdout = false;  // kept out of any fit, so that the error on unseen points stays known
+  bool fast = false;     // one of `validate --fast`'s points
+  // Covered points: the scenario of the run (absolute), and for the two-run metrics the other.
+  std::filesystem::path scenario;
+  std::filesystem::path reference_scenario;
+  std::string not_covered;  // why comptrain cannot represent the setup; empty when covered
+  std::optional<CollectivePoint> collective;  // bus_bandwidth points (they have no scenario)
+  std::optional<CheckpointPoint> checkpoint;  // checkpoint_throughput points (they have no scenario)
+
+  bool covered() const { return not_covered.empty(); }
+};
+
+struct ValidationTable {
+  std::string source;
+  std::vector<ValidationPoint> points;
+};
+
+// Parses the table. `source` names it in errors and scenario paths resolve against `base_dir`.
+// InputError "SOURCE:LINE: problem; expected ..." for malformed JSON, unknown or missing
+// fields, wrong types, a duplicate id, a covered point without its scenarios.
+ValidationTable parse_validation_table(std::string_view text, std::string_view source, const std::filesystem::path& base_dir);
+ValidationTable load_validation_table(const std::filesystem::path& path);
+
+// The table `comptrain validate` reads when given none: scenarios/validation/published.jsonl of
+// the source tree this library was compiled from (its scenarios are files beside it, so the
+// table is not embedded the way the default scenario is).
+std::filesystem::path default_validation_table();
+
+// predicted / published - 1 (signed; +0.4 = 40% too high). Against a range, 0 inside it and
+// the error against the nearer end outside.
+double relative_error(double predicted, double published, std::optional<double> published_upper = std::nullopt);
+
+struct ValidationResult {
+  ValidationPoint point;
+  std::optional<double> predicted;  // empty: not covered, or the run gave no value (see `why_none`)
+  std::optional<double> error;      // relative_error, when predicted
+  std::string why_none;             // "out of memory at batch 256 (...)", the not-covered reason
+};
+
+struct ValidateOptions {
+  bool fast = false;  // only the points marked `fast`
+  int jobs = 0;       // points predicted at once, each in its own worker process; 0 = the core count
+};
+
+// Predicts every point (of the fast subset). The scenarios are read first, so a bad one is an
+// InputError before any simulation. Results are in table order whatever `jobs` is.
+std::vector<ValidationResult> validate(const ValidationTable& table, const ValidateOptions& options);
+
+// Per metric, over the predicted points that are not suspect.
+struct MetricSummary {
+  ValidationMetric metric = ValidationMetric::throughput_samples_per_s;
+  MeasuredAs measured_as = MeasuredAs::unspecified;  // required for peak_mem_bytes and memory_reduction_x
+  int count = 0;
+  double median_abs_error = 0;
+  double worst_abs_error = 0;
+  std::string worst_id;
+  int not_covered = 0;  // points of this metric (suspect or not) with no prediction
+  int suspect = 0;      // predicted but left out as suspect
+};
+std::vector<MetricSummary> summarize(const std::vector<ValidationResult>& results);
+
+// The table as `comptrain validate` prints it, then the summaries; and the same as JSON.
+std::string validation_text(const std::vector<ValidationResult>& results);
+std::string validation_json(const std::string& table_source, const std::vector<ValidationResult>& results);
+
+}  // namespace comptrain::sim

@@ -1,0 +1,120 @@
+#include "comptrain/sim/config/framework.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "comptrain/support/input_error.hpp"
+
+namespace comptrain::sim {
+
+std::string_view to_string(ZeroGrad zero_grad) {
+  switch (zero_grad) {
+    case ZeroGrad::set_to_none: return "set_to_none";
+    case ZeroGrad::zeros: return "zeros";
+  }
+  return "?";
+}
+
+std::optional<ZeroGrad> parse_zero_grad(std::string_view text) {
+  for (const ZeroGrad z : {ZeroGrad::set_to_none, ZeroGrad::zeros}) {
+    if (text == to_string(z)) return z;
+  }
+  return std::nullopt;
+}
+
+std::int64_t default_cublas_workspace_bytes(int major, int /*minor*/) {
+  // pytorch/pytorch aten/src/ATen/cuda/CublasHandlePool.cpp, parseChosenWorkspaceSize() (main,
+  // 2025): ":4096:2:16:8 default, 32MiB for Hopper and Blackwell": compute capability major 9, 10
+  // or 12 gets 4096 * 8 * 1024 bytes, any other 4096 * 1024 * 2 + 16 * 1024 * 8. (Releases up to
+  // 2.3 gave 32 MiB to sm_90 alone; the other GPUs' figure is the same.) getNewWorkspace()
+  // allocates it through the caching allocator, once per (device, stream)
+  // (cublas_stream_to_workspace), and keeps it; cuBLASLt shares it (unified workspaces, the
+  // default there).
+  if (major == 9 || major == 10 || major == 12) return std::int64_t{4096} * 8 * 1024;
+  return std::int64_t{4096} * 1024 * 2 + std::int64_t{16} * 1024 * 8;
+}
+
+std::optional<PytorchVersion> parse_pytorch_version(std::string_view text) {
+  const auto dot = text.find('.');
+  if (dot != 1 || text.size() < 3 || text.size() > 4) return std::nullopt;
+  const auto digits = [](std::string_view part) {
+    return !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  const std::string_view major = text.substr(0, dot), minor = text.substr(dot + 1);
+  if (!digits(major) || !digits(minor)) return std::nullopt;
+  return PytorchVersion{major[0] - '0', std::stoi(std::string(minor))};
+}
+
+FrameworkOnGpu resolve_framework(const FrameworkSpec& framework, const models::GpuSpec& gpu, std::string_view source) {
+  FrameworkOnGpu out;
+  out.pytorch = framework.pytorch;
+  const bool before_2_0 = framework.pytorch && *framework.pytorch < PytorchVersion{2, 0};
+  const bool before_1_13 = framework.pytorch && *framework.pytorch < PytorchVersion{1, 13};
+  out.zero_grad = framework.zero_grad.value_or(before_2_0 ? ZeroGrad::zeros : ZeroGrad::set_to_none);
+  out.expandable_segments = framework.expandable_segments;
+  // A platform whose memory was changed after it was read (a test, a what-if) keeps within it.
+  out.visible_bytes = gpu.memory_visible_bytes > 0 ? std::min(gpu.memory_visible_bytes, gpu.memory_bytes) : gpu.memory_bytes;
+  out.cuda_context_bytes = framework.cuda_context_bytes.value_or(gpu.cuda_context_bytes);
+  out.cublas_workspace_bytes = framework.cublas_workspace_bytes.value_or(
+      before_1_13 ? 0 : default_cublas_workspace_bytes(gpu.compute_capability_major, gpu.compute_capability_minor));
+  out.cudnn_workspace_bytes = framework.cudnn_workspace_bytes;
+  if (out.cuda_context_bytes >= out.visible_bytes) {
+    throw InputError(std::string(source) + ": framework.cuda_context (" + std::to_string(out.cuda_context_bytes) +
+                     " B) leaves nothing of the GPU's " + std::to_string(out.visible_bytes) +
+                     " B visible memory to PyTorch; expected a context of hundreds of MiB");
+  }
+  return out;
+}
+
+void apply_gradient_lifetime(models::Schedule& schedule, ZeroGrad zero_grad) {
+  if (zero_grad == ZeroGrad::set_to_none) return;
+  std::vector<bool> persistent(schedule.buffers.size(), false);
+  for (models::BufferId b = 0; b < schedule.buffers.size(); ++b) {
+    models::Buffer& buffer = schedule.buffers[b];
+    if (buffer.role != models::MemoryRole::gradient || !buffer.held_to_end) continue;
+    buffer.resident = true;
+    buffer.held_to_end = false;
+    persistent[b] = true;
+  }
+  // A resident buffer is never created: its creators become users (they write into the
+  // gradient that already exists, as autograd accumulates into a .grad that is not None).
+  for (models::Task& task : schedule.tasks) {
+    for (auto it = task.creates.begin(); it != task.creates.end();) {
+      if (!persistent[*it]) {
+        ++it;
+        continue;
+      }
+      if (std::find(task.uses.begin(), task.uses.end(), *it) == task.uses.end()) task.uses.push_back(*it);
+      it = task.creates.erase(it);
+    }
+  }
+}
+
+void assign_dispatch_costs(models::Schedule& schedule, const traces::Trace& trace, const models::OpDispatch& dispatch) {
+  for (models::Task& task : schedule.tasks) {
+    if (!task.op) {
+      task.host_seconds = dispatch.backward;
+      continue;
+    }
+    switch (trace.op(*task.op).phase) {
+      case traces::Phase::forward: task.host_seconds = dispatch.forward; break;
+      case traces::Phase::backward: task.host_seconds = dispatch.backward; break;
+      case traces::Phase::optimizer: task.host_seconds = dispatch.optimizer; break;
+    }
+  }
+}
+
+void add_cudnn_workspaces(models::Schedule& schedule, const traces::Trace& trace, std::int64_t bytes) {
+  if (bytes <= 0) return;
+  for (models::Task& task : schedule.tasks) {
+    if (!task.op || trace.op(*task.op).kind != traces::OpKind::conv) continue;
+    models::Buffer workspace;
+    workspace.name = task.name + " (cuDNN workspace)";
+    workspace.bytes = bytes;
+    workspace.role = models::MemoryRole::temporary;
+    schedule.buffers.push_back(std::move(workspace));
+    task.creates.push_back(schedule.buffers.size() - 1);
+  }
+}
+
+}  // namespace comptrain::sim

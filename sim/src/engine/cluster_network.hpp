@@ -1,0 +1,171 @@
+#pragma once
+// The SimGrid platform of a cluster, and NCCL's ring and tree collectives on it (sim/README.md,
+// "Clusters and collectives"). Internal to comptrain::sim: the replay (simulation.cpp) builds its platform
+// here, and collectives.cpp runs one collective alone.
+//
+// What is built, inside a created sg4::Engine (before engine.run()):
+//  - per node, a full zone with one host per GPU (kGpuSpeed), the node's host memory end ("host"),
+//    the pageable staging host when host_link has a pageable_bandwidth, and a NIC router as the
+//    zone's gateway when there is a network;
+//  - per GPU, split-duplex links: PCIe (host_link), NVLink (gpu_link: the GPU's port into the
+//    NVSwitch), and per NIC one (nic). Routes: GPU<->host = {pcie}, plus the node's shared memory
+//    link when the node has more than one GPU; GPU<->GPU = {nvlink UP, nvlink DOWN} (through PCIe
+//    when there is no gpu_link); GPU<->router = {its NIC};
+//  - between nodes, SimGrid's fat-tree, dragonfly or torus zone with the nodes as leaves (places
+//    beyond the shape's nodes hold a bare router).
+// With shape {1, 1} this is exactly the single-GPU replay's platform as it was: one zone "node",
+// hosts "gpu" and "host", the split-duplex "host_link" and the pageable staging host and link.
+
+#include <simgrid/s4u.hpp>
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "comptrain/models/platform.hpp"
+#include "comptrain/models/schedule.hpp"
+#include "comptrain/sim/engine/collectives.hpp"
+
+namespace comptrain::sim::detail {
+
+namespace sg4 = simgrid::s4u;
+
+// A GPU host's speed in SimGrid work units per second. A task of `s` seconds is an exec of
+// s * kGpuSpeed units, so concurrent kernels share the GPU (SimGrid's fair sharing) and a kernel
+// alone takes exactly its modeled time.
+inline constexpr double kGpuSpeed = 1e9;
+// A GPU's power host's speed: an exec bounded at load x kGpuPowerSpeed makes it draw
+// in_job + load x (max - in_job) (GpuPowerDraw, simulation.cpp).
+inline constexpr double kGpuPowerSpeed = 1e9;
+
+using sim::ClusterShape;
+
+// A link direction that draws power (the platform gives its section a `power`), as the link
+// energy plugin sees it: `wattage_range` idle:busy is set on it (never on a SplitDuplexLink, whose
+// property SimGrid ignores: shared/reference/distributed.md §6), and its power is
+// idle + (busy - idle) x usage / bandwidth.
+struct PoweredLink {
+  sg4::Link* link = nullptr;
+  double idle = 0;
+  double busy = 0;
+  double bandwidth = 0;
+};
+
+class ClusterNetwork {
+ public:
+  // Builds the SimGrid platform of `shape` on `platform`; called inside a created sg4::Engine
+  // before engine.run(). InputError when the shape exceeds the platform (check_cluster_shape).
+  ClusterNetwork(const models::Platform& platform, ClusterShape shape);
+
+  ClusterShape shape() const { return shape_; }
+  sg4::Host* gpu(int rank) const;               // rank = node * gpus_per_node + local
+  sg4::Host* host(int node) const;              // the node's host memory end of each GPU's PCIe link
+  sg4::Host* pageable_staging(int node) const;  // nullptr when host_link has no pageable_bandwidth
+  // The host whose energy is GPU `rank`'s (sim/energy.hpp): nullptr when the GPU gives no power.
+  sg4::Host* gpu_power(int rank) const;
+
+  // Energy (sim/energy.hpp). Every host carries SimGrid's `wattage_per_state` (a GPU's power host:
+  // in-job idle for Idle and Epsilon, max for AllCores; the node's host: its idle and max power;
+  // "0:0:0" elsewhere, the GPU hosts included), set before the host is sealed; the host energy plugin, when
+  // initialised before this network is built, integrates them. The links whose section gives a
+  // power carry `wattage_range` on each direction: the node's (PCIe, NVLink ports, NICs) and the
+  // network's between nodes.
+  const std::vector<PoweredLink>& node_links(int node) const { return nodes_.at(static_cast<std::size_t>(node)).links; }
+  const std::vector<PoweredLink>& network_links() const { return network_links_; }
+
+  // One collective over all ranks, run from the calling actor (blocks it until every rank's part
+  // has ended): `bytes` as nccl-tests counts the size (all_reduce: the buffer; reduce_scatter: the
+  // input; all_gather: the output), with the algorithm NCCL runs (algorithm_for). NCCL's latency
+  // term first, then the data as aggregated SimGrid communications: the ring's, one per GPU per
+  // ring carrying its whole share (the rings' NVLink sends from one GPU to its neighbour as one),
+  // or the tree's, one per pair of GPUs that a tree edge joins (tree_sends). Contention with
+  // other traffic is SimGrid's.
+  void run_collective(models::CollectiveKind kind, std::int64_t bytes) const;
+  // The same with `algorithm` (tree: all-reduce only; std::invalid_argument otherwise).
+  void run_collective(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm) const;
+
+  // What NCCL runs for this collective: platform.collectives.algorithm when it forces one (tree
+  // for all-reduces only), else the faster in NCCL's model (nccl_prediction over graph_bandwidths);
+  // always ring for a reduce-scatter or an all-gather.
+  CollectiveAlgorithm algorithm_for(models::CollectiveKind kind, std::int64_t bytes) const;
+  NcclPrediction prediction(models::CollectiveKind kind, std::int64_t bytes) const;
+  // NCCL's graph bandwidths taken from this network (computed once, on first use): the ring's bus
+  // bandwidth on an idle network (nccl-tests' factor x bytes / the most loaded link's time); the
+  // tree's the same on all but 2 nodes, and on 2 nodes the simulated tree's own, 2 x bytes / its
+  // most loaded link's time (NCCL's search raises a 2-node tree's intra-node bandwidth up to
+  // twice the network's: src/graph/search.cc, "increase bwIntra for trees"); channels = rings.
+  NcclGraphBandwidths graph_bandwidths() const;
+
+  // Its time on an idle network, computed without running SimGrid: the latency term, the longest
+  // route's link latency (0 but over PCIe) and, over every link the algorithm's sends cross, the
+  // largest bytes / bandwidth (for reports and tests; SimGrid's max-min sharing gives the same
+  // where every link's flows end together, as the tests check for the ring and the tree).
+  double idle_collective_seconds(models::CollectiveKind kind, std::int64_t bytes) const;
+  double idle_collective_seconds(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm) const;
+
+  // What one GPU sends in one ring: factor x bytes / rings with nccl-tests' factor
+  // (bus_bandwidth_factor), rounded to a whole byte (SimGrid's payloads are integers).
+  std::uint64_t bytes_per_send(models::CollectiveKind kind, std::int64_t bytes) const;
+  // One tree share: what one tree edge carries in one direction for one of the two trees and one
+  // chain, bytes / (2 x tree_chains()), rounded to a whole byte.
+  std::uint64_t bytes_per_tree_share(std::int64_t bytes) const;
+  int rings() const { return rings_; }
+  // The chains each of the two trees runs: one per rail across nodes (as the rings), one headed by
+  // each GPU on one node (NCCL's channels spread the chains' ends over the GPUs).
+  int tree_chains() const { return chains_; }
+  // Aggregated communications: `shares` sends from one GPU to another that share a route, as one
+  // communication of shares x bytes_per_send (ring) or shares x bytes_per_tree_share (tree).
+  struct Send {
+    sg4::Host* from = nullptr;
+    sg4::Host* to = nullptr;
+    int shares = 1;
+  };
+  const std::vector<Send>& ring_sends() const { return sends_; }
+  const std::vector<Send>& tree_sends() const { return tree_sends_; }
+
+ private:
+  struct Node {
+    sg4::NetZone* zone = nullptr;
+    sg4::Host* host = nullptr;
+    sg4::Host* staging = nullptr;
+    std::vector<sg4::Host*> gpus;
+    std::vector<sg4::Host*> gpu_power;  // one per GPU when the GPU gives power values (gpu_power())
+    std::vector<PoweredLink> links;  // the node's link directions that draw power
+  };
+  // Sets the link's wattage on each direction (both of a split-duplex link) when `spec` gives a
+  // power, and records the directions in `into`.
+  static void add_power(sg4::Link* link, double idle, double busy, double bandwidth, std::vector<PoweredLink>& into);
+  void collect_network_links();
+
+  // Builds node `index`'s zone under `parent` (nullptr: it is the root); returns its NIC router
+  // (nullptr without a network).
+  simgrid::kernel::routing::NetPoint* build_node(int index, sg4::NetZone* parent);
+  void build_network();
+  void plan_rings();
+  void plan_trees();
+  // The latency of the longest route of `sends` and the time the most loaded link takes for its
+  // bytes, each send carrying shares x `bytes_per_share`.
+  std::pair<double, double> idle_route_latency_and_data(const std::vector<Send>& sends, double bytes_per_share) const;
+
+  models::Platform platform_;  // a copy, so that the caller's platform need not outlive the network
+  ClusterShape shape_;
+  std::vector<Node> nodes_;
+  std::vector<PoweredLink> network_links_;
+  int rings_ = 0;
+  std::vector<Send> sends_;
+  int chains_ = 0;
+  std::vector<Send> tree_sends_;
+  mutable std::optional<NcclGraphBandwidths> graphs_;
+};
+
+// NCCL's double binary tree over `nodes` nodes (NCCL >= 2.4, src/graph/trees.cc): the parent of
+// `node` in tree 0 and in tree 1, -1 at a root. Tree 0 is the binary tree rooted at node 0 in
+// which node r hangs under r with its lowest set bit cleared and the bit above it set (only
+// cleared where that is past the last node); tree 1
+// mirrors it (r -> nodes-1-r) on an even count and shifts it by one node on an odd count, so that
+// every node is interior in at most one of the two.
+std::array<int, 2> double_binary_tree_parents(int nodes, int node);
+
+}  // namespace comptrain::sim::detail

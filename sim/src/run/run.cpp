@@ -1,0 +1,141 @@
+#include "comptrain/sim/run/run.hpp"
+#include "comptrain/sim/metrics/iteration_profile.hpp"
+
+#include "comptrain/models/data_parallel.hpp"
+#include "comptrain/models/gradient_accumulation.hpp"
+#include "comptrain/support/input_error.hpp"
+#include "comptrain/traces/trace_json.hpp"
+#include "comptrain/zoo/zoo.hpp"
+
+namespace comptrain::sim {
+namespace {
+
+models::OpTimeModel time_model_for(const Scenario& scenario) {
+  models::OpTimeOptions options;
+  options.allow_tf32 = scenario.allow_tf32;
+  options.channels_last = scenario.channels_last;
+  return models::OpTimeModel(require_platform(scenario), options);
+}
+
+traces::Trace build_zoo_trace(const Scenario& scenario, std::int64_t batch) {
+  zoo::ModelRequest request;
+  static_cast<zoo::ModelSpec&>(request) = *scenario.zoo_model;
+  request.batch_size = batch;
+  try {
+    return zoo::build_model(request);
+  } catch (const InputError& e) {
+    throw InputError(scenario.source + ": model: " + e.what());
+  }
+}
+
+}  // namespace
+
+PreparedScenario::PreparedScenario(Scenario scenario)
+    : scenario_(std::move(scenario)),
+      time_model_(time_model_for(scenario_)),
+      framework_(resolve_framework(scenario_.framework, require_platform(scenario_).gpu, scenario_.source)) {
+  if (scenario_.trace_file) {
+    file_trace_ = traces::read_trace_file(*scenario_.trace_file);
+    batch_size_ = scenario_.batch_size.value_or(file_trace_->batch_size());
+  } else {
+    batch_size_ = scenario_.batch_size.value_or(1);
+  }
+  try {
+    models::validate_strategy(scenario_.strategy);
+  } catch (const InputError& e) {
+    throw InputError(scenario_.source + ": " + e.what());
+  }
+  if (scenario_.data || scenario_.checkpoint) {
+    IoInputs io;
+    io.platform = require_platform(scenario_);
+    io.data = scenario_.data;
+    io.checkpoint = scenario_.checkpoint;
+    check_io_inputs(io, scenario_.source);
+  }
+  // A cluster shape the platform does not have is the scenario's error, found before any run.
+  try {
+    check_cluster_shape(require_platform(scenario_), cluster_shape());
+  } catch (const InputError& e) {
+    throw InputError(scenario_.source + ": parallelism: " + e.what());
+  }
+}
+
+traces::Trace PreparedScenario::trace_at(std::int64_t batch) const {
+  if (file_trace_) return batch == file_trace_->batch_size() ? *file_trace_ : file_trace_->rescaled(batch);
+  return build_zoo_trace(scenario_, batch);
+}
+
+std::variant<ScheduledRun, models::NotApplicable> schedule_run(const PreparedScenario& prepared, const models::StrategySpec& strategy,
+                                                               std::int64_t batch) {
+  traces::Trace trace = prepared.trace_at(batch);
+  auto schedule = models::build_schedule(trace, prepared.time_model(), strategy);
+  if (auto* not_applicable = std::get_if<models::NotApplicable>(&schedule)) return std::move(*not_applicable);
+  // Data parallelism reshapes the gradients' lifetime (ZeRO frees them after their reduction),
+  // so it comes before the framework's gradient lifetime.
+  models::apply_gradient_accumulation(std::get<models::Schedule>(schedule), trace, prepared.scenario().accumulation_steps);
+  if (const auto& parallelism = prepared.scenario().parallelism) {
+    models::apply_data_parallel(std::get<models::Schedule>(schedule), trace, parallelism->data, prepared.platform());
+  }
+  apply_gradient_lifetime(std::get<models::Schedule>(schedule), prepared.framework().zero_grad);
+  add_cudnn_workspaces(std::get<models::Schedule>(schedule), trace, prepared.framework().cudnn_workspace_bytes);
+  assign_dispatch_costs(std::get<models::Schedule>(schedule), trace, prepared.platform().host.dispatch);
+  return ScheduledRun{strategy, std::move(trace), std::move(std::get<models::Schedule>(schedule))};
+}
+
+SimulationResult replay(const PreparedScenario& prepared, const ScheduledRun& run, Isolation isolation) {
+  const ClusterShape shape = prepared.cluster_shape();
+  return isolation == Isolation::child_process ? simulate(prepared.platform(), run.schedule, prepared.framework(), shape)
+                                               : simulate_in_this_process(prepared.platform(), run.schedule, prepared.framework(), shape);
+}
+
+ClusterShape PreparedScenario::cluster_shape() const {
+  if (!scenario_.parallelism) return {};
+  return ClusterShape{scenario_.parallelism->nodes, scenario_.parallelism->gpus_per_node};
+}
+
+RunOutcome run_scenario(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch, Isolation isolation) {
+  auto scheduled = schedule_run(prepared, strategy, batch);
+  if (auto* not_applicable = std::get_if<models::NotApplicable>(&scheduled)) return std::move(*not_applicable);
+  // SimGrid's engine runs once per process, and a child forked after it ran inherits it: with an
+  // I/O simulation to follow, the replay takes a child and the I/O this process, if offered.
+  const bool io_follows = prepared.scenario().data || prepared.scenario().checkpoint;
+  SimulationResult result = replay(prepared, std::get<ScheduledRun>(scheduled), io_follows ? Isolation::child_process : isolation);
+  std::optional<IoResult> io = simulate_run_io(prepared, std::get<ScheduledRun>(scheduled), result, isolation);
+  return CompletedRun{std::move(std::get<ScheduledRun>(scheduled)), std::move(result), {}, std::move(io)};
+}
+
+std::optional<IoResult> simulate_run_io(const PreparedScenario& prepared, const ScheduledRun& run, const SimulationResult& result,
+                                        Isolation isolation) {
+  const Scenario& s = prepared.scenario();
+  if ((!s.data && !s.checkpoint) || !result.fits() || !(result.iteration_seconds > 0)) return std::nullopt;
+  IoInputs io;
+  io.platform = prepared.platform();
+  io.shape = prepared.cluster_shape();
+  io.profile = iteration_profile(run.trace, run.schedule, result, s.accumulation_steps);
+  io.data = s.data;
+  io.checkpoint = s.checkpoint;
+  const models::DataParallelSpec* data_parallel = s.parallelism && io.shape.ranks() > 1 ? &s.parallelism->data : nullptr;
+  if (s.checkpoint) io.sizes = checkpoint_sizes(run.trace, data_parallel);
+  if (s.plan) io.target_overhead = s.plan->checkpoint_overhead;
+  return isolation == Isolation::child_process ? simulate_io(io) : simulate_io_in_this_process(io);
+}
+
+std::optional<double> one_gpu_iteration_seconds(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch) {
+  if (!prepared.scenario().parallelism || prepared.cluster_shape().ranks() == 1) return std::nullopt;
+  Scenario alone = prepared.scenario();
+  alone.parallelism.reset();
+  const PreparedScenario one_gpu(std::move(alone));
+  const RunOutcome outcome = run_scenario(one_gpu, strategy, batch, Isolation::child_process);
+  const auto* completed = std::get_if<CompletedRun>(&outcome);
+  if (completed == nullptr || !completed->result.fits() || !(completed->result.iteration_seconds > 0)) return std::nullopt;
+  return completed->result.iteration_seconds;
+}
+
+traces::Trace build_trace(const Scenario& scenario) {
+  if (scenario.zoo_model) return build_zoo_trace(scenario, scenario.batch_size.value_or(1));
+  traces::Trace trace = traces::read_trace_file(*scenario.trace_file);
+  if (scenario.batch_size && *scenario.batch_size != trace.batch_size()) return trace.rescaled(*scenario.batch_size);
+  return trace;
+}
+
+}  // namespace comptrain::sim

@@ -1,0 +1,813 @@
+#include "comptrain/sim/studies/platform_fit.hpp"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <sstream>
+#include <stdexcept>
+#include <utility>
+
+#include "comptrain/models/shipped_or_file.hpp"
+#include "comptrain/sim/run/run.hpp"
+#include "comptrain/sim/config/scenario.hpp"
+#include "comptrain/sim/runtime/workers.hpp"
+#include "comptrain/support/atomic_file.hpp"
+#include "comptrain/support/input_error.hpp"
+#include "comptrain/support/yaml_errors.hpp"
+
+namespace comptrain::sim {
+namespace {
+
+using traces::OpKind;
+namespace limits = models::platform_limits;
+
+// The kinds that run on tensor cores and decide compute-bound time (op_time.cpp's
+// uses_tensor_cores): scaled together by FitParameter::gemm.
+constexpr std::array kGemmKinds{OpKind::conv, OpKind::linear, OpKind::matmul, OpKind::attention};
+
+constexpr std::array kAllParameters{FitParameter::gemm, FitParameter::memory_default, FitParameter::compute_default, FitParameter::tensor_core};
+
+// ---------------------------------------------------------------- the measurements file
+
+MeasurementSet read_measurements(const YAML::Node& root, std::string_view source, const std::filesystem::path& base_dir) {
+  const auto where = [&](const YAML::Node& node) { return yaml::location(source, node.Mark()); };
+  if (!root.IsMap()) throw InputError(where(root) + "expected a mapping with the keys platform, measurements");
+  yaml::check_keys(source, root, "the measurements file", {"platform", "measurements"});
+  MeasurementSet set;
+  set.source = source;
+
+  const YAML::Node platform = root["platform"];
+  if (!platform) throw InputError(where(root) + "missing key 'platform'; expected a shipped platform name or a platform file (.yaml)");
+  if (!platform.IsScalar() || platform.Scalar().empty()) {
+    throw InputError(where(platform) + "'platform' must be a shipped platform name or a platform file (.yaml)");
+  }
+  set.platform_spec = platform.Scalar();
+  set.platform_line = platform.Mark().line + 1;
+  try {
+    set.platform = models::resolve_platform(set.platform_spec, base_dir);
+    const models::ShippedOrFile which =
+        models::shipped_or_file(set.platform_spec, base_dir, "platform", models::builtin_platform_names());
+    if (which.file) set.platform_text = read_file(*which.file);
+  } catch (const InputError& e) {
+    throw InputError(where(platform) + "platform: " + e.what());
+  }
+
+  const YAML::Node list = root["measurements"];
+  if (!list) throw InputError(where(root) + "missing key 'measurements'; expected a list of {scenario: FILE, samples_per_second: X}");
+  if (!list.IsSequence() || list.size() == 0) {
+    throw InputError(where(list) + "'measurements' must be a non-empty list of {scenario: FILE, samples_per_second: X}");
+  }
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const YAML::Node item = list[i];
+    const std::string name = fmt::format("measurements[{}]", i);
+    if (!item.IsMap()) throw InputError(where(item) + "'" + name + "' must be a mapping {scenario: FILE, samples_per_second: X}");
+    yaml::check_keys(source, item, name, {"scenario", "samples_per_second"});
+    Measurement m;
+    m.line = item.Mark().line + 1;
+    const YAML::Node scenario = item["scenario"];
+    if (!scenario) throw InputError(where(item) + "missing key 'scenario' in " + name + "; expected a scenario file relative to this file");
+    if (!scenario.IsScalar() || scenario.Scalar().empty()) {
+      throw InputError(where(scenario) + "'" + name + ".scenario' must be a scenario file (a path relative to this file)");
+    }
+    m.scenario = base_dir / scenario.Scalar();
+    const YAML::Node rate = item["samples_per_second"];
+    if (!rate) throw InputError(where(item) + "missing key 'samples_per_second' in " + name + "; expected the measured training throughput");
+    double value = 0;
+    if (!rate.IsScalar() || !YAML::convert<double>::decode(rate, value) || !std::isfinite(value) || value <= 0) {
+      throw InputError(where(rate) + "'" + name + ".samples_per_second' is '" + (rate.IsScalar() ? rate.Scalar() : "a collection") +
+                       "'; expected a positive number (training samples per second, at the scenario's batch size)");
+    }
+    m.samples_per_second = value;
+    set.measurements.push_back(std::move(m));
+  }
+  return set;
+}
+
+// ---------------------------------------------------------------- parameters
+
+// One parameter's efficiencies on the base platform: where they live and their values.
+struct Group {
+  bool memory = false;                // memory efficiencies, else compute
+  bool tensor_core = false;           // Efficiency::tensor_core (one entry, nullopt)
+  std::vector<std::optional<OpKind>> entries;  // nullopt: the `default`
+  std::vector<double> base;
+  double lo = 0, hi = 0;              // bounds of log(scale): every value stays in [0.001, 1]
+};
+
+Group group_of(FitParameter parameter, const models::Efficiency& e) {
+  Group g;
+  switch (parameter) {
+    case FitParameter::gemm:
+      for (OpKind kind : kGemmKinds) {
+        g.entries.emplace_back(kind);
+        g.base.push_back(e.compute_for(kind));
+      }
+      break;
+    case FitParameter::memory_default:
+      g.memory = true;
+      g.entries.emplace_back(std::nullopt);
+      g.base.push_back(e.memory_default);
+      break;
+    case FitParameter::compute_default:
+      g.entries.emplace_back(std::nullopt);
+      g.base.push_back(e.compute_default);
+      break;
+    case FitParameter::tensor_core:
+      g.tensor_core = true;
+      g.entries.emplace_back(std::nullopt);
+      g.base.push_back(e.tensor_core);
+      break;
+  }
+  const auto [smallest, largest] = std::minmax_element(g.base.begin(), g.base.end());
+  g.lo = std::log(limits::min_efficiency / *smallest);
+  g.hi = std::log(1.0 / *largest);
+  return g;
+}
+
+// A fraction as the platform file will hold it: 4 significant digits within the bounds, so
+// that what the fit reports is what the written file predicts.
+double as_written(double value) {
+  const double rounded = std::stod(fmt::format("{:.4g}", value));
+  return std::clamp(rounded, limits::min_efficiency, 1.0);
+}
+
+models::Efficiency scaled(const models::Efficiency& base, const std::vector<Group>& groups, const std::vector<double>& x, bool round) {
+  models::Efficiency e = base;
+  for (std::size_t j = 0; j < groups.size(); ++j) {
+    const Group& g = groups[j];
+    for (std::size_t k = 0; k < g.entries.size(); ++k) {
+      double value = std::clamp(g.base[k] * std::exp(x[j]), limits::min_efficiency, 1.0);
+      if (round) value = as_written(value);
+      const std::optional<OpKind>& entry = g.entries[k];
+      if (g.tensor_core) {
+        e.tensor_core = value;
+      } else if (!entry) {
+        (g.memory ? e.memory_default : e.compute_default) = value;
+      } else {
+        (g.memory ? e.memory : e.compute)[*entry] = value;
+      }
+    }
+  }
+  return e;
+}
+
+// ---------------------------------------------------------------- predictions
+
+struct LoadedMeasurement {
+  Scenario scenario;  // on the base platform
+  std::string name;
+  std::int64_t batch = 0;
+};
+
+// A prediction as a worker sends it back: "v<samples/s>" or "n<why there is none>".
+std::string predict_in_worker(Scenario scenario, const models::Efficiency& efficiency) {
+  scenario.platform->efficiency = efficiency;
+  const PreparedScenario prepared(std::move(scenario));
+  const std::int64_t batch = prepared.batch_size();
+  RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, batch, Isolation::this_process);
+  if (const auto* inapplicable = std::get_if<models::NotApplicable>(&outcome)) {
+    return fmt::format("nthe strategy does not apply at batch {} ({})", batch, inapplicable->reason);
+  }
+  const CompletedRun& completed = std::get<CompletedRun>(outcome);
+  const SimulationResult& r = completed.result;
+  if (const auto& oom = r.out_of_memory) {
+    return fmt::format("nit runs out of memory at batch {} (needs {:.2f} GiB reserved of {:.2f} GiB usable); a throughput needs a run that fits",
+                       batch, static_cast<double>(oom->in_use + oom->requested) / (1 << 30), static_cast<double>(oom->capacity) / (1 << 30));
+  }
+  if (!(r.iteration_seconds > 0)) return fmt::format("nthe iteration takes {} s", r.iteration_seconds);
+  // As comptrain validate: with a data (or checkpoint) section, the iteration with the loader.
+  const double iteration = completed.io ? completed.io->mean_iteration_seconds : r.iteration_seconds;
+  return fmt::format("v{:.17g}", static_cast<double>(batch) / iteration);
+}
+
+// Simulates measurements under given efficiencies, many at once in worker processes.
+class Predictor {
+ public:
+  Predictor(const MeasurementSet& set, const std::vector<LoadedMeasurement>& loaded, int jobs) : set_(set), loaded_(loaded), jobs_(jobs) {}
+
+  // Per request (efficiencies, measurement indices): the predicted samples/s of each index.
+  std::vector<std::vector<double>> run(const std::vector<std::pair<models::Efficiency, std::vector<std::size_t>>>& requests) {
+    WorkerPool pool(jobs_);
+    std::map<std::size_t, std::pair<std::size_t, std::size_t>> slot_of_job;
+    std::vector<std::vector<double>> out(requests.size());
+    for (std::size_t r = 0; r < requests.size(); ++r) {
+      out[r].resize(requests[r].second.size());
+      for (std::size_t k = 0; k < requests[r].second.size(); ++k) {
+        const std::size_t i = requests[r].second[k];
+        const Scenario* scenario = &loaded_[i].scenario;
+        const models::Efficiency* efficiency = &requests[r].first;
+        slot_of_job[pool.submit([scenario, efficiency] { return predict_in_worker(*scenario, *efficiency); })] = {r, k};
+      }
+    }
+    while (auto finished = pool.next()) {
+      const auto [r, k] = slot_of_job.at(finished->id);
+      const Measurement& m = set_.measurements[requests[r].second[k]];
+      JobOutcome& outcome = finished->outcome;
+      const std::string where = fmt::format("{}:{}: measurement {} ({})", set_.source, m.line, requests[r].second[k] + 1, m.scenario.string());
+      if (outcome.status == JobOutcome::Status::input_error) throw InputError(where + ": " + outcome.text);
+      if (outcome.status != JobOutcome::Status::result) {
+        throw std::runtime_error(where + ": the simulation failed: " + outcome.text + (outcome.diagnostics.empty() ? "" : "\n" + outcome.diagnostics));
+      }
+      if (!outcome.text.starts_with("v")) throw InputError(where + ": " + outcome.text.substr(1));
+      out[r][k] = std::stod(outcome.text.substr(1));
+    }
+    return out;
+  }
+
+ private:
+  const MeasurementSet& set_;
+  const std::vector<LoadedMeasurement>& loaded_;
+  int jobs_;
+};
+
+double sum_squared_log_errors(const std::vector<double>& predicted, const std::vector<double>& measured) {
+  double sum = 0;
+  for (std::size_t i = 0; i < predicted.size(); ++i) sum += std::pow(std::log(predicted[i] / measured[i]), 2);
+  return sum;
+}
+
+double rms(double sum_of_squares, std::size_t count) { return std::sqrt(sum_of_squares / static_cast<double>(count)); }
+
+// ---------------------------------------------------------------- the optimizer
+
+// The objective over log-scale vectors, memoized (coordinate descent revisits points) and able
+// to evaluate several points in one batch of worker processes (the grid scans).
+class Objective {
+ public:
+  Objective(Predictor& predictor, const models::Efficiency& base, const std::vector<Group>& groups, std::vector<std::size_t> fitted,
+            std::vector<double> measured)
+      : predictor_(predictor), base_(base), groups_(groups), fitted_(std::move(fitted)), measured_(std::move(measured)) {}
+
+  std::vector<double> values(const std::vector<std::vector<double>>& points) {
+    std::vector<std::pair<models::Efficiency, std::vector<std::size_t>>> requests;
+    std::vector<std::vector<double>> missing;
+    for (const auto& x : points) {
+      if (cache_.contains(x) || std::find(missing.begin(), missing.end(), x) != missing.end()) continue;
+      missing.push_back(x);
+      requests.emplace_back(scaled(base_, groups_, x, false), fitted_);
+    }
+    const auto predicted = predictor_.run(requests);
+    for (std::size_t r = 0; r < missing.size(); ++r) cache_[missing[r]] = predicted[r];
+    evaluations_ += static_cast<int>(missing.size());
+    std::vector<double> out;
+    for (const auto& x : points) out.push_back(sum_squared_log_errors(cache_.at(x), measured_));
+    return out;
+  }
+  double value(const std::vector<double>& x) { return values({x}).front(); }
+  const std::vector<double>& predictions(const std::vector<double>& x) {
+    value(x);
+    return cache_.at(x);
+  }
+  int evaluations() const { return evaluations_; }
+
+ private:
+  Predictor& predictor_;
+  const models::Efficiency& base_;
+  const std::vector<Group>& groups_;
+  std::vector<std::size_t> fitted_;
+  std::vector<double> measured_;
+  std::map<std::vector<double>, std::vector<double>> cache_;
+  int evaluations_ = 0;
+};
+
+// Minimizes f on [a, b] by golden-section search down to a bracket of `tolerance`; returns the
+// best point it evaluated.
+std::pair<double, double> golden_section(const std::function<double(double)>& f, double a, double b, double tolerance) {
+  const double inverse_phi = (std::sqrt(5.0) - 1) / 2;
+  double c = b - inverse_phi * (b - a);
+  double d = a + inverse_phi * (b - a);
+  double fc = f(c);
+  double fd = f(d);
+  while (b - a > tolerance) {
+    if (fc <= fd) {
+      b = d;
+      d = c;
+      fd = fc;
+      c = b - inverse_phi * (b - a);
+      fc = f(c);
+    } else {
+      a = c;
+      c = d;
+      fc = fd;
+      d = a + inverse_phi * (b - a);
+      fd = f(d);
+    }
+  }
+  return fc <= fd ? std::pair{c, fc} : std::pair{d, fd};
+}
+
+// Golden-section brackets stop at 0.001 in log scale: 0.1 % of an efficiency, far below what
+// end-to-end throughputs (a few % of run-to-run noise) can resolve.
+constexpr double kLogTolerance = 1e-3;
+// Points of each coordinate's grid scan: the objective need not be unimodal over three orders
+// of magnitude (a term flattens once its ops turn memory-bound), so the golden section starts
+// from the best of a grid.
+constexpr int kGridPoints = 9;
+// A sweep that lowers the objective by less than this ends the descent: 1e-10 in squared log
+// error is a 0.001 % change of throughput.
+constexpr double kConvergence = 1e-10;
+
+// A line search from x along `direction`, t in [t_lo, t_hi]: a grid, then golden section
+// between the best grid point's neighbours. Moves x only if that lowers the objective, so a
+// parameter the predictions do not depend on keeps its value.
+void line_search(Objective& objective, const std::vector<Group>& groups, std::vector<double>& x, double& fx,
+                 const std::vector<double>& direction, double t_lo, double t_hi) {
+  // The box [lo, hi] per parameter bounds t.
+  for (std::size_t j = 0; j < x.size(); ++j) {
+    if (direction[j] == 0) continue;
+    const double to_lo = (groups[j].lo - x[j]) / direction[j];
+    const double to_hi = (groups[j].hi - x[j]) / direction[j];
+    t_lo = std::max(t_lo, std::min(to_lo, to_hi));
+    t_hi = std::min(t_hi, std::max(to_lo, to_hi));
+  }
+  if (!(t_hi - t_lo > kLogTolerance)) return;
+  const auto point = [&](double t) {
+    std::vector<double> y = x;
+    for (std::size_t j = 0; j < y.size(); ++j) y[j] = std::clamp(x[j] + t * direction[j], groups[j].lo, groups[j].hi);
+    return y;
+  };
+  std::vector<std::vector<double>> grid;
+  std::vector<double> ts;
+  for (int k = 0; k < kGridPoints; ++k) {
+    ts.push_back(t_lo + (t_hi - t_lo) * k / (kGridPoints - 1));
+    grid.push_back(point(ts.back()));
+  }
+  const std::vector<double> values = objective.values(grid);
+  const auto best = static_cast<std::size_t>(std::min_element(values.begin(), values.end()) - values.begin());
+  auto [t, ft] = golden_section([&](double u) { return objective.value(point(u)); }, ts[best == 0 ? 0 : best - 1],
+                                ts[std::min(best + 1, ts.size() - 1)], kLogTolerance);
+  if (values[best] < ft) std::tie(t, ft) = std::pair{ts[best], values[best]};
+  if (ft < fx) {
+    x = point(t);
+    fx = ft;
+  }
+}
+
+// The search directions: each parameter alone, then each pair together and against each other.
+// The pairs matter: an op's time is max(compute, memory), so the objective has kinks where ops
+// change sides, and at a kink no single parameter may descend while a diagonal does (GEMM and
+// memory efficiency trading time in the same iterations).
+std::vector<std::vector<double>> directions(std::size_t n) {
+  std::vector<std::vector<double>> out;
+  for (std::size_t j = 0; j < n; ++j) {
+    out.emplace_back(n, 0.0);
+    out.back()[j] = 1;
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    for (std::size_t j = i + 1; j < n; ++j) {
+      for (const double sign : {1.0, -1.0}) {
+        out.emplace_back(n, 0.0);
+        out.back()[i] = 1;
+        out.back()[j] = sign;
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<double> minimize(Objective& objective, const std::vector<Group>& groups, int max_sweeps) {
+  std::vector<double> x(groups.size(), 0.0);  // the base platform
+  double fx = objective.value(x);
+  const std::vector<std::vector<double>> search = directions(x.size());
+  for (int sweep = 0; sweep < max_sweeps && fx > 0; ++sweep) {
+    const std::vector<double> start = x;
+    const double f_start = fx;
+    // The first sweep scans each parameter over its whole range; later ones a shrinking window
+    // around the current point (e^±1, then e^±0.5, ...), which the first placed.
+    const double window = sweep == 0 ? std::numeric_limits<double>::infinity() : std::ldexp(1.0, 1 - sweep);
+    for (const auto& direction : search) line_search(objective, groups, x, fx, direction, -window, window);
+    // Along the sweep's net move (Powell's direction), which follows a smooth valley that the
+    // fixed directions cross slowly; up to 4 more such moves.
+    std::vector<double> move(x.size());
+    for (std::size_t j = 0; j < x.size(); ++j) move[j] = x[j] - start[j];
+    if (x.size() > 1 && *std::max_element(move.begin(), move.end(), [](double a, double b) { return std::abs(a) < std::abs(b); }) != 0) {
+      line_search(objective, groups, x, fx, move, 0, 4);
+    }
+    if (f_start - fx < kConvergence) break;
+  }
+  return x;
+}
+
+// ---------------------------------------------------------------- the platform file
+
+// The comment on the line of the value at `path` in the base platform's text, when the value
+// sits alone on its line (a flow mapping's values share one, and its comment is about all of
+// them); and the value as written.
+class OriginalText {
+ public:
+  explicit OriginalText(std::string_view text) {
+    if (text.empty()) return;
+    root_ = YAML::Load(std::string(text));
+    std::istringstream in{std::string(text)};
+    for (std::string line; std::getline(in, line);) lines_.push_back(line);
+  }
+
+  struct Value {
+    std::string written;  // the scalar as written (empty for a mapping)
+    std::string comment;  // empty when none, or not its own
+  };
+
+  std::optional<Value> find(const std::vector<std::string>& path) const {
+    if (!root_) return std::nullopt;
+    YAML::Node map;
+    map.reset(root_);
+    for (std::size_t depth = 0;; ++depth) {
+      if (!map.IsMap()) return std::nullopt;
+      const auto entry = std::find_if(map.begin(), map.end(), [&](const auto& e) { return e.first.template as<std::string>("") == path[depth]; });
+      if (entry == map.end()) return std::nullopt;
+      if (depth + 1 < path.size()) {
+        map.reset(entry->second);  // rebind: `map = ...` would assign into the document
+        continue;
+      }
+      Value v;
+      if (entry->second.IsScalar()) v.written = entry->second.Scalar();
+      const YAML::Mark key = entry->first.Mark();
+      // Alone on its line: no sibling key there, and not a flow mapping opened on it.
+      bool alone = !(entry->second.IsMap() && entry->second.size() > 0 && entry->second.begin()->first.Mark().line == key.line);
+      for (const auto& other : map) alone = alone && (other.first.Mark().line != key.line || other.first.Mark().pos == key.pos);
+      if (alone) v.comment = comment_on(key.line, key.column);
+      return v;
+    }
+  }
+
+ private:
+  // The text after the first '#' that starts a comment (outside quotes, after a blank).
+  std::string comment_on(int line, int column) const {
+    if (line < 0 || static_cast<std::size_t>(line) >= lines_.size()) return {};
+    const std::string& text = lines_[static_cast<std::size_t>(line)];
+    char quote = 0;
+    for (std::size_t i = static_cast<std::size_t>(std::max(0, column)); i < text.size(); ++i) {
+      const char c = text[i];
+      if (quote) {
+        if (c == quote) quote = 0;
+      } else if (c == '"' || c == '\'') {
+        quote = c;
+      } else if (c == '#' && i > 0 && (text[i - 1] == ' ' || text[i - 1] == '\t')) {
+        const std::size_t start = text.find_first_not_of(" \t", i + 1);
+        return start == std::string::npos ? std::string() : text.substr(start);
+      }
+    }
+    return {};
+  }
+
+  YAML::Node root_;
+  std::vector<std::string> lines_;
+};
+
+std::string bytes_text(std::int64_t bytes) {
+  constexpr std::int64_t kMiB = std::int64_t{1} << 20;
+  constexpr std::int64_t kGiB = std::int64_t{1} << 30;
+  if (bytes % kGiB == 0) return fmt::format("{} GiB", bytes / kGiB);
+  if (bytes % kMiB == 0) return fmt::format("{} MiB", bytes / kMiB);
+  return fmt::format("{} B", bytes);
+}
+
+// fmt's "{}" prints the shortest text that reads back as the same double.
+std::string scaled_text(double value, double unit, std::string_view name) { return fmt::format("{} {}", value / unit, name); }
+
+class PlatformWriter {
+ public:
+  PlatformWriter(const models::Platform& base, std::string_view base_text) : original_(base_text) {
+    copied_ = fmt::format("copied from platform {} ({})", base.name, base.source);
+  }
+
+  // A value copied from the base platform: as written there with its comment when it has one.
+  void copied(const std::vector<std::string>& path, const std::string& formatted) {
+    const auto original = original_.find(path);
+    const std::string text = original && !original->written.empty() ? original->written : formatted;
+    value(path.back(), text, original && !original->comment.empty() ? original->comment : copied_);
+  }
+  void value(const std::string& key, const std::string& text, const std::string& comment) {
+    out_ << YAML::Key << key << YAML::Value << text << YAML::Comment(comment);
+  }
+  void begin(const std::vector<std::string>& path) {
+    out_ << YAML::Key << path.back();
+    const auto original = original_.find(path);
+    if (original && !original->comment.empty()) out_ << YAML::Comment(original->comment);
+    out_ << YAML::Value << YAML::BeginMap;
+  }
+  void end() { out_ << YAML::EndMap; }
+  YAML::Emitter& emitter() { return out_; }
+
+ private:
+  OriginalText original_;
+  std::string copied_;
+  YAML::Emitter out_;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------- public
+
+MeasurementSet parse_measurements(std::string_view yaml, std::string_view source, const std::filesystem::path& base_dir) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml));
+  } catch (const YAML::Exception& e) {
+    throw InputError(yaml::location(source, e.mark) + "malformed YAML: " + e.msg);
+  }
+  return read_measurements(root, source, base_dir);
+}
+
+MeasurementSet load_measurements(const std::filesystem::path& path) {
+  return parse_measurements(read_file(path), path.string(), path.parent_path());
+}
+
+std::string_view to_string(FitParameter parameter) {
+  switch (parameter) {
+    case FitParameter::gemm:
+      return "gemm";
+    case FitParameter::memory_default:
+      return "memory_default";
+    case FitParameter::compute_default:
+      return "compute_default";
+    case FitParameter::tensor_core:
+      return "tensor_core";
+  }
+  return "?";
+}
+
+std::optional<FitParameter> parse_fit_parameter(std::string_view text) {
+  for (FitParameter p : kAllParameters) {
+    if (to_string(p) == text) return p;
+  }
+  return std::nullopt;
+}
+
+std::string fitted_platform_yaml(const models::Platform& base, std::string_view base_text, const models::Platform& fitted,
+                                 const std::vector<ParameterFit>& parameters, const std::string& fitted_comment) {
+  PlatformWriter w(base, base_text);
+  YAML::Emitter& out = w.emitter();
+  out << YAML::Comment(fmt::format("Platform {} as `comptrain calibrate --from-measurements` fitted it. The efficiencies marked\n"
+                                   "\"fitted\" were fitted to measured throughputs; every other value is copied from platform {}\n"
+                                   "({}), with the comment it had there when it had one of its own.",
+                                   fitted.name, base.name, base.source))
+      << YAML::Newline;
+  out << YAML::BeginMap;
+  w.value("name", fitted.name, "calibrate -o");
+
+  const models::GpuSpec& g = base.gpu;
+  w.begin({"gpu"});
+  w.copied({"gpu", "name"}, g.name);
+  w.copied({"gpu", "memory"}, bytes_text(g.memory_bytes));
+  w.copied({"gpu", "memory_visible"}, bytes_text(g.memory_visible_bytes));
+  if (g.cuda_context_bytes > 0) w.copied({"gpu", "cuda_context"}, bytes_text(g.cuda_context_bytes));
+  if (g.compute_capability_major > 0) {
+    w.copied({"gpu", "compute_capability"}, fmt::format("{}.{}", g.compute_capability_major, g.compute_capability_minor));
+  }
+  if (g.sms > 0) w.copied({"gpu", "sms"}, std::to_string(g.sms));
+  w.copied({"gpu", "memory_bandwidth"}, scaled_text(g.memory_bandwidth, 1e9, "GB/s"));
+  w.begin({"gpu", "peak"});
+  w.copied({"gpu", "peak", "fp32"}, scaled_text(g.peak_fp32, 1e12, "TFLOP/s"));
+  w.copied({"gpu", "peak", "tf32"}, scaled_text(g.peak_tf32, 1e12, "TFLOP/s"));
+  w.copied({"gpu", "peak", "fp16"}, scaled_text(g.peak_fp16, 1e12, "TFLOP/s"));
+  w.copied({"gpu", "peak", "bf16"}, scaled_text(g.peak_bf16, 1e12, "TFLOP/s"));
+  w.end();
+  w.copied({"gpu", "launch_overhead"}, scaled_text(g.launch_overhead, 1e-6, "us"));
+  if (g.max_power > 0) {
+    w.begin({"gpu", "power"});
+    w.copied({"gpu", "power", "idle"}, scaled_text(g.idle_power, 1, "W"));
+    w.copied({"gpu", "power", "max"}, scaled_text(g.max_power, 1, "W"));
+    if (g.in_job_power != g.idle_power) w.copied({"gpu", "power", "in_job"}, scaled_text(g.in_job_power, 1, "W"));
+    if (g.memory_bound_power > 0) w.copied({"gpu", "power", "memory_bound"}, scaled_text(g.memory_bound_power, 1, "W"));
+    if (g.dram_power > 0) w.copied({"gpu", "power", "dram"}, scaled_text(g.dram_power, 1, "W"));
+    if (g.floor_clock > 0) {
+      w.begin({"gpu", "power", "dvfs"});
+      w.copied({"gpu", "power", "dvfs", "floor_clock"}, fmt::format("{:.6g}", g.floor_clock));
+      w.copied({"gpu", "power", "dvfs", "floor_voltage"}, fmt::format("{:.6g}", g.floor_voltage));
+      if (g.min_clock > 0) w.copied({"gpu", "power", "dvfs", "min_clock"}, fmt::format("{:.6g}", g.min_clock));
+      w.end();
+    }
+    w.end();
+  }
+  w.end();
+
+  const models::HostSpec& h = base.host;
+  w.begin({"host"});
+  w.copied({"host", "name"}, h.name);
+  w.copied({"host", "cores"}, std::to_string(h.cores));
+  w.copied({"host", "flops"}, scaled_text(h.flops, 1e12, "TFLOP/s"));
+  w.copied({"host", "memory"}, bytes_text(h.memory_bytes));
+  w.copied({"host", "memory_bandwidth"}, scaled_text(h.memory_bandwidth, 1e9, "GB/s"));
+  if (h.dispatch.forward > 0 || h.dispatch.backward > 0 || h.dispatch.optimizer > 0) {
+    w.begin({"host", "dispatch"});
+    w.copied({"host", "dispatch", "forward"}, scaled_text(h.dispatch.forward, 1e-6, "us"));
+    w.copied({"host", "dispatch", "backward"}, scaled_text(h.dispatch.backward, 1e-6, "us"));
+    w.copied({"host", "dispatch", "optimizer"}, scaled_text(h.dispatch.optimizer, 1e-6, "us"));
+    w.end();
+  }
+  w.end();
+
+  const auto link = [&w](const std::string& key, const models::LinkSpec& l) {
+    w.begin({key});
+    w.copied({key, "name"}, l.name);
+    w.copied({key, "bandwidth"}, scaled_text(l.bandwidth, 1e9, "GB/s"));
+    w.copied({key, "latency"}, scaled_text(l.latency, 1e-6, "us"));
+    if (l.pageable_bandwidth > 0) w.copied({key, "pageable_bandwidth"}, scaled_text(l.pageable_bandwidth, 1e9, "GB/s"));
+    w.end();
+  };
+  link("host_link", base.host_link);
+  if (base.gpu_link.bandwidth > 0) link("gpu_link", base.gpu_link);
+  w.copied({"gpus_per_node"}, std::to_string(base.gpus_per_node));
+
+  // The efficiencies: the fitted ones from `fitted` with `fitted_comment`, the rest copied.
+  std::map<std::pair<bool, std::optional<OpKind>>, const ParameterFit*> fitted_entries;
+  for (const ParameterFit& p : parameters) {
+    if (p.parameter == FitParameter::tensor_core) continue;  // written on its own below
+    for (const std::optional<OpKind>& entry : group_of(p.parameter, base.efficiency).entries) {
+      fitted_entries[{p.parameter == FitParameter::memory_default, entry}] = &p;
+    }
+  }
+  w.begin({"efficiency"});
+  for (const bool memory : {false, true}) {
+    const std::string section = memory ? "memory" : "compute";
+    const models::Efficiency& e = fitted.efficiency;
+    std::vector<std::optional<OpKind>> entries{std::nullopt};
+    for (const auto& [kind, value] : memory ? e.memory : e.compute) entries.emplace_back(kind);
+    w.begin({"efficiency", section});
+    for (const std::optional<OpKind>& entry : entries) {
+      const std::string key = entry ? std::string(traces::to_string(*entry)) : "default";
+      const double value = entry ? (memory ? e.memory_for(*entry) : e.compute_for(*entry)) : (memory ? e.memory_default : e.compute_default);
+      const auto it = fitted_entries.find({memory, entry});
+      if (it == fitted_entries.end()) {
+        w.copied({"efficiency", section, key}, fmt::format("{}", value));
+      } else if (it->second->sensitivity == 0) {
+        w.value(key, fmt::format("{}", value),
+                fmt::format("not fitted: no measurement depends on it ({} kept); copied from platform {}", to_string(it->second->parameter),
+                            base.name));
+      } else {
+        w.value(key, fmt::format("{}", value), fitted_comment);
+      }
+    }
+    w.end();
+  }
+  {
+    const double value = fitted.efficiency.tensor_core;
+    const auto it = std::find_if(parameters.begin(), parameters.end(), [](const ParameterFit& p) { return p.parameter == FitParameter::tensor_core; });
+    if (it == parameters.end()) {
+      if (base.efficiency.tensor_core != 1.0) w.copied({"efficiency", "tensor_core"}, fmt::format("{}", value));
+    } else if (it->sensitivity == 0) {
+      w.value("tensor_core", fmt::format("{}", value),
+              fmt::format("not fitted: no measurement depends on it (tensor_core kept); copied from platform {}", base.name));
+    } else {
+      w.value("tensor_core", fmt::format("{}", value), fitted_comment);
+    }
+  }
+  w.end();
+  out << YAML::EndMap;
+  if (!out.good()) throw std::logic_error("fitted_platform_yaml: " + out.GetLastError());
+  return std::string(out.c_str()) + "\n";
+}
+
+FitResult fit_measurements(const MeasurementSet& set, const FitOptions& options) {
+  const std::size_t count = set.measurements.size();
+  if (options.holdout < 0 || static_cast<std::size_t>(options.holdout) >= count) {
+    throw InputError(fmt::format("--holdout {}: {} has {} measurement{}; expected 0 to {} held out, so that at least one is fitted",
+                                 options.holdout, set.source, count, count == 1 ? "" : "s", count - 1));
+  }
+  if (options.parameters.empty()) throw InputError("no parameter to fit; expected one or more of gemm, memory_default, compute_default, tensor_core");
+
+  // Every scenario is read and prepared before the first simulation, so a bad one stops the fit
+  // at once, at its measurement's line.
+  std::vector<LoadedMeasurement> loaded;
+  for (std::size_t i = 0; i < count; ++i) {
+    const Measurement& m = set.measurements[i];
+    const std::string where = fmt::format("{}:{}: measurement {} ({})", set.source, m.line, i + 1, m.scenario.string());
+    try {
+      Scenario scenario = load_scenario_file(m.scenario);
+      if (scenario.has_sweep) throw InputError("it has a sweep; expected one setup per measured throughput");
+      set_platform(scenario, set.platform);
+      const PreparedScenario prepared(scenario);
+      loaded.push_back({std::move(scenario), prepared.scenario().name, prepared.batch_size()});
+    } catch (const InputError& e) {
+      throw InputError(where + ": " + e.what());
+    }
+  }
+  const std::size_t fitted_count = count - static_cast<std::size_t>(options.holdout);
+  std::vector<std::size_t> fitted_indices, all_indices;
+  std::vector<double> measured;
+  for (std::size_t i = 0; i < count; ++i) {
+    all_indices.push_back(i);
+    if (i < fitted_count) {
+      fitted_indices.push_back(i);
+      measured.push_back(set.measurements[i].samples_per_second);
+    }
+  }
+
+  std::vector<FitParameter> parameters;
+  for (FitParameter p : options.parameters) {
+    if (std::find(parameters.begin(), parameters.end(), p) == parameters.end()) parameters.push_back(p);
+  }
+  std::vector<Group> groups;
+  for (FitParameter p : parameters) groups.push_back(group_of(p, set.platform.efficiency));
+
+  Predictor predictor(set, loaded, options.jobs);
+  FitResult result;
+  result.base = set.platform;
+  // Before: every measurement on the base platform (this also finds one that cannot run).
+  const std::vector<double> before = predictor.run({{set.platform.efficiency, all_indices}}).front();
+
+  Objective objective(predictor, set.platform.efficiency, groups, fitted_indices, measured);
+  const std::vector<double> x = minimize(objective, groups, options.max_sweeps);
+
+  // How much each parameter moves the predictions at the fit: 0 = the data say nothing of it.
+  const std::vector<double>& at_fit = objective.predictions(x);
+  for (std::size_t j = 0; j < groups.size(); ++j) {
+    constexpr double kStep = 0.05;
+    std::vector<double> y = x;
+    y[j] = x[j] + kStep <= groups[j].hi ? x[j] + kStep : x[j] - kStep;
+    const std::vector<double> moved = objective.predictions(y);
+    double sensitivity = 0;
+    for (std::size_t i = 0; i < moved.size(); ++i) sensitivity = std::max(sensitivity, std::abs(std::log(moved[i] / at_fit[i])) / kStep);
+    // Below 1e-6 the change is rounding in the replay, not a dependence.
+    const bool determined = sensitivity >= 1e-6;
+    result.parameters.push_back({parameters[j], determined ? std::exp(x[j]) : 1.0, determined ? sensitivity : 0.0});
+  }
+  result.evaluations = objective.evaluations();
+
+  // The platform as it will be written (4 digits per efficiency), read back: the "after"
+  // column is what the file predicts.
+  std::vector<double> x_written = x;
+  for (std::size_t j = 0; j < groups.size(); ++j) {
+    if (result.parameters[j].sensitivity == 0) x_written[j] = 0;  // not determined: the base value stays
+  }
+  models::Platform fitted = set.platform;
+  fitted.name = options.output_name;
+  fitted.efficiency = scaled(set.platform.efficiency, groups, x_written, true);
+  const std::vector<double> after = predictor.run({{fitted.efficiency, all_indices}}).front();
+
+  double before_fit = 0, after_fit = 0, before_held = 0, after_held = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const bool held_out = i >= fitted_count;
+    const double m = set.measurements[i].samples_per_second;
+    (held_out ? before_held : before_fit) += std::pow(std::log(before[i] / m), 2);
+    (held_out ? after_held : after_fit) += std::pow(std::log(after[i] / m), 2);
+    result.rows.push_back({set.measurements[i], loaded[i].name, loaded[i].batch, before[i], after[i], held_out});
+  }
+  result.rms_before = rms(before_fit, fitted_count);
+  result.rms_after = rms(after_fit, fitted_count);
+  if (options.holdout > 0) {
+    result.holdout_rms_before = rms(before_held, static_cast<std::size_t>(options.holdout));
+    result.holdout_rms_after = rms(after_held, static_cast<std::size_t>(options.holdout));
+  }
+  const std::string comment = fmt::format("fitted from {} measurements of {}: rms log error {:.4f} (before: {:.4f})", fitted_count,
+                                          set.source, result.rms_after, result.rms_before);
+  result.platform_yaml = fitted_platform_yaml(set.platform, set.platform_text, fitted, result.parameters, comment);
+  // What we write must read back, and be what we evaluated.
+  result.fitted = models::parse_platform(result.platform_yaml, options.output_name);
+  for (const FitParameter p : parameters) {
+    const Group written = group_of(p, result.fitted.efficiency);
+    const Group evaluated = group_of(p, fitted.efficiency);
+    if (written.base != evaluated.base) throw std::logic_error("fit_measurements: the written efficiencies differ from the evaluated ones");
+  }
+  return result;
+}
+
+std::string fit_table(const FitResult& result) {
+  std::string out = fmt::format("{:<4} {:<40} {:>6} {:>11} {:>11} {:>8} {:>11} {:>8}\n", "line", "scenario", "batch", "measured",
+                                "before", "error", "after", "error");
+  const auto row = [&out](const MeasurementFit& r) {
+    std::string scenario = r.measurement.scenario.filename().string();
+    if (scenario.size() > 40) scenario = "..." + scenario.substr(scenario.size() - 37);
+    out += fmt::format("{:<4} {:<40} {:>6} {:>11.4g} {:>11.4g} {:>+7.1f}% {:>11.4g} {:>+7.1f}%\n", r.measurement.line, scenario, r.batch,
+                       r.measurement.samples_per_second, r.before, 100 * (r.before / r.measurement.samples_per_second - 1), r.after,
+                       100 * (r.after / r.measurement.samples_per_second - 1));
+  };
+  std::size_t fitted = 0;
+  for (const MeasurementFit& r : result.rows) {
+    if (!r.held_out) {
+      row(r);
+      ++fitted;
+    }
+  }
+  if (fitted < result.rows.size()) {
+    out += "held out (not fitted):\n";
+    for (const MeasurementFit& r : result.rows) {
+      if (r.held_out) row(r);
+    }
+  }
+  out += "parameters (fitted value / base value; sensitivity = max |d log throughput / d log value|):\n";
+  for (const ParameterFit& p : result.parameters) {
+    out += fmt::format("  {:<16} x{:.4g}  sensitivity {:.3g}{}\n", to_string(p.parameter), p.scale, p.sensitivity,
+                       p.sensitivity == 0 ? "  (no measurement depends on it: kept)" : "");
+  }
+  out += fmt::format("rms log error, {} fitted: {:.4f} -> {:.4f}\n", fitted, result.rms_before, result.rms_after);
+  if (fitted < result.parameters.size()) {
+    out += fmt::format("note: {} measurement{} for {} parameters: many fits match them equally; the one found is not unique\n", fitted,
+                       fitted == 1 ? "" : "s", result.parameters.size());
+  }
+  if (result.holdout_rms_before) {
+    out += fmt::format("rms log error, {} held out: {:.4f} -> {:.4f}\n", result.rows.size() - fitted, *result.holdout_rms_before,
+                       *result.holdout_rms_after);
+  }
+  out += fmt::format("{} evaluations of the objective\n", result.evaluations);
+  return out;
+}
+
+}  // namespace comptrain::sim

@@ -1,0 +1,691 @@
+#include "comptrain/sim/studies/validate.hpp"
+#include "comptrain/sim/metrics/memory_peak.hpp"
+#include "comptrain/sim/metrics/throughput.hpp"
+#include "comptrain/sim/studies/prediction.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <tuple>
+#include <variant>
+
+#include "comptrain/models/shipped_or_file.hpp"
+#include "comptrain/sim/engine/collectives.hpp"
+#include "comptrain/sim/engine/io_simulation.hpp"
+#include "comptrain/sim/studies/plan.hpp"
+#include "comptrain/sim/run/run.hpp"
+#include "comptrain/sim/config/scenario.hpp"
+#include "comptrain/sim/runtime/workers.hpp"
+#include "comptrain/support/input_error.hpp"
+#include "report/documents.hpp"
+
+namespace comptrain::sim {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::array kMetrics{ValidationMetric::throughput_samples_per_s, ValidationMetric::peak_mem_bytes,
+                              ValidationMetric::memory_reduction_x, ValidationMetric::slowdown_x, ValidationMetric::max_batch,
+                              ValidationMetric::bus_bandwidth, ValidationMetric::average_power_watts, ValidationMetric::energy_ratio_x,
+                              ValidationMetric::checkpoint_throughput, ValidationMetric::checkpoint_iteration_seconds};
+
+bool two_runs(ValidationMetric metric) {
+  return metric == ValidationMetric::memory_reduction_x || metric == ValidationMetric::slowdown_x || metric == ValidationMetric::energy_ratio_x;
+}
+
+// One line's fields, checked one by one; every message names the table's line.
+class PointReader {
+ public:
+  PointReader(const json& object, std::string where) : object_(object), where_(std::move(where)) {}
+
+  [[noreturn]] void fail(const std::string& what) const { throw InputError(where_ + ": " + what); }
+
+  const json* find(const char* key) const {
+    const auto it = object_.find(key);
+    return it == object_.end() ? nullptr : &*it;
+  }
+  std::string text(const char* key, bool required) const {
+    const json* value = find(key);
+    if (!value) {
+      if (required) fail(fmt::format("missing field '{}'; expected a string", key));
+      return {};
+    }
+    if (!value->is_string() || value->get_ref<const std::string&>().empty()) {
+      fail(fmt::format("field '{}': found {}; expected a non-empty string", key, value->dump()));
+    }
+    return value->get<std::string>();
+  }
+  std::optional<double> number(const char* key, bool required) const {
+    const json* value = find(key);
+    if (!value) {
+      if (required) fail(fmt::format("missing field '{}'; expected a positive number", key));
+      return std::nullopt;
+    }
+    if (!value->is_number() || !(value->get<double>() > 0) || !std::isfinite(value->get<double>())) {
+      fail(fmt::format("field '{}': found {}; expected a positive number", key, value->dump()));
+    }
+    return value->get<double>();
+  }
+  bool flag(const char* key) const {
+    const json* value = find(key);
+    if (!value) return false;
+    if (!value->is_boolean()) fail(fmt::format("field '{}': found {}; expected true or false", key, value->dump()));
+    return value->get<bool>();
+  }
+
+ private:
+  const json& object_;
+  std::string where_;
+};
+
+constexpr std::array kFields{"id",    "source", "model",   "gpu",  "precision", "batch",    "metric",
+                             "published", "published_upper", "unit", "published_raw", "notes", "suspect", "holdout",
+                             "fast",  "scenario", "reference_scenario", "not_covered", "measured_as",
+                             "platform", "nodes", "gpus_per_node", "collective", "bytes", "checkpoint"};
+
+constexpr std::array kMeasuredAs{MeasuredAs::max_memory_allocated, MeasuredAs::max_memory_reserved, MeasuredAs::nvidia_smi,
+                                 MeasuredAs::first_oom, MeasuredAs::tensor_bytes};
+
+// A bus_bandwidth point's setup; its platform is read now, so that a bad one stops the table.
+CollectivePoint read_collective(const PointReader& in, const std::filesystem::path& base_dir) {
+  CollectivePoint c;
+  try {
+    c.platform = models::resolve_platform(in.text("platform", true), base_dir);
+  } catch (const InputError& e) {
+    in.fail(fmt::format("field 'platform': {}", e.what()));
+  }
+  const auto count = [&](const char* key, std::int64_t max) {
+    const json* value = in.find(key);
+    if (!value || !value->is_number_integer() || value->get<std::int64_t>() < 1 || value->get<std::int64_t>() > max) {
+      in.fail(fmt::format("field '{}': found {}; expected an integer from 1 to {}", key, value ? value->dump() : "nothing", max));
+    }
+    return value->get<std::int64_t>();
+  };
+  c.nodes = static_cast<int>(count("nodes", c.platform.max_nodes()));
+  c.gpus_per_node = static_cast<int>(count("gpus_per_node", c.platform.gpus_per_node));
+  c.bytes = count("bytes", std::int64_t{1} << 50);
+  const std::string kind = in.text("collective", true);
+  bool found = false;
+  for (const auto k : {models::CollectiveKind::all_reduce, models::CollectiveKind::reduce_scatter, models::CollectiveKind::all_gather}) {
+    if (models::to_string(k) == kind) {
+      c.kind = k;
+      found = true;
+    }
+  }
+  if (!found) in.fail(fmt::format("field 'collective': found \"{}\"; expected all_reduce, reduce_scatter or all_gather", kind));
+  return c;
+}
+
+// A checkpoint_throughput point's setup: the platform and shape as a bus_bandwidth point's, and
+// its `checkpoint` object {bytes_per_gpu, forward_backward_seconds, update_seconds, mode, every,
+// host_cache_bytes, chunk_bytes, to, wait}.
+CheckpointPoint read_checkpoint_point(const PointReader& in, const std::filesystem::path& base_dir) {
+  CheckpointPoint c;
+  try {
+    c.platform = models::resolve_platform(in.text("platform", true), base_dir);
+  } catch (const InputError& e) {
+    in.fail(fmt::format("field 'platform': {}", e.what()));
+  }
+  const auto integer = [&](const json* value, const std::string& key, std::int64_t max) {
+    if (!value || !value->is_number_integer() || value->get<std::int64_t>() < 1 || value->get<std::int64_t>() > max) {
+      in.fail(fmt::format("field '{}': found {}; expected an integer from 1 to {}", key, value ? value->dump() : "nothing", max));
+    }
+    return value->get<std::int64_t>();
+  };
+  c.nodes = static_cast<int>(integer(in.find("nodes"), "nodes", c.platform.max_nodes()));
+  c.gpus_per_node = static_cast<int>(integer(in.find("gpus_per_node"), "gpus_per_node", c.platform.gpus_per_node));
+  const json* object = in.find("checkpoint");
+  if (!object || !object->is_object()) in.fail("field 'checkpoint': expected an object {bytes_per_gpu, forward_backward_seconds, update_seconds, mode, every, ...}");
+  for (const auto& [key, value] : object->items()) {
+    constexpr std::array kKeys{"bytes_per_gpu", "forward_backward_seconds", "update_seconds", "mode", "every", "host_cache_bytes", "chunk_bytes", "to",
+                               "wait"};
+    if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end()) in.fail(fmt::format("field 'checkpoint.{}': unknown", key));
+  }
+  const auto seconds = [&](const char* key) {
+    const auto it = object->find(key);
+    if (it == object->end() || !it->is_number() || !(it->get<double>() >= 0) || !(it->get<double>() < 1e6)) {
+      in.fail(fmt::format("field 'checkpoint.{}': expected seconds from 0 to 1e6", key));
+    }
+    return it->get<double>();
+  };
+  const auto member = [&](const char* key) { return object->contains(key) ? &object->at(key) : nullptr; };
+  c.bytes_per_gpu = integer(member("bytes_per_gpu"), "checkpoint.bytes_per_gpu", std::int64_t{1} << 50);
+  c.forward_backward_seconds = seconds("forward_backward_seconds");
+  c.update_seconds = seconds("update_seconds");
+  if (!(c.forward_backward_seconds + c.update_seconds > 0)) in.fail("field 'checkpoint': the iteration's phases sum to 0; expected a positive iteration");
+  c.checkpoint.every = static_cast<int>(integer(member("every"), "checkpoint.every", 10'000'000));
+  if (const json* mode = member("mode"); mode && mode->is_string() && parse_checkpoint_mode(mode->get<std::string>())) {
+    c.checkpoint.mode = *parse_checkpoint_mode(mode->get<std::string>());
+  } else {
+    in.fail("field 'checkpoint.mode': expected \"sync\" or \"async\"");
+  }
+  if (const json* cache = member("host_cache_bytes")) c.checkpoint.host_cache_bytes = integer(cache, "checkpoint.host_cache_bytes", std::int64_t{1} << 50);
+  if (const json* chunk = member("chunk_bytes")) c.checkpoint.chunk_bytes = integer(chunk, "checkpoint.chunk_bytes", std::int64_t{1} << 50);
+  if (const json* to = member("to")) {
+    const auto tier = to->is_string() ? parse_storage_tier(to->get<std::string>()) : std::nullopt;
+    if (!tier) in.fail("field 'checkpoint.to': expected \"shared\" or \"local\"");
+    c.checkpoint.to = *tier;
+  }
+  if (const json* wait = member("wait")) {
+    const auto parsed = wait->is_string() ? parse_checkpoint_wait(wait->get<std::string>()) : std::nullopt;
+    if (!parsed) in.fail("field 'checkpoint.wait': expected \"step\" or \"save\"");
+    if (c.checkpoint.mode == CheckpointMode::sync) in.fail("field 'checkpoint.wait': given for mode sync; expected it only with mode async");
+    c.checkpoint.wait = *parsed;
+  }
+  return c;
+}
+
+ValidationPoint read_point(const json& object, const std::string& where, const std::filesystem::path& base_dir) {
+  const PointReader in(object, where);
+  if (!object.is_object()) in.fail(fmt::format("found {}; expected one JSON object per line", object.type_name()));
+  for (const auto& [key, value] : object.items()) {
+    if (std::find(kFields.begin(), kFields.end(), key) == kFields.end()) {
+      std::string valid;
+      for (const char* field : kFields) valid += (valid.empty() ? "" : ", ") + std::string(field);
+      in.fail(fmt::format("unknown field '{}'; expected one of: {}", key, valid));
+    }
+  }
+  ValidationPoint p;
+  p.id = in.text("id", true);
+  p.source = in.text("source", true);
+  const std::string metric = in.text("metric", true);
+  const auto known = std::find_if(kMetrics.begin(), kMetrics.end(), [&](ValidationMetric m) { return metric_name(m) == metric; });
+  if (known == kMetrics.end()) {
+    in.fail(fmt::format("field 'metric': found \"{}\"; expected throughput_samples_per_s, peak_mem_bytes, memory_reduction_x, "
+                        "slowdown_x, max_batch, bus_bandwidth, average_power_watts, energy_ratio_x, checkpoint_throughput or "
+                        "checkpoint_iteration_seconds",
+                        metric));
+  }
+  p.metric = *known;
+  // A collective's bandwidth has no model, precision or batch: its setup is read below. Nor has a
+  // checkpoint's throughput a batch: the measured iteration is given instead.
+  const bool collective = p.metric == ValidationMetric::bus_bandwidth;
+  const bool checkpoint =
+      p.metric == ValidationMetric::checkpoint_throughput || p.metric == ValidationMetric::checkpoint_iteration_seconds;
+  p.model = in.text("model", !collective);
+  p.gpu = in.text("gpu", true);
+  p.precision = in.text("precision", !collective);
+  constexpr std::array kPrecisions{"fp32", "tf32", "amp", "amp-fp16", "amp-bf16", "fp16", "bf16", "mixed"};
+  if (!p.precision.empty() && std::find(kPrecisions.begin(), kPrecisions.end(), p.precision) == kPrecisions.end()) {
+    in.fail(fmt::format("field 'precision': found \"{}\"; expected fp32, tf32, amp, amp-fp16, amp-bf16, fp16, bf16 or mixed", p.precision));
+  }
+  const json* batch = in.find("batch");
+  if (batch || !(collective || checkpoint)) {
+    if (!batch || !batch->is_number_integer() || batch->get<std::int64_t>() < 1) {
+      in.fail(fmt::format("field 'batch': found {}; expected a positive integer", batch ? batch->dump() : "nothing"));
+    }
+    p.batch = batch->get<std::int64_t>();
+  }
+  for (const char* field : {"platform", "nodes", "gpus_per_node", "collective", "bytes"}) {
+    const bool shape = std::string_view(field) != "collective" && std::string_view(field) != "bytes";
+    if (!collective && !(checkpoint && shape) && in.find(field)) {
+      in.fail(fmt::format("field '{}' given for {}; expected it only on bus_bandwidth points{}", field, metric,
+                          shape ? " (and on checkpoint points)" : ""));
+    }
+  }
+  if (!checkpoint && in.find("checkpoint")) in.fail(fmt::format("field 'checkpoint' given for {}; expected it only on checkpoint_throughput points", metric));
+  if (collective) p.collective = read_collective(in, base_dir);
+  if (checkpoint && !in.find("not_covered")) p.checkpoint = read_checkpoint_point(in, base_dir);
+  const std::string measured_as = in.text("measured_as", false);
+  if (!measured_as.empty()) {
+    const auto m = std::find_if(kMeasuredAs.begin(), kMeasuredAs.end(), [&](MeasuredAs x) { return to_string(x) == measured_as; });
+    if (m == kMeasuredAs.end()) {
+      in.fail(fmt::format("field 'measured_as': found \"{}\"; expected max_memory_allocated, max_memory_reserved, nvidia-smi, first_oom or "
+                          "tensor_bytes",
+                          measured_as));
+    }
+    p.measured_as = *m;
+  }
+  if ((p.metric == ValidationMetric::peak_mem_bytes || p.metric == ValidationMetric::memory_reduction_x) &&
+      (p.measured_as == MeasuredAs::unspecified || p.measured_as == MeasuredAs::first_oom)) {
+    in.fail(fmt::format("field 'measured_as': {}; expected how the {} figure was measured: max_memory_allocated, max_memory_reserved, "
+                        "nvidia-smi or tensor_bytes",
+                        measured_as.empty() ? "missing" : "found \"" + measured_as + "\"", metric));
+  }
+  p.published = *in.number("published", true);
+  p.published_upper = in.number("published_upper", false);
+  if (p.published_upper && *p.published_upper < p.published) {
+    in.fail(fmt::format("field 'published_upper': found {:g}, below published {:g}; expected the range's upper end", *p.published_upper,
+                        p.published));
+  }
+  p.unit = in.text("unit", true);
+  p.published_raw = in.text("published_raw", false);
+  p.notes = in.text("notes", true);
+  p.suspect = in.flag("suspect");
+  p.holdout = in.flag("holdout");
+  p.fast = in.flag("fast");
+  p.not_covered = in.text("not_covered", false);
+  const std::string scenario = in.text("scenario", false);
+  const std::string reference = in.text("reference_scenario", false);
+  if (!reference.empty() && !two_runs(p.metric)) {
+    in.fail(fmt::format("field 'reference_scenario' given for {}, a one-run metric; expected it only for memory_reduction_x, slowdown_x and energy_ratio_x",
+                        metric));
+  }
+  if (p.collective && !scenario.empty()) in.fail("field 'scenario' given for bus_bandwidth; expected the collective's fields instead");
+  if (p.checkpoint && !scenario.empty()) in.fail("field 'scenario' given for checkpoint_throughput; expected the checkpoint's fields instead");
+  if (p.covered() && !p.collective && !p.checkpoint) {
+    if (scenario.empty()) in.fail("missing field 'scenario'; expected the scenario of a covered point, or 'not_covered' with the reason");
+    if (two_runs(p.metric) && reference.empty()) {
+      in.fail(fmt::format("missing field 'reference_scenario'; expected the other run of {}", metric));
+    }
+  }
+  for (const auto& [name, file, target] : {std::tuple{"scenario", scenario, &p.scenario}, std::tuple{"reference_scenario", reference, &p.reference_scenario}}) {
+    if (file.empty()) continue;
+    *target = base_dir / file;
+    if (!std::filesystem::is_regular_file(*target)) {
+      in.fail(fmt::format("field '{}': {} is not a file; expected a scenario relative to the table", name, target->string()));
+    }
+  }
+  return p;
+}
+
+// The memory metric a published figure was measured in: what PyTorch reports
+// (max_memory_allocated, max_memory_reserved), what nvidia-smi shows, or else the tensors' bytes.
+MemoryMetric metric_of(MeasuredAs measured_as) {
+  switch (measured_as) {
+    case MeasuredAs::max_memory_allocated: return MemoryMetric::allocated;
+    case MeasuredAs::max_memory_reserved: return MemoryMetric::reserved;
+    case MeasuredAs::nvidia_smi: return MemoryMetric::device;
+    case MeasuredAs::unspecified:
+    case MeasuredAs::first_oom:
+    case MeasuredAs::tensor_bytes: break;
+  }
+  return MemoryMetric::exact;
+}
+
+// The simulated peak in the terms a published figure was measured in.
+std::int64_t memory_as_measured(const SimulationResult& r, MeasuredAs measured_as) { return peak_in(metric_of(measured_as), memory_peaks(r)); }
+
+// One run at `batch` (the replay, and the I/O simulation when the scenario has a data or
+// checkpoint section), or why it gave nothing to compare.
+struct OneRun {
+  SimulationResult result;
+  std::optional<IoResult> io;
+  // The iteration a measurement over many iterations sees: with a data or checkpoint section
+  // the I/O simulation's mean (the loader's waits, the launching thread sharing the workers'
+  // cores, the checkpoint's cost per iteration), else the replayed one.
+  double iteration_seconds() const { return io ? io->mean_iteration_seconds : result.iteration_seconds; }
+};
+
+std::variant<OneRun, std::string> run_once(const PreparedScenario& prepared, std::int64_t batch) {
+  RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, batch, Isolation::child_process);
+  if (const auto* inapplicable = std::get_if<models::NotApplicable>(&outcome)) {
+    return fmt::format("{}: the strategy does not apply at batch {} ({})", prepared.scenario().source, batch, inapplicable->reason);
+  }
+  CompletedRun& completed = std::get<CompletedRun>(outcome);
+  if (const auto& oom = completed.result.out_of_memory) {
+    return fmt::format("{}: out of memory at batch {} ({})", prepared.scenario().source, batch, describe_out_of_memory(*oom));
+  }
+  return OneRun{std::move(completed.result), std::move(completed.io)};
+}
+
+// Runs in a worker process: a bus_bandwidth point's busbw in GB/s. With NCCL's ring forced: the
+// table's points are rings (NCCL_ALGO=RING, or sizes and nodes where NCCL runs rings).
+Prediction predict_collective(const CollectivePoint& c) {
+  models::Platform ring = c.platform;
+  ring.collectives.algorithm = models::NcclAlgorithm::ring;
+  const CollectiveTiming t = simulate_collective(ring, {c.nodes, c.gpus_per_node}, c.kind, c.bytes);
+  return Prediction::of(t.bus_bandwidth / 1e9);
+}
+
+// Runs in a worker process: a checkpoint_throughput point's GB/s, the job's checkpoint bytes over
+// the time one checkpoint blocks training (the I/O simulation's stall, in its steady state).
+Prediction predict_checkpoint(const CheckpointPoint& c, ValidationMetric metric) {
+  IoInputs in;
+  in.platform = c.platform;
+  in.shape = {c.nodes, c.gpus_per_node};
+  in.profile.optimizer_start = c.forward_backward_seconds;
+  in.profile.seconds = c.forward_backward_seconds + c.update_seconds;
+  in.profile.samples = 1;
+  in.checkpoint = c.checkpoint;
+  in.sizes.rank0 = {0, c.bytes_per_gpu};
+  in.sizes.other = {0, c.bytes_per_gpu};
+  check_io_inputs(in, "the point");
+  const IoResult r = simulate_io_in_this_process(in);
+  if (metric == ValidationMetric::checkpoint_iteration_seconds) return Prediction::of(r.mean_iteration_seconds);
+  if (!(r.checkpoint->stall_seconds > 0)) return Prediction::none("the checkpoint blocks no training time (hidden entirely)");
+  const double bytes = static_cast<double>(c.bytes_per_gpu) * c.nodes * c.gpus_per_node;
+  return Prediction::of(bytes / r.checkpoint->stall_seconds / 1e9);
+}
+
+// Runs in a worker process: the point's predicted value.
+Prediction predict(const ValidationPoint& point, const PreparedScenario& run, const PreparedScenario* reference) {
+  if (point.metric == ValidationMetric::max_batch) {
+    PlanOptions options = plan_options_for(run.scenario());
+    options.jobs = 1;  // this worker is one of validate's jobs already
+    options.progress = false;
+    const BatchSizePlan plan = make_plan(run.scenario(), {run.scenario().strategy}, options);
+    const StrategyPlan& strategy = plan.strategies.front();
+    if (!strategy.max_batch) return Prediction::none(run.scenario().source + ": does not fit at batch 1");
+    return Prediction::of(static_cast<double>(*strategy.max_batch));
+  }
+  const auto measured = run_once(run, point.batch);
+  if (const auto* why = std::get_if<std::string>(&measured)) return Prediction::none(*why);
+  const OneRun& run_result = std::get<OneRun>(measured);
+  const SimulationResult& r = run_result.result;
+  switch (point.metric) {
+    case ValidationMetric::throughput_samples_per_s:
+      // The whole job's samples/s, as multi-GPU sources publish it: `batch` is the per-GPU
+      // micro-batch, an iteration runs training.gradient_accumulation_steps of them and every rank
+      // steps in lockstep (the global throughput `comptrain simulate` reports).
+      // With a data section the iteration includes the loader (sim/io.hpp).
+      return Prediction::of(
+          samples_per_second(global_batch(point.batch, run.cluster_shape().ranks(), run.scenario().accumulation_steps), run_result.iteration_seconds()));
+    case ValidationMetric::peak_mem_bytes:
+      return Prediction::of(static_cast<double>(memory_as_measured(r, point.measured_as)));
+    case ValidationMetric::average_power_watts:
+      // One GPU's own power over the iteration, as NVML reads it (sim/energy.hpp).
+      if (!r.energy) return Prediction::none(run.scenario().source + ": the platform gives no gpu.power");
+      return Prediction::of(r.energy->gpu_average_watts());
+    default:
+      break;
+  }
+  const auto baseline = run_once(*reference, point.batch);
+  if (const auto* why = std::get_if<std::string>(&baseline)) return Prediction::none(*why);
+  const OneRun& baseline_result = std::get<OneRun>(baseline);
+  const SimulationResult& b = baseline_result.result;
+  if (point.metric == ValidationMetric::memory_reduction_x) {
+    return Prediction::of(static_cast<double>(memory_as_measured(b, point.measured_as)) /
+                           static_cast<double>(memory_as_measured(r, point.measured_as)));
+  }
+  if (point.metric == ValidationMetric::energy_ratio_x) {
+    // The GPU's energy per sample (NVML's view: the GPU alone), S over R; both run the point's batch.
+    if (!r.energy || !b.energy) return Prediction::none("a platform gives no gpu.power");
+    return Prediction::of(r.energy->gpu_joules / b.energy->gpu_joules);
+  }
+  // slowdown_x: e.g. real data (a data section) over synthetic data (none).
+  return Prediction::of(run_result.iteration_seconds() / baseline_result.iteration_seconds());
+}
+
+// The scenario a point names, read and prepared once, and checked against the point's batch.
+std::shared_ptr<const PreparedScenario> prepare(const std::filesystem::path& path, const ValidationPoint& point, const std::string& table) {
+  Scenario scenario = load_scenario_file(path);
+  if (scenario.has_sweep) throw InputError(fmt::format("{}:{}: {} has a sweep; expected one setup per scenario", table, point.line, path.string()));
+  auto prepared = std::make_shared<const PreparedScenario>(std::move(scenario));
+  if (point.metric != ValidationMetric::max_batch && prepared->batch_size() != point.batch) {
+    throw InputError(fmt::format("{}:{}: the point is at batch {} but {} runs batch {}; expected the point's batch in training.batch_size",
+                                 table, point.line, point.batch, path.string(), prepared->batch_size()));
+  }
+  return prepared;
+}
+
+std::string format_value(ValidationMetric metric, double value) {
+  switch (metric) {
+    case ValidationMetric::throughput_samples_per_s:
+      return fmt::format("{:.4g}", value);  // the published figures have 2 to 4 digits
+    case ValidationMetric::peak_mem_bytes:
+      return fmt::format("{:.2f} GiB", value / (1 << 30));
+    case ValidationMetric::memory_reduction_x:
+    case ValidationMetric::slowdown_x:
+    case ValidationMetric::energy_ratio_x:
+      return fmt::format("{:.3f}x", value);
+    case ValidationMetric::average_power_watts:
+      return fmt::format("{:.1f} W", value);
+    case ValidationMetric::max_batch:
+      return fmt::format("{:.0f}", value);
+    case ValidationMetric::bus_bandwidth:
+    case ValidationMetric::checkpoint_throughput:
+      return fmt::format("{:.1f} GB/s", value);
+    case ValidationMetric::checkpoint_iteration_seconds:
+      return fmt::format("{:.2f} s", value);
+  }
+  return {};
+}
+
+std::string format_published(const ValidationPoint& p) {
+  std::string text = format_value(p.metric, p.published);
+  if (p.published_upper) text += "-" + format_value(p.metric, *p.published_upper);
+  return text;
+}
+
+std::string format_error(double error) { return fmt::format("{:+.1f}%", 100 * error); }
+
+}  // namespace
+
+std::string_view to_string(MeasuredAs measured_as) {
+  switch (measured_as) {
+    case MeasuredAs::unspecified: return "";
+    case MeasuredAs::max_memory_allocated: return "max_memory_allocated";
+    case MeasuredAs::max_memory_reserved: return "max_memory_reserved";
+    case MeasuredAs::nvidia_smi: return "nvidia-smi";
+    case MeasuredAs::first_oom: return "first_oom";
+    case MeasuredAs::tensor_bytes: return "tensor_bytes";
+  }
+  return "";
+}
+
+std::string_view metric_name(ValidationMetric metric) {
+  switch (metric) {
+    case ValidationMetric::throughput_samples_per_s:
+      return "throughput_samples_per_s";
+    case ValidationMetric::peak_mem_bytes:
+      return "peak_mem_bytes";
+    case ValidationMetric::memory_reduction_x:
+      return "memory_reduction_x";
+    case ValidationMetric::slowdown_x:
+      return "slowdown_x";
+    case ValidationMetric::max_batch:
+      return "max_batch";
+    case ValidationMetric::bus_bandwidth:
+      return "bus_bandwidth";
+    case ValidationMetric::average_power_watts:
+      return "average_power_watts";
+    case ValidationMetric::energy_ratio_x:
+      return "energy_ratio_x";
+    case ValidationMetric::checkpoint_throughput:
+      return "checkpoint_throughput";
+    case ValidationMetric::checkpoint_iteration_seconds:
+      return "checkpoint_iteration_seconds";
+  }
+  return "?";
+}
+
+ValidationTable parse_validation_table(std::string_view text, std::string_view source, const std::filesystem::path& base_dir) {
+  ValidationTable table;
+  table.source = std::string(source);
+  std::set<std::string> ids;
+  std::istringstream lines{std::string(text)};
+  int number = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++number;
+    const auto first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#') continue;  // blank lines and comments
+    const std::string where = fmt::format("{}:{}", source, number);
+    json object;
+    try {
+      object = json::parse(line);
+    } catch (const json::parse_error& e) {
+      // nlohmann's text is "[json.exception...] parse error at line 1, column C: WHAT"; the
+      // line is ours to give, the column is e.byte.
+      std::string what = e.what();
+      what = what.substr(what.find(": ") == std::string::npos ? 0 : what.find(": ") + 2);
+      throw InputError(fmt::format("{}:{}: malformed JSON ({}); expected one JSON object per line", where, e.byte, what));
+    }
+    ValidationPoint point = read_point(object, where, base_dir);
+    point.line = number;
+    if (!ids.insert(point.id).second) throw InputError(fmt::format("{}: duplicate id '{}'; expected each point once", where, point.id));
+    table.points.push_back(std::move(point));
+  }
+  if (table.points.empty()) throw InputError(fmt::format("{}: no points; expected one JSON object per line", source));
+  return table;
+}
+
+ValidationTable load_validation_table(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("{}: cannot be read; expected a validation table (.jsonl)", path.string()));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_validation_table(text.str(), path.string(), path.parent_path());
+}
+
+std::filesystem::path default_validation_table() {
+  // The source tree's root, from CMake (not __FILE__: a compiler launcher such as ccache with
+  // base_dir, or -ffile-prefix-map, makes that path relative to the build directory).
+  return std::filesystem::path(COMPTRAIN_SOURCE_DIR) / "scenarios" / "validation" / "published.jsonl";
+}
+
+double relative_error(double predicted, double published, std::optional<double> published_upper) {
+  if (published_upper && predicted > published) {
+    return predicted <= *published_upper ? 0.0 : predicted / *published_upper - 1;
+  }
+  return predicted / published - 1;
+}
+
+std::vector<ValidationResult> validate(const ValidationTable& table, const ValidateOptions& options) {
+  std::vector<ValidationResult> results;
+  for (const ValidationPoint& point : table.points) {
+    if (options.fast && !point.fast) continue;
+    results.push_back({point, std::nullopt, std::nullopt, point.covered() ? "" : "not covered: " + point.not_covered});
+  }
+  // Every scenario is read before the first simulation, so a bad one stops the run at once.
+  std::map<std::filesystem::path, std::shared_ptr<const PreparedScenario>> prepared;
+  for (const ValidationResult& r : results) {
+    if (!r.point.covered() || r.point.collective || r.point.checkpoint) continue;
+    for (const auto& path : {r.point.scenario, r.point.reference_scenario}) {
+      if (!path.empty() && !prepared.contains(path)) prepared[path] = prepare(path, r.point, table.source);
+    }
+  }
+  // One job per covered point; every job runs, and the outcomes are read in the table's order,
+  // so the error that stops the run is the first point's whatever -j is.
+  std::vector<ChildProcess::Work> jobs;
+  std::vector<std::size_t> result_of_job;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    const ValidationPoint& point = results[i].point;
+    if (!point.covered()) continue;
+    result_of_job.push_back(i);
+    if (point.collective) {
+      jobs.emplace_back([&point] { return wire::encode(predict_collective(*point.collective)); });
+    } else if (point.checkpoint) {
+      jobs.emplace_back([&point] { return wire::encode(predict_checkpoint(*point.checkpoint, point.metric)); });
+    } else {
+      const PreparedScenario* run = prepared.at(point.scenario).get();
+      const PreparedScenario* reference = point.reference_scenario.empty() ? nullptr : prepared.at(point.reference_scenario).get();
+      jobs.emplace_back([&point, run, reference] { return wire::encode(predict(point, *run, reference)); });
+    }
+  }
+  std::vector<JobOutcome> outcomes = run_jobs(std::move(jobs), options.jobs, [&](std::size_t job, const JobOutcome& outcome) {
+    if (!outcome.diagnostics.empty()) fmt::print(stderr, "{}", prefix_lines(results[result_of_job[job]].point.id + ": ", outcome.diagnostics));
+  });
+  for (std::size_t job = 0; job < outcomes.size(); ++job) {
+    ValidationResult& r = results[result_of_job[job]];
+    JobOutcome& outcome = outcomes[job];
+    if (outcome.status == JobOutcome::Status::input_error) std::move(outcome).result_or_throw();
+    if (outcome.status != JobOutcome::Status::result) {
+      // A failed simulation is one point without a prediction, not the end of the table.
+      r.why_none = "simulation failed: " + outcome.text;
+      continue;
+    }
+    const Prediction prediction = wire::decode<Prediction>(outcome.text);
+    if (prediction.value) {
+      r.predicted = *prediction.value;
+      r.error = relative_error(*r.predicted, r.point.published, r.point.published_upper);
+    } else {
+      r.why_none = prediction.why_none;
+    }
+  }
+  return results;
+}
+
+std::vector<MetricSummary> summarize(const std::vector<ValidationResult>& results) {
+  std::vector<MetricSummary> summaries;
+  for (ValidationMetric metric : kMetrics) {
+    MetricSummary s;
+    s.metric = metric;
+    std::vector<double> errors;
+    bool any = false;
+    for (const ValidationResult& r : results) {
+      if (r.point.metric != metric) continue;
+      any = true;
+      if (!r.error) {
+        ++s.not_covered;
+      } else if (r.point.suspect) {
+        ++s.suspect;
+      } else {
+        errors.push_back(std::abs(*r.error));
+        if (errors.back() >= s.worst_abs_error) {
+          s.worst_abs_error = errors.back();
+          s.worst_id = r.point.id;
+        }
+      }
+    }
+    if (!any) continue;
+    s.count = static_cast<int>(errors.size());
+    std::sort(errors.begin(), errors.end());
+    if (!errors.empty()) {
+      const std::size_t mid = errors.size() / 2;
+      s.median_abs_error = errors.size() % 2 ? errors[mid] : (errors[mid - 1] + errors[mid]) / 2;
+    }
+    summaries.push_back(s);
+  }
+  return summaries;
+}
+
+std::string validation_text(const std::vector<ValidationResult>& results) {
+  std::size_t id_width = 2;
+  for (const ValidationResult& r : results) id_width = std::max(id_width, r.point.id.size());
+  std::string out = fmt::format("{:<{}}  {:<24}  {:>11}  {:>11}  {:>8}  {:<15}  {}\n", "id", id_width, "metric", "published", "predicted", "error",
+                                "set", "covered");
+  for (const ValidationResult& r : results) {
+    std::string set = r.point.holdout ? "holdout" : "fit";
+    if (r.point.suspect) set += ", suspect";
+    const std::string status = r.predicted ? "covered" : r.why_none;
+    out += fmt::format("{:<{}}  {:<24}  {:>11}  {:>11}  {:>8}  {:<15}  {}\n", r.point.id, id_width, metric_name(r.point.metric), format_published(r.point),
+                       r.predicted ? format_value(r.point.metric, *r.predicted) : "-", r.error ? format_error(*r.error) : "-", set, status);
+  }
+  out += "\nerror = predicted / published - 1. Summary per metric over the predicted points, suspect ones left out:\n";
+  out += fmt::format("{:<24}  {:>6}  {:>14}  {:>13}  {:<}\n", "metric", "points", "median |error|", "worst |error|", "worst point");
+  for (const MetricSummary& s : summarize(results)) {
+    std::string left_out;
+    if (s.suspect) left_out += fmt::format("{} suspect", s.suspect);
+    if (s.not_covered) left_out += fmt::format("{}{} without prediction", left_out.empty() ? "" : ", ", s.not_covered);
+    out += fmt::format("{:<24}  {:>6}  {:>14}  {:>13}  {}{}\n", metric_name(s.metric), s.count,
+                       s.count ? fmt::format("{:.1f}%", 100 * s.median_abs_error) : "-", s.count ? fmt::format("{:.1f}%", 100 * s.worst_abs_error) : "-",
+                       s.count ? s.worst_id : "-", left_out.empty() ? "" : " (left out: " + left_out + ")");
+  }
+  return out;
+}
+
+std::string validation_json(const std::string& table_source, const std::vector<ValidationResult>& results) {
+  detail::ordered_json doc = detail::document_header("validation");
+  doc["table"] = table_source;
+  detail::ordered_json points = detail::ordered_json::array();
+  for (const ValidationResult& r : results) {
+    detail::ordered_json p;
+    p["id"] = r.point.id;
+    p["metric"] = metric_name(r.point.metric);
+    p["published"] = r.point.published;
+    if (r.point.published_upper) p["published_upper"] = *r.point.published_upper;
+    p["predicted"] = r.predicted ? detail::ordered_json(*r.predicted) : detail::ordered_json(nullptr);
+    p["error"] = r.error ? detail::ordered_json(*r.error) : detail::ordered_json(nullptr);
+    p["covered"] = r.point.covered();
+    if (!r.why_none.empty()) p["why_none"] = r.why_none;
+    p["suspect"] = r.point.suspect;
+    p["holdout"] = r.point.holdout;
+    p["source"] = r.point.source;
+    points.push_back(std::move(p));
+  }
+  doc["points"] = std::move(points);
+  detail::ordered_json summary = detail::ordered_json::array();
+  for (const MetricSummary& s : summarize(results)) {
+    summary.push_back({{"metric", metric_name(s.metric)},
+                       {"points", s.count},
+                       {"median_abs_error", s.count ? detail::ordered_json(s.median_abs_error) : detail::ordered_json(nullptr)},
+                       {"worst_abs_error", s.count ? detail::ordered_json(s.worst_abs_error) : detail::ordered_json(nullptr)},
+                       {"worst_point", s.worst_id},
+                       {"suspect_left_out", s.suspect},
+                       {"without_prediction", s.not_covered}});
+  }
+  doc["summary"] = std::move(summary);
+  return doc.dump(2) + "\n";
+}
+
+}  // namespace comptrain::sim

@@ -1,0 +1,163 @@
+// Scenarios with `model: {hf_config: ...}` and strategy rules selecting by `modules` (issue 19).
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "comptrain/sim/config/scenario.hpp"
+#include "comptrain/support/input_error.hpp"
+
+namespace comptrain::sim {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+// The shipped configs live in scenarios/hf-configs; scenarios name them relative to themselves.
+const std::filesystem::path kScenarios = std::filesystem::path(COMPTRAIN_TEST_DATA_DIR) / ".." / ".." / "scenarios";
+
+std::string error_of(std::string_view yaml) {
+  try {
+    parse_scenario(yaml, "s.yaml", kScenarios);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an InputError for:\n" << yaml;
+  return "";
+}
+
+TEST(HfScenario, ReadsTheConfigRelativeToTheScenario) {
+  const Scenario s = parse_scenario(
+      "model: {hf_config: hf-configs/llama-3-8b.json, seq_len: 128, layers: 2, attention: sdpa-flash}\n"
+      "training: {batch_size: 2, precision: amp-bf16, optimizer: adamw}\n",
+      "s.yaml", kScenarios);
+  EXPECT_EQ(s.name, "llama-3-8b");
+  ASSERT_TRUE(s.zoo_model);
+  EXPECT_EQ(s.zoo_model->model, "llama");
+  ASSERT_TRUE(s.zoo_model->decoder);
+  EXPECT_EQ(s.zoo_model->decoder->kv_heads, 8);
+  const traces::Trace trace = build_trace(s);
+  EXPECT_EQ(trace.metadata().at("layers"), "2");  // the scenario's override over the config's 32
+  EXPECT_EQ(trace.metadata().at("seq_len"), "128");
+  EXPECT_EQ(trace.metadata().at("attention"), "flash");
+  EXPECT_THAT(trace.metadata().at("hf_config"), HasSubstr("llama-3-8b.json"));
+
+  // gpt2 and bert configs give the zoo's models with the config's shape.
+  const Scenario gpt2 = parse_scenario("model: {hf_config: hf-configs/gpt2.json, seq_len: 64}\n", "s.yaml", kScenarios);
+  EXPECT_EQ(gpt2.zoo_model->model, "gpt2");
+  EXPECT_EQ(gpt2.zoo_model->layers, 12);
+}
+
+TEST(HfScenario, ErrorsNameTheScenarioOrTheConfig) {
+  EXPECT_THAT(error_of("model: {hf_config: hf-configs/llama-2-7b.json}\n"),
+              AllOf(HasSubstr("s.yaml:1:8"), HasSubstr("'model.seq_len' is required with 'hf_config'")));
+  EXPECT_THAT(error_of("model: {hf_config: hf-configs/nope.json, seq_len: 8}\n"), HasSubstr("nope.json"));
+  EXPECT_THAT(error_of("model: {zoo: llama, hf_config: hf-configs/gpt2.json, seq_len: 8}\n"),
+              HasSubstr("exactly one of 'zoo' (a model name: comptrain trace list), 'hf_config'"));
+  // A config the zoo does not model: the file and the field.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "comptrain_hf_scenario_test";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "moe.json") << R"({"model_type": "deepseek_v2", "hidden_size": 8})";
+  try {
+    parse_scenario("model: {hf_config: moe.json, seq_len: 8}\n", "s.yaml", dir);
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_THAT(std::string(e.what()), AllOf(HasSubstr("moe.json: 'model_type' is \"deepseek_v2\""), HasSubstr("expected one of llama")));
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// model.moe: the routed tokens of a mixture-of-experts config, checked at their line; the zoo
+// checks them against the architecture when it builds the trace.
+TEST(HfScenario, MoeRoutingKeys) {
+  const Scenario s = parse_scenario(
+      "model: {hf_config: hf-configs/mixtral-8x7b-v0.1.json, seq_len: 64, layers: 1, moe: {load_imbalance: 1.5, capacity_factor: 1.25}}\n"
+      "training: {precision: bf16}\n",
+      "s.yaml", kScenarios);
+  ASSERT_TRUE(s.zoo_model && s.zoo_model->routing);
+  EXPECT_EQ(s.zoo_model->routing->load_imbalance, 1.5);
+  EXPECT_EQ(s.zoo_model->routing->capacity_factor, 1.25);
+  const traces::Trace trace = build_trace(s);
+  // 128 slots over 8 experts: expert 0 1.5 x 16 = 24, capped at ceil(128 * 1.25 / 8) = 20; the
+  // others (8 - 1.5) / 7 x 16 = 14.86 each (15 x 6, 14 by the largest remainders).
+  EXPECT_EQ(trace.metadata().at("moe_tokens_per_expert"), "20,15,15,15,15,15,15,14");
+  EXPECT_EQ(trace.metadata().at("moe_routing"), "load_imbalance 1.5");
+  const Scenario load = parse_scenario("model: {hf_config: hf-configs/mixtral-8x7b-v0.1.json, seq_len: 64, moe: {expert_load: [2, 1, 1, 1, 1, 1, 1, 1]}}\n",
+                                       "s.yaml", kScenarios);
+  EXPECT_EQ(load.zoo_model->routing->expert_load.size(), 8u);
+
+  const std::string mixtral = "model: {hf_config: hf-configs/mixtral-8x7b-v0.1.json, seq_len: 64, moe: ";
+  EXPECT_THAT(error_of(mixtral + "{expert_load: [1, 1], load_imbalance: 2}}\n"), AllOf(HasSubstr("s.yaml:1:"), HasSubstr("not both")));
+  EXPECT_THAT(error_of(mixtral + "{expert_load: [1, -1]}}\n"), HasSubstr("'model.moe.expert_load' holds -1; expected positive numbers"));
+  EXPECT_THAT(error_of(mixtral + "{expert_load: 3}}\n"), HasSubstr("non-empty list of positive numbers"));
+  EXPECT_THAT(error_of(mixtral + "{load_imbalance: 0.5}}\n"), HasSubstr("'model.moe.load_imbalance' is 0.5; expected"));
+  EXPECT_THAT(error_of(mixtral + "{capacity_factor: 0}}\n"), HasSubstr("'model.moe.capacity_factor' is 0; expected a positive number"));
+  EXPECT_THAT(error_of(mixtral + "{capacity: 1}}\n"), HasSubstr("capacity"));
+  EXPECT_THAT(error_of("model: {trace: t.json, moe: {capacity_factor: 1}}\n"), HasSubstr("'moe' applies to zoo models only"));
+  // On a dense model the zoo refuses it when it builds the trace.
+  const Scenario dense = parse_scenario("model: {hf_config: hf-configs/llama-2-7b.json, seq_len: 16, layers: 1, moe: {capacity_factor: 1}}\n",
+                                        "s.yaml", kScenarios);
+  EXPECT_THROW(build_trace(dense), InputError);
+}
+
+TEST(HfScenario, ModulePatternsAreCheckedAtTheirLine) {
+  const std::string head = "model: {zoo: llama, layers: 2, hidden: 64, heads: 4, vocab: 100, seq_len: 16}\nstrategy:\n  rules:\n";
+  EXPECT_THAT(error_of(head + "    - select: {modules: [\"layers.[15-0]\"]}\n      recompute: {mode: sqrt_n}\n"),
+              AllOf(HasSubstr("s.yaml:4:26"), HasSubstr("'strategy.rules[0].select.modules'"), HasSubstr("is empty (15 > 0)")));
+  EXPECT_THAT(error_of(head + "    - select: {modules: []}\n      recompute: {mode: sqrt_n}\n"), HasSubstr("non-empty list"));
+  const Scenario s = parse_scenario(head + "    - select: {modules: [\"layers.[0-1].mlp\"]}\n      recompute: {mode: sqrt_n}\n",
+                                    "s.yaml", kScenarios);
+  ASSERT_EQ(s.strategy.rules.size(), 1u);
+  EXPECT_EQ(s.strategy.rules[0].select.modules, std::vector<std::string>{"layers.[0-1].mlp"});
+}
+
+// recompute mode selective: keep and blocks, each checked where it is written.
+TEST(HfScenario, SelectiveCheckpointingRules) {
+  const std::string head = "model: {zoo: llama, layers: 2, hidden: 64, heads: 4, vocab: 100, seq_len: 16}\nstrategy:\n  rules:\n"
+                           "    - select: {modules: [\"model.layers\"]}\n";
+  const Scenario s = parse_scenario(head + "      recompute: {mode: selective, blocks: [\"model.layers.*\"], keep: [\"model.layers.*.add_1.out\"]}\n",
+                                    "s.yaml", kScenarios);
+  const auto* r = s.strategy.rules.at(0).recompute();
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->mode, models::RecomputeAction::Mode::selective);
+  EXPECT_EQ(r->blocks, std::vector<std::string>{"model.layers.*"});
+  EXPECT_THAT(error_of(head + "      recompute: {mode: selective, keep: [\"a\"]}\n"), AllOf(HasSubstr("s.yaml:5:18"), HasSubstr("needs 'blocks'")));
+  EXPECT_THAT(error_of(head + "      recompute: {mode: selective, blocks: [\"model.layers.*\"]}\n"), HasSubstr("mode selective needs 'keep'"));
+  EXPECT_THAT(error_of(head + "      recompute: {mode: checkpoints, blocks: [\"x\"], keep: [\"a\"]}\n"), HasSubstr("'blocks' applies to mode selective only"));
+  EXPECT_THAT(error_of(head + "      recompute: {mode: selective, blocks: [\"layers.[2-1]\"], keep: [\"a\"]}\n"),
+              AllOf(HasSubstr("s.yaml:5:"), HasSubstr("'strategy.rules[0].recompute.blocks'"), HasSubstr("is empty")));
+}
+
+// parallelism.fsdp: PyTorch FSDP2 in place of ddp or zero (models/parallel/README.md, "FSDP2").
+TEST(HfScenario, FsdpSection) {
+  const std::string head = "model: {zoo: llama, layers: 2, hidden: 64, heads: 4, vocab: 100, seq_len: 16}\nplatform: dgx-h100-superpod\n";
+  const Scenario s = parse_scenario(head + "parallelism: {gpus_per_node: 8, fsdp: {units: [\"model.layers.*\"], reshard_after_forward: all_but_last, "
+                                           "reduce_dtype: fp32}}\n",
+                                    "s.yaml", kScenarios);
+  ASSERT_TRUE(s.parallelism);
+  EXPECT_EQ(s.parallelism->data.zero_stage, 3);
+  ASSERT_TRUE(s.parallelism->data.fsdp);
+  EXPECT_EQ(s.parallelism->data.fsdp->units, std::vector<std::string>{"model.layers.*"});
+  EXPECT_EQ(s.parallelism->data.fsdp->reshard_after_forward, models::FsdpSpec::Reshard::all_but_last);
+  EXPECT_EQ(s.parallelism->data.fsdp->sharded_parameter_bytes, 4);
+  EXPECT_EQ(s.parallelism->data.fsdp->reduce_bytes, 4);
+  const Scenario defaults = parse_scenario(head + "parallelism: {fsdp: {units: [\"layers.*\"]}}\n", "s.yaml", kScenarios);
+  EXPECT_EQ(defaults.parallelism->data.fsdp->reshard_after_forward, models::FsdpSpec::Reshard::all);
+  EXPECT_EQ(defaults.parallelism->data.fsdp->reduce_bytes, 0);  // the gradients' dtype, PyTorch's default
+  EXPECT_THAT(error_of(head + "parallelism: {fsdp: {units: [\"x\"], reshard_after_forward: sometimes}}\n"),
+              AllOf(HasSubstr("s.yaml:3:"), HasSubstr("expected true, false or all_but_last")));
+  EXPECT_THAT(error_of(head + "parallelism: {fsdp: {}}\n"), HasSubstr("'units'"));
+  EXPECT_THAT(error_of(head + "parallelism: {fsdp: {units: [\"x\"], reduce_dtype: fp8}}\n"), HasSubstr("expected fp32, bf16 or fp16"));
+  EXPECT_THAT(error_of(head + "parallelism: {fsdp: {units: [\"layers.[3-1]\"]}}\n"), HasSubstr("'parallelism.fsdp.units'"));
+  EXPECT_THAT(error_of(head + "parallelism: {zero: {stage: 3}, fsdp: {units: [\"x\"]}}\n"), HasSubstr("more than one of 'ddp'"));
+  EXPECT_THAT(error_of(head + "training: {gradient_accumulation_steps: 2}\nparallelism: {fsdp: {units: [\"x\"]}}\n"),
+              AllOf(HasSubstr("s.yaml:4:"), HasSubstr("is not modelled")));
+  EXPECT_THAT(error_of(head + "parallelism: {fsdp: {units: [\"x\"]}}\nplan: {zero_stages: [2, 3]}\n"),
+              AllOf(HasSubstr("s.yaml:4:"), HasSubstr("'plan.zero_stages' searches DeepSpeed configurations")));
+}
+
+}  // namespace
+}  // namespace comptrain::sim

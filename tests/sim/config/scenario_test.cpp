@@ -1,0 +1,363 @@
+#include "comptrain/sim/config/scenario.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "comptrain/traces/trace_json.hpp"
+#include "comptrain/sim/run/run.hpp"
+#include "comptrain/support/input_error.hpp"
+
+namespace comptrain::sim {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::AllOf;
+
+std::string error_of(std::string_view yaml) {
+  try {
+    parse_scenario(yaml, "s.yaml", ".");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an InputError for:\n" << yaml;
+  return "";
+}
+
+TEST(Scenario, TheEmbeddedDefaultIsResNet50) {
+  const Scenario s = default_scenario();
+  ASSERT_TRUE(s.zoo_model);
+  EXPECT_EQ(s.zoo_model->model, "resnet50");
+  EXPECT_EQ(s.batch_size, 32);  // the one home of the batch size
+  EXPECT_EQ(s.zoo_model->precision, zoo::Precision::fp32);
+  EXPECT_EQ(s.zoo_model->optimizer, zoo::Optimizer::momentum);
+  EXPECT_EQ(s.name, "resnet50-a100-baseline");
+  ASSERT_TRUE(s.platform);
+  EXPECT_EQ(s.platform->name, "a100-40gb");
+  EXPECT_TRUE(s.strategy.rules.empty());
+}
+
+TEST(Scenario, TheEmbeddedDefaultMatchesTheFileInTheRepository) {
+  std::ifstream in(std::filesystem::path(COMPTRAIN_TEST_DATA_DIR) / "../../scenarios/default.yaml");
+  ASSERT_TRUE(in);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(default_scenario_yaml(), text);
+}
+
+TEST(Scenario, ReadsTransformerShapeAndTraining) {
+  const Scenario s = parse_scenario(
+      "model:\n  zoo: gpt\n  layers: 2\n  hidden: 64\n  heads: 4\n  seq_len: 16\n  vocab: 100\n"
+      "training:\n  batch_size: 3\n  precision: mixed\n  optimizer: adam\n",
+      "s.yaml", ".");
+  ASSERT_TRUE(s.zoo_model);
+  EXPECT_EQ(s.zoo_model->layers, 2);
+  EXPECT_EQ(s.zoo_model->hidden, 64);
+  EXPECT_EQ(s.zoo_model->seq_len, 16);
+  EXPECT_EQ(s.zoo_model->precision, zoo::Precision::mixed);
+  EXPECT_EQ(s.name, "gpt");
+  EXPECT_EQ(build_trace(s).batch_size(), 3);
+}
+
+TEST(Scenario, UnknownKeysAreRejectedWithTheValidOnes) {
+  const std::string e = error_of("model:\n  zoo: resnet18\ntraining:\n  batchsize: 8\n");
+  EXPECT_THAT(e, HasSubstr("s.yaml:4:3: unknown key 'batchsize' in training"));
+  EXPECT_THAT(e, HasSubstr("valid keys: batch_size, precision, optimizer"));
+  EXPECT_THAT(error_of("model:\n  zoo: resnet18\nplatfrom: a100\n"), HasSubstr("s.yaml:3:1: unknown key 'platfrom'"));
+}
+
+TEST(Scenario, ValuesAreRangeChecked) {
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {batch_size: -4}\n"),
+              HasSubstr("'training.batch_size' is '-4'; expected a positive integer"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {batch_size: 2.5}\n"), HasSubstr("expected a positive integer"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {precision: fp8}\n"), HasSubstr("unknown precision 'fp8'"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {optimizer: lamb}\n"), HasSubstr("unknown optimizer 'lamb'"));
+  EXPECT_THAT(error_of("model: {zoo: resnet51}\n"), HasSubstr("s.yaml:1:14: unknown zoo model 'resnet51'; expected one of:"));
+}
+
+TEST(Scenario, StructureErrorsNameTheProblem) {
+  EXPECT_THAT(error_of("training: {batch_size: 2}\n"), HasSubstr("missing key 'model'"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18, trace: t.json}\n"), HasSubstr("exactly one of 'zoo'"));
+  EXPECT_THAT(error_of("model: {trace: t.json, layers: 3}\n"), HasSubstr("'layers' applies to zoo models only"));
+  EXPECT_THAT(error_of("model: {trace: t.json}\ntraining: {precision: mixed}\n"), HasSubstr("'precision' applies to zoo models only"));
+  EXPECT_THAT(error_of("- just\n- a list\n"), HasSubstr("expected a mapping"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18\n"), HasSubstr("malformed YAML"));
+  EXPECT_THAT(error_of("model:\n  zoo: resnet18\nmodel:\n  zoo: vgg16\n"), HasSubstr("appears twice"));
+}
+
+TEST(Scenario, ModelErrorsFromTheZooNameTheScenario) {
+  const Scenario s = parse_scenario("model: {zoo: gpt, hidden: 100, heads: 3}\n", "s.yaml", ".");
+  try {
+    build_trace(s);
+    FAIL() << "heads must divide hidden";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("s.yaml: model:"));
+  }
+}
+
+TEST(Scenario, ATraceFileIsResolvedAgainstTheScenarioAndRescaled) {
+  const auto dir = std::filesystem::temp_directory_path() / "comptrain_scenario_test";
+  std::filesystem::create_directories(dir);
+  zoo::ModelRequest request;
+  request.model = "alexnet";
+  request.batch_size = 2;
+  traces::write_trace_file(zoo::build_model(request), dir / "alexnet.json");
+  {
+    std::ofstream out(dir / "s.yaml");
+    out << "model:\n  trace: alexnet.json\ntraining:\n  batch_size: 6\n";
+  }
+  const Scenario s = load_scenario_file(dir / "s.yaml");
+  EXPECT_EQ(s.trace_file, dir / "alexnet.json");
+  EXPECT_EQ(s.name, "alexnet");
+  const traces::Trace t = build_trace(s);
+  EXPECT_EQ(t.batch_size(), 6);
+  request.batch_size = 6;
+  EXPECT_EQ(t, zoo::build_model(request));
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Scenario, ReadsAPlatformByNameAndTf32) {
+  const Scenario s = parse_scenario("model: {zoo: resnet18}\ntraining: {tf32: true}\nplatform: h100-80gb\n", "s.yaml", ".");
+  ASSERT_TRUE(s.platform);
+  EXPECT_EQ(s.platform->name, "h100-80gb");
+  EXPECT_TRUE(s.allow_tf32);
+  EXPECT_EQ(&require_platform(s), &*s.platform);
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\nplatform: a100-41gb\n"), HasSubstr("s.yaml:2:11: platform:"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {tf32: maybe}\n"), HasSubstr("expected true or false"));
+  const Scenario none = parse_scenario("model: {zoo: resnet18}\n", "s.yaml", ".");
+  try {
+    require_platform(none);
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("a100-40gb"));
+  }
+}
+
+// Precisions as PyTorch users name them; tf32 is fp32 on TF32 tensor cores.
+TEST(Scenario, ReadsPrecisionOptimizerAndAttention) {
+  const Scenario s = parse_scenario(
+      "model: {zoo: bert-base, attention: eager}\ntraining: {precision: amp-bf16, optimizer: adamw, optimizer_impl: fused}\n", "s.yaml", ".");
+  EXPECT_EQ(s.zoo_model->precision, zoo::Precision::amp_bf16);
+  EXPECT_EQ(s.zoo_model->optimizer, zoo::Optimizer::adamw);
+  EXPECT_EQ(s.zoo_model->optimizer_impl, zoo::OptimizerImpl::fused);
+  EXPECT_EQ(s.zoo_model->attention, zoo::Attention::eager);
+  EXPECT_FALSE(s.zoo_model->softmax_saves_input);
+  EXPECT_TRUE(s.zoo_model->accumulate_gradients_in_place);
+  const Scenario cls = parse_scenario("model: {zoo: bert-large, head: sequence-classification}\n", "s.yaml", ".");
+  EXPECT_EQ(cls.zoo_model->head, zoo::BertHead::sequence_classification);
+  EXPECT_THAT(error_of("model: {zoo: bert-large, head: qa}\n"), HasSubstr("expected one of: pretraining, sequence-classification, question-answering"));
+  const Scenario masked = parse_scenario("model: {zoo: bert-large, seq_len: 128, mlm: masked, mlm_predictions: 20}\n", "s.yaml", ".");
+  EXPECT_EQ(masked.zoo_model->mlm, zoo::MlmPositions::masked);
+  EXPECT_EQ(masked.zoo_model->mlm_predictions, 20);
+  EXPECT_THAT(error_of("model: {zoo: bert-large, mlm: some}\n"), HasSubstr("expected one of: all, masked"));
+  const Scenario tf32 = parse_scenario("model: {zoo: resnet18}\ntraining: {precision: tf32}\n", "s.yaml", ".");
+  EXPECT_EQ(tf32.zoo_model->precision, zoo::Precision::fp32);
+  EXPECT_TRUE(tf32.allow_tf32);
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {precision: tf32, tf32: false}\n"), HasSubstr("contradicts"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {precision: amp}\n"),
+              HasSubstr("s.yaml:2:23: unknown precision 'amp' in 'training.precision'; expected one of: fp32, tf32, amp-fp16"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {optimizer_impl: fast}\n"), HasSubstr("expected one of: foreach, fused, for-loop"));
+  EXPECT_THAT(error_of("model: {zoo: gpt2, attention: sdpa}\n"), HasSubstr("expected one of: fused-softmax, eager, flash"));
+}
+
+// The framework section; a PyTorch release sets the defaults that changed between releases.
+TEST(Scenario, ReadsTheFrameworkSection) {
+  const Scenario s = parse_scenario(
+      "model: {zoo: resnet18}\nframework: {zero_grad: zeros, expandable_segments: true, cuda_context: 1343 MiB, cublas_workspace: 0}\n"
+      "platform: v100-16gb\n",
+      "s.yaml", ".");
+  EXPECT_EQ(s.framework.zero_grad, ZeroGrad::zeros);
+  EXPECT_TRUE(s.framework.expandable_segments);
+  EXPECT_EQ(s.framework.cuda_context_bytes, std::int64_t{1343} << 20);
+  EXPECT_EQ(s.framework.cublas_workspace_bytes, 0);
+  EXPECT_EQ(s.framework.cudnn_workspace_bytes, 0);  // not modelled unless given
+  EXPECT_EQ(parse_scenario("model: {zoo: resnet18}\nframework: {cudnn_workspace: 256 MiB}\n", "s.yaml", ".").framework.cudnn_workspace_bytes,
+            std::int64_t{256} << 20);
+  const FrameworkOnGpu f = resolve_framework(s.framework, s.platform->gpu, s.source);
+  EXPECT_EQ(f.usable_bytes(), (std::int64_t{16160} - 1343) << 20);  // the V100's nvidia-smi total less the context
+
+  const Scenario old = parse_scenario("model: {zoo: resnet18}\nframework: {pytorch: 1.10}\nplatform: v100-16gb\n", "s.yaml", ".");
+  ASSERT_TRUE(old.framework.pytorch);
+  EXPECT_EQ(*old.framework.pytorch, (PytorchVersion{1, 10}));  // read as written, not as the number 1.1
+  EXPECT_TRUE(old.zoo_model->softmax_saves_input);  // up to 1.10 (pytorch/pytorch#64000)
+  EXPECT_FALSE(old.zoo_model->accumulate_gradients_in_place);  // up to 1.13 (pytorch/pytorch#90217)
+  const FrameworkOnGpu f110 = resolve_framework(old.framework, old.platform->gpu, old.source);
+  EXPECT_EQ(f110.zero_grad, ZeroGrad::zeros);         // set_to_none became the default in 2.0
+  EXPECT_EQ(f110.cublas_workspace_bytes, 0);          // no workspace through the allocator before 1.13
+  const Scenario v113 = parse_scenario("model: {zoo: resnet18}\nframework: {pytorch: \"1.13\"}\nplatform: v100-16gb\n", "s.yaml", ".");
+  const FrameworkOnGpu f113 = resolve_framework(v113.framework, v113.platform->gpu, v113.source);
+  EXPECT_EQ(f113.zero_grad, ZeroGrad::zeros);
+  EXPECT_EQ(f113.cublas_workspace_bytes, 8 * (std::int64_t{1} << 20) + 128 * 1024);
+  EXPECT_FALSE(v113.zoo_model->softmax_saves_input);
+  EXPECT_FALSE(v113.zoo_model->accumulate_gradients_in_place);
+  const Scenario now = parse_scenario("model: {zoo: resnet18}\nframework: {pytorch: 2.1, zero_grad: zeros}\nplatform: v100-16gb\n", "s.yaml", ".");
+  EXPECT_EQ(resolve_framework(now.framework, now.platform->gpu, now.source).zero_grad, ZeroGrad::zeros);  // given wins
+  const Scenario current = parse_scenario("model: {zoo: resnet18}\nframework: {pytorch: 2.1}\nplatform: v100-16gb\n", "s.yaml", ".");
+  EXPECT_EQ(resolve_framework(current.framework, current.platform->gpu, current.source).zero_grad, ZeroGrad::set_to_none);
+  EXPECT_TRUE(current.zoo_model->accumulate_gradients_in_place);
+
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {zero_grad: none}\n"), HasSubstr("s.yaml:2:24: 'framework.zero_grad' is 'none'"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {pytorch: 10.1.2}\n"), HasSubstr("expected a release as major.minor"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {cuda_context: 100 GiB}\n"), HasSubstr("expected at most 64 GiB"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {cuda_context: lots}\n"), HasSubstr("framework.cuda_context"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {ecc: on}\n"), HasSubstr("unknown key 'ecc' in framework"));
+}
+
+TEST(Scenario, ReadsStrategyShorthandsAndRules) {
+  EXPECT_TRUE(parse_scenario("model: {zoo: resnet18}\nstrategy: baseline\n", "s.yaml", ".").strategy.rules.empty());
+  const auto offload = parse_scenario("model: {zoo: resnet18}\nstrategy: offload\n", "s.yaml", ".").strategy;
+  ASSERT_EQ(offload.rules.size(), 1u);
+  EXPECT_TRUE(offload.rules[0].offload());
+
+  const Scenario s = parse_scenario(R"(model: {zoo: resnet18}
+strategy:
+  name: mixed
+  rules:
+    - select: {inputs_of: [conv], min_bytes: 1 MiB}
+      compress: {ratio: 8, compress_bandwidth: 300 GB/s, decompress_bandwidth: 500 GB/s, latency: 10 us, error_bound: 1e-3}
+    - offload: {policy: conv, lookahead: 3, synchronous: true}
+    - recompute: {mode: budget, budget: 2 GiB}
+    - select: {outputs_of: [relu]}
+      recompute: {mode: every_k, k: 4}
+)", "s.yaml", ".");
+  const auto& rules = s.strategy.rules;
+  EXPECT_EQ(s.strategy.name, "mixed");
+  ASSERT_EQ(rules.size(), 4u);
+  ASSERT_TRUE(rules[0].compress());
+  EXPECT_EQ(rules[0].select.inputs_of, std::vector<traces::OpKind>{traces::OpKind::conv});
+  EXPECT_EQ(rules[0].select.min_bytes, 1 << 20);
+  EXPECT_DOUBLE_EQ(*rules[0].compress()->ratio, 8);
+  EXPECT_DOUBLE_EQ(*rules[0].compress()->compress_bandwidth, 300e9);
+  EXPECT_DOUBLE_EQ(*rules[0].compress()->decompress_bandwidth, 500e9);
+  EXPECT_DOUBLE_EQ(*rules[0].compress()->latency, 10e-6);
+  ASSERT_TRUE(rules[1].offload());
+  EXPECT_EQ(rules[1].offload()->lookahead, 3);
+  EXPECT_TRUE(rules[1].offload()->synchronous);
+  EXPECT_EQ(rules[1].select.inputs_of, std::vector<traces::OpKind>{traces::OpKind::conv});  // vDNN's conv policy
+  ASSERT_TRUE(rules[2].recompute());
+  EXPECT_EQ(rules[2].recompute()->mode, models::RecomputeAction::Mode::budget);
+  EXPECT_EQ(rules[2].recompute()->budget_bytes, 2LL << 30);
+  EXPECT_EQ(rules[3].recompute()->k, 4);
+  EXPECT_EQ(rules[3].select.outputs_of, std::vector<traces::OpKind>{traces::OpKind::relu});
+}
+
+TEST(Scenario, ReadsHowOffloadCopiesRun) {
+  const Scenario s = parse_scenario(R"(model: {zoo: resnet18}
+strategy:
+  rules:
+    - offload: {stream: compute, host_memory: pageable}
+    - offload: {stream: copy, host_memory: pinned, lookahead: 2}
+)", "s.yaml", ".");
+  ASSERT_EQ(s.strategy.rules.size(), 2u);
+  EXPECT_EQ(s.strategy.rules[0].offload()->stream, models::OffloadAction::Stream::compute);
+  EXPECT_EQ(s.strategy.rules[0].offload()->host_memory, models::OffloadAction::HostMemory::pageable);
+  EXPECT_EQ(s.strategy.rules[1].offload()->stream, models::OffloadAction::Stream::copy);
+  EXPECT_EQ(s.strategy.rules[1].offload()->host_memory, models::OffloadAction::HostMemory::pinned);
+  // The defaults: dedicated copy streams and pinned memory, as vDNN runs.
+  const auto plain = parse_scenario("model: {zoo: resnet18}\nstrategy: offload\n", "s.yaml", ".").strategy;
+  EXPECT_EQ(plain.rules[0].offload()->stream, models::OffloadAction::Stream::copy);
+  EXPECT_EQ(plain.rules[0].offload()->host_memory, models::OffloadAction::HostMemory::pinned);
+
+  const std::string head = "model: {zoo: resnet18}\nstrategy:\n  rules:\n";
+  EXPECT_THAT(error_of(head + "    - offload: {stream: side}\n"), AllOf(HasSubstr("s.yaml:4:"), HasSubstr("unknown offload stream 'side'; expected copy or compute")));
+  EXPECT_THAT(error_of(head + "    - offload: {host_memory: locked}\n"), HasSubstr("unknown offload host_memory 'locked'; expected pinned or pageable"));
+  EXPECT_THAT(error_of(head + "    - offload: {stream: compute, lookahead: 2}\n"),
+              HasSubstr("'strategy.rules[0].offload.lookahead' applies to stream: copy only"));
+  EXPECT_THAT(error_of(head + "    - offload: {stream: compute, synchronous: true}\n"), HasSubstr("synchronous"));
+}
+
+TEST(Scenario, ReadsTheMemoryFormat) {
+  EXPECT_FALSE(parse_scenario("model: {zoo: resnet18}\n", "s.yaml", ".").channels_last);
+  EXPECT_TRUE(parse_scenario("model: {zoo: resnet18}\ntraining: {memory_format: channels_last}\n", "s.yaml", ".").channels_last);
+  EXPECT_FALSE(parse_scenario("model: {zoo: resnet18}\ntraining: {memory_format: contiguous_format}\n", "s.yaml", ".").channels_last);
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {memory_format: nhwc}\n"),
+              HasSubstr("unknown training.memory_format 'nhwc'; expected channels_last or contiguous_format"));
+}
+
+TEST(Scenario, StrategyErrorsNameTheField) {
+  const std::string head = "model: {zoo: resnet18}\nstrategy:\n  rules:\n";
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\nstrategy: zip\n"), HasSubstr("unknown strategy 'zip'"));
+  EXPECT_THAT(error_of(head + "    - compress: {ratio: 0.5, compress_bandwidth: 1 GB/s, decompress_bandwidth: 1 GB/s}\n"),
+              HasSubstr("expected a compression ratio >= 1"));
+  EXPECT_THAT(error_of(head + "    - compress: {ratio: 2, compress_bandwidth: 1 GB, decompress_bandwidth: 1 GB/s}\n"),
+              HasSubstr("strategy.rules[0].compress.compress_bandwidth"));
+  EXPECT_THAT(error_of(head + "    - compress: {ratio: 2, decompress_bandwidth: 1 GB/s}\n"), HasSubstr("missing key 'compress_bandwidth'"));
+  EXPECT_THAT(error_of(head + "    - offload: {}\n      recompute: {}\n"), HasSubstr("exactly one of offload, recompute, compress"));
+  EXPECT_THAT(error_of(head + "    - select: {inputs_of: [convolution]}\n      offload: {}\n"), HasSubstr("unknown op kind 'convolution'"));
+  EXPECT_THAT(error_of(head + "    - recompute: {mode: budget}\n"), HasSubstr("needs 'budget'"));
+  EXPECT_THAT(error_of(head + "    - recompute: {mode: sqrt_n, k: 3}\n"), HasSubstr("'k' applies to mode every_k only"));
+  EXPECT_THAT(error_of(head + "    - recompute: {mode: checkpoints}\n"), HasSubstr("mode checkpoints needs 'keep'"));
+  EXPECT_THAT(error_of(head + "    - recompute: {mode: sqrt_n, keep: [x]}\n"), HasSubstr("'keep' applies to modes checkpoints and selective only"));
+  EXPECT_THAT(error_of(head + "    - recompute: {mode: checkpoints, keep: []}\n"), HasSubstr("must be a non-empty list of tensor names or patterns"));
+  EXPECT_THAT(error_of(head + "    - recompute: {mode: layers}\n"), HasSubstr("expected sqrt_n, every_k, budget, checkpoints, all or selective"));
+  EXPECT_THAT(error_of(head + "    - offload: {policy: some}\n"), HasSubstr("unknown offload policy 'some'"));
+  EXPECT_THAT(error_of(head + "    - offload: {lookahead: 0}\n"), HasSubstr("s.yaml:4:28: 'strategy.rules[0].offload.lookahead' is '0'; expected an integer from 1 to 1000000"));
+  // Checked before narrowing to int: 2^32 + 3 must not run as 3 (defect 15).
+  EXPECT_THAT(error_of(head + "    - recompute: {mode: every_k, k: 4294967299}\n"),
+              HasSubstr("s.yaml:4:37: 'strategy.rules[0].recompute.k' is '4294967299'; expected an integer from 1 to 1000000"));
+  EXPECT_THAT(error_of(head + "    - offload: {lookahead: 4294967297}\n"), HasSubstr("'strategy.rules[0].offload.lookahead' is '4294967297'"));
+  EXPECT_THAT(error_of(head + "    - recompute: {mode: budget, budget: 1e19 B}\n"),
+              HasSubstr("s.yaml:4:41: 'strategy.rules[0].recompute.budget' is 1e+19 B; expected at most"));
+  EXPECT_THAT(error_of(head + "    - select: {min_bytes: 1e300 PiB}\n      offload: {}\n"),
+              HasSubstr("s.yaml:4:27: 'strategy.rules[0].select.min_bytes' is 1e+300 PiB; expected"));
+  EXPECT_THAT(error_of(head + "    - compress: {ratio: 2, compress_bandwidth: 1 GB/s, decompress_bandwidth: 1 GB/s, latency: 1e300 s}\n"),
+              HasSubstr("'strategy.rules[0].compress.latency' is 1e+300 s; expected between 0 s and 1 s"));
+  EXPECT_THAT(error_of(head + "    - offload: {lookahed: 2}\n"), HasSubstr("s.yaml:4:17: unknown key 'lookahed'"));
+}
+
+TEST(Scenario, AMissingFileIsAnInputError) {
+  EXPECT_THROW(load_scenario_file("/nonexistent/scenario.yaml"), InputError);
+}
+
+}  // namespace
+}  // namespace comptrain::sim
+
+namespace comptrain::sim {
+namespace {
+
+TEST(Scenario, ReadsParallelism) {
+  const Scenario s = parse_scenario(
+      "model: {zoo: gpt2}\nplatform: dgx-a100-superpod\nparallelism:\n  nodes: 4\n  zero: {stage: 2, reduce_bucket_size: 200000000, overlap_comm: true}\n",
+      "s.yaml", ".");
+  ASSERT_TRUE(s.parallelism);
+  EXPECT_EQ(s.parallelism->nodes, 4);
+  EXPECT_EQ(s.parallelism->gpus_per_node, 8);  // the platform's
+  EXPECT_EQ(s.parallelism->data.ranks, 32);
+  EXPECT_EQ(s.parallelism->data.zero_stage, 2);
+  EXPECT_EQ(s.parallelism->data.reduce_bucket_elements, 200'000'000);
+  EXPECT_TRUE(s.parallelism->data.overlap_comm);
+  const Scenario d = parse_scenario("model: {zoo: gpt2}\nplatform: a100-80gb\nparallelism:\n  gpus_per_node: 4\n  ddp: {bucket_cap: 50 MiB, gradient_as_bucket_view: true}\n",
+                                    "s.yaml", ".");
+  EXPECT_EQ(d.parallelism->data.ranks, 4);
+  EXPECT_EQ(d.parallelism->data.zero_stage, 0);
+  EXPECT_EQ(d.parallelism->data.bucket_cap_bytes, 50 << 20);
+  EXPECT_EQ(d.parallelism->data.first_bucket_bytes, 1 << 20);
+  EXPECT_TRUE(d.parallelism->data.gradient_as_bucket_view);
+}
+
+using ::testing::HasSubstr;
+
+std::string parallelism_error(const std::string& section) {
+  try {
+    const Scenario s = parse_scenario("model: {zoo: gpt2}\nplatform: a100-80gb\nparallelism:\n" + section, "s.yaml", ".");
+    PreparedScenario prepared(s);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Scenario, BadParallelismIsRejectedWhereItIsWritten) {
+  EXPECT_THAT(parallelism_error("  gpus_per_node: 16\n"), HasSubstr("s.yaml:4:18: 'parallelism.gpus_per_node' is 16 but platform 'a100-80gb' has 8"));
+  EXPECT_THAT(parallelism_error("  nodes: 0\n"), HasSubstr("s.yaml:4:10: 'parallelism.nodes' is '0'; expected a positive integer"));
+  EXPECT_THAT(parallelism_error("  zero: {stage: 4}\n"), HasSubstr("'parallelism.zero.stage' is '4'; expected 1, 2 or 3"));
+  EXPECT_THAT(parallelism_error("  zero: {stage: 1}\n  ddp: {}\n"), HasSubstr("has more than one of 'ddp' (PyTorch DDP), 'zero' (DeepSpeed ZeRO) and 'fsdp'"));
+  EXPECT_THAT(parallelism_error("  ddp: {bucket_cap: 0 B}\n"), HasSubstr("'parallelism.ddp.bucket_cap' is 0 B; expected 1 B to 1 TiB"));
+  EXPECT_THAT(parallelism_error("  gpu: 4\n"), HasSubstr("unknown key 'gpu' in parallelism"));
+  // A single node has no network: two nodes of it do not exist.
+  EXPECT_THAT(parallelism_error("  nodes: 2\n"), HasSubstr("s.yaml: parallelism:"));
+}
+
+}  // namespace
+}  // namespace comptrain::sim

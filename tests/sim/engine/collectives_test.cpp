@@ -1,0 +1,730 @@
+// Collectives on a cluster: the SimGrid platform of a cluster (sim/src/cluster_network.hpp) and
+// NCCL's rings and trees on it and its choice between them (sim/collectives.hpp), against times
+// computed by hand on a platform of round numbers. Every SimGrid run happens in a forked child (its
+// engine cannot be reset in a process).
+
+#include "comptrain/sim/engine/collectives.hpp"
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <simgrid/s4u.hpp>
+
+#include <cmath>
+#include <functional>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/cluster_network.hpp"
+#include "comptrain/sim/studies/validate.hpp"
+#include "comptrain/sim/runtime/workers.hpp"
+#include "comptrain/support/input_error.hpp"
+#include "engine/simgrid_engine.hpp"
+
+namespace comptrain::sim {
+namespace {
+
+namespace sg4 = simgrid::s4u;
+using ::testing::HasSubstr;
+using models::CollectiveKind;
+
+// Round numbers, so that the arithmetic in the comments is exact: nodes of 8 GPUs, each GPU with a
+// 100 GB/s NVLink port, a 25 GB/s PCIe link and a 10 GB/s NIC; the host's memory 100 GB/s; 4 nodes
+// on one switch (a one-level fat tree) whose links carry a node's 8 rails, 80 GB/s. NCCL's latency
+// terms: base 10 us, 1 us per NVLink step, 5 us per network step, a 2 us proxy overhead (so 6 us
+// per intra-node step once a ring crosses the network); the tree's terms are NCCL's defaults (8.4 us
+// base, 4 us per chain step, 14 us per tree level across the network). No compute capability:
+// NCCL's model takes the Volta constants.
+const std::string kHand =
+    "name: hand\n"
+    "gpu:\n"
+    "  name: Test GPU\n"
+    "  memory: 40 GiB\n"
+    "  memory_bandwidth: 1555 GB/s\n"
+    "  peak: {fp32: 19.5 TFLOP/s, tf32: 156 TFLOP/s, fp16: 312 TFLOP/s, bf16: 312 TFLOP/s}\n"
+    "  launch_overhead: 5 us\n"
+    "host: {name: Test host, cores: 8, flops: 1 TFLOP/s, memory: 64 GiB, memory_bandwidth: 100 GB/s}\n"
+    "host_link: {name: PCIe, bandwidth: 25 GB/s, latency: 1 us}\n"
+    "gpu_link: {name: NVLink, bandwidth: 100 GB/s, latency: 2 us}\n"
+    "gpus_per_node: 8\n"
+    "nic: {name: NIC, bandwidth: 10 GB/s, latency: 1 us}\n"
+    "network:\n"
+    "  topology: fat_tree\n"
+    "  nodes: 4\n"
+    "  fat_tree: {levels: 1, down: [4], up: [1], links: [1]}\n"
+    "  link: {name: 8 rails, bandwidth: 80 GB/s, latency: 0}\n"
+    "collectives: {base_latency: 10 us, intra_node_step: 1 us, inter_node_step: 5 us, network_overhead: 2 us}\n";
+
+models::Platform hand(const std::string& from = "", const std::string& to = "") {
+  std::string yaml = kHand;
+  if (!from.empty()) {
+    const auto at = yaml.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    if (at != std::string::npos) yaml.replace(at, from.size(), to);
+  }
+  return models::parse_platform(yaml, "hand.yaml");
+}
+
+constexpr std::int64_t kGB = 1'000'000'000;
+
+// Runs `body` inside a fresh SimGrid engine in a forked child and returns what it returns.
+std::string in_simgrid(const std::function<std::string()>& body) {
+  ChildProcess child([&] {
+    int argc = 1;
+    char program[] = "collectives_test";
+    char* argv[] = {program, nullptr};
+    detail::silence_simgrid();
+    sg4::Engine engine(&argc, argv);
+    detail::configure_flow_model();
+    return body();
+  });
+  return std::move(child.wait()).result_or_throw();
+}
+
+std::vector<double> numbers(const std::string& text) {
+  std::istringstream in(text);
+  std::vector<double> values;
+  for (double v = 0; in >> v;) values.push_back(v);
+  return values;
+}
+
+// The simulated end of one collective alone, and the same computed without running SimGrid.
+struct Alone {
+  double simulated = 0;
+  double idle = 0;
+};
+
+// `algorithm`: forced; absent: the one NCCL picks (ClusterNetwork::algorithm_for).
+Alone alone(const models::Platform& platform, ClusterShape shape, CollectiveKind kind, std::int64_t bytes,
+            std::optional<CollectiveAlgorithm> algorithm = std::nullopt) {
+  const auto v = numbers(in_simgrid([&] {
+    const detail::ClusterNetwork network(platform, shape);
+    double end = -1;
+    sg4::Actor::create("collective", network.gpu(0), [&] {
+      if (algorithm) {
+        network.run_collective(kind, bytes, *algorithm);
+      } else {
+        network.run_collective(kind, bytes);
+      }
+      end = sg4::Engine::get_clock();
+    });
+    const double idle = algorithm ? network.idle_collective_seconds(kind, bytes, *algorithm) : network.idle_collective_seconds(kind, bytes);
+    sg4::Engine::get_instance()->run();
+    return fmt::format("{:.17g} {:.17g}", end, idle);
+  }));
+  return {v.at(0), v.at(1)};
+}
+
+void expect_time(const models::Platform& platform, ClusterShape shape, CollectiveKind kind, std::int64_t bytes, double expected,
+                 std::optional<CollectiveAlgorithm> algorithm = std::nullopt) {
+  SCOPED_TRACE(fmt::format("{} on {} x {} ({})", models::to_string(kind), shape.nodes, shape.gpus_per_node,
+                           algorithm ? to_string(*algorithm) : std::string_view("NCCL's choice")));
+  const Alone t = alone(platform, shape, kind, bytes, algorithm);
+  EXPECT_NEAR(t.simulated, expected, expected * 1e-9);
+  EXPECT_NEAR(t.idle, expected, expected * 1e-9) << "the idle estimate is the same arithmetic";
+}
+
+constexpr auto kRing = CollectiveAlgorithm::ring;
+constexpr auto kTree = CollectiveAlgorithm::tree;
+
+// ---- One node ------------------------------------------------------------------------------
+
+TEST(Collectives, AllReduceOnOneNode) {
+  const models::Platform p = hand();
+  // A ring all-reduce sends 2(p-1)/p of the buffer from every GPU over its NVLink port; the
+  // latency is base + 2(p-1) steps x 1 us.
+  // 2 GPUs, 1 GB: 2*1/2 * 1 GB = 1 GB at 100 GB/s = 10 ms; latency 10 + 2*1 = 12 us.
+  expect_time(p, {1, 2}, CollectiveKind::all_reduce, kGB, 0.010012);
+  // 4 GPUs: 2*3/4 * 1 GB = 1.5 GB -> 15 ms; latency 10 + 6*1 = 16 us.
+  expect_time(p, {1, 4}, CollectiveKind::all_reduce, kGB, 0.015016);
+  // 8 GPUs: 2*7/8 * 1 GB = 1.75 GB -> 17.5 ms; latency 10 + 14*1 = 24 us.
+  expect_time(p, {1, 8}, CollectiveKind::all_reduce, kGB, 0.017524);
+}
+
+TEST(Collectives, ReduceScatterAndAllGatherOnOneNode) {
+  const models::Platform p = hand();
+  // Half the all-reduce's traffic and steps: (p-1)/p of the input (reduce-scatter) or of the
+  // output (all-gather) leaves every GPU; latency base + (p-1) x 1 us.
+  // 2 GPUs: 1/2 GB -> 5 ms; 10 + 1 = 11 us.
+  expect_time(p, {1, 2}, CollectiveKind::reduce_scatter, kGB, 0.005011);
+  // 4 GPUs: 3/4 GB -> 7.5 ms; 10 + 3 = 13 us.
+  expect_time(p, {1, 4}, CollectiveKind::all_gather, kGB, 0.007513);
+  // 8 GPUs: 7/8 GB -> 8.75 ms; 10 + 7 = 17 us.
+  expect_time(p, {1, 8}, CollectiveKind::reduce_scatter, kGB, 0.008767);
+  expect_time(p, {1, 8}, CollectiveKind::all_gather, kGB, 0.008767);
+}
+
+TEST(Collectives, WithoutNvlinkPeersTalkOverPcie) {
+  // No gpu_link: each GPU's traffic goes up its PCIe link and down its peer's (25 GB/s), and the
+  // two PCIe links' latencies (1 us each, which the copies need) come on top of NCCL's term.
+  // 4 GPUs all-reduce of 1 GB: 1.5 GB at 25 GB/s = 60 ms; latency 10 + 6 x 1 us = 16 us; + 2 us.
+  const models::Platform p = hand("gpu_link: {name: NVLink, bandwidth: 100 GB/s, latency: 2 us}\n", "");
+  expect_time(p, {1, 4}, CollectiveKind::all_reduce, kGB, 0.060018);
+}
+
+TEST(Collectives, OneRankMovesNothing) {
+  const models::Platform p = hand();
+  EXPECT_EQ(collective_latency(p, {1, 1}, CollectiveKind::all_reduce), 0);
+  EXPECT_EQ(bus_bandwidth_factor(CollectiveKind::all_reduce, 1), 0);
+  const CollectiveTiming t = simulate_collective(p, {1, 1}, CollectiveKind::all_reduce, kGB);
+  EXPECT_EQ(t.seconds, 0);
+  EXPECT_EQ(t.bus_bandwidth, 0);
+}
+
+// ---- Across nodes --------------------------------------------------------------------------
+
+TEST(Collectives, AllReduceOnTwoNodes) {
+  const models::Platform p = hand();
+  // 2 nodes x 8 GPUs, p = 16, one rail-aligned ring per NIC: r = 8. Each GPU sends 2*15/16 of 1 GB
+  // = 1.875 GB over the 8 rings, 0.234375 GB per ring. A ring leaves each node through one NIC:
+  // 0.234375 GB at 10 GB/s = 23.4375 ms (the switch links carry 8 such flows at 80 GB/s: the same).
+  // Its other sends share the GPUs' NVLink ports, 7 flows each, 100/7 GB/s > 10: not the bottleneck.
+  // Latency: 30 steps, 2 across the network; intra-node steps cost max(1, 3 x 2) = 6 us:
+  // 10 + 28 x 6 + 2 x 5 = 188 us.
+  expect_time(p, {2, 8}, CollectiveKind::all_reduce, kGB, 0.0234375 + 188e-6, kRing);
+  // Reduce-scatter: 15/16 GB / 8 rings = 0.1171875 GB per NIC at 10 GB/s = 11.71875 ms;
+  // latency 10 + 14 x 6 + 1 x 5 = 99 us.
+  expect_time(p, {2, 8}, CollectiveKind::reduce_scatter, kGB, 0.01171875 + 99e-6);
+  // One GPU per node: p = 2, one ring through NIC 0: 1 GB at 10 GB/s = 100 ms; 2 steps, both
+  // across the network: 10 + 2 x 5 = 20 us.
+  expect_time(p, {2, 1}, CollectiveKind::all_reduce, kGB, 0.1 + 20e-6, kRing);
+}
+
+TEST(Collectives, FourNodesAndNicsSharedByTwoGpus) {
+  // 4 NICs for 8 GPUs (as Polaris has 2 for 4): 4 rings. 4 nodes x 8 GPUs, p = 32: each GPU sends
+  // 2*31/32 GB = 1.9375 GB, 0.484375 GB per ring and NIC at 10 GB/s = 48.4375 ms.
+  // Latency: 62 steps, 6 across the network: 10 + 56 x 6 + 6 x 5 = 376 us.
+  const models::Platform p = hand("latency: 1 us}\nnetwork", "latency: 1 us, per_node: 4}\nnetwork");
+  expect_time(p, {4, 8}, CollectiveKind::all_reduce, kGB, 0.0484375 + 376e-6, kRing);
+}
+
+TEST(Collectives, EveryTopologyCarriesTheRings) {
+  // On a dragonfly and a torus whose links carry a node's 80 GB/s the NICs stay the bottleneck:
+  // the two-node all-reduce takes the fat tree's time.
+  const std::string tree = "  fat_tree: {levels: 1, down: [4], up: [1], links: [1]}\n";
+  const models::Platform fly =
+      hand("  topology: fat_tree\n" + std::string("  nodes: 4\n") + tree,
+           "  topology: dragonfly\n  nodes: 4\n  dragonfly: {groups: [2, 1], chassis: [1, 1], routers: [2, 1], nodes: 1}\n");
+  expect_time(fly, {2, 8}, CollectiveKind::all_reduce, kGB, 0.0234375 + 188e-6, kRing);
+  // A ring of 4 nodes on a 1-D torus of 4: each hop one link, carrying a node pair's 8 rails.
+  // Reduce-scatter, p = 32: 31/32 GB / 8 rings at 10 GB/s = 12.109375 ms; latency 31 steps, 3
+  // across the network: 10 + 28 x 6 + 3 x 5 = 193 us.
+  const models::Platform torus = hand("  topology: fat_tree\n" + std::string("  nodes: 4\n") + tree, "  topology: torus\n  nodes: 4\n  torus: [4]\n");
+  expect_time(torus, {4, 8}, CollectiveKind::reduce_scatter, kGB, 0.012109375 + 193e-6);
+}
+
+TEST(Collectives, SimulatedBusBandwidthFollowsNcclTests) {
+  const models::Platform p = hand();
+  const CollectiveTiming t = simulate_collective(p, {1, 8}, CollectiveKind::all_reduce, kGB);
+  EXPECT_NEAR(t.seconds, 0.017524, 1e-12);
+  EXPECT_NEAR(t.algorithm_bandwidth, 1e9 / 0.017524, 1);
+  EXPECT_NEAR(t.bus_bandwidth, 1e9 / 0.017524 * 2 * 7 / 8, 1);
+  EXPECT_LT(t.bus_bandwidth, 100e9) << "never above the NVLink port";
+}
+
+// ---- Trees ---------------------------------------------------------------------------------
+
+// NCCL's double binary tree (src/graph/trees.cc's pictures): on 14 nodes tree 0 is 0 - 8, 8 - {4,
+// 12}, 4 - {2, 6}, 12 - {10, 13}, 2 - {1, 3}, ...; tree 1 mirrors it on an even count and shifts it
+// on an odd one.
+TEST(CollectiveTrees, TheDoubleBinaryTreeIsNccls) {
+  using detail::double_binary_tree_parents;
+  const std::vector<int> tree0_of_14{-1, 2, 4, 2, 8, 6, 4, 6, 0, 10, 12, 10, 8, 12};
+  for (int r = 0; r < 14; ++r) {
+    EXPECT_EQ(double_binary_tree_parents(14, r)[0], tree0_of_14[static_cast<std::size_t>(r)]) << r;
+    const int mirrored = tree0_of_14[static_cast<std::size_t>(13 - r)];
+    EXPECT_EQ(double_binary_tree_parents(14, r)[1], mirrored < 0 ? -1 : 13 - mirrored) << "tree 1 mirrors tree 0: " << r;
+  }
+  // 2 nodes: each the other's child in one tree. 4 nodes: 0 - 2 - {1, 3} and 3 - 1 - {2, 0}.
+  EXPECT_EQ(double_binary_tree_parents(2, 0), (std::array<int, 2>{-1, 1}));
+  EXPECT_EQ(double_binary_tree_parents(2, 1), (std::array<int, 2>{0, -1}));
+  for (const auto& [node, parents] : std::vector<std::pair<int, std::array<int, 2>>>{{0, {-1, 1}}, {1, {2, 3}}, {2, {0, 1}}, {3, {2, -1}}}) {
+    EXPECT_EQ(double_binary_tree_parents(4, node), parents) << node;
+  }
+  // 3 nodes, shifted: tree 0 is 0 - 2 - 1, tree 1 is 1 - 0 - 2.
+  for (const auto& [node, parents] : std::vector<std::pair<int, std::array<int, 2>>>{{0, {-1, 1}}, {1, {2, -1}}, {2, {0, 0}}}) {
+    EXPECT_EQ(double_binary_tree_parents(3, node), parents) << node;
+  }
+  // On every count: each tree has one root, every node reaches it, a node has at most 2 children;
+  // on an even count every node is interior in at most one tree (on an odd one node 0 may be in both).
+  for (int n = 1; n <= 70; ++n) {
+    std::vector<std::array<int, 2>> children(static_cast<std::size_t>(n), {0, 0});
+    for (int t = 0; t < 2; ++t) {
+      int roots = 0;
+      for (int r = 0; r < n; ++r) {
+        int at = r;
+        for (int hops = 0; hops <= n && double_binary_tree_parents(n, at)[static_cast<std::size_t>(t)] >= 0; ++hops) {
+          at = double_binary_tree_parents(n, at)[static_cast<std::size_t>(t)];
+        }
+        EXPECT_EQ(double_binary_tree_parents(n, at)[static_cast<std::size_t>(t)], -1) << n << " nodes, tree " << t << ": " << r << " reaches no root";
+        const int parent = double_binary_tree_parents(n, r)[static_cast<std::size_t>(t)];
+        if (parent < 0) {
+          ++roots;
+        } else {
+          ++children[static_cast<std::size_t>(parent)][static_cast<std::size_t>(t)];
+        }
+      }
+      EXPECT_EQ(roots, 1) << n << " nodes, tree " << t;
+    }
+    for (int r = 0; r < n; ++r) {
+      const auto& c = children[static_cast<std::size_t>(r)];
+      EXPECT_LE(c[0], 2) << n << ":" << r;
+      EXPECT_LE(c[1], 2) << n << ":" << r;
+      if (n % 2 == 0 || r != 0) {
+        EXPECT_TRUE(c[0] == 0 || c[1] == 0) << n << " nodes: " << r << " is interior in both trees";
+      }
+    }
+  }
+}
+
+// A tree all-reduce (sim/README.md, "Clusters and collectives"): with r chains per tree (one per
+// rail across nodes, one per GPU on one node) every tree edge carries a share of S / (2r) each way
+// in each of the two trees. Time = NCCL's tree latency + the most loaded link's bytes / bandwidth:
+//  - a NIC of node n carries (its edges in tree 0 + in tree 1) x S / (2r) each way: 2 edges on 2
+//    nodes (S / r), up to 4 beyond (an interior node's parent and 2 children, and its parent in the
+//    tree where it is a leaf: 2S / r);
+//  - GPU l's NVLink port sends 2 shares per chain down to l+1 (unless l+1 heads the chain) and 2
+//    up to l-1 (unless l heads it): 2(g-1)/g x S with a chain headed by each of the g GPUs.
+// Latency: 8.4 us + 2 x ((g - 1) x 4 us + floor(log2 N) x 14 us).
+TEST(CollectiveTrees, TreeAllReduceOnTwoNodes) {
+  const models::Platform p = hand();
+  // 2 x 8, r = 8, shares of 1 GB / 16. A NIC: 2 shares = 0.125 GB at 10 GB/s = 12.5 ms (the switch
+  // links: 8 x 0.125 GB at 80 GB/s, the same). A GPU's port: 7 chains x (2 + 2) shares = 1.75 GB
+  // at 100 GB/s = 17.5 ms: NVLink binds. Latency 8.4 + 2 x (7 x 4 + 1 x 14) = 92.4 us.
+  expect_time(p, {2, 8}, CollectiveKind::all_reduce, kGB, 0.0175 + 92.4e-6, kTree);
+  // With 1000 GB/s ports the NICs bind: 12.5 ms. The tree then moves 1 GB in 12.5 ms where the
+  // ring needs 23.4 ms: 149 GB/s of bus bandwidth over 80 GB/s of NICs per node (two-node trees
+  // beat the NICs' limit: shared/reference/distributed.md §1).
+  const models::Platform fast = hand("bandwidth: 100 GB/s, latency: 2 us}", "bandwidth: 1000 GB/s, latency: 2 us}");
+  expect_time(fast, {2, 8}, CollectiveKind::all_reduce, kGB, 0.0125 + 92.4e-6, kTree);
+  // One GPU per node: one chain of one GPU, shares of 1 GB / 2; each node sends 2 shares = 1 GB
+  // through its NIC: 100 ms, as the ring. Latency 8.4 + 2 x (0 + 14) = 36.4 us.
+  expect_time(p, {2, 1}, CollectiveKind::all_reduce, kGB, 0.1 + 36.4e-6, kTree);
+}
+
+TEST(CollectiveTrees, TreeAllReduceOnThreeAndFourNodes) {
+  const models::Platform p = hand();
+  // 4 x 8: nodes 1 and 2 are interior, 4 shares = 0.25 GB per NIC at 10 GB/s = 25 ms (and 2 GB
+  // over the node's 80 GB/s switch link: the same); NVLink 17.5 ms. SimGrid's sharing ends there
+  // too: node 2's NIC sends 1, 2 and 1 shares (to 0, 1, 3) at 10/3 GB/s each until the single
+  // shares end (18.75 ms), then the double share alone (6.25 ms more). Latency 8.4 + 2 x (28 + 2 x
+  // 14) = 120.4 us.
+  expect_time(p, {4, 8}, CollectiveKind::all_reduce, kGB, 0.025 + 120.4e-6, kTree);
+  // 3 x 8 (shifted trees 0 - 2 - 1 and 1 - 0 - 2): nodes 0 and 2 send 3 shares = 0.1875 GB per NIC,
+  // 18.75 ms; floor(log2 3) = 1: latency 92.4 us.
+  expect_time(p, {3, 8}, CollectiveKind::all_reduce, kGB, 0.01875 + 92.4e-6, kTree);
+  // 4 NICs for 8 GPUs: r = 4, shares of 1 GB / 8, chains headed by GPUs 0, 2, 4, 6. An interior
+  // node's NIC: 4 shares = 0.5 GB at 10 GB/s = 50 ms. A port: (2 x 4 + 2 x 3) shares = 1.75 GB,
+  // 17.5 ms; the switch link 4 x 0.5 GB at 80 GB/s = 25 ms.
+  const models::Platform shared = hand("latency: 1 us}\nnetwork", "latency: 1 us, per_node: 4}\nnetwork");
+  expect_time(shared, {4, 8}, CollectiveKind::all_reduce, kGB, 0.05 + 120.4e-6, kTree);
+}
+
+TEST(CollectiveTrees, OnOneNodeTheTreeIsAChain) {
+  const models::Platform p = hand();
+  // NCCL keeps its tree on one node (tuning.cc disables only NVLS trees there): a chain through the
+  // node's GPUs, nothing across the network. 8 GPUs, 8 chains, shares of 1 GB / 16: a port sends
+  // 7 x 4 shares = 1.75 GB, 17.5 ms (the ring's bytes); latency 8.4 + 2 x 7 x 4 = 64.4 us.
+  expect_time(p, {1, 8}, CollectiveKind::all_reduce, kGB, 0.0175 + 64.4e-6, kTree);
+  // 4 GPUs: 3 x 4 shares of 1 GB / 8 = 1.5 GB, 15 ms; 8.4 + 2 x 3 x 4 = 32.4 us.
+  expect_time(p, {1, 4}, CollectiveKind::all_reduce, kGB, 0.015 + 32.4e-6, kTree);
+  // 2 GPUs: 4 shares of 1 GB / 4 each way, 10 ms; 8.4 + 2 x 4 = 16.4 us.
+  expect_time(p, {1, 2}, CollectiveKind::all_reduce, kGB, 0.010 + 16.4e-6, kTree);
+  // NCCL's model keeps the ring on one node at every size: a shorter latency (3.4 vs 4 us per
+  // step with NCCL's constants, 1 vs 4 here) and more bandwidth (p / 2(p-1) vs 0.92 / 2).
+  for (std::int64_t bytes = 8; bytes <= (std::int64_t{1} << 36); bytes *= 8) {
+    EXPECT_EQ(nccl_prediction(p, {1, 8}, CollectiveKind::all_reduce, bytes, {100e9, 100e9, 1}).algorithm, kRing) << bytes;
+  }
+  EXPECT_EQ(simulate_collective(p, {1, 8}, CollectiveKind::all_reduce, 1000).algorithm, kRing);
+}
+
+TEST(CollectiveTrees, LatencyTermsAreThePlatforms) {
+  const models::Platform p = hand();
+  EXPECT_NEAR(collective_latency(p, {4, 8}, CollectiveKind::all_reduce, kTree), 120.4e-6, 1e-15);
+  EXPECT_NEAR(collective_latency(p, {16, 1}, CollectiveKind::all_reduce, kTree), 8.4e-6 + 2 * 4 * 14e-6, 1e-15) << "4 levels, no chain";
+  EXPECT_EQ(collective_latency(p, {1, 1}, CollectiveKind::all_reduce, kTree), 0);
+  EXPECT_THROW(collective_latency(p, {4, 8}, CollectiveKind::reduce_scatter, kTree), std::invalid_argument);
+  // NCCL before 2.23 charged 28 us per tree step and no base (tuning.cc of v2.22).
+  const models::Platform old = hand("network_overhead: 2 us}", "network_overhead: 2 us, tree_base_latency: 0, tree_intra_node_step: 28 us, tree_inter_node_step: 28 us}");
+  EXPECT_NEAR(collective_latency(old, {4, 8}, CollectiveKind::all_reduce, kTree), 2 * (7 * 28e-6 + 2 * 28e-6), 1e-15);
+}
+
+// NCCL's model on the hand platform's 4 x 8 (ring and tree graphs 80 GB/s over 8 channels; no
+// compute capability: Volta constants):
+//  ring: latency 376 us x 1.9 (plateau) = 714.4 us, algbw 80 x 32/62 GB/s;
+//  tree: bus bandwidth min(0.92 x 80, 8 x 10) = 73.6 GB/s, algbw 36.8 x correction(S); latency
+//        120.4 us.
+// At 1 MB (correction 0.5): ring 714.4 + 24.21875 = 738.61875 us, tree 120.4 + 54.3478 = 174.7478
+// us. The tree is faster up to S* where 594 us = S x (1 / (36.8 x 0.7) - 62 / 2560) s/GB: 40.68 MB
+// (in 33.5 .. 67 MB, where the correction is 0.7), the ring beyond.
+TEST(CollectiveChoice, NcclPicksTheFasterInItsOwnModel) {
+  const models::Platform p = hand();
+  const NcclGraphBandwidths graphs{80e9, 80e9, 8};
+  const NcclPrediction mb = nccl_prediction(p, {4, 8}, CollectiveKind::all_reduce, 1'000'000, graphs);
+  EXPECT_NEAR(mb.ring_seconds, 738.61875e-6, 1e-12);
+  EXPECT_NEAR(mb.tree_seconds, 120.4e-6 + 1e6 / 18.4e9, 1e-12);
+  EXPECT_EQ(mb.algorithm, kTree);
+  const double flip = (714.4e-6 - 120.4e-6) / (1 / (36.8e9 * 0.7) - 62 / (80e9 * 32));
+  EXPECT_NEAR(flip, 40.68e6, 0.01e6);
+  const auto below = static_cast<std::int64_t>(flip * 0.999);
+  const auto above = static_cast<std::int64_t>(flip * 1.001);
+  EXPECT_EQ(nccl_prediction(p, {4, 8}, CollectiveKind::all_reduce, below, graphs).algorithm, kTree);
+  EXPECT_EQ(nccl_prediction(p, {4, 8}, CollectiveKind::all_reduce, above, graphs).algorithm, kRing);
+  const NcclPrediction at = nccl_prediction(p, {4, 8}, CollectiveKind::all_reduce, static_cast<std::int64_t>(flip), graphs);
+  EXPECT_NEAR(at.tree_seconds, at.ring_seconds, 1e-9);
+  for (std::int64_t bytes = 64; bytes <= (std::int64_t{32} << 20); bytes *= 2) {
+    EXPECT_EQ(nccl_prediction(p, {4, 8}, CollectiveKind::all_reduce, bytes, graphs).algorithm, kTree) << bytes;
+  }
+  for (std::int64_t bytes = std::int64_t{64} << 20; bytes <= (std::int64_t{64} << 30); bytes *= 2) {
+    EXPECT_EQ(nccl_prediction(p, {4, 8}, CollectiveKind::all_reduce, bytes, graphs).algorithm, kRing) << bytes;
+  }
+  // Only all-reduces have a tree.
+  const NcclPrediction rs = nccl_prediction(p, {4, 8}, CollectiveKind::reduce_scatter, 1'000'000, graphs);
+  EXPECT_EQ(rs.algorithm, kRing);
+  EXPECT_TRUE(std::isinf(rs.tree_seconds));
+  // The same on the simulated network: its graphs are those, and the collective that runs is the
+  // one the model picks, on either side of S*.
+  const CollectiveTiming tree = simulate_collective(p, {4, 8}, CollectiveKind::all_reduce, below);
+  EXPECT_EQ(tree.algorithm, kTree);
+  EXPECT_NEAR(tree.prediction.ring_seconds, nccl_prediction(p, {4, 8}, CollectiveKind::all_reduce, below, graphs).ring_seconds, 1e-12);
+  EXPECT_NEAR(tree.prediction.tree_seconds, nccl_prediction(p, {4, 8}, CollectiveKind::all_reduce, below, graphs).tree_seconds, 1e-12);
+  EXPECT_EQ(simulate_collective(p, {4, 8}, CollectiveKind::all_reduce, above).algorithm, kRing);
+  EXPECT_EQ(simulate_collective(p, {4, 8}, CollectiveKind::all_gather, 1000).algorithm, kRing);
+}
+
+// The graphs the model takes from the simulated network: the ring's idle bus bandwidth (NIC-bound
+// across nodes, 8 x 10 GB/s; NVLink-bound on one node, 100 GB/s); the tree's the same but on 2
+// nodes, where it is the simulated tree's 2 x 1 GB / 17.5 ms (NVLink-bound), or 2 x 80 GB/s
+// (NIC-bound) with 1000 GB/s ports.
+TEST(CollectiveChoice, GraphBandwidthsComeFromTheNetwork) {
+  const auto graphs = [](const models::Platform& platform, ClusterShape shape) {
+    return numbers(in_simgrid([&] {
+      const detail::ClusterNetwork network(platform, shape);
+      const NcclGraphBandwidths g = network.graph_bandwidths();
+      return fmt::format("{:.17g} {:.17g} {}", g.ring, g.tree, g.channels);
+    }));
+  };
+  const models::Platform p = hand();
+  const auto two = graphs(p, {2, 8});
+  EXPECT_NEAR(two.at(0), 80e9, 1e-3);
+  EXPECT_NEAR(two.at(1), 2e9 / 0.0175, 1e-3);
+  EXPECT_EQ(two.at(2), 8);
+  const auto four = graphs(p, {4, 8});
+  EXPECT_NEAR(four.at(0), 80e9, 1e-3);
+  EXPECT_NEAR(four.at(1), 80e9, 1e-3);
+  const auto one = graphs(p, {1, 8});
+  EXPECT_NEAR(one.at(0), 100e9, 1e-3);
+  EXPECT_NEAR(one.at(1), 100e9, 1e-3);
+  const auto fast = graphs(hand("bandwidth: 100 GB/s, latency: 2 us}", "bandwidth: 1000 GB/s, latency: 2 us}"), {2, 8});
+  EXPECT_NEAR(fast.at(1), 160e9, 1e-3);
+}
+
+// collectives.algorithm forces NCCL's choice as NCCL_ALGO does. On the hand platform's 2 x 8 NCCL
+// picks the tree for 1 GB (ring 188 x 1.9 + 1e9 / 42.67 GB/s = 23.79 ms; tree 92.4 + 1e9 / (0.92 x
+// 114.29 / 2) GB/s = 19.11 ms): forced ring, the ring runs; forced tree, a reduce-scatter still
+// runs its ring.
+TEST(CollectiveChoice, TheAlgorithmCanBeForced) {
+  const CollectiveTiming chosen = simulate_collective(hand(), {2, 8}, CollectiveKind::all_reduce, kGB);
+  EXPECT_EQ(chosen.algorithm, kTree);
+  EXPECT_NEAR(chosen.seconds, 0.0175 + 92.4e-6, 1e-12);
+  EXPECT_NEAR(chosen.prediction.ring_seconds, 188e-6 * 1.9 + 1e9 * 30 / (80e9 * 16), 1e-12);
+  EXPECT_NEAR(chosen.prediction.tree_seconds, 92.4e-6 + 1e9 / (0.92 * 2e9 / 0.0175 / 2), 1e-12);
+  const models::Platform ring = hand("network_overhead: 2 us}", "network_overhead: 2 us, algorithm: ring}");
+  EXPECT_EQ(ring.collectives.algorithm, models::NcclAlgorithm::ring);
+  const CollectiveTiming forced = simulate_collective(ring, {2, 8}, CollectiveKind::all_reduce, kGB);
+  EXPECT_EQ(forced.algorithm, kRing);
+  EXPECT_NEAR(forced.seconds, 0.0234375 + 188e-6, 1e-12);
+  EXPECT_EQ(forced.prediction.algorithm, kRing) << "the prediction names what runs";
+  const models::Platform tree = hand("network_overhead: 2 us}", "network_overhead: 2 us, algorithm: tree}");
+  const CollectiveTiming on_one_node = simulate_collective(tree, {1, 8}, CollectiveKind::all_reduce, kGB);
+  EXPECT_EQ(on_one_node.algorithm, kTree);
+  EXPECT_NEAR(on_one_node.seconds, 0.0175 + 64.4e-6, 1e-12);
+  const CollectiveTiming rs = simulate_collective(tree, {2, 8}, CollectiveKind::reduce_scatter, kGB);
+  EXPECT_EQ(rs.algorithm, kRing);
+  EXPECT_NEAR(rs.seconds, 0.01171875 + 99e-6, 1e-12);
+}
+
+std::string platform_error(const std::string& from, const std::string& to) {
+  try {
+    hand(from, to);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an InputError for " << to;
+  return "";
+}
+
+// The option and the tree's terms are read once, with the platform: a bad value is an InputError
+// (exit 2) naming the file, line and column and the field.
+TEST(CollectiveChoice, BadOptionsAreNamedAtTheirLine) {
+  const std::string end = "network_overhead: 2 us}";
+  EXPECT_THAT(platform_error(end, "network_overhead: 2 us, algorithm: butterfly}"),
+              HasSubstr("hand.yaml:18:117: 'collectives.algorithm' is 'butterfly'; expected auto (NCCL's own choice per all-reduce), ring or tree"));
+  EXPECT_THAT(platform_error(end, "network_overhead: 2 us, algorithm: [ring]}"), HasSubstr("'collectives.algorithm' is"));
+  EXPECT_THAT(platform_error(end, "network_overhead: 2 us, algorithm: collnet}"), HasSubstr("expected auto"));
+  EXPECT_THAT(platform_error(end, "network_overhead: 2 us, tree_intra_node_step: 4}"), HasSubstr("'collectives.tree_intra_node_step'"));
+  EXPECT_THAT(platform_error(end, "network_overhead: 2 us, tree_base_latency: -1 us}"),
+              HasSubstr("'collectives.tree_base_latency' is -1 us; expected between 0 s and 1 s"));
+  EXPECT_THAT(platform_error(end, "network_overhead: 2 us, trees: 2}"), HasSubstr("tree_inter_node_step"));
+  // NCCL_ALGO's spelling, any case.
+  EXPECT_EQ(hand(end, "network_overhead: 2 us, algorithm: RING}").collectives.algorithm, models::NcclAlgorithm::ring);
+  EXPECT_EQ(hand(end, "network_overhead: 2 us, algorithm: Tree}").collectives.algorithm, models::NcclAlgorithm::tree);
+  EXPECT_EQ(hand(end, "network_overhead: 2 us, algorithm: auto}").collectives.algorithm, models::NcclAlgorithm::automatic);
+  // Defaults: NCCL's tree terms with a collectives section, none without (bandwidth only).
+  const models::Platform with = hand();
+  EXPECT_EQ(with.collectives.algorithm, models::NcclAlgorithm::automatic);
+  EXPECT_DOUBLE_EQ(with.collectives.tree_base, 8.4e-6);
+  EXPECT_DOUBLE_EQ(with.collectives.tree_intra_node_step, 4e-6);
+  EXPECT_DOUBLE_EQ(with.collectives.tree_inter_node_step, 14e-6);
+  const models::Platform without = hand("collectives: {base_latency: 10 us, intra_node_step: 1 us, inter_node_step: 5 us, network_overhead: 2 us}\n", "");
+  EXPECT_EQ(without.collectives.tree_base, 0);
+  EXPECT_EQ(without.collectives.tree_intra_node_step, 0);
+  EXPECT_EQ(without.collectives.tree_inter_node_step, 0);
+  EXPECT_EQ(collective_latency(without, {4, 8}, CollectiveKind::all_reduce, kTree), 0);
+}
+
+// ---- Contention ----------------------------------------------------------------------------
+
+// Two all-reduces at once on the same 8 GPUs share every NVLink port: each moves its 1.75 GB at
+// 50 GB/s, 35 ms after its 24 us latency, where one alone takes 17.524 ms.
+TEST(Collectives, TwoCollectivesAtOnceShareTheLinks) {
+  const models::Platform p = hand();
+  const auto v = numbers(in_simgrid([&] {
+    const detail::ClusterNetwork network(p, {1, 8});
+    std::vector<double> ends(2, -1);
+    for (std::size_t i = 0; i < 2; ++i) {
+      sg4::Actor::create(fmt::format("collective{}", i), network.gpu(0), [&, i] {
+        network.run_collective(CollectiveKind::all_reduce, kGB);
+        ends[i] = sg4::Engine::get_clock();
+      });
+    }
+    sg4::Engine::get_instance()->run();
+    return fmt::format("{:.17g} {:.17g}", ends[0], ends[1]);
+  }));
+  EXPECT_NEAR(v.at(0), 0.035024, 1e-9);
+  EXPECT_NEAR(v.at(1), 0.035024, 1e-9);
+}
+
+// A collective and a PCIe copy use different links: neither slows the other. The collective ends
+// at its time alone (17.524 ms); the 1 GB device-to-host copy at 1 us + 1 GB / 25 GB/s = 40.001 ms.
+TEST(Collectives, ACollectiveAndAPcieCopyDoNotSlowEachOther) {
+  const models::Platform p = hand();
+  for (const ClusterShape shape : {ClusterShape{1, 8}, ClusterShape{2, 8}}) {
+    SCOPED_TRACE(shape.nodes);
+    const auto v = numbers(in_simgrid([&] {
+      const detail::ClusterNetwork network(p, shape);
+      double collective = -1;
+      double copy = -1;
+      sg4::Actor::create("collective", network.gpu(0), [&] {
+        network.run_collective(CollectiveKind::all_reduce, kGB);
+        collective = sg4::Engine::get_clock();
+      });
+      sg4::Actor::create("copy", network.gpu(3), [&] {
+        sg4::Comm::sendto(network.gpu(3), network.host(0), kGB);
+        copy = sg4::Engine::get_clock();
+      });
+      const double alone = network.idle_collective_seconds(CollectiveKind::all_reduce, kGB);
+      sg4::Engine::get_instance()->run();
+      return fmt::format("{:.17g} {:.17g} {:.17g}", collective, copy, alone);
+    }));
+    EXPECT_NEAR(v.at(0), v.at(2), 1e-12);
+    EXPECT_NEAR(v.at(1), 0.040001, 1e-12);
+  }
+}
+
+// The node's host memory is one link shared by its GPUs' copies: 8 GPUs copying 1 GB each to the
+// host at once ask 8 x 25 GB/s of a 100 GB/s memory, 12.5 GB/s each: 1 us + 80 ms. One GPU alone
+// gets its PCIe link's 25 GB/s.
+TEST(Collectives, GpusOfANodeShareTheHostMemory) {
+  const models::Platform p = hand();
+  const auto v = numbers(in_simgrid([&] {
+    const detail::ClusterNetwork network(p, {1, 8});
+    std::vector<double> ends(8, -1);
+    for (int g = 0; g < 8; ++g) {
+      sg4::Actor::create(fmt::format("copy{}", g), network.gpu(g), [&, g] {
+        sg4::Comm::sendto(network.gpu(g), network.host(0), kGB);
+        ends[static_cast<std::size_t>(g)] = sg4::Engine::get_clock();
+      });
+    }
+    sg4::Engine::get_instance()->run();
+    std::string out;
+    for (double e : ends) out += fmt::format("{:.17g} ", e);
+    return out;
+  }));
+  ASSERT_EQ(v.size(), 8u);
+  for (double end : v) EXPECT_NEAR(end, 0.080001, 1e-12);
+}
+
+// Each end's limits hold whichever direction a route crosses a link (SimGrid 3.32 lost a
+// split-duplex link's DOWN bound behind a shared link in a reversed symmetrical route: commit
+// 231e46d). Two 1 GB flows out of GPU 0's NVLink port (to GPUs 1 and 2) and one more into GPU 1's
+// (from GPU 3): every port carries two flows, 50 GB/s each, 20 ms. Two 1 GB flows from two NICs of
+// node 0 into NIC 0 of node 1 (rank 8) share its 10 GB/s receive side: 5 GB/s each, 200 ms.
+TEST(Collectives, EveryLinkBoundsItsFlowsInBothDirections) {
+  const models::Platform p = hand();
+  const auto v = numbers(in_simgrid([&] {
+    const detail::ClusterNetwork network(p, {2, 8});
+    std::vector<double> ends(5, -1);
+    const std::vector<std::pair<int, int>> flows{{0, 1}, {0, 2}, {3, 1}, {0, 8}, {1, 8}};
+    for (std::size_t i = 0; i < flows.size(); ++i) {
+      sg4::Actor::create(fmt::format("flow{}", i), network.gpu(flows[i].first), [&, i] {
+        // The NVLink flows first, the NIC flows after them, so that the two groups never overlap.
+        if (i >= 3) sg4::this_actor::sleep_for(1);
+        sg4::Comm::sendto(network.gpu(flows[i].first), network.gpu(flows[i].second), kGB);
+        ends[i] = sg4::Engine::get_clock();
+      });
+    }
+    sg4::Engine::get_instance()->run();
+    std::string out;
+    for (double e : ends) out += fmt::format("{:.17g} ", e);
+    return out;
+  }));
+  ASSERT_EQ(v.size(), 5u);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_NEAR(v[i], 0.020, 1e-12) << i;
+  for (std::size_t i = 3; i < 5; ++i) EXPECT_NEAR(v[i], 1.200, 1e-12) << i;
+}
+
+// ---- The single-GPU platform ---------------------------------------------------------------
+
+// Shape {1, 1} is the replay's platform as it always was: hosts "gpu" and "host" in zone "node",
+// one split-duplex PCIe link, the pageable staging host behind its own link when the platform
+// gives a pageable rate, and no NVLink, NIC or host-memory link.
+TEST(Collectives, OneGpuIsTheSingleGpuPlatform) {
+  const models::Platform p = hand("latency: 1 us}\ngpu_link", "latency: 1 us, pageable_bandwidth: 5 GB/s}\ngpu_link");
+  const std::string out = in_simgrid([&] {
+    const detail::ClusterNetwork network(p, {1, 1});
+    std::string names;
+    for (const sg4::Host* h : sg4::Engine::get_instance()->get_all_hosts()) names += h->get_name() + " ";
+    for (const sg4::Link* l : sg4::Engine::get_instance()->get_all_links()) names += l->get_name() + " ";
+    double pinned = -1;
+    double pageable = -1;
+    sg4::Actor::create("copies", network.gpu(0), [&] {
+      sg4::Comm::sendto(network.gpu(0), network.host(0), kGB);
+      pinned = sg4::Engine::get_clock();
+      sg4::Comm::sendto(network.pageable_staging(0), network.gpu(0), kGB);
+      pageable = sg4::Engine::get_clock() - pinned;
+    });
+    sg4::Engine::get_instance()->run();
+    return fmt::format("{}|{}|{:.17g} {:.17g}", sg4::Engine::get_instance()->get_netzone_root()->get_name(), names, pinned, pageable);
+  });
+  EXPECT_THAT(out, HasSubstr("node|"));
+  for (const char* name : {"gpu ", "host ", "pageable_host_memory ", "host_link_UP ", "host_link_DOWN ", "pageable_staging "}) {
+    EXPECT_THAT(out, HasSubstr(name));
+  }
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("gpu_link")));
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("nic")));
+  EXPECT_THAT(out, ::testing::Not(HasSubstr(" host_memory ")));
+  // 1 us + 1 GB / 25 GB/s pinned; a pageable copy at the staging link's 5 GB/s: 1 us + 200 ms.
+  const auto times = numbers(out.substr(out.rfind('|') + 1));
+  ASSERT_EQ(times.size(), 2u) << out;
+  EXPECT_NEAR(times[0], 0.040001, 1e-12);
+  EXPECT_NEAR(times[1], 0.200001, 1e-12);
+}
+
+// ---- Shapes --------------------------------------------------------------------------------
+
+std::string shape_error(const models::Platform& platform, ClusterShape shape) {
+  try {
+    check_cluster_shape(platform, shape);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an InputError for " << shape.nodes << " x " << shape.gpus_per_node;
+  return "";
+}
+
+TEST(Collectives, BadShapesAreRejected) {
+  const models::Platform p = hand();
+  EXPECT_NO_THROW(check_cluster_shape(p, {4, 8}));
+  EXPECT_THAT(shape_error(p, {0, 8}), HasSubstr("expected at least 1 node and 1 GPU per node"));
+  EXPECT_THAT(shape_error(p, {1, 0}), HasSubstr("expected at least 1 node and 1 GPU per node"));
+  EXPECT_THAT(shape_error(p, {5, 8}), HasSubstr("5 node(s) on platform 'hand' (hand.yaml), which has 4 (network.nodes); expected at most 4"));
+  EXPECT_THAT(shape_error(p, {2, 9}), HasSubstr("9 GPUs per node on platform 'hand' (hand.yaml), whose nodes have 8 (gpus_per_node)"));
+  const models::Platform single = models::builtin_platform("a100-80gb");
+  EXPECT_THAT(shape_error(single, {2, 8}), HasSubstr("which is one node (it has no network); expected 1 node"));
+  EXPECT_THROW(simulate_collective(p, {5, 8}, CollectiveKind::all_reduce, kGB), InputError);
+  EXPECT_THROW(simulate_collective(p, {2, 8}, CollectiveKind::all_reduce, 0), InputError);
+  // Built inside an engine, a bad shape is the same InputError, before any SimGrid call.
+  EXPECT_THROW(in_simgrid([&] {
+                 const detail::ClusterNetwork network(p, {2, 16});
+                 return std::string();
+               }),
+               InputError);
+}
+
+// ---- Shipped clusters ----------------------------------------------------------------------
+
+// NCCL's rings across DGX A100 nodes are NIC-bound, 8 x 24 = 192 GB/s of bus bandwidth (the
+// figure NVIDIA/nccl#812 gives), less the latency term's share; one node alone is NVLink-bound.
+TEST(Collectives, ShippedSuperpodsAreNicBoundAcrossNodes) {
+  const models::Platform a = models::builtin_platform("dgx-a100-superpod");
+  const std::int64_t size = std::int64_t{8} << 30;
+  const CollectiveTiming nodes4 = simulate_collective(a, {4, 8}, CollectiveKind::all_reduce, size);
+  EXPECT_LT(nodes4.bus_bandwidth, 192e9);
+  EXPECT_GT(nodes4.bus_bandwidth, 0.99 * 192e9);
+  const CollectiveTiming node1 = simulate_collective(a, {1, 8}, CollectiveKind::all_reduce, size);
+  EXPECT_LT(node1.bus_bandwidth, 240e9);
+  EXPECT_GT(node1.bus_bandwidth, 0.99 * 240e9);
+}
+
+// ---- The validation table's bus_bandwidth points --------------------------------------------
+
+const std::string kBusPoint =
+    R"({"id": "b", "source": "s", "gpu": "g", "metric": "bus_bandwidth", "platform": "dgx-a100-superpod", "nodes": 2, )"
+    R"("gpus_per_node": 8, "collective": "reduce_scatter", "bytes": 1073741824, "published": 190, "unit": "GB/s", "notes": "n"})";
+
+std::string table_error(const std::string& line) {
+  try {
+    parse_validation_table(line, "t.jsonl", ".");
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an InputError for " << line;
+  return "";
+}
+
+std::string with_field(std::string line, const std::string& from, const std::string& to) {
+  const auto at = line.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  if (at != std::string::npos) line.replace(at, from.size(), to);
+  return line;
+}
+
+TEST(CollectivesValidation, ABusBandwidthPointNamesItsSetupInsteadOfAScenario) {
+  const ValidationTable table = parse_validation_table(kBusPoint, "t.jsonl", ".");
+  const ValidationPoint& p = table.points.at(0);
+  EXPECT_EQ(p.metric, ValidationMetric::bus_bandwidth);
+  EXPECT_EQ(metric_name(p.metric), "bus_bandwidth");
+  EXPECT_TRUE(p.covered());
+  ASSERT_TRUE(p.collective);
+  EXPECT_EQ(p.collective->platform.name, "dgx-a100-superpod");
+  EXPECT_EQ(p.collective->nodes, 2);
+  EXPECT_EQ(p.collective->gpus_per_node, 8);
+  EXPECT_EQ(p.collective->kind, CollectiveKind::reduce_scatter);
+  EXPECT_EQ(p.collective->bytes, std::int64_t{1} << 30);
+  EXPECT_TRUE(p.model.empty()) << "no model, precision or batch for a collective";
+}
+
+TEST(CollectivesValidation, BadBusBandwidthPointsAreNamedAtTheirLine) {
+  EXPECT_THAT(table_error(with_field(kBusPoint, "reduce_scatter", "broadcast")),
+              HasSubstr("t.jsonl:1: field 'collective': found \"broadcast\"; expected all_reduce, reduce_scatter or all_gather"));
+  EXPECT_THAT(table_error(with_field(kBusPoint, "\"nodes\": 2", "\"nodes\": 141")),
+              HasSubstr("t.jsonl:1: field 'nodes': found 141; expected an integer from 1 to 140"));
+  EXPECT_THAT(table_error(with_field(kBusPoint, "\"gpus_per_node\": 8", "\"gpus_per_node\": 0")),
+              HasSubstr("field 'gpus_per_node': found 0; expected an integer from 1 to 8"));
+  EXPECT_THAT(table_error(with_field(kBusPoint, "dgx-a100-superpod", "dgx-z100")), HasSubstr("t.jsonl:1: field 'platform': unknown platform 'dgx-z100'"));
+  EXPECT_THAT(table_error(with_field(kBusPoint, "\"bytes\": 1073741824, ", "")), HasSubstr("field 'bytes': found nothing; expected an integer"));
+  EXPECT_THAT(table_error(with_field(kBusPoint, "\"notes\": \"n\"", "\"notes\": \"n\", \"scenario\": \"x.yaml\"")),
+              HasSubstr("field 'scenario' given for bus_bandwidth; expected the collective's fields instead"));
+  const std::string throughput =
+      R"({"id": "x", "source": "s", "model": "resnet50", "gpu": "g", "precision": "fp32", "batch": 8, "metric": "throughput_samples_per_s", )"
+      R"("published": 900, "unit": "images/s", "notes": "n", "nodes": 2, "not_covered": "no"})";
+  EXPECT_THAT(table_error(throughput), HasSubstr("field 'nodes' given for throughput_samples_per_s; expected it only on bus_bandwidth points"));
+}
+
+}  // namespace
+}  // namespace comptrain::sim

@@ -1,0 +1,153 @@
+// The run layer: a scenario prepared once gives the trace, the schedule and the replay at any
+// batch; the batch size has one home; a strategy that does not apply is a result.
+#include <gtest/gtest.h>
+
+#include <variant>
+
+#include "comptrain/sim/engine/io_simulation.hpp"
+#include "comptrain/sim/run/run.hpp"
+#include "comptrain/sim/runtime/workers.hpp"
+#include "comptrain/support/input_error.hpp"
+#include "comptrain/traces/trace_json.hpp"
+#include "comptrain/zoo/zoo.hpp"
+
+namespace comptrain::sim {
+namespace {
+
+Scenario scenario(const std::string& yaml) { return parse_scenario(yaml, "s.yaml", COMPTRAIN_TEST_DATA_DIR); }
+
+TEST(Run, TheBatchSizeHasOneHome) {
+  const PreparedScenario zoo_default(scenario("model: {zoo: resnet18}\nplatform: a100-40gb\n"));
+  EXPECT_EQ(zoo_default.batch_size(), 1);
+  Scenario s = scenario("model: {zoo: resnet18}\ntraining: {batch_size: 8}\nplatform: a100-40gb\n");
+  EXPECT_EQ(*s.batch_size, 8);
+  s.batch_size = 3;  // an override writes one field
+  const PreparedScenario prepared(s);
+  EXPECT_EQ(prepared.batch_size(), 3);
+  EXPECT_EQ(prepared.trace_at(prepared.batch_size()).batch_size(), 3);
+  EXPECT_EQ(build_trace(s).batch_size(), 3);
+}
+
+TEST(Run, AZooTraceAtAnyBatchIsTheZoosModelAtThatBatch) {
+  const PreparedScenario prepared(scenario("model: {zoo: resnet18}\ntraining: {batch_size: 2, optimizer: adam}\nplatform: a100-40gb\n"));
+  zoo::ModelRequest request;
+  request.model = "resnet18";
+  request.optimizer = zoo::Optimizer::adam;
+  request.batch_size = 5;
+  const traces::Trace expected = zoo::build_model(request);
+  const traces::Trace got = prepared.trace_at(5);
+  EXPECT_EQ(got.batch_size(), 5);
+  EXPECT_EQ(traces::trace_to_json(got), traces::trace_to_json(expected));
+}
+
+TEST(Run, ATraceFileIsReadOnceAndRescaledExactly) {
+  const std::string file = std::string(COMPTRAIN_TEST_DATA_DIR) + "/traces/tiny_values.json";
+  const PreparedScenario prepared(scenario("model: {trace: traces/tiny_values.json}\nplatform: a100-40gb\n"));
+  const traces::Trace original = traces::read_trace_file(file);
+  EXPECT_EQ(prepared.batch_size(), original.batch_size());
+  EXPECT_EQ(traces::trace_to_json(prepared.trace_at(7)), traces::trace_to_json(original.rescaled(7)));
+  EXPECT_EQ(traces::trace_to_json(prepared.trace_at(original.batch_size())), traces::trace_to_json(original));
+}
+
+TEST(Run, ScenariosThatCannotRunAreInputErrorsAtPreparation) {
+  EXPECT_THROW(PreparedScenario(scenario("model: {zoo: resnet18}\n")), InputError);  // no platform
+  Scenario bad = scenario("model: {zoo: resnet18}\nplatform: a100-40gb\nstrategy: offload\n");
+  std::get<models::OffloadAction>(bad.strategy.rules[0].action).lookahead = 0;  // past the reader
+  try {
+    PreparedScenario prepared(bad);
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()), "s.yaml: strategy 'offload' rule 0: offload lookahead must be >= 1");
+  }
+}
+
+TEST(Run, AStrategyThatDoesNotApplyIsAResult) {
+  const PreparedScenario prepared(scenario(
+      "model: {zoo: resnet18}\ntraining: {batch_size: 2}\nplatform: a100-40gb\n"
+      "strategy: {name: tight, rules: [{recompute: {mode: budget, budget: 1 KiB}}]}\n"));
+  const RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, 2, Isolation::child_process);
+  ASSERT_TRUE(std::holds_alternative<models::NotApplicable>(outcome));
+  const std::string json = report(prepared, prepared.scenario().strategy, 2, outcome, true);
+  EXPECT_NE(json.find("\"not_applicable\": \"strategy rule 0: recompute budget of 1024 bytes"), std::string::npos) << json;
+  EXPECT_NE(report(prepared, prepared.scenario().strategy, 2, outcome, false).find("DOES NOT APPLY at batch 2"), std::string::npos);
+}
+
+TEST(Run, OneRunInAChildEqualsTheSameRunInPlace) {
+  const PreparedScenario prepared(scenario("model: {zoo: resnet18}\ntraining: {batch_size: 2}\nplatform: a100-40gb\nstrategy: offload\n"));
+  const auto scheduled = std::get<ScheduledRun>(schedule_run(prepared, prepared.scenario().strategy, 2));
+  const SimulationResult child = replay(prepared, scheduled, Isolation::child_process);
+  const RunOutcome again = run_scenario(prepared, prepared.scenario().strategy, 2, Isolation::child_process);
+  const auto& completed = std::get<CompletedRun>(again);
+  EXPECT_EQ(child.peak_bytes, completed.result.peak_bytes);
+  EXPECT_EQ(child.iteration_seconds, completed.result.iteration_seconds);
+  EXPECT_EQ(report_json(simulation_run(prepared, completed)), report(prepared, prepared.scenario().strategy, 2, again, true));
+}
+
+// A worker that is itself a child (sweeps, calibration) runs a scenario in place; with a data
+// section the replay and the I/O simulation must not share that process's one SimGrid engine
+// (a second engine in a child forked after the first aborted). In place gives what a child does.
+TEST(Run, AScenarioWithADataSectionRunsInPlaceAsInAChild) {
+  const PreparedScenario prepared(scenario("model: {zoo: resnet18}\ntraining: {batch_size: 8}\nplatform: a100-80gb\n"
+                                           "data: {bytes_per_sample: 110 KB, decode_per_sample: 50 ms, from: local}\n"));
+  ChildProcess worker([&prepared] {
+    const RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, 8, Isolation::this_process);
+    const auto& completed = std::get<CompletedRun>(outcome);
+    return completed.io ? wire::encode(*completed.io) : std::string("no io");
+  });
+  const IoResult in_place = wire::decode<IoResult>(std::move(worker.wait()).result_or_throw());
+  const RunOutcome in_child = run_scenario(prepared, prepared.scenario().strategy, 8, Isolation::child_process);
+  const auto& completed = std::get<CompletedRun>(in_child);
+  ASSERT_TRUE(completed.io.has_value());
+  EXPECT_EQ(in_place.bound, IterationBound::loader);
+  EXPECT_EQ(in_place.mean_iteration_seconds, completed.io->mean_iteration_seconds);
+}
+
+// Eager PyTorch launches every kernel from one CPU thread (the launching thread). The model's own
+// prediction of where a run turns CPU-bound: the batch below which the launcher's CPU time
+// exceeds the compute stream's GPU time. Below it the replayed iteration must follow the CPU
+// (the GPU waits for launches), above it the GPU (the launcher runs ahead).
+TEST(Run, TheIterationIsCpuBoundBelowTheBatchWhereGpuWorkOvertakesTheLaunches) {
+  // A small GPT on an A100 whose host launches 4x slower than the shipped assumption (a slow
+  // host CPU, or Python-heavy model code): small batches must come out CPU-bound.
+  Scenario s = scenario("model: {zoo: gpt, layers: 2, hidden: 256, heads: 4, seq_len: 64, vocab: 512}\nplatform: a100-40gb\n");
+  models::OpDispatch& dispatch = s.platform->host.dispatch;
+  ASSERT_GT(dispatch.forward, 0) << "a100-40gb must give host.dispatch";
+  dispatch.forward *= 4;
+  dispatch.backward *= 4;
+  dispatch.optimizer *= 4;
+  const PreparedScenario prepared(std::move(s));
+  int cpu_bound = 0;
+  int gpu_bound = 0;
+  std::int64_t predicted = 0;  // the first batch whose GPU time reaches its CPU time
+  for (std::int64_t batch = 1; batch <= 256; batch *= 2) {
+    SCOPED_TRACE("batch " + std::to_string(batch));
+    const auto scheduled = std::get<ScheduledRun>(schedule_run(prepared, prepared.scenario().strategy, batch));
+    double cpu = 0;
+    double gpu = 0;
+    for (const models::Task& task : scheduled.schedule.tasks) {
+      cpu += task.host_seconds;
+      if (task.stream == models::Stream::compute) gpu += task.seconds;
+    }
+    if (predicted == 0 && gpu >= cpu) predicted = batch;
+    const SimulationResult r = replay(prepared, scheduled, Isolation::child_process);
+    // Neither the CPU nor the GPU can finish early.
+    EXPECT_GE(r.iteration_seconds, std::max(cpu, gpu) * (1 - 1e-9));
+    if (batch < predicted || predicted == 0) {
+      // Below the predicted batch the launches set the pace: the iteration is the CPU's time
+      // plus the last kernels it launched, and the GPU spends much of it waiting.
+      ++cpu_bound;
+      EXPECT_LT(r.iteration_seconds, cpu * 1.25);
+      EXPECT_GT(r.host_wait_seconds, 0.25 * r.iteration_seconds) << "the GPU waits for launches";
+    } else if (gpu > 2 * cpu) {
+      ++gpu_bound;
+      EXPECT_LT(r.iteration_seconds, gpu * 1.05) << "GPU-bound: launches run ahead";
+      EXPECT_LT(r.host_wait_seconds, 0.1 * r.iteration_seconds);
+    }
+  }
+  EXPECT_GT(predicted, 1) << "CPU-bound at batch 1";
+  EXPECT_GT(cpu_bound, 0);
+  EXPECT_GT(gpu_bound, 0);
+}
+
+}  // namespace
+}  // namespace comptrain::sim

@@ -1,0 +1,73 @@
+// plan --hybrid's verification by replay (issue 17): the plan found at a batch the baseline
+// cannot run replays within the limit, the exported strategy reads back as the same rules and
+// runs to the same figures, and a faster rule-based strategy would be the answer.
+
+#include <gtest/gtest.h>
+
+#include "comptrain/sim/studies/hybrid_plan.hpp"
+#include "comptrain/sim/run/run.hpp"
+#include "common/must_apply.hpp"
+
+namespace comptrain::sim {
+namespace {
+
+constexpr std::int64_t kMiB = 1024 * 1024;
+
+Scenario small_scenario(std::int64_t capacity) {
+  Scenario s = parse_scenario(
+      "model: {zoo: resnet18}\ntraining: {batch_size: 1}\nplatform: a100-40gb\n"
+      "plan:\n  strategies:\n    - baseline\n    - name: x4\n      rules:\n"
+      "        - select: {inputs_of: [conv]}\n          compress: {ratio: 4, compress_bandwidth: 300 GB/s, decompress_bandwidth: 500 GB/s, latency: 20 us, error_bound: 1e-3}\n",
+      "test.yaml", ".");
+  s.platform->gpu.memory_bytes = capacity;
+  s.platform->gpu.memory_visible_bytes = capacity;
+  s.platform->gpu.cuda_context_bytes = 0;
+  return s;
+}
+
+std::int64_t reserved_peak(const Scenario& scenario, const models::StrategySpec& spec, std::int64_t batch, double* seconds = nullptr) {
+  const PreparedScenario prepared(scenario);
+  const RunOutcome outcome = run_scenario(prepared, spec, batch, Isolation::child_process);
+  const auto& run = std::get<CompletedRun>(outcome);
+  if (seconds) *seconds = run.result.iteration_seconds;
+  if (run.result.out_of_memory) return run.result.out_of_memory->in_use + run.result.out_of_memory->requested;
+  return run.result.device.peak_reserved;
+}
+
+TEST(HybridPlan, APlanWhereTheBaselineDoesNotFitReplaysWithinTheLimitAndExportsFaithfully) {
+  const Scenario scenario = small_scenario(std::int64_t{2048} * kMiB);
+  const std::int64_t limit = std::int64_t{1900} * kMiB;
+  const std::int64_t batch = 96;
+  models::StrategySpec baseline;
+  ASSERT_GT(reserved_peak(scenario, baseline, batch), limit) << "the test needs a batch the baseline cannot run";
+  const auto codecs = hybrid_codecs(scenario, scenario.plan->strategies);
+  ASSERT_EQ(codecs.size(), 1u);
+  EXPECT_EQ(codecs[0].label, "x4");
+  HybridOptions options;
+  options.time_limit_seconds = 0.5;
+  const HybridPoint p = hybrid_point(scenario, codecs, batch, limit, MemoryMetric::reserved, options);
+  std::string notes;
+  for (const auto& n : p.notes) notes += n + "\n";
+  ASSERT_TRUE(p.fits) << notes;
+  EXPECT_TRUE(p.chosen == "milp" || p.chosen == "greedy") << p.chosen;
+  EXPECT_LE(p.peak_bytes, limit);
+  EXPECT_FALSE(p.decisions.empty());
+
+  // The strategy as a scenario reads back as the same rules, and replays to the same figures.
+  const std::string yaml = strategy_yaml(p.strategy, "test");
+  std::string indented;
+  for (std::size_t start = 0; start < yaml.size();) {
+    const std::size_t end = yaml.find('\n', start);
+    indented += "  " + yaml.substr(start, end - start) + "\n";
+    start = end + 1;
+  }
+  Scenario reread = parse_scenario("model: {zoo: resnet18}\ntraining: {batch_size: 1}\nplatform: a100-40gb\nstrategy:\n" + indented, "export.yaml", ".");
+  EXPECT_EQ(strategy_yaml(reread.strategy, "test"), yaml);
+  reread.platform = scenario.platform;
+  double seconds = 0;
+  EXPECT_EQ(reserved_peak(reread, reread.strategy, batch, &seconds), p.peak_bytes);
+  EXPECT_DOUBLE_EQ(seconds, p.iteration_seconds);
+}
+
+}  // namespace
+}  // namespace comptrain::sim

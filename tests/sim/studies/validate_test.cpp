@@ -1,0 +1,248 @@
+// The validation table's reader (fields, comments, located errors), the error arithmetic, the
+// summaries and a throughput point's prediction on one GPU and on several. The shipped table's
+// predictions run in tests/cli/validate_test.sh.
+#include "comptrain/sim/studies/validate.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <tuple>
+#include <variant>
+
+#include "comptrain/sim/run/run.hpp"
+#include "comptrain/sim/config/scenario.hpp"
+#include "comptrain/support/input_error.hpp"
+
+namespace comptrain::sim {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The repository's scenarios/: default.yaml stands in for a point's scenario.
+const std::filesystem::path kScenarios = std::filesystem::path(COMPTRAIN_TEST_DATA_DIR) / "../../scenarios";
+
+const std::string kPoint =
+    R"({"id": "p1", "source": "paper, table 2", "model": "resnet50", "gpu": "A100", "precision": "tf32", "batch": 32, )"
+    R"("metric": "throughput_samples_per_s", "published": 900, "unit": "images/s", "notes": "n", "scenario": "default.yaml"})";
+
+ValidationTable parse(const std::string& text) { return parse_validation_table(text, "t.jsonl", kScenarios); }
+
+std::string error_of(const std::string& text) {
+  try {
+    parse(text);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+TEST(ValidationTable, ReadsPointsSkippingCommentsAndBlankLines) {
+  const ValidationTable table = parse(
+      "# comment\n\n" + kPoint + "\n" +
+      R"({"id": "p2", "source": "s", "model": "m", "gpu": "g", "precision": "amp", "batch": 4, "metric": "memory_reduction_x", )"
+      R"("published": 1.5, "published_upper": 2, "unit": "x", "notes": "n", "suspect": true, "holdout": true, "fast": true, "measured_as": "nvidia-smi", )"
+      R"("scenario": "default.yaml", "reference_scenario": "default.yaml"})" "\n" +
+      R"({"id": "p3", "source": "s", "model": "m", "gpu": "g", "precision": "fp32", "batch": 4, "metric": "peak_mem_bytes", )"
+      R"("published": 1e9, "unit": "bytes", "notes": "n", "not_covered": "optimizer Adafactor", "measured_as": "max_memory_allocated"})" "\n");
+  ASSERT_EQ(table.points.size(), 3u);
+  const ValidationPoint& p1 = table.points[0];
+  EXPECT_EQ(p1.id, "p1");
+  EXPECT_EQ(p1.line, 3);
+  EXPECT_EQ(p1.metric, ValidationMetric::throughput_samples_per_s);
+  EXPECT_EQ(p1.batch, 32);
+  EXPECT_DOUBLE_EQ(p1.published, 900);
+  EXPECT_EQ(p1.scenario, kScenarios / "default.yaml");
+  EXPECT_TRUE(p1.covered());
+  EXPECT_FALSE(p1.suspect || p1.holdout || p1.fast);
+  const ValidationPoint& p2 = table.points[1];
+  EXPECT_EQ(p2.metric, ValidationMetric::memory_reduction_x);
+  EXPECT_EQ(p2.published_upper, 2.0);
+  EXPECT_TRUE(p2.suspect && p2.holdout && p2.fast);
+  EXPECT_EQ(p2.measured_as, MeasuredAs::nvidia_smi);
+  EXPECT_EQ(table.points[2].measured_as, MeasuredAs::max_memory_allocated);
+  EXPECT_FALSE(table.points[2].covered());
+  EXPECT_EQ(table.points[2].not_covered, "optimizer Adafactor");
+}
+
+TEST(ValidationTable, ErrorsNameTheLine) {
+  EXPECT_THAT(error_of("# c\n{\"id\": \n"), HasSubstr("t.jsonl:2:"));
+  EXPECT_THAT(error_of("# c\n{\"id\": \n"), HasSubstr("malformed JSON"));
+  EXPECT_THAT(error_of("[1, 2]\n"), HasSubstr("t.jsonl:1: found array; expected one JSON object per line"));
+  std::string unknown = kPoint;
+  unknown.insert(1, R"("colour": 1, )");
+  EXPECT_THAT(error_of("\n" + unknown), HasSubstr("t.jsonl:2: unknown field 'colour'; expected one of: id, source"));
+  EXPECT_THAT(error_of(kPoint + "\n" + kPoint), HasSubstr("t.jsonl:2: duplicate id 'p1'"));
+  std::string metric = kPoint;
+  metric.replace(metric.find("throughput_samples_per_s"), 24, "speed");
+  EXPECT_THAT(error_of(metric), HasSubstr("t.jsonl:1: field 'metric': found \"speed\"; expected throughput_samples_per_s"));
+  std::string batch = kPoint;
+  batch.replace(batch.find("\"batch\": 32"), 11, "\"batch\": 0");
+  EXPECT_THAT(error_of(batch), HasSubstr("field 'batch': found 0; expected a positive integer"));
+  std::string precision = kPoint;
+  precision.replace(precision.find("tf32"), 4, "fp8");
+  EXPECT_THAT(error_of(precision), HasSubstr("expected fp32, tf32, amp, amp-fp16"));
+  std::string peak = kPoint;
+  peak.replace(peak.find("throughput_samples_per_s"), 24, "peak_mem_bytes");
+  EXPECT_THAT(error_of(peak), HasSubstr("field 'measured_as': missing; expected how the peak_mem_bytes figure was measured"));
+  peak.insert(1, R"("measured_as": "smi", )");
+  EXPECT_THAT(error_of(peak), HasSubstr("field 'measured_as': found \"smi\"; expected max_memory_allocated"));
+  std::string published = kPoint;
+  published.replace(published.find("900"), 3, "-1");
+  EXPECT_THAT(error_of(published), HasSubstr("field 'published': found -1; expected a positive number"));
+  std::string missing = kPoint;
+  missing.replace(missing.find(R"(, "scenario": "default.yaml")"), 28, "");
+  EXPECT_THAT(error_of(missing), HasSubstr("missing field 'scenario'"));
+  std::string absent = kPoint;
+  absent.replace(absent.find("default.yaml"), 12, "nowhere.yaml");
+  EXPECT_THAT(error_of(absent), HasSubstr("nowhere.yaml is not a file"));
+  std::string reference = kPoint;
+  reference.insert(reference.size() - 1, R"(, "reference_scenario": "default.yaml")");
+  EXPECT_THAT(error_of(reference), HasSubstr("'reference_scenario' given for throughput_samples_per_s, a one-run metric"));
+  std::string ratio = kPoint;
+  ratio.replace(ratio.find("throughput_samples_per_s"), 24, "slowdown_x");
+  EXPECT_THAT(error_of(ratio), HasSubstr("missing field 'reference_scenario'"));
+  EXPECT_THAT(error_of("# only a comment\n"), HasSubstr("t.jsonl: no points"));
+}
+
+TEST(ValidationTable, ShippedTableReads) {
+  const ValidationTable table = load_validation_table(default_validation_table());
+  EXPECT_GE(table.points.size(), 30u);
+  int fast = 0, holdout = 0, not_covered = 0;
+  for (const ValidationPoint& p : table.points) {
+    fast += p.fast;
+    holdout += p.holdout;
+    not_covered += !p.covered();
+    EXPECT_FALSE(p.source.empty()) << p.id;
+  }
+  EXPECT_GE(fast, 3);
+  EXPECT_GE(holdout, 3);
+  EXPECT_GE(not_covered, 1);
+}
+
+TEST(ValidationError, IsSignedRatioMinusOne) {
+  EXPECT_DOUBLE_EQ(relative_error(140, 100), 0.4);
+  EXPECT_DOUBLE_EQ(relative_error(60, 100), -0.4);
+  EXPECT_DOUBLE_EQ(relative_error(100, 100), 0);
+  // Against a range: zero inside, the nearer end outside.
+  EXPECT_DOUBLE_EQ(relative_error(150, 100, 200.0), 0);
+  EXPECT_DOUBLE_EQ(relative_error(300, 100, 200.0), 0.5);
+  EXPECT_DOUBLE_EQ(relative_error(50, 100, 200.0), -0.5);
+}
+
+ValidationResult result(const std::string& id, ValidationMetric metric, std::optional<double> error, bool suspect = false) {
+  ValidationResult r;
+  r.point.id = id;
+  r.point.metric = metric;
+  r.point.suspect = suspect;
+  r.error = error;
+  if (error) r.predicted = 1 + *error;
+  return r;
+}
+
+TEST(ValidationSummary, MedianAndWorstOfAbsoluteErrorsWithoutSuspects) {
+  const auto summaries = summarize({
+      result("a", ValidationMetric::throughput_samples_per_s, 0.4),
+      result("b", ValidationMetric::throughput_samples_per_s, -0.1),
+      result("c", ValidationMetric::throughput_samples_per_s, 0.2),
+      result("d", ValidationMetric::throughput_samples_per_s, -0.6),
+      result("e", ValidationMetric::throughput_samples_per_s, 5.0, true),  // suspect: left out
+      result("f", ValidationMetric::peak_mem_bytes, -0.3),
+      result("g", ValidationMetric::peak_mem_bytes, std::nullopt),  // not covered
+  });
+  ASSERT_EQ(summaries.size(), 2u);
+  EXPECT_EQ(summaries[0].metric, ValidationMetric::throughput_samples_per_s);
+  EXPECT_EQ(summaries[0].count, 4);
+  EXPECT_DOUBLE_EQ(summaries[0].median_abs_error, 0.3);  // |errors| 0.1 0.2 0.4 0.6
+  EXPECT_DOUBLE_EQ(summaries[0].worst_abs_error, 0.6);
+  EXPECT_EQ(summaries[0].worst_id, "d");
+  EXPECT_EQ(summaries[0].suspect, 1);
+  EXPECT_EQ(summaries[1].count, 1);
+  EXPECT_DOUBLE_EQ(summaries[1].median_abs_error, 0.3);
+  EXPECT_EQ(summaries[1].not_covered, 1);
+}
+
+// Multi-GPU sources publish the whole job's samples/s: a throughput point predicts the per-GPU
+// micro-batch times the scenario's GPUs and micro-steps over its iteration time, and a one-GPU
+// point without accumulation the batch alone.
+TEST(ValidatePrediction, ThroughputIsTheWholeJobs) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "comptrain_validate_global_throughput";
+  std::filesystem::create_directories(dir);
+  const std::string one = "model: {zoo: resnet18}\ntraining: {batch_size: 8, precision: fp32, optimizer: momentum}\nplatform: a100-80gb\n";
+  std::ofstream(dir / "one.yaml") << one;
+  std::ofstream(dir / "four.yaml") << one << "parallelism: {nodes: 1, gpus_per_node: 4}\n";
+  std::ofstream(dir / "four-x3.yaml") << "model: {zoo: resnet18}\ntraining: {batch_size: 8, precision: fp32, optimizer: momentum, "
+                                         "gradient_accumulation_steps: 3}\nplatform: a100-80gb\nparallelism: {nodes: 1, gpus_per_node: 4}\n";
+  const auto point = [](const std::string& id, const std::string& scenario) {
+    return R"({"id": ")" + id + R"(", "source": "s", "model": "resnet18", "gpu": "A100", "precision": "fp32", "batch": 8, )"
+           R"("metric": "throughput_samples_per_s", "published": 1000, "unit": "images/s", "notes": "n", "scenario": ")" + scenario + "\"}\n";
+  };
+  const ValidationTable table =
+      parse_validation_table(point("one", "one.yaml") + point("four", "four.yaml") + point("four-x3", "four-x3.yaml"), "t.jsonl", dir);
+  const auto results = validate(table, ValidateOptions{false, 1});
+  ASSERT_EQ(results.size(), 3u);
+  // Micro-batches one iteration trains: GPUs x micro-steps.
+  for (const auto& [index, file, micro_batches] : {std::tuple{0, "one.yaml", 1}, std::tuple{1, "four.yaml", 4}, std::tuple{2, "four-x3.yaml", 12}}) {
+    SCOPED_TRACE(file);
+    const PreparedScenario prepared(load_scenario_file(dir / file));
+    const RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, 8, Isolation::child_process);
+    ASSERT_TRUE(std::holds_alternative<CompletedRun>(outcome));
+    const double iteration = std::get<CompletedRun>(outcome).result.iteration_seconds;
+    ASSERT_TRUE(results[index].predicted.has_value()) << results[index].why_none;
+    EXPECT_NEAR(*results[index].predicted, 8.0 * micro_batches / iteration, 1e-9 * 8.0 * micro_batches / iteration);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// A scenario with a data section is predicted with its loader: the throughput over the I/O
+// simulation's iteration (its waits for the batch), and a slowdown of real over synthetic data
+// (the same scenario without the section) is that iteration over the replayed one.
+TEST(ValidatePrediction, DataSectionThroughputAndSlowdownIncludeTheLoader) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "comptrain_validate_data_loader";
+  std::filesystem::create_directories(dir);
+  const std::string synthetic = "model: {zoo: resnet18}\ntraining: {batch_size: 8, precision: fp32, optimizer: momentum}\nplatform: a100-80gb\n";
+  std::ofstream(dir / "synthetic.yaml") << synthetic;
+  // One worker decoding 8 samples at 50 ms: 0.4 s per batch, far slower than the GPU (a100-80gb's local disks: 50 GB/s).
+  std::ofstream(dir / "real.yaml") << synthetic << "data: {bytes_per_sample: 110 KB, decode_per_sample: 50 ms, workers_per_gpu: 1, from: local}\n";
+  const std::string common = R"("source": "s", "model": "resnet18", "gpu": "A100", "precision": "fp32", "batch": 8, "notes": "n", )";
+  const ValidationTable table = parse_validation_table(
+      R"({"id": "t", )" + common + R"("metric": "throughput_samples_per_s", "published": 20, "unit": "images/s", "scenario": "real.yaml"})" "\n" +
+          R"({"id": "s", )" + common +
+          R"("metric": "slowdown_x", "published": 2, "unit": "x", "scenario": "real.yaml", "reference_scenario": "synthetic.yaml"})" "\n",
+      "t.jsonl", dir);
+  const auto results = validate(table, ValidateOptions{false, 1});
+  ASSERT_EQ(results.size(), 2u);
+  const PreparedScenario real(load_scenario_file(dir / "real.yaml"));
+  const RunOutcome outcome = run_scenario(real, real.scenario().strategy, 8, Isolation::child_process);
+  ASSERT_TRUE(std::holds_alternative<CompletedRun>(outcome));
+  const CompletedRun& run = std::get<CompletedRun>(outcome);
+  ASSERT_TRUE(run.io.has_value());
+  EXPECT_EQ(run.io->bound, IterationBound::loader);
+  // The worker's batch: 880 KB read from the node's disks, then 0.4 s of decode; the launching
+  // thread has a core of its own.
+  ASSERT_TRUE(real.platform().storage && real.platform().storage->local);
+  const double batch_seconds = 8 * 110e3 / real.platform().storage->local->read_bandwidth + 8 * 0.05;
+  EXPECT_NEAR(run.io->steady_iteration_seconds, batch_seconds, 1e-9);
+  double launch = 0;
+  for (const models::Task& task : run.scheduled.schedule.tasks) launch += task.host_seconds;
+  EXPECT_GT(launch, 0);
+  EXPECT_NEAR(run.io->launch_seconds, launch, 1e-12);
+  ASSERT_TRUE(results[0].predicted.has_value()) << results[0].why_none;
+  EXPECT_NEAR(*results[0].predicted, 8.0 / batch_seconds, 1e-6);
+  ASSERT_TRUE(results[1].predicted.has_value()) << results[1].why_none;
+  EXPECT_NEAR(*results[1].predicted, batch_seconds / run.result.iteration_seconds, 1e-6);
+  EXPECT_GT(*results[1].predicted, 2.0);
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ValidationSummary, TextShowsSignedErrorsAndTheSummary) {
+  const std::string text = validation_text({result("a", ValidationMetric::slowdown_x, 0.25)});
+  EXPECT_THAT(text, HasSubstr("+25.0%"));
+  EXPECT_THAT(text, HasSubstr("slowdown_x"));
+  EXPECT_THAT(text, HasSubstr("median |error|"));
+}
+
+}  // namespace
+}  // namespace comptrain::sim

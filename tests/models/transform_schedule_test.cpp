@@ -12,7 +12,7 @@
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/models/transform_schedule.hpp"
 #include "comptrain/zoo/zoo.hpp"
-#include "../support/must_apply.hpp"
+#include "common/must_apply.hpp"
 
 namespace comptrain::models {
 namespace {

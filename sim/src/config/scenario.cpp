@@ -362,7 +362,7 @@ class ScenarioReader {
     return p;
   }
 
-  // parallelism.fsdp (models/parallel/README.md, "FSDP2"): {units: [module patterns],
+  // parallelism.fsdp (models/transforms/README.md, "FSDP2"): {units: [module patterns],
   // reshard_after_forward: true | false | all_but_last, sharded_dtype, reduce_dtype}.
   models::FsdpSpec read_fsdp(const YAML::Node& node) const {
     const std::string section = "parallelism.fsdp";

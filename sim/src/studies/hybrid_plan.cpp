@@ -11,6 +11,7 @@
 
 #include "comptrain/hybrid/solve.hpp"
 #include "comptrain/models/platform.hpp"
+#include "comptrain/sim/core/strategy_json.hpp"
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/sim/runtime/workers.hpp"
 #include "comptrain/support/format.hpp"
@@ -208,7 +209,7 @@ std::vector<hybrid::CodecOption> hybrid_codecs(const Scenario& scenario, const s
       if (!c) continue;
       models::StrategySpec one;
       one.rules.push_back({{}, *c});
-      const std::string key = detail::strategy_json(one)["rules"].dump();
+      const std::string key = detail::strategy_rules_key(one);
       if (!seen.insert(key).second) continue;
       codecs.push_back({index++ == 0 ? s.name : fmt::format("{}#{}", s.name, index), *c});
     }

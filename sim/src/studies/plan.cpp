@@ -16,6 +16,7 @@
 #include "comptrain/models/data_parallel.hpp"
 #include "comptrain/sim/core/bottleneck.hpp"
 #include "comptrain/sim/core/data_parallel_name.hpp"
+#include "comptrain/sim/core/strategy_json.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/sim/metrics/communication_time.hpp"
 #include "comptrain/sim/metrics/iteration_energy.hpp"
@@ -388,7 +389,7 @@ struct Driver {
       const auto best = best_of(s);
       if (!best) continue;
       const int k = simulated_steps(s, *best);
-      ReferenceKey key{request, detail::strategy_json(spec(s))["rules"].dump(), *best, k};
+      ReferenceKey key{request, detail::strategy_rules_key(spec(s)), *best, k};
       if (references.count(key)) continue;
       references[key] = {};
       if (!one_gpu[request]) {
@@ -562,7 +563,7 @@ struct Driver {
         out.one_gpu_iteration_seconds = point.iteration_seconds;
         out.scaling_efficiency = 1.0;
       } else if (ranks(s) > 1) {
-        const Reference& r = references.at({units[s.plan].request, detail::strategy_json(spec(s))["rules"].dump(), *best, simulated_steps(s, *best)});
+        const Reference& r = references.at({units[s.plan].request, detail::strategy_rules_key(spec(s)), *best, simulated_steps(s, *best)});
         if (r.seconds) {
           out.one_gpu_iteration_seconds = r.seconds;
           out.scaling_efficiency = *r.seconds / point.iteration_seconds;
@@ -588,7 +589,7 @@ std::vector<models::StrategySpec> without_duplicates(const std::vector<models::S
   std::vector<models::StrategySpec> out;
   std::vector<std::string> rules;
   for (const models::StrategySpec& spec : specs) {
-    const std::string mine = detail::strategy_json(spec)["rules"].dump();
+    const std::string mine = detail::strategy_rules_key(spec);
     const auto same = std::find(rules.begin(), rules.end(), mine);
     if (same != rules.end()) {
       const std::string& kept = out[static_cast<std::size_t>(same - rules.begin())].name;
@@ -672,8 +673,8 @@ std::vector<models::StrategySpec> strategies_to_plan(const Scenario& scenario) {
   out[2].name = "recompute";
   out[2].rules.push_back({{}, models::RecomputeAction{}});
   // The scenario's own strategy, unless it is one of these under another name.
-  const std::string own = detail::strategy_json(scenario.strategy)["rules"].dump();
-  if (std::none_of(out.begin(), out.end(), [&](const auto& s) { return detail::strategy_json(s)["rules"].dump() == own; })) out.push_back(scenario.strategy);
+  const std::string own = detail::strategy_rules_key(scenario.strategy);
+  if (std::none_of(out.begin(), out.end(), [&](const auto& s) { return detail::strategy_rules_key(s) == own; })) out.push_back(scenario.strategy);
   return out;
 }
 

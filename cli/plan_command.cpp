@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comptrain/sim/studies/hybrid_plan.hpp"
+#include "comptrain/sim/report/plan_report.hpp"
 #include "comptrain/sim/studies/plan.hpp"
 #include "comptrain/sim/report/plots.hpp"
 #include "comptrain/sim/studies/sweep.hpp"

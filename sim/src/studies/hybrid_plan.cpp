@@ -16,6 +16,7 @@
 #include "comptrain/sim/runtime/workers.hpp"
 #include "comptrain/support/format.hpp"
 #include "comptrain/support/input_error.hpp"
+#include "comptrain/sim/report/plan_report.hpp"
 #include "report/documents.hpp"
 
 namespace comptrain::sim {

@@ -74,8 +74,6 @@ PENDING = {
     ("sim/src/studies/sweep.cpp", "comptrain/sim/report/simulate_report.hpp"),  # sweep documents move to report/
     ("sim/src/studies/sweep.cpp", "report/documents.hpp"),
     ("sim/src/studies/validate.cpp", "report/documents.hpp"),    # validation text/JSON move to report/
-    ("sim/src/studies/hybrid_plan.cpp", "report/documents.hpp"),  # hybrid report moves to report/
-    ("sim/src/studies/hybrid_plan.cpp", "comptrain/sim/report/plan_report.hpp"),  # with it
 }
 pending_seen = set()
 

@@ -13,6 +13,7 @@
 #include "comptrain/models/platform.hpp"
 #include "comptrain/sim/core/strategy_json.hpp"
 #include "comptrain/sim/metrics/memory_peak.hpp"
+#include "comptrain/sim/metrics/throughput.hpp"
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/sim/runtime/workers.hpp"
 #include "comptrain/support/format.hpp"
@@ -249,7 +250,8 @@ HybridPoint hybrid_point(const Scenario& scenario, const std::vector<hybrid::Cod
       point.chosen = best->summary.method;
       point.iteration_seconds = best->summary.replay_seconds;
       point.peak_bytes = best->summary.replay_peak_bytes;
-      point.samples_per_second = static_cast<double>(batch) / point.iteration_seconds;
+      // Every micro-step of the iteration trains `batch` samples, as the planner counts them.
+      point.samples_per_second = samples_per_second(global_batch(batch, 1, prepared.scenario().accumulation_steps), point.iteration_seconds);
       point.decisions = best->decisions;
       point.strategy = best->spec;
       return point;

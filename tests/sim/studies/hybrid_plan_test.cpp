@@ -111,5 +111,18 @@ TEST(HybridPlan, APointCrossesThePipeFieldByField) {
   EXPECT_FALSE(wire::decode<HybridPoint>(wire::encode(sent)).best_rule.has_value());
 }
 
+// Samples/s, as the planner counts them: GPUs x micro-batch x micro-steps / iteration. The hybrid
+// plans one GPU, so with gradient accumulation each replayed iteration trains batch x steps.
+TEST(HybridPlan, SamplesPerSecondCountEveryMicroStep) {
+  Scenario scenario = small_scenario(std::int64_t{2048} * kMiB);
+  scenario.accumulation_steps = 2;
+  const std::int64_t batch = 8;
+  const auto codecs = hybrid_codecs(scenario, scenario.plan->strategies);
+  const HybridPoint p = hybrid_point(scenario, codecs, batch, std::int64_t{1900} * kMiB, MemoryMetric::reserved, HybridOptions{});
+  ASSERT_TRUE(p.fits);
+  ASSERT_GT(p.iteration_seconds, 0);
+  EXPECT_EQ(p.samples_per_second, static_cast<double>(batch * 2) / p.iteration_seconds);
+}
+
 }  // namespace
 }  // namespace comptrain::sim

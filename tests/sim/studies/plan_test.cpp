@@ -563,9 +563,6 @@ TEST(PlanClusters, BadPlanKeysNameTheirLine) {
   EXPECT_EQ(s.plan->cluster_sizes[2].gpus_per_node, 4);
 }
 
-}  // namespace
-}  // namespace comptrain::sim
-
 // The round-decision state machine on synthetic points: no simulation, no fork.
 namespace search_rounds {
 
@@ -683,3 +680,6 @@ TEST(PlanWire, APointAndItsNoteCrossThePipeBitForBit) {
   EXPECT_EQ(wire::encode(back), wire::encode(sent)) << "every field read back as written";
   EXPECT_THROW(wire::decode<planner::ProbedPoint>(wire::encode(sent).substr(0, 40)), std::runtime_error) << "a truncated point is refused";
 }
+
+}  // namespace
+}  // namespace comptrain::sim

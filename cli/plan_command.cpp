@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "comptrain/sim/report/hybrid_report.hpp"
 #include "comptrain/sim/studies/hybrid_plan.hpp"
+#include "comptrain/sim/report/plan_report.hpp"
 #include "comptrain/sim/studies/plan.hpp"
 #include "comptrain/sim/report/plots.hpp"
 #include "comptrain/sim/studies/sweep.hpp"

@@ -10,6 +10,7 @@
 
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/strategy.hpp"
+#include "comptrain/sim/core/strategy_json.hpp"
 
 namespace comptrain::sim::detail {
 
@@ -26,7 +27,6 @@ ordered_json document_header(std::string_view kind);
 ordered_json scenario_json(const std::string& name, const std::string& source);
 // {"name", "source", "gpu", "memory_capacity_bytes"}
 ordered_json platform_json(const models::Platform& platform);
-// {"name", "rules": [{"select": {...}, "action": "offload" | "recompute" | "compress", <action>: {...}}]}
-ordered_json strategy_json(const models::StrategySpec& strategy);
+// strategy_json: comptrain/sim/core/strategy_json.hpp
 
 }  // namespace comptrain::sim::detail

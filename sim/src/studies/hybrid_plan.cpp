@@ -5,33 +5,27 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 
 #include "comptrain/hybrid/solve.hpp"
 #include "comptrain/models/platform.hpp"
+#include "comptrain/sim/core/strategy_json.hpp"
+#include "comptrain/sim/metrics/memory_peak.hpp"
+#include "comptrain/sim/metrics/throughput.hpp"
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/sim/runtime/workers.hpp"
 #include "comptrain/support/format.hpp"
 #include "comptrain/support/input_error.hpp"
-#include "report/documents.hpp"
 
 namespace comptrain::sim {
-
-using nlohmann::ordered_json;
-
 namespace {
 
+// A replay's peak in the plan's metric; for one that ran out of memory, what it would have needed
+// at least (metrics/memory_peak.hpp).
 std::int64_t metric_peak(const SimulationResult& r, MemoryMetric metric) {
-  if (r.out_of_memory) return r.out_of_memory->in_use + r.out_of_memory->requested;
-  switch (metric) {
-    case MemoryMetric::exact: return r.peak_bytes;
-    case MemoryMetric::allocated: return r.device.peak_allocated;
-    case MemoryMetric::reserved: return r.device.peak_reserved;
-    case MemoryMetric::device: return r.device.device_peak();
-  }
-  return r.device.peak_reserved;
+  return r.out_of_memory ? out_of_memory_peak(*r.out_of_memory) : peak_in(metric, memory_peaks(r));
 }
 
 std::string action_label(hybrid::ActionKind kind, int codec, const std::vector<hybrid::CodecOption>& codecs) {
@@ -111,87 +105,6 @@ models::StrategySpec spec_of(const std::vector<HybridDecision>& decisions, const
   return spec;
 }
 
-ordered_json decision_json(const HybridDecision& d) {
-  return {{"tensor", d.tensor}, {"class", d.tensor_class}, {"kind", hybrid::to_string(d.kind)}, {"codec", d.codec}, {"free_by", d.free_by}, {"action", d.action},
-          {"bytes", d.bytes}, {"saved_bytes", d.saved_bytes}, {"added_seconds", d.added_seconds}};
-}
-
-hybrid::ActionKind parse_kind(const std::string& text) {
-  for (auto k : {hybrid::ActionKind::keep, hybrid::ActionKind::compress, hybrid::ActionKind::offload, hybrid::ActionKind::recompute}) {
-    if (hybrid::to_string(k) == text) return k;
-  }
-  throw std::runtime_error("hybrid plan: unknown action kind '" + text + "' from a worker");
-}
-
-ordered_json point_json(const HybridPoint& p) {
-  ordered_json tried = ordered_json::array();
-  for (const HybridCandidatePlan& c : p.tried) {
-    tried.push_back({{"method", c.method}, {"model_feasible", c.model_feasible}, {"model_seconds", c.model_seconds},
-                     {"model_peak_bytes", c.model_peak_bytes}, {"replayed", c.replayed}, {"fits", c.fits}, {"replay_seconds", c.replay_seconds},
-                     {"replay_peak_bytes", c.replay_peak_bytes}});
-  }
-  ordered_json decisions = ordered_json::array();
-  for (const HybridDecision& d : p.decisions) decisions.push_back(decision_json(d));
-  return {{"batch", p.batch},
-          {"fits", p.fits},
-          {"chosen", p.chosen},
-          {"iteration_seconds", p.iteration_seconds},
-          {"samples_per_second", p.samples_per_second},
-          {"peak_bytes", p.peak_bytes},
-          {"budget_bytes", p.budget_bytes},
-          {"solves", p.solves},
-          {"milp_status", p.milp_status},
-          {"milp_gap", p.milp_gap},
-          {"milp_cpu_seconds", p.milp_cpu_seconds},
-          {"greedy_cpu_seconds", p.greedy_cpu_seconds},
-          {"milp_columns", p.milp_columns},
-          {"milp_rows", p.milp_rows},
-          {"candidates", p.candidates},
-          {"tried", tried},
-          {"best_rule", p.best_rule ? ordered_json(*p.best_rule) : ordered_json(nullptr)},
-          {"best_rule_seconds", p.best_rule_seconds},
-          {"decisions", decisions},
-          {"notes", p.notes}};
-}
-
-HybridPoint point_from_json(const nlohmann::json& j) {
-  HybridPoint p;
-  p.batch = j.at("batch");
-  p.fits = j.at("fits");
-  p.chosen = j.at("chosen");
-  p.iteration_seconds = j.at("iteration_seconds");
-  p.samples_per_second = j.at("samples_per_second");
-  p.peak_bytes = j.at("peak_bytes");
-  p.budget_bytes = j.at("budget_bytes");
-  p.solves = j.at("solves");
-  p.milp_status = j.at("milp_status");
-  p.milp_gap = j.at("milp_gap");
-  p.milp_cpu_seconds = j.at("milp_cpu_seconds");
-  p.greedy_cpu_seconds = j.at("greedy_cpu_seconds");
-  p.milp_columns = j.at("milp_columns");
-  p.milp_rows = j.at("milp_rows");
-  p.candidates = j.at("candidates");
-  for (const auto& c : j.at("tried")) {
-    p.tried.push_back({c.at("method"), c.at("model_feasible"), c.at("model_seconds"), c.at("model_peak_bytes"), c.at("replayed"), c.at("fits"),
-                       c.at("replay_seconds"), c.at("replay_peak_bytes")});
-  }
-  for (const auto& d : j.at("decisions")) {
-    HybridDecision x;
-    x.tensor = d.at("tensor");
-    x.tensor_class = d.at("class");
-    x.kind = parse_kind(d.at("kind"));
-    x.codec = d.at("codec");
-    x.free_by = d.at("free_by");
-    x.action = d.at("action");
-    x.bytes = d.at("bytes");
-    x.saved_bytes = d.at("saved_bytes");
-    x.added_seconds = d.at("added_seconds");
-    p.decisions.push_back(std::move(x));
-  }
-  for (const auto& n : j.at("notes")) p.notes.push_back(n);
-  return p;
-}
-
 std::string milp_status_text(const hybrid::MilpSolution& m) {
   return m.too_large ? "too_large" : std::string(hybrid::to_string(m.status));
 }
@@ -208,7 +121,7 @@ std::vector<hybrid::CodecOption> hybrid_codecs(const Scenario& scenario, const s
       if (!c) continue;
       models::StrategySpec one;
       one.rules.push_back({{}, *c});
-      const std::string key = detail::strategy_json(one)["rules"].dump();
+      const std::string key = detail::strategy_rules_key(one);
       if (!seen.insert(key).second) continue;
       codecs.push_back({index++ == 0 ? s.name : fmt::format("{}#{}", s.name, index), *c});
     }
@@ -337,7 +250,8 @@ HybridPoint hybrid_point(const Scenario& scenario, const std::vector<hybrid::Cod
       point.chosen = best->summary.method;
       point.iteration_seconds = best->summary.replay_seconds;
       point.peak_bytes = best->summary.replay_peak_bytes;
-      point.samples_per_second = static_cast<double>(batch) / point.iteration_seconds;
+      // Every micro-step of the iteration trains `batch` samples, as the planner counts them.
+      point.samples_per_second = samples_per_second(global_batch(batch, 1, prepared.scenario().accumulation_steps), point.iteration_seconds);
       point.decisions = best->decisions;
       point.strategy = best->spec;
       return point;
@@ -462,6 +376,30 @@ void prefer_faster_rule(HybridPoint& p, const BatchSizePlan& rules) {
   }
 }
 
+// The hybrid's search beyond the rule-based strategies' batches (`done`: the points so far):
+// double while the hybrid fits, then bisect to within 1% of the largest fitting batch, one batch
+// per round (`fits_at` simulates one and says whether it fits). It is not the planner's Search
+// (studies/plan/search.hpp), which probes several batches per round and bisects to the exact
+// largest batch: a hybrid point costs MILP solves and several replays, and starts from the
+// rule-based plan's batches rather than from 1.
+void search_beyond_the_rules(const std::map<std::int64_t, HybridPoint>& done, std::int64_t ceiling, const std::function<bool(std::int64_t)>& fits_at) {
+  std::int64_t fitting = 0, failing = 0;
+  for (const auto& [b, p] : done) {
+    if (p.fits) fitting = std::max(fitting, b);
+  }
+  for (const auto& [b, p] : done) {
+    if (!p.fits && b > fitting && (failing == 0 || b < failing)) failing = b;
+  }
+  while (fitting > 0 && failing == 0 && fitting < ceiling) {
+    const std::int64_t next = std::min(ceiling, fitting * 2);
+    if (fits_at(next)) fitting = next; else failing = next;
+  }
+  while (fitting > 0 && failing > fitting + 1 && failing - fitting > fitting / 100) {
+    const std::int64_t mid = fitting + (failing - fitting) / 2;
+    if (fits_at(mid)) fitting = mid; else failing = mid;
+  }
+}
+
 }  // namespace
 
 HybridPlan make_hybrid_plan(const PlanRequest& request, const HybridOptions& options, int jobs, bool progress) {
@@ -489,49 +427,36 @@ HybridPlan make_hybrid_plan(const PlanRequest& request, const HybridOptions& opt
   const std::int64_t limit = plan.rules.limit_bytes;
   const MemoryMetric metric = plan.rules.options.memory_metric;
   std::map<std::int64_t, HybridPoint> done;
-  WorkerPool pool(jobs);
   Progress bar("plan --hybrid", progress);
   std::size_t submitted = 0, finished_jobs = 0;
+  // One round of batches, each in its own worker; the lowest-numbered failure is the one
+  // reported, whatever the worker count.
   auto run_round = [&](const std::vector<std::int64_t>& round) {
-    std::map<std::size_t, std::int64_t> owner;
+    std::vector<std::int64_t> batches_run;
+    std::vector<ChildProcess::Work> works;
     for (std::int64_t b : round) {
       if (done.count(b)) continue;
-      owner[pool.submit([&request, &plan, b, limit, metric, &options]() {
-        return point_json(hybrid_point(request.scenario, plan.codecs, b, limit, metric, options)).dump();
-      })] = b;
+      batches_run.push_back(b);
+      works.push_back([&request, &plan, b, limit, metric, &options]() {
+        return wire::encode(hybrid_point(request.scenario, plan.codecs, b, limit, metric, options));
+      });
     }
-    submitted += owner.size();
+    submitted += works.size();
     bar.update(finished_jobs, submitted, true);
-    while (auto finished = pool.next()) {
-      const std::int64_t b = owner.at(finished->id);
-      std::string text = std::move(finished->outcome).result_or_throw();
-      HybridPoint point = point_from_json(nlohmann::json::parse(text));
+    std::vector<JobOutcome> outcomes = run_jobs(std::move(works), jobs, [&](std::size_t, const JobOutcome&) { bar.update(++finished_jobs, submitted, true); });
+    if (const JobOutcome* failure = first_failure(outcomes)) JobOutcome(*failure).result_or_throw();
+    for (std::size_t k = 0; k < batches_run.size(); ++k) {
+      const std::int64_t b = batches_run[k];
+      HybridPoint point = wire::decode<HybridPoint>(outcomes[k].text);
       if (point.fits) point.strategy = spec_of(point.decisions, plan.codecs, options.offload_lookahead, fmt::format("hybrid-b{}", b));
       done[b] = std::move(point);
-      bar.update(++finished_jobs, submitted, true);
     }
   };
   run_round({batches.begin(), batches.end()});
-  // Beyond the rule-based strategies' batches: double while the hybrid fits, then bisect.
-  std::int64_t fitting = 0, failing = 0;
-  for (const auto& [b, p] : done) {
-    if (p.fits) fitting = std::max(fitting, b);
-  }
-  for (const auto& [b, p] : done) {
-    if (!p.fits && b > fitting && (failing == 0 || b < failing)) failing = b;
-  }
-  const std::int64_t ceiling = plan.rules.options.max_batch;
-  while (fitting > 0 && failing == 0 && fitting < ceiling) {
-    const std::int64_t next = std::min(ceiling, fitting * 2);
-    run_round({next});
-    if (done[next].fits) fitting = next; else failing = next;
-  }
-  // Bisection to within 1% of the largest fitting batch (each point costs solves and replays).
-  while (fitting > 0 && failing > fitting + 1 && failing - fitting > fitting / 100) {
-    const std::int64_t mid = fitting + (failing - fitting) / 2;
-    run_round({mid});
-    if (done[mid].fits) fitting = mid; else failing = mid;
-  }
+  search_beyond_the_rules(done, plan.rules.options.max_batch, [&](std::int64_t batch) {
+    run_round({batch});
+    return done.at(batch).fits;
+  });
   bar.finish(finished_jobs);
   for (auto& [b, p] : done) {
     attach_rules(p, plan.rules);
@@ -545,111 +470,6 @@ HybridPlan make_hybrid_plan(const PlanRequest& request, const HybridOptions& opt
     plan.largest = i;
   }
   return plan;
-}
-
-namespace {
-
-std::string ms(double seconds) { return fmt::format("{:.2f}", seconds * 1e3); }
-
-std::string decisions_text(const HybridPoint& p) {
-  struct Group {
-    int tensors = 0;
-    std::int64_t bytes = 0, saved = 0;
-    double added = 0;
-  };
-  std::map<std::pair<std::string, std::string>, Group> groups;
-  for (const HybridDecision& d : p.decisions) {
-    Group& g = groups[{d.action, d.tensor_class}];
-    ++g.tensors;
-    g.bytes += d.bytes;
-    g.saved += d.saved_bytes;
-    g.added += d.added_seconds;
-  }
-  std::string out = fmt::format("  {:<28} {:<10} {:>7} {:>12} {:>12} {:>10}\n", "action", "class", "tensors", "bytes", "saved", "added ms");
-  for (const auto& [key, g] : groups) {
-    out += fmt::format("  {:<28} {:<10} {:>7} {:>12} {:>12} {:>10}\n", key.first, key.second, g.tensors, format_bytes(g.bytes), format_bytes(g.saved),
-                       ms(g.added));
-  }
-  return out;
-}
-
-}  // namespace
-
-std::string hybrid_plan_text(const HybridPlan& plan) {
-  std::string out = plan_table_text(plan.rules);
-  out += "\nHybrid plan: per saved activation keep, compress, offload or recompute (decision model and MILP: hybrid/README.md)\n";
-  out += fmt::format("  MILP by COIN-OR CBC, {:g} s of CPU per solve, the greedy as its warm start; every plan replayed, rejected above the limit {} and solved again\n",
-                     plan.options.time_limit_seconds, format_bytes(plan.rules.limit_bytes));
-  out += "  codecs offered:";
-  if (plan.codecs.empty()) out += " none (the scenario's strategies have no compress rule)";
-  for (const auto& c : plan.codecs) out += " " + c.label;
-  out += fmt::format("; offload {}; recompute {}\n\n", plan.options.offload ? "yes" : "no", plan.options.recompute ? "yes" : "no");
-  out += fmt::format("{:>7} {:>11} {:>12} {:<26} {:>8} {:<22} {:>11} {}\n", "batch", "samples/s", "peak", "plan", "iter ms", "solver (gap, cpu s)",
-                     "rule ms", "best rule-based");
-  for (const HybridPoint& p : plan.points) {
-    const std::string solver = fmt::format("{} ({:.1f}%, {:.2f})", p.milp_status, 100 * p.milp_gap, p.milp_cpu_seconds);
-    out += fmt::format("{:>7} {:>11} {:>12} {:<26} {:>8} {:<22} {:>11} {}\n", p.batch, p.fits ? fmt::format("{:.1f}", p.samples_per_second) : "-",
-                       p.fits ? format_bytes(p.peak_bytes) : "-", p.fits ? p.chosen : "does not fit", p.fits ? ms(p.iteration_seconds) : "-", solver,
-                       p.best_rule ? ms(p.best_rule_seconds) : "-", p.best_rule.value_or("-"));
-  }
-  if (!plan.best) {
-    out += "\nNo batch fits with any plan.\n";
-    return out;
-  }
-  const HybridPoint& best = plan.points[*plan.best];
-  double best_rule = 0;
-  std::string best_rule_name;
-  for (const StrategyPlan& s : plan.rules.strategies) {
-    if (s.best_samples_per_second > best_rule) {
-      best_rule = s.best_samples_per_second;
-      best_rule_name = s.strategy;
-    }
-  }
-  out += fmt::format("\nBest: batch {} at {:.1f} samples/s ({}); largest batch that fits: {}", best.batch, best.samples_per_second, best.chosen,
-                     plan.points[*plan.largest].batch);
-  if (best_rule > 0) out += fmt::format("; best rule-based: {} at {:.1f} samples/s ({:+.1f}%)", best_rule_name, best_rule, 100 * (best.samples_per_second / best_rule - 1));
-  out += "\n";
-  std::vector<std::size_t> detailed{*plan.best};
-  if (*plan.largest != *plan.best) detailed.push_back(*plan.largest);
-  for (std::size_t i : detailed) {
-    const HybridPoint& p = plan.points[i];
-    if (p.decisions.empty()) {
-      out += fmt::format("At batch {} the answer is {}.\n", p.batch, p.chosen);
-      continue;
-    }
-    out += fmt::format("Decisions at batch {} ({}; per action and tensor class; every tensor in the JSON and the exported strategy):\n", p.batch,
-                       i == *plan.best ? "the best" : "the largest");
-    out += decisions_text(p);
-  }
-  // The notes of the best and the largest batch, and of batches where no solver plan was the
-  // answer; every point's are in the JSON.
-  for (std::size_t i = 0; i < plan.points.size(); ++i) {
-    const HybridPoint& p = plan.points[i];
-    const bool shown = i == *plan.best || i == plan.largest || !p.fits || p.chosen.rfind("rule:", 0) == 0;
-    if (!shown) continue;
-    for (const std::string& n : p.notes) out += fmt::format("note: batch {}: {}\n", p.batch, n);
-  }
-  return out;
-}
-
-std::string hybrid_plan_json(const HybridPlan& plan) {
-  ordered_json j = detail::document_header("hybrid_plan");
-  j["rules"] = nlohmann::ordered_json::parse(plan_json(plan.rules));
-  j["options"] = {{"time_limit_seconds", plan.options.time_limit_seconds}, {"relative_gap", plan.options.relative_gap}, {"max_solves", plan.options.max_solves},
-                  {"offload", plan.options.offload}, {"recompute", plan.options.recompute}, {"offload_lookahead", plan.options.offload_lookahead}};
-  ordered_json codecs = ordered_json::array();
-  for (const auto& c : plan.codecs) codecs.push_back(c.label);
-  j["codecs"] = codecs;
-  ordered_json points = ordered_json::array();
-  for (const HybridPoint& p : plan.points) {
-    ordered_json q = point_json(p);
-    q["strategy"] = detail::strategy_json(p.strategy);
-    points.push_back(std::move(q));
-  }
-  j["points"] = points;
-  j["best_batch"] = plan.best ? ordered_json(plan.points[*plan.best].batch) : ordered_json(nullptr);
-  j["largest_batch"] = plan.largest ? ordered_json(plan.points[*plan.largest].batch) : ordered_json(nullptr);
-  return j.dump(2) + "\n";
 }
 
 }  // namespace comptrain::sim

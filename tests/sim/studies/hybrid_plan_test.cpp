@@ -69,5 +69,57 @@ TEST(HybridPlan, APlanWhereTheBaselineDoesNotFitReplaysWithinTheLimitAndExportsF
   EXPECT_DOUBLE_EQ(seconds, p.iteration_seconds);
 }
 
+TEST(HybridPlan, APointCrossesThePipeFieldByField) {
+  HybridPoint sent;
+  sent.batch = 96;
+  sent.fits = true;
+  sent.chosen = "milp";
+  sent.iteration_seconds = 0.1 + 0.2;
+  sent.samples_per_second = 96 / (0.1 + 0.2);
+  sent.peak_bytes = 1900 * kMiB;
+  sent.solves = 2;
+  sent.milp_status = "optimal";
+  sent.milp_columns = 7;
+  sent.tried.push_back({"milp", true, 0.25, 1800 * kMiB, true, true, 0.3, 1850 * kMiB});
+  sent.best_rule = "x4";
+  sent.best_rule_seconds = 1.0 / 3.0;
+  HybridDecision d;
+  d.tensor = "layer1.0.conv1";
+  d.tensor_class = "post_relu";
+  d.kind = hybrid::ActionKind::compress;
+  d.codec = 0;
+  d.action = "x4";
+  d.bytes = 4 * kMiB;
+  d.saved_bytes = 3 * kMiB;
+  d.added_seconds = 1e-5;
+  sent.decisions.push_back(d);
+  sent.notes = {"solve 1: the replay exceeds the limit", "second"};
+  const HybridPoint back = wire::decode<HybridPoint>(wire::encode(sent));
+  EXPECT_EQ(back.batch, 96);
+  EXPECT_EQ(back.chosen, "milp");
+  EXPECT_EQ(back.iteration_seconds, sent.iteration_seconds);
+  EXPECT_EQ(back.best_rule, sent.best_rule);
+  ASSERT_EQ(back.tried.size(), 1u);
+  EXPECT_EQ(back.tried[0].replay_peak_bytes, 1850 * kMiB);
+  ASSERT_EQ(back.decisions.size(), 1u);
+  EXPECT_EQ(back.decisions[0].tensor, "layer1.0.conv1");
+  EXPECT_EQ(back.decisions[0].kind, hybrid::ActionKind::compress);
+  EXPECT_EQ(back.decisions[0].added_seconds, 1e-5);
+  EXPECT_EQ(back.notes, sent.notes);
+  EXPECT_EQ(wire::encode(back), wire::encode(sent)) << "every field read back as written";
+  sent.best_rule.reset();
+  EXPECT_FALSE(wire::decode<HybridPoint>(wire::encode(sent)).best_rule.has_value());
+}
+
+// Samples/s are GPUs x micro-batch x micro-steps / iteration, as the planner counts them. The
+// hybrid plans one GPU with one micro-step only: its decision model needs one compute task per
+// traced op, so a scenario with gradient accumulation is refused, and the formula's steps are 1.
+TEST(HybridPlan, GradientAccumulationCannotArise) {
+  Scenario scenario = small_scenario(std::int64_t{2048} * kMiB);
+  scenario.accumulation_steps = 2;
+  const auto codecs = hybrid_codecs(scenario, scenario.plan->strategies);
+  EXPECT_THROW(hybrid_point(scenario, codecs, 8, std::int64_t{1900} * kMiB, MemoryMetric::reserved, HybridOptions{}), std::exception);
+}
+
 }  // namespace
 }  // namespace comptrain::sim

@@ -3,15 +3,21 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "comptrain/models/op_time.hpp"
+#include "comptrain/sim/report/plan_report.hpp"
 #include "comptrain/sim/studies/plan.hpp"
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/sim/engine/replay.hpp"
 #include "common/must_apply.hpp"
+#include "studies/plan/probe.hpp"
+#include "studies/plan/search.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -555,6 +561,124 @@ TEST(PlanClusters, BadPlanKeysNameTheirLine) {
   EXPECT_EQ(s.plan->cluster_sizes[0].gpus_per_node, 2);
   EXPECT_EQ(s.plan->cluster_sizes[2].nodes, 2);
   EXPECT_EQ(s.plan->cluster_sizes[2].gpus_per_node, 4);
+}
+
+// The round-decision state machine on synthetic points: no simulation, no fork.
+namespace search_rounds {
+
+using planner::Search;
+
+// Simulates a round as if every batch up to `largest_fit` fits and none above it does.
+void answer(Search& s, std::int64_t largest_fit) {
+  for (const std::int64_t b : s.round) {
+    PlanPoint p;
+    p.batch = b;
+    p.fits = b <= largest_fit;
+    s.points[b] = p;
+  }
+}
+
+// Runs the search to its end; returns every batch probed, in order.
+std::vector<std::int64_t> run(Search& s, const std::vector<std::int64_t>& divisors, int width, std::int64_t ceiling, std::int64_t largest_fit) {
+  std::vector<std::int64_t> probed;
+  while (s.phase != Search::Phase::done) {
+    s.round = planner::next_round(s, divisors, width, ceiling);
+    if (s.round.empty()) break;
+    probed.insert(probed.end(), s.round.begin(), s.round.end());
+    answer(s, largest_fit);
+    planner::decide(s, divisors);
+  }
+  return probed;
+}
+
+TEST(PlanSearch, GrowsByPowersOfTwoThenBisectsToTheLargestFit) {
+  Search s;
+  const auto probed = run(s, {}, 3, 65536, 37);
+  EXPECT_EQ(s.lo, 37);
+  EXPECT_EQ(s.hi, 38);
+  EXPECT_EQ(std::vector<std::int64_t>(probed.begin(), probed.begin() + 6), (std::vector<std::int64_t>{1, 2, 4, 8, 16, 32})) << "growth, three per round";
+  for (const std::int64_t b : probed) EXPECT_TRUE(s.points.count(b));
+}
+
+TEST(PlanSearch, TheCeilingIsTheLastGrowthProbe) {
+  Search s;
+  const auto probed = run(s, {}, 3, 6, 1000);
+  EXPECT_EQ(probed, (std::vector<std::int64_t>{1, 2, 4, 6}));
+  EXPECT_EQ(s.lo, 6) << "the ceiling fits: the search ends there";
+  EXPECT_EQ(s.hi, 0);
+}
+
+TEST(PlanSearch, NothingFitsEndsAfterTheFirstRound) {
+  Search s;
+  const auto probed = run(s, {}, 3, 65536, 0);
+  EXPECT_EQ(probed, (std::vector<std::int64_t>{1, 2, 4}));
+  EXPECT_EQ(s.lo, 0);
+  EXPECT_EQ(s.hi, 1);
+}
+
+TEST(PlanSearch, AnOutOfMemoryInsideTheRoundBoundsItFromAbove) {
+  // Batch 2 out of memory but 4 fitting (not monotone): the first failure bounds the interval.
+  Search s;
+  s.round = planner::next_round(s, {}, 3, 65536);
+  ASSERT_EQ(s.round, (std::vector<std::int64_t>{1, 2, 4}));
+  for (const std::int64_t b : s.round) {
+    PlanPoint p;
+    p.batch = b;
+    p.out_of_memory = b == 2;
+    p.fits = b != 2;
+    s.points[b] = p;
+  }
+  planner::decide(s, {});
+  EXPECT_EQ(s.lo, 1);
+  EXPECT_EQ(s.hi, 2);
+  EXPECT_EQ(s.phase, Search::Phase::done);
+}
+
+TEST(PlanSearch, DivisorsTryTheWholeShareFirstThenBisect) {
+  const std::vector<std::int64_t> divisors{1, 2, 4, 8, 16, 32, 64};  // a share of 64
+  Search whole;
+  whole.phase = Search::Phase::first;
+  EXPECT_EQ(run(whole, divisors, 3, 65536, 64), (std::vector<std::int64_t>{64})) << "the share fits in one step: one simulation";
+  EXPECT_EQ(whole.lo, 64);
+
+  Search split;
+  split.phase = Search::Phase::first;
+  const auto probed = run(split, divisors, 3, 65536, 8);
+  EXPECT_EQ(probed.front(), 64);
+  EXPECT_EQ(split.lo, 8);
+  EXPECT_EQ(split.hi, 16);
+  for (const std::int64_t b : probed) EXPECT_TRUE(std::binary_search(divisors.begin(), divisors.end(), b)) << b << " divides the share";
+}
+
+}  // namespace search_rounds
+
+TEST(PlanWire, APointAndItsNoteCrossThePipeBitForBit) {
+  planner::ProbedPoint sent;
+  sent.point.batch = 48;
+  sent.point.fits = true;
+  sent.point.inapplicable = true;
+  sent.point.peak_bytes = 123456789012;
+  sent.point.device_peak_bytes = 987654321;
+  sent.point.iteration_seconds = 0.1 + 0.2;
+  sent.point.mean_iteration_seconds = 1.0 / 3.0;
+  sent.point.io_modelled = true;
+  sent.point.io_bound = IterationBound::storage;
+  sent.point.checkpoint_interval_for_target = 17;
+  sent.point.node_average_watts = 5432.125;
+  sent.note = "does not apply: no tensor selected";
+  const planner::ProbedPoint back = wire::decode<planner::ProbedPoint>(wire::encode(sent));
+  EXPECT_EQ(back.point.batch, 48);
+  EXPECT_TRUE(back.point.fits && back.point.inapplicable && !back.point.out_of_memory && back.point.io_modelled);
+  EXPECT_EQ(back.point.peak_bytes, 123456789012);
+  EXPECT_EQ(back.point.device_peak_bytes, 987654321);
+  EXPECT_EQ(std::memcmp(&back.point.iteration_seconds, &sent.point.iteration_seconds, sizeof(double)), 0) << "doubles bit for bit";
+  EXPECT_EQ(std::memcmp(&back.point.mean_iteration_seconds, &sent.point.mean_iteration_seconds, sizeof(double)), 0);
+  EXPECT_EQ(back.point.io_bound, IterationBound::storage);
+  EXPECT_EQ(back.point.checkpoint_interval_for_target, 17);
+  EXPECT_EQ(back.point.node_average_watts, 5432.125);
+  EXPECT_EQ(back.note, sent.note);
+  EXPECT_EQ(wire::encode(back), wire::encode(sent)) << "every field read back as written";
+  EXPECT_THROW(wire::decode<planner::ProbedPoint>(wire::encode(sent).substr(0, 40)), std::runtime_error) << "a truncated point is refused";
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 
 #include "comptrain/hybrid/decision_model.hpp"
 #include "comptrain/models/strategy.hpp"
+#include "comptrain/sim/runtime/wire.hpp"
 #include "comptrain/sim/studies/plan.hpp"
 #include "comptrain/sim/config/scenario.hpp"
 
@@ -78,6 +79,108 @@ struct HybridPoint {
   std::vector<std::string> notes;
 };
 
+// A point crosses from its worker field by field. Its strategy does not: the parent makes it
+// again from the decisions and the plan's codecs (spec_of in hybrid_plan.cpp), which the worker
+// made it from, so that a compress rule's profile is not sent as bytes.
+template <>
+struct wire::Codec<HybridPoint> {
+  static constexpr std::string_view tag = "HybridPoint";
+  static constexpr std::uint32_t version = 1;
+  static void write(wire::Writer& w, const HybridPoint& p) {
+    w.put(p.batch);
+    w.put(p.fits);
+    w.put_string(p.chosen);
+    w.put(p.iteration_seconds);
+    w.put(p.samples_per_second);
+    w.put(p.peak_bytes);
+    w.put(p.budget_bytes);
+    w.put(p.solves);
+    w.put_string(p.milp_status);
+    w.put(p.milp_gap);
+    w.put(p.milp_cpu_seconds);
+    w.put(p.greedy_cpu_seconds);
+    w.put(p.milp_columns);
+    w.put(p.milp_rows);
+    w.put(p.candidates);
+    w.put<std::uint64_t>(p.tried.size());
+    for (const HybridCandidatePlan& c : p.tried) {
+      w.put_string(c.method);
+      w.put(c.model_feasible);
+      w.put(c.model_seconds);
+      w.put(c.model_peak_bytes);
+      w.put(c.replayed);
+      w.put(c.fits);
+      w.put(c.replay_seconds);
+      w.put(c.replay_peak_bytes);
+    }
+    w.put(p.best_rule.has_value());
+    w.put_string(p.best_rule.value_or(""));
+    w.put(p.best_rule_seconds);
+    w.put<std::uint64_t>(p.decisions.size());
+    for (const HybridDecision& d : p.decisions) {
+      w.put_string(d.tensor);
+      w.put_string(d.tensor_class);
+      w.put(d.kind);
+      w.put(d.codec);
+      w.put(d.free_by);
+      w.put_string(d.action);
+      w.put(d.bytes);
+      w.put(d.saved_bytes);
+      w.put(d.added_seconds);
+    }
+    w.put<std::uint64_t>(p.notes.size());
+    for (const std::string& n : p.notes) w.put_string(n);
+  }
+  static HybridPoint read(wire::Reader& in) {
+    HybridPoint p;
+    p.batch = in.get<std::int64_t>();
+    p.fits = in.get<bool>();
+    p.chosen = in.get_string();
+    p.iteration_seconds = in.get<double>();
+    p.samples_per_second = in.get<double>();
+    p.peak_bytes = in.get<std::int64_t>();
+    p.budget_bytes = in.get<std::int64_t>();
+    p.solves = in.get<int>();
+    p.milp_status = in.get_string();
+    p.milp_gap = in.get<double>();
+    p.milp_cpu_seconds = in.get<double>();
+    p.greedy_cpu_seconds = in.get<double>();
+    p.milp_columns = in.get<std::size_t>();
+    p.milp_rows = in.get<std::size_t>();
+    p.candidates = in.get<std::size_t>();
+    p.tried.resize(in.get<std::uint64_t>());
+    for (HybridCandidatePlan& c : p.tried) {
+      c.method = in.get_string();
+      c.model_feasible = in.get<bool>();
+      c.model_seconds = in.get<double>();
+      c.model_peak_bytes = in.get<std::int64_t>();
+      c.replayed = in.get<bool>();
+      c.fits = in.get<bool>();
+      c.replay_seconds = in.get<double>();
+      c.replay_peak_bytes = in.get<std::int64_t>();
+    }
+    const bool has_rule = in.get<bool>();
+    std::string rule = in.get_string();
+    if (has_rule) p.best_rule = std::move(rule);
+    p.best_rule_seconds = in.get<double>();
+    p.decisions.resize(in.get<std::uint64_t>());
+    for (HybridDecision& d : p.decisions) {
+      d.tensor = in.get_string();
+      d.tensor_class = in.get_string();
+      d.kind = in.get<hybrid::ActionKind>();
+      d.codec = in.get<int>();
+      d.free_by = in.get<int>();
+      d.action = in.get_string();
+      d.bytes = in.get<std::int64_t>();
+      d.saved_bytes = in.get<std::int64_t>();
+      d.added_seconds = in.get<double>();
+    }
+    p.notes.resize(in.get<std::uint64_t>());
+    for (std::string& n : p.notes) n = in.get_string();
+    return p;
+  }
+};
+
 struct HybridPlan {
   BatchSizePlan rules;             // the ordinary plan of the scenario's strategies
   HybridOptions options;
@@ -101,8 +204,5 @@ HybridPoint hybrid_point(const Scenario& scenario, const std::vector<hybrid::Cod
 
 // A strategy as the scenario file's `strategy:` section (YAML), with a comment header.
 std::string strategy_yaml(const models::StrategySpec& strategy, const std::string& comment);
-
-std::string hybrid_plan_text(const HybridPlan& plan);
-std::string hybrid_plan_json(const HybridPlan& plan);
 
 }  // namespace comptrain::sim

@@ -240,10 +240,12 @@ struct PlanRequest {
 };
 std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, int jobs, bool progress);
 
-// The table, with the comparison against the baseline and a one-line verdict under it.
-std::string plan_table_text(const BatchSizePlan& plan);
-std::string plan_json(const BatchSizePlan& plan);
-std::string plan_csv(const BatchSizePlan& plan);  // one row per simulated point
-std::string plan_csv(const std::vector<BatchSizePlan>& plans);  // the same with a variant column
+// What the planner and its report (report/plan_report.hpp) both read of a plan:
+// the point simulated at `batch`, or null;
+const PlanPoint* point_at(const StrategyPlan& s, std::int64_t batch);
+// "8 GPUs (1 node x 8)";
+std::string describe_shape(ClusterShape shape);
+// the data-parallel mode in the planner's short form ("DDP", "ZeRO-2", "FSDP2").
+std::string data_parallel_name(int zero_stage, bool fsdp);
 
 }  // namespace comptrain::sim

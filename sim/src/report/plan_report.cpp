@@ -1,0 +1,608 @@
+#include "comptrain/sim/report/plan_report.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "comptrain/models/data_parallel.hpp"
+#include "comptrain/support/format.hpp"
+#include "report/documents.hpp"
+#include "report/energy_report.hpp"
+
+namespace comptrain::sim {
+
+using nlohmann::ordered_json;
+
+namespace {
+
+std::string strategy_description(const StrategyPlan& s, const BatchSizePlan& plan) {
+  if (!s.max_batch) {
+    if (s.points.empty()) return "not simulated";
+    const PlanPoint& one = s.points.front();
+    if (one.inapplicable) return "the strategy does not apply at batch 1";
+    if (one.simulation_failed) return "the simulation failed at batch 1 (see the warnings)";
+    return fmt::format("does not fit at batch 1: needs {}{} of {} allowed", one.out_of_memory ? "more than " : "", format_bytes(one.peak_bytes),
+                       format_bytes(plan.limit_bytes));
+  }
+  return {};
+}
+
+// One line under the table: which strategy trains the largest batch, which is fastest, and
+// what the largest one costs against the baseline.
+std::string verdict(const BatchSizePlan& plan) {
+  const StrategyPlan* largest = nullptr;
+  const StrategyPlan* fastest = nullptr;
+  for (const StrategyPlan& s : plan.strategies) {
+    if (!s.max_batch) continue;
+    if (!largest || *s.max_batch > *largest->max_batch) largest = &s;
+    if (s.best_batch && (!fastest || s.best_samples_per_second > fastest->best_samples_per_second)) fastest = &s;
+  }
+  if (!largest) return plan.cluster.ranks() > 1 ? "Verdict: no strategy fits at micro-batch 1 per GPU." : "Verdict: no strategy fits at batch 1 on this GPU.";
+  if (!fastest) return "Verdict: batches fit, but no strategy runs one within the energy budget (plan.energy_budget): infeasible.";
+  const char* rate = plan.cluster.ranks() > 1 ? "global samples/s" : "samples/s";
+  std::string out = fmt::format("Verdict: {} runs the largest batch ({}{})", largest->strategy, largest->max_is_ceiling ? ">= " : "", *largest->max_batch);
+  if (largest->vs_baseline) {
+    const auto& c = *largest->vs_baseline;
+    out += fmt::format(", saving {:.0f}% of peak memory at batch {} ({:.0f}% of max_memory_allocated, {:.0f}% of max_memory_reserved) for a {:.2f}x slowdown",
+                       100 * c.peak_saved_fraction, c.batch, 100 * c.allocated_saved_fraction, 100 * c.reserved_saved_fraction, c.slowdown);
+  }
+  if (fastest == largest) return out + fmt::format("; it is also the fastest ({:.1f} {}).", fastest->best_samples_per_second, rate);
+  return out + fmt::format("; {} is the fastest ({:.1f} {} at batch {}).", fastest->strategy, fastest->best_samples_per_second, rate, *fastest->best_batch);
+}
+
+std::string percent_or_dash(const std::optional<double>& fraction) { return fraction ? fmt::format("{:.1f}%", 100 * *fraction) : "-"; }
+
+// The lines under the header for a plan with I/O (plan.hpp, "I/O").
+std::string io_lines(const BatchSizePlan& plan) {
+  if (!plan.io_modelled) return {};
+  std::string out =
+      "I/O        the data loader and checkpoints simulated at every fitting batch (sim/io.hpp): samples/s over the mean iteration (the\n"
+      "           replay's + the wait for the batch + the checkpoint's cost per iteration); wait and ckpt as shares of it; bound: what sets the\n"
+      "           pace (gpu, network, host, loader, storage)\n";
+  if (plan.checkpoint_overhead) {
+    out += fmt::format("Checkpoint every: the smallest interval whose cost is within plan.checkpoint_overhead ({:.2f}% of the iteration) at the best batch\n",
+                       100 * *plan.checkpoint_overhead);
+  }
+  return out;
+}
+
+bool shows_energy(const PlanOptions& o) { return o.energy_budget.has_value() || o.objective == PlanObjective::samples_per_joule; }
+
+std::string describe_budget(const EnergyBudget& b) {
+  std::string out;
+  const auto add = [&](const std::string& part) { out += (out.empty() ? "" : ", ") + part; };
+  if (b.joules_per_sample) add(fmt::format("<= {} per sample", detail::format_joules(*b.joules_per_sample)));
+  if (b.gpu_average_watts) add(fmt::format("<= {} average per GPU", detail::format_watts(*b.gpu_average_watts)));
+  if (b.node_average_watts) add(fmt::format("<= {} average per node", detail::format_watts(*b.node_average_watts)));
+  return out;
+}
+
+// The lines under the header for plan.objective and plan.energy_budget.
+std::string energy_lines(const PlanOptions& o) {
+  std::string out;
+  if (o.objective == PlanObjective::samples_per_joule) out += "Objective  samples per joule: the best batch trains the most samples per joule of the whole job\n";
+  if (o.energy_budget) {
+    out += fmt::format("Energy     budget {} (plan.energy_budget, over the mean iteration): the best batch is chosen among those within it;\n"
+                       "           none within it is a result (limit energy_budget), not an error\n",
+                       describe_budget(*o.energy_budget));
+  }
+  return out;
+}
+
+// The I/O columns: the mean iteration (unless the table has it already: `with_mean` false), the
+// wait for the batch and the checkpoint's cost as shares of it, the bound, and the interval for
+// plan.checkpoint_overhead.
+std::string io_header_cells(const BatchSizePlan& plan, bool with_mean) {
+  std::string out = with_mean ? fmt::format("{:>10}  ", "mean iter.") : std::string();
+  out += fmt::format("{:>6}  {:>6}  {:<7}  ", "wait", "ckpt", "bound");
+  if (plan.checkpoint_overhead) out += fmt::format("{:>5}  ", "every");
+  return out;
+}
+
+std::string io_cells(const PlanPoint& p, const BatchSizePlan& plan, bool with_mean) {
+  const auto share = [&](double seconds) { return fmt::format("{:.1f}%", p.mean_iteration_seconds > 0 ? 100 * seconds / p.mean_iteration_seconds : 0.0); };
+  std::string out = with_mean ? fmt::format("{:>10}  ", format_seconds(p.mean_iteration_seconds)) : std::string();
+  out += fmt::format("{:>6}  {:>6}  {:<7}  ", share(p.data_wait_seconds), share(p.checkpoint_seconds_per_iteration),
+                     p.io_modelled ? std::string(to_string(p.io_bound)) : "-");
+  if (plan.checkpoint_overhead) out += fmt::format("{:>5}  ", p.checkpoint_interval_for_target > 0 ? std::to_string(p.checkpoint_interval_for_target) : "-");
+  return out;
+}
+
+std::string energy_header_cells() { return fmt::format("{:>10}  {:>10}  {:>10}  ", "J/sample", "GPU avg", "node avg"); }
+
+std::string energy_cells(const PlanPoint& p) {
+  return fmt::format("{:>10}  {:>10}  {:>10}  ", p.samples_per_joule > 0 ? detail::format_joules(1 / p.samples_per_joule) : "-",
+                     detail::format_watts(p.gpu_average_watts), detail::format_watts(p.node_average_watts));
+}
+
+// For a strategy whose fitting batches are all over the energy budget: the least each bounded
+// quantity reaches among them, against its bound.
+std::string closest_to_budget(const StrategyPlan& s, const PlanOptions& o) {
+  if (!o.energy_budget) return "-";
+  double joules = 0, gpu = 0, node = 0;
+  bool any = false;
+  for (const PlanPoint& p : s.points) {
+    if (!p.fits || !(p.samples_per_joule > 0)) continue;
+    const double j = 1 / p.samples_per_joule;
+    joules = any ? std::min(joules, j) : j;
+    gpu = any ? std::min(gpu, p.gpu_average_watts) : p.gpu_average_watts;
+    node = any ? std::min(node, p.node_average_watts) : p.node_average_watts;
+    any = true;
+  }
+  if (!any) return "no fitting batch has an energy";
+  const EnergyBudget& b = *o.energy_budget;
+  std::string out = "the fitting batches reach at best";
+  if (b.joules_per_sample) out += fmt::format(" {} per sample (budget {})", detail::format_joules(joules), detail::format_joules(*b.joules_per_sample));
+  if (b.gpu_average_watts) out += fmt::format(" {} per GPU (budget {})", detail::format_watts(gpu), detail::format_watts(*b.gpu_average_watts));
+  if (b.node_average_watts) out += fmt::format(" {} per node (budget {})", detail::format_watts(node), detail::format_watts(*b.node_average_watts));
+  return out;
+}
+
+// Which simulated batches the loader or the storage bounds, per strategy (or configuration), so
+// that a reader sees where adding workers or bandwidth would pay.
+std::string io_bound_lines(const std::vector<std::pair<std::string, const StrategyPlan*>>& plans) {
+  std::string out;
+  for (const auto& [name, s] : plans) {
+    for (const IterationBound bound : {IterationBound::loader, IterationBound::storage}) {
+      std::string batches;
+      double most_wait = 0;
+      for (const PlanPoint& p : s->points) {
+        if (!p.io_modelled || p.io_bound != bound) continue;
+        batches += (batches.empty() ? "" : ", ") + std::to_string(p.batch);
+        most_wait = std::max(most_wait, p.data_wait_seconds);
+      }
+      if (!batches.empty()) {
+        out += fmt::format("{}-bound: {} at batch{} {} (waiting up to {} per iteration for the batch)\n", to_string(bound), name,
+                           batches.find(',') == std::string::npos ? "" : "es", batches, format_seconds(most_wait));
+      }
+    }
+  }
+  return out.empty() ? out : "\n" + out;
+}
+
+// The lines under the header that say what the batches and samples/s of a cluster plan mean.
+std::string cluster_lines(const BatchSizePlan& plan) {
+  const int gpus = plan.cluster.ranks();
+  std::string out = fmt::format("GPUs       {}, {}, optimizer on {}: batches are per-GPU micro-batches; samples/s are global (micro-batch x {} / {}iteration time)\n",
+                                describe_shape(plan.cluster), data_parallel_name(plan.zero_stage, plan.fsdp), models::optimizer_place(plan.offload_optimizer), gpus,
+                                plan.io_modelled ? "mean " : "");
+  out += "Scaling    efficiency: the same strategy and micro-batch on one GPU alone (its memory unbounded) over the iteration time here\n";
+  return out;
+}
+
+std::string limit_lines(const PlanOptions& o, bool io) {
+  std::string out = fmt::format(
+      "Limits     at the best batch: network where the exposed collectives (compute stream idle) take >= {0:g}% of the iteration, host where\n"
+      "           the compute stream's wait for launches does (the larger of the two), else compute; memory where no micro-batch fits\n",
+      100 * o.bottleneck_share);
+  if (io) {
+    out += fmt::format("           with I/O, first loader or storage where the iteration waits for its batch, and checkpoint where the checkpoint's\n"
+                       "           cost per iteration takes >= {:g}% of the mean iteration (and more than the collectives or the host)\n",
+                       100 * o.bottleneck_share);
+  }
+  if (o.energy_budget) out += "           energy_budget where micro-batches fit but none is within plan.energy_budget\n";
+  return out;
+}
+
+std::string cluster_search_text(const BatchSizePlan& plan) {
+  const ClusterSearch& search = *plan.cluster_search;
+  const auto& o = plan.options;
+  std::string sizes, stages;
+  for (const ClusterShape shape : search.shapes) sizes += (sizes.empty() ? "" : ", ") + std::to_string(shape.ranks());
+  for (const int stage : search.zero_stages) stages += (stages.empty() ? "" : ", ") + data_parallel_name(stage, plan.fsdp);
+  std::string places;
+  for (const auto& offload : search.offload_optimizer) places += (places.empty() ? "" : ", ") + models::optimizer_place(offload);
+  const std::size_t strategies = search.candidates.empty() ? 0 : static_cast<std::size_t>(std::count_if(search.candidates.begin(), search.candidates.end(), [&](const ClusterCandidate& c) {
+    const ClusterCandidate& first = search.candidates.front();
+    return c.shape.ranks() == first.shape.ranks() && c.zero_stage == first.zero_stage && c.offload_optimizer == first.offload_optimizer;
+  }));
+  std::string out = fmt::format("Cluster    search over {} GPUs x {} x optimizer on {} x {} strateg{}: {} configuration{}; batches are per-GPU micro-batches, samples/s global\n",
+                                sizes.empty() ? "no" : sizes, stages, places, strategies, strategies == 1 ? "y" : "ies", search.candidates.size(),
+                                search.candidates.size() == 1 ? "" : "s");
+  if (o.target_global_batch) {
+    out += fmt::format(
+        "Target     global batch {0} = micro-batch x steps x GPUs exactly: each configuration runs {0} / GPUs per GPU in one step where that\n"
+        "           fits, else the largest micro-batch dividing it that fits, with gradient accumulation simulated (DDP's no_sync micro-steps)\n",
+        *o.target_global_batch);
+  } else {
+    out += "Target     none: each configuration runs its fastest micro-batch, so global batches differ (plan.target_global_batch fixes one)\n";
+  }
+  out += "Scaling    efficiency: the same strategy and micro-batch on one GPU alone (its memory unbounded) over the iteration time here\n";
+  out += limit_lines(o, plan.io_modelled);
+  std::size_t width = 8;
+  for (const auto& c : search.candidates) width = std::max(width, c.plan.strategy.size());
+  // With I/O the iteration column is the mean iteration (the replay's + the waits), and the wait,
+  // checkpoint and bound columns follow; with an energy budget or objective, the energy columns.
+  const std::string io_head = plan.io_modelled ? "  " + io_header_cells(plan, false) : "";
+  const std::string energy_head = shows_energy(o) ? (plan.io_modelled ? "" : "  ") + energy_header_cells() : "";
+  std::string head = fmt::format("{:>5}  {:>7}  {:<6}  {:<9}  {:<{}}  {:>11}  {:>5}  {:>10}  {:>16}  {:>10}  {:>7}  {:>8}  {:>9}  {:>11}  {:<7}", "GPUs", "nodes",
+                                 "DP", "optimizer", "strategy", width, "micro-batch", "steps", plan.io_modelled ? "mean iter." : "iteration",
+                                 "global samples/s", "per sample", "scaling", "exposed", "host wait", "peak/GPU", "limit");
+  head += io_head + energy_head;
+  while (!head.empty() && head.back() == ' ') head.pop_back();
+  out += "\n" + head + "\n";
+  for (const auto& c : search.candidates) {
+    const StrategyPlan& s = c.plan;
+    std::string row = fmt::format("{:>5}  {:>7}  {:<6}  {:<9}  {:<{}}  ", c.shape.ranks(), fmt::format("{}x{}", c.shape.nodes, c.shape.gpus_per_node),
+                                  data_parallel_name(c.zero_stage, plan.fsdp), models::optimizer_place(c.offload_optimizer), s.strategy, width);
+    if (!s.best_batch) {
+      row += fmt::format("{:>11}  {:>5}  {:>10}  {:>16}  {:>10}  {:>7}  {:>8}  {:>9}  {:>11}  {}", "-", "-", "-", "-", "-", "-", "-", "-",
+                         s.points.empty() ? "-" : format_bytes(s.points.front().peak_bytes), to_string(s.limit));
+      if (s.limit == PlanLimit::energy_budget) row += ": " + closest_to_budget(s, o);
+      out += row + "\n";
+      continue;
+    }
+    const PlanPoint& p = *point_at(s, *s.best_batch);
+    row += fmt::format("{:>11}  {:>5}  {:>10}  {:>16.1f}  {:>10}  {:>7}  {:>8}  {:>9}  {:>11}  {:<7}", *s.best_batch,
+                       (c.accumulation_estimated() ? "~" : "") + std::to_string(s.accumulation_steps), format_seconds(p.mean_iteration_seconds),
+                       s.best_samples_per_second, format_seconds(1 / s.best_samples_per_second), percent_or_dash(s.scaling_efficiency),
+                       fmt::format("{:.1f}%", 100 * p.exposed_communication_seconds / p.iteration_seconds),
+                       fmt::format("{:.1f}%", 100 * p.host_wait_seconds / p.iteration_seconds), format_bytes(p.peak_bytes), to_string(s.limit));
+    if (plan.io_modelled) row += "  " + io_cells(p, plan, false);
+    if (shows_energy(o)) row += (plan.io_modelled ? "" : "  ") + energy_cells(p);
+    while (!row.empty() && row.back() == ' ') row.pop_back();
+    out += row + "\n";
+  }
+  if (plan.io_modelled) {
+    std::vector<std::pair<std::string, const StrategyPlan*>> named;
+    for (const auto& c : search.candidates) {
+      named.emplace_back(fmt::format("{}, {}, optimizer on {}, {}", describe_shape(c.shape), data_parallel_name(c.zero_stage, plan.fsdp),
+                                     models::optimizer_place(c.offload_optimizer), c.plan.strategy),
+                         &c.plan);
+    }
+    out += io_bound_lines(named);
+  }
+  out += "\n";
+  if (search.fastest) {
+    const ClusterCandidate& c = search.candidates[*search.fastest];
+    const StrategyPlan& s = c.plan;
+    out += fmt::format("Fastest: {}, {}, optimizer on {}, {}: micro-batch {} x {} step{}{} per GPU, {} per sample ({:.1f} samples/s), scaling efficiency {}, limited by {}.\n",
+                       describe_shape(c.shape), data_parallel_name(c.zero_stage, plan.fsdp), models::optimizer_place(c.offload_optimizer), s.strategy, *s.best_batch, s.accumulation_steps,
+                       s.accumulation_steps == 1 ? "" : "s", c.accumulation_estimated() ? " (estimated)" : "", format_seconds(1 / s.best_samples_per_second),
+                       s.best_samples_per_second, percent_or_dash(s.scaling_efficiency), to_string(s.limit));
+  } else if (std::any_of(search.candidates.begin(), search.candidates.end(), [](const ClusterCandidate& c) { return c.plan.limit == PlanLimit::energy_budget; })) {
+    out += "Fastest: none: configurations fit, but none within the energy budget (plan.energy_budget): infeasible.\n";
+  } else {
+    out += "Fastest: none: no configuration fits.\n";
+  }
+  for (const auto& note : search.notes) out += "note: " + note + "\n";
+  for (const auto& note : plan.notes) out += "note: " + note + "\n";
+  for (const auto& c : search.candidates) {
+    for (const auto& w : c.plan.warnings) {
+      out += fmt::format("warning: {}, {}, optimizer on {}, {}: {}\n", describe_shape(c.shape), data_parallel_name(c.zero_stage, plan.fsdp),
+                         models::optimizer_place(c.offload_optimizer), c.plan.strategy, w);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string plan_table_text(const BatchSizePlan& plan) {
+  const auto& o = plan.options;
+  std::string out = fmt::format("Plan       {}{}\n", plan.scenario_name, plan.variant.empty() ? "" : "   (variant: " + plan.variant + ")");
+  out += fmt::format("Platform   {}: {} {}; limit {} (margin {:g}%)\n", plan.platform_name, format_bytes(plan.capacity_bytes),
+                     o.memory_metric == MemoryMetric::device
+                         ? "of visible GPU memory"
+                         : fmt::format("PyTorch can use (visible memory less a {} CUDA context)", format_bytes(plan.cuda_context_bytes)),
+                     format_bytes(plan.limit_bytes), o.margin * 100);
+  const char* metric = "";
+  switch (o.memory_metric) {
+    case MemoryMetric::reserved:
+      metric = "reserved: PyTorch's caching allocator (model) must hold the peak's segments within the limit (max_memory_reserved)";
+      break;
+    case MemoryMetric::allocated: metric = "allocated: the allocator model's rounded blocks (max_memory_allocated) within the limit"; break;
+    case MemoryMetric::exact: metric = "exact: the live tensors' bytes within the limit (no allocator rounding or caching)"; break;
+    case MemoryMetric::device: metric = "device: reserved + CUDA context (what nvidia-smi shows) within the limit"; break;
+  }
+  out += fmt::format("Memory     {}; out-of-memory as PyTorch decides it, on reserved segments\n", metric);
+  if (plan.cluster_search && o.target_global_batch) {
+    out += fmt::format("Search     micro-batches up to {} dividing each configuration's share: the share first, then bisection ({} simulations per\n"
+                       "           round); peak memory assumed monotone in the micro-batch\n",
+                       o.max_batch, o.probes_per_round);
+  } else {
+    out += fmt::format("Search     batch 1 to {}, exponential growth then bisection ({} simulations per round); peak memory assumed monotone in the batch\n",
+                       o.max_batch, o.probes_per_round);
+  }
+  out += io_lines(plan) + energy_lines(o);
+  if (plan.cluster_search) return out + cluster_search_text(plan);
+  const bool cluster = plan.cluster.ranks() > 1;
+  if (cluster) out += cluster_lines(plan) + limit_lines(o, plan.io_modelled);
+  if (o.target_global_batch && cluster) {
+    out += fmt::format("Target     global batch {0} by gradient accumulation: {0} / {1} GPUs = {2} samples per GPU in ceil({2} / micro-batch) steps;\n"
+                       "           samples/s = {0} / (steps x iteration time), an estimate: accumulation is not simulated (the optimizer step and the\n"
+                       "           gradient reduction are counted on every micro-batch, so the figures are pessimistic)\n",
+                       *o.target_global_batch, plan.cluster.ranks(), *o.target_global_batch / plan.cluster.ranks());
+  } else if (o.target_global_batch) {
+    out += fmt::format("Target     global batch {} by gradient accumulation: samples/s = {} / (steps x iteration time); the optimizer step is counted\n"
+                       "           on every micro-batch (our trace holds one), so the figures are slightly pessimistic\n",
+                       *o.target_global_batch, *o.target_global_batch);
+  }
+  std::size_t width = 8;
+  for (const auto& s : plan.strategies) width = std::max(width, s.strategy.size());
+  const bool g = o.target_global_batch.has_value();
+  if (cluster) {
+    out += "\n" + fmt::format("{:<{}}  {:>13}  {:>14}  {:>16}  {:>12}  ", "strategy", width, "max batch/GPU", "best batch/GPU", "global samples/s", "peak at best");
+  } else {
+    out += "\n" + fmt::format("{:<{}}  {:>10}  {:>10}  {:>11}  {:>12}  ", "strategy", width, "max batch", "best batch", "samples/s", "peak at best");
+  }
+  if (g) out += fmt::format("{:>11}  ", "accum steps");
+  if (cluster) out += fmt::format("{:>7}  {:>8}  {:>9}  {:<7}  ", "scaling", "exposed", "host wait", "limit");
+  if (plan.io_modelled) out += io_header_cells(plan, true);
+  if (shows_energy(o)) out += energy_header_cells();
+  out += fmt::format("{:>24}  {:>9}  {:>4}\n", "vs baseline: batch, peak", "slowdown", "sims");
+  bool compared = false;
+  for (const auto& s : plan.strategies) {
+    if (!s.max_batch) {
+      out += fmt::format("{:<{}}  {}  ({} simulations)\n", s.strategy, width, strategy_description(s, plan), s.points.size());
+      continue;
+    }
+    const std::string max = s.max_is_ceiling ? fmt::format(">= {}", *s.max_batch) : std::to_string(*s.max_batch);
+    if (!s.best_batch) {
+      // Batches fit, but none within plan.energy_budget: a result, with what the fitting points draw.
+      out += fmt::format("{:<{}}  {:>{}}  none within the energy budget: {}  ({} simulations)\n", s.strategy, width, max, cluster ? 13 : 10,
+                         closest_to_budget(s, o), s.points.size());
+      continue;
+    }
+    if (cluster) {
+      out += fmt::format("{:<{}}  {:>13}  {:>14}  {:>16.1f}  {:>12}  ", s.strategy, width, max, *s.best_batch, s.best_samples_per_second,
+                         format_bytes(s.best_peak_bytes));
+    } else {
+      out += fmt::format("{:<{}}  {:>10}  {:>10}  {:>11.1f}  {:>12}  ", s.strategy, width, max, *s.best_batch, s.best_samples_per_second,
+                         format_bytes(s.best_peak_bytes));
+    }
+    if (g) out += fmt::format("{:>11}  ", s.accumulation_steps);
+    const PlanPoint& p = *point_at(s, *s.best_batch);
+    if (cluster) {
+      out += fmt::format("{:>7}  {:>8}  {:>9}  {:<7}  ", percent_or_dash(s.scaling_efficiency),
+                         fmt::format("{:.1f}%", 100 * p.exposed_communication_seconds / p.iteration_seconds),
+                         fmt::format("{:.1f}%", 100 * p.host_wait_seconds / p.iteration_seconds), to_string(s.limit));
+    }
+    if (plan.io_modelled) out += io_cells(p, plan, true);
+    if (shows_energy(o)) out += energy_cells(p);
+    std::string at = "-", slowdown = "-";
+    if (s.vs_baseline) {
+      compared = true;
+      at = fmt::format("{}, {:+.0f}%", s.vs_baseline->batch, -100 * s.vs_baseline->peak_saved_fraction);
+      slowdown = fmt::format("{:.2f}x", s.vs_baseline->slowdown);
+    }
+    out += fmt::format("{:>24}  {:>9}  {:>4}\n", at, slowdown, s.points.size());
+  }
+  if (compared) {
+    out += "\nvs baseline: at the largest batch both run, the change in peak memory and the iteration time over the baseline's.\n";
+    for (const auto& s : plan.strategies) {
+      if (s.vs_baseline && s.vs_baseline->best_throughput_ratio > 0) {
+        out += fmt::format("best vs best: {} {:.2f}x the baseline's samples/s\n", s.strategy, s.vs_baseline->best_throughput_ratio);
+      }
+    }
+  }
+  if (plan.io_modelled) {
+    std::vector<std::pair<std::string, const StrategyPlan*>> named;
+    for (const StrategyPlan& s : plan.strategies) named.emplace_back(s.strategy, &s);
+    out += io_bound_lines(named);
+  }
+  out += "\n" + verdict(plan) + "\n";
+  for (const auto& note : plan.notes) out += "note: " + note + "\n";
+  for (const auto& s : plan.strategies) {
+    if (s.max_is_ceiling) out += fmt::format("{}: fits up to the search ceiling {} (--max-batch to search further).\n", s.strategy, *s.max_batch);
+    for (const auto& w : s.warnings) out += fmt::format("warning: {}: {}\n", s.strategy, w);
+  }
+  return out;
+}
+
+namespace {
+
+ordered_json opt(const std::optional<double>& v) { return v ? ordered_json(*v) : ordered_json(nullptr); }
+ordered_json opt(const std::optional<std::int64_t>& v) { return v ? ordered_json(*v) : ordered_json(nullptr); }
+
+ordered_json points_json(const std::vector<PlanPoint>& points) {
+  ordered_json out = ordered_json::array();
+  for (const auto& p : points) {
+    out.push_back({{"batch", p.batch},
+                   {"fits", p.fits},
+                   {"out_of_memory", p.out_of_memory},
+                   {"inapplicable", p.inapplicable},
+                   {"simulation_failed", p.simulation_failed},
+                   {"peak_bytes", p.peak_bytes},
+                   {"iteration_seconds", p.iteration_seconds},
+                   {"samples_per_second", p.samples_per_second},
+                   {"stall_seconds", p.stall_seconds},
+                   {"collective_seconds", p.collective_seconds},
+                   {"exposed_communication_seconds", p.exposed_communication_seconds},
+                   {"host_wait_seconds", p.host_wait_seconds},
+                   {"exact_peak_bytes", p.exact_peak_bytes},
+                   {"allocated_peak_bytes", p.allocated_peak_bytes},
+                   {"reserved_peak_bytes", p.reserved_peak_bytes},
+                   {"device_peak_bytes", p.device_peak_bytes},
+                   {"mean_iteration_seconds", p.mean_iteration_seconds},
+                   {"io", p.io_modelled ? ordered_json{{"bound", to_string(p.io_bound)},
+                                                       {"data_wait_seconds", p.data_wait_seconds},
+                                                       {"checkpoint_seconds_per_iteration", p.checkpoint_seconds_per_iteration},
+                                                       {"checkpoint_stall_seconds", p.checkpoint_stall_seconds},
+                                                       {"checkpoint_interval_for_target", p.checkpoint_interval_for_target > 0
+                                                                                              ? ordered_json(p.checkpoint_interval_for_target)
+                                                                                              : ordered_json(nullptr)}}
+                                        : ordered_json(nullptr)},
+                   {"joules", p.joules > 0 ? ordered_json(p.joules) : ordered_json(nullptr)},
+                   {"samples_per_joule", p.samples_per_joule > 0 ? ordered_json(p.samples_per_joule) : ordered_json(nullptr)},
+                   {"gpu_average_watts", p.joules > 0 ? ordered_json(p.gpu_average_watts) : ordered_json(nullptr)},
+                   {"node_average_watts", p.joules > 0 ? ordered_json(p.node_average_watts) : ordered_json(nullptr)},
+                   {"within_energy_budget", p.within_energy_budget}});
+  }
+  return out;
+}
+
+// plan.energy_budget: null, or its bounds (null where not given).
+ordered_json budget_json(const std::optional<EnergyBudget>& budget) {
+  if (!budget) return nullptr;
+  const auto bound = [](const std::optional<double>& v) { return v ? ordered_json(*v) : ordered_json(nullptr); };
+  return {{"joules_per_sample", bound(budget->joules_per_sample)},
+          {"gpu_average_watts", bound(budget->gpu_average_watts)},
+          {"node_average_watts", bound(budget->node_average_watts)}};
+}
+
+// null (the GPU) or {"device": "cpu", "ratio", "prefetch_optimizer_gap" (null without Deep
+// Optimizer States), "part_grads_async"}
+ordered_json offload_json(const std::optional<models::OptimizerOffloadSpec>& offload) {
+  if (!offload) return nullptr;
+  return {{"device", "cpu"},
+          {"ratio", offload->ratio},
+          {"prefetch_optimizer_gap", offload->prefetch_optimizer ? ordered_json(offload->prefetch_optimizer_gap) : ordered_json(nullptr)},
+          {"part_grads_async", offload->part_grads_async}};
+}
+
+ordered_json shape_json(ClusterShape shape, int zero_stage, bool fsdp, const std::optional<models::OptimizerOffloadSpec>& offload) {
+  return {{"gpus", shape.ranks()},
+          {"nodes", shape.nodes},
+          {"gpus_per_node", shape.gpus_per_node},
+          {"zero_stage", zero_stage},
+          {"data_parallel", zero_stage == 0 ? "ddp" : fsdp ? "fsdp2" : fmt::format("zero-{}", zero_stage)},
+          {"offload_optimizer", offload_json(offload)}};
+}
+
+ordered_json plan_to_json(const BatchSizePlan& plan) {
+  ordered_json j = detail::document_header("plan");
+  j["scenario"] = detail::scenario_json(plan.scenario_name, plan.scenario_source);
+  j["variant"] = plan.variant.empty() ? ordered_json(nullptr) : ordered_json(plan.variant);
+  j["platform"] = {{"name", plan.platform_name}, {"source", plan.platform_source}, {"gpu", plan.gpu_name}, {"memory_capacity_bytes", plan.capacity_bytes},
+                   {"cuda_context_bytes", plan.cuda_context_bytes}};
+  j["limit_bytes"] = plan.limit_bytes;
+  // jobs and progress are left out: they do not change the plan, and documents must not differ by them.
+  j["options"] = {{"margin", plan.options.margin},
+                  {"memory_metric", to_string(plan.options.memory_metric)},
+                  {"max_batch", plan.options.max_batch},
+                  {"target_global_batch", opt(plan.options.target_global_batch)},
+                  {"probes_per_round", plan.options.probes_per_round},
+                  {"bottleneck_share", plan.options.bottleneck_share},
+                  {"objective", plan.options.objective == PlanObjective::samples_per_joule ? "samples_per_joule" : "samples_per_second"},
+                  {"energy_budget", budget_json(plan.options.energy_budget)},
+                  {"checkpoint_overhead", opt(plan.checkpoint_overhead)}};
+  j["io_modelled"] = plan.io_modelled;
+  // The GPUs the batches are per (batches are per-GPU micro-batches and samples/s global); null
+  // on one GPU and for a cluster search, whose candidates carry their own.
+  j["cluster"] = (plan.cluster.ranks() > 1 || plan.offload_optimizer) && !plan.cluster_search ? shape_json(plan.cluster, plan.zero_stage, plan.fsdp, plan.offload_optimizer)
+                                                                                               : ordered_json(nullptr);
+  ordered_json strategies = ordered_json::array();
+  for (const auto& s : plan.strategies) {
+    ordered_json js;
+    js["strategy"] = detail::strategy_json(s.spec);
+    js["fits_at_batch_1"] = s.max_batch.has_value();
+    js["max_batch"] = opt(s.max_batch);
+    js["max_is_ceiling"] = s.max_is_ceiling;
+    js["best_batch"] = opt(s.best_batch);
+    js["best_samples_per_second"] = s.best_samples_per_second;
+    js["best_samples_per_joule"] = s.best_samples_per_joule > 0 ? ordered_json(s.best_samples_per_joule) : ordered_json(nullptr);
+    js["best_peak_bytes"] = s.best_peak_bytes;
+    js["accumulation_steps"] = s.accumulation_steps;
+    js["one_gpu_iteration_seconds"] = opt(s.one_gpu_iteration_seconds);
+    js["scaling_efficiency"] = opt(s.scaling_efficiency);
+    js["limit"] = to_string(s.limit);
+    if (s.vs_baseline) {
+      js["vs_baseline"] = {{"batch", s.vs_baseline->batch},
+                           {"peak_saved_fraction", s.vs_baseline->peak_saved_fraction},
+                           {"allocated_saved_fraction", s.vs_baseline->allocated_saved_fraction},
+                           {"reserved_saved_fraction", s.vs_baseline->reserved_saved_fraction},
+                           {"slowdown", s.vs_baseline->slowdown},
+                           {"best_throughput_ratio", s.vs_baseline->best_throughput_ratio}};
+    } else {
+      js["vs_baseline"] = nullptr;
+    }
+    js["warnings"] = s.warnings;
+    js["points"] = points_json(s.points);
+    strategies.push_back(std::move(js));
+  }
+  j["strategies"] = std::move(strategies);
+  if (plan.cluster_search) {
+    const ClusterSearch& search = *plan.cluster_search;
+    ordered_json shapes = ordered_json::array();
+    for (const ClusterShape shape : search.shapes) shapes.push_back({{"gpus", shape.ranks()}, {"nodes", shape.nodes}, {"gpus_per_node", shape.gpus_per_node}});
+    ordered_json candidates = ordered_json::array();
+    for (const ClusterCandidate& c : search.candidates) {
+      const StrategyPlan& s = c.plan;
+      ordered_json jc = shape_json(c.shape, c.zero_stage, plan.fsdp, c.offload_optimizer);
+      jc["strategy"] = detail::strategy_json(s.spec);
+      jc["fits"] = c.fits();
+      jc["max_micro_batch"] = opt(s.max_batch);
+      jc["max_is_ceiling"] = s.max_is_ceiling;
+      jc["micro_batch"] = opt(s.best_batch);
+      jc["accumulation_steps"] = s.accumulation_steps;
+      jc["accumulation_estimated"] = c.accumulation_estimated();
+      const PlanPoint* best = s.best_batch ? point_at(s, *s.best_batch) : nullptr;
+      jc["iteration_seconds"] = best ? ordered_json(best->iteration_seconds) : ordered_json(nullptr);
+      jc["mean_iteration_seconds"] = best ? ordered_json(best->mean_iteration_seconds) : ordered_json(nullptr);
+      jc["samples_per_joule"] = s.best_samples_per_joule > 0 ? ordered_json(s.best_samples_per_joule) : ordered_json(nullptr);
+      jc["samples_per_second"] = s.best_samples_per_second;
+      jc["seconds_per_sample"] = s.best_samples_per_second > 0 ? ordered_json(1 / s.best_samples_per_second) : ordered_json(nullptr);
+      jc["one_gpu_iteration_seconds"] = opt(s.one_gpu_iteration_seconds);
+      jc["scaling_efficiency"] = opt(s.scaling_efficiency);
+      jc["exposed_communication_seconds"] = best ? ordered_json(best->exposed_communication_seconds) : ordered_json(nullptr);
+      jc["host_wait_seconds"] = best ? ordered_json(best->host_wait_seconds) : ordered_json(nullptr);
+      jc["peak_bytes"] = best ? ordered_json(best->peak_bytes) : ordered_json(nullptr);
+      jc["limit"] = to_string(s.limit);
+      jc["warnings"] = s.warnings;
+      jc["points"] = points_json(s.points);
+      candidates.push_back(std::move(jc));
+    }
+    ordered_json offloads = ordered_json::array();
+    for (const auto& offload : search.offload_optimizer) offloads.push_back(offload_json(offload));
+    j["cluster_search"] = {{"shapes", std::move(shapes)},
+                           {"zero_stages", search.zero_stages},
+                           {"offload_optimizer", std::move(offloads)},
+                           {"candidates", std::move(candidates)},
+                           {"fastest", search.fastest ? ordered_json(*search.fastest) : ordered_json(nullptr)},
+                           {"notes", search.notes}};
+  } else {
+    j["cluster_search"] = nullptr;
+  }
+  j["notes"] = plan.notes;
+  return j;
+}
+
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\n") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+}  // namespace
+
+std::string plan_json(const BatchSizePlan& plan) { return plan_to_json(plan).dump(2) + "\n"; }
+
+std::string plan_csv(const std::vector<BatchSizePlan>& plans) {
+  // samples_per_second is global (batch x gpus / iteration); the cluster columns come last so
+  // that readers of the one-GPU columns keep their positions.
+  std::string out =
+      "variant,scenario,platform,strategy,batch,fits,out_of_memory,inapplicable,simulation_failed,peak_bytes,iteration_seconds,samples_per_second,stall_seconds,"
+      "gpus,nodes,gpus_per_node,zero_stage,collective_seconds,exposed_communication_seconds,host_wait_seconds,optimizer,"
+      "mean_iteration_seconds,io_bound,data_wait_seconds,checkpoint_seconds_per_iteration,checkpoint_interval_for_target,joules,samples_per_joule,"
+      "within_energy_budget\n";
+  const auto rows = [&](const BatchSizePlan& plan, const StrategyPlan& s, ClusterShape shape, int zero_stage, const std::optional<models::OptimizerOffloadSpec>& offload) {
+    for (const auto& p : s.points) {
+      // The I/O and energy columns are empty where the point has none.
+      const std::string bound = p.io_modelled ? std::string(to_string(p.io_bound)) : "";
+      const std::string interval = p.checkpoint_interval_for_target > 0 ? std::to_string(p.checkpoint_interval_for_target) : "";
+      const std::string joules = p.joules > 0 ? fmt::format("{}", p.joules) : "";
+      const std::string per_joule = p.samples_per_joule > 0 ? fmt::format("{}", p.samples_per_joule) : "";
+      out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(plan.variant),
+                         csv_field(plan.scenario_name), csv_field(plan.platform_name), csv_field(s.strategy), p.batch, p.fits ? 1 : 0, p.out_of_memory ? 1 : 0,
+                         p.inapplicable ? 1 : 0, p.simulation_failed ? 1 : 0, p.peak_bytes, p.iteration_seconds, p.samples_per_second, p.stall_seconds,
+                         shape.ranks(), shape.nodes, shape.gpus_per_node, zero_stage, p.collective_seconds, p.exposed_communication_seconds,
+                         p.host_wait_seconds, csv_field(models::optimizer_place(offload)), p.mean_iteration_seconds, bound, p.data_wait_seconds,
+                         p.checkpoint_seconds_per_iteration, interval, joules, per_joule, p.within_energy_budget ? 1 : 0);
+    }
+  };
+  for (const BatchSizePlan& plan : plans) {
+    for (const auto& s : plan.strategies) rows(plan, s, plan.cluster, plan.zero_stage, plan.offload_optimizer);
+    if (plan.cluster_search) {
+      for (const auto& c : plan.cluster_search->candidates) rows(plan, c.plan, c.shape, c.zero_stage, c.offload_optimizer);
+    }
+  }
+  return out;
+}
+
+std::string plan_csv(const BatchSizePlan& plan) { return plan_csv(std::vector<BatchSizePlan>{plan}); }
+
+}  // namespace comptrain::sim

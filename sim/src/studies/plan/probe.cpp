@@ -1,0 +1,73 @@
+#include "studies/plan/probe.hpp"
+
+#include <optional>
+#include <utility>
+#include <variant>
+
+#include "comptrain/sim/engine/io_simulation.hpp"
+#include "comptrain/sim/engine/replay.hpp"
+#include "comptrain/sim/metrics/communication_time.hpp"
+#include "comptrain/sim/metrics/iteration_energy.hpp"
+
+namespace comptrain::sim::planner {
+
+std::string probe(const PreparedScenario& given, const models::StrategySpec& spec, std::int64_t batch, const ProbeIo& io, int steps) {
+  std::optional<PreparedScenario> accumulating;
+  if (steps > 0 && steps != given.scenario().accumulation_steps) {
+    Scenario scenario = given.scenario();
+    scenario.accumulation_steps = steps;
+    accumulating.emplace(std::move(scenario));
+  }
+  const PreparedScenario& prepared = accumulating ? *accumulating : given;
+  ProbedPoint probed;
+  PlanPoint& point = probed.point;
+  point.batch = batch;
+  auto scheduled = schedule_run(prepared, spec, batch);
+  if (const auto* not_applicable = std::get_if<models::NotApplicable>(&scheduled)) {
+    point.inapplicable = true;
+    probed.note = not_applicable->reason;
+  } else {
+    const ScheduledRun& run = std::get<ScheduledRun>(scheduled);
+    // SimGrid's engine runs once per process and a child forked after it ran inherits its state:
+    // with I/O to simulate, the replay runs in a child and the I/O here, in the worker.
+    const SimulationResult r = replay(prepared, run, io.run ? Isolation::child_process : Isolation::this_process);
+    if (r.out_of_memory) {
+      point.out_of_memory = true;
+      point.peak_bytes = out_of_memory_peak(*r.out_of_memory);
+    } else {
+      point.exact_peak_bytes = r.peak_bytes;
+      point.allocated_peak_bytes = r.device.peak_allocated;
+      point.reserved_peak_bytes = r.device.peak_reserved;
+      point.device_peak_bytes = r.device.device_peak();
+      point.iteration_seconds = r.iteration_seconds;
+      point.mean_iteration_seconds = r.iteration_seconds;
+      point.stall_seconds = r.compute_stall_seconds;
+      point.host_wait_seconds = r.host_wait_seconds;
+      const CommunicationTime communication = communication_time(run.schedule, r);
+      point.collective_seconds = communication.collective_seconds;
+      point.exposed_communication_seconds = communication.exposed_seconds;
+      std::optional<IoResult> io_result;
+      if (io.run && peak_in(io.metric, peaks_of(point)) <= io.limit_bytes) io_result = simulate_run_io(prepared, run, r, Isolation::this_process);
+      if (io_result) {
+        point.io_modelled = true;
+        point.io_bound = io_result->bound;
+        point.mean_iteration_seconds = io_result->mean_iteration_seconds;
+        point.data_wait_seconds = io_result->data_wait_seconds;
+        if (const auto& c = io_result->checkpoint) {
+          point.checkpoint_seconds_per_iteration = c->seconds_per_iteration;
+          point.checkpoint_stall_seconds = c->stall_seconds;
+          point.checkpoint_interval_for_target = c->interval_for_target.value_or(0);
+        }
+      }
+      if (r.energy) {
+        const IterationEnergy energy = iteration_energy(*r.energy, io_result ? &*io_result : nullptr, prepared.platform());
+        point.joules = energy.total_joules;
+        point.gpu_average_watts = energy.gpu_average_watts();
+        point.node_average_watts = energy.node_average_watts();
+      }
+    }
+  }
+  return wire::encode(probed);
+}
+
+}  // namespace comptrain::sim::planner

@@ -103,6 +103,15 @@ class Writer {
     const std::string text = original && !original->written.empty() ? original->written : formatted;
     entry(path.back(), text, original && !original->comment.empty() ? original->comment : comments_.otherwise);
   }
+  // A list of whole numbers (a topology's shape), as a flow sequence; its comment as value's.
+  void list(const std::vector<std::string>& path, const std::vector<int>& values) {
+    std::optional<std::string> comment = callers(path);
+    if (!comment) {
+      const auto original = original_.find(path);
+      comment = original && !original->comment.empty() ? original->comment : comments_.otherwise;
+    }
+    out_ << YAML::Key << path.back() << YAML::Value << YAML::Flow << values << YAML::Comment(*comment);
+  }
   void begin(const std::vector<std::string>& path) {
     out_ << YAML::Key << path.back();
     std::optional<std::string> comment = callers(path);
@@ -157,6 +166,7 @@ void write_gpu(Writer& w, const GpuSpec& g) {
     if (g.in_job_power != g.idle_power) w.value({"gpu", "power", "in_job"}, scaled_text(g.in_job_power, 1, "W"));
     if (g.memory_bound_power > 0) w.value({"gpu", "power", "memory_bound"}, scaled_text(g.memory_bound_power, 1, "W"));
     if (g.dram_power > 0) w.value({"gpu", "power", "dram"}, scaled_text(g.dram_power, 1, "W"));
+    if (g.power_limit > 0) w.value({"gpu", "power", "limit"}, scaled_text(g.power_limit, 1, "W"));
     if (g.floor_clock > 0) {
       w.begin({"gpu", "power", "dvfs"});
       w.value({"gpu", "power", "dvfs", "floor_clock"}, fmt::format("{:.6g}", g.floor_clock));
@@ -183,15 +193,124 @@ void write_host(Writer& w, const HostSpec& h) {
     w.value({"host", "dispatch", "optimizer"}, scaled_text(h.dispatch.optimizer, 1e-6, "us"));
     w.end();
   }
+  if (h.torch_save_bandwidth > 0) w.value({"host", "torch_save_bandwidth"}, scaled_text(h.torch_save_bandwidth, 1e9, "GB/s"));
+  if (h.max_power > 0) {
+    w.begin({"host", "power"});
+    w.value({"host", "power", "idle"}, scaled_text(h.idle_power, 1, "W"));
+    w.value({"host", "power", "max"}, scaled_text(h.max_power, 1, "W"));
+    w.end();
+  }
   w.end();
 }
 
-void write_link(Writer& w, const std::string& key, const LinkSpec& l) {
-  w.begin({key});
-  w.value({key, "name"}, l.name);
-  w.value({key, "bandwidth"}, scaled_text(l.bandwidth, 1e9, "GB/s"));
-  w.value({key, "latency"}, scaled_text(l.latency, 1e-6, "us"));
-  if (l.pageable_bandwidth > 0) w.value({key, "pageable_bandwidth"}, scaled_text(l.pageable_bandwidth, 1e9, "GB/s"));
+// A link's power, W per direction idle and busy; 0/0 is "not modelled", the reader's default.
+void write_link_power(Writer& w, std::vector<std::string> path, double idle, double busy) {
+  if (idle == 0 && busy == 0) return;
+  path.emplace_back("power");
+  w.begin(path);
+  path.emplace_back("idle");
+  w.value(path, scaled_text(idle, 1, "W"));
+  path.back() = "busy";
+  w.value(path, scaled_text(busy, 1, "W"));
+  w.end();
+}
+
+// The link at `path`: {"host_link"}, {"gpu_link"} or {"network", "link"}.
+void write_link(Writer& w, const std::vector<std::string>& path, const LinkSpec& l) {
+  const auto at = [&path](const char* key) {
+    std::vector<std::string> out = path;
+    out.emplace_back(key);
+    return out;
+  };
+  w.begin(path);
+  w.value(at("name"), l.name);
+  w.value(at("bandwidth"), scaled_text(l.bandwidth, 1e9, "GB/s"));
+  w.value(at("latency"), scaled_text(l.latency, 1e-6, "us"));
+  if (l.pageable_bandwidth > 0) w.value(at("pageable_bandwidth"), scaled_text(l.pageable_bandwidth, 1e9, "GB/s"));
+  write_link_power(w, path, l.idle_power, l.busy_power);
+  w.end();
+}
+
+void write_nic(Writer& w, const NicSpec& nic) {
+  w.begin({"nic"});
+  w.value({"nic", "name"}, nic.name);
+  w.value({"nic", "bandwidth"}, scaled_text(nic.bandwidth, 1e9, "GB/s"));
+  w.value({"nic", "latency"}, scaled_text(nic.latency, 1e-6, "us"));
+  w.value({"nic", "per_node"}, std::to_string(nic.per_node));
+  write_link_power(w, {"nic"}, nic.idle_power, nic.busy_power);
+  w.end();
+}
+
+void write_network(Writer& w, const NetworkSpec& n) {
+  w.begin({"network"});
+  w.value({"network", "topology"}, std::string(to_string(n.topology)));
+  w.value({"network", "nodes"}, std::to_string(n.nodes));
+  switch (n.topology) {
+    case NetworkTopology::fat_tree:
+      w.begin({"network", "fat_tree"});
+      w.value({"network", "fat_tree", "levels"}, std::to_string(n.fat_tree.levels));
+      w.list({"network", "fat_tree", "down"}, n.fat_tree.down);
+      w.list({"network", "fat_tree", "up"}, n.fat_tree.up);
+      w.list({"network", "fat_tree", "links"}, n.fat_tree.links);
+      w.end();
+      break;
+    case NetworkTopology::dragonfly: {
+      const DragonflyShape& d = n.dragonfly;
+      w.begin({"network", "dragonfly"});
+      w.list({"network", "dragonfly", "groups"}, {d.groups, d.group_links});
+      w.list({"network", "dragonfly", "chassis"}, {d.chassis, d.chassis_links});
+      w.list({"network", "dragonfly", "routers"}, {d.routers, d.router_links});
+      w.value({"network", "dragonfly", "nodes"}, std::to_string(d.nodes));
+      w.end();
+      break;
+    }
+    case NetworkTopology::torus:
+      w.list({"network", "torus"}, n.torus);
+      break;
+  }
+  write_link(w, {"network", "link"}, n.link);
+  w.end();
+}
+
+// Written when it differs from what the reader takes for an absent section (bandwidth terms only,
+// NCCL's tree constants, NCCL's own algorithm choice); then whole, every key given.
+void write_collectives(Writer& w, const CollectiveLatency& c) {
+  const CollectiveLatency absent;
+  if (c.base == absent.base && c.intra_node_step == absent.intra_node_step && c.inter_node_step == absent.inter_node_step &&
+      c.network_overhead == absent.network_overhead && c.tree_base == absent.tree_base && c.tree_intra_node_step == absent.tree_intra_node_step &&
+      c.tree_inter_node_step == absent.tree_inter_node_step && c.algorithm == absent.algorithm) {
+    return;
+  }
+  w.begin({"collectives"});
+  w.value({"collectives", "base_latency"}, scaled_text(c.base, 1e-6, "us"));
+  w.value({"collectives", "intra_node_step"}, scaled_text(c.intra_node_step, 1e-6, "us"));
+  w.value({"collectives", "inter_node_step"}, scaled_text(c.inter_node_step, 1e-6, "us"));
+  w.value({"collectives", "network_overhead"}, scaled_text(c.network_overhead, 1e-6, "us"));
+  w.value({"collectives", "tree_base_latency"}, scaled_text(c.tree_base, 1e-6, "us"));
+  w.value({"collectives", "tree_intra_node_step"}, scaled_text(c.tree_intra_node_step, 1e-6, "us"));
+  w.value({"collectives", "tree_inter_node_step"}, scaled_text(c.tree_inter_node_step, 1e-6, "us"));
+  w.value({"collectives", "algorithm"}, std::string(to_string(c.algorithm)));
+  w.end();
+}
+
+void write_storage(Writer& w, const StorageSpec& storage) {
+  w.begin({"storage"});
+  if (const auto& local = storage.local) {
+    w.begin({"storage", "local"});
+    w.value({"storage", "local", "name"}, local->name);
+    w.value({"storage", "local", "read_bandwidth"}, scaled_text(local->read_bandwidth, 1e9, "GB/s"));
+    w.value({"storage", "local", "write_bandwidth"}, scaled_text(local->write_bandwidth, 1e9, "GB/s"));
+    w.end();
+  }
+  if (const auto& shared = storage.shared) {
+    w.begin({"storage", "shared"});
+    w.value({"storage", "shared", "name"}, shared->name);
+    w.value({"storage", "shared", "read_bandwidth"}, scaled_text(shared->read_bandwidth, 1e9, "GB/s"));
+    w.value({"storage", "shared", "write_bandwidth"}, scaled_text(shared->write_bandwidth, 1e9, "GB/s"));
+    w.value({"storage", "shared", "per_node_bandwidth"}, scaled_text(shared->per_node_bandwidth, 1e9, "GB/s"));
+    w.value({"storage", "shared", "latency"}, scaled_text(shared->latency, 1e-6, "us"));
+    w.end();
+  }
   w.end();
 }
 
@@ -223,10 +342,14 @@ std::string platform_to_yaml(const Platform& platform, const PlatformYamlComment
   w.entry("name", platform.name, comments.comment_for ? comments.comment_for({"name"}).value_or(comments.otherwise) : comments.otherwise);
   write_gpu(w, platform.gpu);
   write_host(w, platform.host);
-  write_link(w, "host_link", platform.host_link);
-  if (platform.gpu_link.bandwidth > 0) write_link(w, "gpu_link", platform.gpu_link);
+  write_link(w, {"host_link"}, platform.host_link);
+  if (platform.gpu_link.bandwidth > 0) write_link(w, {"gpu_link"}, platform.gpu_link);
   w.value({"gpus_per_node"}, std::to_string(platform.gpus_per_node));
   write_efficiency(w, platform.efficiency);
+  if (platform.nic) write_nic(w, *platform.nic);
+  if (platform.network) write_network(w, *platform.network);
+  write_collectives(w, platform.collectives);
+  if (platform.storage) write_storage(w, *platform.storage);
   out << YAML::EndMap;
   if (!out.good()) throw std::logic_error("platform_to_yaml: " + out.GetLastError());
   return std::string(out.c_str()) + "\n";

@@ -98,6 +98,9 @@ class Writer {
   // A value of the platform, `formatted`: as the original text has it, with its comment there,
   // unless the caller comments it.
   void value(const std::vector<std::string>& path, const std::string& formatted) {
+    if (comments_.text_for) {
+      if (auto text = comments_.text_for(path)) return entry(path.back(), *text, callers(path).value_or(comments_.otherwise));
+    }
     if (auto own = callers(path)) return entry(path.back(), formatted, *own);
     const auto original = original_.find(path);
     const std::string text = original && !original->written.empty() ? original->written : formatted;
@@ -128,7 +131,8 @@ class Writer {
   YAML::Emitter& emitter() { return out_; }
 
   void entry(const std::string& key, const std::string& text, const std::string& comment) {
-    out_ << YAML::Key << key << YAML::Value << text << YAML::Comment(comment);
+    out_ << YAML::Key << key << YAML::Value << text;
+    if (!comment.empty()) out_ << YAML::Comment(comment);
   }
 
  private:

@@ -32,6 +32,10 @@ struct PlatformYamlComments {
   // the caller has its own (a fitted or measured value); such a value is formatted from the
   // platform, never copied from the original text. nullopt: as above. May be empty.
   std::function<std::optional<std::string>(const std::vector<std::string>& path)> comment_for;
+  // The text of the value at a path when the caller has its own (a measured value at the digits
+  // it was measured to); it must read back as the platform's value. nullopt: formatted from the
+  // platform, or copied from the original text as above.
+  std::function<std::optional<std::string>(const std::vector<std::string>& path)> text_for;
 };
 
 // `platform` as YAML that parse_platform reads back to the same values.

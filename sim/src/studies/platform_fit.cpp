@@ -16,7 +16,10 @@
 #include "comptrain/models/shipped_or_file.hpp"
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/sim/config/scenario.hpp"
+#include "comptrain/sim/metrics/memory_peak.hpp"
+#include "comptrain/sim/runtime/wire.hpp"
 #include "comptrain/sim/runtime/workers.hpp"
+#include "comptrain/sim/studies/prediction.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/support/yaml_errors.hpp"
@@ -165,25 +168,25 @@ struct LoadedMeasurement {
   std::int64_t batch = 0;
 };
 
-// A prediction as a worker sends it back: "v<samples/s>" or "n<why there is none>".
-std::string predict_in_worker(Scenario scenario, const models::Efficiency& efficiency) {
+// One measurement's predicted samples/s under `efficiency`, or why there is none.
+Prediction predict_in_worker(Scenario scenario, const models::Efficiency& efficiency) {
   scenario.platform->efficiency = efficiency;
   const PreparedScenario prepared(std::move(scenario));
   const std::int64_t batch = prepared.batch_size();
   RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, batch, Isolation::this_process);
   if (const auto* inapplicable = std::get_if<models::NotApplicable>(&outcome)) {
-    return fmt::format("nthe strategy does not apply at batch {} ({})", batch, inapplicable->reason);
+    return Prediction::none(fmt::format("the strategy does not apply at batch {} ({})", batch, inapplicable->reason));
   }
   const CompletedRun& completed = std::get<CompletedRun>(outcome);
   const SimulationResult& r = completed.result;
   if (const auto& oom = r.out_of_memory) {
-    return fmt::format("nit runs out of memory at batch {} (needs {:.2f} GiB reserved of {:.2f} GiB usable); a throughput needs a run that fits",
-                       batch, static_cast<double>(oom->in_use + oom->requested) / (1 << 30), static_cast<double>(oom->capacity) / (1 << 30));
+    return Prediction::none(
+        fmt::format("it runs out of memory at batch {} ({}); a throughput needs a run that fits", batch, describe_out_of_memory(*oom)));
   }
-  if (!(r.iteration_seconds > 0)) return fmt::format("nthe iteration takes {} s", r.iteration_seconds);
+  if (!(r.iteration_seconds > 0)) return Prediction::none(fmt::format("the iteration takes {} s", r.iteration_seconds));
   // As comptrain validate: with a data (or checkpoint) section, the iteration with the loader.
   const double iteration = completed.io ? completed.io->mean_iteration_seconds : r.iteration_seconds;
-  return fmt::format("v{:.17g}", static_cast<double>(batch) / iteration);
+  return Prediction::of(static_cast<double>(batch) / iteration);
 }
 
 // Simulates measurements under given efficiencies, many at once in worker processes.
@@ -191,31 +194,35 @@ class Predictor {
  public:
   Predictor(const MeasurementSet& set, const std::vector<LoadedMeasurement>& loaded, int jobs) : set_(set), loaded_(loaded), jobs_(jobs) {}
 
-  // Per request (efficiencies, measurement indices): the predicted samples/s of each index.
+  // Per request (efficiencies, measurement indices): the predicted samples/s of each index. Every
+  // simulation runs; a failure is reported for the first one in request order, whatever `jobs`.
   std::vector<std::vector<double>> run(const std::vector<std::pair<models::Efficiency, std::vector<std::size_t>>>& requests) {
-    WorkerPool pool(jobs_);
-    std::map<std::size_t, std::pair<std::size_t, std::size_t>> slot_of_job;
-    std::vector<std::vector<double>> out(requests.size());
+    std::vector<ChildProcess::Work> works;
+    std::vector<std::pair<std::size_t, std::size_t>> slots;  // (request, index in it) per job
     for (std::size_t r = 0; r < requests.size(); ++r) {
-      out[r].resize(requests[r].second.size());
       for (std::size_t k = 0; k < requests[r].second.size(); ++k) {
-        const std::size_t i = requests[r].second[k];
-        const Scenario* scenario = &loaded_[i].scenario;
+        const Scenario* scenario = &loaded_[requests[r].second[k]].scenario;
         const models::Efficiency* efficiency = &requests[r].first;
-        slot_of_job[pool.submit([scenario, efficiency] { return predict_in_worker(*scenario, *efficiency); })] = {r, k};
+        works.emplace_back([scenario, efficiency] { return wire::encode(predict_in_worker(*scenario, *efficiency)); });
+        slots.emplace_back(r, k);
       }
     }
-    while (auto finished = pool.next()) {
-      const auto [r, k] = slot_of_job.at(finished->id);
-      const Measurement& m = set_.measurements[requests[r].second[k]];
-      JobOutcome& outcome = finished->outcome;
-      const std::string where = fmt::format("{}:{}: measurement {} ({})", set_.source, m.line, requests[r].second[k] + 1, m.scenario.string());
+    const std::vector<JobOutcome> outcomes = run_jobs(std::move(works), jobs_);
+    std::vector<std::vector<double>> out(requests.size());
+    for (std::size_t r = 0; r < requests.size(); ++r) out[r].resize(requests[r].second.size());
+    for (std::size_t job = 0; job < outcomes.size(); ++job) {
+      const auto [r, k] = slots[job];
+      const std::size_t i = requests[r].second[k];
+      const Measurement& m = set_.measurements[i];
+      const JobOutcome& outcome = outcomes[job];
+      const std::string where = fmt::format("{}:{}: measurement {} ({})", set_.source, m.line, i + 1, m.scenario.string());
       if (outcome.status == JobOutcome::Status::input_error) throw InputError(where + ": " + outcome.text);
       if (outcome.status != JobOutcome::Status::result) {
         throw std::runtime_error(where + ": the simulation failed: " + outcome.text + (outcome.diagnostics.empty() ? "" : "\n" + outcome.diagnostics));
       }
-      if (!outcome.text.starts_with("v")) throw InputError(where + ": " + outcome.text.substr(1));
-      out[r][k] = std::stod(outcome.text.substr(1));
+      const Prediction prediction = wire::decode<Prediction>(outcome.text);
+      if (!prediction.value) throw InputError(where + ": " + prediction.why_none);
+      out[r][k] = *prediction.value;
     }
     return out;
   }

@@ -262,5 +262,21 @@ TEST_F(FitTest, AFittedClusterKeepsEverySection) {
   }
 }
 
+// A prediction is global samples/s, as `comptrain simulate` reports it and `validate` compares it
+// with a measurement: every GPU's micro-batch in each micro-step of the iteration (here 2
+// micro-steps of 4 samples on one GPU: 8 samples per iteration).
+TEST_F(FitTest, PredictionsAreGlobalSamplesPerSecond) {
+  write("accumulating.yaml",
+        "model: {zoo: resnet18}\ntraining: {batch_size: 4, precision: fp32, gradient_accumulation_steps: 2}\nplatform: truth.yaml\n");
+  const PreparedScenario prepared(load_scenario_file(dir_ / "accumulating.yaml"));
+  const RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, prepared.batch_size(), Isolation::child_process);
+  const double seconds = std::get<CompletedRun>(outcome).result.iteration_seconds;
+  FitOptions options;
+  options.max_sweeps = 0;  // the prediction before the fit is enough
+  const FitResult fit = fit_measurements(parse("platform: truth.yaml\nmeasurements:\n  - {scenario: accumulating.yaml, samples_per_second: 100}\n"), options);
+  ASSERT_EQ(fit.rows.size(), 1U);
+  EXPECT_DOUBLE_EQ(fit.rows[0].before, 4.0 * 1 * 2 / seconds);
+}
+
 }  // namespace
 }  // namespace comptrain::sim

@@ -17,6 +17,7 @@
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/sim/config/scenario.hpp"
 #include "comptrain/sim/metrics/memory_peak.hpp"
+#include "comptrain/sim/metrics/throughput.hpp"
 #include "comptrain/sim/runtime/wire.hpp"
 #include "comptrain/sim/runtime/workers.hpp"
 #include "comptrain/sim/studies/prediction.hpp"
@@ -186,7 +187,7 @@ Prediction predict_in_worker(Scenario scenario, const models::Efficiency& effici
   if (!(r.iteration_seconds > 0)) return Prediction::none(fmt::format("the iteration takes {} s", r.iteration_seconds));
   // As comptrain validate: with a data (or checkpoint) section, the iteration with the loader.
   const double iteration = completed.io ? completed.io->mean_iteration_seconds : r.iteration_seconds;
-  return Prediction::of(static_cast<double>(batch) / iteration);
+  return Prediction::of(samples_per_second(global_batch(batch, prepared.cluster_shape().ranks(), prepared.scenario().accumulation_steps), iteration));
 }
 
 // Simulates measurements under given efficiencies, many at once in worker processes.

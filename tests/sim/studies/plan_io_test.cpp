@@ -11,6 +11,7 @@
 #include <string>
 
 #include "comptrain/sim/metrics/iteration_energy.hpp"
+#include "comptrain/sim/report/simulate_report.hpp"
 #include "comptrain/sim/studies/plan.hpp"
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/support/input_error.hpp"

@@ -162,8 +162,9 @@ TEST(PlatformYamlWriter, EveryShippedFileReadsBackEqualWithItsOwnText) {
     SCOPED_TRACE(name);
     const std::filesystem::path file = kShippedDir / (name + ".yaml");
     const Platform shipped = load_platform_file(file);
+    const std::string text = text_of(file);  // original_text is a view of it
     PlatformYamlComments comments;
-    comments.original_text = text_of(file);
+    comments.original_text = text;
     comments.otherwise = "copied";
     const std::string yaml = platform_to_yaml(shipped, comments);
     expect_same_platform(shipped, parse_platform(yaml, name + " (written)"));

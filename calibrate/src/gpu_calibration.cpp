@@ -1,16 +1,17 @@
 #include "comptrain/calibrate/gpu_calibration.hpp"
 
 #include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <iterator>
-#include <set>
+#include <map>
+#include <optional>
 #include <stdexcept>
 
 #include "calibration_steps.hpp"
+#include "comptrain/models/platform_yaml.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/traces/vocabulary.hpp"
 
@@ -221,138 +222,159 @@ std::string platform_yaml(const GpuMeasurements& gpu, const PlatformEmitOptions&
   const double memory_bandwidth = gpu.memory_bandwidth();
   if (!(memory_bandwidth > 0)) throw std::invalid_argument("platform_yaml: no device-to-device copy was measured");
 
-  // yaml-cpp's emitter quotes what needs quoting (a GPU or CPU name with a colon or a quote);
-  // each value carries its origin as a comment, which the platform reader ignores.
-  YAML::Emitter out;
-  const auto value = [&out](std::string_view key, const std::string& text, const std::string& why) {
-    out << YAML::Key << std::string(key) << YAML::Value << text << YAML::Comment(why);
+  // The platform as measured, the rest copied from the base or assumed; each value's text (at
+  // the digits it was measured to) and its origin, by path, for models::platform_to_yaml.
+  models::Platform p;
+  std::map<std::vector<std::string>, std::pair<std::string, std::string>> written;  // path -> (text, comment)
+  const auto set = [&written](std::vector<std::string> path, std::string text, std::string why) {
+    written[std::move(path)] = {std::move(text), std::move(why)};
   };
-  const auto section = [&out](std::string_view key, const std::string& why = {}) {
-    out << YAML::Key << std::string(key);
-    if (!why.empty()) out << YAML::Comment(why);
-    out << YAML::Value << YAML::BeginMap;
-  };
-  out << YAML::Comment(fmt::format("{} as `comptrain calibrate --device cuda --emit-platform` measured it on {}.\n"
-                                   "Each value says where it comes from: measured here, copied from a base platform, or an assumption.\n"
-                                   "Peaks are the best cuBLAS rates measured, not datasheet figures, so the efficiencies below are\n"
-                                   "fractions of what this GPU reached, not of its datasheet.",
-                                   gpu.info.name, options.date))
-      << YAML::Newline;
-  out << YAML::BeginMap;
-  value("name", options.name, "the platform file's name (--emit-platform)");
+  p.name = options.name;
+  set({"name"}, options.name, "the platform file's name (--emit-platform)");
 
-  section("gpu");
-  value("name", gpu.info.name, measured + ": cudaDeviceProp::name");
-  value("memory", fmt::format("{} B", gpu.info.memory_bytes), measured + ": cudaDeviceProp::totalGlobalMem");
-  value("compute_capability", fmt::format("{}.{}", gpu.info.compute_major, gpu.info.compute_minor),
-        measured + ": cudaDeviceProp::major.minor (sets PyTorch's default cuBLAS workspace)");
-  value("memory_bandwidth", fmt::format("{:.6g} GB/s", memory_bandwidth / 1e9),
-        measured + ": device-to-device cudaMemcpy, 2 x bytes / s (read + write), fitted over the sizes");
-  section("peak");
-  for (GemmPrecision p : kGemmPrecisions) {
-    const double rate = gpu.best_gemm_rate(p);
+  p.gpu.name = gpu.info.name;
+  set({"gpu", "name"}, gpu.info.name, measured + ": cudaDeviceProp::name");
+  p.gpu.memory_bytes = p.gpu.memory_visible_bytes = gpu.info.memory_bytes;
+  set({"gpu", "memory"}, fmt::format("{} B", gpu.info.memory_bytes), measured + ": cudaDeviceProp::totalGlobalMem");
+  set({"gpu", "memory_visible"}, fmt::format("{} B", gpu.info.memory_bytes),
+      measured + ": cudaDeviceProp::totalGlobalMem, what the device reports (the driver's share is already out of it)");
+  p.gpu.compute_capability_major = gpu.info.compute_major;
+  p.gpu.compute_capability_minor = gpu.info.compute_minor;
+  set({"gpu", "compute_capability"}, fmt::format("{}.{}", gpu.info.compute_major, gpu.info.compute_minor),
+      measured + ": cudaDeviceProp::major.minor (sets PyTorch's default cuBLAS workspace)");
+  p.gpu.memory_bandwidth = memory_bandwidth;
+  set({"gpu", "memory_bandwidth"}, fmt::format("{:.6g} GB/s", memory_bandwidth / 1e9),
+      measured + ": device-to-device cudaMemcpy, 2 x bytes / s (read + write), fitted over the sizes");
+  for (GemmPrecision precision : kGemmPrecisions) {
+    const double rate = gpu.best_gemm_rate(precision);
+    const std::vector<std::string> path{"gpu", "peak", std::string(to_string(precision))};
     if (rate > 0) {
       std::size_t shapes = 0;
-      for (const auto& g : gpu.gemm) shapes += g.precision == p ? 1 : 0;
-      value(to_string(p), fmt::format("{:.6g} TFLOP/s", rate / 1e12), fmt::format("{}: best cuBLAS GEMM rate over {} shapes", measured, shapes));
-    } else if (p == GemmPrecision::fp32 || p == GemmPrecision::fp16) {
-      throw std::invalid_argument(fmt::format("platform_yaml: no {} GEMM was measured", to_string(p)));
+      for (const auto& g : gpu.gemm) shapes += g.precision == precision ? 1 : 0;
+      set(path, fmt::format("{:.6g} TFLOP/s", rate / 1e12), fmt::format("{}: best cuBLAS GEMM rate over {} shapes", measured, shapes));
+    } else if (precision == GemmPrecision::fp32 || precision == GemmPrecision::fp16) {
+      throw std::invalid_argument(fmt::format("platform_yaml: no {} GEMM was measured", to_string(precision)));
     } else {
-      value(to_string(p), "0 TFLOP/s",
-            fmt::format("{}: cuBLAS has no {} GEMM on compute capability {}.{}", measured, to_string(p), gpu.info.compute_major, gpu.info.compute_minor));
+      set(path, "0 TFLOP/s",
+          fmt::format("{}: cuBLAS has no {} GEMM on compute capability {}.{}", measured, to_string(precision), gpu.info.compute_major,
+                      gpu.info.compute_minor));
     }
+    (precision == GemmPrecision::fp32   ? p.gpu.peak_fp32
+     : precision == GemmPrecision::tf32 ? p.gpu.peak_tf32
+     : precision == GemmPrecision::fp16 ? p.gpu.peak_fp16
+                                        : p.gpu.peak_bf16) = rate;
   }
-  out << YAML::EndMap;
-  value("launch_overhead", fmt::format("{:.4g} us", gpu.launch_overhead * 1e6), measured + ": empty kernels launched back to back, per launch");
+  p.gpu.launch_overhead = gpu.launch_overhead;
+  set({"gpu", "launch_overhead"}, fmt::format("{:.4g} us", gpu.launch_overhead * 1e6), measured + ": empty kernels launched back to back, per launch");
   if (base && base->gpu.max_power > 0) {
-    section("power");
-    value("idle", fmt::format("{} W", number(base->gpu.idle_power)), from_base);
-    value("max", fmt::format("{} W", number(base->gpu.max_power)), from_base);
-    out << YAML::EndMap;
+    p.gpu.idle_power = p.gpu.in_job_power = base->gpu.idle_power;
+    p.gpu.max_power = base->gpu.max_power;
+    set({"gpu", "power", "idle"}, fmt::format("{} W", number(base->gpu.idle_power)), from_base);
+    set({"gpu", "power", "max"}, fmt::format("{} W", number(base->gpu.max_power)), from_base);
   }
-  out << YAML::EndMap;
 
-  section("host");
   if (base) {
-    value("name", base->host.name, from_base);
-    value("cores", std::to_string(base->host.cores), from_base);
-    value("flops", fmt::format("{:.6g} TFLOP/s", base->host.flops / 1e12), from_base);
-    value("memory", fmt::format("{} B", base->host.memory_bytes), from_base);
-    value("memory_bandwidth", fmt::format("{:.6g} GB/s", base->host.memory_bandwidth / 1e9), from_base);
+    p.host.name = base->host.name;
+    p.host.cores = base->host.cores;
+    p.host.flops = base->host.flops;
+    p.host.memory_bytes = base->host.memory_bytes;
+    p.host.memory_bandwidth = base->host.memory_bandwidth;
+    set({"host", "name"}, base->host.name, from_base);
+    set({"host", "cores"}, std::to_string(base->host.cores), from_base);
+    set({"host", "flops"}, fmt::format("{:.6g} TFLOP/s", base->host.flops / 1e12), from_base);
+    set({"host", "memory"}, fmt::format("{} B", base->host.memory_bytes), from_base);
+    set({"host", "memory_bandwidth"}, fmt::format("{:.6g} GB/s", base->host.memory_bandwidth / 1e9), from_base);
   } else {
-    const int cores = std::max(1, options.host_cores);
-    value("name", options.host_name, "this host (/proc/cpuinfo)");
-    value("cores", std::to_string(cores), "this host (hardware threads)");
+    p.host.name = options.host_name;
+    p.host.cores = std::max(1, options.host_cores);
+    set({"host", "name"}, options.host_name, "this host (/proc/cpuinfo)");
+    set({"host", "cores"}, std::to_string(p.host.cores), "this host (hardware threads)");
     // 2.5 GHz x 32 fp32 FLOP/cycle (two 256-bit FMA pipes) per core: a typical server core.
-    value("flops", fmt::format("{:.6g} TFLOP/s", cores * 2.5e9 * 32 / 1e12), "assumption: cores x 2.5 GHz x 32 FLOP/cycle; not measured");
+    p.host.flops = p.host.cores * 2.5e9 * 32;
+    set({"host", "flops"}, fmt::format("{:.6g} TFLOP/s", p.host.flops / 1e12), "assumption: cores x 2.5 GHz x 32 FLOP/cycle; not measured");
     if (options.host_memory_bytes >= (std::int64_t{1} << 20)) {
-      value("memory", fmt::format("{} B", options.host_memory_bytes), "this host (/proc/meminfo MemTotal)");
+      p.host.memory_bytes = options.host_memory_bytes;
+      set({"host", "memory"}, fmt::format("{} B", options.host_memory_bytes), "this host (/proc/meminfo MemTotal)");
     } else {
       // Unknown (no /proc/meminfo): a value the platform reader accepts, marked as a guess.
-      value("memory", "64 GiB", "assumption: this host's memory could not be read (/proc/meminfo)");
+      p.host.memory_bytes = std::int64_t{64} << 30;
+      set({"host", "memory"}, "64 GiB", "assumption: this host's memory could not be read (/proc/meminfo)");
     }
-    value("memory_bandwidth", "100 GB/s", "assumption: not measured (the order of one DDR4/DDR5 socket)");
+    p.host.memory_bandwidth = 100e9;
+    set({"host", "memory_bandwidth"}, "100 GB/s", "assumption: not measured (the order of one DDR4/DDR5 socket)");
   }
-  out << YAML::EndMap;
 
   const auto& h2d = gpu.copy_models.at(CopyKind::h2d_pinned);
   const auto& d2h = gpu.copy_models.at(CopyKind::d2h_pinned);
-  section("host_link", "per direction");
-  value("name", "PCIe (measured)", measured + ": pinned host <-> device copies");
-  value("bandwidth", fmt::format("{:.6g} GB/s", std::min(h2d.bandwidth, d2h.bandwidth) / 1e9),
-        fmt::format("{}: the slower direction of pinned copies (H2D {:.4g}, D2H {:.4g} GB/s)", measured, h2d.bandwidth / 1e9, d2h.bandwidth / 1e9));
-  value("latency", fmt::format("{:.4g} us", 0.5 * (h2d.latency + d2h.latency) * 1e6),
-        measured + ": mean fitted latency of pinned copies, driver cost included");
+  set({"host_link"}, "", "per direction");
+  p.host_link.name = "PCIe (measured)";
+  set({"host_link", "name"}, p.host_link.name, measured + ": pinned host <-> device copies");
+  p.host_link.bandwidth = std::min(h2d.bandwidth, d2h.bandwidth);
+  set({"host_link", "bandwidth"}, fmt::format("{:.6g} GB/s", p.host_link.bandwidth / 1e9),
+      fmt::format("{}: the slower direction of pinned copies (H2D {:.4g}, D2H {:.4g} GB/s)", measured, h2d.bandwidth / 1e9, d2h.bandwidth / 1e9));
+  p.host_link.latency = 0.5 * (h2d.latency + d2h.latency);
+  set({"host_link", "latency"}, fmt::format("{:.4g} us", p.host_link.latency * 1e6), measured + ": mean fitted latency of pinned copies, driver cost included");
   // Pageable copies (offload host_memory: pageable) cross the driver's staging buffers; the
   // slower direction, capped at the pinned rate that the platform reader requires it not exceed.
   const auto pageable = gpu.copy_models.find(CopyKind::h2d_pageable);
   const auto pageable_back = gpu.copy_models.find(CopyKind::d2h_pageable);
   if (pageable != gpu.copy_models.end() && pageable_back != gpu.copy_models.end()) {
-    const double pinned = std::min(h2d.bandwidth, d2h.bandwidth);
-    const double rate = std::min({pageable->second.bandwidth, pageable_back->second.bandwidth, pinned});
-    value("pageable_bandwidth", fmt::format("{:.6g} GB/s", rate / 1e9),
-          fmt::format("{}: the slower direction of pageable copies (H2D {:.4g}, D2H {:.4g} GB/s), at most the pinned rate", measured,
-                      pageable->second.bandwidth / 1e9, pageable_back->second.bandwidth / 1e9));
+    p.host_link.pageable_bandwidth = std::min({pageable->second.bandwidth, pageable_back->second.bandwidth, p.host_link.bandwidth});
+    set({"host_link", "pageable_bandwidth"}, fmt::format("{:.6g} GB/s", p.host_link.pageable_bandwidth / 1e9),
+        fmt::format("{}: the slower direction of pageable copies (H2D {:.4g}, D2H {:.4g} GB/s), at most the pinned rate", measured,
+                    pageable->second.bandwidth / 1e9, pageable_back->second.bandwidth / 1e9));
   }
-  out << YAML::EndMap;
   if (base && base->gpu_link.bandwidth > 0) {
-    section("gpu_link");
-    value("name", base->gpu_link.name, from_base);
-    value("bandwidth", fmt::format("{:.6g} GB/s", base->gpu_link.bandwidth / 1e9), from_base);
-    value("latency", fmt::format("{:.4g} us", base->gpu_link.latency * 1e6), from_base);
-    out << YAML::EndMap;
+    p.gpu_link.name = base->gpu_link.name;
+    p.gpu_link.bandwidth = base->gpu_link.bandwidth;
+    p.gpu_link.latency = base->gpu_link.latency;
+    set({"gpu_link", "name"}, base->gpu_link.name, from_base);
+    set({"gpu_link", "bandwidth"}, fmt::format("{:.6g} GB/s", base->gpu_link.bandwidth / 1e9), from_base);
+    set({"gpu_link", "latency"}, fmt::format("{:.4g} us", base->gpu_link.latency * 1e6), from_base);
   }
   if (base) {
-    value("gpus_per_node", std::to_string(base->gpus_per_node), from_base);
+    p.gpus_per_node = base->gpus_per_node;
+    set({"gpus_per_node"}, std::to_string(base->gpus_per_node), from_base);
   } else {
-    value("gpus_per_node", std::to_string(std::max(1, gpu.info.device_count)), "GPUs visible to the calibration (cudaGetDeviceCount)");
+    p.gpus_per_node = std::max(1, gpu.info.device_count);
+    set({"gpus_per_node"}, std::to_string(p.gpus_per_node), "GPUs visible to the calibration (cudaGetDeviceCount)");
   }
 
-  section("efficiency");
-  section("compute");
   const double layer = gpu.layer_gemm_efficiency();
   const std::string base_or_assumed = base ? from_base + " (a fraction of its datasheet peaks)" : "assumption: the built-in platforms' value";
-  value("default", number(base ? base->efficiency.compute_default : 0.6), base_or_assumed);
-  std::set<traces::OpKind> written;
-  for (traces::OpKind kind : {traces::OpKind::linear, traces::OpKind::matmul}) {
-    if (layer > 0) {
-      value(traces::to_string(kind), fmt::format("{:.3f}", std::min(1.0, layer)),
-            measured + ": transformer-layer GEMMs' rate / best rate (geometric mean)");
-      written.insert(kind);
-    }
-  }
+  p.efficiency.compute_default = base ? base->efficiency.compute_default : 0.6;
+  set({"efficiency", "compute", "default"}, number(p.efficiency.compute_default), base_or_assumed);
   const std::map<traces::OpKind, double> defaults = {{traces::OpKind::conv, 0.7}, {traces::OpKind::attention, 0.5}};
   for (const auto& [kind, fraction] : base ? base->efficiency.compute : defaults) {
-    if (written.count(kind)) continue;
-    value(traces::to_string(kind), number(fraction), base_or_assumed);
+    p.efficiency.compute[kind] = fraction;
+    set({"efficiency", "compute", std::string(traces::to_string(kind))}, number(fraction), base_or_assumed);
   }
-  out << YAML::EndMap;
-  section("memory");
-  value("default", "0.9", "assumption: elementwise kernels stream at ~90 % of a device-to-device copy (memory_bandwidth above)");
-  out << YAML::EndMap << YAML::EndMap;
-  out << YAML::EndMap;
-  if (!out.good()) throw std::logic_error("platform_yaml: " + out.GetLastError());
-  return std::string(out.c_str()) + "\n";
+  if (layer > 0) {
+    for (traces::OpKind kind : {traces::OpKind::linear, traces::OpKind::matmul}) {
+      const std::string text = fmt::format("{:.3f}", std::min(1.0, layer));
+      p.efficiency.compute[kind] = std::stod(text);
+      set({"efficiency", "compute", std::string(traces::to_string(kind))}, text,
+          measured + ": transformer-layer GEMMs' rate / best rate (geometric mean)");
+    }
+  }
+  p.efficiency.memory_default = 0.9;
+  set({"efficiency", "memory", "default"}, "0.9", "assumption: elementwise kernels stream at ~90 % of a device-to-device copy (memory_bandwidth above)");
+
+  models::PlatformYamlComments comments;
+  comments.header = fmt::format("{} as `comptrain calibrate --device cuda --emit-platform` measured it on {}.\n"
+                                "Each value says where it comes from: measured here, copied from a base platform, or an assumption.\n"
+                                "Peaks are the best cuBLAS rates measured, not datasheet figures, so the efficiencies below are\n"
+                                "fractions of what this GPU reached, not of its datasheet.",
+                                gpu.info.name, options.date);
+  comments.comment_for = [&written](const std::vector<std::string>& path) -> std::optional<std::string> {
+    const auto it = written.find(path);
+    return it == written.end() ? std::nullopt : std::optional<std::string>(it->second.second);
+  };
+  comments.text_for = [&written](const std::vector<std::string>& path) -> std::optional<std::string> {
+    const auto it = written.find(path);
+    return it == written.end() || it->second.first.empty() ? std::nullopt : std::optional<std::string>(it->second.first);
+  };
+  return models::platform_to_yaml(p, comments);
 }
 
 std::int64_t host_memory_bytes() {

@@ -190,9 +190,10 @@ TEST(GpuPlatform, EmittedPlatformParsesWithTheMeasuredValues) {
   EXPECT_NEAR(pl.efficiency.compute_for(traces::OpKind::linear), 0.8, 1e-3);
   EXPECT_NEAR(pl.efficiency.compute_for(traces::OpKind::matmul), 0.8, 1e-3);
   EXPECT_NE(yaml.find("assumption"), std::string::npos);  // unmeasured values say so
-  // name 1, gpu 4 (name, memory, compute capability, bandwidth) + 4 peaks + launch 1, host 5, host_link 4 (with the pageable
-  // rate), gpus_per_node 1, efficiency: compute default, linear, matmul, conv, attention and memory default 6.
-  EXPECT_EQ(expect_every_value_commented(yaml), 26) << yaml;
+  // name 1, gpu 5 (name, memory, memory_visible, compute capability, bandwidth) + 4 peaks + launch 1, host 5, host_link 4
+  // (with the pageable rate), gpus_per_node 1, efficiency: compute default, linear, matmul, conv, attention and memory
+  // default 6.
+  EXPECT_EQ(expect_every_value_commented(yaml), 27) << yaml;
   EXPECT_NE(yaml.find("    fp32: 19 TFLOP/s  # measured by comptrain calibrate on 2026-11-22: best cuBLAS GEMM rate over"), std::string::npos) << yaml;
 }
 

@@ -9,14 +9,18 @@
 #include <functional>
 #include <limits>
 #include <map>
-#include <sstream>
 #include <stdexcept>
 #include <utility>
 
+#include "comptrain/models/platform_yaml.hpp"
 #include "comptrain/models/shipped_or_file.hpp"
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/sim/config/scenario.hpp"
+#include "comptrain/sim/metrics/memory_peak.hpp"
+#include "comptrain/sim/metrics/throughput.hpp"
+#include "comptrain/sim/runtime/wire.hpp"
 #include "comptrain/sim/runtime/workers.hpp"
+#include "comptrain/sim/studies/prediction.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/support/yaml_errors.hpp"
@@ -165,25 +169,25 @@ struct LoadedMeasurement {
   std::int64_t batch = 0;
 };
 
-// A prediction as a worker sends it back: "v<samples/s>" or "n<why there is none>".
-std::string predict_in_worker(Scenario scenario, const models::Efficiency& efficiency) {
+// One measurement's predicted samples/s under `efficiency`, or why there is none.
+Prediction predict_in_worker(Scenario scenario, const models::Efficiency& efficiency) {
   scenario.platform->efficiency = efficiency;
   const PreparedScenario prepared(std::move(scenario));
   const std::int64_t batch = prepared.batch_size();
   RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, batch, Isolation::this_process);
   if (const auto* inapplicable = std::get_if<models::NotApplicable>(&outcome)) {
-    return fmt::format("nthe strategy does not apply at batch {} ({})", batch, inapplicable->reason);
+    return Prediction::none(fmt::format("the strategy does not apply at batch {} ({})", batch, inapplicable->reason));
   }
   const CompletedRun& completed = std::get<CompletedRun>(outcome);
   const SimulationResult& r = completed.result;
   if (const auto& oom = r.out_of_memory) {
-    return fmt::format("nit runs out of memory at batch {} (needs {:.2f} GiB reserved of {:.2f} GiB usable); a throughput needs a run that fits",
-                       batch, static_cast<double>(oom->in_use + oom->requested) / (1 << 30), static_cast<double>(oom->capacity) / (1 << 30));
+    return Prediction::none(
+        fmt::format("it runs out of memory at batch {} ({}); a throughput needs a run that fits", batch, describe_out_of_memory(*oom)));
   }
-  if (!(r.iteration_seconds > 0)) return fmt::format("nthe iteration takes {} s", r.iteration_seconds);
+  if (!(r.iteration_seconds > 0)) return Prediction::none(fmt::format("the iteration takes {} s", r.iteration_seconds));
   // As comptrain validate: with a data (or checkpoint) section, the iteration with the loader.
   const double iteration = completed.io ? completed.io->mean_iteration_seconds : r.iteration_seconds;
-  return fmt::format("v{:.17g}", static_cast<double>(batch) / iteration);
+  return Prediction::of(samples_per_second(global_batch(batch, prepared.cluster_shape().ranks(), prepared.scenario().accumulation_steps), iteration));
 }
 
 // Simulates measurements under given efficiencies, many at once in worker processes.
@@ -191,31 +195,35 @@ class Predictor {
  public:
   Predictor(const MeasurementSet& set, const std::vector<LoadedMeasurement>& loaded, int jobs) : set_(set), loaded_(loaded), jobs_(jobs) {}
 
-  // Per request (efficiencies, measurement indices): the predicted samples/s of each index.
+  // Per request (efficiencies, measurement indices): the predicted samples/s of each index. Every
+  // simulation runs; a failure is reported for the first one in request order, whatever `jobs`.
   std::vector<std::vector<double>> run(const std::vector<std::pair<models::Efficiency, std::vector<std::size_t>>>& requests) {
-    WorkerPool pool(jobs_);
-    std::map<std::size_t, std::pair<std::size_t, std::size_t>> slot_of_job;
-    std::vector<std::vector<double>> out(requests.size());
+    std::vector<ChildProcess::Work> works;
+    std::vector<std::pair<std::size_t, std::size_t>> slots;  // (request, index in it) per job
     for (std::size_t r = 0; r < requests.size(); ++r) {
-      out[r].resize(requests[r].second.size());
       for (std::size_t k = 0; k < requests[r].second.size(); ++k) {
-        const std::size_t i = requests[r].second[k];
-        const Scenario* scenario = &loaded_[i].scenario;
+        const Scenario* scenario = &loaded_[requests[r].second[k]].scenario;
         const models::Efficiency* efficiency = &requests[r].first;
-        slot_of_job[pool.submit([scenario, efficiency] { return predict_in_worker(*scenario, *efficiency); })] = {r, k};
+        works.emplace_back([scenario, efficiency] { return wire::encode(predict_in_worker(*scenario, *efficiency)); });
+        slots.emplace_back(r, k);
       }
     }
-    while (auto finished = pool.next()) {
-      const auto [r, k] = slot_of_job.at(finished->id);
-      const Measurement& m = set_.measurements[requests[r].second[k]];
-      JobOutcome& outcome = finished->outcome;
-      const std::string where = fmt::format("{}:{}: measurement {} ({})", set_.source, m.line, requests[r].second[k] + 1, m.scenario.string());
+    const std::vector<JobOutcome> outcomes = run_jobs(std::move(works), jobs_);
+    std::vector<std::vector<double>> out(requests.size());
+    for (std::size_t r = 0; r < requests.size(); ++r) out[r].resize(requests[r].second.size());
+    for (std::size_t job = 0; job < outcomes.size(); ++job) {
+      const auto [r, k] = slots[job];
+      const std::size_t i = requests[r].second[k];
+      const Measurement& m = set_.measurements[i];
+      const JobOutcome& outcome = outcomes[job];
+      const std::string where = fmt::format("{}:{}: measurement {} ({})", set_.source, m.line, i + 1, m.scenario.string());
       if (outcome.status == JobOutcome::Status::input_error) throw InputError(where + ": " + outcome.text);
       if (outcome.status != JobOutcome::Status::result) {
         throw std::runtime_error(where + ": the simulation failed: " + outcome.text + (outcome.diagnostics.empty() ? "" : "\n" + outcome.diagnostics));
       }
-      if (!outcome.text.starts_with("v")) throw InputError(where + ": " + outcome.text.substr(1));
-      out[r][k] = std::stod(outcome.text.substr(1));
+      const Prediction prediction = wire::decode<Prediction>(outcome.text);
+      if (!prediction.value) throw InputError(where + ": " + prediction.why_none);
+      out[r][k] = *prediction.value;
     }
     return out;
   }
@@ -394,113 +402,6 @@ std::vector<double> minimize(Objective& objective, const std::vector<Group>& gro
   return x;
 }
 
-// ---------------------------------------------------------------- the platform file
-
-// The comment on the line of the value at `path` in the base platform's text, when the value
-// sits alone on its line (a flow mapping's values share one, and its comment is about all of
-// them); and the value as written.
-class OriginalText {
- public:
-  explicit OriginalText(std::string_view text) {
-    if (text.empty()) return;
-    root_ = YAML::Load(std::string(text));
-    std::istringstream in{std::string(text)};
-    for (std::string line; std::getline(in, line);) lines_.push_back(line);
-  }
-
-  struct Value {
-    std::string written;  // the scalar as written (empty for a mapping)
-    std::string comment;  // empty when none, or not its own
-  };
-
-  std::optional<Value> find(const std::vector<std::string>& path) const {
-    if (!root_) return std::nullopt;
-    YAML::Node map;
-    map.reset(root_);
-    for (std::size_t depth = 0;; ++depth) {
-      if (!map.IsMap()) return std::nullopt;
-      const auto entry = std::find_if(map.begin(), map.end(), [&](const auto& e) { return e.first.template as<std::string>("") == path[depth]; });
-      if (entry == map.end()) return std::nullopt;
-      if (depth + 1 < path.size()) {
-        map.reset(entry->second);  // rebind: `map = ...` would assign into the document
-        continue;
-      }
-      Value v;
-      if (entry->second.IsScalar()) v.written = entry->second.Scalar();
-      const YAML::Mark key = entry->first.Mark();
-      // Alone on its line: no sibling key there, and not a flow mapping opened on it.
-      bool alone = !(entry->second.IsMap() && entry->second.size() > 0 && entry->second.begin()->first.Mark().line == key.line);
-      for (const auto& other : map) alone = alone && (other.first.Mark().line != key.line || other.first.Mark().pos == key.pos);
-      if (alone) v.comment = comment_on(key.line, key.column);
-      return v;
-    }
-  }
-
- private:
-  // The text after the first '#' that starts a comment (outside quotes, after a blank).
-  std::string comment_on(int line, int column) const {
-    if (line < 0 || static_cast<std::size_t>(line) >= lines_.size()) return {};
-    const std::string& text = lines_[static_cast<std::size_t>(line)];
-    char quote = 0;
-    for (std::size_t i = static_cast<std::size_t>(std::max(0, column)); i < text.size(); ++i) {
-      const char c = text[i];
-      if (quote) {
-        if (c == quote) quote = 0;
-      } else if (c == '"' || c == '\'') {
-        quote = c;
-      } else if (c == '#' && i > 0 && (text[i - 1] == ' ' || text[i - 1] == '\t')) {
-        const std::size_t start = text.find_first_not_of(" \t", i + 1);
-        return start == std::string::npos ? std::string() : text.substr(start);
-      }
-    }
-    return {};
-  }
-
-  YAML::Node root_;
-  std::vector<std::string> lines_;
-};
-
-std::string bytes_text(std::int64_t bytes) {
-  constexpr std::int64_t kMiB = std::int64_t{1} << 20;
-  constexpr std::int64_t kGiB = std::int64_t{1} << 30;
-  if (bytes % kGiB == 0) return fmt::format("{} GiB", bytes / kGiB);
-  if (bytes % kMiB == 0) return fmt::format("{} MiB", bytes / kMiB);
-  return fmt::format("{} B", bytes);
-}
-
-// fmt's "{}" prints the shortest text that reads back as the same double.
-std::string scaled_text(double value, double unit, std::string_view name) { return fmt::format("{} {}", value / unit, name); }
-
-class PlatformWriter {
- public:
-  PlatformWriter(const models::Platform& base, std::string_view base_text) : original_(base_text) {
-    copied_ = fmt::format("copied from platform {} ({})", base.name, base.source);
-  }
-
-  // A value copied from the base platform: as written there with its comment when it has one.
-  void copied(const std::vector<std::string>& path, const std::string& formatted) {
-    const auto original = original_.find(path);
-    const std::string text = original && !original->written.empty() ? original->written : formatted;
-    value(path.back(), text, original && !original->comment.empty() ? original->comment : copied_);
-  }
-  void value(const std::string& key, const std::string& text, const std::string& comment) {
-    out_ << YAML::Key << key << YAML::Value << text << YAML::Comment(comment);
-  }
-  void begin(const std::vector<std::string>& path) {
-    out_ << YAML::Key << path.back();
-    const auto original = original_.find(path);
-    if (original && !original->comment.empty()) out_ << YAML::Comment(original->comment);
-    out_ << YAML::Value << YAML::BeginMap;
-  }
-  void end() { out_ << YAML::EndMap; }
-  YAML::Emitter& emitter() { return out_; }
-
- private:
-  OriginalText original_;
-  std::string copied_;
-  YAML::Emitter out_;
-};
-
 }  // namespace
 
 // ---------------------------------------------------------------- public
@@ -542,127 +443,44 @@ std::optional<FitParameter> parse_fit_parameter(std::string_view text) {
 
 std::string fitted_platform_yaml(const models::Platform& base, std::string_view base_text, const models::Platform& fitted,
                                  const std::vector<ParameterFit>& parameters, const std::string& fitted_comment) {
-  PlatformWriter w(base, base_text);
-  YAML::Emitter& out = w.emitter();
-  out << YAML::Comment(fmt::format("Platform {} as `comptrain calibrate --from-measurements` fitted it. The efficiencies marked\n"
-                                   "\"fitted\" were fitted to measured throughputs; every other value is copied from platform {}\n"
-                                   "({}), with the comment it had there when it had one of its own.",
-                                   fitted.name, base.name, base.source))
-      << YAML::Newline;
-  out << YAML::BeginMap;
-  w.value("name", fitted.name, "calibrate -o");
-
-  const models::GpuSpec& g = base.gpu;
-  w.begin({"gpu"});
-  w.copied({"gpu", "name"}, g.name);
-  w.copied({"gpu", "memory"}, bytes_text(g.memory_bytes));
-  w.copied({"gpu", "memory_visible"}, bytes_text(g.memory_visible_bytes));
-  if (g.cuda_context_bytes > 0) w.copied({"gpu", "cuda_context"}, bytes_text(g.cuda_context_bytes));
-  if (g.compute_capability_major > 0) {
-    w.copied({"gpu", "compute_capability"}, fmt::format("{}.{}", g.compute_capability_major, g.compute_capability_minor));
-  }
-  if (g.sms > 0) w.copied({"gpu", "sms"}, std::to_string(g.sms));
-  w.copied({"gpu", "memory_bandwidth"}, scaled_text(g.memory_bandwidth, 1e9, "GB/s"));
-  w.begin({"gpu", "peak"});
-  w.copied({"gpu", "peak", "fp32"}, scaled_text(g.peak_fp32, 1e12, "TFLOP/s"));
-  w.copied({"gpu", "peak", "tf32"}, scaled_text(g.peak_tf32, 1e12, "TFLOP/s"));
-  w.copied({"gpu", "peak", "fp16"}, scaled_text(g.peak_fp16, 1e12, "TFLOP/s"));
-  w.copied({"gpu", "peak", "bf16"}, scaled_text(g.peak_bf16, 1e12, "TFLOP/s"));
-  w.end();
-  w.copied({"gpu", "launch_overhead"}, scaled_text(g.launch_overhead, 1e-6, "us"));
-  if (g.max_power > 0) {
-    w.begin({"gpu", "power"});
-    w.copied({"gpu", "power", "idle"}, scaled_text(g.idle_power, 1, "W"));
-    w.copied({"gpu", "power", "max"}, scaled_text(g.max_power, 1, "W"));
-    if (g.in_job_power != g.idle_power) w.copied({"gpu", "power", "in_job"}, scaled_text(g.in_job_power, 1, "W"));
-    if (g.memory_bound_power > 0) w.copied({"gpu", "power", "memory_bound"}, scaled_text(g.memory_bound_power, 1, "W"));
-    if (g.dram_power > 0) w.copied({"gpu", "power", "dram"}, scaled_text(g.dram_power, 1, "W"));
-    if (g.floor_clock > 0) {
-      w.begin({"gpu", "power", "dvfs"});
-      w.copied({"gpu", "power", "dvfs", "floor_clock"}, fmt::format("{:.6g}", g.floor_clock));
-      w.copied({"gpu", "power", "dvfs", "floor_voltage"}, fmt::format("{:.6g}", g.floor_voltage));
-      if (g.min_clock > 0) w.copied({"gpu", "power", "dvfs", "min_clock"}, fmt::format("{:.6g}", g.min_clock));
-      w.end();
-    }
-    w.end();
-  }
-  w.end();
-
-  const models::HostSpec& h = base.host;
-  w.begin({"host"});
-  w.copied({"host", "name"}, h.name);
-  w.copied({"host", "cores"}, std::to_string(h.cores));
-  w.copied({"host", "flops"}, scaled_text(h.flops, 1e12, "TFLOP/s"));
-  w.copied({"host", "memory"}, bytes_text(h.memory_bytes));
-  w.copied({"host", "memory_bandwidth"}, scaled_text(h.memory_bandwidth, 1e9, "GB/s"));
-  if (h.dispatch.forward > 0 || h.dispatch.backward > 0 || h.dispatch.optimizer > 0) {
-    w.begin({"host", "dispatch"});
-    w.copied({"host", "dispatch", "forward"}, scaled_text(h.dispatch.forward, 1e-6, "us"));
-    w.copied({"host", "dispatch", "backward"}, scaled_text(h.dispatch.backward, 1e-6, "us"));
-    w.copied({"host", "dispatch", "optimizer"}, scaled_text(h.dispatch.optimizer, 1e-6, "us"));
-    w.end();
-  }
-  w.end();
-
-  const auto link = [&w](const std::string& key, const models::LinkSpec& l) {
-    w.begin({key});
-    w.copied({key, "name"}, l.name);
-    w.copied({key, "bandwidth"}, scaled_text(l.bandwidth, 1e9, "GB/s"));
-    w.copied({key, "latency"}, scaled_text(l.latency, 1e-6, "us"));
-    if (l.pageable_bandwidth > 0) w.copied({key, "pageable_bandwidth"}, scaled_text(l.pageable_bandwidth, 1e9, "GB/s"));
-    w.end();
-  };
-  link("host_link", base.host_link);
-  if (base.gpu_link.bandwidth > 0) link("gpu_link", base.gpu_link);
-  w.copied({"gpus_per_node"}, std::to_string(base.gpus_per_node));
-
-  // The efficiencies: the fitted ones from `fitted` with `fitted_comment`, the rest copied.
+  // The efficiencies a parameter scales, by (memory, kind; nullopt: default).
   std::map<std::pair<bool, std::optional<OpKind>>, const ParameterFit*> fitted_entries;
+  const ParameterFit* tensor_core = nullptr;
   for (const ParameterFit& p : parameters) {
-    if (p.parameter == FitParameter::tensor_core) continue;  // written on its own below
+    if (p.parameter == FitParameter::tensor_core) {
+      tensor_core = &p;
+      continue;
+    }
     for (const std::optional<OpKind>& entry : group_of(p.parameter, base.efficiency).entries) {
       fitted_entries[{p.parameter == FitParameter::memory_default, entry}] = &p;
     }
   }
-  w.begin({"efficiency"});
-  for (const bool memory : {false, true}) {
-    const std::string section = memory ? "memory" : "compute";
-    const models::Efficiency& e = fitted.efficiency;
-    std::vector<std::optional<OpKind>> entries{std::nullopt};
-    for (const auto& [kind, value] : memory ? e.memory : e.compute) entries.emplace_back(kind);
-    w.begin({"efficiency", section});
-    for (const std::optional<OpKind>& entry : entries) {
-      const std::string key = entry ? std::string(traces::to_string(*entry)) : "default";
-      const double value = entry ? (memory ? e.memory_for(*entry) : e.compute_for(*entry)) : (memory ? e.memory_default : e.compute_default);
-      const auto it = fitted_entries.find({memory, entry});
-      if (it == fitted_entries.end()) {
-        w.copied({"efficiency", section, key}, fmt::format("{}", value));
-      } else if (it->second->sensitivity == 0) {
-        w.value(key, fmt::format("{}", value),
-                fmt::format("not fitted: no measurement depends on it ({} kept); copied from platform {}", to_string(it->second->parameter),
-                            base.name));
-      } else {
-        w.value(key, fmt::format("{}", value), fitted_comment);
-      }
-    }
-    w.end();
-  }
-  {
-    const double value = fitted.efficiency.tensor_core;
-    const auto it = std::find_if(parameters.begin(), parameters.end(), [](const ParameterFit& p) { return p.parameter == FitParameter::tensor_core; });
-    if (it == parameters.end()) {
-      if (base.efficiency.tensor_core != 1.0) w.copied({"efficiency", "tensor_core"}, fmt::format("{}", value));
-    } else if (it->sensitivity == 0) {
-      w.value("tensor_core", fmt::format("{}", value),
-              fmt::format("not fitted: no measurement depends on it (tensor_core kept); copied from platform {}", base.name));
-    } else {
-      w.value("tensor_core", fmt::format("{}", value), fitted_comment);
-    }
-  }
-  w.end();
-  out << YAML::EndMap;
-  if (!out.good()) throw std::logic_error("fitted_platform_yaml: " + out.GetLastError());
-  return std::string(out.c_str()) + "\n";
+  const auto comment_of = [&](const ParameterFit& p) {
+    if (p.sensitivity != 0) return fitted_comment;
+    return fmt::format("not fitted: no measurement depends on it ({} kept); copied from platform {}", to_string(p.parameter), base.name);
+  };
+  models::PlatformYamlComments comments;
+  comments.header = fmt::format(
+      "Platform {} as `comptrain calibrate --from-measurements` fitted it. The efficiencies marked\n"
+      "\"fitted\" were fitted to measured throughputs; every other value is copied from platform {}\n"
+      "({}), with the comment it had there when it had one of its own.",
+      fitted.name, base.name, base.source);
+  comments.original_text = base_text;
+  comments.otherwise = fmt::format("copied from platform {} ({})", base.name, base.source);
+  comments.comment_for = [&](const std::vector<std::string>& path) -> std::optional<std::string> {
+    if (path == std::vector<std::string>{"name"}) return "calibrate -o";
+    if (path.size() == 2 && path[0] == "efficiency" && path[1] == "tensor_core" && tensor_core) return comment_of(*tensor_core);
+    if (path.size() != 3 || path[0] != "efficiency") return std::nullopt;
+    const std::optional<OpKind> kind = path[2] == "default" ? std::nullopt : traces::parse_op_kind(path[2]);
+    const auto it = fitted_entries.find({path[1] == "memory", kind});
+    if (it == fitted_entries.end()) return std::nullopt;
+    return comment_of(*it->second);
+  };
+  // Every value but the name and the efficiencies is the base platform's.
+  models::Platform written = base;
+  written.name = fitted.name;
+  written.efficiency = fitted.efficiency;
+  return models::platform_to_yaml(written, comments);
 }
 
 FitResult fit_measurements(const MeasurementSet& set, const FitOptions& options) {

@@ -231,5 +231,52 @@ TEST_F(FitTest, EveryFieldOfAShippedPlatformSurvives) {
   EXPECT_DOUBLE_EQ(back.gpu.launch_overhead, start.gpu.launch_overhead);
 }
 
+// A platform fitted on a cluster stays that cluster: its NICs, network, collectives, storage and
+// the host's checkpoint rate survive the fit, so that a multi-node run and a synchronous
+// checkpoint still simulate on the written file (tests/data/platform-fit-superpod/: a fit on
+// dgx-a100-superpod, then a 2-node run and a checkpointing run on the fitted file).
+TEST_F(FitTest, AFittedClusterKeepsEverySection) {
+  const fs::path data = fs::path(COMPTRAIN_TEST_DATA_DIR) / "platform-fit-superpod";
+  for (const char* name : {"m.yaml", "s.yaml", "s-cluster.yaml", "s-ckpt.yaml"}) fs::copy_file(data / name, dir_ / name);
+  FitOptions options;
+  options.parameters = {FitParameter::gemm};
+  const FitResult fit = fit_measurements(load_measurements(dir_ / "m.yaml"), options);
+  const models::Platform superpod = models::builtin_platform("dgx-a100-superpod");
+  ASSERT_TRUE(fit.fitted.nic && fit.fitted.network && fit.fitted.storage);
+  EXPECT_EQ(fit.fitted.max_nodes(), superpod.max_nodes());
+  EXPECT_DOUBLE_EQ(fit.fitted.nic->bandwidth, superpod.nic->bandwidth);
+  EXPECT_DOUBLE_EQ(fit.fitted.network->link.bandwidth, superpod.network->link.bandwidth);
+  EXPECT_DOUBLE_EQ(fit.fitted.collectives.inter_node_step, superpod.collectives.inter_node_step);
+  EXPECT_EQ(fit.fitted.storage->shared.has_value(), superpod.storage->shared.has_value());
+  EXPECT_EQ(fit.fitted.storage->local.has_value(), superpod.storage->local.has_value());
+  EXPECT_DOUBLE_EQ(fit.fitted.host.torch_save_bandwidth, superpod.host.torch_save_bandwidth);
+  EXPECT_DOUBLE_EQ(fit.fitted.host.max_power, superpod.host.max_power);
+
+  write("fitted.yaml", fit.platform_yaml);
+  for (const char* scenario : {"s-cluster.yaml", "s-ckpt.yaml"}) {
+    SCOPED_TRACE(scenario);
+    const PreparedScenario prepared(load_scenario_file(dir_ / scenario));
+    const RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, prepared.batch_size(), Isolation::child_process);
+    ASSERT_TRUE(std::holds_alternative<CompletedRun>(outcome));
+    EXPECT_GT(std::get<CompletedRun>(outcome).result.iteration_seconds, 0);
+  }
+}
+
+// A prediction is global samples/s, as `comptrain simulate` reports it and `validate` compares it
+// with a measurement: every GPU's micro-batch in each micro-step of the iteration (here 2
+// micro-steps of 4 samples on one GPU: 8 samples per iteration).
+TEST_F(FitTest, PredictionsAreGlobalSamplesPerSecond) {
+  write("accumulating.yaml",
+        "model: {zoo: resnet18}\ntraining: {batch_size: 4, precision: fp32, gradient_accumulation_steps: 2}\nplatform: truth.yaml\n");
+  const PreparedScenario prepared(load_scenario_file(dir_ / "accumulating.yaml"));
+  const RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, prepared.batch_size(), Isolation::child_process);
+  const double seconds = std::get<CompletedRun>(outcome).result.iteration_seconds;
+  FitOptions options;
+  options.max_sweeps = 0;  // the prediction before the fit is enough
+  const FitResult fit = fit_measurements(parse("platform: truth.yaml\nmeasurements:\n  - {scenario: accumulating.yaml, samples_per_second: 100}\n"), options);
+  ASSERT_EQ(fit.rows.size(), 1U);
+  EXPECT_DOUBLE_EQ(fit.rows[0].before, 4.0 * 1 * 2 / seconds);
+}
+
 }  // namespace
 }  // namespace comptrain::sim

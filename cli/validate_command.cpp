@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "comptrain/sim/report/validation_report.hpp"
 #include "comptrain/sim/studies/validate.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "options.hpp"
@@ -15,6 +16,7 @@ struct ValidateOptions {
   std::string table;
   bool fast = false;
   bool json = false;
+  bool markdown = false;
   int jobs = 0;
   std::string output;
 };
@@ -23,7 +25,9 @@ int run(const ValidateOptions& o) {
   const std::filesystem::path path = o.table.empty() ? sim::default_validation_table() : std::filesystem::path(o.table);
   const sim::ValidationTable table = sim::load_validation_table(path);
   const auto results = sim::validate(table, {.fast = o.fast, .jobs = o.jobs});
-  const std::string text = o.json ? sim::validation_json(table.source, results) : sim::validation_text(results);
+  const std::string text = o.json       ? sim::validation_json(table.source, results)
+                           : o.markdown ? sim::validation_markdown(results)
+                                        : sim::validation_text(results);
   if (o.output.empty()) {
     std::cout << text;
   } else {
@@ -47,7 +51,8 @@ std::function<int()> add_validate_command(CLI::App& app) {
                       "Validation table (.jsonl, scenarios/validation/README.md); default: scenarios/validation/published.jsonl of "
                       "the source tree comptrain was built from");
   command->add_flag("--fast", options->fast, "Only the points marked fast in the table (a few seconds; what ctest runs)");
-  command->add_flag("--json", options->json, "Print the results as JSON");
+  auto* json = command->add_flag("--json", options->json, "Print the results as JSON");
+  command->add_flag("--markdown", options->markdown, "Print the results as Markdown tables (the table of docs/validation.md)")->excludes(json);
   add_positive_int(*command, "-j,--jobs", options->jobs, "Points predicted at once, each in its own process (default: the core count)");
   command->add_option("-o,--output", options->output, "Write the table (or JSON) to this file instead of stdout ('-': stdout)");
   return [command, options]() -> int {

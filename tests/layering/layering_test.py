@@ -73,7 +73,6 @@ def sim_room_of(path):
 PENDING = {
     ("sim/src/studies/sweep.cpp", "comptrain/sim/report/simulate_report.hpp"),  # sweep documents move to report/
     ("sim/src/studies/sweep.cpp", "report/documents.hpp"),
-    ("sim/src/studies/validate.cpp", "report/documents.hpp"),    # validation text/JSON move to report/
 }
 pending_seen = set()
 

@@ -1,6 +1,7 @@
 // The validation table's reader (fields, comments, located errors), the error arithmetic, the
 // summaries and a throughput point's prediction on one GPU and on several. The shipped table's
 // predictions run in tests/cli/validate_test.sh.
+#include "comptrain/sim/report/validation_report.hpp"
 #include "comptrain/sim/studies/validate.hpp"
 
 #include <gmock/gmock.h>

@@ -158,8 +158,4 @@ struct MetricSummary {
 };
 std::vector<MetricSummary> summarize(const std::vector<ValidationResult>& results);
 
-// The table as `comptrain validate` prints it, then the summaries; and the same as JSON.
-std::string validation_text(const std::vector<ValidationResult>& results);
-std::string validation_json(const std::string& table_source, const std::vector<ValidationResult>& results);
-
 }  // namespace comptrain::sim

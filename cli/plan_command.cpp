@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "comptrain/models/strategy_yaml.hpp"
 #include "comptrain/sim/studies/hybrid_plan.hpp"
 #include "comptrain/sim/studies/plan.hpp"
 #include "comptrain/sim/report/plots.hpp"
@@ -90,7 +91,7 @@ int run_hybrid(const sim::Scenario& scenario, const PlanCliOptions& o) {
         "Paste under 'strategy:' (or into plan.strategies) of a scenario and re-run; the names select storages exactly.",
         scenario.name, best.batch, plan.rules.platform_name, best.samples_per_second, format_bytes(best.peak_bytes),
         sim::to_string(plan.rules.options.memory_metric), best.chosen);
-    write_output(o.export_strategy, sim::strategy_yaml(best.strategy, comment));
+    write_output(o.export_strategy, models::strategy_to_yaml(best.strategy, comment));
     if (o.export_strategy != "-") fmt::print(stderr, "wrote {}\n", o.export_strategy);
   }
   if (o.json || !o.output.empty()) {

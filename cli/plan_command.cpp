@@ -12,6 +12,8 @@
 #include "comptrain/sim/studies/hybrid_plan.hpp"
 #include "comptrain/sim/studies/plan.hpp"
 #include "comptrain/sim/report/plots.hpp"
+#include "comptrain/sim/config/sweep.hpp"
+#include "comptrain/sim/report/sweep_document.hpp"
 #include "comptrain/sim/studies/sweep.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/format.hpp"
@@ -156,7 +158,7 @@ int simulate_sweep(const sim::Scenario& scenario, const std::function<void(sim::
   sweep.adjust = adjust;
   const std::optional<sim::Shard> shard = options.shard.empty() ? std::nullopt : std::optional(sim::parse_shard(options.shard));
   const std::vector<std::size_t> indices = sim::shard_variants(sweep.variant_count, shard);
-  std::vector<sim::VariantResult> results = sim::simulate_variants(sweep, indices, options.jobs, !options.quiet);
+  std::vector<sim::VariantResult> results = sim::simulate_variants(sweep, indices, options.jobs, !options.quiet, sim::variant_report_json);
   if (options.json || shard || !options.output.empty()) {
     emit(options.output, sim::sweep_document(sweep, "simulate", sim::sweep_run_hash(sweep, "simulate", options.settings), shard, std::move(results)));
   } else {

@@ -73,8 +73,6 @@ def sim_room_of(path):
 PENDING = {
     ("sim/src/studies/plan.cpp", "report/documents.hpp"),        # plan text/JSON/CSV move to report/
     ("sim/src/studies/plan.cpp", "report/energy_report.hpp"),
-    ("sim/src/studies/sweep.cpp", "comptrain/sim/report/simulate_report.hpp"),  # sweep documents move to report/
-    ("sim/src/studies/sweep.cpp", "report/documents.hpp"),
     ("sim/src/studies/validate.cpp", "report/documents.hpp"),    # validation text/JSON move to report/
     ("sim/src/studies/hybrid_plan.cpp", "report/documents.hpp"),  # hybrid report moves to report/
 }

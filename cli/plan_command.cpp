@@ -14,7 +14,6 @@
 #include "comptrain/sim/report/plots.hpp"
 #include "comptrain/sim/config/sweep.hpp"
 #include "comptrain/sim/report/sweep_document.hpp"
-#include "comptrain/sim/studies/sweep.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/format.hpp"
 #include "comptrain/support/input_error.hpp"
@@ -41,16 +40,6 @@ struct PlanCliOptions {
   std::optional<double> time_limit;
   std::string export_strategy;
 };
-
-// The document goes to -o FILE (atomically) or to stdout (no -o, or -o -).
-void emit(const std::string& output, const std::string& text) {
-  if (output.empty() || output == "-") {
-    std::cout << text;
-  } else {
-    write_file_atomically(output, text);
-    fmt::print(stderr, "wrote {}\n", output);
-  }
-}
 
 std::string settings_of(const PlanCliOptions& o) {
   // Only what changes results: two shards run with different overrides must not merge.
@@ -153,18 +142,14 @@ int run_plan(const PlanCliOptions& o) {
 
 }  // namespace
 
-int simulate_sweep(const sim::Scenario& scenario, const std::function<void(sim::Scenario&)>& adjust, const SweepRunOptions& options) {
-  sim::Sweep sweep = sim::expand_sweep(scenario);
-  sweep.adjust = adjust;
-  const std::optional<sim::Shard> shard = options.shard.empty() ? std::nullopt : std::optional(sim::parse_shard(options.shard));
-  const std::vector<std::size_t> indices = sim::shard_variants(sweep.variant_count, shard);
-  std::vector<sim::VariantResult> results = sim::simulate_variants(sweep, indices, options.jobs, !options.quiet, sim::variant_report_json);
-  if (options.json || shard || !options.output.empty()) {
-    emit(options.output, sim::sweep_document(sweep, "simulate", sim::sweep_run_hash(sweep, "simulate", options.settings), shard, std::move(results)));
+// The document goes to -o FILE (atomically) or to stdout (no -o, or -o -).
+void emit(const std::string& output, const std::string& text) {
+  if (output.empty() || output == "-") {
+    std::cout << text;
   } else {
-    std::cout << sim::simulation_table_text(sweep, results);
+    write_file_atomically(output, text);
+    fmt::print(stderr, "wrote {}\n", output);
   }
-  return 0;
 }
 
 std::function<int()> add_plan_command(CLI::App& app) {

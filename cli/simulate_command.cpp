@@ -11,6 +11,7 @@
 #include "comptrain/models/op_time.hpp"
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/sim/report/simulate_report.hpp"
+#include "comptrain/sim/report/simulation_timeline.hpp"
 #include "comptrain/sim/report/plots.hpp"
 #include "comptrain/sim/report/sweep_document.hpp"
 #include "comptrain/sim/studies/sweep.hpp"

@@ -3,7 +3,7 @@
 # expected/NAME.out. A refactor keeps every file identical; an intended change regenerates them
 # (--update) and its commit says why each one moved.
 # Normalised: figures measured on the machine rather than computed (the hybrid plan's MILP and
-# greedy CPU seconds), replaced by "<time>"; the repository's path (validate's default table) by
+# greedy CPU seconds, in its JSON and in its table's "status (gap, seconds)"), replaced by "<time>"; the repository's path (validate's default table) by
 # "<repository>".
 # Usage: golden_test.sh PATH/TO/comptrain PATH/TO/repository-root [--update] [NAME...]
 set -u
@@ -22,6 +22,7 @@ normalise() {
   sed -E \
     -e 's/("(milp|greedy)_cpu_seconds": )[-0-9.eE+]+/\1<time>/g' \
     -e 's/[0-9]+(\.[0-9]+)? (s|ms) of CPU per solve/<time> of CPU per solve/g' \
+    -e 's/ ([a-z_]+) \(([-0-9.]+%), [0-9.]+\)/ \1 (\2, <time>)/g' \
     -e "s|$root|<repository>|g"
 }
 

@@ -23,9 +23,18 @@
 #include "comptrain/traces/trace_json.hpp"
 #include "report/documents.hpp"
 #include "report/energy_report.hpp"
+#include "report/run_view.hpp"
 
 namespace comptrain::sim {
 namespace {
+
+using detail::bytes_by_role_json;
+using detail::index_of;
+using detail::kMemoryRoles;
+using detail::kStreams;
+using detail::live_after_each_event;
+using detail::role_name;
+using detail::sum;
 
 using models::BufferId;
 using models::MemoryRole;
@@ -37,29 +46,11 @@ using nlohmann::ordered_json;
 // How many of the buffers live at the peak the reports list.
 constexpr std::size_t kLargestBuffers = 8;
 
-constexpr std::array<MemoryRole, models::kMemoryRoleCount> kMemoryRoles{
-    MemoryRole::input,      MemoryRole::weight,     MemoryRole::weight_copy, MemoryRole::buffer, MemoryRole::gradient, MemoryRole::optimizer_state,
-    MemoryRole::activation, MemoryRole::compressed, MemoryRole::prefetch, MemoryRole::temporary,
-};
-constexpr std::array<Stream, models::kStreamCount> kStreams{Stream::compute, Stream::d2h, Stream::h2d, Stream::codec, Stream::comm, Stream::host};
-
-constexpr std::size_t index_of(MemoryRole role) { return static_cast<std::size_t>(role); }
-constexpr std::size_t index_of(TaskKind kind) { return static_cast<std::size_t>(kind); }
-constexpr std::size_t index_of(Stream stream) { return static_cast<std::size_t>(stream); }
-
-std::string role_name(MemoryRole role) { return std::string(models::to_string(role)); }
-
 // Appends one formatted line to `out` (as in cli/trace_report.cpp).
 template <typename... Args>
 void add_line(std::string& out, fmt::format_string<Args...> format, Args&&... args) {
   out += fmt::format(format, std::forward<Args>(args)...);
   out += '\n';
-}
-
-std::int64_t sum(const BytesByMemoryRole& bytes) {
-  std::int64_t total = 0;
-  for (std::int64_t b : bytes) total += b;
-  return total;
 }
 
 // part / whole; 0 when there is no whole (an empty schedule, a zero-capacity GPU).
@@ -93,19 +84,6 @@ std::string metadata_or(const traces::Trace& trace, const std::string& key, cons
   return it == trace.metadata().end() ? fallback : it->second;
 }
 
-// Bytes live per role after each memory event, replayed from the events (the tracker keeps
-// only the peak's breakdown).
-std::vector<BytesByMemoryRole> live_after_each_event(const SimulationRun& run) {
-  std::vector<BytesByMemoryRole> rows;
-  rows.reserve(run.result.memory_events.size());
-  BytesByMemoryRole live{};
-  for (const MemoryEvent& e : run.result.memory_events) {
-    live[index_of(run.schedule.buffers.at(e.buffer).role)] += e.delta;
-    rows.push_back(live);
-  }
-  return rows;
-}
-
 // What was allocated when the allocation failed: the simulation stops at the failure, so this
 // is every recorded event, and its total is OutOfMemory::in_use.
 BytesByMemoryRole live_at_the_end(const SimulationRun& run) {
@@ -122,34 +100,6 @@ std::vector<BufferId> largest_live_at_peak(const SimulationRun& run) {
   return live;
 }
 
-// Which tasks ran to their end. SimulationResult leaves zeros for tasks that never ran; when
-// the iteration fits, every task ran. After an out-of-memory stop, a stream's tasks run in
-// order, so every task before the last one that got anywhere (a nonzero time) ended, and that
-// one ended if it has an end. (A zero-length task at time 0 after which nothing on its stream
-// got going is indistinguishable from one that never ran; it is counted as not run.)
-std::vector<bool> tasks_that_ran(const SimulationRun& run) {
-  const auto& tasks = run.schedule.tasks;
-  const auto& timings = run.result.tasks;
-  if (run.result.fits()) return std::vector<bool>(tasks.size(), true);
-  std::vector<bool> ran(tasks.size(), false);
-  for (Stream stream : kStreams) {
-    std::vector<TaskId> order;
-    for (TaskId t = 0; t < tasks.size(); ++t) {
-      if (tasks[t].stream == stream) order.push_back(t);
-    }
-    std::optional<std::size_t> last_reached;
-    for (std::size_t i = 0; i < order.size(); ++i) {
-      if (order[i] >= timings.size()) break;
-      const TaskTiming& timing = timings[order[i]];
-      if (timing.ready != 0 || timing.start != 0 || timing.end != 0) last_reached = i;
-    }
-    if (!last_reached) continue;
-    for (std::size_t i = 0; i < *last_reached; ++i) ran[order[i]] = true;
-    const TaskId last = order[*last_reached];
-    ran[last] = timings[last].end > 0 && run.result.out_of_memory->task != last;
-  }
-  return ran;
-}
 
 // The time breakdown rows, in report order.
 struct TimeRow {
@@ -179,12 +129,6 @@ std::optional<std::string> op_description(const SimulationRun& run, const models
   if (!task.op) return std::nullopt;
   const traces::Op& op = run.trace.op(*task.op);
   return fmt::format("'{}' ({})", op.name, traces::to_string(op.phase));
-}
-
-ordered_json bytes_by_role_json(const BytesByMemoryRole& bytes) {
-  ordered_json j = ordered_json::object();
-  for (MemoryRole role : kMemoryRoles) j[role_name(role)] = bytes[index_of(role)];
-  return j;
 }
 
 ordered_json task_json(const SimulationRun& run, TaskId t) {
@@ -468,57 +412,6 @@ void add_results(std::string& out, const SimulationRun& run) {
   }
 }
 
-// --- Chrome trace events -----------------------------------------------------------------
-
-constexpr int kPid = 1;
-
-// Chrome threads for streams: tid 1.. in stream order (0 is avoided: some viewers treat it
-// as "no thread").
-int tid_of(Stream stream) { return static_cast<int>(index_of(stream)) + 1; }
-
-// Timestamps in microseconds, rounded to whole nanoseconds first so that the end of one slice
-// and the start of the next, equal in the simulation, are equal in the file (viewers nest
-// slices that overlap by a rounding error).
-std::int64_t nanoseconds(double seconds) { return std::llround(seconds * 1e9); }
-double microseconds(std::int64_t ns) { return static_cast<double>(ns) / 1e3; }
-
-ordered_json complete_event(const std::string& name, const std::string& category, Stream stream, double start, double end) {
-  const std::int64_t begin_ns = nanoseconds(start);
-  ordered_json e;
-  e["name"] = name;
-  e["cat"] = category;
-  e["ph"] = "X";
-  e["ts"] = microseconds(begin_ns);
-  e["dur"] = microseconds(nanoseconds(end) - begin_ns);
-  e["pid"] = kPid;
-  e["tid"] = tid_of(stream);
-  return e;
-}
-
-ordered_json task_args(const SimulationRun& run, TaskId t) {
-  const models::Task& task = run.schedule.tasks[t];
-  ordered_json args;
-  args["task"] = t;
-  if (task.op) {
-    const traces::Op& op = run.trace.op(*task.op);
-    args["op_index"] = *task.op;
-    args["op_name"] = op.name;
-    args["op_phase"] = traces::to_string(op.phase);
-  }
-  if (task.tensor) args["tensor"] = run.trace.tensor(*task.tensor).name;
-  if (task.kind == TaskKind::offload || task.kind == TaskKind::prefetch) args["bytes"] = task.bytes;
-  ordered_json creates = ordered_json::array();
-  std::int64_t created_bytes = 0;
-  for (BufferId b : task.creates) {
-    const models::Buffer& buffer = run.schedule.buffers.at(b);
-    creates.push_back(buffer.name);
-    created_bytes += buffer.bytes;
-  }
-  args["creates"] = std::move(creates);
-  args["created_bytes"] = created_bytes;
-  return args;
-}
-
 }  // namespace
 
 std::string report_text(const SimulationRun& run) {
@@ -695,101 +588,6 @@ std::string report_json(const NotApplicableRun& run) {
   j["out_of_memory"] = nullptr;
   j["results"] = nullptr;
   return j.dump(2) + "\n";
-}
-
-std::string memory_timeline_csv(const SimulationRun& run) {
-  std::string out = "time_s";
-  for (MemoryRole role : kMemoryRoles) out += "," + role_name(role);
-  out += ",total\n";
-  const auto rows = live_after_each_event(run);
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    // {} is the shortest text that reads back as the same double: full precision.
-    out += fmt::format("{}", run.result.memory_events[i].time);
-    for (std::int64_t bytes : rows[i]) out += fmt::format(",{}", bytes);
-    out += fmt::format(",{}\n", sum(rows[i]));
-  }
-  return out;
-}
-
-std::string perfetto_trace_json(const SimulationRun& run) {
-  const SimulationResult& r = run.result;
-  const auto& tasks = run.schedule.tasks;
-  std::vector<ordered_json> events;
-
-  events.push_back({{"name", "process_name"},
-                    {"ph", "M"},
-                    {"pid", kPid},
-                    {"tid", 0},
-                    {"args", {{"name", fmt::format("{} · {} on {} · {}", run.scenario_name, run.trace.name(), run.platform.name,
-                                                   run.schedule.strategy)}}}});
-  std::array<bool, models::kStreamCount> used{};
-  for (const models::Task& task : tasks) used[index_of(task.stream)] = true;
-  for (Stream stream : kStreams) {
-    if (!used[index_of(stream)]) continue;
-    events.push_back({{"name", "thread_name"},
-                      {"ph", "M"},
-                      {"pid", kPid},
-                      {"tid", tid_of(stream)},
-                      {"args", {{"name", models::to_string(stream)}}}});
-    // Keeps the tracks in stream order rather than the viewer's (alphabetical) one.
-    events.push_back({{"name", "thread_sort_index"},
-                      {"ph", "M"},
-                      {"pid", kPid},
-                      {"tid", tid_of(stream)},
-                      {"args", {{"sort_index", tid_of(stream)}}}});
-  }
-
-  const auto ran = tasks_that_ran(run);
-  for (TaskId t = 0; t < tasks.size() && t < r.tasks.size(); ++t) {
-    if (!ran[t]) continue;
-    const models::Task& task = tasks[t];
-    const TaskTiming& timing = r.tasks[t];
-    if (task.stream == Stream::compute && timing.start > timing.ready) {
-      ordered_json stall = complete_event("stall", "stall", task.stream, timing.ready, timing.start);
-      ordered_json waiting_for = ordered_json::array();
-      for (TaskId d : task.after) waiting_for.push_back(tasks.at(d).name);
-      stall["args"] = {{"before", task.name}, {"waiting_for", std::move(waiting_for)}};
-      events.push_back(std::move(stall));
-    }
-    ordered_json e = complete_event(task.name, std::string(models::to_string(task.kind)), task.stream, timing.start, timing.end);
-    e["args"] = task_args(run, t);
-    events.push_back(std::move(e));
-  }
-
-  // Counters: one series per role under "memory" (stacked by chrome://tracing; one track per
-  // role in Perfetto), and the total as its own counter.
-  const auto rows = live_after_each_event(run);
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const double ts = microseconds(nanoseconds(r.memory_events[i].time));
-    events.push_back({{"name", "memory"}, {"ph", "C"}, {"ts", ts}, {"pid", kPid}, {"args", bytes_by_role_json(rows[i])}});
-    events.push_back({{"name", "memory total"}, {"ph", "C"}, {"ts", ts}, {"pid", kPid}, {"args", {{"bytes", sum(rows[i])}}}});
-  }
-
-  if (r.out_of_memory) {
-    const OutOfMemory& oom = *r.out_of_memory;
-    ordered_json args = {{"buffer", oom.buffer ? run.schedule.buffers.at(*oom.buffer).name : std::string("cuBLAS workspace")},
-                         {"requested_bytes", oom.requested},
-                         {"reserved_bytes", oom.in_use},
-                         {"usable_bytes", oom.capacity}};
-    args["task"] = oom.task ? ordered_json(tasks.at(*oom.task).name) : ordered_json(nullptr);
-    events.push_back({{"name", "out of memory"},
-                      {"cat", "oom"},
-                      {"ph", "i"},
-                      {"s", "g"},  // a global instant: a line across every track
-                      {"ts", microseconds(nanoseconds(oom.time))},
-                      {"pid", kPid},
-                      {"tid", tid_of(Stream::compute)},
-                      {"args", std::move(args)}});
-  }
-
-  // One event per line: valid JSON, yet readable and diffable.
-  std::string out = "{\"traceEvents\": [\n";
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    out += events[i].dump();
-    out += i + 1 < events.size() ? ",\n" : "\n";
-  }
-  out += "],\n\"displayTimeUnit\": \"ms\"}\n";
-  return out;
 }
 
 SimulationRun simulation_run(const PreparedScenario& prepared, const CompletedRun& completed) {

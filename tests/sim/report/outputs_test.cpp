@@ -1,4 +1,5 @@
 #include "comptrain/sim/report/simulate_report.hpp"
+#include "comptrain/sim/report/simulation_timeline.hpp"
 
 #include <fmt/format.h>
 #include <gmock/gmock.h>

@@ -1,6 +1,6 @@
 #pragma once
-// What a simulation gives its user: a readable report, JSON, the memory timeline as CSV, and
-// a Chrome/Perfetto trace (one track per stream, counter tracks for memory per role).
+// What a simulation gives its user: a readable report and its JSON (the memory timeline and the
+// Perfetto trace: report/simulation_timeline.hpp).
 
 #include <optional>
 #include <string>
@@ -50,11 +50,6 @@ struct NotApplicableRun {
 };
 std::string report_text(const NotApplicableRun& run);
 std::string report_json(const NotApplicableRun& run);
-// One row per memory event: time in seconds, then bytes live per role, then the total.
-std::string memory_timeline_csv(const SimulationRun& run);
-// Chrome trace event format (JSON), opens in ui.perfetto.dev and chrome://tracing.
-std::string perfetto_trace_json(const SimulationRun& run);
-
 // The outputs' view of a completed run of a prepared scenario (its scenario, platform, cluster and
 // data parallelism; it refers to `completed`, which must outlive it).
 SimulationRun simulation_run(const PreparedScenario& prepared, const CompletedRun& completed);

@@ -146,6 +146,7 @@ TEST(StrategyYaml, HybridExportShapesRoundTrip) {
   compress.action = c;
   StrategyRule adaptive = compress;
   CompressAction a = c;
+  a.error_bound = 0;  // unused with an adaptive bound, and left 0 by the reader
   a.adaptive = CompressAction::Adaptive{.tolerance = 0.01, .fallback_error_bound = 2e-4};
   adaptive.action = a;
   spec.rules = {offload, recompute, compress, adaptive};

@@ -18,8 +18,6 @@
 namespace comptrain::sim {
 namespace {
 
-constexpr std::size_t kMaxVariants = 100000;
-
 // One step of a key path: a mapping key, or an index into a sequence.
 struct PathStep {
   std::string key;
@@ -147,7 +145,7 @@ std::vector<YAML::Node> range_values(const YAML::Node& range, const std::string&
     // formed for k up to the count, where it stays <= to.
     const std::uint64_t span = static_cast<std::uint64_t>(to) - static_cast<std::uint64_t>(from);
     const std::uint64_t last = span / static_cast<std::uint64_t>(step);
-    if (last >= kMaxVariants) throw InputError(at + "the range of sweep key '" + key + "' has more than " + std::to_string(kMaxVariants) + " values");
+    if (last >= kMaxSweepVariants) throw InputError(at + "the range of sweep key '" + key + "' has more than " + std::to_string(kMaxSweepVariants) + " values");
     for (std::uint64_t k = 0; k <= last; ++k) {
       out.emplace_back(std::to_string(static_cast<std::int64_t>(static_cast<std::uint64_t>(from) + k * static_cast<std::uint64_t>(step))));
     }
@@ -161,8 +159,8 @@ std::vector<YAML::Node> range_values(const YAML::Node& range, const std::string&
   if (!(s > 0) || f > t) throw InputError(at + "the range of sweep key '" + key + "' needs from <= to and step > 0");
   // Index-based so that rounding does not accumulate; the end is included up to a rounding slack.
   const double count = std::floor((t - f) / s + 1e-9);
-  if (!(count < static_cast<double>(kMaxVariants))) {
-    throw InputError(at + "the range of sweep key '" + key + "' has more than " + std::to_string(kMaxVariants) + " values");
+  if (!(count < static_cast<double>(kMaxSweepVariants))) {
+    throw InputError(at + "the range of sweep key '" + key + "' has more than " + std::to_string(kMaxSweepVariants) + " values");
   }
   for (std::int64_t i = 0; i <= static_cast<std::int64_t>(count); ++i) out.emplace_back(fmt::format("{}", f + static_cast<double>(i) * s));
   return out;
@@ -248,7 +246,7 @@ Sweep expand_sweep(const Scenario& scenario) {
     const YAML::Node& values = entry.second;
     if (values.IsSequence()) {
       if (values.size() == 0) throw InputError(at + "sweep key '" + axis.key + "' has an empty list of values");
-      if (values.size() > kMaxVariants) throw InputError(at + "sweep key '" + axis.key + "' has more than " + std::to_string(kMaxVariants) + " values");
+      if (values.size() > kMaxSweepVariants) throw InputError(at + "sweep key '" + axis.key + "' has more than " + std::to_string(kMaxSweepVariants) + " values");
       for (const auto& v : values) axis.values.push_back(YAML::Clone(v));
     } else if (values.IsMap()) {
       axis.values = range_values(values, source, axis.key);
@@ -264,7 +262,7 @@ Sweep expand_sweep(const Scenario& scenario) {
   std::size_t count = 1;
   for (const Axis& axis : axes->axes) {
     count *= axis.values.size();
-    if (count > kMaxVariants) throw InputError(yaml::location(source, section.Mark()) + "the sweep has more than " + std::to_string(kMaxVariants) + " variants");
+    if (count > kMaxSweepVariants) throw InputError(yaml::location(source, section.Mark()) + "the sweep has more than " + std::to_string(kMaxSweepVariants) + " variants");
   }
 
   // Each value alone, so that a bad path or value is blamed on its own key's line; the

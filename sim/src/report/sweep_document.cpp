@@ -81,8 +81,8 @@ std::string merge_sweep_documents(const std::vector<std::pair<std::string, std::
     }
     const ordered_json& n = doc["sweep"]["variant_count"];
     // The sweep's own cap: a count beyond it was not written by comptrain.
-    if (!n.is_number_unsigned() || n.get<std::uint64_t>() < 1 || n.get<std::uint64_t>() > kMaxVariants) {
-      throw InputError(source + ": /sweep/variant_count is " + n.dump().substr(0, 40) + "; expected an integer from 1 to " + std::to_string(kMaxVariants));
+    if (!n.is_number_unsigned() || n.get<std::uint64_t>() < 1 || n.get<std::uint64_t>() > kMaxSweepVariants) {
+      throw InputError(source + ": /sweep/variant_count is " + n.dump().substr(0, 40) + "; expected an integer from 1 to " + std::to_string(kMaxSweepVariants));
     }
     if (!sweep) {
       sweep = doc["sweep"];

@@ -23,6 +23,9 @@
 
 namespace comptrain::sim {
 
+// The most variants a sweep may have (and a merged document may claim).
+inline constexpr std::size_t kMaxSweepVariants = 100000;
+
 struct SweepVariant {
   std::size_t index = 0;
   std::string label;  // "training.batch_size=8, platform=h100-80gb"

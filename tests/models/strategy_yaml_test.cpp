@@ -31,20 +31,20 @@ void expect_same_selector(const TensorSelector& a, const TensorSelector& b, cons
 
 void expect_same_action(const StrategyRule& a, const StrategyRule& b, const std::string& where) {
   ASSERT_EQ(a.action.index(), b.action.index()) << where;
-  if (const auto* x = a.offload()) {
-    const auto* y = b.offload();
-    EXPECT_EQ(x->lookahead, y->lookahead) << where;
-    EXPECT_EQ(x->synchronous, y->synchronous) << where;
-    EXPECT_EQ(x->free_by, y->free_by) << where;
-    EXPECT_EQ(x->stream, y->stream) << where;
-    EXPECT_EQ(x->host_memory, y->host_memory) << where;
-  } else if (const auto* x = a.recompute()) {
-    const auto* y = b.recompute();
-    EXPECT_EQ(x->mode, y->mode) << where;
-    EXPECT_EQ(x->k, y->k) << where;
-    EXPECT_EQ(x->budget_bytes, y->budget_bytes) << where;
-    EXPECT_EQ(x->keep, y->keep) << where;
-    EXPECT_EQ(x->blocks, y->blocks) << where;
+  if (const auto* o = a.offload()) {
+    const auto* p = b.offload();
+    EXPECT_EQ(o->lookahead, p->lookahead) << where;
+    EXPECT_EQ(o->synchronous, p->synchronous) << where;
+    EXPECT_EQ(o->free_by, p->free_by) << where;
+    EXPECT_EQ(o->stream, p->stream) << where;
+    EXPECT_EQ(o->host_memory, p->host_memory) << where;
+  } else if (const auto* r = a.recompute()) {
+    const auto* s = b.recompute();
+    EXPECT_EQ(r->mode, s->mode) << where;
+    EXPECT_EQ(r->k, s->k) << where;
+    EXPECT_EQ(r->budget_bytes, s->budget_bytes) << where;
+    EXPECT_EQ(r->keep, s->keep) << where;
+    EXPECT_EQ(r->blocks, s->blocks) << where;
   } else {
     const auto* x = a.compress();
     const auto* y = b.compress();

@@ -370,7 +370,8 @@ void write_selector(YAML::Emitter& out, const TensorSelector& select) {
     for (const traces::OpKind kind : *kinds) names.emplace_back(traces::to_string(kind));
     out << YAML::Key << key << YAML::Value << YAML::Flow << names;
   }
-  if (select.min_bytes != 0) out << YAML::Key << "min_bytes" << YAML::Value << select.min_bytes;
+  // Byte counts carry their unit: the reader takes a bare number for 0 only.
+  if (select.min_bytes != 0) out << YAML::Key << "min_bytes" << YAML::Value << fmt::format("{} B", select.min_bytes);
   if (!select.names.empty()) out << YAML::Key << "names" << YAML::Value << YAML::Flow << select.names;
   if (!select.modules.empty()) out << YAML::Key << "modules" << YAML::Value << YAML::Flow << select.modules;
   out << YAML::EndMap;
@@ -393,7 +394,7 @@ void write_offload(YAML::Emitter& out, const OffloadAction& o) {
 void write_recompute(YAML::Emitter& out, const RecomputeAction& r) {
   out << YAML::Key << "recompute" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "mode" << YAML::Value << std::string(mode_name(r.mode));
   if (r.mode == RecomputeAction::Mode::every_k) out << YAML::Key << "k" << YAML::Value << r.k;
-  if (r.mode == RecomputeAction::Mode::budget) out << YAML::Key << "budget" << YAML::Value << r.budget_bytes;
+  if (r.mode == RecomputeAction::Mode::budget) out << YAML::Key << "budget" << YAML::Value << fmt::format("{} B", r.budget_bytes);
   if (!r.keep.empty()) out << YAML::Key << "keep" << YAML::Value << r.keep;
   if (!r.blocks.empty()) out << YAML::Key << "blocks" << YAML::Value << r.blocks;
   out << YAML::EndMap;

@@ -419,10 +419,11 @@ void write_compress(YAML::Emitter& out, const CompressAction& c) {
   if (c.adaptive) {
     out << YAML::Key << "error_bound" << YAML::Value << "adaptive" << YAML::Key << "gradient_error_tolerance" << YAML::Value << fmt::format("{}", c.adaptive->tolerance);
     if (c.adaptive->fallback_error_bound) out << YAML::Key << "fallback_error_bound" << YAML::Value << fmt::format("{}", *c.adaptive->fallback_error_bound);
-  } else {
+  } else if (c.error_bound > 0) {
+    // 0 is "not given" (a rule costed by its explicit ratio), which the reader refuses as a bound.
     out << YAML::Key << "error_bound" << YAML::Value << fmt::format("{}", c.error_bound);
   }
-  if (c.profile) out << YAML::Key << "error_bound_mode" << YAML::Value << (c.error_bound_mode == ErrorBoundMode::abs ? "abs" : "rel");
+  if (c.profile && (c.adaptive || c.error_bound > 0)) out << YAML::Key << "error_bound_mode" << YAML::Value << (c.error_bound_mode == ErrorBoundMode::abs ? "abs" : "rel");
   out << YAML::EndMap;
 }
 

@@ -80,7 +80,9 @@ void print_summary(std::FILE* to, const models::CalibrationProfile& p) {
 std::function<int()> add_calibrate_command(CLI::App& app) {
   auto args = std::make_shared<CalibrateArgs>();
   auto* command = app.add_subcommand(
-      "calibrate", "Measure the compressor kernels on this machine and fit the compression cost model into a profile");
+      "calibrate",
+      "Measure the compressor kernels and fit the compression cost model\n"
+      "The kernels are measured on this machine; the fitted model is written as a profile.");
   add_choice(*command, "--device", args->device,
              "cuda (default when a GPU is visible and comptrain was built with CUDA: CUDA driver, events, copies, cuBLAS) or cpu (the CPU driver)",
              {"cpu", "cuda"});

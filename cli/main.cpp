@@ -14,6 +14,8 @@
 #include <exception>
 #include <functional>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -21,6 +23,7 @@
 
 #include "calibrate_command.hpp"
 #include "compress_command.hpp"
+#include "comptrain/support/did_you_mean.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain_version.hpp"
 #include "plan_command.hpp"
@@ -50,17 +53,33 @@ const CLI::App* find_subcommand(const CLI::App& command, const std::string& word
   return nullptr;
 }
 
-// "trace, simulate, ...", plus "help" at the top, where `comptrain help CMD` is understood.
-std::string subcommand_list(const CLI::App& command) {
+// trace, simulate, ..., plus "help" at the top, where `comptrain help CMD` is understood.
+std::vector<std::string> subcommand_names(const CLI::App& command) {
+  std::vector<std::string> names;
+  for (const CLI::App* sub : subcommands_of(command)) names.push_back(sub->get_name());
+  if (!command.get_parent()) names.emplace_back("help");
+  return names;
+}
+
+std::string joined(const std::vector<std::string>& names) {
   std::string list;
-  for (const CLI::App* sub : subcommands_of(command)) list += (list.empty() ? "" : ", ") + sub->get_name();
-  if (!command.get_parent()) list += ", help";
+  for (const std::string& name : names) list += (list.empty() ? "" : ", ") + name;
   return list;
+}
+
+std::string subcommand_list(const CLI::App& command) { return joined(subcommand_names(command)); }
+
+// " (did you mean 'simulate'?)" after an unknown word, or "": in parentheses, so that the
+// message keeps its "WHAT; expected WHAT" form.
+std::string guess_for(const std::string& word, const std::vector<std::string>& names) {
+  const std::optional<std::string> guess = comptrain::did_you_mean(word, names);
+  return guess ? " (did you mean '" + *guess + "'?)" : "";
 }
 
 std::string unknown_command(const CLI::App& command, const std::string& word) {
   const std::string words = command.get_parent() ? command_path(command).substr(command_path(command).find(' ') + 1) + " " : "";
-  return fmt::format("unknown command '{}{}'; expected one of: {}", words, word, subcommand_list(command));
+  const std::vector<std::string> names = subcommand_names(command);
+  return fmt::format("unknown command '{}{}'{}; expected one of: {}", words, word, guess_for(word, names), joined(names));
 }
 
 // Prints a usage error about `command` and answers the exit code of bad usage.
@@ -103,8 +122,7 @@ std::string expected_value(const CLI::Option* opt) {
 }
 
 // The options of `command`, those of its option groups ("transformer shape") included.
-std::string option_list(const CLI::App& command) {
-  std::string list;
+std::vector<std::string> option_names(const CLI::App& command) {
   std::vector<const CLI::App*> holders{&command};
   for (const CLI::App* group : command.get_subcommands([](const CLI::App* sub) { return dynamic_cast<const CLI::Option_group*>(sub) != nullptr; })) {
     holders.push_back(group);
@@ -115,11 +133,17 @@ std::string option_list(const CLI::App& command) {
       // A group repeats its parent's --help.
       if (opt->nonpositional() && std::find(names.begin(), names.end(), opt->get_name()) == names.end()) {
         names.push_back(opt->get_name());
-        list += (list.empty() ? "" : ", ") + opt->get_name();
       }
     }
   }
-  return list;
+  return names;
+}
+
+// "unknown option '--max-bach' (did you mean '--max-batch'?); expected one of: ..." (`option`
+// without its "=VALUE"), then `more` ("; or a command: ...").
+std::string unknown_option(const CLI::App& command, const std::string& option, const std::string& more = "") {
+  const std::vector<std::string> names = option_names(command);
+  return fmt::format("unknown option '{}'{}; expected one of: {}{}", option, guess_for(option, names), joined(names), more);
 }
 
 // CLI11's message for `e`, rewritten as "WHAT; expected WHAT".
@@ -153,7 +177,7 @@ std::string describe(const CLI::ParseError& e, const CLI::App& app) {
     if (extras.empty()) extras.push_back("?");
     for (const std::string& word : extras) {
       if (word.starts_with("-") && word.size() > 1) {
-        return fmt::format("unknown option '{}'; expected one of: {}", word.substr(0, word.find('=')), option_list(owner));
+        return unknown_option(owner, word.substr(0, word.find('=')));
       }
     }
     const std::string& first = extras.front();
@@ -186,6 +210,56 @@ std::string describe(const CLI::ParseError& e, const CLI::App& app) {
   // Anything else CLI11 reports (none of comptrain's options can produce it today).
   return what + "; expected what '" + command_path(command) + " --help' describes";
 }
+
+// A command's description is a one-line summary, then, after a newline, its details:
+// `comptrain --help` (and `comptrain help trace`) lists each command on one line, its summary,
+// and the details are printed only in the command's own help, wrapped to kHelpWidth columns
+// (the man page carries them too: cli/CMakeLists.txt adds every command's own help to it).
+constexpr std::size_t kHelpWidth = 100;
+
+// `text`, each of its lines broken at spaces to at most `width` columns where a word allows.
+std::string wrapped(const std::string& text, std::size_t width) {
+  std::string out;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    if (!out.empty()) out += '\n';
+    std::size_t column = 0;
+    std::istringstream words(line);
+    for (std::string word; words >> word;) {
+      if (column > 0 && column + 1 + word.size() > width) {
+        out += '\n';
+        column = 0;
+      } else if (column > 0) {
+        out += ' ';
+        ++column;
+      }
+      out += word;
+      column += word.size();
+    }
+  }
+  return out;
+}
+
+class HelpFormatter : public CLI::Formatter {
+ public:
+  // A command's line in its parent's list of subcommands: the summary alone.
+  std::string make_subcommand(const CLI::App* sub) const override {
+    const std::string& description = sub->get_description();
+    std::ostringstream out;
+    CLI::detail::format_help(out, sub->get_display_name(true), description.substr(0, description.find('\n')), get_column_width());
+    return out.str();
+  }
+  // A command's own help: its summary, then its details wrapped, set apart by blank lines.
+  std::string make_description(const CLI::App* app) const override {
+    std::string text = CLI::Formatter::make_description(app);
+    const std::string& description = app->get_description();
+    const std::size_t end = description.find('\n');
+    std::string shown = wrapped(description, kHelpWidth);
+    if (end != std::string::npos) shown = description.substr(0, end) + "\n\n" + wrapped(description.substr(end + 1), kHelpWidth) + "\n";
+    if (text.starts_with(description)) text.replace(0, description.size(), shown);
+    return text;
+  }
+};
 
 // `--version` after any subcommand prints the same line as after `comptrain`.
 void add_version_flags(CLI::App& command, const std::string& line) {
@@ -225,8 +299,7 @@ int preparse(const CLI::App& app, const std::vector<std::string>& args) {
       bool known = false;
       for (const CLI::Option* opt : current->get_options()) known = known || opt->check_name(name);
       if (!known) {
-        return usage_error(*current, fmt::format("unknown option '{}'; expected one of: {}; or a command: {}", name,
-                                                 option_list(*current), subcommand_list(*current)));
+        return usage_error(*current, unknown_option(*current, name, "; or a command: " + subcommand_list(*current)));
       }
       continue;
     }
@@ -245,6 +318,8 @@ int main(int argc, char** argv) {
       "comptrain: trace-driven simulator of memory-saving DNN training (activation compression, offloading, "
       "recomputation) on GPU systems",
       "comptrain"};
+  // Before the subcommands are added: they take their parent's formatter.
+  app.formatter(std::make_shared<HelpFormatter>());
   app.set_version_flag("--version", version_line);
   app.require_subcommand(1);
   app.footer(

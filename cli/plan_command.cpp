@@ -156,6 +156,7 @@ std::function<int()> add_plan_command(CLI::App& app) {
   auto o = std::make_shared<PlanCliOptions>();
   auto* command = app.add_subcommand(
       "plan",
+      "Find each strategy's largest batch that fits, and its fastest batch\n"
       "For each strategy, the largest batch that fits in GPU memory with a margin (exponential growth then bisection over the "
       "simulator, assuming peak memory grows with the batch) and the batch with the highest samples/s among those that fit. "
       "Strategies come from the scenario's 'plan.strategies' (default: baseline, offload, recompute and the scenario's own). "
@@ -206,8 +207,9 @@ std::function<int()> add_merge_command(CLI::App& app) {
   auto files = std::make_shared<std::vector<std::string>>();
   auto output = std::make_shared<std::string>();
   auto* command = app.add_subcommand("merge",
-                                     "Join the JSON documents of sweep shards (plan or simulate --shard I/N) into the document of the whole "
-                                     "sweep, checking that they come from the same sweep and cover every variant exactly once");
+                                     "Join the JSON documents of sweep shards into the sweep's document\n"
+                                     "The shards are those of plan or simulate --shard I/N; merge checks that they come from the "
+                                     "same sweep and cover every variant exactly once.");
   command->add_option("shards", *files, "Shard documents (.json)")->required();
   command->add_option("-o,--output", *output, "Write the merged document to this file instead of stdout");
   return [command, files, output]() -> int {

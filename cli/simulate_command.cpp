@@ -134,8 +134,9 @@ std::function<int()> add_simulate_command(CLI::App& app) {
   auto options = std::make_shared<SimulateOptions>();
   auto* command = app.add_subcommand(
       "simulate",
-      "Replay one training iteration of a scenario on its modeled GPU system (SimGrid): peak memory, iteration time, "
-      "throughput, time in compute, copies, compression, recomputation and stalls. A model that does not fit is "
+      "Replay one training iteration of a scenario: peak memory and time\n"
+      "The iteration is replayed on the scenario's modeled GPU system (SimGrid); the report gives peak memory, iteration "
+      "time, throughput, time in compute, copies, compression, recomputation and stalls. A model that does not fit is "
       "reported as such (exit 0, 'fits': false in JSON).");
   command->add_option("scenario", options->scenario, "Scenario file (.yaml); default: the embedded default scenario");
   add_positive_int(*command, "-b,--batch", options->batch, "Override the scenario's batch size");

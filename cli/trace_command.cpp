@@ -117,7 +117,7 @@ struct TraceSelection {
 }  // namespace
 
 std::function<int()> add_trace_command(CLI::App& app) {
-  auto* trace = app.add_subcommand("trace", "Inspect the model zoo and trace files: counts, FLOPs, memory accounting");
+  auto* trace = app.add_subcommand("trace", "Inspect zoo models and trace files: counts, FLOPs, memory accounting");
   trace->require_subcommand(1);
 
   auto* list = trace->add_subcommand("list", "List the models of the zoo");
@@ -125,7 +125,7 @@ std::function<int()> add_trace_command(CLI::App& app) {
   auto show_selection = std::make_shared<TraceSelection>();
   auto show_json = std::make_shared<bool>(false);
   auto show_largest = std::make_shared<std::size_t>(8);
-  auto* show = trace->add_subcommand("show", "Print a trace's op count, parameters, FLOPs and static memory breakdown");
+  auto* show = trace->add_subcommand("show", "Print a trace's op count, parameters, FLOPs, static memory breakdown");
   show_selection->add_options(*show);
   show->add_flag("--json", *show_json, "Print the report as JSON");
   add_nonnegative_int(*show, "--largest", *show_largest, "How many of the largest tensors live at the peak to list")
@@ -134,7 +134,9 @@ std::function<int()> add_trace_command(CLI::App& app) {
   auto export_selection = std::make_shared<TraceSelection>();
   auto output = std::make_shared<std::string>();
   auto export_format = std::make_shared<std::string>();
-  auto* exporter = trace->add_subcommand("export", "Write a trace file (JSON, traces/FORMAT.md) or a Chakra execution trace (.et)");
+  auto* exporter = trace->add_subcommand("export",
+                                         "Write a trace file (JSON) or a Chakra execution trace (.et)\n"
+                                         "The JSON trace format is traces/FORMAT.md's.");
   export_selection->add_options(*exporter);
   exporter->add_option("-o,--output", *output, "Output file; - for standard output")->required();
   add_choice(*exporter, "--format", *export_format,

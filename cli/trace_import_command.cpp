@@ -21,8 +21,9 @@ std::function<int()> add_trace_import_command(CLI::App& trace) {
   auto options = std::make_shared<Options>();
   auto* command = trace.add_subcommand(
       "import",
-      "Convert a PyTorch profiler trace, a PyTorch memory snapshot (JSON), or a Chakra execution trace (JSON or binary .et) into a "
-      "trace file");
+      "Convert a PyTorch or Chakra trace or memory snapshot to a trace file\n"
+      "The input: a PyTorch profiler trace, a PyTorch memory snapshot (JSON), or a Chakra execution trace (JSON or binary "
+      ".et).");
   command->add_option("input", options->input, "The file to import (a .et file is read as a binary Chakra trace)")->required();
   command->add_option("-o,--output", options->output, "Trace file to write (.json); - for standard output")->required();
   add_choice(*command, "--format", options->format,

@@ -38,9 +38,10 @@ std::function<int()> add_validate_command(CLI::App& app) {
   auto options = std::make_shared<ValidateOptions>();
   auto* command = app.add_subcommand(
       "validate",
-      "Set comptrain's predictions beside published measurements (throughput, peak memory, memory reduction, slowdown, "
-      "largest batch): each point's published and predicted value and the error (predicted / published - 1), then per "
-      "metric the median and worst |error| over the points not marked suspect.");
+      "Set comptrain's predictions beside published measurements\n"
+      "The measurements: throughput, peak memory, memory reduction, slowdown, largest batch. Printed: each point's published "
+      "and predicted value and the error (predicted / published - 1), then per metric the median and worst |error| over the "
+      "points not marked suspect.");
   command->add_option("table",
                       options->table,
                       "Validation table (.jsonl, scenarios/validation/README.md); default: scenarios/validation/published.jsonl of "

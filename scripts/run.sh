@@ -5,5 +5,7 @@
 # within 95% of GPU memory (PyTorch's reserved memory, modelled) and the fastest batch. Prints the table; plots go to plots/.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-bash "$root/scripts/build.sh" >&2
+# Builds only what it runs: the comptrain executable and its man page (not the tests, the
+# benchmarks or the Python module; scripts/test.sh builds everything).
+bash "$root/scripts/build.sh" --target comptrain --target comptrain_man >&2
 exec "$root/build/cli/comptrain" plan --plots plots "$@"

@@ -4,6 +4,8 @@
 #include <limits>
 #include <string>
 
+#include "comptrain/support/did_you_mean.hpp"
+
 namespace comptrain::kernels {
 namespace {
 
@@ -93,7 +95,8 @@ FloatArray parse_npy(std::string_view bytes, const std::string& name) {
       shape_at = off(value);
       have_shape = true;
     } else {
-      bad(name, key_at, "unknown key '" + key + "' (expected 'descr', 'fortran_order' and 'shape')");
+      bad(name, key_at, "unknown key '" + key + "' (" + did_you_mean_text(did_you_mean(key, {"descr", "fortran_order", "shape"})) +
+                            "expected 'descr', 'fortran_order' and 'shape')");
     }
   }
   if (descr != "'<f4'") {

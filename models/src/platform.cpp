@@ -11,10 +11,12 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "embedded_files.hpp"
 #include "comptrain/models/kernel_power.hpp"
 #include "comptrain/support/atomic_file.hpp"
+#include "comptrain/support/did_you_mean.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/models/units.hpp"
 #include "comptrain/support/yaml_reader.hpp"
@@ -472,15 +474,18 @@ class PlatformReader : public yaml::Reader {
   // `default` and one entry per op kind, each a fraction of peak in [0.001, 1].
   void read_fractions(const YAML::Node& map, const std::string& field, double& fallback,
                       std::map<traces::OpKind, double>& per_kind) const {
-    std::string valid = "default";
-    for (const traces::OpKind kind : traces::all_op_kinds()) valid += ", " + std::string(traces::to_string(kind));
+    std::vector<std::string> names{"default"};
+    for (const traces::OpKind kind : traces::all_op_kinds()) names.emplace_back(traces::to_string(kind));
+    std::string valid;
+    for (const std::string& name : names) valid += (valid.empty() ? "" : ", ") + name;
     if (!map.IsMap()) throw InputError(where(map.Mark()) + "'" + field + "' must be a mapping from op kinds to fractions of peak; valid keys: " + valid);
     std::set<std::string> seen;
     for (const auto& entry : map) {
       const std::string key = entry.first.as<std::string>("");
       const std::optional<traces::OpKind> kind = traces::parse_op_kind(key);
       if (key != "default" && !kind) {
-        throw InputError(where(entry.first.Mark()) + "unknown key '" + key + "' in " + field + "; valid keys: " + valid);
+        throw InputError(where(entry.first.Mark()) + "unknown key '" + key + "' in " + field + "; " +
+                         did_you_mean_text(did_you_mean(key, names)) + "valid keys: " + valid);
       }
       if (!seen.insert(key).second) throw InputError(where(entry.first.Mark()) + "key '" + key + "' appears twice in " + field);
       const double value = fraction(entry.second, field + "." + key);

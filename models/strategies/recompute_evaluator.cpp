@@ -1,6 +1,6 @@
 // The budget mode's incremental plan evaluator; the model is described in
 // recompute_evaluator.hpp. Every rule of the simulation below mirrors Assembler::rematerialise
-// in build_schedule.cpp (the walk back, the replay in forward order, which outputs become
+// in assemble.cpp (the walk back, the replay in forward order, which outputs become
 // rebuilt copies); a change there must be made here too, and the property test
 // (tests/models/strategy_test.cpp, "IncrementalEvaluator") compares the two on random plans.
 

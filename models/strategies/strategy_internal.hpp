@@ -1,7 +1,7 @@
 #pragma once
-// Internal to models/strategies: what build_schedule.cpp and the budget mode's plan evaluator
-// (recompute_evaluator.hpp) share -- the per-storage analysis of a trace, a plan's decision per
-// storage, and the exact sum both use for recompute seconds.
+// Internal to models/strategies: what the schedule builder (build_internal.hpp) and the budget
+// mode's plan evaluator (recompute_evaluator.hpp) share -- the per-storage analysis of a trace, a
+// plan's decision per storage, and the exact sum both use for recompute seconds.
 
 #include <cmath>
 #include <cstddef>

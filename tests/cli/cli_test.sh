@@ -29,6 +29,24 @@ expect() {
 
 expect 0 '^comptrain [0-9]+\.[0-9]+\.[0-9]+$' -- --version
 expect 0 'Subcommands:' -- --help
+# The lists of commands give each one line (its summary; the details are in its own help): a
+# listed line is "  NAME" and its summary within 100 columns, and the next line is the next
+# command or the blank line that ends the list.
+for words in "" trace; do
+  # shellcheck disable=SC2086 # word splitting wanted
+  listing=$("$bin" help $words | sed -n '/^Subcommands:$/,/^$/p' | sed '1d;$d')
+  bad=$(awk 'length > 100 || !/^  [a-z][a-z0-9-]* +[^ ]/' <<<"$listing")
+  if [[ -n "$listing" && -z "$bad" ]]; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL: 'comptrain help $words' should list each command on one line of at most 100 columns:"
+    sed 's/^/    /' <<<"${bad:-(no list)}"
+  fi
+done
+# The details stay in the command's own help.
+expect 0 "scaling efficiency is against its best micro-batch" -- help plan
+expect 0 "cover every variant exactly once" -- merge --help
 
 # Usage errors: every one starts with the prefix, says what was expected, exits 2, and never
 # shows CLI11's own wording.
@@ -54,7 +72,15 @@ expect_usage "^comptrain: error: unknown command 'not-a-command'; expected one o
 expect_usage "unknown command 'trace nope'; expected one of: list, show, export, import" -- trace nope
 expect_usage "unknown option '--bogus'; expected one of: .*--batch" -- simulate --bogus
 expect_usage "unknown option '--bogus'; expected one of: --help, --version; or a command: trace" -- --bogus
-expect_usage "unknown option '--layer'; expected one of: .*--batch.*--layers, --hidden" -- trace show gpt --layer 3
+expect_usage "unknown option '--layer' \\(did you mean '--layers'\\?\\); expected one of: .*--batch.*--layers, --hidden" -- trace show gpt --layer 3
+# Typos: the closest command or option is suggested, before the list; nothing when none is close
+# (--bogus above).
+expect_usage "^comptrain: error: unknown command 'simulat' \\(did you mean 'simulate'\\?\\); expected one of: trace, simulate, " -- simulat
+expect_usage "unknown command 'trace shwo' \\(did you mean 'show'\\?\\); expected one of: list, show" -- trace shwo
+expect_usage "unknown command 'trace lsit' \\(did you mean 'list'\\?\\); expected one of: list, show" -- help trace lsit
+expect_usage "unknown option '--max-bach' \\(did you mean '--max-batch'\\?\\); expected one of: .*--margin, --max-batch, " -- plan --max-bach 3
+expect_usage "unknown option '--max-bach' \\(did you mean '--max-batch'\\?\\); expected one of: " -- plan --max-bach=3
+expect_usage "unknown option '--verison' \\(did you mean '--version'\\?\\); expected one of: --help, --version; or a command: trace" -- --verison
 expect_usage "unexpected argument 'two'; expected at most 1 argument \(scenario\)" -- simulate one two
 expect_usage "unexpected argument 'two'; expected at most 1 argument" -- simulate one two three
 expect_usage "missing option --output; expected --output" -- trace export resnet18
@@ -187,6 +213,10 @@ printf 'model:\n  zoo: resnet18\ntraining:\n  batch_size: 4\n' >"$work/ok.yaml"
 expect 0 'resnet18 · batch 4' -- trace show "$work/ok.yaml"
 printf 'model:\n  zoo: resnet18\ntraining:\n  batchsize: 4\n' >"$work/typo.yaml"
 expect 2 'typo.yaml:4:3: unknown key .batchsize.' -- trace show "$work/typo.yaml"
+printf 'model:\n  zoo: resnet18\ntraining:\n  precison: fp16\n' >"$work/typo2.yaml"
+expect 2 "^comptrain: error: .*typo2.yaml:4:3: unknown key 'precison' in training; did you mean 'precision'\\? valid keys: batch_size, precision, " -- simulate "$work/typo2.yaml"
+printf 'model:\n  zoo: resnet18\ntraining:\n  learning_rate: 0.1\n' >"$work/typo3.yaml"
+expect 2 "typo3.yaml:4:3: unknown key 'learning_rate' in training; valid keys: batch_size, " -- simulate "$work/typo3.yaml"
 
 # Simulation: the default scenario fits; a batch that does not fit says so; output files.
 expect 0 'FITS' -- simulate
@@ -250,6 +280,8 @@ expect 2 'more than once' -- merge "$work/s0.json" "$work/s1.json" "$work/s0.jso
 expect 2 'another sweep' -- merge "$work/s0.json" "$work/sim0.json"
 printf 'model: {zoo: resnet18}\nplatform: a100-40gb\nsweep:\n  training.batchsize: [1]\n' >"$work/badsweep.yaml"
 expect 2 'badsweep.yaml:4:3: .*unknown key .batchsize.' -- plan "$work/badsweep.yaml"
+printf 'model: {zoo: resnet18}\nplatform: a100-40gb\nsweep:\n  training.batch_size: {from: 1, to: 4, stpe: 1}\n' >"$work/badrange.yaml"
+expect 2 "badrange.yaml:4:41: unknown key 'stpe' in the range of sweep key 'training.batch_size'; did you mean 'step'\\? valid keys: from, to, step" -- plan "$work/badrange.yaml"
 
 # calibrate: usage errors (the measurements themselves: tests/calibrate/calibrate_cli_test.sh).
 expect_usage 'missing option --output; expected --output' -- calibrate

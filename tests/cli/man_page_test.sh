@@ -31,6 +31,11 @@ done
 # Option names as roff writes them (\- for a minus), from a subcommand's section.
 grep -qF '\-\-max\-batch' "$page" || fail "plan's --max-batch is missing"
 grep -qF '\-\-emit\-platform' "$page" || fail "calibrate's --emit-platform is missing"
+# A command's details, which `comptrain --help` leaves to the command's own help (its summary
+# only), are in the page: plan's paragraph, and merge's (wrapped: the lines are joined first).
+joined=$(tr '\n' ' ' <"$page")
+grep -qF 'scaling efficiency is against its best' <<<"$joined" || fail "plan's details are missing"
+grep -qF 'cover every variant exactly once' <<<"$joined" || fail "merge's details are missing"
 
 echo "man page: $count command sections checked, $failed failed"
 [[ $failed -eq 0 ]]

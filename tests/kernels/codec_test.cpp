@@ -335,7 +335,10 @@ TEST(ArrayIo, ErrorsNameTheFileTheOffsetAndTheExpectation) {
   EXPECT_EQ(message(replace("(2, 3)", "(2, x)")),
             "a.npy: not a supported .npy file: at byte " + std::to_string(shape + 4) + ": bad shape (2, x) (expected non-negative integers)");
   EXPECT_EQ(message(replace("'shape'", "'shapf'")), "a.npy: not a supported .npy file: at byte " + std::to_string(file.find("'shape'")) +
-                                                        ": unknown key 'shapf' (expected 'descr', 'fortran_order' and 'shape')");
+                                                        ": unknown key 'shapf' (did you mean 'shape'? expected 'descr', 'fortran_order' and 'shape')");
+  // No guess when no key is close.
+  EXPECT_EQ(message(replace("'shape'", "'xyzzy'")), "a.npy: not a supported .npy file: at byte " + std::to_string(file.find("'shape'")) +
+                                                        ": unknown key 'xyzzy' (expected 'descr', 'fortran_order' and 'shape')");
   EXPECT_EQ(message("not numpy at all"), "a.npy: not a supported .npy file: at byte 0: bad magic (expected \"\\x93NUMPY\")");
   EXPECT_EQ(message(replace(std::string("\x01\x00", 2), std::string("\x07\x00", 2))),
             "a.npy: not a supported .npy file: at byte 6: format version 7 (expected 1, 2 or 3)");

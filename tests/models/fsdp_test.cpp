@@ -1,5 +1,5 @@
 // PyTorch FSDP2 as a schedule transform (models/data_parallel.hpp, FsdpSpec;
-// models/parallel/README.md, "FSDP2"): a two-layer LLaMA in `mixed` precision on 4 ranks, each
+// models/transforms/README.md, "FSDP2"): a two-layer LLaMA in `mixed` precision on 4 ranks, each
 // decoder layer a fully_shard unit, torchtitan's settings (the last layer not resharded after
 // forward, fp32 sharded parameters and reduce-scatter). The state per GPU, the buffers of each
 // unit, where each is allocated and how long it lives, against numbers computed by hand.

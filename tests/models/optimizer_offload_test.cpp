@@ -1,5 +1,5 @@
 // ZeRO-Offload and Deep Optimizer States as schedule transforms (models/data_parallel.hpp,
-// models/parallel/README.md "Optimizer offload"): the fp32 state leaves the GPU, the gradients
+// models/transforms/README.md "Optimizer offload"): the fp32 state leaves the GPU, the gradients
 // are copied to the host during the backward pass, the CPU step takes the CPU Adam model's
 // time, and the subgroups go to the CPU or the GPU by Twin-Flow's ratio or Deep Optimizer
 // States' rule.

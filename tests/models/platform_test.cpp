@@ -540,8 +540,9 @@ TEST(PlatformYaml, ReadsEfficienciesPerOpKind) {
 
 TEST(PlatformYaml, UnknownKeysAreRejectedWithTheValidOnes) {
   std::string e = error_of(kMinimal + "gpus: 8\n");
-  EXPECT_THAT(e, HasSubstr("p.yaml:10:1: unknown key 'gpus' in the platform"));
-  EXPECT_THAT(e, HasSubstr("valid keys: name, gpu, host, host_link, gpu_link, gpus_per_node, efficiency"));
+  // The closest valid key is suggested, between the key and the list (support's did_you_mean).
+  EXPECT_THAT(e, HasSubstr("p.yaml:10:1: unknown key 'gpus' in the platform; did you mean 'gpu'? "
+                           "valid keys: name, gpu, host, host_link, gpu_link, gpus_per_node, efficiency"));
 
   e = error_of(with("  launch_overhead: 5 us\n", "  launch_overhead: 5 us\n  tdp: 400 W\n"));
   EXPECT_THAT(e, HasSubstr("p.yaml:8:3: unknown key 'tdp' in gpu; valid keys: name, memory, memory_visible, cuda_context, compute_capability, memory_bandwidth, peak, launch_overhead, sms, power"));
@@ -552,6 +553,9 @@ TEST(PlatformYaml, UnknownKeysAreRejectedWithTheValidOnes) {
   e = error_of(kMinimal + "efficiency:\n  compute: {convolution: 0.7}\n");
   EXPECT_THAT(e, HasSubstr("p.yaml:11:13: unknown key 'convolution' in efficiency.compute"));
   EXPECT_THAT(e, HasSubstr("valid keys: default, conv, matmul, linear, relu"));
+  // The op-kind maps read their keys themselves, and suggest too.
+  e = error_of(kMinimal + "efficiency:\n  compute: {matmull: 0.7}\n");
+  EXPECT_THAT(e, HasSubstr("p.yaml:11:13: unknown key 'matmull' in efficiency.compute; did you mean 'matmul'? valid keys: default, conv,"));
 
   e = error_of(kMinimal + "gpu_link: {name: NVLink, bandwidth: 300 GB/s, latency: 2 us, lanes: 12}\n");
   EXPECT_THAT(e, HasSubstr("p.yaml:10:62: unknown key 'lanes' in gpu_link; valid keys: name, bandwidth, latency"));

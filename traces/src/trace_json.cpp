@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comptrain/support/atomic_file.hpp"
+#include "comptrain/support/did_you_mean.hpp"
 #include "comptrain/support/input_error.hpp"
 
 namespace comptrain::traces {
@@ -94,50 +95,12 @@ std::string describe(const json& value) {
   }
 }
 
-// Levenshtein distance, to suggest the intended spelling of a mistyped key or name.
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      std::size_t above = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0U : 1U)});
-      diagonal = above;
-    }
-  }
-  return row[b.size()];
-}
-
-// " (did you mean "x"?)" when exactly one candidate is close, else "".
-bool equal_ignoring_case(std::string_view a, std::string_view b) {
-  auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; };
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [&](char x, char y) { return lower(x) == lower(y); });
-}
-
+// " (did you mean "x"?)" when a candidate is close to the misspelt `wrong`, else "": the guess is
+// the one of every unknown-key message (comptrain/support/did_you_mean.hpp).
 template <class Names>
 std::string suggestion(std::string_view wrong, const Names& candidates) {
-  for (std::string_view candidate : candidates) {
-    if (equal_ignoring_case(wrong, candidate)) return " (did you mean " + json_quoted(candidate) + "?)";
-  }
-  std::string best;
-  std::size_t best_distance = std::numeric_limits<std::size_t>::max();
-  bool tie = false;
-  for (std::string_view candidate : candidates) {
-    std::size_t distance = edit_distance(wrong, candidate);
-    if (distance < best_distance) {
-      best_distance = distance;
-      best = std::string(candidate);
-      tie = false;
-    } else if (distance == best_distance) {
-      tie = true;
-    }
-  }
-  const std::size_t tolerated = wrong.size() <= 3 ? 1 : 2;
-  if (best.empty() || tie || best_distance > tolerated) return "";
-  return " (did you mean " + json_quoted(best) + "?)";
+  const std::optional<std::string> guess = did_you_mean(wrong, candidates);
+  return guess ? " (did you mean " + json_quoted(*guess) + "?)" : "";
 }
 
 template <class Names>

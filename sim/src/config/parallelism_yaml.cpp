@@ -93,7 +93,7 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
   return p;
 }
 
-// parallelism.fsdp (models/parallel/README.md, "FSDP2"): {units: [module patterns],
+// parallelism.fsdp (models/transforms/README.md, "FSDP2"): {units: [module patterns],
 // reshard_after_forward: true | false | all_but_last, sharded_dtype, reduce_dtype}.
 models::FsdpSpec ScenarioReader::read_fsdp(const YAML::Node& node) const {
   const std::string section = "parallelism.fsdp";

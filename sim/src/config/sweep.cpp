@@ -11,6 +11,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "comptrain/support/did_you_mean.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/support/yaml_errors.hpp"
 #include "config/scenario_yaml.hpp"
@@ -131,7 +132,8 @@ std::vector<YAML::Node> range_values(const YAML::Node& range, const std::string&
   for (const auto& entry : range) {
     const std::string k = entry.first.as<std::string>("");
     if (k != "from" && k != "to" && k != "step") {
-      throw InputError(yaml::location(source, entry.first.Mark()) + "unknown key '" + k + "' in the range of sweep key '" + key + "'; valid keys: from, to, step");
+      throw InputError(yaml::location(source, entry.first.Mark()) + "unknown key '" + k + "' in the range of sweep key '" + key + "'; " +
+                       did_you_mean_text(did_you_mean(k, {"from", "to", "step"})) + "valid keys: from, to, step");
     }
   }
   if (!range["from"] || !range["to"]) throw InputError(at + "the range of sweep key '" + key + "' needs 'from' and 'to' (and optionally 'step')");

@@ -23,7 +23,7 @@ std::string format_watts(double watts);
 // with the data loader and checkpoints (sim/io_energy.hpp), a line of its own; null without them.
 void add_energy_report(std::string& out, const std::optional<EnergyResult>& energy, std::int64_t samples, const IterationEnergy* with_io = nullptr);
 
-// results.energy: null without energy; the fields are README.md's ("Energy"); `with_io` null
+// results.energy: null without energy; the fields are docs/io-and-energy.md's ("Energy"); `with_io` null
 // without a data or checkpoint section.
 nlohmann::ordered_json energy_json(const std::optional<EnergyResult>& energy, std::int64_t samples, const IterationEnergy* with_io = nullptr);
 

@@ -1,8 +1,7 @@
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/sim/metrics/iteration_profile.hpp"
 
-#include "comptrain/models/data_parallel.hpp"
-#include "comptrain/models/gradient_accumulation.hpp"
+#include "comptrain/models/transform_schedule.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/traces/trace_json.hpp"
 #include "comptrain/zoo/zoo.hpp"
@@ -65,21 +64,31 @@ traces::Trace PreparedScenario::trace_at(std::int64_t batch) const {
   return build_zoo_trace(scenario_, batch);
 }
 
+namespace {
+
+// What the schedule transforms take from a prepared scenario: plain values of the scenario, its
+// platform and its framework resolved on the GPU.
+models::TransformSteps transform_steps(const PreparedScenario& prepared) {
+  models::TransformSteps steps;
+  steps.accumulation_steps = prepared.scenario().accumulation_steps;
+  if (const auto& parallelism = prepared.scenario().parallelism) steps.data_parallel = parallelism->data;
+  steps.platform = &prepared.platform();
+  steps.zero_grad = prepared.framework().zero_grad;
+  steps.cudnn_workspace_bytes = prepared.framework().cudnn_workspace_bytes;
+  steps.dispatch = prepared.platform().host.dispatch;
+  return steps;
+}
+
+}  // namespace
+
 std::variant<ScheduledRun, models::NotApplicable> schedule_run(const PreparedScenario& prepared, const models::StrategySpec& strategy,
                                                                std::int64_t batch) {
   traces::Trace trace = prepared.trace_at(batch);
   auto schedule = models::build_schedule(trace, prepared.time_model(), strategy);
   if (auto* not_applicable = std::get_if<models::NotApplicable>(&schedule)) return std::move(*not_applicable);
-  // Data parallelism reshapes the gradients' lifetime (ZeRO frees them after their reduction),
-  // so it comes before the framework's gradient lifetime.
-  models::apply_gradient_accumulation(std::get<models::Schedule>(schedule), trace, prepared.scenario().accumulation_steps);
-  if (const auto& parallelism = prepared.scenario().parallelism) {
-    models::apply_data_parallel(std::get<models::Schedule>(schedule), trace, parallelism->data, prepared.platform());
-  }
-  apply_gradient_lifetime(std::get<models::Schedule>(schedule), prepared.framework().zero_grad);
-  add_cudnn_workspaces(std::get<models::Schedule>(schedule), trace, prepared.framework().cudnn_workspace_bytes);
-  assign_dispatch_costs(std::get<models::Schedule>(schedule), trace, prepared.platform().host.dispatch);
-  return ScheduledRun{strategy, std::move(trace), std::move(std::get<models::Schedule>(schedule))};
+  // Every transform, in the one order models/transform_schedule.hpp gives and explains.
+  models::Schedule transformed = models::transform_schedule(std::move(std::get<models::Schedule>(schedule)), trace, transform_steps(prepared));
+  return ScheduledRun{strategy, std::move(trace), std::move(transformed)};
 }
 
 SimulationResult replay(const PreparedScenario& prepared, const ScheduledRun& run, Isolation isolation) {

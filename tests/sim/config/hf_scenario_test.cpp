@@ -131,7 +131,7 @@ TEST(HfScenario, SelectiveCheckpointingRules) {
               AllOf(HasSubstr("s.yaml:5:"), HasSubstr("'strategy.rules[0].recompute.blocks'"), HasSubstr("is empty")));
 }
 
-// parallelism.fsdp: PyTorch FSDP2 in place of ddp or zero (models/parallel/README.md, "FSDP2").
+// parallelism.fsdp: PyTorch FSDP2 in place of ddp or zero (models/transforms/README.md, "FSDP2").
 TEST(HfScenario, FsdpSection) {
   const std::string head = "model: {zoo: llama, layers: 2, hidden: 64, heads: 4, vocab: 100, seq_len: 16}\nplatform: dgx-h100-superpod\n";
   const Scenario s = parse_scenario(head + "parallelism: {gpus_per_node: 8, fsdp: {units: [\"model.layers.*\"], reshard_after_forward: all_but_last, "

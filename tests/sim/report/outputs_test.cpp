@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "../traces/hand_traces.hpp"
+#include "traces/hand_traces.hpp"
 #include "comptrain/support/format.hpp"
 
 namespace comptrain::sim {

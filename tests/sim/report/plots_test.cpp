@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "../traces/hand_traces.hpp"
+#include "traces/hand_traces.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/input_error.hpp"
 

@@ -17,7 +17,7 @@
 #include "comptrain/sim/config/scenario.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/traces/trace_json.hpp"
-#include "../models/gradient_mlp.hpp"
+#include "models/gradient_mlp.hpp"
 
 namespace comptrain::sim {
 namespace {

@@ -5,6 +5,7 @@
 #include <variant>
 
 #include "comptrain/sim/engine/io_simulation.hpp"
+#include "comptrain/sim/report/simulate_report.hpp"
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/sim/runtime/workers.hpp"
 #include "comptrain/support/input_error.hpp"

@@ -7,6 +7,9 @@
 #include <cstdlib>
 #include <map>
 #include <stdexcept>
+#include <vector>
+
+#include <unistd.h>
 
 #include "comptrain/sim/runtime/workers.hpp"
 #include "comptrain/support/input_error.hpp"
@@ -90,6 +93,31 @@ TEST(Workers, LargeResultsAndStderrDoNotDeadlock) {
 TEST(Workers, PrefixLines) {
   EXPECT_EQ(prefix_lines("v1: ", "a\nb\n"), "v1: a\nv1: b\n");
   EXPECT_EQ(prefix_lines("v1: ", "a"), "v1: a\n");
+}
+
+// run_jobs hands the outcomes back in job order whatever order the workers finish in, so the
+// failure a study reports (the first in that order) does not depend on -j: here the later job
+// fails first, and the earlier one is still the first failure.
+TEST(Workers, RunJobsKeepsJobOrderAndTheFirstFailureIsTheLowestNumbered) {
+  std::vector<ChildProcess::Work> works;
+  works.emplace_back([]() -> std::string { return "zero"; });
+  works.emplace_back([]() -> std::string {
+    ::usleep(300'000);
+    throw std::runtime_error("one failed, late");
+  });
+  works.emplace_back([]() -> std::string { throw std::runtime_error("two failed, early"); });
+  std::vector<std::size_t> finished;
+  const std::vector<JobOutcome> outcomes = run_jobs(std::move(works), 3, [&](std::size_t index, const JobOutcome&) { finished.push_back(index); });
+  ASSERT_EQ(outcomes.size(), 3u);
+  EXPECT_EQ(outcomes[0].text, "zero");
+  EXPECT_EQ(outcomes[1].text, "one failed, late");
+  EXPECT_EQ(outcomes[2].text, "two failed, early");
+  EXPECT_EQ(finished.size(), 3u);
+  EXPECT_EQ(finished.back(), 1u);  // the slow one ended last
+  const JobOutcome* first = first_failure(outcomes);
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(first->text, "one failed, late");
+  EXPECT_EQ(first_failure(std::vector<JobOutcome>(2)), nullptr);  // all results
 }
 
 }  // namespace

@@ -95,7 +95,7 @@ TransformerShape resolve_shape(const Entry& entry, const ModelRequest& request) 
   take(request.vocab, shape.vocab, "vocab");
   // Refused before building rather than after exhausting memory: a GPT iteration has 48 ops and
   // 109 tensors per layer, and the trace, its schedule and replay take memory linear in the ops
-  // (traces/bench/trace_bench.cpp; README, "Performance"): `simulate` on an 8192-layer GPT,
+  // (traces/bench/trace_bench.cpp; docs/performance.md): `simulate` on an 8192-layer GPT,
   // about 393,000 ops, peaked at 993 MiB on the 2-core development VM. 8192 layers is 85 times
   // GPT-3's 96.
   constexpr std::int64_t kMaxLayers = 8192;

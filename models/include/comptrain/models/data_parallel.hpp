@@ -4,7 +4,7 @@
 // as DeepSpeed's ZeRO does with the model state sharded over the ranks (stages 1 to 3). Every
 // rank runs the same schedule, so one rank's schedule describes them all; the collectives it
 // gains (models::TaskKind::collective on Stream::comm) are run over the whole group by the
-// replay's network (sim/). models/parallel/README.md tells what each stage changes and the
+// replay's network (sim/). models/transforms/README.md tells what each stage changes and the
 // sources.
 
 #include <cstdint>
@@ -21,7 +21,7 @@ namespace comptrain::models {
 // ZeRO-Offload: the optimizer state and its step on the host CPU (DeepSpeed's
 // zero_optimization.offload_optimizer with device: cpu, deepspeed/runtime/zero/offload_config.py),
 // optionally with Deep Optimizer States' interleaved GPU updates (the DataStates/DeepSpeed fork,
-// branch deep-optimizer-states, the same section's keys). models/parallel/README.md tells the
+// branch deep-optimizer-states, the same section's keys). models/transforms/README.md tells the
 // schedule and its sources.
 struct OptimizerOffloadSpec {
   // offload_optimizer.ratio (Twin-Flow, ZeRO-3 only): the first int(ratio x subgroups) subgroups
@@ -72,7 +72,7 @@ double cpu_adam_seconds(std::int64_t parameters, const HostSpec& host);
 
 // PyTorch FSDP2 (torch.distributed.fsdp.fully_shard, the per-parameter sharding torchtitan
 // uses) in place of DeepSpeed's ZeRO-3: the same model state per GPU, held and communicated the
-// way FSDP2 does it (models/parallel/README.md, "FSDP2"): parameters gathered and gradients
+// way FSDP2 does it (models/transforms/README.md, "FSDP2"): parameters gathered and gradients
 // reduce-scattered per parameter group (a fully_shard unit), each unit's all-gather buffers and
 // sharded gradients allocated on FSDP2's own streams, the root group never resharded after
 // forward. Needs zero_stage 3 (the sharding).
@@ -135,7 +135,7 @@ struct DataParallelSpec {
 // naming the field.
 void check_data_parallel(const DataParallelSpec& spec);
 
-// One rank's schedule under `spec` (models/parallel/README.md):
+// One rank's schedule under `spec` (models/transforms/README.md):
 //  - gradients are grouped into buckets in the order the backward pass makes them ready (DDP
 //    rebuilds its buckets in that order after the first iteration; DeepSpeed fills its bucket in
 //    that order) and each bucket is all-reduced (stage 0) or reduce-scattered (stages 1 to 3) on
@@ -147,13 +147,13 @@ void check_data_parallel(const DataParallelSpec& spec);
 //    1/ranks partitions; stage 3 all-gathers each op's parameters before its forward and its
 //    backward use (one op ahead) into buffers freed after their last use.
 //  - with offload_optimizer (also on one rank), the optimizer's tasks are replaced by the step on
-//    the host (models/parallel/README.md, "Optimizer offload"): each reduced gradient is copied
+//    the host (models/transforms/README.md, "Optimizer offload"): each reduced gradient is copied
 //    to the host during the backward pass, DeepSpeedCPUAdam steps each subgroup on the host
 //    (TaskKind::host_compute on Stream::host, cpu_adam_seconds on `platform.host`) and its
 //    updated 16-bit parameters are copied back; the fp32 state is not in GPU memory. Twin-Flow's
 //    and Deep Optimizer States' GPU subgroups step on the GPU for the optimizer's kernel time
 //    scaled to their share of the parameters.
-//  - with fsdp, FSDP2's schedule instead of ZeRO-3's (models/parallel/README.md, "FSDP2").
+//  - with fsdp, FSDP2's schedule instead of ZeRO-3's (models/transforms/README.md, "FSDP2").
 // Apply it after build_schedule and before the framework's gradient lifetime. The overload
 // without a platform refuses an offloaded optimizer (std::invalid_argument): its step needs the host.
 void apply_data_parallel(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec);

@@ -4,7 +4,7 @@
 // (autograd accumulates into the .grad that the first micro-step made). Under data parallelism
 // the earlier micro-steps run inside DDP's no_sync(), so apply this before apply_data_parallel:
 // the gradients are then ready, and reduced, in the last micro-step only
-// (models/parallel/README.md).
+// (models/transforms/README.md).
 
 #include "comptrain/models/schedule.hpp"
 #include "comptrain/traces/trace.hpp"

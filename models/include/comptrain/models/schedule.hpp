@@ -51,7 +51,7 @@ using TaskId = std::size_t;
 // freed by one stream is cached for that stream's requests only (sim/caching_allocator.hpp).
 // `current`: the stream the training code runs on, which every buffer of a strategy's schedule
 // is allocated on (a side stream's copy or kernel writes into memory the code allocated before
-// launching it). FSDP2 allocates on two streams of its own (models/parallel/README.md, "FSDP2"):
+// launching it). FSDP2 allocates on two streams of its own (models/transforms/README.md, "FSDP2"):
 // its all-gather buffers on the all-gather copy-in stream, its reduce-scatter outputs (the
 // sharded gradients) on the reduce-scatter stream.
 enum class AllocationStream : std::uint8_t { current, fsdp_all_gather, fsdp_reduce_scatter };
@@ -77,7 +77,7 @@ enum class TaskKind : std::uint8_t {
   collective,  // a collective over the data-parallel group (Task::collective says which)
   // Work on the host CPU (Stream::host only): `seconds` is its duration with the whole host of
   // the node to itself; the replay runs it on the node's host, shared with the node's other
-  // ranks' host tasks (ZeRO-Offload's CPU Adam: models/parallel/README.md).
+  // ranks' host tasks (ZeRO-Offload's CPU Adam: models/transforms/README.md).
   host_compute,
 };
 inline constexpr std::size_t kTaskKindCount = 8;

@@ -10,7 +10,9 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "comptrain/support/did_you_mean.hpp"
 #include "comptrain/support/input_error.hpp"
 
 namespace comptrain::yaml {
@@ -30,8 +32,8 @@ inline std::string location(std::string_view source, const YAML::Mark& mark) {
   return out;
 }
 
-// Throws InputError at the first key of `map` that is not in `valid` (listing the valid ones,
-// so a typo never passes silently) or that appears twice.
+// Throws InputError at the first key of `map` that is not in `valid` (guessing the intended one
+// and listing the valid ones, so a typo never passes silently) or that appears twice.
 inline void check_keys(std::string_view source, const YAML::Node& map, const std::string& section,
                        std::initializer_list<const char*> valid) {
   std::set<std::string> seen;
@@ -40,7 +42,9 @@ inline void check_keys(std::string_view source, const YAML::Node& map, const std
     if (std::none_of(valid.begin(), valid.end(), [&](const char* v) { return key == v; })) {
       std::string list;
       for (const char* v : valid) list += (list.empty() ? "" : ", ") + std::string(v);
-      throw InputError(location(source, entry.first.Mark()) + "unknown key '" + key + "' in " + section + "; valid keys: " + list);
+      const std::vector<std::string_view> names(valid.begin(), valid.end());
+      throw InputError(location(source, entry.first.Mark()) + "unknown key '" + key + "' in " + section + "; " +
+                       did_you_mean_text(did_you_mean(key, names)) + "valid keys: " + list);
     }
     if (!seen.insert(key).second) {
       throw InputError(location(source, entry.first.Mark()) + "key '" + key + "' appears twice in " + section);

@@ -42,12 +42,15 @@
 #include <optional>
 #include <string_view>
 
+#include "comptrain/models/framework_transforms.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/schedule.hpp"
 
 namespace comptrain::sim {
 
-enum class ZeroGrad { set_to_none, zeros };
+// zero_grad's two behaviours; the enum is models' (framework_transforms.hpp), beside the
+// transform that applies it (apply_gradient_lifetime).
+using models::ZeroGrad;
 
 // A PyTorch release, major.minor.
 struct PytorchVersion {
@@ -89,19 +92,8 @@ FrameworkOnGpu resolve_framework(const FrameworkSpec& framework, const models::G
 // (CublasHandlePool.cpp, see framework.cpp for the commit and the formula).
 std::int64_t default_cublas_workspace_bytes(int major, int minor);
 
-// Applies the gradient lifetime to a schedule. With `zeros`, weight gradients (role gradient,
-// held to the end of the iteration) become resident: allocated before the iteration, as they
-// are at the start of every iteration but the first, and never freed. With `set_to_none` the
-// schedule is unchanged: gradients are created by the backward pass and freed after the step.
-void apply_gradient_lifetime(models::Schedule& schedule, ZeroGrad zero_grad);
-
-// Sets each task's host_seconds from the platform's per-op dispatch costs: an op or replayed
-// op by its phase in `trace` (a replayed op is a forward op), any other task (copy, codec) the
-// backward cost, as a launch from C++.
-void assign_dispatch_costs(models::Schedule& schedule, const traces::Trace& trace, const models::OpDispatch& dispatch);
-
-// Gives every task that runs a convolution of `trace` (op, recompute) a workspace buffer of
-// `bytes` that lives while the task runs (role temporary). Nothing when bytes is 0.
-void add_cudnn_workspaces(models::Schedule& schedule, const traces::Trace& trace, std::int64_t bytes);
+// The framework's schedule transforms -- apply_gradient_lifetime, assign_dispatch_costs,
+// add_cudnn_workspaces -- are models' (models/framework_transforms.hpp), run in their order by
+// models::transform_schedule from what FrameworkOnGpu holds (sim/run.hpp, schedule_run).
 
 }  // namespace comptrain::sim

@@ -89,7 +89,8 @@ enum class ReplayRanks { symmetric, every_rank };
 // caching allocator's reserved bytes, and an iteration that does not fit is cut at the failing
 // allocation (tasks that had not ended by then count as not run, as if PyTorch had raised).
 // `framework` must have the gradient lifetime applied to `schedule` already
-// (apply_gradient_lifetime; sim/run.hpp does it).
+// (models::apply_gradient_lifetime; schedule_run in sim/run/run.hpp does it, through
+// models::transform_schedule).
 // `shape` is the part of the platform's cluster the run uses (one GPU by default); InputError when
 // the platform does not have it (check_cluster_shape).
 SimulationResult simulate(const models::Platform& platform, const models::Schedule& schedule, const FrameworkOnGpu& framework,

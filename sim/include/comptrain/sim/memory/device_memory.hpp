@@ -63,7 +63,7 @@ struct DeviceMemory {
 };
 
 // Feeds the stream as above. `events` and `tasks` are the replay's (SimulationResult), for a
-// schedule with the framework's gradient lifetime applied (apply_gradient_lifetime).
+// schedule with the framework's gradient lifetime applied (models::apply_gradient_lifetime).
 DeviceMemory model_device_memory(const models::Schedule& schedule, const std::vector<MemoryEvent>& events,
                                  const std::vector<TaskTiming>& tasks, const FrameworkOnGpu& framework);
 

@@ -59,8 +59,9 @@ struct ScheduledRun {
   models::Schedule schedule;
 };
 
-// The trace at `batch` and its schedule under `strategy`, with the framework's gradient
-// lifetime applied (apply_gradient_lifetime); NotApplicable when the strategy
+// The trace at `batch` and its schedule under `strategy`, through every schedule transform
+// (models::transform_schedule: gradient accumulation, data parallelism, the framework's
+// gradient lifetime, cuDNN workspaces and dispatch costs); NotApplicable when the strategy
 // cannot apply there (a recompute budget below what the checkpoints alone need): a result for
 // the caller to report, not an error.
 std::variant<ScheduledRun, models::NotApplicable> schedule_run(const PreparedScenario& prepared, const models::StrategySpec& strategy,

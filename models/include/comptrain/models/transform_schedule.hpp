@@ -1,0 +1,46 @@
+#pragma once
+// The ordered pipeline of schedule transforms: what happens to the schedule build_schedule gives
+// (one GPU's iteration under a strategy) before the simulator replays it. This is the one place
+// that order is written; the run layer (sim/run.hpp, schedule_run) calls only transform_schedule.
+//
+//   1. gradient accumulation (gradient_accumulation.hpp): the micro-steps of one optimizer step;
+//      first, because under data parallelism the earlier micro-steps run inside DDP's no_sync()
+//      and the gradients are reduced in the last one only;
+//   2. data parallelism (data_parallel.hpp): one rank's schedule with its collectives. The
+//      tensor- and pipeline-parallel transforms, when they come, go here, beside it: they too
+//      give one rank's schedule, and data parallelism reshapes the gradients' lifetime (ZeRO
+//      frees them after their reduction), so it must come before step 3;
+//   3. the framework's transforms (framework_transforms.hpp): the gradients' lifetime across
+//      iterations (zero_grad), cuDNN's workspaces, then each task's dispatch cost on the host,
+//      last, so that every task the earlier steps added has one.
+//
+// models/transforms/ holds them all (models/transforms/README.md).
+
+#include <cstdint>
+#include <optional>
+
+#include "comptrain/models/data_parallel.hpp"
+#include "comptrain/models/framework_transforms.hpp"
+#include "comptrain/models/platform.hpp"
+#include "comptrain/models/schedule.hpp"
+#include "comptrain/traces/trace.hpp"
+
+namespace comptrain::models {
+
+// What each step of transform_schedule is given: plain values a scenario and the framework
+// resolved against its platform hold (sim's Scenario and FrameworkOnGpu).
+struct TransformSteps {
+  int accumulation_steps = 1;                    // micro-steps per optimizer step; 1: unchanged
+  std::optional<DataParallelSpec> data_parallel;  // a scenario's parallelism: section; none: one GPU
+  // The platform data parallelism steps an offloaded optimizer on (its host); null: the
+  // overload without one, which refuses an offloaded optimizer.
+  const Platform* platform = nullptr;
+  ZeroGrad zero_grad = ZeroGrad::set_to_none;
+  std::int64_t cudnn_workspace_bytes = 0;  // per convolution while it runs; 0: none
+  OpDispatch dispatch;                     // the host's per-task launch costs
+};
+
+// `schedule` (build_schedule's, for `trace`) through every transform, in the order above.
+Schedule transform_schedule(Schedule schedule, const traces::Trace& trace, const TransformSteps& steps);
+
+}  // namespace comptrain::models

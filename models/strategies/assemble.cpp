@@ -1,0 +1,463 @@
+// A fixed plan -> its Schedule (Assembler), and the full measure of a plan (evaluate: build and
+// replay sequentially). Split out of build_schedule.cpp.
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "build_internal.hpp"
+#include "comptrain/models/strategy.hpp"
+#include "schedule_replay.hpp"
+
+namespace comptrain::models::strategy_detail {
+
+using traces::OpIndex;
+using traces::Phase;
+using traces::TensorIndex;
+using traces::TensorRole;
+using traces::Trace;
+
+namespace {
+
+// Builds the schedule for a fixed plan. Compute tasks first (trace ops in recorded order with
+// recomputations inserted before the backward ops that need them), then the copy and codec
+// tasks, which are timed relative to compute positions, are slotted in after the compute
+// task they wait for, so that `tasks` order is itself a valid one-at-a-time execution.
+class Assembler {
+ public:
+  Assembler(const Analysis& a, const StrategySpec& spec, const StorageActions& plan) : a_(a), spec_(spec), plan_(plan) {}
+
+  Built run(bool names) {
+    names_ = names;
+    const Trace& trace = *a_.trace;
+    const std::size_t tensor_count = trace.tensors().size();
+    original_.assign(tensor_count, kNone);
+    restored_.assign(tensor_count, kNone);
+    compressed_.assign(tensor_count, kNone);
+    remat_.assign(tensor_count, kNone);
+    consumers_.assign(tensor_count, {});
+    op_task_.assign(trace.ops().size(), kNone);
+
+    for (TensorIndex s : a_.storages) {
+      const auto& tensor = trace.tensor(s);
+      Buffer b;
+      if (names_) b.name = tensor.name;
+      b.bytes = tensor.bytes();
+      b.role = memory_role_of(tensor.role);
+      b.resident = !a_.info[s].written;  // held by its owner across iterations
+      b.held_to_end = tensor.role == TensorRole::gradient;
+      if (held(s)) b.role = MemoryRole::activation;  // held for the backward pass by a selective checkpoint
+      b.tensor = s;
+      original_[s] = add_buffer(std::move(b));
+      if (plan_.action[s] == Action::offload) {
+        restored_[s] = add_buffer(copy_buffer(s, MemoryRole::prefetch, tensor.bytes(), " (prefetched)"));
+      } else if (plan_.action[s] == Action::compress) {
+        const auto& c = *spec_.rules[plan_.rule[s]].compress();
+        const traces::ValueFeatures& values = storage_values(trace, s, a_.info[s]);
+        check_ranges(trace, spec_, plan_.rule[s], s, values);
+        const StorageBound bound = storage_bound(trace, a_.info[s], spec_, plan_.rule[s], s, values);
+        const double ratio = compress_ratio(c, storage_class(trace, a_.info[s]), tensor.dtype, bound.relative, values);
+        const std::int64_t bytes = compressed_bytes(spec_, plan_.rule[s], tensor.name, tensor.bytes(), ratio);
+        compressed_[s] = add_buffer(copy_buffer(s, MemoryRole::compressed, bytes, " (compressed)"));
+        restored_[s] = add_buffer(copy_buffer(s, MemoryRole::activation, tensor.bytes(), " (decompressed)"));
+      }
+    }
+
+    std::vector<bool> allocated(tensor_count, false);
+    std::optional<std::size_t> clamp;  // compute position of the op just before the backward pass
+    for (OpIndex o = 0; o < trace.ops().size(); ++o) {
+      const auto& op = trace.op(o);
+      const bool forward = op.phase == Phase::forward;
+      if (!forward) {
+        if (!clamp && !compute_.empty()) clamp = compute_.size() - 1;
+        std::vector<TensorIndex> needed;
+        for (TensorIndex t : op.inputs) {
+          const TensorIndex s = trace.storage_of(t);
+          if (plan_.action[s] == Action::drop && remat_[s] == kNone) needed.push_back(s);
+        }
+        if (!needed.empty()) rematerialise(needed);
+      }
+      Task task;
+      if (names_) task.name = op.name;
+      task.kind = TaskKind::op;
+      task.op = o;
+      task.seconds = a_.op_seconds[o];
+      task.watts = a_.op_watts[o];
+      for (TensorIndex t : op.inputs) task.uses.push_back(read_buffer(trace.storage_of(t), forward));
+      for (TensorIndex t : op.outputs) {
+        const TensorIndex s = trace.storage_of(t);
+        task.uses.push_back(original_[s]);
+        if (!allocated[s]) {
+          allocated[s] = true;
+          task.creates.push_back(original_[s]);
+        }
+      }
+      sorted_unique(task.uses);
+      op_task_[o] = compute_.size();
+      compute_.push_back(std::move(task));
+      compute_waits_.emplace_back();
+    }
+
+    // Selective checkpoints' holds: the backward op a storage is held to uses it.
+    for (TensorIndex s : a_.storages) {
+      if (!held(s)) continue;
+      Task& task = compute_[op_task_[*plan_.held_until[s]]];
+      task.uses.push_back(original_[s]);
+      sorted_unique(task.uses);
+    }
+
+    add_side_tasks(clamp.value_or(0));
+    return emit();
+  }
+
+ private:
+  static constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+
+  struct SideTask {
+    Task task;
+    std::size_t slot = 0;   // emitted right after this compute task
+    int group = 0;          // order within a slot: offload, compress, prefetch, decompress
+    std::size_t key = 0;    // order within a group
+    TensorIndex storage = 0;
+    std::vector<std::size_t> after_compute;
+    std::vector<std::size_t> after_side;
+  };
+
+  BufferId add_buffer(Buffer b) {
+    schedule_.buffers.push_back(std::move(b));
+    return schedule_.buffers.size() - 1;
+  }
+
+  // Held by a selective checkpoint (and still kept: a budget rule may not have dropped it).
+  bool held(TensorIndex s) const {
+    return !plan_.held_until.empty() && plan_.held_until[s].has_value() && plan_.action[s] == Action::keep;
+  }
+
+  Buffer copy_buffer(TensorIndex s, MemoryRole role, std::int64_t bytes, const char* suffix) const {
+    Buffer b;
+    if (names_) b.name = a_.trace->tensor(s).name + suffix;
+    b.bytes = bytes;
+    b.role = role;
+    b.tensor = s;
+    return b;
+  }
+
+  // The buffer a compute task about to be appended reads for storage `s`.
+  BufferId read_buffer(TensorIndex s, bool forward) {
+    if (forward) return original_[s];
+    switch (plan_.action[s]) {
+      case Action::drop:
+        if (remat_[s] == kNone) throw std::logic_error("strategy: dropped storage read before it was rebuilt");
+        return remat_[s];
+      case Action::offload:
+      case Action::compress:
+        consumers_[s].push_back(compute_.size());
+        return restored_[s];
+      case Action::keep:
+        break;
+    }
+    return original_[s];
+  }
+
+  // Whether storage `s` can be read in the backward pass without replaying its producers.
+  bool available(TensorIndex s) const {
+    const StorageInfo& info = a_.info[s];
+    if (!info.written) return true;  // resident
+    if (plan_.pinned[s]) return true;  // kept by a checkpoints rule: recomputation starts from it
+    if (held(s)) return true;          // a selective checkpoint's cached output or input
+    if (remat_[s] != kNone) return true;
+    switch (plan_.action[s]) {
+      case Action::offload:
+      case Action::compress: return true;
+      case Action::drop: return false;
+      case Action::keep: break;
+    }
+    // A kept storage that the backward pass reads lives on; reading it later extends it.
+    // Anything read only in the forward pass (unsaved outputs) has been freed.
+    return info.first_backward_read.has_value();
+  }
+
+  void collect(TensorIndex s, std::set<OpIndex>& replay) {
+    if (available(s) || visiting_[s] == visit_) return;
+    visiting_[s] = visit_;
+    const Trace& trace = *a_.trace;
+    for (OpIndex w : a_.info[s].writers) {
+      if (!is_forward(trace, w) || !replay.insert(w).second) continue;
+      for (TensorIndex t : trace.op(w).inputs) {
+        const TensorIndex in = trace.storage_of(t);
+        if (in != s) collect(in, replay);
+      }
+    }
+  }
+
+  // Replays, in forward order, the forward ops that rebuild `needed` from available storages.
+  void rematerialise(const std::vector<TensorIndex>& needed) {
+    const Trace& trace = *a_.trace;
+    std::set<OpIndex> replay;
+    // A new visit mark per replay (one array for all: clearing one per replay would cost the
+    // number of tensors each time).
+    if (visiting_.empty()) visiting_.assign(trace.tensors().size(), 0);
+    ++visit_;
+    for (TensorIndex s : needed) collect(s, replay);
+
+    std::map<TensorIndex, BufferId> fresh;  // storages written in this replay -> new buffer
+    for (OpIndex w : replay) {
+      const auto& op = trace.op(w);
+      Task task;
+      if (names_) task.name = op.name + " (recompute)";
+      task.kind = TaskKind::recompute;
+      task.op = w;
+      task.seconds = a_.op_seconds[w];
+      task.watts = a_.op_watts[w];
+      recompute_seconds_ += task.seconds;
+      recompute_exact_.add(task.seconds);
+      ++recompute_tasks_;
+      for (TensorIndex t : op.inputs) {
+        const TensorIndex s = trace.storage_of(t);
+        if (const auto it = fresh.find(s); it != fresh.end()) {
+          task.uses.push_back(it->second);
+        } else if (remat_[s] != kNone) {
+          task.uses.push_back(remat_[s]);
+        } else if (available(s)) {
+          task.uses.push_back(read_buffer(s, false));  // the restored copy for offload/compress
+        } else {
+          throw std::logic_error("strategy: recomputation reads a storage that is neither available nor rebuilt");
+        }
+      }
+      for (TensorIndex t : op.outputs) {
+        const TensorIndex s = trace.storage_of(t);
+        auto it = fresh.find(s);
+        if (it == fresh.end()) {
+          // Kept beyond this replay only when it is a saved activation that was lost and
+          // every op writing it is replayed here (so the copy holds the final content).
+          const StorageInfo& info = a_.info[s];
+          const bool complete = std::all_of(info.writers.begin(), info.writers.end(),
+                                            [&](OpIndex x) { return replay.count(x) > 0; });
+          const bool keep = complete && info.saved && !available(s);
+          Buffer b;
+          if (names_) b.name = trace.tensor(s).name + (keep ? " (recomputed)" : " (recompute scratch)");
+          b.bytes = trace.tensor(s).bytes();
+          b.role = keep ? MemoryRole::activation : MemoryRole::temporary;
+          b.tensor = s;
+          it = fresh.emplace(s, add_buffer(std::move(b))).first;
+          task.creates.push_back(it->second);
+          if (keep) remat_[s] = it->second;
+        }
+        task.uses.push_back(it->second);
+      }
+      sorted_unique(task.uses);
+      compute_.push_back(std::move(task));
+      compute_waits_.emplace_back();
+    }
+    for (TensorIndex s : needed) {
+      if (remat_[s] == kNone) throw std::logic_error("strategy: recomputation did not rebuild a dropped storage");
+    }
+  }
+
+  void add_side_tasks(std::size_t clamp) {
+    const Trace& trace = *a_.trace;
+    for (TensorIndex s : a_.storages) {
+      const Action action = plan_.action[s];
+      if (action != Action::offload && action != Action::compress) continue;
+      auto& consumers = consumers_[s];
+      if (consumers.empty()) continue;  // cannot happen for a storage with a gap
+      sorted_unique(consumers);
+      const StorageInfo& info = a_.info[s];
+      const std::size_t last_forward = op_task_[*info.last_forward_use];
+      const std::size_t first_consumer = consumers.front();
+      const std::int64_t bytes = trace.tensor(s).bytes();
+      const std::string& name = trace.tensor(s).name;
+      const auto& rule = spec_.rules[plan_.rule[s]];
+
+      SideTask out;
+      out.storage = s;
+      out.slot = last_forward;
+      out.key = last_forward;
+      out.after_compute = {last_forward};
+      out.task.tensor = s;
+      SideTask in;
+      in.storage = s;
+      in.key = first_consumer;
+      in.task.tensor = s;
+      in.task.creates = {restored_[s]};
+      in.after_side = {side_.size()};  // waits for `out`, pushed just below
+      if (action == Action::offload) {
+        out.group = 0;
+        out.task.kind = TaskKind::offload;
+        out.task.stream = Stream::d2h;
+        out.task.bytes = bytes;
+        out.task.uses = {original_[s]};
+        if (names_) out.task.name = "offload " + name;
+        // Start the copy back when the compute stream starts the op `lookahead` positions
+        // before the first consumer (= once the task before that one ends), but not before the
+        // backward pass (nor before the copy out was issued). Lookahead 1 overlaps the copy
+        // with the op just before the consumer, as vDNN prefetches during the previous layer.
+        const auto lookahead = static_cast<std::size_t>(rule.offload()->lookahead);
+        std::size_t trigger = first_consumer > lookahead ? first_consumer - lookahead - 1 : 0;
+        trigger = std::max({trigger, clamp, last_forward});
+        in.group = 2;
+        in.slot = trigger;
+        in.after_compute = {trigger};
+        in.task.kind = TaskKind::prefetch;
+        in.task.stream = Stream::h2d;
+        in.task.bytes = bytes;
+        if (names_) in.task.name = "prefetch " + name;
+        const OffloadAction& o = *rule.offload();
+        if (o.stream == OffloadAction::Stream::compute) {
+          // save_on_cpu: the copy out is issued when the tensor is saved, on the compute
+          // stream, so it runs right after its last writer and holds compute up; the copy back
+          // runs on the compute stream just before the first backward use.
+          const std::size_t last_writer = op_task_[info.writers.back()];
+          out.slot = last_writer;
+          out.key = last_writer;
+          out.after_compute = {last_writer};
+          out.task.stream = Stream::compute;
+          in.slot = std::max(first_consumer - 1, last_forward);
+          in.after_compute = {in.slot};
+          in.task.stream = Stream::compute;
+        }
+        if (o.host_memory == OffloadAction::HostMemory::pageable) {
+          const double rate = a_.time_model->platform().host_link.pageable_bandwidth;
+          if (!(rate > 0)) {
+            throw InputError("strategy '" + spec_.name + "' rule " + std::to_string(plan_.rule[s]) + ": offload host_memory pageable needs the platform's "
+                             "host_link.pageable_bandwidth, which platform '" + a_.time_model->platform().name +
+                             "' does not give; expected a platform that gives it (comptrain calibrate on the GPU measures it) or host_memory: pinned");
+          }
+          out.task.pageable = true;
+          in.task.pageable = true;
+          out.task.blocks_host = true;
+          in.task.blocks_host = true;
+        }
+      } else {
+        const auto& c = *rule.compress();
+        out.group = 1;
+        out.task.kind = TaskKind::compress;
+        out.task.stream = Stream::codec;
+        out.task.seconds = codec_seconds(spec_, plan_.rule[s], c, true, name, bytes);
+        out.task.creates = {compressed_[s]};
+        out.task.uses = {original_[s]};
+        if (names_) out.task.name = "compress " + name;
+        // Decompress just in time: once the compute task before the first consumer ends.
+        in.group = 3;
+        in.slot = first_consumer - 1;
+        in.after_compute = {first_consumer - 1};
+        in.task.kind = TaskKind::decompress;
+        in.task.stream = Stream::codec;
+        in.task.seconds = codec_seconds(spec_, plan_.rule[s], c, false, name, bytes);
+        in.task.uses = {compressed_[s]};
+        if (names_) in.task.name = "decompress " + name;
+      }
+      const std::size_t out_index = side_.size();
+      if (action == Action::offload && rule.offload()->synchronous && rule.offload()->stream == OffloadAction::Stream::copy) {
+        // vDNN: copy as soon as the last writer is done (overlapping the readers), and hold the
+        // compute stream before the op after the last forward use until the copy has ended.
+        const std::size_t last_writer = op_task_[a_.info[s].writers.back()];
+        out.slot = last_writer;
+        out.key = last_writer;
+        out.after_compute = {last_writer};
+        if (last_forward + 1 < compute_.size()) compute_waits_[last_forward + 1].push_back(out_index);
+      }
+      if (action == Action::offload && rule.offload()->free_by) {
+        const std::size_t waiting = last_forward + static_cast<std::size_t>(*rule.offload()->free_by);
+        if (waiting < compute_.size()) compute_waits_[waiting].push_back(out_index);
+      }
+      side_.push_back(std::move(out));
+      const std::size_t in_index = side_.size();
+      side_.push_back(std::move(in));
+      for (std::size_t c : consumers) compute_waits_[c].push_back(in_index);
+    }
+  }
+
+  Built emit() {
+    std::vector<std::size_t> side_order(side_.size());
+    std::iota(side_order.begin(), side_order.end(), std::size_t{0});
+    std::sort(side_order.begin(), side_order.end(), [&](std::size_t x, std::size_t y) {
+      const SideTask& p = side_[x];
+      const SideTask& q = side_[y];
+      return std::tie(p.slot, p.group, p.key, p.storage) < std::tie(q.slot, q.group, q.key, q.storage);
+    });
+    std::vector<TaskId> compute_id(compute_.size());
+    std::vector<TaskId> side_id(side_.size());
+    std::vector<std::pair<bool, std::size_t>> sequence;  // (is side task, index)
+    sequence.reserve(compute_.size() + side_.size());
+    std::size_t next_side = 0;
+    for (std::size_t c = 0; c < compute_.size(); ++c) {
+      compute_id[c] = sequence.size();
+      sequence.emplace_back(false, c);
+      while (next_side < side_order.size() && side_[side_order[next_side]].slot == c) {
+        side_id[side_order[next_side]] = sequence.size();
+        sequence.emplace_back(true, side_order[next_side]);
+        ++next_side;
+      }
+    }
+    schedule_.tasks.reserve(sequence.size());
+    for (const auto& [is_side, index] : sequence) {
+      if (is_side) {
+        SideTask& side = side_[index];
+        for (std::size_t c : side.after_compute) side.task.after.push_back(compute_id[c]);
+        for (std::size_t s : side.after_side) side.task.after.push_back(side_id[s]);
+        schedule_.tasks.push_back(std::move(side.task));
+      } else {
+        Task& task = compute_[index];
+        for (std::size_t s : compute_waits_[index]) task.after.push_back(side_id[s]);
+        sorted_unique(task.after);
+        schedule_.tasks.push_back(std::move(task));
+      }
+    }
+    // The last line of defence (the op-time model and codec_seconds check at the source): the
+    // simulator gets finite, non-negative durations and payloads only, or an InputError.
+    for (TaskId t = 0; t < schedule_.tasks.size(); ++t) {
+      const Task& task = schedule_.tasks[t];
+      if (std::isfinite(task.seconds) && task.seconds >= 0 && task.bytes >= 0) continue;
+      const std::string what = task.op ? "op " + std::to_string(*task.op) + " (" + a_.trace->op(*task.op).name + ")"
+                                       : "task " + std::to_string(t) + (task.name.empty() ? "" : " (" + task.name + ")");
+      throw InputError("strategy '" + spec_.name + "': " + what + " would take " + short_number(task.seconds) + " s and move " +
+                       std::to_string(task.bytes) + " B; expected a finite time >= 0 and a payload >= 0");
+    }
+    Built built;
+    built.schedule = std::move(schedule_);
+    built.recompute_seconds = recompute_seconds_;
+    built.recompute_exact = recompute_exact_.value();
+    built.recompute_tasks = recompute_tasks_;
+    return built;
+  }
+
+  const Analysis& a_;
+  const StrategySpec& spec_;
+  const StorageActions& plan_;
+  bool names_ = true;
+  Schedule schedule_;
+  std::vector<BufferId> original_, restored_, compressed_, remat_;
+  std::vector<std::vector<std::size_t>> consumers_;  // compute positions reading the restored copy
+  std::vector<std::size_t> op_task_;
+  std::vector<Task> compute_;
+  std::vector<std::vector<std::size_t>> compute_waits_;  // side tasks each compute task waits for
+  std::vector<SideTask> side_;
+  std::vector<std::size_t> visiting_;  // == visit_: visited by the current replay's walk
+  std::size_t visit_ = 0;
+  double recompute_seconds_ = 0;
+  ExactSum recompute_exact_;
+  std::size_t recompute_tasks_ = 0;
+};
+
+}  // namespace
+
+Built assemble(const Analysis& a, const StrategySpec& spec, const StorageActions& plan, bool names) {
+  return Assembler(a, spec, plan).run(names);
+}
+
+// The full measure of a plan: build the schedule and replay it sequentially.
+Evaluation evaluate(const Analysis& a, const StrategySpec& spec, const StorageActions& plan) {
+  const Built built = assemble(a, spec, plan, false);
+  return {detail::sequential_peak_bytes(built.schedule, detail::saved_activation_roles()), built.recompute_exact, built.recompute_tasks,
+          built.recompute_seconds};
+}
+
+}  // namespace comptrain::models::strategy_detail

@@ -1,0 +1,271 @@
+#include "comptrain/models/data_parallel.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "data_parallel_transform.hpp"
+#include "comptrain/models/module_pattern.hpp"
+#include "comptrain/support/input_error.hpp"
+
+// Data parallelism as a schedule transform: the order of its steps (Transform::run) and the
+// public functions. The steps live in ddp.cpp, zero.cpp, optimizer_offload.cpp and fsdp.cpp.
+
+namespace comptrain::models::transform_detail {
+
+using traces::Phase;
+
+Transform::Transform(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec, const Platform* platform)
+    : ScheduleEdit(schedule), trace_(trace), spec_(spec), platform_(platform) {}
+
+void Transform::run() {
+  find_pass_bounds();
+  if (spec_.fsdp) {
+    run_fsdp();
+    return;
+  }
+  const std::vector<Bucket> buckets = make_buckets();
+  const std::int64_t gradient_bytes = sum_bytes(gradients_);
+  substitute_.assign(old_buffers_, kKeep);
+  if (spec_.offload_optimizer) make_subgroups();
+
+  // Memory first: the buffers the collectives use must exist when they are made.
+  std::optional<BufferId> bucket_copy;
+  if (spec_.zero_stage == 0 && !spec_.gradient_as_bucket_view && gradient_bytes > 0) {
+    bucket_copy = add_buffer("DDP gradient buckets (a copy of the gradients)", gradient_bytes, MemoryRole::gradient);
+  }
+  if (spec_.zero_stage >= 1) partition_optimizer_state();
+  std::optional<BufferId> reduction_bucket;
+  if (spec_.zero_stage >= 2 && !gradients_.empty()) {
+    // DeepSpeed copies each gradient into a contiguous reduction bucket of reduce_bucket_size
+    // elements (stage_1_and_2.py and stage3.py, contiguous_gradients: true by default), reduces
+    // it and keeps this rank's share in a partition of 1/ranks of the gradients; the full
+    // gradient is freed once its bucket has been reduced.
+    std::int64_t elements = 0;
+    std::int64_t element_size = 1;
+    for (BufferId g : gradients_) {
+      const auto& t = trace_.tensor(*s_.buffers[g].tensor);
+      elements += t.elements();
+      element_size = std::max<std::int64_t>(element_size, traces::element_size(t.dtype));
+    }
+    reduction_bucket = add_buffer("ZeRO reduction bucket", std::min(elements, spec_.reduce_bucket_elements) * element_size, MemoryRole::gradient);
+    // With an offloaded optimizer the partition is the host's (stage3.py@v0.13.3 line 225:
+    // self.device is the CPU, where grad_partitions_flat_buffer lives; stage_1_and_2.py keeps
+    // the fp32 gradients with the host's fp32 partition); Twin-Flow's GPU subgroups keep an
+    // fp32 gradient on the GPU (their fp32_partitioned_groups_flat[i].grad).
+    const std::int64_t part_bytes =
+        spec_.offload_optimizer ? kFp32GradientBytes * resident_elements_ : ceil_div(gradient_bytes, spec_.ranks);
+    std::optional<BufferId> part;
+    if (part_bytes > 0) {
+      part = add_buffer(partition_name(spec_.offload_optimizer ? "fp32 gradients of the subgroups stepped on the GPU" : "gradient partition"),
+                        part_bytes, MemoryRole::gradient);
+    }
+    for (BufferId g : gradients_) {
+      s_.buffers[g].held_to_end = false;
+      s_.buffers[g].resident = false;
+      if (part) optimizer_substitute_[g] = *part;
+    }
+  }
+  if (spec_.zero_stage == 3) partition_parameters();
+
+  // The reductions.
+  std::optional<TaskId> last_reduction;  // as n + index into added_
+  std::size_t index = 0;
+  for (const Bucket& bucket : buckets) {
+    Task c;
+    c.kind = TaskKind::collective;
+    c.stream = Stream::comm;
+    c.collective = spec_.zero_stage == 0 ? CollectiveKind::all_reduce : CollectiveKind::reduce_scatter;
+    c.bytes = bucket.bytes;
+    // With DeepSpeed's contiguous reduction bucket (stages 2 and 3) each gradient is copied into
+    // the bucket by its hook and its own storage freed at once (stage3.py@v0.13.3
+    // __add_grad_to_ipg_bucket: `new_grad_tensor.copy_(param.grad)`, `param.grad.data =
+    // new_grad_tensor`; stage_1_and_2.py's reduce_independent_p_g_buckets_and_remove_grads
+    // likewise): the reduction reads the bucket, not the gradients.
+    if (!reduction_bucket) c.uses = bucket.gradients;
+    if (bucket_copy) c.uses.push_back(*bucket_copy);
+    if (reduction_bucket) c.uses.push_back(*reduction_bucket);
+    // Stage 1 reduces after the whole backward pass (DeepSpeed's reduce_gradients at the end of
+    // backward when gradients are not partitioned); the others as soon as the bucket is ready.
+    const TaskId ready = spec_.zero_stage == 1 ? last_backward_ : bucket.ready;
+    c.after = {ready};
+    c.name = task_name(spec_.zero_stage == 0 ? "all-reduce of gradient bucket" : "reduce-scatter of gradient bucket", index++, bucket.bytes);
+    last_reduction = add_task(std::move(c), ready + 1);
+    std::vector<TaskId> copies;
+    if (spec_.offload_optimizer) copies = offload_gradients(bucket, *last_reduction, ready);
+    // Without overlap_comm DeepSpeed reduces (and copies the reduced gradients to the host) on
+    // the compute stream's side: the next kernel waits.
+    if (spec_.zero_stage >= 1 && !spec_.overlap_comm) {
+      if (const auto next = next_compute_after(ready)) {
+        extra_after_[*next].push_back(*last_reduction);
+        extra_after_[*next].insert(extra_after_[*next].end(), copies.begin(), copies.end());
+      }
+    }
+  }
+  if (last_reduction && first_optimizer_) extra_after_[*first_optimizer_].push_back(*last_reduction);
+
+  if (spec_.zero_stage >= 1) shard_optimizer_tasks();
+  // What the parameters' all-gather of stages 1 and 2 waits for: the optimizer's last task, or
+  // the last copy of updated parameters from the host.
+  std::optional<TaskId> step_end = last_optimizer_;
+  if (spec_.offload_optimizer) step_end = step_on_the_host(last_reduction);
+  if (spec_.zero_stage == 3) {
+    // One rank gathers nothing: DeepSpeed points each parameter at its partition
+    // (partition_parameters.py@v0.13.3 line 1163, all_gather_coalesced: num_partitions == 1).
+    if (spec_.ranks > 1) gather_parameters();
+  } else if (spec_.zero_stage >= 1 && last_optimizer_ && step_end) {
+    // Stages 1 and 2 all-gather the updated parameters at the end of the step.
+    if (const std::int64_t weight_bytes = sum_bytes(weights_); weight_bytes > 0) {
+      Task c;
+      c.kind = TaskKind::collective;
+      c.stream = Stream::comm;
+      c.collective = CollectiveKind::all_gather;
+      c.bytes = weight_bytes;
+      c.after = {*step_end};
+      c.name = task_name("all-gather of the updated parameters", 0, weight_bytes);
+      add_task(std::move(c), *last_optimizer_ + 1);
+    }
+  }
+
+  redirect_all();
+  assemble();
+}
+
+// Every old task reads and writes the buffers that replace the old ones: partitions, gathered
+// copies (per pass), what the optimizer reads.
+void Transform::redirect_all() {
+  for (TaskId t = 0; t < n_; ++t) {
+    Task& task = s_.tasks[t];
+    const Phase pass = pass_of(task, trace_);
+    const bool optimizer = task.op && pass == Phase::optimizer;
+    redirect(
+        task,
+        [&](BufferId b) {
+          if (b >= old_buffers_) return b;
+          if (optimizer) {
+            if (auto it = optimizer_substitute_.find(b); it != optimizer_substitute_.end()) return it->second;
+          } else if (auto it = gathered_.find({static_cast<int>(pass), b}); it != gathered_.end()) {
+            return it->second;
+          }
+          return substitute_[b] == kKeep ? b : substitute_[b];
+        },
+        s_.buffers);
+  }
+}
+
+// The weight gradients (held to the end of the iteration: what the optimizer reads), the
+// parameters, the optimizer's tasks and the last backward task.
+void Transform::find_pass_bounds() {
+  for (BufferId b = 0; b < old_buffers_; ++b) {
+    const Buffer& buffer = s_.buffers[b];
+    if (!buffer.tensor) continue;
+    if (buffer.role == MemoryRole::gradient && (buffer.held_to_end || buffer.resident)) gradients_.push_back(b);
+    if (buffer.role == MemoryRole::weight && buffer.resident) weights_.push_back(b);
+  }
+  for (TaskId t = 0; t < n_; ++t) {
+    const Task& task = s_.tasks[t];
+    const Phase pass = pass_of(task, trace_);
+    if (task.op && pass == Phase::optimizer) {
+      if (!first_optimizer_) first_optimizer_ = t;
+      last_optimizer_ = t;
+    } else if (task.op && pass == Phase::backward && task.stream == Stream::compute) {
+      last_backward_ = t;
+    }
+  }
+}
+
+// The gradients in the order they become ready, each with the last backward op that writes it
+// (gradients no backward op writes are left out: nothing reduces them).
+std::vector<std::pair<TaskId, BufferId>> Transform::ready_gradients() const {
+  std::vector<std::optional<TaskId>> last(old_buffers_);
+  for (TaskId t = 0; t < n_; ++t) {
+    const Task& task = s_.tasks[t];
+    if (task.kind != TaskKind::op || pass_of(task, trace_) != Phase::backward) continue;
+    for (BufferId b : task.creates) last[b] = t;
+    for (BufferId b : task.uses) last[b] = t;
+  }
+  std::vector<std::pair<TaskId, BufferId>> ready;
+  for (BufferId g : gradients_) {
+    if (last[g]) ready.emplace_back(*last[g], g);
+  }
+  std::stable_sort(ready.begin(), ready.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  return ready;
+}
+
+}  // namespace comptrain::models::transform_detail
+
+namespace comptrain::models {
+
+using transform_detail::Transform;
+
+std::string optimizer_place(const std::optional<OptimizerOffloadSpec>& offload) {
+  if (!offload) return "GPU";
+  if (offload->prefetch_optimizer) return "DOS k=" + std::to_string(offload->prefetch_optimizer_gap);
+  if (offload->ratio < 1) return "CPU " + std::to_string(static_cast<int>(std::lround(100 * offload->ratio))) + "%";
+  return "CPU";
+}
+
+void check_data_parallel(const DataParallelSpec& spec) {
+  if (spec.ranks < 1) throw std::invalid_argument("data parallel: ranks must be at least 1");
+  if (spec.zero_stage < 0 || spec.zero_stage > 3) throw std::invalid_argument("data parallel: zero_stage must be 0, 1, 2 or 3");
+  if (spec.bucket_cap_bytes < 1 || spec.first_bucket_bytes < 1) throw std::invalid_argument("data parallel: bucket sizes must be positive");
+  if (spec.reduce_bucket_elements < 1) throw std::invalid_argument("data parallel: reduce_bucket_elements must be positive");
+  if (spec.sub_group_elements < 1) throw std::invalid_argument("data parallel: sub_group_elements must be positive");
+  if (const auto& fsdp = spec.fsdp) {
+    if (spec.zero_stage != 3) throw std::invalid_argument("data parallel: fsdp needs zero_stage 3 (FSDP2 shards parameters, gradients and optimizer state)");
+    if (spec.offload_optimizer) throw std::invalid_argument("data parallel: fsdp with offload_optimizer is not modelled");
+    if (fsdp->sharded_parameter_bytes < 1 || fsdp->sharded_parameter_bytes > 8 || fsdp->reduce_bytes < 0 || fsdp->reduce_bytes > 8) {
+      throw std::invalid_argument("data parallel: fsdp element sizes must be 1 to 8 bytes (reduce_bytes 0: the gradients' own)");
+    }
+    for (const std::string& pattern : fsdp->units) {
+      try {
+        validate_module_pattern(pattern);
+      } catch (const InputError& e) {
+        throw std::invalid_argument(std::string("data parallel: fsdp units: ") + e.what());
+      }
+    }
+  }
+  if (const auto& offload = spec.offload_optimizer) {
+    if (spec.zero_stage < 1) throw std::invalid_argument("data parallel: offload_optimizer needs ZeRO (stage 1, 2 or 3)");
+    if (!(offload->ratio >= 0 && offload->ratio <= 1)) throw std::invalid_argument("data parallel: offload_optimizer.ratio must be in [0, 1]");
+    if (offload->ratio < 1 && spec.zero_stage != 3) throw std::invalid_argument("data parallel: offload_optimizer.ratio below 1 needs ZeRO stage 3");
+    if (offload->prefetch_optimizer) {
+      if (spec.zero_stage != 3) throw std::invalid_argument("data parallel: prefetch_optimizer needs ZeRO stage 3");
+      if (offload->ratio != 1) throw std::invalid_argument("data parallel: prefetch_optimizer needs offload_optimizer.ratio 1");
+      if (offload->prefetch_optimizer_gap < 1) throw std::invalid_argument("data parallel: prefetch_optimizer_gap must be at least 1");
+    }
+    if (offload->part_grads_async && spec.zero_stage != 3) throw std::invalid_argument("data parallel: part_grads_async needs ZeRO stage 3");
+  }
+}
+
+double cpu_adam_seconds(std::int64_t parameters, const HostSpec& host) {
+  if (!(host.flops > 0) || !(host.memory_bandwidth > 0)) {
+    throw std::invalid_argument("cpu_adam_seconds: the host '" + host.name + "' needs positive flops and memory_bandwidth");
+  }
+  const auto n = static_cast<double>(parameters);
+  return std::max(n * kCpuAdamFlopsPerParameter / host.flops, n * kCpuAdamBytesPerParameter / host.memory_bandwidth);
+}
+
+void apply_data_parallel(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec) {
+  check_data_parallel(spec);
+  if (spec.offload_optimizer) throw std::invalid_argument("data parallel: an offloaded optimizer needs the platform (its host steps it)");
+  if (spec.ranks == 1) return;
+  Transform(schedule, trace, spec, nullptr).run();
+}
+
+void apply_data_parallel(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec, const Platform& platform) {
+  check_data_parallel(spec);
+  // One GPU without an offloaded optimizer trains as without data parallelism; with one, ZeRO's
+  // offload changes the schedule on one GPU too.
+  if (spec.ranks == 1 && !spec.offload_optimizer) return;
+  if (spec.offload_optimizer) cpu_adam_seconds(0, platform.host);  // the host must have rates
+  Transform(schedule, trace, spec, &platform).run();
+}
+
+}  // namespace comptrain::models

@@ -1,0 +1,185 @@
+#pragma once
+// Internal to models/transforms: data parallelism as a schedule transform (DDP, ZeRO 1-3, the
+// optimizer offloaded to the host, FSDP2), one class whose steps live in one file per scheme:
+// data_parallel.cpp (the order of the steps, the public functions), ddp.cpp (buckets), zero.cpp
+// (partitions, sharded optimizer, ZeRO-3's gathers), optimizer_offload.cpp and fsdp.cpp.
+// README.md tells what each changes and the sources.
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comptrain/models/data_parallel.hpp"
+#include "comptrain/models/platform.hpp"
+#include "comptrain/models/schedule.hpp"
+#include "comptrain/traces/trace.hpp"
+#include "schedule_edit.hpp"
+
+namespace comptrain::models::transform_detail {
+
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+class Transform : public ScheduleEdit {
+ public:
+  Transform(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec, const Platform* platform);
+
+  void run();
+
+ private:
+  static constexpr BufferId kKeep = static_cast<BufferId>(-1);
+
+  struct Bucket {
+    std::vector<BufferId> gradients;
+    std::int64_t bytes = 0;
+    TaskId ready = 0;
+  };
+
+  static std::string task_name(const char* what, std::size_t index, std::int64_t bytes) {
+    return std::string(what) + " " + std::to_string(index) + " (" + std::to_string(bytes) + " B)";
+  }
+  std::string partition_name(const char* what) const { return std::string(what) + " (1/" + std::to_string(spec_.ranks) + ")"; }
+
+  void redirect_all();
+
+  std::int64_t sum_bytes(const std::vector<BufferId>& buffers) const {
+    std::int64_t total = 0;
+    for (BufferId b : buffers) total += s_.buffers[b].bytes;
+    return total;
+  }
+
+  // ---- data_parallel.cpp
+
+  void find_pass_bounds();
+
+  std::vector<std::pair<TaskId, BufferId>> ready_gradients() const;
+
+  // ---- ddp.cpp
+
+  std::vector<Bucket> make_buckets() const;
+
+  std::optional<TaskId> next_compute_after(TaskId t) const {
+    for (TaskId u = t + 1; u < n_; ++u) {
+      if (s_.tasks[u].stream == Stream::compute) return u;
+    }
+    return std::nullopt;
+  }
+
+  // ---- zero.cpp
+
+  void partition_optimizer_state();
+
+  void partition_parameters();
+
+  void shard_optimizer_tasks();
+
+  void gather_parameters();
+
+  // ---- optimizer_offload.cpp
+
+  void make_subgroups();
+
+  std::vector<TaskId> offload_gradients(const Bucket& bucket, TaskId reduction, TaskId ready);
+
+  std::optional<TaskId> step_on_the_host(std::optional<TaskId> last_reduction);
+
+  // ---- fsdp.cpp
+
+  // One fully_shard parameter group.
+  struct Unit {
+    std::string name;  // the module instance; empty for the root
+    std::vector<BufferId> weights;
+    std::vector<BufferId> gradients;
+    std::int64_t padded_elements = 0;  // its parameters, each padded in dim 0 to a multiple of ranks
+    std::int64_t sharded_elements = 0;  // this rank's share: padded_elements / ranks
+    std::int64_t unsharded_bytes = 0;   // padded_elements in the weights' dtype
+    bool reshard_after_forward = true;
+    // The old tasks of each pass that read its parameters, and its last backward task (its
+    // post-backward: the last that reads its parameters or writes its gradients).
+    std::optional<TaskId> first_forward, last_forward, first_backward, last_backward;
+  };
+
+  // The task after which a group's post-backward runs: its last backward task, the root's at the
+  // end of the backward pass (the root's post-backward runs in _root_post_backward_final_callback).
+  TaskId post_backward(const Unit& unit) const {
+    return unit.name.empty() ? std::max(last_backward_, unit.last_backward.value_or(last_backward_)) : unit.last_backward.value_or(last_backward_);
+  }
+
+  // The groups, and the parameters' sizes the sharded state is checked against.
+  struct FsdpGroups {
+    std::vector<Unit> units;
+    std::int64_t weight_elements = 0;
+    std::int64_t weight_element_size = 0;
+  };
+  // One group's buffers for one pass's all-gather.
+  struct Gathered {
+    BufferId unsharded = 0;
+    BufferId all_gather = 0;
+    std::optional<BufferId> cast;
+    TaskId collective = 0;  // as n + index into added_
+  };
+
+  std::int64_t padded_elements(const traces::Tensor& t) const;
+  void run_fsdp();
+  FsdpGroups fsdp_groups() const;
+  BufferId shard_fsdp_state(const FsdpGroups& groups);
+  Gathered gathered_buffers(const Unit& unit, const char* pass);
+  TaskId fsdp_all_gather(const Unit& unit, const Gathered& g, const char* pass, std::size_t index, TaskId before, std::vector<TaskId> after,
+                         std::vector<BufferId> also_uses, BufferId sharded_parameters);
+  std::size_t gather_for_forward(const std::vector<Unit>& units, BufferId sharded_parameters);
+  void gather_for_backward(const std::vector<Unit>& units, BufferId sharded_parameters, std::size_t index);
+  void reduce_scatter_gradients(const std::vector<Unit>& units);
+  void hold_fsdp_buffers();
+
+  // Where an optimizer subgroup is stepped under an offloaded optimizer.
+  enum class Where : std::uint8_t {
+    cpu,             // DeepSpeedCPUAdam on the host
+    gpu_resident,    // Twin-Flow (ratio < 1): fp32 state kept on the GPU
+    gpu_prefetched,  // Deep Optimizer States: fp32 state copied in for the step and back
+  };
+  struct Subgroup {
+    std::vector<BufferId> gradients;
+    std::int64_t elements = 0;        // of this rank's partition
+    std::int64_t gradient_bytes = 0;  // the same in the gradients' (16-bit) dtype
+    Where where = Where::cpu;
+    std::optional<BufferId> kept;           // Deep Optimizer States: its gradients kept on the GPU
+    std::optional<BufferId> state;          // Deep Optimizer States: its fp32 state on the GPU
+    std::optional<BufferId> fp32_gradient;  // Deep Optimizer States: its fp32 gradients on the GPU
+    std::optional<TaskId> host_step;
+    std::optional<TaskId> gpu_step;
+  };
+  // One gradient's share of this rank's partition.
+  struct Share {
+    std::int64_t elements = 0;
+    std::int64_t element_size = 0;
+    std::size_t subgroup = 0;
+  };
+  // An fp32 gradient element: DeepSpeed's host gradients are fp32 (the fp32 partition's .grad).
+  static constexpr std::int64_t kFp32GradientBytes = 4;
+
+  const traces::Trace& trace_;
+  const DataParallelSpec& spec_;
+  const Platform* platform_ = nullptr;
+  std::vector<Subgroup> subgroups_;
+  std::map<BufferId, Share> share_;
+  std::int64_t total_elements_ = 0;     // of the subgroups
+  std::int64_t resident_elements_ = 0;  // of Twin-Flow's GPU subgroups
+  std::array<std::optional<TaskId>, 2> last_gradient_copy_;  // the last gradient copy to the host, and back
+  std::vector<BufferId> gradients_;
+  std::vector<BufferId> weights_;
+  std::optional<TaskId> first_optimizer_;
+  std::optional<TaskId> last_optimizer_;
+  TaskId last_backward_ = 0;
+  std::optional<BufferId> parameter_partition_;
+  std::vector<BufferId> substitute_;                        // per old buffer: its partition, or kKeep
+  std::map<BufferId, BufferId> optimizer_substitute_;       // what the optimizer's tasks read instead
+  std::map<std::pair<int, BufferId>, BufferId> gathered_;   // ZeRO-3: (pass, parameter) -> its gathered copy
+  std::map<TaskId, std::vector<BufferId>> create_at_;       // FSDP2: old task -> buffers it creates (its group's unsharded parameters)
+  std::map<TaskId, std::vector<BufferId>> extra_uses_;      // FSDP2: old task -> buffers it holds besides its reads
+};
+
+}  // namespace comptrain::models::transform_detail

@@ -1,0 +1,48 @@
+// DDP's gradient buckets (README.md, "Buckets"), part of data parallelism as a schedule
+// transform (data_parallel_transform.hpp).
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "data_parallel_transform.hpp"
+
+namespace comptrain::models::transform_detail {
+
+using traces::Phase;
+
+// Buckets in the order the gradients become ready: the last backward op that writes each.
+std::vector<Transform::Bucket> Transform::make_buckets() const {
+  const std::vector<std::pair<TaskId, BufferId>> ready = ready_gradients();
+  // One open bucket per dtype (DDP's compute_bucket_assignment_by_size keeps dtypes apart);
+  // each closes once it holds at least its cap.
+  std::map<traces::DType, Bucket> open;
+  std::map<traces::DType, int> closed_count;
+  std::vector<Bucket> buckets;
+  for (const auto& [t, g] : ready) {
+    const auto& tensor = trace_.tensor(*s_.buffers[g].tensor);
+    Bucket& bucket = open[tensor.dtype];
+    bucket.gradients.push_back(g);
+    bucket.bytes += s_.buffers[g].bytes;
+    bucket.ready = std::max(bucket.ready, t);
+    const std::int64_t cap = spec_.zero_stage == 0
+                                 ? (closed_count[tensor.dtype] == 0 ? spec_.first_bucket_bytes : spec_.bucket_cap_bytes)
+                                 : spec_.reduce_bucket_elements * static_cast<std::int64_t>(traces::element_size(tensor.dtype));
+    if (bucket.bytes >= cap) {
+      buckets.push_back(std::move(bucket));
+      open.erase(tensor.dtype);
+      ++closed_count[tensor.dtype];
+    }
+  }
+  for (auto& [dtype, bucket] : open) buckets.push_back(std::move(bucket));
+  std::stable_sort(buckets.begin(), buckets.end(), [](const Bucket& a, const Bucket& b) { return a.ready < b.ready; });
+  return buckets;
+}
+
+}  // namespace comptrain::models::transform_detail

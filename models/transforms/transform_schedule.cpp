@@ -1,0 +1,26 @@
+// The ordered pipeline of schedule transforms (transform_schedule.hpp), as the run layer called
+// them one by one before (sim/src/run.cpp, schedule_run).
+
+#include "comptrain/models/transform_schedule.hpp"
+
+#include "comptrain/models/gradient_accumulation.hpp"
+
+namespace comptrain::models {
+
+Schedule transform_schedule(Schedule schedule, const traces::Trace& trace, const TransformSteps& steps) {
+  apply_gradient_accumulation(schedule, trace, steps.accumulation_steps);
+  // Tensor and pipeline parallelism go here (transform_schedule.hpp).
+  if (steps.data_parallel) {
+    if (steps.platform) {
+      apply_data_parallel(schedule, trace, *steps.data_parallel, *steps.platform);
+    } else {
+      apply_data_parallel(schedule, trace, *steps.data_parallel);
+    }
+  }
+  apply_gradient_lifetime(schedule, steps.zero_grad);
+  add_cudnn_workspaces(schedule, trace, steps.cudnn_workspace_bytes);
+  assign_dispatch_costs(schedule, trace, steps.dispatch);
+  return schedule;
+}
+
+}  // namespace comptrain::models

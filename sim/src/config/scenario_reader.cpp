@@ -98,6 +98,7 @@ void ScenarioReader::read_training_options(const YAML::Node& training, Scenario&
     }
     scenario.accumulation_steps = static_cast<int>(*steps);
   }
+  if (training["tf32"]) scenario.allow_tf32 = boolean(training["tf32"], "training.tf32");
   if (training["memory_format"]) {
     // PyTorch's names: model.to(memory_format=torch.channels_last), and the default
     // torch.contiguous_format (NCHW for 4-D activations).

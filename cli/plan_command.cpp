@@ -8,12 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "comptrain/models/strategy_yaml.hpp"
 #include "comptrain/sim/report/hybrid_report.hpp"
 #include "comptrain/sim/studies/hybrid_plan.hpp"
 #include "comptrain/sim/report/plan_report.hpp"
 #include "comptrain/sim/studies/plan.hpp"
 #include "comptrain/sim/report/plots.hpp"
-#include "comptrain/sim/studies/sweep.hpp"
+#include "comptrain/sim/config/sweep.hpp"
+#include "comptrain/sim/report/sweep_document.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/format.hpp"
 #include "comptrain/support/input_error.hpp"
@@ -40,16 +42,6 @@ struct PlanCliOptions {
   std::optional<double> time_limit;
   std::string export_strategy;
 };
-
-// The document goes to -o FILE (atomically) or to stdout (no -o, or -o -).
-void emit(const std::string& output, const std::string& text) {
-  if (output.empty() || output == "-") {
-    std::cout << text;
-  } else {
-    write_file_atomically(output, text);
-    fmt::print(stderr, "wrote {}\n", output);
-  }
-}
 
 std::string settings_of(const PlanCliOptions& o) {
   // Only what changes results: two shards run with different overrides must not merge.
@@ -92,7 +84,7 @@ int run_hybrid(const sim::Scenario& scenario, const PlanCliOptions& o) {
         "Paste under 'strategy:' (or into plan.strategies) of a scenario and re-run; the names select storages exactly.",
         scenario.name, best.batch, plan.rules.platform_name, best.samples_per_second, format_bytes(best.peak_bytes),
         sim::to_string(plan.rules.options.memory_metric), best.chosen);
-    write_output(o.export_strategy, sim::strategy_yaml(best.strategy, comment));
+    write_output(o.export_strategy, models::strategy_to_yaml(best.strategy, comment));
     if (o.export_strategy != "-") fmt::print(stderr, "wrote {}\n", o.export_strategy);
   }
   if (o.json || !o.output.empty()) {
@@ -152,18 +144,14 @@ int run_plan(const PlanCliOptions& o) {
 
 }  // namespace
 
-int simulate_sweep(const sim::Scenario& scenario, const std::function<void(sim::Scenario&)>& adjust, const SweepRunOptions& options) {
-  sim::Sweep sweep = sim::expand_sweep(scenario);
-  sweep.adjust = adjust;
-  const std::optional<sim::Shard> shard = options.shard.empty() ? std::nullopt : std::optional(sim::parse_shard(options.shard));
-  const std::vector<std::size_t> indices = sim::shard_variants(sweep.variant_count, shard);
-  std::vector<sim::VariantResult> results = sim::simulate_variants(sweep, indices, options.jobs, !options.quiet);
-  if (options.json || shard || !options.output.empty()) {
-    emit(options.output, sim::sweep_document(sweep, "simulate", sim::sweep_run_hash(sweep, "simulate", options.settings), shard, std::move(results)));
+// The document goes to -o FILE (atomically) or to stdout (no -o, or -o -).
+void emit(const std::string& output, const std::string& text) {
+  if (output.empty() || output == "-") {
+    std::cout << text;
   } else {
-    std::cout << sim::simulation_table_text(sweep, results);
+    write_file_atomically(output, text);
+    fmt::print(stderr, "wrote {}\n", output);
   }
-  return 0;
 }
 
 std::function<int()> add_plan_command(CLI::App& app) {

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -12,6 +13,8 @@
 #include "comptrain/sim/report/simulate_report.hpp"
 #include "comptrain/sim/report/simulation_timeline.hpp"
 #include "comptrain/sim/report/plots.hpp"
+#include "comptrain/sim/report/sweep_document.hpp"
+#include "comptrain/sim/studies/sweep.hpp"
 #include "comptrain/sim/config/scenario.hpp"
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/sim/engine/replay.hpp"
@@ -23,6 +26,31 @@
 
 namespace comptrain::cli {
 namespace {
+
+// How `comptrain simulate` runs a scenario with a sweep.
+struct SweepRunOptions {
+  int jobs = 0;             // 0: the core count
+  std::string shard;        // "I/N" or empty
+  std::string output;       // JSON document to this file (atomically) instead of stdout
+  bool json = false;
+  bool quiet = false;
+  std::string settings;     // the result-changing overrides, canonically written (sweep hash)
+};
+
+// Simulates every variant (of the shard), each adjusted by `adjust` (the command's overrides).
+int simulate_sweep(const sim::Scenario& scenario, const std::function<void(sim::Scenario&)>& adjust, const SweepRunOptions& options) {
+  sim::Sweep sweep = sim::expand_sweep(scenario);
+  sweep.adjust = adjust;
+  const std::optional<sim::Shard> shard = options.shard.empty() ? std::nullopt : std::optional(sim::parse_shard(options.shard));
+  const std::vector<std::size_t> indices = sim::shard_variants(sweep.variant_count, shard);
+  std::vector<sim::VariantResult> results = sim::simulate_variants(sweep, indices, options.jobs, !options.quiet, sim::variant_report_json);
+  if (options.json || shard || !options.output.empty()) {
+    emit(options.output, sim::sweep_document(sweep, "simulate", sim::sweep_run_hash(sweep, "simulate", options.settings), shard, std::move(results)));
+  } else {
+    std::cout << sim::simulation_table_text(sweep, results);
+  }
+  return 0;
+}
 
 struct SimulateOptions {
   std::string scenario;

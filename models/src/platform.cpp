@@ -19,7 +19,7 @@
 #include "comptrain/support/did_you_mean.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/models/units.hpp"
-#include "comptrain/support/yaml_errors.hpp"
+#include "comptrain/support/yaml_reader.hpp"
 
 namespace comptrain::models {
 namespace {
@@ -42,9 +42,9 @@ std::string join(std::initializer_list<const char*> names) {
 
 // Reads one platform document and reports every problem as "SOURCE:LINE:COLUMN: message",
 // in the style of sim/src/scenario.cpp.
-class PlatformReader {
+class PlatformReader : public yaml::Reader {
  public:
-  explicit PlatformReader(std::string_view source) : source_(source) {}
+  explicit PlatformReader(std::string_view source) : yaml::Reader(source) {}
 
   Platform read(std::string_view text) {
     YAML::Node root;
@@ -64,7 +64,7 @@ class PlatformReader {
     check_keys(root, "the platform", top_keys);
 
     Platform platform;
-    platform.source = source_;
+    platform.source = source();
     platform.name = text_field(root, "name", "");
     platform.gpu = read_gpu(section(root, "gpu", "", {"name", "memory", "memory_visible", "cuda_context", "compute_capability", "memory_bandwidth", "peak",
                                                          "launch_overhead", "sms", "power"}));
@@ -581,23 +581,14 @@ class PlatformReader {
     return node;
   }
 
-  void check_keys(const YAML::Node& map, const std::string& section_name, std::initializer_list<const char*> valid) const {
-    yaml::check_keys(source_, map, section_name, valid);
-  }
-
+  // A top-level key's section is "the platform".
   YAML::Node required(const YAML::Node& map, const char* key, const std::string& section_name) const {
-    YAML::Node node = map[key];
-    if (!node) {
-      throw InputError(where(map.Mark()) + "missing key '" + key + "' in " + (section_name.empty() ? "the platform" : section_name));
-    }
-    return node;
+    return yaml::Reader::required(map, key, section_name.empty() ? "the platform" : section_name);
   }
 
   static std::string qualified(const std::string& section_name, const char* key) {
     return section_name.empty() ? std::string(key) : section_name + "." + key;
   }
-
-  static std::string describe(const YAML::Node& node) { return node.IsScalar() ? node.Scalar() : std::string("a collection"); }
 
   // A scalar as written, cut short: a 300-digit number must not fill the message.
   static std::string shortened(const YAML::Node& node) {
@@ -605,10 +596,6 @@ class PlatformReader {
     if (text.size() > 40) text = text.substr(0, 37) + "...";
     return text;
   }
-
-  std::string where(const YAML::Mark& mark) const { return yaml::location(source_, mark); }
-
-  std::string source_;
 };
 
 }  // namespace

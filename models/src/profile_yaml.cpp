@@ -11,7 +11,7 @@
 #include "comptrain/models/shipped_or_file.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/input_error.hpp"
-#include "comptrain/support/yaml_errors.hpp"
+#include "comptrain/support/yaml_reader.hpp"
 
 namespace comptrain::models {
 namespace {
@@ -62,9 +62,10 @@ void emit_ratio(YAML::Emitter& out, TensorClass c, const RatioModel& m) {
   out << YAML::EndMap;
 }
 
-class ProfileReader {
+// Its scalars may be empty ("'F' must be a single value"), its numbers are "a finite number".
+class ProfileReader : public yaml::Reader {
  public:
-  explicit ProfileReader(std::string source) : source_(std::move(source)) {}
+  explicit ProfileReader(const std::string& source) : yaml::Reader(source, {.non_empty = false, .expected = "a single value"}) {}
 
   CalibrationProfile read(std::string_view text) {
     YAML::Node root;
@@ -78,7 +79,7 @@ class ProfileReader {
     const std::string format = scalar(required(root, "format", "the profile"), "format");
     if (format != kFormat) throw InputError(where(root["format"].Mark()) + "unknown profile format '" + format + "'; expected '" + kFormat + "'");
     CalibrationProfile p;
-    p.source = source_;
+    p.source = source();
     p.name = scalar(required(root, "name", "the profile"), "name");
     const YAML::Node device = required(root, "device", "the profile");
     require_map(device, "device");
@@ -181,27 +182,10 @@ class ProfileReader {
     source = scalar(required(node, "source", field), field + ".source");
   }
 
-  YAML::Node required(const YAML::Node& map, const char* key, const std::string& section) const {
-    YAML::Node n = map[key];
-    if (!n) throw InputError(where(map.Mark()) + "missing key '" + key + "' in " + section);
-    return n;
-  }
-  void require_map(const YAML::Node& node, const std::string& field) const {
-    if (!node.IsMap()) throw InputError(where(node.Mark()) + "'" + field + "' must be a mapping");
-  }
-  std::string scalar(const YAML::Node& node, const std::string& field) const {
-    if (!node.IsScalar()) throw InputError(where(node.Mark()) + "'" + field + "' must be a single value");
-    return node.Scalar();
-  }
-  // A finite number that `valid` (when given) accepts; otherwise "expected <expected>". The
-  // finiteness check catches .nan and .inf, which YAML spells as numbers.
+  // A finite number that `valid` (when given) accepts; otherwise "expected <expected>".
   double number(const YAML::Node& node, const std::string& field, bool (*valid)(double) = nullptr,
                 const char* expected = "a finite number") const {
-    double value = 0;
-    if (!node.IsScalar() || !YAML::convert<double>::decode(node, value) || !std::isfinite(value) || (valid && !valid(value))) {
-      throw InputError(where(node.Mark()) + "'" + field + "' is '" + describe(node) + "'; expected " + expected);
-    }
-    return value;
+    return yaml::Reader::number(node, field, valid, expected);
   }
   // A sample count, read as an integer: a double cast to size_t would turn -1 into 2^64 - 1 and
   // 1.5 into 1 without a word.
@@ -213,16 +197,9 @@ class ProfileReader {
     }
     return static_cast<std::size_t>(value);
   }
-  static std::string describe(const YAML::Node& node) { return node.IsScalar() ? node.Scalar() : std::string("a collection"); }
   static bool non_negative(double v) { return v >= 0; }
   static bool positive(double v) { return v > 0; }
   static bool fraction(double v) { return v >= 0 && v <= 1; }
-  std::string where(const YAML::Mark& mark) const { return yaml::location(source_, mark); }
-  void check_keys(const YAML::Node& map, const std::string& section, std::initializer_list<const char*> valid) const {
-    yaml::check_keys(source_, map, section, valid);
-  }
-
-  std::string source_;
 };
 
 }  // namespace

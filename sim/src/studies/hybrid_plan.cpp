@@ -1,7 +1,6 @@
 #include "comptrain/sim/studies/hybrid_plan.hpp"
 
 #include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cmath>
@@ -278,60 +277,6 @@ HybridPoint hybrid_point(const Scenario& scenario, const std::vector<hybrid::Cod
     point.budget_bytes = closest_model_peak - std::max<std::int64_t>(*excess, 1) - (1 << 20);
   }
   return point;
-}
-
-std::string strategy_yaml(const models::StrategySpec& strategy, const std::string& comment) {
-  YAML::Emitter out;
-  out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << strategy.name << YAML::Key << "rules" << YAML::Value << YAML::BeginSeq;
-  for (const models::StrategyRule& rule : strategy.rules) {
-    out << YAML::BeginMap << YAML::Key << "select" << YAML::Value << YAML::BeginMap;
-    if (!rule.select.names.empty()) out << YAML::Key << "names" << YAML::Value << YAML::Flow << rule.select.names;
-    out << YAML::EndMap;
-    if (const auto* o = rule.offload()) {
-      out << YAML::Key << "offload" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "lookahead" << YAML::Value << o->lookahead;
-      if (o->free_by) out << YAML::Key << "free_by" << YAML::Value << *o->free_by;
-      out << YAML::EndMap;
-    } else if (const auto* r = rule.recompute()) {
-      if (r->mode != models::RecomputeAction::Mode::all) throw std::logic_error("strategy_yaml: hybrid plans recompute with mode all only");
-      out << YAML::Key << "recompute" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "mode" << YAML::Value << "all" << YAML::EndMap;
-    } else if (const auto* c = rule.compress()) {
-      out << YAML::Key << "compress" << YAML::Value << YAML::Flow << YAML::BeginMap;
-      if (c->profile) {
-        const std::string& source = c->profile->source;
-        const std::string embedded = "embedded:";
-        out << YAML::Key << "profile" << YAML::Value
-            << (c->profile_auto ? std::string("auto") : source.rfind(embedded, 0) == 0 ? source.substr(embedded.size()) : source);
-        out << YAML::Key << "codec" << YAML::Value << c->codec;
-      }
-      // Shortest round-trip decimal forms, in the units the scenario reader takes.
-      auto number = [&](const char* key, const std::optional<double>& v, const char* unit) {
-        if (v) out << YAML::Key << key << YAML::Value << fmt::format("{}{}", *v, unit);
-      };
-      number("ratio", c->ratio, "");
-      number("compress_bandwidth", c->compress_bandwidth, " B/s");
-      number("decompress_bandwidth", c->decompress_bandwidth, " B/s");
-      number("latency", c->latency, " s");
-      if (c->adaptive) {
-        out << YAML::Key << "error_bound" << YAML::Value << "adaptive" << YAML::Key << "gradient_error_tolerance" << YAML::Value
-            << fmt::format("{}", c->adaptive->tolerance);
-        if (c->adaptive->fallback_error_bound) out << YAML::Key << "fallback_error_bound" << YAML::Value << fmt::format("{}", *c->adaptive->fallback_error_bound);
-      } else {
-        out << YAML::Key << "error_bound" << YAML::Value << fmt::format("{}", c->error_bound);
-      }
-      if (c->profile) out << YAML::Key << "error_bound_mode" << YAML::Value << (c->error_bound_mode == ErrorBoundMode::abs ? "abs" : "rel");
-      out << YAML::EndMap;
-    }
-    out << YAML::EndMap;
-  }
-  out << YAML::EndSeq << YAML::EndMap;
-  std::string text;
-  for (std::size_t start = 0; start < comment.size();) {
-    const std::size_t end = comment.find('\n', start);
-    text += "# " + comment.substr(start, end == std::string::npos ? std::string::npos : end - start) + "\n";
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return text + out.c_str() + "\n";
 }
 
 }  // namespace comptrain::sim

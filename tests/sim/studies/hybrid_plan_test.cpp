@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "comptrain/models/strategy_yaml.hpp"
 #include "comptrain/sim/studies/hybrid_plan.hpp"
 #include "comptrain/sim/run/run.hpp"
 #include "common/must_apply.hpp"
@@ -54,7 +55,7 @@ TEST(HybridPlan, APlanWhereTheBaselineDoesNotFitReplaysWithinTheLimitAndExportsF
   EXPECT_FALSE(p.decisions.empty());
 
   // The strategy as a scenario reads back as the same rules, and replays to the same figures.
-  const std::string yaml = strategy_yaml(p.strategy, "test");
+  const std::string yaml = models::strategy_to_yaml(p.strategy, "test");
   std::string indented;
   for (std::size_t start = 0; start < yaml.size();) {
     const std::size_t end = yaml.find('\n', start);
@@ -62,7 +63,7 @@ TEST(HybridPlan, APlanWhereTheBaselineDoesNotFitReplaysWithinTheLimitAndExportsF
     start = end + 1;
   }
   Scenario reread = parse_scenario("model: {zoo: resnet18}\ntraining: {batch_size: 1}\nplatform: a100-40gb\nstrategy:\n" + indented, "export.yaml", ".");
-  EXPECT_EQ(strategy_yaml(reread.strategy, "test"), yaml);
+  EXPECT_EQ(models::strategy_to_yaml(reread.strategy, "test"), yaml);
   reread.platform = scenario.platform;
   double seconds = 0;
   EXPECT_EQ(reserved_peak(reread, reread.strategy, batch, &seconds), p.peak_bytes);

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "comptrain/sim/studies/sweep.hpp"
+#include "comptrain/sim/config/sweep.hpp"
+#include "comptrain/sim/report/sweep_document.hpp"
 #include "comptrain/support/input_error.hpp"
 
 namespace comptrain::sim {
@@ -92,14 +94,14 @@ TEST(Sweep, MergedShardsEqualTheUnshardedRun) {
   const Sweep s = expand("sweep:\n  training.batch_size: [1, 2, 3]\n  platform: [a100-40gb, v100-32gb]\n");
   const std::string hash = sweep_run_hash(s, "simulate", "");
   const std::vector<std::size_t> all = shard_variants(s.variant_count, std::nullopt);
-  const std::string whole = sweep_document(s, "simulate", hash, std::nullopt, simulate_variants(s, all, 2, false));
+  const std::string whole = sweep_document(s, "simulate", hash, std::nullopt, simulate_variants(s, all, 2, false, variant_report_json));
   std::vector<std::pair<std::string, std::string>> shards;
   for (std::size_t i = 0; i < 2; ++i) {
     const Shard shard{i, 2};
-    shards.emplace_back("shard" + std::to_string(i), sweep_document(s, "simulate", hash, shard, simulate_variants(s, shard_variants(6, shard), 1, false)));
+    shards.emplace_back("shard" + std::to_string(i), sweep_document(s, "simulate", hash, shard, simulate_variants(s, shard_variants(6, shard), 1, false, variant_report_json)));
   }
   EXPECT_EQ(merge_sweep_documents({shards[1], shards[0]}), whole);
-  EXPECT_NE(simulation_table_text(s, simulate_variants(s, {5}, 1, false)).find("platform=v100-32gb"), std::string::npos);
+  EXPECT_NE(simulation_table_text(s, simulate_variants(s, {5}, 1, false, variant_report_json)).find("platform=v100-32gb"), std::string::npos);
 
   auto error = [](const std::vector<std::pair<std::string, std::string>>& docs) {
     try {

@@ -202,7 +202,4 @@ HybridPlan make_hybrid_plan(const PlanRequest& request, const HybridOptions& opt
 HybridPoint hybrid_point(const Scenario& scenario, const std::vector<hybrid::CodecOption>& codecs, std::int64_t batch, std::int64_t limit_bytes,
                          MemoryMetric metric, const HybridOptions& options);
 
-// A strategy as the scenario file's `strategy:` section (YAML), with a comment header.
-std::string strategy_yaml(const models::StrategySpec& strategy, const std::string& comment);
-
 }  // namespace comptrain::sim

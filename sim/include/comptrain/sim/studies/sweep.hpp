@@ -1,98 +1,23 @@
 #pragma once
-// Sweeps (a scenario's `sweep:` section), sharding them across a job array, the sweep result
-// documents and their merge. The worker processes that run the variants are in workers.hpp.
-//
-// A sweep maps scenario key paths to values:
-//   sweep:
-//     training.batch_size: [8, 16, 32]               # a list of values (any YAML)
-//     model.layers: {from: 12, to: 48, step: 12}     # an inclusive range (step default 1)
-//     strategy.rules[0].compress.ratio: [4, 8]
-// Variants are the cross product, in the order of the keys (the last key varies fastest). Each
-// is the document with those nodes replaced, read by the normal scenario reader.
+// Simulating a sweep's variants (config/sweep.hpp), each in a worker process (runtime/workers.hpp).
 
 #include <cstddef>
-#include <cstdint>
 #include <functional>
-#include <memory>
-#include <optional>
 #include <string>
-#include <string_view>
-#include <utility>
 #include <vector>
 
-#include "comptrain/sim/config/scenario.hpp"
+#include "comptrain/sim/config/sweep.hpp"
+#include "comptrain/sim/run/run.hpp"
 
 namespace comptrain::sim {
 
-struct SweepVariant {
-  std::size_t index = 0;
-  std::string label;  // "training.batch_size=8, platform=h100-80gb"
-  Scenario scenario;
-};
-
-// A sweep, expanded lazily: its keys and values are read and each value checked once, and a
-// variant's scenario is built only when asked for, so expanding costs time linear in the
-// variants used (a shard builds only its own).
-struct Sweep {
-  std::string source;
-  std::vector<std::string> keys;  // in document order
-  std::size_t variant_count = 0;
-  std::string hash;               // of the scenario's text: identifies the sweep in shards
-  // Applied to every variant's scenario after it is read (the command line's --batch,
-  // --platform); may be empty.
-  std::function<void(Scenario&)> adjust;
-
-  // "training.batch_size=8, platform=h100-80gb"
-  std::string label(std::size_t index) const;
-  // Variant `index` (< variant_count). InputError "SOURCE:LINE:COLUMN: sweep variant I (LABEL):
-  // ..." when the scenario reader rejects the combination.
-  SweepVariant variant(std::size_t index) const;
-
-  struct Axes;  // the parsed keys and values (sweep.cpp)
-  std::shared_ptr<const Axes> axes;
-};
-
-// Expands `scenario`'s sweep (scenario.has_sweep). Throws InputError "SOURCE:LINE:COLUMN: ..."
-// at the sweep key for a bad key path (an index beyond 2^64 included), an empty list, a bad or
-// overflowing range, or a value that the scenario reader rejects (with the reader's message).
-// At most 100000 variants.
-Sweep expand_sweep(const Scenario& scenario);
-
-// --shard I/N: variants I, I+N, I+2N, ... (0-based), for Slurm job arrays
-// (--shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT).
-struct Shard {
-  std::size_t index = 0;
-  std::size_t count = 1;
-};
-Shard parse_shard(std::string_view text);  // InputError unless "I/N" with 0 <= I < N
-std::vector<std::size_t> shard_variants(std::size_t variant_count, const std::optional<Shard>& shard);
-
-// One variant's result: a JSON object (a plan, or a simulation report).
-struct VariantResult {
-  std::size_t index = 0;
-  std::string label;
-  std::string json;
-};
-
-// Identifies a run of a sweep: the sweep, the command and its result-changing settings
-// (overrides such as --batch or --margin, canonically written by the caller).
-std::string sweep_run_hash(const Sweep& sweep, std::string_view command, std::string_view settings);
-
-// The result document: {"sweep": {hash, command, source, keys, variant_count}, ["shard": {index,
-// count},] "variants": [{index, label, result}]}, variants ascending. Without a shard it is what
-// merging all shards gives, byte for byte.
-std::string sweep_document(const Sweep& sweep, std::string_view command, std::string_view run_hash,
-                           const std::optional<Shard>& shard, std::vector<VariantResult> results);
-
-// Joins shard documents ({source name, text}) into the unsharded document. InputError when they
-// come from different sweeps or commands (hash), or do not cover every variant exactly once
-// (naming the missing or duplicated variants, as ranges, at most a few dozen of them).
-std::string merge_sweep_documents(const std::vector<std::pair<std::string, std::string>>& documents);
+// What a worker sends back for one simulated variant (report/sweep_document.hpp's
+// variant_report_json: its report_json document). Called in the worker process.
+using VariantEncoder = std::function<std::string(const Scenario& scenario, const PreparedScenario& prepared, const RunOutcome& outcome)>;
 
 // Simulates each listed variant (one process each, `jobs` at a time); results in `indices`'
-// order, each a report_json document.
-std::vector<VariantResult> simulate_variants(const Sweep& sweep, const std::vector<std::size_t>& indices, int jobs, bool progress);
-// One line per variant: fits, peak, iteration time, samples/s.
-std::string simulation_table_text(const Sweep& sweep, const std::vector<VariantResult>& results);
+// order, each what `encode` makes of the variant's run.
+std::vector<VariantResult> simulate_variants(const Sweep& sweep, const std::vector<std::size_t>& indices, int jobs, bool progress,
+                                             const VariantEncoder& encode);
 
 }  // namespace comptrain::sim

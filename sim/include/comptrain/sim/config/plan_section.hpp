@@ -1,0 +1,80 @@
+#pragma once
+// The scenario's `plan:` section (config/scenario.hpp), for `comptrain plan` (studies/plan.hpp):
+// the strategies to compare, the memory metric and margin, the objective, the energy budget and
+// the cluster and optimizer-offload searches.
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "comptrain/models/data_parallel.hpp"
+#include "comptrain/models/strategy.hpp"
+
+namespace comptrain::sim {
+
+// Which peak the planner keeps within (1 - margin) x capacity (sim/device_memory.hpp):
+//   exact      the sum of the live tensors' bytes in the steady iteration (memory tracker);
+//              capacity: what PyTorch's allocator may reserve (visible memory - CUDA context)
+//   allocated  the caching-allocator model's max_memory_allocated (blocks rounded to 512 B,
+//              the cuBLAS workspace, set-up and first iteration included); same capacity
+//   reserved   its max_memory_reserved (segments, cached blocks, fragmentation): what PyTorch
+//              must obtain from the GPU, so where it runs out of memory; same capacity. The
+//              planner's default.
+//   device     reserved + the CUDA context: what nvidia-smi shows as used; capacity: the
+//              GPU's visible memory (gpu.memory_visible)
+enum class MemoryMetric { exact, allocated, reserved, device };
+std::string_view to_string(MemoryMetric metric);
+std::optional<MemoryMetric> parse_memory_metric(std::string_view text);
+
+// The `plan:` section; unset fields take the planner's defaults (sim/plan.hpp).
+// What the planner's best batch maximises (plan.objective): global samples/s (the default), or
+// samples per joule of the whole job's energy (sim/energy.hpp; points without energy count 0).
+enum class PlanObjective { samples_per_second, samples_per_joule };
+
+// plan.energy_budget: the planner's best batch (and a cluster search's fastest configuration) is
+// chosen among the points that stay within every bound given (sim/plan.hpp); a budget no point
+// meets is a result ("energy budget" as the limit), not an error. Each bound is over the point's
+// mean iteration (its data loader's wait and checkpoint cost included, sim/io.hpp):
+//   joules_per_sample   the whole job's energy per trained sample (1 / samples per joule): an energy
+//                       budget E for a run of N samples is E / N (Zeus reports energy to accuracy)
+//   gpu_average_watts   one GPU's average power: energy / time, what nvidia-smi averages to
+//   node_average_watts  one node's average power (its GPUs, CPUs and links): a per-node power budget
+// (averages, not peaks: under the power model every GPU draws its TDP or cap whenever a kernel runs,
+// so the peak is the same at every batch; a cap on it is power_limit.)
+struct EnergyBudget {
+  std::optional<double> joules_per_sample;
+  std::optional<double> gpu_average_watts;
+  std::optional<double> node_average_watts;
+};
+
+struct PlanSection {
+  std::vector<models::StrategySpec> strategies;  // empty: the default list (strategies_to_plan)
+  std::optional<double> margin;                  // fraction of the capacity kept free, in [0, 1)
+  std::optional<std::int64_t> max_batch;
+  std::optional<std::int64_t> target_global_batch;
+  std::optional<MemoryMetric> memory_metric;
+  std::optional<PlanObjective> objective;
+  // A cluster search (sim/plan.hpp): the cluster sizes to try, from plan.gpus or plan.nodes,
+  // each resolved against the parallelism section's GPUs per node (else the platform's), and
+  // plan.zero_stages (0: PyTorch DDP). Empty: the scenario's own size or stage.
+  struct ClusterSize {
+    int nodes = 1;
+    int gpus_per_node = 1;
+  };
+  std::vector<ClusterSize> cluster_sizes;
+  std::vector<int> zero_stages;
+  // plan.offload_optimizer (with plan.prefetch_optimizer_gaps): where the optimizer steps, one
+  // candidate each: nullopt = on the GPU (`none`), ZeRO-Offload (`cpu`: every subgroup on the
+  // CPU) and Deep Optimizer States with each gap k (`deep_optimizer_states`). The parallelism
+  // section's other offload keys (part_grads_async) are kept. Empty: the scenario's own.
+  std::vector<std::optional<models::OptimizerOffloadSpec>> offload_optimizer;
+  // plan.checkpoint_overhead: the checkpoint's cost per iteration as a fraction of the iteration
+  // that the checkpoint interval may cost; the report gives the smallest interval meeting it (sim/io.hpp).
+  std::optional<double> checkpoint_overhead;
+  std::optional<EnergyBudget> energy_budget;  // plan.energy_budget
+
+  bool searches_clusters() const { return !cluster_sizes.empty() || !zero_stages.empty() || !offload_optimizer.empty(); }
+};
+
+}  // namespace comptrain::sim

@@ -1,0 +1,186 @@
+// The parallelism section: data parallelism (DDP, ZeRO, FSDP) and the optimizer offload.
+
+#include "config/scenario_reader.hpp"
+
+#include <string>
+#include <vector>
+
+#include "comptrain/models/module_pattern.hpp"
+
+namespace comptrain::sim {
+
+ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, const std::optional<models::Platform>& platform) const {
+  require_map(node, "parallelism");
+  check_keys(node, "parallelism", {"nodes", "gpus_per_node", "ddp", "zero", "fsdp"});
+  ParallelismSection p;
+  // At most 1,000,000 GPUs: far beyond any machine, and nodes x GPUs stays an int.
+  constexpr std::int64_t kMaxGpus = 1'000'000;
+  const auto count = [&](const char* key, std::int64_t fallback) {
+    const std::int64_t value = optional_positive(node, key, "parallelism").value_or(fallback);
+    if (value > kMaxGpus) {
+      throw InputError(where(node[key].Mark()) + "'parallelism." + key + "' is " + node[key].Scalar() + "; expected at most 1000000");
+    }
+    return static_cast<int>(value);
+  };
+  p.nodes = count("nodes", 1);
+  // Default: every GPU of a node (the platform's gpus_per_node).
+  p.gpus_per_node = count("gpus_per_node", platform ? platform->gpus_per_node : 1);
+  if (static_cast<std::int64_t>(p.nodes) * p.gpus_per_node > kMaxGpus) {
+    throw InputError(where(node.Mark()) + "'parallelism' asks for " + std::to_string(static_cast<std::int64_t>(p.nodes) * p.gpus_per_node) +
+                     " GPUs; expected at most 1000000");
+  }
+  if (platform && p.gpus_per_node > platform->gpus_per_node) {
+    throw InputError(where(node["gpus_per_node"] ? node["gpus_per_node"].Mark() : node.Mark()) + "'parallelism.gpus_per_node' is " +
+                     std::to_string(p.gpus_per_node) + " but platform '" + platform->name + "' has " + std::to_string(platform->gpus_per_node) +
+                     " GPUs per node; expected at most that");
+  }
+  p.data.ranks = p.nodes * p.gpus_per_node;
+  const YAML::Node ddp = node["ddp"];
+  const YAML::Node zero = node["zero"];
+  const YAML::Node fsdp = node["fsdp"];
+  if ((ddp ? 1 : 0) + (zero ? 1 : 0) + (fsdp ? 1 : 0) > 1) {
+    throw InputError(where((fsdp ? fsdp : zero).Mark()) +
+                     "'parallelism' has more than one of 'ddp' (PyTorch DDP), 'zero' (DeepSpeed ZeRO) and 'fsdp' (PyTorch FSDP2); expected one of them");
+  }
+  if (fsdp) {
+    p.data.zero_stage = 3;
+    p.data.fsdp = read_fsdp(fsdp);
+  }
+  // The largest bucket or reduction bucket accepted: 1 TiB, beyond any GPU's memory.
+  constexpr std::int64_t kMaxBucketBytes = std::int64_t{1} << 40;
+  if (ddp) {
+    require_map(ddp, "parallelism.ddp");
+    check_keys(ddp, "parallelism.ddp", {"bucket_cap", "first_bucket", "gradient_as_bucket_view"});
+    for (const char* key : {"bucket_cap", "first_bucket"}) {
+      const YAML::Node n = ddp[key];
+      if (!n) continue;
+      const std::string field = std::string("parallelism.ddp.") + key;
+      const std::int64_t bytes = byte_count(n, field);
+      if (bytes < 1 || bytes > kMaxBucketBytes) {
+        throw InputError(where(n.Mark()) + "'" + field + "' is " + scalar(n, field) + "; expected 1 B to 1 TiB (PyTorch's default: 25 MiB, the first 1 MiB)");
+      }
+      (std::string_view(key) == "bucket_cap" ? p.data.bucket_cap_bytes : p.data.first_bucket_bytes) = bytes;
+    }
+    if (ddp["gradient_as_bucket_view"]) p.data.gradient_as_bucket_view = boolean(ddp["gradient_as_bucket_view"], "parallelism.ddp.gradient_as_bucket_view");
+  }
+  if (zero) {
+    require_map(zero, "parallelism.zero");
+    check_keys(zero, "parallelism.zero", {"stage", "reduce_bucket_size", "overlap_comm", "sub_group_size", "offload_optimizer"});
+    const YAML::Node stage = required(zero, "stage", "parallelism.zero");
+    std::int64_t value = 0;
+    if (!stage.IsScalar() || !YAML::convert<std::int64_t>::decode(stage, value) || value < 1 || value > 3) {
+      throw InputError(where(stage.Mark()) + "'parallelism.zero.stage' is '" + (stage.IsScalar() ? stage.Scalar() : std::string("a collection")) +
+                       "'; expected 1, 2 or 3 (leave 'zero' out for PyTorch DDP)");
+    }
+    p.data.zero_stage = static_cast<int>(value);
+    if (const auto elements = optional_positive(zero, "reduce_bucket_size", "parallelism.zero")) {
+      if (*elements > kMaxBucketBytes) {
+        throw InputError(where(zero["reduce_bucket_size"].Mark()) + "'parallelism.zero.reduce_bucket_size' is " + zero["reduce_bucket_size"].Scalar() +
+                         "; expected at most 2^40 elements (DeepSpeed's default: 500000000)");
+      }
+      p.data.reduce_bucket_elements = *elements;
+    }
+    if (zero["overlap_comm"]) p.data.overlap_comm = boolean(zero["overlap_comm"], "parallelism.zero.overlap_comm");
+    if (const auto elements = optional_positive(zero, "sub_group_size", "parallelism.zero")) {
+      if (*elements > kMaxBucketBytes) {
+        throw InputError(where(zero["sub_group_size"].Mark()) + "'parallelism.zero.sub_group_size' is " + zero["sub_group_size"].Scalar() +
+                         "; expected at most 2^40 elements (DeepSpeed's default: 1000000000)");
+      }
+      p.data.sub_group_elements = *elements;
+    }
+    if (const YAML::Node offload = zero["offload_optimizer"]) p.data.offload_optimizer = read_offload_optimizer(offload, p.data.zero_stage);
+  }
+  return p;
+}
+
+// parallelism.fsdp (models/transforms/README.md, "FSDP2"): {units: [module patterns],
+// reshard_after_forward: true | false | all_but_last, sharded_dtype, reduce_dtype}.
+models::FsdpSpec ScenarioReader::read_fsdp(const YAML::Node& node) const {
+  const std::string section = "parallelism.fsdp";
+  require_map(node, section);
+  check_keys(node, section, {"units", "reshard_after_forward", "sharded_dtype", "reduce_dtype"});
+  models::FsdpSpec f;
+  const YAML::Node units = required(node, "units", section);
+  f.units = string_list(units, section + ".units");
+  if (f.units.empty()) throw InputError(where(units.Mark()) + "'" + section + ".units' is empty; expected the module patterns fully_shard is applied to, e.g. [\"model.layers.*\"]");
+  for (std::size_t i = 0; i < f.units.size(); ++i) {
+    try {
+      models::validate_module_pattern(f.units[i]);
+    } catch (const InputError& e) {
+      throw InputError(where(units[i].Mark()) + "'" + section + ".units': " + e.what());
+    }
+  }
+  if (const YAML::Node r = node["reshard_after_forward"]) {
+    const std::string value = scalar(r, section + ".reshard_after_forward");
+    if (value == "true") {
+      f.reshard_after_forward = models::FsdpSpec::Reshard::all;
+    } else if (value == "false") {
+      f.reshard_after_forward = models::FsdpSpec::Reshard::none;
+    } else if (value == "all_but_last") {
+      f.reshard_after_forward = models::FsdpSpec::Reshard::all_but_last;
+    } else {
+      throw InputError(where(r.Mark()) + "'" + section + ".reshard_after_forward' is '" + value +
+                       "'; expected true, false or all_but_last (every unit but the last in forward order, as torchtitan does)");
+    }
+  }
+  const auto dtype_bytes = [&](const char* key, int fallback) {
+    const YAML::Node n = node[key];
+    if (!n) return fallback;
+    const std::string value = scalar(n, section + "." + key);
+    if (value == "fp32") return 4;
+    if (value == "bf16" || value == "fp16") return 2;
+    throw InputError(where(n.Mark()) + "'" + section + "." + key + "' is '" + value + "'; expected fp32, bf16 or fp16");
+  };
+  f.sharded_parameter_bytes = dtype_bytes("sharded_dtype", 4);
+  // Unset: MixedPrecisionPolicy's default (None): the gradients are reduced in their own dtype.
+  f.reduce_bytes = dtype_bytes("reduce_dtype", 0);
+  return f;
+}
+
+// parallelism.zero.offload_optimizer: DeepSpeed's keys (deepspeed/runtime/zero/offload_config.py)
+// and Deep Optimizer States' (the DataStates/DeepSpeed fork's offload_config.py). device: none
+// leaves the optimizer on the GPU, as in DeepSpeed.
+std::optional<models::OptimizerOffloadSpec> ScenarioReader::read_offload_optimizer(const YAML::Node& node, int stage) const {
+  const std::string section = "parallelism.zero.offload_optimizer";
+  require_map(node, section);
+  check_keys(node, section, {"device", "ratio", "pin_memory", "prefetch_optimizer", "prefetch_optimizer_gap", "part_grads_async"});
+  const YAML::Node device = required(node, "device", section);
+  const std::string name = scalar(device, section + ".device");
+  if (name == "none") return std::nullopt;
+  if (name != "cpu") {
+    throw InputError(where(device.Mark()) + "'" + section + ".device' is '" + name + "'; expected cpu or none (nvme is not modelled)");
+  }
+  models::OptimizerOffloadSpec o;
+  if (const YAML::Node ratio = node["ratio"]) {
+    o.ratio = number(ratio, section + ".ratio");
+    if (!(o.ratio >= 0 && o.ratio <= 1)) throw InputError(where(ratio.Mark()) + "'" + section + ".ratio' is " + ratio.Scalar() + "; expected 0 to 1");
+    if (o.ratio < 1 && stage != 3) {
+      throw InputError(where(ratio.Mark()) + "'" + section + ".ratio' is " + ratio.Scalar() + " with ZeRO stage " + std::to_string(stage) +
+                       "; expected 1 (DeepSpeed's Twin-Flow ratio is for stage 3 only)");
+    }
+  }
+  // Host buffers are modelled as pinned (copies at the PCIe link's rate).
+  if (const YAML::Node pin = node["pin_memory"]; pin && !boolean(pin, section + ".pin_memory")) {
+    throw InputError(where(pin.Mark()) + "'" + section + ".pin_memory' is false; expected true (pageable host buffers are not modelled)");
+  }
+  if (node["part_grads_async"]) o.part_grads_async = boolean(node["part_grads_async"], section + ".part_grads_async");
+  if (node["prefetch_optimizer"]) o.prefetch_optimizer = boolean(node["prefetch_optimizer"], section + ".prefetch_optimizer");
+  if (const auto gap = optional_positive(node, "prefetch_optimizer_gap", section)) {
+    if (*gap > 1'000'000) throw InputError(where(node["prefetch_optimizer_gap"].Mark()) + "'" + section + ".prefetch_optimizer_gap' is too large; expected at most 1000000");
+    o.prefetch_optimizer_gap = static_cast<int>(*gap);
+  }
+  const bool fork_keys = o.prefetch_optimizer || o.part_grads_async;
+  if (fork_keys && stage != 3) {
+    throw InputError(where(node.Mark()) + "'" + section + "' uses Deep Optimizer States' keys with ZeRO stage " + std::to_string(stage) + "; expected stage 3");
+  }
+  if (o.prefetch_optimizer && o.ratio != 1) {
+    throw InputError(where(node["ratio"].Mark()) + "'" + section + ".ratio' is " + node["ratio"].Scalar() + " with prefetch_optimizer; expected 1");
+  }
+  if (o.prefetch_optimizer && o.prefetch_optimizer_gap == 0) {
+    throw InputError(where(node.Mark()) + "'" + section + "' has prefetch_optimizer but no prefetch_optimizer_gap; expected a gap k >= 1 (subgroup x is "
+                     "stepped on the GPU when (x + 1) % k == 0)");
+  }
+  return o;
+}
+
+}  // namespace comptrain::sim

@@ -1,0 +1,344 @@
+#include "config/scenario_reader.hpp"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comptrain/models/platform_yaml.hpp"
+#include "comptrain/models/shipped_or_file.hpp"
+#include "comptrain/models/strategy_yaml.hpp"
+#include "comptrain/support/atomic_file.hpp"
+
+namespace comptrain::sim {
+
+ScenarioReader::ScenarioReader(std::string_view source, std::filesystem::path base_dir) : yaml::Reader(source), base_dir_(std::move(base_dir)) {}
+
+YAML::Node ScenarioReader::load(std::string_view text) const {
+  try {
+    return YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    throw InputError(where(e.mark) + "malformed YAML: " + e.msg);
+  }
+}
+
+Scenario ScenarioReader::read(const YAML::Node& root) {
+  if (!root.IsMap()) {
+    throw InputError(where(root.Mark()) + "expected a mapping with the keys model, training (and optionally name)");
+  }
+  check_keys(root, "the scenario", {"name", "model", "training", "framework", "platform", "power_limit", "strategy", "parallelism", "plan", "sweep",
+                                    "data", "checkpoint"});
+
+  Scenario scenario;
+  scenario.source = source();
+  const YAML::Node model = required(root, "model", "the scenario");
+  if (!model.IsMap()) throw InputError(where(model.Mark()) + "'model' must be a mapping with the key zoo, hf_config or trace");
+  check_keys(model, "model", {"zoo", "hf_config", "trace", "layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions", "moe"});
+  const YAML::Node training = root["training"];
+  if (training && !training.IsMap()) {
+    throw InputError(where(training.Mark()) + "'training' must be a mapping with the keys batch_size, precision, optimizer, optimizer_impl, tf32, memory_format, gradient_accumulation_steps");
+  }
+  if (training) check_keys(training, "training", {"batch_size", "precision", "optimizer", "optimizer_impl", "tf32", "memory_format", "gradient_accumulation_steps"});
+  read_training_options(training, scenario);
+  if (const YAML::Node platform = root["platform"]) {
+    scenario.platform = read_platform(platform);
+    platform_name_ = scenario.platform->name;  // for compress rules' `profile: auto`
+  }
+  // power_limit: the GPU's power cap (nvidia-smi -pl), on whatever platform the scenario runs
+  // (models::with_power_limit lowers its clock; sim/README.md, "Energy").
+  if (const YAML::Node limit = root["power_limit"]) {
+    scenario.power_limit = bounded_quantity(limit, models::units::Dimension::power, "power_limit", models::platform_limits::max_power);
+    if (scenario.platform) {
+      scenario.platform = models::with_power_limit(std::move(*scenario.platform), *scenario.power_limit, where(limit.Mark()) + "'power_limit'");
+    }
+  }
+  if (const YAML::Node framework = root["framework"]) scenario.framework = read_framework(framework);
+  if (const YAML::Node strategy = root["strategy"]) scenario.strategy = read_strategy(strategy, "strategy");
+  if (const YAML::Node parallelism = root["parallelism"]) {
+    scenario.parallelism = read_parallelism(parallelism, scenario.platform);
+    // FSDP2 under gradient accumulation (no resharding between micro-steps, reduce-scatters per
+    // micro-step or deferred) is not modelled.
+    if (scenario.parallelism->data.fsdp && scenario.accumulation_steps > 1) {
+      throw InputError(where(parallelism["fsdp"].Mark()) + "'parallelism.fsdp' with training.gradient_accumulation_steps " +
+                       std::to_string(scenario.accumulation_steps) + " is not modelled; expected gradient_accumulation_steps 1 with fsdp");
+    }
+  }
+  // After parallelism: plan.gpus fills nodes of the parallelism section's GPUs per node.
+  if (const YAML::Node plan = root["plan"]) scenario.plan = read_plan(plan, scenario.platform, scenario.parallelism);
+  if (const YAML::Node data = root["data"]) scenario.data = read_data(data);
+  if (const YAML::Node checkpoint = root["checkpoint"]) scenario.checkpoint = read_checkpoint(checkpoint);
+  if (const YAML::Node sweep = root["sweep"]) {
+    // Its entries are checked when the sweep is expanded (sim/sweep.cpp), which needs the
+    // rest of the document; here only its shape.
+    if (!sweep.IsMap() || sweep.size() == 0) {
+      throw InputError(where(sweep.Mark()) + "'sweep' must be a non-empty mapping of scenario keys to lists or ranges, e.g. training.batch_size: [8, 16]");
+    }
+    scenario.has_sweep = true;
+  }
+
+  read_model(model, training, scenario);
+  if (const YAML::Node name = root["name"]) {
+    scenario.name = scalar(name, "name");
+  } else {
+    scenario.name = !hf_config_.empty() ? hf_config_.stem().string() : scenario.zoo_model ? scenario.zoo_model->model : scenario.trace_file->stem().string();
+  }
+  return scenario;
+}
+
+// training: the options that apply to a trace file too (batch size, precision and optimizer are
+// read with the model, which decides whether they apply).
+void ScenarioReader::read_training_options(const YAML::Node& training, Scenario& scenario) const {
+  if (!training) return;
+  // At most 4096 micro-steps: each is a whole forward and backward pass in the replay, and
+  // no recipe accumulates more (DLE BERT pre-training: 8192 / 64 = 128 on one V100).
+  if (const auto steps = optional_positive(training, "gradient_accumulation_steps", "training")) {
+    if (*steps > 4096) {
+      throw InputError(where(training["gradient_accumulation_steps"].Mark()) + "'training.gradient_accumulation_steps' is " +
+                       training["gradient_accumulation_steps"].Scalar() + "; expected at most 4096");
+    }
+    scenario.accumulation_steps = static_cast<int>(*steps);
+  }
+  if (training["tf32"]) scenario.allow_tf32 = boolean(training["tf32"], "training.tf32");
+  if (training["memory_format"]) {
+    // PyTorch's names: model.to(memory_format=torch.channels_last), and the default
+    // torch.contiguous_format (NCHW for 4-D activations).
+    const YAML::Node f = training["memory_format"];
+    const std::string format = scalar(f, "training.memory_format");
+    if (format != "channels_last" && format != "contiguous_format") {
+      throw InputError(where(f.Mark()) + "unknown training.memory_format '" + format + "'; expected channels_last or contiguous_format");
+    }
+    scenario.channels_last = format == "channels_last";
+  }
+}
+
+// model: a zoo model, a Hugging Face config or a trace file, with the training keys that apply to it.
+void ScenarioReader::read_model(const YAML::Node& model, const YAML::Node& training, Scenario& scenario) {
+  const bool has_zoo = static_cast<bool>(model["zoo"]);
+  const bool has_hf = static_cast<bool>(model["hf_config"]);
+  const bool has_trace = static_cast<bool>(model["trace"]);
+  if ((has_zoo ? 1 : 0) + (has_hf ? 1 : 0) + (has_trace ? 1 : 0) != 1) {
+    throw InputError(where(model.Mark()) + "'model' needs exactly one of 'zoo' (a model name: comptrain trace list), 'hf_config' "
+                                           "(a Hugging Face config.json) or 'trace' (a trace file)");
+  }
+  if (has_zoo || has_hf) {
+    zoo::ModelSpec request;
+    if (has_hf) {
+      // The zoo reads the config (zoo::spec_from_hf_config); the sequence length is the
+      // scenario's: a config gives only the longest one its positions allow.
+      std::filesystem::path path = scalar(model["hf_config"], "model.hf_config");
+      if (!path.is_absolute()) path = base_dir_ / path;
+      request = zoo::spec_from_hf_config(read_file(path), path.string());
+      if (!model["seq_len"]) {
+        throw InputError(where(model.Mark()) + "'model.seq_len' is required with 'hf_config' (the training sequence length in tokens; "
+                                               "max_position_embeddings is only the longest the model allows)");
+      }
+      hf_config_ = path;
+    } else {
+      request.model = scalar(model["zoo"], "model.zoo");
+    }
+    const auto models = zoo::list_models();
+    if (std::none_of(models.begin(), models.end(), [&](const auto& m) { return m.name == request.model; })) {
+      std::string names;
+      for (const auto& m : models) names += (names.empty() ? "" : ", ") + m.name;
+      throw InputError(where(model["zoo"].Mark()) + "unknown zoo model '" + request.model + "'; expected one of: " + names);
+    }
+    // Given, they override the zoo's defaults and the config's values.
+    for (const auto& [key, field] : {std::pair{"layers", &request.layers}, std::pair{"hidden", &request.hidden},
+                                     std::pair{"heads", &request.heads}, std::pair{"seq_len", &request.seq_len},
+                                     std::pair{"vocab", &request.vocab}}) {
+      if (const auto value = optional_positive(model, key, "model")) *field = value;
+    }
+    if (const YAML::Node a = model["attention"]) {
+      request.attention = named(a, "model.attention", zoo::parse_attention, zoo::attention_names());
+    }
+    if (const YAML::Node h = model["head"]) request.head = named(h, "model.head", zoo::parse_head, zoo::head_names());
+    if (const YAML::Node m = model["mlm"]) request.mlm = named(m, "model.mlm", zoo::parse_mlm_positions, zoo::mlm_positions_names());
+    request.mlm_predictions = optional_positive(model, "mlm_predictions", "model");
+    if (const YAML::Node moe = model["moe"]) request.routing = read_expert_routing(moe);
+    // Up to PyTorch 1.10 softmax and log_softmax saved their input too (sim/framework.hpp).
+    request.softmax_saves_input = scenario.framework.pytorch && *scenario.framework.pytorch <= PytorchVersion{1, 10};
+    // Up to PyTorch 1.13 autograd summed a tensor's gradients into a new tensor, from 2.0 in
+    // place into the first (zoo::ModelSpec::accumulate_gradients_in_place).
+    request.accumulate_gradients_in_place = !(scenario.framework.pytorch && *scenario.framework.pytorch < PytorchVersion{2, 0});
+    if (training) {
+      scenario.batch_size = optional_positive(training, "batch_size", "training");
+      if (const YAML::Node p = training["precision"]) {
+        // tf32 is fp32 whose convolutions and matmuls run on TF32 tensor cores
+        // (torch.backends.cuda.matmul.allow_tf32 / cudnn.allow_tf32): the same tensors.
+        if (scalar(p, "training.precision") == "tf32") {
+          if (training["tf32"] && !scenario.allow_tf32) {
+            throw InputError(where(training["tf32"].Mark()) + "'training.tf32: false' contradicts 'precision: tf32'; expected one of the two");
+          }
+          scenario.allow_tf32 = true;
+        } else {
+          std::vector<std::string_view> names = zoo::precision_names();
+          names.insert(names.begin() + 1, "tf32");
+          request.precision = named(p, "training.precision", zoo::parse_precision, names);
+        }
+      }
+      if (const YAML::Node o = training["optimizer"]) {
+        request.optimizer = named(o, "training.optimizer", zoo::parse_optimizer, zoo::optimizer_names());
+      }
+      if (const YAML::Node o = training["optimizer_impl"]) {
+        request.optimizer_impl = named(o, "training.optimizer_impl", zoo::parse_optimizer_impl, zoo::optimizer_impl_names());
+      }
+    }
+    scenario.zoo_model = std::move(request);
+  } else {
+    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions", "moe"}) {
+      if (model[key]) throw InputError(where(model[key].Mark()) + "'" + key + "' applies to zoo models only; a trace file fixes the model's shape");
+    }
+    std::filesystem::path path = scalar(model["trace"], "model.trace");
+    scenario.trace_file = path.is_absolute() ? path : base_dir_ / path;
+    if (training) {
+      for (const char* key : {"precision", "optimizer", "optimizer_impl"}) {
+        if (training[key]) throw InputError(where(training[key].Mark()) + "'" + key + "' applies to zoo models only; a trace file fixes it");
+      }
+      scenario.batch_size = optional_positive(training, "batch_size", "training");
+    }
+  }
+}
+
+models::Platform ScenarioReader::read_platform(const YAML::Node& node) const {
+  if (node.IsMap()) return models::platform_from_yaml(node, source() + " (inline platform)");
+  const std::string text = scalar(node, "platform");
+  try {
+    return models::resolve_platform(text, base_dir_);
+  } catch (const InputError& e) {
+    throw InputError(where(node.Mark()) + "platform: " + e.what());
+  }
+}
+
+// One of a closed set of names, parsed by `parse`; the message lists `names`.
+template <typename Parse>
+typename std::invoke_result_t<Parse, std::string_view>::value_type ScenarioReader::named(const YAML::Node& node, const std::string& field, Parse parse, const std::vector<std::string_view>& names) const {
+  const std::string text = scalar(node, field);
+  const auto value = parse(text);
+  if (!value) {
+    std::string list;
+    for (std::string_view n : names) list += (list.empty() ? "" : ", ") + std::string(n);
+    throw InputError(where(node.Mark()) + "unknown " + field.substr(field.find('.') + 1) + " '" + text + "' in '" + field + "'; expected one of: " + list);
+  }
+  return *value;
+}
+
+FrameworkSpec ScenarioReader::read_framework(const YAML::Node& node) const {
+  require_map(node, "framework");
+  check_keys(node, "framework", {"pytorch", "zero_grad", "expandable_segments", "cuda_context", "cublas_workspace", "cudnn_workspace"});
+  FrameworkSpec framework;
+  if (const YAML::Node v = node["pytorch"]) {
+    // The text as written: YAML would read 1.10 as the number 1.1.
+    const std::string text = scalar(v, "framework.pytorch");
+    framework.pytorch = parse_pytorch_version(text);
+    if (!framework.pytorch) {
+      throw InputError(where(v.Mark()) + "'framework.pytorch' is '" + text + "'; expected a release as major.minor, e.g. \"1.10\" or \"2.1\"");
+    }
+  }
+  if (const YAML::Node z = node["zero_grad"]) {
+    const std::string text = scalar(z, "framework.zero_grad");
+    const auto value = parse_zero_grad(text);
+    if (!value) {
+      throw InputError(where(z.Mark()) + "'framework.zero_grad' is '" + text +
+                       "'; expected set_to_none (gradients freed between iterations, PyTorch 2's default) or zeros (kept)");
+    }
+    framework.zero_grad = *value;
+  }
+  if (node["expandable_segments"]) framework.expandable_segments = boolean(node["expandable_segments"], "framework.expandable_segments");
+  // At most 64 GiB: no CUDA context or cuBLAS workspace comes near; anything larger is a
+  // misplaced unit.
+  constexpr std::int64_t kMaxFrameworkBytes = std::int64_t{64} << 30;
+  for (const char* key : {"cuda_context", "cublas_workspace", "cudnn_workspace"}) {
+    const YAML::Node n = node[key];
+    if (!n) continue;
+    const std::string field = std::string("framework.") + key;
+    const std::int64_t bytes = byte_count(n, field);
+    if (bytes > kMaxFrameworkBytes) {
+      throw InputError(where(n.Mark()) + "'" + field + "' is " + scalar(n, field) + "; expected at most 64 GiB (a CUDA context takes hundreds of MiB)");
+    }
+    if (std::string_view(key) == "cuda_context") {
+      framework.cuda_context_bytes = bytes;
+    } else if (std::string_view(key) == "cublas_workspace") {
+      framework.cublas_workspace_bytes = bytes;
+    } else {
+      framework.cudnn_workspace_bytes = bytes;
+    }
+  }
+  return framework;
+}
+
+// parallelism: {nodes, gpus_per_node, ddp: {bucket_cap, first_bucket, gradient_as_bucket_view},
+
+// architecture (expert count, top-k, seq_len) when it builds the trace.
+zoo::ExpertRouting ScenarioReader::read_expert_routing(const YAML::Node& node) const {
+  require_map(node, "model.moe");
+  check_keys(node, "model.moe", {"expert_load", "load_imbalance", "capacity_factor"});
+  if (node["expert_load"] && node["load_imbalance"]) {
+    throw InputError(where(node.Mark()) + "'model.moe' takes 'expert_load' (one share per expert) or 'load_imbalance' (max / mean), not both");
+  }
+  zoo::ExpertRouting routing;
+  if (const YAML::Node load = node["expert_load"]) {
+    if (!load.IsSequence() || load.size() == 0) {
+      throw InputError(where(load.Mark()) + "'model.moe.expert_load' must be a non-empty list of positive numbers, one relative load per expert");
+    }
+    for (const auto& item : load) {
+      const double share = number(item, "model.moe.expert_load");
+      if (share <= 0) throw InputError(where(item.Mark()) + "'model.moe.expert_load' holds " + item.Scalar() + "; expected positive numbers");
+      routing.expert_load.push_back(share);
+    }
+  }
+  if (const YAML::Node f = node["load_imbalance"]) {
+    routing.load_imbalance = number(f, "model.moe.load_imbalance");
+    if (*routing.load_imbalance < 1) {
+      throw InputError(where(f.Mark()) + "'model.moe.load_imbalance' is " + f.Scalar() + "; expected the busiest expert's load over the mean, >= 1");
+    }
+  }
+  if (const YAML::Node c = node["capacity_factor"]) {
+    routing.capacity_factor = number(c, "model.moe.capacity_factor");
+    if (*routing.capacity_factor <= 0) {
+      throw InputError(where(c.Mark()) + "'model.moe.capacity_factor' is " + c.Scalar() + "; expected a positive number (1.0: the mean load)");
+    }
+  }
+  return routing;
+}
+
+// A non-empty list of tensor names or shell-style patterns (models::name_matches).
+std::vector<std::string> ScenarioReader::string_list(const YAML::Node& node, const std::string& field) const {
+  if (!node.IsSequence() || node.size() == 0) {
+    throw InputError(where(node.Mark()) + "'" + field +
+                     "' must be a non-empty list of tensor names or patterns such as \"layer.*.out\" (comptrain trace show --json lists the names)");
+  }
+  std::vector<std::string> out;
+  for (const auto& item : node) out.push_back(scalar(item, field));
+  return out;
+}
+
+// model.moe: how many tokens each expert of a mixture-of-experts decoder receives
+// (zoo::ExpertRouting; traces/zoo/README.md, "Routed tokens"). The zoo checks them against the
+
+models::StrategySpec ScenarioReader::read_strategy(const YAML::Node& node, const std::string& field) const {
+  return models::read_strategy(node, source(), field, base_dir_, platform_name_);
+}
+
+// A quantity with a unit ("300 GB/s", "10 us"), within `bounds` (base units).
+double ScenarioReader::bounded_quantity(const YAML::Node& node, models::units::Dimension dimension, const std::string& field,
+                                        models::units::Bounds bounds) const {
+  return parsed<models::units::OutOfRange>(node, field, [&](const std::string& text) { return models::units::parse_quantity(text, dimension, bounds); });
+}
+
+// Bytes held in an int64 ("4 GiB", "0"): at least 0, at most 2^63 - 1.
+std::int64_t ScenarioReader::byte_count(const YAML::Node& node, const std::string& field) const {
+  return parsed<models::units::OutOfRange>(node, field, [](const std::string& text) { return models::units::parse_byte_count(text); });
+}
+
+std::optional<std::int64_t> ScenarioReader::optional_positive(const YAML::Node& map, const char* key, const std::string& section) const {
+  const YAML::Node node = map[key];
+  if (!node) return std::nullopt;
+  std::int64_t value = 0;
+  if (!node.IsScalar() || !YAML::convert<std::int64_t>::decode(node, value) || value < 1) {
+    throw InputError(where(node.Mark()) + "'" + section + "." + key + "' is '" + (node.IsScalar() ? node.Scalar() : std::string("a collection")) +
+                     "'; expected a positive integer");
+  }
+  return value;
+}
+
+}  // namespace comptrain::sim

@@ -10,6 +10,7 @@
 #include "comptrain/models/op_time.hpp"
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/sim/engine/collectives.hpp"
+#include "comptrain/sim/report/simulate_report.hpp"
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/sim/config/scenario.hpp"
 #include "comptrain/sim/engine/replay.hpp"

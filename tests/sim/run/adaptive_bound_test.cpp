@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comptrain/sim/studies/plan.hpp"
+#include "comptrain/sim/report/simulate_report.hpp"
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/sim/config/scenario.hpp"
 #include "comptrain/support/input_error.hpp"

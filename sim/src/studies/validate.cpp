@@ -315,14 +315,18 @@ struct OneRun {
   double iteration_seconds() const { return io ? io->mean_iteration_seconds : result.iteration_seconds; }
 };
 
+// The scenario's file name, not its path: a report (and docs/validation.md, which is generated)
+// must read the same wherever the repository is checked out; the row names the point.
+std::string scenario_name(const PreparedScenario& prepared) { return std::filesystem::path(prepared.scenario().source).filename().string(); }
+
 std::variant<OneRun, std::string> run_once(const PreparedScenario& prepared, std::int64_t batch) {
   RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, batch, Isolation::child_process);
   if (const auto* inapplicable = std::get_if<models::NotApplicable>(&outcome)) {
-    return fmt::format("{}: the strategy does not apply at batch {} ({})", prepared.scenario().source, batch, inapplicable->reason);
+    return fmt::format("{}: the strategy does not apply at batch {} ({})", scenario_name(prepared), batch, inapplicable->reason);
   }
   CompletedRun& completed = std::get<CompletedRun>(outcome);
   if (const auto& oom = completed.result.out_of_memory) {
-    return fmt::format("{}: out of memory at batch {} ({})", prepared.scenario().source, batch, describe_out_of_memory(*oom));
+    return fmt::format("{}: out of memory at batch {} ({})", scenario_name(prepared), batch, describe_out_of_memory(*oom));
   }
   return OneRun{std::move(completed.result), std::move(completed.io)};
 }

@@ -16,7 +16,7 @@
 set -u
 bin=$(realpath "$1")
 data=$(realpath "$2")
-python_path=${3:-}
+python_path=${3:+$(realpath "$3")}
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 passed=0

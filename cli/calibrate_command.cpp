@@ -13,6 +13,7 @@
 
 #include "comptrain/calibrate/calibrate.hpp"
 #include "comptrain/calibrate/gpu_calibration.hpp"
+#include "comptrain/kernels/codec.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/profile_yaml.hpp"
 #include "comptrain/models/shipped_or_file.hpp"
@@ -88,7 +89,10 @@ std::function<int()> add_calibrate_command(CLI::App& app) {
              {"cpu", "cuda"});
   command->add_flag("--quick", args->quick, "64 KiB .. 16 MiB, fewer repetitions and samples (under a minute)");
   command->add_option("--codecs", args->codecs, "Codecs to measure, comma-separated (default: all)")->delimiter(',');
-  add_nonnegative_int(*command, "--threads", args->threads, "CPU threads of the CPU driver (0: all cores)")->default_val(0);
+  add_int(*command, "--threads", args->threads,
+          fmt::format("CPU threads of the CPU driver, 0 to {0} (0: all cores, up to {0})", kernels::kMaxThreads), 0u,
+          kernels::kMaxThreads)
+      ->default_val(0);
   command->add_option("--name", args->name, "Profile name (default: the output file's stem, or 'profile' for standard output)");
   command->add_option("-o,--output", args->out, "Profile to write (YAML, written once at the end); - for standard output")->required();
   command->add_option("--emit-platform", args->emit_platform,

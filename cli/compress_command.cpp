@@ -13,6 +13,7 @@
 #include "comptrain/kernels/array_io.hpp"
 #include "comptrain/kernels/codec.hpp"
 #include "comptrain/support/atomic_file.hpp"
+#include "options.hpp"
 
 namespace comptrain::cli {
 namespace {
@@ -44,7 +45,7 @@ struct CompressArgs {
   std::string codec;
   std::optional<double> eb;
   bool rel = false;
-  unsigned bits = 8;
+  std::optional<unsigned> bits;  // quant's only: refused with the other codecs, which have no bits per value
   unsigned threads = 1;
   bool stats = false;
   std::string in, out;
@@ -95,8 +96,10 @@ std::function<int()> add_compress_command(CLI::App& app) {
   command->add_option("--codec", args->codec, "Codec: " + names)->required();
   command->add_option("--eb", args->eb, "Error bound (absolute; relative to max - min of the finite values with --rel)");
   command->add_flag("--rel", args->rel, "The error bound is relative to the value range");
-  command->add_option("--bits", args->bits, "Bits per value for --codec quant: 1, 2, 4 or 8")->default_val(8);
-  command->add_option("--threads", args->threads, "CPU threads (0: all cores); the output does not depend on it")
+  add_int(*command, "--bits", args->bits, "Bits per value for --codec quant: 1, 2, 4 or 8 (default 8); no other codec takes it", 1u, 8u);
+  add_int(*command, "--threads", args->threads,
+          fmt::format("CPU threads, 0 to {0} (0: all cores, up to {0}); the output does not depend on it", ck::kMaxThreads), 0u,
+          ck::kMaxThreads)
       ->default_val(1);
   command->add_flag("--stats", args->stats, "Also decompress and print ratio, errors, PSNR and throughput");
   command->add_option("in", args->in, "Input array: .npy (float32, C order) or raw little-endian float32")->required();
@@ -110,11 +113,14 @@ std::function<int()> add_compress_command(CLI::App& app) {
     if (!info.error_bounded && (a.eb || a.rel)) {
       throw InputError("--codec " + a.codec + " is not error-bounded: --eb and --rel do not apply");
     }
+    if (a.bits && codec != ck::CodecId::quant) {
+      throw InputError("--bits applies only to --codec quant (its bits per value); --codec " + a.codec + " takes none");
+    }
     const ck::FloatArray input = load_array(a.in);
     const ck::CompressOptions options{.codec = codec,
                                       .eb = a.eb.value_or(0.0),
                                       .mode = a.rel ? ck::BoundMode::rel : ck::BoundMode::abs,
-                                      .quant_bits = a.bits,
+                                      .quant_bits = a.bits.value_or(8),
                                       .threads = a.threads};
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<std::byte> stream = ck::compress(input.values, input.shape, options);
@@ -140,7 +146,9 @@ std::function<int()> add_decompress_command(CLI::App& app) {
   };
   auto args = std::make_shared<Args>();
   auto* command = app.add_subcommand("decompress", "Decompress a stream written by `comptrain compress`");
-  command->add_option("--threads", args->threads, "CPU threads (0: all cores)")->default_val(1);
+  add_int(*command, "--threads", args->threads, fmt::format("CPU threads, 0 to {0} (0: all cores, up to {0})", ck::kMaxThreads), 0u,
+          ck::kMaxThreads)
+      ->default_val(1);
   command->add_option("in", args->in, "Compressed stream")->required();
   command->add_option("out", args->out,
                       "Output array: .npy keeps the shape; any other name gets raw little-endian float32; - for standard output (raw)")

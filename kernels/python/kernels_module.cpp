@@ -99,10 +99,51 @@ ck::BoundMode bound_mode(std::string_view mode) {
                         std::string(mode) + "'");
 }
 
+// A Python int argument as a value of [0, max], or CodecError (a ValueError) naming the argument
+// and the range; a non-int is a TypeError. Taken as a Python object, not as a C++ unsigned, so
+// that -1 or 2**70 get this message instead of pybind11's "incompatible function arguments".
+std::uint64_t int_in_range(const py::handle& value, const char* name, std::uint64_t max, const std::string& meaning) {
+  if (!PyLong_Check(value.ptr()) || PyBool_Check(value.ptr())) {
+    throw py::type_error(std::string(name) + ": expected an int, got " + std::string(py::str(py::type::of(value).attr("__name__"))));
+  }
+  int overflow = 0;
+  const long long v = PyLong_AsLongLongAndOverflow(value.ptr(), &overflow);
+  if (v == -1 && PyErr_Occurred()) throw py::error_already_set();
+  if (overflow != 0 || v < 0 || static_cast<unsigned long long>(v) > max) {
+    // The value as Python writes it, cut to a few dozen characters (2**1000 has 302 digits).
+    std::string text = py::str(value);
+    if (text.size() > 40) text = text.substr(0, 37) + "...";
+    throw comptrain::InputError(std::string(name) + " " + text + " is out of range; expected " + meaning);
+  }
+  return static_cast<std::uint64_t>(v);
+}
+
+unsigned thread_count(const py::handle& threads) {
+  return static_cast<unsigned>(int_in_range(threads, "threads", ck::kMaxThreads,
+                                            "0 (all cores, up to " + std::to_string(ck::kMaxThreads) + ") to " +
+                                                std::to_string(ck::kMaxThreads)));
+}
+
+// quant's bits per value: None is its default, 8; any other codec refuses them (it has no bits
+// per value: the CLI's --bits rule).
+unsigned quant_bits(ck::CodecId codec, const py::handle& bits) {
+  if (codec != ck::CodecId::quant) {
+    if (!bits.is_none()) {
+      throw comptrain::InputError("bits applies only to codec quant (its bits per value); codec " +
+                                  std::string(ck::codec_info(codec).name) + " takes none (pass None)");
+    }
+    return 8;
+  }
+  if (bits.is_none()) return 8;
+  const auto b = static_cast<unsigned>(int_in_range(bits, "bits", 8, "1, 2, 4 or 8"));
+  if (b != 1 && b != 2 && b != 4 && b != 8) throw comptrain::InputError("quant bits must be 1, 2, 4 or 8 (got " + std::to_string(b) + ")");
+  return b;
+}
+
 // The CLI's rules (cli/compress_command.cpp), so that the same arguments give the same stream or
-// the same refusal: an error-bounded codec needs a bound; the others take none.
+// the same refusal: an error-bounded codec needs a bound; the others take none; bits are quant's.
 ck::CompressOptions compress_options(const std::string& codec, std::optional<double> error_bound,
-                                     const std::string& mode, unsigned bits, unsigned threads) {
+                                     const std::string& mode, const py::handle& bits, const py::handle& threads) {
   const ck::CodecId id = ck::codec_from_name(codec);
   const ck::CodecInfo& info = ck::codec_info(id);
   const ck::BoundMode m = bound_mode(mode);
@@ -110,11 +151,12 @@ ck::CompressOptions compress_options(const std::string& codec, std::optional<dou
   if (!info.error_bounded && error_bound) {
     throw comptrain::InputError("codec " + codec + " is not error-bounded: error_bound does not apply (pass None)");
   }
+  if (error_bound) ck::check_error_bound(*error_bound);
   return ck::CompressOptions{.codec = id,
                              .eb = error_bound.value_or(0.0),
                              .mode = error_bound ? m : ck::BoundMode::abs,
-                             .quant_bits = bits,
-                             .threads = threads};
+                             .quant_bits = quant_bits(id, bits),
+                             .threads = thread_count(threads)};
 }
 
 // Compresses into a bytes object of the worst-case size, then shrinks it in place
@@ -168,6 +210,20 @@ PYBIND11_MODULE(_kernels, m) {
   // Module-local translators, tried newest first: the subclass is registered after its base.
   auto& codec_error = py::register_local_exception<comptrain::InputError>(m, "CodecError", PyExc_ValueError);
   py::register_local_exception<ck::StreamError>(m, "StreamError", codec_error);
+  m.attr("MAX_THREADS") = ck::kMaxThreads;
+  m.attr("MAX_ELEMENTS") = ck::kMaxElements;
+
+  m.def(
+      "check_threads", [](const py::object& threads) { thread_count(threads); }, py::arg("threads"),
+      "Raises what compress and decompress would for this thread count (CodecError, TypeError).");
+  m.def(
+      "check_options",
+      [](const std::string& codec, const py::object& bits, const py::object& threads) {
+        quant_bits(ck::codec_from_name(codec), bits);
+        thread_count(threads);
+      },
+      py::arg("codec"), py::arg("bits"), py::arg("threads"),
+      "Raises what compress would for these bits and threads (CodecError, TypeError); for callers that compress later.");
 
   m.def(
       "codecs",
@@ -188,12 +244,12 @@ PYBIND11_MODULE(_kernels, m) {
   m.def(
       "compress",
       [](const py::buffer& data, const std::string& codec, std::optional<double> error_bound, const std::string& mode,
-         unsigned bits, unsigned threads) {
+         const py::object& bits, const py::object& threads) {
         const ck::CompressOptions options = compress_options(codec, error_bound, mode, bits, threads);
         const FloatArray array = float_array(data, false, "compress");
         return compress_to_bytes(array.values, array.shape, options);
       },
-      py::arg("data"), py::arg("codec"), py::arg("error_bound"), py::arg("mode") = "rel", py::arg("bits") = 8,
+      py::arg("data"), py::arg("codec"), py::arg("error_bound"), py::arg("mode") = "rel", py::arg("bits") = py::none(),
       py::arg("threads") = 1,
       "Compresses a C-contiguous float32 buffer (1-4 dimensions) in place into the CLI's stream format.");
 
@@ -207,7 +263,8 @@ PYBIND11_MODULE(_kernels, m) {
 
   m.def(
       "decompress",
-      [](const py::buffer& stream, unsigned threads) {
+      [](const py::buffer& stream, const py::object& threads_arg) {
+        const unsigned threads = thread_count(threads_arg);
         const ByteView bytes(stream);
         const ck::Header h = ck::inspect(bytes.bytes());
         std::vector<py::ssize_t> shape(h.dims.begin(), h.dims.begin() + h.rank);
@@ -223,7 +280,8 @@ PYBIND11_MODULE(_kernels, m) {
 
   m.def(
       "decompress_into",
-      [](const py::buffer& stream, const py::buffer& out, unsigned threads) {
+      [](const py::buffer& stream, const py::buffer& out, const py::object& threads_arg) {
+        const unsigned threads = thread_count(threads_arg);
         const ByteView bytes(stream);
         const FloatArray array = float_array(out, true, "decompress_into");
         py::gil_scoped_release release;
@@ -234,14 +292,19 @@ PYBIND11_MODULE(_kernels, m) {
 
   m.def(
       "max_compressed_size",
-      [](const std::string& codec, std::uint64_t count, unsigned bits) {
-        return ck::max_compressed_size(ck::codec_from_name(codec), count, bits);
+      [](const std::string& codec, const py::object& count, const py::object& bits) {
+        const ck::CodecId id = ck::codec_from_name(codec);
+        const std::uint64_t n = int_in_range(count, "count", ck::kMaxElements,
+                                             "0 to the kernels' maximum " + std::to_string(ck::kMaxElements) + " elements (2^40)");
+        return ck::max_compressed_size(id, n, quant_bits(id, bits));
       },
-      py::arg("codec"), py::arg("count"), py::arg("bits") = 8);
+      py::arg("codec"), py::arg("count"), py::arg("bits") = py::none(),
+      "An upper bound of the stream size of `count` values (header included); count at most MAX_ELEMENTS.");
 
   m.def(
       "absolute_bound",
       [](const py::buffer& data, double error_bound, const std::string& mode) {
+        ck::check_error_bound(error_bound);  // compress refuses the same bounds
         const FloatArray array = float_array(data, false, "absolute_bound");
         return ck::absolute_bound(array.values, error_bound, bound_mode(mode));
       },

@@ -133,14 +133,12 @@ FloatArray parse_npy(std::string_view bytes, const std::string& name) {
   if (dims.size() > kMaxRank) bad(name, shape_at, "shape " + shape_text + " has rank " + std::to_string(dims.size()) + " (expected at most 4)");
   if (dims.empty()) dims.push_back(1);  // a 0-d array holds one value
   a.shape.rank = static_cast<std::uint8_t>(dims.size());
-  std::uint64_t n = 1;
-  for (std::size_t i = 0; i < dims.size(); ++i) {
-    a.shape.dims[i] = dims[i];
-    if (dims[i] != 0 && n > kMaxElements / dims[i]) {
-      bad(name, shape_at, "shape " + shape_text + " has more than " + std::to_string(kMaxElements) + " elements (the supported maximum)");
-    }
-    n *= dims[i];
-  }
+  for (std::size_t i = 0; i < dims.size(); ++i) a.shape.dims[i] = dims[i];
+  // The stream header's rule (element_count): a 0 anywhere empties the array, so (2^41, 0)
+  // written by decompress reads back.
+  const std::optional<std::uint64_t> count = element_count(dims);
+  if (!count) bad(name, shape_at, "shape " + shape_text + " has more than " + std::to_string(kMaxElements) + " elements (the supported maximum)");
+  const std::uint64_t n = *count;
   for (std::size_t i = dims.size(); i < kMaxRank; ++i) a.shape.dims[i] = 1;
   const std::size_t data_at = prefix + header_len;
   if (bytes.size() - data_at != 4 * n) {

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -571,10 +572,41 @@ CodecId codec_from_name(std::string_view name) {
   throw InputError("unknown codec '" + std::string(name) + "' (known: " + known + ")");
 }
 
-std::uint64_t Shape::count() const {
+std::optional<std::uint64_t> element_count(std::span<const std::uint64_t> dims) {
+  // The zero first: a dimension of 0 empties the array whatever the others say.
+  for (const std::uint64_t d : dims) {
+    if (d == 0) return 0;
+  }
   std::uint64_t n = 1;
-  for (std::size_t i = 0; i < rank && i < kMaxRank; ++i) n *= dims[i];
+  for (const std::uint64_t d : dims) {
+    if (n > kMaxElements / d) return std::nullopt;  // n * d > kMaxElements, without forming it
+    n *= d;
+  }
   return n;
+}
+
+std::uint64_t Shape::count() const {
+  const std::size_t r = std::min<std::size_t>(rank, kMaxRank);
+  const std::optional<std::uint64_t> n = element_count(std::span(dims).first(r));
+  if (!n) {
+    std::string text;
+    for (std::size_t i = 0; i < r; ++i) text += (i ? ", " : "") + std::to_string(dims[i]);
+    throw InputError("shape (" + text + ") has more than " + std::to_string(kMaxElements) + " elements (the supported maximum)");
+  }
+  return *n;
+}
+
+void check_error_bound(double eb) {
+  if (!std::isfinite(eb) || eb < 0.0) {
+    throw InputError("error bound must be a finite number >= 0 (got " + number(eb) + ")");
+  }
+}
+
+void check_threads(unsigned threads) {
+  if (threads > kMaxThreads) {
+    throw InputError("threads " + std::to_string(threads) + " is more than the kernels' maximum " + std::to_string(kMaxThreads) +
+                     "; expected 0 (all cores, up to " + std::to_string(kMaxThreads) + ") to " + std::to_string(kMaxThreads));
+  }
 }
 
 COMPTRAIN_CPU_CLONES double absolute_bound(std::span<const float> data, double eb, BoundMode mode) {
@@ -605,6 +637,10 @@ COMPTRAIN_CPU_CLONES double absolute_bound(std::span<const float> data, double e
 }
 
 std::uint64_t max_compressed_size(CodecId codec, std::uint64_t n, unsigned quant_bits) {
+  if (n > kMaxElements) {
+    throw InputError("count " + std::to_string(n) + " is more than the kernels' maximum " + std::to_string(kMaxElements) +
+                     " elements (2^40)");
+  }
   return kHeaderSize + row(codec).max_payload(n, quant_bits);
 }
 
@@ -618,15 +654,14 @@ Header make_header(std::span<const float> data, const Shape& shape, const Compre
     throw InputError("shape has " + std::to_string(shape.count()) + " elements but the data has " + std::to_string(data.size()));
   }
   if (data.size() > kMaxElements) throw InputError("array too large");
+  check_threads(options.threads);
   Header h;
   h.codec = options.codec;
   h.rank = shape.rank;
   for (std::size_t i = 0; i < kMaxRank; ++i) h.dims[i] = i < shape.rank ? shape.dims[i] : 1;
   h.count = data.size();
   if (info.error_bounded) {
-    if (!std::isfinite(options.eb) || options.eb < 0.0) {
-      throw InputError("error bound must be a finite number >= 0 (got " + std::to_string(options.eb) + ")");
-    }
+    check_error_bound(options.eb);
     if (options.mode == BoundMode::none) throw InputError("codec " + std::string(info.name) + " needs an abs or rel bound");
     h.mode = options.mode;
     h.eb_given = options.eb;
@@ -690,6 +725,7 @@ Header inspect(std::span<const std::byte> stream) {
 }
 
 std::vector<float> decompress(std::span<const std::byte> stream, unsigned threads) {
+  check_threads(threads);
   const Header h = inspect(stream);
   std::vector<float> out(h.count);
   row(h.codec).decode(h, stream.subspan(kHeaderSize), out, threads);
@@ -697,6 +733,7 @@ std::vector<float> decompress(std::span<const std::byte> stream, unsigned thread
 }
 
 void decompress_into(std::span<const std::byte> stream, std::span<float> out, unsigned threads) {
+  check_threads(threads);
   const Header h = inspect(stream);
   if (out.size() != h.count) throw InputError("output buffer size does not match the stream's element count");
   row(h.codec).decode(h, stream.subspan(kHeaderSize), out, threads);

@@ -1,7 +1,7 @@
 #pragma once
 // CPU driver of the chunked block codecs (szp, zeros): std::thread over contiguous ranges of
-// chunks. Chunks are encoded independently and assembled in order, so the stream does not
-// depend on the thread count. Private to the library.
+// chunks, at most kMaxThreads and at most one per chunk. Chunks are encoded independently and
+// assembled in order, so the stream does not depend on the thread count. Private to the library.
 
 #include <algorithm>
 #include <cstring>
@@ -12,18 +12,30 @@
 #include <thread>
 #include <vector>
 
+#include "comptrain/kernels/codec.hpp"
 #include "comptrain/kernels/stages.hpp"
 #include "comptrain/kernels/stream.hpp"
 
 namespace comptrain::kernels::detail {
 
+// The threads that run `work_items` items: `threads` (0: the hardware threads), at most
+// kMaxThreads (codec.hpp says why; compress and decompress refuse more) and at most one per item.
 inline unsigned resolve_threads(unsigned threads, std::uint64_t work_items) {
   if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  threads = std::min(threads, kMaxThreads);
   return static_cast<unsigned>(std::max<std::uint64_t>(1, std::min<std::uint64_t>(threads, work_items)));
 }
 
-// Runs f(begin, end, thread_index) over [0, items) split into `threads` contiguous ranges;
-// rethrows the first exception of any thread after all have joined.
+// Runs f(begin, end, range) over [0, items) split into resolve_threads(threads, items)
+// contiguous ranges, range 0 in the calling thread and each other one in a thread of its own;
+// rethrows the first exception of any range after all threads have joined.
+//
+// A thread that cannot be started (std::system_error: an address-space limit, a container's pids
+// limit) is no error: its range and every later one run in the calling thread instead, after
+// range 0, so the stream, which does not depend on the thread count, is the same. Nothing
+// between starting the first thread and joining the last can throw (each range catches its own
+// exceptions), so no joinable std::thread is ever destroyed, which would std::terminate the
+// process (the CLI, or the Python interpreter hosting comptrain_codecs).
 template <class F>
 void parallel_ranges(std::uint64_t items, unsigned threads, F&& f) {
   threads = resolve_threads(threads, items);
@@ -33,17 +45,24 @@ void parallel_ranges(std::uint64_t items, unsigned threads, F&& f) {
   }
   std::vector<std::exception_ptr> errors(threads);
   std::vector<std::thread> pool;
-  pool.reserve(threads);
-  for (unsigned t = 0; t < threads; ++t) {
-    const std::uint64_t begin = items * t / threads, end = items * (t + 1) / threads;
-    pool.emplace_back([&, t, begin, end] {
-      try {
-        f(begin, end, t);
-      } catch (...) {
-        errors[t] = std::current_exception();
-      }
-    });
+  pool.reserve(threads - 1);  // before any thread starts: emplace_back below never reallocates
+  const auto run = [&](unsigned t) noexcept {
+    try {
+      f(items * t / threads, items * (t + 1) / threads, t);
+    } catch (...) {
+      errors[t] = std::current_exception();
+    }
+  };
+  unsigned started = 1;  // ranges [1, started) have their own thread
+  for (; started < threads; ++started) {
+    try {
+      pool.emplace_back(run, started);
+    } catch (...) {
+      break;  // the rest run here
+    }
   }
+  run(0);
+  for (unsigned t = started; t < threads; ++t) run(t);
   for (auto& th : pool) th.join();
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <optional>
 
 #include "comptrain/kernels/codec.hpp"
 
@@ -177,26 +178,26 @@ Header read_header(std::span<const std::byte> s) {
                                              " (expected " + std::to_string(kHeaderSize) + ")");
   }
   h.codec_param = get<std::uint32_t>(in, field::kCodecParam);
-  std::uint64_t product = 1;
-  bool overflow = false;
   for (std::size_t i = 0; i < kMaxRank; ++i) {
     h.dims[i] = get<std::uint64_t>(in, field::kDims + 8 * i);
     if (i >= h.rank && h.dims[i] != 1) {
       throw_corrupt_at(field::kDims + 8 * i, "shape dimension " + std::to_string(i) + " beyond rank " + std::to_string(h.rank) + " is " +
                                           std::to_string(h.dims[i]) + " (expected 1)");
     }
-    if (h.dims[i] != 0 && product > std::numeric_limits<std::uint64_t>::max() / h.dims[i]) overflow = true;
-    product *= h.dims[i];
+  }
+  // The .npy reader's rule (element_count): a 0 anywhere makes the count 0; otherwise the
+  // product must stay within kMaxElements.
+  std::string shape;
+  for (std::size_t i = 0; i < h.rank; ++i) shape += (i ? " x " : "") + std::to_string(h.dims[i]);
+  const std::optional<std::uint64_t> product = element_count(std::span(h.dims).first(h.rank));
+  if (!product) {
+    throw_corrupt_at(field::kDims, "the shape " + shape + " has more than " + std::to_string(kMaxElements) +
+                                       " elements (the supported maximum)");
   }
   h.count = get<std::uint64_t>(in, field::kCount);
-  if (overflow || product != h.count) {
-    std::string shape;
-    for (std::size_t i = 0; i < h.rank; ++i) shape += (i ? " x " : "") + std::to_string(h.dims[i]);
-    throw_corrupt_at(field::kCount, "element count " + std::to_string(h.count) + " is not the product of the shape " + shape +
-                                 (overflow ? " (which overflows 64 bits)" : " (" + std::to_string(product) + ")"));
-  }
-  if (h.count > kMaxElements) {
-    throw_corrupt_at(field::kCount, "element count " + std::to_string(h.count) + " exceeds the supported maximum " + std::to_string(kMaxElements));
+  if (*product != h.count) {
+    throw_corrupt_at(field::kCount, "element count " + std::to_string(h.count) + " is not the product of the shape " + shape + " (" +
+                                        std::to_string(*product) + ")");
   }
   h.eb_given = get<double>(in, field::kEbGiven);
   h.eb_abs = get<double>(in, field::kEbAbs);

@@ -186,8 +186,8 @@ else
 fi
 expect 2 '^comptrain: error: --stats prints to standard output; expected an output file' -- compress --codec szp --eb 1e-3 --stats "$work/x.f32" -
 # Unsigned options: out of range or fractional are errors too, never wrapped or clamped.
-expect_usage "--threads: found '18446744073709551616'; expected a non-negative integer" -- decompress --threads 18446744073709551616 "$work/x.szp" "$work/y.f32"
-expect_usage "--bits: found '1.5'; expected a non-negative integer" -- compress --codec quant --bits 1.5 "$work/x.f32" "$work/y.q"
+expect_usage "--threads: found 18446744073709551616, out of range; expected an integer from 0 to 256" -- decompress --threads 18446744073709551616 "$work/x.szp" "$work/y.f32"
+expect_usage "--bits: found '1.5', not an integer; expected an integer from 1 to 8" -- compress --codec quant --bits 1.5 "$work/x.f32" "$work/y.q"
 
 # Broken trace files: truncated, hand-broken, dangling reference.
 head -c 2000 "$work/alexnet.json" >"$work/truncated.json"
@@ -285,7 +285,7 @@ expect 2 "badrange.yaml:4:41: unknown key 'stpe' in the range of sweep key 'trai
 
 # calibrate: usage errors (the measurements themselves: tests/calibrate/calibrate_cli_test.sh).
 expect_usage 'missing option --output; expected --output' -- calibrate
-expect_usage '--threads: found -2, out of range; expected a non-negative integer' -- calibrate --threads -2 -o "$work/p.yaml"
+expect_usage '--threads: found -2, out of range; expected an integer from 0 to 256' -- calibrate --threads -2 -o "$work/p.yaml"
 expect_usage "--device: found 'tpu'; expected one of: cpu, cuda" -- calibrate --device tpu -o "$work/p.yaml"
 expect 2 'both documents to standard output' -- calibrate --device cuda -o - --emit-platform -
 [[ -e /dev/nvidia0 ]] || expect 2 'no GPU is visible|built without CUDA' -- calibrate --device cuda -o "$work/p.yaml"

@@ -63,6 +63,15 @@ expect 2 'not error-bounded' -- compress --codec fp16 --eb 1e-3 "$work/a.f32" "$
 expect 2 "unknown codec 'lz4'" -- compress --codec lz4 --eb 1 "$work/a.f32" "$work/x.ctk"
 expect 2 'error bound must be' -- compress --codec szp --eb -1 "$work/a.f32" "$work/x.ctk"
 expect 2 'bits must be' -- compress --codec quant --bits 3 "$work/a.f32" "$work/x.ctk"
+# Threads: at most the kernels' maximum (256), refused before anything is read or started.
+expect 2 '^comptrain: error: --threads: found 257, out of range; expected an integer from 0 to 256' -- compress --codec szp --eb 1 --threads 257 "$work/a.f32" "$work/x.ctk"
+expect 2 '^comptrain: error: --threads: found 100000, out of range; expected an integer from 0 to 256' -- decompress --threads 100000 "$work/a.ctk" "$work/x.f32"
+expect 0 '' -- compress --codec szp --eb 1e-3 --threads 256 "$work/a.f32" "$work/a256.ctk"
+if cmp -s "$work/a.ctk" "$work/a256.ctk"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: --threads 256 changed the stream"; fi
+# --bits is quant's alone: any other codec refuses it instead of ignoring it.
+expect 2 '^comptrain: error: --bits applies only to --codec quant \(its bits per value\); --codec szp takes none' -- compress --codec szp --eb 1 --bits 4 "$work/a.f32" "$work/x.ctk"
+expect 2 '^comptrain: error: --bits applies only to --codec quant .*--codec fp16 takes none' -- compress --codec fp16 --bits 8 "$work/a.f32" "$work/x.ctk"
+expect 2 "^comptrain: error: --bits: found 16, out of range; expected an integer from 1 to 8" -- compress --codec quant --bits 16 "$work/a.f32" "$work/x.ctk"
 expect 2 'bad magic at byte 0' -- decompress "$work/a.f32" "$work/x.f32"
 head -c 150 "$work/a.ctk" >"$work/t.ctk"
 expect 2 'truncated' -- decompress "$work/t.ctk" "$work/x.f32"

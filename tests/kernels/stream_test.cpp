@@ -305,6 +305,22 @@ TEST(Stream, ForgedHeaderFieldsAreRefusedAtTheirOffsets) {
             "widest float range (6.8056469327705773e+35)");
 }
 
+// The header's shape follows element_count: a product beyond 2^40 is refused at the shape
+// without being formed (2^32 x 2^32 wraps to 0 in 64 bits), and an empty array with a huge
+// dimension is the empty array it is (shared/defects-2/22).
+TEST(Stream, AShapeBeyondTheMaximumIsRefusedAndAZeroEmptiesIt) {
+  const auto s = with(noise_stream(CodecId::szp), 9, std::uint8_t{2});
+  const auto wrapped = with(with(with(s, 16, std::uint64_t{1} << 32), 24, std::uint64_t{1} << 32), 48, std::uint64_t{0});
+  EXPECT_EQ(error_of(wrapped),
+            "corrupted stream at byte 16: the shape 4294967296 x 4294967296 has more than 1099511627776 elements (the supported maximum)");
+  const Shape empty{2, {std::uint64_t{1} << 41, 0, 1, 1}};
+  const auto stream = compress({}, empty, {.codec = CodecId::szp, .eb = 1e-3, .mode = BoundMode::rel});
+  const Header h = inspect(stream);
+  EXPECT_EQ(h.count, 0u);
+  EXPECT_EQ(h.dims[0], std::uint64_t{1} << 41);
+  EXPECT_TRUE(decompress(stream).empty());
+}
+
 // Every StreamError about a stream's content says where: random forgeries of header and payload
 // bytes behind a recomputed checksum.
 TEST(Stream, EveryCorruptionMessageNamesAByteOffset) {

@@ -15,17 +15,21 @@ host memory and the CPU driver, which writes the same stream.
 module does not import torch) compresses the tensors autograd saves for backward.
 
 Errors from the kernels (an unknown codec, a bad bound, a corrupted or truncated stream) raise
-`CodecError` / `StreamError` (both `ValueError`s) with the kernels' message.
+`CodecError` / `StreamError` (both `ValueError`s) with the kernels' message; so do arguments out
+of the kernels' range (`threads` above `MAX_THREADS` or negative, a `count` above `MAX_ELEMENTS`,
+`bits` given to a codec other than quant).
 """
 
 import sys
 
 from . import _kernels
-from ._kernels import CodecError, StreamError
+from ._kernels import MAX_ELEMENTS, MAX_THREADS, CodecError, StreamError
 
 __all__ = [
     "CodecError",
     "StreamError",
+    "MAX_ELEMENTS",
+    "MAX_THREADS",
     "codecs",
     "compress",
     "decompress",
@@ -56,14 +60,15 @@ def inspect(stream):
     return _kernels.inspect(stream)
 
 
-def max_compressed_size(codec, count, bits=8):
-    """An upper bound of the stream size of `count` values (header included)."""
+def max_compressed_size(codec, count, bits=None):
+    """An upper bound of the stream size of `count` values (header included). count: 0 to
+    MAX_ELEMENTS (2^40, the kernels' maximum); bits: quant's only (default 8)."""
     return _kernels.max_compressed_size(codec, count, bits)
 
 
 def absolute_bound(data, error_bound, mode="rel"):
     """The absolute bound `compress` enforces: error_bound (abs), or error_bound times the
-    range (max - min) of the finite values (rel)."""
+    range (max - min) of the finite values (rel). error_bound must be finite and >= 0."""
     return _kernels.absolute_bound(_host_buffer(data, "absolute_bound"), error_bound, mode)
 
 
@@ -122,7 +127,7 @@ def _check_bound(codec, error_bound):
         raise CodecError(f"codec {codec} is not error-bounded: error_bound does not apply (pass None)")
 
 
-def compress(data, codec, error_bound=None, mode="rel", *, bits=8, threads=1):
+def compress(data, codec, error_bound=None, mode="rel", *, bits=None, threads=1):
     """Compresses a float32 array into the kernels' stream (bytes).
 
     data: a C-contiguous float32 NumPy array (or buffer) of 1 to 4 dimensions, read in place, or
@@ -130,8 +135,9 @@ def compress(data, codec, error_bound=None, mode="rel", *, bits=8, threads=1):
     codec: a name from `codecs()`: szp, szh, zeros, quant, fp16, bf16, zfp.
     error_bound: the bound for error-bounded codecs (szp, szh, zfp); None for the others.
     mode: 'rel' (the bound times max - min of the finite values) or 'abs'.
-    bits: quant's bits per value (1, 2, 4, 8). threads: CPU threads (0: all cores); the stream
-        does not depend on it.
+    bits: quant's bits per value (1, 2, 4, 8; default 8); the other codecs take none.
+    threads: CPU threads, 0 to MAX_THREADS (0: all cores, up to MAX_THREADS); the stream does not
+        depend on it.
     """
     if _is_tensor(data) and data.device.type == "cuda":
         return _compress_cuda(data, codec, error_bound, mode, bits, threads)
@@ -151,6 +157,7 @@ def _compress_cuda(tensor, codec, error_bound, mode, bits, threads):
         # Through host memory: the CPU driver writes the stream the CUDA driver would.
         return _kernels.compress(tensor.detach().cpu().numpy(), codec, error_bound, mode, bits, threads)
     _check_bound(codec, error_bound)
+    _kernels.check_options(codec, bits, threads)  # unused by the CUDA driver, refused as the CPU path does
     if mode not in ("rel", "abs"):
         raise ValueError(f"mode must be 'rel' or 'abs', got {mode!r}")
     with torch.cuda.device(tensor.device):
@@ -167,7 +174,9 @@ def decompress(stream, *, out=None, device=None, threads=1):
     torch.device) a torch tensor there instead; with `out` (a writable C-contiguous float32 NumPy
     array or torch tensor holding as many elements, any shape) decodes into it and returns it.
     A corrupted, truncated or foreign stream raises StreamError before anything is written.
+    threads: CPU threads, 0 to MAX_THREADS (0: all cores, up to MAX_THREADS).
     """
+    _kernels.check_threads(threads)
     if out is not None:
         if _is_tensor(out) and out.device.type == "cuda":
             _decompress_cuda_into(stream, out, threads)

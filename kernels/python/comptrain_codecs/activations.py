@@ -58,10 +58,11 @@ is the innermost one whose forward is running, so ops a parent's forward calls d
 Stats (the object `with ... as stats` gives): tensors packed and passed through (by reason),
 original and compressed bytes, what the graph holds now and what that saves, per module; with
 `measure_error` every packed tensor is decompressed at once and compared with the original (max
-absolute error, and its ratio to the absolute bound). See CompressionStats.
+absolute error, and its ratio to the absolute bound; for a codec without a bound, fp16, bf16,
+quant and zeros, the ratio stays None). See CompressionStats.
 
 Devices. CPU tensors are compressed by the CPU driver with `threads` threads (default:
-torch.get_num_threads()). CUDA tensors go through the CUDA driver (szp, zeros) when the package was
+torch.get_num_threads(), at most MAX_THREADS). CUDA tensors go through the CUDA driver (szp, zeros) when the package was
 built with nvcc, else through host memory; either way the compressed bytes live in host memory
 (the driver returns a host stream), so the GPU memory saved is the whole tensor. Not run on a
 GPU yet: the development machine has none.
@@ -89,7 +90,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from . import CUDA_CODECS, _CODECS, _kernels, _load_cuda_module
+from . import CUDA_CODECS, MAX_THREADS, _CODECS, _kernels, _load_cuda_module
 
 __all__ = ["compressed_activations", "CompressionStats", "ModuleStats", "SavedTensorInfo"]
 
@@ -115,7 +116,7 @@ class ModuleStats:
     compressed_bytes: int = 0
     error_bound: Optional[float] = None  # the last bound used
     max_abs_error: Optional[float] = None  # with measure_error
-    max_error_over_bound: Optional[float] = None  # max |x - x'| / absolute bound, with measure_error
+    max_error_over_bound: Optional[float] = None  # max |x - x'| / absolute bound, with measure_error (None: no bound)
 
     @property
     def ratio(self) -> float:
@@ -232,8 +233,10 @@ class CompressionStats:
             f"  hooks: pack {self.pack_seconds:.3f} s, unpack {self.unpack_seconds:.3f} s "
             f"(wall; {self.hooks_cpu_seconds:.3f} s of CPU)",
         ]
-        if self.max_abs_error is not None:
+        if self.max_error_over_bound is not None:
             lines.append(f"  max abs error {self.max_abs_error:.3g} ({self.max_error_over_bound:.4f} of the bound)")
+        elif self.max_abs_error is not None:
+            lines.append(f"  max abs error {self.max_abs_error:.3g} (codec {self.codec} has no error bound)")
         return "\n".join(lines)
 
     def _pass(self, reason):
@@ -278,22 +281,27 @@ class compressed_activations:
         buffers are never compressed.
     min_bytes: smaller tensors pass through.
     measure_error: decompress each packed tensor at once and record the max error (slower).
-    threads: CPU threads of the codecs (default torch.get_num_threads()); the streams do not
-        depend on it.
+    threads: CPU threads of the codecs, 0 to MAX_THREADS (default torch.get_num_threads(), up to
+        MAX_THREADS); the streams do not depend on it.
     deduplicate: pack a tensor saved twice once.
-    bits: quant's bits per value.
+    bits: quant's bits per value (1, 2, 4, 8; default 8); the other codecs take none.
+
+    Every argument is checked here, when the context is made (CodecError, ValueError, TypeError),
+    not inside the forward pass that first compresses.
     """
 
     def __init__(self, codec: str = "szp", error_bound: float = 1e-2, mode: str = "rel",
                  bounds: Union[None, Mapping[str, Optional[float]], Callable[[SavedTensorInfo], Optional[float]]] = None,
                  *, module: Optional[torch.nn.Module] = None, min_bytes: int = DEFAULT_MIN_BYTES,
                  measure_error: bool = False, threads: Optional[int] = None, deduplicate: bool = True,
-                 bits: int = 8):
+                 bits: Optional[int] = None):
         info = _CODECS.get(codec)
         if info is None:
             _kernels.max_compressed_size(codec, 0)  # raises CodecError naming the known codecs
         if mode not in ("rel", "abs"):
             raise ValueError(f"mode must be 'rel' or 'abs', got {mode!r}")
+        # What compress would refuse later, inside the user's forward pass: refused now.
+        _kernels.check_options(codec, bits, 1 if threads is None else threads)
         if bounds is not None and not callable(bounds) and not isinstance(bounds, Mapping):
             raise TypeError("bounds must be None, a mapping {module path: bound} or a callable(SavedTensorInfo)")
         if isinstance(bounds, Mapping) and module is None:
@@ -330,7 +338,8 @@ class compressed_activations:
             raise RuntimeError("compressed_activations is not reentrant; make a new one")
         if self.module is not None:
             self._attach(self.module)
-        self._threads = self.threads if self.threads is not None else torch.get_num_threads()
+        # torch's own thread count can exceed the kernels' maximum on a large machine: capped.
+        self._threads = self.threads if self.threads is not None else min(torch.get_num_threads(), MAX_THREADS)
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self._hooks.__enter__()
         return self.stats
@@ -526,13 +535,17 @@ class compressed_activations:
         error = (t - back).abs()
         error = torch.where(finite, error, torch.zeros((), dtype=error.dtype, device=error.device))
         max_error = float(error.max()) if error.numel() else 0.0
-        absolute = _kernels.inspect(packed.stream.data)["absolute_bound"] if self.bounded else 0.0
-        over = max_error / absolute if absolute > 0 else (0.0 if max_error == 0 else math.inf)
         s = self.stats
-        s.max_abs_error = max_error if s.max_abs_error is None else max(s.max_abs_error, max_error)
-        s.max_error_over_bound = over if s.max_error_over_bound is None else max(s.max_error_over_bound, over)
         m = s.per_module[path]
+        s.max_abs_error = max_error if s.max_abs_error is None else max(s.max_abs_error, max_error)
         m.max_abs_error = max_error if m.max_abs_error is None else max(m.max_abs_error, max_error)
+        if not self.bounded:
+            return  # no bound to measure against: max_error_over_bound stays None
+        absolute = _kernels.inspect(packed.stream.data)["absolute_bound"]
+        # A zero bound (error_bound 0, or a constant tensor in rel mode) held exactly is 0 of it;
+        # broken (zfp's tolerance at 0), it is infinitely many times it.
+        over = max_error / absolute if absolute > 0 else (0.0 if max_error == 0 else math.inf)
+        s.max_error_over_bound = over if s.max_error_over_bound is None else max(s.max_error_over_bound, over)
         m.max_error_over_bound = over if m.max_error_over_bound is None else max(m.max_error_over_bound, over)
 
     def _decode(self, stream) -> torch.Tensor:

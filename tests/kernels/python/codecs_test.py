@@ -196,15 +196,17 @@ class SameAsTheCommandLine(unittest.TestCase):
                     if codec == "quant":
                         args += ["--bits", str(bits)]
                     refusal = self.cli(*args, path, out, refusal_ok=True)
+                    # bits are quant's alone, in Python as with --bits.
+                    quant_bits = bits if codec == "quant" else None
                     if refusal is not None:
                         # The same refusal (zfp and NaN/Inf), with the same message.
                         with self.assertRaises(cc.CodecError) as caught:
-                            cc.compress(np.load(path), codec, eb, mode or "rel", bits=bits)
+                            cc.compress(np.load(path), codec, eb, mode or "rel", bits=quant_bits)
                         self.assertIn(str(caught.exception), refusal)
                         continue
                     with open(out, "rb") as f:
                         expected = f.read()
-                    stream = cc.compress(np.load(path), codec, eb, mode or "rel", bits=bits)
+                    stream = cc.compress(np.load(path), codec, eb, mode or "rel", bits=quant_bits)
                     self.assertEqual(len(stream), len(expected))
                     self.assertTrue(stream == expected, "streams differ")
 
@@ -251,6 +253,54 @@ class BadInput(unittest.TestCase):
             cc.compress(self.x, "szp", 1e-3, "relative")
         self.assertTrue(issubclass(cc.CodecError, ValueError))
         self.assertTrue(issubclass(cc.StreamError, cc.CodecError))
+
+    def test_arguments_beyond_the_kernels_range_raise_value_errors(self):
+        # shared/defects-2/19: wrapped worst cases, non-finite and negative bounds returned,
+        # thread counts that started one OS thread per chunk (shared/defects-2/03).
+        for count in (2**64 - 1, 2**64, 2**62, cc.MAX_ELEMENTS + 1, -1):
+            with self.subTest(count=count):
+                with self.assertRaisesRegex(cc.CodecError, r"count .* is out of range; expected 0 to the kernels' maximum "
+                                                           r"1099511627776 elements \(2\^40\)"):
+                    cc.max_compressed_size("szp", count)
+        self.assertGreater(cc.max_compressed_size("szp", cc.MAX_ELEMENTS), 4 * cc.MAX_ELEMENTS)
+        with self.assertRaisesRegex(cc.CodecError, r"count 1234567890123456789012345678901234567\.\.\. is out of range"):
+            cc.max_compressed_size("szp", int("1234567890" * 6))  # the value cut to a few dozen characters
+        for bound in (float("nan"), float("inf"), -1.0):
+            with self.subTest(bound=bound):
+                with self.assertRaisesRegex(cc.CodecError, "error bound must be a finite number >= 0"):
+                    cc.absolute_bound(self.x, bound)
+        self.assertEqual(cc.absolute_bound(self.x, 0.0), 0.0)
+        self.assertEqual(cc.MAX_THREADS, 256)
+        for threads in (-1, 257, 100000, 2**70):
+            with self.subTest(threads=threads):
+                with self.assertRaisesRegex(cc.CodecError, r"threads .* is out of range; expected 0 \(all cores, up to 256\) to 256"):
+                    cc.compress(self.x, "szp", 1e-3, threads=threads)
+                with self.assertRaisesRegex(cc.CodecError, "threads .* is out of range"):
+                    cc.decompress(cc.compress(self.x, "zeros"), threads=threads)
+        with self.assertRaisesRegex(TypeError, "threads: expected an int, got str"):
+            cc.compress(self.x, "szp", 1e-3, threads="4")
+        stream = cc.compress(self.x, "szp", 1e-3)
+        self.assertEqual(cc.compress(self.x, "szp", 1e-3, threads=cc.MAX_THREADS), stream)
+        self.assertTrue(same_bits(cc.decompress(stream, threads=cc.MAX_THREADS), cc.decompress(stream)))
+
+    def test_bits_are_quants_alone(self):
+        for codec, bound in (("szp", 1e-3), ("zeros", None), ("fp16", None), ("zfp", 1e-3)):
+            with self.subTest(codec=codec):
+                with self.assertRaisesRegex(cc.CodecError, f"bits applies only to codec quant \\(its bits per value\\); "
+                                                           f"codec {codec} takes none"):
+                    cc.compress(self.x, codec, bound, bits=8)
+        self.assertEqual(cc.compress(self.x, "quant"), cc.compress(self.x, "quant", bits=8))
+        with self.assertRaisesRegex(cc.CodecError, "bits 16 is out of range; expected 1, 2, 4 or 8"):
+            cc.compress(self.x, "quant", bits=16)
+        self.assertEqual(cc.max_compressed_size("szp", 1000), cc.max_compressed_size("szp", 1000, None))
+        self.assertLess(cc.max_compressed_size("quant", 1000, 2), cc.max_compressed_size("quant", 1000))
+
+    def test_an_empty_array_with_a_huge_dimension_round_trips(self):
+        # shared/defects-2/22: a (2^41, 0) array holds no value; its stream decodes to it.
+        empty = np.zeros((2**41, 0), np.float32)
+        stream = cc.compress(empty, "szp", 1e-3)
+        self.assertEqual(cc.inspect(stream)["shape"], (2**41, 0))
+        self.assertEqual(cc.decompress(stream).shape, (2**41, 0))
 
     def test_bad_arrays_raise(self):
         with self.assertRaisesRegex(TypeError, "float32"):

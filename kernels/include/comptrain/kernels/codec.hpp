@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -21,6 +22,20 @@ namespace comptrain::kernels {
 
 // Refuse absurd counts from a corrupted header before allocating (2^40 floats = 4 TiB).
 inline constexpr std::uint64_t kMaxElements = std::uint64_t{1} << 40;
+
+// The number of elements of a shape: 0 when any dimension is 0 (whatever the others are, so
+// that a (2^41, 0) array is the empty array it is), otherwise the product, or nothing when it
+// exceeds kMaxElements (the product is never formed past it, so it cannot wrap). The one rule
+// for every shape the kernels read: the stream header, the .npy reader, compress().
+std::optional<std::uint64_t> element_count(std::span<const std::uint64_t> dims);
+
+// The most CPU threads compress and decompress take (InputError above; 0, "all cores", means
+// min(hardware threads, kMaxThreads)). Why 256: every thread costs 8 MiB of stack address space
+// (glibc's default) and, for szh, 4 MiB of histograms, so 256 threads already take 3 GiB; and
+// more cannot help: at szp's 2.4 GB/s per thread (README, "Benchmarks") 256 threads would move
+// 614 GB/s, more than a 12-channel DDR5-4800 socket's 460.8 GB/s. The driver never starts more
+// threads than there are chunks (or values, for the casts) either.
+inline constexpr unsigned kMaxThreads = 256;
 
 struct CodecInfo {
   CodecId id;
@@ -40,6 +55,7 @@ struct Shape {
   std::uint8_t rank = 1;
   std::array<std::uint64_t, kMaxRank> dims{0, 1, 1, 1};
   static Shape flat(std::uint64_t n) { return Shape{1, {n, 1, 1, 1}}; }
+  // element_count of the first `rank` dimensions; InputError when it exceeds kMaxElements.
   std::uint64_t count() const;
 };
 
@@ -48,8 +64,13 @@ struct CompressOptions {
   double eb = 1e-3;
   BoundMode mode = BoundMode::rel;  // ignored (stored as none) by codecs that are not error-bounded
   unsigned quant_bits = 8;          // quant: 1, 2, 4 or 8
-  unsigned threads = 1;             // CPU threads; 0 = hardware concurrency. Output is identical for any value.
+  unsigned threads = 1;             // CPU threads, at most kMaxThreads; 0 = all cores. Output is identical for any value.
 };
+
+// InputError unless eb is a finite number >= 0: what every error bound must be.
+void check_error_bound(double eb);
+// InputError unless threads <= kMaxThreads.
+void check_threads(unsigned threads);
 
 // Absolute bound that `compress` enforces for these options: eb, or eb * (max - min) over the
 // finite values in rel mode (0 when there are none).
@@ -57,6 +78,7 @@ double absolute_bound(std::span<const float> data, double eb, BoundMode mode);
 
 // Upper bound of the compressed size of n elements (header included); compress never exceeds it
 // (zfp: for rank-1 shapes; its worst case grows with padded partial blocks of higher ranks).
+// InputError when n exceeds kMaxElements (the products behind it would wrap far beyond).
 std::uint64_t max_compressed_size(CodecId codec, std::uint64_t n, unsigned quant_bits = 8);
 
 std::vector<std::byte> compress(std::span<const float> data, const Shape& shape, const CompressOptions& options);

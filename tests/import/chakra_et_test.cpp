@@ -282,6 +282,10 @@ TEST(ChakraEt, DeepNestingIsRefusedBeforeAnythingRecurses) {
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   EXPECT_THAT(error_of(R"({"nodes": [{"id": 0, "name": "a", "x": )" + deep + "}]}", "deep.json"),
               AllOf(StartsWith("deep.json: /nodes/0/x/0/0/"), HasSubstr("nested deeper than 64 levels")));
+  // A long value is shown cut, not whole.
+  const std::string long_id = error_of(R"({"nodes": [{"id": ")" + std::string(100000, '7') + R"(x", "name": "a"}]})", "long.json");
+  EXPECT_THAT(long_id, AllOf(HasSubstr("long.json: /nodes/0/id: \"777"), HasSubstr("...")));
+  EXPECT_LT(long_id.size(), 200U);
   chakra::GlobalMetadata metadata;
   metadata.set_version("0.0.4");
   const auto attr = [&](const std::string& name) {

@@ -318,7 +318,7 @@ expect 0 'Memory     reserved: ' -- plan "$work/budget.yaml" -q --max-batch 16
 
 # A model the workers cannot build: one error, the same for any -j.
 printf 'model: {zoo: gpt, layers: 1, hidden: 64, heads: 5, seq_len: 16, vocab: 64}\nplatform: a100-40gb\n' >"$work/heads.yaml"
-expect 2 "heads.yaml: model: heads: 5 heads do not divide hidden size 64" -- plan "$work/heads.yaml" -q -j 2
+expect 2 "heads.yaml:1:[0-9]+: model: heads: 5 heads do not divide hidden size 64" -- plan "$work/heads.yaml" -q -j 2
 
 # Clusters (issue 15 item 6): a plan of a parallelism section, a cluster search, their errors.
 printf 'model: {zoo: gpt2, layers: 2, seq_len: 256}\ntraining: {precision: mixed}\nplatform: a100-80gb\nparallelism: {gpus_per_node: 4}\nplan: {max_batch: 4, strategies: [baseline]}\n' >"$work/dp.yaml"

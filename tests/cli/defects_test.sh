@@ -37,7 +37,7 @@ expect 02-merge-variant-count 2 'huge.json: /sweep/variant_count is 100000000000
 expect 02-merge-variant-count 2 'string.json: /sweep/variant_count is "3"; expected' -- merge string.json
 expect 02-merge-variant-count 2 'label-int.json: /variants/0/label: expected a string' -- merge label-int.json label-int.json
 # 03: a range next to the int64 limit: two values, each refused by the model (bytes overflow).
-expect 03-sweep-range-int64-overflow 2 'variant 0 \(training.batch_size=9223372036854775800\): s.yaml: model: .*overflows' -- simulate s.yaml -q
+expect 03-sweep-range-int64-overflow 2 'variant 0 \(training.batch_size=9223372036854775800\): s.yaml:2:[0-9]+: model: .*overflows' -- simulate s.yaml -q
 # 04: a sweep key index beyond 2^64.
 expect 04-sweep-index-stoull 2 "s.yaml:6:3: bad sweep key .*index 99999999999999999999 is too large" -- simulate s.yaml
 # 05, 06, 07: absurd platform numbers, trace durations and codec latencies rejected at load.

@@ -22,7 +22,9 @@
 namespace comptrain::trace_import {
 namespace {
 
+using testing::AllOf;
 using testing::HasSubstr;
+using testing::StartsWith;
 
 const std::string kDir = std::string(COMPTRAIN_TEST_DATA_DIR) + "/import/";
 
@@ -127,8 +129,10 @@ TEST(ChakraEt, FormatIsDetectedAndNamed) {
   // (123 is '{', and the version's key 0x0a is '\n'): it does not parse as JSON, so it is read as
   // the .et it is.
   std::string et;
+  traces::Op op;
+  op.name = "op";
   for (std::string name = "n"; name.size() < 100; name += 'n') {
-    et = trace_to_chakra_et(traces::Trace(name, 1, {}, {}, {}));
+    et = trace_to_chakra_et(traces::Trace(name, 1, {}, {op}, {}));
     if (et[0] == '{') break;
   }
   ASSERT_EQ(et.substr(0, 2), "{\n");
@@ -256,6 +260,54 @@ TEST(ChakraEt, CorruptFilesNameTheByteOffset) {
   // A length prefix past 32 bits (Chakra writes varint32).
   EXPECT_THAT(error_of(std::string("\xff\xff\xff\xff\x7f", 5), "l.et", as_et()),
               HasSubstr("l.et: byte 0: the length prefix of the GlobalMetadata message is longer than 32 bits"));
+}
+
+// A Chakra trace of no node imported as a trace of no op, which `simulate` said FITS in 0 s
+// (shared/defects-2/16): refused at /nodes, in the binary form at the byte where a node would be.
+TEST(ChakraEt, NoNodesIsRefusedAtImport) {
+  EXPECT_EQ(error_of(R"({"nodes": []})", "empty.json"),
+            "empty.json: /nodes: no nodes; expected at least one Chakra node (a trace of no op has nothing to simulate)");
+  EXPECT_EQ(error_of(std::string("\x07\x0a\x05" "0.0.4", 8), "empty.et", as_et()),
+            "empty.et: byte 8 (no Node message after the global metadata): /nodes: no nodes; expected at least one Chakra node "
+            "(a trace of no op has nothing to simulate)");
+  // A comptrain trace of no op, written as a .et, is refused the same way.
+  const std::string written = trace_to_chakra_et(traces::Trace("t", 1, {}, {}, {}));
+  EXPECT_THAT(error_of(written, "t.et", as_et()), HasSubstr("/nodes: no nodes; expected at least one Chakra node"));
+}
+
+// A value nested 100,000 deep (200 KB) killed the process with SIGSEGV in the JSON form and, inside
+// comptrain.tensors, in the binary one (the trace document's dump() recursed): both are refused
+// at the trace reader's limit, 64 levels, before anything recurses (shared/defects-2/02).
+TEST(ChakraEt, DeepNestingIsRefusedBeforeAnythingRecurses) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_THAT(error_of(R"({"nodes": [{"id": 0, "name": "a", "x": )" + deep + "}]}", "deep.json"),
+              AllOf(StartsWith("deep.json: /nodes/0/x/0/0/"), HasSubstr("nested deeper than 64 levels")));
+  // A long value is shown cut, not whole.
+  const std::string long_id = error_of(R"({"nodes": [{"id": ")" + std::string(100000, '7') + R"(x", "name": "a"}]})", "long.json");
+  EXPECT_THAT(long_id, AllOf(HasSubstr("long.json: /nodes/0/id: \"777"), HasSubstr("...")));
+  EXPECT_LT(long_id.size(), 200U);
+  chakra::GlobalMetadata metadata;
+  metadata.set_version("0.0.4");
+  const auto attr = [&](const std::string& name) {
+    chakra::AttributeProto* a = metadata.add_attr();
+    a->set_name(name);
+    return a;
+  };
+  attr("comptrain.format")->set_string_val("comptrain-trace");
+  attr("comptrain.name")->set_string_val("t");
+  attr("comptrain.batch_size")->set_int64_val(1);
+  attr("comptrain.tensors")->set_string_val(R"([{"id": 0, "x": )" + deep + "}]");
+  const std::string m = metadata.SerializeAsString();
+  std::string et;
+  for (std::size_t n = m.size(); ; n >>= 7) {  // the varint length prefix
+    et += static_cast<char>((n & 0x7f) | (n >= 0x80 ? 0x80 : 0));
+    if (n < 0x80) break;
+  }
+  et += m;
+  const std::string what = error_of(et, "deep.et", as_et());
+  EXPECT_THAT(what, AllOf(StartsWith("deep.et: byte 0 (the global metadata message): /global_metadata/attr/3: "),
+                          HasSubstr("comptrain.tensors is nested deeper than 64 levels in the trace (at /0/x/0/0/"),
+                          HasSubstr("expected the trace format's tensors array")));
 }
 
 // A comptrain trace whose nodes break the trace format's rules is reported at the node.

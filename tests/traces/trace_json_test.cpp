@@ -307,12 +307,22 @@ TEST(TraceJson, WriterPutsFormatAndVersionFirstAndIsDeterministic) {
   EXPECT_THAT(trace_to_json(tiny_trace(), -1), StartsWith(R"({"format":"comptrain-trace","version":1,)"));
 }
 
-TEST(TraceJson, RoundTripsAnEmptyTrace) {
+// A trace of no op is written as it is, but not read back: an iteration of no work "fit" in 0 s
+// at any batch (shared/defects-2/16), which is no prediction.
+TEST(TraceJson, AnEmptyTraceIsWrittenButRefusedWhenRead) {
   const Trace trace("empty", 1, {}, {});
   const std::string text = trace_to_json(trace);
   EXPECT_THAT(text, HasSubstr("\"tensors\": [],\n \"ops\": []\n}"));
   EXPECT_THAT(text, Not(HasSubstr("metadata")));
-  EXPECT_EQ(trace_from_json(text, "t.json"), trace);
+  EXPECT_EQ(error_of(text), "t.json: /ops: an empty array; expected at least one op (a trace of no op has nothing to simulate)");
+}
+
+// A file nested 100,000 deep (200 KB) is refused at the trace format's limit, 64 levels, before
+// anything recurses into it (shared/defects-2/02).
+TEST(TraceJson, DeepNestingIsRefusedAtTheLimit) {
+  const std::string deep = R"({"format": "comptrain-trace", "version": 1, "name": "n", "batch_size": 1, "tensors": [{"x": )" +
+                           std::string(100000, '[') + std::string(100000, ']') + "}], \"ops\": []}";
+  EXPECT_THAT(error_of(deep), AllOf(StartsWith("t.json: /tensors/0/x/0/0/"), HasSubstr("nested deeper than 64 levels")));
 }
 
 TEST(TraceJson, SecondsRoundTripBitForBit) {
@@ -398,7 +408,10 @@ TEST(TraceJson, LargeIntegersStayIntegers) {
 TEST(TraceJson, StringsAreEscapedAndRoundTrip) {
   std::vector<Tensor> tensors{make_tensor(0, "quote\" backslash\\ newline\n tab\t ctrl\x01 µ 模型 🙂",
                                           {1}, TensorRole::input, 0)};
-  const Trace trace("name/with~pointer chars", 1, std::move(tensors), {},
+  Op op;  // a trace has at least one op
+  op.name = "op";
+  op.inputs = {0};
+  const Trace trace("name/with~pointer chars", 1, std::move(tensors), {op},
                     {{"a/b~c", "value \"quoted\""}, {"", "empty key"}});
   const std::string text = trace_to_json(trace);
   EXPECT_THAT(text, HasSubstr(R"(quote\" backslash\\ newline\n tab\t ctrl\u0001 µ 模型 🙂)"));
@@ -1069,7 +1082,9 @@ TEST_F(TraceJsonWrite, WritesAtomicallyAndReadsBack) {
   EXPECT_EQ(read_trace_file(path), tiny_trace());
 
   // Replacing an existing file.
-  const Trace other("empty", 1, {}, {});
+  Op op;
+  op.name = "op";
+  const Trace other("one-op", 1, {}, {op});
   write_trace_file(other, path);
   EXPECT_EQ(read_trace_file(path), other);
   EXPECT_EQ(files(), std::vector<fs::path>{"tiny.json"});

@@ -375,6 +375,9 @@ class TraceReader {
 
     const json& ops_json = required(root, "", "ops", "an array of ops");
     expect_array(ops_json, "/ops", "an array of ops");
+    // A trace of no op is an iteration of no work: a simulation of it "fits" in 0 s at any batch
+    // (shared/defects-2/16), which is no prediction.
+    if (ops_json.empty()) fail("/ops", "an empty array; expected at least one op (a trace of no op has nothing to simulate)");
     std::vector<Op> ops;
     ops.reserve(ops_json.size());
     std::vector<std::vector<std::uint64_t>> after_ids;

@@ -127,7 +127,13 @@ void ScenarioReader::read_model(const YAML::Node& model, const YAML::Node& train
       // scenario's: a config gives only the longest one its positions allow.
       std::filesystem::path path = scalar(model["hf_config"], "model.hf_config");
       if (!path.is_absolute()) path = base_dir_ / path;
-      request = zoo::spec_from_hf_config(read_file(path), path.string());
+      // The config's errors (cannot read it, a field it lacks or the zoo does not model) are the
+      // scenario's at its hf_config line; the message names the config's field after it.
+      try {
+        request = zoo::spec_from_hf_config(read_file(path), path.string());
+      } catch (const InputError& e) {
+        throw InputError(where(model["hf_config"].Mark()) + "model.hf_config: " + e.what());
+      }
       if (!model["seq_len"]) {
         throw InputError(where(model.Mark()) + "'model.seq_len' is required with 'hf_config' (the training sequence length in tokens; "
                                                "max_position_embeddings is only the longest the model allows)");
@@ -184,6 +190,10 @@ void ScenarioReader::read_model(const YAML::Node& model, const YAML::Node& train
       }
     }
     scenario.zoo_model = std::move(request);
+    scenario.model_locations[""] = where((has_hf ? model["hf_config"] : model["zoo"]).Mark());
+    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions", "moe"}) {
+      if (const YAML::Node node = model[key]) scenario.model_locations[key] = where(node.Mark());
+    }
   } else {
     for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions", "moe"}) {
       if (model[key]) throw InputError(where(model[key].Mark()) + "'" + key + "' applies to zoo models only; a trace file fixes the model's shape");

@@ -16,6 +16,17 @@ models::OpTimeModel time_model_for(const Scenario& scenario) {
   return models::OpTimeModel(require_platform(scenario), options);
 }
 
+// Where in the scenario an error of the zoo lies: the zoo's messages start with the field they
+// are about ("layers: ...", "moe.expert_load: ...", "num_key_value_heads: ..."). A key the model
+// section gives is its line; any other field (a Hugging Face config's, a default of the zoo's)
+// is the model's hf_config or zoo line. A scenario made in code has only its source.
+std::string model_error_location(const Scenario& scenario, std::string_view message) {
+  const std::string_view field = message.substr(0, std::min(message.find(':'), message.find('.')));
+  if (const auto it = scenario.model_locations.find(std::string(field)); it != scenario.model_locations.end()) return it->second;
+  if (const auto it = scenario.model_locations.find(""); it != scenario.model_locations.end()) return it->second;
+  return scenario.source + ": ";
+}
+
 traces::Trace build_zoo_trace(const Scenario& scenario, std::int64_t batch) {
   zoo::ModelRequest request;
   static_cast<zoo::ModelSpec&>(request) = *scenario.zoo_model;
@@ -23,7 +34,7 @@ traces::Trace build_zoo_trace(const Scenario& scenario, std::int64_t batch) {
   try {
     return zoo::build_model(request);
   } catch (const InputError& e) {
-    throw InputError(scenario.source + ": model: " + e.what());
+    throw InputError(model_error_location(scenario, e.what()) + "model: " + e.what());
   }
 }
 

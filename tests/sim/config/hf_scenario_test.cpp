@@ -103,6 +103,41 @@ TEST(HfScenario, MoeRoutingKeys) {
   EXPECT_THROW(build_trace(dense), InputError);
 }
 
+// Errors of the config, and those the zoo finds when it builds the model, carry the scenario's
+// line: the key the scenario gives, else hf_config's (shared/defects-2/21).
+TEST(HfScenario, ModelErrorsCarryTheScenarioLine) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "comptrain_hf_location_test";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "kv.json") << R"({"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "num_key_value_heads": 3, "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 512})";
+  std::ofstream(dir / "ok.json") << R"({"model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 512})";
+  const auto build_error = [&](const std::string& yaml) {
+    try {
+      build_trace(parse_scenario(yaml, "s.yaml", dir));
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_THAT(build_error("model:\n  seq_len: 64\n  hf_config: kv.json\n"),
+              AllOf(testing::StartsWith("s.yaml:3:14: model: num_key_value_heads: 3 does not divide the 4 attention heads ("),
+                    HasSubstr("kv.json)")));
+  // A key the scenario gives is its own line.
+  EXPECT_THAT(build_error("model:\n  hf_config: ok.json\n  seq_len: 64\n  layers: 9000\n"),
+              testing::StartsWith("s.yaml:4:11: model: layers: 9000 is above the zoo's limit of 8192"));
+  EXPECT_THAT(build_error("model:\n  hf_config: ok.json\n  seq_len: 64\n  moe: {capacity_factor: 1}\n"),
+              testing::StartsWith("s.yaml:4:8: model: moe: routing options"));
+  // A config that cannot be read: the scenario's hf_config line, then the file.
+  try {
+    parse_scenario("model:\n  hf_config: missing.json\n  seq_len: 64\n", "s.yaml", dir);
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_THAT(std::string(e.what()), AllOf(testing::StartsWith("s.yaml:2:14: model.hf_config: "), HasSubstr("missing.json")));
+  }
+  std::filesystem::remove_all(dir);
+}
+
 TEST(HfScenario, ModulePatternsAreCheckedAtTheirLine) {
   const std::string head = "model: {zoo: llama, layers: 2, hidden: 64, heads: 4, vocab: 100, seq_len: 16}\nstrategy:\n  rules:\n";
   EXPECT_THAT(error_of(head + "    - select: {modules: [\"layers.[15-0]\"]}\n      recompute: {mode: sqrt_n}\n"),

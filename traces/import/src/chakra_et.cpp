@@ -79,6 +79,8 @@ std::string ChakraEtDocument::locate(const std::string& path) const {
       return "byte " + std::to_string(node_offsets[index]) + " (node message " + std::to_string(index + 1) + ")";
     }
   }
+  // The node list itself (an empty one): where the first Node message would start.
+  if (path == "/nodes") return "byte " + std::to_string(end_offset) + (node_offsets.empty() ? " (no Node message after the global metadata)" : "");
   if (path.rfind("/global_metadata", 0) == 0) return "byte " + std::to_string(metadata_offset) + " (the global metadata message)";
   return "";
 }
@@ -141,6 +143,7 @@ ChakraEtDocument parse_chakra_et(std::string_view bytes, const std::string& sour
     ++index;
   }
   out.document["nodes"] = std::move(nodes);
+  out.end_offset = bytes.size();
   return out;
 }
 

@@ -17,6 +17,7 @@ struct ChakraEtDocument {
   json document;                          // {"global_metadata": {...}, "nodes": [...]}
   std::size_t metadata_offset = 0;        // where the GlobalMetadata message's length prefix starts
   std::vector<std::size_t> node_offsets;  // where each Node message's length prefix starts
+  std::size_t end_offset = 0;             // the file's size: where a further message would start
 
   // "byte N (node K)" for a JSON Pointer into `document`, so that errors found by the JSON
   // importer point into the binary file.

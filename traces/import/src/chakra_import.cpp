@@ -23,6 +23,7 @@
 
 #include "chakra_et.hpp"
 #include "comptrain/support/input_error.hpp"
+#include "comptrain/support/json_depth.hpp"
 #include "comptrain/traces/trace_json.hpp"
 #include "importers.hpp"
 
@@ -175,6 +176,13 @@ ImportResult import_comptrain(const json& document, const JsonInput& in, const I
   json tensors = json::parse(tensors_text, nullptr, false);
   const std::string tensors_path = global.all().at(chakra_attr::kTensors).second;
   if (tensors.is_discarded() || !tensors.is_array()) in.fail(tensors_path, "comptrain.tensors is not a JSON array", "the trace format's tensors array");
+  // The array becomes /tensors of the trace document, one level below its root: checked before
+  // anything copies, prints or compares it (that recurses; 100,000 levels overflowed the stack).
+  if (const auto deep = json_nested_deeper_than(tensors, kMaxJsonDepth - 1)) {
+    in.fail(tensors_path, "comptrain.tensors is nested deeper than " + std::to_string(kMaxJsonDepth) + " levels in the trace (at " +
+                              deep->substr(0, std::min<std::size_t>(deep->size(), 24)) + (deep->size() > 24 ? "..." : "") + ")",
+            "the trace format's tensors array, which nests 4 levels");
+  }
   std::set<std::uint64_t> tensor_ids;
   for (std::size_t k = 0; k < tensors.size(); ++k) {
     const std::string tpath = tensors_path + "/string_val[" + std::to_string(k) + "]";
@@ -183,6 +191,7 @@ ImportResult import_comptrain(const json& document, const JsonInput& in, const I
   trace["tensors"] = std::move(tensors);
 
   const json& nodes = in.array(in.member(document, "", "nodes"), "/nodes");
+  if (nodes.empty()) in.fail("/nodes", "no nodes", "at least one Chakra node (a trace of no op has nothing to simulate)");
   std::set<std::uint64_t> node_ids;
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     node_ids.insert(in.id(in.member(in.object(nodes[i], child("/nodes", i)), child("/nodes", i), "id"), child(child("/nodes", i), "id")));
@@ -273,6 +282,7 @@ ImportResult import_chakra(const json& document, const JsonInput& in, const Impo
   const bool bare = document.is_array();
   const std::string nodes_path = bare ? "" : "/nodes";
   const json& nodes = in.array(bare ? document : in.member(document, "", "nodes"), nodes_path);
+  if (nodes.empty()) in.fail(nodes_path, "no nodes", "at least one Chakra node (a trace of no op has nothing to simulate)");
 
   std::vector<traces::Op> ops;
   std::vector<std::vector<std::pair<std::uint64_t, std::string>>> deps(nodes.size());  // (id, path)

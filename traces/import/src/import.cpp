@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "comptrain/support/input_error.hpp"
+#include "comptrain/support/json_depth.hpp"
 #include "chakra_et.hpp"
 #include "importers.hpp"
 #include "pickle.hpp"
@@ -105,6 +106,14 @@ ImportResult import_impl(std::string_view text, std::string_view source, const I
   } else {
     document = in.parse(text);
   }
+  // Before anything walks the document: the importers and the trace reader behind them copy,
+  // compare and print values, which recurses; a value nested 100,000 deep overflowed the stack
+  // (shared/defects-2/02). The limit is the trace reader's own.
+  if (const auto deep = json_nested_deeper_than(et ? et->document : document)) {
+    if (et) in.set_locator([et](const std::string& path) { return et->locate(path); });
+    in.fail(*deep, "nested deeper than " + std::to_string(kMaxJsonDepth) + " levels",
+            "a document that nests at most " + std::to_string(kMaxJsonDepth) + " levels (the trace format's limit)");
+  }
   if (et) {
     // The binary form is read into the document its JSON form would be, and imported by the
     // same code (chakra_import.cpp); errors found there give the byte offset too.
@@ -122,18 +131,28 @@ ImportResult import_impl(std::string_view text, std::string_view source, const I
                      "snapshot (segments, device_traces), a Chakra trace in JSON (nodes) or a binary Chakra trace (.et); "
                      "name it with --format");
   }
-  try {
-    switch (*format) {
-      case Format::pytorch_profiler: return detail::import_profiler(document, in, named);
-      case Format::memory_snapshot: return detail::import_snapshot(document, in, named);
-      case Format::chakra_json: return detail::import_chakra(document, in, options, default_name, Format::chakra_json);
-      case Format::chakra_et: break;  // handled above
+  ImportResult imported = [&]() -> ImportResult {
+    try {
+      switch (*format) {
+        case Format::pytorch_profiler: return detail::import_profiler(document, in, named);
+        case Format::memory_snapshot: return detail::import_snapshot(document, in, named);
+        case Format::chakra_json: return detail::import_chakra(document, in, options, default_name, Format::chakra_json);
+        case Format::chakra_et: break;  // handled above
+      }
+    } catch (const traces::TraceError& e) {
+      // The imported trace broke a structural rule: the input is inconsistent.
+      throw InputError(std::string(source) + ": imported as " + std::string(to_string(*format)) + ", the trace is invalid: " + e.what());
     }
-  } catch (const traces::TraceError& e) {
-    // The imported trace broke a structural rule: the input is inconsistent.
-    throw InputError(std::string(source) + ": imported as " + std::string(to_string(*format)) + ", the trace is invalid: " + e.what());
+    throw InputError("unknown format");
+  }();
+  // The trace reader refuses a trace of no op (nothing to simulate); so does the import, rather
+  // than write a file nothing reads back. (Chakra traces say so at /nodes already.)
+  if (imported.trace.ops().empty()) {
+    throw InputError(std::string(source) + ": imported as " + std::string(to_string(*format)) +
+                     ", the trace has no op; expected at least one (" +
+                     (*format == Format::memory_snapshot ? "an alloc or free event in a device's trace" : "a cpu_op event") + ")");
   }
-  throw InputError("unknown format");
+  return imported;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "comptrain/support/input_error.hpp"
+#include "comptrain/support/json_excerpt.hpp"
 
 namespace comptrain::trace_import::detail {
 
@@ -98,8 +99,8 @@ std::int64_t JsonInput::integer(const json& value, const std::string& path) cons
     std::int64_t out = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
     if (ec == std::errc() && end == text.data() + text.size() && !text.empty()) return out;
-    if (ec == std::errc::result_out_of_range) fail(path, "\"" + text + "\" is outside the int64 range", "an int64");
-    fail(path, "\"" + text + "\" is not an integer", "an integer (or a decimal string, as protobuf JSON writes int64)");
+    if (ec == std::errc::result_out_of_range) fail(path, json_excerpt(value) + " is outside the int64 range", "an int64");
+    fail(path, json_excerpt(value) + " is not an integer", "an integer (or a decimal string, as protobuf JSON writes int64)");
   }
   if (value.is_number_float()) fail(path, float_as_integer(value.get<double>()), "an integer");
   fail(path, type_name(value), "an integer");
@@ -118,7 +119,7 @@ std::uint64_t JsonInput::id(const json& value, const std::string& path) const {
     std::uint64_t out = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
     if (ec == std::errc() && end == text.data() + text.size() && !text.empty()) return out;
-    fail(path, "\"" + text + (ec == std::errc::result_out_of_range ? "\" is outside the uint64 range" : "\" is not an id"), "a uint64 id");
+    fail(path, json_excerpt(value) + (ec == std::errc::result_out_of_range ? " is outside the uint64 range" : " is not an id"), "a uint64 id");
   }
   if (value.is_number_integer() && value.get<std::int64_t>() >= 0) return value.get<std::uint64_t>();
   if (value.is_number_integer()) fail(path, "negative id " + std::to_string(value.get<std::int64_t>()), "a uint64 id");
@@ -138,7 +139,7 @@ double JsonInput::number(const json& value, const std::string& path) const {
     double out = 0;
     const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
     if (ec == std::errc() && end == text.data() + text.size() && !text.empty() && std::isfinite(out)) return out;
-    fail(path, "\"" + text + "\" is not a finite decimal number", "a finite number");
+    fail(path, json_excerpt(value) + " is not a finite decimal number", "a finite number");
   }
   if (value.is_number_float()) fail(path, "the non-finite number " + std::to_string(value.get<double>()), "a finite number");
   fail(path, type_name(value), "a finite number");

@@ -13,7 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "comptrain/support/checked.hpp"
 #include "comptrain/support/input_error.hpp"
+#include "comptrain/support/json_depth.hpp"
+#include "comptrain/support/json_excerpt.hpp"
 #include "comptrain/zoo/zoo.hpp"
 
 namespace comptrain::zoo {
@@ -42,25 +45,25 @@ class ConfigReader {
   bool boolean(const std::string& field, bool fallback) const {
     if (!present(field)) return fallback;
     const json& value = config_.at(field);
-    if (!value.is_boolean()) fail(field, "is " + value.dump() + "; expected true or false");
+    if (!value.is_boolean()) fail(field, "is " + json_excerpt(value) + "; expected true or false");
     return value.get<bool>();
   }
   double number(const std::string& field, double fallback) const {
     if (!present(field)) return fallback;
     const json& value = config_.at(field);
-    if (!value.is_number() || !std::isfinite(value.get<double>())) fail(field, "is " + value.dump() + "; expected a number");
+    if (!value.is_number() || !std::isfinite(value.get<double>())) fail(field, "is " + json_excerpt(value) + "; expected a number");
     return value.get<double>();
   }
   std::string string(const std::string& field, const std::string& fallback) const {
     if (!present(field)) return fallback;
     const json& value = config_.at(field);
-    if (!value.is_string()) fail(field, "is " + value.dump() + "; expected a string");
+    if (!value.is_string()) fail(field, "is " + json_excerpt(value) + "; expected a string");
     return value.get<std::string>();
   }
   // A field the zoo models only at one value (or absent).
   void only(const std::string& field, const json& expected, const std::string& why) const {
     if (present(field) && config_.at(field) != expected) {
-      fail(field, "is " + config_.at(field).dump() + "; expected " + expected.dump() + " (" + why + ")");
+      fail(field, "is " + json_excerpt(config_.at(field)) + "; expected " + json_excerpt(expected) + " (" + why + ")");
     }
   }
   // A dropout probability: 0 or absent unless `allowed`.
@@ -75,7 +78,7 @@ class ConfigReader {
     for (const char* field : {"num_local_experts", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
                               "shared_expert_intermediate_size"}) {
       if (present(field) && config_.at(field) != json(0)) {
-        fail(field, "is " + config_.at(field).dump() + ": mixture-of-experts layers are not modelled; expected a dense model");
+        fail(field, "is " + json_excerpt(config_.at(field)) + ": mixture-of-experts layers are not modelled; expected a dense model");
       }
     }
   }
@@ -84,10 +87,10 @@ class ConfigReader {
     std::vector<std::int64_t> result;
     if (!present(field)) return result;
     const json& value = config_.at(field);
-    if (!value.is_array()) fail(field, "is " + value.dump() + "; expected a list of layer indices");
+    if (!value.is_array()) fail(field, "is " + json_excerpt(value) + "; expected a list of layer indices");
     for (const json& item : value) {
       if (!item.is_number_integer() || item.get<std::int64_t>() < 0) {
-        fail(field, "holds " + item.dump() + "; expected non-negative integers (layer indices)");
+        fail(field, "holds " + json_excerpt(item) + "; expected non-negative integers (layer indices)");
       }
       result.push_back(item.get<std::int64_t>());
     }
@@ -97,16 +100,23 @@ class ConfigReader {
   std::int64_t count(const std::string& field, std::int64_t fallback) const {
     if (!present(field)) return fallback;
     const json& value = config_.at(field);
-    if (!value.is_number_integer() || value.get<std::int64_t>() < 0) fail(field, "is " + value.dump() + "; expected an integer >= 0");
+    if (!value.is_number_integer() || value.get<std::int64_t>() < 0) fail(field, "is " + json_excerpt(value) + "; expected an integer >= 0");
     return value.get<std::int64_t>();
   }
   const std::string& source() const { return source_; }
+  // The zoo's MLP width of GPT-2 and BERT, 4 * the hidden size `field`: a hidden size whose
+  // quadruple overflows int64 is refused here, by name, rather than compared as a wrapped value.
+  std::int64_t mlp_width(const std::string& field, std::int64_t hidden) const {
+    const auto width = checked_mul(4, hidden);
+    if (!width) fail(field, "is " + std::to_string(hidden) + ": the MLP width 4 * " + field + " overflows 64 bits; expected a hidden size below 2^61");
+    return *width;
+  }
 
  private:
   std::int64_t positive_value(const std::string& field) const {
     const json& value = config_.at(field);
     if (!value.is_number_integer() || value.get<std::int64_t>() < 1) {
-      fail(field, "is " + value.dump() + "; expected a positive integer");
+      fail(field, "is " + json_excerpt(value) + "; expected a positive integer");
     }
     return value.get<std::int64_t>();
   }
@@ -270,9 +280,10 @@ ModelSpec gpt2(const ConfigReader& r) {
   spec.heads = r.positive("n_head");
   spec.vocab = r.positive("vocab_size");
   r.only("n_positions", 1024, "the zoo's gpt2 learns 1024 positions");
-  if (r.present("n_inner") && r.positive("n_inner") != 4 * *spec.hidden) {
+  const std::int64_t mlp_width = r.mlp_width("n_embd", *spec.hidden);
+  if (r.present("n_inner") && r.positive("n_inner") != mlp_width) {
     r.fail("n_inner", "is " + std::to_string(r.positive("n_inner")) + "; expected null or 4 * n_embd = " +
-                          std::to_string(4 * *spec.hidden) + " (the zoo's MLP is 4 * hidden wide)");
+                          std::to_string(mlp_width) + " (the zoo's MLP is 4 * hidden wide)");
   }
   const std::string act = r.string("activation_function", "gelu_new");
   if (act != "gelu_new" && act != "gelu") {
@@ -293,9 +304,10 @@ ModelSpec bert(const ConfigReader& r) {
   spec.layers = r.positive("num_hidden_layers");
   spec.heads = r.positive("num_attention_heads");
   spec.vocab = r.positive("vocab_size");
-  if (r.positive("intermediate_size", 4 * *spec.hidden) != 4 * *spec.hidden) {
+  const std::int64_t mlp_width = r.mlp_width("hidden_size", *spec.hidden);
+  if (r.positive("intermediate_size", mlp_width) != mlp_width) {
     r.fail("intermediate_size", "is " + std::to_string(r.positive("intermediate_size")) + "; expected 4 * hidden_size = " +
-                                    std::to_string(4 * *spec.hidden) + " (the zoo's MLP is 4 * hidden wide)");
+                                    std::to_string(mlp_width) + " (the zoo's MLP is 4 * hidden wide)");
   }
   r.only("max_position_embeddings", 512, "the zoo's BERT learns 512 positions");
   r.only("type_vocab_size", 2, "the zoo's BERT has two token types");
@@ -314,6 +326,14 @@ ModelSpec spec_from_hf_config(std::string_view json_text, const std::string& sou
     throw InputError(source + ": not a JSON document (" + e.what() + "); expected a Hugging Face config.json");
   }
   if (!config.is_object()) throw InputError(source + ": expected a JSON object (a Hugging Face config.json)");
+  // Before anything reads a field: comparing or showing a value nested 100,000 deep recursed
+  // through the stack (shared/defects-2/02).
+  if (const auto deep = json_nested_deeper_than(config)) {
+    const std::size_t end = deep->find('/', 1);
+    const std::string field = deep->substr(1, end == std::string::npos ? std::string::npos : end - 1);
+    throw InputError(source + ": '" + field + "' is nested deeper than " + std::to_string(kMaxJsonDepth) +
+                     " levels; expected a Hugging Face config.json (its values nest a few levels at most)");
+  }
   if (!config.contains("model_type") || !config.at("model_type").is_string()) {
     throw InputError(source + ": 'model_type' is missing or not a string; expected one of llama, mistral, qwen2, mixtral, qwen2_moe, gpt_neox, gpt2, bert");
   }

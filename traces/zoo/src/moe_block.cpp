@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "comptrain/support/checked.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "models.hpp"
 
@@ -43,7 +44,15 @@ std::vector<std::int64_t> routed_tokens(const MoeArchitecture& moe, const Expert
                      "; expected 1 to the number of experts");
   }
   // Each token picks top_k distinct experts: seq_len * top_k routed slots per sequence.
-  const std::int64_t slots = seq_len * moe.top_k;
+  const std::int64_t slots = multiply_or_throw(seq_len, moe.top_k, "moe: the routed slots per sequence, seq_len * num_experts_per_tok");
+  // Every expert must receive a token (below), so there can be no more experts than slots: said
+  // before one counter per expert is allocated (10^12 experts asked for 8 TB here).
+  if (experts > slots) {
+    throw InputError("moe: " + std::to_string(experts) + " experts but a sequence of " + std::to_string(seq_len) + " tokens routes only " +
+                     std::to_string(slots) + " token slots (seq_len * num_experts_per_tok), so expert " + std::to_string(slots) +
+                     " receives no token; expected every expert to receive one: at most " + std::to_string(slots) +
+                     " experts or a longer seq_len");
+  }
   std::vector<std::int64_t> load(static_cast<std::size_t>(experts), slots / experts);
   std::vector<double> shares = routing.expert_load;
   if (routing.load_imbalance) {

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <functional>
-#include <numeric>
 #include <stdexcept>
+#include <string_view>
 #include <utility>
+
+#include "comptrain/support/checked.hpp"
 
 namespace comptrain::zoo::detail {
 namespace {
@@ -86,13 +88,19 @@ DType promote(DType a, DType b) {
   return DType::f32;
 }
 
+// Every element, byte and FLOP count of the builder is a product or a sum of these: checked, so
+// that a count that does not fit in int64 is an InputError rather than a wrapped value (signed
+// overflow is undefined behaviour; a wrapped FLOP count was a silent wrong result:
+// shared/defects-2/13). zoo.cpp's check_model_size refuses the fields that would get here first,
+// by name; this is the net under it.
+constexpr std::string_view kSizeArithmetic = "a size or FLOP count of the model";
 BatchLinear times(BatchLinear value, std::int64_t factor) {
-  return {value.fixed * factor, value.per_sample * factor};
+  return {multiply_or_throw(value.fixed, factor, kSizeArithmetic), multiply_or_throw(value.per_sample, factor, kSizeArithmetic)};
 }
 BatchLinear operator+(BatchLinear a, const BatchLinear& b) {
-  a += b;
-  return a;
+  return {add_or_throw(a.fixed, b.fixed, kSizeArithmetic), add_or_throw(a.per_sample, b.per_sample, kSizeArithmetic)};
 }
+void add_into(BatchLinear& a, const BatchLinear& b) { a = a + b; }
 
 // The multiply-adds of one S x S x D product per head of q [N, H, S, D]: every (query, key)
 // pair, or with a causal mask the S(S + 1)/2 pairs on or below the diagonal. A causal fused
@@ -108,7 +116,9 @@ BatchLinear attention_macs(BatchLinear q_elements, std::int64_t seq, bool causal
 }
 
 std::int64_t product(const std::vector<std::int64_t>& shape) {
-  return std::accumulate(shape.begin(), shape.end(), std::int64_t{1}, std::multiplies<>());
+  std::int64_t count = 1;
+  for (const std::int64_t extent : shape) count = multiply_or_throw(count, extent, kSizeArithmetic);
+  return count;
 }
 
 std::vector<std::size_t> concat(std::vector<std::size_t> a, const std::vector<std::size_t>& b) {
@@ -612,7 +622,7 @@ void NetworkBuilder::record_add(ForwardOp f) {
     if (operand.batch_dim != tensors_[y].batch_dim) {
       grad.alias_of.reset();
       if (requires_grad(grad.target)) {
-        f.backward_flops += elements(y);
+        add_into(f.backward_flops, elements(y));
         f.backward_kind = OpKind::elementwise;
       }
     }
@@ -1478,7 +1488,7 @@ void NetworkBuilder::emit_optimizer_steps() {
                                         tensors_[v].sample_shape, std::nullopt, false);
     sqrt.inputs.push_back(v);
     sqrt.outputs.push_back(root);
-    sqrt.flops += times(elements(v), kAdamDenomFlops);
+    add_into(sqrt.flops, times(elements(v), kAdamDenomFlops));
     // Parameters (the master copies in `mixed`, whose 16-bit weights are written back too),
     // first moments and the denominators.
     update.inputs.push_back(step.target());
@@ -1489,7 +1499,7 @@ void NetworkBuilder::emit_optimizer_steps() {
     }
     update.inputs.push_back(step.states.front());
     update.inputs.push_back(root);
-    update.flops += times(elements(step.weight), kAdamUpdateFlops);
+    add_into(update.flops, times(elements(step.weight), kAdamUpdateFlops));
   }
   emit(std::move(sqrt));
   emit(std::move(update));
@@ -1528,13 +1538,13 @@ traces::Trace NetworkBuilder::build_trace(std::map<std::string, std::string> met
     // Bytes moved: the op's input and output tensors, except that views move no data and
     // in-place updates write the tensors they update.
     if (record.kind != OpKind::view) {
-      for (const std::size_t input : record.inputs) op.bytes_read += bytes(input);
+      for (const std::size_t input : record.inputs) add_into(op.bytes_read, bytes(input));
       for (const std::size_t output : record.outputs) {
         if (std::find(record.aliases.begin(), record.aliases.end(), output) == record.aliases.end()) {
-          op.bytes_written += bytes(output);
+          add_into(op.bytes_written, bytes(output));
         }
       }
-      for (const std::size_t updated : record.updated) op.bytes_written += bytes(updated);
+      for (const std::size_t updated : record.updated) add_into(op.bytes_written, bytes(updated));
     }
     op.name = std::move(record.name);
     op.inputs = std::move(record.inputs);
@@ -1551,7 +1561,7 @@ traces::Trace NetworkBuilder::build_trace(std::map<std::string, std::string> met
     tensor.name = std::move(record.name);
     tensor.dtype = record.dtype;
     tensor.shape = std::move(record.sample_shape);
-    if (record.batch_dim) tensor.shape.at(*record.batch_dim) *= batch_size_;
+    if (record.batch_dim) tensor.shape.at(*record.batch_dim) = multiply_or_throw(tensor.shape.at(*record.batch_dim), batch_size_, kSizeArithmetic);
     tensor.role = record.role;
     tensor.batch_dim = record.batch_dim;
     tensor.view_of = record.view_of;

@@ -5,7 +5,9 @@
 
 #include <stdexcept>
 #include <utility>
+#include <string_view>
 
+#include "comptrain/support/checked.hpp"
 #include "network_builder.hpp"
 
 namespace comptrain::zoo::detail {
@@ -27,7 +29,11 @@ constexpr std::int64_t kDivideForward = 1;
 constexpr std::int64_t kDivideBackwardSelf = 1;
 constexpr std::int64_t kDivideBackwardDivisor = 3;
 
-BatchLinear scaled(BatchLinear value, std::int64_t factor) { return {value.fixed * factor, value.per_sample * factor}; }
+// Checked as the builder's own products (network_builder.cpp, times).
+BatchLinear scaled(BatchLinear value, std::int64_t factor) {
+  constexpr std::string_view kWhat = "a size or FLOP count of the model";
+  return {multiply_or_throw(value.fixed, factor, kWhat), multiply_or_throw(value.per_sample, factor, kWhat)};
+}
 
 }  // namespace
 

@@ -5,11 +5,14 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <limits>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <string>
 #include <utility>
 
+#include "comptrain/support/checked.hpp"
 #include "models.hpp"
 #include "network_builder.hpp"
 
@@ -21,6 +24,13 @@ using detail::TransformerShape;
 using detail::Value;
 
 enum class Family { cnn, bert, gpt, decoder };
+
+// Refused before building rather than after exhausting memory: a GPT iteration has 48 ops and
+// 109 tensors per layer, and the trace, its schedule and replay take memory linear in the ops
+// (traces/bench/trace_bench.cpp; docs/performance.md): `simulate` on an 8192-layer GPT,
+// about 393,000 ops, peaked at 993 MiB on the 2-core development VM. 8192 layers is 85 times
+// GPT-3's 96.
+constexpr std::int64_t kMaxLayers = 8192;
 
 struct Entry {
   std::string_view name;
@@ -93,12 +103,6 @@ TransformerShape resolve_shape(const Entry& entry, const ModelRequest& request) 
   take(request.heads, shape.heads, "heads");
   take(request.seq_len, shape.seq_len, "seq_len");
   take(request.vocab, shape.vocab, "vocab");
-  // Refused before building rather than after exhausting memory: a GPT iteration has 48 ops and
-  // 109 tensors per layer, and the trace, its schedule and replay take memory linear in the ops
-  // (traces/bench/trace_bench.cpp; docs/performance.md): `simulate` on an 8192-layer GPT,
-  // about 393,000 ops, peaked at 993 MiB on the 2-core development VM. 8192 layers is 85 times
-  // GPT-3's 96.
-  constexpr std::int64_t kMaxLayers = 8192;
   if (shape.layers > kMaxLayers) {
     throw InputError("layers: " + std::to_string(shape.layers) + " is above the zoo's limit of " + std::to_string(kMaxLayers) +
                      " (about " + std::to_string(48 * std::min<std::int64_t>(shape.layers, std::int64_t{1} << 40)) +
@@ -203,7 +207,7 @@ detail::BertOptions resolve_bert_options(const ModelRequest& request, const Tran
 // hidden_dim = int(2 * 4 * dim / 3), rounded up to multiple_of = 256): 11008 at 4096.
 std::int64_t llama_intermediate(std::int64_t hidden) {
   constexpr std::int64_t kMultipleOf = 256;
-  const std::int64_t width = 2 * 4 * hidden / 3;
+  const std::int64_t width = multiply_or_throw(2 * 4, hidden, "hidden: Meta's MLP width 8 * hidden / 3") / 3;
   return (width + kMultipleOf - 1) / kMultipleOf * kMultipleOf;
 }
 
@@ -251,6 +255,175 @@ void add_moe_metadata(const MoeArchitecture& moe, const ExpertRouting& routing, 
   if (routing.capacity_factor) metadata["moe_capacity_factor"] = fmt_number(*routing.capacity_factor);
 }
 
+// ---- The model's size, checked before anything is built -----------------------------------------
+//
+// A product of a model's sizes, factor by factor in int64. When it overflows, the field named is
+// the one with the largest factor so far: the one that made the model too large (vocab_size for
+// the LM head of a 2^50-token vocabulary, batch_size for 2^52 sequences), whatever the order.
+// The builder's own arithmetic is checked too (network_builder.cpp, times); these name the field.
+class SizeProduct {
+ public:
+  SizeProduct(std::string what, std::int64_t constant, std::string from)
+      : what_(std::move(what)), from_(std::move(from)), value_(constant), formula_(std::to_string(constant)) {}
+
+  SizeProduct& by(std::int64_t factor, const std::string& field) {
+    formula_ += " * " + field + " " + std::to_string(factor);
+    if (factor > largest_) {
+      largest_ = factor;
+      largest_field_ = field;
+    }
+    const auto product = checked_mul(value_, factor);
+    if (!product) {
+      throw InputError(largest_field_ + ": " + std::to_string(largest_) + " makes " + what_ + " overflow 64 bits (" + formula_ + ")" +
+                       from_ + "; expected a model whose sizes and FLOPs fit in 64 bits");
+    }
+    value_ = *product;
+    return *this;
+  }
+  std::int64_t value() const { return value_; }
+
+ private:
+  std::string what_;
+  std::string from_;
+  std::int64_t value_;
+  std::string formula_;
+  std::int64_t largest_ = 0;
+  std::string largest_field_;
+};
+
+// The names under which a model's sizes reach the user: a Hugging Face config's fields, or the
+// scenario's keys where the request overrides them (or gives them, for a zoo model).
+struct SizeNames {
+  std::string layers = "layers", hidden = "hidden", heads = "heads", vocab = "vocab", intermediate = "hidden";
+  std::string positions = "seq_len", experts = "num_experts", expert_width = "moe_intermediate_size",
+              shared_width = "shared_expert_intermediate_size", top_k = "num_experts_per_tok";
+};
+
+// The largest element, byte and FLOP counts of a transformer at `batch` sequences of `seq_len`
+// tokens, each one op's or one tensor's (the builder computes them all, checked; the sums over the
+// trace are checked after the build, check_trace_totals). Upper bounds of every variant: 4 bytes
+// per element (fp32, the widest float the zoo writes), a linear's backward (4 FLOPs per
+// multiply-add, both gradients), 10 FLOPs per multiply-add of attention (FlashAttention-2's five
+// backward GEMMs; an eager or fused-softmax core does less).
+void check_transformer_sizes(std::int64_t batch, std::int64_t seq_len, std::int64_t hidden, std::int64_t mlp_width,
+                             std::int64_t vocab, std::int64_t positions, const SizeNames& n, const std::string& from) {
+  SizeProduct("the token embedding's bytes", 4, from).by(hidden, n.hidden).by(vocab, n.vocab);
+  SizeProduct("the position embedding's bytes", 4, from).by(hidden, n.hidden).by(positions, n.positions);
+  SizeProduct("the attention projections' bytes", 4, from).by(hidden, n.hidden).by(hidden, n.hidden);
+  SizeProduct("the MLP's bytes", 4, from).by(hidden, n.hidden).by(mlp_width, n.intermediate);
+  SizeProduct("the attention's FLOPs", 10, from).by(batch, "batch_size").by(seq_len, "seq_len").by(hidden, n.hidden).by(add_or_throw(seq_len, 1, "seq_len"), "seq_len");
+  SizeProduct("the MLP's FLOPs", 4, from).by(batch, "batch_size").by(seq_len, "seq_len").by(hidden, n.hidden).by(mlp_width, n.intermediate);
+  SizeProduct("the LM head's FLOPs", 4, from).by(batch, "batch_size").by(seq_len, "seq_len").by(hidden, n.hidden).by(vocab, n.vocab);
+}
+
+// What a sparse MLP adds (moe_block.cpp): the router's [T, E] logits and int64 one-hot mask
+// [T, k, E], the experts' weights (3 * h * I each), an expert's FLOPs on at most every token.
+void check_moe_sizes(const MoeArchitecture& moe, std::int64_t batch, std::int64_t seq_len, std::int64_t hidden, const SizeNames& n,
+                     const std::string& from) {
+  SizeProduct("the router's FLOPs", 4, from).by(batch, "batch_size").by(seq_len, "seq_len").by(hidden, n.hidden).by(moe.experts, n.experts);
+  SizeProduct("the router's expert mask (int64)", 8, from).by(batch, "batch_size").by(seq_len, "seq_len").by(moe.top_k, n.top_k).by(moe.experts, n.experts);
+  SizeProduct("the experts' weight bytes", 4 * 3, from).by(hidden, n.hidden).by(moe.intermediate, n.expert_width).by(moe.experts, n.experts);
+  SizeProduct("an expert's FLOPs", 4, from).by(batch, "batch_size").by(seq_len, "seq_len").by(hidden, n.hidden).by(moe.intermediate, n.expert_width);
+  SizeProduct("the shared expert's FLOPs", 4, from).by(batch, "batch_size").by(seq_len, "seq_len").by(hidden, n.hidden).by(moe.shared_expert_intermediate, n.shared_width);
+}
+
+// The ops and tensors of one expert in one sparse layer at the most (the gather, the SwiGLU, the
+// weighting and the index_add_, their backward ops, gradient sums and the optimizer's steps of
+// its three weights), and the ops of a dense decoder layer, rounded up from what the zoo writes
+// in its largest variant (amp-fp16, the for-loop optimizer, gradients summed into new tensors):
+// 35 ops and 55 tensors per expert, 82 ops per layer (zoo_test, ZooSize.OpsPerExpertAndLayer...,
+// holds them as upper bounds).
+constexpr std::int64_t kOpsPerExpert = 40;
+constexpr std::int64_t kTensorsPerExpert = 60;
+constexpr std::int64_t kOpsPerDecoderLayer = 96;
+// The zoo's limit on a decoder's size in ops: what the layer cap lets a dense decoder have (8192
+// layers of at most kOpsPerDecoderLayer ops, about 786,000; an 8192-layer GPT's 393,000 ops took
+// 993 MiB in `simulate`, about 2.5 KiB per op), so that no count of experts builds a larger trace
+// than the largest dense one. Mixtral-8x7B has 32 * 8 experts (about 10,000 ops of them),
+// Qwen1.5-MoE-A2.7B 24 * 60 (about 58,000), DeepSeek-V3 58 * 256 (about 594,000).
+constexpr std::int64_t kMaxDecoderOps = kMaxLayers * kOpsPerDecoderLayer;
+
+// Refuses, before anything is allocated per expert, a mixture of experts whose trace would be
+// larger than kMaxDecoderOps, with an estimate: the expert count alone when one layer's experts
+// exceed it, else the layers that multiply them.
+void check_moe_count(const MoeArchitecture& moe, std::int64_t layers, const SizeNames& n, const std::string& from) {
+  std::int64_t sparse_layers = 0;
+  for (std::int64_t layer = 0; layer < layers; ++layer) sparse_layers += detail::is_sparse_layer(moe, layer) ? 1 : 0;
+  const auto fmt_estimate = [](std::int64_t experts, std::int64_t sparse) {
+    // In doubles: an estimate for the message, whatever the counts.
+    const double blocks = static_cast<double>(experts) * static_cast<double>(sparse);
+    char text[160];
+    std::snprintf(text, sizeof text, "about %.3g ops and %.3g tensors", blocks * kOpsPerExpert, blocks * kTensorsPerExpert);
+    return std::string(text);
+  };
+  const std::string limit = "; expected a model of at most " + std::to_string(kMaxDecoderOps) +
+                            " ops (the zoo's limit: the largest dense decoder its " + std::to_string(kMaxLayers) +
+                            "-layer cap allows; a simulation takes about 2.5 KiB of memory per op)";
+  const std::int64_t budget = kMaxDecoderOps / kOpsPerExpert;  // expert blocks in all
+  if (moe.experts > budget) {
+    throw InputError(n.experts + ": " + std::to_string(moe.experts) + " experts in one layer make " + fmt_estimate(moe.experts, 1) + from +
+                     limit);
+  }
+  if (sparse_layers > 0 && moe.experts * sparse_layers > budget) {
+    throw InputError(n.layers + ": " + std::to_string(layers) + " layers, " + std::to_string(sparse_layers) + " of them with " +
+                     std::to_string(moe.experts) + " experts, make " + fmt_estimate(moe.experts, sparse_layers) + " in the experts alone" +
+                     from + limit);
+  }
+}
+
+// After the build: the trace's FLOPs and bytes summed over its ops, and its tensors' bytes,
+// must fit in int64 too (reports and the simulator add them up). Each op's and tensor's own
+// count is checked by the builder and the Trace; a sum is refused naming the largest term.
+void check_trace_totals(const traces::Trace& trace) {
+  std::int64_t flops = 0, read = 0, written = 0, bytes = 0;
+  traces::OpIndex largest = 0;
+  for (traces::OpIndex o = 0; o < trace.ops().size(); ++o) {
+    const traces::Op& op = trace.op(o);
+    if (trace.flops(o) > trace.flops(largest)) largest = o;
+    const auto f = checked_add(flops, trace.flops(o));
+    const auto r = checked_add(read, op.bytes_read.at(trace.batch_size()));
+    const auto w = checked_add(written, op.bytes_written.at(trace.batch_size()));
+    if (!f || !r || !w) {
+      throw InputError("the model's FLOPs or bytes moved per iteration add up to more than " + std::to_string(std::numeric_limits<std::int64_t>::max()) +
+                       " (the largest op: '" + trace.op(largest).name + "', " + std::to_string(trace.flops(largest)) +
+                       " FLOPs); expected a model whose totals fit in 64 bits: a smaller batch_size, seq_len, layers or width");
+    }
+    flops = *f;
+    read = *r;
+    written = *w;
+  }
+  for (const traces::Tensor& tensor : trace.tensors()) {
+    if (tensor.view_of) continue;
+    const auto b = checked_add(bytes, tensor.bytes());
+    if (!b) {
+      throw InputError("the model's tensors add up to more than " + std::to_string(std::numeric_limits<std::int64_t>::max()) + " bytes (at '" + tensor.name +
+                       "'); expected a model whose memory fits in 64 bits: a smaller batch_size, seq_len, layers or width");
+    }
+    bytes = *b;
+  }
+}
+
+// A decoder's sizes by the names the user gave them: the config's fields, or the scenario's keys
+// where the request sets them.
+SizeNames decoder_size_names(const ModelRequest& request, const DecoderArchitecture& arch) {
+  SizeNames n;
+  const bool config = !arch.source.empty();
+  if (config) {
+    n.layers = request.layers ? "layers" : "num_hidden_layers";
+    n.hidden = request.hidden ? "hidden" : "hidden_size";
+    n.heads = request.heads ? "heads" : "num_attention_heads";
+    n.vocab = request.vocab ? "vocab" : "vocab_size";
+    n.intermediate = "intermediate_size";
+  } else if (!request.hidden) {
+    n.intermediate = "intermediate";  // Llama-2-7B's 11008
+  }
+  if (arch.family == "mixtral") {
+    n.experts = "num_local_experts";
+    n.expert_width = "intermediate_size";
+  }
+  return n;
+}
+
 // The decoder's architecture: the request's (a Hugging Face config) or Llama-2-7B's, with the
 // shape fields over it, checked.
 DecoderArchitecture resolve_decoder(const Entry& entry, const ModelRequest& request, std::int64_t& seq_len) {
@@ -287,9 +460,8 @@ DecoderArchitecture resolve_decoder(const Entry& entry, const ModelRequest& requ
                      std::to_string(arch.max_positions) + " is the longest it allows, not a training length)");
   }
   if (seq_len < 1) throw InputError("seq_len: must be >= 1, got " + std::to_string(seq_len));
-  constexpr std::int64_t kMaxLayers = 8192;  // as resolve_shape: the memory a build takes
-  if (arch.layers > kMaxLayers) {
-    throw InputError("layers: " + std::to_string(arch.layers) + " is above the zoo's limit of " + std::to_string(kMaxLayers));
+  if (arch.layers > kMaxLayers) {  // as resolve_shape: the memory a build takes
+    throw InputError("layers: " + std::to_string(arch.layers) + " is above the zoo's limit of " + std::to_string(kMaxLayers) + from);
   }
   if (arch.hidden % arch.heads != 0) {
     throw InputError("heads: " + std::to_string(arch.heads) + " heads do not divide hidden size " + std::to_string(arch.hidden) + from);
@@ -310,7 +482,10 @@ DecoderArchitecture resolve_decoder(const Entry& entry, const ModelRequest& requ
     throw InputError("seq_len: must be <= " + std::to_string(arch.max_positions) + " (max_position_embeddings of '" +
                      request.model + "'" + from + "), got " + std::to_string(seq_len));
   }
-  if (arch.moe) check_moe(*arch.moe, arch.layers, from);
+  if (arch.moe) {
+    check_moe(*arch.moe, arch.layers, from);
+    check_moe_count(*arch.moe, arch.layers, decoder_size_names(request, arch), from);
+  }
   if (arch.sliding_window && seq_len > *arch.sliding_window) {
     throw InputError("seq_len: " + std::to_string(seq_len) + " is longer than the sliding window of " +
                      std::to_string(*arch.sliding_window) + from + ", which the zoo does not model; expected at most that");
@@ -428,7 +603,15 @@ traces::Trace build_model(const ModelRequest& request) {
     reject_transformer_fields(request);
     reject_bert_fields(request);
     if (request.routing) throw InputError("moe: routing options apply to mixture-of-experts decoders; model '" + request.model + "' is a CNN");
-    return nb.finish(entry.cnn(nb), std::move(metadata));
+    // A CNN's shape is fixed: only the batch can make a count overflow (the builder checks each).
+    try {
+      traces::Trace trace = nb.finish(entry.cnn(nb), std::move(metadata));
+      check_trace_totals(trace);
+      return trace;
+    } catch (const InputError& e) {
+      throw InputError("batch_size: " + std::to_string(request.batch_size) + " is too large for '" + request.model + "' (" + e.what() +
+                       "); expected a batch whose sizes and FLOPs fit in 64 bits");
+    }
   }
   if (entry.family == Family::decoder) {
     reject_bert_fields(request);
@@ -441,6 +624,11 @@ traces::Trace build_model(const ModelRequest& request) {
       throw InputError("attention: fused-softmax (Megatron-LM's core) is not written for '" + request.model +
                        "'; expected eager, flash (sdpa-flash) or sdpa-mem-efficient");
     }
+    const SizeNames names = decoder_size_names(request, arch);
+    const std::string from = arch.source.empty() ? "" : " (" + arch.source + ")";
+    // No learned position table: the rotary tables have seq_len rows.
+    check_transformer_sizes(request.batch_size, seq_len, arch.hidden, arch.intermediate, arch.vocab, seq_len, names, from);
+    if (arch.moe) check_moe_sizes(*arch.moe, request.batch_size, seq_len, arch.hidden, names, from);
     std::vector<std::int64_t> expert_tokens;
     if (arch.moe) {
       expert_tokens = routed_tokens(*arch.moe, request.routing.value_or(ExpertRouting{}), seq_len);
@@ -460,7 +648,9 @@ traces::Trace build_model(const ModelRequest& request) {
     metadata["seq_len"] = std::to_string(seq_len);
     metadata["vocab"] = std::to_string(arch.vocab);
     if (!arch.source.empty()) metadata["hf_config"] = arch.source;
-    return nb.finish(loss, std::move(metadata));
+    traces::Trace trace = nb.finish(loss, std::move(metadata));
+    check_trace_totals(trace);
+    return trace;
   }
   if (request.decoder) {
     throw InputError("decoder: a Hugging Face decoder architecture applies to model 'llama' only, not '" + request.model + "'");
@@ -469,6 +659,8 @@ traces::Trace build_model(const ModelRequest& request) {
     throw InputError("moe: routing options apply to model 'llama' with mixture-of-experts layers only, not '" + request.model + "'");
   }
   const TransformerShape shape = resolve_shape(entry, request);
+  const std::int64_t mlp_width = SizeProduct("the MLP width", 4, "").by(shape.hidden, "hidden").value();
+  check_transformer_sizes(request.batch_size, shape.seq_len, shape.hidden, mlp_width, shape.vocab, shape.max_positions, SizeNames{}, "");
   const Attention attention = request.attention.value_or(Attention::fused_softmax);
   if (attention == Attention::sdpa_mem_efficient) {
     throw InputError("attention: sdpa-mem-efficient is written for model 'llama' only; '" + request.model +
@@ -494,7 +686,9 @@ traces::Trace build_model(const ModelRequest& request) {
   metadata["heads"] = std::to_string(shape.heads);
   metadata["seq_len"] = std::to_string(shape.seq_len);
   metadata["vocab"] = std::to_string(shape.vocab);
-  return nb.finish(loss, std::move(metadata));
+  traces::Trace trace = nb.finish(loss, std::move(metadata));
+  check_trace_totals(trace);
+  return trace;
 }
 
 }  // namespace comptrain::zoo

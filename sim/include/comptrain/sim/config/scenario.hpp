@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -50,6 +51,11 @@ struct Scenario {
   // Exactly one of the two: a zoo model (with its precision and optimizer) or a trace file
   // (path resolved against the scenario's directory).
   std::optional<zoo::ModelSpec> zoo_model;
+  // Where the zoo model's keys are, for the errors found when it is built (run/run.cpp): key ->
+  // "FILE:LINE:COLUMN: ". "" is the model's own key (hf_config, or zoo); the others are the model
+  // section's keys that were given (layers, hidden, heads, seq_len, vocab, moe, ...). Empty for a
+  // scenario made in code.
+  std::map<std::string, std::string> model_locations;
   std::optional<std::filesystem::path> trace_file;
   // training.batch_size, the one home of the batch size: unset means the trace file's own
   // batch, or 1 for a zoo model. The run layer (sim/run.hpp) builds or rescales the trace to it.

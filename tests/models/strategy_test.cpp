@@ -377,7 +377,9 @@ TEST(Rules, ErrorsNameTheRulesLocationWhenItHasOne) {
   pageable.location = "s.yaml:7:7: strategy.rules[1]";
   // The test platform gives no host_link.pageable_bandwidth: found while the schedule is built,
   // for rule 1 (rule 0 selects nothing: every activation of the tiny trace is below 1 MiB).
-  const std::string built = input_error_of([&] { return build_schedule(trace, time_model(), spec("s", {compress_rule(codec(2), TensorSelector{.min_bytes = 1 << 20}), pageable})); });
+  TensorSelector large;
+  large.min_bytes = 1 << 20;
+  const std::string built = input_error_of([&] { return build_schedule(trace, time_model(), spec("s", {compress_rule(codec(2), large), pageable})); });
   EXPECT_EQ(built.rfind("s.yaml:7:7: strategy.rules[1]: offload host_memory pageable needs the platform's host_link.pageable_bandwidth", 0), 0u) << built;
   // Found by validate_strategy: the location, and the source is not repeated.
   StrategyRule bad = offload_rule(0);

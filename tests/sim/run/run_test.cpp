@@ -82,8 +82,8 @@ TEST(Run, PlatformChecksAtPreparationNameTheKeysLine) {
               ::testing::StartsWith("s.yaml:4:22: parallelism.nodes: 141 node(s) on platform 'dgx-a100-superpod'"));
   // gpus_per_node within the scenario's platform, beyond the one that replaced it.
   Scenario replaced = scenario(head + "platform: dgx-a100-superpod\nparallelism:\n  nodes: 1\n  gpus_per_node: 8\n");
-  set_platform(replaced, models::builtin_platform("a100-40gb"));
-  EXPECT_THAT(preparation_error(replaced), ::testing::StartsWith("s.yaml:6:18: parallelism.gpus_per_node: 8 GPUs per node on platform 'a100-40gb'"));
+  set_platform(replaced, models::builtin_platform("perlmutter-gpu"));  // 4 GPUs per node
+  EXPECT_THAT(preparation_error(replaced), ::testing::StartsWith("s.yaml:6:18: parallelism.gpus_per_node: 8 GPUs per node on platform 'perlmutter-gpu'"));
   EXPECT_THAT(preparation_error(scenario(head + "platform: perlmutter-gpu\ndata: {bytes_per_sample: 110 KB, decode_per_sample: 4 ms, from: local}\n")),
               ::testing::StartsWith("s.yaml:4:65: data.from: the platform 'perlmutter-gpu' has no storage.local; expected"));
   EXPECT_THAT(preparation_error(scenario(head + "platform: perlmutter-gpu\ncheckpoint:\n  every: 10\n  to: local\n")),

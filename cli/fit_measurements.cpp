@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <system_error>
 
 #include "comptrain/sim/studies/platform_fit.hpp"
 #include "comptrain/support/atomic_file.hpp"
@@ -59,6 +60,14 @@ int run_fit_measurements(const FitMeasurementsArgs& args, const CLI::App& comman
     }
   }
   options.holdout = args.holdout;
+  // The platform is named after the output file, and written to it: a directory ("outdir/", "/",
+  // an existing "outdir") gives neither, and found after the fit it cost the whole fit and read
+  // as an internal document's "'name' must be a non-empty string".
+  if (!is_standard_output(output)) {
+    if (!std::filesystem::path(output).has_filename()) throw InputError("-o " + output + ": expected a file name (the platform is named after it)");
+    std::error_code error;
+    if (std::filesystem::is_directory(output, error)) throw InputError("-o " + output + ": it is a directory; expected a file name (the platform is named after it)");
+  }
   options.output_name = !name.empty() ? name : is_standard_output(output) ? "fitted" : std::filesystem::path(output).stem().string();
   // An unwritable output fails now, not after the simulations.
   if (!is_standard_output(output)) {

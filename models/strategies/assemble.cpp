@@ -326,7 +326,7 @@ class Assembler {
         if (o.host_memory == OffloadAction::HostMemory::pageable) {
           const double rate = a_.time_model->platform().host_link.pageable_bandwidth;
           if (!(rate > 0)) {
-            throw InputError("strategy '" + spec_.name + "' rule " + std::to_string(plan_.rule[s]) + ": offload host_memory pageable needs the platform's "
+            throw InputError(rule_context(spec_, plan_.rule[s]) + "offload host_memory pageable needs the platform's "
                              "host_link.pageable_bandwidth, which platform '" + a_.time_model->platform().name +
                              "' does not give; expected a platform that gives it (comptrain calibrate on the GPU measures it) or host_memory: pinned");
           }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "comptrain/models/gradient_error.hpp"
 #include "comptrain/models/module_pattern.hpp"
@@ -15,9 +16,9 @@ namespace comptrain::models {
 
 namespace {
 
-void check_rule(const StrategySpec& spec, std::size_t index) {
+void check_rule(const StrategySpec& spec, std::size_t index, std::string_view source) {
   const StrategyRule& rule = spec.rules[index];
-  const std::string where = "strategy '" + spec.name + "' rule " + std::to_string(index) + ": ";
+  const std::string where = rule_context(spec, index, source);
   if (rule.select.min_bytes < 0) throw InputError(where + "min_bytes must be >= 0");
   for (const std::string& pattern : rule.select.modules) {
     try {
@@ -103,8 +104,15 @@ void check_rule(const StrategySpec& spec, std::size_t index) {
 
 }  // namespace
 
-void validate_strategy(const StrategySpec& strategy) {
-  for (std::size_t r = 0; r < strategy.rules.size(); ++r) check_rule(strategy, r);
+std::string rule_context(const StrategySpec& strategy, std::size_t rule, std::string_view source) {
+  const std::string& location = strategy.rules.at(rule).location;
+  // A location names its own file; the source is for rules built in code.
+  if (!location.empty()) return location + ": ";
+  return (source.empty() ? std::string() : std::string(source) + ": ") + "strategy '" + strategy.name + "' rule " + std::to_string(rule) + ": ";
+}
+
+void validate_strategy(const StrategySpec& strategy, std::string_view source) {
+  for (std::size_t r = 0; r < strategy.rules.size(); ++r) check_rule(strategy, r, source);
 }
 
 }  // namespace comptrain::models

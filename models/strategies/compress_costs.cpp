@@ -54,7 +54,7 @@ std::string uncovered_reason(const Trace& trace, const StorageGradientModel& m) 
 StorageBound storage_bound(const Trace& trace, const StorageInfo& info, const StrategySpec& spec, std::size_t rule, TensorIndex s,
                            const traces::ValueFeatures& values) {
   const CompressAction& c = *spec.rules[rule].compress();
-  const std::string where = "strategy '" + spec.name + "' rule " + std::to_string(rule) + ": ";
+  const std::string where = rule_context(spec, rule);
   StorageBound b;
   if (c.ratio || !c.profile) {  // explicit numbers: no bound picks anything
     b.relative = c.error_bound;
@@ -136,7 +136,7 @@ bool uses_values(const CompressAction& c, const traces::ValueFeatures& values) {
 void check_ranges(const Trace& trace, const StrategySpec& spec, std::size_t rule, TensorIndex s, const traces::ValueFeatures& values) {
   const CompressAction& c = *spec.rules[rule].compress();
   if (c.error_bound_mode != ErrorBoundMode::abs || !c.profile || c.ratio || values.range) return;
-  throw InputError("strategy '" + spec.name + "' rule " + std::to_string(rule) + ": error_bound_mode abs needs the value range of every tensor it compresses, and '" +
+  throw InputError(rule_context(spec, rule) + "error_bound_mode abs needs the value range of every tensor it compresses, and '" +
                    trace.tensor(s).name + "' has none in the trace (values.range, traces/FORMAT.md; comptrain_capture.py writes it); use a relative bound (error_bound_mode rel) for traces without values");
 }
 
@@ -168,7 +168,7 @@ double codec_seconds(const StrategySpec& spec, std::size_t rule, const CompressA
       t.bandwidth >= platform_limits::bandwidth.min && std::isfinite(seconds) && seconds >= 0) {
     return seconds;
   }
-  throw InputError("strategy '" + spec.name + "' rule " + std::to_string(rule) + ": " + (compress ? "compressing '" : "decompressing '") +
+  throw InputError(rule_context(spec, rule) + (compress ? "compressing '" : "decompressing '") +
                    tensor + "' (" + std::to_string(bytes) + " B) takes " + short_number(seconds) + " s from a latency of " +
                    short_number(t.latency) + " s and a bandwidth of " + short_number(t.bandwidth) + " bytes/s" +
                    (c.profile ? " (profile '" + c.profile->name + "', codec '" + c.codec + "', unless given in the rule)" : "") +
@@ -181,7 +181,7 @@ double codec_seconds(const StrategySpec& spec, std::size_t rule, const CompressA
 std::int64_t compressed_bytes(const StrategySpec& spec, std::size_t rule, const std::string& tensor, std::int64_t bytes, double ratio) {
   const double compressed = std::ceil(static_cast<double>(bytes) / ratio);
   if (compressed >= 0 && compressed < 9223372036854775808.0) return static_cast<std::int64_t>(compressed);
-  throw InputError("strategy '" + spec.name + "' rule " + std::to_string(rule) + ": compressing '" + tensor + "' (" + std::to_string(bytes) +
+  throw InputError(rule_context(spec, rule) + "compressing '" + tensor + "' (" + std::to_string(bytes) +
                    " B) at a ratio of " + short_number(ratio) + " gives " + short_number(compressed) +
                    " B; expected a finite compression ratio > 0");
 }

@@ -43,6 +43,7 @@ class StrategyReader : public yaml::Reader {
         throw InputError(where(node.Mark()) + "unknown strategy '" + spec.name +
                          "'; expected baseline, offload, recompute, or a mapping with name and rules");
       }
+      rule.location = where(node.Mark()) + field;
       spec.rules.push_back(rule);
       return spec;
     }
@@ -62,6 +63,8 @@ class StrategyReader : public yaml::Reader {
     if (!node.IsMap()) throw InputError(where(node.Mark()) + "'" + field + "' must be a mapping with select and one of offload, recompute, compress");
     check_keys(node, field, {"select", "offload", "recompute", "compress"});
     StrategyRule rule;
+    // "SOURCE:LINE:COLUMN: FIELD", for the errors found once a trace meets the rule (rule_context).
+    rule.location = where(node.Mark()) + field;
     const int actions = (node["offload"] ? 1 : 0) + (node["recompute"] ? 1 : 0) + (node["compress"] ? 1 : 0);
     if (actions != 1) throw InputError(where(node.Mark()) + "'" + field + "' needs exactly one of offload, recompute, compress");
     if (const YAML::Node select = node["select"]) rule.select = read_selector(select, field + ".select");

@@ -153,5 +153,24 @@ TEST(StrategyYaml, HybridExportShapesRoundTrip) {
   expect_round_trip(spec, fs::path(COMPTRAIN_SCENARIO_DIR), "", "hybrid export");
 }
 
+// Each rule keeps where it was written, for the errors found once a trace meets it
+// (rule_context); the shorthand's one rule is the name's position.
+TEST(StrategyYaml, EveryRuleKeepsItsPosition) {
+  const std::string yaml =
+      "strategy:\n"
+      "  name: s\n"
+      "  rules:\n"
+      "    - {offload: {host_memory: pageable}}\n"
+      "    - recompute: {mode: sqrt_n}\n";
+  const StrategySpec spec = read_strategy(YAML::Load(yaml)["strategy"], "s.yaml", "strategy", ".", "");
+  ASSERT_EQ(spec.rules.size(), 2u);
+  EXPECT_EQ(spec.rules[0].location, "s.yaml:4:7: strategy.rules[0]");
+  EXPECT_EQ(spec.rules[1].location, "s.yaml:5:7: strategy.rules[1]");
+  EXPECT_EQ(rule_context(spec, 1), "s.yaml:5:7: strategy.rules[1]: ");
+  const StrategySpec shorthand = read_strategy(YAML::Load("strategies: [baseline, offload]")["strategies"][1], "p.yaml", "plan.strategies[1]", ".", "");
+  ASSERT_EQ(shorthand.rules.size(), 1u);
+  EXPECT_EQ(shorthand.rules[0].location, "p.yaml:1:24: plan.strategies[1]");
+}
+
 }  // namespace
 }  // namespace comptrain::models

@@ -25,6 +25,7 @@ DataSpec ScenarioReader::read_data(const YAML::Node& node) const {
   data.workers_per_gpu = small_count("workers_per_gpu", 1);
   data.prefetch_factor = small_count("prefetch_factor", 2);
   if (const YAML::Node from = node["from"]) data.from = storage_tier(from, "data.from");
+  data.from_position = position_of(node["from"] ? node["from"].Mark() : node.Mark());
   return data;
 }
 
@@ -58,6 +59,8 @@ CheckpointSpec ScenarioReader::read_checkpoint(const YAML::Node& node) const {
     throw InputError(where(node["host_cache"].Mark()) + "'checkpoint.host_cache' is for mode: async; a sync checkpoint has no host cache");
   }
   if (const YAML::Node to = node["to"]) spec.to = storage_tier(to, "checkpoint.to");
+  spec.to_position = position_of(node["to"] ? node["to"].Mark() : node.Mark());
+  spec.mode_position = position_of(node["mode"] ? node["mode"].Mark() : node.Mark());
   if (const YAML::Node wait = node["wait"]) {
     const std::string text = scalar(wait, "checkpoint.wait");
     const auto parsed = parse_checkpoint_wait(text);

@@ -34,6 +34,8 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
                      std::to_string(p.gpus_per_node) + " but platform '" + platform->name + "' has " + std::to_string(platform->gpus_per_node) +
                      " GPUs per node; expected at most that");
   }
+  p.nodes_position = position_of(node["nodes"] ? node["nodes"].Mark() : node.Mark());
+  p.gpus_per_node_position = position_of(node["gpus_per_node"] ? node["gpus_per_node"].Mark() : node.Mark());
   p.data.ranks = p.nodes * p.gpus_per_node;
   const YAML::Node ddp = node["ddp"];
   const YAML::Node zero = node["zero"];

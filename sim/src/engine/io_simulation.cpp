@@ -37,23 +37,25 @@ std::string_view to_string(IterationBound bound) {
 
 void check_io_inputs(const IoInputs& inputs, std::string_view source) {
   const auto& storage = inputs.platform.storage;
-  const auto need = [&](StorageTier tier, std::string_view section) {
+  // Where the field was written when the reader kept it, else the caller's name for the inputs.
+  const auto at = [&](const std::string& position) { return position.empty() ? source : std::string_view(position); };
+  const auto need = [&](StorageTier tier, std::string_view section, const std::string& position) {
     const bool present = storage && (tier == StorageTier::shared ? storage->shared.has_value() : storage->local.has_value());
     if (!present) {
       throw InputError(fmt::format("{}: {}: the platform '{}' has no storage.{}; expected a platform with a `storage: {{{}: ...}}` section "
                                    "(scenarios/platforms/README.md, \"Storage\")",
-                                   source, section, inputs.platform.name, to_string(tier), to_string(tier)));
+                                   at(position), section, inputs.platform.name, to_string(tier), to_string(tier)));
     }
   };
-  if (inputs.data) need(inputs.data->from, "data.from");
+  if (inputs.data) need(inputs.data->from, "data.from", inputs.data->from_position);
   if (inputs.checkpoint) {
-    need(inputs.checkpoint->to, "checkpoint.to");
+    need(inputs.checkpoint->to, "checkpoint.to", inputs.checkpoint->to_position);
     const CheckpointSpec& c = *inputs.checkpoint;
     if (c.mode == CheckpointMode::sync && !(inputs.platform.host.torch_save_bandwidth > 0)) {
       throw InputError(fmt::format("{}: checkpoint.mode: sync: the platform '{}' has no host.torch_save_bandwidth; expected the rate one "
                                    "process's torch.save reaches on the host, which bounds a synchronous checkpoint "
                                    "(scenarios/platforms/README.md, \"Storage\")",
-                                   source, inputs.platform.name));
+                                   at(c.mode_position), inputs.platform.name));
     }
     if (c.mode == CheckpointMode::async && c.host_cache_bytes > 0 && c.host_cache_bytes < c.chunk_bytes) {
       throw InputError(fmt::format("{}: checkpoint.host_cache ({} bytes) is smaller than checkpoint.chunk ({} bytes); expected a cache "

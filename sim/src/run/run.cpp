@@ -50,11 +50,7 @@ PreparedScenario::PreparedScenario(Scenario scenario)
   } else {
     batch_size_ = scenario_.batch_size.value_or(1);
   }
-  try {
-    models::validate_strategy(scenario_.strategy);
-  } catch (const InputError& e) {
-    throw InputError(scenario_.source + ": " + e.what());
-  }
+  models::validate_strategy(scenario_.strategy, scenario_.source);
   if (scenario_.data || scenario_.checkpoint) {
     IoInputs io;
     io.platform = require_platform(scenario_);
@@ -62,11 +58,16 @@ PreparedScenario::PreparedScenario(Scenario scenario)
     io.checkpoint = scenario_.checkpoint;
     check_io_inputs(io, scenario_.source);
   }
-  // A cluster shape the platform does not have is the scenario's error, found before any run.
+  // A cluster shape the platform does not have is the scenario's error, found before any run, at
+  // the line of the count that is too large (the platform may have come from --platform since).
   try {
     check_cluster_shape(require_platform(scenario_), cluster_shape());
   } catch (const InputError& e) {
-    throw InputError(scenario_.source + ": parallelism: " + e.what());
+    if (!scenario_.parallelism) throw InputError(scenario_.source + ": parallelism: " + e.what());
+    const ParallelismSection& p = *scenario_.parallelism;
+    const bool nodes = p.nodes > require_platform(scenario_).max_nodes();
+    const std::string& position = nodes ? p.nodes_position : p.gpus_per_node_position;
+    throw InputError((position.empty() ? scenario_.source : position) + (nodes ? ": parallelism.nodes: " : ": parallelism.gpus_per_node: ") + e.what());
   }
 }
 

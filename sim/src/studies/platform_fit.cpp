@@ -23,6 +23,7 @@
 #include "comptrain/sim/studies/prediction.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/input_error.hpp"
+#include "comptrain/support/json_excerpt.hpp"
 #include "comptrain/support/yaml_errors.hpp"
 
 namespace comptrain::sim {
@@ -76,16 +77,19 @@ MeasurementSet read_measurements(const YAML::Node& root, std::string_view source
     m.line = item.Mark().line + 1;
     const YAML::Node scenario = item["scenario"];
     if (!scenario) throw InputError(where(item) + "missing key 'scenario' in " + name + "; expected a scenario file relative to this file");
-    if (!scenario.IsScalar() || scenario.Scalar().empty()) {
-      throw InputError(where(scenario) + "'" + name + ".scenario' must be a scenario file (a path relative to this file)");
+    // At most PATH_MAX (4096 bytes on Linux): no longer path opens, and every later message
+    // about the measurement shows it.
+    constexpr std::size_t kMaxPath = 4096;
+    if (!scenario.IsScalar() || scenario.Scalar().empty() || scenario.Scalar().size() > kMaxPath) {
+      throw InputError(where(scenario) + "'" + name + ".scenario' must be a scenario file (a path relative to this file, at most 4096 bytes)");
     }
     m.scenario = base_dir / scenario.Scalar();
     const YAML::Node rate = item["samples_per_second"];
     if (!rate) throw InputError(where(item) + "missing key 'samples_per_second' in " + name + "; expected the measured training throughput");
     double value = 0;
     if (!rate.IsScalar() || !YAML::convert<double>::decode(rate, value) || !std::isfinite(value) || value <= 0) {
-      throw InputError(where(rate) + "'" + name + ".samples_per_second' is '" + (rate.IsScalar() ? rate.Scalar() : "a collection") +
-                       "'; expected a positive number (training samples per second, at the scenario's batch size)");
+      throw InputError(where(rate) + "'" + name + ".samples_per_second' is " + (rate.IsScalar() ? json_excerpt(rate.Scalar()) : "a collection") +
+                       "; expected a positive number (training samples per second, at the scenario's batch size)");
     }
     m.samples_per_second = value;
     set.measurements.push_back(std::move(m));

@@ -26,11 +26,29 @@
 #include "comptrain/sim/config/scenario.hpp"
 #include "comptrain/sim/runtime/workers.hpp"
 #include "comptrain/support/input_error.hpp"
+#include "comptrain/support/json_excerpt.hpp"
 
 namespace comptrain::sim {
 namespace {
 
 using nlohmann::json;
+
+// Published figures are positive numbers in the metric's unit (bytes, samples/s, x, W, GB/s, s),
+// from 1e-9 to 1e18: the smallest real figure in the table is 0.42 samples/s and the largest
+// 8.8e10 bytes; a throughput of one sample in 31 years is 3e-8 samples/s and 1e18 bytes (1 EB) is
+// beyond any GPU's memory and any rate. The bound keeps predicted / published - 1 finite: a
+// denormal such as 5e-324 made every error, and the summary's median, infinite (null in JSON).
+constexpr double kMinPublished = 1e-9;
+constexpr double kMaxPublished = 1e18;
+
+// Text from the table (a field's name, an id) as a message shows it: at most
+// kJsonExcerptChars bytes (support/json_excerpt.hpp), cut at a UTF-8 character's start.
+std::string excerpt(const std::string& text) {
+  if (text.size() <= kJsonExcerptChars) return text;
+  std::size_t end = kJsonExcerptChars - 3;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
+  return text.substr(0, end) + "...";
+}
 
 constexpr std::array kMetrics{ValidationMetric::throughput_samples_per_s, ValidationMetric::peak_mem_bytes,
                               ValidationMetric::memory_reduction_x, ValidationMetric::slowdown_x, ValidationMetric::max_batch,
@@ -47,6 +65,7 @@ class PointReader {
   PointReader(const json& object, std::string where) : object_(object), where_(std::move(where)) {}
 
   [[noreturn]] void fail(const std::string& what) const { throw InputError(where_ + ": " + what); }
+  const std::string& where() const { return where_; }
 
   const json* find(const char* key) const {
     const auto it = object_.find(key);
@@ -59,25 +78,27 @@ class PointReader {
       return {};
     }
     if (!value->is_string() || value->get_ref<const std::string&>().empty()) {
-      fail(fmt::format("field '{}': found {}; expected a non-empty string", key, value->dump()));
+      fail(fmt::format("field '{}': found {}; expected a non-empty string", key, json_excerpt(*value)));
     }
     return value->get<std::string>();
   }
-  std::optional<double> number(const char* key, bool required) const {
+  // A published figure: a number from kMinPublished to kMaxPublished.
+  std::optional<double> figure(const char* key, bool required) const {
     const json* value = find(key);
+    const std::string expected = fmt::format("a positive number from {:g} to {:g} in the metric's unit", kMinPublished, kMaxPublished);
     if (!value) {
-      if (required) fail(fmt::format("missing field '{}'; expected a positive number", key));
+      if (required) fail(fmt::format("missing field '{}'; expected {}", key, expected));
       return std::nullopt;
     }
-    if (!value->is_number() || !(value->get<double>() > 0) || !std::isfinite(value->get<double>())) {
-      fail(fmt::format("field '{}': found {}; expected a positive number", key, value->dump()));
+    if (!value->is_number() || !(value->get<double>() >= kMinPublished && value->get<double>() <= kMaxPublished)) {
+      fail(fmt::format("field '{}': found {}; expected {}", key, json_excerpt(*value), expected));
     }
     return value->get<double>();
   }
   bool flag(const char* key) const {
     const json* value = find(key);
     if (!value) return false;
-    if (!value->is_boolean()) fail(fmt::format("field '{}': found {}; expected true or false", key, value->dump()));
+    if (!value->is_boolean()) fail(fmt::format("field '{}': found {}; expected true or false", key, json_excerpt(*value)));
     return value->get<bool>();
   }
 
@@ -105,7 +126,7 @@ CollectivePoint read_collective(const PointReader& in, const std::filesystem::pa
   const auto count = [&](const char* key, std::int64_t max) {
     const json* value = in.find(key);
     if (!value || !value->is_number_integer() || value->get<std::int64_t>() < 1 || value->get<std::int64_t>() > max) {
-      in.fail(fmt::format("field '{}': found {}; expected an integer from 1 to {}", key, value ? value->dump() : "nothing", max));
+      in.fail(fmt::format("field '{}': found {}; expected an integer from 1 to {}", key, value ? json_excerpt(*value) : "nothing", max));
     }
     return value->get<std::int64_t>();
   };
@@ -120,7 +141,7 @@ CollectivePoint read_collective(const PointReader& in, const std::filesystem::pa
       found = true;
     }
   }
-  if (!found) in.fail(fmt::format("field 'collective': found \"{}\"; expected all_reduce, reduce_scatter or all_gather", kind));
+  if (!found) in.fail(fmt::format("field 'collective': found {}; expected all_reduce, reduce_scatter or all_gather", json_excerpt(kind)));
   return c;
 }
 
@@ -136,7 +157,7 @@ CheckpointPoint read_checkpoint_point(const PointReader& in, const std::filesyst
   }
   const auto integer = [&](const json* value, const std::string& key, std::int64_t max) {
     if (!value || !value->is_number_integer() || value->get<std::int64_t>() < 1 || value->get<std::int64_t>() > max) {
-      in.fail(fmt::format("field '{}': found {}; expected an integer from 1 to {}", key, value ? value->dump() : "nothing", max));
+      in.fail(fmt::format("field '{}': found {}; expected an integer from 1 to {}", key, value ? json_excerpt(*value) : "nothing", max));
     }
     return value->get<std::int64_t>();
   };
@@ -147,7 +168,7 @@ CheckpointPoint read_checkpoint_point(const PointReader& in, const std::filesyst
   for (const auto& [key, value] : object->items()) {
     constexpr std::array kKeys{"bytes_per_gpu", "forward_backward_seconds", "update_seconds", "mode", "every", "host_cache_bytes", "chunk_bytes", "to",
                                "wait"};
-    if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end()) in.fail(fmt::format("field 'checkpoint.{}': unknown", key));
+    if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end()) in.fail(fmt::format("field 'checkpoint.{}': unknown", excerpt(key)));
   }
   const auto seconds = [&](const char* key) {
     const auto it = object->find(key);
@@ -180,6 +201,12 @@ CheckpointPoint read_checkpoint_point(const PointReader& in, const std::filesyst
     if (c.checkpoint.mode == CheckpointMode::sync) in.fail("field 'checkpoint.wait': given for mode sync; expected it only with mode async");
     c.checkpoint.wait = *parsed;
   }
+  // The platform's storage tier and torch.save rate, checked now, at the point's line, rather
+  // than in the worker that simulates it.
+  IoInputs io;
+  io.platform = c.platform;
+  io.checkpoint = c.checkpoint;
+  check_io_inputs(io, in.where());
   return c;
 }
 
@@ -190,7 +217,7 @@ ValidationPoint read_point(const json& object, const std::string& where, const s
     if (std::find(kFields.begin(), kFields.end(), key) == kFields.end()) {
       std::string valid;
       for (const char* field : kFields) valid += (valid.empty() ? "" : ", ") + std::string(field);
-      in.fail(fmt::format("unknown field '{}'; expected one of: {}", key, valid));
+      in.fail(fmt::format("unknown field '{}'; expected one of: {}", excerpt(key), valid));
     }
   }
   ValidationPoint p;
@@ -199,10 +226,10 @@ ValidationPoint read_point(const json& object, const std::string& where, const s
   const std::string metric = in.text("metric", true);
   const auto known = std::find_if(kMetrics.begin(), kMetrics.end(), [&](ValidationMetric m) { return metric_name(m) == metric; });
   if (known == kMetrics.end()) {
-    in.fail(fmt::format("field 'metric': found \"{}\"; expected throughput_samples_per_s, peak_mem_bytes, memory_reduction_x, "
+    in.fail(fmt::format("field 'metric': found {}; expected throughput_samples_per_s, peak_mem_bytes, memory_reduction_x, "
                         "slowdown_x, max_batch, bus_bandwidth, average_power_watts, energy_ratio_x, checkpoint_throughput or "
                         "checkpoint_iteration_seconds",
-                        metric));
+                        json_excerpt(metric)));
   }
   p.metric = *known;
   // A collective's bandwidth has no model, precision or batch: its setup is read below. Nor has a
@@ -215,12 +242,12 @@ ValidationPoint read_point(const json& object, const std::string& where, const s
   p.precision = in.text("precision", !collective);
   constexpr std::array kPrecisions{"fp32", "tf32", "amp", "amp-fp16", "amp-bf16", "fp16", "bf16", "mixed"};
   if (!p.precision.empty() && std::find(kPrecisions.begin(), kPrecisions.end(), p.precision) == kPrecisions.end()) {
-    in.fail(fmt::format("field 'precision': found \"{}\"; expected fp32, tf32, amp, amp-fp16, amp-bf16, fp16, bf16 or mixed", p.precision));
+    in.fail(fmt::format("field 'precision': found {}; expected fp32, tf32, amp, amp-fp16, amp-bf16, fp16, bf16 or mixed", json_excerpt(p.precision)));
   }
   const json* batch = in.find("batch");
   if (batch || !(collective || checkpoint)) {
     if (!batch || !batch->is_number_integer() || batch->get<std::int64_t>() < 1) {
-      in.fail(fmt::format("field 'batch': found {}; expected a positive integer", batch ? batch->dump() : "nothing"));
+      in.fail(fmt::format("field 'batch': found {}; expected a positive integer", batch ? json_excerpt(*batch) : "nothing"));
     }
     p.batch = batch->get<std::int64_t>();
   }
@@ -238,9 +265,9 @@ ValidationPoint read_point(const json& object, const std::string& where, const s
   if (!measured_as.empty()) {
     const auto m = std::find_if(kMeasuredAs.begin(), kMeasuredAs.end(), [&](MeasuredAs x) { return to_string(x) == measured_as; });
     if (m == kMeasuredAs.end()) {
-      in.fail(fmt::format("field 'measured_as': found \"{}\"; expected max_memory_allocated, max_memory_reserved, nvidia-smi, first_oom or "
+      in.fail(fmt::format("field 'measured_as': found {}; expected max_memory_allocated, max_memory_reserved, nvidia-smi, first_oom or "
                           "tensor_bytes",
-                          measured_as));
+                          json_excerpt(measured_as)));
     }
     p.measured_as = *m;
   }
@@ -248,10 +275,10 @@ ValidationPoint read_point(const json& object, const std::string& where, const s
       (p.measured_as == MeasuredAs::unspecified || p.measured_as == MeasuredAs::first_oom)) {
     in.fail(fmt::format("field 'measured_as': {}; expected how the {} figure was measured: max_memory_allocated, max_memory_reserved, "
                         "nvidia-smi or tensor_bytes",
-                        measured_as.empty() ? "missing" : "found \"" + measured_as + "\"", metric));
+                        measured_as.empty() ? "missing" : "found " + json_excerpt(measured_as), metric));
   }
-  p.published = *in.number("published", true);
-  p.published_upper = in.number("published_upper", false);
+  p.published = *in.figure("published", true);
+  p.published_upper = in.figure("published_upper", false);
   if (p.published_upper && *p.published_upper < p.published) {
     in.fail(fmt::format("field 'published_upper': found {:g}, below published {:g}; expected the range's upper end", *p.published_upper,
                         p.published));
@@ -281,7 +308,9 @@ ValidationPoint read_point(const json& object, const std::string& where, const s
     if (file.empty()) continue;
     *target = base_dir / file;
     if (!std::filesystem::is_regular_file(*target)) {
-      in.fail(fmt::format("field '{}': {} is not a file; expected a scenario relative to the table", name, target->string()));
+      // The path as resolved, unless the table's text is too long to show whole.
+      in.fail(fmt::format("field '{}': {} is not a file; expected a scenario relative to the table", name,
+                          file.size() > kJsonExcerptChars ? json_excerpt(file) : target->string()));
     }
   }
   return p;
@@ -484,7 +513,7 @@ ValidationTable parse_validation_table(std::string_view text, std::string_view s
     }
     ValidationPoint point = read_point(object, where, base_dir);
     point.line = number;
-    if (!ids.insert(point.id).second) throw InputError(fmt::format("{}: duplicate id '{}'; expected each point once", where, point.id));
+    if (!ids.insert(point.id).second) throw InputError(fmt::format("{}: duplicate id '{}'; expected each point once", where, excerpt(point.id)));
     table.points.push_back(std::move(point));
   }
   if (table.points.empty()) throw InputError(fmt::format("{}: no points; expected one JSON object per line", source));
@@ -559,7 +588,14 @@ std::vector<ValidationResult> validate(const ValidationTable& table, const Valid
     const Prediction prediction = wire::decode<Prediction>(outcome.text);
     if (prediction.value) {
       r.predicted = *prediction.value;
-      r.error = relative_error(*r.predicted, r.point.published, r.point.published_upper);
+      const double error = relative_error(*r.predicted, r.point.published, r.point.published_upper);
+      // Published figures are bounded (kMinPublished), so only an absurd prediction overflows:
+      // a point without an error then, never an infinite one in the table and its summary.
+      if (std::isfinite(error)) {
+        r.error = error;
+      } else {
+        r.why_none = fmt::format("the error of {:g} against {:g} is not finite", *r.predicted, r.point.published);
+      }
     } else {
       r.why_none = prediction.why_none;
     }

@@ -1,5 +1,6 @@
 // The run layer: a scenario prepared once gives the trace, the schedule and the replay at any
 // batch; the batch size has one home; a strategy that does not apply is a result.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <variant>
@@ -58,8 +59,40 @@ TEST(Run, ScenariosThatCannotRunAreInputErrorsAtPreparation) {
     PreparedScenario prepared(bad);
     FAIL() << "expected an InputError";
   } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()), "s.yaml: strategy 'offload' rule 0: offload lookahead must be >= 1");
+    EXPECT_EQ(std::string(e.what()), "s.yaml:3:11: strategy: offload lookahead must be >= 1");
   }
+}
+
+// The message of the InputError preparing `s` throws, or "no error".
+std::string preparation_error(const Scenario& s) {
+  try {
+    PreparedScenario prepared(s);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+// What is checked against the platform when the scenario is prepared (the platform may have come
+// from --platform since it was read) names the line of the key that is wrong (shared/defects-2/21:
+// "s.yaml: parallelism: 141 node(s) ...", "s.yaml: data.from: ..." named no line).
+TEST(Run, PlatformChecksAtPreparationNameTheKeysLine) {
+  const std::string head = "model: {zoo: resnet18}\ntraining: {batch_size: 2}\n";
+  EXPECT_THAT(preparation_error(scenario(head + "platform: dgx-a100-superpod\nparallelism: {nodes: 141, gpus_per_node: 8}\n")),
+              ::testing::StartsWith("s.yaml:4:22: parallelism.nodes: 141 node(s) on platform 'dgx-a100-superpod'"));
+  // gpus_per_node within the scenario's platform, beyond the one that replaced it.
+  Scenario replaced = scenario(head + "platform: dgx-a100-superpod\nparallelism:\n  nodes: 1\n  gpus_per_node: 8\n");
+  set_platform(replaced, models::builtin_platform("perlmutter-gpu"));  // 4 GPUs per node
+  EXPECT_THAT(preparation_error(replaced), ::testing::StartsWith("s.yaml:6:18: parallelism.gpus_per_node: 8 GPUs per node on platform 'perlmutter-gpu'"));
+  EXPECT_THAT(preparation_error(scenario(head + "platform: perlmutter-gpu\ndata: {bytes_per_sample: 110 KB, decode_per_sample: 4 ms, from: local}\n")),
+              ::testing::StartsWith("s.yaml:4:65: data.from: the platform 'perlmutter-gpu' has no storage.local; expected"));
+  EXPECT_THAT(preparation_error(scenario(head + "platform: perlmutter-gpu\ncheckpoint:\n  every: 10\n  to: local\n")),
+              ::testing::StartsWith("s.yaml:6:7: checkpoint.to: the platform 'perlmutter-gpu' has no storage.local"));
+  // A key not given: the section's position. A sync checkpoint (the default mode) needs the
+  // host's torch.save rate.
+  Scenario no_rate = scenario(head + "platform: perlmutter-gpu\ncheckpoint: {every: 10}\n");
+  no_rate.platform->host.torch_save_bandwidth = 0;
+  EXPECT_THAT(preparation_error(no_rate), ::testing::StartsWith("s.yaml:4:13: checkpoint.mode: sync: the platform 'perlmutter-gpu' has no host.torch_save_bandwidth"));
 }
 
 TEST(Run, AStrategyThatDoesNotApplyIsAResult) {

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -153,6 +154,11 @@ using StrategyAction = std::variant<OffloadAction, RecomputeAction, CompressActi
 struct StrategyRule {
   TensorSelector select;
   StrategyAction action;
+  // Where the rule was written, "SOURCE:LINE:COLUMN: FIELD" ("s.yaml:7:7: strategy.rules[0]"),
+  // when read_strategy read it from YAML; empty for a rule built in code (a hybrid plan's). It
+  // travels with the rule so that an error found while a schedule is built, long after the
+  // reader has gone, still names the file and the line (rule_context).
+  std::string location = {};
 
   const OffloadAction* offload() const { return std::get_if<OffloadAction>(&action); }
   const RecomputeAction* recompute() const { return std::get_if<RecomputeAction>(&action); }
@@ -165,10 +171,15 @@ struct StrategySpec {
   std::vector<StrategyRule> rules;  // empty: baseline
 };
 
-// Throws InputError "strategy 'NAME' rule I: ..." for a rule no trace could run: an offload
-// lookahead < 1, recompute k < 1, a compress rule without the numbers its costs need, a
-// profile without the rule's codec. Checked once, before any batch is tried.
-void validate_strategy(const StrategySpec& strategy);
+// How every message about rule `rule` of `strategy` begins: the rule's location and field
+// ("s.yaml:7:7: strategy.rules[0]: ") when it has one, else "strategy 'NAME' rule I: ", preceded
+// by "SOURCE: " when `source` (the document the strategy came from) is not empty.
+std::string rule_context(const StrategySpec& strategy, std::size_t rule, std::string_view source = {});
+
+// Throws InputError "CONTEXT: ..." (rule_context, with `source`) for a rule no trace could run:
+// an offload lookahead < 1, recompute k < 1, a compress rule without the numbers its costs need,
+// a profile without the rule's codec. Checked once, before any batch is tried.
+void validate_strategy(const StrategySpec& strategy, std::string_view source = {});
 
 // A saved activation a rule can act on (one with a gap: written by forward ops only, its last
 // forward use before the backward pass and before its first backward read), in storage order.

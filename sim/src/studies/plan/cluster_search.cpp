@@ -48,6 +48,9 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
       ParallelismSection parallelism = scenario.parallelism.value_or(ParallelismSection{});
       parallelism.nodes = shape.nodes;
       parallelism.gpus_per_node = shape.gpus_per_node;
+      // The plan's sizes, not the section's lines (the plan section's reader checked them).
+      parallelism.nodes_position.clear();
+      parallelism.gpus_per_node_position.clear();
       parallelism.data.ranks = shape.ranks();
       parallelism.data.zero_stage = stage;
       parallelism.data.offload_optimizer = offload;

@@ -113,13 +113,7 @@ void prepare_searches(Driver& d, int jobs, bool progress) {
     d.prepared.push_back(std::make_unique<PreparedScenario>(r.scenario));
     BatchSizePlan plan = plan_header(r, *d.prepared.back(), jobs, progress);
     d.strategies.push_back(without_duplicates(r.strategies, plan.notes));
-    for (const models::StrategySpec& spec : d.strategies.back()) {
-      try {
-        models::validate_strategy(spec);
-      } catch (const InputError& e) {
-        throw InputError(r.scenario.source + ": " + e.what());
-      }
-    }
+    for (const models::StrategySpec& spec : d.strategies.back()) models::validate_strategy(spec, r.scenario.source);
     d.plans.push_back(std::move(plan));
     for (std::size_t s = 0; s < d.strategies.back().size(); ++s) {
       Search search;

@@ -32,6 +32,15 @@ inline std::string location(std::string_view source, const YAML::Mark& mark) {
   return out;
 }
 
+// "SOURCE:LINE:COLUMN" (1-based), or "SOURCE" when the node has no position: where a value was
+// written, kept beside what was read from it for the checks that come later (a scenario's
+// data.from against a platform chosen on the command line).
+inline std::string position(std::string_view source, const YAML::Mark& mark) {
+  std::string out = location(source, mark);
+  out.resize(out.size() - 2);  // location's ": "
+  return out;
+}
+
 // Throws InputError at the first key of `map` that is not in `valid` (guessing the intended one
 // and listing the valid ones, so a typo never passes silently) or that appears twice.
 inline void check_keys(std::string_view source, const YAML::Node& map, const std::string& section,

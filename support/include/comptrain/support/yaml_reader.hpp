@@ -36,6 +36,8 @@ class Reader {
 
   // "SOURCE:LINE:COLUMN: " for a node's mark.
   std::string where(const YAML::Mark& mark) const { return location(source_, mark); }
+  // "SOURCE:LINE:COLUMN" for a node's mark, to keep beside a value read from it.
+  std::string position_of(const YAML::Mark& mark) const { return position(source_, mark); }
 
   void check_keys(const YAML::Node& map, const std::string& section, std::initializer_list<const char*> valid) const {
     yaml::check_keys(source_, map, section, valid);

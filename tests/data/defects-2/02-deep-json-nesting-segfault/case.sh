@@ -37,3 +37,10 @@ expect 2 "s\.yaml:1:[0-9]+: model\.hf_config: .*config\.json: 'hidden_act' is ne
 expect 2 "deep\.et: byte 0 \(the global metadata message\): /global_metadata/attr/3: comptrain\.tensors is nested deeper than 64 levels in the trace \(at /0/x/0/0/.*expected the trace format's tensors array" -- trace import "$work/deep.et" -o "$work/out.json"
 check "no out.json after a refused import" test ! -e "$work/out.json"
 expect 2 "deep-chakra\.json: /nodes/0/attr/0/string_val/0/0/.*: nested deeper than 64 levels; expected a document that nests at most 64 levels" -- trace import "$work/deep-chakra.json" -o "$work/out2.json"
+
+# validation table part
+# A field nested 100,000 deep (200 KB, generated here): the message shows its kind and size, and
+# never dumps it (dump() recurses).
+deep=$(head -c 100000 /dev/zero | tr '\0' '[')$(head -c 100000 /dev/zero | tr '\0' ']')
+printf '{"id": %s}\n' "$deep" > "$work/t.jsonl"
+expect 2 "t\.jsonl:1: field 'id': found an array of 1 item; expected a non-empty string" -- validate "$work/t.jsonl"

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "comptrain/models/data_parallel.hpp"
@@ -61,6 +62,10 @@ struct CheckpointSpec {
   std::int64_t chunk_bytes = std::int64_t{64} << 20;
   StorageTier to = StorageTier::shared;
   CheckpointWait wait = CheckpointWait::step;  // async only
+  // "FILE:LINE:COLUMN" of `to` and of `mode` (of the section when a key is not given; empty
+  // when built in code), for check_io_inputs, which meets the platform later.
+  std::string to_position = {};
+  std::string mode_position = {};
 };
 
 // What one rank writes, in bytes.

@@ -17,6 +17,7 @@
 // worker that alternates between the disk and a core (a modelling choice; tests/sim/data_loader_test.cpp).
 
 #include <cstdint>
+#include <string>
 
 #include "comptrain/sim/config/checkpoint.hpp"
 
@@ -28,6 +29,9 @@ struct DataSpec {
   int workers_per_gpu = 1;               // DataLoader(num_workers=...), per GPU's process
   int prefetch_factor = 2;               // DataLoader(prefetch_factor=...): batches per worker ahead (PyTorch's default 2)
   StorageTier from = StorageTier::shared;
+  // "FILE:LINE:COLUMN" of `from` (of the section when it is not given; empty when built in
+  // code), for check_io_inputs, which meets the platform later.
+  std::string from_position = {};
 };
 
 }  // namespace comptrain::sim

@@ -42,6 +42,12 @@ struct ParallelismSection {
   int nodes = 1;
   int gpus_per_node = 1;
   models::DataParallelSpec data;
+  // "FILE:LINE:COLUMN" of `nodes` and of `gpus_per_node` (of the section when a key is not
+  // given; empty when built in code): the shape is checked against the platform when the
+  // scenario is prepared (the command line's --platform may replace it), and that message names
+  // the line of the count that is too large.
+  std::string nodes_position = {};
+  std::string gpus_per_node_position = {};
 };
 
 struct Scenario {

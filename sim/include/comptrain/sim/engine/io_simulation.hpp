@@ -126,7 +126,9 @@ struct IoInputs {
 
 // InputError when the platform lacks the storage a section names (no storage.shared for
 // `from: shared`, ...), a sync checkpoint's host.torch_save_bandwidth, or a section's sizes do
-// not fit (a host cache smaller than one chunk).
+// not fit (a host cache smaller than one chunk). Each message begins with the position the
+// field was read at (DataSpec::from_position, CheckpointSpec::to_position, mode_position), or
+// with `source` for a spec built in code (a validation table's point: "t.jsonl:3").
 void check_io_inputs(const IoInputs& inputs, std::string_view source);
 
 // Runs the simulation in a forked child (SimGrid's engine runs once per process).

@@ -356,7 +356,23 @@ TEST(Scenario, BadParallelismIsRejectedWhereItIsWritten) {
   EXPECT_THAT(parallelism_error("  ddp: {bucket_cap: 0 B}\n"), HasSubstr("'parallelism.ddp.bucket_cap' is 0 B; expected 1 B to 1 TiB"));
   EXPECT_THAT(parallelism_error("  gpu: 4\n"), HasSubstr("unknown key 'gpu' in parallelism"));
   // A single node has no network: two nodes of it do not exist.
-  EXPECT_THAT(parallelism_error("  nodes: 2\n"), HasSubstr("s.yaml: parallelism:"));
+  EXPECT_THAT(parallelism_error("  nodes: 2\n"), HasSubstr("s.yaml:4:3: parallelism: 2 nodes on platform 'a100-80gb'"));
+}
+
+// The replay's GPUs are bounded before anything is built (engine/replay_cost.hpp), at the
+// section's place, with the most nodes that would simulate (shared/defects-2/09).
+TEST(Scenario, ShapesBeyondTheSimulatedGpusAreRejectedWhereTheyAreWritten) {
+  const auto error = [](const std::string& section) {
+    try {
+      PreparedScenario prepared(parse_scenario("model: {zoo: gpt2}\nplatform: dgx-h100-superpod\nparallelism: " + section, "s.yaml", "."));
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_THAT(error("{nodes: 2048}\n"), HasSubstr("s.yaml:3:14: parallelism: 2048 node(s) x 8 GPUs: 16384 GPUs to simulate"));
+  EXPECT_THAT(error("{nodes: 2048}\n"), HasSubstr("expected at most 3072 (sim/README.md, \"Limits\"): at most 384 node(s) of 8 GPUs"));
+  EXPECT_EQ(error("{nodes: 384}\n"), "");
 }
 
 }  // namespace

@@ -26,7 +26,8 @@ IoCost estimate_io_cost(const IoInputs& inputs);
 
 // The bounds (measured on the 2-core development VM, docs/io-and-energy.md "Limits"):
 //  - the warm-up: 20,000 iterations, the I/O simulation's own limit for reaching a steady state;
-//  - 10^7 loader wake-ups: about 4 s;
+//  - 10^7 loader wake-ups: about half a minute (2 GPUs with 256 workers each, 1.6 x 10^6 of them,
+//    took 4.9 s; with 512, 6.3 x 10^6, 15.6 s; 8 GPUs with 128, 1.6 x 10^6, 5.4 s);
 //  - 10^5 chunks per checkpoint and node: 1 KiB chunks of ResNet-18's 90 MB checkpoint on 2 GPUs
 //    (88,000 each) took 6.8 s.
 inline constexpr std::int64_t kMaxLoaderWakeups = 10'000'000;

@@ -1,4 +1,5 @@
 #include "comptrain/models/platform.hpp"
+#include "comptrain/models/network_size.hpp"
 #include "comptrain/models/platform_yaml.hpp"
 
 #include <yaml-cpp/yaml.h>
@@ -16,6 +17,7 @@
 #include "embedded_files.hpp"
 #include "comptrain/models/kernel_power.hpp"
 #include "comptrain/support/atomic_file.hpp"
+#include "comptrain/support/checked.hpp"
 #include "comptrain/support/did_you_mean.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/models/units.hpp"
@@ -84,6 +86,11 @@ class PlatformReader : public yaml::Reader {
       platform.gpu_link = read_link(section(root, "gpu_link", "", {"name", "bandwidth", "latency", "power"}), "gpu_link");
     }
     platform.gpus_per_node = optional_positive_int(root, "gpus_per_node", "", 1);
+    if (platform.gpus_per_node > limits::max_gpus_per_node) {
+      throw InputError(where(root["gpus_per_node"].Mark()) + "'gpus_per_node' is " + std::to_string(platform.gpus_per_node) + "; expected at most " +
+                       std::to_string(limits::max_gpus_per_node) +
+                       " (a node's GPUs are routed pair by pair: the largest NVLink domain sold joins 72)");
+    }
     if (root["efficiency"]) platform.efficiency = read_efficiency(section(root, "efficiency", "", {"compute", "memory", "tensor_core"}));
     read_cluster(root, platform);
     // gpu.power.limit, once the GPU is read (yaml-cpp throws on a key of a missing node: step by step).
@@ -426,6 +433,10 @@ class PlatformReader : public yaml::Reader {
       }
       case NetworkTopology::torus:
         spec.torus = int_list(network, "torus", "network", -1);
+        if (spec.torus.size() > static_cast<std::size_t>(limits::max_torus_dimensions)) {
+          throw InputError(where(network["torus"].Mark()) + "'network.torus' has " + std::to_string(spec.torus.size()) +
+                           " dimensions; expected 1 to " + std::to_string(limits::max_torus_dimensions));
+        }
         break;
     }
     const std::int64_t leaves = spec.leaves();
@@ -437,8 +448,24 @@ class PlatformReader : public yaml::Reader {
       throw InputError(where(network["nodes"].Mark()) + "'network.nodes' is " + std::to_string(spec.nodes) + " but network." + topology +
                        " has places for " + std::to_string(leaves) + "; expected at most as many nodes as the topology has leaves");
     }
+    check_topology_size(spec, network[topology], topology);
     spec.link = read_link(section(network, "link", "network", {"name", "bandwidth", "latency", "power"}), "network.link");
     return spec;
+  }
+
+  // What SimGrid will build of the topology, bounded before it is asked to (platform_limits):
+  // each count with the section's place, the count and its bound.
+  void check_topology_size(const NetworkSpec& spec, const YAML::Node& section_node, const std::string& topology) const {
+    const std::string field = "'network." + topology + "'";
+    const auto check = [&](std::int64_t count, std::int64_t bound, const std::string& what) {
+      if (count <= bound) return;
+      throw InputError(where(section_node.Mark()) + field + " builds " + (count >= (std::int64_t{1} << 62) ? "more than 2^62" : std::to_string(count)) +
+                       " " + what + "; expected at most " + std::to_string(bound) +
+                       " (SimGrid builds all of them for every run, whatever its nodes: scenarios/platforms/README.md, \"Clusters\")");
+    };
+    check(network_switches(spec), limits::max_network_switches, spec.topology == NetworkTopology::dragonfly ? "routers (groups x chassis x routers)" : "switches");
+    check(network_links(spec), limits::max_network_links, "links");
+    check(fat_tree_pairs(spec), limits::max_fat_tree_pairs, "pairs of elements of adjacent levels to wire (SimGrid examines each pair)");
   }
 
   // A list of positive whole numbers, of `size` entries (any size from 1 up when size < 0).
@@ -630,6 +657,88 @@ std::int64_t NetworkSpec::leaves() const {
   std::int64_t product = 1;
   for (const int f : factors) product = std::min<std::int64_t>(product * f, std::int64_t{1} << 40);
   return product;
+}
+
+namespace {
+
+// Counts of a topology saturate here: far above every bound (platform_limits), far below overflow.
+constexpr std::int64_t kCountCap = std::int64_t{1} << 62;
+
+std::int64_t capped_product(std::initializer_list<std::int64_t> factors) {
+  std::int64_t product = 1;
+  for (const std::int64_t f : factors) product = checked_mul(product, f).value_or(kCountCap);
+  return std::min(product, kCountCap);
+}
+
+std::int64_t capped_sum(std::int64_t a, std::int64_t b) { return std::min(checked_add(a, b).value_or(kCountCap), kCountCap); }
+
+// Elements per level of SimGrid 3.32's fat tree (FatTreeZone::generate_switches): level 0 holds
+// the places (the product of `down`), level l+1 the switches, up[0..l] x down[l+1..].
+std::vector<std::int64_t> fat_tree_level_sizes(const FatTreeShape& tree) {
+  const auto levels = static_cast<std::size_t>(tree.levels);
+  std::vector<std::int64_t> sizes(levels + 1, 1);
+  for (std::size_t i = 0; i < levels && i < tree.down.size(); ++i) sizes[0] = capped_product({sizes[0], tree.down[i]});
+  for (std::size_t i = 0; i < levels; ++i) {
+    std::int64_t n = 1;
+    for (std::size_t j = 0; j <= i && j < tree.up.size(); ++j) n = capped_product({n, tree.up[j]});
+    for (std::size_t j = i + 1; j < levels && j < tree.down.size(); ++j) n = capped_product({n, tree.down[j]});
+    sizes[i + 1] = n;
+  }
+  return sizes;
+}
+
+}  // namespace
+
+std::int64_t network_switches(const NetworkSpec& network) {
+  switch (network.topology) {
+    case NetworkTopology::fat_tree: {
+      const std::vector<std::int64_t> sizes = fat_tree_level_sizes(network.fat_tree);
+      std::int64_t total = 0;
+      for (std::size_t l = 1; l < sizes.size(); ++l) total = capped_sum(total, sizes[l]);
+      return total;
+    }
+    case NetworkTopology::dragonfly: return capped_product({network.dragonfly.groups, network.dragonfly.chassis, network.dragonfly.routers});
+    case NetworkTopology::torus: return 0;
+  }
+  return 0;
+}
+
+std::int64_t network_links(const NetworkSpec& network) {
+  switch (network.topology) {
+    case NetworkTopology::fat_tree: {
+      const std::vector<std::int64_t> sizes = fat_tree_level_sizes(network.fat_tree);
+      std::int64_t total = 0;
+      for (std::size_t l = 0; l < static_cast<std::size_t>(network.fat_tree.levels) && l < network.fat_tree.up.size() && l < network.fat_tree.links.size(); ++l) {
+        total = capped_sum(total, capped_product({sizes[l], network.fat_tree.up[l], network.fat_tree.links[l]}));
+      }
+      return total;
+    }
+    case NetworkTopology::dragonfly: {
+      // SimGrid 3.32 (DragonflyZone::generate_links) builds one link per pair, the `links` count
+      // multiplying its bandwidth, not the links.
+      const DragonflyShape& d = network.dragonfly;
+      const std::int64_t routers = capped_product({d.groups, d.chassis, d.routers});
+      const std::int64_t to_nodes = capped_product({routers, d.nodes});
+      const std::int64_t in_chassis = capped_product({d.groups, d.chassis, d.routers, d.routers - 1}) / 2;
+      const std::int64_t in_group = capped_product({d.groups, d.routers, d.chassis, d.chassis - 1}) / 2;
+      const std::int64_t between_groups = capped_product({d.groups, d.groups - 1}) / 2;
+      return capped_sum(capped_sum(to_nodes, in_chassis), capped_sum(in_group, between_groups));
+    }
+    case NetworkTopology::torus: {
+      std::int64_t dimensions = 0;
+      for (const int extent : network.torus) dimensions += extent > 1 ? 1 : 0;  // sim's builder leaves extents of 1 out
+      return capped_product({network.leaves(), std::max<std::int64_t>(dimensions, 1)});
+    }
+  }
+  return 0;
+}
+
+std::int64_t fat_tree_pairs(const NetworkSpec& network) {
+  if (network.topology != NetworkTopology::fat_tree) return 0;
+  const std::vector<std::int64_t> sizes = fat_tree_level_sizes(network.fat_tree);
+  std::int64_t total = 0;
+  for (std::size_t l = 0; l + 1 < sizes.size(); ++l) total = capped_sum(total, capped_product({sizes[l], sizes[l + 1]}));
+  return total;
 }
 
 double Efficiency::compute_for(traces::OpKind kind) const {

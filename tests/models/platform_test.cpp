@@ -1,4 +1,5 @@
 #include "comptrain/models/platform.hpp"
+#include "comptrain/models/network_size.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -712,6 +713,62 @@ TEST(PlatformCluster, ReadsNicNetworkAndCollectives) {
   EXPECT_THAT(torus.network->torus, ElementsAre(2, 3, 2));
   EXPECT_EQ(torus.network->leaves(), 12);
   EXPECT_EQ(parsed(cluster_with("1 us}\nnetwork", "1 us, per_node: 2}\nnetwork")).nic->per_node, 2);
+}
+
+// What SimGrid will build, counted as its builders do (SimGrid 3.32: FatTreeZone, DragonflyZone,
+// TorusZone), and bounded by the reader at the topology's line (shared/defects-2/10).
+TEST(PlatformCluster, TopologySizesAreCountedAsSimGridBuildsThem) {
+  // kCluster's tree: 4 places, 2 + 2 switches (level 1: up[0] x down[1]; level 2: up[0] x up[1]);
+  // links 4 x 1 x 1 + 2 x 2 x 1; pairs 4 x 2 + 2 x 2.
+  const Platform tree = parsed(kCluster);
+  EXPECT_EQ(network_switches(*tree.network), 4);
+  EXPECT_EQ(network_links(*tree.network), 8);
+  EXPECT_EQ(fat_tree_pairs(*tree.network), 12);
+  // The shipped DGX H100 SuperPOD: 2,048 places, 64 + 256 + 256 switches.
+  const Platform h100 = builtin_platform("dgx-h100-superpod");
+  EXPECT_EQ(network_switches(*h100.network), 576);
+  EXPECT_EQ(network_links(*h100.network), 2048 + 64 * 32 + 256 * 8);
+  // A dragonfly of 2 groups x 1 chassis x 3 routers x 2 nodes: 6 routers; 12 node links, 3 pairs
+  // of routers in each chassis, no other chassis, 1 pair of groups.
+  const Platform fly = parsed(cluster_of("dragonfly", "dragonfly: {groups: [2, 1], chassis: [1, 1], routers: [3, 1], nodes: 2}"));
+  EXPECT_EQ(network_switches(*fly.network), 6);
+  EXPECT_EQ(network_links(*fly.network), 12 + 2 * 3 + 0 + 1);
+  EXPECT_EQ(fat_tree_pairs(*fly.network), 0);
+  // A torus: one link per place and dimension, the dimensions of 1 left out as sim builds it.
+  EXPECT_EQ(network_links(*parsed(cluster_of("torus", "torus: [2, 3, 2]")).network), 12 * 3);
+  EXPECT_EQ(network_links(*parsed(with("nodes: 4", "nodes: 2", cluster_of("torus", "torus: [1, 1, 2]"))).network), 2);
+  EXPECT_EQ(network_switches(*parsed(cluster_of("torus", "torus: [4]")).network), 0);
+}
+
+TEST(PlatformCluster, TopologiesBeyondTheBoundsAreRefusedAtTheirLine) {
+  // 4 places under 8 levels of 10 parents each: 1 + 10 + ... + 10^7 switches (the first reproducer).
+  EXPECT_THAT(error_of(cluster_of("fat_tree", "fat_tree: {levels: 8, down: [4,1,1,1,1,1,1,1], up: [1,10,10,10,10,10,10,10], links: [1,1,1,1,1,1,1,1]}")),
+              HasSubstr("p.yaml:15:13: 'network.fat_tree' builds 11111111 switches; expected at most 100000"));
+  // 100,000 chassis all-to-all: 5 x 10^9 links, besides the 100,000 to the nodes.
+  EXPECT_THAT(error_of(cluster_of("dragonfly", "dragonfly: {groups: [1, 1], chassis: [100000, 1], routers: [1, 1], nodes: 1}")),
+              HasSubstr("p.yaml:15:14: 'network.dragonfly' builds 5000050000 links; expected at most 200000"));
+  // A dragonfly's routers are at most its places (each router holds `nodes` of them): the places'
+  // bound holds them.
+  EXPECT_THAT(error_of(cluster_of("dragonfly", "dragonfly: {groups: [1, 1], chassis: [1000, 1], routers: [101, 1], nodes: 1}")),
+              HasSubstr("p.yaml:15:14: 'network.dragonfly' has 101000 places for nodes; expected at most 100000"));
+  EXPECT_THAT(error_of(cluster_of("fat_tree", "fat_tree: {levels: 2, down: [1, 100000], up: [1, 1], links: [1, 1]}")),
+              HasSubstr("'network.fat_tree' builds 100001 switches"));
+  // Few switches (10,001), few links (110,000), but 100,000 places each tested against 10,000
+  // switches: 10^9 pairs.
+  EXPECT_THAT(error_of(cluster_of("fat_tree", "fat_tree: {levels: 2, down: [10, 10000], up: [1, 1], links: [1, 1]}")),
+              HasSubstr("'network.fat_tree' builds 1000010000 pairs of elements of adjacent levels to wire"));
+  EXPECT_THAT(error_of(cluster_of("torus", "torus: [2, 2, 2, 2, 2, 2, 2, 2, 2]")),
+              HasSubstr("p.yaml:15:10: 'network.torus' has 9 dimensions; expected 1 to 8"));
+  // Products that overflow 64 bits are counted as "more than 2^62", never wrapped.
+  EXPECT_THAT(error_of(cluster_of("fat_tree", "fat_tree: {levels: 8, down: [1,1,1,1,1,1,1,4], up: [100000,100000,100000,100000,100000,1,1,1], "
+                                              "links: [1,1,1,1,1,1,1,1]}")),
+              HasSubstr("builds more than 2^62 switches"));
+}
+
+TEST(PlatformCluster, GpusPerNodeIsBounded) {
+  EXPECT_EQ(parsed(with("name: test\n", "name: test\ngpus_per_node: 1024\n")).gpus_per_node, 1024);
+  EXPECT_THAT(error_of(with("name: test\n", "name: test\ngpus_per_node: 10000\n")),
+              HasSubstr("p.yaml:2:16: 'gpus_per_node' is 10000; expected at most 1024"));
 }
 
 TEST(PlatformCluster, ASingleNodeNeedsNoNetworkLatencies) {

@@ -53,6 +53,11 @@ void set_platform(Scenario& scenario, models::Platform platform) {
   scenario.platform = std::move(platform);
 }
 
+std::string location_of(const Scenario& scenario, std::string_view field) {
+  const auto it = scenario.locations.find(field);
+  return it != scenario.locations.end() ? it->second : scenario.source + ": ";
+}
+
 const models::Platform& require_platform(const Scenario& scenario) {
   if (!scenario.platform) {
     std::string names;

@@ -56,6 +56,7 @@ Scenario ScenarioReader::read(const YAML::Node& root) {
   if (const YAML::Node strategy = root["strategy"]) scenario.strategy = read_strategy(strategy, "strategy");
   if (const YAML::Node parallelism = root["parallelism"]) {
     scenario.parallelism = read_parallelism(parallelism, scenario.platform);
+    scenario.locations["parallelism"] = where(parallelism.Mark());
     // FSDP2 under gradient accumulation (no resharding between micro-steps, reduce-scatters per
     // micro-step or deferred) is not modelled.
     if (scenario.parallelism->data.fsdp && scenario.accumulation_steps > 1) {
@@ -64,9 +65,23 @@ Scenario ScenarioReader::read(const YAML::Node& root) {
     }
   }
   // After parallelism: plan.gpus fills nodes of the parallelism section's GPUs per node.
-  if (const YAML::Node plan = root["plan"]) scenario.plan = read_plan(plan, scenario.platform, scenario.parallelism);
-  if (const YAML::Node data = root["data"]) scenario.data = read_data(data);
-  if (const YAML::Node checkpoint = root["checkpoint"]) scenario.checkpoint = read_checkpoint(checkpoint);
+  if (const YAML::Node plan = root["plan"]) {
+    scenario.plan = read_plan(plan, scenario.platform, scenario.parallelism);
+    scenario.locations["plan"] = where(plan.Mark());
+  }
+  // A field's place, or its section's when it is left out.
+  const auto locate = [&](const YAML::Node& section, const std::string& name, const char* key) {
+    scenario.locations[name + "." + key] = where(section[key] ? section[key].Mark() : section.Mark());
+  };
+  if (const YAML::Node data = root["data"]) {
+    scenario.data = read_data(data);
+    locate(data, "data", "workers_per_gpu");
+    locate(data, "data", "prefetch_factor");
+  }
+  if (const YAML::Node checkpoint = root["checkpoint"]) {
+    scenario.checkpoint = read_checkpoint(checkpoint);
+    locate(checkpoint, "checkpoint", "chunk");
+  }
   if (const YAML::Node sweep = root["sweep"]) {
     // Its entries are checked when the sweep is expanded (sim/sweep.cpp), which needs the
     // rest of the document; here only its shape.

@@ -210,6 +210,21 @@ NetPoint* ClusterNetwork::build_node(int index, sg4::NetZone* parent) {
   return router;
 }
 
+std::vector<unsigned long> torus_dimensions_built(const std::vector<int>& torus) {
+  // A dimension of extent 1 has no neighbour but the node itself: SimGrid 3.32's torus zone still
+  // gives every node a link in it, named after its two ends ("network_link_from_0_to_0"), so two
+  // such dimensions declare the same link twice and SimGrid aborts (shared/defects-2/04), and one
+  // adds a self-link per node that no route takes but the link energy plugin counts as idle.
+  // Left out, the torus routes the same: a leaf's id is its coordinates' mixed-radix number, to
+  // which a dimension of 1 adds nothing, and dimension-order routing never steps along one.
+  std::vector<unsigned long> built;
+  for (const int extent : torus) {
+    if (extent > 1) built.push_back(static_cast<unsigned long>(extent));
+  }
+  if (built.empty()) built.push_back(1);  // one place: SimGrid needs a dimension (never built: one node has no network)
+  return built;
+}
+
 void ClusterNetwork::build_network() {
   const models::NetworkSpec& network = *platform_.network;
   // A leaf of the topology: the next node's zone and its NIC router, or a bare router where the
@@ -242,7 +257,7 @@ void ClusterNetwork::build_network() {
       break;
     }
     case models::NetworkTopology::torus: {
-      const std::vector<unsigned long> dimensions(network.torus.begin(), network.torus.end());
+      const std::vector<unsigned long> dimensions = torus_dimensions_built(network.torus);
       cluster = sg4::create_torus_zone("network", nullptr, dimensions, callbacks, bandwidth, 0, kSplitDuplex);
       break;
     }

@@ -168,4 +168,8 @@ class ClusterNetwork {
 // every node is interior in at most one of the two.
 std::array<int, 2> double_binary_tree_parents(int nodes, int node);
 
+// The dimensions of the torus zone built for `torus` (network.torus): those of extent 1 left
+// out, which changes no route (cluster_network.cpp); [1] when every one is 1.
+std::vector<unsigned long> torus_dimensions_built(const std::vector<int>& torus);
+
 }  // namespace comptrain::sim::detail

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comptrain/sim/engine/io_simulation.hpp"
+#include "comptrain/sim/engine/io_cost.hpp"
 #include "comptrain/sim/core/bottleneck.hpp"
 #include "comptrain/sim/runtime/workers.hpp"
 #include "comptrain/support/input_error.hpp"
@@ -33,6 +34,58 @@ std::string_view to_string(IterationBound bound) {
     case IterationBound::storage: return "storage";
   }
   return "?";
+}
+
+namespace {
+
+constexpr int kMaxWarmupIterations = 20'000;
+
+}  // namespace
+
+IoCost estimate_io_cost(const IoInputs& inputs) {
+  IoCost cost;
+  const std::int64_t gpus = inputs.shape.gpus_per_node;
+  if (inputs.data) {
+    const std::int64_t workers = inputs.data->workers_per_gpu;
+    cost.warmup_iterations = 2 * inputs.data->prefetch_factor * workers + 2 * workers + 2;  // IoModel::decide's minimum
+    // Per GPU and iteration a batch is made ready and taken, and each wakes the GPU's workers and
+    // its training loop (one condition variable per GPU).
+    cost.loader_wakeups = cost.warmup_iterations * gpus * 2 * (workers + 1);
+  }
+  if (inputs.checkpoint) {
+    const std::int64_t chunk = std::max<std::int64_t>(inputs.checkpoint->chunk_bytes, 1);
+    const auto chunks = [chunk](std::int64_t bytes) { return bytes / chunk + (bytes % chunk != 0 ? 1 : 0); };
+    cost.chunks_per_checkpoint = chunks(inputs.sizes.rank0.total()) + (gpus - 1) * chunks(inputs.sizes.other.total());
+  }
+  return cost;
+}
+
+void check_io_cost(const IoInputs& inputs, std::string_view data_where, std::string_view checkpoint_where) {
+  const IoCost cost = estimate_io_cost(inputs);
+  if (inputs.data) {
+    const DataSpec& d = *inputs.data;
+    if (cost.warmup_iterations > kMaxWarmupIterations) {
+      throw InputError(fmt::format("{}data.prefetch_factor {} x data.workers_per_gpu {}: the loader's warm-up is at least {} simulated iterations "
+                                   "(2 x prefetch_factor x workers_per_gpu + 2 x workers_per_gpu + 2, until the prefetch queue is full); "
+                                   "expected at most {}: fewer workers or a smaller prefetch factor",
+                                   data_where, d.prefetch_factor, d.workers_per_gpu, cost.warmup_iterations, kMaxWarmupIterations));
+    }
+    if (cost.loader_wakeups > kMaxLoaderWakeups) {
+      throw InputError(fmt::format("{}data.workers_per_gpu {} on {} GPU(s) with prefetch_factor {}: the loader's warm-up of {} iterations would "
+                                   "wake the node's workers about {} times in the I/O simulation; expected at most {} (about half a minute): "
+                                   "fewer workers per GPU or a smaller prefetch factor",
+                                   data_where, d.workers_per_gpu, inputs.shape.gpus_per_node, d.prefetch_factor, cost.warmup_iterations,
+                                   cost.loader_wakeups, kMaxLoaderWakeups));
+    }
+  }
+  if (inputs.checkpoint && cost.chunks_per_checkpoint > kMaxChunksPerCheckpoint) {
+    const std::int64_t bytes = inputs.sizes.rank0.total() + (inputs.shape.gpus_per_node - 1) * inputs.sizes.other.total();
+    const std::int64_t smallest = bytes / kMaxChunksPerCheckpoint + 1;
+    throw InputError(fmt::format("{}a chunk of {} bytes cuts the node's {}-byte checkpoint into {} chunks, each a simulated copy and "
+                                 "write; expected at most {} per checkpoint: a chunk of at least {} bytes",
+                                 checkpoint_where, inputs.checkpoint->chunk_bytes, bytes, cost.chunks_per_checkpoint, kMaxChunksPerCheckpoint,
+                                 smallest));
+  }
 }
 
 void check_io_inputs(const IoInputs& inputs, std::string_view source) {
@@ -68,7 +121,6 @@ void check_io_inputs(const IoInputs& inputs, std::string_view source) {
 namespace {
 
 constexpr double kRelativeTolerance = 1e-9;  // iteration times compared as equal (floating-point sums of the same durations)
-constexpr int kMaxWarmupIterations = 20'000;
 constexpr int kMaxIntervals = 8;
 
 bool same_time(double a, double b) { return std::abs(a - b) <= kRelativeTolerance * std::max(std::abs(a), std::abs(b)) + 1e-12; }
@@ -81,6 +133,11 @@ struct Chunk {
 };
 
 struct GpuState {
+  // What this GPU's actors wait on (its training loop, loader workers, copier and flusher), and
+  // what each of them notifies after a change: every wait is on one GPU's own state, so one
+  // variable per GPU wakes only that GPU's actors, not the node's (with one for the node, each
+  // batch woke every worker of every GPU: 2 GPUs x 1,024 workers took 54 s, shared/defects-2/08).
+  sg4::ConditionVariablePtr changed;
   // loader
   int consumed = 0;                 // batches taken by the training loop
   std::map<int, double> ready;      // batch -> when it was decoded (erased once taken)
@@ -115,7 +172,7 @@ class IoModel {
     detail::ConfiguredEngine engine;
     build_platform();
     mutex_ = sg4::Mutex::create();
-    changed_ = sg4::ConditionVariable::create();
+    for (GpuState& s : state_) s.changed = sg4::ConditionVariable::create();
     barrier_ = sg4::Barrier::create(static_cast<unsigned>(gpus_));
     for (int g = 0; g < gpus_; ++g) {
       sg4::Actor::create(fmt::format("train{}", g), gpus_host_[static_cast<std::size_t>(g)], [this, g] { train(g); });
@@ -233,7 +290,7 @@ class IoModel {
     for (int batch = w;; batch += workers_) {
       {
         std::unique_lock<sg4::Mutex> lock(*mutex_);
-        while (s.consumed < batch - outstanding + 1 && !finished_) changed_->wait(lock);
+        while (s.consumed < batch - outstanding + 1 && !finished_) s.changed->wait(lock);
         if (finished_) return;
       }
       const double start = sg4::Engine::get_clock();
@@ -250,7 +307,7 @@ class IoModel {
       s.read_seconds[static_cast<std::size_t>(batch)] = read_end - start;
       s.decode_seconds[static_cast<std::size_t>(batch)] = end - read_end;
       s.ready[batch] = end;
-      changed_->notify_all();
+      s.changed->notify_all();
     }
   }
 
@@ -272,7 +329,7 @@ class IoModel {
       int checkpoint = 0;
       {
         std::unique_lock<sg4::Mutex> lock(*mutex_);
-        while (s.copies_started == s.copies_requested && !finished_) changed_->wait(lock);
+        while (s.copies_started == s.copies_requested && !finished_) s.changed->wait(lock);
         if (finished_) return;
         checkpoint = s.copies_started++;
       }
@@ -281,7 +338,7 @@ class IoModel {
         {
           std::unique_lock<sg4::Mutex> lock(*mutex_);
           // A FIFO ring: the copy waits for the flusher to free room.
-          while (s.cache_used > 0 && s.cache_used + bytes > cache_capacity(s) && !finished_) changed_->wait(lock);
+          while (s.cache_used > 0 && s.cache_used + bytes > cache_capacity(s) && !finished_) s.changed->wait(lock);
           if (finished_) return;
           s.cache_used += bytes;
           note_host_bytes();
@@ -291,12 +348,12 @@ class IoModel {
         std::unique_lock<sg4::Mutex> lock(*mutex_);
         if (finished_) return;
         s.to_flush.push_back(Chunk{checkpoint, bytes, done == s.checkpoint_bytes});
-        changed_->notify_all();
+        s.changed->notify_all();
       }
       std::unique_lock<sg4::Mutex> lock(*mutex_);
       if (finished_) return;
       ++s.copies_done;
-      changed_->notify_all();
+      s.changed->notify_all();
     }
   }
 
@@ -306,7 +363,7 @@ class IoModel {
       Chunk chunk;
       {
         std::unique_lock<sg4::Mutex> lock(*mutex_);
-        while (s.to_flush.empty() && !finished_) changed_->wait(lock);
+        while (s.to_flush.empty() && !finished_) s.changed->wait(lock);
         if (finished_) return;
         chunk = s.to_flush.front();
         s.to_flush.pop_front();
@@ -316,7 +373,7 @@ class IoModel {
       if (finished_) return;
       s.cache_used -= chunk.bytes;
       if (chunk.last) s.persisted[chunk.checkpoint] = sg4::Engine::get_clock();
-      changed_->notify_all();
+      s.changed->notify_all();
     }
   }
 
@@ -358,7 +415,7 @@ class IoModel {
   void wait_for_copies(GpuState& s, int checkpoint) {
     const double wait_start = sg4::Engine::get_clock();
     std::unique_lock<sg4::Mutex> lock(*mutex_);
-    while (s.copies_done <= checkpoint) changed_->wait(lock);
+    while (s.copies_done <= checkpoint) s.changed->wait(lock);
     s.stall[checkpoint] = sg4::Engine::get_clock() - wait_start;
   }
 
@@ -371,10 +428,10 @@ class IoModel {
       const double begin = sg4::Engine::get_clock();
       if (in_.data) {
         std::unique_lock<sg4::Mutex> lock(*mutex_);
-        while (s.ready.find(i) == s.ready.end()) changed_->wait(lock);
+        while (s.ready.find(i) == s.ready.end()) s.changed->wait(lock);
         s.ready.erase(i);
         s.consumed = i + 1;
-        changed_->notify_all();
+        s.changed->notify_all();
       }
       s.data_wait.push_back(sg4::Engine::get_clock() - begin);
       // The training process's launching thread issues this iteration's work on the node's CPU,
@@ -389,7 +446,7 @@ class IoModel {
       if (pending_async >= 0) {
         const double wait_start = sg4::Engine::get_clock();
         std::unique_lock<sg4::Mutex> lock(*mutex_);
-        while (s.copies_done <= pending_async) changed_->wait(lock);
+        while (s.copies_done <= pending_async) s.changed->wait(lock);
         s.stall[pending_async] = sg4::Engine::get_clock() - wait_start;
         pending_async = -1;
       }
@@ -405,7 +462,7 @@ class IoModel {
             std::unique_lock<sg4::Mutex> lock(*mutex_);
             s.checkpoint_start[checkpoint] = sg4::Engine::get_clock();
             ++s.copies_requested;
-            changed_->notify_all();
+            s.changed->notify_all();
           }
           if (in_.checkpoint->wait == CheckpointWait::save) {
             wait_for_copies(s, checkpoint);
@@ -421,7 +478,7 @@ class IoModel {
         // Wake the loader, copier and flusher actors so that they end too (SimGrid ends a run
         // when every actor has; killing daemons blocked on a condition variable aborted).
         std::unique_lock<sg4::Mutex> lock(*mutex_);
-        changed_->notify_all();
+        for (GpuState& other : state_) other.changed->notify_all();
         return;
       }
     }
@@ -611,7 +668,6 @@ class IoModel {
   sg4::Disk* disk_ = nullptr;
   std::vector<sg4::Host*> gpus_host_;
   sg4::MutexPtr mutex_;
-  sg4::ConditionVariablePtr changed_;
   sg4::BarrierPtr barrier_;
   std::vector<GpuState> state_;
   std::int64_t host_bytes_peak_ = 0;

@@ -46,7 +46,10 @@ CommunicationTime communication_time(const models::Schedule& schedule, const Sim
   CommunicationTime c;
   c.collective_seconds = union_length(comm);
   // |comm \ compute| = |comm ∪ compute| - |compute|
-  c.exposed_seconds = std::max(0.0, union_length(both) - union_length(compute));
+  // Two unions of the same intervals summed in different orders: within rounding of the whole
+  // collective time, it is all exposed (core/time_difference.hpp); never more than all of it.
+  const double exposed = time_difference(union_length(both), union_length(compute));
+  c.exposed_seconds = time_difference(c.collective_seconds, exposed) == 0 ? c.collective_seconds : exposed;
   return c;
 }
 

@@ -1,5 +1,7 @@
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/sim/metrics/iteration_profile.hpp"
+#include "comptrain/sim/engine/io_cost.hpp"
+#include "comptrain/sim/engine/replay_cost.hpp"
 
 #include "comptrain/models/transform_schedule.hpp"
 #include "comptrain/support/input_error.hpp"
@@ -38,6 +40,19 @@ traces::Trace build_zoo_trace(const Scenario& scenario, std::int64_t batch) {
   }
 }
 
+// "FILE:LINE:COL: parallelism: " (or "plan: " for a shape the plan section chose): where an error
+// of the run's cluster shape is the scenario's.
+std::string shape_place(const Scenario& s) {
+  bool planned = false;  // one of plan.nodes / plan.gpus (the planner's runs carry it as their parallelism)
+  if (s.plan && s.parallelism) {
+    for (const PlanSection::ClusterSize& size : s.plan->cluster_sizes) {
+      planned = planned || (size.nodes == s.parallelism->nodes && size.gpus_per_node == s.parallelism->gpus_per_node);
+    }
+  }
+  const char* field = planned ? "plan" : "parallelism";
+  return location_of(s, field) + field + ": ";
+}
+
 }  // namespace
 
 PreparedScenario::PreparedScenario(Scenario scenario)
@@ -68,6 +83,20 @@ PreparedScenario::PreparedScenario(Scenario scenario)
     const bool nodes = p.nodes > require_platform(scenario_).max_nodes();
     const std::string& position = nodes ? p.nodes_position : p.gpus_per_node_position;
     throw InputError((position.empty() ? scenario_.source : position) + (nodes ? ": parallelism.nodes: " : ": parallelism.gpus_per_node: ") + e.what());
+  }
+  try {
+    check_simulated_gpus(cluster_shape());  // the rest of the replay's cost once the schedule is known (replay)
+  } catch (const InputError& e) {
+    throw InputError(shape_place(scenario_) + e.what());
+  }
+  // The loader's cost now; the checkpoint's chunks once its size is known (simulate_run_io).
+  if (scenario_.data || scenario_.checkpoint) {
+    IoInputs io;
+    io.platform = require_platform(scenario_);
+    io.shape = cluster_shape();
+    io.data = scenario_.data;
+    io.checkpoint = scenario_.checkpoint;
+    check_io_cost(io, location_of(scenario_, "data.workers_per_gpu"), location_of(scenario_, "checkpoint.chunk") + "checkpoint.chunk: ");
   }
 }
 
@@ -105,6 +134,12 @@ std::variant<ScheduledRun, models::NotApplicable> schedule_run(const PreparedSce
 
 SimulationResult replay(const PreparedScenario& prepared, const ScheduledRun& run, Isolation isolation) {
   const ClusterShape shape = prepared.cluster_shape();
+  // The replay's cost, with the scenario's place (parallelism, or the plan that chose the shape).
+  try {
+    check_replay_cost(prepared.platform(), run.schedule, shape);
+  } catch (const InputError& e) {
+    throw InputError(shape_place(prepared.scenario()) + e.what());
+  }
   return isolation == Isolation::child_process ? simulate(prepared.platform(), run.schedule, prepared.framework(), shape)
                                                : simulate_in_this_process(prepared.platform(), run.schedule, prepared.framework(), shape);
 }
@@ -138,6 +173,7 @@ std::optional<IoResult> simulate_run_io(const PreparedScenario& prepared, const 
   const models::DataParallelSpec* data_parallel = s.parallelism && io.shape.ranks() > 1 ? &s.parallelism->data : nullptr;
   if (s.checkpoint) io.sizes = checkpoint_sizes(run.trace, data_parallel);
   if (s.plan) io.target_overhead = s.plan->checkpoint_overhead;
+  check_io_cost(io, location_of(s, "data.workers_per_gpu"), location_of(s, "checkpoint.chunk") + "checkpoint.chunk: ");
   return isolation == Isolation::child_process ? simulate_io(io) : simulate_io_in_this_process(io);
 }
 

@@ -20,7 +20,9 @@
 
 #include "comptrain/models/shipped_or_file.hpp"
 #include "comptrain/sim/engine/collectives.hpp"
+#include "comptrain/sim/engine/io_cost.hpp"
 #include "comptrain/sim/engine/io_simulation.hpp"
+#include "comptrain/sim/engine/replay_cost.hpp"
 #include "comptrain/sim/studies/plan.hpp"
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/sim/config/scenario.hpp"
@@ -132,6 +134,11 @@ CollectivePoint read_collective(const PointReader& in, const std::filesystem::pa
   };
   c.nodes = static_cast<int>(count("nodes", c.platform.max_nodes()));
   c.gpus_per_node = static_cast<int>(count("gpus_per_node", c.platform.gpus_per_node));
+  try {
+    check_simulated_gpus({c.nodes, c.gpus_per_node});  // the collective's platform, bounded as a replay's (shared/defects-2/09)
+  } catch (const InputError& e) {
+    in.fail(fmt::format("fields 'nodes' and 'gpus_per_node': {}", e.what()));
+  }
   c.bytes = count("bytes", std::int64_t{1} << 50);
   const std::string kind = in.text("collective", true);
   bool found = false;
@@ -202,11 +209,19 @@ CheckpointPoint read_checkpoint_point(const PointReader& in, const std::filesyst
     c.checkpoint.wait = *parsed;
   }
   // The platform's storage tier and torch.save rate, checked now, at the point's line, rather
-  // than in the worker that simulates it.
+  // than in the worker that simulates it; and the I/O simulation's chunks, bounded before the
+  // point runs (shared/defects-2/07).
   IoInputs io;
   io.platform = c.platform;
+  io.shape = {c.nodes, c.gpus_per_node};
   io.checkpoint = c.checkpoint;
+  io.sizes.rank0 = io.sizes.other = {0, c.bytes_per_gpu};
   check_io_inputs(io, in.where());
+  try {
+    check_io_cost(io, "", "");
+  } catch (const InputError& e) {
+    in.fail(fmt::format("fields 'checkpoint.bytes_per_gpu' and 'checkpoint.chunk_bytes': {}", e.what()));
+  }
   return c;
 }
 

@@ -361,5 +361,21 @@ TEST(Scenario, BadParallelismIsRejectedWhereItIsWritten) {
   EXPECT_THAT(parallelism_error("  nodes: 2\n"), HasSubstr("s.yaml:4:10: parallelism.nodes: 2 nodes on platform 'a100-80gb'"));
 }
 
+// The replay's GPUs are bounded before anything is built (engine/replay_cost.hpp), at the
+// section's place, with the most nodes that would simulate (shared/defects-2/09).
+TEST(Scenario, ShapesBeyondTheSimulatedGpusAreRejectedWhereTheyAreWritten) {
+  const auto error = [](const std::string& section) {
+    try {
+      PreparedScenario prepared(parse_scenario("model: {zoo: gpt2}\nplatform: dgx-h100-superpod\nparallelism: " + section, "s.yaml", "."));
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_THAT(error("{nodes: 2048}\n"), HasSubstr("s.yaml:3:14: parallelism: 2048 node(s) x 8 GPUs: 16384 GPUs to simulate"));
+  EXPECT_THAT(error("{nodes: 2048}\n"), HasSubstr("expected at most 3072 (sim/README.md, \"Limits\"): at most 384 node(s) of 8 GPUs"));
+  EXPECT_EQ(error("{nodes: 384}\n"), "");
+}
+
 }  // namespace
 }  // namespace comptrain::sim

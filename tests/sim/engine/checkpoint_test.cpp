@@ -2,11 +2,13 @@
 // DataStates-LLM-style asynchronous checkpoint against hand computations, the checkpoint's size
 // by ZeRO stage, the interval for a target overhead, and the scenario's `checkpoint:` section.
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/zero_memory.hpp"
 #include "comptrain/sim/config/checkpoint.hpp"
+#include "comptrain/sim/engine/io_cost.hpp"
 #include "comptrain/sim/engine/io_simulation.hpp"
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/sim/config/scenario.hpp"
@@ -327,6 +329,52 @@ TEST(Checkpoint, ResultRoundTripsThroughTheChildsPipe) {
   EXPECT_DOUBLE_EQ(back.checkpoint->serialize_seconds, 0.25);
   EXPECT_EQ(back.checkpoint->wait, CheckpointWait::save);
   EXPECT_EQ(back.checkpoint->interval_for_target, 12);
+}
+
+// The I/O simulation's cost is estimated and bounded before it runs (shared/defects-2/07, 08).
+TEST(IoCost, ChunksAndTheLoadersWarmUpAreCountedAndBounded) {
+  IoInputs in = hand_inputs(spec(CheckpointMode::async));
+  in.shape = {1, 2};
+  in.sizes.other = {0, 1'500'000'000};  // rank 0 4 GB in 4 chunks of 1 GB, the other 1.5 GB in 2
+  EXPECT_EQ(estimate_io_cost(in).chunks_per_checkpoint, 6);
+  EXPECT_EQ(estimate_io_cost(in).warmup_iterations, 0);
+  EXPECT_NO_THROW(check_io_cost(in, "d: ", "c: "));
+  in.checkpoint->chunk_bytes = 1;
+  EXPECT_EQ(estimate_io_cost(in).chunks_per_checkpoint, 5'500'000'000);
+  try {
+    check_io_cost(in, "d: ", "c: ");
+    ADD_FAILURE() << "1-byte chunks accepted";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("c: a chunk of 1 bytes cuts the node's 5500000000-byte checkpoint into 5500000000 chunks"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("expected at most 100000 per checkpoint: a chunk of at least 55001 bytes"));
+  }
+  in.checkpoint->chunk_bytes = 55'001;
+  EXPECT_LE(estimate_io_cost(in).chunks_per_checkpoint, kMaxChunksPerCheckpoint);
+
+  // The loader: 2 x prefetch x workers + 2 x workers + 2 iterations before a steady state is
+  // looked for, and each of them wakes every GPU's workers and training loop twice.
+  in.checkpoint.reset();
+  in.data = DataSpec{};
+  in.data->workers_per_gpu = 4;
+  in.data->prefetch_factor = 2;
+  EXPECT_EQ(estimate_io_cost(in).warmup_iterations, 2 * 2 * 4 + 2 * 4 + 2);
+  EXPECT_EQ(estimate_io_cost(in).loader_wakeups, 26 * 2 * 2 * 5);
+  EXPECT_NO_THROW(check_io_cost(in, "d: ", "c: "));
+  in.data->workers_per_gpu = 1024;
+  in.data->prefetch_factor = 1024;
+  EXPECT_THROW(check_io_cost(in, "d: ", "c: "), InputError);
+  try {
+    check_io_cost(in, "d: ", "c: ");
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("d: data.prefetch_factor 1024 x data.workers_per_gpu 1024: the loader's warm-up is at least 2099202"));
+  }
+  in.data->prefetch_factor = 2;  // 6,146 iterations, 25 million wake-ups
+  try {
+    check_io_cost(in, "d: ", "c: ");
+    ADD_FAILURE() << "1,024 workers per GPU accepted";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("would wake the node's workers about 25198600 times in the I/O simulation; expected at most 10000000"));
+  }
 }
 
 }  // namespace

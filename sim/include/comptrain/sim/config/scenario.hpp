@@ -84,6 +84,12 @@ struct Scenario {
   std::optional<DataSpec> data;
   std::optional<CheckpointSpec> checkpoint;
 
+  // Where some fields were read, as "SOURCE:LINE:COLUMN: " (the section's place when the field
+  // itself is left out), for errors found after reading, once the model or the platform is known:
+  // the cost bounds of the replay ("parallelism", "plan") and of the I/O simulation
+  // ("data.workers_per_gpu", "data.prefetch_factor", "checkpoint.chunk"). location_of gives it.
+  std::map<std::string, std::string, std::less<>> locations;
+
   // The document itself, kept so that a `sweep:` section can be expanded by re-reading it
   // with overrides (expand_sweep in sim/sweep.hpp). The reader checks the sweep section's shape
   // only; the scenario above is the document without its sweep.
@@ -110,6 +116,10 @@ traces::Trace build_trace(const Scenario& scenario);
 // rule's `profile: auto` for it, so the costs follow the GPU. InputError when no shipped profile
 // stands for the new platform, or the one that does lacks a rule's codec.
 void set_platform(Scenario& scenario, models::Platform platform);
+
+// "SOURCE:LINE:COLUMN: " where `field` was read (Scenario::locations), or "SOURCE: " when it was
+// not (a scenario built in code, a field left out with its section).
+std::string location_of(const Scenario& scenario, std::string_view field);
 
 // The scenario's platform; InputError naming the scenario when it has none.
 const models::Platform& require_platform(const Scenario& scenario);

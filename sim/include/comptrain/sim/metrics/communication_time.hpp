@@ -2,6 +2,7 @@
 // A metric of a replayed run: its collectives' time and the part the compute stream did not hide.
 
 #include "comptrain/models/schedule.hpp"
+#include "comptrain/sim/core/time_difference.hpp"
 #include "comptrain/sim/engine/replay.hpp"
 
 namespace comptrain::sim {
@@ -10,8 +11,8 @@ namespace comptrain::sim {
 // exposed part is when a collective ran and no compute-stream task did.
 struct CommunicationTime {
   double collective_seconds = 0;  // the union of the collectives' intervals
-  double exposed_seconds = 0;     // of which with the compute stream idle
-  double hidden_seconds() const { return collective_seconds - exposed_seconds; }
+  double exposed_seconds = 0;     // of which with the compute stream idle (at most collective_seconds)
+  double hidden_seconds() const { return time_difference(collective_seconds, exposed_seconds); }  // never negative
 };
 CommunicationTime communication_time(const models::Schedule& schedule, const SimulationResult& result);
 

@@ -29,6 +29,9 @@ expect 2 "cannot read '.*t\.jsonl': it is a FIFO; expected a regular file" -- va
 printf 'model: {zoo: resnet18}\ntraining: {batch_size: 2}\nplatform: p.yaml\n' >"$work/s-platform.yaml"
 expect 2 "s-platform\.yaml:3:11: platform: cannot read '.*p\.yaml': it is a FIFO; expected a regular file" -- simulate "$work/s-platform.yaml"
 expect 2 "cannot read '.*p\.yaml': it is a FIFO; expected a regular file" -- simulate "$work/s-platform.yaml" --platform "$work/p.yaml"
+# A calibration profile named by a compress rule: located at the rule's `profile` too.
+printf 'model: {zoo: resnet18}\ntraining: {batch_size: 2}\nplatform: a100-40gb\nstrategy: {name: s, rules: [{select: {min_bytes: 1 MiB}, compress: {profile: p.yaml}}]}\n' >"$work/s-profile.yaml"
+expect 2 "s-profile\.yaml:4:78: 'strategy\.rules\[0\]\.compress\.profile': cannot read '.*p\.yaml': it is a FIFO; expected a regular file" -- simulate "$work/s-profile.yaml"
 
 # A directory: refused by name (validate said ".: no points").
 expect 2 "cannot read '\.': it is a directory; expected a regular file" -- validate .

@@ -2,7 +2,8 @@
 // strategies. This file only wires the subcommands; the work is in the libraries.
 //
 // Exit codes: 0 success, 1 internal failure (or a subcommand not implemented yet),
-// 2 bad usage or bad input.
+// 2 bad usage or bad input, or standard output that cannot be written (a report that never
+// arrived is no success).
 //
 // Every error, CLI11's parse errors included, is printed as "comptrain: error: WHAT; expected
 // WHAT": scripts grep for the prefix, and people need to be told what would have been right.
@@ -13,7 +14,6 @@
 #include <algorithm>
 #include <exception>
 #include <functional>
-#include <iostream>
 #include <memory>
 #include <optional>
 #include <regex>
@@ -23,6 +23,7 @@
 
 #include "calibrate_command.hpp"
 #include "compress_command.hpp"
+#include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/did_you_mean.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain_version.hpp"
@@ -282,7 +283,7 @@ int preparse(const CLI::App& app, const std::vector<std::string>& args) {
       if (!sub) return usage_error(*target, unknown_command(*target, args[i]));
       target = sub;
     }
-    std::cout << target->help(target->get_parent() ? command_path(*target->get_parent()) : "");
+    comptrain::write_output("-", target->help(target->get_parent() ? command_path(*target->get_parent()) : ""));
     return 0;
   }
   const CLI::App* current = &app;
@@ -310,9 +311,22 @@ int preparse(const CLI::App& app, const std::vector<std::string>& args) {
   return -1;
 }
 
-}  // namespace
+// CLI11's text for --help or --version, written through write_output like every report, so that
+// a failure is seen with its reason (CLI11's own std::endl would flush, and lose it).
+int print_help_or_version(const CLI::App& app, const CLI::Error& e) {
+  std::ostringstream text;
+  const int code = app.exit(e, text);
+  try {
+    comptrain::write_output("-", text.str());
+  } catch (const comptrain::InputError& error) {
+    fmt::print(stderr, "comptrain: error: {}\n", error.what());
+    return kExitBadInput;
+  }
+  return code;
+}
 
-int main(int argc, char** argv) {
+// The command line's work: parsing, then the command. Answers the exit code.
+int run_command_line(int argc, char** argv) {
   const std::string version_line = std::string("comptrain ") + COMPTRAIN_VERSION;
   CLI::App app{
       "comptrain: trace-driven simulator of memory-saving DNN training (activation compression, offloading, "
@@ -324,7 +338,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.footer(
       "Run 'comptrain help CMD' or 'comptrain CMD --help' for a command's options.\n"
-      "Exit codes: 0 success, 1 internal failure or not implemented, 2 bad usage or bad input.");
+      "Exit codes: 0 success, 1 internal failure or not implemented, 2 bad usage or bad input (or standard output\n"
+      "that cannot be written).");
 
   // Each returns its action, which answers -1 when its subcommand was not the one given.
   const std::function<int()> commands[] = {
@@ -339,15 +354,20 @@ int main(int argc, char** argv) {
   };
   add_version_flags(app, version_line);
 
-  if (const int code = preparse(app, std::vector<std::string>(argv + 1, argv + argc)); code >= 0) return code;
+  try {
+    if (const int code = preparse(app, std::vector<std::string>(argv + 1, argv + argc)); code >= 0) return code;
+  } catch (const comptrain::InputError& e) {  // `comptrain help` to a standard output that fails
+    fmt::print(stderr, "comptrain: error: {}\n", e.what());
+    return kExitBadInput;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return print_help_or_version(app, e);
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    return print_help_or_version(app, e);
   } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
+    return print_help_or_version(app, e);
   } catch (const CLI::ParseError& e) {
     return usage_error(deepest_parsed(app), describe(e, app));
   }
@@ -364,4 +384,21 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "comptrain: internal error: {}\n", e.what());
     return kExitInternal;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int code = run_command_line(argc, argv);
+  if (code != 0) return code;
+  // Reports go through write_output, which flushes and checks at once; short lines printed with
+  // fmt::print (trace list, compress's figures) wait in C stdio's buffer: a full disk or a
+  // closed file shows only now, and a success would be a lie.
+  try {
+    comptrain::check_standard_output();
+  } catch (const comptrain::InputError& e) {
+    fmt::print(stderr, "comptrain: error: {}\n", e.what());
+    return kExitBadInput;
+  }
+  return code;
 }

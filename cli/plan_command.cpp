@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -90,7 +89,7 @@ int run_hybrid(const sim::Scenario& scenario, const PlanCliOptions& o) {
   if (o.json || !o.output.empty()) {
     emit(o.output, sim::hybrid_plan_json(plan));
   } else if (o.export_strategy != "-") {
-    std::cout << sim::hybrid_plan_text(plan);
+    write_output("-", sim::hybrid_plan_text(plan));
   }
   return 0;
 }
@@ -110,7 +109,7 @@ int run_plan(const PlanCliOptions& o) {
     if (o.json || !o.output.empty()) {
       emit(o.output, sim::plan_json(plan));
     } else {
-      std::cout << sim::plan_table_text(plan);
+      write_output("-", sim::plan_table_text(plan));
     }
     if (!o.plots.empty()) write_plots(plan, o.plots);
     return 0;
@@ -132,8 +131,8 @@ int run_plan(const PlanCliOptions& o) {
     emit(o.output, sim::sweep_document(sweep, "plan", sim::sweep_run_hash(sweep, "plan", settings_of(o)), shard, std::move(results)));
   } else {
     for (std::size_t k = 0; k < indices.size(); ++k) {
-      std::cout << (k ? "\n" : "") << fmt::format("=== variant {} of {}: {}\n", indices[k], sweep.variant_count, plans[k].variant)
-                << sim::plan_table_text(plans[k]);
+      write_output("-", (k ? "\n" : "") + fmt::format("=== variant {} of {}: {}\n", indices[k], sweep.variant_count, plans[k].variant) +
+                            sim::plan_table_text(plans[k]));
     }
   }
   if (!o.plots.empty()) {
@@ -147,7 +146,7 @@ int run_plan(const PlanCliOptions& o) {
 // The document goes to -o FILE (atomically) or to stdout (no -o, or -o -).
 void emit(const std::string& output, const std::string& text) {
   if (output.empty() || output == "-") {
-    std::cout << text;
+    write_output("-", text);
   } else {
     write_file_atomically(output, text);
     fmt::print(stderr, "wrote {}\n", output);

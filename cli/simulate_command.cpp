@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <functional>
-#include <iostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,7 +46,7 @@ int simulate_sweep(const sim::Scenario& scenario, const std::function<void(sim::
   if (options.json || shard || !options.output.empty()) {
     emit(options.output, sim::sweep_document(sweep, "simulate", sim::sweep_run_hash(sweep, "simulate", options.settings), shard, std::move(results)));
   } else {
-    std::cout << sim::simulation_table_text(sweep, results);
+    write_output("-", sim::simulation_table_text(sweep, results));
   }
   return 0;
 }
@@ -124,7 +123,7 @@ int run(const SimulateOptions& o) {
                  "'offload: {{synchronous: true}}' (vDNN) waits for each copy\n");
     }
   }
-  std::cout << sim::report(prepared, scenario.strategy, batch, outcome, o.json);
+  write_output("-", sim::report(prepared, scenario.strategy, batch, outcome, o.json));
   return 0;
 }
 

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <iostream>
 #include <memory>
 #include <optional>
 
@@ -157,7 +156,7 @@ std::function<int()> add_trace_command(CLI::App& app) {
     if (show->parsed()) {
       const traces::Trace t = show_selection->load();
       const auto summary = traces::summarize(t);
-      std::cout << (*show_json ? trace_report_json(t, summary) : trace_report_text(t, summary, *show_largest));
+      write_output("-", *show_json ? trace_report_json(t, summary) : trace_report_text(t, summary, *show_largest));
       return 0;
     }
     const traces::Trace t = export_selection->load();

@@ -1,6 +1,5 @@
 #include "validate_command.hpp"
 
-#include <iostream>
 #include <memory>
 #include <string>
 
@@ -28,11 +27,7 @@ int run(const ValidateOptions& o) {
   const std::string text = o.json       ? sim::validation_json(table.source, results)
                            : o.markdown ? sim::validation_markdown(results)
                                         : sim::validation_text(results);
-  if (o.output.empty()) {
-    std::cout << text;
-  } else {
-    write_output(o.output, text);
-  }
+  write_output(o.output.empty() ? "-" : o.output, text);
   return 0;
 }
 

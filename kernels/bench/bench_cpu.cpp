@@ -25,9 +25,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -36,6 +34,7 @@
 #include "comptrain/kernels/huffman.hpp"
 #include "comptrain/kernels/stages.hpp"
 #include "comptrain/kernels/stream.hpp"
+#include "comptrain/support/atomic_file.hpp"
 
 namespace ck = comptrain::kernels;
 
@@ -157,10 +156,7 @@ const std::vector<Sample>& samples() {
     }
     std::sort(paths.begin(), paths.end());
     for (const auto& p : paths) {
-      std::ifstream in(p, std::ios::binary);
-      std::stringstream ss;
-      ss << in.rdbuf();
-      v.push_back({p.stem().string(), ck::parse_npy(ss.str(), p.string())});
+      v.push_back({p.stem().string(), ck::parse_npy(comptrain::read_file(p), p.string())});
     }
     return v;
   }();

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <system_error>
@@ -79,15 +80,24 @@ std::string printed(const char* format, double value) {
   return std::string(buffer.data(), n > 0 ? static_cast<std::size_t>(n) : 0);
 }
 
+// A number written with more characters than this is shown through %g in messages ("1e+300"),
+// never as hundreds of digits; at most this many, as written (2^63 has 19 digits).
+constexpr std::size_t kMaxShownNumberChars = 32;
+
 // A quantity split into its number and its unit, before the unit is applied.
 struct Parts {
   double number = 0;
-  std::string_view unit;  // empty for a bare 0
-  double factor = 1;      // base units per unit
+  std::string_view number_text;  // the number as written
+  std::string_view unit;         // empty for a bare 0
+  double factor = 1;             // base units per unit
 
   double value() const { return number * factor; }
-  // What was written, shortened: "1e+300 GB/s", never 300 digits.
-  std::string written() const { return printed("%g", number) + (unit.empty() ? "" : " " + std::string(unit)); }
+  // What was written ("9223372036854775808 B", never rounded through a double), or, for a
+  // long number, its %g form ("1e+300 GB/s"): never hundreds of digits.
+  std::string written() const {
+    const std::string shown = number_text.size() <= kMaxShownNumberChars ? std::string(number_text) : printed("%g", number);
+    return shown + (unit.empty() ? "" : " " + std::string(unit));
+  }
 };
 
 Parts parse_parts(std::string_view text, Dimension dimension) {
@@ -101,6 +111,7 @@ Parts parse_parts(std::string_view text, Dimension dimension) {
   if (ec != std::errc() || !std::isfinite(parts.number)) {
     throw std::invalid_argument("expected a number followed by a unit, e.g. " + std::string(example_of(dimension)));
   }
+  parts.number_text = std::string_view(text.data(), static_cast<std::size_t>(rest - text.data()));
   std::string_view unit(rest, static_cast<std::size_t>(end - rest));
   while (!unit.empty() && is_space(unit.front())) unit.remove_prefix(1);
 
@@ -121,6 +132,73 @@ Parts parse_parts(std::string_view text, Dimension dimension) {
 
 // 2^63, exactly representable: a double at or above it does not fit in int64.
 constexpr double kTwoTo63 = 9223372036854775808.0;
+
+// 128-bit arithmetic for exact byte counts (__extension__: a GCC and Clang type, which
+// -Wpedantic would otherwise warn about).
+__extension__ typedef unsigned __int128 Wide;
+
+// Significant decimal digits that always fit in a Wide (10^38 < 2^128).
+constexpr int kMaxExactDigits = 38;
+
+// |number as written| times `factor`, rounded to the nearest whole number (halves away from
+// zero, as llround), computed exactly from the decimal digits: "9223372036854775807" is 2^63-1,
+// which a double would round up to 2^63. Saturates at 2^64 (anything from 2^63 on is out of
+// range anyway). Nothing when the number has more than kMaxExactDigits significant digits or
+// an exponent beyond +-100000: the caller then goes through the double.
+std::optional<Wide> exact_magnitude(std::string_view number, std::int64_t factor) {
+  constexpr Wide kSaturated = Wide{1} << 64;
+  std::size_t i = 0;
+  if (i < number.size() && (number[i] == '-' || number[i] == '+')) ++i;
+  Wide mantissa = 0;
+  int digits = 0;            // significant digits in `mantissa`
+  std::int64_t exponent = 0;  // the value is mantissa * 10^exponent
+  bool fraction = false;
+  for (; i < number.size(); ++i) {
+    const char c = number[i];
+    if (c == '.' && !fraction) {
+      fraction = true;
+      continue;
+    }
+    if (c < '0' || c > '9') break;
+    if (fraction) --exponent;
+    if (mantissa == 0 && c == '0') continue;  // a leading zero is not significant
+    if (++digits > kMaxExactDigits) return std::nullopt;
+    mantissa = mantissa * 10 + static_cast<Wide>(c - '0');
+  }
+  if (i < number.size() && (number[i] == 'e' || number[i] == 'E')) {
+    ++i;
+    bool negative = false;
+    if (i < number.size() && (number[i] == '-' || number[i] == '+')) negative = number[i++] == '-';
+    std::int64_t written_exponent = 0;
+    for (; i < number.size() && number[i] >= '0' && number[i] <= '9'; ++i) {
+      written_exponent = written_exponent * 10 + (number[i] - '0');
+      if (written_exponent > 100000) return std::nullopt;
+    }
+    exponent += negative ? -written_exponent : written_exponent;
+  }
+  if (i != number.size()) return std::nullopt;  // not the plain decimal grammar: the double decides
+  if (mantissa == 0) return Wide{0};
+  while (mantissa % 10 == 0) {
+    mantissa /= 10;
+    ++exponent;
+  }
+  Wide value = 0;
+  if (__builtin_mul_overflow(mantissa, static_cast<Wide>(factor), &value)) {
+    if (exponent >= 0) return kSaturated;
+    return std::nullopt;
+  }
+  if (exponent >= 0) {
+    for (std::int64_t k = 0; k < exponent && value < kSaturated; ++k) value *= 10;
+    return value < kSaturated ? value : kSaturated;
+  }
+  // value < 2^128 < 10^39: divided by 10^39 or more it is below 0.5.
+  if (exponent < -kMaxExactDigits) return Wide{0};
+  Wide divisor = 1;
+  for (std::int64_t k = 0; k < -exponent; ++k) divisor *= 10;
+  Wide quotient = value / divisor;
+  if (2 * (value % divisor) >= divisor) ++quotient;  // 2 * remainder < 2 * 10^38 < 2^128
+  return quotient;
+}
 
 std::string byte_bound(std::int64_t bytes) {
   if (bytes == kMaxByteCount) return "2^63-1 B (about 8 EiB), the largest representable byte count";
@@ -174,14 +252,24 @@ double parse_quantity(std::string_view text, Dimension dimension, Bounds bounds)
 
 std::int64_t parse_byte_count(std::string_view text, std::int64_t min, std::int64_t max) {
   const Parts parts = parse_parts(text, Dimension::bytes);
-  const double value = parts.value();
   const std::string range = "between " + byte_bound(min) + " and " + byte_bound(max);
-  // Both ends checked as doubles first: llround of a value beyond int64 is undefined.
-  if (!(value < kTwoTo63)) {
-    throw OutOfRange(parts.written(), max == kMaxByteCount ? "at most " + byte_bound(max) : range);
+  const std::string too_large = max == kMaxByteCount ? "at most " + byte_bound(max) : range;
+  std::int64_t bytes = 0;
+  // Every byte unit is a whole number of bytes (kByteUnits), so the factor is exact as an int64.
+  if (const std::optional<Wide> magnitude = exact_magnitude(parts.number_text, static_cast<std::int64_t>(parts.factor))) {
+    if (*magnitude > static_cast<Wide>(kMaxByteCount)) {
+      throw OutOfRange(parts.written(), parts.number_text.starts_with('-') ? range : too_large);
+    }
+    bytes = static_cast<std::int64_t>(*magnitude);
+    if (parts.number_text.starts_with('-')) bytes = -bytes;
+  } else {
+    // More significant digits than exact arithmetic holds: through the double, both ends
+    // checked first (llround of a value beyond int64 is undefined).
+    const double value = parts.value();
+    if (!(value < kTwoTo63)) throw OutOfRange(parts.written(), too_large);
+    if (!(value > -kTwoTo63)) throw OutOfRange(parts.written(), range);
+    bytes = std::llround(value);
   }
-  if (!(value > -kTwoTo63)) throw OutOfRange(parts.written(), range);
-  const std::int64_t bytes = std::llround(value);
   if (bytes < min || bytes > max) throw OutOfRange(parts.written(), range);
   return bytes;
 }

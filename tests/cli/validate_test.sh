@@ -39,7 +39,8 @@ expect 2 "unknown.jsonl:4: unknown field 'colour'" -- validate "$work/unknown.js
 head -3 "$dir/published.jsonl" >"$work/noscenario.jsonl"
 sed -n '4p' "$dir/published.jsonl" >>"$work/noscenario.jsonl"  # its scenario is not beside this copy
 expect 2 "noscenario.jsonl:4: field 'scenario': .* is not a file" -- validate "$work/noscenario.jsonl"
-expect 2 "cannot be read" -- validate "$work/missing.jsonl"
+expect 2 "cannot read '.*missing\.jsonl': No such file or directory" -- validate "$work/missing.jsonl"
+expect 2 "cannot read '.*': it is a directory; expected a regular file" -- validate "$work"
 
 if [[ $failures -ne 0 ]]; then
   echo "validate_test: $failures failure(s)"

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -27,6 +26,7 @@
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/sim/config/scenario.hpp"
 #include "comptrain/sim/runtime/workers.hpp"
+#include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/support/json_excerpt.hpp"
 
@@ -536,11 +536,9 @@ ValidationTable parse_validation_table(std::string_view text, std::string_view s
 }
 
 ValidationTable load_validation_table(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("{}: cannot be read; expected a validation table (.jsonl)", path.string()));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_validation_table(text.str(), path.string(), path.parent_path());
+  // read_file refuses a directory (`comptrain validate .` said ".: no points" before), a FIFO
+  // and a device, and bounds the size.
+  return parse_validation_table(read_file(path), path.string(), path.parent_path());
 }
 
 std::filesystem::path default_validation_table() {

@@ -2,9 +2,8 @@
 
 #include <array>
 #include <memory>
-#include <fstream>
-#include <sstream>
 
+#include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/support/json_depth.hpp"
 #include "chakra_et.hpp"
@@ -162,12 +161,9 @@ ImportResult import_text(std::string_view text, std::string_view source, const I
 }
 
 ImportResult import_file(const std::filesystem::path& path, ImportOptions options) {
-  std::ifstream file(path, std::ios::binary);
-  if (!file) throw InputError(path.string() + ": cannot open the file");
-  std::ostringstream text;
-  text << file.rdbuf();
+  const std::string text = read_file(path);
   if (!options.format && path.extension() == ".et") options.format = Format::chakra_et;
-  return import_impl(text.str(), path.string(), options, path.stem().string());
+  return import_impl(text, path.string(), options, path.stem().string());
 }
 
 std::string chakra_et_to_json(std::string_view bytes, std::string_view source) {

@@ -26,13 +26,14 @@ inline constexpr std::int64_t kMaxByteCount = std::numeric_limits<std::int64_t>:
 
 // Thrown when a quantity parses but its value, in the base unit, is outside the accepted range
 // (overflow to infinity when the unit is applied included). A std::invalid_argument, so callers
-// that catch that keep working; what() reads "1e+300 GB/s is out of range; expected between
+// that catch that keep working; what() reads "2000 GB/s is out of range; expected between
 // 1 kB/s and 1 PB/s". Callers that name the field themselves use written() and expected():
-// "'host_link.bandwidth' is 1e+300 GB/s; expected between 1 kB/s and 1 PB/s".
+// "'host_link.bandwidth' is 2000 GB/s; expected between 1 kB/s and 1 PB/s".
 class OutOfRange : public std::invalid_argument {
  public:
   OutOfRange(std::string written, std::string expected);
-  // The number (printed with %g, never hundreds of digits) and the unit as written.
+  // The number as written (through %g when longer than 32 characters: never hundreds of
+  // digits) and the unit.
   const std::string& written() const { return written_; }
   // "between 1 kB/s and 1 PB/s", "at most 9223372036854775807 B (2^63-1 B, about 8 EiB)", ...
   const std::string& expected() const { return expected_; }
@@ -57,8 +58,10 @@ double parse_quantity(std::string_view text, Dimension dimension);
 double parse_quantity(std::string_view text, Dimension dimension, Bounds bounds);
 
 // A byte quantity that must be stored in a std::int64_t ("4 GiB", "1.5 KiB", "0"), rounded to
-// the nearest whole byte, in [min, max]. Anything at or beyond 2^63 B says it exceeds the
-// largest representable byte count; never static_cast a parsed double to int64 instead.
+// the nearest whole byte, in [min, max]. Computed exactly from the decimal digits as written
+// (up to 38 significant digits; more go through a double): "9223372036854775807 B" is 2^63-1
+// and accepted, "9223372036854775808 B" is refused as written. Anything at or beyond 2^63 B says
+// it exceeds the largest representable byte count; never static_cast a parsed double to int64.
 std::int64_t parse_byte_count(std::string_view text, std::int64_t min = 0, std::int64_t max = kMaxByteCount);
 
 // `value` (base units) in the largest unit of `dimension` that writes it as a whole number

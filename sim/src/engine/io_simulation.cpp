@@ -18,6 +18,7 @@
 #include "comptrain/sim/engine/io_cost.hpp"
 #include "comptrain/sim/core/bottleneck.hpp"
 #include "comptrain/sim/runtime/workers.hpp"
+#include "comptrain/support/checked.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "engine/simgrid_engine.hpp"
 
@@ -64,6 +65,13 @@ void check_io_cost(const IoInputs& inputs, std::string_view data_where, std::str
   const IoCost cost = estimate_io_cost(inputs);
   if (inputs.data) {
     const DataSpec& d = *inputs.data;
+    // The bytes a worker reads per iteration, an int64 product (a wrapped one read "in 0 s").
+    if (!checked_mul(d.bytes_per_sample, inputs.profile.samples)) {
+      throw InputError(fmt::format("{}data.bytes_per_sample: {} bytes x {} samples per iteration overflows 64 bits; expected at most {} bytes "
+                                   "per sample at this batch",
+                                   data_where, d.bytes_per_sample, inputs.profile.samples,
+                                   std::numeric_limits<std::int64_t>::max() / std::max<std::int64_t>(inputs.profile.samples, 1)));
+    }
     if (cost.warmup_iterations > kMaxWarmupIterations) {
       throw InputError(fmt::format("{}data.prefetch_factor {} x data.workers_per_gpu {}: the loader's warm-up is at least {} simulated iterations "
                                    "(2 x prefetch_factor x workers_per_gpu + 2 x workers_per_gpu + 2, until the prefetch queue is full); "

@@ -45,7 +45,10 @@ TEST(HybridPlan, APlanWhereTheBaselineDoesNotFitReplaysWithinTheLimitAndExportsF
   ASSERT_EQ(codecs.size(), 1u);
   EXPECT_EQ(codecs[0].label, "x4");
   HybridOptions options;
-  options.time_limit_seconds = 0.5;
+  // CBC's limit is CPU time, which a loaded machine stretches: at 0.5 s a solve cut short under
+  // load (a CI run with another build beside it) left the MILP without a solution in four rounds.
+  // Unloaded, each solve ends well within 0.5 s, so the larger limit costs nothing.
+  options.time_limit_seconds = 10;
   const HybridPoint p = hybrid_point(scenario, codecs, batch, limit, MemoryMetric::reserved, options);
   std::string notes;
   for (const auto& n : p.notes) notes += n + "\n";

@@ -30,3 +30,6 @@ expect 2 "s-min-bytes\.yaml:9:27: 'strategy\.rules\[1\]\.select\.min_bytes' is 9
 expect 2 "s-data\.yaml:4:26: 'data\.bytes_per_sample' is 9223372036854775808 B; expected at most 2\^63-1 B" -- simulate s-data.yaml
 
 expect 2 "cannot read '\.': it is a directory; expected a regular file" -- validate .
+# A byte count accepted alone can still overflow once multiplied by the samples of an iteration:
+# 2^62 B x 2 samples was read "in 0.000000 s" (exit 0); now refused, naming the field.
+expect 2 "s-data-2p62\.yaml:[0-9]+:[0-9]+: data\.bytes_per_sample: 4611686018427387904 bytes x 2 samples per iteration overflows 64 bits" -- simulate s-data-2p62.yaml

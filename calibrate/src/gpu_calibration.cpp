@@ -215,6 +215,51 @@ std::string gpu_measurements_yaml(const GpuMeasurements& gpu) {
   return out;
 }
 
+namespace {
+
+// The emitted platform's values, by path: (the text written, the comment saying where it came from).
+using WrittenValues = std::map<std::vector<std::string>, std::pair<std::string, std::string>>;
+
+// The host section: the base platform's, or this host's with assumptions marked as such.
+void set_host(models::Platform& p, WrittenValues& written, const models::Platform* base, const PlatformEmitOptions& options,
+              const std::string& from_base) {
+  const auto set = [&written](std::vector<std::string> path, std::string text, std::string why) {
+    written[std::move(path)] = {std::move(text), std::move(why)};
+  };
+  if (base) {
+    p.host.name = base->host.name;
+    p.host.cores = base->host.cores;
+    p.host.flops = base->host.flops;
+    p.host.memory_bytes = base->host.memory_bytes;
+    p.host.memory_bandwidth = base->host.memory_bandwidth;
+    set({"host", "name"}, base->host.name, from_base);
+    set({"host", "cores"}, std::to_string(base->host.cores), from_base);
+    set({"host", "flops"}, fmt::format("{:.6g} TFLOP/s", base->host.flops / 1e12), from_base);
+    set({"host", "memory"}, fmt::format("{} B", base->host.memory_bytes), from_base);
+    set({"host", "memory_bandwidth"}, fmt::format("{:.6g} GB/s", base->host.memory_bandwidth / 1e9), from_base);
+  } else {
+    p.host.name = options.host_name;
+    p.host.cores = std::max(1, options.host_cores);
+    set({"host", "name"}, options.host_name, "this host (/proc/cpuinfo)");
+    set({"host", "cores"}, std::to_string(p.host.cores), "this host (hardware threads)");
+    // 2.5 GHz x 32 fp32 FLOP/cycle (two 256-bit FMA pipes) per core: a typical server core.
+    p.host.flops = p.host.cores * 2.5e9 * 32;
+    set({"host", "flops"}, fmt::format("{:.6g} TFLOP/s", p.host.flops / 1e12), "assumption: cores x 2.5 GHz x 32 FLOP/cycle; not measured");
+    if (options.host_memory_bytes >= (std::int64_t{1} << 20)) {
+      p.host.memory_bytes = options.host_memory_bytes;
+      set({"host", "memory"}, fmt::format("{} B", options.host_memory_bytes), "this host (/proc/meminfo MemTotal)");
+    } else {
+      // Unknown (no /proc/meminfo): a value the platform reader accepts, marked as a guess.
+      p.host.memory_bytes = std::int64_t{64} << 30;
+      set({"host", "memory"}, "64 GiB", "assumption: this host's memory could not be read (/proc/meminfo)");
+    }
+    p.host.memory_bandwidth = 100e9;
+    set({"host", "memory_bandwidth"}, "100 GB/s", "assumption: not measured (the order of one DDR4/DDR5 socket)");
+  }
+}
+
+}  // namespace
+
 std::string platform_yaml(const GpuMeasurements& gpu, const PlatformEmitOptions& options) {
   const models::Platform* base = options.base;
   const std::string from_base = base ? fmt::format("not measured: copied from platform {} ({})", base->name, base->source) : "";
@@ -225,7 +270,7 @@ std::string platform_yaml(const GpuMeasurements& gpu, const PlatformEmitOptions&
   // The platform as measured, the rest copied from the base or assumed; each value's text (at
   // the digits it was measured to) and its origin, by path, for models::platform_to_yaml.
   models::Platform p;
-  std::map<std::vector<std::string>, std::pair<std::string, std::string>> written;  // path -> (text, comment)
+  WrittenValues written;  // path -> (text, comment)
   const auto set = [&written](std::vector<std::string> path, std::string text, std::string why) {
     written[std::move(path)] = {std::move(text), std::move(why)};
   };
@@ -273,36 +318,7 @@ std::string platform_yaml(const GpuMeasurements& gpu, const PlatformEmitOptions&
     set({"gpu", "power", "max"}, fmt::format("{} W", number(base->gpu.max_power)), from_base);
   }
 
-  if (base) {
-    p.host.name = base->host.name;
-    p.host.cores = base->host.cores;
-    p.host.flops = base->host.flops;
-    p.host.memory_bytes = base->host.memory_bytes;
-    p.host.memory_bandwidth = base->host.memory_bandwidth;
-    set({"host", "name"}, base->host.name, from_base);
-    set({"host", "cores"}, std::to_string(base->host.cores), from_base);
-    set({"host", "flops"}, fmt::format("{:.6g} TFLOP/s", base->host.flops / 1e12), from_base);
-    set({"host", "memory"}, fmt::format("{} B", base->host.memory_bytes), from_base);
-    set({"host", "memory_bandwidth"}, fmt::format("{:.6g} GB/s", base->host.memory_bandwidth / 1e9), from_base);
-  } else {
-    p.host.name = options.host_name;
-    p.host.cores = std::max(1, options.host_cores);
-    set({"host", "name"}, options.host_name, "this host (/proc/cpuinfo)");
-    set({"host", "cores"}, std::to_string(p.host.cores), "this host (hardware threads)");
-    // 2.5 GHz x 32 fp32 FLOP/cycle (two 256-bit FMA pipes) per core: a typical server core.
-    p.host.flops = p.host.cores * 2.5e9 * 32;
-    set({"host", "flops"}, fmt::format("{:.6g} TFLOP/s", p.host.flops / 1e12), "assumption: cores x 2.5 GHz x 32 FLOP/cycle; not measured");
-    if (options.host_memory_bytes >= (std::int64_t{1} << 20)) {
-      p.host.memory_bytes = options.host_memory_bytes;
-      set({"host", "memory"}, fmt::format("{} B", options.host_memory_bytes), "this host (/proc/meminfo MemTotal)");
-    } else {
-      // Unknown (no /proc/meminfo): a value the platform reader accepts, marked as a guess.
-      p.host.memory_bytes = std::int64_t{64} << 30;
-      set({"host", "memory"}, "64 GiB", "assumption: this host's memory could not be read (/proc/meminfo)");
-    }
-    p.host.memory_bandwidth = 100e9;
-    set({"host", "memory_bandwidth"}, "100 GB/s", "assumption: not measured (the order of one DDR4/DDR5 socket)");
-  }
+  set_host(p, written, base, options, from_base);
 
   const auto& h2d = gpu.copy_models.at(CopyKind::h2d_pinned);
   const auto& d2h = gpu.copy_models.at(CopyKind::d2h_pinned);

@@ -104,6 +104,137 @@ std::map<TensorIndex, CodecCost> probe_codec(const traces::Trace& trace, const m
   return costs;
 }
 
+// What every candidate's options are built from.
+struct OptionContext {
+  const traces::Trace& trace;
+  const models::OpTimeModel& time_model;
+  const ModelOptions& options;
+  const std::vector<std::map<TensorIndex, CodecCost>>& codec_costs;
+  const std::vector<double>& start;                  // baseline start of each step
+  const std::vector<std::vector<OpIndex>>& writers;  // the ops writing each storage
+  const std::vector<std::size_t>& candidate_of;      // storage -> candidate, or kNone
+  int lookahead;
+  double link_bandwidth;
+};
+
+// Compress: one option per codec that compresses it, dominated ones left out (no faster and no
+// smaller than another).
+void add_compress_options(Candidate& c, const models::SavedActivation& s, const OptionContext& ctx) {
+  const int a = c.last_forward_use;
+  const int b = c.first_backward_read;
+  std::vector<Option> compress;
+  for (std::size_t k = 0; k < ctx.options.codecs.size(); ++k) {
+    auto it = ctx.codec_costs[k].find(s.storage);
+    if (it == ctx.codec_costs[k].end() || it->second.compressed_bytes >= s.bytes) continue;
+    Option o;
+    o.kind = ActionKind::compress;
+    o.codec = static_cast<int>(k);
+    o.compressed_bytes = it->second.compressed_bytes;
+    // The codec shares the GPU with the compute stream (the replay's fair sharing) while the
+    // next op runs, and the reader waits for the just-in-time decompression.
+    o.work = {{a + 1, it->second.compress_seconds}, {b, it->second.decompress_seconds}};
+    o.memory = {{a + 1, b, o.compressed_bytes - s.bytes}};
+    compress.push_back(o);
+  }
+  auto seconds_of = [](const Option& o) {
+    double t = 0;
+    for (const AddedWork& w : o.work) t += w.seconds;
+    return t;
+  };
+  for (std::size_t x = 0; x < compress.size(); ++x) {
+    bool dominated = false;
+    for (std::size_t y = 0; y < compress.size() && !dominated; ++y) {
+      if (x == y) continue;
+      const bool no_worse = seconds_of(compress[y]) <= seconds_of(compress[x]) && compress[y].compressed_bytes <= compress[x].compressed_bytes;
+      const bool better = seconds_of(compress[y]) < seconds_of(compress[x]) || compress[y].compressed_bytes < compress[x].compressed_bytes;
+      dominated = no_worse && (better || y < x);
+    }
+    if (!dominated) c.options.push_back(compress[x]);
+  }
+}
+
+// Offload: the copy out starts when step a ends; its bytes are free from the release step on,
+// where the compute stream waits for the copy if it has not ended. One option per release step:
+// right after (vDNN's wait), and the first step starting after 1, 2, 4, ... copy times of the
+// baseline's clock (later releases leave room for a busy copy queue), before the prefetch's start.
+void add_offload_options(Candidate& c, const models::SavedActivation& s, const OptionContext& ctx) {
+  if (!ctx.options.offload || !(ctx.link_bandwidth > 0)) return;
+  const int a = c.last_forward_use;
+  const int b = c.first_backward_read;
+  const int prefetch_step = b - ctx.lookahead;
+  int previous = -1;
+  for (double m : {0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0}) {
+    const double ready = ctx.start[static_cast<std::size_t>(a + 1)] + m * c.copy_seconds;
+    int e = a + 1;
+    while (e < prefetch_step && ctx.start[static_cast<std::size_t>(e)] < ready) ++e;
+    if (e >= prefetch_step) break;
+    if (e == previous) continue;
+    previous = e;
+    Option o;
+    o.kind = ActionKind::offload;
+    o.release_step = e;
+    o.memory = {{e, prefetch_step, -s.bytes}};
+    c.options.push_back(o);
+  }
+}
+
+// Recompute: replay its forward writers, and behind them every unsaved storage they read (an
+// intermediate freed after the forward pass), back to storages present in the backward pass. The
+// replayed ops' other outputs are scratch at the rebuild.
+void add_recompute_option(Candidate& c, const models::SavedActivation& s, const OptionContext& ctx) {
+  if (!ctx.options.recompute) return;
+  const int a = c.last_forward_use;
+  const int b = c.first_backward_read;
+  const std::size_t ops = ctx.trace.ops().size();
+  std::vector<OpIndex> replay(s.writers.begin(), s.writers.end());
+  std::vector<bool> seen_op(ops, false);
+  std::vector<bool> seen_storage(ctx.trace.tensors().size(), false);
+  for (OpIndex o : replay) seen_op[o] = true;
+  seen_storage[s.storage] = true;
+  std::int64_t scratch = 0;
+  bool replayable = true;
+  for (std::size_t q = 0; q < replay.size() && replayable; ++q) {
+    const traces::Op& op = ctx.trace.op(replay[q]);
+    for (TensorIndex t : op.outputs) {
+      const TensorIndex st = ctx.trace.storage_of(t);
+      if (seen_storage[st]) continue;
+      seen_storage[st] = true;
+      if (ctx.candidate_of[st] == kNone) scratch += ctx.trace.tensor(st).bytes();
+    }
+    for (TensorIndex t : op.inputs) {
+      const TensorIndex st = ctx.trace.storage_of(t);
+      if (seen_storage[st]) continue;
+      seen_storage[st] = true;
+      if (ctx.candidate_of[st] != kNone) {
+        c.replay_reads.push_back(ctx.candidate_of[st]);
+        continue;
+      }
+      const traces::Tensor& tensor = ctx.trace.tensor(st);
+      if (ctx.writers[st].empty() || tensor.role == traces::TensorRole::activation) continue;  // resident, or saved
+      for (OpIndex w : ctx.writers[st]) {
+        if (ctx.trace.op(w).phase != traces::Phase::forward) {
+          replayable = false;  // not rebuilt by a forward replay
+          break;
+        }
+        if (!seen_op[w]) {
+          seen_op[w] = true;
+          replay.push_back(w);
+        }
+      }
+      scratch += tensor.bytes();
+    }
+  }
+  if (replayable) {
+    for (OpIndex o : replay) c.replay_seconds += ctx.time_model.seconds(ctx.trace, o);
+    Option o;
+    o.kind = ActionKind::recompute;
+    o.work = {{b, c.replay_seconds}};
+    o.memory = {{a + 1, b, -s.bytes}};
+    if (scratch > 0) o.memory.push_back({b, b + 1, scratch});
+    c.options.push_back(o);
+  }
+}
+
 }  // namespace
 
 DecisionModel build_decision_model(const traces::Trace& trace, const models::OpTimeModel& time_model, const models::Schedule& baseline,
@@ -149,6 +280,7 @@ DecisionModel build_decision_model(const traces::Trace& trace, const models::OpT
     for (TensorIndex t : trace.op(o).outputs) writers[trace.storage_of(t)].push_back(o);
   }
 
+  const OptionContext context{trace, time_model, options, codec_costs, start, writers, candidate_of, lookahead, link_bandwidth};
   for (std::size_t i = 0; i < saved.size(); ++i) {
     const models::SavedActivation& s = saved[i];
     Candidate c;
@@ -158,117 +290,10 @@ DecisionModel build_decision_model(const traces::Trace& trace, const models::OpT
     c.last_forward_use = static_cast<int>(s.last_forward_use);
     c.first_backward_read = static_cast<int>(s.first_backward_read);
     c.copy_seconds = link_bandwidth > 0 ? link_latency + static_cast<double>(s.bytes) / link_bandwidth : 0;
-    const int a = c.last_forward_use;
-    const int b = c.first_backward_read;
     c.options.push_back(Option{});  // keep
-
-    // Compress: one option per codec that compresses it, dominated ones left out (no faster and
-    // no smaller than another).
-    std::vector<Option> compress;
-    for (std::size_t k = 0; k < options.codecs.size(); ++k) {
-      auto it = codec_costs[k].find(s.storage);
-      if (it == codec_costs[k].end() || it->second.compressed_bytes >= s.bytes) continue;
-      Option o;
-      o.kind = ActionKind::compress;
-      o.codec = static_cast<int>(k);
-      o.compressed_bytes = it->second.compressed_bytes;
-      // The codec shares the GPU with the compute stream (the replay's fair sharing) while the
-      // next op runs, and the reader waits for the just-in-time decompression.
-      o.work = {{a + 1, it->second.compress_seconds}, {b, it->second.decompress_seconds}};
-      o.memory = {{a + 1, b, o.compressed_bytes - s.bytes}};
-      compress.push_back(o);
-    }
-    auto seconds_of = [](const Option& o) {
-      double t = 0;
-      for (const AddedWork& w : o.work) t += w.seconds;
-      return t;
-    };
-    for (std::size_t x = 0; x < compress.size(); ++x) {
-      bool dominated = false;
-      for (std::size_t y = 0; y < compress.size() && !dominated; ++y) {
-        if (x == y) continue;
-        const bool no_worse = seconds_of(compress[y]) <= seconds_of(compress[x]) && compress[y].compressed_bytes <= compress[x].compressed_bytes;
-        const bool better = seconds_of(compress[y]) < seconds_of(compress[x]) || compress[y].compressed_bytes < compress[x].compressed_bytes;
-        dominated = no_worse && (better || y < x);
-      }
-      if (!dominated) c.options.push_back(compress[x]);
-    }
-
-    // Offload: the copy out starts when step a ends; its bytes are free from the release step on,
-    // where the compute stream waits for the copy if it has not ended. One option per release
-    // step: right after (vDNN's wait), and the first step starting after 1, 2, 4, ... copy times
-    // of the baseline's clock (later releases leave room for a busy copy queue), before the
-    // prefetch's start.
-    if (options.offload && link_bandwidth > 0) {
-      const int prefetch_step = b - lookahead;
-      int previous = -1;
-      for (double m : {0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0}) {
-        const double ready = start[static_cast<std::size_t>(a + 1)] + m * c.copy_seconds;
-        int e = a + 1;
-        while (e < prefetch_step && start[static_cast<std::size_t>(e)] < ready) ++e;
-        if (e >= prefetch_step) break;
-        if (e == previous) continue;
-        previous = e;
-        Option o;
-        o.kind = ActionKind::offload;
-        o.release_step = e;
-        o.memory = {{e, prefetch_step, -s.bytes}};
-        c.options.push_back(o);
-      }
-    }
-
-    // Recompute: replay its forward writers, and behind them every unsaved storage they read
-    // (an intermediate freed after the forward pass), back to storages present in the backward
-    // pass. The replayed ops' other outputs are scratch at the rebuild.
-    if (options.recompute) {
-      std::vector<OpIndex> replay(s.writers.begin(), s.writers.end());
-      std::vector<bool> seen_op(ops, false);
-      std::vector<bool> seen_storage(trace.tensors().size(), false);
-      for (OpIndex o : replay) seen_op[o] = true;
-      seen_storage[s.storage] = true;
-      std::int64_t scratch = 0;
-      bool replayable = true;
-      for (std::size_t q = 0; q < replay.size() && replayable; ++q) {
-        const traces::Op& op = trace.op(replay[q]);
-        for (TensorIndex t : op.outputs) {
-          const TensorIndex st = trace.storage_of(t);
-          if (seen_storage[st]) continue;
-          seen_storage[st] = true;
-          if (candidate_of[st] == kNone) scratch += trace.tensor(st).bytes();
-        }
-        for (TensorIndex t : op.inputs) {
-          const TensorIndex st = trace.storage_of(t);
-          if (seen_storage[st]) continue;
-          seen_storage[st] = true;
-          if (candidate_of[st] != kNone) {
-            c.replay_reads.push_back(candidate_of[st]);
-            continue;
-          }
-          const traces::Tensor& tensor = trace.tensor(st);
-          if (writers[st].empty() || tensor.role == traces::TensorRole::activation) continue;  // resident, or saved
-          for (OpIndex w : writers[st]) {
-            if (trace.op(w).phase != traces::Phase::forward) {
-              replayable = false;  // not rebuilt by a forward replay
-              break;
-            }
-            if (!seen_op[w]) {
-              seen_op[w] = true;
-              replay.push_back(w);
-            }
-          }
-          scratch += tensor.bytes();
-        }
-      }
-      if (replayable) {
-        for (OpIndex o : replay) c.replay_seconds += time_model.seconds(trace, o);
-        Option o;
-        o.kind = ActionKind::recompute;
-        o.work = {{b, c.replay_seconds}};
-        o.memory = {{a + 1, b, -s.bytes}};
-        if (scratch > 0) o.memory.push_back({b, b + 1, scratch});
-        c.options.push_back(o);
-      }
-    }
+    add_compress_options(c, s, context);
+    add_offload_options(c, s, context);
+    add_recompute_option(c, s, context);
     std::sort(c.replay_reads.begin(), c.replay_reads.end());
     model.candidates.push_back(std::move(c));
   }

@@ -180,6 +180,205 @@ OpGraph build_dependency_graph(const std::vector<Op>& ops, const std::vector<Ten
   return OpGraph(boost::edges_are_unsorted_multi_pass, edges.begin(), edges.end(), labels.begin(), ops.size());
 }
 
+// The pieces of the constructor's validation, in the order it runs them: each throws TraceError
+// at the first problem, naming the element by its JSON path.
+
+// Ids are unique (they are how files refer to elements).
+void check_unique_ids(const std::vector<Tensor>& tensors, const std::vector<Op>& ops) {
+  const auto check_unique = [](std::size_t count, const auto& id_of, const auto& path_of, const char* what) {
+    // Ids below `count` (all of them when dense, as the zoo and the writer make them) are
+    // checked in a table; larger ones in a map.
+    std::vector<std::size_t> first(count, count);
+    std::map<std::uint64_t, std::size_t> sparse;
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::uint64_t id = id_of(i);
+      std::size_t earlier = count;
+      if (id < count) {
+        if (first[id] == count) {
+          first[id] = i;
+        } else {
+          earlier = first[id];
+        }
+      } else if (auto [it, fresh] = sparse.emplace(id, i); !fresh) {
+        earlier = it->second;
+      }
+      if (earlier != count) {
+        throw TraceError(path_of(i) + "/id", "id " + std::to_string(id) + " is already used by " + path_of(earlier) +
+                                                 "; expected unique " + what + " ids");
+      }
+    }
+  };
+  check_unique(tensors.size(), [&](std::size_t i) { return tensors[i].id; }, tensor_path, "tensor");
+  check_unique(ops.size(), [&](std::size_t i) { return ops[i].id; }, op_path, "op");
+}
+
+// Views: each tensor resolved to the tensor that owns its storage. A chain of views is walked
+// once and resolved for all its members together, so long in-place chains stay linear.
+std::vector<TensorIndex> resolve_views(const std::vector<Tensor>& tensors) {
+  const std::size_t n_tensors = tensors.size();
+  std::vector<TensorIndex> storage(n_tensors);
+  enum class Resolved : std::uint8_t { no, on_path, yes };
+  std::vector<Resolved> state(n_tensors, Resolved::no);
+  std::vector<std::size_t> path;
+  for (std::size_t i = 0; i < n_tensors; ++i) {
+    path.clear();
+    std::size_t current = i;
+    while (state[current] == Resolved::no && tensors[current].view_of) {
+      state[current] = Resolved::on_path;
+      path.push_back(current);
+      const std::size_t base = *tensors[current].view_of;
+      if (base >= n_tensors) {
+        throw TraceError(tensor_path(current) + "/view_of", "refers to tensor index " + std::to_string(base) +
+                                                                " but the trace has " + std::to_string(n_tensors) + " tensors");
+      }
+      if (state[base] == Resolved::on_path) {
+        throw TraceError(tensor_path(i) + "/view_of", "views form a cycle; expected a chain ending at a tensor that owns its storage");
+      }
+      current = base;
+    }
+    const std::size_t root = state[current] == Resolved::yes ? storage[current] : current;
+    storage[current] = root;
+    state[current] = Resolved::yes;
+    for (std::size_t member : path) {
+      storage[member] = root;
+      state[member] = Resolved::yes;
+    }
+
+    const Tensor& t = tensors[i];
+    const Tensor& base = tensors[root];
+    if (t.role != base.role) {
+      throw TraceError(tensor_path(i) + "/role", describe(t) + " has role " + std::string(to_string(t.role)) +
+                                                     " but it is a view of " + describe(base) + " with role " +
+                                                     std::string(to_string(base.role)) + "; a storage has one role");
+    }
+    if (t.bytes() > base.bytes()) {
+      throw TraceError(tensor_path(i) + "/view_of", describe(t) + " (" + std::to_string(t.bytes()) +
+                                                        " bytes) is larger than the storage it views, " + describe(base) + " (" +
+                                                        std::to_string(base.bytes()) + " bytes)");
+    }
+  }
+  return storage;
+}
+
+// An op's measured duration: finite, at most an hour, at a positive batch size.
+void check_measured(const Op& op, std::size_t o) {
+  if (!op.measured) return;
+  // %g: std::to_string would print 1e300 with 301 digits.
+  std::array<char, 32> text{};
+  const int n = std::snprintf(text.data(), text.size(), "%g", op.measured->seconds);
+  const std::string seconds(text.data(), n > 0 ? static_cast<std::size_t>(n) : 0);
+  if (!std::isfinite(op.measured->seconds) || op.measured->seconds < 0) {
+    throw TraceError(op_path(o) + "/measured/seconds", "duration " + seconds + " is not a finite number of seconds >= 0");
+  }
+  if (op.measured->seconds > kMaxMeasuredSeconds) {
+    throw TraceError(op_path(o) + "/measured/seconds",
+                     "duration " + seconds + " s exceeds " + std::to_string(static_cast<int>(kMaxMeasuredSeconds)) +
+                         " s (1 hour); one GPU op running longer is not a training trace "
+                         "(check the unit: seconds, not microseconds)");
+  }
+  if (op.measured->batch_size < 1) {
+    throw TraceError(op_path(o) + "/measured/batch_size", "batch size " + std::to_string(op.measured->batch_size) +
+                                                              " is not a positive integer");
+  }
+}
+
+// Ops: references in range, one writer per tensor; producers and consumers derived.
+// read_by[t] == o: op o lists t among its inputs (checked against its outputs in linear time;
+// a foreach optimizer op has inputs and outputs for every parameter).
+void link_ops(std::vector<Op>& ops, std::vector<Tensor>& tensors, std::int64_t batch_size) {
+  const std::size_t n_tensors = tensors.size();
+  const std::size_t n_ops = ops.size();
+  std::vector<std::size_t> read_by(n_tensors, n_ops);
+  for (std::size_t o = 0; o < n_ops; ++o) {
+    Op& op = ops[o];
+    for (std::size_t k = 0; k < op.inputs.size(); ++k) {
+      if (op.inputs[k] >= n_tensors) {
+        throw TraceError(op_path(o) + "/inputs/" + std::to_string(k), "refers to tensor index " + std::to_string(op.inputs[k]) +
+                                                                         " but the trace has " + std::to_string(n_tensors) + " tensors");
+      }
+      auto& consumers = tensors[op.inputs[k]].consumers;
+      if (consumers.empty() || consumers.back() != o) consumers.push_back(o);
+      read_by[op.inputs[k]] = o;
+    }
+    for (std::size_t k = 0; k < op.outputs.size(); ++k) {
+      const TensorIndex t = op.outputs[k];
+      if (t >= n_tensors) {
+        throw TraceError(op_path(o) + "/outputs/" + std::to_string(k), "refers to tensor index " + std::to_string(t) +
+                                                                          " but the trace has " + std::to_string(n_tensors) + " tensors");
+      }
+      Tensor& out = tensors[t];
+      if (out.producer) {
+        throw TraceError(op_path(o) + "/outputs/" + std::to_string(k),
+                         describe(out) + " is already written by " + describe(ops[*out.producer]) +
+                             "; a tensor has one producer (write an in-place update as a new tensor with view_of)");
+      }
+      if (is_resident(out.role) || out.role == TensorRole::input) {
+        throw TraceError(op_path(o) + "/outputs/" + std::to_string(k),
+                         describe(out) + " has role " + std::string(to_string(out.role)) +
+                             ", which exists before the iteration and cannot be an op's output; an op that updates it in place lists it as an input");
+      }
+      if (read_by[t] == o) {
+        throw TraceError(op_path(o) + "/outputs/" + std::to_string(k), describe(out) + " is both an input and an output of " + describe(op));
+      }
+      out.producer = o;
+    }
+    for (auto [field, quantity] : {std::pair{"flops", &op.flops}, {"bytes_read", &op.bytes_read}, {"bytes_written", &op.bytes_written}}) {
+      check_quantity(*quantity, batch_size, [&, field = field] { return op_path(o) + "/" + field; });
+    }
+    check_measured(op, o);
+    for (std::size_t k = 0; k < op.after.size(); ++k) {
+      if (op.after[k] >= n_ops || op.after[k] == o) {
+        throw TraceError(op_path(o) + "/after/" + std::to_string(k),
+                         "refers to op index " + std::to_string(op.after[k]) +
+                             (op.after[k] == o ? ", the op itself" : " but the trace has " + std::to_string(n_ops) + " ops"));
+      }
+    }
+  }
+}
+
+// A cycle makes the iteration impossible; it is reported as a path of ops.
+void check_acyclic(const OpGraph& graph, const std::vector<Op>& ops) {
+  struct CycleFinder : boost::default_dfs_visitor {
+    std::vector<OpIndex>* parent;
+    std::optional<std::pair<OpIndex, OpIndex>>* back;
+    void tree_edge(OpGraph::edge_descriptor e, const OpGraph& g) const { (*parent)[boost::target(e, g)] = boost::source(e, g); }
+    void back_edge(OpGraph::edge_descriptor e, const OpGraph& g) const {
+      if (!*back) *back = std::make_pair(boost::source(e, g), boost::target(e, g));
+    }
+  };
+  std::vector<OpIndex> parent(ops.size(), std::numeric_limits<OpIndex>::max());
+  std::optional<std::pair<OpIndex, OpIndex>> back;
+  CycleFinder finder;
+  finder.parent = &parent;
+  finder.back = &back;
+  boost::depth_first_search(graph, boost::visitor(finder));
+  if (!back) return;
+  auto [from, to] = *back;
+  std::vector<OpIndex> path{from};
+  while (path.back() != to && parent[path.back()] != std::numeric_limits<OpIndex>::max()) path.push_back(parent[path.back()]);
+  std::string text;
+  for (auto it = path.rbegin(); it != path.rend(); ++it) text += describe(ops[*it]) + " -> ";
+  text += describe(ops[to]);
+  throw TraceError(op_path(to), "the ops form a dependency cycle: " + text + "; expected a DAG");
+}
+
+// An activation is, by definition, kept for the backward pass: some backward op reads it or a view of it.
+void check_activations_read(const std::vector<Tensor>& tensors, const std::vector<Op>& ops, const std::vector<TensorIndex>& storage) {
+  const std::size_t n_tensors = tensors.size();
+  std::vector<bool> read_in_backward(n_tensors, false);
+  for (std::size_t i = 0; i < n_tensors; ++i) {
+    for (OpIndex c : tensors[i].consumers) {
+      if (ops[c].phase == Phase::backward) read_in_backward[storage[i]] = true;
+    }
+  }
+  for (std::size_t i = 0; i < n_tensors; ++i) {
+    if (storage[i] == i && tensors[i].role == TensorRole::activation && !read_in_backward[i]) {
+      throw TraceError(tensor_path(i) + "/role", describe(tensors[i]) +
+                                                     " has role activation (saved for backward) but no backward op reads it or a view of it");
+    }
+  }
+}
+
 }  // namespace
 
 std::int64_t Tensor::elements() const {
@@ -197,202 +396,16 @@ Trace::Trace(std::string name, std::int64_t batch_size, std::vector<Tensor> tens
   if (batch_size_ < 1) {
     throw TraceError("/batch_size", "batch size " + std::to_string(batch_size_) + " is not a positive integer");
   }
-  const std::size_t n_tensors = tensors_.size();
-  const std::size_t n_ops = ops_.size();
-
-  // Ids are unique (they are how files refer to elements).
-  {
-    const auto check_unique = [](std::size_t count, const auto& id_of, const auto& path_of, const char* what) {
-      // Ids below `count` (all of them when dense, as the zoo and the writer make them) are
-      // checked in a table; larger ones in a map.
-      std::vector<std::size_t> first(count, count);
-      std::map<std::uint64_t, std::size_t> sparse;
-      for (std::size_t i = 0; i < count; ++i) {
-        const std::uint64_t id = id_of(i);
-        std::size_t earlier = count;
-        if (id < count) {
-          if (first[id] == count) {
-            first[id] = i;
-          } else {
-            earlier = first[id];
-          }
-        } else if (auto [it, fresh] = sparse.emplace(id, i); !fresh) {
-          earlier = it->second;
-        }
-        if (earlier != count) {
-          throw TraceError(path_of(i) + "/id", "id " + std::to_string(id) + " is already used by " + path_of(earlier) +
-                                                   "; expected unique " + what + " ids");
-        }
-      }
-    };
-    check_unique(n_tensors, [&](std::size_t i) { return tensors_[i].id; }, tensor_path, "tensor");
-    check_unique(n_ops, [&](std::size_t i) { return ops_[i].id; }, op_path, "op");
-  }
-
+  check_unique_ids(tensors_, ops_);
   check_tensor_shapes(tensors_, batch_size_);
   check_value_features(tensors_);
   check_gradient_statistics(tensors_, batch_size_);
-
-  // Views: resolve each tensor to the tensor that owns its storage. A chain of views is walked
-  // once and resolved for all its members together, so long in-place chains stay linear.
-  storage_.resize(n_tensors);
-  {
-    enum class Resolved : std::uint8_t { no, on_path, yes };
-    std::vector<Resolved> state(n_tensors, Resolved::no);
-    std::vector<std::size_t> path;
-    for (std::size_t i = 0; i < n_tensors; ++i) {
-      path.clear();
-      std::size_t current = i;
-      while (state[current] == Resolved::no && tensors_[current].view_of) {
-        state[current] = Resolved::on_path;
-        path.push_back(current);
-        const std::size_t base = *tensors_[current].view_of;
-        if (base >= n_tensors) {
-          throw TraceError(tensor_path(current) + "/view_of", "refers to tensor index " + std::to_string(base) +
-                                                                  " but the trace has " + std::to_string(n_tensors) + " tensors");
-        }
-        if (state[base] == Resolved::on_path) {
-          throw TraceError(tensor_path(i) + "/view_of", "views form a cycle; expected a chain ending at a tensor that owns its storage");
-        }
-        current = base;
-      }
-      const std::size_t root = state[current] == Resolved::yes ? storage_[current] : current;
-      storage_[current] = root;
-      state[current] = Resolved::yes;
-      for (std::size_t member : path) {
-        storage_[member] = root;
-        state[member] = Resolved::yes;
-      }
-
-      const Tensor& t = tensors_[i];
-      const Tensor& base = tensors_[root];
-      if (t.role != base.role) {
-        throw TraceError(tensor_path(i) + "/role", describe(t) + " has role " + std::string(to_string(t.role)) +
-                                                       " but it is a view of " + describe(base) + " with role " +
-                                                       std::string(to_string(base.role)) + "; a storage has one role");
-      }
-      if (t.bytes() > base.bytes()) {
-        throw TraceError(tensor_path(i) + "/view_of", describe(t) + " (" + std::to_string(t.bytes()) +
-                                                          " bytes) is larger than the storage it views, " + describe(base) + " (" +
-                                                          std::to_string(base.bytes()) + " bytes)");
-      }
-    }
-  }
-
-  // Ops: references in range, one writer per tensor; derive producers and consumers.
-  // read_by[t] == o: op o lists t among its inputs (checked against its outputs in linear time;
-  // a foreach optimizer op has inputs and outputs for every parameter).
-  std::vector<std::size_t> read_by(n_tensors, n_ops);
-  for (std::size_t o = 0; o < n_ops; ++o) {
-    Op& op = ops_[o];
-    for (std::size_t k = 0; k < op.inputs.size(); ++k) {
-      if (op.inputs[k] >= n_tensors) {
-        throw TraceError(op_path(o) + "/inputs/" + std::to_string(k), "refers to tensor index " + std::to_string(op.inputs[k]) +
-                                                                           " but the trace has " + std::to_string(n_tensors) + " tensors");
-      }
-      auto& consumers = tensors_[op.inputs[k]].consumers;
-      if (consumers.empty() || consumers.back() != o) consumers.push_back(o);
-      read_by[op.inputs[k]] = o;
-    }
-    for (std::size_t k = 0; k < op.outputs.size(); ++k) {
-      const TensorIndex t = op.outputs[k];
-      if (t >= n_tensors) {
-        throw TraceError(op_path(o) + "/outputs/" + std::to_string(k), "refers to tensor index " + std::to_string(t) +
-                                                                            " but the trace has " + std::to_string(n_tensors) + " tensors");
-      }
-      Tensor& out = tensors_[t];
-      if (out.producer) {
-        throw TraceError(op_path(o) + "/outputs/" + std::to_string(k),
-                         describe(out) + " is already written by " + describe(ops_[*out.producer]) +
-                             "; a tensor has one producer (write an in-place update as a new tensor with view_of)");
-      }
-      if (is_resident(out.role) || out.role == TensorRole::input) {
-        throw TraceError(op_path(o) + "/outputs/" + std::to_string(k),
-                         describe(out) + " has role " + std::string(to_string(out.role)) +
-                             ", which exists before the iteration and cannot be an op's output; an op that updates it in place lists it as an input");
-      }
-      if (read_by[t] == o) {
-        throw TraceError(op_path(o) + "/outputs/" + std::to_string(k), describe(out) + " is both an input and an output of " + describe(op));
-      }
-      out.producer = o;
-    }
-    for (auto [field, quantity] : {std::pair{"flops", &op.flops}, {"bytes_read", &op.bytes_read}, {"bytes_written", &op.bytes_written}}) {
-      check_quantity(*quantity, batch_size_, [&, field = field] { return op_path(o) + "/" + field; });
-    }
-    if (op.measured) {
-      // %g: std::to_string would print 1e300 with 301 digits.
-      std::array<char, 32> text{};
-      const int n = std::snprintf(text.data(), text.size(), "%g", op.measured->seconds);
-      const std::string seconds(text.data(), n > 0 ? static_cast<std::size_t>(n) : 0);
-      if (!std::isfinite(op.measured->seconds) || op.measured->seconds < 0) {
-        throw TraceError(op_path(o) + "/measured/seconds", "duration " + seconds + " is not a finite number of seconds >= 0");
-      }
-      if (op.measured->seconds > kMaxMeasuredSeconds) {
-        throw TraceError(op_path(o) + "/measured/seconds",
-                         "duration " + seconds + " s exceeds " + std::to_string(static_cast<int>(kMaxMeasuredSeconds)) +
-                             " s (1 hour); one GPU op running longer is not a training trace "
-                         "(check the unit: seconds, not microseconds)");
-      }
-      if (op.measured->batch_size < 1) {
-        throw TraceError(op_path(o) + "/measured/batch_size", "batch size " + std::to_string(op.measured->batch_size) +
-                                                                  " is not a positive integer");
-      }
-    }
-    for (std::size_t k = 0; k < op.after.size(); ++k) {
-      if (op.after[k] >= n_ops || op.after[k] == o) {
-        throw TraceError(op_path(o) + "/after/" + std::to_string(k),
-                         "refers to op index " + std::to_string(op.after[k]) +
-                             (op.after[k] == o ? ", the op itself" : " but the trace has " + std::to_string(n_ops) + " ops"));
-      }
-    }
-  }
-
+  storage_ = resolve_views(tensors_);
+  link_ops(ops_, tensors_, batch_size_);
   graph_ = build_dependency_graph(ops_, tensors_, storage_);
-
-  // A cycle makes the iteration impossible; report it as a path of ops.
-  {
-    struct CycleFinder : boost::default_dfs_visitor {
-      std::vector<OpIndex>* parent;
-      std::optional<std::pair<OpIndex, OpIndex>>* back;
-      void tree_edge(OpGraph::edge_descriptor e, const OpGraph& g) const { (*parent)[boost::target(e, g)] = boost::source(e, g); }
-      void back_edge(OpGraph::edge_descriptor e, const OpGraph& g) const {
-        if (!*back) *back = std::make_pair(boost::source(e, g), boost::target(e, g));
-      }
-    };
-    std::vector<OpIndex> parent(n_ops, std::numeric_limits<OpIndex>::max());
-    std::optional<std::pair<OpIndex, OpIndex>> back;
-    CycleFinder finder;
-    finder.parent = &parent;
-    finder.back = &back;
-    boost::depth_first_search(graph_, boost::visitor(finder));
-    if (back) {
-      auto [from, to] = *back;
-      std::vector<OpIndex> path{from};
-      while (path.back() != to && parent[path.back()] != std::numeric_limits<OpIndex>::max()) path.push_back(parent[path.back()]);
-      std::string text;
-      for (auto it = path.rbegin(); it != path.rend(); ++it) text += describe(ops_[*it]) + " -> ";
-      text += describe(ops_[to]);
-      throw TraceError(op_path(to), "the ops form a dependency cycle: " + text + "; expected a DAG");
-    }
-  }
-
+  check_acyclic(graph_, ops_);
   check_execution_order(*this, recorded_order());
-
-  // An activation is, by definition, kept for the backward pass.
-  {
-    std::vector<bool> read_in_backward(n_tensors, false);
-    for (std::size_t i = 0; i < n_tensors; ++i) {
-      for (OpIndex c : tensors_[i].consumers) {
-        if (ops_[c].phase == Phase::backward) read_in_backward[storage_[i]] = true;
-      }
-    }
-    for (std::size_t i = 0; i < n_tensors; ++i) {
-      if (storage_[i] == i && tensors_[i].role == TensorRole::activation && !read_in_backward[i]) {
-        throw TraceError(tensor_path(i) + "/role", describe(tensors_[i]) +
-                                                       " has role activation (saved for backward) but no backward op reads it or a view of it");
-      }
-    }
-  }
+  check_activations_read(tensors_, ops_, storage_);
 }
 
 std::vector<OpIndex> Trace::recorded_order() const {

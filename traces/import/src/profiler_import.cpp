@@ -50,6 +50,43 @@ std::int64_t id_field(const JsonInput& in, const json& event, const std::string&
   return in.integer(*value, child(path, key));
 }
 
+// Each device's allocator timeline, from its "[memory]" events.
+std::vector<MemoryTimeline> memory_timelines(std::map<std::string, std::vector<MemoryEvent>>& memory_events, const JsonInput& in) {
+  std::vector<MemoryTimeline> memory;
+  for (auto& [dev, list] : memory_events) {
+    std::stable_sort(list.begin(), list.end(), [](const MemoryEvent& a, const MemoryEvent& b) { return a.ts < b.ts; });
+    MemoryTimeline timeline;
+    timeline.device = dev;
+    const double t0 = list.front().ts;
+    // "Total Allocated" (after the event) is authoritative when present: it includes what was
+    // allocated before profiling started.
+    if (const MemoryEvent& first = list.front(); first.total) {
+      timeline.baseline = in.subtract(*first.total, first.bytes, child(first.path, "Bytes"),
+                                      "the bytes allocated before the first event (Total Allocated - Bytes)");
+      if (timeline.baseline < 0) {
+        in.fail(child(first.path, "Bytes"),
+                "the event allocates " + std::to_string(first.bytes) + " bytes but leaves only " + std::to_string(*first.total) +
+                    " allocated (Total Allocated), so " + std::to_string(timeline.baseline) + " bytes were allocated before it",
+                "Bytes no larger than Total Allocated");
+      }
+    }
+    std::int64_t running = timeline.baseline;
+    timeline.peak = running;
+    for (const MemoryEvent& event : list) {
+      running = event.total ? *event.total : in.add(running, event.bytes, child(event.path, "Bytes"), "the bytes allocated on " + dev);
+      const double t = in.finite(event.ts - t0, event.ts_path, "the time since the first event") * 1e-6;
+      timeline.samples.emplace_back(t, running);
+      if (running > timeline.peak) {
+        timeline.peak = running;
+        timeline.peak_time = t;
+      }
+    }
+    timeline.events = static_cast<std::int64_t>(list.size());
+    memory.push_back(std::move(timeline));
+  }
+  return memory;
+}
+
 }  // namespace
 
 ImportResult import_profiler(const json& document, const JsonInput& in, const ImportOptions& options) {
@@ -170,39 +207,8 @@ ImportResult import_profiler(const json& document, const JsonInput& in, const Im
     trace_ops.push_back(std::move(op));
   }
 
-  std::vector<MemoryTimeline> memory;
+  std::vector<MemoryTimeline> memory = memory_timelines(memory_events, in);
   std::vector<std::string> missing;
-  for (auto& [dev, list] : memory_events) {
-    std::stable_sort(list.begin(), list.end(), [](const MemoryEvent& a, const MemoryEvent& b) { return a.ts < b.ts; });
-    MemoryTimeline timeline;
-    timeline.device = dev;
-    const double t0 = list.front().ts;
-    // "Total Allocated" (after the event) is authoritative when present: it includes what was
-    // allocated before profiling started.
-    if (const MemoryEvent& first = list.front(); first.total) {
-      timeline.baseline = in.subtract(*first.total, first.bytes, child(first.path, "Bytes"),
-                                      "the bytes allocated before the first event (Total Allocated - Bytes)");
-      if (timeline.baseline < 0) {
-        in.fail(child(first.path, "Bytes"),
-                "the event allocates " + std::to_string(first.bytes) + " bytes but leaves only " + std::to_string(*first.total) +
-                    " allocated (Total Allocated), so " + std::to_string(timeline.baseline) + " bytes were allocated before it",
-                "Bytes no larger than Total Allocated");
-      }
-    }
-    std::int64_t running = timeline.baseline;
-    timeline.peak = running;
-    for (const MemoryEvent& event : list) {
-      running = event.total ? *event.total : in.add(running, event.bytes, child(event.path, "Bytes"), "the bytes allocated on " + dev);
-      const double t = in.finite(event.ts - t0, event.ts_path, "the time since the first event") * 1e-6;
-      timeline.samples.emplace_back(t, running);
-      if (running > timeline.peak) {
-        timeline.peak = running;
-        timeline.peak_time = t;
-      }
-    }
-    timeline.events = static_cast<std::int64_t>(list.size());
-    memory.push_back(std::move(timeline));
-  }
 
   std::map<std::string, std::string> metadata{{"source", "pytorch-profiler"}, {"imported_from", in.source()}};
   add_memory_metadata(memory, metadata);

@@ -38,9 +38,10 @@ std::function<int()> add_validate_command(CLI::App& app) {
   auto* command = app.add_subcommand(
       "validate",
       "Set comptrain's predictions beside published measurements\n"
-      "The measurements: throughput, peak memory, memory reduction, slowdown, largest batch. Printed: each point's published "
-      "and predicted value and the error (predicted / published - 1), then per metric the median and worst |error| over the "
-      "points not marked suspect.");
+      "The measurements: throughput, peak memory, memory reduction, slowdown, largest batch (or a bound on it), a batch that "
+      "ran. Printed: each point's published and predicted value and the error (predicted / published - 1; met or not met for "
+      "a bound and a batch that ran), then per metric the median and worst |error| and the bounds met over the points not "
+      "marked suspect, and the configurations that ran but are predicted out of memory.");
   command->add_option("table",
                       options->table,
                       "Validation table (.jsonl, scenarios/validation/README.md); default: scenarios/validation/published.jsonl of "

@@ -28,6 +28,7 @@ std::string format_value(ValidationMetric metric, double value) {
     case ValidationMetric::average_power_watts:
       return fmt::format("{:.1f} W", value);
     case ValidationMetric::max_batch:
+    case ValidationMetric::ran_at_batch:
       return fmt::format("{:.0f}", value);
     case ValidationMetric::bus_bandwidth:
     case ValidationMetric::checkpoint_throughput:
@@ -39,12 +40,48 @@ std::string format_value(ValidationMetric metric, double value) {
 }
 
 std::string format_published(const ValidationPoint& p) {
+  if (p.metric == ValidationMetric::ran_at_batch) return "ran at " + format_value(p.metric, p.published);
+  if (p.bound == Bound::lower) return ">= " + format_value(p.metric, p.published);
+  if (p.bound == Bound::upper) return "<= " + format_value(p.metric, p.published);
   std::string text = format_value(p.metric, p.published);
   if (p.published_upper) text += "-" + format_value(p.metric, *p.published_upper);
   return text;
 }
 
 std::string format_error(double error) { return fmt::format("{:+.1f}%", 100 * error); }
+
+// A ran_at_batch point's prediction: whether it fits, and its reserved peak's share of the
+// usable memory (what the failing request needed, out of memory).
+std::string format_predicted(const ValidationResult& r) {
+  if (!r.predicted) return "-";
+  if (r.point.metric == ValidationMetric::ran_at_batch) return fmt::format("{} {:.1f}%", r.out_of_memory ? "OOM" : "fits", 100 * *r.predicted);
+  return format_value(r.point.metric, *r.predicted);
+}
+
+// Bounded points say met or not met (with the error beyond the bound); the others the error.
+std::string format_result_error(const ValidationResult& r) {
+  if (r.met) return *r.met ? "met" : r.error ? "not met, " + format_error(*r.error) : "not met";
+  return r.error ? format_error(*r.error) : "-";
+}
+
+std::string status(const ValidationResult& r) {
+  if (!r.predicted) return r.why_none;
+  return r.why_none.empty() ? "covered" : "covered; " + r.why_none;
+}
+
+std::string summary_median(const MetricSummary& s) { return s.worst_id.empty() ? "-" : fmt::format("{:.1f}%", 100 * s.median_abs_error); }
+std::string summary_worst(const MetricSummary& s) { return s.worst_id.empty() ? "-" : fmt::format("{:.1f}%", 100 * s.worst_abs_error); }
+std::string summary_met(const MetricSummary& s) { return s.bounded ? fmt::format("{} of {}", s.met, s.bounded) : "-"; }
+
+// The configurations that ran but are predicted out of memory at their batch (issue 31's
+// first done-when), or that none is.
+std::string out_of_memory_line(const std::vector<ValidationResult>& results, bool markdown) {
+  const std::vector<std::string> ids = ran_but_predicted_out_of_memory(results);
+  if (ids.empty()) return "\nConfigurations that ran, predicted out of memory at their batch: none.\n";
+  std::string list;
+  for (const std::string& id : ids) list += (list.empty() ? "" : ", ") + (markdown ? "`" + id + "`" : id);
+  return fmt::format("\nConfigurations that ran, predicted out of memory at their batch: {} ({}).\n", ids.size(), list);
+}
 
 std::string set_name(const ValidationPoint& p) {
   std::string set = p.holdout ? "holdout" : "fit";
@@ -82,19 +119,18 @@ std::string validation_text(const std::vector<ValidationResult>& results) {
   std::string out = fmt::format("{:<{}}  {:<24}  {:>11}  {:>11}  {:>8}  {:<15}  {}\n", "id", id_width, "metric", "published", "predicted", "error",
                                 "set", "covered");
   for (const ValidationResult& r : results) {
-    const std::string set = set_name(r.point);
-    const std::string status = r.predicted ? "covered" : r.why_none;
     out += fmt::format("{:<{}}  {:<24}  {:>11}  {:>11}  {:>8}  {:<15}  {}\n", r.point.id, id_width, metric_name(r.point.metric), format_published(r.point),
-                       r.predicted ? format_value(r.point.metric, *r.predicted) : "-", r.error ? format_error(*r.error) : "-", set, status);
+                       format_predicted(r), format_result_error(r), set_name(r.point), status(r));
   }
-  out += "\nerror = predicted / published - 1. Summary per metric over the predicted points, suspect ones left out:\n";
-  out += fmt::format("{:<24}  {:>6}  {:>14}  {:>13}  {:<}\n", "metric", "points", "median |error|", "worst |error|", "worst point");
+  out += "\nerror = predicted / published - 1 (0 within a range or on a bound's side: met). Summary per metric over the predicted points, "
+         "suspect ones left out:\n";
+  out += fmt::format("{:<28}  {:>6}  {:>14}  {:>13}  {:>10}  {:<}\n", "metric", "points", "median |error|", "worst |error|", "bounds met", "worst point");
   for (const MetricSummary& s : summarize(results)) {
     const std::string left = left_out(s);
-    out += fmt::format("{:<24}  {:>6}  {:>14}  {:>13}  {}{}\n", metric_name(s.metric), s.count,
-                       s.count ? fmt::format("{:.1f}%", 100 * s.median_abs_error) : "-", s.count ? fmt::format("{:.1f}%", 100 * s.worst_abs_error) : "-",
-                       s.count ? s.worst_id : "-", left.empty() ? "" : " (left out: " + left + ")");
+    out += fmt::format("{:<28}  {:>6}  {:>14}  {:>13}  {:>10}  {}{}\n", metric_name(s.metric), s.count, summary_median(s), summary_worst(s), summary_met(s),
+                       s.worst_id.empty() ? "-" : s.worst_id, left.empty() ? "" : " (left out: " + left + ")");
   }
+  out += out_of_memory_line(results, false);
   return out;
 }
 
@@ -108,8 +144,11 @@ std::string validation_json(const std::string& table_source, const std::vector<V
     p["metric"] = metric_name(r.point.metric);
     p["published"] = r.point.published;
     if (r.point.published_upper) p["published_upper"] = *r.point.published_upper;
+    if (r.point.bound != Bound::none) p["bound"] = to_string(r.point.bound);
     p["predicted"] = r.predicted ? detail::ordered_json(*r.predicted) : detail::ordered_json(nullptr);
     p["error"] = r.error ? detail::ordered_json(*r.error) : detail::ordered_json(nullptr);
+    if (r.met) p["met"] = *r.met;
+    p["out_of_memory"] = r.out_of_memory;
     p["covered"] = r.point.covered();
     if (!r.why_none.empty()) p["why_none"] = r.why_none;
     p["suspect"] = r.point.suspect;
@@ -122,13 +161,16 @@ std::string validation_json(const std::string& table_source, const std::vector<V
   for (const MetricSummary& s : summarize(results)) {
     summary.push_back({{"metric", metric_name(s.metric)},
                        {"points", s.count},
-                       {"median_abs_error", s.count ? detail::ordered_json(s.median_abs_error) : detail::ordered_json(nullptr)},
-                       {"worst_abs_error", s.count ? detail::ordered_json(s.worst_abs_error) : detail::ordered_json(nullptr)},
+                       {"median_abs_error", s.worst_id.empty() ? detail::ordered_json(nullptr) : detail::ordered_json(s.median_abs_error)},
+                       {"worst_abs_error", s.worst_id.empty() ? detail::ordered_json(nullptr) : detail::ordered_json(s.worst_abs_error)},
                        {"worst_point", s.worst_id},
+                       {"bounded", s.bounded},
+                       {"bounds_met", s.met},
                        {"suspect_left_out", s.suspect},
                        {"without_prediction", s.not_covered}});
   }
   doc["summary"] = std::move(summary);
+  doc["ran_but_predicted_out_of_memory"] = ran_but_predicted_out_of_memory(results);
   return doc.dump(2) + "\n";
 }
 
@@ -136,17 +178,17 @@ std::string validation_markdown(const std::vector<ValidationResult>& results) {
   std::string out = "| id | metric | published | predicted | error | set | covered |\n|---|---|--:|--:|--:|---|---|\n";
   for (const ValidationResult& r : results) {
     out += fmt::format("| `{}` | {} | {} | {} | {} | {} | {} |\n", r.point.id, metric_name(r.point.metric), markdown_cell(format_published(r.point)),
-                       r.predicted ? format_value(r.point.metric, *r.predicted) : "-", r.error ? format_error(*r.error) : "-",
-                       set_name(r.point), r.predicted ? std::string("covered") : markdown_cell(r.why_none));
+                       format_predicted(r), format_result_error(r), set_name(r.point), markdown_cell(status(r)));
   }
-  out += "\nerror = predicted / published - 1. Summary per metric over the predicted points, suspect ones left out:\n\n";
-  out += "| metric | points | median \\|error\\| | worst \\|error\\| | worst point | left out |\n|---|--:|--:|--:|---|---|\n";
+  out += "\nerror = predicted / published - 1 (0 within a range or on a bound's side: met). Summary per metric over the predicted points, "
+         "suspect ones left out:\n\n";
+  out += "| metric | points | median \\|error\\| | worst \\|error\\| | bounds met | worst point | left out |\n|---|--:|--:|--:|--:|---|---|\n";
   for (const MetricSummary& s : summarize(results)) {
     const std::string left = left_out(s);
-    out += fmt::format("| {} | {} | {} | {} | {} | {} |\n", metric_name(s.metric), s.count,
-                       s.count ? fmt::format("{:.1f}%", 100 * s.median_abs_error) : "-", s.count ? fmt::format("{:.1f}%", 100 * s.worst_abs_error) : "-",
-                       s.count ? "`" + s.worst_id + "`" : "-", left.empty() ? "-" : left);
+    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", metric_name(s.metric), s.count, summary_median(s), summary_worst(s), summary_met(s),
+                       s.worst_id.empty() ? "-" : "`" + s.worst_id + "`", left.empty() ? "-" : left);
   }
+  out += out_of_memory_line(results, true);
   return out;
 }
 

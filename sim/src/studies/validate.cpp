@@ -55,7 +55,8 @@ std::string excerpt(const std::string& text) {
 constexpr std::array kMetrics{ValidationMetric::throughput_samples_per_s, ValidationMetric::peak_mem_bytes,
                               ValidationMetric::memory_reduction_x, ValidationMetric::slowdown_x, ValidationMetric::max_batch,
                               ValidationMetric::bus_bandwidth, ValidationMetric::average_power_watts, ValidationMetric::energy_ratio_x,
-                              ValidationMetric::checkpoint_throughput, ValidationMetric::checkpoint_iteration_seconds};
+                              ValidationMetric::checkpoint_throughput, ValidationMetric::checkpoint_iteration_seconds,
+                              ValidationMetric::ran_at_batch};
 
 bool two_runs(ValidationMetric metric) {
   return metric == ValidationMetric::memory_reduction_x || metric == ValidationMetric::slowdown_x || metric == ValidationMetric::energy_ratio_x;
@@ -112,7 +113,7 @@ class PointReader {
 constexpr std::array kFields{"id",    "source", "model",   "gpu",  "precision", "batch",    "metric",
                              "published", "published_upper", "unit", "published_raw", "notes", "suspect", "holdout",
                              "fast",  "scenario", "reference_scenario", "not_covered", "measured_as",
-                             "platform", "nodes", "gpus_per_node", "collective", "bytes", "checkpoint"};
+                             "platform", "nodes", "gpus_per_node", "collective", "bytes", "checkpoint", "bound"};
 
 constexpr std::array kMeasuredAs{MeasuredAs::max_memory_allocated, MeasuredAs::max_memory_reserved, MeasuredAs::nvidia_smi,
                                  MeasuredAs::first_oom, MeasuredAs::tensor_bytes};
@@ -225,6 +226,33 @@ CheckpointPoint read_checkpoint_point(const PointReader& in, const std::filesyst
   return c;
 }
 
+// The `bound` of a max_batch point, and a ran_at_batch point's published batch (its `batch`).
+void read_bound(const PointReader& in, ValidationPoint& p) {
+  const std::string bound = in.text("bound", false);
+  if (!bound.empty()) {
+    if (p.metric != ValidationMetric::max_batch) {
+      in.fail(fmt::format("field 'bound' given for {}; expected it only on max_batch points", metric_name(p.metric)));
+    }
+    if (bound == "lower") {
+      p.bound = Bound::lower;
+    } else if (bound == "upper") {
+      p.bound = Bound::upper;
+    } else {
+      in.fail(fmt::format("field 'bound': found {}; expected \"lower\" (the batch ran; the largest is at least it) or \"upper\" (the next "
+                          "batch ran out of memory; the largest is at most it)",
+                          json_excerpt(bound)));
+    }
+    if (p.published_upper) in.fail("field 'published_upper' given with 'bound'; expected one of them: a bound is open on one side");
+    if (p.measured_as == MeasuredAs::first_oom) in.fail("field 'measured_as': first_oom given with 'bound'; expected a bound without a batch scan");
+  }
+  if (p.metric == ValidationMetric::ran_at_batch) {
+    if (p.published_upper) in.fail("field 'published_upper' given for ran_at_batch; expected the one batch that ran");
+    if (p.published != static_cast<double>(p.batch)) {
+      in.fail(fmt::format("field 'published': found {:g}, not the point's batch {}; expected the batch that ran", p.published, p.batch));
+    }
+  }
+}
+
 ValidationPoint read_point(const json& object, const std::string& where, const std::filesystem::path& base_dir) {
   const PointReader in(object, where);
   if (!object.is_object()) in.fail(fmt::format("found {}; expected one JSON object per line", object.type_name()));
@@ -242,8 +270,8 @@ ValidationPoint read_point(const json& object, const std::string& where, const s
   const auto known = std::find_if(kMetrics.begin(), kMetrics.end(), [&](ValidationMetric m) { return metric_name(m) == metric; });
   if (known == kMetrics.end()) {
     in.fail(fmt::format("field 'metric': found {}; expected throughput_samples_per_s, peak_mem_bytes, memory_reduction_x, "
-                        "slowdown_x, max_batch, bus_bandwidth, average_power_watts, energy_ratio_x, checkpoint_throughput or "
-                        "checkpoint_iteration_seconds",
+                        "slowdown_x, max_batch, bus_bandwidth, average_power_watts, energy_ratio_x, checkpoint_throughput, "
+                        "checkpoint_iteration_seconds or ran_at_batch",
                         json_excerpt(metric)));
   }
   p.metric = *known;
@@ -298,6 +326,7 @@ ValidationPoint read_point(const json& object, const std::string& where, const s
     in.fail(fmt::format("field 'published_upper': found {:g}, below published {:g}; expected the range's upper end", *p.published_upper,
                         p.published));
   }
+  read_bound(in, p);
   p.unit = in.text("unit", true);
   p.published_raw = in.text("published_raw", false);
   p.notes = in.text("notes", true);
@@ -363,16 +392,36 @@ struct OneRun {
 // must read the same wherever the repository is checked out; the row names the point.
 std::string scenario_name(const PreparedScenario& prepared) { return std::filesystem::path(prepared.scenario().source).filename().string(); }
 
-std::variant<OneRun, std::string> run_once(const PreparedScenario& prepared, std::int64_t batch) {
+// A run that gave nothing to compare is a Prediction without a value that says why (and whether
+// it ran out of memory).
+std::variant<OneRun, Prediction> run_once(const PreparedScenario& prepared, std::int64_t batch) {
   RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, batch, Isolation::child_process);
   if (const auto* inapplicable = std::get_if<models::NotApplicable>(&outcome)) {
-    return fmt::format("{}: the strategy does not apply at batch {} ({})", scenario_name(prepared), batch, inapplicable->reason);
+    return Prediction::none(fmt::format("{}: the strategy does not apply at batch {} ({})", scenario_name(prepared), batch, inapplicable->reason));
   }
   CompletedRun& completed = std::get<CompletedRun>(outcome);
   if (const auto& oom = completed.result.out_of_memory) {
-    return fmt::format("{}: out of memory at batch {} ({})", scenario_name(prepared), batch, describe_out_of_memory(*oom));
+    return Prediction::out_of_memory_at(fmt::format("{}: out of memory at batch {} ({})", scenario_name(prepared), batch, describe_out_of_memory(*oom)));
   }
   return OneRun{std::move(completed.result), std::move(completed.io)};
+}
+
+// Runs in a worker process: a ran_at_batch point's reserved peak at its batch over the memory
+// PyTorch may reserve (the GPU's visible memory less the CUDA context); out of memory, what the
+// failing request needed over the same (above 1).
+Prediction predict_ran_at_batch(const PreparedScenario& prepared, std::int64_t batch) {
+  RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, batch, Isolation::child_process);
+  if (const auto* inapplicable = std::get_if<models::NotApplicable>(&outcome)) {
+    return Prediction::none(fmt::format("{}: the strategy does not apply at batch {} ({})", scenario_name(prepared), batch, inapplicable->reason));
+  }
+  const SimulationResult& r = std::get<CompletedRun>(outcome).result;
+  if (const auto& oom = r.out_of_memory) {
+    Prediction p = Prediction::of(static_cast<double>(out_of_memory_peak(*oom)) / static_cast<double>(oom->capacity));
+    p.out_of_memory = true;
+    p.why_none = fmt::format("{}: out of memory at batch {} ({})", scenario_name(prepared), batch, describe_out_of_memory(*oom));
+    return p;
+  }
+  return Prediction::of(static_cast<double>(r.device.peak_reserved) / static_cast<double>(r.device.framework.usable_bytes()));
 }
 
 // Runs in a worker process: a bus_bandwidth point's busbw in GB/s. With NCCL's ring forced: the
@@ -415,8 +464,9 @@ Prediction predict(const ValidationPoint& point, const PreparedScenario& run, co
     if (!strategy.max_batch) return Prediction::none(run.scenario().source + ": does not fit at batch 1");
     return Prediction::of(static_cast<double>(*strategy.max_batch));
   }
+  if (point.metric == ValidationMetric::ran_at_batch) return predict_ran_at_batch(run, point.batch);
   const auto measured = run_once(run, point.batch);
-  if (const auto* why = std::get_if<std::string>(&measured)) return Prediction::none(*why);
+  if (const auto* none = std::get_if<Prediction>(&measured)) return *none;
   const OneRun& run_result = std::get<OneRun>(measured);
   const SimulationResult& r = run_result.result;
   switch (point.metric) {
@@ -437,7 +487,7 @@ Prediction predict(const ValidationPoint& point, const PreparedScenario& run, co
       break;
   }
   const auto baseline = run_once(*reference, point.batch);
-  if (const auto* why = std::get_if<std::string>(&baseline)) return Prediction::none(*why);
+  if (const auto* none = std::get_if<Prediction>(&baseline)) return *none;
   const OneRun& baseline_result = std::get<OneRun>(baseline);
   const SimulationResult& b = baseline_result.result;
   if (point.metric == ValidationMetric::memory_reduction_x) {
@@ -479,6 +529,15 @@ std::string_view to_string(MeasuredAs measured_as) {
   return "";
 }
 
+std::string_view to_string(Bound bound) {
+  switch (bound) {
+    case Bound::none: return "";
+    case Bound::lower: return "lower";
+    case Bound::upper: return "upper";
+  }
+  return "";
+}
+
 std::string_view metric_name(ValidationMetric metric) {
   switch (metric) {
     case ValidationMetric::throughput_samples_per_s:
@@ -501,6 +560,8 @@ std::string_view metric_name(ValidationMetric metric) {
       return "checkpoint_throughput";
     case ValidationMetric::checkpoint_iteration_seconds:
       return "checkpoint_iteration_seconds";
+    case ValidationMetric::ran_at_batch:
+      return "ran_at_batch";
   }
   return "?";
 }
@@ -554,11 +615,20 @@ double relative_error(double predicted, double published, std::optional<double> 
   return predicted / published - 1;
 }
 
+double relative_error(double predicted, const ValidationPoint& point) {
+  switch (point.bound) {
+    case Bound::lower: return predicted >= point.published ? 0.0 : predicted / point.published - 1;
+    case Bound::upper: return predicted <= point.published ? 0.0 : predicted / point.published - 1;
+    case Bound::none: break;
+  }
+  return relative_error(predicted, point.published, point.published_upper);
+}
+
 std::vector<ValidationResult> validate(const ValidationTable& table, const ValidateOptions& options) {
   std::vector<ValidationResult> results;
   for (const ValidationPoint& point : table.points) {
     if (options.fast && !point.fast) continue;
-    results.push_back({point, std::nullopt, std::nullopt, point.covered() ? "" : "not covered: " + point.not_covered});
+    results.push_back({point, std::nullopt, std::nullopt, point.covered() ? "" : "not covered: " + point.not_covered, std::nullopt, false});
   }
   // Every scenario is read before the first simulation, so a bad one stops the run at once.
   std::map<std::filesystem::path, std::shared_ptr<const PreparedScenario>> prepared;
@@ -599,9 +669,16 @@ std::vector<ValidationResult> validate(const ValidationTable& table, const Valid
       continue;
     }
     const Prediction prediction = wire::decode<Prediction>(outcome.text);
-    if (prediction.value) {
+    r.out_of_memory = prediction.out_of_memory;
+    if (prediction.value && r.point.metric == ValidationMetric::ran_at_batch) {
+      // No error to give: the answer is whether the configuration fits at the batch that ran.
       r.predicted = *prediction.value;
-      const double error = relative_error(*r.predicted, r.point.published, r.point.published_upper);
+      r.met = !prediction.out_of_memory;
+      r.why_none = prediction.why_none;
+    } else if (prediction.value) {
+      r.predicted = *prediction.value;
+      const double error = relative_error(*r.predicted, r.point);
+      if (r.point.bound != Bound::none) r.met = error == 0;
       // Published figures are bounded (kMinPublished), so only an absurd prediction overflows:
       // a point without an error then, never an infinite one in the table and its summary.
       if (std::isfinite(error)) {
@@ -626,11 +703,17 @@ std::vector<MetricSummary> summarize(const std::vector<ValidationResult>& result
     for (const ValidationResult& r : results) {
       if (r.point.metric != metric) continue;
       any = true;
-      if (!r.error) {
+      if (!r.predicted || (!r.error && !r.met)) {
         ++s.not_covered;
       } else if (r.point.suspect) {
         ++s.suspect;
       } else {
+        ++s.count;
+        if (r.met) {
+          ++s.bounded;
+          if (*r.met) ++s.met;
+        }
+        if (!r.error) continue;  // ran_at_batch: met or not, no error
         errors.push_back(std::abs(*r.error));
         if (errors.back() >= s.worst_abs_error) {
           s.worst_abs_error = errors.back();
@@ -639,7 +722,6 @@ std::vector<MetricSummary> summarize(const std::vector<ValidationResult>& result
       }
     }
     if (!any) continue;
-    s.count = static_cast<int>(errors.size());
     std::sort(errors.begin(), errors.end());
     if (!errors.empty()) {
       const std::size_t mid = errors.size() / 2;
@@ -648,6 +730,14 @@ std::vector<MetricSummary> summarize(const std::vector<ValidationResult>& result
     summaries.push_back(s);
   }
   return summaries;
+}
+
+std::vector<std::string> ran_but_predicted_out_of_memory(const std::vector<ValidationResult>& results) {
+  std::vector<std::string> ids;
+  for (const ValidationResult& r : results) {
+    if (r.out_of_memory) ids.push_back(r.point.id);
+  }
+  return ids;
 }
 
 }  // namespace comptrain::sim

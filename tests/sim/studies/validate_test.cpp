@@ -7,6 +7,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -156,6 +158,48 @@ TEST(ValidationTable, ACheckpointPointsStorageIsCheckedAtItsLine) {
   EXPECT_EQ(parse(shared).points.size(), 1u);
 }
 
+// A max_batch point may say only that its batch ran (`bound: lower`) or that the next one ran
+// out of memory (`bound: upper`); a ran_at_batch point says its configuration ran at its batch.
+TEST(ValidationTable, BoundsAndBatchesThatRan) {
+  const std::string max_batch =
+      R"({"id": "m", "source": "s", "model": "m", "gpu": "g", "precision": "bf16", "batch": 4, "metric": "max_batch", "published": 4, )"
+      R"("unit": "samples", "notes": "n", "scenario": "default.yaml", BOUND})";
+  const auto with = [](std::string point, const std::string& bound) { return point.replace(point.find("BOUND"), 5, bound); };
+  const ValidationTable table = parse(with(max_batch, R"("bound": "lower")") + "\n" +
+                                      R"({"id": "r", "source": "s", "model": "m", "gpu": "g", "precision": "bf16", "batch": 2, "metric": "ran_at_batch", )"
+                                      R"("published": 2, "unit": "samples", "notes": "n", "scenario": "default.yaml"})" "\n");
+  ASSERT_EQ(table.points.size(), 2u);
+  EXPECT_EQ(table.points[0].bound, Bound::lower);
+  EXPECT_EQ(table.points[1].metric, ValidationMetric::ran_at_batch);
+  EXPECT_EQ(table.points[1].bound, Bound::none);
+  EXPECT_EQ(parse(with(max_batch, R"("bound": "upper")")).points[0].bound, Bound::upper);
+  EXPECT_THAT(error_of(with(max_batch, R"("bound": "below")")), HasSubstr("t.jsonl:1: field 'bound': found \"below\"; expected \"lower\""));
+  EXPECT_THAT(error_of(with(max_batch, R"("bound": "lower", "published_upper": 6)")), HasSubstr("'published_upper' given with 'bound'"));
+  EXPECT_THAT(error_of(with(max_batch, R"("bound": "lower", "measured_as": "first_oom")")), HasSubstr("first_oom given with 'bound'"));
+  std::string bounded_throughput = kPoint;
+  bounded_throughput.insert(1, R"("bound": "lower", )");
+  EXPECT_THAT(error_of(bounded_throughput), HasSubstr("field 'bound' given for throughput_samples_per_s; expected it only on max_batch points"));
+  EXPECT_THAT(error_of(R"({"id": "r", "source": "s", "model": "m", "gpu": "g", "precision": "bf16", "batch": 2, "metric": "ran_at_batch", )"
+                       R"("published": 3, "unit": "samples", "notes": "n", "scenario": "default.yaml"})"),
+              HasSubstr("field 'published': found 3, not the point's batch 2; expected the batch that ran"));
+}
+
+TEST(ValidationError, IsZeroOnABoundsSide) {
+  ValidationPoint lower;
+  lower.published = 8;
+  lower.bound = Bound::lower;
+  EXPECT_DOUBLE_EQ(relative_error(8, lower), 0);    // at the bound: met
+  EXPECT_DOUBLE_EQ(relative_error(20, lower), 0);   // above: met
+  EXPECT_DOUBLE_EQ(relative_error(6, lower), -0.25);  // 6 / 8 - 1
+  ValidationPoint upper = lower;
+  upper.bound = Bound::upper;
+  EXPECT_DOUBLE_EQ(relative_error(3, upper), 0);
+  EXPECT_DOUBLE_EQ(relative_error(10, upper), 0.25);  // 10 / 8 - 1
+  ValidationPoint plain = lower;
+  plain.bound = Bound::none;
+  EXPECT_DOUBLE_EQ(relative_error(20, plain), 1.5);
+}
+
 TEST(ValidationTable, ShippedTableReads) {
   const ValidationTable table = load_validation_table(default_validation_table());
   EXPECT_GE(table.points.size(), 30u);
@@ -211,6 +255,92 @@ TEST(ValidationSummary, MedianAndWorstOfAbsoluteErrorsWithoutSuspects) {
   EXPECT_EQ(summaries[1].count, 1);
   EXPECT_DOUBLE_EQ(summaries[1].median_abs_error, 0.3);
   EXPECT_EQ(summaries[1].not_covered, 1);
+}
+
+// Bounded points count as met or not met; a ran_at_batch point has no error, only met or not
+// met; both are counted among the metric's points, and a point that ran but is predicted out of
+// memory at its batch is listed.
+TEST(ValidationSummary, CountsBoundsMetAndRunsPredictedOutOfMemory) {
+  ValidationResult met = result("met", ValidationMetric::max_batch, 0.0);
+  met.point.bound = Bound::lower;
+  met.met = true;
+  met.point.published = 1;
+  ValidationResult missed = result("missed", ValidationMetric::max_batch, -0.5);
+  missed.point.bound = Bound::lower;
+  missed.met = false;
+  ValidationResult fits = result("fits", ValidationMetric::ran_at_batch, std::nullopt);
+  fits.predicted = 0.9;
+  fits.met = true;
+  ValidationResult oom = result("oom", ValidationMetric::ran_at_batch, std::nullopt);
+  oom.predicted = 1.1;
+  oom.met = false;
+  oom.out_of_memory = true;
+  ValidationResult oom_peak = result("oom-peak", ValidationMetric::peak_mem_bytes, std::nullopt, true);
+  oom_peak.out_of_memory = true;
+  const std::vector<ValidationResult> results{met, missed, result("exact", ValidationMetric::max_batch, 0.2), fits, oom, oom_peak};
+  const auto summaries = summarize(results);
+  ASSERT_EQ(summaries.size(), 3u);
+  EXPECT_EQ(summaries[0].metric, ValidationMetric::peak_mem_bytes);
+  EXPECT_EQ(summaries[0].not_covered, 1);
+  const MetricSummary& max_batch = summaries[1];
+  EXPECT_EQ(max_batch.count, 3);
+  EXPECT_EQ(max_batch.bounded, 2);
+  EXPECT_EQ(max_batch.met, 1);
+  EXPECT_DOUBLE_EQ(max_batch.median_abs_error, 0.2);  // |errors| 0 0.2 0.5
+  EXPECT_DOUBLE_EQ(max_batch.worst_abs_error, 0.5);
+  const MetricSummary& ran = summaries[2];
+  EXPECT_EQ(ran.metric, ValidationMetric::ran_at_batch);
+  EXPECT_EQ(ran.count, 2);
+  EXPECT_EQ(ran.bounded, 2);
+  EXPECT_EQ(ran.met, 1);
+  EXPECT_EQ(ran.not_covered, 0);
+  EXPECT_TRUE(ran.worst_id.empty());  // no error to summarize
+  EXPECT_EQ(ran_but_predicted_out_of_memory(results), (std::vector<std::string>{"oom", "oom-peak"}));
+  const std::string text = validation_text(results);
+  EXPECT_THAT(text, HasSubstr("not met, -50.0%"));
+  EXPECT_THAT(text, HasSubstr("OOM 110.0%"));
+  EXPECT_THAT(text, HasSubstr("fits 90.0%"));
+  EXPECT_THAT(text, HasSubstr("1 of 2"));
+  EXPECT_THAT(text, HasSubstr("predicted out of memory at their batch: 2 (oom, oom-peak)"));
+  EXPECT_THAT(validation_markdown({met}), HasSubstr("| >= 1 | 1 | met |"));
+}
+
+// A ran_at_batch point simulates its scenario at its batch: met when it fits, with its reserved
+// peak's share of the usable memory; out of memory, not met and listed.
+TEST(ValidatePrediction, RanAtBatchIsWhetherTheBatchFits) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "comptrain_validate_ran_at_batch";
+  std::filesystem::create_directories(dir);
+  // ResNet-18 at batch 8 fits an 80 GB A100; at batch 4096 in fp32 its activations alone are
+  // far beyond it (about 4096 x 25 MB of saved feature maps per image at 224 x 224).
+  for (const int batch : {8, 4096}) {
+    std::ofstream(dir / fmt::format("b{}.yaml", batch))
+        << fmt::format("model: {{zoo: resnet18}}\ntraining: {{batch_size: {}, precision: fp32, optimizer: momentum}}\nplatform: a100-80gb\n", batch);
+  }
+  const auto point = [](int batch) {
+    return fmt::format(R"({{"id": "b{0}", "source": "s", "model": "resnet18", "gpu": "A100", "precision": "fp32", "batch": {0}, )"
+                       R"("metric": "ran_at_batch", "published": {0}, "unit": "samples", "notes": "n", "scenario": "b{0}.yaml"}})" "\n",
+                       batch);
+  };
+  const ValidationTable table = parse_validation_table(point(8) + point(4096), "t.jsonl", dir);
+  const auto results = validate(table, ValidateOptions{false, 1});
+  ASSERT_EQ(results.size(), 2u);
+  const PreparedScenario prepared(load_scenario_file(dir / "b8.yaml"));
+  const RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, 8, Isolation::child_process);
+  ASSERT_TRUE(std::holds_alternative<CompletedRun>(outcome));
+  const DeviceMemory& device = std::get<CompletedRun>(outcome).result.device;
+  ASSERT_TRUE(results[0].predicted.has_value()) << results[0].why_none;
+  EXPECT_DOUBLE_EQ(*results[0].predicted, static_cast<double>(device.peak_reserved) / static_cast<double>(device.framework.usable_bytes()));
+  EXPECT_LT(*results[0].predicted, 1);
+  EXPECT_EQ(results[0].met, true);
+  EXPECT_FALSE(results[0].out_of_memory);
+  EXPECT_FALSE(results[0].error.has_value());
+  ASSERT_TRUE(results[1].predicted.has_value());
+  EXPECT_GT(*results[1].predicted, 1);
+  EXPECT_EQ(results[1].met, false);
+  EXPECT_TRUE(results[1].out_of_memory);
+  EXPECT_THAT(results[1].why_none, HasSubstr("out of memory at batch 4096"));
+  EXPECT_EQ(ran_but_predicted_out_of_memory(results), std::vector<std::string>{"b4096"});
+  std::filesystem::remove_all(dir);
 }
 
 // Multi-GPU sources publish the whole job's samples/s: a throughput point predicts the per-GPU

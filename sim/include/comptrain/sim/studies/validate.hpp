@@ -15,7 +15,11 @@
 //   memory_reduction_x        peak of R / peak of S (R: the baseline), in the same terms
 //   slowdown_x                iteration time of S / iteration time of R (R: the reference run)
 //   max_batch                 the planner's largest batch for S's strategy (sim/plan.hpp,
-//                             with S's plan settings: by default 5% of the memory kept free)
+//                             with S's plan settings: by default 5% of the memory kept free);
+//                             with `bound` the published batch is a bound, not the largest
+//   ran_at_batch              the source says S's configuration ran at its batch (no figure):
+//                             S simulated at that batch, its reserved peak over the usable
+//                             memory (above 1: predicted out of memory); met when at most 1
 //   bus_bandwidth             nccl-tests' busbw in GB/s of one collective on a cluster
 //                             (sim/collectives.hpp); the point names the platform, the shape,
 //                             the collective and its size instead of a scenario
@@ -54,7 +58,8 @@ enum class ValidationMetric {
   average_power_watts,
   energy_ratio_x,
   checkpoint_throughput,
-  checkpoint_iteration_seconds
+  checkpoint_iteration_seconds,
+  ran_at_batch
 };
 
 std::string_view metric_name(ValidationMetric metric);
@@ -62,6 +67,13 @@ std::string_view metric_name(ValidationMetric metric);
 // How a published memory figure was measured (the table's `measured_as`).
 enum class MeasuredAs { unspecified, max_memory_allocated, max_memory_reserved, nvidia_smi, first_oom, tensor_bytes };
 std::string_view to_string(MeasuredAs measured_as);
+
+// A max_batch point whose published batch is one side of the largest batch rather than the
+// largest itself (the table's `bound`): `lower` when the source only says that this batch ran
+// (the largest is at least it), `upper` when it says the next batch ran out of memory without
+// saying which smaller batch ran (the largest is at most it).
+enum class Bound { none, lower, upper };
+std::string_view to_string(Bound bound);
 
 // A bus_bandwidth point's setup: nccl-tests' <collective>_perf on `nodes` x `gpus_per_node` GPUs
 // of `platform`, at `bytes` (nccl-tests' size).
@@ -96,6 +108,7 @@ struct ValidationPoint {
   MeasuredAs measured_as = MeasuredAs::unspecified;  // required for peak_mem_bytes and memory_reduction_x
   double published = 0;
   std::optional<double> published_upper;  // the published figure is a range [published, published_upper]
+  Bound bound = Bound::none;  // max_batch only: the published batch is a lower or an upper bound
   bool suspect = false;  // the setup cannot be reproduced faithfully: shown, left out of the summaries
   bool holdout = false;  // kept out of any fit, so that the error on unseen points stays known
   bool fast = false;     // one of `validate --fast`'s points
@@ -126,14 +139,21 @@ ValidationTable load_validation_table(const std::filesystem::path& path);
 std::filesystem::path default_validation_table();
 
 // predicted / published - 1 (signed; +0.4 = 40% too high). Against a range, 0 inside it and
-// the error against the nearer end outside.
+// the error against the nearer end outside; against a bound, 0 on its side (lower: at or above
+// it; upper: at or below) and the error against it beyond.
 double relative_error(double predicted, double published, std::optional<double> published_upper = std::nullopt);
+double relative_error(double predicted, const ValidationPoint& point);
 
 struct ValidationResult {
   ValidationPoint point;
   std::optional<double> predicted;  // empty: not covered, or the run gave no value (see `why_none`)
   std::optional<double> error;      // relative_error, when predicted
   std::string why_none;             // "out of memory at batch 256 (...)", the not-covered reason
+  // Bounded max_batch and ran_at_batch points: whether the prediction is on the bound's side
+  // (ran_at_batch: the configuration is predicted to fit at its batch). Unset for the others.
+  std::optional<bool> met;
+  // The point's run went out of memory at its batch: a configuration that ran, predicted not to.
+  bool out_of_memory = false;
 };
 
 struct ValidateOptions {
@@ -155,7 +175,14 @@ struct MetricSummary {
   std::string worst_id;
   int not_covered = 0;  // points of this metric (suspect or not) with no prediction
   int suspect = 0;      // predicted but left out as suspect
+  int bounded = 0;      // of `count`: bounded max_batch or ran_at_batch points (a met / not met answer)
+  int met = 0;          // of `bounded`: met
 };
 std::vector<MetricSummary> summarize(const std::vector<ValidationResult>& results);
+
+// The points whose configuration ran at their batch (every point simulated at its batch: not
+// max_batch, bus_bandwidth or checkpoint points) but is predicted out of memory there, suspect
+// ones included, in table order.
+std::vector<std::string> ran_but_predicted_out_of_memory(const std::vector<ValidationResult>& results);
 
 }  // namespace comptrain::sim

@@ -168,11 +168,12 @@ bool NetworkBuilder::autocast() const {
   return precision_ == Precision::amp_fp16 || precision_ == Precision::amp_bf16;
 }
 
-DType NetworkBuilder::state_dtype() const {
+DType NetworkBuilder::state_dtype(std::size_t weight) const {
   // torch.optim creates its states with torch.zeros_like(p): the parameter's dtype, so a
-  // .half() model keeps 16-bit moments. Megatron's `mixed` keeps them fp32 next to the fp32
-  // master weights; under autocast the parameters are fp32 anyway.
-  return precision_ == Precision::fp16 || precision_ == Precision::bf16 ? compute_dtype() : DType::f32;
+  // .half() model keeps 16-bit moments (and PEFT's fp32 adapters on it fp32 ones). Megatron's
+  // `mixed` keeps them fp32 next to the fp32 master weights; under autocast the parameters are
+  // fp32 anyway.
+  return precision_ == Precision::fp16 || precision_ == Precision::bf16 ? tensors_.at(weight).dtype : DType::f32;
 }
 
 const std::vector<std::int64_t>& NetworkBuilder::sample_shape(Value value) const {
@@ -265,14 +266,20 @@ Value NetworkBuilder::input(const std::string& name, DType dtype, std::vector<st
 }
 
 Value NetworkBuilder::parameter(const std::string& name, std::vector<std::int64_t> shape) {
+  // Under LoRA every parameter the model itself defines is frozen; lora.cpp adds the adapters.
+  return new_parameter(name, std::move(shape), compute_dtype(), !lora_);
+}
+
+Value NetworkBuilder::new_parameter(const std::string& name, std::vector<std::int64_t> shape, DType dtype, bool trainable) {
   TensorRecord record;
   record.name = name;
-  record.dtype = compute_dtype();
+  record.dtype = dtype;
   record.sample_shape = std::move(shape);
   record.role = TensorRole::weight;
-  record.requires_grad = true;
+  record.requires_grad = trainable;
   const std::size_t index = add_tensor(std::move(record));
-  weights_.push_back(index);
+  // A frozen parameter (requires_grad=False) gets no gradient and no optimizer step.
+  if (trainable) weights_.push_back(index);
   return {index};
 }
 
@@ -291,6 +298,13 @@ std::size_t NetworkBuilder::emit(OpRecord op) {
 }
 
 void NetworkBuilder::record(ForwardOp op) {
+  if (lora_ && std::none_of(op.grads.begin(), op.grads.end(), [&](const GradSpec& g) { return requires_grad(g.target); })) {
+    // Under LoRA the ops before the first adapter read only frozen weights and inputs: autograd
+    // records no node for them, so they save nothing and their outputs need no gradient.
+    for (const std::size_t output : op.outputs) tensors_.at(output).requires_grad = false;
+    emit({op.name, Phase::forward, op.kind, op.inputs, op.outputs, op.updated, op.aliases, op.flops});
+    return;
+  }
   for (const std::size_t tensor : op.saved) tensors_.at(tensor).saved = true;
   BackwardRecipe recipe;
   recipe.forward_op = emit({op.name, Phase::forward, op.kind, op.inputs, op.outputs, op.updated,
@@ -307,6 +321,7 @@ void NetworkBuilder::record(ForwardOp op) {
   }
   recipe.flops = op.backward_flops;
   recipe.kind = op.backward_kind;
+  recipe.scratch = std::move(op.backward_scratch);
   recipes_.push_back(std::move(recipe));
 }
 
@@ -343,9 +358,10 @@ std::size_t NetworkBuilder::autocast_lower(const std::string& op, std::size_t te
   const DType dtype = tensors_.at(tensor).dtype;
   const DType lower = precision_ == Precision::amp_bf16 ? DType::bf16 : DType::f16;
   if (!autocast() || !traces::is_floating(dtype) || dtype == lower) return tensor;
-  if (tensors_[tensor].role == TensorRole::weight) {
+  if (tensors_[tensor].role == TensorRole::weight && requires_grad(tensor)) {
     // autocast_mode.cpp (cached_cast): the lower-precision copy of a leaf that requires grad
-    // is cached until the autocast region ends, so a weight is cast once per forward pass.
+    // is cached until the autocast region ends, so a weight is cast once per forward pass. A
+    // frozen weight (LoRA's base) is not cached: cast at each use, a temporary.
     if (const auto cached = weight_copies_.find(tensor); cached != weight_copies_.end()) return cached->second;
     const std::size_t copy = cast(tensors_[tensor].name + ".cast", tensor, lower, TensorRole::weight_copy);
     weight_copies_.emplace(tensor, copy);
@@ -496,6 +512,7 @@ Value NetworkBuilder::flatten(const std::string& name, Value x) {
 // ---- Generic layers ------------------------------------------------------------------------
 
 Value NetworkBuilder::linear(const std::string& name, Value x, std::int64_t out_features, bool bias) {
+  if (lora_) return lora_linear(name, x, out_features, bias);  // lora.cpp
   const Value weight = parameter(name + ".weight", {out_features, dim(x, -1)});
   const std::optional<Value> b = bias ? std::optional(parameter(name + ".bias", {out_features})) : std::nullopt;
   return linear(name, x, weight, b);
@@ -527,11 +544,16 @@ Value NetworkBuilder::linear(const std::string& name, Value x, Value weight, std
   f.flops = times(macs, 2) + bias_flops;
   f.differentiable_outputs = {y};
   // AddmmBackward0 / MmBackward0 save the input (for grad_weight) and the weight (for grad_input).
-  f.saved = {x.index, weight.index};
+  // The generated code saves each only when the gradient that needs it is wanted
+  // (gen_variable_type.py's should_compute_output guards), so a frozen weight's linear (LoRA's
+  // base) keeps the weight alone.
+  const bool weight_grad = requires_grad(weight.index);
+  f.saved = weight_grad ? std::vector<std::size_t>{x.index, weight.index} : std::vector<std::size_t>{weight.index};
   f.grads = {{x.index, {}}, {weight.index, {}}};
   if (bias) f.grads.push_back({bias->index, {}});
   // grad_input = g W and grad_weight = gᵀ x are one GEMM each, as large as the forward one.
-  f.backward_flops = times(macs, requires_grad(x.index) ? 4 : 2) + bias_flops;
+  const bool bias_grad = bias && requires_grad(bias->index);
+  f.backward_flops = times(macs, (requires_grad(x.index) ? 2 : 0) + (weight_grad ? 2 : 0)) + (bias_grad ? bias_flops : BatchLinear{});
   f.backward_kind = OpKind::linear;
   record(std::move(f));
   return {y};
@@ -1010,8 +1032,10 @@ Value NetworkBuilder::rmsnorm(const std::string& name, Value x) {
   f.flops = times(elements(x.index), kRmsNormForward) + times(elements(rstd), kRmsNormForwardPerRow);
   f.differentiable_outputs = {y};
   // PowBackward0 and MulBackward0 save the fp32 input (one storage), RsqrtBackward0 and
-  // MulBackward0 the rsqrt, the weight product the normalised rows and the weight.
+  // MulBackward0 the rsqrt, the weight product the normalised rows and the weight; the
+  // normalised rows only for the weight's gradient, so not for a frozen weight (LoRA).
   f.saved = {fp32_input, rstd, normalized, weight.index};
+  if (!requires_grad(weight.index)) f.saved = {fp32_input, rstd, weight.index};
   f.grads = {{x.index, {}}, {weight.index, {}}};
   f.backward_flops = times(elements(x.index), kRmsNormBackward) + times(elements(rstd), kRmsNormBackwardPerRow);
   f.backward_kind = OpKind::layernorm;
@@ -1330,6 +1354,8 @@ void NetworkBuilder::emit_backward(const BackwardRecipe& recipe) {
     op.outputs.push_back(grad);
     produced.emplace_back(spec.target, grad);
   }
+  // Workspace the backward kernel allocates and frees (QLoRA's dequantised weight).
+  op.outputs.insert(op.outputs.end(), recipe.scratch.begin(), recipe.scratch.end());
   const std::size_t index = emit(std::move(op));
   for (const auto& [target, grad] : produced) add_gradient(target, grad, index);
 }
@@ -1403,12 +1429,12 @@ void NetworkBuilder::emit_optimizer_steps() {
     switch (optimizer_) {
       case Optimizer::sgd: break;
       case Optimizer::momentum:
-        step.states.push_back(new_state(weight, "momentum_buffer", state_dtype(), TensorRole::optimizer_state));
+        step.states.push_back(new_state(weight, "momentum_buffer", state_dtype(weight), TensorRole::optimizer_state));
         break;
       case Optimizer::adam:
       case Optimizer::adamw:
-        step.states.push_back(new_state(weight, "exp_avg", state_dtype(), TensorRole::optimizer_state));
-        step.states.push_back(new_state(weight, "exp_avg_sq", state_dtype(), TensorRole::optimizer_state));
+        step.states.push_back(new_state(weight, "exp_avg", state_dtype(weight), TensorRole::optimizer_state));
+        step.states.push_back(new_state(weight, "exp_avg_sq", state_dtype(weight), TensorRole::optimizer_state));
         break;
     }
     steps.push_back(std::move(step));

@@ -1144,7 +1144,8 @@ Value NetworkBuilder::softmax_fp32(const std::string& name, Value x) {
   return {y};
 }
 
-Value NetworkBuilder::sdpa(const std::string& name, Value q, Value k, Value v, SdpaKernel kernel, bool dropout) {
+Value NetworkBuilder::sdpa(const std::string& name, Value q, Value k, Value v, SdpaKernel kernel, bool dropout,
+                          const SdpaPacking& packing) {
   expect_rank(q, 4, name);
   expect_rank(k, 4, name);
   if (sample_shape(k) != sample_shape(v) || dim(k, 0) != dim(q, 0) || dim(k, 2) != dim(q, 2) || dim(k, 3) != dim(q, 3) ||
@@ -1168,7 +1169,10 @@ Value NetworkBuilder::sdpa(const std::string& name, Value q, Value k, Value v, S
   constexpr std::int64_t kAlignLse = 32;
   const std::int64_t lse_rows = kernel == SdpaKernel::flash ? seq : (seq + kAlignLse - 1) / kAlignLse * kAlignLse;
   const std::size_t lse = new_output(op + ".logsumexp", DType::f32, {shape[0], shape[1], lse_rows}, batch_dim, false);
-  const BatchLinear macs = attention_macs(elements(q.index), seq, true);  // per query head; is_causal
+  // Packed documents (packing.cpp): the varlen flash kernel's causal pairs within each document,
+  // or the memory-efficient kernel's whole S x S under an explicit mask, which it saves.
+  const std::optional<std::size_t> mask = packed_attention_mask(op, packing, kernel, q.index);
+  const BatchLinear macs = packed_attention_macs(elements(q.index), seq, packing, kernel);  // per query head
   const BatchLinear scores{macs.fixed / head_dim, macs.per_sample / head_dim};
   const std::int64_t dropout_forward = dropout ? kDropoutForward : 0;
   const std::int64_t dropout_backward = dropout ? kDropoutBackward : 0;
@@ -1184,6 +1188,11 @@ Value NetworkBuilder::sdpa(const std::string& name, Value q, Value k, Value v, S
   // attention's backward take query, key, value, output and logsumexp (and, with dropout, the
   // philox seed and offset: 0-dim int64 tensors made without a device, so host memory, left out).
   f.saved = {q.index, k.index, v.index, y, lse};
+  if (mask) {
+    // flash_attn_varlen_func saves cu_seqlens; _scaled_dot_product_efficient_attention its attn_bias.
+    f.inputs.push_back(*mask);
+    f.saved.push_back(*mask);
+  }
   f.grads = {{q.index, {}}, {k.index, {}}, {v.index, {}}};
   f.backward_flops = times(macs, 2 * kFlashBackwardGemms) + times(scores, kSoftmaxBackward + dropout_backward);
   f.backward_kind = OpKind::attention;

@@ -149,7 +149,15 @@ class NetworkBuilder {
   // for `flash` (_scaled_dot_product_flash_attention), [N, H, ceil(S / 32) * 32] for
   // `mem_efficient` (_efficient_attention_forward pads it to kAlignLSE = 32 rows).
   enum class SdpaKernel { flash, mem_efficient };
+  // Packed documents (ModelSpec::packed_documents): `documents` per sample; `tensor` the flash
+  // kernel's int32 cu_seqlens, or the bool block mask [N, S, S] the memory-efficient kernel takes
+  // as attn_mask (converted to an additive bias in q's dtype, which it saves).
+  struct SdpaPacking {
+    std::int64_t documents = 1;
+    std::optional<Value> tensor;
+  };
   Value sdpa(const std::string& name, Value q, Value k, Value v, SdpaKernel kernel, bool dropout);
+  Value sdpa(const std::string& name, Value q, Value k, Value v, SdpaKernel kernel, bool dropout, const SdpaPacking& packing);
 
   // A forward op that needs no gradient (the attention-mask preprocessing, a bool cast of a
   // buffer): no autograd node, no backward op. The output has the given dtype and shape and
@@ -307,6 +315,12 @@ class NetworkBuilder {
   Value lora_linear(const std::string& name, Value x, std::int64_t out_features, bool bias);
   Value lora_adapters(const std::string& name, Value x, Value base_out);
   Value nf4_linear(const std::string& name, Value x, std::int64_t out_features, bool bias);
+  // packing.cpp: the tensor a packed sdpa call reads and saves (cu_seqlens, or the bias it
+  // converts the bool mask to), and its multiply-adds per query head.
+  std::optional<std::size_t> packed_attention_mask(const std::string& op, const SdpaPacking& packing, SdpaKernel kernel,
+                                                   std::size_t q);
+  traces::BatchLinear packed_attention_macs(traces::BatchLinear q_elements, std::int64_t seq, const SdpaPacking& packing,
+                                            SdpaKernel kernel) const;
   std::size_t add_tensor(TensorRecord record);
   // A fresh tensor written by an op (its role is derived in finish()).
   std::size_t new_output(const std::string& name, traces::DType dtype,

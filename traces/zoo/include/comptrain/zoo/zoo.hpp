@@ -214,6 +214,12 @@ struct ModelSpec {
   std::optional<ExpertRouting> routing;
   // `llama` only: LoRA / QLoRA fine-tuning (an error for the other models).
   std::optional<LoraSpec> lora;
+  // `llama` only: each sample of seq_len tokens packs this many documents (equal lengths, the
+  // remainder one token each to the first), attended separately as the frameworks do it
+  // (traces/zoo/README.md, "Packed sequences"): flash runs FlashAttention's varlen kernel over
+  // cu_seqlens, eager adds a per-sample block-diagonal mask, sdpa-mem-efficient takes a bool
+  // block mask as attn_mask. Rotary positions restart per document. Unset: one per sample.
+  std::optional<std::int64_t> packed_documents;
 };
 
 // What to generate: a model at a batch size.

@@ -62,6 +62,18 @@ TEST(LoraScenario, ReadsTheKeys) {
   EXPECT_EQ(all.zoo_model->lora->rank, 8);  // PEFT's default r
 }
 
+TEST(PackingScenario, ReadsTheDocuments) {
+  const Scenario s = parse_scenario("model: {zoo: llama, layers: 1, seq_len: 64, packing: {documents: 4}}\n", "s.yaml", kScenarios);
+  ASSERT_TRUE(s.zoo_model);
+  EXPECT_EQ(s.zoo_model->packed_documents, 4);
+  EXPECT_EQ(build_trace(s).metadata().at("packed_documents"), "4");
+  EXPECT_THAT(error_of("model: {zoo: llama, seq_len: 64, packing: {}}\n"), HasSubstr("'model.packing' needs 'documents'"));
+  EXPECT_THAT(error_of("model: {zoo: llama, seq_len: 64, packing: {documents: 0}}\n"),
+              HasSubstr("'model.packing.documents' is '0'; expected a positive integer"));
+  EXPECT_THAT(error_of("model: {zoo: llama, layers: 1, seq_len: 64, packing: {documents: 65}}\n"),
+              AllOf(HasSubstr("s.yaml:1:54"), HasSubstr("packing.documents: must be between 1 and seq_len (64), got 65")));
+}
+
 TEST(LoraScenario, ErrorsNameTheLine) {
   EXPECT_THAT(error_of("model: {zoo: llama, seq_len: 16, lora: {rank: 0}}\n"),
               AllOf(HasSubstr("s.yaml:1:47"), HasSubstr("'model.lora.rank' is '0'; expected an integer from 1")));

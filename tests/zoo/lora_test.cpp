@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <string>
 
@@ -206,6 +207,46 @@ TEST(Qlora, Nf4StorageByHand) {
   }
   EXPECT_TRUE(forward_temp);
   EXPECT_TRUE(backward_temp);
+}
+
+// Other architectures, trainable parameters by hand (r = 8):
+// - Mixtral-8x7B (hidden 4096, 8 K/V heads of 128: k, v 4096 -> 1024), one layer: PEFT's default
+//   q, v: 8·(4096 + 4096) + 8·(4096 + 1024) = 106,496; all-linear adds k, o, the router gate
+//   (4096 -> 8) and the 8 experts' w1, w3 (4096 -> 14336) and w2: 8·(2·8192 + 2·5120 + 4104 +
+//   24·18432) = 3,784,768.
+// - Pythia-160M (GPT-NeoX: hidden 768, 12 layers, fused query_key_value 768 -> 2304 with a
+//   frozen bias, LayerNorm, parallel residual): PEFT's default query_key_value,
+//   12·8·(768 + 2304) = 294,912.
+ModelRequest config(const std::string& name, std::optional<std::int64_t> layers, LoraSpec lora) {
+  ModelRequest request;
+  static_cast<ModelSpec&>(request) = spec_from_hf_config(read_config(name), name);
+  request.seq_len = 16;
+  request.layers = layers;
+  request.precision = Precision::bf16;
+  request.lora = std::move(lora);
+  return request;
+}
+
+TEST(Lora, MixtralAndGptNeox) {
+  LoraSpec lora;
+  EXPECT_EQ(count(build_model(config("mixtral-8x7b-v0.1.json", 1, lora))).trainable, 106'496);
+  LoraSpec all = lora;
+  all.all_linear = true;
+  EXPECT_EQ(count(build_model(config("mixtral-8x7b-v0.1.json", 1, all))).trainable, 8 * (2 * 8192 + 2 * 5120 + 4104 + 24 * 18432));
+  EXPECT_EQ(count(build_model(config("pythia-160m.json", std::nullopt, lora))).trainable, 12 * 8 * (768 + 2304));
+}
+
+// Under autocast (amp-bf16, an fp32 model) a frozen weight's bf16 copy is not cached (autocast
+// caches leaves that require grad only) and its linear saves it for dX: per layer the 7 copies,
+// q, k, v, o 4·64·64 and gate, up, down 3·64·176 elements, 2 bytes each = 100,352 fixed bytes
+// (layer 1: in layer 0 the projections of the frozen embedding's stream have no autograd node).
+TEST(Lora, AutocastKeepsTheFrozenWeightsCopies) {
+  const auto fixed = [](std::int64_t layers) {
+    ModelRequest request = small(Shape{}, layers, 0);
+    request.precision = Precision::amp_bf16;
+    return test_support::saved_for_backward(build_model(request)).fixed;
+  };
+  EXPECT_EQ(fixed(2) - fixed(1), 2 * (4 * 64 * 64 + 3 * 64 * 176));
 }
 
 TEST(Lora, Errors) {

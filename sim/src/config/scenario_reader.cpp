@@ -33,7 +33,7 @@ Scenario ScenarioReader::read(const YAML::Node& root) {
   scenario.source = source();
   const YAML::Node model = required(root, "model", "the scenario");
   if (!model.IsMap()) throw InputError(where(model.Mark()) + "'model' must be a mapping with the key zoo, hf_config or trace");
-  check_keys(model, "model", {"zoo", "hf_config", "trace", "layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions", "moe"});
+  check_keys(model, "model", {"zoo", "hf_config", "trace", "layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing"});
   const YAML::Node training = root["training"];
   if (training && !training.IsMap()) {
     throw InputError(where(training.Mark()) + "'training' must be a mapping with the keys batch_size, precision, optimizer, optimizer_impl, tf32, memory_format, gradient_accumulation_steps");
@@ -92,6 +92,12 @@ Scenario ScenarioReader::read(const YAML::Node& root) {
   }
 
   read_model(model, training, scenario);
+  // FSDP's transform sizes each unit's reduce-scatter from all its parameters; LoRA's frozen
+  // ones have no gradient (traces/zoo/README.md, "LoRA and QLoRA").
+  if (scenario.zoo_model && scenario.zoo_model->lora && scenario.parallelism && scenario.parallelism->data.fsdp) {
+    throw InputError(where(model["lora"].Mark()) + "'model.lora' with 'parallelism.fsdp' is not modelled (FSDP would reduce-scatter "
+                     "gradients of the frozen weights); expected ddp or zero with LoRA");
+  }
   if (const YAML::Node name = root["name"]) {
     scenario.name = scalar(name, "name");
   } else {
@@ -176,6 +182,14 @@ void ScenarioReader::read_model(const YAML::Node& model, const YAML::Node& train
     if (const YAML::Node m = model["mlm"]) request.mlm = named(m, "model.mlm", zoo::parse_mlm_positions, zoo::mlm_positions_names());
     request.mlm_predictions = optional_positive(model, "mlm_predictions", "model");
     if (const YAML::Node moe = model["moe"]) request.routing = read_expert_routing(moe);
+    if (const YAML::Node lora = model["lora"]) request.lora = read_lora(lora);
+    if (const YAML::Node packing = model["packing"]) {
+      // Several documents per sample, each attending only to itself (traces/zoo/README.md, "Packed sequences").
+      require_map(packing, "model.packing");
+      check_keys(packing, "model.packing", {"documents"});
+      if (!packing["documents"]) throw InputError(where(packing.Mark()) + "'model.packing' needs 'documents' (how many documents each sample packs)");
+      request.packed_documents = optional_positive(packing, "documents", "model.packing");
+    }
     // Up to PyTorch 1.10 softmax and log_softmax saved their input too (sim/framework.hpp).
     request.softmax_saves_input = scenario.framework.pytorch && *scenario.framework.pytorch <= PytorchVersion{1, 10};
     // Up to PyTorch 1.13 autograd summed a tensor's gradients into a new tensor, from 2.0 in
@@ -206,11 +220,11 @@ void ScenarioReader::read_model(const YAML::Node& model, const YAML::Node& train
     }
     scenario.zoo_model = std::move(request);
     scenario.model_locations[""] = where((has_hf ? model["hf_config"] : model["zoo"]).Mark());
-    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions", "moe"}) {
+    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing"}) {
       if (const YAML::Node node = model[key]) scenario.model_locations[key] = where(node.Mark());
     }
   } else {
-    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions", "moe"}) {
+    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing"}) {
       if (model[key]) throw InputError(where(model[key].Mark()) + "'" + key + "' applies to zoo models only; a trace file fixes the model's shape");
     }
     std::filesystem::path path = scalar(model["trace"], "model.trace");

@@ -54,6 +54,7 @@ struct Rotary {
   Value cos;
   Value sin;
   std::optional<Value> causal_mask;  // eager attention's additive mask
+  NetworkBuilder::SdpaPacking packing;  // packed documents (packing.cpp)
 };
 
 // LlamaAttention.forward with eager_attention_forward (v4.46+):
@@ -119,13 +120,13 @@ Value attention(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::
       // (flash_attn_func, Hugging Face's flash_attention_2) and scaled_dot_product_attention
       // with enable_gqa (PyTorch 2.5 and later) skip repeat_kv.
       context = nb.sdpa(p + "scaled_dot_product_attention", q, k, v, NetworkBuilder::SdpaKernel::flash,
-                        arch.attention_dropout);
+                        arch.attention_dropout, rotary.packing);
       break;
     case Attention::sdpa_mem_efficient:
       k = nb.repeat_kv(p + "k_repeat", k, groups);
       v = nb.repeat_kv(p + "v_repeat", v, groups);
       context = nb.sdpa(p + "scaled_dot_product_attention", q, k, v, NetworkBuilder::SdpaKernel::mem_efficient,
-                        arch.attention_dropout);
+                        arch.attention_dropout, rotary.packing);
       break;
     case Attention::fused_softmax:
       throw std::logic_error("decoder: fused-softmax attention is refused before building");
@@ -184,15 +185,18 @@ Value decoder_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, const s
 }  // namespace
 
 Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64_t seq_len, Attention implementation,
-                 const std::vector<std::int64_t>& expert_tokens) {
+                 const std::vector<std::int64_t>& expert_tokens, std::int64_t documents) {
   const std::int64_t s = seq_len;
   const std::int64_t head_dim = arch.hidden / arch.heads;
   const std::int64_t rotary_dims = arch.rotary_dims == 0 ? head_dim : arch.rotary_dims;
   const Names names = names_of(arch.family);
   const Value ids = nb.input("input_ids", DType::i64, {1, s});
   const Value labels = nb.input("labels", DType::i64, {1, s});
-  // cache_position.unsqueeze(0): one [1, S] row for the whole batch.
-  const Value positions = nb.buffer(names.base + "position_ids", DType::i64, {1, s});
+  // cache_position.unsqueeze(0): one [1, S] row for the whole batch; packed documents bring
+  // their own position_ids [N, S], restarting at each document (DataCollatorWithFlattening).
+  const bool packed = documents > 1;
+  const Value positions = packed ? nb.input(names.base + "position_ids", DType::i64, {1, s})
+                                 : nb.buffer(names.base + "position_ids", DType::i64, {1, s});
   const Value embed = nb.parameter(names.base + names.embed + ".weight", {arch.vocab, arch.hidden});
   Value x = nb.embedding(names.base + names.embed, ids, embed);
 
@@ -201,14 +205,23 @@ Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64
   // [1, S, D]; no gradient. Kept for backward by every layer's products (one storage each).
   const std::string r = names.base + "rotary_emb";
   const Value inv_freq = nb.buffer(r + ".inv_freq", DType::f32, {rotary_dims / 2});
-  Rotary rotary{nb.constant_op(r + ".cos", std::vector<Value>{inv_freq, positions}, nb.compute_dtype(), {1, s, rotary_dims}),
-                nb.constant_op(r + ".sin", std::vector<Value>{inv_freq, positions}, nb.compute_dtype(), {1, s, rotary_dims}),
-                std::nullopt};
+  // Per-sample positions make per-sample tables [N, S, D].
+  const std::vector<Value> table_inputs = packed ? std::vector<Value>{positions, inv_freq} : std::vector<Value>{inv_freq, positions};
+  Rotary rotary{nb.constant_op(r + ".cos", table_inputs, nb.compute_dtype(), {1, s, rotary_dims}),
+                nb.constant_op(r + ".sin", table_inputs, nb.compute_dtype(), {1, s, rotary_dims}),
+                std::nullopt, {}};
   if (implementation == Attention::eager) {
     // The 4-D causal mask of eager attention (LlamaModel._update_causal_mask: torch.full of the
-    // dtype's minimum, triu, expanded over the batch as a view): [1, 1, S, S] in the model's dtype.
+    // dtype's minimum, triu, expanded over the batch as a view): [1, 1, S, S] in the model's dtype;
+    // block-diagonal and so one per sample with packed documents.
     rotary.causal_mask =
-        nb.constant_op(names.base + "causal_mask", positions, nb.compute_dtype(), {1, 1, s, s});
+        nb.constant_op(names.base + "causal_mask", packed ? ids : positions, nb.compute_dtype(), {1, 1, s, s});
+  } else if (packed) {
+    // flash: cu_seqlens, the documents' int32 offsets (one per document and sample; the final
+    // total, 4 bytes per batch, is left out). sdpa-mem-efficient: the block-causal bool mask.
+    rotary.packing.documents = documents;
+    rotary.packing.tensor = implementation == Attention::flash ? nb.input("cu_seqlens", DType::i32, {documents})
+                                                               : nb.input("attention_mask", DType::boolean, {s, s});
   }
   for (std::int64_t layer = 0; layer < arch.layers; ++layer) {
     x = decoder_layer(nb, arch, names.base + names.layers + "." + std::to_string(layer) + ".", layer, x, rotary, implementation,

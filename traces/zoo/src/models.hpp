@@ -3,6 +3,7 @@
 // NetworkBuilder, in PyTorch's execution order, and returns the loss.
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -47,8 +48,15 @@ Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention 
 // Qwen2MoeForCausalLM or GPTNeoXForCausalLM with the causal-LM loss, at `seq_len` tokens, with
 // the given attention (eager, flash or sdpa-mem-efficient). With arch.moe, `expert_tokens` are
 // the tokens each expert of a sparse layer processes per sequence (routed_tokens).
+// `documents` per sample packed (ModelSpec::packed_documents; packing.cpp).
 Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64_t seq_len, Attention implementation,
-                 const std::vector<std::int64_t>& expert_tokens = {});
+                 const std::vector<std::int64_t>& expert_tokens = {}, std::int64_t documents = 1);
+
+// LoRA / QLoRA on a decoder (lora.cpp): checks `spec`, resolves PEFT's default targets for the
+// architecture and turns the builder's LoRA mode on (before decoder_lm); records the choice in
+// `metadata`. InputError ("lora...: ...") for what PEFT or the zoo does not take.
+void configure_lora(NetworkBuilder& nb, const LoraSpec& spec, const DecoderArchitecture& arch, Precision precision,
+                    std::map<std::string, std::string>& metadata);
 
 // ---- Mixture of experts (moe_block.cpp) --------------------------------------------------------
 // Whether decoder layer `layer` has the sparse MLP (Qwen2-MoE's decoder_sparse_step and

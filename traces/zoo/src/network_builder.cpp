@@ -168,11 +168,12 @@ bool NetworkBuilder::autocast() const {
   return precision_ == Precision::amp_fp16 || precision_ == Precision::amp_bf16;
 }
 
-DType NetworkBuilder::state_dtype() const {
+DType NetworkBuilder::state_dtype(std::size_t weight) const {
   // torch.optim creates its states with torch.zeros_like(p): the parameter's dtype, so a
-  // .half() model keeps 16-bit moments. Megatron's `mixed` keeps them fp32 next to the fp32
-  // master weights; under autocast the parameters are fp32 anyway.
-  return precision_ == Precision::fp16 || precision_ == Precision::bf16 ? compute_dtype() : DType::f32;
+  // .half() model keeps 16-bit moments (and PEFT's fp32 adapters on it fp32 ones). Megatron's
+  // `mixed` keeps them fp32 next to the fp32 master weights; under autocast the parameters are
+  // fp32 anyway.
+  return precision_ == Precision::fp16 || precision_ == Precision::bf16 ? tensors_.at(weight).dtype : DType::f32;
 }
 
 const std::vector<std::int64_t>& NetworkBuilder::sample_shape(Value value) const {
@@ -265,14 +266,20 @@ Value NetworkBuilder::input(const std::string& name, DType dtype, std::vector<st
 }
 
 Value NetworkBuilder::parameter(const std::string& name, std::vector<std::int64_t> shape) {
+  // Under LoRA every parameter the model itself defines is frozen; lora.cpp adds the adapters.
+  return new_parameter(name, std::move(shape), compute_dtype(), !lora_);
+}
+
+Value NetworkBuilder::new_parameter(const std::string& name, std::vector<std::int64_t> shape, DType dtype, bool trainable) {
   TensorRecord record;
   record.name = name;
-  record.dtype = compute_dtype();
+  record.dtype = dtype;
   record.sample_shape = std::move(shape);
   record.role = TensorRole::weight;
-  record.requires_grad = true;
+  record.requires_grad = trainable;
   const std::size_t index = add_tensor(std::move(record));
-  weights_.push_back(index);
+  // A frozen parameter (requires_grad=False) gets no gradient and no optimizer step.
+  if (trainable) weights_.push_back(index);
   return {index};
 }
 
@@ -291,6 +298,13 @@ std::size_t NetworkBuilder::emit(OpRecord op) {
 }
 
 void NetworkBuilder::record(ForwardOp op) {
+  if (lora_ && std::none_of(op.grads.begin(), op.grads.end(), [&](const GradSpec& g) { return requires_grad(g.target); })) {
+    // Under LoRA the ops before the first adapter read only frozen weights and inputs: autograd
+    // records no node for them, so they save nothing and their outputs need no gradient.
+    for (const std::size_t output : op.outputs) tensors_.at(output).requires_grad = false;
+    emit({op.name, Phase::forward, op.kind, op.inputs, op.outputs, op.updated, op.aliases, op.flops});
+    return;
+  }
   for (const std::size_t tensor : op.saved) tensors_.at(tensor).saved = true;
   BackwardRecipe recipe;
   recipe.forward_op = emit({op.name, Phase::forward, op.kind, op.inputs, op.outputs, op.updated,
@@ -307,6 +321,7 @@ void NetworkBuilder::record(ForwardOp op) {
   }
   recipe.flops = op.backward_flops;
   recipe.kind = op.backward_kind;
+  recipe.scratch = std::move(op.backward_scratch);
   recipes_.push_back(std::move(recipe));
 }
 
@@ -343,9 +358,10 @@ std::size_t NetworkBuilder::autocast_lower(const std::string& op, std::size_t te
   const DType dtype = tensors_.at(tensor).dtype;
   const DType lower = precision_ == Precision::amp_bf16 ? DType::bf16 : DType::f16;
   if (!autocast() || !traces::is_floating(dtype) || dtype == lower) return tensor;
-  if (tensors_[tensor].role == TensorRole::weight) {
+  if (tensors_[tensor].role == TensorRole::weight && requires_grad(tensor)) {
     // autocast_mode.cpp (cached_cast): the lower-precision copy of a leaf that requires grad
-    // is cached until the autocast region ends, so a weight is cast once per forward pass.
+    // is cached until the autocast region ends, so a weight is cast once per forward pass. A
+    // frozen weight (LoRA's base) is not cached: cast at each use, a temporary.
     if (const auto cached = weight_copies_.find(tensor); cached != weight_copies_.end()) return cached->second;
     const std::size_t copy = cast(tensors_[tensor].name + ".cast", tensor, lower, TensorRole::weight_copy);
     weight_copies_.emplace(tensor, copy);
@@ -496,6 +512,7 @@ Value NetworkBuilder::flatten(const std::string& name, Value x) {
 // ---- Generic layers ------------------------------------------------------------------------
 
 Value NetworkBuilder::linear(const std::string& name, Value x, std::int64_t out_features, bool bias) {
+  if (lora_) return lora_linear(name, x, out_features, bias);  // lora.cpp
   const Value weight = parameter(name + ".weight", {out_features, dim(x, -1)});
   const std::optional<Value> b = bias ? std::optional(parameter(name + ".bias", {out_features})) : std::nullopt;
   return linear(name, x, weight, b);
@@ -527,11 +544,16 @@ Value NetworkBuilder::linear(const std::string& name, Value x, Value weight, std
   f.flops = times(macs, 2) + bias_flops;
   f.differentiable_outputs = {y};
   // AddmmBackward0 / MmBackward0 save the input (for grad_weight) and the weight (for grad_input).
-  f.saved = {x.index, weight.index};
+  // The generated code saves each only when the gradient that needs it is wanted
+  // (gen_variable_type.py's should_compute_output guards), so a frozen weight's linear (LoRA's
+  // base) keeps the weight alone.
+  const bool weight_grad = requires_grad(weight.index);
+  f.saved = weight_grad ? std::vector<std::size_t>{x.index, weight.index} : std::vector<std::size_t>{weight.index};
   f.grads = {{x.index, {}}, {weight.index, {}}};
   if (bias) f.grads.push_back({bias->index, {}});
   // grad_input = g W and grad_weight = gᵀ x are one GEMM each, as large as the forward one.
-  f.backward_flops = times(macs, requires_grad(x.index) ? 4 : 2) + bias_flops;
+  const bool bias_grad = bias && requires_grad(bias->index);
+  f.backward_flops = times(macs, (requires_grad(x.index) ? 2 : 0) + (weight_grad ? 2 : 0)) + (bias_grad ? bias_flops : BatchLinear{});
   f.backward_kind = OpKind::linear;
   record(std::move(f));
   return {y};
@@ -1010,8 +1032,10 @@ Value NetworkBuilder::rmsnorm(const std::string& name, Value x) {
   f.flops = times(elements(x.index), kRmsNormForward) + times(elements(rstd), kRmsNormForwardPerRow);
   f.differentiable_outputs = {y};
   // PowBackward0 and MulBackward0 save the fp32 input (one storage), RsqrtBackward0 and
-  // MulBackward0 the rsqrt, the weight product the normalised rows and the weight.
+  // MulBackward0 the rsqrt, the weight product the normalised rows and the weight; the
+  // normalised rows only for the weight's gradient, so not for a frozen weight (LoRA).
   f.saved = {fp32_input, rstd, normalized, weight.index};
+  if (!requires_grad(weight.index)) f.saved = {fp32_input, rstd, weight.index};
   f.grads = {{x.index, {}}, {weight.index, {}}};
   f.backward_flops = times(elements(x.index), kRmsNormBackward) + times(elements(rstd), kRmsNormBackwardPerRow);
   f.backward_kind = OpKind::layernorm;
@@ -1120,7 +1144,8 @@ Value NetworkBuilder::softmax_fp32(const std::string& name, Value x) {
   return {y};
 }
 
-Value NetworkBuilder::sdpa(const std::string& name, Value q, Value k, Value v, SdpaKernel kernel, bool dropout) {
+Value NetworkBuilder::sdpa(const std::string& name, Value q, Value k, Value v, SdpaKernel kernel, bool dropout,
+                          const SdpaPacking& packing) {
   expect_rank(q, 4, name);
   expect_rank(k, 4, name);
   if (sample_shape(k) != sample_shape(v) || dim(k, 0) != dim(q, 0) || dim(k, 2) != dim(q, 2) || dim(k, 3) != dim(q, 3) ||
@@ -1144,7 +1169,10 @@ Value NetworkBuilder::sdpa(const std::string& name, Value q, Value k, Value v, S
   constexpr std::int64_t kAlignLse = 32;
   const std::int64_t lse_rows = kernel == SdpaKernel::flash ? seq : (seq + kAlignLse - 1) / kAlignLse * kAlignLse;
   const std::size_t lse = new_output(op + ".logsumexp", DType::f32, {shape[0], shape[1], lse_rows}, batch_dim, false);
-  const BatchLinear macs = attention_macs(elements(q.index), seq, true);  // per query head; is_causal
+  // Packed documents (packing.cpp): the varlen flash kernel's causal pairs within each document,
+  // or the memory-efficient kernel's whole S x S under an explicit mask, which it saves.
+  const std::optional<std::size_t> mask = packed_attention_mask(op, packing, kernel, q.index);
+  const BatchLinear macs = packed_attention_macs(elements(q.index), seq, packing, kernel);  // per query head
   const BatchLinear scores{macs.fixed / head_dim, macs.per_sample / head_dim};
   const std::int64_t dropout_forward = dropout ? kDropoutForward : 0;
   const std::int64_t dropout_backward = dropout ? kDropoutBackward : 0;
@@ -1160,6 +1188,11 @@ Value NetworkBuilder::sdpa(const std::string& name, Value q, Value k, Value v, S
   // attention's backward take query, key, value, output and logsumexp (and, with dropout, the
   // philox seed and offset: 0-dim int64 tensors made without a device, so host memory, left out).
   f.saved = {q.index, k.index, v.index, y, lse};
+  if (mask) {
+    // flash_attn_varlen_func saves cu_seqlens; _scaled_dot_product_efficient_attention its attn_bias.
+    f.inputs.push_back(*mask);
+    f.saved.push_back(*mask);
+  }
   f.grads = {{q.index, {}}, {k.index, {}}, {v.index, {}}};
   f.backward_flops = times(macs, 2 * kFlashBackwardGemms) + times(scores, kSoftmaxBackward + dropout_backward);
   f.backward_kind = OpKind::attention;
@@ -1330,6 +1363,8 @@ void NetworkBuilder::emit_backward(const BackwardRecipe& recipe) {
     op.outputs.push_back(grad);
     produced.emplace_back(spec.target, grad);
   }
+  // Workspace the backward kernel allocates and frees (QLoRA's dequantised weight).
+  op.outputs.insert(op.outputs.end(), recipe.scratch.begin(), recipe.scratch.end());
   const std::size_t index = emit(std::move(op));
   for (const auto& [target, grad] : produced) add_gradient(target, grad, index);
 }
@@ -1403,12 +1438,12 @@ void NetworkBuilder::emit_optimizer_steps() {
     switch (optimizer_) {
       case Optimizer::sgd: break;
       case Optimizer::momentum:
-        step.states.push_back(new_state(weight, "momentum_buffer", state_dtype(), TensorRole::optimizer_state));
+        step.states.push_back(new_state(weight, "momentum_buffer", state_dtype(weight), TensorRole::optimizer_state));
         break;
       case Optimizer::adam:
       case Optimizer::adamw:
-        step.states.push_back(new_state(weight, "exp_avg", state_dtype(), TensorRole::optimizer_state));
-        step.states.push_back(new_state(weight, "exp_avg_sq", state_dtype(), TensorRole::optimizer_state));
+        step.states.push_back(new_state(weight, "exp_avg", state_dtype(weight), TensorRole::optimizer_state));
+        step.states.push_back(new_state(weight, "exp_avg_sq", state_dtype(weight), TensorRole::optimizer_state));
         break;
     }
     steps.push_back(std::move(step));

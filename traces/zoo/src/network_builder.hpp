@@ -149,7 +149,15 @@ class NetworkBuilder {
   // for `flash` (_scaled_dot_product_flash_attention), [N, H, ceil(S / 32) * 32] for
   // `mem_efficient` (_efficient_attention_forward pads it to kAlignLSE = 32 rows).
   enum class SdpaKernel { flash, mem_efficient };
+  // Packed documents (ModelSpec::packed_documents): `documents` per sample; `tensor` the flash
+  // kernel's int32 cu_seqlens, or the bool block mask [N, S, S] the memory-efficient kernel takes
+  // as attn_mask (converted to an additive bias in q's dtype, which it saves).
+  struct SdpaPacking {
+    std::int64_t documents = 1;
+    std::optional<Value> tensor;
+  };
   Value sdpa(const std::string& name, Value q, Value k, Value v, SdpaKernel kernel, bool dropout);
+  Value sdpa(const std::string& name, Value q, Value k, Value v, SdpaKernel kernel, bool dropout, const SdpaPacking& packing);
 
   // A forward op that needs no gradient (the attention-mask preprocessing, a bool cast of a
   // buffer): no autograd node, no backward op. The output has the given dtype and shape and
@@ -227,6 +235,14 @@ class NetworkBuilder {
   // log_softmax saves its input too when softmax_saves_input.
   Value cross_entropy(const std::string& name, Value logits, Value labels);
 
+  // ---- LoRA and QLoRA (lora.cpp) --------------------------------------------------------------
+  // From here on every parameter the model defines is frozen, and linear(name, x, out, bias)
+  // builds PEFT's LoRA layer where `name` ends in one of `targets` (all linears but
+  // `output_layer` with spec.all_linear), and a bitsandbytes NF4 base with spec.nf4.
+  void enable_lora(const LoraSpec& spec, std::vector<std::string> targets, std::string output_layer);
+  // InputError ("lora.targets: ...") for a target that matched no linear.
+  void check_lora_targets() const;
+
   // Derives backward, gradient accumulation and the optimizer step, and builds the trace.
   // `metadata` is added to source/model/precision/optimizer.
   traces::Trace finish(Value loss, std::map<std::string, std::string> metadata = {});
@@ -272,6 +288,7 @@ class NetworkBuilder {
     std::vector<GradSpec> grads;                       // only targets that require grad
     traces::BatchLinear flops;
     traces::OpKind kind = traces::OpKind::other;
+    std::vector<std::size_t> scratch;  // workspace the backward op writes and frees
   };
 
   // A forward op under construction; record() files it and its backward recipe.
@@ -289,9 +306,21 @@ class NetworkBuilder {
     std::vector<GradSpec> grads;      // candidate targets; those not requiring grad are dropped
     traces::BatchLinear backward_flops;
     traces::OpKind backward_kind = traces::OpKind::other;
+    std::vector<std::size_t> backward_scratch;  // workspace of the backward op (not saved)
   };
 
   std::string unique_op_name(const std::string& name);
+  Value new_parameter(const std::string& name, std::vector<std::int64_t> shape, traces::DType dtype, bool trainable);
+  // lora.cpp: a frozen linear, with PEFT's adapters when targeted; the NF4 base of QLoRA.
+  Value lora_linear(const std::string& name, Value x, std::int64_t out_features, bool bias);
+  Value lora_adapters(const std::string& name, Value x, Value base_out);
+  Value nf4_linear(const std::string& name, Value x, std::int64_t out_features, bool bias);
+  // packing.cpp: the tensor a packed sdpa call reads and saves (cu_seqlens, or the bias it
+  // converts the bool mask to), and its multiply-adds per query head.
+  std::optional<std::size_t> packed_attention_mask(const std::string& op, const SdpaPacking& packing, SdpaKernel kernel,
+                                                   std::size_t q);
+  traces::BatchLinear packed_attention_macs(traces::BatchLinear q_elements, std::int64_t seq, const SdpaPacking& packing,
+                                            SdpaKernel kernel) const;
   std::size_t add_tensor(TensorRecord record);
   // A fresh tensor written by an op (its role is derived in finish()).
   std::size_t new_output(const std::string& name, traces::DType dtype,
@@ -330,7 +359,7 @@ class NetworkBuilder {
   void emit_backward(const BackwardRecipe& recipe);
   void add_gradient(std::size_t target, std::size_t grad, std::size_t producer_op);
   void emit_optimizer_steps();
-  traces::DType state_dtype() const;
+  traces::DType state_dtype(std::size_t weight) const;
   void assign_storage_roles();
   traces::Trace build_trace(std::map<std::string, std::string> metadata);  // last: moves the records
 
@@ -348,6 +377,12 @@ class NetworkBuilder {
   std::vector<std::size_t> weights_;     // parameters in creation order
   std::unordered_map<std::string, int> op_name_uses_;
   bool finished_ = false;
+  // LoRA (lora.cpp): unset, every parameter trains.
+  std::optional<LoraSpec> lora_;
+  std::vector<std::string> lora_targets_;
+  std::vector<bool> lora_target_used_;
+  std::string lora_output_layer_;
+  std::optional<std::size_t> nf4_dynamic_map_;  // bitsandbytes' shared 8-bit dynamic map
 };
 
 }  // namespace comptrain::zoo::detail

@@ -603,6 +603,8 @@ traces::Trace build_model(const ModelRequest& request) {
     reject_transformer_fields(request);
     reject_bert_fields(request);
     if (request.routing) throw InputError("moe: routing options apply to mixture-of-experts decoders; model '" + request.model + "' is a CNN");
+    if (request.lora) throw InputError("lora: LoRA is written for the decoders (model 'llama' and Hugging Face configs), not the CNN '" + request.model + "'");
+    if (request.packed_documents) throw InputError("packing: packed documents apply to the decoders, not the CNN '" + request.model + "'");
     // A CNN's shape is fixed: only the batch can make a count overflow (the builder checks each).
     try {
       traces::Trace trace = nb.finish(entry.cnn(nb), std::move(metadata));
@@ -637,7 +639,14 @@ traces::Trace build_model(const ModelRequest& request) {
       throw InputError("moe: routing options apply to decoders with mixture-of-experts layers (model_type mixtral or qwen2_moe); '" +
                        request.model + "' here is dense");
     }
-    const Value loss = detail::decoder_lm(nb, arch, seq_len, attention, expert_tokens);
+    if (request.lora) detail::configure_lora(nb, *request.lora, arch, request.precision, metadata);
+    const std::int64_t documents = request.packed_documents.value_or(1);
+    if (documents < 1 || documents > seq_len) {
+      throw InputError("packing.documents: must be between 1 and seq_len (" + std::to_string(seq_len) + "), got " + std::to_string(documents));
+    }
+    if (request.packed_documents) metadata["packed_documents"] = std::to_string(documents);
+    const Value loss = detail::decoder_lm(nb, arch, seq_len, attention, expert_tokens, documents);
+    if (request.lora) nb.check_lora_targets();
     metadata["attention"] = std::string(to_string(attention));
     metadata["family"] = arch.family;
     metadata["layers"] = std::to_string(arch.layers);
@@ -654,6 +663,12 @@ traces::Trace build_model(const ModelRequest& request) {
   }
   if (request.decoder) {
     throw InputError("decoder: a Hugging Face decoder architecture applies to model 'llama' only, not '" + request.model + "'");
+  }
+  if (request.lora) {
+    throw InputError("lora: LoRA is written for the decoders (model 'llama' and Hugging Face configs), not '" + request.model + "'");
+  }
+  if (request.packed_documents) {
+    throw InputError("packing: packed documents are written for the decoders (model 'llama' and Hugging Face configs), not '" + request.model + "'");
   }
   if (request.routing) {
     throw InputError("moe: routing options apply to model 'llama' with mixture-of-experts layers only, not '" + request.model + "'");

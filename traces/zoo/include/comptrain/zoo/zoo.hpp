@@ -148,6 +148,24 @@ struct DecoderArchitecture {
   std::string source;            // the config file it came from, for messages
 };
 
+// LoRA fine-tuning as Hugging Face PEFT does it (peft/tuners/lora; traces/zoo/README.md,
+// "LoRA and QLoRA"): every parameter of the model is frozen (no gradient, no optimizer state,
+// no fp32 master), and each targeted linear gets two trainable adapters beside it,
+// result = base(x) + lora_B(lora_A(dropout(x))) * scaling. Decoders (`llama`) only.
+struct LoraSpec {
+  std::int64_t rank = 8;     // r (LoraConfig's default 8): lora_A [r, in], lora_B [out, r]
+  double alpha = 8;          // lora_alpha (default 8): scaling = alpha / r, no memory of its own
+  double dropout = 0;        // lora_dropout (default 0.0: nn.Identity, no dropout op)
+  // target_modules: module-name suffixes ("q_proj" matches model.layers.0.self_attn.q_proj).
+  // Empty: PEFT's default for the architecture (TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING).
+  std::vector<std::string> targets;
+  bool all_linear = false;   // target_modules="all-linear": every linear but the output layer
+  // QLoRA (Dettmers et al. 2023; bitsandbytes Linear4bit): the frozen linears (all but the
+  // output layer, as transformers' bitsandbytes integration leaves lm_head) stored NF4 with
+  // double-quantised block statistics; each dequantises its weight for its matmul.
+  bool nf4 = false;
+};
+
 // Which model, trained how: everything but the batch size. Unset optional fields take the
 // model's defaults. A scenario holds one of these; its batch size lives in the scenario alone.
 struct ModelSpec {
@@ -194,6 +212,14 @@ struct ModelSpec {
   std::optional<DecoderArchitecture> decoder;
   // A decoder with mixture-of-experts layers only (an error otherwise): the routed token counts.
   std::optional<ExpertRouting> routing;
+  // `llama` only: LoRA / QLoRA fine-tuning (an error for the other models).
+  std::optional<LoraSpec> lora;
+  // `llama` only: each sample of seq_len tokens packs this many documents (equal lengths, the
+  // remainder one token each to the first), attended separately as the frameworks do it
+  // (traces/zoo/README.md, "Packed sequences"): flash runs FlashAttention's varlen kernel over
+  // cu_seqlens, eager adds a per-sample block-diagonal mask, sdpa-mem-efficient takes a bool
+  // block mask as attn_mask. Rotary positions restart per document. Unset: one per sample.
+  std::optional<std::int64_t> packed_documents;
 };
 
 // What to generate: a model at a batch size.

@@ -47,10 +47,14 @@ void ScenarioReader::read_loss_and_step(const YAML::Node& training, const Scenar
   }
   // DeepSpeed's optimizer offload steps the states with its own CPU Adam (12 bytes per
   // parameter on the host): not another optimizer's.
-  if (scenario.parallelism && scenario.parallelism->data.offload_optimizer && request.optimizer &&
-      *request.optimizer != zoo::Optimizer::adam && *request.optimizer != zoo::Optimizer::adamw) {
+  bool offload = scenario.parallelism && scenario.parallelism->data.offload_optimizer;
+  if (scenario.plan) {
+    for (const auto& place : scenario.plan->offload_optimizer) offload = offload || place.has_value();
+  }
+  if (offload && request.optimizer && *request.optimizer != zoo::Optimizer::adam && *request.optimizer != zoo::Optimizer::adamw) {
     throw InputError(where(training["optimizer"].Mark()) + "'training.optimizer' is " + std::string(zoo::to_string(*request.optimizer)) +
-                     " with parallelism.zero.offload_optimizer, which steps DeepSpeed's CPU Adam; expected adam or adamw");
+                     " with an optimizer offload (parallelism.zero.offload_optimizer or plan.offload_optimizer), which steps DeepSpeed's "
+                     "CPU Adam; expected adam or adamw");
   }
   const YAML::Node in_backward = training["optimizer_in_backward"];
   if (!in_backward) return;
@@ -62,9 +66,9 @@ void ScenarioReader::read_loss_and_step(const YAML::Node& training, const Scenar
     throw InputError(where(in_backward.Mark()) + "'training.optimizer_in_backward' with gradient_accumulation_steps " +
                      std::to_string(scenario.accumulation_steps) + ": the step runs on each micro-step's gradient; expected gradient_accumulation_steps 1");
   }
-  if (scenario.parallelism) {
-    throw InputError(where(in_backward.Mark()) + "'training.optimizer_in_backward' with a parallelism section is not modelled "
-                                                 "(the steps would have to wait for each gradient's reduction); expected a single-GPU scenario");
+  if (scenario.parallelism || (scenario.plan && scenario.plan->searches_clusters())) {
+    throw InputError(where(in_backward.Mark()) + "'training.optimizer_in_backward' with a parallelism section or a plan's cluster search is not "
+                                                 "modelled (the steps would have to wait for each gradient's reduction); expected a single-GPU scenario");
   }
 }
 

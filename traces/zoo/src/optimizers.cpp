@@ -101,7 +101,7 @@ void NetworkBuilder::emit_step(std::size_t weight) {
   if (!grad) throw std::logic_error(tensors_[weight].name + ": the weight gets no gradient");
   const std::vector<std::int64_t> shape = tensors_[weight].sample_shape;
   const std::int64_t n = product(shape);
-  const std::string& name = tensors_[weight].name;
+  const std::string name = tensors_[weight].name;  // a copy: adding tensors moves the records
 
   OpRecord op;
   op.name = "optimizer." + name;

@@ -343,7 +343,7 @@ expect 0 'gpt · batch 2' -- trace show "$work/liger.yaml"
 printf 'model: {zoo: gpt, seq_len: 16}\ntraining: {loss: {kind: fused_linear}}\n' >"$work/bad-loss.yaml"
 expect 2 "bad-loss.yaml:2:25: unknown loss kind 'fused_linear' in 'training.loss.kind'; .*expected one of: cross_entropy, fused_linear_cross_entropy, chunked, fused_cross_entropy" -- trace show "$work/bad-loss.yaml"
 printf 'model: {zoo: gpt, seq_len: 16}\ntraining: {loss: {kind: cross_entropy, chunks: 4}}\n' >"$work/bad-chunks.yaml"
-expect 2 "bad-chunks.yaml:2:50: 'training.loss.chunks' applies to kind chunked" -- trace show "$work/bad-chunks.yaml"
+expect 2 "bad-chunks.yaml:2:48: 'training.loss.chunks' applies to kind chunked" -- trace show "$work/bad-chunks.yaml"
 printf 'model: {zoo: gpt, seq_len: 16}\ntraining: {loss: {kind: chunked, chunks: 17}}\n' >"$work/many-chunks.yaml"
 expect 2 "loss.chunks: 17 chunks of a 16-token sequence; expected 1 to seq_len" -- trace show "$work/many-chunks.yaml"
 printf 'model: {zoo: bert-base, seq_len: 16}\ntraining: {loss: {kind: chunked}}\n' >"$work/bert-loss.yaml"
@@ -357,7 +357,7 @@ expect 2 "inbwd-bad.yaml:2:35: .*training.optimizer_in_backward" -- simulate "$w
 printf 'model: {zoo: gpt, layers: 2, hidden: 64, heads: 4, seq_len: 16, vocab: 1000}\ntraining: {batch_size: 2, precision: bf16, optimizer: adamw, optimizer_impl: fused, optimizer_in_backward: true}\nplatform: a100-80gb\n' >"$work/inbwd.yaml"
 expect 0 'peak' -- simulate "$work/inbwd.yaml"
 printf 'model: {zoo: gpt2, layers: 2, seq_len: 256}\ntraining: {precision: mixed, optimizer: adafactor}\nplatform: a100-80gb\nparallelism: {gpus_per_node: 2, zero: {stage: 3, offload_optimizer: {device: cpu}}}\n' >"$work/offload-adafactor.yaml"
-expect 2 "offload-adafactor.yaml:2:44: 'training.optimizer' is adafactor with an optimizer offload" -- simulate "$work/offload-adafactor.yaml"
+expect 2 "offload-adafactor.yaml:2:41: 'training.optimizer' is adafactor with an optimizer offload" -- simulate "$work/offload-adafactor.yaml"
 
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -147,6 +147,25 @@ TEST(LossKinds, ChunkedUpcastsOneChunkAtATime) {
   EXPECT_EQ(named(uneven, "lm_head_2.out").bytes(), 2 * 2 * 5 * 1000);
 }
 
+// The decoders' own head (`lm_head`, untied) under every kind: Llama-2-7B's shape cut to one
+// layer, sequence 16, bf16. With Liger the head's gradient is grad_weight: 2 x 32000 x 4096 B.
+TEST(LossKinds, DecoderHead) {
+  for (const LossKind kind : {LossKind::cross_entropy, LossKind::fused_linear_cross_entropy, LossKind::chunked, LossKind::fused_cross_entropy}) {
+    SCOPED_TRACE(std::string(to_string(kind)));
+    ModelRequest request = Request("llama").layers(1).seq_len(16).precision(Precision::bf16);
+    request.loss.kind = kind;
+    request.loss.chunks = 4;
+    const Trace trace = build_model(request);
+    const auto summary = traces::summarize(trace);
+    EXPECT_EQ(traces::at(summary.allocated_by_role, TensorRole::gradient), 2 * summary.parameters);
+    if (kind == LossKind::fused_linear_cross_entropy) {
+      const auto& grad_weight = named(trace, "loss.fused_linear_cross_entropy.grad_weight");
+      EXPECT_EQ(grad_weight.bytes(), 2 * 32000 * 4096);
+      EXPECT_EQ(grad_weight.role, TensorRole::gradient);
+    }
+  }
+}
+
 TEST(LossKinds, Refusals) {
   EXPECT_THROW(build(LossKind::chunked, 17), InputError);  // more chunks than tokens
   ModelRequest bert = Request("bert-base").seq_len(16);

@@ -50,9 +50,7 @@ std::int64_t next_power_of_2(std::int64_t n) {
 Value NetworkBuilder::lm_loss(const std::string& head_name, Value x, Value head, Value labels, bool upcast) {
   expect_rank(x, 3, head_name);
   const std::int64_t s = dim(x, 1);
-  const std::int64_t h = dim(x, 2);
   const std::int64_t vocab = dim(head, 0);
-
   switch (loss_.kind) {
     case LossKind::cross_entropy: {
       // The trace the zoo has always made: the head's logits [1, S, V], Hugging Face's fp32 copy
@@ -62,110 +60,125 @@ Value NetworkBuilder::lm_loss(const std::string& head_name, Value x, Value head,
       logits = reshape("logits.view", logits, {s, vocab});
       return cross_entropy("loss", logits, reshape("labels.view", labels, {s}));
     }
-    case LossKind::fused_cross_entropy: {
-      // FlashAttention's Triton cross-entropy (Dao-AILab/flash-attention@058ad35a3914afd7408dd33c7d5f558a48f4bb05,
-      // flash_attn/ops/triton/cross_entropy.py, CrossEntropyLossFunction): one kernel over the
-      // logits in their own dtype (no fp32 copy, no log-probabilities) writes the fp32 loss and
-      // log-sum-exp of every row; ctx.save_for_backward(logits, lse, labels); with
-      // inplace_backward=True the backward kernel writes the gradient over the saved logits
-      // (`dlogits = logits if ctx.inplace_backward`). The mean over the rows is folded in.
-      Value logits = linear(head_name, x, head, std::nullopt);
-      logits = reshape("logits.view", logits, {s, vocab});
-      const Value targets = reshape("labels.view", labels, {s});
-      const std::string op = unique_op_name("loss.cross_entropy");
-      const std::size_t loss = new_output(op + ".out", DType::f32, {}, std::nullopt, true);
-      const std::size_t lse = new_output(op + ".lse", DType::f32, {s}, 0, false);
-      const std::size_t losses = new_output(op + ".losses", DType::f32, {s}, 0, false);
-      ForwardOp f;
-      f.name = op;
-      f.kind = OpKind::loss;
-      f.inputs = {logits.index, targets.index};
-      f.outputs = {loss, lse, losses};
-      f.flops = sum(scaled(elements(logits.index), kCrossEntropyForward), elements(targets.index));
-      f.differentiable_outputs = {loss};
-      f.saved = {logits.index, lse, targets.index};
-      f.grads = {{logits.index, {}}};
-      f.computed_in[logits.index] = logits.index;  // inplace_backward: over the logits
-      f.backward_flops = scaled(elements(logits.index), kCrossEntropyBackward);
-      f.backward_kind = OpKind::loss;
-      record(std::move(f));
-      return {loss};
-    }
-    case LossKind::chunked: {
-      // torchtune's CEWithChunkedOutputLoss (pytorch/torchtune@10ff7cd2e2415a9ebb462a10cf7ed149bf531054,
-      // torchtune/modules/loss/ce_chunked_output_loss.py) with the decoder's chunked output
-      // (TransformerDecoder.chunked_output: [self.output(chunk) for chunk in
-      // h.tensor_split(num_output_chunks, dim=1)]). The model returns the list of 16-bit logit
-      // chunks; the loss upcasts and cross-entropies one chunk at a time
-      // (F.cross_entropy(logits.float(), labels, reduction="sum")), adds them and divides by
-      // the tokens. Autograd keeps each chunk's fp32 log-probabilities, as the whole-vocabulary
-      // loss does; what chunking saves is the fp32 copy of all the logits at once. The recipe
-      // holds the list of 16-bit chunks until the loss returns (`del logits` after the loss).
-      const std::int64_t chunks = loss_.chunks;
-      if (chunks < 1 || chunks > s) {
-        throw InputError("loss.chunks: " + std::to_string(chunks) + " chunks of a " + std::to_string(s) +
-                         "-token sequence; expected 1 to seq_len");
-      }
-      // tensor_split: the first s % chunks chunks have one token more.
-      std::vector<std::int64_t> sizes;
-      for (std::int64_t i = 0; i < chunks; ++i) sizes.push_back(s / chunks + (i < s % chunks ? 1 : 0));
-      const std::string split = unique_op_name("output.tensor_split");
-      ForwardOp f;
-      f.name = split;
-      f.kind = OpKind::view;
-      f.inputs = {x.index};
-      std::vector<Value> parts;
-      for (std::int64_t i = 0; i < chunks; ++i) {
-        const std::size_t part = new_view(split + "." + std::to_string(i), x.index, {1, sizes[static_cast<std::size_t>(i)], h},
-                                          tensors_[x.index].batch_dim);
-        f.outputs.push_back(part);
-        parts.push_back({part});
-      }
-      f.aliases = f.outputs;
-      f.differentiable_outputs = f.outputs;
-      // SplitBackward0 concatenates the chunks' gradients into a new tensor of h's shape.
-      f.grads = {{x.index, {}}};
-      f.backward_kind = OpKind::other;
-      record(std::move(f));
-      std::vector<Value> logits;
-      for (std::int64_t i = 0; i < chunks; ++i) {
-        Value part = parts[static_cast<std::size_t>(i)];
-        // With a batch > 1 a chunk along the tokens is strided: matmul's reshape(-1, H) copies it,
-        // and that copy is what the GEMM saves for the weight's gradient.
-        if (batch_size_ > 1) part = contiguous("output.chunk" + std::to_string(i) + ".contiguous", part, false);
-        logits.push_back(linear(head_name, part, head, std::nullopt));
-      }
-      Value total{};
-      for (std::int64_t i = 0; i < chunks; ++i) {
-        const std::int64_t n = sizes[static_cast<std::size_t>(i)];
-        Value chunk = reshape("loss.logits_chunk.view", logits[static_cast<std::size_t>(i)], {n, vocab});
-        chunk = to_dtype("loss.logits_chunk.float", chunk, DType::f32);
-        // labels.tensor_split(...)[i].reshape(-1): views of the labels, no op.
-        const std::size_t target = new_view("labels.chunk" + std::to_string(i), labels.index, {n}, tensors_[labels.index].batch_dim);
-        const Value ce = cross_entropy("loss.chunk" + std::to_string(i), chunk, {target});
-        total = i == 0 ? ce : add("loss.total", total, ce);
-      }
-      // total_loss / total_elements; the op also reads the 16-bit chunks so that they live to
-      // here, as the recipe's list of logits does.
-      const std::string op = unique_op_name("loss.div");
-      const std::size_t loss = new_output(op + ".out", DType::f32, {}, std::nullopt, true);
-      ForwardOp d;
-      d.name = op;
-      d.kind = OpKind::elementwise;
-      d.inputs = {total.index};
-      for (const Value chunk : logits) d.inputs.push_back(chunk.index);
-      d.outputs = {loss};
-      d.flops = {1, 0};
-      d.differentiable_outputs = {loss};
-      d.grads = {{total.index, {}}};
-      d.backward_flops = {1, 0};
-      d.backward_kind = OpKind::elementwise;
-      record(std::move(d));
-      return {loss};
-    }
+    case LossKind::fused_cross_entropy: return fused_cross_entropy_loss(head_name, x, head, labels);
+    case LossKind::chunked: return chunked_loss(head_name, x, head, labels);
     case LossKind::fused_linear_cross_entropy: break;
   }
+  return fused_linear_cross_entropy_loss(x, head, labels);
+}
 
+Value NetworkBuilder::fused_cross_entropy_loss(const std::string& head_name, Value x, Value head, Value labels) {
+  const std::int64_t s = dim(x, 1);
+  const std::int64_t vocab = dim(head, 0);
+  // FlashAttention's Triton cross-entropy (Dao-AILab/flash-attention@058ad35a3914afd7408dd33c7d5f558a48f4bb05,
+  // flash_attn/ops/triton/cross_entropy.py, CrossEntropyLossFunction): one kernel over the
+  // logits in their own dtype (no fp32 copy, no log-probabilities) writes the fp32 loss and
+  // log-sum-exp of every row; ctx.save_for_backward(logits, lse, labels); with
+  // inplace_backward=True the backward kernel writes the gradient over the saved logits
+  // (`dlogits = logits if ctx.inplace_backward`). The mean over the rows is folded in.
+  Value logits = linear(head_name, x, head, std::nullopt);
+  logits = reshape("logits.view", logits, {s, vocab});
+  const Value targets = reshape("labels.view", labels, {s});
+  const std::string op = unique_op_name("loss.cross_entropy");
+  const std::size_t loss = new_output(op + ".out", DType::f32, {}, std::nullopt, true);
+  const std::size_t lse = new_output(op + ".lse", DType::f32, {s}, 0, false);
+  const std::size_t losses = new_output(op + ".losses", DType::f32, {s}, 0, false);
+  ForwardOp f;
+  f.name = op;
+  f.kind = OpKind::loss;
+  f.inputs = {logits.index, targets.index};
+  f.outputs = {loss, lse, losses};
+  f.flops = sum(scaled(elements(logits.index), kCrossEntropyForward), elements(targets.index));
+  f.differentiable_outputs = {loss};
+  f.saved = {logits.index, lse, targets.index};
+  f.grads = {{logits.index, {}}};
+  f.computed_in[logits.index] = logits.index;  // inplace_backward: over the logits
+  f.backward_flops = scaled(elements(logits.index), kCrossEntropyBackward);
+  f.backward_kind = OpKind::loss;
+  record(std::move(f));
+  return {loss};
+}
+
+Value NetworkBuilder::chunked_loss(const std::string& head_name, Value x, Value head, Value labels) {
+  const std::int64_t s = dim(x, 1);
+  const std::int64_t h = dim(x, 2);
+  const std::int64_t vocab = dim(head, 0);
+  // torchtune's CEWithChunkedOutputLoss (pytorch/torchtune@10ff7cd2e2415a9ebb462a10cf7ed149bf531054,
+  // torchtune/modules/loss/ce_chunked_output_loss.py) with the decoder's chunked output
+  // (TransformerDecoder.chunked_output: [self.output(chunk) for chunk in
+  // h.tensor_split(num_output_chunks, dim=1)]). The model returns the list of 16-bit logit
+  // chunks; the loss upcasts and cross-entropies one chunk at a time
+  // (F.cross_entropy(logits.float(), labels, reduction="sum")), adds them and divides by
+  // the tokens. Autograd keeps each chunk's fp32 log-probabilities, as the whole-vocabulary
+  // loss does; what chunking saves is the fp32 copy of all the logits at once. The recipe
+  // holds the list of 16-bit chunks until the loss returns (`del logits` after the loss).
+  const std::int64_t chunks = loss_.chunks;
+  if (chunks < 1 || chunks > s) {
+    throw InputError("loss.chunks: " + std::to_string(chunks) + " chunks of a " + std::to_string(s) +
+                     "-token sequence; expected 1 to seq_len");
+  }
+  // tensor_split: the first s % chunks chunks have one token more.
+  std::vector<std::int64_t> sizes;
+  for (std::int64_t i = 0; i < chunks; ++i) sizes.push_back(s / chunks + (i < s % chunks ? 1 : 0));
+  const std::string split = unique_op_name("output.tensor_split");
+  ForwardOp f;
+  f.name = split;
+  f.kind = OpKind::view;
+  f.inputs = {x.index};
+  std::vector<Value> parts;
+  for (std::int64_t i = 0; i < chunks; ++i) {
+    const std::size_t part = new_view(split + "." + std::to_string(i), x.index, {1, sizes[static_cast<std::size_t>(i)], h},
+                                      tensors_[x.index].batch_dim);
+    f.outputs.push_back(part);
+    parts.push_back({part});
+  }
+  f.aliases = f.outputs;
+  f.differentiable_outputs = f.outputs;
+  // SplitBackward0 concatenates the chunks' gradients into a new tensor of h's shape.
+  f.grads = {{x.index, {}}};
+  f.backward_kind = OpKind::other;
+  record(std::move(f));
+  std::vector<Value> logits;
+  for (std::int64_t i = 0; i < chunks; ++i) {
+    Value part = parts[static_cast<std::size_t>(i)];
+    // With a batch > 1 a chunk along the tokens is strided: matmul's reshape(-1, H) copies it,
+    // and that copy is what the GEMM saves for the weight's gradient.
+    if (batch_size_ > 1) part = contiguous("output.chunk" + std::to_string(i) + ".contiguous", part, false);
+    logits.push_back(linear(head_name, part, head, std::nullopt));
+  }
+  Value total{};
+  for (std::int64_t i = 0; i < chunks; ++i) {
+    const std::int64_t n = sizes[static_cast<std::size_t>(i)];
+    Value chunk = reshape("loss.logits_chunk.view", logits[static_cast<std::size_t>(i)], {n, vocab});
+    chunk = to_dtype("loss.logits_chunk.float", chunk, DType::f32);
+    // labels.tensor_split(...)[i].reshape(-1): views of the labels, no op.
+    const std::size_t target = new_view("labels.chunk" + std::to_string(i), labels.index, {n}, tensors_[labels.index].batch_dim);
+    const Value ce = cross_entropy("loss.chunk" + std::to_string(i), chunk, {target});
+    total = i == 0 ? ce : add("loss.total", total, ce);
+  }
+  // total_loss / total_elements; the op also reads the 16-bit chunks so that they live to
+  // here, as the recipe's list of logits does.
+  const std::string op = unique_op_name("loss.div");
+  const std::size_t loss = new_output(op + ".out", DType::f32, {}, std::nullopt, true);
+  ForwardOp d;
+  d.name = op;
+  d.kind = OpKind::elementwise;
+  d.inputs = {total.index};
+  for (const Value chunk : logits) d.inputs.push_back(chunk.index);
+  d.outputs = {loss};
+  d.flops = {1, 0};
+  d.differentiable_outputs = {loss};
+  d.grads = {{total.index, {}}};
+  d.backward_flops = {1, 0};
+  d.backward_kind = OpKind::elementwise;
+  record(std::move(d));
+  return {loss};
+}
+
+Value NetworkBuilder::fused_linear_cross_entropy_loss(Value x, Value head, Value labels) {
+  const std::int64_t s = dim(x, 1);
+  const std::int64_t h = dim(x, 2);
+  const std::int64_t vocab = dim(head, 0);
   // Liger-Kernel's LigerFusedLinearCrossEntropyFunction (linkedin/Liger-Kernel@00eba634c2e9b5f05badbfb67e9b0a4caba301a2,
   // src/liger_kernel/ops/fused_linear_cross_entropy.py, fused_linear_cross_entropy_forward) on
   // the hidden states viewed as [B*T, H]. The forward pass walks the tokens in chunks; per chunk

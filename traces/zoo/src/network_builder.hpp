@@ -246,6 +246,14 @@ class NetworkBuilder {
   // made; the other kinds as loss.cpp describes.
   Value lm_loss(const std::string& head_name, Value x, Value head, Value labels, bool upcast);
 
+ private:
+  // lm_loss's kinds other than cross_entropy (loss.cpp).
+  Value fused_cross_entropy_loss(const std::string& head_name, Value x, Value head, Value labels);
+  Value chunked_loss(const std::string& head_name, Value x, Value head, Value labels);
+  Value fused_linear_cross_entropy_loss(Value x, Value head, Value labels);
+
+ public:
+
   // Derives backward, gradient accumulation and the optimizer step, and builds the trace.
   // `metadata` is added to source/model/precision/optimizer.
   traces::Trace finish(Value loss, std::map<std::string, std::string> metadata = {});

@@ -49,10 +49,13 @@ struct TraceSelection {
                "autocast's per-op dtypes); fp16 or bf16 (model.half()/.bfloat16(): everything 16-bit); mixed (Megatron-style: "
                "16-bit weights and gradients, fp32 master weights and state). See traces/zoo/README.md",
                names(zoo::precision_names()));
-    add_choice(command, "--optimizer", optimizer, "sgd, momentum, adam or adamw (default: momentum for CNNs, adam for transformers)",
+    add_choice(command, "--optimizer", optimizer,
+               "sgd, momentum, adam or adamw (torch.optim; default: momentum for CNNs, adam for transformers); adam8bit, adamw8bit, "
+               "paged_adamw or paged_adamw8bit (bitsandbytes); adafactor (Hugging Face's). See traces/zoo/README.md",
                names(zoo::optimizer_names()));
     add_choice(command, "--optimizer-impl", optimizer_impl,
-               "foreach (PyTorch 2's default on CUDA), fused or for-loop: which temporaries the step makes", names(zoo::optimizer_impl_names()));
+               "foreach (PyTorch 2's default on CUDA), fused or for-loop: which temporaries the step makes (torch.optim's optimizers only)",
+               names(zoo::optimizer_impl_names()));
     auto* shape = command.add_option_group("transformer shape", "For bert-base, bert-large, gpt2, gpt and llama");
     add_choice(*shape, "--attention", attention,
                "fused-softmax (default: Megatron-style scale-mask-softmax), eager (Hugging Face's eager attention) or flash (one fused "
@@ -103,7 +106,13 @@ struct TraceSelection {
     zoo::ModelSpec& request = *scenario.zoo_model;
     if (!precision.empty()) request.precision = *zoo::parse_precision(precision);
     if (!optimizer.empty()) request.optimizer = zoo::parse_optimizer(optimizer);
-    if (!optimizer_impl.empty()) request.optimizer_impl = *zoo::parse_optimizer_impl(optimizer_impl);
+    if (!optimizer_impl.empty()) {
+      if (request.optimizer && !zoo::is_torch_optimizer(*request.optimizer)) {
+        throw InputError("--optimizer-impl applies to torch.optim's sgd, momentum, adam and adamw; " + std::string(zoo::to_string(*request.optimizer)) +
+                         " runs its own kernels");
+      }
+      request.optimizer_impl = *zoo::parse_optimizer_impl(optimizer_impl);
+    }
     if (!attention.empty()) request.attention = zoo::parse_attention(attention);
     for (auto [field, value] : {std::pair{&request.layers, layers}, {&request.hidden, hidden}, {&request.heads, heads},
                                 {&request.seq_len, seq_len}, {&request.vocab, vocab}}) {

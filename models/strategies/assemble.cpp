@@ -14,6 +14,7 @@
 
 #include "build_internal.hpp"
 #include "comptrain/models/strategy.hpp"
+#include "comptrain/traces/liveness.hpp"
 #include "schedule_replay.hpp"
 
 namespace comptrain::models::strategy_detail {
@@ -52,7 +53,7 @@ class Assembler {
       b.bytes = tensor.bytes();
       b.role = memory_role_of(tensor.role);
       b.resident = !a_.info[s].written;  // held by its owner across iterations
-      b.held_to_end = tensor.role == TensorRole::gradient;
+      b.held_to_end = tensor.role == TensorRole::gradient && traces::gradients_held_to_end(trace);
       if (held(s)) b.role = MemoryRole::activation;  // held for the backward pass by a selective checkpoint
       b.tensor = s;
       original_[s] = add_buffer(std::move(b));

@@ -112,7 +112,9 @@ TEST(Zoo, ListsTheModels) {
 
 TEST(Zoo, PrecisionOptimizerAndAttentionNames) {
   EXPECT_THAT(precision_names(), testing::ElementsAre("fp32", "amp-fp16", "amp-bf16", "fp16", "bf16", "mixed"));
-  EXPECT_THAT(optimizer_names(), testing::ElementsAre("sgd", "momentum", "adam", "adamw"));
+  EXPECT_THAT(optimizer_names(), testing::ElementsAre("sgd", "momentum", "adam", "adamw", "adam8bit", "adamw8bit", "paged_adamw",
+                                                     "paged_adamw8bit", "adafactor"));
+  EXPECT_THAT(loss_kind_names(), testing::ElementsAre("cross_entropy", "fused_linear_cross_entropy", "chunked", "fused_cross_entropy"));
   EXPECT_THAT(optimizer_impl_names(), testing::ElementsAre("foreach", "fused", "for-loop"));
   EXPECT_THAT(attention_names(), testing::ElementsAre("fused-softmax", "eager", "flash", "sdpa-mem-efficient"));
   EXPECT_THAT(head_names(), testing::ElementsAre("pretraining", "sequence-classification", "question-answering"));

@@ -7,6 +7,11 @@ namespace comptrain::traces {
 
 std::int64_t total(const BytesByRole& bytes) { return std::accumulate(bytes.begin(), bytes.end(), std::int64_t{0}); }
 
+bool gradients_held_to_end(const Trace& trace) {
+  const auto flag = trace.metadata().find("optimizer_in_backward");
+  return flag == trace.metadata().end() || flag->second != "true";
+}
+
 Liveness compute_liveness(const Trace& trace, std::span<const OpIndex> order) {
   check_execution_order(trace, order);
   const std::size_t steps = order.size();
@@ -31,6 +36,7 @@ Liveness compute_liveness(const Trace& trace, std::span<const OpIndex> order) {
 
   Liveness result;
   const std::size_t end = steps == 0 ? 0 : steps - 1;
+  const bool held_to_end = gradients_held_to_end(trace);
   for (TensorIndex t = 0; t < tensors.size(); ++t) {
     if (trace.storage_of(t) != t) continue;
     StorageLifetime life;
@@ -42,7 +48,7 @@ Liveness compute_liveness(const Trace& trace, std::span<const OpIndex> order) {
       life.last = end;
     } else {
       life.first = first[t];
-      life.last = life.role == TensorRole::gradient ? end : last[t];
+      life.last = life.role == TensorRole::gradient && held_to_end ? end : last[t];
     }
     result.lifetimes.push_back(life);
   }

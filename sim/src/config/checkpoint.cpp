@@ -49,12 +49,18 @@ CheckpointSizes checkpoint_sizes(const traces::Trace& trace, const models::DataP
   const auto per_parameter = [&](std::int64_t bytes) {
     return static_cast<std::int64_t>(std::llround(static_cast<double>(bytes) / static_cast<double>(summary.parameters)));
   };
-  models::zero::BytesPerParameter bytes{per_parameter(weight_bytes), 0, per_parameter(optimizer_bytes)};
+  models::zero::BytesPerParameter bytes{per_parameter(weight_bytes), 0, 0};
   // DeepSpeed's ZeRO optimizers clone an fp32 master copy whatever the precision; a trace with
   // 4-byte weights has none among its optimizer states (a 2-byte `mixed` trace has it already).
-  if (bytes.parameter == 4) bytes.optimizer += 4;
-  const models::zero::ModelStateBytes shard =
+  const std::int64_t optimizer_total = optimizer_bytes + (bytes.parameter == 4 ? 4 * summary.parameters : 0);
+  // The optimizer's own bytes, whatever it keeps per parameter: a whole number K (Adam's 8 or 12)
+  // is sharded as K states of ⌈Ψ/N⌉ elements, as ZeRO pads each flat buffer; anything else
+  // (8-bit states with their per-block absmax, Adafactor's factored moments) as ⌈bytes/N⌉.
+  const bool whole = optimizer_total % summary.parameters == 0;
+  if (whole) bytes.optimizer = optimizer_total / summary.parameters;
+  models::zero::ModelStateBytes shard =
       models::zero::model_states_per_gpu(summary.parameters, ranks, static_cast<models::zero::ZeroStage>(stage), bytes);
+  if (!whole) shard.optimizer_states = optimizer_total / ranks + (optimizer_total % ranks != 0 ? 1 : 0);
   if (stage == 3) {
     sizes.rank0 = {shard.parameters + buffer_bytes, shard.optimizer_states};
     sizes.other = {shard.parameters, shard.optimizer_states};

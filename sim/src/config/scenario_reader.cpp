@@ -36,9 +36,9 @@ Scenario ScenarioReader::read(const YAML::Node& root) {
   check_keys(model, "model", {"zoo", "hf_config", "trace", "layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing"});
   const YAML::Node training = root["training"];
   if (training && !training.IsMap()) {
-    throw InputError(where(training.Mark()) + "'training' must be a mapping with the keys batch_size, precision, optimizer, optimizer_impl, tf32, memory_format, gradient_accumulation_steps");
+    throw InputError(where(training.Mark()) + "'training' must be a mapping with the keys batch_size, precision, optimizer, optimizer_impl, optimizer_in_backward, loss, tf32, memory_format, gradient_accumulation_steps");
   }
-  if (training) check_keys(training, "training", {"batch_size", "precision", "optimizer", "optimizer_impl", "tf32", "memory_format", "gradient_accumulation_steps"});
+  if (training) check_keys(training, "training", {"batch_size", "precision", "optimizer", "optimizer_impl", "optimizer_in_backward", "loss", "tf32", "memory_format", "gradient_accumulation_steps"});
   read_training_options(training, scenario);
   if (const YAML::Node platform = root["platform"]) {
     scenario.platform = read_platform(platform);
@@ -217,6 +217,7 @@ void ScenarioReader::read_model(const YAML::Node& model, const YAML::Node& train
       if (const YAML::Node o = training["optimizer_impl"]) {
         request.optimizer_impl = named(o, "training.optimizer_impl", zoo::parse_optimizer_impl, zoo::optimizer_impl_names());
       }
+      read_loss_and_step(training, scenario, request);  // training_step_yaml.cpp
     }
     scenario.zoo_model = std::move(request);
     scenario.model_locations[""] = where((has_hf ? model["hf_config"] : model["zoo"]).Mark());
@@ -230,7 +231,7 @@ void ScenarioReader::read_model(const YAML::Node& model, const YAML::Node& train
     std::filesystem::path path = scalar(model["trace"], "model.trace");
     scenario.trace_file = path.is_absolute() ? path : base_dir_ / path;
     if (training) {
-      for (const char* key : {"precision", "optimizer", "optimizer_impl"}) {
+      for (const char* key : {"precision", "optimizer", "optimizer_impl", "optimizer_in_backward", "loss"}) {
         if (training[key]) throw InputError(where(training[key].Mark()) + "'" + key + "' applies to zoo models only; a trace file fixes it");
       }
       scenario.batch_size = optional_positive(training, "batch_size", "training");

@@ -46,6 +46,11 @@ class ScenarioReader : public yaml::Reader {
   models::FsdpSpec read_fsdp(const YAML::Node& node) const;
   std::optional<models::OptimizerOffloadSpec> read_offload_optimizer(const YAML::Node& node, int stage) const;
 
+  // training_step_yaml.cpp: training.loss, training.optimizer_in_backward and the optimizer's
+  // checks against the rest of the scenario.
+  zoo::LossSpec read_loss(const YAML::Node& node) const;
+  void read_loss_and_step(const YAML::Node& training, const Scenario& scenario, zoo::ModelSpec& request) const;
+
   // io_sections_yaml.cpp
   DataSpec read_data(const YAML::Node& node) const;
   CheckpointSpec read_checkpoint(const YAML::Node& node) const;

@@ -229,6 +229,32 @@ TEST(Checkpoint, SizesFollowTheZeroStage) {
   EXPECT_EQ(z1.other.optimizer_states, 12 * shard);
 }
 
+// An optimizer whose bytes per parameter are not whole (8-bit AdamW: uint8 moments and an fp32
+// absmax per block of 256) is sharded by its bytes, not a rounded K. A one-layer GPT (hidden 64,
+// sequence 16, vocabulary 100, tests/zoo/optimizer_test.cpp) has Ψ = 57536 parameters and
+// 130760 B of state: with DeepSpeed's fp32 master copy 130760 + 4 x 57536 = 360904 B, over 3
+// ranks ⌈360904 / 3⌉ = 120302 B each; fp32 parameters 4 x ⌈57536 / 3⌉ = 4 x 19179 at stage 3.
+TEST(Checkpoint, ShardsFollowTheOptimizersBytes) {
+  zoo::ModelRequest request;
+  request.model = "gpt";
+  request.layers = 1;
+  request.hidden = 64;
+  request.heads = 4;
+  request.seq_len = 16;
+  request.vocab = 100;
+  request.optimizer = zoo::Optimizer::adamw8bit;
+  const traces::Trace trace = zoo::build_model(request);
+  const CheckpointSizes one = checkpoint_sizes(trace, nullptr);
+  EXPECT_EQ(one.parameter_count, 57536);
+  EXPECT_EQ(one.rank0.optimizer_states, 130760);
+  models::DataParallelSpec dp;
+  dp.ranks = 3;
+  dp.zero_stage = 3;
+  const CheckpointSizes z3 = checkpoint_sizes(trace, &dp);
+  EXPECT_EQ(z3.other.optimizer_states, 120302);
+  EXPECT_EQ(z3.other.parameters, 4 * 19179);
+}
+
 TEST(Checkpoint, ScenarioSection) {
   const std::string base = "model: {zoo: gpt2}\ntraining: {batch_size: 1, precision: mixed, optimizer: adam}\nplatform: polaris\n";
   const Scenario s = parse_scenario(base + "checkpoint: {every: 100, mode: async, host_cache: 8 GiB, chunk: 256 MiB, to: local, wait: save}\n"

@@ -228,10 +228,10 @@ Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64
                       expert_tokens);
   }
   x = norm(nb, arch, names.base + names.final_norm, x);
-  Value logits = arch.tie_embeddings ? nb.linear(names.head, x, embed, std::nullopt) : nb.linear(names.head, x, arch.vocab, false);
-  logits = nb.to_dtype("logits.float", logits, DType::f32);  // ForCausalLMLoss: logits = logits.float()
-  logits = nb.reshape("logits.view", logits, {s, arch.vocab});
-  return nb.cross_entropy("loss", logits, nb.reshape("labels.view", labels, {s}));
+  // The head and the loss kind's cross-entropy (loss.cpp); by default ForCausalLMLoss's
+  // `logits = logits.float()` first.
+  const Value head = arch.tie_embeddings ? embed : nb.parameter(names.head + ".weight", {arch.vocab, arch.hidden});
+  return nb.lm_loss(names.head, x, head, labels, true);
 }
 
 }  // namespace comptrain::zoo::detail

@@ -69,16 +69,6 @@ constexpr std::int64_t kAdamUpdateFlops = 3;
 // param.mul_ / _foreach_mul_(device_params, 1 - lr * weight_decay)).
 constexpr std::int64_t kAdamWDecayFlops = 1;
 
-std::int64_t optimizer_flops_per_element(Optimizer optimizer) {
-  switch (optimizer) {
-    case Optimizer::sgd: return kSgdFlops;
-    case Optimizer::momentum: return kMomentumFlops;
-    case Optimizer::adam: return kAdamMomentFlops + kAdamDenomFlops + kAdamUpdateFlops;
-    case Optimizer::adamw: return kAdamWDecayFlops + kAdamMomentFlops + kAdamDenomFlops + kAdamUpdateFlops;
-  }
-  return 0;
-}
-
 // PyTorch's type promotion of two floating dtypes (c10::promoteTypes): equal types stay, f16
 // with bf16 and anything with f32 give f32, anything with f64 gives f64.
 DType promote(DType a, DType b) {
@@ -138,6 +128,16 @@ std::int64_t window_output(std::int64_t in, std::int64_t kernel, std::int64_t st
 }  // namespace
 
 DType promote_types(DType a, DType b) { return promote(a, b); }
+
+std::int64_t optimizer_flops_per_element(Optimizer optimizer) {
+  switch (optimizer) {
+    case Optimizer::sgd: return kSgdFlops;
+    case Optimizer::momentum: return kMomentumFlops;
+    case Optimizer::adam: return kAdamMomentFlops + kAdamDenomFlops + kAdamUpdateFlops;
+    case Optimizer::adamw: return kAdamWDecayFlops + kAdamMomentFlops + kAdamDenomFlops + kAdamUpdateFlops;
+    default: return library_optimizer_flops_per_element(optimizer);
+  }
+}
 
 NetworkBuilder::NetworkBuilder(std::string model, std::int64_t batch_size, Precision precision,
                                Optimizer optimizer, OptimizerImpl optimizer_impl, bool softmax_saves_input,
@@ -322,6 +322,7 @@ void NetworkBuilder::record(ForwardOp op) {
   recipe.flops = op.backward_flops;
   recipe.kind = op.backward_kind;
   recipe.scratch = std::move(op.backward_scratch);
+  recipe.computed_in = std::move(op.computed_in);
   recipes_.push_back(std::move(recipe));
 }
 
@@ -1313,7 +1314,10 @@ traces::Trace NetworkBuilder::finish(Value loss, std::map<std::string, std::stri
   const std::size_t seed = new_output(tensors_[loss.index].name + ".grad", tensors_[loss.index].dtype, {}, std::nullopt, false);
   add_gradient(loss.index, seed, emit({"backward.seed", Phase::backward, OpKind::elementwise, {}, {seed}, {}, {}, {}}));
 
-  for (auto recipe = recipes_.rbegin(); recipe != recipes_.rend(); ++recipe) emit_backward(*recipe);
+  for (auto recipe = recipes_.rbegin(); recipe != recipes_.rend(); ++recipe) {
+    emit_backward(*recipe);
+    emit_steps_in_backward(*recipe);  // torchtune's optimizer_in_bwd only
+  }
   emit_optimizer_steps();
   assign_storage_roles();
   finished_ = true;
@@ -1342,7 +1346,10 @@ void NetworkBuilder::emit_backward(const BackwardRecipe& recipe) {
     const std::string name = target.name + ".grad" +
                              (target.partial_grads == 0 ? "" : "." + std::to_string(target.partial_grads));
     std::size_t grad = 0;
-    if (spec.alias_of) {
+    if (const auto computed = recipe.computed_in.find(spec.target); computed != recipe.computed_in.end()) {
+      grad = new_view(name, computed->second, target.sample_shape, target.batch_dim);
+      op.aliases.push_back(grad);
+    } else if (spec.alias_of) {
       const auto source = tensors_[*spec.alias_of].grad;
       if (!source) throw std::logic_error(forward_name + ": aliased output has no gradient");
       grad = new_view(name, *source, target.sample_shape, target.batch_dim);
@@ -1408,6 +1415,14 @@ void NetworkBuilder::add_gradient(std::size_t target, std::size_t grad, std::siz
 }
 
 void NetworkBuilder::emit_optimizer_steps() {
+  // Stepped in the backward pass already (optimizers.cpp), or optimizers with their own kernels:
+  // one op per weight.
+  if (optimizer_in_backward_ || !is_torch_optimizer(optimizer_)) {
+    for (const std::size_t weight : weights_) {
+      if (!optimizer_in_backward_ || !pending_gradients_.contains(weight)) emit_step(weight);
+    }
+    return;
+  }
   // The state of one weight, created as torch.optim does on its first step (this is a later,
   // steady-state iteration: the momentum buffer exists, so SGD's first-step clone is not made).
   struct Step {
@@ -1445,6 +1460,7 @@ void NetworkBuilder::emit_optimizer_steps() {
         step.states.push_back(new_state(weight, "exp_avg", state_dtype(weight), TensorRole::optimizer_state));
         step.states.push_back(new_state(weight, "exp_avg_sq", state_dtype(weight), TensorRole::optimizer_state));
         break;
+      default: throw std::logic_error("emit_optimizer_steps: not a torch.optim optimizer");
     }
     steps.push_back(std::move(step));
   }
@@ -1607,7 +1623,8 @@ traces::Trace NetworkBuilder::build_trace(std::map<std::string, std::string> met
   metadata["model"] = model_;
   metadata["precision"] = std::string(to_string(precision_));
   metadata["optimizer"] = std::string(to_string(optimizer_));
-  metadata["optimizer_impl"] = std::string(to_string(optimizer_impl_));
+  if (is_torch_optimizer(optimizer_)) metadata["optimizer_impl"] = std::string(to_string(optimizer_impl_));
+  if (optimizer_in_backward_) metadata["optimizer_in_backward"] = "true";
   return traces::Trace(model_, batch_size_, std::move(tensors), std::move(ops), std::move(metadata));
 }
 

@@ -35,6 +35,11 @@ struct Value {
 // PyTorch's type promotion of two dtypes (c10::promoteTypes, for the floating types the zoo uses).
 traces::DType promote_types(traces::DType a, traces::DType b);
 
+// FLOPs per parameter element of an optimizer's step: torch.optim's (network_builder.cpp) and
+// the others' (optimizers.cpp).
+std::int64_t optimizer_flops_per_element(Optimizer optimizer);
+std::int64_t library_optimizer_flops_per_element(Optimizer optimizer);
+
 class NetworkBuilder {
  public:
   // `softmax_saves_input`: softmax and log_softmax save their input too (PyTorch <= 1.10;
@@ -44,6 +49,10 @@ class NetworkBuilder {
   NetworkBuilder(std::string model, std::int64_t batch_size, Precision precision,
                  Optimizer optimizer, OptimizerImpl optimizer_impl, bool softmax_saves_input,
                  bool accumulate_gradients_in_place = true);
+
+  // torchtune's optimizer_in_bwd (ModelSpec::optimizer_in_backward): each weight's step runs
+  // as soon as its gradient is complete, inside the backward pass (optimizers.cpp).
+  void set_optimizer_in_backward(bool on) { optimizer_in_backward_ = on; }
 
   // The model's dtype: that of its parameters and floating buffers, of the images it is fed
   // and of every activation outside autocast (fp16 in `mixed` and `fp16`, bf16 in `bf16`,
@@ -242,6 +251,23 @@ class NetworkBuilder {
   void enable_lora(const LoraSpec& spec, std::vector<std::string> targets, std::string output_layer);
   // InputError ("lora.targets: ...") for a target that matched no linear.
   void check_lora_targets() const;
+  // ---- Language-model head and loss (loss.cpp) -----------------------------------------------
+  // The loss kind of ModelSpec::loss (default: cross_entropy).
+  void set_loss(const LossSpec& loss) { loss_ = loss; }
+  // The LM head `head_name` (its weight `head` [vocab, H]: its own, or the tied input embedding)
+  // over the last hidden states x [1, S, H] per sample and the loss against labels [1, S], as the
+  // loss kind computes them. cross_entropy: the head's linear, then (`upcast`, Hugging Face's
+  // `logits.float()`) an fp32 copy, then cross_entropy over [S, V] -- the trace the zoo always
+  // made; the other kinds as loss.cpp describes.
+  Value lm_loss(const std::string& head_name, Value x, Value head, Value labels, bool upcast);
+
+ private:
+  // lm_loss's kinds other than cross_entropy (loss.cpp).
+  Value fused_cross_entropy_loss(const std::string& head_name, Value x, Value head, Value labels);
+  Value chunked_loss(const std::string& head_name, Value x, Value head, Value labels);
+  Value fused_linear_cross_entropy_loss(Value x, Value head, Value labels);
+
+ public:
 
   // Derives backward, gradient accumulation and the optimizer step, and builds the trace.
   // `metadata` is added to source/model/precision/optimizer.
@@ -289,6 +315,10 @@ class NetworkBuilder {
     traces::BatchLinear flops;
     traces::OpKind kind = traces::OpKind::other;
     std::vector<std::size_t> scratch;  // workspace the backward op writes and frees
+    // Targets whose gradient is a forward tensor: computed in the forward pass and saved
+    // (Liger's fused linear cross-entropy), or written over it in place (a fused cross-entropy
+    // kernel's inplace_backward). The gradient is a view of it, no new bytes (loss.cpp).
+    std::map<std::size_t, std::size_t> computed_in;  // target -> tensor
   };
 
   // A forward op under construction; record() files it and its backward recipe.
@@ -307,6 +337,7 @@ class NetworkBuilder {
     traces::BatchLinear backward_flops;
     traces::OpKind backward_kind = traces::OpKind::other;
     std::vector<std::size_t> backward_scratch;  // workspace of the backward op (not saved)
+    std::map<std::size_t, std::size_t> computed_in;  // BackwardRecipe::computed_in
   };
 
   std::string unique_op_name(const std::string& name);
@@ -360,6 +391,13 @@ class NetworkBuilder {
   void add_gradient(std::size_t target, std::size_t grad, std::size_t producer_op);
   void emit_optimizer_steps();
   traces::DType state_dtype(std::size_t weight) const;
+  // optimizers.cpp: one weight's step as one op (the optimizers outside torch.optim, and every
+  // optimizer in the backward pass), a state of a weight, and the steps due after `recipe`'s
+  // backward op when the step runs in the backward pass.
+  void emit_step(std::size_t weight);
+  std::size_t optimizer_state(std::size_t weight, const std::string& suffix, traces::DType dtype,
+                              std::vector<std::int64_t> shape);
+  void emit_steps_in_backward(const BackwardRecipe& recipe);
   void assign_storage_roles();
   traces::Trace build_trace(std::map<std::string, std::string> metadata);  // last: moves the records
 
@@ -370,6 +408,10 @@ class NetworkBuilder {
   OptimizerImpl optimizer_impl_;
   bool softmax_saves_input_;
   bool accumulate_gradients_in_place_;
+  bool optimizer_in_backward_ = false;
+  LossSpec loss_;
+  std::map<std::size_t, int> pending_gradients_;  // weight -> backward ops still to add into it
+  std::optional<std::pair<std::size_t, std::size_t>> qmaps_;  // bitsandbytes' shared quantisation maps
   std::map<std::size_t, std::size_t> weight_copies_;  // autocast's cache: weight -> 16-bit copy
   std::vector<TensorRecord> tensors_;
   std::vector<OpRecord> ops_;

@@ -169,9 +169,7 @@ Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention 
     x = gpt2_block(nb, "transformer.h." + std::to_string(layer) + ".", x, shape, attention);
   }
   x = nb.layernorm("transformer.ln_f", x);
-  Value logits = nb.linear("lm_head", x, wte, std::nullopt);  // tied to wte, no bias
-  logits = nb.reshape("logits.view", logits, {s, shape.vocab});
-  return nb.cross_entropy("loss", logits, nb.reshape("labels.view", labels, {s}));
+  return nb.lm_loss("lm_head", x, wte, labels, false);  // tied to wte, no bias; the loss kind's CE (loss.cpp)
 }
 
 namespace {

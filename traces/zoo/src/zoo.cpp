@@ -505,8 +505,29 @@ constexpr NameTable<Precision, 6> kPrecisions = {{
     {Precision::fp32, "fp32"}, {Precision::amp_fp16, "amp-fp16"}, {Precision::amp_bf16, "amp-bf16"},
     {Precision::fp16, "fp16"}, {Precision::bf16, "bf16"},         {Precision::mixed, "mixed"},
 }};
-constexpr NameTable<Optimizer, 4> kOptimizers = {{
-    {Optimizer::sgd, "sgd"}, {Optimizer::momentum, "momentum"}, {Optimizer::adam, "adam"}, {Optimizer::adamw, "adamw"},
+constexpr NameTable<Optimizer, 9> kOptimizers = {{
+    {Optimizer::sgd, "sgd"},
+    {Optimizer::momentum, "momentum"},
+    {Optimizer::adam, "adam"},
+    {Optimizer::adamw, "adamw"},
+    {Optimizer::adam8bit, "adam8bit"},
+    {Optimizer::adamw8bit, "adamw8bit"},
+    {Optimizer::paged_adamw, "paged_adamw"},
+    {Optimizer::paged_adamw8bit, "paged_adamw8bit"},
+    {Optimizer::adafactor, "adafactor"},
+}};
+// Hugging Face TrainingArguments.optim's names for the same optimizers (transformers'
+// OptimizerNames: "adamw_bnb_8bit", "paged_adamw_32bit", "paged_adamw_8bit").
+constexpr NameTable<Optimizer, 3> kOptimizerAliases = {{
+    {Optimizer::adamw8bit, "adamw_bnb_8bit"},
+    {Optimizer::paged_adamw, "paged_adamw_32bit"},
+    {Optimizer::paged_adamw8bit, "paged_adamw_8bit"},
+}};
+constexpr NameTable<LossKind, 4> kLossKinds = {{
+    {LossKind::cross_entropy, "cross_entropy"},
+    {LossKind::fused_linear_cross_entropy, "fused_linear_cross_entropy"},
+    {LossKind::chunked, "chunked"},
+    {LossKind::fused_cross_entropy, "fused_cross_entropy"},
 }};
 constexpr NameTable<OptimizerImpl, 3> kOptimizerImpls = {{
     {OptimizerImpl::foreach, "foreach"}, {OptimizerImpl::fused, "fused"}, {OptimizerImpl::for_loop, "for-loop"},
@@ -557,9 +578,16 @@ std::string_view to_string(OptimizerImpl impl) { return name_in(kOptimizerImpls,
 std::string_view to_string(Attention attention) { return name_in(kAttentions, attention); }
 std::string_view to_string(BertHead head) { return name_in(kHeads, head); }
 std::string_view to_string(MlmPositions mlm) { return name_in(kMlmPositions, mlm); }
+std::string_view to_string(LossKind kind) { return name_in(kLossKinds, kind); }
+bool is_torch_optimizer(Optimizer optimizer) {
+  return optimizer == Optimizer::sgd || optimizer == Optimizer::momentum || optimizer == Optimizer::adam || optimizer == Optimizer::adamw;
+}
 
 std::optional<Precision> parse_precision(std::string_view text) { return value_in(kPrecisions, text); }
-std::optional<Optimizer> parse_optimizer(std::string_view text) { return value_in(kOptimizers, text); }
+std::optional<Optimizer> parse_optimizer(std::string_view text) {
+  if (const auto alias = value_in(kOptimizerAliases, text)) return alias;
+  return value_in(kOptimizers, text);
+}
 std::optional<OptimizerImpl> parse_optimizer_impl(std::string_view text) { return value_in(kOptimizerImpls, text); }
 std::optional<Attention> parse_attention(std::string_view text) {
   // PyTorch's name for the backend (torch.nn.attention.SDPBackend.FLASH_ATTENTION) of the same kernel.
@@ -568,6 +596,7 @@ std::optional<Attention> parse_attention(std::string_view text) {
 }
 std::optional<BertHead> parse_head(std::string_view text) { return value_in(kHeads, text); }
 std::optional<MlmPositions> parse_mlm_positions(std::string_view text) { return value_in(kMlmPositions, text); }
+std::optional<LossKind> parse_loss_kind(std::string_view text) { return value_in(kLossKinds, text); }
 
 std::vector<std::string_view> precision_names() { return names_in(kPrecisions); }
 std::vector<std::string_view> optimizer_names() { return names_in(kOptimizers); }
@@ -575,6 +604,7 @@ std::vector<std::string_view> optimizer_impl_names() { return names_in(kOptimize
 std::vector<std::string_view> attention_names() { return names_in(kAttentions); }
 std::vector<std::string_view> head_names() { return names_in(kHeads); }
 std::vector<std::string_view> mlm_positions_names() { return names_in(kMlmPositions); }
+std::vector<std::string_view> loss_kind_names() { return names_in(kLossKinds); }
 
 std::vector<ModelInfo> list_models() {
   std::vector<ModelInfo> models;
@@ -599,6 +629,16 @@ traces::Trace build_model(const ModelRequest& request) {
   if (!request.accumulate_gradients_in_place) metadata["accumulate_gradients_in_place"] = "false";
   NetworkBuilder nb(request.model, request.batch_size, request.precision, optimizer, request.optimizer_impl,
                     request.softmax_saves_input, request.accumulate_gradients_in_place);
+  nb.set_optimizer_in_backward(request.optimizer_in_backward);
+  nb.set_loss(request.loss);
+  // The loss kinds are a language model's (the head over the vocabulary): the CNNs and BERT keep
+  // their cross-entropy.
+  if (request.loss.kind != LossKind::cross_entropy && (entry.family == Family::cnn || entry.family == Family::bert)) {
+    throw InputError("loss: kind " + std::string(to_string(request.loss.kind)) + " applies to the language models (gpt2, gpt, llama); model '" +
+                     request.model + "' keeps its cross_entropy");
+  }
+  if (request.loss.kind != LossKind::cross_entropy) metadata["loss"] = std::string(to_string(request.loss.kind));
+  if (request.loss.kind == LossKind::chunked) metadata["loss_chunks"] = std::to_string(request.loss.chunks);
   if (!transformer) {
     reject_transformer_fields(request);
     reject_bert_fields(request);

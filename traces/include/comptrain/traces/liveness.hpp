@@ -50,4 +50,11 @@ struct Liveness {
 // Throws TraceError when `order` is not a valid execution order.
 Liveness compute_liveness(const Trace& trace, std::span<const OpIndex> order);
 
+// Whether the weight gradients live to the end of the iteration (the optimizer step reads them
+// after the backward pass), as compute_liveness and the schedules hold them. Not in a trace whose
+// metadata has optimizer_in_backward: "true" (the zoo's ModelSpec::optimizer_in_backward,
+// torchtune's optimizer_in_bwd): each weight's step runs in the backward pass and frees its
+// gradient, which then lives to its last reader, that step.
+bool gradients_held_to_end(const Trace& trace);
+
 }  // namespace comptrain::traces

@@ -31,6 +31,39 @@ enum class Optimizer {
   momentum,  // torch.optim.SGD(momentum=0.9): one momentum buffer
   adam,      // torch.optim.Adam, weight_decay 0 (PyTorch's default)
   adamw,     // torch.optim.AdamW, weight_decay 0.01 (PyTorch's default), decoupled and in place
+  // The optimizers outside torch.optim (traces/zoo/src/optimizers.cpp; traces/zoo/README.md,
+  // "Optimizers outside torch.optim"). Their steps are their own kernels: optimizer_impl does not
+  // apply.
+  adam8bit,         // bitsandbytes' Adam8bit: blockwise 8-bit moments, an fp32 absmax per block of
+                    // 256; a parameter of fewer than 4096 elements keeps fp32 moments
+  adamw8bit,        // bitsandbytes' AdamW8bit: the same with decoupled weight decay
+  paged_adamw,      // bitsandbytes' PagedAdamW: fp32 moments, in CUDA managed memory
+  paged_adamw8bit,  // bitsandbytes' PagedAdamW8bit: AdamW8bit's moments in managed memory
+  adafactor,        // Hugging Face transformers' Adafactor with its defaults: a factored second
+                    // moment (row and column vectors) per matrix, a full one per vector, no first
+                    // moment (beta1 None)
+};
+// Whether torch.optim runs the step (sgd, momentum, adam, adamw), so that optimizer_impl applies.
+bool is_torch_optimizer(Optimizer optimizer);
+
+// The loss of a language model's head (traces/zoo/src/loss.cpp; traces/zoo/README.md, "Loss
+// kinds"). Which kernels compute the cross-entropy over the vocabulary.
+enum class LossKind {
+  cross_entropy,               // "cross_entropy": the logits, an fp32 log_softmax over the whole
+                               // vocabulary and nll_loss, as autograd runs them
+  fused_linear_cross_entropy,  // Liger-Kernel's LigerFusedLinearCrossEntropyLoss: LM head and CE
+                               // fused, chunked over tokens; the gradients of the hidden states
+                               // and the head's weight computed in the forward pass
+  chunked,                     // torchtune's CEWithChunkedOutputLoss: the logits as `chunks`
+                               // pieces, each upcast and cross-entropied alone
+  fused_cross_entropy,         // a fused CE kernel on the 16-bit logits (Megatron's fused
+                               // vocab-parallel CE, FlashAttention's cross_entropy with
+                               // inplace_backward): no fp32 log-probabilities, the gradient
+                               // written over the logits
+};
+struct LossSpec {
+  LossKind kind = LossKind::cross_entropy;
+  std::int64_t chunks = 8;  // `chunked` only: torchtune's num_output_chunks (default 8)
 };
 // Which of torch.optim's three implementations runs the step.
 enum class OptimizerImpl {
@@ -72,12 +105,14 @@ std::string_view to_string(OptimizerImpl impl);
 std::string_view to_string(Attention attention);
 std::string_view to_string(BertHead head);
 std::string_view to_string(MlmPositions mlm);
+std::string_view to_string(LossKind kind);
 std::optional<Precision> parse_precision(std::string_view text);
 std::optional<Optimizer> parse_optimizer(std::string_view text);
 std::optional<OptimizerImpl> parse_optimizer_impl(std::string_view text);
 std::optional<Attention> parse_attention(std::string_view text);
 std::optional<BertHead> parse_head(std::string_view text);
 std::optional<MlmPositions> parse_mlm_positions(std::string_view text);
+std::optional<LossKind> parse_loss_kind(std::string_view text);
 // The valid names of each, in declaration order (for help texts and error messages).
 std::vector<std::string_view> precision_names();
 std::vector<std::string_view> optimizer_names();
@@ -85,6 +120,7 @@ std::vector<std::string_view> optimizer_impl_names();
 std::vector<std::string_view> attention_names();
 std::vector<std::string_view> head_names();
 std::vector<std::string_view> mlm_positions_names();
+std::vector<std::string_view> loss_kind_names();
 
 // The sparse mixture-of-experts MLP of a decoder (Hugging Face's MixtralSparseMoeBlock and
 // Qwen2MoeSparseMoeBlock; traces/zoo/README.md, "Mixture of experts"): a router linear, softmax,
@@ -173,6 +209,12 @@ struct ModelSpec {
   Precision precision = Precision::fp32;
   std::optional<Optimizer> optimizer;  // default: momentum for CNNs, adam for transformers
   OptimizerImpl optimizer_impl = OptimizerImpl::foreach;
+  // torchtune's optimizer_in_bwd: one optimizer per parameter, stepped by a
+  // post-accumulate-grad hook as soon as that parameter's gradient is complete, which then frees
+  // the gradient (zero_grad(set_to_none=True)), so the whole gradient set is never live.
+  bool optimizer_in_backward = false;
+  // The language models' loss (gpt2, gpt, llama); an error for another kind on BERT and the CNNs.
+  LossSpec loss;
   // Transformers only (an error for the CNNs); default: fused-softmax.
   std::optional<Attention> attention;
   // BERT only (an error for GPT-2, gpt and the CNNs); default: pretraining.

@@ -10,13 +10,14 @@
 
 namespace comptrain::sim {
 
-// training.loss: {kind: NAME, chunks: N}; chunks only with kind chunked.
+// training.loss: {kind: NAME, chunks: N, upcast: BOOL}; chunks only with kind chunked, upcast only
+// with kind cross_entropy.
 zoo::LossSpec ScenarioReader::read_loss(const YAML::Node& node) const {
   const std::string section = "training.loss";
   if (!node.IsMap()) {
     throw InputError(where(node.Mark()) + "'" + section + "' must be a mapping, e.g. {kind: fused_linear_cross_entropy} or {kind: chunked, chunks: 8}");
   }
-  check_keys(node, section, {"kind", "chunks"});
+  check_keys(node, section, {"kind", "chunks", "upcast"});
   const YAML::Node kind = required(node, "kind", section);
   const std::string text = scalar(kind, section + ".kind");
   const auto parsed = zoo::parse_loss_kind(text);
@@ -34,6 +35,12 @@ zoo::LossSpec ScenarioReader::read_loss(const YAML::Node& node) const {
       throw InputError(where(node["chunks"].Mark()) + "'" + section + ".chunks' applies to kind chunked, not " + text);
     }
     loss.chunks = *chunks;  // at most seq_len: the zoo checks it against the model
+  }
+  if (const YAML::Node upcast = node["upcast"]) {
+    if (loss.kind != zoo::LossKind::cross_entropy) {
+      throw InputError(where(upcast.Mark()) + "'" + section + ".upcast' applies to kind cross_entropy, not " + text);
+    }
+    loss.upcast = boolean(upcast, section + ".upcast");
   }
   return loss;
 }

@@ -56,7 +56,7 @@ Value NetworkBuilder::lm_loss(const std::string& head_name, Value x, Value head,
       // The trace the zoo has always made: the head's logits [1, S, V], Hugging Face's fp32 copy
       // (ForCausalLMLoss: logits = logits.float()), and log_softmax + nll_loss over [S, V].
       Value logits = linear(head_name, x, head, std::nullopt);
-      if (upcast) logits = to_dtype("logits.float", logits, DType::f32);
+      if (loss_.upcast.value_or(upcast)) logits = to_dtype("logits.float", logits, DType::f32);
       logits = reshape("logits.view", logits, {s, vocab});
       return cross_entropy("loss", logits, reshape("labels.view", labels, {s}));
     }

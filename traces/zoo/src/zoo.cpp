@@ -639,6 +639,7 @@ traces::Trace build_model(const ModelRequest& request) {
   }
   if (request.loss.kind != LossKind::cross_entropy) metadata["loss"] = std::string(to_string(request.loss.kind));
   if (request.loss.kind == LossKind::chunked) metadata["loss_chunks"] = std::to_string(request.loss.chunks);
+  if (request.loss.upcast) metadata["loss_upcast"] = *request.loss.upcast ? "true" : "false";
   if (!transformer) {
     reject_transformer_fields(request);
     reject_bert_fields(request);

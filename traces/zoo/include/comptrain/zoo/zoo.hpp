@@ -64,6 +64,12 @@ enum class LossKind {
 struct LossSpec {
   LossKind kind = LossKind::cross_entropy;
   std::int64_t chunks = 8;  // `chunked` only: torchtune's num_output_chunks (default 8)
+  // `cross_entropy` only: whether the logits are copied to fp32 before the loss. Unset: as the
+  // model's code does it (Hugging Face's LlamaForCausalLM given labels: ForCausalLMLoss's
+  // `logits.float()`; GPT-2 and gpt: no copy). false: the loss in the logits' dtype, as a
+  // training loop that calls the model without labels and applies nn.CrossEntropyLoss to the
+  // 16-bit logits itself (transformers 4.45+ no longer upcasts the logits in the model's forward).
+  std::optional<bool> upcast;
 };
 // Which of torch.optim's three implementations runs the step.
 enum class OptimizerImpl {

@@ -244,6 +244,10 @@ void check_data_parallel(const DataParallelSpec& spec) {
   }
 }
 
+bool reduces_every_micro_step(const DataParallelSpec& spec) {
+  return !spec.offload_optimizer && (spec.fsdp || spec.zero_stage >= 2);
+}
+
 double cpu_adam_seconds(std::int64_t parameters, const HostSpec& host) {
   if (!(host.flops > 0) || !(host.memory_bandwidth > 0)) {
     throw std::invalid_argument("cpu_adam_seconds: the host '" + host.name + "' needs positive flops and memory_bandwidth");

@@ -13,6 +13,31 @@ bool is_optimizer_task(const Task& task, const traces::Trace& trace) {
   return task.op && task.kind == TaskKind::op && trace.op(*task.op).phase == traces::Phase::optimizer;
 }
 
+// The tasks of the optimizer step: the optimizer's ops and every task that waits, directly or
+// through others, for one of them (under data parallelism applied first: ZeRO-2's all-gather of
+// the updated parameters). A forward or backward op among them is a schedule no micro-step can
+// be cut from.
+std::vector<bool> step_tasks(const Schedule& schedule, const traces::Trace& trace) {
+  const std::size_t n = schedule.tasks.size();
+  std::vector<bool> step(n, false);
+  for (TaskId t = 0; t < n; ++t) step[t] = is_optimizer_task(schedule.tasks[t], trace);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (TaskId t = 0; t < n; ++t) {
+      if (step[t]) continue;
+      const auto& after = schedule.tasks[t].after;
+      if (std::any_of(after.begin(), after.end(), [&](TaskId a) { return step[a]; })) step[t] = changed = true;
+    }
+  }
+  for (TaskId t = 0; t < n; ++t) {
+    const Task& task = schedule.tasks[t];
+    if (step[t] && task.op && trace.op(*task.op).phase != traces::Phase::optimizer) {
+      throw std::logic_error("a forward or backward task waits for the optimizer");
+    }
+  }
+  return step;
+}
+
 }  // namespace
 
 void apply_gradient_accumulation(Schedule& schedule, const traces::Trace& trace, int steps) {
@@ -21,9 +46,10 @@ void apply_gradient_accumulation(Schedule& schedule, const traces::Trace& trace,
   const std::size_t n = schedule.tasks.size();
   const std::size_t buffer_count = schedule.buffers.size();
 
-  std::vector<TaskId> micro;      // the forward and backward tasks, in order
+  const std::vector<bool> is_step = step_tasks(schedule, trace);
+  std::vector<TaskId> micro;      // the tasks of a micro-step (forward, backward, per-micro-step collectives), in order
   std::vector<TaskId> optimizer;  // the step's tasks, in order
-  for (TaskId t = 0; t < n; ++t) (is_optimizer_task(schedule.tasks[t], trace) ? optimizer : micro).push_back(t);
+  for (TaskId t = 0; t < n; ++t) (is_step[t] ? optimizer : micro).push_back(t);
   // A buffer a micro-step needs for itself: not resident, not held to the end (the gradients),
   // and not touched by the optimizer's tasks (what they read must be the one the last micro-step
   // left, so it stays shared).
@@ -70,10 +96,7 @@ void apply_gradient_accumulation(Schedule& schedule, const traces::Trace& trace,
         std::sort(task.uses.begin(), task.uses.end());
         task.uses.erase(std::unique(task.uses.begin(), task.uses.end()), task.uses.end());
       }
-      for (TaskId& a : task.after) {
-        if (is_optimizer_task(schedule.tasks[a], trace)) throw std::logic_error("a forward or backward task waits for the optimizer");
-        a = id[static_cast<std::size_t>(s)][a];
-      }
+      for (TaskId& a : task.after) a = id[static_cast<std::size_t>(s)][a];
       tasks.push_back(std::move(task));
     }
   }
@@ -83,7 +106,7 @@ void apply_gradient_accumulation(Schedule& schedule, const traces::Trace& trace,
   for (TaskId t : optimizer) {
     Task task = schedule.tasks[t];
     for (TaskId& a : task.after) {
-      a = is_optimizer_task(schedule.tasks[a], trace) ? optimizer_id[a] : id[static_cast<std::size_t>(steps - 1)][a];
+      a = is_step[a] ? optimizer_id[a] : id[static_cast<std::size_t>(steps - 1)][a];
     }
     tasks.push_back(std::move(task));
   }

@@ -135,6 +135,24 @@ struct DataParallelSpec {
 // naming the field.
 void check_data_parallel(const DataParallelSpec& spec);
 
+// Whether the gradients are reduced at every micro-step of gradient accumulation, so that
+// transform_schedule applies data parallelism before accumulation (transform_schedule.hpp):
+//  - ZeRO-2 and 3: DeepSpeed communicates at every micro-step (microsoft/DeepSpeed@38327e07,
+//    deepspeed/runtime/engine.py lines 2051-2053, allreduce_gradients: "ZeRO stage >= 2
+//    communicates during non gradient accumulation boundaries as well";
+//    zero/stage_1_and_2.py line 1425, reduce_ready_partitions_and_remove_grads reduces when
+//    partition_gradients) and accumulates into its gradient partition (zero/stage3.py lines
+//    1481-1487, partition_grads: copy at micro-step 0, add_ after); stage 3 releases each
+//    gathered parameter after its use in every micro-step;
+//  - FSDP2: every backward's post_backward reshards and reduce-scatters (pytorch/pytorch@012c62d6,
+//    torch/distributed/_composable/fsdp/_fsdp_param_group.py, FSDPParamGroup: reduce_scatter_grads
+//    defaults to True, set_requires_gradient_sync(False) being the no-sync variant) and adds the
+//    new shard into the sharded gradient (@01d66d21 _fsdp_collectives.py, foreach_reduce_scatter:
+//    `fsdp_param.sharded_param.grad += new_sharded_dtensor_grad`);
+//  - not DDP (no_sync() in the earlier micro-steps) nor ZeRO-1 (engine.py lines 2055-2059: only
+//    at gradient accumulation boundaries); nor, a simplification, an offloaded optimizer.
+bool reduces_every_micro_step(const DataParallelSpec& spec);
+
 // One rank's schedule under `spec` (models/transforms/README.md):
 //  - gradients are grouped into buckets in the order the backward pass makes them ready (DDP
 //    rebuilds its buckets in that order after the first iteration; DeepSpeed fills its bucket in

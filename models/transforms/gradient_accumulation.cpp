@@ -17,11 +17,13 @@ bool is_optimizer_task(const Task& task, const traces::Trace& trace) {
 // through others, for one of them (under data parallelism applied first: ZeRO-2's all-gather of
 // the updated parameters). A forward or backward op among them is a schedule no micro-step can
 // be cut from.
-std::vector<bool> step_tasks(const Schedule& schedule, const traces::Trace& trace) {
+// With `step_begin` (data parallelism applied first says where its step starts) the step is
+// every task from there on.
+std::vector<bool> step_tasks(const Schedule& schedule, const traces::Trace& trace, std::optional<TaskId> step_begin) {
   const std::size_t n = schedule.tasks.size();
   std::vector<bool> step(n, false);
-  for (TaskId t = 0; t < n; ++t) step[t] = is_optimizer_task(schedule.tasks[t], trace);
-  for (bool changed = true; changed;) {
+  for (TaskId t = 0; t < n; ++t) step[t] = step_begin ? t >= *step_begin : is_optimizer_task(schedule.tasks[t], trace);
+  for (bool changed = !step_begin; changed;) {
     changed = false;
     for (TaskId t = 0; t < n; ++t) {
       if (step[t]) continue;
@@ -32,7 +34,10 @@ std::vector<bool> step_tasks(const Schedule& schedule, const traces::Trace& trac
   for (TaskId t = 0; t < n; ++t) {
     const Task& task = schedule.tasks[t];
     if (step[t] && task.op && trace.op(*task.op).phase != traces::Phase::optimizer) {
-      throw std::logic_error("a forward or backward task waits for the optimizer");
+      throw std::logic_error("a forward or backward task waits for the optimizer, or comes after its step");
+    }
+    if (!step[t] && std::any_of(task.after.begin(), task.after.end(), [&](TaskId a) { return step[a]; })) {
+      throw std::logic_error("a task of a micro-step waits for the optimizer step");
     }
   }
   return step;
@@ -40,13 +45,14 @@ std::vector<bool> step_tasks(const Schedule& schedule, const traces::Trace& trac
 
 }  // namespace
 
-void apply_gradient_accumulation(Schedule& schedule, const traces::Trace& trace, int steps) {
+void apply_gradient_accumulation(Schedule& schedule, const traces::Trace& trace, int steps, std::optional<TaskId> step_begin) {
   if (steps < 1) throw std::invalid_argument("gradient accumulation: steps must be at least 1");
   if (steps == 1) return;
   const std::size_t n = schedule.tasks.size();
   const std::size_t buffer_count = schedule.buffers.size();
 
-  const std::vector<bool> is_step = step_tasks(schedule, trace);
+  if (step_begin && *step_begin > n) throw std::logic_error("gradient accumulation: the step begins after the last task");
+  const std::vector<bool> is_step = step_tasks(schedule, trace, step_begin);
   std::vector<TaskId> micro;      // the tasks of a micro-step (forward, backward, per-micro-step collectives), in order
   std::vector<TaskId> optimizer;  // the step's tasks, in order
   for (TaskId t = 0; t < n; ++t) (is_step[t] ? optimizer : micro).push_back(t);
@@ -82,10 +88,11 @@ void apply_gradient_accumulation(Schedule& schedule, const traces::Trace& trace,
       Task task = schedule.tasks[t];
       if (s > 0) {
         task.name += " [micro-step " + std::to_string(s + 1) + "]";
-        // Later micro-steps write into the gradients the first one created.
+        // Later micro-steps write into the gradients (and any other shared buffer) the first one
+        // created: a reduced gradient shard, Deep Optimizer States' kept gradients.
         std::vector<BufferId> creates;
         for (BufferId b : task.creates) {
-          if (schedule.buffers[b].held_to_end) {
+          if (shared[b]) {
             task.uses.push_back(b);
           } else {
             creates.push_back(buffer_of[b]);

@@ -52,10 +52,12 @@ constexpr std::int64_t kPsi = 2 * kLayer + kRoot;
 static_assert(kLayer == 65664 && kPsi == 144192);
 
 Schedule transformed(const traces::Trace& trace, const DataParallelSpec& spec, int micro_steps) {
-  static const OpTimeModel time_model(builtin_platform("a100-80gb"));
+  static const Platform platform = builtin_platform("a100-80gb");
+  static const OpTimeModel time_model(platform);
   TransformSteps steps;
   steps.accumulation_steps = micro_steps;
   steps.data_parallel = spec;
+  steps.platform = &platform;  // the host an offloaded optimizer steps on
   Schedule s = transform_schedule(test_support::must_apply(build_schedule(trace, time_model, StrategySpec{})), trace, steps);
   s.validate();
   return s;
@@ -171,6 +173,59 @@ TEST(ShardedAccumulation, Zero3StateAtEveryMicroStepIsThePartitions) {
     }
     // The step: no all-gather after it (ZeRO-3 gathers at the next use), one optimizer step.
     EXPECT_EQ(collective_bytes(s, Range{ranges.back().end, s.tasks.size()}, CollectiveKind::all_gather), 0);
+  }
+}
+
+// ZeRO-3 with the optimizer on the host (ZeRO-Offload): between micro-steps only the 16-bit
+// parameter partition 2Ψ/4 = 72096 and the reduction bucket 2Ψ = 288384 are on the GPU (the fp32
+// state and the gradient partition are the host's): 360480 bytes. Each micro-step copies its
+// reduced gradients to the host (the same bytes each time); the CPU steps once, after the last.
+TEST(ShardedAccumulation, Zero3OffloadCopiesEveryMicroStepAndStepsOnce) {
+  const auto trace = llama();
+  DataParallelSpec spec = zero(3);
+  spec.offload_optimizer = OptimizerOffloadSpec{};
+  constexpr std::int64_t kBoundary = 2 * kPsi / kRanks + 2 * kPsi;
+  static_assert(kBoundary == 72096 + 288384);
+  std::optional<std::int64_t> copied_once;
+  for (int k = 1; k <= 3; ++k) {
+    SCOPED_TRACE("micro-steps " + std::to_string(k));
+    const Schedule s = transformed(trace, spec, k);
+    const std::vector<std::int64_t> live = live_after(s);
+    // The micro-steps end where the step on the host, CPU Adam, begins (the optimizer's kernels
+    // are gone; the other host tasks are each micro-step's fp32 conversions of its gradients).
+    const auto cpu_adam = [](const Task& task) { return task.kind == TaskKind::host_compute && task.name.starts_with("CPU Adam"); };
+    TaskId step = 0;
+    while (step < s.tasks.size() && !cpu_adam(s.tasks[step])) ++step;
+    ASSERT_LT(step, s.tasks.size());
+    int host_steps = 0;
+    for (TaskId t = 0; t < s.tasks.size(); ++t) {
+      if (!cpu_adam(s.tasks[t])) continue;
+      ++host_steps;
+      EXPECT_EQ(s.tasks[t].name.find("[micro-step"), std::string::npos) << s.tasks[t].name;
+    }
+    for (TaskId t = step; t < s.tasks.size(); ++t) EXPECT_EQ(s.tasks[t].name.find("[micro-step"), std::string::npos) << s.tasks[t].name;
+    EXPECT_EQ(host_steps, 1);  // Ψ/4 parameters: one subgroup of sub_group_size 1e9
+    std::vector<Range> ranges;
+    TaskId begin = 0;
+    for (int m = 1; m <= k; ++m) {
+      const std::string next = "[micro-step " + std::to_string(m + 1) + "]";
+      TaskId end = begin;
+      while (end < step && s.tasks[end].name.find(next) == std::string::npos) ++end;
+      ranges.push_back({begin, end});
+      begin = end;
+    }
+    for (const Range& r : ranges) {
+      ASSERT_LT(r.first, r.end);
+      EXPECT_EQ(live[r.end - 1], kBoundary);
+      EXPECT_EQ(collective_bytes(s, r, CollectiveKind::reduce_scatter), 2 * kPsi);
+      std::int64_t copied = 0;
+      for (TaskId t = r.first; t < r.end; ++t) {
+        if (s.tasks[t].kind == TaskKind::offload) copied += s.tasks[t].bytes;
+      }
+      EXPECT_GT(copied, 0);
+      if (!copied_once) copied_once = copied;
+      EXPECT_EQ(copied, *copied_once);
+    }
   }
 }
 

@@ -7,6 +7,8 @@
 // when they are reduced at every micro-step (ZeRO-2 and 3, FSDP2): the micro-step then repeats
 // the gathers and reductions too (models/transforms/README.md).
 
+#include <optional>
+
 #include "comptrain/models/schedule.hpp"
 #include "comptrain/traces/trace.hpp"
 
@@ -19,8 +21,9 @@ namespace comptrain::models {
 // copies, gathered parameters, unreduced gradients); resident buffers and those held to the end
 // of the iteration (the gradients, a reduced gradient shard) are shared, the later micro-steps
 // writing into those the first made. The step's tasks (the optimizer's ops and every task that
-// waits for one of them) run once, after the last micro-step. steps = 1 leaves the schedule as
-// it is; std::invalid_argument when steps < 1.
-void apply_gradient_accumulation(Schedule& schedule, const traces::Trace& trace, int steps);
+// waits for one of them; with `step_begin`, every task from that position on: what
+// apply_data_parallel returns) run once, after the last micro-step. steps = 1 leaves the schedule
+// as it is; std::invalid_argument when steps < 1.
+void apply_gradient_accumulation(Schedule& schedule, const traces::Trace& trace, int steps, std::optional<TaskId> step_begin = std::nullopt);
 
 }  // namespace comptrain::models

@@ -7,10 +7,10 @@
 //      (data_parallel.hpp: one rank's schedule with its collectives), in the order the
 //      framework reduces the gradients (reduces_every_micro_step): accumulation first when
 //      they are reduced once per optimizer step (DDP's no_sync(), ZeRO-1), so the
-//      reductions come in the last micro-step only (and, a simplification, under ZeRO-Offload,
-//      which DeepSpeed reduces at every micro-step too); data parallelism first when every
+//      reductions come in the last micro-step only; data parallelism first when every
 //      micro-step gathers, reshards and reduce-scatters on its own (ZeRO-2 and 3, FSDP2), so
-//      accumulation repeats those with the micro-step and the gradient shard is accumulated.
+//      accumulation repeats those with the micro-step and the gradient shard is accumulated;
+//      apply_data_parallel says where its optimizer step begins (the step on the host included).
 //      The tensor- and pipeline-parallel transforms, when they come, go beside data
 //      parallelism: they too give one rank's schedule, and data parallelism reshapes the
 //      gradients' lifetime (ZeRO frees them after their reduction), so it must come before

@@ -89,16 +89,29 @@ void apply_gradient_accumulation(Schedule& schedule, const traces::Trace& trace,
       if (s > 0) {
         task.name += " [micro-step " + std::to_string(s + 1) + "]";
         // Later micro-steps write into the gradients (and any other shared buffer) the first one
-        // created: a reduced gradient shard, Deep Optimizer States' kept gradients.
+        // created: a reduced gradient shard, Deep Optimizer States' kept gradients. A collective
+        // that made a held buffer (FSDP2's reduce-scatter output, the sharded gradient) makes a
+        // new output in each later micro-step and adds it into the first one's, which frees it
+        // (_fsdp_collectives.py foreach_reduce_scatter: reduce_scatter_output is allocated at
+        // every call, then `sharded_param.grad += ...`).
         std::vector<BufferId> creates;
+        std::vector<BufferId> transient;
         for (BufferId b : task.creates) {
           if (shared[b]) {
             task.uses.push_back(b);
+            if (task.kind == TaskKind::collective && schedule.buffers[b].held_to_end) {
+              Buffer output = schedule.buffers[b];
+              output.name += " (micro-step " + std::to_string(s + 1) + "'s output, added into it)";
+              output.held_to_end = false;
+              schedule.buffers.push_back(std::move(output));
+              transient.push_back(schedule.buffers.size() - 1);
+            }
           } else {
             creates.push_back(buffer_of[b]);
           }
         }
         task.creates = std::move(creates);
+        task.creates.insert(task.creates.end(), transient.begin(), transient.end());
         for (BufferId& b : task.uses) b = buffer_of[b];
         std::sort(task.uses.begin(), task.uses.end());
         task.uses.erase(std::unique(task.uses.begin(), task.uses.end()), task.uses.end());

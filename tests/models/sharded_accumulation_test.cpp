@@ -288,9 +288,10 @@ TEST(ShardedAccumulation, FsdpStateAtEveryMicroStepIsTheShards) {
       EXPECT_EQ(collective_bytes(s, r, CollectiveKind::all_gather), 2 * kPsi + 2 * kLayer);
       if (!one_step_peak) one_step_peak = peak_in(live, r);
       // The first micro-step allocates the sharded gradients as it goes; the later ones hold them
-      // all from the start: their peak is at most the 4Ψ/4 bytes of shards above the first's.
+      // all from the start, and each reduce-scatter's new output (a group's shard, at most a
+      // layer's 4 x 65664 / 4 bytes) until it is added in: their peak is at most those above the first's.
       EXPECT_GE(peak_in(live, r), *one_step_peak);
-      EXPECT_LE(peak_in(live, r), *one_step_peak + 4 * kPsi / kRanks);
+      EXPECT_LE(peak_in(live, r), *one_step_peak + 4 * kPsi / kRanks + 4 * kLayer / kRanks);
       if (m > 0) {
         EXPECT_EQ(peak_in(live, r), peak_in(live, ranges[1]));
       }
@@ -298,7 +299,8 @@ TEST(ShardedAccumulation, FsdpStateAtEveryMicroStepIsTheShards) {
     // One sharded-gradient buffer per group, created once, by the first micro-step.
     int sharded_gradients = 0;
     for (BufferId b = 0; b < s.buffers.size(); ++b) {
-      if (s.buffers[b].name.find("sharded gradients") == std::string::npos) continue;
+      const std::string& name = s.buffers[b].name;
+      if (name.find("sharded gradients") == std::string::npos || name.find("'s output") != std::string::npos) continue;
       ++sharded_gradients;
       EXPECT_TRUE(s.buffers[b].held_to_end) << s.buffers[b].name;
       int creators = 0;
@@ -312,6 +314,24 @@ TEST(ShardedAccumulation, FsdpStateAtEveryMicroStepIsTheShards) {
       EXPECT_EQ(creators, 1) << s.buffers[b].name;
     }
     EXPECT_EQ(sharded_gradients, 3);  // the two layers and the root
+    // Each later micro-step's reduce-scatters write a new output, a group's fp32 shard (a layer's
+    // 4 x 65664 / 4 = 65664 bytes, the root's 4 x 12864 / 4 = 12864), freed by the same task once
+    // added into the sharded gradient.
+    int outputs = 0;
+    std::int64_t output_bytes = 0;
+    for (BufferId b = 0; b < s.buffers.size(); ++b) {
+      if (s.buffers[b].name.find("'s output, added into it") == std::string::npos) continue;
+      ++outputs;
+      output_bytes += s.buffers[b].bytes;
+      EXPECT_FALSE(s.buffers[b].held_to_end) << s.buffers[b].name;
+      int touching = 0;
+      for (const Task& task : s.tasks) {
+        touching += static_cast<int>(std::count(task.creates.begin(), task.creates.end(), b) + std::count(task.uses.begin(), task.uses.end(), b));
+      }
+      EXPECT_EQ(touching, 1) << s.buffers[b].name;
+    }
+    EXPECT_EQ(outputs, 3 * (k - 1));
+    EXPECT_EQ(output_bytes, (k - 1) * (2 * 65664 + 12864));
   }
 }
 

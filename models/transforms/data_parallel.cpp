@@ -24,11 +24,11 @@ using traces::Phase;
 Transform::Transform(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec, const Platform* platform)
     : ScheduleEdit(schedule), trace_(trace), spec_(spec), platform_(platform) {}
 
-void Transform::run() {
+std::optional<TaskId> Transform::run() {
   find_pass_bounds();
   if (spec_.fsdp) {
     run_fsdp();
-    return;
+    return step_begin();
   }
   const std::vector<Bucket> buckets = make_buckets();
   const std::int64_t gradient_bytes = sum_bytes(gradients_);
@@ -135,6 +135,24 @@ void Transform::run() {
 
   redirect_all();
   assemble();
+  return step_begin();
+}
+
+// The position of the optimizer step's first task after assemble: the first optimizer task
+// kept, or the first task added for the step on the host (step_on_the_host adds them all just
+// before where the optimizer was, after the backward pass's reductions and copies).
+std::optional<TaskId> Transform::step_begin() const {
+  std::optional<TaskId> begin;
+  const auto consider = [&](TaskId id) {
+    if (const auto p = new_position(id)) begin = std::min(begin.value_or(*p), *p);
+  };
+  // The old tasks have moved: the first optimizer task by its old id (none if removed: the step
+  // on the host replaced it).
+  if (first_optimizer_) consider(*first_optimizer_);
+  if (step_added_) {
+    for (std::size_t i = step_added_->first; i < step_added_->second; ++i) consider(n_ + i);
+  }
+  return begin;
 }
 
 // Every old task reads and writes the buffers that replace the old ones: partitions, gathered
@@ -244,6 +262,8 @@ void check_data_parallel(const DataParallelSpec& spec) {
   }
 }
 
+bool reduces_every_micro_step(const DataParallelSpec& spec) { return spec.fsdp || spec.zero_stage >= 2; }
+
 double cpu_adam_seconds(std::int64_t parameters, const HostSpec& host) {
   if (!(host.flops > 0) || !(host.memory_bandwidth > 0)) {
     throw std::invalid_argument("cpu_adam_seconds: the host '" + host.name + "' needs positive flops and memory_bandwidth");
@@ -252,20 +272,20 @@ double cpu_adam_seconds(std::int64_t parameters, const HostSpec& host) {
   return std::max(n * kCpuAdamFlopsPerParameter / host.flops, n * kCpuAdamBytesPerParameter / host.memory_bandwidth);
 }
 
-void apply_data_parallel(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec) {
+std::optional<TaskId> apply_data_parallel(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec) {
   check_data_parallel(spec);
   if (spec.offload_optimizer) throw std::invalid_argument("data parallel: an offloaded optimizer needs the platform (its host steps it)");
-  if (spec.ranks == 1) return;
-  Transform(schedule, trace, spec, nullptr).run();
+  if (spec.ranks == 1) return std::nullopt;
+  return Transform(schedule, trace, spec, nullptr).run();
 }
 
-void apply_data_parallel(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec, const Platform& platform) {
+std::optional<TaskId> apply_data_parallel(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec, const Platform& platform) {
   check_data_parallel(spec);
   // One GPU without an offloaded optimizer trains as without data parallelism; with one, ZeRO's
   // offload changes the schedule on one GPU too.
-  if (spec.ranks == 1 && !spec.offload_optimizer) return;
+  if (spec.ranks == 1 && !spec.offload_optimizer) return std::nullopt;
   if (spec.offload_optimizer) cpu_adam_seconds(0, platform.host);  // the host must have rates
-  Transform(schedule, trace, spec, &platform).run();
+  return Transform(schedule, trace, spec, &platform).run();
 }
 
 }  // namespace comptrain::models

@@ -28,7 +28,9 @@ class Transform : public ScheduleEdit {
  public:
   Transform(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec, const Platform* platform);
 
-  void run();
+  // Transforms the schedule; returns the position of the optimizer step's first task in the new
+  // schedule (none without an optimizer): what gradient accumulation repeats is before it.
+  std::optional<TaskId> run();
 
  private:
   static constexpr BufferId kKeep = static_cast<BufferId>(-1);
@@ -125,6 +127,9 @@ class Transform : public ScheduleEdit {
 
   std::int64_t padded_elements(const traces::Tensor& t) const;
   void run_fsdp();
+  // After assemble: the first position of the step (the optimizer's kept tasks and the tasks
+  // added for the step on the host).
+  std::optional<TaskId> step_begin() const;
   FsdpGroups fsdp_groups() const;
   BufferId shard_fsdp_state(const FsdpGroups& groups);
   Gathered gathered_buffers(const Unit& unit, const char* pass);
@@ -172,6 +177,7 @@ class Transform : public ScheduleEdit {
   std::vector<BufferId> gradients_;
   std::vector<BufferId> weights_;
   std::optional<TaskId> first_optimizer_;
+  std::optional<std::pair<std::size_t, std::size_t>> step_added_;  // [first, end) in added_: the step on the host's tasks
   std::optional<TaskId> last_optimizer_;
   TaskId last_backward_ = 0;
   std::optional<BufferId> parameter_partition_;

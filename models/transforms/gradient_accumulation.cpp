@@ -13,17 +13,49 @@ bool is_optimizer_task(const Task& task, const traces::Trace& trace) {
   return task.op && task.kind == TaskKind::op && trace.op(*task.op).phase == traces::Phase::optimizer;
 }
 
+// The tasks of the optimizer step: the optimizer's ops and every task that waits, directly or
+// through others, for one of them (under data parallelism applied first: ZeRO-2's all-gather of
+// the updated parameters). A forward or backward op among them is a schedule no micro-step can
+// be cut from.
+// With `step_begin` (data parallelism applied first says where its step starts) the step is
+// every task from there on.
+std::vector<bool> step_tasks(const Schedule& schedule, const traces::Trace& trace, std::optional<TaskId> step_begin) {
+  const std::size_t n = schedule.tasks.size();
+  std::vector<bool> step(n, false);
+  for (TaskId t = 0; t < n; ++t) step[t] = step_begin ? t >= *step_begin : is_optimizer_task(schedule.tasks[t], trace);
+  for (bool changed = !step_begin; changed;) {
+    changed = false;
+    for (TaskId t = 0; t < n; ++t) {
+      if (step[t]) continue;
+      const auto& after = schedule.tasks[t].after;
+      if (std::any_of(after.begin(), after.end(), [&](TaskId a) { return step[a]; })) step[t] = changed = true;
+    }
+  }
+  for (TaskId t = 0; t < n; ++t) {
+    const Task& task = schedule.tasks[t];
+    if (step[t] && task.op && trace.op(*task.op).phase != traces::Phase::optimizer) {
+      throw std::logic_error("a forward or backward task waits for the optimizer, or comes after its step");
+    }
+    if (!step[t] && std::any_of(task.after.begin(), task.after.end(), [&](TaskId a) { return step[a]; })) {
+      throw std::logic_error("a task of a micro-step waits for the optimizer step");
+    }
+  }
+  return step;
+}
+
 }  // namespace
 
-void apply_gradient_accumulation(Schedule& schedule, const traces::Trace& trace, int steps) {
+void apply_gradient_accumulation(Schedule& schedule, const traces::Trace& trace, int steps, std::optional<TaskId> step_begin) {
   if (steps < 1) throw std::invalid_argument("gradient accumulation: steps must be at least 1");
   if (steps == 1) return;
   const std::size_t n = schedule.tasks.size();
   const std::size_t buffer_count = schedule.buffers.size();
 
-  std::vector<TaskId> micro;      // the forward and backward tasks, in order
+  if (step_begin && *step_begin > n) throw std::logic_error("gradient accumulation: the step begins after the last task");
+  const std::vector<bool> is_step = step_tasks(schedule, trace, step_begin);
+  std::vector<TaskId> micro;      // the tasks of a micro-step (forward, backward, per-micro-step collectives), in order
   std::vector<TaskId> optimizer;  // the step's tasks, in order
-  for (TaskId t = 0; t < n; ++t) (is_optimizer_task(schedule.tasks[t], trace) ? optimizer : micro).push_back(t);
+  for (TaskId t = 0; t < n; ++t) (is_step[t] ? optimizer : micro).push_back(t);
   // A buffer a micro-step needs for itself: not resident, not held to the end (the gradients),
   // and not touched by the optimizer's tasks (what they read must be the one the last micro-step
   // left, so it stays shared).
@@ -56,24 +88,35 @@ void apply_gradient_accumulation(Schedule& schedule, const traces::Trace& trace,
       Task task = schedule.tasks[t];
       if (s > 0) {
         task.name += " [micro-step " + std::to_string(s + 1) + "]";
-        // Later micro-steps write into the gradients the first one created.
+        // Later micro-steps write into the gradients (and any other shared buffer) the first one
+        // created: a reduced gradient shard, Deep Optimizer States' kept gradients. A collective
+        // that made a held buffer (FSDP2's reduce-scatter output, the sharded gradient) makes a
+        // new output in each later micro-step and adds it into the first one's, which frees it
+        // (_fsdp_collectives.py foreach_reduce_scatter: reduce_scatter_output is allocated at
+        // every call, then `sharded_param.grad += ...`).
         std::vector<BufferId> creates;
+        std::vector<BufferId> transient;
         for (BufferId b : task.creates) {
-          if (schedule.buffers[b].held_to_end) {
+          if (shared[b]) {
             task.uses.push_back(b);
+            if (task.kind == TaskKind::collective && schedule.buffers[b].held_to_end) {
+              Buffer output = schedule.buffers[b];
+              output.name += " (micro-step " + std::to_string(s + 1) + "'s output, added into it)";
+              output.held_to_end = false;
+              schedule.buffers.push_back(std::move(output));
+              transient.push_back(schedule.buffers.size() - 1);
+            }
           } else {
             creates.push_back(buffer_of[b]);
           }
         }
         task.creates = std::move(creates);
+        task.creates.insert(task.creates.end(), transient.begin(), transient.end());
         for (BufferId& b : task.uses) b = buffer_of[b];
         std::sort(task.uses.begin(), task.uses.end());
         task.uses.erase(std::unique(task.uses.begin(), task.uses.end()), task.uses.end());
       }
-      for (TaskId& a : task.after) {
-        if (is_optimizer_task(schedule.tasks[a], trace)) throw std::logic_error("a forward or backward task waits for the optimizer");
-        a = id[static_cast<std::size_t>(s)][a];
-      }
+      for (TaskId& a : task.after) a = id[static_cast<std::size_t>(s)][a];
       tasks.push_back(std::move(task));
     }
   }
@@ -83,7 +126,7 @@ void apply_gradient_accumulation(Schedule& schedule, const traces::Trace& trace,
   for (TaskId t : optimizer) {
     Task task = schedule.tasks[t];
     for (TaskId& a : task.after) {
-      a = is_optimizer_task(schedule.tasks[a], trace) ? optimizer_id[a] : id[static_cast<std::size_t>(steps - 1)][a];
+      a = is_step[a] ? optimizer_id[a] : id[static_cast<std::size_t>(steps - 1)][a];
     }
     tasks.push_back(std::move(task));
   }

@@ -173,6 +173,7 @@ std::optional<TaskId> Transform::step_on_the_host(std::optional<TaskId> last_red
   }
   const traces::OpIndex optimizer_op = *s_.tasks[*first_optimizer_].op;
   const TaskId at = *first_optimizer_;
+  const std::size_t first_added = added_.size();  // the step's tasks: those added from here to the return
   // The step starts once the backward pass, the reductions and the copies have ended
   // (DeepSpeed's step reads every gradient: the norm, the overflow check).
   std::vector<TaskId> start = {last_backward_};
@@ -296,6 +297,7 @@ std::optional<TaskId> Transform::step_on_the_host(std::optional<TaskId> last_red
   // it for a later step; here they complete this one.
   if (state_on_gpu != kNoSubgroup) state_copy(state_on_gpu, false, {*subgroups_[state_on_gpu].gpu_step});
   flush_later();
+  step_added_ = {first_added, added_.size()};
   return last_parameters;
 }
 

@@ -46,8 +46,8 @@ void ScheduleEdit::assemble() {
     for (std::size_t i : before[t]) order.push_back(n_ + i);
     if (t < n_ && !removed_[t]) order.push_back(t);
   }
-  constexpr TaskId kNone = static_cast<TaskId>(-1);
-  std::vector<TaskId> new_id(n_ + added_.size(), kNone);
+  std::vector<TaskId>& new_id = new_id_;
+  new_id.assign(n_ + added_.size(), kNone);
   for (TaskId pos = 0; pos < order.size(); ++pos) new_id[order[pos]] = pos;
   const std::vector<std::vector<TaskId>> through = waits_through_removed();
   std::vector<Task> tasks;
@@ -72,6 +72,11 @@ void ScheduleEdit::assemble() {
     tasks.push_back(std::move(task));
   }
   s_.tasks = std::move(tasks);
+}
+
+std::optional<TaskId> ScheduleEdit::new_position(TaskId id) const {
+  if (id >= new_id_.size() || new_id_[id] == kNone) return std::nullopt;
+  return new_id_[id];
 }
 
 // Per removed old task, the kept tasks (old ids or n + added index) it waited for: its `after`

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,10 +64,15 @@ class ScheduleEdit {
   // Writes the new task list: added tasks just before the old task they precede, removed tasks
   // left out, every wait renumbered (extra_after_ added to old tasks' waits). Once, at the end.
   void assemble();
+  // After assemble: the position in the new task list of old task `id` (< n_) or of added task
+  // n_ + index; none for a removed old task.
+  std::optional<TaskId> new_position(TaskId id) const;
 
  protected:
   // Per removed old task, the kept tasks it waited for, through other removed tasks.
   std::vector<std::vector<TaskId>> waits_through_removed() const;
+
+  static constexpr TaskId kNone = static_cast<TaskId>(-1);
 
   Schedule& s_;
   const std::size_t n_;            // old tasks
@@ -74,6 +80,7 @@ class ScheduleEdit {
   std::vector<bool> removed_;      // old tasks left out (the optimizer's, under offload)
   std::vector<Added> added_;
   std::map<TaskId, std::vector<TaskId>> extra_after_;  // old task -> waits to add (old ids or n + added index)
+  std::vector<TaskId> new_id_;  // after assemble: old id or n + added index -> position (kNone: removed)
 };
 
 }  // namespace comptrain::models::transform_detail

@@ -8,15 +8,17 @@
 namespace comptrain::models {
 
 Schedule transform_schedule(Schedule schedule, const traces::Trace& trace, const TransformSteps& steps) {
-  apply_gradient_accumulation(schedule, trace, steps.accumulation_steps);
+  // Accumulation wraps data parallelism when every micro-step gathers and reduces on its own
+  // (ZeRO-2/3, FSDP2), and comes first when the gradients are reduced once per step (DDP, ZeRO-1).
+  const bool per_micro_step = steps.data_parallel && reduces_every_micro_step(*steps.data_parallel);
+  if (!per_micro_step) apply_gradient_accumulation(schedule, trace, steps.accumulation_steps);
   // Tensor and pipeline parallelism go here (transform_schedule.hpp).
+  std::optional<TaskId> step_begin;  // where data parallelism's optimizer step begins
   if (steps.data_parallel) {
-    if (steps.platform) {
-      apply_data_parallel(schedule, trace, *steps.data_parallel, *steps.platform);
-    } else {
-      apply_data_parallel(schedule, trace, *steps.data_parallel);
-    }
+    step_begin = steps.platform ? apply_data_parallel(schedule, trace, *steps.data_parallel, *steps.platform)
+                                : apply_data_parallel(schedule, trace, *steps.data_parallel);
   }
+  if (per_micro_step) apply_gradient_accumulation(schedule, trace, steps.accumulation_steps, step_begin);
   apply_gradient_lifetime(schedule, steps.zero_grad);
   add_cudnn_workspaces(schedule, trace, steps.cudnn_workspace_bytes);
   assign_dispatch_costs(schedule, trace, steps.dispatch);

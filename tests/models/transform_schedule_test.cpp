@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+
 #include "comptrain/models/data_parallel.hpp"
 #include "comptrain/models/framework_transforms.hpp"
 #include "comptrain/models/gradient_accumulation.hpp"
@@ -66,10 +69,14 @@ void expect_same(const Schedule& a, const Schedule& b) {
   }
 }
 
-// The sequence of calls the run layer made before transform_schedule.
+// The sequence of calls the run layer made before transform_schedule, with gradient
+// accumulation after data parallelism when the gradients are reduced at every micro-step
+// (ZeRO-2/3, FSDP2: transform_schedule.hpp).
 Schedule one_by_one(Schedule s, const traces::Trace& trace, const TransformSteps& steps) {
-  apply_gradient_accumulation(s, trace, steps.accumulation_steps);
+  const bool per_micro_step = steps.data_parallel && steps.data_parallel->zero_stage >= 2;
+  if (!per_micro_step) apply_gradient_accumulation(s, trace, steps.accumulation_steps);
   if (steps.data_parallel) apply_data_parallel(s, trace, *steps.data_parallel, *steps.platform);
+  if (per_micro_step) apply_gradient_accumulation(s, trace, steps.accumulation_steps);
   apply_gradient_lifetime(s, steps.zero_grad);
   add_cudnn_workspaces(s, trace, steps.cudnn_workspace_bytes);
   assign_dispatch_costs(s, trace, steps.dispatch);
@@ -78,15 +85,15 @@ Schedule one_by_one(Schedule s, const traces::Trace& trace, const TransformSteps
 
 TEST(TransformSchedule, IsTheRunLayersSequenceOfTransforms) {
   static const Platform platform = builtin_platform("a100-80gb");
-  for (const char* name : {"gpt2", "alexnet"}) {
-    SCOPED_TRACE(name);
+  for (const auto& [name, stage] : {std::pair{"gpt2", 2}, std::pair{"alexnet", 2}, std::pair{"gpt2", 0}, std::pair{"gpt2", 1}}) {
+    SCOPED_TRACE(std::string(name) + ", stage " + std::to_string(stage));
     const traces::Trace trace = model(name);
     const Schedule built = baseline(trace);
     TransformSteps steps;
     steps.accumulation_steps = 2;
     steps.data_parallel = DataParallelSpec{};
     steps.data_parallel->ranks = 4;
-    steps.data_parallel->zero_stage = 2;
+    steps.data_parallel->zero_stage = stage;
     steps.platform = &platform;
     steps.zero_grad = ZeroGrad::zeros;
     steps.cudnn_workspace_bytes = std::int64_t{64} << 20;

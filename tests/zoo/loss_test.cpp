@@ -166,6 +166,24 @@ TEST(LossKinds, DecoderHead) {
   }
 }
 
+// A bf16 Llama's loss: Hugging Face's fp32 copy of the logits [16, 32000] and fp32 log-softmax
+// (4 x 16 x 32000 B each) by default; with upcast false neither exists and log_softmax keeps
+// bf16 log-probabilities, 2 x 16 x 32000 B.
+TEST(LossKinds, CrossEntropyUpcastFollowsTheLoop) {
+  for (const bool upcast : {true, false}) {
+    SCOPED_TRACE(upcast ? "upcast" : "no upcast");
+    ModelRequest request = Request("llama").layers(1).seq_len(16).precision(Precision::bf16);
+    if (!upcast) request.loss.upcast = false;
+    const Trace trace = build_model(request);
+    const bool has_copy = std::any_of(trace.ops().begin(), trace.ops().end(), [](const traces::Op& op) { return op.name == "logits.float"; });
+    EXPECT_EQ(has_copy, upcast);
+    const auto& log_probs = named(trace, "loss.log_softmax.out");
+    EXPECT_EQ(log_probs.dtype, upcast ? DType::f32 : DType::bf16);
+    EXPECT_EQ(log_probs.bytes(), (upcast ? 4 : 2) * 16 * 32000);
+    EXPECT_EQ(trace.metadata().contains("loss_upcast"), !upcast);
+  }
+}
+
 TEST(LossKinds, Refusals) {
   EXPECT_THROW(build(LossKind::chunked, 17), InputError);  // more chunks than tokens
   ModelRequest bert = Request("bert-base").seq_len(16);

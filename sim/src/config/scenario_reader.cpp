@@ -57,12 +57,6 @@ Scenario ScenarioReader::read(const YAML::Node& root) {
   if (const YAML::Node parallelism = root["parallelism"]) {
     scenario.parallelism = read_parallelism(parallelism, scenario.platform);
     scenario.locations["parallelism"] = where(parallelism.Mark());
-    // FSDP2 under gradient accumulation (no resharding between micro-steps, reduce-scatters per
-    // micro-step or deferred) is not modelled.
-    if (scenario.parallelism->data.fsdp && scenario.accumulation_steps > 1) {
-      throw InputError(where(parallelism["fsdp"].Mark()) + "'parallelism.fsdp' with training.gradient_accumulation_steps " +
-                       std::to_string(scenario.accumulation_steps) + " is not modelled; expected gradient_accumulation_steps 1 with fsdp");
-    }
   }
   // After parallelism: plan.gpus fills nodes of the parallelism section's GPUs per node.
   if (const YAML::Node plan = root["plan"]) {

@@ -204,7 +204,7 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
   if (o.target_global_batch) {
     out += fmt::format(
         "Target     global batch {0} = micro-batch x steps x GPUs exactly: each configuration runs {0} / GPUs per GPU in one step where that\n"
-        "           fits, else the largest micro-batch dividing it that fits, with gradient accumulation simulated (DDP's no_sync micro-steps)\n",
+        "           fits, else the largest micro-batch dividing it that fits, with gradient accumulation simulated (ZeRO-2/3 reduce at every micro-step)\n",
         *o.target_global_batch);
   } else {
     out += "Target     none: each configuration runs its fastest micro-batch, so global batches differ (plan.target_global_batch fixes one)\n";

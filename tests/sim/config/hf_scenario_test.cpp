@@ -188,8 +188,10 @@ TEST(HfScenario, FsdpSection) {
   EXPECT_THAT(error_of(head + "parallelism: {fsdp: {units: [\"x\"], reduce_dtype: fp8}}\n"), HasSubstr("expected fp32, bf16 or fp16"));
   EXPECT_THAT(error_of(head + "parallelism: {fsdp: {units: [\"layers.[3-1]\"]}}\n"), HasSubstr("'parallelism.fsdp.units'"));
   EXPECT_THAT(error_of(head + "parallelism: {zero: {stage: 3}, fsdp: {units: [\"x\"]}}\n"), HasSubstr("more than one of 'ddp'"));
-  EXPECT_THAT(error_of(head + "training: {gradient_accumulation_steps: 2}\nparallelism: {fsdp: {units: [\"x\"]}}\n"),
-              AllOf(HasSubstr("s.yaml:4:"), HasSubstr("is not modelled")));
+  // FSDP2 with gradient accumulation: reduce-scatters at every micro-step (models/transforms/README.md).
+  const Scenario accumulated = parse_scenario(head + "training: {gradient_accumulation_steps: 2}\nparallelism: {fsdp: {units: [\"x\"]}}\n", "s.yaml", kScenarios);
+  EXPECT_EQ(accumulated.accumulation_steps, 2);
+  EXPECT_TRUE(accumulated.parallelism->data.fsdp.has_value());
   EXPECT_THAT(error_of(head + "parallelism: {fsdp: {units: [\"x\"]}}\nplan: {zero_stages: [2, 3]}\n"),
               AllOf(HasSubstr("s.yaml:4:"), HasSubstr("'plan.zero_stages' searches DeepSpeed configurations")));
 }

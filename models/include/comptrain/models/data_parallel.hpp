@@ -135,6 +135,27 @@ struct DataParallelSpec {
 // naming the field.
 void check_data_parallel(const DataParallelSpec& spec);
 
+// Whether the gradients are reduced at every micro-step of gradient accumulation, so that
+// transform_schedule applies data parallelism before accumulation (transform_schedule.hpp):
+//  - ZeRO-2 and 3: DeepSpeed communicates at every micro-step (microsoft/DeepSpeed@38327e07,
+//    deepspeed/runtime/engine.py lines 2051-2053, allreduce_gradients: "ZeRO stage >= 2
+//    communicates during non gradient accumulation boundaries as well";
+//    zero/stage_1_and_2.py line 1425, reduce_ready_partitions_and_remove_grads reduces when
+//    partition_gradients) and accumulates into its gradient partition (zero/stage3.py lines
+//    1481-1487, partition_grads: copy at micro-step 0, add_ after); stage 3 releases each
+//    gathered parameter after its use in every micro-step;
+//  - FSDP2: every backward's post_backward reshards and reduce-scatters (pytorch/pytorch@012c62d6,
+//    torch/distributed/_composable/fsdp/_fsdp_param_group.py, FSDPParamGroup: reduce_scatter_grads
+//    defaults to True, set_requires_gradient_sync(False) being the no-sync variant) and adds the
+//    new shard into the sharded gradient (@01d66d21 _fsdp_collectives.py, foreach_reduce_scatter:
+//    `fsdp_param.sharded_param.grad += new_sharded_dtensor_grad`);
+//    With an offloaded optimizer stages 2 and 3 copy each micro-step's reduced gradients to the
+//    host too (stage_1_and_2.py copy_grads_in_partition: async_accumulate_grad_in_cpu_via_gpu
+//    when gradient_accumulation_steps > 1; stage3.py partition_grads, the host buffer);
+//  - not DDP (no_sync() in the earlier micro-steps) nor ZeRO-1 (engine.py lines 2055-2059: only
+//    at gradient accumulation boundaries).
+bool reduces_every_micro_step(const DataParallelSpec& spec);
+
 // One rank's schedule under `spec` (models/transforms/README.md):
 //  - gradients are grouped into buckets in the order the backward pass makes them ready (DDP
 //    rebuilds its buckets in that order after the first iteration; DeepSpeed fills its bucket in
@@ -156,7 +177,11 @@ void check_data_parallel(const DataParallelSpec& spec);
 //  - with fsdp, FSDP2's schedule instead of ZeRO-3's (models/transforms/README.md, "FSDP2").
 // Apply it after build_schedule and before the framework's gradient lifetime. The overload
 // without a platform refuses an offloaded optimizer (std::invalid_argument): its step needs the host.
-void apply_data_parallel(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec);
-void apply_data_parallel(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec, const Platform& platform);
+// Returns the position of the optimizer step's first task in the new schedule (the tasks from it
+// on are the step's: the optimizer's kernels or the step on the host, then stages 1 and 2's
+// all-gather), which gradient accumulation applied after it leaves out of the micro-steps; none
+// when the schedule is left as it is or has no optimizer.
+std::optional<TaskId> apply_data_parallel(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec);
+std::optional<TaskId> apply_data_parallel(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec, const Platform& platform);
 
 }  // namespace comptrain::models

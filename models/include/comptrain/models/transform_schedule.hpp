@@ -3,14 +3,19 @@
 // (one GPU's iteration under a strategy) before the simulator replays it. This is the one place
 // that order is written; the run layer (sim/run.hpp, schedule_run) calls only transform_schedule.
 //
-//   1. gradient accumulation (gradient_accumulation.hpp): the micro-steps of one optimizer step;
-//      first, because under data parallelism the earlier micro-steps run inside DDP's no_sync()
-//      and the gradients are reduced in the last one only;
-//   2. data parallelism (data_parallel.hpp): one rank's schedule with its collectives. The
-//      tensor- and pipeline-parallel transforms, when they come, go here, beside it: they too
-//      give one rank's schedule, and data parallelism reshapes the gradients' lifetime (ZeRO
-//      frees them after their reduction), so it must come before step 3;
-//   3. the framework's transforms (framework_transforms.hpp): the gradients' lifetime across
+//   1. gradient accumulation (gradient_accumulation.hpp) and data parallelism
+//      (data_parallel.hpp: one rank's schedule with its collectives), in the order the
+//      framework reduces the gradients (reduces_every_micro_step): accumulation first when
+//      they are reduced once per optimizer step (DDP's no_sync(), ZeRO-1), so the
+//      reductions come in the last micro-step only; data parallelism first when every
+//      micro-step gathers, reshards and reduce-scatters on its own (ZeRO-2 and 3, FSDP2), so
+//      accumulation repeats those with the micro-step and the gradient shard is accumulated;
+//      apply_data_parallel says where its optimizer step begins (the step on the host included).
+//      The tensor- and pipeline-parallel transforms, when they come, go beside data
+//      parallelism: they too give one rank's schedule, and data parallelism reshapes the
+//      gradients' lifetime (ZeRO frees them after their reduction), so it must come before
+//      step 2;
+//   2. the framework's transforms (framework_transforms.hpp): the gradients' lifetime across
 //      iterations (zero_grad), cuDNN's workspaces, then each task's dispatch cost on the host,
 //      last, so that every task the earlier steps added has one.
 //

@@ -33,7 +33,7 @@ Scenario ScenarioReader::read(const YAML::Node& root) {
   scenario.source = source();
   const YAML::Node model = required(root, "model", "the scenario");
   if (!model.IsMap()) throw InputError(where(model.Mark()) + "'model' must be a mapping with the key zoo, hf_config or trace");
-  check_keys(model, "model", {"zoo", "hf_config", "trace", "layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing"});
+  check_keys(model, "model", {"zoo", "hf_config", "trace", "layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing", "implementation", "norm_type"});
   const YAML::Node training = root["training"];
   if (training && !training.IsMap()) {
     throw InputError(where(training.Mark()) + "'training' must be a mapping with the keys batch_size, precision, optimizer, optimizer_impl, optimizer_in_backward, loss, tf32, memory_format, gradient_accumulation_steps");
@@ -184,6 +184,22 @@ void ScenarioReader::read_model(const YAML::Node& model, const YAML::Node& train
       if (!packing["documents"]) throw InputError(where(packing.Mark()) + "'model.packing' needs 'documents' (how many documents each sample packs)");
       request.packed_documents = optional_positive(packing, "documents", "model.packing");
     }
+    // Whose code builds a decoder: Hugging Face's (the default) or torchtitan's
+    // (traces/zoo/README.md, "torchtitan's Llama"); norm_type is its train config's.
+    if (const YAML::Node impl = model["implementation"]) {
+      const auto parse = [](std::string_view text) -> std::optional<bool> {
+        if (text == "torchtitan") return true;
+        if (text == "hugging-face") return false;
+        return std::nullopt;
+      };
+      if (named(impl, "model.implementation", parse, {"hugging-face", "torchtitan"})) request.torchtitan = zoo::TorchtitanOptions{};
+    }
+    if (const YAML::Node n = model["norm_type"]) {
+      if (!request.torchtitan) {
+        throw InputError(where(n.Mark()) + "'model.norm_type' is torchtitan's train-config option; expected it with 'implementation: torchtitan'");
+      }
+      request.torchtitan->norm = named(n, "model.norm_type", zoo::parse_torchtitan_norm, zoo::torchtitan_norm_names());
+    }
     // Up to PyTorch 1.10 softmax and log_softmax saved their input too (sim/framework.hpp).
     request.softmax_saves_input = scenario.framework.pytorch && *scenario.framework.pytorch <= PytorchVersion{1, 10};
     // Up to PyTorch 1.13 autograd summed a tensor's gradients into a new tensor, from 2.0 in
@@ -215,11 +231,11 @@ void ScenarioReader::read_model(const YAML::Node& model, const YAML::Node& train
     }
     scenario.zoo_model = std::move(request);
     scenario.model_locations[""] = where((has_hf ? model["hf_config"] : model["zoo"]).Mark());
-    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing"}) {
+    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing", "implementation", "norm_type"}) {
       if (const YAML::Node node = model[key]) scenario.model_locations[key] = where(node.Mark());
     }
   } else {
-    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing"}) {
+    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing", "implementation", "norm_type"}) {
       if (model[key]) throw InputError(where(model[key].Mark()) + "'" + key + "' applies to zoo models only; a trace file fixes the model's shape");
     }
     std::filesystem::path path = scalar(model["trace"], "model.trace");

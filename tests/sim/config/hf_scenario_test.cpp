@@ -198,3 +198,42 @@ TEST(HfScenario, FsdpSection) {
 
 }  // namespace
 }  // namespace comptrain::sim
+
+namespace comptrain::sim {
+namespace {
+
+// model.implementation and model.norm_type (issue 31; traces/zoo/README.md, "torchtitan's Llama"):
+// read at their lines, refused where they do not apply, and the zoo's refusals carry the
+// implementation key's line.
+TEST(HfScenario, TorchtitanImplementation) {
+  const std::string llama = "model: {hf_config: hf-configs/llama-3-8b.json, seq_len: 64, layers: 1, ";
+  const Scenario s = parse_scenario(llama + "implementation: torchtitan, norm_type: fused_rmsnorm}\ntraining: {precision: bf16}\n", "s.yaml",
+                                    kScenarios);
+  ASSERT_TRUE(s.zoo_model && s.zoo_model->torchtitan);
+  EXPECT_EQ(s.zoo_model->torchtitan->norm, zoo::TorchtitanOptions::Norm::fused_rmsnorm);
+  const traces::Trace trace = build_trace(s);
+  EXPECT_EQ(trace.metadata().at("implementation"), "torchtitan");
+  EXPECT_EQ(trace.metadata().at("norm_type"), "fused_rmsnorm");
+  // The default norm_type is ModelArgs' rmsnorm; hugging-face is the default implementation.
+  EXPECT_EQ(parse_scenario(llama + "implementation: torchtitan}\n", "s.yaml", kScenarios).zoo_model->torchtitan->norm,
+            zoo::TorchtitanOptions::Norm::rmsnorm);
+  EXPECT_FALSE(parse_scenario(llama + "implementation: hugging-face}\n", "s.yaml", kScenarios).zoo_model->torchtitan);
+
+  EXPECT_THAT(error_of(llama + "implementation: torchtitn}\n"),
+              AllOf(HasSubstr("s.yaml:1:"), HasSubstr("model.implementation"), HasSubstr("torchtitan")));
+  EXPECT_THAT(error_of(llama + "norm_type: fused_rmsnorm}\n"), AllOf(HasSubstr("s.yaml:1:"), HasSubstr("with 'implementation: torchtitan'")));
+  EXPECT_THAT(error_of(llama + "implementation: torchtitan, norm_type: layernorm}\n"),
+              AllOf(HasSubstr("s.yaml:1:"), HasSubstr("model.norm_type"), HasSubstr("fused_rmsnorm")));
+  EXPECT_THAT(error_of("model: {trace: t.json, implementation: torchtitan}\n"), HasSubstr("'implementation' applies to zoo models only"));
+  // Qwen2 (q/k/v biases) is not torchtitan's model: refused at the implementation key's line.
+  try {
+    build_trace(parse_scenario("model:\n  hf_config: hf-configs/qwen2-7b.json\n  seq_len: 64\n  implementation: torchtitan\n", "s.yaml",
+                               kScenarios));
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_THAT(std::string(e.what()), AllOf(testing::StartsWith("s.yaml:4:19: model: implementation: "), HasSubstr("no 'qwen2' architecture")));
+  }
+}
+
+}  // namespace
+}  // namespace comptrain::sim

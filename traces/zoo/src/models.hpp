@@ -52,6 +52,13 @@ Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention 
 Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64_t seq_len, Attention implementation,
                  const std::vector<std::int64_t>& expert_tokens = {}, std::int64_t documents = 1);
 
+// torchtitan's Llama (torchtitan_decoder.cpp): InputError ("implementation: ...") when the
+// architecture or a request option is not what torchtitan's model code builds; then the model,
+// at `seq_len` tokens, with flash or sdpa-mem-efficient attention.
+void check_torchtitan_request(const DecoderArchitecture& arch, const ModelRequest& request, Attention implementation);
+Value torchtitan_decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64_t seq_len, Attention implementation,
+                            TorchtitanOptions::Norm norm);
+
 // LoRA / QLoRA on a decoder (lora.cpp): checks `spec`, resolves PEFT's default targets for the
 // architecture and turns the builder's LoRA mode on (before decoder_lm); records the choice in
 // `metadata`. InputError ("lora...: ...") for what PEFT or the zoo does not take.

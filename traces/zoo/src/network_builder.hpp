@@ -143,6 +143,15 @@ class NetworkBuilder {
   // broadcast over batch and heads; MulBackward0 saves them, nothing else is saved (the slices,
   // neg and cat save sizes only). The output is promoted to cos's dtype (fp32 under autocast).
   Value rotary(const std::string& name, Value x, Value cos, Value sin);
+  // ---- torchtitan's Llama pieces (torchtitan_decoder.cpp) -----------------------------------
+  // torchtitan's FusedRMSNorm (norm_type fused_rmsnorm): TritonFusedRMSNorm.apply, one kernel
+  // writing y (x's dtype) and the fp32 rstd per row; ctx.save_for_backward(x, weight, rstd).
+  Value fused_rmsnorm(const std::string& name, Value x);
+  // torchtitan's apply_rotary_emb for one of q or k: view_as_complex(x.float()) * freqs_cis,
+  // view_as_real, type_as(x). `freqs_cis` is the complex64 buffer (as fp32 pairs, the same
+  // bytes), needing no gradient; MulBackward0 saves it only. The fp32 copy and the fp32 product
+  // are temporaries of the op (and two fp32 gradients of its backward) for a 16-bit x.
+  Value rotary_complex(const std::string& name, Value x, Value freqs_cis);
   // Hugging Face's repeat_kv: x [N, kv_heads, S, D] expanded to [N, kv_heads * n_rep, S, D]
   // and reshaped, which copies (the expanded tensor is not viewable). Saves nothing; its
   // backward sums the groups' gradients into a new tensor.

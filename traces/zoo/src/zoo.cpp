@@ -619,6 +619,9 @@ traces::Trace build_model(const ModelRequest& request) {
   if (request.batch_size < 1) {
     throw InputError("batch_size: must be >= 1, got " + std::to_string(request.batch_size));
   }
+  if (request.torchtitan && entry.family != Family::decoder) {
+    throw InputError("implementation: torchtitan builds the Llama decoders (model 'llama', a Hugging Face Llama config), not '" + request.model + "'");
+  }
   const bool transformer = entry.family != Family::cnn;
   // Convolutional nets train with SGD and momentum, transformers with Adam (the papers' setups).
   const Optimizer optimizer = request.optimizer.value_or(transformer ? Optimizer::adam : Optimizer::momentum);
@@ -686,7 +689,15 @@ traces::Trace build_model(const ModelRequest& request) {
       throw InputError("packing.documents: must be between 1 and seq_len (" + std::to_string(seq_len) + "), got " + std::to_string(documents));
     }
     if (request.packed_documents) metadata["packed_documents"] = std::to_string(documents);
-    const Value loss = detail::decoder_lm(nb, arch, seq_len, attention, expert_tokens, documents);
+    Value loss;
+    if (request.torchtitan) {
+      detail::check_torchtitan_request(arch, request, attention);
+      loss = detail::torchtitan_decoder_lm(nb, arch, seq_len, attention, request.torchtitan->norm);
+      metadata["implementation"] = "torchtitan";
+      metadata["norm_type"] = request.torchtitan->norm == TorchtitanOptions::Norm::fused_rmsnorm ? "fused_rmsnorm" : "rmsnorm";
+    } else {
+      loss = detail::decoder_lm(nb, arch, seq_len, attention, expert_tokens, documents);
+    }
     if (request.lora) nb.check_lora_targets();
     metadata["attention"] = std::string(to_string(attention));
     metadata["family"] = arch.family;

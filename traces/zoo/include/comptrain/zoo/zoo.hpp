@@ -208,6 +208,20 @@ struct LoraSpec {
   bool nf4 = false;
 };
 
+// The decoder as torchtitan builds it (torchtitan/models/llama/model.py at
+// pytorch/torchtitan@1ea476e9f24be439eda358aa864f45c1c37a8a88) instead of Hugging Face's
+// LlamaForCausalLM: the same parameters and GEMMs, other saved tensors (traces/zoo/README.md,
+// "torchtitan's Llama"). Llama-shaped configs only (no biases, untied, full rotary, dense).
+struct TorchtitanOptions {
+  // The train config's [model] norm_type (torchtitan/models/norms.py create_norm): `rmsnorm`
+  // (ModelArgs' default; the same tensors as Hugging Face's LlamaRMSNorm) or `fused_rmsnorm`
+  // (its Triton kernel's autograd Function). layernorm / np_layernorm are not modelled.
+  enum class Norm { rmsnorm, fused_rmsnorm };
+  Norm norm = Norm::rmsnorm;
+};
+std::optional<TorchtitanOptions::Norm> parse_torchtitan_norm(std::string_view text);
+std::vector<std::string_view> torchtitan_norm_names();
+
 // Which model, trained how: everything but the batch size. Unset optional fields take the
 // model's defaults. A scenario holds one of these; its batch size lives in the scenario alone.
 struct ModelSpec {
@@ -268,6 +282,9 @@ struct ModelSpec {
   // cu_seqlens, eager adds a per-sample block-diagonal mask, sdpa-mem-efficient takes a bool
   // block mask as attn_mask. Rotary positions restart per document. Unset: one per sample.
   std::optional<std::int64_t> packed_documents;
+  // `llama` only: build the decoder as torchtitan's model code does (TorchtitanOptions); unset:
+  // Hugging Face's LlamaForCausalLM. Module names stay Hugging Face's either way.
+  std::optional<TorchtitanOptions> torchtitan;
 };
 
 // What to generate: a model at a batch size.

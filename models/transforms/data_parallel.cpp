@@ -238,6 +238,9 @@ void check_data_parallel(const DataParallelSpec& spec) {
   if (const auto& fsdp = spec.fsdp) {
     if (spec.zero_stage != 3) throw std::invalid_argument("data parallel: fsdp needs zero_stage 3 (FSDP2 shards parameters, gradients and optimizer state)");
     if (spec.offload_optimizer) throw std::invalid_argument("data parallel: fsdp with offload_optimizer is not modelled");
+    if (fsdp->replicate < 1 || spec.ranks % fsdp->replicate != 0) {
+      throw std::invalid_argument("data parallel: fsdp replicate must be at least 1 and divide the ranks (" + std::to_string(spec.ranks) + ")");
+    }
     if (fsdp->sharded_parameter_bytes < 1 || fsdp->sharded_parameter_bytes > 8 || fsdp->reduce_bytes < 0 || fsdp->reduce_bytes > 8) {
       throw std::invalid_argument("data parallel: fsdp element sizes must be 1 to 8 bytes (reduce_bytes 0: the gradients' own)");
     }

@@ -44,7 +44,11 @@ class Transform : public ScheduleEdit {
   static std::string task_name(const char* what, std::size_t index, std::int64_t bytes) {
     return std::string(what) + " " + std::to_string(index) + " (" + std::to_string(bytes) + " B)";
   }
-  std::string partition_name(const char* what) const { return std::string(what) + " (1/" + std::to_string(spec_.ranks) + ")"; }
+  // The ranks that share one copy of the model state: every rank, or HSDP's shard group.
+  int shard_ranks() const { return spec_.fsdp ? spec_.ranks / spec_.fsdp->replicate : spec_.ranks; }
+  // The collectives that shard and unshard (RankGroups{} over every rank; HSDP: its shard groups).
+  RankGroups shard_groups() const { return shard_ranks() == spec_.ranks ? RankGroups{} : RankGroups{shard_ranks(), 1}; }
+  std::string partition_name(const char* what) const { return std::string(what) + " (1/" + std::to_string(shard_ranks()) + ")"; }
 
   void redirect_all();
 

@@ -20,12 +20,14 @@ namespace comptrain::models::transform_detail {
 
 using traces::Phase;
 
-// FSDPParam pads a parameter's dim 0 to a multiple of the world size (_get_dim0_padded_size).
+// FSDPParam pads a parameter's dim 0 to a multiple of the shard group's size (the world size
+// without HSDP; _get_dim0_padded_size over the shard mesh dimension).
 std::int64_t Transform::padded_elements(const traces::Tensor& t) const {
-  if (t.shape.empty()) return ceil_div(std::max<std::int64_t>(t.elements(), 1), spec_.ranks) * spec_.ranks;
+  const std::int64_t shards = shard_ranks();
+  if (t.shape.empty()) return ceil_div(std::max<std::int64_t>(t.elements(), 1), shards) * shards;
   const std::int64_t dim0 = t.shape.front();
   const std::int64_t rest = dim0 > 0 ? t.elements() / dim0 : 0;
-  return ceil_div(dim0, spec_.ranks) * spec_.ranks * rest;
+  return ceil_div(dim0, shards) * shards * rest;
 }
 
 void Transform::run_fsdp() {
@@ -74,7 +76,7 @@ Transform::FsdpGroups Transform::fsdp_groups() const {
     u.weights.push_back(w);
     const std::int64_t padded = padded_elements(t);
     u.padded_elements += padded;
-    u.sharded_elements += padded / spec_.ranks;
+    u.sharded_elements += padded / shard_ranks();
     u.unsharded_bytes += padded * static_cast<std::int64_t>(traces::element_size(t.dtype));
     weight_unit[w] = unit_index.at(u.name);
     weight_elements += t.elements();
@@ -152,7 +154,7 @@ BufferId Transform::shard_fsdp_state(const FsdpGroups& groups) {
                                   "-byte weights, whose masters the trace's optimizer state does not hold (" + std::to_string(state) + " B)");
     }
     if (!members.empty()) {
-      const BufferId part = add_buffer(partition_name("optimizer state partition"), ceil_div(state - masters, spec_.ranks), MemoryRole::optimizer_state);
+      const BufferId part = add_buffer(partition_name("optimizer state partition"), ceil_div(state - masters, shard_ranks()), MemoryRole::optimizer_state);
       for (BufferId b : members) {
         substitute_[b] = part;
         s_.buffers[b].resident = false;
@@ -199,6 +201,7 @@ TaskId Transform::fsdp_all_gather(const Unit& unit, const Gathered& g, const cha
   c.kind = TaskKind::collective;
   c.stream = Stream::comm;
   c.collective = CollectiveKind::all_gather;
+  c.groups = shard_groups();
   c.bytes = unit.unsharded_bytes;
   c.creates = {g.all_gather};
   if (g.cast) c.creates.push_back(*g.cast);
@@ -291,6 +294,7 @@ void Transform::reduce_scatter_gradients(const std::vector<Unit>& units) {
     return *units[a].last_backward < *units[b].last_backward;
   });
   std::optional<TaskId> previous_reduction;
+  std::optional<TaskId> last_reduction;  // the last collective of the gradients: the optimizer waits for it
   std::optional<BufferId> previous_input;
   TaskId previous_ready = 0;
   std::size_t r = 0;
@@ -315,12 +319,30 @@ void Transform::reduce_scatter_gradients(const std::vector<Unit>& units) {
     c.kind = TaskKind::collective;
     c.stream = Stream::comm;
     c.collective = CollectiveKind::reduce_scatter;
+    c.groups = shard_groups();
     c.bytes = unit.padded_elements * reduce_bytes;
     c.creates = {input, output};
     c.uses = unit.gradients;
     c.after = {ready};
-    c.name = task_name(("FSDP reduce-scatter of " + what + " gradients").c_str(), r++, c.bytes);
+    c.name = task_name(("FSDP reduce-scatter of " + what + " gradients").c_str(), r, c.bytes);
     const TaskId reduction = add_task(std::move(c), ready + 1);
+    // HSDP: the shard is all-reduced in place over the replicas (on the all-reduce stream, which
+    // waits for the reduce-scatter: here the same comm stream, after it). The next post-backward
+    // waits for the reduce-scatter only (reduce_scatter_state's event); the optimizer for all.
+    if (f.replicate > 1) {
+      Task a;
+      a.kind = TaskKind::collective;
+      a.stream = Stream::comm;
+      a.collective = CollectiveKind::all_reduce;
+      a.groups = RankGroups{f.replicate, shard_ranks()};
+      a.bytes = unit.sharded_elements * reduce_bytes;
+      a.uses = {output};
+      a.name = task_name(("HSDP all-reduce of " + what + " gradient shards").c_str(), r, a.bytes);
+      last_reduction = add_task(std::move(a), ready + 1);
+    } else {
+      last_reduction = reduction;
+    }
+    ++r;
     for (BufferId g : unit.gradients) {
       s_.buffers[g].held_to_end = false;
       s_.buffers[g].resident = false;
@@ -329,7 +351,7 @@ void Transform::reduce_scatter_gradients(const std::vector<Unit>& units) {
     previous_reduction = reduction;
     previous_input = input;
   }
-  if (previous_reduction && first_optimizer_) extra_after_[*first_optimizer_].push_back(*previous_reduction);
+  if (last_reduction && first_optimizer_) extra_after_[*first_optimizer_].push_back(*last_reduction);
 }
 
 // After redirect_all: the unsharded parameters are created by their group's first task of the

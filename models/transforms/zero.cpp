@@ -61,10 +61,10 @@ void Transform::shard_optimizer_tasks() {
   for (TaskId t = 0; t < n_; ++t) {
     Task& task = s_.tasks[t];
     if (!task.op || pass_of(task, trace_) != Phase::optimizer) continue;
-    task.seconds /= spec_.ranks;
+    task.seconds /= shard_ranks();
     for (BufferId b : task.creates) {
       Buffer& buffer = s_.buffers[b];
-      if (!buffer.resident && buffer.role == MemoryRole::temporary) buffer.bytes = ceil_div(buffer.bytes, spec_.ranks);
+      if (!buffer.resident && buffer.role == MemoryRole::temporary) buffer.bytes = ceil_div(buffer.bytes, shard_ranks());
     }
   }
 }

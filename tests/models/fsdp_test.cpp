@@ -291,6 +291,67 @@ TEST(Fsdp, ReduceScattersInFp32PerUnit) {
   EXPECT_TRUE(optimizer_waits);
 }
 
+// HSDP, 8 ranks as 2 replicas of 4 shards: every buffer is the 4-rank FSDP's, byte for byte (the
+// shard group sets the padding and the shares); the all-gathers and reduce-scatters run over the
+// shard groups (4 consecutive ranks), and each reduce-scatter is followed on the comm stream by an
+// all-reduce of its output over the replicas (2 ranks, 4 apart): n parameters x 4 bytes (fp32
+// reduce_dtype) / 4 shards. The optimizer waits for the last all-reduce.
+TEST(Fsdp, HsdpShardsWithinAGroupAndAllReducesTheShardsAcrossReplicas) {
+  const auto trace = llama();
+  const Schedule flat = fsdp(trace, fsdp_spec());
+  DataParallelSpec spec = fsdp_spec();
+  spec.ranks = 2 * kRanks;
+  spec.fsdp->replicate = 2;
+  const Schedule hybrid = fsdp(trace, spec);
+  ASSERT_EQ(flat.buffers.size(), hybrid.buffers.size());
+  for (BufferId b = 0; b < flat.buffers.size(); ++b) {
+    EXPECT_EQ(flat.buffers[b].name, hybrid.buffers[b].name);
+    EXPECT_EQ(flat.buffers[b].bytes, hybrid.buffers[b].bytes) << flat.buffers[b].name;
+    EXPECT_EQ(flat.buffers[b].resident, hybrid.buffers[b].resident) << flat.buffers[b].name;
+  }
+  const auto units = parameters_by_unit(trace);
+  std::size_t flat_collectives = 0;
+  for (const Task& t : flat.tasks) {
+    if (!t.collective) continue;
+    ++flat_collectives;
+    EXPECT_TRUE(t.groups.every_rank()) << t.name;
+  }
+  std::vector<TaskId> all_reduces;
+  std::size_t shard_collectives = 0;
+  for (TaskId t = 0; t < hybrid.tasks.size(); ++t) {
+    const Task& task = hybrid.tasks[t];
+    if (!task.collective) continue;
+    if (*task.collective == CollectiveKind::all_reduce) {
+      all_reduces.push_back(t);
+      EXPECT_EQ(task.groups, (RankGroups{2, 4})) << task.name;
+      continue;
+    }
+    ++shard_collectives;
+    EXPECT_EQ(task.groups, (RankGroups{4, 1})) << task.name;
+    if (*task.collective != CollectiveKind::reduce_scatter) continue;
+    // The next comm task all-reduces this one's output: a quarter of its input.
+    TaskId next = t + 1;
+    while (next < hybrid.tasks.size() && hybrid.tasks[next].stream != Stream::comm) ++next;
+    ASSERT_LT(next, hybrid.tasks.size());
+    EXPECT_EQ(hybrid.tasks[next].collective, CollectiveKind::all_reduce) << task.name;
+    EXPECT_EQ(hybrid.tasks[next].bytes, task.bytes / 4) << task.name;
+  }
+  EXPECT_EQ(shard_collectives, flat_collectives);
+  ASSERT_EQ(all_reduces.size(), units.size());
+  std::int64_t reduced = 0;
+  for (TaskId t : all_reduces) reduced += hybrid.tasks[t].bytes;
+  std::int64_t expected = 0;
+  for (const auto& [unit, n] : units) expected += n * 4 / kRanks;
+  EXPECT_EQ(reduced, expected);
+  bool optimizer_waits = false;
+  for (const Task& t : hybrid.tasks) {
+    if (t.op && trace.op(*t.op).phase == traces::Phase::optimizer) {
+      optimizer_waits = optimizer_waits || std::find(t.after.begin(), t.after.end(), all_reduces.back()) != t.after.end();
+    }
+  }
+  EXPECT_TRUE(optimizer_waits);
+}
+
 TEST(Fsdp, RejectsWhatItDoesNotModel) {
   DataParallelSpec spec = fsdp_spec();
   spec.zero_stage = 2;
@@ -303,6 +364,11 @@ TEST(Fsdp, RejectsWhatItDoesNotModel) {
   EXPECT_THROW(check_data_parallel(spec), std::invalid_argument);
   spec = fsdp_spec();
   spec.fsdp->reduce_bytes = 9;
+  EXPECT_THROW(check_data_parallel(spec), std::invalid_argument);
+  spec = fsdp_spec();
+  spec.fsdp->replicate = 3;  // 4 ranks do not form 3 replicas
+  EXPECT_THROW(check_data_parallel(spec), std::invalid_argument);
+  spec.fsdp->replicate = 0;
   EXPECT_THROW(check_data_parallel(spec), std::invalid_argument);
 }
 

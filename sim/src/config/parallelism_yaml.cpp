@@ -47,6 +47,10 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
   if (fsdp) {
     p.data.zero_stage = 3;
     p.data.fsdp = read_fsdp(fsdp);
+    if (const YAML::Node r = fsdp["replicate"]; r && p.data.ranks % p.data.fsdp->replicate != 0) {
+      throw InputError(where(r.Mark()) + "'parallelism.fsdp.replicate' is " + r.Scalar() + " but the run has " + std::to_string(p.data.ranks) +
+                       " GPUs; expected a divisor of that (HSDP: the GPUs form replicate groups of GPUs / replicate GPUs, each sharding the model)");
+    }
   }
   // The largest bucket or reduction bucket accepted: 1 TiB, beyond any GPU's memory.
   constexpr std::int64_t kMaxBucketBytes = std::int64_t{1} << 40;
@@ -96,11 +100,11 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
 }
 
 // parallelism.fsdp (models/transforms/README.md, "FSDP2"): {units: [module patterns],
-// reshard_after_forward: true | false | all_but_last, sharded_dtype, reduce_dtype}.
+// reshard_after_forward: true | false | all_but_last, sharded_dtype, reduce_dtype, replicate}.
 models::FsdpSpec ScenarioReader::read_fsdp(const YAML::Node& node) const {
   const std::string section = "parallelism.fsdp";
   require_map(node, section);
-  check_keys(node, section, {"units", "reshard_after_forward", "sharded_dtype", "reduce_dtype"});
+  check_keys(node, section, {"units", "reshard_after_forward", "sharded_dtype", "reduce_dtype", "replicate"});
   models::FsdpSpec f;
   const YAML::Node units = required(node, "units", section);
   f.units = string_list(units, section + ".units");
@@ -136,6 +140,12 @@ models::FsdpSpec ScenarioReader::read_fsdp(const YAML::Node& node) const {
   f.sharded_parameter_bytes = dtype_bytes("sharded_dtype", 4);
   // Unset: MixedPrecisionPolicy's default (None): the gradients are reduced in their own dtype.
   f.reduce_bytes = dtype_bytes("reduce_dtype", 0);
+  // HSDP's replicas (torchtitan's data_parallel_replicate_degree); whether it divides the GPUs is
+  // checked with the GPU count (read_parallelism). At most 1,000,000, as the GPUs.
+  if (const auto replicate = optional_positive(node, "replicate", section)) {
+    if (*replicate > 1'000'000) throw InputError(where(node["replicate"].Mark()) + "'" + section + ".replicate' is " + node["replicate"].Scalar() + "; expected at most 1000000");
+    f.replicate = static_cast<int>(*replicate);
+  }
   return f;
 }
 

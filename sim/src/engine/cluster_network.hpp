@@ -20,6 +20,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -75,46 +76,46 @@ class ClusterNetwork {
   const std::vector<PoweredLink>& node_links(int node) const { return nodes_.at(static_cast<std::size_t>(node)).links; }
   const std::vector<PoweredLink>& network_links() const { return network_links_; }
 
-  // One collective over all ranks, run from the calling actor (blocks it until every rank's part
-  // has ended): `bytes` as nccl-tests counts the size (all_reduce: the buffer; reduce_scatter: the
-  // input; all_gather: the output), with the algorithm NCCL runs (algorithm_for). NCCL's latency
-  // term first, then the data as aggregated SimGrid communications: the ring's, one per GPU per
-  // ring carrying its whole share (the rings' NVLink sends from one GPU to its neighbour as one),
-  // or the tree's, one per pair of GPUs that a tree edge joins (tree_sends). Contention with
-  // other traffic is SimGrid's.
-  void run_collective(models::CollectiveKind kind, std::int64_t bytes) const;
+  // One collective over `groups` (models::RankGroups; by default one group of every rank), run
+  // from the calling actor (blocks it until every group's part has ended): every group runs it at
+  // once over its own communicator, `bytes` being one group's size as nccl-tests counts it
+  // (all_reduce: the buffer; reduce_scatter: the input; all_gather: the output), with the
+  // algorithm NCCL runs (algorithm_for). NCCL's latency term first, then the data as aggregated
+  // SimGrid communications: the ring's, one per GPU per ring carrying its whole share (the rings'
+  // NVLink sends from one GPU to its neighbour as one), or the tree's, one per pair of GPUs that a
+  // tree edge joins (tree_sends). Contention with other traffic is SimGrid's. std::invalid_argument
+  // when the ranks do not divide into `groups`.
+  void run_collective(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups = {}) const;
   // The same with `algorithm` (tree: all-reduce only; std::invalid_argument otherwise).
-  void run_collective(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm) const;
+  void run_collective(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm, models::RankGroups groups = {}) const;
 
   // What NCCL runs for this collective: platform.collectives.algorithm when it forces one (tree
-  // for all-reduces only), else the faster in NCCL's model (nccl_prediction over graph_bandwidths);
-  // always ring for a reduce-scatter or an all-gather.
-  CollectiveAlgorithm algorithm_for(models::CollectiveKind kind, std::int64_t bytes) const;
-  NcclPrediction prediction(models::CollectiveKind kind, std::int64_t bytes) const;
-  // NCCL's graph bandwidths taken from this network (computed once, on first use): the ring's bus
-  // bandwidth on an idle network (nccl-tests' factor x bytes / the most loaded link's time); the
-  // tree's the same on all but 2 nodes, and on 2 nodes the simulated tree's own, 2 x bytes / its
-  // most loaded link's time (NCCL's search raises a 2-node tree's intra-node bandwidth up to
-  // twice the network's: src/graph/search.cc, "increase bwIntra for trees"); channels = rings.
-  NcclGraphBandwidths graph_bandwidths() const;
+  // for all-reduces only), else the faster in NCCL's model (nccl_prediction over graph_bandwidths
+  // and one group's shape); always ring for a reduce-scatter or an all-gather.
+  CollectiveAlgorithm algorithm_for(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups = {}) const;
+  NcclPrediction prediction(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups = {}) const;
+  // NCCL's graph bandwidths of one group's communicator, taken from this network (computed once,
+  // on first use), all groups running at once: the ring's bus bandwidth on an idle network
+  // (nccl-tests' factor x bytes / the most loaded link's time); the tree's the same on all but 2
+  // nodes, and on 2 nodes the simulated tree's own, 2 x bytes / its most loaded link's time
+  // (NCCL's search raises a 2-node tree's intra-node bandwidth up to twice the network's:
+  // src/graph/search.cc, "increase bwIntra for trees"); channels = rings.
+  NcclGraphBandwidths graph_bandwidths(models::RankGroups groups = {}) const;
 
   // Its time on an idle network, computed without running SimGrid: the latency term, the longest
   // route's link latency (0 but over PCIe) and, over every link the algorithm's sends cross, the
   // largest bytes / bandwidth (for reports and tests; SimGrid's max-min sharing gives the same
   // where every link's flows end together, as the tests check for the ring and the tree).
-  double idle_collective_seconds(models::CollectiveKind kind, std::int64_t bytes) const;
-  double idle_collective_seconds(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm) const;
+  double idle_collective_seconds(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups = {}) const;
+  double idle_collective_seconds(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm, models::RankGroups groups = {}) const;
 
   // What one GPU sends in one ring: factor x bytes / rings with nccl-tests' factor
-  // (bus_bandwidth_factor), rounded to a whole byte (SimGrid's payloads are integers).
-  std::uint64_t bytes_per_send(models::CollectiveKind kind, std::int64_t bytes) const;
+  // (bus_bandwidth_factor over one group's ranks), rounded to a whole byte (SimGrid's payloads
+  // are integers).
+  std::uint64_t bytes_per_send(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups = {}) const;
   // One tree share: what one tree edge carries in one direction for one of the two trees and one
-  // chain, bytes / (2 x tree_chains()), rounded to a whole byte.
-  std::uint64_t bytes_per_tree_share(std::int64_t bytes) const;
-  int rings() const { return rings_; }
-  // The chains each of the two trees runs: one per rail across nodes (as the rings), one headed by
-  // each GPU on one node (NCCL's channels spread the chains' ends over the GPUs).
-  int tree_chains() const { return chains_; }
+  // chain, bytes / (2 x chains), rounded to a whole byte.
+  std::uint64_t bytes_per_tree_share(std::int64_t bytes, models::RankGroups groups = {}) const;
   // Aggregated communications: `shares` sends from one GPU to another that share a route, as one
   // communication of shares x bytes_per_send (ring) or shares x bytes_per_tree_share (tree).
   struct Send {
@@ -122,8 +123,25 @@ class ClusterNetwork {
     sg4::Host* to = nullptr;
     int shares = 1;
   };
-  const std::vector<Send>& ring_sends() const { return sends_; }
-  const std::vector<Send>& tree_sends() const { return tree_sends_; }
+  // The NCCL communicators of one partition of the ranks into groups: one group's shape (the nodes
+  // it spans, its members on each), the rings each group runs (a ring per NIC its members use
+  // across nodes, one on a single node), the chains each of the two trees runs (one per rail
+  // across nodes, as the rings; one headed by each member on a single node: NCCL's channels
+  // spread the chains' ends over the GPUs), and every group's sends together.
+  struct Communicators {
+    ClusterShape group;
+    int rings = 0;
+    std::vector<Send> sends;
+    int chains = 0;
+    std::vector<Send> tree_sends;
+    mutable std::optional<NcclGraphBandwidths> graphs;
+  };
+  // Planned on first use and kept (the network's lifetime).
+  const Communicators& communicators(models::RankGroups groups) const;
+  int rings() const { return communicators({}).rings; }
+  int tree_chains() const { return communicators({}).chains; }
+  const std::vector<Send>& ring_sends() const { return communicators({}).sends; }
+  const std::vector<Send>& tree_sends() const { return communicators({}).tree_sends; }
 
  private:
   struct Node {
@@ -143,8 +161,10 @@ class ClusterNetwork {
   // (nullptr without a network).
   simgrid::kernel::routing::NetPoint* build_node(int index, sg4::NetZone* parent);
   void build_network();
-  void plan_rings();
-  void plan_trees();
+  // Each group's members, node by node (a group's ranks on one node, in rank order).
+  using GroupMembers = std::vector<std::vector<int>>;
+  void plan_rings(const GroupMembers& members, Communicators& into) const;
+  void plan_trees(const GroupMembers& members, Communicators& into) const;
   // The latency of the longest route of `sends` and the time the most loaded link takes for its
   // bytes, each send carrying shares x `bytes_per_share`.
   std::pair<double, double> idle_route_latency_and_data(const std::vector<Send>& sends, double bytes_per_share) const;
@@ -153,11 +173,8 @@ class ClusterNetwork {
   ClusterShape shape_;
   std::vector<Node> nodes_;
   std::vector<PoweredLink> network_links_;
-  int rings_ = 0;
-  std::vector<Send> sends_;
-  int chains_ = 0;
-  std::vector<Send> tree_sends_;
-  mutable std::optional<NcclGraphBandwidths> graphs_;
+  // By (group size, stride); std::map keeps references to its values valid.
+  mutable std::map<std::pair<int, int>, Communicators> communicators_;
 };
 
 // NCCL's double binary tree over `nodes` nodes (NCCL >= 2.4, src/graph/trees.cc): the parent of

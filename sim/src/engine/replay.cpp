@@ -237,18 +237,18 @@ class Replay {
       }
     }
 
-    // A collective over every rank. Replaying one rank, that rank stands for all (the network
-    // carries every rank's share). Replaying each, the collective starts once every rank's comm
+    // A collective over its groups of ranks (every rank by default). Replaying one rank, that rank
+    // stands for all (the network carries every rank's share, every group's at once). Replaying each, the collective starts once every rank's comm
     // stream has reached it (NCCL's ring cannot progress without all of them), rank 0 runs the
     // group's traffic, and it ends for all ranks at once.
     void collective(const models::Task& task) {
       if (!task.collective) throw std::logic_error("task " + task.name + " is a collective that names none");
       if (replay_.replayed_ranks_ == 1) {
-        replay_.network_->run_collective(*task.collective, task.bytes);
+        replay_.network_->run_collective(*task.collective, task.bytes, task.groups);
         return;
       }
       replay_.collective_barrier_->wait();
-      if (index_ == 0) replay_.network_->run_collective(*task.collective, task.bytes);
+      if (index_ == 0) replay_.network_->run_collective(*task.collective, task.bytes, task.groups);
       replay_.collective_barrier_->wait();
     }
 

@@ -76,7 +76,11 @@ std::optional<double> scaling_efficiency(const SimulationRun& run) {
 
 std::string data_parallel_name(const SimulationRun& run) {
   if (run.data_parallel == nullptr) return "one GPU";
-  return sim::data_parallel_name(run.data_parallel->zero_stage, run.data_parallel->fsdp.has_value(), NameStyle::long_form);
+  std::string name = sim::data_parallel_name(run.data_parallel->zero_stage, run.data_parallel->fsdp.has_value(), NameStyle::long_form);
+  if (const auto& fsdp = run.data_parallel->fsdp; fsdp && fsdp->replicate > 1) {
+    name += fmt::format(" (HSDP: {} replicas of {} shards)", fsdp->replicate, run.data_parallel->ranks / fsdp->replicate);
+  }
+  return name;
 }
 
 std::string metadata_or(const traces::Trace& trace, const std::string& key, const std::string& fallback) {

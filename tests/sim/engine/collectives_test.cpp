@@ -718,6 +718,110 @@ TEST(Collectives, BadShapesAreRejected) {
                InputError);
 }
 
+// ---- Collectives over groups of ranks -------------------------------------------------------
+
+// The simulated end of one collective over `groups` alone, and its idle estimate.
+Alone alone_over(const models::Platform& platform, ClusterShape shape, CollectiveKind kind, std::int64_t bytes, models::RankGroups groups,
+                 CollectiveAlgorithm algorithm) {
+  const auto v = numbers(in_simgrid([&] {
+    const detail::ClusterNetwork network(platform, shape);
+    double end = -1;
+    sg4::Actor::create("collective", network.gpu(0), [&] {
+      network.run_collective(kind, bytes, algorithm, groups);
+      end = sg4::Engine::get_clock();
+    });
+    const double idle = network.idle_collective_seconds(kind, bytes, algorithm, groups);
+    sg4::Engine::get_instance()->run();
+    return fmt::format("{:.17g} {:.17g}", end, idle);
+  }));
+  return {v.at(0), v.at(1)};
+}
+
+void expect_time_over(const models::Platform& platform, ClusterShape shape, models::RankGroups groups, CollectiveKind kind, double expected) {
+  SCOPED_TRACE(fmt::format("{} on {} x {} over groups of {} ranks {} apart", models::to_string(kind), shape.nodes, shape.gpus_per_node,
+                           groups.size, groups.stride));
+  const Alone t = alone_over(platform, shape, kind, kGB, groups, kRing);
+  EXPECT_NEAR(t.simulated, expected, expected * 1e-9);
+  EXPECT_NEAR(t.idle, expected, expected * 1e-9);
+}
+
+// The default groups and one group of every rank are the same plan.
+TEST(CollectiveGroups, OneGroupOfEveryRankIsTheWholeRun) {
+  const models::Platform p = hand();
+  const auto v = numbers(in_simgrid([&] {
+    const detail::ClusterNetwork network(p, {2, 8});
+    const auto& all = network.communicators({});
+    const auto& same = network.communicators(models::RankGroups{16, 1});
+    return fmt::format("{} {} {} {} {} {} {}", &all == &same ? 1 : 0, all.rings, all.chains, all.sends.size(), all.tree_sends.size(),
+                       all.group.nodes, all.group.gpus_per_node);
+  }));
+  // 8 rings (one per NIC), each GPU's NVLink sends to its neighbour as one (in 7 of the rings)
+  // and 8 NIC sends per node: 2 x (8 + 8) communications.
+  EXPECT_EQ(v, (std::vector<double>{1, 8, 8, 2 * (8 + 8), v.at(4), 2, 8}));
+}
+
+// HSDP's shard groups on 2 nodes x 8: each node's 8 GPUs form a group, which runs as a lone node
+// does (ReduceScatterAndAllGatherOnOneNode: 7/8 GB over each NVLink port, 8.75 ms; latency 10 + 7 x
+// 1 us, no network step): 8.767 ms, for both groups at once (they share no link).
+TEST(CollectiveGroups, ShardGroupsWithinNodesRunAsLoneNodes) {
+  const models::Platform p = hand();
+  expect_time_over(p, {2, 8}, {8, 1}, CollectiveKind::reduce_scatter, 0.008767);
+  expect_time_over(p, {2, 8}, {8, 1}, CollectiveKind::all_gather, 0.008767);
+  // Groups of 4 (two per node): 3/4 GB over each port, 7.5 ms; latency 10 + 3 us.
+  expect_time_over(p, {2, 8}, {4, 1}, CollectiveKind::all_gather, 0.007513);
+}
+
+// Its replicate groups: the 8 pairs of GPUs 8 apart, each a ring of 2 across the two nodes through
+// its GPU's own NIC. An all-reduce of 1 GB sends 2 x 1/2 x 1 GB = 1 GB from each GPU: 100 ms at
+// 10 GB/s; the switch link carries the 8 groups' flows, 8 GB at 80 GB/s: 100 ms too. Latency: the
+// group's shape, 2 nodes x 1 GPU: 2 steps, both across the network: 10 + 2 x 5 = 20 us.
+TEST(CollectiveGroups, ReplicateGroupsCrossTheNetworkAtOnce) {
+  const models::Platform p = hand();
+  expect_time_over(p, {2, 8}, {2, 8}, CollectiveKind::all_reduce, 0.1 + 20e-6);
+}
+
+// Groups of 4 ranks 4 apart on 2 nodes x 8: {0, 4, 8, 12} and three more, 2 members per node on
+// 2 NICs: 2 rings. Each GPU sends 2 x 3/4 GB = 1.5 GB, 0.75 GB per ring: through a NIC at 10 GB/s,
+// 75 ms (the switch link: 4 groups x 2 rings x 0.75 GB = 6 GB at 80 GB/s, 75 ms; NVLink: 0.75 GB
+// at 100 GB/s). Latency: 4 ranks on 2 nodes, 6 steps, 2 across the network, intra-node steps at
+// max(1, 3 x 2) = 6 us: 10 + 4 x 6 + 2 x 5 = 44 us.
+TEST(CollectiveGroups, StridedGroupsSpanNodesWithSeveralMembersEach) {
+  const models::Platform p = hand();
+  expect_time_over(p, {2, 8}, {4, 4}, CollectiveKind::all_reduce, 0.075 + 44e-6);
+}
+
+// A group of one rank moves nothing; groups the ranks do not divide into, or that hold more
+// members on one node than on another, are refused.
+TEST(CollectiveGroups, GroupsMustTileTheRanks) {
+  const models::Platform p = hand();
+  const auto v = numbers(in_simgrid([&] {
+    const detail::ClusterNetwork network(p, {2, 8});
+    double end = -1;
+    sg4::Actor::create("collective", network.gpu(0), [&] {
+      network.run_collective(CollectiveKind::all_reduce, kGB, models::RankGroups{1, 1});
+      end = sg4::Engine::get_clock();
+    });
+    sg4::Engine::get_instance()->run();
+    return fmt::format("{:.17g} {:.17g}", end, network.idle_collective_seconds(CollectiveKind::all_reduce, kGB, models::RankGroups{1, 1}));
+  }));
+  EXPECT_EQ(v, (std::vector<double>{0, 0}));
+  const auto error = [&](ClusterShape shape, models::RankGroups groups) {
+    return in_simgrid([&]() -> std::string {
+      const detail::ClusterNetwork network(p, shape);
+      try {
+        network.communicators(groups);
+      } catch (const std::invalid_argument& e) {
+        return e.what();
+      }
+      return "accepted";
+    });
+  };
+  EXPECT_THAT(error({2, 8}, {3, 1}), HasSubstr("collective groups of 3 ranks 1 apart: the 16 ranks of 2 node(s) x 8 GPUs do not divide into them"));
+  EXPECT_THAT(error({2, 8}, {4, 8}), HasSubstr("do not divide into them"));
+  EXPECT_THAT(error({2, 8}, {2, 0}), HasSubstr("do not divide into them"));
+  EXPECT_THAT(error({3, 4}, {6, 1}), HasSubstr("a group holds 4 rank(s) on one node and 2 on another"));
+}
+
 // ---- Shipped clusters ----------------------------------------------------------------------
 
 // NCCL's rings across DGX A100 nodes are NIC-bound, 8 x 24 = 192 GB/s of bus bandwidth (the

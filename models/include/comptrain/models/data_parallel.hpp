@@ -95,6 +95,15 @@ struct FsdpSpec {
   // the trace's weights' dtype (MixedPrecisionPolicy.param_dtype).
   int sharded_parameter_bytes = 4;
   int reduce_bytes = 0;
+  // HSDP (FSDP2 on a 2-D device mesh (replicate, shard); FSDP1's HYBRID_SHARD; torchtitan's
+  // data_parallel_replicate_degree): the ranks form `replicate` groups of ranks / replicate
+  // consecutive ranks; parameters, gradients and optimizer state are sharded within a group
+  // (all-gathers and reduce-scatters over the shard groups, RankGroups{S, 1}) and replicated
+  // across groups: after each reduce-scatter the gradient shard is all-reduced, in place, over the
+  // ranks that hold the same shard (RankGroups{R, S}), at every micro-step (FSDP2's default,
+  // set_requires_all_reduce(True): torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py,
+  // foreach_reduce, PyTorch 2.6). 1: plain FSDP, one shard group of every rank.
+  int replicate = 1;
   friend bool operator==(const FsdpSpec&, const FsdpSpec&) = default;
 };
 

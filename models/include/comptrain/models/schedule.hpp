@@ -89,6 +89,20 @@ std::string_view to_string(TaskKind kind);
 enum class CollectiveKind : std::uint8_t { all_reduce, reduce_scatter, all_gather };
 std::string_view to_string(CollectiveKind kind);
 
+// The ranks a collective runs over, as one dimension of a row-major device mesh: the run's ranks
+// fall into groups of `size` ranks `stride` apart (rank r's group: base + k x stride for k < size,
+// base = r - r mod (size x stride) + r mod stride), and every group runs the collective at once,
+// each over its own NCCL communicator. size 0: one group of every rank (data parallelism over the
+// whole run). HSDP's shard groups are {S, 1} (S consecutive ranks, within a node when S divides its
+// GPUs) and its replicate groups {R, S} (the ranks holding the same shard); Megatron's tensor,
+// data and pipeline groups are dimensions of the same kind.
+struct RankGroups {
+  int size = 0;
+  int stride = 1;
+  bool every_rank() const { return size == 0; }
+  friend bool operator==(const RankGroups&, const RankGroups&) = default;
+};
+
 struct Task {
   std::string name;
   TaskKind kind = TaskKind::op;
@@ -105,6 +119,7 @@ struct Task {
   double host_seconds = 0;
   std::int64_t bytes = 0;                     // payload of copy tasks (offload, prefetch) and collectives (CollectiveKind's size)
   std::optional<CollectiveKind> collective;   // collective tasks: which one
+  RankGroups groups;                          // collective tasks: over which ranks (default: all of them)
   // Copy tasks: the host side is pageable memory, so the driver stages the copy through its
   // pinned buffers and the host's memcpy (the platform's host_link.pageable_bandwidth) is in
   // the path as well as the link.

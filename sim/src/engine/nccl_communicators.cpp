@@ -1,0 +1,318 @@
+// NCCL's communicators on a ClusterNetwork (cluster_network.hpp): the rings and trees of each
+// group of ranks a collective runs over (models::RankGroups), and the collectives run on them.
+// With the default groups (one group of every rank) the plan is the one NCCL makes for the whole
+// run; a partition into smaller groups (HSDP's shard and replicate groups) plans each group the
+// same way over its own members, and all groups run at once.
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <unordered_map>
+
+#include "engine/cluster_network.hpp"
+
+namespace comptrain::sim::detail {
+
+const ClusterNetwork::Communicators& ClusterNetwork::communicators(models::RankGroups groups) const {
+  const int ranks = shape_.ranks();
+  const int size = groups.every_rank() ? ranks : groups.size;
+  const int stride = groups.every_rank() ? 1 : groups.stride;
+  if (auto it = communicators_.find({size, stride}); it != communicators_.end()) return it->second;
+  if (size < 1 || stride < 1 || static_cast<std::int64_t>(size) * stride > ranks || ranks % (size * stride) != 0) {
+    throw std::invalid_argument(
+        fmt::format("collective groups of {} ranks {} apart: the {} ranks of {} node(s) x {} GPUs do not divide into them", size, stride, ranks,
+                    shape_.nodes, shape_.gpus_per_node));
+  }
+  const int g = shape_.gpus_per_node;
+  Communicators c;
+  // Each group's members by node: groups in the order of their first rank.
+  std::vector<GroupMembers> all;
+  for (int block = 0; block < ranks; block += size * stride) {
+    for (int offset = 0; offset < stride; ++offset) {
+      GroupMembers members;
+      int node = -1;
+      for (int k = 0; k < size; ++k) {
+        const int rank = block + offset + k * stride;
+        if (rank / g != node) {
+          node = rank / g;
+          members.emplace_back();
+        }
+        members.back().push_back(rank);
+      }
+      all.push_back(std::move(members));
+    }
+  }
+  // Every node a group spans holds as many of its members (a dimension of the device mesh over
+  // whole nodes, or within one).
+  const std::size_t per_node = all.front().front().size();
+  for (const GroupMembers& members : all) {
+    for (const std::vector<int>& on_node : members) {
+      if (on_node.size() != per_node) {
+        throw std::invalid_argument(fmt::format("collective groups of {} ranks {} apart on {} GPUs per node: a group holds {} rank(s) on one node and {} on another",
+                                                size, stride, g, per_node, on_node.size()));
+      }
+    }
+  }
+  c.group = ClusterShape{static_cast<int>(all.front().size()), static_cast<int>(per_node)};
+  if (size >= 2) {
+    for (const GroupMembers& members : all) plan_rings(members, c);
+    for (const GroupMembers& members : all) plan_trees(members, c);
+  }
+  return communicators_.emplace(std::pair{size, stride}, std::move(c)).first->second;
+}
+
+// NCCL's rings (shared/reference/distributed.md §1, §7) over one group: within one node, a ring
+// through the group's GPUs over the NVSwitch (one ring already loads every GPU's port in both
+// directions, so more rings would only split the same bytes). Across nodes, one rail-aligned ring
+// per NIC the group's GPUs use: ring k enters every node at the group's first GPU of NIC k, runs
+// through the node's members over NVLink and leaves for the next node through NIC k again (NCCL
+// sends the last GPU's data through that NIC over NVLink, PXN; its NVLink hop is left out here).
+// All rings run at once, pipelined inside and between nodes, never one phase after another.
+//
+// Every ring's NVLink hops go from member l to member l+1 of the node, so the sends a GPU makes to
+// its neighbour, one per ring, share one route: they are one communication carrying all of them
+// (fewer communications for SimGrid, the same bytes on the same links).
+void ClusterNetwork::plan_rings(const GroupMembers& members, Communicators& into) const {
+  const int g = static_cast<int>(members.front().size());
+  const int n = static_cast<int>(members.size());
+  const auto member = [&](int node, int index) { return gpu(members[static_cast<std::size_t>(node)][static_cast<std::size_t>(index % g)]); };
+  if (n == 1) {
+    into.rings = 1;
+    for (int i = 0; i < g; ++i) into.sends.push_back({member(0, i), member(0, i + 1), 1});
+    return;
+  }
+  // The NIC each member uses (its GPU's place in the node), and where each ring enters a node:
+  // the first member of each NIC used.
+  const int gpus_per_nic = platform_.gpus_per_node / platform_.nic->per_node;
+  std::vector<int> entries;
+  int last_nic = -1;
+  for (int i = 0; i < g; ++i) {
+    const int nic = (members.front()[static_cast<std::size_t>(i)] % shape_.gpus_per_node) / gpus_per_nic;
+    if (nic != last_nic) entries.push_back(i);
+    last_nic = nic;
+  }
+  into.rings = static_cast<int>(entries.size());
+  // Ring k leaves a node from the member before its entry, which sends nothing over NVLink in
+  // that ring: member l sends to l+1 in every ring but those entering at l+1.
+  std::vector<int> nvlink_rings(static_cast<std::size_t>(g), into.rings);
+  for (const int entry : entries) --nvlink_rings[static_cast<std::size_t>((entry + g - 1) % g)];
+  for (int node = 0; node < n; ++node) {
+    for (int l = 0; g > 1 && l < g; ++l) {
+      if (nvlink_rings[static_cast<std::size_t>(l)] > 0) into.sends.push_back({member(node, l), member(node, l + 1), nvlink_rings[static_cast<std::size_t>(l)]});
+    }
+    for (const int entry : entries) into.sends.push_back({member(node, entry), member((node + 1) % n, entry), 1});
+  }
+}
+
+std::array<int, 2> double_binary_tree_parents(int nodes, int node) {
+  if (nodes < 1 || node < 0 || node >= nodes) throw std::out_of_range(fmt::format("node {} of a tree of {}", node, nodes));
+  // Tree 0: node 0 is the root; any other node r hangs under r with its lowest set bit cleared and
+  // the bit above it set, or with that bit only cleared where the first would be past the last node.
+  const auto parent = [nodes](int r) {
+    if (r == 0) return -1;
+    const int low = r & -r;
+    const int up = (r ^ low) | (low << 1);
+    return up < nodes ? up : r ^ low;
+  };
+  std::array<int, 2> parents{parent(node), -1};
+  if (nodes % 2 == 0) {
+    // Mirrored: node r plays node nodes-1-r of tree 0.
+    const int up = parent(nodes - 1 - node);
+    parents[1] = up < 0 ? -1 : nodes - 1 - up;
+  } else {
+    // Shifted by one: node r plays node r-1 of tree 0 (a mirror of an odd count would keep the
+    // middle node interior in both).
+    const int up = parent((node - 1 + nodes) % nodes);
+    parents[1] = up < 0 ? -1 : (up + 1) % nodes;
+  }
+  return parents;
+}
+
+// NCCL's tree all-reduce (NCCL >= 2.4; shared/reference/distributed.md §1) over one group: within
+// each node a chain through the group's GPUs over NVLink, across nodes the double binary tree
+// (double_binary_tree_parents), each of the two trees carrying half of the buffer: the reduction
+// goes up the chains and the trees to the roots, the broadcast comes back down, pipelined, so
+// every edge carries its tree's half once each way and all edges run at once.
+//
+// Across nodes there is one chain per rail, as there is one ring (ring k's rail; NCCL gives each
+// channel of its tree graph a NIC, and runs both trees over a channel's chain): chain k starts at
+// ring k's entry member, which also talks to the parent's and the children's chain heads through
+// NIC k, and runs through the node's members in order (the rings' order, so that its NVLink sends
+// share the rings' routes). On one node there is no network: one chain per member, headed by it,
+// so that the chains' ends are spread over the GPUs as NCCL's channels spread them (a single
+// chain would load its middle GPUs' ports with 2 x bytes and its ends with half of that).
+//
+// Every (tree, chain) carries bytes / (2 x chains): one share per edge and direction. The sends
+// between the same two GPUs, over every tree, chain and direction, are one communication.
+void ClusterNetwork::plan_trees(const GroupMembers& members, Communicators& into) const {
+  const int g = static_cast<int>(members.front().size());
+  const int n = static_cast<int>(members.size());
+  std::vector<int> heads;
+  if (n == 1) {
+    for (int l = 0; l < g; ++l) heads.push_back(l);
+  } else {
+    const int gpus_per_nic = platform_.gpus_per_node / platform_.nic->per_node;
+    int last_nic = -1;
+    for (int i = 0; i < g; ++i) {
+      const int nic = (members.front()[static_cast<std::size_t>(i)] % shape_.gpus_per_node) / gpus_per_nic;
+      if (nic != last_nic) heads.push_back(i);
+      last_nic = nic;
+    }
+  }
+  into.chains = static_cast<int>(heads.size());
+  const auto rank = [&](int node, int index) { return members[static_cast<std::size_t>(node)][static_cast<std::size_t>(index % g)]; };
+  std::map<std::pair<int, int>, int> shares;  // (from rank, to rank): ordered, so that the plan is deterministic
+  for (const int head : heads) {
+    for (int node = 0; node < n; ++node) {
+      for (int i = 0; i + 1 < g; ++i) {
+        const int a = rank(node, head + i);
+        const int b = rank(node, head + i + 1);
+        shares[{a, b}] += 2;  // the broadcast down the chain, in each of the two trees
+        shares[{b, a}] += 2;  // the reduction up the chain
+      }
+    }
+    for (int node = 0; n > 1 && node < n; ++node) {
+      for (const int parent : double_binary_tree_parents(n, node)) {
+        if (parent < 0) continue;
+        ++shares[{rank(node, head), rank(parent, head)}];  // the reduction to the parent
+        ++shares[{rank(parent, head), rank(node, head)}];  // the broadcast from it
+      }
+    }
+  }
+  for (const auto& [pair, count] : shares) into.tree_sends.push_back({gpu(pair.first), gpu(pair.second), count});
+}
+
+std::uint64_t ClusterNetwork::bytes_per_send(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups) const {
+  const Communicators& c = communicators(groups);
+  if (c.rings == 0) return 0;
+  // A ring over p ranks sends 2(p-1) chunks of bytes/p from every rank for an all-reduce, p-1 for
+  // the others; each of the r rings moves 1/r of the buffer.
+  const double share = bus_bandwidth_factor(kind, c.group.ranks()) * static_cast<double>(bytes) / c.rings;
+  return static_cast<std::uint64_t>(std::llround(share));
+}
+
+std::uint64_t ClusterNetwork::bytes_per_tree_share(std::int64_t bytes, models::RankGroups groups) const {
+  const Communicators& c = communicators(groups);
+  if (c.chains == 0) return 0;
+  return static_cast<std::uint64_t>(std::llround(static_cast<double>(bytes) / (2.0 * c.chains)));
+}
+
+CollectiveAlgorithm ClusterNetwork::algorithm_for(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups) const {
+  if (kind != models::CollectiveKind::all_reduce || communicators(groups).group.ranks() < 2) return CollectiveAlgorithm::ring;
+  switch (platform_.collectives.algorithm) {
+    case models::NcclAlgorithm::ring: return CollectiveAlgorithm::ring;
+    case models::NcclAlgorithm::tree: return CollectiveAlgorithm::tree;
+    case models::NcclAlgorithm::automatic: break;
+  }
+  return prediction(kind, bytes, groups).algorithm;
+}
+
+NcclPrediction ClusterNetwork::prediction(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups) const {
+  return nccl_prediction(platform_, communicators(groups).group, kind, bytes, graph_bandwidths(groups));
+}
+
+NcclGraphBandwidths ClusterNetwork::graph_bandwidths(models::RankGroups groups) const {
+  const Communicators& c = communicators(groups);
+  if (c.graphs) return *c.graphs;
+  NcclGraphBandwidths graphs;
+  graphs.channels = std::max(c.rings, 1);
+  if (c.group.ranks() >= 2) {
+    // Loads are linear in the bytes: any size gives the same bandwidths (1 GB, without rounding).
+    constexpr double kBytes = 1e9;
+    const double factor = bus_bandwidth_factor(models::CollectiveKind::all_reduce, c.group.ranks());
+    const double ring_seconds = idle_route_latency_and_data(c.sends, factor * kBytes / c.rings).second;
+    graphs.ring = ring_seconds > 0 ? factor * kBytes / ring_seconds : 0;
+    graphs.tree = graphs.ring;
+    if (c.group.nodes == 2) {
+      const double tree_seconds = idle_route_latency_and_data(c.tree_sends, kBytes / (2.0 * c.chains)).second;
+      graphs.tree = tree_seconds > 0 ? 2 * kBytes / tree_seconds : 0;
+    }
+  }
+  c.graphs = graphs;
+  return graphs;
+}
+
+void ClusterNetwork::run_collective(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups) const {
+  if (communicators(groups).sends.empty() || bytes <= 0) return;
+  run_collective(kind, bytes, algorithm_for(kind, bytes, groups), groups);
+}
+
+void ClusterNetwork::run_collective(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm, models::RankGroups groups) const {
+  const bool tree = algorithm == CollectiveAlgorithm::tree;
+  if (tree && kind != models::CollectiveKind::all_reduce) {
+    throw std::invalid_argument(fmt::format("a tree {}: NCCL runs trees for all-reduces only", models::to_string(kind)));
+  }
+  const Communicators& c = communicators(groups);
+  if (c.sends.empty() || bytes <= 0) return;
+  const double latency = collective_latency(platform_, c.group, kind, algorithm);
+  if (latency > 0) sg4::this_actor::sleep_for(latency);
+  const std::uint64_t each = tree ? bytes_per_tree_share(bytes, groups) : bytes_per_send(kind, bytes, groups);
+  if (each == 0) return;
+  const std::vector<Send>& sends = tree ? c.tree_sends : c.sends;
+  const auto send_all = [each](const Send* first, const Send* last) {
+    std::vector<sg4::CommPtr> comms;
+    comms.reserve(static_cast<std::size_t>(last - first));
+    for (const Send* send = first; send != last; ++send) {
+      comms.push_back(sg4::Comm::sendto_async(send->from, send->to, each * static_cast<std::uint64_t>(send->shares)));
+    }
+    sg4::Comm::wait_all(comms);
+  };
+  if (shape_.nodes == 1) {
+    send_all(sends.data(), sends.data() + sends.size());
+    return;
+  }
+  // Across nodes, one actor per run of sends from one node issues them: SimGrid 3.32 keeps an
+  // actor's activities in a std::list that it searches whenever one ends (ActorImpl::activities_;
+  // a std::set from 3.34), so one actor issuing all of them costs their number squared (a tree
+  // over 512 DGX H100 nodes, 22,496 communications: 8-10 s of CPU from one actor, 2.3-2.7 s split
+  // by node; what remains is mostly SimGrid's one list of every detached communication, which
+  // sendto_async makes). The communications, their start and so every time are the same.
+  std::vector<sg4::ActorPtr> senders;
+  for (std::size_t begin = 0; begin < sends.size();) {
+    const sg4::NetZone* zone = sends[begin].from->get_englobing_zone();  // the sender's node
+    std::size_t end = begin;
+    while (end < sends.size() && sends[end].from->get_englobing_zone() == zone) ++end;
+    const Send* first = sends.data() + begin;
+    const Send* last = sends.data() + end;
+    senders.push_back(sg4::Actor::create("collective sends", sends[begin].from, [send_all, first, last] { send_all(first, last); }));
+    begin = end;
+  }
+  for (const sg4::ActorPtr& sender : senders) sender->join();
+}
+
+std::pair<double, double> ClusterNetwork::idle_route_latency_and_data(const std::vector<Send>& sends, double bytes_per_share) const {
+  std::unordered_map<const sg4::Link*, double> load;
+  std::vector<sg4::Link*> route;
+  double route_latency = 0;  // the longest route's: the NVLink, NIC and network links carry none
+  for (const Send& send : sends) {
+    route.clear();
+    double this_route = 0;
+    send.from->route_to(send.to, route, &this_route);
+    route_latency = std::max(route_latency, this_route);
+    for (const sg4::Link* link : route) load[link] += bytes_per_share * send.shares;
+  }
+  double slowest = 0;
+  for (const auto& [link, bytes_over] : load) slowest = std::max(slowest, bytes_over / link->get_bandwidth());
+  return {route_latency, slowest};
+}
+
+double ClusterNetwork::idle_collective_seconds(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups) const {
+  if (communicators(groups).sends.empty() || bytes <= 0) return 0;
+  return idle_collective_seconds(kind, bytes, algorithm_for(kind, bytes, groups), groups);
+}
+
+double ClusterNetwork::idle_collective_seconds(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm, models::RankGroups groups) const {
+  const Communicators& c = communicators(groups);
+  if (c.sends.empty() || bytes <= 0) return 0;
+  const bool tree = algorithm == CollectiveAlgorithm::tree;
+  const double latency = collective_latency(platform_, c.group, kind, algorithm);
+  const double each = static_cast<double>(tree ? bytes_per_tree_share(bytes, groups) : bytes_per_send(kind, bytes, groups));
+  const auto [route_latency, data] = idle_route_latency_and_data(tree ? c.tree_sends : c.sends, each);
+  return latency + route_latency + data;
+}
+
+}  // namespace comptrain::sim::detail

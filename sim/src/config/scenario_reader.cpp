@@ -240,6 +240,7 @@ void ScenarioReader::read_model(const YAML::Node& model, const YAML::Node& train
     }
     std::filesystem::path path = scalar(model["trace"], "model.trace");
     scenario.trace_file = path.is_absolute() ? path : base_dir_ / path;
+    scenario.model_locations[""] = where(model["trace"].Mark());
     if (training) {
       for (const char* key : {"precision", "optimizer", "optimizer_impl", "optimizer_in_backward", "loss"}) {
         if (training[key]) throw InputError(where(training[key].Mark()) + "'" + key + "' applies to zoo models only; a trace file fixes it");

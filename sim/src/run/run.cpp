@@ -40,6 +40,17 @@ traces::Trace build_zoo_trace(const Scenario& scenario, std::int64_t batch) {
   }
 }
 
+// The scenario's trace file (model.trace): an error reading it (unreadable, not a trace) names
+// the scenario's line as well as the file's own place.
+traces::Trace read_scenario_trace(const Scenario& scenario) {
+  try {
+    return traces::read_trace_file(*scenario.trace_file);
+  } catch (const InputError& e) {
+    const auto it = scenario.model_locations.find("");
+    throw InputError((it != scenario.model_locations.end() ? it->second : scenario.source + ": ") + "model.trace: " + e.what());
+  }
+}
+
 // "FILE:LINE:COL: parallelism: " (or "plan: " for a shape the plan section chose): where an error
 // of the run's cluster shape is the scenario's.
 std::string shape_place(const Scenario& s) {
@@ -60,7 +71,7 @@ PreparedScenario::PreparedScenario(Scenario scenario)
       time_model_(time_model_for(scenario_)),
       framework_(resolve_framework(scenario_.framework, require_platform(scenario_).gpu, scenario_.source)) {
   if (scenario_.trace_file) {
-    file_trace_ = traces::read_trace_file(*scenario_.trace_file);
+    file_trace_ = read_scenario_trace(scenario_);
     batch_size_ = scenario_.batch_size.value_or(file_trace_->batch_size());
   } else {
     batch_size_ = scenario_.batch_size.value_or(1);
@@ -190,7 +201,7 @@ std::optional<double> one_gpu_iteration_seconds(const PreparedScenario& prepared
 
 traces::Trace build_trace(const Scenario& scenario) {
   if (scenario.zoo_model) return build_zoo_trace(scenario, scenario.batch_size.value_or(1));
-  traces::Trace trace = traces::read_trace_file(*scenario.trace_file);
+  traces::Trace trace = read_scenario_trace(scenario);
   if (scenario.batch_size && *scenario.batch_size != trace.batch_size()) return trace.rescaled(*scenario.batch_size);
   return trace;
 }

@@ -3,6 +3,8 @@
 # the scenario's file:line:col of hf_config and the config's field.
 expect 2 "s-kv\.yaml:1:[0-9]+: model: num_key_value_heads: 3 does not divide the 4 attention heads \(.*config\.json\)" -- simulate s-kv.yaml
 expect 2 "s-missing\.yaml:1:[0-9]+: model\.hf_config: cannot read '.*missing\.json'" -- simulate s-missing.yaml
+# A trace file that cannot be read: the scenario's model.trace line, then the file.
+expect 2 "s-trace-missing\.yaml:1:[0-9]+: model\.trace: cannot read '.*missing-trace\.json'" -- simulate s-trace-missing.yaml
 
 # scenario and validate parts
 # What is checked against the platform when the scenario is prepared names the line and column of

@@ -58,7 +58,7 @@ struct Scenario {
   // (path resolved against the scenario's directory).
   std::optional<zoo::ModelSpec> zoo_model;
   // Where the zoo model's keys are, for the errors found when it is built (run/run.cpp): key ->
-  // "FILE:LINE:COLUMN: ". "" is the model's own key (hf_config, or zoo); the others are the model
+  // "FILE:LINE:COLUMN: ". "" is the model's own key (hf_config, zoo or trace); the others are the model
   // section's keys that were given (layers, hidden, heads, seq_len, vocab, moe, ...). Empty for a
   // scenario made in code.
   std::map<std::string, std::string> model_locations;

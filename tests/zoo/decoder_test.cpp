@@ -74,6 +74,32 @@ TEST(HfConfig, ShippedConfigsHaveThePublishedParameterCounts) {
   EXPECT_EQ(parameters(build_model(from_config("bert-base-uncased.json", 16))), 110'106'428);
 }
 
+// Qwen3-0.6B (scenarios/hf-configs/qwen3-0.6b.json): heads of head_dim 128 where hidden / heads
+// is 64, and Qwen3's q_norm and k_norm. By hand, per layer: q_proj 1024 x (16 x 128) = 2,097,152;
+// k_proj and v_proj 1024 x (8 x 128) = 1,048,576 each; o_proj (16 x 128) x 1024 = 2,097,152;
+// q_norm and k_norm 128 each; gate, up and down 3 x 1024 x 3072 = 9,437,184; two RMSNorms
+// 2 x 1024: 15,730,944 in all; 28 layers: 440,466,432 (the model card's "Number of Parameters
+// (Non-Embedding): 0.44B"); with the tied embedding 151,936 x 1024 = 155,582,464 and the final
+// norm 1,024: 596,049,920 ("Number of Parameters: 0.6B"; huggingface.co/Qwen/Qwen3-0.6B).
+TEST(HfConfig, Qwen3HasHeadsOfItsOwnWidthAndNormalisesQueriesAndKeys) {
+  const Trace trace = build_model(from_config("qwen3-0.6b.json", 16));
+  EXPECT_EQ(parameters(trace), 596'049'920);
+  const auto shape_of = [&](const std::string& name) {
+    for (const auto& tensor : trace.tensors()) {
+      if (tensor.name == name) return tensor.shape;
+    }
+    return std::vector<std::int64_t>{};
+  };
+  EXPECT_EQ(shape_of("model.layers.0.self_attn.q_proj.weight"), (std::vector<std::int64_t>{2048, 1024}));
+  EXPECT_EQ(shape_of("model.layers.0.self_attn.k_proj.weight"), (std::vector<std::int64_t>{1024, 1024}));
+  EXPECT_EQ(shape_of("model.layers.0.self_attn.o_proj.weight"), (std::vector<std::int64_t>{1024, 2048}));
+  EXPECT_EQ(shape_of("model.layers.0.self_attn.q_norm.weight"), (std::vector<std::int64_t>{128}));
+  EXPECT_EQ(shape_of("model.layers.27.self_attn.k_norm.weight"), (std::vector<std::int64_t>{128}));
+  // The norms' statistics are one per token and head: q_norm's rsqrt [1, 16 tokens, 16 heads, 1].
+  EXPECT_EQ(shape_of("model.layers.0.self_attn.q_norm.rstd"), (std::vector<std::int64_t>{1, 16, 16, 1}));
+  EXPECT_EQ(shape_of("model.layers.0.self_attn.k_norm.rstd"), (std::vector<std::int64_t>{1, 16, 8, 1}));
+}
+
 // The `llama` zoo entry without a config is Llama-2-7B.
 TEST(HfConfig, LlamaEntryDefaultsToLlama2_7B) {
   ModelRequest request;
@@ -270,7 +296,11 @@ TEST(HfConfig, ErrorsNameTheFileTheFieldAndTheExpectation) {
   EXPECT_THAT(error("{" + llama + R"(, "hidden_act": "relu"})"),
               testing::AllOf(testing::HasSubstr("cfg.json: 'hidden_act'"), testing::HasSubstr("expected silu")));
   EXPECT_THAT(error("{" + llama + R"(, "num_local_experts": 8})"), testing::HasSubstr("'num_local_experts'"));
-  EXPECT_THAT(error("{" + llama + R"(, "head_dim": 32})"), testing::HasSubstr("'head_dim' is 32; expected"));
+  // LLaMA's attention follows an explicit head_dim; GPT-NeoX's heads are hidden / heads wide.
+  EXPECT_EQ(error("{" + llama + R"(, "head_dim": 32})"), "no error");
+  EXPECT_THAT(error(R"({"model_type": "gpt_neox", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "intermediate_size": 256, "vocab_size": 100, "max_position_embeddings": 64, "head_dim": 32})"),
+              testing::HasSubstr("cfg.json: 'head_dim' is 32; expected hidden_size / num_attention_heads = 16"));
   EXPECT_THAT(error("{" + llama + R"(, "pretraining_tp": 2})"), testing::HasSubstr("'pretraining_tp'"));
   EXPECT_THAT(error("{" + llama + R"(, "num_attention_heads": 4.5})"), testing::HasSubstr("expected a positive integer"));
   EXPECT_THAT(error(R"({"model_type": "llama"})"), testing::HasSubstr("'hidden_size' is missing"));

@@ -50,6 +50,16 @@ Value activation(NetworkBuilder& nb, const DecoderArchitecture& arch, const std:
   return arch.activation == DecoderArchitecture::Activation::silu ? nb.silu(name, x) : nb.gelu(name, x);
 }
 
+// An RMSNorm over the head_dim channels of each of `heads` heads of a projection's output
+// [N, S, heads x head_dim]: viewed as [N, S, heads, head_dim], normalised (a new tensor), and
+// viewed back so that the heads split as the projection's own output would.
+Value per_head_rmsnorm(NetworkBuilder& nb, const std::string& name, Value x, std::int64_t heads, std::int64_t head_dim) {
+  const std::int64_t batch = nb.dim(x, 0);  // the per-sample shape's leading 1 (the batch scales it)
+  const std::int64_t seq = nb.dim(x, 1);
+  const Value by_head = nb.reshape(name + ".view", x, {batch, seq, heads, head_dim});
+  return nb.reshape(name + ".merge", nb.rmsnorm(name, by_head), {batch, seq, heads * head_dim});
+}
+
 struct Rotary {
   Value cos;
   Value sin;
@@ -74,7 +84,7 @@ struct Rotary {
 Value attention(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, Value x, const Rotary& rotary,
                 Attention implementation) {
   const std::int64_t h = arch.hidden;
-  const std::int64_t head_dim = h / arch.heads;
+  const std::int64_t head_dim = arch.head_size();
   Value q;
   Value k;
   Value v;
@@ -88,8 +98,16 @@ Value attention(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::
     v = parts[2];
   } else {
     const std::int64_t kv_width = arch.kv_heads * head_dim;
-    q = nb.split_heads(p + "q_proj.view", nb.linear(p + "q_proj", x, h, arch.qkv_bias), 1, arch.heads).front();
-    k = nb.split_heads(p + "k_proj.view", nb.linear(p + "k_proj", x, kv_width, arch.qkv_bias), 1, arch.kv_heads).front();
+    Value q_out = nb.linear(p + "q_proj", x, arch.heads * head_dim, arch.qkv_bias);
+    Value k_out = nb.linear(p + "k_proj", x, kv_width, arch.qkv_bias);
+    if (arch.qk_norm) {
+      // Qwen3Attention: self.q_norm(self.q_proj(x).view(hidden_shape)), an RMSNorm of
+      // head_dim channels per head (its statistics one per token and head), then transposed.
+      q_out = per_head_rmsnorm(nb, p + "q_norm", q_out, arch.heads, head_dim);
+      k_out = per_head_rmsnorm(nb, p + "k_norm", k_out, arch.kv_heads, head_dim);
+    }
+    q = nb.split_heads(p + "q_proj.view", q_out, 1, arch.heads).front();
+    k = nb.split_heads(p + "k_proj.view", k_out, 1, arch.kv_heads).front();
     v = nb.split_heads(p + "v_proj.view", nb.linear(p + "v_proj", x, kv_width, arch.qkv_bias), 1, arch.kv_heads).front();
   }
   q = nb.rotary(p + "q_rotary", q, rotary.cos, rotary.sin);
@@ -187,7 +205,7 @@ Value decoder_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, const s
 Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64_t seq_len, Attention implementation,
                  const std::vector<std::int64_t>& expert_tokens, std::int64_t documents) {
   const std::int64_t s = seq_len;
-  const std::int64_t head_dim = arch.hidden / arch.heads;
+  const std::int64_t head_dim = arch.head_size();
   const std::int64_t rotary_dims = arch.rotary_dims == 0 ? head_dim : arch.rotary_dims;
   const Names names = names_of(arch.family);
   const Value ids = nb.input("input_ids", DType::i64, {1, s});

@@ -134,16 +134,25 @@ DecoderArchitecture::Activation activation(const ConfigReader& r, const std::str
   r.fail(field, "is \"" + act + "\"; expected silu, gelu or gelu_pytorch_tanh (the activations the zoo models)");
 }
 
-// The head size a config may state (newer LLaMA and Mistral configs carry head_dim): the zoo's
-// projections are hidden_size wide, so it must be hidden_size / num_attention_heads.
-void check_head_dim(const ConfigReader& r, const DecoderArchitecture& arch) {
+// The head size. A config may state head_dim (newer LLaMA, Mistral and Qwen configs carry it;
+// Qwen3's and Mistral NeMo's differ from hidden_size / num_attention_heads), and the LLaMA
+// family's attention follows it (transformers v4.51 LlamaAttention: self.head_dim =
+// getattr(config, "head_dim", config.hidden_size // config.num_attention_heads); Mistral's,
+// Qwen2's, Qwen3's and Mixtral's the same); `fallback` is the class's default when the config has
+// none (Qwen3Config: 128; 0: hidden_size / num_attention_heads, which must then divide). GPT-NeoX
+// has no such field (`explicit_allowed` false): one given must be hidden_size / heads.
+void read_head_dim(const ConfigReader& r, DecoderArchitecture& arch, bool explicit_allowed, std::int64_t fallback = 0) {
+  if (explicit_allowed && (r.present("head_dim") || fallback > 0)) {
+    arch.head_dim = r.positive("head_dim", fallback);
+    return;
+  }
   if (arch.hidden % arch.heads != 0) {
     r.fail("num_attention_heads", "is " + std::to_string(arch.heads) + ", which does not divide hidden_size " +
                                       std::to_string(arch.hidden));
   }
   if (r.present("head_dim") && r.positive("head_dim") != arch.hidden / arch.heads) {
     r.fail("head_dim", "is " + std::to_string(r.positive("head_dim")) + "; expected hidden_size / num_attention_heads = " +
-                           std::to_string(arch.hidden / arch.heads) + " (other head sizes are not modelled)");
+                           std::to_string(arch.hidden / arch.heads) + " (a " + arch.family + " config's heads are that wide)");
   }
 }
 
@@ -186,8 +195,10 @@ std::optional<MoeArchitecture> moe_architecture(const ConfigReader& r, const std
   return moe;
 }
 
-// LlamaConfig, MistralConfig, Qwen2Config: the modules of modeling_llama.py (Mistral's and
-// Qwen2's are the same blocks; Qwen2 puts biases on q, k and v).
+// LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config: the modules of modeling_llama.py
+// (Mistral's and Qwen2's are the same blocks; Qwen2 puts biases on q, k and v; Qwen3 normalises
+// each head's query and key, modeling_qwen3.py Qwen3Attention: q_norm and k_norm, Qwen3RMSNorm
+// over head_dim).
 ModelSpec llama_family(const ConfigReader& r, const std::string& type) {
   DecoderArchitecture arch;
   arch.family = type;
@@ -209,6 +220,13 @@ ModelSpec llama_family(const ConfigReader& r, const std::string& type) {
     arch.qkv_bias = type == "qwen2" || r.boolean("qkv_bias", true);
     // Qwen2's sliding window applies only with use_sliding_window (false in the released models).
     if (r.boolean("use_sliding_window", false)) arch.sliding_window = r.positive("sliding_window");
+  } else if (type == "qwen3") {
+    // Qwen3Attention: q, k, v, o projections with bias=config.attention_bias (false in the
+    // released models), q_norm and k_norm; Qwen3MLP without biases; the sliding window as Qwen2's.
+    arch.qkv_bias = r.boolean("attention_bias", false);
+    arch.output_bias = arch.qkv_bias;
+    arch.qk_norm = true;
+    if (r.boolean("use_sliding_window", false)) arch.sliding_window = r.positive("sliding_window");
   } else if (type == "mixtral") {
     // MixtralAttention: q, k, v, o projections without bias (no attention_bias field); the
     // sliding window as Mistral's.
@@ -228,7 +246,7 @@ ModelSpec llama_family(const ConfigReader& r, const std::string& type) {
   } else {
     r.no_experts();
   }
-  check_head_dim(r, arch);
+  read_head_dim(r, arch, /*explicit_allowed=*/true, type == "qwen3" ? 128 : 0);  // Qwen3Config(head_dim=128)
   ModelSpec spec;
   spec.model = "llama";
   spec.decoder = std::move(arch);
@@ -255,7 +273,7 @@ ModelSpec gpt_neox(const ConfigReader& r) {
   arch.output_bias = arch.qkv_bias;
   arch.mlp_bias = true;  // GPTNeoXMLP: nn.Linear with its default bias
   arch.parallel_residual = r.boolean("use_parallel_residual", true);
-  check_head_dim(r, arch);
+  read_head_dim(r, arch, /*explicit_allowed=*/false);
   // GPTNeoXAttention: rotary_ndims = int(head_size * rotary_pct).
   const double pct = r.number("rotary_pct", 0.25);
   if (pct <= 0 || pct > 1) r.fail("rotary_pct", "is " + std::to_string(pct) + "; expected a fraction in (0, 1]");
@@ -335,17 +353,17 @@ ModelSpec spec_from_hf_config(std::string_view json_text, const std::string& sou
                      " levels; expected a Hugging Face config.json (its values nest a few levels at most)");
   }
   if (!config.contains("model_type") || !config.at("model_type").is_string()) {
-    throw InputError(source + ": 'model_type' is missing or not a string; expected one of llama, mistral, qwen2, mixtral, qwen2_moe, gpt_neox, gpt2, bert");
+    throw InputError(source + ": 'model_type' is missing or not a string; expected one of llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, gpt_neox, gpt2, bert");
   }
   const std::string type = config.at("model_type").get<std::string>();
   const ConfigReader reader(config, source, type);
-  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "mixtral" || type == "qwen2_moe") {
+  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "mixtral" || type == "qwen2_moe") {
     return llama_family(reader, type);
   }
   if (type == "gpt_neox") return gpt_neox(reader);
   if (type == "gpt2") return gpt2(reader);
   if (type == "bert") return bert(reader);
-  reader.fail("model_type", "is \"" + type + "\", which the zoo does not model; expected one of llama, mistral, qwen2, mixtral, qwen2_moe, gpt_neox, gpt2, bert");
+  reader.fail("model_type", "is \"" + type + "\", which the zoo does not model; expected one of llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, gpt_neox, gpt2, bert");
 }
 
 }  // namespace comptrain::zoo

@@ -182,6 +182,7 @@ void check_torchtitan_request(const DecoderArchitecture& arch, const ModelReques
   };
   if (arch.family != "llama" && arch.family != "mistral") refuse("no '" + arch.family + "' architecture");
   if (arch.moe) refuse("no mixture-of-experts layers");
+  if (arch.head_size() * arch.heads != arch.hidden) refuse("heads of dim / n_heads channels (model.py: head_dim = dim // n_heads), not a head_dim of its own");
   if (arch.norm != DecoderArchitecture::Norm::rms || arch.activation != DecoderArchitecture::Activation::silu || !arch.gated_mlp) {
     refuse("RMSNorm and a SwiGLU MLP only");
   }

@@ -165,13 +165,22 @@ struct DecoderArchitecture {
   enum class Norm { rms, layer };                 // LlamaRMSNorm, or nn.LayerNorm with a bias
   enum class Activation { silu, gelu, gelu_tanh };  // F.silu, F.gelu, F.gelu(approximate="tanh")
   // Hugging Face's model_type: "llama", "mistral", "qwen2" (modeling_llama.py's modules and
-  // names), "mixtral", "qwen2_moe" (their modeling files: LLaMA's attention with `moe`'s sparse
-  // MLP) or "gpt_neox" (modeling_gpt_neox.py's).
+  // names), "qwen3" (LLaMA's blocks with qk_norm), "mixtral", "qwen2_moe" (their modeling files:
+  // LLaMA's attention with `moe`'s sparse MLP) or "gpt_neox" (modeling_gpt_neox.py's).
   std::string family = "llama";
   std::int64_t layers = 32;
   std::int64_t hidden = 4096;
   std::int64_t heads = 32;
   std::int64_t kv_heads = 32;        // num_key_value_heads: < heads is grouped-query, 1 multi-query
+  // A config's explicit head_dim (Qwen3-0.6B: 128 with hidden 1024 and 16 heads), which the
+  // projections follow: q_proj hidden -> heads x head_dim, k_proj and v_proj -> kv_heads x
+  // head_dim, o_proj heads x head_dim -> hidden (LlamaAttention: getattr(config, "head_dim",
+  // hidden_size // num_attention_heads)). 0: hidden / heads.
+  std::int64_t head_dim = 0;
+  std::int64_t head_size() const { return head_dim > 0 ? head_dim : hidden / heads; }
+  // Qwen3Attention's q_norm and k_norm: an RMSNorm over each head's head_dim channels of the
+  // query and the key, after the projections' view and before the rotary embedding.
+  bool qk_norm = false;
   std::int64_t intermediate = 11008;
   std::int64_t vocab = 32000;
   std::int64_t max_positions = 4096;  // max_position_embeddings: the longest seq_len allowed

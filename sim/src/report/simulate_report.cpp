@@ -76,7 +76,9 @@ std::optional<double> scaling_efficiency(const SimulationRun& run) {
 
 std::string data_parallel_name(const SimulationRun& run) {
   if (run.data_parallel == nullptr) return "one GPU";
-  return sim::data_parallel_name(run.data_parallel->zero_stage, run.data_parallel->fsdp.has_value(), NameStyle::long_form);
+  const std::string name = sim::data_parallel_name(run.data_parallel->zero_stage, run.data_parallel->fsdp.has_value(), NameStyle::long_form);
+  // FSDP2's CPU offload: the shards and the optimizer step on the host (models/transforms/README.md).
+  return run.data_parallel->fsdp && run.data_parallel->fsdp->cpu_offload ? name + " with CPU offload" : name;
 }
 
 std::string metadata_or(const traces::Trace& trace, const std::string& key, const std::string& fallback) {

@@ -16,6 +16,7 @@
 #include "comptrain/models/op_time.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/strategy.hpp"
+#include "comptrain/models/transform_schedule.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/zoo/zoo.hpp"
 #include "common/must_apply.hpp"
@@ -255,6 +256,38 @@ TEST(FsdpOffload, PageableShardsBlockTheLaunchingThread) {
     }
   }
   EXPECT_EQ(copies, 4u + 3u);
+}
+
+// Under gradient accumulation (FSDP2 reduce-scatters at every micro-step) each of 3 micro-steps
+// copies its units' shards in before its 4 all-gathers and its 3 gradient shards out, each into
+// a transient GPU shard of its own (not held: 4 n / 4 bytes freed after its copy); the step on
+// the CPU runs once, after the last micro-step's copies, and nothing is resident on the GPU.
+TEST(FsdpOffload, EveryMicroStepCopiesAndTheCpuStepsOnce) {
+  const auto trace = llama();
+  static const OpTimeModel time_model(a100());
+  TransformSteps steps;
+  steps.accumulation_steps = 3;
+  steps.data_parallel = fsdp_spec();
+  steps.platform = &a100();
+  Schedule s = transform_schedule(test_support::must_apply(build_schedule(trace, time_model, StrategySpec{})), trace, steps);
+  s.validate();
+  EXPECT_EQ(tasks_named(s, "FSDP shards to the GPU").size(), 3u * 4u);
+  const std::vector<TaskId> out = tasks_named(s, "FSDP gradient shard to the host");
+  ASSERT_EQ(out.size(), 3u * 3u);
+  const std::vector<TaskId> step = tasks_named(s, "torch.optim AdamW on the CPU");
+  ASSERT_EQ(step.size(), 1u);
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    EXPECT_LT(out[i], step.front());
+    if (i >= 6) {  // the last micro-step's
+      EXPECT_THAT(s.tasks[step.front()].after, testing::Contains(out[i]));
+    }
+  }
+  EXPECT_EQ(resident_bytes(s, MemoryRole::weight) + resident_bytes(s, MemoryRole::optimizer_state) + resident_bytes(s, MemoryRole::gradient), 0);
+  for (const Buffer& b : s.buffers) {
+    if (b.name.find("sharded gradients") != std::string::npos) {
+      EXPECT_FALSE(b.held_to_end) << b.name;
+    }
+  }
 }
 
 TEST(FsdpOffload, NeedsThePlatform) {

@@ -17,6 +17,12 @@
 
 namespace comptrain::models {
 
+// The step's passes over memory (data_parallel.hpp). Which implementation runs on CPU shards:
+// torch/utils/_foreach_utils.py (pytorch/pytorch, 2025) lists the devices with foreach kernels,
+// _get_foreach_kernels_supported_devices: cuda, xpu, mtia and the private-use backend, not the
+// CPU, so _default_to_fused_or_foreach picks the for-loop there; an explicit foreach=True runs the
+// _foreach ops' per-tensor slow path, the same eight passes; _get_fused_kernels_supported_devices
+// lists the CPU, so fused=True runs ATen's CPU kernel.
 double torch_cpu_adamw_seconds(std::int64_t parameters, bool fused, const HostSpec& host) {
   if (!(host.flops > 0) || !(host.memory_bandwidth > 0)) {
     throw std::invalid_argument("torch_cpu_adamw_seconds: the host '" + host.name + "' needs positive flops and memory_bandwidth");

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "comptrain/models/fsdp_offload.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "data_parallel_transform.hpp"
 
@@ -30,6 +31,30 @@ double torch_cpu_adamw_seconds(std::int64_t parameters, bool fused, const HostSp
   const auto n = static_cast<double>(parameters);
   const double bytes = fused ? kTorchCpuAdamWFusedBytesPerParameter : kTorchCpuAdamWForLoopBytesPerParameter;
   return std::max(n * kCpuAdamFlopsPerParameter / host.flops, n * bytes / host.memory_bandwidth);
+}
+
+std::int64_t fsdp_offload_host_bytes(const traces::Trace& trace, const DataParallelSpec& spec) {
+  if (!spec.fsdp || !spec.fsdp->cpu_offload || spec.ranks < 1) return 0;
+  const std::int64_t ranks = spec.ranks;
+  const std::int64_t sharded_bytes = spec.fsdp->sharded_parameter_bytes;
+  std::int64_t shard_elements = 0;  // this rank's, padded (_get_dim0_padded_size)
+  std::int64_t weight_elements = 0;
+  std::int64_t weight_element_size = 0;
+  std::int64_t state = 0;
+  for (const traces::Tensor& t : trace.tensors()) {
+    if (t.is_view()) continue;
+    if (t.role == traces::TensorRole::weight) {
+      const std::int64_t dim0 = t.shape.empty() ? std::max<std::int64_t>(t.elements(), 1) : t.shape.front();
+      const std::int64_t rest = t.shape.empty() ? 1 : (dim0 > 0 ? t.elements() / dim0 : 0);
+      shard_elements += transform_detail::ceil_div(dim0, ranks) * rest;
+      weight_elements += t.elements();
+      weight_element_size = std::max<std::int64_t>(weight_element_size, traces::element_size(t.dtype));
+    } else if (t.role == traces::TensorRole::optimizer_state) {
+      state += t.bytes();
+    }
+  }
+  const std::int64_t masters = weight_element_size < sharded_bytes && state > 0 ? std::min(state, weight_elements * sharded_bytes) : 0;
+  return 2 * shard_elements * sharded_bytes + transform_detail::ceil_div(state - masters, ranks);
 }
 
 }  // namespace comptrain::models

@@ -23,6 +23,8 @@ out=$("$bin" simulate "$shipped" 2>&1)
 grep -q '^FITS' <<<"$out" || fail "70 B with CPU offload does not fit: $(head -12 <<<"$out")"
 grep -q 'PyTorch FSDP2 with CPU offload' <<<"$out" || fail "the report does not name the offload"
 grep -Eq 'host CPU \(optimizer\) +[0-9]' <<<"$out" || fail "no step on the host in the time split"
+# 16 bytes per parameter of a rank's shard (Llama 2 70B: 68,976,648,192 parameters / 8): 128.48 GiB.
+grep -q 'host memory      128.48 GiB pinned per GPU' <<<"$out" || fail "host memory line: $(grep 'host memory' <<<"$out")"
 # Without the offload (the model config named by its absolute path).
 scenarios=$(realpath "$src/scenarios")
 sed -e 's/, enable_cpu_offload: true}/}/' -e "s#hf_config: validation/#hf_config: $scenarios/validation/#" "$shipped" >"$work/without.yaml"

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comptrain/models/data_parallel.hpp"
+#include "comptrain/models/fsdp_offload.hpp"
 #include "comptrain/models/op_time.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/strategy.hpp"
@@ -288,6 +289,27 @@ TEST(FsdpOffload, EveryMicroStepCopiesAndTheCpuStepsOnce) {
       EXPECT_FALSE(b.held_to_end) << b.name;
     }
   }
+}
+
+// The host memory a rank pins: its fp32 shards (4 x 144192 / 4 = 144192 bytes), their fp32
+// gradients (as many) and AdamW's two fp32 moments (8 x 144192 / 4 = 288384): 576768 bytes,
+// 16 bytes per parameter of its shard; none without the offload. A weight of 6 rows on 4 ranks is
+// padded to 8 rows: 2 rows of the shard per rank.
+TEST(FsdpOffload, HostBytesPerRank) {
+  const auto trace = llama();
+  EXPECT_EQ(fsdp_offload_host_bytes(trace, fsdp_spec()), 4 * kParameters / kRanks + 4 * kParameters / kRanks + 8 * kParameters / kRanks);
+  EXPECT_EQ(fsdp_offload_host_bytes(trace, fsdp_spec()), 576768);
+  EXPECT_EQ(fsdp_offload_host_bytes(trace, fsdp_spec(std::nullopt)), 0);
+  DataParallelSpec three = fsdp_spec();
+  three.ranks = 3;  // 64 rows -> 66 (22 per rank), 100 -> 102 (34), 256 -> 258 (86); the norms' 64 -> 66
+  // Per layer: 4 x (22 x 64) for q, k, v, o ([64, 64]); gate and up [256, 64]: 2 x (86 x 64); down
+  // [64, 256]: 22 x 256; two norms [64]: 2 x 22. Root: embeddings and lm_head [100, 64]: 2 x (34 x 64),
+  // the final norm 22.
+  const std::int64_t layer = 4 * 22 * 64 + 2 * 86 * 64 + 22 * 256 + 2 * 22;
+  const std::int64_t root = 2 * 34 * 64 + 22;
+  const std::int64_t shard = 2 * layer + root;
+  // The moments' share: 8 x 144192 / 3 = 384512 bytes.
+  EXPECT_EQ(fsdp_offload_host_bytes(trace, three), 2 * 4 * shard + 8 * kParameters / 3);
 }
 
 TEST(FsdpOffload, NeedsThePlatform) {

@@ -278,6 +278,7 @@ double cpu_adam_seconds(std::int64_t parameters, const HostSpec& host) {
 std::optional<TaskId> apply_data_parallel(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec) {
   check_data_parallel(spec);
   if (spec.offload_optimizer) throw std::invalid_argument("data parallel: an offloaded optimizer needs the platform (its host steps it)");
+  if (spec.fsdp && spec.fsdp->cpu_offload) throw std::invalid_argument("data parallel: fsdp's cpu_offload needs the platform (its host steps the optimizer)");
   if (spec.ranks == 1) return std::nullopt;
   return Transform(schedule, trace, spec, nullptr).run();
 }
@@ -286,8 +287,10 @@ std::optional<TaskId> apply_data_parallel(Schedule& schedule, const traces::Trac
   check_data_parallel(spec);
   // One GPU without an offloaded optimizer trains as without data parallelism; with one, ZeRO's
   // offload changes the schedule on one GPU too.
-  if (spec.ranks == 1 && !spec.offload_optimizer) return std::nullopt;
-  if (spec.offload_optimizer) cpu_adam_seconds(0, platform.host);  // the host must have rates
+  // FSDP2's CPU offload too (the shards live on the host whatever the ranks).
+  const bool fsdp_offload = spec.fsdp && spec.fsdp->cpu_offload;
+  if (spec.ranks == 1 && !spec.offload_optimizer && !fsdp_offload) return std::nullopt;
+  if (spec.offload_optimizer || fsdp_offload) cpu_adam_seconds(0, platform.host);  // the host must have rates
   return Transform(schedule, trace, spec, &platform).run();
 }
 

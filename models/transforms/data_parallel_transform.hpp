@@ -2,7 +2,8 @@
 // Internal to models/transforms: data parallelism as a schedule transform (DDP, ZeRO 1-3, the
 // optimizer offloaded to the host, FSDP2), one class whose steps live in one file per scheme:
 // data_parallel.cpp (the order of the steps, the public functions), ddp.cpp (buckets), zero.cpp
-// (partitions, sharded optimizer, ZeRO-3's gathers), optimizer_offload.cpp and fsdp.cpp.
+// (partitions, sharded optimizer, ZeRO-3's gathers), optimizer_offload.cpp, fsdp.cpp and
+// fsdp_offload.cpp.
 // README.md tells what each changes and the sources.
 
 #include <array>
@@ -144,6 +145,15 @@ class Transform : public ScheduleEdit {
   void reduce_scatter_gradients(const std::vector<Unit>& units);
   void hold_fsdp_buffers();
 
+  // ---- fsdp_offload.cpp (FsdpSpec::cpu_offload)
+
+  void keep_fsdp_state_on_the_host(BufferId sharded_parameters);
+  // Adds the host-to-GPU copy of the group's shards before `all_gather` (not yet added), which
+  // waits for it and holds its GPU copy.
+  void copy_shards_in(const Unit& unit, const char* pass, std::size_t index, TaskId before, Task& all_gather);
+  void copy_gradient_shard_out(const Unit& unit, BufferId output, TaskId reduction, TaskId ready, std::int64_t reduce_bytes);
+  void step_fsdp_on_the_host(const FsdpGroups& groups);
+
   // Where an optimizer subgroup is stepped under an offloaded optimizer.
   enum class Where : std::uint8_t {
     cpu,             // DeepSpeedCPUAdam on the host
@@ -190,6 +200,7 @@ class Transform : public ScheduleEdit {
   std::map<std::pair<int, BufferId>, BufferId> gathered_;   // ZeRO-3: (pass, parameter) -> its gathered copy
   std::map<TaskId, std::vector<BufferId>> create_at_;       // FSDP2: old task -> buffers it creates (its group's unsharded parameters)
   std::map<TaskId, std::vector<BufferId>> extra_uses_;      // FSDP2: old task -> buffers it holds besides its reads
+  std::vector<TaskId> fsdp_gradient_copies_;                // FSDP2's CPU offload: the gradient shards' copies to the host
 };
 
 }  // namespace comptrain::models::transform_detail

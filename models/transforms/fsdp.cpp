@@ -34,11 +34,13 @@ void Transform::run_fsdp() {
   substitute_.assign(old_buffers_, kKeep);
   const FsdpGroups groups = fsdp_groups();
   const BufferId sharded_parameters = shard_fsdp_state(groups);
+  if (spec_.fsdp->cpu_offload) keep_fsdp_state_on_the_host(sharded_parameters);
   const std::size_t gathers = gather_for_forward(groups.units, sharded_parameters);
   gather_for_backward(groups.units, sharded_parameters, gathers);
   reduce_scatter_gradients(groups.units);
 
   shard_optimizer_tasks();
+  if (spec_.fsdp->cpu_offload) step_fsdp_on_the_host(groups);
   redirect_all();
   hold_fsdp_buffers();
   assemble();
@@ -209,6 +211,7 @@ TaskId Transform::fsdp_all_gather(const Unit& unit, const Gathered& g, const cha
   c.uses.insert(c.uses.end(), also_uses.begin(), also_uses.end());
   c.after = std::move(after);
   c.name = task_name((std::string("FSDP all-gather for ") + pass + " of " + (unit.name.empty() ? "root" : unit.name)).c_str(), index, c.bytes);
+  if (spec_.fsdp->cpu_offload) copy_shards_in(unit, pass, index, before, c);
   return add_task(std::move(c), before);
 }
 
@@ -343,6 +346,9 @@ void Transform::reduce_scatter_gradients(const std::vector<Unit>& units) {
       last_reduction = reduction;
     }
     ++r;
+    // CPU offload: the gradient shard goes to the host once reduced (after HSDP's all-reduce: FSDP2
+    // copies it on the stream that reduced it last).
+    if (f.cpu_offload) copy_gradient_shard_out(unit, output, *last_reduction, ready, reduce_bytes);
     for (BufferId g : unit.gradients) {
       s_.buffers[g].held_to_end = false;
       s_.buffers[g].resident = false;

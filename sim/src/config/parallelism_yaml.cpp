@@ -51,6 +51,11 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
       throw InputError(where(r.Mark()) + "'parallelism.fsdp.replicate' is " + r.Scalar() + " but the run has " + std::to_string(p.data.ranks) +
                        " GPUs; expected a divisor of that (HSDP: the GPUs form replicate groups of GPUs / replicate GPUs, each sharding the model)");
     }
+    // Pageable shards: each copy is staged at the host link's pageable rate, which the platform must give.
+    if (const auto& offload = p.data.fsdp->cpu_offload; offload && !offload->pin_memory && platform && !(platform->host_link.pageable_bandwidth > 0)) {
+      throw InputError(where(fsdp["offload_policy"].Mark()) + "'parallelism.fsdp.offload_policy.pin_memory' is false, which copies through pageable host "
+                       "memory at the platform's host_link.pageable_bandwidth; platform '" + platform->name + "' does not give it; expected pin_memory: true or a platform that gives it");
+    }
   }
   // The largest bucket or reduction bucket accepted: 1 TiB, beyond any GPU's memory.
   constexpr std::int64_t kMaxBucketBytes = std::int64_t{1} << 40;
@@ -100,11 +105,12 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
 }
 
 // parallelism.fsdp (models/transforms/README.md, "FSDP2"): {units: [module patterns],
-// reshard_after_forward: true | false | all_but_last, sharded_dtype, reduce_dtype, replicate}.
+// reshard_after_forward: true | false | all_but_last, sharded_dtype, reduce_dtype, replicate,
+// offload_policy: cpu | none | {kind: cpu, pin_memory} (or torchtitan's enable_cpu_offload)}.
 models::FsdpSpec ScenarioReader::read_fsdp(const YAML::Node& node) const {
   const std::string section = "parallelism.fsdp";
   require_map(node, section);
-  check_keys(node, section, {"units", "reshard_after_forward", "sharded_dtype", "reduce_dtype", "replicate"});
+  check_keys(node, section, {"units", "reshard_after_forward", "sharded_dtype", "reduce_dtype", "replicate", "offload_policy", "enable_cpu_offload"});
   models::FsdpSpec f;
   const YAML::Node units = required(node, "units", section);
   f.units = string_list(units, section + ".units");
@@ -146,7 +152,65 @@ models::FsdpSpec ScenarioReader::read_fsdp(const YAML::Node& node) const {
     if (*replicate > 1'000'000) throw InputError(where(node["replicate"].Mark()) + "'" + section + ".replicate' is " + node["replicate"].Scalar() + "; expected at most 1000000");
     f.replicate = static_cast<int>(*replicate);
   }
+  f.cpu_offload = read_fsdp_offload(node);
   return f;
+}
+
+// parallelism.fsdp.offload_policy: fully_shard's offload_policy, CPUOffloadPolicy(pin_memory=True)
+// as `cpu` or {kind: cpu, pin_memory: true | false}, OffloadPolicy() (no offload) as `none`; or
+// torchtitan's training.enable_cpu_offload (CPUOffloadPolicy() with its default pin_memory).
+// models/transforms/README.md, "FSDP2's CPU offload".
+std::optional<models::FsdpSpec::CpuOffload> ScenarioReader::read_fsdp_offload(const YAML::Node& node) const {
+  const std::string section = "parallelism.fsdp";
+  const YAML::Node policy = node["offload_policy"];
+  const YAML::Node titan = node["enable_cpu_offload"];
+  if (policy && titan) {
+    throw InputError(where(titan.Mark()) + "'" + section + "' has both 'offload_policy' and 'enable_cpu_offload' (torchtitan's name for offload_policy: cpu); expected one of them");
+  }
+  if (titan) {
+    if (!boolean(titan, section + ".enable_cpu_offload")) return std::nullopt;
+    return models::FsdpSpec::CpuOffload{};
+  }
+  if (!policy) return std::nullopt;
+  const std::string expected = "; expected cpu (CPUOffloadPolicy), none (no offload) or {kind: cpu, pin_memory: true | false}";
+  models::FsdpSpec::CpuOffload offload;
+  std::string kind;
+  if (policy.IsMap()) {
+    check_keys(policy, section + ".offload_policy", {"kind", "pin_memory"});
+    kind = scalar(required(policy, "kind", section + ".offload_policy"), section + ".offload_policy.kind");
+    if (const YAML::Node pin = policy["pin_memory"]) offload.pin_memory = boolean(pin, section + ".offload_policy.pin_memory");
+    if (kind == "none" && policy["pin_memory"]) {
+      throw InputError(where(policy["pin_memory"].Mark()) + "'" + section + ".offload_policy.pin_memory' applies to kind cpu only" + expected);
+    }
+  } else if (policy.IsScalar()) {
+    kind = policy.Scalar();
+  } else {
+    throw InputError(where(policy.Mark()) + "'" + section + ".offload_policy' is a list" + expected);
+  }
+  if (kind == "none") return std::nullopt;
+  if (kind != "cpu") throw InputError(where(policy.Mark()) + "'" + section + ".offload_policy' is '" + kind + "'" + expected);
+  return offload;
+}
+
+// FSDP2's CPU offload steps the sharded parameters where they live, on the host, with the
+// training's torch.optim optimizer (models::torch_cpu_adamw_seconds): Adam or AdamW, fused=True
+// (optimizer_impl: fused, torchtitan's default) on ATen's CPU fused kernel, otherwise the
+// for-loop. A trace file's step is taken as the for-loop AdamW's.
+void ScenarioReader::check_fsdp_offload(const YAML::Node& root, Scenario& scenario) const {
+  if (!scenario.parallelism || !scenario.parallelism->data.fsdp || !scenario.parallelism->data.fsdp->cpu_offload) return;
+  models::FsdpSpec::CpuOffload& offload = *scenario.parallelism->data.fsdp->cpu_offload;
+  if (!scenario.zoo_model) return;
+  const zoo::ModelSpec& m = *scenario.zoo_model;
+  const YAML::Node training = root["training"];
+  if (m.optimizer && *m.optimizer != zoo::Optimizer::adam && *m.optimizer != zoo::Optimizer::adamw) {
+    throw InputError(where(training["optimizer"].Mark()) + "'training.optimizer' is " + std::string(zoo::to_string(*m.optimizer)) +
+                     " with parallelism.fsdp's CPU offload, whose step on the host is modelled for torch.optim's adam and adamw only; expected adam or adamw");
+  }
+  if (m.optimizer_in_backward) {
+    throw InputError(where(training["optimizer_in_backward"].Mark()) + "'training.optimizer_in_backward' with parallelism.fsdp's CPU offload is not modelled "
+                     "(FSDP2 then copies each gradient shard to the host blocking, for the hook's step on the CPU); expected optimizer_in_backward: false");
+  }
+  offload.fused_step = m.optimizer_impl == zoo::OptimizerImpl::fused;
 }
 
 // parallelism.zero.offload_optimizer: DeepSpeed's keys (deepspeed/runtime/zero/offload_config.py)

@@ -92,6 +92,7 @@ Scenario ScenarioReader::read(const YAML::Node& root) {
     throw InputError(where(model["lora"].Mark()) + "'model.lora' with 'parallelism.fsdp' is not modelled (FSDP would reduce-scatter "
                      "gradients of the frozen weights); expected ddp or zero with LoRA");
   }
+  check_fsdp_offload(root, scenario);
   if (const YAML::Node name = root["name"]) {
     scenario.name = scalar(name, "name");
   } else {

@@ -44,6 +44,10 @@ class ScenarioReader : public yaml::Reader {
   // parallelism_yaml.cpp
   ParallelismSection read_parallelism(const YAML::Node& node, const std::optional<models::Platform>& platform) const;
   models::FsdpSpec read_fsdp(const YAML::Node& node) const;
+  std::optional<models::FsdpSpec::CpuOffload> read_fsdp_offload(const YAML::Node& node) const;
+  // After the model: the step FSDP2's CPU offload runs on the host, from training.optimizer and
+  // optimizer_impl; refuses what it does not model.
+  void check_fsdp_offload(const YAML::Node& root, Scenario& scenario) const;
   std::optional<models::OptimizerOffloadSpec> read_offload_optimizer(const YAML::Node& node, int stage) const;
 
   // training_step_yaml.cpp: training.loss, training.optimizer_in_backward and the optimizer's

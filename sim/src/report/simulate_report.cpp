@@ -5,6 +5,7 @@
 #include "comptrain/sim/metrics/iteration_energy.hpp"
 #include "comptrain/sim/metrics/throughput.hpp"
 
+#include "comptrain/models/fsdp_offload.hpp"
 #include "comptrain/models/zero_memory.hpp"
 
 #include <fmt/format.h>
@@ -77,6 +78,8 @@ std::optional<double> scaling_efficiency(const SimulationRun& run) {
 std::string data_parallel_name(const SimulationRun& run) {
   if (run.data_parallel == nullptr) return "one GPU";
   std::string name = sim::data_parallel_name(run.data_parallel->zero_stage, run.data_parallel->fsdp.has_value(), NameStyle::long_form);
+  // FSDP2's CPU offload: the shards and the optimizer step on the host (models/transforms/README.md).
+  if (const auto& fsdp = run.data_parallel->fsdp; fsdp && fsdp->cpu_offload) name += " with CPU offload";
   if (const auto& fsdp = run.data_parallel->fsdp; fsdp && fsdp->replicate > 1) {
     name += fmt::format(" (HSDP: {} replicas of {} shards)", fsdp->replicate, run.data_parallel->ranks / fsdp->replicate);
   }
@@ -330,6 +333,14 @@ void add_cluster_results(std::string& out, const SimulationRun& run) {
   const CommunicationTime c = communication_time(run.schedule, run.result);
   add_line(out, "  communication    {} in collectives: {} exposed (compute stream idle), {} hidden behind compute", format_seconds(c.collective_seconds),
            format_seconds(c.exposed_seconds), format_seconds(c.hidden_seconds()));
+  if (const std::int64_t host = run.data_parallel ? models::fsdp_offload_host_bytes(run.trace, *run.data_parallel) : 0; host > 0) {
+    // FSDP2's CPU offload pins each rank's shards, gradients and optimizer state on the host.
+    const std::int64_t node = host * run.cluster.gpus_per_node;
+    const std::int64_t capacity = run.platform.host.memory_bytes;
+    add_line(out, "  host memory      {} pinned per GPU by FSDP2's CPU offload (shards, gradients, optimizer state), {} for the node's {} GPUs{}", format_bytes(host),
+             format_bytes(node), run.cluster.gpus_per_node,
+             capacity <= 0 ? std::string() : node > capacity ? fmt::format(": more than the host's {}", format_bytes(capacity)) : fmt::format(" of the host's {}", format_bytes(capacity)));
+  }
   if (const auto estimate = deepspeed_estimate(run)) {
     add_line(out, "  DeepSpeed        its estimator gives {} of model states per GPU (a formula: no activations, no buffers)", format_bytes(*estimate));
   }

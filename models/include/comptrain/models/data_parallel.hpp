@@ -104,8 +104,43 @@ struct FsdpSpec {
   // set_requires_all_reduce(True): torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py,
   // foreach_reduce, PyTorch 2.6). 1: plain FSDP, one shard group of every rank.
   int replicate = 1;
+  // offload_policy=CPUOffloadPolicy(pin_memory) (torchtitan: training.enable_cpu_offload), as
+  // pytorch/pytorch@010ae4a8 torch/distributed/fsdp/_fully_shard/ does it
+  // (models/transforms/README.md, "FSDP2's CPU offload"): the sharded parameters, their gradients
+  // and so the optimizer state live on the host; each all-gather first copies its group's
+  // shards to the GPU, each reduce-scatter's shard is copied back, the step runs on the CPU.
+  struct CpuOffload {
+    // CPUOffloadPolicy.pin_memory (default True): pinned host shards; false: pageable, so each
+    // copy is staged by the driver and blocks the launching thread.
+    bool pin_memory = true;
+    // How torch.optim steps the CPU shards: fused=True runs ATen's CPU fused AdamW kernel;
+    // otherwise the for-loop (no foreach kernels on the CPU). torch_cpu_adamw_seconds.
+    bool fused_step = false;
+    friend bool operator==(const CpuOffload&, const CpuOffload&) = default;
+  };
+  std::optional<CpuOffload> cpu_offload;
   friend bool operator==(const FsdpSpec&, const FsdpSpec&) = default;
 };
+
+// torch.optim's AdamW stepping fp32 parameters on the CPU, per parameter (FSDP2's CPU offload):
+//  - fused=True: ATen's CPU kernel (pytorch/pytorch@aa26438a
+//    aten/src/ATen/native/cpu/FusedAdamKernel.cpp, adam_math for float): one pass that loads the
+//    parameter, gradient, exp_avg and exp_avg_sq (16 bytes) and stores the parameter, exp_avg and
+//    exp_avg_sq (12 bytes): 28 bytes;
+//  - otherwise _single_tensor_adamw, one ATen op per line (foreach is not chosen on the CPU:
+//    torch/optim/optimizer.py _default_to_fused_or_foreach takes foreach only on
+//    _get_foreach_kernels_supported_devices(), CUDA-like devices): param.mul_(1 - lr * wd) (8
+//    bytes), exp_avg.lerp_(grad) (12), exp_avg_sq.mul_(beta2) (8), .addcmul_(grad, grad) (12),
+//    exp_avg_sq.sqrt() (8), / bias_correction2_sqrt (8), .add_(eps) (8), param.addcdiv_(exp_avg,
+//    denom) (16): 80 bytes (pytorch/pytorch@dc80ccde torch/optim/adam.py _single_tensor_adam, the
+//    same lines, with AdamW's decoupled decay first).
+//  - FLOPs: the same arithmetic as DeepSpeed's kernel, kCpuAdamFlopsPerParameter.
+inline constexpr double kTorchCpuAdamWFusedBytesPerParameter = 28;
+inline constexpr double kTorchCpuAdamWForLoopBytesPerParameter = 80;
+// Seconds for `parameters` with the whole host to itself: parameters x max(15 / flops, bytes /
+// memory_bandwidth), as cpu_adam_seconds. Throws std::invalid_argument when the host has no
+// FLOP/s or memory bandwidth.
+double torch_cpu_adamw_seconds(std::int64_t parameters, bool fused, const HostSpec& host);
 
 struct DataParallelSpec {
   int ranks = 1;       // GPUs in the data-parallel group; 1: the schedule is left as it is
@@ -140,8 +175,8 @@ struct DataParallelSpec {
 // InputError-free check of a spec built in code: ranks >= 1, zero_stage 0..3, positive sizes; an
 // offloaded optimizer needs ZeRO (stage >= 1), a ratio in [0, 1] and below 1 only with stage 3,
 // and prefetch_optimizer needs stage 3, ratio 1 and a gap >= 1; fsdp needs stage 3, no offloaded
-// optimizer, valid unit patterns and element sizes of 1 to 8 bytes. Throws std::invalid_argument
-// naming the field.
+// optimizer, valid unit patterns and element sizes of 1 to 8 bytes; fsdp's cpu_offload needs the
+// platform (apply_data_parallel's overload with one). Throws std::invalid_argument naming the field.
 void check_data_parallel(const DataParallelSpec& spec);
 
 // Whether the gradients are reduced at every micro-step of gradient accumulation, so that

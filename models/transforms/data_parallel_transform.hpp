@@ -100,6 +100,12 @@ class Transform : public ScheduleEdit {
   // Deep Optimizer States: the GPU subgroup whose fp32 state and gradients the fork's step leaves
   // on the GPU for the next iteration (none when a subgroup after it starts a transfer).
   std::optional<std::size_t> carried_subgroup() const;
+  struct Carried {
+    std::size_t subgroup = 0;
+    BufferId state = 0;     // fp32 parameters, momentum and variance
+    BufferId gradient = 0;  // the fp32 gradient
+  };
+  std::optional<Carried> previous_steps_state();
 
   // ---- fsdp.cpp
 

@@ -178,6 +178,28 @@ std::optional<std::size_t> Transform::carried_subgroup() const {
   return on_gpu;
 }
 
+// Deep Optimizer States: the carried subgroup's state and gradients as the previous step left
+// them, allocated when the iteration's first task starts (step_on_the_host frees them once the
+// first GPU subgroup's state has come in).
+std::optional<Transform::Carried> Transform::previous_steps_state() {
+  const std::optional<std::size_t> x = carried_subgroup();
+  if (!x) return std::nullopt;
+  const std::int64_t e = subgroups_[*x].elements;
+  const std::string which = "optimizer subgroup " + std::to_string(*x);
+  Carried c;
+  c.subgroup = *x;
+  c.state = add_buffer("previous step's fp32 parameters, momentum and variance of " + which + ", left on the GPU",
+                       kFp32AdamStateBytesPerParameter * e, MemoryRole::optimizer_state, false);
+  c.gradient = add_buffer("previous step's fp32 gradients of " + which + ", left on the GPU", kFp32GradientBytes * e, MemoryRole::gradient, false);
+  for (TaskId t = 0; t < n_; ++t) {
+    if (removed_[t]) continue;
+    s_.tasks[t].creates.push_back(c.state);
+    s_.tasks[t].creates.push_back(c.gradient);
+    break;
+  }
+  return c;
+}
+
 // The optimizer's tasks give way to the step on the host, inserted where they were. Once the
 // backward pass and the gradient copies have ended, subgroup by subgroup (stage3.py@v0.13.3
 // step, lines 2114-2126; stage_1_and_2.py step): a subgroup on the CPU is stepped by
@@ -231,25 +253,9 @@ std::optional<TaskId> Transform::step_on_the_host(std::optional<TaskId> last_red
   constexpr std::size_t kNoSubgroup = static_cast<std::size_t>(-1);
   std::size_t state_on_gpu = kNoSubgroup;
   std::map<std::size_t, TaskId> fetched;   // Deep Optimizer States: GPU subgroup -> the copy of its state in
-  // Deep Optimizer States: the previous step's carried state and gradients, allocated when the
-  // iteration's first task starts, until the first GPU subgroup's state has come in.
-  const std::optional<std::size_t> carried = carried_subgroup();
+  // Deep Optimizer States: the previous step's carried state and gradients.
+  const std::optional<Carried> carried = previous_steps_state();
   bool any_state_in = false;  // a GPU subgroup's state has been copied in
-  std::optional<BufferId> carried_state;
-  std::optional<BufferId> carried_gradient;
-  if (carried) {
-    const std::int64_t e = subgroups_[*carried].elements;
-    const std::string which = "optimizer subgroup " + std::to_string(*carried);
-    carried_state = add_buffer("previous step's fp32 parameters, momentum and variance of " + which + ", left on the GPU",
-                               kFp32AdamStateBytesPerParameter * e, MemoryRole::optimizer_state, false);
-    carried_gradient = add_buffer("previous step's fp32 gradients of " + which + ", left on the GPU", kFp32GradientBytes * e, MemoryRole::gradient, false);
-    for (TaskId t = 0; t < n_; ++t) {
-      if (removed_[t]) continue;
-      s_.tasks[t].creates.push_back(*carried_state);
-      s_.tasks[t].creates.push_back(*carried_gradient);
-      break;
-    }
-  }
 
   const auto elements_text = [](std::int64_t e) { return std::to_string(e) + " parameters"; };
   const auto copy_parameters = [&](std::size_t x, TaskId after, bool blocking) {
@@ -287,21 +293,21 @@ std::optional<TaskId> Transform::step_on_the_host(std::optional<TaskId> last_red
     if (in) {
       // The first GPU subgroup's state comes in while the previous step's is still there; the
       // fork reuses those three tensors when the sizes agree.
-      const bool first_in = carried_gradient && !any_state_in;
+      const bool first_in = carried && !any_state_in;
       any_state_in = true;
-      if (first_in && sg.elements == subgroups_[*carried].elements) {
-        sg.state = *carried_state;
-        c.uses = {*carried_state};
+      if (first_in && sg.elements == subgroups_[carried->subgroup].elements) {
+        sg.state = carried->state;
+        c.uses = {carried->state};
       } else {
         sg.state = add_buffer("fp32 parameters, momentum and variance of optimizer subgroup " + std::to_string(x) + " on the GPU", c.bytes,
                               MemoryRole::optimizer_state, false);
         c.creates = {*sg.state};
-        if (first_in) c.uses = {*carried_state};
+        if (first_in) c.uses = {carried->state};
       }
       sg.fp32_gradient = add_buffer("fp32 gradients of optimizer subgroup " + std::to_string(x) + " on the GPU",
                                     kFp32GradientBytes * sg.elements, MemoryRole::gradient, false);
       c.creates.push_back(*sg.fp32_gradient);
-      if (first_in) c.uses.push_back(*carried_gradient);
+      if (first_in) c.uses.push_back(carried->gradient);
       if (sg.kept) c.uses.push_back(*sg.kept);
     } else {
       c.uses = {*sg.state};

@@ -73,6 +73,7 @@ std::string_view to_string(AllocationStream stream) {
     case AllocationStream::current: return "current";
     case AllocationStream::fsdp_all_gather: return "fsdp_all_gather";
     case AllocationStream::fsdp_reduce_scatter: return "fsdp_reduce_scatter";
+    case AllocationStream::zero_reduce: return "zero_reduce";
   }
   return "unknown";
 }

@@ -76,6 +76,7 @@ std::optional<TaskId> Transform::run() {
 
   // The reductions.
   std::optional<TaskId> last_reduction;  // as n + index into added_
+  std::vector<TaskId> previous_copies;    // ZeRO-3 with an offloaded optimizer: the previous bucket's copies
   std::size_t index = 0;
   for (const Bucket& bucket : buckets) {
     Task c;
@@ -91,6 +92,8 @@ std::optional<TaskId> Transform::run() {
     if (!reduction_bucket) c.uses = bucket.gradients;
     if (bucket_copy) c.uses.push_back(*bucket_copy);
     if (reduction_bucket) c.uses.push_back(*reduction_bucket);
+    const std::optional<BufferId> flat = coalesced_reduce_scatter_input(bucket, index);
+    if (flat) c.creates.push_back(*flat);
     // Stage 1 reduces after the whole backward pass (DeepSpeed's reduce_gradients at the end of
     // backward when gradients are not partitioned); the others as soon as the bucket is ready.
     const TaskId ready = spec_.zero_stage == 1 ? last_backward_ : bucket.ready;
@@ -99,6 +102,7 @@ std::optional<TaskId> Transform::run() {
     last_reduction = add_task(std::move(c), ready + 1);
     std::vector<TaskId> copies;
     if (spec_.offload_optimizer) copies = offload_gradients(bucket, *last_reduction, ready);
+    if (spec_.zero_stage == 3 && spec_.offload_optimizer) order_on_reduce_stream(*last_reduction, copies, flat, previous_copies);
     // Without overlap_comm DeepSpeed reduces (and copies the reduced gradients to the host) on
     // the compute stream's side: the next kernel waits.
     if (spec_.zero_stage >= 1 && !spec_.overlap_comm) {

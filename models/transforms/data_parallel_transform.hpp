@@ -86,6 +86,14 @@ class Transform : public ScheduleEdit {
 
   void gather_parameters();
 
+  // ZeRO-3: the flat input reduce_scatter_coalesced concatenates a bucket's gradients into, if
+  // it makes one (none for a lone gradient the ranks divide).
+  std::optional<BufferId> coalesced_reduce_scatter_input(const Bucket& bucket, std::size_t index);
+
+  // ZeRO-3 with an offloaded optimizer: a bucket's copies to the host are issued on the
+  // reduction's stream; the next reduction waits for them, and the flat input lives through them.
+  void order_on_reduce_stream(TaskId reduction, const std::vector<TaskId>& copies, std::optional<BufferId> flat, std::vector<TaskId>& previous);
+
   // ---- optimizer_offload.cpp
 
   void make_subgroups();
@@ -93,6 +101,16 @@ class Transform : public ScheduleEdit {
   std::vector<TaskId> offload_gradients(const Bucket& bucket, TaskId reduction, TaskId ready);
 
   std::optional<TaskId> step_on_the_host(std::optional<TaskId> last_reduction);
+
+  // Deep Optimizer States: the GPU subgroup whose fp32 state and gradients the fork's step leaves
+  // on the GPU for the next iteration (none when a subgroup after it starts a transfer).
+  std::optional<std::size_t> carried_subgroup() const;
+  struct Carried {
+    std::size_t subgroup = 0;
+    BufferId state = 0;     // fp32 parameters, momentum and variance
+    BufferId gradient = 0;  // the fp32 gradient
+  };
+  std::optional<Carried> previous_steps_state();
 
   // ---- fsdp.cpp
 

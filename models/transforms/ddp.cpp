@@ -25,8 +25,22 @@ std::vector<Transform::Bucket> Transform::make_buckets() const {
   std::map<traces::DType, Bucket> open;
   std::map<traces::DType, int> closed_count;
   std::vector<Bucket> buckets;
+  // ZeRO-2 and ZeRO-3 reduce the open bucket before adding a gradient that would take it past
+  // reduce_bucket_size elements (stage_1_and_2.py@v0.13.3 line 926 and stage3.py@v0.13.3 line
+  // 1221, reduce_independent_p_g_buckets_and_remove_grads), so no bucket holds more (but a lone
+  // larger gradient); DDP and stage 1 close a bucket once it holds at least its cap.
+  const bool before_overflow = spec_.zero_stage >= 2;
   for (const auto& [t, g] : ready) {
     const auto& tensor = trace_.tensor(*s_.buffers[g].tensor);
+    if (before_overflow) {
+      const auto it = open.find(tensor.dtype);
+      if (it != open.end() && !it->second.gradients.empty() &&
+          it->second.bytes + s_.buffers[g].bytes > spec_.reduce_bucket_elements * static_cast<std::int64_t>(traces::element_size(tensor.dtype))) {
+        buckets.push_back(std::move(it->second));
+        open.erase(it);
+        ++closed_count[tensor.dtype];
+      }
+    }
     Bucket& bucket = open[tensor.dtype];
     bucket.gradients.push_back(g);
     bucket.bytes += s_.buffers[g].bytes;
@@ -34,7 +48,7 @@ std::vector<Transform::Bucket> Transform::make_buckets() const {
     const std::int64_t cap = spec_.zero_stage == 0
                                  ? (closed_count[tensor.dtype] == 0 ? spec_.first_bucket_bytes : spec_.bucket_cap_bytes)
                                  : spec_.reduce_bucket_elements * static_cast<std::int64_t>(traces::element_size(tensor.dtype));
-    if (bucket.bytes >= cap) {
+    if (!before_overflow && bucket.bytes >= cap) {
       buckets.push_back(std::move(bucket));
       open.erase(tensor.dtype);
       ++closed_count[tensor.dtype];

@@ -103,6 +103,10 @@ std::vector<TaskId> Transform::offload_gradients(const Bucket& bucket, TaskId re
       last_gradient_copy_[0] = copies.back();
       continue;
     }
+    // Stage 3's partition_grads runs inside `with stream(reduce_and_partition_stream)`
+    // (stage3.py@v0.13.3 lines 1265-1275), so what it allocates here (the partition back on the
+    // GPU, the fp32 upcast, the fork's kept gradients) is that stream's block in PyTorch; these
+    // stay on the current stream (README.md, "Simplifications").
     const TaskId out = add_task(copy(TaskKind::offload, "gradient partition to the host buffer: " + what, half_bytes, reduction), ready + 1);
     Task back = copy(TaskKind::prefetch, "gradient partition back on the GPU: " + what, half_bytes, out);
     const BufferId on_gpu = add_buffer(what + " (partition back on the GPU)", half_bytes, MemoryRole::temporary, false);
@@ -149,6 +153,53 @@ std::vector<TaskId> Transform::offload_gradients(const Bucket& bucket, TaskId re
   return copies;
 }
 
+// The fork's step copies a GPU subgroup's fp32 state back to the host only from opt_transfers,
+// which runs at each subgroup x with x % k == 0 and sends back the GPU subgroup before x
+// (get_prev_next_subgroup_on_gpu(x, prev=True); DataStates/DeepSpeed@4570a955, the commit
+// the sample logs ran, branch deep-optimizer-states, deepspeed/runtime/zero/stage3.py lines
+// 2100-2136 and 2169-2175; the file is the same at the branch's tip d18d6f81). When
+// no such x follows the last GPU subgroup, nothing sends it back: its fp32 parameters, momentum
+// and variance (prefetch_optimizer_gpu_fp32_params, _momentum, _variance) and the fp32 gradient
+// set as the parameters' .grad (line 2148: `.to(dtype)`, dtype fp32), which only the copy back
+// clears (line 2108), stay on the GPU across the iteration boundary; the next step's
+// opt_transfers(0) finds no previous GPU subgroup (the walk from 0 down ends at -1). That
+// subgroup, if any.
+std::optional<std::size_t> Transform::carried_subgroup() const {
+  if (!spec_.offload_optimizer || !spec_.offload_optimizer->prefetch_optimizer) return std::nullopt;
+  const auto k = static_cast<std::size_t>(std::max(spec_.offload_optimizer->prefetch_optimizer_gap, 1));
+  std::optional<std::size_t> on_gpu;
+  for (std::size_t x = 0; x < subgroups_.size(); ++x) {
+    if (subgroups_[x].where == Where::gpu_prefetched) {
+      on_gpu = x;
+    } else if (x % k == 0) {
+      on_gpu.reset();  // opt_transfers(x) sends the previous GPU subgroup back
+    }
+  }
+  return on_gpu;
+}
+
+// Deep Optimizer States: the carried subgroup's state and gradients as the previous step left
+// them, allocated when the iteration's first task starts (step_on_the_host frees them once the
+// first GPU subgroup's state has come in).
+std::optional<Transform::Carried> Transform::previous_steps_state() {
+  const std::optional<std::size_t> x = carried_subgroup();
+  if (!x) return std::nullopt;
+  const std::int64_t e = subgroups_[*x].elements;
+  const std::string which = "optimizer subgroup " + std::to_string(*x);
+  Carried c;
+  c.subgroup = *x;
+  c.state = add_buffer("previous step's fp32 parameters, momentum and variance of " + which + ", left on the GPU",
+                       kFp32AdamStateBytesPerParameter * e, MemoryRole::optimizer_state, false);
+  c.gradient = add_buffer("previous step's fp32 gradients of " + which + ", left on the GPU", kFp32GradientBytes * e, MemoryRole::gradient, false);
+  for (TaskId t = 0; t < n_; ++t) {
+    if (removed_[t]) continue;
+    s_.tasks[t].creates.push_back(c.state);
+    s_.tasks[t].creates.push_back(c.gradient);
+    break;
+  }
+  return c;
+}
+
 // The optimizer's tasks give way to the step on the host, inserted where they were. Once the
 // backward pass and the gradient copies have ended, subgroup by subgroup (stage3.py@v0.13.3
 // step, lines 2114-2126; stage_1_and_2.py step): a subgroup on the CPU is stepped by
@@ -159,7 +210,14 @@ std::vector<TaskId> Transform::offload_gradients(const Bucket& bucket, TaskId re
 // the last GPU subgroup is copied back to the host and then (same copy streams) the next GPU
 // subgroup's state is copied in, while the CPU steps the subgroups in between; the launching
 // thread waits for that copy before the GPU subgroup's kernels, and for the parameter copies of
-// the CPU subgroups (issued without blocking before each GPU subgroup) at each x % k == 0.
+// the CPU subgroups (issued without blocking before each GPU subgroup) at each x % k == 0. The
+// fork leaves the carried subgroup's state and gradients on the GPU (carried_subgroup): they
+// are allocated from the iteration's start (the previous step's) until the first GPU
+// subgroup's state has come in (its step deletes the previous tensors from backup_optimizer,
+// lines 2241-2255; a subgroup of the same size reuses the three fp32 tensors, lines 2143-2146),
+// and this step's are kept to its end. The CPU subgroups after the last GPU subgroup are never
+// downsampled to the GPU's 16-bit parameters: the fork submits downsample_fp32_fp16 only when
+// the next subgroup is a GPU one (lines 2268-2273).
 // Returns the last copy of parameters to the GPU (what stages 1 and 2 all-gather after).
 std::optional<TaskId> Transform::step_on_the_host(std::optional<TaskId> last_reduction) {
   if (!first_optimizer_) return std::nullopt;
@@ -195,6 +253,9 @@ std::optional<TaskId> Transform::step_on_the_host(std::optional<TaskId> last_red
   constexpr std::size_t kNoSubgroup = static_cast<std::size_t>(-1);
   std::size_t state_on_gpu = kNoSubgroup;
   std::map<std::size_t, TaskId> fetched;   // Deep Optimizer States: GPU subgroup -> the copy of its state in
+  // Deep Optimizer States: the previous step's carried state and gradients.
+  const std::optional<Carried> carried = previous_steps_state();
+  bool any_state_in = false;  // a GPU subgroup's state has been copied in
 
   const auto elements_text = [](std::int64_t e) { return std::to_string(e) + " parameters"; };
   const auto copy_parameters = [&](std::size_t x, TaskId after, bool blocking) {
@@ -230,12 +291,24 @@ std::optional<TaskId> Transform::step_on_the_host(std::optional<TaskId> last_red
     c.bytes = kFp32AdamStateBytesPerParameter * sg.elements;
     c.after = std::move(after);
     if (in) {
-      sg.state = add_buffer("fp32 parameters, momentum and variance of optimizer subgroup " + std::to_string(x) + " on the GPU", c.bytes,
-                            MemoryRole::optimizer_state, false);
+      // The first GPU subgroup's state comes in while the previous step's is still there; the
+      // fork reuses those three tensors when the sizes agree.
+      const bool first_in = carried && !any_state_in;
+      any_state_in = true;
+      if (first_in && sg.elements == subgroups_[carried->subgroup].elements) {
+        sg.state = carried->state;
+        c.uses = {carried->state};
+      } else {
+        sg.state = add_buffer("fp32 parameters, momentum and variance of optimizer subgroup " + std::to_string(x) + " on the GPU", c.bytes,
+                              MemoryRole::optimizer_state, false);
+        c.creates = {*sg.state};
+        if (first_in) c.uses = {carried->state};
+      }
       sg.fp32_gradient = add_buffer("fp32 gradients of optimizer subgroup " + std::to_string(x) + " on the GPU",
                                     kFp32GradientBytes * sg.elements, MemoryRole::gradient, false);
-      c.creates = {*sg.state, *sg.fp32_gradient};
-      if (sg.kept) c.uses = {*sg.kept};
+      c.creates.push_back(*sg.fp32_gradient);
+      if (first_in) c.uses.push_back(carried->gradient);
+      if (sg.kept) c.uses.push_back(*sg.kept);
     } else {
       c.uses = {*sg.state};
     }
@@ -293,10 +366,12 @@ std::optional<TaskId> Transform::step_on_the_host(std::optional<TaskId> last_red
       }
     }
   }
-  // The fork leaves the last GPU subgroup's state and the parameters of the CPU subgroups after
-  // it for a later step; here they complete this one.
-  if (state_on_gpu != kNoSubgroup) state_copy(state_on_gpu, false, {*subgroups_[state_on_gpu].gpu_step});
-  flush_later();
+  // The carried subgroup's state and gradients stay for the next step; the CPU subgroups in
+  // `later` are not copied (see above).
+  if (state_on_gpu != kNoSubgroup) {
+    s_.buffers[*subgroups_[state_on_gpu].state].held_to_end = true;
+    s_.buffers[*subgroups_[state_on_gpu].fp32_gradient].held_to_end = true;
+  }
   step_added_ = {first_added, added_.size()};
   return last_parameters;
 }

@@ -69,6 +69,56 @@ void Transform::shard_optimizer_tasks() {
   }
 }
 
+// ZeRO-3 reduces a bucket with reduce_scatter_coalesced (stage3.py@v0.13.3
+// __reduce_and_partition_ipg_grads, line 1269: the contiguous all-reduce path is taken only with
+// reduce_scatter: false, and the default is true, zero/config.py line 100; __avg_scatter_grads,
+// line 1343). That function (runtime/comm/coalesced_collectives.py@v0.13.3, lines 93-142) splits
+// each of the bucket's gradients into `ranks` chunks of ceil(numel / ranks) elements and, unless
+// the bucket is one gradient that the ranks divide, concatenates every rank's chunks, each padded
+// to that size, into a new flat tensor (`torch.cat`, line 123) of
+// ranks x sum over the gradients of ceil(numel / ranks) elements, in the communication dtype,
+// the gradients' own (engine.py@v0.13.3 communication_data_type, lines 826-837: bf16 or fp16
+// as the model). It divides it in place, reduce-scatters it into its own chunk, and returns
+// views of that chunk, which partition_grads copies into the gradient partition (to the host
+// with an offloaded optimizer); the last reference goes when __reduce_and_partition_ipg_grads
+// returns. One rank runs the same code (a world of 1), so a bucket of several gradients is
+// copied there too. The allocation is made inside `with stream(reduce_and_partition_stream)`:
+// its block is that stream's (AllocationStream::zero_reduce). The padding chunks
+// (`torch.empty`, at most ranks - 1 elements per gradient) are left out.
+std::optional<BufferId> Transform::coalesced_reduce_scatter_input(const Bucket& bucket, std::size_t index) {
+  if (spec_.zero_stage != 3 || bucket.gradients.empty()) return std::nullopt;
+  std::int64_t bytes = 0;
+  bool divides = true;
+  for (BufferId g : bucket.gradients) {
+    const auto element_size = static_cast<std::int64_t>(traces::element_size(trace_.tensor(*s_.buffers[g].tensor).dtype));
+    const std::int64_t elements = s_.buffers[g].bytes / element_size;
+    divides = divides && elements % spec_.ranks == 0;
+    bytes += spec_.ranks * ceil_div(elements, spec_.ranks) * element_size;
+  }
+  if (bucket.gradients.size() == 1 && divides) return std::nullopt;  // reduced in place: tensors[0].view(-1)
+  const BufferId flat = add_buffer("flat input of coalesced reduce-scatter " + std::to_string(index) + " (torch.cat of the bucket's gradients)",
+                                   bytes, MemoryRole::temporary, false);
+  s_.buffers[flat].allocation_stream = AllocationStream::zero_reduce;
+  return flat;
+}
+
+// ZeRO-3 with an offloaded optimizer: partition_grads issues the bucket's copies to the host and
+// back on the reduce_and_partition_stream too (it runs inside __reduce_and_partition_ipg_grads'
+// `with stream(...)`, stage3.py@v0.13.3 lines 1265-1275), so the next bucket's reduce-scatter
+// starts after them, and the flat input, which that stream's next bucket reuses, lives until
+// they are done; the launching thread drops it once it has issued them (or, vanilla DeepSpeed,
+// waited for its blocking `fp32_grad_tensor.copy_`). The copies run on the copy streams here;
+// these waits and uses keep DeepSpeed's order. `previous` becomes this bucket's copies.
+void Transform::order_on_reduce_stream(TaskId reduction, const std::vector<TaskId>& copies, std::optional<BufferId> flat,
+                                       std::vector<TaskId>& previous) {
+  Task& r = added_[reduction - n_].task;
+  r.after.insert(r.after.end(), previous.begin(), previous.end());
+  if (flat) {
+    for (TaskId copy : copies) added_[copy - n_].task.uses.push_back(*flat);
+  }
+  previous = copies;
+}
+
 // ZeRO-3: each pass all-gathers an op's parameters before the op, into buffers that live
 // until the pass's last use of them. The gather of the k-th group waits for the end of the
 // first op of group k-2, so one group is fetched while the previous one computes (DeepSpeed

@@ -228,6 +228,112 @@ TEST(DataParallel, ZeroStage3OpsReadGatheredParameters) {
   EXPECT_GT(checked, 0);
 }
 
+// The flat inputs of ZeRO-3's coalesced reduce-scatters (coalesced_collectives.py@v0.13.3
+// reduce_scatter_coalesced): the buffers, with the task that creates each.
+std::vector<std::pair<const Buffer*, const Task*>> flat_inputs(const Schedule& s) {
+  std::vector<std::pair<const Buffer*, const Task*>> out;
+  for (const Task& t : s.tasks) {
+    for (BufferId b : t.creates) {
+      if (s.buffers[b].name.rfind("flat input of coalesced reduce-scatter", 0) == 0) out.emplace_back(&s.buffers[b], &t);
+    }
+  }
+  return out;
+}
+
+// ZeRO-3 concatenates a bucket's gradients, each padded to ranks x ceil(numel / ranks)
+// elements, into a new flat tensor before the reduce-scatter, unless the bucket is one gradient
+// the ranks divide. The 2-layer GPT-2's gradients (zoo gpt2, tied head: traces/zoo/README.md),
+// in elements: wte 50257·768 = 38,597,376; wpe 1024·768 = 786,432; per layer ln_1 768 + 768,
+// c_attn 768·2304 = 1,769,472 + 2304, attn c_proj 768·768 = 589,824 + 768, ln_2 768 + 768,
+// c_fc 768·3072 = 2,359,296 + 3072, mlp c_proj 2,359,296 + 768 (7,087,872 a layer); ln_f 768 +
+// 768. Ψ = 38,597,376 + 786,432 + 2·7,087,872 + 1,536 = 53,561,088, 28 tensors, 2 bytes each
+// (mixed precision).
+TEST(DataParallel, ZeroStage3ConcatenatesEachBucketBeforeItsReduceScatter) {
+  const auto trace = gpt(zoo::Precision::mixed);
+  const std::int64_t psi = 53'561'088;
+  ASSERT_EQ(traces::summarize(trace).parameters, psi);
+  const Schedule before = baseline(trace);
+  const auto run = [&](int ranks, int stage, std::int64_t bucket_elements) {
+    Schedule s = before;
+    DataParallelSpec spec;
+    spec.ranks = ranks;
+    spec.zero_stage = stage;
+    spec.reduce_bucket_elements = bucket_elements;
+    apply_data_parallel(s, trace, spec);
+    s.validate();
+    return s;
+  };
+  // 4 ranks divide every tensor (768 = 4·192 is a factor of each): Ψ < 5e8, one bucket of all
+  // 28 gradients, one flat input of 4·(Ψ/4) = Ψ elements: 2Ψ = 107,122,176 bytes.
+  {
+    const Schedule s = run(4, 3, 500'000'000);
+    const auto flats = flat_inputs(s);
+    ASSERT_EQ(flats.size(), 1u);
+    EXPECT_EQ(flats[0].first->bytes, 107'122'176);
+    EXPECT_EQ(flats[0].first->bytes, 2 * psi);
+    EXPECT_FALSE(flats[0].first->resident);
+    EXPECT_EQ(flats[0].first->role, MemoryRole::temporary);
+    EXPECT_EQ(flats[0].first->allocation_stream, AllocationStream::zero_reduce);
+    // Made by the reduce-scatter, on its stream; no other task holds it (no offload).
+    EXPECT_EQ(flats[0].second->collective, CollectiveKind::reduce_scatter);
+    EXPECT_EQ(flats[0].second->stream, Stream::comm);
+    int users = 0;
+    for (const Task& t : s.tasks) {
+      for (BufferId b : t.uses) users += &s.buffers[b] == flats[0].first;
+    }
+    EXPECT_EQ(users, 0);
+  }
+  // 5 ranks pad: 768 = 5·153 + 3 (pad 2), 2304 = 5·460 + 4 (1), 3072 = 5·614 + 2 (3),
+  // 1,769,472 = 5·353,894 + 2 (3), 589,824 = 5·117,964 + 4 (1), 2,359,296 = 5·471,859 + 1 (4),
+  // 38,597,376 = 5·7,719,475 + 1 (4), 786,432 = 5·157,286 + 2 (3). A layer pads
+  // 2+2 + 3+1 + 1+2 + 2+2 + 4+3 + 4+2 = 28, the rest 4 + 3 + 2+2 = 11: 2·28 + 11 = 67 elements.
+  {
+    const Schedule s = run(5, 3, 500'000'000);
+    const auto flats = flat_inputs(s);
+    ASSERT_EQ(flats.size(), 1u);
+    EXPECT_EQ(flats[0].first->bytes, 2 * (psi + 67));
+  }
+  // One gradient a bucket: with 4 ranks each is reduced in place (no flat input); with 5 each
+  // is padded (none of the 28 divides), the same 2(Ψ + 67) bytes over 28 flat inputs.
+  EXPECT_TRUE(flat_inputs(run(4, 3, 1)).empty());
+  {
+    const auto flats = flat_inputs(run(5, 3, 1));
+    ASSERT_EQ(flats.size(), 28u);
+    std::int64_t total = 0;
+    for (const auto& [b, t] : flats) total += b->bytes;
+    EXPECT_EQ(total, 2 * (psi + 67));
+  }
+  // Stage 2 reduces slices of its contiguous bucket in place (stage_1_and_2.py average_tensor).
+  EXPECT_TRUE(flat_inputs(run(4, 2, 500'000'000)).empty());
+}
+
+// DeepSpeed's stages 2 and 3 reduce the open bucket before a gradient that would take it past
+// reduce_bucket_size elements. With a bucket of 7,087,872 elements (one layer's) over the ready
+// order (ln_f's 768 + 768, layer 1's tensors, ln_1's last, layer 0's, the embeddings), no bucket
+// exceeds it but wte's lone gradient: the old rule (close once at least the cap) put layer 0's
+// ln_1 and wpe, or ln_1, with wte, a bucket larger than wte alone.
+TEST(DataParallel, ZeroBucketsCloseBeforeTheyOverflow) {
+  const auto trace = gpt(zoo::Precision::mixed);
+  Schedule s = baseline(trace);
+  DataParallelSpec spec;
+  spec.ranks = 4;
+  spec.zero_stage = 3;
+  spec.reduce_bucket_elements = 7'087'872;
+  apply_data_parallel(s, trace, spec);
+  ASSERT_NO_THROW(s.validate());
+  std::int64_t total = 0;
+  int over = 0;
+  for (TaskId t : collectives(s, CollectiveKind::reduce_scatter)) {
+    total += s.tasks[t].bytes;
+    if (s.tasks[t].bytes > 2 * 7'087'872) {
+      ++over;
+      EXPECT_EQ(s.tasks[t].bytes, 2 * 38'597'376) << "only wte's lone gradient exceeds the bucket";
+    }
+  }
+  EXPECT_EQ(over, 1);
+  EXPECT_EQ(total, 2 * 53'561'088);
+}
+
 }  // namespace
 }  // namespace comptrain::models
 

@@ -53,8 +53,9 @@ using TaskId = std::size_t;
 // is allocated on (a side stream's copy or kernel writes into memory the code allocated before
 // launching it). FSDP2 allocates on two streams of its own (models/transforms/README.md, "FSDP2"):
 // its all-gather buffers on the all-gather copy-in stream, its reduce-scatter outputs (the
-// sharded gradients) on the reduce-scatter stream.
-enum class AllocationStream : std::uint8_t { current, fsdp_all_gather, fsdp_reduce_scatter };
+// sharded gradients) on the reduce-scatter stream. DeepSpeed ZeRO-3 allocates the flat input of
+// its coalesced reduce-scatter on its reduce_and_partition_stream (zero_reduce).
+enum class AllocationStream : std::uint8_t { current, fsdp_all_gather, fsdp_reduce_scatter, zero_reduce };
 std::string_view to_string(AllocationStream stream);
 
 struct Buffer {

@@ -6,15 +6,7 @@
 # micro-step, 125 at 3), and FSDP2 with gradient accumulation simulates.
 # Usage: accumulation_cli_test.sh PATH/TO/comptrain PATH/TO/source-tree
 set -u
-bin=$(realpath "$1")
-src=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
+source "$(dirname "$0")/check_lib.sh" "$@"
 
 # peak FILE: the exact tensors' peak in bytes `comptrain simulate FILE` reports (empty if none).
 peak() { "$bin" simulate "$1" 2>&1 | awk '/^  tensors \(exact\)/ { gsub(",", "", $5); print $5; exit }'; }
@@ -41,5 +33,4 @@ out=$("$bin" simulate "$work/fsdp.yaml" 2>&1)
 status=$?
 [[ $status -eq 0 ]] || fail "fsdp with gradient_accumulation_steps 2 exited $status: $(tail -5 <<<"$out")"
 grep -q 'iteration' <<<"$out" || fail "fsdp with gradient_accumulation_steps 2: no iteration time: $(tail -5 <<<"$out")"
-[[ $failures -eq 0 ]] && echo "accumulation cli: all passed"
-exit $((failures > 0))
+finish "accumulation cli"

@@ -5,15 +5,7 @@
 # added under `collectives:`, read from a scenario of 2 nodes x 8 GPUs under DDP.
 # Usage: collectives_cli_test.sh PATH/TO/comptrain PATH/TO/source-tree
 set -u
-bin=$(realpath "$1")
-src=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
+source "$(dirname "$0")/check_lib.sh" "$@"
 
 # scenario NAME ALGORITHM: p-NAME.yaml (the cluster with `algorithm: ALGORITHM`) and s-NAME.yaml.
 scenario() {
@@ -56,5 +48,4 @@ communication() { (cd "$work" && "$bin" simulate "s-$1.yaml" 2>&1 | grep -m1 'in
 [[ "$(communication auto)" != "$(communication ring)" ]] || fail "NCCL's choice is the ring everywhere: $(communication auto)"
 [[ "$(communication auto)" != "$(communication tree)" ]] || fail "NCCL's choice is the tree everywhere: $(communication auto)"
 [[ "$(communication RING)" == "$(communication ring)" ]] || fail "RING is not ring"
-[[ $failures -eq 0 ]] && echo "collectives cli: all passed"
-exit $((failures > 0))
+finish "collectives cli"

@@ -6,15 +6,7 @@
 # each policy form and with gradient accumulation.
 # Usage: fsdp_offload_cli_test.sh PATH/TO/comptrain PATH/TO/source-tree
 set -u
-bin=$(realpath "$1")
-src=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
+source "$(dirname "$0")/check_lib.sh" "$@"
 
 shipped="$src/scenarios/llama2-70b-fsdp-offload-8xh100.yaml"
 grep -q 'enable_cpu_offload: true' "$shipped" || fail "the shipped scenario no longer offloads"
@@ -48,5 +40,4 @@ out=$("$bin" simulate "$work/bad.yaml" 2>&1)
 status=$?
 [[ $status -eq 2 ]] || fail "offload_policy: nvme exited $status, expected 2"
 grep -q "bad.yaml:4:" <<<"$out" || fail "offload_policy: nvme: no file:line in '$out'"
-[[ $failures -eq 0 ]] && echo "fsdp offload cli: all passed"
-exit $((failures > 0))
+finish "fsdp offload cli"

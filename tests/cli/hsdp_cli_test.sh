@@ -6,15 +6,7 @@
 # simulates.
 # Usage: hsdp_cli_test.sh PATH/TO/comptrain PATH/TO/source-tree
 set -u
-bin=$(realpath "$1")
-src=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
+source "$(dirname "$0")/check_lib.sh" "$@"
 
 scenario() {  # NODES REPLICATE
   cat <<YAML
@@ -54,5 +46,4 @@ grep -q "bad.yaml:7:.*'parallelism.fsdp.replicate' is 3 but the run has 8 GPUs; 
 out=$("$bin" simulate "$src/scenarios/llama3-8b-hsdp-4x8xh100.yaml" 2>&1)
 status=$?
 [[ $status -eq 0 ]] || fail "the shipped HSDP example exited $status: $(tail -5 <<<"$out")"
-[[ $failures -eq 0 ]] && echo "hsdp cli: all passed"
-exit $((failures > 0))
+finish "hsdp cli"

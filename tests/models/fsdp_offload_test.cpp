@@ -21,6 +21,7 @@
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/zoo/zoo.hpp"
 #include "common/must_apply.hpp"
+#include "common/two_layer_llama.hpp"
 
 namespace comptrain::models {
 namespace {
@@ -35,33 +36,11 @@ constexpr std::int64_t kLayer = 4 * 64 * 64 + 3 * 64 * 256 + 2 * 64;
 constexpr std::int64_t kRoot = 100 * 64 + 100 * 64 + 64;
 constexpr std::int64_t kParameters = kRoot + 2 * kLayer;  // 144192
 
-traces::Trace llama(zoo::OptimizerImpl impl = zoo::OptimizerImpl::foreach) {
-  zoo::ModelRequest request;
-  request.model = "llama";
-  request.layers = 2;
-  request.hidden = 64;
-  request.heads = 4;
-  request.vocab = 100;
-  request.seq_len = 32;
-  request.batch_size = 2;
-  request.precision = zoo::Precision::mixed;
-  request.optimizer = zoo::Optimizer::adamw;
-  request.optimizer_impl = impl;
-  request.attention = zoo::Attention::flash;
-  return zoo::build_model(request);
-}
+traces::Trace llama(zoo::OptimizerImpl impl = zoo::OptimizerImpl::foreach) { return test_support::two_layer_llama(impl); }
 
 DataParallelSpec fsdp_spec(std::optional<FsdpSpec::CpuOffload> offload = FsdpSpec::CpuOffload{}) {
-  DataParallelSpec spec;
-  spec.ranks = kRanks;
-  spec.zero_stage = 3;
-  FsdpSpec f;
-  f.units = {"model.layers.*"};
-  f.reshard_after_forward = FsdpSpec::Reshard::all_but_last;
-  f.sharded_parameter_bytes = 4;
-  f.reduce_bytes = 4;
-  f.cpu_offload = offload;
-  spec.fsdp = f;
+  DataParallelSpec spec = test_support::fsdp_over_layers(kRanks);
+  spec.fsdp->cpu_offload = offload;
   return spec;
 }
 
@@ -78,18 +57,8 @@ Schedule fsdp(const traces::Trace& trace, const DataParallelSpec& spec, const Pl
   return s;
 }
 
-std::optional<BufferId> find_buffer(const Schedule& s, const std::string& name) {
-  for (BufferId b = 0; b < s.buffers.size(); ++b) {
-    if (s.buffers[b].name == name) return b;
-  }
-  return std::nullopt;
-}
-
-BufferId buffer(const Schedule& s, const std::string& name) {
-  const auto b = find_buffer(s, name);
-  if (!b) ADD_FAILURE() << "no buffer " << name;
-  return b.value_or(0);
-}
+using test_support::buffer;
+using test_support::find_buffer;
 
 std::vector<TaskId> tasks_named(const Schedule& s, const std::string& part) {
   std::vector<TaskId> out;

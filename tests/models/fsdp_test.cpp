@@ -20,41 +20,16 @@
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/zoo/zoo.hpp"
 #include "common/must_apply.hpp"
+#include "common/two_layer_llama.hpp"
 
 namespace comptrain::models {
 namespace {
 
 constexpr int kRanks = 4;
 
-// hidden 64, 4 heads of 16 (as many key-value heads), the zoo's intermediate size for it (256),
-// vocabulary 100, untied embeddings.
-traces::Trace llama() {
-  zoo::ModelRequest request;
-  request.model = "llama";
-  request.layers = 2;
-  request.hidden = 64;
-  request.heads = 4;
-  request.vocab = 100;
-  request.seq_len = 32;
-  request.batch_size = 2;
-  request.precision = zoo::Precision::mixed;
-  request.optimizer = zoo::Optimizer::adamw;
-  request.attention = zoo::Attention::flash;
-  return zoo::build_model(request);
-}
+traces::Trace llama() { return test_support::two_layer_llama(); }
 
-DataParallelSpec fsdp_spec(FsdpSpec::Reshard reshard = FsdpSpec::Reshard::all_but_last) {
-  DataParallelSpec spec;
-  spec.ranks = kRanks;
-  spec.zero_stage = 3;
-  FsdpSpec f;
-  f.units = {"model.layers.*"};
-  f.reshard_after_forward = reshard;
-  f.sharded_parameter_bytes = 4;
-  f.reduce_bytes = 4;
-  spec.fsdp = f;
-  return spec;
-}
+DataParallelSpec fsdp_spec(FsdpSpec::Reshard reshard = FsdpSpec::Reshard::all_but_last) { return test_support::fsdp_over_layers(kRanks, reshard); }
 
 Schedule fsdp(const traces::Trace& trace, const DataParallelSpec& spec) {
   static const OpTimeModel time_model(builtin_platform("a100-80gb"));
@@ -64,18 +39,8 @@ Schedule fsdp(const traces::Trace& trace, const DataParallelSpec& spec) {
   return s;
 }
 
-std::optional<BufferId> find_buffer(const Schedule& s, const std::string& name) {
-  for (BufferId b = 0; b < s.buffers.size(); ++b) {
-    if (s.buffers[b].name == name) return b;
-  }
-  return std::nullopt;
-}
-
-BufferId buffer(const Schedule& s, const std::string& name) {
-  const auto b = find_buffer(s, name);
-  if (!b) ADD_FAILURE() << "no buffer " << name;
-  return b.value_or(0);
-}
+using test_support::buffer;
+using test_support::find_buffer;
 
 struct Span {
   TaskId first = 0, last = 0;

@@ -20,28 +20,16 @@
 #include "comptrain/models/transform_schedule.hpp"
 #include "comptrain/zoo/zoo.hpp"
 #include "common/must_apply.hpp"
+#include "common/two_layer_llama.hpp"
 
 namespace comptrain::models {
 namespace {
 
 constexpr std::int64_t kRanks = 4;
 
-// hidden 64, 4 heads, the zoo's intermediate size for it (256), vocabulary 100, untied
-// embeddings, `mixed` precision (16-bit weights and gradients, fp32 masters), AdamW.
-traces::Trace llama() {
-  zoo::ModelRequest request;
-  request.model = "llama";
-  request.layers = 2;
-  request.hidden = 64;
-  request.heads = 4;
-  request.vocab = 100;
-  request.seq_len = 32;
-  request.batch_size = 2;
-  request.precision = zoo::Precision::mixed;
-  request.optimizer = zoo::Optimizer::adamw;
-  request.attention = zoo::Attention::flash;
-  return zoo::build_model(request);
-}
+// The two-layer LLaMA (common/two_layer_llama.hpp): `mixed` precision (16-bit weights and
+// gradients, fp32 masters), AdamW.
+traces::Trace llama() { return test_support::two_layer_llama(); }
 
 // Ψ by hand: per layer q, k, v, o (64 x 64), gate, up, down (64 x 256) and two norms (64):
 // 16384 + 49152 + 128 = 65664; the root: embeddings and lm_head (100 x 64 each) and the final
@@ -70,16 +58,7 @@ DataParallelSpec zero(int stage) {
   return spec;
 }
 
-DataParallelSpec fsdp() {
-  DataParallelSpec spec = zero(3);
-  FsdpSpec f;
-  f.units = {"model.layers.*"};
-  f.reshard_after_forward = FsdpSpec::Reshard::all_but_last;  // torchtitan's
-  f.sharded_parameter_bytes = 4;
-  f.reduce_bytes = 4;
-  spec.fsdp = f;
-  return spec;
-}
+DataParallelSpec fsdp() { return test_support::fsdp_over_layers(static_cast<int>(kRanks)); }
 
 bool model_state(MemoryRole role) {
   return role == MemoryRole::weight || role == MemoryRole::gradient || role == MemoryRole::optimizer_state;

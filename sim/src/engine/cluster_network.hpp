@@ -163,6 +163,7 @@ class ClusterNetwork {
   void build_network();
   // Each group's members, node by node (a group's ranks on one node, in rank order).
   using GroupMembers = std::vector<std::vector<int>>;
+  std::vector<int> rail_entries(const std::vector<int>& node_members) const;
   void plan_rings(const GroupMembers& members, Communicators& into) const;
   void plan_trees(const GroupMembers& members, Communicators& into) const;
   // The latency of the longest route of `sends` and the time the most loaded link takes for its

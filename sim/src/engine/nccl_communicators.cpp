@@ -65,6 +65,20 @@ const ClusterNetwork::Communicators& ClusterNetwork::communicators(models::RankG
   return communicators_.emplace(std::pair{size, stride}, std::move(c)).first->second;
 }
 
+// Where a group's rings enter a node and its chains start: the first of the node's members on
+// each NIC they use (a member's NIC follows from its GPU's place in the node), in member order.
+std::vector<int> ClusterNetwork::rail_entries(const std::vector<int>& node_members) const {
+  const int gpus_per_nic = platform_.gpus_per_node / platform_.nic->per_node;
+  std::vector<int> entries;
+  int last_nic = -1;
+  for (std::size_t i = 0; i < node_members.size(); ++i) {
+    const int nic = (node_members[i] % shape_.gpus_per_node) / gpus_per_nic;
+    if (nic != last_nic) entries.push_back(static_cast<int>(i));
+    last_nic = nic;
+  }
+  return entries;
+}
+
 // NCCL's rings (shared/reference/distributed.md §1, §7) over one group: within one node, a ring
 // through the group's GPUs over the NVSwitch (one ring already loads every GPU's port in both
 // directions, so more rings would only split the same bytes). Across nodes, one rail-aligned ring
@@ -85,16 +99,7 @@ void ClusterNetwork::plan_rings(const GroupMembers& members, Communicators& into
     for (int i = 0; i < g; ++i) into.sends.push_back({member(0, i), member(0, i + 1), 1});
     return;
   }
-  // The NIC each member uses (its GPU's place in the node), and where each ring enters a node:
-  // the first member of each NIC used.
-  const int gpus_per_nic = platform_.gpus_per_node / platform_.nic->per_node;
-  std::vector<int> entries;
-  int last_nic = -1;
-  for (int i = 0; i < g; ++i) {
-    const int nic = (members.front()[static_cast<std::size_t>(i)] % shape_.gpus_per_node) / gpus_per_nic;
-    if (nic != last_nic) entries.push_back(i);
-    last_nic = nic;
-  }
+  const std::vector<int> entries = rail_entries(members.front());
   into.rings = static_cast<int>(entries.size());
   // Ring k leaves a node from the member before its entry, which sends nothing over NVLink in
   // that ring: member l sends to l+1 in every ring but those entering at l+1.
@@ -155,13 +160,7 @@ void ClusterNetwork::plan_trees(const GroupMembers& members, Communicators& into
   if (n == 1) {
     for (int l = 0; l < g; ++l) heads.push_back(l);
   } else {
-    const int gpus_per_nic = platform_.gpus_per_node / platform_.nic->per_node;
-    int last_nic = -1;
-    for (int i = 0; i < g; ++i) {
-      const int nic = (members.front()[static_cast<std::size_t>(i)] % shape_.gpus_per_node) / gpus_per_nic;
-      if (nic != last_nic) heads.push_back(i);
-      last_nic = nic;
-    }
+    heads = rail_entries(members.front());
   }
   into.chains = static_cast<int>(heads.size());
   const auto rank = [&](int node, int index) { return members[static_cast<std::size_t>(node)][static_cast<std::size_t>(index % g)]; };

@@ -120,24 +120,9 @@ Value NetworkBuilder::chunked_loss(const std::string& head_name, Value x, Value 
   // tensor_split: the first s % chunks chunks have one token more.
   std::vector<std::int64_t> sizes;
   for (std::int64_t i = 0; i < chunks; ++i) sizes.push_back(s / chunks + (i < s % chunks ? 1 : 0));
-  const std::string split = unique_op_name("output.tensor_split");
-  ForwardOp f;
-  f.name = split;
-  f.kind = OpKind::view;
-  f.inputs = {x.index};
-  std::vector<Value> parts;
-  for (std::int64_t i = 0; i < chunks; ++i) {
-    const std::size_t part = new_view(split + "." + std::to_string(i), x.index, {1, sizes[static_cast<std::size_t>(i)], h},
-                                      tensors_[x.index].batch_dim);
-    f.outputs.push_back(part);
-    parts.push_back({part});
-  }
-  f.aliases = f.outputs;
-  f.differentiable_outputs = f.outputs;
-  // SplitBackward0 concatenates the chunks' gradients into a new tensor of h's shape.
-  f.grads = {{x.index, {}}};
-  f.backward_kind = OpKind::other;
-  record(std::move(f));
+  std::vector<std::vector<std::int64_t>> shapes;
+  for (const std::int64_t size : sizes) shapes.push_back({1, size, h});
+  const std::vector<Value> parts = split_into_views(unique_op_name("output.tensor_split"), x, shapes);
   std::vector<Value> logits;
   for (std::int64_t i = 0; i < chunks; ++i) {
     Value part = parts[static_cast<std::size_t>(i)];

@@ -869,24 +869,26 @@ Value NetworkBuilder::merge_heads(const std::string& name, Value x) {
 std::vector<Value> NetworkBuilder::split_last(const std::string& name, Value x) {
   const std::vector<std::int64_t> in_shape = sample_shape(x);
   if (in_shape.size() < 2) throw std::logic_error(name + ": needs two dimensions");
-  const std::int64_t parts = in_shape.back();
   std::vector<std::int64_t> shape = in_shape;
   shape.pop_back();
-  const std::string op = unique_op_name(name);
+  return split_into_views(unique_op_name(name), x, std::vector<std::vector<std::int64_t>>(static_cast<std::size_t>(in_shape.back()), shape));
+}
+
+std::vector<Value> NetworkBuilder::split_into_views(const std::string& op, Value x, const std::vector<std::vector<std::int64_t>>& shapes) {
   ForwardOp f;
   f.name = op;
   f.kind = OpKind::view;
   f.inputs = {x.index};
   std::vector<Value> result;
-  for (std::int64_t part = 0; part < parts; ++part) {
-    const std::size_t y = new_view(op + "." + std::to_string(part), x.index, shape, tensors_[x.index].batch_dim);
+  for (std::size_t part = 0; part < shapes.size(); ++part) {
+    const std::size_t y = new_view(op + "." + std::to_string(part), x.index, shapes[part], tensors_[x.index].batch_dim);
     f.outputs.push_back(y);
     result.push_back({y});
   }
   f.aliases = f.outputs;
   f.differentiable_outputs = f.outputs;
-  // SplitBackward0 (after SqueezeBackward's views) concatenates the parts' gradients into a new
-  // tensor of x's shape, as split_heads' does.
+  // SplitBackward0 concatenates the parts' gradients into a new tensor of x's shape, as
+  // split_heads' does.
   f.grads = {{x.index, {}}};
   f.backward_kind = OpKind::other;
   record(std::move(f));

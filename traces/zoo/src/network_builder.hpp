@@ -245,6 +245,9 @@ class NetworkBuilder {
   // x.split(1, dim=-1) with each part .squeeze(-1): [..., parts] -> `parts` views [...]
   // (the start and end logits of a question-answering head).
   std::vector<Value> split_last(const std::string& name, Value x);
+  // An op (already named `op`) that splits x into views of `shapes` (torch.split,
+  // tensor_split, chunk), named op.0, op.1, ...; its backward concatenates their gradients.
+  std::vector<Value> split_into_views(const std::string& op, Value x, const std::vector<std::vector<std::int64_t>>& shapes);
   // x[:, 0]: [N, S, H] -> [N, H] (BERT's pooler reads the first token).
   Value select_first(const std::string& name, Value x);
 

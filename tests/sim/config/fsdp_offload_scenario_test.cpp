@@ -10,6 +10,7 @@
 
 #include "comptrain/sim/config/scenario.hpp"
 #include "comptrain/support/input_error.hpp"
+#include "common/scenario_error.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -17,17 +18,9 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-const std::filesystem::path kScenarios = std::filesystem::path(COMPTRAIN_TEST_DATA_DIR) / ".." / ".." / "scenarios";
+const std::filesystem::path& kScenarios = test_support::kShippedScenarios;
 
-std::string error_of(std::string_view yaml) {
-  try {
-    parse_scenario(yaml, "s.yaml", kScenarios);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an InputError for:\n" << yaml;
-  return "";
-}
+std::string error_of(std::string_view yaml) { return test_support::scenario_error(yaml); }
 
 const std::string kHead = "model: {zoo: llama, layers: 2, hidden: 64, heads: 4, vocab: 100, seq_len: 16}\nplatform: dgx-h100-superpod\n";
 

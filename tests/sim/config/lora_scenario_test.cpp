@@ -9,6 +9,7 @@
 
 #include "comptrain/sim/config/scenario.hpp"
 #include "comptrain/support/input_error.hpp"
+#include "common/scenario_error.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -16,18 +17,9 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-const std::filesystem::path kScenarios = std::filesystem::path(COMPTRAIN_TEST_DATA_DIR) / ".." / ".." / "scenarios";
+const std::filesystem::path& kScenarios = test_support::kShippedScenarios;
 
-std::string error_of(std::string_view yaml) {
-  try {
-    const Scenario s = parse_scenario(yaml, "s.yaml", kScenarios);
-    build_trace(s);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an InputError for:\n" << yaml;
-  return "";
-}
+std::string error_of(std::string_view yaml) { return test_support::scenario_error(yaml, test_support::kShippedScenarios, /*build_model=*/true); }
 
 TEST(LoraScenario, ReadsTheKeys) {
   const Scenario s = parse_scenario(

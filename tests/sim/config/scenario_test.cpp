@@ -9,6 +9,7 @@
 #include "comptrain/traces/trace_json.hpp"
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/support/input_error.hpp"
+#include "common/scenario_error.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -16,15 +17,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::AllOf;
 
-std::string error_of(std::string_view yaml) {
-  try {
-    parse_scenario(yaml, "s.yaml", ".");
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an InputError for:\n" << yaml;
-  return "";
-}
+std::string error_of(std::string_view yaml) { return test_support::scenario_error(yaml, "."); }
 
 TEST(Scenario, TheEmbeddedDefaultIsResNet50) {
   const Scenario s = default_scenario();

@@ -197,6 +197,10 @@ class Transform : public ScheduleEdit {
   };
   // An fp32 gradient element: DeepSpeed's host gradients are fp32 (the fp32 partition's .grad).
   static constexpr std::int64_t kFp32GradientBytes = 4;
+  // ZeRO-3's gradient norm for the offloaded step upcasts the partition to fp64 in parts of at
+  // most this many elements (stage3.py@v0.13.3 _constant_buffered_norm2, buffer_size=250000000).
+  static constexpr std::int64_t kNormPartElements = 250'000'000;
+  static constexpr std::int64_t kFp64Bytes = 8;
 
   const traces::Trace& trace_;
   const DataParallelSpec& spec_;

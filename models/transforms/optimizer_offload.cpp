@@ -111,6 +111,17 @@ std::vector<TaskId> Transform::offload_gradients(const Bucket& bucket, TaskId re
     Task back = copy(TaskKind::prefetch, "gradient partition back on the GPU: " + what, half_bytes, out);
     const BufferId on_gpu = add_buffer(what + " (partition back on the GPU)", half_bytes, MemoryRole::temporary, false);
     back.creates = {on_gpu};
+    // At the accumulation boundary partition_grads takes the partition's norm for the clipping
+    // of the host step before anything else (DataStates/DeepSpeed@4570a955 stage3.py line 1524,
+    // the same in v0.13.3: norm_for_param_grads[...] = _constant_buffered_norm2(grad_buffer)),
+    // which upcasts it to fp64 a part of at most 250e6 elements at a time
+    // (`part.data.double().norm(2)`, lines 1435-1442): an 8-byte-per-element temporary on the GPU
+    // beside the partition, freed after each part's norm. It lives here with the copy back that
+    // the norm kernel follows at once (the kernel's few milliseconds are not modelled). Under
+    // gradient accumulation every micro-step repeats this bucket's tasks, the norm included,
+    // which DeepSpeed takes at the boundary only: a transient the earlier micro-steps count too.
+    back.creates.push_back(add_buffer(what + " (fp64 upcast for the gradient norm)", kFp64Bytes * std::min(share.elements, kNormPartElements),
+                                      MemoryRole::temporary, false));
     if (sg.where == Where::gpu_prefetched) {
       // The fork's prefetch_optimizer_gpu_fp32_grads[i] (gradient_accumulation_dtype).
       if (!sg.kept) {

@@ -213,6 +213,18 @@ TEST(OptimizerOffload, GradientsReachTheHostDuringBackward) {
     const auto in = tasks_of(three, TaskKind::prefetch, Stream::h2d);
     EXPECT_EQ(bytes_of(out, "gradient partition to the host buffer"), 2 * share);
     EXPECT_EQ(bytes_of(in, "gradient partition back on the GPU"), 2 * share);
+    // The norm for the host step's clipping upcasts each partition to fp64 on the GPU (8 bytes
+    // an element, every part here below the 250e6 elements of a part), with the copy back.
+    std::int64_t fp64 = 0;
+    for (const Task* t : in) {
+      for (BufferId b : t->creates) {
+        if (three.buffers[b].name.find("(fp64 upcast for the gradient norm)") != std::string::npos) {
+          EXPECT_EQ(three.buffers[b].role, MemoryRole::temporary);
+          fp64 += three.buffers[b].bytes;
+        }
+      }
+    }
+    EXPECT_EQ(fp64, 8 * share);
     EXPECT_EQ(bytes_of(out, "fp32 gradient to the host"), (async ? 4 : 2) * share);
     for (const Task* t : out) {
       if (t->name.rfind("fp32 gradient", 0) == 0) {
@@ -233,6 +245,33 @@ TEST(OptimizerOffload, GradientsReachTheHostDuringBackward) {
       EXPECT_EQ(three.tasks[t].name.find("gradient partition"), std::string::npos) << three.tasks[t].name;
     }
   }
+}
+
+// DeepSpeed's _constant_buffered_norm2 upcasts at most 250e6 elements at a time: a 65,536 x 4,096
+// embedding (268,435,456 elements, one rank) has a 2e9-byte fp64 temporary, not 8 x 268e6.
+TEST(OptimizerOffload, TheNormsFp64TemporaryIsAtMostOnePart) {
+  zoo::ModelRequest request;
+  request.model = "gpt2";
+  request.layers = 1;
+  request.hidden = 4096;
+  request.heads = 32;
+  request.vocab = 65536;
+  request.seq_len = 64;
+  request.precision = zoo::Precision::mixed;
+  request.optimizer = zoo::Optimizer::adam;
+  const auto trace = zoo::build_model(request);
+  Schedule s = baseline(trace);
+  apply_data_parallel(s, trace, offloaded(1, 3), a100());
+  ASSERT_NO_THROW(s.validate());
+  std::int64_t largest = 0;
+  int upcasts = 0;
+  for (const Buffer& b : s.buffers) {
+    if (b.name.find("(fp64 upcast for the gradient norm)") == std::string::npos) continue;
+    ++upcasts;
+    largest = std::max(largest, b.bytes);
+  }
+  EXPECT_GT(upcasts, 1);
+  EXPECT_EQ(largest, 8 * std::int64_t{250'000'000});
 }
 
 // ZeRO-3's subgroups (sub_group_size) and where each is stepped. With a subgroup per parameter

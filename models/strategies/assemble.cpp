@@ -45,6 +45,7 @@ class Assembler {
     remat_.assign(tensor_count, kNone);
     consumers_.assign(tensor_count, {});
     op_task_.assign(trace.ops().size(), kNone);
+    plan_stash();
 
     for (TensorIndex s : a_.storages) {
       const auto& tensor = trace.tensor(s);
@@ -57,9 +58,9 @@ class Assembler {
       if (held(s)) b.role = MemoryRole::activation;  // held for the backward pass by a selective checkpoint
       b.tensor = s;
       original_[s] = add_buffer(std::move(b));
-      if (plan_.action[s] == Action::offload) {
+      if (action_of(s) == Action::offload) {
         restored_[s] = add_buffer(copy_buffer(s, MemoryRole::prefetch, tensor.bytes(), " (prefetched)"));
-      } else if (plan_.action[s] == Action::compress) {
+      } else if (action_of(s) == Action::compress) {
         const auto& c = *spec_.rules[plan_.rule[s]].compress();
         const traces::ValueFeatures& values = storage_values(trace, s, a_.info[s]);
         check_ranges(trace, spec_, plan_.rule[s], s, values);
@@ -81,7 +82,7 @@ class Assembler {
         std::vector<TensorIndex> needed;
         for (TensorIndex t : op.inputs) {
           const TensorIndex s = trace.storage_of(t);
-          if (plan_.action[s] == Action::drop && remat_[s] == kNone) needed.push_back(s);
+          if (action_of(s) == Action::drop && remat_[s] == kNone) needed.push_back(s);
         }
         if (!needed.empty()) rematerialise(needed);
       }
@@ -131,6 +132,50 @@ class Assembler {
     std::vector<std::size_t> after_side;
   };
 
+  // The plan's action for storage `s`, but keep for the offloaded tensors that torchtune's
+  // stash never releases (plan_stash).
+  Action action_of(TensorIndex s) const {
+    if (!stash_kept_.empty() && stash_kept_[s]) return Action::keep;
+    return plan_.action[s];
+  }
+
+  // torchtune's OffloadActivations (pytorch/torchtune@05cda5e9, training/_activation_offloading.py,
+  // pack_tensor): each packed tensor takes the next id; packing an offloaded tensor first makes
+  // the compute stream wait for the copy out of every stashed tensor whose id is at least
+  // max_fwd_stash_size smaller and drops it from the stash. The trace does not record autograd's
+  // packs, so the ids are the saved activations in the order of their last writers (the op that
+  // makes a tensor is where it is saved; parameters and the tensors saved twice, which torchtune
+  // counts too, are not counted). An offloaded tensor that no later one releases is still on the
+  // GPU when the backward pass unpacks it (unpack_tensor_with_streams: `if unpack_tensor_id in
+  // self.fwd_stash`) and is used from there: kept, with no copy back. Its copy out, which
+  // torchtune has already issued, is left out.
+  void plan_stash() {
+    const Trace& trace = *a_.trace;
+    const auto stash_of = [&](TensorIndex s) -> std::optional<int> {
+      if (plan_.action[s] != Action::offload) return std::nullopt;
+      return spec_.rules[plan_.rule[s]].offload()->stash;
+    };
+    std::vector<TensorIndex> saved;
+    for (TensorIndex s : a_.storages) {
+      if (a_.info[s].saved && !a_.info[s].writers.empty()) saved.push_back(s);
+    }
+    if (std::none_of(saved.begin(), saved.end(), [&](TensorIndex s) { return stash_of(s).has_value(); })) return;
+    std::stable_sort(saved.begin(), saved.end(), [&](TensorIndex x, TensorIndex y) { return a_.info[x].writers.back() < a_.info[y].writers.back(); });
+    stash_kept_.assign(trace.tensors().size(), false);
+    stash_release_.assign(trace.tensors().size(), std::nullopt);
+    for (std::size_t k = 0; k < saved.size(); ++k) {
+      const std::optional<int> n = stash_of(saved[k]);
+      if (!n) continue;
+      for (std::size_t j = k + static_cast<std::size_t>(*n); j < saved.size(); ++j) {
+        if (stash_of(saved[j])) {
+          stash_release_[saved[k]] = a_.info[saved[j]].writers.back();
+          break;
+        }
+      }
+      if (!stash_release_[saved[k]]) stash_kept_[saved[k]] = true;
+    }
+  }
+
   BufferId add_buffer(Buffer b) {
     schedule_.buffers.push_back(std::move(b));
     return schedule_.buffers.size() - 1;
@@ -138,7 +183,7 @@ class Assembler {
 
   // Held by a selective checkpoint (and still kept: a budget rule may not have dropped it).
   bool held(TensorIndex s) const {
-    return !plan_.held_until.empty() && plan_.held_until[s].has_value() && plan_.action[s] == Action::keep;
+    return !plan_.held_until.empty() && plan_.held_until[s].has_value() && action_of(s) == Action::keep;
   }
 
   Buffer copy_buffer(TensorIndex s, MemoryRole role, std::int64_t bytes, const char* suffix) const {
@@ -153,7 +198,7 @@ class Assembler {
   // The buffer a compute task about to be appended reads for storage `s`.
   BufferId read_buffer(TensorIndex s, bool forward) {
     if (forward) return original_[s];
-    switch (plan_.action[s]) {
+    switch (action_of(s)) {
       case Action::drop:
         if (remat_[s] == kNone) throw std::logic_error("strategy: dropped storage read before it was rebuilt");
         return remat_[s];
@@ -174,7 +219,7 @@ class Assembler {
     if (plan_.pinned[s]) return true;  // kept by a checkpoints rule: recomputation starts from it
     if (held(s)) return true;          // a selective checkpoint's cached output or input
     if (remat_[s] != kNone) return true;
-    switch (plan_.action[s]) {
+    switch (action_of(s)) {
       case Action::offload:
       case Action::compress: return true;
       case Action::drop: return false;
@@ -265,7 +310,7 @@ class Assembler {
   void add_side_tasks(std::size_t clamp) {
     const Trace& trace = *a_.trace;
     for (TensorIndex s : a_.storages) {
-      const Action action = plan_.action[s];
+      const Action action = action_of(s);
       if (action != Action::offload && action != Action::compress) continue;
       auto& consumers = consumers_[s];
       if (consumers.empty()) continue;  // cannot happen for a storage with a gap
@@ -365,6 +410,20 @@ class Assembler {
         out.after_compute = {last_writer};
         if (last_forward + 1 < compute_.size()) compute_waits_[last_forward + 1].push_back(out_index);
       }
+      if (action == Action::offload && rule.offload()->stash) {
+        // torchtune: the copy out starts when the tensor is saved (after its last writer, once
+        // the side stream has waited for the compute stream); the stash holds the GPU tensor
+        // through the op that saves the tensor releasing it, after which the compute stream
+        // waits for the copy out.
+        const std::size_t last_writer = op_task_[a_.info[s].writers.back()];
+        out.slot = last_writer;
+        out.key = last_writer;
+        out.after_compute = {last_writer};
+        const std::size_t release = op_task_[*stash_release_[s]];
+        compute_[release].uses.push_back(original_[s]);
+        sorted_unique(compute_[release].uses);
+        if (release + 1 < compute_.size()) compute_waits_[release + 1].push_back(out_index);
+      }
       if (action == Action::offload && rule.offload()->free_by) {
         const std::size_t waiting = last_forward + static_cast<std::size_t>(*rule.offload()->free_by);
         if (waiting < compute_.size()) compute_waits_[waiting].push_back(out_index);
@@ -438,6 +497,8 @@ class Assembler {
   std::vector<BufferId> original_, restored_, compressed_, remat_;
   std::vector<std::vector<std::size_t>> consumers_;  // compute positions reading the restored copy
   std::vector<std::size_t> op_task_;
+  std::vector<bool> stash_kept_;                              // plan_stash; empty: no stash rule
+  std::vector<std::optional<traces::OpIndex>> stash_release_;  // plan_stash: the op that releases it
   std::vector<Task> compute_;
   std::vector<std::vector<std::size_t>> compute_waits_;  // side tasks each compute task waits for
   std::vector<SideTask> side_;

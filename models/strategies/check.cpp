@@ -27,7 +27,13 @@ void check_rule(const StrategySpec& spec, std::size_t index, std::string_view so
       throw InputError(where + "modules: " + e.what());
     }
   }
-  if (const OffloadAction* o = rule.offload(); o && o->lookahead < 1) throw InputError(where + "offload lookahead must be >= 1");
+  if (const OffloadAction* o = rule.offload(); o && o->lookahead < 0) throw InputError(where + "offload lookahead must be >= 0");
+  if (const OffloadAction* o = rule.offload(); o && o->stash) {
+    if (*o->stash < 1) throw InputError(where + "offload stash must be >= 1");
+    if (o->synchronous || o->free_by || o->stream != OffloadAction::Stream::copy) {
+      throw InputError(where + "offload stash applies to asynchronous copies on the copy stream without free_by; expected no synchronous, no free_by and stream: copy");
+    }
+  }
   if (const OffloadAction* o = rule.offload(); o && o->free_by) {
     if (*o->free_by < 1) throw InputError(where + "offload free_by must be >= 1");
     if (o->synchronous || o->stream != OffloadAction::Stream::copy) throw InputError(where + "offload free_by applies to asynchronous copies on the copy stream; expected no synchronous and stream: copy");

@@ -82,7 +82,7 @@ class StrategyReader : public yaml::Reader {
     OffloadAction action;
     if (n.IsNull()) return action;
     require_map(n, f);
-    check_keys(n, f, {"policy", "lookahead", "synchronous", "stream", "host_memory", "free_by"});
+    check_keys(n, f, {"policy", "lookahead", "synchronous", "stream", "host_memory", "free_by", "stash"});
     if (const YAML::Node policy = n["policy"]) {
       const std::string value = scalar(policy, f + ".policy");
       if (value != "all" && value != "conv") throw InputError(where(policy.Mark()) + "unknown offload policy '" + value + "'; expected all or conv");
@@ -90,11 +90,17 @@ class StrategyReader : public yaml::Reader {
       if (value == "conv") select.inputs_of = {traces::OpKind::conv};  // vDNN's conv policy
     }
     // A lookahead counts ops; more than a trace holds is a typo, and an int must hold it.
-    if (n["lookahead"]) action.lookahead = static_cast<int>(bounded_integer(n["lookahead"], f + ".lookahead", 1, kMaxCount));
+    if (n["lookahead"]) action.lookahead = static_cast<int>(bounded_integer(n["lookahead"], f + ".lookahead", 0, kMaxCount));
     if (n["synchronous"]) action.synchronous = boolean(n["synchronous"], f + ".synchronous");
     if (n["free_by"]) {
       action.free_by = static_cast<int>(bounded_integer(n["free_by"], f + ".free_by", 1, kMaxCount));
       if (action.synchronous) throw InputError(where(n["free_by"].Mark()) + "'" + f + ".free_by' does not combine with synchronous: true; expected one of them");
+    }
+    if (n["stash"]) {
+      action.stash = static_cast<int>(bounded_integer(n["stash"], f + ".stash", 1, kMaxCount));
+      for (const char* key : {"synchronous", "free_by"}) {
+        if (n[key]) throw InputError(where(n["stash"].Mark()) + "'" + f + ".stash' does not combine with " + key + "; expected one of them");
+      }
     }
     if (const YAML::Node s = n["stream"]) {
       const std::string value = scalar(s, f + ".stream");
@@ -103,7 +109,7 @@ class StrategyReader : public yaml::Reader {
       // On the compute stream the copies are where save_on_cpu puts them: a lookahead or the
       // synchronous mode would be silently ignored, so they are refused.
       if (action.stream == OffloadAction::Stream::compute) {
-        for (const char* key : {"lookahead", "synchronous", "free_by"}) {
+        for (const char* key : {"lookahead", "synchronous", "free_by", "stash"}) {
           if (n[key]) throw InputError(where(n[key].Mark()) + "'" + f + "." + key + "' applies to stream: copy only; expected no " + key + " with stream: compute");
         }
       }
@@ -389,6 +395,7 @@ void write_offload(YAML::Emitter& out, const OffloadAction& o) {
     out << YAML::Key << "lookahead" << YAML::Value << o.lookahead;
     if (o.synchronous) out << YAML::Key << "synchronous" << YAML::Value << true;
     if (o.free_by) out << YAML::Key << "free_by" << YAML::Value << *o.free_by;
+    if (o.stash) out << YAML::Key << "stash" << YAML::Value << *o.stash;
   }
   if (o.host_memory == OffloadAction::HostMemory::pageable) out << YAML::Key << "host_memory" << YAML::Value << "pageable";
   out << YAML::EndMap;

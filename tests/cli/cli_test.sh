@@ -238,7 +238,7 @@ printf 'model: {zoo: resnet18}\nframework: {zero_grad: never}\nplatform: v100-16
 expect 2 "zerograd.yaml:2:24: 'framework.zero_grad' is 'never'; expected set_to_none" -- simulate "$work/zerograd.yaml"
 printf 'model:\n  zoo: resnet18\n' >"$work/noplatform.yaml"
 expect 2 "has no 'platform'" -- simulate "$work/noplatform.yaml"
-printf 'model:\n  zoo: resnet18\nplatform: a100-40gb\nstrategy:\n  rules:\n    - offload: {lookahead: 0}\n' >"$work/badrule.yaml"
+printf 'model:\n  zoo: resnet18\nplatform: a100-40gb\nstrategy:\n  rules:\n    - offload: {lookahead: -1}\n' >"$work/badrule.yaml"
 expect 2 'badrule.yaml:6:' -- simulate "$work/badrule.yaml"
 printf 'model:\n  zoo: resnet18\nplatform: a100-40gb\nstrategy: offload\n' >"$work/offload.yaml"
 expect 0 'offload copies' -- simulate "$work/offload.yaml"

@@ -258,6 +258,55 @@ TEST(Offload, TinyTraceTasksAndPeak) {
   EXPECT_EQ(names(clamped), names(s));
 }
 
+// torchtune's OffloadActivations on a 6-layer chain (x1..x6 saved, each by its writer f_i):
+// with a stash of 2, x_i is held until x_{i+2} is saved (through f_{i+2}), and the op after that
+// waits for x_i's copy out; x5 and x6, which nothing saved later releases, stay on the GPU for
+// the backward pass (no copy either way). Lookahead 0: each copy back starts when the op before
+// its consumer ends.
+TEST(Offload, TorchtuneStashHoldsEachTensorUntilTwoLaterOnesAreSaved) {
+  const auto trace = chain(6);
+  StrategyRule rule = offload_rule(0);
+  std::get<OffloadAction>(rule.action).stash = 2;
+  const Schedule s = build(trace, spec("torchtune", {rule}));
+  const auto task = [&](const std::string& name) -> TaskId {
+    for (TaskId t = 0; t < s.tasks.size(); ++t) {
+      if (s.tasks[t].name == name) return t;
+    }
+    ADD_FAILURE() << "no task " << name;
+    return 0;
+  };
+  for (const std::string kept : {"x5", "x6"}) {
+    for (const Task& t : s.tasks) {
+      EXPECT_EQ(t.name.find(" " + kept), std::string::npos) << t.name;
+    }
+  }
+  for (int i = 1; i <= 4; ++i) {
+    const std::string x = "x" + std::to_string(i);
+    SCOPED_TRACE(x);
+    const TaskId out = task("offload " + x);
+    const TaskId writer = task("f" + std::to_string(i));
+    EXPECT_EQ(out, writer + 1);  // issued when the tensor is saved
+    EXPECT_EQ(s.tasks[out].after, (std::vector<TaskId>{writer}));
+    // Held through the op that saves x_{i+2}; the op after it waits for the copy out.
+    const TaskId release = task("f" + std::to_string(i + 2));
+    const BufferId original = s.tasks[out].uses.front();
+    EXPECT_NE(std::find(s.tasks[release].uses.begin(), s.tasks[release].uses.end(), original), s.tasks[release].uses.end());
+    TaskId next = release + 1;
+    while (s.tasks[next].kind != TaskKind::op) ++next;
+    const auto& waits = s.tasks[next].after;
+    EXPECT_NE(std::find(waits.begin(), waits.end(), out), waits.end()) << s.tasks[next].name;
+    // The copy back: after the op just before the consumer f_i.backward.
+    const TaskId in = task("prefetch " + x);
+    TaskId consumer = task("f" + std::to_string(i) + ".backward");
+    TaskId before = consumer - 1;
+    while (s.tasks[before].kind != TaskKind::op) --before;
+    EXPECT_EQ(s.tasks[in].after.front(), before);
+  }
+  // x5 and x6 are read in the backward pass from their own buffers.
+  EXPECT_EQ(count_of(s, TaskKind::offload), 4u);
+  EXPECT_EQ(count_of(s, TaskKind::prefetch), 4u);
+}
+
 TEST(Compress, TinyTraceTasksAndPeak) {
   const auto trace = tiny();
   const Schedule s = build(trace, spec("compress", {compress_rule(codec(4))}));
@@ -353,12 +402,12 @@ TEST(Rules, SelectorsAndFirstMatchWins) {
 // of an action are checked, once, by validate_strategy, which build_schedule calls too.
 TEST(Rules, InvalidRulesAreInputErrors) {
   const auto trace = tiny();
-  EXPECT_THROW(validate_strategy(spec("s", {offload_rule(0)})), InputError);
+  EXPECT_THROW(validate_strategy(spec("s", {offload_rule(-1)})), InputError);
   CompressAction no_ratio = codec(2);
   no_ratio.ratio.reset();  // without a profile the ratio is required
   EXPECT_THROW(validate_strategy(spec("s", {compress_rule(no_ratio)})), InputError);
   EXPECT_NO_THROW(validate_strategy(spec("s", {offload_rule(1), compress_rule(codec(2))})));
-  EXPECT_THROW(build_schedule(trace, time_model(), spec("s", {offload_rule(0)})), InputError);
+  EXPECT_THROW(build_schedule(trace, time_model(), spec("s", {offload_rule(-1)})), InputError);
   EXPECT_THROW(build_schedule(trace, time_model(), spec("s", {compress_rule(codec(0.5))})), InputError);
   CompressAction no_bandwidth = codec(2);
   no_bandwidth.decompress_bandwidth = 0;
@@ -382,13 +431,13 @@ TEST(Rules, ErrorsNameTheRulesLocationWhenItHasOne) {
   const std::string built = input_error_of([&] { return build_schedule(trace, time_model(), spec("s", {compress_rule(codec(2), large), pageable})); });
   EXPECT_EQ(built.rfind("s.yaml:7:7: strategy.rules[1]: offload host_memory pageable needs the platform's host_link.pageable_bandwidth", 0), 0u) << built;
   // Found by validate_strategy: the location, and the source is not repeated.
-  StrategyRule bad = offload_rule(0);
+  StrategyRule bad = offload_rule(-1);
   bad.location = "s.yaml:9:7: plan.strategies[2].rules[0]";
   const std::string checked = input_error_of([&] { validate_strategy(spec("s", {bad}), "s.yaml"); return 0; });
-  EXPECT_EQ(checked, "s.yaml:9:7: plan.strategies[2].rules[0]: offload lookahead must be >= 1");
+  EXPECT_EQ(checked, "s.yaml:9:7: plan.strategies[2].rules[0]: offload lookahead must be >= 0");
   // A rule built in code has no location: the strategy's name and the rule's index, after the source.
-  EXPECT_EQ(input_error_of([&] { validate_strategy(spec("s", {offload_rule(0)}), "s.yaml"); return 0; }),
-            "s.yaml: strategy 's' rule 0: offload lookahead must be >= 1");
+  EXPECT_EQ(input_error_of([&] { validate_strategy(spec("s", {offload_rule(-1)}), "s.yaml"); return 0; }),
+            "s.yaml: strategy 's' rule 0: offload lookahead must be >= 0");
   EXPECT_EQ(rule_context(spec("s", {offload_rule(1)}), 0), "strategy 's' rule 0: ");
 }
 

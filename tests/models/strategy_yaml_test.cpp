@@ -36,6 +36,7 @@ void expect_same_action(const StrategyRule& a, const StrategyRule& b, const std:
     EXPECT_EQ(o->lookahead, p->lookahead) << where;
     EXPECT_EQ(o->synchronous, p->synchronous) << where;
     EXPECT_EQ(o->free_by, p->free_by) << where;
+    EXPECT_EQ(o->stash, p->stash) << where;
     EXPECT_EQ(o->stream, p->stream) << where;
     EXPECT_EQ(o->host_memory, p->host_memory) << where;
   } else if (const auto* r = a.recompute()) {
@@ -151,6 +152,17 @@ TEST(StrategyYaml, HybridExportShapesRoundTrip) {
   adaptive.action = a;
   spec.rules = {offload, recompute, compress, adaptive};
   expect_round_trip(spec, fs::path(COMPTRAIN_SCENARIO_DIR), "", "hybrid export");
+}
+
+// torchtune's OffloadActivations as a rule: a copy back at the consumer and a stash of 5.
+TEST(StrategyYaml, TorchtuneStashRoundTrips) {
+  StrategySpec spec;
+  spec.name = "torchtune";
+  StrategyRule offload;
+  offload.select.min_bytes = 1024;
+  offload.action = OffloadAction{.lookahead = 0, .stash = 5};
+  spec.rules = {offload};
+  expect_round_trip(spec, fs::path(COMPTRAIN_SCENARIO_DIR), "", "torchtune");
 }
 
 // Each rule keeps where it was written, for the errors found once a trace meets it

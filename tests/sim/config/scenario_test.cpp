@@ -286,7 +286,10 @@ TEST(Scenario, StrategyErrorsNameTheField) {
   EXPECT_THAT(error_of(head + "    - recompute: {mode: checkpoints, keep: []}\n"), HasSubstr("must be a non-empty list of tensor names or patterns"));
   EXPECT_THAT(error_of(head + "    - recompute: {mode: layers}\n"), HasSubstr("expected sqrt_n, every_k, budget, checkpoints, all or selective"));
   EXPECT_THAT(error_of(head + "    - offload: {policy: some}\n"), HasSubstr("unknown offload policy 'some'"));
-  EXPECT_THAT(error_of(head + "    - offload: {lookahead: 0}\n"), HasSubstr("s.yaml:4:28: 'strategy.rules[0].offload.lookahead' is '0'; expected an integer from 1 to 1000000"));
+  EXPECT_THAT(error_of(head + "    - offload: {lookahead: -1}\n"), HasSubstr("s.yaml:4:28: 'strategy.rules[0].offload.lookahead' is '-1'; expected an integer from 0 to 1000000"));
+  EXPECT_THAT(error_of(head + "    - offload: {stash: 0}\n"), HasSubstr("s.yaml:4:24: 'strategy.rules[0].offload.stash' is '0'; expected an integer from 1 to 1000000"));
+  EXPECT_THAT(error_of(head + "    - offload: {stash: 5, free_by: 2}\n"), HasSubstr("'strategy.rules[0].offload.stash' does not combine with free_by"));
+  EXPECT_THAT(error_of(head + "    - offload: {stream: compute, stash: 5}\n"), HasSubstr("'strategy.rules[0].offload.stash' applies to stream: copy only"));
   // Checked before narrowing to int: 2^32 + 3 must not run as 3 (defect 15).
   EXPECT_THAT(error_of(head + "    - recompute: {mode: every_k, k: 4294967299}\n"),
               HasSubstr("s.yaml:4:37: 'strategy.rules[0].recompute.k' is '4294967299'; expected an integer from 1 to 1000000"));

@@ -54,12 +54,12 @@ TEST(Run, ATraceFileIsReadOnceAndRescaledExactly) {
 TEST(Run, ScenariosThatCannotRunAreInputErrorsAtPreparation) {
   EXPECT_THROW(PreparedScenario(scenario("model: {zoo: resnet18}\n")), InputError);  // no platform
   Scenario bad = scenario("model: {zoo: resnet18}\nplatform: a100-40gb\nstrategy: offload\n");
-  std::get<models::OffloadAction>(bad.strategy.rules[0].action).lookahead = 0;  // past the reader
+  std::get<models::OffloadAction>(bad.strategy.rules[0].action).lookahead = -1;  // past the reader
   try {
     PreparedScenario prepared(bad);
     FAIL() << "expected an InputError";
   } catch (const InputError& e) {
-    EXPECT_EQ(std::string(e.what()), "s.yaml:3:11: strategy: offload lookahead must be >= 1");
+    EXPECT_EQ(std::string(e.what()), "s.yaml:3:11: strategy: offload lookahead must be >= 0");
   }
 }
 

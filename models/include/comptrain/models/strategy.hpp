@@ -47,7 +47,8 @@ struct TensorSelector {
 
 struct OffloadAction {
   int lookahead = 2;  // the prefetch starts when the compute stream starts the op this many
-                      // ops before the consumer (>= 1)
+                      // ops before the consumer (>= 0; 0: at the consumer, which waits for it,
+                      // as torchtune's OffloadActivations brings a tensor back in its unpack hook)
   // vDNN's synchronous mode (Rhu et al., MICRO'16): the copy starts as soon as the tensor is
   // complete and the compute stream does not run the op after the tensor's last forward use
   // until the copy has ended, so the forward pass never runs ahead of its offloads. Otherwise
@@ -64,6 +65,15 @@ struct OffloadAction {
   // stream, not with `synchronous`). Without it nothing waits for the copy out, and the bytes are
   // free whenever it ends. `comptrain plan --hybrid` exports its offload decisions with it.
   std::optional<int> free_by = std::nullopt;
+  // torchtune's OffloadActivations (`max_fwd_stash_size`, its default 5): the copy out starts when
+  // the tensor is saved (after its last writer, on the copy stream) and the GPU tensor stays
+  // stashed until a later offloaded tensor is saved at least `stash` saved activations after it;
+  // then the compute stream waits for the copy out before its next op, and the bytes are free.
+  // The offloaded tensors that no later one releases (the forward pass's last) are used from the
+  // GPU in the backward pass, with no copy back. Saved activations are counted in the order of
+  // their last writers (models/strategies/README.md, "torchtune's stash"). Copy stream only, not
+  // with `synchronous` or `free_by`.
+  std::optional<int> stash = std::nullopt;
   enum class Stream { copy, compute };
   Stream stream = Stream::copy;
   // Host memory the copies go to: `pinned` (page-locked: cudaMallocHost / pin_memory=True; DMA

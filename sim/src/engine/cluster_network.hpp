@@ -21,6 +21,8 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <unordered_map>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -174,8 +176,23 @@ class ClusterNetwork {
   ClusterShape shape_;
   std::vector<Node> nodes_;
   std::vector<PoweredLink> network_links_;
+  sg4::NetZone* link_owner_ = nullptr;  // across nodes: the root zone, which holds the nodes' links
   // By (group size, stride); std::map keeps references to its values valid.
   mutable std::map<std::pair<int, int>, Communicators> communicators_;
+
+  // A GPU's collective agent (nccl_communicators.cpp, "Sends across nodes"): a daemon actor on
+  // the GPU that issues the GPU's sends of each collective as mailbox communications, and is the
+  // permanent receiver of the GPU's mailbox, so that every send to the GPU starts at once.
+  struct Agent {
+    sg4::Mailbox* mailbox = nullptr;        // the GPU's receptions
+    sg4::SemaphorePtr work;                 // released once per collective the GPU sends in
+    std::vector<std::pair<sg4::Mailbox*, std::uint64_t>> puts;  // this collective's sends
+  };
+  void make_agent(sg4::Host* gpu);
+  Agent& agent(const sg4::Host* gpu) const { return *agents_.at(gpu); }
+  std::unordered_map<const sg4::Host*, std::unique_ptr<Agent>> agents_;
+  mutable int agents_running_ = 0;           // agents still sending in this collective
+  sg4::SemaphorePtr collective_done_;          // released by the last of them
 };
 
 // NCCL's double binary tree over `nodes` nodes (NCCL >= 2.4, src/graph/trees.cc): the parent of

@@ -264,23 +264,72 @@ void ClusterNetwork::run_collective(models::CollectiveKind kind, std::int64_t by
     send_all(sends.data(), sends.data() + sends.size());
     return;
   }
-  // Across nodes, one actor per run of sends from one node issues them: SimGrid 3.32 keeps an
-  // actor's activities in a std::list that it searches whenever one ends (ActorImpl::activities_;
-  // a std::set from 3.34), so one actor issuing all of them costs their number squared (a tree
-  // over 512 DGX H100 nodes, 22,496 communications: 8-10 s of CPU from one actor, 2.3-2.7 s split
-  // by node; what remains is mostly SimGrid's one list of every detached communication, which
-  // sendto_async makes). The communications, their start and so every time are the same.
-  std::vector<sg4::ActorPtr> senders;
-  for (std::size_t begin = 0; begin < sends.size();) {
-    const sg4::NetZone* zone = sends[begin].from->get_englobing_zone();  // the sender's node
-    std::size_t end = begin;
-    while (end < sends.size() && sends[end].from->get_englobing_zone() == zone) ++end;
-    const Send* first = sends.data() + begin;
-    const Send* last = sends.data() + end;
-    senders.push_back(sg4::Actor::create("collective sends", sends[begin].from, [send_all, first, last] { send_all(first, last); }));
-    begin = end;
+  if (agents_running_ > 0) {
+    // Another collective across nodes is in flight (never in a replay, whose collectives follow
+    // one another on the comm stream; two at once in the tests): one actor per run of sends from
+    // one node issues them as one-sided communications, which SimGrid 3.32 detaches and keeps
+    // in the maestro's list, searched as each ends (sim/README.md, "Clusters and collectives").
+    std::vector<sg4::ActorPtr> senders;
+    for (std::size_t begin = 0; begin < sends.size();) {
+      const sg4::NetZone* zone = sends[begin].from->get_englobing_zone();  // the sender's node
+      std::size_t end = begin;
+      while (end < sends.size() && sends[end].from->get_englobing_zone() == zone) ++end;
+      const Send* first = sends.data() + begin;
+      const Send* last = sends.data() + end;
+      senders.push_back(sg4::Actor::create("collective sends", sends[begin].from, [send_all, first, last] { send_all(first, last); }));
+      begin = end;
+    }
+    for (const sg4::ActorPtr& sender : senders) sender->join();
+    return;
   }
-  for (const sg4::ActorPtr& sender : senders) sender->join();
+  // Across nodes, each sending GPU's agent puts its sends into the mailboxes of their
+  // destinations, and the caller waits for the last agent to be done. Mailbox communications are
+  // not detached: SimGrid 3.32 keeps every detached one (a one-sided `sendto_async`) in one list
+  // that it searches as each ends, so that a collective of N sends cost N^2 (74% of the CPU of a
+  // DDP iteration on 3,072 GPUs; docs/performance.md). The same transfers, started at the same
+  // time on the same routes: every time is the same.
+  std::vector<Agent*> sending;
+  for (const Send& send : sends) {
+    Agent& from = agent(send.from);
+    if (from.puts.empty()) sending.push_back(&from);
+    from.puts.emplace_back(agent(send.to).mailbox, each * static_cast<std::uint64_t>(send.shares));
+  }
+  if (sending.empty()) return;
+  agents_running_ = static_cast<int>(sending.size());
+  for (Agent* a : sending) a->work->release();
+  collective_done_->acquire();
+}
+
+void ClusterNetwork::make_agent(sg4::Host* gpu) {
+  auto [it, fresh] = agents_.try_emplace(gpu);
+  if (fresh) {
+    it->second = std::make_unique<Agent>();
+    Agent* a = it->second.get();
+    a->mailbox = sg4::Mailbox::by_name("collective agent " + gpu->get_name());
+    a->work = sg4::Semaphore::create(0);
+    // A daemon: the engine ends when the replay's actors do, and kills the agents, blocked on
+    // their semaphores. As the permanent receiver of the GPU's mailbox it makes every message
+    // put there start at once (CommImpl::isend: a permanent mailbox's messages are READY);
+    // blocked is not suspended, which would suspend them.
+    sg4::ActorPtr actor = sg4::Actor::create("collective agent", gpu, [this, a] {
+      static int payload = 0;  // what a message carries (nothing: its size is simulated)
+      std::vector<sg4::CommPtr> comms;
+      for (;;) {
+        a->work->acquire();
+        comms.clear();
+        for (const auto& [mailbox, size] : a->puts) comms.push_back(mailbox->put_async(&payload, size));
+        sg4::Comm::wait_all(comms);
+        // A permanent receiver's mailbox keeps each message until someone takes it: one per
+        // send, taken here (whichever of the mailbox's messages it is: all are this collective's,
+        // and all end before the collective does, whose end the caller waits for).
+        for (const auto& put : a->puts) put.first->get<int>();
+        a->puts.clear();
+        if (--agents_running_ == 0) collective_done_->release();
+      }
+    });
+    actor->daemonize();
+    a->mailbox->set_receiver(actor);
+  }
 }
 
 std::pair<double, double> ClusterNetwork::idle_route_latency_and_data(const std::vector<Send>& sends, double bytes_per_share) const {

@@ -40,8 +40,8 @@ ReplayCost estimate_replay_cost(const models::Platform& platform, const models::
 void check_simulated_gpus(ClusterShape shape) {
   const std::int64_t gpus = static_cast<std::int64_t>(shape.nodes) * shape.gpus_per_node;
   if (gpus <= kMaxSimulatedGpus) return;
-  throw InputError(fmt::format("{} node(s) x {} GPUs: {} GPUs to simulate, each a SimGrid host with its links, whose build grows with the "
-                               "square of the GPUs (16,384 took 7 min); expected at most {} (sim/README.md, \"Limits\"): at most {} node(s) "
+  throw InputError(fmt::format("{} node(s) x {} GPUs: {} GPUs to simulate, each a SimGrid host with its links, whose build grows faster "
+                               "than the GPUs (16,384 took 19 s); expected at most {} (sim/README.md, \"Limits\"): at most {} node(s) "
                                "of {} GPUs",
                                shape.nodes, shape.gpus_per_node, gpus, kMaxSimulatedGpus, kMaxSimulatedGpus / shape.gpus_per_node,
                                shape.gpus_per_node));
@@ -55,8 +55,8 @@ void check_replay_cost(const models::Platform& platform, const models::Schedule&
   const double scale = std::sqrt(kMaxCommunicationPairs / cost.communication_pairs);
   const int most_nodes = std::max(1, static_cast<int>(std::floor(shape.nodes * scale)));
   throw InputError(fmt::format("{} node(s) x {} GPUs: the iteration's {} collective(s) would each run up to {} SimGrid communications "
-                               "at once, about {:.2g} pairs of communications for SimGrid 3.32 to search (it searches them as each ends: "
-                               "sim/README.md, \"Limits\"); expected at most {:.2g}, about half a minute of simulation: at most {} "
+                               "at once, about {:.2g} pairs of communications (what a collective costs SimGrid grows about as its "
+                               "communications squared: sim/README.md, \"Limits\"); expected at most {:.2g}, about half a minute of simulation: at most {} "
                                "node(s) of {} GPUs for this model",
                                shape.nodes, shape.gpus_per_node, cost.collectives, cost.communications, cost.communication_pairs,
                                kMaxCommunicationPairs, most_nodes, shape.gpus_per_node));

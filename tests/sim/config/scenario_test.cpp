@@ -365,17 +365,19 @@ TEST(Scenario, BadParallelismIsRejectedWhereItIsWritten) {
 // The replay's GPUs are bounded before anything is built (engine/replay_cost.hpp), at the
 // section's place, with the most nodes that would simulate (shared/defects-2/09).
 TEST(Scenario, ShapesBeyondTheSimulatedGpusAreRejectedWhereTheyAreWritten) {
-  const auto error = [](const std::string& section) {
+  // A platform of 100,000 DGX-like nodes (shared/defects-2/09's).
+  const std::string platform = std::string(COMPTRAIN_TEST_DATA_DIR) + "/defects-2/09-large-cluster-hang-and-stack-abort/p.yaml";
+  const auto error = [&](const std::string& section) {
     try {
-      PreparedScenario prepared(parse_scenario("model: {zoo: gpt2}\nplatform: dgx-h100-superpod\nparallelism: " + section, "s.yaml", "."));
+      PreparedScenario prepared(parse_scenario("model: {zoo: gpt2}\nplatform: " + platform + "\nparallelism: " + section, "s.yaml", "."));
     } catch (const InputError& e) {
       return std::string(e.what());
     }
     return std::string();
   };
-  EXPECT_THAT(error("{nodes: 2048}\n"), HasSubstr("s.yaml:3:14: parallelism: 2048 node(s) x 8 GPUs: 16384 GPUs to simulate"));
-  EXPECT_THAT(error("{nodes: 2048}\n"), HasSubstr("expected at most 3072 (sim/README.md, \"Limits\"): at most 384 node(s) of 8 GPUs"));
-  EXPECT_EQ(error("{nodes: 384}\n"), "");
+  EXPECT_THAT(error("{nodes: 2049}\n"), HasSubstr("s.yaml:3:14: parallelism: 2049 node(s) x 8 GPUs: 16392 GPUs to simulate"));
+  EXPECT_THAT(error("{nodes: 2049}\n"), HasSubstr("expected at most 16384 (sim/README.md, \"Limits\"): at most 2048 node(s) of 8 GPUs"));
+  EXPECT_EQ(error("{nodes: 2048}\n"), "");
 }
 
 }  // namespace

@@ -264,19 +264,19 @@ TEST(ReplayCost, TheGpusAndTheCollectivesAreBounded) {
   EXPECT_GE(sends.at(1), static_cast<double>(cost.communications) / 2) << "an estimate, not a loose bound";
   EXPECT_EQ(estimate_replay_cost(p, schedule, {1, 8}).communications, 16);
   EXPECT_EQ(estimate_replay_cost(p, schedule, {1, 1}).communications, 0);
-  EXPECT_NO_THROW(check_simulated_gpus({384, 8}));
-  EXPECT_THROW(check_simulated_gpus({385, 8}), InputError);
-  // 300 collectives on 256 nodes: 300 x 12,288^2 = 4.5 x 10^10 pairs, over the bound; on 128
-  // nodes 1.1 x 10^10, within it.
+  EXPECT_NO_THROW(check_simulated_gpus({2048, 8}));
+  EXPECT_THROW(check_simulated_gpus({2049, 8}), InputError);
+  // 300 collectives on 512 nodes: 300 x 24,576^2 = 1.8 x 10^11 pairs, over the bound; on 256
+  // nodes 4.5 x 10^10, within it.
   schedule.tasks.assign(300, all_reduce);
   try {
-    check_replay_cost(p, schedule, {256, 8});
-    ADD_FAILURE() << "4.5e10 pairs accepted";
+    check_replay_cost(p, schedule, {512, 8});
+    ADD_FAILURE() << "1.8e11 pairs accepted";
   } catch (const InputError& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("256 node(s) x 8 GPUs: the iteration's 300 collective(s) would each run up to 12288 SimGrid communications"));
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("expected at most 2e+10"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("512 node(s) x 8 GPUs: the iteration's 300 collective(s) would each run up to 24576 SimGrid communications"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("expected at most 6e+10"));
   }
-  EXPECT_NO_THROW(check_replay_cost(p, schedule, {128, 8}));
+  EXPECT_NO_THROW(check_replay_cost(p, schedule, {256, 8}));
 }
 
 TEST(Collectives, SimulatedBusBandwidthFollowsNcclTests) {
@@ -569,6 +569,31 @@ TEST(Collectives, TwoCollectivesAtOnceShareTheLinks) {
   }));
   EXPECT_NEAR(v.at(0), 0.035024, 1e-9);
   EXPECT_NEAR(v.at(1), 0.035024, 1e-9);
+}
+
+// Across nodes too: two all-reduces at once on 2 nodes of 8 GPUs (the first through the GPUs'
+// collective agents, the second, which starts while the first runs, through one-sided sends)
+// share every link the ring crosses equally, so each takes its latency and twice its data time
+// alone, to the nanosecond.
+TEST(Collectives, TwoCollectivesAtOnceAcrossNodesShareTheLinks) {
+  const models::Platform p = hand();
+  const auto v = numbers(in_simgrid([&] {
+    const detail::ClusterNetwork network(p, {2, 8});
+    std::vector<double> ends(2, -1);
+    for (std::size_t i = 0; i < 2; ++i) {
+      sg4::Actor::create(fmt::format("collective{}", i), network.gpu(0), [&, i] {
+        network.run_collective(CollectiveKind::all_reduce, kGB, kRing);
+        ends[i] = sg4::Engine::get_clock();
+      });
+    }
+    const double alone = network.idle_collective_seconds(CollectiveKind::all_reduce, kGB, kRing);
+    const double latency = collective_latency(p, {2, 8}, CollectiveKind::all_reduce, kRing);
+    sg4::Engine::get_instance()->run();
+    return fmt::format("{:.17g} {:.17g} {:.17g} {:.17g}", ends[0], ends[1], alone, latency);
+  }));
+  const double twice = v.at(3) + 2 * (v.at(2) - v.at(3));
+  EXPECT_NEAR(v.at(0), twice, 1e-9);
+  EXPECT_NEAR(v.at(1), twice, 1e-9);
 }
 
 // A collective and a PCIe copy use different links: neither slows the other. The collective ends

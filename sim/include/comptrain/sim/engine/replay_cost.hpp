@@ -5,15 +5,15 @@
 // (run/run.hpp) and the validation table check every shape they simulate here; the engine's own
 // functions (simulate, simulate_collective) stay unbounded for benchmarks and tests.
 //
-// Two costs grow with a square:
-//  - the platform: SimGrid 3.32 checks each new link's name against every zone's links and lists
-//    every host of the engine whenever a zone is sealed (NetZoneImpl::get_link_by_name_or_null,
-//    NetZoneImpl::seal), and the replay builds a zone per node with a host and links per GPU: the
-//    build grows with the square of the GPUs;
+// Two costs grow faster than the GPUs:
+//  - the platform: SimGrid 3.32 checks each new host's name against every zone and lists every
+//    host of the engine whenever a zone is sealed (NetZoneImpl::get_host_by_name_or_null,
+//    NetZoneImpl::seal), and the replay builds a zone per node with a host per GPU (the links'
+//    own check is cheap since the nodes' links live in the root zone: ClusterNetwork::build_node);
 //  - the collectives: each runs one SimGrid communication per aggregated send (ClusterNetwork's ring
-//    and tree sends, about 2 per GPU), and SimGrid 3.32 searches one list of every detached
-//    communication as each ends (docs/performance.md, "Clusters"): a collective costs about the
-//    square of its communications, and an iteration that much for every collective it runs.
+//    and tree sends, about 2 per GPU), as mailbox messages between the GPUs' collective agents;
+//    what they cost still grows faster than their number (the max-min sharing of more flows at
+//    once), close to its square over the sizes measured (docs/performance.md, "Clusters").
 
 #include <cstdint>
 
@@ -25,13 +25,13 @@ namespace comptrain::sim {
 
 // The bounds, from measurements on the 2-core development VM (sim/README.md, "Limits"), each
 // keeping a replay within about half a minute there, and well within 8 GiB:
-//  - 3,072 simulated GPUs: a 2-layer GPT (one all-reduce) took 5.3 s on 1,024 DGX H100 GPUs,
-//    11.8 s on 2,048 and 76 s on 4,096 with other builds running; alone, 56 s on 6,144
-//    (perlmutter-gpu's 1,536 nodes x 4) and 7 min 10 s on 16,384 (dgx-h100-superpod's 2,048 x 8);
-//  - 2 x 10^10 communication pairs: a 1.3 B GPT under ZeRO-3 (296 collectives) took 13 s of CPU on
-//    1,024 GPUs (about 10^10 pairs), 237 s on 4,096 (docs/performance.md, "Clusters").
-inline constexpr std::int64_t kMaxSimulatedGpus = 3'072;
-inline constexpr double kMaxCommunicationPairs = 2e10;
+//  - 16,384 simulated GPUs: a one-layer GPT under DDP took 3.0 s of CPU on 3,072 DGX H100 GPUs,
+//    6.7 s on 6,144, 12.1 s on 12,288 and 18.7 s on 16,384 (dgx-h100-superpod's 2,048 nodes x 8);
+//  - 6 x 10^10 communication pairs (collectives x communications^2): a 1.3 B GPT under ZeRO-3 (296
+//    collectives) took 3-11 s of CPU on 1,024 DGX A100 GPUs (1.1 x 10^10 pairs; the VM is noisy) and
+//    39 s on 3,072 DGX H100 GPUs (10^11 pairs).
+inline constexpr std::int64_t kMaxSimulatedGpus = 16'384;
+inline constexpr double kMaxCommunicationPairs = 6e10;
 
 struct ReplayCost {
   std::int64_t gpus = 0;            // GPU hosts built: the shape's ranks

@@ -5,7 +5,8 @@
 // BM_SimulateCollective: sim::simulate_collective as callers use it, an all-reduce of 1 GiB over
 // every GPU of N DGX H100 nodes (dgx-h100-superpod, 8 rails), timed as the forked child's CPU
 // seconds (getrusage of the reaped child). BM_ClusterPhases splits the same work in a child of its
-// own into building the SimGrid platform and running the collective (counters, CPU seconds).
+// own into building the SimGrid platform and running the collective (counters, CPU seconds), with
+// the child's peak RSS. Both up to dgx-h100-superpod's full size, 2,048 nodes (16,384 GPUs).
 
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
@@ -14,6 +15,7 @@
 
 #include <simgrid/s4u.hpp>
 
+#include <algorithm>
 #include <array>
 
 #include "engine/cluster_network.hpp"
@@ -60,6 +62,7 @@ void BM_SimulateCollective(benchmark::State& state) {
 struct Phases {
   double build = 0;
   double run = 0;
+  double max_rss_mib = 0;
 };
 
 Phases phases_in_child(int nodes) {
@@ -77,6 +80,9 @@ Phases phases_in_child(int nodes) {
     simgrid::s4u::Actor::create("collective", network.gpu(0), [&] { network.run_collective(models::CollectiveKind::all_reduce, kBytes); });
     engine.run();
     measured.run = self_cpu_seconds() - start - measured.build;
+    rusage usage{};
+    ::getrusage(RUSAGE_SELF, &usage);
+    measured.max_rss_mib = static_cast<double>(usage.ru_maxrss) / 1024.0;  // KiB on Linux
     const bool written = ::write(pipe_fds[1], &measured, sizeof measured) == static_cast<ssize_t>(sizeof measured);
     ::_exit(written ? 0 : 1);
   }
@@ -85,7 +91,7 @@ Phases phases_in_child(int nodes) {
   ::close(pipe_fds[0]);
   int status = 0;
   ::waitpid(child, &status, 0);
-  if (!read_all || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return {-1, -1};
+  if (!read_all || !WIFEXITED(status) || WEXITSTATUS(status) != 0) return {-1, -1, -1};
   return phases;
 }
 
@@ -100,16 +106,20 @@ void BM_ClusterPhases(benchmark::State& state) {
     state.SetIterationTime(p.build + p.run);
     total.build += p.build;
     total.run += p.run;
+    total.max_rss_mib = std::max(total.max_rss_mib, p.max_rss_mib);
   }
   const double n = static_cast<double>(state.iterations());
   state.counters["GPUs"] = static_cast<double>(state.range(0) * 8);
   state.counters["build CPU s"] = total.build / n;
   state.counters["collective CPU s"] = total.run / n;
+  state.counters["max RSS MiB"] = total.max_rss_mib;
 }
 
 }  // namespace
 
-// 16, 128 and 512 DGX H100 nodes: 128, 1,024 and 4,096 GPUs.
+// 16, 128 and 512 DGX H100 nodes: 128, 1,024 and 4,096 GPUs; once at 2,048 nodes (16,384 GPUs).
 BENCHMARK(BM_SimulateCollective)->Arg(16)->Arg(128)->Arg(512)->Unit(benchmark::kMillisecond)->UseManualTime();
+BENCHMARK(BM_SimulateCollective)->Arg(2048)->Iterations(1)->Unit(benchmark::kMillisecond)->UseManualTime();
 BENCHMARK(BM_ClusterPhases)->Arg(16)->Arg(128)->Arg(512)->Unit(benchmark::kMillisecond)->UseManualTime();
+BENCHMARK(BM_ClusterPhases)->Arg(2048)->Iterations(1)->Unit(benchmark::kMillisecond)->UseManualTime();
 BENCHMARK_MAIN();

@@ -324,10 +324,15 @@ class Assembler {
 
       SideTask out;
       out.storage = s;
-      out.slot = last_forward;
-      out.key = last_forward;
-      out.after_compute = {last_forward};
       out.task.tensor = s;
+      const auto start_out_after = [&out](std::size_t compute_task) {
+        out.slot = compute_task;
+        out.key = compute_task;
+        out.after_compute = {compute_task};
+      };
+      start_out_after(last_forward);
+      // Where the tensor is saved (save_on_cpu, vDNN's synchronous mode, torchtune's stash).
+      const std::size_t last_writer = op_task_[info.writers.back()];
       SideTask in;
       in.storage = s;
       in.key = first_consumer;
@@ -360,10 +365,7 @@ class Assembler {
           // save_on_cpu: the copy out is issued when the tensor is saved, on the compute
           // stream, so it runs right after its last writer and holds compute up; the copy back
           // runs on the compute stream just before the first backward use.
-          const std::size_t last_writer = op_task_[info.writers.back()];
-          out.slot = last_writer;
-          out.key = last_writer;
-          out.after_compute = {last_writer};
+          start_out_after(last_writer);
           out.task.stream = Stream::compute;
           in.slot = std::max(first_consumer - 1, last_forward);
           in.after_compute = {in.slot};
@@ -404,10 +406,7 @@ class Assembler {
       if (action == Action::offload && rule.offload()->synchronous && rule.offload()->stream == OffloadAction::Stream::copy) {
         // vDNN: copy as soon as the last writer is done (overlapping the readers), and hold the
         // compute stream before the op after the last forward use until the copy has ended.
-        const std::size_t last_writer = op_task_[a_.info[s].writers.back()];
-        out.slot = last_writer;
-        out.key = last_writer;
-        out.after_compute = {last_writer};
+        start_out_after(last_writer);
         if (last_forward + 1 < compute_.size()) compute_waits_[last_forward + 1].push_back(out_index);
       }
       if (action == Action::offload && rule.offload()->stash) {
@@ -415,10 +414,7 @@ class Assembler {
         // the side stream has waited for the compute stream); the stash holds the GPU tensor
         // through the op that saves the tensor releasing it, after which the compute stream
         // waits for the copy out.
-        const std::size_t last_writer = op_task_[a_.info[s].writers.back()];
-        out.slot = last_writer;
-        out.key = last_writer;
-        out.after_compute = {last_writer};
+        start_out_after(last_writer);
         const std::size_t release = op_task_[*stash_release_[s]];
         compute_[release].uses.push_back(original_[s]);
         sorted_unique(compute_[release].uses);

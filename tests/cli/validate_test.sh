@@ -3,15 +3,8 @@
 # summary per metric; a malformed table exits 2 naming the file and the line.
 # Usage: validate_test.sh PATH/TO/comptrain PATH/TO/scenarios/validation
 set -u
-bin=$1
-dir=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-failures=0
-fail() {
-  echo "FAIL: $*"
-  failures=$((failures + 1))
-}
+source "$(dirname "$0")/check_lib.sh" "$@"
+dir=$src
 
 # expect CODE REGEX -- ARGS...: exit status CODE and REGEX in stdout + stderr.
 expect() {
@@ -42,8 +35,4 @@ expect 2 "noscenario.jsonl:4: field 'scenario': .* is not a file" -- validate "$
 expect 2 "cannot read '.*missing\.jsonl': No such file or directory" -- validate "$work/missing.jsonl"
 expect 2 "cannot read '.*': it is a directory; expected a regular file" -- validate "$work"
 
-if [[ $failures -ne 0 ]]; then
-  echo "validate_test: $failures failure(s)"
-  exit 1
-fi
-echo "validate_test: all passed"
+finish validate_test

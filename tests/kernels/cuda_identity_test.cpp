@@ -14,7 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
-#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 

@@ -6,7 +6,10 @@
 // every GPU of N DGX H100 nodes (dgx-h100-superpod, 8 rails), timed as the forked child's CPU
 // seconds (getrusage of the reaped child). BM_ClusterPhases splits the same work in a child of its
 // own into building the SimGrid platform and running the collective (counters, CPU seconds), with
-// the child's peak RSS. Both up to dgx-h100-superpod's full size, 2,048 nodes (16,384 GPUs).
+// the child's peak RSS. Both up to dgx-h100-superpod's full size, 2,048 nodes (16,384 GPUs), every
+// node built whole. BM_FoldedClusterPhases: the same on the folded cluster the symmetric replay
+// builds (sim/README.md, "Ranks in classes": node 0 whole, one endpoint host per other node), up to
+// h100-100k's 12,500 nodes (100,000 GPUs).
 
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
@@ -65,7 +68,7 @@ struct Phases {
   double max_rss_mib = 0;
 };
 
-Phases phases_in_child(int nodes) {
+Phases phases_in_child(int nodes, sim::detail::ClusterNetwork::NodeDetail detail = sim::detail::ClusterNetwork::NodeDetail::every_node) {
   std::array<int, 2> pipe_fds{};
   Phases phases;
   if (::pipe(pipe_fds.data()) != 0) return phases;
@@ -74,7 +77,7 @@ Phases phases_in_child(int nodes) {
     ::close(pipe_fds[0]);
     const double start = self_cpu_seconds();
     sim::detail::ConfiguredEngine engine;
-    const sim::detail::ClusterNetwork network(models::builtin_platform("dgx-h100-superpod"), {nodes, 8});
+    const sim::detail::ClusterNetwork network(models::builtin_platform(nodes > 2048 ? "h100-100k" : "dgx-h100-superpod"), {nodes, 8}, detail);
     Phases measured;
     measured.build = self_cpu_seconds() - start;
     simgrid::s4u::Actor::create("collective", network.gpu(0), [&] { network.run_collective(models::CollectiveKind::all_reduce, kBytes); });
@@ -95,10 +98,10 @@ Phases phases_in_child(int nodes) {
   return phases;
 }
 
-void BM_ClusterPhases(benchmark::State& state) {
+void cluster_phases(benchmark::State& state, sim::detail::ClusterNetwork::NodeDetail detail) {
   Phases total;
   for (auto _ : state) {
-    const Phases p = phases_in_child(static_cast<int>(state.range(0)));
+    const Phases p = phases_in_child(static_cast<int>(state.range(0)), detail);
     if (p.build < 0) {
       state.SkipWithError("child failed");
       break;
@@ -115,6 +118,9 @@ void BM_ClusterPhases(benchmark::State& state) {
   state.counters["max RSS MiB"] = total.max_rss_mib;
 }
 
+void BM_ClusterPhases(benchmark::State& state) { cluster_phases(state, sim::detail::ClusterNetwork::NodeDetail::every_node); }
+void BM_FoldedClusterPhases(benchmark::State& state) { cluster_phases(state, sim::detail::ClusterNetwork::NodeDetail::folded); }
+
 }  // namespace
 
 // 16, 128 and 512 DGX H100 nodes: 128, 1,024 and 4,096 GPUs; once at 2,048 nodes (16,384 GPUs).
@@ -122,4 +128,7 @@ BENCHMARK(BM_SimulateCollective)->Arg(16)->Arg(128)->Arg(512)->Unit(benchmark::k
 BENCHMARK(BM_SimulateCollective)->Arg(2048)->Iterations(1)->Unit(benchmark::kMillisecond)->UseManualTime();
 BENCHMARK(BM_ClusterPhases)->Arg(16)->Arg(128)->Arg(512)->Unit(benchmark::kMillisecond)->UseManualTime();
 BENCHMARK(BM_ClusterPhases)->Arg(2048)->Iterations(1)->Unit(benchmark::kMillisecond)->UseManualTime();
+// Folded: 4 nodes (32 GPUs) to 12,500 (100,000 GPUs, h100-100k).
+BENCHMARK(BM_FoldedClusterPhases)->Arg(4)->Arg(128)->Arg(512)->Unit(benchmark::kMillisecond)->UseManualTime();
+BENCHMARK(BM_FoldedClusterPhases)->Arg(2048)->Arg(12500)->Iterations(1)->Unit(benchmark::kMillisecond)->UseManualTime();
 BENCHMARK_MAIN();

@@ -66,7 +66,7 @@ Platform parsed(const std::string& yaml) { return parse_platform(yaml, "p.yaml")
 
 TEST(BuiltinPlatforms, AllShippedPlatformsAreEmbedded) {
   EXPECT_THAT(builtin_platform_names(), ElementsAre("a100-40gb", "a100-80gb", "dgx-a100-superpod", "dgx-h100-superpod", "dgx1-v100-cluster",
-                                                   "h100-80gb", "h200", "perlmutter-gpu", "polaris", "titanx-maxwell", "v100-16gb", "v100-32gb"));
+                                                   "h100-100k", "h100-80gb", "h200", "perlmutter-gpu", "polaris", "titanx-maxwell", "v100-16gb", "v100-32gb"));
 }
 
 TEST(BuiltinPlatforms, EveryShippedPlatformParsesWithSaneValues) {
@@ -214,7 +214,7 @@ TEST(BuiltinPlatforms, UnknownNameListsTheShippedOnes) {
     FAIL() << "expected an InputError";
   } catch (const InputError& e) {
     EXPECT_THAT(e.what(), HasSubstr("unknown platform 'nope'"));
-    EXPECT_THAT(e.what(), HasSubstr("a100-40gb, a100-80gb, dgx-a100-superpod, dgx-h100-superpod, dgx1-v100-cluster, h100-80gb, h200, "
+    EXPECT_THAT(e.what(), HasSubstr("a100-40gb, a100-80gb, dgx-a100-superpod, dgx-h100-superpod, dgx1-v100-cluster, h100-100k, h100-80gb, h200, "
                                     "perlmutter-gpu, polaris, titanx-maxwell, v100-16gb, v100-32gb"));
   }
 }
@@ -922,6 +922,7 @@ TEST(BuiltinPlatforms, ClustersKeepTheirNodesSectionsInSync) {
       {"dgx-a100-superpod", "a100-80gb", {"gpu", "host", "host_link", "gpu_link", "gpus_per_node", "efficiency"}},
       {"dgx-h100-superpod", "h100-80gb", {"gpu", "host", "host_link", "gpu_link", "gpus_per_node", "efficiency"}},
       {"dgx1-v100-cluster", "v100-16gb", {"gpu", "host", "host_link", "gpu_link", "gpus_per_node", "efficiency"}},
+      {"h100-100k", "dgx-h100-superpod", {"gpu", "host", "host_link", "gpu_link", "gpus_per_node", "nic", "collectives", "efficiency"}},
       {"perlmutter-gpu", "a100-40gb", {"gpu", "host_link", "efficiency"}},
       {"polaris", "a100-40gb", {"gpu", "host_link", "efficiency"}},
   };

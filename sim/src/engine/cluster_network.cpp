@@ -15,7 +15,8 @@ using Direction = sg4::LinkInRoute::Direction;
 
 }  // namespace
 
-ClusterNetwork::ClusterNetwork(const models::Platform& platform, ClusterShape shape) : platform_(platform), shape_(shape) {
+ClusterNetwork::ClusterNetwork(const models::Platform& platform, ClusterShape shape, NodeDetail detail)
+    : platform_(platform), shape_(shape), detail_(shape.nodes > 1 ? detail : NodeDetail::every_node) {
   check_cluster_shape(platform_, shape_);
   nodes_.resize(static_cast<std::size_t>(shape_.nodes));
   if (shape_.nodes == 1) {
@@ -26,14 +27,22 @@ ClusterNetwork::ClusterNetwork(const models::Platform& platform, ClusterShape sh
     // Every GPU's collective agent, made here, before the simulation runs: made by a collective,
     // an agent's mailbox or actor would be created in a simcall, during which a collective of
     // another actor could find it half made.
-    for (int rank = 0; rank < shape_.ranks(); ++rank) make_agent(gpu(rank));
+    for (int rank = 0; rank < shape_.ranks(); ++rank) {
+      if (sg4::Host* h = end_of(rank); h != nullptr) make_agent(h);  // a folded node's endpoint once
+    }
     collective_done_ = sg4::Semaphore::create(0);
   }
 }
 
 sg4::Host* ClusterNetwork::gpu(int rank) const {
   if (rank < 0 || rank >= shape_.ranks()) throw std::out_of_range(fmt::format("GPU rank {} of {}", rank, shape_.ranks()));
-  return nodes_[static_cast<std::size_t>(rank / shape_.gpus_per_node)].gpus[static_cast<std::size_t>(rank % shape_.gpus_per_node)];
+  const Node& node = nodes_[static_cast<std::size_t>(rank / shape_.gpus_per_node)];
+  return node.gpus.empty() ? nullptr : node.gpus[static_cast<std::size_t>(rank % shape_.gpus_per_node)];
+}
+
+sg4::Host* ClusterNetwork::end_of(int rank) const {
+  const Node& node = nodes_.at(static_cast<std::size_t>(rank / shape_.gpus_per_node));
+  return node.endpoint != nullptr ? node.endpoint : gpu(rank);
 }
 
 sg4::Host* ClusterNetwork::gpu_power(int rank) const {
@@ -130,14 +139,30 @@ NetPoint* ClusterNetwork::build_node(int index, sg4::NetZone* parent) {
   const models::GpuSpec& g_spec = platform_.gpu;
   const std::string power_watts = fmt::format("{0:.17g}:{0:.17g}:{1:.17g}", g_spec.in_job_power, g_spec.max_power);
   const std::string host_watts = fmt::format("{0:.17g}:{0:.17g}:{1:.17g}", platform_.host.idle_power, platform_.host.max_power);
+  // A node without its host side (NodeDetail::node_zero) has what collectives take, nothing more:
+  // no host, no power hosts, no copies' links. Those the replay never uses; SimGrid's cost of
+  // building hosts and zones grows with the hosts already built (replay_cost.hpp).
+  const bool host_side = index == 0 || detail_ == NodeDetail::every_node;
   for (int g = 0; g < gpus; ++g) {
     node.gpus.push_back(node.zone->create_host(gpu_name(g), kGpuSpeed)->set_property("wattage_per_state", "0:0:0")->seal());
-    if (g_spec.max_power > 0) {
+    if (host_side && g_spec.max_power > 0) {
       node.gpu_power.push_back(
           node.zone->create_host(gpu_name(g) + ".power", kGpuPowerSpeed)->set_property("wattage_per_state", power_watts)->seal());
     }
   }
   const double host_speed = platform_.host.flops > 0 ? platform_.host.flops : 1e9;
+  const bool peer_over_pcie = gpus > 1 && !(platform_.gpu_link.bandwidth > 0);
+  if (!host_side) {
+    // The PCIe links only where they carry the GPUs' peer traffic (no NVLink), without the routes to host memory.
+    std::vector<sg4::Link*> pcie;
+    for (int g = 0; peer_over_pcie && g < gpus; ++g) {
+      pcie.push_back(links->create_split_duplex_link(name(fmt::format("host_link{}", g)), platform_.host_link.bandwidth)
+                         ->set_latency(platform_.host_link.latency)
+                         ->seal());
+      add_power(pcie.back(), platform_.host_link.idle_power, platform_.host_link.busy_power, platform_.host_link.bandwidth, node.links);
+    }
+    return build_node_network(index, parent, pcie);
+  }
   node.host = node.zone->create_host(name("host"), host_speed)->set_property("wattage_per_state", host_watts)->seal();
 
   // The host's memory bandwidth, shared by every copy of the node's GPUs to and from host memory
@@ -171,6 +196,17 @@ NetPoint* ClusterNetwork::build_node(int index, sg4::NetZone* parent) {
     }
   }
 
+  return build_node_network(index, parent, pcie);
+}
+
+// A node's GPU-to-GPU routes and its NICs, then its zone sealed; `pcie`: the GPUs' PCIe links
+// (the peer route where there is no NVLink).
+NetPoint* ClusterNetwork::build_node_network(int index, sg4::NetZone* parent, const std::vector<sg4::Link*>& pcie) {
+  Node& node = nodes_[static_cast<std::size_t>(index)];
+  const int gpus = shape_.gpus_per_node;
+  const std::string prefix = shape_.nodes == 1 ? "" : fmt::format("node{}.", index);
+  const auto name = [&](const std::string& what) { return prefix + what; };
+  sg4::NetZone* links = link_owner_ != nullptr ? link_owner_ : node.zone;
   // GPU to GPU: each GPU's port into the NVSwitch, up on the sender, down on the receiver. The
   // links carry no latency (NCCL's latency term is added once per collective, and equal-latency
   // routes keep SimGrid's sharing fair: shared/reference/simgrid.md, pitfall 7). Without NVLink,
@@ -239,6 +275,17 @@ void ClusterNetwork::build_network() {
   const auto leaf = [this](sg4::NetZone* cluster, const std::vector<unsigned long>& /*coordinates*/,
                            unsigned long id) -> std::pair<NetPoint*, NetPoint*> {
     if (id >= static_cast<unsigned long>(shape_.nodes)) return {cluster->create_router(fmt::format("empty{}", id)), nullptr};
+    if (id > 0 && detail_ == NodeDetail::folded) {
+      // A folded node: a zone of one endpoint host, its own gateway (so no route inside it). A
+      // zone, not a bare host, because SimGrid 3.32 routes between a host and a zone's host of
+      // the same topology only when both are one zone down (find_common_ancestors).
+      Node& node = nodes_[id];
+      node.zone = sg4::create_full_zone(fmt::format("node{}", id));
+      node.zone->set_parent(cluster);
+      node.endpoint = node.zone->create_host(fmt::format("node{}.endpoint", id), kGpuSpeed)->set_property("wattage_per_state", "0:0:0")->seal();
+      node.zone->seal();
+      return {node.zone->get_netpoint(), node.endpoint->get_netpoint()};
+    }
     NetPoint* router = build_node(static_cast<int>(id), cluster);
     return {nodes_[id].zone->get_netpoint(), router};
   };

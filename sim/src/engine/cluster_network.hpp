@@ -15,6 +15,10 @@
 //    beyond the shape's nodes hold a bare router).
 // With shape {1, 1} this is exactly the single-GPU replay's platform as it was: one zone "node",
 // hosts "gpu" and "host", the split-duplex "host_link" and the pageable staging host and link.
+// NodeDetail (below) builds less of the nodes other than node 0 for the symmetric replay: their
+// collective links only, or one endpoint host each when the collectives fold (sim/README.md,
+// "Ranks in classes"). Collective times may be reused (reuse_collective_times: "Collectives
+// that repeat").
 
 #include <simgrid/s4u.hpp>
 
@@ -24,6 +28,7 @@
 #include <unordered_map>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -58,14 +63,25 @@ struct PoweredLink {
 
 class ClusterNetwork {
  public:
-  // Builds the SimGrid platform of `shape` on `platform`; called inside a created sg4::Engine
-  // before engine.run(). InputError when the shape exceeds the platform (check_cluster_shape).
-  ClusterNetwork(const models::Platform& platform, ClusterShape shape);
+  // How much of each node is built (sim/README.md, "Ranks in classes").
+  //  - every_node: each node whole: its GPUs, host side (host memory, PCIe links, pageable
+  //    staging, GPU power hosts), NVLink ports, NICs and router.
+  //  - node_zero: node 0 whole, the others with what collectives take (GPU hosts, NVLink ports,
+  //    NICs; PCIe links only where they carry the GPUs' peer traffic): the symmetric replay runs
+  //    nothing else on them.
+  //  - folded: node 0 whole, each other node one endpoint host in the topology: the replay's
+  //    collectives must fold (fold_of: every node's NVLink sends are node 0's, and its network
+  //    sends cross its NICs as a rate bound or its link into the network stands for them). The
+  //    network between nodes is built whole either way.
+  enum class NodeDetail { every_node, node_zero, folded };
+
+  ClusterNetwork(const models::Platform& platform, ClusterShape shape, NodeDetail detail = NodeDetail::every_node);
+  NodeDetail detail() const { return detail_; }
 
   ClusterShape shape() const { return shape_; }
-  sg4::Host* gpu(int rank) const;               // rank = node * gpus_per_node + local
-  sg4::Host* host(int node) const;              // the node's host memory end of each GPU's PCIe link
-  sg4::Host* pageable_staging(int node) const;  // nullptr when host_link has no pageable_bandwidth
+  sg4::Host* gpu(int rank) const;               // rank = node * gpus_per_node + local; nullptr on a folded node
+  sg4::Host* host(int node) const;              // the node's host memory end of each GPU's PCIe link (nullptr: not built, NodeDetail)
+  sg4::Host* pageable_staging(int node) const;  // nullptr when host_link has no pageable_bandwidth (or not built)
   // The host whose energy is GPU `rank`'s (sim/energy.hpp): nullptr when the GPU gives no power.
   sg4::Host* gpu_power(int rank) const;
 
@@ -124,6 +140,7 @@ class ClusterNetwork {
     sg4::Host* from = nullptr;
     sg4::Host* to = nullptr;
     int shares = 1;
+    double rate_bound = 0;  // bytes/s; 0: none (a folded node's NIC that carries this send alone: Fold::private_nics)
   };
   // The NCCL communicators of one partition of the ranks into groups: one group's shape (the nodes
   // it spans, its members on each), the rings each group runs (a ring per NIC its members use
@@ -136,10 +153,80 @@ class ClusterNetwork {
     std::vector<Send> sends;
     int chains = 0;
     std::vector<Send> tree_sends;
+    bool tree_folds = true;  // false: a folded cluster, whose collectives never run this tree (ClusterNetwork::folds)
     mutable std::optional<NcclGraphBandwidths> graphs;
   };
+
+  // Folding (NodeDetail::folded) a collective's sends, planned rank to rank (RankPlan):
+  //  - private_nics: every NIC of every node carries at most one send each way, so a folded
+  //    node's NIC is a rate bound on its send (max-min gives a flow alone on a link of bandwidth
+  //    B at most B, and nothing else); any topology;
+  //  - shared_links: the node's sends share its NICs, each NIC used carrying the same sends (the
+  //    rails alike), and the node's one link into a fat tree has the bandwidth of the NICs used:
+  //    the link then binds the node's sends as its NICs did (max-min's unique allocation is the
+  //    same on alike rails);
+  //  - none: it does not fold.
+  // Either way every node's NVLink sends must be node 0's, on its own ranks: they share no link
+  // with anything else, so they end when node 0's do, which are simulated.
+  enum class Fold { none, private_nics, shared_links };
+  struct RankSend {
+    int from = 0;
+    int to = 0;
+    int shares = 1;
+    friend bool operator==(const RankSend&, const RankSend&) = default;
+  };
+  struct RankPlan {
+    ClusterShape group;
+    int rings = 0;
+    std::vector<RankSend> sends;
+    int chains = 0;
+    std::vector<RankSend> tree_sends;
+  };
+  // NCCL's rings and trees of `groups` on `shape`, rank to rank (no SimGrid): what
+  // communicators() realises on the hosts built. std::invalid_argument when the ranks do not
+  // divide into the groups.
+  static RankPlan plan(const models::Platform& platform, ClusterShape shape, models::RankGroups groups);
+  static Fold fold_of(const models::Platform& platform, ClusterShape shape, const std::vector<RankSend>& sends);
+  // Whether every collective of `collectives` (kind, groups) folds, by ring and, for an
+  // all-reduce that NCCL may run as a tree (collectives.algorithm not forcing the ring), by tree:
+  // the replay then builds the cluster folded.
+  static bool folds(const models::Platform& platform, ClusterShape shape,
+                    const std::vector<std::pair<models::CollectiveKind, models::RankGroups>>& collectives);
   // Planned on first use and kept (the network's lifetime).
   const Communicators& communicators(models::RankGroups groups) const;
+
+  // Collective times reused (sim/README.md, "Collectives that repeat"). Whether a collective's
+  // links carry nothing but collectives: the NVLink ports, the NICs and the network, never the
+  // PCIe links and host memory that copies take (a node without NVLink sends its GPUs' peer
+  // traffic over PCIe; a node of one GPU sends none).
+  bool collective_links_are_their_own() const;
+  // From now on, a collective that repeats one this network has already run (the same kind,
+  // bytes, algorithm and groups) takes the first one's time without its flows being simulated
+  // again: the caller (the replay) guarantees that collectives run one at a time and that
+  // collective_links_are_their_own(), so each one finds its links idle and ends as the first did.
+  // `link_energy`: SimGrid's link energy plugin is on; the first run of each collective then
+  // records what its powered links drew above idle (added to later runs' energy: reused_joules)
+  // and node 0's link power over its course (the energy meter's peak: CollectiveRun::node_link_watts).
+  void reuse_collective_times(bool link_energy);
+  // One collective as first run: its time, the energy its flows drew above idle per powered link
+  // direction, and node 0's link power while it ran, as (time since its start, watts up to then).
+  struct CollectiveRun {
+    double seconds = 0;
+    std::vector<std::pair<const sg4::Link*, double>> busy_joules;
+    std::vector<std::pair<double, double>> node_link_watts;
+  };
+  // The collective running now, if any, with its start: `recording` while its first run is being
+  // simulated (the energy meter appends node 0's link power), else a reuse of `run`.
+  struct CollectiveNow {
+    double start = 0;
+    CollectiveRun* run = nullptr;
+    bool recording = false;
+  };
+  const CollectiveNow& collective_now() const { return collective_now_; }
+  // The energy reused collectives' flows would have drawn above idle on `link` (a direction).
+  double reused_joules(const sg4::Link* link) const;
+  // How many collectives ran from a first run's record (for tests and benchmarks).
+  int reused_collectives() const { return reused_count_; }
   int rings() const { return communicators({}).rings; }
   int tree_chains() const { return communicators({}).chains; }
   const std::vector<Send>& ring_sends() const { return communicators({}).sends; }
@@ -153,6 +240,7 @@ class ClusterNetwork {
     std::vector<sg4::Host*> gpus;
     std::vector<sg4::Host*> gpu_power;  // one per GPU when the GPU gives power values (gpu_power())
     std::vector<PoweredLink> links;  // the node's link directions that draw power
+    sg4::Host* endpoint = nullptr;   // a folded node's one host (NodeDetail::folded)
   };
   // Sets the link's wattage on each direction (both of a split-duplex link) when `spec` gives a
   // power, and records the directions in `into`.
@@ -162,18 +250,22 @@ class ClusterNetwork {
   // Builds node `index`'s zone under `parent` (nullptr: it is the root); returns its NIC router
   // (nullptr without a network).
   simgrid::kernel::routing::NetPoint* build_node(int index, sg4::NetZone* parent);
+  simgrid::kernel::routing::NetPoint* build_node_network(int index, sg4::NetZone* parent, const std::vector<sg4::Link*>& pcie);
   void build_network();
-  // Each group's members, node by node (a group's ranks on one node, in rank order).
-  using GroupMembers = std::vector<std::vector<int>>;
-  std::vector<int> rail_entries(const std::vector<int>& node_members) const;
-  void plan_rings(const GroupMembers& members, Communicators& into) const;
-  void plan_trees(const GroupMembers& members, Communicators& into) const;
+  // The host that sends or receives for `rank`: its GPU, or its node's endpoint when folded.
+  sg4::Host* end_of(int rank) const;
+  // `sends` on the hosts built: on a folded network, the other nodes' NVLink sends left out and
+  // their NICs a rate bound where `fold` is private_nics.
+  std::vector<Send> realise(const std::vector<RankSend>& sends, Fold fold) const;
+  // The sends of `c`'s algorithm; std::logic_error for a tree that did not fold.
+  const std::vector<Send>& sends_of(const Communicators& c, bool tree) const;
   // The latency of the longest route of `sends` and the time the most loaded link takes for its
   // bytes, each send carrying shares x `bytes_per_share`.
   std::pair<double, double> idle_route_latency_and_data(const std::vector<Send>& sends, double bytes_per_share) const;
 
   models::Platform platform_;  // a copy, so that the caller's platform need not outlive the network
   ClusterShape shape_;
+  NodeDetail detail_ = NodeDetail::every_node;
   std::vector<Node> nodes_;
   std::vector<PoweredLink> network_links_;
   sg4::NetZone* link_owner_ = nullptr;  // across nodes: the root zone, which holds the nodes' links
@@ -186,13 +278,31 @@ class ClusterNetwork {
   struct Agent {
     sg4::Mailbox* mailbox = nullptr;        // the GPU's receptions
     sg4::SemaphorePtr work;                 // released once per collective the GPU sends in
-    std::vector<std::pair<sg4::Mailbox*, std::uint64_t>> puts;  // this collective's sends
+    struct Put {
+      sg4::Mailbox* to = nullptr;
+      std::uint64_t bytes = 0;
+      double rate_bound = 0;
+    };
+    std::vector<Put> puts;  // this collective's sends
   };
   void make_agent(sg4::Host* gpu);
   Agent& agent(const sg4::Host* gpu) const { return *agents_.at(gpu); }
   std::unordered_map<const sg4::Host*, std::unique_ptr<Agent>> agents_;
   mutable int agents_running_ = 0;           // agents still sending in this collective
   sg4::SemaphorePtr collective_done_;          // released by the last of them
+
+  // Collective times reused (reuse_collective_times): the first run of each distinct collective,
+  // by (kind, bytes, algorithm, group size, stride).
+  void simulate_collective_flows(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm,
+                                 models::RankGroups groups) const;
+  std::vector<const PoweredLink*> powered_links() const;
+  using CollectiveKey = std::tuple<models::CollectiveKind, std::int64_t, CollectiveAlgorithm, int, int>;
+  bool reuse_ = false;
+  bool link_energy_ = false;
+  mutable std::map<CollectiveKey, CollectiveRun> runs_;
+  mutable CollectiveNow collective_now_;
+  mutable std::unordered_map<const sg4::Link*, double> reused_joules_;
+  mutable int reused_count_ = 0;
 };
 
 // NCCL's double binary tree over `nodes` nodes (NCCL >= 2.4, src/graph/trees.cc): the parent of

@@ -33,10 +33,23 @@ double consumed(const sg4::Host* host) { return host != nullptr ? sg_host_get_co
 
 double current(const sg4::Host* host) { return host != nullptr ? sg_host_get_current_consumption(host) : 0.0; }
 
-double consumed(const std::vector<PoweredLink>& links) {
+// With what the reused collectives' flows would have drawn above idle (ClusterNetwork::reused_joules).
+double consumed(const ClusterNetwork& network, const std::vector<PoweredLink>& links) {
   double joules = 0;
-  for (const PoweredLink& l : links) joules += sg_link_get_consumed_energy(l.link);
+  for (const PoweredLink& l : links) joules += sg_link_get_consumed_energy(l.link) + network.reused_joules(l.link);
   return joules;
+}
+
+// The most node 0's links drew over (from, to] of a collective's first run (its recorded power,
+// each value holding up to its time).
+double recorded_watts(const ClusterNetwork::CollectiveRun& run, double from, double to) {
+  double watts = 0;
+  double begin = 0;
+  for (const auto& [end, w] : run.node_link_watts) {
+    if (end > from && begin < to) watts = std::max(watts, w);
+    begin = end;
+  }
+  return watts;
 }
 
 }  // namespace
@@ -49,24 +62,42 @@ EnergyMeter::EnergyMeter(const ClusterNetwork& network, const models::Platform& 
 // A GPU's power is on its power host (ClusterNetwork::gpu_power; none: 0 W).
 double EnergyMeter::gpu_watts() const { return current(network_.gpu_power(0)); }
 
-double EnergyMeter::node_watts() const {
+double EnergyMeter::node_watts() const { return node_device_watts() + node_link_watts(); }
+
+double EnergyMeter::node_device_watts() const {
   double watts = 0;
   if (symmetric_) {
     watts = network_.shape().gpus_per_node * gpu_watts();
   } else {
     for (int local = 0; local < network_.shape().gpus_per_node; ++local) watts += current(network_.gpu_power(local));
   }
-  watts += sg_host_get_current_consumption(network_.host(0));
+  return watts + sg_host_get_current_consumption(network_.host(0));
+}
+
+double EnergyMeter::node_link_watts() const {
+  double watts = 0;
   for (const PoweredLink& l : network_.node_links(0)) watts += link_watts(l);
   return watts;
 }
 
 // The clock has just advanced by `interval`; every resource is still in the state it held over
-// that interval (the actions ending now have not released their share yet).
+// that interval (the actions ending now have not released their share yet). During a collective
+// whose time is reused (ClusterNetwork::reuse_collective_times) node 0's links are idle in
+// SimGrid: they drew what they drew over the same part of the collective's first run, recorded
+// here as it ran.
 void EnergyMeter::sample(double interval) {
   if (!(interval > 0)) return;
   gpu_peak_ = std::max(gpu_peak_, gpu_watts());
-  node_peak_ = std::max(node_peak_, node_watts());
+  double links = node_link_watts();
+  if (const ClusterNetwork::CollectiveNow& now = network_.collective_now(); now.run != nullptr) {
+    const double end = sg4::Engine::get_clock() - now.start;
+    if (now.recording) {
+      now.run->node_link_watts.emplace_back(end, links);
+    } else {
+      links = recorded_watts(*now.run, end - interval, end);
+    }
+  }
+  node_peak_ = std::max(node_peak_, node_device_watts() + links);
   if (network_.gpu(0)->get_load() > 0) gpu_busy_seconds_ += interval;
 }
 
@@ -98,8 +129,8 @@ EnergyResult EnergyMeter::finish() const {
   };
   e.node_gpu_joules = node_gpus(0);
   e.node_host_joules = consumed(network_.host(0));
-  e.node_link_joules = consumed(network_.node_links(0));
-  e.network_joules = consumed(network_.network_links());
+  e.node_link_joules = consumed(network_, network_.node_links(0));
+  e.network_joules = consumed(network_, network_.network_links());
   const auto idle = [](const std::vector<PoweredLink>& links) {
     double watts = 0;
     for (const PoweredLink& l : links) watts += l.idle;
@@ -113,7 +144,7 @@ EnergyResult EnergyMeter::finish() const {
   } else {
     e.total_joules = e.network_joules;
     for (int node = 0; node < shape.nodes; ++node) {
-      e.total_joules += node_gpus(node) + consumed(network_.host(node)) + consumed(network_.node_links(node));
+      e.total_joules += node_gpus(node) + consumed(network_.host(node)) + consumed(network_, network_.node_links(node));
     }
   }
   return e;

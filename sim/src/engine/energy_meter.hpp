@@ -41,6 +41,8 @@ class EnergyMeter {
   // The power of node 0 and of rank 0's GPU now (the state of the interval the clock is in).
   double node_watts() const;
   double gpu_watts() const;
+  double node_device_watts() const;  // its GPUs and host
+  double node_link_watts() const;    // its links
 
  private:
   void sample(double interval);

@@ -5,30 +5,55 @@
 // same way over its own members, and all groups run at once.
 
 #include <fmt/format.h>
+#include <simgrid/plugins/energy.h>
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "engine/cluster_network.hpp"
 
 namespace comptrain::sim::detail {
 
-const ClusterNetwork::Communicators& ClusterNetwork::communicators(models::RankGroups groups) const {
-  const int ranks = shape_.ranks();
+namespace {
+
+// Each group's members, node by node (a group's ranks on one node, in rank order).
+using GroupMembers = std::vector<std::vector<int>>;
+using RankSend = ClusterNetwork::RankSend;
+using RankPlan = ClusterNetwork::RankPlan;
+
+// What the planning needs of the network: the platform's NICs and the shape.
+struct Layout {
+  const models::Platform& platform;
+  ClusterShape shape;
+  int nic_of(int rank) const {
+    const int gpus_per_nic = platform.nic ? platform.gpus_per_node / platform.nic->per_node : 1;
+    return (rank % shape.gpus_per_node) / gpus_per_nic;
+  }
+};
+
+std::vector<int> rail_entries(const Layout& layout, const std::vector<int>& node_members);
+void plan_rings(const Layout& layout, const GroupMembers& members, RankPlan& into);
+void plan_trees(const Layout& layout, const GroupMembers& members, RankPlan& into);
+
+}  // namespace
+
+ClusterNetwork::RankPlan ClusterNetwork::plan(const models::Platform& platform, ClusterShape shape, models::RankGroups groups) {
+  const int ranks = shape.ranks();
   const int size = groups.every_rank() ? ranks : groups.size;
   const int stride = groups.every_rank() ? 1 : groups.stride;
-  if (auto it = communicators_.find({size, stride}); it != communicators_.end()) return it->second;
   if (size < 1 || stride < 1 || static_cast<std::int64_t>(size) * stride > ranks || ranks % (size * stride) != 0) {
     throw std::invalid_argument(
         fmt::format("collective groups of {} ranks {} apart: the {} ranks of {} node(s) x {} GPUs do not divide into them", size, stride, ranks,
-                    shape_.nodes, shape_.gpus_per_node));
+                    shape.nodes, shape.gpus_per_node));
   }
-  const int g = shape_.gpus_per_node;
-  Communicators c;
+  const int g = shape.gpus_per_node;
   // Each group's members by node: groups in the order of their first rank.
   std::vector<GroupMembers> all;
   for (int block = 0; block < ranks; block += size * stride) {
@@ -57,22 +82,139 @@ const ClusterNetwork::Communicators& ClusterNetwork::communicators(models::RankG
       }
     }
   }
+  RankPlan c;
   c.group = ClusterShape{static_cast<int>(all.front().size()), static_cast<int>(per_node)};
   if (size >= 2) {
-    for (const GroupMembers& members : all) plan_rings(members, c);
-    for (const GroupMembers& members : all) plan_trees(members, c);
+    const Layout layout{platform, shape};
+    for (const GroupMembers& members : all) plan_rings(layout, members, c);
+    for (const GroupMembers& members : all) plan_trees(layout, members, c);
+  }
+  return c;
+}
+
+const ClusterNetwork::Communicators& ClusterNetwork::communicators(models::RankGroups groups) const {
+  const int size = groups.every_rank() ? shape_.ranks() : groups.size;
+  const int stride = groups.every_rank() ? 1 : groups.stride;
+  if (auto it = communicators_.find({size, stride}); it != communicators_.end()) return it->second;
+  const RankPlan p = plan(platform_, shape_, groups);
+  Communicators c;
+  c.group = p.group;
+  c.rings = p.rings;
+  c.chains = p.chains;
+  if (detail_ == NodeDetail::folded) {
+    // The replay built the cluster folded because its collectives fold (folds): by ring always;
+    // by tree where NCCL may run one, so a tree that does not fold is never run.
+    const Fold ring = fold_of(platform_, shape_, p.sends);
+    if (ring == Fold::none) throw std::logic_error("a collective whose rings do not fold, on a folded cluster");
+    c.sends = realise(p.sends, ring);
+    const Fold tree = fold_of(platform_, shape_, p.tree_sends);
+    c.tree_folds = tree != Fold::none;
+    if (c.tree_folds) c.tree_sends = realise(p.tree_sends, tree);
+  } else {
+    c.sends = realise(p.sends, Fold::none);
+    c.tree_sends = realise(p.tree_sends, Fold::none);
   }
   return communicators_.emplace(std::pair{size, stride}, std::move(c)).first->second;
 }
 
+const std::vector<ClusterNetwork::Send>& ClusterNetwork::sends_of(const Communicators& c, bool tree) const {
+  if (tree && !c.tree_folds) throw std::logic_error("a tree that does not fold, on a folded cluster");
+  return tree ? c.tree_sends : c.sends;
+}
+
+std::vector<ClusterNetwork::Send> ClusterNetwork::realise(const std::vector<RankSend>& sends, Fold fold) const {
+  std::vector<Send> out;
+  out.reserve(sends.size());
+  const int g = shape_.gpus_per_node;
+  for (const RankSend& send : sends) {
+    const int from_node = send.from / g;
+    const int to_node = send.to / g;
+    if (fold != Fold::none && from_node == to_node && from_node != 0) continue;  // node 0's stand for them
+    Send s{end_of(send.from), end_of(send.to), send.shares, 0};
+    if (fold == Fold::private_nics && from_node != to_node && (from_node != 0 || to_node != 0)) s.rate_bound = platform_.nic->bandwidth;
+    out.push_back(s);
+  }
+  return out;
+}
+
+ClusterNetwork::Fold ClusterNetwork::fold_of(const models::Platform& platform, ClusterShape shape, const std::vector<RankSend>& sends) {
+  const int g = shape.gpus_per_node;
+  const int n = shape.nodes;
+  if (n < 2 || !platform.nic) return Fold::none;
+  // Every node's NVLink sends are node 0's, shifted to its ranks.
+  std::vector<std::vector<RankSend>> intra(static_cast<std::size_t>(n));
+  // Per node and NIC, its network sends each way: (peer node, shares), out then in.
+  const Layout layout{platform, shape};
+  const int nics = platform.nic->per_node;
+  std::vector<std::vector<std::pair<int, int>>> out(static_cast<std::size_t>(n) * nics);
+  std::vector<std::vector<std::pair<int, int>>> in(static_cast<std::size_t>(n) * nics);
+  for (const RankSend& send : sends) {
+    const int a = send.from / g;
+    const int b = send.to / g;
+    if (a == b) {
+      intra[static_cast<std::size_t>(a)].push_back({send.from - a * g, send.to - a * g, send.shares});
+      continue;
+    }
+    out[static_cast<std::size_t>(a) * nics + layout.nic_of(send.from)].emplace_back(b, send.shares);
+    in[static_cast<std::size_t>(b) * nics + layout.nic_of(send.to)].emplace_back(a, send.shares);
+  }
+  const auto by_value = [](const RankSend& x, const RankSend& y) { return std::tie(x.from, x.to, x.shares) < std::tie(y.from, y.to, y.shares); };
+  for (auto& node : intra) std::sort(node.begin(), node.end(), by_value);
+  for (const auto& node : intra) {
+    if (node != intra.front()) return Fold::none;
+  }
+  bool alone = true;
+  for (std::size_t i = 0; i < out.size(); ++i) alone = alone && out[i].size() <= 1 && in[i].size() <= 1;
+  if (alone) return Fold::private_nics;
+  // Shared NICs: the node's link into a one-link-per-node fat tree stands for the NICs it uses when
+  // its bandwidth is theirs and each carries the same sends.
+  const models::NetworkSpec& network = *platform.network;
+  if (network.topology != models::NetworkTopology::fat_tree || network.fat_tree.up.front() != 1 || network.fat_tree.links.front() != 1) {
+    return Fold::none;
+  }
+  for (int node = 0; node < n; ++node) {
+    int used = 0;
+    std::vector<std::pair<int, int>> first_out;
+    std::vector<std::pair<int, int>> first_in;
+    for (int k = 0; k < nics; ++k) {
+      auto o = out[static_cast<std::size_t>(node) * nics + k];
+      auto i = in[static_cast<std::size_t>(node) * nics + k];
+      if (o.empty() && i.empty()) continue;
+      std::sort(o.begin(), o.end());
+      std::sort(i.begin(), i.end());
+      if (used++ == 0) {
+        first_out = std::move(o);
+        first_in = std::move(i);
+      } else if (o != first_out || i != first_in) {
+        return Fold::none;
+      }
+    }
+    if (used > 0 && network.link.bandwidth != used * platform.nic->bandwidth) return Fold::none;
+  }
+  return Fold::shared_links;
+}
+
+bool ClusterNetwork::folds(const models::Platform& platform, ClusterShape shape,
+                           const std::vector<std::pair<models::CollectiveKind, models::RankGroups>>& collectives) {
+  if (shape.nodes < 2 || !platform.network) return false;
+  for (const auto& [kind, groups] : collectives) {
+    const RankPlan p = plan(platform, shape, groups);
+    if (fold_of(platform, shape, p.sends) == Fold::none) return false;
+    const bool tree = kind == models::CollectiveKind::all_reduce && platform.collectives.algorithm != models::NcclAlgorithm::ring;
+    if (tree && fold_of(platform, shape, p.tree_sends) == Fold::none) return false;
+  }
+  return true;
+}
+
+namespace {
+
 // Where a group's rings enter a node and its chains start: the first of the node's members on
 // each NIC they use (a member's NIC follows from its GPU's place in the node), in member order.
-std::vector<int> ClusterNetwork::rail_entries(const std::vector<int>& node_members) const {
-  const int gpus_per_nic = platform_.gpus_per_node / platform_.nic->per_node;
+std::vector<int> rail_entries(const Layout& layout, const std::vector<int>& node_members) {
   std::vector<int> entries;
   int last_nic = -1;
   for (std::size_t i = 0; i < node_members.size(); ++i) {
-    const int nic = (node_members[i] % shape_.gpus_per_node) / gpus_per_nic;
+    const int nic = layout.nic_of(node_members[i]);
     if (nic != last_nic) entries.push_back(static_cast<int>(i));
     last_nic = nic;
   }
@@ -90,16 +232,16 @@ std::vector<int> ClusterNetwork::rail_entries(const std::vector<int>& node_membe
 // Every ring's NVLink hops go from member l to member l+1 of the node, so the sends a GPU makes to
 // its neighbour, one per ring, share one route: they are one communication carrying all of them
 // (fewer communications for SimGrid, the same bytes on the same links).
-void ClusterNetwork::plan_rings(const GroupMembers& members, Communicators& into) const {
+void plan_rings(const Layout& layout, const GroupMembers& members, RankPlan& into) {
   const int g = static_cast<int>(members.front().size());
   const int n = static_cast<int>(members.size());
-  const auto member = [&](int node, int index) { return gpu(members[static_cast<std::size_t>(node)][static_cast<std::size_t>(index % g)]); };
+  const auto member = [&](int node, int index) { return members[static_cast<std::size_t>(node)][static_cast<std::size_t>(index % g)]; };
   if (n == 1) {
     into.rings = 1;
     for (int i = 0; i < g; ++i) into.sends.push_back({member(0, i), member(0, i + 1), 1});
     return;
   }
-  const std::vector<int> entries = rail_entries(members.front());
+  const std::vector<int> entries = rail_entries(layout, members.front());
   into.rings = static_cast<int>(entries.size());
   // Ring k leaves a node from the member before its entry, which sends nothing over NVLink in
   // that ring: member l sends to l+1 in every ring but those entering at l+1.
@@ -112,6 +254,8 @@ void ClusterNetwork::plan_rings(const GroupMembers& members, Communicators& into
     for (const int entry : entries) into.sends.push_back({member(node, entry), member((node + 1) % n, entry), 1});
   }
 }
+
+}  // namespace
 
 std::array<int, 2> double_binary_tree_parents(int nodes, int node) {
   if (nodes < 1 || node < 0 || node >= nodes) throw std::out_of_range(fmt::format("node {} of a tree of {}", node, nodes));
@@ -153,14 +297,16 @@ std::array<int, 2> double_binary_tree_parents(int nodes, int node) {
 //
 // Every (tree, chain) carries bytes / (2 x chains): one share per edge and direction. The sends
 // between the same two GPUs, over every tree, chain and direction, are one communication.
-void ClusterNetwork::plan_trees(const GroupMembers& members, Communicators& into) const {
+namespace {
+
+void plan_trees(const Layout& layout, const GroupMembers& members, RankPlan& into) {
   const int g = static_cast<int>(members.front().size());
   const int n = static_cast<int>(members.size());
   std::vector<int> heads;
   if (n == 1) {
     for (int l = 0; l < g; ++l) heads.push_back(l);
   } else {
-    heads = rail_entries(members.front());
+    heads = rail_entries(layout, members.front());
   }
   into.chains = static_cast<int>(heads.size());
   const auto rank = [&](int node, int index) { return members[static_cast<std::size_t>(node)][static_cast<std::size_t>(index % g)]; };
@@ -182,8 +328,10 @@ void ClusterNetwork::plan_trees(const GroupMembers& members, Communicators& into
       }
     }
   }
-  for (const auto& [pair, count] : shares) into.tree_sends.push_back({gpu(pair.first), gpu(pair.second), count});
+  for (const auto& [pair, count] : shares) into.tree_sends.push_back({pair.first, pair.second, count});
 }
+
+}  // namespace
 
 std::uint64_t ClusterNetwork::bytes_per_send(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups) const {
   const Communicators& c = communicators(groups);
@@ -227,7 +375,7 @@ NcclGraphBandwidths ClusterNetwork::graph_bandwidths(models::RankGroups groups) 
     graphs.ring = ring_seconds > 0 ? factor * kBytes / ring_seconds : 0;
     graphs.tree = graphs.ring;
     if (c.group.nodes == 2) {
-      const double tree_seconds = idle_route_latency_and_data(c.tree_sends, kBytes / (2.0 * c.chains)).second;
+      const double tree_seconds = idle_route_latency_and_data(sends_of(c, true), kBytes / (2.0 * c.chains)).second;
       graphs.tree = tree_seconds > 0 ? 2 * kBytes / tree_seconds : 0;
     }
   }
@@ -241,22 +389,91 @@ void ClusterNetwork::run_collective(models::CollectiveKind kind, std::int64_t by
 }
 
 void ClusterNetwork::run_collective(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm, models::RankGroups groups) const {
-  const bool tree = algorithm == CollectiveAlgorithm::tree;
-  if (tree && kind != models::CollectiveKind::all_reduce) {
+  if (algorithm == CollectiveAlgorithm::tree && kind != models::CollectiveKind::all_reduce) {
     throw std::invalid_argument(fmt::format("a tree {}: NCCL runs trees for all-reduces only", models::to_string(kind)));
   }
   const Communicators& c = communicators(groups);
   if (c.sends.empty() || bytes <= 0) return;
+  if (!reuse_) {
+    simulate_collective_flows(kind, bytes, algorithm, groups);
+    return;
+  }
+  if (collective_now_.run != nullptr) {
+    throw std::logic_error("a collective started while another ran: collective times are reused only when collectives run one at a time");
+  }
+  const int size = groups.every_rank() ? shape_.ranks() : groups.size;
+  const int stride = groups.every_rank() ? 1 : groups.stride;
+  auto [it, first] = runs_.try_emplace(CollectiveKey{kind, bytes, algorithm, size, stride});
+  CollectiveRun& run = it->second;
+  const double start = sg4::Engine::get_clock();
+  collective_now_ = CollectiveNow{start, &run, first};
+  if (first) {
+    // Its first run is simulated, and what it drew above idle on each powered link measured as
+    // the plugin counts it: the links carry nothing else meanwhile.
+    const std::vector<const PoweredLink*> links = link_energy_ ? powered_links() : std::vector<const PoweredLink*>{};
+    std::vector<double> before;
+    before.reserve(links.size());
+    for (const PoweredLink* l : links) before.push_back(sg_link_get_consumed_energy(l->link));
+    simulate_collective_flows(kind, bytes, algorithm, groups);
+    run.seconds = sg4::Engine::get_clock() - start;
+    for (std::size_t i = 0; i < links.size(); ++i) {
+      const double busy = sg_link_get_consumed_energy(links[i]->link) - before[i] - links[i]->idle * run.seconds;
+      if (busy != 0) run.busy_joules.emplace_back(links[i]->link, busy);
+    }
+  } else {
+    // The same flows on the same idle links: the first run's time. The links stay idle in SimGrid
+    // meanwhile; what their flows would have drawn above idle is added afterwards (reused_joules).
+    if (run.seconds > 0) sg4::this_actor::sleep_for(run.seconds);
+    for (const auto& [link, joules] : run.busy_joules) reused_joules_[link] += joules;
+    ++reused_count_;
+  }
+  collective_now_ = CollectiveNow{};
+}
+
+bool ClusterNetwork::collective_links_are_their_own() const { return shape_.gpus_per_node == 1 || platform_.gpu_link.bandwidth > 0; }
+
+void ClusterNetwork::reuse_collective_times(bool link_energy) {
+  if (!collective_links_are_their_own()) {
+    throw std::logic_error("collective times reused on a node without NVLink, whose collectives share the PCIe links with copies");
+  }
+  reuse_ = true;
+  link_energy_ = link_energy;
+}
+
+double ClusterNetwork::reused_joules(const sg4::Link* link) const {
+  const auto it = reused_joules_.find(link);
+  return it == reused_joules_.end() ? 0.0 : it->second;
+}
+
+// Every powered link direction whose energy is read (EnergyMeter): every node's and the
+// network's, or node 0's and the network's when node 0 stands for every node (NodeDetail).
+std::vector<const PoweredLink*> ClusterNetwork::powered_links() const {
+  std::vector<const PoweredLink*> links;
+  for (const Node& node : nodes_) {
+    for (const PoweredLink& l : node.links) links.push_back(&l);
+    if (detail_ != NodeDetail::every_node) break;
+  }
+  for (const PoweredLink& l : network_links_) links.push_back(&l);
+  return links;
+}
+
+// One collective's latency term and flows on the network (run_collective).
+void ClusterNetwork::simulate_collective_flows(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm,
+                                               models::RankGroups groups) const {
+  const bool tree = algorithm == CollectiveAlgorithm::tree;
+  const Communicators& c = communicators(groups);
   const double latency = collective_latency(platform_, c.group, kind, algorithm);
   if (latency > 0) sg4::this_actor::sleep_for(latency);
   const std::uint64_t each = tree ? bytes_per_tree_share(bytes, groups) : bytes_per_send(kind, bytes, groups);
   if (each == 0) return;
-  const std::vector<Send>& sends = tree ? c.tree_sends : c.sends;
+  const std::vector<Send>& sends = sends_of(c, tree);
   const auto send_all = [each](const Send* first, const Send* last) {
     std::vector<sg4::CommPtr> comms;
     comms.reserve(static_cast<std::size_t>(last - first));
     for (const Send* send = first; send != last; ++send) {
-      comms.push_back(sg4::Comm::sendto_async(send->from, send->to, each * static_cast<std::uint64_t>(send->shares)));
+      sg4::CommPtr comm = sg4::Comm::sendto_init(send->from, send->to)->set_payload_size(each * static_cast<std::uint64_t>(send->shares));
+      if (send->rate_bound > 0) comm->set_rate(send->rate_bound);
+      comms.push_back(comm->start());
     }
     sg4::Comm::wait_all(comms);
   };
@@ -292,7 +509,7 @@ void ClusterNetwork::run_collective(models::CollectiveKind kind, std::int64_t by
   for (const Send& send : sends) {
     Agent& from = agent(send.from);
     if (from.puts.empty()) sending.push_back(&from);
-    from.puts.emplace_back(agent(send.to).mailbox, each * static_cast<std::uint64_t>(send.shares));
+    from.puts.push_back({agent(send.to).mailbox, each * static_cast<std::uint64_t>(send.shares), send.rate_bound});
   }
   if (sending.empty()) return;
   agents_running_ = static_cast<int>(sending.size());
@@ -317,12 +534,16 @@ void ClusterNetwork::make_agent(sg4::Host* gpu) {
       for (;;) {
         a->work->acquire();
         comms.clear();
-        for (const auto& [mailbox, size] : a->puts) comms.push_back(mailbox->put_async(&payload, size));
+        for (const Agent::Put& put : a->puts) {
+          sg4::CommPtr comm = put.to->put_init(&payload, put.bytes);
+          if (put.rate_bound > 0) comm->set_rate(put.rate_bound);  // a folded node's NIC (Fold::private_nics)
+          comms.push_back(comm->start());
+        }
         sg4::Comm::wait_all(comms);
         // A permanent receiver's mailbox keeps each message until someone takes it: one per
         // send, taken here (whichever of the mailbox's messages it is: all are this collective's,
         // and all end before the collective does, whose end the caller waits for).
-        for (const auto& put : a->puts) put.first->get<int>();
+        for (const Agent::Put& put : a->puts) put.to->get<int>();
         a->puts.clear();
         if (--agents_running_ == 0) collective_done_->release();
       }
@@ -336,14 +557,17 @@ std::pair<double, double> ClusterNetwork::idle_route_latency_and_data(const std:
   std::unordered_map<const sg4::Link*, double> load;
   std::vector<sg4::Link*> route;
   double route_latency = 0;  // the longest route's: the NVLink, NIC and network links carry none
+  double slowest_bound = 0;
   for (const Send& send : sends) {
     route.clear();
     double this_route = 0;
     send.from->route_to(send.to, route, &this_route);
     route_latency = std::max(route_latency, this_route);
     for (const sg4::Link* link : route) load[link] += bytes_per_share * send.shares;
+    // A folded node's NIC, which carries this send alone.
+    if (send.rate_bound > 0) slowest_bound = std::max(slowest_bound, bytes_per_share * send.shares / send.rate_bound);
   }
-  double slowest = 0;
+  double slowest = slowest_bound;
   for (const auto& [link, bytes_over] : load) slowest = std::max(slowest, bytes_over / link->get_bandwidth());
   return {route_latency, slowest};
 }
@@ -359,7 +583,7 @@ double ClusterNetwork::idle_collective_seconds(models::CollectiveKind kind, std:
   const bool tree = algorithm == CollectiveAlgorithm::tree;
   const double latency = collective_latency(platform_, c.group, kind, algorithm);
   const double each = static_cast<double>(tree ? bytes_per_tree_share(bytes, groups) : bytes_per_send(kind, bytes, groups));
-  const auto [route_latency, data] = idle_route_latency_and_data(tree ? c.tree_sends : c.sends, each);
+  const auto [route_latency, data] = idle_route_latency_and_data(sends_of(c, tree), each);
   return latency + route_latency + data;
 }
 

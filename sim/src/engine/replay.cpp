@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "comptrain/sim/engine/replay_cost.hpp"
 #include "comptrain/sim/runtime/workers.hpp"
 #include "engine/cluster_network.hpp"
 #include "engine/energy_meter.hpp"
@@ -91,7 +92,14 @@ class Replay {
     // The energy plugins attach to hosts and links as they are created: before the platform.
     const bool energy = detail::has_power_values(platform_);
     if (energy) detail::init_energy_plugins(detail::has_link_power(platform_));
-    network_.emplace(platform_, shape_);
+    // Replaying one rank, the other nodes' host sides run nothing.
+    network_.emplace(platform_, shape_, node_detail());
+    // Replaying one rank, a collective that repeats takes its first run's time: the comm stream
+    // runs collectives one at a time, and on links that copies never take (sim/README.md,
+    // "Collectives that repeat"). Every rank's replay, the reference, simulates each one.
+    if (replayed_ranks_ == 1 && collective_times_reused(platform_, schedule_, shape_)) {
+      network_->reuse_collective_times(energy && detail::has_link_power(platform_));
+    }
     if (energy) energy_meter_.emplace(*network_, platform_, replayed_ranks_ == 1);
 
     // Weights, buffers and optimizer state are in GPU memory before the iteration starts.
@@ -302,6 +310,14 @@ class Replay {
     std::vector<std::uint8_t> waiting_streams_;  // per task: the streams blocked until it ends (bit per stream)
     static_assert(models::kStreamCount <= 8, "waiting_streams_ holds one bit per stream");
   };
+
+  // Every rank's replay builds every node whole; one rank's, node 0 whole and the others folded
+  // where the schedule's collectives fold (ClusterNetwork::folds), else with their collective
+  // links only.
+  ClusterNetwork::NodeDetail node_detail() const {
+    if (replayed_ranks_ > 1) return ClusterNetwork::NodeDetail::every_node;
+    return cluster_folds(platform_, schedule_, shape_) ? ClusterNetwork::NodeDetail::folded : ClusterNetwork::NodeDetail::node_zero;
+  }
 
   void release_buffers_of(TaskId t, double time) {
     for (BufferId b : task_buffers_[t]) {

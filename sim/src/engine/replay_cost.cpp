@@ -4,8 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
 
 #include "comptrain/support/input_error.hpp"
+#include "engine/cluster_network.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -15,51 +20,97 @@ namespace {
 // Across nodes: per node the NVLink hops (at most g) and one send per ring (per NIC used) for the
 // ring; for the tree the chains' NVLink pairs both ways (2g) and, per chain, each node's edges to
 // its parents in the two trees, both ways (4).
-std::int64_t communications_per_collective(const models::Platform& platform, ClusterShape shape) {
+// Folded (ClusterNetwork::NodeDetail::folded), the other nodes' NVLink hops and chains are left
+// out: node 0's sends, then per other node its network sends only.
+std::int64_t communications_per_collective(const models::Platform& platform, ClusterShape shape, bool folded) {
   const std::int64_t g = shape.gpus_per_node;
   const std::int64_t n = shape.nodes;
   if (n * g < 2) return 0;
   if (n == 1) return 2 * g;
   const std::int64_t gpus_per_nic = platform.nic ? std::max(platform.gpus_per_node / std::max(platform.nic->per_node, 1), 1) : 1;
   const std::int64_t rings = (g + gpus_per_nic - 1) / gpus_per_nic;
-  return n * std::max(g + rings, 2 * g + 4 * rings);
+  const std::int64_t node = std::max(g + rings, 2 * g + 4 * rings);
+  return folded ? node + (n - 1) * 4 * rings : n * node;
 }
 
+std::string shape_text(ClusterShape shape) { return fmt::format("{} node(s) x {} GPUs", shape.nodes, shape.gpus_per_node); }
+
 }  // namespace
+
+std::vector<std::pair<models::CollectiveKind, models::RankGroups>> schedule_collectives(const models::Schedule& schedule) {
+  std::vector<std::pair<models::CollectiveKind, models::RankGroups>> found;
+  for (const models::Task& task : schedule.tasks) {
+    if (task.kind != models::TaskKind::collective || !task.collective) continue;
+    const std::pair<models::CollectiveKind, models::RankGroups> c{*task.collective, task.groups};
+    if (std::find(found.begin(), found.end(), c) == found.end()) found.push_back(c);
+  }
+  return found;
+}
+
+bool cluster_folds(const models::Platform& platform, const models::Schedule& schedule, ClusterShape shape) {
+  return detail::ClusterNetwork::folds(platform, shape, schedule_collectives(schedule));
+}
+
+bool collective_times_reused(const models::Platform& platform, const models::Schedule& schedule, ClusterShape shape) {
+  if (shape.ranks() < 2) return false;
+  std::optional<models::Stream> stream;
+  for (const models::Task& task : schedule.tasks) {
+    if (task.kind != models::TaskKind::collective) continue;
+    if (stream && *stream != task.stream) return false;
+    stream = task.stream;
+  }
+  // The links collectives take (ClusterNetwork): NVLink ports, NICs and the network; without
+  // NVLink a node's GPUs reach each other over their PCIe links, which copies take too.
+  return shape.gpus_per_node == 1 || platform.gpu_link.bandwidth > 0;
+}
 
 ReplayCost estimate_replay_cost(const models::Platform& platform, const models::Schedule& schedule, ClusterShape shape) {
   ReplayCost cost;
   cost.gpus = static_cast<std::int64_t>(shape.nodes) * shape.gpus_per_node;
-  for (const models::Task& task : schedule.tasks) cost.collectives += task.kind == models::TaskKind::collective ? 1 : 0;
-  cost.communications = communications_per_collective(platform, shape);
-  const double each = static_cast<double>(cost.communications);
-  cost.communication_pairs = static_cast<double>(cost.collectives) * each * each;
+  cost.folded = shape.nodes > 1 && cluster_folds(platform, schedule, shape);
+  cost.whole_gpus = cost.folded ? shape.gpus_per_node : cost.gpus;
+  // A collective repeats when its kind, bytes and groups do (the algorithm follows from them).
+  std::set<std::tuple<models::CollectiveKind, std::int64_t, int, int>> distinct;
+  for (const models::Task& task : schedule.tasks) {
+    if (task.kind != models::TaskKind::collective || !task.collective) continue;
+    ++cost.collectives;
+    distinct.emplace(*task.collective, task.bytes, task.groups.size, task.groups.stride);
+  }
+  cost.simulated_collectives = collective_times_reused(platform, schedule, shape) ? static_cast<std::int64_t>(distinct.size()) : cost.collectives;
+  cost.communications = communications_per_collective(platform, shape, cost.folded);
+  cost.simulated_communications = static_cast<double>(cost.simulated_collectives) * static_cast<double>(cost.communications);
   return cost;
 }
 
-void check_simulated_gpus(ClusterShape shape) {
+void check_cluster_gpus(ClusterShape shape) {
   const std::int64_t gpus = static_cast<std::int64_t>(shape.nodes) * shape.gpus_per_node;
-  if (gpus <= kMaxSimulatedGpus) return;
-  throw InputError(fmt::format("{} node(s) x {} GPUs: {} GPUs to simulate, each a SimGrid host with its links, whose build grows faster "
-                               "than the GPUs (16,384 took 19 s); expected at most {} (sim/README.md, \"Limits\"): at most {} node(s) "
-                               "of {} GPUs",
-                               shape.nodes, shape.gpus_per_node, gpus, kMaxSimulatedGpus, kMaxSimulatedGpus / shape.gpus_per_node,
-                               shape.gpus_per_node));
+  if (gpus <= kMaxClusterGpus) return;
+  throw InputError(fmt::format("{}: {} GPUs in the cluster; expected at most {} (sim/README.md, \"Limits\"): at most {} node(s) of {} GPUs",
+                               shape_text(shape), gpus, kMaxClusterGpus, kMaxClusterGpus / shape.gpus_per_node, shape.gpus_per_node));
+}
+
+void check_whole_gpus(ClusterShape shape) {
+  const std::int64_t gpus = static_cast<std::int64_t>(shape.nodes) * shape.gpus_per_node;
+  if (gpus <= kMaxWholeGpus) return;
+  throw InputError(fmt::format("{}: {} GPUs to build, each a SimGrid host with its links, whose build grows faster than the GPUs (16,384 "
+                               "took 19 s); expected at most {} where the cluster does not fold (sim/README.md, \"Limits\"): at most {} "
+                               "node(s) of {} GPUs",
+                               shape_text(shape), gpus, kMaxWholeGpus, kMaxWholeGpus / shape.gpus_per_node, shape.gpus_per_node));
 }
 
 void check_replay_cost(const models::Platform& platform, const models::Schedule& schedule, ClusterShape shape) {
-  check_simulated_gpus(shape);
+  check_cluster_gpus(shape);
   const ReplayCost cost = estimate_replay_cost(platform, schedule, shape);
-  if (cost.communication_pairs <= kMaxCommunicationPairs) return;
-  // Communications grow linearly with the nodes: the most nodes whose estimate stays within the bound.
-  const double scale = std::sqrt(kMaxCommunicationPairs / cost.communication_pairs);
+  if (!cost.folded) check_whole_gpus(shape);
+  if (cost.simulated_communications <= kMaxSimulatedCommunications) return;
+  // Communications grow about linearly with the nodes: the most nodes whose estimate stays within the bound.
+  const double scale = kMaxSimulatedCommunications / cost.simulated_communications;
   const int most_nodes = std::max(1, static_cast<int>(std::floor(shape.nodes * scale)));
-  throw InputError(fmt::format("{} node(s) x {} GPUs: the iteration's {} collective(s) would each run up to {} SimGrid communications "
-                               "at once, about {:.2g} pairs of communications (what a collective costs SimGrid grows about as its "
-                               "communications squared: sim/README.md, \"Limits\"); expected at most {:.2g}, about half a minute of simulation: at most {} "
-                               "node(s) of {} GPUs for this model",
-                               shape.nodes, shape.gpus_per_node, cost.collectives, cost.communications, cost.communication_pairs,
-                               kMaxCommunicationPairs, most_nodes, shape.gpus_per_node));
+  throw InputError(fmt::format("{}: the iteration's {} collective(s) to simulate would each run up to {} SimGrid communications, {:.2g} in "
+                               "all (sim/README.md, \"Limits\"); expected at most {:.2g}, about a minute of simulation: at most {} node(s) of "
+                               "{} GPUs for this model",
+                               shape_text(shape), cost.simulated_collectives, cost.communications, cost.simulated_communications,
+                               kMaxSimulatedCommunications, most_nodes, shape.gpus_per_node));
 }
 
 }  // namespace comptrain::sim

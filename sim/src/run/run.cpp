@@ -96,7 +96,7 @@ PreparedScenario::PreparedScenario(Scenario scenario)
     throw InputError((position.empty() ? scenario_.source : position) + (nodes ? ": parallelism.nodes: " : ": parallelism.gpus_per_node: ") + e.what());
   }
   try {
-    check_simulated_gpus(cluster_shape());  // the rest of the replay's cost once the schedule is known (replay)
+    check_cluster_gpus(cluster_shape());  // the rest of the replay's cost once the schedule is known (replay)
   } catch (const InputError& e) {
     throw InputError(shape_place(scenario_) + e.what());
   }

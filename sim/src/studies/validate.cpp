@@ -136,7 +136,7 @@ CollectivePoint read_collective(const PointReader& in, const std::filesystem::pa
   c.nodes = static_cast<int>(count("nodes", c.platform.max_nodes()));
   c.gpus_per_node = static_cast<int>(count("gpus_per_node", c.platform.gpus_per_node));
   try {
-    check_simulated_gpus({c.nodes, c.gpus_per_node});  // the collective's platform, bounded as a replay's (shared/defects-2/09)
+    check_whole_gpus({c.nodes, c.gpus_per_node});  // simulate_collective builds every GPU of the collective's platform (shared/defects-2/09)
   } catch (const InputError& e) {
     in.fail(fmt::format("fields 'nodes' and 'gpus_per_node': {}", e.what()));
   }

@@ -375,9 +375,9 @@ TEST(Scenario, ShapesBeyondTheSimulatedGpusAreRejectedWhereTheyAreWritten) {
     }
     return std::string();
   };
-  EXPECT_THAT(error("{nodes: 2049}\n"), HasSubstr("s.yaml:3:14: parallelism: 2049 node(s) x 8 GPUs: 16392 GPUs to simulate"));
-  EXPECT_THAT(error("{nodes: 2049}\n"), HasSubstr("expected at most 16384 (sim/README.md, \"Limits\"): at most 2048 node(s) of 8 GPUs"));
-  EXPECT_EQ(error("{nodes: 2048}\n"), "");
+  EXPECT_THAT(error("{nodes: 16385}\n"), HasSubstr("s.yaml:3:14: parallelism: 16385 node(s) x 8 GPUs: 131080 GPUs in the cluster"));
+  EXPECT_THAT(error("{nodes: 16385}\n"), HasSubstr("expected at most 131072 (sim/README.md, \"Limits\"): at most 16384 node(s) of 8 GPUs"));
+  EXPECT_EQ(error("{nodes: 16384}\n"), "");
 }
 
 }  // namespace

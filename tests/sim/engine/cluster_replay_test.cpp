@@ -157,6 +157,15 @@ TEST(ClusterReplay, TheSymmetricReplayEqualsTheReplayOfEveryRank) {
       EXPECT_EQ(one.peak_bytes, every.peak_bytes);
       EXPECT_EQ(one.device.peak_reserved, every.device.peak_reserved);
       EXPECT_GT(one.seconds_by_task_kind[static_cast<std::size_t>(TaskKind::collective)], 0.0);
+      // The energy too, although the symmetric replay reuses the times of the collectives that
+      // repeat (their links idle in SimGrid, what they drew added afterwards) and builds the other
+      // node's host side not at all.
+      ASSERT_TRUE(one.energy && every.energy);
+      EXPECT_NEAR(one.energy->total_joules, every.energy->total_joules, 1e-9 * every.energy->total_joules);
+      EXPECT_NEAR(one.energy->node_link_joules, every.energy->node_link_joules, 1e-9 * every.energy->node_link_joules);
+      EXPECT_NEAR(one.energy->network_joules, every.energy->network_joules, 1e-9 * every.energy->network_joules);
+      EXPECT_NEAR(one.energy->node_peak_watts, every.energy->node_peak_watts, 1e-9 * every.energy->node_peak_watts);
+      EXPECT_NEAR(one.energy->gpu_joules, every.energy->gpu_joules, 1e-9 * every.energy->gpu_joules);
       for (std::size_t t = 0; t < s.tasks.size(); ++t) {
         ASSERT_NEAR(one.tasks[t].end, every.tasks[t].end, 1e-9 * every.iteration_seconds)
             << s.tasks[t].name << " start " << one.tasks[t].start << " vs " << every.tasks[t].start << " ready " << one.tasks[t].ready << " vs "

@@ -249,34 +249,103 @@ TEST(ReplayCost, TheGpusAndTheCollectivesAreBounded) {
   all_reduce.collective = CollectiveKind::all_reduce;
   schedule.tasks = {op, all_reduce, all_reduce};
   // Per node at most max(8 NVLink hops + 8 rings, 2 x 8 chain pairs + 4 x 8 tree edges) = 48.
+  // Its rings and trees fold (8 NICs of 10 GB/s, 80 GB/s into the network): node 0's 48, then
+  // 4 x 8 network sends per other node.
   const ReplayCost cost = estimate_replay_cost(p, schedule, {4, 8});
   EXPECT_EQ(cost.gpus, 32);
+  EXPECT_TRUE(cost.folded);
+  EXPECT_EQ(cost.whole_gpus, 8);
   EXPECT_EQ(cost.collectives, 2);
-  EXPECT_EQ(cost.communications, 4 * 48);
-  EXPECT_DOUBLE_EQ(cost.communication_pairs, 2.0 * 192 * 192);
-  // At least the sends ClusterNetwork plans, for the ring and the tree.
-  const auto sends = numbers(in_simgrid([&] {
-    const detail::ClusterNetwork network(p, {4, 8});
-    return fmt::format("{} {}", network.ring_sends().size(), network.tree_sends().size());
-  }));
-  EXPECT_LE(sends.at(0), static_cast<double>(cost.communications));
-  EXPECT_LE(sends.at(1), static_cast<double>(cost.communications));
-  EXPECT_GE(sends.at(1), static_cast<double>(cost.communications) / 2) << "an estimate, not a loose bound";
+  EXPECT_EQ(cost.simulated_collectives, 1) << "the second repeats the first";
+  EXPECT_EQ(cost.communications, 48 + 3 * 32);
+  EXPECT_DOUBLE_EQ(cost.simulated_communications, 1.0 * (48 + 3 * 32));
+  // At least the sends ClusterNetwork plans, for the ring and the tree, whole and folded.
+  using Detail = detail::ClusterNetwork::NodeDetail;
+  for (const Detail d : {Detail::every_node, Detail::folded}) {
+    const auto sends = numbers(in_simgrid([&] {
+      const detail::ClusterNetwork network(p, {4, 8}, d);
+      return fmt::format("{} {}", network.ring_sends().size(), network.tree_sends().size());
+    }));
+    const std::int64_t bound = d == Detail::folded ? cost.communications : 4 * 48;
+    EXPECT_LE(sends.at(0), static_cast<double>(bound));
+    EXPECT_LE(sends.at(1), static_cast<double>(bound));
+    EXPECT_GE(sends.at(1), static_cast<double>(bound) / 2) << "an estimate, not a loose bound";
+  }
   EXPECT_EQ(estimate_replay_cost(p, schedule, {1, 8}).communications, 16);
   EXPECT_EQ(estimate_replay_cost(p, schedule, {1, 1}).communications, 0);
-  EXPECT_NO_THROW(check_simulated_gpus({2048, 8}));
-  EXPECT_THROW(check_simulated_gpus({2049, 8}), InputError);
-  // 300 collectives on 512 nodes: 300 x 24,576^2 = 1.8 x 10^11 pairs, over the bound; on 256
-  // nodes 4.5 x 10^10, within it.
+  EXPECT_NO_THROW(check_cluster_gpus({16384, 8}));
+  EXPECT_THROW(check_cluster_gpus({16385, 8}), InputError);
+  EXPECT_NO_THROW(check_whole_gpus({2048, 8}));
+  EXPECT_THROW(check_whole_gpus({2049, 8}), InputError);
+  // 300 distinct collectives on 512 nodes, folded: 300 x (48 + 511 x 32) = 4.9 x 10^6 communications,
+  // within the bound; on 2,048 nodes 2.0 x 10^7, over it (1,041 nodes: 300 x (48 + 1,040 x 32) = 9.998 x 10^6).
   schedule.tasks.assign(300, all_reduce);
+  for (std::size_t i = 0; i < schedule.tasks.size(); ++i) schedule.tasks[i].bytes = static_cast<std::int64_t>(i + 1) * 1024;
+  const models::Platform big = hand("  nodes: 4\n  fat_tree: {levels: 1, down: [4],", "  nodes: 4096\n  fat_tree: {levels: 1, down: [4096],");
+  EXPECT_NO_THROW(check_replay_cost(big, schedule, {512, 8}));
   try {
-    check_replay_cost(p, schedule, {512, 8});
-    ADD_FAILURE() << "1.8e11 pairs accepted";
+    check_replay_cost(big, schedule, {2048, 8});
+    ADD_FAILURE() << "2e7 communications accepted";
   } catch (const InputError& e) {
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("512 node(s) x 8 GPUs: the iteration's 300 collective(s) would each run up to 24576 SimGrid communications"));
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("expected at most 6e+10"));
+    EXPECT_THAT(e.what(), HasSubstr("2048 node(s) x 8 GPUs: the iteration's 300 collective(s) to simulate would each run up to 65552 SimGrid communications, 2e+07 in all"));
+    EXPECT_THAT(e.what(), HasSubstr("expected at most 1e+07, about a minute of simulation: at most 1041 node(s) of 8 GPUs"));
   }
-  EXPECT_NO_THROW(check_replay_cost(p, schedule, {256, 8}));
+  // Collectives that repeat are simulated once (collective_times_reused): 300 of one size are one.
+  for (models::Task& task : schedule.tasks) task.bytes = 1 << 20;
+  EXPECT_TRUE(collective_times_reused(p, schedule, {512, 8}));
+  EXPECT_EQ(estimate_replay_cost(big, schedule, {2048, 8}).simulated_collectives, 1);
+  EXPECT_NO_THROW(check_replay_cost(big, schedule, {2048, 8}));
+  // Not where the GPUs' peer traffic takes PCIe, which copies share, nor across two streams.
+  const models::Platform no_nvlink = hand("gpu_link: {name: NVLink, bandwidth: 100 GB/s, latency: 2 us}\n", "");
+  EXPECT_FALSE(collective_times_reused(no_nvlink, schedule, {512, 8}));
+  EXPECT_TRUE(collective_times_reused(no_nvlink, schedule, {512, 1}));
+  schedule.tasks.back().stream = models::Stream::compute;
+  EXPECT_FALSE(collective_times_reused(p, schedule, {512, 8}));
+  EXPECT_EQ(estimate_replay_cost(p, schedule, {4, 8}).simulated_collectives, 300);
+  // A cluster that does not fold is built whole, within its own bound: 4 GPUs of a node share its
+  // 80 GB/s link into the network through 4 of its 10 GB/s NICs, beyond 2 nodes a tree's NICs carry
+  // several sends each.
+  schedule.tasks = {op, all_reduce};
+  const ReplayCost half = estimate_replay_cost(big, schedule, {4096, 4});
+  EXPECT_FALSE(half.folded);
+  EXPECT_EQ(half.whole_gpus, 4096 * 4);
+  EXPECT_THAT([&] { check_replay_cost(big, schedule, {4097, 4}); }, ::testing::Throws<InputError>());
+  models::Platform forced_ring = big;
+  forced_ring.collectives.algorithm = models::NcclAlgorithm::ring;
+  EXPECT_TRUE(estimate_replay_cost(forced_ring, schedule, {4096, 4}).folded) << "a ring's NICs each carry one send: a rate bound";
+}
+
+// A collective that repeats one already run (the same kind, bytes, algorithm and groups) takes the
+// first one's time when the network reuses collective times, without its flows: on 2 nodes of 8
+// GPUs, three 1 GB all-reduces and two 1 GB all-gathers one after another end when they end
+// simulated each time, to the nanosecond, with three of the five reused.
+TEST(Collectives, ACollectiveThatRepeatsTakesItsFirstRunsTime) {
+  const models::Platform p = hand();
+  const auto ends = [&](bool reuse) {
+    return numbers(in_simgrid([&] {
+      detail::ClusterNetwork network(p, {2, 8});
+      if (reuse) network.reuse_collective_times(false);
+      std::string out;
+      sg4::Actor::create("collectives", network.gpu(0), [&] {
+        for (const CollectiveKind kind : {CollectiveKind::all_reduce, CollectiveKind::all_gather, CollectiveKind::all_reduce,
+                                          CollectiveKind::all_gather, CollectiveKind::all_reduce}) {
+          network.run_collective(kind, kGB);
+          out += fmt::format("{:.17g} ", sg4::Engine::get_clock());
+        }
+      });
+      sg4::Engine::get_instance()->run();
+      return out + std::to_string(network.reused_collectives());
+    }));
+  };
+  const std::vector<double> each = ends(false);
+  const std::vector<double> reused = ends(true);
+  ASSERT_EQ(each.size(), 6U);
+  ASSERT_EQ(reused.size(), 6U);
+  for (std::size_t i = 0; i < 5; ++i) EXPECT_NEAR(reused[i], each[i], 1e-9) << "collective " << i;
+  EXPECT_EQ(each[5], 0);
+  EXPECT_EQ(reused[5], 3);
+  // The pattern is not trivial: the all-gather takes less than the all-reduce.
+  EXPECT_LT(each[1] - each[0], each[0]);
 }
 
 TEST(Collectives, SimulatedBusBandwidthFollowsNcclTests) {
@@ -898,6 +967,76 @@ TEST(CollectivesValidation, ABusBandwidthPointNamesItsSetupInsteadOfAScenario) {
   EXPECT_EQ(p.collective->kind, CollectiveKind::reduce_scatter);
   EXPECT_EQ(p.collective->bytes, std::int64_t{1} << 30);
   EXPECT_TRUE(p.model.empty()) << "no model, precision or batch for a collective";
+}
+
+// Ranks in classes (ClusterNetwork::NodeDetail::folded): node 0 whole, every other node one
+// endpoint host. A collective alone takes the same time folded as on every node whole, and node 0's
+// links carry the same bytes; the NCCL graphs (and so the algorithm) are the same.
+struct FoldedRun {
+  double end = 0;
+  double idle = 0;
+  double ring_bus = 0;
+  double tree_bus = 0;
+  double node_link_usage_integral = 0;  // over node 0's powered link directions: unused here
+};
+
+std::vector<double> collective_on(const models::Platform& p, ClusterShape shape, detail::ClusterNetwork::NodeDetail detail_level,
+                                  CollectiveKind kind, std::int64_t bytes, std::optional<CollectiveAlgorithm> algorithm, models::RankGroups groups = {}) {
+  return numbers(in_simgrid([&] {
+    const detail::ClusterNetwork network(p, shape, detail_level);
+    double end = -1;
+    sg4::Actor::create("collective", network.gpu(0), [&] {
+      if (algorithm) {
+        network.run_collective(kind, bytes, *algorithm, groups);
+      } else {
+        network.run_collective(kind, bytes, groups);
+      }
+      end = sg4::Engine::get_clock();
+    });
+    const NcclGraphBandwidths graphs = network.graph_bandwidths(groups);
+    sg4::Engine::get_instance()->run();
+    return fmt::format("{:.17g} {:.17g} {:.17g} {:d}", end, graphs.ring, graphs.tree,
+                       static_cast<int>(algorithm ? *algorithm : network.algorithm_for(kind, bytes, groups)));
+  }));
+}
+
+TEST(RanksInClasses, AFoldedClusterTimesCollectivesAsTheWholeOne) {
+  using Detail = detail::ClusterNetwork::NodeDetail;
+  const models::Platform hand_platform = hand();
+  const models::Platform a100 = models::builtin_platform("dgx-a100-superpod");
+  struct Case {
+    const models::Platform* platform;
+    ClusterShape shape;
+    CollectiveKind kind;
+    std::optional<CollectiveAlgorithm> algorithm;
+    models::RankGroups groups;
+  };
+  const std::vector<Case> cases = {
+      {&hand_platform, {4, 8}, CollectiveKind::all_reduce, kRing, {}},
+      {&hand_platform, {4, 8}, CollectiveKind::all_reduce, kTree, {}},
+      {&hand_platform, {3, 8}, CollectiveKind::all_reduce, kTree, {}},
+      {&hand_platform, {4, 8}, CollectiveKind::all_gather, std::nullopt, {}},
+      {&hand_platform, {4, 8}, CollectiveKind::reduce_scatter, std::nullopt, models::RankGroups{4, 8}},
+      {&a100, {2, 2}, CollectiveKind::all_reduce, kRing, {}},
+      {&a100, {2, 2}, CollectiveKind::all_reduce, kTree, {}},
+      {&a100, {5, 8}, CollectiveKind::all_reduce, std::nullopt, {}},
+      {&a100, {16, 8}, CollectiveKind::all_reduce, kTree, {}},
+      {&a100, {16, 8}, CollectiveKind::all_gather, std::nullopt, {}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("{} on {} x {} of {}", models::to_string(c.kind), c.shape.nodes, c.shape.gpus_per_node, c.platform->name));
+    const auto p = detail::ClusterNetwork::plan(*c.platform, c.shape, c.groups);
+    const bool tree = c.algorithm == kTree;
+    ASSERT_NE(detail::ClusterNetwork::fold_of(*c.platform, c.shape, tree ? p.tree_sends : p.sends), detail::ClusterNetwork::Fold::none);
+    const auto whole = collective_on(*c.platform, c.shape, Detail::every_node, c.kind, kGB, c.algorithm, c.groups);
+    const auto folded = collective_on(*c.platform, c.shape, Detail::folded, c.kind, kGB, c.algorithm, c.groups);
+    ASSERT_EQ(whole.size(), 4U);
+    ASSERT_EQ(folded.size(), 4U);
+    EXPECT_NEAR(folded[0], whole[0], 1e-6 * whole[0]) << "the collective's end";
+    EXPECT_NEAR(folded[1], whole[1], 1e-9 * whole[1]) << "the ring graph's bus bandwidth";
+    EXPECT_NEAR(folded[2], whole[2], 1e-9 * whole[2]) << "the tree graph's bus bandwidth";
+    EXPECT_EQ(folded[3], whole[3]) << "the algorithm";
+  }
 }
 
 TEST(CollectivesValidation, BadBusBandwidthPointsAreNamedAtTheirLine) {

@@ -8,9 +8,11 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "data_parallel_transform.hpp"
+#include "comptrain/models/kernel_power.hpp"
 #include "comptrain/models/module_pattern.hpp"
 #include "comptrain/support/input_error.hpp"
 
@@ -23,6 +25,64 @@ using traces::Phase;
 
 Transform::Transform(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec, const Platform* platform)
     : ScheduleEdit(schedule), trace_(trace), spec_(spec), platform_(platform) {}
+
+namespace {
+
+// A memory-bound kernel's time and power on the platform's GPU: `bytes` read and written at the
+// GPU's memory bandwidth x its default memory efficiency, plus `launches` launch gaps.
+KernelRun memory_bound_kernels(const Platform& platform, double bytes, int launches) {
+  const double memory = bytes / (platform.gpu.memory_bandwidth * platform.efficiency.memory_default);
+  return run_kernel(platform.gpu, KernelWork{0.0, memory, launches * platform.gpu.launch_overhead});
+}
+
+}  // namespace
+
+// PyTorch's fp16/bf16 compress hooks (DdpCommHook): the cast and the division on the compute
+// stream once the bucket is ready (the reducer calls the hook from the autograd thread), the
+// all-reduce of the 16-bit tensor, then the copy back into the bucket after it (on the comm
+// stream: the future's callback runs on streams that wait for the all-reduce).
+std::optional<Transform::HookTasks> Transform::compress_bucket(const Bucket& bucket, Task& all_reduce, TaskId ready, std::size_t index) {
+  if (platform_ == nullptr) throw std::invalid_argument("a DDP compression hook needs the platform (its GPU's memory bandwidth)");
+  const traces::DType gradient = trace_.tensor(*s_.buffers[bucket.gradients.front()].tensor).dtype;
+  const traces::DType to = spec_.comm_hook == DdpCommHook::fp16 ? traces::DType::f16 : traces::DType::bf16;
+  const auto from_size = static_cast<std::int64_t>(traces::element_size(gradient));
+  const std::int64_t elements = bucket.bytes / from_size;
+  const std::int64_t compressed_bytes = elements * 2;
+  const bool cast = gradient != to;
+  const std::string hook = std::string(to_string(spec_.comm_hook));
+  Task compress;
+  compress.kind = TaskKind::compress;
+  compress.stream = Stream::compute;
+  compress.after = {ready};
+  compress.uses = all_reduce.uses;
+  // buffer.to(dtype) reads the bucket and writes the 16-bit copy; div_(world_size) reads and
+  // writes that copy. Without a cast only the division runs, in the bucket itself.
+  const double e = static_cast<double>(elements);
+  const KernelRun work = cast ? memory_bound_kernels(*platform_, e * static_cast<double>(from_size + 2) + e * 4.0, 2)
+                              : memory_bound_kernels(*platform_, e * 4.0, 1);
+  compress.seconds = work.seconds;
+  compress.watts = work.watts;
+  compress.name = task_name((hook + " compress hook: cast and division of gradient bucket").c_str(), index, bucket.bytes);
+  HookTasks tasks;
+  if (cast) {
+    const BufferId compressed = add_buffer(hook + " copy of gradient bucket " + std::to_string(index), compressed_bytes, MemoryRole::temporary, false);
+    compress.creates.push_back(compressed);
+    all_reduce.uses.push_back(compressed);
+    Task decompress;
+    decompress.kind = TaskKind::decompress;
+    decompress.stream = Stream::comm;
+    decompress.uses = all_reduce.uses;
+    // copy_ reads the 16-bit result and writes the bucket.
+    const KernelRun back = memory_bound_kernels(*platform_, e * static_cast<double>(2 + from_size), 1);
+    decompress.seconds = back.seconds;
+    decompress.watts = back.watts;
+    decompress.name = task_name((hook + " compress hook: copy back into gradient bucket").c_str(), index, bucket.bytes);
+    tasks.decompress = std::move(decompress);
+  }
+  all_reduce.bytes = compressed_bytes;
+  all_reduce.after = {add_task(std::move(compress), ready + 1)};
+  return tasks;
+}
 
 std::optional<TaskId> Transform::run() {
   find_pass_bounds();
@@ -98,8 +158,15 @@ std::optional<TaskId> Transform::run() {
     // backward when gradients are not partitioned); the others as soon as the bucket is ready.
     const TaskId ready = spec_.zero_stage == 1 ? last_backward_ : bucket.ready;
     c.after = {ready};
-    c.name = task_name(spec_.zero_stage == 0 ? "all-reduce of gradient bucket" : "reduce-scatter of gradient bucket", index++, bucket.bytes);
+    c.name = task_name(spec_.zero_stage == 0 ? "all-reduce of gradient bucket" : "reduce-scatter of gradient bucket", index, bucket.bytes);
+    std::optional<HookTasks> hook;
+    if (spec_.zero_stage == 0 && spec_.comm_hook != DdpCommHook::none) hook = compress_bucket(bucket, c, ready, index);
+    ++index;
     last_reduction = add_task(std::move(c), ready + 1);
+    if (hook && hook->decompress) {
+      hook->decompress->after = {*last_reduction};
+      last_reduction = add_task(std::move(*hook->decompress), ready + 1);
+    }
     std::vector<TaskId> copies;
     if (spec_.offload_optimizer) copies = offload_gradients(bucket, *last_reduction, ready);
     if (spec_.zero_stage == 3 && spec_.offload_optimizer) order_on_reduce_stream(*last_reduction, copies, flat, previous_copies);
@@ -296,6 +363,19 @@ std::optional<TaskId> apply_data_parallel(Schedule& schedule, const traces::Trac
   if (spec.ranks == 1 && !spec.offload_optimizer && !fsdp_offload) return std::nullopt;
   if (spec.offload_optimizer || fsdp_offload) cpu_adam_seconds(0, platform.host);  // the host must have rates
   return Transform(schedule, trace, spec, &platform).run();
+}
+
+}  // namespace comptrain::models
+
+namespace comptrain::models {
+
+std::string_view to_string(DdpCommHook hook) {
+  switch (hook) {
+    case DdpCommHook::none: return "none";
+    case DdpCommHook::fp16: return "fp16";
+    case DdpCommHook::bf16: return "bf16";
+  }
+  return "none";
 }
 
 }  // namespace comptrain::models

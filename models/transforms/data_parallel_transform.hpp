@@ -41,6 +41,14 @@ class Transform : public ScheduleEdit {
     std::int64_t bytes = 0;
     TaskId ready = 0;
   };
+  // A DDP compression hook's tasks beside the all-reduce (DdpCommHook): the copy back, which
+  // follows the all-reduce (none where the gradients already have the hook's type).
+  struct HookTasks {
+    std::optional<Task> decompress;
+  };
+  // Adds the hook's compress task before `all_reduce` (which it then waits for, with the 16-bit
+  // bytes and the 16-bit copy) and returns the copy back to add after it.
+  std::optional<HookTasks> compress_bucket(const Bucket& bucket, Task& all_reduce, TaskId ready, std::size_t index);
 
   static std::string task_name(const char* what, std::size_t index, std::int64_t bytes) {
     return std::string(what) + " " + std::to_string(index) + " (" + std::to_string(bytes) + " B)";

@@ -93,6 +93,82 @@ TEST(DataParallel, RejectsImpossibleSpecs) {
 // all-reduced after the last backward op writing one of its gradients; all gradients reduced
 // exactly once; the optimizer waits for the last all-reduce; the bucket copy holds one more
 // gradient-sized buffer unless gradient_as_bucket_view.
+// PyTorch's fp16 and bf16 compress hooks (DdpCommHook, default_hooks.py _compress_hook): fp32
+// gradients are cast to 16 bits and divided by the world size on the compute stream (two
+// memory-bound kernels: e x (4 + 2) bytes, then e x (2 + 2)), all-reduced at half the bytes
+// through a half-size temporary, and copied back into the bucket on the comm stream (e x (2 + 4)
+// bytes), before the optimizer; 16-bit gradients of the hook's type only divide in place.
+TEST(DataParallel, DdpCompressHooksHalveTheAllReduceAndCastAroundIt) {
+  const Platform platform = builtin_platform("a100-80gb");
+  const double bandwidth = platform.gpu.memory_bandwidth * platform.efficiency.memory_default;
+  const double launch = platform.gpu.launch_overhead;
+  const auto trace = gpt(zoo::Precision::fp32, 4);
+  const Schedule before = baseline(trace);
+  DataParallelSpec spec;
+  spec.ranks = 8;
+  Schedule plain = before;
+  apply_data_parallel(plain, trace, spec, platform);
+  for (const DdpCommHook hook : {DdpCommHook::fp16, DdpCommHook::bf16}) {
+    SCOPED_TRACE(std::string(to_string(hook)));
+    Schedule s = before;
+    spec.comm_hook = hook;
+    apply_data_parallel(s, trace, spec, platform);
+    ASSERT_NO_THROW(s.validate());
+    const auto reduces = collectives(s, CollectiveKind::all_reduce);
+    const auto plain_reduces = collectives(plain, CollectiveKind::all_reduce);
+    ASSERT_EQ(reduces.size(), plain_reduces.size());
+    ASSERT_GE(reduces.size(), 3u);
+    for (std::size_t i = 0; i < reduces.size(); ++i) {
+      const Task& c = s.tasks[reduces[i]];
+      const std::int64_t fp32_bytes = plain.tasks[plain_reduces[i]].bytes;
+      const double e = static_cast<double>(fp32_bytes / 4);
+      EXPECT_EQ(c.bytes, fp32_bytes / 2) << c.name;
+      // Just before: the cast and division, on the compute stream, which the all-reduce waits for.
+      const Task& compress = s.tasks[reduces[i] - 1];
+      EXPECT_EQ(compress.kind, TaskKind::compress);
+      EXPECT_EQ(compress.stream, Stream::compute);
+      ASSERT_EQ(c.after.size(), 1u);
+      EXPECT_EQ(c.after[0], reduces[i] - 1);
+      EXPECT_NEAR(compress.seconds, (e * 6 + e * 4) / bandwidth + 2 * launch, 1e-12);
+      // The half-size temporary it makes, which the all-reduce and the copy back use.
+      ASSERT_EQ(compress.creates.size(), 1u);
+      const Buffer& copy = s.buffers[compress.creates[0]];
+      EXPECT_EQ(copy.bytes, fp32_bytes / 2);
+      EXPECT_EQ(copy.role, MemoryRole::temporary);
+      EXPECT_FALSE(copy.resident);
+      // Just after: the copy back, on the comm stream.
+      const Task& back = s.tasks[reduces[i] + 1];
+      EXPECT_EQ(back.kind, TaskKind::decompress);
+      EXPECT_EQ(back.stream, Stream::comm);
+      EXPECT_NEAR(back.seconds, e * 6 / bandwidth + launch, 1e-12);
+      EXPECT_NE(std::find(back.uses.begin(), back.uses.end(), compress.creates[0]), back.uses.end());
+    }
+    // The optimizer waits for the last copy back.
+    const auto first_optimizer = std::find_if(s.tasks.begin(), s.tasks.end(), [&](const Task& t) { return phase_of(trace, t) == traces::Phase::optimizer; });
+    ASSERT_NE(first_optimizer, s.tasks.end());
+    EXPECT_NE(std::find(first_optimizer->after.begin(), first_optimizer->after.end(), reduces.back() + 1), first_optimizer->after.end());
+  }
+  // fp16 gradients under the fp16 hook: the division only, in place; nothing to copy back.
+  const auto half = gpt(zoo::Precision::fp16, 4);
+  Schedule h = baseline(half);
+  spec.comm_hook = DdpCommHook::fp16;
+  apply_data_parallel(h, half, spec, platform);
+  ASSERT_NO_THROW(h.validate());
+  std::size_t compresses = 0;
+  for (const TaskId r : collectives(h, CollectiveKind::all_reduce)) {
+    const Task& compress = h.tasks[r - 1];
+    ASSERT_EQ(compress.kind, TaskKind::compress);
+    EXPECT_TRUE(compress.creates.empty());
+    EXPECT_NEAR(compress.seconds, static_cast<double>(h.tasks[r].bytes / 2) * 4 / bandwidth + launch, 1e-12);
+    ++compresses;
+  }
+  EXPECT_GT(compresses, 0u);
+  for (const Task& t : h.tasks) EXPECT_NE(t.kind, TaskKind::decompress) << t.name;
+  // Without the platform the hook cannot be timed.
+  Schedule no_platform = before;
+  EXPECT_THROW(apply_data_parallel(no_platform, trace, spec), std::invalid_argument);
+}
+
 TEST(DataParallel, DdpBucketsFollowTheBackwardPassAndGateTheOptimizer) {
   const auto trace = gpt(zoo::Precision::fp32, 4);
   const Schedule before = baseline(trace);

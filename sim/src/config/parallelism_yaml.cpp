@@ -61,7 +61,7 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
   constexpr std::int64_t kMaxBucketBytes = std::int64_t{1} << 40;
   if (ddp) {
     require_map(ddp, "parallelism.ddp");
-    check_keys(ddp, "parallelism.ddp", {"bucket_cap", "first_bucket", "gradient_as_bucket_view"});
+    check_keys(ddp, "parallelism.ddp", {"bucket_cap", "first_bucket", "gradient_as_bucket_view", "comm_hook"});
     for (const char* key : {"bucket_cap", "first_bucket"}) {
       const YAML::Node n = ddp[key];
       if (!n) continue;
@@ -73,6 +73,17 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
       (std::string_view(key) == "bucket_cap" ? p.data.bucket_cap_bytes : p.data.first_bucket_bytes) = bytes;
     }
     if (ddp["gradient_as_bucket_view"]) p.data.gradient_as_bucket_view = boolean(ddp["gradient_as_bucket_view"], "parallelism.ddp.gradient_as_bucket_view");
+    if (const YAML::Node hook = ddp["comm_hook"]) {
+      const std::string name = scalar(hook, "parallelism.ddp.comm_hook");
+      if (name == "fp16") {
+        p.data.comm_hook = models::DdpCommHook::fp16;
+      } else if (name == "bf16") {
+        p.data.comm_hook = models::DdpCommHook::bf16;
+      } else if (name != "none") {
+        throw InputError(where(hook.Mark()) + "'parallelism.ddp.comm_hook' is '" + name +
+                         "'; expected fp16 or bf16 (PyTorch's fp16_compress_hook, bf16_compress_hook) or none");
+      }
+    }
   }
   if (zero) {
     require_map(zero, "parallelism.zero");

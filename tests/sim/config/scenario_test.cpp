@@ -357,6 +357,8 @@ TEST(Scenario, BadParallelismIsRejectedWhereItIsWritten) {
   EXPECT_THAT(parallelism_error("  zero: {stage: 1}\n  ddp: {}\n"), HasSubstr("has more than one of 'ddp' (PyTorch DDP), 'zero' (DeepSpeed ZeRO) and 'fsdp'"));
   EXPECT_THAT(parallelism_error("  ddp: {bucket_cap: 0 B}\n"), HasSubstr("'parallelism.ddp.bucket_cap' is 0 B; expected 1 B to 1 TiB"));
   EXPECT_THAT(parallelism_error("  gpu: 4\n"), HasSubstr("unknown key 'gpu' in parallelism"));
+  EXPECT_THAT(parallelism_error("  ddp: {comm_hook: powersgd}\n"),
+              HasSubstr("s.yaml:4:20: 'parallelism.ddp.comm_hook' is 'powersgd'; expected fp16 or bf16 (PyTorch's fp16_compress_hook, bf16_compress_hook) or none"));
   // A single node has no network: two nodes of it do not exist (found when the scenario is
   // prepared, at the line of `nodes`).
   EXPECT_THAT(parallelism_error("  nodes: 2\n"), HasSubstr("s.yaml:4:10: parallelism.nodes: 2 nodes on platform 'a100-80gb'"));

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "comptrain/models/platform.hpp"
@@ -142,6 +143,17 @@ inline constexpr double kTorchCpuAdamWForLoopBytesPerParameter = 80;
 // FLOP/s or memory bandwidth.
 double torch_cpu_adamw_seconds(std::int64_t parameters, bool fused, const HostSpec& host);
 
+// A DDP communication hook (DistributedDataParallel.register_comm_hook) that compresses each
+// gradient bucket before its all-reduce. fp16 and bf16: PyTorch's fp16_compress_hook and
+// bf16_compress_hook (torch/distributed/algorithms/ddp_comm_hooks/default_hooks.py,
+// _compress_hook): the bucket cast to the 16-bit type and divided by the world size (two kernels
+// on the current stream, into a half-size tensor), all-reduced, then copied back into the bucket
+// in place (`decompress`, the future's callback). Where the gradients already have that type the
+// cast returns the bucket itself (no copy, no temporary) and the copy back copies it onto itself
+// (a no-op).
+enum class DdpCommHook { none, fp16, bf16 };
+std::string_view to_string(DdpCommHook hook);  // "none", "fp16", "bf16"
+
 struct DataParallelSpec {
   int ranks = 1;       // GPUs in the data-parallel group; 1: the schedule is left as it is
   int zero_stage = 0;  // 0: PyTorch DDP (full replicas); 1, 2, 3: DeepSpeed ZeRO
@@ -154,6 +166,7 @@ struct DataParallelSpec {
   // false (DDP's default): the buckets are a second copy of the gradients, allocated when DDP
   // wraps the model and kept; true: the gradients are views into the buckets.
   bool gradient_as_bucket_view = false;
+  DdpCommHook comm_hook = DdpCommHook::none;
 
   // ZeRO (DeepSpeed's zero_optimization section, deepspeed/runtime/zero/config.py defaults):
   // reduce_bucket_size 5e8 elements; overlap_comm false (the reductions hold the compute stream:

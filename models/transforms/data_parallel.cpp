@@ -306,6 +306,15 @@ void check_data_parallel(const DataParallelSpec& spec) {
   if (spec.bucket_cap_bytes < 1 || spec.first_bucket_bytes < 1) throw std::invalid_argument("data parallel: bucket sizes must be positive");
   if (spec.reduce_bucket_elements < 1) throw std::invalid_argument("data parallel: reduce_bucket_elements must be positive");
   if (spec.sub_group_elements < 1) throw std::invalid_argument("data parallel: sub_group_elements must be positive");
+  if (spec.hpz_partition_size < 1 || spec.ranks % spec.hpz_partition_size != 0) {
+    throw std::invalid_argument("data parallel: hpz_partition_size must be at least 1 and divide the ranks (" + std::to_string(spec.ranks) + ")");
+  }
+  if ((spec.hpz_partition_size > 1 || spec.quantized_weights) && (spec.zero_stage != 3 || spec.fsdp)) {
+    throw std::invalid_argument("data parallel: ZeRO++'s hpz_partition_size and quantized_weights need DeepSpeed's zero_stage 3");
+  }
+  if (spec.comm_hook != DdpCommHook::none && spec.zero_stage != 0) {
+    throw std::invalid_argument("data parallel: a DDP comm_hook needs zero_stage 0 (PyTorch DDP)");
+  }
   if (const auto& fsdp = spec.fsdp) {
     if (spec.zero_stage != 3) throw std::invalid_argument("data parallel: fsdp needs zero_stage 3 (FSDP2 shards parameters, gradients and optimizer state)");
     if (spec.offload_optimizer) throw std::invalid_argument("data parallel: fsdp with offload_optimizer is not modelled");

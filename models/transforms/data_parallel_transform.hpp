@@ -49,6 +49,10 @@ class Transform : public ScheduleEdit {
   // Adds the hook's compress task before `all_reduce` (which it then waits for, with the 16-bit
   // bytes and the 16-bit copy) and returns the copy back to add after it.
   std::optional<HookTasks> compress_bucket(const Bucket& bucket, Task& all_reduce, TaskId ready, std::size_t index);
+  // ZeRO++'s qwZ around one parameter all-gather of `bytes` into `gathered`: adds the quantization
+  // before it (which `gather` then waits for), makes it move int8 values into a temporary, and
+  // returns the dequantization to add after it.
+  std::optional<Task> quantize_gather(Task& gather, std::int64_t bytes, const std::vector<BufferId>& gathered, std::size_t index, TaskId before);
 
   static std::string task_name(const char* what, std::size_t index, std::int64_t bytes) {
     return std::string(what) + " " + std::to_string(index) + " (" + std::to_string(bytes) + " B)";

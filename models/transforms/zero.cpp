@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "comptrain/models/kernel_power.hpp"
 #include "data_parallel_transform.hpp"
 
 namespace comptrain::models::transform_detail {
@@ -156,24 +157,86 @@ void Transform::gather_parameters() {
     }
     if (!group.buffers.empty()) groups.push_back(std::move(group));
   }
+  // ZeRO++'s hpZ: a secondary partition per group of hpz ranks, from which the backward pass
+  // gathers within the group (DataParallelSpec::hpz_partition_size).
+  const int hpz = spec_.hpz_partition_size;
+  std::optional<BufferId> secondary;
+  if (hpz > 1 && hpz < spec_.ranks) {
+    secondary = add_buffer(partition_name("ZeRO++ hpZ secondary parameter partition"), ceil_div(sum_bytes(weights_), hpz), MemoryRole::weight);
+  }
   for (std::size_t k = 0; k < groups.size(); ++k) {
     const Group& group = groups[k];
+    const bool within_hpz = secondary && group.pass == Phase::backward;
     Task c;
     c.kind = TaskKind::collective;
     c.stream = Stream::comm;
     c.collective = CollectiveKind::all_gather;
     c.bytes = group.bytes;
     c.creates = group.buffers;
-    c.uses = {*parameter_partition_};
+    c.uses = {within_hpz ? *secondary : *parameter_partition_};
+    if (within_hpz) c.groups = RankGroups{hpz, 1};
     TaskId before = 0;
     if (k >= 2) {
       c.after = {groups[k - 2].first_user};
       before = groups[k - 2].first_user + 1;
     }
-    c.name = task_name(group.pass == Phase::forward ? "all-gather of parameters for forward" : "all-gather of parameters for backward", k,
-                       group.bytes);
-    extra_after_[group.first_user].push_back(add_task(std::move(c), before));
+    c.name = task_name(group.pass == Phase::forward ? "all-gather of parameters for forward"
+                       : within_hpz                  ? "all-gather of parameters for backward (hpZ, within the group)"
+                                                     : "all-gather of parameters for backward",
+                       k, group.bytes);
+    // ZeRO++'s qwZ: the gather moves int8 values, quantized before and dequantized after it
+    // (not the hpZ gathers, which stay within the node in 16 bits).
+    std::optional<Task> dequantize;
+    if (spec_.quantized_weights && !within_hpz) dequantize = quantize_gather(c, group.bytes, group.buffers, k, before);
+    TaskId last = add_task(std::move(c), before);
+    if (dequantize) {
+      dequantize->after = {last};
+      last = add_task(std::move(*dequantize), before);
+    }
+    extra_after_[group.first_user].push_back(last);
   }
+}
+
+// qwZ (DataParallelSpec::quantized_weights): the rank's share of the group's parameters quantized
+// to int8 before the all-gather (a memory-bound kernel on the comm stream: its 16-bit share read,
+// its int8 share written), the all-gather of the int8 values into a temporary of one byte per
+// element, and their dequantization into the gathered parameters after it (int8 read, 16-bit
+// written). Block scales are left out (a few bytes per block of elements).
+std::optional<Task> Transform::quantize_gather(Task& gather, std::int64_t bytes, const std::vector<BufferId>& gathered, std::size_t index,
+                                               TaskId before) {
+  if (platform_ == nullptr) throw std::invalid_argument("ZeRO++'s quantized weights need the platform (its GPU's memory bandwidth)");
+  std::int64_t elements = 0;
+  for (BufferId b : gathered) {
+    const auto& t = trace_.tensor(*s_.buffers[b].tensor);
+    elements += t.elements();
+  }
+  const double e = static_cast<double>(elements);
+  const double share = e / spec_.ranks;
+  const double element_size = elements > 0 ? static_cast<double>(bytes) / e : 2.0;
+  const double bandwidth = platform_->gpu.memory_bandwidth * platform_->efficiency.memory_default;
+  Task quantize;
+  quantize.kind = TaskKind::compress;
+  quantize.stream = Stream::comm;
+  quantize.after = gather.after;
+  quantize.uses = gather.uses;
+  const KernelRun q = run_kernel(platform_->gpu, KernelWork{0.0, share * (element_size + 1) / bandwidth, platform_->gpu.launch_overhead});
+  quantize.seconds = q.seconds;
+  quantize.watts = q.watts;
+  quantize.name = task_name("qwZ quantization of parameters", index, bytes);
+  const BufferId int8 = add_buffer("qwZ int8 parameters gathered " + std::to_string(index), elements, MemoryRole::temporary, false);
+  gather.after = {add_task(std::move(quantize), before)};
+  gather.bytes = elements;
+  Task dequantize;
+  dequantize.kind = TaskKind::decompress;
+  dequantize.stream = Stream::comm;
+  dequantize.creates = gathered;
+  dequantize.uses = {int8};
+  const KernelRun d = run_kernel(platform_->gpu, KernelWork{0.0, e * (1 + element_size) / bandwidth, platform_->gpu.launch_overhead});
+  dequantize.seconds = d.seconds;
+  dequantize.watts = d.watts;
+  dequantize.name = task_name("qwZ dequantization of parameters", index, bytes);
+  gather.creates = {int8};
+  return dequantize;
 }
 
 }  // namespace comptrain::models::transform_detail

@@ -273,6 +273,105 @@ TEST(DataParallel, ZeroModelStateBytesAreThePapersFormulas) {
 
 // ZeRO-3: every forward and backward op reads parameters only through a gathered copy made by
 // an all-gather it waits for, and the optimizer reads the partition.
+// ZeRO++ (DataParallelSpec::hpz_partition_size, quantized_weights) on ZeRO-3 over 16 ranks:
+// hpZ's backward all-gathers run within groups of 8 from a resident secondary partition of 1/8 of
+// the 16-bit weights, the forward ones over every rank from the primary partition; qwZ's
+// all-gathers move one byte per element, after a quantization of the rank's share (16-bit read,
+// int8 written) and before a dequantization that creates the gathered parameters (int8 read,
+// 16-bit written), both memory-bound kernels on the comm stream, and the op waits for the latter.
+TEST(DataParallel, ZeroPlusPlusGathersWithinGroupsAndInInt8) {
+  const Platform platform = builtin_platform("a100-80gb");
+  const double bandwidth = platform.gpu.memory_bandwidth * platform.efficiency.memory_default;
+  const double launch = platform.gpu.launch_overhead;
+  const auto trace = gpt(zoo::Precision::mixed);
+  DataParallelSpec spec;
+  spec.ranks = 16;
+  spec.zero_stage = 3;
+  Schedule plain = baseline(trace);
+  apply_data_parallel(plain, trace, spec, platform);
+  const std::int64_t weight_bytes = [&] {
+    std::int64_t total = 0;
+    for (const Buffer& b : baseline(trace).buffers) total += b.role == MemoryRole::weight && b.resident ? b.bytes : 0;
+    return total;
+  }();
+
+  spec.hpz_partition_size = 8;
+  Schedule h = baseline(trace);
+  apply_data_parallel(h, trace, spec, platform);
+  ASSERT_NO_THROW(h.validate());
+  const auto secondary = std::find_if(h.buffers.begin(), h.buffers.end(), [](const Buffer& b) { return b.name.find("hpZ secondary") != std::string::npos; });
+  ASSERT_NE(secondary, h.buffers.end());
+  EXPECT_EQ(secondary->bytes, (weight_bytes + 7) / 8);
+  EXPECT_TRUE(secondary->resident);
+  const BufferId secondary_id = static_cast<BufferId>(secondary - h.buffers.begin());
+  int backward = 0;
+  int forward = 0;
+  for (const TaskId t : collectives(h, CollectiveKind::all_gather)) {
+    const Task& c = h.tasks[t];
+    if (c.name.find("for backward") != std::string::npos) {
+      EXPECT_EQ(c.groups, (RankGroups{8, 1})) << c.name;
+      EXPECT_EQ(c.uses, std::vector<BufferId>{secondary_id});
+      ++backward;
+    } else {
+      EXPECT_TRUE(c.groups.every_rank()) << c.name;
+      EXPECT_NE(c.uses, std::vector<BufferId>{secondary_id});
+      ++forward;
+    }
+  }
+  EXPECT_GT(backward, 0);
+  EXPECT_GT(forward, 0);
+  EXPECT_EQ(collectives(h, CollectiveKind::all_gather).size(), collectives(plain, CollectiveKind::all_gather).size());
+
+  spec.hpz_partition_size = 1;
+  spec.quantized_weights = true;
+  Schedule q = baseline(trace);
+  apply_data_parallel(q, trace, spec, platform);
+  ASSERT_NO_THROW(q.validate());
+  const auto plain_gathers = collectives(plain, CollectiveKind::all_gather);
+  const auto gathers = collectives(q, CollectiveKind::all_gather);
+  ASSERT_EQ(gathers.size(), plain_gathers.size());
+  for (std::size_t i = 0; i < gathers.size(); ++i) {
+    const Task& c = q.tasks[gathers[i]];
+    const std::int64_t bytes16 = plain.tasks[plain_gathers[i]].bytes;  // fp16 weights: 2 bytes per element
+    const double e = static_cast<double>(bytes16 / 2);
+    EXPECT_EQ(c.bytes, bytes16 / 2) << c.name;
+    const Task& quantize = q.tasks[gathers[i] - 1];
+    const Task& dequantize = q.tasks[gathers[i] + 1];
+    EXPECT_EQ(quantize.kind, TaskKind::compress);
+    EXPECT_EQ(quantize.stream, Stream::comm);
+    EXPECT_NEAR(quantize.seconds, e / 16 * 3 / bandwidth + launch, 1e-12);
+    EXPECT_EQ(dequantize.kind, TaskKind::decompress);
+    EXPECT_EQ(dequantize.stream, Stream::comm);
+    EXPECT_NEAR(dequantize.seconds, e * 3 / bandwidth + launch, 1e-12);
+    EXPECT_EQ(dequantize.creates.size(), plain.tasks[plain_gathers[i]].creates.size()) << "the gathered parameters";
+    ASSERT_EQ(c.creates.size(), 1u);
+    EXPECT_EQ(q.buffers[c.creates[0]].bytes, bytes16 / 2);
+    EXPECT_EQ(dequantize.uses, c.creates);
+  }
+  // Every op that reads a gathered parameter waits for its dequantization.
+  std::map<BufferId, TaskId> made_by;
+  for (TaskId t = 0; t < q.tasks.size(); ++t) {
+    if (q.tasks[t].kind == TaskKind::decompress) {
+      for (BufferId b : q.tasks[t].creates) made_by[b] = t;
+    }
+  }
+  int waits = 0;
+  for (const Task& task : q.tasks) {
+    if (!task.op) continue;
+    for (BufferId b : task.uses) {
+      if (made_by.count(b) && std::find(task.after.begin(), task.after.end(), made_by[b]) != task.after.end()) ++waits;
+    }
+  }
+  EXPECT_GT(waits, 0);
+  // ZeRO++ is stage 3's; hpZ's groups divide the ranks.
+  DataParallelSpec bad = spec;
+  bad.zero_stage = 2;
+  EXPECT_THROW(check_data_parallel(bad), std::invalid_argument);
+  bad = spec;
+  bad.hpz_partition_size = 3;
+  EXPECT_THROW(check_data_parallel(bad), std::invalid_argument);
+}
+
 TEST(DataParallel, ZeroStage3OpsReadGatheredParameters) {
   const auto trace = gpt(zoo::Precision::mixed);
   Schedule s = baseline(trace);

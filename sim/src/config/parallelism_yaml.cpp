@@ -87,7 +87,9 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
   }
   if (zero) {
     require_map(zero, "parallelism.zero");
-    check_keys(zero, "parallelism.zero", {"stage", "reduce_bucket_size", "overlap_comm", "sub_group_size", "offload_optimizer"});
+    check_keys(zero, "parallelism.zero",
+               {"stage", "reduce_bucket_size", "overlap_comm", "sub_group_size", "offload_optimizer", "zero_hpz_partition_size",
+                "zero_quantized_weights", "zero_quantized_gradients"});
     const YAML::Node stage = required(zero, "stage", "parallelism.zero");
     std::int64_t value = 0;
     if (!stage.IsScalar() || !YAML::convert<std::int64_t>::decode(stage, value) || value < 1 || value > 3) {
@@ -111,6 +113,31 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
       p.data.sub_group_elements = *elements;
     }
     if (const YAML::Node offload = zero["offload_optimizer"]) p.data.offload_optimizer = read_offload_optimizer(offload, p.data.zero_stage);
+    // ZeRO++ (models::DataParallelSpec): stage 3's.
+    const auto stage3_only = [&](const char* key) {
+      if (p.data.zero_stage != 3) {
+        throw InputError(where(zero[key].Mark()) + "'parallelism.zero." + key + "' is ZeRO++'s, which DeepSpeed runs with stage 3; expected 'stage: 3'");
+      }
+    };
+    if (const YAML::Node hpz = zero["zero_hpz_partition_size"]) {
+      stage3_only("zero_hpz_partition_size");
+      std::int64_t size = 0;
+      if (!hpz.IsScalar() || !YAML::convert<std::int64_t>::decode(hpz, size) || size < 1 || size > 1'000'000) {
+        throw InputError(where(hpz.Mark()) + "'parallelism.zero.zero_hpz_partition_size' is " + scalar(hpz, "parallelism.zero.zero_hpz_partition_size") +
+                         "; expected a positive number of ranks (DeepSpeed's default 1: off; ZeRO++ uses the GPUs of a node)");
+      }
+      p.data.hpz_partition_size = static_cast<int>(size);
+      p.hpz_position = where(hpz.Mark());
+    }
+    if (zero["zero_quantized_weights"]) {
+      stage3_only("zero_quantized_weights");
+      p.data.quantized_weights = boolean(zero["zero_quantized_weights"], "parallelism.zero.zero_quantized_weights");
+    }
+    if (const YAML::Node qgz = zero["zero_quantized_gradients"]; qgz && boolean(qgz, "parallelism.zero.zero_quantized_gradients")) {
+      throw InputError(where(qgz.Mark()) +
+                       "'parallelism.zero.zero_quantized_gradients' (qgZ: int4 gradients through a hierarchical all-to-all) is not modelled; "
+                       "expected false (the replay has no all-to-all collective yet)");
+    }
   }
   return p;
 }

@@ -83,6 +83,11 @@ std::string data_parallel_name(const SimulationRun& run) {
   if (const auto& fsdp = run.data_parallel->fsdp; fsdp && fsdp->replicate > 1) {
     name += fmt::format(" (HSDP: {} replicas of {} shards)", fsdp->replicate, run.data_parallel->ranks / fsdp->replicate);
   }
+  // ZeRO++ (models::DataParallelSpec).
+  if (run.data_parallel->zero_stage == 3 && !run.data_parallel->fsdp) {
+    if (run.data_parallel->hpz_partition_size > 1) name += fmt::format(" with ZeRO++ hpZ over {} ranks", run.data_parallel->hpz_partition_size);
+    if (run.data_parallel->quantized_weights) name += run.data_parallel->hpz_partition_size > 1 ? " and qwZ" : " with ZeRO++ qwZ";
+  }
   // DDP's compression hook (models::DdpCommHook).
   if (run.data_parallel->zero_stage == 0 && run.data_parallel->comm_hook != models::DdpCommHook::none) {
     name += fmt::format(" with the {} compress hook", models::to_string(run.data_parallel->comm_hook));

@@ -1,4 +1,7 @@
 #include "comptrain/sim/run/run.hpp"
+
+#include <fmt/format.h>
+
 #include "comptrain/sim/metrics/iteration_profile.hpp"
 #include "comptrain/sim/engine/io_cost.hpp"
 #include "comptrain/sim/engine/replay_cost.hpp"
@@ -94,6 +97,19 @@ PreparedScenario::PreparedScenario(Scenario scenario)
     const bool nodes = p.nodes > require_platform(scenario_).max_nodes();
     const std::string& position = nodes ? p.nodes_position : p.gpus_per_node_position;
     throw InputError((position.empty() ? scenario_.source : position) + (nodes ? ": parallelism.nodes: " : ": parallelism.gpus_per_node: ") + e.what());
+  }
+  // ZeRO++'s hpZ groups: consecutive ranks that divide the job and lie within a node or over
+  // whole nodes (a collective's groups hold as many ranks on every node they span).
+  if (scenario_.parallelism && scenario_.parallelism->data.hpz_partition_size > 1) {
+    const ParallelismSection& p = *scenario_.parallelism;
+    const int hpz = p.data.hpz_partition_size;
+    const ClusterShape shape = cluster_shape();
+    if (shape.ranks() % hpz != 0 || (shape.gpus_per_node % hpz != 0 && hpz % shape.gpus_per_node != 0)) {
+      throw InputError((p.hpz_position.empty() ? scenario_.source + ": " : p.hpz_position) +
+                       fmt::format("'parallelism.zero.zero_hpz_partition_size' is {} on {} node(s) x {} GPUs; expected a divisor of the {} "
+                                   "ranks that divides a node's GPUs or is a multiple of them",
+                                   hpz, shape.nodes, shape.gpus_per_node, shape.ranks()));
+    }
   }
   try {
     check_cluster_gpus(cluster_shape());  // the rest of the replay's cost once the schedule is known (replay)

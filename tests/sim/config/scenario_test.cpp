@@ -357,6 +357,13 @@ TEST(Scenario, BadParallelismIsRejectedWhereItIsWritten) {
   EXPECT_THAT(parallelism_error("  zero: {stage: 1}\n  ddp: {}\n"), HasSubstr("has more than one of 'ddp' (PyTorch DDP), 'zero' (DeepSpeed ZeRO) and 'fsdp'"));
   EXPECT_THAT(parallelism_error("  ddp: {bucket_cap: 0 B}\n"), HasSubstr("'parallelism.ddp.bucket_cap' is 0 B; expected 1 B to 1 TiB"));
   EXPECT_THAT(parallelism_error("  gpu: 4\n"), HasSubstr("unknown key 'gpu' in parallelism"));
+  EXPECT_THAT(parallelism_error("  zero: {stage: 2, zero_hpz_partition_size: 8}\n"),
+              HasSubstr("s.yaml:4:45: 'parallelism.zero.zero_hpz_partition_size' is ZeRO++'s, which DeepSpeed runs with stage 3; expected 'stage: 3'"));
+  EXPECT_THAT(parallelism_error("  zero: {stage: 3, zero_quantized_gradients: true}\n"),
+              HasSubstr("s.yaml:4:46: 'parallelism.zero.zero_quantized_gradients' (qgZ: int4 gradients through a hierarchical all-to-all) is not modelled"));
+  EXPECT_THAT(parallelism_error("  gpus_per_node: 8\n  zero: {stage: 3, zero_hpz_partition_size: 3}\n"),
+              HasSubstr("s.yaml:5:45: 'parallelism.zero.zero_hpz_partition_size' is 3 on 1 node(s) x 8 GPUs; expected a divisor of the 8 ranks"));
+  EXPECT_EQ(parallelism_error("  gpus_per_node: 8\n  zero: {stage: 3, zero_hpz_partition_size: 4, zero_quantized_weights: true}\n"), "");
   EXPECT_THAT(parallelism_error("  ddp: {comm_hook: powersgd}\n"),
               HasSubstr("s.yaml:4:20: 'parallelism.ddp.comm_hook' is 'powersgd'; expected fp16 or bf16 (PyTorch's fp16_compress_hook, bf16_compress_hook) or none"));
   // A single node has no network: two nodes of it do not exist (found when the scenario is

@@ -180,6 +180,14 @@ struct DataParallelSpec {
   std::int64_t sub_group_elements = 1'000'000'000;
   // offload_optimizer with device cpu (stages 1 to 3); unset: the optimizer stays on the GPU.
   std::optional<OptimizerOffloadSpec> offload_optimizer;
+  // ZeRO++ (Wang et al., arXiv 2306.10209; DeepSpeed's zero_optimization keys, stage 3 only).
+  // zero_hpz_partition_size (hpZ): each group of this many consecutive ranks keeps a secondary
+  // partition of the parameters (their 16-bit bytes / the size, on every rank: kept for the
+  // iteration here), from which the backward pass all-gathers within the group; 1: off.
+  // zero_quantized_weights (qwZ): every other parameter all-gather moves int8 values (a
+  // quantization kernel before it, a dequantization after it), half of 16-bit weights' bytes.
+  int hpz_partition_size = 1;
+  bool quantized_weights = false;
   // PyTorch FSDP2 instead of DeepSpeed (zero_stage 3, no offloaded optimizer); the DeepSpeed
   // fields above (buckets, overlap_comm, sub_group_size) do not apply.
   std::optional<FsdpSpec> fsdp;

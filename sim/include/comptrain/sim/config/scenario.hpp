@@ -48,6 +48,7 @@ struct ParallelismSection {
   // the line of the count that is too large.
   std::string nodes_position = {};
   std::string gpus_per_node_position = {};
+  std::string hpz_position = {};  // of zero.zero_hpz_partition_size: checked against the shape when prepared
 };
 
 struct Scenario {

@@ -84,6 +84,116 @@ std::optional<Transform::HookTasks> Transform::compress_bucket(const Bucket& buc
   return tasks;
 }
 
+// PowerSGD (DdpCommHook::powersgd) on one bucket, in PyTorch's order (powerSGD_hook.py, steady
+// state: error feedback and warm start on). On the compute stream once the bucket is ready: the
+// error added into the bucket, its clone kept for the next error, the uncompressed tensors
+// concatenated, the Qs orthogonalized and P = M Q. Then on the comm stream, where the futures'
+// callbacks run after each all-reduce: the all-reduce of the uncompressed tensors, their division
+// and copy back, the all-reduce of the Ps, their orthogonalization and Q = M^T P, the all-reduce
+// of the Qs, and M = P Q^T with the new error. Returns the last task, which the optimizer waits
+// for. Kernel times from the GPU's fp32 (or the gradients' type's) peak x the matmul efficiency
+// and its memory bandwidth x the default memory efficiency.
+TaskId Transform::power_sgd_bucket(const Bucket& bucket, const Task& plain, TaskId ready, std::size_t index) {
+  if (platform_ == nullptr) throw std::invalid_argument("the PowerSGD hook needs the platform (its GPU's peak and memory bandwidth)");
+  const traces::DType dtype = trace_.tensor(*s_.buffers[bucket.gradients.front()].tensor).dtype;
+  const double size = static_cast<double>(traces::element_size(dtype));
+  double flops = 0;         // one pass of matmuls over the compressed matrices: sum of 2 n m r
+  double p_elements = 0;    // sum of n r
+  double q_elements = 0;    // sum of m r
+  double compressed = 0;    // sum of n m
+  double uncompressed = 0;  // elements all-reduced as they are
+  double rank_sum = 0;      // sum of r: each orthogonalization's columns
+  int matrices = 0;
+  int vectors = 0;
+  for (BufferId g : bucket.gradients) {
+    const traces::Tensor& t = trace_.tensor(*s_.buffers[g].tensor);
+    const std::int64_t numel = t.elements();
+    const std::int64_t n = t.shape.empty() ? 1 : std::max<std::int64_t>(t.shape.front(), 1);
+    const std::int64_t m = numel / n;
+    const std::int64_t r = std::min({n, m, static_cast<std::int64_t>(spec_.powersgd.rank)});
+    // _should_compress: worth it when min_compression_rate < n m / ((n + m) r).
+    if (r >= 1 && static_cast<double>((n + m) * r) * spec_.powersgd.min_compression_rate < static_cast<double>(n * m)) {
+      flops += 2.0 * static_cast<double>(n * m * r);
+      p_elements += static_cast<double>(n * r);
+      q_elements += static_cast<double>(m * r);
+      compressed += static_cast<double>(n * m);
+      rank_sum += static_cast<double>(r);
+      ++matrices;
+    } else {
+      uncompressed += static_cast<double>(numel);
+      ++vectors;
+    }
+  }
+  const double bucket_bytes = static_cast<double>(bucket.bytes);
+  const double peak = dtype == traces::DType::f32 ? platform_->gpu.peak_fp32 : platform_->peak_flops(dtype, false);
+  const double compute = peak * platform_->efficiency.compute_for(traces::OpKind::matmul);
+  const double bandwidth = platform_->gpu.memory_bandwidth * platform_->efficiency.memory_default;
+  const auto kernels = [&](double kernel_flops, double bytes, double launches) {
+    return run_kernel(platform_->gpu, KernelWork{kernel_flops / compute, bytes / bandwidth, launches * platform_->gpu.launch_overhead});
+  };
+  // Gram-Schmidt over an x r matrix: per column a norm and a division, and a projection of the
+  // rest: about 2r + 1 reads and writes of it.
+  const auto orthogonalize_bytes = [&](double elements) { return elements * size * (2.0 * spec_.powersgd.rank + 1.0); };
+  const std::string at = " of gradient bucket " + std::to_string(index);
+  const BufferId error = add_buffer("PowerSGD error feedback" + at, bucket.bytes, MemoryRole::gradient);
+  const BufferId low_rank = add_buffer("PowerSGD P and Q" + at, static_cast<std::int64_t>((p_elements + q_elements) * size), MemoryRole::gradient);
+  const BufferId clone = add_buffer("PowerSGD copy of the input" + at, bucket.bytes, MemoryRole::temporary, false);
+  std::optional<BufferId> contiguous;
+  if (uncompressed > 0) {
+    contiguous = add_buffer("PowerSGD uncompressed tensors" + at, static_cast<std::int64_t>(uncompressed * size), MemoryRole::temporary, false);
+  }
+  const auto task = [&](TaskKind kind, Stream stream, const char* what, const KernelRun& run) {
+    Task t;
+    t.kind = kind;
+    t.stream = stream;
+    t.seconds = run.seconds;
+    t.watts = run.watts;
+    t.uses = plain.uses;
+    t.name = task_name(what, index, bucket.bytes);
+    return t;
+  };
+  const auto collective = [&](const char* what, double elements, BufferId payload) {
+    Task c;
+    c.kind = TaskKind::collective;
+    c.stream = Stream::comm;
+    c.collective = CollectiveKind::all_reduce;
+    c.bytes = static_cast<std::int64_t>(elements * size);
+    c.uses = {payload};
+    c.name = task_name(what, index, c.bytes);
+    return c;
+  };
+  Task first = task(TaskKind::compress, Stream::compute, "PowerSGD: error feedback, Q orthogonalization and P = MQ",
+                    kernels(flops, 3 * bucket_bytes + 2 * bucket_bytes + 2 * uncompressed * size + orthogonalize_bytes(q_elements) +
+                                       (compressed + q_elements + p_elements) * size,
+                            3.0 + (2.0 * rank_sum + 1.0) + matrices));
+  first.after = {ready};
+  first.uses.insert(first.uses.end(), {error, low_rank});
+  first.creates = {clone};
+  if (contiguous) first.creates.push_back(*contiguous);
+  const TaskId compress = add_task(std::move(first), ready + 1);
+  if (contiguous) {
+    Task c = collective("PowerSGD: all-reduce of the uncompressed tensors", uncompressed, *contiguous);
+    c.after = {compress};
+    add_task(std::move(c), ready + 1);
+    Task unpack = task(TaskKind::decompress, Stream::comm, "PowerSGD: division and copy back of the uncompressed tensors",
+                       kernels(0, 4 * uncompressed * size, 1.0 + vectors));
+    unpack.uses.push_back(*contiguous);
+    add_task(std::move(unpack), ready + 1);
+  }
+  Task all_reduce_p = collective("PowerSGD: all-reduce of the Ps", p_elements, low_rank);
+  all_reduce_p.after = {compress};
+  add_task(std::move(all_reduce_p), ready + 1);
+  Task second = task(TaskKind::compress, Stream::comm, "PowerSGD: P orthogonalization and Q = M^T P",
+                     kernels(flops, orthogonalize_bytes(p_elements) + (compressed + p_elements + q_elements) * size, (2.0 * rank_sum + 1.0) + matrices));
+  second.uses.push_back(low_rank);
+  add_task(std::move(second), ready + 1);
+  add_task(collective("PowerSGD: all-reduce of the Qs", q_elements, low_rank), ready + 1);
+  Task last = task(TaskKind::decompress, Stream::comm, "PowerSGD: M = P Q^T and the new error",
+                   kernels(flops, 2 * q_elements * size + (p_elements + q_elements + compressed) * size + 3 * bucket_bytes, 2.0 + matrices));
+  last.uses.insert(last.uses.end(), {error, low_rank, clone});
+  return add_task(std::move(last), ready + 1);
+}
+
 std::optional<TaskId> Transform::run() {
   find_pass_bounds();
   if (spec_.fsdp) {
@@ -159,6 +269,10 @@ std::optional<TaskId> Transform::run() {
     const TaskId ready = spec_.zero_stage == 1 ? last_backward_ : bucket.ready;
     c.after = {ready};
     c.name = task_name(spec_.zero_stage == 0 ? "all-reduce of gradient bucket" : "reduce-scatter of gradient bucket", index, bucket.bytes);
+    if (spec_.zero_stage == 0 && spec_.comm_hook == DdpCommHook::powersgd) {
+      last_reduction = power_sgd_bucket(bucket, c, ready, index++);
+      continue;
+    }
     std::optional<HookTasks> hook;
     if (spec_.zero_stage == 0 && spec_.comm_hook != DdpCommHook::none) hook = compress_bucket(bucket, c, ready, index);
     ++index;
@@ -315,6 +429,9 @@ void check_data_parallel(const DataParallelSpec& spec) {
   if (spec.comm_hook != DdpCommHook::none && spec.zero_stage != 0) {
     throw std::invalid_argument("data parallel: a DDP comm_hook needs zero_stage 0 (PyTorch DDP)");
   }
+  if (spec.powersgd.rank < 1 || !(spec.powersgd.min_compression_rate >= 0) || !std::isfinite(spec.powersgd.min_compression_rate)) {
+    throw std::invalid_argument("data parallel: PowerSGD's rank must be at least 1 and its min_compression_rate finite and not negative");
+  }
   if (const auto& fsdp = spec.fsdp) {
     if (spec.zero_stage != 3) throw std::invalid_argument("data parallel: fsdp needs zero_stage 3 (FSDP2 shards parameters, gradients and optimizer state)");
     if (spec.offload_optimizer) throw std::invalid_argument("data parallel: fsdp with offload_optimizer is not modelled");
@@ -383,6 +500,7 @@ std::string_view to_string(DdpCommHook hook) {
     case DdpCommHook::none: return "none";
     case DdpCommHook::fp16: return "fp16";
     case DdpCommHook::bf16: return "bf16";
+    case DdpCommHook::powersgd: return "powersgd";
   }
   return "none";
 }

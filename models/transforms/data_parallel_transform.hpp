@@ -49,6 +49,9 @@ class Transform : public ScheduleEdit {
   // Adds the hook's compress task before `all_reduce` (which it then waits for, with the 16-bit
   // bytes and the 16-bit copy) and returns the copy back to add after it.
   std::optional<HookTasks> compress_bucket(const Bucket& bucket, Task& all_reduce, TaskId ready, std::size_t index);
+  // PowerSGD's tasks for one bucket (`plain`: the all-reduce it replaces, for the buffers it
+  // reads); returns the last, after which the bucket holds the reduced gradients.
+  TaskId power_sgd_bucket(const Bucket& bucket, const Task& plain, TaskId ready, std::size_t index);
   // ZeRO++'s qwZ around one parameter all-gather of `bytes` into `gathered`: adds the quantization
   // before it (which `gather` then waits for), makes it move int8 values into a temporary, and
   // returns the dequantization to add after it.

@@ -169,6 +169,79 @@ TEST(DataParallel, DdpCompressHooksHalveTheAllReduceAndCastAroundIt) {
   EXPECT_THROW(apply_data_parallel(no_platform, trace, spec), std::invalid_argument);
 }
 
+// PowerSGD (DdpCommHook::powersgd, rank 2, min_compression_rate 2) on an fp32 GPT-2: per bucket,
+// the gradients whose shape[0] x rest matrix is worth compressing ((n + m) r 2 < n m) send n r and
+// m r elements in two all-reduces, the others one all-reduce of their elements; the error feedback
+// (the bucket's bytes) and the Ps and Qs stay resident; the compute stream runs the first stage,
+// the comm stream the rest, and the optimizer waits for the last.
+TEST(DataParallel, PowerSgdSendsLowRankFactorsAndTheRestAsTheyAre) {
+  const Platform platform = builtin_platform("a100-80gb");
+  const auto trace = gpt(zoo::Precision::fp32, 4);
+  Schedule plain = baseline(trace);
+  DataParallelSpec spec;
+  spec.ranks = 8;
+  apply_data_parallel(plain, trace, spec, platform);
+  spec.comm_hook = DdpCommHook::powersgd;
+  spec.powersgd.rank = 2;
+  Schedule s = baseline(trace);
+  apply_data_parallel(s, trace, spec, platform);
+  ASSERT_NO_THROW(s.validate());
+  // The expected factors, bucket by bucket, from the plain schedule's all-reduces (their gradients).
+  std::int64_t p_total = 0, q_total = 0, rest_total = 0, bucket_total = 0;
+  for (const TaskId r : collectives(plain, CollectiveKind::all_reduce)) {
+    for (const BufferId g : plain.tasks[r].uses) {
+      if (!plain.buffers[g].tensor || plain.buffers[g].role != MemoryRole::gradient) continue;
+      const traces::Tensor& t = trace.tensor(*plain.buffers[g].tensor);
+      const std::int64_t n = t.shape.empty() ? 1 : t.shape[0];
+      const std::int64_t m = t.elements() / n;
+      const std::int64_t rank = std::min<std::int64_t>({n, m, 2});
+      if ((n + m) * rank * 2 < n * m) {
+        p_total += n * rank;
+        q_total += m * rank;
+      } else {
+        rest_total += t.elements();
+      }
+    }
+    bucket_total += plain.tasks[r].bytes;
+  }
+  ASSERT_GT(p_total, 0);
+  ASSERT_GT(rest_total, 0) << "the biases and layer norms stay uncompressed";
+  std::int64_t p_sent = 0, q_sent = 0, rest_sent = 0;
+  for (const TaskId r : collectives(s, CollectiveKind::all_reduce)) {
+    const Task& c = s.tasks[r];
+    if (c.name.find("the Ps") != std::string::npos) p_sent += c.bytes;
+    else if (c.name.find("the Qs") != std::string::npos) q_sent += c.bytes;
+    else if (c.name.find("uncompressed") != std::string::npos) rest_sent += c.bytes;
+    else ADD_FAILURE() << c.name;
+  }
+  EXPECT_EQ(p_sent, 4 * p_total);
+  EXPECT_EQ(q_sent, 4 * q_total);
+  EXPECT_EQ(rest_sent, 4 * rest_total);
+  EXPECT_LT(p_sent + q_sent + rest_sent, bucket_total / 10) << "the point of it";
+  // Resident: the error feedback (every bucket's bytes) and the factors.
+  std::int64_t error = 0, factors = 0;
+  for (const Buffer& b : s.buffers) {
+    if (b.name.find("PowerSGD error feedback") != std::string::npos && b.resident) error += b.bytes;
+    if (b.name.find("PowerSGD P and Q") != std::string::npos && b.resident) factors += b.bytes;
+  }
+  EXPECT_EQ(error, bucket_total);
+  EXPECT_EQ(factors, 4 * (p_total + q_total));
+  // Streams: the first stage on the compute stream, the rest on the comm stream; the optimizer
+  // waits for the last task of the last bucket.
+  TaskId last = 0;
+  for (TaskId t = 0; t < s.tasks.size(); ++t) {
+    const Task& task = s.tasks[t];
+    if (task.name.find("PowerSGD") == std::string::npos) continue;
+    EXPECT_EQ(task.stream, task.name.find("error feedback, Q orthogonalization") != std::string::npos ? Stream::compute : Stream::comm) << task.name;
+    EXPECT_GT(task.kind == TaskKind::collective ? 1.0 : task.seconds, 0.0) << task.name;
+    last = t;
+  }
+  const auto first_optimizer = std::find_if(s.tasks.begin(), s.tasks.end(), [&](const Task& t) { return phase_of(trace, t) == traces::Phase::optimizer; });
+  ASSERT_NE(first_optimizer, s.tasks.end());
+  EXPECT_NE(std::find(first_optimizer->after.begin(), first_optimizer->after.end(), last), first_optimizer->after.end());
+  EXPECT_NE(s.tasks[last].name.find("M = P Q^T"), std::string::npos);
+}
+
 TEST(DataParallel, DdpBucketsFollowTheBackwardPassAndGateTheOptimizer) {
   const auto trace = gpt(zoo::Precision::fp32, 4);
   const Schedule before = baseline(trace);

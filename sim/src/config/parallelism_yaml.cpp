@@ -2,6 +2,7 @@
 
 #include "config/scenario_reader.hpp"
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -61,7 +62,7 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
   constexpr std::int64_t kMaxBucketBytes = std::int64_t{1} << 40;
   if (ddp) {
     require_map(ddp, "parallelism.ddp");
-    check_keys(ddp, "parallelism.ddp", {"bucket_cap", "first_bucket", "gradient_as_bucket_view", "comm_hook"});
+    check_keys(ddp, "parallelism.ddp", {"bucket_cap", "first_bucket", "gradient_as_bucket_view", "comm_hook", "powersgd"});
     for (const char* key : {"bucket_cap", "first_bucket"}) {
       const YAML::Node n = ddp[key];
       if (!n) continue;
@@ -79,9 +80,34 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
         p.data.comm_hook = models::DdpCommHook::fp16;
       } else if (name == "bf16") {
         p.data.comm_hook = models::DdpCommHook::bf16;
+      } else if (name == "powersgd") {
+        p.data.comm_hook = models::DdpCommHook::powersgd;
       } else if (name != "none") {
         throw InputError(where(hook.Mark()) + "'parallelism.ddp.comm_hook' is '" + name +
-                         "'; expected fp16 or bf16 (PyTorch's fp16_compress_hook, bf16_compress_hook) or none");
+                         "'; expected fp16, bf16 (PyTorch's fp16_compress_hook, bf16_compress_hook), powersgd (powerSGD_hook) or none");
+      }
+    }
+    if (const YAML::Node power = ddp["powersgd"]) {
+      if (p.data.comm_hook != models::DdpCommHook::powersgd) {
+        throw InputError(where(power.Mark()) + "'parallelism.ddp.powersgd' is given without 'comm_hook: powersgd'; expected both or neither");
+      }
+      require_map(power, "parallelism.ddp.powersgd");
+      check_keys(power, "parallelism.ddp.powersgd", {"matrix_approximation_rank", "min_compression_rate"});
+      if (const YAML::Node r = power["matrix_approximation_rank"]) {
+        std::int64_t rank = 0;
+        if (!r.IsScalar() || !YAML::convert<std::int64_t>::decode(r, rank) || rank < 1 || rank > 1024) {
+          throw InputError(where(r.Mark()) + "'parallelism.ddp.powersgd.matrix_approximation_rank' is " +
+                           scalar(r, "parallelism.ddp.powersgd.matrix_approximation_rank") + "; expected an integer from 1 to 1024 (PyTorch's default: 1)");
+        }
+        p.data.powersgd.rank = static_cast<int>(rank);
+      }
+      if (const YAML::Node rate = power["min_compression_rate"]) {
+        double value = -1;
+        if (!rate.IsScalar() || !YAML::convert<double>::decode(rate, value) || !std::isfinite(value) || value < 0 || value > 1e6) {
+          throw InputError(where(rate.Mark()) + "'parallelism.ddp.powersgd.min_compression_rate' is " +
+                           scalar(rate, "parallelism.ddp.powersgd.min_compression_rate") + "; expected a number from 0 to 10^6 (PyTorch's default: 2)");
+        }
+        p.data.powersgd.min_compression_rate = value;
       }
     }
   }

@@ -89,7 +89,9 @@ std::string data_parallel_name(const SimulationRun& run) {
     if (run.data_parallel->quantized_weights) name += run.data_parallel->hpz_partition_size > 1 ? " and qwZ" : " with ZeRO++ qwZ";
   }
   // DDP's compression hook (models::DdpCommHook).
-  if (run.data_parallel->zero_stage == 0 && run.data_parallel->comm_hook != models::DdpCommHook::none) {
+  if (run.data_parallel->zero_stage == 0 && run.data_parallel->comm_hook == models::DdpCommHook::powersgd) {
+    name += fmt::format(" with the PowerSGD hook (rank {})", run.data_parallel->powersgd.rank);
+  } else if (run.data_parallel->zero_stage == 0 && run.data_parallel->comm_hook != models::DdpCommHook::none) {
     name += fmt::format(" with the {} compress hook", models::to_string(run.data_parallel->comm_hook));
   }
   return name;

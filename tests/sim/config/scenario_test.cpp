@@ -364,8 +364,13 @@ TEST(Scenario, BadParallelismIsRejectedWhereItIsWritten) {
   EXPECT_THAT(parallelism_error("  gpus_per_node: 8\n  zero: {stage: 3, zero_hpz_partition_size: 3}\n"),
               HasSubstr("s.yaml:5:45: 'parallelism.zero.zero_hpz_partition_size' is 3 on 1 node(s) x 8 GPUs; expected a divisor of the 8 ranks"));
   EXPECT_EQ(parallelism_error("  gpus_per_node: 8\n  zero: {stage: 3, zero_hpz_partition_size: 4, zero_quantized_weights: true}\n"), "");
-  EXPECT_THAT(parallelism_error("  ddp: {comm_hook: powersgd}\n"),
-              HasSubstr("s.yaml:4:20: 'parallelism.ddp.comm_hook' is 'powersgd'; expected fp16 or bf16 (PyTorch's fp16_compress_hook, bf16_compress_hook) or none"));
+  EXPECT_THAT(parallelism_error("  ddp: {comm_hook: int8}\n"),
+              HasSubstr("s.yaml:4:20: 'parallelism.ddp.comm_hook' is 'int8'; expected fp16, bf16 (PyTorch's fp16_compress_hook, bf16_compress_hook), powersgd (powerSGD_hook) or none"));
+  EXPECT_EQ(parallelism_error("  ddp: {comm_hook: powersgd, powersgd: {matrix_approximation_rank: 4, min_compression_rate: 1.5}}\n"), "");
+  EXPECT_THAT(parallelism_error("  ddp: {comm_hook: powersgd, powersgd: {matrix_approximation_rank: 0}}\n"),
+              HasSubstr("s.yaml:4:68: 'parallelism.ddp.powersgd.matrix_approximation_rank' is 0; expected an integer from 1 to 1024"));
+  EXPECT_THAT(parallelism_error("  ddp: {powersgd: {min_compression_rate: 2}}\n"),
+              HasSubstr("s.yaml:4:19: 'parallelism.ddp.powersgd' is given without 'comm_hook: powersgd'"));
   // A single node has no network: two nodes of it do not exist (found when the scenario is
   // prepared, at the line of `nodes`).
   EXPECT_THAT(parallelism_error("  nodes: 2\n"), HasSubstr("s.yaml:4:10: parallelism.nodes: 2 nodes on platform 'a100-80gb'"));

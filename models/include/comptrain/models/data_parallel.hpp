@@ -151,8 +151,21 @@ double torch_cpu_adamw_seconds(std::int64_t parameters, bool fused, const HostSp
 // in place (`decompress`, the future's callback). Where the gradients already have that type the
 // cast returns the bucket itself (no copy, no temporary) and the copy back copies it onto itself
 // (a no-op).
-enum class DdpCommHook { none, fp16, bf16 };
-std::string_view to_string(DdpCommHook hook);  // "none", "fp16", "bf16"
+//
+// powersgd: PowerSGD (Vogels et al., NeurIPS 2019; PyTorch's powerSGD_hook.py, steady state after
+// start_powerSGD_iter, error feedback and warm start on, their defaults). Each bucket's matrices
+// M (a gradient viewed as shape[0] x the rest) worth compressing ((n + m) r x min_compression_rate
+// < n m) are sent as P = M Q (n x r) and Q = M^T P (m x r), the rest all-reduced as one
+// contiguous tensor; see models/transforms/README.md, "DDP's compression hooks".
+enum class DdpCommHook { none, fp16, bf16, powersgd };
+std::string_view to_string(DdpCommHook hook);  // "none", "fp16", "bf16", "powersgd"
+
+// PowerSGDState's two size parameters (torch/distributed/algorithms/ddp_comm_hooks/
+// powerSGD_hook.py: matrix_approximation_rank 1, min_compression_rate 2).
+struct PowerSgdSpec {
+  int rank = 1;
+  double min_compression_rate = 2;
+};
 
 struct DataParallelSpec {
   int ranks = 1;       // GPUs in the data-parallel group; 1: the schedule is left as it is
@@ -167,6 +180,7 @@ struct DataParallelSpec {
   // wraps the model and kept; true: the gradients are views into the buckets.
   bool gradient_as_bucket_view = false;
   DdpCommHook comm_hook = DdpCommHook::none;
+  PowerSgdSpec powersgd;  // with comm_hook powersgd
 
   // ZeRO (DeepSpeed's zero_optimization section, deepspeed/runtime/zero/config.py defaults):
   // reduce_bucket_size 5e8 elements; overlap_comm false (the reductions hold the compute stream:

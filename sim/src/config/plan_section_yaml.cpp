@@ -2,6 +2,7 @@
 
 #include "config/scenario_reader.hpp"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -10,7 +11,7 @@ namespace comptrain::sim {
 PlanSection ScenarioReader::read_plan(const YAML::Node& node, const std::optional<models::Platform>& platform, const std::optional<ParallelismSection>& parallelism) const {
   require_map(node, "plan");
   check_keys(node, "plan", {"strategies", "margin", "max_batch", "target_global_batch", "memory_metric", "objective", "gpus", "nodes", "zero_stages",
-                              "offload_optimizer", "prefetch_optimizer_gaps", "checkpoint_overhead", "energy_budget"});
+                              "offload_optimizer", "prefetch_optimizer_gaps", "checkpoint_overhead", "energy_budget", "comm_hooks"});
   PlanSection plan;
   if (const YAML::Node budget = node["energy_budget"]) plan.energy_budget = read_energy_budget(budget, platform);
   if (const YAML::Node overhead = node["checkpoint_overhead"]) {
@@ -137,6 +138,27 @@ void ScenarioReader::read_cluster_search(const YAML::Node& node, const std::opti
   }
   for (const auto& [stage, mark] : list("zero_stages", 3)) plan.zero_stages.push_back(stage);
   read_offload_search(node, parallelism, plan);
+  // plan.comm_hooks: distinct DDP communication hooks.
+  if (const YAML::Node hooks = node["comm_hooks"]) {
+    if (!hooks.IsSequence() || hooks.size() == 0) throw InputError(where(hooks.Mark()) + "'plan.comm_hooks' must be a non-empty list of none, fp16, bf16 and powersgd");
+    for (std::size_t i = 0; i < hooks.size(); ++i) {
+      const std::string name = hooks[i].IsScalar() ? hooks[i].Scalar() : std::string("a collection");
+      models::DdpCommHook hook = models::DdpCommHook::none;
+      if (name == "fp16") {
+        hook = models::DdpCommHook::fp16;
+      } else if (name == "bf16") {
+        hook = models::DdpCommHook::bf16;
+      } else if (name == "powersgd") {
+        hook = models::DdpCommHook::powersgd;
+      } else if (name != "none") {
+        throw InputError(where(hooks[i].Mark()) + "'plan.comm_hooks[" + std::to_string(i) + "]' is '" + name + "'; expected none, fp16, bf16 or powersgd");
+      }
+      if (std::find(plan.comm_hooks.begin(), plan.comm_hooks.end(), hook) != plan.comm_hooks.end()) {
+        throw InputError(where(hooks[i].Mark()) + "'plan.comm_hooks[" + std::to_string(i) + "]' repeats " + name + "; expected distinct hooks");
+      }
+      plan.comm_hooks.push_back(hook);
+    }
+  }
 }
 
 // plan.offload_optimizer: a list of none, cpu and deep_optimizer_states; the last one is tried

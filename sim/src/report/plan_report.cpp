@@ -186,17 +186,35 @@ std::string limit_lines(const PlanOptions& o, bool io) {
   return out;
 }
 
+// A candidate's data parallelism, with DDP's communication hook where it has one ("DDP+fp16").
+std::string candidate_dp_name(const ClusterCandidate& c, bool fsdp) {
+  std::string name = data_parallel_name(c.zero_stage, fsdp);
+  switch (c.comm_hook) {
+    case models::DdpCommHook::none: break;
+    case models::DdpCommHook::fp16: name += "+fp16"; break;
+    case models::DdpCommHook::bf16: name += "+bf16"; break;
+    case models::DdpCommHook::powersgd: name += "+PowerSGD"; break;
+  }
+  return name;
+}
+
 std::string cluster_search_text(const BatchSizePlan& plan) {
   const ClusterSearch& search = *plan.cluster_search;
   const auto& o = plan.options;
   std::string sizes, stages;
   for (const ClusterShape shape : search.shapes) sizes += (sizes.empty() ? "" : ", ") + std::to_string(shape.ranks());
   for (const int stage : search.zero_stages) stages += (stages.empty() ? "" : ", ") + data_parallel_name(stage, plan.fsdp);
+  if (search.comm_hooks.size() > 1 || (search.comm_hooks.size() == 1 && search.comm_hooks.front() != models::DdpCommHook::none)) {
+    std::string hooks;
+    for (const models::DdpCommHook hook : search.comm_hooks) hooks += (hooks.empty() ? "" : ", ") + std::string(models::to_string(hook));
+    stages += " (DDP's hooks: " + hooks + ")";
+  }
   std::string places;
   for (const auto& offload : search.offload_optimizer) places += (places.empty() ? "" : ", ") + models::optimizer_place(offload);
   const std::size_t strategies = search.candidates.empty() ? 0 : static_cast<std::size_t>(std::count_if(search.candidates.begin(), search.candidates.end(), [&](const ClusterCandidate& c) {
     const ClusterCandidate& first = search.candidates.front();
-    return c.shape.ranks() == first.shape.ranks() && c.zero_stage == first.zero_stage && c.offload_optimizer == first.offload_optimizer;
+    return c.shape.ranks() == first.shape.ranks() && c.zero_stage == first.zero_stage && c.offload_optimizer == first.offload_optimizer &&
+           c.comm_hook == first.comm_hook;
   }));
   std::string out = fmt::format("Cluster    search over {} GPUs x {} x optimizer on {} x {} strateg{}: {} configuration{}; batches are per-GPU micro-batches, samples/s global\n",
                                 sizes.empty() ? "no" : sizes, stages, places, strategies, strategies == 1 ? "y" : "ies", search.candidates.size(),
@@ -213,20 +231,22 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
   out += limit_lines(o, plan.io_modelled);
   std::size_t width = 8;
   for (const auto& c : search.candidates) width = std::max(width, c.plan.strategy.size());
+  std::size_t dp_width = 6;
+  for (const auto& c : search.candidates) dp_width = std::max(dp_width, candidate_dp_name(c, plan.fsdp).size());
   // With I/O the iteration column is the mean iteration (the replay's + the waits), and the wait,
   // checkpoint and bound columns follow; with an energy budget or objective, the energy columns.
   const std::string io_head = plan.io_modelled ? "  " + io_header_cells(plan, false) : "";
   const std::string energy_head = shows_energy(o) ? (plan.io_modelled ? "" : "  ") + energy_header_cells() : "";
-  std::string head = fmt::format("{:>5}  {:>7}  {:<6}  {:<9}  {:<{}}  {:>11}  {:>5}  {:>10}  {:>16}  {:>10}  {:>7}  {:>8}  {:>9}  {:>11}  {:<7}", "GPUs", "nodes",
-                                 "DP", "optimizer", "strategy", width, "micro-batch", "steps", plan.io_modelled ? "mean iter." : "iteration",
+  std::string head = fmt::format("{:>5}  {:>7}  {:<{}}  {:<9}  {:<{}}  {:>11}  {:>5}  {:>10}  {:>16}  {:>10}  {:>7}  {:>8}  {:>9}  {:>11}  {:<7}", "GPUs", "nodes",
+                                 "DP", dp_width, "optimizer", "strategy", width, "micro-batch", "steps", plan.io_modelled ? "mean iter." : "iteration",
                                  "global samples/s", "per sample", "scaling", "exposed", "host wait", "peak/GPU", "limit");
   head += io_head + energy_head;
   while (!head.empty() && head.back() == ' ') head.pop_back();
   out += "\n" + head + "\n";
   for (const auto& c : search.candidates) {
     const StrategyPlan& s = c.plan;
-    std::string row = fmt::format("{:>5}  {:>7}  {:<6}  {:<9}  {:<{}}  ", c.shape.ranks(), fmt::format("{}x{}", c.shape.nodes, c.shape.gpus_per_node),
-                                  data_parallel_name(c.zero_stage, plan.fsdp), models::optimizer_place(c.offload_optimizer), s.strategy, width);
+    std::string row = fmt::format("{:>5}  {:>7}  {:<{}}  {:<9}  {:<{}}  ", c.shape.ranks(), fmt::format("{}x{}", c.shape.nodes, c.shape.gpus_per_node),
+                                  candidate_dp_name(c, plan.fsdp), dp_width, models::optimizer_place(c.offload_optimizer), s.strategy, width);
     if (!s.best_batch) {
       row += fmt::format("{:>11}  {:>5}  {:>10}  {:>16}  {:>10}  {:>7}  {:>8}  {:>9}  {:>11}  {}", "-", "-", "-", "-", "-", "-", "-", "-",
                          s.points.empty() ? "-" : format_bytes(s.points.front().peak_bytes), to_string(s.limit));
@@ -248,7 +268,7 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
   if (plan.io_modelled) {
     std::vector<std::pair<std::string, const StrategyPlan*>> named;
     for (const auto& c : search.candidates) {
-      named.emplace_back(fmt::format("{}, {}, optimizer on {}, {}", describe_shape(c.shape), data_parallel_name(c.zero_stage, plan.fsdp),
+      named.emplace_back(fmt::format("{}, {}, optimizer on {}, {}", describe_shape(c.shape), candidate_dp_name(c, plan.fsdp),
                                      models::optimizer_place(c.offload_optimizer), c.plan.strategy),
                          &c.plan);
     }
@@ -259,7 +279,7 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
     const ClusterCandidate& c = search.candidates[*search.fastest];
     const StrategyPlan& s = c.plan;
     out += fmt::format("Fastest: {}, {}, optimizer on {}, {}: micro-batch {} x {} step{}{} per GPU, {} per sample ({:.1f} samples/s), scaling efficiency {}, limited by {}.\n",
-                       describe_shape(c.shape), data_parallel_name(c.zero_stage, plan.fsdp), models::optimizer_place(c.offload_optimizer), s.strategy, *s.best_batch, s.accumulation_steps,
+                       describe_shape(c.shape), candidate_dp_name(c, plan.fsdp), models::optimizer_place(c.offload_optimizer), s.strategy, *s.best_batch, s.accumulation_steps,
                        s.accumulation_steps == 1 ? "" : "s", c.accumulation_estimated() ? " (estimated)" : "", format_seconds(1 / s.best_samples_per_second),
                        s.best_samples_per_second, percent_or_dash(s.scaling_efficiency), to_string(s.limit));
   } else if (std::any_of(search.candidates.begin(), search.candidates.end(), [](const ClusterCandidate& c) { return c.plan.limit == PlanLimit::energy_budget; })) {
@@ -271,7 +291,7 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
   for (const auto& note : plan.notes) out += "note: " + note + "\n";
   for (const auto& c : search.candidates) {
     for (const auto& w : c.plan.warnings) {
-      out += fmt::format("warning: {}, {}, optimizer on {}, {}: {}\n", describe_shape(c.shape), data_parallel_name(c.zero_stage, plan.fsdp),
+      out += fmt::format("warning: {}, {}, optimizer on {}, {}: {}\n", describe_shape(c.shape), candidate_dp_name(c, plan.fsdp),
                          models::optimizer_place(c.offload_optimizer), c.plan.strategy, w);
     }
   }
@@ -522,6 +542,7 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
     for (const ClusterCandidate& c : search.candidates) {
       const StrategyPlan& s = c.plan;
       ordered_json jc = shape_json(c.shape, c.zero_stage, plan.fsdp, c.offload_optimizer);
+      jc["comm_hook"] = std::string(models::to_string(c.comm_hook));
       jc["strategy"] = detail::strategy_json(s.spec);
       jc["fits"] = c.fits();
       jc["max_micro_batch"] = opt(s.max_batch);
@@ -547,9 +568,12 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
     }
     ordered_json offloads = ordered_json::array();
     for (const auto& offload : search.offload_optimizer) offloads.push_back(offload_json(offload));
+    ordered_json hooks = ordered_json::array();
+    for (const models::DdpCommHook hook : search.comm_hooks) hooks.push_back(std::string(models::to_string(hook)));
     j["cluster_search"] = {{"shapes", std::move(shapes)},
                            {"zero_stages", search.zero_stages},
                            {"offload_optimizer", std::move(offloads)},
+                           {"comm_hooks", hooks},
                            {"candidates", std::move(candidates)},
                            {"fastest", search.fastest ? ordered_json(*search.fastest) : ordered_json(nullptr)},
                            {"notes", search.notes}};

@@ -1,6 +1,7 @@
 // The planner against brute force, on ResNet-18 with a GPU shrunk to ~1 GiB so that the largest
 // batch is a few dozen: small enough to scan every batch.
 #include <fmt/format.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -449,6 +450,34 @@ TEST(PlanClusters, ZeroStagesThatSaveMemoryFitLargerMicroBatches) {
   }
 }
 
+// plan.comm_hooks: one candidate per DDP communication hook, with DDP only (a note says so for the
+// ZeRO stages), each simulated with its hook: the fp16 hook's all-reduces move half the bytes, so
+// its exposed communication is never more than plain DDP's at the same micro-batch; the report
+// names each (DDP+fp16, DDP+PowerSGD) and the JSON gives the hook.
+TEST(PlanClusters, DdpCommunicationHooksAreCandidates) {
+  const Scenario scenario = gpt2_scenario("a100-80gb", "plan: {gpus: [8], zero_stages: [0, 3], comm_hooks: [none, fp16, powersgd]}\n", 2048 * kMiB);
+  const BatchSizePlan plan = make_plan(scenario, {models::StrategySpec{}}, plan_options_for(scenario, options(0.05, 64, 2)));
+  const auto& candidates = plan.cluster_search->candidates;
+  ASSERT_EQ(candidates.size(), 4U);
+  EXPECT_EQ(candidates[0].comm_hook, models::DdpCommHook::none);
+  EXPECT_EQ(candidates[1].comm_hook, models::DdpCommHook::fp16);
+  EXPECT_EQ(candidates[2].comm_hook, models::DdpCommHook::powersgd);
+  EXPECT_EQ(candidates[3].zero_stage, 3);
+  EXPECT_EQ(candidates[3].comm_hook, models::DdpCommHook::none);
+  for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(candidates[i].zero_stage, 0);
+  EXPECT_THAT(plan.cluster_search->notes, ::testing::Contains(std::string("DDP's communication hooks are tried with PyTorch DDP (stage 0) only")));
+  const PlanPoint& plain = point_of(candidates[0].plan, 1);
+  const PlanPoint& fp16 = point_of(candidates[1].plan, 1);
+  EXPECT_LE(fp16.exposed_communication_seconds, plain.exposed_communication_seconds + 1e-12);
+  EXPECT_NE(fp16.iteration_seconds, plain.iteration_seconds) << "the hook was simulated";
+  const std::string text = plan_table_text(plan);
+  EXPECT_THAT(text, ::testing::HasSubstr("DDP+fp16"));
+  EXPECT_THAT(text, ::testing::HasSubstr("DDP+PowerSGD"));
+  const auto json = nlohmann::json::parse(plan_json(plan));
+  EXPECT_EQ(json["cluster_search"]["comm_hooks"], nlohmann::json({"none", "fp16", "powersgd"}));
+  EXPECT_EQ(json["cluster_search"]["candidates"][1]["comm_hook"], "fp16");
+}
+
 // Two nodes of a DGX A100 SuperPOD: plan.nodes fills whole nodes; the search is the same for any -j.
 TEST(PlanClusters, NodesOfACluster) {
   const Scenario scenario = gpt2_scenario("dgx-a100-superpod", "plan: {nodes: [1, 2], target_global_batch: 32}\n");
@@ -554,6 +583,12 @@ TEST(PlanClusters, BadPlanKeysNameTheirLine) {
                 .find("'plan.prefetch_optimizer_gaps[0]' is '0'; expected an integer from 1"),
             std::string::npos);
   EXPECT_NE(error_of("a100-80gb", "  prefetch_optimizer_gaps: [2]\n").find("without 'plan.offload_optimizer'"), std::string::npos);
+  EXPECT_NE(error_of("a100-80gb", "  comm_hooks: [none, int8]\n").find("p.yaml:5:22: 'plan.comm_hooks[1]' is 'int8'; expected none, fp16, bf16 or powersgd"),
+            std::string::npos)
+      << error_of("a100-80gb", "  comm_hooks: [none, int8]\n");
+  EXPECT_NE(error_of("a100-80gb", "  comm_hooks: [fp16, fp16]\n").find("'plan.comm_hooks[1]' repeats fp16"), std::string::npos);
+  EXPECT_NE(error_of("a100-80gb", "  comm_hooks: []\n").find("p.yaml:5:15: 'plan.comm_hooks' must be a non-empty list"), std::string::npos)
+      << error_of("a100-80gb", "  comm_hooks: []\n");
   // GPU counts fill the parallelism section's nodes when it has one.
   const Scenario s = parse_scenario(gpt2_yaml("dgx-a100-superpod", "parallelism: {gpus_per_node: 4}\nplan: {gpus: [2, 4, 8]}\n"), "p.yaml", ".");
   ASSERT_EQ(s.plan->cluster_sizes.size(), 3U);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <tuple>
 #include <stdexcept>
 #include <utility>
 
@@ -24,6 +25,9 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
   if (search.zero_stages.empty()) search.zero_stages.push_back(r.scenario.parallelism ? r.scenario.parallelism->data.zero_stage : 0);
   search.offload_optimizer = r.scenario.plan->offload_optimizer;
   if (search.offload_optimizer.empty()) search.offload_optimizer.push_back(r.scenario.parallelism ? r.scenario.parallelism->data.offload_optimizer : std::nullopt);
+  search.comm_hooks = r.scenario.plan->comm_hooks;
+  if (search.comm_hooks.empty()) search.comm_hooks.push_back(r.scenario.parallelism ? r.scenario.parallelism->data.comm_hook : models::DdpCommHook::none);
+  bool skipped_hooks = false;
   bool skipped_pairs = false;
   for (const ClusterShape shape : shapes) {
     if (target && *target % shape.ranks() != 0) {
@@ -33,17 +37,24 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
     search.shapes.push_back(shape);
     // Only the pairs DeepSpeed has: an offloaded optimizer needs ZeRO, Deep Optimizer States
     // stage 3 (one note for the search, not one per pair).
-    std::vector<std::pair<int, std::optional<models::OptimizerOffloadSpec>>> stages_and_offloads;
+    // DDP's communication hooks with DDP only (one note for the search).
+    std::vector<std::tuple<int, std::optional<models::OptimizerOffloadSpec>, models::DdpCommHook>> stages_and_offloads;
     for (const int stage : search.zero_stages) {
       for (const auto& offload : search.offload_optimizer) {
         if (offload && (stage == 0 || (stage != 3 && (offload->prefetch_optimizer || offload->ratio < 1)))) {
           skipped_pairs = true;
           continue;
         }
-        stages_and_offloads.emplace_back(stage, offload);
+        for (const models::DdpCommHook hook : search.comm_hooks) {
+          if (hook != models::DdpCommHook::none && stage != 0) {
+            skipped_hooks = true;
+            continue;
+          }
+          stages_and_offloads.emplace_back(stage, offload, hook);
+        }
       }
     }
-    for (const auto& [stage, offload] : stages_and_offloads) {
+    for (const auto& [stage, offload, hook] : stages_and_offloads) {
       Scenario scenario = r.scenario;
       ParallelismSection parallelism = scenario.parallelism.value_or(ParallelismSection{});
       parallelism.nodes = shape.nodes;
@@ -54,6 +65,7 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
       parallelism.data.ranks = shape.ranks();
       parallelism.data.zero_stage = stage;
       parallelism.data.offload_optimizer = offload;
+      parallelism.data.comm_hook = hook;
       try {
         models::check_data_parallel(parallelism.data);  // the section's other settings may not suit this stage
       } catch (const std::invalid_argument& e) {
@@ -84,6 +96,7 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
       units.push_back({std::move(scenario), std::move(unit)});
     }
   }
+  if (skipped_hooks) search.notes.push_back("DDP's communication hooks are tried with PyTorch DDP (stage 0) only");
   if (skipped_pairs) {
     search.notes.push_back("optimizer offload is tried with the ZeRO stages that have it: cpu with stages 1-3, deep_optimizer_states with stage 3; "
                            "DDP (stage 0) keeps its optimizer on the GPU");
@@ -100,6 +113,7 @@ void gather_candidates(BatchSizePlan& out, std::vector<BatchSizePlan>& unit_plan
       candidate.shape = unit_plans[u].cluster;
       candidate.zero_stage = unit_plans[u].zero_stage;
       candidate.offload_optimizer = unit_plans[u].offload_optimizer;
+      candidate.comm_hook = unit_plans[u].comm_hook;
       candidate.plan = std::move(plan);
       search.candidates.push_back(std::move(candidate));
     }

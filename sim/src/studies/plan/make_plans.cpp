@@ -95,6 +95,7 @@ BatchSizePlan plan_header(const PlanRequest& r, const PreparedScenario& prepared
     plan.zero_stage = r.scenario.parallelism->data.zero_stage;
     plan.fsdp = r.scenario.parallelism->data.fsdp.has_value();
     plan.offload_optimizer = r.scenario.parallelism->data.offload_optimizer;
+    plan.comm_hook = r.scenario.parallelism->data.comm_hook;
     // FSDP2's CPU offload steps every shard on the host: reported as the optimizer on the CPU.
     if (const auto& fsdp = r.scenario.parallelism->data.fsdp; fsdp && fsdp->cpu_offload) plan.offload_optimizer = models::OptimizerOffloadSpec{};
   }

@@ -69,12 +69,15 @@ struct PlanSection {
   // CPU) and Deep Optimizer States with each gap k (`deep_optimizer_states`). The parallelism
   // section's other offload keys (part_grads_async) are kept. Empty: the scenario's own.
   std::vector<std::optional<models::OptimizerOffloadSpec>> offload_optimizer;
+  // plan.comm_hooks: DDP's communication hooks to try (none, fp16, bf16, powersgd; one
+  // candidate each, with PyTorch DDP only). Empty: the scenario's own.
+  std::vector<models::DdpCommHook> comm_hooks;
   // plan.checkpoint_overhead: the checkpoint's cost per iteration as a fraction of the iteration
   // that the checkpoint interval may cost; the report gives the smallest interval meeting it (sim/io.hpp).
   std::optional<double> checkpoint_overhead;
   std::optional<EnergyBudget> energy_budget;  // plan.energy_budget
 
-  bool searches_clusters() const { return !cluster_sizes.empty() || !zero_stages.empty() || !offload_optimizer.empty(); }
+  bool searches_clusters() const { return !cluster_sizes.empty() || !zero_stages.empty() || !offload_optimizer.empty() || !comm_hooks.empty(); }
 };
 
 }  // namespace comptrain::sim

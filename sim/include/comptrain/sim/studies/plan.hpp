@@ -178,6 +178,7 @@ struct ClusterCandidate {
   ClusterShape shape;
   int zero_stage = 0;   // 0: PyTorch DDP
   std::optional<models::OptimizerOffloadSpec> offload_optimizer;  // where the optimizer steps; nullopt: the GPU
+  models::DdpCommHook comm_hook = models::DdpCommHook::none;       // DDP's communication hook
   StrategyPlan plan;
   bool fits() const { return plan.best_batch.has_value(); }
   bool accumulation_estimated() const { return plan.accumulation_steps > 1 && !plan.accumulation_simulated; }
@@ -187,6 +188,7 @@ struct ClusterSearch {
   std::vector<ClusterShape> shapes;   // as planned (sizes left out are in notes)
   std::vector<int> zero_stages;
   std::vector<std::optional<models::OptimizerOffloadSpec>> offload_optimizer;  // as planned (plan.offload_optimizer)
+  std::vector<models::DdpCommHook> comm_hooks;  // as planned (plan.comm_hooks)
   std::vector<ClusterCandidate> candidates;  // by size, then stage, then optimizer place, then strategy
   std::optional<std::size_t> fastest;        // the highest global samples/s among those that fit
   std::vector<std::string> notes;
@@ -212,6 +214,7 @@ struct BatchSizePlan {
   int zero_stage = 0;
   bool fsdp = false;  // parallelism.fsdp: PyTorch FSDP2 (zero_stage 3), for every configuration of the plan
   std::optional<models::OptimizerOffloadSpec> offload_optimizer;  // where the optimizer steps (parallelism section); nullopt: the GPU
+  models::DdpCommHook comm_hook = models::DdpCommHook::none;       // parallelism.ddp.comm_hook
   std::vector<StrategyPlan> strategies;       // empty for a cluster search
   std::optional<ClusterSearch> cluster_search;  // the scenario has plan.gpus, plan.nodes or plan.zero_stages
   // The scenario has a data: or checkpoint: section: fitting points carry the I/O simulation.

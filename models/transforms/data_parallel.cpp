@@ -26,22 +26,16 @@ using traces::Phase;
 Transform::Transform(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec, const Platform* platform)
     : ScheduleEdit(schedule), trace_(trace), spec_(spec), platform_(platform) {}
 
-namespace {
-
-// A memory-bound kernel's time and power on the platform's GPU: `bytes` read and written at the
-// GPU's memory bandwidth x its default memory efficiency, plus `launches` launch gaps.
 KernelRun memory_bound_kernels(const Platform& platform, double bytes, int launches) {
   const double memory = bytes / (platform.gpu.memory_bandwidth * platform.efficiency.memory_default);
   return run_kernel(platform.gpu, KernelWork{0.0, memory, launches * platform.gpu.launch_overhead});
 }
 
-}  // namespace
-
 // PyTorch's fp16/bf16 compress hooks (DdpCommHook): the cast and the division on the compute
 // stream once the bucket is ready (the reducer calls the hook from the autograd thread), the
 // all-reduce of the 16-bit tensor, then the copy back into the bucket after it (on the comm
 // stream: the future's callback runs on streams that wait for the all-reduce).
-std::optional<Transform::HookTasks> Transform::compress_bucket(const Bucket& bucket, Task& all_reduce, TaskId ready, std::size_t index) {
+std::optional<Task> Transform::compress_bucket(const Bucket& bucket, Task& all_reduce, TaskId ready, std::size_t index) {
   if (platform_ == nullptr) throw std::invalid_argument("a DDP compression hook needs the platform (its GPU's memory bandwidth)");
   const traces::DType gradient = trace_.tensor(*s_.buffers[bucket.gradients.front()].tensor).dtype;
   const traces::DType to = spec_.comm_hook == DdpCommHook::fp16 ? traces::DType::f16 : traces::DType::bf16;
@@ -63,7 +57,7 @@ std::optional<Transform::HookTasks> Transform::compress_bucket(const Bucket& buc
   compress.seconds = work.seconds;
   compress.watts = work.watts;
   compress.name = task_name((hook + " compress hook: cast and division of gradient bucket").c_str(), index, bucket.bytes);
-  HookTasks tasks;
+  std::optional<Task> copy_back;
   if (cast) {
     const BufferId compressed = add_buffer(hook + " copy of gradient bucket " + std::to_string(index), compressed_bytes, MemoryRole::temporary, false);
     compress.creates.push_back(compressed);
@@ -77,11 +71,11 @@ std::optional<Transform::HookTasks> Transform::compress_bucket(const Bucket& buc
     decompress.seconds = back.seconds;
     decompress.watts = back.watts;
     decompress.name = task_name((hook + " compress hook: copy back into gradient bucket").c_str(), index, bucket.bytes);
-    tasks.decompress = std::move(decompress);
+    copy_back = std::move(decompress);
   }
   all_reduce.bytes = compressed_bytes;
   all_reduce.after = {add_task(std::move(compress), ready + 1)};
-  return tasks;
+  return copy_back;
 }
 
 // PowerSGD (DdpCommHook::powersgd) on one bucket, in PyTorch's order (powerSGD_hook.py, steady
@@ -131,8 +125,9 @@ TaskId Transform::power_sgd_bucket(const Bucket& bucket, const Task& plain, Task
   const auto kernels = [&](double kernel_flops, double bytes, double launches) {
     return run_kernel(platform_->gpu, KernelWork{kernel_flops / compute, bytes / bandwidth, launches * platform_->gpu.launch_overhead});
   };
-  // Gram-Schmidt over an x r matrix: per column a norm and a division, and a projection of the
-  // rest: about 2r + 1 reads and writes of it.
+  // Gram-Schmidt over an x r matrix: per column a norm and a division (two launches), and a
+  // projection of the rest: about 2r + 1 reads and writes of it. Launches per stage: its
+  // orthogonalizations' 2r per matrix, one matmul per matrix, and its elementwise kernels.
   const auto orthogonalize_bytes = [&](double elements) { return elements * size * (2.0 * spec_.powersgd.rank + 1.0); };
   const std::string at = " of gradient bucket " + std::to_string(index);
   const BufferId error = add_buffer("PowerSGD error feedback" + at, bucket.bytes, MemoryRole::gradient);
@@ -165,7 +160,7 @@ TaskId Transform::power_sgd_bucket(const Bucket& bucket, const Task& plain, Task
   Task first = task(TaskKind::compress, Stream::compute, "PowerSGD: error feedback, Q orthogonalization and P = MQ",
                     kernels(flops, 3 * bucket_bytes + 2 * bucket_bytes + 2 * uncompressed * size + orthogonalize_bytes(q_elements) +
                                        (compressed + q_elements + p_elements) * size,
-                            3.0 + (2.0 * rank_sum + 1.0) + matrices));
+                            3.0 + 2.0 * rank_sum + matrices));
   first.after = {ready};
   first.uses.insert(first.uses.end(), {error, low_rank});
   first.creates = {clone};
@@ -184,7 +179,7 @@ TaskId Transform::power_sgd_bucket(const Bucket& bucket, const Task& plain, Task
   all_reduce_p.after = {compress};
   add_task(std::move(all_reduce_p), ready + 1);
   Task second = task(TaskKind::compress, Stream::comm, "PowerSGD: P orthogonalization and Q = M^T P",
-                     kernels(flops, orthogonalize_bytes(p_elements) + (compressed + p_elements + q_elements) * size, (2.0 * rank_sum + 1.0) + matrices));
+                     kernels(flops, orthogonalize_bytes(p_elements) + (compressed + p_elements + q_elements) * size, 2.0 * rank_sum + matrices));
   second.uses.push_back(low_rank);
   add_task(std::move(second), ready + 1);
   add_task(collective("PowerSGD: all-reduce of the Qs", q_elements, low_rank), ready + 1);
@@ -273,13 +268,13 @@ std::optional<TaskId> Transform::run() {
       last_reduction = power_sgd_bucket(bucket, c, ready, index++);
       continue;
     }
-    std::optional<HookTasks> hook;
-    if (spec_.zero_stage == 0 && spec_.comm_hook != DdpCommHook::none) hook = compress_bucket(bucket, c, ready, index);
+    std::optional<Task> copy_back;
+    if (spec_.zero_stage == 0 && spec_.comm_hook != DdpCommHook::none) copy_back = compress_bucket(bucket, c, ready, index);
     ++index;
     last_reduction = add_task(std::move(c), ready + 1);
-    if (hook && hook->decompress) {
-      hook->decompress->after = {*last_reduction};
-      last_reduction = add_task(std::move(*hook->decompress), ready + 1);
+    if (copy_back) {
+      copy_back->after = {*last_reduction};
+      last_reduction = add_task(std::move(*copy_back), ready + 1);
     }
     std::vector<TaskId> copies;
     if (spec_.offload_optimizer) copies = offload_gradients(bucket, *last_reduction, ready);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "comptrain/models/data_parallel.hpp"
+#include "comptrain/models/kernel_power.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/schedule.hpp"
 #include "comptrain/traces/trace.hpp"
@@ -24,6 +25,11 @@
 namespace comptrain::models::transform_detail {
 
 inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+
+// Memory-bound kernels' time and power on the platform's GPU: `bytes` read and written at the
+// GPU's memory bandwidth x its default memory efficiency, plus `launches` launch gaps (the
+// transforms' own kernels: DDP's hooks, ZeRO++'s quantization).
+KernelRun memory_bound_kernels(const Platform& platform, double bytes, int launches);
 
 class Transform : public ScheduleEdit {
  public:
@@ -41,14 +47,10 @@ class Transform : public ScheduleEdit {
     std::int64_t bytes = 0;
     TaskId ready = 0;
   };
-  // A DDP compression hook's tasks beside the all-reduce (DdpCommHook): the copy back, which
-  // follows the all-reduce (none where the gradients already have the hook's type).
-  struct HookTasks {
-    std::optional<Task> decompress;
-  };
-  // Adds the hook's compress task before `all_reduce` (which it then waits for, with the 16-bit
-  // bytes and the 16-bit copy) and returns the copy back to add after it.
-  std::optional<HookTasks> compress_bucket(const Bucket& bucket, Task& all_reduce, TaskId ready, std::size_t index);
+  // A DDP fp16/bf16 hook: adds its compress task before `all_reduce` (which it then waits for,
+  // with the 16-bit bytes and the 16-bit copy) and returns the copy back to add after it (none
+  // where the gradients already have the hook's type).
+  std::optional<Task> compress_bucket(const Bucket& bucket, Task& all_reduce, TaskId ready, std::size_t index);
   // PowerSGD's tasks for one bucket (`plain`: the all-reduce it replaces, for the buffers it
   // reads); returns the last, after which the bucket holds the reduced gradients.
   TaskId power_sgd_bucket(const Bucket& bucket, const Task& plain, TaskId ready, std::size_t index);

@@ -213,13 +213,12 @@ std::optional<Task> Transform::quantize_gather(Task& gather, std::int64_t bytes,
   const double e = static_cast<double>(elements);
   const double share = e / spec_.ranks;
   const double element_size = elements > 0 ? static_cast<double>(bytes) / e : 2.0;
-  const double bandwidth = platform_->gpu.memory_bandwidth * platform_->efficiency.memory_default;
   Task quantize;
   quantize.kind = TaskKind::compress;
   quantize.stream = Stream::comm;
   quantize.after = gather.after;
   quantize.uses = gather.uses;
-  const KernelRun q = run_kernel(platform_->gpu, KernelWork{0.0, share * (element_size + 1) / bandwidth, platform_->gpu.launch_overhead});
+  const KernelRun q = memory_bound_kernels(*platform_, share * (element_size + 1), 1);
   quantize.seconds = q.seconds;
   quantize.watts = q.watts;
   quantize.name = task_name("qwZ quantization of parameters", index, bytes);
@@ -231,7 +230,7 @@ std::optional<Task> Transform::quantize_gather(Task& gather, std::int64_t bytes,
   dequantize.stream = Stream::comm;
   dequantize.creates = gathered;
   dequantize.uses = {int8};
-  const KernelRun d = run_kernel(platform_->gpu, KernelWork{0.0, e * (1 + element_size) / bandwidth, platform_->gpu.launch_overhead});
+  const KernelRun d = memory_bound_kernels(*platform_, e * (1 + element_size), 1);
   dequantize.seconds = d.seconds;
   dequantize.watts = d.watts;
   dequantize.name = task_name("qwZ dequantization of parameters", index, bytes);

@@ -233,7 +233,9 @@ TEST(DataParallel, PowerSgdSendsLowRankFactorsAndTheRestAsTheyAre) {
     const Task& task = s.tasks[t];
     if (task.name.find("PowerSGD") == std::string::npos) continue;
     EXPECT_EQ(task.stream, task.name.find("error feedback, Q orthogonalization") != std::string::npos ? Stream::compute : Stream::comm) << task.name;
-    EXPECT_GT(task.kind == TaskKind::collective ? 1.0 : task.seconds, 0.0) << task.name;
+    if (task.kind != TaskKind::collective) {
+      EXPECT_GT(task.seconds, 0.0) << task.name;
+    }
     last = t;
   }
   const auto first_optimizer = std::find_if(s.tasks.begin(), s.tasks.end(), [&](const Task& t) { return phase_of(trace, t) == traces::Phase::optimizer; });

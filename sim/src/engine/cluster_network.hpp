@@ -199,7 +199,7 @@ class ClusterNetwork {
   // links carry nothing but collectives: the NVLink ports, the NICs and the network, never the
   // PCIe links and host memory that copies take (a node without NVLink sends its GPUs' peer
   // traffic over PCIe; a node of one GPU sends none).
-  bool collective_links_are_their_own() const;
+  static bool collective_links_are_their_own(const models::Platform& platform, ClusterShape shape);
   // From now on, a collective that repeats one this network has already run (the same kind,
   // bytes, algorithm and groups) takes the first one's time without its flows being simulated
   // again: the caller (the replay) guarantees that collectives run one at a time and that

@@ -430,10 +430,12 @@ void ClusterNetwork::run_collective(models::CollectiveKind kind, std::int64_t by
   collective_now_ = CollectiveNow{};
 }
 
-bool ClusterNetwork::collective_links_are_their_own() const { return shape_.gpus_per_node == 1 || platform_.gpu_link.bandwidth > 0; }
+bool ClusterNetwork::collective_links_are_their_own(const models::Platform& platform, ClusterShape shape) {
+  return shape.gpus_per_node == 1 || platform.gpu_link.bandwidth > 0;
+}
 
 void ClusterNetwork::reuse_collective_times(bool link_energy) {
-  if (!collective_links_are_their_own()) {
+  if (!collective_links_are_their_own(platform_, shape_)) {
     throw std::logic_error("collective times reused on a node without NVLink, whose collectives share the PCIe links with copies");
   }
   reuse_ = true;

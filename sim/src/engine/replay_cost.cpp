@@ -59,9 +59,7 @@ bool collective_times_reused(const models::Platform& platform, const models::Sch
     if (stream && *stream != task.stream) return false;
     stream = task.stream;
   }
-  // The links collectives take (ClusterNetwork): NVLink ports, NICs and the network; without
-  // NVLink a node's GPUs reach each other over their PCIe links, which copies take too.
-  return shape.gpus_per_node == 1 || platform.gpu_link.bandwidth > 0;
+  return detail::ClusterNetwork::collective_links_are_their_own(platform, shape);
 }
 
 ReplayCost estimate_replay_cost(const models::Platform& platform, const models::Schedule& schedule, ClusterShape shape) {

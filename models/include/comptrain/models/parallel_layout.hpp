@@ -1,0 +1,97 @@
+#pragma once
+// How a model is split over the GPUs of a run, as Megatron-LM and torchtitan split it: tensor (T),
+// context (C), expert (E), data (D) and pipeline (P) parallelism, with the virtual pipeline
+// stages of the interleaved schedule and sequence parallelism. The data-parallel degree is what
+// the GPU count leaves: D = GPUs / (T x C x P). Expert parallelism splits the D x C ranks that
+// share a tensor and pipeline index (Megatron-LM's MoE layers use ETP x EP x EDP x PP, the
+// attention TP x CP x DP x PP: megatron/core/transformer/moe/README.md, "MoE parallel folding").
+// Sources and formulas: shared/reference/parallelism.md and models/README.md, "Model parallelism".
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "comptrain/models/schedule.hpp"
+
+namespace comptrain::models {
+
+// The pipeline schedules (models/pipeline_schedule.hpp builds their per-stage orders):
+//   gpipe        all forwards, then all backwards (Huang et al. 2019, arXiv 1811.06965)
+//   1f1b         PipeDream-Flush / Megatron's non-interleaved schedule (Narayanan et al. SC'21 §2.2.1)
+//   interleaved  Megatron's interleaved 1F1B over virtual_stages chunks per rank (SC'21 §2.2.2)
+//   zero_bubble  ZB-H1 (Qi et al. 2024, arXiv 2401.10241 §2.1): the backward split into the
+//                input-gradient and the weight-gradient pass, the latter filling the bubble
+enum class PipelineSchedule : unsigned char { gpipe, one_f_one_b, interleaved, zero_bubble };
+std::string_view to_string(PipelineSchedule schedule);  // as the scenario writes it: "1f1b", ...
+std::optional<PipelineSchedule> pipeline_schedule_from_string(std::string_view text);
+
+// A communication group of the layout, as the trace's collective ops name theirs.
+enum class ParallelGroup : unsigned char {
+  tensor,         // T consecutive ranks (one NVLink domain when T divides a node's GPUs)
+  context,        // C ranks T apart
+  data,           // the D x C ranks that hold the same dense parameters (Megatron: DP x CP)
+  expert,         // E ranks of the expert-parallel group (within the D x C ranks)
+  expert_data,    // the D x C / E ranks that hold the same experts
+  pipeline,       // P ranks T x C x D apart (the stages of one model replica)
+};
+std::string_view to_string(ParallelGroup group);
+
+struct ParallelLayout {
+  int tensor = 1;
+  int pipeline = 1;
+  int context = 1;
+  int expert = 1;
+  int virtual_stages = 1;  // model chunks per pipeline rank (interleaved schedule only)
+  bool sequence_parallel = false;
+  PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
+  // Layers of each pipeline stage (P x virtual_stages entries, summing to the model's layers);
+  // empty: as even as possible, the first stages taking one more when the count does not divide
+  // (Megatron-DeepSpeed's uniform partition).
+  std::vector<int> pipeline_layers;
+
+  int model_parallel() const { return tensor * context * pipeline; }
+  bool is_data_parallel_only() const { return model_parallel() == 1 && expert == 1; }
+  friend bool operator==(const ParallelLayout&, const ParallelLayout&) = default;
+};
+
+// What of the model the layout's divisibility rules look at.
+struct LayoutModel {
+  int layers = 0;
+  int heads = 0;
+  int kv_heads = 0;   // 0: as many as heads
+  int experts = 0;    // routed experts per MoE layer; 0: a dense model
+  long long vocab = 0;
+  long long seq_len = 0;
+};
+
+// One broken rule: the scenario key it is about ("tensor", "pipeline_layers", ...) and what was
+// expected, for the reader to place at that key's line.
+struct LayoutProblem {
+  std::string field;
+  std::string message;
+};
+
+// Every rule the layout breaks for `model` on `gpus` GPUs, in the order of the keys: degrees >= 1;
+// T x C x P divides the GPUs; T divides the heads and the KV heads; E divides the experts and
+// D x C (the ranks it splits), and needs an MoE model; C x 2 divides the sequence (load-balanced
+// chunks); P x virtual_stages <= layers; virtual_stages > 1 only with the interleaved schedule
+// (which needs P > 1 and, as Megatron's asserts, micro-batches a multiple of P: checked where
+// the micro-batch count is known); sequence_parallel needs T > 1; pipeline_layers has P x V
+// positive entries summing to the layers. Empty: the layout is valid.
+std::vector<LayoutProblem> check_layout(const ParallelLayout& layout, const LayoutModel& model, int gpus);
+
+// D = gpus / (T x C x P); the layout must divide the GPUs.
+int data_parallel_degree(const ParallelLayout& layout, int gpus);
+
+// The ranks a group runs over, as a dimension of the rank mesh in Megatron-LM's order
+// tp-cp-ep-dp-pp (megatron/core/parallel_state.py): rank = t + T(c + C(d + D p)), the expert
+// index splitting (c, d) with E consecutive blocks of T ranks. RankGroups{size, stride} as the
+// replay takes it (models/schedule.hpp).
+RankGroups rank_groups(const ParallelLayout& layout, int gpus, ParallelGroup group);
+
+// The layers of each pipeline stage (stage-major, P x virtual_stages entries): the given
+// pipeline_layers, or the uniform partition.
+std::vector<int> stage_layers(const ParallelLayout& layout, int layers);
+
+}  // namespace comptrain::models

@@ -45,9 +45,10 @@ struct ParallelLayout {
   int virtual_stages = 1;  // model chunks per pipeline rank (interleaved schedule only)
   bool sequence_parallel = false;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
-  // Layers of each pipeline stage (P x virtual_stages entries, summing to the model's layers);
-  // empty: as even as possible, the first stages taking one more when the count does not divide
-  // (Megatron-DeepSpeed's uniform partition).
+  // Layers of each virtual pipeline stage in model order (P x virtual_stages entries, summing to
+  // the model's layers; stage_layers below says which rank runs which); empty: as even as
+  // possible, the first stages taking one more when the count does not divide (Megatron-
+  // DeepSpeed's uniform partition, DeepSpeed's partition_uniform).
   std::vector<int> pipeline_layers;
 
   int model_parallel() const { return tensor * context * pipeline; }
@@ -56,6 +57,7 @@ struct ParallelLayout {
 };
 
 // What of the model the layout's divisibility rules look at.
+// layers, heads, seq_len 0: not known, and the rules about them are not checked.
 struct LayoutModel {
   int layers = 0;
   int heads = 0;
@@ -76,22 +78,31 @@ struct LayoutProblem {
 // T x C x P divides the GPUs; T divides the heads and the KV heads; E divides the experts and
 // D x C (the ranks it splits), and needs an MoE model; C x 2 divides the sequence (load-balanced
 // chunks); P x virtual_stages <= layers; virtual_stages > 1 only with the interleaved schedule
-// (which needs P > 1 and, as Megatron's asserts, micro-batches a multiple of P: checked where
-// the micro-batch count is known); sequence_parallel needs T > 1; pipeline_layers has P x V
-// positive entries summing to the layers. Empty: the layout is valid.
+// (which needs P > 1, virtual_stages >= 2 and, as Megatron's asserts, micro-batches a multiple
+// of P: checked where the micro-batch count is known); sequence_parallel needs T > 1;
+// pipeline_layers has P x V positive entries summing to the layers. Degrees below 1 are
+// reported alone (the other rules divide by them). Empty: the layout is valid.
 std::vector<LayoutProblem> check_layout(const ParallelLayout& layout, const LayoutModel& model, int gpus);
 
-// D = gpus / (T x C x P); the layout must divide the GPUs.
+// D = gpus / (T x C x P). Throws std::invalid_argument when a degree is below 1 or T x C x P
+// does not divide the GPUs.
 int data_parallel_degree(const ParallelLayout& layout, int gpus);
 
 // The ranks a group runs over, as a dimension of the rank mesh in Megatron-LM's order
 // tp-cp-ep-dp-pp (megatron/core/parallel_state.py): rank = t + T(c + C(d + D p)), the expert
 // index splitting (c, d) with E consecutive blocks of T ranks. RankGroups{size, stride} as the
-// replay takes it (models/schedule.hpp).
+// replay takes it (models/schedule.hpp):
+//   tensor {T, 1}   context {C, T}   data {D x C, T}   expert {E, T}
+//   expert_data {D x C / E, T x E}   pipeline {P, T x C x D}
+// Throws std::invalid_argument where data_parallel_degree does, and for the expert groups when
+// E does not divide D x C.
 RankGroups rank_groups(const ParallelLayout& layout, int gpus, ParallelGroup group);
 
-// The layers of each pipeline stage (stage-major, P x virtual_stages entries): the given
-// pipeline_layers, or the uniform partition.
+// The layers of each virtual pipeline stage, in model order (P x virtual_stages entries): entry
+// j is virtual stage j, which pipeline rank j mod P runs as its model chunk j / P (Megatron's
+// interleaved assignment: rank r's chunk k holds virtual stage k x P + r). The given
+// pipeline_layers, or the uniform partition of `layers` over the P x V virtual stages. Throws
+// std::invalid_argument when a degree is below 1 or there are fewer layers than stages.
 std::vector<int> stage_layers(const ParallelLayout& layout, int layers);
 
 }  // namespace comptrain::models

@@ -23,6 +23,7 @@
 
 #include "calibrate_command.hpp"
 #include "compress_command.hpp"
+#include "import_command.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/did_you_mean.hpp"
 #include "comptrain/support/input_error.hpp"
@@ -351,6 +352,7 @@ int run_command_line(int argc, char** argv) {
       comptrain::cli::add_merge_command(app),
       comptrain::cli::add_calibrate_command(app),
       comptrain::cli::add_validate_command(app),
+      comptrain::cli::add_import_command(app),
   };
   add_version_flags(app, version_line);
 

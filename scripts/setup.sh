@@ -9,6 +9,7 @@ packages=(
   libsimgrid-dev            # event engine and network model (SimGrid s4u), found through pkg-config
   libboost-graph-dev        # the op DAG
   libyaml-cpp-dev           # scenarios
+  libtomlplusplus-dev       # `comptrain import`: torchtitan's TOML job files
   libfmt-dev                # output formatting
   libcli11-dev              # command line
   nlohmann-json3-dev        # trace files (JSON)

@@ -67,7 +67,7 @@ expect_usage() {
     sed 's/^/    /' <<<"$out" | head -20
   fi
 }
-expect_usage '^comptrain: error: no command given; expected one of: trace, simulate, compress, decompress, plan, merge, calibrate, validate, help$' --
+expect_usage '^comptrain: error: no command given; expected one of: trace, simulate, compress, decompress, plan, merge, calibrate, validate, import, help$' --
 expect_usage "^comptrain: error: unknown command 'not-a-command'; expected one of: trace, simulate, .*calibrate" -- not-a-command
 expect_usage "unknown command 'trace nope'; expected one of: list, show, export, import" -- trace nope
 expect_usage "unknown option '--bogus'; expected one of: .*--batch" -- simulate --bogus
@@ -358,6 +358,15 @@ printf 'model: {zoo: gpt, layers: 2, hidden: 64, heads: 4, seq_len: 16, vocab: 1
 expect 0 'peak' -- simulate "$work/inbwd.yaml"
 printf 'model: {zoo: gpt2, layers: 2, seq_len: 256}\ntraining: {precision: mixed, optimizer: adafactor}\nplatform: a100-80gb\nparallelism: {gpus_per_node: 2, zero: {stage: 3, offload_optimizer: {device: cpu}}}\n' >"$work/offload-adafactor.yaml"
 expect 2 "offload-adafactor.yaml:2:41: 'training.optimizer' is adafactor with an optimizer offload" -- simulate "$work/offload-adafactor.yaml"
+
+# comptrain import: a Megatron-LM launch line and a torchtitan job as scenarios, read back by trace show.
+expect 0 'imported .*llama2-70b-tp8-pp4.sh \(megatron\)' -- import "$data/import/llama2-70b-tp8-pp4.sh" --platform dgx-h100-superpod -o "$work/imported-70b.yaml"
+expect 0 'parameters +68,989,231,104' -- trace show "$work/imported-70b.yaml"
+expect 0 'imported .*llama3-8b-torchtitan.toml \(torchtitan\)' -- import "$data/import/llama3-8b-torchtitan.toml" --platform dgx-h100-superpod -o "$work/imported-8b.yaml"
+expect 0 'peak' -- simulate "$work/imported-8b.yaml"
+printf -- '--num-layers 2 --hidden-size 64\n--num-attention-heads x\n' >"$work/bad-args.sh"
+expect 2 "bad-args.sh:2: --num-attention-heads is 'x'; expected an integer" -- import "$work/bad-args.sh" --platform h100-80gb -o "$work/never.yaml"
+expect_usage "missing option --platform" -- import "$data/import/llama3-8b-torchtitan.toml" -o -
 
 echo "cli: $passed passed, $failed failed"
 [[ $failed -eq 0 ]]

@@ -7,12 +7,15 @@
 #include <vector>
 
 #include "comptrain/models/module_pattern.hpp"
+#include "comptrain/models/parallel_layout.hpp"
 
 namespace comptrain::sim {
 
 ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, const std::optional<models::Platform>& platform) const {
   require_map(node, "parallelism");
-  check_keys(node, "parallelism", {"nodes", "gpus_per_node", "ddp", "zero", "fsdp"});
+  check_keys(node, "parallelism",
+             {"nodes", "gpus_per_node", "ddp", "zero", "fsdp", "tensor", "pipeline", "context", "expert", "virtual_stages", "sequence_parallel",
+              "pipeline_schedule", "pipeline_layers"});
   ParallelismSection p;
   // At most 1,000,000 GPUs: far beyond any machine, and nodes x GPUs stays an int.
   constexpr std::int64_t kMaxGpus = 1'000'000;
@@ -38,6 +41,7 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
   p.nodes_position = position_of(node["nodes"] ? node["nodes"].Mark() : node.Mark());
   p.gpus_per_node_position = position_of(node["gpus_per_node"] ? node["gpus_per_node"].Mark() : node.Mark());
   p.data.ranks = p.nodes * p.gpus_per_node;
+  read_layout(node, p);
   const YAML::Node ddp = node["ddp"];
   const YAML::Node zero = node["zero"];
   const YAML::Node fsdp = node["fsdp"];
@@ -166,6 +170,57 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
     }
   }
   return p;
+}
+
+// The model-parallel degrees (models/parallel_layout.hpp). Each key's place is kept: the rules that
+// need the model (heads, experts, layers) and the GPU count (--platform, plan.gpus may change it)
+// are checked when the scenario is prepared (sim/run/run.cpp), at the line of the key they are about.
+void ScenarioReader::read_layout(const YAML::Node& node, ParallelismSection& p) const {
+  models::ParallelLayout& layout = p.layout;
+  constexpr std::int64_t kMaxDegree = 1'000'000;  // as the GPU count's bound
+  const auto degree = [&](const char* key, int& into) {
+    const YAML::Node n = node[key];
+    p.layout_positions[key] = where(n ? n.Mark() : node.Mark());
+    if (!n) return;
+    const std::int64_t value = *optional_positive(node, key, "parallelism");
+    if (value > kMaxDegree) {
+      throw InputError(where(n.Mark()) + "'parallelism." + key + "' is " + n.Scalar() + "; expected at most 1000000");
+    }
+    into = static_cast<int>(value);
+  };
+  degree("tensor", layout.tensor);
+  degree("pipeline", layout.pipeline);
+  degree("context", layout.context);
+  degree("expert", layout.expert);
+  degree("virtual_stages", layout.virtual_stages);
+  for (const char* key : {"sequence_parallel", "pipeline_schedule", "pipeline_layers"}) {
+    p.layout_positions[key] = where(node[key] ? node[key].Mark() : node.Mark());
+  }
+  if (const YAML::Node sp = node["sequence_parallel"]) layout.sequence_parallel = boolean(sp, "parallelism.sequence_parallel");
+  if (const YAML::Node schedule = node["pipeline_schedule"]) {
+    const std::string name = scalar(schedule, "parallelism.pipeline_schedule");
+    const auto parsed = models::pipeline_schedule_from_string(name);
+    if (!parsed) {
+      throw InputError(where(schedule.Mark()) + "'parallelism.pipeline_schedule' is '" + name +
+                       "'; expected gpipe, 1f1b (Megatron-LM's default), interleaved (with virtual_stages) or zero_bubble (ZB-H1)");
+    }
+    layout.schedule = *parsed;
+  } else if (layout.virtual_stages > 1) {
+    layout.schedule = models::PipelineSchedule::interleaved;  // Megatron: --num-layers-per-virtual-pipeline-stage selects it
+  }
+  if (const YAML::Node layers = node["pipeline_layers"]) {
+    if (!layers.IsSequence() || layers.size() == 0) {
+      throw InputError(where(layers.Mark()) + "'parallelism.pipeline_layers' must be a non-empty list of layer counts, one per pipeline stage");
+    }
+    for (const auto& item : layers) {
+      std::int64_t count = 0;
+      if (!item.IsScalar() || !YAML::convert<std::int64_t>::decode(item, count) || count < 1 || count > kMaxDegree) {
+        throw InputError(where(item.Mark()) + "'parallelism.pipeline_layers' holds '" + (item.IsScalar() ? item.Scalar() : std::string("a collection")) +
+                         "'; expected positive layer counts");
+      }
+      layout.pipeline_layers.push_back(static_cast<int>(count));
+    }
+  }
 }
 
 // parallelism.fsdp (models/transforms/README.md, "FSDP2"): {units: [module patterns],

@@ -10,6 +10,8 @@
 #include "comptrain/models/strategy_yaml.hpp"
 #include "comptrain/support/atomic_file.hpp"
 
+#include <nlohmann/json.hpp>
+
 namespace comptrain::sim {
 
 ScenarioReader::ScenarioReader(std::string_view source, std::filesystem::path base_dir) : yaml::Reader(source), base_dir_(std::move(base_dir)) {}
@@ -127,6 +129,41 @@ void ScenarioReader::read_training_options(const YAML::Node& training, Scenario&
   }
 }
 
+namespace {
+
+nlohmann::json json_of(const YAML::Node& node) {
+  if (node.IsMap()) {
+    nlohmann::json object = nlohmann::json::object();
+    for (const auto& item : node) object[item.first.Scalar()] = json_of(item.second);
+    return object;
+  }
+  if (node.IsSequence()) {
+    nlohmann::json array = nlohmann::json::array();
+    for (const auto& item : node) array.push_back(json_of(item));
+    return array;
+  }
+  if (node.IsNull()) return nullptr;
+  // A scalar as JSON reads it: an integer, a number, true/false, null, else a string.
+  const std::string& text = node.Scalar();
+  if (node.Tag() != "!") {  // unquoted
+    std::int64_t integer = 0;
+    double number = 0;
+    bool flag = false;
+    if (YAML::convert<std::int64_t>::decode(node, integer)) return integer;
+    if (YAML::convert<double>::decode(node, number)) return number;
+    if (YAML::convert<bool>::decode(node, flag) && (text == "true" || text == "false")) return flag;
+  }
+  return text;
+}
+
+}  // namespace
+
+// An inline mapping as the JSON text a config.json would hold.
+std::string ScenarioReader::json_text_of(const YAML::Node& node, const std::string& field) const {
+  if (!node.IsMap()) throw InputError(where(node.Mark()) + "'" + field + "' must be a file name or a mapping");
+  return json_of(node).dump();
+}
+
 // model: a zoo model, a Hugging Face config or a trace file, with the training keys that apply to it.
 void ScenarioReader::read_model(const YAML::Node& model, const YAML::Node& training, Scenario& scenario) {
   const bool has_zoo = static_cast<bool>(model["zoo"]);
@@ -141,14 +178,19 @@ void ScenarioReader::read_model(const YAML::Node& model, const YAML::Node& train
     if (has_hf) {
       // The zoo reads the config (zoo::spec_from_hf_config); the sequence length is the
       // scenario's: a config gives only the longest one its positions allow.
-      std::filesystem::path path = scalar(model["hf_config"], "model.hf_config");
-      if (!path.is_absolute()) path = base_dir_ / path;
+      // A path to a config.json, or the config itself as a mapping (what `comptrain import`
+      // writes from a Megatron-LM or torchtitan job, so that one file holds the scenario).
+      const YAML::Node config = model["hf_config"];
+      const bool inline_config = config.IsMap();
+      std::filesystem::path path = inline_config ? std::filesystem::path(source()) : std::filesystem::path(scalar(config, "model.hf_config"));
+      if (!inline_config && !path.is_absolute()) path = base_dir_ / path;
       // The config's errors (cannot read it, a field it lacks or the zoo does not model) are the
       // scenario's at its hf_config line; the message names the config's field after it.
       try {
-        request = zoo::spec_from_hf_config(read_file(path), path.string());
+        request = inline_config ? zoo::spec_from_hf_config(json_text_of(config, "model.hf_config"), where(config.Mark()) + "model.hf_config")
+                                : zoo::spec_from_hf_config(read_file(path), path.string());
       } catch (const InputError& e) {
-        throw InputError(where(model["hf_config"].Mark()) + "model.hf_config: " + e.what());
+        throw InputError(where(config.Mark()) + "model.hf_config: " + e.what());
       }
       if (!model["seq_len"]) {
         throw InputError(where(model.Mark()) + "'model.seq_len' is required with 'hf_config' (the training sequence length in tokens; "

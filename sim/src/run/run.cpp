@@ -111,6 +111,7 @@ PreparedScenario::PreparedScenario(Scenario scenario)
                                    hpz, shape.nodes, shape.gpus_per_node, shape.ranks()));
     }
   }
+  if (scenario_.parallelism) check_model_layout();
   try {
     check_cluster_gpus(cluster_shape());  // the rest of the replay's cost once the schedule is known (replay)
   } catch (const InputError& e) {
@@ -124,6 +125,53 @@ PreparedScenario::PreparedScenario(Scenario scenario)
     io.data = scenario_.data;
     io.checkpoint = scenario_.checkpoint;
     check_io_cost(io, location_of(scenario_, "data.workers_per_gpu"), location_of(scenario_, "checkpoint.chunk") + "checkpoint.chunk: ");
+  }
+}
+
+// The model-parallel layout against the model and the GPUs (models::check_layout), each broken
+// rule at the line of the key it is about.
+void PreparedScenario::check_model_layout() const {
+  const ParallelismSection& p = *scenario_.parallelism;
+  const models::ParallelLayout& layout = p.layout;
+  const auto at = [&](const std::string& field) {
+    const auto it = p.layout_positions.find(field);
+    return (it == p.layout_positions.end() || it->second.empty() ? scenario_.source + ": " : it->second) + "parallelism." + field + ": ";
+  };
+  const bool model_parallel = !layout.is_data_parallel_only() || layout.virtual_stages > 1 || layout.sequence_parallel || !layout.pipeline_layers.empty();
+  if (!model_parallel) return;
+  if (!scenario_.zoo_model) {
+    throw InputError(at(layout.tensor > 1 ? "tensor" : layout.pipeline > 1 ? "pipeline" : layout.context > 1 ? "context" : "expert") +
+                     "model parallelism splits a zoo model or a Hugging Face config; a trace file is one rank's whole model; expected 'model.zoo' or "
+                     "'model.hf_config'");
+  }
+  zoo::ModelDimensions d;
+  try {
+    d = zoo::model_dimensions(*scenario_.zoo_model);
+  } catch (const InputError& e) {
+    throw InputError(model_error_location(scenario_, e.what()) + "model: " + e.what());
+  }
+  const models::LayoutModel model{static_cast<int>(d.layers), static_cast<int>(d.heads), static_cast<int>(d.kv_heads),
+                                  static_cast<int>(d.experts), d.vocab, d.seq_len};
+  const std::vector<models::LayoutProblem> problems = models::check_layout(layout, model, cluster_shape().ranks());
+  if (!problems.empty()) {
+    std::string message;
+    for (const models::LayoutProblem& problem : problems) message += (message.empty() ? "" : "\n") + at(problem.field) + problem.message;
+    throw InputError(message);
+  }
+  // Megatron-LM's interleaved schedule runs micro-batches in groups of P (schedules.py asserts
+  // num_microbatches % pipeline_model_parallel_size == 0); the micro-batches are the
+  // accumulation steps.
+  if (layout.schedule == models::PipelineSchedule::interleaved && scenario_.accumulation_steps % layout.pipeline != 0) {
+    throw InputError(at("pipeline_schedule") + fmt::format("the interleaved schedule runs the micro-batches in groups of the {} pipeline stages; "
+                                                           "training.gradient_accumulation_steps is {}; expected a multiple of {}",
+                                                           layout.pipeline, scenario_.accumulation_steps, layout.pipeline));
+  }
+  // What is read and checked but not replayed yet is refused rather than simulated as if absent.
+  for (const auto& [field, degree] : {std::pair<const char*, int>{"tensor", layout.tensor}, {"pipeline", layout.pipeline}, {"context", layout.context},
+                                      {"expert", layout.expert}}) {
+    if (degree > 1) {
+      throw InputError(at(field) + fmt::format("is {}; this degree is read and checked but its replay is not written yet; expected 1", degree));
+    }
   }
 }
 

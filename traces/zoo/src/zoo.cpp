@@ -614,6 +614,23 @@ std::vector<ModelInfo> list_models() {
   return models;
 }
 
+ModelDimensions model_dimensions(const ModelSpec& spec) {
+  ModelRequest request;
+  static_cast<ModelSpec&>(request) = spec;
+  const Entry& entry = find_entry(request.model);
+  ModelDimensions d;
+  if (entry.family == Family::cnn) return d;
+  if (entry.family == Family::decoder) {
+    std::int64_t seq_len = 0;
+    const DecoderArchitecture arch = resolve_decoder(entry, request, seq_len);
+    d = {arch.layers, arch.hidden, arch.heads, arch.kv_heads, arch.intermediate, arch.moe ? arch.moe->experts : 0, arch.vocab, seq_len};
+    return d;
+  }
+  const TransformerShape shape = resolve_shape(entry, request);
+  d = {shape.layers, shape.hidden, shape.heads, shape.heads, 4 * shape.hidden, 0, shape.vocab, shape.seq_len};
+  return d;
+}
+
 traces::Trace build_model(const ModelRequest& request) {
   const Entry& entry = find_entry(request.model);
   if (request.batch_size < 1) {

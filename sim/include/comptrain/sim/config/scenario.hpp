@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "comptrain/models/data_parallel.hpp"
+#include "comptrain/models/parallel_layout.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/sim/config/checkpoint.hpp"
@@ -35,13 +36,22 @@
 
 namespace comptrain::sim {
 
-// The `parallelism:` section: `nodes` x `gpus_per_node` GPUs of the platform train one replica
-// each on training.batch_size samples (the per-GPU micro-batch), reducing gradients with PyTorch
-// DDP, or with DeepSpeed ZeRO when `zero` is given. data.ranks = nodes x gpus_per_node.
+// The `parallelism:` section: `nodes` x `gpus_per_node` GPUs of the platform. Without model
+// parallelism each trains one replica on training.batch_size samples (the per-GPU micro-batch),
+// reducing gradients with PyTorch DDP, or with DeepSpeed ZeRO when `zero` is given (data.ranks =
+// nodes x gpus_per_node). With `layout` (tensor, pipeline, context, expert degrees: Megatron-LM's
+// and torchtitan's model parallelism, models/parallel_layout.hpp) the data-parallel degree is what
+// the GPUs leave, and `zero`/`fsdp` shard over it (Megatron's distributed optimizer is ZeRO-1 over
+// the data-parallel group).
 struct ParallelismSection {
   int nodes = 1;
   int gpus_per_node = 1;
   models::DataParallelSpec data;
+  models::ParallelLayout layout = {};
+  // "FILE:LINE:COLUMN: " of each layout key (tensor, pipeline, ..., pipeline_layers), of the
+  // section when the key is not given: the rules that need the model are checked when the
+  // scenario is prepared, at the key they are about.
+  std::map<std::string, std::string> layout_positions = {};
   // "FILE:LINE:COLUMN" of `nodes` and of `gpus_per_node` (of the section when a key is not
   // given; empty when built in code): the shape is checked against the platform when the
   // scenario is prepared (the command line's --platform may replace it), and that message names

@@ -45,6 +45,8 @@ class PreparedScenario {
   traces::Trace trace_at(std::int64_t batch) const;
 
  private:
+  void check_model_layout() const;
+
   Scenario scenario_;
   models::OpTimeModel time_model_;
   FrameworkOnGpu framework_;

@@ -322,6 +322,22 @@ ModelSpec spec_from_hf_config(std::string_view json_text, const std::string& sou
 // (batch < 1, heads not dividing hidden, ...).
 traces::Trace build_model(const ModelRequest& request);
 
+// The sizes a model-parallel layout is checked against (models/parallel_layout.hpp), resolved as
+// build_model resolves them (shape fields over the model's or the config's), without building
+// the trace. CNNs have no layers, heads or sequence here (all 0). InputError as build_model's for
+// a bad shape field.
+struct ModelDimensions {
+  std::int64_t layers = 0;
+  std::int64_t hidden = 0;
+  std::int64_t heads = 0;
+  std::int64_t kv_heads = 0;
+  std::int64_t intermediate = 0;  // the dense MLP's width
+  std::int64_t experts = 0;       // routed experts of a mixture-of-experts decoder; 0: dense
+  std::int64_t vocab = 0;
+  std::int64_t seq_len = 0;
+};
+ModelDimensions model_dimensions(const ModelSpec& spec);
+
 // The tokens each expert of a sparse layer processes per sequence of `seq_len` (the routed
 // token counts the trace is built with; traces/zoo/README.md, "Routed tokens"). InputError
 // naming the field when the routing is impossible (a share that gives an expert more than

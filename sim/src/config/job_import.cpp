@@ -1,0 +1,621 @@
+// Megatron-LM argument lists and torchtitan TOML job files as scenarios (job_import.hpp). Both
+// fill one JobDescription, which one function writes as the scenario: the two importers differ in
+// how they read, not in what a scenario is.
+
+#include "comptrain/sim/config/job_import.hpp"
+
+#include <fmt/format.h>
+#include <yaml-cpp/yaml.h>
+
+#include <cctype>
+#include <cmath>
+#include <map>
+#include <set>
+#include <toml++/toml.h>
+
+#include "comptrain/support/input_error.hpp"
+
+namespace comptrain::sim {
+namespace {
+
+// What a job says, in comptrain's terms, before it is written.
+struct JobDescription {
+  std::string name;
+  std::string importer;  // "Megatron-LM arguments", "torchtitan job"
+  // The model: an inline Hugging Face config (ordered keys), or the zoo's `gpt`.
+  std::vector<std::pair<std::string, YAML::Node>> hf_config;
+  std::optional<std::string> zoo_model;
+  std::map<std::string, long long> zoo_shape;  // layers, hidden, heads, vocab for the zoo model
+  long long seq_len = 0;
+  std::string attention = "flash";
+  bool torchtitan = false;
+  // training
+  long long micro_batch = 1;
+  long long accumulation_steps = 1;
+  std::string precision = "mixed";
+  std::string optimizer = "adamw";
+  std::string optimizer_impl = "fused";
+  // parallelism
+  int nodes = 1;
+  int gpus_per_node = 1;
+  int tensor = 1, pipeline = 1, context = 1, expert = 1, virtual_stages = 1;
+  bool sequence_parallel = false;
+  std::string pipeline_schedule = "1f1b";
+  std::optional<int> zero_stage;      // Megatron's distributed optimizer: 1
+  std::optional<std::string> fsdp;    // torchtitan: FSDP2's reshard_after_forward
+  std::optional<int> fsdp_replicate;  // HSDP's replicate degree
+  std::string recompute = "none";     // none | full | selective
+  std::vector<std::string> notes;
+};
+
+// ---- the scenario, written once
+
+YAML::Node scalar_node(const std::string& text) { return YAML::Node(text); }
+
+std::string write_scenario(const JobDescription& job, const std::string& source, const std::string& platform) {
+  YAML::Emitter out;
+  out << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << job.name;
+  out << YAML::Key << "model" << YAML::Value << YAML::BeginMap;
+  if (job.zoo_model) {
+    out << YAML::Key << "zoo" << YAML::Value << *job.zoo_model;
+    for (const auto& [key, value] : job.zoo_shape) out << YAML::Key << key << YAML::Value << value;
+  } else {
+    out << YAML::Key << "hf_config" << YAML::Value << YAML::BeginMap;
+    for (const auto& [key, value] : job.hf_config) out << YAML::Key << key << YAML::Value << value;
+    out << YAML::EndMap;
+  }
+  out << YAML::Key << "seq_len" << YAML::Value << job.seq_len;
+  out << YAML::Key << "attention" << YAML::Value << job.attention;
+  if (job.torchtitan) out << YAML::Key << "implementation" << YAML::Value << "torchtitan";
+  out << YAML::EndMap;
+  out << YAML::Key << "training" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "batch_size" << YAML::Value << job.micro_batch;
+  out << YAML::Key << "precision" << YAML::Value << job.precision;
+  out << YAML::Key << "optimizer" << YAML::Value << job.optimizer;
+  out << YAML::Key << "optimizer_impl" << YAML::Value << job.optimizer_impl;
+  if (job.accumulation_steps > 1) out << YAML::Key << "gradient_accumulation_steps" << YAML::Value << job.accumulation_steps;
+  out << YAML::EndMap;
+  out << YAML::Key << "platform" << YAML::Value << platform;
+  if (job.recompute == "none") {
+    out << YAML::Key << "strategy" << YAML::Value << "baseline";
+  } else {
+    // The rules models/strategies/README.md gives for a Hugging Face decoder: full recomputation
+    // keeps each layer's input; Megatron's selective recomputation drops the attention core's
+    // S x S tensors (Korthikanti et al. 2022, §5).
+    out << YAML::Key << "strategy" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "name" << YAML::Value << (job.recompute == "full" ? "full-recompute" : "selective-recompute");
+    out << YAML::Key << "rules" << YAML::Value << YAML::BeginSeq << YAML::BeginMap;
+    if (job.recompute == "full") {
+      out << YAML::Key << "select" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "modules" << YAML::Value << YAML::Flow
+          << std::vector<std::string>{"model.layers"} << YAML::EndMap;
+      out << YAML::Key << "recompute" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "mode" << YAML::Value << "checkpoints"
+          << YAML::Key << "keep" << YAML::Value << YAML::Flow << std::vector<std::string>{"model.embed_tokens.out", "model.layers.*.add_1.out"}
+          << YAML::EndMap;
+    } else {
+      out << YAML::Key << "select" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "modules" << YAML::Value << YAML::Flow
+          << std::vector<std::string>{"layers.*.self_attn.softmax", "layers.*.self_attn.context"} << YAML::EndMap;
+      out << YAML::Key << "recompute" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "mode" << YAML::Value << "checkpoints"
+          << YAML::Key << "keep" << YAML::Value << YAML::Flow << std::vector<std::string>{"*.context.value_copy.out", "*.self_attn.context.out"}
+          << YAML::EndMap;
+    }
+    out << YAML::EndMap << YAML::EndSeq << YAML::EndMap;
+  }
+  out << YAML::Key << "parallelism" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "nodes" << YAML::Value << job.nodes;
+  out << YAML::Key << "gpus_per_node" << YAML::Value << job.gpus_per_node;
+  for (const auto& [key, value] : {std::pair<const char*, int>{"tensor", job.tensor}, {"pipeline", job.pipeline}, {"context", job.context},
+                                   {"expert", job.expert}, {"virtual_stages", job.virtual_stages}}) {
+    if (value > 1) out << YAML::Key << key << YAML::Value << value;
+  }
+  if (job.sequence_parallel) out << YAML::Key << "sequence_parallel" << YAML::Value << true;
+  if (job.pipeline > 1) out << YAML::Key << "pipeline_schedule" << YAML::Value << job.pipeline_schedule;
+  if (job.zero_stage) out << YAML::Key << "zero" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "stage" << YAML::Value << *job.zero_stage << YAML::EndMap;
+  if (job.fsdp) {
+    out << YAML::Key << "fsdp" << YAML::Value << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "units" << YAML::Value << YAML::Flow << std::vector<std::string>{"model.layers.*"};
+    out << YAML::Key << "reshard_after_forward" << YAML::Value << *job.fsdp;
+    out << YAML::Key << "sharded_dtype" << YAML::Value << "fp32" << YAML::Key << "reduce_dtype" << YAML::Value << "fp32";
+    if (job.fsdp_replicate && *job.fsdp_replicate > 1) out << YAML::Key << "replicate" << YAML::Value << *job.fsdp_replicate;
+    out << YAML::EndMap;
+  }
+  out << YAML::EndMap;
+  out << YAML::EndMap;
+  std::string text = fmt::format("# Imported from {} by `comptrain import` ({}).\n", source, job.importer);
+  for (const std::string& note : job.notes) text += "# note: " + note + "\n";
+  return text + out.c_str() + "\n";
+}
+
+// The GPUs: the options over the job's own statement over one node of the platform's.
+void place_job(JobDescription& job, const JobImportOptions& options, std::optional<int> job_nodes, std::optional<int> job_gpus_per_node) {
+  job.nodes = options.nodes.value_or(job_nodes.value_or(1));
+  if (options.gpus_per_node) {
+    job.gpus_per_node = *options.gpus_per_node;
+  } else if (job_gpus_per_node) {
+    job.gpus_per_node = *job_gpus_per_node;
+  } else {
+    job.gpus_per_node = 8;
+    job.notes.push_back("the job does not say its GPUs per node (torchrun's --nproc-per-node); 8 assumed, give --gpus-per-node otherwise");
+  }
+}
+
+// ---- Megatron-LM arguments
+
+struct Argument {
+  std::string value;  // empty for a flag
+  int line = 0;
+  bool flag = false;
+};
+
+// Shell-like words with the line each starts on: quotes, backslash escapes and line continuations,
+// # comments at a word's start.
+std::vector<std::pair<std::string, int>> shell_words(std::string_view text) {
+  std::vector<std::pair<std::string, int>> words;
+  std::string word;
+  bool in_word = false;
+  int line = 1, word_line = 1;
+  char quote = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c == '\n') ++line;
+    if (quote != 0) {
+      if (c == quote) {
+        quote = 0;
+      } else {
+        word += c;
+      }
+      continue;
+    }
+    if (c == '\\' && i + 1 < text.size()) {
+      if (text[i + 1] == '\n') {
+        ++line;
+        ++i;
+        continue;
+      }
+      if (!in_word) word_line = line;
+      in_word = true;
+      word += text[++i];
+      continue;
+    }
+    if (c == '#' && !in_word) {
+      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
+      continue;
+    }
+    if (std::isspace(static_cast<unsigned char>(c)) != 0) {
+      if (in_word) words.emplace_back(std::move(word), word_line);
+      word.clear();
+      in_word = false;
+      continue;
+    }
+    if (!in_word) word_line = line;
+    in_word = true;
+    if (c == '"' || c == '\'') {
+      quote = c;
+    } else {
+      word += c;
+    }
+  }
+  if (in_word) words.emplace_back(std::move(word), word_line);
+  return words;
+}
+
+class MegatronArguments {
+ public:
+  MegatronArguments(std::string_view text, std::string source) : source_(std::move(source)) {
+    const auto words = shell_words(text);
+    for (std::size_t i = 0; i < words.size(); ++i) {
+      const auto& [word, line] = words[i];
+      if (word.rfind("--", 0) != 0) continue;  // the program, a script name, torchrun's positional
+      std::string key = word.substr(2);
+      std::replace(key.begin(), key.end(), '_', '-');  // torchrun takes --nproc_per_node too
+      Argument argument{"", line, true};
+      if (const auto eq = key.find('='); eq != std::string::npos) {
+        argument = {key.substr(eq + 1), line, false};
+        key = key.substr(0, eq);
+      } else if (i + 1 < words.size() && words[i + 1].first.rfind("--", 0) != 0) {
+        argument = {words[i + 1].first, line, false};
+        ++i;
+      }
+      arguments_[key] = argument;
+    }
+  }
+
+  bool flag(const std::string& key) {
+    const auto it = find(key);
+    if (it == arguments_.end()) return false;
+    if (!it->second.flag) fail(it, "is a flag; expected no value");
+    return true;
+  }
+  std::optional<long long> integer(const std::string& key, long long low = 1, long long high = 1LL << 40) {
+    const auto it = find(key);
+    if (it == arguments_.end()) return std::nullopt;
+    const std::string& text = it->second.value;
+    std::size_t used = 0;
+    long long value = 0;
+    try {
+      value = std::stoll(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (it->second.flag || used != text.size() || value < low || value > high) {
+      fail(it, fmt::format("is '{}'; expected an integer from {} to {}", text, low, high));
+    }
+    return value;
+  }
+  std::optional<std::string> text(const std::string& key) {
+    const auto it = find(key);
+    if (it == arguments_.end()) return std::nullopt;
+    if (it->second.flag) fail(it, "needs a value");
+    return it->second.value;
+  }
+  [[noreturn]] void fail_on(const std::string& key, const std::string& message) {
+    const auto it = arguments_.find(key);
+    if (it == arguments_.end()) throw InputError(fmt::format("{}: --{}: {}", source_, key, message));
+    fail(it, message);
+  }
+  void mark_read(const std::string& key) { read_.insert(key); }
+  // The arguments no reader asked for.
+  std::vector<std::string> unread() const {
+    std::vector<std::string> keys;
+    for (const auto& [key, argument] : arguments_) {
+      if (read_.count(key) == 0) keys.push_back("--" + key);
+    }
+    return keys;
+  }
+
+ private:
+  using Map = std::map<std::string, Argument>;
+  Map::const_iterator find(const std::string& key) {
+    read_.insert(key);
+    return arguments_.find(key);
+  }
+  [[noreturn]] void fail(Map::const_iterator it, const std::string& message) const {
+    throw InputError(fmt::format("{}:{}: --{} {}", source_, it->second.line, it->first, message));
+  }
+
+  std::string source_;
+  Map arguments_;
+  std::set<std::string> read_;
+};
+
+}  // namespace
+
+ImportedScenario import_megatron_arguments(std::string_view text, const std::string& source, const JobImportOptions& options) {
+  MegatronArguments args(text, source);
+  JobDescription job;
+  job.importer = "Megatron-LM arguments";
+  const auto required = [&](const char* key) {
+    const auto value = args.integer(key);
+    if (!value) throw InputError(fmt::format("{}: --{} is missing; Megatron-LM requires it (megatron/training/arguments.py)", source, key));
+    return *value;
+  };
+  const long long layers = required("num-layers");
+  const long long hidden = required("hidden-size");
+  const long long heads = required("num-attention-heads");
+  job.seq_len = required("seq-length");
+  const long long max_positions = args.integer("max-position-embeddings").value_or(job.seq_len);
+  const bool swiglu = args.flag("swiglu");
+  // arguments.py@d98e8a6 lines 1320-1329: 4h, or with SwiGLU int(4h x 2/3 / 64) x 64.
+  const long long ffn = args.integer("ffn-hidden-size").value_or(swiglu ? (4 * hidden * 2 / 3) / 64 * 64 : 4 * hidden);
+  const bool gqa = args.flag("group-query-attention");
+  const long long kv_heads = gqa ? args.integer("num-query-groups").value_or(1) : heads;
+  if (!gqa && args.integer("num-query-groups")) {
+    args.fail_on("num-query-groups", "is given without --group-query-attention, which Megatron-LM then ignores; expected both or neither");
+  }
+  const std::string normalization = args.text("normalization").value_or("LayerNorm");
+  if (normalization != "LayerNorm" && normalization != "RMSNorm") args.fail_on("normalization", "is '" + normalization + "'; expected LayerNorm or RMSNorm");
+  const std::string positions = args.text("position-embedding-type").value_or("learned_absolute");
+  if (positions != "learned_absolute" && positions != "rope") args.fail_on("position-embedding-type", "is '" + positions + "'; expected learned_absolute or rope");
+  const bool untied = args.flag("untie-embeddings-and-output-weights");
+  const bool no_bias = args.flag("disable-bias-linear");
+  const auto experts = args.integer("num-experts");
+  const auto kv_channels = args.integer("kv-channels");
+  long long vocab = 0;
+  if (const auto v = args.integer("vocab-size")) {
+    vocab = *v;
+  } else if (options.vocab) {
+    vocab = *options.vocab;
+  } else {
+    throw InputError(fmt::format("{}: the vocabulary is the tokenizer's, which the arguments do not give (--vocab-size); expected --vocab-size in the "
+                                 "arguments or `comptrain import --vocab N`",
+                                 source));
+  }
+  // Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x TP
+  // (megatron/training/tokenizer/tokenizer.py, _vocab_size_with_padding; default 128).
+  const long long divisible_by = args.integer("make-vocab-size-divisible-by").value_or(128);
+  const int tensor = static_cast<int>(args.integer("tensor-model-parallel-size", 1, 1'000'000).value_or(1));
+  const long long multiple = divisible_by * tensor;
+  const long long padded_vocab = (vocab + multiple - 1) / multiple * multiple;
+  if (padded_vocab != vocab) job.notes.push_back(fmt::format("vocabulary {} padded to {} (a multiple of {} x TP {}), as Megatron-LM pads it", vocab, padded_vocab, divisible_by, tensor));
+
+  const bool llama_like = normalization == "RMSNorm" && swiglu && positions == "rope";
+  const bool gpt_like = normalization == "LayerNorm" && !swiglu && positions == "learned_absolute";
+  if (llama_like) {
+    const std::string type = experts ? "mixtral" : "llama";
+    auto& c = job.hf_config;
+    c.emplace_back("model_type", scalar_node(type));
+    c.emplace_back("hidden_size", YAML::Node(hidden));
+    // Mixtral's intermediate_size is each expert's width (Megatron: --moe-ffn-hidden-size, default the FFN's).
+    c.emplace_back("intermediate_size", YAML::Node(experts ? args.integer("moe-ffn-hidden-size").value_or(ffn) : ffn));
+    c.emplace_back("num_hidden_layers", YAML::Node(layers));
+    c.emplace_back("num_attention_heads", YAML::Node(heads));
+    c.emplace_back("num_key_value_heads", YAML::Node(kv_heads));
+    if (kv_channels && *kv_channels != hidden / heads) c.emplace_back("head_dim", YAML::Node(*kv_channels));
+    c.emplace_back("vocab_size", YAML::Node(padded_vocab));
+    c.emplace_back("max_position_embeddings", YAML::Node(std::max(max_positions, job.seq_len)));
+    c.emplace_back("tie_word_embeddings", YAML::Node(!untied));
+    c.emplace_back("hidden_act", scalar_node("silu"));
+    if (type == "llama") {
+      c.emplace_back("attention_bias", YAML::Node(!no_bias));
+      c.emplace_back("mlp_bias", YAML::Node(!no_bias));
+    } else {
+      c.emplace_back("num_local_experts", YAML::Node(*experts));
+      c.emplace_back("num_experts_per_tok", YAML::Node(args.integer("moe-router-topk").value_or(2)));
+      if (!no_bias) job.notes.push_back("Megatron-LM's linear biases (no --disable-bias-linear) are not in Mixtral's modules: left out");
+    }
+  } else if (gpt_like && !experts && kv_heads == heads && ffn == 4 * hidden && !untied) {
+    job.zoo_model = "gpt";
+    job.zoo_shape = {{"layers", layers}, {"hidden", hidden}, {"heads", heads}, {"vocab", padded_vocab}};
+    job.attention = args.flag("use-flash-attn") ? "flash" : "fused-softmax";
+  } else {
+    throw InputError(fmt::format("{}: the model (--normalization {}, --swiglu {}, --position-embedding-type {}{}) is neither a Llama-shaped decoder (RMSNorm, "
+                                 "SwiGLU, rope) nor Megatron's GPT (LayerNorm, GeLU, learned positions, FFN 4h, tied embeddings); expected one of them",
+                                 source, normalization, swiglu ? "on" : "off", positions, experts ? ", --num-experts" : ""));
+  }
+  job.name = fmt::format("megatron-{}L-h{}", layers, hidden);
+
+  // Training: the micro-batch per GPU, the global batch over micro-batches x data-parallel ranks.
+  job.micro_batch = args.integer("micro-batch-size").value_or(1);
+  job.pipeline = static_cast<int>(args.integer("pipeline-model-parallel-size", 1, 1'000'000).value_or(1));
+  job.context = static_cast<int>(args.integer("context-parallel-size", 1, 1'000'000).value_or(1));
+  job.expert = static_cast<int>(args.integer("expert-model-parallel-size", 1, 1'000'000).value_or(1));
+  job.tensor = tensor;
+  job.sequence_parallel = args.flag("sequence-parallel");
+  if (const auto per_stage = args.integer("num-layers-per-virtual-pipeline-stage")) {
+    if (layers % (*per_stage * job.pipeline) != 0) {
+      args.fail_on("num-layers-per-virtual-pipeline-stage", fmt::format("is {}; expected a divisor of the {} layers / {} stages", *per_stage, layers, job.pipeline));
+    }
+    job.virtual_stages = static_cast<int>(layers / (*per_stage * job.pipeline));
+  } else if (const auto v = args.integer("virtual-pipeline-model-parallel-size")) {
+    job.virtual_stages = static_cast<int>(*v);
+  }
+  if (job.virtual_stages > 1) job.pipeline_schedule = "interleaved";
+  const auto torchrun_nodes = args.integer("nnodes", 1, 1'000'000);
+  const auto torchrun_gpus = args.integer("nproc-per-node", 1, 1024);
+  place_job(job, options, torchrun_nodes ? std::optional<int>(static_cast<int>(*torchrun_nodes)) : std::nullopt,
+            torchrun_gpus ? std::optional<int>(static_cast<int>(*torchrun_gpus)) : std::nullopt);
+  const long long gpus = static_cast<long long>(job.nodes) * job.gpus_per_node;
+  const long long model_parallel = static_cast<long long>(job.tensor) * job.pipeline * job.context;
+  if (gpus % model_parallel != 0) {
+    throw InputError(fmt::format("{}: {} GPUs ({} node(s) x {}) are not a multiple of TP {} x PP {} x CP {}; expected a GPU count the layout divides", source,
+                                 gpus, job.nodes, job.gpus_per_node, job.tensor, job.pipeline, job.context));
+  }
+  const long long data_parallel = gpus / model_parallel;
+  if (const auto global = args.integer("global-batch-size")) {
+    const long long per_step = job.micro_batch * data_parallel;
+    if (*global % per_step != 0) {
+      args.fail_on("global-batch-size", fmt::format("is {}; expected a multiple of micro-batch {} x data-parallel {} = {} (Megatron-LM's own check)", *global,
+                                                    job.micro_batch, data_parallel, per_step));
+    }
+    job.accumulation_steps = *global / per_step;
+  }
+  // Precision: Megatron keeps 16-bit parameters and an fp32 main copy in the optimizer.
+  const bool bf16 = args.flag("bf16");
+  const bool fp16 = args.flag("fp16");
+  if (bf16 && fp16) args.fail_on("fp16", "is given with --bf16; expected one of them");
+  if (!bf16 && !fp16) {
+    job.precision = "fp32";
+  } else if (bf16) {
+    job.notes.push_back("--bf16: Megatron-LM accumulates bf16 runs' gradients in fp32 (accumulate_allreduce_grads_in_fp32); comptrain's `mixed` keeps "
+                        "16-bit gradients, 2 bytes per parameter fewer");
+  }
+  const std::string optimizer = args.text("optimizer").value_or("adam");
+  if (optimizer == "sgd") {
+    job.optimizer = "momentum";
+  } else if (optimizer != "adam") {
+    args.fail_on("optimizer", "is '" + optimizer + "'; expected adam (Megatron's AdamW, apex/TE FusedAdam) or sgd");
+  }
+  if (args.flag("use-distributed-optimizer")) job.zero_stage = 1;  // ZeRO-1 over the data-parallel group (dist_optimizer.md)
+  // Recomputation.
+  const bool recompute_activations = args.flag("recompute-activations");
+  if (const auto granularity = args.text("recompute-granularity")) {
+    if (*granularity != "full" && *granularity != "selective") args.fail_on("recompute-granularity", "is '" + *granularity + "'; expected full or selective");
+    job.recompute = *granularity;
+  } else if (recompute_activations) {
+    job.recompute = "selective";  // arguments.py: --recompute-activations sets selective
+  }
+  if (job.recompute == "full") {
+    const std::string method = args.text("recompute-method").value_or("uniform");
+    const long long per_chunk = args.integer("recompute-num-layers").value_or(1);
+    if (method != "uniform" || per_chunk != 1) {
+      job.notes.push_back(fmt::format("--recompute-method {} --recompute-num-layers {}: every layer's input is kept and the layer recomputed (uniform, 1 "
+                                      "layer per checkpoint); other groupings are not imported",
+                                      method, per_chunk));
+    }
+  }
+  if (job.recompute == "selective" && job.zoo_model) job.notes.push_back("selective recomputation's rule names the decoders' modules; on `gpt` it selects nothing");
+  for (const char* overlap : {"overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap"}) {
+    if (args.flag(overlap)) job.notes.push_back(fmt::format("--{} is read; the replay overlaps what PyTorch and NCCL overlap by default only", overlap));
+  }
+  // Read, with no effect on the scenario beyond what is above: the attention kernel (flash is
+  // the scenario's default), Megatron's model classes.
+  for (const char* known : {"attention-backend", "use-flash-attn", "use-mcore-models", "moe-router-topk", "max-position-embeddings"}) args.mark_read(known);
+  const std::vector<std::string> unread = args.unread();
+  if (!unread.empty()) {
+    std::string list;
+    for (const std::string& key : unread) list += (list.empty() ? "" : " ") + key;
+    job.notes.push_back("not imported (no effect on memory or time here, or not modelled): " + list);
+  }
+  ImportedScenario imported{write_scenario(job, source, options.platform), job.notes};
+  return imported;
+}
+
+// ---- torchtitan TOML
+
+namespace {
+
+// torchtitan's Llama 3 flavours (pytorch/torchtitan@4a950eaa torchtitan/models/llama3/__init__.py,
+// llama3_args), the FFN width as its FeedForward computes it (model/model.py: hidden = int(2 x 4d / 3),
+// x ffn_dim_multiplier, rounded up to multiple_of) and TransformerModelArgs' vocab_size 128256
+// (model/args.py line 33).
+struct Llama3Flavor {
+  const char* name;
+  long long dim, layers, heads, kv_heads;
+  double ffn_multiplier;
+  long long multiple_of;
+  long long vocab;
+};
+constexpr Llama3Flavor kLlama3Flavors[] = {
+    {"debugmodel", 256, 6, 16, 16, 0, 256, 2048},
+    {"8B", 4096, 32, 32, 8, 1.3, 1024, 128256},
+    {"70B", 8192, 80, 64, 8, 1.3, 4096, 128256},
+    {"405B", 16384, 126, 128, 8, 1.2, 4096, 128256},
+};
+
+long long llama3_ffn(const Llama3Flavor& f) {
+  long long hidden = 2 * 4 * f.dim / 3;
+  if (f.ffn_multiplier > 0) hidden = static_cast<long long>(f.ffn_multiplier * static_cast<double>(hidden));
+  return (hidden + f.multiple_of - 1) / f.multiple_of * f.multiple_of;
+}
+
+class TomlJob {
+ public:
+  TomlJob(std::string_view text, std::string source) : source_(std::move(source)) {
+    try {
+      table_ = toml::parse(text, source_);
+    } catch (const toml::parse_error& e) {
+      throw InputError(fmt::format("{}:{}:{}: malformed TOML: {}", source_, e.source().begin.line, e.source().begin.column, e.description()));
+    }
+  }
+  template <typename T>
+  std::optional<T> get(const char* section, const char* key) {
+    const toml::node* node = table_.at_path(std::string(section) + "." + key).node();
+    if (node == nullptr) return std::nullopt;
+    if (const auto value = node->value<T>()) return *value;
+    fail(section, key, "has the wrong type");
+  }
+  long long integer(const char* section, const char* key, long long fallback, long long low, long long high) {
+    const long long value = get<long long>(section, key).value_or(fallback);
+    if (value < low || value > high) fail(section, key, fmt::format("is {}; expected {} to {}", value, low, high));
+    return value;
+  }
+  [[noreturn]] void fail(const char* section, const char* key, const std::string& message) const {
+    const toml::node* node = table_.at_path(std::string(section) + "." + key).node();
+    const int line = node != nullptr ? static_cast<int>(node->source().begin.line) : 0;
+    throw InputError(fmt::format("{}:{}: [{}] {} {}", source_, line, section, key, message));
+  }
+
+ private:
+  std::string source_;
+  toml::table table_;
+};
+
+}  // namespace
+
+ImportedScenario import_torchtitan_toml(std::string_view text, const std::string& source, const JobImportOptions& options) {
+  TomlJob toml(text, source);
+  JobDescription job;
+  job.importer = "torchtitan job";
+  job.torchtitan = true;
+  const std::string model = toml.get<std::string>("model", "name").value_or("llama3");
+  if (model != "llama3") toml.fail("model", "name", "is '" + model + "'; expected llama3 (the Llama 3 flavours are imported)");
+  const std::string flavor = toml.get<std::string>("model", "flavor").value_or("debugmodel");
+  const Llama3Flavor* f = nullptr;
+  for (const Llama3Flavor& candidate : kLlama3Flavors) {
+    if (flavor == candidate.name) f = &candidate;
+  }
+  if (f == nullptr) toml.fail("model", "flavor", "is '" + flavor + "'; expected debugmodel, 8B, 70B or 405B");
+  job.seq_len = toml.integer("training", "seq_len", 2048, 1, 1LL << 24);
+  const long long vocab = options.vocab.value_or(f->vocab);
+  auto& c = job.hf_config;
+  c.emplace_back("model_type", scalar_node("llama"));
+  c.emplace_back("hidden_size", YAML::Node(f->dim));
+  c.emplace_back("intermediate_size", YAML::Node(llama3_ffn(*f)));
+  c.emplace_back("num_hidden_layers", YAML::Node(f->layers));
+  c.emplace_back("num_attention_heads", YAML::Node(f->heads));
+  c.emplace_back("num_key_value_heads", YAML::Node(f->kv_heads));
+  c.emplace_back("vocab_size", YAML::Node(vocab));
+  c.emplace_back("max_position_embeddings", YAML::Node(job.seq_len));
+  c.emplace_back("tie_word_embeddings", YAML::Node(false));
+  c.emplace_back("rope_theta", YAML::Node(500000.0));
+  job.name = "torchtitan-llama3-" + flavor;
+  // Training (job_config.py Training): local_batch_size per data-parallel rank, split into
+  // pipeline micro-batches of pipeline_parallel_microbatch_size under PP.
+  const long long local_batch = toml.integer("training", "local_batch_size", toml.integer("training", "batch_size", 8, 1, 1 << 20), 1, 1 << 20);
+  job.tensor = static_cast<int>(toml.integer("parallelism", "tensor_parallel_degree", 1, 1, 1'000'000));
+  job.pipeline = static_cast<int>(toml.integer("parallelism", "pipeline_parallel_degree", 1, 1, 1'000'000));
+  job.context = static_cast<int>(toml.integer("parallelism", "context_parallel_degree", 1, 1, 1'000'000));
+  job.expert = static_cast<int>(toml.integer("parallelism", "expert_parallel_degree", 1, 1, 1'000'000));
+  job.sequence_parallel = job.tensor > 1;  // torchtitan's TP plan shards the norms' sequence (parallelize.py)
+  if (job.pipeline > 1) {
+    const long long micro = toml.integer("parallelism", "pipeline_parallel_microbatch_size", 1, 1, 1 << 20);
+    if (local_batch % micro != 0) toml.fail("parallelism", "pipeline_parallel_microbatch_size", fmt::format("is {}; expected a divisor of local_batch_size {}", micro, local_batch));
+    job.micro_batch = micro;
+    job.accumulation_steps = local_batch / micro;
+    const std::string schedule = toml.get<std::string>("parallelism", "pipeline_parallel_schedule").value_or("1F1B");
+    const std::map<std::string, std::pair<std::string, int>> schedules = {
+        {"1F1B", {"1f1b", 1}}, {"GPipe", {"gpipe", 1}}, {"Interleaved1F1B", {"interleaved", 2}}, {"InterleavedZeroBubble", {"zero_bubble", 1}}};
+    const auto it = schedules.find(schedule);
+    if (it == schedules.end()) toml.fail("parallelism", "pipeline_parallel_schedule", "is '" + schedule + "'; expected 1F1B, GPipe, Interleaved1F1B or InterleavedZeroBubble");
+    job.pipeline_schedule = it->second.first;
+    job.virtual_stages = it->second.second;  // looped schedules: 2 stages per rank (pipeline_parallel.py)
+    if (it->first == "InterleavedZeroBubble") job.notes.push_back("InterleavedZeroBubble imported as ZB-H1 on one stage per rank");
+  } else {
+    job.micro_batch = local_batch;
+  }
+  place_job(job, options, std::nullopt, std::nullopt);
+  const long long gpus = static_cast<long long>(job.nodes) * job.gpus_per_node;
+  const long long replicate = toml.integer("parallelism", "data_parallel_replicate_degree", 1, 1, 1'000'000);
+  const long long model_parallel = static_cast<long long>(job.tensor) * job.pipeline * job.context;
+  if (gpus % (model_parallel * replicate) != 0) {
+    throw InputError(fmt::format("{}: {} GPUs are not a multiple of TP {} x PP {} x CP {} x data_parallel_replicate_degree {}; expected a GPU count the layout "
+                                 "divides (give --nodes and --gpus-per-node)",
+                                 source, gpus, job.tensor, job.pipeline, job.context, replicate));
+  }
+  const long long shard = toml.integer("parallelism", "data_parallel_shard_degree", -1, -1, 1'000'000);
+  const long long data_parallel = gpus / model_parallel;
+  if (shard != -1 && shard * replicate != data_parallel) {
+    toml.fail("parallelism", "data_parallel_shard_degree", fmt::format("is {}; with replicate {} the {} GPUs leave {} data-parallel ranks; expected -1 or {}", shard,
+                                                                       replicate, gpus, data_parallel, data_parallel / replicate));
+  }
+  if (const auto global = toml.get<long long>("training", "global_batch_size"); global && *global > 0) {
+    if (*global % (local_batch * data_parallel) != 0) {
+      toml.fail("training", "global_batch_size", fmt::format("is {}; expected a multiple of local_batch_size {} x data-parallel {}", *global, local_batch, data_parallel));
+    }
+    job.accumulation_steps *= *global / (local_batch * data_parallel);
+  }
+  if (data_parallel > 1) {
+    // FSDP2 on the data-parallel ranks (torchtitan: reshard after forward except under PP, where
+    // parallelism.md §2 notes it skips it).
+    job.fsdp = job.pipeline > 1 ? "false" : "all_but_last";
+    job.fsdp_replicate = static_cast<int>(replicate);
+  }
+  // Precision: FSDP2's MixedPrecisionPolicy(param_dtype bf16, reduce fp32) with fp32 sharded
+  // parameters: 16-bit weights in compute, an fp32 master copy and fp32 Adam state.
+  const std::string param_dtype = toml.get<std::string>("training", "mixed_precision_param").value_or("bfloat16");
+  job.precision = param_dtype == "float32" ? "fp32" : "mixed";
+  const std::string optimizer = toml.get<std::string>("optimizer", "name").value_or("AdamW");
+  if (optimizer != "AdamW" && optimizer != "Adam") toml.fail("optimizer", "name", "is '" + optimizer + "'; expected AdamW or Adam");
+  job.optimizer = optimizer == "AdamW" ? "adamw" : "adam";
+  job.optimizer_impl = toml.get<std::string>("optimizer", "implementation").value_or("fused");
+  if (job.optimizer_impl != "fused" && job.optimizer_impl != "foreach" && job.optimizer_impl != "for-loop") {
+    toml.fail("optimizer", "implementation", "is '" + job.optimizer_impl + "'; expected fused, foreach or for-loop");
+  }
+  const std::string mode = toml.get<std::string>("activation_checkpoint", "mode").value_or("selective");
+  if (mode == "full") {
+    job.recompute = "full";
+  } else if (mode == "selective") {
+    const std::string option = toml.get<std::string>("activation_checkpoint", "selective_ac_option").value_or("2");
+    job.recompute = "full";
+    job.notes.push_back("activation_checkpoint selective (option " + option +
+                        "): torchtitan checkpoints every N-th layer or per op; imported as full per-layer recomputation, an upper bound on its time");
+  } else if (mode != "none") {
+    toml.fail("activation_checkpoint", "mode", "is '" + mode + "'; expected full, selective or none");
+  }
+  if (toml.get<bool>("training", "enable_cpu_offload").value_or(false)) job.notes.push_back("training.enable_cpu_offload is not imported (FSDP2's CPU offload: set parallelism.fsdp.enable_cpu_offload)");
+  if (toml.get<bool>("parallelism", "enable_async_tensor_parallel").value_or(false)) job.notes.push_back("enable_async_tensor_parallel is not modelled");
+  ImportedScenario imported{write_scenario(job, source, options.platform), job.notes};
+  return imported;
+}
+
+}  // namespace comptrain::sim

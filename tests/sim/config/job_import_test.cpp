@@ -1,0 +1,184 @@
+// `comptrain import`: Megatron-LM argument lists and torchtitan TOML job files as scenarios
+// (sim/config/job_import.hpp). Each imported scenario is read back with the scenario reader: the
+// import is checked by what the simulator would take from it.
+
+#include "comptrain/sim/config/job_import.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "comptrain/sim/config/scenario.hpp"
+#include "comptrain/sim/run/run.hpp"
+#include "comptrain/support/input_error.hpp"
+
+namespace comptrain::sim {
+namespace {
+
+using ::testing::HasSubstr;
+
+JobImportOptions on(const std::string& platform) {
+  JobImportOptions options;
+  options.platform = platform;
+  return options;
+}
+
+Scenario read_back(const ImportedScenario& imported) { return parse_scenario(imported.yaml, "imported.yaml", "."); }
+
+std::string megatron_error(const std::string& arguments, const JobImportOptions& options = on("dgx-h100-superpod")) {
+  try {
+    import_megatron_arguments(arguments, "job.sh", options);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+std::string torchtitan_error(const std::string& toml, const JobImportOptions& options = on("dgx-h100-superpod")) {
+  try {
+    import_torchtitan_toml(toml, "job.toml", options);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "no error";
+}
+
+const char* const kLlama70b =
+    "torchrun --nproc_per_node 8 --nnodes 4 pretrain_gpt.py \\\n"
+    "  --num-layers 80 --hidden-size 8192 --num-attention-heads 64 --group-query-attention --num-query-groups 8 \\\n"
+    "  --ffn-hidden-size 28672 --swiglu --normalization RMSNorm --position-embedding-type rope \\\n"
+    "  --untie-embeddings-and-output-weights --disable-bias-linear --seq-length 4096 --vocab-size 32000 \\\n"
+    "  --micro-batch-size 1 --global-batch-size 64 --tensor-model-parallel-size 8 --pipeline-model-parallel-size 4 \\\n"
+    "  --sequence-parallel --use-distributed-optimizer --bf16 --recompute-activations --lr 3e-4\n";
+
+TEST(MegatronImport, ALlamaJobBecomesItsScenario) {
+  const ImportedScenario imported = import_megatron_arguments(kLlama70b, "job.sh", on("dgx-h100-superpod"));
+  const Scenario s = read_back(imported);
+  ASSERT_TRUE(s.zoo_model && s.zoo_model->decoder);
+  const zoo::DecoderArchitecture& arch = *s.zoo_model->decoder;
+  EXPECT_EQ(arch.layers, 80);
+  EXPECT_EQ(arch.hidden, 8192);
+  EXPECT_EQ(arch.heads, 64);
+  EXPECT_EQ(arch.kv_heads, 8);
+  EXPECT_EQ(arch.intermediate, 28672);
+  EXPECT_EQ(arch.vocab, 32768);  // 32000 padded to a multiple of 128 x TP 8
+  EXPECT_FALSE(arch.tie_embeddings);
+  EXPECT_EQ(s.zoo_model->seq_len, 4096);
+  EXPECT_EQ(s.zoo_model->precision, zoo::Precision::mixed);
+  EXPECT_EQ(s.batch_size, 1);
+  // 32 GPUs / (TP 8 x PP 4) = 1 data-parallel rank: 64 micro-batches of 1 per iteration.
+  EXPECT_EQ(s.accumulation_steps, 64);
+  ASSERT_TRUE(s.parallelism);
+  EXPECT_EQ(s.parallelism->nodes, 4);
+  EXPECT_EQ(s.parallelism->gpus_per_node, 8);
+  EXPECT_EQ(s.parallelism->layout.tensor, 8);
+  EXPECT_EQ(s.parallelism->layout.pipeline, 4);
+  EXPECT_TRUE(s.parallelism->layout.sequence_parallel);
+  EXPECT_EQ(s.parallelism->data.zero_stage, 1);  // the distributed optimizer
+  EXPECT_EQ(s.strategy.name, "selective-recompute");
+  // What is not imported is said, in the notes and in the file.
+  EXPECT_THAT(imported.yaml, HasSubstr("# note: not imported"));
+  EXPECT_THAT(imported.yaml, HasSubstr("--lr"));
+}
+
+TEST(MegatronImport, AGptJobIsTheZoosGpt) {
+  const ImportedScenario imported = import_megatron_arguments(
+      "--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 --vocab-size 50257 "
+      "--micro-batch-size 4 --global-batch-size 512 --fp16 --recompute-granularity full --num-layers-per-virtual-pipeline-stage 3 "
+      "--pipeline-model-parallel-size 2 --tensor-model-parallel-size 2",
+      "job.sh", [] {
+        JobImportOptions o = on("dgx-a100-superpod");
+        o.nodes = 2;
+        o.gpus_per_node = 8;
+        return o;
+      }());
+  const Scenario s = read_back(imported);
+  ASSERT_TRUE(s.zoo_model);
+  EXPECT_EQ(s.zoo_model->model, "gpt");
+  EXPECT_EQ(s.zoo_model->vocab, 50432);  // 50257 padded to a multiple of 128 x 2
+  // 16 GPUs / (2 x 2) = 4 data-parallel ranks: 512 / (4 x 4) = 32 micro-batches.
+  EXPECT_EQ(s.accumulation_steps, 32);
+  EXPECT_EQ(s.parallelism->layout.virtual_stages, 4);  // 24 layers / (3 per virtual stage x 2 stages)
+  EXPECT_EQ(s.parallelism->layout.schedule, models::PipelineSchedule::interleaved);
+  EXPECT_EQ(s.strategy.name, "full-recompute");
+}
+
+TEST(MegatronImport, TheSwigluWidthDefaultsAsMegatronComputesIt) {
+  // arguments.py: int(4h x 2/3 / 64) x 64 = int(10922.67 / 64) x 64 = 10880 for h = 4096.
+  const Scenario s = read_back(import_megatron_arguments(
+      "--nproc-per-node 8 --num-layers 2 --hidden-size 4096 --num-attention-heads 32 --swiglu --normalization RMSNorm "
+      "--position-embedding-type rope --seq-length 128 --vocab-size 32000 --bf16",
+      "job.sh", on("dgx-h100-superpod")));
+  EXPECT_EQ(s.zoo_model->decoder->intermediate, 10880);
+  EXPECT_TRUE(s.zoo_model->decoder->tie_embeddings);
+}
+
+TEST(MegatronImport, BadArgumentsAreErrorsAtTheirLines) {
+  EXPECT_THAT(megatron_error("--hidden-size 8 --num-attention-heads 2 --seq-length 8 --vocab-size 8"), HasSubstr("--num-layers is missing"));
+  EXPECT_THAT(megatron_error("--num-layers 2\n--hidden-size x --num-attention-heads 2 --seq-length 8 --vocab-size 8"),
+              HasSubstr("job.sh:2: --hidden-size is 'x'; expected an integer"));
+  EXPECT_THAT(megatron_error("--num-layers 2 --hidden-size 8 --num-attention-heads 2 --seq-length 8"), HasSubstr("--vocab-size"));
+  EXPECT_THAT(megatron_error("--nproc-per-node 8 --num-layers 2 --hidden-size 8 --num-attention-heads 2 --seq-length 8 --vocab-size 8 "
+                             "--micro-batch-size 3 --global-batch-size 16"),
+              HasSubstr("--global-batch-size is 16; expected a multiple of micro-batch 3 x data-parallel 8"));
+  EXPECT_THAT(megatron_error("--nproc-per-node 8 --num-layers 2 --hidden-size 8 --num-attention-heads 2 --seq-length 8 --vocab-size 8 "
+                             "--tensor-model-parallel-size 3"),
+              HasSubstr("8 GPUs (1 node(s) x 8) are not a multiple of TP 3"));
+  EXPECT_THAT(megatron_error("--num-layers 2 --hidden-size 8 --num-attention-heads 2 --seq-length 8 --vocab-size 8 --normalization Foo"),
+              HasSubstr("--normalization is 'Foo'"));
+  EXPECT_THAT(megatron_error("--num-layers 2 --hidden-size 8 --num-attention-heads 2 --seq-length 8 --vocab-size 8 --swiglu"),
+              HasSubstr("neither a Llama-shaped decoder"));
+}
+
+TEST(TorchtitanImport, ALlama3JobBecomesItsScenario) {
+  JobImportOptions options = on("dgx-h100-superpod");
+  options.nodes = 2;
+  options.gpus_per_node = 8;
+  const ImportedScenario imported = import_torchtitan_toml(
+      "[model]\nname = \"llama3\"\nflavor = \"70B\"\n[training]\nlocal_batch_size = 4\nseq_len = 8192\n"
+      "[parallelism]\ntensor_parallel_degree = 8\npipeline_parallel_degree = 2\npipeline_parallel_schedule = \"Interleaved1F1B\"\n"
+      "pipeline_parallel_microbatch_size = 1\n[activation_checkpoint]\nmode = \"full\"\n",
+      "job.toml", options);
+  const Scenario s = read_back(imported);
+  const zoo::DecoderArchitecture& arch = *s.zoo_model->decoder;
+  EXPECT_EQ(arch.layers, 80);
+  EXPECT_EQ(arch.hidden, 8192);
+  // torchtitan's FeedForward: int(2 x 4 x 8192 / 3) = 21845, x 1.3 = 28398, up to a multiple of 4096.
+  EXPECT_EQ(arch.intermediate, 28672);
+  EXPECT_EQ(arch.vocab, 128256);
+  EXPECT_TRUE(s.zoo_model->torchtitan);
+  EXPECT_EQ(s.batch_size, 1);
+  EXPECT_EQ(s.accumulation_steps, 4);  // local batch 4 in micro-batches of 1
+  EXPECT_EQ(s.parallelism->layout.tensor, 8);
+  EXPECT_TRUE(s.parallelism->layout.sequence_parallel);
+  EXPECT_EQ(s.parallelism->layout.pipeline, 2);
+  EXPECT_EQ(s.parallelism->layout.virtual_stages, 2);
+  EXPECT_EQ(s.parallelism->layout.schedule, models::PipelineSchedule::interleaved);
+  EXPECT_FALSE(s.parallelism->data.fsdp.has_value());  // one data-parallel rank: nothing to shard over
+}
+
+TEST(TorchtitanImport, FsdpShardsOverTheDataParallelRanks) {
+  JobImportOptions options = on("dgx-h100-superpod");
+  options.gpus_per_node = 8;
+  const Scenario s = read_back(import_torchtitan_toml("[model]\nflavor = \"8B\"\n[training]\nlocal_batch_size = 2\nseq_len = 4096\n", "job.toml", options));
+  ASSERT_TRUE(s.parallelism && s.parallelism->data.fsdp);
+  EXPECT_EQ(s.parallelism->data.zero_stage, 3);
+  EXPECT_EQ(s.batch_size, 2);
+  EXPECT_EQ(s.zoo_model->decoder->intermediate, 14336);
+  EXPECT_EQ(s.strategy.name, "full-recompute");  // torchtitan's default mode, selective, imported as full
+}
+
+TEST(TorchtitanImport, BadKeysAreErrorsAtTheirLines) {
+  EXPECT_THAT(torchtitan_error("[model]\nname = \"llama3\"\nflavor = \"9B\"\n"), HasSubstr("job.toml:3: [model] flavor is '9B'"));
+  EXPECT_THAT(torchtitan_error("[model]\nflavor = \"8B\"\n[training]\nseq_len = \"long\"\n"), HasSubstr("job.toml:4: [training] seq_len has the wrong type"));
+  EXPECT_THAT(torchtitan_error("[model\n"), HasSubstr("job.toml:1"));
+  JobImportOptions options = on("dgx-h100-superpod");
+  options.gpus_per_node = 8;
+  EXPECT_THAT(torchtitan_error("[model]\nflavor = \"8B\"\n[parallelism]\ntensor_parallel_degree = 3\n", options), HasSubstr("are not a multiple of TP 3"));
+  EXPECT_THAT(torchtitan_error("[model]\nflavor = \"8B\"\n[parallelism]\npipeline_parallel_degree = 2\npipeline_parallel_schedule = \"Foo\"\n", options),
+              HasSubstr("[parallelism] pipeline_parallel_schedule is 'Foo'"));
+}
+
+}  // namespace
+}  // namespace comptrain::sim

@@ -456,8 +456,9 @@ OpTimeModel::OpTimeModel(Platform platform, OpTimeOptions options) : platform_(s
 
 KernelRun OpTimeModel::run(const traces::Trace& trace, traces::OpIndex index) const {
   const traces::Op& op = trace.op(index);
-  // A view only reinterprets storage: no kernel runs.
-  if (op.kind == traces::OpKind::view) return {};
+  // A view only reinterprets storage: no kernel runs. A communication op's time is the
+  // network's (the collective or transfer it names), not a compute kernel's: nothing here.
+  if (op.kind == traces::OpKind::view || op.kind == traces::OpKind::communication) return {};
 
   // Measured durations are wall times of the op's kernels, launch included. They apply only
   // on the very device they were measured on (exact name, as torch.cuda.get_device_name()

@@ -438,6 +438,44 @@ TEST(TraceJson, WriterRejectsWhatJsonCannotHold) {
 }
 
 // The example in traces/FORMAT.md must parse, and is written in the writer's canonical layout.
+// Version 5: a communication op (Megatron's g, an all_reduce in place over the tensor group)
+// keeps its kind and group through a round trip, and its trace is written as version 5.
+TEST(TraceJson, CommunicationRoundTrips) {
+  using enum TensorRole;
+  std::vector<Tensor> tensors{make_tensor(1, "x", {2, 4}, input, 0), make_tensor(2, "fc.weight", {4, 4}, weight),
+                              make_tensor(3, "fc.out", {2, 4}, temporary, 0), make_tensor(4, "fc.all_reduce.out", {2, 4}, temporary, 0, 2)};
+  std::vector<Op> ops{make_op(10, "fc", Phase::forward, OpKind::linear, {0, 1}, {2}, {0, 32}, {64, 16}, {0, 16}),
+                      make_op(11, "fc.all_reduce", Phase::forward, OpKind::communication, {2}, {3}, {}, {0, 16}, {0, 16})};
+  ops[1].communication = traces::Communication{traces::CommunicationKind::all_reduce, traces::ParallelGroup::tensor};
+  const Trace trace("tp-rank", 2, std::move(tensors), std::move(ops));
+  const std::string text = trace_to_json(trace);
+  EXPECT_THAT(text, HasSubstr(R"("version": 5)"));
+  EXPECT_THAT(text, HasSubstr(R"("communication": {"kind": "all_reduce", "group": "tensor"})"));
+  EXPECT_EQ(trace_from_json(text, "t.json"), trace);
+  for (const traces::CommunicationKind kind : traces::all_communication_kinds()) {
+    for (const traces::ParallelGroup group : traces::all_parallel_groups()) {
+      std::vector<Op> each = trace.ops();
+      each[1].communication = traces::Communication{kind, group};
+      std::vector<Tensor> plain = trace.tensors();
+      for (Tensor& tensor : plain) {
+        tensor.producer.reset();
+        tensor.consumers.clear();
+      }
+      const Trace variant("tp-rank", 2, std::move(plain), std::move(each));
+      EXPECT_EQ(trace_from_json(trace_to_json(variant), "t.json"), variant) << to_string(kind) << " " << to_string(group);
+    }
+  }
+  // The Trace constructor enforces "exactly on communication ops" for traces built in code.
+  std::vector<Op> missing = trace.ops();
+  missing[1].communication.reset();
+  std::vector<Tensor> plain = trace.tensors();
+  for (Tensor& tensor : plain) {
+    tensor.producer.reset();
+    tensor.consumers.clear();
+  }
+  EXPECT_THROW(Trace("tp-rank", 2, plain, missing), traces::TraceError);
+}
+
 TEST(TraceJson, FormatDocumentExampleParses) {
   const std::string doc = read_file(kDataDir / ".." / ".." / "traces" / "FORMAT.md");
   const std::size_t heading = doc.find("## A complete example");
@@ -607,6 +645,10 @@ const std::string kFcFlops = R"("flops": {"fixed": 0, "per_sample": 24})";
 const std::string kReluView = R"("view_of": 11)";
 const std::pair<std::string, std::string> kVersion2{R"("version": 1,)", R"("version": 2,)"};
 const std::pair<std::string, std::string> kVersion3{R"("version": 1,)", R"("version": 3,)"};
+const std::pair<std::string, std::string> kVersion5{R"("version": 1,)", R"("version": 5,)"};
+// The ReLU op's (/ops/1) last fields, the first op with these two, after which an op field can be added.
+const std::string kReluBytesWritten =
+    R"("bytes_read": {"fixed": 0, "per_sample": 12}, "bytes_written": {"fixed": 0, "per_sample": 12})";
 // The input x (batch dimension 0, batch size 2) with gradient statistics `fields`.
 std::pair<std::string, std::string> x_gradient(const std::string& fields) {
   return {R"("role": "input", "batch_dim": 0})", R"("role": "input", "batch_dim": 0, "gradient": )" + fields + "}"};
@@ -822,7 +864,7 @@ INSTANTIATE_TEST_SUITE_P(
         BrokenCase{"UnknownKind",
                    {{R"("kind": "relu")", R"("kind": "Relu")"}},
                    "/ops/1/kind",
-                   {R"(unknown op kind "Relu" (did you mean "relu"?))", "optimizer_update, view, other"}},
+                   {R"(unknown op kind "Relu" (did you mean "relu"?))", "optimizer_update, view, communication, other"}},
         BrokenCase{
             "UnknownRole",
             {{R"("role": "gradient")", R"("role": "grad")"}},
@@ -830,18 +872,49 @@ INSTANTIATE_TEST_SUITE_P(
             {R"(unknown role "grad")", "expected one of: input, weight, weight_copy, buffer, gradient, optimizer_state"}},
         // Format and version.
         BrokenCase{"NewerVersion",
-                   {{R"("version": 1,)", R"("version": 5, "new_field": 1,)"}},
+                   {{R"("version": 1,)", R"("version": 6, "new_field": 1,)"}},
                    "/version",
-                   {"unsupported version 5; expected version 1, 2, 3 or 4", "newer comptrain"}},
+                   {"unsupported version 6; expected version 1, 2, 3, 4 or 5", "newer comptrain"}},
         BrokenCase{"VersionZero",
                    {{R"("version": 1,)", R"("version": 0,)"}},
                    "/version",
-                   {"unsupported version 0; expected version 1, 2, 3 or 4"}},
+                   {"unsupported version 0; expected version 1, 2, 3, 4 or 5"}},
         // The op kinds gather and scatter (version 4).
         BrokenCase{"GatherInVersion3",
                    {kVersion3, {R"("kind": "relu")", R"("kind": "gather")"}},
                    "/ops/1/kind",
                    {R"(op kind "gather" is a version-4 value but /version is 3)", R"(expected "version": 4)"}},
+        // The op kind communication and its field (version 5).
+        BrokenCase{"CommunicationInVersion4",
+                   {{R"("version": 1,)", R"("version": 4,)"}, {R"("kind": "relu")", R"("kind": "communication")"}},
+                   "/ops/1/kind",
+                   {R"(op kind "communication" is a version-5 value but /version is 4)", R"(expected "version": 5)"}},
+        BrokenCase{"CommunicationOpWithoutItsField",
+                   {kVersion5, {R"("kind": "relu")", R"("kind": "communication")"}},
+                   "/ops/1/communication",
+                   {R"(op "relu_" is of kind communication but has no "communication")"}},
+        BrokenCase{"CommunicationOnAnotherKind",
+                   {kVersion5, {kReluBytesWritten, kReluBytesWritten + R"(, "communication": {"kind": "all_reduce", "group": "tensor"})"}},
+                   "/ops/1/communication",
+                   {R"(op "relu_" is of kind relu; only ops of kind communication have a communication)"}},
+        BrokenCase{"UnknownCommunicationKind",
+                   {kVersion5,
+                    {R"("kind": "relu")", R"("kind": "communication")"},
+                    {kReluBytesWritten, kReluBytesWritten + R"(, "communication": {"kind": "allreduce", "group": "tensor"})"}},
+                   "/ops/1/communication/kind",
+                   {R"(unknown communication kind "allreduce" (did you mean "all_reduce"?))"}},
+        BrokenCase{"UnknownParallelGroup",
+                   {kVersion5,
+                    {R"("kind": "relu")", R"("kind": "communication")"},
+                    {kReluBytesWritten, kReluBytesWritten + R"(, "communication": {"kind": "send", "group": "tensors"})"}},
+                   "/ops/1/communication/group",
+                   {R"(unknown parallel group "tensors")", "tensor, context, data, expert, expert_data, pipeline"}},
+        BrokenCase{"CommunicationWithoutGroup",
+                   {kVersion5,
+                    {R"("kind": "relu")", R"("kind": "communication")"},
+                    {kReluBytesWritten, kReluBytesWritten + R"(, "communication": {"kind": "recv"})"}},
+                   "/ops/1/communication/group",
+                   {R"(missing field "group"; expected a parallel group)"}},
         // Value features (version 2).
         BrokenCase{"ValuesInVersion1",
                    {{kReluView, R"("view_of": 11, "values": {"zero_fraction": 0.5})"}},
@@ -1005,8 +1078,8 @@ TEST(TraceJsonSchema, ContainersMustHaveTheirType) {
 
 TEST(TraceJsonSchema, FormatAndVersionComeBeforeUnknownFields) {
   // A newer file may well have fields this reader does not know: say "newer version" instead.
-  EXPECT_THAT(error_of(R"({"format": "comptrain-trace", "version": 5, "streams": []})"),
-              StartsWith("t.json: /version: unsupported version 5"));
+  EXPECT_THAT(error_of(R"({"format": "comptrain-trace", "version": 6, "streams": []})"),
+              StartsWith("t.json: /version: unsupported version 6"));
   EXPECT_THAT(error_of(R"({"schema": "1.0.3", "nodes": []})"),
               StartsWith(R"(t.json: /format: missing field "format"; expected "comptrain-trace")"));
 }

@@ -282,6 +282,20 @@ void check_measured(const Op& op, std::size_t o) {
   }
 }
 
+// The communication field is set exactly on the communication ops: the simulator needs a
+// collective's kind and group, and a compute op has none.
+void check_communication(const Op& op, std::size_t o) {
+  if (op.kind == OpKind::communication && !op.communication) {
+    throw TraceError(op_path(o) + "/communication", describe(op) +
+                                                        " is of kind communication but says no communication; expected "
+                                                        "its kind (all_reduce, ...) and group (tensor, ...)");
+  }
+  if (op.kind != OpKind::communication && op.communication) {
+    throw TraceError(op_path(o) + "/communication", describe(op) + " is of kind " + std::string(to_string(op.kind)) +
+                                                        "; only ops of kind communication have a communication");
+  }
+}
+
 // Ops: references in range, one writer per tensor; producers and consumers derived.
 // read_by[t] == o: op o lists t among its inputs (checked against its outputs in linear time;
 // a foreach optimizer op has inputs and outputs for every parameter).
@@ -326,6 +340,7 @@ void link_ops(std::vector<Op>& ops, std::vector<Tensor>& tensors, std::int64_t b
       check_quantity(*quantity, batch_size, [&, field = field] { return op_path(o) + "/" + field; });
     }
     check_measured(op, o);
+    check_communication(op, o);
     for (std::size_t k = 0; k < op.after.size(); ++k) {
       if (op.after[k] >= n_ops || op.after[k] == o) {
         throw TraceError(op_path(o) + "/after/" + std::to_string(k),

@@ -692,11 +692,24 @@ class TraceReader {
     return measured;
   }
 
+  Communication read_communication(const json& value, const std::string& path) const {
+    expect_object(value, path, "an object {\"kind\", \"group\"}");
+    check_fields(value, path, {"kind", "group"});
+    Communication communication;
+    communication.kind =
+        as_vocabulary<CommunicationKind>(required(value, path, "kind", "a communication kind"), child(path, "kind"),
+                                         "communication kind", parse_communication_kind, all_communication_kinds());
+    communication.group =
+        as_vocabulary<ParallelGroup>(required(value, path, "group", "a parallel group"), child(path, "group"),
+                                     "parallel group", parse_parallel_group, all_parallel_groups());
+    return communication;
+  }
+
   Op read_op(const json& value, const std::string& path, std::vector<std::vector<std::uint64_t>>& after_ids) {
     expect_object(value, path, "an op object");
     check_fields(value, path,
                  {"id", "name", "phase", "kind", "inputs", "outputs", "after", "flops", "bytes_read",
-                  "bytes_written", "measured"});
+                  "bytes_written", "measured", "communication"});
     Op op;
     op.id = as_uint64(required(value, path, "id", "an unsigned integer"), child(path, "id"));
     if (auto [it, inserted] = op_index_.try_emplace(op.id, op_index_.size()); !inserted) {
@@ -711,6 +724,10 @@ class TraceReader {
     if (version_ < 4 && (op.kind == OpKind::gather || op.kind == OpKind::scatter)) {
       fail(child(path, "kind"), "op kind \"" + std::string(to_string(op.kind)) + "\" is a version-4 value but /version is " +
                                     std::to_string(version_) + "; expected \"version\": 4 in a file that has it");
+    }
+    if (version_ < 5 && op.kind == OpKind::communication) {
+      fail(child(path, "kind"), "op kind \"communication\" is a version-5 value but /version is " +
+                                    std::to_string(version_) + "; expected \"version\": 5 in a file that has it");
     }
     op.inputs =
         read_tensor_ids(required(value, path, "inputs", "an array of tensor ids"), child(path, "inputs"));
@@ -734,6 +751,20 @@ class TraceReader {
         required(value, path, "bytes_written", "{\"fixed\", \"per_sample\"}"), child(path, "bytes_written"));
     if (const json* measured = optional(value, "measured")) {
       op.measured = read_measured(*measured, child(path, "measured"));
+    }
+    // Present exactly on communication ops (checked here, where the path is the field's, and
+    // again by the Trace constructor for traces built in code).
+    const json* communication = optional(value, "communication");
+    if (communication) {
+      if (op.kind != OpKind::communication) {
+        fail(child(path, "communication"), "op " + json_quoted(op.name) + " is of kind " + std::string(to_string(op.kind)) +
+                                               "; only ops of kind communication have a communication");
+      }
+      op.communication = read_communication(*communication, child(path, "communication"));
+    } else if (op.kind == OpKind::communication) {
+      fail(child(path, "communication"), "op " + json_quoted(op.name) +
+                                             " is of kind communication but has no \"communication\"; expected "
+                                             "{\"kind\": \"all_reduce\", \"group\": \"tensor\"} or the like");
     }
     return op;
   }
@@ -763,13 +794,16 @@ class TraceWriter {
     next_field(1);
     key("version");
     // The oldest version that can hold the trace (2 added `values`, 3 `gradient`, 4 the op kinds
-    // gather and scatter), so that a trace without them stays readable by older builds and its
+    // gather and scatter, 5 communication), so that a trace without them stays readable by older builds and its
     // files keep their bytes.
     const auto any = [this](auto has) { return std::any_of(trace_.tensors().begin(), trace_.tensors().end(), has); };
     const bool gathers = std::any_of(trace_.ops().begin(), trace_.ops().end(), [](const Op& op) {
       return op.kind == OpKind::gather || op.kind == OpKind::scatter;
     });
-    out_ += gathers                                                   ? "4"
+    const bool communicates = std::any_of(trace_.ops().begin(), trace_.ops().end(),
+                                          [](const Op& op) { return op.kind == OpKind::communication; });
+    out_ += communicates                                              ? "5"
+            : gathers                                                 ? "4"
             : any([](const Tensor& t) { return !t.gradient.empty(); }) ? "3"
             : any([](const Tensor& t) { return !t.values.empty(); })   ? "2"
                                                                        : "1";
@@ -995,6 +1029,17 @@ class TraceWriter {
       separator();
       key("batch_size");
       out_ += std::to_string(op.measured->batch_size);
+      out_ += '}';
+    }
+    if (op.communication) {
+      separator();
+      key("communication");
+      out_ += '{';
+      key("kind");
+      string(to_string(op.communication->kind), "");
+      separator();
+      key("group");
+      string(to_string(op.communication->group), "");
       out_ += '}';
     }
     out_ += '}';

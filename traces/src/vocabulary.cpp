@@ -21,7 +21,7 @@ constexpr Table<DType, 9> kDTypes{{{DType::f64, "f64"},
                                    {DType::boolean, "bool"}}};
 constexpr Table<Phase, 3> kPhases{
     {{Phase::forward, "forward"}, {Phase::backward, "backward"}, {Phase::optimizer, "optimizer"}}};
-constexpr Table<OpKind, 19> kOpKinds{{{OpKind::conv, "conv"},
+constexpr Table<OpKind, 20> kOpKinds{{{OpKind::conv, "conv"},
                                       {OpKind::matmul, "matmul"},
                                       {OpKind::linear, "linear"},
                                       {OpKind::relu, "relu"},
@@ -39,6 +39,7 @@ constexpr Table<OpKind, 19> kOpKinds{{{OpKind::conv, "conv"},
                                       {OpKind::loss, "loss"},
                                       {OpKind::optimizer_update, "optimizer_update"},
                                       {OpKind::view, "view"},
+                                      {OpKind::communication, "communication"},
                                       {OpKind::other, "other"}}};
 constexpr Table<TensorRole, 8> kRoles{{{TensorRole::input, "input"},
                                        {TensorRole::weight, "weight"},
@@ -48,6 +49,18 @@ constexpr Table<TensorRole, 8> kRoles{{{TensorRole::input, "input"},
                                        {TensorRole::optimizer_state, "optimizer_state"},
                                        {TensorRole::activation, "activation"},
                                        {TensorRole::temporary, "temporary"}}};
+constexpr Table<CommunicationKind, 6> kCommunicationKinds{{{CommunicationKind::all_reduce, "all_reduce"},
+                                                         {CommunicationKind::reduce_scatter, "reduce_scatter"},
+                                                         {CommunicationKind::all_gather, "all_gather"},
+                                                         {CommunicationKind::all_to_all, "all_to_all"},
+                                                         {CommunicationKind::send, "send"},
+                                                         {CommunicationKind::recv, "recv"}}};
+constexpr Table<ParallelGroup, 6> kParallelGroups{{{ParallelGroup::tensor, "tensor"},
+                                                   {ParallelGroup::context, "context"},
+                                                   {ParallelGroup::data, "data"},
+                                                   {ParallelGroup::expert, "expert"},
+                                                   {ParallelGroup::expert_data, "expert_data"},
+                                                   {ParallelGroup::pipeline, "pipeline"}}};
 
 template <typename Enum, std::size_t N>
 std::string_view name_of(const Table<Enum, N>& table, Enum value) {
@@ -78,11 +91,17 @@ std::string_view to_string(DType dtype) { return name_of(kDTypes, dtype); }
 std::string_view to_string(Phase phase) { return name_of(kPhases, phase); }
 std::string_view to_string(OpKind kind) { return name_of(kOpKinds, kind); }
 std::string_view to_string(TensorRole role) { return name_of(kRoles, role); }
+std::string_view to_string(CommunicationKind kind) { return name_of(kCommunicationKinds, kind); }
+std::string_view to_string(ParallelGroup group) { return name_of(kParallelGroups, group); }
 
 std::optional<DType> parse_dtype(std::string_view text) { return value_of(kDTypes, text); }
 std::optional<Phase> parse_phase(std::string_view text) { return value_of(kPhases, text); }
 std::optional<OpKind> parse_op_kind(std::string_view text) { return value_of(kOpKinds, text); }
 std::optional<TensorRole> parse_tensor_role(std::string_view text) { return value_of(kRoles, text); }
+std::optional<CommunicationKind> parse_communication_kind(std::string_view text) {
+  return value_of(kCommunicationKinds, text);
+}
+std::optional<ParallelGroup> parse_parallel_group(std::string_view text) { return value_of(kParallelGroups, text); }
 
 std::span<const DType> all_dtypes() {
   static const auto values = values_of(kDTypes);
@@ -98,6 +117,14 @@ std::span<const OpKind> all_op_kinds() {
 }
 std::span<const TensorRole> all_tensor_roles() {
   static const auto values = values_of(kRoles);
+  return values;
+}
+std::span<const CommunicationKind> all_communication_kinds() {
+  static const auto values = values_of(kCommunicationKinds);
+  return values;
+}
+std::span<const ParallelGroup> all_parallel_groups() {
+  static const auto values = values_of(kParallelGroups);
   return values;
 }
 

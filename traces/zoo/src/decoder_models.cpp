@@ -85,6 +85,11 @@ Value attention(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::
                 Attention implementation) {
   const std::int64_t h = arch.hidden;
   const std::int64_t head_dim = arch.head_size();
+  // Tensor parallelism: this rank's a/t query heads and g/t KV heads (zoo.cpp checks that t
+  // divides both); q, k and v column-parallel over one shared input, o_proj row-parallel.
+  const std::int64_t t = nb.tensor_parallel_degree();
+  const std::int64_t heads = arch.heads / t;
+  const std::int64_t kv_heads = arch.kv_heads / t;
   Value q;
   Value k;
   Value v;
@@ -97,18 +102,22 @@ Value attention(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::
     k = parts[1];
     v = parts[2];
   } else {
-    const std::int64_t kv_width = arch.kv_heads * head_dim;
-    Value q_out = nb.linear(p + "q_proj", x, arch.heads * head_dim, arch.qkv_bias);
-    Value k_out = nb.linear(p + "k_proj", x, kv_width, arch.qkv_bias);
+    const std::int64_t kv_width = kv_heads * head_dim;
+    // Megatron fuses the three into linear_qkv; Hugging Face's separate projections share one
+    // f / all_gather here, and under sequence parallelism one saved shard and one re-gather.
+    const NetworkBuilder::ColumnParallelInput input = nb.column_parallel_input(p + "qkv", x);
+    Value q_out = nb.column_parallel_linear(p + "q_proj", input, heads * head_dim, arch.qkv_bias);
+    Value k_out = nb.column_parallel_linear(p + "k_proj", input, kv_width, arch.qkv_bias);
     if (arch.qk_norm) {
       // Qwen3Attention: self.q_norm(self.q_proj(x).view(hidden_shape)), an RMSNorm of
       // head_dim channels per head (its statistics one per token and head), then transposed.
-      q_out = per_head_rmsnorm(nb, p + "q_norm", q_out, arch.heads, head_dim);
-      k_out = per_head_rmsnorm(nb, p + "k_norm", k_out, arch.kv_heads, head_dim);
+      q_out = per_head_rmsnorm(nb, p + "q_norm", q_out, heads, head_dim);
+      k_out = per_head_rmsnorm(nb, p + "k_norm", k_out, kv_heads, head_dim);
     }
-    q = nb.split_heads(p + "q_proj.view", q_out, 1, arch.heads).front();
-    k = nb.split_heads(p + "k_proj.view", k_out, 1, arch.kv_heads).front();
-    v = nb.split_heads(p + "v_proj.view", nb.linear(p + "v_proj", x, kv_width, arch.qkv_bias), 1, arch.kv_heads).front();
+    q = nb.split_heads(p + "q_proj.view", q_out, 1, heads).front();
+    k = nb.split_heads(p + "k_proj.view", k_out, 1, kv_heads).front();
+    v = nb.split_heads(p + "v_proj.view", nb.column_parallel_linear(p + "v_proj", input, kv_width, arch.qkv_bias), 1, kv_heads)
+            .front();
   }
   q = nb.rotary(p + "q_rotary", q, rotary.cos, rotary.sin);
   k = nb.rotary(p + "k_rotary", k, rotary.cos, rotary.sin);
@@ -153,22 +162,26 @@ Value attention(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::
   // a no-op on the kernels' output, already laid out [N, S, H, D]; written as a view (the bytes
   // o_proj saves are the same).
   const Value merged = nb.merge_heads(p + "merge_heads", context);
-  return nb.linear(p + names_of(arch.family).output, merged, h, arch.output_bias);
+  return nb.row_parallel_linear(p + names_of(arch.family).output, merged, h, arch.output_bias);
 }
 
 // LlamaMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x)); GPTNeoXMLP: dense_4h_to_h(act(dense_h_to_4h(x))).
 Value mlp(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, Value x) {
+  // Tensor parallelism: gate and up (Megatron's fused linear_fc1) column-parallel, I/t each,
+  // over one shared input; down row-parallel.
   const Names names = names_of(arch.family);
+  const std::int64_t width = arch.intermediate / nb.tensor_parallel_degree();
+  const NetworkBuilder::ColumnParallelInput input = nb.column_parallel_input(p + "fc1", x);
   if (!arch.gated_mlp) {
-    Value m = nb.linear(p + names.up, x, arch.intermediate, arch.mlp_bias);
+    Value m = nb.column_parallel_linear(p + names.up, input, width, arch.mlp_bias);
     m = activation(nb, arch, p + names.act, m);
-    return nb.linear(p + names.down, m, arch.hidden, arch.mlp_bias);
+    return nb.row_parallel_linear(p + names.down, m, arch.hidden, arch.mlp_bias);
   }
-  Value gate = nb.linear(p + "gate_proj", x, arch.intermediate, arch.mlp_bias);
+  Value gate = nb.column_parallel_linear(p + "gate_proj", input, width, arch.mlp_bias);
   gate = activation(nb, arch, p + names.act, gate);
-  const Value up = nb.linear(p + "up_proj", x, arch.intermediate, arch.mlp_bias);
+  const Value up = nb.column_parallel_linear(p + "up_proj", input, width, arch.mlp_bias);
   const Value product = nb.mul(p + "mul", gate, up);
-  return nb.linear(p + names.down, product, arch.hidden, arch.mlp_bias);
+  return nb.row_parallel_linear(p + names.down, product, arch.hidden, arch.mlp_bias);
 }
 
 // The layer's MLP: dense, or the mixture of experts of a sparse layer (MixtralDecoderLayer's
@@ -215,8 +228,13 @@ Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64
   const bool packed = documents > 1;
   const Value positions = packed ? nb.input(names.base + "position_ids", DType::i64, {1, s})
                                  : nb.buffer(names.base + "position_ids", DType::i64, {1, s});
-  const Value embed = nb.parameter(names.base + names.embed + ".weight", {arch.vocab, arch.hidden});
-  Value x = nb.embedding(names.base + names.embed, ids, embed);
+  // Tensor parallelism: this rank's rows of the padded vocabulary (tensor_parallel_vocab), the
+  // partial lookups all-reduced, or reduce-scattered to S/t rows under sequence parallelism
+  // (no position embeddings: Megatron's reduce_scatter_embeddings).
+  const std::int64_t t = nb.tensor_parallel_degree();
+  const std::int64_t vocab_rows = tensor_parallel_vocab(arch.vocab, t) / t;
+  const Value embed = nb.parameter(names.base + names.embed + ".weight", {vocab_rows, arch.hidden});
+  Value x = nb.vocab_parallel_embedding(names.base + names.embed, ids, embed, nb.sequence_parallel());
 
   // LlamaRotaryEmbedding.forward: inv_freq [D/2] (a buffer) times the positions, cos and sin
   // computed in fp32 and cast to the hidden states' dtype (the model's: fp32 under autocast),
@@ -248,8 +266,13 @@ Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64
   x = norm(nb, arch, names.base + names.final_norm, x);
   // The head and the loss kind's cross-entropy (loss.cpp); by default ForCausalLMLoss's
   // `logits = logits.float()` first.
-  const Value head = arch.tie_embeddings ? embed : nb.parameter(names.head + ".weight", {arch.vocab, arch.hidden});
-  return nb.lm_loss(names.head, x, head, labels, true);
+  const Value head = arch.tie_embeddings ? embed : nb.parameter(names.head + ".weight", {vocab_rows, arch.hidden});
+  if (t == 1) return nb.lm_loss(names.head, x, head, labels, true);
+  // Megatron's output layer and vocabulary-parallel cross-entropy, which makes its own fp32 copy
+  // of the logits (no `logits.float()` before it).
+  Value logits = nb.column_parallel_linear(names.head, nb.column_parallel_input(names.head, x), head);
+  logits = nb.reshape("logits.view", logits, {s, vocab_rows});
+  return nb.vocab_parallel_cross_entropy("loss", logits, nb.reshape("labels.view", labels, {s}));
 }
 
 }  // namespace comptrain::zoo::detail

@@ -309,6 +309,10 @@ void NetworkBuilder::record(ForwardOp op) {
   BackwardRecipe recipe;
   recipe.forward_op = emit({op.name, Phase::forward, op.kind, op.inputs, op.outputs, op.updated,
                             op.aliases, op.flops});
+  if (op.communication) communications_.emplace(recipe.forward_op, *op.communication);
+  recipe.communication = op.backward_communication;
+  recipe.regather = op.regather;
+  recipe.reduced_in_place = std::move(op.reduced_in_place);
   recipe.differentiable_outputs = std::move(op.differentiable_outputs);
   recipe.reads = concat(std::move(op.saved), op.reads);
   for (const GradSpec& grad : op.grads) {
@@ -520,6 +524,11 @@ Value NetworkBuilder::linear(const std::string& name, Value x, std::int64_t out_
 }
 
 Value NetworkBuilder::linear(const std::string& name, Value x, Value weight, std::optional<Value> bias) {
+  return linear_saving(name, x, weight, bias, std::nullopt);
+}
+
+Value NetworkBuilder::linear_saving(const std::string& name, Value x, Value weight, std::optional<Value> bias,
+                                    std::optional<std::size_t> saved_shard) {
   const std::int64_t in_features = dim(x, -1);
   if (sample_shape(weight).size() != 2 || dim(weight, 1) != in_features) {
     throw std::logic_error(name + ": weight does not match the input features");
@@ -549,7 +558,11 @@ Value NetworkBuilder::linear(const std::string& name, Value x, Value weight, std
   // (gen_variable_type.py's should_compute_output guards), so a frozen weight's linear (LoRA's
   // base) keeps the weight alone.
   const bool weight_grad = requires_grad(weight.index);
-  f.saved = weight_grad ? std::vector<std::size_t>{x.index, weight.index} : std::vector<std::size_t>{weight.index};
+  // Under sequence parallelism Megatron's linear saves the S/t shard of its input and gathers
+  // it again in backward (tensor_parallel.cpp).
+  const std::size_t saved_input = saved_shard.value_or(x.index);
+  f.saved = weight_grad ? std::vector<std::size_t>{saved_input, weight.index} : std::vector<std::size_t>{weight.index};
+  if (saved_shard && weight_grad) f.regather = std::pair{*saved_shard, x.index};
   f.grads = {{x.index, {}}, {weight.index, {}}};
   if (bias) f.grads.push_back({bias->index, {}});
   // grad_input = g W and grad_weight = gᵀ x are one GEMM each, as large as the forward one.
@@ -1340,6 +1353,12 @@ void NetworkBuilder::emit_backward(const BackwardRecipe& recipe) {
     throw std::logic_error(forward_name + ": its output does not reach the loss");
   }
   op.inputs.insert(op.inputs.end(), recipe.reads.begin(), recipe.reads.end());
+  if (recipe.regather) {
+    // Sequence parallelism: the backward GEMM reads the gathered input again, all-gathered
+    // from the saved shard first (once for the linears that share it).
+    const std::size_t gathered = regathered_input(*recipe.regather);
+    std::replace(op.inputs.begin(), op.inputs.end(), recipe.regather->first, gathered);
+  }
 
   std::vector<std::pair<std::size_t, std::size_t>> produced;  // (target, gradient)
   for (const GradSpec& spec : recipe.grads) {
@@ -1356,6 +1375,10 @@ void NetworkBuilder::emit_backward(const BackwardRecipe& recipe) {
       if (!source) throw std::logic_error(forward_name + ": aliased output has no gradient");
       grad = new_view(name, *source, target.sample_shape, target.batch_dim);
       op.aliases.push_back(grad);
+    } else if (const auto reduced = recipe.reduced_in_place.find(spec.target); reduced != recipe.reduced_in_place.end()) {
+      const auto source = tensors_[reduced->second].grad;
+      if (!source) throw std::logic_error(forward_name + ": the output reduced in place has no gradient");
+      grad = new_view(name, *source, target.sample_shape, target.batch_dim);
     } else {
       TensorRecord record;
       record.name = name;
@@ -1375,6 +1398,7 @@ void NetworkBuilder::emit_backward(const BackwardRecipe& recipe) {
   // Workspace the backward kernel allocates and frees (QLoRA's dequantised weight).
   op.outputs.insert(op.outputs.end(), recipe.scratch.begin(), recipe.scratch.end());
   const std::size_t index = emit(std::move(op));
+  if (recipe.communication) communications_.emplace(index, *recipe.communication);
   for (const auto& [target, grad] : produced) add_gradient(target, grad, index);
 }
 
@@ -1598,6 +1622,9 @@ traces::Trace NetworkBuilder::build_trace(std::map<std::string, std::string> met
         }
       }
       for (const std::size_t updated : record.updated) add_into(op.bytes_written, bytes(updated));
+    }
+    if (const auto communication = communications_.find(i); communication != communications_.end()) {
+      op.communication = communication->second;
     }
     op.name = std::move(record.name);
     op.inputs = std::move(record.inputs);

@@ -273,6 +273,78 @@ class NetworkBuilder {
   // made; the other kinds as loss.cpp describes.
   Value lm_loss(const std::string& head_name, Value x, Value head, Value labels, bool upcast);
 
+  // ---- Megatron-LM tensor and sequence parallelism (tensor_parallel.cpp) ----------------------
+  // The trace becomes one tensor-parallel rank's program (ModelSpec::tensor_parallel). The
+  // mappings are megatron/core/tensor_parallel/mappings.py's autograd Functions (NVIDIA/Megatron-LM
+  // @d98e8a64ddf34856e74b24714e3bedb2f5a39553, classes at :201-378); each collective is an op of
+  // kind communication over the `tensor` group, zero FLOPs, its tensors' bytes. Per-sample shapes
+  // are [1, S, H]: the sequence is dimension 1 (Megatron's [S, B, H] dimension 0). Degree 1 (the
+  // default) leaves every mapping out, as Megatron's own `world_size == 1` shortcuts do.
+  void set_tensor_parallel(std::int64_t degree, bool sequence_parallel);
+  std::int64_t tensor_parallel_degree() const { return tensor_parallel_; }
+  bool sequence_parallel() const { return sequence_parallel_; }
+  // f (_CopyToModelParallelRegion): forward the identity (a view, no data moved), backward an
+  // all_reduce of the gradient, in place.
+  Value copy_to_tensor_parallel(const std::string& name, Value x);
+  // g (_ReduceFromModelParallelRegion): forward an all_reduce, in place; backward the identity.
+  Value reduce_from_tensor_parallel(const std::string& name, Value x);
+  // _GatherFromSequenceParallelRegion: forward an all_gather along the sequence [1, S/t, ...] ->
+  // [1, S, ...] (a new tensor); backward a reduce_scatter of the gradient.
+  Value gather_from_sequence_parallel(const std::string& name, Value x);
+  // _ReduceScatterToSequenceParallelRegion: forward a reduce_scatter [1, S, ...] -> [1, S/t, ...];
+  // backward an all_gather.
+  Value reduce_scatter_to_sequence_parallel(const std::string& name, Value x);
+  // _ScatterToSequenceParallelRegion: forward this rank's S/t rows (a view: a slice of the
+  // leading dimension); backward an all_gather of the gradient.
+  Value scatter_to_sequence_parallel(const std::string& name, Value x);
+  // The input of column-parallel linears (one or several reading the same tensor: Megatron's
+  // fused linear_qkv / linear_fc1, Hugging Face's q/k/v or gate/up projections): without
+  // sequence parallelism f(x); with it x's 16-bit S/t shard (autocast's cast first, if any)
+  // all-gathered, the gathered tensor a temporary and the shard what the linears save.
+  struct ColumnParallelInput {
+    Value total;                 // what the GEMMs read
+    std::optional<Value> shard;  // sequence parallelism: what they save and re-gather
+  };
+  ColumnParallelInput column_parallel_input(const std::string& name, Value x);
+  // ColumnParallelLinear (layers.py:932) without gather_output: `out_features` are this rank's
+  // (the whole width / t), weight [out, in] (or the given, possibly shared one), its own bias
+  // shard. Under sequence parallelism it saves the shard and its backward starts with an
+  // all_gather of it for the weight gradient (LinearWithGradAccumulationAndAsyncCommunication,
+  // layers.py:604 saves `input`, :667-680 gathers it again), a temporary. Degree 1: linear().
+  Value column_parallel_linear(const std::string& name, const ColumnParallelInput& x, std::int64_t out_features, bool bias);
+  Value column_parallel_linear(const std::string& name, const ColumnParallelInput& x, Value weight);
+  // RowParallelLinear (layers.py:1328, forward :1560-1568): x [.., in/t] times this rank's weight
+  // [out, in/t], no bias, then reduce_from_tensor_parallel (or reduce_scatter_to_sequence_parallel),
+  // then `output_ + self.bias` (`<name>.bias_add`). Degree 1: linear().
+  Value row_parallel_linear(const std::string& name, Value x, std::int64_t out_features, bool bias);
+  // VocabParallelEmbedding.forward (layers.py:336-383) over this rank's rows `weight` [V/t, H]:
+  // ids outside the rank's range masked to 0 (two kernels without autograd nodes), the lookup,
+  // the masked rows zeroed in place (`output_parallel[input_mask, :] = 0.0`, an index_put_ whose
+  // backward saves the mask) and the reduction: all_reduce, or reduce_scatter when `scatter`
+  // (sequence parallelism without position embeddings). Degree 1: embedding().
+  Value vocab_parallel_embedding(const std::string& name, Value ids, Value weight, bool scatter);
+  // _VocabParallelCrossEntropy (cross_entropy.py:121-211) over this rank's logits [S, V/t]: the
+  // fp32 copy, the row max and its all_reduce (MAX), the shifted exp, the predicted logit and
+  // the sum of exp and their all_reduces (SUM), then the loss and softmax in place. Saves the
+  // fp32 softmax [S, V/t], the target mask and the masked targets; the mean over the tokens is
+  // folded into the last op. Returns the scalar loss.
+  Value vocab_parallel_cross_entropy(const std::string& name, Value logits, Value labels);
+
+ private:
+  // tensor_parallel.cpp: the x + bias of a row-parallel linear; an in-place masked zeroing of
+  // rows; a communication op with its backward's communication.
+  Value add_bias(const std::string& name, Value x, Value bias);
+  Value masked_fill_rows_(const std::string& name, Value x, Value mask);
+  std::size_t record_communication(const std::string& op, traces::CommunicationKind forward, std::size_t x,
+                                   std::vector<std::int64_t> out_shape, bool in_place,
+                                   std::optional<traces::CommunicationKind> backward);
+  // linear() whose saved input is the sequence-parallel shard `saved_shard` of x (re-gathered in backward).
+  Value linear_saving(const std::string& name, Value x, Value weight, std::optional<Value> bias,
+                      std::optional<std::size_t> saved_shard);
+  void check_sequence_divides(Value x, const std::string& what) const;
+  // emit_backward's all_gather of a saved shard (regather = shard, gathered), made once.
+  std::size_t regathered_input(const std::pair<std::size_t, std::size_t>& regather);
+
  private:
   // lm_loss's kinds other than cross_entropy (loss.cpp).
   Value fused_cross_entropy_loss(const std::string& head_name, Value x, Value head, Value labels);
@@ -331,6 +403,13 @@ class NetworkBuilder {
     // (Liger's fused linear cross-entropy), or written over it in place (a fused cross-entropy
     // kernel's inplace_backward). The gradient is a view of it, no new bytes (loss.cpp).
     std::map<std::size_t, std::size_t> computed_in;  // target -> tensor
+    std::optional<traces::Communication> communication;  // the backward op's, when a collective
+    // Targets whose gradient is a forward output's gradient overwritten in place (an all_reduce
+    // of it): a view of its storage, whose bytes the backward op writes. target -> output.
+    std::map<std::size_t, std::size_t> reduced_in_place;
+    // Sequence parallelism: the saved shard that an all_gather before the backward op gathers
+    // again, and the gathered tensor it stands for (tensor_parallel.cpp).
+    std::optional<std::pair<std::size_t, std::size_t>> regather;  // shard, gathered
   };
 
   // A forward op under construction; record() files it and its backward recipe.
@@ -350,6 +429,10 @@ class NetworkBuilder {
     traces::OpKind backward_kind = traces::OpKind::other;
     std::vector<std::size_t> backward_scratch;  // workspace of the backward op (not saved)
     std::map<std::size_t, std::size_t> computed_in;  // BackwardRecipe::computed_in
+    std::optional<traces::Communication> communication;           // kind communication only
+    std::optional<traces::Communication> backward_communication;  // BackwardRecipe::communication
+    std::map<std::size_t, std::size_t> reduced_in_place;          // BackwardRecipe::reduced_in_place
+    std::optional<std::pair<std::size_t, std::size_t>> regather;  // BackwardRecipe::regather
   };
 
   std::string unique_op_name(const std::string& name);
@@ -436,6 +519,11 @@ class NetworkBuilder {
   std::vector<std::string> lora_targets_;
   std::vector<bool> lora_target_used_;
   std::string lora_output_layer_;
+  // Tensor parallelism (tensor_parallel.cpp).
+  std::int64_t tensor_parallel_ = 1;
+  bool sequence_parallel_ = false;
+  std::map<std::size_t, std::size_t> regathered_;  // saved shard -> its backward all_gather's output
+  std::map<std::size_t, traces::Communication> communications_;  // op index -> what the op communicates
   std::optional<std::size_t> nf4_dynamic_map_;  // bitsandbytes' shared 8-bit dynamic map
 };
 

@@ -87,18 +87,24 @@ Value gpt2_eager_core(NetworkBuilder& nb, const std::string& p, Value q, Value k
   return nb.merge_heads(p + "attn.merge_heads", context);
 }
 
-// transformers.models.gpt2.modeling_gpt2.GPT2Block (pre-LN).
+// transformers.models.gpt2.modeling_gpt2.GPT2Block (pre-LN). On t tensor-parallel ranks
+// (NetworkBuilder::set_tensor_parallel) one rank's share as Megatron-LM splits the layer
+// (shared/reference/parallelism.md §1): c_attn column-parallel by whole heads (3h/t outputs,
+// a/t heads), c_proj row-parallel (h/t -> h, bias after the reduction), c_fc column-parallel
+// (4h/t), the MLP's c_proj row-parallel; the LayerNorms and dropouts replicated, on S/t rows under
+// sequence parallelism. At t = 1 the column- and row-parallel linears are plain linears.
 Value gpt2_block(NetworkBuilder& nb, const std::string& p, Value x, const TransformerShape& shape,
                  Attention attention) {
   const std::int64_t h = shape.hidden;
+  const std::int64_t t = nb.tensor_parallel_degree();
   // HF's causal-mask buffer, which only the eager code reads.
   const std::optional<Value> bias =
       attention == Attention::eager
           ? std::optional(nb.buffer(p + "attn.bias", traces::DType::u8, {1, 1, shape.max_positions, shape.max_positions}))
           : std::nullopt;
   Value a = nb.layernorm(p + "ln_1", x);
-  const Value qkv = nb.linear(p + "attn.c_attn", a, 3 * h, true);
-  const auto heads = nb.split_heads(p + "attn.split_heads", qkv, 3, shape.heads);
+  const Value qkv = nb.column_parallel_linear(p + "attn.c_attn", nb.column_parallel_input(p + "attn.c_attn", a), 3 * h / t, true);
+  const auto heads = nb.split_heads(p + "attn.split_heads", qkv, 3, shape.heads / t);
   switch (attention) {
     case Attention::fused_softmax:
       a = megatron_core(nb, p + "attn.", heads[0], heads[1], heads[2], p + "attn.attn_dropout");
@@ -107,14 +113,14 @@ Value gpt2_block(NetworkBuilder& nb, const std::string& p, Value x, const Transf
     case Attention::flash: a = flash_core(nb, p + "attn.", heads[0], heads[1], heads[2], true); break;
     case Attention::sdpa_mem_efficient: throw std::logic_error("gpt2: sdpa-mem-efficient is refused before building");
   }
-  a = nb.linear(p + "attn.c_proj", a, h, true);
+  a = nb.row_parallel_linear(p + "attn.c_proj", a, h, true);
   a = nb.dropout(p + "attn.resid_dropout", a);
   x = nb.add(p + "add", a, x);  // hidden_states = attn_output + residual
 
   Value m = nb.layernorm(p + "ln_2", x);
-  m = nb.linear(p + "mlp.c_fc", m, 4 * h, true);
+  m = nb.column_parallel_linear(p + "mlp.c_fc", nb.column_parallel_input(p + "mlp.c_fc", m), 4 * h / t, true);
   m = nb.gelu(p + "mlp.act", m);
-  m = nb.linear(p + "mlp.c_proj", m, h, true);
+  m = nb.row_parallel_linear(p + "mlp.c_proj", m, h, true);
   m = nb.dropout(p + "mlp.dropout", m);
   return nb.add(p + "add", x, m);  // hidden_states = residual + feed_forward_hidden_states
 }
@@ -159,17 +165,34 @@ Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention 
   // positions rather than Hugging Face's s - 1.
   const Value labels = nb.input("labels", DType::i64, {1, s});
   const Value positions = nb.buffer("transformer.position_ids", DType::i64, {1, s});
-  const Value wte = nb.parameter("transformer.wte.weight", {shape.vocab, shape.hidden});
+  // Tensor parallelism: this rank's rows of the padded vocabulary (tensor_parallel_vocab).
+  const std::int64_t t = nb.tensor_parallel_degree();
+  const Value wte = nb.parameter("transformer.wte.weight", {tensor_parallel_vocab(shape.vocab, t) / t, shape.hidden});
 
-  Value x = nb.embedding("transformer.wte", ids, wte);
+  // Megatron's LanguageModelEmbedding.forward (megatron/core/models/common/embeddings/
+  // language_model_embedding.py:113-156 at NVIDIA/Megatron-LM@d98e8a64): with learned positions
+  // the word embeddings are all-reduced (reduce_scatter_embeddings is false, :51-56), the
+  // positions added, and under sequence parallelism this rank's S/t rows taken
+  // (scatter_to_sequence_parallel_region) and cloned (clone_scatter_output_in_embedding) before
+  // the dropout.
+  Value x = nb.vocab_parallel_embedding("transformer.wte", ids, wte, false);
   const Value position_embeds = nb.embedding("transformer.wpe", positions, shape.max_positions, shape.hidden);
   x = nb.add("transformer.add", x, position_embeds);  // broadcast over the batch
+  if (nb.sequence_parallel()) {
+    x = nb.scatter_to_sequence_parallel("transformer.scatter_to_sequence_parallel", x);
+    x = nb.contiguous("transformer.scatter_to_sequence_parallel.clone", x, false);
+  }
   x = nb.dropout("transformer.drop", x);
   for (std::int64_t layer = 0; layer < shape.layers; ++layer) {
     x = gpt2_block(nb, "transformer.h." + std::to_string(layer) + ".", x, shape, attention);
   }
   x = nb.layernorm("transformer.ln_f", x);
-  return nb.lm_loss("lm_head", x, wte, labels, false);  // tied to wte, no bias; the loss kind's CE (loss.cpp)
+  if (t == 1) return nb.lm_loss("lm_head", x, wte, labels, false);  // tied to wte, no bias; the loss kind's CE (loss.cpp)
+  // Megatron's output layer: a column-parallel linear over this rank's vocabulary rows (tied to
+  // wte), its logits [S, V/t] into the vocabulary-parallel cross-entropy.
+  Value logits = nb.column_parallel_linear("lm_head", nb.column_parallel_input("lm_head", x), wte);
+  logits = nb.reshape("logits.view", logits, {shape.seq_len, nb.dim(wte, 0)});
+  return nb.vocab_parallel_cross_entropy("loss", logits, nb.reshape("labels.view", labels, {shape.seq_len}));
 }
 
 namespace {

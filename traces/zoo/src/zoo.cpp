@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <utility>
 
@@ -631,6 +632,60 @@ ModelDimensions model_dimensions(const ModelSpec& spec) {
   return d;
 }
 
+std::int64_t tensor_parallel_vocab(std::int64_t vocab, std::int64_t degree) {
+  if (degree <= 1) return vocab;
+  // vocab_size_with_padding: multiple = make_vocab_size_divisible_by (128) x TP size,
+  // ceil(vocab / multiple) x multiple (build_tokenizer.py:133-145; zoo.hpp).
+  constexpr std::int64_t kMakeVocabSizeDivisibleBy = 128;  // megatron/training/arguments.py:2441
+  const std::int64_t multiple = multiply_or_throw(kMakeVocabSizeDivisibleBy, degree, "the padded vocabulary");
+  return multiply_or_throw((vocab + multiple - 1) / multiple, multiple, "the padded vocabulary");
+}
+
+namespace {
+
+// ModelSpec::tensor_parallel's rules, before anything is built. `heads`, `kv_heads` and `width`
+// (the MLP's intermediate size) are what the degree splits; under sequence parallelism the
+// sequence too. Returns the degree (1 when unset).
+std::int64_t check_tensor_parallel(const ModelRequest& request, std::int64_t heads, std::int64_t kv_heads, std::int64_t width,
+                                   std::int64_t seq_len) {
+  if (!request.tensor_parallel) return 1;
+  const TensorParallelSpec& tp = *request.tensor_parallel;
+  const std::string t = std::to_string(tp.degree);
+  if (tp.degree < 1) throw std::invalid_argument("tensor_parallel.degree: " + t + "; expected an integer >= 1");
+  if (tp.sequence_parallel && tp.degree == 1) {
+    throw std::invalid_argument("tensor_parallel.sequence_parallel: needs tensor_parallel.degree > 1 (Megatron-LM's "
+                                "--sequence-parallel splits the sequence over the tensor-parallel ranks), got degree 1");
+  }
+  const auto divides = [&](std::int64_t value, const std::string& what) {
+    if (value % tp.degree != 0) {
+      throw std::invalid_argument("tensor_parallel.degree: " + t + " does not divide the " + what + " (" + std::to_string(value) +
+                                  ") of '" + request.model + "'; expected a degree that divides it");
+    }
+  };
+  divides(heads, "attention heads");
+  divides(kv_heads, "key/value heads");
+  divides(width, "MLP width");
+  if (tp.sequence_parallel) divides(seq_len, "sequence length under sequence parallelism");
+  if (tp.degree == 1) return 1;
+  if (request.loss.kind != LossKind::cross_entropy) {
+    throw std::invalid_argument("tensor_parallel: the loss is Megatron-LM's vocabulary-parallel cross-entropy; loss kind '" +
+                                std::string(to_string(request.loss.kind)) + "' is not written for tensor parallelism");
+  }
+  if (request.lora || request.torchtitan || request.packed_documents) {
+    throw std::invalid_argument(std::string("tensor_parallel: not written together with ") +
+                                (request.lora ? "lora" : request.torchtitan ? "the torchtitan implementation" : "packed documents"));
+  }
+  return tp.degree;
+}
+
+void add_tensor_parallel_metadata(const TensorParallelSpec& tp, std::int64_t vocab, std::map<std::string, std::string>& metadata) {
+  metadata["tensor_parallel"] = std::to_string(tp.degree);
+  if (tp.sequence_parallel) metadata["sequence_parallel"] = "true";
+  metadata["padded_vocab"] = std::to_string(tensor_parallel_vocab(vocab, tp.degree));
+}
+
+}  // namespace
+
 traces::Trace build_model(const ModelRequest& request) {
   const Entry& entry = find_entry(request.model);
   if (request.batch_size < 1) {
@@ -660,6 +715,10 @@ traces::Trace build_model(const ModelRequest& request) {
   if (request.loss.kind != LossKind::cross_entropy) metadata["loss"] = std::string(to_string(request.loss.kind));
   if (request.loss.kind == LossKind::chunked) metadata["loss_chunks"] = std::to_string(request.loss.chunks);
   if (request.loss.upcast) metadata["loss_upcast"] = *request.loss.upcast ? "true" : "false";
+  if (request.tensor_parallel && request.model != "gpt" && entry.family != Family::decoder) {
+    throw std::invalid_argument("tensor_parallel: written for models 'gpt' and 'llama' (Megatron-LM's sharding), not '" +
+                                request.model + "'");
+  }
   if (!transformer) {
     reject_transformer_fields(request);
     reject_bert_fields(request);
@@ -706,6 +765,18 @@ traces::Trace build_model(const ModelRequest& request) {
       throw InputError("packing.documents: must be between 1 and seq_len (" + std::to_string(seq_len) + "), got " + std::to_string(documents));
     }
     if (request.packed_documents) metadata["packed_documents"] = std::to_string(documents);
+    if (request.tensor_parallel && request.tensor_parallel->degree != 1) {
+      const std::string& family = arch.family;
+      if (family != "llama" && family != "mistral" && family != "qwen2" && family != "qwen3") {
+        throw std::invalid_argument("tensor_parallel: written for the llama, mistral, qwen2 and qwen3 families, not '" + family +
+                                    "'" + from + " (mixture-of-experts and GPT-NeoX sharding are not modelled)");
+      }
+    }
+    const std::int64_t t = check_tensor_parallel(request, arch.heads, arch.kv_heads, arch.intermediate, seq_len);
+    if (t > 1) {
+      nb.set_tensor_parallel(t, request.tensor_parallel->sequence_parallel);
+      add_tensor_parallel_metadata(*request.tensor_parallel, arch.vocab, metadata);
+    }
     Value loss;
     if (request.torchtitan) {
       detail::check_torchtitan_request(arch, request, attention);
@@ -762,6 +833,11 @@ traces::Trace build_model(const ModelRequest& request) {
     }
   } else {
     reject_bert_fields(request);
+    const std::int64_t t = check_tensor_parallel(request, shape.heads, shape.heads, mlp_width, shape.seq_len);
+    if (t > 1) {
+      nb.set_tensor_parallel(t, request.tensor_parallel->sequence_parallel);
+      add_tensor_parallel_metadata(*request.tensor_parallel, shape.vocab, metadata);
+    }
     loss = detail::gpt2_lm_head(nb, shape, attention);
   }
   metadata["attention"] = std::string(to_string(attention));

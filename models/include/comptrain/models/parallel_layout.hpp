@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comptrain/models/schedule.hpp"
+#include "comptrain/traces/vocabulary.hpp"
 
 namespace comptrain::models {
 
@@ -26,16 +27,9 @@ enum class PipelineSchedule : unsigned char { gpipe, one_f_one_b, interleaved, z
 std::string_view to_string(PipelineSchedule schedule);  // as the scenario writes it: "1f1b", ...
 std::optional<PipelineSchedule> pipeline_schedule_from_string(std::string_view text);
 
-// A communication group of the layout, as the trace's collective ops name theirs.
-enum class ParallelGroup : unsigned char {
-  tensor,         // T consecutive ranks (one NVLink domain when T divides a node's GPUs)
-  context,        // C ranks T apart
-  data,           // the D x C ranks that hold the same dense parameters (Megatron: DP x CP)
-  expert,         // E ranks of the expert-parallel group (within the D x C ranks)
-  expert_data,    // the D x C / E ranks that hold the same experts
-  pipeline,       // P ranks T x C x D apart (the stages of one model replica)
-};
-std::string_view to_string(ParallelGroup group);
+// A communication group of the layout, as the trace's communication ops name theirs: the trace's
+// vocabulary owns the enum and its to_string (traces/vocabulary.hpp), so one name serves both.
+using traces::ParallelGroup;
 
 struct ParallelLayout {
   int tensor = 1;

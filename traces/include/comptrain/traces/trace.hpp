@@ -174,6 +174,14 @@ struct Tensor {
   friend bool operator==(const Tensor&, const Tensor&) = default;
 };
 
+// What a communication op (OpKind::communication) does and over which group of ranks. Nothing
+// else is stored: the bytes moved are its tensors' (vocabulary.hpp, CommunicationKind).
+struct Communication {
+  CommunicationKind kind = CommunicationKind::all_reduce;
+  ParallelGroup group = ParallelGroup::data;
+  friend bool operator==(const Communication&, const Communication&) = default;
+};
+
 struct Op {
   std::uint64_t id = 0;  // as in the file; unique within the trace
   std::string name;
@@ -186,6 +194,8 @@ struct Op {
   BatchLinear bytes_read;
   BatchLinear bytes_written;
   std::optional<MeasuredDuration> measured;
+  // Set exactly on ops of kind communication (the constructor checks it).
+  std::optional<Communication> communication;
   friend bool operator==(const Op&, const Op&) = default;
 };
 

@@ -231,6 +231,25 @@ struct TorchtitanOptions {
 std::optional<TorchtitanOptions::Norm> parse_torchtitan_norm(std::string_view text);
 std::vector<std::string_view> torchtitan_norm_names();
 
+// Megatron-LM's tensor parallelism (Shoeybi et al. 2019, arXiv 1909.08053 §3) and sequence
+// parallelism (Korthikanti et al. 2022, arXiv 2205.05198 §4.2.2): the trace is one
+// tensor-parallel rank's program, its collectives over the `tensor` group included
+// (traces/zoo/README.md, "Tensor and sequence parallelism"). Models `gpt` and `llama` (families
+// llama, mistral, qwen2, qwen3); `degree` must divide the heads, the KV heads and the MLP width,
+// and with sequence_parallel the sequence. Degree 1 is the whole model, today's trace.
+struct TensorParallelSpec {
+  std::int64_t degree = 1;
+  bool sequence_parallel = false;  // Megatron's --sequence-parallel; needs degree > 1
+};
+
+// The vocabulary Megatron-LM trains on `degree` tensor-parallel ranks: rounded up to a multiple
+// of make_vocab_size_divisible_by (default 128, megatron/training/arguments.py:2441) times the
+// degree (vocab_size_with_padding, megatron/core/tokenizers/utils/build_tokenizer.py:133-145 at
+// NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553). Each rank holds padded / degree
+// rows of the embedding and of the LM head. The zoo pads only when degree > 1, so that degree 1
+// stays the Hugging Face / unpadded model.
+std::int64_t tensor_parallel_vocab(std::int64_t vocab, std::int64_t degree);
+
 // Which model, trained how: everything but the batch size. Unset optional fields take the
 // model's defaults. A scenario holds one of these; its batch size lives in the scenario alone.
 struct ModelSpec {
@@ -294,6 +313,9 @@ struct ModelSpec {
   // `llama` only: build the decoder as torchtitan's model code does (TorchtitanOptions); unset:
   // Hugging Face's LlamaForCausalLM. Module names stay Hugging Face's either way.
   std::optional<TorchtitanOptions> torchtitan;
+  // `gpt` and `llama` only: one rank of Megatron-LM tensor (and sequence) parallelism; unset or
+  // degree 1: the whole model. Invalid values are std::invalid_argument naming the numbers.
+  std::optional<TensorParallelSpec> tensor_parallel;
 };
 
 // What to generate: a model at a batch size.

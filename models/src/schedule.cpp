@@ -19,6 +19,7 @@ std::string_view to_string(Stream stream) {
     case Stream::codec: return "codec";
     case Stream::comm: return "comm";
     case Stream::host: return "host";
+    case Stream::p2p: return "p2p";
   }
   return "unknown";
 }
@@ -64,6 +65,8 @@ std::string_view to_string(TaskKind kind) {
     case TaskKind::decompress: return "decompress";
     case TaskKind::collective: return "collective";
     case TaskKind::host_compute: return "host_compute";
+    case TaskKind::send: return "send";
+    case TaskKind::recv: return "recv";
   }
   return "unknown";
 }
@@ -100,7 +103,8 @@ std::string task_label(const Schedule& schedule, TaskId t) {
 }  // namespace
 
 // Checks, in this order: references in range; per-task sanity (durations and payloads finite
-// and non-negative, op/recompute tasks name their op, no self-wait); the wait graph (stream
+// and non-negative, op/recompute tasks name their op, collectives their kind, host work on the
+// host stream, sends and recvs on the p2p stream with their message, no self-wait); the wait graph (stream
 // order plus `after` edges) is acyclic; every buffer a task touches exists by then: it is
 // resident, or the task creates it, or the task is ordered after (stream order or `after`,
 // transitively) a task that creates it. A resident buffer may not be created: it exists
@@ -135,6 +139,17 @@ void Schedule::validate() const {
     if ((task.kind == TaskKind::host_compute) != (task.stream == Stream::host)) {
       invalid(*this, task_label(*this, t) + (task.kind == TaskKind::host_compute ? " runs on the host but is not on the host stream"
                                                                                     : " is on the host stream but is not host work"));
+    }
+    // The replay pairs a send with its recv by their messages, and runs them on the p2p stream only.
+    const bool p2p = task.kind == TaskKind::send || task.kind == TaskKind::recv;
+    if (p2p != (task.stream == Stream::p2p)) {
+      invalid(*this, task_label(*this, t) + (p2p ? " is a send or recv off the p2p stream" : " is on the p2p stream but is not a send or recv"));
+    }
+    if (p2p != task.message.has_value()) {
+      invalid(*this, task_label(*this, t) + (p2p ? " is a send or recv that names no message" : " names a pipeline message but is not a send or recv"));
+    }
+    if (task.message && (task.message->peer < 0 || task.message->micro_batch < 0 || task.message->chunk < 0)) {
+      invalid(*this, task_label(*this, t) + "'s message has a negative peer, micro-batch or chunk");
     }
   }
 

@@ -6,44 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "micro_step.hpp"
+
 namespace comptrain::models {
-namespace {
-
-bool is_optimizer_task(const Task& task, const traces::Trace& trace) {
-  return task.op && task.kind == TaskKind::op && trace.op(*task.op).phase == traces::Phase::optimizer;
-}
-
-// The tasks of the optimizer step: the optimizer's ops and every task that waits, directly or
-// through others, for one of them (under data parallelism applied first: ZeRO-2's all-gather of
-// the updated parameters). A forward or backward op among them is a schedule no micro-step can
-// be cut from.
-// With `step_begin` (data parallelism applied first says where its step starts) the step is
-// every task from there on.
-std::vector<bool> step_tasks(const Schedule& schedule, const traces::Trace& trace, std::optional<TaskId> step_begin) {
-  const std::size_t n = schedule.tasks.size();
-  std::vector<bool> step(n, false);
-  for (TaskId t = 0; t < n; ++t) step[t] = step_begin ? t >= *step_begin : is_optimizer_task(schedule.tasks[t], trace);
-  for (bool changed = !step_begin; changed;) {
-    changed = false;
-    for (TaskId t = 0; t < n; ++t) {
-      if (step[t]) continue;
-      const auto& after = schedule.tasks[t].after;
-      if (std::any_of(after.begin(), after.end(), [&](TaskId a) { return step[a]; })) step[t] = changed = true;
-    }
-  }
-  for (TaskId t = 0; t < n; ++t) {
-    const Task& task = schedule.tasks[t];
-    if (step[t] && task.op && trace.op(*task.op).phase != traces::Phase::optimizer) {
-      throw std::logic_error("a forward or backward task waits for the optimizer, or comes after its step");
-    }
-    if (!step[t] && std::any_of(task.after.begin(), task.after.end(), [&](TaskId a) { return step[a]; })) {
-      throw std::logic_error("a task of a micro-step waits for the optimizer step");
-    }
-  }
-  return step;
-}
-
-}  // namespace
 
 void apply_gradient_accumulation(Schedule& schedule, const traces::Trace& trace, int steps, std::optional<TaskId> step_begin) {
   if (steps < 1) throw std::invalid_argument("gradient accumulation: steps must be at least 1");
@@ -52,19 +17,14 @@ void apply_gradient_accumulation(Schedule& schedule, const traces::Trace& trace,
   const std::size_t buffer_count = schedule.buffers.size();
 
   if (step_begin && *step_begin > n) throw std::logic_error("gradient accumulation: the step begins after the last task");
-  const std::vector<bool> is_step = step_tasks(schedule, trace, step_begin);
+  const std::vector<bool> is_step = transform_detail::optimizer_step_tasks(schedule, trace, step_begin);
   std::vector<TaskId> micro;      // the tasks of a micro-step (forward, backward, per-micro-step collectives), in order
   std::vector<TaskId> optimizer;  // the step's tasks, in order
   for (TaskId t = 0; t < n; ++t) (is_step[t] ? optimizer : micro).push_back(t);
   // A buffer a micro-step needs for itself: not resident, not held to the end (the gradients),
   // and not touched by the optimizer's tasks (what they read must be the one the last micro-step
   // left, so it stays shared).
-  std::vector<bool> shared(buffer_count, false);
-  for (BufferId b = 0; b < buffer_count; ++b) shared[b] = schedule.buffers[b].resident || schedule.buffers[b].held_to_end;
-  for (TaskId t : optimizer) {
-    for (BufferId b : schedule.tasks[t].creates) shared[b] = true;
-    for (BufferId b : schedule.tasks[t].uses) shared[b] = true;
-  }
+  const std::vector<bool> shared = transform_detail::shared_across_micro_steps(schedule, is_step);
 
   // New ids: micro-step s's copy of old task t; the optimizer's tasks at the end.
   std::vector<std::vector<TaskId>> id(static_cast<std::size_t>(steps), std::vector<TaskId>(n, 0));

@@ -2,12 +2,15 @@
 
 #include "comptrain/models/schedule.hpp"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <stdexcept>
 
 namespace comptrain::models {
 namespace {
+
+using ::testing::HasSubstr;
 
 Buffer buffer(std::string name, std::int64_t bytes, bool resident = false, bool held = false) {
   Buffer b;
@@ -49,6 +52,9 @@ TEST(ScheduleStrings, NamesEveryValue) {
   EXPECT_EQ(to_string(MemoryRole::optimizer_state), "optimizer_state");
   EXPECT_EQ(to_string(TaskKind::decompress), "decompress");
   EXPECT_EQ(to_string(TaskKind::recompute), "recompute");
+  EXPECT_EQ(to_string(TaskKind::send), "send");
+  EXPECT_EQ(to_string(TaskKind::recv), "recv");
+  EXPECT_EQ(to_string(Stream::p2p), "p2p");
   EXPECT_EQ(memory_role_of(traces::TensorRole::activation), MemoryRole::activation);
   EXPECT_EQ(memory_role_of(traces::TensorRole::temporary), MemoryRole::temporary);
   EXPECT_EQ(memory_role_of(traces::TensorRole::gradient), MemoryRole::gradient);
@@ -149,6 +155,53 @@ TEST(Validate, RejectsBadDurationsAndMissingOps) {
   s = small();
   s.buffers[0].bytes = -5;
   EXPECT_THROW(s.validate(), std::logic_error);
+}
+
+// A send or recv runs on the p2p stream and names its message; nothing else does either.
+TEST(Validate, PipelineTransfersNeedTheP2pStreamAndAMessage) {
+  auto with_recv = [] {
+    Schedule s = small();
+    s.buffers.push_back(buffer("received", 64));
+    Task recv;
+    recv.name = "recv";
+    recv.kind = TaskKind::recv;
+    recv.stream = Stream::p2p;
+    recv.bytes = 64;
+    recv.message = PipelineMessage{.peer = 1, .gradient = false, .micro_batch = 2, .chunk = 0};
+    recv.creates = {s.buffers.size() - 1};
+    s.tasks.insert(s.tasks.begin(), recv);
+    // The first op (now task 1) reads what was received, once it has arrived.
+    for (Task& t : s.tasks) {
+      for (TaskId& a : t.after) ++a;
+    }
+    s.tasks[1].uses.push_back(s.buffers.size() - 1);
+    s.tasks[1].after.push_back(0);
+    return s;
+  };
+  EXPECT_NO_THROW(with_recv().validate());
+  auto error_of = [](const Schedule& s) -> std::string {
+    try {
+      s.validate();
+    } catch (const std::logic_error& e) {
+      return e.what();
+    }
+    return "valid";
+  };
+  Schedule s = with_recv();
+  s.tasks[0].stream = Stream::comm;
+  EXPECT_THAT(error_of(s), HasSubstr("is a send or recv off the p2p stream"));
+  s = with_recv();
+  s.tasks[0].message.reset();
+  EXPECT_THAT(error_of(s), HasSubstr("names no message"));
+  s = with_recv();
+  s.tasks[0].message->peer = -1;
+  EXPECT_THAT(error_of(s), HasSubstr("negative peer"));
+  s = with_recv();
+  s.tasks[1].message = s.tasks[0].message;  // an op naming a message
+  EXPECT_THAT(error_of(s), HasSubstr("names a pipeline message but is not a send or recv"));
+  s = with_recv();
+  s.tasks[1].stream = Stream::p2p;  // an op on the p2p stream
+  EXPECT_THAT(error_of(s), HasSubstr("is on the p2p stream but is not a send or recv"));
 }
 
 }  // namespace

@@ -23,8 +23,14 @@ namespace comptrain::models {
 // comm: NCCL's communication stream (the data-parallel collectives: DDP's gradient all-reduces,
 // ZeRO's reduce-scatters and all-gathers). host: work the host CPU runs for this rank
 // (TaskKind::host_compute: ZeRO-Offload's optimizer step), one task at a time like a stream.
-enum class Stream : std::uint8_t { compute, d2h, h2d, codec, comm, host };
-inline constexpr std::size_t kStreamCount = 6;
+// p2p: NCCL's point-to-point stream, the pipeline's sends and receives (TaskKind::send, recv).
+// Megatron issues them over the pipeline group (Megatron-LM@d98e8a6
+// megatron/core/pipeline_parallel/p2p_communication.py:22-56, torch.distributed.batch_isend_irecv),
+// whose NCCL communicator is not the data-parallel group's, and PyTorch's ProcessGroupNCCL runs
+// each communicator's work on a stream of its own: a pipeline transfer does not queue behind a
+// data-parallel all-reduce, nor one behind it.
+enum class Stream : std::uint8_t { compute, d2h, h2d, codec, comm, host, p2p };
+inline constexpr std::size_t kStreamCount = 7;
 std::string_view to_string(Stream stream);
 
 // What a buffer holds, for the memory breakdown.
@@ -80,8 +86,13 @@ enum class TaskKind : std::uint8_t {
   // the node to itself; the replay runs it on the node's host, shared with the node's other
   // ranks' host tasks (ZeRO-Offload's CPU Adam: models/transforms/README.md).
   host_compute,
+  // One end of a pipeline-parallel transfer (Stream::p2p only; Task::message names it, Task::bytes
+  // is its payload): a send of a boundary tensor to the peer stage, or the matching receive, which
+  // allocates the received tensor (its `creates`).
+  send,
+  recv,
 };
-inline constexpr std::size_t kTaskKindCount = 8;
+inline constexpr std::size_t kTaskKindCount = 10;
 std::string_view to_string(TaskKind kind);
 
 // A collective as NCCL runs it over every rank of the data-parallel group. Its size is counted as
@@ -104,6 +115,18 @@ struct RankGroups {
   friend bool operator==(const RankGroups&, const RankGroups&) = default;
 };
 
+// What a send or recv task carries between two pipeline stages (shared/reference/parallelism.md §2:
+// one [s, b, h] tensor per micro-batch and stage boundary each way). The two ends of a transfer
+// carry equal messages but for `peer`, which names the other end, so the replay pairs a send of
+// rank r to peer q with the recv of rank q from peer r whose other fields are equal.
+struct PipelineMessage {
+  int peer = 0;           // the pipeline rank at the other end (an index into the pipeline group)
+  bool gradient = false;  // the backward pass's message (the gradient of a boundary activation), else the forward's activation
+  int micro_batch = 0;
+  int chunk = 0;          // the sending stage's model chunk on its rank (models/pipeline_parallel.hpp)
+  friend bool operator==(const PipelineMessage&, const PipelineMessage&) = default;
+};
+
 struct Task {
   std::string name;
   TaskKind kind = TaskKind::op;
@@ -118,8 +141,9 @@ struct Task {
   // CPU time the launching thread spends issuing the task (eager PyTorch's per-op dispatch and
   // kernel launch); 0: issued at once. The replay's launching thread issues tasks in `tasks` order.
   double host_seconds = 0;
-  std::int64_t bytes = 0;                     // payload of copy tasks (offload, prefetch) and collectives (CollectiveKind's size)
+  std::int64_t bytes = 0;                     // payload of copy tasks (offload, prefetch), collectives (CollectiveKind's size), send and recv
   std::optional<CollectiveKind> collective;   // collective tasks: which one
+  std::optional<PipelineMessage> message;     // send and recv tasks: which transfer
   RankGroups groups;                          // collective tasks: over which ranks (default: all of them)
   // Copy tasks: the host side is pageable memory, so the driver stages the copy through its
   // pinned buffers and the host's memcpy (the platform's host_link.pageable_bandwidth) is in
@@ -150,7 +174,9 @@ struct Schedule {
   std::vector<Buffer> buffers;
   std::vector<Task> tasks;
 
-  // Throws std::logic_error if a reference is out of range, a stream's order contradicts an
+  // Throws std::logic_error if a reference is out of range, a task's fields do not fit its kind
+  // (an op task without its op, a collective without its kind, host work off the host stream, a
+  // send or recv off the p2p stream or without its message), a stream's order contradicts an
   // `after` edge, or the waits form a cycle (the replay would deadlock).
   void validate() const;
 };

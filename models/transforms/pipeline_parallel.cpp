@@ -1,0 +1,457 @@
+#include "comptrain/models/pipeline_parallel.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "micro_step.hpp"
+
+namespace comptrain::models {
+namespace {
+
+using Kind = PipelineStep::Kind;
+
+constexpr TaskId kNoTask = static_cast<TaskId>(-1);
+
+bool is_p2p(const Task& task) { return task.kind == TaskKind::send || task.kind == TaskKind::recv; }
+bool runs_op(const Task& task) { return task.kind == TaskKind::op || task.kind == TaskKind::recompute; }
+
+// Whether a task belongs to the backward pass (the header lists the rule and why).
+bool is_backward_task(const Task& task, const traces::Trace& trace) {
+  switch (task.kind) {
+    case TaskKind::op: return task.op && trace.op(*task.op).phase == traces::Phase::backward;
+    case TaskKind::recompute:
+    case TaskKind::prefetch:
+    case TaskKind::decompress: return true;
+    case TaskKind::send:
+    case TaskKind::recv: return task.message && task.message->gradient;
+    case TaskKind::offload:
+    case TaskKind::compress:
+    case TaskKind::collective:
+    case TaskKind::host_compute: return false;
+  }
+  return false;
+}
+
+// One chunk schedule cut into its forward part, backward part and optimizer step (old task ids,
+// in schedule order), with the buffers its micro-batches share.
+struct ChunkParts {
+  std::vector<TaskId> forward;
+  std::vector<TaskId> backward;
+  std::vector<TaskId> optimizer;
+  std::vector<bool> is_step;
+  std::vector<bool> shared;  // per buffer
+  bool has_own_p2p = false;  // the chunk schedule sends and receives itself
+  // The first and last op (or recompute) task of each part: where the added transfers attach.
+  TaskId first_forward_op = kNoTask;
+  TaskId last_forward_op = kNoTask;
+  TaskId first_backward_op = kNoTask;
+  TaskId last_backward_op = kNoTask;
+};
+
+ChunkParts cut_chunk(const Schedule& chunk, const traces::Trace& trace, int k) {
+  ChunkParts parts;
+  parts.is_step = transform_detail::optimizer_step_tasks(chunk, trace, std::nullopt);
+  parts.shared = transform_detail::shared_across_micro_steps(chunk, parts.is_step);
+  bool in_backward = false;
+  for (TaskId t = 0; t < chunk.tasks.size(); ++t) {
+    const Task& task = chunk.tasks[t];
+    if (parts.is_step[t]) {
+      parts.optimizer.push_back(t);
+      continue;
+    }
+    if (is_p2p(task)) {
+      if (!task.message) {
+        throw std::invalid_argument(fmt::format("pipeline stage: chunk {}'s task {} ({}) is a {} without a message", k, t, task.name,
+                                                to_string(task.kind)));
+      }
+      parts.has_own_p2p = true;
+    }
+    in_backward = in_backward || is_backward_task(task, trace);
+    (in_backward ? parts.backward : parts.forward).push_back(t);
+    if (runs_op(task)) {
+      TaskId& first = in_backward ? parts.first_backward_op : parts.first_forward_op;
+      if (first == kNoTask) first = t;
+      (in_backward ? parts.last_backward_op : parts.last_forward_op) = t;
+    }
+  }
+  if (parts.first_forward_op == kNoTask) throw std::invalid_argument(fmt::format("pipeline stage: chunk {}'s schedule has no forward op", k));
+  if (parts.first_backward_op == kNoTask) {
+    throw std::invalid_argument(fmt::format("pipeline stage: chunk {}'s schedule has no backward op", k));
+  }
+  // The forward part of a micro-batch runs long before its backward part under a pipeline
+  // schedule, so nothing of the forward may wait for the backward; nor may a transfer of one pass
+  // sit in the other.
+  std::vector<bool> backward(chunk.tasks.size(), false);
+  for (TaskId t : parts.backward) backward[t] = true;
+  for (TaskId t : parts.forward) {
+    const Task& task = chunk.tasks[t];
+    if (std::any_of(task.after.begin(), task.after.end(), [&](TaskId a) { return backward[a]; })) {
+      throw std::logic_error(fmt::format("pipeline stage: chunk {}'s forward task {} ({}) waits for a task of the backward pass", k, t, task.name));
+    }
+  }
+  for (TaskId t : parts.backward) {
+    const Task& task = chunk.tasks[t];
+    if (is_p2p(task) && !task.message->gradient) {
+      throw std::invalid_argument(fmt::format("pipeline stage: chunk {}'s task {} ({}) is a forward {} after the backward pass began", k, t,
+                                              task.name, to_string(task.kind)));
+    }
+  }
+  return parts;
+}
+
+void check_spec(const std::vector<Schedule>& chunks, const std::vector<const traces::Trace*>& traces, const PipelineStageSpec& spec) {
+  if (spec.stages < 1) throw std::invalid_argument(fmt::format("pipeline stage: stages is {}; expected >= 1", spec.stages));
+  if (spec.virtual_stages < 1) {
+    throw std::invalid_argument(fmt::format("pipeline stage: virtual_stages is {}; expected >= 1", spec.virtual_stages));
+  }
+  if (spec.rank < 0 || spec.rank >= spec.stages) {
+    throw std::invalid_argument(fmt::format("pipeline stage: rank is {}; expected 0 to {}", spec.rank, spec.stages - 1));
+  }
+  const auto v = static_cast<std::size_t>(spec.virtual_stages);
+  if (chunks.size() != v) {
+    throw std::invalid_argument(fmt::format("pipeline stage: {} chunk schedules for {} virtual stages per rank", chunks.size(), v));
+  }
+  if (traces.size() != v) throw std::invalid_argument(fmt::format("pipeline stage: {} chunk traces for {} virtual stages per rank", traces.size(), v));
+  for (std::size_t k = 0; k < v; ++k) {
+    if (traces[k] == nullptr) throw std::invalid_argument(fmt::format("pipeline stage: chunk {}'s trace is null", k));
+  }
+  if (spec.boundary_bytes < 0) throw std::invalid_argument(fmt::format("pipeline stage: boundary_bytes is {}; expected >= 0", spec.boundary_bytes));
+
+  // Per (micro-batch, chunk): the position of each of its steps in the order.
+  struct Seen {
+    std::optional<std::size_t> forward, backward, backward_input, backward_weight;
+  };
+  std::map<std::pair<int, int>, Seen> seen;
+  std::vector<bool> chunk_runs(v, false);
+  for (std::size_t i = 0; i < spec.order.size(); ++i) {
+    const PipelineStep& s = spec.order[i];
+    if (s.chunk < 0 || static_cast<std::size_t>(s.chunk) >= v) {
+      throw std::invalid_argument(fmt::format("pipeline stage: order step {} names chunk {}; there are {} chunks", i, s.chunk, v));
+    }
+    if (s.micro_batch < 0) throw std::invalid_argument(fmt::format("pipeline stage: order step {} names micro-batch {}", i, s.micro_batch));
+    chunk_runs[static_cast<std::size_t>(s.chunk)] = true;
+    Seen& of = seen[{s.micro_batch, s.chunk}];
+    std::optional<std::size_t>* slot = nullptr;
+    const char* name = "";
+    switch (s.kind) {
+      case Kind::forward:
+        slot = &of.forward;
+        name = "forward";
+        break;
+      case Kind::backward:
+        slot = &of.backward;
+        name = "backward";
+        break;
+      case Kind::backward_input:
+        slot = &of.backward_input;
+        name = "backward_input";
+        break;
+      case Kind::backward_weight:
+        slot = &of.backward_weight;
+        name = "backward_weight";
+        break;
+    }
+    if (*slot) {
+      throw std::invalid_argument(fmt::format("pipeline stage: order steps {} and {} are both the {} of micro-batch {} of chunk {}", **slot, i,
+                                              name, s.micro_batch, s.chunk));
+    }
+    *slot = i;
+  }
+  for (const auto& [key, of] : seen) {
+    const auto [m, k] = key;
+    const auto where = fmt::format("micro-batch {} of chunk {}", m, k);
+    const std::optional<std::size_t> backward = of.backward ? of.backward : of.backward_input;
+    if (of.backward && of.backward_input) throw std::invalid_argument("pipeline stage: " + where + " has both a backward and a backward_input");
+    if (!of.forward) throw std::invalid_argument("pipeline stage: " + where + " has a backward but no forward");
+    if (!backward) throw std::invalid_argument("pipeline stage: " + where + " has a forward but no backward");
+    if (*backward < *of.forward) {
+      throw std::invalid_argument(fmt::format("pipeline stage: the backward of {} (order step {}) comes before its forward (step {})", where,
+                                              *backward, *of.forward));
+    }
+    if (of.backward_weight && !of.backward_input) {
+      throw std::invalid_argument("pipeline stage: " + where + " has a backward_weight without a backward_input");
+    }
+    if (of.backward_input && !of.backward_weight) {
+      throw std::invalid_argument("pipeline stage: " + where + " has a backward_input without a backward_weight");
+    }
+    if (of.backward_weight && *of.backward_weight < *of.backward_input) {
+      throw std::invalid_argument(fmt::format("pipeline stage: the backward_weight of {} (order step {}) comes before its backward_input (step {})",
+                                              where, *of.backward_weight, *of.backward_input));
+    }
+  }
+  for (std::size_t k = 0; k < v; ++k) {
+    if (!chunk_runs[k]) throw std::invalid_argument(fmt::format("pipeline stage: chunk {} runs no step of the order", k));
+  }
+}
+
+// Builds the rank's schedule step by step.
+class StageBuilder {
+ public:
+  StageBuilder(const std::vector<Schedule>& chunks, const std::vector<ChunkParts>& parts, const PipelineStageSpec& spec)
+      : chunks_(chunks), parts_(parts), spec_(spec), shared_id_(chunks.size()), optimizer_id_(chunks.size()) {
+    // The buffers every micro-batch of a chunk shares come first, once each.
+    for (std::size_t k = 0; k < chunks.size(); ++k) {
+      shared_id_[k].assign(chunks[k].buffers.size(), kNoBuffer);
+      for (BufferId b = 0; b < chunks[k].buffers.size(); ++b) {
+        if (!parts[k].shared[b]) continue;
+        Buffer buffer = chunks[k].buffers[b];
+        if (several_chunks()) buffer.name += fmt::format(" (chunk {})", k);
+        shared_id_[k][b] = add_buffer(std::move(buffer), true);
+      }
+      out_.compression.insert(out_.compression.end(), chunks[k].compression.begin(), chunks[k].compression.end());
+      out_.compression_features.insert(out_.compression_features.end(), chunks[k].compression_features.begin(),
+                                       chunks[k].compression_features.end());
+    }
+  }
+
+  void forward(int m, int k) {
+    Copy& copy = copies_[{m, k}];
+    const Schedule& chunk = chunks_[static_cast<std::size_t>(k)];
+    const ChunkParts& parts = parts_[static_cast<std::size_t>(k)];
+    copy.task_id.assign(chunk.tasks.size(), kNoTask);
+    // The micro-batch's own buffers, made when its forward runs.
+    copy.buffer_id.assign(chunk.buffers.size(), kNoBuffer);
+    for (BufferId b = 0; b < chunk.buffers.size(); ++b) {
+      if (parts.shared[b]) {
+        copy.buffer_id[b] = shared_id_[static_cast<std::size_t>(k)][b];
+        continue;
+      }
+      Buffer buffer = chunk.buffers[b];
+      buffer.name += " (" + copy_label(m, k) + ")";
+      copy.buffer_id[b] = add_buffer(std::move(buffer));
+    }
+    const int stage = virtual_stage(k);
+    std::optional<TaskId> recv;
+    if (!parts.has_own_p2p && stage > 0) {
+      copy.received_input = add_buffer(boundary_buffer(fmt::format("received input ({})", copy_label(m, k)), MemoryRole::activation));
+      recv = add_transfer(TaskKind::recv, fmt::format("recv activation from stage {}", stage - 1), message(stage - 1, false, m), k,
+                          *copy.received_input);
+    }
+    emit_part(copy, m, k, parts.forward, [&](Task& task, TaskId old) {
+      if (old == parts.first_forward_op && recv) {
+        task.after.push_back(*recv);
+        task.uses.push_back(*copy.received_input);
+      }
+    });
+    if (!parts.has_own_p2p && stage < last_stage()) {
+      add_send(copy, k, parts.last_forward_op, fmt::format("send activation to stage {}", stage + 1), message(stage + 1, false, m, k));
+    }
+  }
+
+  void backward(int m, int k) {
+    Copy& copy = copies_.at({m, k});
+    const ChunkParts& parts = parts_[static_cast<std::size_t>(k)];
+    const int stage = virtual_stage(k);
+    std::optional<TaskId> recv;
+    std::optional<BufferId> received_gradient;
+    if (!parts.has_own_p2p && stage < last_stage()) {
+      received_gradient = add_buffer(boundary_buffer(fmt::format("received output gradient ({})", copy_label(m, k)), MemoryRole::temporary));
+      recv = add_transfer(TaskKind::recv, fmt::format("recv gradient from stage {}", stage + 1), message(stage + 1, true, m), k, *received_gradient);
+    }
+    emit_part(copy, m, k, parts.backward, [&](Task& task, TaskId old) {
+      if (old == parts.first_backward_op && recv) {
+        task.after.push_back(*recv);
+        task.uses.push_back(*received_gradient);
+      }
+      // The stage's first layer saved its input for the backward: it lives until the backward's last op.
+      if (old == parts.last_backward_op && copy.received_input) task.uses.push_back(*copy.received_input);
+    });
+    if (!parts.has_own_p2p && stage > 0) {
+      add_send(copy, k, parts.last_backward_op, fmt::format("send gradient to stage {}", stage - 1), message(stage - 1, true, m, k));
+    }
+    last_backward_[k] = m;
+  }
+
+  // Every chunk's optimizer step, in chunk order, its waits on the micro-step pointing at the
+  // chunk's last backward.
+  Schedule finish() {
+    for (std::size_t k = 0; k < chunks_.size(); ++k) {
+      const Schedule& chunk = chunks_[k];
+      const ChunkParts& parts = parts_[k];
+      const Copy& last = copies_.at({last_backward_.at(static_cast<int>(k)), static_cast<int>(k)});
+      optimizer_id_[k].assign(chunk.tasks.size(), kNoTask);
+      for (std::size_t i = 0; i < parts.optimizer.size(); ++i) optimizer_id_[k][parts.optimizer[i]] = out_.tasks.size() + i;
+      for (TaskId t : parts.optimizer) {
+        Task task = chunk.tasks[t];
+        if (several_chunks()) task.name += fmt::format(" [chunk {}]", k);
+        for (TaskId& a : task.after) a = parts.is_step[a] ? optimizer_id_[k][a] : last.task_id[a];
+        remap_buffers(task, shared_id_[k]);
+        out_.tasks.push_back(std::move(task));
+      }
+    }
+    return std::move(out_);
+  }
+
+ private:
+  static constexpr BufferId kNoBuffer = static_cast<BufferId>(-1);
+
+  // One (micro-batch, chunk)'s copy: where its tasks and buffers went.
+  struct Copy {
+    std::vector<TaskId> task_id;      // old task -> new id (kNoTask: not emitted yet)
+    std::vector<BufferId> buffer_id;  // old buffer -> new id
+    std::optional<BufferId> received_input;
+  };
+
+  bool several_chunks() const { return chunks_.size() > 1; }
+  int virtual_stage(int k) const { return k * spec_.stages + spec_.rank; }
+  int last_stage() const { return spec_.stages * spec_.virtual_stages - 1; }
+  std::string copy_label(int m, int k) const {
+    return several_chunks() ? fmt::format("micro-batch {}, chunk {}", m, k) : fmt::format("micro-batch {}", m);
+  }
+
+  // The message of a transfer with virtual stage `peer_stage`; `sender_chunk` for a send (the
+  // chunk of this end), else the peer's chunk (the sending end's).
+  PipelineMessage message(int peer_stage, bool gradient, int m, std::optional<int> sender_chunk = std::nullopt) const {
+    return PipelineMessage{.peer = peer_stage % spec_.stages,
+                           .gradient = gradient,
+                           .micro_batch = m,
+                           .chunk = sender_chunk ? *sender_chunk : peer_stage / spec_.stages};
+  }
+
+  Buffer boundary_buffer(std::string name, MemoryRole role) const {
+    Buffer buffer;
+    buffer.name = std::move(name);
+    buffer.bytes = spec_.boundary_bytes;
+    buffer.role = role;
+    return buffer;
+  }
+
+  BufferId add_buffer(Buffer buffer, bool shared = false) {
+    out_.buffers.push_back(std::move(buffer));
+    created_.push_back(false);
+    shared_.push_back(shared);
+    return out_.buffers.size() - 1;
+  }
+
+  // A send or recv of the copy (m, k) on the p2p stream.
+  TaskId add_transfer(TaskKind kind, std::string name, PipelineMessage msg, int k, std::optional<BufferId> creates, std::vector<TaskId> after = {}) {
+    Task task;
+    task.name = std::move(name) + fmt::format(" [{}]", copy_label(msg.micro_batch, k));
+    task.kind = kind;
+    task.stream = Stream::p2p;
+    task.bytes = spec_.boundary_bytes;
+    task.message = msg;
+    if (creates) {
+      task.creates.push_back(*creates);
+      created_[*creates] = true;
+    }
+    task.after = std::move(after);
+    out_.tasks.push_back(std::move(task));
+    return out_.tasks.size() - 1;
+  }
+
+  // A send after old task `last_op` of the copy, reading the micro-batch's own buffers it created.
+  void add_send(const Copy& copy, int k, TaskId last_op, std::string name, PipelineMessage msg) {
+    const TaskId after = copy.task_id[last_op];
+    const TaskId send = add_transfer(TaskKind::send, std::move(name), msg, k, std::nullopt, {after});
+    for (BufferId b : out_.tasks[after].creates) {
+      if (!shared_[b]) out_.tasks[send].uses.push_back(b);
+    }
+  }
+
+  // Renumbers a task's buffers; a shared buffer an earlier task created is used, not created again
+  // (a later micro-batch accumulates into the gradient the first one made).
+  void remap_buffers(Task& task, const std::vector<BufferId>& buffer_id) {
+    std::vector<BufferId> creates;
+    std::vector<BufferId> uses;
+    for (BufferId b : task.creates) {
+      const BufferId r = buffer_id[b];
+      (created_[r] ? uses : creates).push_back(r);
+      created_[r] = true;
+    }
+    for (BufferId b : task.uses) uses.push_back(buffer_id[b]);
+    std::sort(uses.begin(), uses.end());
+    uses.erase(std::unique(uses.begin(), uses.end()), uses.end());
+    uses.erase(std::remove_if(uses.begin(), uses.end(), [&](BufferId b) { return std::find(creates.begin(), creates.end(), b) != creates.end(); }),
+               uses.end());
+    task.creates = std::move(creates);
+    task.uses = std::move(uses);
+  }
+
+  // Appends the copy's tasks of one part; `attach` adds the transfers' waits and buffers to a task
+  // (given its old id) after its own are renumbered.
+  template <typename Attach>
+  void emit_part(Copy& copy, int m, int k, const std::vector<TaskId>& part, Attach attach) {
+    const Schedule& chunk = chunks_[static_cast<std::size_t>(k)];
+    const int stage = virtual_stage(k);
+    // Ids first: a task may wait for a later one of its part (a valid schedule's `after` may name
+    // a task further down another stream).
+    for (std::size_t i = 0; i < part.size(); ++i) copy.task_id[part[i]] = out_.tasks.size() + i;
+    for (TaskId t : part) {
+      Task task = chunk.tasks[t];
+      task.name += " [" + copy_label(m, k) + "]";
+      for (TaskId& a : task.after) {
+        if (copy.task_id[a] == kNoTask) {
+          throw std::logic_error(fmt::format("pipeline stage: chunk {}'s task {} ({}) waits for task {}, which has not run", k, t,
+                                             chunk.tasks[t].name, a));
+        }
+        a = copy.task_id[a];
+      }
+      remap_buffers(task, copy.buffer_id);
+      if (task.message) fill_message(*task.message, task.kind, stage, m, k, chunk.tasks[t].name);
+      attach(task, t);
+      out_.tasks.push_back(std::move(task));
+    }
+  }
+
+  // A transfer of the chunk schedule's own: its peer, micro-batch and chunk on this rank.
+  void fill_message(PipelineMessage& msg, TaskKind kind, int stage, int m, int k, const std::string& name) const {
+    // A forward activation goes downstream, a gradient upstream: a send of the forward and a recv
+    // of the backward are with the next stage, the others with the previous one.
+    const bool with_next = (kind == TaskKind::send) != msg.gradient;
+    const int peer_stage = with_next ? stage + 1 : stage - 1;
+    if (peer_stage < 0 || peer_stage > last_stage()) {
+      throw std::invalid_argument(fmt::format("pipeline stage: chunk {} runs virtual stage {} of {}, which has no {} stage for its {} of the {} ({})", k,
+                                              stage, last_stage() + 1, with_next ? "next" : "previous", to_string(kind),
+                                              msg.gradient ? "gradient" : "activation", name));
+    }
+    msg = message(peer_stage, msg.gradient, m, kind == TaskKind::send ? std::optional<int>(k) : std::nullopt);
+  }
+
+  const std::vector<Schedule>& chunks_;
+  const std::vector<ChunkParts>& parts_;
+  const PipelineStageSpec& spec_;
+  Schedule out_;
+  std::vector<bool> created_;                      // per new buffer: a task already creates it
+  std::vector<bool> shared_;                       // per new buffer: every micro-batch of its chunk uses it
+  std::vector<std::vector<BufferId>> shared_id_;   // per chunk: old shared buffer -> new id
+  std::vector<std::vector<TaskId>> optimizer_id_;  // per chunk: old optimizer task -> new id
+  std::map<std::pair<int, int>, Copy> copies_;     // (micro-batch, chunk)
+  std::map<int, int> last_backward_;               // chunk -> its micro-batch whose backward ran last
+};
+
+}  // namespace
+
+Schedule apply_pipeline_stage(const std::vector<Schedule>& chunks, const std::vector<const traces::Trace*>& traces, const PipelineStageSpec& spec) {
+  check_spec(chunks, traces, spec);
+  std::vector<ChunkParts> parts;
+  parts.reserve(chunks.size());
+  for (std::size_t k = 0; k < chunks.size(); ++k) parts.push_back(cut_chunk(chunks[k], *traces[k], static_cast<int>(k)));
+
+  StageBuilder builder(chunks, parts, spec);
+  std::set<int> micro_batches;
+  for (const PipelineStep& s : spec.order) {
+    micro_batches.insert(s.micro_batch);
+    switch (s.kind) {
+      case Kind::forward: builder.forward(s.micro_batch, s.chunk); break;
+      case Kind::backward:
+      case Kind::backward_input: builder.backward(s.micro_batch, s.chunk); break;
+      case Kind::backward_weight: break;  // the whole backward ran at backward_input (header)
+    }
+  }
+  Schedule out = builder.finish();
+  out.strategy = fmt::format("{}, pipeline rank {} of {}", chunks.front().strategy, spec.rank, spec.stages);
+  if (spec.virtual_stages > 1) out.strategy += fmt::format(" ({} chunks)", spec.virtual_stages);
+  out.strategy += fmt::format(", {} micro-batches", micro_batches.size());
+  return out;
+}
+
+}  // namespace comptrain::models

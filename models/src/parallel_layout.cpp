@@ -24,18 +24,6 @@ std::optional<PipelineSchedule> pipeline_schedule_from_string(std::string_view t
   return std::nullopt;
 }
 
-std::string_view to_string(ParallelGroup group) {
-  switch (group) {
-    case ParallelGroup::tensor: return "tensor";
-    case ParallelGroup::context: return "context";
-    case ParallelGroup::data: return "data";
-    case ParallelGroup::expert: return "expert";
-    case ParallelGroup::expert_data: return "expert_data";
-    case ParallelGroup::pipeline: return "pipeline";
-  }
-  return "unknown";
-}
-
 namespace {
 
 struct NamedDegree {

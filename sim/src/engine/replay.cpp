@@ -233,6 +233,11 @@ class Replay {
         case TaskKind::collective:
           collective(task);
           return;
+        case TaskKind::send:
+        case TaskKind::recv:
+          // A pipeline stage's messages need the stage at the other end, which this replay of
+          // one schedule does not have; the run layer refuses pipeline layouts before this.
+          throw std::logic_error("task " + task.name + " is a point-to-point transfer, which the replay of one schedule cannot run");
         case TaskKind::host_compute:
           // `seconds` with the host to itself; the node's ranks share it (SimGrid's fair sharing
           // of the host actor's executions). Replaying one rank, the node's others run the same

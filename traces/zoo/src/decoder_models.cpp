@@ -216,13 +216,16 @@ Value decoder_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, const s
 }  // namespace
 
 Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64_t seq_len, Attention implementation,
-                 const std::vector<std::int64_t>& expert_tokens, std::int64_t documents) {
+                 const PipelineStageSpec& stage, const std::vector<std::int64_t>& expert_tokens, std::int64_t documents) {
   const std::int64_t s = seq_len;
   const std::int64_t head_dim = arch.head_size();
   const std::int64_t rotary_dims = arch.rotary_dims == 0 ? head_dim : arch.rotary_dims;
   const Names names = names_of(arch.family);
-  const Value ids = nb.input("input_ids", DType::i64, {1, s});
-  const Value labels = nb.input("labels", DType::i64, {1, s});
+  // A pipeline stage reads the mini-batch's tensors its ops use: the token ids where the
+  // embedding runs, the labels where the loss does (as gpt2_lm_head). Packed documents, which need
+  // the ids on every stage for the eager mask, are refused with pipeline stages (zoo.cpp).
+  const std::optional<Value> ids = stage.first ? std::optional(nb.input("input_ids", DType::i64, {1, s})) : std::nullopt;
+  const std::optional<Value> labels = stage.last ? std::optional(nb.input("labels", DType::i64, {1, s})) : std::nullopt;
   // cache_position.unsqueeze(0): one [1, S] row for the whole batch; packed documents bring
   // their own position_ids [N, S], restarting at each document (DataCollatorWithFlattening).
   const bool packed = documents > 1;
@@ -233,8 +236,19 @@ Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64
   // (no position embeddings: Megatron's reduce_scatter_embeddings).
   const std::int64_t t = nb.tensor_parallel_degree();
   const std::int64_t vocab_rows = tensor_parallel_vocab(arch.vocab, t) / t;
-  const Value embed = nb.parameter(names.base + names.embed + ".weight", {vocab_rows, arch.hidden});
-  Value x = nb.vocab_parallel_embedding(names.base + names.embed, ids, embed, nb.sequence_parallel());
+  std::optional<Value> embed;
+  Value x;
+  if (stage.first) {
+    embed = nb.parameter(names.base + names.embed + ".weight", {vocab_rows, arch.hidden});
+    x = nb.vocab_parallel_embedding(names.base + names.embed, *ids, *embed, nb.sequence_parallel());
+  } else {
+    // The previous stage's output, S/t rows of it under sequence parallelism (Megatron's
+    // get_tensor_shapes, schedules.py:2137-2143), in the dtype the layers pass on. Every stage
+    // still makes the rotary tables below (GPTModel.forward computes rotary_pos_emb on the
+    // stages without an embedding too, megatron/core/models/gpt/gpt_model.py:370-420).
+    x = nb.receive_from_previous_stage("recv_forward", nb.compute_dtype(),
+                                       {1, nb.sequence_parallel() ? s / t : s, arch.hidden});
+  }
 
   // LlamaRotaryEmbedding.forward: inv_freq [D/2] (a buffer) times the positions, cos and sin
   // computed in fp32 and cast to the hidden states' dtype (the model's: fp32 under autocast),
@@ -251,7 +265,7 @@ Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64
     // dtype's minimum, triu, expanded over the batch as a view): [1, 1, S, S] in the model's dtype;
     // block-diagonal and so one per sample with packed documents.
     rotary.causal_mask =
-        nb.constant_op(names.base + "causal_mask", packed ? ids : positions, nb.compute_dtype(), {1, 1, s, s});
+        nb.constant_op(names.base + "causal_mask", packed ? *ids : positions, nb.compute_dtype(), {1, 1, s, s});
   } else if (packed) {
     // flash: cu_seqlens, the documents' int32 offsets (one per document and sample; the final
     // total, 4 bytes per batch, is left out). sdpa-mem-efficient: the block-causal bool mask.
@@ -259,20 +273,28 @@ Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64
     rotary.packing.tensor = implementation == Attention::flash ? nb.input("cu_seqlens", DType::i32, {documents})
                                                                : nb.input("attention_mask", DType::boolean, {s, s});
   }
-  for (std::int64_t layer = 0; layer < arch.layers; ++layer) {
+  // Layers keep their global index: names, and which layers are sparse (is_sparse_layer).
+  for (std::int64_t layer = stage.first_layer; layer < stage.first_layer + stage.layers; ++layer) {
     x = decoder_layer(nb, arch, names.base + names.layers + "." + std::to_string(layer) + ".", layer, x, rotary, implementation,
                       expert_tokens);
   }
+  if (!stage.last) {
+    nb.send_to_next_stage("send_forward", x);
+    return x;
+  }
   x = norm(nb, arch, names.base + names.final_norm, x);
   // The head and the loss kind's cross-entropy (loss.cpp); by default ForCausalLMLoss's
-  // `logits = logits.float()` first.
-  const Value head = arch.tie_embeddings ? embed : nb.parameter(names.head + ".weight", {vocab_rows, arch.hidden});
-  if (t == 1) return nb.lm_loss(names.head, x, head, labels, true);
+  // `logits = logits.float()` first. A tied head on a last stage without the embedding reads the
+  // stage's own copy of the word embedding (Megatron's, language_module.py:278-290; the
+  // first+last all-reduce of the copies' gradients, finalize_model_grads.py:164-199, is not an op
+  // of this trace), a parameter with its gradient and optimizer state like an untied head.
+  const Value head = arch.tie_embeddings && embed ? *embed : nb.parameter(names.head + ".weight", {vocab_rows, arch.hidden});
+  if (t == 1) return nb.lm_loss(names.head, x, head, *labels, true);
   // Megatron's output layer and vocabulary-parallel cross-entropy, which makes its own fp32 copy
   // of the logits (no `logits.float()` before it).
   Value logits = nb.column_parallel_linear(names.head, nb.column_parallel_input(names.head, x), head);
   logits = nb.reshape("logits.view", logits, {s, vocab_rows});
-  return nb.vocab_parallel_cross_entropy("loss", logits, nb.reshape("labels.view", labels, {s}));
+  return nb.vocab_parallel_cross_entropy("loss", logits, nb.reshape("labels.view", *labels, {s}));
 }
 
 }  // namespace comptrain::zoo::detail

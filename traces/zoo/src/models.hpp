@@ -41,16 +41,20 @@ struct BertOptions {
 // head), BertForSequenceClassification (dropout and a 2-label classifier on the pooled first
 // token) or BertForQuestionAnswering (no pooler; start and end logits on every position).
 Value bert(NetworkBuilder& nb, const TransformerShape& shape, Attention attention, const BertOptions& options);
-// Hugging Face's GPT2LMHeadModel: pre-LN decoder, LM head tied to the token embedding.
-Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention attention);
+// Hugging Face's GPT2LMHeadModel: pre-LN decoder, LM head tied to the token embedding. `stage`:
+// the pipeline stage built (ModelSpec::pipeline_stage; the whole model is {0, layers, true,
+// true}). A stage short of the last returns its output, sent to the next stage (the autograd
+// root finish() takes), the last stage its loss.
+Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention attention, const PipelineStageSpec& stage);
 
 // Hugging Face's LlamaForCausalLM (LLaMA, Mistral, Qwen2), MixtralForCausalLM,
 // Qwen2MoeForCausalLM or GPTNeoXForCausalLM with the causal-LM loss, at `seq_len` tokens, with
 // the given attention (eager, flash or sdpa-mem-efficient). With arch.moe, `expert_tokens` are
 // the tokens each expert of a sparse layer processes per sequence (routed_tokens).
 // `documents` per sample packed (ModelSpec::packed_documents; packing.cpp).
+// `stage` as gpt2_lm_head's.
 Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64_t seq_len, Attention implementation,
-                 const std::vector<std::int64_t>& expert_tokens = {}, std::int64_t documents = 1);
+                 const PipelineStageSpec& stage, const std::vector<std::int64_t>& expert_tokens = {}, std::int64_t documents = 1);
 
 // torchtitan's Llama (torchtitan_decoder.cpp): InputError ("implementation: ...") when the
 // architecture or a request option is not what torchtitan's model code builds; then the model,

@@ -318,7 +318,7 @@ void NetworkBuilder::record(ForwardOp op) {
   for (const GradSpec& grad : op.grads) {
     if (requires_grad(grad.target)) recipe.grads.push_back(grad);
   }
-  if (recipe.grads.empty()) {
+  if (recipe.grads.empty() && !op.gradient_leaves_stage) {
     // Nothing to differentiate would leave the op without a backward op and its saved
     // tensors unread: a mistake in a model definition.
     throw std::logic_error(op.name + ": no input or weight requires a gradient");
@@ -1320,15 +1320,9 @@ Value NetworkBuilder::cross_entropy(const std::string& name, Value logits, Value
 
 // ---- finish ----------------------------------------------------------------------------------
 
-traces::Trace NetworkBuilder::finish(Value loss, std::map<std::string, std::string> metadata) {
+traces::Trace NetworkBuilder::finish(Value root, std::map<std::string, std::string> metadata) {
   if (finished_) throw std::logic_error("NetworkBuilder: already finished");
-  if (!tensors_.at(loss.index).sample_shape.empty() || !requires_grad(loss.index)) {
-    throw std::logic_error("NetworkBuilder: the loss must be a scalar that requires grad");
-  }
-  // loss.backward() starts from a gradient of ones (torch.ones_like(loss)).
-  const std::size_t seed = new_output(tensors_[loss.index].name + ".grad", tensors_[loss.index].dtype, {}, std::nullopt, false);
-  add_gradient(loss.index, seed, emit({"backward.seed", Phase::backward, OpKind::elementwise, {}, {seed}, {}, {}, {}}));
-
+  seed_backward(root.index);
   for (auto recipe = recipes_.rbegin(); recipe != recipes_.rend(); ++recipe) {
     emit_backward(*recipe);
     emit_steps_in_backward(*recipe);  // torchtune's optimizer_in_bwd only
@@ -1337,6 +1331,26 @@ traces::Trace NetworkBuilder::finish(Value loss, std::map<std::string, std::stri
   assign_storage_roles();
   finished_ = true;
   return build_trace(std::move(metadata));
+}
+
+void NetworkBuilder::seed_backward(std::size_t root) {
+  if (!requires_grad(root)) throw std::logic_error("NetworkBuilder: the backward pass's root must require grad");
+  const TensorRecord record = tensors_[root];  // a copy: new tensors below may move the records
+  if (sent_output_ == root) {
+    // A pipeline stage short of the last: the gradient of its output arrives from the next stage
+    // (recv_backward) into a new tensor of the output's shape (p2p_communication.py:343-349,
+    // create_tensor_recv_next), and autograd starts from it (backward_step,
+    // torch.autograd.backward(output_tensor, grad_tensors=output_tensor_grad), schedules.py:581).
+    const std::size_t grad = new_output(record.name + ".grad", record.dtype, record.sample_shape, record.batch_dim, false);
+    const std::size_t op = emit({"recv_backward", Phase::backward, OpKind::communication, {}, {grad}, {}, {}, {}});
+    communications_.emplace(op, traces::Communication{traces::CommunicationKind::recv, traces::ParallelGroup::pipeline});
+    add_gradient(root, grad, op);
+    return;
+  }
+  if (!record.sample_shape.empty()) throw std::logic_error("NetworkBuilder: the loss must be a scalar (or the stage's sent output)");
+  // loss.backward() starts from a gradient of ones (torch.ones_like(loss)).
+  const std::size_t seed = new_output(record.name + ".grad", record.dtype, {}, std::nullopt, false);
+  add_gradient(root, seed, emit({"backward.seed", Phase::backward, OpKind::elementwise, {}, {seed}, {}, {}, {}}));
 }
 
 void NetworkBuilder::emit_backward(const BackwardRecipe& recipe) {

@@ -330,6 +330,20 @@ class NetworkBuilder {
   // folded into the last op. Returns the scalar loss.
   Value vocab_parallel_cross_entropy(const std::string& name, Value logits, Value labels);
 
+  // ---- Megatron-LM pipeline stages (pipeline_stage.cpp) ---------------------------------------
+  // The trace becomes one micro-batch of one pipeline stage (ModelSpec::pipeline_stage). Its
+  // boundary transfers are ops of kind communication over the `pipeline` group, zero FLOPs, the
+  // boundary tensor's bytes (Megatron's p2p_communication.py at NVIDIA/Megatron-LM@d98e8a64).
+  //
+  // recv_forward: the stage's input from the previous stage, a new tensor of `sample_shape` in
+  // `dtype` requiring a gradient (p2p_communication.py:335-341, torch.empty(..., requires_grad=True,
+  // dtype=config.pipeline_dtype)). Its backward op sends the tensor's gradient back to the
+  // previous stage (send_backward) and produces no gradient of its own.
+  Value receive_from_previous_stage(const std::string& name, traces::DType dtype, std::vector<std::int64_t> sample_shape);
+  // send_forward: x to the next stage, outside autograd. x becomes the autograd root: finish(x)
+  // starts the backward pass from x's gradient received from the next stage (recv_backward).
+  void send_to_next_stage(const std::string& name, Value x);
+
  private:
   // tensor_parallel.cpp: the x + bias of a row-parallel linear; an in-place masked zeroing of
   // rows; a communication op with its backward's communication.
@@ -354,8 +368,12 @@ class NetworkBuilder {
  public:
 
   // Derives backward, gradient accumulation and the optimizer step, and builds the trace.
+  // `root` is where autograd's backward starts: the scalar loss, whose gradient is ones
+  // (loss.backward()), or a pipeline stage's output given to send_to_next_stage, whose gradient
+  // is received from the next stage (Megatron's backward_step: torch.autograd.backward(
+  // output_tensor, grad_tensors=output_tensor_grad), schedules.py:539-581).
   // `metadata` is added to source/model/precision/optimizer.
-  traces::Trace finish(Value loss, std::map<std::string, std::string> metadata = {});
+  traces::Trace finish(Value root, std::map<std::string, std::string> metadata = {});
 
  private:
   struct TensorRecord {
@@ -433,6 +451,10 @@ class NetworkBuilder {
     std::optional<traces::Communication> backward_communication;  // BackwardRecipe::communication
     std::map<std::size_t, std::size_t> reduced_in_place;          // BackwardRecipe::reduced_in_place
     std::optional<std::pair<std::size_t, std::size_t>> regather;  // BackwardRecipe::regather
+    // The backward op consumes the outputs' gradient and produces none: a pipeline stage's
+    // received input, whose gradient leaves the stage (send_backward). Without it an op with no
+    // gradient target is a mistake in a model definition.
+    bool gradient_leaves_stage = false;
   };
 
   std::string unique_op_name(const std::string& name);
@@ -525,6 +547,10 @@ class NetworkBuilder {
   std::map<std::size_t, std::size_t> regathered_;  // saved shard -> its backward all_gather's output
   std::map<std::size_t, traces::Communication> communications_;  // op index -> what the op communicates
   std::optional<std::size_t> nf4_dynamic_map_;  // bitsandbytes' shared 8-bit dynamic map
+  // Pipeline stages (pipeline_stage.cpp): the output sent to the next stage, the autograd root.
+  std::optional<std::size_t> sent_output_;
+  // finish()'s first step: the root's gradient, ones for a loss or received for a stage output.
+  void seed_backward(std::size_t root);
 };
 
 }  // namespace comptrain::zoo::detail

@@ -158,41 +158,63 @@ Value bert_layer(NetworkBuilder& nb, const std::string& p, Value x, const Transf
 
 }  // namespace
 
-Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention attention) {
+Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention attention, const PipelineStageSpec& stage) {
   const std::int64_t s = shape.seq_len;
-  const Value ids = nb.input("input_ids", DType::i64, {1, s});
+  // A pipeline stage reads the mini-batch's tensors its ops use: the token ids where the
+  // embedding runs, the labels where the loss does (Megatron loads no batch at all on the middle
+  // stages, pretrain_gpt.py:129-134 at NVIDIA/Megatron-LM@d98e8a64).
+  const std::optional<Value> ids = stage.first ? std::optional(nb.input("input_ids", DType::i64, {1, s})) : std::nullopt;
   // Labels already shifted by one token (Megatron's data loader), so the loss covers all s
   // positions rather than Hugging Face's s - 1.
-  const Value labels = nb.input("labels", DType::i64, {1, s});
-  const Value positions = nb.buffer("transformer.position_ids", DType::i64, {1, s});
+  const std::optional<Value> labels = stage.last ? std::optional(nb.input("labels", DType::i64, {1, s})) : std::nullopt;
   // Tensor parallelism: this rank's rows of the padded vocabulary (tensor_parallel_vocab).
   const std::int64_t t = nb.tensor_parallel_degree();
-  const Value wte = nb.parameter("transformer.wte.weight", {tensor_parallel_vocab(shape.vocab, t) / t, shape.hidden});
+  const std::int64_t vocab_rows = tensor_parallel_vocab(shape.vocab, t) / t;
 
-  // Megatron's LanguageModelEmbedding.forward (megatron/core/models/common/embeddings/
-  // language_model_embedding.py:113-156 at NVIDIA/Megatron-LM@d98e8a64): with learned positions
-  // the word embeddings are all-reduced (reduce_scatter_embeddings is false, :51-56), the
-  // positions added, and under sequence parallelism this rank's S/t rows taken
-  // (scatter_to_sequence_parallel_region) and cloned (clone_scatter_output_in_embedding) before
-  // the dropout.
-  Value x = nb.vocab_parallel_embedding("transformer.wte", ids, wte, false);
-  const Value position_embeds = nb.embedding("transformer.wpe", positions, shape.max_positions, shape.hidden);
-  x = nb.add("transformer.add", x, position_embeds);  // broadcast over the batch
-  if (nb.sequence_parallel()) {
-    x = nb.scatter_to_sequence_parallel("transformer.scatter_to_sequence_parallel", x);
-    x = nb.contiguous("transformer.scatter_to_sequence_parallel.clone", x, false);
+  Value x;
+  std::optional<Value> wte;
+  if (stage.first) {
+    const Value positions = nb.buffer("transformer.position_ids", DType::i64, {1, s});
+    wte = nb.parameter("transformer.wte.weight", {vocab_rows, shape.hidden});
+    // Megatron's LanguageModelEmbedding.forward (megatron/core/models/common/embeddings/
+    // language_model_embedding.py:113-156 at NVIDIA/Megatron-LM@d98e8a64): with learned positions
+    // the word embeddings are all-reduced (reduce_scatter_embeddings is false, :51-56), the
+    // positions added, and under sequence parallelism this rank's S/t rows taken
+    // (scatter_to_sequence_parallel_region) and cloned (clone_scatter_output_in_embedding) before
+    // the dropout.
+    x = nb.vocab_parallel_embedding("transformer.wte", *ids, *wte, false);
+    const Value position_embeds = nb.embedding("transformer.wpe", positions, shape.max_positions, shape.hidden);
+    x = nb.add("transformer.add", x, position_embeds);  // broadcast over the batch
+    if (nb.sequence_parallel()) {
+      x = nb.scatter_to_sequence_parallel("transformer.scatter_to_sequence_parallel", x);
+      x = nb.contiguous("transformer.scatter_to_sequence_parallel.clone", x, false);
+    }
+    x = nb.dropout("transformer.drop", x);
+  } else {
+    // The previous stage's output: the residual stream [S, H] per sample, S/t rows of it under
+    // sequence parallelism (Megatron's get_tensor_shapes, schedules.py:2137-2143).
+    x = nb.receive_from_previous_stage("recv_forward", nb.compute_dtype(),
+                                       {1, nb.sequence_parallel() ? s / t : s, shape.hidden});
   }
-  x = nb.dropout("transformer.drop", x);
-  for (std::int64_t layer = 0; layer < shape.layers; ++layer) {
+  for (std::int64_t layer = stage.first_layer; layer < stage.first_layer + stage.layers; ++layer) {
     x = gpt2_block(nb, "transformer.h." + std::to_string(layer) + ".", x, shape, attention);
   }
+  if (!stage.last) {
+    nb.send_to_next_stage("send_forward", x);
+    return x;
+  }
   x = nb.layernorm("transformer.ln_f", x);
-  if (t == 1) return nb.lm_loss("lm_head", x, wte, labels, false);  // tied to wte, no bias; the loss kind's CE (loss.cpp)
+  // The head is tied to wte. On a last stage without the embedding, Megatron keeps its own copy
+  // of the word embedding as the output layer's weight (language_module.py:278-290; the
+  // first+last all-reduce of the two copies' gradients, finalize_model_grads.py:164-199, is not
+  // an op of this trace): a parameter of its own here, with its gradient and optimizer state.
+  const Value head = wte ? *wte : nb.parameter("lm_head.weight", {vocab_rows, shape.hidden});
+  if (t == 1) return nb.lm_loss("lm_head", x, head, *labels, false);  // no bias; the loss kind's CE (loss.cpp)
   // Megatron's output layer: a column-parallel linear over this rank's vocabulary rows (tied to
   // wte), its logits [S, V/t] into the vocabulary-parallel cross-entropy.
-  Value logits = nb.column_parallel_linear("lm_head", nb.column_parallel_input("lm_head", x), wte);
-  logits = nb.reshape("logits.view", logits, {shape.seq_len, nb.dim(wte, 0)});
-  return nb.vocab_parallel_cross_entropy("loss", logits, nb.reshape("labels.view", labels, {shape.seq_len}));
+  Value logits = nb.column_parallel_linear("lm_head", nb.column_parallel_input("lm_head", x), head);
+  logits = nb.reshape("logits.view", logits, {shape.seq_len, vocab_rows});
+  return nb.vocab_parallel_cross_entropy("loss", logits, nb.reshape("labels.view", *labels, {shape.seq_len}));
 }
 
 namespace {

@@ -678,6 +678,40 @@ std::int64_t check_tensor_parallel(const ModelRequest& request, std::int64_t hea
   return tp.degree;
 }
 
+// ModelSpec::pipeline_stage's rules, before anything is built; the stage to build (the whole
+// model of `layers` layers when unset).
+PipelineStageSpec check_pipeline_stage(const ModelRequest& request, std::int64_t layers) {
+  if (!request.pipeline_stage) return {0, layers, true, true};
+  const PipelineStageSpec& stage = *request.pipeline_stage;
+  const std::string range = "first_layer " + std::to_string(stage.first_layer) + ", layers " + std::to_string(stage.layers);
+  if (stage.first_layer < 0 || stage.layers < 1 || stage.layers > layers - stage.first_layer) {
+    throw std::invalid_argument("pipeline_stage: " + range + " is not a range of the " + std::to_string(layers) + " layers of '" +
+                                request.model + "'; expected first_layer >= 0, layers >= 1 and first_layer + layers <= " +
+                                std::to_string(layers));
+  }
+  // The embedding feeds layer 0 and the head reads the last layer: a stage holding either holds
+  // that end of the layers (Megatron's pre_process / post_process stages, gpt_model.py:173, 255).
+  if (stage.first && stage.first_layer != 0) {
+    throw std::invalid_argument("pipeline_stage: " + range + " is marked first (the embedding) but does not start at layer 0");
+  }
+  if (stage.last && stage.first_layer + stage.layers != layers) {
+    throw std::invalid_argument("pipeline_stage: " + range + " is marked last (the head and loss) but does not end at layer " +
+                                std::to_string(layers) + " of '" + request.model + "'");
+  }
+  if (request.lora || request.torchtitan || request.packed_documents) {
+    throw std::invalid_argument(std::string("pipeline_stage: not written together with ") +
+                                (request.lora ? "lora" : request.torchtitan ? "the torchtitan implementation" : "packed documents"));
+  }
+  return stage;
+}
+
+void add_pipeline_stage_metadata(const PipelineStageSpec& stage, std::map<std::string, std::string>& metadata) {
+  metadata["pipeline_first_layer"] = std::to_string(stage.first_layer);
+  metadata["pipeline_layers"] = std::to_string(stage.layers);
+  metadata["pipeline_first"] = stage.first ? "true" : "false";
+  metadata["pipeline_last"] = stage.last ? "true" : "false";
+}
+
 void add_tensor_parallel_metadata(const TensorParallelSpec& tp, std::int64_t vocab, std::map<std::string, std::string>& metadata) {
   metadata["tensor_parallel"] = std::to_string(tp.degree);
   if (tp.sequence_parallel) metadata["sequence_parallel"] = "true";
@@ -717,6 +751,10 @@ traces::Trace build_model(const ModelRequest& request) {
   if (request.loss.upcast) metadata["loss_upcast"] = *request.loss.upcast ? "true" : "false";
   if (request.tensor_parallel && request.model != "gpt" && entry.family != Family::decoder) {
     throw std::invalid_argument("tensor_parallel: written for models 'gpt' and 'llama' (Megatron-LM's sharding), not '" +
+                                request.model + "'");
+  }
+  if (request.pipeline_stage && request.model != "gpt" && entry.family != Family::decoder) {
+    throw std::invalid_argument("pipeline_stage: written for models 'gpt' and 'llama' (Megatron-LM's GPTModel stages), not '" +
                                 request.model + "'");
   }
   if (!transformer) {
@@ -777,14 +815,24 @@ traces::Trace build_model(const ModelRequest& request) {
       nb.set_tensor_parallel(t, request.tensor_parallel->sequence_parallel);
       add_tensor_parallel_metadata(*request.tensor_parallel, arch.vocab, metadata);
     }
-    Value loss;
+    if (request.pipeline_stage) {
+      // The families whose layers tensor parallelism shards (above): the stages compose with it.
+      const std::string& family = arch.family;
+      if (family != "llama" && family != "mistral" && family != "qwen2" && family != "qwen3") {
+        throw std::invalid_argument("pipeline_stage: written for the llama, mistral, qwen2 and qwen3 families, not '" + family + "'" +
+                                    from + " (mixture-of-experts and GPT-NeoX stages are not modelled)");
+      }
+    }
+    const PipelineStageSpec stage = check_pipeline_stage(request, arch.layers);
+    if (request.pipeline_stage) add_pipeline_stage_metadata(stage, metadata);
+    Value root;  // the loss, or a pipeline stage's sent output (NetworkBuilder::finish)
     if (request.torchtitan) {
       detail::check_torchtitan_request(arch, request, attention);
-      loss = detail::torchtitan_decoder_lm(nb, arch, seq_len, attention, request.torchtitan->norm);
+      root = detail::torchtitan_decoder_lm(nb, arch, seq_len, attention, request.torchtitan->norm);
       metadata["implementation"] = "torchtitan";
       metadata["norm_type"] = request.torchtitan->norm == TorchtitanOptions::Norm::fused_rmsnorm ? "fused_rmsnorm" : "rmsnorm";
     } else {
-      loss = detail::decoder_lm(nb, arch, seq_len, attention, expert_tokens, documents);
+      root = detail::decoder_lm(nb, arch, seq_len, attention, stage, expert_tokens, documents);
     }
     if (request.lora) nb.check_lora_targets();
     metadata["attention"] = std::string(to_string(attention));
@@ -797,7 +845,7 @@ traces::Trace build_model(const ModelRequest& request) {
     metadata["seq_len"] = std::to_string(seq_len);
     metadata["vocab"] = std::to_string(arch.vocab);
     if (!arch.source.empty()) metadata["hf_config"] = arch.source;
-    traces::Trace trace = nb.finish(loss, std::move(metadata));
+    traces::Trace trace = nb.finish(root, std::move(metadata));
     check_trace_totals(trace);
     return trace;
   }
@@ -821,10 +869,10 @@ traces::Trace build_model(const ModelRequest& request) {
     throw InputError("attention: sdpa-mem-efficient is written for model 'llama' only; '" + request.model +
                      "' takes fused-softmax, eager or flash");
   }
-  Value loss;
+  Value root;  // the loss, or a pipeline stage's sent output (NetworkBuilder::finish)
   if (entry.family == Family::bert) {
     const detail::BertOptions options = resolve_bert_options(request, shape);
-    loss = detail::bert(nb, shape, attention, options);
+    root = detail::bert(nb, shape, attention, options);
     metadata["head"] = std::string(to_string(options.head));
     // Recorded only when masked, so that the metadata of the default traces stays as it was.
     if (options.mlm == MlmPositions::masked) {
@@ -838,7 +886,9 @@ traces::Trace build_model(const ModelRequest& request) {
       nb.set_tensor_parallel(t, request.tensor_parallel->sequence_parallel);
       add_tensor_parallel_metadata(*request.tensor_parallel, shape.vocab, metadata);
     }
-    loss = detail::gpt2_lm_head(nb, shape, attention);
+    const PipelineStageSpec stage = check_pipeline_stage(request, shape.layers);
+    if (request.pipeline_stage) add_pipeline_stage_metadata(stage, metadata);
+    root = detail::gpt2_lm_head(nb, shape, attention, stage);
   }
   metadata["attention"] = std::string(to_string(attention));
   metadata["layers"] = std::to_string(shape.layers);
@@ -846,7 +896,7 @@ traces::Trace build_model(const ModelRequest& request) {
   metadata["heads"] = std::to_string(shape.heads);
   metadata["seq_len"] = std::to_string(shape.seq_len);
   metadata["vocab"] = std::to_string(shape.vocab);
-  traces::Trace trace = nb.finish(loss, std::move(metadata));
+  traces::Trace trace = nb.finish(root, std::move(metadata));
   check_trace_totals(trace);
   return trace;
 }

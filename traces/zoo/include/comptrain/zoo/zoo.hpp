@@ -242,6 +242,22 @@ struct TensorParallelSpec {
   bool sequence_parallel = false;  // Megatron's --sequence-parallel; needs degree > 1
 };
 
+// One stage of Megatron-LM's pipeline parallelism (Narayanan et al. 2021, arXiv 2104.04473 §2.2),
+// or one model chunk of its interleaved schedule -- the same thing, a contiguous range of decoder
+// layers: the trace is then ONE micro-batch's forward and backward pass of that stage with its
+// optimizer step (traces/zoo/README.md, "Pipeline stages"). `first`: the stage holds the
+// embedding; otherwise it starts with a `recv` of the hidden states from the previous stage
+// (group pipeline), whose backward is a `send` of their gradient. `last`: it holds the final norm,
+// the LM head and the loss; otherwise it ends with a `send` of its output, and its backward pass
+// starts from a `recv` of the output's gradient. Layers keep their global index in their names
+// (model.layers.{first_layer + i}). Models `gpt` and `llama`. partition: models::stage_layers.
+struct PipelineStageSpec {
+  std::int64_t first_layer = 0;
+  std::int64_t layers = 0;  // >= 1, first_layer + layers <= the model's layers
+  bool first = true;        // requires first_layer 0
+  bool last = true;         // requires first_layer + layers = the model's layers
+};
+
 // The vocabulary Megatron-LM trains on `degree` tensor-parallel ranks: rounded up to a multiple
 // of make_vocab_size_divisible_by (default 128, megatron/training/arguments.py:2441) times the
 // degree (vocab_size_with_padding, megatron/core/tokenizers/utils/build_tokenizer.py:133-145 at
@@ -316,6 +332,11 @@ struct ModelSpec {
   // `gpt` and `llama` only: one rank of Megatron-LM tensor (and sequence) parallelism; unset or
   // degree 1: the whole model. Invalid values are std::invalid_argument naming the numbers.
   std::optional<TensorParallelSpec> tensor_parallel;
+  // `gpt` and `llama` only: one pipeline stage (PipelineStageSpec), composing with
+  // tensor_parallel; unset: the whole model. Invalid ranges are std::invalid_argument naming the
+  // numbers. A tied head on a last stage that is not also the first reads its own copy of the
+  // word embedding (a parameter with its gradient and optimizer state), as Megatron keeps one.
+  std::optional<PipelineStageSpec> pipeline_stage;
 };
 
 // What to generate: a model at a batch size.

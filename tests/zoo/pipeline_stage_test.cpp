@@ -1,0 +1,384 @@
+// Megatron-LM pipeline stages in the zoo: one micro-batch of one stage, its boundary sends and
+// receives (shared/reference/parallelism.md §2), its parameters and saved activations against the
+// whole model's, the tied head's copy on the last stage, and the refusals.
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <ostream>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comptrain/zoo/zoo.hpp"
+#include "zoo_test_support.hpp"
+
+namespace comptrain::zoo {
+namespace {
+
+using test_support::Request;
+using traces::CommunicationKind;
+using traces::OpKind;
+using traces::ParallelGroup;
+using traces::Phase;
+using traces::TensorRole;
+using traces::Trace;
+
+constexpr std::int64_t kLayers = 4;
+constexpr std::int64_t kBatch = 2;
+constexpr std::int64_t kSeq = 32;
+constexpr std::int64_t kHidden = 64;
+constexpr std::int64_t kHeads = 4;
+constexpr std::int64_t kVocab = 1000;
+
+// A 16-bit model (2 bytes per boundary element): `gpt` in Megatron's mixed precision, `llama` in
+// bf16. t = 0: no tensor parallelism.
+ModelRequest gpt_request(std::int64_t layers, Attention attention, std::int64_t t = 0, bool sp = false) {
+  ModelRequest request = Request("gpt").batch_size(kBatch).precision(Precision::mixed).layers(layers).hidden(kHidden).heads(kHeads)
+                             .seq_len(kSeq).vocab(kVocab).attention(attention);
+  if (t > 0) request.tensor_parallel = TensorParallelSpec{t, sp};
+  return request;
+}
+
+constexpr std::int64_t kLlamaKvHeads = 2;
+constexpr std::int64_t kLlamaIntermediate = 176;
+
+ModelRequest llama_request(std::int64_t layers, Attention attention, bool tied = false, std::int64_t t = 0, bool sp = false) {
+  DecoderArchitecture arch;
+  arch.layers = layers;
+  arch.hidden = kHidden;
+  arch.heads = kHeads;
+  arch.kv_heads = kLlamaKvHeads;
+  arch.intermediate = kLlamaIntermediate;
+  arch.vocab = kVocab;
+  arch.max_positions = 4096;
+  arch.tie_embeddings = tied;
+  ModelRequest request = Request("llama").batch_size(kBatch).precision(Precision::bf16).seq_len(kSeq).attention(attention);
+  request.decoder = arch;
+  if (t > 0) request.tensor_parallel = TensorParallelSpec{t, sp};
+  return request;
+}
+
+ModelRequest staged(ModelRequest request, std::int64_t first_layer, std::int64_t layers, bool first, bool last) {
+  request.pipeline_stage = PipelineStageSpec{first_layer, layers, first, last};
+  return request;
+}
+
+// The 4-layer model cut [0, 1) [1, 3) [3, 4).
+std::vector<Trace> three_stages(const ModelRequest& whole) {
+  return {build_model(staged(whole, 0, 1, true, false)), build_model(staged(whole, 1, 2, false, false)),
+          build_model(staged(whole, 3, 1, false, true))};
+}
+
+std::int64_t parameters(const Trace& trace) { return test_support::resident_bytes(trace).parameters; }
+
+std::set<std::string> weight_names(const Trace& trace) {
+  std::set<std::string> names;
+  for (const auto& tensor : trace.tensors()) {
+    if (tensor.role == TensorRole::weight && !tensor.is_view()) names.insert(tensor.name);
+  }
+  return names;
+}
+
+struct Transfer {
+  Phase phase;
+  CommunicationKind kind;
+  friend bool operator<(const Transfer& x, const Transfer& y) { return std::pair(x.phase, x.kind) < std::pair(y.phase, y.kind); }
+  friend bool operator==(const Transfer&, const Transfer&) = default;
+};
+
+void PrintTo(const Transfer& transfer, std::ostream* out) {
+  *out << traces::to_string(transfer.phase) << " " << traces::to_string(transfer.kind);
+}
+
+// The trace's pipeline transfers by phase and kind; each moves `bytes` (a send reads its tensor,
+// a recv writes it: traces/FORMAT.md, "Communication") and computes nothing.
+std::map<Transfer, int> pipeline_transfers(const Trace& trace, std::int64_t bytes) {
+  std::map<Transfer, int> counts;
+  for (const auto& op : trace.ops()) {
+    if (!op.communication || op.communication->group != ParallelGroup::pipeline) continue;
+    SCOPED_TRACE(op.name);
+    EXPECT_EQ(op.kind, OpKind::communication);
+    EXPECT_EQ(trace.flops(op.id), 0);
+    const bool send = op.communication->kind == CommunicationKind::send;
+    EXPECT_TRUE(send || op.communication->kind == CommunicationKind::recv);
+    EXPECT_EQ(trace.bytes_read(op.id), send ? bytes : 0);
+    EXPECT_EQ(trace.bytes_written(op.id), send ? 0 : bytes);
+    ++counts[{op.phase, op.communication->kind}];
+  }
+  return counts;
+}
+
+const std::map<Transfer, int> kFirstStage{{{Phase::forward, CommunicationKind::send}, 1}, {{Phase::backward, CommunicationKind::recv}, 1}};
+const std::map<Transfer, int> kMiddleStage{{{Phase::forward, CommunicationKind::recv}, 1},
+                                           {{Phase::forward, CommunicationKind::send}, 1},
+                                           {{Phase::backward, CommunicationKind::send}, 1},
+                                           {{Phase::backward, CommunicationKind::recv}, 1}};
+const std::map<Transfer, int> kLastStage{{{Phase::forward, CommunicationKind::recv}, 1}, {{Phase::backward, CommunicationKind::send}, 1}};
+
+// The models tested, by name, each as a function of its layer count.
+struct Model {
+  std::string name;
+  ModelRequest (*request)(std::int64_t layers, Attention attention);
+  std::vector<Attention> attentions;
+};
+
+ModelRequest gpt_model(std::int64_t layers, Attention attention) { return gpt_request(layers, attention); }
+ModelRequest llama_model(std::int64_t layers, Attention attention) { return llama_request(layers, attention); }
+
+const std::vector<Model>& models() {
+  static const std::vector<Model> list{{"gpt", &gpt_model, {Attention::eager, Attention::flash, Attention::fused_softmax}},
+                                       {"llama", &llama_model, {Attention::eager, Attention::flash}}};
+  return list;
+}
+
+// Every parameter lives on exactly one stage, under its global layer index, except the LM head's
+// copy of the word embedding that gpt's tied head needs on its last stage (V·h more).
+TEST(PipelineStage, ParametersSumToTheWholeModel) {
+  for (const Model& model : models()) {
+    for (const Attention attention : model.attentions) {
+      SCOPED_TRACE(model.name + " " + std::string(to_string(attention)));
+      const ModelRequest whole = model.request(kLayers, attention);
+      const Trace whole_trace = build_model(whole);
+      const std::vector<Trace> stages = three_stages(whole);
+      const bool tied_head = model.name == "gpt";
+      std::int64_t sum = 0;
+      std::set<std::string> names;
+      for (const Trace& stage : stages) {
+        sum += parameters(stage);
+        for (const std::string& name : weight_names(stage)) EXPECT_TRUE(names.insert(name).second) << name << " on two stages";
+      }
+      EXPECT_EQ(sum, parameters(whole_trace) + (tied_head ? kVocab * kHidden : 0));
+      std::set<std::string> expected = weight_names(whole_trace);
+      if (tied_head) expected.insert("lm_head.weight");
+      EXPECT_EQ(names, expected);
+      // The middle stage holds layers 1 and 2 by their global names, nothing of layers 0 and 3.
+      const std::string layer_prefix = model.name == "gpt" ? "transformer.h." : "model.layers.";
+      const std::set<std::string> middle = weight_names(stages[1]);
+      for (std::int64_t layer = 0; layer < kLayers; ++layer) {
+        const bool held = std::any_of(middle.begin(), middle.end(), [&](const std::string& name) {
+          return name.starts_with(layer_prefix + std::to_string(layer) + ".");
+        });
+        EXPECT_EQ(held, layer == 1 || layer == 2) << "layer " << layer;
+      }
+    }
+  }
+}
+
+// Per layer, a middle stage saves what a layer of the whole model adds (the difference between 2-
+// and 1-layer models, as tests/zoo/transformer_test.cpp computes it): that difference counts one
+// layer input where a layer saves its input (gpt's ln_1), which on a middle stage is the received
+// tensor for the first layer and the previous layer's output for the others; a bf16 Llama saves
+// none (its RMSNorm keeps an fp32 copy), so the received tensor is then no activation. A stage's
+// fixed bytes are the per-layer ones (gpt eager's causal masks) plus, for llama, the rotary cos and
+// sin tables [s, head_dim] that every stage makes. And the stages together save what the whole
+// model saves, the tables once per stage.
+TEST(PipelineStage, SavedBytesPerLayerOfAMiddleStage) {
+  for (const Model& model : models()) {
+    for (const Attention attention : model.attentions) {
+      SCOPED_TRACE(model.name + " " + std::string(to_string(attention)));
+      const auto one = test_support::saved_for_backward(build_model(model.request(1, attention)));
+      const auto two = test_support::saved_for_backward(build_model(model.request(2, attention)));
+      const std::int64_t per_layer = two.per_sample - one.per_sample;
+      const std::int64_t per_layer_fixed = two.fixed - one.fixed;
+      const bool llama = model.name == "llama";
+      const std::int64_t head_dim = kHidden / kHeads;
+      const std::int64_t rotary_tables = llama ? 2 * kSeq * head_dim * 2 : 0;
+      for (const std::int64_t layers : {1, 2}) {
+        SCOPED_TRACE(std::to_string(layers) + " layers");
+        const Trace middle = build_model(staged(model.request(kLayers, attention), 1, layers, false, false));
+        const auto saved = test_support::saved_for_backward(middle);
+        EXPECT_EQ(saved.per_sample, layers * per_layer);
+        EXPECT_EQ(saved.fixed, layers * per_layer_fixed + rotary_tables);
+        const auto received = std::find_if(middle.tensors().begin(), middle.tensors().end(),
+                                           [](const traces::Tensor& tensor) { return tensor.name == "recv_forward.out"; });
+        ASSERT_NE(received, middle.tensors().end());
+        EXPECT_EQ(received->role, llama ? TensorRole::temporary : TensorRole::activation);
+      }
+      const ModelRequest whole = model.request(kLayers, attention);
+      const auto whole_saved = test_support::saved_for_backward(build_model(whole));
+      std::int64_t per_sample = 0;
+      std::int64_t fixed = 0;
+      for (const Trace& stage : three_stages(whole)) {
+        const auto saved = test_support::saved_for_backward(stage);
+        per_sample += saved.per_sample;
+        fixed += saved.fixed;
+      }
+      EXPECT_EQ(per_sample, whole_saved.per_sample);
+      EXPECT_EQ(fixed, whole_saved.fixed + 2 * rotary_tables);
+    }
+  }
+}
+
+// One [s, b, h] tensor per boundary each way in 16 bits (parallelism.md §2): s/t rows of it under
+// sequence parallelism, the whole of it on each tensor-parallel rank without.
+TEST(PipelineStage, SendsAndReceivesPerStage) {
+  struct Case {
+    std::string name;
+    ModelRequest whole;
+    std::int64_t rows;
+  };
+  const std::vector<Case> cases{
+      {"gpt", gpt_request(kLayers, Attention::flash), kSeq},
+      {"gpt eager", gpt_request(kLayers, Attention::eager), kSeq},
+      {"gpt TP 2", gpt_request(kLayers, Attention::flash, 2, false), kSeq},
+      {"gpt TP 2 SP", gpt_request(kLayers, Attention::fused_softmax, 2, true), kSeq / 2},
+      {"llama eager", llama_request(kLayers, Attention::eager), kSeq},
+      {"llama flash", llama_request(kLayers, Attention::flash), kSeq},
+      {"llama TP 2 SP", llama_request(kLayers, Attention::flash, false, 2, true), kSeq / 2},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::int64_t bytes = c.rows * kBatch * kHidden * 2;
+    EXPECT_TRUE(pipeline_transfers(build_model(c.whole), bytes).empty());
+    const std::vector<Trace> stages = three_stages(c.whole);
+    EXPECT_EQ(pipeline_transfers(stages[0], bytes), kFirstStage);
+    EXPECT_EQ(pipeline_transfers(stages[1], bytes), kMiddleStage);
+    EXPECT_EQ(pipeline_transfers(stages[2], bytes), kLastStage);
+    for (std::size_t k = 0; k < stages.size(); ++k) {
+      SCOPED_TRACE("stage " + std::to_string(k));
+      const Trace& trace = stages[k];
+      const auto& ops = trace.ops();
+      const auto first_backward = std::find_if(ops.begin(), ops.end(), [](const traces::Op& op) { return op.phase == Phase::backward; });
+      const auto first_optimizer = std::find_if(ops.begin(), ops.end(), [](const traces::Op& op) { return op.phase == Phase::optimizer; });
+      ASSERT_NE(first_backward, ops.end());
+      ASSERT_NE(first_optimizer, ops.end());
+      const auto last_backward = std::prev(first_optimizer);
+      const auto is = [](const traces::Op& op, CommunicationKind kind) { return op.communication && op.communication->kind == kind; };
+      if (k > 0) {
+        // The stage starts by receiving its input, and its backward pass ends by sending the
+        // input's gradient (all its parts summed), the last backward op.
+        EXPECT_TRUE(is(ops.front(), CommunicationKind::recv)) << ops.front().name;
+        EXPECT_TRUE(is(*last_backward, CommunicationKind::send)) << last_backward->name;
+        ASSERT_EQ(last_backward->inputs.size(), 1U);
+        EXPECT_EQ(trace.tensor(last_backward->inputs[0]).shape, (std::vector<std::int64_t>{kBatch, c.rows, kHidden}));
+      }
+      if (k < 2) {
+        // Its forward pass ends with the send of its output, and its backward pass starts from
+        // that output's gradient, received (Megatron's backward_step roots autograd there).
+        EXPECT_TRUE(is(*std::prev(first_backward), CommunicationKind::send)) << std::prev(first_backward)->name;
+        EXPECT_TRUE(is(*first_backward, CommunicationKind::recv)) << first_backward->name;
+        ASSERT_EQ(first_backward->outputs.size(), 1U);
+        EXPECT_EQ(trace.tensor(first_backward->outputs[0]).shape, (std::vector<std::int64_t>{kBatch, c.rows, kHidden}));
+        EXPECT_TRUE(std::none_of(ops.begin(), ops.end(), [](const traces::Op& op) { return op.kind == OpKind::loss; }));
+      }
+    }
+  }
+}
+
+// With tied embeddings, the last stage's head reads a copy of the word embedding of its own
+// (Megatron keeps one, language_module.py:278-290): the two stages hold the whole model plus one
+// embedding, V'/t rows of the padded vocabulary per tensor-parallel rank.
+TEST(PipelineStage, TiedHeadReadsTheLastStagesOwnCopy) {
+  struct Case {
+    std::string name;
+    ModelRequest whole;
+    std::string embedding;  // the word embedding's weight on the first stage
+    std::int64_t t;
+  };
+  const std::vector<Case> cases{
+      {"gpt", gpt_request(kLayers, Attention::flash), "transformer.wte.weight", 1},
+      {"gpt TP 2 SP", gpt_request(kLayers, Attention::flash, 2, true), "transformer.wte.weight", 2},
+      {"llama tied", llama_request(kLayers, Attention::flash, true), "model.embed_tokens.weight", 1},
+      {"llama tied TP 2", llama_request(kLayers, Attention::eager, true, 2, false), "model.embed_tokens.weight", 2},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const Trace whole = build_model(c.whole);
+    const Trace first = build_model(staged(c.whole, 0, 2, true, false));
+    const Trace last = build_model(staged(c.whole, 2, 2, false, true));
+    const std::int64_t rows = tensor_parallel_vocab(kVocab, c.t) / c.t;
+    EXPECT_EQ(parameters(first) + parameters(last), parameters(whole) + rows * kHidden);
+    const auto named = [](const Trace& trace, const std::string& name) -> std::optional<traces::Tensor> {
+      for (const auto& tensor : trace.tensors()) {
+        if (tensor.name == name) return tensor;
+      }
+      return std::nullopt;
+    };
+    EXPECT_TRUE(named(first, c.embedding).has_value());
+    EXPECT_FALSE(named(first, "lm_head.weight").has_value());
+    EXPECT_FALSE(named(last, c.embedding).has_value());
+    const auto copy = named(last, "lm_head.weight");
+    ASSERT_TRUE(copy.has_value());
+    EXPECT_EQ(copy->role, TensorRole::weight);
+    EXPECT_EQ(copy->shape, (std::vector<std::int64_t>{rows, kHidden}));
+    // The head's GEMM reads it; it gets a gradient and optimizer state of its own.
+    const auto head = std::find_if(last.ops().begin(), last.ops().end(), [](const traces::Op& op) { return op.name == "lm_head"; });
+    ASSERT_NE(head, last.ops().end());
+    EXPECT_NE(std::find(head->inputs.begin(), head->inputs.end(), copy->id), head->inputs.end());
+    const auto grad = named(last, "lm_head.weight.grad");
+    ASSERT_TRUE(grad.has_value());
+    EXPECT_EQ(last.tensor(last.storage_of(grad->id)).role, TensorRole::gradient);
+    EXPECT_TRUE(named(last, "lm_head.weight.exp_avg").has_value());
+  }
+}
+
+// Unset is today's trace; a stage spanning the whole model is the same program, only its metadata
+// says so.
+TEST(PipelineStage, UnsetOrWholeModelIsTodaysTrace) {
+  std::vector<std::pair<std::string, ModelRequest>> cases;
+  for (const Attention attention : {Attention::eager, Attention::flash}) {
+    cases.emplace_back("gpt", gpt_request(kLayers, attention));
+    cases.emplace_back("llama", llama_request(kLayers, attention));
+    cases.emplace_back("llama tied TP 2 SP", llama_request(kLayers, attention, true, 2, true));
+  }
+  for (const auto& [name, request] : cases) {
+    SCOPED_TRACE(name);
+    const Trace unset = build_model(request);
+    EXPECT_EQ(unset.metadata().count("pipeline_layers"), 0U);
+    const Trace whole_stage = build_model(staged(request, 0, kLayers, true, true));
+    EXPECT_TRUE(unset.ops() == whole_stage.ops());
+    EXPECT_TRUE(unset.tensors() == whole_stage.tensors());
+    std::map<std::string, std::string> metadata = whole_stage.metadata();
+    EXPECT_EQ(metadata.at("pipeline_first_layer"), "0");
+    EXPECT_EQ(metadata.at("pipeline_layers"), std::to_string(kLayers));
+    EXPECT_EQ(metadata.at("pipeline_first"), "true");
+    EXPECT_EQ(metadata.at("pipeline_last"), "true");
+    for (const char* key : {"pipeline_first_layer", "pipeline_layers", "pipeline_first", "pipeline_last"}) metadata.erase(key);
+    EXPECT_TRUE(metadata == unset.metadata());
+  }
+  const Trace middle = build_model(staged(llama_request(kLayers, Attention::flash), 1, 2, false, false));
+  EXPECT_EQ(middle.metadata().at("pipeline_first_layer"), "1");
+  EXPECT_EQ(middle.metadata().at("pipeline_layers"), "2");
+  EXPECT_EQ(middle.metadata().at("pipeline_first"), "false");
+  EXPECT_EQ(middle.metadata().at("pipeline_last"), "false");
+}
+
+TEST(PipelineStage, InvalidStagesAreRefusedWithTheNumbers) {
+  const auto message = [](const ModelRequest& request) -> std::string {
+    try {
+      (void)build_model(request);
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << "accepted";
+    return {};
+  };
+  const ModelRequest gpt = gpt_request(kLayers, Attention::flash);
+  EXPECT_NE(message(staged(gpt, 3, 2, false, true)).find("first_layer 3, layers 2 is not a range of the 4 layers of 'gpt'"),
+            std::string::npos);
+  EXPECT_NE(message(staged(gpt, 1, 0, false, false)).find("first_layer 1, layers 0 is not a range"), std::string::npos);
+  EXPECT_NE(message(staged(gpt, -1, 2, false, false)).find("first_layer -1, layers 2 is not a range"), std::string::npos);
+  EXPECT_NE(message(staged(llama_request(kLayers, Attention::flash), 2, 3, false, true)).find("is not a range of the 4 layers of 'llama'"),
+            std::string::npos);
+  // The embedding feeds layer 0 and the head reads the last layer.
+  EXPECT_NE(message(staged(gpt, 1, 1, true, false)).find("marked first"), std::string::npos);
+  EXPECT_NE(message(staged(gpt, 1, 1, false, true)).find("marked last"), std::string::npos);
+
+  for (const std::string model : {"gpt2", "bert-base", "resnet18"}) {
+    ModelRequest other = Request(model);
+    other.pipeline_stage = PipelineStageSpec{0, 1, true, false};
+    EXPECT_NE(message(other).find("not '" + model + "'"), std::string::npos) << model;
+  }
+  ModelRequest lora = staged(llama_request(kLayers, Attention::flash), 0, 2, true, false);
+  lora.lora = LoraSpec{};
+  EXPECT_NE(message(lora).find("not written together with lora"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace comptrain::zoo

@@ -1,0 +1,60 @@
+// Megatron-LM's pipeline-stage boundaries in the mini-autograd: the received input of a stage
+// short of the first and the sent output of a stage short of the last (traces/zoo/README.md,
+// "Pipeline stages"). Sources: NVIDIA/Megatron-LM@d98e8a64ddf34856e74b24714e3bedb2f5a39553,
+// megatron/core/pipeline_parallel/{p2p_communication,schedules}.py; the line numbers below are
+// that commit's.
+
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "network_builder.hpp"
+
+namespace comptrain::zoo::detail {
+namespace {
+
+// Both directions of a stage boundary run over the pipeline group, between neighbour stages.
+traces::Communication over_pipeline_group(traces::CommunicationKind kind) { return {kind, traces::ParallelGroup::pipeline}; }
+
+}  // namespace
+
+Value NetworkBuilder::receive_from_previous_stage(const std::string& name, traces::DType dtype,
+                                                  std::vector<std::int64_t> sample_shape) {
+  // LoRA freezes everything before the first adapter (record() drops the nodes of such ops);
+  // a received input that requires a gradient would contradict it.
+  if (lora_) throw std::logic_error(name + ": LoRA is not written for pipeline stages");
+  // recv_forward (p2p_communication.py:430-460) fills a tensor made by create_tensor_recv_prev
+  // (:335-341): torch.empty(shape, requires_grad=True, dtype=config.pipeline_dtype). Being a
+  // leaf that requires grad, autograd accumulates its gradient, which backward_step reads
+  // (input_tensor.retain_grad(), schedules.py:555-560) and send_backward returns to the previous
+  // stage (:516-534): this op's backward is that send, and nothing upstream of it is in the stage.
+  const std::string op = unique_op_name(name);
+  const std::size_t y = new_output(op + ".out", dtype, std::move(sample_shape), 0, true);
+  ForwardOp f;
+  f.name = op;
+  f.kind = traces::OpKind::communication;
+  f.outputs = {y};
+  f.communication = over_pipeline_group(traces::CommunicationKind::recv);
+  f.differentiable_outputs = {y};
+  f.gradient_leaves_stage = true;
+  f.backward_kind = traces::OpKind::communication;
+  f.backward_communication = over_pipeline_group(traces::CommunicationKind::send);
+  record(std::move(f));
+  return {y};
+}
+
+void NetworkBuilder::send_to_next_stage(const std::string& name, Value x) {
+  if (sent_output_) throw std::logic_error(name + ": a stage sends one output");
+  if (!requires_grad(x.index)) throw std::logic_error(name + ": the stage's output needs no gradient");
+  // send_forward (p2p_communication.py:494-514) sends the output outside autograd: no node. The
+  // schedule then pseudo-frees its data (deallocate_output_tensor, schedules.py:171-201; on by
+  // default in training, megatron/training/argument_utils.py:305), keeping only its grad_fn for
+  // backward_step: so the output is read by nothing after this op, as in the trace.
+  const std::string op = unique_op_name(name);
+  communications_.emplace(emit({op, traces::Phase::forward, traces::OpKind::communication, {x.index}, {}, {}, {}, {}}),
+                          over_pipeline_group(traces::CommunicationKind::send));
+  sent_output_ = x.index;
+}
+
+}  // namespace comptrain::zoo::detail

@@ -92,6 +92,7 @@ class Assembler {
       task.op = o;
       task.seconds = a_.op_seconds[o];
       task.watts = a_.op_watts[o];
+      if (op.communication) make_communication(trace, op, task);
       for (TensorIndex t : op.inputs) task.uses.push_back(read_buffer(trace.storage_of(t), forward));
       for (TensorIndex t : op.outputs) {
         const TensorIndex s = trace.storage_of(t);
@@ -121,6 +122,46 @@ class Assembler {
 
  private:
   static constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+
+  // A communication op of the trace (tensor parallelism's all-reduces, all-gathers and
+  // reduce-scatters, traces/FORMAT.md "Communication") as a collective task over its group, on
+  // the compute stream where the op is: the kernel that follows needs its result (Megatron-LM's
+  // forward collectives are synchronous; its backward ones overlap the weight-gradient GEMM, which
+  // the trace's single backward op per linear does not separate, so they are exposed here too:
+  // an upper bound). The size as nccl-tests counts it (models::CollectiveKind).
+  static void make_communication(const traces::Trace& trace, const traces::Op& op, Task& task) {
+    const auto bytes_of = [&](const std::vector<TensorIndex>& tensors) {
+      std::int64_t total = 0;
+      for (TensorIndex t : tensors) total += trace.tensor(t).bytes();
+      return total;
+    };
+    task.seconds = 0;
+    task.over = op.communication->group;
+    switch (op.communication->kind) {
+      case traces::CommunicationKind::all_reduce:
+        task.kind = TaskKind::collective;
+        task.collective = CollectiveKind::all_reduce;
+        task.bytes = bytes_of(op.inputs);
+        return;
+      case traces::CommunicationKind::reduce_scatter:
+        task.kind = TaskKind::collective;
+        task.collective = CollectiveKind::reduce_scatter;
+        task.bytes = bytes_of(op.inputs);  // the whole input; each rank keeps 1/p
+        return;
+      case traces::CommunicationKind::all_gather:
+        task.kind = TaskKind::collective;
+        task.collective = CollectiveKind::all_gather;
+        task.bytes = bytes_of(op.outputs);  // the whole output; each rank gives 1/p
+        return;
+      case traces::CommunicationKind::all_to_all:
+      case traces::CommunicationKind::send:
+      case traces::CommunicationKind::recv:
+        // Expert and pipeline parallelism's transfers: the run layer refuses those layouts until
+        // their schedules are written, so a trace that has them here is a caller's error.
+        throw std::invalid_argument("op " + op.name + ": a " + std::string(traces::to_string(op.communication->kind)) +
+                                    " communication is not scheduled by build_schedule yet");
+    }
+  }
 
   struct SideTask {
     Task task;
@@ -262,6 +303,8 @@ class Assembler {
       task.op = w;
       task.seconds = a_.op_seconds[w];
       task.watts = a_.op_watts[w];
+      // Recomputing a layer repeats its forward collectives (Megatron's full recomputation does).
+      if (op.communication) make_communication(trace, op, task);
       recompute_seconds_ += task.seconds;
       recompute_exact_.add(task.seconds);
       ++recompute_tasks_;

@@ -5,6 +5,9 @@
 
 #include "comptrain/models/gradient_accumulation.hpp"
 
+#include <stdexcept>
+#include <string>
+
 namespace comptrain::models {
 
 Schedule transform_schedule(Schedule schedule, const traces::Trace& trace, const TransformSteps& steps) {
@@ -22,7 +25,26 @@ Schedule transform_schedule(Schedule schedule, const traces::Trace& trace, const
   apply_gradient_lifetime(schedule, steps.zero_grad);
   add_cudnn_workspaces(schedule, trace, steps.cudnn_workspace_bytes);
   assign_dispatch_costs(schedule, trace, steps.dispatch);
+  if (steps.layout) place_collectives(schedule, *steps.layout, steps.gpus);
   return schedule;
+}
+
+void place_collectives(Schedule& schedule, const ParallelLayout& layout, int gpus) {
+  for (Task& task : schedule.tasks) {
+    if (task.kind != TaskKind::collective) continue;
+    const RankGroups group = rank_groups(layout, gpus, task.over);
+    if (group.size == gpus) continue;  // the group is every rank: its sub-groups are the run's already
+    if (task.groups.every_rank()) {
+      task.groups = group;
+      continue;
+    }
+    if (task.groups.size * task.groups.stride > group.size) {
+      throw std::invalid_argument("place_collectives: task " + task.name + "'s groups of " + std::to_string(task.groups.size) + " ranks " +
+                                  std::to_string(task.groups.stride) + " apart do not fit in its " + std::string(traces::to_string(task.over)) +
+                                  " group of " + std::to_string(group.size));
+    }
+    task.groups = RankGroups{task.groups.size, task.groups.stride * group.stride};
+  }
 }
 
 }  // namespace comptrain::models

@@ -30,26 +30,44 @@ double union_length(std::vector<std::pair<double, double>>& intervals) {
   return total;
 }
 
+// |comm \ compute| = |comm ∪ compute| - |compute|. Two unions of the same intervals summed in
+// different orders: within rounding of the whole collective time, it is all exposed
+// (core/time_difference.hpp); never more than all of it.
+double exposed_part(std::vector<std::pair<double, double>> comm, const std::vector<std::pair<double, double>>& compute, double compute_union,
+                    double collective_seconds) {
+  comm.insert(comm.end(), compute.begin(), compute.end());
+  const double exposed = time_difference(union_length(comm), compute_union);
+  return time_difference(collective_seconds, exposed) == 0 ? collective_seconds : exposed;
+}
+
 }  // namespace
 
 CommunicationTime communication_time(const models::Schedule& schedule, const SimulationResult& result) {
   std::vector<std::pair<double, double>> comm;
+  std::array<std::vector<std::pair<double, double>>, traces::kParallelGroupCount> by_group;
   std::vector<std::pair<double, double>> compute;
+  CommunicationTime c;
   for (TaskId t = 0; t < schedule.tasks.size() && t < result.tasks.size(); ++t) {
     const TaskTiming& timing = result.tasks[t];
     if (!(timing.end > timing.start)) continue;
-    if (schedule.tasks[t].kind == TaskKind::collective) comm.emplace_back(timing.start, timing.end);
-    if (schedule.tasks[t].stream == Stream::compute) compute.emplace_back(timing.start, timing.end);
+    const models::Task& task = schedule.tasks[t];
+    if (task.kind == TaskKind::collective) {
+      comm.emplace_back(timing.start, timing.end);
+      by_group[static_cast<std::size_t>(task.over)].emplace_back(timing.start, timing.end);
+      ++c.by_group[static_cast<std::size_t>(task.over)].collectives;
+    } else if (task.stream == Stream::compute) {
+      compute.emplace_back(timing.start, timing.end);
+    }
   }
-  std::vector<std::pair<double, double>> both = comm;
-  both.insert(both.end(), compute.begin(), compute.end());
-  CommunicationTime c;
+  std::vector<std::pair<double, double>> compute_sorted = compute;
+  const double compute_union = union_length(compute_sorted);
   c.collective_seconds = union_length(comm);
-  // |comm \ compute| = |comm ∪ compute| - |compute|
-  // Two unions of the same intervals summed in different orders: within rounding of the whole
-  // collective time, it is all exposed (core/time_difference.hpp); never more than all of it.
-  const double exposed = time_difference(union_length(both), union_length(compute));
-  c.exposed_seconds = time_difference(c.collective_seconds, exposed) == 0 ? c.collective_seconds : exposed;
+  c.exposed_seconds = exposed_part(comm, compute, compute_union, c.collective_seconds);
+  for (std::size_t g = 0; g < by_group.size(); ++g) {
+    if (by_group[g].empty()) continue;
+    c.by_group[g].collective_seconds = union_length(by_group[g]);
+    c.by_group[g].exposed_seconds = exposed_part(by_group[g], compute, compute_union, c.by_group[g].collective_seconds);
+  }
   return c;
 }
 

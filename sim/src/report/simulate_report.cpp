@@ -62,7 +62,9 @@ double percent(std::int64_t part, std::int64_t whole) { return 100.0 * fraction(
 
 // Every GPU trains on the trace's batch in each micro-step: the global batch is that times the
 // GPUs and the micro-steps.
-std::int64_t global_batch(const SimulationRun& run) { return sim::global_batch(run.trace.batch_size(), run.cluster.ranks(), run.accumulation_steps); }
+std::int64_t global_batch(const SimulationRun& run) {
+  return sim::global_batch(run.trace.batch_size(), run.data_parallel_ranks > 0 ? run.data_parallel_ranks : run.cluster.ranks(), run.accumulation_steps);
+}
 
 std::optional<double> samples_per_second(const SimulationRun& run) {
   if (!run.result.fits() || run.result.iteration_seconds <= 0) return std::nullopt;
@@ -71,12 +73,15 @@ std::optional<double> samples_per_second(const SimulationRun& run) {
 
 // Throughput on the cluster / (GPUs x throughput of one GPU alone).
 std::optional<double> scaling_efficiency(const SimulationRun& run) {
+  // Under model parallelism one GPU runs a shard of the model: no one-GPU run compares.
+  if (run.layout != nullptr) return std::nullopt;
   if (!run.one_gpu_seconds || !(run.result.iteration_seconds > 0) || !run.result.fits()) return std::nullopt;
   return *run.one_gpu_seconds / run.result.iteration_seconds;
 }
 
 std::string data_parallel_name(const SimulationRun& run) {
   if (run.data_parallel == nullptr) return "one GPU";
+  if (run.layout != nullptr && run.data_parallel_ranks == 1) return "no data parallelism";
   std::string name = sim::data_parallel_name(run.data_parallel->zero_stage, run.data_parallel->fsdp.has_value(), NameStyle::long_form);
   // FSDP2's CPU offload: the shards and the optimizer step on the host (models/transforms/README.md).
   if (const auto& fsdp = run.data_parallel->fsdp; fsdp && fsdp->cpu_offload) name += " with CPU offload";
@@ -336,14 +341,94 @@ std::optional<std::int64_t> deepspeed_estimate(const SimulationRun& run) {
   return models::zero::deepspeed_zero3_estimate(parameters, largest, cluster, {}).gpu_bytes;
 }
 
+// "TP 8 (sequence parallel) x PP 1 x CP 1 x EP 1 x DP 1"
+std::string layout_text(const models::ParallelLayout& l, int data_parallel) {
+  std::string text = fmt::format("TP {}{} x PP {}", l.tensor, l.sequence_parallel ? " (sequence parallel)" : "", l.pipeline);
+  if (l.pipeline > 1) text += fmt::format(" ({}{})", models::to_string(l.schedule), l.virtual_stages > 1 ? fmt::format(", {} virtual stages", l.virtual_stages) : "");
+  return text + fmt::format(" x CP {} x EP {} x DP {}", l.context, l.expert, data_parallel);
+}
+
+// Model and hardware FLOPs utilisation (Korthikanti et al. 2022, §6: MFU counts the model's
+// FLOPs, HFU also the recomputed ones): this rank's FLOPs per second of the iteration over its
+// GPU's dense 16-bit peak (fp32 for an fp32 model).
+struct FlopsUtilisation {
+  double model = 0;
+  double hardware = 0;
+};
+std::optional<FlopsUtilisation> flops_utilisation(const SimulationRun& run) {
+  const SimulationResult& r = run.result;
+  if (!r.fits() || !(r.iteration_seconds > 0)) return std::nullopt;
+  double model = 0;
+  double recomputed = 0;
+  traces::DType dtype = traces::DType::f32;
+  for (models::TaskId t = 0; t < run.schedule.tasks.size(); ++t) {
+    const models::Task& task = run.schedule.tasks[t];
+    if (!task.op) continue;
+    const traces::Op& op = run.trace.op(*task.op);
+    if (op.phase == traces::Phase::optimizer) continue;
+    const double flops = static_cast<double>(op.flops.at(run.trace.batch_size()));
+    if (task.kind == models::TaskKind::op) model += flops;
+    if (task.kind == models::TaskKind::recompute) recomputed += flops;
+    if (op.kind == traces::OpKind::linear && !op.inputs.empty()) dtype = run.trace.tensor(op.inputs.front()).dtype;
+  }
+  const double peak = run.platform.peak_flops(dtype, false);
+  if (!(peak > 0) || !(model > 0)) return std::nullopt;
+  const double seconds = r.iteration_seconds * peak;
+  return FlopsUtilisation{model / seconds, (model + recomputed) / seconds};
+}
+
+ordered_json layout_json(const SimulationRun& run) {
+  if (run.layout == nullptr) return nullptr;
+  const models::ParallelLayout& l = *run.layout;
+  return {{"tensor", l.tensor},
+          {"pipeline", l.pipeline},
+          {"context", l.context},
+          {"expert", l.expert},
+          {"data", run.data_parallel_ranks},
+          {"virtual_stages", l.virtual_stages},
+          {"sequence_parallel", l.sequence_parallel},
+          {"pipeline_schedule", models::to_string(l.schedule)}};
+}
+
+ordered_json communication_by_group_json(const CommunicationTime& c) {
+  ordered_json groups = ordered_json::object();
+  for (std::size_t g = 0; g < c.by_group.size(); ++g) {
+    const CommunicationTime::Group& group = c.by_group[g];
+    if (group.collectives == 0) continue;
+    groups[std::string(traces::to_string(static_cast<traces::ParallelGroup>(g)))] = {
+        {"collectives", group.collectives}, {"collective_seconds", group.collective_seconds}, {"exposed_seconds", group.exposed_seconds}};
+  }
+  return groups;
+}
+
+ordered_json flops_json(const SimulationRun& run, bool hardware) {
+  const auto u = flops_utilisation(run);
+  if (!u) return nullptr;
+  return hardware ? u->hardware : u->model;
+}
+
 void add_cluster_results(std::string& out, const SimulationRun& run) {
   if (run.cluster.ranks() == 1) return;
+  if (run.layout != nullptr) add_line(out, "  layout           {} (Megatron-LM's rank order tp-cp-ep-dp-pp)", layout_text(*run.layout, run.data_parallel_ranks));
   add_line(out, "  GPUs             {} ({} node{} x {}), {}; global batch {} ({} per GPU{})", run.cluster.ranks(), run.cluster.nodes,
            run.cluster.nodes == 1 ? "" : "s", run.cluster.gpus_per_node, data_parallel_name(run), global_batch(run), run.trace.batch_size(),
            run.accumulation_steps > 1 ? fmt::format(" per micro-step, {} micro-steps", run.accumulation_steps) : std::string());
   const CommunicationTime c = communication_time(run.schedule, run.result);
   add_line(out, "  communication    {} in collectives: {} exposed (compute stream idle), {} hidden behind compute", format_seconds(c.collective_seconds),
            format_seconds(c.exposed_seconds), format_seconds(c.hidden_seconds()));
+  if (run.layout != nullptr) {
+    for (std::size_t g = 0; g < c.by_group.size(); ++g) {
+      const CommunicationTime::Group& group = c.by_group[g];
+      if (group.collectives == 0) continue;
+      add_line(out, "    {:<14} {} collectives, {}: {} exposed, {} hidden", traces::to_string(static_cast<traces::ParallelGroup>(g)), group.collectives,
+               format_seconds(group.collective_seconds), format_seconds(group.exposed_seconds),
+               format_seconds(time_difference(group.collective_seconds, group.exposed_seconds)));
+    }
+  }
+  if (const auto u = flops_utilisation(run)) {
+    add_line(out, "  FLOPs            {:.1f}% model FLOPs utilisation, {:.1f}% hardware (with recomputation), of the GPU's dense peak", 100 * u->model,
+             100 * u->hardware);
+  }
   if (const std::int64_t host = run.data_parallel ? models::fsdp_offload_host_bytes(run.trace, *run.data_parallel) : 0; host > 0) {
     // FSDP2's CPU offload pins each rank's shards, gradients and optimizer state on the host.
     const std::int64_t node = host * run.cluster.gpus_per_node;
@@ -559,6 +644,10 @@ std::string report_json(const SimulationRun& run) {
                             {"collective_seconds", c.collective_seconds},
                             {"exposed_communication_seconds", c.exposed_seconds},
                             {"hidden_communication_seconds", c.hidden_seconds()},
+                            {"layout", layout_json(run)},
+                            {"communication_by_group", communication_by_group_json(c)},
+                            {"model_flops_utilisation", flops_json(run, false)},
+                            {"hardware_flops_utilisation", flops_json(run, true)},
                             {"one_gpu_iteration_seconds", run.one_gpu_seconds ? ordered_json(*run.one_gpu_seconds) : ordered_json(nullptr)},
                             {"scaling_efficiency", e ? ordered_json(*e) : ordered_json(nullptr)}};
       const auto estimate = deepspeed_estimate(run);
@@ -620,6 +709,8 @@ SimulationRun simulation_run(const PreparedScenario& prepared, const CompletedRu
   SimulationRun run{prepared.scenario().name, prepared.scenario().source, completed.scheduled.trace, prepared.platform(), completed.scheduled.schedule,
                     completed.result,         &completed.scheduled.strategy};
   run.cluster = prepared.cluster_shape();
+  run.data_parallel_ranks = prepared.data_parallel_ranks();
+  if (prepared.scenario().parallelism && !prepared.scenario().parallelism->layout.is_data_parallel_only()) run.layout = &prepared.scenario().parallelism->layout;
   run.accumulation_steps = prepared.scenario().accumulation_steps;
   if (prepared.scenario().parallelism && run.cluster.ranks() > 1) run.data_parallel = &prepared.scenario().parallelism->data;
   run.one_gpu_seconds = completed.one_gpu_seconds;

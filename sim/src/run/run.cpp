@@ -32,14 +32,34 @@ std::string model_error_location(const Scenario& scenario, std::string_view mess
   return scenario.source + ": ";
 }
 
+// "FILE:LINE:COL: parallelism.FIELD: " of a layout key (or the scenario's source).
+std::string layout_place(const Scenario& scenario, const std::string& field) {
+  if (scenario.parallelism) {
+    if (const auto it = scenario.parallelism->layout_positions.find(field); it != scenario.parallelism->layout_positions.end() && !it->second.empty()) {
+      return it->second + "parallelism." + field + ": ";
+    }
+  }
+  return scenario.source + ": parallelism." + field + ": ";
+}
+
+// The zoo model as one rank of the layout builds it: under tensor parallelism one
+// tensor-parallel rank's shard with its collectives (zoo::TensorParallelSpec).
 traces::Trace build_zoo_trace(const Scenario& scenario, std::int64_t batch) {
   zoo::ModelRequest request;
   static_cast<zoo::ModelSpec&>(request) = *scenario.zoo_model;
   request.batch_size = batch;
+  if (scenario.parallelism && scenario.parallelism->layout.tensor > 1) {
+    request.tensor_parallel = zoo::TensorParallelSpec{scenario.parallelism->layout.tensor, scenario.parallelism->layout.sequence_parallel};
+  }
   try {
     return zoo::build_model(request);
   } catch (const InputError& e) {
     throw InputError(model_error_location(scenario, e.what()) + "model: " + e.what());
+  } catch (const std::invalid_argument& e) {
+    // The zoo's tensor-parallel rules (a family it does not shard, an MLP width the degree does
+    // not divide) are the layout's error.
+    if (!request.tensor_parallel) throw;
+    throw InputError(layout_place(scenario, "tensor") + e.what());
   }
 }
 
@@ -167,8 +187,7 @@ void PreparedScenario::check_model_layout() const {
                                                            layout.pipeline, scenario_.accumulation_steps, layout.pipeline));
   }
   // What is read and checked but not replayed yet is refused rather than simulated as if absent.
-  for (const auto& [field, degree] : {std::pair<const char*, int>{"tensor", layout.tensor}, {"pipeline", layout.pipeline}, {"context", layout.context},
-                                      {"expert", layout.expert}}) {
+  for (const auto& [field, degree] : {std::pair<const char*, int>{"pipeline", layout.pipeline}, {"context", layout.context}, {"expert", layout.expert}}) {
     if (degree > 1) {
       throw InputError(at(field) + fmt::format("is {}; this degree is read and checked but its replay is not written yet; expected 1", degree));
     }
@@ -187,7 +206,18 @@ namespace {
 models::TransformSteps transform_steps(const PreparedScenario& prepared) {
   models::TransformSteps steps;
   steps.accumulation_steps = prepared.scenario().accumulation_steps;
-  if (const auto& parallelism = prepared.scenario().parallelism) steps.data_parallel = parallelism->data;
+  if (const auto& parallelism = prepared.scenario().parallelism) {
+    steps.data_parallel = parallelism->data;
+    const models::ParallelLayout& layout = parallelism->layout;
+    if (!layout.is_data_parallel_only()) {
+      // Data parallelism runs over the ranks that hold the same dense parameters (Megatron's DP x
+      // CP group); place_collectives puts every collective on the run's ranks.
+      const int gpus = prepared.cluster_shape().ranks();
+      steps.data_parallel->ranks = models::rank_groups(layout, gpus, traces::ParallelGroup::data).size;
+      steps.layout = layout;
+      steps.gpus = gpus;
+    }
+  }
   steps.platform = &prepared.platform();
   steps.zero_grad = prepared.framework().zero_grad;
   steps.cudnn_workspace_bytes = prepared.framework().cudnn_workspace_bytes;
@@ -217,6 +247,12 @@ SimulationResult replay(const PreparedScenario& prepared, const ScheduledRun& ru
   }
   return isolation == Isolation::child_process ? simulate(prepared.platform(), run.schedule, prepared.framework(), shape)
                                                : simulate_in_this_process(prepared.platform(), run.schedule, prepared.framework(), shape);
+}
+
+int PreparedScenario::data_parallel_ranks() const {
+  const int gpus = cluster_shape().ranks();
+  if (!scenario_.parallelism) return gpus;
+  return models::data_parallel_degree(scenario_.parallelism->layout, gpus);
 }
 
 ClusterShape PreparedScenario::cluster_shape() const {
@@ -254,6 +290,8 @@ std::optional<IoResult> simulate_run_io(const PreparedScenario& prepared, const 
 
 std::optional<double> one_gpu_iteration_seconds(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch) {
   if (!prepared.scenario().parallelism || prepared.cluster_shape().ranks() == 1) return std::nullopt;
+  // A model-parallel rank holds a shard: the whole model on one GPU is no baseline for it.
+  if (!prepared.scenario().parallelism->layout.is_data_parallel_only()) return std::nullopt;
   Scenario alone = prepared.scenario();
   alone.parallelism.reset();
   const PreparedScenario one_gpu(std::move(alone));

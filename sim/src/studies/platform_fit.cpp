@@ -191,7 +191,7 @@ Prediction predict_in_worker(Scenario scenario, const models::Efficiency& effici
   if (!(r.iteration_seconds > 0)) return Prediction::none(fmt::format("the iteration takes {} s", r.iteration_seconds));
   // As comptrain validate: with a data (or checkpoint) section, the iteration with the loader.
   const double iteration = completed.io ? completed.io->mean_iteration_seconds : r.iteration_seconds;
-  return Prediction::of(samples_per_second(global_batch(batch, prepared.cluster_shape().ranks(), prepared.scenario().accumulation_steps), iteration));
+  return Prediction::of(samples_per_second(global_batch(batch, prepared.data_parallel_ranks(), prepared.scenario().accumulation_steps), iteration));
 }
 
 // Simulates measurements under given efficiencies, many at once in worker processes.

@@ -476,7 +476,7 @@ Prediction predict(const ValidationPoint& point, const PreparedScenario& run, co
       // steps in lockstep (the global throughput `comptrain simulate` reports).
       // With a data section the iteration includes the loader (sim/io.hpp).
       return Prediction::of(
-          samples_per_second(global_batch(point.batch, run.cluster_shape().ranks(), run.scenario().accumulation_steps), run_result.iteration_seconds()));
+          samples_per_second(global_batch(point.batch, run.data_parallel_ranks(), run.scenario().accumulation_steps), run_result.iteration_seconds()));
     case ValidationMetric::peak_mem_bytes:
       return Prediction::of(static_cast<double>(memory_as_measured(r, point.measured_as)));
     case ValidationMetric::average_power_watts:

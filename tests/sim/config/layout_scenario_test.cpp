@@ -89,7 +89,8 @@ TEST(LayoutScenario, SeveralBrokenRulesAreAllReported) {
 }
 
 TEST(LayoutScenario, AValidLayoutWithoutItsReplayIsRefusedNotIgnored) {
-  EXPECT_THAT(prepare(kLlama3, "  gpus_per_node: 8\n  tensor: 8\n"), HasSubstr("parallelism.tensor: is 8; this degree is read and checked but its replay is not written yet"));
+  EXPECT_THAT(prepare(kLlama3, "  gpus_per_node: 8\n  context: 2\n"), HasSubstr("parallelism.context: is 2; this degree is read and checked but its replay is not written yet"));
+  EXPECT_EQ(prepare(kLlama3, "  gpus_per_node: 8\n  tensor: 8\n"), "prepared");
   EXPECT_EQ(prepare(kLlama3, "  gpus_per_node: 8\n"), "prepared");
 }
 

@@ -145,6 +145,11 @@ struct Task {
   std::optional<CollectiveKind> collective;   // collective tasks: which one
   std::optional<PipelineMessage> message;     // send and recv tasks: which transfer
   RankGroups groups;                          // collective tasks: over which ranks (default: all of them)
+  // Collective tasks: the model-parallel layout's group whose ranks `groups` divides (`groups` {}:
+  // the whole group). The transforms write groups within their own group (data parallelism, the
+  // trace's tensor-parallel collectives); place_collectives (transform_schedule.hpp) maps them
+  // onto the run's ranks once the layout is known.
+  traces::ParallelGroup over = traces::ParallelGroup::data;
   // Copy tasks: the host side is pageable memory, so the driver stages the copy through its
   // pinned buffers and the host's memcpy (the platform's host_link.pageable_bandwidth) is in
   // the path as well as the link.

@@ -11,13 +11,15 @@
 //      micro-step gathers, reshards and reduce-scatters on its own (ZeRO-2 and 3, FSDP2), so
 //      accumulation repeats those with the micro-step and the gradient shard is accumulated;
 //      apply_data_parallel says where its optimizer step begins (the step on the host included).
-//      The tensor- and pipeline-parallel transforms, when they come, go beside data
-//      parallelism: they too give one rank's schedule, and data parallelism reshapes the
-//      gradients' lifetime (ZeRO frees them after their reduction), so it must come before
-//      step 2;
+//      Tensor parallelism needs no transform: its collectives are the trace's own communication
+//      ops (the zoo builds one tensor-parallel rank's trace), scheduled by build_schedule. Data
+//      parallelism reshapes the gradients' lifetime (ZeRO frees them after their reduction), so
+//      it must come before step 2;
 //   2. the framework's transforms (framework_transforms.hpp): the gradients' lifetime across
 //      iterations (zero_grad), cuDNN's workspaces, then each task's dispatch cost on the host,
-//      last, so that every task the earlier steps added has one.
+//      last, so that every task the earlier steps added has one;
+//   3. the collectives placed on the run's ranks (place_collectives): each collective's groups,
+//      written within its layout group (Task::over), as groups of the whole run.
 //
 // models/transforms/ holds them all (models/transforms/README.md).
 
@@ -26,6 +28,7 @@
 
 #include "comptrain/models/data_parallel.hpp"
 #include "comptrain/models/framework_transforms.hpp"
+#include "comptrain/models/parallel_layout.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/schedule.hpp"
 #include "comptrain/traces/trace.hpp"
@@ -43,7 +46,18 @@ struct TransformSteps {
   ZeroGrad zero_grad = ZeroGrad::set_to_none;
   std::int64_t cudnn_workspace_bytes = 0;  // per convolution while it runs; 0: none
   OpDispatch dispatch;                     // the host's per-task launch costs
+  // The model-parallel layout and the run's GPUs, for place_collectives; unset: data parallelism
+  // over every rank (the groups are left as the transforms wrote them).
+  std::optional<ParallelLayout> layout;
+  int gpus = 1;
 };
+
+// Maps each collective task's groups from its layout group (Task::over) onto the run's `gpus`
+// ranks: a collective over the whole group runs over rank_groups(layout, gpus, over); one over
+// sub-groups {size, stride} of it (HSDP's shard and replicate groups, ZeRO++'s hpZ groups) over
+// {size, stride x the group's stride}. std::invalid_argument when a sub-group does not fit in
+// its group.
+void place_collectives(Schedule& schedule, const ParallelLayout& layout, int gpus);
 
 // `schedule` (build_schedule's, for `trace`) through every transform, in the order above.
 Schedule transform_schedule(Schedule schedule, const traces::Trace& trace, const TransformSteps& steps);

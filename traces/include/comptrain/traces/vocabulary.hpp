@@ -2,6 +2,7 @@
 // The closed vocabularies of the trace model: element types, phases, op kinds and tensor
 // roles, with their file names ("f32", "backward", "conv", "activation", ...).
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -57,6 +58,7 @@ enum class ParallelGroup : std::uint8_t {
   expert_data,  // the D x C / E ranks that hold the same experts
   pipeline,     // P ranks T x C x D apart (the stages of one model replica)
 };
+inline constexpr std::size_t kParallelGroupCount = 6;
 
 enum class TensorRole : std::uint8_t {
   input,            // the mini-batch (samples, labels, token ids)

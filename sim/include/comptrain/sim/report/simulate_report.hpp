@@ -32,6 +32,10 @@ struct SimulationRun {
   const models::DataParallelSpec* data_parallel = nullptr;
   const IoResult* io = nullptr;  // the data loader and checkpoints (engine/io_simulation.hpp), when the scenario has them
   std::optional<double> one_gpu_seconds{};  // {}: aggregate initialisations that leave it out stay -Wmissing-field-initializers clean
+  // The model-parallel layout (nullptr: data parallelism only), and the ranks that train on
+  // distinct samples (0: every GPU).
+  const models::ParallelLayout* layout = nullptr;
+  int data_parallel_ranks = 0;
 };
 
 std::string report_text(const SimulationRun& run);

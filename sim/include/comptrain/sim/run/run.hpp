@@ -39,6 +39,9 @@ class PreparedScenario {
   std::int64_t batch_size() const { return batch_size_; }
   // The GPUs the scenario trains on (its parallelism section; one GPU without one).
   ClusterShape cluster_shape() const;
+  // The ranks that train on distinct samples (the data-parallel degree D = GPUs / (T x C x P):
+  // tensor, context and pipeline ranks share their micro-batches), for the global batch.
+  int data_parallel_ranks() const;
 
   // The iteration at `batch`: a zoo model built at that batch, or the trace file (parsed once)
   // rescaled exactly to it.

@@ -1,0 +1,110 @@
+// Model parallelism through the run layer: a tensor-parallel scenario's rank (the zoo's shard and
+// its collectives as tasks over the tensor groups, data parallelism over its DP x CP groups), the
+// global batch over the data-parallel ranks only, and place_collectives' mapping of groups.
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "common/scenario_error.hpp"
+#include "comptrain/models/transform_schedule.hpp"
+#include "comptrain/sim/config/scenario.hpp"
+#include "comptrain/sim/metrics/communication_time.hpp"
+#include "comptrain/sim/run/run.hpp"
+
+namespace comptrain::sim {
+namespace {
+
+using models::RankGroups;
+using models::TaskKind;
+using traces::ParallelGroup;
+
+Scenario gpt_on(const std::string& parallelism) {
+  return parse_scenario("model: {zoo: gpt, layers: 2, hidden: 512, heads: 8, seq_len: 256, vocab: 1024}\n"
+                        "training: {batch_size: 2, precision: mixed, optimizer: adam}\nplatform: dgx-a100-superpod\nparallelism: " +
+                            parallelism + "\n",
+                        "s.yaml", test_support::kShippedScenarios);
+}
+
+TEST(ModelParallelRun, ATensorParallelRankRunsItsCollectivesOverItsTensorGroup) {
+  const PreparedScenario prepared(gpt_on("{nodes: 2, gpus_per_node: 8, tensor: 4}"));
+  EXPECT_EQ(prepared.data_parallel_ranks(), 4);  // 16 GPUs / TP 4
+  const auto scheduled = schedule_run(prepared, prepared.scenario().strategy, 2);
+  const models::Schedule& schedule = std::get<ScheduledRun>(scheduled).schedule;
+  int tensor = 0, data = 0;
+  for (const models::Task& task : schedule.tasks) {
+    if (task.kind != TaskKind::collective) continue;
+    if (task.over == ParallelGroup::tensor) {
+      ++tensor;
+      EXPECT_EQ(task.groups, (RankGroups{4, 1}));  // 4 consecutive ranks: within a node
+      EXPECT_EQ(task.stream, models::Stream::compute);
+    } else {
+      ++data;
+      EXPECT_EQ(task.over, ParallelGroup::data);
+      EXPECT_EQ(task.groups, (RankGroups{4, 4}));  // the 4 ranks with the same tensor index, 4 apart
+    }
+  }
+  // Per layer 2 forward and 2 backward all-reduces; the embedding's; the LM head's input gradient
+  // (Megatron's parallel_lm_logits copies its input to the tensor-parallel region: an all-reduce in
+  // backward); the vocabulary-parallel loss's 3 (tests/zoo/tensor_parallel_test.cpp).
+  EXPECT_EQ(tensor, 2 * 4 + 1 + 1 + 3);
+  EXPECT_GT(data, 0);  // DDP's buckets
+}
+
+TEST(ModelParallelRun, TheSimulatedRankIsTheShardAndItsCollectivesAreExposed) {
+  const PreparedScenario tp(gpt_on("{gpus_per_node: 4, tensor: 4}"));
+  const PreparedScenario one(gpt_on("{gpus_per_node: 1}"));
+  const RunOutcome a = run_scenario(tp, tp.scenario().strategy, 2, Isolation::child_process);
+  const RunOutcome b = run_scenario(one, one.scenario().strategy, 2, Isolation::child_process);
+  const CompletedRun& sharded = std::get<CompletedRun>(a);
+  const CompletedRun& whole = std::get<CompletedRun>(b);
+  ASSERT_TRUE(sharded.result.fits() && whole.result.fits());
+  EXPECT_LT(sharded.result.peak_bytes, whole.result.peak_bytes);
+  const CommunicationTime c = communication_time(sharded.scheduled.schedule, sharded.result);
+  const auto& group = c.by_group[static_cast<std::size_t>(ParallelGroup::tensor)];
+  EXPECT_EQ(group.collectives, 2 * 4 + 1 + 1 + 3);
+  EXPECT_GT(group.collective_seconds, 0);
+  // On the compute stream: nothing hides them.
+  EXPECT_DOUBLE_EQ(group.exposed_seconds, group.collective_seconds);
+}
+
+TEST(ModelParallelRun, PlaceCollectivesMapsGroupsWithinTheirLayoutGroup) {
+  models::ParallelLayout layout;
+  layout.tensor = 2;
+  layout.context = 2;
+  models::Schedule s;
+  const auto add = [&](ParallelGroup over, RankGroups groups) {
+    models::Task task;
+    task.name = "c" + std::to_string(s.tasks.size());
+    task.kind = TaskKind::collective;
+    task.stream = models::Stream::comm;
+    task.collective = models::CollectiveKind::all_reduce;
+    task.over = over;
+    task.groups = groups;
+    s.tasks.push_back(task);
+  };
+  add(ParallelGroup::tensor, {});
+  add(ParallelGroup::data, {});
+  add(ParallelGroup::data, {2, 1});  // HSDP's shard groups within the data group
+  add(ParallelGroup::data, {2, 2});  // and its replicate groups
+  models::place_collectives(s, layout, 16);  // T 2 x C 2 x D 4
+  EXPECT_EQ(s.tasks[0].groups, (RankGroups{2, 1}));
+  EXPECT_EQ(s.tasks[1].groups, (RankGroups{8, 2}));  // D x C = 8 ranks, T apart
+  EXPECT_EQ(s.tasks[2].groups, (RankGroups{2, 2}));
+  EXPECT_EQ(s.tasks[3].groups, (RankGroups{2, 4}));
+  models::Schedule too_wide = s;
+  too_wide.tasks[0].groups = {4, 1};
+  too_wide.tasks[0].over = ParallelGroup::tensor;
+  EXPECT_THROW(models::place_collectives(too_wide, layout, 16), std::invalid_argument);
+}
+
+TEST(ModelParallelRun, TheGlobalBatchCountsTheDataParallelRanksOnly) {
+  const PreparedScenario prepared(gpt_on("{nodes: 2, gpus_per_node: 8, tensor: 8}"));
+  EXPECT_EQ(prepared.data_parallel_ranks(), 2);
+  const PreparedScenario plain(gpt_on("{nodes: 2, gpus_per_node: 8}"));
+  EXPECT_EQ(plain.data_parallel_ranks(), 16);
+}
+
+}  // namespace
+}  // namespace comptrain::sim

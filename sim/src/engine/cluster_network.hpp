@@ -61,6 +61,20 @@ struct PoweredLink {
   double bandwidth = 0;
 };
 
+// The ranks [first, first + count) a collective's groups lie within: by default (count 0) every
+// rank of the shape. A pipeline stage's ranks are such a range (models/parallel_layout.hpp: stage
+// p holds [p x T x C x D, (p + 1) x T x C x D)); its collectives run its own groups only, each
+// stage's comm stream running its own (the pipeline replay). The groups (models::RankGroups)
+// then partition the range as they would partition a shape of `count` ranks starting at `first`:
+// one group of the range's ranks for the default groups, else groups of `size` ranks `stride`
+// apart from `first` on, which are the groups of the pattern over the whole shape that lie within
+// the range when size x stride divides both `first` and `count` (required).
+struct RankRange {
+  int first = 0;
+  int count = 0;  // 0: every rank of the shape
+  bool every_rank() const { return count == 0; }
+};
+
 class ClusterNetwork {
  public:
   // How much of each node is built (sim/README.md, "Ranks in classes").
@@ -74,6 +88,8 @@ class ClusterNetwork {
   //    sends cross its NICs as a rate bound or its link into the network stands for them). The
   //    network between nodes is built whole either way.
   enum class NodeDetail { every_node, node_zero, folded };
+
+  using RankRange = detail::RankRange;
 
   ClusterNetwork(const models::Platform& platform, ClusterShape shape, NodeDetail detail = NodeDetail::every_node);
   NodeDetail detail() const { return detail_; }
@@ -103,37 +119,40 @@ class ClusterNetwork {
   // NVLink sends from one GPU to its neighbour as one), or the tree's, one per pair of GPUs that a
   // tree edge joins (tree_sends). Contention with other traffic is SimGrid's. std::invalid_argument
   // when the ranks do not divide into `groups`.
-  void run_collective(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups = {}) const;
+  // `range`: the ranks the groups lie within (RankRange; every rank by default).
+  void run_collective(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups = {}, RankRange range = {}) const;
   // The same with `algorithm` (tree: all-reduce only; std::invalid_argument otherwise).
-  void run_collective(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm, models::RankGroups groups = {}) const;
+  void run_collective(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm, models::RankGroups groups = {},
+                      RankRange range = {}) const;
 
   // What NCCL runs for this collective: platform.collectives.algorithm when it forces one (tree
   // for all-reduces only), else the faster in NCCL's model (nccl_prediction over graph_bandwidths
   // and one group's shape); always ring for a reduce-scatter or an all-gather.
-  CollectiveAlgorithm algorithm_for(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups = {}) const;
-  NcclPrediction prediction(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups = {}) const;
+  CollectiveAlgorithm algorithm_for(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups = {}, RankRange range = {}) const;
+  NcclPrediction prediction(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups = {}, RankRange range = {}) const;
   // NCCL's graph bandwidths of one group's communicator, taken from this network (computed once,
   // on first use), all groups running at once: the ring's bus bandwidth on an idle network
   // (nccl-tests' factor x bytes / the most loaded link's time); the tree's the same on all but 2
   // nodes, and on 2 nodes the simulated tree's own, 2 x bytes / its most loaded link's time
   // (NCCL's search raises a 2-node tree's intra-node bandwidth up to twice the network's:
   // src/graph/search.cc, "increase bwIntra for trees"); channels = rings.
-  NcclGraphBandwidths graph_bandwidths(models::RankGroups groups = {}) const;
+  NcclGraphBandwidths graph_bandwidths(models::RankGroups groups = {}, RankRange range = {}) const;
 
   // Its time on an idle network, computed without running SimGrid: the latency term, the longest
   // route's link latency (0 but over PCIe) and, over every link the algorithm's sends cross, the
   // largest bytes / bandwidth (for reports and tests; SimGrid's max-min sharing gives the same
   // where every link's flows end together, as the tests check for the ring and the tree).
-  double idle_collective_seconds(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups = {}) const;
-  double idle_collective_seconds(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm, models::RankGroups groups = {}) const;
+  double idle_collective_seconds(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups = {}, RankRange range = {}) const;
+  double idle_collective_seconds(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm, models::RankGroups groups = {},
+                                 RankRange range = {}) const;
 
   // What one GPU sends in one ring: factor x bytes / rings with nccl-tests' factor
   // (bus_bandwidth_factor over one group's ranks), rounded to a whole byte (SimGrid's payloads
   // are integers).
-  std::uint64_t bytes_per_send(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups = {}) const;
+  std::uint64_t bytes_per_send(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups = {}, RankRange range = {}) const;
   // One tree share: what one tree edge carries in one direction for one of the two trees and one
   // chain, bytes / (2 x chains), rounded to a whole byte.
-  std::uint64_t bytes_per_tree_share(std::int64_t bytes, models::RankGroups groups = {}) const;
+  std::uint64_t bytes_per_tree_share(std::int64_t bytes, models::RankGroups groups = {}, RankRange range = {}) const;
   // Aggregated communications: `shares` sends from one GPU to another that share a route, as one
   // communication of shares x bytes_per_send (ring) or shares x bytes_per_tree_share (tree).
   struct Send {
@@ -183,9 +202,9 @@ class ClusterNetwork {
     std::vector<RankSend> tree_sends;
   };
   // NCCL's rings and trees of `groups` on `shape`, rank to rank (no SimGrid): what
-  // communicators() realises on the hosts built. std::invalid_argument when the ranks do not
-  // divide into the groups.
-  static RankPlan plan(const models::Platform& platform, ClusterShape shape, models::RankGroups groups);
+  // communicators() realises on the hosts built. std::invalid_argument when the ranks (of `range`)
+  // do not divide into the groups, or the range is not within the shape.
+  static RankPlan plan(const models::Platform& platform, ClusterShape shape, models::RankGroups groups, RankRange range = {});
   static Fold fold_of(const models::Platform& platform, ClusterShape shape, const std::vector<RankSend>& sends);
   // Whether every collective of `collectives` (kind, groups) folds, by ring and, for an
   // all-reduce that NCCL may run as a tree (collectives.algorithm not forcing the ring), by tree:
@@ -193,7 +212,7 @@ class ClusterNetwork {
   static bool folds(const models::Platform& platform, ClusterShape shape,
                     const std::vector<std::pair<models::CollectiveKind, models::RankGroups>>& collectives);
   // Planned on first use and kept (the network's lifetime).
-  const Communicators& communicators(models::RankGroups groups) const;
+  const Communicators& communicators(models::RankGroups groups, RankRange range = {}) const;
 
   // Collective times reused (sim/README.md, "Collectives that repeat"). Whether a collective's
   // links carry nothing but collectives: the NVLink ports, the NICs and the network, never the
@@ -207,6 +226,8 @@ class ClusterNetwork {
   // `link_energy`: SimGrid's link energy plugin is on; the first run of each collective then
   // records what its powered links drew above idle (added to later runs' energy: reused_joules)
   // and node 0's link power over its course (the energy meter's peak: CollectiveRun::node_link_watts).
+  // Collectives over a part of the ranks (RankRange) are never reused: std::logic_error (the
+  // pipeline replay's stages run theirs at once, so none would find its links idle).
   void reuse_collective_times(bool link_energy);
   // One collective as first run: its time, the energy its flows drew above idle per powered link
   // direction, and node 0's link power while it ran, as (time since its start, watts up to then).
@@ -269,8 +290,9 @@ class ClusterNetwork {
   std::vector<Node> nodes_;
   std::vector<PoweredLink> network_links_;
   sg4::NetZone* link_owner_ = nullptr;  // across nodes: the root zone, which holds the nodes' links
-  // By (group size, stride); std::map keeps references to its values valid.
-  mutable std::map<std::pair<int, int>, Communicators> communicators_;
+  // By (group size, stride, first rank of the range, ranks of the range), the range made explicit;
+  // std::map keeps references to its values valid.
+  mutable std::map<std::tuple<int, int, int, int>, Communicators> communicators_;
 
   // A GPU's collective agent (nccl_communicators.cpp, "Sends across nodes"): a daemon actor on
   // the GPU that issues the GPU's sends of each collective as mailbox communications, and is the
@@ -293,8 +315,8 @@ class ClusterNetwork {
 
   // Collective times reused (reuse_collective_times): the first run of each distinct collective,
   // by (kind, bytes, algorithm, group size, stride).
-  void simulate_collective_flows(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm,
-                                 models::RankGroups groups) const;
+  void simulate_collective_flows(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm, models::RankGroups groups,
+                                 RankRange range) const;
   std::vector<const PoweredLink*> powered_links() const;
   using CollectiveKey = std::tuple<models::CollectiveKind, std::int64_t, CollectiveAlgorithm, int, int>;
   bool reuse_ = false;

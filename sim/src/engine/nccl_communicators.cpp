@@ -44,19 +44,28 @@ void plan_trees(const Layout& layout, const GroupMembers& members, RankPlan& int
 
 }  // namespace
 
-ClusterNetwork::RankPlan ClusterNetwork::plan(const models::Platform& platform, ClusterShape shape, models::RankGroups groups) {
-  const int ranks = shape.ranks();
+ClusterNetwork::RankPlan ClusterNetwork::plan(const models::Platform& platform, ClusterShape shape, models::RankGroups groups, RankRange range) {
+  const int first = range.every_rank() ? 0 : range.first;
+  const int ranks = range.every_rank() ? shape.ranks() : range.count;
+  if (first < 0 || ranks < 1 || static_cast<std::int64_t>(first) + ranks > shape.ranks()) {
+    throw std::invalid_argument(fmt::format("collective over ranks [{}, {}): not within the {} ranks of {} node(s) x {} GPUs", first,
+                                            static_cast<std::int64_t>(first) + ranks, shape.ranks(), shape.nodes, shape.gpus_per_node));
+  }
   const int size = groups.every_rank() ? ranks : groups.size;
   const int stride = groups.every_rank() ? 1 : groups.stride;
-  if (size < 1 || stride < 1 || static_cast<std::int64_t>(size) * stride > ranks || ranks % (size * stride) != 0) {
+  // The range starts a block of the pattern (RankRange): otherwise its groups would not be the
+  // pattern's groups over the whole shape.
+  if (size < 1 || stride < 1 || static_cast<std::int64_t>(size) * stride > ranks || ranks % (size * stride) != 0 || first % (size * stride) != 0) {
     throw std::invalid_argument(
-        fmt::format("collective groups of {} ranks {} apart: the {} ranks of {} node(s) x {} GPUs do not divide into them", size, stride, ranks,
-                    shape.nodes, shape.gpus_per_node));
+        range.every_rank()
+            ? fmt::format("collective groups of {} ranks {} apart: the {} ranks of {} node(s) x {} GPUs do not divide into them", size, stride,
+                          ranks, shape.nodes, shape.gpus_per_node)
+            : fmt::format("collective groups of {} ranks {} apart: the ranks [{}, {}) do not divide into them", size, stride, first, first + ranks));
   }
   const int g = shape.gpus_per_node;
   // Each group's members by node: groups in the order of their first rank.
   std::vector<GroupMembers> all;
-  for (int block = 0; block < ranks; block += size * stride) {
+  for (int block = first; block < first + ranks; block += size * stride) {
     for (int offset = 0; offset < stride; ++offset) {
       GroupMembers members;
       int node = -1;
@@ -92,11 +101,14 @@ ClusterNetwork::RankPlan ClusterNetwork::plan(const models::Platform& platform, 
   return c;
 }
 
-const ClusterNetwork::Communicators& ClusterNetwork::communicators(models::RankGroups groups) const {
-  const int size = groups.every_rank() ? shape_.ranks() : groups.size;
+const ClusterNetwork::Communicators& ClusterNetwork::communicators(models::RankGroups groups, RankRange range) const {
+  const int first = range.every_rank() ? 0 : range.first;
+  const int count = range.every_rank() ? shape_.ranks() : range.count;
+  const int size = groups.every_rank() ? count : groups.size;
   const int stride = groups.every_rank() ? 1 : groups.stride;
-  if (auto it = communicators_.find({size, stride}); it != communicators_.end()) return it->second;
-  const RankPlan p = plan(platform_, shape_, groups);
+  const auto key = std::tuple{size, stride, first, count};
+  if (auto it = communicators_.find(key); it != communicators_.end()) return it->second;
+  const RankPlan p = plan(platform_, shape_, groups, range);
   Communicators c;
   c.group = p.group;
   c.rings = p.rings;
@@ -114,7 +126,7 @@ const ClusterNetwork::Communicators& ClusterNetwork::communicators(models::RankG
     c.sends = realise(p.sends, Fold::none);
     c.tree_sends = realise(p.tree_sends, Fold::none);
   }
-  return communicators_.emplace(std::pair{size, stride}, std::move(c)).first->second;
+  return communicators_.emplace(key, std::move(c)).first->second;
 }
 
 const std::vector<ClusterNetwork::Send>& ClusterNetwork::sends_of(const Communicators& c, bool tree) const {
@@ -333,8 +345,8 @@ void plan_trees(const Layout& layout, const GroupMembers& members, RankPlan& int
 
 }  // namespace
 
-std::uint64_t ClusterNetwork::bytes_per_send(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups) const {
-  const Communicators& c = communicators(groups);
+std::uint64_t ClusterNetwork::bytes_per_send(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups, RankRange range) const {
+  const Communicators& c = communicators(groups, range);
   if (c.rings == 0) return 0;
   // A ring over p ranks sends 2(p-1) chunks of bytes/p from every rank for an all-reduce, p-1 for
   // the others; each of the r rings moves 1/r of the buffer.
@@ -342,28 +354,28 @@ std::uint64_t ClusterNetwork::bytes_per_send(models::CollectiveKind kind, std::i
   return static_cast<std::uint64_t>(std::llround(share));
 }
 
-std::uint64_t ClusterNetwork::bytes_per_tree_share(std::int64_t bytes, models::RankGroups groups) const {
-  const Communicators& c = communicators(groups);
+std::uint64_t ClusterNetwork::bytes_per_tree_share(std::int64_t bytes, models::RankGroups groups, RankRange range) const {
+  const Communicators& c = communicators(groups, range);
   if (c.chains == 0) return 0;
   return static_cast<std::uint64_t>(std::llround(static_cast<double>(bytes) / (2.0 * c.chains)));
 }
 
-CollectiveAlgorithm ClusterNetwork::algorithm_for(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups) const {
-  if (kind != models::CollectiveKind::all_reduce || communicators(groups).group.ranks() < 2) return CollectiveAlgorithm::ring;
+CollectiveAlgorithm ClusterNetwork::algorithm_for(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups, RankRange range) const {
+  if (kind != models::CollectiveKind::all_reduce || communicators(groups, range).group.ranks() < 2) return CollectiveAlgorithm::ring;
   switch (platform_.collectives.algorithm) {
     case models::NcclAlgorithm::ring: return CollectiveAlgorithm::ring;
     case models::NcclAlgorithm::tree: return CollectiveAlgorithm::tree;
     case models::NcclAlgorithm::automatic: break;
   }
-  return prediction(kind, bytes, groups).algorithm;
+  return prediction(kind, bytes, groups, range).algorithm;
 }
 
-NcclPrediction ClusterNetwork::prediction(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups) const {
-  return nccl_prediction(platform_, communicators(groups).group, kind, bytes, graph_bandwidths(groups));
+NcclPrediction ClusterNetwork::prediction(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups, RankRange range) const {
+  return nccl_prediction(platform_, communicators(groups, range).group, kind, bytes, graph_bandwidths(groups, range));
 }
 
-NcclGraphBandwidths ClusterNetwork::graph_bandwidths(models::RankGroups groups) const {
-  const Communicators& c = communicators(groups);
+NcclGraphBandwidths ClusterNetwork::graph_bandwidths(models::RankGroups groups, RankRange range) const {
+  const Communicators& c = communicators(groups, range);
   if (c.graphs) return *c.graphs;
   NcclGraphBandwidths graphs;
   graphs.channels = std::max(c.rings, 1);
@@ -383,21 +395,23 @@ NcclGraphBandwidths ClusterNetwork::graph_bandwidths(models::RankGroups groups) 
   return graphs;
 }
 
-void ClusterNetwork::run_collective(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups) const {
-  if (communicators(groups).sends.empty() || bytes <= 0) return;
-  run_collective(kind, bytes, algorithm_for(kind, bytes, groups), groups);
+void ClusterNetwork::run_collective(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups, RankRange range) const {
+  if (communicators(groups, range).sends.empty() || bytes <= 0) return;
+  run_collective(kind, bytes, algorithm_for(kind, bytes, groups, range), groups, range);
 }
 
-void ClusterNetwork::run_collective(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm, models::RankGroups groups) const {
+void ClusterNetwork::run_collective(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm, models::RankGroups groups,
+                                    RankRange range) const {
   if (algorithm == CollectiveAlgorithm::tree && kind != models::CollectiveKind::all_reduce) {
     throw std::invalid_argument(fmt::format("a tree {}: NCCL runs trees for all-reduces only", models::to_string(kind)));
   }
-  const Communicators& c = communicators(groups);
+  const Communicators& c = communicators(groups, range);
   if (c.sends.empty() || bytes <= 0) return;
   if (!reuse_) {
-    simulate_collective_flows(kind, bytes, algorithm, groups);
+    simulate_collective_flows(kind, bytes, algorithm, groups, range);
     return;
   }
+  if (!range.every_rank()) throw std::logic_error("a collective over a range of ranks, with collective times reused (reuse_collective_times)");
   if (collective_now_.run != nullptr) {
     throw std::logic_error("a collective started while another ran: collective times are reused only when collectives run one at a time");
   }
@@ -414,7 +428,7 @@ void ClusterNetwork::run_collective(models::CollectiveKind kind, std::int64_t by
     std::vector<double> before;
     before.reserve(links.size());
     for (const PoweredLink* l : links) before.push_back(sg_link_get_consumed_energy(l->link));
-    simulate_collective_flows(kind, bytes, algorithm, groups);
+    simulate_collective_flows(kind, bytes, algorithm, groups, range);
     run.seconds = sg4::Engine::get_clock() - start;
     for (std::size_t i = 0; i < links.size(); ++i) {
       const double busy = sg_link_get_consumed_energy(links[i]->link) - before[i] - links[i]->idle * run.seconds;
@@ -461,12 +475,12 @@ std::vector<const PoweredLink*> ClusterNetwork::powered_links() const {
 
 // One collective's latency term and flows on the network (run_collective).
 void ClusterNetwork::simulate_collective_flows(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm,
-                                               models::RankGroups groups) const {
+                                               models::RankGroups groups, RankRange range) const {
   const bool tree = algorithm == CollectiveAlgorithm::tree;
-  const Communicators& c = communicators(groups);
+  const Communicators& c = communicators(groups, range);
   const double latency = collective_latency(platform_, c.group, kind, algorithm);
   if (latency > 0) sg4::this_actor::sleep_for(latency);
-  const std::uint64_t each = tree ? bytes_per_tree_share(bytes, groups) : bytes_per_send(kind, bytes, groups);
+  const std::uint64_t each = tree ? bytes_per_tree_share(bytes, groups, range) : bytes_per_send(kind, bytes, groups, range);
   if (each == 0) return;
   const std::vector<Send>& sends = sends_of(c, tree);
   const auto send_all = [each](const Send* first, const Send* last) {
@@ -574,17 +588,18 @@ std::pair<double, double> ClusterNetwork::idle_route_latency_and_data(const std:
   return {route_latency, slowest};
 }
 
-double ClusterNetwork::idle_collective_seconds(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups) const {
-  if (communicators(groups).sends.empty() || bytes <= 0) return 0;
-  return idle_collective_seconds(kind, bytes, algorithm_for(kind, bytes, groups), groups);
+double ClusterNetwork::idle_collective_seconds(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups, RankRange range) const {
+  if (communicators(groups, range).sends.empty() || bytes <= 0) return 0;
+  return idle_collective_seconds(kind, bytes, algorithm_for(kind, bytes, groups, range), groups, range);
 }
 
-double ClusterNetwork::idle_collective_seconds(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm, models::RankGroups groups) const {
-  const Communicators& c = communicators(groups);
+double ClusterNetwork::idle_collective_seconds(models::CollectiveKind kind, std::int64_t bytes, CollectiveAlgorithm algorithm, models::RankGroups groups,
+                                               RankRange range) const {
+  const Communicators& c = communicators(groups, range);
   if (c.sends.empty() || bytes <= 0) return 0;
   const bool tree = algorithm == CollectiveAlgorithm::tree;
   const double latency = collective_latency(platform_, c.group, kind, algorithm);
-  const double each = static_cast<double>(tree ? bytes_per_tree_share(bytes, groups) : bytes_per_send(kind, bytes, groups));
+  const double each = static_cast<double>(tree ? bytes_per_tree_share(bytes, groups, range) : bytes_per_send(kind, bytes, groups, range));
   const auto [route_latency, data] = idle_route_latency_and_data(sends_of(c, tree), each);
   return latency + route_latency + data;
 }

@@ -5,12 +5,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <simgrid/s4u.hpp>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
+#include "comptrain/sim/engine/pipeline_replay.hpp"
 #include "comptrain/sim/engine/replay_cost.hpp"
 #include "comptrain/sim/runtime/workers.hpp"
 #include "engine/cluster_network.hpp"
@@ -30,6 +33,17 @@ using detail::ClusterNetwork;
 
 using detail::kGpuSpeed;
 
+// Where a replayed schedule's representative rank sits, and the ranks it stands for. The replay of
+// one schedule stands for every rank of the shape (the defaults); the pipeline replay's stage p
+// for its block of ranks [p x stage_ranks, (p + 1) x stage_ranks) (models/parallel_layout.hpp).
+struct Placement {
+  int first_rank = 0;  // the representative
+  int ranks = 0;       // the ranks it stands for, from first_rank on (0: the shape's)
+  int stage = -1;      // the pipeline stage (-1: no pipeline)
+};
+
+class PipelineTransfers;
+
 // One simulation: the SimGrid platform (a ClusterNetwork: one GPU, or every GPU of a cluster
 // shape), one actor per stream of each replayed rank, and the bookkeeping they share. Actors run
 // one at a time (SimGrid's maestro), so plain members need no locking.
@@ -45,11 +59,13 @@ using detail::kGpuSpeed;
 class Replay {
  public:
   Replay(const models::Platform& platform, const models::Schedule& schedule, const FrameworkOnGpu& framework, ClusterShape shape,
-         ReplayRanks ranks)
+         ReplayRanks ranks, Placement placement = {}, PipelineTransfers* transfers = nullptr)
       : platform_(platform),
         schedule_(schedule),
         framework_(framework),
         shape_(shape),
+        placement_{placement.first_rank, placement.ranks == 0 ? shape.ranks() : placement.ranks, placement.stage},
+        transfers_(transfers),
         replayed_ranks_(ranks == ReplayRanks::every_rank ? shape.ranks() : 1),
         tracker_(schedule),
         allocated_once_(schedule.buffers.size(), false),
@@ -85,6 +101,7 @@ class Replay {
       }
       if (schedule.tasks[t].blocks_host) gate = t;
     }
+    if (transfers_ != nullptr) p2p_batches_ = p2p_batches();
   }
 
   SimulationResult run() {
@@ -93,7 +110,8 @@ class Replay {
     const bool energy = detail::has_power_values(platform_);
     if (energy) detail::init_energy_plugins(detail::has_link_power(platform_));
     // Replaying one rank, the other nodes' host sides run nothing.
-    network_.emplace(platform_, shape_, node_detail());
+    own_network_.emplace(platform_, shape_, node_detail());
+    network_ = &*own_network_;
     // Replaying one rank, a collective that repeats takes its first run's time: the comm stream
     // runs collectives one at a time, and on links that copies never take (sim/README.md,
     // "Collectives that repeat"). Every rank's replay, the reference, simulates each one.
@@ -101,7 +119,57 @@ class Replay {
       network_->reuse_collective_times(energy && detail::has_link_power(platform_));
     }
     if (energy) energy_meter_.emplace(*network_, platform_, replayed_ranks_ == 1);
+    start();
+    engine.run();
+    if (energy_meter_) result_.energy = energy_meter_->finish();
+    return finish();
+  }
 
+  // The pipeline replay: every stage's Replay on one network, inside one engine (`network` lives
+  // as long as the replay does).
+  void start_on(detail::ClusterNetwork& network) {
+    network_ = &network;
+    start();
+  }
+
+  // The first task left not run by the representative, if any (after the engine has run).
+  std::optional<TaskId> first_not_run() const {
+    for (const auto& rank : ranks_) {
+      for (TaskId t = 0; t < schedule_.tasks.size(); ++t) {
+        if (!rank->done(t)) return t;
+      }
+    }
+    return std::nullopt;
+  }
+
+  SimulationResult finish() {
+    check_completed();
+    // The launching thread is done once it has issued the last task (and, if that call
+    // blocks, once the task has ended).
+    if (!schedule_.tasks.empty()) {
+      const TaskId last = schedule_.tasks.size() - 1;
+      result_.host_seconds = schedule_.tasks[last].blocks_host ? result_.tasks[last].end : ranks_.front()->launch(last);
+    }
+    for (TaskId t = 0; t < schedule_.tasks.size(); ++t) {
+      const TaskTiming& timing = result_.tasks[t];
+      result_.iteration_seconds = std::max(result_.iteration_seconds, timing.end);
+      result_.seconds_by_task_kind[static_cast<std::size_t>(schedule_.tasks[t].kind)] += timing.end - timing.start;
+      if (schedule_.tasks[t].stream == Stream::compute) result_.compute_stall_seconds += timing.start - timing.ready;
+    }
+    result_.peak_bytes = tracker_.peak();
+    result_.peak_time = tracker_.peak_time();
+    result_.peak_by_role = tracker_.peak_by_role();
+    result_.live_at_peak = tracker_.live_at_peak();
+    result_.memory_events = tracker_.events();
+    result_.device = model_device_memory(schedule_, result_.memory_events, result_.tasks, framework_);
+    if (result_.device.out_of_memory) cut_at(*result_.device.out_of_memory);
+    return std::move(result_);
+  }
+
+ private:
+  // Resident buffers, the actors' shared objects and the ranks' actors (inside the engine, with
+  // network_ set).
+  void start() {
     // Weights, buffers and optimizer state are in GPU memory before the iteration starts.
     for (BufferId b = 0; b < schedule_.buffers.size(); ++b) {
       if (!schedule_.buffers[b].resident) continue;
@@ -114,12 +182,108 @@ class Replay {
     ranks_.reserve(static_cast<std::size_t>(replayed_ranks_));
     for (int r = 0; r < replayed_ranks_; ++r) ranks_.push_back(std::make_unique<Rank>(*this, r));
     for (auto& rank : ranks_) rank->start();
-    engine.run();
-    if (energy_meter_) result_.energy = energy_meter_->finish();
-    return finish();
   }
 
- private:
+  // The ranks the representative stands for on its own node, from it on: the GPUs that make each
+  // host-link copy (and share the host's work) at once in the symmetric replay. One schedule: the
+  // node's GPUs. A pipeline stage: the stage's GPUs on that node (a stage of T = 4 ranks on 8-GPU
+  // nodes holds half of one; a stage of whole nodes, every GPU of its representative's).
+  int ranks_on_node() const {
+    const int per_node = shape_.gpus_per_node;
+    return std::min(per_node - placement_.first_rank % per_node, placement_.ranks);
+  }
+
+  // The p2p stream's batches (pipeline replay). Megatron issues a send and the receive that follows
+  // it before the next step as one torch.distributed.batch_isend_irecv (send_forward_recv_backward,
+  // send_backward_recv_forward: Megatron-LM@d98e8a6 megatron/core/pipeline_parallel/schedules.py:2416,
+  // 2446; p2p_communication.py:22-56), which NCCL runs as one group, and waits for all of its
+  // requests before the step uses what it received. The rule:
+  //   a batch is a maximal run of p2p tasks that are consecutive in `tasks` (the launching thread
+  //   issues them with no task of another stream between them: one call) in which no task depends
+  //   on an earlier task of the run: through its `after` tasks, the tasks they wait for (their
+  //   streams' predecessors, their `after`, the blocking task their launch waits for), and so on;
+  //   only its p2p-stream predecessor, which the batch no longer waits for, is left out.
+  // The p2p stream posts the tasks of a batch in order, each once it is launched and its `after`
+  // tasks have ended, without waiting for the previous one's transfer; then it waits for every
+  // transfer of the batch, and every task of the batch ends then. A task that waited for a task of
+  // its own batch could never be posted (the batch's tasks end together, after it): the dependency
+  // clause keeps such a task out. Run one at a time instead, each waiting for its peer, 1F1B
+  // deadlocks (models/pipeline_parallel.hpp).
+  std::vector<std::vector<TaskId>> p2p_batches() const {
+    const auto& tasks = schedule_.tasks;
+    const std::size_t n = tasks.size();
+    // What each task waits for, and a topological order of that graph (Schedule::validate has
+    // ruled out cycles): a task can only depend on tasks earlier in it, so a search back from a
+    // candidate stops at tasks before the batch's earliest.
+    std::vector<std::vector<TaskId>> waits(n);
+    std::array<std::optional<TaskId>, models::kStreamCount> last_on_stream{};
+    for (TaskId t = 0; t < n; ++t) {
+      auto& w = waits[t];
+      if (auto& last = last_on_stream[static_cast<std::size_t>(tasks[t].stream)]) w.push_back(*last);
+      last_on_stream[static_cast<std::size_t>(tasks[t].stream)] = t;
+      w.insert(w.end(), tasks[t].after.begin(), tasks[t].after.end());
+      if (gate_[t] != kNoGate) w.push_back(gate_[t]);
+    }
+    std::vector<std::size_t> position(n, 0);
+    {
+      std::vector<std::vector<TaskId>> waited_by(n);
+      std::vector<std::size_t> pending(n);
+      for (TaskId t = 0; t < n; ++t) {
+        pending[t] = waits[t].size();
+        for (TaskId a : waits[t]) waited_by[a].push_back(t);
+      }
+      std::vector<TaskId> order;
+      for (TaskId t = 0; t < n; ++t) {
+        if (pending[t] == 0) order.push_back(t);
+      }
+      for (std::size_t i = 0; i < order.size(); ++i) {
+        position[order[i]] = i;
+        for (TaskId w : waited_by[order[i]]) {
+          if (--pending[w] == 0) order.push_back(w);
+        }
+      }
+    }
+    std::vector<char> in_batch(n, 0);
+    std::vector<char> seen(n, 0);
+    std::vector<TaskId> stack;
+    std::vector<TaskId> seen_list;
+    const auto depends_on_batch = [&](TaskId candidate, TaskId stream_predecessor, std::size_t earliest) {
+      bool found = false;
+      stack.clear();
+      for (TaskId a : waits[candidate]) {
+        if (a != stream_predecessor) stack.push_back(a);
+      }
+      while (!stack.empty() && !found) {
+        const TaskId x = stack.back();
+        stack.pop_back();
+        if (seen[x] || position[x] < earliest) continue;
+        seen[x] = 1;
+        seen_list.push_back(x);
+        found = in_batch[x] != 0;
+        stack.insert(stack.end(), waits[x].begin(), waits[x].end());
+      }
+      for (TaskId x : seen_list) seen[x] = 0;
+      seen_list.clear();
+      return found;
+    };
+    std::vector<std::vector<TaskId>> batches;
+    std::size_t earliest = 0;
+    for (TaskId t : stream_tasks_[static_cast<std::size_t>(Stream::p2p)]) {
+      const bool joins = !batches.empty() && batches.back().back() + 1 == t && !depends_on_batch(t, batches.back().back(), earliest);
+      if (!joins) {
+        if (!batches.empty()) {
+          for (TaskId b : batches.back()) in_batch[b] = 0;
+        }
+        batches.emplace_back();
+        earliest = position[t];
+      }
+      batches.back().push_back(t);
+      in_batch[t] = 1;
+      earliest = std::min(earliest, position[t]);
+    }
+    return batches;
+  }
+
   // One replayed GPU: its streams' actors and what they wait on. Rank 0 also records the
   // timings and drives the memory tracker.
   class Rank {
@@ -127,9 +291,10 @@ class Replay {
     Rank(Replay& replay, int index)
         : replay_(replay),
           index_(index),
-          gpu_(replay.network_->gpu(index)),
-          power_(replay.network_->gpu_power(index), replay.platform_.gpu),
-          node_(index / replay.shape_.gpus_per_node),
+          gpu_(replay.network_->gpu(replay.placement_.first_rank + index)),
+          // The pipeline replay draws no energy (pipeline_replay.hpp): no power actors.
+          power_(replay.placement_.stage < 0 ? replay.network_->gpu_power(index) : nullptr, replay.platform_.gpu),
+          node_((replay.placement_.first_rank + index) / replay.shape_.gpus_per_node),
           done_(replay.schedule_.tasks.size(), false),
           launch_(replay.first_launch_),
           waiting_streams_(replay.schedule_.tasks.size(), 0) {
@@ -138,12 +303,18 @@ class Replay {
 
     void start() {
       power_.start(index_ == 0 ? "power" : "power@" + std::to_string(index_));
+      const int stage = replay_.placement_.stage;
       for (std::size_t s = 0; s < models::kStreamCount; ++s) {
         if (replay_.stream_tasks_[s].empty()) continue;
-        const std::string name = std::string(models::to_string(static_cast<Stream>(s))) + (index_ == 0 ? "" : "@" + std::to_string(index_));
+        const std::string name = std::string(models::to_string(static_cast<Stream>(s))) + (index_ == 0 ? "" : "@" + std::to_string(index_)) +
+                                 (stage < 0 ? "" : " of stage " + std::to_string(stage));
         // The host stream's work runs on the node's host (its CPU), the others on the GPU.
         sg4::Host* where = static_cast<Stream>(s) == Stream::host ? replay_.network_->host(node_) : gpu_;
-        sg4::Actor::create(name, where, [this, s] { run_stream(s); });
+        if (static_cast<Stream>(s) == Stream::p2p && replay_.transfers_ != nullptr) {
+          sg4::Actor::create(name, where, [this] { run_p2p_stream(); });
+        } else {
+          sg4::Actor::create(name, where, [this, s] { run_stream(s); });
+        }
       }
     }
 
@@ -155,29 +326,40 @@ class Replay {
 
     void run_stream(std::size_t stream) {
       for (TaskId t : replay_.stream_tasks_[stream]) {
-        const models::Task& task = replay_.schedule_.tasks[t];
-        const double free = sg4::Engine::get_clock();
-        wait_for_launch(stream, t);
-        const double ready = sg4::Engine::get_clock();
-        wait_for(stream, task.after);
-        const double start = sg4::Engine::get_clock();
-        if (records()) {
-          TaskTiming& timing = replay_.result_.tasks[t];
-          timing.ready = ready;
-          timing.start = start;
-          if (task.stream == Stream::compute) replay_.result_.host_wait_seconds += ready - free;
-          for (BufferId b : task.creates) {
-            if (replay_.allocated_once_[b]) continue;
-            replay_.tracker_.allocate(b, start, t);
-            replay_.allocated_once_[b] = true;
-          }
-        }
-        execute(task);
+        begin_task(stream, t);
+        execute(replay_.schedule_.tasks[t]);
         const double end = sg4::Engine::get_clock();
         if (records()) replay_.result_.tasks[t].end = end;
         finish_task(t, end);
       }
     }
+
+    // Until task `t` may start on `stream` (launched, its `after` tasks ended); then its start
+    // and its buffers' allocations.
+    void begin_task(std::size_t stream, TaskId t) {
+      const models::Task& task = replay_.schedule_.tasks[t];
+      const double free = sg4::Engine::get_clock();
+      wait_for_launch(stream, t);
+      const double ready = sg4::Engine::get_clock();
+      wait_for(stream, task.after);
+      const double start = sg4::Engine::get_clock();
+      if (records()) {
+        TaskTiming& timing = replay_.result_.tasks[t];
+        timing.ready = ready;
+        timing.start = start;
+        if (task.stream == Stream::compute) replay_.result_.host_wait_seconds += ready - free;
+        for (BufferId b : task.creates) {
+          if (replay_.allocated_once_[b]) continue;
+          replay_.tracker_.allocate(b, start, t);
+          replay_.allocated_once_[b] = true;
+        }
+      }
+    }
+
+    // The pipeline replay's p2p stream: batch after batch (Replay::p2p_batches says how), each
+    // task of a batch posted as soon as it may start, the batch's tasks ending together once
+    // every transfer of the batch has.
+    void run_p2p_stream();
 
     // Until the launching thread has issued task `t` (the Replay constructor's comment).
     void wait_for_launch(std::size_t stream, TaskId t) {
@@ -236,14 +418,15 @@ class Replay {
         case TaskKind::send:
         case TaskKind::recv:
           // A pipeline stage's messages need the stage at the other end, which this replay of
-          // one schedule does not have; the run layer refuses pipeline layouts before this.
+          // one schedule does not have (the pipeline replay runs them on its p2p stream actor,
+          // run_p2p_stream); the run layer refuses pipeline layouts before this.
           throw std::logic_error("task " + task.name + " is a point-to-point transfer, which the replay of one schedule cannot run");
         case TaskKind::host_compute:
           // `seconds` with the host to itself; the node's ranks share it (SimGrid's fair sharing
           // of the host actor's executions). Replaying one rank, the node's others run the same
           // work at once: one execution of all of it takes as long.
           if (task.seconds > 0) {
-            const int mirrored = replay_.replayed_ranks_ == 1 ? replay_.shape_.gpus_per_node : 1;
+            const int mirrored = replay_.replayed_ranks_ == 1 ? replay_.ranks_on_node() : 1;
             sg4::this_actor::execute(task.seconds * sg4::this_actor::get_host()->get_speed() * mirrored);
           }
           return;
@@ -253,11 +436,17 @@ class Replay {
     // A collective over its groups of ranks (every rank by default). Replaying one rank, that rank
     // stands for all (the network carries every rank's share, every group's at once). Replaying each, the collective starts once every rank's comm
     // stream has reached it (NCCL's ring cannot progress without all of them), rank 0 runs the
-    // group's traffic, and it ends for all ranks at once.
+    // group's traffic, and it ends for all ranks at once. A pipeline stage's collective runs the
+    // groups of its own ranks only: each stage's comm stream runs its own.
     void collective(const models::Task& task) {
       if (!task.collective) throw std::logic_error("task " + task.name + " is a collective that names none");
       if (replay_.replayed_ranks_ == 1) {
-        replay_.network_->run_collective(*task.collective, task.bytes, task.groups);
+        if (replay_.placement_.stage < 0) {
+          replay_.network_->run_collective(*task.collective, task.bytes, task.groups);
+        } else {
+          replay_.network_->run_collective(*task.collective, task.bytes, task.groups,
+                                           ClusterNetwork::RankRange{replay_.placement_.first_rank, replay_.placement_.ranks});
+        }
         return;
       }
       replay_.collective_barrier_->wait();
@@ -267,7 +456,7 @@ class Replay {
 
     // A copy over this GPU's host link; one to or from pageable memory takes the staging route.
     // Replaying one rank, the node's other GPUs make the same copy at the same time, sharing
-    // the node's host memory.
+    // the node's host memory (a pipeline stage's: its GPUs on the node, ranks_on_node).
     void copy(const models::Task& task, bool to_host) {
       if (task.bytes <= 0) return;
       const ClusterNetwork& network = *replay_.network_;
@@ -277,7 +466,7 @@ class Replay {
         if (host_end == nullptr) throw std::logic_error("a pageable copy on a platform without host_link.pageable_bandwidth");
       }
       const auto bytes = static_cast<std::uint64_t>(task.bytes);
-      const int mirrored = replay_.replayed_ranks_ == 1 ? replay_.shape_.gpus_per_node : 1;
+      const int mirrored = replay_.replayed_ranks_ == 1 ? replay_.ranks_on_node() : 1;
       if (mirrored == 1) {
         to_host ? sg4::Comm::sendto(gpu_, host_end, bytes) : sg4::Comm::sendto(host_end, gpu_, bytes);
         return;
@@ -285,7 +474,7 @@ class Replay {
       std::vector<sg4::CommPtr> comms;
       comms.reserve(static_cast<std::size_t>(mirrored));
       for (int local = 0; local < mirrored; ++local) {
-        sg4::Host* gpu = network.gpu(node_ * replay_.shape_.gpus_per_node + local);
+        sg4::Host* gpu = network.gpu(replay_.placement_.first_rank + local);
         comms.push_back(to_host ? sg4::Comm::sendto_async(gpu, host_end, bytes) : sg4::Comm::sendto_async(host_end, gpu, bytes));
       }
       sg4::Comm::wait_all(comms);
@@ -361,30 +550,6 @@ class Replay {
     }
   }
 
-  SimulationResult finish() {
-    check_completed();
-    // The launching thread is done once it has issued the last task (and, if that call
-    // blocks, once the task has ended).
-    if (!schedule_.tasks.empty()) {
-      const TaskId last = schedule_.tasks.size() - 1;
-      result_.host_seconds = schedule_.tasks[last].blocks_host ? result_.tasks[last].end : ranks_.front()->launch(last);
-    }
-    for (TaskId t = 0; t < schedule_.tasks.size(); ++t) {
-      const TaskTiming& timing = result_.tasks[t];
-      result_.iteration_seconds = std::max(result_.iteration_seconds, timing.end);
-      result_.seconds_by_task_kind[static_cast<std::size_t>(schedule_.tasks[t].kind)] += timing.end - timing.start;
-      if (schedule_.tasks[t].stream == Stream::compute) result_.compute_stall_seconds += timing.start - timing.ready;
-    }
-    result_.peak_bytes = tracker_.peak();
-    result_.peak_time = tracker_.peak_time();
-    result_.peak_by_role = tracker_.peak_by_role();
-    result_.live_at_peak = tracker_.live_at_peak();
-    result_.memory_events = tracker_.events();
-    result_.device = model_device_memory(schedule_, result_.memory_events, result_.tasks, framework_);
-    if (result_.device.out_of_memory) cut_at(*result_.device.out_of_memory);
-    return std::move(result_);
-  }
-
   // PyTorch raises at the failing allocation: the iteration ends there. The exact-byte stream
   // keeps what came before it, tasks that had not ended lose their end (those not yet started,
   // their timing), and the failure is described in the replay's terms.
@@ -458,6 +623,9 @@ class Replay {
   const models::Schedule& schedule_;
   FrameworkOnGpu framework_;
   ClusterShape shape_;
+  Placement placement_;
+  PipelineTransfers* transfers_ = nullptr;  // the pipeline replay's: pairs this stage's sends and receives with its neighbours'
+  std::vector<std::vector<TaskId>> p2p_batches_;  // the pipeline replay's p2p stream, batch by batch (p2p_batches)
   int replayed_ranks_ = 1;
   MemoryTracker tracker_;
   static constexpr TaskId kNoGate = static_cast<TaskId>(-1);
@@ -467,13 +635,128 @@ class Replay {
   std::array<std::vector<TaskId>, models::kStreamCount> stream_tasks_;
   std::vector<double> first_launch_;  // launch times up to the first blocking task (each rank's start)
   std::vector<TaskId> gate_;          // the blocking task whose end a task's launch waits for, or kNoGate
-  std::optional<ClusterNetwork> network_;
+  std::optional<ClusterNetwork> own_network_;  // the replay of one schedule's
+  ClusterNetwork* network_ = nullptr;           // its own, or the pipeline replay's
   std::optional<detail::EnergyMeter> energy_meter_;
   sg4::MutexPtr mutex_;
   sg4::BarrierPtr collective_barrier_;  // every_rank: the ranks' comm streams meet at each collective
   std::vector<std::unique_ptr<Rank>> ranks_;
   SimulationResult result_;
 };
+
+// The pipeline replay's transfers: for every (sender stage, receiver stage, gradient, micro-batch,
+// chunk), the mailbox its two ends meet in and what has been posted of it (pipeline_replay.hpp).
+// Made before the engine runs (creating mailboxes from within actors would be simcalls); actors run
+// one at a time, so the plain counters need no locking.
+class PipelineTransfers {
+ public:
+  // (sender stage, receiver stage, gradient, micro-batch, chunk)
+  using Key = std::tuple<int, int, bool, int, int>;
+
+  // Pairs every send with its recv; std::invalid_argument naming the task that has no partner.
+  static std::map<Key, std::int64_t> pair_up(const std::vector<models::Schedule>& stages) {
+    const auto stage_count = static_cast<int>(stages.size());
+    struct Ends {
+      std::optional<std::pair<int, TaskId>> send;
+      std::optional<std::pair<int, TaskId>> recv;
+      std::int64_t bytes = 0;
+    };
+    std::map<Key, Ends> ends;
+    const auto label = [&](int stage, TaskId t) { return fmt::format("stage {}'s task {} ({})", stage, t, stages[static_cast<std::size_t>(stage)].tasks[t].name); };
+    for (int p = 0; p < stage_count; ++p) {
+      const models::Schedule& schedule = stages[static_cast<std::size_t>(p)];
+      for (TaskId t = 0; t < schedule.tasks.size(); ++t) {
+        const models::Task& task = schedule.tasks[t];
+        if (task.kind != TaskKind::send && task.kind != TaskKind::recv) continue;
+        const models::PipelineMessage& m = *task.message;  // Schedule::validate: a send or recv has one
+        if (m.peer == p || m.peer >= stage_count) {
+          throw std::invalid_argument(fmt::format("{} names peer stage {}: expected another of the {} stages", label(p, t), m.peer, stage_count));
+        }
+        const bool send = task.kind == TaskKind::send;
+        const Key key{send ? p : m.peer, send ? m.peer : p, m.gradient, m.micro_batch, m.chunk};
+        Ends& e = ends[key];
+        auto& end = send ? e.send : e.recv;
+        if (end) throw std::invalid_argument(fmt::format("{} and {} are the same {}", label(end->first, end->second), label(p, t), models::to_string(task.kind)));
+        end = std::pair{p, t};
+        const auto& other = send ? e.recv : e.send;
+        if (other && e.bytes != task.bytes) {
+          throw std::invalid_argument(fmt::format("{} carries {} bytes, its partner {} {}", label(p, t), task.bytes, label(other->first, other->second), e.bytes));
+        }
+        e.bytes = task.bytes;
+      }
+    }
+    std::map<Key, std::int64_t> bytes;
+    for (const auto& [key, e] : ends) {
+      if (!e.send || !e.recv) {
+        const auto& [stage, t] = e.send ? *e.send : *e.recv;
+        throw std::invalid_argument(fmt::format("{} has no partner: stage {} has no {} of that message", label(stage, t),
+                                                e.send ? std::get<1>(key) : std::get<0>(key), e.send ? "recv" : "send"));
+      }
+      bytes[key] = e.bytes;
+    }
+    return bytes;
+  }
+
+  PipelineTransfers(const ClusterNetwork& network, const std::vector<models::Schedule>& stages, int stage_ranks)
+      : network_(network), stage_ranks_(stage_ranks) {
+    for (const auto& [key, bytes] : pair_up(stages)) {
+      const auto& [from, to, gradient, micro_batch, chunk] = key;
+      Transfer& x = transfers_[key];
+      x.mailbox = sg4::Mailbox::by_name(fmt::format("pipeline {} from stage {} to stage {}, micro-batch {}, chunk {}", gradient ? "gradient" : "activation",
+                                                    from, to, micro_batch, chunk));
+      x.bytes = static_cast<std::uint64_t>(bytes);
+    }
+  }
+
+  // Stage `stage`'s end of `task` (a send or recv), posted by its representative's p2p stream
+  // actor: the mailbox communication goes into `comms`, and, from the end that posts second (the
+  // transfer starts then), the flows of the sending stage's other GPUs on its representative's
+  // node to their counterparts.
+  void post(int stage, const models::Task& task, std::vector<sg4::CommPtr>& comms) {
+    const models::PipelineMessage& m = *task.message;
+    const bool send = task.kind == TaskKind::send;
+    const int from = send ? stage : m.peer;
+    const int to = send ? m.peer : stage;
+    Transfer& x = transfers_.at(Key{from, to, m.gradient, m.micro_batch, m.chunk});
+    comms.push_back(send ? x.mailbox->put_async(&payload_, x.bytes) : x.mailbox->get_async<int>(&x.received));
+    if (++x.posted < 2 || x.bytes == 0) return;
+    const int from_first = from * stage_ranks_;
+    const int to_first = to * stage_ranks_;
+    const int per_node = network_.shape().gpus_per_node;
+    const int on_node = std::min(per_node - from_first % per_node, stage_ranks_);
+    for (int i = 1; i < on_node; ++i) comms.push_back(sg4::Comm::sendto_async(network_.gpu(from_first + i), network_.gpu(to_first + i), x.bytes));
+  }
+
+ private:
+  struct Transfer {
+    sg4::Mailbox* mailbox = nullptr;
+    std::uint64_t bytes = 0;
+    int posted = 0;                     // ends posted so far
+    int* received = nullptr;  // where the recv puts what it got: a pointer to payload_
+  };
+  int payload_ = 0;  // what a transfer carries (nothing: its size is simulated)
+  const ClusterNetwork& network_;
+  int stage_ranks_ = 1;
+  std::map<Key, Transfer> transfers_;
+};
+
+void Replay::Rank::run_p2p_stream() {
+  constexpr auto stream = static_cast<std::size_t>(Stream::p2p);
+  std::vector<sg4::CommPtr> comms;
+  for (const std::vector<TaskId>& batch : replay_.p2p_batches_) {
+    comms.clear();
+    for (TaskId t : batch) {
+      begin_task(stream, t);
+      replay_.transfers_->post(replay_.placement_.stage, replay_.schedule_.tasks[t], comms);
+    }
+    sg4::Comm::wait_all(comms);
+    const double end = sg4::Engine::get_clock();
+    for (TaskId t : batch) {
+      if (records()) replay_.result_.tasks[t].end = end;
+      finish_task(t, end);
+    }
+  }
+}
 
 // DeviceMemory holds an optional of a struct with optionals: written field by field.
 void put_device_memory(wire::Writer& w, const DeviceMemory& d) {
@@ -592,6 +875,134 @@ SimulationResult simulate(const models::Platform& platform, const models::Schedu
     return wire::decode<SimulationResult>(outcome.text);
   }
   outcome.text = "simulation failed: " + outcome.text;
+  std::move(outcome).result_or_throw();
+  return {};  // not reached: result_or_throw threw
+}
+
+}  // namespace comptrain::sim
+
+namespace comptrain::sim {
+namespace {
+
+// PipelineSimulationResult::bubble_seconds of one stage.
+double bubble_of(const models::Schedule& schedule, const SimulationResult& result) {
+  double bubble = 0;
+  std::optional<double> previous_end;
+  for (TaskId t = 0; t < schedule.tasks.size(); ++t) {
+    const models::Task& task = schedule.tasks[t];
+    if (task.stream != Stream::compute) continue;
+    const TaskTiming& timing = result.tasks[t];
+    if (previous_end) {
+      double received = 0;
+      for (TaskId a : task.after) {
+        if (schedule.tasks[a].kind == TaskKind::recv) received = std::max(received, result.tasks[a].end);
+      }
+      bubble += std::max(0.0, std::min(timing.start, received) - *previous_end);
+    }
+    previous_end = timing.end;
+  }
+  return bubble;
+}
+
+void check_pipeline(const models::Platform& platform, const std::vector<models::Schedule>& stages, ClusterShape shape, int stage_ranks) {
+  if (stages.empty()) throw std::invalid_argument("a pipeline of no stages");
+  if (stage_ranks < 1) throw std::invalid_argument(fmt::format("a pipeline stage of {} ranks", stage_ranks));
+  for (const models::Schedule& schedule : stages) schedule.validate();
+  check_cluster_shape(platform, shape);
+  if (static_cast<std::int64_t>(stages.size()) * stage_ranks != shape.ranks()) {
+    throw std::invalid_argument(fmt::format("{} pipeline stages of {} ranks on {} node(s) x {} GPUs: the shape has {} ranks", stages.size(), stage_ranks,
+                                            shape.nodes, shape.gpus_per_node, shape.ranks()));
+  }
+  PipelineTransfers::pair_up(stages);
+}
+
+PipelineSimulationResult replay_pipeline_validated(const models::Platform& platform, const std::vector<models::Schedule>& stages,
+                                                   const FrameworkOnGpu& framework, ClusterShape shape, int stage_ranks) {
+  detail::ConfiguredEngine engine;
+  // Every node whole: each stage's representative needs its node's host side, and the stages'
+  // collectives run at once on different ranks, which folding and reuse assume they do not.
+  ClusterNetwork network(platform, shape, ClusterNetwork::NodeDetail::every_node);
+  PipelineTransfers transfers(network, stages, stage_ranks);
+  std::vector<std::unique_ptr<Replay>> replays;
+  for (std::size_t p = 0; p < stages.size(); ++p) {
+    const int stage = static_cast<int>(p);
+    replays.push_back(std::make_unique<Replay>(platform, stages[p], framework, shape, ReplayRanks::symmetric,
+                                               Placement{stage * stage_ranks, stage_ranks, stage}, &transfers));
+  }
+  for (auto& replay : replays) replay->start_on(network);
+  engine.run();
+
+  // A stage left with tasks not run waited for a neighbour that never came (or for itself): the
+  // first task not run of each such stage says where.
+  std::string stuck;
+  for (std::size_t p = 0; p < stages.size(); ++p) {
+    if (const std::optional<TaskId> t = replays[p]->first_not_run()) {
+      stuck += fmt::format("{}stage {}: task {} ({})", stuck.empty() ? "" : "; ", p, *t, stages[p].tasks[*t].name);
+    }
+  }
+  if (!stuck.empty()) {
+    throw std::runtime_error("the pipeline replay stopped with tasks not run (a deadlock in the schedules or in SimGrid; no result is reported): first not run: " +
+                             stuck);
+  }
+  PipelineSimulationResult result;
+  for (std::size_t p = 0; p < stages.size(); ++p) {
+    result.stages.push_back(replays[p]->finish());
+    const SimulationResult& r = result.stages.back();
+    result.bubble_seconds.push_back(r.fits() ? bubble_of(stages[p], r) : 0.0);
+    result.iteration_seconds = std::max(result.iteration_seconds, r.iteration_seconds);
+    if (!r.fits() && !result.out_of_memory) {
+      result.out_of_memory_stage = static_cast<int>(p);
+      result.out_of_memory = r.out_of_memory;
+    }
+  }
+  // A stage that ran out of memory raised there: the iteration has no end to report.
+  if (result.out_of_memory) result.iteration_seconds = 0;
+  return result;
+}
+
+}  // namespace
+
+void wire::Codec<PipelineSimulationResult>::write(wire::Writer& w, const PipelineSimulationResult& r) {
+  w.put<std::uint64_t>(r.stages.size());
+  for (const SimulationResult& stage : r.stages) wire::Codec<SimulationResult>::write(w, stage);
+  w.put(r.iteration_seconds);
+  w.put_vector(r.bubble_seconds);
+  w.put(r.out_of_memory_stage);
+  // The failure itself is its stage's (stages[stage].out_of_memory): not written twice.
+}
+
+PipelineSimulationResult wire::Codec<PipelineSimulationResult>::read(wire::Reader& in) {
+  PipelineSimulationResult r;
+  const auto count = in.get<std::uint64_t>();
+  for (std::uint64_t p = 0; p < count; ++p) r.stages.push_back(wire::Codec<SimulationResult>::read(in));
+  r.iteration_seconds = in.get<double>();
+  r.bubble_seconds = in.get_vector<double>();
+  r.out_of_memory_stage = in.get<std::optional<int>>();
+  if (r.out_of_memory_stage) {
+    if (*r.out_of_memory_stage < 0 || static_cast<std::uint64_t>(*r.out_of_memory_stage) >= count) {
+      throw std::runtime_error("a worker process sent a pipeline result whose out-of-memory stage is not one of its stages");
+    }
+    r.out_of_memory = r.stages[static_cast<std::size_t>(*r.out_of_memory_stage)].out_of_memory;
+  }
+  return r;
+}
+
+PipelineSimulationResult simulate_pipeline_in_this_process(const models::Platform& platform, const std::vector<models::Schedule>& stages,
+                                                           const FrameworkOnGpu& framework, ClusterShape shape, int stage_ranks) {
+  check_pipeline(platform, stages, shape, stage_ranks);
+  return replay_pipeline_validated(platform, stages, framework, shape, stage_ranks);
+}
+
+PipelineSimulationResult simulate_pipeline(const models::Platform& platform, const std::vector<models::Schedule>& stages,
+                                           const FrameworkOnGpu& framework, ClusterShape shape, int stage_ranks) {
+  check_pipeline(platform, stages, shape, stage_ranks);  // in the caller, with its stack
+  ChildProcess child([&] { return wire::encode(replay_pipeline_validated(platform, stages, framework, shape, stage_ranks)); });
+  JobOutcome outcome = child.wait();
+  if (outcome.status == JobOutcome::Status::result) {
+    if (!outcome.diagnostics.empty()) std::fputs(outcome.diagnostics.c_str(), stderr);
+    return wire::decode<PipelineSimulationResult>(outcome.text);
+  }
+  outcome.text = "pipeline simulation failed: " + outcome.text;
   std::move(outcome).result_or_throw();
   return {};  // not reached: result_or_throw threw
 }

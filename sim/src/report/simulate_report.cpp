@@ -124,7 +124,10 @@ std::vector<BufferId> largest_live_at_peak(const SimulationRun& run) {
 }
 
 
-// The time breakdown rows, in report order.
+// The time breakdown rows, in report order. The pipeline's sends and receives (a pipeline stage's
+// replay: sim/engine/pipeline_replay.hpp) come after the collectives; a run without them, which
+// is every run of one schedule, leaves their rows out of the text and the JSON (is_pipeline_row),
+// whose outputs stay what they were.
 struct TimeRow {
   const char* label;
   const char* key;
@@ -141,11 +144,15 @@ std::vector<TimeRow> time_rows(const SimulationResult& r) {
       {"compression", "compress", k[index_of(TaskKind::compress)]},
       {"decompression", "decompress", k[index_of(TaskKind::decompress)]},
       {"collectives", "collective", k[index_of(TaskKind::collective)]},
+      {"pipeline sends", "send", k[index_of(TaskKind::send)]},
+      {"pipeline receives", "recv", k[index_of(TaskKind::recv)]},
       {"host CPU (optimizer)", "host_compute", k[index_of(TaskKind::host_compute)]},
       {"compute-stream stalls", "compute_stall", r.compute_stall_seconds},
       {"waiting for the CPU to launch", "host_wait", r.host_wait_seconds},
   };
 }
+
+bool is_pipeline_row(const TimeRow& row) { return std::string_view(row.key) == "send" || std::string_view(row.key) == "recv"; }
 
 // "'conv1' (forward)" for tasks that replay a trace op; empty otherwise.
 std::optional<std::string> op_description(const SimulationRun& run, const models::Task& task) {
@@ -506,7 +513,7 @@ void add_results(std::string& out, const SimulationRun& run) {
   add_line(out, "  {:<24}{:>14}{:>12}", "activity", "time", "% of iter.");
   for (const TimeRow& row : time_rows(r)) {
     // A one-GPU run has no communication: its report keeps the rows it always had.
-    if ((std::string_view(row.key) == "collective" || std::string_view(row.key) == "host_compute") && row.seconds == 0) continue;
+    if ((std::string_view(row.key) == "collective" || std::string_view(row.key) == "host_compute" || is_pipeline_row(row)) && row.seconds == 0) continue;
     add_line(out, "  {:<24}{:>14}{:>11.1f}%", row.label, format_seconds(row.seconds), percent(row.seconds, r.iteration_seconds));
   }
   add_line(out, "  {:<24}{:>14}{:>11.1f}%", "iteration", format_seconds(r.iteration_seconds), 100.0);
@@ -670,7 +677,9 @@ std::string report_json(const SimulationRun& run) {
                          {"largest_live_at_peak", std::move(largest)}};
     // Copies and codec kernels overlap compute: these do not sum to the iteration time.
     ordered_json seconds = ordered_json::object();
-    for (const TimeRow& row : time_rows(r)) seconds[row.key] = row.seconds;
+    for (const TimeRow& row : time_rows(r)) {
+      if (!is_pipeline_row(row) || row.seconds != 0) seconds[row.key] = row.seconds;
+    }
     results["time_seconds"] = std::move(seconds);
     const std::optional<IterationEnergy> with_io = r.energy && run.io != nullptr ? std::optional(iteration_energy(*r.energy, run.io, run.platform)) : std::nullopt;
     results["energy"] = detail::energy_json(r.energy, global_batch(run), with_io ? &*with_io : nullptr);

@@ -9,6 +9,7 @@
 
 #include "comptrain/models/op_time.hpp"
 #include "comptrain/models/strategy.hpp"
+#include "comptrain/sim/report/pipeline_report.hpp"
 #include "comptrain/sim/report/simulate_report.hpp"
 #include "comptrain/sim/report/simulation_timeline.hpp"
 #include "comptrain/sim/report/plots.hpp"
@@ -95,6 +96,15 @@ int run(const SimulateOptions& o) {
   if (!o.shard.empty()) throw InputError("--shard: " + scenario.source + " has no 'sweep' section to split");
   const sim::PreparedScenario prepared(scenario);
   const std::int64_t batch = prepared.batch_size();
+  if (sim::is_pipeline(scenario)) {
+    // Every pipeline stage replayed together: a report of its own (sim/report/pipeline_report.hpp).
+    if (!o.memory_csv.empty() || !o.timeline.empty() || !o.plot.empty()) {
+      throw InputError("--memory-csv, --timeline and --plot take one rank's replay; " + scenario.source + " has pipeline stages");
+    }
+    const sim::PipelineOutcome outcome = sim::run_pipeline(prepared, scenario.strategy, batch, sim::Isolation::child_process);
+    write_output("-", sim::pipeline_report(prepared, scenario.strategy, batch, outcome, o.json));
+    return 0;
+  }
   sim::RunOutcome outcome = sim::run_scenario(prepared, scenario.strategy, batch, sim::Isolation::child_process);
   // On a cluster, the same per-GPU run on one GPU alone gives the scaling efficiency.
   if (auto* completed = std::get_if<sim::CompletedRun>(&outcome); completed != nullptr && completed->result.fits()) {

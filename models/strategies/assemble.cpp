@@ -153,13 +153,22 @@ class Assembler {
         task.collective = CollectiveKind::all_gather;
         task.bytes = bytes_of(op.outputs);  // the whole output; each rank gives 1/p
         return;
-      case traces::CommunicationKind::all_to_all:
       case traces::CommunicationKind::send:
-      case traces::CommunicationKind::recv:
-        // Expert and pipeline parallelism's transfers: the run layer refuses those layouts until
-        // their schedules are written, so a trace that has them here is a caller's error.
-        throw std::invalid_argument("op " + op.name + ": a " + std::string(traces::to_string(op.communication->kind)) +
-                                    " communication is not scheduled by build_schedule yet");
+      case traces::CommunicationKind::recv: {
+        // A pipeline stage's transfer on NCCL's point-to-point stream; apply_pipeline_stage
+        // names its peer and micro-batch (models/pipeline_parallel.hpp).
+        const bool send = op.communication->kind == traces::CommunicationKind::send;
+        task.kind = send ? TaskKind::send : TaskKind::recv;
+        task.stream = Stream::p2p;
+        task.bytes = bytes_of(send ? op.inputs : op.outputs);
+        task.message = PipelineMessage{};
+        task.message->gradient = op.phase != traces::Phase::forward;
+        return;
+      }
+      case traces::CommunicationKind::all_to_all:
+        // Expert parallelism's dispatch and combine: the run layer refuses those layouts until
+        // their schedules are written, so a trace that has one here is a caller's error.
+        throw std::invalid_argument("op " + op.name + ": an all_to_all communication is not scheduled by build_schedule yet");
     }
   }
 
@@ -496,6 +505,30 @@ class Assembler {
         ++next_side;
       }
     }
+    // A pipeline transfer among the compute tasks runs on the p2p stream: a send waits for the
+    // compute task before it (which made what it sends), and the compute task after a recv waits
+    // for it (it reads what arrives).
+    std::vector<bool> p2p(compute_.size(), false);
+    for (std::size_t c = 0; c < compute_.size(); ++c) p2p[c] = compute_[c].stream == Stream::p2p;
+    std::vector<std::vector<TaskId>> p2p_after(compute_.size());
+    for (std::size_t c = 0; c < compute_.size(); ++c) {
+      if (!p2p[c]) continue;
+      if (compute_[c].kind == TaskKind::send) {
+        for (std::size_t j = c; j-- > 0;) {
+          if (!p2p[j]) {
+            p2p_after[c].push_back(compute_id[j]);
+            break;
+          }
+        }
+      } else {
+        for (std::size_t j = c + 1; j < compute_.size(); ++j) {
+          if (!p2p[j]) {
+            p2p_after[j].push_back(compute_id[c]);
+            break;
+          }
+        }
+      }
+    }
     schedule_.tasks.reserve(sequence.size());
     for (const auto& [is_side, index] : sequence) {
       if (is_side) {
@@ -506,6 +539,7 @@ class Assembler {
       } else {
         Task& task = compute_[index];
         for (std::size_t s : compute_waits_[index]) task.after.push_back(side_id[s]);
+        task.after.insert(task.after.end(), p2p_after[index].begin(), p2p_after[index].end());
         sorted_unique(task.after);
         schedule_.tasks.push_back(std::move(task));
       }

@@ -6,6 +6,8 @@
 #include "comptrain/sim/engine/io_cost.hpp"
 #include "comptrain/sim/engine/replay_cost.hpp"
 
+#include "comptrain/models/pipeline_parallel.hpp"
+#include "comptrain/models/pipeline_schedule.hpp"
 #include "comptrain/models/transform_schedule.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/traces/trace_json.hpp"
@@ -44,10 +46,11 @@ std::string layout_place(const Scenario& scenario, const std::string& field) {
 
 // The zoo model as one rank of the layout builds it: under tensor parallelism one
 // tensor-parallel rank's shard with its collectives (zoo::TensorParallelSpec).
-traces::Trace build_zoo_trace(const Scenario& scenario, std::int64_t batch) {
+traces::Trace build_zoo_trace(const Scenario& scenario, std::int64_t batch, std::optional<zoo::PipelineStageSpec> stage = std::nullopt) {
   zoo::ModelRequest request;
   static_cast<zoo::ModelSpec&>(request) = *scenario.zoo_model;
   request.batch_size = batch;
+  request.pipeline_stage = stage;
   if (scenario.parallelism && scenario.parallelism->layout.tensor > 1) {
     request.tensor_parallel = zoo::TensorParallelSpec{scenario.parallelism->layout.tensor, scenario.parallelism->layout.sequence_parallel};
   }
@@ -58,8 +61,8 @@ traces::Trace build_zoo_trace(const Scenario& scenario, std::int64_t batch) {
   } catch (const std::invalid_argument& e) {
     // The zoo's tensor-parallel rules (a family it does not shard, an MLP width the degree does
     // not divide) are the layout's error.
-    if (!request.tensor_parallel) throw;
-    throw InputError(layout_place(scenario, "tensor") + e.what());
+    if (!request.tensor_parallel && !request.pipeline_stage) throw;
+    throw InputError(layout_place(scenario, request.tensor_parallel ? "tensor" : "pipeline") + e.what());
   }
 }
 
@@ -187,7 +190,17 @@ void PreparedScenario::check_model_layout() const {
                                                            layout.pipeline, scenario_.accumulation_steps, layout.pipeline));
   }
   // What is read and checked but not replayed yet is refused rather than simulated as if absent.
-  for (const auto& [field, degree] : {std::pair<const char*, int>{"pipeline", layout.pipeline}, {"context", layout.context}, {"expert", layout.expert}}) {
+  if (layout.pipeline > 1 && layout.virtual_stages > 1) {
+    throw InputError(at("virtual_stages") + fmt::format("is {}; the interleaved schedule's chunks are read and checked but their replay is not "
+                                                        "written yet; expected 1 (gpipe, 1f1b or zero_bubble)",
+                                                        layout.virtual_stages));
+  }
+  if (layout.pipeline > 1 && p.data.zero_stage >= 2) {
+    throw InputError(at("pipeline") + fmt::format("with ZeRO-{} or FSDP (gradients reduced in every micro-batch) is not modelled; expected "
+                                                  "ZeRO-1 (Megatron-LM's distributed optimizer) or DDP, which reduce once per iteration",
+                                                  p.data.zero_stage));
+  }
+  for (const auto& [field, degree] : {std::pair<const char*, int>{"context", layout.context}, {"expert", layout.expert}}) {
     if (degree > 1) {
       throw InputError(at(field) + fmt::format("is {}; this degree is read and checked but its replay is not written yet; expected 1", degree));
     }
@@ -229,6 +242,11 @@ models::TransformSteps transform_steps(const PreparedScenario& prepared) {
 
 std::variant<ScheduledRun, models::NotApplicable> schedule_run(const PreparedScenario& prepared, const models::StrategySpec& strategy,
                                                                std::int64_t batch) {
+  // One schedule is one rank's whole model: a pipeline's stages are run_pipeline's.
+  if (is_pipeline(prepared.scenario())) {
+    throw InputError(layout_place(prepared.scenario(), "pipeline") +
+                     "pipeline stages are simulated by `comptrain simulate` (and import); this command does not take them yet; expected pipeline: 1");
+  }
   traces::Trace trace = prepared.trace_at(batch);
   auto schedule = models::build_schedule(trace, prepared.time_model(), strategy);
   if (auto* not_applicable = std::get_if<models::NotApplicable>(&schedule)) return std::move(*not_applicable);
@@ -247,6 +265,46 @@ SimulationResult replay(const PreparedScenario& prepared, const ScheduledRun& ru
   }
   return isolation == Isolation::child_process ? simulate(prepared.platform(), run.schedule, prepared.framework(), shape)
                                                : simulate_in_this_process(prepared.platform(), run.schedule, prepared.framework(), shape);
+}
+
+bool is_pipeline(const Scenario& scenario) { return scenario.parallelism && scenario.parallelism->layout.pipeline > 1; }
+
+PipelineOutcome run_pipeline(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch, Isolation isolation) {
+  const Scenario& scenario = prepared.scenario();
+  const models::ParallelLayout& layout = scenario.parallelism->layout;
+  const int stages = layout.pipeline;
+  const int micro_batches = scenario.accumulation_steps;
+  const auto orders = models::pipeline_orders(layout.schedule, stages, micro_batches, 1);
+  const zoo::ModelDimensions d = zoo::model_dimensions(*scenario.zoo_model);
+  const std::vector<int> layers = models::stage_layers(layout, static_cast<int>(d.layers));
+  // Every stage's transforms as one rank's (transform_steps), the micro-batches being the
+  // pipeline's (accumulation is the schedule's order, not a repetition).
+  models::TransformSteps steps = transform_steps(prepared);
+  steps.accumulation_steps = 1;
+  PipelineRun run;
+  std::int64_t first_layer = 0;
+  for (int p = 0; p < stages; ++p) {
+    const zoo::PipelineStageSpec stage{first_layer, layers[static_cast<std::size_t>(p)], p == 0, p == stages - 1};
+    first_layer += stage.layers;
+    traces::Trace trace = build_zoo_trace(scenario, batch, stage);
+    auto schedule = models::build_schedule(trace, prepared.time_model(), strategy);
+    if (auto* not_applicable = std::get_if<models::NotApplicable>(&schedule)) return std::move(*not_applicable);
+    models::PipelineStageSpec spec;
+    spec.rank = p;
+    spec.stages = stages;
+    spec.order = orders[static_cast<std::size_t>(p)];
+    models::Schedule stage_schedule = models::apply_pipeline_stage({std::move(std::get<models::Schedule>(schedule))}, {&trace}, spec);
+    stage_schedule = models::transform_schedule(std::move(stage_schedule), trace, steps);
+    run.stages.push_back(ScheduledRun{strategy, std::move(trace), std::move(stage_schedule)});
+  }
+  const ClusterShape shape = prepared.cluster_shape();
+  std::vector<models::Schedule> schedules;
+  for (const ScheduledRun& stage : run.stages) schedules.push_back(stage.schedule);
+  const int stage_ranks = shape.ranks() / stages;
+  run.result = isolation == Isolation::child_process
+                   ? simulate_pipeline(prepared.platform(), schedules, prepared.framework(), shape, stage_ranks)
+                   : simulate_pipeline_in_this_process(prepared.platform(), schedules, prepared.framework(), shape, stage_ranks);
+  return run;
 }
 
 int PreparedScenario::data_parallel_ranks() const {

@@ -19,6 +19,7 @@
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/sim/engine/io_simulation.hpp"
 #include "comptrain/sim/config/scenario.hpp"
+#include "comptrain/sim/engine/pipeline_replay.hpp"
 #include "comptrain/sim/engine/replay.hpp"
 #include "comptrain/traces/trace.hpp"
 
@@ -97,6 +98,21 @@ std::optional<IoResult> simulate_run_io(const PreparedScenario& prepared, const 
 // schedule_run + replay (+ simulate_run_io); NotApplicable passes through.
 using RunOutcome = std::variant<CompletedRun, models::NotApplicable>;
 RunOutcome run_scenario(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch, Isolation isolation);
+
+// A pipeline-parallel run (parallelism.pipeline > 1): each stage's representative rank (its
+// trace: the zoo's stage of the layers models::stage_layers gives it, one tensor-parallel rank's
+// shard; its schedule: one micro-batch's, through models::apply_pipeline_stage in the order of the
+// scenario's pipeline schedule over gradient_accumulation_steps micro-batches, then data
+// parallelism and the framework's transforms), and the replay of every stage together
+// (simulate_pipeline).
+struct PipelineRun {
+  std::vector<ScheduledRun> stages;
+  PipelineSimulationResult result;
+};
+using PipelineOutcome = std::variant<PipelineRun, models::NotApplicable>;
+PipelineOutcome run_pipeline(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch, Isolation isolation);
+// Whether the scenario's layout has pipeline stages (run_pipeline runs it, not run_scenario).
+bool is_pipeline(const Scenario& scenario);
 
 // The iteration time of the same per-GPU run on one GPU alone (the scenario without its
 // parallelism section), the reference of the scaling efficiency; nullopt for a one-GPU scenario

@@ -359,13 +359,18 @@ expect 0 'peak' -- simulate "$work/inbwd.yaml"
 printf 'model: {zoo: gpt2, layers: 2, seq_len: 256}\ntraining: {precision: mixed, optimizer: adafactor}\nplatform: a100-80gb\nparallelism: {gpus_per_node: 2, zero: {stage: 3, offload_optimizer: {device: cpu}}}\n' >"$work/offload-adafactor.yaml"
 expect 2 "offload-adafactor.yaml:2:41: 'training.optimizer' is adafactor with an optimizer offload" -- simulate "$work/offload-adafactor.yaml"
 
-# comptrain import: a Megatron-LM launch line and a torchtitan job as scenarios, read back by trace show.
+# comptrain import: a Megatron-LM launch line and a torchtitan job as scenarios, read back by trace show
+# (one tensor-parallel rank of 8: the 70B's 68,989,231,104 parameters with the padded vocabulary, / 8 but the norms).
 expect 0 'imported .*llama2-70b-tp8-pp4.sh \(megatron\)' -- import "$data/import/llama2-70b-tp8-pp4.sh" --platform dgx-h100-superpod -o "$work/imported-70b.yaml"
-expect 0 'parameters +68,989,231,104' -- trace show "$work/imported-70b.yaml"
+expect 0 'parameters +8,624,807,936' -- trace show "$work/imported-70b.yaml"
 expect 0 'imported .*llama3-8b-torchtitan.toml \(torchtitan\)' -- import "$data/import/llama3-8b-torchtitan.toml" --platform dgx-h100-superpod -o "$work/imported-8b.yaml"
 expect 0 'peak' -- simulate "$work/imported-8b.yaml"
 printf -- '--num-layers 2 --hidden-size 64\n--num-attention-heads x\n' >"$work/bad-args.sh"
 expect 2 "bad-args.sh:2: --num-attention-heads is 'x'; expected an integer" -- import "$work/bad-args.sh" --platform h100-80gb -o "$work/never.yaml"
+# A pipeline layout: every stage replayed together, its own document.
+expect 0 '"name": "comptrain.pipeline"' -- simulate "$data/../../scenarios/llama2-70b-tp8-pp4-4xh100.yaml" --json
+expect 2 "--memory-csv, --timeline and --plot take one rank's replay" -- simulate "$data/../../scenarios/llama2-70b-tp8-pp4-4xh100.yaml" --timeline "$work/t.json"
+expect 2 "parallelism.pipeline: pipeline stages are simulated by .comptrain simulate." -- plan "$data/../../scenarios/llama2-70b-tp8-pp4-4xh100.yaml"
 expect_usage "missing option --platform" -- import "$data/import/llama3-8b-torchtitan.toml" -o -
 
 echo "cli: $passed passed, $failed failed"

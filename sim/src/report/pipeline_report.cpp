@@ -13,6 +13,7 @@
 #include "comptrain/sim/metrics/communication_time.hpp"
 #include "comptrain/sim/metrics/throughput.hpp"
 #include "comptrain/support/format.hpp"
+#include "report/documents.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -132,10 +133,9 @@ std::string text(const PreparedScenario& prepared, const PipelineRun& run, std::
 ordered_json json(const PreparedScenario& prepared, const PipelineRun& run, std::int64_t batch) {
   const Scenario& s = prepared.scenario();
   const models::ParallelLayout& l = s.parallelism->layout;
-  ordered_json j;
-  j["scenario"] = s.name;
-  j["source"] = s.source;
-  j["platform"] = prepared.platform().name;
+  ordered_json j = detail::document_header("pipeline");
+  j["scenario"] = detail::scenario_json(s.name, s.source);
+  j["platform"] = detail::platform_json(prepared.platform());
   j["layout"] = {{"tensor", l.tensor},
                  {"pipeline", l.pipeline},
                  {"context", l.context},
@@ -184,8 +184,8 @@ std::string pipeline_report(const PreparedScenario& prepared, const models::Stra
   if (const auto* run = std::get_if<PipelineRun>(&outcome)) return as_json ? json(prepared, *run, batch).dump(2) + "\n" : text(prepared, *run, batch);
   const std::string reason = std::get<models::NotApplicable>(outcome).reason;
   if (as_json) {
-    ordered_json j;
-    j["scenario"] = prepared.scenario().name;
+    ordered_json j = detail::document_header("pipeline");
+    j["scenario"] = detail::scenario_json(prepared.scenario().name, prepared.scenario().source);
     j["strategy"] = strategy.name;
     j["fits"] = false;
     j["not_applicable"] = reason;

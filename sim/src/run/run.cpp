@@ -245,7 +245,7 @@ std::variant<ScheduledRun, models::NotApplicable> schedule_run(const PreparedSce
   // One schedule is one rank's whole model: a pipeline's stages are run_pipeline's.
   if (is_pipeline(prepared.scenario())) {
     throw InputError(layout_place(prepared.scenario(), "pipeline") +
-                     "pipeline stages are simulated by `comptrain simulate` (and import); this command does not take them yet; expected pipeline: 1");
+                     "pipeline stages are simulated by `comptrain simulate` only; this command does not take them yet; expected pipeline: 1");
   }
   traces::Trace trace = prepared.trace_at(batch);
   auto schedule = models::build_schedule(trace, prepared.time_model(), strategy);

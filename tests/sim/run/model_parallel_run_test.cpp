@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 
 #include "common/scenario_error.hpp"
@@ -12,6 +13,7 @@
 #include "comptrain/sim/config/scenario.hpp"
 #include "comptrain/sim/metrics/communication_time.hpp"
 #include "comptrain/sim/run/run.hpp"
+#include "comptrain/support/input_error.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -104,6 +106,69 @@ TEST(ModelParallelRun, TheGlobalBatchCountsTheDataParallelRanksOnly) {
   EXPECT_EQ(prepared.data_parallel_ranks(), 2);
   const PreparedScenario plain(gpt_on("{nodes: 2, gpus_per_node: 8}"));
   EXPECT_EQ(plain.data_parallel_ranks(), 16);
+}
+
+}  // namespace
+}  // namespace comptrain::sim
+
+namespace comptrain::sim {
+namespace {
+
+// A 4-layer gpt on 2 pipeline stages of 2 GPUs' tensor parallelism each, 4 micro-batches of 1.
+Scenario pipelined(const std::string& schedule, int micro_batches) {
+  return parse_scenario("model: {zoo: gpt, layers: 4, hidden: 512, heads: 8, seq_len: 256, vocab: 1024}\n"
+                        "training: {batch_size: 1, precision: mixed, optimizer: adam, gradient_accumulation_steps: " +
+                            std::to_string(micro_batches) +
+                            "}\nplatform: dgx-a100-superpod\n"
+                            "parallelism: {gpus_per_node: 4, tensor: 2, pipeline: 2, pipeline_schedule: " +
+                            schedule + "}\n",
+                        "s.yaml", test_support::kShippedScenarios);
+}
+
+TEST(PipelineRun, EachStageRunsItsLayersAndTheIterationHoldsTheBubble) {
+  const PreparedScenario prepared(pipelined("1f1b", 4));
+  const PipelineOutcome outcome = run_pipeline(prepared, prepared.scenario().strategy, 1, Isolation::child_process);
+  const PipelineRun& run = std::get<PipelineRun>(outcome);
+  ASSERT_EQ(run.stages.size(), 2u);
+  ASSERT_TRUE(run.result.fits());
+  EXPECT_EQ(run.stages[0].trace.metadata().at("pipeline_layers"), "2");
+  EXPECT_EQ(run.stages[1].trace.metadata().at("pipeline_first_layer"), "2");
+  // Every micro-batch crosses the boundary once each way: 4 sends on each stage.
+  for (const ScheduledRun& stage : run.stages) {
+    int sends = 0, recvs = 0;
+    for (const models::Task& task : stage.schedule.tasks) {
+      sends += task.kind == TaskKind::send;
+      recvs += task.kind == TaskKind::recv;
+    }
+    EXPECT_EQ(sends, 4);
+    EXPECT_EQ(recvs, 4);
+  }
+  // The iteration is at least the busiest stage's compute and at most every stage's one after the other.
+  double busiest = 0, all = 0;
+  for (std::size_t p = 0; p < run.stages.size(); ++p) {
+    double busy = 0;
+    for (models::TaskId t = 0; t < run.stages[p].schedule.tasks.size(); ++t) {
+      if (run.stages[p].schedule.tasks[t].stream == models::Stream::compute) busy += run.result.stages[p].tasks[t].end - run.result.stages[p].tasks[t].start;
+    }
+    busiest = std::max(busiest, busy);
+    all += busy;
+  }
+  EXPECT_GT(run.result.iteration_seconds, busiest);
+  EXPECT_LT(run.result.iteration_seconds, all + 0.05);
+  // 1F1B holds at most 2 micro-batches on stage 0, GPipe all 4: its first stage peaks higher.
+  const PreparedScenario gpipe(pipelined("gpipe", 4));
+  const PipelineRun g = std::get<PipelineRun>(run_pipeline(gpipe, gpipe.scenario().strategy, 1, Isolation::child_process));
+  EXPECT_GT(g.result.stages[0].peak_bytes, run.result.stages[0].peak_bytes);
+}
+
+TEST(PipelineRun, OtherCommandsRefusePipelineLayouts) {
+  const PreparedScenario prepared(pipelined("1f1b", 2));
+  try {
+    schedule_run(prepared, prepared.scenario().strategy, 1);
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), testing::HasSubstr("parallelism.pipeline: pipeline stages are simulated by `comptrain simulate`"));
+  }
 }
 
 }  // namespace

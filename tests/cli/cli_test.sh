@@ -370,7 +370,9 @@ expect 2 "bad-args.sh:2: --num-attention-heads is 'x'; expected an integer" -- i
 # A pipeline layout: every stage replayed together, its own document.
 expect 0 '"name": "comptrain.pipeline"' -- simulate "$data/../../scenarios/llama2-70b-tp8-pp4-4xh100.yaml" --json
 expect 2 "--memory-csv, --timeline and --plot take one rank's replay" -- simulate "$data/../../scenarios/llama2-70b-tp8-pp4-4xh100.yaml" --timeline "$work/t.json"
-expect 2 "parallelism.pipeline: pipeline stages are simulated by .comptrain simulate." -- plan "$data/../../scenarios/llama2-70b-tp8-pp4-4xh100.yaml"
+sed "s#validation/model-configs#$data/../../scenarios/validation/model-configs#" "$data/../../scenarios/llama2-70b-tp8-pp4-4xh100.yaml" >"$work/pp-sweep.yaml"
+printf 'sweep:\n  training.precision: [mixed, bf16]\n' >>"$work/pp-sweep.yaml"
+expect 2 "pp-sweep.yaml:17:13: parallelism.pipeline: pipeline stages are replayed for one scenario by .simulate. and .plan.; sweeps" -- simulate "$work/pp-sweep.yaml"
 expect_usage "missing option --platform" -- import "$data/import/llama3-8b-torchtitan.toml" -o -
 
 echo "cli: $passed passed, $failed failed"

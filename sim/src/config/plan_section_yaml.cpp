@@ -11,7 +11,7 @@ namespace comptrain::sim {
 PlanSection ScenarioReader::read_plan(const YAML::Node& node, const std::optional<models::Platform>& platform, const std::optional<ParallelismSection>& parallelism) const {
   require_map(node, "plan");
   check_keys(node, "plan", {"strategies", "margin", "max_batch", "target_global_batch", "memory_metric", "objective", "gpus", "nodes", "zero_stages",
-                              "offload_optimizer", "prefetch_optimizer_gaps", "checkpoint_overhead", "energy_budget", "comm_hooks"});
+                              "offload_optimizer", "prefetch_optimizer_gaps", "checkpoint_overhead", "energy_budget", "comm_hooks", "tensor", "pipeline", "micro_batches", "sequence_parallel"});
   PlanSection plan;
   if (const YAML::Node budget = node["energy_budget"]) plan.energy_budget = read_energy_budget(budget, platform);
   if (const YAML::Node overhead = node["checkpoint_overhead"]) {
@@ -53,7 +53,53 @@ PlanSection ScenarioReader::read_plan(const YAML::Node& node, const std::optiona
   plan.max_batch = optional_positive(node, "max_batch", "plan");
   plan.target_global_batch = optional_positive(node, "target_global_batch", "plan");
   read_cluster_search(node, platform, parallelism, plan);
+  read_layout_search(node, plan);
   return plan;
+}
+
+// plan.tensor and plan.pipeline: `all`, or lists of distinct degrees; plan.micro_batches: distinct
+// micro-batches; plan.sequence_parallel: a boolean. The layouts need a global batch to divide.
+void ScenarioReader::read_layout_search(const YAML::Node& node, PlanSection& plan) const {
+  const auto degrees = [&](const char* key, std::vector<int>& out, bool& all) {
+    const YAML::Node n = node[key];
+    if (!n) return;
+    const std::string field = std::string("plan.") + key;
+    if (n.IsScalar() && n.Scalar() == "all") {
+      all = true;
+      return;
+    }
+    if (!n.IsSequence() || n.size() == 0) throw InputError(where(n.Mark()) + "'" + field + "' must be `all` or a non-empty list of degrees, e.g. [1, 2, 4, 8]");
+    for (std::size_t i = 0; i < n.size(); ++i) {
+      const std::string item = field + "[" + std::to_string(i) + "]";
+      const int value = static_cast<int>(bounded_integer(n[i], item, 1, 1'000'000));
+      if (std::find(out.begin(), out.end(), value) != out.end()) throw InputError(where(n[i].Mark()) + "'" + item + "' repeats " + std::to_string(value) + "; expected distinct values");
+      out.push_back(value);
+    }
+  };
+  degrees("tensor", plan.tensor_degrees, plan.all_tensor_degrees);
+  degrees("pipeline", plan.pipeline_degrees, plan.all_pipeline_degrees);
+  if (const YAML::Node n = node["micro_batches"]) {
+    if (!plan.searches_layouts()) throw InputError(where(n.Mark()) + "'plan.micro_batches' without a layout search; expected plan.tensor or plan.pipeline beside it");
+    if (!n.IsSequence() || n.size() == 0) throw InputError(where(n.Mark()) + "'plan.micro_batches' must be a non-empty list of micro-batch sizes, e.g. [1, 2, 4]");
+    for (std::size_t i = 0; i < n.size(); ++i) {
+      const std::string item = "plan.micro_batches[" + std::to_string(i) + "]";
+      const std::int64_t value = bounded_integer(n[i], item, 1, 1'000'000);
+      if (std::find(plan.micro_batches.begin(), plan.micro_batches.end(), value) != plan.micro_batches.end()) {
+        throw InputError(where(n[i].Mark()) + "'" + item + "' repeats " + std::to_string(value) + "; expected distinct values");
+      }
+      plan.micro_batches.push_back(value);
+    }
+    std::sort(plan.micro_batches.begin(), plan.micro_batches.end());
+  }
+  if (const YAML::Node n = node["sequence_parallel"]) {
+    if (!plan.searches_layouts()) throw InputError(where(n.Mark()) + "'plan.sequence_parallel' without a layout search; expected plan.tensor or plan.pipeline beside it");
+    plan.sequence_parallel = boolean(n, "plan.sequence_parallel");
+  }
+  if (plan.searches_layouts() && !plan.target_global_batch) {
+    const YAML::Node n = node["tensor"] ? node["tensor"] : node["pipeline"];
+    throw InputError(where(n.Mark()) + "a layout search (plan.tensor, plan.pipeline) divides a global batch among the data-parallel replicas; expected "
+                     "plan.target_global_batch");
+  }
 }
 
 // plan.energy_budget: at least one bound, each a positive quantity; the platform must give its

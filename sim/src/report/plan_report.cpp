@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 #include <cmath>
 #include <nlohmann/json.hpp>
 
@@ -186,6 +187,15 @@ std::string limit_lines(const PlanOptions& o, bool io) {
   return out;
 }
 
+// The layout search's lines: what its columns mean and where the bubble limit comes from.
+std::string layout_lines(const PlanOptions& o) {
+  return fmt::format(
+      "Layouts    tensor x pipeline degrees searched (plan.tensor, plan.pipeline), data parallelism over the rest; each layout runs its replica's share of\n"
+      "           the global batch as micro-batch x steps (the pipeline's micro-batches); bubble where a stage waits for its neighbours >= {:g}% of the\n"
+      "           iteration (and longer than the exposed collectives); layouts left out are in the notes, with why\n",
+      100 * o.bottleneck_share);
+}
+
 // A candidate's data parallelism, with DDP's communication hook where it has one ("DDP+fp16").
 std::string candidate_dp_name(const ClusterCandidate& c, bool fsdp) {
   std::string name = data_parallel_name(c.zero_stage, fsdp);
@@ -196,6 +206,12 @@ std::string candidate_dp_name(const ClusterCandidate& c, bool fsdp) {
     case models::DdpCommHook::powersgd: name += "+PowerSGD"; break;
   }
   return name;
+}
+
+// "DP name" or, in a layout search, "TP 8 (SP) x PP 4 x DP 2, ZeRO-1".
+std::string candidate_name(const ClusterCandidate& c, bool fsdp) {
+  if (!c.layout) return candidate_dp_name(c, fsdp);
+  return describe_layout(*c.layout, c.shape.ranks()) + ", " + candidate_dp_name(c, fsdp);
 }
 
 std::string cluster_search_text(const BatchSizePlan& plan) {
@@ -214,12 +230,21 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
   const std::size_t strategies = search.candidates.empty() ? 0 : static_cast<std::size_t>(std::count_if(search.candidates.begin(), search.candidates.end(), [&](const ClusterCandidate& c) {
     const ClusterCandidate& first = search.candidates.front();
     return c.shape.ranks() == first.shape.ranks() && c.zero_stage == first.zero_stage && c.offload_optimizer == first.offload_optimizer &&
-           c.comm_hook == first.comm_hook;
+           c.comm_hook == first.comm_hook && candidate_name(c, plan.fsdp) == candidate_name(first, plan.fsdp);
   }));
+  if (search.layouts) {
+    std::set<std::string> layouts;
+    for (const auto& c : search.candidates) layouts.insert(c.layout ? describe_layout(*c.layout, c.shape.ranks()) : "");
+    places += fmt::format(" x {} layout{} simulated", layouts.size(), layouts.size() == 1 ? "" : "s");
+  }
   std::string out = fmt::format("Cluster    search over {} GPUs x {} x optimizer on {} x {} strateg{}: {} configuration{}; batches are per-GPU micro-batches, samples/s global\n",
                                 sizes.empty() ? "no" : sizes, stages, places, strategies, strategies == 1 ? "y" : "ies", search.candidates.size(),
                                 search.candidates.size() == 1 ? "" : "s");
-  if (o.target_global_batch) {
+  if (o.target_global_batch && search.layouts) {
+    out += fmt::format("Target     global batch {0} = micro-batch x steps x data-parallel replicas exactly: each replica (TP x PP GPUs) runs {0} / DP\n"
+                       "           samples as micro-batch x steps (a pipeline's micro-batches)\n",
+                       *o.target_global_batch);
+  } else if (o.target_global_batch) {
     out += fmt::format(
         "Target     global batch {0} = micro-batch x steps x GPUs exactly: each configuration runs {0} / GPUs per GPU in one step where that\n"
         "           fits, else the largest micro-batch dividing it that fits, with gradient accumulation simulated (ZeRO-2/3 reduce at every micro-step)\n",
@@ -227,18 +252,20 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
   } else {
     out += "Target     none: each configuration runs its fastest micro-batch, so global batches differ (plan.target_global_batch fixes one)\n";
   }
-  out += "Scaling    efficiency: the same strategy and micro-batch on one GPU alone (its memory unbounded) over the iteration time here\n";
+  out += search.layouts ? "Scaling    efficiency: - for tensor, pipeline and sequence parallel layouts (one GPU cannot run what they split)\n"
+                        : "Scaling    efficiency: the same strategy and micro-batch on one GPU alone (its memory unbounded) over the iteration time here\n";
   out += limit_lines(o, plan.io_modelled);
+  if (search.layouts) out += layout_lines(o);
   std::size_t width = 8;
   for (const auto& c : search.candidates) width = std::max(width, c.plan.strategy.size());
   std::size_t dp_width = 6;
-  for (const auto& c : search.candidates) dp_width = std::max(dp_width, candidate_dp_name(c, plan.fsdp).size());
+  for (const auto& c : search.candidates) dp_width = std::max(dp_width, candidate_name(c, plan.fsdp).size());
   // With I/O the iteration column is the mean iteration (the replay's + the waits), and the wait,
   // checkpoint and bound columns follow; with an energy budget or objective, the energy columns.
   const std::string io_head = plan.io_modelled ? "  " + io_header_cells(plan, false) : "";
   const std::string energy_head = shows_energy(o) ? (plan.io_modelled ? "" : "  ") + energy_header_cells() : "";
   std::string head = fmt::format("{:>5}  {:>7}  {:<{}}  {:<9}  {:<{}}  {:>11}  {:>5}  {:>10}  {:>16}  {:>10}  {:>7}  {:>8}  {:>9}  {:>11}  {:<7}", "GPUs", "nodes",
-                                 "DP", dp_width, "optimizer", "strategy", width, "micro-batch", "steps", plan.io_modelled ? "mean iter." : "iteration",
+                                 search.layouts ? "layout, DP" : "DP", dp_width, "optimizer", "strategy", width, "micro-batch", "steps", plan.io_modelled ? "mean iter." : "iteration",
                                  "global samples/s", "per sample", "scaling", "exposed", "host wait", "peak/GPU", "limit");
   head += io_head + energy_head;
   while (!head.empty() && head.back() == ' ') head.pop_back();
@@ -246,7 +273,7 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
   for (const auto& c : search.candidates) {
     const StrategyPlan& s = c.plan;
     std::string row = fmt::format("{:>5}  {:>7}  {:<{}}  {:<9}  {:<{}}  ", c.shape.ranks(), fmt::format("{}x{}", c.shape.nodes, c.shape.gpus_per_node),
-                                  candidate_dp_name(c, plan.fsdp), dp_width, models::optimizer_place(c.offload_optimizer), s.strategy, width);
+                                  candidate_name(c, plan.fsdp), dp_width, models::optimizer_place(c.offload_optimizer), s.strategy, width);
     if (!s.best_batch) {
       row += fmt::format("{:>11}  {:>5}  {:>10}  {:>16}  {:>10}  {:>7}  {:>8}  {:>9}  {:>11}  {}", "-", "-", "-", "-", "-", "-", "-", "-",
                          s.points.empty() ? "-" : format_bytes(s.points.front().peak_bytes), to_string(s.limit));
@@ -268,7 +295,7 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
   if (plan.io_modelled) {
     std::vector<std::pair<std::string, const StrategyPlan*>> named;
     for (const auto& c : search.candidates) {
-      named.emplace_back(fmt::format("{}, {}, optimizer on {}, {}", describe_shape(c.shape), candidate_dp_name(c, plan.fsdp),
+      named.emplace_back(fmt::format("{}, {}, optimizer on {}, {}", describe_shape(c.shape), candidate_name(c, plan.fsdp),
                                      models::optimizer_place(c.offload_optimizer), c.plan.strategy),
                          &c.plan);
     }
@@ -279,7 +306,7 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
     const ClusterCandidate& c = search.candidates[*search.fastest];
     const StrategyPlan& s = c.plan;
     out += fmt::format("Fastest: {}, {}, optimizer on {}, {}: micro-batch {} x {} step{}{} per GPU, {} per sample ({:.1f} samples/s), scaling efficiency {}, limited by {}.\n",
-                       describe_shape(c.shape), candidate_dp_name(c, plan.fsdp), models::optimizer_place(c.offload_optimizer), s.strategy, *s.best_batch, s.accumulation_steps,
+                       describe_shape(c.shape), candidate_name(c, plan.fsdp), models::optimizer_place(c.offload_optimizer), s.strategy, *s.best_batch, s.accumulation_steps,
                        s.accumulation_steps == 1 ? "" : "s", c.accumulation_estimated() ? " (estimated)" : "", format_seconds(1 / s.best_samples_per_second),
                        s.best_samples_per_second, percent_or_dash(s.scaling_efficiency), to_string(s.limit));
   } else if (std::any_of(search.candidates.begin(), search.candidates.end(), [](const ClusterCandidate& c) { return c.plan.limit == PlanLimit::energy_budget; })) {
@@ -291,7 +318,7 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
   for (const auto& note : plan.notes) out += "note: " + note + "\n";
   for (const auto& c : search.candidates) {
     for (const auto& w : c.plan.warnings) {
-      out += fmt::format("warning: {}, {}, optimizer on {}, {}: {}\n", describe_shape(c.shape), candidate_dp_name(c, plan.fsdp),
+      out += fmt::format("warning: {}, {}, optimizer on {}, {}: {}\n", describe_shape(c.shape), candidate_name(c, plan.fsdp),
                          models::optimizer_place(c.offload_optimizer), c.plan.strategy, w);
     }
   }
@@ -318,7 +345,9 @@ std::string plan_table_text(const BatchSizePlan& plan) {
     case MemoryMetric::device: metric = "device: reserved + CUDA context (what nvidia-smi shows) within the limit"; break;
   }
   out += fmt::format("Memory     {}; out-of-memory as PyTorch decides it, on reserved segments\n", metric);
-  if (plan.cluster_search && o.target_global_batch) {
+  if (plan.cluster_search && plan.cluster_search->layouts) {
+    out += "Search     every micro-batch of plan.micro_batches (default 1, 2, 4) that divides a layout's replica's share, each simulated\n";
+  } else if (plan.cluster_search && o.target_global_batch) {
     out += fmt::format("Search     micro-batches up to {} dividing each configuration's share: the share first, then bisection ({} simulations per\n"
                        "           round); peak memory assumed monotone in the micro-batch\n",
                        o.max_batch, o.probes_per_round);
@@ -543,6 +572,15 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
       const StrategyPlan& s = c.plan;
       ordered_json jc = shape_json(c.shape, c.zero_stage, plan.fsdp, c.offload_optimizer);
       jc["comm_hook"] = std::string(models::to_string(c.comm_hook));
+      if (c.layout) {
+        jc["layout"] = {{"tensor", c.layout->tensor},
+                        {"pipeline", c.layout->pipeline},
+                        {"context", c.layout->context},
+                        {"expert", c.layout->expert},
+                        {"data", models::data_parallel_degree(*c.layout, c.shape.ranks())},
+                        {"sequence_parallel", c.layout->sequence_parallel},
+                        {"pipeline_schedule", std::string(models::to_string(c.layout->schedule))}};
+      }
       jc["strategy"] = detail::strategy_json(s.spec);
       jc["fits"] = c.fits();
       jc["max_micro_batch"] = opt(s.max_batch);
@@ -560,6 +598,7 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
       jc["scaling_efficiency"] = opt(s.scaling_efficiency);
       jc["exposed_communication_seconds"] = best ? ordered_json(best->exposed_communication_seconds) : ordered_json(nullptr);
       jc["host_wait_seconds"] = best ? ordered_json(best->host_wait_seconds) : ordered_json(nullptr);
+      if (c.layout) jc["bubble_seconds"] = best ? ordered_json(best->bubble_seconds) : ordered_json(nullptr);
       jc["peak_bytes"] = best ? ordered_json(best->peak_bytes) : ordered_json(nullptr);
       jc["limit"] = to_string(s.limit);
       jc["warnings"] = s.warnings;

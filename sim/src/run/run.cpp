@@ -245,7 +245,8 @@ std::variant<ScheduledRun, models::NotApplicable> schedule_run(const PreparedSce
   // One schedule is one rank's whole model: a pipeline's stages are run_pipeline's.
   if (is_pipeline(prepared.scenario())) {
     throw InputError(layout_place(prepared.scenario(), "pipeline") +
-                     "pipeline stages are simulated by `comptrain simulate` only; this command does not take them yet; expected pipeline: 1");
+                     "pipeline stages are replayed for one scenario by `simulate` and `plan`; sweeps and `validate` do not take them yet; "
+                     "expected pipeline: 1");
   }
   traces::Trace trace = prepared.trace_at(batch);
   auto schedule = models::build_schedule(trace, prepared.time_model(), strategy);
@@ -305,6 +306,36 @@ PipelineOutcome run_pipeline(const PreparedScenario& prepared, const models::Str
                    ? simulate_pipeline(prepared.platform(), schedules, prepared.framework(), shape, stage_ranks)
                    : simulate_pipeline_in_this_process(prepared.platform(), schedules, prepared.framework(), shape, stage_ranks);
   return run;
+}
+
+std::int64_t resident_state_bytes(const PreparedScenario& prepared) {
+  const Scenario& scenario = prepared.scenario();
+  std::optional<zoo::PipelineStageSpec> stage;
+  if (is_pipeline(scenario)) {
+    const zoo::ModelDimensions d = zoo::model_dimensions(*scenario.zoo_model);
+    const std::vector<int> layers = models::stage_layers(scenario.parallelism->layout, static_cast<int>(d.layers));
+    stage = zoo::PipelineStageSpec{0, layers.front(), true, layers.size() == 1};
+  }
+  const traces::Trace trace = scenario.zoo_model ? build_zoo_trace(scenario, 1, stage) : prepared.trace_at(1);
+  std::int64_t weights = 0;
+  std::int64_t gradients = 0;
+  std::int64_t states = 0;
+  for (const traces::Tensor& t : trace.tensors()) {
+    if (t.view_of) continue;  // a view's storage is its base's
+    if (t.role == traces::TensorRole::weight) weights += t.bytes();
+    if (t.role == traces::TensorRole::gradient) gradients += t.bytes();
+    if (t.role == traces::TensorRole::optimizer_state) states += t.bytes();
+  }
+  if (!scenario.parallelism) return weights + gradients + states;
+  const models::DataParallelSpec& data = scenario.parallelism->data;
+  const std::int64_t ranks = std::max(1, prepared.data_parallel_ranks());
+  // ZeRO-1 shards the optimizer state, ZeRO-2 also the gradients, ZeRO-3 / FSDP the weights too.
+  if (data.zero_stage >= 1) states /= ranks;
+  if (data.zero_stage >= 2) gradients /= ranks;
+  if (data.zero_stage >= 3) weights /= ranks;
+  if (data.offload_optimizer) states = 0;
+  if (data.fsdp && data.fsdp->cpu_offload) return 0;  // every state on the host: no bound
+  return weights + gradients + states;
 }
 
 int PreparedScenario::data_parallel_ranks() const {

@@ -47,6 +47,7 @@ std::string_view to_string(PlanLimit limit) {
     case PlanLimit::storage: return "storage";
     case PlanLimit::checkpoint: return "checkpoint";
     case PlanLimit::energy_budget: return "energy_budget";
+    case PlanLimit::bubble: return "bubble";
   }
   return "?";
 }
@@ -57,6 +58,13 @@ const PlanPoint* point_at(const StrategyPlan& s, std::int64_t batch) {
 }
 
 std::string data_parallel_name(int zero_stage, bool fsdp) { return sim::data_parallel_name(zero_stage, fsdp, NameStyle::short_form); }
+
+std::string describe_layout(const models::ParallelLayout& layout, int gpus) {
+  std::string text = fmt::format("TP {}{} x PP {}", layout.tensor, layout.sequence_parallel ? " (SP)" : "", layout.pipeline);
+  if (layout.context > 1) text += fmt::format(" x CP {}", layout.context);
+  if (layout.expert > 1) text += fmt::format(" x EP {}", layout.expert);
+  return text + fmt::format(" x DP {}", models::data_parallel_degree(layout, gpus));
+}
 
 std::string describe_shape(ClusterShape shape) {
   return fmt::format("{} GPU{} ({} node{} x {})", shape.ranks(), shape.ranks() == 1 ? "" : "s", shape.nodes, shape.nodes == 1 ? "" : "s", shape.gpus_per_node);

@@ -10,13 +10,119 @@
 #include <utility>
 
 #include "comptrain/models/data_parallel.hpp"
+#include "comptrain/models/parallel_layout.hpp"
+#include "comptrain/support/format.hpp"
+#include "comptrain/support/input_error.hpp"
+#include "comptrain/zoo/zoo.hpp"
 #include "studies/plan/driver.hpp"
 
 namespace comptrain::sim::planner {
 
+namespace {
+
+// The micro-batches that divide `share` (ascending), up to `ceiling` and in at most
+// kMaxAccumulationSteps steps.
+std::vector<std::int64_t> share_divisors(std::int64_t share, std::int64_t ceiling) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t b = 1; b * b <= share; ++b) {
+    if (share % b != 0) continue;
+    for (const std::int64_t divisor : {b, share / b}) {
+      if (divisor <= ceiling && share / divisor <= kMaxAccumulationSteps) out.push_back(divisor);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+// The degrees of one dimension of the layout search: those listed, or with `all` every divisor
+// of `limit` up to `most`.
+std::vector<int> degrees_to_try(const std::vector<int>& listed, bool all, int limit, int most, int own) {
+  if (!all && listed.empty()) return {own};
+  if (!all) return listed;
+  std::vector<int> out;
+  for (int d = 1; d <= limit && d <= most; ++d) {
+    if (limit % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+// The layout search of one cluster size, ZeRO stage and optimizer place (studies/plan.hpp,
+// "Layout search"): each tensor x pipeline degree the model and the GPUs allow becomes a unit
+// whose micro-batches are plan.micro_batches that divide its replica's share of the global batch;
+// a layout that cannot hold its weights, gradients and optimizer state is left out with that bound.
+void expand_layouts(const PlanRequest& r, const BatchSizePlan& header, ClusterShape shape, Scenario base, ClusterSearch& search, std::vector<ClusterUnit>& units) {
+  const PlanSection& plan = *r.scenario.plan;
+  const ParallelismSection& parallelism = *base.parallelism;
+  const int gpus = shape.ranks();
+  const std::int64_t target = *r.options.target_global_batch;
+  if (!base.zoo_model) throw InputError(r.scenario.source + ": plan: a layout search splits a zoo model or a Hugging Face config; expected 'model.zoo' or 'model.hf_config'");
+  const zoo::ModelDimensions d = zoo::model_dimensions(*base.zoo_model);
+  const models::LayoutModel model{static_cast<int>(d.layers), static_cast<int>(d.heads), static_cast<int>(d.kv_heads), static_cast<int>(d.experts), d.vocab, d.seq_len};
+  const std::vector<std::int64_t> micro_batches = plan.micro_batches.empty() ? std::vector<std::int64_t>{1, 2, 4} : plan.micro_batches;
+  const std::string prefix = fmt::format("{}, {}, optimizer {}", describe_shape(shape), data_parallel_name(parallelism.data.zero_stage, header.fsdp),
+                                         models::optimizer_place(parallelism.data.offload_optimizer));
+  for (const int t : degrees_to_try(plan.tensor_degrees, plan.all_tensor_degrees, shape.gpus_per_node, shape.gpus_per_node, parallelism.layout.tensor)) {
+    for (const int p : degrees_to_try(plan.pipeline_degrees, plan.all_pipeline_degrees, gpus / std::max(1, t), static_cast<int>(d.layers), parallelism.layout.pipeline)) {
+      models::ParallelLayout layout = parallelism.layout;
+      layout.tensor = t;
+      layout.pipeline = p;
+      layout.sequence_parallel = t > 1 && plan.sequence_parallel;
+      layout.pipeline_layers.clear();
+      const std::vector<models::LayoutProblem> problems = models::check_layout(layout, model, gpus);
+      if (!problems.empty()) {
+        search.notes.push_back(fmt::format("{}, TP {} x PP {}: left out: parallelism.{}: {}", prefix, t, p, problems.front().field, problems.front().message));
+        continue;
+      }
+      const std::string name = fmt::format("{}, {}", prefix, describe_layout(layout, gpus));
+      const int replicas = models::data_parallel_degree(layout, gpus);
+      if (target % replicas != 0) {
+        search.notes.push_back(fmt::format("{}: left out: the target global batch {} is not a multiple of its {} data-parallel replicas", name, target, replicas));
+        continue;
+      }
+      Unit unit;
+      unit.ceiling = r.options.max_batch;
+      unit.compare = false;
+      unit.share = target / replicas;
+      unit.model_parallel = !layout.is_data_parallel_only() || layout.sequence_parallel;
+      unit.every_divisor = true;  // the layouts compare at the same micro-batches
+      for (const std::int64_t b : share_divisors(unit.share, r.options.max_batch)) {
+        if (std::find(micro_batches.begin(), micro_batches.end(), b) != micro_batches.end()) unit.divisors.push_back(b);
+      }
+      if (unit.divisors.empty()) {
+        search.notes.push_back(fmt::format("{}: left out: none of the micro-batches tried divides its replica's share {} of the global batch", name, unit.share));
+        continue;
+      }
+      Scenario scenario = base;
+      scenario.parallelism->layout = layout;
+      scenario.accumulation_steps = static_cast<int>(unit.share / unit.divisors.front());
+      // What the scenario's checks refuse for this layout (ZeRO-2/3 under a pipeline, ...) is a
+      // note of the search, and the memory its persistent state needs a bound to prune by.
+      try {
+        const PreparedScenario prepared(scenario);
+        const std::int64_t resident = resident_state_bytes(prepared);
+        if (resident > header.limit_bytes) {
+          search.notes.push_back(fmt::format("{}: left out: memory: its weights, gradients and optimizer state alone take {} per GPU (first stage), over the "
+                                             "limit {}",
+                                             name, format_bytes(resident), format_bytes(header.limit_bytes)));
+          continue;
+        }
+      } catch (const InputError& e) {
+        search.notes.push_back(fmt::format("{}: left out: {}", name, e.what()));
+        continue;
+      }
+      scenario.accumulation_steps = 1;
+      units.push_back({std::move(scenario), std::move(unit)});
+    }
+  }
+}
+
+}  // namespace
+
 ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& header, std::vector<ClusterUnit>& units) {
   const auto target = r.options.target_global_batch;
   ClusterSearch search;
+  search.layouts = r.scenario.plan->searches_layouts();
   const bool fsdp = header.fsdp;
   std::vector<ClusterShape> shapes;
   for (const auto& size : r.scenario.plan->cluster_sizes) shapes.push_back({size.nodes, size.gpus_per_node});
@@ -30,7 +136,7 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
   bool skipped_hooks = false;
   bool skipped_pairs = false;
   for (const ClusterShape shape : shapes) {
-    if (target && *target % shape.ranks() != 0) {
+    if (target && !search.layouts && *target % shape.ranks() != 0) {
       search.notes.push_back(fmt::format("{}: left out: the target global batch {} is not a multiple of {}", describe_shape(shape), *target, shape.ranks()));
       continue;
     }
@@ -73,19 +179,16 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
         continue;
       }
       scenario.parallelism = parallelism;
+      if (search.layouts) {
+        expand_layouts(r, header, shape, std::move(scenario), search, units);
+        continue;
+      }
       Unit unit;
       unit.ceiling = r.options.max_batch;
       unit.compare = false;  // the candidates compare with each other instead
       if (target) {
         unit.share = *target / shape.ranks();
-        for (std::int64_t b = 1; b * b <= unit.share; ++b) {
-          if (unit.share % b != 0) continue;
-          for (const std::int64_t divisor : {b, unit.share / b}) {
-            if (divisor <= r.options.max_batch && unit.share / divisor <= kMaxAccumulationSteps) unit.divisors.push_back(divisor);
-          }
-        }
-        std::sort(unit.divisors.begin(), unit.divisors.end());
-        unit.divisors.erase(std::unique(unit.divisors.begin(), unit.divisors.end()), unit.divisors.end());
+        unit.divisors = share_divisors(unit.share, r.options.max_batch);
       }
       if (target && unit.divisors.empty()) {
         search.notes.push_back(fmt::format("{}, {}, optimizer {}: left out: no micro-batch up to {} divides its share {} in at most {} steps",
@@ -114,6 +217,7 @@ void gather_candidates(BatchSizePlan& out, std::vector<BatchSizePlan>& unit_plan
       candidate.zero_stage = unit_plans[u].zero_stage;
       candidate.offload_optimizer = unit_plans[u].offload_optimizer;
       candidate.comm_hook = unit_plans[u].comm_hook;
+      if (search.layouts) candidate.layout = unit_plans[u].layout.value_or(models::ParallelLayout{});
       candidate.plan = std::move(plan);
       search.candidates.push_back(std::move(candidate));
     }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <set>
 
+#include "comptrain/models/parallel_layout.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/sim/core/bottleneck.hpp"
 #include "comptrain/support/format.hpp"
@@ -97,6 +98,7 @@ void Driver::submit_references(std::size_t p) {
   if (references_submitted[p]) return;
   references_submitted[p] = true;
   if (plans[p].cluster.ranks() == 1) return;  // one GPU: its own reference
+  if (units[p].model_parallel) return;        // one GPU cannot run what the layout splits
   const std::size_t request = units[p].request;
   for (const Search& s : searches) {
     if (s.plan != p) continue;
@@ -138,6 +140,12 @@ void Driver::record_reference(std::size_t job, const JobOutcome& outcome) {
   }
 }
 
+int Driver::replicas(const Search& s) const {
+  const auto& parallelism = requests[s.plan].scenario.parallelism;
+  if (!parallelism || parallelism->layout.is_data_parallel_only()) return ranks(s);
+  return models::data_parallel_degree(parallelism->layout, ranks(s));
+}
+
 // Accumulation steps simulated at `batch`: a cluster candidate's share / batch; 0 (the
 // scenario's own) otherwise.
 int Driver::simulated_steps(const Search& s, std::int64_t batch) const {
@@ -150,7 +158,7 @@ std::int64_t Driver::steps(const Search& s, std::int64_t batch) const {
   if (!units[s.plan].divisors.empty()) return simulated_steps(s, batch);
   const auto g = options(s).target_global_batch;
   if (!g) return requests[s.plan].scenario.accumulation_steps;
-  const std::int64_t share = *g / ranks(s);  // a whole number: checked when the units were made
+  const std::int64_t share = *g / replicas(s);  // a whole number: checked when the units were made
   return (share + batch - 1) / batch;
 }
 
@@ -208,7 +216,7 @@ void Driver::record(std::size_t job, JobOutcome outcome) {
   point.fits = !point.out_of_memory && !point.inapplicable && !point.simulation_failed && point.peak_bytes <= limit(s);
   // Every GPU trains on `batch` samples in each of its micro-steps: the throughput is global.
   const int micro_steps = simulated_steps(s, batch) > 0 ? simulated_steps(s, batch) : requests[s.plan].scenario.accumulation_steps;
-  const std::int64_t samples = global_batch(batch, ranks(s), micro_steps);
+  const std::int64_t samples = global_batch(batch, replicas(s), micro_steps);
   point.samples_per_second = point.fits && point.mean_iteration_seconds > 0 ? samples_per_second(samples, point.mean_iteration_seconds) : 0;
   point.samples_per_joule = point.fits && point.joules > 0 ? static_cast<double>(samples) / point.joules : 0;
   point.within_energy_budget = within(options(s).energy_budget, point, static_cast<double>(samples));
@@ -253,6 +261,8 @@ PlanLimit limit_of(const StrategyPlan& s, double share) {
   const double network = best->exposed_communication_seconds / best->iteration_seconds;
   const double host = best->host_wait_seconds / best->iteration_seconds;
   const double checkpoint = best->checkpoint_seconds_per_iteration / best->mean_iteration_seconds;
+  const double bubble = best->bubble_seconds / best->iteration_seconds;
+  if (bubble >= share && bubble >= network && bubble >= host && bubble >= checkpoint) return PlanLimit::bubble;
   switch (dominant_wait(network, host, checkpoint, share)) {
     case Bottleneck::none: return PlanLimit::compute;
     case Bottleneck::checkpoint: return PlanLimit::checkpoint;
@@ -303,7 +313,7 @@ StrategyPlan Driver::finish(const Search& s) const {
       // A parallelism section of one GPU (a cluster search's size 1) is its own reference.
       out.one_gpu_iteration_seconds = point.iteration_seconds;
       out.scaling_efficiency = 1.0;
-    } else if (ranks(s) > 1) {
+    } else if (ranks(s) > 1 && !units[s.plan].model_parallel) {
       const Reference& r = references.at({units[s.plan].request, detail::strategy_rules_key(spec(s)), *best, simulated_steps(s, *best)});
       if (r.seconds) {
         out.one_gpu_iteration_seconds = r.seconds;

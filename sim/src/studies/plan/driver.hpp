@@ -76,6 +76,9 @@ struct Driver {
   std::int64_t limit(const Search& s) const { return plans[s.plan].limit_bytes; }
   const models::StrategySpec& spec(const Search& s) const { return strategies[s.plan][s.strategy]; }
   int ranks(const Search& s) const { return plans[s.plan].cluster.ranks(); }
+  // The data-parallel replicas, each training `batch` samples per micro-step: every GPU, or under
+  // a model-parallel layout the GPUs over tensor x pipeline x context (models::data_parallel_degree).
+  int replicas(const Search& s) const;
 
   // Submits the search's next rounds until one has a batch to simulate, or the search is done.
   void submit_round(std::size_t index);

@@ -98,6 +98,7 @@ BatchSizePlan plan_header(const PlanRequest& r, const PreparedScenario& prepared
     plan.comm_hook = r.scenario.parallelism->data.comm_hook;
     // FSDP2's CPU offload steps every shard on the host: reported as the optimizer on the CPU.
     if (const auto& fsdp = r.scenario.parallelism->data.fsdp; fsdp && fsdp->cpu_offload) plan.offload_optimizer = models::OptimizerOffloadSpec{};
+    if (const models::ParallelLayout& layout = r.scenario.parallelism->layout; !layout.is_data_parallel_only() || layout.sequence_parallel) plan.layout = layout;
   }
   return plan;
 }
@@ -123,6 +124,7 @@ void prepare_searches(Driver& d, int jobs, bool progress) {
       search.plan = u;
       search.strategy = s;
       search.phase = d.units[u].divisors.empty() ? Search::Phase::grow : Search::Phase::first;
+      search.every_divisor = d.units[u].every_divisor;
       d.searches.push_back(std::move(search));
     }
   }
@@ -175,7 +177,12 @@ std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, 
         throw InputError(fmt::format("{}: plan: target global batch {} is not a multiple of the {} GPUs of the parallelism section; expected a multiple of {}",
                                      r.scenario.source, *target, gpus, gpus));
       }
-      add_unit(r.scenario, {p, r.options.max_batch, true, 0, {}});
+      Unit unit{p, r.options.max_batch, true, 0, {}};
+      if (r.scenario.parallelism) {
+        const models::ParallelLayout& layout = r.scenario.parallelism->layout;
+        unit.model_parallel = !layout.is_data_parallel_only() || layout.sequence_parallel;
+      }
+      add_unit(r.scenario, unit);
       continue;
     }
     // The header (and any error of the scenario itself, once) from the scenario as written.

@@ -10,6 +10,42 @@
 #include "comptrain/sim/metrics/iteration_energy.hpp"
 
 namespace comptrain::sim::planner {
+namespace {
+
+// A pipeline layout's point: every stage replayed together (run_pipeline); its peaks are the
+// highest stage's, its communication and bubble the stage where they take longest. No I/O: the
+// pipeline replay does not run the loader or the checkpoint (sim/engine/pipeline_replay.hpp).
+void probe_pipeline(const PreparedScenario& prepared, const models::StrategySpec& spec, std::int64_t batch, PlanPoint& point, std::string& note) {
+  PipelineOutcome outcome = run_pipeline(prepared, spec, batch, Isolation::this_process);
+  if (const auto* not_applicable = std::get_if<models::NotApplicable>(&outcome)) {
+    point.inapplicable = true;
+    note = not_applicable->reason;
+    return;
+  }
+  const PipelineRun& run = std::get<PipelineRun>(outcome);
+  if (!run.result.fits()) {
+    point.out_of_memory = true;
+    point.peak_bytes = out_of_memory_peak(*run.result.out_of_memory);
+    return;
+  }
+  for (std::size_t p = 0; p < run.stages.size(); ++p) {
+    const SimulationResult& r = run.result.stages[p];
+    point.exact_peak_bytes = std::max(point.exact_peak_bytes, r.peak_bytes);
+    point.allocated_peak_bytes = std::max(point.allocated_peak_bytes, r.device.peak_allocated);
+    point.reserved_peak_bytes = std::max(point.reserved_peak_bytes, r.device.peak_reserved);
+    point.device_peak_bytes = std::max(point.device_peak_bytes, r.device.device_peak());
+    point.stall_seconds = std::max(point.stall_seconds, r.compute_stall_seconds);
+    point.host_wait_seconds = std::max(point.host_wait_seconds, r.host_wait_seconds);
+    const CommunicationTime communication = communication_time(run.stages[p].schedule, r);
+    point.collective_seconds = std::max(point.collective_seconds, communication.collective_seconds);
+    point.exposed_communication_seconds = std::max(point.exposed_communication_seconds, communication.exposed_seconds);
+    point.bubble_seconds = std::max(point.bubble_seconds, run.result.bubble_seconds[p]);
+  }
+  point.iteration_seconds = run.result.iteration_seconds;
+  point.mean_iteration_seconds = run.result.iteration_seconds;
+}
+
+}  // namespace
 
 std::string probe(const PreparedScenario& given, const models::StrategySpec& spec, std::int64_t batch, const ProbeIo& io, int steps) {
   std::optional<PreparedScenario> accumulating;
@@ -22,6 +58,10 @@ std::string probe(const PreparedScenario& given, const models::StrategySpec& spe
   ProbedPoint probed;
   PlanPoint& point = probed.point;
   point.batch = batch;
+  if (is_pipeline(prepared.scenario())) {
+    probe_pipeline(prepared, spec, batch, point, probed.note);
+    return wire::encode(probed);
+  }
   auto scheduled = schedule_run(prepared, spec, batch);
   if (const auto* not_applicable = std::get_if<models::NotApplicable>(&scheduled)) {
     point.inapplicable = true;

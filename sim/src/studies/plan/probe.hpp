@@ -48,7 +48,7 @@ namespace comptrain::sim {
 template <>
 struct wire::Codec<planner::ProbedPoint> {
   static constexpr std::string_view tag = "ProbedPoint";
-  static constexpr std::uint32_t version = 1;
+  static constexpr std::uint32_t version = 2;
   static void write(wire::Writer& w, const planner::ProbedPoint& probed) {
     const PlanPoint& p = probed.point;
     w.put(p.batch);
@@ -79,6 +79,7 @@ struct wire::Codec<planner::ProbedPoint> {
     w.put(p.checkpoint_seconds_per_iteration);
     w.put(p.checkpoint_stall_seconds);
     w.put(p.checkpoint_interval_for_target);
+    w.put(p.bubble_seconds);
     w.put_string(probed.note);
   }
   static planner::ProbedPoint read(wire::Reader& in) {
@@ -112,6 +113,7 @@ struct wire::Codec<planner::ProbedPoint> {
     p.checkpoint_seconds_per_iteration = in.get<double>();
     p.checkpoint_stall_seconds = in.get<double>();
     p.checkpoint_interval_for_target = in.get<int>();
+    p.bubble_seconds = in.get<double>();
     probed.note = in.get_string();
     return probed;
   }

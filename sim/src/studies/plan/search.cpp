@@ -8,7 +8,9 @@ namespace comptrain::sim::planner {
 std::vector<std::int64_t> next_round(Search& s, const std::vector<std::int64_t>& divisors, int probes_per_round, std::int64_t ceiling) {
   const auto width = static_cast<std::int64_t>(std::max(1, probes_per_round));
   std::vector<std::int64_t> out;
-  if (s.phase == Search::Phase::first) {
+  if (s.phase == Search::Phase::first && s.every_divisor) {
+    out = divisors;
+  } else if (s.phase == Search::Phase::first) {
     out.push_back(divisors.back());
   } else if (s.phase == Search::Phase::divisors) {
     for (std::ptrdiff_t i = 1; i <= width; ++i) {
@@ -52,7 +54,7 @@ void decide(Search& s, const std::vector<std::int64_t>& divisors) {
       s.lo_index = k;
       s.lo = b;
     }
-    s.phase = s.hi_index - s.lo_index <= 1 ? Search::Phase::done : Search::Phase::divisors;
+    s.phase = s.hi_index - s.lo_index <= 1 || s.every_divisor ? Search::Phase::done : Search::Phase::divisors;
     return;
   }
   std::sort(s.round.begin(), s.round.end());

@@ -26,6 +26,7 @@ struct Search {
   std::int64_t lo = 0;          // largest batch known to fit (0: none)
   std::int64_t hi = 0;          // smallest batch known not to fit (0: none yet)
   std::int64_t next_power = 1;  // growth: the next power of two to probe
+  bool every_divisor = false;   // first: every divisor in one round (Unit::model_parallel)
   std::vector<std::int64_t> round;
   std::size_t outstanding = 0;
   std::map<std::int64_t, PlanPoint> points;
@@ -43,6 +44,12 @@ struct Unit {
   // simulated with share / micro-batch accumulation steps.
   std::int64_t share = 0;
   std::vector<std::int64_t> divisors;
+  // A layout with tensor, pipeline or sequence parallelism: there is no one-GPU reference (one GPU
+  // cannot run the model the layout splits). In a layout search every micro-batch of `divisors` is
+  // simulated in one round (every_divisor): with pipelines the fastest is rarely the largest that
+  // fits (fewer micro-batches, a larger bubble).
+  bool model_parallel = false;
+  bool every_divisor = false;  // every micro-batch of `divisors` in one round (a layout search)
 };
 
 // The most micro-steps a probe simulates, as training.gradient_accumulation_steps allows

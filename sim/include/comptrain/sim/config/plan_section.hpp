@@ -76,8 +76,23 @@ struct PlanSection {
   // that the checkpoint interval may cost; the report gives the smallest interval meeting it (sim/io.hpp).
   std::optional<double> checkpoint_overhead;
   std::optional<EnergyBudget> energy_budget;  // plan.energy_budget
+  // The layout search (studies/plan.hpp, "Layout search"): plan.tensor and plan.pipeline, each a
+  // list of degrees or `all` (every degree that divides a node's GPUs, resp. the GPUs left,
+  // and no more pipeline stages than layers); plan.micro_batches, the micro-batches tried in
+  // each layout (default 1, 2 and 4, those that divide a replica's share of the global batch);
+  // plan.sequence_parallel, Megatron's sequence parallelism on every layout with tensor > 1
+  // (default true). Needs plan.target_global_batch. Empty lists: the scenario's own layout.
+  std::vector<int> tensor_degrees;
+  bool all_tensor_degrees = false;
+  std::vector<int> pipeline_degrees;
+  bool all_pipeline_degrees = false;
+  std::vector<std::int64_t> micro_batches;
+  bool sequence_parallel = true;
 
-  bool searches_clusters() const { return !cluster_sizes.empty() || !zero_stages.empty() || !offload_optimizer.empty() || !comm_hooks.empty(); }
+  bool searches_layouts() const { return all_tensor_degrees || all_pipeline_degrees || !tensor_degrees.empty() || !pipeline_degrees.empty(); }
+  bool searches_clusters() const {
+    return !cluster_sizes.empty() || !zero_stages.empty() || !offload_optimizer.empty() || !comm_hooks.empty() || searches_layouts();
+  }
 };
 
 }  // namespace comptrain::sim

@@ -114,6 +114,13 @@ PipelineOutcome run_pipeline(const PreparedScenario& prepared, const models::Str
 // Whether the scenario's layout has pipeline stages (run_pipeline runs it, not run_scenario).
 bool is_pipeline(const Scenario& scenario);
 
+// A lower bound on a rank's peak, from the trace alone: the bytes of the weights, gradients and
+// optimizer state of one rank of the layout's first stage (its most layers and the embedding;
+// models::stage_layers), at batch 1, with what the scenario's ZeRO stage shards over the
+// data-parallel ranks divided by them and the optimizer state left out where it is offloaded.
+// The planner's layout search leaves out a layout whose bound is over the limit (studies/plan.hpp).
+std::int64_t resident_state_bytes(const PreparedScenario& prepared);
+
 // The iteration time of the same per-GPU run on one GPU alone (the scenario without its
 // parallelism section), the reference of the scaling efficiency; nullopt for a one-GPU scenario
 // or when that run does not fit or does not apply.

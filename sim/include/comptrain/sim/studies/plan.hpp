@@ -64,6 +64,7 @@
 #include <string_view>
 #include <vector>
 
+#include "comptrain/models/parallel_layout.hpp"
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/sim/core/bottleneck.hpp"
 #include "comptrain/sim/engine/collectives.hpp"
@@ -98,10 +99,12 @@ struct PlanOptions {
 //   checkpoint      the checkpoint's cost per iteration >= bottleneck_share of the mean iteration (and
 //                   >= the exposed collectives' and the host's shares)
 //   network         exposed collective time >= bottleneck_share of the iteration (and >= the host's)
+//   bubble          a pipeline layout's stages wait for each other (the bubble) >= bottleneck_share
+//                   of the iteration, and longer than the exposed collectives and the host
 //   host            the compute stream idle waiting for the launching thread >= bottleneck_share
 //   compute         none of these: the GPU's work (and any copies it waits for) sets the pace
 //   not_applicable  the strategy applies at no batch tried; failed: the simulations failed
-enum class PlanLimit { memory, network, host, compute, not_applicable, failed, loader, storage, checkpoint, energy_budget };
+enum class PlanLimit { memory, network, host, compute, not_applicable, failed, loader, storage, checkpoint, energy_budget, bubble };
 std::string_view to_string(PlanLimit limit);
 
 // One simulated point.
@@ -136,6 +139,9 @@ struct PlanPoint {
   double checkpoint_seconds_per_iteration = 0;  // the checkpoint's cost averaged over its interval
   double checkpoint_stall_seconds = 0;          // per checkpoint
   int checkpoint_interval_for_target = 0;       // the smallest interval within plan.checkpoint_overhead (0: none asked or found)
+  // A pipeline layout's: the most any stage's compute stream sat waiting for a receive between its
+  // first and last compute task (sim/engine/pipeline_replay.hpp); 0 without pipeline stages.
+  double bubble_seconds = 0;
 };
 
 struct StrategyPlan {
@@ -179,6 +185,7 @@ struct ClusterCandidate {
   int zero_stage = 0;   // 0: PyTorch DDP
   std::optional<models::OptimizerOffloadSpec> offload_optimizer;  // where the optimizer steps; nullopt: the GPU
   models::DdpCommHook comm_hook = models::DdpCommHook::none;       // DDP's communication hook
+  std::optional<models::ParallelLayout> layout;  // a layout search's layout; nullopt: data parallelism only
   StrategyPlan plan;
   bool fits() const { return plan.best_batch.has_value(); }
   bool accumulation_estimated() const { return plan.accumulation_steps > 1 && !plan.accumulation_simulated; }
@@ -189,6 +196,7 @@ struct ClusterSearch {
   std::vector<int> zero_stages;
   std::vector<std::optional<models::OptimizerOffloadSpec>> offload_optimizer;  // as planned (plan.offload_optimizer)
   std::vector<models::DdpCommHook> comm_hooks;  // as planned (plan.comm_hooks)
+  bool layouts = false;                         // plan.tensor or plan.pipeline: a layout search
   std::vector<ClusterCandidate> candidates;  // by size, then stage, then optimizer place, then strategy
   std::optional<std::size_t> fastest;        // the highest global samples/s among those that fit
   std::vector<std::string> notes;
@@ -215,6 +223,7 @@ struct BatchSizePlan {
   bool fsdp = false;  // parallelism.fsdp: PyTorch FSDP2 (zero_stage 3), for every configuration of the plan
   std::optional<models::OptimizerOffloadSpec> offload_optimizer;  // where the optimizer steps (parallelism section); nullopt: the GPU
   models::DdpCommHook comm_hook = models::DdpCommHook::none;       // parallelism.ddp.comm_hook
+  std::optional<models::ParallelLayout> layout;  // the parallelism section's model-parallel layout; nullopt: data parallelism only
   std::vector<StrategyPlan> strategies;       // empty for a cluster search
   std::optional<ClusterSearch> cluster_search;  // the scenario has plan.gpus, plan.nodes or plan.zero_stages
   // The scenario has a data: or checkpoint: section: fitting points carry the I/O simulation.
@@ -248,7 +257,9 @@ std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, 
 const PlanPoint* point_at(const StrategyPlan& s, std::int64_t batch);
 // "8 GPUs (1 node x 8)";
 std::string describe_shape(ClusterShape shape);
-// the data-parallel mode in the planner's short form ("DDP", "ZeRO-2", "FSDP2").
+// the data-parallel mode in the planner's short form ("DDP", "ZeRO-2", "FSDP2");
 std::string data_parallel_name(int zero_stage, bool fsdp);
+// a layout on `gpus` in the planner's short form: "TP 8 (SP) x PP 4 x DP 2" (CP and EP where > 1).
+std::string describe_layout(const models::ParallelLayout& layout, int gpus);
 
 }  // namespace comptrain::sim

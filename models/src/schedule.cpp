@@ -20,6 +20,7 @@ std::string_view to_string(Stream stream) {
     case Stream::comm: return "comm";
     case Stream::host: return "host";
     case Stream::p2p: return "p2p";
+    case Stream::context: return "context";
   }
   return "unknown";
 }

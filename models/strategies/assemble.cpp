@@ -152,6 +152,14 @@ class Assembler {
         task.kind = TaskKind::collective;
         task.collective = CollectiveKind::all_gather;
         task.bytes = bytes_of(op.outputs);  // the whole output; each rank gives 1/p
+        if (op.communication->ring > 0) {
+          // Context parallelism's ring exchange (traces::Communication::ring): the outputs are the
+          // receive buffers, one block each, and every block passes ring - 1 hops -- an
+          // all_gather's traffic whose whole is ring blocks -- on the context stream beside the
+          // attention op after it (emit() gives it its waits).
+          task.bytes = bytes_of(op.outputs) * op.communication->ring;
+          task.stream = Stream::context;
+        }
         return;
       case traces::CommunicationKind::send:
       case traces::CommunicationKind::recv: {
@@ -526,6 +534,28 @@ class Assembler {
             p2p_after[j].push_back(compute_id[c]);
             break;
           }
+        }
+      }
+    }
+    // A ring exchange on the context stream (make_communication) starts when the compute task
+    // before it has ended (it sends the K and V that task left) and runs beside the compute task
+    // after it (the attention kernel, which works on the blocks in hand while the next ones
+    // move); the compute task after that one waits for the ring's end. The ring's time beyond the
+    // attention's is thus exposed, the rest hidden (sim/metrics/communication_time.hpp).
+    for (std::size_t c = 0; c < compute_.size(); ++c) {
+      if (compute_[c].stream != Stream::context) continue;
+      for (std::size_t j = c; j-- > 0;) {
+        if (compute_[j].stream == Stream::compute) {
+          p2p_after[c].push_back(compute_id[j]);
+          break;
+        }
+      }
+      int seen = 0;
+      for (std::size_t j = c + 1; j < compute_.size(); ++j) {
+        if (compute_[j].stream != Stream::compute) continue;
+        if (++seen == 2) {
+          p2p_after[j].push_back(compute_id[c]);
+          break;
         }
       }
     }

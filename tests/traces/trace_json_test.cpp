@@ -476,6 +476,28 @@ TEST(TraceJson, CommunicationRoundTrips) {
   EXPECT_THROW(Trace("tp-rank", 2, plain, missing), traces::TraceError);
 }
 
+// A ring exchange (context parallelism's, traces::Communication::ring) keeps its ring through a
+// round trip; a ring below 2 ranks or on another kind than all_gather is an error, in code and in
+// a file.
+TEST(TraceJson, RingRoundTripsAndIsCheckedOnAllGatherOnly) {
+  using enum TensorRole;
+  const auto make = [](traces::Communication communication) {
+    std::vector<Tensor> tensors{make_tensor(1, "kv", {2, 4}, input, 0), make_tensor(2, "kv.ring.recv", {2, 4}, temporary, 0)};
+    std::vector<Op> ops{make_op(10, "kv.ring", Phase::forward, OpKind::communication, {0}, {1}, {}, {0, 16}, {0, 16})};
+    ops[0].communication = communication;
+    return Trace("cp-rank", 2, std::move(tensors), std::move(ops));
+  };
+  const Trace ring = make({traces::CommunicationKind::all_gather, traces::ParallelGroup::context, 4});
+  const std::string text = trace_to_json(ring);
+  EXPECT_THAT(text, HasSubstr(R"("communication": {"kind": "all_gather", "group": "context", "ring": 4})"));
+  EXPECT_EQ(trace_from_json(text, "t.json"), ring);
+  EXPECT_THROW(make({traces::CommunicationKind::all_reduce, traces::ParallelGroup::context, 4}), traces::TraceError);
+  EXPECT_THROW(make({traces::CommunicationKind::all_gather, traces::ParallelGroup::context, 1}), traces::TraceError);
+  std::string bad = text;
+  bad.replace(bad.find(R"("ring": 4)"), 9, R"("ring": 1)");
+  EXPECT_THROW(trace_from_json(bad, "t.json"), InputError);
+}
+
 TEST(TraceJson, FormatDocumentExampleParses) {
   const std::string doc = read_file(kDataDir / ".." / ".." / "traces" / "FORMAT.md");
   const std::size_t heading = doc.find("## A complete example");

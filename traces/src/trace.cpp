@@ -294,6 +294,12 @@ void check_communication(const Op& op, std::size_t o) {
     throw TraceError(op_path(o) + "/communication", describe(op) + " is of kind " + std::string(to_string(op.kind)) +
                                                         "; only ops of kind communication have a communication");
   }
+  if (op.communication && op.communication->ring != 0 &&
+      (op.communication->ring < 2 || op.communication->kind != CommunicationKind::all_gather)) {
+    throw TraceError(op_path(o) + "/communication/ring", describe(op) + " has ring " + std::to_string(op.communication->ring) + " on a " +
+                                                             std::string(to_string(op.communication->kind)) +
+                                                             "; expected a ring of >= 2 ranks on an all_gather, or none");
+  }
 }
 
 // Ops: references in range, one writer per tensor; producers and consumers derived.

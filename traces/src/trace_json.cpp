@@ -693,8 +693,8 @@ class TraceReader {
   }
 
   Communication read_communication(const json& value, const std::string& path) const {
-    expect_object(value, path, "an object {\"kind\", \"group\"}");
-    check_fields(value, path, {"kind", "group"});
+    expect_object(value, path, "an object {\"kind\", \"group\"[, \"ring\"]}");
+    check_fields(value, path, {"kind", "group", "ring"});
     Communication communication;
     communication.kind =
         as_vocabulary<CommunicationKind>(required(value, path, "kind", "a communication kind"), child(path, "kind"),
@@ -702,6 +702,7 @@ class TraceReader {
     communication.group =
         as_vocabulary<ParallelGroup>(required(value, path, "group", "a parallel group"), child(path, "group"),
                                      "parallel group", parse_parallel_group, all_parallel_groups());
+    if (const json* ring = optional(value, "ring")) communication.ring = as_int64(*ring, child(path, "ring"), 2);
     return communication;
   }
 
@@ -1040,6 +1041,11 @@ class TraceWriter {
       separator();
       key("group");
       string(to_string(op.communication->group), "");
+      if (op.communication->ring > 0) {
+        separator();
+        key("ring");
+        out_ += std::to_string(op.communication->ring);
+      }
       out_ += '}';
     }
     out_ += '}';

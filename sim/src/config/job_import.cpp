@@ -40,6 +40,7 @@ struct JobDescription {
   int gpus_per_node = 1;
   int tensor = 1, pipeline = 1, context = 1, expert = 1, virtual_stages = 1;
   bool sequence_parallel = false;
+  std::string context_comm;  // parallelism.context_parallel_comm under context > 1: ring | all_gather
   std::string pipeline_schedule = "1f1b";
   std::optional<int> zero_stage;      // Megatron's distributed optimizer: 1
   std::optional<std::string> fsdp;    // torchtitan: FSDP2's reshard_after_forward
@@ -108,6 +109,7 @@ std::string write_scenario(const JobDescription& job, const std::string& source,
                                    {"expert", job.expert}, {"virtual_stages", job.virtual_stages}}) {
     if (value > 1) out << YAML::Key << key << YAML::Value << value;
   }
+  if (job.context > 1 && !job.context_comm.empty()) out << YAML::Key << "context_parallel_comm" << YAML::Value << job.context_comm;
   if (job.sequence_parallel) out << YAML::Key << "sequence_parallel" << YAML::Value << true;
   if (job.pipeline > 1) out << YAML::Key << "pipeline_schedule" << YAML::Value << job.pipeline_schedule;
   if (job.zero_stage) out << YAML::Key << "zero" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "stage" << YAML::Value << *job.zero_stage << YAML::EndMap;
@@ -368,6 +370,14 @@ ImportedScenario import_megatron_arguments(std::string_view text, const std::str
   job.micro_batch = args.integer("micro-batch-size").value_or(1);
   job.pipeline = static_cast<int>(args.integer("pipeline-model-parallel-size", 1, 1'000'000).value_or(1));
   job.context = static_cast<int>(args.integer("context-parallel-size", 1, 1'000'000).value_or(1));
+  // --cp-comm-type (megatron/training/arguments.py:3221-3226 at NVIDIA/Megatron-LM@d98e8a6): p2p,
+  // the default, is Transformer Engine's ring; allgather the all-gather. a2a and a2a+p2p (Ulysses)
+  // are not modelled.
+  const std::string cp_comm = args.text("cp-comm-type").value_or("p2p");
+  if (cp_comm != "p2p" && cp_comm != "allgather") {
+    args.fail_on("cp-comm-type", "is '" + cp_comm + "'; expected p2p (the ring) or allgather; a2a and a2a+p2p (Ulysses) are not modelled");
+  }
+  job.context_comm = cp_comm == "p2p" ? "ring" : "all_gather";
   job.expert = static_cast<int>(args.integer("expert-model-parallel-size", 1, 1'000'000).value_or(1));
   job.tensor = tensor;
   job.sequence_parallel = args.flag("sequence-parallel");
@@ -545,6 +555,14 @@ ImportedScenario import_torchtitan_toml(std::string_view text, const std::string
   job.tensor = static_cast<int>(toml.integer("parallelism", "tensor_parallel_degree", 1, 1, 1'000'000));
   job.pipeline = static_cast<int>(toml.integer("parallelism", "pipeline_parallel_degree", 1, 1, 1'000'000));
   job.context = static_cast<int>(toml.integer("parallelism", "context_parallel_degree", 1, 1, 1'000'000));
+  // PyTorch's context_parallel rotates K,V by all-gather unless told otherwise (torch/distributed/
+  // tensor/experimental/_attention.py; shared/reference/parallelism.md §3), torchtitan's
+  // context_parallel_rotate_method "allgather"; "alltoall" passes the blocks around, imported as the ring.
+  const std::string rotate = toml.get<std::string>("parallelism", "context_parallel_rotate_method").value_or("allgather");
+  if (rotate != "allgather" && rotate != "alltoall") {
+    toml.fail("parallelism", "context_parallel_rotate_method", "is '" + rotate + "'; expected allgather or alltoall");
+  }
+  job.context_comm = rotate == "allgather" ? "all_gather" : "ring";
   job.expert = static_cast<int>(toml.integer("parallelism", "expert_parallel_degree", 1, 1, 1'000'000));
   job.sequence_parallel = job.tensor > 1;  // torchtitan's TP plan shards the norms' sequence (parallelize.py)
   if (job.pipeline > 1) {

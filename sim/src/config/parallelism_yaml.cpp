@@ -8,6 +8,7 @@
 
 #include "comptrain/models/module_pattern.hpp"
 #include "comptrain/models/parallel_layout.hpp"
+#include "comptrain/zoo/zoo.hpp"
 
 namespace comptrain::sim {
 
@@ -15,7 +16,7 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
   require_map(node, "parallelism");
   check_keys(node, "parallelism",
              {"nodes", "gpus_per_node", "ddp", "zero", "fsdp", "tensor", "pipeline", "context", "expert", "virtual_stages", "sequence_parallel",
-              "pipeline_schedule", "pipeline_layers"});
+              "pipeline_schedule", "pipeline_layers", "context_parallel_comm"});
   ParallelismSection p;
   // At most 1,000,000 GPUs: far beyond any machine, and nodes x GPUs stays an int.
   constexpr std::int64_t kMaxGpus = 1'000'000;
@@ -193,8 +194,24 @@ void ScenarioReader::read_layout(const YAML::Node& node, ParallelismSection& p) 
   degree("context", layout.context);
   degree("expert", layout.expert);
   degree("virtual_stages", layout.virtual_stages);
-  for (const char* key : {"sequence_parallel", "pipeline_schedule", "pipeline_layers"}) {
+  for (const char* key : {"sequence_parallel", "pipeline_schedule", "pipeline_layers", "context_parallel_comm"}) {
     p.layout_positions[key] = where(node[key] ? node[key].Mark() : node.Mark());
+  }
+  if (const YAML::Node comm = node["context_parallel_comm"]) {
+    // Megatron-LM's --cp-comm-type names p2p and allgather are accepted too
+    // (megatron/training/arguments.py:3221-3226 at NVIDIA/Megatron-LM@d98e8a6); a2a (Ulysses) is not modelled.
+    const std::string name = scalar(comm, "parallelism.context_parallel_comm");
+    const auto parsed = zoo::parse_context_parallel_variant(name);
+    if (!parsed) {
+      throw InputError(where(comm.Mark()) + "'parallelism.context_parallel_comm' is '" + name +
+                       "'; expected ring (Transformer Engine's ring, Megatron's p2p, the default) or all_gather (Llama 3's; Megatron's "
+                       "allgather)");
+    }
+    layout.context_all_gather = *parsed == zoo::ContextParallelSpec::Variant::all_gather;
+    if (layout.context == 1) {
+      throw InputError(where(comm.Mark()) + "'parallelism.context_parallel_comm' chooses context parallelism's exchange, and "
+                                            "'parallelism.context' is 1; expected context > 1, or no context_parallel_comm");
+    }
   }
   if (const YAML::Node sp = node["sequence_parallel"]) layout.sequence_parallel = boolean(sp, "parallelism.sequence_parallel");
   if (const YAML::Node schedule = node["pipeline_schedule"]) {

@@ -444,8 +444,19 @@ class Replay {
         if (replay_.placement_.stage < 0) {
           replay_.network_->run_collective(*task.collective, task.bytes, task.groups);
         } else {
+          // Folded (pipeline_replay.hpp): only the block of size x stride ranks that holds the
+          // representative's group runs -- its own group and the groups interleaved with it (the
+          // other rails of the same nodes, which share those nodes' links with it). The stage's
+          // other blocks run the same collective on other nodes at the same time; like the other
+          // nodes' pipeline transfers, their flows are not simulated (they would share the
+          // network's upper levels only). Every-rank groups (size 0) run the whole stage.
+          int ranks = replay_.placement_.ranks;
+          if (!task.groups.every_rank()) {
+            const long long block = static_cast<long long>(task.groups.size) * task.groups.stride;
+            if (block < ranks) ranks = static_cast<int>(block);
+          }
           replay_.network_->run_collective(*task.collective, task.bytes, task.groups,
-                                           ClusterNetwork::RankRange{replay_.placement_.first_rank, replay_.placement_.ranks});
+                                           ClusterNetwork::RankRange{replay_.placement_.first_rank, ranks});
         }
         return;
       }

@@ -54,6 +54,12 @@ traces::Trace build_zoo_trace(const Scenario& scenario, std::int64_t batch, std:
   if (scenario.parallelism && scenario.parallelism->layout.tensor > 1) {
     request.tensor_parallel = zoo::TensorParallelSpec{scenario.parallelism->layout.tensor, scenario.parallelism->layout.sequence_parallel};
   }
+  if (scenario.parallelism && scenario.parallelism->layout.context > 1) {
+    // One context-parallel rank: seq_len / C tokens, its K,V exchange over the context group.
+    request.context_parallel = zoo::ContextParallelSpec{
+        scenario.parallelism->layout.context,
+        scenario.parallelism->layout.context_all_gather ? zoo::ContextParallelSpec::Variant::all_gather : zoo::ContextParallelSpec::Variant::ring};
+  }
   try {
     return zoo::build_model(request);
   } catch (const InputError& e) {
@@ -61,8 +67,13 @@ traces::Trace build_zoo_trace(const Scenario& scenario, std::int64_t batch, std:
   } catch (const std::invalid_argument& e) {
     // The zoo's tensor-parallel rules (a family it does not shard, an MLP width the degree does
     // not divide) are the layout's error.
-    if (!request.tensor_parallel && !request.pipeline_stage) throw;
-    throw InputError(layout_place(scenario, request.tensor_parallel ? "tensor" : "pipeline") + e.what());
+    if (!request.tensor_parallel && !request.pipeline_stage && !request.context_parallel) throw;
+    const std::string_view message = e.what();
+    throw InputError(layout_place(scenario, message.starts_with("context_parallel") ? "context"
+                                            : request.tensor_parallel             ? "tensor"
+                                            : request.context_parallel            ? "context"
+                                                                                  : "pipeline") +
+                     e.what());
   }
 }
 
@@ -200,10 +211,15 @@ void PreparedScenario::check_model_layout() const {
                                                   "ZeRO-1 (Megatron-LM's distributed optimizer) or DDP, which reduce once per iteration",
                                                   p.data.zero_stage));
   }
-  for (const auto& [field, degree] : {std::pair<const char*, int>{"context", layout.context}, {"expert", layout.expert}}) {
-    if (degree > 1) {
-      throw InputError(at(field) + fmt::format("is {}; this degree is read and checked but its replay is not written yet; expected 1", degree));
-    }
+  if (layout.expert > 1) {
+    throw InputError(at("expert") + fmt::format("is {}; this degree is read and checked but its replay is not written yet; expected 1", layout.expert));
+  }
+  // Context parallelism: each rank holds seq_len / C tokens, which sequence parallelism splits
+  // again over the T tensor-parallel ranks (check_layout has checked that 2C divides seq_len).
+  if (layout.context > 1 && layout.sequence_parallel && d.seq_len > 0 && (d.seq_len / layout.context) % layout.tensor != 0) {
+    throw InputError(at("context") + fmt::format("the {} tokens of a context-parallel rank ({} / {}) do not split over the {} tensor-parallel ranks "
+                                                 "of sequence parallelism; expected tensor x 2 x context to divide the sequence length",
+                                                 d.seq_len / layout.context, d.seq_len, layout.context, layout.tensor));
   }
 }
 

@@ -169,6 +169,32 @@ TEST(TorchtitanImport, FsdpShardsOverTheDataParallelRanks) {
   EXPECT_EQ(s.strategy.name, "full-recompute");  // torchtitan's default mode, selective, imported as full
 }
 
+// Context parallelism's exchange: Megatron's --cp-comm-type (p2p, the default: the ring;
+// allgather), torchtitan's context_parallel_rotate_method (allgather, PyTorch's default; alltoall:
+// the ring); Ulysses refused.
+TEST(JobImport, ContextParallelExchange) {
+  std::string megatron = kLlama70b;
+  megatron.replace(megatron.find("--lr 3e-4"), 9, "--context-parallel-size 2");
+  megatron.replace(megatron.find("--nnodes 4"), 10, "--nnodes 8");
+  const Scenario ring = read_back(import_megatron_arguments(megatron, "job.sh", on("dgx-h100-superpod")));
+  EXPECT_EQ(ring.parallelism->layout.context, 2);
+  EXPECT_FALSE(ring.parallelism->layout.context_all_gather);
+  std::string allgather = megatron;
+  allgather.replace(allgather.find("--context-parallel-size 2"), 25, "--context-parallel-size 2 --cp-comm-type allgather");
+  EXPECT_TRUE(read_back(import_megatron_arguments(allgather, "job.sh", on("dgx-h100-superpod"))).parallelism->layout.context_all_gather);
+  std::string ulysses = megatron;
+  ulysses.replace(ulysses.find("--context-parallel-size 2"), 25, "--context-parallel-size 2 --cp-comm-type a2a");
+  EXPECT_THAT(megatron_error(ulysses), HasSubstr("cp-comm-type is 'a2a'"));
+
+  JobImportOptions options = on("dgx-h100-superpod");
+  options.gpus_per_node = 8;
+  const std::string toml = "[model]\nflavor = \"8B\"\n[training]\nlocal_batch_size = 2\nseq_len = 8192\n[parallelism]\ncontext_parallel_degree = 2\n";
+  EXPECT_TRUE(read_back(import_torchtitan_toml(toml, "job.toml", options)).parallelism->layout.context_all_gather);
+  EXPECT_FALSE(read_back(import_torchtitan_toml(toml + "context_parallel_rotate_method = \"alltoall\"\n", "job.toml", options))
+                   .parallelism->layout.context_all_gather);
+  EXPECT_THAT(torchtitan_error(toml + "context_parallel_rotate_method = \"ring\"\n"), HasSubstr("context_parallel_rotate_method is 'ring'"));
+}
+
 TEST(TorchtitanImport, BadKeysAreErrorsAtTheirLines) {
   EXPECT_THAT(torchtitan_error("[model]\nname = \"llama3\"\nflavor = \"9B\"\n"), HasSubstr("job.toml:3: [model] flavor is '9B'"));
   EXPECT_THAT(torchtitan_error("[model]\nflavor = \"8B\"\n[training]\nseq_len = \"long\"\n"), HasSubstr("job.toml:4: [training] seq_len has the wrong type"));

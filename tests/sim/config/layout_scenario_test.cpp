@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/scenario_error.hpp"
 #include "comptrain/sim/config/scenario.hpp"
@@ -74,7 +76,6 @@ TEST(LayoutScenario, EachRuleIsAnErrorAtItsKey) {
   EXPECT_THAT(prepare(kLlama3, "  gpus_per_node: 8\n  sequence_parallel: true\n"), HasSubstr("s.yaml:6:22: parallelism.sequence_parallel: "));
   EXPECT_THAT(prepare(kLlama3, "  gpus_per_node: 8\n  pipeline: 2\n  virtual_stages: 2\n  pipeline_schedule: 1f1b\n"),
               HasSubstr("parallelism.virtual_stages: "));
-  EXPECT_THAT(prepare(kLlama3, "  gpus_per_node: 8\n  context: 3\n"), HasSubstr("parallelism.context: "));
   // The interleaved schedule runs the micro-batches in groups of P (Megatron's assertion).
   EXPECT_THAT(prepare(kLlama3, "  gpus_per_node: 8\n  pipeline: 2\n  virtual_stages: 2\n", 3),
               AllOf(HasSubstr("parallelism.pipeline_schedule: "), HasSubstr("gradient_accumulation_steps is 3; expected a multiple of 2")));
@@ -88,8 +89,40 @@ TEST(LayoutScenario, SeveralBrokenRulesAreAllReported) {
   EXPECT_THAT(message, AllOf(HasSubstr("parallelism.tensor: "), HasSubstr("parallelism.pipeline: ")));
 }
 
+// Context parallelism's rules, each at its key's line: 2C divides the sequence (load-balanced
+// chunks); under sequence parallelism T divides a rank's seq_len / C tokens; the exchange's name.
+TEST(LayoutScenario, ContextParallelRulesAreErrorsAtTheirKeys) {
+  EXPECT_EQ(prepare(kLlama3, "  gpus_per_node: 8\n  context: 2\n"), "prepared");
+  EXPECT_EQ(prepare(kLlama3, "  gpus_per_node: 8\n  tensor: 2\n  sequence_parallel: true\n  context: 4\n  context_parallel_comm: all_gather\n"),
+            "prepared");
+  // 4096 tokens: 2 x 3 = 6 does not divide them.
+  EXPECT_THAT(prepare(kLlama3, "  gpus_per_node: 8\n  context: 3\n"),
+              AllOf(HasSubstr("s.yaml:6:12: parallelism.context: "), HasSubstr("2 x 3 = 6 does not divide the sequence length 4096")));
+  // 48 tokens over C 8: 2 x 8 divides them, but a rank's 6 do not split over T 4.
+  EXPECT_THAT(prepare("hf_config: hf-configs/llama-3-8b.json, seq_len: 48", "  gpus_per_node: 8\n  nodes: 4\n  tensor: 4\n  sequence_parallel: true\n  context: 8\n"),
+              AllOf(HasSubstr("s.yaml:9:12: parallelism.context: "), HasSubstr("the 6 tokens of a context-parallel rank (48 / 8) do not split over the 4 tensor-parallel ranks")));
+  // Without sequence parallelism the same layout is fine.
+  EXPECT_EQ(prepare("hf_config: hf-configs/llama-3-8b.json, seq_len: 48", "  gpus_per_node: 8\n  nodes: 4\n  tensor: 4\n  context: 8\n"), "prepared");
+  EXPECT_THAT(test_support::scenario_error("model: {zoo: gpt}\nparallelism:\n  context: 2\n  context_parallel_comm: a2a\n"),
+              HasSubstr("s.yaml:4:26: 'parallelism.context_parallel_comm' is 'a2a'; expected ring"));
+  EXPECT_THAT(test_support::scenario_error("model: {zoo: gpt}\nparallelism:\n  context_parallel_comm: ring\n"),
+              HasSubstr("s.yaml:3:26: 'parallelism.context_parallel_comm' chooses context parallelism's exchange, and 'parallelism.context' is 1"));
+}
+
+TEST(LayoutScenario, ContextParallelCommTakesMegatronsNames) {
+  for (const auto& [name, all_gather] : {std::pair<std::string, bool>{"ring", false}, {"p2p", false}, {"all_gather", true}, {"allgather", true}}) {
+    const Scenario s = parse_scenario("model: {zoo: gpt}\ntraining: {batch_size: 1}\nplatform: dgx-h100-superpod\n"
+                                      "parallelism: {gpus_per_node: 8, context: 2, context_parallel_comm: " + name + "}\n",
+                                      "s.yaml", ".");
+    EXPECT_EQ(s.parallelism->layout.context_all_gather, all_gather) << name;
+  }
+  const Scenario plain = parse_scenario("model: {zoo: gpt}\ntraining: {batch_size: 1}\nplatform: dgx-h100-superpod\nparallelism: {gpus_per_node: 8, context: 2}\n",
+                                        "s.yaml", ".");
+  EXPECT_FALSE(plain.parallelism->layout.context_all_gather);  // the ring by default, as Megatron's p2p
+}
+
 TEST(LayoutScenario, AValidLayoutWithoutItsReplayIsRefusedNotIgnored) {
-  EXPECT_THAT(prepare(kLlama3, "  gpus_per_node: 8\n  context: 2\n"), HasSubstr("parallelism.context: is 2; this degree is read and checked but its replay is not written yet"));
+  EXPECT_THAT(prepare(kMixtral, "  gpus_per_node: 8\n  expert: 8\n"), HasSubstr("parallelism.expert: is 8; this degree is read and checked but its replay is not written yet"));
   EXPECT_EQ(prepare(kLlama3, "  gpus_per_node: 8\n  tensor: 8\n"), "prepared");
   EXPECT_EQ(prepare(kLlama3, "  gpus_per_node: 8\n"), "prepared");
 }

@@ -173,3 +173,85 @@ TEST(PipelineRun, OtherCommandsRefusePipelineLayouts) {
 
 }  // namespace
 }  // namespace comptrain::sim
+
+namespace comptrain::sim {
+namespace {
+
+// Context parallelism through the run layer: a 2-layer gpt with flash attention over 8192 tokens,
+// one rank of C context-parallel ranks (D = GPUs / (T x C)).
+Scenario context_parallel_gpt(const std::string& parallelism) {
+  return parse_scenario("model: {zoo: gpt, layers: 2, hidden: 512, heads: 8, seq_len: 8192, vocab: 1024, attention: flash}\n"
+                        "training: {batch_size: 1, precision: mixed, optimizer: adam}\nplatform: dgx-a100-superpod\nparallelism: " +
+                            parallelism + "\n",
+                        "s.yaml", test_support::kShippedScenarios);
+}
+
+// The ring's collectives run over the context groups ({C, T}: C ranks T apart) on the context
+// stream, the all-gather's on the compute stream; the gradients reduce over D x C ranks
+// (Megatron's DP x CP group: distributed_data_parallel.py:148-149, shared/reference/parallelism.md §3).
+TEST(ContextParallelRun, CollectivesRunOverTheContextAndDataContextGroups) {
+  for (const bool all_gather : {false, true}) {
+    SCOPED_TRACE(all_gather ? "all_gather" : "ring");
+    const PreparedScenario prepared(context_parallel_gpt(std::string("{gpus_per_node: 8, tensor: 2, context: 2") +
+                                                         (all_gather ? ", context_parallel_comm: all_gather}" : "}")));
+    EXPECT_EQ(prepared.data_parallel_ranks(), 2);  // 8 / (T 2 x C 2): the batch's ranks
+    const auto scheduled = schedule_run(prepared, prepared.scenario().strategy, 1);
+    const models::Schedule& schedule = std::get<ScheduledRun>(scheduled).schedule;
+    int context = 0, data = 0;
+    for (const models::Task& task : schedule.tasks) {
+      if (task.kind != TaskKind::collective) continue;
+      if (task.over == ParallelGroup::context) {
+        ++context;
+        EXPECT_EQ(task.groups, (RankGroups{2, 2}));
+        EXPECT_EQ(task.stream, all_gather ? models::Stream::compute : models::Stream::context);
+      } else if (task.over == ParallelGroup::data) {
+        ++data;
+        EXPECT_EQ(task.groups, (RankGroups{4, 2}));  // D x C = 4 ranks with the same tensor index, T apart
+      }
+    }
+    // Per layer: ring forward and backward (2), or gather, gather again and reduce-scatter (3).
+    EXPECT_EQ(context, all_gather ? 2 * 3 : 2 * 2);
+    EXPECT_GT(data, 0);
+  }
+}
+
+// One rank of C = 4 against the whole sequence on one GPU. Its FLOPs are exactly 1/4 of the
+// whole's (tests/zoo/context_parallel_test.cpp) and the op-time model gives a smaller kernel no
+// better rate, so its iteration takes at least a quarter of the whole's. On top come the K,V
+// exchange (per layer forward 3 blocks of 2 x 2048 x 512 x 2 B = 4 MiB over NVLink, backward
+// twice that, plus the all-gather variant's reduce-scatter) and the gradients' all-reduce over the
+// 4 ranks (13 MiB): tenths of a millisecond against the whole's ~7 ms, so under 0.6 of it. Its
+// activations are a quarter: the peak is lower. The ring runs beside the attention, so part of it
+// is hidden and the ring rank is faster than the all-gather rank, whose exchange is all exposed.
+TEST(ContextParallelRun, ARankOfFourTakesAQuarterToSixTenthsOfTheWholeAndHidesPartOfItsRing) {
+  const PreparedScenario whole(context_parallel_gpt("{gpus_per_node: 1}"));
+  const PreparedScenario ring(context_parallel_gpt("{gpus_per_node: 4, context: 4}"));
+  const PreparedScenario gather(context_parallel_gpt("{gpus_per_node: 4, context: 4, context_parallel_comm: all_gather}"));
+  const RunOutcome w = run_scenario(whole, whole.scenario().strategy, 1, Isolation::child_process);
+  const RunOutcome r = run_scenario(ring, ring.scenario().strategy, 1, Isolation::child_process);
+  const RunOutcome g = run_scenario(gather, gather.scenario().strategy, 1, Isolation::child_process);
+  const CompletedRun& one = std::get<CompletedRun>(w);
+  const CompletedRun& rank = std::get<CompletedRun>(r);
+  const CompletedRun& gathered = std::get<CompletedRun>(g);
+  ASSERT_TRUE(one.result.fits() && rank.result.fits() && gathered.result.fits());
+  const double t1 = one.result.iteration_seconds;
+  for (const CompletedRun* run : {&rank, &gathered}) {
+    EXPECT_GE(run->result.iteration_seconds, 0.25 * t1);
+    EXPECT_LT(run->result.iteration_seconds, 0.6 * t1);
+    EXPECT_LT(run->result.peak_bytes, one.result.peak_bytes);
+  }
+  const auto context = [](const CompletedRun& run) {
+    return communication_time(run.scheduled.schedule, run.result).by_group[static_cast<std::size_t>(ParallelGroup::context)];
+  };
+  const auto ring_time = context(rank);
+  EXPECT_EQ(ring_time.collectives, 2 * 2);
+  EXPECT_GT(ring_time.collective_seconds, 0);
+  EXPECT_LT(ring_time.exposed_seconds, ring_time.collective_seconds);
+  const auto gather_time = context(gathered);
+  EXPECT_EQ(gather_time.collectives, 2 * 3);
+  EXPECT_DOUBLE_EQ(gather_time.exposed_seconds, gather_time.collective_seconds);
+  EXPECT_LT(rank.result.iteration_seconds, gathered.result.iteration_seconds);
+}
+
+}  // namespace
+}  // namespace comptrain::sim

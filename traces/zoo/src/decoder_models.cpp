@@ -217,7 +217,10 @@ Value decoder_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, const s
 
 Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64_t seq_len, Attention implementation,
                  const PipelineStageSpec& stage, const std::vector<std::int64_t>& expert_tokens, std::int64_t documents) {
-  const std::int64_t s = seq_len;
+  // Context parallelism: this rank's seq_len / C tokens (its two load-balanced chunks) run
+  // through every op; the attention kernels see the whole sequence's keys and values
+  // (NetworkBuilder::context_parallel_attention).
+  const std::int64_t s = seq_len / nb.context_parallel_degree();
   const std::int64_t head_dim = arch.head_size();
   const std::int64_t rotary_dims = arch.rotary_dims == 0 ? head_dim : arch.rotary_dims;
   const Names names = names_of(arch.family);

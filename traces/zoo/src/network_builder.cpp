@@ -312,6 +312,7 @@ void NetworkBuilder::record(ForwardOp op) {
   if (op.communication) communications_.emplace(recipe.forward_op, *op.communication);
   recipe.communication = op.backward_communication;
   recipe.regather = op.regather;
+  recipe.context_exchange = std::move(op.context_exchange);
   recipe.reduced_in_place = std::move(op.reduced_in_place);
   recipe.differentiable_outputs = std::move(op.differentiable_outputs);
   recipe.reads = concat(std::move(op.saved), op.reads);
@@ -984,6 +985,10 @@ Value NetworkBuilder::flash_attention(const std::string& name, Value q, Value k,
   q = {autocast_lower(op, q.index)};
   k = {autocast_lower(op, k.index)};
   v = {autocast_lower(op, v.index)};
+  if (context_parallel_ > 1) {
+    if (!causal) throw std::logic_error(name + ": context parallelism is written for causal attention");
+    return context_parallel_attention(op, q, k, v, true);
+  }
   const std::vector<std::int64_t> shape = sample_shape(q);
   const std::int64_t seq = shape[2];
   const std::int64_t head_dim = shape[3];
@@ -1010,6 +1015,102 @@ Value NetworkBuilder::flash_attention(const std::string& name, Value q, Value k,
   f.grads = {{q.index, {}}, {k.index, {}}, {v.index, {}}};
   f.backward_flops = times(macs, 2 * kFlashBackwardGemms) + times(scores, kSoftmaxBackward + kDropoutBackward);
   f.backward_kind = OpKind::attention;
+  record(std::move(f));
+  return {y};
+}
+
+void NetworkBuilder::set_context_parallel(std::int64_t degree, ContextParallelSpec::Variant variant) {
+  if (degree < 1) throw std::logic_error("set_context_parallel: degree " + std::to_string(degree) + " < 1");
+  context_parallel_ = degree;
+  context_variant_ = variant;
+}
+
+Value NetworkBuilder::context_parallel_attention(const std::string& op, Value q, Value k, Value v, bool dropout) {
+  using traces::CommunicationKind;
+  using traces::ParallelGroup;
+  const std::int64_t c = context_parallel_;
+  const std::vector<std::int64_t> shape = sample_shape(q);
+  const std::int64_t local = shape[2];  // S / C: this rank's two chunks
+  const std::int64_t seq = multiply_or_throw(local, c, kSizeArithmetic);
+  const std::int64_t head_dim = shape[3];
+  const std::int64_t kv_heads = dim(k, 1);
+  const auto batch_dim = tensors_[q.index].batch_dim;
+  const DType kv_dtype = dtype(k);
+  const std::size_t y = new_output(op + ".out", tensors_[q.index].dtype, shape, batch_dim, true);
+  const std::size_t lse = new_output(op + ".logsumexp", DType::f32, {shape[0], shape[1], local}, batch_dim, false);
+  // Load balancing (megatron/core/utils.py:2504-2560 at NVIDIA/Megatron-LM@d98e8a6): with chunks of
+  // m = S / 2C rows, rank r's query rows of chunk j attend to j m + i + 1 keys (i < m), so chunks r
+  // and 2C - 1 - r give m^2 (2C - 1) + m (m + 1) = m (S + 1) pairs per head -- exactly 1/C of the
+  // S (S + 1) / 2 causal pairs, whatever r. Per query element that is (S + 1) / 2 keys: the causal
+  // count of attention_macs with the whole sequence's length over this rank's S / C queries.
+  const BatchLinear macs = attention_macs(elements(q.index), seq, true);
+  const BatchLinear scores{macs.fixed / head_dim, macs.per_sample / head_dim};
+  const std::int64_t dropout_forward = dropout ? kDropoutForward : 0;
+  const std::int64_t dropout_backward = dropout ? kDropoutBackward : 0;
+  ForwardOp f;
+  f.name = op;
+  f.kind = OpKind::attention;
+  f.outputs = {y, lse};
+  f.flops = times(macs, 2 * kFlashForwardGemms) + times(scores, kSoftmaxForward + dropout_forward);
+  f.differentiable_outputs = {y};
+  // Only this rank's K,V share is saved, in both variants (Transformer Engine's
+  // AttnFuncWithCPAndKVP2P and AttnFuncWithCPAndKVAllGather save the local k, v and gather or
+  // pass the rest again in backward; shared/reference/parallelism.md §3).
+  f.saved = {q.index, k.index, v.index, y, lse};
+  f.backward_flops = times(macs, 2 * kFlashBackwardGemms) + times(scores, kSoftmaxBackward + dropout_backward);
+  f.backward_kind = OpKind::attention;
+  // One block: this rank's K and V, 2 (S/C) G D elements per sample.
+  const std::vector<std::int64_t> block = {shape[0], 2 * kv_heads, local, head_dim};
+  if (context_variant_ == ContextParallelSpec::Variant::ring) {
+    // Transformer Engine's ring (context_parallel.py:1356, AttnFuncWithCPAndKVP2P): C steps, each
+    // computing the local queries against the block in hand while the next block moves on, so
+    // C - 1 blocks of 2 (S/C) b G D elements pass through every rank. The ring op writes the
+    // receive buffer (the block in flight, a temporary the kernel reads) and overlaps the kernel
+    // (traces::Communication::ring; models' Stream::context). Backward passes the K,V blocks and
+    // the partial dK,dV blocks around again: two buffers, about twice the forward's traffic.
+    // The ring op writes the receive buffer of the block in flight.
+    // The receive buffer is the ring op's alone (a temporary while the ring runs): the kernel,
+    // beside it on another stream, does not wait for it, so it is not the kernel's input.
+    const std::string ring = unique_op_name(op + ".cp_ring");
+    const std::size_t recv = new_output(ring + ".recv", kv_dtype, block, batch_dim, false);
+    communications_.emplace(emit({ring, Phase::forward, OpKind::communication, {k.index, v.index}, {recv}, {}, {}, {}}),
+                            traces::Communication{CommunicationKind::all_gather, ParallelGroup::context, c});
+    f.inputs = {q.index, k.index, v.index};
+    f.grads = {{q.index, {}}, {k.index, {}}, {v.index, {}}};
+    f.context_exchange = BackwardRecipe::ContextExchange{
+        unique_op_name(op + ".cp_ring_backward"),
+        traces::Communication{CommunicationKind::all_gather, ParallelGroup::context, c},
+        {k.index, v.index},
+        {{".kv_recv", recv}, {".dkv_recv", recv}},
+        {}};
+  } else {
+    // The all-gather variant (Llama 3, arXiv 2407.21783 §3.3.2; TE AttnFuncWithCPAndKVAllGather,
+    // context_parallel.py:3014): K and V of the whole sequence, 2 S b G D elements, gathered
+    // before the kernel (exposed) and held only while it runs; backward gathers them again and
+    // reduce-scatters dK,dV back to the shares.
+    const std::string gather = unique_op_name(op + ".cp_all_gather");
+    const std::vector<std::int64_t> whole = {shape[0], 2 * kv_heads, seq, head_dim};
+    const std::size_t kv = new_output(gather + ".out", kv_dtype, whole, batch_dim, requires_grad(k.index) || requires_grad(v.index));
+    ForwardOp g;
+    g.name = gather;
+    g.kind = OpKind::communication;
+    g.inputs = {k.index, v.index};
+    g.outputs = {kv};
+    g.communication = traces::Communication{CommunicationKind::all_gather, ParallelGroup::context};
+    g.differentiable_outputs = {kv};
+    g.grads = {{k.index, {}}, {v.index, {}}};
+    g.backward_kind = OpKind::communication;
+    g.backward_communication = traces::Communication{CommunicationKind::reduce_scatter, ParallelGroup::context};
+    record(std::move(g));
+    f.inputs = {q.index, kv};
+    f.grads = {{q.index, {}}, {kv, {}}};
+    f.context_exchange = BackwardRecipe::ContextExchange{
+        unique_op_name(op + ".cp_all_gather_backward"),
+        traces::Communication{CommunicationKind::all_gather, ParallelGroup::context},
+        {k.index, v.index},
+        {{".out", kv}},
+        {k.index, v.index}};
+  }
   record(std::move(f));
   return {y};
 }
@@ -1173,6 +1274,12 @@ Value NetworkBuilder::sdpa(const std::string& name, Value q, Value k, Value v, S
   q = {autocast_lower(op, q.index)};
   k = {autocast_lower(op, k.index)};
   v = {autocast_lower(op, v.index)};
+  if (context_parallel_ > 1) {
+    if (kernel != SdpaKernel::flash || packing.documents > 1) {
+      throw std::logic_error(name + ": context parallelism is written for the flash kernel without packing");
+    }
+    return context_parallel_attention(op, q, k, v, dropout);
+  }
   const std::vector<std::int64_t> shape = sample_shape(q);
   const std::int64_t seq = shape[2];
   const std::int64_t head_dim = shape[3];
@@ -1372,6 +1479,22 @@ void NetworkBuilder::emit_backward(const BackwardRecipe& recipe) {
     // from the saved shard first (once for the linears that share it).
     const std::size_t gathered = regathered_input(*recipe.regather);
     std::replace(op.inputs.begin(), op.inputs.end(), recipe.regather->first, gathered);
+  }
+  if (recipe.context_exchange) {
+    // Context parallelism: the ring's K,V and dK,dV blocks, or the all-gather of K,V again
+    // (context_parallel_attention), before the attention's backward kernel, which reads them.
+    const BackwardRecipe::ContextExchange& exchange = *recipe.context_exchange;
+    std::vector<std::size_t> written;
+    for (const auto& [suffix, like] : exchange.like) {
+      const TensorRecord model = tensors_[like];  // a copy: new_output may move the records
+      written.push_back(new_output(exchange.name + suffix, model.dtype, model.sample_shape, model.batch_dim, false));
+    }
+    communications_.emplace(emit({exchange.name, Phase::backward, OpKind::communication, exchange.inputs, written, {}, {}, {}}),
+                            exchange.communication);
+    for (const std::size_t replaced : exchange.replaced) std::erase(op.inputs, replaced);
+    // The gathered K,V is the kernel's input. The ring's receive buffers are not: the ring runs
+    // beside the kernel (traces::Communication::ring) and holds them while it runs.
+    if (exchange.communication.ring == 0) op.inputs.insert(op.inputs.end(), written.begin(), written.end());
   }
 
   std::vector<std::pair<std::size_t, std::size_t>> produced;  // (target, gradient)

@@ -344,6 +344,13 @@ class NetworkBuilder {
   // starts the backward pass from x's gradient received from the next stage (recv_backward).
   void send_to_next_stage(const std::string& name, Value x);
 
+  // ---- Context parallelism (ModelSpec::context_parallel) -------------------------------------
+  // The trace becomes one context-parallel rank's program: the model code builds seq_len /
+  // degree tokens (context_parallel_degree() divides it out) and the flash kernels attend with
+  // context_parallel_attention. Degree 1 (the default) changes nothing.
+  void set_context_parallel(std::int64_t degree, ContextParallelSpec::Variant variant);
+  std::int64_t context_parallel_degree() const { return context_parallel_; }
+
  private:
   // tensor_parallel.cpp: the x + bias of a row-parallel linear; an in-place masked zeroing of
   // rows; a communication op with its backward's communication.
@@ -356,6 +363,12 @@ class NetworkBuilder {
   Value linear_saving(const std::string& name, Value x, Value weight, std::optional<Value> bias,
                       std::optional<std::size_t> saved_shard);
   void check_sequence_divides(Value x, const std::string& what) const;
+  // The flash kernel of one context-parallel rank (network_builder.cpp): q [1, H, S/C, D] of this
+  // rank's two load-balanced chunks against the whole sequence's keys and values, k and v
+  // [1, G, S/C, D] this rank's share, already in the kernel's dtype; `op` already unique. The
+  // ring's or the all-gather's collectives over the `context` group around it (traces/zoo/README.md,
+  // "Context parallelism").
+  Value context_parallel_attention(const std::string& op, Value q, Value k, Value v, bool dropout);
   // emit_backward's all_gather of a saved shard (regather = shard, gathered), made once.
   std::size_t regathered_input(const std::pair<std::size_t, std::size_t>& regather);
 
@@ -428,6 +441,18 @@ class NetworkBuilder {
     // Sequence parallelism: the saved shard that an all_gather before the backward op gathers
     // again, and the gathered tensor it stands for (tensor_parallel.cpp).
     std::optional<std::pair<std::size_t, std::size_t>> regather;  // shard, gathered
+    // Context parallelism: a collective over the context group emitted just before the
+    // backward op (context_parallel_attention): it reads `inputs` and writes one new tensor
+    // shaped like each of `like` (named `name` + suffix), which the backward op reads instead of
+    // `replaced` (the saved shares the gathered tensor stands for).
+    struct ContextExchange {
+      std::string name;
+      traces::Communication communication;
+      std::vector<std::size_t> inputs;
+      std::vector<std::pair<std::string, std::size_t>> like;  // suffix, template tensor
+      std::vector<std::size_t> replaced;
+    };
+    std::optional<ContextExchange> context_exchange;
   };
 
   // A forward op under construction; record() files it and its backward recipe.
@@ -451,6 +476,7 @@ class NetworkBuilder {
     std::optional<traces::Communication> backward_communication;  // BackwardRecipe::communication
     std::map<std::size_t, std::size_t> reduced_in_place;          // BackwardRecipe::reduced_in_place
     std::optional<std::pair<std::size_t, std::size_t>> regather;  // BackwardRecipe::regather
+    std::optional<BackwardRecipe::ContextExchange> context_exchange;  // BackwardRecipe::context_exchange
     // The backward op consumes the outputs' gradient and produces none: a pipeline stage's
     // received input, whose gradient leaves the stage (send_backward). Without it an op with no
     // gradient target is a mistake in a model definition.
@@ -544,6 +570,8 @@ class NetworkBuilder {
   // Tensor parallelism (tensor_parallel.cpp).
   std::int64_t tensor_parallel_ = 1;
   bool sequence_parallel_ = false;
+  std::int64_t context_parallel_ = 1;
+  ContextParallelSpec::Variant context_variant_ = ContextParallelSpec::Variant::ring;
   std::map<std::size_t, std::size_t> regathered_;  // saved shard -> its backward all_gather's output
   std::map<std::size_t, traces::Communication> communications_;  // op index -> what the op communicates
   std::optional<std::size_t> nf4_dynamic_map_;  // bitsandbytes' shared 8-bit dynamic map

@@ -159,7 +159,8 @@ Value bert_layer(NetworkBuilder& nb, const std::string& p, Value x, const Transf
 }  // namespace
 
 Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention attention, const PipelineStageSpec& stage) {
-  const std::int64_t s = shape.seq_len;
+  // Context parallelism: this rank's seq_len / C tokens (NetworkBuilder::context_parallel_attention).
+  const std::int64_t s = shape.seq_len / nb.context_parallel_degree();
   // A pipeline stage reads the mini-batch's tensors its ops use: the token ids where the
   // embedding runs, the labels where the loss does (Megatron loads no batch at all on the middle
   // stages, pretrain_gpt.py:129-134 at NVIDIA/Megatron-LM@d98e8a64).
@@ -213,8 +214,8 @@ Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention 
   // Megatron's output layer: a column-parallel linear over this rank's vocabulary rows (tied to
   // wte), its logits [S, V/t] into the vocabulary-parallel cross-entropy.
   Value logits = nb.column_parallel_linear("lm_head", nb.column_parallel_input("lm_head", x), head);
-  logits = nb.reshape("logits.view", logits, {shape.seq_len, vocab_rows});
-  return nb.vocab_parallel_cross_entropy("loss", logits, nb.reshape("labels.view", *labels, {shape.seq_len}));
+  logits = nb.reshape("logits.view", logits, {s, vocab_rows});
+  return nb.vocab_parallel_cross_entropy("loss", logits, nb.reshape("labels.view", *labels, {s}));
 }
 
 namespace {

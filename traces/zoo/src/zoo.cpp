@@ -580,6 +580,18 @@ std::string_view to_string(Attention attention) { return name_in(kAttentions, at
 std::string_view to_string(BertHead head) { return name_in(kHeads, head); }
 std::string_view to_string(MlmPositions mlm) { return name_in(kMlmPositions, mlm); }
 std::string_view to_string(LossKind kind) { return name_in(kLossKinds, kind); }
+
+std::string_view to_string(ContextParallelSpec::Variant variant) {
+  return variant == ContextParallelSpec::Variant::ring ? "ring" : "all_gather";
+}
+
+std::optional<ContextParallelSpec::Variant> parse_context_parallel_variant(std::string_view text) {
+  // Megatron-LM's --cp-comm-type names (megatron/training/arguments.py:3221-3226 at
+  // NVIDIA/Megatron-LM@d98e8a6): p2p is the ring, allgather the all-gather.
+  if (text == "ring" || text == "p2p") return ContextParallelSpec::Variant::ring;
+  if (text == "all_gather" || text == "allgather") return ContextParallelSpec::Variant::all_gather;
+  return std::nullopt;
+}
 bool is_torch_optimizer(Optimizer optimizer) {
   return optimizer == Optimizer::sgd || optimizer == Optimizer::momentum || optimizer == Optimizer::adam || optimizer == Optimizer::adamw;
 }
@@ -705,6 +717,47 @@ PipelineStageSpec check_pipeline_stage(const ModelRequest& request, std::int64_t
   return stage;
 }
 
+// ModelSpec::context_parallel's rules, before anything is built. `t` is the tensor-parallel
+// degree already checked. Returns the degree (1 when unset).
+std::int64_t check_context_parallel(const ModelRequest& request, std::int64_t seq_len, std::int64_t t, Attention attention,
+                                    bool sliding_window, bool moe) {
+  if (!request.context_parallel) return 1;
+  const ContextParallelSpec& cp = *request.context_parallel;
+  const std::string c = std::to_string(cp.degree);
+  if (cp.degree < 1) throw std::invalid_argument("context_parallel.degree: " + c + "; expected an integer >= 1");
+  if (cp.degree == 1) return 1;
+  if (seq_len % (2 * cp.degree) != 0) {
+    throw std::invalid_argument("context_parallel.degree: 2 x " + c + " = " + std::to_string(2 * cp.degree) +
+                                " does not divide the sequence length " + std::to_string(seq_len) +
+                                "; expected 2 x degree to divide it (load-balanced chunks: 2 per context-parallel rank)");
+  }
+  const std::int64_t local = seq_len / cp.degree;
+  if (request.tensor_parallel && request.tensor_parallel->sequence_parallel && local % t != 0) {
+    throw std::invalid_argument("context_parallel.degree: the " + std::to_string(local) + " tokens of a context-parallel rank (" +
+                                std::to_string(seq_len) + " / " + c + ") do not split over the " + std::to_string(t) +
+                                " tensor-parallel ranks of sequence parallelism; expected tensor degree x 2 x context degree to "
+                                "divide the sequence");
+  }
+  if (attention != Attention::flash) {
+    throw std::invalid_argument("context_parallel: written for flash attention (Transformer Engine's context-parallel kernels); attention '" +
+                                std::string(to_string(attention)) + "' is not modelled");
+  }
+  if (request.lora || request.torchtitan || request.packed_documents || sliding_window || moe) {
+    throw std::invalid_argument(std::string("context_parallel: not written together with ") +
+                                (request.lora               ? "lora"
+                                 : request.torchtitan       ? "the torchtitan implementation"
+                                 : request.packed_documents ? "packed documents"
+                                 : sliding_window           ? "a sliding window"
+                                                            : "mixture-of-experts layers"));
+  }
+  return cp.degree;
+}
+
+void add_context_parallel_metadata(const ContextParallelSpec& cp, std::map<std::string, std::string>& metadata) {
+  metadata["context_parallel"] = std::to_string(cp.degree);
+  metadata["context_parallel_comm"] = std::string(to_string(cp.variant));
+}
+
 void add_pipeline_stage_metadata(const PipelineStageSpec& stage, std::map<std::string, std::string>& metadata) {
   metadata["pipeline_first_layer"] = std::to_string(stage.first_layer);
   metadata["pipeline_layers"] = std::to_string(stage.layers);
@@ -752,6 +805,10 @@ traces::Trace build_model(const ModelRequest& request) {
   if (request.tensor_parallel && request.model != "gpt" && entry.family != Family::decoder) {
     throw std::invalid_argument("tensor_parallel: written for models 'gpt' and 'llama' (Megatron-LM's sharding), not '" +
                                 request.model + "'");
+  }
+  if (request.context_parallel && request.model != "gpt" && entry.family != Family::decoder) {
+    throw std::invalid_argument("context_parallel: written for models 'gpt' and 'llama' (Megatron-LM's GPTModel), not '" + request.model +
+                                "'");
   }
   if (request.pipeline_stage && request.model != "gpt" && entry.family != Family::decoder) {
     throw std::invalid_argument("pipeline_stage: written for models 'gpt' and 'llama' (Megatron-LM's GPTModel stages), not '" +
@@ -823,6 +880,18 @@ traces::Trace build_model(const ModelRequest& request) {
                                     from + " (mixture-of-experts and GPT-NeoX stages are not modelled)");
       }
     }
+    if (request.context_parallel && request.context_parallel->degree != 1) {
+      const std::string& family = arch.family;
+      if (family != "llama" && family != "mistral" && family != "qwen2" && family != "qwen3") {
+        throw std::invalid_argument("context_parallel: written for the llama, mistral, qwen2 and qwen3 families, not '" + family + "'" +
+                                    from);
+      }
+    }
+    const std::int64_t c = check_context_parallel(request, seq_len, t, attention, arch.sliding_window.has_value(), arch.moe.has_value());
+    if (c > 1) {
+      nb.set_context_parallel(c, request.context_parallel->variant);
+      add_context_parallel_metadata(*request.context_parallel, metadata);
+    }
     const PipelineStageSpec stage = check_pipeline_stage(request, arch.layers);
     if (request.pipeline_stage) add_pipeline_stage_metadata(stage, metadata);
     Value root;  // the loss, or a pipeline stage's sent output (NetworkBuilder::finish)
@@ -885,6 +954,11 @@ traces::Trace build_model(const ModelRequest& request) {
     if (t > 1) {
       nb.set_tensor_parallel(t, request.tensor_parallel->sequence_parallel);
       add_tensor_parallel_metadata(*request.tensor_parallel, shape.vocab, metadata);
+    }
+    const std::int64_t c = check_context_parallel(request, shape.seq_len, t, attention, false, false);
+    if (c > 1) {
+      nb.set_context_parallel(c, request.context_parallel->variant);
+      add_context_parallel_metadata(*request.context_parallel, metadata);
     }
     const PipelineStageSpec stage = check_pipeline_stage(request, shape.layers);
     if (request.pipeline_stage) add_pipeline_stage_metadata(stage, metadata);

@@ -38,6 +38,10 @@ struct ParallelLayout {
   int expert = 1;
   int virtual_stages = 1;  // model chunks per pipeline rank (interleaved schedule only)
   bool sequence_parallel = false;
+  // How context parallelism exchanges K and V (shared/reference/parallelism.md §3): false,
+  // Transformer Engine's ring beside the attention (Megatron's --cp-comm-type p2p, the default);
+  // true, an all-gather before it (Llama 3's; Megatron's allgather).
+  bool context_all_gather = false;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   // Layers of each virtual pipeline stage in model order (P x virtual_stages entries, summing to
   // the model's layers; stage_layers below says which rank runs which); empty: as even as

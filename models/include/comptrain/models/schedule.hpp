@@ -29,8 +29,13 @@ namespace comptrain::models {
 // whose NCCL communicator is not the data-parallel group's, and PyTorch's ProcessGroupNCCL runs
 // each communicator's work on a stream of its own: a pipeline transfer does not queue behind a
 // data-parallel all-reduce, nor one behind it.
-enum class Stream : std::uint8_t { compute, d2h, h2d, codec, comm, host, p2p };
-inline constexpr std::size_t kStreamCount = 7;
+// context: context parallelism's ring exchange of K and V (traces::Communication::ring), which
+// Transformer Engine issues on streams of its own beside the attention kernels that consume the
+// blocks (TE pytorch/attention/dot_product_attention/context_parallel.py:1356, AttnFuncWithCPAndKVP2P;
+// shared/reference/parallelism.md §3): it runs beside the attention op and holds up only the op
+// after it.
+enum class Stream : std::uint8_t { compute, d2h, h2d, codec, comm, host, p2p, context };
+inline constexpr std::size_t kStreamCount = 8;
 std::string_view to_string(Stream stream);
 
 // What a buffer holds, for the memory breakdown.

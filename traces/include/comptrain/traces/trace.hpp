@@ -179,6 +179,15 @@ struct Tensor {
 struct Communication {
   CommunicationKind kind = CommunicationKind::all_reduce;
   ParallelGroup group = ParallelGroup::data;
+  // 0: an ordinary collective. > 0 (all_gather only): a ring exchange over `ring` ranks of the
+  // group that overlaps the next op (context parallelism's ring attention, traces/FORMAT.md
+  // "Communication"): the op's outputs are its receive buffers, one block each; every block
+  // passes ring - 1 hops, the traffic of an all_gather whose whole is `ring` times the outputs.
+  // It runs on a stream of its own beside the op that follows it, which does not wait for it;
+  // the op after that one does.
+  std::int64_t ring = 0;
+  Communication() = default;
+  Communication(CommunicationKind what, ParallelGroup over, std::int64_t ring_ranks = 0) : kind(what), group(over), ring(ring_ranks) {}
   friend bool operator==(const Communication&, const Communication&) = default;
 };
 

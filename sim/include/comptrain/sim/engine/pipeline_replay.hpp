@@ -10,7 +10,13 @@
 // of one schedule (replay.hpp), whose rules it follows within the stage, the stage's ranks being
 // symmetric:
 //  - a collective runs the groups of the stage's ranks only (ClusterNetwork::RankRange), each
-//    stage's comm stream its own;
+//    stage's comm stream its own, and of those only the block of size x stride consecutive ranks
+//    that holds the representative's group (its own group and the groups interleaved with it on
+//    the same nodes: a tensor group {T, 1} runs one group on one node, a context group {C, T} the
+//    T groups of C x T ranks, one per rail); the stage's other blocks run the same collective on
+//    other nodes at the same time and, like the other nodes' transfers below, their flows are not
+//    simulated (they would share the network's upper levels only). Without this fold a 16,384-GPU
+//    stage of 1,024 ranks ran every tensor-parallel collective as 1,024 flows instead of 8;
 //  - a host-link copy (and host work) is made at once by every GPU of the stage on the
 //    representative's node: all of them when the stage spans whole nodes, the stage's part of the
 //    node otherwise (T = 4 on 8-GPU nodes: 4 GPUs, sharing the node's host memory with the other

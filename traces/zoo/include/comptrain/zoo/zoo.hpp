@@ -242,6 +242,32 @@ struct TensorParallelSpec {
   bool sequence_parallel = false;  // Megatron's --sequence-parallel; needs degree > 1
 };
 
+// Context parallelism (Megatron-LM's --context-parallel-size; shared/reference/parallelism.md §3):
+// the trace is ONE context-parallel rank's program (traces/zoo/README.md, "Context parallelism").
+// The sequence is cut into 2 x degree chunks and the rank keeps chunks r and 2 x degree - 1 - r
+// (Megatron's load balancing, NVIDIA/Megatron-LM@d98e8a6 megatron/core/utils.py:2504-2560), so it
+// holds seq_len / degree tokens: every token-proportional op (embedding, norms, linears, MLP,
+// head, loss, activations) shrinks by the degree; its queries attend to the whole sequence's keys
+// and values, 1 / degree of the causal attention's pairs. Its collectives run over the `context`
+// group. Models `gpt` and `llama` (families llama, mistral, qwen2, qwen3), flash attention only;
+// 2 x degree divides seq_len, and under sequence parallelism the tensor degree divides
+// seq_len / degree. Degree 1 is the whole sequence, today's trace.
+struct ContextParallelSpec {
+  enum class Variant {
+    // Transformer Engine's ring (Megatron's --cp-comm-type p2p, the default): degree - 1 steps
+    // passing K,V blocks around the ring beside the attention kernel; backward also passes dK,dV.
+    ring,
+    // Llama 3's / PyTorch context_parallel's: an all-gather of K,V before the attention (exposed),
+    // a reduce-scatter of dK,dV after its backward.
+    all_gather,
+  };
+  std::int64_t degree = 1;
+  Variant variant = Variant::ring;
+};
+std::string_view to_string(ContextParallelSpec::Variant variant);
+// "ring" (also Megatron's "p2p") or "all_gather" (also "allgather"); nullopt otherwise.
+std::optional<ContextParallelSpec::Variant> parse_context_parallel_variant(std::string_view text);
+
 // One stage of Megatron-LM's pipeline parallelism (Narayanan et al. 2021, arXiv 2104.04473 §2.2),
 // or one model chunk of its interleaved schedule -- the same thing, a contiguous range of decoder
 // layers: the trace is then ONE micro-batch's forward and backward pass of that stage with its
@@ -337,6 +363,10 @@ struct ModelSpec {
   // numbers. A tied head on a last stage that is not also the first reads its own copy of the
   // word embedding (a parameter with its gradient and optimizer state), as Megatron keeps one.
   std::optional<PipelineStageSpec> pipeline_stage;
+  // `gpt` and `llama` only: one rank of context parallelism (ContextParallelSpec), composing with
+  // tensor_parallel and pipeline_stage; unset or degree 1: the whole sequence. Invalid values are
+  // std::invalid_argument naming the field and the numbers.
+  std::optional<ContextParallelSpec> context_parallel;
 };
 
 // What to generate: a model at a batch size.

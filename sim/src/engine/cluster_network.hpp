@@ -172,6 +172,9 @@ class ClusterNetwork {
     std::vector<Send> sends;
     int chains = 0;
     std::vector<Send> tree_sends;
+    // An all_to_all's pairwise exchange: every member sends one share to every other member of
+    // its group (plan_all_to_all); never on a folded cluster (folds).
+    std::vector<Send> all_to_all_sends;
     bool tree_folds = true;  // false: a folded cluster, whose collectives never run this tree (ClusterNetwork::folds)
     mutable std::optional<NcclGraphBandwidths> graphs;
   };
@@ -200,6 +203,7 @@ class ClusterNetwork {
     std::vector<RankSend> sends;
     int chains = 0;
     std::vector<RankSend> tree_sends;
+    std::vector<RankSend> all_to_all_sends;  // every ordered pair of a group's members, one share each
   };
   // NCCL's rings and trees of `groups` on `shape`, rank to rank (no SimGrid): what
   // communicators() realises on the hosts built. std::invalid_argument when the ranks (of `range`)
@@ -280,6 +284,8 @@ class ClusterNetwork {
   std::vector<Send> realise(const std::vector<RankSend>& sends, Fold fold) const;
   // The sends of `c`'s algorithm; std::logic_error for a tree that did not fold.
   const std::vector<Send>& sends_of(const Communicators& c, bool tree) const;
+  // The sends a collective of `kind` runs: the all-to-all's pairwise exchange, else sends_of's.
+  const std::vector<Send>& sends_of(const Communicators& c, models::CollectiveKind kind, bool tree) const;
   // The latency of the longest route of `sends` and the time the most loaded link takes for its
   // bytes, each send carrying shares x `bytes_per_share`.
   std::pair<double, double> idle_route_latency_and_data(const std::vector<Send>& sends, double bytes_per_share) const;

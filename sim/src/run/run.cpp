@@ -54,15 +54,29 @@ traces::Trace build_zoo_trace(const Scenario& scenario, std::int64_t batch, std:
   if (scenario.parallelism && scenario.parallelism->layout.tensor > 1) {
     request.tensor_parallel = zoo::TensorParallelSpec{scenario.parallelism->layout.tensor, scenario.parallelism->layout.sequence_parallel};
   }
+  // A mixture-of-experts decoder under model parallelism is Megatron-LM's MoE layer on one
+  // expert-parallel rank (zoo::ExpertParallelSpec), even at expert degree 1: the layout's
+  // tensor and pipeline splits are Megatron's.
+  if (scenario.parallelism && !scenario.parallelism->layout.is_data_parallel_only() && zoo::model_dimensions(request).experts > 0) {
+    const models::ParallelLayout& layout = scenario.parallelism->layout;
+    request.expert_parallel = zoo::ExpertParallelSpec{layout.expert, layout.expert_tensor};
+  }
   try {
     return zoo::build_model(request);
   } catch (const InputError& e) {
     throw InputError(model_error_location(scenario, e.what()) + "model: " + e.what());
   } catch (const std::invalid_argument& e) {
     // The zoo's tensor-parallel rules (a family it does not shard, an MLP width the degree does
-    // not divide) are the layout's error.
-    if (!request.tensor_parallel && !request.pipeline_stage) throw;
-    throw InputError(layout_place(scenario, request.tensor_parallel ? "tensor" : "pipeline") + e.what());
+    // not divide) are the layout's error; its expert-parallel ones the expert keys'.
+    if (!request.tensor_parallel && !request.pipeline_stage && !request.expert_parallel) throw;
+    const std::string_view message = e.what();
+    const char* field = message.starts_with("expert_parallel.expert_tensor") ? "expert_tensor"
+                        : message.starts_with("expert_parallel")             ? "expert"
+                        : message.starts_with("tensor_parallel.sequence_parallel") ? "sequence_parallel"
+                        : request.tensor_parallel                            ? "tensor"
+                        : request.pipeline_stage                             ? "pipeline"
+                                                                             : "expert";
+    throw InputError(layout_place(scenario, field) + e.what());
   }
 }
 
@@ -160,7 +174,8 @@ void PreparedScenario::check_model_layout() const {
     const auto it = p.layout_positions.find(field);
     return (it == p.layout_positions.end() || it->second.empty() ? scenario_.source + ": " : it->second) + "parallelism." + field + ": ";
   };
-  const bool model_parallel = !layout.is_data_parallel_only() || layout.virtual_stages > 1 || layout.sequence_parallel || !layout.pipeline_layers.empty();
+  const bool model_parallel = !layout.is_data_parallel_only() || layout.virtual_stages > 1 || layout.sequence_parallel ||
+                              !layout.pipeline_layers.empty() || layout.expert_tensor != 0;
   if (!model_parallel) return;
   if (!scenario_.zoo_model) {
     throw InputError(at(layout.tensor > 1 ? "tensor" : layout.pipeline > 1 ? "pipeline" : layout.context > 1 ? "context" : "expert") +
@@ -200,10 +215,24 @@ void PreparedScenario::check_model_layout() const {
                                                   "ZeRO-1 (Megatron-LM's distributed optimizer) or DDP, which reduce once per iteration",
                                                   p.data.zero_stage));
   }
-  for (const auto& [field, degree] : {std::pair<const char*, int>{"context", layout.context}, {"expert", layout.expert}}) {
-    if (degree > 1) {
-      throw InputError(at(field) + fmt::format("is {}; this degree is read and checked but its replay is not written yet; expected 1", degree));
-    }
+  if (layout.context > 1) {
+    throw InputError(at("context") + fmt::format("is {}; this degree is read and checked but its replay is not written yet; expected 1", layout.context));
+  }
+  // Expert parallelism's gradients and optimizer state over the expert-data group are modelled
+  // for DDP and ZeRO-1 (Megatron-LM's distributed optimizer) only (models::DataParallelSpec::expert_ranks).
+  if (layout.expert > 1 && (p.data.zero_stage >= 2 || p.data.offload_optimizer || p.data.fsdp)) {
+    throw InputError(at("expert") + fmt::format("is {} with {}; the experts' gradients and optimizer state over their expert-data group are "
+                                                "modelled with DDP or ZeRO-1 (Megatron-LM's distributed optimizer) only; expected zero stage 0 "
+                                                "or 1 without offload or FSDP, or expert 1",
+                                                layout.expert, p.data.fsdp ? "FSDP" : p.data.offload_optimizer ? "an offloaded optimizer"
+                                                                                    : fmt::format("ZeRO-{}", p.data.zero_stage)));
+  }
+  // megatron/training/arguments.py, validate_args ("MoE Spec check"): "When using MoE and tensor
+  // parallelism, sequence parallelism must be used."
+  if (d.experts > 0 && layout.tensor > 1 && !layout.sequence_parallel) {
+    throw InputError(at("sequence_parallel") + fmt::format("is false with tensor {} on a mixture-of-experts model; Megatron-LM requires "
+                                                           "sequence parallelism with MoE and tensor parallelism; expected true",
+                                                           layout.tensor));
   }
 }
 
@@ -227,6 +256,8 @@ models::TransformSteps transform_steps(const PreparedScenario& prepared) {
       // CP group); place_collectives puts every collective on the run's ranks.
       const int gpus = prepared.cluster_shape().ranks();
       steps.data_parallel->ranks = models::rank_groups(layout, gpus, traces::ParallelGroup::data).size;
+      // The experts' gradients and optimizer state over the ranks that hold the same experts.
+      if (layout.expert > 1) steps.data_parallel->expert_ranks = models::rank_groups(layout, gpus, traces::ParallelGroup::expert_data).size;
       steps.layout = layout;
       steps.gpus = gpus;
     }

@@ -59,7 +59,8 @@ void plan_all_to_all(const GroupMembers& members, RankPlan& into) {
 
 }  // namespace
 
-ClusterNetwork::RankPlan ClusterNetwork::plan(const models::Platform& platform, ClusterShape shape, models::RankGroups groups, RankRange range) {
+ClusterNetwork::RankPlan ClusterNetwork::plan(const models::Platform& platform, ClusterShape shape, models::RankGroups groups, RankRange range,
+                                               bool all_to_all) {
   const int first = range.every_rank() ? 0 : range.first;
   const int ranks = range.every_rank() ? shape.ranks() : range.count;
   if (first < 0 || ranks < 1 || static_cast<std::int64_t>(first) + ranks > shape.ranks()) {
@@ -112,7 +113,9 @@ ClusterNetwork::RankPlan ClusterNetwork::plan(const models::Platform& platform, 
     const Layout layout{platform, shape};
     for (const GroupMembers& members : all) plan_rings(layout, members, c);
     for (const GroupMembers& members : all) plan_trees(layout, members, c);
-    for (const GroupMembers& members : all) plan_all_to_all(members, c);
+    if (all_to_all) {
+      for (const GroupMembers& members : all) plan_all_to_all(members, c);
+    }
   }
   return c;
 }
@@ -141,15 +144,17 @@ const ClusterNetwork::Communicators& ClusterNetwork::communicators(models::RankG
   } else {
     c.sends = realise(p.sends, Fold::none);
     c.tree_sends = realise(p.tree_sends, Fold::none);
-    c.all_to_all_sends = realise(p.all_to_all_sends, Fold::none);
   }
+  c.groups = groups;
+  c.range = range;
   return communicators_.emplace(key, std::move(c)).first->second;
 }
 
 const std::vector<ClusterNetwork::Send>& ClusterNetwork::sends_of(const Communicators& c, models::CollectiveKind kind, bool tree) const {
   if (kind != models::CollectiveKind::all_to_all) return sends_of(c, tree);
   if (detail_ == NodeDetail::folded) throw std::logic_error("an all-to-all on a folded cluster");
-  return c.all_to_all_sends;
+  if (!c.all_to_all_sends) c.all_to_all_sends = realise(plan(platform_, shape_, c.groups, c.range, true).all_to_all_sends, Fold::none);
+  return *c.all_to_all_sends;
 }
 
 const std::vector<ClusterNetwork::Send>& ClusterNetwork::sends_of(const Communicators& c, bool tree) const {

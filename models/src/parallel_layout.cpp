@@ -135,6 +135,14 @@ std::vector<LayoutProblem> check_layout(const ParallelLayout& layout, const Layo
     }
   }
 
+  // The experts' tensor parallelism: Megatron's default, the layers' degree, is the one modelled
+  // (ETP x EP within T x D x C, the groups of rank_groups); another value is MoE parallel folding.
+  if (layout.expert_tensor != 0 && layout.expert_tensor != tensor) {
+    report("expert_tensor", fmt::format("{} differs from tensor ({}); only the experts' tensor parallelism equal to the layers' (Megatron-LM's "
+                                        "default) is modelled, not MoE parallel folding; expected {} or no expert_tensor",
+                                        layout.expert_tensor, tensor, tensor));
+  }
+
   // Context parallelism with Megatron's load balancing cuts the sequence into 2C equal chunks,
   // rank r keeping chunks r and 2C-1-r (NVIDIA/Megatron-LM@d98e8a6 megatron/core/utils.py:2504-2560).
   if (context > 1 && model.seq_len > 0 && model.seq_len % (2LL * context) != 0) {

@@ -87,6 +87,7 @@ std::string_view to_string(CollectiveKind kind) {
     case CollectiveKind::all_reduce: return "all_reduce";
     case CollectiveKind::reduce_scatter: return "reduce_scatter";
     case CollectiveKind::all_gather: return "all_gather";
+    case CollectiveKind::all_to_all: return "all_to_all";
   }
   return "unknown";
 }

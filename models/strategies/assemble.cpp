@@ -174,9 +174,14 @@ class Assembler {
         return;
       }
       case traces::CommunicationKind::all_to_all:
-        // Expert parallelism's dispatch and combine: the run layer refuses those layouts until
-        // their schedules are written, so a trace that has one here is a caller's error.
-        throw std::invalid_argument("op " + op.name + ": an all_to_all communication is not scheduled by build_schedule yet");
+        // Expert parallelism's token dispatch and combine (traces/zoo/README.md, "Expert
+        // parallelism"): the larger of what this rank sends and what it receives -- the two differ
+        // on the rank whose experts are busiest, which the trace describes and which gates the
+        // exchange -- each rank sending 1/p of it to every rank of the group.
+        task.kind = TaskKind::collective;
+        task.collective = CollectiveKind::all_to_all;
+        task.bytes = std::max(bytes_of(op.inputs), bytes_of(op.outputs));
+        return;
     }
   }
 

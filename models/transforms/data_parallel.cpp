@@ -264,6 +264,11 @@ std::optional<TaskId> Transform::run() {
     const TaskId ready = spec_.zero_stage == 1 ? last_backward_ : bucket.ready;
     c.after = {ready};
     c.name = task_name(spec_.zero_stage == 0 ? "all-reduce of gradient bucket" : "reduce-scatter of gradient bucket", index, bucket.bytes);
+    // The experts' gradients are reduced over the ranks that hold the same experts.
+    if (bucket.expert && expert_split()) {
+      c.over = traces::ParallelGroup::expert_data;
+      c.name = "expert " + c.name;
+    }
     if (spec_.zero_stage == 0 && spec_.comm_hook == DdpCommHook::powersgd) {
       last_reduction = power_sgd_bucket(bucket, c, ready, index++);
       continue;
@@ -301,14 +306,23 @@ std::optional<TaskId> Transform::run() {
     if (spec_.ranks > 1) gather_parameters();
   } else if (spec_.zero_stage >= 1 && last_optimizer_ && step_end) {
     // Stages 1 and 2 all-gather the updated parameters at the end of the step.
-    if (const std::int64_t weight_bytes = sum_bytes(weights_); weight_bytes > 0) {
+    // The experts' over their expert-data group, the others' over the data group.
+    std::int64_t expert_bytes = 0;
+    if (expert_split()) {
+      for (BufferId w : weights_) expert_bytes += is_expert_buffer(w) ? s_.buffers[w].bytes : 0;
+    }
+    const std::int64_t dense_bytes = sum_bytes(weights_) - expert_bytes;
+    for (const bool expert : {false, true}) {
+      const std::int64_t weight_bytes = expert ? expert_bytes : dense_bytes;
+      if (weight_bytes <= 0) continue;
       Task c;
       c.kind = TaskKind::collective;
       c.stream = Stream::comm;
       c.collective = CollectiveKind::all_gather;
       c.bytes = weight_bytes;
       c.after = {*step_end};
-      c.name = task_name("all-gather of the updated parameters", 0, weight_bytes);
+      c.name = task_name(expert ? "all-gather of the updated expert parameters" : "all-gather of the updated parameters", 0, weight_bytes);
+      if (expert) c.over = traces::ParallelGroup::expert_data;
       add_task(std::move(c), *last_optimizer_ + 1);
     }
   }
@@ -409,8 +423,17 @@ std::string optimizer_place(const std::optional<OptimizerOffloadSpec>& offload) 
   return "CPU";
 }
 
+bool is_expert_parameter(std::string_view tensor_name) { return tensor_name.find(".experts.") != std::string_view::npos; }
+
 void check_data_parallel(const DataParallelSpec& spec) {
   if (spec.ranks < 1) throw std::invalid_argument("data parallel: ranks must be at least 1");
+  if (spec.expert_ranks < 0 || (spec.expert_ranks > 0 && spec.ranks % spec.expert_ranks != 0)) {
+    throw std::invalid_argument("data parallel: expert_ranks must be 0 or divide the ranks (" + std::to_string(spec.ranks) + ")");
+  }
+  if (spec.expert_ranks > 0 && spec.expert_ranks != spec.ranks && (spec.zero_stage > 1 || spec.offload_optimizer || spec.fsdp)) {
+    throw std::invalid_argument("data parallel: expert parameters over an expert-data group smaller than the data group are modelled with "
+                                "zero_stage 0 or 1 only, without an offloaded optimizer or FSDP");
+  }
   if (spec.zero_stage < 0 || spec.zero_stage > 3) throw std::invalid_argument("data parallel: zero_stage must be 0, 1, 2 or 3");
   if (spec.bucket_cap_bytes < 1 || spec.first_bucket_bytes < 1) throw std::invalid_argument("data parallel: bucket sizes must be positive");
   if (spec.reduce_bucket_elements < 1) throw std::invalid_argument("data parallel: reduce_bucket_elements must be positive");

@@ -46,7 +46,15 @@ class Transform : public ScheduleEdit {
     std::vector<BufferId> gradients;
     std::int64_t bytes = 0;
     TaskId ready = 0;
+    bool expert = false;  // expert parameters' gradients (reduced over the expert-data group when expert_split)
   };
+  // Expert parallelism: the expert parameters' group is smaller than the data group.
+  bool expert_split() const { return spec_.expert_ranks > 0 && spec_.expert_ranks != spec_.ranks; }
+  int expert_ranks() const { return expert_split() ? spec_.expert_ranks : shard_ranks(); }
+  // Whether a buffer holds (a copy of) an expert parameter's tensor (is_expert_parameter).
+  bool is_expert_buffer(BufferId b) const {
+    return s_.buffers[b].tensor.has_value() && is_expert_parameter(trace_.tensor(*s_.buffers[b].tensor).name);
+  }
   // A DDP fp16/bf16 hook: adds its compress task before `all_reduce` (which it then waits for,
   // with the 16-bit bytes and the 16-bit copy) and returns the copy back to add after it (none
   // where the gradients already have the hook's type).

@@ -22,8 +22,12 @@ std::vector<Transform::Bucket> Transform::make_buckets() const {
   const std::vector<std::pair<TaskId, BufferId>> ready = ready_gradients();
   // One open bucket per dtype (DDP's compute_bucket_assignment_by_size keeps dtypes apart);
   // each closes once it holds at least its cap.
-  std::map<traces::DType, Bucket> open;
-  std::map<traces::DType, int> closed_count;
+  // Expert parameters' gradients apart from the others when their group differs (expert_split),
+  // as Megatron-LM keeps expert and dense parameters in separate buffers (its
+  // param_and_grad_buffer per expert-data-parallel group).
+  using Key = std::pair<traces::DType, bool>;
+  std::map<Key, Bucket> open;
+  std::map<Key, int> closed_count;
   std::vector<Bucket> buckets;
   // ZeRO-2 and ZeRO-3 reduce the open bucket before adding a gradient that would take it past
   // reduce_bucket_size elements (stage_1_and_2.py@v0.13.3 line 926 and stage3.py@v0.13.3 line
@@ -32,29 +36,31 @@ std::vector<Transform::Bucket> Transform::make_buckets() const {
   const bool before_overflow = spec_.zero_stage >= 2;
   for (const auto& [t, g] : ready) {
     const auto& tensor = trace_.tensor(*s_.buffers[g].tensor);
+    const Key key{tensor.dtype, expert_split() && is_expert_parameter(tensor.name)};
     if (before_overflow) {
-      const auto it = open.find(tensor.dtype);
+      const auto it = open.find(key);
       if (it != open.end() && !it->second.gradients.empty() &&
           it->second.bytes + s_.buffers[g].bytes > spec_.reduce_bucket_elements * static_cast<std::int64_t>(traces::element_size(tensor.dtype))) {
         buckets.push_back(std::move(it->second));
         open.erase(it);
-        ++closed_count[tensor.dtype];
+        ++closed_count[key];
       }
     }
-    Bucket& bucket = open[tensor.dtype];
+    Bucket& bucket = open[key];
+    bucket.expert = key.second;
     bucket.gradients.push_back(g);
     bucket.bytes += s_.buffers[g].bytes;
     bucket.ready = std::max(bucket.ready, t);
     const std::int64_t cap = spec_.zero_stage == 0
-                                 ? (closed_count[tensor.dtype] == 0 ? spec_.first_bucket_bytes : spec_.bucket_cap_bytes)
+                                 ? (closed_count[key] == 0 ? spec_.first_bucket_bytes : spec_.bucket_cap_bytes)
                                  : spec_.reduce_bucket_elements * static_cast<std::int64_t>(traces::element_size(tensor.dtype));
     if (!before_overflow && bucket.bytes >= cap) {
       buckets.push_back(std::move(bucket));
-      open.erase(tensor.dtype);
-      ++closed_count[tensor.dtype];
+      open.erase(key);
+      ++closed_count[key];
     }
   }
-  for (auto& [dtype, bucket] : open) buckets.push_back(std::move(bucket));
+  for (auto& [key, bucket] : open) buckets.push_back(std::move(bucket));
   std::stable_sort(buckets.begin(), buckets.end(), [](const Bucket& a, const Bucket& b) { return a.ready < b.ready; });
   return buckets;
 }

@@ -37,11 +37,25 @@ void Transform::partition_optimizer_state() {
     }
     return;
   }
-  const BufferId part = add_buffer(partition_name("optimizer state partition"), ceil_div(sum_bytes(members), spec_.ranks), MemoryRole::optimizer_state);
-  for (BufferId b : members) {
-    substitute_[b] = part;
-    s_.buffers[b].resident = false;  // no longer referenced: never allocated
+  // Expert parallelism: the experts' state sharded over their expert-data group, the rest over
+  // the data group (Megatron-LM's distributed optimizer, one per group:
+  // shared/reference/parallelism.md §4, "d = world/(ETP·EP·PP) for experts").
+  std::vector<BufferId> experts;
+  if (expert_split()) {
+    std::vector<BufferId> dense;
+    for (BufferId b : members) (is_expert_buffer(b) ? experts : dense).push_back(b);
+    members = std::move(dense);
   }
+  const auto partition = [&](const std::vector<BufferId>& group, int ranks, const std::string& name) {
+    if (group.empty()) return;
+    const BufferId part = add_buffer(name + " (1/" + std::to_string(ranks) + ")", ceil_div(sum_bytes(group), ranks), MemoryRole::optimizer_state);
+    for (BufferId b : group) {
+      substitute_[b] = part;
+      s_.buffers[b].resident = false;  // no longer referenced: never allocated
+    }
+  };
+  partition(members, spec_.ranks, "optimizer state partition");
+  partition(experts, expert_ranks(), "expert optimizer state partition");
 }
 
 // ZeRO-3: the parameters become one resident partition; the passes read gathered copies
@@ -62,10 +76,33 @@ void Transform::shard_optimizer_tasks() {
   for (TaskId t = 0; t < n_; ++t) {
     Task& task = s_.tasks[t];
     if (!task.op || pass_of(task, trace_) != Phase::optimizer) continue;
-    task.seconds /= shard_ranks();
+    // Expert parallelism: an op over expert parameters runs over 1/expert_ranks of them; an op
+    // over both kinds (a foreach step over a list) by the share of its tensors' bytes of each.
+    if (!expert_split()) {
+      task.seconds /= shard_ranks();
+      for (BufferId b : task.creates) {
+        Buffer& buffer = s_.buffers[b];
+        if (!buffer.resident && buffer.role == MemoryRole::temporary) buffer.bytes = ceil_div(buffer.bytes, shard_ranks());
+      }
+      continue;
+    }
+    double share = 1.0 / shard_ranks();
+    {
+      double expert = 0;
+      double all = 0;
+      for (const traces::TensorIndex i : trace_.op(*task.op).inputs) {
+        const traces::Tensor& tensor = trace_.tensor(i);
+        all += static_cast<double>(tensor.bytes());
+        if (is_expert_parameter(tensor.name)) expert += static_cast<double>(tensor.bytes());
+      }
+      if (all > 0) share = (all - expert) / all / shard_ranks() + expert / all / expert_ranks();
+    }
+    task.seconds *= share;
     for (BufferId b : task.creates) {
       Buffer& buffer = s_.buffers[b];
-      if (!buffer.resident && buffer.role == MemoryRole::temporary) buffer.bytes = ceil_div(buffer.bytes, shard_ranks());
+      if (!buffer.resident && buffer.role == MemoryRole::temporary) {
+        buffer.bytes = static_cast<std::int64_t>(std::ceil(static_cast<double>(buffer.bytes) * share));
+      }
     }
   }
 }

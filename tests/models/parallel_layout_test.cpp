@@ -176,6 +176,19 @@ TEST(CheckLayout, ExpertMustDivideDataTimesContext) {
   EXPECT_TRUE(check_layout(layout_of(4, 1, 2, 4), mixtral_8x22b(), 16).empty());
 }
 
+// The experts' tensor parallelism: 0 (unset) or the tensor degree, Megatron-LM's default; another
+// value is MoE parallel folding, not modelled.
+TEST(CheckLayout, ExpertTensorMustBeTheTensorDegree) {
+  ParallelLayout layout = layout_of(2, 1, 1, 8);
+  layout.expert_tensor = 2;
+  EXPECT_TRUE(check_layout(layout, mixtral_8x22b(), 16).empty());
+  layout.expert_tensor = 1;
+  const LayoutProblem problem = only_problem(layout, mixtral_8x22b(), 16);
+  EXPECT_EQ(problem.field, "expert_tensor");
+  EXPECT_THAT(problem.message, HasSubstr("1 differs from tensor (2)"));
+  EXPECT_THAT(problem.message, HasSubstr("expected 2 or no expert_tensor"));
+}
+
 TEST(CheckLayout, TwiceTheContextMustDivideTheSequence) {
   LayoutModel model = llama2_70b();
   model.seq_len = 4100;  // divisible by 4 (C = 2), not by 2 x 4 = 8

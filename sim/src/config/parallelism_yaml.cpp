@@ -15,7 +15,7 @@ namespace comptrain::sim {
 ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, const std::optional<models::Platform>& platform) const {
   require_map(node, "parallelism");
   check_keys(node, "parallelism",
-             {"nodes", "gpus_per_node", "ddp", "zero", "fsdp", "tensor", "pipeline", "context", "expert", "virtual_stages", "sequence_parallel",
+             {"nodes", "gpus_per_node", "ddp", "zero", "fsdp", "tensor", "pipeline", "context", "expert", "expert_tensor", "virtual_stages", "sequence_parallel",
               "pipeline_schedule", "pipeline_layers", "context_parallel_comm"});
   ParallelismSection p;
   // At most 1,000,000 GPUs: far beyond any machine, and nodes x GPUs stays an int.
@@ -193,6 +193,7 @@ void ScenarioReader::read_layout(const YAML::Node& node, ParallelismSection& p) 
   degree("pipeline", layout.pipeline);
   degree("context", layout.context);
   degree("expert", layout.expert);
+  degree("expert_tensor", layout.expert_tensor);  // unset: 0, the tensor degree (Megatron's default)
   degree("virtual_stages", layout.virtual_stages);
   for (const char* key : {"sequence_parallel", "pipeline_schedule", "pipeline_layers", "context_parallel_comm"}) {
     p.layout_positions[key] = where(node[key] ? node[key].Mark() : node.Mark());

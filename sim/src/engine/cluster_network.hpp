@@ -172,6 +172,12 @@ class ClusterNetwork {
     std::vector<Send> sends;
     int chains = 0;
     std::vector<Send> tree_sends;
+    // An all_to_all's pairwise exchange: every member sends one share to every other member of
+    // its group (plan_all_to_all), planned on first use only (p^2 sends: never for the rings'
+    // and trees' collectives over every rank of a large run); never on a folded cluster (folds).
+    models::RankGroups groups;
+    RankRange range;
+    mutable std::optional<std::vector<Send>> all_to_all_sends;
     bool tree_folds = true;  // false: a folded cluster, whose collectives never run this tree (ClusterNetwork::folds)
     mutable std::optional<NcclGraphBandwidths> graphs;
   };
@@ -200,11 +206,15 @@ class ClusterNetwork {
     std::vector<RankSend> sends;
     int chains = 0;
     std::vector<RankSend> tree_sends;
+    std::vector<RankSend> all_to_all_sends;  // every ordered pair of a group's members, one share each (plan's all_to_all only)
   };
   // NCCL's rings and trees of `groups` on `shape`, rank to rank (no SimGrid): what
   // communicators() realises on the hosts built. std::invalid_argument when the ranks (of `range`)
   // do not divide into the groups, or the range is not within the shape.
-  static RankPlan plan(const models::Platform& platform, ClusterShape shape, models::RankGroups groups, RankRange range = {});
+  // `all_to_all`: the all-to-all's pairwise sends too (RankPlan::all_to_all_sends), which only an
+  // all-to-all needs.
+  static RankPlan plan(const models::Platform& platform, ClusterShape shape, models::RankGroups groups, RankRange range = {},
+                       bool all_to_all = false);
   static Fold fold_of(const models::Platform& platform, ClusterShape shape, const std::vector<RankSend>& sends);
   // Whether every collective of `collectives` (kind, groups) folds, by ring and, for an
   // all-reduce that NCCL may run as a tree (collectives.algorithm not forcing the ring), by tree:
@@ -280,6 +290,8 @@ class ClusterNetwork {
   std::vector<Send> realise(const std::vector<RankSend>& sends, Fold fold) const;
   // The sends of `c`'s algorithm; std::logic_error for a tree that did not fold.
   const std::vector<Send>& sends_of(const Communicators& c, bool tree) const;
+  // The sends a collective of `kind` runs: the all-to-all's pairwise exchange, else sends_of's.
+  const std::vector<Send>& sends_of(const Communicators& c, models::CollectiveKind kind, bool tree) const;
   // The latency of the longest route of `sends` and the time the most loaded link takes for its
   // bytes, each send carrying shares x `bytes_per_share`.
   std::pair<double, double> idle_route_latency_and_data(const std::vector<Send>& sends, double bytes_per_share) const;

@@ -24,6 +24,8 @@ double bus_bandwidth_factor(models::CollectiveKind kind, int ranks) {
     case models::CollectiveKind::all_reduce: return 2 * (p - 1) / p;
     case models::CollectiveKind::reduce_scatter:
     case models::CollectiveKind::all_gather: return (p - 1) / p;
+    // Each rank keeps 1/p of its buffer and sends the rest, 1/p to each other rank.
+    case models::CollectiveKind::all_to_all: return (p - 1) / p;
   }
   return 0;
 }
@@ -72,6 +74,12 @@ double collective_latency(const models::Platform& platform, ClusterShape shape, 
   if (p < 2) return 0;
   const int n = shape.nodes;
   const models::CollectiveLatency& c = platform.collectives;
+  if (kind == models::CollectiveKind::all_to_all) {
+    // NCCL's all-to-all is one group of point-to-point sends and receives, all in flight at once
+    // (src/collectives.cc, ncclAllToAll): one step, the network's when the group spans nodes.
+    // Our model: the ring's base plus one step (the ring's per-step latencies, src/graph/tuning.cc).
+    return c.base + (n > 1 ? c.inter_node_step : c.intra_node_step);
+  }
   if (algorithm == CollectiveAlgorithm::tree) {
     // NCCL src/graph/tuning.cc, tree algorithm (all-reduce): up and down the chain of the node's
     // ppn GPUs and the floor(log2 N) levels of the tree across nodes.

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -42,9 +43,24 @@ std::vector<int> rail_entries(const Layout& layout, const std::vector<int>& node
 void plan_rings(const Layout& layout, const GroupMembers& members, RankPlan& into);
 void plan_trees(const Layout& layout, const GroupMembers& members, RankPlan& into);
 
+// NCCL's all-to-all (src/collectives.cc ncclAllToAll: a group of ncclSend and ncclRecv, one pair
+// per peer, all in flight at once; Megatron-LM's alltoall token dispatcher calls it through
+// torch.distributed.all_to_all_single): every member sends one share to every other member, over
+// the route between their GPUs (NVLink within a node, its NICs and the network across nodes).
+void plan_all_to_all(const GroupMembers& members, RankPlan& into) {
+  std::vector<int> ranks;
+  for (const std::vector<int>& on_node : members) ranks.insert(ranks.end(), on_node.begin(), on_node.end());
+  for (const int from : ranks) {
+    for (const int to : ranks) {
+      if (from != to) into.all_to_all_sends.push_back({from, to, 1});
+    }
+  }
+}
+
 }  // namespace
 
-ClusterNetwork::RankPlan ClusterNetwork::plan(const models::Platform& platform, ClusterShape shape, models::RankGroups groups, RankRange range) {
+ClusterNetwork::RankPlan ClusterNetwork::plan(const models::Platform& platform, ClusterShape shape, models::RankGroups groups, RankRange range,
+                                               bool all_to_all) {
   const int first = range.every_rank() ? 0 : range.first;
   const int ranks = range.every_rank() ? shape.ranks() : range.count;
   if (first < 0 || ranks < 1 || static_cast<std::int64_t>(first) + ranks > shape.ranks()) {
@@ -97,6 +113,9 @@ ClusterNetwork::RankPlan ClusterNetwork::plan(const models::Platform& platform, 
     const Layout layout{platform, shape};
     for (const GroupMembers& members : all) plan_rings(layout, members, c);
     for (const GroupMembers& members : all) plan_trees(layout, members, c);
+    if (all_to_all) {
+      for (const GroupMembers& members : all) plan_all_to_all(members, c);
+    }
   }
   return c;
 }
@@ -126,7 +145,16 @@ const ClusterNetwork::Communicators& ClusterNetwork::communicators(models::RankG
     c.sends = realise(p.sends, Fold::none);
     c.tree_sends = realise(p.tree_sends, Fold::none);
   }
+  c.groups = groups;
+  c.range = range;
   return communicators_.emplace(key, std::move(c)).first->second;
+}
+
+const std::vector<ClusterNetwork::Send>& ClusterNetwork::sends_of(const Communicators& c, models::CollectiveKind kind, bool tree) const {
+  if (kind != models::CollectiveKind::all_to_all) return sends_of(c, tree);
+  if (detail_ == NodeDetail::folded) throw std::logic_error("an all-to-all on a folded cluster");
+  if (!c.all_to_all_sends) c.all_to_all_sends = realise(plan(platform_, shape_, c.groups, c.range, true).all_to_all_sends, Fold::none);
+  return *c.all_to_all_sends;
 }
 
 const std::vector<ClusterNetwork::Send>& ClusterNetwork::sends_of(const Communicators& c, bool tree) const {
@@ -210,6 +238,10 @@ bool ClusterNetwork::folds(const models::Platform& platform, ClusterShape shape,
                            const std::vector<std::pair<models::CollectiveKind, models::RankGroups>>& collectives) {
   if (shape.nodes < 2 || !platform.network) return false;
   for (const auto& [kind, groups] : collectives) {
+    // An all-to-all is never folded: its GPUs each talk to many nodes through one NIC, and the
+    // folding rules (fold_of) were derived and checked for NCCL's rail-aligned rings and trees
+    // only; its cluster is built node by node, so its times stay exact (sim/README.md).
+    if (kind == models::CollectiveKind::all_to_all) return false;
     const RankPlan p = plan(platform, shape, groups);
     if (fold_of(platform, shape, p.sends) == Fold::none) return false;
     const bool tree = kind == models::CollectiveKind::all_reduce && platform.collectives.algorithm != models::NcclAlgorithm::ring;
@@ -348,6 +380,10 @@ void plan_trees(const Layout& layout, const GroupMembers& members, RankPlan& int
 std::uint64_t ClusterNetwork::bytes_per_send(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups, RankRange range) const {
   const Communicators& c = communicators(groups, range);
   if (c.rings == 0) return 0;
+  // An all-to-all sends 1/p of each rank's buffer to each of the p - 1 other members.
+  if (kind == models::CollectiveKind::all_to_all) {
+    return static_cast<std::uint64_t>(std::llround(static_cast<double>(bytes) / c.group.ranks()));
+  }
   // A ring over p ranks sends 2(p-1) chunks of bytes/p from every rank for an all-reduce, p-1 for
   // the others; each of the r rings moves 1/r of the buffer.
   const double share = bus_bandwidth_factor(kind, c.group.ranks()) * static_cast<double>(bytes) / c.rings;
@@ -371,6 +407,14 @@ CollectiveAlgorithm ClusterNetwork::algorithm_for(models::CollectiveKind kind, s
 }
 
 NcclPrediction ClusterNetwork::prediction(models::CollectiveKind kind, std::int64_t bytes, models::RankGroups groups, RankRange range) const {
+  if (kind == models::CollectiveKind::all_to_all) {
+    // No ring or tree: the pairwise exchange on idle links (idle_collective_seconds).
+    NcclPrediction out;
+    out.algorithm = CollectiveAlgorithm::ring;
+    out.tree_seconds = std::numeric_limits<double>::infinity();
+    out.ring_seconds = idle_collective_seconds(kind, bytes, CollectiveAlgorithm::ring, groups, range);
+    return out;
+  }
   return nccl_prediction(platform_, communicators(groups, range).group, kind, bytes, graph_bandwidths(groups, range));
 }
 
@@ -482,7 +526,7 @@ void ClusterNetwork::simulate_collective_flows(models::CollectiveKind kind, std:
   if (latency > 0) sg4::this_actor::sleep_for(latency);
   const std::uint64_t each = tree ? bytes_per_tree_share(bytes, groups, range) : bytes_per_send(kind, bytes, groups, range);
   if (each == 0) return;
-  const std::vector<Send>& sends = sends_of(c, tree);
+  const std::vector<Send>& sends = sends_of(c, kind, tree);
   const auto send_all = [each](const Send* first, const Send* last) {
     std::vector<sg4::CommPtr> comms;
     comms.reserve(static_cast<std::size_t>(last - first));
@@ -600,7 +644,7 @@ double ClusterNetwork::idle_collective_seconds(models::CollectiveKind kind, std:
   const bool tree = algorithm == CollectiveAlgorithm::tree;
   const double latency = collective_latency(platform_, c.group, kind, algorithm);
   const double each = static_cast<double>(tree ? bytes_per_tree_share(bytes, groups, range) : bytes_per_send(kind, bytes, groups, range));
-  const auto [route_latency, data] = idle_route_latency_and_data(sends_of(c, tree), each);
+  const auto [route_latency, data] = idle_route_latency_and_data(sends_of(c, kind, tree), each);
   return latency + route_latency + data;
 }
 

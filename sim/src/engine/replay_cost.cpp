@@ -74,9 +74,35 @@ ReplayCost estimate_replay_cost(const models::Platform& platform, const models::
     ++cost.collectives;
     distinct.emplace(*task.collective, task.bytes, task.groups.size, task.groups.stride);
   }
-  cost.simulated_collectives = collective_times_reused(platform, schedule, shape) ? static_cast<std::int64_t>(distinct.size()) : cost.collectives;
+  const bool reused = collective_times_reused(platform, schedule, shape);
+  cost.simulated_collectives = reused ? static_cast<std::int64_t>(distinct.size()) : cost.collectives;
   cost.communications = communications_per_collective(platform, shape, cost.folded);
-  cost.simulated_communications = static_cast<double>(cost.simulated_collectives) * static_cast<double>(cost.communications);
+  // An all-to-all runs one communication per ordered pair of a group's ranks, every group at
+  // once: ranks x (size - 1) (ClusterNetwork, plan_all_to_all), more than a ring's for large groups.
+  double simulated = 0;
+  std::int64_t most = cost.communications;
+  const auto a2a_communications = [&](const std::tuple<models::CollectiveKind, std::int64_t, int, int>& c) {
+    const int size = std::get<2>(c) == 0 ? shape.ranks() : std::get<2>(c);
+    return static_cast<std::int64_t>(shape.ranks()) * std::max(size - 1, 0);
+  };
+  if (reused) {
+    for (const auto& c : distinct) {
+      const std::int64_t each = std::get<0>(c) == models::CollectiveKind::all_to_all ? a2a_communications(c) : cost.communications;
+      most = std::max(most, each);
+      simulated += static_cast<double>(each);
+    }
+  } else {
+    for (const models::Task& task : schedule.tasks) {
+      if (task.kind != models::TaskKind::collective || !task.collective) continue;
+      const std::int64_t each = *task.collective == models::CollectiveKind::all_to_all
+                                    ? a2a_communications({*task.collective, task.bytes, task.groups.size, task.groups.stride})
+                                    : cost.communications;
+      most = std::max(most, each);
+      simulated += static_cast<double>(each);
+    }
+  }
+  cost.communications = most;
+  cost.simulated_communications = simulated;
   return cost;
 }
 

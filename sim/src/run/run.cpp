@@ -60,20 +60,31 @@ traces::Trace build_zoo_trace(const Scenario& scenario, std::int64_t batch, std:
         scenario.parallelism->layout.context,
         scenario.parallelism->layout.context_all_gather ? zoo::ContextParallelSpec::Variant::all_gather : zoo::ContextParallelSpec::Variant::ring};
   }
+  // A mixture-of-experts decoder under model parallelism is Megatron-LM's MoE layer on one
+  // expert-parallel rank (zoo::ExpertParallelSpec), even at expert degree 1: the layout's
+  // tensor and pipeline splits are Megatron's.
+  if (scenario.parallelism && !scenario.parallelism->layout.is_data_parallel_only() && zoo::model_dimensions(request).experts > 0) {
+    const models::ParallelLayout& layout = scenario.parallelism->layout;
+    request.expert_parallel = zoo::ExpertParallelSpec{layout.expert, layout.expert_tensor};
+  }
   try {
     return zoo::build_model(request);
   } catch (const InputError& e) {
     throw InputError(model_error_location(scenario, e.what()) + "model: " + e.what());
   } catch (const std::invalid_argument& e) {
     // The zoo's tensor-parallel rules (a family it does not shard, an MLP width the degree does
-    // not divide) are the layout's error.
-    if (!request.tensor_parallel && !request.pipeline_stage && !request.context_parallel) throw;
+    // not divide) are the layout's error; its context- and expert-parallel ones those keys'.
+    if (!request.tensor_parallel && !request.pipeline_stage && !request.context_parallel && !request.expert_parallel) throw;
     const std::string_view message = e.what();
-    throw InputError(layout_place(scenario, message.starts_with("context_parallel") ? "context"
-                                            : request.tensor_parallel             ? "tensor"
-                                            : request.context_parallel            ? "context"
-                                                                                  : "pipeline") +
-                     e.what());
+    const char* field = message.starts_with("context_parallel")                ? "context"
+                        : message.starts_with("expert_parallel.expert_tensor") ? "expert_tensor"
+                        : message.starts_with("expert_parallel")               ? "expert"
+                        : message.starts_with("tensor_parallel.sequence_parallel") ? "sequence_parallel"
+                        : request.tensor_parallel                              ? "tensor"
+                        : request.context_parallel                             ? "context"
+                        : request.pipeline_stage                               ? "pipeline"
+                                                                               : "expert";
+    throw InputError(layout_place(scenario, field) + e.what());
   }
 }
 
@@ -171,7 +182,8 @@ void PreparedScenario::check_model_layout() const {
     const auto it = p.layout_positions.find(field);
     return (it == p.layout_positions.end() || it->second.empty() ? scenario_.source + ": " : it->second) + "parallelism." + field + ": ";
   };
-  const bool model_parallel = !layout.is_data_parallel_only() || layout.virtual_stages > 1 || layout.sequence_parallel || !layout.pipeline_layers.empty();
+  const bool model_parallel = !layout.is_data_parallel_only() || layout.virtual_stages > 1 || layout.sequence_parallel ||
+                              !layout.pipeline_layers.empty() || layout.expert_tensor != 0;
   if (!model_parallel) return;
   if (!scenario_.zoo_model) {
     throw InputError(at(layout.tensor > 1 ? "tensor" : layout.pipeline > 1 ? "pipeline" : layout.context > 1 ? "context" : "expert") +
@@ -211,15 +223,28 @@ void PreparedScenario::check_model_layout() const {
                                                   "ZeRO-1 (Megatron-LM's distributed optimizer) or DDP, which reduce once per iteration",
                                                   p.data.zero_stage));
   }
-  if (layout.expert > 1) {
-    throw InputError(at("expert") + fmt::format("is {}; this degree is read and checked but its replay is not written yet; expected 1", layout.expert));
-  }
   // Context parallelism: each rank holds seq_len / C tokens, which sequence parallelism splits
   // again over the T tensor-parallel ranks (check_layout has checked that 2C divides seq_len).
   if (layout.context > 1 && layout.sequence_parallel && d.seq_len > 0 && (d.seq_len / layout.context) % layout.tensor != 0) {
     throw InputError(at("context") + fmt::format("the {} tokens of a context-parallel rank ({} / {}) do not split over the {} tensor-parallel ranks "
                                                  "of sequence parallelism; expected tensor x 2 x context to divide the sequence length",
                                                  d.seq_len / layout.context, d.seq_len, layout.context, layout.tensor));
+  }
+  // Expert parallelism's gradients and optimizer state over the expert-data group are modelled
+  // for DDP and ZeRO-1 (Megatron-LM's distributed optimizer) only (models::DataParallelSpec::expert_ranks).
+  if (layout.expert > 1 && (p.data.zero_stage >= 2 || p.data.offload_optimizer || p.data.fsdp)) {
+    throw InputError(at("expert") + fmt::format("is {} with {}; the experts' gradients and optimizer state over their expert-data group are "
+                                                "modelled with DDP or ZeRO-1 (Megatron-LM's distributed optimizer) only; expected zero stage 0 "
+                                                "or 1 without offload or FSDP, or expert 1",
+                                                layout.expert, p.data.fsdp ? "FSDP" : p.data.offload_optimizer ? "an offloaded optimizer"
+                                                                                    : fmt::format("ZeRO-{}", p.data.zero_stage)));
+  }
+  // megatron/training/arguments.py, validate_args ("MoE Spec check"): "When using MoE and tensor
+  // parallelism, sequence parallelism must be used."
+  if (d.experts > 0 && layout.tensor > 1 && !layout.sequence_parallel) {
+    throw InputError(at("sequence_parallel") + fmt::format("is false with tensor {} on a mixture-of-experts model; Megatron-LM requires "
+                                                           "sequence parallelism with MoE and tensor parallelism; expected true",
+                                                           layout.tensor));
   }
 }
 
@@ -243,6 +268,8 @@ models::TransformSteps transform_steps(const PreparedScenario& prepared) {
       // CP group); place_collectives puts every collective on the run's ranks.
       const int gpus = prepared.cluster_shape().ranks();
       steps.data_parallel->ranks = models::rank_groups(layout, gpus, traces::ParallelGroup::data).size;
+      // The experts' gradients and optimizer state over the ranks that hold the same experts.
+      if (layout.expert > 1) steps.data_parallel->expert_ranks = models::rank_groups(layout, gpus, traces::ParallelGroup::expert_data).size;
       steps.layout = layout;
       steps.gpus = gpus;
     }

@@ -1058,3 +1058,47 @@ TEST(CollectivesValidation, BadBusBandwidthPointsAreNamedAtTheirLine) {
 
 }  // namespace
 }  // namespace comptrain::sim
+
+namespace comptrain::sim {
+namespace {
+
+// ---- All-to-all (expert parallelism's token dispatch and combine) ---------------------------
+
+// NCCL's all-to-all is one group of sends and receives to every peer at once: each of the p ranks
+// sends 1/p of its buffer to each of the other p - 1 (bus factor (p - 1)/p), and its latency is
+// the base plus one step (collective_latency). On one node every GPU's NVLink port carries
+// (p - 1)/p of the buffer each way.
+TEST(AllToAll, OnOneNodeEachPortCarriesTheOffRankShare) {
+  const models::Platform p = hand();
+  EXPECT_DOUBLE_EQ(bus_bandwidth_factor(CollectiveKind::all_to_all, 8), 7.0 / 8);
+  EXPECT_DOUBLE_EQ(collective_latency(p, {1, 8}, CollectiveKind::all_to_all), 11e-6);  // 10 us + 1 intra-node step
+  EXPECT_DOUBLE_EQ(collective_latency(p, {2, 1}, CollectiveKind::all_to_all), 15e-6);  // 10 us + 1 network step
+  // 8 GPUs, 1 GB each: 7 x 125 MB = 875 MB out of (and into) each 100 GB/s port: 8.75 ms; + 11 us.
+  expect_time(p, {1, 8}, CollectiveKind::all_to_all, kGB, 0.00875 + 11e-6);
+  // 4 GPUs: 3 x 250 MB = 750 MB: 7.5 ms; + 11 us.
+  expect_time(p, {1, 4}, CollectiveKind::all_to_all, kGB, 0.0075 + 11e-6);
+}
+
+// The expert groups of EP 2 over 2 nodes x 8 (groups {2, 8}: each GPU and its peer on the other
+// node): each GPU sends 1/2 GB through its own 10 GB/s NIC, 50 ms; the node's switch link carries
+// its 8 GPUs' 4 GB at 80 GB/s, 50 ms too. Latency: a group of 2 nodes x 1 GPU, 10 + 5 us.
+TEST(AllToAll, ExpertGroupsAcrossNodesRunAtOnce) {
+  const Alone t = alone_over(hand(), {2, 8}, CollectiveKind::all_to_all, kGB, {2, 8}, kRing);
+  EXPECT_NEAR(t.simulated, 0.05 + 15e-6, 1e-12);
+  EXPECT_NEAR(t.idle, 0.05 + 15e-6, 1e-12);
+  // Groups of 8 within each node ({8, 1}) never touch the network: the one-node time.
+  const Alone within = alone_over(hand(), {2, 8}, CollectiveKind::all_to_all, kGB, {8, 1}, kRing);
+  EXPECT_NEAR(within.simulated, 0.00875 + 11e-6, 1e-12);
+}
+
+// A cluster whose schedule has an all-to-all is built node by node: its sends from one GPU reach
+// many nodes through one NIC, which the folding rules do not cover; rings alone still fold.
+TEST(AllToAll, IsNeverFolded) {
+  const models::Platform p = hand();
+  EXPECT_TRUE(detail::ClusterNetwork::folds(p, {2, 8}, {{CollectiveKind::all_reduce, {2, 8}}}));
+  EXPECT_FALSE(detail::ClusterNetwork::folds(p, {2, 8}, {{CollectiveKind::all_reduce, {2, 8}}, {CollectiveKind::all_to_all, {2, 8}}}));
+  EXPECT_EQ(models::to_string(CollectiveKind::all_to_all), "all_to_all");
+}
+
+}  // namespace
+}  // namespace comptrain::sim

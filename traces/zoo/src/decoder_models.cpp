@@ -188,8 +188,9 @@ Value mlp(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string
 // block_sparse_moe, Qwen2MoeDecoderLayer's sparse mlp) whose experts process `expert_tokens`
 // tokens per sequence each (moe_block.cpp).
 Value layer_mlp(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, std::int64_t layer, Value x,
-                const std::vector<std::int64_t>& expert_tokens) {
+                const std::vector<std::int64_t>& expert_tokens, const ExpertParallelPlan* expert_parallel) {
   if (arch.moe && is_sparse_layer(*arch.moe, layer)) {
+    if (expert_parallel) return megatron_moe_layer(nb, arch, *expert_parallel, p + sparse_moe_module(arch) + ".", x);
     return sparse_moe_block(nb, arch, expert_tokens, p + sparse_moe_module(arch) + ".", x);
   }
   return mlp(nb, arch, p + "mlp.", x);
@@ -198,25 +199,27 @@ Value layer_mlp(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::
 // LlamaDecoderLayer (pre-norm, sequential residuals) or GPTNeoXLayer (use_parallel_residual:
 // hidden_states = mlp_output + attn_output + hidden_states).
 Value decoder_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, std::int64_t layer, Value x,
-                    const Rotary& rotary, Attention implementation, const std::vector<std::int64_t>& expert_tokens) {
+                    const Rotary& rotary, Attention implementation, const std::vector<std::int64_t>& expert_tokens,
+                    const ExpertParallelPlan* expert_parallel) {
   const Names names = names_of(arch.family);
   Value a = norm(nb, arch, p + "input_layernorm", x);
   a = attention(nb, arch, p + names.attention + ".", a, rotary, implementation);
   if (arch.parallel_residual) {
     Value m = norm(nb, arch, p + "post_attention_layernorm", x);
-    m = layer_mlp(nb, arch, p, layer, m, expert_tokens);
+    m = layer_mlp(nb, arch, p, layer, m, expert_tokens, expert_parallel);
     return nb.add(p + "add", nb.add(p + "add", m, a), x);
   }
   x = nb.add(p + "add", x, a);  // hidden_states = residual + hidden_states
   Value m = norm(nb, arch, p + "post_attention_layernorm", x);
-  m = layer_mlp(nb, arch, p, layer, m, expert_tokens);
+  m = layer_mlp(nb, arch, p, layer, m, expert_tokens, expert_parallel);
   return nb.add(p + "add", x, m);
 }
 
 }  // namespace
 
 Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64_t seq_len, Attention implementation,
-                 const PipelineStageSpec& stage, const std::vector<std::int64_t>& expert_tokens, std::int64_t documents) {
+                 const PipelineStageSpec& stage, const std::vector<std::int64_t>& expert_tokens, std::int64_t documents,
+                 const ExpertParallelPlan* expert_parallel) {
   // Context parallelism: this rank's seq_len / C tokens (its two load-balanced chunks) run
   // through every op; the attention kernels see the whole sequence's keys and values
   // (NetworkBuilder::context_parallel_attention).
@@ -279,7 +282,7 @@ Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64
   // Layers keep their global index: names, and which layers are sparse (is_sparse_layer).
   for (std::int64_t layer = stage.first_layer; layer < stage.first_layer + stage.layers; ++layer) {
     x = decoder_layer(nb, arch, names.base + names.layers + "." + std::to_string(layer) + ".", layer, x, rotary, implementation,
-                      expert_tokens);
+                      expert_tokens, expert_parallel);
   }
   if (!stage.last) {
     nb.send_to_next_stage("send_forward", x);

@@ -53,8 +53,12 @@ Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention 
 // the tokens each expert of a sparse layer processes per sequence (routed_tokens).
 // `documents` per sample packed (ModelSpec::packed_documents; packing.cpp).
 // `stage` as gpt2_lm_head's.
+// With `expert_parallel` the sparse layers are Megatron-LM's MoE layer on that plan's rank
+// (megatron_moe_layer) instead of Hugging Face's block.
+struct ExpertParallelPlan;
 Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64_t seq_len, Attention implementation,
-                 const PipelineStageSpec& stage, const std::vector<std::int64_t>& expert_tokens = {}, std::int64_t documents = 1);
+                 const PipelineStageSpec& stage, const std::vector<std::int64_t>& expert_tokens = {}, std::int64_t documents = 1,
+                 const ExpertParallelPlan* expert_parallel = nullptr);
 
 // torchtitan's Llama (torchtitan_decoder.cpp): InputError ("implementation: ...") when the
 // architecture or a request option is not what torchtitan's model code builds; then the model,
@@ -79,5 +83,24 @@ std::string sparse_moe_module(const DecoderArchitecture& arch);
 // in '.'), expert e processing tokens[e] tokens per sequence.
 Value sparse_moe_block(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::vector<std::int64_t>& tokens,
                        const std::string& p, Value x);
+
+// ---- Megatron-LM's MoE layer under expert parallelism (expert_parallel.cpp) ---------------------
+// One expert-parallel rank's share of a sparse layer, rows counted per sample of its micro-batch.
+struct ExpertParallelPlan {
+  std::int64_t degree = 1;         // E
+  std::int64_t expert_tensor = 1;  // ETP (= the tensor-parallel degree)
+  std::int64_t rank = 0;           // the expert-parallel rank simulated: the busiest
+  std::vector<std::int64_t> local_experts;  // its experts' global indices
+  std::vector<std::int64_t> expert_rows;    // rows each processes (after the expert-tensor all_gather)
+  std::int64_t dispatched_rows = 0;  // rows this rank sends in the dispatch all_to_all (its tokens x top-k, or capacity slots)
+  std::int64_t received_rows = 0;    // rows it receives (before the expert-tensor all_gather)
+};
+// The plan for `degree` ranks and expert-tensor degree `expert_tensor` at `seq_len` tokens per
+// sample: InputError as routed_tokens'; std::invalid_argument when the degree does not divide the
+// experts or the expert-tensor degree the sequence.
+ExpertParallelPlan plan_expert_parallel(const MoeArchitecture& moe, const ExpertRouting& routing, std::int64_t seq_len, std::int64_t degree,
+                                        std::int64_t expert_tensor);
+// MoELayer on x [N, S', H] (S' = S, or S / t under sequence parallelism) under module prefix `p`.
+Value megatron_moe_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, const ExpertParallelPlan& plan, const std::string& p, Value x);
 
 }  // namespace comptrain::zoo::detail

@@ -330,6 +330,18 @@ class NetworkBuilder {
   // folded into the last op. Returns the scalar loss.
   Value vocab_parallel_cross_entropy(const std::string& name, Value logits, Value labels);
 
+  // ---- Megatron-LM expert parallelism (expert_parallel.cpp) ----------------------------------
+  // A communication op over `group` (kind communication, zero FLOPs, its tensors' bytes): x ->
+  // a new tensor of `sample_shape` (rows of [rows, H]); its backward op runs `backward` over the
+  // same group on the output's gradient, giving x's. The token dispatcher's all_to_all (backward
+  // all_to_all), and its all_gather / reduce_scatter over the expert-tensor group.
+  Value communicate(const std::string& name, Value x, traces::CommunicationKind forward, traces::CommunicationKind backward,
+                    traces::ParallelGroup group, std::vector<std::int64_t> sample_shape);
+  // torch.cat of row blocks [r_i, H] -> [sum r_i, H], a new tensor (one copy kernel); its
+  // backward's narrow views of the gradient are counted as new tensors of each part's shape (a
+  // copy each: an upper bound of one output's bytes).
+  Value cat_rows(const std::string& name, const std::vector<Value>& parts);
+
   // ---- Megatron-LM pipeline stages (pipeline_stage.cpp) ---------------------------------------
   // The trace becomes one micro-batch of one pipeline stage (ModelSpec::pipeline_stage). Its
   // boundary transfers are ops of kind communication over the `pipeline` group, zero FLOPs, the
@@ -358,7 +370,8 @@ class NetworkBuilder {
   Value masked_fill_rows_(const std::string& name, Value x, Value mask);
   std::size_t record_communication(const std::string& op, traces::CommunicationKind forward, std::size_t x,
                                    std::vector<std::int64_t> out_shape, bool in_place,
-                                   std::optional<traces::CommunicationKind> backward);
+                                   std::optional<traces::CommunicationKind> backward,
+                                   traces::ParallelGroup group = traces::ParallelGroup::tensor);
   // linear() whose saved input is the sequence-parallel shard `saved_shard` of x (re-gathered in backward).
   Value linear_saving(const std::string& name, Value x, Value weight, std::optional<Value> bias,
                       std::optional<std::size_t> saved_shard);

@@ -55,7 +55,7 @@ void NetworkBuilder::check_sequence_divides(Value x, const std::string& what) co
 
 std::size_t NetworkBuilder::record_communication(const std::string& op, CommunicationKind forward, std::size_t x,
                                                  std::vector<std::int64_t> out_shape, bool in_place,
-                                                 std::optional<CommunicationKind> backward) {
+                                                 std::optional<CommunicationKind> backward, ParallelGroup group) {
   const auto batch_dim = tensors_.at(x).batch_dim;
   const std::size_t y = in_place ? new_view(op + ".out", x, std::move(out_shape), batch_dim)
                                  : new_output(op + ".out", tensors_.at(x).dtype, std::move(out_shape), batch_dim, true);
@@ -65,7 +65,7 @@ std::size_t NetworkBuilder::record_communication(const std::string& op, Communic
   f.kind = OpKind::communication;
   f.inputs = {x};
   f.outputs = {y};  // written, in place or not: the collective's result
-  f.communication = over_tensor_group(forward);
+  f.communication = traces::Communication{forward, group};
   if (!requires_grad(x)) {
     // No autograd node (nothing upstream needs a gradient): the collective alone.
     communications_.emplace(emit({op, traces::Phase::forward, f.kind, f.inputs, f.outputs, {}, {}, {}}), *f.communication);
@@ -79,7 +79,7 @@ std::size_t NetworkBuilder::record_communication(const std::string& op, Communic
     f.grads = {{x, {}}};
     if (*backward == CommunicationKind::all_reduce) f.reduced_in_place = {{x, y}};
     f.backward_kind = OpKind::communication;
-    f.backward_communication = over_tensor_group(*backward);
+    f.backward_communication = traces::Communication{*backward, group};
   } else {
     f.grads = {{x, y}};  // the identity: the gradient passes through
     f.backward_kind = OpKind::view;

@@ -802,6 +802,10 @@ traces::Trace build_model(const ModelRequest& request) {
   if (request.loss.kind != LossKind::cross_entropy) metadata["loss"] = std::string(to_string(request.loss.kind));
   if (request.loss.kind == LossKind::chunked) metadata["loss_chunks"] = std::to_string(request.loss.chunks);
   if (request.loss.upcast) metadata["loss_upcast"] = *request.loss.upcast ? "true" : "false";
+  if (request.expert_parallel && entry.family != Family::decoder) {
+    throw std::invalid_argument("expert_parallel: written for the mixture-of-experts decoders (model 'llama' with a mixtral or qwen2_moe "
+                                "config), not '" + request.model + "'");
+  }
   if (request.tensor_parallel && request.model != "gpt" && entry.family != Family::decoder) {
     throw std::invalid_argument("tensor_parallel: written for models 'gpt' and 'llama' (Megatron-LM's sharding), not '" +
                                 request.model + "'");
@@ -860,25 +864,69 @@ traces::Trace build_model(const ModelRequest& request) {
       throw InputError("packing.documents: must be between 1 and seq_len (" + std::to_string(seq_len) + "), got " + std::to_string(documents));
     }
     if (request.packed_documents) metadata["packed_documents"] = std::to_string(documents);
-    if (request.tensor_parallel && request.tensor_parallel->degree != 1) {
-      const std::string& family = arch.family;
-      if (family != "llama" && family != "mistral" && family != "qwen2" && family != "qwen3") {
-        throw std::invalid_argument("tensor_parallel: written for the llama, mistral, qwen2 and qwen3 families, not '" + family +
-                                    "'" + from + " (mixture-of-experts and GPT-NeoX sharding are not modelled)");
-      }
+    // Megatron-LM's MoE layer (ExpertParallelSpec) makes the mixture-of-experts families
+    // shardable: tensor parallelism and pipeline stages compose with it.
+    const bool dense_family = arch.family == "llama" || arch.family == "mistral" || arch.family == "qwen2" || arch.family == "qwen3";
+    const bool megatron_moe = arch.moe.has_value() && request.expert_parallel.has_value();
+    if (request.expert_parallel && !arch.moe) {
+      throw std::invalid_argument("expert_parallel: splits the experts of a mixture-of-experts decoder (model_type mixtral or qwen2_moe); '" +
+                                  arch.family + "'" + from + " has none");
+    }
+    if (request.tensor_parallel && request.tensor_parallel->degree != 1 && !dense_family && !megatron_moe) {
+      throw std::invalid_argument("tensor_parallel: written for the llama, mistral, qwen2 and qwen3 families" +
+                                  std::string(arch.moe ? " and, with expert_parallel (Megatron-LM's MoE layer), mixtral and qwen2_moe" : "") +
+                                  ", not '" + arch.family + "'" + from + (arch.moe ? "" : " (GPT-NeoX sharding is not modelled)"));
     }
     const std::int64_t t = check_tensor_parallel(request, arch.heads, arch.kv_heads, arch.intermediate, seq_len);
     if (t > 1) {
+      if (arch.moe) {
+        // megatron/training/arguments.py, validate_args ("MoE Spec check"): "When using MoE and
+        // tensor parallelism, sequence parallelism must be used."
+        if (!request.tensor_parallel->sequence_parallel) {
+          throw std::invalid_argument("tensor_parallel.sequence_parallel: Megatron-LM requires sequence parallelism with MoE and tensor "
+                                      "parallelism (arguments.py asserts it); expected sequence_parallel: true");
+        }
+        const auto divides = [&](std::int64_t width, const char* what) {
+          if (width % t != 0) {
+            throw std::invalid_argument("tensor_parallel.degree: " + std::to_string(t) + " does not divide the " + what + " (" +
+                                        std::to_string(width) + ")" + from + "; expected a degree that divides it");
+          }
+        };
+        divides(arch.moe->intermediate, "experts' MLP width");
+        divides(arch.moe->shared_expert_intermediate, "shared expert's MLP width");
+      }
       nb.set_tensor_parallel(t, request.tensor_parallel->sequence_parallel);
       add_tensor_parallel_metadata(*request.tensor_parallel, arch.vocab, metadata);
     }
-    if (request.pipeline_stage) {
+    if (request.pipeline_stage && !dense_family && !megatron_moe) {
       // The families whose layers tensor parallelism shards (above): the stages compose with it.
-      const std::string& family = arch.family;
-      if (family != "llama" && family != "mistral" && family != "qwen2" && family != "qwen3") {
-        throw std::invalid_argument("pipeline_stage: written for the llama, mistral, qwen2 and qwen3 families, not '" + family + "'" +
-                                    from + " (mixture-of-experts and GPT-NeoX stages are not modelled)");
+      throw std::invalid_argument("pipeline_stage: written for the llama, mistral, qwen2 and qwen3 families" +
+                                  std::string(arch.moe ? " and, with expert_parallel (Megatron-LM's MoE layer), mixtral and qwen2_moe" : "") +
+                                  ", not '" + arch.family + "'" + from + (arch.moe ? "" : " (GPT-NeoX stages are not modelled)"));
+    }
+    std::optional<detail::ExpertParallelPlan> expert_plan;
+    if (megatron_moe) {
+      const ExpertParallelSpec& ep = *request.expert_parallel;
+      const std::int64_t etp = ep.expert_tensor == 0 ? t : ep.expert_tensor;
+      if (etp != t) {
+        throw std::invalid_argument("expert_parallel.expert_tensor: " + std::to_string(etp) + " with tensor parallelism " + std::to_string(t) +
+                                    "; only the experts' tensor-parallel degree equal to the layers' (Megatron-LM's default) is "
+                                    "modelled, not MoE parallel folding; expected " + std::to_string(t));
       }
+      if (request.torchtitan || request.lora || request.packed_documents) {
+        throw std::invalid_argument(std::string("expert_parallel: not written together with ") +
+                                    (request.lora ? "lora" : request.torchtitan ? "the torchtitan implementation" : "packed documents"));
+      }
+      expert_plan = detail::plan_expert_parallel(*arch.moe, request.routing.value_or(ExpertRouting{}), seq_len, ep.degree, etp);
+      metadata["expert_parallel"] = std::to_string(ep.degree);
+      metadata["expert_tensor_parallel"] = std::to_string(etp);
+      metadata["moe_dispatcher"] = "alltoall";
+      metadata["moe_simulated_expert_rank"] = std::to_string(expert_plan->rank);
+      std::string rows;
+      for (std::size_t i = 0; i < expert_plan->local_experts.size(); ++i) {
+        rows += (rows.empty() ? "" : ",") + std::to_string(expert_plan->local_experts[i]) + ":" + std::to_string(expert_plan->expert_rows[i]);
+      }
+      metadata["moe_local_expert_rows"] = rows;  // expert:rows per sample
     }
     if (request.context_parallel && request.context_parallel->degree != 1) {
       const std::string& family = arch.family;
@@ -901,7 +949,7 @@ traces::Trace build_model(const ModelRequest& request) {
       metadata["implementation"] = "torchtitan";
       metadata["norm_type"] = request.torchtitan->norm == TorchtitanOptions::Norm::fused_rmsnorm ? "fused_rmsnorm" : "rmsnorm";
     } else {
-      root = detail::decoder_lm(nb, arch, seq_len, attention, stage, expert_tokens, documents);
+      root = detail::decoder_lm(nb, arch, seq_len, attention, stage, expert_tokens, documents, expert_plan ? &*expert_plan : nullptr);
     }
     if (request.lora) nb.check_lora_targets();
     metadata["attention"] = std::string(to_string(attention));

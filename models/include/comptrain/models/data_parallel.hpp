@@ -205,7 +205,22 @@ struct DataParallelSpec {
   // PyTorch FSDP2 instead of DeepSpeed (zero_stage 3, no offloaded optimizer); the DeepSpeed
   // fields above (buckets, overlap_comm, sub_group_size) do not apply.
   std::optional<FsdpSpec> fsdp;
+  // Expert parallelism (models/transforms/README.md, "Expert parameters"): the ranks that hold the
+  // same experts, Megatron-LM's expert-data-parallel group (D x C / E; ParallelGroup::expert_data).
+  // The expert parameters' gradients (is_expert_parameter) go into buckets of their own, reduced
+  // over that group (their collectives' `over`), and ZeRO-1 shards their optimizer state and
+  // all-gathers their updated values over it; the other parameters' over the `ranks` of the data
+  // group. 0: the same as ranks (no expert parallelism). Below `ranks` only with zero_stage 0 or 1,
+  // without an offloaded optimizer or FSDP.
+  int expert_ranks = 0;
 };
+
+// Whether a trace tensor belongs to an expert of a mixture-of-experts layer -- its weight,
+// gradient or optimizer state -- by its module name: the zoo names every routed expert's
+// parameters `<layer>.<moe module>.experts.<e>.<linear>.weight` (Hugging Face's and
+// Megatron-LM's `experts` module), and what derives from a parameter keeps its name as prefix.
+// The router (`gate`), the shared expert (`shared_expert.`) and the norms are not experts.
+bool is_expert_parameter(std::string_view tensor_name);
 
 // InputError-free check of a spec built in code: ranks >= 1, zero_stage 0..3, positive sizes; an
 // offloaded optimizer needs ZeRO (stage >= 1), a ratio in [0, 1] and below 1 only with stage 3,

@@ -36,6 +36,10 @@ struct ParallelLayout {
   int pipeline = 1;
   int context = 1;
   int expert = 1;
+  // The experts' tensor-parallel degree (ETP, Megatron-LM's --expert-tensor-parallel-size); 0:
+  // the tensor degree T, Megatron's default (moe/README.md:523). Only T is modelled (the rank
+  // groups above are those of EP within D x C; ETP != T is MoE parallel folding).
+  int expert_tensor = 0;
   int virtual_stages = 1;  // model chunks per pipeline rank (interleaved schedule only)
   bool sequence_parallel = false;
   // How context parallelism exchanges K and V (shared/reference/parallelism.md §3): false,
@@ -74,7 +78,7 @@ struct LayoutProblem {
 
 // Every rule the layout breaks for `model` on `gpus` GPUs, in the order of the keys: degrees >= 1;
 // T x C x P divides the GPUs; T divides the heads and the KV heads; E divides the experts and
-// D x C (the ranks it splits), and needs an MoE model; C x 2 divides the sequence (load-balanced
+// D x C (the ranks it splits), and needs an MoE model; expert_tensor is 0 or T; C x 2 divides the sequence (load-balanced
 // chunks); P x virtual_stages <= layers; virtual_stages > 1 only with the interleaved schedule
 // (which needs P > 1, virtual_stages >= 2 and, as Megatron's asserts, micro-batches a multiple
 // of P: checked where the micro-batch count is known); sequence_parallel needs T > 1;

@@ -102,8 +102,11 @@ std::string_view to_string(TaskKind kind);
 
 // A collective as NCCL runs it over every rank of the data-parallel group. Its size is counted as
 // nccl-tests counts it (doc/PERFORMANCE.md): all_reduce, the buffer each rank holds; reduce_scatter,
-// the whole input (each rank keeps 1/p of it); all_gather, the whole output (each rank gives 1/p).
-enum class CollectiveKind : std::uint8_t { all_reduce, reduce_scatter, all_gather };
+// the whole input (each rank keeps 1/p of it); all_gather, the whole output (each rank gives 1/p);
+// all_to_all, the buffer each rank sends (or receives, the larger of the two), of which it sends
+// 1/p to each of the p ranks, itself included (nccl-tests' alltoall_perf: sendcount = count / p to
+// every peer). Expert parallelism's token dispatch and combine (Megatron-LM's alltoall dispatcher).
+enum class CollectiveKind : std::uint8_t { all_reduce, reduce_scatter, all_gather, all_to_all };
 std::string_view to_string(CollectiveKind kind);
 
 // The ranks a collective runs over, as one dimension of a row-major device mesh: the run's ranks

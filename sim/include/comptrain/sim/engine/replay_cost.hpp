@@ -59,8 +59,8 @@ struct ReplayCost {
   std::int64_t whole_gpus = 0;      // GPU hosts built: the ranks, or node 0's when folded
   std::int64_t collectives = 0;     // collective tasks in the replayed iteration
   std::int64_t simulated_collectives = 0;  // those whose flows SimGrid runs: the distinct ones when their times are reused
-  std::int64_t communications = 0;  // the most SimGrid communications one collective runs at once (ring or tree)
-  double simulated_communications = 0;  // simulated collectives x communications
+  std::int64_t communications = 0;  // the most SimGrid communications one collective runs at once (ring, tree or all-to-all)
+  double simulated_communications = 0;  // summed over the simulated collectives (collectives x communications without all-to-alls)
 };
 
 ReplayCost estimate_replay_cost(const models::Platform& platform, const models::Schedule& schedule, ClusterShape shape);

@@ -284,6 +284,27 @@ struct PipelineStageSpec {
   bool last = true;         // requires first_layer + layers = the model's layers
 };
 
+// Megatron-LM's expert parallelism for the mixture-of-experts decoders (families mixtral and
+// qwen2_moe; traces/zoo/README.md, "Expert parallelism"): the experts of every sparse layer are
+// spread over `degree` ranks (E, the `expert` group), each holding experts / E of them, and the
+// tokens reach them through the alltoall token dispatcher (megatron/core/transformer/moe/
+// token_dispatcher.py, MoEAlltoAllTokenDispatcher): per sparse layer and micro-batch a dispatch
+// and a combine all_to_all over the `expert` group in the forward pass and two in the backward,
+// with an all_gather over the tensor group after the dispatch and a reduce_scatter before the
+// combine when the experts are tensor-parallel too (expert_tensor > 1). The layer is built as
+// Megatron's MoELayer runs it (router, permute, dispatch, one SwiGLU per local expert, combine,
+// unpermute), not Hugging Face's expert loop, and the trace is the rank whose local experts
+// receive the most tokens under ExpertRouting. Set with degree 1 it is Megatron's layer on one
+// rank; unset, Hugging Face's block (moe_block.cpp), which tensor parallelism does not shard.
+struct ExpertParallelSpec {
+  std::int64_t degree = 1;  // E: divides the routed experts
+  // ETP, the tensor-parallel degree of the experts: each local expert's w1/w3 columns and w2 rows
+  // split over ETP ranks. 0: the tensor-parallel degree, Megatron-LM's default
+  // (--expert-tensor-parallel-size unset: moe/README.md, "ETP defaults to TP"). Only that value
+  // is modelled: another (Megatron's "MoE parallel folding") is std::invalid_argument.
+  std::int64_t expert_tensor = 0;
+};
+
 // The vocabulary Megatron-LM trains on `degree` tensor-parallel ranks: rounded up to a multiple
 // of make_vocab_size_divisible_by (default 128, megatron/training/arguments.py:2441) times the
 // degree (vocab_size_with_padding, megatron/core/tokenizers/utils/build_tokenizer.py:133-145 at
@@ -367,6 +388,10 @@ struct ModelSpec {
   // tensor_parallel and pipeline_stage; unset or degree 1: the whole sequence. Invalid values are
   // std::invalid_argument naming the field and the numbers.
   std::optional<ContextParallelSpec> context_parallel;
+  // Mixture-of-experts decoders only: Megatron-LM's MoE layer with its experts over E ranks
+  // (ExpertParallelSpec); composes with tensor_parallel and pipeline_stage. Invalid values are
+  // std::invalid_argument naming the numbers.
+  std::optional<ExpertParallelSpec> expert_parallel;
 };
 
 // What to generate: a model at a batch size.

@@ -1,0 +1,206 @@
+// Expert parallelism (zoo::ExpertParallelSpec, traces/zoo/README.md "Expert parallelism"): one
+// expert-parallel rank of a tiny Mixtral-shaped decoder as Megatron-LM's MoE layer with the
+// alltoall dispatcher -- its all_to_alls and their bytes counted by hand, the local experts and
+// their parameter shards, the busiest rank under skewed routing, capacity padding, and the
+// refusals.
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "comptrain/traces/trace.hpp"
+#include "comptrain/zoo/zoo.hpp"
+
+namespace comptrain::zoo {
+namespace {
+
+using traces::CommunicationKind;
+using traces::OpKind;
+using traces::ParallelGroup;
+using traces::Phase;
+using traces::TensorRole;
+using traces::Trace;
+
+constexpr std::int64_t kHidden = 64;
+constexpr std::int64_t kWidth = 128;  // each expert's MLP width
+constexpr std::int64_t kSeq = 32;
+constexpr std::int64_t kBatch = 2;
+constexpr std::int64_t kLayers = 2;
+
+// Mixtral's shape in miniature: 4 experts, top-2, bf16 (2 bytes per element).
+ModelRequest tiny_mixtral(std::int64_t expert_degree, std::int64_t tensor = 1) {
+  DecoderArchitecture arch;
+  arch.family = "mixtral";
+  arch.layers = kLayers;
+  arch.hidden = kHidden;
+  arch.heads = 4;
+  arch.kv_heads = 2;
+  arch.intermediate = kWidth;
+  arch.vocab = 256;
+  arch.max_positions = 1024;
+  MoeArchitecture moe;
+  moe.experts = 4;
+  moe.top_k = 2;
+  moe.intermediate = kWidth;
+  arch.moe = moe;
+  ModelRequest request;
+  request.model = "llama";
+  request.decoder = arch;
+  request.seq_len = kSeq;
+  request.batch_size = kBatch;
+  request.precision = Precision::bf16;
+  if (expert_degree > 0) request.expert_parallel = ExpertParallelSpec{expert_degree, 0};
+  if (tensor > 1) request.tensor_parallel = TensorParallelSpec{tensor, true};
+  return request;
+}
+
+struct Communications {
+  int count = 0;
+  std::int64_t bytes = 0;  // each op's larger side, as the schedule counts an all_to_all
+  std::vector<std::int64_t> each;
+};
+
+Communications communications(const Trace& trace, CommunicationKind kind, ParallelGroup group, std::optional<Phase> phase = std::nullopt,
+                              const std::string& containing = "") {
+  Communications c;
+  for (const auto& op : trace.ops()) {
+    if (op.kind != OpKind::communication || !op.communication || op.communication->kind != kind || op.communication->group != group) continue;
+    if (phase && op.phase != *phase) continue;
+    if (op.name.find(containing) == std::string::npos) continue;
+    std::int64_t in = 0;
+    std::int64_t out = 0;
+    for (const auto t : op.inputs) in += trace.tensor(t).bytes();
+    for (const auto t : op.outputs) out += trace.tensor(t).bytes();
+    ++c.count;
+    c.each.push_back(std::max(in, out));
+    c.bytes += std::max(in, out);
+  }
+  return c;
+}
+
+std::int64_t parameters(const Trace& trace, const std::string& containing) {
+  std::int64_t count = 0;
+  for (const auto& tensor : trace.tensors()) {
+    if (tensor.role == TensorRole::weight && tensor.name.find(containing) != std::string::npos) count += tensor.elements();
+  }
+  return count;
+}
+
+bool has_parameter(const Trace& trace, const std::string& name) {
+  for (const auto& tensor : trace.tensors()) {
+    if (tensor.role == TensorRole::weight && tensor.name == name) return true;
+  }
+  return false;
+}
+
+// Uniform routing: 32 tokens x top-2 = 64 routed rows per sample, 16 per expert. EP 2: rank 0
+// holds experts 0 and 1 and receives E x 16 = 32 rows for each, 64 in all: what it sends. Each
+// all_to_all moves 64 rows x 64 x 2 B = 8 KiB per sample, 16 KiB for the micro-batch of 2; per
+// sparse layer a dispatch and a combine forward and their mirror images backward: 4 per layer.
+TEST(ExpertParallel, FourAllToAllsPerLayerOfTheRoutedRows) {
+  const Trace trace = build_model(tiny_mixtral(2));
+  const std::int64_t each = kBatch * kSeq * 2 * kHidden * 2;
+  const Communications forward = communications(trace, CommunicationKind::all_to_all, ParallelGroup::expert, Phase::forward);
+  const Communications backward = communications(trace, CommunicationKind::all_to_all, ParallelGroup::expert, Phase::backward);
+  EXPECT_EQ(forward.count, 2 * kLayers);
+  EXPECT_EQ(backward.count, 2 * kLayers);
+  for (const std::int64_t b : forward.each) EXPECT_EQ(b, each);
+  for (const std::int64_t b : backward.each) EXPECT_EQ(b, each);
+  EXPECT_EQ(trace.metadata().at("expert_parallel"), "2");
+  EXPECT_EQ(trace.metadata().at("moe_simulated_expert_rank"), "0");
+  EXPECT_EQ(trace.metadata().at("moe_local_expert_rows"), "0:32,1:32");
+  // No tensor parallelism: no collective over the tensor group.
+  EXPECT_EQ(communications(trace, CommunicationKind::all_gather, ParallelGroup::tensor).count, 0);
+}
+
+// The rank holds experts / E experts, whole: 2 of the 4, 3 x 64 x 128 weights each per layer;
+// the router (4 x 64 per layer) is replicated. Over the expert-parallel ranks the experts add up
+// to the whole model's, which Megatron's layer on one rank (E = 1) holds as Hugging Face's does.
+TEST(ExpertParallel, LocalExpertsAndTheirParameters) {
+  const Trace one = build_model(tiny_mixtral(1));
+  const Trace hugging_face = build_model(tiny_mixtral(0));
+  const Trace two = build_model(tiny_mixtral(2));
+  const std::int64_t per_expert = 3 * kHidden * kWidth;
+  EXPECT_EQ(parameters(one, ".experts."), kLayers * 4 * per_expert);
+  EXPECT_EQ(parameters(hugging_face, ""), parameters(one, "")) << "the same model, built as Megatron's layer";
+  EXPECT_EQ(parameters(two, ".experts."), kLayers * 2 * per_expert);
+  EXPECT_EQ(parameters(two, ".gate.weight"), kLayers * 4 * kHidden);
+  EXPECT_TRUE(has_parameter(two, "model.layers.1.block_sparse_moe.experts.1.w2.weight"));
+  EXPECT_FALSE(has_parameter(two, "model.layers.1.block_sparse_moe.experts.2.w2.weight"));
+  EXPECT_EQ(parameters(one, "") - parameters(two, ""), kLayers * 2 * per_expert) << "only the experts are split";
+}
+
+// With the experts' tensor parallelism (ETP = TP = 2, sequence parallel): every expert's w1/w3
+// hold 64 of its 128 columns, w2 64 of its rows: the experts / (ETP x EP). The rank routes its 16
+// tokens (32 rows): each all_to_all moves 32 x 64 x 2 B per sample; the all_gather after the
+// dispatch and the reduce_scatter before the combine, over the tensor group, carry the expert
+// group's 64 rows per sample.
+TEST(ExpertParallel, ExpertTensorParallelismGathersAndScattersTheRows) {
+  const Trace trace = build_model(tiny_mixtral(2, 2));
+  EXPECT_EQ(parameters(trace, ".experts."), kLayers * 2 * 3 * kHidden * kWidth / 2);
+  const Communications a2a = communications(trace, CommunicationKind::all_to_all, ParallelGroup::expert, Phase::forward);
+  EXPECT_EQ(a2a.count, 2 * kLayers);
+  for (const std::int64_t b : a2a.each) EXPECT_EQ(b, kBatch * kSeq / 2 * 2 * kHidden * 2);
+  const Communications gather = communications(trace, CommunicationKind::all_gather, ParallelGroup::tensor, Phase::forward, "dispatch.all_gather");
+  const Communications scatter =
+      communications(trace, CommunicationKind::reduce_scatter, ParallelGroup::tensor, Phase::forward, "combine.reduce_scatter");
+  EXPECT_EQ(gather.count, kLayers);
+  EXPECT_EQ(scatter.count, kLayers);
+  for (const std::int64_t b : gather.each) EXPECT_EQ(b, kBatch * kSeq * 2 * kHidden * 2);
+  EXPECT_EQ(trace.metadata().at("expert_tensor_parallel"), "2");
+}
+
+// expert_load {1, 1, 3, 1} of 64 slots: 10.67, 10.67, 32, 10.67, largest remainders 11, 11, 32,
+// 10. Rank 0 (experts 0, 1) takes 22 rows of a sequence, rank 1 (2, 3) 42: rank 1 is simulated, its
+// experts processing 2 x 32 = 64 and 2 x 10 = 20 rows per sample; it receives 84 rows but sends 64,
+// so each all_to_all counts the 84.
+TEST(ExpertParallel, TheBusiestRankIsSimulated) {
+  ModelRequest request = tiny_mixtral(2);
+  request.routing = ExpertRouting{};
+  request.routing->expert_load = {1, 1, 3, 1};
+  const Trace trace = build_model(request);
+  EXPECT_EQ(trace.metadata().at("moe_simulated_expert_rank"), "1");
+  EXPECT_EQ(trace.metadata().at("moe_local_expert_rows"), "2:64,3:20");
+  const Communications a2a = communications(trace, CommunicationKind::all_to_all, ParallelGroup::expert, Phase::forward);
+  for (const std::int64_t b : a2a.each) EXPECT_EQ(b, kBatch * 84 * kHidden * 2);
+  EXPECT_TRUE(has_parameter(trace, "model.layers.0.block_sparse_moe.experts.2.w1.weight"));
+}
+
+// A capacity factor pads every expert to its capacity ceil(64 x 1.25 / 4) = 20 rows per sequence:
+// each rank sends 80 rows and receives E x 20 = 40 per expert.
+TEST(ExpertParallel, CapacityPadsEveryExpert) {
+  ModelRequest request = tiny_mixtral(2);
+  request.routing = ExpertRouting{};
+  request.routing->capacity_factor = 1.25;
+  const Trace trace = build_model(request);
+  EXPECT_EQ(trace.metadata().at("moe_local_expert_rows"), "0:40,1:40");
+  const Communications a2a = communications(trace, CommunicationKind::all_to_all, ParallelGroup::expert, Phase::forward);
+  for (const std::int64_t b : a2a.each) EXPECT_EQ(b, kBatch * 80 * kHidden * 2);
+}
+
+TEST(ExpertParallel, BadLayoutsAreRefused) {
+  // 3 does not divide the 4 experts.
+  EXPECT_THROW(build_model(tiny_mixtral(3)), std::invalid_argument);
+  // The experts' tensor parallelism other than the layers' (MoE parallel folding).
+  ModelRequest folding = tiny_mixtral(2);
+  folding.expert_parallel->expert_tensor = 2;
+  EXPECT_THROW(build_model(folding), std::invalid_argument);
+  // MoE with tensor parallelism needs sequence parallelism (Megatron's arguments.py).
+  ModelRequest no_sp = tiny_mixtral(2, 2);
+  no_sp.tensor_parallel->sequence_parallel = false;
+  EXPECT_THROW(build_model(no_sp), std::invalid_argument);
+  // Hugging Face's block is not sharded: tensor parallelism needs Megatron's layer.
+  ModelRequest hf_tp = tiny_mixtral(0, 2);
+  EXPECT_THROW(build_model(hf_tp), std::invalid_argument);
+  // A dense decoder has no experts to split.
+  ModelRequest dense = tiny_mixtral(2);
+  dense.decoder->family = "llama";
+  dense.decoder->moe.reset();
+  EXPECT_THROW(build_model(dense), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace comptrain::zoo

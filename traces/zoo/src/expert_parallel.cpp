@@ -1,0 +1,223 @@
+// Megatron-LM's mixture-of-experts layer on one expert-parallel rank (traces/zoo/README.md,
+// "Expert parallelism"): MoELayer with the TopKRouter, the alltoall token dispatcher and the
+// SequentialMLP of its local experts, as NVIDIA/Megatron-LM@d98e8a64 writes them:
+//   megatron/core/transformer/moe/moe_layer.py        MoELayer.forward: route, dispatch, experts, combine
+//   megatron/core/transformer/moe/router.py           TopKRouter: a replicated linear, softmax, top-k
+//   megatron/core/transformer/moe/token_dispatcher.py MoEAlltoAllTokenDispatcher: permute, all_to_all
+//       over the expert group, all_gather over the expert-tensor group when ETP > 1 (:746-751),
+//       sort_chunks_by_idxs when a rank holds several experts; the mirror image to combine
+//       (reduce_scatter before the combine all_to_all, :829), then unpermute
+//   megatron/core/transformer/moe/experts.py          SequentialMLP: one MLP per local expert over its
+//       rows (torch.split of the tokens), outputs concatenated
+//   megatron/core/transformer/moe/moe_utils.py        permute / unpermute; capacity (:248-266)
+// Sources: shared/reference/parallelism.md §4. The load of each expert comes from ExpertRouting
+// (routed_tokens); the trace is the rank whose local experts receive the most tokens.
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "comptrain/support/checked.hpp"
+#include "comptrain/support/input_error.hpp"
+#include "models.hpp"
+
+namespace comptrain::zoo::detail {
+
+using traces::CommunicationKind;
+using traces::DType;
+using traces::OpKind;
+using traces::ParallelGroup;
+
+ExpertParallelPlan plan_expert_parallel(const MoeArchitecture& moe, const ExpertRouting& routing, std::int64_t seq_len, std::int64_t degree,
+                                        std::int64_t expert_tensor) {
+  if (degree < 1 || moe.experts % degree != 0) {
+    throw std::invalid_argument("expert_parallel.degree: " + std::to_string(degree) + " does not divide the " + std::to_string(moe.experts) +
+                                " routed experts; expected a divisor of them");
+  }
+  if (expert_tensor < 1 || seq_len % expert_tensor != 0) {
+    throw std::invalid_argument("expert_parallel.expert_tensor: " + std::to_string(expert_tensor) + " does not divide the sequence of " +
+                                std::to_string(seq_len) + " tokens");
+  }
+  ExpertParallelPlan plan;
+  plan.degree = degree;
+  plan.expert_tensor = expert_tensor;
+  // Each expert's rows per sequence of the whole tensor-parallel group (seq_len tokens, top-k
+  // routed): ExpertRouting's counts, dropless. With a capacity factor Megatron's capacity
+  // ceil(tokens x top_k / experts x factor) (moe_utils.py:248-266, get_capacity) for every
+  // expert, padded to it (--moe-pad-expert-input-to-capacity): every expert processes exactly
+  // its capacity, and the dispatch moves experts x capacity rows.
+  std::vector<std::int64_t> load = routed_tokens(moe, routing, seq_len);
+  if (routing.capacity_factor) {
+    const std::int64_t slots = multiply_or_throw(seq_len, moe.top_k, "moe: the routed slots per sequence");
+    const auto capacity =
+        static_cast<std::int64_t>(std::ceil(static_cast<double>(slots) * *routing.capacity_factor / static_cast<double>(moe.experts)));
+    std::fill(load.begin(), load.end(), capacity);
+  }
+  const std::int64_t local = moe.experts / degree;
+  // Megatron assigns rank r the experts r x local .. (r + 1) x local - 1 (moe_layer.py,
+  // local_expert_indices). The busiest rank -- the most rows over its experts, the lowest on a
+  // tie -- gates every all_to_all of the layer and is the one simulated.
+  std::int64_t best = -1;
+  for (std::int64_t r = 0; r < degree; ++r) {
+    std::int64_t rows = 0;
+    for (std::int64_t e = r * local; e < (r + 1) * local; ++e) rows += load[static_cast<std::size_t>(e)];
+    if (rows > best) {
+      best = rows;
+      plan.rank = r;
+    }
+  }
+  // Per sample of this rank's micro-batch: every one of the E ranks of the expert group routes
+  // its own samples, so expert e receives E x load[e] rows per sample (the routing assumption
+  // holds on every rank alike); after the expert-tensor all_gather the whole group's tokens,
+  // before it 1 / ETP of them (rounded up to a multiple of ETP per expert, at most ETP - 1 padded
+  // rows).
+  std::int64_t gathered = 0;
+  for (std::int64_t e = plan.rank * local; e < (plan.rank + 1) * local; ++e) {
+    std::int64_t rows = multiply_or_throw(degree, load[static_cast<std::size_t>(e)], "moe: an expert's rows");
+    rows = (rows + expert_tensor - 1) / expert_tensor * expert_tensor;
+    plan.local_experts.push_back(e);
+    plan.expert_rows.push_back(rows);
+    gathered += rows;
+  }
+  plan.received_rows = gathered / expert_tensor;
+  const std::int64_t routed = std::accumulate(load.begin(), load.end(), std::int64_t{0});
+  plan.dispatched_rows = (routed + expert_tensor - 1) / expert_tensor;
+  return plan;
+}
+
+namespace {
+
+// One local expert: SwiGLU (Mixtral's w1, w3, w2; Qwen2-MoE's gate_proj, up_proj, down_proj)
+// with its width split over the expert-tensor ranks: w1 and w3 column-parallel, w2 row-parallel
+// whose partial sums the reduce_scatter before the combine adds up (TEColumnParallelLinear /
+// TERowParallelLinear of experts.py with the tokens already gathered: no collective here).
+Value local_expert(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, Value x, std::int64_t width) {
+  const bool mixtral = arch.family == "mixtral";
+  Value gate = nb.linear(p + (mixtral ? "w1" : "gate_proj"), x, width, false);
+  gate = arch.activation == DecoderArchitecture::Activation::silu ? nb.silu(p + "act_fn", gate) : nb.gelu(p + "act_fn", gate);
+  const Value up = nb.linear(p + (mixtral ? "w3" : "up_proj"), x, width, false);
+  return nb.linear(p + (mixtral ? "w2" : "down_proj"), nb.mul(p + "mul", gate, up), arch.hidden, false);
+}
+
+}  // namespace
+
+Value megatron_moe_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, const ExpertParallelPlan& plan, const std::string& p, Value x) {
+  const MoeArchitecture& moe = *arch.moe;
+  const std::int64_t t = nb.tensor_parallel_degree();
+  if (t != plan.expert_tensor) throw std::logic_error(p + ": the experts' tensor-parallel degree must be the layer's");
+  const std::int64_t n = nb.dim(x, 1);  // this rank's tokens per sample: S, or S / t under sequence parallelism
+  const std::int64_t h = arch.hidden;
+  const std::int64_t k = moe.top_k;
+  const Value flat = nb.reshape(p + "view", x, {n, h});
+  // TopKRouter (router.py): a linear without bias, replicated on every rank (not tensor-parallel),
+  // over this rank's tokens; softmax in fp32, top-k, the top-k weights normalised (Mixtral).
+  const Value logits = nb.linear(p + "gate", flat, moe.experts, false);
+  const Value probs = nb.softmax_fp32(p + "softmax", logits);
+  auto [weights, selected] = nb.topk(p + "topk", probs, k);
+  if (moe.normalize_top_k) weights = nb.normalize_rows_(p + "div_", weights);
+  weights = nb.to_dtype(p + "routing_weights.to", weights, nb.dtype(flat));
+  // permute (moe_utils.py): the (token, slot) pairs sorted by expert -- int64 index kernels, no
+  // autograd -- and the rows gathered in that order: dispatched_rows rows to send.
+  const std::int64_t d = plan.dispatched_rows;
+  const Value pairs = nb.constant_op(p + "routing_map", selected, DType::i64, {d, 2});
+  const std::vector<Value> pair = nb.columns(p + "routing_map.unbind", pairs);
+  const Value slot = pair[0];
+  const Value token = pair[1];
+  const Value permuted = nb.index(p + "permute", flat, {token}, {d, h});
+  // The dispatch all_to_all over the expert group (token_dispatcher.py, token_permutation):
+  // 1/E of the rows to each rank; this rank receives its experts' rows from all E.
+  Value tokens = nb.communicate(p + "dispatch.all_to_all", permuted, CommunicationKind::all_to_all, CommunicationKind::all_to_all,
+                                ParallelGroup::expert, {plan.received_rows, h});
+  const std::int64_t gathered = plan.received_rows * t;
+  // ETP > 1: the rows of the expert-tensor group gathered (:746-751; its backward a reduce_scatter).
+  if (t > 1) {
+    tokens = nb.communicate(p + "dispatch.all_gather", tokens, CommunicationKind::all_gather, CommunicationKind::reduce_scatter,
+                            ParallelGroup::tensor, {gathered, h});
+  }
+  // Several local experts: the received chunks reordered by expert (sort_chunks_by_idxs, a gather).
+  const bool several = plan.local_experts.size() > 1;
+  const auto chunk_order = [&](const std::string& name, Value rows) {
+    const Value order = nb.constant_op(name + ".indices", token, DType::i64, {gathered});
+    return nb.index(name, rows, {order}, {gathered, h});
+  };
+  if (several) tokens = chunk_order(p + "sort_chunks_by_idxs", tokens);
+  // SequentialMLP: torch.split by the tokens per expert (views), one MLP each, torch.cat.
+  std::vector<std::vector<std::int64_t>> shapes;
+  for (const std::int64_t rows : plan.expert_rows) shapes.push_back({rows, h});
+  const std::vector<Value> inputs = nb.split_into_views(p + "experts.split", tokens, shapes);
+  std::vector<Value> outputs;
+  const std::int64_t width = moe.intermediate / t;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    outputs.push_back(local_expert(nb, arch, p + "experts." + std::to_string(plan.local_experts[i]) + ".", inputs[i], width));
+  }
+  Value combined = outputs.size() == 1 ? outputs.front() : nb.cat_rows(p + "experts.cat", outputs);
+  if (several) combined = chunk_order(p + "unsort_chunks_by_idxs", combined);
+  // ETP > 1: the partial sums of w2 reduced and scattered back (:829; backward an all_gather).
+  if (t > 1) {
+    combined = nb.communicate(p + "combine.reduce_scatter", combined, CommunicationKind::reduce_scatter, CommunicationKind::all_gather,
+                              ParallelGroup::tensor, {plan.received_rows, h});
+  }
+  // The combine all_to_all: every row back to the rank that routed it.
+  combined = nb.communicate(p + "combine.all_to_all", combined, CommunicationKind::all_to_all, CommunicationKind::all_to_all,
+                            ParallelGroup::expert, {d, h});
+  // unpermute: each row times its routing weight, added into its token's row (scatter_add_).
+  const Value weight = nb.index(p + "routing_weights.index", weights, {token, slot}, {d, 1});
+  Value output = nb.zeros(p + "zeros", nb.dtype(flat), {n, h}, true);
+  const Value weighted = nb.to_dtype(p + "to", nb.mul_rows(p + "mul", combined, weight), nb.dtype(output));
+  output = nb.index_add_(p + "unpermute", output, token, weighted);
+  Value y = nb.reshape(p + "reshape", output, {1, n, h});
+  if (moe.shared_expert_intermediate > 0) {
+    // Qwen2-MoE's shared expert as Megatron's SharedExpertMLP: a tensor-parallel MLP (gathered
+    // and reduce-scattered under sequence parallelism) gated by a sigmoid of a replicated linear.
+    const std::string s = p + "shared_expert.";
+    const std::int64_t shared_width = moe.shared_expert_intermediate / t;
+    const NetworkBuilder::ColumnParallelInput input = nb.column_parallel_input(s + "fc1", x);
+    Value gate = nb.column_parallel_linear(s + "gate_proj", input, shared_width, false);
+    gate = arch.activation == DecoderArchitecture::Activation::silu ? nb.silu(s + "act_fn", gate) : nb.gelu(s + "act_fn", gate);
+    const Value up = nb.column_parallel_linear(s + "up_proj", input, shared_width, false);
+    const Value shared = nb.row_parallel_linear(s + "down_proj", nb.mul(s + "mul", gate, up), h, false);
+    const Value shared_gate = nb.sigmoid(p + "sigmoid", nb.linear(p + "shared_expert_gate", x, 1, false));
+    y = nb.add(p + "add", y, nb.mul_rows(s + "mul_gate", shared, shared_gate));
+  }
+  return y;
+}
+
+Value NetworkBuilder::communicate(const std::string& name, Value x, CommunicationKind forward, CommunicationKind backward, ParallelGroup group,
+                                  std::vector<std::int64_t> sample_shape) {
+  return {record_communication(unique_op_name(name), forward, x.index, std::move(sample_shape), false, backward, group)};
+}
+
+Value NetworkBuilder::cat_rows(const std::string& name, const std::vector<Value>& parts) {
+  if (parts.empty()) throw std::logic_error(name + ": nothing to concatenate");
+  std::int64_t rows = 0;
+  bool grad = false;
+  for (const Value part : parts) {
+    expect_rank(part, 2, name);
+    if (dim(part, 1) != dim(parts.front(), 1) || dtype(part) != dtype(parts.front()) ||
+        tensors_[part.index].batch_dim != tensors_[parts.front().index].batch_dim) {
+      throw std::logic_error(name + ": the parts must be rows of one width, dtype and batch dimension");
+    }
+    rows += dim(part, 0);
+    grad = grad || requires_grad(part.index);
+  }
+  const std::string op = unique_op_name(name);
+  const std::size_t y = new_output(op + ".out", dtype(parts.front()), {rows, dim(parts.front(), 1)}, tensors_[parts.front().index].batch_dim, grad);
+  ForwardOp f;
+  f.name = op;
+  f.kind = OpKind::other;  // a copy: bytes, no FLOPs
+  for (const Value part : parts) {
+    f.inputs.push_back(part.index);
+    f.grads.push_back({part.index, {}});
+  }
+  f.outputs = {y};
+  f.differentiable_outputs = {y};
+  f.backward_kind = OpKind::other;
+  record(std::move(f));
+  return {y};
+}
+
+}  // namespace comptrain::zoo::detail

@@ -122,7 +122,9 @@ TEST(LayoutScenario, ContextParallelCommTakesMegatronsNames) {
 }
 
 TEST(LayoutScenario, AValidLayoutWithoutItsReplayIsRefusedNotIgnored) {
-  EXPECT_THAT(prepare(kMixtral, "  gpus_per_node: 8\n  expert: 8\n"), HasSubstr("parallelism.expert: is 8; this degree is read and checked but its replay is not written yet"));
+  EXPECT_THAT(prepare(kLlama3, "  gpus_per_node: 8\n  pipeline: 2\n  virtual_stages: 2\n  pipeline_schedule: interleaved\n", 2),
+              HasSubstr("parallelism.virtual_stages: is 2; the interleaved schedule's chunks are read and checked but their replay is not written yet"));
+  EXPECT_EQ(prepare(kMixtral, "  gpus_per_node: 8\n  expert: 8\n"), "prepared");
   EXPECT_EQ(prepare(kLlama3, "  gpus_per_node: 8\n  tensor: 8\n"), "prepared");
   EXPECT_EQ(prepare(kLlama3, "  gpus_per_node: 8\n"), "prepared");
 }

@@ -189,11 +189,14 @@ double ideal_bubble_fraction(PipelineSchedule schedule, int stages, int micro_ba
     case PipelineSchedule::gpipe:
       // (K-1)/(M+K-1) (Huang et al. 2019, arXiv 1811.06965 §2.3).
     case PipelineSchedule::one_f_one_b:
-      // Bubble (p-1)(t_f+t_b) against m(t_f+t_b) of work (Narayanan et al. SC'21, arXiv
-      // 2104.04473 §2.2.1), as a share of the whole iteration: (p-1)/(m+p-1).
+      // Bubble (p-1)(t_f+t_b) against m(t_f+t_b) of work: the p-1 warm-up slots the first stage
+      // waits through (GPipe's (K-1)/(M+K-1), Huang et al., arXiv 1811.06965 §2.3; 1F1B reorders
+      // the same slots, Megatron-LM schedules.py:957), as a share of the iteration: (p-1)/(m+p-1).
       return (p - 1) / (m + p - 1);
     case PipelineSchedule::interleaved:
-      // Bubble (p-1)(t_f+t_b)/v (SC'21 §2.2.2), as a share of the iteration: (p-1)/(vm+p-1).
+      // Bubble (p-1)(t_f+t_b)/v: each of the v chunks runs 1/v of a stage's layers, so a warm-up
+      // slot is 1/v as long (Megatron-LM schedules.py:963-965, v chunks per rank), as a share of
+      // the iteration: (p-1)/(vm+p-1).
       return (p - 1) / (v * m + p - 1);
     case PipelineSchedule::zero_bubble: {
       // ZB-H1's bubble is (p-1)(T_F+T_B-T_W) (arXiv 2401.10241 §2.1); with T_F = T_B = T_W = 1

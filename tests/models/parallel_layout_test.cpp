@@ -87,8 +87,8 @@ TEST(CheckLayout, Llama2_70bOnThirtyTwoGpusIsValid) {
 }
 
 TEST(CheckLayout, Llama3_405bOnSixteenThousandGpusIsValid) {
-  // Llama 3 405B: 126 layers, 128 heads, 8 KV heads; T8 P16 C16 (the long-context stage of the
-  // Llama 3 paper, arXiv 2407.21783 Table 4) on 16,384 GPUs leaves D = 16384 / 2048 = 8.
+  // A Llama-3.1-405B shape: 126 layers, 128 heads, 8 KV heads; T8 P16 C16 (the layout of
+  // scenarios/llama3-405b-tp8-pp16-cp16-16384xh100.yaml) on 16,384 GPUs leaves D = 16384 / 2048 = 8.
   LayoutModel model;
   model.layers = 126;
   model.heads = 128;

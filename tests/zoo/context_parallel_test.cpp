@@ -141,7 +141,7 @@ TEST(ContextParallel, RingBytesByHand) {
   }
 }
 
-// The all-gather variant (Llama 3 §3.3.2; TE AttnFuncWithCPAndKVAllGather): per layer an
+// The all-gather variant (PyTorch context_parallel's default rotation; TE AttnFuncWithCPAndKVAllGather): per layer an
 // all_gather of K,V to the whole sequence's 2 s b g d elements before the kernel; backward gathers
 // them again and reduce-scatters dK,dV (the whole in, this rank's share out). By hand as above.
 TEST(ContextParallel, AllGatherBytesByHand) {

@@ -1,5 +1,5 @@
 // The transformers: parameter counts, saved activations per layer (Korthikanti et al. 2022)
-// and GEMM FLOPs per iteration (Narayanan et al. 2021).
+// and GEMM FLOPs per iteration (the same paper's model FLOPs formula).
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -117,14 +117,14 @@ INSTANTIATE_TEST_SUITE_P(
       return name;
     });
 
-// Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training on GPU Clusters
-// Using Megatron-LM", SC'21, §5.1): the GEMMs of one iteration (forward, backward at twice the
+// The model FLOPs formula of Korthikanti et al. 2022 (arXiv 2205.05198, its model FLOPs per iteration; Megatron-LM's
+// num_floating_point_operations computes the same): the GEMMs of one iteration (forward, backward at twice the
 // forward) take 72·B·s·l·h²·(1 + s/(6h) + V/(12·h·l)) = 72·B·s·l·h² + 12·B·s²·l·h + 6·B·s·h·V
 // FLOPs, the last term being the LM head (its weight gradient included).
 // The formula leaves out the biases: each biased linear adds one FLOP per output element
 // forward and one per output-gradient element for the bias gradient, and a layer's biases
 // have 3h + h + 4h + h = 9h elements, so 2·9·B·s·h·l more.
-TEST(Transformer, GemmFlopsMatchNarayanan) {
+TEST(Transformer, GemmFlopsMatchTheModelFlopsFormula) {
   struct Case {
     ModelRequest request;
     std::int64_t layers, hidden, seq_len, vocab;
@@ -147,9 +147,9 @@ TEST(Transformer, GemmFlopsMatchNarayanan) {
     const std::int64_t l = c.layers;
     const std::int64_t h = c.hidden;
     const std::int64_t v = c.vocab;
-    const std::int64_t narayanan = 72 * b * s * l * h * h + 12 * b * s * s * l * h + 6 * b * s * h * v;
+    const std::int64_t formula = 72 * b * s * l * h * h + 12 * b * s * s * l * h + 6 * b * s * h * v;
     const std::int64_t biases = 2 * 9 * b * s * h * l;
-    EXPECT_EQ(gemm_flops, narayanan + biases);
+    EXPECT_EQ(gemm_flops, formula + biases);
   }
 }
 

@@ -205,7 +205,7 @@ void ScenarioReader::read_layout(const YAML::Node& node, ParallelismSection& p) 
     const auto parsed = zoo::parse_context_parallel_variant(name);
     if (!parsed) {
       throw InputError(where(comm.Mark()) + "'parallelism.context_parallel_comm' is '" + name +
-                       "'; expected ring (Transformer Engine's ring, Megatron's p2p, the default) or all_gather (Llama 3's; Megatron's "
+                       "'; expected ring (Transformer Engine's ring, Megatron's p2p, the default) or all_gather (PyTorch context_parallel's; Megatron's "
                        "allgather)");
     }
     layout.context_all_gather = *parsed == zoo::ContextParallelSpec::Variant::all_gather;

@@ -1084,7 +1084,7 @@ Value NetworkBuilder::context_parallel_attention(const std::string& op, Value q,
         {{".kv_recv", recv}, {".dkv_recv", recv}},
         {}};
   } else {
-    // The all-gather variant (Llama 3, arXiv 2407.21783 §3.3.2; TE AttnFuncWithCPAndKVAllGather,
+    // The all-gather variant (PyTorch context_parallel's default rotation; TE AttnFuncWithCPAndKVAllGather,
     // context_parallel.py:3014): K and V of the whole sequence, 2 S b G D elements, gathered
     // before the kernel (exposed) and held only while it runs; backward gathers them again and
     // reduce-scatters dK,dV back to the shares.

@@ -19,8 +19,8 @@ namespace comptrain::models {
 
 // The pipeline schedules (models/pipeline_schedule.hpp builds their per-stage orders):
 //   gpipe        all forwards, then all backwards (Huang et al. 2019, arXiv 1811.06965)
-//   1f1b         PipeDream-Flush / Megatron's non-interleaved schedule (Narayanan et al. SC'21 §2.2.1)
-//   interleaved  Megatron's interleaved 1F1B over virtual_stages chunks per rank (SC'21 §2.2.2)
+//   1f1b         PipeDream-Flush / Megatron's non-interleaved schedule (Megatron-LM schedules.py:2147, forward_backward_pipelining_without_interleaving)
+//   interleaved  Megatron's interleaved 1F1B over virtual_stages chunks per rank (schedules.py:1019, _with_interleaving)
 //   zero_bubble  ZB-H1 (Qi et al. 2024, arXiv 2401.10241 §2.1): the backward split into the
 //                input-gradient and the weight-gradient pass, the latter filling the bubble
 enum class PipelineSchedule : unsigned char { gpipe, one_f_one_b, interleaved, zero_bubble };
@@ -44,7 +44,7 @@ struct ParallelLayout {
   bool sequence_parallel = false;
   // How context parallelism exchanges K and V (shared/reference/parallelism.md §3): false,
   // Transformer Engine's ring beside the attention (Megatron's --cp-comm-type p2p, the default);
-  // true, an all-gather before it (Llama 3's; Megatron's allgather).
+  // true, an all-gather before it (PyTorch context_parallel's default rotation; Megatron's allgather).
   bool context_all_gather = false;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   // Layers of each virtual pipeline stage in model order (P x virtual_stages entries, summing to

@@ -257,7 +257,7 @@ struct ContextParallelSpec {
     // Transformer Engine's ring (Megatron's --cp-comm-type p2p, the default): degree - 1 steps
     // passing K,V blocks around the ring beside the attention kernel; backward also passes dK,dV.
     ring,
-    // Llama 3's / PyTorch context_parallel's: an all-gather of K,V before the attention (exposed),
+    // PyTorch context_parallel's default: an all-gather of K,V before the attention (exposed),
     // a reduce-scatter of dK,dV after its backward.
     all_gather,
   };
@@ -268,7 +268,7 @@ std::string_view to_string(ContextParallelSpec::Variant variant);
 // "ring" (also Megatron's "p2p") or "all_gather" (also "allgather"); nullopt otherwise.
 std::optional<ContextParallelSpec::Variant> parse_context_parallel_variant(std::string_view text);
 
-// One stage of Megatron-LM's pipeline parallelism (Narayanan et al. 2021, arXiv 2104.04473 §2.2),
+// One stage of Megatron-LM's pipeline parallelism (Megatron-LM megatron/core/pipeline_parallel/schedules.py),
 // or one model chunk of its interleaved schedule -- the same thing, a contiguous range of decoder
 // layers: the trace is then ONE micro-batch's forward and backward pass of that stage with its
 // optimizer step (traces/zoo/README.md, "Pipeline stages"). `first`: the stage holds the

@@ -89,21 +89,6 @@ ExpertParallelPlan plan_expert_parallel(const MoeArchitecture& moe, const Expert
   return plan;
 }
 
-namespace {
-
-// One local expert: SwiGLU (Mixtral's w1, w3, w2; Qwen2-MoE's gate_proj, up_proj, down_proj)
-// with its width split over the expert-tensor ranks: w1 and w3 column-parallel, w2 row-parallel
-// whose partial sums the reduce_scatter before the combine adds up (TEColumnParallelLinear /
-// TERowParallelLinear of experts.py with the tokens already gathered: no collective here).
-Value local_expert(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, Value x, std::int64_t width) {
-  const bool mixtral = arch.family == "mixtral";
-  Value gate = nb.linear(p + (mixtral ? "w1" : "gate_proj"), x, width, false);
-  gate = arch.activation == DecoderArchitecture::Activation::silu ? nb.silu(p + "act_fn", gate) : nb.gelu(p + "act_fn", gate);
-  const Value up = nb.linear(p + (mixtral ? "w3" : "up_proj"), x, width, false);
-  return nb.linear(p + (mixtral ? "w2" : "down_proj"), nb.mul(p + "mul", gate, up), arch.hidden, false);
-}
-
-}  // namespace
 
 Value megatron_moe_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, const ExpertParallelPlan& plan, const std::string& p, Value x) {
   const MoeArchitecture& moe = *arch.moe;
@@ -152,7 +137,10 @@ Value megatron_moe_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, co
   std::vector<Value> outputs;
   const std::int64_t width = moe.intermediate / t;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    outputs.push_back(local_expert(nb, arch, p + "experts." + std::to_string(plan.local_experts[i]) + ".", inputs[i], width));
+    // Each local expert's width split over the expert-tensor ranks; the tokens are already gathered
+    // (TEColumnParallelLinear / TERowParallelLinear of experts.py: no collective inside), and the
+    // reduce_scatter before the combine adds up w2's partial sums.
+    outputs.push_back(swiglu_expert(nb, arch, p + "experts." + std::to_string(plan.local_experts[i]) + ".", inputs[i], width));
   }
   Value combined = outputs.size() == 1 ? outputs.front() : nb.cat_rows(p + "experts.cat", outputs);
   if (several) combined = chunk_order(p + "unsort_chunks_by_idxs", combined);

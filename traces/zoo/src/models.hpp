@@ -79,6 +79,10 @@ void configure_lora(NetworkBuilder& nb, const LoraSpec& spec, const DecoderArchi
 bool is_sparse_layer(const MoeArchitecture& moe, std::int64_t layer);
 // The sparse MLP's module name in a layer: Mixtral's `block_sparse_moe`, Qwen2-MoE's `mlp`.
 std::string sparse_moe_module(const DecoderArchitecture& arch);
+// One expert (or Qwen2-MoE's shared expert): down(act(gate(x)) * up(x)) of `width`, with Mixtral's
+// names (w1, w3, w2) or Qwen2-MoE's (gate_proj, up_proj, down_proj). Under expert-tensor
+// parallelism `width` is one rank's share: w1 and w3 column-parallel, w2 row-parallel.
+Value swiglu_expert(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, Value x, std::int64_t width);
 // MixtralSparseMoeBlock / Qwen2MoeSparseMoeBlock on x [N, S, H] under module prefix `p` (ending
 // in '.'), expert e processing tokens[e] tokens per sequence.
 Value sparse_moe_block(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::vector<std::int64_t>& tokens,

@@ -138,19 +138,13 @@ std::string sparse_moe_module(const DecoderArchitecture& arch) {
   return arch.family == "mixtral" ? "block_sparse_moe" : "mlp";
 }
 
-namespace {
-
-// One expert, or Qwen2-MoE's shared expert: down(act(gate(x)) * up(x)), with Mixtral's names
-// (w1, w3, w2) or Qwen2-MoE's (gate_proj, up_proj, down_proj).
-Value swiglu(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, Value x, std::int64_t width) {
+Value swiglu_expert(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, Value x, std::int64_t width) {
   const bool mixtral = arch.family == "mixtral";
   Value gate = nb.linear(p + (mixtral ? "w1" : "gate_proj"), x, width, false);
   gate = arch.activation == DecoderArchitecture::Activation::silu ? nb.silu(p + "act_fn", gate) : nb.gelu(p + "act_fn", gate);
   const Value up = nb.linear(p + (mixtral ? "w3" : "up_proj"), x, width, false);
   return nb.linear(p + (mixtral ? "w2" : "down_proj"), nb.mul(p + "mul", gate, up), arch.hidden, false);
 }
-
-}  // namespace
 
 Value sparse_moe_block(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::vector<std::int64_t>& tokens,
                        const std::string& p, Value x) {
@@ -176,13 +170,13 @@ Value sparse_moe_block(NetworkBuilder& nb, const DecoderArchitecture& arch, cons
     const Value slot = pair[0];
     const Value token = pair[1];
     const Value current = nb.index(p + "index", flat, {token}, {n, h});
-    const Value expert_out = swiglu(nb, arch, p + "experts." + std::to_string(e) + ".", current, moe.intermediate);
+    const Value expert_out = swiglu_expert(nb, arch, p + "experts." + std::to_string(e) + ".", current, moe.intermediate);
     const Value weight = nb.index(p + "routing_weights.index", weights, {token, slot}, {n, 1});
     const Value weighted = nb.to_dtype(p + "to", nb.mul_rows(p + "mul", expert_out, weight), nb.dtype(output));
     output = nb.index_add_(p + "index_add_", output, token, weighted);
   }
   if (moe.shared_expert_intermediate > 0) {
-    const Value shared = swiglu(nb, arch, p + "shared_expert.", flat, moe.shared_expert_intermediate);
+    const Value shared = swiglu_expert(nb, arch, p + "shared_expert.", flat, moe.shared_expert_intermediate);
     const Value gate = nb.sigmoid(p + "sigmoid", nb.linear(p + "shared_expert_gate", flat, 1, false));
     output = nb.add(p + "add", output, nb.mul_rows(p + "shared_expert.mul_gate", shared, gate));
   }

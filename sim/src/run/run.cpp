@@ -288,7 +288,7 @@ std::variant<ScheduledRun, models::NotApplicable> schedule_run(const PreparedSce
   // One schedule is one rank's whole model: a pipeline's stages are run_pipeline's.
   if (is_pipeline(prepared.scenario())) {
     throw InputError(layout_place(prepared.scenario(), "pipeline") +
-                     "pipeline stages are replayed for one scenario by `simulate` and `plan`; sweeps and `validate` do not take them yet; "
+                     "pipeline stages are replayed for one scenario by `simulate`, `plan` and `validate`; sweeps do not take them yet; "
                      "expected pipeline: 1");
   }
   traces::Trace trace = prepared.trace_at(batch);

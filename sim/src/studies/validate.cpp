@@ -378,14 +378,21 @@ MemoryMetric metric_of(MeasuredAs measured_as) {
 std::int64_t memory_as_measured(const SimulationResult& r, MeasuredAs measured_as) { return peak_in(metric_of(measured_as), memory_peaks(r)); }
 
 // One run at `batch` (the replay, and the I/O simulation when the scenario has a data or
-// checkpoint section), or why it gave nothing to compare.
+// checkpoint section), or why it gave nothing to compare. A pipeline-parallel scenario's run is
+// every stage's replay together (run_pipeline): `stages` holds each stage's result and `result`
+// the stage with the highest reserved peak.
 struct OneRun {
   SimulationResult result;
   std::optional<IoResult> io;
+  std::vector<SimulationResult> stages{};
+  double pipeline_seconds = 0;  // the pipeline's iteration (when its last stage ends), 0 without one
   // The iteration a measurement over many iterations sees: with a data or checkpoint section
   // the I/O simulation's mean (the loader's waits, the launching thread sharing the workers'
   // cores, the checkpoint's cost per iteration), else the replayed one.
-  double iteration_seconds() const { return io ? io->mean_iteration_seconds : result.iteration_seconds; }
+  double iteration_seconds() const {
+    if (io) return io->mean_iteration_seconds;
+    return stages.empty() ? result.iteration_seconds : pipeline_seconds;
+  }
 };
 
 // The scenario's file name, not its path: a report (and docs/validation.md, which is generated)
@@ -394,7 +401,28 @@ std::string scenario_name(const PreparedScenario& prepared) { return std::filesy
 
 // A run that gave nothing to compare is a Prediction without a value that says why (and whether
 // it ran out of memory).
+std::variant<OneRun, Prediction> run_pipeline_once(const PreparedScenario& prepared, std::int64_t batch) {
+  PipelineOutcome outcome = run_pipeline(prepared, prepared.scenario().strategy, batch, Isolation::child_process);
+  if (const auto* inapplicable = std::get_if<models::NotApplicable>(&outcome)) {
+    return Prediction::none(fmt::format("{}: the strategy does not apply at batch {} ({})", scenario_name(prepared), batch, inapplicable->reason));
+  }
+  PipelineSimulationResult& r = std::get<PipelineRun>(outcome).result;
+  if (const auto& oom = r.out_of_memory) {
+    return Prediction::out_of_memory_at(fmt::format("{}: out of memory at batch {} in pipeline stage {} ({})", scenario_name(prepared), batch,
+                                                    r.out_of_memory_stage.value_or(0), describe_out_of_memory(*oom)));
+  }
+  OneRun run;
+  const auto highest = std::max_element(r.stages.begin(), r.stages.end(), [](const SimulationResult& a, const SimulationResult& b) {
+    return a.device.peak_reserved < b.device.peak_reserved;
+  });
+  run.result = *highest;
+  run.stages = std::move(r.stages);
+  run.pipeline_seconds = r.iteration_seconds;
+  return run;
+}
+
 std::variant<OneRun, Prediction> run_once(const PreparedScenario& prepared, std::int64_t batch) {
+  if (is_pipeline(prepared.scenario())) return run_pipeline_once(prepared, batch);
   RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, batch, Isolation::child_process);
   if (const auto* inapplicable = std::get_if<models::NotApplicable>(&outcome)) {
     return Prediction::none(fmt::format("{}: the strategy does not apply at batch {} ({})", scenario_name(prepared), batch, inapplicable->reason));
@@ -406,10 +434,38 @@ std::variant<OneRun, Prediction> run_once(const PreparedScenario& prepared, std:
   return OneRun{std::move(completed.result), std::move(completed.io)};
 }
 
+// A run's peak as the point measured it: a pipeline's is its highest stage's.
+std::int64_t memory_as_measured(const OneRun& run, MeasuredAs measured_as) {
+  if (run.stages.empty()) return memory_as_measured(run.result, measured_as);
+  std::int64_t peak = 0;
+  for (const SimulationResult& stage : run.stages) peak = std::max(peak, memory_as_measured(stage, measured_as));
+  return peak;
+}
+
 // Runs in a worker process: a ran_at_batch point's reserved peak at its batch over the memory
 // PyTorch may reserve (the GPU's visible memory less the CUDA context); out of memory, what the
 // failing request needed over the same (above 1).
 Prediction predict_ran_at_batch(const PreparedScenario& prepared, std::int64_t batch) {
+  if (is_pipeline(prepared.scenario())) {
+    // A pipeline runs where every stage fits: its highest stage's peak over the usable memory.
+    PipelineOutcome outcome = run_pipeline(prepared, prepared.scenario().strategy, batch, Isolation::child_process);
+    if (const auto* inapplicable = std::get_if<models::NotApplicable>(&outcome)) {
+      return Prediction::none(fmt::format("{}: the strategy does not apply at batch {} ({})", scenario_name(prepared), batch, inapplicable->reason));
+    }
+    const PipelineSimulationResult& r = std::get<PipelineRun>(outcome).result;
+    if (const auto& oom = r.out_of_memory) {
+      Prediction p = Prediction::of(static_cast<double>(out_of_memory_peak(*oom)) / static_cast<double>(oom->capacity));
+      p.out_of_memory = true;
+      p.why_none = fmt::format("{}: out of memory at batch {} in pipeline stage {} ({})", scenario_name(prepared), batch, r.out_of_memory_stage.value_or(0),
+                               describe_out_of_memory(*oom));
+      return p;
+    }
+    double highest = 0;
+    for (const SimulationResult& stage : r.stages) {
+      highest = std::max(highest, static_cast<double>(stage.device.peak_reserved) / static_cast<double>(stage.device.framework.usable_bytes()));
+    }
+    return Prediction::of(highest);
+  }
   RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, batch, Isolation::child_process);
   if (const auto* inapplicable = std::get_if<models::NotApplicable>(&outcome)) {
     return Prediction::none(fmt::format("{}: the strategy does not apply at batch {} ({})", scenario_name(prepared), batch, inapplicable->reason));
@@ -478,7 +534,7 @@ Prediction predict(const ValidationPoint& point, const PreparedScenario& run, co
       return Prediction::of(
           samples_per_second(global_batch(point.batch, run.data_parallel_ranks(), run.scenario().accumulation_steps), run_result.iteration_seconds()));
     case ValidationMetric::peak_mem_bytes:
-      return Prediction::of(static_cast<double>(memory_as_measured(r, point.measured_as)));
+      return Prediction::of(static_cast<double>(memory_as_measured(run_result, point.measured_as)));
     case ValidationMetric::average_power_watts:
       // One GPU's own power over the iteration, as NVML reads it (sim/energy.hpp).
       if (!r.energy) return Prediction::none(run.scenario().source + ": the platform gives no gpu.power");
@@ -491,8 +547,8 @@ Prediction predict(const ValidationPoint& point, const PreparedScenario& run, co
   const OneRun& baseline_result = std::get<OneRun>(baseline);
   const SimulationResult& b = baseline_result.result;
   if (point.metric == ValidationMetric::memory_reduction_x) {
-    return Prediction::of(static_cast<double>(memory_as_measured(b, point.measured_as)) /
-                           static_cast<double>(memory_as_measured(r, point.measured_as)));
+    return Prediction::of(static_cast<double>(memory_as_measured(baseline_result, point.measured_as)) /
+                           static_cast<double>(memory_as_measured(run_result, point.measured_as)));
   }
   if (point.metric == ValidationMetric::energy_ratio_x) {
     // The GPU's energy per sample (NVML's view: the GPU alone), S over R; both run the point's batch.

@@ -167,7 +167,7 @@ TEST(PipelineRun, OtherCommandsRefusePipelineLayouts) {
     schedule_run(prepared, prepared.scenario().strategy, 1);
     ADD_FAILURE() << "expected an InputError";
   } catch (const InputError& e) {
-    EXPECT_THAT(e.what(), testing::HasSubstr("parallelism.pipeline: pipeline stages are replayed for one scenario by `simulate` and `plan`; sweeps and `validate` do not take them"));
+    EXPECT_THAT(e.what(), testing::HasSubstr("parallelism.pipeline: pipeline stages are replayed for one scenario by `simulate`, `plan` and `validate`; sweeps do not take them"));
   }
 }
 

@@ -375,6 +375,51 @@ TEST(ValidatePrediction, ThroughputIsTheWholeJobs) {
   std::filesystem::remove_all(dir);
 }
 
+// A pipeline-parallel point replays every stage together: its throughput is the global batch
+// (micro-batch x micro-batches x data-parallel replicas) over the time the last stage ends, its
+// peak the highest stage's, and ran_at_batch the highest stage's share of the usable memory.
+TEST(ValidatePrediction, PipelinePointsReplayEveryStage) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "comptrain_validate_pipeline";
+  std::filesystem::create_directories(dir);
+  // A 4-layer GPT on 4 GPUs: tensor 1 x pipeline 2 x data 2, 4 micro-batches of 2 per replica.
+  std::ofstream(dir / "pp.yaml") << "model: {zoo: gpt, layers: 4, hidden: 256, heads: 4, seq_len: 128, vocab: 1000}\n"
+                                    "training: {batch_size: 2, precision: mixed, optimizer: adam, gradient_accumulation_steps: 4}\n"
+                                    "platform: dgx-a100-superpod\n"
+                                    "parallelism: {nodes: 1, gpus_per_node: 4, pipeline: 2, pipeline_schedule: 1f1b}\n";
+  const auto point = [](const std::string& id, const std::string& metric, const std::string& published, const std::string& extra) {
+    return R"({"id": ")" + id + R"(", "source": "s", "model": "gpt", "gpu": "A100", "precision": "mixed", "batch": 2, "metric": ")" + metric +
+           R"(", "published": )" + published + R"(, "unit": "u", "notes": "n", "scenario": "pp.yaml")" + extra + "}\n";
+  };
+  const ValidationTable table = parse_validation_table(point("tput", "throughput_samples_per_s", "1000", "") +
+                                                           point("peak", "peak_mem_bytes", "1e9", R"(, "measured_as": "max_memory_reserved")") +
+                                                           point("ran", "ran_at_batch", "2", ""),
+                                                       "t.jsonl", dir);
+  const auto results = validate(table, ValidateOptions{false, 1});
+  ASSERT_EQ(results.size(), 3u);
+  const PreparedScenario prepared(load_scenario_file(dir / "pp.yaml"));
+  const PipelineOutcome outcome = run_pipeline(prepared, prepared.scenario().strategy, 2, Isolation::child_process);
+  ASSERT_TRUE(std::holds_alternative<PipelineRun>(outcome));
+  const PipelineSimulationResult& r = std::get<PipelineRun>(outcome).result;
+  ASSERT_EQ(r.stages.size(), 2u);
+  ASSERT_TRUE(r.fits());
+  ASSERT_TRUE(results[0].predicted.has_value()) << results[0].why_none;
+  EXPECT_NEAR(*results[0].predicted, 2.0 * 4 * 2 / r.iteration_seconds, 1e-9 * 16 / r.iteration_seconds);
+  std::int64_t highest = 0;
+  double highest_share = 0;
+  for (const SimulationResult& stage : r.stages) {
+    highest = std::max(highest, stage.device.peak_reserved);
+    highest_share = std::max(highest_share, static_cast<double>(stage.device.peak_reserved) / static_cast<double>(stage.device.framework.usable_bytes()));
+  }
+  // The two stages differ (the embedding on the first, the head and loss on the last).
+  EXPECT_NE(r.stages[0].device.peak_reserved, r.stages[1].device.peak_reserved);
+  ASSERT_TRUE(results[1].predicted.has_value()) << results[1].why_none;
+  EXPECT_EQ(*results[1].predicted, static_cast<double>(highest));
+  ASSERT_TRUE(results[2].predicted.has_value()) << results[2].why_none;
+  EXPECT_DOUBLE_EQ(*results[2].predicted, highest_share);
+  EXPECT_EQ(results[2].met, true);
+  std::filesystem::remove_all(dir);
+}
+
 // A scenario with a data section is predicted with its loader: the throughput over the I/O
 // simulation's iteration (its waits for the batch), and a slowdown of real over synthetic data
 // (the same scenario without the section) is that iteration over the replayed one.

@@ -1,6 +1,7 @@
 #include "comptrain/models/pipeline_parallel.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>
@@ -452,6 +453,86 @@ Schedule apply_pipeline_stage(const std::vector<Schedule>& chunks, const std::ve
   if (spec.virtual_stages > 1) out.strategy += fmt::format(" ({} chunks)", spec.virtual_stages);
   out.strategy += fmt::format(", {} micro-batches", micro_batches.size());
   return out;
+}
+
+RankTrace join_chunk_traces(const std::vector<traces::Trace>& chunks) {
+  if (chunks.empty()) throw std::invalid_argument("pipeline rank: no chunk trace to join");
+  if (chunks.size() == 1) return RankTrace{chunks.front(), {0}, {0}};
+  std::vector<traces::Tensor> tensors;
+  std::vector<traces::Op> ops;
+  std::map<std::string, std::vector<std::string>> values;  // metadata key -> each chunk's value
+  std::string name;
+  struct {
+    std::vector<traces::OpIndex> first_op;
+    std::vector<traces::TensorIndex> first_tensor;
+  } offsets;
+  std::uint64_t next_tensor_id = 0;
+  std::uint64_t next_op_id = 0;
+  for (std::size_t k = 0; k < chunks.size(); ++k) {
+    const traces::Trace& chunk = chunks[k];
+    if (chunk.batch_size() != chunks.front().batch_size()) {
+      throw std::invalid_argument(fmt::format("pipeline rank: chunk {}'s trace is at batch {}, chunk 0's at {}; expected one batch size",
+                                              k, chunk.batch_size(), chunks.front().batch_size()));
+    }
+    const traces::TensorIndex first_tensor = tensors.size();
+    const traces::OpIndex first_op = ops.size();
+    offsets.first_tensor.push_back(first_tensor);
+    offsets.first_op.push_back(first_op);
+    const std::uint64_t tensor_id_shift = next_tensor_id;
+    const std::uint64_t op_id_shift = next_op_id;
+    for (traces::Tensor tensor : chunk.tensors()) {
+      tensor.id += tensor_id_shift;
+      next_tensor_id = std::max(next_tensor_id, tensor.id + 1);
+      if (tensor.view_of) *tensor.view_of += first_tensor;
+      tensor.producer.reset();  // derived again by the Trace constructor
+      tensor.consumers.clear();
+      tensors.push_back(std::move(tensor));
+    }
+    for (traces::Op op : chunk.ops()) {
+      op.id += op_id_shift;
+      next_op_id = std::max(next_op_id, op.id + 1);
+      for (traces::TensorIndex& t : op.inputs) t += first_tensor;
+      for (traces::TensorIndex& t : op.outputs) t += first_tensor;
+      for (traces::OpIndex& o : op.after) o += first_op;
+      ops.push_back(std::move(op));
+    }
+    name += (k == 0 ? "" : " + ") + chunk.name();
+    for (const auto& [key, value] : chunk.metadata()) {
+      std::vector<std::string>& of_key = values[key];
+      of_key.resize(k, "");
+      of_key.push_back(value);
+    }
+  }
+  std::map<std::string, std::string> metadata;
+  for (auto& [key, of_key] : values) {
+    of_key.resize(chunks.size(), "");
+    const bool same = std::all_of(of_key.begin(), of_key.end(), [&](const std::string& v) { return v == of_key.front(); });
+    metadata[key] = same ? of_key.front() : fmt::format("{}", fmt::join(of_key, ","));
+  }
+  return RankTrace{traces::Trace(std::move(name), chunks.front().batch_size(), std::move(tensors), std::move(ops), std::move(metadata)),
+                   std::move(offsets.first_op), std::move(offsets.first_tensor)};
+}
+
+void move_onto_rank_trace(Schedule& chunk, traces::OpIndex first_op, traces::TensorIndex first_tensor) {
+  for (Task& task : chunk.tasks) {
+    if (task.op) *task.op += first_op;
+    if (task.tensor) *task.tensor += first_tensor;
+  }
+  for (Buffer& buffer : chunk.buffers) {
+    if (buffer.tensor) *buffer.tensor += first_tensor;
+  }
+}
+
+PipelineRank apply_pipeline_rank(std::vector<Schedule> chunks, const std::vector<traces::Trace>& chunk_traces, const PipelineStageSpec& spec) {
+  if (chunks.size() != chunk_traces.size()) {
+    throw std::invalid_argument(fmt::format("pipeline rank: {} chunk schedules and {} chunk traces; expected one trace per schedule", chunks.size(),
+                                            chunk_traces.size()));
+  }
+  RankTrace rank = join_chunk_traces(chunk_traces);
+  for (std::size_t k = 0; k < chunks.size(); ++k) move_onto_rank_trace(chunks[k], rank.first_op[k], rank.first_tensor[k]);
+  const std::vector<const traces::Trace*> every_chunk(chunks.size(), &rank.trace);
+  Schedule schedule = apply_pipeline_stage(chunks, every_chunk, spec);
+  return PipelineRank{std::move(rank.trace), std::move(schedule)};
 }
 
 }  // namespace comptrain::models

@@ -91,4 +91,41 @@ struct PipelineStageSpec {
 Schedule apply_pipeline_stage(const std::vector<Schedule>& chunks, const std::vector<const traces::Trace*>& traces,
                               const PipelineStageSpec& spec);
 
+// The traces of one rank's model chunks as one trace, for what takes a rank's iteration with ONE
+// trace (transform_schedule's data parallelism and framework transforms, the reports): chunk k's
+// tensors and ops follow those of the chunks before it, their indices (inputs, outputs, after,
+// view_of) moved by first_tensor[k] and first_op[k], their ids by one more than the largest id of
+// the chunks before (so that ids stay unique; chunk 0 keeps its own). The chunks share nothing: a
+// chunk's boundary tensors are its own (its recv's output, its send's input), as each chunk of
+// Megatron's interleaved schedule is a module of its own (one GPTModel per chunk). Its name is the
+// chunks' names joined by " + "; its metadata every key the chunks give, a key whose values
+// differ holding each chunk's value in chunk order, comma-separated. One chunk: that trace as it
+// is. Throws std::invalid_argument when there is no chunk or the batch sizes differ.
+struct RankTrace {
+  traces::Trace trace;
+  std::vector<traces::OpIndex> first_op;          // per chunk: the rank trace's index of its op 0
+  std::vector<traces::TensorIndex> first_tensor;  // per chunk: the rank trace's index of its tensor 0
+};
+RankTrace join_chunk_traces(const std::vector<traces::Trace>& chunks);
+
+// A chunk schedule (build_schedule's, for its chunk's trace) with its tasks' op and tensor indices
+// and its buffers' tensor indices moved onto the rank trace: + first_op, + first_tensor.
+void move_onto_rank_trace(Schedule& chunk, traces::OpIndex first_op, traces::TensorIndex first_tensor);
+
+// One pipeline rank's iteration over its chunks' joined trace: join_chunk_traces, each chunk
+// schedule moved onto it (move_onto_rank_trace), then apply_pipeline_stage with the rank trace as
+// every chunk's trace. The schedule's op and tensor indices are the rank trace's, so that
+// transform_schedule takes the pair as it takes one GPU's. Its data parallelism then reduces every
+// chunk's gradients once per iteration, each after the last backward that writes it (the last
+// backward of its chunk), in one bucket set over the rank's chunks: a bucket may take gradients
+// of two chunks, and waits for the later. (Megatron wraps each chunk in a DistributedDataParallel
+// of its own, the chunks after the first without bucketing: megatron/training/training.py,
+// get_model, disable_bucketing=(model_chunk_idx > 0).) Throws as join_chunk_traces and
+// apply_pipeline_stage do.
+struct PipelineRank {
+  traces::Trace trace;
+  Schedule schedule;
+};
+PipelineRank apply_pipeline_rank(std::vector<Schedule> chunks, const std::vector<traces::Trace>& chunk_traces, const PipelineStageSpec& spec);
+
 }  // namespace comptrain::models

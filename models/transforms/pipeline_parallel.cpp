@@ -9,6 +9,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -271,6 +272,50 @@ class StageBuilder {
     last_backward_[k] = m;
   }
 
+  // Megatron-LM's interleaved loop (forward_backward_pipelining_with_interleaving,
+  // schedules.py:1019-1560, overlap_p2p_comm off): its steps run in units, a forward alone in the
+  // warm-up, a forward and the backward after it in the steady state (forward_step(k + warm-up),
+  // backward_step(k), then one send_forward_backward_recv_forward_backward), a backward alone in
+  // the cool-down; after each unit one batch_isend_irecv carries the unit's sends and the
+  // receives of the next unit (the first unit's receives come alone, before it: recv_forward). So
+  // a steady-state forward's output is sent after the backward that follows it, and a step's
+  // input is received before the unit ahead of it runs. Issued one step at a time instead (each
+  // recv just before its step), two ranks each send a gradient the other receives only after its
+  // own send (P 2, V 2, M 4: a deadlock).
+  void run_interleaved(const std::vector<PipelineStep>& order) {
+    std::vector<std::vector<PipelineStep>> units;
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      const bool pair = order[i].kind == Kind::forward && i + 1 < order.size() &&
+                        (order[i + 1].kind == Kind::backward || order[i + 1].kind == Kind::backward_input);
+      units.push_back(pair ? std::vector<PipelineStep>{order[i], order[i + 1]} : std::vector<PipelineStep>{order[i]});
+      if (pair) ++i;
+    }
+    // (micro-batch, chunk, forward) of a step whose receives are posted: a unit may hold the
+    // forward and the backward of one (micro-batch, chunk).
+    std::map<std::tuple<int, int, bool>, Pending> pending;
+    const auto receive = [&](const std::vector<PipelineStep>& unit) {
+      for (const PipelineStep& step : unit) {
+        if (step.kind == Kind::backward_weight) continue;
+        pending[{step.micro_batch, step.chunk, step.kind == Kind::forward}] = step.kind == Kind::forward ? open_forward(step.micro_batch, step.chunk)
+                                                                              : open_backward(step.micro_batch, step.chunk);
+      }
+    };
+    if (!units.empty()) receive(units.front());
+    for (std::size_t u = 0; u < units.size(); ++u) {
+      for (const PipelineStep& step : units[u]) {
+        if (step.kind == Kind::backward_weight) continue;
+        const Pending& p = pending.at({step.micro_batch, step.chunk, step.kind == Kind::forward});
+        step.kind == Kind::forward ? forward_body(step.micro_batch, step.chunk, p) : backward_body(step.micro_batch, step.chunk, p);
+      }
+      for (const PipelineStep& step : units[u]) {
+        if (step.kind == Kind::backward_weight) continue;
+        step.kind == Kind::forward ? forward_sends(step.micro_batch, step.chunk) : backward_sends(step.micro_batch, step.chunk);
+        pending.erase({step.micro_batch, step.chunk, step.kind == Kind::forward});
+      }
+      if (u + 1 < units.size()) receive(units[u + 1]);
+    }
+  }
+
   // Every chunk's optimizer step, in chunk order, its waits on the micro-step pointing at the
   // chunk's last backward.
   Schedule finish() {
@@ -300,6 +345,107 @@ class StageBuilder {
     std::vector<BufferId> buffer_id;  // old buffer -> new id
     std::optional<BufferId> received_input;
   };
+
+  // A step's receives, posted before the unit it is in (run_interleaved).
+  struct Pending {
+    std::optional<TaskId> recv;                  // the added recv its first op waits for
+    std::optional<BufferId> received_gradient;   // a backward's received output gradient
+  };
+
+  // A part's tasks without its transfers: the chunk's own recvs and sends go before and after.
+  std::vector<TaskId> of_part(const std::vector<TaskId>& part, int k, std::optional<TaskKind> kind) const {
+    const Schedule& chunk = chunks_[static_cast<std::size_t>(k)];
+    std::vector<TaskId> out;
+    for (TaskId t : part) {
+      const bool transfer = is_p2p(chunk.tasks[t]);
+      if (kind ? transfer && chunk.tasks[t].kind == *kind : !transfer) out.push_back(t);
+    }
+    return out;
+  }
+
+  // The micro-batch's copy of the chunk's buffers, and the receive of its input.
+  Pending open_forward(int m, int k) {
+    Copy& copy = copies_[{m, k}];
+    const Schedule& chunk = chunks_[static_cast<std::size_t>(k)];
+    const ChunkParts& parts = parts_[static_cast<std::size_t>(k)];
+    copy.task_id.assign(chunk.tasks.size(), kNoTask);
+    copy.buffer_id.assign(chunk.buffers.size(), kNoBuffer);
+    for (BufferId b = 0; b < chunk.buffers.size(); ++b) {
+      if (parts.shared[b]) {
+        copy.buffer_id[b] = shared_id_[static_cast<std::size_t>(k)][b];
+        continue;
+      }
+      Buffer buffer = chunk.buffers[b];
+      buffer.name += " (" + copy_label(m, k) + ")";
+      copy.buffer_id[b] = add_buffer(std::move(buffer));
+    }
+    const int stage = virtual_stage(k);
+    Pending p;
+    if (!parts.has_own_p2p && stage > 0) {
+      copy.received_input = add_buffer(boundary_buffer(fmt::format("received input ({})", copy_label(m, k)), MemoryRole::activation));
+      p.recv = add_transfer(TaskKind::recv, fmt::format("recv activation from stage {}", stage - 1), message(stage - 1, false, m), k,
+                            *copy.received_input);
+    }
+    emit_part(copy, m, k, of_part(parts.forward, k, TaskKind::recv), [](Task&, TaskId) {});
+    return p;
+  }
+
+  void forward_body(int m, int k, const Pending& p) {
+    Copy& copy = copies_.at({m, k});
+    const ChunkParts& parts = parts_[static_cast<std::size_t>(k)];
+    emit_part(copy, m, k, of_part(parts.forward, k, std::nullopt), [&](Task& task, TaskId old) {
+      if (old == parts.first_forward_op && p.recv) {
+        task.after.push_back(*p.recv);
+        task.uses.push_back(*copy.received_input);
+      }
+    });
+  }
+
+  void forward_sends(int m, int k) {
+    Copy& copy = copies_.at({m, k});
+    const ChunkParts& parts = parts_[static_cast<std::size_t>(k)];
+    const int stage = virtual_stage(k);
+    emit_part(copy, m, k, of_part(parts.forward, k, TaskKind::send), [](Task&, TaskId) {});
+    if (!parts.has_own_p2p && stage < last_stage()) {
+      add_send(copy, k, parts.last_forward_op, fmt::format("send activation to stage {}", stage + 1), message(stage + 1, false, m, k));
+    }
+  }
+
+  Pending open_backward(int m, int k) {
+    Copy& copy = copies_.at({m, k});
+    const ChunkParts& parts = parts_[static_cast<std::size_t>(k)];
+    const int stage = virtual_stage(k);
+    Pending p;
+    if (!parts.has_own_p2p && stage < last_stage()) {
+      p.received_gradient = add_buffer(boundary_buffer(fmt::format("received output gradient ({})", copy_label(m, k)), MemoryRole::temporary));
+      p.recv = add_transfer(TaskKind::recv, fmt::format("recv gradient from stage {}", stage + 1), message(stage + 1, true, m), k, *p.received_gradient);
+    }
+    emit_part(copy, m, k, of_part(parts.backward, k, TaskKind::recv), [](Task&, TaskId) {});
+    return p;
+  }
+
+  void backward_body(int m, int k, const Pending& p) {
+    Copy& copy = copies_.at({m, k});
+    const ChunkParts& parts = parts_[static_cast<std::size_t>(k)];
+    emit_part(copy, m, k, of_part(parts.backward, k, std::nullopt), [&](Task& task, TaskId old) {
+      if (old == parts.first_backward_op && p.recv) {
+        task.after.push_back(*p.recv);
+        task.uses.push_back(*p.received_gradient);
+      }
+      if (old == parts.last_backward_op && copy.received_input) task.uses.push_back(*copy.received_input);
+    });
+    last_backward_[k] = m;
+  }
+
+  void backward_sends(int m, int k) {
+    Copy& copy = copies_.at({m, k});
+    const ChunkParts& parts = parts_[static_cast<std::size_t>(k)];
+    const int stage = virtual_stage(k);
+    emit_part(copy, m, k, of_part(parts.backward, k, TaskKind::send), [](Task&, TaskId) {});
+    if (!parts.has_own_p2p && stage > 0) {
+      add_send(copy, k, parts.last_backward_op, fmt::format("send gradient to stage {}", stage - 1), message(stage - 1, true, m, k));
+    }
+  }
 
   bool several_chunks() const { return chunks_.size() > 1; }
   int virtual_stage(int k) const { return k * spec_.stages + spec_.rank; }
@@ -439,13 +585,17 @@ Schedule apply_pipeline_stage(const std::vector<Schedule>& chunks, const std::ve
 
   StageBuilder builder(chunks, parts, spec);
   std::set<int> micro_batches;
-  for (const PipelineStep& s : spec.order) {
-    micro_batches.insert(s.micro_batch);
-    switch (s.kind) {
-      case Kind::forward: builder.forward(s.micro_batch, s.chunk); break;
-      case Kind::backward:
-      case Kind::backward_input: builder.backward(s.micro_batch, s.chunk); break;
-      case Kind::backward_weight: break;  // the whole backward ran at backward_input (header)
+  for (const PipelineStep& s : spec.order) micro_batches.insert(s.micro_batch);
+  if (spec.virtual_stages > 1) {
+    builder.run_interleaved(spec.order);
+  } else {
+    for (const PipelineStep& s : spec.order) {
+      switch (s.kind) {
+        case Kind::forward: builder.forward(s.micro_batch, s.chunk); break;
+        case Kind::backward:
+        case Kind::backward_input: builder.backward(s.micro_batch, s.chunk); break;
+        case Kind::backward_weight: break;  // the whole backward ran at backward_input (header)
+      }
     }
   }
   Schedule out = builder.finish();

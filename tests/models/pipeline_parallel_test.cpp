@@ -344,19 +344,30 @@ TEST(PipelineStage, InterleavedMapsChunksToVirtualStages) {
   }
   const Schedule& rank1 = ranks[1];
   // Stage 1 -> stage 2: rank 1's chunk 0 sends to rank 0, naming its own chunk.
-  const std::size_t f3 = position_of(rank1, "f3 [micro-batch 2, chunk 0]");
-  EXPECT_EQ(rank1.tasks[f3 + 1].message, (PipelineMessage{.peer = 0, .gradient = false, .micro_batch = 2, .chunk = 0}));
+  EXPECT_EQ(rank1.tasks[position_of(rank1, "send activation to stage 2 [micro-batch 2, chunk 0]")].message,
+            (PipelineMessage{.peer = 0, .gradient = false, .micro_batch = 2, .chunk = 0}));
   // Stage 3 is the last: no send after its forward, its backward receives nothing.
-  const std::size_t last_f3 = position_of(rank1, "f3 [micro-batch 2, chunk 1]");
-  EXPECT_NE(rank1.tasks[last_f3 + 1].kind, TaskKind::send);
-  EXPECT_NE(rank1.tasks[position_of(rank1, "b2 [micro-batch 2, chunk 1]") - 1].kind, TaskKind::recv);
+  for (const Task& t : rank1.tasks) {
+    EXPECT_FALSE(t.name.starts_with("send activation to stage 4") || t.name.starts_with("recv gradient from stage 4")) << t.name;
+  }
   // Stage 3 receives from stage 2, rank 0's chunk 1.
-  EXPECT_EQ(rank1.tasks[position_of(rank1, "f1 [micro-batch 2, chunk 1]") - 1].message,
+  EXPECT_EQ(rank1.tasks[position_of(rank1, "recv activation from stage 2 [micro-batch 2, chunk 1]")].message,
             (PipelineMessage{.peer = 0, .gradient = false, .micro_batch = 2, .chunk = 1}));
   // Stage 2 (rank 0, chunk 1) receives stage 1's activation (rank 1's chunk 0).
   const Schedule& rank0 = ranks[0];
-  EXPECT_EQ(rank0.tasks[position_of(rank0, "f1 [micro-batch 3, chunk 1]") - 1].message,
+  EXPECT_EQ(rank0.tasks[position_of(rank0, "recv activation from stage 1 [micro-batch 3, chunk 1]")].message,
             (PipelineMessage{.peer = 1, .gradient = false, .micro_batch = 3, .chunk = 0}));
+  // Megatron's units: rank 1 warms up with 2 forwards (2(P-r-1) + (V-1)P), then runs forward
+  // (0, 1) with backward (0, 1) as one unit; the batch after it sends the forward's output (none:
+  // stage 3 is the last) and the backward's input gradient, and receives the next unit's inputs,
+  // forward (2, 0)'s activation among them: all after b1 of (0, 1), none between its f3 and b2.
+  const std::size_t b1 = position_of(rank1, "b1 [micro-batch 0, chunk 1]");
+  EXPECT_LT(position_of(rank1, "f3 [micro-batch 0, chunk 1]"), position_of(rank1, "b2 [micro-batch 0, chunk 1]"));
+  EXPECT_EQ(position_of(rank1, "f3 [micro-batch 0, chunk 1]") + 1, position_of(rank1, "b2 [micro-batch 0, chunk 1]"));
+  EXPECT_EQ(position_of(rank1, "send gradient to stage 2 [micro-batch 0, chunk 1]"), b1 + 1);
+  EXPECT_GT(position_of(rank1, "recv activation from stage 0 [micro-batch 2, chunk 0]"), b1);
+  // Rank 0's steady-state forward (2, 0) sends its output only after backward (0, 1) has run.
+  EXPECT_GT(position_of(rank0, "send activation to stage 1 [micro-batch 2, chunk 0]"), position_of(rank0, "b1 [micro-batch 0, chunk 1]"));
   // Counts: rank 0 sends 4 activations per chunk (stages 0 and 2 both have a next stage), rank 1
   // only from chunk 0; gradients mirror them.
   EXPECT_EQ(of_kind(rank0, TaskKind::send, false).size(), 8u);

@@ -209,8 +209,9 @@ TEST(PipelineRun, InterleavedChunksReplayWithASmallerBubble) {
   const auto has_op = [](const traces::Trace& t, const std::string& part) {
     return std::any_of(t.ops().begin(), t.ops().end(), [&](const traces::Op& op) { return op.name.find(part) != std::string::npos; });
   };
-  EXPECT_TRUE(has_op(rank0, "model.layers.5."));
-  EXPECT_FALSE(has_op(rank0, "model.layers.2."));
+  EXPECT_TRUE(has_op(rank0, "transformer.h.5."));
+  EXPECT_TRUE(has_op(rank0, "transformer.h.0."));
+  EXPECT_FALSE(has_op(rank0, "transformer.h.2."));
   for (std::size_t p = 0; p < 2; ++p) {
     SCOPED_TRACE("stage " + std::to_string(p));
     EXPECT_GT(idle_share(plain, p), 0.05);

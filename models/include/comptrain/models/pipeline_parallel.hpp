@@ -72,6 +72,15 @@ struct PipelineStageSpec {
 // peer, micro-batch and chunk filled (its `gradient` says which pass it is in; it must have one).
 // A message's chunk is the sending stage's chunk on its rank, at both ends.
 //
+// With V > 1 chunks (Megatron's interleaved schedule, forward_backward_pipelining_with_interleaving,
+// schedules.py:1019-1560, overlap_p2p_comm off) the transfers go where that loop issues them: its
+// steps run in units (a warm-up forward, a steady-state forward with the backward after it, a
+// cool-down backward), and after each unit one batch_isend_irecv carries the unit's sends and the
+// next unit's receives (the first unit's receives come alone, before it). So a steady-state
+// forward's send waits for the backward that follows it, and each step's receives are posted
+// before the unit ahead of it. Issued one step at a time instead, P 2, V 2 deadlocks: each rank
+// sends a gradient that the other receives only after its own send.
+//
 // Between two ops the p2p stream may hold a send followed by a recv: Megatron issues such a pair
 // as one batch_isend_irecv (send_forward_recv_backward and send_backward_recv_forward,
 // schedules.py:2416, 2446; p2p_communication.py:22-56), which NCCL runs as one group. The replay

@@ -16,6 +16,7 @@
 #include "comptrain/models/transform_schedule.hpp"
 #include "comptrain/sim/config/scenario.hpp"
 #include "comptrain/sim/metrics/communication_time.hpp"
+#include "comptrain/sim/report/pipeline_report.hpp"
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/support/input_error.hpp"
 
@@ -219,6 +220,24 @@ TEST(PipelineRun, InterleavedChunksReplayWithASmallerBubble) {
   }
   // The same work in less time: both run 8 layers x 4 micro-batches over 2 ranks.
   EXPECT_LT(interleaved.result.iteration_seconds, plain.result.iteration_seconds);
+}
+
+// The pipeline report's layers column and JSON give each stage's chunks: rank r holds layers
+// 2r-2r+1 (virtual stage r) and 2r+4-2r+5 (virtual stage r + 2).
+TEST(PipelineRun, TheReportGivesEachStagesChunkLayers) {
+  const PreparedScenario prepared(interleaved_gpt(2));
+  const PipelineOutcome outcome = run_pipeline(prepared, prepared.scenario().strategy, 1, Isolation::child_process);
+  const std::string text = pipeline_report(prepared, prepared.scenario().strategy, 1, outcome, false);
+  EXPECT_THAT(text, testing::HasSubstr("PP 2 (interleaved, 2 chunks per stage, 4 micro-batches, ideal bubble 11.1%)"));
+  EXPECT_THAT(text, testing::HasSubstr("      0      0-1,4-5  "));
+  EXPECT_THAT(text, testing::HasSubstr("      1      2-3,6-7  "));
+  const std::string json = pipeline_report(prepared, prepared.scenario().strategy, 1, outcome, true);
+  EXPECT_THAT(json, testing::HasSubstr("\"virtual_stages\": 2"));
+  EXPECT_THAT(json, testing::HasSubstr("\"first_layer\": 2,\n      \"layers\": 4,\n      \"chunks\": [\n        {\n          \"first_layer\": 2,\n          \"layers\": 2\n        },\n        {\n          \"first_layer\": 6,\n          \"layers\": 2\n        }\n      ]"));
+  // Without chunks, one range per stage, as before.
+  const PreparedScenario plain(interleaved_gpt(1));
+  const std::string plain_text = pipeline_report(plain, plain.scenario().strategy, 1, run_pipeline(plain, plain.scenario().strategy, 1, Isolation::child_process), false);
+  EXPECT_THAT(plain_text, testing::HasSubstr("      1          4-7  "));
 }
 
 // Each send is one (micro-batch, chunk)'s boundary: per rank 2 x M x V of them, less M where a

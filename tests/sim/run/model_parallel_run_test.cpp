@@ -240,6 +240,15 @@ TEST(PipelineRun, TheReportGivesEachStagesChunkLayers) {
   EXPECT_THAT(plain_text, testing::HasSubstr("      1          4-7  "));
 }
 
+// The layout search's memory bound counts every chunk of the first rank: with V 2 it holds layers
+// 0-1 and 4-5 and the embedding, the same parameters as layers 0-3 and the embedding with V 1.
+TEST(PipelineRun, TheResidentStateBoundCountsEveryChunkOfTheFirstRank) {
+  const PreparedScenario interleaved(interleaved_gpt(2));
+  const PreparedScenario plain(interleaved_gpt(1));
+  EXPECT_EQ(resident_state_bytes(interleaved), resident_state_bytes(plain));
+  EXPECT_GT(resident_state_bytes(plain), 0);
+}
+
 // Each send is one (micro-batch, chunk)'s boundary: per rank 2 x M x V of them, less M where a
 // chunk is an end of the pipeline (no activation after the last virtual stage, no gradient before
 // the first). P 2: rank 0's chunk 0 is virtual stage 0, rank 1's chunk 1 virtual stage 3.

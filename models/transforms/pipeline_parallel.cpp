@@ -214,62 +214,18 @@ class StageBuilder {
     }
   }
 
+  // One step issued on its own (the loop without chunks): its receives just before it, its sends
+  // just after it.
   void forward(int m, int k) {
-    Copy& copy = copies_[{m, k}];
-    const Schedule& chunk = chunks_[static_cast<std::size_t>(k)];
-    const ChunkParts& parts = parts_[static_cast<std::size_t>(k)];
-    copy.task_id.assign(chunk.tasks.size(), kNoTask);
-    // The micro-batch's own buffers, made when its forward runs.
-    copy.buffer_id.assign(chunk.buffers.size(), kNoBuffer);
-    for (BufferId b = 0; b < chunk.buffers.size(); ++b) {
-      if (parts.shared[b]) {
-        copy.buffer_id[b] = shared_id_[static_cast<std::size_t>(k)][b];
-        continue;
-      }
-      Buffer buffer = chunk.buffers[b];
-      buffer.name += " (" + copy_label(m, k) + ")";
-      copy.buffer_id[b] = add_buffer(std::move(buffer));
-    }
-    const int stage = virtual_stage(k);
-    std::optional<TaskId> recv;
-    if (!parts.has_own_p2p && stage > 0) {
-      copy.received_input = add_buffer(boundary_buffer(fmt::format("received input ({})", copy_label(m, k)), MemoryRole::activation));
-      recv = add_transfer(TaskKind::recv, fmt::format("recv activation from stage {}", stage - 1), message(stage - 1, false, m), k,
-                          *copy.received_input);
-    }
-    emit_part(copy, m, k, parts.forward, [&](Task& task, TaskId old) {
-      if (old == parts.first_forward_op && recv) {
-        task.after.push_back(*recv);
-        task.uses.push_back(*copy.received_input);
-      }
-    });
-    if (!parts.has_own_p2p && stage < last_stage()) {
-      add_send(copy, k, parts.last_forward_op, fmt::format("send activation to stage {}", stage + 1), message(stage + 1, false, m, k));
-    }
+    const Pending p = open_forward(m, k);
+    forward_body(m, k, p);
+    forward_sends(m, k);
   }
 
   void backward(int m, int k) {
-    Copy& copy = copies_.at({m, k});
-    const ChunkParts& parts = parts_[static_cast<std::size_t>(k)];
-    const int stage = virtual_stage(k);
-    std::optional<TaskId> recv;
-    std::optional<BufferId> received_gradient;
-    if (!parts.has_own_p2p && stage < last_stage()) {
-      received_gradient = add_buffer(boundary_buffer(fmt::format("received output gradient ({})", copy_label(m, k)), MemoryRole::temporary));
-      recv = add_transfer(TaskKind::recv, fmt::format("recv gradient from stage {}", stage + 1), message(stage + 1, true, m), k, *received_gradient);
-    }
-    emit_part(copy, m, k, parts.backward, [&](Task& task, TaskId old) {
-      if (old == parts.first_backward_op && recv) {
-        task.after.push_back(*recv);
-        task.uses.push_back(*received_gradient);
-      }
-      // The stage's first layer saved its input for the backward: it lives until the backward's last op.
-      if (old == parts.last_backward_op && copy.received_input) task.uses.push_back(*copy.received_input);
-    });
-    if (!parts.has_own_p2p && stage > 0) {
-      add_send(copy, k, parts.last_backward_op, fmt::format("send gradient to stage {}", stage - 1), message(stage - 1, true, m, k));
-    }
-    last_backward_[k] = m;
+    const Pending p = open_backward(m, k);
+    backward_body(m, k, p);
+    backward_sends(m, k);
   }
 
   // Megatron-LM's interleaved loop (forward_backward_pipelining_with_interleaving,

@@ -69,8 +69,9 @@ struct PipelineStageSpec {
 // the input's gradient), which it keeps allocated until it ends. Every transfer carries
 // boundary_bytes, on Stream::p2p. If a chunk schedule already has send and recv tasks (a chunk
 // trace with its own communication ops), none is added: each copy of them gets its message's
-// peer, micro-batch and chunk filled (its `gradient` says which pass it is in; it must have one).
-// A message's chunk is the sending stage's chunk on its rank, at both ends.
+// peer, micro-batch and chunk filled (its `gradient` says which pass it is in; it must have one),
+// and they go where the added ones would: a part's recvs before the rest of it, its sends after it
+// (no other task of the part may wait for a send). A message's chunk is the sending stage's chunk on its rank, at both ends.
 //
 // With V > 1 chunks (Megatron's interleaved schedule, forward_backward_pipelining_with_interleaving,
 // schedules.py:1019-1560, overlap_p2p_comm off) the transfers go where that loop issues them: its

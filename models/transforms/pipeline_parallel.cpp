@@ -1,6 +1,7 @@
 #include "comptrain/models/pipeline_parallel.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>
@@ -8,6 +9,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -212,62 +214,62 @@ class StageBuilder {
     }
   }
 
+  // One step issued on its own (the loop without chunks): its receives just before it, its sends
+  // just after it.
   void forward(int m, int k) {
-    Copy& copy = copies_[{m, k}];
-    const Schedule& chunk = chunks_[static_cast<std::size_t>(k)];
-    const ChunkParts& parts = parts_[static_cast<std::size_t>(k)];
-    copy.task_id.assign(chunk.tasks.size(), kNoTask);
-    // The micro-batch's own buffers, made when its forward runs.
-    copy.buffer_id.assign(chunk.buffers.size(), kNoBuffer);
-    for (BufferId b = 0; b < chunk.buffers.size(); ++b) {
-      if (parts.shared[b]) {
-        copy.buffer_id[b] = shared_id_[static_cast<std::size_t>(k)][b];
-        continue;
-      }
-      Buffer buffer = chunk.buffers[b];
-      buffer.name += " (" + copy_label(m, k) + ")";
-      copy.buffer_id[b] = add_buffer(std::move(buffer));
-    }
-    const int stage = virtual_stage(k);
-    std::optional<TaskId> recv;
-    if (!parts.has_own_p2p && stage > 0) {
-      copy.received_input = add_buffer(boundary_buffer(fmt::format("received input ({})", copy_label(m, k)), MemoryRole::activation));
-      recv = add_transfer(TaskKind::recv, fmt::format("recv activation from stage {}", stage - 1), message(stage - 1, false, m), k,
-                          *copy.received_input);
-    }
-    emit_part(copy, m, k, parts.forward, [&](Task& task, TaskId old) {
-      if (old == parts.first_forward_op && recv) {
-        task.after.push_back(*recv);
-        task.uses.push_back(*copy.received_input);
-      }
-    });
-    if (!parts.has_own_p2p && stage < last_stage()) {
-      add_send(copy, k, parts.last_forward_op, fmt::format("send activation to stage {}", stage + 1), message(stage + 1, false, m, k));
-    }
+    const Pending p = open_forward(m, k);
+    forward_body(m, k, p);
+    forward_sends(m, k);
   }
 
   void backward(int m, int k) {
-    Copy& copy = copies_.at({m, k});
-    const ChunkParts& parts = parts_[static_cast<std::size_t>(k)];
-    const int stage = virtual_stage(k);
-    std::optional<TaskId> recv;
-    std::optional<BufferId> received_gradient;
-    if (!parts.has_own_p2p && stage < last_stage()) {
-      received_gradient = add_buffer(boundary_buffer(fmt::format("received output gradient ({})", copy_label(m, k)), MemoryRole::temporary));
-      recv = add_transfer(TaskKind::recv, fmt::format("recv gradient from stage {}", stage + 1), message(stage + 1, true, m), k, *received_gradient);
+    const Pending p = open_backward(m, k);
+    backward_body(m, k, p);
+    backward_sends(m, k);
+  }
+
+  // Megatron-LM's interleaved loop (forward_backward_pipelining_with_interleaving,
+  // schedules.py:1019-1560, overlap_p2p_comm off): its steps run in units, a forward alone in the
+  // warm-up, a forward and the backward after it in the steady state (forward_step(k + warm-up),
+  // backward_step(k), then one send_forward_backward_recv_forward_backward), a backward alone in
+  // the cool-down; after each unit one batch_isend_irecv carries the unit's sends and the
+  // receives of the next unit (the first unit's receives come alone, before it: recv_forward). So
+  // a steady-state forward's output is sent after the backward that follows it, and a step's
+  // input is received before the unit ahead of it runs. Issued one step at a time instead (each
+  // recv just before its step), two ranks each send a gradient the other receives only after its
+  // own send (P 2, V 2, M 4: a deadlock).
+  void run_interleaved(const std::vector<PipelineStep>& order) {
+    std::vector<std::vector<PipelineStep>> units;
+    for (std::size_t i = 0; i < order.size(); ++i) {
+      const bool pair = order[i].kind == Kind::forward && i + 1 < order.size() &&
+                        (order[i + 1].kind == Kind::backward || order[i + 1].kind == Kind::backward_input);
+      units.push_back(pair ? std::vector<PipelineStep>{order[i], order[i + 1]} : std::vector<PipelineStep>{order[i]});
+      if (pair) ++i;
     }
-    emit_part(copy, m, k, parts.backward, [&](Task& task, TaskId old) {
-      if (old == parts.first_backward_op && recv) {
-        task.after.push_back(*recv);
-        task.uses.push_back(*received_gradient);
+    // (micro-batch, chunk, forward) of a step whose receives are posted: a unit may hold the
+    // forward and the backward of one (micro-batch, chunk).
+    std::map<std::tuple<int, int, bool>, Pending> pending;
+    const auto receive = [&](const std::vector<PipelineStep>& unit) {
+      for (const PipelineStep& step : unit) {
+        if (step.kind == Kind::backward_weight) continue;
+        pending[{step.micro_batch, step.chunk, step.kind == Kind::forward}] = step.kind == Kind::forward ? open_forward(step.micro_batch, step.chunk)
+                                                                              : open_backward(step.micro_batch, step.chunk);
       }
-      // The stage's first layer saved its input for the backward: it lives until the backward's last op.
-      if (old == parts.last_backward_op && copy.received_input) task.uses.push_back(*copy.received_input);
-    });
-    if (!parts.has_own_p2p && stage > 0) {
-      add_send(copy, k, parts.last_backward_op, fmt::format("send gradient to stage {}", stage - 1), message(stage - 1, true, m, k));
+    };
+    if (!units.empty()) receive(units.front());
+    for (std::size_t u = 0; u < units.size(); ++u) {
+      for (const PipelineStep& step : units[u]) {
+        if (step.kind == Kind::backward_weight) continue;
+        const Pending& p = pending.at({step.micro_batch, step.chunk, step.kind == Kind::forward});
+        step.kind == Kind::forward ? forward_body(step.micro_batch, step.chunk, p) : backward_body(step.micro_batch, step.chunk, p);
+      }
+      for (const PipelineStep& step : units[u]) {
+        if (step.kind == Kind::backward_weight) continue;
+        step.kind == Kind::forward ? forward_sends(step.micro_batch, step.chunk) : backward_sends(step.micro_batch, step.chunk);
+        pending.erase({step.micro_batch, step.chunk, step.kind == Kind::forward});
+      }
+      if (u + 1 < units.size()) receive(units[u + 1]);
     }
-    last_backward_[k] = m;
   }
 
   // Every chunk's optimizer step, in chunk order, its waits on the micro-step pointing at the
@@ -299,6 +301,107 @@ class StageBuilder {
     std::vector<BufferId> buffer_id;  // old buffer -> new id
     std::optional<BufferId> received_input;
   };
+
+  // A step's receives, posted before the unit it is in (run_interleaved).
+  struct Pending {
+    std::optional<TaskId> recv;                  // the added recv its first op waits for
+    std::optional<BufferId> received_gradient;   // a backward's received output gradient
+  };
+
+  // A part's tasks without its transfers: the chunk's own recvs and sends go before and after.
+  std::vector<TaskId> of_part(const std::vector<TaskId>& part, int k, std::optional<TaskKind> kind) const {
+    const Schedule& chunk = chunks_[static_cast<std::size_t>(k)];
+    std::vector<TaskId> out;
+    for (TaskId t : part) {
+      const bool transfer = is_p2p(chunk.tasks[t]);
+      if (kind ? transfer && chunk.tasks[t].kind == *kind : !transfer) out.push_back(t);
+    }
+    return out;
+  }
+
+  // The micro-batch's copy of the chunk's buffers, and the receive of its input.
+  Pending open_forward(int m, int k) {
+    Copy& copy = copies_[{m, k}];
+    const Schedule& chunk = chunks_[static_cast<std::size_t>(k)];
+    const ChunkParts& parts = parts_[static_cast<std::size_t>(k)];
+    copy.task_id.assign(chunk.tasks.size(), kNoTask);
+    copy.buffer_id.assign(chunk.buffers.size(), kNoBuffer);
+    for (BufferId b = 0; b < chunk.buffers.size(); ++b) {
+      if (parts.shared[b]) {
+        copy.buffer_id[b] = shared_id_[static_cast<std::size_t>(k)][b];
+        continue;
+      }
+      Buffer buffer = chunk.buffers[b];
+      buffer.name += " (" + copy_label(m, k) + ")";
+      copy.buffer_id[b] = add_buffer(std::move(buffer));
+    }
+    const int stage = virtual_stage(k);
+    Pending p;
+    if (!parts.has_own_p2p && stage > 0) {
+      copy.received_input = add_buffer(boundary_buffer(fmt::format("received input ({})", copy_label(m, k)), MemoryRole::activation));
+      p.recv = add_transfer(TaskKind::recv, fmt::format("recv activation from stage {}", stage - 1), message(stage - 1, false, m), k,
+                            *copy.received_input);
+    }
+    emit_part(copy, m, k, of_part(parts.forward, k, TaskKind::recv), [](Task&, TaskId) {});
+    return p;
+  }
+
+  void forward_body(int m, int k, const Pending& p) {
+    Copy& copy = copies_.at({m, k});
+    const ChunkParts& parts = parts_[static_cast<std::size_t>(k)];
+    emit_part(copy, m, k, of_part(parts.forward, k, std::nullopt), [&](Task& task, TaskId old) {
+      if (old == parts.first_forward_op && p.recv) {
+        task.after.push_back(*p.recv);
+        task.uses.push_back(*copy.received_input);
+      }
+    });
+  }
+
+  void forward_sends(int m, int k) {
+    Copy& copy = copies_.at({m, k});
+    const ChunkParts& parts = parts_[static_cast<std::size_t>(k)];
+    const int stage = virtual_stage(k);
+    emit_part(copy, m, k, of_part(parts.forward, k, TaskKind::send), [](Task&, TaskId) {});
+    if (!parts.has_own_p2p && stage < last_stage()) {
+      add_send(copy, k, parts.last_forward_op, fmt::format("send activation to stage {}", stage + 1), message(stage + 1, false, m, k));
+    }
+  }
+
+  Pending open_backward(int m, int k) {
+    Copy& copy = copies_.at({m, k});
+    const ChunkParts& parts = parts_[static_cast<std::size_t>(k)];
+    const int stage = virtual_stage(k);
+    Pending p;
+    if (!parts.has_own_p2p && stage < last_stage()) {
+      p.received_gradient = add_buffer(boundary_buffer(fmt::format("received output gradient ({})", copy_label(m, k)), MemoryRole::temporary));
+      p.recv = add_transfer(TaskKind::recv, fmt::format("recv gradient from stage {}", stage + 1), message(stage + 1, true, m), k, *p.received_gradient);
+    }
+    emit_part(copy, m, k, of_part(parts.backward, k, TaskKind::recv), [](Task&, TaskId) {});
+    return p;
+  }
+
+  void backward_body(int m, int k, const Pending& p) {
+    Copy& copy = copies_.at({m, k});
+    const ChunkParts& parts = parts_[static_cast<std::size_t>(k)];
+    emit_part(copy, m, k, of_part(parts.backward, k, std::nullopt), [&](Task& task, TaskId old) {
+      if (old == parts.first_backward_op && p.recv) {
+        task.after.push_back(*p.recv);
+        task.uses.push_back(*p.received_gradient);
+      }
+      if (old == parts.last_backward_op && copy.received_input) task.uses.push_back(*copy.received_input);
+    });
+    last_backward_[k] = m;
+  }
+
+  void backward_sends(int m, int k) {
+    Copy& copy = copies_.at({m, k});
+    const ChunkParts& parts = parts_[static_cast<std::size_t>(k)];
+    const int stage = virtual_stage(k);
+    emit_part(copy, m, k, of_part(parts.backward, k, TaskKind::send), [](Task&, TaskId) {});
+    if (!parts.has_own_p2p && stage > 0) {
+      add_send(copy, k, parts.last_backward_op, fmt::format("send gradient to stage {}", stage - 1), message(stage - 1, true, m, k));
+    }
+  }
 
   bool several_chunks() const { return chunks_.size() > 1; }
   int virtual_stage(int k) const { return k * spec_.stages + spec_.rank; }
@@ -438,13 +541,17 @@ Schedule apply_pipeline_stage(const std::vector<Schedule>& chunks, const std::ve
 
   StageBuilder builder(chunks, parts, spec);
   std::set<int> micro_batches;
-  for (const PipelineStep& s : spec.order) {
-    micro_batches.insert(s.micro_batch);
-    switch (s.kind) {
-      case Kind::forward: builder.forward(s.micro_batch, s.chunk); break;
-      case Kind::backward:
-      case Kind::backward_input: builder.backward(s.micro_batch, s.chunk); break;
-      case Kind::backward_weight: break;  // the whole backward ran at backward_input (header)
+  for (const PipelineStep& s : spec.order) micro_batches.insert(s.micro_batch);
+  if (spec.virtual_stages > 1) {
+    builder.run_interleaved(spec.order);
+  } else {
+    for (const PipelineStep& s : spec.order) {
+      switch (s.kind) {
+        case Kind::forward: builder.forward(s.micro_batch, s.chunk); break;
+        case Kind::backward:
+        case Kind::backward_input: builder.backward(s.micro_batch, s.chunk); break;
+        case Kind::backward_weight: break;  // the whole backward ran at backward_input (header)
+      }
     }
   }
   Schedule out = builder.finish();
@@ -452,6 +559,86 @@ Schedule apply_pipeline_stage(const std::vector<Schedule>& chunks, const std::ve
   if (spec.virtual_stages > 1) out.strategy += fmt::format(" ({} chunks)", spec.virtual_stages);
   out.strategy += fmt::format(", {} micro-batches", micro_batches.size());
   return out;
+}
+
+RankTrace join_chunk_traces(const std::vector<traces::Trace>& chunks) {
+  if (chunks.empty()) throw std::invalid_argument("pipeline rank: no chunk trace to join");
+  if (chunks.size() == 1) return RankTrace{chunks.front(), {0}, {0}};
+  std::vector<traces::Tensor> tensors;
+  std::vector<traces::Op> ops;
+  std::map<std::string, std::vector<std::string>> values;  // metadata key -> each chunk's value
+  std::string name;
+  struct {
+    std::vector<traces::OpIndex> first_op;
+    std::vector<traces::TensorIndex> first_tensor;
+  } offsets;
+  std::uint64_t next_tensor_id = 0;
+  std::uint64_t next_op_id = 0;
+  for (std::size_t k = 0; k < chunks.size(); ++k) {
+    const traces::Trace& chunk = chunks[k];
+    if (chunk.batch_size() != chunks.front().batch_size()) {
+      throw std::invalid_argument(fmt::format("pipeline rank: chunk {}'s trace is at batch {}, chunk 0's at {}; expected one batch size",
+                                              k, chunk.batch_size(), chunks.front().batch_size()));
+    }
+    const traces::TensorIndex first_tensor = tensors.size();
+    const traces::OpIndex first_op = ops.size();
+    offsets.first_tensor.push_back(first_tensor);
+    offsets.first_op.push_back(first_op);
+    const std::uint64_t tensor_id_shift = next_tensor_id;
+    const std::uint64_t op_id_shift = next_op_id;
+    for (traces::Tensor tensor : chunk.tensors()) {
+      tensor.id += tensor_id_shift;
+      next_tensor_id = std::max(next_tensor_id, tensor.id + 1);
+      if (tensor.view_of) *tensor.view_of += first_tensor;
+      tensor.producer.reset();  // derived again by the Trace constructor
+      tensor.consumers.clear();
+      tensors.push_back(std::move(tensor));
+    }
+    for (traces::Op op : chunk.ops()) {
+      op.id += op_id_shift;
+      next_op_id = std::max(next_op_id, op.id + 1);
+      for (traces::TensorIndex& t : op.inputs) t += first_tensor;
+      for (traces::TensorIndex& t : op.outputs) t += first_tensor;
+      for (traces::OpIndex& o : op.after) o += first_op;
+      ops.push_back(std::move(op));
+    }
+    name += (k == 0 ? "" : " + ") + chunk.name();
+    for (const auto& [key, value] : chunk.metadata()) {
+      std::vector<std::string>& of_key = values[key];
+      of_key.resize(k, "");
+      of_key.push_back(value);
+    }
+  }
+  std::map<std::string, std::string> metadata;
+  for (auto& [key, of_key] : values) {
+    of_key.resize(chunks.size(), "");
+    const bool same = std::all_of(of_key.begin(), of_key.end(), [&](const std::string& v) { return v == of_key.front(); });
+    metadata[key] = same ? of_key.front() : fmt::format("{}", fmt::join(of_key, ","));
+  }
+  return RankTrace{traces::Trace(std::move(name), chunks.front().batch_size(), std::move(tensors), std::move(ops), std::move(metadata)),
+                   std::move(offsets.first_op), std::move(offsets.first_tensor)};
+}
+
+void move_onto_rank_trace(Schedule& chunk, traces::OpIndex first_op, traces::TensorIndex first_tensor) {
+  for (Task& task : chunk.tasks) {
+    if (task.op) *task.op += first_op;
+    if (task.tensor) *task.tensor += first_tensor;
+  }
+  for (Buffer& buffer : chunk.buffers) {
+    if (buffer.tensor) *buffer.tensor += first_tensor;
+  }
+}
+
+PipelineRank apply_pipeline_rank(std::vector<Schedule> chunks, const std::vector<traces::Trace>& chunk_traces, const PipelineStageSpec& spec) {
+  if (chunks.size() != chunk_traces.size()) {
+    throw std::invalid_argument(fmt::format("pipeline rank: {} chunk schedules and {} chunk traces; expected one trace per schedule", chunks.size(),
+                                            chunk_traces.size()));
+  }
+  RankTrace rank = join_chunk_traces(chunk_traces);
+  for (std::size_t k = 0; k < chunks.size(); ++k) move_onto_rank_trace(chunks[k], rank.first_op[k], rank.first_tensor[k]);
+  const std::vector<const traces::Trace*> every_chunk(chunks.size(), &rank.trace);
+  Schedule schedule = apply_pipeline_stage(chunks, every_chunk, spec);
+  return PipelineRank{std::move(rank.trace), std::move(schedule)};
 }
 
 }  // namespace comptrain::models

@@ -344,19 +344,30 @@ TEST(PipelineStage, InterleavedMapsChunksToVirtualStages) {
   }
   const Schedule& rank1 = ranks[1];
   // Stage 1 -> stage 2: rank 1's chunk 0 sends to rank 0, naming its own chunk.
-  const std::size_t f3 = position_of(rank1, "f3 [micro-batch 2, chunk 0]");
-  EXPECT_EQ(rank1.tasks[f3 + 1].message, (PipelineMessage{.peer = 0, .gradient = false, .micro_batch = 2, .chunk = 0}));
+  EXPECT_EQ(rank1.tasks[position_of(rank1, "send activation to stage 2 [micro-batch 2, chunk 0]")].message,
+            (PipelineMessage{.peer = 0, .gradient = false, .micro_batch = 2, .chunk = 0}));
   // Stage 3 is the last: no send after its forward, its backward receives nothing.
-  const std::size_t last_f3 = position_of(rank1, "f3 [micro-batch 2, chunk 1]");
-  EXPECT_NE(rank1.tasks[last_f3 + 1].kind, TaskKind::send);
-  EXPECT_NE(rank1.tasks[position_of(rank1, "b2 [micro-batch 2, chunk 1]") - 1].kind, TaskKind::recv);
+  for (const Task& t : rank1.tasks) {
+    EXPECT_FALSE(t.name.starts_with("send activation to stage 4") || t.name.starts_with("recv gradient from stage 4")) << t.name;
+  }
   // Stage 3 receives from stage 2, rank 0's chunk 1.
-  EXPECT_EQ(rank1.tasks[position_of(rank1, "f1 [micro-batch 2, chunk 1]") - 1].message,
+  EXPECT_EQ(rank1.tasks[position_of(rank1, "recv activation from stage 2 [micro-batch 2, chunk 1]")].message,
             (PipelineMessage{.peer = 0, .gradient = false, .micro_batch = 2, .chunk = 1}));
   // Stage 2 (rank 0, chunk 1) receives stage 1's activation (rank 1's chunk 0).
   const Schedule& rank0 = ranks[0];
-  EXPECT_EQ(rank0.tasks[position_of(rank0, "f1 [micro-batch 3, chunk 1]") - 1].message,
+  EXPECT_EQ(rank0.tasks[position_of(rank0, "recv activation from stage 1 [micro-batch 3, chunk 1]")].message,
             (PipelineMessage{.peer = 1, .gradient = false, .micro_batch = 3, .chunk = 0}));
+  // Megatron's units: rank 1 warms up with 2 forwards (2(P-r-1) + (V-1)P), then runs forward
+  // (0, 1) with backward (0, 1) as one unit; the batch after it sends the forward's output (none:
+  // stage 3 is the last) and the backward's input gradient, and receives the next unit's inputs,
+  // forward (2, 0)'s activation among them: all after b1 of (0, 1), none between its f3 and b2.
+  const std::size_t b1 = position_of(rank1, "b1 [micro-batch 0, chunk 1]");
+  EXPECT_LT(position_of(rank1, "f3 [micro-batch 0, chunk 1]"), position_of(rank1, "b2 [micro-batch 0, chunk 1]"));
+  EXPECT_EQ(position_of(rank1, "f3 [micro-batch 0, chunk 1]") + 1, position_of(rank1, "b2 [micro-batch 0, chunk 1]"));
+  EXPECT_EQ(position_of(rank1, "send gradient to stage 2 [micro-batch 0, chunk 1]"), b1 + 1);
+  EXPECT_GT(position_of(rank1, "recv activation from stage 0 [micro-batch 2, chunk 0]"), b1);
+  // Rank 0's steady-state forward (2, 0) sends its output only after backward (0, 1) has run.
+  EXPECT_GT(position_of(rank0, "send activation to stage 1 [micro-batch 2, chunk 0]"), position_of(rank0, "b1 [micro-batch 0, chunk 1]"));
   // Counts: rank 0 sends 4 activations per chunk (stages 0 and 2 both have a next stage), rank 1
   // only from chunk 0; gradients mirror them.
   EXPECT_EQ(of_kind(rank0, TaskKind::send, false).size(), 8u);
@@ -459,6 +470,108 @@ TEST(PipelineStage, ZooGptAsOneChunk) {
     for (std::size_t t = s.tasks.size() - optimizer_tasks; t < s.tasks.size(); ++t) EXPECT_TRUE(is_optimizer(s.tasks[t])) << s.tasks[t].name;
   }
   expect_ends_match(ranks);
+}
+
+// A 4-layer zoo GPT cut into P 2 x V 2 virtual stages of one layer: rank r's chunk k is virtual
+// stage 2k + r, layer 2k + r, stage 0 with the embedding and stage 3 with the head.
+traces::Trace gpt_virtual_stage(int stage) {
+  zoo::ModelRequest request;
+  request.model = "gpt";
+  request.batch_size = 1;
+  request.layers = 4;
+  request.hidden = 64;
+  request.heads = 2;
+  request.seq_len = 16;
+  request.vocab = 128;
+  request.pipeline_stage = zoo::PipelineStageSpec{stage, 1, stage == 0, stage == 3};
+  return zoo::build_model(request);
+}
+
+TEST(PipelineRank, JoinedChunkTracesKeepEachChunksOpsAndTensorsInOrder) {
+  const std::vector<traces::Trace> chunks{gpt_virtual_stage(0), gpt_virtual_stage(2)};
+  const RankTrace rank = join_chunk_traces(chunks);
+  ASSERT_EQ(rank.first_op, (std::vector<traces::OpIndex>{0, chunks[0].ops().size()}));
+  ASSERT_EQ(rank.first_tensor, (std::vector<traces::TensorIndex>{0, chunks[0].tensors().size()}));
+  EXPECT_EQ(rank.trace.ops().size(), chunks[0].ops().size() + chunks[1].ops().size());
+  EXPECT_EQ(rank.trace.tensors().size(), chunks[0].tensors().size() + chunks[1].tensors().size());
+  // Every op of chunk k is at first_op[k] + its index, reading and writing the tensors it did.
+  for (std::size_t k = 0; k < chunks.size(); ++k) {
+    for (traces::OpIndex o = 0; o < chunks[k].ops().size(); ++o) {
+      const traces::Op& before = chunks[k].op(o);
+      const traces::Op& after = rank.trace.op(rank.first_op[k] + o);
+      ASSERT_EQ(after.name, before.name);
+      ASSERT_EQ(after.inputs.size(), before.inputs.size());
+      for (std::size_t i = 0; i < before.inputs.size(); ++i) {
+        EXPECT_EQ(after.inputs[i], rank.first_tensor[k] + before.inputs[i]);
+        EXPECT_EQ(rank.trace.tensor(after.inputs[i]).name, chunks[k].tensor(before.inputs[i]).name);
+      }
+    }
+  }
+  // The chunks' differing metadata, chunk by chunk; what they share, once.
+  EXPECT_EQ(rank.trace.metadata().at("pipeline_first_layer"), "0,2");
+  EXPECT_EQ(rank.trace.metadata().at("pipeline_first"), "true,false");
+  EXPECT_EQ(rank.trace.metadata().at("pipeline_layers"), "1");
+  EXPECT_EQ(rank.trace.name(), chunks[0].name() + " + " + chunks[1].name());
+  // One chunk: its trace as it is.
+  EXPECT_EQ(join_chunk_traces({chunks[0]}).trace, chunks[0]);
+  EXPECT_THAT(error_of([] { join_chunk_traces({}); }), HasSubstr("no chunk trace"));
+  zoo::ModelRequest wider;
+  wider.model = "gpt";
+  wider.batch_size = 2;
+  wider.layers = 4;
+  wider.hidden = 64;
+  wider.heads = 2;
+  wider.seq_len = 16;
+  wider.vocab = 128;
+  wider.pipeline_stage = zoo::PipelineStageSpec{2, 1, false, false};
+  EXPECT_THAT(error_of([&] { join_chunk_traces({chunks[0], zoo::build_model(wider)}); }), HasSubstr("chunk 1's trace is at batch 2, chunk 0's at 1"));
+}
+
+// P 2, V 2 of zoo chunks through apply_pipeline_rank: every op task of chunk k names an op of
+// chunk k's range of the rank trace, the op it ran in its chunk's own schedule.
+TEST(PipelineRank, ApplyPipelineRankPointsEveryTaskAtItsChunksOps) {
+  const OpTimeModel time_model(builtin_platform("a100-80gb"));
+  const auto orders = pipeline_orders(PipelineSchedule::interleaved, 2, 4, 2);
+  std::vector<Schedule> ranks;
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    const std::vector<traces::Trace> chunk_traces{gpt_virtual_stage(r), gpt_virtual_stage(2 + r)};
+    std::vector<Schedule> chunks;
+    for (const traces::Trace& t : chunk_traces) chunks.push_back(test_support::must_apply(build_schedule(t, time_model, StrategySpec{})));
+    PipelineStageSpec spec;
+    spec.rank = r;
+    spec.stages = 2;
+    spec.virtual_stages = 2;
+    spec.order = orders[static_cast<std::size_t>(r)];
+    const PipelineRank rank = apply_pipeline_rank(chunks, chunk_traces, spec);
+    ASSERT_NO_THROW(rank.schedule.validate());
+    const RankTrace joined = join_chunk_traces(chunk_traces);
+    ASSERT_EQ(rank.trace, joined.trace);
+    std::size_t op_tasks = 0;
+    for (const Task& task : rank.schedule.tasks) {
+      if (task.kind != TaskKind::op) continue;
+      ++op_tasks;
+      const bool second = *task.op >= joined.first_op[1];
+      EXPECT_TRUE(task.name.starts_with(rank.trace.op(*task.op).name + " [")) << task.name;
+      EXPECT_NE(task.name.find(second ? "chunk 1]" : "chunk 0]"), std::string::npos) << task.name;
+    }
+    // Each chunk's op tasks once per micro-batch but for the optimizer's, once.
+    std::size_t expected = 0;
+    for (std::size_t k = 0; k < chunks.size(); ++k) {
+      for (const Task& task : chunks[k].tasks) {
+        if (task.kind == TaskKind::op) expected += chunk_traces[k].op(*task.op).phase == traces::Phase::optimizer ? 1 : 4;
+      }
+    }
+    EXPECT_EQ(op_tasks, expected);
+    for (const Buffer& buffer : rank.schedule.buffers) {
+      if (!buffer.tensor) continue;
+      const bool second = buffer.name.find("chunk 1") != std::string::npos;
+      EXPECT_EQ(*buffer.tensor >= joined.first_tensor[1], second) << buffer.name;
+    }
+    ranks.push_back(rank.schedule);
+  }
+  expect_ends_match(ranks);
+  EXPECT_THAT(error_of([&] { apply_pipeline_rank({Schedule{}}, {}, PipelineStageSpec{}); }), HasSubstr("1 chunk schedules and 0 chunk traces"));
 }
 
 }  // namespace

@@ -38,8 +38,8 @@ double stage_flops_utilisation(const ScheduledRun& stage, const models::Platform
 }
 
 struct StageView {
-  std::int64_t first_layer = 0;
-  std::int64_t layers = 0;
+  std::vector<LayerRange> chunks;  // the stage's model chunks' layers, in chunk order
+  std::int64_t layers = 0;         // all its chunks'
   const ScheduledRun* run = nullptr;
   const SimulationResult* result = nullptr;
   double bubble = 0;
@@ -49,14 +49,12 @@ struct StageView {
 
 std::vector<StageView> stage_views(const PreparedScenario& prepared, const PipelineRun& run) {
   std::vector<StageView> views;
-  std::int64_t first = 0;
   for (std::size_t p = 0; p < run.stages.size(); ++p) {
     StageView v;
     v.run = &run.stages[p];
     v.result = &run.result.stages[p];
-    v.first_layer = first;
-    v.layers = std::stoll(v.run->trace.metadata().at("pipeline_layers"));
-    first += v.layers;
+    v.chunks = run.chunk_layers.at(p);
+    for (const LayerRange& chunk : v.chunks) v.layers += chunk.count;
     // The stage's bubble: the iteration less the time its compute stream ran anything (its own
     // kernels and its exposed tensor-parallel collectives; one stream runs one task at a time).
     if (v.result->fits()) {
@@ -75,9 +73,17 @@ std::vector<StageView> stage_views(const PreparedScenario& prepared, const Pipel
   return views;
 }
 
+// A stage's layers as its chunks' ranges, in chunk order: "0-3", or "0-2,24-26" for two chunks.
+std::string layer_ranges(const std::vector<LayerRange>& chunks) {
+  std::string out;
+  for (const LayerRange& chunk : chunks) out += fmt::format("{}{}-{}", out.empty() ? "" : ",", chunk.first, chunk.first + chunk.count - 1);
+  return out;
+}
+
 std::string layout_line(const models::ParallelLayout& l, int data_parallel, int micro_batches) {
-  return fmt::format("TP {}{} x PP {} ({}, {} micro-batches, ideal bubble {:.1f}%) x CP {} x EP {} x DP {}", l.tensor,
-                     l.sequence_parallel ? " (sequence parallel)" : "", l.pipeline, models::to_string(l.schedule), micro_batches,
+  return fmt::format("TP {}{} x PP {} ({}{}, {} micro-batches, ideal bubble {:.1f}%) x CP {} x EP {} x DP {}", l.tensor,
+                     l.sequence_parallel ? " (sequence parallel)" : "", l.pipeline, models::to_string(l.schedule),
+                     l.virtual_stages > 1 ? fmt::format(", {} chunks per stage", l.virtual_stages) : "", micro_batches,
                      100 * models::ideal_bubble_fraction(l.schedule, l.pipeline, micro_batches, l.virtual_stages), l.context, l.expert, data_parallel);
 }
 
@@ -123,7 +129,7 @@ std::string text(const PreparedScenario& prepared, const PipelineRun& run, std::
     const double p2p = v.result->seconds_by_task_kind[static_cast<std::size_t>(models::TaskKind::send)] +
                        v.result->seconds_by_task_kind[static_cast<std::size_t>(models::TaskKind::recv)];
     if (p2p > 0) comm += fmt::format("{}p2p tasks {} (waits for the peer included)", comm.empty() ? "" : ", ", format_seconds(p2p));
-    line(fmt::format("  {:>5}  {:>11}  {:>12}  {:>12}  {:>10}  {:>9.1f}%  {}", p, fmt::format("{}-{}", v.first_layer, v.first_layer + v.layers - 1),
+    line(fmt::format("  {:>5}  {:>11}  {:>12}  {:>12}  {:>10}  {:>9.1f}%  {}", p, layer_ranges(v.chunks),
                      format_bytes(v.result->peak_bytes), format_bytes(v.result->device.peak_reserved), format_seconds(v.bubble),
                      run.result.iteration_seconds > 0 ? 100 * v.bubble / run.result.iteration_seconds : 0.0, comm.empty() ? "-" : comm));
   }
@@ -143,6 +149,7 @@ ordered_json json(const PreparedScenario& prepared, const PipelineRun& run, std:
                  {"data", prepared.data_parallel_ranks()},
                  {"sequence_parallel", l.sequence_parallel},
                  {"pipeline_schedule", models::to_string(l.schedule)},
+                 {"virtual_stages", l.virtual_stages},
                  {"micro_batches", s.accumulation_steps},
                  {"ideal_bubble_fraction", models::ideal_bubble_fraction(l.schedule, l.pipeline, s.accumulation_steps, l.virtual_stages)}};
   j["fits"] = run.result.fits();
@@ -160,8 +167,11 @@ ordered_json json(const PreparedScenario& prepared, const PipelineRun& run, std:
       groups[std::string(traces::to_string(static_cast<traces::ParallelGroup>(g)))] = {
           {"collectives", group.collectives}, {"collective_seconds", group.collective_seconds}, {"exposed_seconds", group.exposed_seconds}};
     }
-    stages.push_back({{"first_layer", v.first_layer},
+    ordered_json chunks = ordered_json::array();
+    for (const LayerRange& chunk : v.chunks) chunks.push_back({{"first_layer", chunk.first}, {"layers", chunk.count}});
+    stages.push_back({{"first_layer", v.chunks.front().first},
                       {"layers", v.layers},
+                      {"chunks", chunks},
                       {"fits", v.result->fits()},
                       {"peak_bytes", v.result->peak_bytes},
                       {"max_memory_allocated_bytes", v.result->device.peak_allocated},

@@ -212,12 +212,6 @@ void PreparedScenario::check_model_layout() const {
                                                            "training.gradient_accumulation_steps is {}; expected a multiple of {}",
                                                            layout.pipeline, scenario_.accumulation_steps, layout.pipeline));
   }
-  // What is read and checked but not replayed yet is refused rather than simulated as if absent.
-  if (layout.pipeline > 1 && layout.virtual_stages > 1) {
-    throw InputError(at("virtual_stages") + fmt::format("is {}; the interleaved schedule's chunks are read and checked but their replay is not "
-                                                        "written yet; expected 1 (gpipe, 1f1b or zero_bubble)",
-                                                        layout.virtual_stages));
-  }
   if (layout.pipeline > 1 && p.data.zero_stage >= 2) {
     throw InputError(at("pipeline") + fmt::format("with ZeRO-{} or FSDP (gradients reduced in every micro-batch) is not modelled; expected "
                                                   "ZeRO-1 (Megatron-LM's distributed optimizer) or DDP, which reduce once per iteration",
@@ -317,29 +311,45 @@ PipelineOutcome run_pipeline(const PreparedScenario& prepared, const models::Str
   const Scenario& scenario = prepared.scenario();
   const models::ParallelLayout& layout = scenario.parallelism->layout;
   const int stages = layout.pipeline;
+  const int chunks = layout.virtual_stages;
   const int micro_batches = scenario.accumulation_steps;
-  const auto orders = models::pipeline_orders(layout.schedule, stages, micro_batches, 1);
+  const auto orders = models::pipeline_orders(layout.schedule, stages, micro_batches, chunks);
   const zoo::ModelDimensions d = zoo::model_dimensions(*scenario.zoo_model);
+  // Per virtual stage j (P x V of them, in model order): its layers and its first layer.
   const std::vector<int> layers = models::stage_layers(layout, static_cast<int>(d.layers));
+  std::vector<std::int64_t> first_layer(layers.size(), 0);
+  for (std::size_t j = 1; j < layers.size(); ++j) first_layer[j] = first_layer[j - 1] + layers[j - 1];
+  const int last_virtual_stage = stages * chunks - 1;
   // Every stage's transforms as one rank's (transform_steps), the micro-batches being the
   // pipeline's (accumulation is the schedule's order, not a repetition).
   models::TransformSteps steps = transform_steps(prepared);
   steps.accumulation_steps = 1;
   PipelineRun run;
-  std::int64_t first_layer = 0;
   for (int p = 0; p < stages; ++p) {
-    const zoo::PipelineStageSpec stage{first_layer, layers[static_cast<std::size_t>(p)], p == 0, p == stages - 1};
-    first_layer += stage.layers;
-    traces::Trace trace = build_zoo_trace(scenario, batch, stage);
-    auto schedule = models::build_schedule(trace, prepared.time_model(), strategy);
-    if (auto* not_applicable = std::get_if<models::NotApplicable>(&schedule)) return std::move(*not_applicable);
+    std::vector<traces::Trace> chunk_traces;
+    std::vector<models::Schedule> chunk_schedules;
+    std::vector<LayerRange> ranges;
+    for (int k = 0; k < chunks; ++k) {
+      // Chunk k of rank p runs virtual stage k x P + p (Megatron's interleaved assignment).
+      const int j = k * stages + p;
+      const auto at = static_cast<std::size_t>(j);
+      const zoo::PipelineStageSpec stage{first_layer[at], layers[at], j == 0, j == last_virtual_stage};
+      traces::Trace trace = build_zoo_trace(scenario, batch, stage);
+      auto schedule = models::build_schedule(trace, prepared.time_model(), strategy);
+      if (auto* not_applicable = std::get_if<models::NotApplicable>(&schedule)) return std::move(*not_applicable);
+      chunk_schedules.push_back(std::move(std::get<models::Schedule>(schedule)));
+      chunk_traces.push_back(std::move(trace));
+      ranges.push_back(LayerRange{stage.first_layer, stage.layers});
+    }
     models::PipelineStageSpec spec;
     spec.rank = p;
     spec.stages = stages;
+    spec.virtual_stages = chunks;
     spec.order = orders[static_cast<std::size_t>(p)];
-    models::Schedule stage_schedule = models::apply_pipeline_stage({std::move(std::get<models::Schedule>(schedule))}, {&trace}, spec);
-    stage_schedule = models::transform_schedule(std::move(stage_schedule), trace, steps);
-    run.stages.push_back(ScheduledRun{strategy, std::move(trace), std::move(stage_schedule)});
+    models::PipelineRank rank = models::apply_pipeline_rank(std::move(chunk_schedules), chunk_traces, spec);
+    models::Schedule stage_schedule = models::transform_schedule(std::move(rank.schedule), rank.trace, steps);
+    run.stages.push_back(ScheduledRun{strategy, std::move(rank.trace), std::move(stage_schedule)});
+    run.chunk_layers.push_back(std::move(ranges));
   }
   const ClusterShape shape = prepared.cluster_shape();
   std::vector<models::Schedule> schedules;
@@ -353,21 +363,32 @@ PipelineOutcome run_pipeline(const PreparedScenario& prepared, const models::Str
 
 std::int64_t resident_state_bytes(const PreparedScenario& prepared) {
   const Scenario& scenario = prepared.scenario();
-  std::optional<zoo::PipelineStageSpec> stage;
+  // The first pipeline rank's traces: one per model chunk (chunk k is virtual stage k x P).
+  std::vector<traces::Trace> rank_traces;
   if (is_pipeline(scenario)) {
+    const models::ParallelLayout& layout = scenario.parallelism->layout;
     const zoo::ModelDimensions d = zoo::model_dimensions(*scenario.zoo_model);
-    const std::vector<int> layers = models::stage_layers(scenario.parallelism->layout, static_cast<int>(d.layers));
-    stage = zoo::PipelineStageSpec{0, layers.front(), true, layers.size() == 1};
+    const std::vector<int> layers = models::stage_layers(layout, static_cast<int>(d.layers));
+    std::int64_t first = 0;
+    for (std::size_t j = 0; j < layers.size(); ++j) {
+      if (static_cast<int>(j) % layout.pipeline == 0) {
+        rank_traces.push_back(build_zoo_trace(scenario, 1, zoo::PipelineStageSpec{first, layers[j], j == 0, j + 1 == layers.size()}));
+      }
+      first += layers[j];
+    }
+  } else {
+    rank_traces.push_back(scenario.zoo_model ? build_zoo_trace(scenario, 1) : prepared.trace_at(1));
   }
-  const traces::Trace trace = scenario.zoo_model ? build_zoo_trace(scenario, 1, stage) : prepared.trace_at(1);
   std::int64_t weights = 0;
   std::int64_t gradients = 0;
   std::int64_t states = 0;
-  for (const traces::Tensor& t : trace.tensors()) {
-    if (t.view_of) continue;  // a view's storage is its base's
-    if (t.role == traces::TensorRole::weight) weights += t.bytes();
-    if (t.role == traces::TensorRole::gradient) gradients += t.bytes();
-    if (t.role == traces::TensorRole::optimizer_state) states += t.bytes();
+  for (const traces::Trace& trace : rank_traces) {
+    for (const traces::Tensor& t : trace.tensors()) {
+      if (t.view_of) continue;  // a view's storage is its base's
+      if (t.role == traces::TensorRole::weight) weights += t.bytes();
+      if (t.role == traces::TensorRole::gradient) gradients += t.bytes();
+      if (t.role == traces::TensorRole::optimizer_state) states += t.bytes();
+    }
   }
   if (!scenario.parallelism) return weights + gradients + states;
   const models::DataParallelSpec& data = scenario.parallelism->data;

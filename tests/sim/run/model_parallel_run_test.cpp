@@ -6,12 +6,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "common/scenario_error.hpp"
+#include "comptrain/models/pipeline_schedule.hpp"
 #include "comptrain/models/transform_schedule.hpp"
 #include "comptrain/sim/config/scenario.hpp"
 #include "comptrain/sim/metrics/communication_time.hpp"
+#include "comptrain/sim/report/pipeline_report.hpp"
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/support/input_error.hpp"
 
@@ -159,6 +164,176 @@ TEST(PipelineRun, EachStageRunsItsLayersAndTheIterationHoldsTheBubble) {
   const PreparedScenario gpipe(pipelined("gpipe", 4));
   const PipelineRun g = std::get<PipelineRun>(run_pipeline(gpipe, gpipe.scenario().strategy, 1, Isolation::child_process));
   EXPECT_GT(g.result.stages[0].peak_bytes, run.result.stages[0].peak_bytes);
+}
+
+// An 8-layer gpt on P 2 stages of T 2, M 4 micro-batches of 1: 1f1b (V 1), or the interleaved
+// schedule over V 2 chunks of 2 layers per rank. `gpus` 8 gives D 2 data-parallel ranks.
+Scenario interleaved_gpt(int virtual_stages, int gpus = 4) {
+  return parse_scenario("model: {zoo: gpt, layers: 8, hidden: 1024, heads: 16, seq_len: 1024, vocab: 1024}\n"
+                        "training: {batch_size: 1, precision: mixed, optimizer: adam, gradient_accumulation_steps: 4}\n"
+                        "platform: dgx-a100-superpod\n"
+                        "parallelism: {gpus_per_node: " + std::to_string(gpus) + ", tensor: 2, pipeline: 2, virtual_stages: " +
+                            std::to_string(virtual_stages) + "}\n",
+                        "s.yaml", test_support::kShippedScenarios);
+}
+
+PipelineRun run_interleaved(int virtual_stages, int gpus = 4) {
+  const PreparedScenario prepared(interleaved_gpt(virtual_stages, gpus));
+  EXPECT_EQ(prepared.scenario().parallelism->layout.schedule,
+            virtual_stages > 1 ? models::PipelineSchedule::interleaved : models::PipelineSchedule::one_f_one_b);
+  return std::get<PipelineRun>(run_pipeline(prepared, prepared.scenario().strategy, 1, Isolation::child_process));
+}
+
+// The stage's idle share of the iteration, as the pipeline report counts it: the iteration less
+// the time its compute stream ran anything.
+double idle_share(const PipelineRun& run, std::size_t p) {
+  double busy = 0;
+  for (models::TaskId t = 0; t < run.stages[p].schedule.tasks.size(); ++t) {
+    if (run.stages[p].schedule.tasks[t].stream == models::Stream::compute) busy += run.result.stages[p].tasks[t].end - run.result.stages[p].tasks[t].start;
+  }
+  return 1 - busy / run.result.iteration_seconds;
+}
+
+// Megatron's interleaved schedule: rank r's chunk k runs virtual stage k x P + r, the first
+// virtual stage with the embedding, the last with the head; its bubble is smaller than 1F1B's on
+// the same layers (ideal (P-1)/(V M + P-1) = 1/9 against (P-1)/(M + P-1) = 1/5).
+TEST(PipelineRun, InterleavedChunksReplayWithASmallerBubble) {
+  const PipelineRun plain = run_interleaved(1);
+  const PipelineRun interleaved = run_interleaved(2);
+  ASSERT_TRUE(plain.result.fits() && interleaved.result.fits());
+  EXPECT_EQ(plain.chunk_layers, (std::vector<std::vector<LayerRange>>{{{0, 4}}, {{4, 4}}}));
+  EXPECT_EQ(interleaved.chunk_layers, (std::vector<std::vector<LayerRange>>{{{0, 2}, {4, 2}}, {{2, 2}, {6, 2}}}));
+  const traces::Trace& rank0 = interleaved.stages[0].trace;
+  EXPECT_EQ(rank0.metadata().at("pipeline_first_layer"), "0,4");
+  EXPECT_EQ(rank0.metadata().at("pipeline_first"), "true,false");  // the embedding on chunk 0 of rank 0 only
+  EXPECT_EQ(interleaved.stages[1].trace.metadata().at("pipeline_last"), "false,true");  // the head on chunk 1 of rank 1
+  const auto has_op = [](const traces::Trace& t, const std::string& part) {
+    return std::any_of(t.ops().begin(), t.ops().end(), [&](const traces::Op& op) { return op.name.find(part) != std::string::npos; });
+  };
+  EXPECT_TRUE(has_op(rank0, "transformer.h.5."));
+  EXPECT_TRUE(has_op(rank0, "transformer.h.0."));
+  EXPECT_FALSE(has_op(rank0, "transformer.h.2."));
+  for (std::size_t p = 0; p < 2; ++p) {
+    SCOPED_TRACE("stage " + std::to_string(p));
+    EXPECT_GT(idle_share(plain, p), 0.05);
+    EXPECT_LT(idle_share(interleaved, p), idle_share(plain, p));
+  }
+  // The same work in less time: both run 8 layers x 4 micro-batches over 2 ranks.
+  EXPECT_LT(interleaved.result.iteration_seconds, plain.result.iteration_seconds);
+}
+
+// The pipeline report's layers column and JSON give each stage's chunks: rank r holds layers
+// 2r-2r+1 (virtual stage r) and 2r+4-2r+5 (virtual stage r + 2).
+TEST(PipelineRun, TheReportGivesEachStagesChunkLayers) {
+  const PreparedScenario prepared(interleaved_gpt(2));
+  const PipelineOutcome outcome = run_pipeline(prepared, prepared.scenario().strategy, 1, Isolation::child_process);
+  const std::string text = pipeline_report(prepared, prepared.scenario().strategy, 1, outcome, false);
+  EXPECT_THAT(text, testing::HasSubstr("PP 2 (interleaved, 2 chunks per stage, 4 micro-batches, ideal bubble 11.1%)"));
+  EXPECT_THAT(text, testing::HasSubstr("      0      0-1,4-5  "));
+  EXPECT_THAT(text, testing::HasSubstr("      1      2-3,6-7  "));
+  const std::string json = pipeline_report(prepared, prepared.scenario().strategy, 1, outcome, true);
+  EXPECT_THAT(json, testing::HasSubstr("\"virtual_stages\": 2"));
+  EXPECT_THAT(json, testing::HasSubstr("\"first_layer\": 2,\n      \"layers\": 4,\n      \"chunks\": [\n        {\n          \"first_layer\": 2,\n          \"layers\": 2\n        },\n        {\n          \"first_layer\": 6,\n          \"layers\": 2\n        }\n      ]"));
+  // Without chunks, one range per stage, as before.
+  const PreparedScenario plain(interleaved_gpt(1));
+  const std::string plain_text = pipeline_report(plain, plain.scenario().strategy, 1, run_pipeline(plain, plain.scenario().strategy, 1, Isolation::child_process), false);
+  EXPECT_THAT(plain_text, testing::HasSubstr("      1          4-7  "));
+}
+
+// The layout search's memory bound counts every chunk of the first rank: with V 2 it holds layers
+// 0-1 and 4-5 and the embedding, the same parameters as layers 0-3 and the embedding with V 1.
+TEST(PipelineRun, TheResidentStateBoundCountsEveryChunkOfTheFirstRank) {
+  const PreparedScenario interleaved(interleaved_gpt(2));
+  const PreparedScenario plain(interleaved_gpt(1));
+  EXPECT_EQ(resident_state_bytes(interleaved), resident_state_bytes(plain));
+  EXPECT_GT(resident_state_bytes(plain), 0);
+}
+
+// Each send is one (micro-batch, chunk)'s boundary: per rank 2 x M x V of them, less M where a
+// chunk is an end of the pipeline (no activation after the last virtual stage, no gradient before
+// the first). P 2: rank 0's chunk 0 is virtual stage 0, rank 1's chunk 1 virtual stage 3.
+TEST(PipelineRun, EachRankSendsOnceForEveryChunkBoundaryOfEveryMicroBatch) {
+  constexpr int kMicroBatches = 4;
+  constexpr int kChunks = 2;
+  const PipelineRun run = run_interleaved(kChunks);
+  for (std::size_t p = 0; p < run.stages.size(); ++p) {
+    int sends = 0, recvs = 0, gradient_sends = 0;
+    for (const models::Task& task : run.stages[p].schedule.tasks) {
+      sends += task.kind == TaskKind::send;
+      recvs += task.kind == TaskKind::recv;
+      gradient_sends += task.kind == TaskKind::send && task.message->gradient;
+    }
+    EXPECT_EQ(sends, 2 * kMicroBatches * kChunks - kMicroBatches) << "stage " << p;
+    EXPECT_EQ(recvs, 2 * kMicroBatches * kChunks - kMicroBatches) << "stage " << p;
+    // Rank 0 sends gradients from chunk 1 only (stage 2), rank 1 from both (stages 1 and 3).
+    EXPECT_EQ(gradient_sends, p == 0 ? kMicroBatches : 2 * kMicroBatches) << "stage " << p;
+  }
+}
+
+// The interleaved warm-up holds more micro-batch-chunks at once than 1F1B holds micro-batches:
+// rank r runs 2(P-r-1) + (V-1)P forwards before its first backward (schedules.py, get_pp_rank_microbatches).
+// At each rank's peak the live activations are those of max_in_flight (micro-batch, chunk) pairs.
+TEST(PipelineRun, TheInterleavedPeakHoldsTheWarmUpsMicroBatchChunks) {
+  const PipelineRun plain = run_interleaved(1);
+  const PipelineRun interleaved = run_interleaved(2);
+  ASSERT_TRUE(plain.result.fits() && interleaved.result.fits());
+  const auto orders = models::pipeline_orders(models::PipelineSchedule::interleaved, 2, 4, 2);
+  const auto plain_orders = models::pipeline_orders(models::PipelineSchedule::one_f_one_b, 2, 4, 1);
+  // The (micro-batch[, chunk]) copies whose saved activations are live at the stage's peak.
+  const auto live_copies = [](const PipelineRun& run, std::size_t p) {
+    std::set<std::string> copies;
+    for (const models::BufferId b : run.result.stages[p].live_at_peak) {
+      const models::Buffer& buffer = run.stages[p].schedule.buffers[b];
+      const auto open = buffer.name.rfind("(micro-batch ");
+      if (buffer.role == models::MemoryRole::activation && open != std::string::npos) copies.insert(buffer.name.substr(open));
+    }
+    return copies.size();
+  };
+  for (std::size_t p = 0; p < 2; ++p) {
+    SCOPED_TRACE("stage " + std::to_string(p));
+    const int in_flight = models::max_in_flight(orders[p]);
+    EXPECT_EQ(in_flight, 2 * (2 - static_cast<int>(p) - 1) + 2 + 1);  // the warm-up's forwards and the steady state's one more
+    EXPECT_EQ(live_copies(interleaved, p), static_cast<std::size_t>(in_flight));
+    EXPECT_EQ(live_copies(plain, p), static_cast<std::size_t>(models::max_in_flight(plain_orders[p])));
+  }
+  // Rank 0 holds 5 half-stage chunks against 1F1B's 2 whole stages: its peak is higher, on the same weights.
+  EXPECT_GT(interleaved.result.stages[0].peak_bytes, plain.result.stages[0].peak_bytes);
+}
+
+// Data parallelism over the rank's chunks (D 2): every chunk's gradients are all-reduced once,
+// after the last backward op that writes them (its chunk's last backward).
+TEST(PipelineRun, EachChunksGradientsAreReducedOnceAfterItsLastBackward) {
+  const PipelineRun run = run_interleaved(2, 8);
+  ASSERT_TRUE(run.result.fits());
+  for (std::size_t p = 0; p < run.stages.size(); ++p) {
+    SCOPED_TRACE("stage " + std::to_string(p));
+    const models::Schedule& s = run.stages[p].schedule;
+    const traces::Trace& trace = run.stages[p].trace;
+    std::set<std::string> chunks_reduced;
+    int gradients = 0;
+    for (models::BufferId g = 0; g < s.buffers.size(); ++g) {
+      if (s.buffers[g].role != models::MemoryRole::gradient || !s.buffers[g].tensor) continue;
+      ++gradients;
+      std::optional<models::TaskId> last_backward;
+      std::vector<models::TaskId> reductions;
+      for (models::TaskId t = 0; t < s.tasks.size(); ++t) {
+        const models::Task& task = s.tasks[t];
+        const bool touches = std::count(task.uses.begin(), task.uses.end(), g) + std::count(task.creates.begin(), task.creates.end(), g) > 0;
+        if (!touches) continue;
+        if (task.kind == TaskKind::op && trace.op(*task.op).phase == traces::Phase::backward) last_backward = t;
+        if (task.kind == TaskKind::collective && task.over == ParallelGroup::data) reductions.push_back(t);
+      }
+      ASSERT_TRUE(last_backward) << s.buffers[g].name;
+      ASSERT_EQ(reductions.size(), 1u) << s.buffers[g].name;
+      ASSERT_FALSE(s.tasks[reductions[0]].after.empty());
+      EXPECT_GE(s.tasks[reductions[0]].after.front(), *last_backward) << s.buffers[g].name;
+      const auto chunk = s.buffers[g].name.rfind("(chunk ");
+      ASSERT_NE(chunk, std::string::npos) << s.buffers[g].name;
+      chunks_reduced.insert(s.buffers[g].name.substr(chunk));
+    }
+    EXPECT_GT(gradients, 0);
+    EXPECT_EQ(chunks_reduced, (std::set<std::string>{"(chunk 0)", "(chunk 1)"}));
+  }
 }
 
 TEST(PipelineRun, OtherCommandsRefusePipelineLayouts) {

@@ -69,8 +69,18 @@ struct PipelineStageSpec {
 // the input's gradient), which it keeps allocated until it ends. Every transfer carries
 // boundary_bytes, on Stream::p2p. If a chunk schedule already has send and recv tasks (a chunk
 // trace with its own communication ops), none is added: each copy of them gets its message's
-// peer, micro-batch and chunk filled (its `gradient` says which pass it is in; it must have one).
-// A message's chunk is the sending stage's chunk on its rank, at both ends.
+// peer, micro-batch and chunk filled (its `gradient` says which pass it is in; it must have one),
+// and they go where the added ones would: a part's recvs before the rest of it, its sends after it
+// (no other task of the part may wait for a send). A message's chunk is the sending stage's chunk on its rank, at both ends.
+//
+// With V > 1 chunks (Megatron's interleaved schedule, forward_backward_pipelining_with_interleaving,
+// schedules.py:1019-1560, overlap_p2p_comm off) the transfers go where that loop issues them: its
+// steps run in units (a warm-up forward, a steady-state forward with the backward after it, a
+// cool-down backward), and after each unit one batch_isend_irecv carries the unit's sends and the
+// next unit's receives (the first unit's receives come alone, before it). So a steady-state
+// forward's send waits for the backward that follows it, and each step's receives are posted
+// before the unit ahead of it. Issued one step at a time instead, P 2, V 2 deadlocks: each rank
+// sends a gradient that the other receives only after its own send.
 //
 // Between two ops the p2p stream may hold a send followed by a recv: Megatron issues such a pair
 // as one batch_isend_irecv (send_forward_recv_backward and send_backward_recv_forward,
@@ -90,5 +100,42 @@ struct PipelineStageSpec {
 // the micro-step waits for the optimizer step, a forward task for a backward one).
 Schedule apply_pipeline_stage(const std::vector<Schedule>& chunks, const std::vector<const traces::Trace*>& traces,
                               const PipelineStageSpec& spec);
+
+// The traces of one rank's model chunks as one trace, for what takes a rank's iteration with ONE
+// trace (transform_schedule's data parallelism and framework transforms, the reports): chunk k's
+// tensors and ops follow those of the chunks before it, their indices (inputs, outputs, after,
+// view_of) moved by first_tensor[k] and first_op[k], their ids by one more than the largest id of
+// the chunks before (so that ids stay unique; chunk 0 keeps its own). The chunks share nothing: a
+// chunk's boundary tensors are its own (its recv's output, its send's input), as each chunk of
+// Megatron's interleaved schedule is a module of its own (one GPTModel per chunk). Its name is the
+// chunks' names joined by " + "; its metadata every key the chunks give, a key whose values
+// differ holding each chunk's value in chunk order, comma-separated. One chunk: that trace as it
+// is. Throws std::invalid_argument when there is no chunk or the batch sizes differ.
+struct RankTrace {
+  traces::Trace trace;
+  std::vector<traces::OpIndex> first_op;          // per chunk: the rank trace's index of its op 0
+  std::vector<traces::TensorIndex> first_tensor;  // per chunk: the rank trace's index of its tensor 0
+};
+RankTrace join_chunk_traces(const std::vector<traces::Trace>& chunks);
+
+// A chunk schedule (build_schedule's, for its chunk's trace) with its tasks' op and tensor indices
+// and its buffers' tensor indices moved onto the rank trace: + first_op, + first_tensor.
+void move_onto_rank_trace(Schedule& chunk, traces::OpIndex first_op, traces::TensorIndex first_tensor);
+
+// One pipeline rank's iteration over its chunks' joined trace: join_chunk_traces, each chunk
+// schedule moved onto it (move_onto_rank_trace), then apply_pipeline_stage with the rank trace as
+// every chunk's trace. The schedule's op and tensor indices are the rank trace's, so that
+// transform_schedule takes the pair as it takes one GPU's. Its data parallelism then reduces every
+// chunk's gradients once per iteration, each after the last backward that writes it (the last
+// backward of its chunk), in one bucket set over the rank's chunks: a bucket may take gradients
+// of two chunks, and waits for the later. (Megatron wraps each chunk in a DistributedDataParallel
+// of its own, the chunks after the first without bucketing: megatron/training/training.py,
+// get_model, disable_bucketing=(model_chunk_idx > 0).) Throws as join_chunk_traces and
+// apply_pipeline_stage do.
+struct PipelineRank {
+  traces::Trace trace;
+  Schedule schedule;
+};
+PipelineRank apply_pipeline_rank(std::vector<Schedule> chunks, const std::vector<traces::Trace>& chunk_traces, const PipelineStageSpec& spec);
 
 }  // namespace comptrain::models

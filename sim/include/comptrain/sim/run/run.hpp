@@ -99,14 +99,26 @@ std::optional<IoResult> simulate_run_io(const PreparedScenario& prepared, const 
 using RunOutcome = std::variant<CompletedRun, models::NotApplicable>;
 RunOutcome run_scenario(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch, Isolation isolation);
 
-// A pipeline-parallel run (parallelism.pipeline > 1): each stage's representative rank (its
-// trace: the zoo's stage of the layers models::stage_layers gives it, one tensor-parallel rank's
-// shard; its schedule: one micro-batch's, through models::apply_pipeline_stage in the order of the
-// scenario's pipeline schedule over gradient_accumulation_steps micro-batches, then data
-// parallelism and the framework's transforms), and the replay of every stage together
-// (simulate_pipeline).
+// A contiguous range of the model's decoder layers: one model chunk of a pipeline rank.
+struct LayerRange {
+  std::int64_t first = 0;
+  std::int64_t count = 0;
+  friend bool operator==(const LayerRange&, const LayerRange&) = default;
+};
+
+// A pipeline-parallel run (parallelism.pipeline > 1): each stage's representative rank, and the
+// replay of every stage together (simulate_pipeline). A stage's model chunks (virtual_stages V of
+// them; one without the interleaved schedule): chunk k of rank p is virtual stage k x P + p and
+// holds the layers models::stage_layers gives that virtual stage, the first virtual stage (chunk 0
+// of rank 0) the embedding, the last (chunk V-1 of rank P-1) the head and loss, as Megatron-LM
+// builds them (pre_process / post_process of each chunk's GPTModel). Its trace: the zoo's stage of
+// each chunk's layers, one tensor-parallel rank's shard, the chunks joined into one
+// (models::join_chunk_traces); its schedule: each chunk's one micro-batch, through
+// models::apply_pipeline_rank in the order of the scenario's pipeline schedule over
+// gradient_accumulation_steps micro-batches, then data parallelism and the framework's transforms.
 struct PipelineRun {
   std::vector<ScheduledRun> stages;
+  std::vector<std::vector<LayerRange>> chunk_layers;  // per stage (pipeline rank), its chunks' layers in chunk order
   PipelineSimulationResult result;
 };
 using PipelineOutcome = std::variant<PipelineRun, models::NotApplicable>;
@@ -116,7 +128,7 @@ bool is_pipeline(const Scenario& scenario);
 
 // A lower bound on a rank's peak, from the trace alone: the bytes of the weights, gradients and
 // optimizer state of one rank of the layout's first stage (its most layers and the embedding;
-// models::stage_layers), at batch 1, with what the scenario's ZeRO stage shards over the
+// models::stage_layers; with virtual_stages, every chunk of it), at batch 1, with what the scenario's ZeRO stage shards over the
 // data-parallel ranks divided by them and the optimizer state left out where it is offloaded.
 // The planner's layout search leaves out a layout whose bound is over the limit (studies/plan.hpp).
 std::int64_t resident_state_bytes(const PreparedScenario& prepared);

@@ -181,6 +181,14 @@ std::vector<LayoutProblem> check_layout(const ParallelLayout& layout, const Layo
                                          virtual_stages, to_string(layout.schedule)));
   }
 
+  if (layout.pipeline_scatter_gather && (layout.pipeline == 1 || tensor == 1 || layout.sequence_parallel)) {
+    report("pipeline_scatter_gather",
+           layout.pipeline == 1 ? "pipeline_scatter_gather splits the tensors sent between pipeline stages, and pipeline is 1; expected pipeline > 1"
+           : tensor == 1        ? "pipeline_scatter_gather splits a pipeline boundary tensor over the tensor-parallel ranks, and tensor is 1; "
+                                  "expected tensor > 1"
+                                : "pipeline_scatter_gather splits a pipeline boundary tensor over the tensor-parallel ranks, which sequence "
+                                  "parallelism has split already; expected sequence_parallel false with it");
+  }
   // Megatron drops sequence parallelism without tensor parallelism, with a warning
   // (NVIDIA/Megatron-LM@d98e8a6 megatron/training/arguments.py:1433-1437); asking for it is a
   // scenario mistake here.

@@ -257,6 +257,23 @@ TEST(CheckLayout, SequenceParallelNeedsTensorParallelism) {
   EXPECT_TRUE(check_layout(layout, llama2_70b(), 8).empty());
 }
 
+// Megatron-LM's 2022 scatter-gather p2p splits a boundary tensor over the tensor-parallel ranks:
+// it needs a pipeline, a tensor degree and no sequence parallelism (which splits it already).
+TEST(CheckLayout, PipelineScatterGatherNeedsAPipelineAndTensorParallelismWithoutSequenceParallelism) {
+  ParallelLayout layout = layout_of(2, 4);  // tensor 2 x pipeline 4
+  layout.pipeline_scatter_gather = true;
+  EXPECT_TRUE(check_layout(layout, llama2_70b(), 8).empty());
+  layout.sequence_parallel = true;
+  EXPECT_EQ(only_problem(layout, llama2_70b(), 8).field, "pipeline_scatter_gather");
+  EXPECT_THAT(only_problem(layout, llama2_70b(), 8).message, HasSubstr("expected sequence_parallel false with it"));
+  layout.sequence_parallel = false;
+  layout.tensor = 1;
+  EXPECT_THAT(only_problem(layout, llama2_70b(), 4).message, HasSubstr("expected tensor > 1"));
+  layout = layout_of(2, 1);
+  layout.pipeline_scatter_gather = true;
+  EXPECT_THAT(only_problem(layout, llama2_70b(), 2).message, HasSubstr("expected pipeline > 1"));
+}
+
 TEST(CheckLayout, PipelineLayersNeedOneEntryPerStage) {
   ParallelLayout layout = layout_of(8, 4);
   layout.pipeline_layers = {40, 40};

@@ -271,6 +271,61 @@ TEST(PipelineStage, SendsAndReceivesPerStage) {
   }
 }
 
+// Megatron-LM's scatter-gather p2p of 2022 (PipelineStageSpec::scatter_gather): each
+// tensor-parallel rank sends and receives 1/t of the boundary tensor, the receiver all-gathers it
+// over the tensor group in the forward pass, and the sender all-gathers the gradient it receives
+// in the backward pass; without sequence parallelism only, and with a tensor-parallel degree.
+TEST(PipelineStage, ScatterGatherSendsOneTensorParallelShare) {
+  for (const ModelRequest& whole : {gpt_request(kLayers, Attention::flash, 2, false), llama_request(kLayers, Attention::flash, false, 2, false)}) {
+    SCOPED_TRACE(whole.model);
+    const auto scattered = [&](std::int64_t first_layer, std::int64_t layers, bool first, bool last) {
+      ModelRequest request = staged(whole, first_layer, layers, first, last);
+      request.pipeline_stage->scatter_gather = true;
+      return build_model(request);
+    };
+    const std::vector<Trace> stages{scattered(0, 1, true, false), scattered(1, 2, false, false), scattered(3, 1, false, true)};
+    const std::int64_t share = kSeq / 2 * kBatch * kHidden * 2;  // half of the [b, s, h] boundary in 16 bits
+    EXPECT_EQ(pipeline_transfers(stages[0], share), kFirstStage);
+    EXPECT_EQ(pipeline_transfers(stages[1], share), kMiddleStage);
+    EXPECT_EQ(pipeline_transfers(stages[2], share), kLastStage);
+    // The tensor-parallel all-gathers a boundary adds: the received input's (forward) on the
+    // stages after the first, the sent output's gradient's (backward) on those before the last,
+    // each writing the whole [b, s, h] tensor.
+    const auto boundary_gathers = [](const Trace& trace, Phase phase) {
+      int count = 0;
+      for (const auto& op : trace.ops()) {
+        if (op.phase != phase || !op.communication || op.communication->group != ParallelGroup::tensor ||
+            op.communication->kind != CommunicationKind::all_gather) {
+          continue;
+        }
+        if (op.name.find("recv_forward.gather") == std::string::npos && op.name.find("send_forward.split") == std::string::npos) continue;
+        EXPECT_EQ(trace.bytes_written(op.id), kSeq * kBatch * kHidden * 2) << op.name;
+        ++count;
+      }
+      return count;
+    };
+    EXPECT_EQ(boundary_gathers(stages[0], Phase::forward), 0);
+    EXPECT_EQ(boundary_gathers(stages[0], Phase::backward), 1);
+    EXPECT_EQ(boundary_gathers(stages[1], Phase::forward), 1);
+    EXPECT_EQ(boundary_gathers(stages[1], Phase::backward), 1);
+    EXPECT_EQ(boundary_gathers(stages[2], Phase::forward), 1);
+    EXPECT_EQ(boundary_gathers(stages[2], Phase::backward), 0);
+    // Parameters are those of the stages without it.
+    EXPECT_EQ(parameters(stages[1]), parameters(build_model(staged(whole, 1, 2, false, false))));
+  }
+  // Refused without a tensor-parallel degree, and under sequence parallelism.
+  for (const ModelRequest& whole : {gpt_request(kLayers, Attention::flash), gpt_request(kLayers, Attention::flash, 2, true)}) {
+    ModelRequest request = staged(whole, 1, 2, false, false);
+    request.pipeline_stage->scatter_gather = true;
+    try {
+      build_model(request);
+      ADD_FAILURE() << "scatter_gather accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("pipeline_stage.scatter_gather"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // With tied embeddings, the last stage's head reads a copy of the word embedding of its own
 // (Megatron keeps one, language_module.py:278-290): the two stages hold the whole model plus one
 // embedding, V'/t rows of the padded vocabulary per tensor-parallel rank.

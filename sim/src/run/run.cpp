@@ -333,7 +333,7 @@ PipelineOutcome run_pipeline(const PreparedScenario& prepared, const models::Str
       // Chunk k of rank p runs virtual stage k x P + p (Megatron's interleaved assignment).
       const int j = k * stages + p;
       const auto at = static_cast<std::size_t>(j);
-      const zoo::PipelineStageSpec stage{first_layer[at], layers[at], j == 0, j == last_virtual_stage};
+      const zoo::PipelineStageSpec stage{first_layer[at], layers[at], j == 0, j == last_virtual_stage, layout.pipeline_scatter_gather};
       traces::Trace trace = build_zoo_trace(scenario, batch, stage);
       auto schedule = models::build_schedule(trace, prepared.time_model(), strategy);
       if (auto* not_applicable = std::get_if<models::NotApplicable>(&schedule)) return std::move(*not_applicable);
@@ -372,7 +372,7 @@ std::int64_t resident_state_bytes(const PreparedScenario& prepared) {
     std::int64_t first = 0;
     for (std::size_t j = 0; j < layers.size(); ++j) {
       if (static_cast<int>(j) % layout.pipeline == 0) {
-        rank_traces.push_back(build_zoo_trace(scenario, 1, zoo::PipelineStageSpec{first, layers[j], j == 0, j + 1 == layers.size()}));
+        rank_traces.push_back(build_zoo_trace(scenario, 1, zoo::PipelineStageSpec{first, layers[j], j == 0, j + 1 == layers.size(), layout.pipeline_scatter_gather}));
       }
       first += layers[j];
     }

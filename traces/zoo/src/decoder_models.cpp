@@ -284,10 +284,7 @@ Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64
     x = decoder_layer(nb, arch, names.base + names.layers + "." + std::to_string(layer) + ".", layer, x, rotary, implementation,
                       expert_tokens, expert_parallel);
   }
-  if (!stage.last) {
-    nb.send_to_next_stage("send_forward", x);
-    return x;
-  }
+  if (!stage.last) return nb.send_to_next_stage("send_forward", x);  // the autograd root: what was sent
   x = norm(nb, arch, names.base + names.final_norm, x);
   // The head and the loss kind's cross-entropy (loss.cpp); by default ForCausalLMLoss's
   // `logits = logits.float()` first. A tied head on a last stage without the embedding reads the

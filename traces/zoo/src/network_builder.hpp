@@ -351,10 +351,19 @@ class NetworkBuilder {
   // `dtype` requiring a gradient (p2p_communication.py:335-341, torch.empty(..., requires_grad=True,
   // dtype=config.pipeline_dtype)). Its backward op sends the tensor's gradient back to the
   // previous stage (send_backward) and produces no gradient of its own.
+  // With set_pipeline_scatter_gather(true) the op receives this rank's 1/t of the tensor (split
+  // along the sequence, `sample_shape` being the whole) and `<name>.gather` all-gathers it over the
+  // tensor group into a new tensor (gather_split_1d_tensor), whose backward takes this rank's slice
+  // of the gradient (a copy) for the send back.
   Value receive_from_previous_stage(const std::string& name, traces::DType dtype, std::vector<std::int64_t> sample_shape);
   // send_forward: x to the next stage, outside autograd. x becomes the autograd root: finish(x)
   // starts the backward pass from x's gradient received from the next stage (recv_backward).
-  void send_to_next_stage(const std::string& name, Value x);
+  // With set_pipeline_scatter_gather(true) it sends this rank's 1/t of x along the sequence
+  // (`<name>.split`, a view: split_tensor_into_1d_equal_chunks), whose gradient, received as 1/t,
+  // is all-gathered over the tensor group. Returns what was sent, the root to give finish().
+  Value send_to_next_stage(const std::string& name, Value x);
+  // PipelineStageSpec::scatter_gather: set after set_tensor_parallel (zoo.cpp checks the degree).
+  void set_pipeline_scatter_gather(bool on) { pipeline_scatter_gather_ = on; }
 
   // ---- Context parallelism (ModelSpec::context_parallel) -------------------------------------
   // The trace becomes one context-parallel rank's program: the model code builds seq_len /
@@ -590,6 +599,7 @@ class NetworkBuilder {
   std::optional<std::size_t> nf4_dynamic_map_;  // bitsandbytes' shared 8-bit dynamic map
   // Pipeline stages (pipeline_stage.cpp): the output sent to the next stage, the autograd root.
   std::optional<std::size_t> sent_output_;
+  bool pipeline_scatter_gather_ = false;  // set_pipeline_scatter_gather
   // finish()'s first step: the root's gradient, ones for a loss or received for a stage output.
   void seed_backward(std::size_t root);
 };

@@ -30,6 +30,14 @@ Value NetworkBuilder::receive_from_previous_stage(const std::string& name, trace
   // (input_tensor.retain_grad(), schedules.py:555-560) and send_backward returns to the previous
   // stage (:516-534): this op's backward is that send, and nothing upstream of it is in the stage.
   const std::string op = unique_op_name(name);
+  const std::vector<std::int64_t> whole = sample_shape;
+  if (pipeline_scatter_gather_) {
+    if (sample_shape.size() < 2 || sample_shape[1] % tensor_parallel_ != 0) {
+      throw std::invalid_argument(name + ": the boundary tensor's sequence does not split over the " + std::to_string(tensor_parallel_) +
+                                  " tensor-parallel ranks; expected the tensor-parallel degree to divide the sequence length");
+    }
+    sample_shape[1] /= tensor_parallel_;
+  }
   const std::size_t y = new_output(op + ".out", dtype, std::move(sample_shape), 0, true);
   ForwardOp f;
   f.name = op;
@@ -41,12 +49,32 @@ Value NetworkBuilder::receive_from_previous_stage(const std::string& name, trace
   f.backward_kind = traces::OpKind::communication;
   f.backward_communication = over_pipeline_group(traces::CommunicationKind::send);
   record(std::move(f));
-  return {y};
+  if (!pipeline_scatter_gather_) return {y};
+  // gather_split_1d_tensor: a new buffer of the whole tensor, all-gathered over the tensor group.
+  // Autograd sees only the gathered tensor (the received one is its leaf); the gradient sent back
+  // is this rank's slice of the whole gradient (split_tensor_into_1d_equal_chunks in
+  // send_backward), counted as a copy of the slice's bytes.
+  const std::string gather = unique_op_name(name + ".gather");
+  const std::size_t z = new_output(gather + ".out", dtype, whole, 0, true);
+  ForwardOp g;
+  g.name = gather;
+  g.kind = traces::OpKind::communication;
+  g.inputs = {y};
+  g.outputs = {z};
+  g.communication = traces::Communication{traces::CommunicationKind::all_gather, traces::ParallelGroup::tensor};
+  g.differentiable_outputs = {z};
+  g.grads = {{y, {}}};
+  g.backward_kind = traces::OpKind::other;
+  record(std::move(g));
+  return {z};
 }
 
-void NetworkBuilder::send_to_next_stage(const std::string& name, Value x) {
+Value NetworkBuilder::send_to_next_stage(const std::string& name, Value x) {
   if (sent_output_) throw std::logic_error(name + ": a stage sends one output");
   if (!requires_grad(x.index)) throw std::logic_error(name + ": the stage's output needs no gradient");
+  // Scatter-gather: this rank's 1/t (a view along the sequence, as scatter_to_sequence_parallel
+  // takes it), whose gradient comes back as 1/t and is all-gathered over the tensor group.
+  if (pipeline_scatter_gather_) x = scatter_to_sequence_parallel(name + ".split", x);
   // send_forward (p2p_communication.py:494-514) sends the output outside autograd: no node. The
   // schedule then pseudo-frees its data (deallocate_output_tensor, schedules.py:171-201; on by
   // default in training, megatron/training/argument_utils.py:305), keeping only its grad_fn for
@@ -55,6 +83,7 @@ void NetworkBuilder::send_to_next_stage(const std::string& name, Value x) {
   communications_.emplace(emit({op, traces::Phase::forward, traces::OpKind::communication, {x.index}, {}, {}, {}, {}}),
                           over_pipeline_group(traces::CommunicationKind::send));
   sent_output_ = x.index;
+  return x;
 }
 
 }  // namespace comptrain::zoo::detail

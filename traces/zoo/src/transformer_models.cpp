@@ -200,10 +200,7 @@ Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention 
   for (std::int64_t layer = stage.first_layer; layer < stage.first_layer + stage.layers; ++layer) {
     x = gpt2_block(nb, "transformer.h." + std::to_string(layer) + ".", x, shape, attention);
   }
-  if (!stage.last) {
-    nb.send_to_next_stage("send_forward", x);
-    return x;
-  }
+  if (!stage.last) return nb.send_to_next_stage("send_forward", x);  // the autograd root: what was sent
   x = nb.layernorm("transformer.ln_f", x);
   // The head is tied to wte. On a last stage without the embedding, Megatron keeps its own copy
   // of the word embedding as the output layer's weight (language_module.py:278-290; the

@@ -710,6 +710,12 @@ PipelineStageSpec check_pipeline_stage(const ModelRequest& request, std::int64_t
     throw std::invalid_argument("pipeline_stage: " + range + " is marked last (the head and loss) but does not end at layer " +
                                 std::to_string(layers) + " of '" + request.model + "'");
   }
+  if (stage.scatter_gather && (!request.tensor_parallel || request.tensor_parallel->degree < 2 || request.tensor_parallel->sequence_parallel)) {
+    throw std::invalid_argument(std::string("pipeline_stage.scatter_gather: splits the boundary tensor over the tensor-parallel ranks; ") +
+                                (request.tensor_parallel && request.tensor_parallel->sequence_parallel
+                                     ? "under sequence parallelism it is split already; expected it without sequence parallelism"
+                                     : "expected a tensor-parallel degree > 1"));
+  }
   if (request.lora || request.torchtitan || request.packed_documents) {
     throw std::invalid_argument(std::string("pipeline_stage: not written together with ") +
                                 (request.lora ? "lora" : request.torchtitan ? "the torchtitan implementation" : "packed documents"));
@@ -763,6 +769,7 @@ void add_pipeline_stage_metadata(const PipelineStageSpec& stage, std::map<std::s
   metadata["pipeline_layers"] = std::to_string(stage.layers);
   metadata["pipeline_first"] = stage.first ? "true" : "false";
   metadata["pipeline_last"] = stage.last ? "true" : "false";
+  if (stage.scatter_gather) metadata["pipeline_scatter_gather"] = "true";
 }
 
 void add_tensor_parallel_metadata(const TensorParallelSpec& tp, std::int64_t vocab, std::map<std::string, std::string>& metadata) {
@@ -942,6 +949,7 @@ traces::Trace build_model(const ModelRequest& request) {
     }
     const PipelineStageSpec stage = check_pipeline_stage(request, arch.layers);
     if (request.pipeline_stage) add_pipeline_stage_metadata(stage, metadata);
+    nb.set_pipeline_scatter_gather(stage.scatter_gather);
     Value root;  // the loss, or a pipeline stage's sent output (NetworkBuilder::finish)
     if (request.torchtitan) {
       detail::check_torchtitan_request(arch, request, attention);
@@ -1010,6 +1018,7 @@ traces::Trace build_model(const ModelRequest& request) {
     }
     const PipelineStageSpec stage = check_pipeline_stage(request, shape.layers);
     if (request.pipeline_stage) add_pipeline_stage_metadata(stage, metadata);
+    nb.set_pipeline_scatter_gather(stage.scatter_gather);
     root = detail::gpt2_lm_head(nb, shape, attention, stage);
   }
   metadata["attention"] = std::string(to_string(attention));

@@ -42,6 +42,11 @@ struct ParallelLayout {
   int expert_tensor = 0;
   int virtual_stages = 1;  // model chunks per pipeline rank (interleaved schedule only)
   bool sequence_parallel = false;
+  // Megatron-LM before Megatron Core (--scatter-gather-tensors-in-pipeline, its default then):
+  // under tensor parallelism without sequence parallelism each tensor-parallel rank sends 1/T of
+  // a pipeline boundary tensor and the receiver all-gathers it over the tensor group
+  // (zoo::PipelineStageSpec::scatter_gather). Megatron Core sends the whole tensor from every rank.
+  bool pipeline_scatter_gather = false;
   // How context parallelism exchanges K and V (shared/reference/parallelism.md §3): false,
   // Transformer Engine's ring beside the attention (Megatron's --cp-comm-type p2p, the default);
   // true, an all-gather before it (PyTorch context_parallel's default rotation; Megatron's allgather).

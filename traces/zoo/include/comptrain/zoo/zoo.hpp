@@ -282,6 +282,13 @@ struct PipelineStageSpec {
   std::int64_t layers = 0;  // >= 1, first_layer + layers <= the model's layers
   bool first = true;        // requires first_layer 0
   bool last = true;         // requires first_layer + layers = the model's layers
+  // Megatron-LM before Megatron Core (--scatter-gather-tensors-in-pipeline, on by default;
+  // megatron/p2p_communication.py, _communicate: split_tensor_into_1d_equal_chunks before each
+  // send, gather_split_1d_tensor after each receive): under tensor parallelism without sequence
+  // parallelism each tensor-parallel rank sends and receives 1/t of the boundary tensor, and the
+  // receiver all-gathers it over the tensor group, both ways. Needs a tensor-parallel degree > 1
+  // without sequence parallelism (whose boundary tensor is split already).
+  bool scatter_gather = false;
 };
 
 // Megatron-LM's expert parallelism for the mixture-of-experts decoders (families mixtral and

@@ -46,7 +46,7 @@ for words in "" trace; do
 done
 # The details stay in the command's own help.
 expect 0 "scaling efficiency is against its best micro-batch" -- help plan
-expect 0 "cover every variant exactly once" -- merge --help
+expect 0 "A sweep's shards \\(comptrain.sweep\\) join into" -- merge --help
 
 # Usage errors: every one starts with the prefix, says what was expected, exits 2, and never
 # shows CLI11's own wording.

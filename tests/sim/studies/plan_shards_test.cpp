@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -113,6 +114,20 @@ TEST(PlanShards, MergingEveryShardGivesTheUnshardedPlansJsonAndTable) {
   const MergedPlan from_five = merge_plan_shards(five);
   EXPECT_EQ(from_five.json, plan_json(whole));
   EXPECT_EQ(plan_table_text(from_five.plan), plan_table_text(whole));
+}
+
+TEST(PlanShards, TheFastestIsRankedOverEveryShardsCandidates) {
+  // Shard 1's baseline (configuration 1: TP 1 x PP 2) made the fastest by far: the merge's fastest
+  // is its place among all candidates (after configuration 0's two), not the shard's own 0.
+  ASSERT_EQ(whole_plan().cluster_search->fastest, std::optional<std::size_t>(0)) << "TP 1 x PP 1's baseline, unsharded";
+  auto faster = nlohmann::ordered_json::parse(three_shards()[1].second);
+  auto& candidate = faster["plan"]["cluster_search"]["candidates"][0];
+  ASSERT_EQ(candidate["strategy"]["name"], "baseline");
+  candidate["samples_per_second"] = 1e12;
+  const MergedPlan merged = merge_plan_shards({three_shards()[0], {"faster.json", faster.dump()}, three_shards()[2]});
+  EXPECT_EQ(merged.plan.cluster_search->fastest, std::optional<std::size_t>(2));
+  EXPECT_EQ(nlohmann::json::parse(merged.json)["cluster_search"]["fastest"], 2);
+  EXPECT_THAT(plan_table_text(merged.plan), HasSubstr("Fastest: 8 GPUs (1 node x 8), TP 1 x PP 2 x DP 4, ZeRO-1, optimizer on GPU, baseline"));
 }
 
 TEST(PlanShards, ShardsThatDoNotMakeOneRunAreRefusedNamingTheFile) {

@@ -14,6 +14,7 @@
 #include "comptrain/sim/studies/plan.hpp"
 #include "comptrain/sim/report/plots.hpp"
 #include "comptrain/sim/config/sweep.hpp"
+#include "comptrain/sim/report/plan_shards.hpp"
 #include "comptrain/sim/report/sweep_document.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/support/format.hpp"
@@ -102,11 +103,20 @@ int run_plan(const PlanCliOptions& o) {
     throw InputError("--plots: " + scenario.source + " plans a cluster search (plan.gpus, plan.nodes, plan.zero_stages or plan.offload_optimizer), which has no plots yet; expected --plots without it");
   }
   if (!scenario.has_sweep) {
-    if (!o.shard.empty()) throw InputError("--shard: " + scenario.source + " has no 'sweep' section to split");
+    // Without a sweep --shard splits a cluster search's configurations (sim::PlanRequest::shard).
     std::vector<sim::PlanRequest> requests{request_for(scenario, o, "")};
+    if (!o.shard.empty()) {
+      if (!scenario.plan || !scenario.plan->searches_clusters()) {
+        throw InputError("--shard: " + scenario.source + " has no 'sweep' section and no cluster search (plan.gpus, plan.nodes, plan.zero_stages, "
+                         "plan.offload_optimizer, plan.comm_hooks, plan.tensor or plan.pipeline) to split; expected one of them");
+      }
+      requests.front().shard = sim::parse_shard(o.shard);
+    }
     const sim::BatchSizePlan plan = sim::make_plans(requests, o.jobs, !o.quiet).front();
     if (!o.csv.empty()) write_output(o.csv, sim::plan_csv(plan));
-    if (o.json || !o.output.empty()) {
+    if (requests.front().shard) {
+      emit(o.output, sim::plan_shard_document(plan, sim::scenario_run_hash(scenario, "plan", settings_of(o)), *requests.front().shard));
+    } else if (o.json || !o.output.empty()) {
       emit(o.output, sim::plan_json(plan));
     } else {
       write_output("-", sim::plan_table_text(plan));
@@ -188,8 +198,10 @@ std::function<int()> add_plan_command(CLI::App& app) {
   command->add_option("--csv", o->csv, "Write every simulated point as CSV");
   command->add_option("--plots", o->plots, "Write SVG plots (throughput and peak memory against the batch) into this directory");
   command->add_option("--shard", o->shard,
-                      "Plan only variants I, I+N, I+2N, ... of the sweep (0-based I of N; e.g. --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT); "
-                      "writes JSON, joined by 'comptrain merge'");
+                      "Plan only variants I, I+N, I+2N, ... of the sweep (0-based I of N; e.g. --shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT), "
+                      "or, without a sweep, only configurations I, I+N, ... of the cluster or layout search (plan.gpus, plan.tensor, ...: each "
+                      "configuration with every strategy; scripts/plan-array.sbatch runs it as a Slurm job array); writes JSON, joined by "
+                      "'comptrain merge'");
   command->add_option("-o,--output", o->output, "Write the JSON document to this file instead of stdout");
   command->add_flag("-q,--quiet", o->quiet, "No progress on stderr");
   command->add_flag("--hybrid", o->hybrid,
@@ -208,16 +220,31 @@ std::function<int()> add_plan_command(CLI::App& app) {
 std::function<int()> add_merge_command(CLI::App& app) {
   auto files = std::make_shared<std::vector<std::string>>();
   auto output = std::make_shared<std::string>();
+  auto json = std::make_shared<bool>(false);
   auto* command = app.add_subcommand("merge",
-                                     "Join the JSON documents of sweep shards into the sweep's document\n"
-                                     "The shards are those of plan or simulate --shard I/N; merge checks that they come from the "
-                                     "same sweep and cover every variant exactly once.");
+                                     "Join the JSON documents of shards into the unsharded run's answer\n"
+                                     "The shards are those of plan or simulate --shard I/N. A sweep's shards (comptrain.sweep) join into the "
+                                     "sweep's JSON document, checked to come from the same sweep and to cover every variant exactly once. A "
+                                     "cluster or layout search's shards (plan --shard without a sweep: comptrain.plan_shard) join into the plan "
+                                     "the unsharded 'plan' gives, checked to come from the same run (hash), to be every shard 0 to N-1 once and "
+                                     "to repeat no candidate; it prints the plan's table, or its JSON with --json or -o.");
   command->add_option("shards", *files, "Shard documents (.json)")->required();
-  command->add_option("-o,--output", *output, "Write the merged document to this file instead of stdout");
-  return [command, files, output]() -> int {
+  command->add_flag("--json", *json, "Print the merged plan of a cluster search's shards as JSON (a sweep's merge is always JSON)");
+  command->add_option("-o,--output", *output, "Write the merged JSON document to this file instead of stdout");
+  return [command, files, output, json]() -> int {
     if (!command->parsed()) return -1;
     std::vector<std::pair<std::string, std::string>> documents;
     for (const auto& f : *files) documents.emplace_back(f, read_file(f));
+    // The first document says which kind of shards these are; each merge refuses another kind.
+    if (sim::is_plan_shard_document(documents.front().first, documents.front().second)) {
+      const sim::MergedPlan merged = sim::merge_plan_shards(documents);
+      if (*json || !output->empty()) {
+        emit(*output, merged.json);
+      } else {
+        write_output("-", sim::plan_table_text(merged.plan));
+      }
+      return 0;
+    }
     emit(*output, sim::merge_sweep_documents(documents));
     return 0;
   };

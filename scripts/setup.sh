@@ -24,6 +24,7 @@ packages=(
   python3-sklearn           # its bundled digits dataset (offline) for comptrain_codecs.digits_training (skipped without it)
   coinor-libcbc-dev         # hybrid/: the MILP of `plan --hybrid` (COIN-OR CBC through its C interface; HiGHS is not packaged in Debian 12)
   libprotobuf-dev protobuf-compiler  # traces/import: MLCommons Chakra's binary execution traces (.et)
+  slurm-wlm                 # tests/cli/slurm_plan_array_test.sh: scripts/plan-array.sbatch on a one-node Slurm (skipped without it)
 )
 
 missing=()

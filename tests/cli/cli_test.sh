@@ -46,7 +46,7 @@ for words in "" trace; do
 done
 # The details stay in the command's own help.
 expect 0 "scaling efficiency is against its best micro-batch" -- help plan
-expect 0 "cover every variant exactly once" -- merge --help
+expect 0 "A sweep's shards \\(comptrain.sweep\\) join into" -- merge --help
 
 # Usage errors: every one starts with the prefix, says what was expected, exits 2, and never
 # shows CLI11's own wording.
@@ -263,7 +263,23 @@ expect 0 'Hybrid plan: per saved activation' -- plan -q --hybrid --time-limit 0.
 expect 0 'FITS' -- simulate "$work/hybrid-run.yaml"
 expect 0 '"schema"' -- plan -q --hybrid --json --time-limit 0.2 "$work/plan.yaml"
 expect 2 'apply to --hybrid' -- plan --time-limit 1 "$work/plan.yaml"
-expect 2 'has no .sweep.' -- plan --shard 0/2 "$work/plan.yaml"
+expect 2 'has no .sweep. section and no cluster search \(plan.gpus, .*\) to split' -- plan --shard 0/2 "$work/plan.yaml"
+# A layout search's shards (plan --shard without a sweep) and their merge: the unsharded table,
+# and JSON with --json; what does not belong together is refused.
+printf 'model: {zoo: gpt, layers: 2, hidden: 128, heads: 4, seq_len: 128, vocab: 512, attention: flash}\ntraining: {batch_size: 1, precision: mixed, optimizer: adamw}\nplatform: dgx-h100-superpod\nparallelism: {nodes: 1, gpus_per_node: 4}\nplan: {target_global_batch: 8, tensor: [1, 2], pipeline: [1, 2], micro_batches: [2], strategies: [baseline]}\n' >"$work/layouts.yaml"
+"$bin" plan -q -j 1 "$work/layouts.yaml" >"$work/layouts-whole.txt"
+"$bin" plan -q -j 1 --json "$work/layouts.yaml" >"$work/layouts-whole.json"
+expect 0 'wrote' -- plan -q -j 1 --shard 0/3 -o "$work/l0.json" "$work/layouts.yaml"
+expect 0 'wrote' -- plan -q -j 1 --shard 1/3 -o "$work/l1.json" "$work/layouts.yaml"
+expect 0 'wrote' -- plan -q -j 1 --shard 2/3 -o "$work/l2.json" "$work/layouts.yaml"
+"$bin" merge "$work/l2.json" "$work/l0.json" "$work/l1.json" >"$work/layouts-merged.txt" && cmp -s "$work/layouts-whole.txt" "$work/layouts-merged.txt" &&
+  passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: the merged layout shards' table differs from the unsharded plan's"; }
+"$bin" merge --json "$work/l2.json" "$work/l0.json" "$work/l1.json" >"$work/layouts-merged.json" && cmp -s "$work/layouts-whole.json" "$work/layouts-merged.json" &&
+  passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: the merged layout shards' JSON differs from the unsharded plan --json"; }
+expect 2 'missing 1 of 3 shards \(0-based\): 2' -- merge "$work/l0.json" "$work/l1.json"
+expect 2 'shard 1/3 given twice' -- merge "$work/l0.json" "$work/l1.json" "$work/l1.json" "$work/l2.json"
+expect 0 'wrote' -- plan -q -j 1 --margin 0.2 --shard 1/3 -o "$work/l1-margin.json" "$work/layouts.yaml"
+expect 2 'l1-margin.json: from another run than .*l0.json' -- merge "$work/l0.json" "$work/l1-margin.json" "$work/l2.json"
 printf 'model: {zoo: resnet18}\nplatform: a100-40gb\nplan: {max_batch: 4}\nsweep:\n  training.batch_size: [1, 2, 3]\n  platform: [a100-40gb, v100-32gb]\n' >"$work/sweep.yaml"
 expect 0 'variant 5 of 6: training.batch_size=3, platform=v100-32gb' -- plan -q "$work/sweep.yaml"
 expect 0 'platform=v100-32gb' -- simulate -q "$work/sweep.yaml"

@@ -313,13 +313,24 @@ std::vector<std::size_t> shard_variants(std::size_t variant_count, const std::op
   return out;
 }
 
-std::string sweep_run_hash(const Sweep& sweep, std::string_view command, std::string_view settings) {
-  std::uint64_t h = fnv1a(sweep.hash);
+namespace {
+
+// `text_hash`: the scenario text's hash as Sweep::hash writes it.
+std::string run_hash(std::string_view text_hash, std::string_view command, std::string_view settings) {
+  std::uint64_t h = fnv1a(text_hash);
   h = fnv1a("\n", h);
   h = fnv1a(command, h);
   h = fnv1a("\n", h);
   h = fnv1a(settings, h);
   return fmt::format("{:016x}", h);
+}
+
+}  // namespace
+
+std::string sweep_run_hash(const Sweep& sweep, std::string_view command, std::string_view settings) { return run_hash(sweep.hash, command, settings); }
+
+std::string scenario_run_hash(const Scenario& scenario, std::string_view command, std::string_view settings) {
+  return run_hash(fmt::format("{:016x}", fnv1a(scenario.yaml)), command, settings);
 }
 
 }  // namespace comptrain::sim

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/strategy.hpp"
@@ -28,5 +29,9 @@ ordered_json scenario_json(const std::string& name, const std::string& source);
 // {"name", "source", "gpu", "memory_capacity_bytes"}
 ordered_json platform_json(const models::Platform& platform);
 // strategy_json: comptrain/sim/core/strategy_json.hpp
+
+// Ascending indices as "0-99, 105, 107-110": at most `shown` runs, then "and N more in M further
+// runs" (the merges' messages for what is missing).
+std::string index_ranges(const std::vector<std::size_t>& sorted, std::size_t shown = 20);
 
 }  // namespace comptrain::sim::detail

@@ -9,8 +9,10 @@
 
 #include "comptrain/models/data_parallel.hpp"
 #include "comptrain/support/format.hpp"
+#include "comptrain/support/input_error.hpp"
 #include "report/documents.hpp"
 #include "report/energy_report.hpp"
+#include "report/plan_from_json.hpp"
 
 namespace comptrain::sim {
 
@@ -669,3 +671,178 @@ std::string plan_csv(const std::vector<BatchSizePlan>& plans) {
 std::string plan_csv(const BatchSizePlan& plan) { return plan_csv(std::vector<BatchSizePlan>{plan}); }
 
 }  // namespace comptrain::sim
+
+namespace comptrain::sim::detail {
+
+namespace {
+
+// The enumerations the documents write by name, read back: the value whose name is `text`.
+template <typename Enum, std::size_t N>
+Enum enum_named(const ordered_json& text, const Enum (&values)[N], const char* field) {
+  const std::string name = text.get<std::string>();
+  for (const Enum value : values) {
+    if (to_string(value) == name) return value;
+  }
+  throw InputError(fmt::format("{}: '{}' is not one of its names", field, name));
+}
+
+std::optional<double> optional_double(const ordered_json& j) { return j.is_null() ? std::nullopt : std::optional(j.get<double>()); }
+std::optional<std::int64_t> optional_int(const ordered_json& j) { return j.is_null() ? std::nullopt : std::optional(j.get<std::int64_t>()); }
+
+std::optional<models::OptimizerOffloadSpec> offload_from_json(const ordered_json& j) {
+  if (j.is_null()) return std::nullopt;
+  models::OptimizerOffloadSpec offload;
+  offload.ratio = j.at("ratio").get<double>();
+  offload.prefetch_optimizer = !j.at("prefetch_optimizer_gap").is_null();
+  if (offload.prefetch_optimizer) offload.prefetch_optimizer_gap = j.at("prefetch_optimizer_gap").get<int>();
+  offload.part_grads_async = j.at("part_grads_async").get<bool>();
+  return offload;
+}
+
+std::vector<PlanPoint> points_from_json(const ordered_json& points) {
+  std::vector<PlanPoint> out;
+  for (const ordered_json& j : points) {
+    PlanPoint p;
+    p.batch = j.at("batch").get<std::int64_t>();
+    p.fits = j.at("fits").get<bool>();
+    p.out_of_memory = j.at("out_of_memory").get<bool>();
+    p.inapplicable = j.at("inapplicable").get<bool>();
+    p.simulation_failed = j.at("simulation_failed").get<bool>();
+    p.peak_bytes = j.at("peak_bytes").get<std::int64_t>();
+    p.iteration_seconds = j.at("iteration_seconds").get<double>();
+    p.samples_per_second = j.at("samples_per_second").get<double>();
+    p.stall_seconds = j.at("stall_seconds").get<double>();
+    p.collective_seconds = j.at("collective_seconds").get<double>();
+    p.exposed_communication_seconds = j.at("exposed_communication_seconds").get<double>();
+    p.host_wait_seconds = j.at("host_wait_seconds").get<double>();
+    p.exact_peak_bytes = j.at("exact_peak_bytes").get<std::int64_t>();
+    p.allocated_peak_bytes = j.at("allocated_peak_bytes").get<std::int64_t>();
+    p.reserved_peak_bytes = j.at("reserved_peak_bytes").get<std::int64_t>();
+    p.device_peak_bytes = j.at("device_peak_bytes").get<std::int64_t>();
+    p.mean_iteration_seconds = j.at("mean_iteration_seconds").get<double>();
+    if (const ordered_json& io = j.at("io"); !io.is_null()) {
+      static constexpr IterationBound kBounds[] = {IterationBound::gpu, IterationBound::network, IterationBound::host, IterationBound::loader, IterationBound::storage};
+      p.io_modelled = true;
+      p.io_bound = enum_named(io.at("bound"), kBounds, "io.bound");
+      p.data_wait_seconds = io.at("data_wait_seconds").get<double>();
+      p.checkpoint_seconds_per_iteration = io.at("checkpoint_seconds_per_iteration").get<double>();
+      p.checkpoint_stall_seconds = io.at("checkpoint_stall_seconds").get<double>();
+      p.checkpoint_interval_for_target = io.at("checkpoint_interval_for_target").is_null() ? 0 : io.at("checkpoint_interval_for_target").get<int>();
+    }
+    p.joules = optional_double(j.at("joules")).value_or(0);
+    p.samples_per_joule = optional_double(j.at("samples_per_joule")).value_or(0);
+    p.gpu_average_watts = optional_double(j.at("gpu_average_watts")).value_or(0);
+    p.node_average_watts = optional_double(j.at("node_average_watts")).value_or(0);
+    p.within_energy_budget = j.at("within_energy_budget").get<bool>();
+    out.push_back(p);
+  }
+  return out;
+}
+
+ClusterCandidate candidate_from_json(const ordered_json& j) {
+  static constexpr PlanLimit kLimits[] = {PlanLimit::memory,  PlanLimit::network, PlanLimit::host,       PlanLimit::compute,       PlanLimit::not_applicable, PlanLimit::failed,
+                                          PlanLimit::loader,  PlanLimit::storage, PlanLimit::checkpoint, PlanLimit::energy_budget, PlanLimit::bubble};
+  static constexpr models::DdpCommHook kHooks[] = {models::DdpCommHook::none, models::DdpCommHook::fp16, models::DdpCommHook::bf16, models::DdpCommHook::powersgd};
+  ClusterCandidate c;
+  c.shape = {j.at("nodes").get<int>(), j.at("gpus_per_node").get<int>()};
+  c.zero_stage = j.at("zero_stage").get<int>();
+  c.offload_optimizer = offload_from_json(j.at("offload_optimizer"));
+  c.comm_hook = enum_named(j.at("comm_hook"), kHooks, "comm_hook");
+  if (j.contains("layout")) {
+    const ordered_json& l = j.at("layout");
+    models::ParallelLayout layout;
+    layout.tensor = l.at("tensor").get<int>();
+    layout.pipeline = l.at("pipeline").get<int>();
+    layout.context = l.at("context").get<int>();
+    layout.expert = l.at("expert").get<int>();
+    layout.sequence_parallel = l.at("sequence_parallel").get<bool>();
+    const auto schedule = models::pipeline_schedule_from_string(l.at("pipeline_schedule").get<std::string>());
+    if (!schedule) throw InputError("layout.pipeline_schedule: " + l.at("pipeline_schedule").dump() + " is not a schedule");
+    layout.schedule = *schedule;
+    c.layout = layout;
+  }
+  StrategyPlan& s = c.plan;
+  s.strategy = j.at("strategy").at("name").get<std::string>();
+  s.spec.name = s.strategy;
+  s.max_batch = optional_int(j.at("max_micro_batch"));
+  s.max_is_ceiling = j.at("max_is_ceiling").get<bool>();
+  s.best_batch = optional_int(j.at("micro_batch"));
+  s.accumulation_steps = j.at("accumulation_steps").get<std::int64_t>();
+  s.accumulation_simulated = !j.at("accumulation_estimated").get<bool>();
+  s.best_samples_per_second = j.at("samples_per_second").get<double>();
+  s.best_samples_per_joule = optional_double(j.at("samples_per_joule")).value_or(0);
+  s.one_gpu_iteration_seconds = optional_double(j.at("one_gpu_iteration_seconds"));
+  s.scaling_efficiency = optional_double(j.at("scaling_efficiency"));
+  s.limit = enum_named(j.at("limit"), kLimits, "limit");
+  s.warnings = j.at("warnings").get<std::vector<std::string>>();
+  s.points = points_from_json(j.at("points"));
+  if (s.best_batch) {
+    PlanPoint* best = nullptr;
+    for (PlanPoint& p : s.points) {
+      if (p.batch == *s.best_batch) best = &p;
+    }
+    if (!best) throw InputError(fmt::format("micro_batch: {} is none of the candidate's points", *s.best_batch));
+    s.best_peak_bytes = best->peak_bytes;
+    if (j.contains("bubble_seconds") && !j.at("bubble_seconds").is_null()) best->bubble_seconds = j.at("bubble_seconds").get<double>();
+  }
+  return c;
+}
+
+}  // namespace
+
+BatchSizePlan cluster_plan_from_json(const ordered_json& document, const std::string& source, bool layouts, bool fsdp) {
+  static constexpr MemoryMetric kMetrics[] = {MemoryMetric::reserved, MemoryMetric::allocated, MemoryMetric::exact, MemoryMetric::device};
+  BatchSizePlan plan;
+  std::string at = "/";
+  try {
+    plan.scenario_name = document.at("scenario").at("name").get<std::string>();
+    plan.scenario_source = document.at("scenario").at("source").get<std::string>();
+    plan.variant = document.at("variant").is_null() ? "" : document.at("variant").get<std::string>();
+    const ordered_json& platform = document.at("platform");
+    plan.platform_name = platform.at("name").get<std::string>();
+    plan.platform_source = platform.at("source").get<std::string>();
+    plan.gpu_name = platform.at("gpu").get<std::string>();
+    plan.capacity_bytes = platform.at("memory_capacity_bytes").get<std::int64_t>();
+    plan.cuda_context_bytes = platform.at("cuda_context_bytes").get<std::int64_t>();
+    plan.limit_bytes = document.at("limit_bytes").get<std::int64_t>();
+    const ordered_json& o = document.at("options");
+    plan.options.margin = o.at("margin").get<double>();
+    plan.options.memory_metric = enum_named(o.at("memory_metric"), kMetrics, "options.memory_metric");
+    plan.options.max_batch = o.at("max_batch").get<std::int64_t>();
+    plan.options.target_global_batch = optional_int(o.at("target_global_batch"));
+    plan.options.probes_per_round = o.at("probes_per_round").get<int>();
+    plan.options.bottleneck_share = o.at("bottleneck_share").get<double>();
+    plan.options.objective = o.at("objective").get<std::string>() == "samples_per_joule" ? PlanObjective::samples_per_joule : PlanObjective::samples_per_second;
+    if (const ordered_json& b = o.at("energy_budget"); !b.is_null()) {
+      plan.options.energy_budget = EnergyBudget{optional_double(b.at("joules_per_sample")), optional_double(b.at("gpu_average_watts")), optional_double(b.at("node_average_watts"))};
+    }
+    plan.checkpoint_overhead = optional_double(o.at("checkpoint_overhead"));
+    plan.io_modelled = document.at("io_modelled").get<bool>();
+    plan.fsdp = fsdp;
+    plan.notes = document.at("notes").get<std::vector<std::string>>();
+    const ordered_json& cs = document.at("cluster_search");
+    ClusterSearch search;
+    search.layouts = layouts;
+    for (const ordered_json& shape : cs.at("shapes")) search.shapes.push_back({shape.at("nodes").get<int>(), shape.at("gpus_per_node").get<int>()});
+    search.zero_stages = cs.at("zero_stages").get<std::vector<int>>();
+    for (const ordered_json& offload : cs.at("offload_optimizer")) search.offload_optimizer.push_back(offload_from_json(offload));
+    static constexpr models::DdpCommHook kHooks[] = {models::DdpCommHook::none, models::DdpCommHook::fp16, models::DdpCommHook::bf16, models::DdpCommHook::powersgd};
+    for (const ordered_json& hook : cs.at("comm_hooks")) search.comm_hooks.push_back(enum_named(hook, kHooks, "cluster_search.comm_hooks"));
+    const ordered_json& candidates = cs.at("candidates");
+    for (std::size_t k = 0; k < candidates.size(); ++k) {
+      at = fmt::format("/cluster_search/candidates/{}", k);
+      search.candidates.push_back(candidate_from_json(candidates.at(k)));
+    }
+    at = "/cluster_search";
+    search.fastest = cs.at("fastest").is_null() ? std::nullopt : std::optional(cs.at("fastest").get<std::size_t>());
+    search.notes = cs.at("notes").get<std::vector<std::string>>();
+    plan.cluster_search = std::move(search);
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("{}: {}: {}; expected a cluster search's plan as comptrain plan --json writes it", source, at, e.what()));
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("{}: {}: {}; expected a cluster search's plan as comptrain plan --json writes it", source, at, e.what()));
+  }
+  return plan;
+}
+
+}  // namespace comptrain::sim::detail

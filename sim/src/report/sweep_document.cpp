@@ -37,30 +37,6 @@ std::string sweep_document(const Sweep& sweep, std::string_view command, std::st
   return j.dump(2) + "\n";
 }
 
-namespace {
-
-// "0-99, 105, 107-110", at most `shown` runs, then "and N more in M further runs".
-std::string index_ranges(const std::vector<std::size_t>& sorted, std::size_t shown = 20) {
-  std::string out;
-  std::size_t runs = 0, hidden_runs = 0, hidden = 0;
-  for (std::size_t i = 0; i < sorted.size();) {
-    std::size_t j = i;
-    while (j + 1 < sorted.size() && sorted[j + 1] == sorted[j] + 1) ++j;
-    if (runs < shown) {
-      out += (out.empty() ? "" : ", ") + (i == j ? std::to_string(sorted[i]) : fmt::format("{}-{}", sorted[i], sorted[j]));
-    } else {
-      ++hidden_runs;
-      hidden += j - i + 1;
-    }
-    ++runs;
-    i = j + 1;
-  }
-  if (hidden_runs > 0) out += fmt::format(", and {} more in {} further runs", hidden, hidden_runs);
-  return out;
-}
-
-}  // namespace
-
 std::string merge_sweep_documents(const std::vector<std::pair<std::string, std::string>>& documents) {
   if (documents.empty()) throw InputError("merge: no shard documents given");
   std::optional<ordered_json> sweep;
@@ -119,7 +95,7 @@ std::string merge_sweep_documents(const std::vector<std::pair<std::string, std::
   }
   if (!duplicates.empty()) throw InputError("merge: overlapping shards; variants given more than once: " + duplicates);
   if (!missing.empty()) {
-    throw InputError(fmt::format("merge: incomplete; missing {} of {} variants (0-based): {}", missing.size(), count, index_ranges(missing)));
+    throw InputError(fmt::format("merge: incomplete; missing {} of {} variants (0-based): {}", missing.size(), count, detail::index_ranges(missing)));
   }
   ordered_json j = detail::document_header("sweep");
   j["sweep"] = *sweep;

@@ -207,9 +207,11 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
   return search;
 }
 
-void gather_candidates(BatchSizePlan& out, std::vector<BatchSizePlan>& unit_plans, const std::vector<std::size_t>& units, PlanObjective objective) {
+void gather_candidates(BatchSizePlan& out, std::vector<BatchSizePlan>& unit_plans, const std::vector<std::size_t>& units,
+                       const std::vector<std::size_t>& configurations, PlanObjective objective) {
   ClusterSearch& search = *out.cluster_search;
-  for (const std::size_t u : units) {
+  for (std::size_t k = 0; k < units.size(); ++k) {
+    const std::size_t u = units[k];
     if (out.notes.empty()) out.notes = unit_plans[u].notes;  // the same strategies in every unit
     for (StrategyPlan& plan : unit_plans[u].strategies) {
       ClusterCandidate candidate;
@@ -218,16 +220,27 @@ void gather_candidates(BatchSizePlan& out, std::vector<BatchSizePlan>& unit_plan
       candidate.offload_optimizer = unit_plans[u].offload_optimizer;
       candidate.comm_hook = unit_plans[u].comm_hook;
       if (search.layouts) candidate.layout = unit_plans[u].layout.value_or(models::ParallelLayout{});
+      candidate.configuration = configurations[k];
       candidate.plan = std::move(plan);
       search.candidates.push_back(std::move(candidate));
     }
   }
-  for (std::size_t i = 0; i < search.candidates.size(); ++i) {
-    const StrategyPlan& c = search.candidates[i].plan;
-    // plan.objective: the most samples per joule, else the fastest.
-    const auto score = [&](const StrategyPlan& c_plan) { return objective_score(objective, c_plan.best_samples_per_second, c_plan.best_samples_per_joule); };
-    if (c.best_batch && (!search.fastest || score(c) > score(search.candidates[*search.fastest].plan))) search.fastest = i;
-  }
+  search.fastest = fastest_candidate(search.candidates, objective);
 }
 
 }  // namespace comptrain::sim::planner
+
+namespace comptrain::sim {
+
+std::optional<std::size_t> fastest_candidate(const std::vector<ClusterCandidate>& candidates, PlanObjective objective) {
+  // plan.objective: the most samples per joule, else the fastest.
+  const auto score = [&](const StrategyPlan& plan) { return planner::objective_score(objective, plan.best_samples_per_second, plan.best_samples_per_joule); };
+  std::optional<std::size_t> fastest;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    const StrategyPlan& c = candidates[i].plan;
+    if (c.best_batch && (!fastest || score(c) > score(candidates[*fastest].plan))) fastest = i;
+  }
+  return fastest;
+}
+
+}  // namespace comptrain::sim

@@ -23,8 +23,10 @@ struct ClusterUnit {
 ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& header, std::vector<ClusterUnit>& units);
 
 // The strategies of the request's units (`units`, indices into `unit_plans`, which are moved
-// from) as the candidates of `out`'s cluster search, and the fastest by plan.objective among
-// those that fit.
-void gather_candidates(BatchSizePlan& out, std::vector<BatchSizePlan>& unit_plans, const std::vector<std::size_t>& units, PlanObjective objective);
+// from; `configurations`: each one's configuration index in the search) as the candidates of
+// `out`'s cluster search, and the fastest by plan.objective among those that fit
+// (fastest_candidate, studies/plan.hpp).
+void gather_candidates(BatchSizePlan& out, std::vector<BatchSizePlan>& unit_plans, const std::vector<std::size_t>& units,
+                       const std::vector<std::size_t>& configurations, PlanObjective objective);
 
 }  // namespace comptrain::sim::planner

@@ -154,6 +154,7 @@ std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, 
   d.one_gpu.resize(requests.size());
   std::vector<BatchSizePlan> out(requests.size());
   std::vector<std::vector<std::size_t>> units_of(requests.size());
+  std::vector<std::vector<std::size_t>> configurations_of(requests.size());  // a cluster search's: each unit's configuration
   // Each request is one unit, or one unit per cluster size and ZeRO stage of its cluster search.
   for (std::size_t p = 0; p < requests.size(); ++p) {
     const PlanRequest& r = requests[p];
@@ -163,7 +164,7 @@ std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, 
       unit.request = p;
       units_of[p].push_back(d.units.size());
       d.units.push_back(unit);
-      d.requests.push_back({std::move(scenario), r.strategies, r.options, r.variant});
+      d.requests.push_back({std::move(scenario), r.strategies, r.options, r.variant, std::nullopt});
     };
     const auto target = r.options.target_global_batch;
     if (target && r.scenario.accumulation_steps > 1) {
@@ -189,7 +190,11 @@ std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, 
     out[p] = plan_header(r, PreparedScenario(r.scenario), jobs, progress);
     std::vector<ClusterUnit> candidates;
     out[p].cluster_search = expand_cluster_search(r, out[p], candidates);
-    for (ClusterUnit& c : candidates) add_unit(std::move(c.scenario), std::move(c.unit));
+    out[p].cluster_search->configuration_count = candidates.size();
+    for (const std::size_t c : shard_variants(candidates.size(), r.shard)) {
+      configurations_of[p].push_back(c);
+      add_unit(std::move(candidates[c].scenario), std::move(candidates[c].unit));
+    }
   }
 
   prepare_searches(d, jobs, progress);
@@ -204,7 +209,7 @@ std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, 
       out[p] = std::move(d.plans[units_of[p].front()]);
       continue;
     }
-    gather_candidates(out[p], d.plans, units_of[p], requests[p].options.objective);
+    gather_candidates(out[p], d.plans, units_of[p], configurations_of[p], requests[p].options.objective);
   }
   return out;
 }

@@ -61,12 +61,15 @@ struct Sweep {
 Sweep expand_sweep(const Scenario& scenario);
 
 // --shard I/N: variants I, I+N, I+2N, ... (0-based), for Slurm job arrays
-// (--shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT).
+// (--shard $SLURM_ARRAY_TASK_ID/$SLURM_ARRAY_TASK_COUNT). A cluster search without a sweep is
+// split the same way over its configurations (studies/plan.hpp, PlanRequest::shard).
 struct Shard {
   std::size_t index = 0;
   std::size_t count = 1;
 };
 Shard parse_shard(std::string_view text);  // InputError unless "I/N" with 0 <= I < N
+// Indices I, I+N, ... below `variant_count` (every index without a shard): a sweep's variants or
+// a cluster search's configurations.
 std::vector<std::size_t> shard_variants(std::size_t variant_count, const std::optional<Shard>& shard);
 
 // One variant's result: a JSON object (a plan, or a simulation report).
@@ -79,5 +82,8 @@ struct VariantResult {
 // Identifies a run of a sweep: the sweep, the command and its result-changing settings
 // (overrides such as --batch or --margin, canonically written by the caller).
 std::string sweep_run_hash(const Sweep& sweep, std::string_view command, std::string_view settings);
+// The same for a scenario without a sweep (a sharded cluster search): its text, the command and
+// the settings, hashed as sweep_run_hash hashes a sweep's.
+std::string scenario_run_hash(const Scenario& scenario, std::string_view command, std::string_view settings);
 
 }  // namespace comptrain::sim

@@ -70,6 +70,7 @@
 #include "comptrain/sim/engine/collectives.hpp"
 #include "comptrain/sim/engine/io_simulation.hpp"
 #include "comptrain/sim/config/scenario.hpp"
+#include "comptrain/sim/config/sweep.hpp"
 
 namespace comptrain::sim {
 
@@ -186,6 +187,9 @@ struct ClusterCandidate {
   std::optional<models::OptimizerOffloadSpec> offload_optimizer;  // where the optimizer steps; nullopt: the GPU
   models::DdpCommHook comm_hook = models::DdpCommHook::none;       // DDP's communication hook
   std::optional<models::ParallelLayout> layout;  // a layout search's layout; nullopt: data parallelism only
+  // Its configuration's index among the search's (expand order: size, stage, optimizer place,
+  // hook, layout); a shard's candidates keep the index of the whole search.
+  std::size_t configuration = 0;
   StrategyPlan plan;
   bool fits() const { return plan.best_batch.has_value(); }
   bool accumulation_estimated() const { return plan.accumulation_steps > 1 && !plan.accumulation_simulated; }
@@ -198,9 +202,17 @@ struct ClusterSearch {
   std::vector<models::DdpCommHook> comm_hooks;  // as planned (plan.comm_hooks)
   bool layouts = false;                         // plan.tensor or plan.pipeline: a layout search
   std::vector<ClusterCandidate> candidates;  // by size, then stage, then optimizer place, then strategy
+  // The configurations expanded (each planned with every strategy); a shard plans only its own
+  // of them (PlanRequest::shard), but counts and notes them all.
+  std::size_t configuration_count = 0;
   std::optional<std::size_t> fastest;        // the highest global samples/s among those that fit
   std::vector<std::string> notes;
 };
+
+// The candidate a cluster search reports: the first, in candidate order, of the highest score by
+// `objective` (samples/s, or samples per joule) among those that fit; none when none fits. The
+// planner and the merge of a search's shards (report/plan_shards.hpp) both rank by it.
+std::optional<std::size_t> fastest_candidate(const std::vector<ClusterCandidate>& candidates, PlanObjective objective);
 
 // The planner's answer for one scenario: per strategy, the largest batch that fits and the
 // fastest one.
@@ -249,6 +261,11 @@ struct PlanRequest {
   std::vector<models::StrategySpec> strategies;
   PlanOptions options;  // jobs and progress are taken from make_plans' arguments
   std::string variant;
+  // A cluster search's configurations I, I+N, ... only (--shard I/N without a sweep): the search
+  // is expanded whole (its notes, what it left out before simulating, are all there) and only the
+  // shard's configurations are planned; report/plan_shards.hpp joins the shards. Ignored without
+  // a cluster search.
+  std::optional<Shard> shard;
 };
 std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, int jobs, bool progress);
 

@@ -157,6 +157,7 @@ PreparedScenario::PreparedScenario(Scenario scenario)
     }
   }
   if (scenario_.parallelism) check_model_layout();
+  check_layer_recompute();
   try {
     check_cluster_gpus(cluster_shape());  // the rest of the replay's cost once the schedule is known (replay)
   } catch (const InputError& e) {
@@ -171,6 +172,23 @@ PreparedScenario::PreparedScenario(Scenario scenario)
     io.checkpoint = scenario_.checkpoint;
     check_io_cost(io, location_of(scenario_, "data.workers_per_gpu"), location_of(scenario_, "checkpoint.chunk") + "checkpoint.chunk: ");
   }
+}
+
+// Megatron-LM's recomputation settings against the layers of each pipeline stage (the whole
+// model without a pipeline), before any run, at the strategy's lines. A trace file's layers are
+// known once it is read: strategy_for_stage checks them then.
+void PreparedScenario::check_layer_recompute() const {
+  const auto& recompute = scenario_.strategy.layer_recompute;
+  if (!recompute || !scenario_.zoo_model) return;  // a trace file has no pipeline (check_model_layout)
+  zoo::ModelDimensions d;
+  try {
+    d = zoo::model_dimensions(*scenario_.zoo_model);
+  } catch (const InputError& e) {
+    throw InputError(model_error_location(scenario_, e.what()) + "model: " + e.what());
+  }
+  const int pipeline = scenario_.parallelism ? scenario_.parallelism->layout.pipeline : 1;
+  models::check_layer_recompute(*recompute, pipeline > 1 ? models::stage_layers(scenario_.parallelism->layout, static_cast<int>(d.layers))
+                                                         : std::vector<int>{static_cast<int>(d.layers)});
 }
 
 // The model-parallel layout against the model and the GPUs (models::check_layout), each broken
@@ -331,7 +349,9 @@ PipelineOutcome run_pipeline(const PreparedScenario& prepared, const models::Str
     const zoo::PipelineStageSpec stage{first_layer, layers[static_cast<std::size_t>(p)], p == 0, p == stages - 1};
     first_layer += stage.layers;
     traces::Trace trace = build_zoo_trace(scenario, batch, stage);
-    auto schedule = models::build_schedule(trace, prepared.time_model(), strategy);
+    // Megatron-LM's recomputation settings apply to each stage's own layers (its first
+    // num_layers under method block; its entry of a per-stage list).
+    auto schedule = models::build_schedule(trace, prepared.time_model(), models::strategy_for_stage(strategy, trace, p));
     if (auto* not_applicable = std::get_if<models::NotApplicable>(&schedule)) return std::move(*not_applicable);
     models::PipelineStageSpec spec;
     spec.rank = p;

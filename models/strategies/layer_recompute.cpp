@@ -159,13 +159,16 @@ std::optional<StrategyRule> full_rule(const traces::Trace& trace, const Layers& 
 // Whether `op` (a softmax) normalises attention scores: its input comes from a product without
 // weights (Q Kᵀ), through scales, masks and views only. An MoE router's softmax reads a linear.
 bool softmax_of_scores(const traces::Trace& trace, const traces::Op& op) {
-  if (op.inputs.empty()) return false;
-  std::optional<traces::OpIndex> producer = trace.tensor(op.inputs.front()).producer;
-  while (producer) {
+  std::vector<TensorIndex> frontier(op.inputs.begin(), op.inputs.end());
+  std::set<traces::OpIndex> seen;
+  while (!frontier.empty()) {
+    const std::optional<traces::OpIndex> producer = trace.tensor(frontier.back()).producer;
+    frontier.pop_back();
+    if (!producer || !seen.insert(*producer).second) continue;
     const traces::Op& p = trace.op(*producer);
     if (p.kind == OpKind::matmul) return true;
-    if ((p.kind != OpKind::elementwise && p.kind != OpKind::view) || p.inputs.empty()) return false;
-    producer = trace.tensor(p.inputs.front()).producer;
+    // Through a scale, a mask (`where` on the scores and a constant mask), a cast or a view.
+    if (p.kind == OpKind::elementwise || p.kind == OpKind::view) frontier.insert(frontier.end(), p.inputs.begin(), p.inputs.end());
   }
   return false;
 }

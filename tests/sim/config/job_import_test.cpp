@@ -118,10 +118,8 @@ TEST(MegatronImport, AGptJobIsTheZoosGpt) {
 TEST(MegatronImport, RecomputationFlagsBecomeTheStrategysSettings) {
   const std::string job =
       "--nproc-per-node 8 --num-layers 16 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --vocab-size 1024 --bf16 "
-      "--pipeline-model-parallel-size 4 --global-batch-size 8
-";
-  const ImportedScenario imported = import_megatron_arguments(job + "--recompute-granularity full --recompute-method block --recompute-num-layers 2
-",
+      "--pipeline-model-parallel-size 4 --global-batch-size 8\n";
+  const ImportedScenario imported = import_megatron_arguments(job + "--recompute-granularity full --recompute-method block --recompute-num-layers 2\n",
                                                               "job.sh", on("dgx-h100-superpod"));
   EXPECT_THAT(imported.yaml, HasSubstr("recompute: {granularity: full, method: block, num_layers: 2}"));
   const Scenario s = read_back(imported);
@@ -130,14 +128,12 @@ TEST(MegatronImport, RecomputationFlagsBecomeTheStrategysSettings) {
   EXPECT_EQ(s.strategy.layer_recompute->method, models::LayerRecompute::Method::block);
   EXPECT_EQ(s.strategy.layer_recompute->num_layers, std::vector<int>{2});
   EXPECT_NO_THROW(PreparedScenario{s});  // 2 <= the 4 layers of each stage
-  const ImportedScenario selective = import_megatron_arguments(job + "--recompute-granularity selective --recompute-method uniform
-", "job.sh",
+  const ImportedScenario selective = import_megatron_arguments(job + "--recompute-granularity selective --recompute-method uniform\n", "job.sh",
                                                                on("dgx-h100-superpod"));
   EXPECT_THAT(selective.yaml, HasSubstr("recompute: {granularity: selective}"));
   EXPECT_THAT(selective.yaml, HasSubstr("--recompute-method uniform is ignored with selective"));
   // Without a granularity Megatron-LM reads neither: said, not imported.
-  const ImportedScenario none = import_megatron_arguments(job + "--recompute-method block --recompute-num-layers 2
-", "job.sh", on("dgx-h100-superpod"));
+  const ImportedScenario none = import_megatron_arguments(job + "--recompute-method block --recompute-num-layers 2\n", "job.sh", on("dgx-h100-superpod"));
   EXPECT_THAT(none.yaml, HasSubstr("strategy: baseline"));
   EXPECT_THAT(none.yaml, HasSubstr("--recompute-method"));
   EXPECT_THAT(megatron_error(job + "--recompute-granularity full --recompute-num-layers 2"),

@@ -49,10 +49,11 @@ std::optional<int> decimal(std::string_view text) {
   return value;
 }
 
-// The layers of a trace: the module list `prefix.N` (`transformer.h`, `model.layers`) whose
-// indices name the most weights, among the outermost numbered lists (no number before the index:
-// an MoE layer's `mlp.experts.N` lies inside a layer). Weights only: a chunked loss's pieces or a
-// tensor-parallel split's parts are numbered too, but hold no parameters.
+// The layers of a trace: the one module list `prefix.N` (`transformer.h`, `model.layers`) whose
+// indices name weights, among the outermost numbered lists (no number before the index: an MoE
+// layer's `mlp.experts.N` lies inside a layer). Weights only: a chunked loss's pieces or a
+// tensor-parallel split's parts are numbered too, but hold no parameters. A trace with several
+// such lists (a ResNet's layer1.N ... layer4.N) is refused rather than guessed at.
 struct Layers {
   std::string prefix;           // "transformer.h"
   std::vector<int> indices;     // ascending
@@ -63,7 +64,8 @@ struct Layers {
   }
 };
 
-std::optional<Layers> find_layers(const traces::Trace& trace) {
+// Every outermost numbered list holding weights (prefix -> indices).
+std::map<std::string, std::set<int>> numbered_lists(const traces::Trace& trace) {
   std::map<std::string, std::set<int>> lists;
   for (const traces::Tensor& t : trace.tensors()) {
     if (t.role != TensorRole::weight) continue;
@@ -77,11 +79,7 @@ std::optional<Layers> find_layers(const traces::Trace& trace) {
       }
     }
   }
-  std::optional<Layers> best;
-  for (const auto& [prefix, indices] : lists) {
-    if (!best || indices.size() > best->indices.size()) best = Layers{prefix, std::vector<int>(indices.begin(), indices.end())};
-  }
-  return best;
+  return lists;
 }
 
 // `[a-b]` module patterns (module_pattern.hpp) covering `layers` (ascending), one per run of
@@ -232,12 +230,16 @@ StrategySpec strategy_for_stage(const StrategySpec& strategy, const traces::Trac
   StrategySpec out = strategy;
   out.layer_recompute.reset();
   const std::string where = recompute.location.empty() ? std::string("strategy.recompute: ") : recompute.location + ": ";
-  const std::optional<Layers> layers = find_layers(trace);
-  if (!layers) {
-    throw InputError(where + "trace '" + trace.name() +
-                     "' has no numbered layers (weights named PREFIX.N..., as transformer.h.N or model.layers.N); Megatron-LM's recomputation "
-                     "settings apply to a transformer's layers; expected such a trace, or strategy rules");
+  const std::map<std::string, std::set<int>> lists = numbered_lists(trace);
+  if (lists.size() != 1) {
+    std::string names;
+    for (const auto& entry : lists) names += (names.empty() ? "" : ", ") + entry.first + ".N";
+    throw InputError(where + "trace '" + trace.name() + "' has " +
+                     (lists.empty() ? std::string("no numbered layers") : "several numbered module lists (" + names + ")") +
+                     "; Megatron-LM's recomputation settings apply to a transformer's one list of layers (weights named PREFIX.N..., as "
+                     "transformer.h.N or model.layers.N); expected such a trace, or strategy rules");
   }
+  const std::optional<Layers> layers = Layers{lists.begin()->first, std::vector<int>(lists.begin()->second.begin(), lists.begin()->second.end())};
   std::optional<StrategyRule> rule;
   if (recompute.granularity == LayerRecompute::Granularity::selective) {
     rule = selective_rule(trace, *layers);

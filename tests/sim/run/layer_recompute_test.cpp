@@ -261,6 +261,18 @@ TEST(LayerRecompute, EveryBadValueIsAnInputErrorAtItsLine) {
               HasSubstr("has 2 entries; expected one per pipeline stage (1)"));
 }
 
+TEST(LayerRecompute, ATraceWithoutOneListOfLayersIsRefused) {
+  // A ResNet's stages are four numbered lists (layer1.N ... layer4.N): which would be "the layers"?
+  const Scenario resnet = parse_scenario("model: {zoo: resnet18}\nplatform: a100-40gb\nstrategy: {recompute: {granularity: full, method: block, num_layers: 1}}\n",
+                                         "s.yaml", test_support::kShippedScenarios);
+  try {
+    models::strategy_for_stage(resnet.strategy, build_trace(resnet), std::nullopt);
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("s.yaml:3:23: strategy.recompute: trace 'resnet18' has several numbered module lists (layer1.N, layer2.N"));
+  }
+}
+
 TEST(LayerRecompute, TheSettingsRoundTripThroughStrategyYaml) {
   const Scenario s = scenario(kGpt8, "{name: mine, recompute: {granularity: full, method: block, num_layers: [3, 1]}}", 2);
   const std::string text = models::strategy_to_yaml(s.strategy);

@@ -219,11 +219,11 @@ void check_layer_recompute(const LayerRecompute& recompute, const std::vector<in
 
 // `strategy` for the trace of pipeline stage `stage` (nullopt: no pipeline, the trace is the
 // rank's whole model): its rules followed by the rules its layer_recompute gives for the layers
-// the trace holds, without layer_recompute. The layers are the trace's outermost numbered module
-// list (`transformer.h.N`, `model.layers.N`: the one whose indices name the most weights); the
-// stage's first layer is the lowest index it holds. InputError (at the setting's location) when
-// the trace has no such list, a num_layers exceeds its layers, or a per-stage list meets a trace
-// without its stage.
+// the trace holds, without layer_recompute. The layers are the trace's one outermost numbered
+// module list holding weights (`transformer.h.N`, `model.layers.N`); the stage's first layer is
+// the lowest index it holds. InputError (at the setting's location) when the trace has no such
+// list or several, a num_layers exceeds its layers, or a per-stage list meets a trace without its
+// stage.
 StrategySpec strategy_for_stage(const StrategySpec& strategy, const traces::Trace& trace, std::optional<int> stage);
 
 // How every message about rule `rule` of `strategy` begins: the rule's location and field

@@ -48,17 +48,86 @@ class StrategyReader : public yaml::Reader {
       return spec;
     }
     if (!node.IsMap()) throw InputError(where(node.Mark()) + "'" + field + "' must be a name or a mapping with the keys name, rules");
-    check_keys(node, field, {"name", "rules"});
+    check_keys(node, field, {"name", "rules", "recompute"});
     spec.name = node["name"] ? scalar(node["name"], field + ".name") : "custom";
+    if (const YAML::Node recompute = node["recompute"]) spec.layer_recompute = read_layer_recompute(recompute, field + ".recompute");
     const YAML::Node rules = node["rules"];
+    if (!rules && spec.layer_recompute) return spec;
     if (!rules || !rules.IsSequence()) {
-      throw InputError(where(rules ? rules.Mark() : node.Mark()) + "'" + field + ".rules' must be a list of rules (each: select plus one of offload, recompute, compress)");
+      throw InputError(where(rules ? rules.Mark() : node.Mark()) + "'" + field +
+                       ".rules' must be a list of rules (each: select plus one of offload, recompute, compress), unless 'recompute' gives Megatron-LM's settings");
     }
     for (std::size_t i = 0; i < rules.size(); ++i) spec.rules.push_back(read_rule(rules[i], field + ".rules[" + std::to_string(i) + "]"));
     return spec;
   }
 
  private:
+  // Megatron-LM's settings (strategy.hpp, LayerRecompute): granularity full|selective, with full
+  // method uniform|block and num_layers, a number or one per pipeline stage. Megatron's own rules
+  // (transformer_config.py, __post_init__): full needs a method and num_layers >= 1; selective
+  // takes neither. Whether num_layers fits the stages is checked once the layers are known
+  // (check_layer_recompute), at the lines recorded here.
+  LayerRecompute read_layer_recompute(const YAML::Node& r, const std::string& f) const {
+    if (!r.IsMap()) {
+      throw InputError(where(r.Mark()) + "'" + f + "' must be a mapping with granularity (full or selective) and, with full, method and num_layers "
+                                         "(Megatron-LM's --recompute-granularity, --recompute-method, --recompute-num-layers)");
+    }
+    check_keys(r, f, {"granularity", "method", "num_layers"});
+    LayerRecompute out;
+    out.location = where(r.Mark()) + f;
+    const std::string granularity = scalar(required(r, "granularity", f), f + ".granularity");
+    if (granularity == "full") {
+      out.granularity = LayerRecompute::Granularity::full;
+    } else if (granularity == "selective") {
+      out.granularity = LayerRecompute::Granularity::selective;
+    } else {
+      throw InputError(where(r["granularity"].Mark()) + "'" + f + ".granularity' is '" + granularity +
+                       "'; expected full (whole layers recomputed) or selective (the attention core)");
+    }
+    if (out.granularity == LayerRecompute::Granularity::selective) {
+      for (const char* key : {"method", "num_layers"}) {
+        if (r[key]) {
+          throw InputError(where(r[key].Mark()) + "'" + f + "." + key + "' applies to granularity full only (Megatron-LM: selective recomputes the "
+                                                   "attention core of every layer); expected no " + key + " with selective");
+        }
+      }
+      return out;
+    }
+    if (!r["method"]) {
+      throw InputError(where(r.Mark()) + "'" + f + "' with granularity full needs 'method': uniform (the layers in groups of num_layers, each "
+                                         "group recomputed) or block (the first num_layers layers of each stage recomputed)");
+    }
+    const std::string method = scalar(r["method"], f + ".method");
+    if (method == "uniform") {
+      out.method = LayerRecompute::Method::uniform;
+    } else if (method == "block") {
+      out.method = LayerRecompute::Method::block;
+    } else {
+      throw InputError(where(r["method"].Mark()) + "'" + f + ".method' is '" + method + "'; expected uniform or block");
+    }
+    const YAML::Node n = r["num_layers"];
+    if (!n) {
+      throw InputError(where(r.Mark()) + "'" + f + "' with granularity full needs 'num_layers': layers per checkpoint (uniform) or layers recomputed "
+                                         "per stage (block), one number or a list with one per pipeline stage");
+    }
+    out.num_layers_location = where(n.Mark()) + f + ".num_layers";
+    // A layer count; no model has a million layers, and an int must hold it.
+    if (n.IsSequence()) {
+      if (n.size() == 0) throw InputError(where(n.Mark()) + "'" + f + ".num_layers' is an empty list; expected one number per pipeline stage");
+      for (std::size_t i = 0; i < n.size(); ++i) {
+        const std::string entry = f + ".num_layers[" + std::to_string(i) + "]";
+        // 0 in a list: that stage recomputes nothing (the later stages, whose in-flight
+        // micro-batches are fewer).
+        out.num_layers.push_back(static_cast<int>(bounded_integer(n[i], entry, 0, kMaxCount)));
+        out.num_layers_locations.push_back(where(n[i].Mark()) + entry);
+      }
+    } else {
+      out.num_layers.push_back(static_cast<int>(bounded_integer(n, f + ".num_layers", 1, kMaxCount)));
+      out.num_layers_locations.push_back(out.num_layers_location);
+    }
+    return out;
+  }
+
   StrategyRule read_rule(const YAML::Node& node, const std::string& field) const {
     if (!node.IsMap()) throw InputError(where(node.Mark()) + "'" + field + "' must be a mapping with select and one of offload, recompute, compress");
     check_keys(node, field, {"select", "offload", "recompute", "compress"});
@@ -441,7 +510,23 @@ void write_compress(YAML::Emitter& out, const CompressAction& c) {
 
 std::string strategy_to_yaml(const StrategySpec& strategy, const std::string& comment) {
   YAML::Emitter out;
-  out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << strategy.name << YAML::Key << "rules" << YAML::Value << YAML::BeginSeq;
+  out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << strategy.name;
+  if (const auto& r = strategy.layer_recompute) {
+    const bool full = r->granularity == LayerRecompute::Granularity::full;
+    out << YAML::Key << "recompute" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "granularity" << YAML::Value
+        << (full ? "full" : "selective");
+    if (full) {
+      out << YAML::Key << "method" << YAML::Value << (r->method == LayerRecompute::Method::uniform ? "uniform" : "block");
+      out << YAML::Key << "num_layers" << YAML::Value;
+      if (r->num_layers.size() == 1) {
+        out << r->num_layers.front();
+      } else {
+        out << YAML::Flow << r->num_layers;
+      }
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::Key << "rules" << YAML::Value << YAML::BeginSeq;
   for (const StrategyRule& rule : strategy.rules) {
     out << YAML::BeginMap << YAML::Key << "select" << YAML::Value;
     write_selector(out, rule.select);

@@ -383,6 +383,12 @@ expect 0 'imported .*llama3-8b-torchtitan.toml \(torchtitan\)' -- import "$data/
 expect 0 'peak' -- simulate "$work/imported-8b.yaml"
 printf -- '--num-layers 2 --hidden-size 64\n--num-attention-heads x\n' >"$work/bad-args.sh"
 expect 2 "bad-args.sh:2: --num-attention-heads is 'x'; expected an integer" -- import "$work/bad-args.sh" --platform h100-80gb -o "$work/never.yaml"
+# Megatron-LM's recompute flags imported as the strategy's settings, and the layout planner under each granularity.
+printf -- '--nproc-per-node 2 --num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 256 --vocab-size 1024 --bf16\n--pipeline-model-parallel-size 2 --global-batch-size 4 --recompute-granularity full --recompute-method block --recompute-num-layers 1\n' >"$work/recompute.sh"
+expect 0 'imported .*recompute.sh \(megatron\)' -- import "$work/recompute.sh" --platform dgx-a100-superpod -o "$work/recompute.yaml"
+expect 0 'Per stage' -- simulate "$work/recompute.yaml"
+printf 'model: {zoo: gpt, layers: 4, hidden: 256, heads: 4, seq_len: 256, vocab: 1024}\nplatform: dgx-a100-superpod\nparallelism: {gpus_per_node: 2}\nplan: {recompute: [none, full], tensor: [1], pipeline: [2], target_global_batch: 4, micro_batches: [1]}\n' >"$work/plan-recompute.yaml"
+expect 0 'TP 1 x PP 2 x DP 1, DDP +GPU +full ' -- plan "$work/plan-recompute.yaml" -q
 # A pipeline layout: every stage replayed together, its own document.
 expect 0 '"name": "comptrain.pipeline"' -- simulate "$data/../../scenarios/llama2-70b-tp8-pp4-4xh100.yaml" --json
 expect 2 "--memory-csv, --timeline and --plot take one rank's replay" -- simulate "$data/../../scenarios/llama2-70b-tp8-pp4-4xh100.yaml" --timeline "$work/t.json"

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <map>
@@ -46,6 +47,11 @@ struct JobDescription {
   std::optional<std::string> fsdp;    // torchtitan: FSDP2's reshard_after_forward
   std::optional<int> fsdp_replicate;  // HSDP's replicate degree
   std::string recompute = "none";     // none | full | selective
+  // Megatron-LM's own settings, written as the strategy's `recompute:` mapping (strategy.hpp,
+  // LayerRecompute) rather than as rules; recompute_method and recompute_num_layers with full only.
+  bool megatron_recompute = false;
+  std::string recompute_method;
+  long long recompute_num_layers = 0;
   std::vector<std::string> notes;
 };
 
@@ -80,6 +86,15 @@ std::string write_scenario(const JobDescription& job, const std::string& source,
   out << YAML::Key << "platform" << YAML::Value << platform;
   if (job.recompute == "none") {
     out << YAML::Key << "strategy" << YAML::Value << "baseline";
+  } else if (job.megatron_recompute) {
+    // Megatron-LM's flags as they are: each pipeline stage's rules follow from its own layers.
+    out << YAML::Key << "strategy" << YAML::Value << YAML::BeginMap;
+    out << YAML::Key << "name" << YAML::Value << "megatron-" + job.recompute;
+    out << YAML::Key << "recompute" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "granularity" << YAML::Value << job.recompute;
+    if (job.recompute == "full") {
+      out << YAML::Key << "method" << YAML::Value << job.recompute_method << YAML::Key << "num_layers" << YAML::Value << job.recompute_num_layers;
+    }
+    out << YAML::EndMap << YAML::EndMap;
   } else {
     // The rules models/strategies/README.md gives for a Hugging Face decoder: full recomputation
     // keeps each layer's input; Megatron's selective recomputation drops the attention core's
@@ -434,16 +449,36 @@ ImportedScenario import_megatron_arguments(std::string_view text, const std::str
   } else if (recompute_activations) {
     job.recompute = "selective";  // arguments.py: --recompute-activations sets selective
   }
+  // Megatron-LM's rules for the three flags (megatron/core/transformer/transformer_config.py,
+  // __post_init__): full needs --recompute-method uniform|block and --recompute-num-layers from 1
+  // to the layers of a pipeline stage (of a model chunk under the interleaved schedule);
+  // selective refuses --recompute-num-layers and ignores --recompute-method. Without a
+  // granularity neither is read (they stay in the "not imported" note).
+  job.megatron_recompute = true;
   if (job.recompute == "full") {
-    const std::string method = args.text("recompute-method").value_or("uniform");
-    const long long per_chunk = args.integer("recompute-num-layers").value_or(1);
-    if (method != "uniform" || per_chunk != 1) {
-      job.notes.push_back(fmt::format("--recompute-method {} --recompute-num-layers {}: every layer's input is kept and the layer recomputed (uniform, 1 "
-                                      "layer per checkpoint); other groupings are not imported",
-                                      method, per_chunk));
+    const auto method = args.text("recompute-method");
+    if (!method) {
+      args.fail_on("recompute-granularity", "is full without --recompute-method; expected --recompute-method uniform or block (Megatron-LM refuses full "
+                                            "recomputation without one)");
     }
+    if (*method != "uniform" && *method != "block") args.fail_on("recompute-method", "is '" + *method + "'; expected uniform or block");
+    job.recompute_method = *method;
+    const long long chunk_layers = std::max<long long>(1, layers / (static_cast<long long>(job.pipeline) * job.virtual_stages));
+    const auto per_chunk = args.integer("recompute-num-layers", 1, chunk_layers);
+    if (!per_chunk) {
+      args.fail_on("recompute-granularity", fmt::format("is full without --recompute-num-layers; expected --recompute-num-layers from 1 to the {} layers "
+                                                        "of a pipeline stage (Megatron-LM refuses full recomputation without it)",
+                                                        chunk_layers));
+    }
+    job.recompute_num_layers = *per_chunk;
+    if (job.virtual_stages > 1) {
+      job.notes.push_back("--recompute-num-layers counts the layers of each model chunk of the interleaved schedule; comptrain applies it to each "
+                          "pipeline stage's layers");
+    }
+  } else if (job.recompute == "selective") {
+    if (args.integer("recompute-num-layers", 0)) args.fail_on("recompute-num-layers", "is given with selective recomputation; expected none (Megatron-LM refuses it)");
+    if (const auto method = args.text("recompute-method")) job.notes.push_back("--recompute-method " + *method + " is ignored with selective recomputation, as Megatron-LM ignores it");
   }
-  if (job.recompute == "selective" && job.zoo_model) job.notes.push_back("selective recomputation's rule names the decoders' modules; on `gpt` it selects nothing");
   for (const char* overlap : {"overlap-grad-reduce", "overlap-param-gather", "tp-comm-overlap"}) {
     if (args.flag(overlap)) job.notes.push_back(fmt::format("--{} is read; the replay overlaps what PyTorch and NCCL overlap by default only", overlap));
   }

@@ -11,7 +11,7 @@ namespace comptrain::sim {
 PlanSection ScenarioReader::read_plan(const YAML::Node& node, const std::optional<models::Platform>& platform, const std::optional<ParallelismSection>& parallelism) const {
   require_map(node, "plan");
   check_keys(node, "plan", {"strategies", "margin", "max_batch", "target_global_batch", "memory_metric", "objective", "gpus", "nodes", "zero_stages",
-                              "offload_optimizer", "prefetch_optimizer_gaps", "checkpoint_overhead", "energy_budget", "comm_hooks", "tensor", "pipeline", "micro_batches", "sequence_parallel"});
+                              "offload_optimizer", "prefetch_optimizer_gaps", "checkpoint_overhead", "energy_budget", "comm_hooks", "tensor", "pipeline", "micro_batches", "sequence_parallel", "recompute"});
   PlanSection plan;
   if (const YAML::Node budget = node["energy_budget"]) plan.energy_budget = read_energy_budget(budget, platform);
   if (const YAML::Node overhead = node["checkpoint_overhead"]) {
@@ -28,6 +28,7 @@ PlanSection ScenarioReader::read_plan(const YAML::Node& node, const std::optiona
     }
     for (std::size_t i = 0; i < list.size(); ++i) plan.strategies.push_back(read_strategy(list[i], "plan.strategies[" + std::to_string(i) + "]"));
   }
+  if (const YAML::Node list = node["recompute"]) read_plan_recompute(list, node, plan);
   if (const YAML::Node margin = node["margin"]) {
     const double value = number(margin, "plan.margin");
     if (!(value >= 0 && value < 1)) throw InputError(where(margin.Mark()) + "'plan.margin' is " + margin.Scalar() + "; expected a fraction in [0, 1), e.g. 0.05");
@@ -55,6 +56,44 @@ PlanSection ScenarioReader::read_plan(const YAML::Node& node, const std::optiona
   read_cluster_search(node, platform, parallelism, plan);
   read_layout_search(node, plan);
   return plan;
+}
+
+// plan.recompute: Megatron-LM's recomputation granularities to plan each candidate under, as the
+// strategies to plan (named none, selective, full): none is no recomputation, selective the
+// attention core of every layer, full every layer recomputed from its input (method uniform,
+// num_layers 1; models::LayerRecompute). Instead of plan.strategies, not with it.
+void ScenarioReader::read_plan_recompute(const YAML::Node& list, const YAML::Node& plan_node, PlanSection& plan) const {
+  if (plan_node["strategies"]) {
+    throw InputError(where(list.Mark()) + "'plan.recompute' is given with 'plan.strategies'; expected one of them (plan.recompute names the strategies to plan)");
+  }
+  if (!list.IsSequence() || list.size() == 0) {
+    throw InputError(where(list.Mark()) + "'plan.recompute' must be a non-empty list of none, selective, full");
+  }
+  std::vector<std::string> seen;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string field = "plan.recompute[" + std::to_string(i) + "]";
+    const std::string word = scalar(list[i], field);
+    if (std::find(seen.begin(), seen.end(), word) != seen.end()) throw InputError(where(list[i].Mark()) + "'" + field + "' repeats '" + word + "'");
+    seen.push_back(word);
+    models::StrategySpec spec;
+    spec.name = word;
+    if (word == "selective" || word == "full") {
+      models::LayerRecompute recompute;
+      recompute.location = where(list[i].Mark()) + field;
+      if (word == "selective") {
+        recompute.granularity = models::LayerRecompute::Granularity::selective;
+      } else {
+        recompute.granularity = models::LayerRecompute::Granularity::full;
+        recompute.method = models::LayerRecompute::Method::uniform;
+        recompute.num_layers = {1};
+      }
+      spec.layer_recompute = recompute;
+    } else if (word != "none") {
+      throw InputError(where(list[i].Mark()) + "'" + field + "' is '" + word +
+                       "'; expected none, selective (the attention core) or full (every layer from its input)");
+    }
+    plan.strategies.push_back(std::move(spec));
+  }
 }
 
 // plan.tensor and plan.pipeline: `all`, or lists of distinct degrees; plan.micro_batches: distinct

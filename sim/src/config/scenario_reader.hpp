@@ -68,6 +68,7 @@ class ScenarioReader : public yaml::Reader {
   void read_cluster_search(const YAML::Node& node, const std::optional<models::Platform>& platform, const std::optional<ParallelismSection>& parallelism,
                            PlanSection& plan) const;
   void read_layout_search(const YAML::Node& node, PlanSection& plan) const;
+  void read_plan_recompute(const YAML::Node& list, const YAML::Node& plan_node, PlanSection& plan) const;
   void read_offload_search(const YAML::Node& node, const std::optional<ParallelismSection>& parallelism, PlanSection& plan) const;
 
   // Values every section reads.

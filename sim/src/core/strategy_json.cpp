@@ -74,9 +74,24 @@ nlohmann::ordered_json strategy_json(const models::StrategySpec& strategy) {
     std::visit(ActionJson{rule}, r.action);
     rules.push_back(std::move(rule));
   }
-  return {{"name", strategy.name}, {"rules", std::move(rules)}};
+  ordered_json out = {{"name", strategy.name}, {"rules", std::move(rules)}};
+  // Megatron-LM's settings, as the scenario gives them (each stage's rules follow from its trace);
+  // absent when not given, so that the documents of rule-only strategies stay as they were.
+  if (const auto& r = strategy.layer_recompute) {
+    const bool full = r->granularity == models::LayerRecompute::Granularity::full;
+    ordered_json recompute = {{"granularity", full ? "full" : "selective"}};
+    if (full) {
+      recompute["method"] = r->method == models::LayerRecompute::Method::uniform ? "uniform" : "block";
+      recompute["num_layers"] = r->num_layers;
+    }
+    out["recompute"] = std::move(recompute);
+  }
+  return out;
 }
 
-std::string strategy_rules_key(const models::StrategySpec& strategy) { return strategy_json(strategy)["rules"].dump(); }
+std::string strategy_rules_key(const models::StrategySpec& strategy) {
+  const ordered_json j = strategy_json(strategy);
+  return j["rules"].dump() + (j.contains("recompute") ? j["recompute"].dump() : std::string());
+}
 
 }  // namespace comptrain::sim::detail

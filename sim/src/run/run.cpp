@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <limits>
+#include <vector>
+
 #include "comptrain/sim/metrics/iteration_profile.hpp"
 #include "comptrain/sim/engine/io_cost.hpp"
 #include "comptrain/sim/engine/replay_cost.hpp"
@@ -157,6 +161,7 @@ PreparedScenario::PreparedScenario(Scenario scenario)
     }
   }
   if (scenario_.parallelism) check_model_layout();
+  check_layer_recompute();
   try {
     check_cluster_gpus(cluster_shape());  // the rest of the replay's cost once the schedule is known (replay)
   } catch (const InputError& e) {
@@ -171,6 +176,34 @@ PreparedScenario::PreparedScenario(Scenario scenario)
     io.checkpoint = scenario_.checkpoint;
     check_io_cost(io, location_of(scenario_, "data.workers_per_gpu"), location_of(scenario_, "checkpoint.chunk") + "checkpoint.chunk: ");
   }
+}
+
+// Megatron-LM's recomputation settings against the layers of each pipeline stage (the whole
+// model without a pipeline), before any run, at the strategy's lines. A trace file's layers are
+// known once it is read: strategy_for_stage checks them then.
+void PreparedScenario::check_layer_recompute() const {
+  const auto& recompute = scenario_.strategy.layer_recompute;
+  if (!recompute || !scenario_.zoo_model) return;  // a trace file has no pipeline (check_model_layout)
+  zoo::ModelDimensions d;
+  try {
+    d = zoo::model_dimensions(*scenario_.zoo_model);
+  } catch (const InputError& e) {
+    throw InputError(model_error_location(scenario_, e.what()) + "model: " + e.what());
+  }
+  const int pipeline = scenario_.parallelism ? scenario_.parallelism->layout.pipeline : 1;
+  if (pipeline == 1) {
+    models::check_layer_recompute(*recompute, {static_cast<int>(d.layers)});
+    return;
+  }
+  // Per pipeline rank, the layers of its smallest model chunk: Megatron counts num_layers per
+  // chunk (virtual stage k x P + p is rank p's chunk k), so it must fit every chunk of the rank.
+  const std::vector<int> virtual_stages = models::stage_layers(scenario_.parallelism->layout, static_cast<int>(d.layers));
+  std::vector<int> per_rank(static_cast<std::size_t>(pipeline), std::numeric_limits<int>::max());
+  for (std::size_t j = 0; j < virtual_stages.size(); ++j) {
+    int& smallest = per_rank[j % static_cast<std::size_t>(pipeline)];
+    smallest = std::min(smallest, virtual_stages[j]);
+  }
+  models::check_layer_recompute(*recompute, per_rank);
 }
 
 // The model-parallel layout against the model and the GPUs (models::check_layout), each broken
@@ -335,7 +368,10 @@ PipelineOutcome run_pipeline(const PreparedScenario& prepared, const models::Str
       const auto at = static_cast<std::size_t>(j);
       const zoo::PipelineStageSpec stage{first_layer[at], layers[at], j == 0, j == last_virtual_stage, layout.pipeline_scatter_gather};
       traces::Trace trace = build_zoo_trace(scenario, batch, stage);
-      auto schedule = models::build_schedule(trace, prepared.time_model(), strategy);
+      // Megatron-LM's recomputation settings apply to each chunk's own layers (its first
+      // num_layers under method block, as Megatron counts them per model chunk; the rank's entry
+      // of a per-stage list).
+      auto schedule = models::build_schedule(trace, prepared.time_model(), models::strategy_for_stage(strategy, trace, p));
       if (auto* not_applicable = std::get_if<models::NotApplicable>(&schedule)) return std::move(*not_applicable);
       chunk_schedules.push_back(std::move(std::get<models::Schedule>(schedule)));
       chunk_traces.push_back(std::move(trace));

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "comptrain/sim/config/scenario.hpp"
 #include "comptrain/sim/run/run.hpp"
@@ -76,7 +77,11 @@ TEST(MegatronImport, ALlamaJobBecomesItsScenario) {
   EXPECT_EQ(s.parallelism->layout.pipeline, 4);
   EXPECT_TRUE(s.parallelism->layout.sequence_parallel);
   EXPECT_EQ(s.parallelism->data.zero_stage, 1);  // the distributed optimizer
-  EXPECT_EQ(s.strategy.name, "selective-recompute");
+  // --recompute-activations: Megatron-LM's selective recomputation, as its own setting.
+  EXPECT_EQ(s.strategy.name, "megatron-selective");
+  ASSERT_TRUE(s.strategy.layer_recompute);
+  EXPECT_EQ(s.strategy.layer_recompute->granularity, models::LayerRecompute::Granularity::selective);
+  EXPECT_TRUE(s.strategy.rules.empty());
   // What is not imported is said, in the notes and in the file.
   EXPECT_THAT(imported.yaml, HasSubstr("# note: not imported"));
   EXPECT_THAT(imported.yaml, HasSubstr("--lr"));
@@ -85,7 +90,8 @@ TEST(MegatronImport, ALlamaJobBecomesItsScenario) {
 TEST(MegatronImport, AGptJobIsTheZoosGpt) {
   const ImportedScenario imported = import_megatron_arguments(
       "--num-layers 24 --hidden-size 2048 --num-attention-heads 16 --seq-length 2048 --max-position-embeddings 2048 --vocab-size 50257 "
-      "--micro-batch-size 4 --global-batch-size 512 --fp16 --recompute-granularity full --num-layers-per-virtual-pipeline-stage 3 "
+      "--micro-batch-size 4 --global-batch-size 512 --fp16 --recompute-granularity full --recompute-method uniform --recompute-num-layers 1 "
+      "--num-layers-per-virtual-pipeline-stage 3 "
       "--pipeline-model-parallel-size 2 --tensor-model-parallel-size 2",
       "job.sh", [] {
         JobImportOptions o = on("dgx-a100-superpod");
@@ -101,7 +107,46 @@ TEST(MegatronImport, AGptJobIsTheZoosGpt) {
   EXPECT_EQ(s.accumulation_steps, 32);
   EXPECT_EQ(s.parallelism->layout.virtual_stages, 4);  // 24 layers / (3 per virtual stage x 2 stages)
   EXPECT_EQ(s.parallelism->layout.schedule, models::PipelineSchedule::interleaved);
-  EXPECT_EQ(s.strategy.name, "full-recompute");
+  EXPECT_EQ(s.strategy.name, "megatron-full");
+  ASSERT_TRUE(s.strategy.layer_recompute);
+  EXPECT_EQ(s.strategy.layer_recompute->method, models::LayerRecompute::Method::uniform);
+  EXPECT_EQ(s.strategy.layer_recompute->num_layers, std::vector<int>{1});
+}
+
+// --recompute-granularity, --recompute-method and --recompute-num-layers become the strategy's
+// `recompute:` as they are; Megatron-LM's own refusals (transformer_config.py) are errors at their lines.
+TEST(MegatronImport, RecomputationFlagsBecomeTheStrategysSettings) {
+  const std::string job =
+      "--nproc-per-node 8 --num-layers 16 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --vocab-size 1024 --bf16 "
+      "--pipeline-model-parallel-size 4 --global-batch-size 8\n";
+  const ImportedScenario imported = import_megatron_arguments(job + "--recompute-granularity full --recompute-method block --recompute-num-layers 2\n",
+                                                              "job.sh", on("dgx-h100-superpod"));
+  EXPECT_THAT(imported.yaml, HasSubstr("recompute: {granularity: full, method: block, num_layers: 2}"));
+  const Scenario s = read_back(imported);
+  ASSERT_TRUE(s.strategy.layer_recompute);
+  EXPECT_EQ(s.strategy.layer_recompute->granularity, models::LayerRecompute::Granularity::full);
+  EXPECT_EQ(s.strategy.layer_recompute->method, models::LayerRecompute::Method::block);
+  EXPECT_EQ(s.strategy.layer_recompute->num_layers, std::vector<int>{2});
+  EXPECT_NO_THROW(PreparedScenario{s});  // 2 <= the 4 layers of each stage
+  const ImportedScenario selective = import_megatron_arguments(job + "--recompute-granularity selective --recompute-method uniform\n", "job.sh",
+                                                               on("dgx-h100-superpod"));
+  EXPECT_THAT(selective.yaml, HasSubstr("recompute: {granularity: selective}"));
+  EXPECT_THAT(selective.yaml, HasSubstr("--recompute-method uniform is ignored with selective"));
+  // Without a granularity Megatron-LM reads neither: said, not imported.
+  const ImportedScenario none = import_megatron_arguments(job + "--recompute-method block --recompute-num-layers 2\n", "job.sh", on("dgx-h100-superpod"));
+  EXPECT_THAT(none.yaml, HasSubstr("strategy: baseline"));
+  EXPECT_THAT(none.yaml, HasSubstr("--recompute-method"));
+  EXPECT_THAT(megatron_error(job + "--recompute-granularity full --recompute-num-layers 2"),
+              HasSubstr("job.sh:2: --recompute-granularity is full without --recompute-method"));
+  EXPECT_THAT(megatron_error(job + "--recompute-granularity full --recompute-method uniform"),
+              HasSubstr("job.sh:2: --recompute-granularity is full without --recompute-num-layers; expected --recompute-num-layers from 1 to the 4"));
+  EXPECT_THAT(megatron_error(job + "--recompute-granularity full --recompute-method blocks --recompute-num-layers 2"),
+              HasSubstr("job.sh:2: --recompute-method is 'blocks'; expected uniform or block"));
+  EXPECT_THAT(megatron_error(job + "--recompute-granularity full --recompute-method block --recompute-num-layers 5"),
+              HasSubstr("job.sh:2: --recompute-num-layers is '5'; expected an integer from 1 to 4"));
+  EXPECT_THAT(megatron_error(job + "--recompute-granularity selective --recompute-num-layers 1"),
+              HasSubstr("job.sh:2: --recompute-num-layers is given with selective recomputation"));
+  EXPECT_THAT(megatron_error(job + "--recompute-granularity most"), HasSubstr("job.sh:2: --recompute-granularity is 'most'; expected full or selective"));
 }
 
 TEST(MegatronImport, TheSwigluWidthDefaultsAsMegatronComputesIt) {

@@ -176,10 +176,55 @@ struct StrategyRule {
   CompressAction* compress() { return std::get_if<CompressAction>(&action); }
 };
 
+// Megatron-LM's activation recomputation settings (megatron/core/transformer/transformer_config.py:
+// recompute_granularity, recompute_method, recompute_num_layers; the command line's
+// --recompute-granularity, --recompute-method, --recompute-num-layers), applied to each pipeline
+// stage's own layers as transformer_block.py's _checkpointed_forward does (models/strategies/README.md,
+// "Megatron-LM's recomputation settings"). strategy_for_stage turns them into rules.
+//   full, uniform: the stage's layers in order, split into groups of num_layers (the last one
+//     shorter); each group one checkpoint: its inputs kept, the rest of the group dropped and
+//     recomputed from them.
+//   full, block: the stage's first num_layers layers, each one checkpoint; the others untouched.
+//   selective: the attention core's softmax output, its casts and its dropout (Korthikanti et
+//     al. 2022, "Reducing Activation Recomputation in Large Transformer Models", §4.2: the 5as/h
+//     term of Table 2) dropped in every layer and recomputed from the kept scores' inputs.
+// num_layers holds one value for every stage (Megatron's single flag) or one per pipeline stage
+// (as Megatron-DeepSpeed's per-stage lists and some planners give it; 0: that stage recomputes
+// nothing).
+struct LayerRecompute {
+  enum class Granularity { full, selective };
+  enum class Method { uniform, block };
+  Granularity granularity = Granularity::full;
+  Method method = Method::uniform;  // full only
+  std::vector<int> num_layers;      // full: one value, or one per pipeline stage; selective: empty
+  // Where each was written ("s.yaml:7:5: strategy.recompute.num_layers"), for errors found once
+  // the stages' layers are known; empty for settings built in code.
+  std::string location = {};                          // "SOURCE:LINE:COLUMN: strategy.recompute"
+  std::string num_layers_location = {};               // the num_layers value (number or list)
+  std::vector<std::string> num_layers_locations = {};  // one per num_layers entry ("...num_layers[1]")
+};
+
 struct StrategySpec {
   std::string name = "baseline";
   std::vector<StrategyRule> rules;  // empty: baseline
+  // Megatron-LM's settings, turned into rules per pipeline stage (strategy_for_stage); they come
+  // after `rules`, so a hand-written rule selects first.
+  std::optional<LayerRecompute> layer_recompute = std::nullopt;
 };
+
+// Throws InputError at the setting's location when `recompute` cannot apply to a pipeline whose
+// stages hold `stage_layers` layers each (one entry: no pipeline): a per-stage list of another
+// length, or a num_layers above its stage's layers.
+void check_layer_recompute(const LayerRecompute& recompute, const std::vector<int>& stage_layers);
+
+// `strategy` for the trace of pipeline stage `stage` (nullopt: no pipeline, the trace is the
+// rank's whole model): its rules followed by the rules its layer_recompute gives for the layers
+// the trace holds, without layer_recompute. The layers are the trace's one outermost numbered
+// module list holding weights (`transformer.h.N`, `model.layers.N`); the stage's first layer is
+// the lowest index it holds. InputError (at the setting's location) when the trace has no such
+// list or several, a num_layers exceeds its layers, or a per-stage list meets a trace without its
+// stage.
+StrategySpec strategy_for_stage(const StrategySpec& strategy, const traces::Trace& trace, std::optional<int> stage);
 
 // How every message about rule `rule` of `strategy` begins: the rule's location and field
 // ("s.yaml:7:7: strategy.rules[0]: ") when it has one, else "strategy 'NAME' rule I: ", preceded

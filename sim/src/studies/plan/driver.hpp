@@ -22,7 +22,7 @@
 
 namespace comptrain::sim::planner {
 
-inline bool is_baseline(const models::StrategySpec& spec) { return spec.rules.empty(); }
+inline bool is_baseline(const models::StrategySpec& spec) { return spec.rules.empty() && !spec.layer_recompute; }
 
 // plan.objective, written once: what a strategy's best batch maximises and what a cluster
 // search's fastest candidate is chosen by.

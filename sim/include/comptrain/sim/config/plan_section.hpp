@@ -49,7 +49,7 @@ struct EnergyBudget {
 };
 
 struct PlanSection {
-  std::vector<models::StrategySpec> strategies;  // empty: the default list (strategies_to_plan)
+  std::vector<models::StrategySpec> strategies;  // empty: the default list (strategies_to_plan); plan.recompute fills it too
   std::optional<double> margin;                  // fraction of the capacity kept free, in [0, 1)
   std::optional<std::int64_t> max_batch;
   std::optional<std::int64_t> target_global_batch;

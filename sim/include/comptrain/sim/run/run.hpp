@@ -50,6 +50,7 @@ class PreparedScenario {
 
  private:
   void check_model_layout() const;
+  void check_layer_recompute() const;
 
   Scenario scenario_;
   models::OpTimeModel time_model_;

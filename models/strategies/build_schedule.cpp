@@ -174,6 +174,13 @@ struct FixedPlan {
 // Every decision but the budget rules': the first matching rule per storage, offload and
 // compress actions, the fixed recompute modes; each recompute rule's candidates in forward
 // production order (a budget rule's still kept).
+bool received_from_another_stage(const Trace& trace, const StorageInfo& info) {
+  return std::any_of(info.writers.begin(), info.writers.end(), [&](traces::OpIndex w) {
+    const auto& communication = trace.ops()[w].communication;
+    return communication && communication->kind == traces::CommunicationKind::recv && communication->group == traces::ParallelGroup::pipeline;
+  });
+}
+
 FixedPlan fixed_decisions(const Analysis& a, const StrategySpec& strategy) {
   const Trace& trace = *a.trace;
   FixedPlan fixed;
@@ -196,7 +203,10 @@ FixedPlan fixed_decisions(const Analysis& a, const StrategySpec& strategy) {
       if (a.info[s].gap) {
         if (rule.offload()) plan.action[s] = Action::offload;
         if (rule.compress()) plan.action[s] = Action::compress;
-        if (rule.recompute()) recompute_candidates[r].push_back(s);
+        // A pipeline stage's received input came from another rank: replaying its recv would
+        // receive it again, so no recompute mode drops it (Megatron's checkpoints keep a stage's
+        // input as they keep any layer's); offload and compress may still take it.
+        if (rule.recompute() && !received_from_another_stage(trace, a.info[s])) recompute_candidates[r].push_back(s);
       }
       break;
     }

@@ -166,6 +166,32 @@ TEST(PipelineRun, EachStageRunsItsLayersAndTheIterationHoldsTheBubble) {
   EXPECT_GT(g.result.stages[0].peak_bytes, run.result.stages[0].peak_bytes);
 }
 
+// Chen et al.'s recomputation (the `recompute` shorthand: sqrt(n) checkpoints chosen among every
+// saved activation) on a pipeline: a stage's received input came from the previous stage, so it
+// is kept rather than recomputed (replaying its recv would receive it again), and the stages run.
+TEST(PipelineRun, RecomputationKeepsTheReceivedInput) {
+  Scenario scenario = pipelined("1f1b", 4);
+  scenario.strategy = models::StrategySpec{};
+  scenario.strategy.name = "recompute";
+  models::StrategyRule rule;
+  rule.action = models::RecomputeAction{};
+  scenario.strategy.rules.push_back(rule);
+  const PreparedScenario prepared(scenario);
+  const PipelineOutcome outcome = run_pipeline(prepared, prepared.scenario().strategy, 1, Isolation::child_process);
+  ASSERT_TRUE(std::holds_alternative<PipelineRun>(outcome));
+  const PipelineRun& run = std::get<PipelineRun>(outcome);
+  ASSERT_TRUE(run.result.fits());
+  int recomputed = 0;
+  for (const models::Task& task : run.stages[1].schedule.tasks) {
+    if (task.kind != TaskKind::recompute) continue;
+    ++recomputed;
+    ASSERT_TRUE(task.op.has_value());
+    const traces::Op& op = run.stages[1].trace.ops()[*task.op];
+    EXPECT_FALSE(op.communication && op.communication->kind == traces::CommunicationKind::recv) << op.name;
+  }
+  EXPECT_GT(recomputed, 0);  // the rest of the stage is recomputed as the strategy says
+}
+
 // An 8-layer gpt on P 2 stages of T 2, M 4 micro-batches of 1: 1f1b (V 1), or the interleaved
 // schedule over V 2 chunks of 2 layers per rank. `gpus` 8 gives D 2 data-parallel ranks.
 Scenario interleaved_gpt(int virtual_stages, int gpus = 4) {

@@ -473,7 +473,7 @@ ImportedScenario import_megatron_arguments(std::string_view text, const std::str
     job.recompute_num_layers = *per_chunk;
     if (job.virtual_stages > 1) {
       job.notes.push_back("--recompute-num-layers counts the layers of each model chunk of the interleaved schedule; comptrain applies it to each "
-                          "pipeline stage's layers");
+                          "model chunk's layers, as Megatron-LM does");
     }
   } else if (job.recompute == "selective") {
     if (args.integer("recompute-num-layers", 0)) args.fail_on("recompute-num-layers", "is given with selective recomputation; expected none (Megatron-LM refuses it)");

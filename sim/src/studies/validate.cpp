@@ -399,39 +399,54 @@ struct OneRun {
 // must read the same wherever the repository is checked out; the row names the point.
 std::string scenario_name(const PreparedScenario& prepared) { return std::filesystem::path(prepared.scenario().source).filename().string(); }
 
-// A run that gave nothing to compare is a Prediction without a value that says why (and whether
-// it ran out of memory).
-std::variant<OneRun, Prediction> run_pipeline_once(const PreparedScenario& prepared, std::int64_t batch) {
-  PipelineOutcome outcome = run_pipeline(prepared, prepared.scenario().strategy, batch, Isolation::child_process);
-  if (const auto* inapplicable = std::get_if<models::NotApplicable>(&outcome)) {
-    return Prediction::none(fmt::format("{}: the strategy does not apply at batch {} ({})", scenario_name(prepared), batch, inapplicable->reason));
+// One run at `batch`, of a pipeline or not, before a point reads it: the run, or why it gave
+// nothing (the strategy does not apply; or it ran out of memory, with the failing request, whose
+// size a ran_at_batch point still reads).
+struct RunAttempt {
+  std::optional<OneRun> run;
+  std::optional<OutOfMemory> out_of_memory;
+  std::string why_none;  // set when `run` is empty
+};
+
+RunAttempt attempt_run(const PreparedScenario& prepared, std::int64_t batch) {
+  const auto not_applicable = [&](const models::NotApplicable& n) {
+    return RunAttempt{std::nullopt, std::nullopt,
+                      fmt::format("{}: the strategy does not apply at batch {} ({})", scenario_name(prepared), batch, n.reason)};
+  };
+  const auto out_of_memory = [&](const OutOfMemory& oom, std::string_view where) {
+    return RunAttempt{std::nullopt, oom,
+                      fmt::format("{}: out of memory at batch {}{} ({})", scenario_name(prepared), batch, where, describe_out_of_memory(oom))};
+  };
+  if (is_pipeline(prepared.scenario())) {
+    // Every stage's replay together (run_pipeline); the run's `result` is the stage with the
+    // highest reserved peak, and a pipeline runs only where every stage fits.
+    PipelineOutcome outcome = run_pipeline(prepared, prepared.scenario().strategy, batch, Isolation::child_process);
+    if (const auto* n = std::get_if<models::NotApplicable>(&outcome)) return not_applicable(*n);
+    PipelineSimulationResult& r = std::get<PipelineRun>(outcome).result;
+    if (r.out_of_memory) return out_of_memory(*r.out_of_memory, fmt::format(" in pipeline stage {}", r.out_of_memory_stage.value_or(0)));
+    OneRun run;
+    const auto highest = std::max_element(r.stages.begin(), r.stages.end(), [](const SimulationResult& a, const SimulationResult& b) {
+      return a.device.peak_reserved < b.device.peak_reserved;
+    });
+    run.result = *highest;
+    run.stages = std::move(r.stages);
+    run.pipeline_seconds = r.iteration_seconds;
+    return RunAttempt{std::move(run), std::nullopt, {}};
   }
-  PipelineSimulationResult& r = std::get<PipelineRun>(outcome).result;
-  if (const auto& oom = r.out_of_memory) {
-    return Prediction::out_of_memory_at(fmt::format("{}: out of memory at batch {} in pipeline stage {} ({})", scenario_name(prepared), batch,
-                                                    r.out_of_memory_stage.value_or(0), describe_out_of_memory(*oom)));
-  }
-  OneRun run;
-  const auto highest = std::max_element(r.stages.begin(), r.stages.end(), [](const SimulationResult& a, const SimulationResult& b) {
-    return a.device.peak_reserved < b.device.peak_reserved;
-  });
-  run.result = *highest;
-  run.stages = std::move(r.stages);
-  run.pipeline_seconds = r.iteration_seconds;
-  return run;
+  RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, batch, Isolation::child_process);
+  if (const auto* n = std::get_if<models::NotApplicable>(&outcome)) return not_applicable(*n);
+  CompletedRun& completed = std::get<CompletedRun>(outcome);
+  if (completed.result.out_of_memory) return out_of_memory(*completed.result.out_of_memory, "");
+  return RunAttempt{OneRun{std::move(completed.result), std::move(completed.io)}, std::nullopt, {}};
 }
 
+// A run that gave nothing to compare is a Prediction without a value that says why (and whether
+// it ran out of memory).
 std::variant<OneRun, Prediction> run_once(const PreparedScenario& prepared, std::int64_t batch) {
-  if (is_pipeline(prepared.scenario())) return run_pipeline_once(prepared, batch);
-  RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, batch, Isolation::child_process);
-  if (const auto* inapplicable = std::get_if<models::NotApplicable>(&outcome)) {
-    return Prediction::none(fmt::format("{}: the strategy does not apply at batch {} ({})", scenario_name(prepared), batch, inapplicable->reason));
-  }
-  CompletedRun& completed = std::get<CompletedRun>(outcome);
-  if (const auto& oom = completed.result.out_of_memory) {
-    return Prediction::out_of_memory_at(fmt::format("{}: out of memory at batch {} ({})", scenario_name(prepared), batch, describe_out_of_memory(*oom)));
-  }
-  return OneRun{std::move(completed.result), std::move(completed.io)};
+  RunAttempt attempt = attempt_run(prepared, batch);
+  if (attempt.run) return std::move(*attempt.run);
+  if (attempt.out_of_memory) return Prediction::out_of_memory_at(std::move(attempt.why_none));
+  return Prediction::none(std::move(attempt.why_none));
 }
 
 // A run's peak as the point measured it: a pipeline's is its highest stage's.
@@ -443,41 +458,26 @@ std::int64_t memory_as_measured(const OneRun& run, MeasuredAs measured_as) {
 }
 
 // Runs in a worker process: a ran_at_batch point's reserved peak at its batch over the memory
-// PyTorch may reserve (the GPU's visible memory less the CUDA context); out of memory, what the
-// failing request needed over the same (above 1).
+// PyTorch may reserve (the GPU's visible memory less the CUDA context), a pipeline's highest
+// stage's; out of memory, what the failing request needed over the same (above 1).
 Prediction predict_ran_at_batch(const PreparedScenario& prepared, std::int64_t batch) {
-  if (is_pipeline(prepared.scenario())) {
-    // A pipeline runs where every stage fits: its highest stage's peak over the usable memory.
-    PipelineOutcome outcome = run_pipeline(prepared, prepared.scenario().strategy, batch, Isolation::child_process);
-    if (const auto* inapplicable = std::get_if<models::NotApplicable>(&outcome)) {
-      return Prediction::none(fmt::format("{}: the strategy does not apply at batch {} ({})", scenario_name(prepared), batch, inapplicable->reason));
-    }
-    const PipelineSimulationResult& r = std::get<PipelineRun>(outcome).result;
-    if (const auto& oom = r.out_of_memory) {
-      Prediction p = Prediction::of(static_cast<double>(out_of_memory_peak(*oom)) / static_cast<double>(oom->capacity));
-      p.out_of_memory = true;
-      p.why_none = fmt::format("{}: out of memory at batch {} in pipeline stage {} ({})", scenario_name(prepared), batch, r.out_of_memory_stage.value_or(0),
-                               describe_out_of_memory(*oom));
-      return p;
-    }
-    double highest = 0;
-    for (const SimulationResult& stage : r.stages) {
-      highest = std::max(highest, static_cast<double>(stage.device.peak_reserved) / static_cast<double>(stage.device.framework.usable_bytes()));
-    }
-    return Prediction::of(highest);
-  }
-  RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, batch, Isolation::child_process);
-  if (const auto* inapplicable = std::get_if<models::NotApplicable>(&outcome)) {
-    return Prediction::none(fmt::format("{}: the strategy does not apply at batch {} ({})", scenario_name(prepared), batch, inapplicable->reason));
-  }
-  const SimulationResult& r = std::get<CompletedRun>(outcome).result;
-  if (const auto& oom = r.out_of_memory) {
-    Prediction p = Prediction::of(static_cast<double>(out_of_memory_peak(*oom)) / static_cast<double>(oom->capacity));
+  RunAttempt attempt = attempt_run(prepared, batch);
+  if (attempt.out_of_memory) {
+    const OutOfMemory& oom = *attempt.out_of_memory;
+    Prediction p = Prediction::of(static_cast<double>(out_of_memory_peak(oom)) / static_cast<double>(oom.capacity));
     p.out_of_memory = true;
-    p.why_none = fmt::format("{}: out of memory at batch {} ({})", scenario_name(prepared), batch, describe_out_of_memory(*oom));
+    p.why_none = std::move(attempt.why_none);
     return p;
   }
-  return Prediction::of(static_cast<double>(r.device.peak_reserved) / static_cast<double>(r.device.framework.usable_bytes()));
+  if (!attempt.run) return Prediction::none(std::move(attempt.why_none));
+  const OneRun& run = *attempt.run;
+  const auto usage = [](const SimulationResult& r) {
+    return static_cast<double>(r.device.peak_reserved) / static_cast<double>(r.device.framework.usable_bytes());
+  };
+  if (run.stages.empty()) return Prediction::of(usage(run.result));
+  double highest = 0;
+  for (const SimulationResult& stage : run.stages) highest = std::max(highest, usage(stage));
+  return Prediction::of(highest);
 }
 
 // Runs in a worker process: a bus_bandwidth point's busbw in GB/s. With NCCL's ring forced: the

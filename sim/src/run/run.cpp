@@ -388,12 +388,16 @@ PipelineOutcome run_pipeline(const PreparedScenario& prepared, const models::Str
     run.chunk_layers.push_back(std::move(ranges));
   }
   const ClusterShape shape = prepared.cluster_shape();
+  // The replay takes the stages' schedules as one vector: lent to it and given back rather than
+  // copied (a 1T model's 64 stage schedules are gigabytes).
   std::vector<models::Schedule> schedules;
-  for (const ScheduledRun& stage : run.stages) schedules.push_back(stage.schedule);
+  schedules.reserve(run.stages.size());
+  for (ScheduledRun& stage : run.stages) schedules.push_back(std::move(stage.schedule));
   const int stage_ranks = shape.ranks() / stages;
   run.result = isolation == Isolation::child_process
                    ? simulate_pipeline(prepared.platform(), schedules, prepared.framework(), shape, stage_ranks)
                    : simulate_pipeline_in_this_process(prepared.platform(), schedules, prepared.framework(), shape, stage_ranks);
+  for (std::size_t p = 0; p < schedules.size(); ++p) run.stages[p].schedule = std::move(schedules[p]);
   return run;
 }
 

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -98,6 +99,55 @@ TEST(HfConfig, Qwen3HasHeadsOfItsOwnWidthAndNormalisesQueriesAndKeys) {
   // The norms' statistics are one per token and head: q_norm's rsqrt [1, 16 tokens, 16 heads, 1].
   EXPECT_EQ(shape_of("model.layers.0.self_attn.q_norm.rstd"), (std::vector<std::int64_t>{1, 16, 16, 1}));
   EXPECT_EQ(shape_of("model.layers.0.self_attn.k_norm.rstd"), (std::vector<std::int64_t>{1, 16, 8, 1}));
+}
+
+// gpt-oss-20b (scenarios/hf-configs/gpt-oss-20b.json): head_dim 64 on a 2880-wide model (q_proj
+// 64 x 64 = 4096 wide), biases on the four attention projections, 64 sinks per layer, and 32
+// experts per layer with biases. By hand: embedding and head 2 x 201,088 x 2880 = 1,158,266,880;
+// attention per layer q 2880 x 4096 + 4096, k and v 2880 x 512 + 512 each, o 4096 x 2880 + 2880,
+// sinks 64: 26,550,144 (x 24 = 637,203,456); experts per layer 32 x (2880 x 5760 + 5760 + 2880 x
+// 2880 + 2880) = 796,538,880, router 2880 x 32 + 32 (x 24, with the router: 19,119,145,728); norms
+// 24 x 2 x 2880 + 2880: 20,914,757,184 in all -- the 20.91B total of OpenAI's gpt-oss model card
+// (arXiv 2508.10925, Table 1: MLP 19.12B, attention 0.64B, embedding and unembedding 1.16B).
+TEST(HfConfig, GptOssHasSinksBiasedExpertsAndAlternatingSlidingWindows) {
+  const Trace trace = build_model(from_config("gpt-oss-20b.json", 4096));
+  EXPECT_EQ(parameters(trace), 20'914'757'184);
+  const auto shape_of = [&](const std::string& name) {
+    for (const auto& tensor : trace.tensors()) {
+      if (tensor.name == name) return tensor.shape;
+    }
+    return std::vector<std::int64_t>{};
+  };
+  EXPECT_EQ(shape_of("model.layers.0.self_attn.q_proj.weight"), (std::vector<std::int64_t>{4096, 2880}));
+  EXPECT_EQ(shape_of("model.layers.0.self_attn.o_proj.bias"), (std::vector<std::int64_t>{2880}));
+  EXPECT_EQ(shape_of("model.layers.0.self_attn.sinks"), (std::vector<std::int64_t>{64}));
+  EXPECT_EQ(shape_of("model.layers.3.mlp.experts.31.gate_up_proj.weight"), (std::vector<std::int64_t>{5760, 2880}));
+  EXPECT_EQ(shape_of("model.layers.3.mlp.experts.31.down_proj.bias"), (std::vector<std::int64_t>{2880}));
+  EXPECT_EQ(shape_of("model.layers.3.mlp.router.bias"), (std::vector<std::int64_t>{32}));
+  // Layer 0 attends within 128 keys, layer 1 to the whole causal prefix of 4096: the kernel's
+  // FLOPs (forward and backward) scale with the pairs, 128 x 129 / 2 + (4096 - 128) x 128 =
+  // 516,160 against 4096 x 4097 / 2 = 8,390,656.
+  const auto attention_op = [&](int layer) {
+    for (const auto& op : trace.ops()) {
+      if (op.name == "model.layers." + std::to_string(layer) + ".self_attn.scaled_dot_product_attention") return op;
+    }
+    ADD_FAILURE() << "no attention op in layer " << layer;
+    return trace.ops().front();
+  };
+  const auto sliding = attention_op(0);
+  const auto full = attention_op(1);
+  EXPECT_EQ(sliding.flops.per_sample * 8'390'656, full.flops.per_sample * 516'160);
+  EXPECT_GT(sliding.flops.per_sample, 0);
+  // The sinks are an input of the kernel, whose backward gives their gradient.
+  const auto sinks = std::find_if(trace.tensors().begin(), trace.tensors().end(),
+                                  [](const auto& t) { return t.name == "model.layers.0.self_attn.sinks"; });
+  ASSERT_NE(sinks, trace.tensors().end());
+  const auto sinks_index = static_cast<std::size_t>(sinks - trace.tensors().begin());
+  EXPECT_NE(std::find(sliding.inputs.begin(), sliding.inputs.end(), sinks_index), sliding.inputs.end());
+  // Eager attention (its sinks concatenated to the S x S scores) is not written: an input error.
+  ModelRequest eager = from_config("gpt-oss-20b.json", 64);
+  eager.attention = Attention::eager;
+  EXPECT_THAT([&] { build_model(eager); }, testing::ThrowsMessage<InputError>(testing::HasSubstr("expected flash")));
 }
 
 // The `llama` zoo entry without a config is Llama-2-7B.

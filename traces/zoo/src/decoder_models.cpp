@@ -81,8 +81,12 @@ struct Rotary {
 // or sdpa_attention_forward, which calls torch.nn.functional.scaled_dot_product_attention
 // (is_causal, no mask). A dropout of p = 0 returns its input (at::dropout), so none is
 // recorded unless the config's attention_dropout is nonzero.
+//
+// GptOssAttention (modeling_gpt_oss.py) is LlamaAttention with biases on its four projections,
+// `sinks` (one learned logit per head joined to every softmax row) and, on its
+// "sliding_attention" layers, a window of `window` keys (0: none).
 Value attention(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, Value x, const Rotary& rotary,
-                Attention implementation) {
+                Attention implementation, std::int64_t window) {
   const std::int64_t h = arch.hidden;
   const std::int64_t head_dim = arch.head_size();
   // Tensor parallelism: this rank's a/t query heads and g/t KV heads (zoo.cpp checks that t
@@ -142,13 +146,19 @@ Value attention(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::
       context = nb.matmul(p + "context", probs, v, false);
       break;
     }
-    case Attention::flash:
+    case Attention::flash: {
       // The flash kernel takes fewer K/V heads than query heads as they are: FlashAttention-2
       // (flash_attn_func, Hugging Face's flash_attention_2) and scaled_dot_product_attention
       // with enable_gqa (PyTorch 2.5 and later) skip repeat_kv.
+      NetworkBuilder::AttentionSinksAndWindow extras;
+      extras.window = window;
+      // GptOssAttention.sinks: nn.Parameter(torch.empty(config.num_attention_heads)), this
+      // rank's heads of it under tensor parallelism.
+      if (arch.attention_sinks) extras.sinks = nb.parameter(p + "sinks", {heads});
       context = nb.sdpa(p + "scaled_dot_product_attention", q, k, v, NetworkBuilder::SdpaKernel::flash,
-                        arch.attention_dropout, rotary.packing);
+                        arch.attention_dropout, rotary.packing, extras);
       break;
+    }
     case Attention::sdpa_mem_efficient:
       k = nb.repeat_kv(p + "k_repeat", k, groups);
       v = nb.repeat_kv(p + "v_repeat", v, groups);
@@ -203,7 +213,8 @@ Value decoder_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, const s
                     const ExpertParallelPlan* expert_parallel) {
   const Names names = names_of(arch.family);
   Value a = norm(nb, arch, p + "input_layernorm", x);
-  a = attention(nb, arch, p + names.attention + ".", a, rotary, implementation);
+  const bool sliding = !arch.sliding_layers.empty() && arch.sliding_layers[static_cast<std::size_t>(layer)];
+  a = attention(nb, arch, p + names.attention + ".", a, rotary, implementation, sliding ? arch.window : 0);
   if (arch.parallel_residual) {
     Value m = norm(nb, arch, p + "post_attention_layernorm", x);
     m = layer_mlp(nb, arch, p, layer, m, expert_tokens, expert_parallel);

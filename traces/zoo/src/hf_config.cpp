@@ -96,6 +96,18 @@ class ConfigReader {
     }
     return result;
   }
+  // A list of strings (GPT-OSS's layer_types); absent or null: empty.
+  std::vector<std::string> strings(const std::string& field) const {
+    std::vector<std::string> result;
+    if (!present(field)) return result;
+    const json& value = config_.at(field);
+    if (!value.is_array()) fail(field, "is " + json_excerpt(value) + "; expected a list of strings");
+    for (const json& item : value) {
+      if (!item.is_string()) fail(field, "holds " + json_excerpt(item) + "; expected strings");
+      result.push_back(item.get<std::string>());
+    }
+    return result;
+  }
   // A count that may be 0 (Qwen2-MoE's num_experts: 0 makes every layer dense).
   std::int64_t count(const std::string& field, std::int64_t fallback) const {
     if (!present(field)) return fallback;
@@ -253,6 +265,67 @@ ModelSpec llama_family(const ConfigReader& r, const std::string& type) {
   return spec;
 }
 
+// GptOssConfig (configuration_gpt_oss.py, transformers v4.55+; gpt-oss-20b and -120b):
+// LLaMA's blocks with biases on the four attention projections (attention_bias, default true),
+// an explicit head_dim (64: q_proj is 64 heads x 64 = 4096 wide on a 2880-wide model), attention
+// sinks, layers alternating sliding-window (even indices) and full attention, and every layer a
+// mixture of experts with GPT-OSS's router and clamped-SwiGLU experts (moe_block.cpp).
+ModelSpec gpt_oss(const ConfigReader& r) {
+  DecoderArchitecture arch;
+  arch.family = "gpt_oss";
+  arch.source = r.source();
+  // The class's defaults are gpt-oss-120b's.
+  arch.hidden = r.positive("hidden_size", 2880);
+  arch.layers = r.positive("num_hidden_layers", 36);
+  arch.heads = r.positive("num_attention_heads", 64);
+  arch.kv_heads = r.positive("num_key_value_heads", 8);
+  arch.intermediate = r.positive("intermediate_size", 2880);
+  arch.vocab = r.positive("vocab_size", 201088);
+  arch.max_positions = r.positive("max_position_embeddings", 131072);
+  arch.tie_embeddings = r.boolean("tie_word_embeddings", false);
+  if (r.number("rms_norm_eps", 1e-5) <= 0) r.fail("rms_norm_eps", "must be > 0");
+  arch.qkv_bias = r.boolean("attention_bias", true);  // GptOssAttention: bias=config.attention_bias on q, k, v and o
+  arch.output_bias = arch.qkv_bias;
+  arch.attention_sinks = true;
+  arch.attention_dropout = r.probability("attention_dropout", 0.0) > 0;
+  arch.head_dim = r.positive("head_dim", 64);
+  // layer_types: "sliding_attention" or "full_attention" per layer; absent, GptOssConfig's
+  // __post_init__ makes the even-indexed layers sliding ((i + 1) % 2).
+  if (r.present("layer_types")) {
+    const std::vector<std::string> types = r.strings("layer_types");
+    if (static_cast<std::int64_t>(types.size()) != arch.layers) {
+      r.fail("layer_types", "has " + std::to_string(types.size()) + " entries; expected one per layer, num_hidden_layers = " +
+                                std::to_string(arch.layers));
+    }
+    for (const std::string& type : types) {
+      if (type != "sliding_attention" && type != "full_attention") {
+        r.fail("layer_types", "holds \"" + type + "\"; expected sliding_attention or full_attention");
+      }
+      arch.sliding_layers.push_back(type == "sliding_attention");
+    }
+  } else {
+    for (std::int64_t i = 0; i < arch.layers; ++i) arch.sliding_layers.push_back((i + 1) % 2 != 0);
+  }
+  arch.window = r.positive("sliding_window", 128);
+  // hidden_act is read by nothing in modeling_gpt_oss.py: the experts' activation is their own.
+  MoeArchitecture moe;
+  moe.experts = r.positive("num_local_experts", 128);
+  moe.top_k = r.positive("num_experts_per_tok", 4);
+  moe.intermediate = arch.intermediate;  // GptOssExperts: expert_dim = intermediate_size
+  moe.normalize_top_k = false;           // the softmax of the top-k logits sums to 1 already
+  moe.gpt_oss_experts = true;
+  if (moe.top_k > moe.experts) {
+    r.fail("num_experts_per_tok", "is " + std::to_string(moe.top_k) + "; expected at most the " + std::to_string(moe.experts) + " experts");
+  }
+  // swiglu_alpha and swiglu_limit change values, not shapes or FLOPs: accepted.
+  r.only("output_router_logits", false, "the router's load-balancing loss is not modelled");
+  arch.moe = moe;
+  ModelSpec spec;
+  spec.model = "llama";
+  spec.decoder = std::move(arch);
+  return spec;
+}
+
 // GPTNeoXConfig: modeling_gpt_neox.py (Pythia, GPT-NeoX-20B).
 ModelSpec gpt_neox(const ConfigReader& r) {
   DecoderArchitecture arch;
@@ -353,17 +426,18 @@ ModelSpec spec_from_hf_config(std::string_view json_text, const std::string& sou
                      " levels; expected a Hugging Face config.json (its values nest a few levels at most)");
   }
   if (!config.contains("model_type") || !config.at("model_type").is_string()) {
-    throw InputError(source + ": 'model_type' is missing or not a string; expected one of llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, gpt_neox, gpt2, bert");
+    throw InputError(source + ": 'model_type' is missing or not a string; expected one of llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, gpt_oss, gpt_neox, gpt2, bert");
   }
   const std::string type = config.at("model_type").get<std::string>();
   const ConfigReader reader(config, source, type);
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "mixtral" || type == "qwen2_moe") {
     return llama_family(reader, type);
   }
+  if (type == "gpt_oss") return gpt_oss(reader);
   if (type == "gpt_neox") return gpt_neox(reader);
   if (type == "gpt2") return gpt2(reader);
   if (type == "bert") return bert(reader);
-  reader.fail("model_type", "is \"" + type + "\", which the zoo does not model; expected one of llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, gpt_neox, gpt2, bert");
+  reader.fail("model_type", "is \"" + type + "\", which the zoo does not model; expected one of llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, gpt_oss, gpt_neox, gpt2, bert");
 }
 
 }  // namespace comptrain::zoo

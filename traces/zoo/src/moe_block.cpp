@@ -138,7 +138,28 @@ std::string sparse_moe_module(const DecoderArchitecture& arch) {
   return arch.family == "mixtral" ? "block_sparse_moe" : "mlp";
 }
 
+// GptOssExperts (modeling_gpt_oss.py), expert e on its tokens x [n, h]:
+//   gate_up = x @ gate_up_proj[e] + gate_up_proj_bias[e]          one GEMM, 2 x width columns
+//   gate, up = gate_up[..., ::2], gate_up[..., 1::2]               views
+//   gate = gate.clamp(max=limit); up = up.clamp(-limit, limit)     each saves its input
+//   glu = gate * torch.sigmoid(gate * alpha)                       sigmoid saves its result, the product both factors
+//   out = ((up + 1) * glu) @ down_proj[e] + down_proj_bias[e]
+// The experts' weights are written as one linear each; Hugging Face keeps them as slices of one
+// [E, h, 2 x width] parameter indexed per expert, whose backward (IndexBackward0) writes a zero
+// gradient of every expert's size for each expert -- not modelled, nor the MegaBlocks kernel
+// that `kernels` swaps in for the whole block.
+Value gpt_oss_expert(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, Value x, std::int64_t width) {
+  const Value gate_up = nb.linear(p + "gate_up_proj", x, 2 * width, true);
+  const std::vector<Value> halves = nb.chunk_last(p + "gate_up.split", gate_up, 2);
+  const Value gate = nb.clamp(p + "gate.clamp", halves[0]);
+  const Value up = nb.clamp(p + "up.clamp", halves[1]);
+  const Value glu = nb.mul(p + "glu", gate, nb.sigmoid(p + "sigmoid", nb.scale(p + "gate.mul_alpha", gate)));
+  const Value product = nb.mul(p + "mul", nb.add_scalar(p + "up.add_one", up), glu);
+  return nb.linear(p + "down_proj", product, arch.hidden, true);
+}
+
 Value swiglu_expert(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, Value x, std::int64_t width) {
+  if (arch.moe && arch.moe->gpt_oss_experts) return gpt_oss_expert(nb, arch, p, x, width);
   const bool mixtral = arch.family == "mixtral";
   Value gate = nb.linear(p + (mixtral ? "w1" : "gate_proj"), x, width, false);
   gate = arch.activation == DecoderArchitecture::Activation::silu ? nb.silu(p + "act_fn", gate) : nb.gelu(p + "act_fn", gate);
@@ -153,11 +174,26 @@ Value sparse_moe_block(NetworkBuilder& nb, const DecoderArchitecture& arch, cons
   const std::int64_t h = arch.hidden;
   if (static_cast<std::int64_t>(tokens.size()) != moe.experts) throw std::logic_error(p + ": one token count per expert");
   const Value flat = nb.reshape(p + "view", x, {s, h});
-  const Value logits = nb.linear(p + "gate", flat, moe.experts, false);
-  const Value probs = nb.softmax_fp32(p + "softmax", logits);
-  auto [weights, selected] = nb.topk(p + "topk", probs, moe.top_k);
-  if (moe.normalize_top_k) weights = nb.normalize_rows_(p + "div_", weights);
-  weights = nb.to_dtype(p + "routing_weights.to", weights, nb.dtype(flat));
+  Value weights;
+  Value selected;
+  if (moe.gpt_oss_experts) {
+    // GptOssTopKRouter: F.linear(x, weight, bias), topk of the logits, softmax of the k values
+    // in their own dtype, scattered into [T, E] scores that each expert indexes (written here as
+    // the [T, k] weights indexed by slot, as Mixtral's: the same values; the [T, E] zeros and the
+    // scatter, a few megabytes, left out).
+    const Value logits = nb.linear(p + "router", flat, moe.experts, true);
+    auto [top, indices] = nb.topk(p + "router.topk", logits, moe.top_k);
+    weights = nb.to_dtype(p + "router.softmax.to", nb.softmax(p + "router.softmax", top), nb.dtype(flat));
+    selected = indices;
+  } else {
+    const Value logits = nb.linear(p + "gate", flat, moe.experts, false);
+    const Value probs = nb.softmax_fp32(p + "softmax", logits);
+    auto [top, indices] = nb.topk(p + "topk", probs, moe.top_k);
+    weights = top;
+    selected = indices;
+    if (moe.normalize_top_k) weights = nb.normalize_rows_(p + "div_", weights);
+    weights = nb.to_dtype(p + "routing_weights.to", weights, nb.dtype(flat));
+  }
   Value output = nb.zeros(p + "zeros", nb.dtype(flat), {s, h}, true);
   // one_hot(selected_experts).permute(2, 1, 0): int64 [T, k, E] and a view; no autograd.
   const Value mask = nb.constant_op(p + "one_hot", selected, traces::DType::i64, {s, moe.top_k, moe.experts});

@@ -1263,6 +1263,11 @@ Value NetworkBuilder::softmax_fp32(const std::string& name, Value x) {
 
 Value NetworkBuilder::sdpa(const std::string& name, Value q, Value k, Value v, SdpaKernel kernel, bool dropout,
                           const SdpaPacking& packing) {
+  return sdpa(name, q, k, v, kernel, dropout, packing, AttentionSinksAndWindow{});
+}
+
+Value NetworkBuilder::sdpa(const std::string& name, Value q, Value k, Value v, SdpaKernel kernel, bool dropout,
+                          const SdpaPacking& packing, const AttentionSinksAndWindow& sinks_and_window) {
   expect_rank(q, 4, name);
   expect_rank(k, 4, name);
   if (sample_shape(k) != sample_shape(v) || dim(k, 0) != dim(q, 0) || dim(k, 2) != dim(q, 2) || dim(k, 3) != dim(q, 3) ||
@@ -1274,7 +1279,11 @@ Value NetworkBuilder::sdpa(const std::string& name, Value q, Value k, Value v, S
   q = {autocast_lower(op, q.index)};
   k = {autocast_lower(op, k.index)};
   v = {autocast_lower(op, v.index)};
+  if ((sinks_and_window.window > 0 || sinks_and_window.sinks) && kernel != SdpaKernel::flash) {
+    throw std::logic_error(name + ": sinks and a sliding window are written for the flash kernel");
+  }
   if (context_parallel_ > 1) {
+    if (sinks_and_window.window > 0 || sinks_and_window.sinks) throw std::logic_error(name + ": context parallelism with sinks or a window is not written");
     if (kernel != SdpaKernel::flash || packing.documents > 1) {
       throw std::logic_error(name + ": context parallelism is written for the flash kernel without packing");
     }
@@ -1295,7 +1304,7 @@ Value NetworkBuilder::sdpa(const std::string& name, Value q, Value k, Value v, S
   // Packed documents (packing.cpp): the varlen flash kernel's causal pairs within each document,
   // or the memory-efficient kernel's whole S x S under an explicit mask, which it saves.
   const std::optional<std::size_t> mask = packed_attention_mask(op, packing, kernel, q.index);
-  const BatchLinear macs = packed_attention_macs(elements(q.index), seq, packing, kernel);  // per query head
+  const BatchLinear macs = packed_attention_macs(elements(q.index), seq, sinks_and_window.window, packing, kernel);  // per query head
   const BatchLinear scores{macs.fixed / head_dim, macs.per_sample / head_dim};
   const std::int64_t dropout_forward = dropout ? kDropoutForward : 0;
   const std::int64_t dropout_backward = dropout ? kDropoutBackward : 0;
@@ -1317,6 +1326,14 @@ Value NetworkBuilder::sdpa(const std::string& name, Value q, Value k, Value v, S
     f.saved.push_back(*mask);
   }
   f.grads = {{q.index, {}}, {k.index, {}}, {v.index, {}}};
+  if (sinks_and_window.sinks) {
+    // The sink logits join every row's softmax: the kernel reads them and returns their
+    // gradient (one value per head, from the rows' probabilities it recomputes).
+    const std::size_t sinks = sinks_and_window.sinks->index;
+    f.inputs.push_back(sinks);
+    f.saved.push_back(sinks);
+    f.grads.push_back({sinks, {}});
+  }
   f.backward_flops = times(macs, 2 * kFlashBackwardGemms) + times(scores, kSoftmaxBackward + dropout_backward);
   f.backward_kind = OpKind::attention;
   record(std::move(f));

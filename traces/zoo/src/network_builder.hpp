@@ -174,8 +174,18 @@ class NetworkBuilder {
     std::int64_t documents = 1;
     std::optional<Value> tensor;
   };
+  // GPT-OSS's attention (modeling_gpt_oss.py) on the flash kernel: a sliding `window` (each
+  // query attends to the `window` keys ending at its own position; 0: the whole causal prefix),
+  // counted as the pairs inside the window, and the per-head sink logits `sinks` [heads], a
+  // parameter the kernel reads (a term of every row's softmax denominator) and differentiates.
+  struct AttentionSinksAndWindow {
+    std::int64_t window = 0;
+    std::optional<Value> sinks;
+  };
   Value sdpa(const std::string& name, Value q, Value k, Value v, SdpaKernel kernel, bool dropout);
   Value sdpa(const std::string& name, Value q, Value k, Value v, SdpaKernel kernel, bool dropout, const SdpaPacking& packing);
+  Value sdpa(const std::string& name, Value q, Value k, Value v, SdpaKernel kernel, bool dropout, const SdpaPacking& packing,
+             const AttentionSinksAndWindow& sinks_and_window);
 
   // A forward op that needs no gradient (the attention-mask preprocessing, a bool cast of a
   // buffer): no autograd node, no backward op. The output has the given dtype and shape and
@@ -232,6 +242,13 @@ class NetworkBuilder {
   Value index_add_(const std::string& name, Value self, Value index, Value source);
   // torch.sigmoid: SigmoidBackward0 saves the result.
   Value sigmoid(const std::string& name, Value x);
+  // x.clamp(min, max) (GPT-OSS's clamped SwiGLU): ClampBackward1 saves the input.
+  Value clamp(const std::string& name, Value x);
+  // x + c for a number c: AddBackward1 saves nothing.
+  Value add_scalar(const std::string& name, Value x);
+  // x [..., parts * w] as `parts` views [..., w] of its last dimension (torch.chunk, or
+  // GPT-OSS's interleaved gate_up[..., ::2] and [..., 1::2]: the same elements and storage).
+  std::vector<Value> chunk_last(const std::string& name, Value x, std::int64_t parts);
 
   // ---- Views (no data movement) -------------------------------------------------------------
   // The same elements with another per-sample shape (reshape, flatten, transpose for layout).
@@ -515,7 +532,7 @@ class NetworkBuilder {
   // converts the bool mask to), and its multiply-adds per query head.
   std::optional<std::size_t> packed_attention_mask(const std::string& op, const SdpaPacking& packing, SdpaKernel kernel,
                                                    std::size_t q);
-  traces::BatchLinear packed_attention_macs(traces::BatchLinear q_elements, std::int64_t seq, const SdpaPacking& packing,
+  traces::BatchLinear packed_attention_macs(traces::BatchLinear q_elements, std::int64_t seq, std::int64_t window, const SdpaPacking& packing,
                                             SdpaKernel kernel) const;
   std::size_t add_tensor(TensorRecord record);
   // A fresh tensor written by an op (its role is derived in finish()).

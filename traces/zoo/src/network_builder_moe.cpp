@@ -22,6 +22,9 @@ using traces::Phase;
 constexpr std::int64_t kTopkComparisonsPerPick = 1;  // a pass over the row per value picked
 constexpr std::int64_t kSigmoidForward = 3;          // exp, add, divide
 constexpr std::int64_t kSigmoidBackward = 3;         // g * y * (1 - y)
+constexpr std::int64_t kClampForward = 2;            // a comparison with each bound (min and max)
+constexpr std::int64_t kClampBackward = 2;           // the input's mask, and g where it is within
+constexpr std::int64_t kAddScalarFlops = 1;          // x + c; backward passes g through (counted as a copy)
 // Division of x by its row sum: the sum (1 add per element), the quotient (1); backward,
 // x's gradient g / s (1) and the divisor's -sum(g * x) / s^2 (3: product, row sum, scale).
 constexpr std::int64_t kRowSumFlops = 1;
@@ -221,6 +224,21 @@ Value NetworkBuilder::index_add_(const std::string& name, Value self, Value inde
   f.backward_kind = OpKind::gather;  // index_select of the gradient's rows
   record(std::move(f));
   return {y};
+}
+
+Value NetworkBuilder::clamp(const std::string& name, Value x) {
+  return elementwise(name, x, OpKind::elementwise, kClampForward, kClampBackward, Saves::input, false);  // ClampBackward1 saves self
+}
+
+Value NetworkBuilder::add_scalar(const std::string& name, Value x) {
+  return elementwise(name, x, OpKind::elementwise, kAddScalarFlops, kAddScalarFlops, Saves::nothing, false);  // AddBackward1 saves nothing
+}
+
+std::vector<Value> NetworkBuilder::chunk_last(const std::string& name, Value x, std::int64_t parts) {
+  std::vector<std::int64_t> shape = sample_shape(x);
+  if (shape.empty() || parts < 1 || shape.back() % parts != 0) throw std::logic_error(name + ": the last dimension does not split into the parts");
+  shape.back() /= parts;
+  return split_into_views(unique_op_name(name), x, std::vector<std::vector<std::int64_t>>(static_cast<std::size_t>(parts), shape));
 }
 
 Value NetworkBuilder::sigmoid(const std::string& name, Value x) {

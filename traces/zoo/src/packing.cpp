@@ -18,6 +18,7 @@
 //   differ between samples) instead of one causal mask broadcast over the batch; the scores
 //   are S x S as before.
 
+#include <algorithm>
 #include <optional>
 #include <string>
 
@@ -47,7 +48,7 @@ std::optional<std::size_t> NetworkBuilder::packed_attention_mask(const std::stri
   return constant_op(op + ".attn_bias", *packing.tensor, tensors_.at(q).dtype, {1, 1, seq, padded}).index;
 }
 
-traces::BatchLinear NetworkBuilder::packed_attention_macs(traces::BatchLinear q_elements, std::int64_t seq, const SdpaPacking& packing,
+traces::BatchLinear NetworkBuilder::packed_attention_macs(traces::BatchLinear q_elements, std::int64_t seq, std::int64_t window, const SdpaPacking& packing,
                                                           SdpaKernel kernel) const {
   const auto per_row = [&](std::int64_t pairs) {
     // q_elements / seq rows of head_dim each per query position: exact, seq divides both parts.
@@ -56,6 +57,14 @@ traces::BatchLinear NetworkBuilder::packed_attention_macs(traces::BatchLinear q_
   };
   // An explicit mask: is_causal=False, every pair computed (the masked ones are discarded).
   if (packing.tensor && kernel == SdpaKernel::mem_efficient) return per_row(multiply_or_throw(seq, seq, kArithmetic));
+  // A sliding window of w keys (one document): position i attends to min(i + 1, w) of them,
+  // w(w + 1)/2 pairs over the first w positions and w each after. (The kernel's tiles compute
+  // more -- a 128-row query tile straddles two key tiles of a 128-key window -- not counted.)
+  if (window > 0) {
+    if (packing.documents > 1) throw std::logic_error("sdpa: a sliding window with packed documents is not written");
+    const std::int64_t w = std::min(window, seq);
+    return per_row(add_or_throw(w * (w + 1) / 2, multiply_or_throw(seq - w, w, kArithmetic), kArithmetic));
+  }
   // Causal within each document: D documents of seq / D tokens, the remainder one each to the
   // first; a document of l tokens has l(l + 1)/2 pairs on or below its diagonal (one document:
   // the whole causal triangle, as attention_macs counts it).

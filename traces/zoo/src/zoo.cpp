@@ -464,14 +464,15 @@ DecoderArchitecture resolve_decoder(const Entry& entry, const ModelRequest& requ
   if (arch.layers > kMaxLayers) {  // as resolve_shape: the memory a build takes
     throw InputError("layers: " + std::to_string(arch.layers) + " is above the zoo's limit of " + std::to_string(kMaxLayers) + from);
   }
-  if (arch.hidden % arch.heads != 0) {
+  // An explicit head_dim (Qwen3, GPT-OSS) sizes the heads whatever the hidden size.
+  if (arch.head_dim == 0 && arch.hidden % arch.heads != 0) {
     throw InputError("heads: " + std::to_string(arch.heads) + " heads do not divide hidden size " + std::to_string(arch.hidden) + from);
   }
   if (arch.kv_heads < 1 || arch.heads % arch.kv_heads != 0) {
     throw InputError("num_key_value_heads: " + std::to_string(arch.kv_heads) + " does not divide the " +
                      std::to_string(arch.heads) + " attention heads" + from);
   }
-  const std::int64_t head_dim = arch.hidden / arch.heads;
+  const std::int64_t head_dim = arch.head_size();
   if (arch.rotary_dims < 0 || arch.rotary_dims > head_dim || arch.rotary_dims % 2 != 0) {
     throw InputError("rotary_pct: gives " + std::to_string(arch.rotary_dims) + " rotary channels of a head of " +
                      std::to_string(head_dim) + "; expected an even number up to it" + from);
@@ -810,7 +811,7 @@ traces::Trace build_model(const ModelRequest& request) {
   if (request.loss.kind == LossKind::chunked) metadata["loss_chunks"] = std::to_string(request.loss.chunks);
   if (request.loss.upcast) metadata["loss_upcast"] = *request.loss.upcast ? "true" : "false";
   if (request.expert_parallel && entry.family != Family::decoder) {
-    throw std::invalid_argument("expert_parallel: written for the mixture-of-experts decoders (model 'llama' with a mixtral or qwen2_moe "
+    throw std::invalid_argument("expert_parallel: written for the mixture-of-experts decoders (model 'llama' with a mixtral, qwen2_moe or gpt_oss "
                                 "config), not '" + request.model + "'");
   }
   if (request.tensor_parallel && request.model != "gpt" && entry.family != Family::decoder) {
@@ -854,6 +855,15 @@ traces::Trace build_model(const ModelRequest& request) {
     }
     const SizeNames names = decoder_size_names(request, arch);
     const std::string from = arch.source.empty() ? "" : " (" + arch.source + ")";
+    if ((arch.attention_sinks || !arch.sliding_layers.empty()) && attention != Attention::flash) {
+      throw InputError("attention: " + std::string(to_string(attention)) + " is not written for '" + arch.family + "'" + from +
+                       ", whose attention sinks and sliding-window layers are modelled on the flash kernel (FlashAttention with "
+                       "sinks, Transformer Engine's fused attention); expected flash");
+    }
+    if (arch.family == "gpt_oss" && (request.lora || request.packed_documents || request.torchtitan)) {
+      throw InputError(std::string(request.lora ? "lora" : request.packed_documents ? "packing" : "implementation") +
+                       ": not written for 'gpt_oss'" + from + "; expected full fine-tuning or pre-training of unpacked sequences");
+    }
     // No learned position table: the rotary tables have seq_len rows.
     check_transformer_sizes(request.batch_size, seq_len, arch.hidden, arch.intermediate, arch.vocab, seq_len, names, from);
     if (arch.moe) check_moe_sizes(*arch.moe, request.batch_size, seq_len, arch.hidden, names, from);
@@ -862,7 +872,7 @@ traces::Trace build_model(const ModelRequest& request) {
       expert_tokens = routed_tokens(*arch.moe, request.routing.value_or(ExpertRouting{}), seq_len);
       add_moe_metadata(*arch.moe, request.routing.value_or(ExpertRouting{}), expert_tokens, metadata);
     } else if (request.routing) {
-      throw InputError("moe: routing options apply to decoders with mixture-of-experts layers (model_type mixtral or qwen2_moe); '" +
+      throw InputError("moe: routing options apply to decoders with mixture-of-experts layers (model_type mixtral, qwen2_moe or gpt_oss); '" +
                        request.model + "' here is dense");
     }
     if (request.lora) detail::configure_lora(nb, *request.lora, arch, request.precision, metadata);
@@ -876,7 +886,7 @@ traces::Trace build_model(const ModelRequest& request) {
     const bool dense_family = arch.family == "llama" || arch.family == "mistral" || arch.family == "qwen2" || arch.family == "qwen3";
     const bool megatron_moe = arch.moe.has_value() && request.expert_parallel.has_value();
     if (request.expert_parallel && !arch.moe) {
-      throw std::invalid_argument("expert_parallel: splits the experts of a mixture-of-experts decoder (model_type mixtral or qwen2_moe); '" +
+      throw std::invalid_argument("expert_parallel: splits the experts of a mixture-of-experts decoder (model_type mixtral, qwen2_moe or gpt_oss); '" +
                                   arch.family + "'" + from + " has none");
     }
     if (request.tensor_parallel && request.tensor_parallel->degree != 1 && !dense_family && !megatron_moe) {

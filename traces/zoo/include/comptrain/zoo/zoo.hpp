@@ -140,6 +140,11 @@ struct MoeArchitecture {
   std::int64_t shared_expert_intermediate = 0;  // Qwen2-MoE's shared expert and its sigmoid gate; 0: none
   std::int64_t sparse_step = 1;      // decoder_sparse_step: layer i is sparse when (i + 1) % step == 0 ...
   std::vector<std::int64_t> dense_layers;  // ... and i is not in mlp_only_layers (a dense MLP of `intermediate`)
+  // GPT-OSS (modeling_gpt_oss.py, GptOssTopKRouter and GptOssExperts): a router with a bias whose
+  // top-k of the raw logits are softmaxed among themselves (not a softmax over every expert
+  // first), and experts with biases whose fused gate_up projection feeds the clamped SwiGLU
+  // (gate.clamp(max=limit), up.clamp(-limit, limit), gate * sigmoid(alpha * gate) * (up + 1)).
+  bool gpt_oss_experts = false;
   // Not modelled: the load-balancing loss that output_router_logits adds (refused by the config
   // reader), the router's input jitter (router_jitter_noise).
 };
@@ -166,7 +171,9 @@ struct DecoderArchitecture {
   enum class Activation { silu, gelu, gelu_tanh };  // F.silu, F.gelu, F.gelu(approximate="tanh")
   // Hugging Face's model_type: "llama", "mistral", "qwen2" (modeling_llama.py's modules and
   // names), "qwen3" (LLaMA's blocks with qk_norm), "mixtral", "qwen2_moe" (their modeling files:
-  // LLaMA's attention with `moe`'s sparse MLP) or "gpt_neox" (modeling_gpt_neox.py's).
+  // LLaMA's attention with `moe`'s sparse MLP), "gpt_oss" (LLaMA's blocks with biases, sinks,
+  // alternating sliding-window attention and GPT-OSS's experts) or "gpt_neox"
+  // (modeling_gpt_neox.py's).
   std::string family = "llama";
   std::int64_t layers = 32;
   std::int64_t hidden = 4096;
@@ -195,6 +202,14 @@ struct DecoderArchitecture {
   bool parallel_residual = false;  // GPT-NeoX: x + attn(ln1(x)) + mlp(ln2(x))
   bool attention_dropout = false;  // a nonzero attention_dropout, applied in training
   std::optional<std::int64_t> sliding_window;  // Mistral's: seq_len may not exceed it
+  // GPT-OSS's alternating attention (GptOssConfig.layer_types): sliding_layers[i] when layer i is
+  // a "sliding_attention" layer, whose queries each attend to the `window` keys ending at their
+  // own position (masking_utils' sliding-window causal mask: i - j < window); empty: none.
+  std::vector<bool> sliding_layers;
+  std::int64_t window = 0;
+  // GptOssAttention.sinks: a learned logit per head that joins every row's softmax (and takes
+  // part of its mass) without a value; a parameter of `heads` elements per layer.
+  bool attention_sinks = false;
   std::optional<MoeArchitecture> moe;  // sparse MLPs (mixtral, qwen2_moe); unset: every layer dense
   std::string source;            // the config file it came from, for messages
 };

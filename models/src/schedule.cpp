@@ -21,6 +21,7 @@ std::string_view to_string(Stream stream) {
     case Stream::host: return "host";
     case Stream::p2p: return "p2p";
     case Stream::context: return "context";
+    case Stream::tensor: return "tensor";
   }
   return "unknown";
 }

@@ -126,9 +126,11 @@ class Assembler {
   // A communication op of the trace (tensor parallelism's all-reduces, all-gathers and
   // reduce-scatters, traces/FORMAT.md "Communication") as a collective task over its group, on
   // the compute stream where the op is: the kernel that follows needs its result (Megatron-LM's
-  // forward collectives are synchronous; its backward ones overlap the weight-gradient GEMM, which
-  // the trace's single backward op per linear does not separate, so they are exposed here too:
-  // an upper bound). The size as nccl-tests counts it (models::CollectiveKind).
+  // forward collectives are synchronous). One the trace overlaps with the ops after it
+  // (traces::Communication::overlap: Megatron's backward collectives behind the weight- and
+  // input-gradient GEMMs, which the zoo's traces emit as ops of their own) runs on the tensor
+  // stream beside them instead (emit() gives it its waits). The size as nccl-tests counts it
+  // (models::CollectiveKind).
   static void make_communication(const traces::Trace& trace, const traces::Op& op, Task& task) {
     const auto bytes_of = [&](const std::vector<TensorIndex>& tensors) {
       std::int64_t total = 0;
@@ -137,6 +139,7 @@ class Assembler {
     };
     task.seconds = 0;
     task.over = op.communication->group;
+    if (op.communication->overlap > 0) task.stream = Stream::tensor;
     switch (op.communication->kind) {
       case traces::CommunicationKind::all_reduce:
         task.kind = TaskKind::collective;
@@ -542,23 +545,27 @@ class Assembler {
         }
       }
     }
-    // A ring exchange on the context stream (make_communication) starts when the compute task
-    // before it has ended (it sends the K and V that task left) and runs beside the compute task
-    // after it (the attention kernel, which works on the blocks in hand while the next ones
-    // move); the compute task after that one waits for the ring's end. The ring's time beyond the
-    // attention's is thus exposed, the rest hidden (sim/metrics/communication_time.hpp).
+    // A ring exchange on the context stream, or a collective the trace overlaps with the ops
+    // after it on the tensor stream (make_communication), starts when the compute task before it
+    // has ended (it sends what that task left: the K and V, an input gradient) and runs beside
+    // the compute tasks after it (a ring: the attention kernel, which works on the blocks in hand
+    // while the next ones move; an overlapped collective: its `overlap` ops, the GEMMs it hides
+    // behind); the compute task after those waits for its end. Its time beyond theirs is thus
+    // exposed, the rest hidden (sim/metrics/communication_time.hpp).
     for (std::size_t c = 0; c < compute_.size(); ++c) {
-      if (compute_[c].stream != Stream::context) continue;
+      if (compute_[c].stream != Stream::context && compute_[c].stream != Stream::tensor) continue;
+      const traces::Communication& communication = *a_.trace->op(*compute_[c].op).communication;
+      const std::int64_t beside = communication.ring > 0 ? 1 : communication.overlap;
       for (std::size_t j = c; j-- > 0;) {
         if (compute_[j].stream == Stream::compute) {
           p2p_after[c].push_back(compute_id[j]);
           break;
         }
       }
-      int seen = 0;
+      std::int64_t seen = 0;
       for (std::size_t j = c + 1; j < compute_.size(); ++j) {
         if (compute_[j].stream != Stream::compute) continue;
-        if (++seen == 2) {
+        if (++seen == beside + 1) {
           p2p_after[j].push_back(compute_id[c]);
           break;
         }

@@ -465,6 +465,21 @@ TEST(TraceJson, CommunicationRoundTrips) {
       EXPECT_EQ(trace_from_json(trace_to_json(variant), "t.json"), variant) << to_string(kind) << " " << to_string(group);
     }
   }
+  // Version 6: an overlapped collective keeps its count through a round trip.
+  {
+    std::vector<Op> overlapped_ops = trace.ops();
+    overlapped_ops[1].communication->overlap = 2;
+    std::vector<Tensor> plain = trace.tensors();
+    for (Tensor& tensor : plain) {
+      tensor.producer.reset();
+      tensor.consumers.clear();
+    }
+    const Trace overlapped("tp-rank", 2, std::move(plain), std::move(overlapped_ops));
+    const std::string overlapped_text = trace_to_json(overlapped);
+    EXPECT_THAT(overlapped_text, HasSubstr(R"("version": 6)"));
+    EXPECT_THAT(overlapped_text, HasSubstr(R"("communication": {"kind": "all_reduce", "group": "tensor", "overlap": 2})"));
+    EXPECT_EQ(trace_from_json(overlapped_text, "t.json"), overlapped);
+  }
   // The Trace constructor enforces "exactly on communication ops" for traces built in code.
   std::vector<Op> missing = trace.ops();
   missing[1].communication.reset();
@@ -894,13 +909,13 @@ INSTANTIATE_TEST_SUITE_P(
             {R"(unknown role "grad")", "expected one of: input, weight, weight_copy, buffer, gradient, optimizer_state"}},
         // Format and version.
         BrokenCase{"NewerVersion",
-                   {{R"("version": 1,)", R"("version": 6, "new_field": 1,)"}},
+                   {{R"("version": 1,)", R"("version": 7, "new_field": 1,)"}},
                    "/version",
-                   {"unsupported version 6; expected version 1, 2, 3, 4 or 5", "newer comptrain"}},
+                   {"unsupported version 7; expected version 1, 2, 3, 4, 5 or 6", "newer comptrain"}},
         BrokenCase{"VersionZero",
                    {{R"("version": 1,)", R"("version": 0,)"}},
                    "/version",
-                   {"unsupported version 0; expected version 1, 2, 3, 4 or 5"}},
+                   {"unsupported version 0; expected version 1, 2, 3, 4, 5 or 6"}},
         // The op kinds gather and scatter (version 4).
         BrokenCase{"GatherInVersion3",
                    {kVersion3, {R"("kind": "relu")", R"("kind": "gather")"}},
@@ -931,6 +946,25 @@ INSTANTIATE_TEST_SUITE_P(
                     {kReluBytesWritten, kReluBytesWritten + R"(, "communication": {"kind": "send", "group": "tensors"})"}},
                    "/ops/1/communication/group",
                    {R"(unknown parallel group "tensors")", "tensor, context, data, expert, expert_data, pipeline"}},
+        // The communication's overlap (version 6).
+        BrokenCase{"OverlapInVersion5",
+                   {kVersion5,
+                    {R"("kind": "relu")", R"("kind": "communication")"},
+                    {kReluBytesWritten, kReluBytesWritten + R"(, "communication": {"kind": "all_reduce", "group": "tensor", "overlap": 1})"}},
+                   "/ops/1/communication/overlap",
+                   {R"(the communication's "overlap" is a version-6 field but /version is 5)", R"(expected "version": 6)"}},
+        BrokenCase{"OverlapZero",
+                   {{R"("version": 1,)", R"("version": 6,)"},
+                    {R"("kind": "relu")", R"("kind": "communication")"},
+                    {kReluBytesWritten, kReluBytesWritten + R"(, "communication": {"kind": "all_reduce", "group": "tensor", "overlap": 0})"}},
+                   "/ops/1/communication/overlap",
+                   {"expected an integer >= 1"}},
+        BrokenCase{"OverlapBesideARing",
+                   {{R"("version": 1,)", R"("version": 6,)"},
+                    {R"("kind": "relu")", R"("kind": "communication")"},
+                    {kReluBytesWritten, kReluBytesWritten + R"(, "communication": {"kind": "all_gather", "group": "context", "ring": 2, "overlap": 1})"}},
+                   "/ops/1/communication/overlap",
+                   {"has overlap 1 beside a ring", "expected a count >= 1 of the ops it runs beside, on a collective without a ring"}},
         BrokenCase{"CommunicationWithoutGroup",
                    {kVersion5,
                     {R"("kind": "relu")", R"("kind": "communication")"},
@@ -1100,8 +1134,8 @@ TEST(TraceJsonSchema, ContainersMustHaveTheirType) {
 
 TEST(TraceJsonSchema, FormatAndVersionComeBeforeUnknownFields) {
   // A newer file may well have fields this reader does not know: say "newer version" instead.
-  EXPECT_THAT(error_of(R"({"format": "comptrain-trace", "version": 6, "streams": []})"),
-              StartsWith("t.json: /version: unsupported version 6"));
+  EXPECT_THAT(error_of(R"({"format": "comptrain-trace", "version": 7, "streams": []})"),
+              StartsWith("t.json: /version: unsupported version 7"));
   EXPECT_THAT(error_of(R"({"schema": "1.0.3", "nodes": []})"),
               StartsWith(R"(t.json: /format: missing field "format"; expected "comptrain-trace")"));
 }

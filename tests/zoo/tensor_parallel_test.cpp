@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <ostream>
@@ -11,6 +12,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "comptrain/zoo/zoo.hpp"
 #include "zoo_test_support.hpp"
@@ -152,6 +154,68 @@ TEST(TensorParallelGpt, LayerCollectives) {
 }
 
 // Megatron's vocab_size_with_padding: a multiple of 128·t (build_tokenizer.py:133-145).
+// Megatron-LM's backward of a column-parallel linear (LinearWithGradAccumulationAndAsyncCommunication,
+// layers.py:667-711; shared/reference/parallelism.md §1): the input gradient's GEMM, then its
+// all-reduce (no SP) or reduce-scatter (SP) launched asynchronously and overlapping the weight
+// gradient's GEMM, which follows; under SP the all-gather re-gathering the saved s/t input runs
+// first, beside the input gradient's GEMM. Hand-checked order for GPT's c_attn and c_fc (one
+// fused GEMM each): [all_gather (overlap 1)], backward_input, all_reduce / reduce_scatter
+// (overlap 1), backward_weight; the FLOPs split 2·macs + 2·macs + the bias's row sums.
+TEST(TensorParallelGpt, ColumnParallelBackwardOverlapsTheWeightGradient) {
+  const std::int64_t s = 384;
+  const std::int64_t h = 256;
+  const std::int64_t b = 2;
+  const std::int64_t t = 4;
+  for (const bool sp : {false, true}) {
+    SCOPED_TRACE(sp ? "SP" : "no SP");
+    const Trace trace = build_model(gpt_request(2, t, sp, b));
+    const auto index_of = [&](const std::string& name) {
+      for (std::size_t o = 0; o < trace.ops().size(); ++o) {
+        if (trace.op(o).name == name) return o;
+      }
+      ADD_FAILURE() << "no op " << name;
+      return std::size_t{0};
+    };
+    for (const auto& [linear, width] : {std::pair<std::string, std::int64_t>{"transformer.h.1.attn.c_attn", 3 * h / t},
+                                        {"transformer.h.1.mlp.c_fc", 4 * h / t}}) {
+      SCOPED_TRACE(linear);
+      const std::size_t input = index_of(linear + ".backward_input");
+      const std::size_t weight = index_of(linear + ".backward_weight");
+      ASSERT_EQ(weight, input + 2);
+      const auto& reduce = trace.op(input + 1);
+      ASSERT_EQ(reduce.kind, OpKind::communication);
+      EXPECT_EQ(reduce.communication->kind, sp ? CommunicationKind::reduce_scatter : CommunicationKind::all_reduce);
+      EXPECT_EQ(reduce.communication->group, ParallelGroup::tensor);
+      EXPECT_EQ(reduce.communication->overlap, 1);
+      // It reduces what the input-gradient GEMM wrote.
+      EXPECT_EQ(trace.storage_of(reduce.inputs.at(0)), trace.storage_of(trace.op(input).outputs.at(0)));
+      // 2·macs each, macs = tokens (s·b, whole sequence) x h x width; the bias's row sums on the weight side.
+      const std::int64_t macs = s * h * width;  // per sample
+      EXPECT_EQ(trace.op(input).flops.per_sample, 2 * macs);
+      EXPECT_EQ(trace.op(weight).flops.per_sample, 2 * macs + s * width);
+      EXPECT_EQ(trace.op(input).kind, OpKind::linear);
+      EXPECT_EQ(trace.op(weight).kind, OpKind::linear);
+      if (sp) {
+        const auto& gather = trace.op(input - 1);
+        ASSERT_EQ(gather.kind, OpKind::communication);
+        EXPECT_EQ(gather.communication->kind, CommunicationKind::all_gather);
+        EXPECT_EQ(gather.communication->overlap, 1);  // beside backward_input; backward_weight reads its output
+        const auto& reads = trace.op(weight).inputs;
+        EXPECT_NE(std::find(reads.begin(), reads.end(), gather.outputs.at(0)), reads.end());
+        const auto& input_reads = trace.op(input).inputs;
+        EXPECT_EQ(std::find(input_reads.begin(), input_reads.end(), gather.outputs.at(0)), input_reads.end());
+      }
+    }
+    // The row-parallel linears' backward stays one op, and the forward collectives are not overlapped.
+    index_of("transformer.h.1.attn.c_proj.backward");
+    for (const auto& op : trace.ops()) {
+      if (op.communication && op.phase == Phase::forward) {
+        EXPECT_EQ(op.communication->overlap, 0) << op.name;
+      }
+    }
+  }
+}
+
 TEST(TensorParallel, VocabularyPadding) {
   EXPECT_EQ(tensor_parallel_vocab(50257, 1), 50257);  // degree 1: the model as defined
   EXPECT_EQ(tensor_parallel_vocab(50257, 2), 50432);  // 197 x 256
@@ -268,6 +332,44 @@ TEST(TensorParallelLlama, SavedPerLayerSplitsAsTheShardingSays) {
     EXPECT_EQ(per_layer(t, true, Attention::eager), replicated / t + eager_split / t);
     EXPECT_EQ(per_layer(t, true, Attention::flash), replicated / t + flash_split / t);
   }
+}
+
+// LLaMA's q, k and v (and gate, up) are GEMMs of their own sharing one input: the input
+// gradients' GEMMs and their sums first, then the one collective overlapping the three weight
+// gradients; under SP the all-gather overlaps every op from it to the collective.
+TEST(TensorParallelLlama, SharedInputLinearsDeferTheirWeightGradients) {
+  const Trace trace = build_model(llama_request(LlamaShape{}, 1, 2, true, Attention::flash));
+  std::vector<std::string> names;
+  for (const auto& op : trace.ops()) names.push_back(op.name);
+  const auto at = [&](const std::string& name) {
+    const auto it = std::find(names.begin(), names.end(), name);
+    EXPECT_NE(it, names.end()) << name;
+    return static_cast<std::size_t>(it - names.begin());
+  };
+  const std::size_t q_weight = at("model.layers.0.self_attn.q_proj.backward_weight");
+  const std::size_t k_weight = at("model.layers.0.self_attn.k_proj.backward_weight");
+  const std::size_t v_weight = at("model.layers.0.self_attn.v_proj.backward_weight");
+  const std::size_t first_weight = std::min({q_weight, k_weight, v_weight});
+  EXPECT_EQ(std::max({q_weight, k_weight, v_weight}), first_weight + 2);
+  const auto& reduce = trace.op(first_weight - 1);
+  ASSERT_EQ(reduce.kind, OpKind::communication);
+  EXPECT_EQ(reduce.communication->kind, CommunicationKind::reduce_scatter);
+  EXPECT_EQ(reduce.communication->overlap, 3);
+  for (const char* proj : {"q_proj", "k_proj", "v_proj"}) {
+    EXPECT_LT(at(std::string("model.layers.0.self_attn.") + proj + ".backward_input"), first_weight - 1);
+  }
+  // The re-gather before the first input-gradient GEMM, beside every op up to the collective.
+  std::size_t gather = first_weight - 1;
+  while (gather-- > 0) {
+    const auto& op = trace.op(gather);
+    if (op.communication && op.communication->kind == CommunicationKind::all_gather && op.phase == Phase::backward &&
+        op.name.ends_with(".regather"))
+      break;
+  }
+  EXPECT_EQ(gather + 1, std::min({at("model.layers.0.self_attn.q_proj.backward_input"),
+                                  at("model.layers.0.self_attn.k_proj.backward_input"),
+                                  at("model.layers.0.self_attn.v_proj.backward_input")}));
+  EXPECT_EQ(trace.op(gather).communication->overlap, static_cast<std::int64_t>(first_weight - 1 - gather - 1));
 }
 
 // The same collectives per layer as the GPT's: q, k, v share one input (one f, or one gather

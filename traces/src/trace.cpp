@@ -300,6 +300,12 @@ void check_communication(const Op& op, std::size_t o) {
                                                              std::string(to_string(op.communication->kind)) +
                                                              "; expected a ring of >= 2 ranks on an all_gather, or none");
   }
+  if (op.communication && (op.communication->overlap < 0 || (op.communication->overlap > 0 && op.communication->ring > 0))) {
+    throw TraceError(op_path(o) + "/communication/overlap",
+                     describe(op) + " has overlap " + std::to_string(op.communication->overlap) +
+                         (op.communication->ring > 0 ? " beside a ring (which overlaps the op after it already)" : "") +
+                         "; expected a count >= 1 of the ops it runs beside, on a collective without a ring, or none");
+  }
 }
 
 // Ops: references in range, one writer per tensor; producers and consumers derived.

@@ -693,8 +693,8 @@ class TraceReader {
   }
 
   Communication read_communication(const json& value, const std::string& path) const {
-    expect_object(value, path, "an object {\"kind\", \"group\"[, \"ring\"]}");
-    check_fields(value, path, {"kind", "group", "ring"});
+    expect_object(value, path, "an object {\"kind\", \"group\"[, \"ring\"][, \"overlap\"]}");
+    check_fields(value, path, {"kind", "group", "ring", "overlap"});
     Communication communication;
     communication.kind =
         as_vocabulary<CommunicationKind>(required(value, path, "kind", "a communication kind"), child(path, "kind"),
@@ -703,6 +703,13 @@ class TraceReader {
         as_vocabulary<ParallelGroup>(required(value, path, "group", "a parallel group"), child(path, "group"),
                                      "parallel group", parse_parallel_group, all_parallel_groups());
     if (const json* ring = optional(value, "ring")) communication.ring = as_int64(*ring, child(path, "ring"), 2);
+    if (const json* overlap = optional(value, "overlap")) {
+      if (version_ < 6) {
+        fail(child(path, "overlap"), "the communication's \"overlap\" is a version-6 field but /version is " +
+                                         std::to_string(version_) + "; expected \"version\": 6 in a file that has it");
+      }
+      communication.overlap = as_int64(*overlap, child(path, "overlap"), 1);
+    }
     return communication;
   }
 
@@ -795,7 +802,7 @@ class TraceWriter {
     next_field(1);
     key("version");
     // The oldest version that can hold the trace (2 added `values`, 3 `gradient`, 4 the op kinds
-    // gather and scatter, 5 communication), so that a trace without them stays readable by older builds and its
+    // gather and scatter, 5 communication, 6 its overlap), so that a trace without them stays readable by older builds and its
     // files keep their bytes.
     const auto any = [this](auto has) { return std::any_of(trace_.tensors().begin(), trace_.tensors().end(), has); };
     const bool gathers = std::any_of(trace_.ops().begin(), trace_.ops().end(), [](const Op& op) {
@@ -803,7 +810,10 @@ class TraceWriter {
     });
     const bool communicates = std::any_of(trace_.ops().begin(), trace_.ops().end(),
                                           [](const Op& op) { return op.kind == OpKind::communication; });
-    out_ += communicates                                              ? "5"
+    const bool overlaps = std::any_of(trace_.ops().begin(), trace_.ops().end(),
+                                      [](const Op& op) { return op.communication && op.communication->overlap > 0; });
+    out_ += overlaps                                                  ? "6"
+            : communicates                                            ? "5"
             : gathers                                                 ? "4"
             : any([](const Tensor& t) { return !t.gradient.empty(); }) ? "3"
             : any([](const Tensor& t) { return !t.values.empty(); })   ? "2"
@@ -1045,6 +1055,11 @@ class TraceWriter {
         separator();
         key("ring");
         out_ += std::to_string(op.communication->ring);
+      }
+      if (op.communication->overlap > 0) {
+        separator();
+        key("overlap");
+        out_ += std::to_string(op.communication->overlap);
       }
       out_ += '}';
     }

@@ -386,7 +386,7 @@ class Replay {
       for (TaskId d : dependencies) {
         if (done_[d]) continue;
         std::unique_lock<sg4::Mutex> lock(*replay_.mutex_);
-        waiting_streams_[d] |= static_cast<std::uint8_t>(1u << stream);
+        waiting_streams_[d] |= static_cast<std::uint16_t>(1u << stream);
         while (!done_[d]) stream_woken_[stream]->wait(lock);
       }
     }
@@ -496,7 +496,7 @@ class Replay {
       if (records()) replay_.release_buffers_of(t, time);
       done_[t] = true;
       // Most tasks have nobody waiting on them: no simcall at all then.
-      if (const std::uint8_t streams = waiting_streams_[t]; streams != 0) {
+      if (const std::uint16_t streams = waiting_streams_[t]; streams != 0) {
         waiting_streams_[t] = 0;
         for (std::size_t s = 0; s < models::kStreamCount; ++s) {
           if (streams & (1u << s)) stream_woken_[s]->notify_one();
@@ -512,8 +512,8 @@ class Replay {
     std::vector<bool> done_;
     std::vector<double> launch_;  // when the launching thread issues each task (known once its gate has ended)
     std::array<sg4::ConditionVariablePtr, models::kStreamCount> stream_woken_;
-    std::vector<std::uint8_t> waiting_streams_;  // per task: the streams blocked until it ends (bit per stream)
-    static_assert(models::kStreamCount <= 8, "waiting_streams_ holds one bit per stream");
+    std::vector<std::uint16_t> waiting_streams_;  // per task: the streams blocked until it ends (bit per stream)
+    static_assert(models::kStreamCount <= 16, "waiting_streams_ holds one bit per stream");
   };
 
   // Every rank's replay builds every node whole; one rank's, node 0 whole and the others folded

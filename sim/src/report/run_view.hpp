@@ -22,7 +22,7 @@ inline constexpr std::array<MemoryRole, models::kMemoryRoleCount> kMemoryRoles{
     MemoryRole::input,      MemoryRole::weight,     MemoryRole::weight_copy, MemoryRole::buffer, MemoryRole::gradient, MemoryRole::optimizer_state,
     MemoryRole::activation, MemoryRole::compressed, MemoryRole::prefetch, MemoryRole::temporary,
 };
-inline constexpr std::array<Stream, models::kStreamCount> kStreams{Stream::compute, Stream::d2h, Stream::h2d, Stream::codec, Stream::comm, Stream::host, Stream::p2p, Stream::context};
+inline constexpr std::array<Stream, models::kStreamCount> kStreams{Stream::compute, Stream::d2h, Stream::h2d, Stream::codec, Stream::comm, Stream::host, Stream::p2p, Stream::context, Stream::tensor};
 
 constexpr std::size_t index_of(models::MemoryRole role) { return static_cast<std::size_t>(role); }
 constexpr std::size_t index_of(models::TaskKind kind) { return static_cast<std::size_t>(kind); }

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -111,6 +112,38 @@ TEST(MegatronImport, AGptJobIsTheZoosGpt) {
   ASSERT_TRUE(s.strategy.layer_recompute);
   EXPECT_EQ(s.strategy.layer_recompute->method, models::LayerRecompute::Method::uniform);
   EXPECT_EQ(s.strategy.layer_recompute->num_layers, std::vector<int>{1});
+}
+
+// The overlaps Megatron-LM makes on request are read and each named as not modelled, with what
+// the replay does instead; the scenario is the same as without them.
+TEST(MegatronImport, OverlapFlagsAreNamedAsNotModelled) {
+  const std::string overlaps = " --tp-comm-overlap --overlap-grad-reduce --overlap-param-gather";
+  std::string job = kLlama70b;
+  job.insert(job.find(" --lr"), overlaps);
+  const ImportedScenario with = import_megatron_arguments(job, "job.sh", on("dgx-h100-superpod"));
+  const ImportedScenario without = import_megatron_arguments(kLlama70b, "job.sh", on("dgx-h100-superpod"));
+  const auto has = [&](const std::string& text) {
+    return std::any_of(with.notes.begin(), with.notes.end(), [&](const std::string& note) { return note.find(text) != std::string::npos; });
+  };
+  EXPECT_TRUE(has("--tp-comm-overlap is read and not modelled"));
+  EXPECT_TRUE(has("--overlap-grad-reduce is read and not modelled: the distributed optimizer's reduce-scatters run after"));
+  EXPECT_TRUE(has("--overlap-param-gather is read and not modelled"));
+  for (const std::string& note : with.notes) {
+    if (note.starts_with("not imported")) {
+      EXPECT_EQ(note.find("overlap"), std::string::npos) << note;  // read, not left unread
+    }
+  }
+  const auto body = [](const std::string& yaml) {  // without the comment lines (the notes)
+    std::string kept;
+    std::size_t start = 0;
+    while (start < yaml.size()) {
+      const std::size_t end = std::min(yaml.find('\n', start), yaml.size());
+      if (yaml[start] != '#') kept += yaml.substr(start, end - start + 1);
+      start = end + 1;
+    }
+    return kept;
+  };
+  EXPECT_EQ(body(with.yaml), body(without.yaml));
 }
 
 // --recompute-granularity, --recompute-method and --recompute-num-layers become the strategy's

@@ -3,6 +3,10 @@
 // (one rank standing for all) against the replay of every rank, on hand-built schedules and on
 // zoo models under DDP and ZeRO.
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -97,6 +101,72 @@ TEST(ClusterReplay, ABucketAllReduceOverlapsTheRestOfBackward) {
 // a 10 GB/s PCIe link each and 20 GB/s of host memory move 1 GB each in 4 x 1 GB / 20 GB/s = 0.2
 // s, not the 0.1 s one GPU alone takes, each way. The symmetric replay makes the other GPUs'
 // copies too.
+// Megatron's backward overlap of a tensor-parallel linear, from the trace (traces/FORMAT.md
+// "Communication", `overlap`) through build_schedule to the replay: the input-gradient GEMM D
+// (1 ms), the all-reduce C of its output (overlap 1: the tensor stream, beside the next op), the
+// weight-gradient GEMM W (w ms) and the op N after it (1 ms), which waits for C. On 2 GPUs the
+// ring all-reduce of 150 MB sends 150 MB over each 100 GB/s NVLink port: 1.5 ms. C starts when D
+// ends; the hidden part is min(1.5 ms, w), the rest exposed, and N starts at 1 + max(1.5, w) ms.
+TEST(ClusterReplay, AnOverlappedTensorParallelAllReduceHidesBehindTheWeightGradient) {
+  models::Platform platform = node_platform(2);
+  platform.gpu.peak_fp16 = platform.gpu.peak_bf16 = platform.gpu.peak_tf32 = 1e14;  // the op-time model needs them; the ops are measured
+  for (const double w : {0.5e-3, 1e-3, 2e-3}) {
+    SCOPED_TRACE("weight gradient " + std::to_string(w) + " s");
+    using traces::TensorRole;
+    const auto tensor = [](std::uint64_t id, const char* name, std::int64_t bytes, TensorRole role) {
+      traces::Tensor t;
+      t.id = id;
+      t.name = name;
+      t.dtype = traces::DType::u8;
+      t.shape = {bytes};
+      t.role = role;
+      return t;
+    };
+    std::vector<traces::Tensor> tensors{tensor(0, "grad_out", 1000, TensorRole::input), tensor(1, "weight", 1000, TensorRole::weight),
+                                        tensor(2, "grad_in", 150'000'000, TensorRole::temporary),
+                                        tensor(3, "grad_in.reduced", 150'000'000, TensorRole::temporary),
+                                        tensor(4, "weight.grad", 1000, TensorRole::gradient), tensor(5, "next.out", 1000, TensorRole::temporary)};
+    tensors[3].view_of = 2;
+    const auto op = [&](std::uint64_t id, const char* name, traces::OpKind kind, std::vector<traces::TensorIndex> in,
+                        std::vector<traces::TensorIndex> out, double seconds) {
+      traces::Op o;
+      o.id = id;
+      o.name = name;
+      o.phase = traces::Phase::backward;
+      o.kind = kind;
+      o.inputs = std::move(in);
+      o.outputs = std::move(out);
+      if (seconds > 0) o.measured = traces::MeasuredDuration{seconds, platform.gpu.name, 1};
+      return o;
+    };
+    std::vector<traces::Op> ops{op(0, "D", traces::OpKind::linear, {0, 1}, {2}, 1e-3),
+                                op(1, "C", traces::OpKind::communication, {2}, {3}, 0),
+                                op(2, "W", traces::OpKind::linear, {0}, {4}, w),
+                                op(3, "N", traces::OpKind::elementwise, {3}, {5}, 1e-3)};
+    ops[1].communication = traces::Communication{traces::CommunicationKind::all_reduce, traces::ParallelGroup::tensor};
+    ops[1].communication->overlap = 1;
+    const traces::Trace trace("overlap", 1, std::move(tensors), std::move(ops));
+    const models::OpTimeModel time_model(platform);
+    const models::Schedule s = test_support::must_apply(models::build_schedule(trace, time_model, models::StrategySpec{}));
+    models::TaskId c = 0, n = 0;
+    for (models::TaskId t = 0; t < s.tasks.size(); ++t) {
+      if (s.tasks[t].op == 1u) c = t;
+      if (s.tasks[t].op == 3u) n = t;
+    }
+    ASSERT_EQ(s.tasks[c].stream, Stream::tensor);
+    const SimulationResult r = simulate(platform, s, testing::bare_framework(), ClusterShape{1, 2});
+    ASSERT_TRUE(r.fits());
+    EXPECT_NEAR(r.tasks[c].start, 1e-3, 1e-8);
+    EXPECT_NEAR(r.tasks[c].end, 2.5e-3, 1e-8);
+    EXPECT_NEAR(r.tasks[n].start, 1e-3 + std::max(1.5e-3, w), 1e-8);
+    const CommunicationTime comm = communication_time(s, r);
+    const auto& tensor_group = comm.by_group[static_cast<std::size_t>(traces::ParallelGroup::tensor)];
+    EXPECT_NEAR(tensor_group.collective_seconds, 1.5e-3, 1e-8);
+    EXPECT_NEAR(tensor_group.collective_seconds - tensor_group.exposed_seconds, std::min(1.5e-3, w), 1e-8);
+    EXPECT_NEAR(comm.hidden_seconds(), std::min(1.5e-3, w), 1e-8);
+  }
+}
+
 TEST(ClusterReplay, HostLinkCopiesOfANodeShareItsHostMemory) {
   ScheduleBuilder b;
   const auto x = b.buffer("x", 1'000'000'000, MemoryRole::activation);

@@ -312,6 +312,7 @@ void NetworkBuilder::record(ForwardOp op) {
   if (op.communication) communications_.emplace(recipe.forward_op, *op.communication);
   recipe.communication = op.backward_communication;
   recipe.regather = op.regather;
+  recipe.split = op.split;
   recipe.context_exchange = std::move(op.context_exchange);
   recipe.reduced_in_place = std::move(op.reduced_in_place);
   recipe.differentiable_outputs = std::move(op.differentiable_outputs);
@@ -529,7 +530,7 @@ Value NetworkBuilder::linear(const std::string& name, Value x, Value weight, std
 }
 
 Value NetworkBuilder::linear_saving(const std::string& name, Value x, Value weight, std::optional<Value> bias,
-                                    std::optional<std::size_t> saved_shard) {
+                                    std::optional<std::size_t> saved_shard, std::optional<std::size_t> input_collective) {
   const std::int64_t in_features = dim(x, -1);
   if (sample_shape(weight).size() != 2 || dim(weight, 1) != in_features) {
     throw std::logic_error(name + ": weight does not match the input features");
@@ -570,6 +571,7 @@ Value NetworkBuilder::linear_saving(const std::string& name, Value x, Value weig
   const bool bias_grad = bias && requires_grad(bias->index);
   f.backward_flops = times(macs, (requires_grad(x.index) ? 2 : 0) + (weight_grad ? 2 : 0)) + (bias_grad ? bias_flops : BatchLinear{});
   f.backward_kind = OpKind::linear;
+  if (input_collective) f.split = SplitBackward{*input_collective, x.index, saved_input, weight.index, times(macs, 2)};
   record(std::move(f));
   return {y};
 }
@@ -1448,8 +1450,21 @@ traces::Trace NetworkBuilder::finish(Value root, std::map<std::string, std::stri
   if (finished_) throw std::logic_error("NetworkBuilder: already finished");
   seed_backward(root.index);
   for (auto recipe = recipes_.rbegin(); recipe != recipes_.rend(); ++recipe) {
-    emit_backward(*recipe);
-    emit_steps_in_backward(*recipe);  // torchtune's optimizer_in_bwd only
+    if (splits_backward(*recipe)) {
+      auto [input_part, weight_part] = split_backward(*recipe);
+      emit_backward(input_part);
+      deferred_weight_grads_[recipe->split->collective_op].push_back(std::move(weight_part));
+    } else {
+      emit_backward(*recipe);
+      emit_steps_in_backward(*recipe);  // torchtune's optimizer_in_bwd only
+    }
+    if (const auto deferred = deferred_weight_grads_.find(recipe->forward_op); deferred != deferred_weight_grads_.end()) {
+      emit_overlapped_weight_grads(deferred->second);
+      deferred_weight_grads_.erase(deferred);
+    }
+  }
+  if (!deferred_weight_grads_.empty()) {
+    throw std::logic_error("NetworkBuilder: a column-parallel linear's input collective has no backward op");
   }
   emit_optimizer_steps();
   assign_storage_roles();
@@ -1477,10 +1492,62 @@ void NetworkBuilder::seed_backward(std::size_t root) {
   add_gradient(root, seed, emit({"backward.seed", Phase::backward, OpKind::elementwise, {}, {seed}, {}, {}, {}}));
 }
 
+bool NetworkBuilder::splits_backward(const BackwardRecipe& recipe) const {
+  // Both gradients wanted (the input's, which the collective reduces, and a weight's), and no
+  // optimizer step in the backward pass, which would follow the weight gradient's op at once.
+  if (!recipe.split || optimizer_in_backward_) return false;
+  const auto is_input = [&](const GradSpec& g) { return g.target == recipe.split->input; };
+  return std::any_of(recipe.grads.begin(), recipe.grads.end(), is_input) &&
+         !std::all_of(recipe.grads.begin(), recipe.grads.end(), is_input);
+}
+
+std::pair<NetworkBuilder::BackwardRecipe, NetworkBuilder::BackwardRecipe> NetworkBuilder::split_backward(
+    const BackwardRecipe& recipe) const {
+  const SplitBackward& split = *recipe.split;
+  // grad_input = g W reads the weight; grad_weight = gᵀ x (and the bias's row sum) reads the
+  // input, under sequence parallelism gathered again from the saved shard before the first op
+  // (the all_gather overlaps the input gradient's GEMM, layers.py:667-680).
+  BackwardRecipe input_part = recipe;
+  input_part.suffix = ".backward_input";
+  std::erase_if(input_part.grads, [&](const GradSpec& g) { return g.target != split.input; });
+  std::erase(input_part.reads, split.saved_input);
+  input_part.flops = split.input_flops;
+  BackwardRecipe weight_part = recipe;
+  weight_part.suffix = ".backward_weight";
+  std::erase_if(weight_part.grads, [&](const GradSpec& g) { return g.target == split.input; });
+  std::erase(weight_part.reads, split.weight);
+  weight_part.flops = {recipe.flops.fixed - split.input_flops.fixed, recipe.flops.per_sample - split.input_flops.per_sample};
+  weight_part.split.reset();
+  return {std::move(input_part), std::move(weight_part)};
+}
+
+void NetworkBuilder::emit_overlapped_weight_grads(const std::vector<BackwardRecipe>& weight_parts) {
+  // The collective just emitted (the input gradient's all_reduce or reduce_scatter) runs beside
+  // the weight-gradient GEMMs that follow (layers.py:694-711, queued before them under
+  // CUDA_DEVICE_MAX_CONNECTIONS=1, :696); the op after them waits for it.
+  const std::size_t collective = ops_.size() - 1;
+  const auto emitted = communications_.find(collective);
+  if (emitted == communications_.end()) throw std::logic_error(ops_[collective].name + ": expected the input gradient's collective");
+  emitted->second.overlap = static_cast<std::int64_t>(weight_parts.size());
+  // Sequence parallelism: the all_gather of the saved input runs beside the ops from it to the
+  // collective (the input-gradient GEMMs, and the sums of their gradients when several linears
+  // share the input); the first weight-gradient GEMM, which reads what it gathers, waits for it.
+  if (const auto& regather = weight_parts.front().regather) {
+    const std::size_t gather = regather_ops_.at(regather->first);
+    std::int64_t beside = 0;
+    for (std::size_t o = gather + 1; o < collective; ++o) {
+      const auto c = communications_.find(o);
+      if (c == communications_.end() || (c->second.overlap == 0 && c->second.ring == 0)) ++beside;
+    }
+    if (beside > 0) communications_.at(gather).overlap = beside;
+  }
+  for (const BackwardRecipe& part : weight_parts) emit_backward(part);
+}
+
 void NetworkBuilder::emit_backward(const BackwardRecipe& recipe) {
   const std::string forward_name = ops_[recipe.forward_op].name;
   OpRecord op;
-  op.name = forward_name + ".backward";
+  op.name = forward_name + recipe.suffix;
   op.phase = Phase::backward;
   op.kind = recipe.kind;
   op.flops = recipe.flops;

@@ -321,6 +321,9 @@ class NetworkBuilder {
   struct ColumnParallelInput {
     Value total;                 // what the GEMMs read
     std::optional<Value> shard;  // sequence parallelism: what they save and re-gather
+    // The forward op (copy_to_tensor_parallel, or the sequence-parallel all_gather) whose
+    // backward collective reduces the GEMMs' input gradient; unset when it has no backward.
+    std::optional<std::size_t> collective;
   };
   ColumnParallelInput column_parallel_input(const std::string& name, Value x);
   // ColumnParallelLinear (layers.py:932) without gather_output: `out_features` are this rank's
@@ -399,8 +402,11 @@ class NetworkBuilder {
                                    std::optional<traces::CommunicationKind> backward,
                                    traces::ParallelGroup group = traces::ParallelGroup::tensor);
   // linear() whose saved input is the sequence-parallel shard `saved_shard` of x (re-gathered in backward).
+  // With `input_collective` (a column-parallel linear's ColumnParallelInput::collective) its
+  // backward is two ops, the input gradient's and the weight gradient's, the second emitted after
+  // that collective's backward, which overlaps it (BackwardRecipe::split).
   Value linear_saving(const std::string& name, Value x, Value weight, std::optional<Value> bias,
-                      std::optional<std::size_t> saved_shard);
+                      std::optional<std::size_t> saved_shard, std::optional<std::size_t> input_collective = std::nullopt);
   void check_sequence_divides(Value x, const std::string& what) const;
   // The flash kernel of one context-parallel rank (network_builder.cpp): q [1, H, S/C, D] of this
   // rank's two load-balanced chunks against the whole sequence's keys and values, k and v
@@ -460,8 +466,24 @@ class NetworkBuilder {
     std::optional<std::size_t> alias_of;
   };
 
+  // A tensor-parallel column-parallel linear's backward as Megatron-LM runs it
+  // (LinearWithGradAccumulationAndAsyncCommunication.backward, layers.py:667-711): the input
+  // gradient's GEMM (`.backward_input`), the input gradient's all-reduce or reduce-scatter
+  // launched asynchronously, then the weight gradient's GEMM (`.backward_weight`) while it runs.
+  // The zoo's collective is the backward op of `collective_op` (copy_to_tensor_parallel or the
+  // sequence-parallel all_gather), so the weight-gradient op waits until that op's backward is
+  // emitted (finish()).
+  struct SplitBackward {
+    std::size_t collective_op = 0;  // forward op index
+    std::size_t input = 0;          // the GEMM's input: its gradient is the first op's
+    std::size_t saved_input = 0;    // what the weight gradient reads (the input, or its saved shard)
+    std::size_t weight = 0;         // what the input gradient reads (the GEMM's weight)
+    traces::BatchLinear input_flops;
+  };
+
   // What a forward op leaves for its backward op.
   struct BackwardRecipe {
+    std::string suffix = ".backward";  // the backward op's name: the forward op's + suffix
     std::size_t forward_op = 0;
     std::vector<std::size_t> differentiable_outputs;  // forward outputs gradients flow into
     std::vector<std::size_t> reads;                    // saved tensors and weights it reads
@@ -492,6 +514,7 @@ class NetworkBuilder {
       std::vector<std::size_t> replaced;
     };
     std::optional<ContextExchange> context_exchange;
+    std::optional<SplitBackward> split;
   };
 
   // A forward op under construction; record() files it and its backward recipe.
@@ -516,6 +539,7 @@ class NetworkBuilder {
     std::map<std::size_t, std::size_t> reduced_in_place;          // BackwardRecipe::reduced_in_place
     std::optional<std::pair<std::size_t, std::size_t>> regather;  // BackwardRecipe::regather
     std::optional<BackwardRecipe::ContextExchange> context_exchange;  // BackwardRecipe::context_exchange
+    std::optional<SplitBackward> split;                                // BackwardRecipe::split
     // The backward op consumes the outputs' gradient and produces none: a pipeline stage's
     // received input, whose gradient leaves the stage (send_backward). Without it an op with no
     // gradient target is a mistake in a model definition.
@@ -570,6 +594,12 @@ class NetworkBuilder {
 
   // finish() steps.
   void emit_backward(const BackwardRecipe& recipe);
+  // BackwardRecipe::split: whether `recipe` is emitted as two ops, and the two recipes.
+  bool splits_backward(const BackwardRecipe& recipe) const;
+  std::pair<BackwardRecipe, BackwardRecipe> split_backward(const BackwardRecipe& recipe) const;
+  // The weight-gradient ops deferred until the collective just emitted, marked as overlapping
+  // them (and the sequence-parallel all_gather as overlapping the ops before them).
+  void emit_overlapped_weight_grads(const std::vector<BackwardRecipe>& weight_parts);
   void add_gradient(std::size_t target, std::size_t grad, std::size_t producer_op);
   void emit_optimizer_steps();
   traces::DType state_dtype(std::size_t weight) const;
@@ -612,6 +642,9 @@ class NetworkBuilder {
   std::int64_t context_parallel_ = 1;
   ContextParallelSpec::Variant context_variant_ = ContextParallelSpec::Variant::ring;
   std::map<std::size_t, std::size_t> regathered_;  // saved shard -> its backward all_gather's output
+  std::map<std::size_t, std::size_t> regather_ops_;  // saved shard -> its backward all_gather (op index)
+  // finish(): collective forward op -> the weight-gradient recipes emitted after its backward.
+  std::map<std::size_t, std::vector<BackwardRecipe>> deferred_weight_grads_;
   std::map<std::size_t, traces::Communication> communications_;  // op index -> what the op communicates
   std::optional<std::size_t> nf4_dynamic_map_;  // bitsandbytes' shared 8-bit dynamic map
   // Pipeline stages (pipeline_stage.cpp): the output sent to the next stage, the autograd root.

@@ -156,13 +156,23 @@ Value NetworkBuilder::scatter_to_sequence_parallel(const std::string& name, Valu
 }
 
 NetworkBuilder::ColumnParallelInput NetworkBuilder::column_parallel_input(const std::string& name, Value x) {
-  if (tensor_parallel_ == 1) return {x, std::nullopt};
-  if (!sequence_parallel_) return {copy_to_tensor_parallel(name + ".copy_to_tensor_parallel", x), std::nullopt};
+  if (tensor_parallel_ == 1) return {x, std::nullopt, std::nullopt};
+  // The op just recorded, when it left a backward recipe (its backward is the input gradient's
+  // collective).
+  const auto collective = [&]() -> std::optional<std::size_t> {
+    if (recipes_.empty() || recipes_.back().forward_op + 1 != ops_.size()) return std::nullopt;
+    return recipes_.back().forward_op;
+  };
+  if (!sequence_parallel_) {
+    const Value total = copy_to_tensor_parallel(name + ".copy_to_tensor_parallel", x);
+    return {total, std::nullopt, collective()};
+  }
   // The shard is what the GEMMs' dtype needs (a no-op outside autocast): gathered and saved in
   // 16 bits, as Megatron's linear gathers the tensor it multiplies.
   check_sequence_divides(x, name);
   const Value shard{autocast_lower(name, x.index)};
-  return {gather_from_sequence_parallel(name + ".all_gather", shard), shard};
+  const Value total = gather_from_sequence_parallel(name + ".all_gather", shard);
+  return {total, shard, collective()};
 }
 
 Value NetworkBuilder::column_parallel_linear(const std::string& name, const ColumnParallelInput& x,
@@ -171,12 +181,13 @@ Value NetworkBuilder::column_parallel_linear(const std::string& name, const Colu
   if (lora_) throw std::logic_error(name + ": LoRA is not written for tensor parallelism");
   const Value weight = parameter(name + ".weight", {out_features, dim(x.total, -1)});
   const std::optional<Value> b = bias ? std::optional(parameter(name + ".bias", {out_features})) : std::nullopt;
-  return linear_saving(name, x.total, weight, b, x.shard ? std::optional(x.shard->index) : std::nullopt);
+  return linear_saving(name, x.total, weight, b, x.shard ? std::optional(x.shard->index) : std::nullopt, x.collective);
 }
 
 Value NetworkBuilder::column_parallel_linear(const std::string& name, const ColumnParallelInput& x, Value weight) {
   if (tensor_parallel_ == 1) return linear(name, x.total, weight, std::nullopt);
-  return linear_saving(name, x.total, weight, std::nullopt, x.shard ? std::optional(x.shard->index) : std::nullopt);
+  return linear_saving(name, x.total, weight, std::nullopt, x.shard ? std::optional(x.shard->index) : std::nullopt,
+                       x.collective);
 }
 
 std::size_t NetworkBuilder::regathered_input(const std::pair<std::size_t, std::size_t>& regather) {
@@ -188,9 +199,10 @@ std::size_t NetworkBuilder::regathered_input(const std::pair<std::size_t, std::s
   const std::string op = tensors_.at(gathered).name + ".regather";
   const std::size_t y =
       new_output(op + ".out", tensors_.at(shard).dtype, tensors_.at(gathered).sample_shape, tensors_.at(gathered).batch_dim, false);
-  communications_.emplace(emit({op, traces::Phase::backward, OpKind::communication, {shard}, {y}, {}, {}, {}}),
-                          over_tensor_group(CommunicationKind::all_gather));
+  const std::size_t index = emit({op, traces::Phase::backward, OpKind::communication, {shard}, {y}, {}, {}, {}});
+  communications_.emplace(index, over_tensor_group(CommunicationKind::all_gather));
   regathered_.emplace(shard, y);
+  regather_ops_.emplace(shard, index);
   return y;
 }
 

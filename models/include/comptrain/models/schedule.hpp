@@ -34,8 +34,13 @@ namespace comptrain::models {
 // blocks (TE pytorch/attention/dot_product_attention/context_parallel.py:1356, AttnFuncWithCPAndKVP2P;
 // shared/reference/parallelism.md §3): it runs beside the attention op and holds up only the op
 // after it.
-enum class Stream : std::uint8_t { compute, d2h, h2d, codec, comm, host, p2p, context };
-inline constexpr std::size_t kStreamCount = 8;
+// tensor: tensor parallelism's collectives that Megatron-LM overlaps with the GEMMs after them
+// (traces::Communication::overlap; the backward all-reduce or reduce-scatter of an input gradient
+// behind the weight-gradient GEMM, layers.py:694-711, and sequence parallelism's all-gather of
+// the saved input behind the input-gradient GEMM, :667-680): NCCL's stream beside the compute
+// stream, holding up only the op after those it hides behind.
+enum class Stream : std::uint8_t { compute, d2h, h2d, codec, comm, host, p2p, context, tensor };
+inline constexpr std::size_t kStreamCount = 9;
 std::string_view to_string(Stream stream);
 
 // What a buffer holds, for the memory breakdown.

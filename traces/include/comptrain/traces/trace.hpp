@@ -186,6 +186,12 @@ struct Communication {
   // It runs on a stream of its own beside the op that follows it, which does not wait for it;
   // the op after that one does.
   std::int64_t ring = 0;
+  // 0: the ops after it wait for it (the compute stream's order). n > 0 (not with `ring`): it
+  // runs on a stream of its own beside the next n ops that are not themselves overlapped
+  // collectives, which do not wait for it; the op after those does (Megatron-LM's backward
+  // tensor-parallel collectives behind the weight- and input-gradient GEMMs, traces/FORMAT.md
+  // "Communication"). A ring overlaps the one op after it in the same way.
+  std::int64_t overlap = 0;
   Communication() = default;
   Communication(CommunicationKind what, ParallelGroup over, std::int64_t ring_ranks = 0) : kind(what), group(over), ring(ring_ranks) {}
   friend bool operator==(const Communication&, const Communication&) = default;

@@ -11,8 +11,10 @@ namespace comptrain::sim {
 
 // Collective time and how much of it the compute stream did not hide (rank 0's timeline): the
 // exposed part is when a collective ran and no compute-stream task did.
-// A collective on the compute stream itself (tensor parallelism's) is exposed throughout: the
-// compute stream's own kernels are the non-collective tasks on it.
+// A collective on the compute stream itself (tensor parallelism's forward ones) is exposed
+// throughout: the compute stream's own kernels are the non-collective tasks on it. One on a side
+// stream (the data-parallel comm stream, context parallelism's ring, the tensor stream's
+// backward tensor-parallel collectives) is hidden while a compute-stream task runs.
 struct CommunicationTime {
   double collective_seconds = 0;  // the union of the collectives' intervals
   double exposed_seconds = 0;     // of which with the compute stream idle (at most collective_seconds)

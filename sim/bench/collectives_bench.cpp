@@ -9,7 +9,11 @@
 // the child's peak RSS. Both up to dgx-h100-superpod's full size, 2,048 nodes (16,384 GPUs), every
 // node built whole. BM_FoldedClusterPhases: the same on the folded cluster the symmetric replay
 // builds (sim/README.md, "Ranks in classes": node 0 whole, one endpoint host per other node), up to
-// h100-100k's 12,500 nodes (100,000 GPUs).
+// h100-100k's 12,500 nodes (100,000 GPUs). BM_PipelineClusterPhases: the platform the pipeline
+// replay builds (NodeDetail::stage_nodes: every GPU, the host side of the 16 stages'
+// representatives' nodes only, no power hosts) and 16 all-reduces at once, one per stage over
+// its own ranks, as the stages' data-parallel collectives run (each on its GPUs' collective
+// agents), up to 2,048 nodes (the 405B layouts of scenarios/llama3-405b-layout-plan-16384xh100.yaml).
 
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
@@ -20,6 +24,7 @@
 
 #include <algorithm>
 #include <array>
+#include <vector>
 
 #include "engine/cluster_network.hpp"
 #include "comptrain/sim/engine/collectives.hpp"
@@ -68,7 +73,10 @@ struct Phases {
   double max_rss_mib = 0;
 };
 
-Phases phases_in_child(int nodes, sim::detail::ClusterNetwork::NodeDetail detail = sim::detail::ClusterNetwork::NodeDetail::every_node) {
+// `stages` > 0: the pipeline replay's platform for that many stages and one all-reduce per stage
+// over its ranks, all at once; else one all-reduce over every GPU.
+Phases phases_in_child(int nodes, sim::detail::ClusterNetwork::NodeDetail detail = sim::detail::ClusterNetwork::NodeDetail::every_node,
+                       int stages = 0) {
   std::array<int, 2> pipe_fds{};
   Phases phases;
   if (::pipe(pipe_fds.data()) != 0) return phases;
@@ -77,10 +85,22 @@ Phases phases_in_child(int nodes, sim::detail::ClusterNetwork::NodeDetail detail
     ::close(pipe_fds[0]);
     const double start = self_cpu_seconds();
     sim::detail::ConfiguredEngine engine;
-    const sim::detail::ClusterNetwork network(models::builtin_platform(nodes > 2048 ? "h100-100k" : "dgx-h100-superpod"), {nodes, 8}, detail);
+    std::vector<int> representative_nodes;
+    for (int p = 0; p < stages; ++p) representative_nodes.push_back(p * (nodes / stages));
+    const sim::detail::ClusterNetwork network(models::builtin_platform(nodes > 2048 ? "h100-100k" : "dgx-h100-superpod"), {nodes, 8}, detail,
+                                              representative_nodes);
     Phases measured;
     measured.build = self_cpu_seconds() - start;
-    simgrid::s4u::Actor::create("collective", network.gpu(0), [&] { network.run_collective(models::CollectiveKind::all_reduce, kBytes); });
+    if (stages == 0) {
+      simgrid::s4u::Actor::create("collective", network.gpu(0), [&] { network.run_collective(models::CollectiveKind::all_reduce, kBytes); });
+    }
+    const int stage_ranks = stages > 0 ? nodes * 8 / stages : 0;
+    for (int p = 0; p < stages; ++p) {
+      const sim::detail::RankRange range{p * stage_ranks, stage_ranks};
+      simgrid::s4u::Actor::create("stage", network.gpu(range.first), [&network, range] {
+        network.run_collective(models::CollectiveKind::all_reduce, kBytes, {}, range);
+      });
+    }
     engine.run();
     measured.run = self_cpu_seconds() - start - measured.build;
     rusage usage{};
@@ -98,10 +118,10 @@ Phases phases_in_child(int nodes, sim::detail::ClusterNetwork::NodeDetail detail
   return phases;
 }
 
-void cluster_phases(benchmark::State& state, sim::detail::ClusterNetwork::NodeDetail detail) {
+void cluster_phases(benchmark::State& state, sim::detail::ClusterNetwork::NodeDetail detail, int stages = 0) {
   Phases total;
   for (auto _ : state) {
-    const Phases p = phases_in_child(static_cast<int>(state.range(0)), detail);
+    const Phases p = phases_in_child(static_cast<int>(state.range(0)), detail, stages);
     if (p.build < 0) {
       state.SkipWithError("child failed");
       break;
@@ -120,6 +140,7 @@ void cluster_phases(benchmark::State& state, sim::detail::ClusterNetwork::NodeDe
 
 void BM_ClusterPhases(benchmark::State& state) { cluster_phases(state, sim::detail::ClusterNetwork::NodeDetail::every_node); }
 void BM_FoldedClusterPhases(benchmark::State& state) { cluster_phases(state, sim::detail::ClusterNetwork::NodeDetail::folded); }
+void BM_PipelineClusterPhases(benchmark::State& state) { cluster_phases(state, sim::detail::ClusterNetwork::NodeDetail::stage_nodes, 16); }
 
 }  // namespace
 
@@ -131,4 +152,7 @@ BENCHMARK(BM_ClusterPhases)->Arg(2048)->Iterations(1)->Unit(benchmark::kMillisec
 // Folded: 4 nodes (32 GPUs) to 12,500 (100,000 GPUs, h100-100k).
 BENCHMARK(BM_FoldedClusterPhases)->Arg(4)->Arg(128)->Arg(512)->Unit(benchmark::kMillisecond)->UseManualTime();
 BENCHMARK(BM_FoldedClusterPhases)->Arg(2048)->Arg(12500)->Iterations(1)->Unit(benchmark::kMillisecond)->UseManualTime();
+// 16 pipeline stages on 128, 512 and 2,048 nodes (1,024 to 16,384 GPUs).
+BENCHMARK(BM_PipelineClusterPhases)->Arg(128)->Arg(512)->Unit(benchmark::kMillisecond)->UseManualTime();
+BENCHMARK(BM_PipelineClusterPhases)->Arg(2048)->Iterations(1)->Unit(benchmark::kMillisecond)->UseManualTime();
 BENCHMARK_MAIN();

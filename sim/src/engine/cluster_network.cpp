@@ -15,10 +15,20 @@ using Direction = sg4::LinkInRoute::Direction;
 
 }  // namespace
 
-ClusterNetwork::ClusterNetwork(const models::Platform& platform, ClusterShape shape, NodeDetail detail)
+ClusterNetwork::ClusterNetwork(const models::Platform& platform, ClusterShape shape, NodeDetail detail, const std::vector<int>& host_side_nodes)
     : platform_(platform), shape_(shape), detail_(shape.nodes > 1 ? detail : NodeDetail::every_node) {
   check_cluster_shape(platform_, shape_);
   nodes_.resize(static_cast<std::size_t>(shape_.nodes));
+  host_side_.assign(static_cast<std::size_t>(shape_.nodes), false);
+  if (detail_ == NodeDetail::stage_nodes) {
+    for (const int node : host_side_nodes) {
+      if (node < 0 || node >= shape_.nodes) throw std::out_of_range(fmt::format("node {} of {}", node, shape_.nodes));
+      host_side_[static_cast<std::size_t>(node)] = true;
+    }
+  } else {
+    host_side_[0] = true;
+    if (detail_ == NodeDetail::every_node) host_side_.assign(host_side_.size(), true);
+  }
   if (shape_.nodes == 1) {
     build_node(0, nullptr);  // the root zone: one node, as the single-GPU replay always built
   } else {
@@ -30,7 +40,6 @@ ClusterNetwork::ClusterNetwork(const models::Platform& platform, ClusterShape sh
     for (int rank = 0; rank < shape_.ranks(); ++rank) {
       if (sg4::Host* h = end_of(rank); h != nullptr) make_agent(h);  // a folded node's endpoint once
     }
-    collective_done_ = sg4::Semaphore::create(0);
   }
 }
 
@@ -142,10 +151,11 @@ NetPoint* ClusterNetwork::build_node(int index, sg4::NetZone* parent) {
   // A node without its host side (NodeDetail::node_zero) has what collectives take, nothing more:
   // no host, no power hosts, no copies' links. Those the replay never uses; SimGrid's cost of
   // building hosts and zones grows with the hosts already built (replay_cost.hpp).
-  const bool host_side = index == 0 || detail_ == NodeDetail::every_node;
+  const bool host_side = host_side_[static_cast<std::size_t>(index)];
+  const bool power_hosts = host_side && detail_ != NodeDetail::stage_nodes;
   for (int g = 0; g < gpus; ++g) {
     node.gpus.push_back(node.zone->create_host(gpu_name(g), kGpuSpeed)->set_property("wattage_per_state", "0:0:0")->seal());
-    if (host_side && g_spec.max_power > 0) {
+    if (power_hosts && g_spec.max_power > 0) {
       node.gpu_power.push_back(
           node.zone->create_host(gpu_name(g) + ".power", kGpuPowerSpeed)->set_property("wattage_per_state", power_watts)->seal());
     }

@@ -87,11 +87,20 @@ class ClusterNetwork {
   //    collectives must fold (fold_of: every node's NVLink sends are node 0's, and its network
   //    sends cross its NICs as a rate bound or its link into the network stands for them). The
   //    network between nodes is built whole either way.
-  enum class NodeDetail { every_node, node_zero, folded };
+  //  - stage_nodes: the pipeline replay's (pipeline_replay.hpp): the nodes of `host_side_nodes`
+  //    (those of the stages' representatives, which make the host-link copies) with their host
+  //    side but no GPU power hosts (the pipeline replay draws no energy), every other node as
+  //    node_zero builds it. Every GPU host is built: each stage's collectives run on its ranks.
+  //    What is left out carries nothing in that replay, so its results are those of every_node's;
+  //    what it saves is SimGrid 3.32's per-host cost, which grows with the hosts and zones already
+  //    built (replay_cost.hpp): at 2,048 DGX H100 nodes 16,400 hosts instead of 34,816.
+  enum class NodeDetail { every_node, node_zero, folded, stage_nodes };
 
   using RankRange = detail::RankRange;
 
-  ClusterNetwork(const models::Platform& platform, ClusterShape shape, NodeDetail detail = NodeDetail::every_node);
+  // `host_side_nodes`: NodeDetail::stage_nodes's nodes with their host side (ignored otherwise).
+  ClusterNetwork(const models::Platform& platform, ClusterShape shape, NodeDetail detail = NodeDetail::every_node,
+                 const std::vector<int>& host_side_nodes = {});
   NodeDetail detail() const { return detail_; }
 
   ClusterShape shape() const { return shape_; }
@@ -258,6 +267,9 @@ class ClusterNetwork {
   double reused_joules(const sg4::Link* link) const;
   // How many collectives ran from a first run's record (for tests and benchmarks).
   int reused_collectives() const { return reused_count_; }
+  // How many collectives across nodes found their GPUs' agents taken and were sent the one-sided
+  // way, an actor per node's sends (for tests and benchmarks).
+  int one_sided_collectives() const { return one_sided_count_; }
   int rings() const { return communicators({}).rings; }
   int tree_chains() const { return communicators({}).chains; }
   const std::vector<Send>& ring_sends() const { return communicators({}).sends; }
@@ -299,6 +311,7 @@ class ClusterNetwork {
   models::Platform platform_;  // a copy, so that the caller's platform need not outlive the network
   ClusterShape shape_;
   NodeDetail detail_ = NodeDetail::every_node;
+  std::vector<bool> host_side_;  // per node: built with its host side (NodeDetail::stage_nodes)
   std::vector<Node> nodes_;
   std::vector<PoweredLink> network_links_;
   sg4::NetZone* link_owner_ = nullptr;  // across nodes: the root zone, which holds the nodes' links
@@ -306,6 +319,13 @@ class ClusterNetwork {
   // std::map keeps references to its values valid.
   mutable std::map<std::tuple<int, int, int, int>, Communicators> communicators_;
 
+  // One collective's agents in flight: those still sending, and the semaphore the last of them
+  // releases. Each collective has its own, so that collectives over disjoint GPUs (the pipeline
+  // replay's stages, each over its own ranks) run on their agents at once.
+  struct Run {
+    int sending = 0;
+    sg4::SemaphorePtr done;
+  };
   // A GPU's collective agent (nccl_communicators.cpp, "Sends across nodes"): a daemon actor on
   // the GPU that issues the GPU's sends of each collective as mailbox communications, and is the
   // permanent receiver of the GPU's mailbox, so that every send to the GPU starts at once.
@@ -318,12 +338,12 @@ class ClusterNetwork {
       double rate_bound = 0;
     };
     std::vector<Put> puts;  // this collective's sends
+    Run* run = nullptr;  // the collective in flight that this GPU sends or receives in (nullptr: none)
   };
   void make_agent(sg4::Host* gpu);
   Agent& agent(const sg4::Host* gpu) const { return *agents_.at(gpu); }
   std::unordered_map<const sg4::Host*, std::unique_ptr<Agent>> agents_;
-  mutable int agents_running_ = 0;           // agents still sending in this collective
-  sg4::SemaphorePtr collective_done_;          // released by the last of them
+  mutable int one_sided_count_ = 0;
 
   // Collective times reused (reuse_collective_times): the first run of each distinct collective,
   // by (kind, bytes, algorithm, group size, stride).

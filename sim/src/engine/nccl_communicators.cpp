@@ -541,11 +541,20 @@ void ClusterNetwork::simulate_collective_flows(models::CollectiveKind kind, std:
     send_all(sends.data(), sends.data() + sends.size());
     return;
   }
-  if (agents_running_ > 0) {
-    // Another collective across nodes is in flight (never in a replay, whose collectives follow
-    // one another on the comm stream; two at once in the tests): one actor per run of sends from
-    // one node issues them as one-sided communications, which SimGrid 3.32 detaches and keeps
-    // in the maestro's list, searched as each ends (sim/README.md, "Clusters and collectives").
+  // Whether a GPU of this collective is in another collective still in flight: never in the
+  // symmetric replay, whose collectives follow one another on the comm stream; never in the
+  // pipeline replay, whose stages' collectives run at once over disjoint ranks (each stage's
+  // own); two collectives over the same ranks at once in the tests.
+  const bool agents_busy = std::any_of(sends.begin(), sends.end(), [this](const Send& send) {
+    return agent(send.from).run != nullptr || agent(send.to).run != nullptr;
+  });
+  if (agents_busy) {
+    ++one_sided_count_;
+    // The agents are taken: one actor per run of sends from one node issues them as one-sided
+    // communications, which SimGrid 3.32 detaches and keeps in the maestro's list, searched as
+    // each ends (sim/README.md, "Clusters and collectives"). Each such actor costs its stack's
+    // allocation and guard page (two mprotect calls): the pipeline replay of 16,384 GPUs made
+    // tens of thousands of them when every collective that overlapped another came here.
     std::vector<sg4::ActorPtr> senders;
     for (std::size_t begin = 0; begin < sends.size();) {
       const sg4::NetZone* zone = sends[begin].from->get_englobing_zone();  // the sender's node
@@ -565,16 +574,30 @@ void ClusterNetwork::simulate_collective_flows(models::CollectiveKind kind, std:
   // that it searches as each ends, so that a collective of N sends cost N^2 (74% of the CPU of a
   // DDP iteration on 3,072 GPUs; docs/performance.md). The same transfers, started at the same
   // time on the same routes: every time is the same.
+  // Every agent of the collective, sender or receiver, is its own until it ends (a receiver's
+  // mailbox holds this collective's messages only: each sender takes one per send there).
+  Run run;
+  run.done = sg4::Semaphore::create(0);
+  std::vector<Agent*> taking_part;
   std::vector<Agent*> sending;
   for (const Send& send : sends) {
     Agent& from = agent(send.from);
+    Agent& to = agent(send.to);
+    for (Agent* a : {&from, &to}) {
+      if (a->run == nullptr) {
+        a->run = &run;
+        taking_part.push_back(a);
+      }
+    }
     if (from.puts.empty()) sending.push_back(&from);
-    from.puts.push_back({agent(send.to).mailbox, each * static_cast<std::uint64_t>(send.shares), send.rate_bound});
+    from.puts.push_back({to.mailbox, each * static_cast<std::uint64_t>(send.shares), send.rate_bound});
   }
-  if (sending.empty()) return;
-  agents_running_ = static_cast<int>(sending.size());
-  for (Agent* a : sending) a->work->release();
-  collective_done_->acquire();
+  if (!sending.empty()) {
+    run.sending = static_cast<int>(sending.size());
+    for (Agent* a : sending) a->work->release();
+    run.done->acquire();
+  }
+  for (Agent* a : taking_part) a->run = nullptr;
 }
 
 void ClusterNetwork::make_agent(sg4::Host* gpu) {
@@ -605,7 +628,8 @@ void ClusterNetwork::make_agent(sg4::Host* gpu) {
         // and all end before the collective does, whose end the caller waits for).
         for (const Agent::Put& put : a->puts) put.to->get<int>();
         a->puts.clear();
-        if (--agents_running_ == 0) collective_done_->release();
+        Run* run = a->run;  // the caller's, which it leaves once `done` is released
+        if (--run->sending == 0) run->done->release();
       }
     });
     actor->daemonize();

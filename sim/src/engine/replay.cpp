@@ -930,9 +930,14 @@ void check_pipeline(const models::Platform& platform, const std::vector<models::
 PipelineSimulationResult replay_pipeline_validated(const models::Platform& platform, const std::vector<models::Schedule>& stages,
                                                    const FrameworkOnGpu& framework, ClusterShape shape, int stage_ranks) {
   detail::ConfiguredEngine engine;
-  // Every node whole: each stage's representative needs its node's host side, and the stages'
-  // collectives run at once on different ranks, which folding and reuse assume they do not.
-  ClusterNetwork network(platform, shape, ClusterNetwork::NodeDetail::every_node);
+  // Every GPU built: the stages' collectives run at once on different ranks, which folding and
+  // reuse assume they do not. Each stage's representative needs its node's host side (its host
+  // stream and copies); the other nodes' host sides would carry nothing, and no node needs power
+  // hosts (no energy here), so they are left out (NodeDetail::stage_nodes): SimGrid's cost of a
+  // host grows with those already built.
+  std::vector<int> representative_nodes;
+  for (std::size_t p = 0; p < stages.size(); ++p) representative_nodes.push_back(static_cast<int>(p) * stage_ranks / shape.gpus_per_node);
+  ClusterNetwork network(platform, shape, ClusterNetwork::NodeDetail::stage_nodes, representative_nodes);
   PipelineTransfers transfers(network, stages, stage_ranks);
   std::vector<std::unique_ptr<Replay>> replays;
   for (std::size_t p = 0; p < stages.size(); ++p) {

@@ -665,6 +665,63 @@ TEST(Collectives, TwoCollectivesAtOnceAcrossNodesShareTheLinks) {
   EXPECT_NEAR(v.at(1), twice, 1e-9);
 }
 
+// Two collectives at once over disjoint ranks (as the pipeline replay's stages run theirs: nodes
+// 0-1 and nodes 2-3, one switch) share no link: both run on their GPUs' collective agents, and
+// each ends at its time alone, to the nanosecond. Then, on the same network, two at once over the
+// same ranks: the second finds the agents taken and goes the one-sided way, and they share.
+TEST(Collectives, CollectivesAtOnceOverDisjointRanksRunOnTheirAgents) {
+  const models::Platform p = hand();
+  const auto v = numbers(in_simgrid([&] {
+    const detail::ClusterNetwork network(p, {4, 8});
+    const detail::RankRange halves[2] = {{0, 16}, {16, 16}};
+    std::vector<double> ends(4, -1);
+    for (std::size_t i = 0; i < 2; ++i) {
+      sg4::Actor::create(fmt::format("stage{}", i), network.gpu(halves[i].first), [&, i] {
+        network.run_collective(CollectiveKind::all_reduce, kGB, kRing, {}, halves[i]);
+        ends[i] = sg4::Engine::get_clock();
+        // Both over the first half now: the second of them starts while the first runs.
+        network.run_collective(CollectiveKind::all_reduce, kGB, kRing, {}, halves[0]);
+        ends[2 + i] = sg4::Engine::get_clock();
+      });
+    }
+    const double alone = network.idle_collective_seconds(CollectiveKind::all_reduce, kGB, kRing, {}, halves[0]);
+    const double latency = collective_latency(p, {2, 8}, CollectiveKind::all_reduce, kRing);
+    sg4::Engine::get_instance()->run();
+    return fmt::format("{:.17g} {:.17g} {:.17g} {:.17g} {:.17g} {:.17g} {}", ends[0], ends[1], ends[2], ends[3], alone, latency,
+                       network.one_sided_collectives());
+  }));
+  EXPECT_EQ(v.at(6), 1) << "only the second collective over the first half goes the one-sided way";
+  const double alone = v.at(4);
+  EXPECT_NEAR(v.at(0), alone, 1e-9);
+  EXPECT_NEAR(v.at(1), alone, 1e-9);
+  const double twice = v.at(5) + 2 * (alone - v.at(5));
+  EXPECT_NEAR(v.at(2), alone + twice, 1e-9);
+  EXPECT_NEAR(v.at(3), alone + twice, 1e-9);
+}
+
+// The pipeline replay's platform (NodeDetail::stage_nodes): every GPU, the listed nodes' host
+// side, no GPU power hosts; the others without host memory.
+TEST(Collectives, StageNodesHaveTheirHostSideAndNoPowerHosts) {
+  const models::Platform p = hand("  launch_overhead: 5 us\n", "  launch_overhead: 5 us\n  power: {idle: 70 W, max: 400 W}\n");
+  ASSERT_GT(p.gpu.max_power, 0);
+  using Detail = detail::ClusterNetwork::NodeDetail;
+  // Per node: host memory built, GPU power host built; then every GPU host built.
+  const auto built = [&](Detail d) {
+    return in_simgrid([&] {
+      const detail::ClusterNetwork network(p, {4, 8}, d, {1, 3});
+      std::string out;
+      for (int node = 0; node < 4; ++node) {
+        out += fmt::format("{}{} ", static_cast<int>(network.host(node) != nullptr), static_cast<int>(network.gpu_power(node * 8) != nullptr));
+      }
+      for (int rank = 0; rank < 32; ++rank) out += network.gpu(rank) != nullptr ? "g" : "-";
+      return out;
+    });
+  };
+  EXPECT_EQ(built(Detail::every_node), "11 11 11 11 gggggggggggggggggggggggggggggggg");
+  EXPECT_EQ(built(Detail::stage_nodes), "00 10 00 10 gggggggggggggggggggggggggggggggg");
+  EXPECT_EQ(built(Detail::node_zero), "11 00 00 00 gggggggggggggggggggggggggggggggg");
+}
+
 // A collective and a PCIe copy use different links: neither slows the other. The collective ends
 // at its time alone (17.524 ms); the 1 GB device-to-host copy at 1 us + 1 GB / 25 GB/s = 40.001 ms.
 TEST(Collectives, ACollectiveAndAPcieCopyDoNotSlowEachOther) {

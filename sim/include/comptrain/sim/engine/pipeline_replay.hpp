@@ -39,10 +39,13 @@
 // the rate SimGrid's flow model gives it.
 //
 // Left out here (unlike replay.hpp's simulate): collective times are never reused and the
-// cluster is never folded (every node is built whole: the stages' collectives run at once on
-// different ranks, which the reuse's and folding's preconditions exclude), and energy is not
-// measured (SimulationResult::energy stays empty: the energy meter counts node 0's hosts and
-// links for all nodes, which the stages' different schedules make wrong).
+// cluster is never folded (every GPU is built: the stages' collectives run at once on different
+// ranks, which the reuse's and folding's preconditions exclude), and energy is not measured
+// (SimulationResult::energy stays empty: the energy meter counts node 0's hosts and links for all
+// nodes, which the stages' different schedules make wrong). Only the representatives' nodes get
+// their host side (host memory, PCIe links, pageable staging), and no node its GPU power hosts
+// (ClusterNetwork::NodeDetail::stage_nodes): nothing else would use them, and SimGrid 3.32's cost
+// of each host grows with the hosts and zones already built.
 
 #include <optional>
 #include <string_view>

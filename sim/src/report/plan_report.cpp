@@ -577,6 +577,7 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
       if (c.layout) {
         jc["layout"] = {{"tensor", c.layout->tensor},
                         {"pipeline", c.layout->pipeline},
+                        {"virtual_stages", c.layout->virtual_stages},
                         {"context", c.layout->context},
                         {"expert", c.layout->expert},
                         {"data", models::data_parallel_degree(*c.layout, c.shape.ranks())},
@@ -753,6 +754,7 @@ ClusterCandidate candidate_from_json(const ordered_json& j) {
     models::ParallelLayout layout;
     layout.tensor = l.at("tensor").get<int>();
     layout.pipeline = l.at("pipeline").get<int>();
+    layout.virtual_stages = l.at("virtual_stages").get<int>();
     layout.context = l.at("context").get<int>();
     layout.expert = l.at("expert").get<int>();
     layout.sequence_parallel = l.at("sequence_parallel").get<bool>();

@@ -239,8 +239,11 @@ void check_first_stages(const StrategySpec& strategy, int pipeline) {
 StrategySpec strategy_for_stage(const StrategySpec& strategy, const traces::Trace& trace, std::optional<int> stage) {
   StrategySpec out = strategy;
   if (strategy.first_stages) {
-    if (!stage) check_first_stages(strategy, 1);  // throws: the rules are per stage, and there is none
-    if (*stage >= *strategy.first_stages) out.rules.clear();  // a later stage: the base strategy
+    if (!stage) {
+      check_first_stages(strategy, 1);  // throws: the rules are per stage, and there is none
+    } else if (*stage >= *strategy.first_stages) {
+      out.rules.clear();  // a later stage: the base strategy
+    }
     out.first_stages.reset();
   }
   if (!strategy.layer_recompute) return out;

@@ -252,8 +252,9 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
   }
   for (const std::string& name : skipped_first_stages) {
     const auto spec = std::find_if(r.strategies.begin(), r.strategies.end(), [&](const models::StrategySpec& s) { return s.name == name; });
+    // K = 1 needs a pipeline all the same: without one there are no stages to tell apart.
     search.notes.push_back(fmt::format("'{}' (first_stages {}) is planned on the layouts of at least {} pipeline stages only", name, *spec->first_stages,
-                                       *spec->first_stages));
+                                       std::max(2, *spec->first_stages)));
   }
   if (skipped_hooks) search.notes.push_back("DDP's communication hooks are tried with PyTorch DDP (stage 0) only");
   if (skipped_pairs) {

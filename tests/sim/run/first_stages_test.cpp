@@ -103,7 +103,7 @@ TEST(FirstStages, ALaterStageGetsTheBaseStrategyWithItsRecomputation) {
   const Scenario s = scenario("{name: c, recompute: {granularity: selective}, first_stages: 1, " + std::string(kCompressRules) + "}", 2, 4);
   ASSERT_TRUE(s.strategy.first_stages);
   EXPECT_EQ(*s.strategy.first_stages, 1);
-  EXPECT_THAT(s.strategy.first_stages_location, HasSubstr("s.yaml:4:"));
+  EXPECT_THAT(s.strategy.first_stages_location, HasSubstr("s.yaml:5:72: strategy.first_stages"));
   // Stage 0 (layers 0-3): the compress rule, then the selective recomputation's rule; stage 1
   // (layers 4-7): the recomputation's rule alone.
   const models::StrategySpec first = models::strategy_for_stage(s.strategy, stage_trace(s, 0, 4), 0);

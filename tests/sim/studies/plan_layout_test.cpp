@@ -175,8 +175,6 @@ TEST(PlanLayouts, EveryDivisorIsProbedInOneRound) {
   EXPECT_EQ(s.hi, 4);
 }
 
-}  // namespace
-}  // namespace comptrain::sim
 
 // plan.virtual_stages and plan.context: every (V, C) the model allows, each a layout of its own
 // (V > 1 under the interleaved schedule), with its degrees in the report and the JSON.
@@ -319,3 +317,6 @@ TEST(PlanLayouts, FirstStagesStrategiesRunWhereThePipelineHasTheirStages) {
   EXPECT_THAT(error_of("  context: [2]\n"), HasSubstr("l.yaml:6:12: a layout search (plan.tensor, plan.pipeline) divides a global batch"));
   EXPECT_THAT(error_of("  target_global_batch: 8\n  context: [0]\n"), HasSubstr("'plan.context[0]' is '0'"));
 }
+
+}  // namespace
+}  // namespace comptrain::sim

@@ -144,11 +144,13 @@ void expand_layouts(const PlanRequest& r, const BatchSizePlan& header, ClusterSh
                                                    name, format_bytes(resident), format_bytes(header.limit_bytes)));
                 continue;
               }
-            } catch (const InputError& e) {
-              search.notes.push_back(fmt::format("{}: left out: {}", name, e.what()));
+            } catch (const InputError& error) {
+              search.notes.push_back(fmt::format("{}: left out: {}", name, error.what()));
               continue;
             }
-            scenario.accumulation_steps = 1;
+            // Each probe sets its own count (share / micro-batch); the interleaved schedule's check,
+            // run when the unit is prepared, needs a multiple of P, which the first one is.
+            if (v == 1) scenario.accumulation_steps = 1;
             // The strategies whose first_stages this layout's pipeline has.
             std::vector<models::StrategySpec> strategies;
             for (const models::StrategySpec& spec : r.strategies) {

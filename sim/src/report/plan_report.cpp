@@ -193,9 +193,9 @@ std::string limit_lines(const PlanOptions& o, bool io) {
 std::string layout_lines(const PlanOptions& o) {
   return fmt::format(
       "Layouts    tensor x pipeline (x virtual stages, context, expert) degrees searched (plan.tensor, plan.pipeline, plan.virtual_stages, plan.context,\n"
-      "           plan.expert), data parallelism over the rest; each layout runs its replica's share of\n"
-      "           the global batch as micro-batch x steps (the pipeline's micro-batches); bubble where a stage waits for its neighbours >= {:g}% of the\n"
-      "           iteration (and longer than the exposed collectives); layouts left out are in the notes, with why\n",
+      "           plan.expert), data parallelism over the rest; each layout runs its replica's share of the global batch as micro-batch x steps (the\n"
+      "           pipeline's micro-batches); bubble where a stage waits for its neighbours >= {:g}% of the iteration (and longer than the exposed\n"
+      "           collectives); layouts left out are in the notes, with why\n",
       100 * o.bottleneck_share);
 }
 

@@ -108,7 +108,8 @@ int run_plan(const PlanCliOptions& o) {
     if (!o.shard.empty()) {
       if (!scenario.plan || !scenario.plan->searches_clusters()) {
         throw InputError("--shard: " + scenario.source + " has no 'sweep' section and no cluster search (plan.gpus, plan.nodes, plan.zero_stages, "
-                         "plan.offload_optimizer, plan.comm_hooks, plan.tensor or plan.pipeline) to split; expected one of them");
+                         "plan.offload_optimizer, plan.comm_hooks, plan.tensor, plan.pipeline, plan.virtual_stages, plan.context or plan.expert) to split; "
+                         "expected one of them");
       }
       requests.front().shard = sim::parse_shard(o.shard);
     }

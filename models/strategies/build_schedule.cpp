@@ -247,7 +247,7 @@ FixedPlan fixed_decisions(const Analysis& a, const StrategySpec& strategy) {
 std::variant<Schedule, NotApplicable> build_schedule(const Trace& trace, const OpTimeModel& time_model, const StrategySpec& strategy) {
   // Megatron-LM's settings become rules for the layers this trace holds (a pipeline's stages
   // resolve them with their stage first: run_pipeline).
-  if (strategy.layer_recompute) return build_schedule(trace, time_model, strategy_for_stage(strategy, trace, std::nullopt));
+  if (strategy.layer_recompute || strategy.first_stages) return build_schedule(trace, time_model, strategy_for_stage(strategy, trace, std::nullopt));
   validate_strategy(strategy);
   const Analysis a = analyse(trace, time_model);
   FixedPlan fixed = fixed_decisions(a, strategy);

@@ -224,10 +224,30 @@ void check_layer_recompute(const LayerRecompute& recompute, const std::vector<in
   }
 }
 
+void check_first_stages(const StrategySpec& strategy, int pipeline) {
+  if (!strategy.first_stages) return;
+  const int k = *strategy.first_stages;
+  const std::string at = (strategy.first_stages_location.empty() ? std::string("strategy.first_stages") : strategy.first_stages_location) + ": ";
+  if (pipeline <= 1) {
+    throw InputError(at + fmt::format("first_stages is {}; the run has no pipeline (parallelism.pipeline 1); expected a pipeline of at least {} stages, "
+                                      "or no first_stages",
+                                      k, k));
+  }
+  if (k > pipeline) throw InputError(at + fmt::format("first_stages is {}; the pipeline has {} stages; expected at most {}", k, pipeline, pipeline));
+}
+
 StrategySpec strategy_for_stage(const StrategySpec& strategy, const traces::Trace& trace, std::optional<int> stage) {
-  if (!strategy.layer_recompute) return strategy;
-  const LayerRecompute& recompute = *strategy.layer_recompute;
   StrategySpec out = strategy;
+  if (strategy.first_stages) {
+    if (!stage) {
+      check_first_stages(strategy, 1);  // throws: the rules are per stage, and there is none
+    } else if (*stage >= *strategy.first_stages) {
+      out.rules.clear();  // a later stage: the base strategy
+    }
+    out.first_stages.reset();
+  }
+  if (!strategy.layer_recompute) return out;
+  const LayerRecompute& recompute = *strategy.layer_recompute;
   out.layer_recompute.reset();
   const std::string where = recompute.location.empty() ? std::string("strategy.recompute: ") : recompute.location + ": ";
   const std::map<std::string, std::set<int>> lists = numbered_lists(trace);

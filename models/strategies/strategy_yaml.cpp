@@ -48,10 +48,20 @@ class StrategyReader : public yaml::Reader {
       return spec;
     }
     if (!node.IsMap()) throw InputError(where(node.Mark()) + "'" + field + "' must be a name or a mapping with the keys name, rules");
-    check_keys(node, field, {"name", "rules", "recompute"});
+    check_keys(node, field, {"name", "rules", "recompute", "first_stages"});
     spec.name = node["name"] ? scalar(node["name"], field + ".name") : "custom";
     if (const YAML::Node recompute = node["recompute"]) spec.layer_recompute = read_layer_recompute(recompute, field + ".recompute");
     const YAML::Node rules = node["rules"];
+    // first_stages K: the rules on the first K pipeline stages only (StrategySpec::first_stages);
+    // whether the run has K stages is checked once its layout is known (check_first_stages).
+    if (const YAML::Node k = node["first_stages"]) {
+      if (!rules) {
+        throw InputError(where(k.Mark()) + "'" + field + ".first_stages' restricts the strategy's rules to the first pipeline stages, but it has no "
+                                           "rules; expected rules beside it (compress, offload or recompute)");
+      }
+      spec.first_stages = static_cast<int>(bounded_integer(k, field + ".first_stages", 1, kMaxCount));
+      spec.first_stages_location = where(k.Mark()) + field + ".first_stages";
+    }
     if (!rules && spec.layer_recompute) return spec;
     if (!rules || !rules.IsSequence()) {
       throw InputError(where(rules ? rules.Mark() : node.Mark()) + "'" + field +
@@ -526,6 +536,7 @@ std::string strategy_to_yaml(const StrategySpec& strategy, const std::string& co
     }
     out << YAML::EndMap;
   }
+  if (strategy.first_stages) out << YAML::Key << "first_stages" << YAML::Value << *strategy.first_stages;
   out << YAML::Key << "rules" << YAML::Value << YAML::BeginSeq;
   for (const StrategyRule& rule : strategy.rules) {
     out << YAML::BeginMap << YAML::Key << "select" << YAML::Value;

@@ -279,6 +279,23 @@ expect 0 'wrote' -- plan -q -j 1 --shard 2/3 -o "$work/l2.json" "$work/layouts.y
 expect 2 'missing 1 of 3 shards \(0-based\): 2' -- merge "$work/l0.json" "$work/l1.json"
 expect 2 'shard 1/3 given twice' -- merge "$work/l0.json" "$work/l1.json" "$work/l1.json" "$work/l2.json"
 expect 0 'wrote' -- plan -q -j 1 --margin 0.2 --shard 1/3 -o "$work/l1-margin.json" "$work/layouts.yaml"
+# A layout search over virtual stages and context degrees, with a strategy compressing on the first
+# stage only: the table names each layout's degrees, and its shards merge to the unsharded plan.
+printf 'model: {zoo: gpt, layers: 4, hidden: 128, heads: 4, seq_len: 128, vocab: 512, attention: flash}\ntraining: {batch_size: 1, precision: mixed, optimizer: adamw}\nplatform: dgx-h100-superpod\nparallelism: {nodes: 1, gpus_per_node: 4}\nplan:\n  target_global_batch: 8\n  tensor: [1]\n  pipeline: [1, 2]\n  virtual_stages: [1, 2]\n  context: [1, 2]\n  micro_batches: [2]\n  strategies:\n    - baseline\n    - {name: compress-first-1, first_stages: 1, rules: [{select: {min_bytes: 64 KiB}, compress: {ratio: 4, compress_bandwidth: 700 GB/s, decompress_bandwidth: 1100 GB/s, latency: 20 us, error_bound: 1e-2}}]}\n' >"$work/vc-layouts.yaml"
+"$bin" plan -q -j 1 "$work/vc-layouts.yaml" >"$work/vc-whole.txt"
+grep -q 'TP 1 x PP 2 x VP 2 x CP 2 x DP 1, DDP .*compress-first-1' "$work/vc-whole.txt" && grep -q "'compress-first-1' (first_stages 1) is planned on the layouts of at least 2 pipeline stages only" "$work/vc-whole.txt" &&
+  grep -q 'x 6 layouts simulated' "$work/vc-whole.txt" && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: the V x C layout plan's table:"; sed 's/^/    /' "$work/vc-whole.txt" | head -30; }
+expect 0 'wrote' -- plan -q -j 1 --shard 0/2 -o "$work/vc0.json" "$work/vc-layouts.yaml"
+expect 0 'wrote' -- plan -q -j 1 --shard 1/2 -o "$work/vc1.json" "$work/vc-layouts.yaml"
+"$bin" merge "$work/vc1.json" "$work/vc0.json" >"$work/vc-merged.txt" && cmp -s "$work/vc-whole.txt" "$work/vc-merged.txt" &&
+  passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: the merged V x C layout shards' table differs from the unsharded plan's"; }
+# Bad values at their lines: first_stages above the pipeline or without one, plan.expert on a dense model.
+printf 'model: {zoo: gpt, layers: 4, hidden: 128, heads: 4, seq_len: 128, vocab: 512}\ntraining: {batch_size: 1, gradient_accumulation_steps: 2}\nplatform: dgx-h100-superpod\nparallelism: {gpus_per_node: 2, pipeline: 2}\nstrategy:\n  first_stages: 3\n  rules: [{select: {min_bytes: 1 MiB}, offload: {}}]\n' >"$work/first-stages.yaml"
+expect 2 'first-stages.yaml:6:17: strategy.first_stages: first_stages is 3; the pipeline has 2 stages; expected at most 2' -- simulate "$work/first-stages.yaml"
+sed 's/pipeline: 2/pipeline: 1/' "$work/first-stages.yaml" >"$work/first-stages-nopp.yaml"
+expect 2 'first-stages-nopp.yaml:6:17: strategy.first_stages: first_stages is 3; the run has no pipeline' -- simulate "$work/first-stages-nopp.yaml"
+printf 'model: {zoo: gpt, layers: 4, hidden: 128, heads: 4, seq_len: 128, vocab: 512}\nplatform: dgx-h100-superpod\nparallelism: {gpus_per_node: 4}\nplan: {target_global_batch: 8, expert: [2], strategies: [baseline]}\n' >"$work/dense-expert.yaml"
+expect 2 'dense-expert.yaml:4:40: plan.expert: searches expert-parallel degrees, but the model is dense' -- plan -q "$work/dense-expert.yaml"
 expect 2 'l1-margin.json: from another run than .*l0.json' -- merge "$work/l0.json" "$work/l1-margin.json" "$work/l2.json"
 printf 'model: {zoo: resnet18}\nplatform: a100-40gb\nplan: {max_batch: 4}\nsweep:\n  training.batch_size: [1, 2, 3]\n  platform: [a100-40gb, v100-32gb]\n' >"$work/sweep.yaml"
 expect 0 'variant 5 of 6: training.batch_size=3, platform=v100-32gb' -- plan -q "$work/sweep.yaml"

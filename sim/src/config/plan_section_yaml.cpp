@@ -11,7 +11,8 @@ namespace comptrain::sim {
 PlanSection ScenarioReader::read_plan(const YAML::Node& node, const std::optional<models::Platform>& platform, const std::optional<ParallelismSection>& parallelism) const {
   require_map(node, "plan");
   check_keys(node, "plan", {"strategies", "margin", "max_batch", "target_global_batch", "memory_metric", "objective", "gpus", "nodes", "zero_stages",
-                              "offload_optimizer", "prefetch_optimizer_gaps", "checkpoint_overhead", "energy_budget", "comm_hooks", "tensor", "pipeline", "micro_batches", "sequence_parallel", "recompute"});
+                              "offload_optimizer", "prefetch_optimizer_gaps", "checkpoint_overhead", "energy_budget", "comm_hooks", "tensor", "pipeline", "micro_batches", "sequence_parallel", "recompute",
+                              "virtual_stages", "context", "expert"});
   PlanSection plan;
   if (const YAML::Node budget = node["energy_budget"]) plan.energy_budget = read_energy_budget(budget, platform);
   if (const YAML::Node overhead = node["checkpoint_overhead"]) {
@@ -61,15 +62,16 @@ PlanSection ScenarioReader::read_plan(const YAML::Node& node, const std::optiona
 // plan.recompute: Megatron-LM's recomputation granularities to plan each candidate under, as the
 // strategies to plan (named none, selective, full): none is no recomputation, selective the
 // attention core of every layer, full every layer recomputed from its input (method uniform,
-// num_layers 1; models::LayerRecompute). Instead of plan.strategies, not with it.
+// num_layers 1; models::LayerRecompute). With plan.strategies (read before), every strategy under
+// every granularity: a strategy without rules is named by the granularity alone (as without
+// plan.strategies), another "NAME" under none and "NAME+GRANULARITY" under the others; a
+// strategy with its own recompute settings is refused there (the two would conflict).
 void ScenarioReader::read_plan_recompute(const YAML::Node& list, const YAML::Node& plan_node, PlanSection& plan) const {
-  if (plan_node["strategies"]) {
-    throw InputError(where(list.Mark()) + "'plan.recompute' is given with 'plan.strategies'; expected one of them (plan.recompute names the strategies to plan)");
-  }
   if (!list.IsSequence() || list.size() == 0) {
     throw InputError(where(list.Mark()) + "'plan.recompute' must be a non-empty list of none, selective, full");
   }
   std::vector<std::string> seen;
+  std::vector<models::StrategySpec> granularities;
   for (std::size_t i = 0; i < list.size(); ++i) {
     const std::string field = "plan.recompute[" + std::to_string(i) + "]";
     const std::string word = scalar(list[i], field);
@@ -92,8 +94,32 @@ void ScenarioReader::read_plan_recompute(const YAML::Node& list, const YAML::Nod
       throw InputError(where(list[i].Mark()) + "'" + field + "' is '" + word +
                        "'; expected none, selective (the attention core) or full (every layer from its input)");
     }
-    plan.strategies.push_back(std::move(spec));
+    granularities.push_back(std::move(spec));
   }
+  if (!plan_node["strategies"]) {
+    plan.strategies = std::move(granularities);
+    return;
+  }
+  const YAML::Node strategies = plan_node["strategies"];
+  std::vector<models::StrategySpec> combined;
+  for (const models::StrategySpec& granularity : granularities) {
+    for (std::size_t i = 0; i < plan.strategies.size(); ++i) {
+      const models::StrategySpec& strategy = plan.strategies[i];
+      if (strategy.layer_recompute) {
+        throw InputError(where(strategies[i].Mark()) + "'plan.strategies[" + std::to_string(i) + "]' has its own recompute settings, and plan.recompute "
+                         "plans every strategy under each of its granularities; expected no recompute in plan.strategies with plan.recompute");
+      }
+      models::StrategySpec spec = strategy;
+      spec.layer_recompute = granularity.layer_recompute;
+      if (strategy.rules.empty()) {
+        spec.name = granularity.name;
+      } else if (granularity.layer_recompute) {
+        spec.name = strategy.name + "+" + granularity.name;
+      }
+      combined.push_back(std::move(spec));
+    }
+  }
+  plan.strategies = std::move(combined);
 }
 
 // plan.tensor and plan.pipeline: `all`, or lists of distinct degrees; plan.micro_batches: distinct
@@ -117,6 +143,24 @@ void ScenarioReader::read_layout_search(const YAML::Node& node, PlanSection& pla
   };
   degrees("tensor", plan.tensor_degrees, plan.all_tensor_degrees);
   degrees("pipeline", plan.pipeline_degrees, plan.all_pipeline_degrees);
+  degrees("context", plan.context_degrees, plan.all_context_degrees);
+  degrees("expert", plan.expert_degrees, plan.all_expert_degrees);
+  if (const YAML::Node n = node["expert"]) plan.expert_location = where(n.Mark()) + "plan.expert";
+  // plan.virtual_stages: a list only (`all` would be every count up to the layers per stage).
+  if (const YAML::Node n = node["virtual_stages"]) {
+    if (!n.IsSequence() || n.size() == 0) {
+      throw InputError(where(n.Mark()) + "'plan.virtual_stages' must be a non-empty list of model chunks per pipeline rank, e.g. [1, 2] (above 1: "
+                                         "the interleaved schedule)");
+    }
+    for (std::size_t i = 0; i < n.size(); ++i) {
+      const std::string item = "plan.virtual_stages[" + std::to_string(i) + "]";
+      const int value = static_cast<int>(bounded_integer(n[i], item, 1, 1'000'000));
+      if (std::find(plan.virtual_stages.begin(), plan.virtual_stages.end(), value) != plan.virtual_stages.end()) {
+        throw InputError(where(n[i].Mark()) + "'" + item + "' repeats " + std::to_string(value) + "; expected distinct values");
+      }
+      plan.virtual_stages.push_back(value);
+    }
+  }
   if (const YAML::Node n = node["micro_batches"]) {
     if (!plan.searches_layouts()) throw InputError(where(n.Mark()) + "'plan.micro_batches' without a layout search; expected plan.tensor or plan.pipeline beside it");
     if (!n.IsSequence() || n.size() == 0) throw InputError(where(n.Mark()) + "'plan.micro_batches' must be a non-empty list of micro-batch sizes, e.g. [1, 2, 4]");
@@ -135,7 +179,13 @@ void ScenarioReader::read_layout_search(const YAML::Node& node, PlanSection& pla
     plan.sequence_parallel = boolean(n, "plan.sequence_parallel");
   }
   if (plan.searches_layouts() && !plan.target_global_batch) {
-    const YAML::Node n = node["tensor"] ? node["tensor"] : node["pipeline"];
+    YAML::Node n;
+    for (const char* key : {"tensor", "pipeline", "virtual_stages", "context", "expert"}) {
+      if (node[key]) {
+        n = node[key];
+        break;
+      }
+    }
     throw InputError(where(n.Mark()) + "a layout search (plan.tensor, plan.pipeline) divides a global batch among the data-parallel replicas; expected "
                      "plan.target_global_batch");
   }

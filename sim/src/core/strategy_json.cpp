@@ -86,12 +86,15 @@ nlohmann::ordered_json strategy_json(const models::StrategySpec& strategy) {
     }
     out["recompute"] = std::move(recompute);
   }
+  // strategy.first_stages: absent when the rules apply on every stage.
+  if (strategy.first_stages) out["first_stages"] = *strategy.first_stages;
   return out;
 }
 
 std::string strategy_rules_key(const models::StrategySpec& strategy) {
   const ordered_json j = strategy_json(strategy);
-  return j["rules"].dump() + (j.contains("recompute") ? j["recompute"].dump() : std::string());
+  return j["rules"].dump() + (j.contains("recompute") ? j["recompute"].dump() : std::string()) +
+         (j.contains("first_stages") ? "first_stages:" + j["first_stages"].dump() : std::string());
 }
 
 }  // namespace comptrain::sim::detail

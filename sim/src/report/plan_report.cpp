@@ -192,9 +192,10 @@ std::string limit_lines(const PlanOptions& o, bool io) {
 // The layout search's lines: what its columns mean and where the bubble limit comes from.
 std::string layout_lines(const PlanOptions& o) {
   return fmt::format(
-      "Layouts    tensor x pipeline degrees searched (plan.tensor, plan.pipeline), data parallelism over the rest; each layout runs its replica's share of\n"
-      "           the global batch as micro-batch x steps (the pipeline's micro-batches); bubble where a stage waits for its neighbours >= {:g}% of the\n"
-      "           iteration (and longer than the exposed collectives); layouts left out are in the notes, with why\n",
+      "Layouts    tensor x pipeline (x virtual stages, context, expert) degrees searched (plan.tensor, plan.pipeline, plan.virtual_stages, plan.context,\n"
+      "           plan.expert), data parallelism over the rest; each layout runs its replica's share of the global batch as micro-batch x steps (the\n"
+      "           pipeline's micro-batches); bubble where a stage waits for its neighbours >= {:g}% of the iteration (and longer than the exposed\n"
+      "           collectives); layouts left out are in the notes, with why\n",
       100 * o.bottleneck_share);
 }
 
@@ -229,11 +230,11 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
   }
   std::string places;
   for (const auto& offload : search.offload_optimizer) places += (places.empty() ? "" : ", ") + models::optimizer_place(offload);
-  const std::size_t strategies = search.candidates.empty() ? 0 : static_cast<std::size_t>(std::count_if(search.candidates.begin(), search.candidates.end(), [&](const ClusterCandidate& c) {
-    const ClusterCandidate& first = search.candidates.front();
-    return c.shape.ranks() == first.shape.ranks() && c.zero_stage == first.zero_stage && c.offload_optimizer == first.offload_optimizer &&
-           c.comm_hook == first.comm_hook && candidate_name(c, plan.fsdp) == candidate_name(first, plan.fsdp);
-  }));
+  // The strategies planned, by name: a layout search plans a first_stages strategy on some layouts
+  // only, so the first configuration's count may be short of them.
+  std::set<std::string> strategy_names;
+  for (const auto& c : search.candidates) strategy_names.insert(c.plan.strategy);
+  const std::size_t strategies = strategy_names.size();
   if (search.layouts) {
     std::set<std::string> layouts;
     for (const auto& c : search.candidates) layouts.insert(c.layout ? describe_layout(*c.layout, c.shape.ranks()) : "");
@@ -577,6 +578,7 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
       if (c.layout) {
         jc["layout"] = {{"tensor", c.layout->tensor},
                         {"pipeline", c.layout->pipeline},
+                        {"virtual_stages", c.layout->virtual_stages},
                         {"context", c.layout->context},
                         {"expert", c.layout->expert},
                         {"data", models::data_parallel_degree(*c.layout, c.shape.ranks())},
@@ -753,6 +755,7 @@ ClusterCandidate candidate_from_json(const ordered_json& j) {
     models::ParallelLayout layout;
     layout.tensor = l.at("tensor").get<int>();
     layout.pipeline = l.at("pipeline").get<int>();
+    layout.virtual_stages = l.at("virtual_stages").get<int>();
     layout.context = l.at("context").get<int>();
     layout.expert = l.at("expert").get<int>();
     layout.sequence_parallel = l.at("sequence_parallel").get<bool>();

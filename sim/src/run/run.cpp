@@ -162,6 +162,8 @@ PreparedScenario::PreparedScenario(Scenario scenario)
   }
   if (scenario_.parallelism) check_model_layout();
   check_layer_recompute();
+  // strategy.first_stages against the pipeline, at its line (a plan's strategies: the planner).
+  models::check_first_stages(scenario_.strategy, scenario_.parallelism ? scenario_.parallelism->layout.pipeline : 1);
   try {
     check_cluster_gpus(cluster_shape());  // the rest of the replay's cost once the schedule is known (replay)
   } catch (const InputError& e) {
@@ -432,7 +434,14 @@ std::int64_t resident_state_bytes(const PreparedScenario& prepared) {
   }
   if (!scenario.parallelism) return weights + gradients + states;
   const models::DataParallelSpec& data = scenario.parallelism->data;
-  const std::int64_t ranks = std::max(1, prepared.data_parallel_ranks());
+  // The ranks the replay shards over (transform_steps): Megatron's DP x CP group under a layout
+  // (D alone would overstate the state of a layout with context parallelism and prune it
+  // wrongly); the experts' state, sharded over fewer ranks (expert_data), is understated by it,
+  // which keeps this a lower bound.
+  const int gpus = prepared.cluster_shape().ranks();
+  const models::ParallelLayout& layout = scenario.parallelism->layout;
+  const std::int64_t ranks = std::max(1, layout.is_data_parallel_only() ? prepared.data_parallel_ranks()
+                                                                        : models::rank_groups(layout, gpus, traces::ParallelGroup::data).size);
   // ZeRO-1 shards the optimizer state, ZeRO-2 also the gradients, ZeRO-3 / FSDP the weights too.
   if (data.zero_stage >= 1) states /= ranks;
   if (data.zero_stage >= 2) gradients /= ranks;

@@ -61,6 +61,8 @@ std::string data_parallel_name(int zero_stage, bool fsdp) { return sim::data_par
 
 std::string describe_layout(const models::ParallelLayout& layout, int gpus) {
   std::string text = fmt::format("TP {}{} x PP {}", layout.tensor, layout.sequence_parallel ? " (SP)" : "", layout.pipeline);
+  // Megatron's virtual pipeline (--virtual-pipeline-model-parallel-size): chunks per rank.
+  if (layout.virtual_stages > 1) text += fmt::format(" x VP {}", layout.virtual_stages);
   if (layout.context > 1) text += fmt::format(" x CP {}", layout.context);
   if (layout.expert > 1) text += fmt::format(" x EP {}", layout.expert);
   return text + fmt::format(" x DP {}", models::data_parallel_degree(layout, gpus));

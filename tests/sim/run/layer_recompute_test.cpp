@@ -302,7 +302,15 @@ TEST(LayerRecompute, PlanRecomputeNamesTheStrategiesToPlan) {
   EXPECT_THAT(scenario_error(head + "  recompute: [none, most]\n"), HasSubstr("s.yaml:4:21: 'plan.recompute[1]' is 'most'; expected none, selective"));
   EXPECT_THAT(scenario_error(head + "  recompute: [full, full]\n"), HasSubstr("s.yaml:4:21: 'plan.recompute[1]' repeats 'full'"));
   EXPECT_THAT(scenario_error(head + "  recompute: []\n"), HasSubstr("s.yaml:4:14: 'plan.recompute' must be a non-empty list"));
-  EXPECT_THAT(scenario_error(head + "  strategies: [baseline]\n  recompute: [full]\n"), HasSubstr("s.yaml:5:14: 'plan.recompute' is given with 'plan.strategies'"));
+  // With plan.strategies: every strategy under every granularity (plan_layout_test.cpp has more);
+  // a strategy with its own settings conflicts with them.
+  const Scenario both = parse_scenario(head + "  strategies: [baseline, offload]\n  recompute: [full]\n", "s.yaml", test_support::kShippedScenarios);
+  ASSERT_EQ(both.plan->strategies.size(), 2u);
+  EXPECT_EQ(both.plan->strategies[0].name, "full");
+  EXPECT_EQ(both.plan->strategies[1].name, "offload+full");
+  EXPECT_TRUE(both.plan->strategies[1].layer_recompute && !both.plan->strategies[1].rules.empty());
+  EXPECT_THAT(scenario_error(head + "  strategies: [{recompute: {granularity: selective}}]\n  recompute: [full]\n"),
+              HasSubstr("s.yaml:4:16: 'plan.strategies[0]' has its own recompute settings"));
 }
 
 }  // namespace

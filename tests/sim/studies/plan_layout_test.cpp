@@ -13,6 +13,7 @@
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/sim/studies/plan.hpp"
 #include "comptrain/support/input_error.hpp"
+#include "studies/plan/cluster_search.hpp"
 #include "studies/plan/search.hpp"
 
 namespace comptrain::sim {
@@ -172,6 +173,149 @@ TEST(PlanLayouts, EveryDivisorIsProbedInOneRound) {
   EXPECT_EQ(s.phase, planner::Search::Phase::done);
   EXPECT_EQ(s.lo, 2);
   EXPECT_EQ(s.hi, 4);
+}
+
+
+// plan.virtual_stages and plan.context: every (V, C) the model allows, each a layout of its own
+// (V > 1 under the interleaved schedule), with its degrees in the report and the JSON.
+TEST(PlanLayouts, VirtualStagesAndContextDegreesAreSearched) {
+  const Scenario scenario = parse_scenario(gpt_yaml("  target_global_batch: 16\n  tensor: [1]\n  pipeline: [2]\n  virtual_stages: [1, 2, 4]\n"
+                                                    "  context: [1, 2]\n  micro_batches: [1, 2]\n  strategies: [baseline]\n"),
+                                           "l.yaml", ".");
+  const BatchSizePlan plan = make_plan(scenario, strategies_to_plan(scenario), quiet(plan_options_for(scenario)));
+  const ClusterSearch& search = *plan.cluster_search;
+  // V 4 x P 2 needs 8 layers (the model has 4): both of its context degrees are notes.
+  ASSERT_EQ(search.candidates.size(), 4U) << "{V 1, V 2} x {C 1, C 2}";
+  for (const ClusterCandidate& c : search.candidates) {
+    ASSERT_TRUE(c.layout.has_value());
+    EXPECT_EQ(c.layout->schedule, c.layout->virtual_stages > 1 ? models::PipelineSchedule::interleaved : models::PipelineSchedule::one_f_one_b);
+    ASSERT_TRUE(c.fits()) << describe_layout(*c.layout, 8);
+    const int replicas = 8 / (c.layout->pipeline * c.layout->context);
+    EXPECT_EQ(*c.plan.best_batch * c.plan.accumulation_steps * replicas, 16);
+  }
+  EXPECT_EQ(search.notes.size(), 2U);
+  for (const std::string& note : search.notes) EXPECT_THAT(note, HasSubstr("TP 1 x PP 2 x VP 4"));
+  EXPECT_THAT(search.notes[1], HasSubstr("TP 1 x PP 2 x VP 4 x CP 2: left out: parallelism."));
+  const std::string text = plan_table_text(plan);
+  EXPECT_THAT(text, HasSubstr("TP 1 x PP 2 x VP 2 x CP 2 x DP 2, ZeRO-1"));
+  EXPECT_THAT(text, HasSubstr("x 4 layouts simulated"));
+  const auto j = nlohmann::json::parse(plan_json(plan));
+  const auto& last = j["cluster_search"]["candidates"][3];
+  EXPECT_EQ(last["layout"]["virtual_stages"], 2);
+  EXPECT_EQ(last["layout"]["context"], 2);
+  EXPECT_EQ(last["layout"]["pipeline_schedule"], "interleaved");
+}
+
+// The interleaved schedule needs a multiple of P micro-batches: of a share of 2 on P 2, micro-batch
+// 1 (2 micro-batches) is tried and 2 (one micro-batch) is not; 1F1B tries both.
+TEST(PlanLayouts, InterleavedLayoutsTryTheMicroBatchesLeavingAMultipleOfTheStages) {
+  const Scenario scenario = parse_scenario(gpt_yaml("  target_global_batch: 8\n  tensor: [1]\n  pipeline: [2]\n  virtual_stages: [1, 2]\n"
+                                                    "  micro_batches: [1, 2]\n  strategies: [baseline]\n"),
+                                           "l.yaml", ".");
+  std::vector<planner::ClusterUnit> units;
+  const PlanRequest request{scenario, strategies_to_plan(scenario), plan_options_for(scenario), "", std::nullopt};
+  BatchSizePlan header;
+  header.limit_bytes = std::int64_t{1} << 40;
+  header.cluster = {1, 8};
+  const ClusterSearch search = planner::expand_cluster_search(request, header, units);
+  ASSERT_EQ(units.size(), 2U);
+  EXPECT_EQ(units[0].scenario.parallelism->layout.virtual_stages, 1);
+  EXPECT_EQ(units[0].unit.divisors, (std::vector<std::int64_t>{1, 2}));
+  EXPECT_EQ(units[1].scenario.parallelism->layout.virtual_stages, 2);
+  EXPECT_EQ(units[1].unit.divisors, (std::vector<std::int64_t>{1}));
+  EXPECT_TRUE(search.notes.empty());
+}
+
+// plan.expert on an MoE model: each degree that divides the experts and D x C; on a dense model an
+// error at the key's line.
+TEST(PlanLayouts, ExpertDegreesNeedAnMoEModelAndDivideItsExperts) {
+  const std::string mixtral =
+      "model:\n"
+      "  seq_len: 128\n"
+      "  hf_config: {model_type: mixtral, hidden_size: 256, intermediate_size: 512, num_hidden_layers: 2, num_attention_heads: 4,\n"
+      "              num_key_value_heads: 2, num_local_experts: 8, num_experts_per_tok: 2, vocab_size: 1024,\n"
+      "              max_position_embeddings: 4096, rms_norm_eps: 1.0e-5, rope_theta: 1000000.0, hidden_act: silu,\n"
+      "              tie_word_embeddings: false, output_router_logits: false}\n"
+      "training: {batch_size: 1, precision: bf16, optimizer: adamw}\n"
+      "platform: dgx-h100-superpod\n"
+      "parallelism: {nodes: 1, gpus_per_node: 8, zero: {stage: 1}}\n"
+      "plan:\n  target_global_batch: 8\n  tensor: [1]\n  pipeline: [1]\n  expert: all\n  strategies: [baseline]\n";
+  const Scenario scenario = parse_scenario(mixtral, "m.yaml", ".");
+  std::vector<planner::ClusterUnit> units;
+  const PlanRequest request{scenario, strategies_to_plan(scenario), plan_options_for(scenario), "", std::nullopt};
+  BatchSizePlan header;
+  header.limit_bytes = std::int64_t{1} << 40;
+  header.cluster = {1, 8};
+  const ClusterSearch search = planner::expand_cluster_search(request, header, units);
+  std::vector<int> experts;
+  for (const planner::ClusterUnit& u : units) experts.push_back(u.scenario.parallelism->layout.expert);
+  EXPECT_EQ(experts, (std::vector<int>{1, 2, 4, 8})) << "every divisor of the 8 ranks, each dividing the 8 experts";
+
+  // The same search on a dense GPT: an InputError at plan.expert's line.
+  const Scenario dense = parse_scenario(gpt_yaml("  target_global_batch: 8\n  tensor: [1]\n  expert: [2]\n  strategies: [baseline]\n"), "l.yaml", ".");
+  const PlanRequest dense_request{dense, strategies_to_plan(dense), plan_options_for(dense), "", std::nullopt};
+  units.clear();
+  try {
+    (void)planner::expand_cluster_search(dense_request, header, units);
+    ADD_FAILURE() << "expected an InputError on a dense model";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("l.yaml:8:11: plan.expert: searches expert-parallel degrees, but the model is dense"));
+  }
+}
+
+// Context parallelism shards no weight: the state bound of C 2 is C 1's, sharded (ZeRO-1) over the
+// same D x C ranks, as the replay shards it; dividing by D alone would double the optimizer state.
+TEST(PlanLayouts, TheStateBoundShardsOverTheDataAndContextRanks) {
+  Scenario s = parse_scenario(gpt_yaml("  strategies: [baseline]\n"), "l.yaml", ".");
+  s.plan.reset();
+  const std::int64_t c1 = resident_state_bytes(PreparedScenario(s));
+  s.parallelism->layout.context = 2;
+  const std::int64_t c2 = resident_state_bytes(PreparedScenario(s));
+  EXPECT_EQ(c2, c1);
+}
+
+// plan.strategies with first_stages K: planned on the layouts of at least K stages only, one note
+// for the others; plan.recompute with plan.strategies: every strategy under every granularity.
+TEST(PlanLayouts, FirstStagesStrategiesRunWhereThePipelineHasTheirStages) {
+  const std::string strategies =
+      "  strategies:\n    - baseline\n    - name: c2\n      first_stages: 2\n      rules: [{select: {min_bytes: 1 MiB}, compress: {ratio: 4, compress_bandwidth: 700 GB/s, "
+      "decompress_bandwidth: 1100 GB/s, latency: 20 us, error_bound: 1e-2}}]\n";
+  const Scenario scenario = parse_scenario(gpt_yaml("  target_global_batch: 8\n  tensor: [1]\n  pipeline: [1, 2]\n  micro_batches: [1]\n" + strategies),
+                                           "l.yaml", ".");
+  std::vector<planner::ClusterUnit> units;
+  const PlanRequest request{scenario, strategies_to_plan(scenario), plan_options_for(scenario), "", std::nullopt};
+  BatchSizePlan header;
+  header.limit_bytes = std::int64_t{1} << 40;
+  header.cluster = {1, 8};
+  const ClusterSearch search = planner::expand_cluster_search(request, header, units);
+  ASSERT_EQ(units.size(), 2U);
+  ASSERT_EQ(units[0].strategies.size(), 1U) << "PP 1: baseline only";
+  EXPECT_EQ(units[0].strategies[0].name, "baseline");
+  ASSERT_EQ(units[1].strategies.size(), 2U) << "PP 2: both";
+  EXPECT_EQ(units[1].strategies[1].name, "c2");
+  ASSERT_EQ(search.notes.size(), 1U);
+  EXPECT_EQ(search.notes[0], "'c2' (first_stages 2) is planned on the layouts of at least 2 pipeline stages only");
+
+  const Scenario combined = parse_scenario(gpt_yaml("  target_global_batch: 8\n  tensor: [1]\n  pipeline: [2]\n  recompute: [none, selective]\n" + strategies),
+                                           "l.yaml", ".");
+  std::vector<std::string> names;
+  for (const models::StrategySpec& spec : combined.plan->strategies) names.push_back(spec.name + (spec.layer_recompute ? "/r" : "") + (spec.first_stages ? "/k" : ""));
+  EXPECT_EQ(names, (std::vector<std::string>{"none", "c2/k", "selective/r", "c2+selective/r/k"}));
+
+  const auto error_of = [](const std::string& plan_keys) {
+    try {
+      (void)parse_scenario(gpt_yaml(plan_keys), "l.yaml", ".");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_THAT(error_of("  target_global_batch: 8\n  pipeline: [2]\n  recompute: [none]\n  strategies: [{name: s, recompute: {granularity: selective}}]\n"),
+              HasSubstr("l.yaml:9:16: 'plan.strategies[0]' has its own recompute settings"));
+  EXPECT_THAT(error_of("  target_global_batch: 8\n  virtual_stages: [2, 2]\n"), HasSubstr("l.yaml:7:23: 'plan.virtual_stages[1]' repeats 2"));
+  EXPECT_THAT(error_of("  target_global_batch: 8\n  virtual_stages: all\n"), HasSubstr("'plan.virtual_stages' must be a non-empty list"));
+  EXPECT_THAT(error_of("  context: [2]\n"), HasSubstr("l.yaml:6:12: a layout search (plan.tensor, plan.pipeline) divides a global batch"));
+  EXPECT_THAT(error_of("  target_global_batch: 8\n  context: [0]\n"), HasSubstr("'plan.context[0]' is '0'"));
 }
 
 }  // namespace

@@ -210,7 +210,19 @@ struct StrategySpec {
   // Megatron-LM's settings, turned into rules per pipeline stage (strategy_for_stage); they come
   // after `rules`, so a hand-written rule selects first.
   std::optional<LayerRecompute> layer_recompute = std::nullopt;
+  // strategy.first_stages K: `rules` apply on pipeline stages (ranks) 0 to K-1 only; the later
+  // stages run without them (layer_recompute still applies on every stage). Why: under 1F1B
+  // rank r holds min(P - r, M) micro-batches' activations in flight (Megatron-LM schedules.py:957,
+  // its warm-up count; shared/reference/parallelism.md: the first stage the most, the last one), so compressing or
+  // offloading where activations pile up saves the peak at the cost of the first stages only.
+  // nullopt: every stage. 1 <= K <= P, and a pipeline (check_first_stages).
+  std::optional<int> first_stages = std::nullopt;
+  std::string first_stages_location = {};  // "s.yaml:7:17: strategy.first_stages", for errors found later
 };
+
+// Throws InputError at strategy.first_stages's location when the strategy restricts its rules to
+// the first K stages but the run has `pipeline` stages with K > pipeline, or no pipeline (1).
+void check_first_stages(const StrategySpec& strategy, int pipeline);
 
 // Throws InputError at the setting's location when `recompute` cannot apply to a pipeline whose
 // stages hold `stage_layers` layers each (one entry: no pipeline): a per-stage list of another
@@ -219,7 +231,8 @@ void check_layer_recompute(const LayerRecompute& recompute, const std::vector<in
 
 // `strategy` for the trace of pipeline stage `stage` (nullopt: no pipeline, the trace is the
 // rank's whole model): its rules followed by the rules its layer_recompute gives for the layers
-// the trace holds, without layer_recompute. The layers are the trace's one outermost numbered
+// the trace holds, without layer_recompute; with first_stages K, `rules` only on stages below K
+// (first_stages reset in the result; InputError without a stage). The layers are the trace's one outermost numbered
 // module list holding weights (`transformer.h.N`, `model.layers.N`); the stage's first layer is
 // the lowest index it holds. InputError (at the setting's location) when the trace has no such
 // list or several, a num_layers exceeds its layers, or a per-stage list meets a trace without its

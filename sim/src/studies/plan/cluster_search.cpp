@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <tuple>
 #include <stdexcept>
 #include <utility>
@@ -47,11 +48,25 @@ std::vector<int> degrees_to_try(const std::vector<int>& listed, bool all, int li
   return out;
 }
 
+// A layout's degrees as a note names one the model does not allow: "TP 2 x PP 4", with VP, CP and
+// EP where above 1 (its data-parallel degree may not exist).
+std::string layout_degrees(const models::ParallelLayout& layout) {
+  std::string text = fmt::format("TP {} x PP {}", layout.tensor, layout.pipeline);
+  if (layout.virtual_stages > 1) text += fmt::format(" x VP {}", layout.virtual_stages);
+  if (layout.context > 1) text += fmt::format(" x CP {}", layout.context);
+  if (layout.expert > 1) text += fmt::format(" x EP {}", layout.expert);
+  return text;
+}
+
 // The layout search of one cluster size, ZeRO stage and optimizer place (studies/plan.hpp,
-// "Layout search"): each tensor x pipeline degree the model and the GPUs allow becomes a unit
-// whose micro-batches are plan.micro_batches that divide its replica's share of the global batch;
-// a layout that cannot hold its weights, gradients and optimizer state is left out with that bound.
-void expand_layouts(const PlanRequest& r, const BatchSizePlan& header, ClusterShape shape, Scenario base, ClusterSearch& search, std::vector<ClusterUnit>& units) {
+// "Layout search"): each tensor x pipeline x virtual-stage x context x expert degree the model and
+// the GPUs allow (models::check_layout, its first broken rule a note) becomes a unit whose
+// micro-batches are plan.micro_batches that divide its replica's share of the global batch (and,
+// under the interleaved schedule, leave a multiple of P micro-batches); a layout that cannot hold
+// its weights, gradients and optimizer state is left out with that bound. A strategy with
+// first_stages K is planned on the layouts of at least K stages only (`skipped_first_stages`).
+void expand_layouts(const PlanRequest& r, const BatchSizePlan& header, ClusterShape shape, Scenario base, ClusterSearch& search, std::vector<ClusterUnit>& units,
+                    std::vector<std::string>& skipped_first_stages) {
   const PlanSection& plan = *r.scenario.plan;
   const ParallelismSection& parallelism = *base.parallelism;
   const int gpus = shape.ranks();
@@ -59,60 +74,97 @@ void expand_layouts(const PlanRequest& r, const BatchSizePlan& header, ClusterSh
   if (!base.zoo_model) throw InputError(r.scenario.source + ": plan: a layout search splits a zoo model or a Hugging Face config; expected 'model.zoo' or 'model.hf_config'");
   const zoo::ModelDimensions d = zoo::model_dimensions(*base.zoo_model);
   const models::LayoutModel model{static_cast<int>(d.layers), static_cast<int>(d.heads), static_cast<int>(d.kv_heads), static_cast<int>(d.experts), d.vocab, d.seq_len};
+  if ((plan.all_expert_degrees || !plan.expert_degrees.empty()) && d.experts == 0) {
+    throw InputError(plan.expert_location + ": searches expert-parallel degrees, but the model is dense (no routed experts); expected an MoE model "
+                     "(model.zoo mixtral or qwen2-moe, or an MoE hf_config), or no plan.expert");
+  }
   const std::vector<std::int64_t> micro_batches = plan.micro_batches.empty() ? std::vector<std::int64_t>{1, 2, 4} : plan.micro_batches;
+  const std::vector<int> virtual_stages = plan.virtual_stages.empty() ? std::vector<int>{parallelism.layout.virtual_stages} : plan.virtual_stages;
   const std::string prefix = fmt::format("{}, {}, optimizer {}", describe_shape(shape), data_parallel_name(parallelism.data.zero_stage, header.fsdp),
                                          models::optimizer_place(parallelism.data.offload_optimizer));
   for (const int t : degrees_to_try(plan.tensor_degrees, plan.all_tensor_degrees, shape.gpus_per_node, shape.gpus_per_node, parallelism.layout.tensor)) {
     for (const int p : degrees_to_try(plan.pipeline_degrees, plan.all_pipeline_degrees, gpus / std::max(1, t), static_cast<int>(d.layers), parallelism.layout.pipeline)) {
-      models::ParallelLayout layout = parallelism.layout;
-      layout.tensor = t;
-      layout.pipeline = p;
-      layout.sequence_parallel = t > 1 && plan.sequence_parallel;
-      layout.pipeline_layers.clear();
-      const std::vector<models::LayoutProblem> problems = models::check_layout(layout, model, gpus);
-      if (!problems.empty()) {
-        search.notes.push_back(fmt::format("{}, TP {} x PP {}: left out: parallelism.{}: {}", prefix, t, p, problems.front().field, problems.front().message));
-        continue;
-      }
-      const std::string name = fmt::format("{}, {}", prefix, describe_layout(layout, gpus));
-      const int replicas = models::data_parallel_degree(layout, gpus);
-      if (target % replicas != 0) {
-        search.notes.push_back(fmt::format("{}: left out: the target global batch {} is not a multiple of its {} data-parallel replicas", name, target, replicas));
-        continue;
-      }
-      Unit unit;
-      unit.ceiling = r.options.max_batch;
-      unit.compare = false;
-      unit.share = target / replicas;
-      unit.model_parallel = !layout.is_data_parallel_only() || layout.sequence_parallel;
-      unit.every_divisor = true;  // the layouts compare at the same micro-batches
-      for (const std::int64_t b : share_divisors(unit.share, r.options.max_batch)) {
-        if (std::find(micro_batches.begin(), micro_batches.end(), b) != micro_batches.end()) unit.divisors.push_back(b);
-      }
-      if (unit.divisors.empty()) {
-        search.notes.push_back(fmt::format("{}: left out: none of the micro-batches tried divides its replica's share {} of the global batch", name, unit.share));
-        continue;
-      }
-      Scenario scenario = base;
-      scenario.parallelism->layout = layout;
-      scenario.accumulation_steps = static_cast<int>(unit.share / unit.divisors.front());
-      // What the scenario's checks refuse for this layout (ZeRO-2/3 under a pipeline, ...) is a
-      // note of the search, and the memory its persistent state needs a bound to prune by.
-      try {
-        const PreparedScenario prepared(scenario);
-        const std::int64_t resident = resident_state_bytes(prepared);
-        if (resident > header.limit_bytes) {
-          search.notes.push_back(fmt::format("{}: left out: memory: its weights, gradients and optimizer state alone take {} per GPU (first stage), over the "
-                                             "limit {}",
-                                             name, format_bytes(resident), format_bytes(header.limit_bytes)));
-          continue;
+      for (const int v : virtual_stages) {
+        const int left = gpus / std::max(1, t * p);  // D x C, which the context and expert degrees split
+        for (const int c : degrees_to_try(plan.context_degrees, plan.all_context_degrees, left, left, parallelism.layout.context)) {
+          for (const int e : degrees_to_try(plan.expert_degrees, plan.all_expert_degrees, left, left, parallelism.layout.expert)) {
+            models::ParallelLayout layout = parallelism.layout;
+            layout.tensor = t;
+            layout.pipeline = p;
+            layout.virtual_stages = v;
+            layout.context = c;
+            layout.expert = e;
+            // Virtual stages are the interleaved schedule's; one chunk runs the scenario's own
+            // schedule, or 1F1B where that is the interleaved one (which needs two chunks).
+            if (v > 1) {
+              layout.schedule = models::PipelineSchedule::interleaved;
+            } else if (layout.schedule == models::PipelineSchedule::interleaved) {
+              layout.schedule = models::PipelineSchedule::one_f_one_b;
+            }
+            layout.sequence_parallel = t > 1 && plan.sequence_parallel;
+            layout.pipeline_layers.clear();
+            const std::vector<models::LayoutProblem> problems = models::check_layout(layout, model, gpus);
+            if (!problems.empty()) {
+              search.notes.push_back(fmt::format("{}, {}: left out: parallelism.{}: {}", prefix, layout_degrees(layout), problems.front().field, problems.front().message));
+              continue;
+            }
+            const std::string name = fmt::format("{}, {}", prefix, describe_layout(layout, gpus));
+            const int replicas = models::data_parallel_degree(layout, gpus);
+            if (target % replicas != 0) {
+              search.notes.push_back(fmt::format("{}: left out: the target global batch {} is not a multiple of its {} data-parallel replicas", name, target, replicas));
+              continue;
+            }
+            Unit unit;
+            unit.ceiling = r.options.max_batch;
+            unit.compare = false;
+            unit.share = target / replicas;
+            unit.model_parallel = !layout.is_data_parallel_only() || layout.sequence_parallel;
+            unit.every_divisor = true;  // the layouts compare at the same micro-batches
+            for (const std::int64_t b : share_divisors(unit.share, r.options.max_batch)) {
+              // Megatron's interleaved schedule needs a multiple of P micro-batches (its assert).
+              if (v > 1 && (unit.share / b) % p != 0) continue;
+              if (std::find(micro_batches.begin(), micro_batches.end(), b) != micro_batches.end()) unit.divisors.push_back(b);
+            }
+            if (unit.divisors.empty()) {
+              search.notes.push_back(fmt::format("{}: left out: none of the micro-batches tried divides its replica's share {} of the global batch{}", name,
+                                                 unit.share, v > 1 ? fmt::format(" into a multiple of {} (the interleaved schedule's)", p) : std::string()));
+              continue;
+            }
+            Scenario scenario = base;
+            scenario.parallelism->layout = layout;
+            scenario.accumulation_steps = static_cast<int>(unit.share / unit.divisors.front());
+            // What the scenario's checks refuse for this layout (ZeRO-2/3 under a pipeline, ...) is a
+            // note of the search, and the memory its persistent state needs a bound to prune by.
+            try {
+              const PreparedScenario prepared(scenario);
+              const std::int64_t resident = resident_state_bytes(prepared);
+              if (resident > header.limit_bytes) {
+                search.notes.push_back(fmt::format("{}: left out: memory: its weights, gradients and optimizer state alone take {} per GPU (first stage), over the "
+                                                   "limit {}",
+                                                   name, format_bytes(resident), format_bytes(header.limit_bytes)));
+                continue;
+              }
+            } catch (const InputError& error) {
+              search.notes.push_back(fmt::format("{}: left out: {}", name, error.what()));
+              continue;
+            }
+            // Each probe sets its own count (share / micro-batch); the interleaved schedule's check,
+            // run when the unit is prepared, needs a multiple of P, which the first one is.
+            if (v == 1) scenario.accumulation_steps = 1;
+            // The strategies whose first_stages this layout's pipeline has.
+            std::vector<models::StrategySpec> strategies;
+            for (const models::StrategySpec& spec : r.strategies) {
+              if (!spec.first_stages || (p > 1 && *spec.first_stages <= p)) {
+                strategies.push_back(spec);
+              } else if (std::find(skipped_first_stages.begin(), skipped_first_stages.end(), spec.name) == skipped_first_stages.end()) {
+                skipped_first_stages.push_back(spec.name);
+              }
+            }
+            if (strategies.empty()) continue;  // the note on skipped_first_stages says why
+            units.push_back({std::move(scenario), std::move(unit), std::move(strategies)});
+          }
         }
-      } catch (const InputError& e) {
-        search.notes.push_back(fmt::format("{}: left out: {}", name, e.what()));
-        continue;
       }
-      scenario.accumulation_steps = 1;
-      units.push_back({std::move(scenario), std::move(unit)});
     }
   }
 }
@@ -135,6 +187,7 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
   if (search.comm_hooks.empty()) search.comm_hooks.push_back(r.scenario.parallelism ? r.scenario.parallelism->data.comm_hook : models::DdpCommHook::none);
   bool skipped_hooks = false;
   bool skipped_pairs = false;
+  std::vector<std::string> skipped_first_stages;  // strategies some layout has too few stages for
   for (const ClusterShape shape : shapes) {
     if (target && !search.layouts && *target % shape.ranks() != 0) {
       search.notes.push_back(fmt::format("{}: left out: the target global batch {} is not a multiple of {}", describe_shape(shape), *target, shape.ranks()));
@@ -180,7 +233,7 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
       }
       scenario.parallelism = parallelism;
       if (search.layouts) {
-        expand_layouts(r, header, shape, std::move(scenario), search, units);
+        expand_layouts(r, header, shape, std::move(scenario), search, units, skipped_first_stages);
         continue;
       }
       Unit unit;
@@ -196,8 +249,14 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
                                            kMaxAccumulationSteps));
         continue;
       }
-      units.push_back({std::move(scenario), std::move(unit)});
+      units.push_back({std::move(scenario), std::move(unit), {}});
     }
+  }
+  for (const std::string& name : skipped_first_stages) {
+    const auto spec = std::find_if(r.strategies.begin(), r.strategies.end(), [&](const models::StrategySpec& s) { return s.name == name; });
+    // K = 1 needs a pipeline all the same: without one there are no stages to tell apart.
+    search.notes.push_back(fmt::format("'{}' (first_stages {}) is planned on the layouts of at least {} pipeline stages only", name, *spec->first_stages,
+                                       std::max(2, *spec->first_stages)));
   }
   if (skipped_hooks) search.notes.push_back("DDP's communication hooks are tried with PyTorch DDP (stage 0) only");
   if (skipped_pairs) {

@@ -16,6 +16,9 @@ namespace comptrain::sim::planner {
 struct ClusterUnit {
   Scenario scenario;
   Unit unit;  // its `request` is set by the caller
+  // The strategies to plan it under: the request's, less those it cannot run (a layout search's
+  // first_stages above its pipeline); empty: the request's.
+  std::vector<models::StrategySpec> strategies = {};
 };
 
 // The request's candidates (appended to `units`, by size, then stage, then optimizer place) and

@@ -160,12 +160,20 @@ std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, 
     const PlanRequest& r = requests[p];
     check_options(r.options);
     if (r.strategies.empty()) throw InputError(r.scenario.source + ": no strategy to plan");
-    const auto add_unit = [&](Scenario scenario, Unit unit) {
+    const auto add_unit = [&](Scenario scenario, Unit unit, std::vector<models::StrategySpec> strategies) {
       unit.request = p;
       units_of[p].push_back(d.units.size());
       d.units.push_back(unit);
-      d.requests.push_back({std::move(scenario), r.strategies, r.options, r.variant, std::nullopt});
+      if (strategies.empty()) strategies = r.strategies;
+      d.requests.push_back({std::move(scenario), std::move(strategies), r.options, r.variant, std::nullopt});
     };
+    // A strategy's first_stages against a fixed layout: an error at its line, as in the scenario's
+    // strategy (a layout search plans each on the layouts that have its stages instead).
+    if (!(r.scenario.plan && r.scenario.plan->searches_layouts())) {
+      for (const models::StrategySpec& spec : r.strategies) {
+        models::check_first_stages(spec, r.scenario.parallelism ? r.scenario.parallelism->layout.pipeline : 1);
+      }
+    }
     const auto target = r.options.target_global_batch;
     if (target && r.scenario.accumulation_steps > 1) {
       throw InputError(fmt::format("{}: plan: a target global batch ({}) with training.gradient_accumulation_steps ({}): the planner chooses the "
@@ -183,7 +191,7 @@ std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, 
         const models::ParallelLayout& layout = r.scenario.parallelism->layout;
         unit.model_parallel = !layout.is_data_parallel_only() || layout.sequence_parallel;
       }
-      add_unit(r.scenario, unit);
+      add_unit(r.scenario, unit, {});
       continue;
     }
     // The header (and any error of the scenario itself, once) from the scenario as written.
@@ -193,7 +201,7 @@ std::vector<BatchSizePlan> make_plans(const std::vector<PlanRequest>& requests, 
     out[p].cluster_search->configuration_count = candidates.size();
     for (const std::size_t c : shard_variants(candidates.size(), r.shard)) {
       configurations_of[p].push_back(c);
-      add_unit(std::move(candidates[c].scenario), std::move(candidates[c].unit));
+      add_unit(std::move(candidates[c].scenario), std::move(candidates[c].unit), std::move(candidates[c].strategies));
     }
   }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -88,8 +89,22 @@ struct PlanSection {
   bool all_pipeline_degrees = false;
   std::vector<std::int64_t> micro_batches;
   bool sequence_parallel = true;
+  // plan.virtual_stages: model chunks per pipeline rank to try (1: the scenario's schedule, or
+  // 1F1B where it is interleaved; above 1: the interleaved schedule, with the micro-batch counts
+  // that are multiples of P). plan.context and plan.expert: context- and expert-parallel degrees,
+  // lists or `all` (every divisor of the GPUs the tensor and pipeline degrees leave); expert
+  // needs an MoE model (expert_location: the key's line, for that error once the model is known).
+  std::vector<int> virtual_stages;
+  std::vector<int> context_degrees;
+  bool all_context_degrees = false;
+  std::vector<int> expert_degrees;
+  bool all_expert_degrees = false;
+  std::string expert_location;  // "s.yaml:9:11: plan.expert"
 
-  bool searches_layouts() const { return all_tensor_degrees || all_pipeline_degrees || !tensor_degrees.empty() || !pipeline_degrees.empty(); }
+  bool searches_layouts() const {
+    return all_tensor_degrees || all_pipeline_degrees || !tensor_degrees.empty() || !pipeline_degrees.empty() || !virtual_stages.empty() ||
+           all_context_degrees || !context_degrees.empty() || all_expert_degrees || !expert_degrees.empty();
+  }
   bool searches_clusters() const {
     return !cluster_sizes.empty() || !zero_stages.empty() || !offload_optimizer.empty() || !comm_hooks.empty() || searches_layouts();
   }

@@ -276,7 +276,7 @@ const PlanPoint* point_at(const StrategyPlan& s, std::int64_t batch);
 std::string describe_shape(ClusterShape shape);
 // the data-parallel mode in the planner's short form ("DDP", "ZeRO-2", "FSDP2");
 std::string data_parallel_name(int zero_stage, bool fsdp);
-// a layout on `gpus` in the planner's short form: "TP 8 (SP) x PP 4 x DP 2" (CP and EP where > 1).
+// a layout on `gpus` in the planner's short form: "TP 8 (SP) x PP 4 x DP 2" (VP, CP and EP where > 1).
 std::string describe_layout(const models::ParallelLayout& layout, int gpus);
 
 }  // namespace comptrain::sim

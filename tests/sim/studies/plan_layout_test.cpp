@@ -37,6 +37,16 @@ PlanOptions quiet(PlanOptions o) {
   return o;
 }
 
+// The layout search's expansion of `scenario` on one node of 8 GPUs with memory to spare: the
+// units it would simulate (into `units`) and its notes.
+ClusterSearch expand_on_one_node(const Scenario& scenario, std::vector<planner::ClusterUnit>& units) {
+  const PlanRequest request{scenario, strategies_to_plan(scenario), plan_options_for(scenario), "", std::nullopt};
+  BatchSizePlan header;
+  header.limit_bytes = std::int64_t{1} << 40;
+  header.cluster = {1, 8};
+  return planner::expand_cluster_search(request, header, units);
+}
+
 const ClusterCandidate& candidate(const ClusterSearch& search, int tensor, int pipeline) {
   const auto it = std::find_if(search.candidates.begin(), search.candidates.end(),
                                [&](const ClusterCandidate& c) { return c.layout && c.layout->tensor == tensor && c.layout->pipeline == pipeline; });
@@ -213,11 +223,7 @@ TEST(PlanLayouts, InterleavedLayoutsTryTheMicroBatchesLeavingAMultipleOfTheStage
                                                     "  micro_batches: [1, 2]\n  strategies: [baseline]\n"),
                                            "l.yaml", ".");
   std::vector<planner::ClusterUnit> units;
-  const PlanRequest request{scenario, strategies_to_plan(scenario), plan_options_for(scenario), "", std::nullopt};
-  BatchSizePlan header;
-  header.limit_bytes = std::int64_t{1} << 40;
-  header.cluster = {1, 8};
-  const ClusterSearch search = planner::expand_cluster_search(request, header, units);
+  const ClusterSearch search = expand_on_one_node(scenario, units);
   ASSERT_EQ(units.size(), 2U);
   EXPECT_EQ(units[0].scenario.parallelism->layout.virtual_stages, 1);
   EXPECT_EQ(units[0].unit.divisors, (std::vector<std::int64_t>{1, 2}));
@@ -242,21 +248,16 @@ TEST(PlanLayouts, ExpertDegreesNeedAnMoEModelAndDivideItsExperts) {
       "plan:\n  target_global_batch: 8\n  tensor: [1]\n  pipeline: [1]\n  expert: all\n  strategies: [baseline]\n";
   const Scenario scenario = parse_scenario(mixtral, "m.yaml", ".");
   std::vector<planner::ClusterUnit> units;
-  const PlanRequest request{scenario, strategies_to_plan(scenario), plan_options_for(scenario), "", std::nullopt};
-  BatchSizePlan header;
-  header.limit_bytes = std::int64_t{1} << 40;
-  header.cluster = {1, 8};
-  const ClusterSearch search = planner::expand_cluster_search(request, header, units);
+  const ClusterSearch search = expand_on_one_node(scenario, units);
   std::vector<int> experts;
   for (const planner::ClusterUnit& u : units) experts.push_back(u.scenario.parallelism->layout.expert);
   EXPECT_EQ(experts, (std::vector<int>{1, 2, 4, 8})) << "every divisor of the 8 ranks, each dividing the 8 experts";
 
   // The same search on a dense GPT: an InputError at plan.expert's line.
   const Scenario dense = parse_scenario(gpt_yaml("  target_global_batch: 8\n  tensor: [1]\n  expert: [2]\n  strategies: [baseline]\n"), "l.yaml", ".");
-  const PlanRequest dense_request{dense, strategies_to_plan(dense), plan_options_for(dense), "", std::nullopt};
   units.clear();
   try {
-    (void)planner::expand_cluster_search(dense_request, header, units);
+    (void)expand_on_one_node(dense, units);
     ADD_FAILURE() << "expected an InputError on a dense model";
   } catch (const InputError& e) {
     EXPECT_THAT(e.what(), HasSubstr("l.yaml:8:11: plan.expert: searches expert-parallel degrees, but the model is dense"));
@@ -283,11 +284,7 @@ TEST(PlanLayouts, FirstStagesStrategiesRunWhereThePipelineHasTheirStages) {
   const Scenario scenario = parse_scenario(gpt_yaml("  target_global_batch: 8\n  tensor: [1]\n  pipeline: [1, 2]\n  micro_batches: [1]\n" + strategies),
                                            "l.yaml", ".");
   std::vector<planner::ClusterUnit> units;
-  const PlanRequest request{scenario, strategies_to_plan(scenario), plan_options_for(scenario), "", std::nullopt};
-  BatchSizePlan header;
-  header.limit_bytes = std::int64_t{1} << 40;
-  header.cluster = {1, 8};
-  const ClusterSearch search = planner::expand_cluster_search(request, header, units);
+  const ClusterSearch search = expand_on_one_node(scenario, units);
   ASSERT_EQ(units.size(), 2U);
   ASSERT_EQ(units[0].strategies.size(), 1U) << "PP 1: baseline only";
   EXPECT_EQ(units[0].strategies[0].name, "baseline");

@@ -27,6 +27,82 @@ using traces::Trace;
 
 namespace {
 
+// Transformer Engine's pipelined reduce-scatter (traces::Communication::splits, n pieces; TE
+// `pipeline` Userbuffers overlap, the default for the row-parallel GEMMs' forward under Megatron-LM's
+// --tp-comm-overlap: TE pytorch/module/base.py, initialize_ub, methods["pipeline"] = proj_fprop,
+// fc2_fprop, num_splits 4). The GEMM computes its output in n pieces and each piece's reduction
+// starts when it is made, beside the next piece; the reduction of the last piece is exposed.
+// The collective task, on the tensor stream after the GEMM's task with the op after it waiting for
+// it (emit()), becomes: the GEMM's first piece (its task, 1/n of the time), its other pieces (a
+// task of its own, (n - 1)/n), the reduction of (n - 1)/n of the bytes beside them (waiting for the
+// first piece only) and of the last 1/n after them; whatever waited for the GEMM or the collective
+// waits for the last part of each. The SMs TE's reduction kernels take from the GEMM meanwhile are
+// not charged (num_sm 16 of the GPU's, set_sm_margin 0), as NCCL's are not.
+void split_pipelined_reductions(Schedule& schedule, const Trace& trace) {
+  const auto pieces_of = [&](const Task& task) -> std::int64_t {
+    if (task.kind != TaskKind::collective || !task.op || task.stream != Stream::tensor) return 0;
+    const auto& communication = trace.op(*task.op).communication;
+    return communication ? communication->splits : 0;
+  };
+  std::vector<Task>& tasks = schedule.tasks;
+  if (std::none_of(tasks.begin(), tasks.end(), [&](const Task& t) { return pieces_of(t) > 0; })) return;
+  // Old task id -> new id of the task that ends what it did, as known when a later task is
+  // reached (every wait is on an earlier task: `tasks` order is a one-at-a-time execution). A
+  // side task between the GEMM and its collective thus waits for the GEMM's first piece.
+  std::vector<TaskId> end_of(tasks.size());
+  std::vector<Task> out;
+  out.reserve(tasks.size() + 8);
+  constexpr TaskId kNoTask = std::numeric_limits<TaskId>::max();
+  TaskId last_compute = kNoTask;  // old id of the latest compute-stream task
+  for (TaskId t = 0; t < tasks.size(); ++t) {
+    Task task = std::move(tasks[t]);
+    for (TaskId& a : task.after) {
+      if (a >= t) throw std::logic_error(task.name + ": waits for a task after it");
+      a = end_of[a];
+    }
+    const std::int64_t n = pieces_of(task);
+    if (n == 0) {
+      if (task.stream == Stream::compute) last_compute = t;
+      end_of[t] = out.size();
+      out.push_back(std::move(task));
+      continue;
+    }
+    if (last_compute == kNoTask || *task.op == 0 || out[end_of[last_compute]].op != *task.op - 1) {
+      throw std::logic_error(task.name + ": a split reduce_scatter without the op that makes its input on the compute stream before it");
+    }
+    const double share = static_cast<double>(n - 1) / static_cast<double>(n);
+    // The GEMM's other pieces: a compute task of their own right before the collective (no
+    // compute-stream task came between: the collective follows the GEMM's task).
+    Task& head = out[end_of[last_compute]];
+    Task rest = head;
+    rest.name += " (pieces 2-" + std::to_string(n) + ")";
+    rest.seconds = head.seconds * share;
+    rest.host_seconds = 0;  // one launch
+    rest.uses.insert(rest.uses.end(), rest.creates.begin(), rest.creates.end());
+    rest.creates.clear();
+    rest.after.clear();  // the compute stream's order: after the first piece
+    head.seconds -= rest.seconds;
+    const TaskId rest_id = out.size();
+    out.push_back(std::move(rest));
+    end_of[last_compute] = rest_id;
+    last_compute = kNoTask;  // nothing later may split the GEMM again
+    // The reduction of the first n - 1 pieces waits for the first piece (its waits, remapped
+    // above, name the head), the last piece's for the rest; what waits for the collective waits
+    // for the last piece.
+    Task tail = task;
+    task.bytes = static_cast<std::int64_t>(static_cast<double>(task.bytes) * share);
+    tail.bytes -= task.bytes;
+    tail.name += " (last piece)";
+    tail.uses.insert(tail.uses.end(), tail.creates.begin(), tail.creates.end());
+    tail.creates.clear();
+    tail.after = {rest_id};
+    out.push_back(std::move(task));
+    end_of[t] = out.size();
+    out.push_back(std::move(tail));
+  }
+  tasks = std::move(out);
+}
+
 // Builds the schedule for a fixed plan. Compute tasks first (trace ops in recorded order with
 // recomputations inserted before the backward ops that need them), then the copy and codec
 // tasks, which are timed relative to compute positions, are slotted in after the compute
@@ -139,7 +215,7 @@ class Assembler {
     };
     task.seconds = 0;
     task.over = op.communication->group;
-    if (op.communication->overlap > 0) task.stream = Stream::tensor;
+    if (op.communication->overlap > 0 || op.communication->splits > 0) task.stream = Stream::tensor;
     switch (op.communication->kind) {
       case traces::CommunicationKind::all_reduce:
         task.kind = TaskKind::collective;
@@ -556,19 +632,37 @@ class Assembler {
       if (compute_[c].stream != Stream::context && compute_[c].stream != Stream::tensor) continue;
       const traces::Communication& communication = *a_.trace->op(*compute_[c].op).communication;
       const std::int64_t beside = communication.ring > 0 ? 1 : communication.overlap;
+      std::size_t before = kNone;
       for (std::size_t j = c; j-- > 0;) {
         if (compute_[j].stream == Stream::compute) {
           p2p_after[c].push_back(compute_id[j]);
+          before = j;
           break;
         }
       }
       std::int64_t seen = 0;
+      std::vector<BufferId> read_beside;  // buffers of the collective that the ops beside it read
       for (std::size_t j = c + 1; j < compute_.size(); ++j) {
         if (compute_[j].stream != Stream::compute) continue;
         if (++seen == beside + 1) {
           p2p_after[j].push_back(compute_id[c]);
           break;
         }
+        for (BufferId b : compute_[c].creates) {
+          const auto& uses = compute_[j].uses;
+          if (std::find(uses.begin(), uses.end(), b) != uses.end()) read_beside.push_back(b);
+        }
+      }
+      // Transformer Engine's ring exchange writes the gathered tensor into a buffer the GEMM beside
+      // it reads block by block as the blocks arrive (its Userbuffers, allocated beforehand): the
+      // buffer exists before either starts, allocated here with the compute task before them,
+      // which both wait for.
+      if (!read_beside.empty() && before != kNone) {
+        sorted_unique(read_beside);
+        std::erase_if(compute_[c].creates, [&](BufferId b) { return std::binary_search(read_beside.begin(), read_beside.end(), b); });
+        compute_[c].uses.insert(compute_[c].uses.end(), read_beside.begin(), read_beside.end());
+        sorted_unique(compute_[c].uses);
+        compute_[before].creates.insert(compute_[before].creates.end(), read_beside.begin(), read_beside.end());
       }
     }
     schedule_.tasks.reserve(sequence.size());
@@ -586,6 +680,7 @@ class Assembler {
         schedule_.tasks.push_back(std::move(task));
       }
     }
+    split_pipelined_reductions(schedule_, *a_.trace);
     // The last line of defence (the op-time model and codec_seconds check at the source): the
     // simulator gets finite, non-negative durations and payloads only, or an InputError.
     for (TaskId t = 0; t < schedule_.tasks.size(); ++t) {

@@ -480,6 +480,22 @@ TEST(TraceJson, CommunicationRoundTrips) {
     EXPECT_THAT(overlapped_text, HasSubstr(R"("communication": {"kind": "all_reduce", "group": "tensor", "overlap": 2})"));
     EXPECT_EQ(trace_from_json(overlapped_text, "t.json"), overlapped);
   }
+  // Version 7: a split reduce_scatter keeps its pieces through a round trip.
+  {
+    std::vector<Op> split_ops = trace.ops();
+    split_ops[1].communication = traces::Communication{traces::CommunicationKind::reduce_scatter, traces::ParallelGroup::tensor};
+    split_ops[1].communication->splits = 4;
+    std::vector<Tensor> plain = trace.tensors();
+    for (Tensor& tensor : plain) {
+      tensor.producer.reset();
+      tensor.consumers.clear();
+    }
+    const Trace split("tp-rank", 2, std::move(plain), std::move(split_ops));
+    const std::string split_text = trace_to_json(split);
+    EXPECT_THAT(split_text, HasSubstr(R"("version": 7)"));
+    EXPECT_THAT(split_text, HasSubstr(R"("communication": {"kind": "reduce_scatter", "group": "tensor", "splits": 4})"));
+    EXPECT_EQ(trace_from_json(split_text, "t.json"), split);
+  }
   // The Trace constructor enforces "exactly on communication ops" for traces built in code.
   std::vector<Op> missing = trace.ops();
   missing[1].communication.reset();
@@ -909,13 +925,13 @@ INSTANTIATE_TEST_SUITE_P(
             {R"(unknown role "grad")", "expected one of: input, weight, weight_copy, buffer, gradient, optimizer_state"}},
         // Format and version.
         BrokenCase{"NewerVersion",
-                   {{R"("version": 1,)", R"("version": 7, "new_field": 1,)"}},
+                   {{R"("version": 1,)", R"("version": 8, "new_field": 1,)"}},
                    "/version",
-                   {"unsupported version 7; expected version 1, 2, 3, 4, 5 or 6", "newer comptrain"}},
+                   {"unsupported version 8; expected version 1, 2, 3, 4, 5, 6 or 7", "newer comptrain"}},
         BrokenCase{"VersionZero",
                    {{R"("version": 1,)", R"("version": 0,)"}},
                    "/version",
-                   {"unsupported version 0; expected version 1, 2, 3, 4, 5 or 6"}},
+                   {"unsupported version 0; expected version 1, 2, 3, 4, 5, 6 or 7"}},
         // The op kinds gather and scatter (version 4).
         BrokenCase{"GatherInVersion3",
                    {kVersion3, {R"("kind": "relu")", R"("kind": "gather")"}},
@@ -965,6 +981,31 @@ INSTANTIATE_TEST_SUITE_P(
                     {kReluBytesWritten, kReluBytesWritten + R"(, "communication": {"kind": "all_gather", "group": "context", "ring": 2, "overlap": 1})"}},
                    "/ops/1/communication/overlap",
                    {"has overlap 1 beside a ring", "expected a count >= 1 of the ops it runs beside, on a collective without a ring"}},
+        // The communication's splits (version 7).
+        BrokenCase{"SplitsInVersion6",
+                   {{R"("version": 1,)", R"("version": 6,)"},
+                    {R"("kind": "relu")", R"("kind": "communication")"},
+                    {kReluBytesWritten, kReluBytesWritten + R"(, "communication": {"kind": "reduce_scatter", "group": "tensor", "splits": 4})"}},
+                   "/ops/1/communication/splits",
+                   {R"(the communication's "splits" is a version-7 field but /version is 6)", R"(expected "version": 7)"}},
+        BrokenCase{"SplitsOne",
+                   {{R"("version": 1,)", R"("version": 7,)"},
+                    {R"("kind": "relu")", R"("kind": "communication")"},
+                    {kReluBytesWritten, kReluBytesWritten + R"(, "communication": {"kind": "reduce_scatter", "group": "tensor", "splits": 1})"}},
+                   "/ops/1/communication/splits",
+                   {"expected an integer >= 2"}},
+        BrokenCase{"SplitsOnAnAllGather",
+                   {{R"("version": 1,)", R"("version": 7,)"},
+                    {R"("kind": "relu")", R"("kind": "communication")"},
+                    {kReluBytesWritten, kReluBytesWritten + R"(, "communication": {"kind": "all_gather", "group": "tensor", "splits": 4})"}},
+                   "/ops/1/communication/splits",
+                   {"has splits 4 (kind all_gather)", "expected >= 2 pieces on a reduce_scatter without an overlap"}},
+        BrokenCase{"SplitsWithAnOverlap",
+                   {{R"("version": 1,)", R"("version": 7,)"},
+                    {R"("kind": "relu")", R"("kind": "communication")"},
+                    {kReluBytesWritten, kReluBytesWritten + R"(, "communication": {"kind": "reduce_scatter", "group": "tensor", "overlap": 1, "splits": 4})"}},
+                   "/ops/1/communication/splits",
+                   {"has splits 4 (kind reduce_scatter, with an overlap)"}},
         BrokenCase{"CommunicationWithoutGroup",
                    {kVersion5,
                     {R"("kind": "relu")", R"("kind": "communication")"},
@@ -1134,8 +1175,8 @@ TEST(TraceJsonSchema, ContainersMustHaveTheirType) {
 
 TEST(TraceJsonSchema, FormatAndVersionComeBeforeUnknownFields) {
   // A newer file may well have fields this reader does not know: say "newer version" instead.
-  EXPECT_THAT(error_of(R"({"format": "comptrain-trace", "version": 7, "streams": []})"),
-              StartsWith("t.json: /version: unsupported version 7"));
+  EXPECT_THAT(error_of(R"({"format": "comptrain-trace", "version": 8, "streams": []})"),
+              StartsWith("t.json: /version: unsupported version 8"));
   EXPECT_THAT(error_of(R"({"schema": "1.0.3", "nodes": []})"),
               StartsWith(R"(t.json: /format: missing field "format"; expected "comptrain-trace")"));
 }

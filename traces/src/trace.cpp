@@ -284,7 +284,8 @@ void check_measured(const Op& op, std::size_t o) {
 
 // The communication field is set exactly on the communication ops: the simulator needs a
 // collective's kind and group, and a compute op has none.
-void check_communication(const Op& op, std::size_t o) {
+// `before`: the op before it in the trace, if any.
+void check_communication(const Op& op, std::size_t o, const Op* before) {
   if (op.kind == OpKind::communication && !op.communication) {
     throw TraceError(op_path(o) + "/communication", describe(op) +
                                                         " is of kind communication but says no communication; expected "
@@ -305,6 +306,18 @@ void check_communication(const Op& op, std::size_t o) {
                      describe(op) + " has overlap " + std::to_string(op.communication->overlap) +
                          (op.communication->ring > 0 ? " beside a ring (which overlaps the op after it already)" : "") +
                          "; expected a count >= 1 of the ops it runs beside, on a collective without a ring, or none");
+  }
+  if (op.communication && op.communication->splits != 0 &&
+      (op.communication->splits < 2 || op.communication->kind != CommunicationKind::reduce_scatter || op.communication->overlap > 0)) {
+    throw TraceError(op_path(o) + "/communication/splits",
+                     describe(op) + " has splits " + std::to_string(op.communication->splits) + " (kind " +
+                         std::string(to_string(op.communication->kind)) + (op.communication->overlap > 0 ? ", with an overlap" : "") +
+                         "); expected >= 2 pieces on a reduce_scatter without an overlap, or none");
+  }
+  if (op.communication && op.communication->splits > 0 && (before == nullptr || before->kind == OpKind::communication)) {
+    throw TraceError(op_path(o) + "/communication/splits",
+                     describe(op) + " is split over the op before it, which " + (before == nullptr ? "does not exist" : "is itself a communication") +
+                         "; expected the op that makes the reduce_scatter's input right before it");
   }
 }
 
@@ -352,7 +365,7 @@ void link_ops(std::vector<Op>& ops, std::vector<Tensor>& tensors, std::int64_t b
       check_quantity(*quantity, batch_size, [&, field = field] { return op_path(o) + "/" + field; });
     }
     check_measured(op, o);
-    check_communication(op, o);
+    check_communication(op, o, o == 0 ? nullptr : &ops[o - 1]);
     for (std::size_t k = 0; k < op.after.size(); ++k) {
       if (op.after[k] >= n_ops || op.after[k] == o) {
         throw TraceError(op_path(o) + "/after/" + std::to_string(k),

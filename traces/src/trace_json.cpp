@@ -693,8 +693,8 @@ class TraceReader {
   }
 
   Communication read_communication(const json& value, const std::string& path) const {
-    expect_object(value, path, "an object {\"kind\", \"group\"[, \"ring\"][, \"overlap\"]}");
-    check_fields(value, path, {"kind", "group", "ring", "overlap"});
+    expect_object(value, path, "an object {\"kind\", \"group\"[, \"ring\"][, \"overlap\"][, \"splits\"]}");
+    check_fields(value, path, {"kind", "group", "ring", "overlap", "splits"});
     Communication communication;
     communication.kind =
         as_vocabulary<CommunicationKind>(required(value, path, "kind", "a communication kind"), child(path, "kind"),
@@ -709,6 +709,13 @@ class TraceReader {
                                          std::to_string(version_) + "; expected \"version\": 6 in a file that has it");
       }
       communication.overlap = as_int64(*overlap, child(path, "overlap"), 1);
+    }
+    if (const json* splits = optional(value, "splits")) {
+      if (version_ < 7) {
+        fail(child(path, "splits"), "the communication's \"splits\" is a version-7 field but /version is " +
+                                        std::to_string(version_) + "; expected \"version\": 7 in a file that has it");
+      }
+      communication.splits = as_int64(*splits, child(path, "splits"), 2);
     }
     return communication;
   }
@@ -802,7 +809,7 @@ class TraceWriter {
     next_field(1);
     key("version");
     // The oldest version that can hold the trace (2 added `values`, 3 `gradient`, 4 the op kinds
-    // gather and scatter, 5 communication, 6 its overlap), so that a trace without them stays readable by older builds and its
+    // gather and scatter, 5 communication, 6 its overlap, 7 its splits), so that a trace without them stays readable by older builds and its
     // files keep their bytes.
     const auto any = [this](auto has) { return std::any_of(trace_.tensors().begin(), trace_.tensors().end(), has); };
     const bool gathers = std::any_of(trace_.ops().begin(), trace_.ops().end(), [](const Op& op) {
@@ -812,7 +819,10 @@ class TraceWriter {
                                           [](const Op& op) { return op.kind == OpKind::communication; });
     const bool overlaps = std::any_of(trace_.ops().begin(), trace_.ops().end(),
                                       [](const Op& op) { return op.communication && op.communication->overlap > 0; });
-    out_ += overlaps                                                  ? "6"
+    const bool splits = std::any_of(trace_.ops().begin(), trace_.ops().end(),
+                                    [](const Op& op) { return op.communication && op.communication->splits > 0; });
+    out_ += splits                                                    ? "7"
+            : overlaps                                                ? "6"
             : communicates                                            ? "5"
             : gathers                                                 ? "4"
             : any([](const Tensor& t) { return !t.gradient.empty(); }) ? "3"
@@ -1060,6 +1070,11 @@ class TraceWriter {
         separator();
         key("overlap");
         out_ += std::to_string(op.communication->overlap);
+      }
+      if (op.communication->splits > 0) {
+        separator();
+        key("splits");
+        out_ += std::to_string(op.communication->splits);
       }
       out_ += '}';
     }

@@ -167,6 +167,83 @@ TEST(ClusterReplay, AnOverlappedTensorParallelAllReduceHidesBehindTheWeightGradi
   }
 }
 
+// Transformer Engine's pipelined reduce-scatter (traces/FORMAT.md "Communication", `splits`),
+// from the trace through build_schedule to the replay: a row-parallel GEMM G (g ms, measured), the
+// reduce_scatter R of its 150 MB output in 4 pieces, and the op N after it (1 ms), which waits for
+// R. On 2 GPUs a ring reduce-scatter of 150 MB sends 75 MB over each 100 GB/s NVLink port: 0.75 ms
+// whole. The schedule runs G's first quarter (g/4), its other three (3g/4) beside the reduction of
+// three quarters of the bytes (0.5625 ms from g/4), then the last quarter's (0.1875 ms) once both
+// have ended: N starts at max(g, g/4 + 0.5625 ms) + 0.1875 ms, against g + 0.75 ms unsplit.
+TEST(ClusterReplay, APipelinedReduceScatterHidesAllButItsLastPieceBehindItsGemm) {
+  models::Platform platform = node_platform(2);
+  platform.gpu.peak_fp16 = platform.gpu.peak_bf16 = platform.gpu.peak_tf32 = 1e14;  // the op-time model needs them; the ops are measured
+  for (const double g : {0.4e-3, 1e-3}) {
+    SCOPED_TRACE("GEMM " + std::to_string(g) + " s");
+    using traces::TensorRole;
+    const auto tensor = [](std::uint64_t id, const char* name, std::int64_t bytes, TensorRole role) {
+      traces::Tensor t;
+      t.id = id;
+      t.name = name;
+      t.dtype = traces::DType::u8;
+      t.shape = {bytes};
+      t.role = role;
+      return t;
+    };
+    const auto op = [&](std::uint64_t id, const char* name, traces::OpKind kind, std::vector<traces::TensorIndex> in,
+                        std::vector<traces::TensorIndex> out, double seconds) {
+      traces::Op o;
+      o.id = id;
+      o.name = name;
+      o.phase = traces::Phase::forward;
+      o.kind = kind;
+      o.inputs = std::move(in);
+      o.outputs = std::move(out);
+      if (seconds > 0) o.measured = traces::MeasuredDuration{seconds, platform.gpu.name, 1};
+      return o;
+    };
+    const auto run = [&](std::int64_t splits) {
+      std::vector<traces::Tensor> tensors{tensor(0, "x", 1000, TensorRole::input), tensor(1, "weight", 1000, TensorRole::weight),
+                                          tensor(2, "partial", 150'000'000, TensorRole::temporary),
+                                          tensor(3, "reduced", 75'000'000, TensorRole::temporary), tensor(4, "next.out", 1000, TensorRole::temporary)};
+      std::vector<traces::Op> ops{op(0, "G", traces::OpKind::linear, {0, 1}, {2}, g), op(1, "R", traces::OpKind::communication, {2}, {3}, 0),
+                                  op(2, "N", traces::OpKind::elementwise, {3}, {4}, 1e-3)};
+      ops[1].communication = traces::Communication{traces::CommunicationKind::reduce_scatter, traces::ParallelGroup::tensor};
+      ops[1].communication->splits = splits;
+      const traces::Trace trace("pipelined", 1, std::move(tensors), std::move(ops));
+      const models::OpTimeModel time_model(platform);
+      models::Schedule s = test_support::must_apply(models::build_schedule(trace, time_model, models::StrategySpec{}));
+      const SimulationResult r = simulate(platform, s, testing::bare_framework(), ClusterShape{1, 2});
+      return std::pair{std::move(s), r};
+    };
+    const auto [whole, whole_run] = run(0);
+    ASSERT_EQ(whole.tasks.size(), 3u);
+    ASSERT_TRUE(whole_run.fits());
+    EXPECT_NEAR(whole_run.tasks[2].start, g + 0.75e-3, 1e-8);
+
+    const auto [split, r] = run(4);
+    ASSERT_TRUE(r.fits());
+    // G's first piece, its rest, the reduction of three pieces and of the last; N.
+    ASSERT_EQ(split.tasks.size(), 5u);
+    EXPECT_EQ(split.tasks[0].op, 0u);
+    EXPECT_EQ(split.tasks[1].op, 0u);
+    EXPECT_EQ(split.tasks[1].stream, Stream::compute);
+    EXPECT_NEAR(split.tasks[0].seconds, g / 4, 1e-12);
+    EXPECT_NEAR(split.tasks[1].seconds, 3 * g / 4, 1e-12);
+    EXPECT_EQ(split.tasks[2].stream, Stream::tensor);
+    EXPECT_EQ(split.tasks[3].stream, Stream::tensor);
+    EXPECT_EQ(split.tasks[2].bytes + split.tasks[3].bytes, 150'000'000);
+    EXPECT_EQ(split.tasks[3].bytes, 37'500'000);
+    EXPECT_NEAR(r.tasks[2].start, g / 4, 1e-8);
+    EXPECT_NEAR(r.tasks[2].end, g / 4 + 0.5625e-3, 1e-8);
+    EXPECT_NEAR(r.tasks[3].start, std::max(g, g / 4 + 0.5625e-3), 1e-8);
+    EXPECT_NEAR(r.tasks[4].start, std::max(g, g / 4 + 0.5625e-3) + 0.1875e-3, 1e-8);
+    const CommunicationTime comm = communication_time(split, r);
+    const auto& tensor_group = comm.by_group[static_cast<std::size_t>(traces::ParallelGroup::tensor)];
+    EXPECT_NEAR(tensor_group.collective_seconds, 0.75e-3, 1e-8);
+    EXPECT_NEAR(tensor_group.exposed_seconds, r.tasks[4].start - g, 1e-8);
+  }
+}
+
 TEST(ClusterReplay, HostLinkCopiesOfANodeShareItsHostMemory) {
   ScheduleBuilder b;
   const auto x = b.buffer("x", 1'000'000'000, MemoryRole::activation);

@@ -192,6 +192,12 @@ struct Communication {
   // tensor-parallel collectives behind the weight- and input-gradient GEMMs, traces/FORMAT.md
   // "Communication"). A ring overlaps the one op after it in the same way.
   std::int64_t overlap = 0;
+  // 0: one collective after the op before it. n >= 2 (reduce_scatter only, not with `overlap`):
+  // the op before it makes its input in n pieces and each piece is reduce-scattered as soon as it
+  // is made, beside the next piece's computation; the last piece's reduction runs after the op,
+  // and the op after the collective waits for it (Transformer Engine's `pipeline` Userbuffers
+  // overlap of a row-parallel GEMM with its reduce-scatter, traces/FORMAT.md "Communication").
+  std::int64_t splits = 0;
   Communication() = default;
   Communication(CommunicationKind what, ParallelGroup over, std::int64_t ring_ranks = 0) : kind(what), group(over), ring(ring_ranks) {}
   friend bool operator==(const Communication&, const Communication&) = default;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/scenario_error.hpp"
+#include "common/stage_trace.hpp"
 #include "comptrain/models/pipeline_schedule.hpp"
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/models/strategy_yaml.hpp"
@@ -41,14 +42,7 @@ Scenario scenario(const std::string& strategy, int pipeline, int micro_batches) 
 }
 
 // The trace of the stage holding layers `first_layer`..+`layers`, as run_pipeline builds it.
-traces::Trace stage_trace(const Scenario& s, std::int64_t first_layer, std::int64_t layers) {
-  zoo::ModelRequest request;
-  static_cast<zoo::ModelSpec&>(request) = *s.zoo_model;
-  request.batch_size = 1;
-  const std::int64_t total = zoo::model_dimensions(request).layers;
-  request.pipeline_stage = zoo::PipelineStageSpec{first_layer, layers, first_layer == 0, first_layer + layers == total};
-  return zoo::build_model(request);
-}
+using test_support::stage_trace;
 
 std::string compress_first(int k) { return "{name: compress-first-" + std::to_string(k) + ", first_stages: " + std::to_string(k) + ", " + kCompressRules + "}"; }
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/scenario_error.hpp"
+#include "common/stage_trace.hpp"
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/models/strategy_yaml.hpp"
 #include "comptrain/sim/config/scenario.hpp"
@@ -43,14 +44,7 @@ Scenario scenario(const std::string& model, const std::string& strategy, int pip
 
 // The trace of stage `first_layer`..+`layers` of the scenario's model (the whole model when it
 // holds them all), as run_pipeline builds it.
-traces::Trace stage_trace(const Scenario& s, std::int64_t first_layer, std::int64_t layers) {
-  zoo::ModelRequest request;
-  static_cast<zoo::ModelSpec&>(request) = *s.zoo_model;
-  request.batch_size = 1;
-  const std::int64_t total = zoo::model_dimensions(request).layers;
-  request.pipeline_stage = zoo::PipelineStageSpec{first_layer, layers, first_layer == 0, first_layer + layers == total};
-  return zoo::build_model(request);
-}
+using test_support::stage_trace;
 
 // The one rule the settings give stage `stage` (failing the test when there is not exactly one).
 models::StrategyRule generated_rule(const Scenario& s, const traces::Trace& trace, std::optional<int> stage) {

@@ -189,6 +189,14 @@ std::vector<LayoutProblem> check_layout(const ParallelLayout& layout, const Layo
                                 : "pipeline_scatter_gather splits a pipeline boundary tensor over the tensor-parallel ranks, which sequence "
                                   "parallelism has split already; expected sequence_parallel false with it");
   }
+  // Megatron-LM asserts it (megatron/training/arguments.py, "Tensor parallel communication/GEMM
+  // overlap can happen only when sequence parallelism is enabled"); without tensor parallelism
+  // there is nothing to overlap.
+  if (layout.tp_comm_overlap && !layout.sequence_parallel) {
+    report("tp_comm_overlap", tensor == 1 ? "tp_comm_overlap overlaps the tensor-parallel collectives with their GEMMs, and tensor is 1; expected tensor > 1 "
+                                            "with sequence_parallel"
+                                          : "tp_comm_overlap needs sequence parallelism (Megatron-LM asserts it); expected sequence_parallel true with it");
+  }
   // Megatron drops sequence parallelism without tensor parallelism, with a warning
   // (NVIDIA/Megatron-LM@d98e8a6 megatron/training/arguments.py:1433-1437); asking for it is a
   // scenario mistake here.

@@ -374,6 +374,72 @@ TEST(TensorParallelLlama, SharedInputLinearsDeferTheirWeightGradients) {
 
 // The same collectives per layer as the GPT's: q, k, v share one input (one f, or one gather
 // and one re-gather, as Megatron's fused linear_qkv), gate and up too.
+// Megatron-LM's --tp-comm-overlap (Transformer Engine's Userbuffers, TE initialize_ub's default
+// methods): the forward all_gather of each column-parallel input overlaps the ops up to its GEMM
+// (ring_exchange), each row-parallel GEMM's reduce_scatter is split into 4 pieces (pipeline,
+// num_splits 4) right after it, and that reduce_scatter's backward all_gather overlaps the
+// row-parallel linear's backward (ring_exchange); the collectives and their bytes are unchanged.
+// Without sequence parallelism it is refused, as Megatron-LM refuses it.
+TEST(TensorParallelGpt, UserbuffersOverlapMarksTheForwardCollectives) {
+  const std::int64_t s = 384;
+  const std::int64_t h = 256;
+  const std::int64_t b = 2;
+  const std::int64_t t = 4;
+  ModelRequest request = gpt_request(2, t, true, b);
+  request.tensor_parallel->comm_overlap = true;
+  const Trace trace = build_model(request);
+  EXPECT_EQ(trace.metadata().at("tp_comm_overlap"), "true");
+  const Trace plain = build_model(gpt_request(2, t, true, b));
+  EXPECT_EQ(collectives(trace, "transformer.h.1.", s * b * h * 2, t), collectives(plain, "transformer.h.1.", s * b * h * 2, t));
+  const auto index_of = [&](const std::string& name) {
+    for (std::size_t o = 0; o < trace.ops().size(); ++o) {
+      if (trace.op(o).name == name) return o;
+    }
+    ADD_FAILURE() << "no op " << name;
+    return std::size_t{0};
+  };
+  int gathers = 0, splits = 0, backward_gathers = 0;
+  for (std::size_t o = 0; o < trace.ops().size(); ++o) {
+    const auto& op = trace.op(o);
+    if (!op.communication || !op.name.starts_with("transformer.h.1.")) continue;
+    if (op.phase == Phase::forward && op.communication->kind == CommunicationKind::all_gather) {
+      ++gathers;
+      ASSERT_GE(op.communication->overlap, 1) << op.name;
+      // The last op it runs beside is the GEMM that reads what it gathers.
+      const auto& gemm = trace.op(o + static_cast<std::size_t>(op.communication->overlap));
+      EXPECT_EQ(gemm.kind, OpKind::linear) << op.name;
+      EXPECT_NE(std::find(gemm.inputs.begin(), gemm.inputs.end(), op.outputs.at(0)), gemm.inputs.end()) << op.name;
+    } else if (op.phase == Phase::forward && op.communication->kind == CommunicationKind::reduce_scatter) {
+      ++splits;
+      EXPECT_EQ(op.communication->splits, 4) << op.name;
+      EXPECT_EQ(op.communication->overlap, 0) << op.name;
+      EXPECT_EQ(trace.op(o - 1).kind, OpKind::linear) << op.name;
+      EXPECT_EQ(trace.storage_of(op.inputs.at(0)), trace.storage_of(trace.op(o - 1).outputs.at(0))) << op.name;
+    }
+  }
+  for (const char* linear : {"transformer.h.1.attn.c_proj", "transformer.h.1.mlp.c_proj"}) {
+    SCOPED_TRACE(linear);
+    const std::size_t backward = index_of(std::string(linear) + ".backward");
+    const auto& gather = trace.op(backward - 1);
+    ASSERT_TRUE(gather.communication);
+    EXPECT_EQ(gather.communication->kind, CommunicationKind::all_gather);
+    EXPECT_EQ(gather.communication->overlap, 1);
+    ++backward_gathers;
+  }
+  EXPECT_EQ(gathers, 2);
+  EXPECT_EQ(splits, 2);
+  EXPECT_EQ(backward_gathers, 2);
+
+  ModelRequest no_sp = gpt_request(1, t, false, b);
+  no_sp.tensor_parallel->comm_overlap = true;
+  try {
+    (void)build_model(no_sp);
+    ADD_FAILURE() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("needs sequence_parallel"), std::string::npos) << e.what();
+  }
+}
+
 TEST(TensorParallelLlama, LayerCollectives) {
   const LlamaShape shape;
   const std::int64_t whole = shape.s * 2 * shape.h * 2;  // batch 2, bf16

@@ -41,6 +41,7 @@ struct JobDescription {
   int gpus_per_node = 1;
   int tensor = 1, pipeline = 1, context = 1, expert = 1, virtual_stages = 1;
   bool sequence_parallel = false;
+  bool tp_comm_overlap = false;  // Megatron's --tp-comm-overlap (Transformer Engine's Userbuffers)
   std::string context_comm;  // parallelism.context_parallel_comm under context > 1: ring | all_gather
   std::string pipeline_schedule = "1f1b";
   std::optional<int> zero_stage;      // Megatron's distributed optimizer: 1
@@ -126,6 +127,7 @@ std::string write_scenario(const JobDescription& job, const std::string& source,
   }
   if (job.context > 1 && !job.context_comm.empty()) out << YAML::Key << "context_parallel_comm" << YAML::Value << job.context_comm;
   if (job.sequence_parallel) out << YAML::Key << "sequence_parallel" << YAML::Value << true;
+  if (job.tp_comm_overlap) out << YAML::Key << "tp_comm_overlap" << YAML::Value << true;
   if (job.pipeline > 1) out << YAML::Key << "pipeline_schedule" << YAML::Value << job.pipeline_schedule;
   if (job.zero_stage) out << YAML::Key << "zero" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "stage" << YAML::Value << *job.zero_stage << YAML::EndMap;
   if (job.fsdp) {
@@ -483,9 +485,14 @@ ImportedScenario import_megatron_arguments(std::string_view text, const std::str
   // the replay does instead (shared/reference/parallelism.md §1 and §5). Megatron's default
   // backward overlap of the tensor-parallel collectives is always modelled (traces/zoo/README.md).
   if (args.flag("tp-comm-overlap")) {
-    job.notes.push_back("--tp-comm-overlap is read and not modelled: Transformer Engine's Userbuffers overlap of the forward all-gathers and "
-                        "reduce-scatters with their GEMMs is not simulated (they run exposed); the backward input-gradient collectives overlap "
-                        "the weight-gradient GEMMs as Megatron-LM does without the flag");
+    // Megatron-LM asserts sequence parallelism for it (arguments.py, validate_args), which it has
+    // turned off under a tensor-parallel size of 1 just before.
+    if (!job.sequence_parallel || job.tensor == 1) {
+      args.fail_on("tp-comm-overlap", job.tensor == 1 ? "is given with a tensor-parallel size of 1; expected --tensor-model-parallel-size > 1 and "
+                                                        "--sequence-parallel (Megatron-LM refuses it without)"
+                                                      : "is given without --sequence-parallel; expected both (Megatron-LM refuses it without)");
+    }
+    job.tp_comm_overlap = true;
   }
   if (args.flag("overlap-grad-reduce")) {
     job.notes.push_back(job.zero_stage ? "--overlap-grad-reduce is read and not modelled: the distributed optimizer's reduce-scatters run after the "

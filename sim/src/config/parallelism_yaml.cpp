@@ -16,7 +16,7 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
   require_map(node, "parallelism");
   check_keys(node, "parallelism",
              {"nodes", "gpus_per_node", "ddp", "zero", "fsdp", "tensor", "pipeline", "context", "expert", "expert_tensor", "virtual_stages", "sequence_parallel",
-              "pipeline_schedule", "pipeline_layers", "pipeline_scatter_gather", "context_parallel_comm"});
+              "pipeline_schedule", "pipeline_layers", "pipeline_scatter_gather", "context_parallel_comm", "tp_comm_overlap"});
   ParallelismSection p;
   // At most 1,000,000 GPUs: far beyond any machine, and nodes x GPUs stays an int.
   constexpr std::int64_t kMaxGpus = 1'000'000;
@@ -195,7 +195,7 @@ void ScenarioReader::read_layout(const YAML::Node& node, ParallelismSection& p) 
   degree("expert", layout.expert);
   degree("expert_tensor", layout.expert_tensor);  // unset: 0, the tensor degree (Megatron's default)
   degree("virtual_stages", layout.virtual_stages);
-  for (const char* key : {"sequence_parallel", "pipeline_schedule", "pipeline_layers", "pipeline_scatter_gather", "context_parallel_comm"}) {
+  for (const char* key : {"sequence_parallel", "pipeline_schedule", "pipeline_layers", "pipeline_scatter_gather", "context_parallel_comm", "tp_comm_overlap"}) {
     p.layout_positions[key] = where(node[key] ? node[key].Mark() : node.Mark());
   }
   if (const YAML::Node comm = node["context_parallel_comm"]) {
@@ -215,6 +215,7 @@ void ScenarioReader::read_layout(const YAML::Node& node, ParallelismSection& p) 
     }
   }
   if (const YAML::Node sp = node["sequence_parallel"]) layout.sequence_parallel = boolean(sp, "parallelism.sequence_parallel");
+  if (const YAML::Node overlap = node["tp_comm_overlap"]) layout.tp_comm_overlap = boolean(overlap, "parallelism.tp_comm_overlap");
   if (const YAML::Node sg = node["pipeline_scatter_gather"]) {
     layout.pipeline_scatter_gather = boolean(sg, "parallelism.pipeline_scatter_gather");
   }

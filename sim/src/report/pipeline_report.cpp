@@ -82,7 +82,7 @@ std::string layer_ranges(const std::vector<LayerRange>& chunks) {
 
 std::string layout_line(const models::ParallelLayout& l, int data_parallel, int micro_batches) {
   return fmt::format("TP {}{} x PP {} ({}{}, {} micro-batches, ideal bubble {:.1f}%) x CP {} x EP {} x DP {}", l.tensor,
-                     l.sequence_parallel ? " (sequence parallel)" : "", l.pipeline, models::to_string(l.schedule),
+                     l.tp_comm_overlap ? " (sequence parallel, Userbuffers overlap)" : l.sequence_parallel ? " (sequence parallel)" : "", l.pipeline, models::to_string(l.schedule),
                      l.virtual_stages > 1 ? fmt::format(", {} chunks per stage", l.virtual_stages) : "", micro_batches,
                      100 * models::ideal_bubble_fraction(l.schedule, l.pipeline, micro_batches, l.virtual_stages), l.context, l.expert, data_parallel);
 }
@@ -148,6 +148,7 @@ ordered_json json(const PreparedScenario& prepared, const PipelineRun& run, std:
                  {"expert", l.expert},
                  {"data", prepared.data_parallel_ranks()},
                  {"sequence_parallel", l.sequence_parallel},
+                 {"tp_comm_overlap", l.tp_comm_overlap},
                  {"pipeline_schedule", models::to_string(l.schedule)},
                  {"virtual_stages", l.virtual_stages},
                  {"micro_batches", s.accumulation_steps},

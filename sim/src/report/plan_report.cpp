@@ -583,6 +583,7 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
                         {"expert", c.layout->expert},
                         {"data", models::data_parallel_degree(*c.layout, c.shape.ranks())},
                         {"sequence_parallel", c.layout->sequence_parallel},
+                        {"tp_comm_overlap", c.layout->tp_comm_overlap},
                         {"pipeline_schedule", std::string(models::to_string(c.layout->schedule))}};
       }
       jc["strategy"] = detail::strategy_json(s.spec);
@@ -759,6 +760,7 @@ ClusterCandidate candidate_from_json(const ordered_json& j) {
     layout.context = l.at("context").get<int>();
     layout.expert = l.at("expert").get<int>();
     layout.sequence_parallel = l.at("sequence_parallel").get<bool>();
+    layout.tp_comm_overlap = l.value("tp_comm_overlap", false);  // added after version 6
     const auto schedule = models::pipeline_schedule_from_string(l.at("pipeline_schedule").get<std::string>());
     if (!schedule) throw InputError("layout.pipeline_schedule: " + l.at("pipeline_schedule").dump() + " is not a schedule");
     layout.schedule = *schedule;

@@ -350,7 +350,8 @@ std::optional<std::int64_t> deepspeed_estimate(const SimulationRun& run) {
 
 // "TP 8 (sequence parallel) x PP 1 x CP 1 x EP 1 x DP 1"
 std::string layout_text(const models::ParallelLayout& l, int data_parallel) {
-  std::string text = fmt::format("TP {}{} x PP {}", l.tensor, l.sequence_parallel ? " (sequence parallel)" : "", l.pipeline);
+  std::string text = fmt::format("TP {}{} x PP {}", l.tensor,
+                                 l.tp_comm_overlap ? " (sequence parallel, Userbuffers overlap)" : l.sequence_parallel ? " (sequence parallel)" : "", l.pipeline);
   if (l.pipeline > 1) text += fmt::format(" ({}{})", models::to_string(l.schedule), l.virtual_stages > 1 ? fmt::format(", {} virtual stages", l.virtual_stages) : "");
   return text + fmt::format(" x CP {} x EP {} x DP {}", l.context, l.expert, data_parallel);
 }
@@ -394,6 +395,7 @@ ordered_json layout_json(const SimulationRun& run) {
           {"data", run.data_parallel_ranks},
           {"virtual_stages", l.virtual_stages},
           {"sequence_parallel", l.sequence_parallel},
+          {"tp_comm_overlap", l.tp_comm_overlap},
           {"pipeline_schedule", models::to_string(l.schedule)}};
 }
 

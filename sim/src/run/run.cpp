@@ -56,7 +56,8 @@ traces::Trace build_zoo_trace(const Scenario& scenario, std::int64_t batch, std:
   request.batch_size = batch;
   request.pipeline_stage = stage;
   if (scenario.parallelism && scenario.parallelism->layout.tensor > 1) {
-    request.tensor_parallel = zoo::TensorParallelSpec{scenario.parallelism->layout.tensor, scenario.parallelism->layout.sequence_parallel};
+    request.tensor_parallel = zoo::TensorParallelSpec{scenario.parallelism->layout.tensor, scenario.parallelism->layout.sequence_parallel,
+                                                      scenario.parallelism->layout.tp_comm_overlap};
   }
   if (scenario.parallelism && scenario.parallelism->layout.context > 1) {
     // One context-parallel rank: seq_len / C tokens, its K,V exchange over the context group.
@@ -246,6 +247,14 @@ void PreparedScenario::check_model_layout() const {
     throw InputError(at("pipeline_schedule") + fmt::format("the interleaved schedule runs the micro-batches in groups of the {} pipeline stages; "
                                                            "training.gradient_accumulation_steps is {}; expected a multiple of {}",
                                                            layout.pipeline, scenario_.accumulation_steps, layout.pipeline));
+  }
+  // Transformer Engine's Userbuffers map the tensor-parallel ranks' buffers into each other over
+  // NVLink, within one node (TE examples/pytorch/comm_gemm_overlap/README.md; its initialize_ub
+  // refuses a tensor-parallel group across nodes).
+  if (layout.tp_comm_overlap && layout.tensor > cluster_shape().gpus_per_node) {
+    throw InputError(at("tp_comm_overlap") + fmt::format("Transformer Engine's Userbuffers overlap needs the {} tensor-parallel ranks within one node of "
+                                                         "{} GPUs; expected tensor <= gpus_per_node, or tp_comm_overlap false",
+                                                         layout.tensor, cluster_shape().gpus_per_node));
   }
   if (layout.pipeline > 1 && p.data.zero_stage >= 2) {
     throw InputError(at("pipeline") + fmt::format("with ZeRO-{} or FSDP (gradients reduced in every micro-batch) is not modelled; expected "

@@ -114,10 +114,31 @@ TEST(MegatronImport, AGptJobIsTheZoosGpt) {
   EXPECT_EQ(s.strategy.layer_recompute->num_layers, std::vector<int>{1});
 }
 
-// The overlaps Megatron-LM makes on request are read and each named as not modelled, with what
-// the replay does instead; the scenario is the same as without them.
+// --tp-comm-overlap becomes parallelism.tp_comm_overlap; Megatron-LM's refusal without sequence
+// parallelism is an error at the flag.
+TEST(MegatronImport, TpCommOverlapBecomesTheScenarioKey) {
+  std::string job = kLlama70b;
+  job.insert(job.find(" --lr"), " --tp-comm-overlap");
+  const Scenario s = read_back(import_megatron_arguments(job, "job.sh", on("dgx-h100-superpod")));
+  ASSERT_TRUE(s.parallelism);
+  EXPECT_TRUE(s.parallelism->layout.tp_comm_overlap);
+  EXPECT_FALSE(read_back(import_megatron_arguments(kLlama70b, "job.sh", on("dgx-h100-superpod"))).parallelism->layout.tp_comm_overlap);
+  std::string without_sp = job;
+  without_sp.erase(without_sp.find(" --sequence-parallel"), std::string(" --sequence-parallel").size());
+  try {
+    (void)import_megatron_arguments(without_sp, "job.sh", on("dgx-h100-superpod"));
+    FAIL() << "expected an error";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("job.sh"));
+    EXPECT_THAT(e.what(), HasSubstr("--tp-comm-overlap"));
+    EXPECT_THAT(e.what(), HasSubstr("without --sequence-parallel"));
+  }
+}
+
+// The overlaps Megatron-LM makes on request that are not modelled are read and each named as
+// such, with what the replay does instead; the scenario is the same as without them.
 TEST(MegatronImport, OverlapFlagsAreNamedAsNotModelled) {
-  const std::string overlaps = " --tp-comm-overlap --overlap-grad-reduce --overlap-param-gather";
+  const std::string overlaps = " --overlap-grad-reduce --overlap-param-gather";
   std::string job = kLlama70b;
   job.insert(job.find(" --lr"), overlaps);
   const ImportedScenario with = import_megatron_arguments(job, "job.sh", on("dgx-h100-superpod"));
@@ -125,7 +146,6 @@ TEST(MegatronImport, OverlapFlagsAreNamedAsNotModelled) {
   const auto has = [&](const std::string& text) {
     return std::any_of(with.notes.begin(), with.notes.end(), [&](const std::string& note) { return note.find(text) != std::string::npos; });
   };
-  EXPECT_TRUE(has("--tp-comm-overlap is read and not modelled"));
   EXPECT_TRUE(has("--overlap-grad-reduce is read and not modelled: the distributed optimizer's reduce-scatters run after"));
   EXPECT_TRUE(has("--overlap-param-gather is read and not modelled"));
   for (const std::string& note : with.notes) {

@@ -93,6 +93,56 @@ TEST(ModelParallelRun, TheSimulatedRankIsTheShardAndItsForwardCollectivesAreExpo
   EXPECT_GE(group.exposed_seconds, forward_seconds * (1 - 1e-9));
 }
 
+// parallelism.tp_comm_overlap (Megatron-LM's --tp-comm-overlap, Transformer Engine's Userbuffers):
+// the forward all-gathers beside their GEMMs, the forward reduce-scatters pipelined with theirs, the
+// backward all-gathers beside the row-parallel linears' backward. The same collectives (the split
+// ones in two parts, the second with a latency of its own), less of them exposed, a shorter
+// iteration. Without sequence parallelism, or with the tensor-parallel group across
+// nodes, it is an input error at its key.
+TEST(ModelParallelRun, UserbuffersOverlapHidesForwardTensorParallelCollectives) {
+  // GEMMs long enough to hide a collective behind (hidden 4096, 2048 tokens): at gpt_on's sizes
+  // every collective is its latency, and the split reduce-scatters' second latency costs more
+  // than the overlap saves.
+  const auto large = [](const std::string& parallelism) {
+    return parse_scenario("model: {zoo: gpt, layers: 2, hidden: 4096, heads: 32, seq_len: 2048, vocab: 1024}\n"
+                          "training: {batch_size: 1, precision: mixed, optimizer: adam}\nplatform: dgx-a100-superpod\nparallelism: " +
+                              parallelism + "\n",
+                          "s.yaml", test_support::kShippedScenarios);
+  };
+  const PreparedScenario plain(large("{gpus_per_node: 4, tensor: 4, sequence_parallel: true}"));
+  const PreparedScenario overlapped(large("{gpus_per_node: 4, tensor: 4, sequence_parallel: true, tp_comm_overlap: true}"));
+  const RunOutcome a = run_scenario(plain, plain.scenario().strategy, 2, Isolation::child_process);
+  const RunOutcome b = run_scenario(overlapped, overlapped.scenario().strategy, 2, Isolation::child_process);
+  const CompletedRun& without = std::get<CompletedRun>(a);
+  const CompletedRun& with = std::get<CompletedRun>(b);
+  ASSERT_TRUE(without.result.fits() && with.result.fits());
+  const auto tensor_group = [](const CompletedRun& run) {
+    return communication_time(run.scheduled.schedule, run.result).by_group[static_cast<std::size_t>(ParallelGroup::tensor)];
+  };
+  const auto x = tensor_group(without);
+  const auto y = tensor_group(with);
+  // 2 layers x 2 row-parallel reduce-scatters, each now two tasks, the second with a latency of its own.
+  EXPECT_EQ(y.collectives, x.collectives + 2 * 2);
+  EXPECT_GE(y.collective_seconds, x.collective_seconds);
+  EXPECT_LT(y.collective_seconds, 1.05 * x.collective_seconds);
+  EXPECT_LT(y.exposed_seconds, x.exposed_seconds);
+  EXPECT_LT(with.result.iteration_seconds, without.result.iteration_seconds);
+
+  try {
+    const PreparedScenario no_sp(gpt_on("{gpus_per_node: 4, tensor: 4, tp_comm_overlap: true}"));
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("parallelism.tp_comm_overlap: tp_comm_overlap needs sequence parallelism"));
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("s.yaml:4:"));
+  }
+  try {
+    const PreparedScenario across(gpt_on("{nodes: 2, gpus_per_node: 2, tensor: 4, sequence_parallel: true, tp_comm_overlap: true}"));
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("parallelism.tp_comm_overlap: Transformer Engine's Userbuffers overlap needs the 4 tensor-parallel ranks within one node of 2 GPUs"));
+  }
+}
+
 TEST(ModelParallelRun, PlaceCollectivesMapsGroupsWithinTheirLayoutGroup) {
   models::ParallelLayout layout;
   layout.tensor = 2;

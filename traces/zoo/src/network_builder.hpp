@@ -297,7 +297,9 @@ class NetworkBuilder {
   // kind communication over the `tensor` group, zero FLOPs, its tensors' bytes. Per-sample shapes
   // are [1, S, H]: the sequence is dimension 1 (Megatron's [S, B, H] dimension 0). Degree 1 (the
   // default) leaves every mapping out, as Megatron's own `world_size == 1` shortcuts do.
-  void set_tensor_parallel(std::int64_t degree, bool sequence_parallel);
+  // comm_overlap (TensorParallelSpec::comm_overlap, with sequence_parallel): Transformer Engine's
+  // Userbuffers overlaps, marked on the collectives (traces::Communication overlap and splits).
+  void set_tensor_parallel(std::int64_t degree, bool sequence_parallel, bool comm_overlap = false);
   std::int64_t tensor_parallel_degree() const { return tensor_parallel_; }
   bool sequence_parallel() const { return sequence_parallel_; }
   // f (_CopyToModelParallelRegion): forward the identity (a view, no data moved), backward an
@@ -324,8 +326,12 @@ class NetworkBuilder {
     // The forward op (copy_to_tensor_parallel, or the sequence-parallel all_gather) whose
     // backward collective reduces the GEMMs' input gradient; unset when it has no backward.
     std::optional<std::size_t> collective;
+    // Sequence parallelism: the forward all_gather's op, which TE's ring exchange overlaps with
+    // the GEMMs reading its output (comm_overlap).
+    std::optional<std::size_t> gather;
   };
   ColumnParallelInput column_parallel_input(const std::string& name, Value x);
+  void overlap_gather_with_gemms(const ColumnParallelInput& x);
   // ColumnParallelLinear (layers.py:932) without gather_output: `out_features` are this rank's
   // (the whole width / t), weight [out, in] (or the given, possibly shared one), its own bias
   // shard. Under sequence parallelism it saves the shard and its backward starts with an
@@ -639,6 +645,7 @@ class NetworkBuilder {
   // Tensor parallelism (tensor_parallel.cpp).
   std::int64_t tensor_parallel_ = 1;
   bool sequence_parallel_ = false;
+  bool tp_comm_overlap_ = false;
   std::int64_t context_parallel_ = 1;
   ContextParallelSpec::Variant context_variant_ = ContextParallelSpec::Variant::ring;
   std::map<std::size_t, std::size_t> regathered_;  // saved shard -> its backward all_gather's output

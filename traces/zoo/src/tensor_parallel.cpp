@@ -36,14 +36,33 @@ constexpr std::int64_t kSoftmaxDivideFlops = 1;
 constexpr std::int64_t kCrossEntropyBackwardFlops = 2;
 // Per token: log(sum_exp) - predicted_logit (2) and the mean's add (1).
 constexpr std::int64_t kLossPerTokenFlops = 3;
+// Transformer Engine's pieces of a pipelined GEMM + reduce-scatter (TE pytorch/module/base.py,
+// initialize_ub: num_splits 4 for the `pipeline` method, the default of proj_fprop and fc2_fprop).
+constexpr std::int64_t kTeReduceScatterSplits = 4;
 
 }  // namespace
 
-void NetworkBuilder::set_tensor_parallel(std::int64_t degree, bool sequence_parallel) {
+void NetworkBuilder::set_tensor_parallel(std::int64_t degree, bool sequence_parallel, bool comm_overlap) {
   if (degree < 1) throw std::logic_error("set_tensor_parallel: degree " + std::to_string(degree) + " < 1");
   if (sequence_parallel && degree == 1) throw std::logic_error("set_tensor_parallel: sequence parallelism needs a degree > 1");
+  if (comm_overlap && !sequence_parallel) throw std::logic_error("set_tensor_parallel: the communication overlap needs sequence parallelism");
   tensor_parallel_ = degree;
   sequence_parallel_ = sequence_parallel;
+  tp_comm_overlap_ = comm_overlap;
+}
+
+void NetworkBuilder::overlap_gather_with_gemms(const ColumnParallelInput& x) {
+  // TE's ring exchange (qkv_fprop, fc1_fprop: initialize_ub's methods["ring_exchange"]): the GEMM
+  // runs on the blocks in hand while the next move, so the all_gather hides behind every op from
+  // it to the GEMM just emitted (autocast's weight casts between them included; several linears
+  // reading one input each extend it).
+  if (!tp_comm_overlap_ || !x.gather) return;
+  std::int64_t beside = 0;
+  for (std::size_t o = *x.gather + 1; o < ops_.size(); ++o) {
+    const auto c = communications_.find(o);
+    if (c == communications_.end() || (c->second.overlap == 0 && c->second.ring == 0)) ++beside;
+  }
+  communications_.at(*x.gather).overlap = beside;
 }
 
 void NetworkBuilder::check_sequence_divides(Value x, const std::string& what) const {
@@ -156,7 +175,7 @@ Value NetworkBuilder::scatter_to_sequence_parallel(const std::string& name, Valu
 }
 
 NetworkBuilder::ColumnParallelInput NetworkBuilder::column_parallel_input(const std::string& name, Value x) {
-  if (tensor_parallel_ == 1) return {x, std::nullopt, std::nullopt};
+  if (tensor_parallel_ == 1) return {x, std::nullopt, std::nullopt, std::nullopt};
   // The op just recorded, when it left a backward recipe (its backward is the input gradient's
   // collective).
   const auto collective = [&]() -> std::optional<std::size_t> {
@@ -165,14 +184,14 @@ NetworkBuilder::ColumnParallelInput NetworkBuilder::column_parallel_input(const 
   };
   if (!sequence_parallel_) {
     const Value total = copy_to_tensor_parallel(name + ".copy_to_tensor_parallel", x);
-    return {total, std::nullopt, collective()};
+    return {total, std::nullopt, collective(), std::nullopt};
   }
   // The shard is what the GEMMs' dtype needs (a no-op outside autocast): gathered and saved in
   // 16 bits, as Megatron's linear gathers the tensor it multiplies.
   check_sequence_divides(x, name);
   const Value shard{autocast_lower(name, x.index)};
   const Value total = gather_from_sequence_parallel(name + ".all_gather", shard);
-  return {total, shard, collective()};
+  return {total, shard, collective(), ops_.size() - 1};
 }
 
 Value NetworkBuilder::column_parallel_linear(const std::string& name, const ColumnParallelInput& x,
@@ -181,13 +200,17 @@ Value NetworkBuilder::column_parallel_linear(const std::string& name, const Colu
   if (lora_) throw std::logic_error(name + ": LoRA is not written for tensor parallelism");
   const Value weight = parameter(name + ".weight", {out_features, dim(x.total, -1)});
   const std::optional<Value> b = bias ? std::optional(parameter(name + ".bias", {out_features})) : std::nullopt;
-  return linear_saving(name, x.total, weight, b, x.shard ? std::optional(x.shard->index) : std::nullopt, x.collective);
+  const Value y = linear_saving(name, x.total, weight, b, x.shard ? std::optional(x.shard->index) : std::nullopt, x.collective);
+  overlap_gather_with_gemms(x);
+  return y;
 }
 
 Value NetworkBuilder::column_parallel_linear(const std::string& name, const ColumnParallelInput& x, Value weight) {
   if (tensor_parallel_ == 1) return linear(name, x.total, weight, std::nullopt);
-  return linear_saving(name, x.total, weight, std::nullopt, x.shard ? std::optional(x.shard->index) : std::nullopt,
-                       x.collective);
+  const Value y = linear_saving(name, x.total, weight, std::nullopt, x.shard ? std::optional(x.shard->index) : std::nullopt,
+                                x.collective);
+  overlap_gather_with_gemms(x);
+  return y;
 }
 
 std::size_t NetworkBuilder::regathered_input(const std::pair<std::size_t, std::size_t>& regather) {
@@ -214,6 +237,14 @@ Value NetworkBuilder::row_parallel_linear(const std::string& name, Value x, std:
   Value y = linear(name, x, out_features, false);
   y = sequence_parallel_ ? reduce_scatter_to_sequence_parallel(name + ".reduce_scatter", y)
                          : reduce_from_tensor_parallel(name + ".all_reduce", y);
+  if (tp_comm_overlap_) {
+    // TE's Userbuffers (initialize_ub: proj_fprop and fc2_fprop `pipeline`, num_splits 4; proj_dgrad
+    // and fc2_dgrad `ring_exchange`): the GEMM made in 4 pieces, each reduce-scattered beside the
+    // next; in the backward pass the output gradient's all_gather beside the GEMMs reading it.
+    const std::size_t reduce = ops_.size() - 1;
+    communications_.at(reduce).splits = kTeReduceScatterSplits;
+    if (!recipes_.empty() && recipes_.back().forward_op == reduce && recipes_.back().communication) recipes_.back().communication->overlap = 1;
+  }
   if (!bias) return y;
   return add_bias(name + ".bias_add", y, parameter(name + ".bias", {out_features}));
 }

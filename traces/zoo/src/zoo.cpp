@@ -679,6 +679,9 @@ std::int64_t check_tensor_parallel(const ModelRequest& request, std::int64_t hea
   divides(kv_heads, "key/value heads");
   divides(width, "MLP width");
   if (tp.sequence_parallel) divides(seq_len, "sequence length under sequence parallelism");
+  if (tp.comm_overlap && !tp.sequence_parallel) {
+    throw std::invalid_argument("tensor_parallel.comm_overlap: needs sequence_parallel (Megatron-LM asserts it for --tp-comm-overlap)");
+  }
   if (tp.degree == 1) return 1;
   if (request.loss.kind != LossKind::cross_entropy) {
     throw std::invalid_argument("tensor_parallel: the loss is Megatron-LM's vocabulary-parallel cross-entropy; loss kind '" +
@@ -776,6 +779,7 @@ void add_pipeline_stage_metadata(const PipelineStageSpec& stage, std::map<std::s
 void add_tensor_parallel_metadata(const TensorParallelSpec& tp, std::int64_t vocab, std::map<std::string, std::string>& metadata) {
   metadata["tensor_parallel"] = std::to_string(tp.degree);
   if (tp.sequence_parallel) metadata["sequence_parallel"] = "true";
+  if (tp.comm_overlap) metadata["tp_comm_overlap"] = "true";
   metadata["padded_vocab"] = std::to_string(tensor_parallel_vocab(vocab, tp.degree));
 }
 
@@ -912,7 +916,7 @@ traces::Trace build_model(const ModelRequest& request) {
         divides(arch.moe->intermediate, "experts' MLP width");
         divides(arch.moe->shared_expert_intermediate, "shared expert's MLP width");
       }
-      nb.set_tensor_parallel(t, request.tensor_parallel->sequence_parallel);
+      nb.set_tensor_parallel(t, request.tensor_parallel->sequence_parallel, request.tensor_parallel->comm_overlap);
       add_tensor_parallel_metadata(*request.tensor_parallel, arch.vocab, metadata);
     }
     if (request.pipeline_stage && !dense_family && !megatron_moe) {
@@ -1018,7 +1022,7 @@ traces::Trace build_model(const ModelRequest& request) {
     reject_bert_fields(request);
     const std::int64_t t = check_tensor_parallel(request, shape.heads, shape.heads, mlp_width, shape.seq_len);
     if (t > 1) {
-      nb.set_tensor_parallel(t, request.tensor_parallel->sequence_parallel);
+      nb.set_tensor_parallel(t, request.tensor_parallel->sequence_parallel, request.tensor_parallel->comm_overlap);
       add_tensor_parallel_metadata(*request.tensor_parallel, shape.vocab, metadata);
     }
     const std::int64_t c = check_context_parallel(request, shape.seq_len, t, attention, false, false);

@@ -51,6 +51,11 @@ struct ParallelLayout {
   // Transformer Engine's ring beside the attention (Megatron's --cp-comm-type p2p, the default);
   // true, an all-gather before it (PyTorch context_parallel's default rotation; Megatron's allgather).
   bool context_all_gather = false;
+  // Megatron-LM's --tp-comm-overlap: Transformer Engine's Userbuffers overlap of the forward
+  // tensor-parallel all-gathers and reduce-scatters with their GEMMs, and of the backward pass's
+  // gradient all-gathers with the input-gradient GEMMs (zoo::TensorParallelSpec::comm_overlap).
+  // Needs sequence parallelism, as Megatron-LM does.
+  bool tp_comm_overlap = false;
   PipelineSchedule schedule = PipelineSchedule::one_f_one_b;
   // Layers of each virtual pipeline stage in model order (P x virtual_stages entries, summing to
   // the model's layers; stage_layers below says which rank runs which); empty: as even as

@@ -102,6 +102,9 @@ void expand_layouts(const PlanRequest& r, const BatchSizePlan& header, ClusterSh
               layout.schedule = models::PipelineSchedule::one_f_one_b;
             }
             layout.sequence_parallel = t > 1 && plan.sequence_parallel;
+            // The scenario's Userbuffers overlap where the layout can have it (sequence
+            // parallelism, the tensor-parallel group within a node).
+            layout.tp_comm_overlap = parallelism.layout.tp_comm_overlap && layout.sequence_parallel && t <= shape.gpus_per_node;
             layout.pipeline_layers.clear();
             const std::vector<models::LayoutProblem> problems = models::check_layout(layout, model, gpus);
             if (!problems.empty()) {

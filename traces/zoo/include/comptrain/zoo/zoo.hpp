@@ -255,6 +255,12 @@ std::vector<std::string_view> torchtitan_norm_names();
 struct TensorParallelSpec {
   std::int64_t degree = 1;
   bool sequence_parallel = false;  // Megatron's --sequence-parallel; needs degree > 1
+  // Megatron-LM's --tp-comm-overlap (Transformer Engine's Userbuffers; needs sequence_parallel):
+  // the forward all-gathers overlap the GEMMs that read them (TE's ring exchange), the forward
+  // reduce-scatters are pipelined with the row-parallel GEMMs that make them (4 pieces), and the
+  // backward all-gathers of the output gradients overlap the row-parallel linears' backward
+  // (traces/zoo/README.md, "Tensor and sequence parallelism").
+  bool comm_overlap = false;
 };
 
 // Context parallelism (Megatron-LM's --context-parallel-size; shared/reference/parallelism.md §3):

@@ -17,6 +17,8 @@
 
 #include "comptrain/models/data_parallel.hpp"
 #include "comptrain/models/op_time.hpp"
+#include "comptrain/models/pipeline_parallel.hpp"
+#include "comptrain/models/pipeline_schedule.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/models/transform_schedule.hpp"
@@ -167,6 +169,65 @@ TEST(DistributedOptimizerOverlap, OverlapParamGatherGathersEachBucketBeforeItsFi
   // Gathers in forward order: each one's first reader comes after the previous one's.
   EXPECT_TRUE(std::is_sorted(readers.begin(), readers.end()));
   EXPECT_EQ(sequential_peak_bytes(s), sequential_peak_bytes(after_step));
+}
+
+// Under a pipeline (a 4-layer zoo GPT on P 2 under 1F1B with 4 micro-batches, ZeRO-1 over 4
+// ranks, as the run layer does it: the pipeline rank's whole schedule through transform_schedule)
+// each reduce-scatter waits for a backward op of the last micro-batch, all but the last before
+// the rank's backward work ends; the parameter gathers come before the first forward op.
+TEST(DistributedOptimizerOverlap, UnderAPipelineTheLastMicroBatchsBackwardLaunchesTheReduceScatters) {
+  const OpTimeModel time_model(builtin_platform("a100-80gb"));
+  const auto orders = pipeline_orders(PipelineSchedule::one_f_one_b, 2, 4);
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    zoo::ModelRequest request;
+    request.model = "gpt";
+    request.batch_size = 1;
+    request.layers = 4;
+    request.hidden = 64;
+    request.heads = 2;
+    request.seq_len = 16;
+    request.vocab = 128;
+    request.precision = zoo::Precision::mixed;
+    request.pipeline_stage = zoo::PipelineStageSpec{2 * r, 2, r == 0, r == 1};
+    const std::vector<traces::Trace> chunk_traces{zoo::build_model(request)};
+    std::vector<Schedule> chunks{test_support::must_apply(build_schedule(chunk_traces[0], time_model, StrategySpec{}))};
+    PipelineStageSpec spec;
+    spec.rank = r;
+    spec.stages = 2;
+    spec.order = orders[static_cast<std::size_t>(r)];
+    PipelineRank rank = apply_pipeline_rank(std::move(chunks), chunk_traces, spec);
+    TransformSteps steps;
+    DataParallelSpec dp;
+    dp.ranks = 4;
+    dp.zero_stage = 1;
+    dp.reduce_bucket_elements = 20'000;  // a layer holds 49,984 parameters: several buckets
+    dp.overlap_comm = true;
+    dp.overlap_param_gather = true;
+    steps.data_parallel = dp;
+    const Schedule s = transform_schedule(std::move(rank.schedule), rank.trace, steps);
+    ASSERT_NO_THROW(s.validate());
+    const TaskId last_backward = last_backward_compute(rank.trace, s);
+    const std::string& last_name = s.tasks[last_backward].name;
+    const auto tag_at = last_name.find("[micro-batch ");
+    ASSERT_NE(tag_at, std::string::npos) << last_name;
+    const std::string last_micro_batch = last_name.substr(tag_at, last_name.find(']', tag_at) - tag_at);
+    const auto scatters = collectives(s, CollectiveKind::reduce_scatter);
+    ASSERT_GE(scatters.size(), 3u);
+    std::size_t before_the_end = 0;
+    for (TaskId c : scatters) {
+      ASSERT_EQ(s.tasks[c].after.size(), 1u);
+      const Task& ready = s.tasks[s.tasks[c].after[0]];
+      EXPECT_EQ(phase_of(rank.trace, ready), traces::Phase::backward);
+      EXPECT_NE(ready.name.find(last_micro_batch), std::string::npos) << s.tasks[c].name << " waits for " << ready.name;
+      if (s.tasks[c].after[0] < last_backward) ++before_the_end;
+    }
+    EXPECT_GE(before_the_end, scatters.size() - 1);
+    const TaskId first_forward = first_of_phase(rank.trace, s, traces::Phase::forward);
+    const auto gathers = collectives(s, CollectiveKind::all_gather);
+    ASSERT_GE(gathers.size(), 2u);
+    for (TaskId g : gathers) EXPECT_LT(g, first_forward) << s.tasks[g].name;
+  }
 }
 
 // What overlap_param_gather needs: ZeRO stage 1 or 2 with the optimizer on the GPU; and ZeRO-2's

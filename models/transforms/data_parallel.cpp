@@ -261,7 +261,16 @@ std::optional<TaskId> Transform::run() {
     if (flat) c.creates.push_back(*flat);
     // Stage 1 reduces after the whole backward pass (DeepSpeed's reduce_gradients at the end of
     // backward when gradients are not partitioned); the others as soon as the bucket is ready.
-    const TaskId ready = spec_.zero_stage == 1 ? last_backward_ : bucket.ready;
+    // Stage 1 with overlap_comm reduces each bucket once its gradients are final too: DeepSpeed
+    // installs its backward hooks when overlap_comm is set (stage_1_and_2.py, "if
+    // self.partition_gradients or self.overlap_comm"), and Megatron-LM's --overlap-grad-reduce
+    // launches a bucket's reduce-scatter from the backward post-hook of its last gradient in the
+    // last micro-batch (NVIDIA/Megatron-LM@d98e8a64 megatron/core/distributed/
+    // param_and_grad_buffer.py:863-883, register_grad_ready: only when is_last_microbatch;
+    // distributed_data_parallel.py:553-583, the post-hook). Schedules come here with the
+    // micro-steps already repeated (transform_schedule, ZeRO-1 reduces once per step), so the
+    // last backward op writing a gradient is the last micro-step's.
+    const TaskId ready = spec_.zero_stage == 1 && !spec_.overlap_comm ? last_backward_ : bucket.ready;
     c.after = {ready};
     c.name = task_name(spec_.zero_stage == 0 ? "all-reduce of gradient bucket" : "reduce-scatter of gradient bucket", index, bucket.bytes);
     // The experts' gradients are reduced over the ranks that hold the same experts.
@@ -304,6 +313,8 @@ std::optional<TaskId> Transform::run() {
     // One rank gathers nothing: DeepSpeed points each parameter at its partition
     // (partition_parameters.py@v0.13.3 line 1163, all_gather_coalesced: num_partitions == 1).
     if (spec_.ranks > 1) gather_parameters();
+  } else if (spec_.zero_stage >= 1 && last_optimizer_ && step_end && spec_.overlap_param_gather) {
+    gather_parameters_before_forward();
   } else if (spec_.zero_stage >= 1 && last_optimizer_ && step_end) {
     // Stages 1 and 2 all-gather the updated parameters at the end of the step.
     // The experts' over their expert-data group, the others' over the data group.
@@ -443,6 +454,9 @@ void check_data_parallel(const DataParallelSpec& spec) {
   }
   if ((spec.hpz_partition_size > 1 || spec.quantized_weights) && (spec.zero_stage != 3 || spec.fsdp)) {
     throw std::invalid_argument("data parallel: ZeRO++'s hpz_partition_size and quantized_weights need DeepSpeed's zero_stage 3");
+  }
+  if (spec.overlap_param_gather && (spec.zero_stage < 1 || spec.zero_stage > 2 || spec.offload_optimizer || spec.fsdp)) {
+    throw std::invalid_argument("data parallel: overlap_param_gather needs ZeRO stage 1 or 2 with the optimizer on the GPU");
   }
   if (spec.comm_hook != DdpCommHook::none && spec.zero_stage != 0) {
     throw std::invalid_argument("data parallel: a DDP comm_hook needs zero_stage 0 (PyTorch DDP)");

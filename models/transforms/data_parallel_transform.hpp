@@ -111,6 +111,10 @@ class Transform : public ScheduleEdit {
 
   void gather_parameters();
 
+  // Stages 1 and 2 with overlap_param_gather: the updated parameters' all-gathers per bucket at
+  // the iteration's start, each waited for by the first forward op reading one of its parameters.
+  void gather_parameters_before_forward();
+
   // ZeRO-3: the flat input reduce_scatter_coalesced concatenates a bucket's gradients into, if
   // it makes one (none for a lone gradient the ranks divide).
   std::optional<BufferId> coalesced_reduce_scatter_input(const Bucket& bucket, std::size_t index);

@@ -14,6 +14,11 @@ Schedule transform_schedule(Schedule schedule, const traces::Trace& trace, const
   // Accumulation wraps data parallelism when every micro-step gathers and reduces on its own
   // (ZeRO-2/3, FSDP2), and comes first when the gradients are reduced once per step (DDP, ZeRO-1).
   const bool per_micro_step = steps.data_parallel && reduces_every_micro_step(*steps.data_parallel);
+  // Accumulation after data parallelism repeats everything before the step, the parameters'
+  // all-gathers at the iteration's start included: not what Megatron-LM does.
+  if (per_micro_step && steps.accumulation_steps > 1 && steps.data_parallel->overlap_param_gather) {
+    throw std::invalid_argument("overlap_param_gather with ZeRO stage 2 and gradient accumulation is not modelled");
+  }
   if (!per_micro_step) apply_gradient_accumulation(schedule, trace, steps.accumulation_steps);
   // Tensor and pipeline parallelism go here (transform_schedule.hpp).
   std::optional<TaskId> step_begin;  // where data parallelism's optimizer step begins

@@ -234,6 +234,81 @@ void Transform::gather_parameters() {
   }
 }
 
+// Megatron-LM's --overlap-param-gather (DataParallelSpec::overlap_param_gather): the optimizer
+// step no longer all-gathers the updated parameters; the next iteration's forward pass does, one
+// bucket at a time (NVIDIA/Megatron-LM@d98e8a64 megatron/core/distributed/
+// distributed_data_parallel.py:517-540, the forward pre-hook waits for the bucket of each
+// parameter its module reads; param_and_grad_buffer.py:538-563, finish_param_sync: dispatches
+// its bucket's gather if not yet dispatched, waits for it, then dispatches the next bucket's;
+// distributed_data_parallel.py:369-380, the gathers run in reverse bucket order, the forward
+// order). The wait is a stream wait, so the host runs ahead and dispatches every bucket's gather
+// long before the GPU reaches the modules: in this one-iteration steady-state replay all of them
+// are issued on the comm stream at the iteration's start, in forward order, and the first
+// forward op that reads a parameter of bucket k waits for gather k. ZeRO-1 and 2 keep the 16-bit
+// parameters whole on every rank, so the gathers write into them: no memory is added.
+//
+// Buckets as Megatron forms them (param_and_grad_buffer.py:980-995): from the last parameter
+// back to the first, a bucket closes as soon as it holds at least bucket_size elements, so the
+// partial bucket is the first layers'. Parameters in the order the forward pass first reads
+// them, those it never reads last; one bucket series per dtype and, with expert parallelism,
+// for the expert parameters apart (Megatron's buffers per dtype and per expert-data group).
+void Transform::gather_parameters_before_forward() {
+  constexpr TaskId kUnread = std::numeric_limits<TaskId>::max();
+  std::vector<TaskId> first_reader(old_buffers_, kUnread);
+  for (TaskId t = 0; t < n_; ++t) {
+    const Task& task = s_.tasks[t];
+    if (!task.op || pass_of(task, trace_) != Phase::forward) continue;
+    for (BufferId b : task.uses) {
+      if (b < old_buffers_ && first_reader[b] == kUnread) first_reader[b] = t;
+    }
+  }
+  std::vector<BufferId> order = weights_;
+  std::stable_sort(order.begin(), order.end(), [&](BufferId a, BufferId b) { return first_reader[a] < first_reader[b]; });
+  struct ParameterBucket {
+    std::vector<BufferId> weights;
+    std::int64_t elements = 0;
+    std::int64_t bytes = 0;
+    TaskId first_reader = kUnread;
+    bool expert = false;
+  };
+  using Key = std::pair<traces::DType, bool>;
+  std::map<Key, ParameterBucket> open;
+  std::vector<ParameterBucket> buckets;
+  for (auto it = order.rbegin(); it != order.rend(); ++it) {
+    const traces::Tensor& tensor = trace_.tensor(*s_.buffers[*it].tensor);
+    const Key key{tensor.dtype, expert_split() && is_expert_parameter(tensor.name)};
+    ParameterBucket& bucket = open[key];
+    bucket.expert = key.second;
+    bucket.weights.push_back(*it);
+    bucket.elements += tensor.elements();
+    bucket.bytes += s_.buffers[*it].bytes;
+    bucket.first_reader = std::min(bucket.first_reader, first_reader[*it]);
+    if (bucket.elements >= spec_.reduce_bucket_elements) {
+      buckets.push_back(std::move(bucket));
+      open.erase(key);
+    }
+  }
+  for (auto& [key, bucket] : open) buckets.push_back(std::move(bucket));
+  std::stable_sort(buckets.begin(), buckets.end(), [](const ParameterBucket& a, const ParameterBucket& b) { return a.first_reader < b.first_reader; });
+  for (std::size_t k = 0; k < buckets.size(); ++k) {
+    const ParameterBucket& bucket = buckets[k];
+    if (bucket.bytes <= 0) continue;
+    Task c;
+    c.kind = TaskKind::collective;
+    c.stream = Stream::comm;
+    c.collective = CollectiveKind::all_gather;
+    c.bytes = bucket.bytes;
+    c.uses = bucket.weights;
+    std::sort(c.uses.begin(), c.uses.end());
+    c.name = task_name(bucket.expert ? "all-gather of the updated expert parameters for the forward pass, bucket"
+                                     : "all-gather of the updated parameters for the forward pass, bucket",
+                       k, bucket.bytes);
+    if (bucket.expert) c.over = traces::ParallelGroup::expert_data;
+    const TaskId gather = add_task(std::move(c), 0);
+    if (bucket.first_reader != kUnread) extra_after_[bucket.first_reader].push_back(gather);
+  }
+}
+
 // qwZ (DataParallelSpec::quantized_weights): the rank's share of the group's parameters quantized
 // to int8 before the all-gather (a memory-bound kernel on the comm stream: its 16-bit share read,
 // its int8 share written), the all-gather of the int8 values into a temporary of one byte per

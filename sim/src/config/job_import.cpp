@@ -45,6 +45,11 @@ struct JobDescription {
   std::string context_comm;  // parallelism.context_parallel_comm under context > 1: ring | all_gather
   std::string pipeline_schedule = "1f1b";
   std::optional<int> zero_stage;      // Megatron's distributed optimizer: 1
+  // Under zero: --overlap-grad-reduce's overlap_comm and bucket size (elements), and
+  // --overlap-param-gather.
+  bool zero_overlap_comm = false;
+  std::optional<long long> zero_bucket_elements;
+  bool zero_overlap_param_gather = false;
   std::optional<std::string> fsdp;    // torchtitan: FSDP2's reshard_after_forward
   std::optional<int> fsdp_replicate;  // HSDP's replicate degree
   std::string recompute = "none";     // none | full | selective
@@ -129,7 +134,13 @@ std::string write_scenario(const JobDescription& job, const std::string& source,
   if (job.sequence_parallel) out << YAML::Key << "sequence_parallel" << YAML::Value << true;
   if (job.tp_comm_overlap) out << YAML::Key << "tp_comm_overlap" << YAML::Value << true;
   if (job.pipeline > 1) out << YAML::Key << "pipeline_schedule" << YAML::Value << job.pipeline_schedule;
-  if (job.zero_stage) out << YAML::Key << "zero" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "stage" << YAML::Value << *job.zero_stage << YAML::EndMap;
+  if (job.zero_stage) {
+    out << YAML::Key << "zero" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "stage" << YAML::Value << *job.zero_stage;
+    if (job.zero_overlap_comm) out << YAML::Key << "overlap_comm" << YAML::Value << true;
+    if (job.zero_bucket_elements) out << YAML::Key << "reduce_bucket_size" << YAML::Value << *job.zero_bucket_elements;
+    if (job.zero_overlap_param_gather) out << YAML::Key << "overlap_param_gather" << YAML::Value << true;
+    out << YAML::EndMap;
+  }
   if (job.fsdp) {
     out << YAML::Key << "fsdp" << YAML::Value << YAML::Flow << YAML::BeginMap;
     out << YAML::Key << "units" << YAML::Value << YAML::Flow << std::vector<std::string>{"model.layers.*"};
@@ -494,14 +505,36 @@ ImportedScenario import_megatron_arguments(std::string_view text, const std::str
     }
     job.tp_comm_overlap = true;
   }
-  if (args.flag("overlap-grad-reduce")) {
-    job.notes.push_back(job.zero_stage ? "--overlap-grad-reduce is read and not modelled: the distributed optimizer's reduce-scatters run after the "
-                                         "last micro-batch's whole backward pass, exposed, not per bucket as its gradients are ready"
-                                       : "--overlap-grad-reduce is read: DDP's bucket all-reduces overlap the backward pass as PyTorch DDP's do");
+  // --overlap-grad-reduce with the distributed optimizer: each bucket's reduce-scatter as soon as
+  // its gradients are final in the last micro-batch's backward pass (ZeRO-1 with overlap_comm),
+  // in buckets of --ddp-bucket-size elements or else max(40M, 1M x the data-parallel-with-context
+  // group's size) (NVIDIA/Megatron-LM@d98e8a64 megatron/training/training.py:2179-2195,
+  // resolve_ddp_bucket_size; without the flag there is one bucket per buffer, reduced after the
+  // backward pass).
+  const bool overlap_grad_reduce = args.flag("overlap-grad-reduce");
+  if (overlap_grad_reduce && job.zero_stage) {
+    job.zero_overlap_comm = true;
+    const long long dp_cp = data_parallel * job.context;
+    job.zero_bucket_elements = args.integer("ddp-bucket-size").value_or(std::max(40'000'000LL, 1'000'000LL * dp_cp));
+    job.notes.push_back(fmt::format("--overlap-grad-reduce: the distributed optimizer's reduce-scatters run per bucket of {} elements as the last "
+                                    "micro-batch's backward pass makes its gradients ready (zero.overlap_comm)",
+                                    *job.zero_bucket_elements));
+  } else if (overlap_grad_reduce) {
+    job.notes.push_back("--overlap-grad-reduce is read: DDP's bucket all-reduces overlap the backward pass as PyTorch DDP's do");
   }
+  // --overlap-param-gather: Megatron asserts the distributed optimizer and --overlap-grad-reduce
+  // (megatron/training/arguments.py:1024-1029 at the same commit).
   if (args.flag("overlap-param-gather")) {
-    job.notes.push_back("--overlap-param-gather is read and not modelled: the distributed optimizer's parameter all-gathers run after the "
-                        "optimizer step, exposed, not overlapped with the next iteration's forward pass");
+    if (!job.zero_stage) {
+      args.fail_on("overlap-param-gather", "is given without --use-distributed-optimizer; expected both (Megatron-LM refuses it without the distributed "
+                                           "optimizer)");
+    }
+    if (!overlap_grad_reduce) {
+      args.fail_on("overlap-param-gather", "is given without --overlap-grad-reduce; expected both (Megatron-LM refuses it without that flag)");
+    }
+    job.zero_overlap_param_gather = true;
+    job.notes.push_back("--overlap-param-gather: the updated parameters are all-gathered per bucket at the iteration's start, each waited for by "
+                        "the first forward op that reads it (zero.overlap_param_gather)");
   }
   // Read, with no effect on the scenario beyond what is above: the attention kernel (flash is
   // the scenario's default), Megatron's model classes.

@@ -119,8 +119,8 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
   if (zero) {
     require_map(zero, "parallelism.zero");
     check_keys(zero, "parallelism.zero",
-               {"stage", "reduce_bucket_size", "overlap_comm", "sub_group_size", "offload_optimizer", "zero_hpz_partition_size",
-                "zero_quantized_weights", "zero_quantized_gradients"});
+               {"stage", "reduce_bucket_size", "overlap_comm", "overlap_param_gather", "sub_group_size", "offload_optimizer",
+                "zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients"});
     const YAML::Node stage = required(zero, "stage", "parallelism.zero");
     std::int64_t value = 0;
     if (!stage.IsScalar() || !YAML::convert<std::int64_t>::decode(stage, value) || value < 1 || value > 3) {
@@ -144,6 +144,17 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
       p.data.sub_group_elements = *elements;
     }
     if (const YAML::Node offload = zero["offload_optimizer"]) p.data.offload_optimizer = read_offload_optimizer(offload, p.data.zero_stage);
+    // Megatron-LM's --overlap-param-gather (models::DataParallelSpec::overlap_param_gather): the
+    // distributed optimizer's (ZeRO-1) parameter all-gather moved into the next forward pass;
+    // stage 2 all-gathers the same way, stage 3 gathers before every op already.
+    if (const YAML::Node gather = zero["overlap_param_gather"]) {
+      p.data.overlap_param_gather = boolean(gather, "parallelism.zero.overlap_param_gather");
+      if (p.data.overlap_param_gather && (p.data.zero_stage > 2 || p.data.offload_optimizer)) {
+        throw InputError(where(gather.Mark()) + "'parallelism.zero.overlap_param_gather' needs the updated parameters all-gathered after a step on the GPU; "
+                         "expected 'stage: 1' or 'stage: 2' without 'offload_optimizer' (stage 3 gathers before each op already)");
+      }
+      p.overlap_param_gather_position = where(gather.Mark());
+    }
     // ZeRO++ (models::DataParallelSpec): stage 3's.
     const auto stage3_only = [&](const char* key) {
       if (p.data.zero_stage != 3) {

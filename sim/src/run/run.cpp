@@ -161,6 +161,16 @@ PreparedScenario::PreparedScenario(Scenario scenario)
                                    hpz, shape.nodes, shape.gpus_per_node, shape.ranks()));
     }
   }
+  // ZeRO-2 reduces at every micro-step, so accumulation repeats what comes before its step, which
+  // would repeat the parameters' all-gathers at the iteration's start with every micro-step.
+  if (scenario_.parallelism && scenario_.parallelism->data.overlap_param_gather && scenario_.parallelism->data.zero_stage == 2 &&
+      scenario_.accumulation_steps > 1) {
+    const ParallelismSection& p = *scenario_.parallelism;
+    throw InputError((p.overlap_param_gather_position.empty() ? scenario_.source + ": " : p.overlap_param_gather_position) +
+                     fmt::format("'parallelism.zero.overlap_param_gather' with stage 2 and gradient_accumulation_steps {} is not modelled; "
+                                 "expected stage 1 or gradient_accumulation_steps 1",
+                                 scenario_.accumulation_steps));
+  }
   if (scenario_.parallelism) check_model_layout();
   check_layer_recompute();
   // strategy.first_stages against the pipeline, at its line (a plan's strategies: the planner).

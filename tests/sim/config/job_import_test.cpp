@@ -135,35 +135,52 @@ TEST(MegatronImport, TpCommOverlapBecomesTheScenarioKey) {
   }
 }
 
-// The overlaps Megatron-LM makes on request that are not modelled are read and each named as
-// such, with what the replay does instead; the scenario is the same as without them.
-TEST(MegatronImport, OverlapFlagsAreNamedAsNotModelled) {
-  const std::string overlaps = " --overlap-grad-reduce --overlap-param-gather";
-  std::string job = kLlama70b;
-  job.insert(job.find(" --lr"), overlaps);
-  const ImportedScenario with = import_megatron_arguments(job, "job.sh", on("dgx-h100-superpod"));
-  const ImportedScenario without = import_megatron_arguments(kLlama70b, "job.sh", on("dgx-h100-superpod"));
-  const auto has = [&](const std::string& text) {
-    return std::any_of(with.notes.begin(), with.notes.end(), [&](const std::string& note) { return note.find(text) != std::string::npos; });
+// --overlap-grad-reduce and --overlap-param-gather with the distributed optimizer become ZeRO-1's
+// overlap_comm, Megatron-LM's bucket size (max(40M, 1M x data-parallel ranks) elements, or
+// --ddp-bucket-size) and overlap_param_gather; Megatron's refusals of --overlap-param-gather
+// without the distributed optimizer or --overlap-grad-reduce are errors at its line; without the
+// distributed optimizer --overlap-grad-reduce stays DDP's (the scenario unchanged).
+TEST(MegatronImport, DistributedOptimizerOverlapsBecomeZeroKeys) {
+  const auto with = [](const std::string& flags, const std::string& base = kLlama70b) {
+    std::string job = base;
+    job.insert(job.find(" --lr"), flags);
+    return job;
   };
-  EXPECT_TRUE(has("--overlap-grad-reduce is read and not modelled: the distributed optimizer's reduce-scatters run after"));
-  EXPECT_TRUE(has("--overlap-param-gather is read and not modelled"));
-  for (const std::string& note : with.notes) {
-    if (note.starts_with("not imported")) {
-      EXPECT_EQ(note.find("overlap"), std::string::npos) << note;  // read, not left unread
-    }
-  }
-  const auto body = [](const std::string& yaml) {  // without the comment lines (the notes)
-    std::string kept;
-    std::size_t start = 0;
-    while (start < yaml.size()) {
-      const std::size_t end = std::min(yaml.find('\n', start), yaml.size());
-      if (yaml[start] != '#') kept += yaml.substr(start, end - start + 1);
-      start = end + 1;
-    }
-    return kept;
-  };
-  EXPECT_EQ(body(with.yaml), body(without.yaml));
+  // 32 GPUs / (TP 8 x PP 4): one data-parallel rank, so 40M elements.
+  const ImportedScenario grad = import_megatron_arguments(with(" --overlap-grad-reduce"), "job.sh", on("dgx-h100-superpod"));
+  const Scenario g = read_back(grad);
+  ASSERT_TRUE(g.parallelism);
+  EXPECT_EQ(g.parallelism->data.zero_stage, 1);
+  EXPECT_TRUE(g.parallelism->data.overlap_comm);
+  EXPECT_EQ(g.parallelism->data.reduce_bucket_elements, 40'000'000);
+  EXPECT_FALSE(g.parallelism->data.overlap_param_gather);
+  for (const std::string& note : grad.notes) EXPECT_EQ(note.find("not modelled: the distributed optimizer"), std::string::npos) << note;
+
+  // 512 nodes x 8 GPUs / 32: 128 data-parallel ranks, 128M elements.
+  std::string large = with(" --overlap-grad-reduce --overlap-param-gather");
+  large.replace(large.find("--nnodes 4"), 10, "--nnodes 512");
+  large.replace(large.find("--global-batch-size 64"), 22, "--global-batch-size 256");
+  const Scenario big = read_back(import_megatron_arguments(large, "job.sh", on("dgx-h100-superpod")));
+  EXPECT_EQ(big.parallelism->data.reduce_bucket_elements, 128'000'000);
+  EXPECT_TRUE(big.parallelism->data.overlap_param_gather);
+  EXPECT_TRUE(big.parallelism->data.overlap_comm);
+
+  const Scenario sized = read_back(import_megatron_arguments(with(" --overlap-grad-reduce --ddp-bucket-size 12345678"), "job.sh", on("dgx-h100-superpod")));
+  EXPECT_EQ(sized.parallelism->data.reduce_bucket_elements, 12'345'678);
+
+  // Megatron-LM's assertions (arguments.py): an error naming the flag and its line.
+  EXPECT_THAT(megatron_error(with(" --overlap-param-gather")), HasSubstr("--overlap-param-gather is given without --overlap-grad-reduce"));
+  std::string plain = with(" --overlap-grad-reduce --overlap-param-gather");
+  plain.erase(plain.find(" --use-distributed-optimizer"), std::string(" --use-distributed-optimizer").size());
+  const std::string error = megatron_error(plain);
+  EXPECT_THAT(error, HasSubstr("job.sh:6: --overlap-param-gather is given without --use-distributed-optimizer"));
+
+  // Without the distributed optimizer: DDP, whose buckets overlap the backward pass anyway.
+  std::string ddp = with(" --overlap-grad-reduce");
+  ddp.erase(ddp.find(" --use-distributed-optimizer"), std::string(" --use-distributed-optimizer").size());
+  const ImportedScenario d = import_megatron_arguments(ddp, "job.sh", on("dgx-h100-superpod"));
+  EXPECT_FALSE(read_back(d).parallelism->data.zero_stage != 0);
+  EXPECT_TRUE(std::any_of(d.notes.begin(), d.notes.end(), [](const std::string& n) { return n.find("DDP's bucket all-reduces overlap") != std::string::npos; }));
 }
 
 // --recompute-granularity, --recompute-method and --recompute-num-layers become the strategy's

@@ -350,6 +350,31 @@ std::string parallelism_error(const std::string& section) {
   return "";
 }
 
+// zero.overlap_param_gather (Megatron-LM's --overlap-param-gather): read for stages 1 and 2; an
+// error at its line with stage 3 or an offloaded optimizer, and with stage 2 under gradient
+// accumulation (which would repeat the gathers every micro-step).
+TEST(Scenario, OverlapParamGatherIsReadForStagesOneAndTwoOnTheGpu) {
+  const Scenario s = parse_scenario("model: {zoo: gpt2}\nplatform: a100-80gb\nparallelism:\n  gpus_per_node: 4\n  zero: {stage: 1, overlap_param_gather: true}\n",
+                                    "s.yaml", ".");
+  EXPECT_TRUE(s.parallelism->data.overlap_param_gather);
+  EXPECT_FALSE(s.parallelism->data.overlap_comm);
+  EXPECT_EQ(parallelism_error("  gpus_per_node: 4\n  zero: {stage: 2, overlap_param_gather: true}\n"), "");
+  EXPECT_THAT(parallelism_error("  gpus_per_node: 4\n  zero: {stage: 3, overlap_param_gather: true}\n"),
+              HasSubstr("s.yaml:5:42: 'parallelism.zero.overlap_param_gather' needs the updated parameters all-gathered after a step on the GPU; "
+                        "expected 'stage: 1' or 'stage: 2'"));
+  EXPECT_THAT(parallelism_error("  gpus_per_node: 4\n  zero: {stage: 1, overlap_param_gather: true, offload_optimizer: {device: cpu}}\n"),
+              HasSubstr("'parallelism.zero.overlap_param_gather' needs"));
+  EXPECT_THAT(parallelism_error("  gpus_per_node: 4\n  zero: {stage: 1, overlap_param_gather: maybe}\n"), HasSubstr("parallelism.zero.overlap_param_gather"));
+  try {
+    const PreparedScenario prepared(parse_scenario("model: {zoo: gpt2}\nplatform: a100-80gb\ntraining: {gradient_accumulation_steps: 2}\nparallelism:\n"
+                                                   "  gpus_per_node: 4\n  zero: {stage: 2, overlap_param_gather: true}\n",
+                                                   "s.yaml", "."));
+    ADD_FAILURE() << "stage 2 with accumulation was accepted";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("s.yaml:6:42: 'parallelism.zero.overlap_param_gather' with stage 2 and gradient_accumulation_steps 2 is not modelled"));
+  }
+}
+
 TEST(Scenario, BadParallelismIsRejectedWhereItIsWritten) {
   EXPECT_THAT(parallelism_error("  gpus_per_node: 16\n"), HasSubstr("s.yaml:4:18: 'parallelism.gpus_per_node' is 16 but platform 'a100-80gb' has 8"));
   EXPECT_THAT(parallelism_error("  nodes: 0\n"), HasSubstr("s.yaml:4:10: 'parallelism.nodes' is '0'; expected a positive integer"));

@@ -184,9 +184,20 @@ struct DataParallelSpec {
 
   // ZeRO (DeepSpeed's zero_optimization section, deepspeed/runtime/zero/config.py defaults):
   // reduce_bucket_size 5e8 elements; overlap_comm false (the reductions hold the compute stream:
-  // the next kernel waits for each one).
+  // the next kernel waits for each one). With overlap_comm stage 1 too reduces each bucket as soon
+  // as its gradients are final (in the last micro-step), on the comm stream, and only the
+  // optimizer step waits: DeepSpeed's backward hooks (stage_1_and_2.py, "if
+  // self.partition_gradients or self.overlap_comm: self.create_reduce_and_remove_grad_hooks()")
+  // and Megatron-LM's --overlap-grad-reduce with its distributed optimizer (README.md, "Gradient
+  // accumulation").
   std::int64_t reduce_bucket_elements = 500'000'000;
   bool overlap_comm = false;
+  // Megatron-LM's --overlap-param-gather (stages 1 and 2, the optimizer on the GPU): the updated
+  // parameters are not all-gathered after the optimizer step but at the next iteration's start,
+  // one all-gather per bucket of reduce_bucket_elements (the parameters in forward order), and
+  // the first forward op that reads a parameter of a bucket waits for that bucket's gather
+  // (models/transforms/README.md, "Overlapped parameter all-gather").
+  bool overlap_param_gather = false;
   // sub_group_size (deepspeed/runtime/zero/config.py@38327e07 line 168: 1e9 elements): ZeRO-3
   // steps the optimizer one subgroup of whole parameters at a time (stage3.py
   // _create_fp16_sub_groups: parameters are added until a subgroup holds at least this many
@@ -225,7 +236,8 @@ bool is_expert_parameter(std::string_view tensor_name);
 // InputError-free check of a spec built in code: ranks >= 1, zero_stage 0..3, positive sizes; an
 // offloaded optimizer needs ZeRO (stage >= 1), a ratio in [0, 1] and below 1 only with stage 3,
 // and prefetch_optimizer needs stage 3, ratio 1 and a gap >= 1; fsdp needs stage 3, no offloaded
-// optimizer, valid unit patterns and element sizes of 1 to 8 bytes; fsdp's cpu_offload needs the
+// optimizer, valid unit patterns and element sizes of 1 to 8 bytes; overlap_param_gather needs
+// stage 1 or 2 without an offloaded optimizer; fsdp's cpu_offload needs the
 // platform (apply_data_parallel's overload with one). Throws std::invalid_argument naming the field.
 void check_data_parallel(const DataParallelSpec& spec);
 
@@ -254,9 +266,12 @@ bool reduces_every_micro_step(const DataParallelSpec& spec);
 //  - gradients are grouped into buckets in the order the backward pass makes them ready (DDP
 //    rebuilds its buckets in that order after the first iteration; DeepSpeed fills its bucket in
 //    that order) and each bucket is all-reduced (stage 0) or reduce-scattered (stages 1 to 3) on
-//    the comm stream once its last gradient is ready (stage 1: after the whole backward pass);
+//    the comm stream once its last gradient is ready (stage 1 without overlap_comm: after the
+//    whole backward pass);
 //  - the optimizer waits for every reduction; under ZeRO it updates 1/ranks of the parameters
-//    (its tasks take 1/ranks of their time) and stages 1 and 2 all-gather the updated parameters;
+//    (its tasks take 1/ranks of their time) and stages 1 and 2 all-gather the updated parameters
+//    (with overlap_param_gather: per bucket at the iteration's start, before the forward ops that
+//    read them);
 //  - memory: DDP's bucket copy unless gradient_as_bucket_view; the optimizer state (stage >= 1),
 //    the gradients (>= 2, with DeepSpeed's reduction bucket) and the parameters (3) are held as
 //    1/ranks partitions; stage 3 all-gathers each op's parameters before its forward and its

@@ -339,9 +339,12 @@ class ClusterNetwork {
     };
     std::vector<Put> puts;  // this collective's sends
     Run* run = nullptr;  // the collective in flight that this GPU sends or receives in (nullptr: none)
+    // The one-sided way's rate-bounded receptions (one_sided_mailbox), made on first use.
+    sg4::Mailbox* one_sided = nullptr;
   };
   void make_agent(sg4::Host* gpu);
   Agent& agent(const sg4::Host* gpu) const { return *agents_.at(gpu); }
+  sg4::Mailbox* one_sided_mailbox(const sg4::Host* gpu) const;
   std::unordered_map<const sg4::Host*, std::unique_ptr<Agent>> agents_;
   mutable int one_sided_count_ = 0;
 

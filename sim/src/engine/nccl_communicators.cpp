@@ -24,6 +24,9 @@ namespace comptrain::sim::detail {
 
 namespace {
 
+// What a mailbox message carries: nothing (its size is simulated); never read or written.
+int message_payload = 0;
+
 // Each group's members, node by node (a group's ranks on one node, in rank order).
 using GroupMembers = std::vector<std::vector<int>>;
 using RankSend = ClusterNetwork::RankSend;
@@ -527,15 +530,27 @@ void ClusterNetwork::simulate_collective_flows(models::CollectiveKind kind, std:
   const std::uint64_t each = tree ? bytes_per_tree_share(bytes, groups, range) : bytes_per_send(kind, bytes, groups, range);
   if (each == 0) return;
   const std::vector<Send>& sends = sends_of(c, kind, tree);
-  const auto send_all = [each](const Send* first, const Send* last) {
+  const auto send_all = [this, each](const Send* first, const Send* last) {
     std::vector<sg4::CommPtr> comms;
     comms.reserve(static_cast<std::size_t>(last - first));
     for (const Send* send = first; send != last; ++send) {
-      sg4::CommPtr comm = sg4::Comm::sendto_init(send->from, send->to)->set_payload_size(each * static_cast<std::uint64_t>(send->shares));
-      if (send->rate_bound > 0) comm->set_rate(send->rate_bound);
-      comms.push_back(comm->start());
+      const std::uint64_t payload_bytes = each * static_cast<std::uint64_t>(send->shares);
+      if (send->rate_bound > 0) {
+        // SimGrid 3.32's host-to-host communications carry no rate (Comm::start builds their
+        // CommImpl from the hosts and the size alone, and set_rate after set_payload_size aborts):
+        // a rate-bounded send (a folded node's NIC) goes through a mailbox of the destination
+        // whose permanent receiver takes each message.
+        comms.push_back(one_sided_mailbox(send->to)->put_init(&message_payload, payload_bytes)->set_rate(send->rate_bound)->start());
+      } else {
+        comms.push_back(sg4::Comm::sendto_init(send->from, send->to)->set_payload_size(payload_bytes)->start());
+      }
     }
     sg4::Comm::wait_all(comms);
+    // The rate-bounded sends' messages, one per send, taken from their mailboxes (whichever
+    // message each take gets: every one there ends, and each sender takes as many as it put).
+    for (const Send* send = first; send != last; ++send) {
+      if (send->rate_bound > 0) one_sided_mailbox(send->to)->get<int>();
+    }
   };
   if (shape_.nodes == 1) {
     send_all(sends.data(), sends.data() + sends.size());
@@ -600,6 +615,24 @@ void ClusterNetwork::simulate_collective_flows(models::CollectiveKind kind, std:
   for (Agent* a : taking_part) a->run = nullptr;
 }
 
+sg4::Mailbox* ClusterNetwork::one_sided_mailbox(const sg4::Host* gpu) const {
+  Agent& a = agent(gpu);
+  if (a.one_sided == nullptr) {
+    // Its permanent receiver makes each message start at once (CommImpl::isend: READY), as the
+    // agent's mailbox does; the senders take the messages (send_all). The receiver only waits, on
+    // a semaphore, as the agents do: a daemon blocked in a `get` when the engine kills it at the
+    // end makes SimGrid 3.32 post its receive with no sender (a crash in get_traversed_links).
+    sg4::Mailbox* mailbox = sg4::Mailbox::by_name("one-sided receptions " + gpu->get_name());
+    sg4::ActorPtr actor = sg4::Actor::create("one-sided receiver", const_cast<sg4::Host*>(gpu), [] {
+      sg4::Semaphore::create(0)->acquire();
+    });
+    actor->daemonize();
+    mailbox->set_receiver(actor);
+    a.one_sided = mailbox;
+  }
+  return a.one_sided;
+}
+
 void ClusterNetwork::make_agent(sg4::Host* gpu) {
   auto [it, fresh] = agents_.try_emplace(gpu);
   if (fresh) {
@@ -612,13 +645,12 @@ void ClusterNetwork::make_agent(sg4::Host* gpu) {
     // put there start at once (CommImpl::isend: a permanent mailbox's messages are READY);
     // blocked is not suspended, which would suspend them.
     sg4::ActorPtr actor = sg4::Actor::create("collective agent", gpu, [this, a] {
-      static int payload = 0;  // what a message carries (nothing: its size is simulated)
       std::vector<sg4::CommPtr> comms;
       for (;;) {
         a->work->acquire();
         comms.clear();
         for (const Agent::Put& put : a->puts) {
-          sg4::CommPtr comm = put.to->put_init(&payload, put.bytes);
+          sg4::CommPtr comm = put.to->put_init(&message_payload, put.bytes);
           if (put.rate_bound > 0) comm->set_rate(put.rate_bound);  // a folded node's NIC (Fold::private_nics)
           comms.push_back(comm->start());
         }

@@ -1057,6 +1057,42 @@ std::vector<double> collective_on(const models::Platform& p, ClusterShape shape,
   }));
 }
 
+// A tensor-parallel collective within each node and a data-parallel one across the nodes at once
+// (the tensor stream's and the comm stream's, as Megatron-LM's overlaps run them): the second
+// finds its GPUs' agents taken and goes the one-sided way. Folded, its network sends carry their
+// NIC's rate bound (Fold::private_nics), which SimGrid's host-to-host communications cannot
+// carry: they go through the destination's one-sided mailbox (this crashed once). The two share no
+// link, so each ends as on every node whole.
+TEST(RanksInClasses, ConcurrentCollectivesOnAFoldedClusterEndAsOnTheWholeOne) {
+  using Detail = detail::ClusterNetwork::NodeDetail;
+  const models::Platform a100 = models::builtin_platform("dgx-a100-superpod");
+  const ClusterShape shape{4, 8};
+  const auto run = [&](Detail level) {
+    return numbers(in_simgrid([&] {
+      const detail::ClusterNetwork network(a100, shape, level);
+      std::vector<double> ends(2, -1);
+      sg4::Actor::create("tensor", network.gpu(0), [&] {
+        network.run_collective(CollectiveKind::all_gather, kGB, kRing, {8, 1});
+        ends[0] = sg4::Engine::get_clock();
+      });
+      sg4::Actor::create("data", network.gpu(0), [&] {
+        network.run_collective(CollectiveKind::reduce_scatter, kGB, kRing, {4, 8});
+        ends[1] = sg4::Engine::get_clock();
+      });
+      sg4::Engine::get_instance()->run();
+      return fmt::format("{:.17g} {:.17g} {}", ends[0], ends[1], network.one_sided_collectives());
+    }));
+  };
+  const std::vector<double> whole = run(Detail::every_node);
+  const std::vector<double> folded = run(Detail::folded);
+  ASSERT_EQ(folded.size(), 3u);
+  EXPECT_EQ(folded[2], 1) << "the second collective goes the one-sided way";
+  EXPECT_GT(folded[0], 0);
+  EXPECT_GT(folded[1], 0);
+  EXPECT_NEAR(folded[0], whole[0], 1e-6 * whole[0]);
+  EXPECT_NEAR(folded[1], whole[1], 1e-6 * whole[1]);
+}
+
 TEST(RanksInClasses, AFoldedClusterTimesCollectivesAsTheWholeOne) {
   using Detail = detail::ClusterNetwork::NodeDetail;
   const models::Platform hand_platform = hand();

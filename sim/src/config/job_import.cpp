@@ -492,9 +492,9 @@ ImportedScenario import_megatron_arguments(std::string_view text, const std::str
     if (args.integer("recompute-num-layers", 0)) args.fail_on("recompute-num-layers", "is given with selective recomputation; expected none (Megatron-LM refuses it)");
     if (const auto method = args.text("recompute-method")) job.notes.push_back("--recompute-method " + *method + " is ignored with selective recomputation, as Megatron-LM ignores it");
   }
-  // The overlaps Megatron-LM makes on request, none of them modelled yet: each is named with what
-  // the replay does instead (shared/reference/parallelism.md §1 and §5). Megatron's default
-  // backward overlap of the tensor-parallel collectives is always modelled (traces/zoo/README.md).
+  // The overlaps Megatron-LM makes on request (shared/reference/parallelism.md §1 and §5), each
+  // written as the scenario key that models it. Megatron's default backward overlap of the
+  // tensor-parallel collectives is always modelled (traces/zoo/README.md).
   if (args.flag("tp-comm-overlap")) {
     // Megatron-LM asserts sequence parallelism for it (arguments.py, validate_args), which it has
     // turned off under a tensor-parallel size of 1 just before.

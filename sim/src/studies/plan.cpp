@@ -60,7 +60,9 @@ const PlanPoint* point_at(const StrategyPlan& s, std::int64_t batch) {
 std::string data_parallel_name(int zero_stage, bool fsdp) { return sim::data_parallel_name(zero_stage, fsdp, NameStyle::short_form); }
 
 std::string describe_layout(const models::ParallelLayout& layout, int gpus) {
-  std::string text = fmt::format("TP {}{} x PP {}", layout.tensor, layout.sequence_parallel ? " (SP)" : "", layout.pipeline);
+  // "comm overlap": parallelism.tp_comm_overlap, Transformer Engine's Userbuffers.
+  std::string text = fmt::format("TP {}{} x PP {}", layout.tensor,
+                                 layout.tp_comm_overlap ? " (SP, comm overlap)" : layout.sequence_parallel ? " (SP)" : "", layout.pipeline);
   // Megatron's virtual pipeline (--virtual-pipeline-model-parallel-size): chunks per rank.
   if (layout.virtual_stages > 1) text += fmt::format(" x VP {}", layout.virtual_stages);
   if (layout.context > 1) text += fmt::format(" x CP {}", layout.context);

@@ -101,6 +101,31 @@ TEST(ClusterReplay, ABucketAllReduceOverlapsTheRestOfBackward) {
 // a 10 GB/s PCIe link each and 20 GB/s of host memory move 1 GB each in 4 x 1 GB / 20 GB/s = 0.2
 // s, not the 0.1 s one GPU alone takes, each way. The symmetric replay makes the other GPUs'
 // copies too.
+// A tensor of `bytes` bytes (u8) for the hand-made traces below.
+traces::Tensor tensor(std::uint64_t id, const char* name, std::int64_t bytes, traces::TensorRole role) {
+  traces::Tensor t;
+  t.id = id;
+  t.name = name;
+  t.dtype = traces::DType::u8;
+  t.shape = {bytes};
+  t.role = role;
+  return t;
+}
+
+// An op of a hand-made trace, measured at `seconds` on the platform's GPU (unmeasured when 0).
+traces::Op measured_op(const models::Platform& platform, traces::Phase phase, std::uint64_t id, const char* name, traces::OpKind kind,
+                       std::vector<traces::TensorIndex> in, std::vector<traces::TensorIndex> out, double seconds) {
+  traces::Op o;
+  o.id = id;
+  o.name = name;
+  o.phase = phase;
+  o.kind = kind;
+  o.inputs = std::move(in);
+  o.outputs = std::move(out);
+  if (seconds > 0) o.measured = traces::MeasuredDuration{seconds, platform.gpu.name, 1};
+  return o;
+}
+
 // Megatron's backward overlap of a tensor-parallel linear, from the trace (traces/FORMAT.md
 // "Communication", `overlap`) through build_schedule to the replay: the input-gradient GEMM D
 // (1 ms), the all-reduce C of its output (overlap 1: the tensor stream, beside the next op), the
@@ -112,32 +137,14 @@ TEST(ClusterReplay, AnOverlappedTensorParallelAllReduceHidesBehindTheWeightGradi
   platform.gpu.peak_fp16 = platform.gpu.peak_bf16 = platform.gpu.peak_tf32 = 1e14;  // the op-time model needs them; the ops are measured
   for (const double w : {0.5e-3, 1e-3, 2e-3}) {
     SCOPED_TRACE("weight gradient " + std::to_string(w) + " s");
-    using traces::TensorRole;
-    const auto tensor = [](std::uint64_t id, const char* name, std::int64_t bytes, TensorRole role) {
-      traces::Tensor t;
-      t.id = id;
-      t.name = name;
-      t.dtype = traces::DType::u8;
-      t.shape = {bytes};
-      t.role = role;
-      return t;
-    };
-    std::vector<traces::Tensor> tensors{tensor(0, "grad_out", 1000, TensorRole::input), tensor(1, "weight", 1000, TensorRole::weight),
-                                        tensor(2, "grad_in", 150'000'000, TensorRole::temporary),
-                                        tensor(3, "grad_in.reduced", 150'000'000, TensorRole::temporary),
-                                        tensor(4, "weight.grad", 1000, TensorRole::gradient), tensor(5, "next.out", 1000, TensorRole::temporary)};
+    std::vector<traces::Tensor> tensors{tensor(0, "grad_out", 1000, traces::TensorRole::input), tensor(1, "weight", 1000, traces::TensorRole::weight),
+                                        tensor(2, "grad_in", 150'000'000, traces::TensorRole::temporary),
+                                        tensor(3, "grad_in.reduced", 150'000'000, traces::TensorRole::temporary),
+                                        tensor(4, "weight.grad", 1000, traces::TensorRole::gradient), tensor(5, "next.out", 1000, traces::TensorRole::temporary)};
     tensors[3].view_of = 2;
     const auto op = [&](std::uint64_t id, const char* name, traces::OpKind kind, std::vector<traces::TensorIndex> in,
                         std::vector<traces::TensorIndex> out, double seconds) {
-      traces::Op o;
-      o.id = id;
-      o.name = name;
-      o.phase = traces::Phase::backward;
-      o.kind = kind;
-      o.inputs = std::move(in);
-      o.outputs = std::move(out);
-      if (seconds > 0) o.measured = traces::MeasuredDuration{seconds, platform.gpu.name, 1};
-      return o;
+      return measured_op(platform, traces::Phase::backward, id, name, kind, std::move(in), std::move(out), seconds);
     };
     std::vector<traces::Op> ops{op(0, "D", traces::OpKind::linear, {0, 1}, {2}, 1e-3),
                                 op(1, "C", traces::OpKind::communication, {2}, {3}, 0),
@@ -179,32 +186,14 @@ TEST(ClusterReplay, APipelinedReduceScatterHidesAllButItsLastPieceBehindItsGemm)
   platform.gpu.peak_fp16 = platform.gpu.peak_bf16 = platform.gpu.peak_tf32 = 1e14;  // the op-time model needs them; the ops are measured
   for (const double g : {0.4e-3, 1e-3}) {
     SCOPED_TRACE("GEMM " + std::to_string(g) + " s");
-    using traces::TensorRole;
-    const auto tensor = [](std::uint64_t id, const char* name, std::int64_t bytes, TensorRole role) {
-      traces::Tensor t;
-      t.id = id;
-      t.name = name;
-      t.dtype = traces::DType::u8;
-      t.shape = {bytes};
-      t.role = role;
-      return t;
-    };
     const auto op = [&](std::uint64_t id, const char* name, traces::OpKind kind, std::vector<traces::TensorIndex> in,
                         std::vector<traces::TensorIndex> out, double seconds) {
-      traces::Op o;
-      o.id = id;
-      o.name = name;
-      o.phase = traces::Phase::forward;
-      o.kind = kind;
-      o.inputs = std::move(in);
-      o.outputs = std::move(out);
-      if (seconds > 0) o.measured = traces::MeasuredDuration{seconds, platform.gpu.name, 1};
-      return o;
+      return measured_op(platform, traces::Phase::forward, id, name, kind, std::move(in), std::move(out), seconds);
     };
     const auto run = [&](std::int64_t splits) {
-      std::vector<traces::Tensor> tensors{tensor(0, "x", 1000, TensorRole::input), tensor(1, "weight", 1000, TensorRole::weight),
-                                          tensor(2, "partial", 150'000'000, TensorRole::temporary),
-                                          tensor(3, "reduced", 75'000'000, TensorRole::temporary), tensor(4, "next.out", 1000, TensorRole::temporary)};
+      std::vector<traces::Tensor> tensors{tensor(0, "x", 1000, traces::TensorRole::input), tensor(1, "weight", 1000, traces::TensorRole::weight),
+                                          tensor(2, "partial", 150'000'000, traces::TensorRole::temporary),
+                                          tensor(3, "reduced", 75'000'000, traces::TensorRole::temporary), tensor(4, "next.out", 1000, traces::TensorRole::temporary)};
       std::vector<traces::Op> ops{op(0, "G", traces::OpKind::linear, {0, 1}, {2}, g), op(1, "R", traces::OpKind::communication, {2}, {3}, 0),
                                   op(2, "N", traces::OpKind::elementwise, {3}, {4}, 1e-3)};
       ops[1].communication = traces::Communication{traces::CommunicationKind::reduce_scatter, traces::ParallelGroup::tensor};

@@ -1521,6 +1521,17 @@ std::pair<NetworkBuilder::BackwardRecipe, NetworkBuilder::BackwardRecipe> Networ
   return {std::move(input_part), std::move(weight_part)};
 }
 
+std::int64_t NetworkBuilder::ops_beside(std::size_t collective, std::size_t end) const {
+  // traces::Communication::overlap counts the ops that are not themselves overlapped collectives
+  // or rings (those run on streams of their own).
+  std::int64_t beside = 0;
+  for (std::size_t o = collective + 1; o < end; ++o) {
+    const auto c = communications_.find(o);
+    if (c == communications_.end() || (c->second.overlap == 0 && c->second.ring == 0)) ++beside;
+  }
+  return beside;
+}
+
 void NetworkBuilder::emit_overlapped_weight_grads(const std::vector<BackwardRecipe>& weight_parts) {
   // The collective just emitted (the input gradient's all_reduce or reduce_scatter) runs beside
   // the weight-gradient GEMMs that follow (layers.py:694-711, queued before them under
@@ -1534,12 +1545,7 @@ void NetworkBuilder::emit_overlapped_weight_grads(const std::vector<BackwardReci
   // share the input); the first weight-gradient GEMM, which reads what it gathers, waits for it.
   if (const auto& regather = weight_parts.front().regather) {
     const std::size_t gather = regather_ops_.at(regather->first);
-    std::int64_t beside = 0;
-    for (std::size_t o = gather + 1; o < collective; ++o) {
-      const auto c = communications_.find(o);
-      if (c == communications_.end() || (c->second.overlap == 0 && c->second.ring == 0)) ++beside;
-    }
-    if (beside > 0) communications_.at(gather).overlap = beside;
+    if (const std::int64_t beside = ops_beside(gather, collective); beside > 0) communications_.at(gather).overlap = beside;
   }
   for (const BackwardRecipe& part : weight_parts) emit_backward(part);
 }

@@ -606,6 +606,8 @@ class NetworkBuilder {
   // The weight-gradient ops deferred until the collective just emitted, marked as overlapping
   // them (and the sequence-parallel all_gather as overlapping the ops before them).
   void emit_overlapped_weight_grads(const std::vector<BackwardRecipe>& weight_parts);
+  // The ops after the communication op `collective` and before `end` that an `overlap` counts.
+  std::int64_t ops_beside(std::size_t collective, std::size_t end) const;
   void add_gradient(std::size_t target, std::size_t grad, std::size_t producer_op);
   void emit_optimizer_steps();
   traces::DType state_dtype(std::size_t weight) const;

@@ -57,12 +57,7 @@ void NetworkBuilder::overlap_gather_with_gemms(const ColumnParallelInput& x) {
   // it to the GEMM just emitted (autocast's weight casts between them included; several linears
   // reading one input each extend it).
   if (!tp_comm_overlap_ || !x.gather) return;
-  std::int64_t beside = 0;
-  for (std::size_t o = *x.gather + 1; o < ops_.size(); ++o) {
-    const auto c = communications_.find(o);
-    if (c == communications_.end() || (c->second.overlap == 0 && c->second.ring == 0)) ++beside;
-  }
-  communications_.at(*x.gather).overlap = beside;
+  communications_.at(*x.gather).overlap = ops_beside(*x.gather, ops_.size());
 }
 
 void NetworkBuilder::check_sequence_divides(Value x, const std::string& what) const {

@@ -438,7 +438,58 @@ double wave_factor(const traces::Trace& trace, traces::OpIndex index, int sms) {
   return static_cast<double>(gemms.size()) / inverse_fills;
 }
 
+// ---- Kernel ceilings -----------------------------------------------------------------------
+//
+// The share of a tensor-core peak a kernel reaches depends on the instructions it is built
+// with, and on Hopper that is a matter of software. Sources:
+// - pytorch/pytorch.github.io@125600c3 _posts/2024-07-11-flashattention-3.md (Shah, Bikshandi,
+//   Zhang, Thakkar, Ramani, Dao, "FlashAttention-3", PyTorch blog, 2024-07-11): "FlashAttention-2
+//   can achieve up to 70% theoretical max FLOPS on Ampere (A100) GPUs" but "only 35% utilization
+//   of theoretical max FLOPs on the H100"; FlashAttention-3 "up to 740 TFLOPS, i.e., 75%
+//   utilization of H100 theoretical max FLOPS"; Triton and cuDNN "already use new hardware
+//   features of Hopper GPUs"; note 1: "Without the wgmma instruction, the older mma.sync
+//   instruction can only reach about 2/3 the peak throughput of Hopper Tensor Cores" (citing
+//   Luo et al., arXiv 2402.13499).
+// - wgmma came with PTX ISA 8.0, i.e. CUDA 12.0 (NVIDIA, "Parallel Thread Execution ISA",
+//   "Release Notes": PTX ISA 8.0, CUDA 12.0, adds wgmma.mma_async): a library built with an
+//   earlier toolkit has no wgmma kernel.
+// The platform's efficiency.tensor_core says how a GPU's GEMMs reach its peak with current
+// libraries (the shipped Hopper platforms derive it from measured cuBLAS ceilings:
+// scenarios/platforms/README.md, "Efficiencies"); these ratios move attention and old toolkits
+// off it.
+constexpr double kWithoutWgmmaShare = 2.0 / 3.0;
+// Attention on Hopper, as a share of the A100's own FlashAttention-2 utilisation (which the
+// generic efficiency.compute.attention stands for): 35 / 70 and 75 / 70 (blog above).
+constexpr double kFlashAttention2HopperShare = 35.0 / 70.0;
+constexpr double kHopperAttentionShare = 75.0 / 70.0;
+
+bool is_hopper(const GpuSpec& gpu) { return gpu.compute_capability_major == 9; }
+
 }  // namespace
+
+std::string_view to_string(AttentionKernel kernel) {
+  switch (kernel) {
+    case AttentionKernel::flash_attention_2: return "flash-attention-2";
+    case AttentionKernel::flash_attention_3: return "flash-attention-3";
+    case AttentionKernel::cudnn: return "cudnn";
+  }
+  return "flash-attention-2";
+}
+
+std::optional<AttentionKernel> parse_attention_kernel(std::string_view text) {
+  for (const AttentionKernel k : {AttentionKernel::flash_attention_2, AttentionKernel::flash_attention_3, AttentionKernel::cudnn}) {
+    if (text == to_string(k)) return k;
+  }
+  return std::nullopt;
+}
+
+double tensor_core_share(const Platform& platform, const OpTimeOptions& options, traces::OpKind kind) {
+  const Efficiency& e = platform.efficiency;
+  if (!is_hopper(platform.gpu)) return e.tensor_core;
+  if (options.cuda_major > 0 && options.cuda_major < 12) return e.tensor_core_cuda11.value_or(e.tensor_core * kWithoutWgmmaShare);
+  if (kind != traces::OpKind::attention) return e.tensor_core;
+  return options.attention_kernel == AttentionKernel::flash_attention_2 ? kFlashAttention2HopperShare : kHopperAttentionShare;
+}
 
 OpTimeModel::OpTimeModel(Platform platform, OpTimeOptions options) : platform_(std::move(platform)), options_(options) {
   // parse_platform guarantees these; a hand-built Platform might not, and a zero would turn
@@ -489,11 +540,12 @@ KernelRun OpTimeModel::run(const traces::Trace& trace, traces::OpIndex index) co
                                                      : platform_.gpu.peak_fp32;
   // The flat per-kind efficiency, times the share of the SMs the op's GEMM tiles keep busy
   // (wave_factor, above; 1 when the platform gives no gpu.sms or the shape is unknown).
-  // On tensor cores (a peak other than the CUDA cores' fp32 one) the platform's tensor-core
-  // share applies on top (Efficiency::tensor_core).
+  // On tensor cores (a peak other than the CUDA cores' fp32 one) the tensor-core share of the
+  // kernels that run applies on top (tensor_core_share: the platform's, moved by the toolkit
+  // and the attention kernel).
   const bool tensor_cores = uses_tensor_cores(op.kind) && dtype != traces::DType::f64 && peak != platform_.gpu.peak_fp32;
   const double compute_efficiency = platform_.efficiency.compute_for(op.kind) * wave_factor(trace, index, platform_.gpu.sms) *
-                                    (tensor_cores ? platform_.efficiency.tensor_core : 1.0);
+                                    (tensor_cores ? tensor_core_share(platform_, options_, op.kind) : 1.0);
   const double memory_efficiency = platform_.efficiency.memory_for(op.kind);
   const double compute = flops / (peak * compute_efficiency);
   const double memory = bytes / (platform_.gpu.memory_bandwidth * memory_efficiency);

@@ -90,7 +90,7 @@ class PlatformReader : public yaml::Reader {
                        std::to_string(limits::max_gpus_per_node) +
                        " (a node's GPUs are routed pair by pair: the largest NVLink domain sold joins 72)");
     }
-    if (root["efficiency"]) platform.efficiency = read_efficiency(section(root, "efficiency", "", {"compute", "memory", "tensor_core"}));
+    if (root["efficiency"]) platform.efficiency = read_efficiency(section(root, "efficiency", "", {"compute", "memory", "tensor_core", "tensor_core_cuda11"}));
     read_cluster(root, platform);
     // gpu.power.limit, once the GPU is read (yaml-cpp throws on a key of a missing node: step by step).
     if (const YAML::Node power = root["gpu"]["power"]; power && power.IsMap() && power["limit"]) {
@@ -494,6 +494,7 @@ class PlatformReader : public yaml::Reader {
     if (efficiency["compute"]) read_fractions(efficiency["compute"], "efficiency.compute", result.compute_default, result.compute);
     if (efficiency["memory"]) read_fractions(efficiency["memory"], "efficiency.memory", result.memory_default, result.memory);
     if (efficiency["tensor_core"]) result.tensor_core = fraction(efficiency["tensor_core"], "efficiency.tensor_core");
+    if (efficiency["tensor_core_cuda11"]) result.tensor_core_cuda11 = fraction(efficiency["tensor_core_cuda11"], "efficiency.tensor_core_cuda11");
     return result;
   }
 

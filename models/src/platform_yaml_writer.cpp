@@ -332,6 +332,7 @@ void write_efficiency(Writer& w, const Efficiency& e) {
   write_fractions(w, "memory", e.memory_default, e.memory);
   // 1 is the reader's value when none is given; a caller's own comment is written whatever it is.
   if (e.tensor_core != 1.0 || w.commented({"efficiency", "tensor_core"})) w.value({"efficiency", "tensor_core"}, fmt::format("{}", e.tensor_core));
+  if (e.tensor_core_cuda11) w.value({"efficiency", "tensor_core_cuda11"}, fmt::format("{}", *e.tensor_core_cuda11));
   w.end();
 }
 

@@ -132,6 +132,50 @@ TEST(OpTime, TensorCoreShareAppliesOnTensorCoresOnly) {
   EXPECT_DOUBLE_EQ(seconds(compute_bound(OpKind::relu, DType::f16), false, p), 0.8 + 5e-6);
 }
 
+// The tensor-core share follows the kernels that run (models/README.md, "Kernel ceilings"): on
+// Hopper a toolkit before CUDA 12 (no wgmma) and the attention kernel move it; on other GPUs
+// neither does.
+TEST(OpTime, TensorCoreShareFollowsTheToolkitAndTheAttentionKernelOnHopper) {
+  Platform hopper = test_platform();
+  hopper.gpu.compute_capability_major = 9;
+  hopper.efficiency.tensor_core = 0.9;
+  OpTimeOptions current;  // CUDA not given: a current toolkit
+  EXPECT_DOUBLE_EQ(tensor_core_share(hopper, current, OpKind::linear), 0.9);
+  EXPECT_DOUBLE_EQ(tensor_core_share(hopper, current, OpKind::attention), 35.0 / 70.0);  // FlashAttention-2
+  OpTimeOptions cudnn;
+  cudnn.attention_kernel = AttentionKernel::cudnn;
+  cudnn.cuda_major = 12;
+  EXPECT_DOUBLE_EQ(tensor_core_share(hopper, cudnn, OpKind::attention), 75.0 / 70.0);
+  EXPECT_DOUBLE_EQ(tensor_core_share(hopper, cudnn, OpKind::matmul), 0.9);
+  OpTimeOptions fa3 = cudnn;
+  fa3.attention_kernel = AttentionKernel::flash_attention_3;
+  EXPECT_DOUBLE_EQ(tensor_core_share(hopper, fa3, OpKind::attention), 75.0 / 70.0);
+  // CUDA 11: without wgmma, 2/3 of the share, or the platform's own value for that toolkit.
+  OpTimeOptions cuda11;
+  cuda11.cuda_major = 11;
+  EXPECT_DOUBLE_EQ(tensor_core_share(hopper, cuda11, OpKind::linear), 0.9 * 2.0 / 3.0);
+  EXPECT_DOUBLE_EQ(tensor_core_share(hopper, cuda11, OpKind::attention), 0.9 * 2.0 / 3.0);
+  hopper.efficiency.tensor_core_cuda11 = 0.5;
+  EXPECT_DOUBLE_EQ(tensor_core_share(hopper, cuda11, OpKind::linear), 0.5);
+  // An Ampere GPU: the platform's share whatever the toolkit and the kernel.
+  Platform ampere = hopper;
+  ampere.gpu.compute_capability_major = 8;
+  for (const OpTimeOptions& o : {current, cudnn, cuda11}) {
+    EXPECT_DOUBLE_EQ(tensor_core_share(ampere, o, OpKind::linear), 0.9);
+    EXPECT_DOUBLE_EQ(tensor_core_share(ampere, o, OpKind::attention), 0.9);
+  }
+  // The op's time uses it: an fp16 linear on Hopper under CUDA 11 takes 1 / 0.5 of the time it
+  // takes at a share of 1 (compute-bound: 0.03125 s at 160 TFLOP/s x 0.8).
+  EXPECT_DOUBLE_EQ(OpTimeModel(hopper, cuda11).seconds(one_op_trace(compute_bound(OpKind::linear, DType::f16)), 0), 0.03125 / 0.5 + 5e-6);
+}
+
+TEST(OpTime, AttentionKernelNamesRoundTrip) {
+  for (const AttentionKernel k : {AttentionKernel::flash_attention_2, AttentionKernel::flash_attention_3, AttentionKernel::cudnn}) {
+    EXPECT_EQ(parse_attention_kernel(to_string(k)), k);
+  }
+  EXPECT_EQ(parse_attention_kernel("flash"), std::nullopt);
+}
+
 // cuDNN transposes NCHW tensors around a tensor-core convolution: one read and one write of the
 // 4 MB the op moves, at 1e12 B/s x 0.5 (16 us), plus a launch per tensor (x and y: 2 x 5 us).
 TEST(OpTime, TensorCoreConvolutionsOnNchwPayForTheTransposes) {

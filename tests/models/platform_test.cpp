@@ -189,11 +189,14 @@ TEST(BuiltinPlatforms, FittedAndLauncherFieldsReadBack) {
   EXPECT_EQ(v.gpu.sms, 80);
   const Platform a = builtin_platform("a100-40gb");
   EXPECT_DOUBLE_EQ(a.efficiency.tensor_core, 1.0);  // not fitted: see calibrate/measurements/a100.yaml
-  // Hopper: the tensor-core share fitted on the H100 SXM5 (calibrate/measurements/h100.yaml),
-  // shared by the H200 (the same GH100 SMs); the other efficiencies stay the assumed ones.
-  for (const char* name : {"h100-80gb", "h200"}) {
+  EXPECT_EQ(a.efficiency.tensor_core_cuda11, std::nullopt);
+  // Hopper: the tensor-core share derived from measured GEMM ceilings (H100 over A100), and the
+  // CUDA 11 one fitted on the H100 SXM5 (calibrate/measurements/h100.yaml), shared by the H200
+  // (the same GH100 SMs); the other efficiencies stay the assumed ones.
+  for (const char* name : {"h100-80gb", "h200", "dgx-h100-superpod", "h100-100k"}) {
     const Platform h = builtin_platform(name);
-    EXPECT_DOUBLE_EQ(h.efficiency.tensor_core, 0.5021) << name;
+    EXPECT_DOUBLE_EQ(h.efficiency.tensor_core, 0.9241) << name;
+    EXPECT_EQ(h.efficiency.tensor_core_cuda11, 0.5021) << name;
     EXPECT_DOUBLE_EQ(h.efficiency.compute_for(traces::OpKind::linear), 0.75) << name;
   }
 }
@@ -536,6 +539,8 @@ TEST(PlatformBounds, EfficienciesBelowATenthOfAPercentAreRejected) {
   EXPECT_THAT(error_of(kMinimal + "efficiency:\n  compute: {default: 1e-300}\n"),
               HasSubstr("p.yaml:11:22: 'efficiency.compute.default' is '1e-300'; expected a fraction of peak between 0.001 and 1"));
   EXPECT_THAT(error_of(kMinimal + "efficiency:\n  memory: {conv: 0.0009}\n"), HasSubstr("'efficiency.memory.conv' is '0.0009'"));
+  EXPECT_DOUBLE_EQ(*parsed(kMinimal + "efficiency:\n  tensor_core_cuda11: 0.5\n").efficiency.tensor_core_cuda11, 0.5);
+  EXPECT_THAT(error_of(kMinimal + "efficiency:\n  tensor_core_cuda11: 2\n"), HasSubstr("'efficiency.tensor_core_cuda11' is '2'"));
 }
 
 TEST(PlatformBounds, ShippedPlatformsAreWithinTheBounds) {

@@ -45,6 +45,17 @@ std::optional<PytorchVersion> parse_pytorch_version(std::string_view text) {
   return PytorchVersion{major[0] - '0', std::stoi(std::string(minor))};
 }
 
+std::optional<CudaVersion> parse_cuda_version(std::string_view text) {
+  const auto dot = text.find('.');
+  if (dot == std::string_view::npos || dot == 0 || dot > 2 || text.size() - dot - 1 < 1 || text.size() - dot - 1 > 2) return std::nullopt;
+  const auto digits = [](std::string_view part) { return std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; }); };
+  const std::string_view major = text.substr(0, dot), minor = text.substr(dot + 1);
+  if (!digits(major) || !digits(minor)) return std::nullopt;
+  const CudaVersion version{std::stoi(std::string(major)), std::stoi(std::string(minor))};
+  if (version.major < 1) return std::nullopt;
+  return version;
+}
+
 FrameworkOnGpu resolve_framework(const FrameworkSpec& framework, const models::GpuSpec& gpu, std::string_view source) {
   FrameworkOnGpu out;
   out.pytorch = framework.pytorch;
@@ -58,6 +69,16 @@ FrameworkOnGpu resolve_framework(const FrameworkSpec& framework, const models::G
   out.cublas_workspace_bytes = framework.cublas_workspace_bytes.value_or(
       before_1_13 ? 0 : default_cublas_workspace_bytes(gpu.compute_capability_major, gpu.compute_capability_minor));
   out.cudnn_workspace_bytes = framework.cudnn_workspace_bytes;
+  out.cuda = framework.cuda;
+  out.attention_kernel = framework.attention_kernel;
+  // FlashAttention-3's kernels are built for sm_90 only (Dao-AILab/flash-attention hopper/,
+  // "FlashAttention-3 ... for Hopper GPUs (e.g. H100, H800)").
+  if (framework.attention_kernel == models::AttentionKernel::flash_attention_3 && gpu.compute_capability_major != 9) {
+    throw InputError((framework.attention_kernel_place.empty() ? std::string(source) + ": " : framework.attention_kernel_place) +
+                     "framework.attention_kernel: flash-attention-3 runs on Hopper GPUs (compute capability 9.0) only; the platform's " +
+                     gpu.name + " is " + std::to_string(gpu.compute_capability_major) + "." + std::to_string(gpu.compute_capability_minor) +
+                     "; expected flash-attention-2 or cudnn");
+  }
   if (out.cuda_context_bytes >= out.visible_bytes) {
     throw InputError(std::string(source) + ": framework.cuda_context (" + std::to_string(out.cuda_context_bytes) +
                      " B) leaves nothing of the GPU's " + std::to_string(out.visible_bytes) +

@@ -318,7 +318,8 @@ typename std::invoke_result_t<Parse, std::string_view>::value_type ScenarioReade
 
 FrameworkSpec ScenarioReader::read_framework(const YAML::Node& node) const {
   require_map(node, "framework");
-  check_keys(node, "framework", {"pytorch", "zero_grad", "expandable_segments", "cuda_context", "cublas_workspace", "cudnn_workspace"});
+  check_keys(node, "framework", {"pytorch", "zero_grad", "expandable_segments", "cuda_context", "cublas_workspace", "cudnn_workspace", "cuda",
+                                 "attention_kernel"});
   FrameworkSpec framework;
   if (const YAML::Node v = node["pytorch"]) {
     // The text as written: YAML would read 1.10 as the number 1.1.
@@ -327,6 +328,22 @@ FrameworkSpec ScenarioReader::read_framework(const YAML::Node& node) const {
     if (!framework.pytorch) {
       throw InputError(where(v.Mark()) + "'framework.pytorch' is '" + text + "'; expected a release as major.minor, e.g. \"1.10\" or \"2.1\"");
     }
+  }
+  if (const YAML::Node v = node["cuda"]) {
+    const std::string text = scalar(v, "framework.cuda");
+    framework.cuda = parse_cuda_version(text);
+    if (!framework.cuda) {
+      throw InputError(where(v.Mark()) + "'framework.cuda' is '" + text + "'; expected a CUDA toolkit release as major.minor, e.g. \"11.8\" or \"12.4\" (torch.version.cuda)");
+    }
+  }
+  if (const YAML::Node v = node["attention_kernel"]) {
+    const std::string text = scalar(v, "framework.attention_kernel");
+    const auto kernel = models::parse_attention_kernel(text);
+    if (!kernel) {
+      throw InputError(where(v.Mark()) + "'framework.attention_kernel' is '" + text + "'; expected flash-attention-2, flash-attention-3 or cudnn");
+    }
+    framework.attention_kernel = *kernel;
+    framework.attention_kernel_place = where(v.Mark());
   }
   if (const YAML::Node z = node["zero_grad"]) {
     const std::string text = scalar(z, "framework.zero_grad");

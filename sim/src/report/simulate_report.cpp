@@ -555,6 +555,8 @@ std::string report_json(const SimulationRun& run) {
   const FrameworkOnGpu& framework = run.result.device.framework;
   j["framework"] = {{"pytorch", framework.pytorch ? ordered_json(fmt::format("{}.{}", framework.pytorch->major, framework.pytorch->minor))
                                                   : ordered_json(nullptr)},
+                    {"cuda", framework.cuda ? ordered_json(fmt::format("{}.{}", framework.cuda->major, framework.cuda->minor)) : ordered_json(nullptr)},
+                    {"attention_kernel", models::to_string(framework.attention_kernel)},
                     {"zero_grad", to_string(framework.zero_grad)},
                     {"expandable_segments", framework.expandable_segments},
                     {"visible_bytes", framework.visible_bytes},

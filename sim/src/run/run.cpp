@@ -24,6 +24,8 @@ models::OpTimeModel time_model_for(const Scenario& scenario) {
   models::OpTimeOptions options;
   options.allow_tf32 = scenario.allow_tf32;
   options.channels_last = scenario.channels_last;
+  options.cuda_major = scenario.framework.cuda ? scenario.framework.cuda->major : 0;
+  options.attention_kernel = scenario.framework.attention_kernel;
   return models::OpTimeModel(require_platform(scenario), options);
 }
 

@@ -36,7 +36,8 @@ namespace limits = models::platform_limits;
 // uses_tensor_cores): scaled together by FitParameter::gemm.
 constexpr std::array kGemmKinds{OpKind::conv, OpKind::linear, OpKind::matmul, OpKind::attention};
 
-constexpr std::array kAllParameters{FitParameter::gemm, FitParameter::memory_default, FitParameter::compute_default, FitParameter::tensor_core};
+constexpr std::array kAllParameters{FitParameter::gemm, FitParameter::memory_default, FitParameter::compute_default, FitParameter::tensor_core,
+                                    FitParameter::tensor_core_cuda11};
 
 // ---------------------------------------------------------------- the measurements file
 
@@ -103,6 +104,7 @@ MeasurementSet read_measurements(const YAML::Node& root, std::string_view source
 struct Group {
   bool memory = false;                // memory efficiencies, else compute
   bool tensor_core = false;           // Efficiency::tensor_core (one entry, nullopt)
+  bool tensor_core_cuda11 = false;    // Efficiency::tensor_core_cuda11 (one entry, nullopt)
   std::vector<std::optional<OpKind>> entries;  // nullopt: the `default`
   std::vector<double> base;
   double lo = 0, hi = 0;              // bounds of log(scale): every value stays in [0.001, 1]
@@ -131,6 +133,12 @@ Group group_of(FitParameter parameter, const models::Efficiency& e) {
       g.entries.emplace_back(std::nullopt);
       g.base.push_back(e.tensor_core);
       break;
+    case FitParameter::tensor_core_cuda11:
+      // Unset, the fit starts from the current toolkits' share.
+      g.tensor_core_cuda11 = true;
+      g.entries.emplace_back(std::nullopt);
+      g.base.push_back(e.tensor_core_cuda11.value_or(e.tensor_core));
+      break;
   }
   const auto [smallest, largest] = std::minmax_element(g.base.begin(), g.base.end());
   g.lo = std::log(limits::min_efficiency / *smallest);
@@ -155,6 +163,8 @@ models::Efficiency scaled(const models::Efficiency& base, const std::vector<Grou
       const std::optional<OpKind>& entry = g.entries[k];
       if (g.tensor_core) {
         e.tensor_core = value;
+      } else if (g.tensor_core_cuda11) {
+        e.tensor_core_cuda11 = value;
       } else if (!entry) {
         (g.memory ? e.memory_default : e.compute_default) = value;
       } else {
@@ -434,6 +444,8 @@ std::string_view to_string(FitParameter parameter) {
       return "compute_default";
     case FitParameter::tensor_core:
       return "tensor_core";
+    case FitParameter::tensor_core_cuda11:
+      return "tensor_core_cuda11";
   }
   return "?";
 }
@@ -450,9 +462,14 @@ std::string fitted_platform_yaml(const models::Platform& base, std::string_view 
   // The efficiencies a parameter scales, by (memory, kind; nullopt: default).
   std::map<std::pair<bool, std::optional<OpKind>>, const ParameterFit*> fitted_entries;
   const ParameterFit* tensor_core = nullptr;
+  const ParameterFit* tensor_core_cuda11 = nullptr;
   for (const ParameterFit& p : parameters) {
     if (p.parameter == FitParameter::tensor_core) {
       tensor_core = &p;
+      continue;
+    }
+    if (p.parameter == FitParameter::tensor_core_cuda11) {
+      tensor_core_cuda11 = &p;
       continue;
     }
     for (const std::optional<OpKind>& entry : group_of(p.parameter, base.efficiency).entries) {
@@ -474,6 +491,7 @@ std::string fitted_platform_yaml(const models::Platform& base, std::string_view 
   comments.comment_for = [&](const std::vector<std::string>& path) -> std::optional<std::string> {
     if (path == std::vector<std::string>{"name"}) return "calibrate -o";
     if (path.size() == 2 && path[0] == "efficiency" && path[1] == "tensor_core" && tensor_core) return comment_of(*tensor_core);
+    if (path.size() == 2 && path[0] == "efficiency" && path[1] == "tensor_core_cuda11" && tensor_core_cuda11) return comment_of(*tensor_core_cuda11);
     if (path.size() != 3 || path[0] != "efficiency") return std::nullopt;
     const std::optional<OpKind> kind = path[2] == "default" ? std::nullopt : traces::parse_op_kind(path[2]);
     const auto it = fitted_entries.find({path[1] == "memory", kind});
@@ -493,7 +511,7 @@ FitResult fit_measurements(const MeasurementSet& set, const FitOptions& options)
     throw InputError(fmt::format("--holdout {}: {} has {} measurement{}; expected 0 to {} held out, so that at least one is fitted",
                                  options.holdout, set.source, count, count == 1 ? "" : "s", count - 1));
   }
-  if (options.parameters.empty()) throw InputError("no parameter to fit; expected one or more of gemm, memory_default, compute_default, tensor_core");
+  if (options.parameters.empty()) throw InputError("no parameter to fit; expected one or more of gemm, memory_default, compute_default, tensor_core, tensor_core_cuda11");
 
   // Every scenario is read and prepared before the first simulation, so a bad one stops the fit
   // at once, at its measurement's line.

@@ -196,6 +196,31 @@ TEST(Scenario, ReadsTheFrameworkSection) {
   EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {cuda_context: 100 GiB}\n"), HasSubstr("expected at most 64 GiB"));
   EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {cuda_context: lots}\n"), HasSubstr("framework.cuda_context"));
   EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {ecc: on}\n"), HasSubstr("unknown key 'ecc' in framework"));
+
+  // The toolkit and the attention kernel (models/op_time.hpp, tensor_core_share).
+  const Scenario lambda = parse_scenario("model: {zoo: resnet18}\nframework: {pytorch: \"1.13\", cuda: \"11.8\"}\nplatform: h100-80gb\n", "s.yaml", ".");
+  ASSERT_TRUE(lambda.framework.cuda);
+  EXPECT_EQ(*lambda.framework.cuda, (CudaVersion{11, 8}));
+  EXPECT_EQ(resolve_framework(lambda.framework, lambda.platform->gpu, lambda.source).cuda, (CudaVersion{11, 8}));
+  EXPECT_EQ(parse_cuda_version("12.10"), (CudaVersion{12, 10}));
+  for (const char* bad : {"12", "12.", ".4", "123.1", "12.4.1", "v12.4", "0.9"}) EXPECT_EQ(parse_cuda_version(bad), std::nullopt) << bad;
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {cuda: twelve}\n"), HasSubstr("s.yaml:2:19: 'framework.cuda' is 'twelve'; expected a CUDA toolkit release"));
+  const Scenario te = parse_scenario("model: {zoo: resnet18}\nframework: {attention_kernel: cudnn}\nplatform: a100-80gb\n", "s.yaml", ".");
+  EXPECT_EQ(te.framework.attention_kernel, models::AttentionKernel::cudnn);
+  EXPECT_EQ(parse_scenario("model: {zoo: resnet18}\n", "s.yaml", ".").framework.attention_kernel, models::AttentionKernel::flash_attention_2);
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {attention_kernel: flash}\n"),
+              HasSubstr("s.yaml:2:31: 'framework.attention_kernel' is 'flash'; expected flash-attention-2, flash-attention-3 or cudnn"));
+  // FlashAttention-3 runs on Hopper only: refused on an A100, at the key.
+  const Scenario fa3 = parse_scenario("model: {zoo: resnet18}\nframework: {attention_kernel: flash-attention-3}\nplatform: a100-80gb\n", "s.yaml", ".");
+  try {
+    resolve_framework(fa3.framework, fa3.platform->gpu, fa3.source);
+    ADD_FAILURE() << "flash-attention-3 on an A100 accepted";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("s.yaml:2:31: framework.attention_kernel: flash-attention-3 runs on Hopper GPUs"));
+  }
+  const Scenario fa3_hopper = parse_scenario("model: {zoo: resnet18}\nframework: {attention_kernel: flash-attention-3}\nplatform: h100-80gb\n", "s.yaml", ".");
+  EXPECT_EQ(resolve_framework(fa3_hopper.framework, fa3_hopper.platform->gpu, fa3_hopper.source).attention_kernel,
+            models::AttentionKernel::flash_attention_3);
 }
 
 TEST(Scenario, ReadsStrategyShorthandsAndRules) {

@@ -169,6 +169,14 @@ TEST_F(FitTest, AParameterNoMeasurementDependsOnKeepsItsValue) {
   EXPECT_THAT(result.platform_yaml, HasSubstr("not fitted: no measurement depends on it"));
 }
 
+TEST(FitParameters, NamesRoundTrip) {
+  for (const FitParameter p : {FitParameter::gemm, FitParameter::memory_default, FitParameter::compute_default, FitParameter::tensor_core,
+                               FitParameter::tensor_core_cuda11}) {
+    EXPECT_EQ(parse_fit_parameter(to_string(p)), p);
+  }
+  EXPECT_EQ(parse_fit_parameter("tensor_core_cuda12"), std::nullopt);
+}
+
 TEST_F(FitTest, BadFilesNameTheirLine) {
   EXPECT_THAT(error_of("platform: start.yaml\nmeasurements:\n  - {scenario: resnet.yaml, samples_per_second: -3}\n"),
               HasSubstr("m.yaml:3:"));

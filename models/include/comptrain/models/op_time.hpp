@@ -1,11 +1,26 @@
 #pragma once
 // How long one op takes on the modeled GPU.
 
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
 #include "comptrain/models/kernel_power.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/traces/trace.hpp"
 
 namespace comptrain::models {
+
+// The kernel that runs an op of kind attention (a fused attention: no S x S tensor in memory).
+// On Hopper the kernels differ in what share of the tensor cores' peak they reach
+// (models/README.md, "Kernel ceilings"); elsewhere they are timed alike.
+enum class AttentionKernel : std::uint8_t {
+  flash_attention_2,  // Dao's FlashAttention-2, and PyTorch's SDPA flash backend (FA2's kernels)
+  flash_attention_3,  // FlashAttention-3 (Hopper only)
+  cudnn,              // cuDNN's fused attention (Transformer Engine's FusedAttention, SDPA's cuDNN backend)
+};
+std::string_view to_string(AttentionKernel kernel);
+std::optional<AttentionKernel> parse_attention_kernel(std::string_view text);
 
 struct OpTimeOptions {
   bool allow_tf32 = false;  // fp32 convolutions and matmuls on TF32 tensor cores
@@ -14,6 +29,12 @@ struct OpTimeOptions {
   // convolution that runs on tensor cores is wrapped in transpose kernels (models/README.md,
   // "Memory format").
   bool channels_last = false;
+  // The major version of the CUDA toolkit the framework and its libraries were built with; 0:
+  // not given, a current one (12 or later). Before 12.0 no kernel can use Hopper's warpgroup
+  // MMA (wgmma, PTX ISA 8.0 came with CUDA 12.0), which its tensor-core peak needs
+  // (models/README.md, "Kernel ceilings").
+  int cuda_major = 0;
+  AttentionKernel attention_kernel = AttentionKernel::flash_attention_2;
 };
 
 // Roofline: max(FLOPs / (peak · compute efficiency), bytes / (bandwidth · memory efficiency))
@@ -25,7 +46,10 @@ struct OpTimeOptions {
 // traffic"). For GEMM-like kinds (linear, matmul, conv, attention) on a platform that gives
 // gpu.sms, the compute efficiency is also multiplied by the share of SM-slots the op's output
 // tiles fill in their waves, its GEMM shape read from the tensors it writes (models/README.md,
-// "Wave quantization"); a small GEMM leaves most SMs idle. A convolution on tensor cores over
+// "Wave quantization"); a small GEMM leaves most SMs idle. On tensor cores the platform's
+// share (efficiency.tensor_core) applies on top, chosen by the kernels that run
+// (tensor_core_share: the CUDA toolkit, the attention kernel, the GPU generation;
+// models/README.md, "Kernel ceilings"). A convolution on tensor cores over
 // NCHW tensors (OpTimeOptions::channels_last false) adds the transposes cuDNN runs around it:
 // separate kernels that read and write every tensor the convolution reads and writes, at the
 // memory roofline, each with its own launch.
@@ -49,5 +73,16 @@ class OpTimeModel {
 // The dtype whose peak an op's arithmetic runs at: that of its first floating-point output,
 // else of its first floating-point input, else fp32.
 traces::DType arithmetic_dtype(const traces::Trace& trace, traces::OpIndex op);
+
+// The share of the compute efficiency left to an op of `kind` on tensor cores, on `platform`
+// with `options` (models/README.md, "Kernel ceilings"):
+//  - a toolkit before CUDA 12 on Hopper (compute capability 9.x): efficiency.tensor_core_cuda11
+//    where the platform gives it, else efficiency.tensor_core x 2/3, the most Hopper's tensor
+//    cores reach without wgmma;
+//  - attention on Hopper: the attention kernel's own share, from the kernels' published
+//    figures (FlashAttention-2 half the share of peak it reaches on the A100, FlashAttention-3
+//    and cuDNN 75/70 of it);
+//  - otherwise efficiency.tensor_core.
+double tensor_core_share(const Platform& platform, const OpTimeOptions& options, traces::OpKind kind);
 
 }  // namespace comptrain::models

@@ -160,6 +160,10 @@ struct Efficiency {
   // peak): real cuBLAS/cuDNN kernels reach a smaller share of the tensor-core peak than of the
   // CUDA cores' (efficiency.tensor_core; 1 when not given).
   double tensor_core = 1.0;
+  // The same share for kernels built with a CUDA toolkit before 12.0 on a GPU whose tensor cores
+  // need newer instructions (Hopper's wgmma: op_time.hpp, tensor_core_share);
+  // efficiency.tensor_core_cuda11, unset when not given.
+  std::optional<double> tensor_core_cuda11;
   std::map<traces::OpKind, double> compute;
   std::map<traces::OpKind, double> memory;
   double compute_for(traces::OpKind kind) const;

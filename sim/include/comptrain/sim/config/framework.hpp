@@ -36,13 +36,25 @@
 //                          the trace, which the scenario reader passes to the zoo
 //                          (zoo::ModelSpec::softmax_saves_input).
 //                        Fields given explicitly win over these defaults.
+//   cuda                 the CUDA toolkit the framework and its libraries were built with
+//                        ("11.8", "12.4"; torch.version.cuda); unset: a current one (12 or
+//                        later). Before 12.0 no kernel uses Hopper's wgmma, and an H100 reaches
+//                        less of its tensor-core peak (models/op_time.hpp, tensor_core_share).
+//   attention_kernel     the fused attention kernel that runs the model's `attention: flash`
+//                        ops: flash-attention-2 (default: Dao's package and PyTorch's SDPA flash
+//                        backend), flash-attention-3 (Hopper only) or cudnn (Transformer
+//                        Engine's FusedAttention, which it prefers on Hopper; SDPA's cuDNN
+//                        backend). The kernels differ on Hopper only (models/README.md,
+//                        "Kernel ceilings").
 
 #include <compare>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 #include "comptrain/models/framework_transforms.hpp"
+#include "comptrain/models/op_time.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/schedule.hpp"
 
@@ -60,6 +72,14 @@ struct PytorchVersion {
 };
 // "1.10" -> {1, 10}; nullopt unless digits.digits with major 0 to 9 and minor 0 to 99.
 std::optional<PytorchVersion> parse_pytorch_version(std::string_view text);
+// A CUDA toolkit release, major.minor ("11.8", "12.4").
+struct CudaVersion {
+  int major = 0;
+  int minor = 0;
+  friend auto operator<=>(const CudaVersion&, const CudaVersion&) = default;
+};
+// "12.4" -> {12, 4}; nullopt unless digits.digits with major 1 to 99 and minor 0 to 99.
+std::optional<CudaVersion> parse_cuda_version(std::string_view text);
 std::string_view to_string(ZeroGrad zero_grad);
 std::optional<ZeroGrad> parse_zero_grad(std::string_view text);
 
@@ -70,6 +90,9 @@ struct FrameworkSpec {
   std::optional<std::int64_t> cuda_context_bytes;
   std::optional<std::int64_t> cublas_workspace_bytes;
   std::int64_t cudnn_workspace_bytes = 0;
+  std::optional<CudaVersion> cuda;
+  models::AttentionKernel attention_kernel = models::AttentionKernel::flash_attention_2;
+  std::string attention_kernel_place;  // "FILE:LINE:COL: " of the key, for resolve_framework's error
 };
 
 // The framework resolved against a platform: every figure the device-memory model needs.
@@ -81,11 +104,14 @@ struct FrameworkOnGpu {
   std::int64_t cuda_context_bytes = 0;      // outside the allocator
   std::int64_t cublas_workspace_bytes = 0;  // inside the allocator, held from the first GEMM on
   std::int64_t cudnn_workspace_bytes = 0;   // inside the allocator, per convolution while it runs
+  std::optional<CudaVersion> cuda;          // as given; unset: a current toolkit (12 or later)
+  models::AttentionKernel attention_kernel = models::AttentionKernel::flash_attention_2;
   // What the caching allocator can reserve: visible_bytes - cuda_context_bytes.
   std::int64_t usable_bytes() const { return visible_bytes - cuda_context_bytes; }
 };
 
-// InputError naming `source` when the context leaves nothing for the allocator.
+// InputError naming `source` when the context leaves nothing for the allocator, or naming the
+// key when the attention kernel does not run on the GPU (flash-attention-3 off Hopper).
 FrameworkOnGpu resolve_framework(const FrameworkSpec& framework, const models::GpuSpec& gpu, std::string_view source);
 
 // PyTorch's default cuBLAS workspace for a GPU of compute capability major.minor

@@ -31,6 +31,9 @@
 //   tensor_core      Efficiency::tensor_core, the extra factor of ops on tensor cores (TF32,
 //                    FP16, BF16 peaks): separates fp32 runs from tensor-core runs, which gemm
 //                    alone cannot; fit it with measurements of both
+//   tensor_core_cuda11  Efficiency::tensor_core_cuda11, the same share for runs whose scenario
+//                    says framework.cuda below 12 on Hopper (models/op_time.hpp,
+//                    tensor_core_share); only those measurements depend on it
 // Every resulting efficiency stays within the platform bounds [0.001, 1].
 //
 // Objective: sum over the fitted measurements of log(predicted / measured)^2, where predicted =
@@ -77,7 +80,7 @@ struct MeasurementSet {
 MeasurementSet parse_measurements(std::string_view yaml, std::string_view source, const std::filesystem::path& base_dir);
 MeasurementSet load_measurements(const std::filesystem::path& path);
 
-enum class FitParameter { gemm, memory_default, compute_default, tensor_core };
+enum class FitParameter { gemm, memory_default, compute_default, tensor_core, tensor_core_cuda11 };
 std::string_view to_string(FitParameter parameter);
 std::optional<FitParameter> parse_fit_parameter(std::string_view text);
 

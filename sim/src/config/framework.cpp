@@ -45,6 +45,24 @@ std::optional<PytorchVersion> parse_pytorch_version(std::string_view text) {
   return PytorchVersion{major[0] - '0', std::stoi(std::string(minor))};
 }
 
+std::string_view to_string(models::HostSync sync) {
+  switch (sync) {
+    case models::HostSync::backward_end: return "backward_end";
+  }
+  return "?";
+}
+
+std::vector<models::HostSync> host_syncs(const FrameworkOnGpu& framework) {
+  std::vector<models::HostSync> syncs;
+  if (framework.sync_at_backward_end) syncs.push_back(models::HostSync::backward_end);
+  return syncs;
+}
+
+std::optional<models::HostSync> parse_host_sync(std::string_view text) {
+  if (text == "backward_end") return models::HostSync::backward_end;
+  return std::nullopt;
+}
+
 FrameworkOnGpu resolve_framework(const FrameworkSpec& framework, const models::GpuSpec& gpu, std::string_view source) {
   FrameworkOnGpu out;
   out.pytorch = framework.pytorch;
@@ -58,6 +76,9 @@ FrameworkOnGpu resolve_framework(const FrameworkSpec& framework, const models::G
   out.cublas_workspace_bytes = framework.cublas_workspace_bytes.value_or(
       before_1_13 ? 0 : default_cublas_workspace_bytes(gpu.compute_capability_major, gpu.compute_capability_minor));
   out.cudnn_workspace_bytes = framework.cudnn_workspace_bytes;
+  out.sync_at_backward_end =
+      std::find(framework.host_syncs.begin(), framework.host_syncs.end(), models::HostSync::backward_end) != framework.host_syncs.end();
+  out.optimizer_ops_per_parameter = framework.optimizer_ops_per_parameter;
   if (out.cuda_context_bytes >= out.visible_bytes) {
     throw InputError(std::string(source) + ": framework.cuda_context (" + std::to_string(out.cuda_context_bytes) +
                      " B) leaves nothing of the GPU's " + std::to_string(out.visible_bytes) +

@@ -23,6 +23,15 @@
 //                        the first GEMM and keeps (aten/src/ATen/cuda/CublasHandlePool.cpp);
 //                        unset: the default for the platform's compute capability
 //                        (default_cublas_workspace_bytes).
+//   host_syncs           where the training loop makes the host wait for the GPU within an
+//                        iteration (a list; `backward_end`: gradient clipping's
+//                        total_norm.item(), a loss scaler's overflow check, before the
+//                        optimizer step); unset: none (models::HostSync, add_host_syncs).
+//   optimizer_ops_per_parameter  the optimizer step as a Python loop of this many eager ops
+//                        (kernels) per parameter, on average (DeepLearningExamples' BertAdam:
+//                        scenarios/validation/dle-bertlarge-squad-*.yaml); needs the trace's
+//                        one optimizer op per parameter (training.optimizer_impl: for-loop);
+//                        unset: the trace's ops as they are (models::apply_optimizer_loop).
 //   pytorch              the PyTorch release ("1.10", "2.1"), for the defaults that changed
 //                        between releases; unset: a current 2.x. Earlier releases differ in:
 //                        - < 2.0: zero_grad's default is zeros (set_to_none became the default
@@ -41,6 +50,7 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <vector>
 
 #include "comptrain/models/framework_transforms.hpp"
 #include "comptrain/models/platform.hpp"
@@ -51,6 +61,8 @@ namespace comptrain::sim {
 // zero_grad's two behaviours; the enum is models' (framework_transforms.hpp), beside the
 // transform that applies it (apply_gradient_lifetime).
 using models::ZeroGrad;
+std::string_view to_string(models::HostSync sync);
+std::optional<models::HostSync> parse_host_sync(std::string_view text);
 
 // A PyTorch release, major.minor.
 struct PytorchVersion {
@@ -70,9 +82,12 @@ struct FrameworkSpec {
   std::optional<std::int64_t> cuda_context_bytes;
   std::optional<std::int64_t> cublas_workspace_bytes;
   std::int64_t cudnn_workspace_bytes = 0;
+  std::vector<models::HostSync> host_syncs;
+  double optimizer_ops_per_parameter = 0;  // 0: unset
 };
 
-// The framework resolved against a platform: every figure the device-memory model needs.
+// The framework resolved against a platform: every figure the device-memory model and the
+// framework's schedule transforms need.
 struct FrameworkOnGpu {
   std::optional<PytorchVersion> pytorch;  // as given; unset: a current 2.x
   ZeroGrad zero_grad = ZeroGrad::set_to_none;
@@ -81,6 +96,9 @@ struct FrameworkOnGpu {
   std::int64_t cuda_context_bytes = 0;      // outside the allocator
   std::int64_t cublas_workspace_bytes = 0;  // inside the allocator, held from the first GEMM on
   std::int64_t cudnn_workspace_bytes = 0;   // inside the allocator, per convolution while it runs
+  // As given. Flags, not a list: the replay's workers receive this struct as bytes (wire.hpp).
+  bool sync_at_backward_end = false;       // host_syncs holds backward_end
+  double optimizer_ops_per_parameter = 0;  // as given; 0: the trace's optimizer ops as they are
   // What the caching allocator can reserve: visible_bytes - cuda_context_bytes.
   std::int64_t usable_bytes() const { return visible_bytes - cuda_context_bytes; }
 };
@@ -91,6 +109,9 @@ FrameworkOnGpu resolve_framework(const FrameworkSpec& framework, const models::G
 // PyTorch's default cuBLAS workspace for a GPU of compute capability major.minor
 // (CublasHandlePool.cpp, see framework.cpp for the commit and the formula).
 std::int64_t default_cublas_workspace_bytes(int major, int minor);
+
+// The host synchronisations a resolved framework holds, as transform_schedule takes them.
+std::vector<models::HostSync> host_syncs(const FrameworkOnGpu& framework);
 
 // The framework's schedule transforms -- apply_gradient_lifetime, assign_dispatch_costs,
 // add_cudnn_workspaces -- are models' (models/framework_transforms.hpp), run in their order by

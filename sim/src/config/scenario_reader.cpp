@@ -54,18 +54,7 @@ Scenario ScenarioReader::read(const YAML::Node& root) {
       scenario.platform = models::with_power_limit(std::move(*scenario.platform), *scenario.power_limit, where(limit.Mark()) + "'power_limit'");
     }
   }
-  if (const YAML::Node framework = root["framework"]) {
-    scenario.framework = read_framework(framework);
-    // A loop's ops per parameter stand for one trace op per parameter: torch.optim's for-loop
-    // (a trace file's optimizer ops are taken as they are).
-    const YAML::Node ops = framework["optimizer_ops_per_parameter"];
-    if (ops && scenario.zoo_model &&
-        ((scenario.zoo_model->optimizer && !zoo::is_torch_optimizer(*scenario.zoo_model->optimizer)) || scenario.zoo_model->optimizer_impl != zoo::OptimizerImpl::for_loop)) {
-      throw InputError(where(ops.Mark()) +
-                       "'framework.optimizer_ops_per_parameter' needs one optimizer op per parameter; expected training.optimizer: sgd, "
-                       "momentum, adam or adamw with training.optimizer_impl: for-loop");
-    }
-  }
+  if (const YAML::Node framework = root["framework"]) scenario.framework = read_framework(framework);
   if (const YAML::Node strategy = root["strategy"]) scenario.strategy = read_strategy(strategy, "strategy");
   if (const YAML::Node parallelism = root["parallelism"]) {
     scenario.parallelism = read_parallelism(parallelism, scenario.platform);
@@ -99,6 +88,17 @@ Scenario ScenarioReader::read(const YAML::Node& root) {
   }
 
   read_model(model, training, scenario);
+  if (const YAML::Node framework = root["framework"]) {
+    // A loop's ops per parameter stand for one trace op per parameter: torch.optim's for-loop
+    // (a trace file's optimizer ops are taken as they are).
+    const YAML::Node ops = framework["optimizer_ops_per_parameter"];
+    if (ops && scenario.zoo_model &&
+        ((scenario.zoo_model->optimizer && !zoo::is_torch_optimizer(*scenario.zoo_model->optimizer)) || scenario.zoo_model->optimizer_impl != zoo::OptimizerImpl::for_loop)) {
+      throw InputError(where(ops.Mark()) +
+                       "'framework.optimizer_ops_per_parameter' needs one optimizer op per parameter; expected training.optimizer: sgd, "
+                       "momentum, adam or adamw with training.optimizer_impl: for-loop");
+    }
+  }
   // FSDP's transform sizes each unit's reduce-scatter from all its parameters; LoRA's frozen
   // ones have no gradient (traces/zoo/README.md, "LoRA and QLoRA").
   if (scenario.zoo_model && scenario.zoo_model->lora && scenario.parallelism && scenario.parallelism->data.fsdp) {

@@ -56,6 +56,24 @@ std::optional<CudaVersion> parse_cuda_version(std::string_view text) {
   return version;
 }
 
+std::string_view to_string(models::HostSync sync) {
+  switch (sync) {
+    case models::HostSync::backward_end: return "backward_end";
+  }
+  return "?";
+}
+
+std::vector<models::HostSync> host_syncs(const FrameworkOnGpu& framework) {
+  std::vector<models::HostSync> syncs;
+  if (framework.sync_at_backward_end) syncs.push_back(models::HostSync::backward_end);
+  return syncs;
+}
+
+std::optional<models::HostSync> parse_host_sync(std::string_view text) {
+  if (text == "backward_end") return models::HostSync::backward_end;
+  return std::nullopt;
+}
+
 FrameworkOnGpu resolve_framework(const FrameworkSpec& framework, const models::GpuSpec& gpu, std::string_view source) {
   FrameworkOnGpu out;
   out.pytorch = framework.pytorch;
@@ -79,6 +97,9 @@ FrameworkOnGpu resolve_framework(const FrameworkSpec& framework, const models::G
                      gpu.name + " is " + std::to_string(gpu.compute_capability_major) + "." + std::to_string(gpu.compute_capability_minor) +
                      "; expected flash-attention-2 or cudnn");
   }
+  out.sync_at_backward_end =
+      std::find(framework.host_syncs.begin(), framework.host_syncs.end(), models::HostSync::backward_end) != framework.host_syncs.end();
+  out.optimizer_ops_per_parameter = framework.optimizer_ops_per_parameter;
   if (out.cuda_context_bytes >= out.visible_bytes) {
     throw InputError(std::string(source) + ": framework.cuda_context (" + std::to_string(out.cuda_context_bytes) +
                      " B) leaves nothing of the GPU's " + std::to_string(out.visible_bytes) +

@@ -88,6 +88,17 @@ Scenario ScenarioReader::read(const YAML::Node& root) {
   }
 
   read_model(model, training, scenario);
+  if (const YAML::Node framework = root["framework"]) {
+    // A loop's ops per parameter stand for one trace op per parameter: torch.optim's for-loop
+    // (a trace file's optimizer ops are taken as they are).
+    const YAML::Node ops = framework["optimizer_ops_per_parameter"];
+    if (ops && scenario.zoo_model &&
+        ((scenario.zoo_model->optimizer && !zoo::is_torch_optimizer(*scenario.zoo_model->optimizer)) || scenario.zoo_model->optimizer_impl != zoo::OptimizerImpl::for_loop)) {
+      throw InputError(where(ops.Mark()) +
+                       "'framework.optimizer_ops_per_parameter' needs one optimizer op per parameter; expected training.optimizer: sgd, "
+                       "momentum, adam or adamw with training.optimizer_impl: for-loop");
+    }
+  }
   // FSDP's transform sizes each unit's reduce-scatter from all its parameters; LoRA's frozen
   // ones have no gradient (traces/zoo/README.md, "LoRA and QLoRA").
   if (scenario.zoo_model && scenario.zoo_model->lora && scenario.parallelism && scenario.parallelism->data.fsdp) {
@@ -319,8 +330,34 @@ typename std::invoke_result_t<Parse, std::string_view>::value_type ScenarioReade
 FrameworkSpec ScenarioReader::read_framework(const YAML::Node& node) const {
   require_map(node, "framework");
   check_keys(node, "framework", {"pytorch", "zero_grad", "expandable_segments", "cuda_context", "cublas_workspace", "cudnn_workspace", "cuda",
-                                 "attention_kernel"});
+                                 "attention_kernel", "host_syncs", "optimizer_ops_per_parameter"});
   FrameworkSpec framework;
+  if (const YAML::Node syncs = node["host_syncs"]) {
+    if (!syncs.IsSequence()) throw InputError(where(syncs.Mark()) + "'framework.host_syncs' must be a list; expected e.g. [backward_end]");
+    for (const auto& item : syncs) {
+      const std::string text = scalar(item, "framework.host_syncs");
+      const auto sync = parse_host_sync(text);
+      if (!sync) {
+        throw InputError(where(item.Mark()) + "'framework.host_syncs' holds '" + text +
+                         "'; expected backward_end (the host waits for the GPU after the backward pass, before the optimizer step)");
+      }
+      if (std::find(framework.host_syncs.begin(), framework.host_syncs.end(), *sync) != framework.host_syncs.end()) {
+        throw InputError(where(item.Mark()) + "'framework.host_syncs' holds '" + text + "' twice; expected each place once");
+      }
+      framework.host_syncs.push_back(*sync);
+    }
+  }
+  if (const YAML::Node ops = node["optimizer_ops_per_parameter"]) {
+    // At most 1000: no optimizer loop runs that many kernels per parameter; more is a misplaced
+    // unit or a total.
+    constexpr double kMaxOpsPerParameter = 1000;
+    const double value = number(ops, "framework.optimizer_ops_per_parameter");
+    if (!(value >= 1 && value <= kMaxOpsPerParameter)) {
+      throw InputError(where(ops.Mark()) + "'framework.optimizer_ops_per_parameter' is " + ops.Scalar() +
+                       "; expected the mean number of eager ops (kernels) per parameter of the optimizer's loop, from 1 to 1000");
+    }
+    framework.optimizer_ops_per_parameter = value;
+  }
   if (const YAML::Node v = node["pytorch"]) {
     // The text as written: YAML would read 1.10 as the number 1.1.
     const std::string text = scalar(v, "framework.pytorch");

@@ -328,6 +328,9 @@ models::TransformSteps transform_steps(const PreparedScenario& prepared) {
   steps.zero_grad = prepared.framework().zero_grad;
   steps.cudnn_workspace_bytes = prepared.framework().cudnn_workspace_bytes;
   steps.dispatch = prepared.platform().host.dispatch;
+  steps.launch_overhead = prepared.platform().gpu.launch_overhead;
+  steps.optimizer_ops_per_parameter = prepared.framework().optimizer_ops_per_parameter;
+  steps.host_syncs = host_syncs(prepared.framework());
   return steps;
 }
 

@@ -223,6 +223,35 @@ TEST(Scenario, ReadsTheFrameworkSection) {
             models::AttentionKernel::flash_attention_3);
 }
 
+// A training loop's host synchronisations and a Python optimizer loop (DeepLearningExamples'
+// run_squad.py with BertAdam), and what the reader refuses.
+TEST(Scenario, ReadsHostSyncsAndAnOptimizerLoop) {
+  const Scenario s = parse_scenario(
+      "model: {zoo: bert-base}\ntraining: {optimizer: adam, optimizer_impl: for-loop}\n"
+      "framework: {host_syncs: [backward_end], optimizer_ops_per_parameter: 18.5}\nplatform: v100-16gb\n",
+      "s.yaml", ".");
+  ASSERT_EQ(s.framework.host_syncs.size(), 1u);
+  EXPECT_EQ(s.framework.host_syncs[0], models::HostSync::backward_end);
+  EXPECT_EQ(s.framework.optimizer_ops_per_parameter, 18.5);
+  const FrameworkOnGpu f = resolve_framework(s.framework, s.platform->gpu, s.source);
+  EXPECT_TRUE(f.sync_at_backward_end);
+  EXPECT_EQ(host_syncs(f), s.framework.host_syncs);
+  EXPECT_EQ(f.optimizer_ops_per_parameter, 18.5);
+  const Scenario plain = parse_scenario("model: {zoo: bert-base}\nplatform: v100-16gb\n", "s.yaml", ".");
+  EXPECT_TRUE(plain.framework.host_syncs.empty());
+  EXPECT_EQ(plain.framework.optimizer_ops_per_parameter, 0);
+
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {host_syncs: [forward_end]}\n"),
+              HasSubstr("s.yaml:2:26: 'framework.host_syncs' holds 'forward_end'; expected backward_end"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {host_syncs: [backward_end, backward_end]}\n"), HasSubstr("twice"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {host_syncs: backward_end}\n"), HasSubstr("'framework.host_syncs' must be a list"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {optimizer_impl: for-loop}\nframework: {optimizer_ops_per_parameter: 0.5}\n"),
+              HasSubstr("from 1 to 1000"));
+  // The default foreach step has list-wide ops beside its per-parameter ones: refused.
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {optimizer_ops_per_parameter: 12}\n"),
+              HasSubstr("s.yaml:2:42: 'framework.optimizer_ops_per_parameter' needs one optimizer op per parameter"));
+}
+
 TEST(Scenario, ReadsStrategyShorthandsAndRules) {
   EXPECT_TRUE(parse_scenario("model: {zoo: resnet18}\nstrategy: baseline\n", "s.yaml", ".").strategy.rules.empty());
   const auto offload = parse_scenario("model: {zoo: resnet18}\nstrategy: offload\n", "s.yaml", ".").strategy;

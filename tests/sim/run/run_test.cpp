@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <string>
 #include <variant>
 
 #include "comptrain/sim/engine/io_simulation.hpp"
@@ -104,6 +106,32 @@ TEST(Run, AStrategyThatDoesNotApplyIsAResult) {
   const std::string json = report(prepared, prepared.scenario().strategy, 2, outcome, true);
   EXPECT_NE(json.find("\"not_applicable\": \"strategy rule 0: recompute budget of 1024 bytes"), std::string::npos) << json;
   EXPECT_NE(report(prepared, prepared.scenario().strategy, 2, outcome, false).find("DOES NOT APPLY at batch 2"), std::string::npos);
+}
+
+// framework.optimizer_ops_per_parameter and host_syncs in the replay: the loop's launch gaps
+// lengthen the step on the GPU; the sync before the step then makes the GPU wait for the
+// launching thread, which issues the loop's ops one Python op at a time.
+TEST(Run, AnOptimizerLoopAndAHostSyncBeforeTheStepSlowTheIteration) {
+  const std::string base = "model: {zoo: bert-base, layers: 2}\ntraining: {batch_size: 2, optimizer: adam, optimizer_impl: for-loop}\nplatform: a100-80gb\n";
+  const auto run = [&](const std::string& framework) {
+    const PreparedScenario prepared(scenario(base + framework));
+    const RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, 2, Isolation::child_process);
+    return std::get<CompletedRun>(outcome);
+  };
+  const CompletedRun plain = run("");
+  const CompletedRun loop = run("framework: {optimizer_ops_per_parameter: 18}\n");
+  const CompletedRun synced = run("framework: {optimizer_ops_per_parameter: 18, host_syncs: [backward_end]}\n");
+  std::size_t steps = 0;
+  for (const traces::Op& op : plain.scheduled.trace.ops()) steps += op.phase == traces::Phase::optimizer ? 1 : 0;
+  ASSERT_GT(steps, 0u);
+  const PreparedScenario prepared(scenario(base));
+  const double gaps = static_cast<double>(steps) * 17 * prepared.platform().gpu.launch_overhead;
+  EXPECT_GE(loop.result.iteration_seconds - plain.result.iteration_seconds, 0.99 * gaps);
+  EXPECT_GT(synced.result.iteration_seconds, loop.result.iteration_seconds);
+  EXPECT_GT(synced.result.host_wait_seconds, loop.result.host_wait_seconds);
+  // The sync's task blocks the launching thread.
+  const auto& tasks = synced.scheduled.schedule.tasks;
+  EXPECT_EQ(std::count_if(tasks.begin(), tasks.end(), [](const models::Task& t) { return t.blocks_host; }), 1);
 }
 
 TEST(Run, OneRunInAChildEqualsTheSameRunInPlace) {

@@ -7,6 +7,7 @@
 // transforms live in one place, models/transforms/.
 
 #include <cstdint>
+#include <vector>
 
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/schedule.hpp"
@@ -29,6 +30,35 @@ void apply_gradient_lifetime(Schedule& schedule, ZeroGrad zero_grad);
 // op by its phase in `trace` (a replayed op is a forward op), any other task (copy, codec) the
 // backward cost, as a launch from C++.
 void assign_dispatch_costs(Schedule& schedule, const traces::Trace& trace, const OpDispatch& dispatch);
+
+// Where a training loop makes the launching thread wait for the GPU within an iteration (a
+// `.item()`, a `.cpu()`, a `torch.cuda.synchronize()`): the thread cannot issue the next kernels
+// before the GPU has run everything issued so far, so their launch latency is exposed. The end
+// of the step needs none: the replay starts every iteration with the thread and the GPU idle,
+// as after a loop's `loss.item()` (models/transforms/README.md, "Host synchronisations").
+enum class HostSync {
+  // After the backward pass and the gradients' reductions, before the optimizer step's first
+  // launch: gradient clipping's `total_norm.item()`, a loss scaler's overflow check. Once per
+  // optimizer step.
+  backward_end,
+};
+
+// Inserts, for each entry of `syncs`, a synchronisation: a host_compute task of no duration
+// that waits for the last task issued before it on every other stream and blocks the launching
+// thread (Task::blocks_host) until then; the thread spends `host_seconds` issuing it (the
+// Python call). backward_end goes just before the first optimizer task (an op or replayed op
+// of the optimizer phase, or a host_compute task); nothing when the schedule has none.
+void add_host_syncs(Schedule& schedule, const traces::Trace& trace, const std::vector<HostSync>& syncs, double host_seconds);
+
+// A Python loop over the parameters as the optimizer step (DeepLearningExamples' BertAdam):
+// each optimizer op of the trace (one per parameter: optimizer_impl for-loop) is
+// `ops_per_parameter` eager ops, each its own kernel. The launching thread spends
+// ops_per_parameter x dispatch.forward on it (a Python-level op, as a forward op; set after
+// assign_dispatch_costs), and the GPU ops_per_parameter - 1 more launch gaps
+// (`launch_overhead`, gpu.launch_overhead; the op's time has one). The op's bytes stay the
+// trace's: the unfused passes' extra traffic is not added. Nothing when ops_per_parameter is 0.
+void apply_optimizer_loop(Schedule& schedule, const traces::Trace& trace, double ops_per_parameter, const OpDispatch& dispatch,
+                          double launch_overhead);
 
 // Gives every task that runs a convolution of `trace` (op, recompute) a workspace buffer of
 // `bytes` that lives while the task runs (role temporary). Nothing when bytes is 0.

@@ -17,7 +17,8 @@
 //      it must come before step 2;
 //   2. the framework's transforms (framework_transforms.hpp): the gradients' lifetime across
 //      iterations (zero_grad), cuDNN's workspaces, then each task's dispatch cost on the host,
-//      last, so that every task the earlier steps added has one;
+//      so that every task the earlier steps added has one, then a Python optimizer loop's
+//      costs per parameter and the loop's host synchronisations, which set their own;
 //   3. the collectives placed on the run's ranks (place_collectives): each collective's groups,
 //      written within its layout group (Task::over), as groups of the whole run.
 //
@@ -25,6 +26,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "comptrain/models/data_parallel.hpp"
 #include "comptrain/models/framework_transforms.hpp"
@@ -46,6 +48,11 @@ struct TransformSteps {
   ZeroGrad zero_grad = ZeroGrad::set_to_none;
   std::int64_t cudnn_workspace_bytes = 0;  // per convolution while it runs; 0: none
   OpDispatch dispatch;                     // the host's per-task launch costs
+  double launch_overhead = 0;              // the GPU's gap per kernel launch (gpu.launch_overhead)
+  // The optimizer step as a Python loop of this many eager ops per parameter (framework.
+  // optimizer_ops_per_parameter; apply_optimizer_loop); 0: the trace's ops as they are.
+  double optimizer_ops_per_parameter = 0;
+  std::vector<HostSync> host_syncs;        // framework.host_syncs (add_host_syncs)
   // The model-parallel layout and the run's GPUs, for place_collectives; unset: data parallelism
   // over every rank (the groups are left as the transforms wrote them).
   std::optional<ParallelLayout> layout;

@@ -23,6 +23,15 @@
 //                        the first GEMM and keeps (aten/src/ATen/cuda/CublasHandlePool.cpp);
 //                        unset: the default for the platform's compute capability
 //                        (default_cublas_workspace_bytes).
+//   host_syncs           where the training loop makes the host wait for the GPU within an
+//                        iteration (a list; `backward_end`: gradient clipping's
+//                        total_norm.item(), a loss scaler's overflow check, before the
+//                        optimizer step); unset: none (models::HostSync, add_host_syncs).
+//   optimizer_ops_per_parameter  the optimizer step as a Python loop of this many eager ops
+//                        (kernels) per parameter, on average (DeepLearningExamples' BertAdam:
+//                        scenarios/validation/dle-bertlarge-squad-*.yaml); needs the trace's
+//                        one optimizer op per parameter (training.optimizer_impl: for-loop);
+//                        unset: the trace's ops as they are (models::apply_optimizer_loop).
 //   pytorch              the PyTorch release ("1.10", "2.1"), for the defaults that changed
 //                        between releases; unset: a current 2.x. Earlier releases differ in:
 //                        - < 2.0: zero_grad's default is zeros (set_to_none became the default
@@ -52,6 +61,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "comptrain/models/framework_transforms.hpp"
 #include "comptrain/models/op_time.hpp"
@@ -63,6 +73,8 @@ namespace comptrain::sim {
 // zero_grad's two behaviours; the enum is models' (framework_transforms.hpp), beside the
 // transform that applies it (apply_gradient_lifetime).
 using models::ZeroGrad;
+std::string_view to_string(models::HostSync sync);
+std::optional<models::HostSync> parse_host_sync(std::string_view text);
 
 // A PyTorch release, major.minor.
 struct PytorchVersion {
@@ -93,9 +105,12 @@ struct FrameworkSpec {
   std::optional<CudaVersion> cuda;
   models::AttentionKernel attention_kernel = models::AttentionKernel::flash_attention_2;
   std::string attention_kernel_place;  // "FILE:LINE:COL: " of the key, for resolve_framework's error
+  std::vector<models::HostSync> host_syncs;
+  double optimizer_ops_per_parameter = 0;  // 0: unset
 };
 
-// The framework resolved against a platform: every figure the device-memory model needs.
+// The framework resolved against a platform: every figure the device-memory model and the
+// framework's schedule transforms need.
 struct FrameworkOnGpu {
   std::optional<PytorchVersion> pytorch;  // as given; unset: a current 2.x
   ZeroGrad zero_grad = ZeroGrad::set_to_none;
@@ -106,6 +121,9 @@ struct FrameworkOnGpu {
   std::int64_t cudnn_workspace_bytes = 0;   // inside the allocator, per convolution while it runs
   std::optional<CudaVersion> cuda;          // as given; unset: a current toolkit (12 or later)
   models::AttentionKernel attention_kernel = models::AttentionKernel::flash_attention_2;
+  // As given. Flags, not a list: the replay's workers receive this struct as bytes (wire.hpp).
+  bool sync_at_backward_end = false;       // host_syncs holds backward_end
+  double optimizer_ops_per_parameter = 0;  // as given; 0: the trace's optimizer ops as they are
   // What the caching allocator can reserve: visible_bytes - cuda_context_bytes.
   std::int64_t usable_bytes() const { return visible_bytes - cuda_context_bytes; }
 };
@@ -117,6 +135,9 @@ FrameworkOnGpu resolve_framework(const FrameworkSpec& framework, const models::G
 // PyTorch's default cuBLAS workspace for a GPU of compute capability major.minor
 // (CublasHandlePool.cpp, see framework.cpp for the commit and the formula).
 std::int64_t default_cublas_workspace_bytes(int major, int minor);
+
+// The host synchronisations a resolved framework holds, as transform_schedule takes them.
+std::vector<models::HostSync> host_syncs(const FrameworkOnGpu& framework);
 
 // The framework's schedule transforms -- apply_gradient_lifetime, assign_dispatch_costs,
 // add_cudnn_workspaces -- are models' (models/framework_transforms.hpp), run in their order by

@@ -41,7 +41,9 @@ std::function<int()> add_validate_command(CLI::App& app) {
       "The measurements: throughput, peak memory, memory reduction, slowdown, largest batch (or a bound on it), a batch that "
       "ran. Printed: each point's published and predicted value and the error (predicted / published - 1; met or not met for "
       "a bound and a batch that ran), then per metric the median and worst |error| and the bounds met over the points not "
-      "marked suspect, and the configurations that ran but are predicted out of memory.");
+      "marked suspect (those whose measured hardware or setup cannot be known), the same per GPU generation and per workload "
+      "family (cnn, encoder, decoder, moe) for the metrics with points in several, the configurations that ran but are "
+      "predicted out of memory, and each suspect point with its reason.");
   command->add_option("table",
                       options->table,
                       "Validation table (.jsonl, scenarios/validation/README.md); default: scenarios/validation/published.jsonl of "

@@ -66,7 +66,8 @@ Platform parsed(const std::string& yaml) { return parse_platform(yaml, "p.yaml")
 
 TEST(BuiltinPlatforms, AllShippedPlatformsAreEmbedded) {
   EXPECT_THAT(builtin_platform_names(), ElementsAre("a100-40gb", "a100-80gb", "dgx-a100-superpod", "dgx-h100-superpod", "dgx1-v100-cluster",
-                                                   "h100-100k", "h100-80gb", "h200", "perlmutter-gpu", "polaris", "titanx-maxwell", "v100-16gb", "v100-32gb"));
+                                                   "h100-100k", "h100-80gb", "h100-pcie", "h200", "perlmutter-gpu", "polaris", "titanx-maxwell", "v100-16gb",
+                                                   "v100-32gb"));
 }
 
 TEST(BuiltinPlatforms, EveryShippedPlatformParsesWithSaneValues) {
@@ -217,7 +218,7 @@ TEST(BuiltinPlatforms, UnknownNameListsTheShippedOnes) {
     FAIL() << "expected an InputError";
   } catch (const InputError& e) {
     EXPECT_THAT(e.what(), HasSubstr("unknown platform 'nope'"));
-    EXPECT_THAT(e.what(), HasSubstr("a100-40gb, a100-80gb, dgx-a100-superpod, dgx-h100-superpod, dgx1-v100-cluster, h100-100k, h100-80gb, h200, "
+    EXPECT_THAT(e.what(), HasSubstr("a100-40gb, a100-80gb, dgx-a100-superpod, dgx-h100-superpod, dgx1-v100-cluster, h100-100k, h100-80gb, h100-pcie, h200, "
                                     "perlmutter-gpu, polaris, titanx-maxwell, v100-16gb, v100-32gb"));
   }
 }
@@ -709,7 +710,7 @@ TEST(PlatformCluster, WithoutANetworkAPlatformIsOneNode) {
   EXPECT_EQ(p.max_nodes(), 1);
   EXPECT_EQ(p.collectives.base, 0) << "no collectives: bandwidth terms only";
   // The single-node platforms stay one node; a cluster is one whose network has nodes.
-  for (const char* name : {"a100-40gb", "a100-80gb", "h100-80gb", "h200", "titanx-maxwell", "v100-16gb", "v100-32gb"}) {
+  for (const char* name : {"a100-40gb", "a100-80gb", "h100-80gb", "h100-pcie", "h200", "titanx-maxwell", "v100-16gb", "v100-32gb"}) {
     const Platform shipped = builtin_platform(name);
     EXPECT_FALSE(shipped.network) << name;
     EXPECT_EQ(shipped.max_nodes(), 1) << name;

@@ -96,6 +96,23 @@ std::string left_out(const MetricSummary& s) {
   return out;
 }
 
+std::string group_median(const GroupSummary& g) { return g.worst_id.empty() ? "-" : fmt::format("{:.1f}%", 100 * g.median_abs_error); }
+std::string group_worst(const GroupSummary& g) { return g.worst_id.empty() ? "-" : fmt::format("{:.1f}%", 100 * g.worst_abs_error); }
+
+constexpr std::string_view kGroupsHeading =
+    "Summary per GPU generation (the platform's compute capability) and per workload family, for each metric whose points fall in "
+    "two groups or more, suspect ones left out:";
+
+// The suspect points, each with what cannot be known about its setup: shown so that a reader
+// can judge each exclusion.
+std::vector<const ValidationResult*> suspects(const std::vector<ValidationResult>& results) {
+  std::vector<const ValidationResult*> out;
+  for (const ValidationResult& r : results) {
+    if (r.point.suspect) out.push_back(&r);
+  }
+  return out;
+}
+
 // A Markdown table cell: a '|' would end the cell, a newline the row.
 std::string markdown_cell(std::string_view text) {
   std::string out;
@@ -130,7 +147,21 @@ std::string validation_text(const std::vector<ValidationResult>& results) {
     out += fmt::format("{:<28}  {:>6}  {:>14}  {:>13}  {:>10}  {}{}\n", metric_name(s.metric), s.count, summary_median(s), summary_worst(s), summary_met(s),
                        s.worst_id.empty() ? "-" : s.worst_id, left.empty() ? "" : " (left out: " + left + ")");
   }
+  const std::vector<GroupSummary> groups = summarize_groups(results);
+  if (!groups.empty()) {
+    out += fmt::format("\n{}\n", kGroupsHeading);
+    out += fmt::format("{:<28}  {:<22}  {:>6}  {:>14}  {:>13}  {}\n", "metric", "group", "points", "median |error|", "worst |error|", "worst point");
+    for (const GroupSummary& g : groups) {
+      out += fmt::format("{:<28}  {:<22}  {:>6}  {:>14}  {:>13}  {}\n", metric_name(g.metric), g.by + " " + g.group, g.count, group_median(g),
+                         group_worst(g), g.worst_id.empty() ? "-" : g.worst_id);
+    }
+  }
   out += out_of_memory_line(results, false);
+  const auto suspect = suspects(results);
+  if (!suspect.empty()) {
+    out += fmt::format("\nSuspect points ({}: the measured hardware or setup cannot be known), left out of the summaries:\n", suspect.size());
+    for (const ValidationResult* r : suspect) out += fmt::format("{}: {}\n", r->point.id, r->point.suspect_reason);
+  }
   return out;
 }
 
@@ -152,6 +183,9 @@ std::string validation_json(const std::string& table_source, const std::vector<V
     p["covered"] = r.point.covered();
     if (!r.why_none.empty()) p["why_none"] = r.why_none;
     p["suspect"] = r.point.suspect;
+    if (r.point.suspect) p["suspect_reason"] = r.point.suspect_reason;
+    p["generation"] = r.generation.empty() ? detail::ordered_json(nullptr) : detail::ordered_json(r.generation);
+    p["family"] = r.point.family.empty() ? detail::ordered_json(nullptr) : detail::ordered_json(r.point.family);
     p["holdout"] = r.point.holdout;
     p["source"] = r.point.source;
     points.push_back(std::move(p));
@@ -170,6 +204,17 @@ std::string validation_json(const std::string& table_source, const std::vector<V
                        {"without_prediction", s.not_covered}});
   }
   doc["summary"] = std::move(summary);
+  detail::ordered_json by_group = detail::ordered_json::array();
+  for (const GroupSummary& g : summarize_groups(results)) {
+    by_group.push_back({{"metric", metric_name(g.metric)},
+                        {"by", g.by},
+                        {"group", g.group},
+                        {"points", g.count},
+                        {"median_abs_error", g.worst_id.empty() ? detail::ordered_json(nullptr) : detail::ordered_json(g.median_abs_error)},
+                        {"worst_abs_error", g.worst_id.empty() ? detail::ordered_json(nullptr) : detail::ordered_json(g.worst_abs_error)},
+                        {"worst_point", g.worst_id}});
+  }
+  doc["summary_by_group"] = std::move(by_group);
   doc["ran_but_predicted_out_of_memory"] = ran_but_predicted_out_of_memory(results);
   return doc.dump(2) + "\n";
 }
@@ -188,7 +233,22 @@ std::string validation_markdown(const std::vector<ValidationResult>& results) {
     out += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", metric_name(s.metric), s.count, summary_median(s), summary_worst(s), summary_met(s),
                        s.worst_id.empty() ? "-" : "`" + s.worst_id + "`", left.empty() ? "-" : left);
   }
+  const std::vector<GroupSummary> groups = summarize_groups(results);
+  if (!groups.empty()) {
+    out += fmt::format("\n{}\n\n", kGroupsHeading);
+    out += "| metric | by | group | points | median \\|error\\| | worst \\|error\\| | worst point |\n|---|---|---|--:|--:|--:|---|\n";
+    for (const GroupSummary& g : groups) {
+      out += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", metric_name(g.metric), g.by, g.group, g.count, group_median(g), group_worst(g),
+                         g.worst_id.empty() ? "-" : "`" + g.worst_id + "`");
+    }
+  }
   out += out_of_memory_line(results, true);
+  const auto suspect = suspects(results);
+  if (!suspect.empty()) {
+    out += fmt::format("\nSuspect points ({}: the measured hardware or setup cannot be known), left out of the summaries:\n\n", suspect.size());
+    out += "| id | what cannot be known |\n|---|---|\n";
+    for (const ValidationResult* r : suspect) out += fmt::format("| `{}` | {} |\n", r->point.id, markdown_cell(r->point.suspect_reason));
+  }
   return out;
 }
 

@@ -52,6 +52,14 @@ std::string excerpt(const std::string& text) {
   return text.substr(0, end) + "...";
 }
 
+// The median of the summaries (0 of none).
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const std::size_t mid = values.size() / 2;
+  return values.size() % 2 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
+}
+
 constexpr std::array kMetrics{ValidationMetric::throughput_samples_per_s, ValidationMetric::peak_mem_bytes,
                               ValidationMetric::memory_reduction_x, ValidationMetric::slowdown_x, ValidationMetric::max_batch,
                               ValidationMetric::bus_bandwidth, ValidationMetric::average_power_watts, ValidationMetric::energy_ratio_x,
@@ -111,9 +119,9 @@ class PointReader {
 };
 
 constexpr std::array kFields{"id",    "source", "model",   "gpu",  "precision", "batch",    "metric",
-                             "published", "published_upper", "unit", "published_raw", "notes", "suspect", "holdout",
+                             "published", "published_upper", "unit", "published_raw", "notes", "suspect", "suspect_reason", "holdout",
                              "fast",  "scenario", "reference_scenario", "not_covered", "measured_as",
-                             "platform", "nodes", "gpus_per_node", "collective", "bytes", "checkpoint", "bound"};
+                             "platform", "nodes", "gpus_per_node", "collective", "bytes", "checkpoint", "bound", "family"};
 
 constexpr std::array kMeasuredAs{MeasuredAs::max_memory_allocated, MeasuredAs::max_memory_reserved, MeasuredAs::nvidia_smi,
                                  MeasuredAs::first_oom, MeasuredAs::tensor_bytes};
@@ -331,6 +339,21 @@ ValidationPoint read_point(const json& object, const std::string& where, const s
   p.published_raw = in.text("published_raw", false);
   p.notes = in.text("notes", true);
   p.suspect = in.flag("suspect");
+  // Suspect means that the measured hardware or setup cannot be known, never that the prediction
+  // is poor (issue 34): the point says what is unknown, and a point with a reason is suspect.
+  p.suspect_reason = in.text("suspect_reason", false);
+  if (p.suspect && p.suspect_reason.empty()) {
+    in.fail("missing field 'suspect_reason' on a suspect point; expected a sentence saying which part of the measured hardware or setup cannot be known "
+            "and why it matters");
+  }
+  if (!p.suspect && !p.suspect_reason.empty()) {
+    in.fail("field 'suspect_reason' given on a point that is not suspect; expected it only with \"suspect\": true");
+  }
+  p.family = in.text("family", false);
+  if (!p.family.empty() && std::find(kWorkloadFamilies.begin(), kWorkloadFamilies.end(), p.family) == kWorkloadFamilies.end()) {
+    in.fail(fmt::format("field 'family': found {}; expected cnn, encoder, decoder or moe", json_excerpt(p.family)));
+  }
+  if (collective && !p.family.empty()) in.fail("field 'family' given for bus_bandwidth; expected it only on points that run a model");
   p.holdout = in.flag("holdout");
   p.fast = in.flag("fast");
   p.not_covered = in.text("not_covered", false);
@@ -684,7 +707,7 @@ std::vector<ValidationResult> validate(const ValidationTable& table, const Valid
   std::vector<ValidationResult> results;
   for (const ValidationPoint& point : table.points) {
     if (options.fast && !point.fast) continue;
-    results.push_back({point, std::nullopt, std::nullopt, point.covered() ? "" : "not covered: " + point.not_covered, std::nullopt, false});
+    results.push_back({point, std::nullopt, std::nullopt, point.covered() ? "" : "not covered: " + point.not_covered, std::nullopt, false, ""});
   }
   // Every scenario is read before the first simulation, so a bad one stops the run at once.
   std::map<std::filesystem::path, std::shared_ptr<const PreparedScenario>> prepared;
@@ -692,6 +715,18 @@ std::vector<ValidationResult> validate(const ValidationTable& table, const Valid
     if (!r.point.covered() || r.point.collective || r.point.checkpoint) continue;
     for (const auto& path : {r.point.scenario, r.point.reference_scenario}) {
       if (!path.empty() && !prepared.contains(path)) prepared[path] = prepare(path, r.point, table.source);
+    }
+  }
+  // Each covered point's GPU generation, for the summaries per generation: the platform its
+  // scenario runs on, or the one a collective or checkpoint point names.
+  for (ValidationResult& r : results) {
+    if (!r.point.covered()) continue;
+    if (r.point.collective) {
+      r.generation = gpu_generation(r.point.collective->platform);
+    } else if (r.point.checkpoint) {
+      r.generation = gpu_generation(r.point.checkpoint->platform);
+    } else if (const auto& platform = prepared.at(r.point.scenario)->scenario().platform) {
+      r.generation = gpu_generation(*platform);
     }
   }
   // One job per covered point; every job runs, and the outcomes are read in the table's order,
@@ -778,12 +813,79 @@ std::vector<MetricSummary> summarize(const std::vector<ValidationResult>& result
       }
     }
     if (!any) continue;
-    std::sort(errors.begin(), errors.end());
-    if (!errors.empty()) {
-      const std::size_t mid = errors.size() / 2;
-      s.median_abs_error = errors.size() % 2 ? errors[mid] : (errors[mid - 1] + errors[mid]) / 2;
-    }
+    s.median_abs_error = median(std::move(errors));
     summaries.push_back(s);
+  }
+  return summaries;
+}
+
+std::string gpu_generation(const models::Platform& platform) {
+  const int major = platform.gpu.compute_capability_major;
+  const int minor = platform.gpu.compute_capability_minor;
+  // CUDA C Programming Guide, "Compute Capabilities" and its table of architectures.
+  switch (major) {
+    case 5: return "Maxwell";
+    case 6: return "Pascal";
+    case 7: return minor == 5 ? "Turing" : "Volta";
+    case 8: return minor == 9 ? "Ada" : "Ampere";
+    case 9: return "Hopper";
+    case 10:
+    case 12: return "Blackwell";
+    default: return "";
+  }
+}
+
+namespace {
+
+// The order the summaries list a dimension's groups in: generations by compute capability,
+// families as kWorkloadFamilies; "unknown" (a point that gives none) last.
+int group_rank(const std::string& by, const std::string& group) {
+  static constexpr std::array<std::string_view, 8> kGenerations{"Maxwell", "Pascal", "Volta", "Turing", "Ampere", "Ada", "Hopper", "Blackwell"};
+  const auto rank = [&](const auto& order) {
+    const auto it = std::find(order.begin(), order.end(), group);
+    return static_cast<int>(it - order.begin());
+  };
+  return by == "generation" ? rank(kGenerations) : rank(kWorkloadFamilies);
+}
+
+}  // namespace
+
+std::vector<GroupSummary> summarize_groups(const std::vector<ValidationResult>& results) {
+  std::vector<GroupSummary> summaries;
+  for (ValidationMetric metric : kMetrics) {
+    for (const char* dimension : {"generation", "family"}) {
+      const std::string by = dimension;
+      // The points summarize() counts for this metric: predicted, with an error or a met answer, not suspect.
+      std::map<std::string, std::vector<const ValidationResult*>> groups;
+      for (const ValidationResult& r : results) {
+        if (r.point.metric != metric || !r.predicted || (!r.error && !r.met) || r.point.suspect) continue;
+        const std::string& key = by == "generation" ? r.generation : r.point.family;
+        groups[key.empty() ? "unknown" : key].push_back(&r);
+      }
+      if (groups.size() < 2) continue;
+      std::vector<GroupSummary> of_metric;
+      for (const auto& [group, members] : groups) {
+        GroupSummary g;
+        g.metric = metric;
+        g.by = by;
+        g.group = group;
+        std::vector<double> errors;
+        for (const ValidationResult* r : members) {
+          ++g.count;
+          if (!r->error) continue;  // ran_at_batch: met or not, no error
+          errors.push_back(std::abs(*r->error));
+          if (errors.back() >= g.worst_abs_error) {
+            g.worst_abs_error = errors.back();
+            g.worst_id = r->point.id;
+          }
+        }
+        g.median_abs_error = median(std::move(errors));
+        of_metric.push_back(std::move(g));
+      }
+      std::stable_sort(of_metric.begin(), of_metric.end(),
+                       [](const GroupSummary& a, const GroupSummary& b) { return group_rank(a.by, a.group) < group_rank(b.by, b.group); });
+      summaries.insert(summaries.end(), of_metric.begin(), of_metric.end());
+    }
   }
   return summaries;
 }

@@ -46,7 +46,8 @@ TEST(ValidationTable, ReadsPointsSkippingCommentsAndBlankLines) {
   const ValidationTable table = parse(
       "# comment\n\n" + kPoint + "\n" +
       R"({"id": "p2", "source": "s", "model": "m", "gpu": "g", "precision": "amp", "batch": 4, "metric": "memory_reduction_x", )"
-      R"("published": 1.5, "published_upper": 2, "unit": "x", "notes": "n", "suspect": true, "holdout": true, "fast": true, "measured_as": "nvidia-smi", )"
+      R"("published": 1.5, "published_upper": 2, "unit": "x", "notes": "n", "suspect": true, "suspect_reason": "the GPU is not named", "holdout": true, )"
+      R"("fast": true, "measured_as": "nvidia-smi", "family": "encoder", )"
       R"("scenario": "default.yaml", "reference_scenario": "default.yaml"})" "\n" +
       R"({"id": "p3", "source": "s", "model": "m", "gpu": "g", "precision": "fp32", "batch": 4, "metric": "peak_mem_bytes", )"
       R"("published": 1e9, "unit": "bytes", "notes": "n", "not_covered": "optimizer Adafactor", "measured_as": "max_memory_allocated"})" "\n");
@@ -64,6 +65,9 @@ TEST(ValidationTable, ReadsPointsSkippingCommentsAndBlankLines) {
   EXPECT_EQ(p2.metric, ValidationMetric::memory_reduction_x);
   EXPECT_EQ(p2.published_upper, 2.0);
   EXPECT_TRUE(p2.suspect && p2.holdout && p2.fast);
+  EXPECT_EQ(p2.suspect_reason, "the GPU is not named");
+  EXPECT_EQ(p2.family, "encoder");
+  EXPECT_EQ(p1.family, "");
   EXPECT_EQ(p2.measured_as, MeasuredAs::nvidia_smi);
   EXPECT_EQ(table.points[2].measured_as, MeasuredAs::max_memory_allocated);
   EXPECT_FALSE(table.points[2].covered());
@@ -108,6 +112,29 @@ TEST(ValidationTable, ErrorsNameTheLine) {
   ratio.replace(ratio.find("throughput_samples_per_s"), 24, "slowdown_x");
   EXPECT_THAT(error_of(ratio), HasSubstr("missing field 'reference_scenario'"));
   EXPECT_THAT(error_of("# only a comment\n"), HasSubstr("t.jsonl: no points"));
+}
+
+// Suspect means that the measured hardware or setup cannot be known (issue 34): a suspect point
+// says what is unknown, and only a suspect point gives a reason. A family is one of four.
+TEST(ValidationTable, SuspectPointsSayWhatCannotBeKnownAndFamiliesAreChecked) {
+  const auto with = [](const std::string& fields) {
+    std::string point = kPoint;
+    return point.insert(1, fields);
+  };
+  EXPECT_THAT(error_of("# c\n" + with(R"("suspect": true, )")),
+              HasSubstr("t.jsonl:2: missing field 'suspect_reason' on a suspect point; expected a sentence saying which part of the measured hardware"));
+  EXPECT_THAT(error_of(with(R"("suspect_reason": "unknown GPU", )")),
+              HasSubstr("t.jsonl:1: field 'suspect_reason' given on a point that is not suspect; expected it only with \"suspect\": true"));
+  EXPECT_THAT(error_of(with(R"("suspect": false, "suspect_reason": "unknown GPU", )")), HasSubstr("field 'suspect_reason' given on a point that is not suspect"));
+  EXPECT_THAT(error_of(with(R"("suspect": true, "suspect_reason": "", )")), HasSubstr("field 'suspect_reason': found \"\"; expected a non-empty string"));
+  EXPECT_EQ(parse(with(R"("suspect": true, "suspect_reason": "unknown GPU", )")).points[0].suspect_reason, "unknown GPU");
+  EXPECT_THAT(error_of(with(R"("family": "rnn", )")), HasSubstr("t.jsonl:1: field 'family': found \"rnn\"; expected cnn, encoder, decoder or moe"));
+  for (const std::string_view family : kWorkloadFamilies) {
+    EXPECT_EQ(parse(with(fmt::format(R"("family": "{}", )", family))).points[0].family, family);
+  }
+  EXPECT_THAT(error_of(R"({"id": "n", "source": "s", "gpu": "H100", "metric": "bus_bandwidth", "platform": "dgx-h100-superpod", "nodes": 1, )"
+                       R"("gpus_per_node": 8, "collective": "all_reduce", "bytes": 1048576, "published": 100, "unit": "GB/s", "notes": "n", "family": "cnn"})"),
+              HasSubstr("field 'family' given for bus_bandwidth; expected it only on points that run a model"));
 }
 
 // Published figures lie from 1e-9 to 1e18 in the metric's unit, so that predicted / published - 1
@@ -213,6 +240,33 @@ TEST(ValidationTable, ShippedTableReads) {
   EXPECT_GE(fast, 3);
   EXPECT_GE(holdout, 3);
   EXPECT_GE(not_covered, 1);
+  // Every point that runs a model names its family, for the summaries per family; the reader
+  // has checked that each suspect point gives its reason.
+  for (const ValidationPoint& p : table.points) {
+    if (p.metric != ValidationMetric::bus_bandwidth) {
+      EXPECT_FALSE(p.family.empty()) << p.id << " (line " << p.line << ") has no family";
+    }
+    EXPECT_EQ(p.suspect, !p.suspect_reason.empty()) << p.id;
+  }
+}
+
+// The generation comes from the platform's compute capability (CUDA C Programming Guide).
+TEST(ValidationSummary, GenerationIsThePlatformsArchitecture) {
+  EXPECT_EQ(gpu_generation(models::builtin_platform("titanx-maxwell")), "Maxwell");
+  EXPECT_EQ(gpu_generation(models::builtin_platform("v100-16gb")), "Volta");
+  EXPECT_EQ(gpu_generation(models::builtin_platform("a100-80gb")), "Ampere");
+  EXPECT_EQ(gpu_generation(models::builtin_platform("h100-pcie")), "Hopper");
+  EXPECT_EQ(gpu_generation(models::builtin_platform("h200")), "Hopper");
+  models::Platform p = models::builtin_platform("a100-80gb");
+  p.gpu.compute_capability_minor = 6;  // GA102, an RTX A6000
+  EXPECT_EQ(gpu_generation(p), "Ampere");
+  p.gpu.compute_capability_minor = 9;
+  EXPECT_EQ(gpu_generation(p), "Ada");
+  p.gpu.compute_capability_major = 7;
+  p.gpu.compute_capability_minor = 5;
+  EXPECT_EQ(gpu_generation(p), "Turing");
+  p.gpu.compute_capability_major = 0;  // not given
+  EXPECT_EQ(gpu_generation(p), "");
 }
 
 TEST(ValidationError, IsSignedRatioMinusOne) {
@@ -459,6 +513,71 @@ TEST(ValidatePrediction, DataSectionThroughputAndSlowdownIncludeTheLoader) {
   EXPECT_NEAR(*results[1].predicted, batch_seconds / run.result.iteration_seconds, 1e-6);
   EXPECT_GT(*results[1].predicted, 2.0);
   std::filesystem::remove_all(dir);
+}
+
+ValidationResult grouped(const std::string& id, ValidationMetric metric, double error, const std::string& generation, const std::string& family,
+                          bool suspect = false) {
+  ValidationResult r = result(id, metric, error, suspect);
+  r.generation = generation;
+  r.point.family = family;
+  return r;
+}
+
+// A hand-made table whose medians per generation and per family are known: each metric with
+// points in two groups or more of a dimension gets that dimension's groups, suspect points left
+// out, groups in architecture order and family order, a point without a group under "unknown".
+TEST(ValidationSummary, MediansPerGenerationAndPerFamily) {
+  const auto t = ValidationMetric::throughput_samples_per_s;
+  std::vector<ValidationResult> results{
+      grouped("v1", t, 0.10, "Volta", "cnn"),      grouped("v2", t, -0.30, "Volta", "encoder"), grouped("v3", t, 0.02, "Volta", "cnn"),
+      grouped("h1", t, -0.04, "Hopper", "decoder"), grouped("h2", t, 0.08, "Hopper", "decoder"), grouped("a1", t, 0.5, "Ampere", "encoder"),
+      grouped("h3", t, 9.0, "Hopper", "moe", true),  // suspect: left out everywhere
+      grouped("x1", t, -0.2, "", "moe"),             // no generation: "unknown"
+      // One generation and one family: no breakdown for this metric.
+      grouped("p1", ValidationMetric::peak_mem_bytes, 0.3, "Ampere", "decoder"), grouped("p2", ValidationMetric::peak_mem_bytes, 0.1, "Ampere", "decoder"),
+  };
+  ValidationResult no_prediction = grouped("n1", t, 0, "Volta", "cnn");
+  no_prediction.predicted.reset();
+  no_prediction.error.reset();
+  results.push_back(no_prediction);
+  const std::vector<GroupSummary> groups = summarize_groups(results);
+  ASSERT_EQ(groups.size(), 8u);
+  const auto expect = [&](std::size_t i, const std::string& by, const std::string& group, int count, double median, double worst, const std::string& worst_id) {
+    SCOPED_TRACE(fmt::format("group {}: {} {}", i, by, group));
+    EXPECT_EQ(groups[i].metric, ValidationMetric::throughput_samples_per_s);
+    EXPECT_EQ(groups[i].by, by);
+    EXPECT_EQ(groups[i].group, group);
+    EXPECT_EQ(groups[i].count, count);
+    EXPECT_DOUBLE_EQ(groups[i].median_abs_error, median);
+    EXPECT_DOUBLE_EQ(groups[i].worst_abs_error, worst);
+    EXPECT_EQ(groups[i].worst_id, worst_id);
+  };
+  expect(0, "generation", "Volta", 3, 0.10, 0.30, "v2");  // |errors| 0.02 0.10 0.30
+  expect(1, "generation", "Ampere", 1, 0.5, 0.5, "a1");
+  expect(2, "generation", "Hopper", 2, 0.06, 0.08, "h2");  // |errors| 0.04 0.08; the suspect h3 left out
+  expect(3, "generation", "unknown", 1, 0.2, 0.2, "x1");
+  expect(4, "family", "cnn", 2, 0.06, 0.10, "v1");  // |errors| 0.02 0.10; n1 has no prediction
+  expect(5, "family", "encoder", 2, 0.4, 0.5, "a1");  // |errors| 0.30 0.50
+  expect(6, "family", "decoder", 2, 0.06, 0.08, "h2");
+  expect(7, "family", "moe", 1, 0.2, 0.2, "x1");
+  const std::string text = validation_text(results);
+  EXPECT_THAT(text, HasSubstr("Summary per GPU generation"));
+  EXPECT_THAT(text, ::testing::ContainsRegex("throughput_samples_per_s +generation Volta +3 +10.0% +30.0% +v2"));
+  EXPECT_THAT(text, ::testing::ContainsRegex("throughput_samples_per_s +family encoder +2 +40.0% +50.0% +a1"));
+  EXPECT_THAT(validation_markdown(results), HasSubstr("| throughput_samples_per_s | generation | Hopper | 2 | 6.0% | 8.0% | `h2` |"));
+  EXPECT_THAT(validation_json("t.jsonl", results), HasSubstr(R"("by": "family")"));
+}
+
+// Each suspect point is listed with its reason below the summaries.
+TEST(ValidationSummary, SuspectPointsAreListedWithTheirReasons) {
+  ValidationResult r = result("s1", ValidationMetric::max_batch, 0.5, true);
+  r.point.suspect_reason = "the GPU is not stated | nor its memory";
+  const std::vector<ValidationResult> results{r, result("ok", ValidationMetric::max_batch, 0.1)};
+  EXPECT_THAT(validation_text(results), HasSubstr("Suspect points (1: the measured hardware or setup cannot be known), left out of the summaries:\n"
+                                                  "s1: the GPU is not stated | nor its memory\n"));
+  EXPECT_THAT(validation_markdown(results), HasSubstr("| `s1` | the GPU is not stated \\| nor its memory |"));
+  EXPECT_THAT(validation_json("t.jsonl", results), HasSubstr(R"("suspect_reason": "the GPU is not stated | nor its memory")"));
+  EXPECT_THAT(validation_text({results[1]}), ::testing::Not(HasSubstr("Suspect points")));
 }
 
 TEST(ValidationSummary, TextShowsSignedErrorsAndTheSummary) {

@@ -35,6 +35,7 @@
 //   checkpoint_iteration_seconds  the mean iteration time with that checkpoint (the same setup):
 //                             the measured iteration plus the checkpoint's cost per iteration
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -109,7 +110,14 @@ struct ValidationPoint {
   double published = 0;
   std::optional<double> published_upper;  // the published figure is a range [published, published_upper]
   Bound bound = Bound::none;  // max_batch only: the published batch is a lower or an upper bound
-  bool suspect = false;  // the setup cannot be reproduced faithfully: shown, left out of the summaries
+  // The measured hardware or setup cannot be known (issue 34): shown, left out of the
+  // summaries. A point with a known setup is never suspect, however wrong its prediction.
+  bool suspect = false;
+  std::string suspect_reason;  // required on a suspect point, refused on another: what is unknown and why it matters
+  // The workload family, for the summaries per family: cnn, encoder (BERT), decoder (GPT, Llama
+  // and other decoder-only LLMs) or moe (mixture of experts). Empty: not given (bus_bandwidth
+  // points, which run no model).
+  std::string family;
   bool holdout = false;  // kept out of any fit, so that the error on unseen points stays known
   bool fast = false;     // one of `validate --fast`'s points
   // Covered points: the scenario of the run (absolute), and for the two-run metrics the other.
@@ -154,7 +162,19 @@ struct ValidationResult {
   std::optional<bool> met;
   // The point's run went out of memory at its batch: a configuration that ran, predicted not to.
   bool out_of_memory = false;
+  // The GPU generation of the platform the point runs on (gpu_generation), for the summaries per
+  // generation; empty when the point has no platform (not covered) or it gives no compute capability.
+  std::string generation{};
 };
+
+// The GPU generation (architecture) of a platform, from its compute capability (CUDA C
+// Programming Guide, "Compute Capabilities"): 5.x Maxwell, 6.x Pascal, 7.0 and 7.2 Volta, 7.5
+// Turing, 8.0 to 8.7 Ampere, 8.9 Ada, 9.x Hopper, 10.x and 12.x Blackwell; empty when the
+// platform gives none or it is none of these.
+std::string gpu_generation(const models::Platform& platform);
+
+// The families a point's `family` may name, in the order the summaries list them.
+inline constexpr std::array<std::string_view, 4> kWorkloadFamilies{"cnn", "encoder", "decoder", "moe"};
 
 struct ValidateOptions {
   bool fast = false;  // only the points marked `fast`
@@ -179,6 +199,22 @@ struct MetricSummary {
   int met = 0;          // of `bounded`: met
 };
 std::vector<MetricSummary> summarize(const std::vector<ValidationResult>& results);
+
+// One metric's points of one GPU generation or one workload family, counted as MetricSummary
+// counts them (predicted, not suspect).
+struct GroupSummary {
+  ValidationMetric metric = ValidationMetric::throughput_samples_per_s;
+  std::string by;     // "generation" or "family"
+  std::string group;  // "Volta", ...; "cnn", ...; "unknown" when the point gives none
+  int count = 0;
+  double median_abs_error = 0;  // over the points with an error (bounds met count 0)
+  double worst_abs_error = 0;
+  std::string worst_id;  // empty when no point of the group has an error
+};
+// Per metric, the groups of each dimension (generation, then family) for the metrics whose
+// summarized points fall in two groups or more of it, in the order of kMetrics, then the
+// dimension, then the group (generations by compute capability, families as kWorkloadFamilies).
+std::vector<GroupSummary> summarize_groups(const std::vector<ValidationResult>& results);
 
 // The points whose configuration ran at their batch (every point simulated at its batch: not
 // max_batch, bus_bandwidth or checkpoint points) but is predicted out of memory there, suspect

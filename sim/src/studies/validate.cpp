@@ -210,8 +210,8 @@ CheckpointPoint read_checkpoint_point(const PointReader& in, const std::filesyst
     c.checkpoint.wait = *parsed;
   }
   // The measured run's checkpoints (IoInputs::run_checkpoints); absent: the steady state. At
-  // most 10,000: each is simulated.
-  if (const json* run = member("checkpoints")) c.run_checkpoints = static_cast<int>(integer(run, "checkpoint.checkpoints", 10'000));
+  // most 1,000: each is simulated chunk by chunk (check_io_cost bounds one checkpoint's chunks).
+  if (const json* run = member("checkpoints")) c.run_checkpoints = static_cast<int>(integer(run, "checkpoint.checkpoints", 1'000));
   // The platform's storage tier and torch.save rate, checked now, at the point's line, rather
   // than in the worker that simulates it; and the I/O simulation's chunks, bounded before the
   // point runs (shared/defects-2/07).

@@ -497,7 +497,11 @@ class IoModel {
   int checkpoint_at(int i) const {
     if (first_checkpoint_ < 0 || i < first_checkpoint_) return -1;
     const int every = in_.checkpoint->every;
-    return (i - first_checkpoint_) % every == 0 ? (i - first_checkpoint_) / every : -1;
+    const int index = (i - first_checkpoint_) % every == 0 ? (i - first_checkpoint_) / every : -1;
+    // A measured run takes its N checkpoints and no more; the iterations after it only let the
+    // last flush end.
+    if (in_.run_checkpoints > 0 && index >= in_.run_checkpoints) return -1;
+    return index;
   }
 
   bool steady_at(int i, double period_seconds) const {
@@ -511,6 +515,15 @@ class IoModel {
       if (s.checkpoint_bytes == 0) continue;
       const auto it = s.persisted.find(checkpoint);
       if (it == s.persisted.end() || it->second > time) return false;
+    }
+    return true;
+  }
+
+  // Whether every GPU has recorded its stall for checkpoint `checkpoint` (with wait: step, the
+  // stall falls in the iteration after the checkpoint's).
+  bool stalled_for(int checkpoint) const {
+    for (const GpuState& s : state_) {
+      if (s.checkpoint_bytes > 0 && s.stall.find(checkpoint) == s.stall.end()) return false;
     }
     return true;
   }
@@ -535,6 +548,18 @@ class IoModel {
       return;
     }
     const int every = in_.checkpoint->every;
+    if (const int n = in_.run_checkpoints; n > 0) {
+      // A measured run: its N x every iterations, then until its last checkpoint has been
+      // waited for and written.
+      const int run_end = first_checkpoint_ + n * every - 1;
+      if (i >= run_end && stalled_for(n - 1) && persisted_by(n - 1, e(i))) {
+        extra_ = (e(run_end) - e(first_checkpoint_ - 1)) - n * every * steady_;
+        affected_ = n * every;
+        last_checkpoint_ = n - 1;
+        return finish(i);
+      }
+      return;
+    }
     const int since = i - first_checkpoint_;  // iterations since the first checkpoint's iteration
     const int interval = since / every;
     const int reference = first_checkpoint_ - 1;  // the last steady iteration before any checkpoint
@@ -643,6 +668,26 @@ class IoModel {
           c.persist_seconds = std::max(c.persist_seconds, persisted->second - start);
         }
       }
+      if (const int n = in_.run_checkpoints; n > 0) {
+        // The run's means: per checkpoint the node's slowest GPU, as every stall above.
+        c.run_checkpoints = n;
+        double stall = 0, serialize = 0;
+        for (int k = 0; k < n; ++k) {
+          double slowest = 0, its_serialize = 0;
+          for (const GpuState& s : state_) {
+            const auto it = s.stall.find(k);
+            if (s.checkpoint_bytes == 0 || it == s.stall.end() || it->second < slowest) continue;
+            slowest = it->second;
+            const auto ser = s.serialize.find(k);
+            its_serialize = ser != s.serialize.end() ? ser->second : 0.0;
+          }
+          stall += slowest;
+          serialize += its_serialize;
+        }
+        c.stall_seconds = stall / n;
+        c.serialize_seconds = serialize / n;
+        extra_ /= n;  // E per interval, the run's mean
+      }
       // A difference of sums of the same durations: a hidden checkpoint gives +-1e-16, not 0.
       c.extra_seconds_per_interval = std::abs(extra_) <= kRelativeTolerance * steady_ * (affected_ + 1) ? 0.0 : extra_;
       c.seconds_per_iteration = c.extra_seconds_per_interval / c.every;
@@ -650,7 +695,7 @@ class IoModel {
       c.host_bytes_per_node = host_bytes_peak_;
       c.affected_iterations = affected_;
       c.outlasts_interval = outlasts_;
-      if (in_.target_overhead) {
+      if (in_.target_overhead && in_.run_checkpoints == 0) {
         c.target_overhead = in_.target_overhead;
         if (!outlasts_) {
           // E is the same for every interval of at least `affected_` iterations.
@@ -704,6 +749,9 @@ IoResult simulate_io_in_this_process(const IoInputs& inputs) {
   }
   if (inputs.checkpoint && (inputs.checkpoint->every < 1 || inputs.checkpoint->chunk_bytes < 1)) {
     throw std::invalid_argument("simulate_io: a checkpoint interval and chunk of at least 1");
+  }
+  if (inputs.run_checkpoints < 0 || (inputs.run_checkpoints > 0 && !inputs.checkpoint)) {
+    throw std::invalid_argument("simulate_io: run_checkpoints is 0 or a count of checkpoints, with a checkpoint");
   }
   IoModel model(inputs);
   return model.run();

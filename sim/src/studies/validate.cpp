@@ -163,7 +163,7 @@ CollectivePoint read_collective(const PointReader& in, const std::filesystem::pa
 
 // A checkpoint_throughput point's setup: the platform and shape as a bus_bandwidth point's, and
 // its `checkpoint` object {bytes_per_gpu, forward_backward_seconds, update_seconds, mode, every,
-// host_cache_bytes, chunk_bytes, to, wait}.
+// host_cache_bytes, chunk_bytes, to, wait, checkpoints}.
 CheckpointPoint read_checkpoint_point(const PointReader& in, const std::filesystem::path& base_dir) {
   CheckpointPoint c;
   try {
@@ -183,7 +183,7 @@ CheckpointPoint read_checkpoint_point(const PointReader& in, const std::filesyst
   if (!object || !object->is_object()) in.fail("field 'checkpoint': expected an object {bytes_per_gpu, forward_backward_seconds, update_seconds, mode, every, ...}");
   for (const auto& [key, value] : object->items()) {
     constexpr std::array kKeys{"bytes_per_gpu", "forward_backward_seconds", "update_seconds", "mode", "every", "host_cache_bytes", "chunk_bytes", "to",
-                               "wait"};
+                               "wait", "checkpoints"};
     if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end()) in.fail(fmt::format("field 'checkpoint.{}': unknown", excerpt(key)));
   }
   const auto seconds = [&](const char* key) {
@@ -217,6 +217,9 @@ CheckpointPoint read_checkpoint_point(const PointReader& in, const std::filesyst
     if (c.checkpoint.mode == CheckpointMode::sync) in.fail("field 'checkpoint.wait': given for mode sync; expected it only with mode async");
     c.checkpoint.wait = *parsed;
   }
+  // The measured run's checkpoints (IoInputs::run_checkpoints); absent: the steady state. At
+  // most 1,000: each is simulated chunk by chunk (check_io_cost bounds one checkpoint's chunks).
+  if (const json* run = member("checkpoints")) c.run_checkpoints = static_cast<int>(integer(run, "checkpoint.checkpoints", 1'000));
   // The platform's storage tier and torch.save rate, checked now, at the point's line, rather
   // than in the worker that simulates it; and the I/O simulation's chunks, bounded before the
   // point runs (shared/defects-2/07).
@@ -513,7 +516,8 @@ Prediction predict_collective(const CollectivePoint& c) {
 }
 
 // Runs in a worker process: a checkpoint_throughput point's GB/s, the job's checkpoint bytes over
-// the time one checkpoint blocks training (the I/O simulation's stall, in its steady state).
+// the time one checkpoint blocks training (the I/O simulation's stall, in its steady state or, with
+// `checkpoints`, its mean over the measured run).
 Prediction predict_checkpoint(const CheckpointPoint& c, ValidationMetric metric) {
   IoInputs in;
   in.platform = c.platform;
@@ -522,6 +526,7 @@ Prediction predict_checkpoint(const CheckpointPoint& c, ValidationMetric metric)
   in.profile.seconds = c.forward_backward_seconds + c.update_seconds;
   in.profile.samples = 1;
   in.checkpoint = c.checkpoint;
+  in.run_checkpoints = c.run_checkpoints;
   in.sizes.rank0 = {0, c.bytes_per_gpu};
   in.sizes.other = {0, c.bytes_per_gpu};
   check_io_inputs(in, "the point");

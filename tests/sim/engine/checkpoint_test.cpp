@@ -295,6 +295,44 @@ TEST(Checkpoint, ScenarioSection) {
 namespace comptrain::sim {
 namespace {
 
+TEST(Checkpoint, MeasuredRunAveragesItsCheckpointsFromAnEmptyHostCache) {
+  // A checkpoint after every iteration, waited for at the save, with a cache of four chunks: the
+  // checkpoint fills it. Times from the run's start; iterations of 1 s.
+  //   checkpoint 0 at 1.0 s: an empty cache, its 4 copies end at 1.4 s (stall 0.4 s); its chunks
+  //     are written 1.1-2.1, 2.1-3.1, 3.1-4.1 and 4.1-5.1 s.
+  //   checkpoint 1 at 2.4 s: 3 chunks still cached; its copies end at 2.5, then each waits for a
+  //     write to free room: 3.1-3.2, 4.1-4.2, 5.1-5.2 s (stall 2.8 s).
+  //   every later one likewise waits for the previous one's writes: stall 3.0 s, 4 s per
+  //     iteration, the file system's 4 GB at 1 GB/s.
+  CheckpointSpec c = spec(CheckpointMode::async, 4'000'000'000);
+  c.every = 1;
+  c.wait = CheckpointWait::save;
+  IoInputs in = hand_inputs(c);
+  const auto run = [&](int checkpoints) {
+    in.run_checkpoints = checkpoints;
+    return simulate_io(in);
+  };
+  const IoResult one = run(1);
+  ASSERT_TRUE(one.checkpoint);
+  EXPECT_EQ(one.checkpoint->run_checkpoints, 1);
+  EXPECT_NEAR(one.checkpoint->stall_seconds, 0.4, 1e-9);
+  EXPECT_NEAR(one.mean_iteration_seconds, 1.4, 1e-9);
+  EXPECT_NEAR(one.checkpoint->persist_seconds, 4.1, 1e-9);
+  EXPECT_FALSE(one.checkpoint->interval_for_target);
+
+  const IoResult two = run(2);
+  ASSERT_TRUE(two.checkpoint);
+  EXPECT_NEAR(two.checkpoint->stall_seconds, (0.4 + 2.8) / 2, 1e-9);
+  EXPECT_NEAR(two.mean_iteration_seconds, 5.2 / 2, 1e-9);
+  EXPECT_EQ(two.checkpoint->affected_iterations, 2);
+
+  const IoResult steady = run(0);
+  ASSERT_TRUE(steady.checkpoint);
+  EXPECT_EQ(steady.checkpoint->run_checkpoints, 0);
+  EXPECT_NEAR(steady.checkpoint->stall_seconds, 3.0, 1e-6);
+  EXPECT_NEAR(steady.mean_iteration_seconds, 4.0, 1e-6);
+}
+
 TEST(Checkpoint, ValidationPointsNameTheirSetup) {
   const std::string line =
       R"({"id": "x", "source": "s", "model": "m", "gpu": "g", "precision": "mixed", "metric": "checkpoint_throughput", "published": 4, )"
@@ -313,6 +351,19 @@ TEST(Checkpoint, ValidationPointsNameTheirSetup) {
   std::string at_save = line;
   at_save.insert(at_save.size() - 2, R"(, "wait": "save")");
   EXPECT_EQ(parse_validation_table(at_save, "t.jsonl", ".").points.front().checkpoint->checkpoint.wait, CheckpointWait::save);
+  // The measured run's checkpoints: a count from 1; absent, the steady state.
+  EXPECT_EQ(p.checkpoint->run_checkpoints, 0);
+  std::string run = line;
+  run.insert(run.size() - 2, R"(, "checkpoints": 5)");
+  EXPECT_EQ(parse_validation_table(run, "t.jsonl", ".").points.front().checkpoint->run_checkpoints, 5);
+  std::string no_run = line;
+  no_run.insert(no_run.size() - 2, R"(, "checkpoints": 0)");
+  try {
+    parse_validation_table(no_run, "t.jsonl", ".");
+    ADD_FAILURE() << "checkpoint.checkpoints: 0 was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("checkpoint.checkpoints"), std::string::npos) << e.what();
+  }
   std::string wait_on_sync = at_save;
   wait_on_sync.replace(wait_on_sync.find("\"async\""), 7, "\"sync\"");
   try {
@@ -343,6 +394,7 @@ TEST(Checkpoint, ResultRoundTripsThroughTheChildsPipe) {
   c.stall_seconds = 0.5;
   c.serialize_seconds = 0.25;
   c.interval_for_target = 12;
+  c.run_checkpoints = 5;
   r.checkpoint = c;
   const IoResult back = wire::decode<IoResult>(wire::encode(r));
   EXPECT_TRUE(back.data_loader);
@@ -355,6 +407,7 @@ TEST(Checkpoint, ResultRoundTripsThroughTheChildsPipe) {
   EXPECT_DOUBLE_EQ(back.checkpoint->serialize_seconds, 0.25);
   EXPECT_EQ(back.checkpoint->wait, CheckpointWait::save);
   EXPECT_EQ(back.checkpoint->interval_for_target, 12);
+  EXPECT_EQ(back.checkpoint->run_checkpoints, 5);
 }
 
 // The I/O simulation's cost is estimated and bounded before it runs (shared/defects-2/07, 08).

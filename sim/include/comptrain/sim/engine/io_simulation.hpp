@@ -30,6 +30,13 @@
 // checkpoint's effects outlast the interval (the next checkpoint comes before the flush ends),
 // whole intervals are simulated until two in a row take the same time (at most 8), and E is the
 // last one's excess.
+//
+// A measured run instead (IoInputs::run_checkpoints = N, validation points that ran N
+// checkpoints): the first checkpoint is taken on an empty host cache after the warm-up, N are
+// taken, one every `every` iterations, and the stall and the iteration time are the run's means
+// (the slowest GPU's stall per checkpoint, averaged over the N), not the steady state's: a short
+// run's first checkpoints find the host cache empty, while in a long one each checkpoint's copies
+// may wait for the previous checkpoints' flushes to free it.
 
 #include <cstdint>
 #include <optional>
@@ -90,6 +97,7 @@ struct CheckpointResult {
   std::int64_t host_bytes_per_node = 0;   // the most host memory the node's checkpoint copies held at once
   int affected_iterations = 0;            // iterations after the checkpoint's start until steady again
   bool outlasts_interval = false;         // the effects outlast the interval (whole intervals simulated)
+  int run_checkpoints = 0;                // IoInputs::run_checkpoints: 0, the steady state; N, the means over a run of N checkpoints
   // plan.checkpoint_overhead: the smallest interval whose overhead E / (N·T) is at most the
   // target, with N >= affected_iterations so that one checkpoint's flush ends before the next
   // (E is then the same for every such N); nullopt without a target.
@@ -122,6 +130,10 @@ struct IoInputs {
   std::optional<CheckpointSpec> checkpoint;
   CheckpointSizes sizes;  // with a checkpoint
   std::optional<double> target_overhead;
+  // 0: the steady state (above). N >= 1: a run of N checkpoints from an empty host cache, as a
+  // measurement over a fixed number of iterations saw it; the result's stall and mean iteration
+  // are the run's means (no interval_for_target).
+  int run_checkpoints = 0;
 };
 
 // InputError when the platform lacks the storage a section names (no storage.shared for
@@ -140,7 +152,7 @@ IoResult simulate_io_in_this_process(const IoInputs& inputs);
 template <>
 struct wire::Codec<IoResult> {
   static constexpr std::string_view tag = "IoResult";
-  static constexpr std::uint32_t version = 1;
+  static constexpr std::uint32_t version = 2;  // 2: CheckpointResult::run_checkpoints
   static void write(wire::Writer& w, const IoResult& result);
   static IoResult read(wire::Reader& in);
 };

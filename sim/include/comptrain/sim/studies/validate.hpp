@@ -97,6 +97,7 @@ struct CheckpointPoint {
   double forward_backward_seconds = 0;
   double update_seconds = 0;
   CheckpointSpec checkpoint;
+  int run_checkpoints = 0;  // `checkpoints`: the measured run's count (IoInputs::run_checkpoints); 0, the steady state
 };
 
 struct ValidationPoint {

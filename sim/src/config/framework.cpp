@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "comptrain/support/input_error.hpp"
 
@@ -34,26 +35,31 @@ std::int64_t default_cublas_workspace_bytes(int major, int /*minor*/) {
   return std::int64_t{4096} * 1024 * 2 + std::int64_t{16} * 1024 * 8;
 }
 
-std::optional<PytorchVersion> parse_pytorch_version(std::string_view text) {
+namespace {
+
+// "MAJOR.MINOR" with 1 to max_major_digits digits before the dot and 1 or 2 after it.
+std::optional<std::pair<int, int>> parse_major_minor(std::string_view text, std::size_t max_major_digits) {
   const auto dot = text.find('.');
-  if (dot != 1 || text.size() < 3 || text.size() > 4) return std::nullopt;
-  const auto digits = [](std::string_view part) {
-    return !part.empty() && std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; });
-  };
+  if (dot == std::string_view::npos || dot == 0 || dot > max_major_digits) return std::nullopt;
   const std::string_view major = text.substr(0, dot), minor = text.substr(dot + 1);
+  if (minor.empty() || minor.size() > 2) return std::nullopt;
+  const auto digits = [](std::string_view part) { return std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; }); };
   if (!digits(major) || !digits(minor)) return std::nullopt;
-  return PytorchVersion{major[0] - '0', std::stoi(std::string(minor))};
+  return std::pair{std::stoi(std::string(major)), std::stoi(std::string(minor))};
+}
+
+}  // namespace
+
+std::optional<PytorchVersion> parse_pytorch_version(std::string_view text) {
+  const auto version = parse_major_minor(text, 1);
+  if (!version) return std::nullopt;
+  return PytorchVersion{version->first, version->second};
 }
 
 std::optional<CudaVersion> parse_cuda_version(std::string_view text) {
-  const auto dot = text.find('.');
-  if (dot == std::string_view::npos || dot == 0 || dot > 2 || text.size() - dot - 1 < 1 || text.size() - dot - 1 > 2) return std::nullopt;
-  const auto digits = [](std::string_view part) { return std::all_of(part.begin(), part.end(), [](char c) { return c >= '0' && c <= '9'; }); };
-  const std::string_view major = text.substr(0, dot), minor = text.substr(dot + 1);
-  if (!digits(major) || !digits(minor)) return std::nullopt;
-  const CudaVersion version{std::stoi(std::string(major)), std::stoi(std::string(minor))};
-  if (version.major < 1) return std::nullopt;
-  return version;
+  const auto version = parse_major_minor(text, 2);
+  if (!version || version->first < 1) return std::nullopt;
+  return CudaVersion{version->first, version->second};
 }
 
 std::string_view to_string(models::HostSync sync) {

@@ -68,7 +68,7 @@ class PlatformReader : public yaml::Reader {
     platform.source = source();
     platform.name = text_field(root, "name", "");
     platform.gpu = read_gpu(section(root, "gpu", "", {"name", "memory", "memory_visible", "cuda_context", "compute_capability", "memory_bandwidth", "peak",
-                                                         "launch_overhead", "sms", "power"}));
+                                                         "launch_overhead", "sms", "collective_sms", "power"}));
     platform.host = read_host(section(root, "host", "", {"name", "cores", "flops", "memory", "memory_bandwidth", "dispatch", "torch_save_bandwidth", "power"}));
     platform.host_link = read_link(section(root, "host_link", "", {"name", "bandwidth", "latency", "pageable_bandwidth", "power"}), "host_link");
     if (root["host_link"]["pageable_bandwidth"]) {
@@ -145,6 +145,21 @@ class PlatformReader : public yaml::Reader {
                          " (e.g. 108 on an A100)");
       }
       spec.sms = value;
+    }
+    // How many of those SMs a collective's kernel holds while it runs (NCCL: a thread block per
+    // channel). A share of the SMs, so it needs them and cannot exceed them.
+    if (const YAML::Node held = gpu["collective_sms"]) {
+      int value = -1;
+      if (!held.IsScalar() || !YAML::convert<int>::decode(held, value) || value < 0 || (spec.sms > 0 && value > spec.sms)) {
+        throw InputError(where(held.Mark()) + "'gpu.collective_sms' is '" + shortened(held) +
+                         "'; expected a whole number of streaming multiprocessors from 0 to gpu.sms" +
+                         (spec.sms > 0 ? " (" + std::to_string(spec.sms) + ")" : std::string()) +
+                         " (NCCL's thread blocks, one per channel: e.g. 24 on an H100)");
+      }
+      if (value > 0 && spec.sms == 0) {
+        throw InputError(where(held.Mark()) + "'gpu.collective_sms' is given without 'gpu.sms'; expected both (the share of the GPU a collective holds is collective_sms / sms)");
+      }
+      spec.collective_sms = value;
     }
     // Power feeds energy estimates only, and user-described GPUs may not know it: optional,
     // 0/0 meaning unknown. in_job (the stall power) defaults to idle; limit (a power cap) is

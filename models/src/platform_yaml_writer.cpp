@@ -155,6 +155,7 @@ void write_gpu(Writer& w, const GpuSpec& g) {
     w.value({"gpu", "compute_capability"}, fmt::format("{}.{}", g.compute_capability_major, g.compute_capability_minor));
   }
   if (g.sms > 0) w.value({"gpu", "sms"}, std::to_string(g.sms));
+  if (g.collective_sms > 0) w.value({"gpu", "collective_sms"}, std::to_string(g.collective_sms));
   w.value({"gpu", "memory_bandwidth"}, scaled_text(g.memory_bandwidth, 1e9, "GB/s"));
   w.begin({"gpu", "peak"});
   w.value({"gpu", "peak", "fp32"}, scaled_text(g.peak_fp32, 1e12, "TFLOP/s"));

@@ -41,6 +41,7 @@ inline void expect_same_platform(const models::Platform& a, const models::Platfo
   EXPECT_DOUBLE_EQ(g.peak_bf16, h.peak_bf16);
   EXPECT_DOUBLE_EQ(g.launch_overhead, h.launch_overhead);
   EXPECT_EQ(g.sms, h.sms);
+  EXPECT_EQ(g.collective_sms, h.collective_sms);
   EXPECT_DOUBLE_EQ(g.idle_power, h.idle_power);
   EXPECT_DOUBLE_EQ(g.max_power, h.max_power);
   EXPECT_DOUBLE_EQ(g.memory_bound_power, h.memory_bound_power);

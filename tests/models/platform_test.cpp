@@ -582,7 +582,7 @@ TEST(PlatformYaml, UnknownKeysAreRejectedWithTheValidOnes) {
                            "valid keys: name, gpu, host, host_link, gpu_link, gpus_per_node, efficiency"));
 
   e = error_of(with("  launch_overhead: 5 us\n", "  launch_overhead: 5 us\n  tdp: 400 W\n"));
-  EXPECT_THAT(e, HasSubstr("p.yaml:8:3: unknown key 'tdp' in gpu; valid keys: name, memory, memory_visible, cuda_context, compute_capability, memory_bandwidth, peak, launch_overhead, sms, power"));
+  EXPECT_THAT(e, HasSubstr("p.yaml:8:3: unknown key 'tdp' in gpu; valid keys: name, memory, memory_visible, cuda_context, compute_capability, memory_bandwidth, peak, launch_overhead, sms, collective_sms, power"));
 
   e = error_of(with("fp16: 312", "fp8: 624 TFLOP/s, fp16: 312"));
   EXPECT_THAT(e, HasSubstr("p.yaml:6:49: unknown key 'fp8' in gpu.peak; valid keys: fp32, tf32, fp16, bf16"));
@@ -638,6 +638,22 @@ TEST(PlatformYaml, StreamingMultiprocessorsAreOptionalAndBounded) {
   EXPECT_THAT(error_of(with(sms, sms + "  sms: -4\n")), HasSubstr("'gpu.sms' is '-4'; expected"));
   EXPECT_THAT(error_of(with(sms, sms + "  sms: 1e300\n")), HasSubstr("'gpu.sms' is '1e300'; expected"));
   EXPECT_THAT(error_of(with(sms, sms + "  sms: [108]\n")), HasSubstr("p.yaml:8:8: 'gpu.sms' is "));
+}
+
+// The SMs a running collective holds: optional (0: none), a share of gpu.sms, so it needs them.
+TEST(PlatformYaml, CollectiveSmsAreAShareOfTheSms) {
+  const std::string sms = "  launch_overhead: 5 us\n";
+  EXPECT_EQ(parsed(kMinimal).gpu.collective_sms, 0) << "not given: collectives hold no SMs";
+  EXPECT_EQ(parsed(with(sms, sms + "  collective_sms: 24\n  sms: 132\n")).gpu.collective_sms, 24) << "in either order";
+  EXPECT_EQ(parsed(with(sms, sms + "  sms: 132\n  collective_sms: 0\n")).gpu.collective_sms, 0);
+  EXPECT_EQ(parsed(with(sms, sms + "  sms: 132\n  collective_sms: 132\n")).gpu.collective_sms, 132);
+  EXPECT_THAT(error_of(with(sms, sms + "  sms: 132\n  collective_sms: 133\n")),
+              HasSubstr("p.yaml:9:19: 'gpu.collective_sms' is '133'; expected a whole number of streaming multiprocessors from 0 to gpu.sms (132)"));
+  EXPECT_THAT(error_of(with(sms, sms + "  sms: 132\n  collective_sms: -1\n")), HasSubstr("'gpu.collective_sms' is '-1'; expected"));
+  EXPECT_THAT(error_of(with(sms, sms + "  sms: 132\n  collective_sms: 2.5\n")), HasSubstr("'gpu.collective_sms' is '2.5'; expected"));
+  EXPECT_THAT(error_of(with(sms, sms + "  sms: 132\n  collective_sms: [24]\n")), HasSubstr("p.yaml:9:19: 'gpu.collective_sms' is "));
+  EXPECT_THAT(error_of(with(sms, sms + "  collective_sms: 24\n")),
+              HasSubstr("p.yaml:8:19: 'gpu.collective_sms' is given without 'gpu.sms'; expected both"));
 }
 
 TEST(PlatformYaml, PageableBandwidthIsOptionalAndAtMostThePinnedRate) {

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "comptrain/sim/engine/pipeline_replay.hpp"
 #include "comptrain/sim/engine/replay_cost.hpp"
@@ -433,6 +434,42 @@ class Replay {
       }
     }
 
+    // The SMs a collective's kernel holds while it runs (gpu.collective_sms of gpu.sms: NCCL's
+    // thread blocks, one per channel, resident for the whole collective): an execution on this
+    // GPU bounded at that share, so a kernel beside it on another stream gets the rest (SimGrid
+    // shares a host among its executions max-min fairly; the bounded one takes its bound). A
+    // share of the SMs, not of each kernel's time: a memory-bound kernel loses as much as a GEMM
+    // (an upper bound for it: fewer SMs may still saturate the memory). It ends with the
+    // collective (the destructor cancels it); an exposed collective has nothing beside it to slow.
+    // Only the data-parallel groups' collectives hold SMs here: every framework modelled runs
+    // them through NCCL (DDP, FSDP, ZeRO, the distributed optimizer), whereas a trace's
+    // tensor-parallel collectives may be Transformer Engine's Userbuffers kernels, which hold
+    // other counts (TE's initialize_ub: 1 SM for a ring exchange, 16 for a pipelined
+    // reduce-scatter) that the trace does not record.
+    struct SmsHeld {
+      sg4::ExecPtr exec;
+      SmsHeld() = default;
+      SmsHeld(const SmsHeld&) = delete;
+      SmsHeld& operator=(const SmsHeld&) = delete;
+      SmsHeld(SmsHeld&& other) noexcept : exec(std::exchange(other.exec, nullptr)) {}
+      SmsHeld& operator=(SmsHeld&&) = delete;
+      ~SmsHeld() {
+        if (exec) exec->cancel();
+      }
+    };
+    SmsHeld hold_collective_sms(const models::Task& task) const {
+      SmsHeld held;
+      const models::GpuSpec& gpu = replay_.platform_.gpu;
+      if (gpu.collective_sms <= 0 || gpu.sms <= 0) return held;
+      if (task.over != traces::ParallelGroup::data && task.over != traces::ParallelGroup::expert_data) return held;
+      // Never-ending work at the bound: the exec ends only when cancelled.
+      constexpr double kNeverEnding = 1e30;
+      const double share = static_cast<double>(gpu.collective_sms) / gpu.sms;
+      held.exec = sg4::Exec::init()->set_host(gpu_)->set_flops_amount(kNeverEnding)->set_bound(share * kGpuSpeed);
+      held.exec->start();
+      return held;
+    }
+
     // A collective over its groups of ranks (every rank by default). Replaying one rank, that rank
     // stands for all (the network carries every rank's share, every group's at once). Replaying each, the collective starts once every rank's comm
     // stream has reached it (NCCL's ring cannot progress without all of them), rank 0 runs the
@@ -440,6 +477,7 @@ class Replay {
     // groups of its own ranks only: each stage's comm stream runs its own.
     void collective(const models::Task& task) {
       if (!task.collective) throw std::logic_error("task " + task.name + " is a collective that names none");
+      const SmsHeld held = hold_collective_sms(task);
       if (replay_.replayed_ranks_ == 1) {
         if (replay_.placement_.stage < 0) {
           replay_.network_->run_collective(*task.collective, task.bytes, task.groups);

@@ -97,6 +97,44 @@ TEST(ClusterReplay, ABucketAllReduceOverlapsTheRestOfBackward) {
   EXPECT_NEAR(rl.tasks[c].end, 2.52e-3, 1e-8);
 }
 
+// NCCL's thread blocks hold SMs while a data-parallel collective runs (gpu.collective_sms): 20 of
+// 100 SMs here, so B, beside the 50 MB all-reduce C (0.5 ms over [1, 1.5] ms), runs at 0.8 of the
+// GPU while C runs: 0.4 ms of its 1 ms by 1.5 ms, the other 0.6 ms alone, ending at 2.1 ms, not
+// 2.0; D follows, the iteration 3.1 ms. C's own time does not change. A tensor-parallel collective
+// (Transformer Engine's kernels may run it, which hold other counts) takes nothing.
+TEST(ClusterReplay, ADataParallelCollectiveHoldsItsSmsFromTheComputeBesideIt) {
+  ScheduleBuilder b;
+  const auto grad = b.buffer("grad A", 1000, MemoryRole::gradient, false, true);
+  const auto a = b.task("A", TaskKind::op, Stream::compute, 1e-3, {grad}, {});
+  const auto b_op = b.task("B", TaskKind::op, Stream::compute, 1e-3, {}, {});
+  b.s.tasks.push_back(collective_task(CollectiveKind::all_reduce, 50'000'000, {a}));
+  b.s.tasks.back().uses = {grad};
+  const models::TaskId c = b.s.tasks.size() - 1;
+  const auto d = b.task("D", TaskKind::op, Stream::compute, 1e-3, {}, {grad}, {c});
+  models::Platform p = node_platform(2);
+  p.gpu.sms = 100;
+  p.gpu.collective_sms = 20;
+  const SimulationResult held = simulate(p, b.s, testing::bare_framework(), ClusterShape{1, 2});
+  ASSERT_TRUE(held.fits());
+  EXPECT_NEAR(held.tasks[c].start, 1e-3, kTol);
+  EXPECT_NEAR(held.tasks[c].end, 1.5e-3, 1e-8);
+  EXPECT_NEAR(held.tasks[b_op].end, 2.1e-3, 1e-8);
+  EXPECT_NEAR(held.tasks[d].start, 2.1e-3, 1e-8);
+  EXPECT_NEAR(held.iteration_seconds, 3.1e-3, 1e-8);
+
+  // Without the field, or with 0 SMs held, B ends at 2 ms.
+  p.gpu.collective_sms = 0;
+  EXPECT_NEAR(simulate(p, b.s, testing::bare_framework(), ClusterShape{1, 2}).tasks[b_op].end, 2e-3, 1e-8);
+  // The same collective over the tensor-parallel group holds nothing.
+  p.gpu.collective_sms = 20;
+  b.s.tasks[c].over = traces::ParallelGroup::tensor;
+  EXPECT_NEAR(simulate(p, b.s, testing::bare_framework(), ClusterShape{1, 2}).tasks[b_op].end, 2e-3, 1e-8);
+  // Replaying each rank (not one standing for all) holds the SMs of every GPU alike.
+  b.s.tasks[c].over = traces::ParallelGroup::data;
+  const SimulationResult every = simulate(p, b.s, testing::bare_framework(), ClusterShape{1, 2}, ReplayRanks::every_rank);
+  EXPECT_NEAR(every.tasks[b_op].end, 2.1e-3, 1e-8);
+}
+
 // A copy to the host from each GPU of a node at once shares the node's host memory: 4 GPUs with
 // a 10 GB/s PCIe link each and 20 GB/s of host memory move 1 GB each in 4 x 1 GB / 20 GB/s = 0.2
 // s, not the 0.1 s one GPU alone takes, each way. The symmetric replay makes the other GPUs'

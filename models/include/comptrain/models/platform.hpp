@@ -74,6 +74,12 @@ struct GpuSpec {
   // Streaming multiprocessors (gpu.sms, 1 to 10000): how many GEMM tiles run at once, for the
   // op-time model's wave quantization. 0 when not given: no wave quantization.
   int sms = 0;
+  // SMs a running collective's kernel holds (gpu.collective_sms, 0 to sms; needs sms): NCCL runs
+  // a collective as one thread block per channel, each resident on an SM for the collective's
+  // whole length, so kernels beside it on other streams get the rest of the GPU. The replay
+  // (sim/engine/replay.cpp) gives a data-parallel collective collective_sms / sms of the GPU
+  // while it runs. 0 when not given: collectives take nothing from the kernels they overlap.
+  int collective_sms = 0;
   // gpu.power (optional; 0 = unknown, no GPU energy is reported). The energy model
   // (sim/energy.hpp, models/kernel_power.hpp) gives each kernel its own power from the SMs' and the
   // memory's activity, and a GPU waiting inside the job in_job_power.

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "comptrain/models/strategy_yaml.hpp"
 #include "comptrain/sim/studies/plan.hpp"
 #include "comptrain/sim/report/simulate_report.hpp"
 #include "comptrain/sim/run/run.hpp"
@@ -77,6 +78,11 @@ TEST(AdaptiveScenario, ReadsTheRule) {
   EXPECT_EQ(scenario("{profile: auto, error_bound: 1e-3, positive_mask: relu}").strategy.rules.at(0).compress()->positive_mask, Mask::relu);
   EXPECT_EQ(scenario("{profile: auto, error_bound: adaptive, gradient_error_tolerance: 0.01, positive_mask: false}").strategy.rules.at(0).compress()->positive_mask,
             Mask::none);
+  // Written back (the scenarios plans write) where it differs from the reader's default.
+  EXPECT_THAT(models::strategy_to_yaml(scenario("{profile: auto, error_bound: 1e-3, positive_mask: true}").strategy), HasSubstr("positive_mask: true"));
+  EXPECT_THAT(models::strategy_to_yaml(scenario("{profile: auto, error_bound: adaptive, gradient_error_tolerance: 0.01, positive_mask: false}").strategy),
+              HasSubstr("positive_mask: false"));
+  EXPECT_THAT(models::strategy_to_yaml(s.strategy), testing::Not(HasSubstr("positive_mask")));
 }
 
 TEST(AdaptiveScenario, BadRulesExitAtTheirLine) {

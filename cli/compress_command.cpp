@@ -48,6 +48,7 @@ struct CompressArgs {
   std::optional<unsigned> bits;  // quant's only: refused with the other codecs, which have no bits per value
   unsigned threads = 1;
   bool stats = false;
+  bool positive_mask = false;  // szp, szh: the sign bit per value beside the stream
   std::string in, out;
 };
 
@@ -80,6 +81,11 @@ void print_stats(const CompressArgs& a, const ck::FloatArray& input, std::span<c
     fmt::print("bound held     n/a (codec {} is not error-bounded)\n", info.name);
   }
   fmt::print("zeros kept     {} ({} exact zeros changed)\n", s.zero_mismatches == 0 ? "yes" : "NO", s.zero_mismatches);
+  if (ck::has_positive_mask(h)) {
+    std::uint64_t flips = 0;
+    for (std::size_t i = 0; i < back.size(); ++i) flips += (input.values[i] > 0.0f) != (back[i] > 0.0f) ? 1u : 0u;
+    fmt::print("positive mask  kept: {} ({} values whose x > 0 changed)\n", flips == 0 ? "yes" : "NO", flips);
+  }
   fmt::print("PSNR           {:.2f} dB\n", s.psnr_db);
   fmt::print("compress       {:.3f} GB/s ({} thread{}; GB = 10^9 bytes of input per second)\n", in_bytes / compress_s / 1e9,
              a.threads, a.threads == 1 ? "" : "s");
@@ -101,6 +107,9 @@ std::function<int()> add_compress_command(CLI::App& app) {
           fmt::format("CPU threads, 0 to {0} (0: all cores, up to {0}); the output does not depend on it", ck::kMaxThreads), 0u,
           ck::kMaxThreads)
       ->default_val(1);
+  command->add_flag("--positive-mask", args->positive_mask,
+                    "szp, szh: also keep one bit per value, x > 0, so that a decoded value is > 0 exactly where the original was "
+                    "(what a ReLU's backward reads); n / 8 bytes more");
   command->add_flag("--stats", args->stats, "Also decompress and print ratio, errors, PSNR and throughput");
   command->add_option("in", args->in, "Input array: .npy (float32, C order) or raw little-endian float32")->required();
   command->add_option("out", args->out, "Output compressed stream; - for standard output")->required();
@@ -121,7 +130,8 @@ std::function<int()> add_compress_command(CLI::App& app) {
                                       .eb = a.eb.value_or(0.0),
                                       .mode = a.rel ? ck::BoundMode::rel : ck::BoundMode::abs,
                                       .quant_bits = a.bits.value_or(8),
-                                      .threads = a.threads};
+                                      .threads = a.threads,
+                                      .positive_mask = a.positive_mask};
     const auto t0 = std::chrono::steady_clock::now();
     const std::vector<std::byte> stream = ck::compress(input.values, input.shape, options);
     const double compress_s = seconds_since(t0);

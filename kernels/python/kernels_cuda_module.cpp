@@ -73,11 +73,12 @@ PYBIND11_MODULE(_kernels_cuda, m) {
   m.def(
       "compress",
       [](std::uintptr_t device_pointer, const std::vector<std::uint64_t>& dims, int device, const std::string& codec,
-         double error_bound, const std::string& mode) {
+         double error_bound, const std::string& mode, bool positive_mask) {
         if (mode != "rel" && mode != "abs") throw py::value_error("mode must be 'rel' or 'abs', got '" + mode + "'");
         const ck::CompressOptions options{.codec = ck::codec_from_name(codec),
                                           .eb = error_bound,
-                                          .mode = mode == "rel" ? ck::BoundMode::rel : ck::BoundMode::abs};
+                                          .mode = mode == "rel" ? ck::BoundMode::rel : ck::BoundMode::abs,
+                                          .positive_mask = positive_mask};
         const ck::Shape shape = shape_of(dims);
         std::vector<std::byte> stream;
         {
@@ -88,7 +89,9 @@ PYBIND11_MODULE(_kernels_cuda, m) {
         return py::bytes(reinterpret_cast<const char*>(stream.data()), stream.size());
       },
       py::arg("device_pointer"), py::arg("shape"), py::arg("device"), py::arg("codec"), py::arg("error_bound"),
-      py::arg("mode"), "Compresses shape's floats at a device pointer of `device` (szp or zeros) into a host stream.");
+      py::arg("mode"), py::arg("positive_mask") = false,
+      "Compresses shape's floats at a device pointer of `device` (szp or zeros; szp can keep the positive mask) into a "
+      "host stream.");
 
   m.def(
       "decompress_into",

@@ -143,7 +143,8 @@ unsigned quant_bits(ck::CodecId codec, const py::handle& bits) {
 // The CLI's rules (cli/compress_command.cpp), so that the same arguments give the same stream or
 // the same refusal: an error-bounded codec needs a bound; the others take none; bits are quant's.
 ck::CompressOptions compress_options(const std::string& codec, std::optional<double> error_bound,
-                                     const std::string& mode, const py::handle& bits, const py::handle& threads) {
+                                     const std::string& mode, const py::handle& bits, const py::handle& threads,
+                                     bool positive_mask) {
   const ck::CodecId id = ck::codec_from_name(codec);
   const ck::CodecInfo& info = ck::codec_info(id);
   const ck::BoundMode m = bound_mode(mode);
@@ -156,7 +157,8 @@ ck::CompressOptions compress_options(const std::string& codec, std::optional<dou
                              .eb = error_bound.value_or(0.0),
                              .mode = error_bound ? m : ck::BoundMode::abs,
                              .quant_bits = quant_bits(id, bits),
-                             .threads = thread_count(threads)};
+                             .threads = thread_count(threads),
+                             .positive_mask = positive_mask};
 }
 
 // Compresses into a bytes object of the worst-case size, then shrinks it in place
@@ -197,6 +199,7 @@ py::dict header_dict(const ck::Header& h) {
   d["error_bound"] = h.eb_given;
   d["absolute_bound"] = h.eb_abs;
   d["codec_parameter"] = h.codec_param;
+  d["positive_mask"] = ck::has_positive_mask(h);
   d["payload_bytes"] = h.payload_size;
   d["checksum"] = h.checksum;
   return d;
@@ -244,14 +247,15 @@ PYBIND11_MODULE(_kernels, m) {
   m.def(
       "compress",
       [](const py::buffer& data, const std::string& codec, std::optional<double> error_bound, const std::string& mode,
-         const py::object& bits, const py::object& threads) {
-        const ck::CompressOptions options = compress_options(codec, error_bound, mode, bits, threads);
+         const py::object& bits, const py::object& threads, bool positive_mask) {
+        const ck::CompressOptions options = compress_options(codec, error_bound, mode, bits, threads, positive_mask);
         const FloatArray array = float_array(data, false, "compress");
         return compress_to_bytes(array.values, array.shape, options);
       },
       py::arg("data"), py::arg("codec"), py::arg("error_bound"), py::arg("mode") = "rel", py::arg("bits") = py::none(),
-      py::arg("threads") = 1,
-      "Compresses a C-contiguous float32 buffer (1-4 dimensions) in place into the CLI's stream format.");
+      py::arg("threads") = 1, py::arg("positive_mask") = false,
+      "Compresses a C-contiguous float32 buffer (1-4 dimensions) in place into the CLI's stream format; positive_mask "
+      "(szp, szh) keeps one bit per value, x > 0, so that the decoded value is > 0 exactly when the original was.");
 
   m.def(
       "inspect",

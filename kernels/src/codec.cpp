@@ -313,7 +313,8 @@ void check_state_size(std::span<const std::byte> payload, std::uint64_t bytes, s
   }
 }
 
-// The codecs without a parameter write 0.
+// The codecs without a parameter write 0 (szp and szh: 0 once the positive mask is split off,
+// split_positive_mask below).
 void check_no_param(const Header& h) {
   if (h.codec_param != 0) {
     throw_corrupt_at(field::kCodecParam, "codec parameter " + std::to_string(h.codec_param) + " for codec " +
@@ -356,6 +357,8 @@ std::uint64_t chunked_max_payload(std::uint64_t n, unsigned) {
   // state + chunk table + tags (padded to 4 per chunk) + every value verbatim
   return kSzpStateBytes + detail::chunked_bytes_max(n);
 }
+// szp's worst case: zeros' plus the positive mask it may carry.
+std::uint64_t szp_max_payload(std::uint64_t n, unsigned bits) { return chunked_max_payload(n, bits) + PositiveMask::bytes(n); }
 std::uint64_t chunked_min_payload(std::uint64_t n) {  // state, table, >= 1 tag byte per block
   return kSzpStateBytes + 8 * (chunk_count(n) + 1) + (n + kBlockValues - 1) / kBlockValues;
 }
@@ -406,7 +409,7 @@ void zeros_decode(const Header& h, std::span<const std::byte> payload, std::span
 
 // ---- szh: state = f32 step | u32 kChunkBlocks | szh_codec.hpp's payload ----------------------
 
-std::uint64_t szh_max(std::uint64_t n, unsigned) { return detail::szh_max_payload(n); }
+std::uint64_t szh_max(std::uint64_t n, unsigned) { return detail::szh_max_payload(n) + PositiveMask::bytes(n); }
 std::uint64_t szh_encode_row(std::span<const float> x, const Shape&, const CompressOptions& o, Header& h, std::span<std::byte> out) {
   const LinearQuantizer quantizer = make_linear_quantizer(h.eb_abs);
   write_chunked_state(&quantizer, out);
@@ -517,7 +520,7 @@ struct CodecRow {
 constexpr CodecRow kRows[] = {
     {{CodecId::szp, "szp", true, true,
       "prequantisation with verify-and-fallback, per-block Lorenzo, fixed-length bit-planes (cuSZp-like); strict bound"},
-     chunked_max_payload, chunked_min_payload, szp_encode, szp_check, szp_decode},
+     szp_max_payload, chunked_min_payload, szp_encode, szp_check, szp_decode},
     {{CodecId::szh, "szh", true, true,
       "prequantisation with verify-and-fallback, 1-D Lorenzo on the codes, canonical Huffman (cuSZ-like); strict bound"},
      szh_max, detail::szh_min_payload, szh_encode_row, szh_check, szh_decode_row},
@@ -646,6 +649,64 @@ std::uint64_t max_compressed_size(CodecId codec, std::uint64_t n, unsigned quant
 
 namespace {
 
+bool supports_positive_mask(CodecId codec) { return codec == CodecId::szp || codec == CodecId::szh; }
+
+// The positive mask of data (PositiveMask::bytes(n) bytes) at out.
+void write_positive_mask(std::span<const float> data, unsigned threads, std::span<std::byte> out) {
+  const std::uint64_t n = data.size(), bytes = PositiveMask::bytes(n);
+  auto* o = reinterpret_cast<std::uint8_t*>(out.data());
+  detail::parallel_ranges(bytes, threads, [&](std::uint64_t k0, std::uint64_t k1, unsigned) {
+    for (std::uint64_t k = k0; k < k1; ++k) {
+      o[k] = PositiveMask::pack(data.data() + 8 * k, static_cast<std::uint32_t>(std::min<std::uint64_t>(8, n - 8 * k)));
+    }
+  });
+}
+
+// A stream's payload seen as its codec's payload and the positive mask after it (empty when the
+// header has none): `codec` is the header the codec's row checks and decodes (no parameter, the
+// codec's payload size). Throws StreamError when the payload cannot hold the mask.
+struct MaskedPayload {
+  Header codec;
+  std::span<const std::byte> codec_payload;
+  std::span<const std::byte> mask;
+};
+MaskedPayload split_positive_mask(const Header& h, std::span<const std::byte> payload) {
+  MaskedPayload m{h, payload, {}};
+  if (!has_positive_mask(h)) return m;
+  const std::uint64_t bytes = PositiveMask::bytes(h.count);
+  if (h.payload_size < bytes) {
+    throw_corrupt_at(field::kPayloadSize, "payload size " + std::to_string(h.payload_size) + " cannot hold the " +
+                                              std::to_string(bytes) + "-byte positive mask of " + std::to_string(h.count) +
+                                              " values (codec parameter at byte " + std::to_string(field::kCodecParam) + ")");
+  }
+  m.codec.codec_param = 0;
+  m.codec.payload_size = h.payload_size - bytes;
+  m.codec_payload = payload.first(m.codec.payload_size);
+  m.mask = payload.subspan(m.codec.payload_size, bytes);
+  return m;
+}
+
+// The unused bits of the mask's last byte must be 0 (the encoder writes 0 there).
+void check_positive_mask(const MaskedPayload& m) {
+  if (m.mask.empty()) return;
+  const auto last = std::to_integer<std::uint8_t>(m.mask.back());
+  const auto used = static_cast<std::uint32_t>(m.codec.count - 8 * (m.mask.size() - 1));
+  if (!PositiveMask::padding_clear(last, used)) {
+    throw_corrupt_at(at(m.codec.payload_size + m.mask.size() - 1), "the positive mask's last byte has bits set after the last value");
+  }
+}
+
+// Applies a checked mask to the decoded values.
+void apply_positive_mask(std::span<const std::byte> mask, std::span<float> out, unsigned threads) {
+  const std::uint64_t n = out.size();
+  const auto* bits = reinterpret_cast<const std::uint8_t*>(mask.data());
+  detail::parallel_ranges(mask.size(), threads, [&](std::uint64_t k0, std::uint64_t k1, unsigned) {
+    for (std::uint64_t k = k0; k < k1; ++k) {
+      PositiveMask::apply(bits[k], static_cast<std::uint32_t>(std::min<std::uint64_t>(8, n - 8 * k)), out.data() + 8 * k);
+    }
+  });
+}
+
 // Checks the arguments and fills the header's shape, codec and bound fields (the range pass).
 Header make_header(std::span<const float> data, const Shape& shape, const CompressOptions& options) {
   const CodecInfo& info = row(options.codec).info;
@@ -670,6 +731,9 @@ Header make_header(std::span<const float> data, const Shape& shape, const Compre
   } else {
     h.mode = BoundMode::none;
   }
+  if (options.positive_mask && !supports_positive_mask(options.codec)) {
+    throw InputError("positive_mask applies to the strict codecs szp and szh only (codec " + std::string(info.name) + ")");
+  }
   return h;
 }
 
@@ -677,6 +741,11 @@ Header make_header(std::span<const float> data, const Shape& shape, const Compre
 std::uint64_t encode_stream(std::span<const float> data, const Shape& shape, const CompressOptions& options, Header& h,
                             std::span<std::byte> out) {
   h.payload_size = row(options.codec).encode(data, shape, options, h, out.subspan(kHeaderSize));
+  if (options.positive_mask) {
+    write_positive_mask(data, options.threads, out.subspan(kHeaderSize + h.payload_size));
+    h.payload_size += PositiveMask::bytes(data.size());
+    h.codec_param = kPositiveMaskParam;
+  }
   const auto stream = out.first(kHeaderSize + h.payload_size);
   write_header(h, stream.data());
   h.checksum = stream_checksum(stream);
@@ -709,26 +778,40 @@ std::vector<std::byte> compress(std::span<const float> data, const Shape& shape,
   return std::vector<std::byte>(buffer.get(), buffer.get() + size);
 }
 
+bool has_positive_mask(const Header& h) { return supports_positive_mask(h.codec) && h.codec_param == kPositiveMaskParam; }
+
 Header inspect(std::span<const std::byte> stream) {
   const Header h = read_header(stream);
   const CodecRow& r = row(h.codec);
+  const MaskedPayload m = split_positive_mask(h, stream.subspan(kHeaderSize));
   // Before allocating the output: a forged element count must not make us allocate terabytes
   // for a payload that cannot possibly hold it.
   const std::uint64_t min_payload = r.min_payload(h.count);
-  if (h.payload_size < min_payload) {
+  if (m.codec.payload_size < min_payload) {
     throw_corrupt_at(field::kCount, "element count " + std::to_string(h.count) + " needs a " + std::string(r.info.name) +
-                                        " payload of at least " + std::to_string(min_payload) + " bytes, the header says " +
+                                        " payload of at least " + std::to_string(min_payload) + " bytes" +
+                                        (m.mask.empty() ? "" : " before its positive mask") + ", the header says " +
                                         std::to_string(h.payload_size) + " (byte " + std::to_string(field::kPayloadSize) + ")");
   }
-  r.check(h, stream.subspan(kHeaderSize));
+  r.check(m.codec, m.codec_payload);
+  check_positive_mask(m);
   return h;
 }
+
+namespace {
+// Decodes a stream that inspect() accepted.
+void decode_checked(const Header& h, std::span<const std::byte> stream, std::span<float> out, unsigned threads) {
+  const MaskedPayload m = split_positive_mask(h, stream.subspan(kHeaderSize));
+  row(h.codec).decode(m.codec, m.codec_payload, out, threads);
+  apply_positive_mask(m.mask, out, threads);
+}
+}  // namespace
 
 std::vector<float> decompress(std::span<const std::byte> stream, unsigned threads) {
   check_threads(threads);
   const Header h = inspect(stream);
   std::vector<float> out(h.count);
-  row(h.codec).decode(h, stream.subspan(kHeaderSize), out, threads);
+  decode_checked(h, stream, out, threads);
   return out;
 }
 
@@ -736,7 +819,7 @@ void decompress_into(std::span<const std::byte> stream, std::span<float> out, un
   check_threads(threads);
   const Header h = inspect(stream);
   if (out.size() != h.count) throw InputError("output buffer size does not match the stream's element count");
-  row(h.codec).decode(h, stream.subspan(kHeaderSize), out, threads);
+  decode_checked(h, stream, out, threads);
 }
 
 ErrorStats compare(std::span<const float> original, std::span<const float> reconstructed, double eb_abs) {

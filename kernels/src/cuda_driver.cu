@@ -168,6 +168,20 @@ __global__ void decode_kernel(Codec codec, const std::uint8_t* data, const std::
   }
 }
 
+// The positive mask (stages.hpp, PositiveMask): one thread per byte of it, 8 values.
+__global__ void positive_mask_kernel(const float* x, std::uint64_t n, std::uint8_t* mask) {
+  const std::uint64_t bytes = PositiveMask::bytes(n);
+  for (std::uint64_t k = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; k < bytes; k += std::uint64_t{gridDim.x} * blockDim.x) {
+    mask[k] = PositiveMask::pack(x + 8 * k, static_cast<std::uint32_t>(min(std::uint64_t{8}, n - 8 * k)));
+  }
+}
+__global__ void apply_positive_mask_kernel(const std::uint8_t* mask, std::uint64_t n, float* y) {
+  const std::uint64_t bytes = PositiveMask::bytes(n);
+  for (std::uint64_t k = blockIdx.x * std::uint64_t{blockDim.x} + threadIdx.x; k < bytes; k += std::uint64_t{gridDim.x} * blockDim.x) {
+    PositiveMask::apply(mask[k], static_cast<std::uint32_t>(min(std::uint64_t{8}, n - 8 * k)), y + 8 * k);
+  }
+}
+
 template <class Codec>
 void encode_device(const Codec& codec, const float* x, std::uint64_t n, std::vector<std::byte>& out, float* ms) {
   const std::uint64_t chunks = chunk_count(n);
@@ -231,6 +245,9 @@ std::vector<std::byte> compress(const float* device_data, const Shape& shape, co
   if (options.codec != CodecId::szp && options.codec != CodecId::zeros) {
     throw InputError("the CUDA driver implements szp and zeros only");
   }
+  if (options.positive_mask && options.codec != CodecId::szp) {
+    throw InputError("positive_mask applies to the strict codecs szp and szh only (codec zeros)");
+  }
   if (shape.rank < 1 || shape.rank > kMaxRank) throw InputError("shape rank must be 1..4");
   const std::uint64_t n = shape.count();
   Header h;
@@ -267,6 +284,16 @@ std::vector<std::byte> compress(const float* device_data, const Shape& shape, co
     codec.quantizer.save(reinterpret_cast<std::uint8_t*>(out.data() + kHeaderSize));
     std::memcpy(out.data() + kHeaderSize + LinearQuantizer::kStateBytes, &kChunkBlocks, 4);
     encode_device(codec, device_data, n, out, &t.encode_ms);
+    if (options.positive_mask) {
+      const std::uint64_t bytes = PositiveMask::bytes(n);
+      DeviceBuffer<std::uint8_t> mask(bytes);
+      if (bytes > 0) positive_mask_kernel<<<1024, kThreads>>>(device_data, n, mask.ptr);
+      check(cudaGetLastError(), "positive mask kernel launch");
+      const std::size_t at = out.size();
+      out.resize(at + bytes);
+      check(cudaMemcpy(out.data() + at, mask.ptr, bytes, cudaMemcpyDeviceToHost), "copy positive mask");
+      h.codec_param = kPositiveMaskParam;
+    }
   } else {
     h.mode = BoundMode::none;
     const std::uint32_t state[2] = {0, kChunkBlocks};
@@ -288,12 +315,20 @@ void decompress(std::span<const std::byte> stream, float* device_out, Timings* t
   }
   // The same header-vs-state checks as the CPU path (step vs bound, chunk size, sizes).
   const Header h = inspect(stream);
-  const auto payload = stream.subspan(kHeaderSize);
+  const std::uint64_t mask_bytes = has_positive_mask(h) ? PositiveMask::bytes(h.count) : 0;  // inspect checked the size
+  const auto payload = stream.subspan(kHeaderSize, h.payload_size - mask_bytes);
   Timings t;
   if (h.codec == CodecId::szp) {
     SzpBlockCodec<> codec;
     codec.quantizer.load(reinterpret_cast<const std::uint8_t*>(payload.data()));  // checked by inspect
     decode_device(codec, payload.subspan(kStateBytes), h.count, device_out, &t.encode_ms, kHeaderSize + kStateBytes);
+    if (mask_bytes > 0) {
+      DeviceBuffer<std::uint8_t> mask(mask_bytes);
+      check(cudaMemcpy(mask.ptr, stream.data() + kHeaderSize + payload.size(), mask_bytes, cudaMemcpyHostToDevice), "copy positive mask");
+      apply_positive_mask_kernel<<<1024, kThreads>>>(mask.ptr, h.count, device_out);
+      check(cudaGetLastError(), "positive mask kernel launch");
+      check(cudaDeviceSynchronize(), "positive mask kernel");
+    }
   } else {
     decode_device(ZerosBlockCodec{}, payload.subspan(kStateBytes), h.count, device_out, &t.encode_ms, kHeaderSize + kStateBytes);
   }

@@ -141,7 +141,7 @@ class Assembler {
         const traces::ValueFeatures& values = storage_values(trace, s, a_.info[s]);
         check_ranges(trace, spec_, plan_.rule[s], s, values);
         const StorageBound bound = storage_bound(trace, a_.info[s], spec_, plan_.rule[s], s, values);
-        const double ratio = compress_ratio(c, storage_class(trace, a_.info[s]), tensor.dtype, bound.relative, values);
+        const double ratio = compress_ratio(c, storage_class(trace, a_.info[s]), tensor.dtype, bound.relative, values, bound.positive_mask);
         const std::int64_t bytes = compressed_bytes(spec_, plan_.rule[s], tensor.name, tensor.bytes(), ratio);
         compressed_[s] = add_buffer(copy_buffer(s, MemoryRole::compressed, bytes, " (compressed)"));
         restored_[s] = add_buffer(copy_buffer(s, MemoryRole::activation, tensor.bytes(), " (decompressed)"));

@@ -43,10 +43,14 @@ struct StorageBound {
   StorageGradientModel model;
   std::optional<double> predicted;  // the worst consumer's relative gradient error, when covered
   std::size_t worst_consumer = 0;
+  bool positive_mask = false;  // the stream keeps the positive mask (CompressAction::positive_mask)
 };
 
 StorageBound storage_bound(const traces::Trace& trace, const StorageInfo& info, const StrategySpec& spec, std::size_t rule, traces::TensorIndex s,
                            const traces::ValueFeatures& values);
+// The codec's ratio; with `positive_mask`, the stream's, the mask's bytes included.
+double compress_ratio(const CompressAction& c, TensorClass cls, traces::DType dtype, double relative_bound, const traces::ValueFeatures& values,
+                      bool positive_mask);
 double compress_ratio(const CompressAction& c, TensorClass cls, traces::DType dtype, double relative_bound, const traces::ValueFeatures& values = {});
 bool uses_values(const CompressAction& c, const traces::ValueFeatures& values);
 void check_ranges(const traces::Trace& trace, const StrategySpec& spec, std::size_t rule, traces::TensorIndex s, const traces::ValueFeatures& values);

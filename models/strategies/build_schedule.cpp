@@ -312,7 +312,7 @@ std::variant<Schedule, NotApplicable> build_schedule(const Trace& trace, const O
       const traces::ValueFeatures& values = storage_values(trace, s, a.info[s]);
       const auto bytes = static_cast<double>(trace.tensor(s).bytes());
       const StorageBound bound = storage_bound(trace, a.info[s], strategy, r, s, values);
-      const double ratio = compress_ratio(*c, cls, trace.tensor(s).dtype, bound.relative, values);
+      const double ratio = compress_ratio(*c, cls, trace.tensor(s).dtype, bound.relative, values, bound.positive_mask);
       ClassTotals& totals = classes[cls];
       totals.bytes += bytes;
       totals.compressed += bytes / ratio;
@@ -331,6 +331,7 @@ std::variant<Schedule, NotApplicable> build_schedule(const Trace& trace, const O
       tensor.predicted_gradient_error = bound.predicted;
       if (bound.predicted) tensor.statistics_batch = bound.model.consumers[bound.worst_consumer].measured_batch;
       tensor.relu_mask = bound.model.relu_reader && bound.model.coverage == StorageGradientModel::Coverage::covered;
+      tensor.positive_mask = bound.positive_mask;
       tensor.read_by_recomputation = read_by_recomputation.count(s) > 0;
       if (!use.ratio_overridden && traces::element_size(trace.tensor(s).dtype) != 4) use.ratio_converted_to_element_size = true;
       ++features.storages;

@@ -76,6 +76,9 @@ void check_rule(const StrategySpec& spec, std::size_t index, std::string_view so
   check(c->decompress_bandwidth, "decompress_bandwidth", "> 0", [](double v) { return v > 0; });
   if (c->latency && (!std::isfinite(*c->latency) || *c->latency < 0)) throw InputError(where + "compress latency must be >= 0");
   if (c->error_bound_mode == ErrorBoundMode::none) throw InputError(where + "error_bound_mode must be rel or abs");
+  if (c->positive_mask != CompressAction::PositiveMask::none && (!profiled || !codec_has_uniform_errors(c->codec))) {
+    throw InputError(where + "positive_mask needs a profile and codec szp or szh (the kernels keep the mask beside those streams only)");
+  }
   if (!profiled) return;
   const CodecProfile* codec = c->profile->find(c->codec);
   if (codec == nullptr) {

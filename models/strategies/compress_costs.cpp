@@ -96,6 +96,8 @@ StorageBound storage_bound(const Trace& trace, const StorageInfo& info, const St
                               : "select the inputs of conv and linear layers only (select: {inputs_of: [conv, linear]}) or give fallback_error_bound for such tensors"));
   }
   if (covered && b.absolute) std::tie(b.predicted, b.worst_consumer) = b.model.worst_relative_error(*b.absolute);
+  b.positive_mask = c.positive_mask == CompressAction::PositiveMask::all ||
+                    (c.positive_mask == CompressAction::PositiveMask::relu && b.model.relu_reader);
   return b;
 }
 
@@ -111,6 +113,18 @@ StorageBound storage_bound(const Trace& trace, const StorageInfo& info, const St
 // ratio = element bits / model bits, i.e. the float32 ratio * element_size / 4 (a 16-bit
 // activation compresses to the same bits per value, so half the float32 ratio), floored at 1.
 // An explicit ratio is the user's figure for the bytes as they are and is applied unchanged.
+//
+// The positive mask (kernels' PositiveMask) adds one bit per value to the stream: 1 / (8 x
+// element size) of the original bytes, so the ratio r becomes 1 / (1/r + 1 / (8 x element
+// size)), floored at 1 like the ratio itself (for float32 at r = 10: 7.62).
+double compress_ratio(const CompressAction& c, TensorClass cls, traces::DType dtype, double relative_bound, const traces::ValueFeatures& values,
+                      bool positive_mask) {
+  const double ratio = compress_ratio(c, cls, dtype, relative_bound, values);
+  if (!positive_mask) return ratio;
+  const double mask_share = 1.0 / (8.0 * static_cast<double>(traces::element_size(dtype)));
+  return std::max(1.0, 1.0 / (1.0 / ratio + mask_share));
+}
+
 double compress_ratio(const CompressAction& c, TensorClass cls, traces::DType dtype, double relative_bound, const traces::ValueFeatures& values) {
   if (c.ratio) return *c.ratio;
   if (!(relative_bound > 0)) return 1.0;

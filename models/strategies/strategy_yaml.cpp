@@ -263,7 +263,7 @@ class StrategyReader : public yaml::Reader {
   CompressAction read_compress(const YAML::Node& c, const std::string& f) const {
     require_map(c, f);
     check_keys(c, f, {"profile", "codec", "ratio", "compress_bandwidth", "decompress_bandwidth", "latency", "error_bound", "error_bound_mode",
-                      "gradient_error_tolerance", "fallback_error_bound"});
+                      "gradient_error_tolerance", "fallback_error_bound", "positive_mask"});
     CompressAction action;
     const bool profiled = static_cast<bool>(c["profile"]);
     if (profiled) {
@@ -314,6 +314,24 @@ class StrategyReader : public yaml::Reader {
     }
     for (const char* key : {"gradient_error_tolerance", "fallback_error_bound"}) {
       if (c[key] && !action.adaptive) throw InputError(where(c[key].Mark()) + "'" + f + "." + key + "' applies with 'error_bound: adaptive' only");
+    }
+    action.positive_mask = action.adaptive ? CompressAction::PositiveMask::relu : CompressAction::PositiveMask::none;
+    if (const YAML::Node mask = c["positive_mask"]) {
+      const std::string m = scalar(mask, f + ".positive_mask");
+      if (m == "relu") {
+        action.positive_mask = CompressAction::PositiveMask::relu;
+      } else if (m == "true") {
+        action.positive_mask = CompressAction::PositiveMask::all;
+      } else if (m == "false") {
+        action.positive_mask = CompressAction::PositiveMask::none;
+      } else {
+        throw InputError(where(mask.Mark()) + "'" + f + ".positive_mask' is '" + m +
+                         "'; expected relu (keep the sign of the tensors a ReLU's backward reads), true (of every tensor) or false");
+      }
+      if (action.positive_mask != CompressAction::PositiveMask::none && (!profiled || !codec_has_uniform_errors(action.codec))) {
+        throw InputError(where(mask.Mark()) + "'" + f + ".positive_mask' needs 'profile' and codec szp or szh (got " +
+                         (profiled ? "codec '" + action.codec + "'" : std::string("no profile")) + "): the kernels keep the mask beside those streams only");
+      }
     }
     if (const YAML::Node mode = c["error_bound_mode"]) {
       const std::string m = scalar(mode, f + ".error_bound_mode");
@@ -431,6 +449,15 @@ class StrategyReader : public yaml::Reader {
 
 }  // namespace
 
+std::string_view to_string(CompressAction::PositiveMask mask) {
+  switch (mask) {
+    case CompressAction::PositiveMask::none: return "false";
+    case CompressAction::PositiveMask::relu: return "relu";
+    case CompressAction::PositiveMask::all: return "true";
+  }
+  return "false";
+}
+
 StrategySpec read_strategy(const YAML::Node& node, std::string_view source, const std::string& field, const std::filesystem::path& base_dir,
                            std::string_view platform_name) {
   return StrategyReader(source, base_dir, platform_name).read_strategy(node, field);
@@ -513,6 +540,10 @@ void write_compress(YAML::Emitter& out, const CompressAction& c) {
     out << YAML::Key << "error_bound" << YAML::Value << fmt::format("{}", c.error_bound);
   }
   if (c.profile && (c.adaptive || c.error_bound > 0)) out << YAML::Key << "error_bound_mode" << YAML::Value << (c.error_bound_mode == ErrorBoundMode::abs ? "abs" : "rel");
+  // Written where it differs from the reader's default (relu when adaptive, false otherwise).
+  if (c.positive_mask != (c.adaptive ? CompressAction::PositiveMask::relu : CompressAction::PositiveMask::none)) {
+    out << YAML::Key << "positive_mask" << YAML::Value << std::string(to_string(c.positive_mask));
+  }
   out << YAML::EndMap;
 }
 

@@ -52,6 +52,9 @@ expect 0 '' -- decompress "$work/s.ctk" "$work/s.npy"
 if [[ $(stat -c %s "$work/s.npy") -eq $(stat -c %s "$work/a.npy") ]]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: szh .npy round trip"; fi
 head -c 130 "$work/s.ctk" >"$work/st.ctk"
 expect 2 'truncated' -- decompress "$work/st.ctk" "$work/x.f32"
+expect 0 'positive mask +kept: yes \(0 values' -- compress --codec szp --eb 1e-1 --rel --positive-mask --stats "$work/a.npy" "$work/pm.ctk"
+expect 0 '' -- decompress "$work/pm.ctk" "$work/pm.npy"
+expect 2 'positive_mask applies to the strict codecs szp and szh only \(codec zeros\)' -- compress --codec zeros --positive-mask "$work/a.f32" "$work/x.ctk"
 expect 0 'lossless: yes' -- compress --codec zeros --stats "$work/a.f32" "$work/z.ctk"
 expect 0 '' -- decompress "$work/z.ctk" "$work/z.f32"
 if cmp -s "$work/a.f32" "$work/z.f32"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: zeros not lossless"; fi

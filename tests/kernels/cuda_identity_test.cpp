@@ -46,11 +46,13 @@ struct Case {
   ck::CodecId codec;
   double eb;
   ck::BoundMode mode;
+  bool positive_mask = false;
 };
 
 const Case kCases[] = {
     {ck::CodecId::szp, 1e-1, ck::BoundMode::rel}, {ck::CodecId::szp, 1e-3, ck::BoundMode::rel}, {ck::CodecId::szp, 1e-5, ck::BoundMode::rel},
     {ck::CodecId::szp, 1e-3, ck::BoundMode::abs}, {ck::CodecId::szp, 0.0, ck::BoundMode::abs},  {ck::CodecId::zeros, 0.0, ck::BoundMode::none},
+    {ck::CodecId::szp, 1e-1, ck::BoundMode::rel, true}, {ck::CodecId::szp, 1e-3, ck::BoundMode::abs, true},
 };
 
 // The GPU's stream and decoding against the CPU's, for one array and every case.
@@ -60,8 +62,8 @@ void expect_identical(const std::string& name, const std::vector<float>& values,
   DeviceFloats out(n);
   ASSERT_EQ(cudaMemcpy(in.get(), values.data(), 4 * n, cudaMemcpyHostToDevice), cudaSuccess);
   for (const Case& c : kCases) {
-    SCOPED_TRACE(name + " " + std::string(ck::codec_info(c.codec).name) + " eb " + std::to_string(c.eb));
-    const ck::CompressOptions options{.codec = c.codec, .eb = c.eb, .mode = c.mode};
+    SCOPED_TRACE(name + " " + std::string(ck::codec_info(c.codec).name) + " eb " + std::to_string(c.eb) + (c.positive_mask ? " positive mask" : ""));
+    const ck::CompressOptions options{.codec = c.codec, .eb = c.eb, .mode = c.mode, .positive_mask = c.positive_mask};
     const std::vector<std::byte> cpu = ck::compress(values, shape, options);
     const std::vector<std::byte> gpu = ck::cuda::compress(in.get(), shape, options);
     ASSERT_EQ(gpu.size(), cpu.size());

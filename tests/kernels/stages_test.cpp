@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <tuple>
 #include <random>
 
@@ -43,6 +45,35 @@ TEST(Stages, Transpose32MatchesTheDefinitionOnBothPaths) {
     hd::transpose_stage<1, 0x55555555u>(scalar);
     ASSERT_EQ(std::memcmp(scalar, expect, sizeof a), 0) << trial;
   }
+}
+
+// The positive mask's decode rule on its edge cases: a positive decoded to 0 or below becomes
+// the smallest positive float, a non-positive decoded above 0 becomes +0.0, anything else (NaN,
+// infinities, -0.0, agreeing signs) is untouched; pack and apply are inverse on the sign.
+TEST(Stages, PositiveMaskRestoresTheSignAndNothingElse) {
+  const float tiny = hd::bits_float(1u), nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(hd::float_bits(PositiveMask::restore(true, 0.0f)), 1u);
+  EXPECT_EQ(hd::float_bits(PositiveMask::restore(true, -0.0f)), 1u);
+  EXPECT_EQ(PositiveMask::restore(true, -0.25f), tiny);
+  EXPECT_EQ(PositiveMask::restore(true, 0.5f), 0.5f);
+  EXPECT_EQ(PositiveMask::restore(true, inf), inf);
+  EXPECT_EQ(hd::float_bits(PositiveMask::restore(false, 0.25f)), 0u);
+  EXPECT_EQ(hd::float_bits(PositiveMask::restore(false, -0.0f)), 0x80000000u);
+  EXPECT_EQ(PositiveMask::restore(false, -0.5f), -0.5f);
+  EXPECT_EQ(PositiveMask::restore(false, -inf), -inf);
+  EXPECT_TRUE(std::isnan(PositiveMask::restore(false, nan)));
+  const float x[8] = {1.0f, 0.0f, -1.0f, tiny, nan, inf, -0.0f, 3.0f};
+  const std::uint8_t bits = PositiveMask::pack(x, 8);
+  EXPECT_EQ(bits, 0b10101001);
+  EXPECT_EQ(PositiveMask::pack(x, 3), 0b001);
+  EXPECT_TRUE(PositiveMask::padding_clear(PositiveMask::pack(x, 5), 5));
+  EXPECT_FALSE(PositiveMask::padding_clear(0b100000, 5));
+  float y[8] = {0.0f, 0.5f, -1.0f, -0.0f, nan, inf, -0.0f, 2.0f};
+  PositiveMask::apply(bits, 8, y);
+  for (int i = 0; i < 8; ++i) EXPECT_EQ(x[i] > 0.0f, y[i] > 0.0f) << i;
+  EXPECT_EQ(PositiveMask::bytes(0), 0u);
+  EXPECT_EQ(PositiveMask::bytes(8), 1u);
+  EXPECT_EQ(PositiveMask::bytes(9), 2u);
 }
 
 TEST(Stages, RoundEvenSmallIsRintBelowTwoToThe22) {

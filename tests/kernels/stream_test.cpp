@@ -347,5 +347,68 @@ TEST(Stream, DecompressIntoChecksTheOutputSize) {
   EXPECT_THROW(decompress_into(s, small), InputError);
 }
 
+// The positive mask's stream: a round trip through inspect, and forged masks refused at their
+// offsets (a codec parameter szp does not know, a payload too short for the mask, bits set after
+// the last value, the mask on a codec that has none).
+TEST(Stream, PositiveMaskRoundTripAndForgeries) {
+  for (CodecId codec : {CodecId::szp, CodecId::szh}) {
+    SCOPED_TRACE(codec_info(codec).name);
+    auto x = testing::relu_like(3001, 0.5, 17);  // 3001: the mask's last byte holds one value
+    for (std::size_t i = 0; i < x.size(); i += 7) x[i] = 1e-6f;  // inside (0, eb): decoded 0 without the mask
+    const CompressOptions o{.codec = codec, .eb = 1e-3, .mode = BoundMode::rel, .positive_mask = true};
+    const auto s = compress(x, Shape::flat(x.size()), o);
+    const Header h = inspect(s);
+    EXPECT_EQ(h.codec_param, kPositiveMaskParam);
+    const auto back = decompress(s);
+    for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i] > 0.0f, back[i] > 0.0f) << i;
+    std::vector<float> threaded(x.size());
+    decompress_into(s, threaded, 3);
+    EXPECT_EQ(0, std::memcmp(back.data(), threaded.data(), 4 * x.size()));
+    CompressOptions o3 = o;
+    o3.threads = 3;
+    EXPECT_EQ(s, compress(x, Shape::flat(x.size()), o3));
+
+    auto param = s;  // a parameter szp and szh do not define
+    param[field::kCodecParam] = std::byte{2};
+    reseal(param);
+    EXPECT_THROW((void)decompress(param), StreamError);
+
+    auto padding = s;  // a bit after the last value
+    padding.back() |= std::byte{0x80};
+    reseal(padding);
+    try {
+      (void)decompress(padding);
+      ADD_FAILURE() << "padding bits accepted";
+    } catch (const StreamError& e) {
+      EXPECT_NE(std::string(e.what()).find("byte " + std::to_string(s.size() - 1)), std::string::npos) << e.what();
+    }
+
+    auto without = s;  // the flag cleared: the mask's bytes are then garbage after the codec's payload
+    without[field::kCodecParam] = std::byte{0};
+    reseal(without);
+    EXPECT_THROW((void)decompress(without), StreamError);
+
+    // The flag set on a stream without the mask: its codec payload is cut short.
+    const auto plain = compress(x, Shape::flat(x.size()), {.codec = codec, .eb = 1e-3, .mode = BoundMode::rel});
+    auto forged = plain;
+    forged[field::kCodecParam] = std::byte{1};
+    reseal(forged);
+    EXPECT_THROW((void)decompress(forged), StreamError);
+  }
+  // A tiny stream whose payload cannot even hold the mask.
+  auto tiny = compress(std::vector<float>(64, 1.0f), Shape::flat(64), {.codec = CodecId::szp, .eb = 0.5, .mode = BoundMode::abs});
+  tiny[field::kCodecParam] = std::byte{1};
+  const std::uint64_t four = 4;  // payload size 4 bytes < the 8-byte mask
+  tiny.resize(kHeaderSize + four);
+  std::memcpy(tiny.data() + field::kPayloadSize, &four, 8);
+  reseal(tiny);
+  EXPECT_THROW((void)decompress(tiny), StreamError);
+  for (CodecId codec : {CodecId::zeros, CodecId::quant, CodecId::fp16, CodecId::bf16, CodecId::zfp}) {
+    const std::vector<float> x(100, 1.0f);
+    CompressOptions o{.codec = codec, .eb = 1e-3, .mode = BoundMode::abs, .positive_mask = true};
+    EXPECT_THROW((void)compress(x, Shape::flat(x.size()), o), InputError) << codec_info(codec).name;
+  }
+}
+
 }  // namespace
 }  // namespace comptrain::kernels

@@ -78,6 +78,35 @@ TEST_P(StrictBound, LosslessAtZeroBoundAndHugeBound) {
   }
 }
 
+// The positive mask (CompressOptions::positive_mask): the same strict bound, and x' > 0 exactly
+// where x > 0, on every family, at every bound (wide ones too, where most positives fall in
+// (0, eb)); the stream is the maskless one's payload plus n / 8 bytes rounded up.
+TEST_P(StrictBound, PositiveMaskKeepsTheSignAndTheBound) {
+  const Family& family = GetParam();
+  const std::size_t n = family.values.size();
+  for (CodecId codec : kStrict) {
+    for (BoundMode mode : {BoundMode::abs, BoundMode::rel}) {
+      for (double eb : {1e30, 1e0, 1e-1, 1e-2, 1e-3, 1e-5, 1e-7, 0.0}) {
+        SCOPED_TRACE(std::string(codec_info(codec).name) + (mode == BoundMode::abs ? " abs " : " rel ") + std::to_string(eb));
+        const CompressOptions plain{.codec = codec, .eb = eb, .mode = mode};
+        CompressOptions masked = plain;
+        masked.positive_mask = true;
+        const auto stream = compress(family.values, Shape::flat(n), masked);
+        EXPECT_LE(stream.size(), max_compressed_size(codec, n));
+        EXPECT_EQ(stream.size(), compress(family.values, Shape::flat(n), plain).size() + (n + 7) / 8);
+        const Header h = inspect(stream);
+        EXPECT_TRUE(has_positive_mask(h));
+        const auto back = decompress(stream);
+        ASSERT_TRUE(strictly_bounded(family.values, back, h.eb_abs));
+        for (std::size_t i = 0; i < n; ++i) {
+          ASSERT_EQ(family.values[i] > 0.0f, back[i] > 0.0f) << "element " << i << ": " << family.values[i] << " decoded as " << back[i];
+        }
+        EXPECT_EQ(compare(family.values, back, h.eb_abs).violations, 0u);
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, StrictBound, ::testing::ValuesIn(testing::families()),
                          [](const ::testing::TestParamInfo<Family>& p) { return p.param.name; });
 

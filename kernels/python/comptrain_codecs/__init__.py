@@ -55,8 +55,8 @@ def codecs():
 
 def inspect(stream):
     """Validates a stream (header, checksum, codec fields) and returns its header as a dict:
-    codec, mode, shape, count, error_bound, absolute_bound, codec_parameter, payload_bytes,
-    checksum."""
+    codec, mode, shape, count, error_bound, absolute_bound, codec_parameter, positive_mask,
+    payload_bytes, checksum."""
     return _kernels.inspect(stream)
 
 
@@ -127,7 +127,7 @@ def _check_bound(codec, error_bound):
         raise CodecError(f"codec {codec} is not error-bounded: error_bound does not apply (pass None)")
 
 
-def compress(data, codec, error_bound=None, mode="rel", *, bits=None, threads=1):
+def compress(data, codec, error_bound=None, mode="rel", *, bits=None, threads=1, positive_mask=False):
     """Compresses a float32 array into the kernels' stream (bytes).
 
     data: a C-contiguous float32 NumPy array (or buffer) of 1 to 4 dimensions, read in place, or
@@ -138,13 +138,16 @@ def compress(data, codec, error_bound=None, mode="rel", *, bits=None, threads=1)
     bits: quant's bits per value (1, 2, 4, 8; default 8); the other codecs take none.
     threads: CPU threads, 0 to MAX_THREADS (0: all cores, up to MAX_THREADS); the stream does not
         depend on it.
+    positive_mask: szp and szh only: also keep one bit per value, x > 0 (n / 8 bytes in the
+        stream), so that a decoded value is > 0 exactly when the original was (what a ReLU's
+        backward reads); the bound still holds for every value.
     """
     if _is_tensor(data) and data.device.type == "cuda":
-        return _compress_cuda(data, codec, error_bound, mode, bits, threads)
-    return _kernels.compress(_host_buffer(data, "compress"), codec, error_bound, mode, bits, threads)
+        return _compress_cuda(data, codec, error_bound, mode, bits, threads, positive_mask)
+    return _kernels.compress(_host_buffer(data, "compress"), codec, error_bound, mode, bits, threads, bool(positive_mask))
 
 
-def _compress_cuda(tensor, codec, error_bound, mode, bits, threads):
+def _compress_cuda(tensor, codec, error_bound, mode, bits, threads, positive_mask):
     torch = sys.modules["torch"]
     if tensor.dtype != torch.float32:
         raise TypeError(f"compress: expected a float32 tensor, got {tensor.dtype} (use .float())")
@@ -155,7 +158,8 @@ def _compress_cuda(tensor, codec, error_bound, mode, bits, threads):
     module = _load_cuda_module()
     if module is None or codec not in CUDA_CODECS:
         # Through host memory: the CPU driver writes the stream the CUDA driver would.
-        return _kernels.compress(tensor.detach().cpu().numpy(), codec, error_bound, mode, bits, threads)
+        return _kernels.compress(tensor.detach().cpu().numpy(), codec, error_bound, mode, bits, threads,
+                                 bool(positive_mask))
     _check_bound(codec, error_bound)
     _kernels.check_options(codec, bits, threads)  # unused by the CUDA driver, refused as the CPU path does
     if mode not in ("rel", "abs"):
@@ -164,7 +168,7 @@ def _compress_cuda(tensor, codec, error_bound, mode, bits, threads):
         # The driver runs on its own runtime's default stream: PyTorch's pending work first.
         torch.cuda.current_stream().synchronize()
         return module.compress(tensor.data_ptr(), list(tensor.shape), tensor.device.index, codec,
-                               0.0 if error_bound is None else float(error_bound), mode)
+                               0.0 if error_bound is None else float(error_bound), mode, bool(positive_mask))
 
 
 def decompress(stream, *, out=None, device=None, threads=1):

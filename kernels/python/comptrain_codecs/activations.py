@@ -71,7 +71,13 @@ Accuracy. An error-bounded codec changes each saved value by at most the bound. 
 tensor is multiplied into a weight gradient (a convolution's or a linear layer's input) that is the
 whole effect. Where backward reads it as a mask, more changes: ReLU's backward keeps the gradient
 where its saved output is > 0, and szp/szh decode outputs in (0, eb) to exactly 0, which drops
-their gradient (kernels/README.md, "Python", measures it). `bounds` can exempt such tensors.
+their gradient (kernels/README.md, "Python", measures it). `positive_mask` removes that error:
+with positive_mask='relu' (or True, or a callable of SavedTensorInfo) the stream of such a tensor
+also keeps one bit per value, x > 0, and the decoded tensor is > 0 exactly where the original was
+(n / 8 bytes more per tensor, counted in the compressed bytes); ReLU's backward then reads its
+exact mask. 'relu' selects the saves whose tensor a ReLU produced (SavedTensorInfo.producer is
+RELU_PRODUCER): a ReLU's own saved output, and the same memory saved by its other readers (the
+next convolution), which share its stream. `bounds` can also exempt such tensors.
 
 Errors raised inside a hook during forward (a `bounds` callable giving a bad bound) reach the
 caller as torch re-raises them from the op: a RuntimeError quoting the original.
@@ -92,7 +98,11 @@ from torch.multiprocessing.reductions import StorageWeakRef
 
 from . import CUDA_CODECS, MAX_THREADS, _CODECS, _kernels, _load_cuda_module
 
-__all__ = ["compressed_activations", "CompressionStats", "ModuleStats", "SavedTensorInfo"]
+__all__ = ["compressed_activations", "CompressionStats", "ModuleStats", "SavedTensorInfo", "RELU_PRODUCER"]
+
+# The grad_fn of a ReLU's output (torch.relu, relu_, nn.ReLU, inplace or not): its backward
+# (threshold_backward) reads the saved output's sign as its mask.
+RELU_PRODUCER = "ReluBackward0"
 
 DEFAULT_MIN_BYTES = 64 * 1024
 
@@ -285,6 +295,9 @@ class compressed_activations:
         MAX_THREADS); the streams do not depend on it.
     deduplicate: pack a tensor saved twice once.
     bits: quant's bits per value (1, 2, 4, 8; default 8); the other codecs take none.
+    positive_mask: keep one bit per value, x > 0, beside the stream (szp, szh): False (default),
+        True (every compressed tensor), 'relu' (tensors a ReLU produced: RELU_PRODUCER), or a
+        callable f(info: SavedTensorInfo) -> bool.
 
     Every argument is checked here, when the context is made (CodecError, ValueError, TypeError),
     not inside the forward pass that first compresses.
@@ -294,7 +307,7 @@ class compressed_activations:
                  bounds: Union[None, Mapping[str, Optional[float]], Callable[[SavedTensorInfo], Optional[float]]] = None,
                  *, module: Optional[torch.nn.Module] = None, min_bytes: int = DEFAULT_MIN_BYTES,
                  measure_error: bool = False, threads: Optional[int] = None, deduplicate: bool = True,
-                 bits: Optional[int] = None):
+                 bits: Optional[int] = None, positive_mask: Union[bool, str, Callable[[SavedTensorInfo], bool]] = False):
         info = _CODECS.get(codec)
         if info is None:
             _kernels.max_compressed_size(codec, 0)  # raises CodecError naming the known codecs
@@ -311,6 +324,11 @@ class compressed_activations:
             unknown = sorted(str(k) for k in bounds if k not in known)
             if unknown:
                 raise ValueError(f"bounds name modules that are not in module: {', '.join(unknown)}")
+        if not (isinstance(positive_mask, bool) or positive_mask == "relu" or callable(positive_mask)):
+            raise ValueError(f"positive_mask must be False, True, 'relu' or a callable(SavedTensorInfo), got {positive_mask!r}")
+        if positive_mask is not False and codec not in ("szp", "szh"):
+            raise ValueError(f"positive_mask applies to the strict codecs szp and szh only (codec {codec})")
+        self.positive_mask = positive_mask
         self.codec = codec
         self.bounded = bool(info["error_bounded"])
         self.error_bound = error_bound
@@ -405,15 +423,26 @@ class compressed_activations:
         if isinstance(bound, bool) or not isinstance(bound, (int, float)) or not math.isfinite(bound) or bound < 0:
             raise ValueError(f"{what} must be a finite number >= 0, got {bound!r}")
 
+    @staticmethod
+    def _info(tensor, path, index):
+        grad_fn = tensor.grad_fn
+        return SavedTensorInfo(module=path, index=index, producer=type(grad_fn).__name__ if grad_fn else None,
+                               shape=tuple(tensor.shape), nbytes=tensor.numel() * tensor.element_size(), tensor=tensor)
+
+    def _mask_for(self, tensor, path, index):
+        """Whether this save's stream keeps the positive mask."""
+        if isinstance(self.positive_mask, bool):
+            return self.positive_mask
+        if self.positive_mask == "relu":
+            grad_fn = tensor.grad_fn
+            return grad_fn is not None and type(grad_fn).__name__ == RELU_PRODUCER
+        return bool(self.positive_mask(self._info(tensor, path, index)))
+
     def _bound_for(self, tensor, path, index):
         if self.bounds is None:
             return self.error_bound
         if callable(self.bounds) and not isinstance(self.bounds, Mapping):
-            grad_fn = tensor.grad_fn
-            info = SavedTensorInfo(module=path, index=index, producer=type(grad_fn).__name__ if grad_fn else None,
-                                   shape=tuple(tensor.shape), nbytes=tensor.numel() * tensor.element_size(),
-                                   tensor=tensor)
-            bound = self.bounds(info)
+            bound = self.bounds(self._info(tensor, path, index))
         else:
             bound = self.error_bound
             key = path
@@ -471,12 +500,13 @@ class compressed_activations:
         if bound is None:
             self.stats._pass("policy")
             return t
+        mask = self._mask_for(t, path, index)
         dense = _dense(t)
         stride = tuple(t.stride()) if dense else None  # None: rebuilt contiguous
         key = base = None
         if self.deduplicate:
             key, base = self._memory_key(t, dense)
-            key = key + (bound,)  # a save asking for a tighter bound gets its own stream
+            key = key + (bound, mask)  # a save asking for a tighter bound or the mask gets its own stream
             hit = self._seen.get(key)
             if hit is not None:
                 base_ref, stream_ref = hit
@@ -484,7 +514,7 @@ class compressed_activations:
                 if base_ref() is base and stream is not None:
                     self.stats.tensors_deduplicated += 1
                     return _Packed(stream, tuple(t.shape), stride)
-        stream = self._compress(t.detach(), dense, bound if self.bounded else None)
+        stream = self._compress(t.detach(), dense, bound if self.bounded else None, mask)
         self._account(stream, path, bound)
         packed = _Packed(stream, tuple(t.shape), stride)
         if self.measure_error:
@@ -495,7 +525,7 @@ class compressed_activations:
             seen[key] = (base_ref, weakref.ref(stream))
         return packed
 
-    def _compress(self, t, dense, eb):
+    def _compress(self, t, dense, eb, mask):
         count = t.numel()
         if dense:
             flat = t.as_strided((count,), (1,), t.storage_offset())  # the memory, in storage order
@@ -509,10 +539,10 @@ class compressed_activations:
                 with torch.cuda.device(device):
                     torch.cuda.current_stream().synchronize()
                     data = module.compress(flat.data_ptr(), [count], device.index, self.codec,
-                                           0.0 if eb is None else float(eb), self.mode)
+                                           0.0 if eb is None else float(eb), self.mode, mask)
                 return _Stream(data, count, device, original, True)
             flat = flat.cpu()
-        data = _kernels.compress(flat.numpy(), self.codec, eb, self.mode, self.bits, self._threads)
+        data = _kernels.compress(flat.numpy(), self.codec, eb, self.mode, self.bits, self._threads, mask)
         return _Stream(data, count, device, original, False)
 
     def _account(self, stream, path, bound):

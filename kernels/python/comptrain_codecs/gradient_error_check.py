@@ -29,7 +29,11 @@ For one model and one captured training step (issue 16, item 5a):
       'all readers'  also the other saves of the same memory (a ReLU's saved output, which its
                      backward reads as a mask; a pooling layer's input): the deployment, where
                      the storage is compressed once for every reader; the prediction does not
-                     cover the extra error (flagged [r] by the CLI).
+                     cover the extra error (flagged [r] by the CLI);
+      'all readers, mask kept'  the same with positive_mask='relu': the streams of the tensors a
+                     ReLU produced keep one bit per value, x > 0, so a ReLU's backward reads
+                     its exact mask (kernels/README.md, "Positive mask"); what `error_bound:
+                     adaptive` deploys (flagged [m] by the CLI).
 
 Mapping trace layers to torch modules. A trace op is named `<module path>.<aten op>` by the
 capture (`layer1.0.conv1.convolution`, `fc.addmm`); the module is the longest dot-prefix of the
@@ -328,6 +332,9 @@ def run_check(model_spec, batch, bounds, comptrain, capture_path, input_shape="3
             g_w = weight_grads(model, modules, x, y, hooks_w, rng)
             hooks_a = compressed_activations("szp", 1e-3, "abs", bounds=all_readers, module=model, min_bytes=0)
             g_a = weight_grads(model, modules, x, y, hooks_a, rng)
+            hooks_m = compressed_activations("szp", 1e-3, "abs", bounds=all_readers, module=model, min_bytes=0,
+                                             positive_mask="relu")
+            g_m = weight_grads(model, modules, x, y, hooks_m, rng)
             # Every conv/linear layer, covered or not: with the weight path alone compressed, no
             # error enters the data path, so a layer whose input is not compressed must have
             # exactly its reference gradient; with all readers, a ReLU's mask moves the gradients
@@ -336,9 +343,13 @@ def run_check(model_spec, batch, bounds, comptrain, capture_path, input_shape="3
             result_layers.append({"bound": bound, "packed_weight_path": hooks_w.stats.tensors_packed,
                                   "packed_all_readers": hooks_a.stats.tensors_packed,
                                   "deduplicated_all_readers": hooks_a.stats.tensors_deduplicated,
+                                  "packed_mask_kept": hooks_m.stats.tensors_packed,
+                                  "compressed_bytes_all_readers": hooks_a.stats.compressed_bytes,
+                                  "compressed_bytes_mask_kept": hooks_m.stats.compressed_bytes,
                                   "layers": {p: {"input_compressed": p in covered,
                                                  "weight_path": relative_error(g_w[p], ref[p]),
-                                                 "all_readers": relative_error(g_a[p], ref[p])} for p in modules}})
+                                                 "all_readers": relative_error(g_a[p], ref[p]),
+                                                 "mask_kept": relative_error(g_m[p], ref[p])} for p in modules}})
             for entry, layers, eb in entries:
                 row = {"bound": bound, "tensor": entry["tensor"], "layers": layers,
                        "relative_error_bound": entry["relative_error_bound"], "absolute_error_bound": eb,
@@ -347,6 +358,7 @@ def run_check(model_spec, batch, bounds, comptrain, capture_path, input_shape="3
                 if eb is not None:
                     row["measured"] = {p: relative_error(g_w[p], ref[p]) for p in layers}
                     row["measured_all_readers"] = {p: relative_error(g_a[p], ref[p]) for p in layers}
+                    row["measured_mask_kept"] = {p: relative_error(g_m[p], ref[p]) for p in layers}
                 rows.append(row)
         return {"model": model_spec, "batch": batch, "rows": rows, "per_bound": result_layers,
                 "statistics_mismatch": mismatch,
@@ -361,41 +373,50 @@ def markdown(result):
              f"relative weight-gradient error ||G' - G|| / ||G||",
              "",
              "| bound | layer (most sensitive consumer) | predicted | measured, weight path | measured / predicted "
-             "| measured, all readers | other consumers (measured) |",
-             "|---|---|---|---|---|---|---|"]
+             "| measured, all readers | measured, all readers, mask kept | mask kept / predicted "
+             "| other consumers (measured) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         if r["absolute_error_bound"] is None:
             lines.append(f"| {r['bound']:g} | {r['tensor']} | {r['predicted']} | not measured (no absolute bound "
-                         f"or no conv/linear module) | | | |")
+                         f"or no conv/linear module) | | | | | |")
             continue
         first = r["layers"][0]
         pred, meas = r["predicted"], r["measured"][first]
         ratio = f"{meas / pred:.3f}" if pred else "n/a"
+        kept = r["measured_mask_kept"][first]
+        kept_ratio = f"{kept / pred:.3f}" if pred else "n/a"
         others = ", ".join(f"{p} {r['measured'][p]:.3g}" for p in r["layers"][1:])
         flag = " [r]" if r["relu_mask"] else ""
         pred_text = f"{pred:.4g}" if pred is not None else "none"
         lines.append(f"| {r['bound']:g} | {first}{flag} | {pred_text} | {meas:.4g} | {ratio} | "
-                     f"{r['measured_all_readers'][first]:.4g} | {others} |")
+                     f"{r['measured_all_readers'][first]:.4g} | {kept:.4g} | {kept_ratio} | {others} |")
     lines += ["", "Every conv/linear layer's relative weight-gradient error (input compressed: its input is one of "
               "the storages above):", "",
-              "| bound | tensors packed: weight path / all readers | layer | input compressed | weight path "
-              "| all readers |", "|---|---|---|---|---|---|"]
+              "| bound | tensors packed: weight path / all readers / mask kept | layer | input compressed | weight path "
+              "| all readers | all readers, mask kept |", "|---|---|---|---|---|---|---|"]
     for b in result["per_bound"]:
         for path, e in b["layers"].items():
-            lines.append(f"| {b['bound']:g} | {b['packed_weight_path']} / {b['packed_all_readers']} | {path} | "
-                         f"{'yes' if e['input_compressed'] else 'no'} | {e['weight_path']:.4g} | {e['all_readers']:.4g} |")
+            lines.append(f"| {b['bound']:g} | {b['packed_weight_path']} / {b['packed_all_readers']} / "
+                         f"{b['packed_mask_kept']} | {path} | {'yes' if e['input_compressed'] else 'no'} | "
+                         f"{e['weight_path']:.4g} | {e['all_readers']:.4g} | {e['mask_kept']:.4g} |")
+    lines += ["", "Streams of all readers: " + "; ".join(
+        f"{b['bound']:g}: {b['compressed_bytes_all_readers']} B, mask kept {b['compressed_bytes_mask_kept']} B"
+        for b in result["per_bound"])]
     return "\n".join(lines)
 
 
 def summary(result):
-    """Per bound: the geometric mean of measured / predicted, its min and max, over the rows."""
+    """Per bound and run ('measured': weight path, 'measured_mask_kept': all readers with the
+    positive mask): the geometric mean of measured / predicted, its min and max, over the rows."""
     out = {}
     for r in result["rows"]:
         if r["absolute_error_bound"] is None or not r["predicted"]:
             continue
-        out.setdefault(r["bound"], []).append(r["measured"][r["layers"][0]] / r["predicted"])
-    return {b: {"rows": len(v), "geomean": math.exp(sum(math.log(x) for x in v) / len(v)),
-                "min": min(v), "max": max(v)} for b, v in out.items()}
+        for run in ("measured", "measured_mask_kept"):
+            out.setdefault((r["bound"], run), []).append(r[run][r["layers"][0]] / r["predicted"])
+    return {k: {"rows": len(v), "geomean": math.exp(sum(math.log(x) for x in v) / len(v)),
+                "min": min(v), "max": max(v)} for k, v in out.items()}
 
 
 def main(argv=None):
@@ -442,8 +463,9 @@ def main(argv=None):
     result["model"] = args.model
     print(markdown(result))
     print()
-    for b, s in summary(result).items():
-        print(f"bound {b:g}: measured / predicted over {s['rows']} layers: geometric mean {s['geomean']:.3f}, "
+    for (b, run), s in summary(result).items():
+        what = "weight path" if run == "measured" else "all readers, mask kept"
+        print(f"bound {b:g}, {what}: measured / predicted over {s['rows']} layers: geometric mean {s['geomean']:.3f}, "
               f"min {s['min']:.3f}, max {s['max']:.3f}")
     if result["statistics_mismatch"]:
         print("warning: the reference step's RMS(G) differs from the capture's: " + "; ".join(result["statistics_mismatch"]),

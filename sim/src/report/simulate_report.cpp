@@ -213,14 +213,16 @@ void add_tensor_bounds(std::string& out, const models::CompressionModelUse& c) {
   width = std::min<std::size_t>(width, 60);
   add_line(out, "             per tensor: bound relative to its value range and absolute, ratio, predicted weight-gradient error (sigma / RMS) of the layers it enters");
   add_line(out, "             {:<{}}  {:<8}  {:>10}  {:>10}  {:>7}  {:>11}  {}", "tensor", width, "bound", "relative", "absolute", "ratio", "grad. error", "layers");
-  bool relu = false, recomputed = false;
+  bool relu = false, masked = false, recomputed = false;
   for (const auto& t : c.tensors) {
     std::string layers;
     for (const std::string& name : t.consumers) layers += (layers.empty() ? "" : ", ") + name;
     if (t.from == models::TensorBoundUse::From::fallback) layers = t.why_fallback;
-    if (t.relu_mask) layers += " [r]";
+    const bool mask_kept = t.relu_mask && t.positive_mask;
+    if (t.relu_mask) layers += mask_kept ? " [m]" : " [r]";
     if (t.read_by_recomputation) layers += " [c]";
-    relu = relu || t.relu_mask;
+    relu = relu || (t.relu_mask && !mask_kept);
+    masked = masked || mask_kept;
     recomputed = recomputed || t.read_by_recomputation;
     add_line(out, "             {:<{}}  {:<8}  {:>10.3e}  {:>10}  {:>7.3g}  {:>11}  {}", t.tensor, width, models::to_string(t.from), t.relative_error_bound,
              t.absolute_error_bound ? fmt::format("{:.3e}", *t.absolute_error_bound) : "-", t.ratio,
@@ -228,7 +230,12 @@ void add_tensor_bounds(std::string& out, const models::CompressionModelUse& c) {
   }
   if (relu) {
     add_line(out, "             [r] a ReLU's backward reads it too: positive values below the bound decode to 0 and mask their gradients. Not in the prediction, and");
-    add_line(out, "                 measured to dominate the error where it happens: 5-200x the prediction on ResNet-18 (README, \"Compressed activations: gradient error\")");
+    add_line(out, "                 measured to dominate the error where it happens: 5-200x the prediction on ResNet-18 (README, \"Compressed activations: gradient error\");");
+    add_line(out, "                 positive_mask: relu (the default under error_bound: adaptive) keeps its sign exact");
+  }
+  if (masked) {
+    add_line(out, "             [m] a ReLU's backward reads it too, and its stream keeps the positive mask (1 bit per value, in the ratio): the ReLU reads its exact sign,");
+    add_line(out, "                 so the prediction covers its error (kernels/README.md, \"Positive mask\")");
   }
   if (recomputed) add_line(out, "             [c] a recomputation reads the decompressed copy: the error enters the recomputed activations too (not in the prediction)");
   // Statistics measured at another batch: the prediction assumes the weight gradient's RMS does
@@ -613,7 +620,8 @@ std::string report_json(const SimulationRun& run) {
                            {"ratio", t.ratio},
                            {"predicted_relative_gradient_error", t.predicted_gradient_error ? ordered_json(*t.predicted_gradient_error) : ordered_json(nullptr)},
                            {"layers", t.consumers},
-                           {"relu_mask_not_modelled", t.relu_mask},
+                           {"relu_mask_not_modelled", t.relu_mask && !t.positive_mask},
+                           {"positive_mask", t.positive_mask},
                            {"statistics_batch_size", t.statistics_batch ? ordered_json(*t.statistics_batch) : ordered_json(nullptr)},
                            {"read_by_recomputation", t.read_by_recomputation}});
       }

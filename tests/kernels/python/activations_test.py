@@ -256,6 +256,54 @@ class WhatIsPacked(unittest.TestCase):
         self.assertEqual(stats.tensors_deduplicated, 1)
         self.assertEqual(set(stats.per_module), {"0", "1"})  # the input of conv '0', relu '1''s output
 
+    def test_positive_mask_keeps_the_sign_within_the_bound(self):
+        h = activation_like((64, 1024)) - 0.05  # positives, negatives and many values within eb of 0
+        eb = 0.2 * float(h.max() - h.min())  # wide: most positives would decode to 0 or below
+        plain, _, _ = unpacked(h, codec="szp", error_bound=eb, mode="abs")
+        for mask in (True, "relu", lambda info: True):
+            back, _, stats = unpacked(h, codec="szp", error_bound=eb, mode="abs", positive_mask=mask)
+            if mask == "relu":  # h is no ReLU's output: its stream has no mask
+                self.assertTrue(torch.equal(back, plain))
+                continue
+            self.assertTrue(torch.equal(back > 0, h > 0))
+            self.assertLessEqual(float((back - h).abs().max()), eb)
+            self.assertEqual(stats.compressed_bytes, len(cc.compress(h.numpy(), "szp", eb, "abs")) + h.numel() // 8)
+        self.assertFalse(torch.equal(plain > 0, h > 0))  # what the mask is for
+
+    def test_positive_mask_relu_makes_relus_backward_exact(self):
+        # Only the ReLU's output is compressed (saved by the ReLU and by the second conv): kept with
+        # its mask, ReLU's backward passes exactly the reference gradient to the first conv, whose
+        # weight gradient (its input is not compressed) is then bit for bit the reference one.
+        torch.manual_seed(3)
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(8, 8, 3, padding=1))
+        x = torch.randn(4, 3, 16, 16)
+
+        def grads(**options):
+            model.zero_grad()
+            if options:
+                relu_only = lambda info: 0.05 if info.producer == "ReluBackward0" else None  # noqa: E731
+                with compressed_activations("szp", 0.05, "rel", bounds=relu_only, module=model, min_bytes=0, **options):
+                    loss = model(x).square().sum()
+            else:
+                loss = model(x).square().sum()
+            loss.backward()
+            return model[0].weight.grad.clone(), model[2].weight.grad.clone()
+
+        ref = grads()
+        lost = grads(positive_mask=False)
+        kept = grads(positive_mask="relu")
+        self.assertFalse(torch.equal(lost[0], ref[0]))  # the mask's error reaches the first conv
+        self.assertTrue(torch.equal(kept[0], ref[0]))
+        self.assertFalse(torch.equal(kept[1], ref[1]))  # the second conv's input error remains: the weight path
+
+    def test_positive_mask_is_checked_when_the_context_is_made(self):
+        for bad in ("yes", 1, None):
+            with self.assertRaises(ValueError):
+                compressed_activations("szp", 1e-3, positive_mask=bad)
+        with self.assertRaises(ValueError):
+            compressed_activations("zeros", positive_mask=True)
+        compressed_activations("szh", 1e-3, positive_mask="relu")
+
     def test_modified_in_place_between_saves_is_packed_again(self):
         a = torch.randn(300, 300, requires_grad=True)
         with compressed_activations("szp", 0.0, "abs") as stats:  # eb 0: lossless

@@ -78,6 +78,23 @@ class RoundTrip(unittest.TestCase):
                             self.assertTrue(same_bits(x[special], y[special]))
                             self.assertTrue(np.all(y[(x == 0) & ~np.signbit(x)] == 0))
 
+    def test_positive_mask_keeps_the_sign(self):
+        for codec in ("szp", "szh"):
+            for name, x in samples().items():
+                with self.subTest(codec=codec, sample=name):
+                    stream = cc.compress(x, codec, 1e-1, "rel", positive_mask=True)
+                    header = cc.inspect(stream)
+                    self.assertTrue(header["positive_mask"])
+                    self.assertEqual(len(stream), len(cc.compress(x, codec, 1e-1, "rel")) + (x.size + 7) // 8)
+                    y = cc.decompress(stream)
+                    self.assertTrue(np.array_equal(y > 0, x > 0))
+                    finite = np.isfinite(x)
+                    self.assertLessEqual(max_abs_error(x[finite], y[finite]), header["absolute_bound"])
+        self.assertFalse(cc.inspect(cc.compress(samples()["relu"], "szp", 1e-1))["positive_mask"])
+        for codec in ("zeros", "fp16"):
+            with self.assertRaises(cc.CodecError):
+                cc.compress(samples()["relu"], codec, positive_mask=True)
+
     def test_zfp_meets_its_tolerance_on_finite_data(self):
         # zfp's tolerance is not a strict guarantee (kernels/README.md); on these finite arrays it holds.
         for name, x in samples().items():

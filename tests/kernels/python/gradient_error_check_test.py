@@ -75,6 +75,11 @@ class GradientErrorCheck(unittest.TestCase):
             self.assertFalse(conv1["input_compressed"])
             self.assertGreater(conv1["all_readers"], 0)
             self.assertEqual(conv2["all_readers"], conv2["weight_path"])
+            # With the positive mask kept, ReLU's backward reads its exact mask: no error reaches
+            # conv1, and conv2's is the weight path's, which the prediction covers.
+            self.assertEqual(conv1["mask_kept"], 0.0)
+            self.assertEqual(conv2["mask_kept"], conv2["weight_path"])
+            self.assertGreater(b["compressed_bytes_mask_kept"], b["compressed_bytes_all_readers"])
 
     def test_small_transformer(self):
         result = self.check("small_transformer", "16,16", 8)
@@ -84,6 +89,8 @@ class GradientErrorCheck(unittest.TestCase):
         for b in result["per_bound"]:
             for path, e in b["layers"].items():
                 self.assertEqual(e["all_readers"], e["weight_path"], path)
+                self.assertEqual(e["mask_kept"], e["weight_path"], path)
+            self.assertEqual(b["compressed_bytes_mask_kept"], b["compressed_bytes_all_readers"])  # no ReLU output
 
     def test_bad_capture_path(self):
         with self.assertRaises(gec.CheckError):

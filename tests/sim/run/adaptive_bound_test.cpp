@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "comptrain/models/strategy_yaml.hpp"
 #include "comptrain/sim/studies/plan.hpp"
 #include "comptrain/sim/report/simulate_report.hpp"
 #include "comptrain/sim/run/run.hpp"
@@ -69,6 +70,19 @@ TEST(AdaptiveScenario, ReadsTheRule) {
   const models::CompressAction* fixed = scenario("{profile: auto, error_bound: 1e-3}").strategy.rules.at(0).compress();
   EXPECT_FALSE(fixed->adaptive.has_value());
   EXPECT_EQ(fixed->error_bound, 1e-3);
+  // positive_mask: relu by default under an adaptive bound, none under a fixed one; given, as given.
+  using Mask = models::CompressAction::PositiveMask;
+  EXPECT_EQ(c->positive_mask, Mask::relu);
+  EXPECT_EQ(fixed->positive_mask, Mask::none);
+  EXPECT_EQ(scenario("{profile: auto, error_bound: 1e-3, positive_mask: true}").strategy.rules.at(0).compress()->positive_mask, Mask::all);
+  EXPECT_EQ(scenario("{profile: auto, error_bound: 1e-3, positive_mask: relu}").strategy.rules.at(0).compress()->positive_mask, Mask::relu);
+  EXPECT_EQ(scenario("{profile: auto, error_bound: adaptive, gradient_error_tolerance: 0.01, positive_mask: false}").strategy.rules.at(0).compress()->positive_mask,
+            Mask::none);
+  // Written back (the scenarios plans write) where it differs from the reader's default.
+  EXPECT_THAT(models::strategy_to_yaml(scenario("{profile: auto, error_bound: 1e-3, positive_mask: true}").strategy), HasSubstr("positive_mask: true"));
+  EXPECT_THAT(models::strategy_to_yaml(scenario("{profile: auto, error_bound: adaptive, gradient_error_tolerance: 0.01, positive_mask: false}").strategy),
+              HasSubstr("positive_mask: false"));
+  EXPECT_THAT(models::strategy_to_yaml(s.strategy), testing::Not(HasSubstr("positive_mask")));
 }
 
 TEST(AdaptiveScenario, BadRulesExitAtTheirLine) {
@@ -89,6 +103,15 @@ TEST(AdaptiveScenario, BadRulesExitAtTheirLine) {
   EXPECT_THAT(error_of("{profile: cpu-epyc-2core, codec: zfp, error_bound: adaptive, gradient_error_tolerance: 0.01}"), HasSubstr("needs szp or szh"));
   EXPECT_THAT(error_of("{profile: auto, error_bound: adaptive, gradient_error_tolerance: 0.01, error_bound_mode: relative}"),
               HasSubstr("error_bound_mode' is 'relative'"));
+  EXPECT_THAT(error_of("{profile: auto, error_bound: 1e-3, positive_mask: maybe}"), HasSubstr("s.yaml:8:"));
+  EXPECT_THAT(error_of("{profile: auto, error_bound: 1e-3, positive_mask: maybe}"),
+              HasSubstr("positive_mask' is 'maybe'; expected relu (keep the sign of the tensors a ReLU's backward reads), true (of every tensor) or false"));
+  EXPECT_THAT(error_of("{profile: auto, error_bound: 1e-3, positive_mask: [relu]}"), HasSubstr("s.yaml:8:"));
+  EXPECT_THAT(error_of("{profile: cpu-epyc-2core, codec: zfp, error_bound: 1e-3, positive_mask: relu}"),
+              HasSubstr("positive_mask' needs 'profile' and codec szp or szh (got codec 'zfp')"));
+  EXPECT_THAT(error_of("{ratio: 4, compress_bandwidth: 1 GB/s, decompress_bandwidth: 1 GB/s, positive_mask: true}"),
+              HasSubstr("positive_mask' needs 'profile' and codec szp or szh (got no profile)"));
+  EXPECT_EQ(error_of("{profile: cpu-epyc-2core, codec: zfp, error_bound: 1e-3, positive_mask: false}"), "no error");
 }
 
 // The trace decides the rest when the strategy is built: a selected tensor the model does not
@@ -111,9 +134,11 @@ TEST(AdaptiveScenario, ReportsListTheBoundRatioAndPredictionPerTensor) {
   const std::string text = report(prepared, prepared.scenario().strategy, 4, outcome, false);
   EXPECT_THAT(text, HasSubstr("error bound adaptive: predicted weight-gradient error <= 0.01 of each layer's RMS (fallback 0.001)"));
   // y1: eb = 0.01 * 2e-3 / (1e-3 * sqrt(0.5 * 4 / 3)) = 0.02449 absolute, / 4 = 6.124e-03 relative.
-  EXPECT_THAT(text, testing::ContainsRegex("y1 +adaptive +6\\.124e-03 +2\\.449e-02 +[0-9.]+ +1 % +l2 \\[r\\]"));
+  // y1 is read by a ReLU's backward too: its stream keeps the positive mask (the adaptive default).
+  EXPECT_THAT(text, testing::ContainsRegex("y1 +adaptive +6\\.124e-03 +2\\.449e-02 +[0-9.]+ +1 % +l2 \\[m\\]"));
   EXPECT_THAT(text, testing::ContainsRegex("p +fallback +1\\.000e-03 +1\\.000e-03 +[0-9.]+ +- +the backward op 'sm.backward'"));
-  EXPECT_THAT(text, HasSubstr("[r] a ReLU's backward reads it too"));
+  EXPECT_THAT(text, HasSubstr("[m] a ReLU's backward reads it too, and its stream keeps the positive mask"));
+  EXPECT_THAT(text, testing::Not(HasSubstr("[r] a ReLU's backward reads it too")));
   EXPECT_THAT(text, testing::Not(HasSubstr("gradient statistics measured at")));  // at the captured batch
   const RunOutcome at16 = run_scenario(prepared, prepared.scenario().strategy, 16, Isolation::child_process);
   EXPECT_THAT(report(prepared, prepared.scenario().strategy, 16, at16, false), HasSubstr("gradient statistics measured at batch 4, used at this batch"));
@@ -134,13 +159,28 @@ TEST(AdaptiveScenario, ReportsListTheBoundRatioAndPredictionPerTensor) {
   EXPECT_NEAR(y1["absolute_error_bound"].get<double>(), 0.01 * 2e-3 / (1e-3 * std::sqrt(0.5 * 4.0 / 3.0)), 1e-15);
   EXPECT_NEAR(y1["predicted_relative_gradient_error"].get<double>(), 0.01, 1e-15);
   EXPECT_EQ(y1["layers"], nlohmann::json::array({"l2"}));
-  EXPECT_TRUE(y1["relu_mask_not_modelled"].get<bool>());
+  EXPECT_FALSE(y1["relu_mask_not_modelled"].get<bool>());
+  EXPECT_TRUE(y1["positive_mask"].get<bool>());
   EXPECT_TRUE(y1["statistics_batch_size"].is_null());
   EXPECT_GT(y1["ratio"].get<double>(), 1.0);
   const auto& p = c["tensors"][1];
   EXPECT_EQ(p["bound_from"], "fallback");
   EXPECT_TRUE(p["predicted_relative_gradient_error"].is_null());
   EXPECT_THAT(p["why_fallback"].get<std::string>(), HasSubstr("sm.backward"));
+  EXPECT_FALSE(p["positive_mask"].get<bool>());  // no ReLU reads p
+
+  // Without the mask: y1 is flagged [r], and its ratio lacks the mask's bit per value (float32:
+  // 1/32 of the bytes), which the masked ratio adds: 1 / r_masked = 1 / r + 1 / 32.
+  const PreparedScenario unmasked(scenario(
+      "{profile: auto, error_bound: adaptive, gradient_error_tolerance: 0.01, fallback_error_bound: 1e-3, positive_mask: false}", "{inputs_of: [linear]}"));
+  const RunOutcome plain = run_scenario(unmasked, unmasked.scenario().strategy, 4, Isolation::child_process);
+  EXPECT_THAT(report(unmasked, unmasked.scenario().strategy, 4, plain, false), HasSubstr("[r] a ReLU's backward reads it too"));
+  const auto jp = nlohmann::json::parse(report(unmasked, unmasked.scenario().strategy, 4, plain, true));
+  const auto& y1_plain = jp["compression"][0]["tensors"][0];
+  EXPECT_TRUE(y1_plain["relu_mask_not_modelled"].get<bool>());
+  EXPECT_FALSE(y1_plain["positive_mask"].get<bool>());
+  EXPECT_NEAR(1.0 / y1["ratio"].get<double>(), 1.0 / y1_plain["ratio"].get<double>() + 1.0 / 32.0, 1e-12);
+  EXPECT_EQ(p["ratio"], jp["compression"][0]["tensors"][1]["ratio"]);
 }
 
 // The planner simulates each batch through schedule_run, which bounds every tensor for that batch:

@@ -4,6 +4,7 @@
 // Codecs (see kernels/README.md):
 //   szp    error-bounded, strict: |x - x'| <= eb for every element; NaN/Inf/-0.0 bit-exact.
 //   szh    the same strict bound; Lorenzo on the codes + Huffman: higher ratio, lower speed.
+//          Both can keep the positive mask (CompressOptions::positive_mask): x' > 0 iff x > 0.
 //   zeros  lossless zero elimination.
 //   quant  per-group k-bit quantisation (ActNN-style), NOT error-bounded.
 //   fp16, bf16  casts, NOT error-bounded.
@@ -65,7 +66,16 @@ struct CompressOptions {
   BoundMode mode = BoundMode::rel;  // ignored (stored as none) by codecs that are not error-bounded
   unsigned quant_bits = 8;          // quant: 1, 2, 4 or 8
   unsigned threads = 1;             // CPU threads, at most kMaxThreads; 0 = all cores. Output is identical for any value.
+  // szp, szh only (InputError for the others): keep one bit per value, x > 0, beside the stream
+  // (stages.hpp, PositiveMask; n / 8 bytes rounded up, in the payload), so that the decoded
+  // value is > 0 exactly when the original was: what a ReLU's backward reads. The bound still
+  // holds for every element. The header says so (codec parameter kPositiveMaskParam).
+  bool positive_mask = false;
 };
+
+// True when a header's stream carries the positive mask (szp, szh with codec parameter
+// kPositiveMaskParam).
+bool has_positive_mask(const Header& h);
 
 // InputError unless eb is a finite number >= 0: what every error bound must be.
 void check_error_bound(double eb);
@@ -76,7 +86,8 @@ void check_threads(unsigned threads);
 // finite values in rel mode (0 when there are none).
 double absolute_bound(std::span<const float> data, double eb, BoundMode mode);
 
-// Upper bound of the compressed size of n elements (header included); compress never exceeds it
+// Upper bound of the compressed size of n elements (header included), a positive mask included
+// for szp and szh; compress never exceeds it
 // (zfp: for rank-1 shapes; its worst case grows with padded partial blocks of higher ranks).
 // InputError when n exceeds kMaxElements (the products behind it would wrap far beyond).
 std::uint64_t max_compressed_size(CodecId codec, std::uint64_t n, unsigned quant_bits = 8);

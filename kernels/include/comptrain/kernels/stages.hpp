@@ -529,6 +529,47 @@ struct ChunkLorenzo1D {
 };
 
 // ---------------------------------------------------------------------------------------------
+// Sign stage, the positive mask: one bit per value saying x > 0, stored beside a strict codec's
+// payload (codec.hpp, CompressOptions::positive_mask), so that a decoded value is > 0 exactly
+// when the original was. Why: PyTorch's ReLU backward (ReluBackward0, threshold_backward) passes
+// the gradient where its saved output is > 0; an output in (0, eb) that decodes to 0 drops its
+// gradient, and that error, in the data path, dwarfs the bounded error of the weight path
+// (kernels/README.md, "Measured against the prediction").
+//
+// The rule on decode keeps |x - x'| <= eb: where the bit says x > 0 but x' <= 0, x' becomes the
+// smallest positive float (2^-149), which lies between x' and x, so nearer to x; where the bit
+// says not > 0 (x <= 0 or NaN) but x' > 0, x' becomes +0.0, which lies between x and x'. A NaN,
+// an infinity or a zero of the original is already bit-exact (the quantiser sends it raw or
+// codes it exactly) and its bit agrees, so it is untouched. Comparisons and bit moves only: no
+// arithmetic that FMA contraction could change, so the host and device results are identical.
+// Layout: byte k holds values 8k..8k+7, value 8k+i in bit i; the bits after the last value are 0.
+struct PositiveMask {
+  COMPTRAIN_HD static std::uint64_t bytes(std::uint64_t n) { return n / 8 + (n % 8 != 0 ? 1u : 0u); }
+
+  // The byte of values x[0..n), n <= 8.
+  COMPTRAIN_HD static std::uint8_t pack(const float* x, std::uint32_t n) {
+    std::uint32_t bits = 0;
+    for (std::uint32_t i = 0; i < n; ++i) bits |= static_cast<std::uint32_t>(x[i] > 0.0f) << i;
+    return static_cast<std::uint8_t>(bits);
+  }
+
+  // One decoded value y under its bit.
+  COMPTRAIN_HD static float restore(bool positive, float y) {
+    const bool y_positive = y > 0.0f;
+    if (positive) return y_positive ? y : hd::bits_float(1u);  // 2^-149, the smallest positive float
+    return y_positive ? 0.0f : y;
+  }
+
+  // Applies one byte to the decoded values y[0..n), n <= 8.
+  COMPTRAIN_HD static void apply(std::uint8_t bits, std::uint32_t n, float* y) {
+    for (std::uint32_t i = 0; i < n; ++i) y[i] = restore(((bits >> i) & 1u) != 0u, y[i]);
+  }
+
+  // The byte's bits at and after value n must be 0 (a stream check); true when they are.
+  COMPTRAIN_HD static bool padding_clear(std::uint8_t bits, std::uint32_t n) { return n >= 8 || (bits >> n) == 0; }
+};
+
+// ---------------------------------------------------------------------------------------------
 // Number-format stages for the non-error-bounded baselines (host and device).
 
 // float -> bfloat16, round to nearest even; NaN stays a (quiet) NaN.

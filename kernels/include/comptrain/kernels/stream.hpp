@@ -9,7 +9,8 @@
 //     8    1 error-bound mode (BoundMode)
 //     9    1 rank (1..4)
 //    10    2 header size (96)
-//    12    4 codec parameter (quant: bits; others 0)
+//    12    4 codec parameter (quant: bits; szp, szh: 0, or kPositiveMaskParam when the payload
+//            ends with the positive mask, one bit per value (stages.hpp, PositiveMask); others 0)
 //    16   32 shape, 4 x u64 (unused trailing dims are 1)
 //    48    8 element count (product of the shape)
 //    56    8 error bound as given (absolute, or relative to the value range)
@@ -42,6 +43,8 @@ inline constexpr std::size_t kHeaderSize = 96;
 inline constexpr std::size_t kMaxRank = 4;
 
 enum class CodecId : std::uint8_t { szp = 1, zeros = 2, quant = 3, fp16 = 4, bf16 = 5, zfp = 6, szh = 7 };
+// szp's and szh's codec parameter when their payload ends with the positive mask.
+inline constexpr std::uint32_t kPositiveMaskParam = 1;
 // The scenario's error_bound_mode and the stream's are one type (support/error_bound.hpp);
 // its numeric values are this header byte's.
 using BoundMode = ErrorBoundMode;

@@ -127,7 +127,8 @@ struct TensorBoundUse {
   std::optional<double> absolute_error_bound;  // in the tensor's units (when its range is known)
   double ratio = 1;                      // the ratio the storage got (element-size converted)
   std::optional<double> predicted_gradient_error;  // σ / RMS(G), worst consumer; empty when not covered
-  bool relu_mask = false;                // a ReLU's backward reads it too (mask flips not in the prediction)
+  bool relu_mask = false;                // a ReLU's backward reads it too (mask flips not in the prediction unless positive_mask)
+  bool positive_mask = false;            // its stream keeps the positive mask: a ReLU reads its exact sign (CompressAction::positive_mask)
   // The batch the worst consumer's statistics were measured at, when it is not the trace's: the
   // prediction then extrapolates them (README, "With the batch").
   std::optional<std::int64_t> statistics_batch;

@@ -152,7 +152,20 @@ struct CompressAction {
     std::optional<double> fallback_error_bound;  // > 0
   };
   std::optional<Adaptive> adaptive;
+
+  // `positive_mask`: which storages keep the kernels' positive mask, one bit per value saying
+  // x > 0 beside the stream (kernels/README.md, "Positive mask"; szp and szh), so that a ReLU's
+  // backward, which reads its saved output's sign, reads it exactly: the error of a storage a
+  // ReLU also reads is then the weight path's alone, which the gradient-error model predicts.
+  // Its bytes (1 bit per value) are added to the compressed size. Scenario values: false
+  // (none), relu (the storages a ReLU's backward reads), true (all); not given: relu under
+  // `error_bound: adaptive`, none otherwise. Needs a profile (which names the codec).
+  enum class PositiveMask { none, relu, all };
+  PositiveMask positive_mask = PositiveMask::none;
 };
+
+// The scenario's name of a positive_mask value (false, relu, true).
+std::string_view to_string(CompressAction::PositiveMask mask);
 
 // The class of an activation whose content an op of this kind wrote last (the strategy uses the
 // storage's last forward writer): relu -> post_relu, batchnorm,

@@ -476,8 +476,9 @@ std::optional<CompressedCollectivesSummary> compressed_collectives(const Simulat
 }
 
 std::string error_bound_text(const models::CollectiveCompressionSpec& z, const models::CollectiveErrorBound& b) {
-  if (z.error_bound_mode == ErrorBoundMode::abs) return fmt::format("{:.4g} ({} compressions of {:.4g})", b.bound, b.compressions, z.error_bound);
-  return fmt::format("{:.4g} x R ({} compressions at eb {:.4g})", b.bound, b.compressions, z.error_bound);
+  const char* plural = b.compressions == 1 ? "" : "s";
+  if (z.error_bound_mode == ErrorBoundMode::abs) return fmt::format("{:.4g} ({} compression{} of {:.4g})", b.bound, b.compressions, plural, z.error_bound);
+  return fmt::format("{:.4g} x R ({} compression{} at eb {:.4g})", b.bound, b.compressions, plural, z.error_bound);
 }
 
 void add_compressed_collectives(std::string& out, const SimulationRun& run) {

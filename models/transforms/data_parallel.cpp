@@ -285,7 +285,12 @@ std::optional<TaskId> Transform::run() {
     std::optional<Task> copy_back;
     if (spec_.zero_stage == 0 && spec_.comm_hook != DdpCommHook::none) copy_back = compress_bucket(bucket, c, ready, index);
     ++index;
-    last_reduction = add_task(std::move(c), ready + 1);
+    if (spec_.compression) {
+      const auto element_size = static_cast<int>(traces::element_size(trace_.tensor(*s_.buffers[bucket.gradients.front()].tensor).dtype));
+      last_reduction = compressed_collective(std::move(c), element_size, ready + 1);
+    } else {
+      last_reduction = add_task(std::move(c), ready + 1);
+    }
     if (copy_back) {
       copy_back->after = {*last_reduction};
       last_reduction = add_task(std::move(*copy_back), ready + 1);
@@ -334,7 +339,11 @@ std::optional<TaskId> Transform::run() {
       c.after = {*step_end};
       c.name = task_name(expert ? "all-gather of the updated expert parameters" : "all-gather of the updated parameters", 0, weight_bytes);
       if (expert) c.over = traces::ParallelGroup::expert_data;
-      add_task(std::move(c), *last_optimizer_ + 1);
+      if (spec_.compression) {
+        compressed_collective(std::move(c), weight_element_size(), *last_optimizer_ + 1);
+      } else {
+        add_task(std::move(c), *last_optimizer_ + 1);
+      }
     }
   }
 
@@ -457,6 +466,12 @@ void check_data_parallel(const DataParallelSpec& spec) {
   }
   if (spec.overlap_param_gather && (spec.zero_stage < 1 || spec.zero_stage > 2 || spec.offload_optimizer || spec.fsdp)) {
     throw std::invalid_argument("data parallel: overlap_param_gather needs ZeRO stage 1 or 2 with the optimizer on the GPU");
+  }
+  if (spec.compression) {
+    check_collective_compression(*spec.compression);
+    if (spec.comm_hook != DdpCommHook::none || spec.quantized_weights || spec.fsdp) {
+      throw std::invalid_argument("data parallel: compressed collectives are modelled without a DDP comm_hook, ZeRO++'s quantized_weights and FSDP");
+    }
   }
   if (spec.comm_hook != DdpCommHook::none && spec.zero_stage != 0) {
     throw std::invalid_argument("data parallel: a DDP comm_hook needs zero_stage 0 (PyTorch DDP)");

@@ -67,6 +67,24 @@ class Transform : public ScheduleEdit {
   // returns the dequantization to add after it.
   std::optional<Task> quantize_gather(Task& gather, std::int64_t bytes, const std::vector<BufferId>& gathered, std::size_t index, TaskId before);
 
+  // Compressed collectives (DataParallelSpec::compression; compressed_collectives.cpp): adds the
+  // collective `c` (filled as without compression, its bytes those of the values as they are, of
+  // `element_size` bytes each; its name names what the new tasks are about) as its compressed ring: the codec tasks around it on the comm
+  // stream, the compressed bytes moved, a temporary for them. An all-reduce becomes a compressed
+  // reduce-scatter and all-gather. Returns the last task added, after which the result is there.
+  TaskId compressed_collective(Task c, int element_size, TaskId before);
+  // The parameters' bytes per element (their first's: the 16-bit copies the gathers move).
+  int weight_element_size() const {
+    return weights_.empty() ? 2 : static_cast<int>(traces::element_size(trace_.tensor(*s_.buffers[weights_.front()].tensor).dtype));
+  }
+  // The ranks a collective of this transform runs over (its RankGroups, its expert-data group, or
+  // the shard group).
+  int group_ranks(const Task& c) const {
+    if (!c.groups.every_rank()) return c.groups.size;
+    if (c.over == traces::ParallelGroup::expert_data) return expert_ranks();
+    return shard_ranks();
+  }
+
   static std::string task_name(const char* what, std::size_t index, std::int64_t bytes) {
     return std::string(what) + " " + std::to_string(index) + " (" + std::to_string(bytes) + " B)";
   }

@@ -225,7 +225,12 @@ void Transform::gather_parameters() {
     // (not the hpZ gathers, which stay within the node in 16 bits).
     std::optional<Task> dequantize;
     if (spec_.quantized_weights && !within_hpz) dequantize = quantize_gather(c, group.bytes, group.buffers, k, before);
-    TaskId last = add_task(std::move(c), before);
+    TaskId last = 0;
+    if (spec_.compression) {
+      last = compressed_collective(std::move(c), static_cast<int>(traces::element_size(trace_.tensor(*s_.buffers[group.buffers.front()].tensor).dtype)), before);
+    } else {
+      last = add_task(std::move(c), before);
+    }
     if (dequantize) {
       dequantize->after = {last};
       last = add_task(std::move(*dequantize), before);
@@ -304,7 +309,7 @@ void Transform::gather_parameters_before_forward() {
                                      : "all-gather of the updated parameters for the forward pass, bucket",
                        k, bucket.bytes);
     if (bucket.expert) c.over = traces::ParallelGroup::expert_data;
-    const TaskId gather = add_task(std::move(c), 0);
+    const TaskId gather = spec_.compression ? compressed_collective(std::move(c), weight_element_size(), 0) : add_task(std::move(c), 0);
     if (bucket.first_reader != kUnread) extra_after_[bucket.first_reader].push_back(gather);
   }
 }

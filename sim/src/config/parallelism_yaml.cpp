@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "comptrain/models/module_pattern.hpp"
+#include "comptrain/models/profile_yaml.hpp"
 #include "comptrain/models/parallel_layout.hpp"
 #include "comptrain/zoo/zoo.hpp"
 
@@ -16,7 +17,7 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
   require_map(node, "parallelism");
   check_keys(node, "parallelism",
              {"nodes", "gpus_per_node", "ddp", "zero", "fsdp", "tensor", "pipeline", "context", "expert", "expert_tensor", "virtual_stages", "sequence_parallel",
-              "pipeline_schedule", "pipeline_layers", "pipeline_scatter_gather", "context_parallel_comm", "tp_comm_overlap"});
+              "pipeline_schedule", "pipeline_layers", "pipeline_scatter_gather", "context_parallel_comm", "tp_comm_overlap", "compression"});
   ParallelismSection p;
   // At most 1,000,000 GPUs: far beyond any machine, and nodes x GPUs stays an int.
   constexpr std::int64_t kMaxGpus = 1'000'000;
@@ -181,7 +182,90 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
                        "expected false (the replay has no all-to-all collective yet)");
     }
   }
+  if (const YAML::Node compression = node["compression"]) {
+    p.data.compression = read_collective_compression(compression);
+    // The other ways of compressing the same collectives.
+    const auto refuse = [&](bool present, const YAML::Node& at, const std::string& what) {
+      if (present) {
+        throw InputError(where(at.Mark()) + "'parallelism.compression' compresses the data-parallel collectives, and " + what +
+                         " does too; expected one of them");
+      }
+    };
+    refuse(p.data.comm_hook != models::DdpCommHook::none, compression, "'parallelism.ddp.comm_hook' (" + std::string(models::to_string(p.data.comm_hook)) + ")");
+    refuse(p.data.quantized_weights, compression, "ZeRO++'s 'parallelism.zero.zero_quantized_weights'");
+    if (p.data.fsdp) {
+      throw InputError(where(compression.Mark()) + "'parallelism.compression' is modelled for PyTorch DDP and DeepSpeed ZeRO; expected 'ddp' or 'zero', not 'fsdp'");
+    }
+  }
   return p;
+}
+
+// parallelism.compression (models::CollectiveCompressionSpec): an error-bounded codec on the
+// data-parallel collectives, its costs from a calibration profile or given, as a strategy's
+// compress rule takes them (scenarios/README.md, "Parallelism").
+models::CollectiveCompressionSpec ScenarioReader::read_collective_compression(const YAML::Node& node) const {
+  const std::string f = "parallelism.compression";
+  require_map(node, f);
+  check_keys(node, f, {"profile", "codec", "error_bound", "error_bound_mode", "ratio", "compress_bandwidth", "decompress_bandwidth", "latency"});
+  models::CollectiveCompressionSpec z;
+  const YAML::Node profile = node["profile"];
+  if (profile) {
+    const std::string spec = scalar(profile, f + ".profile");
+    try {
+      z.profile = models::resolve_profile(spec, base_dir_, platform_name_);
+    } catch (const InputError& e) {
+      throw InputError(where(profile.Mark()) + "'" + f + ".profile': " + e.what());
+    }
+    z.profile_auto = spec == "auto";
+    if (node["codec"]) z.codec = scalar(node["codec"], f + ".codec");
+    if (!z.profile->find(z.codec)) {
+      std::string names;
+      for (const auto& cp : z.profile->codecs) names += (names.empty() ? "" : ", ") + cp.codec;
+      throw InputError(where(node["codec"] ? node["codec"].Mark() : profile.Mark()) + "profile '" + z.profile->name + "' has no codec '" + z.codec +
+                       "'; it has: " + names);
+    }
+  } else if (node["codec"]) {
+    throw InputError(where(node["codec"].Mark()) + "'" + f + ".codec' applies with 'profile' only (it picks the profile's models)");
+  }
+  const YAML::Node eb = required(node, "error_bound", f);
+  z.error_bound = number(eb, f + ".error_bound");
+  if (!(z.error_bound > 0) || !std::isfinite(z.error_bound)) {
+    throw InputError(where(eb.Mark()) + "'" + f + ".error_bound' is " + eb.Scalar() + "; expected a finite bound > 0 (each compression's, e.g. 1e-3)");
+  }
+  if (const YAML::Node mode = node["error_bound_mode"]) {
+    const std::string m = scalar(mode, f + ".error_bound_mode");
+    const auto parsed = parse_error_bound_mode(m);
+    if (!parsed) {
+      throw InputError(where(mode.Mark()) + "'" + f + ".error_bound_mode' is '" + m +
+                       "'; expected rel (relative to the value range of each compressed chunk, the default) or abs (in the gradients' and parameters' units)");
+    }
+    if (*parsed == ErrorBoundMode::abs && !node["ratio"]) {
+      throw InputError(where(mode.Mark()) + "'" + f + ".error_bound_mode' is abs without 'ratio'; expected a ratio with it (the profiles' ratio models take a "
+                       "bound relative to the value range, and traces give no range for gradients) or error_bound_mode rel");
+    }
+    z.error_bound_mode = *parsed;
+  }
+  if (z.error_bound_mode == ErrorBoundMode::rel && z.error_bound > 1) {
+    throw InputError(where(eb.Mark()) + "'" + f + ".error_bound' is " + eb.Scalar() + " relative to the value range; expected at most 1");
+  }
+  // Without a profile the ratio and both bandwidths are required; with one each overrides.
+  if (!profile || node["ratio"]) {
+    const YAML::Node ratio = required(node, "ratio", f);
+    z.ratio = number(ratio, f + ".ratio");
+    if (!(*z.ratio >= 1) || !std::isfinite(*z.ratio)) {
+      throw InputError(where(ratio.Mark()) + "'" + f + ".ratio' is " + ratio.Scalar() + "; expected a finite compression ratio >= 1");
+    }
+  }
+  // As a compress rule's: 1 kB/s to 1 PB/s, latencies up to 1 s.
+  const models::units::Bounds bandwidth{1e3, 1e15};
+  if (!profile || node["compress_bandwidth"]) {
+    z.compress_bandwidth = bounded_quantity(required(node, "compress_bandwidth", f), models::units::Dimension::bandwidth, f + ".compress_bandwidth", bandwidth);
+  }
+  if (!profile || node["decompress_bandwidth"]) {
+    z.decompress_bandwidth = bounded_quantity(required(node, "decompress_bandwidth", f), models::units::Dimension::bandwidth, f + ".decompress_bandwidth", bandwidth);
+  }
+  if (node["latency"]) z.latency = bounded_quantity(node["latency"], models::units::Dimension::time, f + ".latency", {0, 1});
+  return z;
 }
 
 // The model-parallel degrees (models/parallel_layout.hpp). Each key's place is kept: the rules that

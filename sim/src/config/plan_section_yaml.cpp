@@ -11,7 +11,7 @@ namespace comptrain::sim {
 PlanSection ScenarioReader::read_plan(const YAML::Node& node, const std::optional<models::Platform>& platform, const std::optional<ParallelismSection>& parallelism) const {
   require_map(node, "plan");
   check_keys(node, "plan", {"strategies", "margin", "max_batch", "target_global_batch", "memory_metric", "objective", "gpus", "nodes", "zero_stages",
-                              "offload_optimizer", "prefetch_optimizer_gaps", "checkpoint_overhead", "energy_budget", "comm_hooks", "tensor", "pipeline", "micro_batches", "sequence_parallel", "recompute",
+                              "offload_optimizer", "prefetch_optimizer_gaps", "checkpoint_overhead", "energy_budget", "comm_hooks", "compressed_collectives", "tensor", "pipeline", "micro_batches", "sequence_parallel", "recompute",
                               "virtual_stages", "context", "expert"});
   PlanSection plan;
   if (const YAML::Node budget = node["energy_budget"]) plan.energy_budget = read_energy_budget(budget, platform);
@@ -292,6 +292,24 @@ void ScenarioReader::read_cluster_search(const YAML::Node& node, const std::opti
         throw InputError(where(hooks[i].Mark()) + "'plan.comm_hooks[" + std::to_string(i) + "]' repeats " + name + "; expected distinct hooks");
       }
       plan.comm_hooks.push_back(hook);
+    }
+  }
+  // plan.compressed_collectives: distinct booleans; true tries the parallelism section's compression.
+  if (const YAML::Node flags = node["compressed_collectives"]) {
+    if (!flags.IsSequence() || flags.size() == 0) {
+      throw InputError(where(flags.Mark()) + "'plan.compressed_collectives' must be a non-empty list of false and true");
+    }
+    for (std::size_t i = 0; i < flags.size(); ++i) {
+      const std::string field = "plan.compressed_collectives[" + std::to_string(i) + "]";
+      const bool on = boolean(flags[i], field);
+      if (std::find(plan.compressed_collectives.begin(), plan.compressed_collectives.end(), on) != plan.compressed_collectives.end()) {
+        throw InputError(where(flags[i].Mark()) + "'" + field + "' repeats " + (on ? "true" : "false") + "; expected distinct values");
+      }
+      if (on && !(parallelism && parallelism->data.compression)) {
+        throw InputError(where(flags[i].Mark()) + "'" + field + "' is true but the scenario has no 'parallelism.compression'; expected one (the codec and "
+                                                 "bound to try) or false only");
+      }
+      plan.compressed_collectives.push_back(on);
     }
   }
 }

@@ -49,6 +49,17 @@ void set_platform(Scenario& scenario, models::Platform platform) {
       throw InputError(where + ": profile '" + compress->profile->name + "' has no codec '" + compress->codec + "'");
     }
   }
+  // parallelism.compression's `profile: auto`, likewise.
+  if (scenario.parallelism && scenario.parallelism->data.compression && scenario.parallelism->data.compression->profile_auto) {
+    models::CollectiveCompressionSpec& z = *scenario.parallelism->data.compression;
+    const std::string where = scenario.source + ": parallelism.compression.profile auto, platform " + platform.name;
+    try {
+      z.profile = models::resolve_profile("auto", scenario.base_dir, platform.name);
+    } catch (const InputError& e) {
+      throw InputError(where + ": " + e.what());
+    }
+    if (!z.profile->find(z.codec)) throw InputError(where + ": profile '" + z.profile->name + "' has no codec '" + z.codec + "'");
+  }
   if (scenario.power_limit) platform = models::with_power_limit(std::move(platform), *scenario.power_limit, scenario.source + ": power_limit");
   scenario.platform = std::move(platform);
 }

@@ -46,6 +46,7 @@ class ScenarioReader : public yaml::Reader {
   void read_layout(const YAML::Node& node, ParallelismSection& p) const;
   std::string json_text_of(const YAML::Node& node, const std::string& field) const;
   models::FsdpSpec read_fsdp(const YAML::Node& node) const;
+  models::CollectiveCompressionSpec read_collective_compression(const YAML::Node& node) const;
   std::optional<models::FsdpSpec::CpuOffload> read_fsdp_offload(const YAML::Node& node) const;
   // After the model: the step FSDP2's CPU offload runs on the host, from training.optimizer and
   // optimizer_impl; refuses what it does not model.

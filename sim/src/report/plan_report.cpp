@@ -208,6 +208,7 @@ std::string candidate_dp_name(const ClusterCandidate& c, bool fsdp) {
     case models::DdpCommHook::bf16: name += "+bf16"; break;
     case models::DdpCommHook::powersgd: name += "+PowerSGD"; break;
   }
+  if (c.compressed_collectives) name += "+compressed";
   return name;
 }
 
@@ -227,6 +228,9 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
     std::string hooks;
     for (const models::DdpCommHook hook : search.comm_hooks) hooks += (hooks.empty() ? "" : ", ") + std::string(models::to_string(hook));
     stages += " (DDP's hooks: " + hooks + ")";
+  }
+  if (search.compressed_collectives.size() > 1 || (search.compressed_collectives.size() == 1 && search.compressed_collectives.front())) {
+    stages += search.compressed_collectives.size() > 1 ? " (collectives with and without compression)" : " (compressed collectives)";
   }
   std::string places;
   for (const auto& offload : search.offload_optimizer) places += (places.empty() ? "" : ", ") + models::optimizer_place(offload);
@@ -575,6 +579,7 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
       const StrategyPlan& s = c.plan;
       ordered_json jc = shape_json(c.shape, c.zero_stage, plan.fsdp, c.offload_optimizer);
       jc["comm_hook"] = std::string(models::to_string(c.comm_hook));
+      jc["compressed_collectives"] = c.compressed_collectives;
       if (c.layout) {
         jc["layout"] = {{"tensor", c.layout->tensor},
                         {"pipeline", c.layout->pipeline},
@@ -618,6 +623,7 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
                            {"zero_stages", search.zero_stages},
                            {"offload_optimizer", std::move(offloads)},
                            {"comm_hooks", hooks},
+                           {"compressed_collectives", search.compressed_collectives},
                            {"candidates", std::move(candidates)},
                            {"fastest", search.fastest ? ordered_json(*search.fastest) : ordered_json(nullptr)},
                            {"notes", search.notes}};
@@ -751,6 +757,7 @@ ClusterCandidate candidate_from_json(const ordered_json& j) {
   c.zero_stage = j.at("zero_stage").get<int>();
   c.offload_optimizer = offload_from_json(j.at("offload_optimizer"));
   c.comm_hook = enum_named(j.at("comm_hook"), kHooks, "comm_hook");
+  c.compressed_collectives = j.at("compressed_collectives").get<bool>();
   if (j.contains("layout")) {
     const ordered_json& l = j.at("layout");
     models::ParallelLayout layout;
@@ -833,6 +840,7 @@ BatchSizePlan cluster_plan_from_json(const ordered_json& document, const std::st
     for (const ordered_json& offload : cs.at("offload_optimizer")) search.offload_optimizer.push_back(offload_from_json(offload));
     static constexpr models::DdpCommHook kHooks[] = {models::DdpCommHook::none, models::DdpCommHook::fp16, models::DdpCommHook::bf16, models::DdpCommHook::powersgd};
     for (const ordered_json& hook : cs.at("comm_hooks")) search.comm_hooks.push_back(enum_named(hook, kHooks, "cluster_search.comm_hooks"));
+    search.compressed_collectives = cs.at("compressed_collectives").get<std::vector<bool>>();
     const ordered_json& candidates = cs.at("candidates");
     for (std::size_t k = 0; k < candidates.size(); ++k) {
       at = fmt::format("/cluster_search/candidates/{}", k);

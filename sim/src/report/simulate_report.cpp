@@ -5,6 +5,7 @@
 #include "comptrain/sim/metrics/iteration_energy.hpp"
 #include "comptrain/sim/metrics/throughput.hpp"
 
+#include "comptrain/models/collective_compression.hpp"
 #include "comptrain/models/fsdp_offload.hpp"
 #include "comptrain/models/zero_memory.hpp"
 
@@ -423,6 +424,103 @@ ordered_json flops_json(const SimulationRun& run, bool hardware) {
   return hardware ? u->hardware : u->model;
 }
 
+// parallelism.compression's figures (models::CollectiveCompressionSpec): the ratios on the
+// gradients and the parameters, the largest temporary their codec tasks make (the comm stream's
+// compress tasks: compressed collectives are the only ones there with it), and the derived
+// worst-case error after each compressed collective. Their time is in the compression and
+// decompression rows of the time breakdown (the replay's).
+struct CompressedCollectivesSummary {
+  const models::CollectiveCompressionSpec* spec = nullptr;
+  int ranks = 0;
+  double gradient_ratio = 1;
+  double parameter_ratio = 1;
+  std::int64_t largest_temporary = 0;
+  struct Bound {
+    const char* what;  // "gradient all-reduce", ...
+    models::CollectiveKind kind;
+    models::CollectiveErrorBound bound;
+  };
+  std::vector<Bound> bounds;
+};
+
+std::optional<CompressedCollectivesSummary> compressed_collectives(const SimulationRun& run) {
+  if (run.data_parallel == nullptr || !run.data_parallel->compression || run.data_parallel->ranks < 2) return std::nullopt;
+  CompressedCollectivesSummary c;
+  const models::CollectiveCompressionSpec& z = *run.data_parallel->compression;
+  c.spec = &z;
+  c.ranks = run.data_parallel->ranks;
+  int gradient_size = 4;
+  int weight_size = 2;
+  for (const traces::Tensor& t : run.trace.tensors()) {
+    if (t.role == traces::TensorRole::gradient) gradient_size = static_cast<int>(traces::element_size(t.dtype));
+    if (t.role == traces::TensorRole::gradient) break;
+  }
+  for (const traces::Tensor& t : run.trace.tensors()) {
+    if (t.role == traces::TensorRole::weight) weight_size = static_cast<int>(traces::element_size(t.dtype));
+    if (t.role == traces::TensorRole::weight) break;
+  }
+  c.gradient_ratio = models::collective_compression_ratio(z, gradient_size);
+  c.parameter_ratio = models::collective_compression_ratio(z, weight_size);
+  for (const models::Task& task : run.schedule.tasks) {
+    if (task.stream != Stream::comm) continue;
+    if (task.kind == TaskKind::compress) {
+      for (BufferId b : task.creates) {
+        if (run.schedule.buffers.at(b).role == MemoryRole::temporary) c.largest_temporary = std::max(c.largest_temporary, run.schedule.buffers.at(b).bytes);
+      }
+    }
+  }
+  const bool ddp = run.data_parallel->zero_stage == 0;
+  const auto add = [&](const char* what, models::CollectiveKind kind) {
+    c.bounds.push_back({what, kind, models::compressed_collective_error_bound(kind, c.ranks, z.error_bound, z.error_bound_mode)});
+  };
+  if (ddp) {
+    add("gradient all-reduce", models::CollectiveKind::all_reduce);
+  } else {
+    add("gradient reduce-scatter", models::CollectiveKind::reduce_scatter);
+    add("parameter all-gather", models::CollectiveKind::all_gather);
+  }
+  return c;
+}
+
+std::string error_bound_text(const models::CollectiveCompressionSpec& z, const models::CollectiveErrorBound& b) {
+  const char* plural = b.compressions == 1 ? "" : "s";
+  if (z.error_bound_mode == ErrorBoundMode::abs) return fmt::format("{:.4g} ({} compression{} of {:.4g})", b.bound, b.compressions, plural, z.error_bound);
+  return fmt::format("{:.4g} x R ({} compression{} at eb {:.4g})", b.bound, b.compressions, plural, z.error_bound);
+}
+
+void add_compressed_collectives(std::string& out, const SimulationRun& run) {
+  const auto c = compressed_collectives(run);
+  if (!c) return;
+  const models::CollectiveCompressionSpec& z = *c->spec;
+  add_line(out, "  compression      collectives through {}{} at error bound {:.4g} ({}): ratio {:.2f} on the gradients, {:.2f} on the parameters; temporaries up to {} "
+                "(the codec's time: compression and decompression below)",
+           z.profile ? z.codec : std::string("a codec"), z.profile ? fmt::format(" (profile {})", z.profile->name) : std::string(), z.error_bound,
+           to_string(z.error_bound_mode), c->gradient_ratio, c->parameter_ratio, format_bytes(c->largest_temporary));
+  for (const auto& b : c->bounds) {
+    add_line(out, "    worst-case error after the {} over {} ranks: {}", b.what, c->ranks, error_bound_text(z, b.bound));
+  }
+  if (z.error_bound_mode == ErrorBoundMode::rel) add_line(out, "    (R: the largest value range of one rank's chunk; models/transforms/README.md, \"Compressed collectives\")");
+}
+
+ordered_json compressed_collectives_json(const SimulationRun& run) {
+  const auto c = compressed_collectives(run);
+  if (!c) return nullptr;
+  const models::CollectiveCompressionSpec& z = *c->spec;
+  ordered_json bounds = ordered_json::array();
+  for (const auto& b : c->bounds) {
+    bounds.push_back({{"collective", b.what}, {"ranks", c->ranks}, {"compressions", b.bound.compressions}, {"bound", b.bound.bound},
+                      {"unit", z.error_bound_mode == ErrorBoundMode::abs ? "the data's" : "R, the largest value range of one rank's chunk"}});
+  }
+  return {{"codec", z.profile ? ordered_json(z.codec) : ordered_json(nullptr)},
+          {"profile", z.profile ? ordered_json(z.profile->name) : ordered_json(nullptr)},
+          {"error_bound", z.error_bound},
+          {"error_bound_mode", to_string(z.error_bound_mode)},
+          {"gradient_ratio", c->gradient_ratio},
+          {"parameter_ratio", c->parameter_ratio},
+          {"largest_temporary_bytes", c->largest_temporary},
+          {"error_bounds", bounds}};
+}
+
 void add_cluster_results(std::string& out, const SimulationRun& run) {
   if (run.cluster.ranks() == 1) return;
   if (run.layout != nullptr) add_line(out, "  layout           {} (Megatron-LM's rank order tp-cp-ep-dp-pp)", layout_text(*run.layout, run.data_parallel_ranks));
@@ -453,6 +551,7 @@ void add_cluster_results(std::string& out, const SimulationRun& run) {
              format_bytes(node), run.cluster.gpus_per_node,
              capacity <= 0 ? std::string() : node > capacity ? fmt::format(": more than the host's {}", format_bytes(capacity)) : fmt::format(" of the host's {}", format_bytes(capacity)));
   }
+  add_compressed_collectives(out, run);
   if (const auto estimate = deepspeed_estimate(run)) {
     add_line(out, "  DeepSpeed        its estimator gives {} of model states per GPU (a formula: no activations, no buffers)", format_bytes(*estimate));
   }
@@ -671,6 +770,8 @@ std::string report_json(const SimulationRun& run) {
                             {"scaling_efficiency", e ? ordered_json(*e) : ordered_json(nullptr)}};
       const auto estimate = deepspeed_estimate(run);
       results["cluster"]["deepspeed_estimate_bytes"] = estimate ? ordered_json(*estimate) : ordered_json(nullptr);
+      // Only with parallelism.compression: the other runs' documents stay as they were.
+      if (ordered_json compressed = compressed_collectives_json(run); !compressed.is_null()) results["cluster"]["compressed_collectives"] = std::move(compressed);
     }
     ordered_json largest = ordered_json::array();
     for (BufferId b : largest_live_at_peak(run)) largest.push_back(buffer_json(run, b));

@@ -429,6 +429,50 @@ TEST(Scenario, OverlapParamGatherIsReadForStagesOneAndTwoOnTheGpu) {
   }
 }
 
+// parallelism.compression (models::CollectiveCompressionSpec): every bad value an error at its line.
+TEST(Scenario, CollectiveCompressionIsReadAndCheckedWhereItIsWritten) {
+  EXPECT_EQ(parallelism_error("  compression: {profile: auto, codec: szp, error_bound: 1e-3}\n"), "");
+  EXPECT_EQ(parallelism_error("  zero: {stage: 3}\n  compression: {ratio: 8, compress_bandwidth: 100 GB/s, decompress_bandwidth: 200 GB/s, latency: 20 us, "
+                              "error_bound: 1e-4, error_bound_mode: abs}\n"),
+            "");
+  const Scenario s = parse_scenario("model: {zoo: gpt2}\nplatform: a100-80gb\nparallelism:\n  compression: {profile: auto, error_bound: 1e-2, ratio: 3}\n",
+                                    "s.yaml", ".");
+  ASSERT_TRUE(s.parallelism && s.parallelism->data.compression);
+  EXPECT_EQ(s.parallelism->data.compression->profile->name, "a100-literature");
+  EXPECT_EQ(s.parallelism->data.compression->codec, "szp");
+  EXPECT_EQ(s.parallelism->data.compression->ratio, 3.0);
+  EXPECT_EQ(s.parallelism->data.compression->error_bound_mode, ErrorBoundMode::rel);
+  EXPECT_THAT(parallelism_error("  compression: {error_bound: 1e-3}\n"), HasSubstr("s.yaml:4:16: missing key 'ratio' in parallelism.compression"));
+  EXPECT_THAT(parallelism_error("  compression: {profile: auto}\n"), HasSubstr("s.yaml:4:16: missing key 'error_bound' in parallelism.compression"));
+  EXPECT_THAT(parallelism_error("  compression: {profile: auto, codec: lz4, error_bound: 1e-3}\n"),
+              HasSubstr("s.yaml:4:39: profile 'a100-literature' has no codec 'lz4'; it has: szp"));
+  EXPECT_THAT(parallelism_error("  compression: {profile: nowhere.yaml, error_bound: 1e-3}\n"), HasSubstr("s.yaml:4:26: 'parallelism.compression.profile': "));
+  EXPECT_THAT(parallelism_error("  compression: {codec: szp, ratio: 2, compress_bandwidth: 1 GB/s, decompress_bandwidth: 1 GB/s, error_bound: 1e-3}\n"),
+              HasSubstr("s.yaml:4:24: 'parallelism.compression.codec' applies with 'profile' only"));
+  EXPECT_THAT(parallelism_error("  compression: {profile: auto, error_bound: 0}\n"),
+              HasSubstr("s.yaml:4:45: 'parallelism.compression.error_bound' is 0; expected a finite bound > 0"));
+  EXPECT_THAT(parallelism_error("  compression: {profile: auto, error_bound: 2}\n"),
+              HasSubstr("s.yaml:4:45: 'parallelism.compression.error_bound' is 2 relative to the value range; expected at most 1"));
+  EXPECT_THAT(parallelism_error("  compression: {profile: auto, error_bound: .nan}\n"), HasSubstr("s.yaml:4:45: 'parallelism.compression.error_bound' is '.nan'; expected a number"));
+  EXPECT_THAT(parallelism_error("  compression: {profile: auto, error_bound: 1e-3, error_bound_mode: abs}\n"),
+              HasSubstr("s.yaml:4:69: 'parallelism.compression.error_bound_mode' is abs without 'ratio'"));
+  EXPECT_THAT(parallelism_error("  compression: {profile: auto, error_bound: 1e-3, error_bound_mode: pointwise}\n"),
+              HasSubstr("s.yaml:4:69: 'parallelism.compression.error_bound_mode' is 'pointwise'; expected rel"));
+  EXPECT_THAT(parallelism_error("  compression: {profile: auto, error_bound: 1e-3, ratio: 0.5}\n"),
+              HasSubstr("s.yaml:4:58: 'parallelism.compression.ratio' is 0.5; expected a finite compression ratio >= 1"));
+  EXPECT_THAT(parallelism_error("  compression: {profile: auto, error_bound: 1e-3, compress_bandwidth: 0 GB/s}\n"),
+              HasSubstr("s.yaml:4:71: 'parallelism.compression.compress_bandwidth' is 0 GB/s; expected between 1 kB/s and 1 PB/s"));
+  EXPECT_THAT(parallelism_error("  compression: {profile: auto, error_bound: 1e-3, latency: 5 s}\n"), HasSubstr("s.yaml:4:60: 'parallelism.compression.latency' is 5 s; expected between 0 s and 1 s"));
+  EXPECT_THAT(parallelism_error("  compression: {profile: auto, error_bound: 1e-3, bound: 1}\n"), HasSubstr("s.yaml:4:"));
+  EXPECT_THAT(parallelism_error("  compression: [szp]\n"), HasSubstr("s.yaml:4:16: "));
+  EXPECT_THAT(parallelism_error("  ddp: {comm_hook: fp16}\n  compression: {profile: auto, error_bound: 1e-3}\n"),
+              HasSubstr("s.yaml:5:16: 'parallelism.compression' compresses the data-parallel collectives, and 'parallelism.ddp.comm_hook' (fp16) does too"));
+  EXPECT_THAT(parallelism_error("  zero: {stage: 3, zero_quantized_weights: true}\n  compression: {profile: auto, error_bound: 1e-3}\n"),
+              HasSubstr("s.yaml:5:16: 'parallelism.compression' compresses the data-parallel collectives, and ZeRO++'s"));
+  EXPECT_THAT(parallelism_error("  fsdp: {units: [\"transformer.h.*\"]}\n  compression: {profile: auto, error_bound: 1e-3}\n"),
+              HasSubstr("s.yaml:5:16: 'parallelism.compression' is modelled for PyTorch DDP and DeepSpeed ZeRO"));
+}
+
 TEST(Scenario, BadParallelismIsRejectedWhereItIsWritten) {
   EXPECT_THAT(parallelism_error("  gpus_per_node: 16\n"), HasSubstr("s.yaml:4:18: 'parallelism.gpus_per_node' is 16 but platform 'a100-80gb' has 8"));
   EXPECT_THAT(parallelism_error("  nodes: 0\n"), HasSubstr("s.yaml:4:10: 'parallelism.nodes' is '0'; expected a positive integer"));

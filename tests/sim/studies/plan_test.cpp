@@ -478,6 +478,33 @@ TEST(PlanClusters, DdpCommunicationHooksAreCandidates) {
   EXPECT_EQ(json["cluster_search"]["candidates"][1]["comm_hook"], "fp16");
 }
 
+// plan.compressed_collectives: each configuration with and without the parallelism section's
+// compression, the compressed one simulated with it (its collectives move a quarter of the bytes
+// at ratio 4, so its collective time differs), named "+compressed" and flagged in the JSON; true
+// without a compression section is an error at its line.
+TEST(PlanClusters, CompressedCollectivesAreCandidates) {
+  const Scenario scenario = gpt2_scenario("a100-80gb",
+                                          "parallelism: {compression: {ratio: 4, compress_bandwidth: 200 GB/s, decompress_bandwidth: 300 GB/s, error_bound: 1e-3}}\n"
+                                          "plan: {gpus: [8], zero_stages: [0], compressed_collectives: [false, true]}\n",
+                                          2048 * kMiB);
+  const BatchSizePlan plan = make_plan(scenario, {models::StrategySpec{}}, plan_options_for(scenario, options(0.05, 64, 2)));
+  const auto& candidates = plan.cluster_search->candidates;
+  ASSERT_EQ(candidates.size(), 2U);
+  EXPECT_FALSE(candidates[0].compressed_collectives);
+  EXPECT_TRUE(candidates[1].compressed_collectives);
+  EXPECT_NE(point_of(candidates[1].plan, 1).iteration_seconds, point_of(candidates[0].plan, 1).iteration_seconds) << "the compression was simulated";
+  EXPECT_THAT(plan_table_text(plan), ::testing::HasSubstr("DDP+compressed"));
+  const auto json = nlohmann::json::parse(plan_json(plan));
+  EXPECT_EQ(json["cluster_search"]["compressed_collectives"], nlohmann::json({false, true}));
+  EXPECT_EQ(json["cluster_search"]["candidates"][1]["compressed_collectives"], true);
+  try {
+    (void)parse_scenario(gpt2_yaml("a100-80gb", "plan: {gpus: [8], compressed_collectives: [true]}\n"), "p.yaml", ".");
+    ADD_FAILURE() << "accepted without parallelism.compression";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("p.yaml:4:44: 'plan.compressed_collectives[0]' is true but the scenario has no 'parallelism.compression'"));
+  }
+}
+
 // Two nodes of a DGX A100 SuperPOD: plan.nodes fills whole nodes; the search is the same for any -j.
 TEST(PlanClusters, NodesOfACluster) {
   const Scenario scenario = gpt2_scenario("dgx-a100-superpod", "plan: {nodes: [1, 2], target_global_batch: 32}\n");

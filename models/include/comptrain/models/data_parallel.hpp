@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "comptrain/models/collective_compression.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/schedule.hpp"
 #include "comptrain/traces/trace.hpp"
@@ -213,6 +214,11 @@ struct DataParallelSpec {
   // quantization kernel before it, a dequantization after it), half of 16-bit weights' bytes.
   int hpz_partition_size = 1;
   bool quantized_weights = false;
+  // Error-bounded compressed collectives (collective_compression.hpp; the scenario's
+  // parallelism.compression): the gradient all-reduces (DDP) or reduce-scatters (ZeRO) and the
+  // parameter all-gathers move codec-compressed chunks around the ring, each reduction step
+  // decompressing, adding and recompressing. Not with a DDP comm_hook, qwZ or FSDP.
+  std::optional<CollectiveCompressionSpec> compression;
   // PyTorch FSDP2 instead of DeepSpeed (zero_stage 3, no offloaded optimizer); the DeepSpeed
   // fields above (buckets, overlap_comm, sub_group_size) do not apply.
   std::optional<FsdpSpec> fsdp;
@@ -233,7 +239,8 @@ struct DataParallelSpec {
 // The router (`gate`), the shared expert (`shared_expert.`) and the norms are not experts.
 bool is_expert_parameter(std::string_view tensor_name);
 
-// InputError-free check of a spec built in code: ranks >= 1, zero_stage 0..3, positive sizes; an
+// InputError-free check of a spec built in code (compression: check_collective_compression, and
+// not with a comm_hook, quantized_weights or fsdp): ranks >= 1, zero_stage 0..3, positive sizes; an
 // offloaded optimizer needs ZeRO (stage >= 1), a ratio in [0, 1] and below 1 only with stage 3,
 // and prefetch_optimizer needs stage 3, ratio 1 and a gap >= 1; fsdp needs stage 3, no offloaded
 // optimizer, valid unit patterns and element sizes of 1 to 8 bytes; overlap_param_gather needs

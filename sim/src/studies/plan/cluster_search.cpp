@@ -188,6 +188,8 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
   if (search.offload_optimizer.empty()) search.offload_optimizer.push_back(r.scenario.parallelism ? r.scenario.parallelism->data.offload_optimizer : std::nullopt);
   search.comm_hooks = r.scenario.plan->comm_hooks;
   if (search.comm_hooks.empty()) search.comm_hooks.push_back(r.scenario.parallelism ? r.scenario.parallelism->data.comm_hook : models::DdpCommHook::none);
+  search.compressed_collectives = r.scenario.plan->compressed_collectives;
+  if (search.compressed_collectives.empty()) search.compressed_collectives.push_back(r.scenario.parallelism && r.scenario.parallelism->data.compression);
   bool skipped_hooks = false;
   bool skipped_pairs = false;
   std::vector<std::string> skipped_first_stages;  // strategies some layout has too few stages for
@@ -200,7 +202,7 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
     // Only the pairs DeepSpeed has: an offloaded optimizer needs ZeRO, Deep Optimizer States
     // stage 3 (one note for the search, not one per pair).
     // DDP's communication hooks with DDP only (one note for the search).
-    std::vector<std::tuple<int, std::optional<models::OptimizerOffloadSpec>, models::DdpCommHook>> stages_and_offloads;
+    std::vector<std::tuple<int, std::optional<models::OptimizerOffloadSpec>, models::DdpCommHook, bool>> stages_and_offloads;
     for (const int stage : search.zero_stages) {
       for (const auto& offload : search.offload_optimizer) {
         if (offload && (stage == 0 || (stage != 3 && (offload->prefetch_optimizer || offload->ratio < 1)))) {
@@ -212,11 +214,11 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
             skipped_hooks = true;
             continue;
           }
-          stages_and_offloads.emplace_back(stage, offload, hook);
+          for (const bool compressed : search.compressed_collectives) stages_and_offloads.emplace_back(stage, offload, hook, compressed);
         }
       }
     }
-    for (const auto& [stage, offload, hook] : stages_and_offloads) {
+    for (const auto& [stage, offload, hook, compressed] : stages_and_offloads) {
       Scenario scenario = r.scenario;
       ParallelismSection parallelism = scenario.parallelism.value_or(ParallelismSection{});
       parallelism.nodes = shape.nodes;
@@ -228,6 +230,7 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
       parallelism.data.zero_stage = stage;
       parallelism.data.offload_optimizer = offload;
       parallelism.data.comm_hook = hook;
+      if (!compressed) parallelism.data.compression.reset();
       try {
         models::check_data_parallel(parallelism.data);  // the section's other settings may not suit this stage
       } catch (const std::invalid_argument& e) {
@@ -281,6 +284,7 @@ void gather_candidates(BatchSizePlan& out, std::vector<BatchSizePlan>& unit_plan
       candidate.zero_stage = unit_plans[u].zero_stage;
       candidate.offload_optimizer = unit_plans[u].offload_optimizer;
       candidate.comm_hook = unit_plans[u].comm_hook;
+      candidate.compressed_collectives = unit_plans[u].compressed_collectives;
       if (search.layouts) candidate.layout = unit_plans[u].layout.value_or(models::ParallelLayout{});
       candidate.configuration = configurations[k];
       candidate.plan = std::move(plan);

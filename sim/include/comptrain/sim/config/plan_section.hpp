@@ -73,6 +73,9 @@ struct PlanSection {
   // plan.comm_hooks: DDP's communication hooks to try (none, fp16, bf16, powersgd; one
   // candidate each, with PyTorch DDP only). Empty: the scenario's own.
   std::vector<models::DdpCommHook> comm_hooks;
+  // plan.compressed_collectives: with and/or without the parallelism section's compression
+  // (models::CollectiveCompressionSpec), one candidate each. Empty: the scenario's own.
+  std::vector<bool> compressed_collectives;
   // plan.checkpoint_overhead: the checkpoint's cost per iteration as a fraction of the iteration
   // that the checkpoint interval may cost; the report gives the smallest interval meeting it (sim/io.hpp).
   std::optional<double> checkpoint_overhead;
@@ -106,7 +109,7 @@ struct PlanSection {
            all_context_degrees || !context_degrees.empty() || all_expert_degrees || !expert_degrees.empty();
   }
   bool searches_clusters() const {
-    return !cluster_sizes.empty() || !zero_stages.empty() || !offload_optimizer.empty() || !comm_hooks.empty() || searches_layouts();
+    return !cluster_sizes.empty() || !zero_stages.empty() || !offload_optimizer.empty() || !comm_hooks.empty() || !compressed_collectives.empty() || searches_layouts();
   }
 };
 

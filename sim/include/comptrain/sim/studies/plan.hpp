@@ -186,6 +186,7 @@ struct ClusterCandidate {
   int zero_stage = 0;   // 0: PyTorch DDP
   std::optional<models::OptimizerOffloadSpec> offload_optimizer;  // where the optimizer steps; nullopt: the GPU
   models::DdpCommHook comm_hook = models::DdpCommHook::none;       // DDP's communication hook
+  bool compressed_collectives = false;                             // parallelism.compression applied
   std::optional<models::ParallelLayout> layout;  // a layout search's layout; nullopt: data parallelism only
   // Its configuration's index among the search's (expand order: size, stage, optimizer place,
   // hook, layout); a shard's candidates keep the index of the whole search.
@@ -200,6 +201,7 @@ struct ClusterSearch {
   std::vector<int> zero_stages;
   std::vector<std::optional<models::OptimizerOffloadSpec>> offload_optimizer;  // as planned (plan.offload_optimizer)
   std::vector<models::DdpCommHook> comm_hooks;  // as planned (plan.comm_hooks)
+  std::vector<bool> compressed_collectives;     // as planned (plan.compressed_collectives)
   bool layouts = false;                         // plan.tensor or plan.pipeline: a layout search
   std::vector<ClusterCandidate> candidates;  // by size, then stage, then optimizer place, then strategy
   // The configurations expanded (each planned with every strategy); a shard plans only its own
@@ -235,6 +237,7 @@ struct BatchSizePlan {
   bool fsdp = false;  // parallelism.fsdp: PyTorch FSDP2 (zero_stage 3), for every configuration of the plan
   std::optional<models::OptimizerOffloadSpec> offload_optimizer;  // where the optimizer steps (parallelism section); nullopt: the GPU
   models::DdpCommHook comm_hook = models::DdpCommHook::none;       // parallelism.ddp.comm_hook
+  bool compressed_collectives = false;                             // parallelism.compression
   std::optional<models::ParallelLayout> layout;  // the parallelism section's model-parallel layout; nullopt: data parallelism only
   std::vector<StrategyPlan> strategies;       // empty for a cluster search
   std::optional<ClusterSearch> cluster_search;  // the scenario has plan.gpus, plan.nodes or plan.zero_stages

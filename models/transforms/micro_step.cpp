@@ -6,8 +6,12 @@
 namespace comptrain::models::transform_detail {
 namespace {
 
+// An optimizer-phase op of the trace: a kernel, or a communication op's collective or transfer
+// (Megatron's finalize_model_grads before the step, once per iteration: the sequence-parallel
+// gradients' all-reduce, the tied embedding's exchange between the first and last stage).
 bool is_optimizer_task(const Task& task, const traces::Trace& trace) {
-  return task.op && task.kind == TaskKind::op && trace.op(*task.op).phase == traces::Phase::optimizer;
+  const bool of_an_op = task.kind == TaskKind::op || task.kind == TaskKind::collective || task.kind == TaskKind::send || task.kind == TaskKind::recv;
+  return task.op && of_an_op && trace.op(*task.op).phase == traces::Phase::optimizer;
 }
 
 }  // namespace

@@ -13,7 +13,8 @@
 
 namespace comptrain::models::transform_detail {
 
-// Per task, whether it belongs to the optimizer step: the optimizer's ops and every task that
+// Per task, whether it belongs to the optimizer step: the optimizer's ops (kernels, and the
+// collectives and transfers of optimizer-phase communication ops) and every task that
 // waits, directly or through others, for one of them (under data parallelism applied first:
 // ZeRO-2's all-gather of the updated parameters). With `step_begin` (data parallelism applied
 // first says where its step starts) the step is every task from there on. Throws

@@ -199,6 +199,7 @@ class StageBuilder {
  public:
   StageBuilder(const std::vector<Schedule>& chunks, const std::vector<ChunkParts>& parts, const PipelineStageSpec& spec)
       : chunks_(chunks), parts_(parts), spec_(spec), shared_id_(chunks.size()), optimizer_id_(chunks.size()) {
+    for (const PipelineStep& step : spec.order) micro_batches_ = std::max(micro_batches_, step.micro_batch + 1);
     // The buffers every micro-batch of a chunk shares come first, once each.
     for (std::size_t k = 0; k < chunks.size(); ++k) {
       shared_id_[k].assign(chunks[k].buffers.size(), kNoBuffer);
@@ -286,6 +287,7 @@ class StageBuilder {
         if (several_chunks()) task.name += fmt::format(" [chunk {}]", k);
         for (TaskId& a : task.after) a = parts.is_step[a] ? optimizer_id_[k][a] : last.task_id[a];
         remap_buffers(task, shared_id_[k]);
+        if (task.message) fill_step_message(*task.message, task.kind, static_cast<int>(k), chunk.tasks[t].name);
         out_.tasks.push_back(std::move(task));
       }
     }
@@ -505,6 +507,25 @@ class StageBuilder {
     }
   }
 
+  // A transfer of the optimizer step (the tied embedding's gradient exchange, traces/zoo/README.md
+  // "Pipeline stages"): between the first stage's first chunk (the embedding) and the last stage's
+  // last chunk (the head), once per iteration. Its micro-batch is one past the last, so that the
+  // replay pairs it apart from every micro-batch's transfers.
+  void fill_step_message(PipelineMessage& msg, TaskKind kind, int k, const std::string& name) const {
+    const int last_rank = spec_.stages - 1;
+    const int last_chunk = spec_.virtual_stages - 1;
+    const bool embedding_end = spec_.rank == 0 && k == 0;
+    const bool head_end = spec_.rank == last_rank && k == last_chunk;
+    if (last_rank == 0 || embedding_end == head_end) {
+      throw std::invalid_argument(fmt::format("pipeline stage: chunk {} of pipeline rank {} of {} has an optimizer-step {} ({}); expected it on the "
+                                              "first chunk of the first rank or the last chunk of the last, with two or more ranks",
+                                              k, spec_.rank, spec_.stages, to_string(kind), name));
+    }
+    const int peer = embedding_end ? last_rank : 0;
+    const int peer_chunk = embedding_end ? last_chunk : 0;
+    msg = PipelineMessage{.peer = peer, .gradient = true, .micro_batch = micro_batches_, .chunk = kind == TaskKind::send ? k : peer_chunk};
+  }
+
   // A transfer of the chunk schedule's own: its peer, micro-batch and chunk on this rank.
   void fill_message(PipelineMessage& msg, TaskKind kind, int stage, int m, int k, const std::string& name) const {
     // A forward activation goes downstream, a gradient upstream: a send of the forward and a recv
@@ -529,6 +550,7 @@ class StageBuilder {
   std::vector<std::vector<TaskId>> optimizer_id_;  // per chunk: old optimizer task -> new id
   std::map<std::pair<int, int>, Copy> copies_;     // (micro-batch, chunk)
   std::map<int, int> last_backward_;               // chunk -> its micro-batch whose backward ran last
+  int micro_batches_ = 0;                          // M: the step's transfers are micro-batch M's
 };
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "comptrain/support/input_error.hpp"
 #include "comptrain/zoo/zoo.hpp"
 #include "zoo_test_support.hpp"
 
@@ -96,12 +97,13 @@ void PrintTo(const Transfer& transfer, std::ostream* out) {
   *out << traces::to_string(transfer.phase) << " " << traces::to_string(transfer.kind);
 }
 
-// The trace's pipeline transfers by phase and kind; each moves `bytes` (a send reads its tensor,
-// a recv writes it: traces/FORMAT.md, "Communication") and computes nothing.
+// The trace's stage-boundary transfers by phase and kind; each moves `bytes` (a send reads its
+// tensor, a recv writes it: traces/FORMAT.md, "Communication") and computes nothing. The tied
+// embedding's exchange (optimizer phase) is TiedEmbeddingGradientIsExchangedBetweenTheEnds's.
 std::map<Transfer, int> pipeline_transfers(const Trace& trace, std::int64_t bytes) {
   std::map<Transfer, int> counts;
   for (const auto& op : trace.ops()) {
-    if (!op.communication || op.communication->group != ParallelGroup::pipeline) continue;
+    if (!op.communication || op.communication->group != ParallelGroup::pipeline || op.phase == Phase::optimizer) continue;
     SCOPED_TRACE(op.name);
     EXPECT_EQ(op.kind, OpKind::communication);
     EXPECT_EQ(trace.flops(op.id), 0);
@@ -370,6 +372,158 @@ TEST(PipelineStage, TiedHeadReadsTheLastStagesOwnCopy) {
     ASSERT_TRUE(grad.has_value());
     EXPECT_EQ(last.tensor(last.storage_of(grad->id)).role, TensorRole::gradient);
     EXPECT_TRUE(named(last, "lm_head.weight.exp_avg").has_value());
+  }
+}
+
+// The tied embedding's gradient all-reduce between the first and the last stage (Megatron's
+// _allreduce_word_embedding_grads over the embedding group): on each end, in the optimizer phase
+// after every backward op and before the step, a send of the gradient (V'/t x h, 16-bit) and a recv
+// writing into it, over the pipeline group; the step reads what the recv wrote. Not on a middle
+// stage, not on a whole model, not untied.
+TEST(PipelineStage, TiedEmbeddingGradientIsExchangedBetweenTheEnds) {
+  const std::string send = "finalize_model_grads.embedding_grads.send";
+  const std::string recv = "finalize_model_grads.embedding_grads.recv";
+  struct Case {
+    std::string name;
+    ModelRequest whole;
+    std::string embedding;
+    std::int64_t t;
+  };
+  const std::vector<Case> cases{
+      {"gpt", gpt_request(kLayers, Attention::flash), "transformer.wte.weight", 1},
+      {"gpt TP 2 SP", gpt_request(kLayers, Attention::flash, 2, true), "transformer.wte.weight", 2},
+      {"llama tied", llama_request(kLayers, Attention::flash, true), "model.embed_tokens.weight", 1},
+  };
+  const auto find = [](const Trace& trace, const std::string& name) -> std::optional<std::size_t> {
+    for (std::size_t o = 0; o < trace.ops().size(); ++o) {
+      if (trace.ops()[o].name == name) return o;
+    }
+    return std::nullopt;
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::int64_t bytes = tensor_parallel_vocab(kVocab, c.t) / c.t * kHidden * 2;
+    const std::vector<Trace> stages = three_stages(c.whole);
+    for (std::size_t i : {std::size_t{0}, std::size_t{2}}) {
+      SCOPED_TRACE("stage " + std::to_string(i));
+      const Trace& trace = stages[i];
+      const auto s = find(trace, send);
+      const auto r = find(trace, recv);
+      ASSERT_TRUE(s && r);
+      EXPECT_EQ(*r, *s + 1);
+      const traces::Op& send_op = trace.ops()[*s];
+      const traces::Op& recv_op = trace.ops()[*r];
+      for (const traces::Op* op : {&send_op, &recv_op}) {
+        EXPECT_EQ(op->phase, Phase::optimizer);
+        ASSERT_TRUE(op->communication.has_value());
+        EXPECT_EQ(op->communication->group, ParallelGroup::pipeline);
+      }
+      EXPECT_EQ(send_op.communication->kind, CommunicationKind::send);
+      EXPECT_EQ(recv_op.communication->kind, CommunicationKind::recv);
+      EXPECT_EQ(trace.bytes_read(send_op.id), bytes);
+      EXPECT_EQ(trace.bytes_written(recv_op.id), bytes);
+      ASSERT_EQ(send_op.inputs.size(), 1U);
+      ASSERT_EQ(recv_op.outputs.size(), 1U);
+      EXPECT_TRUE(recv_op.inputs.empty());
+      // The gradient of the stage's copy of the embedding, received into in place.
+      const std::string weight = i == 0 ? c.embedding : "lm_head.weight";
+      EXPECT_EQ(trace.tensor(trace.storage_of(send_op.inputs[0])).name, trace.tensor(trace.storage_of(recv_op.outputs[0])).name);
+      EXPECT_EQ(trace.tensor(trace.storage_of(recv_op.outputs[0])).role, TensorRole::gradient);
+      EXPECT_EQ(trace.tensor(trace.storage_of(send_op.inputs[0])).name.rfind(weight, 0), 0U) << trace.tensor(trace.storage_of(send_op.inputs[0])).name;
+      for (std::size_t o = 0; o < trace.ops().size(); ++o) {
+        if (trace.ops()[o].phase == Phase::backward) {
+          EXPECT_LT(o, *s);
+        }
+        if (trace.ops()[o].kind == OpKind::optimizer_update) {
+          EXPECT_GT(o, *r);
+        }
+      }
+      const bool stepped = std::any_of(trace.ops().begin(), trace.ops().end(), [&](const traces::Op& op) {
+        return op.kind == OpKind::optimizer_update && std::find(op.inputs.begin(), op.inputs.end(), recv_op.outputs[0]) != op.inputs.end();
+      });
+      EXPECT_TRUE(stepped);
+    }
+    EXPECT_FALSE(find(stages[1], send).has_value());
+    EXPECT_FALSE(find(build_model(c.whole), send).has_value());
+    ModelRequest untied = c.whole;
+    untied.tie_embeddings = false;
+    for (const Trace& trace : three_stages(untied)) EXPECT_FALSE(find(trace, send).has_value());
+  }
+}
+
+// Elements of the trace's weights.
+std::int64_t weight_elements(const Trace& trace) {
+  std::int64_t total = 0;
+  for (const auto& tensor : trace.tensors()) {
+    if (tensor.role == TensorRole::weight) total += tensor.elements();
+  }
+  return total;
+}
+
+bool has_tensor(const Trace& trace, const std::string& name) {
+  return std::any_of(trace.tensors().begin(), trace.tensors().end(), [&](const traces::Tensor& t) { return t.name == name; });
+}
+
+// Megatron-LM's --untie-embeddings-and-output-weights (tie_embeddings: false): the output layer's
+// weight is its own, V'/t x h, on the whole model and on every last stage; no stage holds a copy.
+// By hand, the 4-layer gpt (h 64, V 1000, 32 learned positions): per layer the two LayerNorms 4h,
+// QKV 3h^2 + 3h, the attention's output h^2 + h, fc1 4h^2 + 4h, fc2 4h^2 + h = 12h^2 + 13h;
+// wte V h, wpe 32 h, ln_f 2h; tied 266,112, untied 64,000 (V h) more.
+TEST(PipelineStage, UntiedHeadIsTheOutputLayersOwnWeightOnTheLastStage) {
+  constexpr std::int64_t h = kHidden;
+  constexpr std::int64_t tied_elements = kLayers * (12 * h * h + 13 * h) + kVocab * h + kSeq * h + 2 * h;
+  static_assert(tied_elements == 266'112);
+  ModelRequest untied = gpt_request(kLayers, Attention::flash);
+  untied.tie_embeddings = false;
+  const Trace whole = build_model(untied);
+  EXPECT_EQ(weight_elements(build_model(gpt_request(kLayers, Attention::flash))), tied_elements);
+  EXPECT_EQ(weight_elements(whole), tied_elements + kVocab * h);
+  EXPECT_TRUE(has_tensor(whole, "lm_head.weight"));
+  EXPECT_TRUE(has_tensor(whole, "lm_head.weight.grad"));
+  EXPECT_TRUE(has_tensor(whole, "lm_head.weight.exp_avg"));
+  EXPECT_TRUE(has_tensor(whole, "lm_head.weight.master"));
+  EXPECT_EQ(whole.metadata().at("tie_embeddings"), "false");
+  EXPECT_EQ(build_model(gpt_request(kLayers, Attention::flash)).metadata().count("tie_embeddings"), 0U);
+  // Under TP 2 each rank holds 1024 / 2 rows of the padded vocabulary (a multiple of 128 x 2).
+  ModelRequest untied_tp = gpt_request(kLayers, Attention::flash, 2, true);
+  untied_tp.tie_embeddings = false;
+  const std::int64_t rows = tensor_parallel_vocab(kVocab, 2) / 2;
+  ASSERT_EQ(rows, 512);
+  EXPECT_EQ(weight_elements(build_model(untied_tp)) - weight_elements(build_model(gpt_request(kLayers, Attention::flash, 2, true))), rows * h);
+  // Staged, untied: the first stage the embedding, the last the output layer, nothing twice.
+  const Trace first = build_model(staged(untied, 0, 2, true, false));
+  const Trace last = build_model(staged(untied, 2, 2, false, true));
+  EXPECT_EQ(weight_elements(first) + weight_elements(last), weight_elements(whole));
+  EXPECT_TRUE(has_tensor(first, "transformer.wte.weight"));
+  EXPECT_FALSE(has_tensor(first, "lm_head.weight"));
+  EXPECT_TRUE(has_tensor(last, "lm_head.weight"));
+  EXPECT_FALSE(has_tensor(last, "transformer.wte.weight"));
+  // llama: the key overrides the architecture's tie_word_embeddings, either way.
+  ModelRequest llama_tied = llama_request(kLayers, Attention::flash, false);
+  llama_tied.tie_embeddings = true;
+  EXPECT_EQ(weight_elements(build_model(llama_request(kLayers, Attention::flash, false))) - weight_elements(build_model(llama_tied)), kVocab * h);
+  ModelRequest llama_untied = llama_request(kLayers, Attention::flash, true);
+  llama_untied.tie_embeddings = false;
+  EXPECT_EQ(weight_elements(build_model(llama_untied)), weight_elements(build_model(llama_request(kLayers, Attention::flash, false))));
+}
+
+// gpt2's and BERT's Hugging Face heads are tied: false is refused, as is the key on a CNN.
+TEST(PipelineStage, TieEmbeddingsFalseIsRefusedWhereTheHeadIsTiedByDefinition) {
+  for (const std::string model : {"gpt2", "bert-base"}) {
+    SCOPED_TRACE(model);
+    try {
+      build_model(Request(model).batch_size(1).layers(1).seq_len(16).tie_embeddings(false));
+      ADD_FAILURE() << "accepted";
+    } catch (const InputError& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("tie_embeddings: false is written for models 'gpt' and 'llama'", 0), 0U) << e.what();
+    }
+    EXPECT_NO_THROW(build_model(Request(model).batch_size(1).layers(1).seq_len(16).tie_embeddings(true)));
+  }
+  try {
+    build_model(Request("resnet18").batch_size(1).tie_embeddings(true));
+    ADD_FAILURE() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("tie_embeddings: a language model option", 0), 0U) << e.what();
   }
 }
 

@@ -458,6 +458,68 @@ TEST(TensorParallelLlama, LayerCollectives) {
   EXPECT_EQ(collectives(build_model(llama_request(shape, 1, t, true, Attention::flash)), "model.embed_tokens.", whole, t), embedding);
 }
 
+// Megatron-LM's _allreduce_layernorm_grads (finalize_model_grads.py:416-452): under sequence
+// parallelism each rank's norms and row-parallel biases see its S/t rows only, so their gradients
+// are all-reduced over the tensor group, coalesced, once per iteration before the step. By hand,
+// 16-bit gradients: gpt per layer ln_1 and ln_2 (weight and bias, 4h) and the two row-parallel
+// biases (attention output and fc2, 2h), plus ln_f (2h): (6L + 2)h elements; llama (no biases)
+// per layer two RMSNorm weights (2h) plus the final norm: (2L + 1)h. No such op without SP.
+TEST(TensorParallel, SequenceParallelGradientsAreAllReducedOnceBeforeTheStep) {
+  const std::string name = "finalize_model_grads.sequence_parallel_grads.all_reduce";
+  struct Case {
+    std::string label;
+    ModelRequest request;
+    std::int64_t elements;
+    std::int64_t inputs;
+  };
+  const std::int64_t layers = 2;
+  const LlamaShape shape;
+  const std::vector<Case> cases{
+      {"gpt", gpt_request(layers, 2, true), (6 * layers + 2) * 256, 6 * layers + 2},
+      {"llama", llama_request(shape, layers, 2, true, Attention::flash), (2 * layers + 1) * shape.h, 2 * layers + 1},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.label);
+    const Trace trace = build_model(c.request);
+    std::vector<std::size_t> found;
+    for (std::size_t o = 0; o < trace.ops().size(); ++o) {
+      if (trace.ops()[o].name == name) found.push_back(o);
+    }
+    ASSERT_EQ(found.size(), 1U);
+    const traces::Op& op = trace.ops()[found[0]];
+    EXPECT_EQ(op.phase, Phase::optimizer);
+    EXPECT_EQ(op.kind, OpKind::communication);
+    ASSERT_TRUE(op.communication.has_value());
+    EXPECT_EQ(op.communication->kind, CommunicationKind::all_reduce);
+    EXPECT_EQ(op.communication->group, ParallelGroup::tensor);
+    EXPECT_EQ(static_cast<std::int64_t>(op.inputs.size()), c.inputs);
+    EXPECT_EQ(trace.bytes_read(op.id), 2 * c.elements);
+    EXPECT_EQ(trace.bytes_written(op.id), 2 * c.elements);
+    for (const auto input : op.inputs) EXPECT_EQ(trace.tensor(trace.storage_of(input)).role, traces::TensorRole::gradient);
+    // After every backward op, before every optimizer op; the step reads what it reduced.
+    for (std::size_t o = 0; o < trace.ops().size(); ++o) {
+      if (trace.ops()[o].phase == Phase::backward) {
+        EXPECT_LT(o, found[0]) << trace.ops()[o].name;
+      }
+      if (trace.ops()[o].phase == Phase::optimizer && o != found[0]) {
+        EXPECT_GT(o, found[0]) << trace.ops()[o].name;
+      }
+    }
+    bool read_by_step = false;
+    for (const auto& other : trace.ops()) {
+      if (other.kind != OpKind::optimizer_update) continue;
+      for (const auto output : op.outputs) {
+        read_by_step = read_by_step || std::find(other.inputs.begin(), other.inputs.end(), output) != other.inputs.end();
+      }
+    }
+    EXPECT_TRUE(read_by_step);
+  }
+  for (const ModelRequest& request : {gpt_request(layers, 2, false), llama_request(shape, layers, 2, false, Attention::flash), gpt_request(layers, 0, false)}) {
+    const Trace trace = build_model(request);
+    EXPECT_TRUE(std::none_of(trace.ops().begin(), trace.ops().end(), [&](const traces::Op& op) { return op.name == name; }));
+  }
+}
+
 TEST(TensorParallel, InvalidSpecsAreRefusedWithTheNumbers) {
   const auto message = [](const ModelRequest& request) -> std::string {
     try {

@@ -39,6 +39,7 @@ class Request {
   Request& heads(std::int64_t value) { request_.heads = value; return *this; }
   Request& seq_len(std::int64_t value) { request_.seq_len = value; return *this; }
   Request& vocab(std::int64_t value) { request_.vocab = value; return *this; }
+  Request& tie_embeddings(bool value) { request_.tie_embeddings = value; return *this; }
   Request& attention(Attention value) { request_.attention = value; return *this; }
   Request& head(BertHead value) { request_.head = value; return *this; }
   Request& mlm(MlmPositions value) { request_.mlm = value; return *this; }

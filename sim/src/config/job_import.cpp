@@ -27,6 +27,7 @@ struct JobDescription {
   std::vector<std::pair<std::string, YAML::Node>> hf_config;
   std::optional<std::string> zoo_model;
   std::map<std::string, long long> zoo_shape;  // layers, hidden, heads, vocab for the zoo model
+  bool zoo_untied = false;  // the zoo model's output layer has its own weight (model.tie_embeddings: false)
   long long seq_len = 0;
   std::string attention = "flash";
   bool torchtitan = false;
@@ -73,6 +74,7 @@ std::string write_scenario(const JobDescription& job, const std::string& source,
   if (job.zoo_model) {
     out << YAML::Key << "zoo" << YAML::Value << *job.zoo_model;
     for (const auto& [key, value] : job.zoo_shape) out << YAML::Key << key << YAML::Value << value;
+    if (job.zoo_untied) out << YAML::Key << "tie_embeddings" << YAML::Value << false;
   } else {
     out << YAML::Key << "hf_config" << YAML::Value << YAML::BeginMap;
     for (const auto& [key, value] : job.hf_config) out << YAML::Key << key << YAML::Value << value;
@@ -383,13 +385,16 @@ ImportedScenario import_megatron_arguments(std::string_view text, const std::str
       c.emplace_back("num_experts_per_tok", YAML::Node(args.integer("moe-router-topk").value_or(2)));
       if (!no_bias) job.notes.push_back("Megatron-LM's linear biases (no --disable-bias-linear) are not in Mixtral's modules: left out");
     }
-  } else if (gpt_like && !experts && kv_heads == heads && ffn == 4 * hidden && !untied) {
+  } else if (gpt_like && !experts && kv_heads == heads && ffn == 4 * hidden) {
     job.zoo_model = "gpt";
     job.zoo_shape = {{"layers", layers}, {"hidden", hidden}, {"heads", heads}, {"vocab", padded_vocab}};
+    // --untie-embeddings-and-output-weights: the output layer's own weight (gpt_model.py,
+    // share_embeddings_and_output_weights = not untie_embeddings_and_output_weights).
+    job.zoo_untied = untied;
     job.attention = args.flag("use-flash-attn") ? "flash" : "fused-softmax";
   } else {
     throw InputError(fmt::format("{}: the model (--normalization {}, --swiglu {}, --position-embedding-type {}{}) is neither a Llama-shaped decoder (RMSNorm, "
-                                 "SwiGLU, rope) nor Megatron's GPT (LayerNorm, GeLU, learned positions, FFN 4h, tied embeddings); expected one of them",
+                                 "SwiGLU, rope) nor Megatron's GPT (LayerNorm, GeLU, learned positions, FFN 4h); expected one of them",
                                  source, normalization, swiglu ? "on" : "off", positions, experts ? ", --num-experts" : ""));
   }
   job.name = fmt::format("megatron-{}L-h{}", layers, hidden);

@@ -146,10 +146,13 @@ void ScenarioReader::read_layout_search(const YAML::Node& node, PlanSection& pla
   degrees("context", plan.context_degrees, plan.all_context_degrees);
   degrees("expert", plan.expert_degrees, plan.all_expert_degrees);
   if (const YAML::Node n = node["expert"]) plan.expert_location = where(n.Mark()) + "plan.expert";
-  // plan.virtual_stages: a list only (`all` would be every count up to the layers per stage).
+  // plan.virtual_stages: `all` (each pipeline degree's counts that divide its stages' layers,
+  // cluster_search.cpp) or a list.
   if (const YAML::Node n = node["virtual_stages"]) {
-    if (!n.IsSequence() || n.size() == 0) {
-      throw InputError(where(n.Mark()) + "'plan.virtual_stages' must be a non-empty list of model chunks per pipeline rank, e.g. [1, 2] (above 1: "
+    if (n.IsScalar() && n.Scalar() == "all") {
+      plan.all_virtual_stages = true;
+    } else if (!n.IsSequence() || n.size() == 0) {
+      throw InputError(where(n.Mark()) + "'plan.virtual_stages' must be `all` or a non-empty list of model chunks per pipeline rank, e.g. [1, 2] (above 1: "
                                          "the interleaved schedule)");
     }
     for (std::size_t i = 0; i < n.size(); ++i) {

@@ -35,7 +35,7 @@ Scenario ScenarioReader::read(const YAML::Node& root) {
   scenario.source = source();
   const YAML::Node model = required(root, "model", "the scenario");
   if (!model.IsMap()) throw InputError(where(model.Mark()) + "'model' must be a mapping with the key zoo, hf_config or trace");
-  check_keys(model, "model", {"zoo", "hf_config", "trace", "layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing", "implementation", "norm_type"});
+  check_keys(model, "model", {"zoo", "hf_config", "trace", "layers", "hidden", "heads", "seq_len", "vocab", "tie_embeddings", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing", "implementation", "norm_type"});
   const YAML::Node training = root["training"];
   if (training && !training.IsMap()) {
     throw InputError(where(training.Mark()) + "'training' must be a mapping with the keys batch_size, precision, optimizer, optimizer_impl, optimizer_in_backward, loss, tf32, memory_format, gradient_accumulation_steps");
@@ -223,6 +223,8 @@ void ScenarioReader::read_model(const YAML::Node& model, const YAML::Node& train
                                      std::pair{"vocab", &request.vocab}}) {
       if (const auto value = optional_positive(model, key, "model")) *field = value;
     }
+    // An output layer of its own or the word embedding (zoo::ModelSpec::tie_embeddings).
+    if (const YAML::Node tie = model["tie_embeddings"]) request.tie_embeddings = boolean(tie, "model.tie_embeddings");
     if (const YAML::Node a = model["attention"]) {
       request.attention = named(a, "model.attention", zoo::parse_attention, zoo::attention_names());
     }
@@ -285,11 +287,11 @@ void ScenarioReader::read_model(const YAML::Node& model, const YAML::Node& train
     }
     scenario.zoo_model = std::move(request);
     scenario.model_locations[""] = where((has_hf ? model["hf_config"] : model["zoo"]).Mark());
-    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing", "implementation", "norm_type"}) {
+    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "tie_embeddings", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing", "implementation", "norm_type"}) {
       if (const YAML::Node node = model[key]) scenario.model_locations[key] = where(node.Mark());
     }
   } else {
-    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing", "implementation", "norm_type"}) {
+    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "tie_embeddings", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing", "implementation", "norm_type"}) {
       if (model[key]) throw InputError(where(model[key].Mark()) + "'" + key + "' applies to zoo models only; a trace file fixes the model's shape");
     }
     std::filesystem::path path = scalar(model["trace"], "model.trace");

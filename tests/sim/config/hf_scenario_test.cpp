@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -120,6 +121,29 @@ TEST(HfScenario, ModelErrorsCarryTheScenarioLine) {
               testing::StartsWith("s.yaml:4:11: model: layers: 9000 is above the zoo's limit of 8192"));
   EXPECT_THAT(build_error("model:\n  hf_config: ok.json\n  seq_len: 64\n  moe: {capacity_factor: 1}\n"),
               testing::StartsWith("s.yaml:4:8: model: moe: routing options"));
+  // model.tie_embeddings: a boolean at its line; false on gpt2 (tied by definition) and the key
+  // on a CNN are the zoo's errors, placed at the key's line.
+  EXPECT_THAT(build_error("model:\n  zoo: gpt2\n  layers: 1\n  tie_embeddings: false\n"),
+              testing::StartsWith("s.yaml:4:19: model: tie_embeddings: false is written for models 'gpt' and 'llama'"));
+  EXPECT_THAT(build_error("model:\n  zoo: resnet18\n  tie_embeddings: true\n"),
+              testing::StartsWith("s.yaml:3:19: model: tie_embeddings: a language model option"));
+  EXPECT_THAT(error_of("model:\n  zoo: gpt\n  tie_embeddings: maybe\n"), AllOf(HasSubstr("s.yaml:3:19"), HasSubstr("model.tie_embeddings"),
+                                                                                  HasSubstr("expected true or false")));
+  EXPECT_THAT(error_of("model:\n  trace: t.json\n  tie_embeddings: false\n"),
+              HasSubstr("s.yaml:3:19: 'tie_embeddings' applies to zoo models only"));
+  // The key reaches the zoo: an hf_config's tie_word_embeddings overridden, gpt untied.
+  const Scenario tied = parse_scenario("model:\n  hf_config: ok.json\n  seq_len: 64\n  tie_embeddings: true\n", "s.yaml", dir);
+  EXPECT_EQ(tied.zoo_model->tie_embeddings, true);
+  const traces::Trace tied_trace = build_trace(tied);
+  const auto named = [](const traces::Trace& trace, const std::string& name) {
+    return std::any_of(trace.tensors().begin(), trace.tensors().end(), [&](const traces::Tensor& t) { return t.name == name; });
+  };
+  EXPECT_FALSE(named(tied_trace, "lm_head.weight"));
+  EXPECT_TRUE(named(build_trace(parse_scenario("model:\n  hf_config: ok.json\n  seq_len: 64\n", "s.yaml", dir)), "lm_head.weight"));
+  const traces::Trace untied_gpt = build_trace(parse_scenario("model: {zoo: gpt, layers: 1, hidden: 64, heads: 4, seq_len: 16, vocab: 100, tie_embeddings: false}\n",
+                                                              "s.yaml", dir));
+  EXPECT_TRUE(named(untied_gpt, "lm_head.weight"));
+  EXPECT_EQ(untied_gpt.metadata().at("tie_embeddings"), "false");
   // A config that cannot be read: the scenario's hf_config line, then the file.
   try {
     parse_scenario("model:\n  hf_config: missing.json\n  seq_len: 64\n", "s.yaml", dir);

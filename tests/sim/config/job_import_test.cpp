@@ -112,6 +112,22 @@ TEST(MegatronImport, AGptJobIsTheZoosGpt) {
   ASSERT_TRUE(s.strategy.layer_recompute);
   EXPECT_EQ(s.strategy.layer_recompute->method, models::LayerRecompute::Method::uniform);
   EXPECT_EQ(s.strategy.layer_recompute->num_layers, std::vector<int>{1});
+  EXPECT_FALSE(s.zoo_model->tie_embeddings.has_value());  // Megatron's default: tied
+  EXPECT_THAT(imported.yaml, ::testing::Not(HasSubstr("tie_embeddings")));
+}
+
+// --untie-embeddings-and-output-weights on Megatron's GPT: the zoo's gpt with an output layer of
+// its own (model.tie_embeddings: false), read back as such.
+TEST(MegatronImport, UntiedGptHasItsOwnOutputLayer) {
+  const ImportedScenario imported = import_megatron_arguments(
+      "--num-layers 4 --hidden-size 256 --num-attention-heads 8 --seq-length 256 --vocab-size 1024 --micro-batch-size 1 "
+      "--global-batch-size 8 --bf16 --untie-embeddings-and-output-weights",
+      "job.sh", on("dgx-h100-superpod"));
+  EXPECT_THAT(imported.yaml, HasSubstr("tie_embeddings: false"));
+  const Scenario s = read_back(imported);
+  ASSERT_TRUE(s.zoo_model);
+  EXPECT_EQ(s.zoo_model->model, "gpt");
+  EXPECT_EQ(s.zoo_model->tie_embeddings, false);
 }
 
 // --tp-comm-overlap becomes parallelism.tp_comm_overlap; Megatron-LM's refusal without sequence

@@ -205,15 +205,56 @@ TEST(PipelineRun, EachStageRunsItsLayersAndTheIterationHoldsTheBubble) {
   ASSERT_TRUE(run.result.fits());
   EXPECT_EQ(run.stages[0].trace.metadata().at("pipeline_layers"), "2");
   EXPECT_EQ(run.stages[1].trace.metadata().at("pipeline_first_layer"), "2");
-  // Every micro-batch crosses the boundary once each way: 4 sends on each stage.
-  for (const ScheduledRun& stage : run.stages) {
+  // Every micro-batch crosses the boundary once each way: 4 sends on each stage. Then, once, the
+  // tied word embedding's gradient all-reduce between the first and the last stage (Megatron's
+  // _allreduce_word_embedding_grads) as an exchange of micro-batch 4 (one past the last): each
+  // end sends its V'/t x h 16-bit gradient (1024 / 2 rows of 512) and receives the other's,
+  // after its last backward task and before its optimizer step.
+  for (std::size_t p = 0; p < run.stages.size(); ++p) {
+    SCOPED_TRACE("stage " + std::to_string(p));
+    const ScheduledRun& stage = run.stages[p];
     int sends = 0, recvs = 0;
-    for (const models::Task& task : stage.schedule.tasks) {
+    std::vector<models::TaskId> step_transfers;
+    for (models::TaskId t = 0; t < stage.schedule.tasks.size(); ++t) {
+      const models::Task& task = stage.schedule.tasks[t];
+      if (task.kind != TaskKind::send && task.kind != TaskKind::recv) continue;
+      if (task.message->micro_batch == 4) {
+        step_transfers.push_back(t);
+        EXPECT_EQ(task.message->peer, 1 - static_cast<int>(p));
+        EXPECT_TRUE(task.message->gradient);
+        EXPECT_EQ(task.bytes, 512 * 512 * 2);
+        EXPECT_EQ(task.message->chunk, 0);
+        continue;
+      }
       sends += task.kind == TaskKind::send;
       recvs += task.kind == TaskKind::recv;
     }
     EXPECT_EQ(sends, 4);
     EXPECT_EQ(recvs, 4);
+    ASSERT_EQ(step_transfers.size(), 2U);
+    EXPECT_EQ(stage.schedule.tasks[step_transfers[0]].kind, TaskKind::send);
+    EXPECT_EQ(stage.schedule.tasks[step_transfers[1]].kind, TaskKind::recv);
+    EXPECT_EQ(step_transfers[1], step_transfers[0] + 1);  // one batch_isend_irecv: no deadlock
+    for (models::TaskId t = 0; t < stage.schedule.tasks.size(); ++t) {
+      const models::Task& task = stage.schedule.tasks[t];
+      if (!task.op) continue;
+      const traces::Phase phase = stage.trace.op(*task.op).phase;
+      if (phase == traces::Phase::backward) {
+        EXPECT_LT(t, step_transfers[0]) << task.name;
+      }
+      if (phase == traces::Phase::optimizer && task.kind == TaskKind::op) {
+        EXPECT_GT(t, step_transfers[1]) << task.name;
+      }
+    }
+  }
+  // Untied (--untie-embeddings-and-output-weights), nothing is exchanged.
+  Scenario untied = pipelined("1f1b", 4);
+  untied.zoo_model->tie_embeddings = false;
+  const PreparedScenario untied_prepared(untied);
+  const PipelineRun u = std::get<PipelineRun>(run_pipeline(untied_prepared, untied_prepared.scenario().strategy, 1, Isolation::child_process));
+  for (const ScheduledRun& stage : u.stages) {
+    EXPECT_TRUE(std::none_of(stage.schedule.tasks.begin(), stage.schedule.tasks.end(),
+                             [](const models::Task& task) { return task.message && task.message->micro_batch == 4; }));
   }
   // The iteration is at least the busiest stage's compute and at most every stage's one after the other.
   double busiest = 0, all = 0;
@@ -356,10 +397,19 @@ TEST(PipelineRun, EachRankSendsOnceForEveryChunkBoundaryOfEveryMicroBatch) {
       recvs += task.kind == TaskKind::recv;
       gradient_sends += task.kind == TaskKind::send && task.message->gradient;
     }
-    EXPECT_EQ(sends, 2 * kMicroBatches * kChunks - kMicroBatches) << "stage " << p;
-    EXPECT_EQ(recvs, 2 * kMicroBatches * kChunks - kMicroBatches) << "stage " << p;
+    // + 1 each way: the tied embedding's gradient exchange between rank 0's chunk 0 and rank 1's
+    // chunk 1, once per iteration.
+    EXPECT_EQ(sends, 2 * kMicroBatches * kChunks - kMicroBatches + 1) << "stage " << p;
+    EXPECT_EQ(recvs, 2 * kMicroBatches * kChunks - kMicroBatches + 1) << "stage " << p;
     // Rank 0 sends gradients from chunk 1 only (stage 2), rank 1 from both (stages 1 and 3).
-    EXPECT_EQ(gradient_sends, p == 0 ? kMicroBatches : 2 * kMicroBatches) << "stage " << p;
+    EXPECT_EQ(gradient_sends, (p == 0 ? kMicroBatches : 2 * kMicroBatches) + 1) << "stage " << p;
+    for (const models::Task& task : run.stages[p].schedule.tasks) {
+      if (task.message && task.message->micro_batch == kMicroBatches) {
+        EXPECT_EQ(task.message->peer, 1 - static_cast<int>(p));
+        // A send names its own chunk, a recv its peer's: rank 0's chunk 0, rank 1's chunk 1.
+        EXPECT_EQ(task.message->chunk, (task.kind == TaskKind::send) == (p == 0) ? 0 : 1) << task.name;
+      }
+    }
   }
 }
 

@@ -216,6 +216,34 @@ TEST(PlanLayouts, VirtualStagesAndContextDegreesAreSearched) {
   EXPECT_EQ(last["layout"]["pipeline_schedule"], "interleaved");
 }
 
+// plan.virtual_stages: all -- per pipeline degree, 1 and every V >= 2 with P x V dividing the 4
+// layers: P 1 tries V 1 only (no interleaving without a pipeline), P 2 V 1 and 2, P 4 V 1 (4 x 2 > 4).
+// No layout is left out for its V.
+TEST(PlanLayouts, AllVirtualStagesAreTheCountsThatSplitEachPipelinesLayersEvenly) {
+  const Scenario scenario = parse_scenario(gpt_yaml("  target_global_batch: 48\n  tensor: [1]\n  pipeline: [1, 2, 4]\n  virtual_stages: all\n"
+                                                    "  micro_batches: [1]\n  strategies: [baseline]\n"),
+                                           "l.yaml", ".");
+  ASSERT_TRUE(scenario.plan->all_virtual_stages);
+  std::vector<planner::ClusterUnit> units;
+  const ClusterSearch search = expand_on_one_node(scenario, units);
+  std::vector<std::pair<int, int>> layouts;
+  for (const planner::ClusterUnit& u : units) layouts.emplace_back(u.scenario.parallelism->layout.pipeline, u.scenario.parallelism->layout.virtual_stages);
+  EXPECT_EQ(layouts, (std::vector<std::pair<int, int>>{{1, 1}, {2, 1}, {2, 2}, {4, 1}}));
+  EXPECT_TRUE(search.notes.empty());
+  for (const planner::ClusterUnit& u : units) {
+    EXPECT_EQ(u.scenario.parallelism->layout.schedule,
+              u.scenario.parallelism->layout.virtual_stages > 1 ? models::PipelineSchedule::interleaved : models::PipelineSchedule::one_f_one_b);
+  }
+  // An 8-layer model on P 2: V 1, 2 and 4 (2 x 3 does not divide 8).
+  std::string eight = gpt_yaml("  target_global_batch: 48\n  tensor: [1]\n  pipeline: [2]\n  virtual_stages: all\n  micro_batches: [1]\n  strategies: [baseline]\n");
+  eight.replace(eight.find("layers: 4"), 9, "layers: 8");
+  std::vector<planner::ClusterUnit> eight_units;
+  (void)expand_on_one_node(parse_scenario(eight, "l.yaml", "."), eight_units);
+  std::vector<int> counts;
+  for (const planner::ClusterUnit& u : eight_units) counts.push_back(u.scenario.parallelism->layout.virtual_stages);
+  EXPECT_EQ(counts, (std::vector<int>{1, 2, 4}));
+}
+
 // The interleaved schedule needs a multiple of P micro-batches: of a share of 2 on P 2, micro-batch
 // 1 (2 micro-batches) is tried and 2 (one micro-batch) is not; 1F1B tries both.
 TEST(PlanLayouts, InterleavedLayoutsTryTheMicroBatchesLeavingAMultipleOfTheStages) {
@@ -310,7 +338,11 @@ TEST(PlanLayouts, FirstStagesStrategiesRunWhereThePipelineHasTheirStages) {
   EXPECT_THAT(error_of("  target_global_batch: 8\n  pipeline: [2]\n  recompute: [none]\n  strategies: [{name: s, recompute: {granularity: selective}}]\n"),
               HasSubstr("l.yaml:9:16: 'plan.strategies[0]' has its own recompute settings"));
   EXPECT_THAT(error_of("  target_global_batch: 8\n  virtual_stages: [2, 2]\n"), HasSubstr("l.yaml:7:23: 'plan.virtual_stages[1]' repeats 2"));
-  EXPECT_THAT(error_of("  target_global_batch: 8\n  virtual_stages: all\n"), HasSubstr("'plan.virtual_stages' must be a non-empty list"));
+  EXPECT_THAT(error_of("  target_global_batch: 8\n  virtual_stages: every\n"),
+              HasSubstr("l.yaml:7:19: 'plan.virtual_stages' must be `all` or a non-empty list"));
+  EXPECT_THAT(error_of("  target_global_batch: 8\n  virtual_stages: []\n"), HasSubstr("l.yaml:7:19: 'plan.virtual_stages' must be `all` or a non-empty list"));
+  EXPECT_THAT(error_of("  target_global_batch: 8\n  virtual_stages: {all: true}\n"), HasSubstr("l.yaml:7:19: 'plan.virtual_stages' must be `all`"));
+  EXPECT_THAT(error_of("  virtual_stages: all\n"), HasSubstr("l.yaml:6:19: a layout search (plan.tensor, plan.pipeline) divides a global batch"));
   EXPECT_THAT(error_of("  context: [2]\n"), HasSubstr("l.yaml:6:12: a layout search (plan.tensor, plan.pipeline) divides a global batch"));
   EXPECT_THAT(error_of("  target_global_batch: 8\n  context: [0]\n"), HasSubstr("'plan.context[0]' is '0'"));
 }

@@ -295,14 +295,18 @@ Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64
     x = decoder_layer(nb, arch, names.base + names.layers + "." + std::to_string(layer) + ".", layer, x, rotary, implementation,
                       expert_tokens, expert_parallel);
   }
+  // A tied embedding split over two or more stages: its gradient all-reduced between them.
+  if (arch.tie_embeddings && stage.first && !stage.last) nb.set_embedding_group_weight(*embed);
   if (!stage.last) return nb.send_to_next_stage("send_forward", x);  // the autograd root: what was sent
   x = norm(nb, arch, names.base + names.final_norm, x);
   // The head and the loss kind's cross-entropy (loss.cpp); by default ForCausalLMLoss's
   // `logits = logits.float()` first. A tied head on a last stage without the embedding reads the
   // stage's own copy of the word embedding (Megatron's, language_module.py:278-290; the
-  // first+last all-reduce of the copies' gradients, finalize_model_grads.py:164-199, is not an op
-  // of this trace), a parameter with its gradient and optimizer state like an untied head.
+  // first+last all-reduce of the copies' gradients, finalize_model_grads.py:164-199, an exchange
+  // with the first stage before the step: pipeline_stage.cpp), a parameter with its gradient and
+  // optimizer state like an untied head.
   const Value head = arch.tie_embeddings && embed ? *embed : nb.parameter(names.head + ".weight", {vocab_rows, arch.hidden});
+  if (arch.tie_embeddings && !embed) nb.set_embedding_group_weight(head);
   if (t == 1) return nb.lm_loss(names.head, x, head, *labels, true);
   // Megatron's output layer and vocabulary-parallel cross-entropy, which makes its own fp32 copy
   // of the logits (no `logits.float()` before it).

@@ -100,7 +100,10 @@ Value megatron_moe_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, co
   const Value flat = nb.reshape(p + "view", x, {n, h});
   // TopKRouter (router.py): a linear without bias, replicated on every rank (not tensor-parallel),
   // over this rank's tokens; softmax in fp32, top-k, the top-k weights normalised (Mixtral).
-  const Value logits = nb.linear(p + "gate", flat, moe.experts, false);
+  const Value router = nb.parameter(p + "gate.weight", {moe.experts, h});
+  // The router's weight is marked `sequence_parallel` (router.py): its gradient is partial.
+  nb.mark_sequence_parallel_weight(router);
+  const Value logits = nb.linear(p + "gate", flat, router, std::nullopt);
   const Value probs = nb.softmax_fp32(p + "softmax", logits);
   auto [weights, selected] = nb.topk(p + "topk", probs, k);
   if (moe.normalize_top_k) weights = nb.normalize_rows_(p + "div_", weights);

@@ -41,11 +41,13 @@ struct BertOptions {
 // head), BertForSequenceClassification (dropout and a 2-label classifier on the pooled first
 // token) or BertForQuestionAnswering (no pooler; start and end logits on every position).
 Value bert(NetworkBuilder& nb, const TransformerShape& shape, Attention attention, const BertOptions& options);
-// Hugging Face's GPT2LMHeadModel: pre-LN decoder, LM head tied to the token embedding. `stage`:
-// the pipeline stage built (ModelSpec::pipeline_stage; the whole model is {0, layers, true,
-// true}). A stage short of the last returns its output, sent to the next stage (the autograd
-// root finish() takes), the last stage its loss.
-Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention attention, const PipelineStageSpec& stage);
+// Hugging Face's GPT2LMHeadModel: pre-LN decoder, LM head tied to the token embedding, or with
+// `tied` false an output layer of its own (`lm_head.weight`, Megatron-LM's
+// --untie-embeddings-and-output-weights). `stage`: the pipeline stage built
+// (ModelSpec::pipeline_stage; the whole model is {0, layers, true, true}). A stage short of the
+// last returns its output, sent to the next stage (the autograd root finish() takes), the last
+// stage its loss.
+Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention attention, const PipelineStageSpec& stage, bool tied = true);
 
 // Hugging Face's LlamaForCausalLM (LLaMA, Mistral, Qwen2), MixtralForCausalLM,
 // Qwen2MoeForCausalLM or GPTNeoXForCausalLM with the causal-LM loss, at `seq_len` tokens, with

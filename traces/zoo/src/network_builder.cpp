@@ -674,6 +674,9 @@ Value NetworkBuilder::layernorm(const std::string& name, Value x) {
   const std::string op = unique_op_name(name);
   const Value weight = parameter(name + ".weight", {features});
   const Value bias = parameter(name + ".bias", {features});
+  // Megatron's norms carry `sequence_parallel` (their gradients reduced over the tensor group).
+  mark_sequence_parallel_weight(weight);
+  mark_sequence_parallel_weight(bias);
   x = {autocast_fp32(op, x.index)};  // layer_norm is on autocast's fp32 list
   const auto batch_dim = tensors_[x.index].batch_dim;
   const std::size_t y = new_output(op + ".out", tensors_[x.index].dtype, sample_shape(x), batch_dim, true);
@@ -1123,6 +1126,7 @@ Value NetworkBuilder::rmsnorm(const std::string& name, Value x) {
   const std::int64_t features = dim(x, -1);
   const std::string op = unique_op_name(name);
   const Value weight = parameter(name + ".weight", {features});
+  mark_sequence_parallel_weight(weight);  // as layernorm's
   const DType input_dtype = tensors_[x.index].dtype;
   const auto batch_dim = tensors_[x.index].batch_dim;
   const std::vector<std::int64_t> shape = sample_shape(x);
@@ -1466,6 +1470,8 @@ traces::Trace NetworkBuilder::finish(Value root, std::map<std::string, std::stri
   if (!deferred_weight_grads_.empty()) {
     throw std::logic_error("NetworkBuilder: a column-parallel linear's input collective has no backward op");
   }
+  emit_sequence_parallel_gradient_all_reduce();
+  emit_embedding_gradient_exchange();
   emit_optimizer_steps();
   assign_storage_roles();
   finished_ = true;

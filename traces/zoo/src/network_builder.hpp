@@ -343,6 +343,10 @@ class NetworkBuilder {
   // [out, in/t], no bias, then reduce_from_tensor_parallel (or reduce_scatter_to_sequence_parallel),
   // then `output_ + self.bias` (`<name>.bias_add`). Degree 1: linear().
   Value row_parallel_linear(const std::string& name, Value x, std::int64_t out_features, bool bias);
+  // Under sequence parallelism: `weight` is applied to this rank's S/t rows only, its gradient
+  // partial and all-reduced over the tensor group before the optimizer step
+  // (sequence_parallel_weights_). Without sequence parallelism, nothing.
+  void mark_sequence_parallel_weight(Value weight);
   // VocabParallelEmbedding.forward (layers.py:336-383) over this rank's rows `weight` [V/t, H]:
   // ids outside the rank's range masked to 0 (two kernels without autograd nodes), the lookup,
   // the masked rows zeroed in place (`output_parallel[input_mask, :] = 0.0`, an index_put_ whose
@@ -390,6 +394,11 @@ class NetworkBuilder {
   Value send_to_next_stage(const std::string& name, Value x);
   // PipelineStageSpec::scatter_gather: set after set_tensor_parallel (zoo.cpp checks the degree).
   void set_pipeline_scatter_gather(bool on) { pipeline_scatter_gather_ = on; }
+  // A tied word embedding under a pipeline of two or more stages: `weight` is the first stage's
+  // embedding or the last stage's copy of it (the head's weight), whose gradient the two stages
+  // all-reduce after the backward pass (Megatron-LM's _allreduce_word_embedding_grads, the
+  // embedding group). finish() emits it as an exchange with the other end (pipeline_stage.cpp).
+  void set_embedding_group_weight(Value weight) { embedding_group_weight_ = weight.index; }
 
   // ---- Context parallelism (ModelSpec::context_parallel) -------------------------------------
   // The trace becomes one context-parallel rank's program: the model code builds seq_len /
@@ -609,6 +618,13 @@ class NetworkBuilder {
   // The ops after the communication op `collective` and before `end` that an `overlap` counts.
   std::int64_t ops_beside(std::size_t collective, std::size_t end) const;
   void add_gradient(std::size_t target, std::size_t grad, std::size_t producer_op);
+  // Megatron-LM's _allreduce_layernorm_grads (finalize_model_grads.py): under sequence
+  // parallelism the gradients of sequence_parallel_weights_ all-reduced over the tensor group,
+  // one coalesced all_reduce op at the start of the optimizer step (tensor_parallel.cpp).
+  void emit_sequence_parallel_gradient_all_reduce();
+  // The tied embedding's gradient all-reduced with the other end of the pipeline
+  // (set_embedding_group_weight), before the optimizer step (pipeline_stage.cpp).
+  void emit_embedding_gradient_exchange();
   void emit_optimizer_steps();
   traces::DType state_dtype(std::size_t weight) const;
   // optimizers.cpp: one weight's step as one op (the optimizers outside torch.optim, and every
@@ -648,6 +664,10 @@ class NetworkBuilder {
   std::int64_t tensor_parallel_ = 1;
   bool sequence_parallel_ = false;
   bool tp_comm_overlap_ = false;
+  // Replicated weights that each tensor-parallel rank applies to its own S/t rows under sequence
+  // parallelism, so that each holds a partial gradient (Megatron-LM marks them
+  // `sequence_parallel`: the norms, the row-parallel linears' biases, the MoE router).
+  std::vector<std::size_t> sequence_parallel_weights_;
   std::int64_t context_parallel_ = 1;
   ContextParallelSpec::Variant context_variant_ = ContextParallelSpec::Variant::ring;
   std::map<std::size_t, std::size_t> regathered_;  // saved shard -> its backward all_gather's output
@@ -659,6 +679,7 @@ class NetworkBuilder {
   // Pipeline stages (pipeline_stage.cpp): the output sent to the next stage, the autograd root.
   std::optional<std::size_t> sent_output_;
   bool pipeline_scatter_gather_ = false;  // set_pipeline_scatter_gather
+  std::optional<std::size_t> embedding_group_weight_;  // set_embedding_group_weight
   // finish()'s first step: the root's gradient, ones for a loss or received for a stage output.
   void seed_backward(std::size_t root);
 };

@@ -86,4 +86,30 @@ Value NetworkBuilder::send_to_next_stage(const std::string& name, Value x) {
   return x;
 }
 
+void NetworkBuilder::emit_embedding_gradient_exchange() {
+  // _allreduce_word_embedding_grads (finalize_model_grads.py:164-199 at NVIDIA/Megatron-LM@d98e8a64;
+  // shared/reference/parallelism.md §2): with tied weights and two or more stages the first stage
+  // (the embedding) and the last (its copy, the output layer's weight) all-reduce the word
+  // embedding's gradient over the embedding group -- those two ranks -- after every micro-batch's
+  // backward pass, before the step. An all-reduce of two ranks is written as what it moves: each
+  // end sends its whole gradient to the other and receives the other's into its own, in place
+  // (NCCL's ring sends half in the reduce-scatter and half in the all-gather: the same bytes each
+  // way, in one step instead of two; the sum is made inside NCCL's kernel, as here inside the
+  // receive). Two ops of the optimizer phase, once per iteration, over the pipeline group
+  // (models::apply_pipeline_stage pairs them with the other end): a send of the gradient and a recv
+  // writing a view of it, which the optimizer reads. A step in the backward pass (torchtune's) is
+  // not Megatron's: none.
+  if (!embedding_group_weight_ || optimizer_in_backward_) return;
+  const std::size_t weight = *embedding_group_weight_;
+  const auto grad = tensors_.at(weight).grad;
+  if (!grad) return;  // frozen
+  const std::string base = "finalize_model_grads.embedding_grads";
+  communications_.emplace(emit({base + ".send", traces::Phase::optimizer, traces::OpKind::communication, {*grad}, {}, {}, {}, {}}),
+                          over_pipeline_group(traces::CommunicationKind::send));
+  const std::size_t reduced = new_view(base + ".recv.out", *grad, tensors_.at(*grad).sample_shape, tensors_.at(*grad).batch_dim);
+  communications_.emplace(emit({base + ".recv", traces::Phase::optimizer, traces::OpKind::communication, {}, {reduced}, {}, {}, {}}),
+                          over_pipeline_group(traces::CommunicationKind::recv));
+  tensors_[weight].grad = reduced;
+}
+
 }  // namespace comptrain::zoo::detail

@@ -241,7 +241,40 @@ Value NetworkBuilder::row_parallel_linear(const std::string& name, Value x, std:
     if (!recipes_.empty() && recipes_.back().forward_op == reduce && recipes_.back().communication) recipes_.back().communication->overlap = 1;
   }
   if (!bias) return y;
-  return add_bias(name + ".bias_add", y, parameter(name + ".bias", {out_features}));
+  const Value b = parameter(name + ".bias", {out_features});
+  // RowParallelLinear sets `sequence_parallel` on its bias (layers.py): added to S/t rows.
+  mark_sequence_parallel_weight(b);
+  return add_bias(name + ".bias_add", y, b);
+}
+
+void NetworkBuilder::mark_sequence_parallel_weight(Value weight) {
+  if (tensor_parallel_ > 1 && sequence_parallel_) sequence_parallel_weights_.push_back(weight.index);
+}
+
+void NetworkBuilder::emit_sequence_parallel_gradient_all_reduce() {
+  // _allreduce_layernorm_grads (finalize_model_grads.py:416-452 at NVIDIA/Megatron-LM@d98e8a64;
+  // shared/reference/parallelism.md §1): after the backward pass of every micro-batch, the
+  // gradients of the parameters marked `sequence_parallel` flattened into one buffer
+  // (_flatten_dense_tensors), all-reduced over the tensor-parallel group and copied back. One
+  // communication op of the optimizer phase, so once per iteration: its inputs the gradients, its
+  // outputs views of them in place, which the optimizer reads. The flatten and copy-back kernels
+  // are left out (a few bytes per parameter: norms and biases). A step in the backward pass
+  // (torchtune's) has no such op: it is not Megatron's.
+  if (sequence_parallel_weights_.empty() || optimizer_in_backward_) return;
+  const std::string op = "finalize_model_grads.sequence_parallel_grads.all_reduce";
+  std::vector<std::size_t> grads;
+  std::vector<std::size_t> reduced;
+  for (const std::size_t weight : sequence_parallel_weights_) {
+    const auto grad = tensors_.at(weight).grad;
+    if (!grad) continue;  // frozen
+    grads.push_back(*grad);
+    const std::size_t view = new_view(op + "." + tensors_.at(weight).name + ".grad", *grad, tensors_.at(*grad).sample_shape, tensors_.at(*grad).batch_dim);
+    reduced.push_back(view);
+    tensors_[weight].grad = view;
+  }
+  if (grads.empty()) return;
+  communications_.emplace(emit({op, traces::Phase::optimizer, OpKind::communication, grads, reduced, {}, {}, {}}),
+                          over_tensor_group(CommunicationKind::all_reduce));
 }
 
 Value NetworkBuilder::add_bias(const std::string& name, Value x, Value bias) {

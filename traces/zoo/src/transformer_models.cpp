@@ -158,7 +158,7 @@ Value bert_layer(NetworkBuilder& nb, const std::string& p, Value x, const Transf
 
 }  // namespace
 
-Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention attention, const PipelineStageSpec& stage) {
+Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention attention, const PipelineStageSpec& stage, bool tied) {
   // Context parallelism: this rank's seq_len / C tokens (NetworkBuilder::context_parallel_attention).
   const std::int64_t s = shape.seq_len / nb.context_parallel_degree();
   // A pipeline stage reads the mini-batch's tensors its ops use: the token ids where the
@@ -200,16 +200,22 @@ Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention 
   for (std::int64_t layer = stage.first_layer; layer < stage.first_layer + stage.layers; ++layer) {
     x = gpt2_block(nb, "transformer.h." + std::to_string(layer) + ".", x, shape, attention);
   }
+  // A tied embedding split over two or more stages: its gradient all-reduced between them.
+  if (tied && stage.first && !stage.last) nb.set_embedding_group_weight(*wte);
   if (!stage.last) return nb.send_to_next_stage("send_forward", x);  // the autograd root: what was sent
   x = nb.layernorm("transformer.ln_f", x);
   // The head is tied to wte. On a last stage without the embedding, Megatron keeps its own copy
-  // of the word embedding as the output layer's weight (language_module.py:278-290; the
-  // first+last all-reduce of the two copies' gradients, finalize_model_grads.py:164-199, is not
-  // an op of this trace): a parameter of its own here, with its gradient and optimizer state.
-  const Value head = wte ? *wte : nb.parameter("lm_head.weight", {vocab_rows, shape.hidden});
+  // of the word embedding as the output layer's weight (language_module.py:278-290): a parameter
+  // of its own here, with its gradient and optimizer state, whose gradient the two stages
+  // all-reduce before the step (finalize_model_grads.py:164-199; an exchange with the first
+  // stage, pipeline_stage.cpp). Untied (--untie-embeddings-and-output-weights), the output
+  // layer's weight is its own on every last stage, the first included (gpt_model.py:
+  // share_embeddings_and_output_weights), and nothing is exchanged.
+  const Value head = tied && wte ? *wte : nb.parameter("lm_head.weight", {vocab_rows, shape.hidden});
+  if (tied && !wte) nb.set_embedding_group_weight(head);
   if (t == 1) return nb.lm_loss("lm_head", x, head, *labels, false);  // no bias; the loss kind's CE (loss.cpp)
-  // Megatron's output layer: a column-parallel linear over this rank's vocabulary rows (tied to
-  // wte), its logits [S, V/t] into the vocabulary-parallel cross-entropy.
+  // Megatron's output layer: a column-parallel linear over this rank's vocabulary rows (of wte
+  // when tied), its logits [S, V/t] into the vocabulary-parallel cross-entropy.
   Value logits = nb.column_parallel_linear("lm_head", nb.column_parallel_input("lm_head", x), head);
   logits = nb.reshape("logits.view", logits, {s, vocab_rows});
   return nb.vocab_parallel_cross_entropy("loss", logits, nb.reshape("labels.view", *labels, {s}));

@@ -140,6 +140,9 @@ void reject_transformer_fields(const ModelRequest& request) {
     throw InputError("attention: a transformer option; model '" + request.model +
                      "' is a CNN and has no attention");
   }
+  if (request.tie_embeddings) {
+    throw InputError("tie_embeddings: a language model option; model '" + request.model + "' is a CNN and has no embedding");
+  }
 }
 
 void reject_bert_fields(const ModelRequest& request) {
@@ -453,6 +456,7 @@ DecoderArchitecture resolve_decoder(const Entry& entry, const ModelRequest& requ
   take(request.hidden, arch.hidden, "hidden");
   take(request.heads, arch.heads, "heads");
   take(request.vocab, arch.vocab, "vocab");
+  if (request.tie_embeddings) arch.tie_embeddings = *request.tie_embeddings;
   // Overriding the heads of a multi-head model keeps it multi-head.
   if (request.heads && arch.kv_heads == config_heads) arch.kv_heads = arch.heads;
   seq_len = request.seq_len.value_or(entry.defaults.seq_len);
@@ -1009,6 +1013,14 @@ traces::Trace build_model(const ModelRequest& request) {
                      "' takes fused-softmax, eager or flash");
   }
   Value root;  // the loss, or a pipeline stage's sent output (NetworkBuilder::finish)
+  // GPT2LMHeadModel's and BertForPreTraining's heads are tied (their modules have no weight of
+  // their own to untie); Megatron's GPT takes either.
+  if (request.tie_embeddings == false && request.model != "gpt") {
+    throw InputError("tie_embeddings: false is written for models 'gpt' and 'llama' (an output layer of its own); '" + request.model +
+                     "' ties its head to the word embeddings; expected true or no key");
+  }
+  const bool tied = request.tie_embeddings.value_or(true);
+  if (!tied) metadata["tie_embeddings"] = "false";
   if (entry.family == Family::bert) {
     const detail::BertOptions options = resolve_bert_options(request, shape);
     root = detail::bert(nb, shape, attention, options);
@@ -1033,7 +1045,7 @@ traces::Trace build_model(const ModelRequest& request) {
     const PipelineStageSpec stage = check_pipeline_stage(request, shape.layers);
     if (request.pipeline_stage) add_pipeline_stage_metadata(stage, metadata);
     nb.set_pipeline_scatter_gather(stage.scatter_gather);
-    root = detail::gpt2_lm_head(nb, shape, attention, stage);
+    root = detail::gpt2_lm_head(nb, shape, attention, stage, tied);
   }
   metadata["attention"] = std::string(to_string(attention));
   metadata["layers"] = std::to_string(shape.layers);

@@ -79,12 +79,23 @@ void expand_layouts(const PlanRequest& r, const BatchSizePlan& header, ClusterSh
                      "(model.zoo mixtral or qwen2-moe, or an MoE hf_config), or no plan.expert");
   }
   const std::vector<std::int64_t> micro_batches = plan.micro_batches.empty() ? std::vector<std::int64_t>{1, 2, 4} : plan.micro_batches;
-  const std::vector<int> virtual_stages = plan.virtual_stages.empty() ? std::vector<int>{parallelism.layout.virtual_stages} : plan.virtual_stages;
+  const std::vector<int> listed_virtual_stages = plan.virtual_stages.empty() ? std::vector<int>{parallelism.layout.virtual_stages} : plan.virtual_stages;
+  // plan.virtual_stages: all -- for P stages, 1 (P's non-interleaved schedule) and every V >= 2
+  // whose P x V chunks split the layers evenly (Megatron-LM asserts num_layers divisible by
+  // P x V for the interleaved schedule without a custom layout, megatron/training/arguments.py).
+  const auto virtual_stages_of = [&](int p) {
+    if (!plan.all_virtual_stages) return listed_virtual_stages;
+    std::vector<int> counts{1};
+    for (int v = 2; p > 1 && static_cast<std::int64_t>(p) * v <= d.layers; ++v) {
+      if (d.layers % (static_cast<std::int64_t>(p) * v) == 0) counts.push_back(v);
+    }
+    return counts;
+  };
   const std::string prefix = fmt::format("{}, {}, optimizer {}", describe_shape(shape), data_parallel_name(parallelism.data.zero_stage, header.fsdp),
                                          models::optimizer_place(parallelism.data.offload_optimizer));
   for (const int t : degrees_to_try(plan.tensor_degrees, plan.all_tensor_degrees, shape.gpus_per_node, shape.gpus_per_node, parallelism.layout.tensor)) {
     for (const int p : degrees_to_try(plan.pipeline_degrees, plan.all_pipeline_degrees, gpus / std::max(1, t), static_cast<int>(d.layers), parallelism.layout.pipeline)) {
-      for (const int v : virtual_stages) {
+      for (const int v : virtual_stages_of(p)) {
         const int left = gpus / std::max(1, t * p);  // D x C, which the context and expert degrees split
         for (const int c : degrees_to_try(plan.context_degrees, plan.all_context_degrees, left, left, parallelism.layout.context)) {
           for (const int e : degrees_to_try(plan.expert_degrees, plan.all_expert_degrees, left, left, parallelism.layout.expert)) {

@@ -94,10 +94,13 @@ struct PlanSection {
   bool sequence_parallel = true;
   // plan.virtual_stages: model chunks per pipeline rank to try (1: the scenario's schedule, or
   // 1F1B where it is interleaved; above 1: the interleaved schedule, with the micro-batch counts
-  // that are multiples of P). plan.context and plan.expert: context- and expert-parallel degrees,
+  // that are multiples of P); `all` (all_virtual_stages): for each pipeline degree P, 1 and every
+  // V >= 2 with P x V dividing the layers (Megatron's interleaved schedule: the same layers in
+  // every chunk), none above 1 without a pipeline. plan.context and plan.expert: context- and expert-parallel degrees,
   // lists or `all` (every divisor of the GPUs the tensor and pipeline degrees leave); expert
   // needs an MoE model (expert_location: the key's line, for that error once the model is known).
   std::vector<int> virtual_stages;
+  bool all_virtual_stages = false;
   std::vector<int> context_degrees;
   bool all_context_degrees = false;
   std::vector<int> expert_degrees;
@@ -105,7 +108,7 @@ struct PlanSection {
   std::string expert_location;  // "s.yaml:9:11: plan.expert"
 
   bool searches_layouts() const {
-    return all_tensor_degrees || all_pipeline_degrees || !tensor_degrees.empty() || !pipeline_degrees.empty() || !virtual_stages.empty() ||
+    return all_tensor_degrees || all_pipeline_degrees || !tensor_degrees.empty() || !pipeline_degrees.empty() || !virtual_stages.empty() || all_virtual_stages ||
            all_context_degrees || !context_degrees.empty() || all_expert_degrees || !expert_degrees.empty();
   }
   bool searches_clusters() const {

@@ -388,6 +388,12 @@ struct ModelSpec {
   std::optional<std::int64_t> heads;
   std::optional<std::int64_t> seq_len;
   std::optional<std::int64_t> vocab;
+  // Whether the LM head reads the word embedding (tied) or has a weight of its own, Megatron-LM's
+  // --untie-embeddings-and-output-weights (megatron/core/models/gpt/gpt_model.py,
+  // share_embeddings_and_output_weights). Unset: the model's own: tied for `gpt`, `gpt2` and
+  // BERT, the config's tie_word_embeddings for `llama` (false by default). `gpt` and `llama`
+  // take either; gpt2 and BERT only true (their Hugging Face heads are tied); an InputError on a CNN.
+  std::optional<bool> tie_embeddings;
   // `llama` only: the decoder's architecture (default: Llama-2-7B's, with the MLP width of
   // Meta's rule for another `hidden`); the shape fields above override its own.
   std::optional<DecoderArchitecture> decoder;

@@ -17,10 +17,16 @@
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/zoo/zoo.hpp"
+#include "common/data_parallel_schedules.hpp"
 #include "common/must_apply.hpp"
 
 namespace comptrain::models {
 namespace {
+
+using test_support::baseline_schedule;
+using test_support::collective_tasks;
+using test_support::small_gpt;
+
 
 TEST(CompressedCollectives, ErrorBoundsByHand) {
   const double e = 1e-3;
@@ -121,29 +127,6 @@ TEST(CompressedCollectives, ARingWithAnErrorBoundedCodecStaysWithinTheDerivedBou
   }
 }
 
-traces::Trace gpt(zoo::Precision precision) {
-  zoo::ModelRequest request;
-  request.model = "gpt2";
-  request.layers = 2;
-  request.precision = precision;
-  request.optimizer = zoo::Optimizer::adam;
-  request.batch_size = 2;
-  return zoo::build_model(request);
-}
-
-Schedule baseline(const traces::Trace& trace) {
-  static const OpTimeModel time_model(builtin_platform("a100-80gb"));
-  return test_support::must_apply(build_schedule(trace, time_model, StrategySpec{}));
-}
-
-std::vector<TaskId> collectives(const Schedule& s, CollectiveKind kind) {
-  std::vector<TaskId> out;
-  for (TaskId t = 0; t < s.tasks.size(); ++t) {
-    if (s.tasks[t].kind == TaskKind::collective && s.tasks[t].collective == kind) out.push_back(t);
-  }
-  return out;
-}
-
 CollectiveCompressionSpec explicit_codec() {
   CollectiveCompressionSpec z;
   z.ratio = 4;
@@ -160,21 +143,21 @@ TEST(CompressedCollectives, DdpAllReducesBecomeCompressedRings) {
   const Platform platform = builtin_platform("a100-80gb");
   const double bandwidth = platform.gpu.memory_bandwidth * platform.efficiency.memory_default;
   const double launch = platform.gpu.launch_overhead;
-  const auto trace = gpt(zoo::Precision::fp32);
+  const auto trace = small_gpt(zoo::Precision::fp32);
   DataParallelSpec spec;
   spec.ranks = 8;
-  Schedule plain = baseline(trace);
+  Schedule plain = baseline_schedule(trace);
   apply_data_parallel(plain, trace, spec, platform);
-  const std::vector<TaskId> plain_reduces = collectives(plain, CollectiveKind::all_reduce);
+  const std::vector<TaskId> plain_reduces = collective_tasks(plain, CollectiveKind::all_reduce);
   ASSERT_FALSE(plain_reduces.empty());
 
   spec.compression = explicit_codec();
-  Schedule s = baseline(trace);
+  Schedule s = baseline_schedule(trace);
   apply_data_parallel(s, trace, spec, platform);
   ASSERT_NO_THROW(s.validate());
-  EXPECT_TRUE(collectives(s, CollectiveKind::all_reduce).empty());
-  const std::vector<TaskId> rs = collectives(s, CollectiveKind::reduce_scatter);
-  const std::vector<TaskId> ag = collectives(s, CollectiveKind::all_gather);
+  EXPECT_TRUE(collective_tasks(s, CollectiveKind::all_reduce).empty());
+  const std::vector<TaskId> rs = collective_tasks(s, CollectiveKind::reduce_scatter);
+  const std::vector<TaskId> ag = collective_tasks(s, CollectiveKind::all_gather);
   ASSERT_EQ(rs.size(), plain_reduces.size());
   ASSERT_EQ(ag.size(), plain_reduces.size());
   const double n = 8;
@@ -210,23 +193,23 @@ TEST(CompressedCollectives, DdpAllReducesBecomeCompressedRings) {
 // decompression makes the gathered parameters.
 TEST(CompressedCollectives, ZeroReduceScattersAndGathersAreCompressed) {
   const Platform platform = builtin_platform("a100-80gb");
-  const auto trace = gpt(zoo::Precision::mixed);
+  const auto trace = small_gpt(zoo::Precision::mixed);
   DataParallelSpec spec;
   spec.ranks = 4;
   spec.zero_stage = 3;
-  Schedule plain = baseline(trace);
+  Schedule plain = baseline_schedule(trace);
   apply_data_parallel(plain, trace, spec, platform);
   spec.compression = explicit_codec();
-  Schedule s = baseline(trace);
+  Schedule s = baseline_schedule(trace);
   apply_data_parallel(s, trace, spec, platform);
   ASSERT_NO_THROW(s.validate());
   for (const CollectiveKind kind : {CollectiveKind::reduce_scatter, CollectiveKind::all_gather}) {
-    const auto before = collectives(plain, kind);
-    const auto after = collectives(s, kind);
+    const auto before = collective_tasks(plain, kind);
+    const auto after = collective_tasks(s, kind);
     ASSERT_EQ(after.size(), before.size());
     for (std::size_t i = 0; i < after.size(); ++i) EXPECT_EQ(s.tasks[after[i]].bytes, (plain.tasks[before[i]].bytes + 3) / 4) << s.tasks[after[i]].name;
   }
-  for (const TaskId t : collectives(s, CollectiveKind::all_gather)) {
+  for (const TaskId t : collective_tasks(s, CollectiveKind::all_gather)) {
     const Task& decompress = s.tasks[t + 1];
     EXPECT_EQ(decompress.kind, TaskKind::decompress);
     EXPECT_FALSE(decompress.creates.empty()) << "the gathered parameters";

@@ -16,33 +16,16 @@
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/traces/summary.hpp"
 #include "comptrain/zoo/zoo.hpp"
+#include "common/data_parallel_schedules.hpp"
 #include "common/must_apply.hpp"
 
 namespace comptrain::models {
 namespace {
 
-traces::Trace gpt(zoo::Precision precision, std::int64_t layers = 2) {
-  zoo::ModelRequest request;
-  request.model = "gpt2";
-  request.layers = layers;
-  request.precision = precision;
-  request.optimizer = zoo::Optimizer::adam;
-  request.batch_size = 2;
-  return zoo::build_model(request);
-}
+using test_support::baseline_schedule;
+using test_support::collective_tasks;
+using test_support::small_gpt;
 
-Schedule baseline(const traces::Trace& trace) {
-  static const OpTimeModel time_model(builtin_platform("a100-80gb"));
-  return test_support::must_apply(build_schedule(trace, time_model, StrategySpec{}));
-}
-
-std::vector<TaskId> collectives(const Schedule& s, std::optional<CollectiveKind> kind = std::nullopt) {
-  std::vector<TaskId> out;
-  for (TaskId t = 0; t < s.tasks.size(); ++t) {
-    if (s.tasks[t].kind == TaskKind::collective && (!kind || s.tasks[t].collective == kind)) out.push_back(t);
-  }
-  return out;
-}
 
 // The resident bytes of one role: what a GPU holds of it for the whole iteration.
 std::int64_t resident_bytes(const Schedule& s, MemoryRole role) {
@@ -72,12 +55,12 @@ std::optional<traces::Phase> phase_of(const traces::Trace& trace, const Task& ta
 }
 
 TEST(DataParallel, OneRankLeavesTheScheduleAlone) {
-  const auto trace = gpt(zoo::Precision::fp32);
-  Schedule s = baseline(trace);
+  const auto trace = small_gpt(zoo::Precision::fp32);
+  Schedule s = baseline_schedule(trace);
   const std::size_t tasks = s.tasks.size();
   apply_data_parallel(s, trace, DataParallelSpec{});
   EXPECT_EQ(s.tasks.size(), tasks);
-  EXPECT_TRUE(collectives(s).empty());
+  EXPECT_TRUE(collective_tasks(s).empty());
 }
 
 TEST(DataParallel, RejectsImpossibleSpecs) {
@@ -102,8 +85,8 @@ TEST(DataParallel, DdpCompressHooksHalveTheAllReduceAndCastAroundIt) {
   const Platform platform = builtin_platform("a100-80gb");
   const double bandwidth = platform.gpu.memory_bandwidth * platform.efficiency.memory_default;
   const double launch = platform.gpu.launch_overhead;
-  const auto trace = gpt(zoo::Precision::fp32, 4);
-  const Schedule before = baseline(trace);
+  const auto trace = small_gpt(zoo::Precision::fp32, 4);
+  const Schedule before = baseline_schedule(trace);
   DataParallelSpec spec;
   spec.ranks = 8;
   Schedule plain = before;
@@ -114,8 +97,8 @@ TEST(DataParallel, DdpCompressHooksHalveTheAllReduceAndCastAroundIt) {
     spec.comm_hook = hook;
     apply_data_parallel(s, trace, spec, platform);
     ASSERT_NO_THROW(s.validate());
-    const auto reduces = collectives(s, CollectiveKind::all_reduce);
-    const auto plain_reduces = collectives(plain, CollectiveKind::all_reduce);
+    const auto reduces = collective_tasks(s, CollectiveKind::all_reduce);
+    const auto plain_reduces = collective_tasks(plain, CollectiveKind::all_reduce);
     ASSERT_EQ(reduces.size(), plain_reduces.size());
     ASSERT_GE(reduces.size(), 3u);
     for (std::size_t i = 0; i < reduces.size(); ++i) {
@@ -149,13 +132,13 @@ TEST(DataParallel, DdpCompressHooksHalveTheAllReduceAndCastAroundIt) {
     EXPECT_NE(std::find(first_optimizer->after.begin(), first_optimizer->after.end(), reduces.back() + 1), first_optimizer->after.end());
   }
   // fp16 gradients under the fp16 hook: the division only, in place; nothing to copy back.
-  const auto half = gpt(zoo::Precision::fp16, 4);
-  Schedule h = baseline(half);
+  const auto half = small_gpt(zoo::Precision::fp16, 4);
+  Schedule h = baseline_schedule(half);
   spec.comm_hook = DdpCommHook::fp16;
   apply_data_parallel(h, half, spec, platform);
   ASSERT_NO_THROW(h.validate());
   std::size_t compresses = 0;
-  for (const TaskId r : collectives(h, CollectiveKind::all_reduce)) {
+  for (const TaskId r : collective_tasks(h, CollectiveKind::all_reduce)) {
     const Task& compress = h.tasks[r - 1];
     ASSERT_EQ(compress.kind, TaskKind::compress);
     EXPECT_TRUE(compress.creates.empty());
@@ -176,19 +159,19 @@ TEST(DataParallel, DdpCompressHooksHalveTheAllReduceAndCastAroundIt) {
 // the comm stream the rest, and the optimizer waits for the last.
 TEST(DataParallel, PowerSgdSendsLowRankFactorsAndTheRestAsTheyAre) {
   const Platform platform = builtin_platform("a100-80gb");
-  const auto trace = gpt(zoo::Precision::fp32, 4);
-  Schedule plain = baseline(trace);
+  const auto trace = small_gpt(zoo::Precision::fp32, 4);
+  Schedule plain = baseline_schedule(trace);
   DataParallelSpec spec;
   spec.ranks = 8;
   apply_data_parallel(plain, trace, spec, platform);
   spec.comm_hook = DdpCommHook::powersgd;
   spec.powersgd.rank = 2;
-  Schedule s = baseline(trace);
+  Schedule s = baseline_schedule(trace);
   apply_data_parallel(s, trace, spec, platform);
   ASSERT_NO_THROW(s.validate());
   // The expected factors, bucket by bucket, from the plain schedule's all-reduces (their gradients).
   std::int64_t p_total = 0, q_total = 0, rest_total = 0, bucket_total = 0;
-  for (const TaskId r : collectives(plain, CollectiveKind::all_reduce)) {
+  for (const TaskId r : collective_tasks(plain, CollectiveKind::all_reduce)) {
     for (const BufferId g : plain.tasks[r].uses) {
       if (!plain.buffers[g].tensor || plain.buffers[g].role != MemoryRole::gradient) continue;
       const traces::Tensor& t = trace.tensor(*plain.buffers[g].tensor);
@@ -207,7 +190,7 @@ TEST(DataParallel, PowerSgdSendsLowRankFactorsAndTheRestAsTheyAre) {
   ASSERT_GT(p_total, 0);
   ASSERT_GT(rest_total, 0) << "the biases and layer norms stay uncompressed";
   std::int64_t p_sent = 0, q_sent = 0, rest_sent = 0;
-  for (const TaskId r : collectives(s, CollectiveKind::all_reduce)) {
+  for (const TaskId r : collective_tasks(s, CollectiveKind::all_reduce)) {
     const Task& c = s.tasks[r];
     if (c.name.find("the Ps") != std::string::npos) p_sent += c.bytes;
     else if (c.name.find("the Qs") != std::string::npos) q_sent += c.bytes;
@@ -245,8 +228,8 @@ TEST(DataParallel, PowerSgdSendsLowRankFactorsAndTheRestAsTheyAre) {
 }
 
 TEST(DataParallel, DdpBucketsFollowTheBackwardPassAndGateTheOptimizer) {
-  const auto trace = gpt(zoo::Precision::fp32, 4);
-  const Schedule before = baseline(trace);
+  const auto trace = small_gpt(zoo::Precision::fp32, 4);
+  const Schedule before = baseline_schedule(trace);
   const std::int64_t gradient_bytes = bytes_of_role(before, MemoryRole::gradient, true);
   ASSERT_GT(gradient_bytes, std::int64_t{100} << 20);  // several buckets
 
@@ -255,7 +238,7 @@ TEST(DataParallel, DdpBucketsFollowTheBackwardPassAndGateTheOptimizer) {
   spec.ranks = 8;
   apply_data_parallel(s, trace, spec);
   ASSERT_NO_THROW(s.validate());
-  const auto reduces = collectives(s, CollectiveKind::all_reduce);
+  const auto reduces = collective_tasks(s, CollectiveKind::all_reduce);
   ASSERT_GE(reduces.size(), 3u);
   std::int64_t reduced = 0;
   std::set<BufferId> seen;
@@ -294,7 +277,7 @@ TEST(DataParallel, DdpBucketsFollowTheBackwardPassAndGateTheOptimizer) {
   spec.gradient_as_bucket_view = true;
   apply_data_parallel(view, trace, spec);
   EXPECT_EQ(resident_bytes(view, MemoryRole::gradient), 0);
-  EXPECT_EQ(collectives(view).size(), reduces.size());
+  EXPECT_EQ(collective_tasks(view).size(), reduces.size());
 }
 
 // ZeRO's per-GPU model-state bytes (Rajbhandari et al., SC20, Figure 1: with mixed-precision
@@ -302,9 +285,9 @@ TEST(DataParallel, DdpBucketsFollowTheBackwardPassAndGateTheOptimizer) {
 // (plus DeepSpeed's reduction bucket, here the whole gradient of this small model), stage 3 (2 +
 // 2 + 12)Ψ/N. Exact to the byte, each partition rounded up.
 TEST(DataParallel, ZeroModelStateBytesAreThePapersFormulas) {
-  const auto trace = gpt(zoo::Precision::mixed);
+  const auto trace = small_gpt(zoo::Precision::mixed);
   const std::int64_t psi = traces::summarize(trace).parameters;
-  const Schedule before = baseline(trace);
+  const Schedule before = baseline_schedule(trace);
   ASSERT_EQ(bytes_of_role(before, MemoryRole::weight, false), 2 * psi);
   ASSERT_EQ(bytes_of_role(before, MemoryRole::gradient, true), 2 * psi);
   ASSERT_EQ(bytes_of_role(before, MemoryRole::optimizer_state, false), 12 * psi);
@@ -330,10 +313,10 @@ TEST(DataParallel, ZeroModelStateBytesAreThePapersFormulas) {
     // Stage 1 and 2 exchange 2Ψ elements per step (reduce-scatter + all-gather), stage 3 3Ψ.
     std::int64_t scattered = 0;
     std::int64_t gathered = 0;
-    for (TaskId t : collectives(s, CollectiveKind::reduce_scatter)) scattered += s.tasks[t].bytes;
-    for (TaskId t : collectives(s, CollectiveKind::all_gather)) gathered += s.tasks[t].bytes;
+    for (TaskId t : collective_tasks(s, CollectiveKind::reduce_scatter)) scattered += s.tasks[t].bytes;
+    for (TaskId t : collective_tasks(s, CollectiveKind::all_gather)) gathered += s.tasks[t].bytes;
     EXPECT_EQ(scattered, 2 * psi) << "stage " << stage;
-    EXPECT_TRUE(collectives(s, CollectiveKind::all_reduce).empty());
+    EXPECT_TRUE(collective_tasks(s, CollectiveKind::all_reduce).empty());
     if (stage < 3) {
       EXPECT_EQ(gathered, 2 * psi) << "stage " << stage;
     } else {
@@ -358,20 +341,20 @@ TEST(DataParallel, ZeroPlusPlusGathersWithinGroupsAndInInt8) {
   const Platform platform = builtin_platform("a100-80gb");
   const double bandwidth = platform.gpu.memory_bandwidth * platform.efficiency.memory_default;
   const double launch = platform.gpu.launch_overhead;
-  const auto trace = gpt(zoo::Precision::mixed);
+  const auto trace = small_gpt(zoo::Precision::mixed);
   DataParallelSpec spec;
   spec.ranks = 16;
   spec.zero_stage = 3;
-  Schedule plain = baseline(trace);
+  Schedule plain = baseline_schedule(trace);
   apply_data_parallel(plain, trace, spec, platform);
   const std::int64_t weight_bytes = [&] {
     std::int64_t total = 0;
-    for (const Buffer& b : baseline(trace).buffers) total += b.role == MemoryRole::weight && b.resident ? b.bytes : 0;
+    for (const Buffer& b : baseline_schedule(trace).buffers) total += b.role == MemoryRole::weight && b.resident ? b.bytes : 0;
     return total;
   }();
 
   spec.hpz_partition_size = 8;
-  Schedule h = baseline(trace);
+  Schedule h = baseline_schedule(trace);
   apply_data_parallel(h, trace, spec, platform);
   ASSERT_NO_THROW(h.validate());
   const auto secondary = std::find_if(h.buffers.begin(), h.buffers.end(), [](const Buffer& b) { return b.name.find("hpZ secondary") != std::string::npos; });
@@ -381,7 +364,7 @@ TEST(DataParallel, ZeroPlusPlusGathersWithinGroupsAndInInt8) {
   const BufferId secondary_id = static_cast<BufferId>(secondary - h.buffers.begin());
   int backward = 0;
   int forward = 0;
-  for (const TaskId t : collectives(h, CollectiveKind::all_gather)) {
+  for (const TaskId t : collective_tasks(h, CollectiveKind::all_gather)) {
     const Task& c = h.tasks[t];
     if (c.name.find("for backward") != std::string::npos) {
       EXPECT_EQ(c.groups, (RankGroups{8, 1})) << c.name;
@@ -395,15 +378,15 @@ TEST(DataParallel, ZeroPlusPlusGathersWithinGroupsAndInInt8) {
   }
   EXPECT_GT(backward, 0);
   EXPECT_GT(forward, 0);
-  EXPECT_EQ(collectives(h, CollectiveKind::all_gather).size(), collectives(plain, CollectiveKind::all_gather).size());
+  EXPECT_EQ(collective_tasks(h, CollectiveKind::all_gather).size(), collective_tasks(plain, CollectiveKind::all_gather).size());
 
   spec.hpz_partition_size = 1;
   spec.quantized_weights = true;
-  Schedule q = baseline(trace);
+  Schedule q = baseline_schedule(trace);
   apply_data_parallel(q, trace, spec, platform);
   ASSERT_NO_THROW(q.validate());
-  const auto plain_gathers = collectives(plain, CollectiveKind::all_gather);
-  const auto gathers = collectives(q, CollectiveKind::all_gather);
+  const auto plain_gathers = collective_tasks(plain, CollectiveKind::all_gather);
+  const auto gathers = collective_tasks(q, CollectiveKind::all_gather);
   ASSERT_EQ(gathers.size(), plain_gathers.size());
   for (std::size_t i = 0; i < gathers.size(); ++i) {
     const Task& c = q.tasks[gathers[i]];
@@ -448,15 +431,15 @@ TEST(DataParallel, ZeroPlusPlusGathersWithinGroupsAndInInt8) {
 }
 
 TEST(DataParallel, ZeroStage3OpsReadGatheredParameters) {
-  const auto trace = gpt(zoo::Precision::mixed);
-  Schedule s = baseline(trace);
+  const auto trace = small_gpt(zoo::Precision::mixed);
+  Schedule s = baseline_schedule(trace);
   DataParallelSpec spec;
   spec.ranks = 4;
   spec.zero_stage = 3;
   apply_data_parallel(s, trace, spec);
   ASSERT_NO_THROW(s.validate());
   std::map<BufferId, TaskId> gathered_by;
-  for (TaskId t : collectives(s, CollectiveKind::all_gather)) {
+  for (TaskId t : collective_tasks(s, CollectiveKind::all_gather)) {
     for (BufferId b : s.tasks[t].creates) gathered_by[b] = t;
   }
   int checked = 0;
@@ -499,10 +482,10 @@ std::vector<std::pair<const Buffer*, const Task*>> flat_inputs(const Schedule& s
 // 768. Ψ = 38,597,376 + 786,432 + 2·7,087,872 + 1,536 = 53,561,088, 28 tensors, 2 bytes each
 // (mixed precision).
 TEST(DataParallel, ZeroStage3ConcatenatesEachBucketBeforeItsReduceScatter) {
-  const auto trace = gpt(zoo::Precision::mixed);
+  const auto trace = small_gpt(zoo::Precision::mixed);
   const std::int64_t psi = 53'561'088;
   ASSERT_EQ(traces::summarize(trace).parameters, psi);
-  const Schedule before = baseline(trace);
+  const Schedule before = baseline_schedule(trace);
   const auto run = [&](int ranks, int stage, std::int64_t bucket_elements) {
     Schedule s = before;
     DataParallelSpec spec;
@@ -563,8 +546,8 @@ TEST(DataParallel, ZeroStage3ConcatenatesEachBucketBeforeItsReduceScatter) {
 // exceeds it but wte's lone gradient: the old rule (close once at least the cap) put layer 0's
 // ln_1 and wpe, or ln_1, with wte, a bucket larger than wte alone.
 TEST(DataParallel, ZeroBucketsCloseBeforeTheyOverflow) {
-  const auto trace = gpt(zoo::Precision::mixed);
-  Schedule s = baseline(trace);
+  const auto trace = small_gpt(zoo::Precision::mixed);
+  Schedule s = baseline_schedule(trace);
   DataParallelSpec spec;
   spec.ranks = 4;
   spec.zero_stage = 3;
@@ -573,7 +556,7 @@ TEST(DataParallel, ZeroBucketsCloseBeforeTheyOverflow) {
   ASSERT_NO_THROW(s.validate());
   std::int64_t total = 0;
   int over = 0;
-  for (TaskId t : collectives(s, CollectiveKind::reduce_scatter)) {
+  for (TaskId t : collective_tasks(s, CollectiveKind::reduce_scatter)) {
     total += s.tasks[t].bytes;
     if (s.tasks[t].bytes > 2 * 7'087'872) {
       ++over;
@@ -595,8 +578,8 @@ namespace {
 // micro-step is its own; under DDP every all-reduce comes after the last micro-step's backward
 // (no_sync on the others).
 TEST(GradientAccumulation, RepeatsTheMicroStepAndReducesOnceAtTheEnd) {
-  const auto trace = gpt(zoo::Precision::fp32);
-  const Schedule one = baseline(trace);
+  const auto trace = small_gpt(zoo::Precision::fp32);
+  const Schedule one = baseline_schedule(trace);
   std::size_t optimizer_tasks = 0;
   for (const Task& t : one.tasks) optimizer_tasks += phase_of(trace, t) == traces::Phase::optimizer ? 1 : 0;
   const std::size_t micro = one.tasks.size() - optimizer_tasks;
@@ -625,7 +608,7 @@ TEST(GradientAccumulation, RepeatsTheMicroStepAndReducesOnceAtTheEnd) {
   spec.ranks = 4;
   apply_data_parallel(s, trace, spec);
   ASSERT_NO_THROW(s.validate());
-  const auto reduces = collectives(s, CollectiveKind::all_reduce);
+  const auto reduces = collective_tasks(s, CollectiveKind::all_reduce);
   ASSERT_FALSE(reduces.empty());
   for (TaskId c : reduces) EXPECT_GE(c, 2 * micro) << "an all-reduce before the last micro-step";
 

@@ -257,7 +257,8 @@ std::optional<TaskId> Transform::run() {
     if (!reduction_bucket) c.uses = bucket.gradients;
     if (bucket_copy) c.uses.push_back(*bucket_copy);
     if (reduction_bucket) c.uses.push_back(*reduction_bucket);
-    const std::optional<BufferId> flat = coalesced_reduce_scatter_input(bucket, index);
+    // (qgZ reduces each vector alone and quantizes the matrices: no concatenation.)
+    const std::optional<BufferId> flat = quantizes_gradients() ? std::nullopt : coalesced_reduce_scatter_input(bucket, index);
     if (flat) c.creates.push_back(*flat);
     // Stage 1 reduces after the whole backward pass (DeepSpeed's reduce_gradients at the end of
     // backward when gradients are not partitioned); the others as soon as the bucket is ready.
@@ -280,6 +281,10 @@ std::optional<TaskId> Transform::run() {
     }
     if (spec_.zero_stage == 0 && spec_.comm_hook == DdpCommHook::powersgd) {
       last_reduction = power_sgd_bucket(bucket, c, ready, index++);
+      continue;
+    }
+    if (quantizes_gradients()) {
+      last_reduction = quantized_gradient_reduction(bucket, std::move(c), ready, index++);
       continue;
     }
     std::optional<Task> copy_back;
@@ -464,13 +469,20 @@ void check_data_parallel(const DataParallelSpec& spec) {
   if ((spec.hpz_partition_size > 1 || spec.quantized_weights) && (spec.zero_stage != 3 || spec.fsdp)) {
     throw std::invalid_argument("data parallel: ZeRO++'s hpz_partition_size and quantized_weights need DeepSpeed's zero_stage 3");
   }
+  if (spec.quantized_gradients) {
+    if (spec.zero_stage != 3 || spec.fsdp) throw std::invalid_argument("data parallel: ZeRO++'s quantized_gradients need DeepSpeed's zero_stage 3");
+    if (spec.ranks_per_node < 1 || spec.ranks % spec.ranks_per_node != 0) {
+      throw std::invalid_argument("data parallel: quantized_gradients need ranks_per_node at least 1 and dividing the ranks (" + std::to_string(spec.ranks) + ")");
+    }
+  }
   if (spec.overlap_param_gather && (spec.zero_stage < 1 || spec.zero_stage > 2 || spec.offload_optimizer || spec.fsdp)) {
     throw std::invalid_argument("data parallel: overlap_param_gather needs ZeRO stage 1 or 2 with the optimizer on the GPU");
   }
   if (spec.compression) {
     check_collective_compression(*spec.compression);
-    if (spec.comm_hook != DdpCommHook::none || spec.quantized_weights || spec.fsdp) {
-      throw std::invalid_argument("data parallel: compressed collectives are modelled without a DDP comm_hook, ZeRO++'s quantized_weights and FSDP");
+    if (spec.comm_hook != DdpCommHook::none || spec.quantized_weights || spec.quantized_gradients || spec.fsdp) {
+      throw std::invalid_argument("data parallel: compressed collectives are modelled without a DDP comm_hook, ZeRO++'s quantized_weights and "
+                                  "quantized_gradients and FSDP");
     }
   }
   if (spec.comm_hook != DdpCommHook::none && spec.zero_stage != 0) {

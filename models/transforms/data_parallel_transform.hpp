@@ -67,6 +67,13 @@ class Transform : public ScheduleEdit {
   // returns the dequantization to add after it.
   std::optional<Task> quantize_gather(Task& gather, std::int64_t bytes, const std::vector<BufferId>& gathered, std::size_t index, TaskId before);
 
+  // ZeRO++'s qgZ (DataParallelSpec::quantized_gradients) across more than one node.
+  bool quantizes_gradients() const { return spec_.quantized_gradients && spec_.ranks_per_node > 0 && spec_.ranks_per_node < spec_.ranks; }
+  // qgZ on one bucket (`reduce_scatter`: the reduce-scatter it replaces, filled as without qgZ):
+  // the vectors' reduce-scatter, then the matrices' quantization, intra-node all-to-all,
+  // reduction, inter-node all-to-all and dequantization. Returns the last task added.
+  TaskId quantized_gradient_reduction(const Bucket& bucket, Task reduce_scatter, TaskId ready, std::size_t index);
+
   // Compressed collectives (DataParallelSpec::compression; compressed_collectives.cpp): adds the
   // collective `c` (filled as without compression, its bytes those of the values as they are, of
   // `element_size` bytes each; its name names what the new tasks are about) as its compressed ring: the codec tasks around it on the comm

@@ -356,3 +356,99 @@ std::optional<Task> Transform::quantize_gather(Task& gather, std::int64_t bytes,
 }
 
 }  // namespace comptrain::models::transform_detail
+
+namespace comptrain::models::transform_detail {
+
+// ZeRO++'s qgZ (DataParallelSpec::quantized_gradients), as DeepSpeed runs it
+// (microsoft/DeepSpeed@38327e07 deepspeed/runtime/zero/stage3.py lines 1382-1389,
+// __avg_scatter_grads: all_to_all_quant_reduce when the run spans more than one node;
+// runtime/comm/coalesced_collectives.py lines 30-72, all_to_all_quant_reduce). Per gradient:
+// a vector (dim 1), or a tensor that 2 x ranks does not divide, is reduce-scattered alone; the
+// others are quantized to int4 (swizzle_quant: their 16-bit values read, half a byte each
+// written, reordered so that each rank ends with its own slice), all-to-all'd within the node
+// (g = ranks_per_node ranks), dequantized, summed over the node's g slices and requantized
+// (quantized_reduction: E/2 bytes read, E/(2g) written), all-to-all'd among the n = ranks / g
+// ranks of the same local index on every node, and dequantized (E/(2g) bytes read, E/g 16-bit
+// values written), the n chunks summed and divided by n into the rank's partition (n - 1 adds
+// of two chunks into one, and the division). So each rank sends (g - 1)/g of E/2 bytes over
+// NVLink and (n - 1)/n of E/(2g) over the network, where the reduce-scatter sent (N - 1)/N of
+// 2E: the blog's "M/Z" (blogs/zeropp, qgZ). The tensors of the bucket are taken together: one
+// task per step (the kernels' launches counted per tensor; the per-tensor collectives' own
+// latency and the scales, one fp32 per quantization group, left out). The int4 tensors, the
+// received ones and the dequantized E/g values are temporaries of the comm stream.
+TaskId Transform::quantized_gradient_reduction(const Bucket& bucket, Task reduce_scatter, TaskId ready, std::size_t index) {
+  if (platform_ == nullptr) throw std::invalid_argument("ZeRO++'s quantized gradients need the platform (its GPU's memory bandwidth)");
+  const int g = spec_.ranks_per_node;
+  const int n = spec_.ranks / g;
+  double elements = 0;  // the quantized tensors' values
+  int tensors = 0;
+  std::int64_t vector_bytes = 0;
+  double element_size = 2;
+  for (BufferId b : bucket.gradients) {
+    const traces::Tensor& t = trace_.tensor(*s_.buffers[b].tensor);
+    if (t.shape.size() >= 2 && t.elements() % (2 * static_cast<std::int64_t>(spec_.ranks)) == 0) {
+      elements += static_cast<double>(t.elements());
+      element_size = static_cast<double>(traces::element_size(t.dtype));
+      ++tensors;
+    } else {
+      vector_bytes += s_.buffers[b].bytes;
+    }
+  }
+  std::optional<TaskId> last;
+  if (vector_bytes > 0) {
+    Task rs = reduce_scatter;
+    rs.bytes = vector_bytes;
+    rs.name = task_name("reduce-scatter of the vectors (qgZ quantizes only matrices) of gradient bucket", index, vector_bytes);
+    last = add_task(std::move(rs), ready + 1);
+  }
+  if (tensors == 0) return last ? *last : add_task(std::move(reduce_scatter), ready + 1);
+  const double e = elements;
+  const auto int4 = [](double values) { return static_cast<std::int64_t>(std::ceil(values / 2)); };
+  const std::int64_t bucket_bytes = static_cast<std::int64_t>(e * element_size);
+  const auto kernel_task = [&](TaskKind kind, const char* what, double bytes, int launches) {
+    Task t;
+    t.kind = kind;
+    t.stream = Stream::comm;
+    const KernelRun k = memory_bound_kernels(*platform_, bytes, launches);
+    t.seconds = k.seconds;
+    t.watts = k.watts;
+    t.name = task_name(what, index, bucket_bytes);
+    return t;
+  };
+  const auto all_to_all = [&](const char* what, std::int64_t bytes, RankGroups groups, BufferId in, BufferId out) {
+    Task c = reduce_scatter;
+    c.collective = CollectiveKind::all_to_all;
+    c.bytes = bytes;
+    c.groups = groups;
+    c.uses = {in};
+    c.creates = {out};
+    c.after.clear();
+    c.name = task_name(what, index, bytes);
+    return c;
+  };
+  const BufferId quantized = add_buffer("qgZ int4 gradients of bucket " + std::to_string(index), int4(e), MemoryRole::temporary, false);
+  const BufferId received = add_buffer("qgZ int4 gradients received within the node, bucket " + std::to_string(index), int4(e), MemoryRole::temporary, false);
+  const BufferId reduced = add_buffer("qgZ int4 node sums of bucket " + std::to_string(index), int4(e / g), MemoryRole::temporary, false);
+  const BufferId gathered = add_buffer("qgZ int4 node sums received across the nodes, bucket " + std::to_string(index), int4(e / g), MemoryRole::temporary, false);
+  const BufferId dequantized = add_buffer("qgZ dequantized node sums of bucket " + std::to_string(index),
+                                          static_cast<std::int64_t>(std::ceil(e / g * element_size)), MemoryRole::temporary, false);
+  Task quantize = kernel_task(TaskKind::compress, "qgZ quantization (int4) of gradient bucket", e * element_size + e / 2, tensors);
+  quantize.after = std::move(reduce_scatter.after);
+  quantize.uses = reduce_scatter.uses;
+  quantize.creates = {quantized};
+  add_task(std::move(quantize), ready + 1);
+  add_task(all_to_all("qgZ all-to-all within the node of gradient bucket", int4(e), RankGroups{g, 1}, quantized, received), ready + 1);
+  Task reduce = kernel_task(TaskKind::compress, "qgZ reduction within the node and requantization of gradient bucket", e / 2 + e / (2.0 * g), tensors);
+  reduce.uses = {received};
+  reduce.creates = {reduced};
+  add_task(std::move(reduce), ready + 1);
+  add_task(all_to_all("qgZ all-to-all across the nodes of gradient bucket", int4(e / g), RankGroups{n, g}, reduced, gathered), ready + 1);
+  const double chunk = e / g / n * element_size;
+  Task dequantize = kernel_task(TaskKind::decompress, "qgZ dequantization and reduction across the nodes of gradient bucket",
+                                e / (2.0 * g) + e / g * element_size + (n - 1) * 3.0 * chunk + 2.0 * chunk, tensors * (n + 1));
+  dequantize.uses = {gathered};
+  dequantize.creates = {dequantized};
+  return add_task(std::move(dequantize), ready + 1);
+}
+
+}  // namespace comptrain::models::transform_detail

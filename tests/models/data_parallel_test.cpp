@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -427,6 +428,103 @@ TEST(DataParallel, ZeroPlusPlusGathersWithinGroupsAndInInt8) {
   EXPECT_THROW(check_data_parallel(bad), std::invalid_argument);
   bad = spec;
   bad.hpz_partition_size = 3;
+  EXPECT_THROW(check_data_parallel(bad), std::invalid_argument);
+}
+
+// ZeRO++'s qgZ (DataParallelSpec::quantized_gradients) on ZeRO-3 over 16 ranks, 4 per node: the
+// gradients of more than one dimension that 2 x 16 divides (E values) leave the reduce-scatter
+// for DeepSpeed's all_to_all_quant_reduce -- an int4 quantization (E 16-bit values read, E/2
+// bytes written), an all-to-all of E/2 bytes within each node's 4 ranks, a reduction and
+// requantization (E/2 read, E/8 written), an all-to-all of E/8 bytes among the 4 ranks of the
+// same local index, a dequantization and the sum of the 4 chunks (E/8 read, E/4 16-bit values
+// written, 3 adds of two E/16-value chunks into one and the division by 4) -- while the vectors
+// keep a reduce-scatter of their bytes. One node (ranks_per_node = ranks) reduce-scatters as
+// DeepSpeed falls back to.
+TEST(DataParallel, ZeroPlusPlusQuantizedGradientsGoThroughTwoAllToAlls) {
+  const Platform platform = builtin_platform("a100-80gb");
+  const double bandwidth = platform.gpu.memory_bandwidth * platform.efficiency.memory_default;
+  const double launch = platform.gpu.launch_overhead;
+  const auto trace = small_gpt(zoo::Precision::mixed);
+  DataParallelSpec spec;
+  spec.ranks = 16;
+  spec.zero_stage = 3;
+  spec.ranks_per_node = 4;
+  Schedule plain = baseline_schedule(trace);
+  apply_data_parallel(plain, trace, spec, platform);
+  ASSERT_EQ(collective_tasks(plain, CollectiveKind::reduce_scatter).size(), 1u) << "one bucket of reduce_bucket_size";
+  const std::int64_t all_bytes = plain.tasks[collective_tasks(plain, CollectiveKind::reduce_scatter)[0]].bytes;
+  // The quantized values and tensors, by the gradients' shapes.
+  double e = 0;
+  int matrices = 0;
+  std::int64_t vector_bytes = 0;
+  for (const Buffer& b : baseline_schedule(trace).buffers) {
+    if (b.role != MemoryRole::gradient || !b.tensor) continue;
+    const traces::Tensor& t = trace.tensor(*b.tensor);
+    if (t.shape.size() >= 2 && t.elements() % 32 == 0) {
+      e += static_cast<double>(t.elements());
+      ++matrices;
+    } else {
+      vector_bytes += b.bytes;
+    }
+  }
+  ASSERT_GT(matrices, 0);
+  ASSERT_GT(vector_bytes, 0);
+  EXPECT_EQ(static_cast<std::int64_t>(e) * 2 + vector_bytes, all_bytes);
+
+  spec.quantized_gradients = true;
+  ASSERT_NO_THROW(check_data_parallel(spec));
+  Schedule q = baseline_schedule(trace);
+  apply_data_parallel(q, trace, spec, platform);
+  ASSERT_NO_THROW(q.validate());
+  const auto scatters = collective_tasks(q, CollectiveKind::reduce_scatter);
+  ASSERT_EQ(scatters.size(), 1u);
+  EXPECT_EQ(q.tasks[scatters[0]].bytes, vector_bytes);
+  const auto exchanges = collective_tasks(q, CollectiveKind::all_to_all);
+  ASSERT_EQ(exchanges.size(), 2u);
+  const Task& within = q.tasks[exchanges[0]];
+  const Task& across = q.tasks[exchanges[1]];
+  EXPECT_EQ(within.groups, (RankGroups{4, 1}));
+  EXPECT_EQ(within.bytes, static_cast<std::int64_t>(e / 2));
+  EXPECT_EQ(across.groups, (RankGroups{4, 4}));
+  EXPECT_EQ(across.bytes, static_cast<std::int64_t>(std::ceil(e / 8)));
+  // The kernels around them, in stream order on the comm stream.
+  const Task& quantize = q.tasks[exchanges[0] - 1];
+  const Task& reduce = q.tasks[exchanges[0] + 1];
+  const Task& dequantize = q.tasks[exchanges[1] + 1];
+  for (const Task* k : {&quantize, &reduce, &dequantize}) EXPECT_EQ(k->stream, Stream::comm) << k->name;
+  EXPECT_EQ(quantize.kind, TaskKind::compress);
+  EXPECT_EQ(reduce.kind, TaskKind::compress);
+  EXPECT_EQ(dequantize.kind, TaskKind::decompress);
+  EXPECT_EQ(exchanges[1], exchanges[0] + 2);
+  EXPECT_NEAR(quantize.seconds, (2 * e + e / 2) / bandwidth + matrices * launch, 1e-12);
+  EXPECT_NEAR(reduce.seconds, (e / 2 + e / 8) / bandwidth + matrices * launch, 1e-12);
+  const double chunk = e / 16 * 2;
+  EXPECT_NEAR(dequantize.seconds, (e / 8 + e / 4 * 2 + 3 * 3 * chunk + 2 * chunk) / bandwidth + matrices * 5 * launch, 1e-12);
+  // The int4 temporaries: each exchange reads what the kernel before it wrote and writes what
+  // the kernel after it reads.
+  ASSERT_EQ(quantize.creates.size(), 1u);
+  EXPECT_EQ(q.buffers[quantize.creates[0]].bytes, static_cast<std::int64_t>(e / 2));
+  EXPECT_EQ(within.uses, quantize.creates);
+  EXPECT_EQ(reduce.uses, within.creates);
+  EXPECT_EQ(across.uses, reduce.creates);
+  EXPECT_EQ(dequantize.uses, across.creates);
+  EXPECT_EQ(q.buffers[across.creates[0]].bytes, static_cast<std::int64_t>(std::ceil(e / 8)));
+
+  // One node: DeepSpeed's reduce-scatter, the schedule as without qgZ.
+  DataParallelSpec one_node = spec;
+  one_node.ranks_per_node = 16;
+  Schedule f = baseline_schedule(trace);
+  apply_data_parallel(f, trace, one_node, platform);
+  EXPECT_TRUE(collective_tasks(f, CollectiveKind::all_to_all).empty());
+  EXPECT_EQ(f.tasks.size(), plain.tasks.size());
+  // qgZ is stage 3's, and its node groups divide the ranks.
+  DataParallelSpec bad = spec;
+  bad.zero_stage = 2;
+  EXPECT_THROW(check_data_parallel(bad), std::invalid_argument);
+  bad = spec;
+  bad.ranks_per_node = 0;
+  EXPECT_THROW(check_data_parallel(bad), std::invalid_argument);
+  bad.ranks_per_node = 3;
   EXPECT_THROW(check_data_parallel(bad), std::invalid_argument);
 }
 

@@ -176,10 +176,10 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
       stage3_only("zero_quantized_weights");
       p.data.quantized_weights = boolean(zero["zero_quantized_weights"], "parallelism.zero.zero_quantized_weights");
     }
-    if (const YAML::Node qgz = zero["zero_quantized_gradients"]; qgz && boolean(qgz, "parallelism.zero.zero_quantized_gradients")) {
-      throw InputError(where(qgz.Mark()) +
-                       "'parallelism.zero.zero_quantized_gradients' (qgZ: int4 gradients through a hierarchical all-to-all) is not modelled; "
-                       "expected false (the replay has no all-to-all collective yet)");
+    if (const YAML::Node qgz = zero["zero_quantized_gradients"]) {
+      stage3_only("zero_quantized_gradients");
+      p.data.quantized_gradients = boolean(qgz, "parallelism.zero.zero_quantized_gradients");
+      p.qgz_position = where(qgz.Mark());
     }
   }
   if (const YAML::Node compression = node["compression"]) {
@@ -193,6 +193,7 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
     };
     refuse(p.data.comm_hook != models::DdpCommHook::none, compression, "'parallelism.ddp.comm_hook' (" + std::string(models::to_string(p.data.comm_hook)) + ")");
     refuse(p.data.quantized_weights, compression, "ZeRO++'s 'parallelism.zero.zero_quantized_weights'");
+    refuse(p.data.quantized_gradients, compression, "ZeRO++'s 'parallelism.zero.zero_quantized_gradients'");
     if (p.data.fsdp) {
       throw InputError(where(compression.Mark()) + "'parallelism.compression' is modelled for PyTorch DDP and DeepSpeed ZeRO; expected 'ddp' or 'zero', not 'fsdp'");
     }

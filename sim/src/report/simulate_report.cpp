@@ -91,8 +91,13 @@ std::string data_parallel_name(const SimulationRun& run) {
   }
   // ZeRO++ (models::DataParallelSpec).
   if (run.data_parallel->zero_stage == 3 && !run.data_parallel->fsdp) {
-    if (run.data_parallel->hpz_partition_size > 1) name += fmt::format(" with ZeRO++ hpZ over {} ranks", run.data_parallel->hpz_partition_size);
-    if (run.data_parallel->quantized_weights) name += run.data_parallel->hpz_partition_size > 1 ? " and qwZ" : " with ZeRO++ qwZ";
+    const auto& dp = *run.data_parallel;
+    std::vector<std::string> parts;
+    if (dp.hpz_partition_size > 1) parts.push_back(fmt::format("hpZ over {} ranks", dp.hpz_partition_size));
+    if (dp.quantized_weights) parts.push_back("qwZ");
+    // qgZ on one node is DeepSpeed's reduce-scatter (models::DataParallelSpec::quantized_gradients).
+    if (dp.quantized_gradients) parts.push_back(dp.ranks_per_node < dp.ranks ? "qgZ" : "qgZ (one node: reduce-scatter)");
+    for (std::size_t i = 0; i < parts.size(); ++i) name += (i == 0 ? " with ZeRO++ " : i + 1 == parts.size() ? " and " : ", ") + parts[i];
   }
   // DDP's compression hook (models::DdpCommHook).
   if (run.data_parallel->zero_stage == 0 && run.data_parallel->comm_hook == models::DdpCommHook::powersgd) {

@@ -163,6 +163,14 @@ PreparedScenario::PreparedScenario(Scenario scenario)
                                    hpz, shape.nodes, shape.gpus_per_node, shape.ranks()));
     }
   }
+  // ZeRO++'s qgZ: its two all-to-alls run within a node and across the nodes of the whole job,
+  // which is the data-parallel group only without tensor, context or expert parallelism.
+  if (scenario_.parallelism && scenario_.parallelism->data.quantized_gradients && !scenario_.parallelism->layout.is_data_parallel_only()) {
+    const ParallelismSection& p = *scenario_.parallelism;
+    throw InputError((p.qgz_position.empty() ? scenario_.source + ": " : p.qgz_position) +
+                     "'parallelism.zero.zero_quantized_gradients' (qgZ) is modelled over a data-parallel group that spans the whole job; "
+                     "expected tensor, context and expert 1, or zero_quantized_gradients false");
+  }
   // ZeRO-2 reduces at every micro-step, so accumulation repeats what comes before its step, which
   // would repeat the parameters' all-gathers at the iteration's start with every micro-step.
   if (scenario_.parallelism && scenario_.parallelism->data.overlap_param_gather && scenario_.parallelism->data.zero_stage == 2 &&
@@ -312,6 +320,7 @@ models::TransformSteps transform_steps(const PreparedScenario& prepared) {
   steps.accumulation_steps = prepared.scenario().accumulation_steps;
   if (const auto& parallelism = prepared.scenario().parallelism) {
     steps.data_parallel = parallelism->data;
+    steps.data_parallel->ranks_per_node = prepared.cluster_shape().gpus_per_node;
     const models::ParallelLayout& layout = parallelism->layout;
     if (!layout.is_data_parallel_only()) {
       // Data parallelism runs over the ranks that hold the same dense parameters (Megatron's DP x

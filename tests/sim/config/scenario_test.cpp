@@ -469,6 +469,8 @@ TEST(Scenario, CollectiveCompressionIsReadAndCheckedWhereItIsWritten) {
               HasSubstr("s.yaml:5:16: 'parallelism.compression' compresses the data-parallel collectives, and 'parallelism.ddp.comm_hook' (fp16) does too"));
   EXPECT_THAT(parallelism_error("  zero: {stage: 3, zero_quantized_weights: true}\n  compression: {profile: auto, error_bound: 1e-3}\n"),
               HasSubstr("s.yaml:5:16: 'parallelism.compression' compresses the data-parallel collectives, and ZeRO++'s"));
+  EXPECT_THAT(parallelism_error("  zero: {stage: 3, zero_quantized_gradients: true}\n  compression: {profile: auto, error_bound: 1e-3}\n"),
+              HasSubstr("s.yaml:5:16: 'parallelism.compression' compresses the data-parallel collectives, and ZeRO++'s 'parallelism.zero.zero_quantized_gradients'"));
   EXPECT_THAT(parallelism_error("  fsdp: {units: [\"transformer.h.*\"]}\n  compression: {profile: auto, error_bound: 1e-3}\n"),
               HasSubstr("s.yaml:5:16: 'parallelism.compression' is modelled for PyTorch DDP and DeepSpeed ZeRO"));
 }
@@ -482,8 +484,12 @@ TEST(Scenario, BadParallelismIsRejectedWhereItIsWritten) {
   EXPECT_THAT(parallelism_error("  gpu: 4\n"), HasSubstr("unknown key 'gpu' in parallelism"));
   EXPECT_THAT(parallelism_error("  zero: {stage: 2, zero_hpz_partition_size: 8}\n"),
               HasSubstr("s.yaml:4:45: 'parallelism.zero.zero_hpz_partition_size' is ZeRO++'s, which DeepSpeed runs with stage 3; expected 'stage: 3'"));
-  EXPECT_THAT(parallelism_error("  zero: {stage: 3, zero_quantized_gradients: true}\n"),
-              HasSubstr("s.yaml:4:46: 'parallelism.zero.zero_quantized_gradients' (qgZ: int4 gradients through a hierarchical all-to-all) is not modelled"));
+  EXPECT_EQ(parallelism_error("  gpus_per_node: 8\n  zero: {stage: 3, zero_quantized_gradients: true}\n"), "");
+  EXPECT_THAT(parallelism_error("  zero: {stage: 1, zero_quantized_gradients: true}\n"),
+              HasSubstr("s.yaml:4:46: 'parallelism.zero.zero_quantized_gradients' is ZeRO++'s, which DeepSpeed runs with stage 3; expected 'stage: 3'"));
+  EXPECT_THAT(parallelism_error("  zero: {stage: 3, zero_quantized_gradients: maybe}\n"), HasSubstr("s.yaml:4:46: 'parallelism.zero.zero_quantized_gradients'"));
+  EXPECT_THAT(parallelism_error("  gpus_per_node: 8\n  tensor: 2\n  zero: {stage: 3, zero_quantized_gradients: true}\n"),
+              HasSubstr("s.yaml:6:46: 'parallelism.zero.zero_quantized_gradients' (qgZ) is modelled over a data-parallel group that spans the whole job"));
   EXPECT_THAT(parallelism_error("  gpus_per_node: 8\n  zero: {stage: 3, zero_hpz_partition_size: 3}\n"),
               HasSubstr("s.yaml:5:45: 'parallelism.zero.zero_hpz_partition_size' is 3 on 1 node(s) x 8 GPUs; expected a divisor of the 8 ranks"));
   EXPECT_EQ(parallelism_error("  gpus_per_node: 8\n  zero: {stage: 3, zero_hpz_partition_size: 4, zero_quantized_weights: true}\n"), "");

@@ -212,12 +212,22 @@ struct DataParallelSpec {
   // iteration here), from which the backward pass all-gathers within the group; 1: off.
   // zero_quantized_weights (qwZ): every other parameter all-gather moves int8 values (a
   // quantization kernel before it, a dequantization after it), half of 16-bit weights' bytes.
+  // zero_quantized_gradients (qgZ): the gradients of more than one dimension that 2 x ranks
+  // divides are reduced by two all-to-alls of int4 values instead of the reduce-scatter: within
+  // each node of ranks_per_node consecutive ranks, then among the ranks of one local index
+  // across the nodes, each followed by a reduction kernel (DeepSpeed's all_to_all_quant_reduce;
+  // models/transforms/README.md, "ZeRO++"). The vectors keep their reduce-scatter, and one node
+  // (ranks_per_node >= ranks) falls back to it as DeepSpeed does.
   int hpz_partition_size = 1;
   bool quantized_weights = false;
+  bool quantized_gradients = false;
+  // The GPUs of a node in this data-parallel group (DeepSpeed's local_world_size, the node's
+  // device count): qgZ's first all-to-all runs over them. 0: unknown (qgZ needs it).
+  int ranks_per_node = 0;
   // Error-bounded compressed collectives (collective_compression.hpp; the scenario's
   // parallelism.compression): the gradient all-reduces (DDP) or reduce-scatters (ZeRO) and the
   // parameter all-gathers move codec-compressed chunks around the ring, each reduction step
-  // decompressing, adding and recompressing. Not with a DDP comm_hook, qwZ or FSDP.
+  // decompressing, adding and recompressing. Not with a DDP comm_hook, qwZ, qgZ or FSDP.
   std::optional<CollectiveCompressionSpec> compression;
   // PyTorch FSDP2 instead of DeepSpeed (zero_stage 3, no offloaded optimizer); the DeepSpeed
   // fields above (buckets, overlap_comm, sub_group_size) do not apply.
@@ -240,7 +250,8 @@ struct DataParallelSpec {
 bool is_expert_parameter(std::string_view tensor_name);
 
 // InputError-free check of a spec built in code (compression: check_collective_compression, and
-// not with a comm_hook, quantized_weights or fsdp): ranks >= 1, zero_stage 0..3, positive sizes; an
+// not with a comm_hook, quantized_weights, quantized_gradients or fsdp; quantized_gradients: stage 3
+// without fsdp, ranks_per_node >= 1 dividing ranks): ranks >= 1, zero_stage 0..3, positive sizes; an
 // offloaded optimizer needs ZeRO (stage >= 1), a ratio in [0, 1] and below 1 only with stage 3,
 // and prefetch_optimizer needs stage 3, ratio 1 and a gap >= 1; fsdp needs stage 3, no offloaded
 // optimizer, valid unit patterns and element sizes of 1 to 8 bytes; overlap_param_gather needs

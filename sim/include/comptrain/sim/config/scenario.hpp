@@ -59,6 +59,7 @@ struct ParallelismSection {
   std::string nodes_position = {};
   std::string gpus_per_node_position = {};
   std::string hpz_position = {};  // of zero.zero_hpz_partition_size: checked against the shape when prepared
+  std::string qgz_position = {};  // of zero.zero_quantized_gradients: checked against the layout when prepared
   std::string overlap_param_gather_position = {};  // of zero.overlap_param_gather: checked against gradient accumulation when prepared
 };
 

@@ -108,7 +108,7 @@ int run_plan(const PlanCliOptions& o) {
     if (!o.shard.empty()) {
       if (!scenario.plan || !scenario.plan->searches_clusters()) {
         throw InputError("--shard: " + scenario.source + " has no 'sweep' section and no cluster search (plan.gpus, plan.nodes, plan.zero_stages, "
-                         "plan.offload_optimizer, plan.comm_hooks, plan.compressed_collectives, plan.tensor, plan.pipeline, plan.virtual_stages, plan.context or plan.expert) to split; "
+                         "plan.offload_optimizer, plan.comm_hooks, plan.compressed_collectives, plan.zero_plus_plus, plan.tensor, plan.pipeline, plan.virtual_stages, plan.context or plan.expert) to split; "
                          "expected one of them");
       }
       requests.front().shard = sim::parse_shard(o.shard);
@@ -174,9 +174,10 @@ std::function<int()> add_plan_command(CLI::App& app) {
       "Strategies come from the scenario's 'plan.strategies' (default: baseline, offload, recompute and the scenario's own). "
       "A scenario with a 'sweep' section is planned for every variant. With a 'parallelism' section the batches are per-GPU "
       "micro-batches, samples/s are global and each strategy's scaling efficiency is against its best micro-batch on one GPU alone; "
-      "'plan.gpus' (or 'plan.nodes'), 'plan.zero_stages', 'plan.offload_optimizer', 'plan.comm_hooks' and 'plan.compressed_collectives' search cluster sizes x ZeRO stages x "
-      "optimizer places (GPU, ZeRO-Offload, Deep Optimizer States with each gap of 'plan.prefetch_optimizer_gaps') x DDP's communication hooks "
-      "(none, fp16, bf16, powersgd) x the collectives with or without 'parallelism.compression' x strategies for the fastest "
+      "'plan.gpus' (or 'plan.nodes'), 'plan.zero_stages', 'plan.offload_optimizer', 'plan.comm_hooks', 'plan.compressed_collectives' and 'plan.zero_plus_plus' "
+      "search cluster sizes x ZeRO stages x optimizer places (GPU, ZeRO-Offload, Deep Optimizer States with each gap of 'plan.prefetch_optimizer_gaps') "
+      "x DDP's communication hooks (none, fp16, bf16, powersgd) x the collectives with or without 'parallelism.compression' x ZeRO-3's ZeRO++ "
+      "settings (none, hpz, qwz, qgz, hpz+qwz, hpz+qgz, qwz+qgz, all) x strategies for the fastest "
       "configuration (for 'plan.target_global_batch' or --target-global-batch) and say what limits each: memory, network, host or compute. "
       "A scenario's 'data' and 'checkpoint' sections are simulated at every batch that fits (samples/s over the mean iteration; limits "
       "loader, storage, checkpoint), and 'plan.energy_budget' keeps the best batch within an energy budget (limit energy_budget where none is).");

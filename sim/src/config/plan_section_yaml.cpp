@@ -3,6 +3,7 @@
 #include "config/scenario_reader.hpp"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,7 +12,7 @@ namespace comptrain::sim {
 PlanSection ScenarioReader::read_plan(const YAML::Node& node, const std::optional<models::Platform>& platform, const std::optional<ParallelismSection>& parallelism) const {
   require_map(node, "plan");
   check_keys(node, "plan", {"strategies", "margin", "max_batch", "target_global_batch", "memory_metric", "objective", "gpus", "nodes", "zero_stages",
-                              "offload_optimizer", "prefetch_optimizer_gaps", "checkpoint_overhead", "energy_budget", "comm_hooks", "compressed_collectives", "tensor", "pipeline", "micro_batches", "sequence_parallel", "recompute",
+                              "offload_optimizer", "prefetch_optimizer_gaps", "checkpoint_overhead", "energy_budget", "comm_hooks", "compressed_collectives", "zero_plus_plus", "tensor", "pipeline", "micro_batches", "sequence_parallel", "recompute",
                               "virtual_stages", "context", "expert"});
   PlanSection plan;
   if (const YAML::Node budget = node["energy_budget"]) plan.energy_budget = read_energy_budget(budget, platform);
@@ -267,7 +268,7 @@ void ScenarioReader::read_cluster_search(const YAML::Node& node, const std::opti
     }
   }
   if (parallelism && parallelism->data.fsdp) {
-    for (const char* key : {"zero_stages", "offload_optimizer"}) {
+    for (const char* key : {"zero_stages", "offload_optimizer", "zero_plus_plus"}) {
       if (node[key]) {
         throw InputError(where(node[key].Mark()) + "'plan." + key + "' searches DeepSpeed configurations, but 'parallelism.fsdp' fixes PyTorch FSDP2; "
                                                     "expected no plan." + key + " with fsdp");
@@ -313,6 +314,29 @@ void ScenarioReader::read_cluster_search(const YAML::Node& node, const std::opti
                                                  "bound to try) or false only");
       }
       plan.compressed_collectives.push_back(on);
+    }
+  }
+  // plan.zero_plus_plus: distinct ZeRO++ settings, for a search with ZeRO-3 among its stages.
+  if (const YAML::Node settings = node["zero_plus_plus"]) {
+    constexpr const char* kNames = "none, hpz, qwz, qgz, hpz+qwz, hpz+qgz, qwz+qgz or all";
+    if (!settings.IsSequence() || settings.size() == 0) {
+      throw InputError(where(settings.Mark()) + "'plan.zero_plus_plus' must be a non-empty list of ZeRO++ settings: " + kNames);
+    }
+    const std::vector<int> stages = plan.zero_stages.empty() ? std::vector<int>{parallelism ? parallelism->data.zero_stage : 0} : plan.zero_stages;
+    if (std::find(stages.begin(), stages.end(), 3) == stages.end()) {
+      throw InputError(where(settings.Mark()) + "'plan.zero_plus_plus' tries ZeRO++, which DeepSpeed runs with ZeRO-3, but the search's stages are " +
+                       (plan.zero_stages.empty() ? "the scenario's own (" + std::to_string(stages.front()) + ")" : std::string("plan.zero_stages")) +
+                       "; expected 3 in plan.zero_stages or 'parallelism.zero: {stage: 3}'");
+    }
+    for (std::size_t i = 0; i < settings.size(); ++i) {
+      const std::string field = "plan.zero_plus_plus[" + std::to_string(i) + "]";
+      const std::string name = settings[i].IsScalar() ? settings[i].Scalar() : std::string("a collection");
+      const std::optional<ZeroPlusPlus> setting = parse_zero_plus_plus(name);
+      if (!setting) throw InputError(where(settings[i].Mark()) + "'" + field + "' is '" + name + "'; expected " + kNames);
+      if (std::find(plan.zero_plus_plus.begin(), plan.zero_plus_plus.end(), *setting) != plan.zero_plus_plus.end()) {
+        throw InputError(where(settings[i].Mark()) + "'" + field + "' repeats " + name + "; expected distinct settings");
+      }
+      plan.zero_plus_plus.push_back(*setting);
     }
   }
 }

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <set>
 #include <cmath>
+#include <optional>
+#include <set>
+#include <string_view>
 #include <nlohmann/json.hpp>
 
 #include "comptrain/models/data_parallel.hpp"
@@ -199,7 +201,8 @@ std::string layout_lines(const PlanOptions& o) {
       100 * o.bottleneck_share);
 }
 
-// A candidate's data parallelism, with DDP's communication hook where it has one ("DDP+fp16").
+// A candidate's data parallelism, with DDP's communication hook where it has one ("DDP+fp16") and
+// ZeRO++'s options ("ZeRO-3+hpZ+qwZ").
 std::string candidate_dp_name(const ClusterCandidate& c, bool fsdp) {
   std::string name = data_parallel_name(c.zero_stage, fsdp);
   switch (c.comm_hook) {
@@ -209,6 +212,9 @@ std::string candidate_dp_name(const ClusterCandidate& c, bool fsdp) {
     case models::DdpCommHook::powersgd: name += "+PowerSGD"; break;
   }
   if (c.compressed_collectives) name += "+compressed";
+  if (c.zero_plus_plus.hpz) name += "+hpZ";
+  if (c.zero_plus_plus.qwz) name += "+qwZ";
+  if (c.zero_plus_plus.qgz) name += "+qgZ";
   return name;
 }
 
@@ -231,6 +237,11 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
   }
   if (search.compressed_collectives.size() > 1 || (search.compressed_collectives.size() == 1 && search.compressed_collectives.front())) {
     stages += search.compressed_collectives.size() > 1 ? " (collectives with and without compression)" : " (compressed collectives)";
+  }
+  if (search.zero_plus_plus.size() > 1 || (search.zero_plus_plus.size() == 1 && search.zero_plus_plus.front() != ZeroPlusPlus{})) {
+    std::string settings;
+    for (const ZeroPlusPlus setting : search.zero_plus_plus) settings += (settings.empty() ? "" : ", ") + std::string(to_string(setting));
+    stages += " (ZeRO++: " + settings + ")";
   }
   std::string places;
   for (const auto& offload : search.offload_optimizer) places += (places.empty() ? "" : ", ") + models::optimizer_place(offload);
@@ -580,6 +591,8 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
       ordered_json jc = shape_json(c.shape, c.zero_stage, plan.fsdp, c.offload_optimizer);
       jc["comm_hook"] = std::string(models::to_string(c.comm_hook));
       jc["compressed_collectives"] = c.compressed_collectives;
+      jc["zero_plus_plus"] = std::string(to_string(c.zero_plus_plus));
+      jc["hpz_partition_size"] = c.hpz_partition_size;
       if (c.layout) {
         jc["layout"] = {{"tensor", c.layout->tensor},
                         {"pipeline", c.layout->pipeline},
@@ -619,11 +632,14 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
     for (const auto& offload : search.offload_optimizer) offloads.push_back(offload_json(offload));
     ordered_json hooks = ordered_json::array();
     for (const models::DdpCommHook hook : search.comm_hooks) hooks.push_back(std::string(models::to_string(hook)));
+    ordered_json zero_plus_plus = ordered_json::array();
+    for (const ZeroPlusPlus setting : search.zero_plus_plus) zero_plus_plus.push_back(std::string(to_string(setting)));
     j["cluster_search"] = {{"shapes", std::move(shapes)},
                            {"zero_stages", search.zero_stages},
                            {"offload_optimizer", std::move(offloads)},
                            {"comm_hooks", hooks},
                            {"compressed_collectives", search.compressed_collectives},
+                           {"zero_plus_plus", std::move(zero_plus_plus)},
                            {"candidates", std::move(candidates)},
                            {"fastest", search.fastest ? ordered_json(*search.fastest) : ordered_json(nullptr)},
                            {"notes", search.notes}};
@@ -748,6 +764,13 @@ std::vector<PlanPoint> points_from_json(const ordered_json& points) {
   return out;
 }
 
+// A ZeRO++ setting by its name (to_string(ZeroPlusPlus)).
+ZeroPlusPlus zero_plus_plus_named(const ordered_json& j, std::string_view field) {
+  const std::optional<ZeroPlusPlus> setting = j.is_string() ? parse_zero_plus_plus(j.get<std::string>()) : std::nullopt;
+  if (!setting) throw InputError(fmt::format("{}: {} is not a ZeRO++ setting (none, hpz, qwz, qgz, hpz+qwz, hpz+qgz, qwz+qgz, all)", field, j.dump()));
+  return *setting;
+}
+
 ClusterCandidate candidate_from_json(const ordered_json& j) {
   static constexpr PlanLimit kLimits[] = {PlanLimit::memory,  PlanLimit::network, PlanLimit::host,       PlanLimit::compute,       PlanLimit::not_applicable, PlanLimit::failed,
                                           PlanLimit::loader,  PlanLimit::storage, PlanLimit::checkpoint, PlanLimit::energy_budget, PlanLimit::bubble};
@@ -758,6 +781,11 @@ ClusterCandidate candidate_from_json(const ordered_json& j) {
   c.offload_optimizer = offload_from_json(j.at("offload_optimizer"));
   c.comm_hook = enum_named(j.at("comm_hook"), kHooks, "comm_hook");
   c.compressed_collectives = j.at("compressed_collectives").get<bool>();
+  c.zero_plus_plus = zero_plus_plus_named(j.at("zero_plus_plus"), "zero_plus_plus");
+  c.hpz_partition_size = j.at("hpz_partition_size").get<int>();
+  if (c.hpz_partition_size < 1 || c.zero_plus_plus.hpz != (c.hpz_partition_size > 1)) {
+    throw InputError(fmt::format("hpz_partition_size: {} does not match zero_plus_plus {}", c.hpz_partition_size, j.at("zero_plus_plus").dump()));
+  }
   if (j.contains("layout")) {
     const ordered_json& l = j.at("layout");
     models::ParallelLayout layout;
@@ -841,6 +869,7 @@ BatchSizePlan cluster_plan_from_json(const ordered_json& document, const std::st
     static constexpr models::DdpCommHook kHooks[] = {models::DdpCommHook::none, models::DdpCommHook::fp16, models::DdpCommHook::bf16, models::DdpCommHook::powersgd};
     for (const ordered_json& hook : cs.at("comm_hooks")) search.comm_hooks.push_back(enum_named(hook, kHooks, "cluster_search.comm_hooks"));
     search.compressed_collectives = cs.at("compressed_collectives").get<std::vector<bool>>();
+    for (const ordered_json& setting : cs.at("zero_plus_plus")) search.zero_plus_plus.push_back(zero_plus_plus_named(setting, "cluster_search.zero_plus_plus"));
     const ordered_json& candidates = cs.at("candidates");
     for (std::size_t k = 0; k < candidates.size(); ++k) {
       at = fmt::format("/cluster_search/candidates/{}", k);

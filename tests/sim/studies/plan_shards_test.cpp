@@ -116,6 +116,44 @@ TEST(PlanShards, MergingEveryShardGivesTheUnshardedPlansJsonAndTable) {
   EXPECT_EQ(plan_table_text(from_five.plan), plan_table_text(whole));
 }
 
+// A ZeRO++ search (plan.zero_plus_plus) in two shards: the merge reads each candidate's setting and
+// hpZ partition and the list searched back, so its JSON and table are the unsharded plan's.
+TEST(PlanShards, MergingKeepsEachCandidatesZeroPlusPlusSetting) {
+  const Scenario scenario = parse_scenario(
+      "model: {zoo: gpt, layers: 2, hidden: 256, heads: 8, seq_len: 256, vocab: 1024, attention: flash}\n"
+      "training: {batch_size: 1, precision: mixed, optimizer: adamw}\n"
+      "platform: dgx-a100-superpod\n"
+      "parallelism: {nodes: 2, gpus_per_node: 8, zero: {stage: 3}}\n"
+      "plan: {target_global_batch: 32, strategies: [baseline], zero_plus_plus: [none, qwz, all]}\n",
+      "zeropp.yaml", ".");
+  const BatchSizePlan whole = plan_of(request_for(scenario, std::nullopt));
+  ASSERT_EQ(whole.cluster_search->candidates.size(), 3U);
+  Documents shards;
+  for (std::size_t i = 0; i < 2; ++i) {
+    const Shard shard{i, 2};
+    shards.emplace_back("shard-" + std::to_string(i) + ".json", plan_shard_document(plan_of(request_for(scenario, shard)), scenario_run_hash(scenario, "plan", ""), shard));
+  }
+  const MergedPlan merged = merge_plan_shards(shards);
+  EXPECT_EQ(merged.json, plan_json(whole));
+  EXPECT_EQ(plan_table_text(merged.plan), plan_table_text(whole));
+  const auto& candidates = merged.plan.cluster_search->candidates;
+  ASSERT_EQ(candidates.size(), 3U);
+  EXPECT_EQ(candidates[1].zero_plus_plus, (ZeroPlusPlus{false, true, false}));
+  EXPECT_EQ(candidates[1].hpz_partition_size, 1);
+  EXPECT_EQ(candidates[2].zero_plus_plus, (ZeroPlusPlus{true, true, true}));
+  EXPECT_EQ(candidates[2].hpz_partition_size, 8);
+  EXPECT_EQ(merged.plan.cluster_search->zero_plus_plus, (std::vector<ZeroPlusPlus>{{}, {false, true, false}, {true, true, true}}));
+  EXPECT_THAT(plan_table_text(merged.plan), HasSubstr("ZeRO-3+hpZ+qwZ+qgZ"));
+
+  // A setting the reader does not know, or an hpZ partition that contradicts it, is refused.
+  auto unknown = nlohmann::ordered_json::parse(shards[0].second);
+  unknown["plan"]["cluster_search"]["candidates"][0]["zero_plus_plus"] = "hpz+zz";
+  EXPECT_THAT(merge_error({{"unknown.json", unknown.dump()}, shards[1]}), HasSubstr("zero_plus_plus: \"hpz+zz\" is not a ZeRO++ setting"));
+  auto contradicts = nlohmann::ordered_json::parse(shards[0].second);
+  contradicts["plan"]["cluster_search"]["candidates"][0]["hpz_partition_size"] = 8;
+  EXPECT_THAT(merge_error({{"contradicts.json", contradicts.dump()}, shards[1]}), HasSubstr("hpz_partition_size: 8 does not match zero_plus_plus \"none\""));
+}
+
 TEST(PlanShards, TheFastestIsRankedOverEveryShardsCandidates) {
   // Shard 1's baseline (configuration 1: TP 1 x PP 2) made the fastest by far: the merge's fastest
   // is its place among all candidates (after configuration 0's two), not the shard's own 0.

@@ -505,6 +505,94 @@ TEST(PlanClusters, CompressedCollectivesAreCandidates) {
   }
 }
 
+// plan.zero_plus_plus: one candidate per ZeRO++ setting with ZeRO-3, none only with the other
+// stages (a note says so), each simulated with its options (hpZ over a node's 8 GPUs, int8
+// gathers, int4 all-to-alls: across 2 nodes all three change the collectives, so the iteration
+// differs from plain ZeRO-3's); the report names each (ZeRO-3+hpZ+qwZ+qgZ) and the search line
+// lists them; the JSON gives each candidate's setting and hpZ partition and the list searched.
+TEST(PlanClusters, ZeroPlusPlusSettingsAreCandidates) {
+  const Scenario scenario = gpt2_scenario("dgx-a100-superpod",
+                                          "parallelism: {nodes: 2, gpus_per_node: 8, zero: {stage: 3}}\n"
+                                          "plan: {zero_stages: [1, 3], zero_plus_plus: [none, all]}\n",
+                                          2048 * kMiB);
+  const BatchSizePlan plan = make_plan(scenario, {models::StrategySpec{}}, plan_options_for(scenario, options(0.05, 64, 2)));
+  const auto& candidates = plan.cluster_search->candidates;
+  ASSERT_EQ(candidates.size(), 3U);
+  EXPECT_EQ(candidates[0].zero_stage, 1);
+  EXPECT_EQ(candidates[0].zero_plus_plus, ZeroPlusPlus{});
+  EXPECT_EQ(candidates[1].zero_stage, 3);
+  EXPECT_EQ(candidates[1].zero_plus_plus, ZeroPlusPlus{});
+  EXPECT_EQ(candidates[1].hpz_partition_size, 1);
+  EXPECT_EQ(candidates[2].zero_stage, 3);
+  EXPECT_EQ(candidates[2].zero_plus_plus, (ZeroPlusPlus{true, true, true}));
+  EXPECT_EQ(candidates[2].hpz_partition_size, 8) << "a node's GPUs";
+  EXPECT_THAT(plan.cluster_search->notes, ::testing::Contains(std::string("ZeRO++'s settings other than none are tried with DeepSpeed ZeRO-3 only")));
+  ASSERT_TRUE(candidates[1].fits() && candidates[2].fits());
+  const PlanPoint& plain = point_of(candidates[1].plan, 1);
+  const PlanPoint& all = point_of(candidates[2].plan, 1);
+  EXPECT_NE(all.iteration_seconds, plain.iteration_seconds) << "ZeRO++ was simulated";
+  const std::string text = plan_table_text(plan);
+  EXPECT_THAT(text, ::testing::HasSubstr("ZeRO-3+hpZ+qwZ+qgZ"));
+  EXPECT_THAT(text, ::testing::HasSubstr("(ZeRO++: none, all)"));
+  const auto json = nlohmann::json::parse(plan_json(plan));
+  EXPECT_EQ(json["cluster_search"]["zero_plus_plus"], nlohmann::json({"none", "all"}));
+  EXPECT_EQ(json["cluster_search"]["candidates"][2]["zero_plus_plus"], "all");
+  EXPECT_EQ(json["cluster_search"]["candidates"][2]["hpz_partition_size"], 8);
+  EXPECT_EQ(json["cluster_search"]["candidates"][1]["zero_plus_plus"], "none");
+}
+
+// hpZ's partition is a node's GPUs: on one node the search leaves it out (DeepSpeed leaves it
+// unset there), with one note, and tries the quantized options.
+TEST(PlanClusters, ZeroPlusPlusHpzNeedsMoreThanOneNode) {
+  const Scenario scenario = gpt2_scenario("dgx-a100-superpod",
+                                          "parallelism: {nodes: 1, gpus_per_node: 8, zero: {stage: 3}}\n"
+                                          "plan: {zero_plus_plus: [hpz, qwz]}\n",
+                                          2048 * kMiB);
+  const BatchSizePlan plan = make_plan(scenario, {models::StrategySpec{}}, plan_options_for(scenario, options(0.05, 64, 2)));
+  const auto& candidates = plan.cluster_search->candidates;
+  ASSERT_EQ(candidates.size(), 1U);
+  EXPECT_EQ(candidates[0].zero_plus_plus, (ZeroPlusPlus{false, true, false}));
+  EXPECT_THAT(plan.cluster_search->notes, ::testing::Contains(::testing::HasSubstr("ZeRO++'s hpz is tried on more than one node")));
+}
+
+// Without plan.zero_plus_plus every configuration keeps the scenario's own ZeRO++ options: its qgZ
+// runs on every cluster size (the search gives the check the nodes' GPUs, as the run does), and
+// the candidates carry it.
+TEST(PlanClusters, ScenariosOwnZeroPlusPlusIsKept) {
+  const Scenario scenario = gpt2_scenario("dgx-a100-superpod",
+                                          "parallelism: {nodes: 2, gpus_per_node: 8, zero: {stage: 3, zero_quantized_gradients: true}}\n"
+                                          "plan: {nodes: [1, 2]}\n",
+                                          2048 * kMiB);
+  const BatchSizePlan plan = make_plan(scenario, {models::StrategySpec{}}, plan_options_for(scenario, options(0.05, 64, 2)));
+  const auto& candidates = plan.cluster_search->candidates;
+  ASSERT_EQ(candidates.size(), 2U) << (plan.cluster_search->notes.empty() ? "" : plan.cluster_search->notes.front());
+  for (const ClusterCandidate& c : candidates) EXPECT_EQ(c.zero_plus_plus, (ZeroPlusPlus{false, false, true}));
+  EXPECT_EQ(plan.cluster_search->zero_plus_plus, std::vector<ZeroPlusPlus>{(ZeroPlusPlus{false, false, true})});
+}
+
+// qgZ's all-to-alls and hpZ's node-wide partition are modelled over a data-parallel group that
+// spans the job: a layout search tries them on its layouts without model parallelism only, with
+// one note, and the others with every layout.
+TEST(PlanClusters, ZeroPlusPlusQgzAndHpzSkipModelParallelLayouts) {
+  const Scenario scenario = parse_scenario(
+      "model: {zoo: gpt, layers: 2, hidden: 256, heads: 8, seq_len: 256, vocab: 1024, attention: flash}\n"
+      "training: {batch_size: 1, precision: mixed, optimizer: adamw}\n"
+      "platform: dgx-a100-superpod\n"
+      "parallelism: {nodes: 2, gpus_per_node: 8, zero: {stage: 3}}\n"
+      "plan: {target_global_batch: 16, tensor: [1, 2], micro_batches: [1], strategies: [baseline], zero_plus_plus: [qwz, qgz]}\n",
+      "l.yaml", ".");
+  const BatchSizePlan plan = make_plan(scenario, {models::StrategySpec{}}, plan_options_for(scenario, options(0.05, 64, 2)));
+  const auto& candidates = plan.cluster_search->candidates;
+  ASSERT_EQ(candidates.size(), 3U);
+  EXPECT_EQ(candidates[0].zero_plus_plus, (ZeroPlusPlus{false, true, false}));
+  EXPECT_EQ(candidates[0].layout->tensor, 1);
+  EXPECT_EQ(candidates[1].zero_plus_plus, (ZeroPlusPlus{false, true, false}));
+  EXPECT_EQ(candidates[1].layout->tensor, 2);
+  EXPECT_EQ(candidates[2].zero_plus_plus, (ZeroPlusPlus{false, false, true}));
+  EXPECT_EQ(candidates[2].layout->tensor, 1);
+  EXPECT_THAT(plan.cluster_search->notes, ::testing::Contains(::testing::HasSubstr("ZeRO++'s hpz and qgz are tried on layouts without tensor")));
+}
+
 // Two nodes of a DGX A100 SuperPOD: plan.nodes fills whole nodes; the search is the same for any -j.
 TEST(PlanClusters, NodesOfACluster) {
   const Scenario scenario = gpt2_scenario("dgx-a100-superpod", "plan: {nodes: [1, 2], target_global_batch: 32}\n");
@@ -616,6 +704,32 @@ TEST(PlanClusters, BadPlanKeysNameTheirLine) {
   EXPECT_NE(error_of("a100-80gb", "  comm_hooks: [fp16, fp16]\n").find("'plan.comm_hooks[1]' repeats fp16"), std::string::npos);
   EXPECT_NE(error_of("a100-80gb", "  comm_hooks: []\n").find("p.yaml:5:15: 'plan.comm_hooks' must be a non-empty list"), std::string::npos)
       << error_of("a100-80gb", "  comm_hooks: []\n");
+  // plan.zero_plus_plus: ZeRO++ settings by name, distinct, with ZeRO-3 among the stages searched.
+  const auto zero3_error_of = [](const std::string& plan) {
+    try {
+      (void)parse_scenario(gpt2_yaml("dgx-a100-superpod", "parallelism: {nodes: 2, gpus_per_node: 8, zero: {stage: 3}}\nplan:\n" + plan), "p.yaml", ".");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_THAT(zero3_error_of("  zero_plus_plus: hpz\n"), ::testing::HasSubstr("p.yaml:6:19: 'plan.zero_plus_plus' must be a non-empty list of ZeRO++ settings"));
+  EXPECT_THAT(zero3_error_of("  zero_plus_plus: []\n"), ::testing::HasSubstr("p.yaml:6:19: 'plan.zero_plus_plus' must be a non-empty list"));
+  EXPECT_THAT(zero3_error_of("  zero_plus_plus: [none, hpz+qwz+qgz]\n"),
+              ::testing::HasSubstr("p.yaml:6:26: 'plan.zero_plus_plus[1]' is 'hpz+qwz+qgz'; expected none, hpz, qwz, qgz, hpz+qwz, hpz+qgz, qwz+qgz or all"));
+  EXPECT_THAT(zero3_error_of("  zero_plus_plus: [[hpz]]\n"), ::testing::HasSubstr("p.yaml:6:20: 'plan.zero_plus_plus[0]' is 'a collection'"));
+  EXPECT_THAT(zero3_error_of("  zero_plus_plus: [qwz, hpz, qwz]\n"), ::testing::HasSubstr("p.yaml:6:30: 'plan.zero_plus_plus[2]' repeats qwz; expected distinct settings"));
+  EXPECT_THAT(zero3_error_of("  zero_stages: [1, 2]\n  zero_plus_plus: [none, all]\n"),
+              ::testing::HasSubstr("p.yaml:7:19: 'plan.zero_plus_plus' tries ZeRO++, which DeepSpeed runs with ZeRO-3, but the search's stages are plan.zero_stages"));
+  EXPECT_EQ(zero3_error_of("  zero_stages: [1, 3]\n  zero_plus_plus: [none, all]\n"), "no error");
+  EXPECT_THAT(error_of("dgx-a100-superpod", "  zero_plus_plus: [qgz]\n"),
+              ::testing::HasSubstr("p.yaml:5:19: 'plan.zero_plus_plus' tries ZeRO++, which DeepSpeed runs with ZeRO-3, but the search's stages are the scenario's own (0)"));
+  try {
+    (void)parse_scenario(gpt2_yaml("dgx-a100-superpod", "parallelism: {nodes: 2, gpus_per_node: 8, fsdp: {units: [\"h.*\"]}}\nplan:\n  zero_plus_plus: [none, all]\n"), "p.yaml", ".");
+    ADD_FAILURE() << "accepted with fsdp";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("p.yaml:6:19: 'plan.zero_plus_plus' searches DeepSpeed configurations, but 'parallelism.fsdp' fixes PyTorch FSDP2"));
+  }
   // GPU counts fill the parallelism section's nodes when it has one.
   const Scenario s = parse_scenario(gpt2_yaml("dgx-a100-superpod", "parallelism: {gpus_per_node: 4}\nplan: {gpus: [2, 4, 8]}\n"), "p.yaml", ".");
   ASSERT_EQ(s.plan->cluster_sizes.size(), 3U);

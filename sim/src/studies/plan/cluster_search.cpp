@@ -58,6 +58,20 @@ std::string layout_degrees(const models::ParallelLayout& layout) {
   return text;
 }
 
+// ", ZeRO++ hpz+qwz" where a data-parallel spec runs ZeRO++, else nothing: the notes' names of a
+// configuration.
+std::string zero_plus_plus_suffix(const models::DataParallelSpec& spec) {
+  const ZeroPlusPlus setting = zero_plus_plus_of(spec);
+  return setting == ZeroPlusPlus{} ? std::string() : fmt::format(", ZeRO++ {}", to_string(setting));
+}
+
+// Whether the planner chose hpZ or qgZ (plan.zero_plus_plus) for a layout with model parallelism,
+// which the search leaves out: qgZ's two all-to-alls and hpZ's partition of a node's GPUs are
+// modelled over a data-parallel group that spans the job (the run refuses qgZ there).
+bool zero_plus_plus_needs_data_parallel_only(const PlanSection& plan, const models::DataParallelSpec& spec, const models::ParallelLayout& layout) {
+  return !plan.zero_plus_plus.empty() && (spec.hpz_partition_size > 1 || spec.quantized_gradients) && !layout.is_data_parallel_only();
+}
+
 // The layout search of one cluster size, ZeRO stage and optimizer place (studies/plan.hpp,
 // "Layout search"): each tensor x pipeline x virtual-stage x context x expert degree the model and
 // the GPUs allow (models::check_layout, its first broken rule a note) becomes a unit whose
@@ -66,7 +80,7 @@ std::string layout_degrees(const models::ParallelLayout& layout) {
 // its weights, gradients and optimizer state is left out with that bound. A strategy with
 // first_stages K is planned on the layouts of at least K stages only (`skipped_first_stages`).
 void expand_layouts(const PlanRequest& r, const BatchSizePlan& header, ClusterShape shape, Scenario base, ClusterSearch& search, std::vector<ClusterUnit>& units,
-                    std::vector<std::string>& skipped_first_stages) {
+                    std::vector<std::string>& skipped_first_stages, bool& skipped_zero_plus_plus_layouts) {
   const PlanSection& plan = *r.scenario.plan;
   const ParallelismSection& parallelism = *base.parallelism;
   const int gpus = shape.ranks();
@@ -91,8 +105,8 @@ void expand_layouts(const PlanRequest& r, const BatchSizePlan& header, ClusterSh
     }
     return counts;
   };
-  const std::string prefix = fmt::format("{}, {}, optimizer {}", describe_shape(shape), data_parallel_name(parallelism.data.zero_stage, header.fsdp),
-                                         models::optimizer_place(parallelism.data.offload_optimizer));
+  const std::string prefix = fmt::format("{}, {}, optimizer {}{}", describe_shape(shape), data_parallel_name(parallelism.data.zero_stage, header.fsdp),
+                                         models::optimizer_place(parallelism.data.offload_optimizer), zero_plus_plus_suffix(parallelism.data));
   for (const int t : degrees_to_try(plan.tensor_degrees, plan.all_tensor_degrees, shape.gpus_per_node, shape.gpus_per_node, parallelism.layout.tensor)) {
     for (const int p : degrees_to_try(plan.pipeline_degrees, plan.all_pipeline_degrees, gpus / std::max(1, t), static_cast<int>(d.layers), parallelism.layout.pipeline)) {
       for (const int v : virtual_stages_of(p)) {
@@ -117,6 +131,10 @@ void expand_layouts(const PlanRequest& r, const BatchSizePlan& header, ClusterSh
             // parallelism, the tensor-parallel group within a node).
             layout.tp_comm_overlap = parallelism.layout.tp_comm_overlap && layout.sequence_parallel && t <= shape.gpus_per_node;
             layout.pipeline_layers.clear();
+            if (zero_plus_plus_needs_data_parallel_only(plan, parallelism.data, layout)) {
+              skipped_zero_plus_plus_layouts = true;
+              continue;
+            }
             const std::vector<models::LayoutProblem> problems = models::check_layout(layout, model, gpus);
             if (!problems.empty()) {
               search.notes.push_back(fmt::format("{}, {}: left out: parallelism.{}: {}", prefix, layout_degrees(layout), problems.front().field, problems.front().message));
@@ -201,7 +219,15 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
   if (search.comm_hooks.empty()) search.comm_hooks.push_back(r.scenario.parallelism ? r.scenario.parallelism->data.comm_hook : models::DdpCommHook::none);
   search.compressed_collectives = r.scenario.plan->compressed_collectives;
   if (search.compressed_collectives.empty()) search.compressed_collectives.push_back(r.scenario.parallelism && r.scenario.parallelism->data.compression);
+  // plan.zero_plus_plus sets ZeRO++'s options of every configuration; without it each keeps the
+  // scenario's own.
+  const bool choose_zero_plus_plus = !r.scenario.plan->zero_plus_plus.empty();
+  search.zero_plus_plus = r.scenario.plan->zero_plus_plus;
+  if (!choose_zero_plus_plus) search.zero_plus_plus.push_back(r.scenario.parallelism ? zero_plus_plus_of(r.scenario.parallelism->data) : ZeroPlusPlus{});
   bool skipped_hooks = false;
+  bool skipped_zero_plus_plus_stages = false;
+  bool skipped_zero_plus_plus_layouts = false;
+  bool skipped_hpz_shapes = false;
   bool skipped_pairs = false;
   std::vector<std::string> skipped_first_stages;  // strategies some layout has too few stages for
   for (const ClusterShape shape : shapes) {
@@ -212,8 +238,8 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
     search.shapes.push_back(shape);
     // Only the pairs DeepSpeed has: an offloaded optimizer needs ZeRO, Deep Optimizer States
     // stage 3 (one note for the search, not one per pair).
-    // DDP's communication hooks with DDP only (one note for the search).
-    std::vector<std::tuple<int, std::optional<models::OptimizerOffloadSpec>, models::DdpCommHook, bool>> stages_and_offloads;
+    // DDP's communication hooks with DDP only, ZeRO++ with ZeRO-3 only (one note each for the search).
+    std::vector<std::tuple<int, std::optional<models::OptimizerOffloadSpec>, models::DdpCommHook, bool, ZeroPlusPlus>> stages_and_offloads;
     for (const int stage : search.zero_stages) {
       for (const auto& offload : search.offload_optimizer) {
         if (offload && (stage == 0 || (stage != 3 && (offload->prefetch_optimizer || offload->ratio < 1)))) {
@@ -225,11 +251,26 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
             skipped_hooks = true;
             continue;
           }
-          for (const bool compressed : search.compressed_collectives) stages_and_offloads.emplace_back(stage, offload, hook, compressed);
+          for (const bool compressed : search.compressed_collectives) {
+            for (const ZeroPlusPlus setting : search.zero_plus_plus) {
+              if (choose_zero_plus_plus && setting != ZeroPlusPlus{} && (stage != 3 || fsdp)) {
+                skipped_zero_plus_plus_stages = true;
+                continue;
+              }
+              // hpZ's partition is a node's GPUs, across more than one node (DeepSpeed's Mixed
+              // Precision ZeRO++ tutorial, deepspeed.ai/tutorials/mixed-precision-zeropp: the GPUs
+              // per node for multi-node training, unset on one node).
+              if (choose_zero_plus_plus && setting.hpz && (shape.nodes < 2 || shape.gpus_per_node < 2)) {
+                skipped_hpz_shapes = true;
+                continue;
+              }
+              stages_and_offloads.emplace_back(stage, offload, hook, compressed, setting);
+            }
+          }
         }
       }
     }
-    for (const auto& [stage, offload, hook, compressed] : stages_and_offloads) {
+    for (const auto& [stage, offload, hook, compressed, setting] : stages_and_offloads) {
       Scenario scenario = r.scenario;
       ParallelismSection parallelism = scenario.parallelism.value_or(ParallelismSection{});
       parallelism.nodes = shape.nodes;
@@ -238,19 +279,35 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
       parallelism.nodes_position.clear();
       parallelism.gpus_per_node_position.clear();
       parallelism.data.ranks = shape.ranks();
+      parallelism.data.ranks_per_node = shape.gpus_per_node;  // as the run sets it (qgZ's check needs it)
       parallelism.data.zero_stage = stage;
       parallelism.data.offload_optimizer = offload;
       parallelism.data.comm_hook = hook;
       if (!compressed) parallelism.data.compression.reset();
+      if (choose_zero_plus_plus) {
+        // hpZ's partition: the GPUs of a node, DeepSpeed's recommended value (its ZeRO++ tutorial,
+        // deepspeed.ai/tutorials/zeropp: zero_hpz_partition_size ideally the ranks per node).
+        parallelism.data.hpz_partition_size = setting.hpz ? shape.gpus_per_node : 1;
+        parallelism.data.quantized_weights = setting.qwz;
+        parallelism.data.quantized_gradients = setting.qgz;
+        // The plan's choice, not the section's lines.
+        parallelism.hpz_position.clear();
+        parallelism.qgz_position.clear();
+      }
       try {
         models::check_data_parallel(parallelism.data);  // the section's other settings may not suit this stage
       } catch (const std::invalid_argument& e) {
-        search.notes.push_back(fmt::format("{}, {}, optimizer {}: left out: {}", describe_shape(shape), data_parallel_name(stage, fsdp), models::optimizer_place(offload), e.what()));
+        search.notes.push_back(fmt::format("{}, {}, optimizer {}{}: left out: {}", describe_shape(shape), data_parallel_name(stage, fsdp), models::optimizer_place(offload),
+                                           zero_plus_plus_suffix(parallelism.data), e.what()));
         continue;
       }
       scenario.parallelism = parallelism;
       if (search.layouts) {
-        expand_layouts(r, header, shape, std::move(scenario), search, units, skipped_first_stages);
+        expand_layouts(r, header, shape, std::move(scenario), search, units, skipped_first_stages, skipped_zero_plus_plus_layouts);
+        continue;
+      }
+      if (zero_plus_plus_needs_data_parallel_only(*r.scenario.plan, parallelism.data, parallelism.layout)) {
+        skipped_zero_plus_plus_layouts = true;
         continue;
       }
       Unit unit;
@@ -276,6 +333,15 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
                                        std::max(2, *spec->first_stages)));
   }
   if (skipped_hooks) search.notes.push_back("DDP's communication hooks are tried with PyTorch DDP (stage 0) only");
+  if (skipped_zero_plus_plus_stages) search.notes.push_back("ZeRO++'s settings other than none are tried with DeepSpeed ZeRO-3 only");
+  if (skipped_hpz_shapes) {
+    search.notes.push_back("ZeRO++'s hpz is tried on more than one node of more than one GPU only (its partition is a node's GPUs; DeepSpeed leaves it "
+                           "unset on one node)");
+  }
+  if (skipped_zero_plus_plus_layouts) {
+    search.notes.push_back("ZeRO++'s hpz and qgz are tried on layouts without tensor, pipeline, context or expert parallelism only (modelled over a "
+                           "data-parallel group that spans the job)");
+  }
   if (skipped_pairs) {
     search.notes.push_back("optimizer offload is tried with the ZeRO stages that have it: cpu with stages 1-3, deep_optimizer_states with stage 3; "
                            "DDP (stage 0) keeps its optimizer on the GPU");
@@ -296,6 +362,8 @@ void gather_candidates(BatchSizePlan& out, std::vector<BatchSizePlan>& unit_plan
       candidate.offload_optimizer = unit_plans[u].offload_optimizer;
       candidate.comm_hook = unit_plans[u].comm_hook;
       candidate.compressed_collectives = unit_plans[u].compressed_collectives;
+      candidate.zero_plus_plus = unit_plans[u].zero_plus_plus;
+      candidate.hpz_partition_size = unit_plans[u].hpz_partition_size;
       if (search.layouts) candidate.layout = unit_plans[u].layout.value_or(models::ParallelLayout{});
       candidate.configuration = configurations[k];
       candidate.plan = std::move(plan);

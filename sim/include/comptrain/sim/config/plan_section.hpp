@@ -28,6 +28,22 @@ enum class MemoryMetric { exact, allocated, reserved, device };
 std::string_view to_string(MemoryMetric metric);
 std::optional<MemoryMetric> parse_memory_metric(std::string_view text);
 
+// One ZeRO++ setting (Wang et al., arXiv 2306.10209; models::DataParallelSpec models it): which
+// of DeepSpeed's three stage-3 options are on. hpz: zero_hpz_partition_size > 1 (the planner
+// tries a node's GPUs, DeepSpeed's recommended partition); qwz: zero_quantized_weights; qgz:
+// zero_quantized_gradients. The planner tries a list of them (plan.zero_plus_plus).
+struct ZeroPlusPlus {
+  bool hpz = false;
+  bool qwz = false;
+  bool qgz = false;
+  friend bool operator==(const ZeroPlusPlus&, const ZeroPlusPlus&) = default;
+};
+// Its name in plan.zero_plus_plus and the JSON: none, hpz, qwz, qgz, hpz+qwz, hpz+qgz, qwz+qgz, all.
+std::string_view to_string(ZeroPlusPlus setting);
+std::optional<ZeroPlusPlus> parse_zero_plus_plus(std::string_view name);
+// The setting a data-parallel spec runs.
+ZeroPlusPlus zero_plus_plus_of(const models::DataParallelSpec& spec);
+
 // The `plan:` section; unset fields take the planner's defaults (sim/plan.hpp).
 // What the planner's best batch maximises (plan.objective): global samples/s (the default), or
 // samples per joule of the whole job's energy (sim/energy.hpp; points without energy count 0).
@@ -76,6 +92,10 @@ struct PlanSection {
   // plan.compressed_collectives: with and/or without the parallelism section's compression
   // (models::CollectiveCompressionSpec), one candidate each. Empty: the scenario's own.
   std::vector<bool> compressed_collectives;
+  // plan.zero_plus_plus: ZeRO++ settings to try, one candidate each, with DeepSpeed ZeRO-3 only
+  // (hpz over a node's GPUs; hpz and qgz on layouts without model parallelism). Empty: the
+  // scenario's own.
+  std::vector<ZeroPlusPlus> zero_plus_plus;
   // plan.checkpoint_overhead: the checkpoint's cost per iteration as a fraction of the iteration
   // that the checkpoint interval may cost; the report gives the smallest interval meeting it (sim/io.hpp).
   std::optional<double> checkpoint_overhead;
@@ -112,7 +132,8 @@ struct PlanSection {
            all_context_degrees || !context_degrees.empty() || all_expert_degrees || !expert_degrees.empty();
   }
   bool searches_clusters() const {
-    return !cluster_sizes.empty() || !zero_stages.empty() || !offload_optimizer.empty() || !comm_hooks.empty() || !compressed_collectives.empty() || searches_layouts();
+    return !cluster_sizes.empty() || !zero_stages.empty() || !offload_optimizer.empty() || !comm_hooks.empty() || !compressed_collectives.empty() || !zero_plus_plus.empty() ||
+           searches_layouts();
   }
 };
 

@@ -187,9 +187,11 @@ struct ClusterCandidate {
   std::optional<models::OptimizerOffloadSpec> offload_optimizer;  // where the optimizer steps; nullopt: the GPU
   models::DdpCommHook comm_hook = models::DdpCommHook::none;       // DDP's communication hook
   bool compressed_collectives = false;                             // parallelism.compression applied
+  ZeroPlusPlus zero_plus_plus;                                     // ZeRO++'s options on (ZeRO-3)
+  int hpz_partition_size = 1;                                      // hpZ's ranks per secondary partition; 1: off
   std::optional<models::ParallelLayout> layout;  // a layout search's layout; nullopt: data parallelism only
   // Its configuration's index among the search's (expand order: size, stage, optimizer place,
-  // hook, layout); a shard's candidates keep the index of the whole search.
+  // hook, compression, ZeRO++ setting, layout); a shard's candidates keep the index of the whole search.
   std::size_t configuration = 0;
   StrategyPlan plan;
   bool fits() const { return plan.best_batch.has_value(); }
@@ -202,6 +204,7 @@ struct ClusterSearch {
   std::vector<std::optional<models::OptimizerOffloadSpec>> offload_optimizer;  // as planned (plan.offload_optimizer)
   std::vector<models::DdpCommHook> comm_hooks;  // as planned (plan.comm_hooks)
   std::vector<bool> compressed_collectives;     // as planned (plan.compressed_collectives)
+  std::vector<ZeroPlusPlus> zero_plus_plus;     // as planned (plan.zero_plus_plus)
   bool layouts = false;                         // plan.tensor or plan.pipeline: a layout search
   std::vector<ClusterCandidate> candidates;  // by size, then stage, then optimizer place, then strategy
   // The configurations expanded (each planned with every strategy); a shard plans only its own
@@ -238,6 +241,8 @@ struct BatchSizePlan {
   std::optional<models::OptimizerOffloadSpec> offload_optimizer;  // where the optimizer steps (parallelism section); nullopt: the GPU
   models::DdpCommHook comm_hook = models::DdpCommHook::none;       // parallelism.ddp.comm_hook
   bool compressed_collectives = false;                             // parallelism.compression
+  ZeroPlusPlus zero_plus_plus;                                     // parallelism.zero's ZeRO++ options
+  int hpz_partition_size = 1;                                      // parallelism.zero.zero_hpz_partition_size
   std::optional<models::ParallelLayout> layout;  // the parallelism section's model-parallel layout; nullopt: data parallelism only
   std::vector<StrategyPlan> strategies;       // empty for a cluster search
   std::optional<ClusterSearch> cluster_search;  // the scenario has plan.gpus, plan.nodes or plan.zero_stages

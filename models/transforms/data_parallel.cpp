@@ -191,6 +191,14 @@ TaskId Transform::power_sgd_bucket(const Bucket& bucket, const Task& plain, Task
 
 std::optional<TaskId> Transform::run() {
   find_pass_bounds();
+  // Megatron's fp32 gradient buffer: every 16-bit gradient held as fp32 (before the buckets,
+  // which sum the gradients' bytes).
+  if (spec_.grad_reduce_in_fp32) {
+    for (BufferId g : gradients_) {
+      const traces::Tensor& t = trace_.tensor(*s_.buffers[g].tensor);
+      if (traces::element_size(t.dtype) < 4) s_.buffers[g].bytes = t.elements() * 4;
+    }
+  }
   if (spec_.fsdp) {
     run_fsdp();
     return step_begin();
@@ -468,6 +476,10 @@ void check_data_parallel(const DataParallelSpec& spec) {
   }
   if ((spec.hpz_partition_size > 1 || spec.quantized_weights) && (spec.zero_stage != 3 || spec.fsdp)) {
     throw std::invalid_argument("data parallel: ZeRO++'s hpz_partition_size and quantized_weights need DeepSpeed's zero_stage 3");
+  }
+  if (spec.grad_reduce_in_fp32 && (spec.zero_stage > 1 || spec.fsdp || spec.comm_hook != DdpCommHook::none || spec.compression)) {
+    throw std::invalid_argument("data parallel: grad_reduce_in_fp32 (Megatron-LM's fp32 gradient buffer) needs DDP or ZeRO-1 without FSDP, a comm_hook "
+                                "or compressed collectives");
   }
   if (spec.quantized_gradients) {
     if (spec.zero_stage != 3 || spec.fsdp) throw std::invalid_argument("data parallel: ZeRO++'s quantized_gradients need DeepSpeed's zero_stage 3");

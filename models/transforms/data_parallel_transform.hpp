@@ -6,6 +6,7 @@
 // fsdp_offload.cpp.
 // README.md tells what each changes and the sources.
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -80,6 +81,12 @@ class Transform : public ScheduleEdit {
   // stream, the compressed bytes moved, a temporary for them. An all-reduce becomes a compressed
   // reduce-scatter and all-gather. Returns the last task added, after which the result is there.
   TaskId compressed_collective(Task c, int element_size, TaskId before);
+  // A gradient's bytes per element as the buckets hold it: its dtype's, or fp32 in Megatron's
+  // fp32 gradient buffer (DataParallelSpec::grad_reduce_in_fp32).
+  std::int64_t gradient_element_size(const traces::Tensor& gradient) const {
+    const auto size = static_cast<std::int64_t>(traces::element_size(gradient.dtype));
+    return spec_.grad_reduce_in_fp32 ? std::max<std::int64_t>(size, 4) : size;
+  }
   // The parameters' bytes per element (their first's: the 16-bit copies the gathers move).
   int weight_element_size() const {
     return weights_.empty() ? 2 : static_cast<int>(traces::element_size(trace_.tensor(*s_.buffers[weights_.front()].tensor).dtype));

@@ -40,7 +40,7 @@ std::vector<Transform::Bucket> Transform::make_buckets() const {
     if (before_overflow) {
       const auto it = open.find(key);
       if (it != open.end() && !it->second.gradients.empty() &&
-          it->second.bytes + s_.buffers[g].bytes > spec_.reduce_bucket_elements * static_cast<std::int64_t>(traces::element_size(tensor.dtype))) {
+          it->second.bytes + s_.buffers[g].bytes > spec_.reduce_bucket_elements * gradient_element_size(tensor)) {
         buckets.push_back(std::move(it->second));
         open.erase(it);
         ++closed_count[key];
@@ -53,7 +53,7 @@ std::vector<Transform::Bucket> Transform::make_buckets() const {
     bucket.ready = std::max(bucket.ready, t);
     const std::int64_t cap = spec_.zero_stage == 0
                                  ? (closed_count[key] == 0 ? spec_.first_bucket_bytes : spec_.bucket_cap_bytes)
-                                 : spec_.reduce_bucket_elements * static_cast<std::int64_t>(traces::element_size(tensor.dtype));
+                                 : spec_.reduce_bucket_elements * gradient_element_size(tensor);
     if (!before_overflow && bucket.bytes >= cap) {
       buckets.push_back(std::move(bucket));
       open.erase(key);

@@ -528,6 +528,44 @@ TEST(DataParallel, ZeroPlusPlusQuantizedGradientsGoThroughTwoAllToAlls) {
   EXPECT_THROW(check_data_parallel(bad), std::invalid_argument);
 }
 
+// Megatron-LM's fp32 gradient buffer (DataParallelSpec::grad_reduce_in_fp32) under its
+// distributed optimizer (ZeRO-1): every fp16 gradient is held as fp32 (twice its bytes), the
+// buckets hold the same elements (reduce_bucket_size counts elements), and each reduce-scatter
+// moves twice the bytes; the parameters' all-gather is unchanged.
+TEST(DataParallel, Fp32GradientBufferDoublesTheGradientsAndTheirReductions) {
+  const auto trace = small_gpt(zoo::Precision::mixed);
+  DataParallelSpec spec;
+  spec.ranks = 8;
+  spec.zero_stage = 1;
+  spec.overlap_comm = true;
+  spec.reduce_bucket_elements = 200'000;
+  Schedule plain = baseline_schedule(trace);
+  apply_data_parallel(plain, trace, spec);
+  spec.grad_reduce_in_fp32 = true;
+  ASSERT_NO_THROW(check_data_parallel(spec));
+  Schedule wide = baseline_schedule(trace);
+  apply_data_parallel(wide, trace, spec);
+  ASSERT_NO_THROW(wide.validate());
+  const auto plain_scatters = collective_tasks(plain, CollectiveKind::reduce_scatter);
+  const auto scatters = collective_tasks(wide, CollectiveKind::reduce_scatter);
+  ASSERT_GT(plain_scatters.size(), 1u);
+  ASSERT_EQ(scatters.size(), plain_scatters.size());
+  for (std::size_t i = 0; i < scatters.size(); ++i) EXPECT_EQ(wide.tasks[scatters[i]].bytes, 2 * plain.tasks[plain_scatters[i]].bytes);
+  const auto plain_gathers = collective_tasks(plain, CollectiveKind::all_gather);
+  const auto gathers = collective_tasks(wide, CollectiveKind::all_gather);
+  ASSERT_EQ(gathers.size(), plain_gathers.size());
+  for (std::size_t i = 0; i < gathers.size(); ++i) EXPECT_EQ(wide.tasks[gathers[i]].bytes, plain.tasks[plain_gathers[i]].bytes);
+  EXPECT_EQ(bytes_of_role(wide, MemoryRole::gradient, true), 2 * bytes_of_role(plain, MemoryRole::gradient, true));
+  // Megatron's DDP and distributed optimizer only.
+  DataParallelSpec bad = spec;
+  bad.zero_stage = 2;
+  EXPECT_THROW(check_data_parallel(bad), std::invalid_argument);
+  bad = spec;
+  bad.zero_stage = 0;
+  bad.comm_hook = DdpCommHook::bf16;
+  EXPECT_THROW(check_data_parallel(bad), std::invalid_argument);
+}
+
 TEST(DataParallel, ZeroStage3OpsReadGatheredParameters) {
   const auto trace = small_gpt(zoo::Precision::mixed);
   Schedule s = baseline_schedule(trace);

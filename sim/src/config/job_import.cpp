@@ -51,6 +51,7 @@ struct JobDescription {
   bool zero_overlap_comm = false;
   std::optional<long long> zero_bucket_elements;
   bool zero_overlap_param_gather = false;
+  bool grad_reduce_in_fp32 = false;   // Megatron's fp32 gradient buffer (bf16 runs, --accumulate-allreduce-grads-in-fp32)
   std::optional<std::string> fsdp;    // torchtitan: FSDP2's reshard_after_forward
   std::optional<int> fsdp_replicate;  // HSDP's replicate degree
   std::string recompute = "none";     // none | full | selective
@@ -136,6 +137,7 @@ std::string write_scenario(const JobDescription& job, const std::string& source,
   if (job.sequence_parallel) out << YAML::Key << "sequence_parallel" << YAML::Value << true;
   if (job.tp_comm_overlap) out << YAML::Key << "tp_comm_overlap" << YAML::Value << true;
   if (job.pipeline > 1) out << YAML::Key << "pipeline_schedule" << YAML::Value << job.pipeline_schedule;
+  if (job.grad_reduce_in_fp32) out << YAML::Key << "grad_reduce_in_fp32" << YAML::Value << true;
   if (job.zero_stage) {
     out << YAML::Key << "zero" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "stage" << YAML::Value << *job.zero_stage;
     if (job.zero_overlap_comm) out << YAML::Key << "overlap_comm" << YAML::Value << true;
@@ -448,9 +450,16 @@ ImportedScenario import_megatron_arguments(std::string_view text, const std::str
   if (bf16 && fp16) args.fail_on("fp16", "is given with --bf16; expected one of them");
   if (!bf16 && !fp16) {
     job.precision = "fp32";
-  } else if (bf16) {
-    job.notes.push_back("--bf16: Megatron-LM accumulates bf16 runs' gradients in fp32 (accumulate_allreduce_grads_in_fp32); comptrain's `mixed` keeps "
-                        "16-bit gradients, 2 bytes per parameter fewer");
+  }
+  // Megatron accumulates and reduces bf16 runs' gradients in fp32 unless --grad-reduce-in-bf16
+  // (NVIDIA/Megatron-LM@d98e8a64 megatron/training/arguments.py:1204-1217; training.py:2635 passes
+  // it on as the DDP config's grad_reduce_in_fp32); other precisions only with the flag.
+  const bool fp32_reduce_flag = args.flag("accumulate-allreduce-grads-in-fp32");
+  const bool bf16_reduce_flag = args.flag("grad-reduce-in-bf16");
+  job.grad_reduce_in_fp32 = bf16 ? !bf16_reduce_flag : fp32_reduce_flag;
+  if (job.grad_reduce_in_fp32) {
+    job.notes.push_back("gradients accumulated and reduced in fp32 (Megatron-LM's accumulate_allreduce_grads_in_fp32" +
+                        std::string(bf16 && !fp32_reduce_flag ? ", on for --bf16" : "") + "): parallelism.grad_reduce_in_fp32");
   }
   const std::string optimizer = args.text("optimizer").value_or("adam");
   if (optimizer == "sgd") {

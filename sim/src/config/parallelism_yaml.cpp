@@ -17,7 +17,8 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
   require_map(node, "parallelism");
   check_keys(node, "parallelism",
              {"nodes", "gpus_per_node", "ddp", "zero", "fsdp", "tensor", "pipeline", "context", "expert", "expert_tensor", "virtual_stages", "sequence_parallel",
-              "pipeline_schedule", "pipeline_layers", "pipeline_scatter_gather", "context_parallel_comm", "tp_comm_overlap", "compression"});
+              "pipeline_schedule", "pipeline_layers", "pipeline_scatter_gather", "context_parallel_comm", "tp_comm_overlap", "compression",
+              "grad_reduce_in_fp32"});
   ParallelismSection p;
   // At most 1,000,000 GPUs: far beyond any machine, and nodes x GPUs stays an int.
   constexpr std::int64_t kMaxGpus = 1'000'000;
@@ -196,6 +197,21 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
     refuse(p.data.quantized_gradients, compression, "ZeRO++'s 'parallelism.zero.zero_quantized_gradients'");
     if (p.data.fsdp) {
       throw InputError(where(compression.Mark()) + "'parallelism.compression' is modelled for PyTorch DDP and DeepSpeed ZeRO; expected 'ddp' or 'zero', not 'fsdp'");
+    }
+  }
+  // Megatron-LM's fp32 gradient buffer (models::DataParallelSpec::grad_reduce_in_fp32).
+  if (const YAML::Node fp32 = node["grad_reduce_in_fp32"]) {
+    p.data.grad_reduce_in_fp32 = boolean(fp32, "parallelism.grad_reduce_in_fp32");
+    if (p.data.grad_reduce_in_fp32) {
+      std::string other;
+      if (p.data.fsdp) other = "'fsdp' (FSDP2 reduces in its reduce_dtype)";
+      else if (p.data.zero_stage > 1) other = "ZeRO stage " + std::to_string(p.data.zero_stage);
+      else if (p.data.comm_hook != models::DdpCommHook::none) other = "'ddp.comm_hook' " + std::string(models::to_string(p.data.comm_hook));
+      else if (p.data.compression) other = "'compression'";
+      if (!other.empty()) {
+        throw InputError(where(fp32.Mark()) + "'parallelism.grad_reduce_in_fp32' is Megatron-LM's fp32 gradient buffer, for its DDP and distributed "
+                         "optimizer; found with " + other + "; expected 'ddp' without a hook or compression, or 'zero: {stage: 1}'");
+      }
     }
   }
   return p;

@@ -78,6 +78,7 @@ TEST(MegatronImport, ALlamaJobBecomesItsScenario) {
   EXPECT_EQ(s.parallelism->layout.pipeline, 4);
   EXPECT_TRUE(s.parallelism->layout.sequence_parallel);
   EXPECT_EQ(s.parallelism->data.zero_stage, 1);  // the distributed optimizer
+  EXPECT_TRUE(s.parallelism->data.grad_reduce_in_fp32);  // --bf16: Megatron's fp32 gradient buffer
   // --recompute-activations: Megatron-LM's selective recomputation, as its own setting.
   EXPECT_EQ(s.strategy.name, "megatron-selective");
   ASSERT_TRUE(s.strategy.layer_recompute);
@@ -114,6 +115,22 @@ TEST(MegatronImport, AGptJobIsTheZoosGpt) {
   EXPECT_EQ(s.strategy.layer_recompute->num_layers, std::vector<int>{1});
   EXPECT_FALSE(s.zoo_model->tie_embeddings.has_value());  // Megatron's default: tied
   EXPECT_THAT(imported.yaml, ::testing::Not(HasSubstr("tie_embeddings")));
+  EXPECT_FALSE(s.parallelism->data.grad_reduce_in_fp32);  // --fp16 reduces 16-bit gradients
+}
+
+// Megatron-LM reduces bf16 runs' gradients in fp32 unless --grad-reduce-in-bf16, and others' only
+// with --accumulate-allreduce-grads-in-fp32 (megatron/training/arguments.py:1204-1217).
+TEST(MegatronImport, Bf16GradientsAreReducedInFp32UnlessAskedOtherwise) {
+  const std::string base =
+      "--num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128 --vocab-size 1024 --micro-batch-size 1 --global-batch-size 8 ";
+  const auto fp32_reduce = [&](const std::string& flags) {
+    const Scenario s = read_back(import_megatron_arguments(base + flags, "job.sh", on("dgx-h100-superpod")));
+    return s.parallelism && s.parallelism->data.grad_reduce_in_fp32;
+  };
+  EXPECT_TRUE(fp32_reduce("--bf16"));
+  EXPECT_FALSE(fp32_reduce("--bf16 --grad-reduce-in-bf16"));
+  EXPECT_FALSE(fp32_reduce("--fp16"));
+  EXPECT_TRUE(fp32_reduce("--fp16 --accumulate-allreduce-grads-in-fp32"));
 }
 
 // --untie-embeddings-and-output-weights on Megatron's GPT: the zoo's gpt with an output layer of

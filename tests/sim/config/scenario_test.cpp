@@ -493,6 +493,13 @@ TEST(Scenario, BadParallelismIsRejectedWhereItIsWritten) {
   EXPECT_THAT(parallelism_error("  gpus_per_node: 8\n  zero: {stage: 3, zero_hpz_partition_size: 3}\n"),
               HasSubstr("s.yaml:5:45: 'parallelism.zero.zero_hpz_partition_size' is 3 on 1 node(s) x 8 GPUs; expected a divisor of the 8 ranks"));
   EXPECT_EQ(parallelism_error("  gpus_per_node: 8\n  zero: {stage: 3, zero_hpz_partition_size: 4, zero_quantized_weights: true}\n"), "");
+  EXPECT_EQ(parallelism_error("  grad_reduce_in_fp32: true\n  zero: {stage: 1}\n"), "");
+  EXPECT_THAT(parallelism_error("  grad_reduce_in_fp32: yes please\n"), HasSubstr("s.yaml:4:24: 'parallelism.grad_reduce_in_fp32'"));
+  EXPECT_THAT(parallelism_error("  grad_reduce_in_fp32: true\n  zero: {stage: 2}\n"),
+              HasSubstr("s.yaml:4:24: 'parallelism.grad_reduce_in_fp32' is Megatron-LM's fp32 gradient buffer, for its DDP and distributed optimizer; "
+                        "found with ZeRO stage 2"));
+  EXPECT_THAT(parallelism_error("  grad_reduce_in_fp32: true\n  ddp: {comm_hook: fp16}\n"), HasSubstr("found with 'ddp.comm_hook' fp16"));
+  EXPECT_THAT(parallelism_error("  grad_reduce_in_fp32: true\n  fsdp: {units: [\"transformer.h.*\"]}\n"), HasSubstr("found with 'fsdp'"));
   EXPECT_THAT(parallelism_error("  ddp: {comm_hook: int8}\n"),
               HasSubstr("s.yaml:4:20: 'parallelism.ddp.comm_hook' is 'int8'; expected fp16, bf16 (PyTorch's fp16_compress_hook, bf16_compress_hook), powersgd (powerSGD_hook) or none"));
   EXPECT_EQ(parallelism_error("  ddp: {comm_hook: powersgd, powersgd: {matrix_approximation_rank: 4, min_compression_rate: 1.5}}\n"), "");

@@ -181,6 +181,13 @@ struct DataParallelSpec {
   // wraps the model and kept; true: the gradients are views into the buckets.
   bool gradient_as_bucket_view = false;
   DdpCommHook comm_hook = DdpCommHook::none;
+  // Megatron-LM's DistributedDataParallelConfig.grad_reduce_in_fp32 (--accumulate-allreduce-grads-in-fp32,
+  // which megatron/training/arguments.py turns on for every --bf16 run): the gradients are
+  // accumulated in an fp32 buffer (main_grad, the weight-gradient GEMMs writing into it) and its
+  // buckets reduced in fp32, so 16-bit gradients take 4 bytes per element in memory, in the
+  // buckets and on the wire. DDP and ZeRO-1 (Megatron's DDP and distributed optimizer), without
+  // a comm_hook or compression.
+  bool grad_reduce_in_fp32 = false;
   PowerSgdSpec powersgd;  // with comm_hook powersgd
 
   // ZeRO (DeepSpeed's zero_optimization section, deepspeed/runtime/zero/config.py defaults):
@@ -251,7 +258,8 @@ bool is_expert_parameter(std::string_view tensor_name);
 
 // InputError-free check of a spec built in code (compression: check_collective_compression, and
 // not with a comm_hook, quantized_weights, quantized_gradients or fsdp; quantized_gradients: stage 3
-// without fsdp, ranks_per_node >= 1 dividing ranks): ranks >= 1, zero_stage 0..3, positive sizes; an
+// without fsdp, ranks_per_node >= 1 dividing ranks; grad_reduce_in_fp32: stage 0 or 1 without
+// fsdp, a comm_hook or compression): ranks >= 1, zero_stage 0..3, positive sizes; an
 // offloaded optimizer needs ZeRO (stage >= 1), a ratio in [0, 1] and below 1 only with stage 3,
 // and prefetch_optimizer needs stage 3, ratio 1 and a gap >= 1; fsdp needs stage 3, no offloaded
 // optimizer, valid unit patterns and element sizes of 1 to 8 bytes; overlap_param_gather needs

@@ -143,6 +143,10 @@ class Transform : public ScheduleEdit {
 
   void gather_parameters();
 
+  // ZeRO-3's reuse distance: per old buffer, whether a weight's forward copy stays gathered into
+  // the backward pass (DataParallelSpec::max_reuse_distance_elements).
+  std::vector<bool> kept_for_backward(const std::vector<bool>& is_weight) const;
+
   // Stages 1 and 2 with overlap_param_gather: the updated parameters' all-gathers per bucket at
   // the iteration's start, each waited for by the first forward op reading one of its parameters.
   void gather_parameters_before_forward();

@@ -172,6 +172,7 @@ void Transform::gather_parameters() {
     Phase pass = Phase::forward;
   };
   std::vector<Group> groups;
+  const std::vector<bool> kept = kept_for_backward(is_weight);
   for (TaskId t = 0; t < n_; ++t) {
     const Task& task = s_.tasks[t];
     const Phase pass = pass_of(task, trace_);
@@ -183,6 +184,14 @@ void Transform::gather_parameters() {
       if (b >= old_buffers_ || !is_weight[b]) continue;
       const auto key = std::make_pair(static_cast<int>(pass), b);
       if (gathered_.count(key) != 0) continue;
+      // Still gathered from the forward pass (stage3_max_reuse_distance): the backward ops read that copy.
+      if (pass == Phase::backward && kept[b]) {
+        if (const auto forward = gathered_.find({static_cast<int>(Phase::forward), b}); forward != gathered_.end()) {
+          gathered_[key] = forward->second;
+          s_.buffers[forward->second].name += " (kept for backward)";
+          continue;
+        }
+      }
       Buffer full = s_.buffers[b];
       full.name += pass == Phase::forward ? " (gathered for forward)" : " (gathered for backward)";
       full.resident = false;
@@ -237,6 +246,37 @@ void Transform::gather_parameters() {
     }
     extra_after_[group.first_user].push_back(last);
   }
+}
+
+// DeepSpeed's reuse distance (DataParallelSpec::max_reuse_distance_elements): per weight,
+// whether its forward copy is kept into the backward pass -- the elements of the weights that
+// the ops after its last forward use and before its first backward use read (each read counted,
+// as DeepSpeed counts each module's parameters in its trace) are fewer than the distance.
+std::vector<bool> Transform::kept_for_backward(const std::vector<bool>& is_weight) const {
+  std::vector<bool> kept(old_buffers_, false);
+  if (spec_.max_reuse_distance_elements <= 0) return kept;
+  constexpr TaskId kNoTask = std::numeric_limits<TaskId>::max();
+  std::vector<TaskId> last_forward(old_buffers_, kNoTask);
+  std::vector<TaskId> first_backward(old_buffers_, kNoTask);
+  // read_before[t]: the weight elements read by the ops before task t.
+  std::vector<std::int64_t> read_before(n_ + 1, 0);
+  for (TaskId t = 0; t < n_; ++t) {
+    const Task& task = s_.tasks[t];
+    read_before[t + 1] = read_before[t];
+    if (!task.op) continue;
+    const Phase pass = pass_of(task, trace_);
+    for (BufferId b : task.uses) {
+      if (b >= old_buffers_ || !is_weight[b]) continue;
+      read_before[t + 1] += trace_.tensor(*s_.buffers[b].tensor).elements();
+      if (pass == Phase::forward) last_forward[b] = t;
+      if (pass == Phase::backward && first_backward[b] == kNoTask) first_backward[b] = t;
+    }
+  }
+  for (BufferId w = 0; w < old_buffers_; ++w) {
+    if (last_forward[w] == kNoTask || first_backward[w] == kNoTask || first_backward[w] < last_forward[w]) continue;
+    kept[w] = read_before[first_backward[w]] - read_before[last_forward[w] + 1] < spec_.max_reuse_distance_elements;
+  }
+  return kept;
 }
 
 // Megatron-LM's --overlap-param-gather (DataParallelSpec::overlap_param_gather): the optimizer

@@ -299,6 +299,7 @@ TEST(DataParallel, ZeroModelStateBytesAreThePapersFormulas) {
     DataParallelSpec spec;
     spec.ranks = n;
     spec.zero_stage = stage;
+    spec.max_reuse_distance_elements = 0;  // ZeRO-3 gathers anew in backward (ZeroStage3KeepsParametersReusedWithinTheReuseDistance: the reuse)
     apply_data_parallel(s, trace, spec);
     ASSERT_NO_THROW(s.validate()) << "stage " << stage;
     EXPECT_EQ(resident_bytes(s, MemoryRole::optimizer_state), part(12 * psi)) << "stage " << stage;
@@ -346,6 +347,7 @@ TEST(DataParallel, ZeroPlusPlusGathersWithinGroupsAndInInt8) {
   DataParallelSpec spec;
   spec.ranks = 16;
   spec.zero_stage = 3;
+  spec.max_reuse_distance_elements = 0;  // every backward use gathers (the small model would keep all its weights otherwise)
   Schedule plain = baseline_schedule(trace);
   apply_data_parallel(plain, trace, spec, platform);
   const std::int64_t weight_bytes = [&] {
@@ -564,6 +566,55 @@ TEST(DataParallel, Fp32GradientBufferDoublesTheGradientsAndTheirReductions) {
   bad.zero_stage = 0;
   bad.comm_hook = DdpCommHook::bf16;
   EXPECT_THROW(check_data_parallel(bad), std::invalid_argument);
+}
+
+// DeepSpeed's stage3_max_reuse_distance (DataParallelSpec::max_reuse_distance_elements): a
+// weight's forward copy stays gathered into the backward pass when the weights read between its
+// last forward use and its first backward use hold fewer elements than the distance. 0 keeps
+// none (every backward use gathers again); a distance beyond the whole model keeps every weight
+// both passes read (no backward gather of them); in between, the weights read last in the
+// forward pass (nearest their backward use) are the ones kept.
+TEST(DataParallel, ZeroStage3KeepsParametersReusedWithinTheReuseDistance) {
+  const auto trace = small_gpt(zoo::Precision::mixed);
+  DataParallelSpec spec;
+  spec.ranks = 4;
+  spec.zero_stage = 3;
+  const auto backward_gathers = [&](std::int64_t distance, std::set<std::string>* kept = nullptr) {
+    spec.max_reuse_distance_elements = distance;
+    Schedule s = baseline_schedule(trace);
+    apply_data_parallel(s, trace, spec);
+    EXPECT_NO_THROW(s.validate());
+    std::int64_t bytes = 0;
+    for (const TaskId t : collective_tasks(s, CollectiveKind::all_gather)) {
+      if (s.tasks[t].name.find("for backward") != std::string::npos) bytes += s.tasks[t].bytes;
+    }
+    if (kept != nullptr) {
+      for (const Buffer& b : s.buffers) {
+        if (b.name.find("(kept for backward)") != std::string::npos) kept->insert(b.name);
+      }
+    }
+    return bytes;
+  };
+  const std::int64_t none_kept = backward_gathers(0);
+  std::set<std::string> all;
+  const std::int64_t all_kept = backward_gathers(std::int64_t{1} << 40, &all);
+  EXPECT_GT(none_kept, 0);
+  EXPECT_EQ(all_kept, 0) << "every weight the backward pass reads was kept from the forward pass";
+  EXPECT_FALSE(all.empty());
+  // A distance of one layer's worth keeps some weights, fewer than all: the last layer's.
+  std::int64_t layer = 0;
+  for (const Buffer& b : baseline_schedule(trace).buffers) {
+    if (b.role == MemoryRole::weight && b.resident && b.tensor && trace.tensor(*b.tensor).name.find(".h.0.") != std::string::npos) {
+      layer += trace.tensor(*b.tensor).elements();
+    }
+  }
+  ASSERT_GT(layer, 0);
+  std::set<std::string> some;
+  const std::int64_t some_kept = backward_gathers(layer, &some);
+  EXPECT_GT(some_kept, 0);
+  EXPECT_LT(some_kept, none_kept);
+  EXPECT_LT(some.size(), all.size());
+  for (const std::string& name : some) EXPECT_EQ(name.find(".h.0."), std::string::npos) << name << ": the first layer is read first";
 }
 
 TEST(DataParallel, ZeroStage3OpsReadGatheredParameters) {

@@ -55,6 +55,7 @@ DataParallelSpec zero(int stage) {
   DataParallelSpec spec;
   spec.ranks = static_cast<int>(kRanks);
   spec.zero_stage = stage;
+  spec.max_reuse_distance_elements = 0;  // every parameter released after each pass's use: gathered anew for backward
   return spec;
 }
 

@@ -121,7 +121,7 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
   if (zero) {
     require_map(zero, "parallelism.zero");
     check_keys(zero, "parallelism.zero",
-               {"stage", "reduce_bucket_size", "overlap_comm", "overlap_param_gather", "sub_group_size", "offload_optimizer",
+               {"stage", "reduce_bucket_size", "overlap_comm", "overlap_param_gather", "sub_group_size", "stage3_max_reuse_distance", "offload_optimizer",
                 "zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_gradients"});
     const YAML::Node stage = required(zero, "stage", "parallelism.zero");
     std::int64_t value = 0;
@@ -144,6 +144,18 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
                          "; expected at most 2^40 elements (DeepSpeed's default: 1000000000)");
       }
       p.data.sub_group_elements = *elements;
+    }
+    // ZeRO-3's reuse distance (models::DataParallelSpec::max_reuse_distance_elements); 0 releases every parameter after its use.
+    if (const YAML::Node reuse = zero["stage3_max_reuse_distance"]) {
+      std::int64_t elements = -1;
+      if (!reuse.IsScalar() || !YAML::convert<std::int64_t>::decode(reuse, elements) || elements < 0 || elements > kMaxBucketBytes) {
+        throw InputError(where(reuse.Mark()) + "'parallelism.zero.stage3_max_reuse_distance' is " + scalar(reuse, "parallelism.zero.stage3_max_reuse_distance") +
+                         "; expected 0 to 2^40 elements (DeepSpeed's default: 1000000000)");
+      }
+      if (p.data.zero_stage != 3) {
+        throw InputError(where(reuse.Mark()) + "'parallelism.zero.stage3_max_reuse_distance' is ZeRO-3's; expected 'stage: 3'");
+      }
+      p.data.max_reuse_distance_elements = elements;
     }
     if (const YAML::Node offload = zero["offload_optimizer"]) p.data.offload_optimizer = read_offload_optimizer(offload, p.data.zero_stage);
     // Megatron-LM's --overlap-param-gather (models::DataParallelSpec::overlap_param_gather): the

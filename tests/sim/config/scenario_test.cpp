@@ -493,6 +493,11 @@ TEST(Scenario, BadParallelismIsRejectedWhereItIsWritten) {
   EXPECT_THAT(parallelism_error("  gpus_per_node: 8\n  zero: {stage: 3, zero_hpz_partition_size: 3}\n"),
               HasSubstr("s.yaml:5:45: 'parallelism.zero.zero_hpz_partition_size' is 3 on 1 node(s) x 8 GPUs; expected a divisor of the 8 ranks"));
   EXPECT_EQ(parallelism_error("  gpus_per_node: 8\n  zero: {stage: 3, zero_hpz_partition_size: 4, zero_quantized_weights: true}\n"), "");
+  EXPECT_EQ(parallelism_error("  zero: {stage: 3, stage3_max_reuse_distance: 0}\n"), "");
+  EXPECT_THAT(parallelism_error("  zero: {stage: 3, stage3_max_reuse_distance: -1}\n"),
+              HasSubstr("s.yaml:4:47: 'parallelism.zero.stage3_max_reuse_distance' is -1; expected 0 to 2^40 elements"));
+  EXPECT_THAT(parallelism_error("  zero: {stage: 2, stage3_max_reuse_distance: 10}\n"),
+              HasSubstr("s.yaml:4:47: 'parallelism.zero.stage3_max_reuse_distance' is ZeRO-3's; expected 'stage: 3'"));
   EXPECT_EQ(parallelism_error("  grad_reduce_in_fp32: true\n  zero: {stage: 1}\n"), "");
   EXPECT_THAT(parallelism_error("  grad_reduce_in_fp32: yes please\n"), HasSubstr("s.yaml:4:24: 'parallelism.grad_reduce_in_fp32'"));
   EXPECT_THAT(parallelism_error("  grad_reduce_in_fp32: true\n  zero: {stage: 2}\n"),

@@ -46,7 +46,8 @@ SimulationResult run(const std::string& parallelism, const std::string& recomput
 //    gathered the output layer's for the backward already, as the root has);
 //  + the last layer's parameters (218,112,000 bf16), not resharded after its forward.
 TEST(TorchtitanMemory, FsdpAndSelectiveCheckpointingHoldWhatTheCodeHolds) {
-  const SimulationResult before = run("zero: {stage: 3, overlap_comm: true, reduce_bucket_size: 218112000}", "mode: checkpoints");
+  // ZeRO-3 releasing every parameter after each pass's use (no DeepSpeed reuse distance), as FSDP2 reshards.
+  const SimulationResult before = run("zero: {stage: 3, overlap_comm: true, reduce_bucket_size: 218112000, stage3_max_reuse_distance: 0}", "mode: checkpoints");
   const SimulationResult after = run("fsdp: {units: [\"model.layers.*\"], reshard_after_forward: all_but_last, sharded_dtype: fp32, reduce_dtype: fp32}",
                                      "mode: selective, blocks: [\"model.layers.*\"]");
   ASSERT_TRUE(before.fits());

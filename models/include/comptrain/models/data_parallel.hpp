@@ -211,6 +211,14 @@ struct DataParallelSpec {
   // _create_fp16_sub_groups: parameters are added until a subgroup holds at least this many
   // elements of this rank's partition). Only ZeRO-3 with an offloaded optimizer is affected here.
   std::int64_t sub_group_elements = 1'000'000'000;
+  // stage3_max_reuse_distance (deepspeed/runtime/zero/config.py@38327e07 line 237: 1e9
+  // elements): ZeRO-3 keeps a gathered parameter instead of releasing it when the modules that
+  // run before its next use hold fewer parameter elements than this
+  // (partitioned_param_coordinator.py __params_to_release, lines 543-552). Here: a parameter
+  // gathered for the forward pass stays gathered into the backward pass (not gathered again)
+  // when the weights the ops between its last forward and first backward use read hold fewer
+  // elements -- with activation checkpointing, the last layers and the output layer. 0: never.
+  std::int64_t max_reuse_distance_elements = 1'000'000'000;
   // offload_optimizer with device cpu (stages 1 to 3); unset: the optimizer stays on the GPU.
   std::optional<OptimizerOffloadSpec> offload_optimizer;
   // ZeRO++ (Wang et al., arXiv 2306.10209; DeepSpeed's zero_optimization keys, stage 3 only).

@@ -63,7 +63,10 @@ models::TimeModel fit_time_model(std::span<const TimeSample> samples) {
   }
   models::TimeModel m;
   std::vector<double> c = least_squares(rows, y, w);
-  if (c[0] < 0) {  // through the origin: slope = sum(w x t) / sum(w x^2)
+  // Through the origin, slope = sum(w x t) / sum(w x^2) (positive for positive samples): where the
+  // latency comes out negative, and where timing noise on a busy machine makes the times fall
+  // with the size (a slope of 0 or below, which no kernel has).
+  if (c[0] < 0 || !(c[1] > 0)) {
     double num = 0, den = 0;
     for (std::size_t i = 0; i < rows.size(); ++i) {
       num += w[i] * rows[i][1] * y[i];

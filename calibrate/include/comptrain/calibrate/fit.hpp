@@ -20,7 +20,8 @@ std::vector<double> least_squares(const std::vector<std::vector<double>>& rows, 
 
 // seconds = latency + bytes / bandwidth, fitted with weights 1 / seconds^2, i.e. minimising the
 // relative error: sizes span 64 KiB .. 1 GiB, and an unweighted fit would let the largest size
-// alone decide (and the latency come out negative). A negative latency is refitted as 0.
+// alone decide (and the latency come out negative). A negative latency, or a time that falls
+// with the size (noisy timings), is refitted through the origin (latency 0).
 // Fills r2 (on the seconds, unweighted) and max_relative_error. Needs >= 2 distinct sizes.
 models::TimeModel fit_time_model(std::span<const TimeSample> samples);
 

@@ -95,8 +95,9 @@ std::string data_parallel_name(const SimulationRun& run) {
     std::vector<std::string> parts;
     if (dp.hpz_partition_size > 1) parts.push_back(fmt::format("hpZ over {} ranks", dp.hpz_partition_size));
     if (dp.quantized_weights) parts.push_back("qwZ");
-    // qgZ on one node is DeepSpeed's reduce-scatter (models::DataParallelSpec::quantized_gradients).
-    if (dp.quantized_gradients) parts.push_back(dp.ranks_per_node < dp.ranks ? "qgZ" : "qgZ (one node: reduce-scatter)");
+    // qgZ on one node is DeepSpeed's reduce-scatter (models::DataParallelSpec::quantized_gradients; the spec here is the
+    // scenario's, whose ranks_per_node the run fills in later: the cluster says how many nodes).
+    if (dp.quantized_gradients) parts.push_back(run.cluster.nodes > 1 ? "qgZ" : "qgZ (one node: reduce-scatter)");
     for (std::size_t i = 0; i < parts.size(); ++i) name += (i == 0 ? " with ZeRO++ " : i + 1 == parts.size() ? " and " : ", ") + parts[i];
   }
   // DDP's compression hook (models::DdpCommHook).

@@ -1,6 +1,7 @@
 #include "config/scenario_reader.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -9,6 +10,8 @@
 #include "comptrain/models/shipped_or_file.hpp"
 #include "comptrain/models/strategy_yaml.hpp"
 #include "comptrain/support/atomic_file.hpp"
+
+#include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
@@ -35,7 +38,7 @@ Scenario ScenarioReader::read(const YAML::Node& root) {
   scenario.source = source();
   const YAML::Node model = required(root, "model", "the scenario");
   if (!model.IsMap()) throw InputError(where(model.Mark()) + "'model' must be a mapping with the key zoo, hf_config or trace");
-  check_keys(model, "model", {"zoo", "hf_config", "trace", "layers", "hidden", "heads", "seq_len", "vocab", "tie_embeddings", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing", "implementation", "norm_type"});
+  check_keys(model, "model", {"zoo", "hf_config", "trace", "layers", "hidden", "heads", "seq_len", "vocab", "tie_embeddings", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing", "implementation", "norm_type", "sequence_bins"});
   const YAML::Node training = root["training"];
   if (training && !training.IsMap()) {
     throw InputError(where(training.Mark()) + "'training' must be a mapping with the keys batch_size, precision, optimizer, optimizer_impl, optimizer_in_backward, loss, tf32, memory_format, gradient_accumulation_steps");
@@ -285,13 +288,22 @@ void ScenarioReader::read_model(const YAML::Node& model, const YAML::Node& train
       }
       read_loss_and_step(training, scenario, request);  // training_step_yaml.cpp
     }
+    if (const YAML::Node bins = model["sequence_bins"]) {
+      if (!model["seq_len"]) {
+        throw InputError(where(bins.Mark()) + "'model.sequence_bins' needs 'model.seq_len' (the longest bin's padded length)");
+      }
+      if (request.packed_documents) {
+        throw InputError(where(bins.Mark()) + "'model.sequence_bins' and 'model.packing' are two answers to padding; expected one of them");
+      }
+      scenario.sequence_bins = read_sequence_bins(bins, *request.seq_len);
+    }
     scenario.zoo_model = std::move(request);
     scenario.model_locations[""] = where((has_hf ? model["hf_config"] : model["zoo"]).Mark());
-    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "tie_embeddings", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing", "implementation", "norm_type"}) {
+    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "tie_embeddings", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing", "implementation", "norm_type", "sequence_bins"}) {
       if (const YAML::Node node = model[key]) scenario.model_locations[key] = where(node.Mark());
     }
   } else {
-    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "tie_embeddings", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing", "implementation", "norm_type"}) {
+    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "tie_embeddings", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing", "implementation", "norm_type", "sequence_bins"}) {
       if (model[key]) throw InputError(where(model[key].Mark()) + "'" + key + "' applies to zoo models only; a trace file fixes the model's shape");
     }
     std::filesystem::path path = scalar(model["trace"], "model.trace");
@@ -419,6 +431,43 @@ FrameworkSpec ScenarioReader::read_framework(const YAML::Node& node) const {
 // parallelism: {nodes, gpus_per_node, ddp: {bucket_cap, first_bucket, gradient_as_bucket_view},
 
 // architecture (expert count, top-k, seq_len) when it builds the trace.
+// model.sequence_bins (SequenceBins in sim/config/scenario.hpp): the bin size divides seq_len, one
+// weight per bin, each a finite share >= 0, together 1 (within 1e-3: shares read off a histogram
+// are rounded), and the longest bin's positive, since seq_len is what the scenario's own run pads to.
+SequenceBins ScenarioReader::read_sequence_bins(const YAML::Node& node, std::int64_t seq_len) const {
+  require_map(node, "model.sequence_bins");
+  check_keys(node, "model.sequence_bins", {"bin_size", "weights"});
+  SequenceBins bins;
+  bins.position = where(node.Mark());
+  for (const char* key : {"bin_size", "weights"}) {
+    if (!node[key]) throw InputError(where(node.Mark()) + "'model.sequence_bins' needs '" + key + "' (bin_size: tokens per bin; weights: each bin's share of the iterations)");
+  }
+  bins.bin_size = bounded_integer(node["bin_size"], "model.sequence_bins.bin_size", 1, seq_len);
+  if (seq_len % bins.bin_size != 0) {
+    throw InputError(where(node["bin_size"].Mark()) + fmt::format("'model.sequence_bins.bin_size' is {}; expected a divisor of model.seq_len ({})", bins.bin_size, seq_len));
+  }
+  const YAML::Node weights = node["weights"];
+  const std::int64_t count = seq_len / bins.bin_size;
+  if (!weights.IsSequence() || static_cast<std::int64_t>(weights.size()) != count) {
+    throw InputError(where(weights.Mark()) + fmt::format("'model.sequence_bins.weights' must be a list of {} shares (seq_len {} / bin_size {}), one per bin, shortest first",
+                                                         count, seq_len, bins.bin_size));
+  }
+  double sum = 0;
+  for (const auto& item : weights) {
+    const double w = number(item, "model.sequence_bins.weights", [](double v) { return v >= 0; }, "a share >= 0");
+    bins.weights.push_back(w);
+    sum += w;
+  }
+  if (std::abs(sum - 1) > 1e-3) {
+    throw InputError(where(weights.Mark()) + fmt::format("'model.sequence_bins.weights' sum to {:.6g}; expected shares that sum to 1", sum));
+  }
+  if (!(bins.weights.back() > 0)) {
+    throw InputError(where(weights.Mark()) + fmt::format("'model.sequence_bins.weights': the longest bin ({} tokens, model.seq_len) has weight 0; expected it positive "
+                                                         "(lower seq_len to the longest bin the data fills)", seq_len));
+  }
+  return bins;
+}
+
 zoo::ExpertRouting ScenarioReader::read_expert_routing(const YAML::Node& node) const {
   require_map(node, "model.moe");
   check_keys(node, "model.moe", {"expert_load", "load_imbalance", "capacity_factor"});

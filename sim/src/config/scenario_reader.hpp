@@ -38,6 +38,7 @@ class ScenarioReader : public yaml::Reader {
                                                                            const std::vector<std::string_view>& names) const;
   FrameworkSpec read_framework(const YAML::Node& node) const;
   zoo::ExpertRouting read_expert_routing(const YAML::Node& node) const;
+  SequenceBins read_sequence_bins(const YAML::Node& node, std::int64_t seq_len) const;
   zoo::LoraSpec read_lora(const YAML::Node& node) const;  // lora_yaml.cpp
   models::StrategySpec read_strategy(const YAML::Node& node, const std::string& field) const;
 

@@ -668,26 +668,42 @@ std::string plan_csv(const std::vector<BatchSizePlan>& plans) {
       "variant,scenario,platform,strategy,batch,fits,out_of_memory,inapplicable,simulation_failed,peak_bytes,iteration_seconds,samples_per_second,stall_seconds,"
       "gpus,nodes,gpus_per_node,zero_stage,collective_seconds,exposed_communication_seconds,host_wait_seconds,optimizer,"
       "mean_iteration_seconds,io_bound,data_wait_seconds,checkpoint_seconds_per_iteration,checkpoint_interval_for_target,joules,samples_per_joule,"
-      "within_energy_budget\n";
-  const auto rows = [&](const BatchSizePlan& plan, const StrategyPlan& s, ClusterShape shape, int zero_stage, const std::optional<models::OptimizerOffloadSpec>& offload) {
+      "within_energy_budget,comm_hook,compressed_collectives,zero_plus_plus,layout\n";
+  // What a configuration runs besides its shape and stage: DDP's hook, compressed collectives,
+  // ZeRO++'s options (ZeRO-3 only; empty otherwise) and the model-parallel layout (empty: data
+  // parallelism only), as the text report names them.
+  struct Configuration {
+    models::DdpCommHook comm_hook = models::DdpCommHook::none;
+    bool compressed_collectives = false;
+    ZeroPlusPlus zero_plus_plus;
+    const std::optional<models::ParallelLayout>* layout = nullptr;
+  };
+  const auto rows = [&](const BatchSizePlan& plan, const StrategyPlan& s, ClusterShape shape, int zero_stage, const std::optional<models::OptimizerOffloadSpec>& offload,
+                        const Configuration& c) {
+    const std::string zero_plus_plus = zero_stage == 3 ? std::string(to_string(c.zero_plus_plus)) : "";
+    const std::string layout = c.layout != nullptr && *c.layout ? describe_layout(**c.layout, shape.ranks()) : "";
     for (const auto& p : s.points) {
       // The I/O and energy columns are empty where the point has none.
       const std::string bound = p.io_modelled ? std::string(to_string(p.io_bound)) : "";
       const std::string interval = p.checkpoint_interval_for_target > 0 ? std::to_string(p.checkpoint_interval_for_target) : "";
       const std::string joules = p.joules > 0 ? fmt::format("{}", p.joules) : "";
       const std::string per_joule = p.samples_per_joule > 0 ? fmt::format("{}", p.samples_per_joule) : "";
-      out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(plan.variant),
+      out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(plan.variant),
                          csv_field(plan.scenario_name), csv_field(plan.platform_name), csv_field(s.strategy), p.batch, p.fits ? 1 : 0, p.out_of_memory ? 1 : 0,
                          p.inapplicable ? 1 : 0, p.simulation_failed ? 1 : 0, p.peak_bytes, p.iteration_seconds, p.samples_per_second, p.stall_seconds,
                          shape.ranks(), shape.nodes, shape.gpus_per_node, zero_stage, p.collective_seconds, p.exposed_communication_seconds,
                          p.host_wait_seconds, csv_field(models::optimizer_place(offload)), p.mean_iteration_seconds, bound, p.data_wait_seconds,
-                         p.checkpoint_seconds_per_iteration, interval, joules, per_joule, p.within_energy_budget ? 1 : 0);
+                         p.checkpoint_seconds_per_iteration, interval, joules, per_joule, p.within_energy_budget ? 1 : 0,
+                         models::to_string(c.comm_hook), c.compressed_collectives ? 1 : 0, zero_plus_plus, csv_field(layout));
     }
   };
   for (const BatchSizePlan& plan : plans) {
-    for (const auto& s : plan.strategies) rows(plan, s, plan.cluster, plan.zero_stage, plan.offload_optimizer);
+    const Configuration own{plan.comm_hook, plan.compressed_collectives, plan.zero_plus_plus, &plan.layout};
+    for (const auto& s : plan.strategies) rows(plan, s, plan.cluster, plan.zero_stage, plan.offload_optimizer, own);
     if (plan.cluster_search) {
-      for (const auto& c : plan.cluster_search->candidates) rows(plan, c.plan, c.shape, c.zero_stage, c.offload_optimizer);
+      for (const auto& c : plan.cluster_search->candidates) {
+        rows(plan, c.plan, c.shape, c.zero_stage, c.offload_optimizer, Configuration{c.comm_hook, c.compressed_collectives, c.zero_plus_plus, &c.layout});
+      }
     }
   }
   return out;

@@ -590,6 +590,15 @@ void add_results(std::string& out, const SimulationRun& run) {
     add_line(out, "  with I/O         {:.2f} samples/s over the mean iteration of {} ({}-bound; \"Data loading and checkpoints\" below)",
              sim::samples_per_second(global_batch(run), run.io->mean_iteration_seconds), format_seconds(run.io->mean_iteration_seconds), to_string(run.io->bound));
   }
+  if (run.sequence_bins != nullptr) {
+    // The replay above is the longest bin's; training draws a bin per iteration.
+    if (const auto mean = run.sequence_bins->mean_iteration_seconds(); mean && *mean > 0) {
+      add_line(out, "  over bins        {:.2f} samples/s over the mean iteration of {} across {} sequence bins (\"Sequence bins\" below)",
+               sim::samples_per_second(global_batch(run), *mean), format_seconds(*mean), run.sequence_bins->bins.size());
+    } else {
+      add_line(out, "  over bins        n/a: a shorter sequence bin does not fit (\"Sequence bins\" below)");
+    }
+  }
   add_cluster_results(out, run);
   add_line(out, "  peak memory      {} reserved ({} bytes), {:.1f}% of the {} PyTorch can use", format_bytes(d.peak_reserved),
            group_digits(d.peak_reserved), percent(d.peak_reserved, usable), format_bytes(usable));
@@ -646,6 +655,23 @@ void add_results(std::string& out, const SimulationRun& run) {
 
 }  // namespace
 
+// model.sequence_bins: each bin's replay (the figures above are the longest bin's).
+void add_sequence_bins(std::string& out, const SimulationRun& run, const SequenceBinsResult& bins) {
+  out += '\n';
+  add_line(out, "Sequence bins (model.sequence_bins, bin size {}: each iteration pads its batch to one bin's longest; the figures above are the", bins.bin_size);
+  add_line(out, "longest bin's)");
+  add_line(out, "  {:>10}  {:>8}  {:>14}  {:>12}  {:>14}", "padded to", "weight", "iteration", "samples/s", "reserved peak");
+  for (const SequenceBinRun& bin : bins.bins) {
+    if (!bin.fits) {
+      add_line(out, "  {:>10}  {:>7.2f}%  {:>14}", bin.seq_len, 100 * bin.weight, "DOES NOT FIT");
+      continue;
+    }
+    add_line(out, "  {:>10}  {:>7.2f}%  {:>14}  {:>12.2f}  {:>14}", bin.seq_len, 100 * bin.weight, format_seconds(bin.iteration_seconds),
+             bin.iteration_seconds > 0 ? sim::samples_per_second(global_batch(run), bin.iteration_seconds) : 0.0, format_bytes(bin.reserved_peak));
+  }
+  if (const auto mean = bins.mean_iteration_seconds()) add_line(out, "  {:>10}  {:>8}  {:>14}", "mean", "", format_seconds(*mean));
+}
+
 std::string report_text(const SimulationRun& run) {
   std::string out;
   add_header(out, run);
@@ -653,6 +679,7 @@ std::string report_text(const SimulationRun& run) {
     add_out_of_memory(out, run, *run.result.out_of_memory);
   } else {
     add_results(out, run);
+    if (run.sequence_bins != nullptr) add_sequence_bins(out, run, *run.sequence_bins);
     if (run.io != nullptr) out += io_report_text(*run.io);
   }
   return out;
@@ -756,6 +783,22 @@ std::string report_json(const SimulationRun& run) {
     results["iteration_seconds"] = r.iteration_seconds;
     const auto rate = samples_per_second(run);
     results["samples_per_second"] = rate ? ordered_json(*rate) : ordered_json(nullptr);
+    if (run.sequence_bins != nullptr) {
+      // Only with model.sequence_bins: the other runs' documents stay as they were.
+      ordered_json bins = ordered_json::array();
+      for (const SequenceBinRun& bin : run.sequence_bins->bins) {
+        bins.push_back({{"seq_len", bin.seq_len},
+                        {"weight", bin.weight},
+                        {"fits", bin.fits},
+                        {"iteration_seconds", bin.fits ? ordered_json(bin.iteration_seconds) : ordered_json(nullptr)},
+                        {"max_memory_reserved_bytes", bin.fits ? ordered_json(bin.reserved_peak) : ordered_json(nullptr)}});
+      }
+      const auto mean = run.sequence_bins->mean_iteration_seconds();
+      results["sequence_bins"] = {{"bin_size", run.sequence_bins->bin_size},
+                                  {"bins", std::move(bins)},
+                                  {"mean_iteration_seconds", mean ? ordered_json(*mean) : ordered_json(nullptr)},
+                                  {"samples_per_second", mean && *mean > 0 ? ordered_json(sim::samples_per_second(global_batch(run), *mean)) : ordered_json(nullptr)}};
+    }
     if (run.cluster.ranks() > 1) {
       const CommunicationTime c = communication_time(run.schedule, r);
       const auto e = scaling_efficiency(run);
@@ -843,6 +886,7 @@ SimulationRun simulation_run(const PreparedScenario& prepared, const CompletedRu
   if (prepared.scenario().parallelism && run.cluster.ranks() > 1) run.data_parallel = &prepared.scenario().parallelism->data;
   run.one_gpu_seconds = completed.one_gpu_seconds;
   if (completed.io) run.io = &*completed.io;
+  if (completed.sequence_bins) run.sequence_bins = &*completed.sequence_bins;
   return run;
 }
 

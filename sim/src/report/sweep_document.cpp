@@ -114,9 +114,13 @@ std::string simulation_table_text(const Sweep& sweep, const std::vector<VariantR
     const auto j = nlohmann::json::parse(r.json);
     if (j.at("fits").get<bool>()) {
       const auto& res = j.at("results");
-      const std::string rate = res.at("samples_per_second").is_null() ? "n/a" : fmt::format("{:.1f}", res.at("samples_per_second").get<double>());
+      // With sequence bins, what training sustains: the mean over the bins (the replay's figures are the longest bin's).
+      const auto& sustained = res.contains("sequence_bins") ? res.at("sequence_bins") : res;
+      const auto& per_second = sustained.at("samples_per_second");
+      const auto& seconds = res.contains("sequence_bins") ? sustained.at("mean_iteration_seconds") : res.at("iteration_seconds");
+      const std::string rate = per_second.is_null() ? "n/a" : fmt::format("{:.1f}", per_second.get<double>());
       out += fmt::format("{:>5}  {:<{}}  {:<12}  {:>12}  {:>14}  {:>10}\n", r.index, r.label, width, "FITS",
-                         format_bytes(res.at("memory").at("max_memory_reserved_bytes").get<std::int64_t>()), format_seconds(res.at("iteration_seconds").get<double>()), rate);
+                         format_bytes(res.at("memory").at("max_memory_reserved_bytes").get<std::int64_t>()), seconds.is_null() ? std::string("n/a") : format_seconds(seconds.get<double>()), rate);
     } else if (j.at("not_applicable").is_string()) {
       out += fmt::format("{:>5}  {:<{}}  {:<12}  {}\n", r.index, r.label, width, "NOT APPLIC.", j.at("not_applicable").get<std::string>());
     } else {

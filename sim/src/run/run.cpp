@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
+#include <variant>
 #include <vector>
 
 #include "comptrain/sim/metrics/iteration_profile.hpp"
@@ -149,6 +151,16 @@ PreparedScenario::PreparedScenario(Scenario scenario)
     const bool nodes = p.nodes > require_platform(scenario_).max_nodes();
     const std::string& position = nodes ? p.nodes_position : p.gpus_per_node_position;
     throw InputError((position.empty() ? scenario_.source : position) + (nodes ? ": parallelism.nodes: " : ": parallelism.gpus_per_node: ") + e.what());
+  }
+  // Sequence bins replay whole iterations of one length each (run_shorter_sequence_bins): a
+  // pipeline's stages and the I/O simulation's loader and checkpoints are not run per bin.
+  if (const auto& bins = scenario_.sequence_bins) {
+    if (is_pipeline(scenario_)) {
+      throw InputError(bins->position + "'model.sequence_bins' is not modelled with pipeline stages (parallelism.pipeline > 1); expected one of the two");
+    }
+    if (scenario_.data || scenario_.checkpoint) {
+      throw InputError(bins->position + "'model.sequence_bins' is not modelled with a data or checkpoint section (their simulation runs one length); expected one of the two");
+    }
   }
   // ZeRO++'s hpZ groups: consecutive ranks that divide the job and lie within a node or over
   // whole nodes (a collective's groups hold as many ranks on every node they span).
@@ -495,15 +507,118 @@ ClusterShape PreparedScenario::cluster_shape() const {
   return ClusterShape{scenario_.parallelism->nodes, scenario_.parallelism->gpus_per_node};
 }
 
+std::optional<double> SequenceBinsResult::mean_iteration_seconds() const {
+  double mean = 0;
+  for (const SequenceBinRun& bin : bins) {
+    if (!bin.fits) return std::nullopt;
+    mean += bin.weight * bin.iteration_seconds;
+  }
+  return mean;
+}
+
+namespace {
+
+// One shorter bin's iteration. Over many micro-steps (gradient accumulation) the iteration is the
+// first micro-step, n - 2 middle ones that repeat exactly (the same tasks on the same streams, from
+// the same state: the replay is deterministic) and the last with its reductions and the optimizer
+// step: t(n) = t(2) + (n - 2) (t(3) - t(2)). So a bin replays 2 and 3 micro-steps rather than n
+// (DeepLearningExamples' 512 micro-steps of 8 bins would take minutes); the tests check it against
+// the whole replay. The peak is the 3-step run's: a middle micro-step holds what every later one does.
+SequenceBinRun replay_bin(const PreparedScenario& at_bin, const ScheduledRun& scheduled, const models::StrategySpec& strategy, std::int64_t batch,
+                          std::int64_t length, double weight) {
+  const int steps = at_bin.scenario().accumulation_steps;
+  const auto whole = [&] {
+    const SimulationResult r = replay(at_bin, scheduled, Isolation::child_process);
+    return SequenceBinRun{length, weight, r.fits() ? r.iteration_seconds : 0.0, r.device.peak_reserved, r.fits()};
+  };
+  if (steps <= 3) return whole();
+  // nullopt where the scenario does not prepare or schedule at n steps (a rule tied to the count):
+  // then the whole replay.
+  const auto replay_steps = [&](int n) -> std::optional<SimulationResult> {
+    Scenario fewer = at_bin.scenario();
+    fewer.accumulation_steps = n;
+    try {
+      const PreparedScenario prepared(std::move(fewer));
+      auto run = schedule_run(prepared, strategy, batch);
+      if (!std::holds_alternative<ScheduledRun>(run)) return std::nullopt;
+      return replay(prepared, std::get<ScheduledRun>(run), Isolation::child_process);
+    } catch (const InputError&) {
+      return std::nullopt;
+    }
+  };
+  const std::optional<SimulationResult> two = replay_steps(2);
+  const std::optional<SimulationResult> three = two ? replay_steps(3) : std::nullopt;
+  if (!two || !three) return whole();
+  if (!two->fits() || !three->fits()) return SequenceBinRun{length, weight, 0.0, (two->fits() ? *three : *two).device.peak_reserved, false};
+  const double seconds = two->iteration_seconds + (steps - 2) * (three->iteration_seconds - two->iteration_seconds);
+  return SequenceBinRun{length, weight, seconds, three->device.peak_reserved, true};
+}
+
+}  // namespace
+
+std::variant<std::vector<SequenceBinRun>, models::NotApplicable> run_shorter_sequence_bins(const PreparedScenario& prepared,
+                                                                                           const models::StrategySpec& strategy, std::int64_t batch) {
+  std::vector<SequenceBinRun> shorter;
+  const Scenario& scenario = prepared.scenario();
+  if (!scenario.sequence_bins || !scenario.zoo_model || !scenario.zoo_model->seq_len) return shorter;
+  const SequenceBins& bins = *scenario.sequence_bins;
+  const std::int64_t seq_len = *scenario.zoo_model->seq_len;
+  // BERT's masked positions: the scenario's (or DeepLearningExamples' default) at seq_len, scaled
+  // to the bin (BERT masks 15% of a sequence's tokens; DLE's 80 of 512 is 15.6%).
+  // 0: no masked-LM head, or no count to scale (the zoo then says what it needs at the bin's length).
+  std::int64_t predictions = 0;
+  if (scenario.zoo_model->mlm == zoo::MlmPositions::masked) {
+    predictions = scenario.zoo_model->mlm_predictions.value_or(zoo::default_mlm_predictions(seq_len).value_or(0));
+  }
+  for (std::size_t i = 0; i + 1 < bins.weights.size(); ++i) {
+    if (!(bins.weights[i] > 0)) continue;
+    Scenario at_bin = scenario;
+    at_bin.sequence_bins.reset();
+    const std::int64_t length = bins.seq_len_of(i);
+    at_bin.zoo_model->seq_len = length;
+    if (predictions > 0) at_bin.zoo_model->mlm_predictions = std::max<std::int64_t>(1, (predictions * length + seq_len - 1) / seq_len);
+    std::optional<PreparedScenario> bin_prepared;
+    std::variant<ScheduledRun, models::NotApplicable> scheduled = models::NotApplicable{};
+    try {
+      bin_prepared.emplace(std::move(at_bin));
+      scheduled = schedule_run(*bin_prepared, strategy, batch);
+    } catch (const InputError& e) {
+      throw InputError(bins.position + fmt::format("model.sequence_bins: the bin of {} tokens: {}", length, e.what()));
+    }
+    if (auto* not_applicable = std::get_if<models::NotApplicable>(&scheduled)) {
+      not_applicable->reason = fmt::format("at the sequence bin of {} tokens: {}", length, not_applicable->reason);
+      return std::move(*not_applicable);
+    }
+    shorter.push_back(replay_bin(*bin_prepared, std::get<ScheduledRun>(scheduled), strategy, batch, length, bins.weights[i]));
+  }
+  return shorter;
+}
+
+SequenceBinsResult sequence_bins_result(const Scenario& scenario, std::vector<SequenceBinRun> shorter, const SimulationResult& longest) {
+  SequenceBinsResult result;
+  const SequenceBins& bins = scenario.sequence_bins.value();
+  result.bin_size = bins.bin_size;
+  result.bins = std::move(shorter);
+  result.bins.push_back(SequenceBinRun{bins.seq_len_of(bins.weights.size() - 1), bins.weights.back(), longest.fits() ? longest.iteration_seconds : 0.0,
+                                       longest.device.peak_reserved, longest.fits()});
+  return result;
+}
+
 RunOutcome run_scenario(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch, Isolation isolation) {
   auto scheduled = schedule_run(prepared, strategy, batch);
   if (auto* not_applicable = std::get_if<models::NotApplicable>(&scheduled)) return std::move(*not_applicable);
+  // The shorter sequence bins first: each replays in a child, which must be forked before any
+  // replay in this process.
+  auto shorter = run_shorter_sequence_bins(prepared, strategy, batch);
+  if (auto* not_applicable = std::get_if<models::NotApplicable>(&shorter)) return std::move(*not_applicable);
   // SimGrid's engine runs once per process, and a child forked after it ran inherits it: with an
   // I/O simulation to follow, the replay takes a child and the I/O this process, if offered.
   const bool io_follows = prepared.scenario().data || prepared.scenario().checkpoint;
   SimulationResult result = replay(prepared, std::get<ScheduledRun>(scheduled), io_follows ? Isolation::child_process : isolation);
   std::optional<IoResult> io = simulate_run_io(prepared, std::get<ScheduledRun>(scheduled), result, isolation);
-  return CompletedRun{std::move(std::get<ScheduledRun>(scheduled)), std::move(result), {}, std::move(io)};
+  std::optional<SequenceBinsResult> bins;
+  if (prepared.scenario().sequence_bins) bins = sequence_bins_result(prepared.scenario(), std::move(std::get<std::vector<SequenceBinRun>>(shorter)), result);
+  return CompletedRun{std::move(std::get<ScheduledRun>(scheduled)), std::move(result), {}, std::move(io), std::move(bins)};
 }
 
 std::optional<IoResult> simulate_run_io(const PreparedScenario& prepared, const ScheduledRun& run, const SimulationResult& result,

@@ -412,11 +412,14 @@ struct OneRun {
   std::optional<IoResult> io;
   std::vector<SimulationResult> stages{};
   double pipeline_seconds = 0;  // the pipeline's iteration (when its last stage ends), 0 without one
+  std::optional<double> binned_seconds{};  // with model.sequence_bins, the mean over the bins
   // The iteration a measurement over many iterations sees: with a data or checkpoint section
   // the I/O simulation's mean (the loader's waits, the launching thread sharing the workers'
-  // cores, the checkpoint's cost per iteration), else the replayed one.
+  // cores, the checkpoint's cost per iteration), with sequence bins the mean over them, else the
+  // replayed one.
   double iteration_seconds() const {
     if (io) return io->mean_iteration_seconds;
+    if (binned_seconds) return *binned_seconds;
     return stages.empty() ? result.iteration_seconds : pipeline_seconds;
   }
 };
@@ -463,7 +466,14 @@ RunAttempt attempt_run(const PreparedScenario& prepared, std::int64_t batch) {
   if (const auto* n = std::get_if<models::NotApplicable>(&outcome)) return not_applicable(*n);
   CompletedRun& completed = std::get<CompletedRun>(outcome);
   if (completed.result.out_of_memory) return out_of_memory(*completed.result.out_of_memory, "");
-  return RunAttempt{OneRun{std::move(completed.result), std::move(completed.io)}, std::nullopt, {}};
+  OneRun run{std::move(completed.result), std::move(completed.io)};
+  if (completed.sequence_bins) {
+    run.binned_seconds = completed.sequence_bins->mean_iteration_seconds();
+    if (!run.binned_seconds) {
+      return RunAttempt{std::nullopt, std::nullopt, fmt::format("{}: a shorter sequence bin does not fit at batch {} where the longest does", scenario_name(prepared), batch)};
+    }
+  }
+  return RunAttempt{std::move(run), std::nullopt, {}};
 }
 
 // A run that gave nothing to compare is a Prediction without a value that says why (and whether

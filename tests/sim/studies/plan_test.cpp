@@ -476,6 +476,12 @@ TEST(PlanClusters, DdpCommunicationHooksAreCandidates) {
   const auto json = nlohmann::json::parse(plan_json(plan));
   EXPECT_EQ(json["cluster_search"]["comm_hooks"], nlohmann::json({"none", "fp16", "powersgd"}));
   EXPECT_EQ(json["cluster_search"]["candidates"][1]["comm_hook"], "fp16");
+  // The CSV's last columns: comm_hook, compressed_collectives, zero_plus_plus (ZeRO-3 rows only), layout.
+  const std::string csv = plan_csv(plan);
+  EXPECT_THAT(csv, ::testing::HasSubstr(",comm_hook,compressed_collectives,zero_plus_plus,layout\n"));
+  EXPECT_THAT(csv, ::testing::HasSubstr(",fp16,0,,\n"));
+  EXPECT_THAT(csv, ::testing::HasSubstr(",powersgd,0,,\n"));
+  EXPECT_THAT(csv, ::testing::HasSubstr(",none,0,none,\n")) << "the ZeRO-3 candidate";
 }
 
 // plan.compressed_collectives: each configuration with and without the parallelism section's
@@ -497,6 +503,7 @@ TEST(PlanClusters, CompressedCollectivesAreCandidates) {
   const auto json = nlohmann::json::parse(plan_json(plan));
   EXPECT_EQ(json["cluster_search"]["compressed_collectives"], nlohmann::json({false, true}));
   EXPECT_EQ(json["cluster_search"]["candidates"][1]["compressed_collectives"], true);
+  EXPECT_THAT(plan_csv(plan), ::testing::HasSubstr(",none,1,,\n"));
   try {
     (void)parse_scenario(gpt2_yaml("a100-80gb", "plan: {gpus: [8], compressed_collectives: [true]}\n"), "p.yaml", ".");
     ADD_FAILURE() << "accepted without parallelism.compression";
@@ -539,6 +546,7 @@ TEST(PlanClusters, ZeroPlusPlusSettingsAreCandidates) {
   EXPECT_EQ(json["cluster_search"]["candidates"][2]["zero_plus_plus"], "all");
   EXPECT_EQ(json["cluster_search"]["candidates"][2]["hpz_partition_size"], 8);
   EXPECT_EQ(json["cluster_search"]["candidates"][1]["zero_plus_plus"], "none");
+  EXPECT_THAT(plan_csv(plan), ::testing::HasSubstr(",none,0,all,\n"));
 }
 
 // hpZ's partition is a node's GPUs: on one node the search leaves it out (DeepSpeed leaves it
@@ -591,6 +599,8 @@ TEST(PlanClusters, ZeroPlusPlusQgzAndHpzSkipModelParallelLayouts) {
   EXPECT_EQ(candidates[2].zero_plus_plus, (ZeroPlusPlus{false, false, true}));
   EXPECT_EQ(candidates[2].layout->tensor, 1);
   EXPECT_THAT(plan.cluster_search->notes, ::testing::Contains(::testing::HasSubstr("ZeRO++'s hpz and qgz are tried on layouts without tensor")));
+  // The CSV names each row's layout and ZeRO++ setting.
+  EXPECT_THAT(plan_csv(plan), ::testing::HasSubstr(",none,0,qwz," + describe_layout(*candidates[1].layout, candidates[1].shape.ranks())));
 }
 
 // Two nodes of a DGX A100 SuperPOD: plan.nodes fills whole nodes; the search is the same for any -j.

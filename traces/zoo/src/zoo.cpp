@@ -18,6 +18,26 @@
 #include "network_builder.hpp"
 
 namespace comptrain::zoo {
+
+// The masked-LM positions per sample when `mlm: masked` leaves them out: NVIDIA
+// DeepLearningExamples pre-trains BERT in two phases, sequence 128 with max_predictions_per_seq
+// 20 and sequence 512 with 80 (PyTorch/LanguageModeling/BERT/scripts/run_pretraining.sh and its
+// README, "20 masked predictions per sequence" / "80", at NVIDIA/DeepLearningExamples@
+// 729963dd47e7c8bd462ad10bfac7a7b0b604e6dd). It is a cap: create_pretraining_data.py masks
+// min(max_predictions_per_seq, max(1, round(0.15 * tokens))) positions -- 19 and 77 for full
+// sequences; run_pretraining.py now reads LDDL's loader, which masks on the fly and is not
+// handed the cap -- so the default errs on the side of more memory. Other lengths have no
+// published figure: they must say.
+std::optional<std::int64_t> default_mlm_predictions(std::int64_t seq_len) {
+  constexpr std::int64_t kPhase1SeqLen = 128;
+  constexpr std::int64_t kPhase1Predictions = 20;
+  constexpr std::int64_t kPhase2SeqLen = 512;
+  constexpr std::int64_t kPhase2Predictions = 80;
+  if (seq_len == kPhase1SeqLen) return kPhase1Predictions;
+  if (seq_len == kPhase2SeqLen) return kPhase2Predictions;
+  return std::nullopt;
+}
+
 namespace {
 
 using detail::NetworkBuilder;
@@ -158,25 +178,6 @@ void reject_bert_fields(const ModelRequest& request) {
     throw InputError("mlm_predictions: a BERT pre-training option; model '" + request.model +
                      "' is not a BERT model");
   }
-}
-
-// The masked-LM positions per sample when `mlm: masked` leaves them out: NVIDIA
-// DeepLearningExamples pre-trains BERT in two phases, sequence 128 with max_predictions_per_seq
-// 20 and sequence 512 with 80 (PyTorch/LanguageModeling/BERT/scripts/run_pretraining.sh and its
-// README, "20 masked predictions per sequence" / "80", at NVIDIA/DeepLearningExamples@
-// 729963dd47e7c8bd462ad10bfac7a7b0b604e6dd). It is a cap: create_pretraining_data.py masks
-// min(max_predictions_per_seq, max(1, round(0.15 * tokens))) positions -- 19 and 77 for full
-// sequences; run_pretraining.py now reads LDDL's loader, which masks on the fly and is not
-// handed the cap -- so the default errs on the side of more memory. Other lengths have no
-// published figure: they must say.
-std::optional<std::int64_t> default_mlm_predictions(std::int64_t seq_len) {
-  constexpr std::int64_t kPhase1SeqLen = 128;
-  constexpr std::int64_t kPhase1Predictions = 20;
-  constexpr std::int64_t kPhase2SeqLen = 512;
-  constexpr std::int64_t kPhase2Predictions = 80;
-  if (seq_len == kPhase1SeqLen) return kPhase1Predictions;
-  if (seq_len == kPhase2SeqLen) return kPhase2Predictions;
-  return std::nullopt;
 }
 
 detail::BertOptions resolve_bert_options(const ModelRequest& request, const TransformerShape& shape) {

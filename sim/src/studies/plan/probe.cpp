@@ -63,6 +63,11 @@ std::string probe(const PreparedScenario& given, const models::StrategySpec& spe
     return wire::encode(probed);
   }
   auto scheduled = schedule_run(prepared, spec, batch);
+  // With model.sequence_bins the shorter bins replay first, each in a child (forked before this
+  // process runs SimGrid); the point's iteration is then the mean over the bins.
+  auto shorter = std::holds_alternative<ScheduledRun>(scheduled) ? run_shorter_sequence_bins(prepared, spec, batch)
+                                                                : std::variant<std::vector<SequenceBinRun>, models::NotApplicable>{};
+  if (const auto* not_applicable = std::get_if<models::NotApplicable>(&shorter)) scheduled = *not_applicable;
   if (const auto* not_applicable = std::get_if<models::NotApplicable>(&scheduled)) {
     point.inapplicable = true;
     probed.note = not_applicable->reason;
@@ -80,7 +85,18 @@ std::string probe(const PreparedScenario& given, const models::StrategySpec& spe
       point.reserved_peak_bytes = r.device.peak_reserved;
       point.device_peak_bytes = r.device.device_peak();
       point.iteration_seconds = r.iteration_seconds;
-      point.mean_iteration_seconds = r.iteration_seconds;
+      if (prepared.scenario().sequence_bins) {
+        const auto mean = sequence_bins_result(prepared.scenario(), std::get<std::vector<SequenceBinRun>>(std::move(shorter)), r).mean_iteration_seconds();
+        if (!mean) {
+          // A shorter bin that does not fit where the longest does (its own allocation pattern): the batch does not train.
+          point.out_of_memory = true;
+          point.peak_bytes = r.device.peak_reserved;
+          probed.note = "a shorter sequence bin does not fit";
+          return wire::encode(probed);
+        }
+        point.iteration_seconds = *mean;
+      }
+      point.mean_iteration_seconds = point.iteration_seconds;
       point.stall_seconds = r.compute_stall_seconds;
       point.host_wait_seconds = r.host_wait_seconds;
       const CommunicationTime communication = communication_time(run.schedule, r);

@@ -63,6 +63,20 @@ struct ParallelismSection {
   std::string overlap_param_gather_position = {};  // of zero.overlap_param_gather: checked against gradient accumulation when prepared
 };
 
+// model.sequence_bins: sequence binning as NVIDIA's LDDL loader does it (NVIDIA/LDDL@e4006d2,
+// README.md, "Sequence binning"; DeepLearningExamples' BERT phase 2 reads it with bin size 64):
+// bin i (1-based) holds the samples of (i - 1) x bin_size + 1 to i x bin_size tokens, every
+// iteration draws one bin with the dataset's share of it, and its batch is padded to the bin's
+// longest, i x bin_size. The run layer replays one iteration per bin (run/run.hpp,
+// run_shorter_sequence_bins) and weighs their times.
+struct SequenceBins {
+  std::int64_t bin_size = 0;
+  std::vector<double> weights;  // one per bin, model.seq_len / bin_size of them, summing to 1
+  std::string position;         // "FILE:LINE:COLUMN: " of model.sequence_bins, for the checks made when prepared
+  // The padded length of bin `index` (0-based).
+  std::int64_t seq_len_of(std::size_t index) const { return static_cast<std::int64_t>(index + 1) * bin_size; }
+};
+
 struct Scenario {
   std::string source;  // where it came from, for messages ("scenarios/default.yaml")
   std::string name;    // a label for reports; defaults to the model's name
@@ -76,6 +90,7 @@ struct Scenario {
   // scenario made in code.
   std::map<std::string, std::string> model_locations;
   std::optional<std::filesystem::path> trace_file;
+  std::optional<SequenceBins> sequence_bins;  // zoo models with model.seq_len only
   // training.batch_size, the one home of the batch size: unset means the trace file's own
   // batch, or 1 for a zoo model. The run layer (sim/run.hpp) builds or rescales the trace to it.
   std::optional<std::int64_t> batch_size;

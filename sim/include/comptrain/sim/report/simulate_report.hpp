@@ -31,6 +31,7 @@ struct SimulationRun {
   int accumulation_steps = 1;  // micro-steps per iteration, each on the trace's batch
   const models::DataParallelSpec* data_parallel = nullptr;
   const IoResult* io = nullptr;  // the data loader and checkpoints (engine/io_simulation.hpp), when the scenario has them
+  const SequenceBinsResult* sequence_bins = nullptr;  // with model.sequence_bins (run/run.hpp): the result above is the longest bin's
   std::optional<double> one_gpu_seconds{};  // {}: aggregate initialisations that leave it out stay -Wmissing-field-initializers clean
   // The model-parallel layout (nullptr: data parallelism only), and the ranks that train on
   // distinct samples (0: every GPU).

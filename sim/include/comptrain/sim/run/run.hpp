@@ -81,12 +81,42 @@ enum class Isolation { child_process, this_process };
 
 SimulationResult replay(const PreparedScenario& prepared, const ScheduledRun& run, Isolation isolation);
 
+// One bin of model.sequence_bins (Scenario::sequence_bins), replayed at its padded length.
+struct SequenceBinRun {
+  std::int64_t seq_len = 0;          // the bin's padded length
+  double weight = 0;                 // its share of the iterations
+  double iteration_seconds = 0;
+  std::int64_t reserved_peak = 0;    // max_memory_reserved
+  bool fits = true;
+};
+
+// Every bin with a positive weight, shortest first; the last is the scenario's own run (its
+// model.seq_len). What training sustains is the mean iteration over them: each iteration draws
+// one bin, so the expected time is the weighted sum; the peak is the longest bin's.
+struct SequenceBinsResult {
+  std::int64_t bin_size = 0;
+  std::vector<SequenceBinRun> bins;
+  // sum of weight x iteration_seconds; nullopt when a bin does not fit.
+  std::optional<double> mean_iteration_seconds() const;
+};
+
+// The scenario's bins shorter than its seq_len with a positive weight, each replayed at `batch`
+// in a child process (run before any replay in this process: a child forked after SimGrid ran
+// inherits its state). Each is the scenario at the bin's length, BERT's masked-LM positions
+// scaled to it (rounded up: about 15% of the tokens, as BERT's masking picks). Empty without
+// model.sequence_bins; NotApplicable when the strategy does not apply to a bin.
+std::variant<std::vector<SequenceBinRun>, models::NotApplicable> run_shorter_sequence_bins(const PreparedScenario& prepared,
+                                                                                           const models::StrategySpec& strategy, std::int64_t batch);
+// The shorter bins and the scenario's own run at seq_len (`longest`) together.
+SequenceBinsResult sequence_bins_result(const Scenario& scenario, std::vector<SequenceBinRun> shorter, const SimulationResult& longest);
+
 // A replayed run (report/simulate_report.hpp: simulation_run gives the outputs' view of it).
 struct CompletedRun {
   ScheduledRun scheduled;
   SimulationResult result;
   std::optional<double> one_gpu_seconds{};  // set by the caller that wants the scaling efficiency (one_gpu_iteration_seconds)
   std::optional<IoResult> io{};  // with a data or checkpoint section and a run that fits (simulate_run_io)
+  std::optional<SequenceBinsResult> sequence_bins{};  // with model.sequence_bins: `result` is its longest bin's
 };
 
 // The scenario's data loader and checkpoints (sim/io.hpp) around a replayed run that fits;
@@ -96,7 +126,7 @@ struct CompletedRun {
 std::optional<IoResult> simulate_run_io(const PreparedScenario& prepared, const ScheduledRun& run, const SimulationResult& result,
                                         Isolation isolation = Isolation::child_process);
 
-// schedule_run + replay (+ simulate_run_io); NotApplicable passes through.
+// schedule_run + replay (+ simulate_run_io, + the shorter sequence bins); NotApplicable passes through.
 using RunOutcome = std::variant<CompletedRun, models::NotApplicable>;
 RunOutcome run_scenario(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch, Isolation isolation);
 

@@ -428,6 +428,10 @@ struct ModelSpec {
   std::optional<ExpertParallelSpec> expert_parallel;
 };
 
+// The masked-LM positions per sample that `mlm: masked` defaults to at `seq_len`: DeepLearningExamples'
+// max_predictions_per_seq of its two pre-training phases (20 at 128, 80 at 512); none at another length.
+std::optional<std::int64_t> default_mlm_predictions(std::int64_t seq_len);
+
 // What to generate: a model at a batch size.
 struct ModelRequest : ModelSpec {
   std::int64_t batch_size = 1;

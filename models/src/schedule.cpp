@@ -69,6 +69,7 @@ std::string_view to_string(TaskKind kind) {
     case TaskKind::host_compute: return "host_compute";
     case TaskKind::send: return "send";
     case TaskKind::recv: return "recv";
+    case TaskKind::framework: return "framework";
   }
   return "unknown";
 }

@@ -223,6 +223,7 @@ class Transform : public ScheduleEdit {
   Gathered gathered_buffers(const Unit& unit, const char* pass);
   TaskId fsdp_all_gather(const Unit& unit, const Gathered& g, const char* pass, std::size_t index, TaskId before, std::vector<TaskId> after,
                          std::vector<BufferId> also_uses, BufferId sharded_parameters);
+  std::optional<TaskId> fsdp_copy_out(const Unit& unit, const Gathered& g, const char* pass, std::size_t index, TaskId before);
   std::size_t gather_for_forward(const std::vector<Unit>& units, BufferId sharded_parameters);
   void gather_for_backward(const std::vector<Unit>& units, BufferId sharded_parameters, std::size_t index);
   void reduce_scatter_gradients(const std::vector<Unit>& units);

@@ -215,6 +215,27 @@ TaskId Transform::fsdp_all_gather(const Unit& unit, const Gathered& g, const cha
   return add_task(std::move(c), before);
 }
 
+// The copy-out of an all-gather (foreach_all_gather_copy_out in _fsdp_collectives.py, called by
+// FSDPParamGroup.wait_for_unshard on the compute stream): one split_with_sizes_copy from the
+// all-gather output into the parameters' unsharded tensors, which it allocates, so the unsharded
+// bytes read and written by a memory-bound kernel just before the group's first task of the pass.
+// Without a platform (apply_data_parallel's overload without one) it is not timed: the unsharded
+// parameters are then created by that first task and nullopt returned.
+std::optional<TaskId> Transform::fsdp_copy_out(const Unit& unit, const Gathered& g, const char* pass, std::size_t index, TaskId before) {
+  if (platform_ == nullptr) return std::nullopt;
+  Task copy;
+  copy.kind = TaskKind::framework;
+  copy.stream = Stream::compute;
+  copy.after = {g.collective};
+  copy.creates = {g.unsharded};
+  copy.uses = {g.all_gather};
+  const KernelRun k = memory_bound_kernels(*platform_, 2.0 * static_cast<double>(unit.unsharded_bytes), 1);
+  copy.seconds = k.seconds;
+  copy.watts = k.watts;
+  copy.name = task_name((std::string("FSDP copy-out for ") + pass + " of " + (unit.name.empty() ? "root" : unit.name)).c_str(), index, unit.unsharded_bytes);
+  return add_task(std::move(copy), before);
+}
+
 // Forward: each group gathered before its first forward task (pre_forward), the copy-out on
 // the compute stream; the previous group's all-gather buffer is freed after this one's
 // all-gather (wait_for_unshard keeps it in all_gather_state until the next copy-out) and the
@@ -238,9 +259,10 @@ std::size_t Transform::gather_for_forward(const std::vector<Unit>& units, Buffer
     if (previous) after.push_back(*units[*previous].first_forward);
     std::vector<BufferId> also;
     if (previous_buffer) also.push_back(*previous_buffer);
-    g.collective = fsdp_all_gather(unit, g, "forward", index++, *unit.first_forward, after, also, sharded_parameters);
+    g.collective = fsdp_all_gather(unit, g, "forward", index, *unit.first_forward, after, also, sharded_parameters);
     extra_after_[*unit.first_forward].push_back(g.collective);
-    create_at_[*unit.first_forward].push_back(g.unsharded);
+    if (!fsdp_copy_out(unit, g, "forward", index, *unit.first_forward)) create_at_[*unit.first_forward].push_back(g.unsharded);
+    ++index;
     previous = u;
     previous_buffer = g.all_gather;
   }
@@ -272,10 +294,14 @@ void Transform::gather_for_backward(const std::vector<Unit>& units, BufferId sha
     Gathered g = gathered_buffers(unit, "backward");
     extra_uses_[post_backward(unit)].push_back(g.unsharded);
     const TaskId issue = k > 0 ? *units[backward_order[k - 1]].first_backward : *unit.first_backward;
-    g.collective = fsdp_all_gather(unit, g, "backward", index++, issue, {}, {}, sharded_parameters);
+    g.collective = fsdp_all_gather(unit, g, "backward", index, issue, {}, {}, sharded_parameters);
     extra_after_[*unit.first_backward].push_back(g.collective);
-    create_at_[*unit.first_backward].push_back(g.unsharded);
-    extra_uses_[*unit.first_backward].push_back(g.all_gather);
+    // The copy-out reads the all-gather buffer last: it is freed once the copy ends.
+    if (!fsdp_copy_out(unit, g, "backward", index, *unit.first_backward)) {
+      create_at_[*unit.first_backward].push_back(g.unsharded);
+      extra_uses_[*unit.first_backward].push_back(g.all_gather);
+    }
+    ++index;
   }
 }
 
@@ -327,6 +353,27 @@ void Transform::reduce_scatter_gradients(const std::vector<Unit>& units) {
     c.creates = {input, output};
     c.uses = unit.gradients;
     c.after = {ready};
+    if (platform_ != nullptr) {
+      // The copy-in (foreach_reduce_scatter_copy_in in foreach_reduce, on the compute stream since
+      // PyTorch 2.6): the gradients read and cast into the input, a memory-bound kernel; the
+      // gradients are freed once it ends ("Only after the copy-in finishes can we free the
+      // gradients"), and the reduce-scatter waits for it.
+      std::int64_t gradient_bytes = 0;
+      for (BufferId b : unit.gradients) gradient_bytes += s_.buffers[b].bytes;
+      Task copy;
+      copy.kind = TaskKind::framework;
+      copy.stream = Stream::compute;
+      copy.after = {ready};
+      copy.creates = {input};
+      copy.uses = unit.gradients;
+      const KernelRun k = memory_bound_kernels(*platform_, static_cast<double>(gradient_bytes + c.bytes), 1);
+      copy.seconds = k.seconds;
+      copy.watts = k.watts;
+      copy.name = task_name(("FSDP copy-in of " + what + " gradients").c_str(), r, c.bytes);
+      c.after = {add_task(std::move(copy), ready + 1)};
+      c.creates = {output};
+      c.uses = {input};
+    }
     c.name = task_name(("FSDP reduce-scatter of " + what + " gradients").c_str(), r, c.bytes);
     const TaskId reduction = add_task(std::move(c), ready + 1);
     // HSDP: the shard is all-reduced in place over the replicas (on the all-reduce stream, which

@@ -37,7 +37,8 @@ bool is_backward_task(const Task& task, const traces::Trace& trace) {
     case TaskKind::offload:
     case TaskKind::compress:
     case TaskKind::collective:
-    case TaskKind::host_compute: return false;
+    case TaskKind::host_compute:
+    case TaskKind::framework: return false;  // added by data parallelism, after the pipeline's transform
   }
   return false;
 }

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "comptrain/models/data_parallel.hpp"
+#include "comptrain/models/kernel_power.hpp"
 #include "comptrain/models/op_time.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/strategy.hpp"
@@ -179,6 +180,69 @@ TEST(Fsdp, UnshardedParametersLiveAsFsdp2HoldsThem) {
   const Schedule all = fsdp(trace, fsdp_spec(FsdpSpec::Reshard::all));
   EXPECT_TRUE(find_buffer(all, "model.layers.1 parameters (unsharded for backward)"));
   EXPECT_FALSE(find_buffer(all, "root parameters (unsharded for backward)"));
+}
+
+// With the platform (the run layer's overload), FSDP2's own copies are kernels on the compute
+// stream: after each all-gather, its copy-out (the unit's unsharded 16-bit bytes read from the
+// all-gather buffer and written into the parameters it creates), just before the unit's first
+// task of the pass; before each reduce-scatter, its copy-in (the 16-bit gradients read, the fp32
+// input written), which frees the gradients and which the reduce-scatter waits for. Each lasts
+// what a memory-bound kernel of its bytes takes on the A100 (its bandwidth at the platform's
+// default memory efficiency, and one launch).
+TEST(Fsdp, CopiesOutAfterEachAllGatherAndInBeforeEachReduceScatter) {
+  const auto trace = llama();
+  const Platform a100 = builtin_platform("a100-80gb");
+  const auto kernel_seconds = [&](double bytes) {
+    return run_kernel(a100.gpu, KernelWork{0.0, bytes / (a100.gpu.memory_bandwidth * a100.efficiency.memory_default), a100.gpu.launch_overhead}).seconds;
+  };
+  const OpTimeModel time_model(a100);
+  Schedule s = test_support::must_apply(build_schedule(trace, time_model, StrategySpec{}));
+  apply_data_parallel(s, trace, fsdp_spec(), a100);
+  s.validate();
+  const auto units = parameters_by_unit(trace);
+  using traces::Phase;
+  const auto task_named = [&](const std::string& name) {
+    for (TaskId t = 0; t < s.tasks.size(); ++t) {
+      if (s.tasks[t].name.starts_with(name)) return t;
+    }
+    ADD_FAILURE() << "no task " << name;
+    return TaskId{0};
+  };
+  // Layer 0's forward copy-out: after its all-gather, creating its unsharded parameters, the task
+  // just before its first forward op on the compute stream.
+  const TaskId out = task_named("FSDP copy-out for forward of model.layers.0");
+  const Task& copy_out = s.tasks[out];
+  EXPECT_EQ(copy_out.kind, TaskKind::framework);
+  EXPECT_EQ(copy_out.stream, Stream::compute);
+  const std::int64_t unsharded = units.at("model.layers.0") * 2;
+  EXPECT_EQ(copy_out.creates, std::vector<BufferId>{buffer(s, "model.layers.0 parameters (unsharded for forward)")});
+  EXPECT_EQ(copy_out.uses, std::vector<BufferId>{buffer(s, "model.layers.0 all-gather buffer (forward)")});
+  EXPECT_EQ(s.tasks[copy_out.after.at(0)].collective, CollectiveKind::all_gather);
+  EXPECT_DOUBLE_EQ(copy_out.seconds, kernel_seconds(2.0 * static_cast<double>(unsharded)));
+  EXPECT_GT(copy_out.seconds, 2.0 * static_cast<double>(unsharded) / a100.gpu.memory_bandwidth);
+  EXPECT_EQ(out + 1, *ops_of(trace, s, Phase::forward, "model.layers.0.").first);
+  // Its backward copy-out is the all-gather buffer's last user.
+  const TaskId back = task_named("FSDP copy-out for backward of model.layers.0");
+  EXPECT_EQ(span(s, buffer(s, "model.layers.0 all-gather buffer (backward)")).last, back);
+  // Layer 1's copy-in: the reduce-scatter input created on the compute stream, the gradients'
+  // last user; the reduce-scatter waits for it and reads only the input.
+  const TaskId in = task_named("FSDP copy-in of model.layers.1 gradients");
+  const Task& copy_in = s.tasks[in];
+  EXPECT_EQ(copy_in.kind, TaskKind::framework);
+  EXPECT_EQ(copy_in.stream, Stream::compute);
+  const BufferId input = buffer(s, "model.layers.1 reduce-scatter input");
+  EXPECT_EQ(creator(s, input), in);
+  std::int64_t gradient_bytes = 0;
+  for (BufferId b = 0; b < s.buffers.size(); ++b) {
+    if (s.buffers[b].role != MemoryRole::gradient || !s.buffers[b].name.starts_with("model.layers.1.")) continue;
+    gradient_bytes += s.buffers[b].bytes;
+    EXPECT_EQ(span(s, b).last, in) << s.buffers[b].name;
+  }
+  EXPECT_EQ(gradient_bytes, units.at("model.layers.1") * 2);
+  EXPECT_DOUBLE_EQ(copy_in.seconds, kernel_seconds(static_cast<double>(gradient_bytes + units.at("model.layers.1") * 4)));
+  const TaskId reduction = task_named("FSDP reduce-scatter of model.layers.1 gradients");
+  EXPECT_EQ(s.tasks[reduction].after, std::vector<TaskId>{in});
+  EXPECT_EQ(s.tasks[reduction].uses, std::vector<BufferId>{input});
 }
 
 // All-gathers: forward root, layer 0, layer 1; backward layer 0 only. Each all-gather buffer is

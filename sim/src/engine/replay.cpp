@@ -404,6 +404,7 @@ class Replay {
         case TaskKind::recompute:
         case TaskKind::compress:
         case TaskKind::decompress:
+        case TaskKind::framework:
           // The actor lives on its GPU host, so this_actor::execute runs there (never
           // Host::exec_async, which runs on the caller's host: reference notes, pitfall 1).
           // The GPU draws the kernel's power meanwhile (GpuPowerDraw).

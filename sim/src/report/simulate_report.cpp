@@ -153,13 +153,19 @@ std::vector<TimeRow> time_rows(const SimulationResult& r) {
       {"collectives", "collective", k[index_of(TaskKind::collective)]},
       {"pipeline sends", "send", k[index_of(TaskKind::send)]},
       {"pipeline receives", "recv", k[index_of(TaskKind::recv)]},
+      {"framework kernels", "framework", k[index_of(TaskKind::framework)]},
       {"host CPU (optimizer)", "host_compute", k[index_of(TaskKind::host_compute)]},
       {"compute-stream stalls", "compute_stall", r.compute_stall_seconds},
       {"waiting for the CPU to launch", "host_wait", r.host_wait_seconds},
   };
 }
 
-bool is_pipeline_row(const TimeRow& row) { return std::string_view(row.key) == "send" || std::string_view(row.key) == "recv"; }
+// The rows only some runs have (a pipeline's transfers, a framework's own kernels): left out of
+// the text and the JSON when zero, so that the other runs' reports stay as they were.
+bool is_pipeline_row(const TimeRow& row) {
+  const std::string_view key = row.key;
+  return key == "send" || key == "recv" || key == "framework";
+}
 
 // "'conv1' (forward)" for tasks that replay a trace op; empty otherwise.
 std::optional<std::string> op_description(const SimulationRun& run, const models::Task& task) {

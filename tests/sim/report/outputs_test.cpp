@@ -154,9 +154,10 @@ TEST(Outputs, TheFixtureExercisesEveryKindAndStalls) {
   for (std::size_t k = 0; k < r.seconds_by_task_kind.size(); ++k) {
     // One GPU: no collectives (the cluster fixture below has them), no optimizer offload
     // (tests/sim/cluster_replay_test.cpp has it), no pipeline transfers (the pipeline replay's:
-    // tests/sim/engine/pipeline_replay_test.cpp).
+    // tests/sim/engine/pipeline_replay_test.cpp), no framework kernels (FSDP2's copies:
+    // tests/models/fsdp_test.cpp).
     if (k == kind_index(TaskKind::collective) || k == kind_index(TaskKind::host_compute) || k == kind_index(TaskKind::send) ||
-        k == kind_index(TaskKind::recv)) {
+        k == kind_index(TaskKind::recv) || k == kind_index(TaskKind::framework)) {
       continue;
     }
     EXPECT_GT(r.seconds_by_task_kind[k], 0.0) << models::to_string(static_cast<TaskKind>(k));

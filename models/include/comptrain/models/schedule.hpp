@@ -101,8 +101,12 @@ enum class TaskKind : std::uint8_t {
   // allocates the received tensor (its `creates`).
   send,
   recv,
+  // A framework's own memory-bound kernel beside the trace's ops, on a GPU stream, its `seconds`
+  // set by the transform that adds it (FSDP2's copy-out after an all-gather and copy-in before
+  // a reduce-scatter: models/transforms/README.md, "FSDP2").
+  framework,
 };
-inline constexpr std::size_t kTaskKindCount = 10;
+inline constexpr std::size_t kTaskKindCount = 11;
 std::string_view to_string(TaskKind kind);
 
 // A collective as NCCL runs it over every rank of the data-parallel group. Its size is counted as

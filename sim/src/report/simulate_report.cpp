@@ -132,8 +132,8 @@ std::vector<BufferId> largest_live_at_peak(const SimulationRun& run) {
 
 
 // The time breakdown rows, in report order. The pipeline's sends and receives (a pipeline stage's
-// replay: sim/engine/pipeline_replay.hpp) come after the collectives; a run without them, which
-// is every run of one schedule, leaves their rows out of the text and the JSON (is_pipeline_row),
+// replay: sim/engine/pipeline_replay.hpp) come after the collectives, then a framework's own
+// kernels; a run without them leaves their rows out of the text and the JSON (shown_when_nonzero),
 // whose outputs stay what they were.
 struct TimeRow {
   const char* label;
@@ -162,7 +162,7 @@ std::vector<TimeRow> time_rows(const SimulationResult& r) {
 
 // The rows only some runs have (a pipeline's transfers, a framework's own kernels): left out of
 // the text and the JSON when zero, so that the other runs' reports stay as they were.
-bool is_pipeline_row(const TimeRow& row) {
+bool shown_when_nonzero(const TimeRow& row) {
   const std::string_view key = row.key;
   return key == "send" || key == "recv" || key == "framework";
 }
@@ -642,7 +642,7 @@ void add_results(std::string& out, const SimulationRun& run) {
   add_line(out, "  {:<24}{:>14}{:>12}", "activity", "time", "% of iter.");
   for (const TimeRow& row : time_rows(r)) {
     // A one-GPU run has no communication: its report keeps the rows it always had.
-    if ((std::string_view(row.key) == "collective" || std::string_view(row.key) == "host_compute" || is_pipeline_row(row)) && row.seconds == 0) continue;
+    if ((std::string_view(row.key) == "collective" || std::string_view(row.key) == "host_compute" || shown_when_nonzero(row)) && row.seconds == 0) continue;
     add_line(out, "  {:<24}{:>14}{:>11.1f}%", row.label, format_seconds(row.seconds), percent(row.seconds, r.iteration_seconds));
   }
   add_line(out, "  {:<24}{:>14}{:>11.1f}%", "iteration", format_seconds(r.iteration_seconds), 100.0);
@@ -846,7 +846,7 @@ std::string report_json(const SimulationRun& run) {
     // Copies and codec kernels overlap compute: these do not sum to the iteration time.
     ordered_json seconds = ordered_json::object();
     for (const TimeRow& row : time_rows(r)) {
-      if (!is_pipeline_row(row) || row.seconds != 0) seconds[row.key] = row.seconds;
+      if (!shown_when_nonzero(row) || row.seconds != 0) seconds[row.key] = row.seconds;
     }
     results["time_seconds"] = std::move(seconds);
     const std::optional<IterationEnergy> with_io = r.energy && run.io != nullptr ? std::optional(iteration_energy(*r.energy, run.io, run.platform)) : std::nullopt;

@@ -594,6 +594,12 @@ std::variant<std::vector<SequenceBinRun>, models::NotApplicable> run_shorter_seq
   return shorter;
 }
 
+std::optional<double> CompletedRun::sustained_iteration_seconds() const {
+  if (io) return io->mean_iteration_seconds;
+  if (sequence_bins) return sequence_bins->mean_iteration_seconds();
+  return result.iteration_seconds;
+}
+
 SequenceBinsResult sequence_bins_result(const Scenario& scenario, std::vector<SequenceBinRun> shorter, const SimulationResult& longest) {
   SequenceBinsResult result;
   const SequenceBins& bins = scenario.sequence_bins.value();

@@ -199,15 +199,10 @@ Prediction predict_in_worker(Scenario scenario, const models::Efficiency& effici
         fmt::format("it runs out of memory at batch {} ({}); a throughput needs a run that fits", batch, describe_out_of_memory(*oom)));
   }
   if (!(r.iteration_seconds > 0)) return Prediction::none(fmt::format("the iteration takes {} s", r.iteration_seconds));
-  // As comptrain validate: with a data (or checkpoint) section, the iteration with the loader;
-  // with sequence bins, the mean over them.
-  double iteration = completed.io ? completed.io->mean_iteration_seconds : r.iteration_seconds;
-  if (completed.sequence_bins) {
-    const auto mean = completed.sequence_bins->mean_iteration_seconds();
-    if (!mean) return Prediction::none(fmt::format("a shorter sequence bin runs out of memory at batch {}", batch));
-    iteration = *mean;
-  }
-  return Prediction::of(samples_per_second(global_batch(batch, prepared.data_parallel_ranks(), prepared.scenario().accumulation_steps), iteration));
+  // As comptrain validate: the iteration with the loader, or over the sequence bins.
+  const std::optional<double> iteration = completed.sustained_iteration_seconds();
+  if (!iteration) return Prediction::none(fmt::format("a shorter sequence bin runs out of memory at batch {}", batch));
+  return Prediction::of(samples_per_second(global_batch(batch, prepared.data_parallel_ranks(), prepared.scenario().accumulation_steps), *iteration));
 }
 
 // Simulates measurements under given efficiencies, many at once in worker processes.

@@ -412,16 +412,12 @@ struct OneRun {
   std::optional<IoResult> io;
   std::vector<SimulationResult> stages{};
   double pipeline_seconds = 0;  // the pipeline's iteration (when its last stage ends), 0 without one
-  std::optional<double> binned_seconds{};  // with model.sequence_bins, the mean over the bins
-  // The iteration a measurement over many iterations sees: with a data or checkpoint section
-  // the I/O simulation's mean (the loader's waits, the launching thread sharing the workers'
-  // cores, the checkpoint's cost per iteration), with sequence bins the mean over them, else the
-  // replayed one.
-  double iteration_seconds() const {
-    if (io) return io->mean_iteration_seconds;
-    if (binned_seconds) return *binned_seconds;
-    return stages.empty() ? result.iteration_seconds : pipeline_seconds;
-  }
+  std::optional<double> sustained_seconds{};  // a run of one schedule's: CompletedRun::sustained_iteration_seconds
+  // The iteration a measurement over many iterations sees: a run of one schedule's sustained
+  // iteration (the I/O simulation's mean: the loader's waits, the launching thread sharing the
+  // workers' cores, the checkpoint's cost per iteration; or the mean over sequence bins), a
+  // pipeline's replayed one.
+  double iteration_seconds() const { return sustained_seconds ? *sustained_seconds : pipeline_seconds; }
 };
 
 // The scenario's file name, not its path: a report (and docs/validation.md, which is generated)
@@ -466,13 +462,12 @@ RunAttempt attempt_run(const PreparedScenario& prepared, std::int64_t batch) {
   if (const auto* n = std::get_if<models::NotApplicable>(&outcome)) return not_applicable(*n);
   CompletedRun& completed = std::get<CompletedRun>(outcome);
   if (completed.result.out_of_memory) return out_of_memory(*completed.result.out_of_memory, "");
-  OneRun run{std::move(completed.result), std::move(completed.io)};
-  if (completed.sequence_bins) {
-    run.binned_seconds = completed.sequence_bins->mean_iteration_seconds();
-    if (!run.binned_seconds) {
-      return RunAttempt{std::nullopt, std::nullopt, fmt::format("{}: a shorter sequence bin does not fit at batch {} where the longest does", scenario_name(prepared), batch)};
-    }
+  const std::optional<double> sustained = completed.sustained_iteration_seconds();
+  if (!sustained) {
+    return RunAttempt{std::nullopt, std::nullopt, fmt::format("{}: a shorter sequence bin does not fit at batch {} where the longest does", scenario_name(prepared), batch)};
   }
+  OneRun run{std::move(completed.result), std::move(completed.io)};
+  run.sustained_seconds = sustained;
   return RunAttempt{std::move(run), std::nullopt, {}};
 }
 

@@ -117,6 +117,11 @@ struct CompletedRun {
   std::optional<double> one_gpu_seconds{};  // set by the caller that wants the scaling efficiency (one_gpu_iteration_seconds)
   std::optional<IoResult> io{};  // with a data or checkpoint section and a run that fits (simulate_run_io)
   std::optional<SequenceBinsResult> sequence_bins{};  // with model.sequence_bins: `result` is its longest bin's
+
+  // The iteration a measurement over many iterations sees: with a data or checkpoint section the
+  // I/O simulation's mean, with sequence bins the mean over them (nullopt when a shorter bin does
+  // not fit), else the replayed one.
+  std::optional<double> sustained_iteration_seconds() const;
 };
 
 // The scenario's data loader and checkpoints (sim/io.hpp) around a replayed run that fits;

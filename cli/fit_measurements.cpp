@@ -29,8 +29,10 @@ void add_fit_measurements_options(CLI::App& command, FitMeasurementsArgs& args) 
       command
           .add_option("--fit-parameters", args.parameters,
                        "With --from-measurements: what to fit, comma-separated: gemm (compute efficiency of conv, linear, matmul and "
-                       "attention, scaled together), memory_default, compute_default, tensor_core (the extra share of ops on tensor cores), "
-                       "tensor_core_cuda11 (the same for scenarios with framework.cuda below 12 on Hopper) (default: gemm,memory_default)")
+                       "attention, scaled together), or in its place conv (convolutions alone) and matmul (linear, matmul and attention "
+                       "together), memory_default, compute_default, tensor_core (the extra share of ops on tensor cores), "
+                       "tensor_core_cuda11 (the same for scenarios with framework.cuda below 12 on Hopper), conv_wave_loss (the share of the "
+                       "modelled wave-quantization loss convolutions see) (default: gemm,memory_default)")
           ->delimiter(',');
 }
 
@@ -56,7 +58,7 @@ int run_fit_measurements(const FitMeasurementsArgs& args, const CLI::App& comman
     options.parameters.clear();
     for (const std::string& text : args.parameters) {
       const auto parameter = sim::parse_fit_parameter(text);
-      if (!parameter) throw InputError("--fit-parameters: found '" + text + "'; expected gemm, memory_default, compute_default, tensor_core or tensor_core_cuda11");
+      if (!parameter) throw InputError("--fit-parameters: found '" + text + "'; expected gemm, conv, matmul, memory_default, compute_default, tensor_core, tensor_core_cuda11 or conv_wave_loss");
       options.parameters.push_back(*parameter);
     }
   }

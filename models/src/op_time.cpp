@@ -416,7 +416,7 @@ double wave_fill(const GemmOutput& gemm, double macs, int sms) {
 // time = sum(flops_i / fill_i). Those FLOPs are equal (grad_input, grad_weight and the forward
 // GEMM all take M·N·K multiply-adds; so do bmm's two gradients), so the op's FLOPs are shared
 // equally, a bias's few included.
-double wave_factor(const traces::Trace& trace, traces::OpIndex index, int sms) {
+double wave_factor(const traces::Trace& trace, traces::OpIndex index, int sms, double conv_wave_loss) {
   const traces::Op& op = trace.op(index);
   if (sms < 1 || !uses_tensor_cores(op.kind)) return 1.0;
   const std::size_t min_rank = op.kind == traces::OpKind::linear ? (op.phase == traces::Phase::forward ? 1 : 2)
@@ -435,7 +435,12 @@ double wave_factor(const traces::Trace& trace, traces::OpIndex index, int sms) {
   const double macs_each = static_cast<double>(trace.flops(index)) / 2 / static_cast<double>(gemms.size());
   double inverse_fills = 0;
   for (const GemmOutput& gemm : gemms) inverse_fills += 1.0 / wave_fill(gemm, macs_each, sms);
-  return static_cast<double>(gemms.size()) / inverse_fills;
+  const double factor = static_cast<double>(gemms.size()) / inverse_fills;
+  // Convolutions see the share efficiency.conv_wave_loss of the loss (Efficiency::conv_wave_loss):
+  // cuDNN's algorithm search (torch.backends.cudnn.benchmark) picks per layer among implicit-GEMM
+  // kernels of several tiles, split-K and other algorithms, so a small grid loses less than one
+  // 128x128 tile per SM would; how much less is fitted per GPU, not derived.
+  return op.kind == traces::OpKind::conv ? std::pow(factor, conv_wave_loss) : factor;
 }
 
 // ---- Kernel ceilings -----------------------------------------------------------------------
@@ -544,7 +549,7 @@ KernelRun OpTimeModel::run(const traces::Trace& trace, traces::OpIndex index) co
   // kernels that run applies on top (tensor_core_share: the platform's, moved by the toolkit
   // and the attention kernel).
   const bool tensor_cores = uses_tensor_cores(op.kind) && dtype != traces::DType::f64 && peak != platform_.gpu.peak_fp32;
-  const double compute_efficiency = platform_.efficiency.compute_for(op.kind) * wave_factor(trace, index, platform_.gpu.sms) *
+  const double compute_efficiency = platform_.efficiency.compute_for(op.kind) * wave_factor(trace, index, platform_.gpu.sms, platform_.efficiency.conv_wave_loss) *
                                     (tensor_cores ? tensor_core_share(platform_, options_, op.kind) : 1.0);
   const double memory_efficiency = platform_.efficiency.memory_for(op.kind);
   const double compute = flops / (peak * compute_efficiency);

@@ -90,7 +90,7 @@ class PlatformReader : public yaml::Reader {
                        std::to_string(limits::max_gpus_per_node) +
                        " (a node's GPUs are routed pair by pair: the largest NVLink domain sold joins 72)");
     }
-    if (root["efficiency"]) platform.efficiency = read_efficiency(section(root, "efficiency", "", {"compute", "memory", "tensor_core", "tensor_core_cuda11"}));
+    if (root["efficiency"]) platform.efficiency = read_efficiency(section(root, "efficiency", "", {"compute", "memory", "tensor_core", "tensor_core_cuda11", "conv_wave_loss"}));
     read_cluster(root, platform);
     // gpu.power.limit, once the GPU is read (yaml-cpp throws on a key of a missing node: step by step).
     if (const YAML::Node power = root["gpu"]["power"]; power && power.IsMap() && power["limit"]) {
@@ -510,6 +510,7 @@ class PlatformReader : public yaml::Reader {
     if (efficiency["memory"]) read_fractions(efficiency["memory"], "efficiency.memory", result.memory_default, result.memory);
     if (efficiency["tensor_core"]) result.tensor_core = fraction(efficiency["tensor_core"], "efficiency.tensor_core");
     if (efficiency["tensor_core_cuda11"]) result.tensor_core_cuda11 = fraction(efficiency["tensor_core_cuda11"], "efficiency.tensor_core_cuda11");
+    if (efficiency["conv_wave_loss"]) result.conv_wave_loss = fraction(efficiency["conv_wave_loss"], "efficiency.conv_wave_loss");
     return result;
   }
 

@@ -334,6 +334,7 @@ void write_efficiency(Writer& w, const Efficiency& e) {
   // 1 is the reader's value when none is given; a caller's own comment is written whatever it is.
   if (e.tensor_core != 1.0 || w.commented({"efficiency", "tensor_core"})) w.value({"efficiency", "tensor_core"}, fmt::format("{}", e.tensor_core));
   if (e.tensor_core_cuda11) w.value({"efficiency", "tensor_core_cuda11"}, fmt::format("{}", *e.tensor_core_cuda11));
+  if (e.conv_wave_loss != 1.0 || w.commented({"efficiency", "conv_wave_loss"})) w.value({"efficiency", "conv_wave_loss"}, fmt::format("{}", e.conv_wave_loss));
   w.end();
 }
 

@@ -31,6 +31,47 @@ KernelRun memory_bound_kernels(const Platform& platform, double bytes, int launc
   return run_kernel(platform.gpu, KernelWork{0.0, memory, launches * platform.gpu.launch_overhead});
 }
 
+// DDP's copies between the gradients and its buckets when they are not views of each other
+// (gradient_as_bucket_view false, PyTorch's default; pytorch/pytorch@ad78a7b3
+// torch/csrc/distributed/c10d/reducer.cpp). Copy-in: as each gradient becomes ready, the
+// autograd hook (mark_variable_ready_dense) writes it into its bucket view on the backward
+// pass's stream, one kernel per gradient (at::mul_out dividing by the world size as it copies,
+// or copy_ under a comm hook): timed here as one task per bucket, once its last gradient is
+// ready, which the bucket's reduction waits for. Without a platform it is not timed (nullopt).
+std::optional<TaskId> Transform::ddp_copy_in(const Bucket& bucket, BufferId bucket_copy, TaskId ready, std::size_t index) {
+  if (platform_ == nullptr) return std::nullopt;
+  Task copy;
+  copy.kind = TaskKind::framework;
+  copy.stream = Stream::compute;
+  copy.after = {ready};
+  copy.uses = bucket.gradients;
+  copy.uses.push_back(bucket_copy);
+  const KernelRun k = memory_bound_kernels(*platform_, 2.0 * static_cast<double>(bucket.bytes), static_cast<int>(bucket.gradients.size()));
+  copy.seconds = k.seconds;
+  copy.watts = k.watts;
+  copy.name = task_name("DDP copy-in of the gradients into bucket", index, bucket.bytes);
+  return add_task(std::move(copy), ready + 1);
+}
+
+// Copy-out: finalize_backward waits for each bucket's reduction on the current stream, then
+// finalize_bucket_dense copies every bucket view back into its gradient (copy_bucket_to_grad),
+// one kernel per gradient, before the optimizer can read them. Without a platform not timed.
+void Transform::ddp_copy_out(BufferId bucket_copy, TaskId last_reduction, TaskId first_optimizer) {
+  if (platform_ == nullptr) return;
+  Task copy;
+  copy.kind = TaskKind::framework;
+  copy.stream = Stream::compute;
+  copy.after = {last_reduction};
+  copy.uses = gradients_;
+  copy.uses.push_back(bucket_copy);
+  const std::int64_t bytes = sum_bytes(gradients_);
+  const KernelRun k = memory_bound_kernels(*platform_, 2.0 * static_cast<double>(bytes), static_cast<int>(gradients_.size()));
+  copy.seconds = k.seconds;
+  copy.watts = k.watts;
+  copy.name = task_name("DDP copy-out of the reduced buckets into the gradients", 0, bytes);
+  add_task(std::move(copy), first_optimizer);
+}
+
 // PyTorch's fp16/bf16 compress hooks (DdpCommHook): the cast and the division on the compute
 // stream once the bucket is ready (the reducer calls the hook from the autograd thread), the
 // all-reduce of the 16-bit tensor, then the copy back into the bucket after it (on the comm
@@ -281,6 +322,9 @@ std::optional<TaskId> Transform::run() {
     // last backward op writing a gradient is the last micro-step's.
     const TaskId ready = spec_.zero_stage == 1 && !spec_.overlap_comm ? last_backward_ : bucket.ready;
     c.after = {ready};
+    if (bucket_copy) {
+      if (const auto copy_in = ddp_copy_in(bucket, *bucket_copy, ready, index)) c.after = {*copy_in};
+    }
     c.name = task_name(spec_.zero_stage == 0 ? "all-reduce of gradient bucket" : "reduce-scatter of gradient bucket", index, bucket.bytes);
     // The experts' gradients are reduced over the ranks that hold the same experts.
     if (bucket.expert && expert_split()) {
@@ -321,6 +365,7 @@ std::optional<TaskId> Transform::run() {
     }
   }
   if (last_reduction && first_optimizer_) extra_after_[*first_optimizer_].push_back(*last_reduction);
+  if (bucket_copy && last_reduction && first_optimizer_) ddp_copy_out(*bucket_copy, *last_reduction, *first_optimizer_);
 
   if (spec_.zero_stage >= 1) shard_optimizer_tasks();
   // What the parameters' all-gather of stages 1 and 2 waits for: the optimizer's last task, or

@@ -124,6 +124,11 @@ class Transform : public ScheduleEdit {
 
   // ---- ddp.cpp
 
+  // DDP's copies into and out of its buckets (gradient_as_bucket_view false), on the compute
+  // stream; data_parallel.cpp.
+  std::optional<TaskId> ddp_copy_in(const Bucket& bucket, BufferId bucket_copy, TaskId ready, std::size_t index);
+  void ddp_copy_out(BufferId bucket_copy, TaskId last_reduction, TaskId first_optimizer);
+
   std::vector<Bucket> make_buckets() const;
 
   std::optional<TaskId> next_compute_after(TaskId t) const {

@@ -12,6 +12,7 @@
 
 #include "comptrain/models/data_parallel.hpp"
 #include "comptrain/models/gradient_accumulation.hpp"
+#include "comptrain/models/kernel_power.hpp"
 #include "comptrain/models/op_time.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/strategy.hpp"
@@ -279,6 +280,64 @@ TEST(DataParallel, DdpBucketsFollowTheBackwardPassAndGateTheOptimizer) {
   apply_data_parallel(view, trace, spec);
   EXPECT_EQ(resident_bytes(view, MemoryRole::gradient), 0);
   EXPECT_EQ(collective_tasks(view).size(), reduces.size());
+}
+
+// With the platform, DDP's copies between the gradients and the buckets (gradient_as_bucket_view
+// false) are memory-bound kernels on the compute stream: per bucket a copy-in right after its last
+// gradient is ready, which its all-reduce waits for (each gradient read and its bucket view
+// written, one launch per gradient); after the last all-reduce one copy-out of every gradient,
+// just before the optimizer. As views of the buckets there is nothing to copy.
+TEST(DataParallel, DdpCopiesGradientsIntoAndOutOfTheBuckets) {
+  const auto trace = small_gpt(zoo::Precision::fp32, 4);
+  const Platform a100 = builtin_platform("a100-80gb");
+  const auto kernel_seconds = [&](double bytes, int launches) {
+    return run_kernel(a100.gpu, KernelWork{0.0, bytes / (a100.gpu.memory_bandwidth * a100.efficiency.memory_default),
+                                           launches * a100.gpu.launch_overhead})
+        .seconds;
+  };
+  const Schedule before = baseline_schedule(trace);
+  const std::int64_t gradient_bytes = bytes_of_role(before, MemoryRole::gradient, true);
+  Schedule s = before;
+  DataParallelSpec spec;
+  spec.ranks = 8;
+  apply_data_parallel(s, trace, spec, a100);
+  ASSERT_NO_THROW(s.validate());
+  const auto reduces = collective_tasks(s, CollectiveKind::all_reduce);
+  ASSERT_GE(reduces.size(), 3u);
+  std::int64_t copied_in = 0;
+  int launches = 0;
+  for (const TaskId r : reduces) {
+    ASSERT_EQ(s.tasks[r].after.size(), 1u);
+    const TaskId in = s.tasks[r].after[0];
+    const Task& copy = s.tasks[in];
+    EXPECT_EQ(copy.kind, TaskKind::framework) << copy.name;
+    EXPECT_EQ(copy.stream, Stream::compute);
+    EXPECT_TRUE(copy.name.starts_with("DDP copy-in")) << copy.name;
+    // Right after the backward op that made the bucket's last gradient.
+    ASSERT_EQ(copy.after.size(), 1u);
+    EXPECT_EQ(copy.after[0] + 1, in);
+    EXPECT_EQ(phase_of(trace, s.tasks[copy.after[0]]), traces::Phase::backward);
+    int gradients = 0;
+    for (BufferId b : copy.uses) gradients += s.buffers[b].role == MemoryRole::gradient && s.buffers[b].tensor ? 1 : 0;
+    EXPECT_DOUBLE_EQ(copy.seconds, kernel_seconds(2.0 * static_cast<double>(s.tasks[r].bytes), gradients));
+    copied_in += s.tasks[r].bytes;
+    launches += gradients;
+  }
+  EXPECT_EQ(copied_in, gradient_bytes);
+  // The copy-out: after the last all-reduce, the task just before the optimizer's first.
+  const auto first_optimizer = std::find_if(s.tasks.begin(), s.tasks.end(), [&](const Task& t) { return phase_of(trace, t) == traces::Phase::optimizer; });
+  ASSERT_NE(first_optimizer, s.tasks.begin());
+  const Task& out = *(first_optimizer - 1);
+  EXPECT_TRUE(out.name.starts_with("DDP copy-out")) << out.name;
+  EXPECT_EQ(out.kind, TaskKind::framework);
+  EXPECT_EQ(out.stream, Stream::compute);
+  EXPECT_EQ(out.after, std::vector<TaskId>{reduces.back()});
+  EXPECT_DOUBLE_EQ(out.seconds, kernel_seconds(2.0 * static_cast<double>(gradient_bytes), launches));
+
+  Schedule view = before;
+  spec.gradient_as_bucket_view = true;
+  apply_data_parallel(view, trace, spec, a100);
+  EXPECT_EQ(std::count_if(view.tasks.begin(), view.tasks.end(), [](const Task& t) { return t.kind == TaskKind::framework; }), 0);
 }
 
 // ZeRO's per-GPU model-state bytes (Rajbhandari et al., SC20, Figure 1: with mixed-precision

@@ -1,6 +1,7 @@
 // A training loop's host synchronisations and a Python optimizer loop as schedule transforms
 // (models/framework_transforms.hpp: add_host_syncs, apply_optimizer_loop).
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -76,7 +77,7 @@ TEST(HostSyncs, TheSyncBeforeTheStepWaitsForEveryStreamAndBlocksTheHost) {
   EXPECT_EQ(sync.seconds, 0);
   EXPECT_EQ(sync.host_seconds, 12e-6);
   EXPECT_TRUE(sync.blocks_host);
-  EXPECT_EQ(sync.after, (std::vector<TaskId>{*last_compute, *last_comm}));
+  EXPECT_THAT(sync.after, ::testing::UnorderedElementsAre(*last_compute, *last_comm));
   // Everything else is the old schedule, its waits renumbered past the inserted task.
   for (TaskId t = 0; t < before.tasks.size(); ++t) {
     const Task& moved = schedule.tasks[t < *step ? t : t + 1];

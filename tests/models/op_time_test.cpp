@@ -770,6 +770,22 @@ TEST(OpTimeWaves, ConvolutionIsTiledAsItsImplicitGemm) {
   expect_seconds(gemm_seconds(backward, test_platform()), 943.7184e-9 + 5e-6);
 }
 
+// efficiency.conv_wave_loss: a convolution's factor is fill^conv_wave_loss, so 1 keeps the
+// one-tile-per-SM loss, 0 removes it and 0.5 takes its square root; other kinds keep theirs.
+TEST(OpTimeWaves, ConvolutionsSeeTheirShareOfTheWaveLoss) {
+  const traces::Trace fprop = gemm_trace(OpKind::conv, traces::Phase::forward, {{{2, 64, 16, 16}}}, 37'748'736);
+  Platform three = platform_with_sms(3);  // 4 tiles in 2 waves of 3: fill 2/3
+  three.efficiency.conv_wave_loss = 0.5;
+  expect_seconds(gemm_seconds(fprop, three), 471.8592e-9 / std::sqrt(2.0 / 3.0) + 5e-6);
+  three.efficiency.conv_wave_loss = 0.001;  // the smallest a platform file takes: almost no loss
+  expect_seconds(gemm_seconds(fprop, three), 471.8592e-9 / std::pow(2.0 / 3.0, 0.001) + 5e-6);
+  // A linear of five tiles on four SMs keeps its two waves whatever conv_wave_loss says.
+  Platform four = platform_with_sms(4);
+  four.efficiency.conv_wave_loss = 0.5;
+  const traces::Trace five = gemm_trace(OpKind::linear, traces::Phase::forward, {{{128, 5 * 128}}}, 160'000'000'000);
+  expect_seconds(gemm_seconds(five, four), 2e-3 + 5e-6);
+}
+
 TEST(OpTimeWaves, AWeightGradientSplitsItsLongReduction) {
   // The first layer's backward computes only grad_weight [64, 3, 7, 7]: M = 64, N = 147, 1 x 2
   // tiles, and K = N·P·Q = 2 x 112 x 112 = 25,088 (FLOPs 2 x 64 x 147 x 25088 = 472,055,808).

@@ -175,7 +175,8 @@ TEST(BuiltinPlatforms, A100ValuesAreTheDatasheets) {
   EXPECT_EQ(p.gpu_link.name, "NVLink 3");
   EXPECT_DOUBLE_EQ(p.gpu_link.bandwidth, 240e9) << "effective: 12 links x NCCL's 20 GB/s (topo.h), not the 300 GB/s line rate";
   EXPECT_EQ(p.gpus_per_node, 8);
-  EXPECT_DOUBLE_EQ(p.efficiency.compute_for(OpKind::conv), 0.7);
+  EXPECT_DOUBLE_EQ(p.efficiency.compute_for(OpKind::conv), 0.4938) << "fitted: calibrate/measurements/a100-conv.yaml";
+  EXPECT_DOUBLE_EQ(p.efficiency.compute_for(OpKind::linear), 0.75);
   EXPECT_DOUBLE_EQ(p.efficiency.compute_for(OpKind::relu), 0.6);
   EXPECT_DOUBLE_EQ(p.efficiency.memory_for(OpKind::conv), 0.8);
 }
@@ -541,6 +542,9 @@ TEST(PlatformBounds, EfficienciesBelowATenthOfAPercentAreRejected) {
               HasSubstr("p.yaml:11:22: 'efficiency.compute.default' is '1e-300'; expected a fraction of peak between 0.001 and 1"));
   EXPECT_THAT(error_of(kMinimal + "efficiency:\n  memory: {conv: 0.0009}\n"), HasSubstr("'efficiency.memory.conv' is '0.0009'"));
   EXPECT_DOUBLE_EQ(*parsed(kMinimal + "efficiency:\n  tensor_core_cuda11: 0.5\n").efficiency.tensor_core_cuda11, 0.5);
+  EXPECT_DOUBLE_EQ(parsed(kMinimal + "efficiency:\n  conv_wave_loss: 0.25\n").efficiency.conv_wave_loss, 0.25);
+  EXPECT_DOUBLE_EQ(parsed(kMinimal).efficiency.conv_wave_loss, 1.0);
+  EXPECT_THAT(error_of(kMinimal + "efficiency:\n  conv_wave_loss: 0\n"), HasSubstr("'efficiency.conv_wave_loss' is "));
   EXPECT_THAT(error_of(kMinimal + "efficiency:\n  tensor_core_cuda11: 2\n"), HasSubstr("'efficiency.tensor_core_cuda11' is '2'"));
 }
 

@@ -35,9 +35,14 @@ namespace limits = models::platform_limits;
 // The kinds that run on tensor cores and decide compute-bound time (op_time.cpp's
 // uses_tensor_cores): scaled together by FitParameter::gemm.
 constexpr std::array kGemmKinds{OpKind::conv, OpKind::linear, OpKind::matmul, OpKind::attention};
+// The same kinds in two groups, for sets whose convolutions and matrix products part ways (a
+// CNN's implicit-GEMM convolutions on cuDNN against a transformer's cuBLAS GEMMs):
+// FitParameter::conv and FitParameter::matmul.
+constexpr std::array kMatmulKinds{OpKind::linear, OpKind::matmul, OpKind::attention};
 
-constexpr std::array kAllParameters{FitParameter::gemm, FitParameter::memory_default, FitParameter::compute_default, FitParameter::tensor_core,
-                                    FitParameter::tensor_core_cuda11};
+constexpr std::array kAllParameters{FitParameter::gemm,        FitParameter::conv,        FitParameter::matmul,
+                                    FitParameter::memory_default, FitParameter::compute_default, FitParameter::tensor_core,
+                                    FitParameter::tensor_core_cuda11, FitParameter::conv_wave_loss};
 
 // ---------------------------------------------------------------- the measurements file
 
@@ -105,6 +110,7 @@ struct Group {
   bool memory = false;                // memory efficiencies, else compute
   bool tensor_core = false;           // Efficiency::tensor_core (one entry, nullopt)
   bool tensor_core_cuda11 = false;    // Efficiency::tensor_core_cuda11 (one entry, nullopt)
+  bool conv_wave_loss = false;        // Efficiency::conv_wave_loss (one entry, nullopt)
   std::vector<std::optional<OpKind>> entries;  // nullopt: the `default`
   std::vector<double> base;
   double lo = 0, hi = 0;              // bounds of log(scale): every value stays in [0.001, 1]
@@ -115,6 +121,16 @@ Group group_of(FitParameter parameter, const models::Efficiency& e) {
   switch (parameter) {
     case FitParameter::gemm:
       for (OpKind kind : kGemmKinds) {
+        g.entries.emplace_back(kind);
+        g.base.push_back(e.compute_for(kind));
+      }
+      break;
+    case FitParameter::conv:
+      g.entries.emplace_back(OpKind::conv);
+      g.base.push_back(e.compute_for(OpKind::conv));
+      break;
+    case FitParameter::matmul:
+      for (OpKind kind : kMatmulKinds) {
         g.entries.emplace_back(kind);
         g.base.push_back(e.compute_for(kind));
       }
@@ -138,6 +154,11 @@ Group group_of(FitParameter parameter, const models::Efficiency& e) {
       g.tensor_core_cuda11 = true;
       g.entries.emplace_back(std::nullopt);
       g.base.push_back(e.tensor_core_cuda11.value_or(e.tensor_core));
+      break;
+    case FitParameter::conv_wave_loss:
+      g.conv_wave_loss = true;
+      g.entries.emplace_back(std::nullopt);
+      g.base.push_back(e.conv_wave_loss);
       break;
   }
   const auto [smallest, largest] = std::minmax_element(g.base.begin(), g.base.end());
@@ -165,6 +186,8 @@ models::Efficiency scaled(const models::Efficiency& base, const std::vector<Grou
         e.tensor_core = value;
       } else if (g.tensor_core_cuda11) {
         e.tensor_core_cuda11 = value;
+      } else if (g.conv_wave_loss) {
+        e.conv_wave_loss = value;
       } else if (!entry) {
         (g.memory ? e.memory_default : e.compute_default) = value;
       } else {
@@ -439,6 +462,10 @@ std::string_view to_string(FitParameter parameter) {
   switch (parameter) {
     case FitParameter::gemm:
       return "gemm";
+    case FitParameter::conv:
+      return "conv";
+    case FitParameter::matmul:
+      return "matmul";
     case FitParameter::memory_default:
       return "memory_default";
     case FitParameter::compute_default:
@@ -447,6 +474,8 @@ std::string_view to_string(FitParameter parameter) {
       return "tensor_core";
     case FitParameter::tensor_core_cuda11:
       return "tensor_core_cuda11";
+    case FitParameter::conv_wave_loss:
+      return "conv_wave_loss";
   }
   return "?";
 }
@@ -464,6 +493,7 @@ std::string fitted_platform_yaml(const models::Platform& base, std::string_view 
   std::map<std::pair<bool, std::optional<OpKind>>, const ParameterFit*> fitted_entries;
   const ParameterFit* tensor_core = nullptr;
   const ParameterFit* tensor_core_cuda11 = nullptr;
+  const ParameterFit* conv_wave_loss = nullptr;
   for (const ParameterFit& p : parameters) {
     if (p.parameter == FitParameter::tensor_core) {
       tensor_core = &p;
@@ -471,6 +501,10 @@ std::string fitted_platform_yaml(const models::Platform& base, std::string_view 
     }
     if (p.parameter == FitParameter::tensor_core_cuda11) {
       tensor_core_cuda11 = &p;
+      continue;
+    }
+    if (p.parameter == FitParameter::conv_wave_loss) {
+      conv_wave_loss = &p;
       continue;
     }
     for (const std::optional<OpKind>& entry : group_of(p.parameter, base.efficiency).entries) {
@@ -493,6 +527,7 @@ std::string fitted_platform_yaml(const models::Platform& base, std::string_view 
     if (path == std::vector<std::string>{"name"}) return "calibrate -o";
     if (path.size() == 2 && path[0] == "efficiency" && path[1] == "tensor_core" && tensor_core) return comment_of(*tensor_core);
     if (path.size() == 2 && path[0] == "efficiency" && path[1] == "tensor_core_cuda11" && tensor_core_cuda11) return comment_of(*tensor_core_cuda11);
+    if (path.size() == 2 && path[0] == "efficiency" && path[1] == "conv_wave_loss" && conv_wave_loss) return comment_of(*conv_wave_loss);
     if (path.size() != 3 || path[0] != "efficiency") return std::nullopt;
     const std::optional<OpKind> kind = path[2] == "default" ? std::nullopt : traces::parse_op_kind(path[2]);
     const auto it = fitted_entries.find({path[1] == "memory", kind});
@@ -512,7 +547,14 @@ FitResult fit_measurements(const MeasurementSet& set, const FitOptions& options)
     throw InputError(fmt::format("--holdout {}: {} has {} measurement{}; expected 0 to {} held out, so that at least one is fitted",
                                  options.holdout, set.source, count, count == 1 ? "" : "s", count - 1));
   }
-  if (options.parameters.empty()) throw InputError("no parameter to fit; expected one or more of gemm, memory_default, compute_default, tensor_core, tensor_core_cuda11");
+  if (options.parameters.empty()) {
+    throw InputError("no parameter to fit; expected one or more of gemm, conv, matmul, memory_default, compute_default, tensor_core, tensor_core_cuda11, conv_wave_loss");
+  }
+  const auto asked = [&](FitParameter p) { return std::find(options.parameters.begin(), options.parameters.end(), p) != options.parameters.end(); };
+  // gemm scales the kinds conv and matmul split: fitted together, one efficiency would have two scales.
+  if (asked(FitParameter::gemm) && (asked(FitParameter::conv) || asked(FitParameter::matmul))) {
+    throw InputError("--fit-parameters: gemm scales conv, linear, matmul and attention together; expected either gemm or conv and matmul, not both");
+  }
 
   // Every scenario is read and prepared before the first simulation, so a bad one stops the fit
   // at once, at its measurement's line.

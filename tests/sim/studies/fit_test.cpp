@@ -169,9 +169,37 @@ TEST_F(FitTest, AParameterNoMeasurementDependsOnKeepsItsValue) {
   EXPECT_THAT(result.platform_yaml, HasSubstr("not fitted: no measurement depends on it"));
 }
 
+TEST_F(FitTest, ConvAndMatmulPartTheGemmKinds) {
+  // Only the convolutions start off (half the truth): fitted as two groups, conv must find its
+  // value again from the ResNet while the transformer's kinds stay where they are; as one group
+  // (gemm) they could not both be right.
+  write("conv-off.yaml",
+        platform_yaml("conv-off", "  compute: {default: 0.6, conv: 0.35, linear: 0.75, matmul: 0.75, attention: 0.5}\n  memory: {default: 0.6}\n"));
+  const auto line = [this](const std::string& scenario) {
+    return "  - {scenario: " + scenario + ", samples_per_second: " + fmt::format("{:.17g}", simulated_throughput(scenario)) + "}\n";
+  };
+  const std::string measurements = "platform: conv-off.yaml\nmeasurements:\n" + line("resnet.yaml") + line("gpt-fp32.yaml");
+  FitOptions options;
+  options.parameters = {FitParameter::conv, FitParameter::matmul};
+  const FitResult result = fit_measurements(parse(measurements), options);
+  ASSERT_EQ(result.parameters.size(), 2u);
+  EXPECT_NEAR(result.parameters[0].scale, 2.0, 0.04);
+  EXPECT_NEAR(result.parameters[1].scale, 1.0, 0.02);
+  const models::Efficiency& e = result.fitted.efficiency;
+  EXPECT_NEAR(e.compute_for(OpKind::conv), 0.7, 0.014);
+  EXPECT_NEAR(e.compute_for(OpKind::linear), 0.75, 0.015);
+  EXPECT_NEAR(e.compute_for(OpKind::attention), 0.5, 0.01);
+  EXPECT_LT(result.rms_after, 0.01);
+  EXPECT_THAT(result.platform_yaml, HasSubstr("conv: 0.7"));
+
+  // gemm scales the same kinds: asked with either, the fit refuses.
+  options.parameters = {FitParameter::gemm, FitParameter::conv};
+  EXPECT_THAT(error_of(measurements, options), HasSubstr("either gemm or conv and matmul"));
+}
+
 TEST(FitParameters, NamesRoundTrip) {
-  for (const FitParameter p : {FitParameter::gemm, FitParameter::memory_default, FitParameter::compute_default, FitParameter::tensor_core,
-                               FitParameter::tensor_core_cuda11}) {
+  for (const FitParameter p : {FitParameter::gemm, FitParameter::conv, FitParameter::matmul, FitParameter::memory_default, FitParameter::compute_default, FitParameter::tensor_core,
+                               FitParameter::tensor_core_cuda11, FitParameter::conv_wave_loss}) {
     EXPECT_EQ(parse_fit_parameter(to_string(p)), p);
   }
   EXPECT_EQ(parse_fit_parameter("tensor_core_cuda12"), std::nullopt);

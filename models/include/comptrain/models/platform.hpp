@@ -170,6 +170,12 @@ struct Efficiency {
   // need newer instructions (Hopper's wgmma: op_time.hpp, tensor_core_share);
   // efficiency.tensor_core_cuda11, unset when not given.
   std::optional<double> tensor_core_cuda11;
+  // How much of the modelled wave-quantization loss convolutions see (op_time.cpp, wave_factor:
+  // their efficiency is multiplied by fill^conv_wave_loss): 1, the default, is the loss of one
+  // 128x128 tile per SM, a bound; below 1 the loss shrinks toward none at 0, as cuDNN's
+  // algorithm search finds kernels that fill small grids better (efficiency.conv_wave_loss;
+  // fitted, models/README.md, "Wave quantization").
+  double conv_wave_loss = 1.0;
   std::map<traces::OpKind, double> compute;
   std::map<traces::OpKind, double> memory;
   double compute_for(traces::OpKind kind) const;

@@ -24,6 +24,10 @@
 //   gemm             compute efficiency of conv, linear, matmul and attention (the tensor-core
 //                    kinds, which decide compute-bound time); one scale for all precisions,
 //                    since Efficiency has no per-precision values
+//   conv, matmul     the same kinds in two groups: conv alone, and linear, matmul and attention
+//                    together; for sets of CNN and transformer runs whose convolutions (cuDNN's
+//                    implicit GEMMs) and matrix products (cuBLAS) part ways. Either these or
+//                    gemm, not both
 //   memory_default   memory efficiency of every kind without its own memory value (the
 //                    elementwise, normalization and optimizer kernels: memory-bound time)
 //   compute_default  compute efficiency of the other kinds; rarely binding on a roofline (those
@@ -34,6 +38,9 @@
 //   tensor_core_cuda11  Efficiency::tensor_core_cuda11, the same share for runs whose scenario
 //                    says framework.cuda below 12 on Hopper (models/op_time.hpp,
 //                    tensor_core_share); only those measurements depend on it
+//   conv_wave_loss   Efficiency::conv_wave_loss, the share of the modelled wave-quantization
+//                    loss convolutions see (models/README.md, "Wave quantization"); the
+//                    small-batch CNN runs depend on it, large batches hardly
 // Every resulting efficiency stays within the platform bounds [0.001, 1].
 //
 // Objective: sum over the fitted measurements of log(predicted / measured)^2, where predicted =
@@ -80,7 +87,7 @@ struct MeasurementSet {
 MeasurementSet parse_measurements(std::string_view yaml, std::string_view source, const std::filesystem::path& base_dir);
 MeasurementSet load_measurements(const std::filesystem::path& path);
 
-enum class FitParameter { gemm, memory_default, compute_default, tensor_core, tensor_core_cuda11 };
+enum class FitParameter { gemm, conv, matmul, memory_default, compute_default, tensor_core, tensor_core_cuda11, conv_wave_loss };
 std::string_view to_string(FitParameter parameter);
 std::optional<FitParameter> parse_fit_parameter(std::string_view text);
 

@@ -31,45 +31,18 @@ KernelRun memory_bound_kernels(const Platform& platform, double bytes, int launc
   return run_kernel(platform.gpu, KernelWork{0.0, memory, launches * platform.gpu.launch_overhead});
 }
 
-// DDP's copies between the gradients and its buckets when they are not views of each other
-// (gradient_as_bucket_view false, PyTorch's default; pytorch/pytorch@ad78a7b3
-// torch/csrc/distributed/c10d/reducer.cpp). Copy-in: as each gradient becomes ready, the
-// autograd hook (mark_variable_ready_dense) writes it into its bucket view on the backward
-// pass's stream, one kernel per gradient (at::mul_out dividing by the world size as it copies,
-// or copy_ under a comm hook): timed here as one task per bucket, once its last gradient is
-// ready, which the bucket's reduction waits for. Without a platform it is not timed (nullopt).
-std::optional<TaskId> Transform::ddp_copy_in(const Bucket& bucket, BufferId bucket_copy, TaskId ready, std::size_t index) {
-  if (platform_ == nullptr) return std::nullopt;
-  Task copy;
-  copy.kind = TaskKind::framework;
-  copy.stream = Stream::compute;
-  copy.after = {ready};
-  copy.uses = bucket.gradients;
-  copy.uses.push_back(bucket_copy);
-  const KernelRun k = memory_bound_kernels(*platform_, 2.0 * static_cast<double>(bucket.bytes), static_cast<int>(bucket.gradients.size()));
-  copy.seconds = k.seconds;
-  copy.watts = k.watts;
-  copy.name = task_name("DDP copy-in of the gradients into bucket", index, bucket.bytes);
-  return add_task(std::move(copy), ready + 1);
-}
-
-// Copy-out: finalize_backward waits for each bucket's reduction on the current stream, then
-// finalize_bucket_dense copies every bucket view back into its gradient (copy_bucket_to_grad),
-// one kernel per gradient, before the optimizer can read them. Without a platform not timed.
-void Transform::ddp_copy_out(BufferId bucket_copy, TaskId last_reduction, TaskId first_optimizer) {
-  if (platform_ == nullptr) return;
-  Task copy;
-  copy.kind = TaskKind::framework;
-  copy.stream = Stream::compute;
-  copy.after = {last_reduction};
-  copy.uses = gradients_;
-  copy.uses.push_back(bucket_copy);
-  const std::int64_t bytes = sum_bytes(gradients_);
-  const KernelRun k = memory_bound_kernels(*platform_, 2.0 * static_cast<double>(bytes), static_cast<int>(gradients_.size()));
-  copy.seconds = k.seconds;
-  copy.watts = k.watts;
-  copy.name = task_name("DDP copy-out of the reduced buckets into the gradients", 0, bytes);
-  add_task(std::move(copy), first_optimizer);
+// A framework's own memory-bound kernels on the compute stream (TaskKind::framework): `bytes`
+// read and written in `launches` kernels. Only with the platform, which times them.
+Task Transform::framework_kernel(std::string name, double bytes, int launches) const {
+  if (platform_ == nullptr) throw std::logic_error("framework_kernel: a framework kernel is timed on the platform, and there is none");
+  const KernelRun k = memory_bound_kernels(*platform_, bytes, launches);
+  Task t;
+  t.kind = TaskKind::framework;
+  t.stream = Stream::compute;
+  t.seconds = k.seconds;
+  t.watts = k.watts;
+  t.name = std::move(name);
+  return t;
 }
 
 // PyTorch's fp16/bf16 compress hooks (DdpCommHook): the cast and the division on the compute

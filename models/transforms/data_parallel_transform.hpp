@@ -110,6 +110,10 @@ class Transform : public ScheduleEdit {
 
   void redirect_all();
 
+  // A framework's own memory-bound kernels on the compute stream (TaskKind::framework), timed
+  // on the platform: `bytes` read and written in `launches` kernels. Needs platform_.
+  Task framework_kernel(std::string name, double bytes, int launches) const;
+
   std::int64_t sum_bytes(const std::vector<BufferId>& buffers) const {
     std::int64_t total = 0;
     for (BufferId b : buffers) total += s_.buffers[b].bytes;
@@ -125,7 +129,7 @@ class Transform : public ScheduleEdit {
   // ---- ddp.cpp
 
   // DDP's copies into and out of its buckets (gradient_as_bucket_view false), on the compute
-  // stream; data_parallel.cpp.
+  // stream.
   std::optional<TaskId> ddp_copy_in(const Bucket& bucket, BufferId bucket_copy, TaskId ready, std::size_t index);
   void ddp_copy_out(BufferId bucket_copy, TaskId last_reduction, TaskId first_optimizer);
 

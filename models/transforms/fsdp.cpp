@@ -223,16 +223,12 @@ TaskId Transform::fsdp_all_gather(const Unit& unit, const Gathered& g, const cha
 // parameters are then created by that first task and nullopt returned.
 std::optional<TaskId> Transform::fsdp_copy_out(const Unit& unit, const Gathered& g, const char* pass, std::size_t index, TaskId before) {
   if (platform_ == nullptr) return std::nullopt;
-  Task copy;
-  copy.kind = TaskKind::framework;
-  copy.stream = Stream::compute;
+  Task copy = framework_kernel(
+      task_name((std::string("FSDP copy-out for ") + pass + " of " + (unit.name.empty() ? "root" : unit.name)).c_str(), index, unit.unsharded_bytes),
+      2.0 * static_cast<double>(unit.unsharded_bytes), 1);
   copy.after = {g.collective};
   copy.creates = {g.unsharded};
   copy.uses = {g.all_gather};
-  const KernelRun k = memory_bound_kernels(*platform_, 2.0 * static_cast<double>(unit.unsharded_bytes), 1);
-  copy.seconds = k.seconds;
-  copy.watts = k.watts;
-  copy.name = task_name((std::string("FSDP copy-out for ") + pass + " of " + (unit.name.empty() ? "root" : unit.name)).c_str(), index, unit.unsharded_bytes);
   return add_task(std::move(copy), before);
 }
 
@@ -358,18 +354,11 @@ void Transform::reduce_scatter_gradients(const std::vector<Unit>& units) {
       // PyTorch 2.6): the gradients read and cast into the input, a memory-bound kernel; the
       // gradients are freed once it ends ("Only after the copy-in finishes can we free the
       // gradients"), and the reduce-scatter waits for it.
-      std::int64_t gradient_bytes = 0;
-      for (BufferId b : unit.gradients) gradient_bytes += s_.buffers[b].bytes;
-      Task copy;
-      copy.kind = TaskKind::framework;
-      copy.stream = Stream::compute;
+      Task copy = framework_kernel(task_name(("FSDP copy-in of " + what + " gradients").c_str(), r, c.bytes),
+                                   static_cast<double>(sum_bytes(unit.gradients) + c.bytes), 1);
       copy.after = {ready};
       copy.creates = {input};
       copy.uses = unit.gradients;
-      const KernelRun k = memory_bound_kernels(*platform_, static_cast<double>(gradient_bytes + c.bytes), 1);
-      copy.seconds = k.seconds;
-      copy.watts = k.watts;
-      copy.name = task_name(("FSDP copy-in of " + what + " gradients").c_str(), r, c.bytes);
       c.after = {add_task(std::move(copy), ready + 1)};
       c.creates = {output};
       c.uses = {input};

@@ -107,10 +107,11 @@ MeasurementSet read_measurements(const YAML::Node& root, std::string_view source
 
 // One parameter's efficiencies on the base platform: where they live and their values.
 struct Group {
+  FitParameter parameter = FitParameter::gemm;
   bool memory = false;                // memory efficiencies, else compute
-  bool tensor_core = false;           // Efficiency::tensor_core (one entry, nullopt)
-  bool tensor_core_cuda11 = false;    // Efficiency::tensor_core_cuda11 (one entry, nullopt)
-  bool conv_wave_loss = false;        // Efficiency::conv_wave_loss (one entry, nullopt)
+  // One value of Efficiency's own, not per kind (tensor_core, tensor_core_cuda11,
+  // conv_wave_loss): efficiency.<its name> in a platform file; one entry, nullopt.
+  bool scalar = false;
   std::vector<std::optional<OpKind>> entries;  // nullopt: the `default`
   std::vector<double> base;
   double lo = 0, hi = 0;              // bounds of log(scale): every value stays in [0.001, 1]
@@ -118,6 +119,7 @@ struct Group {
 
 Group group_of(FitParameter parameter, const models::Efficiency& e) {
   Group g;
+  g.parameter = parameter;
   switch (parameter) {
     case FitParameter::gemm:
       for (OpKind kind : kGemmKinds) {
@@ -145,18 +147,18 @@ Group group_of(FitParameter parameter, const models::Efficiency& e) {
       g.base.push_back(e.compute_default);
       break;
     case FitParameter::tensor_core:
-      g.tensor_core = true;
+      g.scalar = true;
       g.entries.emplace_back(std::nullopt);
       g.base.push_back(e.tensor_core);
       break;
     case FitParameter::tensor_core_cuda11:
       // Unset, the fit starts from the current toolkits' share.
-      g.tensor_core_cuda11 = true;
+      g.scalar = true;
       g.entries.emplace_back(std::nullopt);
       g.base.push_back(e.tensor_core_cuda11.value_or(e.tensor_core));
       break;
     case FitParameter::conv_wave_loss:
-      g.conv_wave_loss = true;
+      g.scalar = true;
       g.entries.emplace_back(std::nullopt);
       g.base.push_back(e.conv_wave_loss);
       break;
@@ -174,6 +176,23 @@ double as_written(double value) {
   return std::clamp(rounded, limits::min_efficiency, 1.0);
 }
 
+// Sets a scalar parameter's value (Group::scalar).
+void set_scalar(models::Efficiency& e, FitParameter parameter, double value) {
+  switch (parameter) {
+    case FitParameter::tensor_core:
+      e.tensor_core = value;
+      return;
+    case FitParameter::tensor_core_cuda11:
+      e.tensor_core_cuda11 = value;
+      return;
+    case FitParameter::conv_wave_loss:
+      e.conv_wave_loss = value;
+      return;
+    default:
+      throw std::logic_error("set_scalar: " + std::string(to_string(parameter)) + " is a group of per-kind efficiencies");
+  }
+}
+
 models::Efficiency scaled(const models::Efficiency& base, const std::vector<Group>& groups, const std::vector<double>& x, bool round) {
   models::Efficiency e = base;
   for (std::size_t j = 0; j < groups.size(); ++j) {
@@ -182,12 +201,8 @@ models::Efficiency scaled(const models::Efficiency& base, const std::vector<Grou
       double value = std::clamp(g.base[k] * std::exp(x[j]), limits::min_efficiency, 1.0);
       if (round) value = as_written(value);
       const std::optional<OpKind>& entry = g.entries[k];
-      if (g.tensor_core) {
-        e.tensor_core = value;
-      } else if (g.tensor_core_cuda11) {
-        e.tensor_core_cuda11 = value;
-      } else if (g.conv_wave_loss) {
-        e.conv_wave_loss = value;
+      if (g.scalar) {
+        set_scalar(e, g.parameter, value);
       } else if (!entry) {
         (g.memory ? e.memory_default : e.compute_default) = value;
       } else {
@@ -491,23 +506,15 @@ std::string fitted_platform_yaml(const models::Platform& base, std::string_view 
                                  const std::vector<ParameterFit>& parameters, const std::string& fitted_comment) {
   // The efficiencies a parameter scales, by (memory, kind; nullopt: default).
   std::map<std::pair<bool, std::optional<OpKind>>, const ParameterFit*> fitted_entries;
-  const ParameterFit* tensor_core = nullptr;
-  const ParameterFit* tensor_core_cuda11 = nullptr;
-  const ParameterFit* conv_wave_loss = nullptr;
+  // The scalar ones by their key under efficiency (their name).
+  std::map<std::string, const ParameterFit*, std::less<>> fitted_scalars;
   for (const ParameterFit& p : parameters) {
-    if (p.parameter == FitParameter::tensor_core) {
-      tensor_core = &p;
+    const Group group = group_of(p.parameter, base.efficiency);
+    if (group.scalar) {
+      fitted_scalars[std::string(to_string(p.parameter))] = &p;
       continue;
     }
-    if (p.parameter == FitParameter::tensor_core_cuda11) {
-      tensor_core_cuda11 = &p;
-      continue;
-    }
-    if (p.parameter == FitParameter::conv_wave_loss) {
-      conv_wave_loss = &p;
-      continue;
-    }
-    for (const std::optional<OpKind>& entry : group_of(p.parameter, base.efficiency).entries) {
+    for (const std::optional<OpKind>& entry : group.entries) {
       fitted_entries[{p.parameter == FitParameter::memory_default, entry}] = &p;
     }
   }
@@ -525,9 +532,10 @@ std::string fitted_platform_yaml(const models::Platform& base, std::string_view 
   comments.otherwise = fmt::format("copied from platform {} ({})", base.name, base.source);
   comments.comment_for = [&](const std::vector<std::string>& path) -> std::optional<std::string> {
     if (path == std::vector<std::string>{"name"}) return "calibrate -o";
-    if (path.size() == 2 && path[0] == "efficiency" && path[1] == "tensor_core" && tensor_core) return comment_of(*tensor_core);
-    if (path.size() == 2 && path[0] == "efficiency" && path[1] == "tensor_core_cuda11" && tensor_core_cuda11) return comment_of(*tensor_core_cuda11);
-    if (path.size() == 2 && path[0] == "efficiency" && path[1] == "conv_wave_loss" && conv_wave_loss) return comment_of(*conv_wave_loss);
+    if (path.size() == 2 && path[0] == "efficiency") {
+      const auto it = fitted_scalars.find(path[1]);
+      return it == fitted_scalars.end() ? std::nullopt : std::optional(comment_of(*it->second));
+    }
     if (path.size() != 3 || path[0] != "efficiency") return std::nullopt;
     const std::optional<OpKind> kind = path[2] == "default" ? std::nullopt : traces::parse_op_kind(path[2]);
     const auto it = fitted_entries.find({path[1] == "memory", kind});

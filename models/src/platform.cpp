@@ -305,7 +305,7 @@ class PlatformReader : public yaml::Reader {
     if (root["nic"]) platform.nic = read_nic(section(root, "nic", "", {"name", "bandwidth", "latency", "per_node", "power"}), platform.gpus_per_node);
     if (root["network"]) {
       platform.network =
-          read_network(section(root, "network", "", {"topology", "nodes", "fat_tree", "dragonfly", "torus", "link"}));
+          read_network(section(root, "network", "", {"topology", "nodes", "fat_tree", "dragonfly", "torus", "link", "routing"}));
     }
     if (root["collectives"]) {
       const YAML::Node c = section(root, "collectives", "",
@@ -464,7 +464,40 @@ class PlatformReader : public yaml::Reader {
     }
     check_topology_size(spec, network[topology], topology);
     spec.link = read_link(section(network, "link", "network", {"name", "bandwidth", "latency", "power"}), "network.link");
+    if (const YAML::Node routing = network["routing"]) spec.routing = network_routing(routing, spec);
     return spec;
+  }
+
+  // network.routing: static (SimGrid's fixed paths) or adaptive, which comptrain builds as one
+  // switch over every node (NetworkRouting): exact only where the tree is non-blocking and each
+  // node has one (aggregated) link into it, so anything else is refused rather than widened.
+  NetworkRouting network_routing(const YAML::Node& node, const NetworkSpec& spec) const {
+    const std::string text = node.IsScalar() ? node.Scalar() : std::string();
+    if (text == to_string(NetworkRouting::static_paths)) return NetworkRouting::static_paths;
+    if (text != to_string(NetworkRouting::adaptive)) {
+      throw InputError(where(node.Mark()) + "'network.routing' is '" + shortened(node) +
+                       "'; expected static (one fixed path per node pair, SimGrid's routes) or adaptive (a switch's least loaded up port)");
+    }
+    const auto refuse = [&](const std::string& why) {
+      throw InputError(where(node.Mark()) + "'network.routing' is adaptive but " + why +
+                       "; expected adaptive on a non-blocking fat tree whose nodes have one link each (up[0] and links[0] 1), or routing: static");
+    };
+    if (spec.topology != NetworkTopology::fat_tree) refuse("network.topology is " + std::string(to_string(spec.topology)));
+    const FatTreeShape& tree = spec.fat_tree;
+    if (tree.up.front() != 1 || tree.links.front() != 1) refuse("a node has " + std::to_string(tree.up.front() * tree.links.front()) + " links up");
+    for (int level = 0; level + 1 < tree.levels; ++level) {
+      const std::int64_t down_links = std::int64_t{tree.down[level]} * tree.links[level];
+      const std::int64_t up_links = std::int64_t{tree.up[level + 1]} * tree.links[level + 1];
+      if (up_links < down_links) {
+        refuse("a switch of level " + std::to_string(level + 1) + " has " + std::to_string(down_links) + " links down and " +
+               std::to_string(up_links) + " up (oversubscribed)");
+      }
+    }
+    if (spec.link.idle_power > 0 || spec.link.busy_power > 0) {
+      throw InputError(where(node.Mark()) + "'network.routing' is adaptive and network.link has a power; expected no network.link.power with " +
+                       "adaptive routing, whose one-switch stand-in has no switch-to-switch links to draw it (or routing: static)");
+    }
+    return NetworkRouting::adaptive;
   }
 
   // What SimGrid will build of the topology, bounded before it is asked to (platform_limits):
@@ -648,6 +681,14 @@ std::string_view to_string(NcclAlgorithm algorithm) {
     case NcclAlgorithm::automatic: return "auto";
     case NcclAlgorithm::ring: return "ring";
     case NcclAlgorithm::tree: return "tree";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(NetworkRouting routing) {
+  switch (routing) {
+    case NetworkRouting::static_paths: return "static";
+    case NetworkRouting::adaptive: return "adaptive";
   }
   return "unknown";
 }

@@ -274,6 +274,7 @@ void write_network(Writer& w, const NetworkSpec& n) {
       break;
   }
   write_link(w, {"network", "link"}, n.link);
+  if (n.routing != NetworkRouting::static_paths) w.value({"network", "routing"}, std::string(to_string(n.routing)));
   w.end();
 }
 

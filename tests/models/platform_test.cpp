@@ -1,5 +1,6 @@
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/network_size.hpp"
+#include "comptrain/models/platform_yaml.hpp"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -825,6 +826,30 @@ TEST(PlatformCluster, GpusPerNodeIsBounded) {
   EXPECT_EQ(parsed(with("name: test\n", "name: test\ngpus_per_node: 1024\n")).gpus_per_node, 1024);
   EXPECT_THAT(error_of(with("name: test\n", "name: test\ngpus_per_node: 10000\n")),
               HasSubstr("p.yaml:2:16: 'gpus_per_node' is 10000; expected at most 1024"));
+}
+
+// network.routing: static (the default, SimGrid's fixed paths) or adaptive, on a non-blocking fat
+// tree whose nodes have one link each; elsewhere refused at the key, as is a link power the
+// one-switch stand-in would leave undrawn. The writer keeps it.
+TEST(PlatformCluster, AdaptiveRoutingOnNonBlockingFatTreesOnly) {
+  EXPECT_EQ(parsed(kCluster).network->routing, NetworkRouting::static_paths);
+  EXPECT_EQ(parsed(kCluster + "  routing: static\n").network->routing, NetworkRouting::static_paths);
+  const Platform adaptive = parsed(kCluster + "  routing: adaptive\n");
+  EXPECT_EQ(adaptive.network->routing, NetworkRouting::adaptive);
+  EXPECT_EQ(parse_platform(platform_to_yaml(adaptive, {}), "again.yaml").network->routing, NetworkRouting::adaptive);
+  EXPECT_THAT(error_of(kCluster + "  routing: ecmp\n"), HasSubstr("p.yaml:17:12: 'network.routing' is 'ecmp'; expected static"));
+  EXPECT_THAT(error_of(cluster_with("up: [1, 2]", "up: [1, 1]") + "  routing: adaptive\n"),
+              HasSubstr("'network.routing' is adaptive but a switch of level 1 has 2 links down and 1 up (oversubscribed)"));
+  EXPECT_THAT(error_of(cluster_with("up: [1, 2], links: [1, 1]", "up: [1, 2], links: [2, 2]") + "  routing: adaptive\n"),
+              HasSubstr("'network.routing' is adaptive but a node has 2 links up"));
+  EXPECT_THAT(error_of(cluster_of("torus", "torus: [4]") + "  routing: adaptive\n"),
+              HasSubstr("p.yaml:17:12: 'network.routing' is adaptive but network.topology is torus"));
+  EXPECT_THAT(error_of(cluster_with("bandwidth: 192 GB/s, latency: 0}", "bandwidth: 192 GB/s, latency: 0, power: {idle: 1 W, busy: 2 W}}") +
+                       "  routing: adaptive\n"),
+              HasSubstr("'network.routing' is adaptive and network.link has a power"));
+  for (const char* name : {"dgx-h100-superpod", "dgx-a100-superpod", "h100-100k"}) {
+    EXPECT_EQ(builtin_platform(name).network->routing, NetworkRouting::adaptive) << name;
+  }
 }
 
 TEST(PlatformCluster, ASingleNodeNeedsNoNetworkLatencies) {

@@ -310,6 +310,24 @@ void ClusterNetwork::build_network() {
   sg4::NetZone* cluster = nullptr;
   switch (network.topology) {
     case models::NetworkTopology::fat_tree: {
+      if (network.routing == models::NetworkRouting::adaptive) {
+        // Adaptive routing on a non-blocking tree (the reader refuses it elsewhere): a packet
+        // leaves each switch by its least loaded up port, so no uplink is busier than the node
+        // links below it and only those bind, as under one switch over every node, where
+        // SimGrid's fixed paths would pile flows whose destinations share an index onto one
+        // uplink (models::NetworkRouting). A star zone, not a one-level fat tree: SimGrid's fat
+        // tree walks a switch's every child to route down, 12,500 of them per route at 100,000
+        // GPUs; the star routes by the two ends' own links.
+        cluster = sg4::create_star_zone("network");
+        cluster->set_parent(link_owner_);
+        for (int id = 0; id < shape_.nodes; ++id) {
+          const auto [node_point, gateway] = leaf(cluster, {}, static_cast<unsigned long>(id));
+          sg4::Link* link = link_owner_->create_split_duplex_link(fmt::format("network.link{}", id), bandwidth)->seal();
+          cluster->add_route(node_point, nullptr, gateway, nullptr, {sg4::LinkInRoute(link, Direction::UP)}, false);
+          cluster->add_route(nullptr, node_point, nullptr, gateway, {sg4::LinkInRoute(link, Direction::DOWN)}, false);
+        }
+        break;
+      }
       const sg4::FatTreeParams params(static_cast<unsigned>(network.fat_tree.levels), unsigned_list(network.fat_tree.down),
                                       unsigned_list(network.fat_tree.up), unsigned_list(network.fat_tree.links));
       cluster = sg4::create_fatTree_zone("network", link_owner_, params, callbacks, bandwidth, 0, kSplitDuplex);

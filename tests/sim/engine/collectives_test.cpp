@@ -801,6 +801,44 @@ TEST(Collectives, EveryLinkBoundsItsFlowsInBothDirections) {
   for (std::size_t i = 3; i < 5; ++i) EXPECT_NEAR(v[i], 1.200, 1e-12) << i;
 }
 
+// Static and adaptive routing on a non-blocking fat tree of 3 leaves of 2 nodes, 2 spines
+// (nodes 0-1, 2-3, 4-5). Every GPU of node 2 sends 1 GB to its peer on node 0 and every GPU of
+// node 3 to its peer on node 4, at once: 80 GB/s out of each node, 8 NICs of 10 GB/s. SimGrid's
+// fixed paths leave leaf 1 by the up port of the destination's index mod 2 (d-mod-k), 0 for both
+// nodes 0 and 4, so the two nodes' 160 GB/s share one 80 GB/s uplink while the other idles: 5 GB/s
+// per GPU, 200 ms. Routed adaptively (one switch stands for the tree), each node's traffic has an
+// uplink of its own: its NICs bind, 10 GB/s, 100 ms.
+TEST(Collectives, AdaptiveRoutingSpreadsWhatFixedPathsPileOntoOneUplink) {
+  const std::string tree = "  nodes: 6\n  fat_tree: {levels: 2, down: [2, 3], up: [1, 2], links: [1, 1]}\n";
+  const auto ends_with = [&](const std::string& routing) {
+    const models::Platform p = hand("  nodes: 4\n  fat_tree: {levels: 1, down: [4], up: [1], links: [1]}\n", tree + routing);
+    return numbers(in_simgrid([&] {
+      const detail::ClusterNetwork network(p, {6, 8});
+      std::vector<double> ends(16, -1);
+      for (int g = 0; g < 16; ++g) {
+        const int from = (g < 8 ? 16 : 24) + g % 8;  // node 2's GPUs, then node 3's
+        const int to = (g < 8 ? 0 : 32) + g % 8;     // to node 0's, and to node 4's
+        sg4::Actor::create(fmt::format("flow{}", g), network.gpu(from), [&, g, from, to] {
+          sg4::Comm::sendto(network.gpu(from), network.gpu(to), kGB);
+          ends[static_cast<std::size_t>(g)] = sg4::Engine::get_clock();
+        });
+      }
+      sg4::Engine::get_instance()->run();
+      std::string out;
+      for (double e : ends) out += fmt::format("{:.17g} ", e);
+      return out;
+    }));
+  };
+  const std::vector<double> fixed = ends_with("");
+  const std::vector<double> adaptive = ends_with("  routing: adaptive\n");
+  ASSERT_EQ(fixed.size(), 16u);
+  ASSERT_EQ(adaptive.size(), 16u);
+  for (std::size_t g = 0; g < 16; ++g) {
+    EXPECT_NEAR(fixed[g], 0.200, 1e-12) << g;
+    EXPECT_NEAR(adaptive[g], 0.100, 1e-12) << g;
+  }
+}
+
 // ---- The single-GPU platform ---------------------------------------------------------------
 
 // Shape {1, 1} is the replay's platform as it always was: hosts "gpu" and "host" in zone "node",

@@ -197,6 +197,16 @@ struct NicSpec {
 enum class NetworkTopology : std::uint8_t { fat_tree, dragonfly, torus };
 std::string_view to_string(NetworkTopology topology);
 
+// How the switches choose a packet's path (network.routing). static_paths: SimGrid's routes, one
+// fixed path per node pair (its fat tree picks a switch's up port from the destination's index,
+// "as in d-mod-k": src/kernel/routing/FatTreeZone.cpp), so two flows whose destinations share
+// that index share an uplink however many lie idle. adaptive: each switch sends a packet out of
+// whichever up port is least loaded (InfiniBand's adaptive routing), which in a non-blocking fat
+// tree leaves only the nodes' own links to bind; built as one switch over every node
+// (scenarios/platforms/README.md, "Clusters").
+enum class NetworkRouting : std::uint8_t { static_paths, adaptive };
+std::string_view to_string(NetworkRouting routing);
+
 // The topologies' parameters exactly as SimGrid's FatTreeParams / DragonflyParams / torus
 // dimensions take them (simgrid/s4u/NetZone.hpp); their leaves are the nodes.
 struct FatTreeShape {
@@ -222,6 +232,7 @@ struct NetworkSpec {
   DragonflyShape dragonfly;         // topology dragonfly
   std::vector<int> torus;           // topology torus: the dimensions
   LinkSpec link;                    // every link of the topology, per direction
+  NetworkRouting routing = NetworkRouting::static_paths;  // adaptive: non-blocking fat trees only
   std::int64_t leaves() const;      // places for nodes in the topology
 };
 

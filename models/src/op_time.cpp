@@ -16,7 +16,8 @@ namespace comptrain::models {
 namespace {
 
 // The kinds cuBLAS/cuDNN run on tensor cores (and, for fp32, on TF32 tensor cores when
-// allowed: torch.backends.{cuda.matmul,cudnn}.allow_tf32). A fused attention kernel is a pair
+// allowed: torch.backends.cudnn.allow_tf32 for convolutions, torch.backends.cuda.matmul.allow_tf32
+// for the others). A fused attention kernel is a pair
 // of matmuls around a softmax.
 constexpr bool uses_tensor_cores(traces::OpKind kind) {
   return kind == traces::OpKind::conv || kind == traces::OpKind::matmul || kind == traces::OpKind::linear ||
@@ -540,7 +541,8 @@ KernelRun OpTimeModel::run(const traces::Trace& trace, traces::OpIndex index) co
   // Tensor-core peaks (TF32, FP16, BF16 in the platform) apply to the kinds that use tensor
   // cores; everything else runs on the CUDA cores, whose rate we take as the fp32 peak for
   // every floating type (a lower bound for half precision, which some GPUs pack 2 per lane).
-  const double peak = uses_tensor_cores(op.kind) ? platform_.peak_flops(dtype, options_.allow_tf32)
+  const bool allow_tf32 = op.kind == traces::OpKind::conv ? options_.allow_tf32_cudnn : options_.allow_tf32_matmul;
+  const double peak = uses_tensor_cores(op.kind) ? platform_.peak_flops(dtype, allow_tf32)
                       : dtype == traces::DType::f64 ? platform_.peak_flops(dtype, false)
                                                      : platform_.gpu.peak_fp32;
   // The flat per-kind efficiency, times the share of the SMs the op's GEMM tiles keep busy

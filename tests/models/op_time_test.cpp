@@ -85,7 +85,8 @@ traces::Trace one_op_trace(const OneOp& spec) {
 
 double seconds(const OneOp& spec, bool allow_tf32 = false, const Platform& platform = test_platform()) {
   OpTimeOptions options;
-  options.allow_tf32 = allow_tf32;
+  options.allow_tf32_matmul = allow_tf32;
+  options.allow_tf32_cudnn = allow_tf32;
   return OpTimeModel(platform, options).seconds(one_op_trace(spec), 0);
 }
 
@@ -176,12 +177,28 @@ TEST(OpTime, AttentionKernelNamesRoundTrip) {
   EXPECT_EQ(parse_attention_kernel("flash"), std::nullopt);
 }
 
+// PyTorch's two TF32 flags: cuDNN's moves a convolution to the TF32 peak, the matmul one a
+// linear; neither moves the other's op.
+TEST(OpTime, Tf32FlagsMoveTheirOwnKinds) {
+  const auto on = [](OpKind kind, bool matmul, bool cudnn) {
+    OpTimeOptions options;
+    options.allow_tf32_matmul = matmul;
+    options.allow_tf32_cudnn = cudnn;
+    options.channels_last = true;
+    return OpTimeModel(test_platform(), options).seconds(one_op_trace(compute_bound(kind, DType::f32)), 0);
+  };
+  EXPECT_LT(on(OpKind::conv, false, true), on(OpKind::conv, false, false));
+  EXPECT_DOUBLE_EQ(on(OpKind::conv, true, false), on(OpKind::conv, false, false));
+  EXPECT_LT(on(OpKind::linear, true, false), on(OpKind::linear, false, false));
+  EXPECT_DOUBLE_EQ(on(OpKind::linear, false, true), on(OpKind::linear, false, false));
+}
+
 // cuDNN transposes NCHW tensors around a tensor-core convolution: one read and one write of the
 // 4 MB the op moves, at 1e12 B/s x 0.5 (16 us), plus a launch per tensor (x and y: 2 x 5 us).
 TEST(OpTime, TensorCoreConvolutionsOnNchwPayForTheTransposes) {
   const auto conv_seconds = [](DType dtype, bool tf32, bool channels_last) {
     OpTimeOptions options;
-    options.allow_tf32 = tf32;
+    options.allow_tf32_cudnn = tf32;
     options.channels_last = channels_last;
     return OpTimeModel(test_platform(), options).seconds(one_op_trace(compute_bound(OpKind::conv, dtype)), 0);
   };
@@ -881,7 +898,8 @@ TEST(OpTime, ResNet50IterationOnA100IsPlausible) {
   const traces::Trace trace = zoo::build_model(request);
   const OpTimeModel fp32(builtin_platform("a100-40gb"));
   OpTimeOptions tf32_options;
-  tf32_options.allow_tf32 = true;
+  tf32_options.allow_tf32_matmul = true;
+  tf32_options.allow_tf32_cudnn = true;
   const OpTimeModel tf32(builtin_platform("a100-40gb"), tf32_options);
   tf32_options.channels_last = true;
   const OpTimeModel tf32_nhwc(builtin_platform("a100-40gb"), tf32_options);

@@ -91,6 +91,7 @@ Scenario ScenarioReader::read(const YAML::Node& root) {
   }
 
   read_model(model, training, scenario);
+  read_tf32(training, scenario);
   if (const YAML::Node framework = root["framework"]) {
     // A loop's ops per parameter stand for one trace op per parameter: torch.optim's for-loop
     // (a trace file's optimizer ops are taken as they are).
@@ -117,6 +118,35 @@ Scenario ScenarioReader::read(const YAML::Node& root) {
   return scenario;
 }
 
+// training.tf32: true or false sets both of PyTorch's flags, {matmul, cudnn} each; a flag not
+// given keeps its default in the scenario's PyTorch (framework.pytorch): TF32 exists from 1.7,
+// torch.backends.cudnn.allow_tf32 defaults to true and torch.backends.cuda.matmul.allow_tf32 to
+// true in 1.7 to 1.11 and false from 1.12 (PyTorch docs/source/notes/cuda.rst, "TensorFloat-32
+// (TF32) on Ampere (and later) devices"); an unstated version is taken as 1.12 or later. On a GPU
+// without TF32 (no gpu.peak.tf32) the flags change nothing. precision: tf32 sets both.
+void ScenarioReader::read_tf32(const YAML::Node& training, Scenario& scenario) const {
+  const std::optional<PytorchVersion> pytorch = scenario.framework.pytorch;
+  const bool exists = !pytorch || *pytorch >= PytorchVersion{1, 7};
+  scenario.allow_tf32_cudnn = exists;
+  scenario.allow_tf32_matmul = exists && pytorch && *pytorch < PytorchVersion{1, 12};
+  if (!training) return;
+  const YAML::Node precision = training["precision"];
+  const bool tf32_precision = precision && precision.IsScalar() && precision.Scalar() == "tf32";
+  if (tf32_precision) scenario.allow_tf32_matmul = scenario.allow_tf32_cudnn = true;
+  const YAML::Node node = training["tf32"];
+  if (!node) return;
+  if (node.IsMap()) {
+    check_keys(node, "training.tf32", {"matmul", "cudnn"});
+    if (const YAML::Node m = node["matmul"]) scenario.allow_tf32_matmul = boolean(m, "training.tf32.matmul");
+    if (const YAML::Node c = node["cudnn"]) scenario.allow_tf32_cudnn = boolean(c, "training.tf32.cudnn");
+  } else {
+    scenario.allow_tf32_matmul = scenario.allow_tf32_cudnn = boolean(node, "training.tf32");
+  }
+  if (tf32_precision && !(scenario.allow_tf32_matmul && scenario.allow_tf32_cudnn)) {
+    throw InputError(where(node.Mark()) + "'training.tf32' turns TF32 off, which contradicts 'precision: tf32'; expected one of the two");
+  }
+}
+
 // training: the options that apply to a trace file too (batch size, precision and optimizer are
 // read with the model, which decides whether they apply).
 void ScenarioReader::read_training_options(const YAML::Node& training, Scenario& scenario) const {
@@ -130,7 +160,6 @@ void ScenarioReader::read_training_options(const YAML::Node& training, Scenario&
     }
     scenario.accumulation_steps = static_cast<int>(*steps);
   }
-  if (training["tf32"]) scenario.allow_tf32 = boolean(training["tf32"], "training.tf32");
   if (training["memory_format"]) {
     // PyTorch's names: model.to(memory_format=torch.channels_last), and the default
     // torch.contiguous_format (NCHW for 4-D activations).
@@ -267,14 +296,9 @@ void ScenarioReader::read_model(const YAML::Node& model, const YAML::Node& train
     if (training) {
       scenario.batch_size = optional_positive(training, "batch_size", "training");
       if (const YAML::Node p = training["precision"]) {
-        // tf32 is fp32 whose convolutions and matmuls run on TF32 tensor cores
-        // (torch.backends.cuda.matmul.allow_tf32 / cudnn.allow_tf32): the same tensors.
-        if (scalar(p, "training.precision") == "tf32") {
-          if (training["tf32"] && !scenario.allow_tf32) {
-            throw InputError(where(training["tf32"].Mark()) + "'training.tf32: false' contradicts 'precision: tf32'; expected one of the two");
-          }
-          scenario.allow_tf32 = true;
-        } else {
+        // tf32 is fp32 whose convolutions and matmuls run on TF32 tensor cores (read_tf32): the
+        // same tensors.
+        if (scalar(p, "training.precision") != "tf32") {
           std::vector<std::string_view> names = zoo::precision_names();
           names.insert(names.begin() + 1, "tf32");
           request.precision = named(p, "training.precision", zoo::parse_precision, names);

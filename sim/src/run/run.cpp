@@ -24,7 +24,8 @@ namespace {
 
 models::OpTimeModel time_model_for(const Scenario& scenario) {
   models::OpTimeOptions options;
-  options.allow_tf32 = scenario.allow_tf32;
+  options.allow_tf32_matmul = scenario.allow_tf32_matmul;
+  options.allow_tf32_cudnn = scenario.allow_tf32_cudnn;
   options.channels_last = scenario.channels_last;
   options.cuda_major = scenario.framework.cuda ? scenario.framework.cuda->major : 0;
   options.attention_kernel = scenario.framework.attention_kernel;

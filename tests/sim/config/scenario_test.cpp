@@ -115,7 +115,8 @@ TEST(Scenario, ReadsAPlatformByNameAndTf32) {
   const Scenario s = parse_scenario("model: {zoo: resnet18}\ntraining: {tf32: true}\nplatform: h100-80gb\n", "s.yaml", ".");
   ASSERT_TRUE(s.platform);
   EXPECT_EQ(s.platform->name, "h100-80gb");
-  EXPECT_TRUE(s.allow_tf32);
+  EXPECT_TRUE(s.allow_tf32_matmul);
+  EXPECT_TRUE(s.allow_tf32_cudnn);
   EXPECT_EQ(&require_platform(s), &*s.platform);
   EXPECT_THAT(error_of("model: {zoo: resnet18}\nplatform: a100-41gb\n"), HasSubstr("s.yaml:2:11: platform:"));
   EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {tf32: maybe}\n"), HasSubstr("expected true or false"));
@@ -147,8 +148,10 @@ TEST(Scenario, ReadsPrecisionOptimizerAndAttention) {
   EXPECT_THAT(error_of("model: {zoo: bert-large, mlm: some}\n"), HasSubstr("expected one of: all, masked"));
   const Scenario tf32 = parse_scenario("model: {zoo: resnet18}\ntraining: {precision: tf32}\n", "s.yaml", ".");
   EXPECT_EQ(tf32.zoo_model->precision, zoo::Precision::fp32);
-  EXPECT_TRUE(tf32.allow_tf32);
+  EXPECT_TRUE(tf32.allow_tf32_matmul);
+  EXPECT_TRUE(tf32.allow_tf32_cudnn);
   EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {precision: tf32, tf32: false}\n"), HasSubstr("contradicts"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {precision: tf32, tf32: {cudnn: false}}\n"), HasSubstr("contradicts"));
   EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {precision: amp}\n"),
               HasSubstr("s.yaml:2:23: unknown precision 'amp' in 'training.precision'; expected one of: fp32, tf32, amp-fp16"));
   EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {optimizer_impl: fast}\n"), HasSubstr("expected one of: foreach, fused, for-loop"));
@@ -533,6 +536,28 @@ TEST(Scenario, ShapesBeyondTheSimulatedGpusAreRejectedWhereTheyAreWritten) {
   EXPECT_THAT(error("{nodes: 16385}\n"), HasSubstr("s.yaml:3:14: parallelism: 16385 node(s) x 8 GPUs: 131080 GPUs in the cluster"));
   EXPECT_THAT(error("{nodes: 16385}\n"), HasSubstr("expected at most 131072 (sim/README.md, \"Limits\"): at most 16384 node(s) of 8 GPUs"));
   EXPECT_EQ(error("{nodes: 16384}\n"), "");
+}
+
+// training.tf32 absent: PyTorch's own defaults for the scenario's version (cuDNN's flag on from
+// 1.7; the matmul flag on in 1.7 to 1.11 only; an unstated version as a current one); true or
+// false sets both, a mapping each, a key left out keeping its default.
+TEST(Scenario, Tf32FlagsDefaultAsPytorchSetsThem) {
+  const auto flags = [](const std::string& extra) {
+    const Scenario s = parse_scenario("model: {zoo: resnet18}\n" + extra, "s.yaml", ".");
+    return std::pair{s.allow_tf32_matmul, s.allow_tf32_cudnn};
+  };
+  EXPECT_EQ(flags(""), std::pair(false, true));
+  EXPECT_EQ(flags("framework: {pytorch: \"2.4\"}\n"), std::pair(false, true));
+  EXPECT_EQ(flags("framework: {pytorch: \"1.10\"}\n"), std::pair(true, true));
+  EXPECT_EQ(flags("framework: {pytorch: \"1.12\"}\n"), std::pair(false, true));
+  EXPECT_EQ(flags("framework: {pytorch: \"1.6\"}\n"), std::pair(false, false));
+  EXPECT_EQ(flags("training: {tf32: false}\n"), std::pair(false, false));
+  EXPECT_EQ(flags("training: {tf32: true}\n"), std::pair(true, true));
+  EXPECT_EQ(flags("training: {tf32: {matmul: true}}\n"), std::pair(true, true));
+  EXPECT_EQ(flags("training: {tf32: {cudnn: false}}\n"), std::pair(false, false));
+  EXPECT_EQ(flags("framework: {pytorch: \"1.10\"}\ntraining: {tf32: {cudnn: false}}\n"), std::pair(true, false));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {tf32: {conv: true}}\n"), HasSubstr("s.yaml:2:"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {tf32: {cudnn: maybe}}\n"), HasSubstr("training.tf32.cudnn"));
 }
 
 }  // namespace

@@ -56,7 +56,7 @@ TEST(Sweep, RangesWithStepsAndMissingKeysCreated) {
   const Sweep s = expand("sweep:\n  model.layers: {from: 12, to: 48, step: 12}\n  training.tf32: [true]\n");
   ASSERT_EQ(s.variant_count, 4U);
   EXPECT_EQ(s.variant(3).scenario.zoo_model->layers, 48);
-  EXPECT_TRUE(s.variant(0).scenario.allow_tf32);
+  EXPECT_TRUE(s.variant(0).scenario.allow_tf32_matmul);
   EXPECT_EQ(expand("sweep:\n  strategy.rules[0].compress.ratio: {from: 1.5, to: 2.5, step: 0.5}\n").variant_count, 3U);
 }
 

@@ -23,7 +23,10 @@ std::string_view to_string(AttentionKernel kernel);
 std::optional<AttentionKernel> parse_attention_kernel(std::string_view text);
 
 struct OpTimeOptions {
-  bool allow_tf32 = false;  // fp32 convolutions and matmuls on TF32 tensor cores
+  // fp32 on TF32 tensor cores, as PyTorch's two flags allow it: cuBLAS matmuls and linears
+  // (torch.backends.cuda.matmul.allow_tf32) and cuDNN convolutions (torch.backends.cudnn.allow_tf32).
+  bool allow_tf32_matmul = false;
+  bool allow_tf32_cudnn = false;
   // Activations stored channels-last (NHWC, torch.channels_last) rather than PyTorch's default
   // contiguous NCHW. cuDNN's tensor-core convolutions work in NHWC: on NCHW tensors each
   // convolution that runs on tensor cores is wrapped in transpose kernels (models/README.md,

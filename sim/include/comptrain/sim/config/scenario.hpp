@@ -94,7 +94,11 @@ struct Scenario {
   // training.batch_size, the one home of the batch size: unset means the trace file's own
   // batch, or 1 for a zoo model. The run layer (sim/run.hpp) builds or rescales the trace to it.
   std::optional<std::int64_t> batch_size;
-  bool allow_tf32 = false;                 // fp32 convolutions and matmuls on TF32 tensor cores
+  // training.tf32: fp32 matmuls (torch.backends.cuda.matmul.allow_tf32) and convolutions
+  // (torch.backends.cudnn.allow_tf32) on TF32 tensor cores. Absent: PyTorch's defaults for
+  // framework.pytorch (scenario_reader.cpp); a scenario made in code: neither.
+  bool allow_tf32_matmul = false;
+  bool allow_tf32_cudnn = false;
   bool channels_last = false;              // training.memory_format: channels_last (NHWC) or contiguous_format (NCHW)
   // training.gradient_accumulation_steps: micro-steps per optimizer step, each of batch_size
   // samples (models/gradient_accumulation.hpp; under DDP the earlier ones run in no_sync()).

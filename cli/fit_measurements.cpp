@@ -58,7 +58,7 @@ int run_fit_measurements(const FitMeasurementsArgs& args, const CLI::App& comman
     options.parameters.clear();
     for (const std::string& text : args.parameters) {
       const auto parameter = sim::parse_fit_parameter(text);
-      if (!parameter) throw InputError("--fit-parameters: found '" + text + "'; expected gemm, conv, matmul, memory_default, compute_default, tensor_core, tensor_core_cuda11 or conv_wave_loss");
+      if (!parameter) throw InputError("--fit-parameters: found '" + text + "'; expected " + sim::fit_parameter_choices());
       options.parameters.push_back(*parameter);
     }
   }

@@ -502,6 +502,15 @@ std::optional<FitParameter> parse_fit_parameter(std::string_view text) {
   return std::nullopt;
 }
 
+std::string fit_parameter_choices() {
+  std::string text;
+  for (std::size_t i = 0; i < kAllParameters.size(); ++i) {
+    if (i > 0) text += i + 1 == kAllParameters.size() ? " or " : ", ";
+    text += to_string(kAllParameters[i]);
+  }
+  return text;
+}
+
 std::string fitted_platform_yaml(const models::Platform& base, std::string_view base_text, const models::Platform& fitted,
                                  const std::vector<ParameterFit>& parameters, const std::string& fitted_comment) {
   // The efficiencies a parameter scales, by (memory, kind; nullopt: default).

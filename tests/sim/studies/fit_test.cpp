@@ -205,6 +205,8 @@ TEST(FitParameters, NamesRoundTrip) {
     EXPECT_EQ(parse_fit_parameter(to_string(p)), p);
   }
   EXPECT_EQ(parse_fit_parameter("tensor_core_cuda12"), std::nullopt);
+  // What --fit-parameters' error offers: every name, from the same list.
+  EXPECT_EQ(fit_parameter_choices(), "gemm, conv, matmul, memory_default, compute_default, tensor_core, tensor_core_cuda11 or conv_wave_loss");
 }
 
 TEST_F(FitTest, BadFilesNameTheirLine) {

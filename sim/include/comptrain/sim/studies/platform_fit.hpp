@@ -90,6 +90,8 @@ MeasurementSet load_measurements(const std::filesystem::path& path);
 enum class FitParameter { gemm, conv, matmul, memory_default, compute_default, tensor_core, tensor_core_cuda11, conv_wave_loss };
 std::string_view to_string(FitParameter parameter);
 std::optional<FitParameter> parse_fit_parameter(std::string_view text);
+// Every parameter's name, for errors: "gemm, conv, ... or conv_wave_loss".
+std::string fit_parameter_choices();
 
 struct FitOptions {
   std::vector<FitParameter> parameters{FitParameter::gemm, FitParameter::memory_default};

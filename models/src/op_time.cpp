@@ -511,7 +511,20 @@ OpTimeModel::OpTimeModel(Platform platform, OpTimeOptions options) : platform_(s
   }
 }
 
-KernelRun OpTimeModel::run(const traces::Trace& trace, traces::OpIndex index) const {
+KernelRun OpTimeModel::run(const traces::Trace& trace, traces::OpIndex index) const { return run_op(trace, index, nullptr); }
+
+std::vector<KernelRun> OpTimeModel::run_all(const traces::Trace& trace) const {
+  std::vector<KernelRun> runs(trace.ops().size());
+  if (!options_.compile) {
+    for (traces::OpIndex o = 0; o < runs.size(); ++o) runs[o] = run_op(trace, o, nullptr);
+    return runs;
+  }
+  const KernelFusion fusion = fuse_like_inductor(trace, *options_.compile);
+  for (traces::OpIndex o = 0; o < runs.size(); ++o) runs[o] = run_op(trace, o, &fusion.ops[o]);
+  return runs;
+}
+
+KernelRun OpTimeModel::run_op(const traces::Trace& trace, traces::OpIndex index, const FusedOp* fused) const {
   const traces::Op& op = trace.op(index);
   // A view only reinterprets storage: no kernel runs. A communication op's time is the
   // network's (the collective or transfer it names), not a compute kernel's: nothing here.
@@ -531,7 +544,12 @@ KernelRun OpTimeModel::run(const traces::Trace& trace, traces::OpIndex index) co
 
   const double flops = static_cast<double>(trace.flops(index));
   // The bytes the kernels move, not the logical ones (kernel_traffic, above).
-  const Traffic traffic = kernel_traffic(trace, index);
+  Traffic traffic = kernel_traffic(trace, index);
+  // Inside a fused kernel (torch.compile): what the group keeps in registers is not moved.
+  if (fused) {
+    traffic.read = std::max(0.0, traffic.read - fused->read_saved);
+    traffic.written = std::max(0.0, traffic.written - fused->written_saved);
+  }
   const double bytes = traffic.read + traffic.written;
   // Nothing computed and nothing moved (a no-op, or an op whose cost the trace does not
   // know): no kernel to launch either.
@@ -556,7 +574,7 @@ KernelRun OpTimeModel::run(const traces::Trace& trace, traces::OpIndex index) co
   const double memory_efficiency = platform_.efficiency.memory_for(op.kind);
   const double compute = flops / (peak * compute_efficiency);
   const double memory = bytes / (platform_.gpu.memory_bandwidth * memory_efficiency);
-  const KernelWork kernel{compute, memory, platform_.gpu.launch_overhead};
+  const KernelWork kernel{compute, memory, fused && !fused->launches ? 0.0 : platform_.gpu.launch_overhead};
   KernelRun result = run_kernel(platform_.gpu, kernel);
   // cuDNN's tensor-core convolution kernels take NHWC tensors; given NCHW ones (PyTorch's
   // default memory format) it transposes each tensor the convolution reads into NHWC and the

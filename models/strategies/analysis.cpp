@@ -42,8 +42,10 @@ Analysis analyse(const Trace& trace, const OpTimeModel& time_model) {
   }
   a.op_seconds.resize(trace.ops().size());
   a.op_watts.resize(trace.ops().size());
+  // All ops at once: under torch.compile an op's time depends on its fusion group's.
+  const std::vector<KernelRun> runs = time_model.run_all(trace);
   for (OpIndex o = 0; o < trace.ops().size(); ++o) {
-    const KernelRun run = time_model.run(trace, o);
+    const KernelRun& run = runs[o];
     a.op_seconds[o] = run.seconds;
     a.op_watts[o] = run.watts;
     const auto& op = trace.op(o);

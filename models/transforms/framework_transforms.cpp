@@ -38,10 +38,16 @@ void apply_gradient_lifetime(Schedule& schedule, ZeroGrad zero_grad) {
   }
 }
 
-void assign_dispatch_costs(Schedule& schedule, const traces::Trace& trace, const OpDispatch& dispatch) {
+void assign_dispatch_costs(Schedule& schedule, const traces::Trace& trace, const OpDispatch& dispatch,
+                           const std::optional<CompileScope>& compile) {
+  const std::optional<KernelFusion> fusion = compile ? std::optional<KernelFusion>(fuse_like_inductor(trace, *compile)) : std::nullopt;
   for (Task& task : schedule.tasks) {
     if (!task.op) {
       task.host_seconds = dispatch.backward;
+      continue;
+    }
+    if (fusion && (task.kind == TaskKind::op || task.kind == TaskKind::recompute) && !fusion->ops[*task.op].launches) {
+      task.host_seconds = 0;
       continue;
     }
     switch (trace.op(*task.op).phase) {

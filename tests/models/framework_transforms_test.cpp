@@ -10,6 +10,7 @@
 
 #include "comptrain/models/data_parallel.hpp"
 #include "comptrain/models/framework_transforms.hpp"
+#include "comptrain/models/kernel_fusion.hpp"
 #include "comptrain/models/op_time.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/strategy.hpp"
@@ -153,6 +154,30 @@ TEST(OptimizerLoop, EachParametersOpCostsItsOpsLaunchesOnTheHostAndTheGpu) {
   Schedule untouched = before;
   apply_optimizer_loop(untouched, trace, 0, dispatch, launch);
   for (TaskId t = 0; t < untouched.tasks.size(); ++t) EXPECT_EQ(untouched.tasks[t].host_seconds, before.tasks[t].host_seconds);
+}
+
+// Under torch.compile an op that runs inside an earlier op's kernel costs the launching thread
+// nothing; every other task keeps its phase's dispatch cost.
+TEST(FrameworkTransforms, CompiledGroupsDispatchOnce) {
+  const traces::Trace trace = gpt2(zoo::OptimizerImpl::foreach);
+  const OpDispatch dispatch{11e-6, 5e-6, 3e-6};
+  Schedule eager = baseline(trace);
+  assign_dispatch_costs(eager, trace, dispatch);
+  Schedule compiled = baseline(trace);
+  assign_dispatch_costs(compiled, trace, dispatch, CompileScope{});
+  const KernelFusion fusion = fuse_like_inductor(trace, CompileScope{});
+  ASSERT_GT(fusion.groups, 0u);
+  std::size_t free = 0;
+  for (TaskId t = 0; t < compiled.tasks.size(); ++t) {
+    const Task& task = compiled.tasks[t];
+    if (task.op && !fusion.ops[*task.op].launches) {
+      ++free;
+      EXPECT_EQ(task.host_seconds, 0) << task.name;
+    } else {
+      EXPECT_EQ(task.host_seconds, eager.tasks[t].host_seconds) << task.name;
+    }
+  }
+  EXPECT_GT(free, fusion.groups);  // at least one free member per group, views besides
 }
 
 }  // namespace

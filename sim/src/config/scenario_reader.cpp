@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "comptrain/models/module_pattern.hpp"
 #include "comptrain/models/platform_yaml.hpp"
 #include "comptrain/models/shipped_or_file.hpp"
 #include "comptrain/models/strategy_yaml.hpp"
@@ -365,11 +366,42 @@ typename std::invoke_result_t<Parse, std::string_view>::value_type ScenarioReade
   return *value;
 }
 
+// framework.compile: true / false, or {modules: [PATTERN, ...]} (a non-empty list of module
+// patterns, module_pattern.hpp).
+std::optional<models::CompileScope> ScenarioReader::read_compile(const YAML::Node& node) const {
+  const std::string expected =
+      "expected true (torch.compile(model)), false (eager) or {modules: [PATTERN, ...]} (each module instance a pattern names "
+      "compiled on its own, e.g. [\"layers.*\"])";
+  if (node.IsScalar()) {
+    if (node.Scalar() == "true") return models::CompileScope{};
+    if (node.Scalar() == "false") return std::nullopt;
+    throw InputError(where(node.Mark()) + "'framework.compile' is '" + node.Scalar() + "'; " + expected);
+  }
+  if (!node.IsMap()) throw InputError(where(node.Mark()) + "'framework.compile' is not a value or a map; " + expected);
+  check_keys(node, "framework.compile", {"modules"});
+  const YAML::Node modules = node["modules"];
+  if (!modules || !modules.IsSequence() || modules.size() == 0) {
+    throw InputError(where(node.Mark()) + "'framework.compile.modules' must be a non-empty list of module patterns; " + expected);
+  }
+  models::CompileScope scope;
+  for (const auto& item : modules) {
+    const std::string pattern = scalar(item, "framework.compile.modules");
+    try {
+      models::validate_module_pattern(pattern);
+    } catch (const InputError& e) {
+      throw InputError(where(item.Mark()) + "'framework.compile.modules': " + e.what());
+    }
+    scope.modules.push_back(pattern);
+  }
+  return scope;
+}
+
 FrameworkSpec ScenarioReader::read_framework(const YAML::Node& node) const {
   require_map(node, "framework");
   check_keys(node, "framework", {"pytorch", "zero_grad", "expandable_segments", "cuda_context", "cublas_workspace", "cudnn_workspace", "cuda",
-                                 "attention_kernel", "host_syncs", "optimizer_ops_per_parameter"});
+                                 "attention_kernel", "host_syncs", "optimizer_ops_per_parameter", "compile"});
   FrameworkSpec framework;
+  if (const YAML::Node v = node["compile"]) framework.compile = read_compile(v);
   if (const YAML::Node syncs = node["host_syncs"]) {
     if (!syncs.IsSequence()) throw InputError(where(syncs.Mark()) + "'framework.host_syncs' must be a list; expected e.g. [backward_end]");
     for (const auto& item : syncs) {

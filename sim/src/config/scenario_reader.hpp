@@ -38,6 +38,7 @@ class ScenarioReader : public yaml::Reader {
   typename std::invoke_result_t<Parse, std::string_view>::value_type named(const YAML::Node& node, const std::string& field, Parse parse,
                                                                            const std::vector<std::string_view>& names) const;
   FrameworkSpec read_framework(const YAML::Node& node) const;
+  std::optional<models::CompileScope> read_compile(const YAML::Node& node) const;
   zoo::ExpertRouting read_expert_routing(const YAML::Node& node) const;
   SequenceBins read_sequence_bins(const YAML::Node& node, std::int64_t seq_len) const;
   zoo::LoraSpec read_lora(const YAML::Node& node) const;  // lora_yaml.cpp

@@ -29,6 +29,7 @@ models::OpTimeModel time_model_for(const Scenario& scenario) {
   options.channels_last = scenario.channels_last;
   options.cuda_major = scenario.framework.cuda ? scenario.framework.cuda->major : 0;
   options.attention_kernel = scenario.framework.attention_kernel;
+  options.compile = scenario.framework.compile;
   return models::OpTimeModel(require_platform(scenario), options);
 }
 
@@ -350,6 +351,7 @@ models::TransformSteps transform_steps(const PreparedScenario& prepared) {
   steps.zero_grad = prepared.framework().zero_grad;
   steps.cudnn_workspace_bytes = prepared.framework().cudnn_workspace_bytes;
   steps.dispatch = prepared.platform().host.dispatch;
+  steps.compile = prepared.scenario().framework.compile;
   steps.launch_overhead = prepared.platform().gpu.launch_overhead;
   steps.optimizer_ops_per_parameter = prepared.framework().optimizer_ops_per_parameter;
   steps.host_syncs = host_syncs(prepared.framework());

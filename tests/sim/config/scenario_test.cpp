@@ -560,5 +560,23 @@ TEST(Scenario, Tf32FlagsDefaultAsPytorchSetsThem) {
   EXPECT_THAT(error_of("model: {zoo: resnet18}\ntraining: {tf32: {cudnn: maybe}}\n"), HasSubstr("training.tf32.cudnn"));
 }
 
+// framework.compile: true (the whole model), false (eager), or the module instances compiled
+// one by one; anything else exits 2 at the key.
+TEST(Scenario, CompileIsTheWholeModelOrModuleInstances) {
+  const auto scope = [](const std::string& value) {
+    return parse_scenario("model: {zoo: resnet18}\nframework: {compile: " + value + "}\n", "s.yaml", ".").framework.compile;
+  };
+  EXPECT_FALSE(parse_scenario("model: {zoo: resnet18}\n", "s.yaml", ".").framework.compile);
+  EXPECT_FALSE(scope("false"));
+  ASSERT_TRUE(scope("true"));
+  EXPECT_TRUE(scope("true")->modules.empty());
+  ASSERT_TRUE(scope("{modules: [\"layers.*\", layer4]}"));
+  EXPECT_EQ(scope("{modules: [\"layers.*\", layer4]}")->modules, (std::vector<std::string>{"layers.*", "layer4"}));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {compile: yes please}\n"), AllOf(HasSubstr("s.yaml:2:"), HasSubstr("framework.compile")));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {compile: {modules: []}}\n"), HasSubstr("non-empty list"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {compile: {modules: [\"a..b\"]}}\n"), HasSubstr("framework.compile.modules"));
+  EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {compile: {mode: max-autotune}}\n"), HasSubstr("mode"));
+}
+
 }  // namespace
 }  // namespace comptrain::sim

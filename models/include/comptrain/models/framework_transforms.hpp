@@ -7,8 +7,10 @@
 // transforms live in one place, models/transforms/.
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
+#include "comptrain/models/kernel_fusion.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/schedule.hpp"
 #include "comptrain/traces/trace.hpp"
@@ -28,8 +30,11 @@ void apply_gradient_lifetime(Schedule& schedule, ZeroGrad zero_grad);
 
 // Sets each task's host_seconds from the platform's per-op dispatch costs: an op or replayed
 // op by its phase in `trace` (a replayed op is a forward op), any other task (copy, codec) the
-// backward cost, as a launch from C++.
-void assign_dispatch_costs(Schedule& schedule, const traces::Trace& trace, const OpDispatch& dispatch);
+// backward cost, as a launch from C++. Under torch.compile (`compile` given) an op that runs
+// inside the kernel of an earlier op of its fusion group costs the thread nothing
+// (fuse_like_inductor: one launch per group).
+void assign_dispatch_costs(Schedule& schedule, const traces::Trace& trace, const OpDispatch& dispatch,
+                           const std::optional<CompileScope>& compile = std::nullopt);
 
 // Where a training loop makes the launching thread wait for the GPU within an iteration (a
 // `.item()`, a `.cpu()`, a `torch.cuda.synchronize()`): the thread cannot issue the next kernels

@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <optional>
 #include <string_view>
+#include <vector>
 
+#include "comptrain/models/kernel_fusion.hpp"
 #include "comptrain/models/kernel_power.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/traces/trace.hpp"
@@ -38,6 +40,9 @@ struct OpTimeOptions {
   // (models/README.md, "Kernel ceilings").
   int cuda_major = 0;
   AttentionKernel attention_kernel = AttentionKernel::flash_attention_2;
+  // torch.compile (Inductor) over this scope: run_all fuses the memory-bound ops of each
+  // compiled region (kernel_fusion.hpp); unset: eager PyTorch, one kernel per op.
+  std::optional<CompileScope> compile;
 };
 
 // Roofline: max(FLOPs / (peak · compute efficiency), bytes / (bandwidth · memory efficiency))
@@ -64,11 +69,16 @@ class OpTimeModel {
   OpTimeModel(Platform platform, OpTimeOptions options = {});
   double seconds(const traces::Trace& trace, traces::OpIndex op) const { return run(trace, op).seconds; }
   // The op's duration, the power its kernels draw (their time-weighted mean; 0 when unknown) and
-  // the clock the compute kernel runs at.
+  // the clock the compute kernel runs at: the op alone, its own kernels, as eager PyTorch runs it.
   KernelRun run(const traces::Trace& trace, traces::OpIndex op) const;
+  // Every op of the trace, in order. Under OpTimeOptions::compile, the ops Inductor fuses share
+  // one kernel: each keeps its FLOPs, loses the traffic that stays in registers and, but for
+  // the first, its launch (fuse_like_inductor); otherwise run() of each op.
+  std::vector<KernelRun> run_all(const traces::Trace& trace) const;
   const Platform& platform() const { return platform_; }
 
  private:
+  KernelRun run_op(const traces::Trace& trace, traces::OpIndex op, const FusedOp* fused) const;
   Platform platform_;
   OpTimeOptions options_;
 };

@@ -48,6 +48,7 @@ struct TransformSteps {
   ZeroGrad zero_grad = ZeroGrad::set_to_none;
   std::int64_t cudnn_workspace_bytes = 0;  // per convolution while it runs; 0: none
   OpDispatch dispatch;                     // the host's per-task launch costs
+  std::optional<CompileScope> compile;     // torch.compile's regions (framework.compile); unset: eager
   double launch_overhead = 0;              // the GPU's gap per kernel launch (gpu.launch_overhead)
   // The optimizer step as a Python loop of this many eager ops per parameter (framework.
   // optimizer_ops_per_parameter; apply_optimizer_loop); 0: the trace's ops as they are.

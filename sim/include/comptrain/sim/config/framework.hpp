@@ -55,6 +55,11 @@
 //                        Engine's FusedAttention, which it prefers on Hopper; SDPA's cuDNN
 //                        backend). The kernels differ on Hopper only (models/README.md,
 //                        "Kernel ceilings").
+//   compile              torch.compile with its default backend, Inductor: true (the whole
+//                        model, torch.compile(model)) or {modules: [PATTERN, ...]} (each module
+//                        instance a pattern names compiled on its own, as torchtitan compiles
+//                        each TransformerBlock); the memory-bound ops of a compiled region run
+//                        fused (models/kernel_fusion.hpp). Time only: memory stays eager's.
 
 #include <compare>
 #include <cstdint>
@@ -107,6 +112,9 @@ struct FrameworkSpec {
   std::string attention_kernel_place;  // "FILE:LINE:COL: " of the key, for resolve_framework's error
   std::vector<models::HostSync> host_syncs;
   double optimizer_ops_per_parameter = 0;  // 0: unset
+  // torch.compile with Inductor: `true` the whole model, {modules: [...]} each module instance
+  // the patterns name (models/kernel_fusion.hpp); unset: eager.
+  std::optional<models::CompileScope> compile;
 };
 
 // The framework resolved against a platform: every figure the device-memory model and the

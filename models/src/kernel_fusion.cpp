@@ -79,6 +79,7 @@ KernelFusion fuse_like_inductor(const traces::Trace& trace, const CompileScope& 
       return op.kind != OpKind::view && trace.tensor(t).is_view();
     });
     member[o] = !in_place;
+    fusion.ops[o].compiled = member[o];
   }
   // Whether an edge u -> v may join u and v in one kernel: both members of the same phase and
   // region. Any other edge is a kernel boundary.

@@ -157,7 +157,88 @@ constexpr TrafficRow kTrafficTable[] = {
 struct Traffic {
   double read = 0;
   double written = 0;
+  int kernels = 1;  // launches
 };
+
+// ---- Eager RMSNorm ---------------------------------------------------------------------------
+//
+// Hugging Face's LlamaRMSNorm and torchtitan's norm_type rmsnorm are not one kernel but a chain
+// of eager ops (x.to(float32); pow(2).mean(-1); x * rsqrt(var + eps); .to(input dtype);
+// weight * ...), and autograd runs each op's backward in turn. The zoo writes the chain as one
+// op with the tensors it saves (traces/zoo/README.md, "What each piece saves"); its kernels move
+// every full-size value again and again. The kernels and their operands, as torch.profiler lists
+// them for the chain on torch 1.13 (aten ops with their input shapes, CPU; the CUDA dispatch runs
+// the same ops), per element of x, with n the input's element size, g the gradient's, 4 fp32:
+//   forward: to fp32 (r n, w 4; none for fp32 input), pow (r 4, w 4), sum over the row (r 4),
+//     div_ / add / rsqrt on the rows, mul by the row's rsqrt (r 4, w 4), to the input's dtype
+//     (r 4, w n; none for fp32), weight * normalised (r n, w g);
+//   backward: MulBackward0 grad * weight (r g, w n) and grad * normalised (r g + n, w g) summed
+//     over the rows (r g); ToCopyBackward0 (r n, w 4); MulBackward0 grad * x (r 8, w 4) summed
+//     per row (r 4) and grad * rsqrt (r 4, w 4); RsqrtBackward0 (three kernels on the rows);
+//     MeanBackward1's expand / N (w 4); PowBackward0 x.pow(1) (r 4, w 4), * 2 (r 4, w 4),
+//     * grad (r 8, w 4); the two gradients of the fp32 copy added (r 8, w 4); ToCopyBackward0
+//     (r 4, w n).
+// The chain is recognised by its tensors: a forward layernorm op with two or more outputs of
+// its input's size (the output, the normalised rows, the fp32 copy), where a fused norm (PyTorch's
+// layer_norm, torchtitan's fused_rmsnorm) writes one; its backward op reads three or more tensors
+// of the gradient's size (the gradient, the fp32 copy, the normalised rows) where a fused one
+// reads two. (A frozen norm weight saves no normalised rows: that backward keeps the fused rule.)
+std::optional<Traffic> eager_rmsnorm_traffic(const traces::Trace& trace, traces::OpIndex index) {
+  const traces::Op& op = trace.op(index);
+  if (op.kind != traces::OpKind::layernorm || op.inputs.empty()) return std::nullopt;
+  const traces::Tensor& first = trace.tensor(op.inputs.front());  // x forward, the gradient backward
+  const std::int64_t elements = first.elements();
+  const auto full_size = [&](const std::vector<traces::TensorIndex>& tensors) {
+    return std::count_if(tensors.begin(), tensors.end(), [&](traces::TensorIndex t) { return trace.tensor(t).elements() == elements; });
+  };
+  const double e = static_cast<double>(elements);
+  Traffic t;
+  if (op.phase == traces::Phase::forward) {
+    if (op.outputs.empty() || full_size(op.outputs) < 2) return std::nullopt;
+    const double n = static_cast<double>(traces::element_size(first.dtype));
+    const double g = static_cast<double>(traces::element_size(trace.tensor(op.outputs.front()).dtype));
+    const bool copy = first.dtype != traces::DType::f32;
+    double r = 4 + 4 + 4 + n;  // pow, the row sum, mul by rsqrt, the weight product
+    double w = 4 + 4 + g;
+    if (copy) {
+      r += n + 4;  // to fp32, back to the input's dtype
+      w += 4 + n;
+    }
+    t.kernels = copy ? 9 : 7;
+    t.read = e * r;
+    t.written = e * w;
+  } else if (op.phase == traces::Phase::backward) {
+    if (full_size(op.inputs) < 3) return std::nullopt;
+    const double g = static_cast<double>(traces::element_size(first.dtype));
+    // The normalised rows are in the input's dtype: the full-size 16-bit input that is not the
+    // gradient, else fp32.
+    double n = 4;
+    for (std::size_t k = 1; k < op.inputs.size(); ++k) {
+      const traces::Tensor& x = trace.tensor(op.inputs[k]);
+      if (x.elements() == elements && x.dtype != traces::DType::f32) n = static_cast<double>(traces::element_size(x.dtype));
+    }
+    const bool copy = n < 4;
+    double r = g + (g + n) + g + 8 + 4 + 4 + 4 + 4 + 8 + 8;
+    double w = n + g + 4 + 4 + 4 + 4 + 4 + 4 + 4;
+    if (copy) {
+      r += n + 4;
+      w += 4 + n;
+    }
+    t.kernels = copy ? 16 : 14;
+    t.read = e * r;
+    t.written = e * w;
+  } else {
+    return std::nullopt;
+  }
+  // The small operands (the weight, the rows' statistics, the weight's gradient) as the trace has them.
+  for (const traces::TensorIndex i : op.inputs) {
+    if (trace.tensor(i).elements() != elements) t.read += static_cast<double>(trace.tensor(i).bytes());
+  }
+  for (const traces::TensorIndex o : op.outputs) {
+    if (trace.tensor(o).elements() != elements) t.written += static_cast<double>(trace.tensor(o).bytes());
+  }
+  return t;
+}
 
 TrafficRule traffic_rule(traces::OpKind kind, traces::Phase phase) {
   for (const TrafficRow& row : kTrafficTable) {
@@ -520,7 +601,7 @@ std::vector<KernelRun> OpTimeModel::run_all(const traces::Trace& trace) const {
     return runs;
   }
   const KernelFusion fusion = fuse_like_inductor(trace, *options_.compile);
-  for (traces::OpIndex o = 0; o < runs.size(); ++o) runs[o] = run_op(trace, o, &fusion.ops[o]);
+  for (traces::OpIndex o = 0; o < runs.size(); ++o) runs[o] = run_op(trace, o, fusion.ops[o].compiled ? &fusion.ops[o] : nullptr);
   return runs;
 }
 
@@ -545,6 +626,10 @@ KernelRun OpTimeModel::run_op(const traces::Trace& trace, traces::OpIndex index,
   const double flops = static_cast<double>(trace.flops(index));
   // The bytes the kernels move, not the logical ones (kernel_traffic, above).
   Traffic traffic = kernel_traffic(trace, index);
+  // Eager PyTorch runs an RMSNorm as a chain of kernels; Inductor generates one (fused).
+  if (!fused) {
+    if (const std::optional<Traffic> chain = eager_rmsnorm_traffic(trace, index)) traffic = *chain;
+  }
   // Inside a fused kernel (torch.compile): what the group keeps in registers is not moved.
   if (fused) {
     traffic.read = std::max(0.0, traffic.read - fused->read_saved);
@@ -574,7 +659,7 @@ KernelRun OpTimeModel::run_op(const traces::Trace& trace, traces::OpIndex index,
   const double memory_efficiency = platform_.efficiency.memory_for(op.kind);
   const double compute = flops / (peak * compute_efficiency);
   const double memory = bytes / (platform_.gpu.memory_bandwidth * memory_efficiency);
-  const KernelWork kernel{compute, memory, fused && !fused->launches ? 0.0 : platform_.gpu.launch_overhead};
+  const KernelWork kernel{compute, memory, fused && !fused->launches ? 0.0 : traffic.kernels * platform_.gpu.launch_overhead};
   KernelRun result = run_kernel(platform_.gpu, kernel);
   // cuDNN's tensor-core convolution kernels take NHWC tensors; given NCHW ones (PyTorch's
   // default memory format) it transposes each tensor the convolution reads into NHWC and the

@@ -653,6 +653,44 @@ TEST(OpTimeTraffic, ZooExpertDispatchMovesTheRoutedRows) {
   EXPECT_EQ(scatters, 8);
 }
 
+// Hugging Face's LlamaRMSNorm in bf16 is a chain of eager kernels: forward 20 bytes read and 16
+// written per element in 9 kernels, backward 54 and 38 in 16 (op_time.cpp, "Eager RMSNorm"), plus
+// the weight and the rows' statistics; a fused LayerNorm (BERT) keeps its one-kernel rule.
+TEST(OpTimeTraffic, EagerRmsNormRunsItsChainOfKernels) {
+  zoo::DecoderArchitecture arch;
+  arch.layers = 1;
+  arch.hidden = 64;
+  arch.heads = 4;
+  arch.kv_heads = 4;
+  arch.intermediate = 128;
+  arch.vocab = 100;
+  arch.max_positions = 64;
+  zoo::ModelRequest request;
+  request.model = "llama";
+  request.decoder = arch;
+  request.seq_len = 64;
+  request.batch_size = 2;
+  request.precision = zoo::Precision::bf16;
+  const traces::Trace trace = zoo::build_model(request);
+  const double elements = 2 * 64 * 64;
+  const double rows = 2 * 64;
+  const double weight = 64 * 2;
+  int checked = 0;
+  for (traces::OpIndex i = 0; i < trace.ops().size(); ++i) {
+    const traces::Op& op = trace.op(i);
+    if (op.name == "model.layers.0.input_layernorm") {
+      // Reads x's chain and the weight; writes the chain and the fp32 rsqrt per row.
+      EXPECT_DOUBLE_EQ(op_seconds(trace, i), (elements * 36 + weight + rows * 4) / 5e11 + 9 * 5e-6);
+      ++checked;
+    } else if (op.name == "model.layers.0.input_layernorm.backward") {
+      // Reads the chain, the rsqrt and the weight; writes the chain and the weight's gradient.
+      EXPECT_DOUBLE_EQ(op_seconds(trace, i), (elements * (54 + 38) + rows * 4 + weight + weight) / 5e11 + 16 * 5e-6);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 2);
+}
+
 TEST(OpTimeTraffic, GemmKindsAndElementwiseKindsKeepTheirLogicalBytes) {
   for (const OpKind kind : {OpKind::conv, OpKind::linear, OpKind::matmul, OpKind::attention, OpKind::relu, OpKind::gelu,
                             OpKind::dropout, OpKind::elementwise, OpKind::pool, OpKind::optimizer_update, OpKind::other}) {

@@ -50,6 +50,7 @@ struct FusedOp {
   double read_saved = 0;
   double written_saved = 0;  // bytes of its writes that never reach memory
   bool launches = true;      // false: it runs inside the kernel of an earlier op of its group
+  bool compiled = false;     // a kernel Inductor generates (a fusible op in a compiled region)
   std::optional<std::size_t> group;  // its fusion group; none: not fused with anything
 };
 

@@ -613,9 +613,11 @@ TEST(OpTimeTraffic, InPlaceScatterTouchesTheRowsItAddsInto) {
 
 // The zoo's expert loop on a Mixtral-style layer: every gather and in-place scatter moves the
 // routed rows, not the whole hidden state (8 experts, top-2: a quarter of the tokens each).
-TEST(OpTimeTraffic, ZooExpertDispatchMovesTheRoutedRows) {
+// One bf16 decoder layer of hidden 64 (4 heads, MLP 128, vocabulary 100), 2 sequences of 64
+// tokens; `moe` makes its MLP a mixture of experts.
+traces::Trace tiny_decoder(std::optional<zoo::MoeArchitecture> moe = std::nullopt) {
   zoo::DecoderArchitecture arch;
-  arch.family = "mixtral";
+  if (moe) arch.family = "mixtral";
   arch.layers = 1;
   arch.hidden = 64;
   arch.heads = 4;
@@ -623,10 +625,6 @@ TEST(OpTimeTraffic, ZooExpertDispatchMovesTheRoutedRows) {
   arch.intermediate = 128;
   arch.vocab = 100;
   arch.max_positions = 64;
-  zoo::MoeArchitecture moe;
-  moe.experts = 8;
-  moe.top_k = 2;
-  moe.intermediate = 32;
   arch.moe = moe;
   zoo::ModelRequest request;
   request.model = "llama";
@@ -634,7 +632,15 @@ TEST(OpTimeTraffic, ZooExpertDispatchMovesTheRoutedRows) {
   request.seq_len = 64;
   request.batch_size = 2;
   request.precision = zoo::Precision::bf16;
-  const traces::Trace trace = zoo::build_model(request);
+  return zoo::build_model(request);
+}
+
+TEST(OpTimeTraffic, ZooExpertDispatchMovesTheRoutedRows) {
+  zoo::MoeArchitecture moe;
+  moe.experts = 8;
+  moe.top_k = 2;
+  moe.intermediate = 32;
+  const traces::Trace trace = tiny_decoder(moe);
   const OpTimeModel model(test_platform());
   int gathers = 0, scatters = 0;
   for (traces::OpIndex i = 0; i < trace.ops().size(); ++i) {
@@ -657,21 +663,7 @@ TEST(OpTimeTraffic, ZooExpertDispatchMovesTheRoutedRows) {
 // written per element in 9 kernels, backward 54 and 38 in 16 (op_time.cpp, "Eager RMSNorm"), plus
 // the weight and the rows' statistics; a fused LayerNorm (BERT) keeps its one-kernel rule.
 TEST(OpTimeTraffic, EagerRmsNormRunsItsChainOfKernels) {
-  zoo::DecoderArchitecture arch;
-  arch.layers = 1;
-  arch.hidden = 64;
-  arch.heads = 4;
-  arch.kv_heads = 4;
-  arch.intermediate = 128;
-  arch.vocab = 100;
-  arch.max_positions = 64;
-  zoo::ModelRequest request;
-  request.model = "llama";
-  request.decoder = arch;
-  request.seq_len = 64;
-  request.batch_size = 2;
-  request.precision = zoo::Precision::bf16;
-  const traces::Trace trace = zoo::build_model(request);
+  const traces::Trace trace = tiny_decoder();
   const double elements = 2 * 64 * 64;
   const double rows = 2 * 64;
   const double weight = 64 * 2;

@@ -10,6 +10,7 @@
 #include "comptrain/models/zero_memory.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
@@ -306,6 +307,21 @@ void add_header(std::string& out, const SimulationRun& run) {
   add_line(out, "Platform   {}: {}, {} of GPU memory ({} bytes)   (source: {})", run.platform.name, run.platform.gpu.name,
            format_bytes(run.platform.gpu.memory_bytes), group_digits(run.platform.gpu.memory_bytes), run.platform.source);
   add_line(out, "Strategy   {}", run.schedule.strategy);
+  if (run.compile) {
+    // What Inductor fuses (models/kernel_fusion.hpp): groups of ops that share one kernel.
+    const models::KernelFusion fusion = models::fuse_like_inductor(trace, *run.compile);
+    std::size_t compiled = 0;
+    std::size_t fused = 0;
+    for (traces::OpIndex o = 0; o < fusion.ops.size(); ++o) {
+      if (trace.op(o).kind == traces::OpKind::view) continue;  // free: no kernel either way
+      compiled += fusion.ops[o].compiled ? 1 : 0;
+      fused += fusion.ops[o].group ? 1 : 0;
+    }
+    std::string scope = "the whole model";
+    if (!run.compile->modules.empty()) scope = fmt::format("each instance of {}", fmt::join(run.compile->modules, ", "));
+    add_line(out, "Compile    torch.compile (Inductor) over {}: {} memory-bound ops compiled, {} of them in {} fused kernels; memory as eager",
+             scope, compiled, fused, fusion.groups);
+  }
   for (const models::CompressionModelUse& c : run.schedule.compression) {
     add_compression_line(out, c, feature_use(run.schedule, c.rule));
   }
@@ -709,6 +725,8 @@ std::string report_json(const SimulationRun& run) {
                     {"cublas_workspace_bytes", framework.cublas_workspace_bytes},
                     {"cudnn_workspace_bytes", framework.cudnn_workspace_bytes},
                     {"usable_bytes", framework.usable_bytes()}};
+  // Only under torch.compile, so that an eager run's document keeps its keys.
+  if (run.compile) j["framework"]["compile"] = {{"modules", run.compile->modules}, {"fused_kernels", models::fuse_like_inductor(run.trace, *run.compile).groups}};
   if (run.strategy != nullptr) {
     j["strategy"] = detail::strategy_json(*run.strategy);
   } else {
@@ -893,6 +911,7 @@ SimulationRun simulation_run(const PreparedScenario& prepared, const CompletedRu
   run.one_gpu_seconds = completed.one_gpu_seconds;
   if (completed.io) run.io = &*completed.io;
   if (completed.sequence_bins) run.sequence_bins = &*completed.sequence_bins;
+  if (prepared.scenario().framework.compile) run.compile = &*prepared.scenario().framework.compile;
   return run;
 }
 

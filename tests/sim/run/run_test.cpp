@@ -134,6 +134,24 @@ TEST(Run, AnOptimizerLoopAndAHostSyncBeforeTheStepSlowTheIteration) {
   EXPECT_EQ(std::count_if(tasks.begin(), tasks.end(), [](const models::Task& t) { return t.blocks_host; }), 1);
 }
 
+// framework.compile in the replay: Inductor's fused kernels shorten the iteration (fewer bytes
+// and launches), leave the memory as eager's, and the report says what was compiled.
+TEST(Run, TorchCompileFusesAndSaysSo) {
+  const std::string base = "model: {zoo: bert-base, layers: 2}\ntraining: {batch_size: 2}\nplatform: a100-80gb\n";
+  const PreparedScenario eager(scenario(base));
+  const PreparedScenario compiled(scenario(base + "framework: {compile: true}\n"));
+  const RunOutcome a = run_scenario(eager, eager.scenario().strategy, 2, Isolation::child_process);
+  const RunOutcome b = run_scenario(compiled, compiled.scenario().strategy, 2, Isolation::child_process);
+  const CompletedRun& e = std::get<CompletedRun>(a);
+  const CompletedRun& c = std::get<CompletedRun>(b);
+  EXPECT_LT(c.result.iteration_seconds, e.result.iteration_seconds);
+  EXPECT_EQ(c.result.peak_bytes, e.result.peak_bytes);
+  const std::string text = report(compiled, compiled.scenario().strategy, 2, b, false);
+  EXPECT_NE(text.find("Compile    torch.compile (Inductor) over the whole model: "), std::string::npos) << text;
+  EXPECT_EQ(report(eager, eager.scenario().strategy, 2, a, false).find("Compile    "), std::string::npos);
+  EXPECT_NE(report(compiled, compiled.scenario().strategy, 2, b, true).find("\"fused_kernels\": "), std::string::npos);
+}
+
 TEST(Run, OneRunInAChildEqualsTheSameRunInPlace) {
   const PreparedScenario prepared(scenario("model: {zoo: resnet18}\ntraining: {batch_size: 2}\nplatform: a100-40gb\nstrategy: offload\n"));
   const auto scheduled = std::get<ScheduledRun>(schedule_run(prepared, prepared.scenario().strategy, 2));

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "comptrain/models/data_parallel.hpp"
+#include "comptrain/models/kernel_fusion.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/schedule.hpp"
 #include "comptrain/models/strategy.hpp"
@@ -37,6 +38,8 @@ struct SimulationRun {
   // distinct samples (0: every GPU).
   const models::ParallelLayout* layout = nullptr;
   int data_parallel_ranks = 0;
+  // torch.compile's regions (framework.compile; nullptr: eager): the report says what it fused.
+  const models::CompileScope* compile = nullptr;
 };
 
 std::string report_text(const SimulationRun& run);

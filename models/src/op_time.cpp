@@ -240,6 +240,23 @@ std::optional<Traffic> eager_rmsnorm_traffic(const traces::Trace& trace, traces:
   return t;
 }
 
+// An elementwise op the zoo writes for a chain of eager ops lists the chain's intermediate
+// tensors among its outputs as temporaries that no op reads (torchtitan's complex rotary: the
+// fp32 copy of q or k and the complex product, and their gradients; traces/zoo/README.md). Each
+// exists only because the chain's next kernel reads it: one more read of it, and one more
+// launch. An op with one output (a sum to a scalar, a loss) has no such intermediates.
+void add_eager_temporaries(const traces::Trace& trace, traces::OpIndex index, Traffic& traffic) {
+  const traces::Op& op = trace.op(index);
+  if (op.kind != traces::OpKind::elementwise || op.outputs.size() < 2) return;
+  for (const traces::TensorIndex t : op.outputs) {
+    const traces::Tensor& tensor = trace.tensor(t);
+    if (tensor.role == traces::TensorRole::temporary && tensor.consumers.empty() && !tensor.is_view()) {
+      traffic.read += static_cast<double>(tensor.bytes());
+      ++traffic.kernels;
+    }
+  }
+}
+
 TrafficRule traffic_rule(traces::OpKind kind, traces::Phase phase) {
   for (const TrafficRow& row : kTrafficTable) {
     if (row.kind == kind && row.phase == phase) return row.rule;
@@ -629,6 +646,7 @@ KernelRun OpTimeModel::run_op(const traces::Trace& trace, traces::OpIndex index,
   // Eager PyTorch runs an RMSNorm as a chain of kernels; Inductor generates one (fused).
   if (!fused) {
     if (const std::optional<Traffic> chain = eager_rmsnorm_traffic(trace, index)) traffic = *chain;
+    add_eager_temporaries(trace, index, traffic);
   }
   // Inside a fused kernel (torch.compile): what the group keeps in registers is not moved.
   if (fused) {

@@ -116,7 +116,6 @@ KernelFusion fuse_like_inductor(const traces::Trace& trace, const CompileScope& 
   }
   // Every member is a kernel Inductor generates, alone or with its group: the elisions below
   // apply to all of them; launches and group numbers only to groups of two or more.
-  auto in_group = [&](OpIndex o) { return member[o]; };
   std::vector<std::optional<std::size_t>> group_number(n);
   std::vector<bool> launched(n, false);  // by the group's root: whether a member launched already
   for (OpIndex o = 0; o < n; ++o) {
@@ -138,7 +137,7 @@ KernelFusion fuse_like_inductor(const traces::Trace& trace, const CompileScope& 
     const traces::Tensor& tensor = trace.tensor(t);
     if (tensor.consumers.empty()) return false;
     for (const OpIndex c : tensor.consumers) {
-      if (!in_group(c) || sets.find(c) != root) return false;
+      if (!member[c] || sets.find(c) != root) return false;
       if (trace.op(c).kind != OpKind::view) continue;
       for (const TensorIndex out : trace.op(c).outputs) {
         if (!self(out, root, self)) return false;
@@ -153,7 +152,7 @@ KernelFusion fuse_like_inductor(const traces::Trace& trace, const CompileScope& 
     if (trace.tensor(t).is_view()) has_views[trace.storage_of(t)] = true;
   }
   for (OpIndex o = 0; o < n; ++o) {
-    if (!in_group(o) || trace.op(o).kind == OpKind::view) continue;
+    if (!member[o] || trace.op(o).kind == OpKind::view) continue;
     const traces::Op& op = trace.op(o);
     const std::size_t root = sets.find(o);
     FusedOp& fused = fusion.ops[o];
@@ -167,12 +166,12 @@ KernelFusion fuse_like_inductor(const traces::Trace& trace, const CompileScope& 
     for (const TensorIndex t : op.inputs) {
       TensorIndex source = t;
       std::optional<OpIndex> producer = trace.tensor(source).producer;
-      while (producer && trace.op(*producer).kind == OpKind::view && in_group(*producer) && sets.find(*producer) == root &&
+      while (producer && trace.op(*producer).kind == OpKind::view && member[*producer] && sets.find(*producer) == root &&
              !trace.op(*producer).inputs.empty()) {
         source = trace.op(*producer).inputs.front();
         producer = trace.tensor(source).producer;
       }
-      if (producer && in_group(*producer) && sets.find(*producer) == root) fused.read_saved += static_cast<double>(trace.tensor(t).bytes());
+      if (producer && member[*producer] && sets.find(*producer) == root) fused.read_saved += static_cast<double>(trace.tensor(t).bytes());
     }
   }
 

@@ -644,12 +644,11 @@ KernelRun OpTimeModel::run_op(const traces::Trace& trace, traces::OpIndex index,
   // The bytes the kernels move, not the logical ones (kernel_traffic, above).
   Traffic traffic = kernel_traffic(trace, index);
   // Eager PyTorch runs an RMSNorm as a chain of kernels; Inductor generates one (fused).
+  // Inside a fused kernel (torch.compile), what the group keeps in registers is not moved.
   if (!fused) {
     if (const std::optional<Traffic> chain = eager_rmsnorm_traffic(trace, index)) traffic = *chain;
     add_eager_temporaries(trace, index, traffic);
-  }
-  // Inside a fused kernel (torch.compile): what the group keeps in registers is not moved.
-  if (fused) {
+  } else {
     traffic.read = std::max(0.0, traffic.read - fused->read_saved);
     traffic.written = std::max(0.0, traffic.written - fused->written_saved);
   }

@@ -373,9 +373,10 @@ std::optional<models::CompileScope> ScenarioReader::read_compile(const YAML::Nod
       "expected true (torch.compile(model)), false (eager) or {modules: [PATTERN, ...]} (each module instance a pattern names "
       "compiled on its own, e.g. [\"layers.*\"])";
   if (node.IsScalar()) {
-    if (node.Scalar() == "true") return models::CompileScope{};
-    if (node.Scalar() == "false") return std::nullopt;
-    throw InputError(where(node.Mark()) + "'framework.compile' is '" + node.Scalar() + "'; " + expected);
+    // A YAML boolean as boolean() reads one (true, True, false, ...).
+    bool on = false;
+    if (!YAML::convert<bool>::decode(node, on)) throw InputError(where(node.Mark()) + "'framework.compile' is '" + node.Scalar() + "'; " + expected);
+    return on ? std::optional<models::CompileScope>(models::CompileScope{}) : std::nullopt;
   }
   if (!node.IsMap()) throw InputError(where(node.Mark()) + "'framework.compile' is not a value or a map; " + expected);
   check_keys(node, "framework.compile", {"modules"});

@@ -570,6 +570,7 @@ TEST(Scenario, CompileIsTheWholeModelOrModuleInstances) {
   EXPECT_FALSE(scope("false"));
   ASSERT_TRUE(scope("true"));
   EXPECT_TRUE(scope("true")->modules.empty());
+  EXPECT_TRUE(scope("True"));  // any YAML boolean, as every boolean key reads it
   ASSERT_TRUE(scope("{modules: [\"layers.*\", layer4]}"));
   EXPECT_EQ(scope("{modules: [\"layers.*\", layer4]}")->modules, (std::vector<std::string>{"layers.*", "layer4"}));
   EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {compile: yes please}\n"), AllOf(HasSubstr("s.yaml:2:"), HasSubstr("framework.compile")));

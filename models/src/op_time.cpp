@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "comptrain/models/module_pattern.hpp"
 #include "comptrain/support/input_error.hpp"
 
 namespace comptrain::models {
@@ -569,6 +570,50 @@ constexpr double kHopperAttentionShare = 75.0 / 70.0;
 
 bool is_hopper(const GpuSpec& gpu) { return gpu.compute_capability_major == 9; }
 
+// A kernel of its own that runs beside an op's main one (cuDNN's transposes, float8's casts):
+// its time adds, and the op's power is the time-weighted mean of the two.
+void append(KernelRun& op, const KernelRun& kernel) {
+  const double total = op.seconds + kernel.seconds;
+  if (total > 0) op.watts = (op.watts * op.seconds + kernel.watts * kernel.seconds) / total;
+  op.seconds = total;
+}
+
+// Float8 linears (OpTimeOptions::float8; models/README.md, "Float8 linears"), after torchao's
+// tensorwise recipe (torchao/float8/float8_linear.py, matmul_with_hp_or_float8_args, and
+// float8_scaling_utils.py, hp_tensor_to_float8_dynamic): every operand a GEMM reads in float8 is
+// cast from its high-precision copy each time, after a reduction over it for its amax (the scale).
+// The forward casts the input and the weight; the backward casts the output gradient twice (row-
+// and column-major, for grad_input and grad_weight; torch.compile computes its amax once), the
+// weight and the saved input once each. Each amax reads the tensor, each cast reads it and writes
+// one byte per element; two kernels for a tensor cast once, three for the gradient: the kernels
+// torch.compile generates (the eager casts are several kernels each, which comptrain does not
+// time: the scenario reader requires framework.compile). The GEMM then reads one byte per element
+// of its operands. Operands: the op's floating inputs of rank 2 or more (a bias stays in its dtype).
+struct Float8Work {
+  double operand_bytes_saved = 0;  // bytes the GEMM no longer reads (its 16-bit operands read as 8-bit)
+  double cast_bytes = 0;           // the amax and cast kernels' traffic
+  int cast_kernels = 0;
+};
+
+Float8Work float8_work(const traces::Trace& trace, traces::OpIndex index) {
+  const traces::Op& op = trace.op(index);
+  Float8Work work;
+  for (const traces::TensorIndex t : op.inputs) {
+    const traces::Tensor& tensor = trace.tensor(t);
+    if (!traces::is_floating(tensor.dtype) || tensor.shape.size() < 2) continue;
+    const double size = static_cast<double>(traces::element_size(tensor.dtype));
+    const double elements = bytes_of(trace, t) / size;
+    work.operand_bytes_saved += elements * (size - 1.0);
+    // The output gradient is the backward's activation-sized input that is neither the weight nor
+    // the saved input: role temporary (traces/FORMAT.md, tensor roles).
+    const bool output_gradient = op.phase == traces::Phase::backward && tensor.role == traces::TensorRole::temporary;
+    const double casts = output_gradient ? 2.0 : 1.0;
+    work.cast_bytes += elements * (size + casts * (size + 1.0));
+    work.cast_kernels += 1 + static_cast<int>(casts);
+  }
+  return work;
+}
+
 }  // namespace
 
 std::string_view to_string(AttentionKernel kernel) {
@@ -607,9 +652,19 @@ OpTimeModel::OpTimeModel(Platform platform, OpTimeOptions options) : platform_(s
       !std::isfinite(gpu.peak_tf32) || !std::isfinite(gpu.peak_bf16) || !std::isfinite(gpu.launch_overhead)) {
     throw std::invalid_argument("platform '" + platform_.name + "': the op-time model needs finite GPU peaks, bandwidth and launch overhead");
   }
+  // The scenario reader says this at the key; a caller that builds the options itself learns it here.
+  if (options_.float8 && !(gpu.peak_fp8 > 0 && std::isfinite(gpu.peak_fp8))) {
+    throw InputError("training.float8 runs the linear layers' GEMMs on FP8 tensor cores, which platform '" + platform_.name +
+                     "' does not give (gpu.peak.fp8); expected a GPU with FP8 (compute capability 8.9 or later) or no training.float8");
+  }
 }
 
 KernelRun OpTimeModel::run(const traces::Trace& trace, traces::OpIndex index) const { return run_op(trace, index, nullptr); }
+
+bool in_float8_scope(const Float8Scope& scope, const traces::Op& op) {
+  if (op.kind != traces::OpKind::linear || op.phase == traces::Phase::optimizer) return false;
+  return std::none_of(scope.skip.begin(), scope.skip.end(), [&](const std::string& pattern) { return module_pattern_matches(pattern, op.name); });
+}
 
 std::vector<KernelRun> OpTimeModel::run_all(const traces::Trace& trace) const {
   std::vector<KernelRun> runs(trace.ops().size());
@@ -652,6 +707,10 @@ KernelRun OpTimeModel::run_op(const traces::Trace& trace, traces::OpIndex index,
     traffic.read = std::max(0.0, traffic.read - fused->read_saved);
     traffic.written = std::max(0.0, traffic.written - fused->written_saved);
   }
+  // A float8 linear's GEMM reads its operands at one byte an element (float8_work, above).
+  const bool float8 = options_.float8 && in_float8_scope(*options_.float8, op);
+  const Float8Work float8_casts = float8 ? float8_work(trace, index) : Float8Work{};
+  traffic.read = std::max(0.0, traffic.read - float8_casts.operand_bytes_saved);
   const double bytes = traffic.read + traffic.written;
   // Nothing computed and nothing moved (a no-op, or an op whose cost the trace does not
   // know): no kernel to launch either.
@@ -662,7 +721,8 @@ KernelRun OpTimeModel::run_op(const traces::Trace& trace, traces::OpIndex index,
   // cores; everything else runs on the CUDA cores, whose rate we take as the fp32 peak for
   // every floating type (a lower bound for half precision, which some GPUs pack 2 per lane).
   const bool allow_tf32 = op.kind == traces::OpKind::conv ? options_.allow_tf32_cudnn : options_.allow_tf32_matmul;
-  const double peak = uses_tensor_cores(op.kind) ? platform_.peak_flops(dtype, allow_tf32)
+  const double peak = float8                       ? platform_.gpu.peak_fp8
+                      : uses_tensor_cores(op.kind) ? platform_.peak_flops(dtype, allow_tf32)
                       : dtype == traces::DType::f64 ? platform_.peak_flops(dtype, false)
                                                      : platform_.gpu.peak_fp32;
   // The flat per-kind efficiency, times the share of the SMs the op's GEMM tiles keep busy
@@ -690,10 +750,15 @@ KernelRun OpTimeModel::run_op(const traces::Trace& trace, traces::OpIndex index,
   if (op.kind == traces::OpKind::conv && tensor_cores && !options_.channels_last) {
     const KernelWork transposes{0.0, 2.0 * bytes / (platform_.gpu.memory_bandwidth * memory_efficiency),
                                 static_cast<double>(op.inputs.size() + op.outputs.size()) * platform_.gpu.launch_overhead};
-    const KernelRun moved = run_kernel(platform_.gpu, transposes);
-    const double total = result.seconds + moved.seconds;
-    if (total > 0) result.watts = (result.watts * result.seconds + moved.watts * moved.seconds) / total;
-    result.seconds = total;
+    append(result, run_kernel(platform_.gpu, transposes));
+  }
+  // A float8 linear's amax and cast kernels: memory-bound kernels of their own before its GEMM
+  // (the default memory efficiency: elementwise kernels and reductions), added as the
+  // transposes above are.
+  if (float8_casts.cast_kernels > 0) {
+    const KernelWork casts{0.0, float8_casts.cast_bytes / (platform_.gpu.memory_bandwidth * platform_.efficiency.memory_default),
+                           static_cast<double>(float8_casts.cast_kernels) * platform_.gpu.launch_overhead};
+    append(result, run_kernel(platform_.gpu, casts));
   }
   if (std::isfinite(result.seconds) && result.seconds >= 0) return result;
   return {checked(result.seconds, trace, index,

@@ -126,11 +126,13 @@ class PlatformReader : public yaml::Reader {
     spec.memory_bandwidth = quantity(gpu, "memory_bandwidth", "gpu", Dimension::bandwidth, limits::bandwidth);
     // Every peak is required, tf32 and bf16 included: an omitted TF32 figure would silently
     // run fp32 matmuls 8x slower on an A100, so "0 = unsupported" must be written out.
-    const YAML::Node peak = section(gpu, "peak", "gpu", {"fp32", "tf32", "fp16", "bf16"});
+    // fp8 alone is optional (0 or absent: no FP8 tensor cores): only training.float8 reads it.
+    const YAML::Node peak = section(gpu, "peak", "gpu", {"fp32", "tf32", "fp16", "bf16", "fp8"});
     spec.peak_fp32 = quantity(peak, "fp32", "gpu.peak", Dimension::flop_rate, limits::flop_rate);
     spec.peak_tf32 = quantity(peak, "tf32", "gpu.peak", Dimension::flop_rate, limits::flop_rate, Zero::means_unsupported);
     spec.peak_fp16 = quantity(peak, "fp16", "gpu.peak", Dimension::flop_rate, limits::flop_rate);
     spec.peak_bf16 = quantity(peak, "bf16", "gpu.peak", Dimension::flop_rate, limits::flop_rate, Zero::means_unsupported);
+    if (peak["fp8"]) spec.peak_fp8 = quantity(peak, "fp8", "gpu.peak", Dimension::flop_rate, limits::flop_rate, Zero::means_unsupported);
     spec.launch_overhead = quantity(gpu, "launch_overhead", "gpu", Dimension::time, limits::latency);
     // Optional: only the op-time model's wave quantization reads it, and a user-described GPU
     // may not know it (0 = not given, no quantization). 1 to 10000: a GPU has at least one SM,

@@ -162,6 +162,7 @@ void write_gpu(Writer& w, const GpuSpec& g) {
   w.value({"gpu", "peak", "tf32"}, scaled_text(g.peak_tf32, 1e12, "TFLOP/s"));
   w.value({"gpu", "peak", "fp16"}, scaled_text(g.peak_fp16, 1e12, "TFLOP/s"));
   w.value({"gpu", "peak", "bf16"}, scaled_text(g.peak_bf16, 1e12, "TFLOP/s"));
+  if (g.peak_fp8 > 0) w.value({"gpu", "peak", "fp8"}, scaled_text(g.peak_fp8, 1e12, "TFLOP/s"));
   w.end();
   w.value({"gpu", "launch_overhead"}, scaled_text(g.launch_overhead, 1e-6, "us"));
   if (g.max_power > 0) {

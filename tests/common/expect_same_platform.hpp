@@ -39,6 +39,7 @@ inline void expect_same_platform(const models::Platform& a, const models::Platfo
   EXPECT_DOUBLE_EQ(g.peak_tf32, h.peak_tf32);
   EXPECT_DOUBLE_EQ(g.peak_fp16, h.peak_fp16);
   EXPECT_DOUBLE_EQ(g.peak_bf16, h.peak_bf16);
+  EXPECT_DOUBLE_EQ(g.peak_fp8, h.peak_fp8);
   EXPECT_DOUBLE_EQ(g.launch_overhead, h.launch_overhead);
   EXPECT_EQ(g.sms, h.sms);
   EXPECT_EQ(g.collective_sms, h.collective_sms);

@@ -212,6 +212,101 @@ TEST(OpTime, TensorCoreConvolutionsOnNchwPayForTheTransposes) {
                    seconds(compute_bound(OpKind::linear, DType::f16)));
 }
 
+// A linear op of 16-bit tensors: x [4, 1024] (an activation) times W [1024, 1024] (a weight) in
+// the forward pass, or the backward's g, x and W; compute-bound at 4 PFLOP (1 a sample, batch 4).
+traces::Trace linear_trace(traces::Phase phase, const std::string& name = "layers.0.mlp") {
+  const auto tensor = [](std::uint64_t id, const char* tensor_name, std::vector<std::int64_t> shape, traces::TensorRole role) {
+    traces::Tensor t;
+    t.id = id;
+    t.name = tensor_name;
+    t.dtype = DType::f16;
+    t.shape = std::move(shape);
+    t.role = role;
+    return t;
+  };
+  // The input is saved for the backward op only where there is one.
+  const traces::TensorRole input = phase == traces::Phase::forward ? traces::TensorRole::input : traces::TensorRole::activation;
+  std::vector<traces::Tensor> tensors = {tensor(1, "x", {4, 1024}, input),
+                                         tensor(2, "w", {1024, 1024}, traces::TensorRole::weight),
+                                         tensor(3, "b", {1024}, traces::TensorRole::weight),
+                                         tensor(4, "y_or_g", {4, 1024}, traces::TensorRole::temporary),
+                                         tensor(5, "grad_x", {4, 1024}, traces::TensorRole::temporary),
+                                         tensor(6, "grad_w", {1024, 1024}, traces::TensorRole::gradient)};
+  traces::Op op;
+  op.id = 1;
+  op.name = phase == traces::Phase::forward ? name : name + ".backward";
+  op.phase = phase;
+  op.kind = OpKind::linear;
+  if (phase == traces::Phase::forward) {
+    op.inputs = {0, 1, 2};
+    op.outputs = {3};
+  } else {
+    op.inputs = {3, 0, 1};
+    op.outputs = {4, 5};
+  }
+  op.flops = {0, 1'000'000'000'000'000};
+  op.bytes_read = {0, 4'000'000};
+  op.bytes_written = {0, 4'000'000};
+  return traces::Trace("linear", 4, std::move(tensors), {std::move(op)});
+}
+
+Platform fp8_platform() {
+  return parse_platform(
+      "name: fp8\n"
+      "gpu:\n"
+      "  name: FP8 GPU\n"
+      "  memory: 16 GiB\n"
+      "  memory_bandwidth: 1 TB/s\n"
+      "  peak: {fp32: 10 TFLOP/s, tf32: 80 TFLOP/s, fp16: 160 TFLOP/s, bf16: 160 TFLOP/s, fp8: 320 TFLOP/s}\n"
+      "  launch_overhead: 5 us\n"
+      "host: {name: Test host, cores: 8, flops: 1 TFLOP/s, memory: 64 GiB, memory_bandwidth: 100 GB/s}\n"
+      "host_link: {name: PCIe, bandwidth: 25 GB/s, latency: 1 us}\n"
+      "efficiency:\n"
+      "  compute: {default: 0.5, linear: 0.8}\n"
+      "  memory: {default: 0.5}\n",
+      "fp8.yaml");
+}
+
+TEST(OpTime, Float8LinearsRunTheirGemmsAtTheFp8PeakAfterTheirCasts) {
+  OpTimeOptions eager;
+  OpTimeOptions float8;
+  float8.float8 = Float8Scope{{"output"}};
+  const auto time = [](const OpTimeOptions& options, const traces::Trace& trace) { return OpTimeModel(fp8_platform(), options).seconds(trace, 0); };
+  const double x = 4 * 1024;
+  const double w = 1024 * 1024;
+  const double launch = 5e-6;
+  const double bandwidth = 1e12 * 0.5;
+  // Forward: the GEMM at twice the 16-bit rate; x and W each an amax (2 bytes an element read) and
+  // a cast (2 read, 1 written), two kernels each. The rank-1 bias is no GEMM operand.
+  const traces::Trace forward = linear_trace(traces::Phase::forward);
+  EXPECT_DOUBLE_EQ(time(eager, forward), 4e15 / (160e12 * 0.8) + launch);
+  EXPECT_NEAR(time(float8, forward), 4e15 / (320e12 * 0.8) + launch + 5 * (x + w) / bandwidth + 4 * launch, 1e-12);
+  // Backward: the output gradient (role temporary) cast twice, row- and column-major, after one
+  // amax; the saved input and the weight once each: 8 + 5 + 5 bytes an element, 3 + 2 + 2 kernels.
+  const traces::Trace backward = linear_trace(traces::Phase::backward);
+  EXPECT_NEAR(time(float8, backward), 4e15 / (320e12 * 0.8) + launch + (8 * x + 5 * x + 5 * w) / bandwidth + 7 * launch, 1e-12);
+  // A skipped module's linears and every other kind keep their 16-bit time.
+  EXPECT_DOUBLE_EQ(time(float8, linear_trace(traces::Phase::forward, "output")), time(eager, linear_trace(traces::Phase::forward, "output")));
+  EXPECT_TRUE(in_float8_scope(*float8.float8, forward.op(0)));
+  EXPECT_FALSE(in_float8_scope(*float8.float8, linear_trace(traces::Phase::backward, "output").op(0)));
+  OneOp matmul = compute_bound(OpKind::matmul, DType::f16);
+  EXPECT_DOUBLE_EQ(OpTimeModel(fp8_platform(), float8).seconds(one_op_trace(matmul), 0), OpTimeModel(fp8_platform(), eager).seconds(one_op_trace(matmul), 0));
+}
+
+TEST(OpTime, Float8NeedsAPlatformWithFp8) {
+  OpTimeOptions float8;
+  float8.float8 = Float8Scope{};
+  try {
+    OpTimeModel(test_platform(), float8);
+    FAIL() << "a platform without gpu.peak.fp8 was accepted";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("gpu.peak.fp8"));
+    EXPECT_THAT(e.what(), HasSubstr("training.float8"));
+  }
+  EXPECT_DOUBLE_EQ(fp8_platform().gpu.peak_fp8, 320e12);
+  EXPECT_DOUBLE_EQ(test_platform().gpu.peak_fp8, 0);
+}
+
 TEST(OpTime, Bf16WithoutBf16UnitsRunsAtTheFp32Rate) {
   EXPECT_DOUBLE_EQ(seconds(compute_bound(OpKind::linear, DType::bf16)), 0.5 + 5e-6);
 }

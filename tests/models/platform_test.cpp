@@ -201,7 +201,24 @@ TEST(BuiltinPlatforms, FittedAndLauncherFieldsReadBack) {
     EXPECT_DOUBLE_EQ(h.efficiency.tensor_core, 0.9241) << name;
     EXPECT_EQ(h.efficiency.tensor_core_cuda11, 0.5769) << name;
     EXPECT_DOUBLE_EQ(h.efficiency.compute_for(traces::OpKind::linear), 0.75) << name;
+    // FP8 tensor cores at twice the BF16 rate (the whitepaper's and datasheets' dense figures).
+    EXPECT_DOUBLE_EQ(h.gpu.peak_fp8, 1978.9e12) << name;
   }
+  EXPECT_DOUBLE_EQ(builtin_platform("h100-pcie").gpu.peak_fp8, 1513e12);
+  EXPECT_DOUBLE_EQ(a.gpu.peak_fp8, 0);  // no FP8 before compute capability 8.9
+}
+
+// gpu.peak.fp8 is optional: absent or 0 is no FP8; a value is bounded as the other peaks, and a
+// platform written back keeps it.
+TEST(PlatformYaml, Fp8PeakIsOptional) {
+  const auto with_fp8 = [](const std::string& value) { return with("bf16: 312 TFLOP/s}", "bf16: 312 TFLOP/s, fp8: " + value + "}"); };
+  EXPECT_DOUBLE_EQ(parsed(kMinimal).gpu.peak_fp8, 0);
+  EXPECT_DOUBLE_EQ(parsed(with_fp8("0")).gpu.peak_fp8, 0);
+  const Platform p = parsed(with_fp8("624 TFLOP/s"));
+  EXPECT_DOUBLE_EQ(p.gpu.peak_fp8, 624e12);
+  EXPECT_DOUBLE_EQ(parse_platform(platform_to_yaml(p, {}), "w.yaml").gpu.peak_fp8, 624e12);
+  EXPECT_THAT(error_of(with_fp8("2e30 FLOP/s")), HasSubstr("'gpu.peak.fp8'"));
+  EXPECT_THAT(error_of(with_fp8("fast")), HasSubstr("'gpu.peak.fp8'"));
 }
 
 TEST(BuiltinPlatforms, VoltaAndMaxwellHaveNoTf32OrBf16) {
@@ -589,8 +606,8 @@ TEST(PlatformYaml, UnknownKeysAreRejectedWithTheValidOnes) {
   e = error_of(with("  launch_overhead: 5 us\n", "  launch_overhead: 5 us\n  tdp: 400 W\n"));
   EXPECT_THAT(e, HasSubstr("p.yaml:8:3: unknown key 'tdp' in gpu; valid keys: name, memory, memory_visible, cuda_context, compute_capability, memory_bandwidth, peak, launch_overhead, sms, collective_sms, power"));
 
-  e = error_of(with("fp16: 312", "fp8: 624 TFLOP/s, fp16: 312"));
-  EXPECT_THAT(e, HasSubstr("p.yaml:6:49: unknown key 'fp8' in gpu.peak; valid keys: fp32, tf32, fp16, bf16"));
+  e = error_of(with("fp16: 312", "fp4: 1248 TFLOP/s, fp16: 312"));
+  EXPECT_THAT(e, HasSubstr("p.yaml:6:49: unknown key 'fp4' in gpu.peak; did you mean 'fp8'? valid keys: fp32, tf32, fp16, bf16, fp8"));
 
   e = error_of(kMinimal + "efficiency:\n  compute: {convolution: 0.7}\n");
   EXPECT_THAT(e, HasSubstr("p.yaml:11:13: unknown key 'convolution' in efficiency.compute"));

@@ -42,9 +42,9 @@ Scenario ScenarioReader::read(const YAML::Node& root) {
   check_keys(model, "model", {"zoo", "hf_config", "trace", "layers", "hidden", "heads", "seq_len", "vocab", "tie_embeddings", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing", "implementation", "norm_type", "sequence_bins"});
   const YAML::Node training = root["training"];
   if (training && !training.IsMap()) {
-    throw InputError(where(training.Mark()) + "'training' must be a mapping with the keys batch_size, precision, optimizer, optimizer_impl, optimizer_in_backward, loss, tf32, memory_format, gradient_accumulation_steps");
+    throw InputError(where(training.Mark()) + "'training' must be a mapping with the keys batch_size, precision, optimizer, optimizer_impl, optimizer_in_backward, loss, tf32, float8, memory_format, gradient_accumulation_steps");
   }
-  if (training) check_keys(training, "training", {"batch_size", "precision", "optimizer", "optimizer_impl", "optimizer_in_backward", "loss", "tf32", "memory_format", "gradient_accumulation_steps"});
+  if (training) check_keys(training, "training", {"batch_size", "precision", "optimizer", "optimizer_impl", "optimizer_in_backward", "loss", "tf32", "float8", "memory_format", "gradient_accumulation_steps"});
   read_training_options(training, scenario);
   if (const YAML::Node platform = root["platform"]) {
     scenario.platform = read_platform(platform);
@@ -93,6 +93,7 @@ Scenario ScenarioReader::read(const YAML::Node& root) {
 
   read_model(model, training, scenario);
   read_tf32(training, scenario);
+  read_float8(training, scenario);
   if (const YAML::Node framework = root["framework"]) {
     // A loop's ops per parameter stand for one trace op per parameter: torch.optim's for-loop
     // (a trace file's optimizer ops are taken as they are).
@@ -146,6 +147,42 @@ void ScenarioReader::read_tf32(const YAML::Node& training, Scenario& scenario) c
   if (tf32_precision && !(scenario.allow_tf32_matmul && scenario.allow_tf32_cudnn)) {
     throw InputError(where(node.Mark()) + "'training.tf32' turns TF32 off, which contradicts 'precision: tf32'; expected one of the two");
   }
+}
+
+// training.float8: true (every linear layer), false, or {skip: [PATTERN, ...]} (module patterns,
+// models/module_pattern.hpp, whose linear layers stay in 16 bits: torchtitan's converter skips
+// `output`). torchao's float8 training with its tensorwise recipe (models::Float8Scope): the
+// GEMMs need FP8 tensor cores (the platform's gpu.peak.fp8), and its casts are timed as
+// torch.compile generates them, so framework.compile must be set (torchao's float8 README asks for
+// torch.compile, its eager casts being many kernels each); models/README.md, "Float8 linears".
+void ScenarioReader::read_float8(const YAML::Node& training, Scenario& scenario) const {
+  if (!training) return;
+  const YAML::Node node = training["float8"];
+  if (!node) return;
+  const std::string expected =
+      "expected true (every linear layer), false or {skip: [PATTERN, ...]} (module patterns whose linear layers stay in 16 bits, as torchtitan "
+      "skips output)";
+  models::Float8Scope scope;
+  if (node.IsMap()) {
+    check_keys(node, "training.float8", {"skip"});
+    if (const YAML::Node skip = node["skip"]) {
+      if (!skip.IsSequence()) throw InputError(where(skip.Mark()) + "'training.float8.skip' must be a list of module patterns; " + expected);
+      scope.skip = module_patterns(skip, "training.float8.skip");
+    }
+  } else if (!node.IsScalar()) {
+    throw InputError(where(node.Mark()) + "'training.float8' is not a value or a map; " + expected);
+  } else if (!boolean(node, "training.float8")) {
+    return;
+  }
+  if (!scenario.framework.compile) {
+    throw InputError(where(node.Mark()) + "'training.float8' is timed with its casts as torch.compile generates them; expected framework.compile "
+                     "set as well (torchao's float8 training asks for torch.compile) or no training.float8");
+  }
+  if (scenario.platform && !(scenario.platform->gpu.peak_fp8 > 0)) {
+    throw InputError(where(node.Mark()) + "'training.float8' runs the linear layers' GEMMs on FP8 tensor cores, and platform '" +
+                     scenario.platform->name + "' gives no gpu.peak.fp8; expected a GPU with FP8 (compute capability 8.9 or later) or no training.float8");
+  }
+  scenario.float8 = std::move(scope);
 }
 
 // training: the options that apply to a trace file too (batch size, precision and optimizer are
@@ -384,17 +421,22 @@ std::optional<models::CompileScope> ScenarioReader::read_compile(const YAML::Nod
   if (!modules || !modules.IsSequence() || modules.size() == 0) {
     throw InputError(where(node.Mark()) + "'framework.compile.modules' must be a non-empty list of module patterns; " + expected);
   }
-  models::CompileScope scope;
-  for (const auto& item : modules) {
-    const std::string pattern = scalar(item, "framework.compile.modules");
+  return models::CompileScope{module_patterns(modules, "framework.compile.modules")};
+}
+
+// A list of module patterns (models/module_pattern.hpp), each checked at its own line.
+std::vector<std::string> ScenarioReader::module_patterns(const YAML::Node& list, const std::string& key) const {
+  std::vector<std::string> patterns;
+  for (const auto& item : list) {
+    const std::string pattern = scalar(item, key);
     try {
       models::validate_module_pattern(pattern);
     } catch (const InputError& e) {
-      throw InputError(where(item.Mark()) + "'framework.compile.modules': " + e.what());
+      throw InputError(where(item.Mark()) + "'" + key + "': " + e.what());
     }
-    scope.modules.push_back(pattern);
+    patterns.push_back(pattern);
   }
-  return scope;
+  return patterns;
 }
 
 FrameworkSpec ScenarioReader::read_framework(const YAML::Node& node) const {

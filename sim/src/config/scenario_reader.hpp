@@ -31,6 +31,8 @@ class ScenarioReader : public yaml::Reader {
  private:
   void read_training_options(const YAML::Node& training, Scenario& scenario) const;
   void read_tf32(const YAML::Node& training, Scenario& scenario) const;
+  void read_float8(const YAML::Node& training, Scenario& scenario) const;
+  std::vector<std::string> module_patterns(const YAML::Node& list, const std::string& key) const;
   void read_model(const YAML::Node& model, const YAML::Node& training, Scenario& scenario);
   models::Platform read_platform(const YAML::Node& node) const;
   // One of a closed set of names, parsed by `parse`; the message lists `names`.

@@ -322,6 +322,15 @@ void add_header(std::string& out, const SimulationRun& run) {
     add_line(out, "Compile    torch.compile (Inductor) over {}: {} memory-bound ops compiled, {} of them in {} fused kernels; memory as eager",
              scope, compiled, fused, fusion.groups);
   }
+  if (run.float8) {
+    const auto& ops = trace.ops();
+    const auto linears = std::count_if(ops.begin(), ops.end(), [](const traces::Op& op) { return op.kind == traces::OpKind::linear; });
+    const auto float8 = std::count_if(ops.begin(), ops.end(), [&](const traces::Op& op) { return models::in_float8_scope(*run.float8, op); });
+    const std::string skip = run.float8->skip.empty() ? "" : fmt::format(" (skipped: {})", fmt::join(run.float8->skip, ", "));
+    add_line(out, "Float8     torchao float8 training, tensorwise scaling: {} of {} linear ops on FP8 tensor cores{}, with their amax and cast "
+                  "kernels as torch.compile generates them; memory as 16-bit",
+             float8, linears, skip);
+  }
   for (const models::CompressionModelUse& c : run.schedule.compression) {
     add_compression_line(out, c, feature_use(run.schedule, c.rule));
   }
@@ -727,6 +736,13 @@ std::string report_json(const SimulationRun& run) {
                     {"usable_bytes", framework.usable_bytes()}};
   // Only under torch.compile, so that an eager run's document keeps its keys.
   if (run.compile) j["framework"]["compile"] = {{"modules", run.compile->modules}, {"fused_kernels", models::fuse_like_inductor(run.trace, *run.compile).groups}};
+  // Only with training.float8, likewise.
+  if (run.float8) {
+    const auto& ops = run.trace.ops();
+    j["float8"] = {{"recipe", "tensorwise"},
+                   {"skip", run.float8->skip},
+                   {"linear_ops", std::count_if(ops.begin(), ops.end(), [&](const traces::Op& op) { return models::in_float8_scope(*run.float8, op); })}};
+  }
   if (run.strategy != nullptr) {
     j["strategy"] = detail::strategy_json(*run.strategy);
   } else {
@@ -912,6 +928,7 @@ SimulationRun simulation_run(const PreparedScenario& prepared, const CompletedRu
   if (completed.io) run.io = &*completed.io;
   if (completed.sequence_bins) run.sequence_bins = &*completed.sequence_bins;
   if (prepared.scenario().framework.compile) run.compile = &*prepared.scenario().framework.compile;
+  if (prepared.scenario().float8) run.float8 = &*prepared.scenario().float8;
   return run;
 }
 

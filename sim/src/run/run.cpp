@@ -30,6 +30,7 @@ models::OpTimeModel time_model_for(const Scenario& scenario) {
   options.cuda_major = scenario.framework.cuda ? scenario.framework.cuda->major : 0;
   options.attention_kernel = scenario.framework.attention_kernel;
   options.compile = scenario.framework.compile;
+  options.float8 = scenario.float8;
   return models::OpTimeModel(require_platform(scenario), options);
 }
 

@@ -579,5 +579,25 @@ TEST(Scenario, CompileIsTheWholeModelOrModuleInstances) {
   EXPECT_THAT(error_of("model: {zoo: resnet18}\nframework: {compile: {mode: max-autotune}}\n"), HasSubstr("mode"));
 }
 
+// training.float8: true, false or {skip: [PATTERN, ...]}; it needs torch.compile and a platform
+// with FP8 tensor cores, each refused at the key otherwise.
+TEST(Scenario, Float8NeedsCompileAndFp8TensorCores) {
+  const std::string base = "model: {zoo: gpt2}\nframework: {compile: true}\nplatform: h100-80gb\n";
+  const auto scope = [&](const std::string& value) { return parse_scenario(base + "training: {float8: " + value + "}\n", "s.yaml", ".").float8; };
+  EXPECT_FALSE(parse_scenario(base, "s.yaml", ".").float8);
+  EXPECT_FALSE(scope("false"));
+  ASSERT_TRUE(scope("true"));
+  EXPECT_TRUE(scope("true")->skip.empty());
+  ASSERT_TRUE(scope("{skip: [output, \"layers.[0-1]\"]}"));
+  EXPECT_EQ(scope("{skip: [output, \"layers.[0-1]\"]}")->skip, (std::vector<std::string>{"output", "layers.[0-1]"}));
+  EXPECT_THAT(error_of(base + "training: {float8: maybe}\n"), AllOf(HasSubstr("s.yaml:4:"), HasSubstr("training.float8")));
+  EXPECT_THAT(error_of(base + "training: {float8: {skip: output}}\n"), HasSubstr("training.float8.skip"));
+  EXPECT_THAT(error_of(base + "training: {float8: {skip: [\"a..b\"]}}\n"), HasSubstr("training.float8.skip"));
+  EXPECT_THAT(error_of(base + "training: {float8: {recipe: rowwise}}\n"), HasSubstr("recipe"));
+  EXPECT_THAT(error_of("model: {zoo: gpt2}\nplatform: h100-80gb\ntraining: {float8: true}\n"), AllOf(HasSubstr("s.yaml:3:"), HasSubstr("framework.compile")));
+  EXPECT_THAT(error_of("model: {zoo: gpt2}\nframework: {compile: true}\nplatform: a100-80gb\ntraining: {float8: true}\n"),
+              AllOf(HasSubstr("s.yaml:4:"), HasSubstr("gpu.peak.fp8"), HasSubstr("a100-80gb")));
+}
+
 }  // namespace
 }  // namespace comptrain::sim

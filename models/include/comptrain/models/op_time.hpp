@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -24,6 +25,20 @@ enum class AttentionKernel : std::uint8_t {
 std::string_view to_string(AttentionKernel kernel);
 std::optional<AttentionKernel> parse_attention_kernel(std::string_view text);
 
+// torchao's float8 training of linear layers (torchao.float8.convert_to_float8_training with its
+// default recipe, tensorwise: dynamic scaling, one scale per tensor computed from its amax each
+// time it is cast): every linear op outside `skip` runs its GEMMs on the GPU's FP8 tensor cores
+// (gpu.peak.fp8) over 1-byte operands, after the kernels that take each operand's amax and cast
+// it; the casts are timed as torch.compile generates them (models/README.md, "Float8 linears").
+struct Float8Scope {
+  std::vector<std::string> skip;  // module patterns whose linears stay in 16 bits (torchtitan skips "output")
+  friend bool operator==(const Float8Scope&, const Float8Scope&) = default;
+};
+
+// Whether `op` runs as a float8 linear under `scope`: a linear op (forward or backward) whose
+// name no skip pattern matches.
+bool in_float8_scope(const Float8Scope& scope, const traces::Op& op);
+
 struct OpTimeOptions {
   // fp32 on TF32 tensor cores, as PyTorch's two flags allow it: cuBLAS matmuls and linears
   // (torch.backends.cuda.matmul.allow_tf32) and cuDNN convolutions (torch.backends.cudnn.allow_tf32).
@@ -43,6 +58,8 @@ struct OpTimeOptions {
   // torch.compile (Inductor) over this scope: run_all fuses the memory-bound ops of each
   // compiled region (kernel_fusion.hpp); unset: eager PyTorch, one kernel per op.
   std::optional<CompileScope> compile;
+  // Float8 linears (training.float8); unset: every GEMM at its own dtype's peak.
+  std::optional<Float8Scope> float8;
 };
 
 // Roofline: max(FLOPs / (peak · compute efficiency), bytes / (bandwidth · memory efficiency))

@@ -70,6 +70,7 @@ struct GpuSpec {
   double peak_tf32 = 0;             // dense tensor-core FLOP/s (0: no TF32)
   double peak_fp16 = 0;             // dense tensor-core FLOP/s
   double peak_bf16 = 0;             // dense tensor-core FLOP/s (0: no bf16)
+  double peak_fp8 = 0;              // dense FP8 (e4m3/e5m2) tensor-core FLOP/s (0: no FP8; gpu.peak.fp8 is optional)
   double launch_overhead = 0;       // seconds added to every kernel
   // Streaming multiprocessors (gpu.sms, 1 to 10000): how many GEMM tiles run at once, for the
   // op-time model's wave quantization. 0 when not given: no wave quantization.

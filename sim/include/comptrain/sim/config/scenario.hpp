@@ -100,6 +100,8 @@ struct Scenario {
   bool allow_tf32_matmul = false;
   bool allow_tf32_cudnn = false;
   bool channels_last = false;              // training.memory_format: channels_last (NHWC) or contiguous_format (NCHW)
+  // training.float8: torchao's float8 training of the linear layers (models::Float8Scope); unset: none.
+  std::optional<models::Float8Scope> float8;
   // training.gradient_accumulation_steps: micro-steps per optimizer step, each of batch_size
   // samples (models/gradient_accumulation.hpp; under DDP the earlier ones run in no_sync()).
   int accumulation_steps = 1;

@@ -7,6 +7,7 @@
 
 #include "comptrain/models/data_parallel.hpp"
 #include "comptrain/models/kernel_fusion.hpp"
+#include "comptrain/models/op_time.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/schedule.hpp"
 #include "comptrain/models/strategy.hpp"
@@ -40,6 +41,8 @@ struct SimulationRun {
   int data_parallel_ranks = 0;
   // torch.compile's regions (framework.compile; nullptr: eager): the report says what it fused.
   const models::CompileScope* compile = nullptr;
+  // torchao's float8 linears (training.float8; nullptr: none): the report counts them.
+  const models::Float8Scope* float8 = nullptr;
 };
 
 std::string report_text(const SimulationRun& run);

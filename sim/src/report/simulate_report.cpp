@@ -328,7 +328,7 @@ void add_header(std::string& out, const SimulationRun& run) {
     const auto float8 = std::count_if(ops.begin(), ops.end(), [&](const traces::Op& op) { return models::in_float8_scope(*run.float8, op); });
     const std::string skip = run.float8->skip.empty() ? "" : fmt::format(" (skipped: {})", fmt::join(run.float8->skip, ", "));
     add_line(out, "Float8     torchao float8 training, tensorwise scaling: {} of {} linear ops on FP8 tensor cores{}, with their amax and cast "
-                  "kernels as torch.compile generates them; memory as 16-bit",
+                  "kernels as torch.compile generates them; memory as 16-bit; FLOPs utilisation against the 16-bit peak",
              float8, linears, skip);
   }
   for (const models::CompressionModelUse& c : run.schedule.compression) {

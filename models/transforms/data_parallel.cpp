@@ -571,11 +571,15 @@ std::optional<TaskId> apply_data_parallel(Schedule& schedule, const traces::Trac
 
 std::optional<TaskId> apply_data_parallel(Schedule& schedule, const traces::Trace& trace, const DataParallelSpec& spec, const Platform& platform) {
   check_data_parallel(spec);
-  // One GPU without an offloaded optimizer trains as without data parallelism; with one, ZeRO's
-  // offload changes the schedule on one GPU too.
-  // FSDP2's CPU offload too (the shards live on the host whatever the ranks).
+  // One GPU without an offloaded optimizer trains under ZeRO or FSDP2 as without data
+  // parallelism (nothing to partition); with one, ZeRO's offload changes the schedule on one GPU
+  // too, and FSDP2's CPU offload (the shards live on the host whatever the ranks). PyTorch's DDP
+  // over a world of one still runs its reducer: each gradient copied into its bucket and back
+  // around NCCL's one-rank all-reduce, which moves nothing (pytorch/pytorch's DDP benchmark
+  // measures it: benchmarks/distributed/ddp/README.md, '1 GPUs -- 1M/1G' against 'no ddp').
   const bool fsdp_offload = spec.fsdp && spec.fsdp->cpu_offload;
-  if (spec.ranks == 1 && !spec.offload_optimizer && !fsdp_offload) return std::nullopt;
+  const bool ddp = spec.zero_stage == 0 && !spec.fsdp;
+  if (spec.ranks == 1 && !spec.offload_optimizer && !fsdp_offload && !ddp) return std::nullopt;
   if (spec.offload_optimizer || fsdp_offload) cpu_adam_seconds(0, platform.host);  // the host must have rates
   return Transform(schedule, trace, spec, &platform).run();
 }

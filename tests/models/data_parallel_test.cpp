@@ -340,6 +340,26 @@ TEST(DataParallel, DdpCopiesGradientsIntoAndOutOfTheBuckets) {
   EXPECT_EQ(std::count_if(view.tasks.begin(), view.tasks.end(), [](const Task& t) { return t.kind == TaskKind::framework; }), 0);
 }
 
+// PyTorch's DDP over a world of one still copies every gradient into its bucket and back (the DDP
+// benchmark's '1 GPUs -- 1M/1G' row against 'no ddp'); ZeRO and FSDP2 over one GPU have nothing to
+// partition and leave the schedule as it is.
+TEST(DataParallel, DdpOverOneRankStillCopiesTheGradients) {
+  const auto trace = small_gpt(zoo::Precision::fp32, 4);
+  const Platform a100 = builtin_platform("a100-80gb");
+  const Schedule before = baseline_schedule(trace);
+  DataParallelSpec spec;
+  spec.ranks = 1;
+  Schedule ddp = before;
+  ASSERT_TRUE(apply_data_parallel(ddp, trace, spec, a100));
+  ASSERT_NO_THROW(ddp.validate());
+  const auto copies = std::count_if(ddp.tasks.begin(), ddp.tasks.end(), [](const Task& t) { return t.kind == TaskKind::framework; });
+  EXPECT_EQ(copies, static_cast<long>(collective_tasks(ddp, CollectiveKind::all_reduce).size()) + 1);  // a copy-in per bucket, one copy-out
+  Schedule zero = before;
+  spec.zero_stage = 1;
+  EXPECT_FALSE(apply_data_parallel(zero, trace, spec, a100));
+  EXPECT_EQ(zero.tasks.size(), before.tasks.size());
+}
+
 // ZeRO's per-GPU model-state bytes (Rajbhandari et al., SC20, Figure 1: with mixed-precision
 // Adam, 2 + 2 + 12 bytes per parameter): stage 1 keeps 2Ψ + 2Ψ + 12Ψ/N, stage 2 2Ψ + (2 + 12)Ψ/N
 // (plus DeepSpeed's reduction bucket, here the whole gradient of this small model), stage 3 (2 +

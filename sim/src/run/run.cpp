@@ -344,6 +344,12 @@ models::TransformSteps transform_steps(const PreparedScenario& prepared) {
       steps.data_parallel->ranks = models::rank_groups(layout, gpus, traces::ParallelGroup::data).size;
       // The experts' gradients and optimizer state over the ranks that hold the same experts.
       if (layout.expert > 1) steps.data_parallel->expert_ranks = models::rank_groups(layout, gpus, traces::ParallelGroup::expert_data).size;
+      // One data-parallel rank under model parallelism has nothing to reduce, and Megatron-LM's
+      // DDP keeps the gradients in its contiguous buffer (no bucket copies): no data parallelism
+      // there, where PyTorch's DDP over a one-GPU job still runs its reducer
+      // (models::apply_data_parallel).
+      const models::DataParallelSpec& data = *steps.data_parallel;
+      if (data.ranks == 1 && data.zero_stage == 0 && !data.fsdp && !data.offload_optimizer) steps.data_parallel.reset();
       steps.layout = layout;
       steps.gpus = gpus;
     }

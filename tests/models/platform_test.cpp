@@ -206,6 +206,11 @@ TEST(BuiltinPlatforms, FittedAndLauncherFieldsReadBack) {
   }
   EXPECT_DOUBLE_EQ(builtin_platform("h100-pcie").gpu.peak_fp8, 1513e12);
   EXPECT_DOUBLE_EQ(a.gpu.peak_fp8, 0);  // no FP8 before compute capability 8.9
+  // NCCL's blocks beside compute: 24 of an H100's 132 SMs (seen), the same share of the A100's 108
+  // (derived from the slowdown measured on both); none where nothing was measured.
+  for (const char* name : {"h100-80gb", "h200", "dgx-h100-superpod", "h100-100k"}) EXPECT_EQ(builtin_platform(name).gpu.collective_sms, 24) << name;
+  for (const char* name : {"a100-40gb", "a100-80gb", "dgx-a100-superpod", "perlmutter-gpu", "polaris"}) EXPECT_EQ(builtin_platform(name).gpu.collective_sms, 20) << name;
+  for (const char* name : {"v100-16gb", "v100-32gb", "dgx1-v100-cluster", "h100-pcie", "titanx-maxwell"}) EXPECT_EQ(builtin_platform(name).gpu.collective_sms, 0) << name;
 }
 
 // gpu.peak.fp8 is optional: absent or 0 is no FP8; a value is bounded as the other peaks, and a

@@ -490,35 +490,55 @@ std::optional<GemmOutput> gemm_output(traces::OpKind kind, const traces::Tensor&
   }
 }
 
-// The fraction of the SM-slots of its waves that a GEMM fills, one tile per SM per wave
-// (assumption: a 128x128 tensor-core tile takes most of an SM's registers and shared memory;
-// the guide's 3.2 counts one 256x128 block per A100 SM; kernels that fit two blocks per SM
-// would halve the loss). `macs` are the GEMM's multiply-adds, which give its K = macs / (M·N)
-// for split-K.
-double wave_fill(const GemmOutput& gemm, double macs, int sms) {
+// How a GEMM's thread blocks run: the fraction of the SM-slots of its waves they fill, one tile
+// per SM per wave (assumption: a 128x128 tensor-core tile takes most of an SM's registers and
+// shared memory; the guide's 3.2 counts one 256x128 block per A100 SM; kernels that fit two
+// blocks per SM would halve the loss), and the length of the reduction each block runs (K, or
+// a slice of it under split-K). `macs` are the GEMM's multiply-adds, which give its
+// K = macs / (M·N).
+struct BlockWork {
+  double fill = 1.0;
+  double k = 0;  // 0 when the GEMM's K is not known
+};
+
+BlockWork block_work(const GemmOutput& gemm, double macs, int sms) {
+  const double k = macs / (static_cast<double>(gemm.batch) * static_cast<double>(gemm.rows) * static_cast<double>(gemm.cols));
+  if (sms < 1) return {1.0, k};
   std::int64_t blocks = gemm.tiles();
+  std::int64_t slices = 1;
   if (gemm.split_k && blocks < sms) {
-    const double k = macs / (static_cast<double>(gemm.batch) * static_cast<double>(gemm.rows) * static_cast<double>(gemm.cols));
     const std::int64_t by_k = k >= 1 ? static_cast<std::int64_t>(std::min(k / kMinSplitKSlice, 1e9)) : 0;
-    blocks *= std::max<std::int64_t>(1, std::min<std::int64_t>(sms / blocks, by_k));
+    slices = std::max<std::int64_t>(1, std::min<std::int64_t>(sms / blocks, by_k));
+    blocks *= slices;
   }
   const std::int64_t slots = ceil_div(blocks, sms) * sms;
-  return static_cast<double>(blocks) / static_cast<double>(slots);
+  return {static_cast<double>(blocks) / static_cast<double>(slots), k / static_cast<double>(slices)};
 }
 
-// The factor that multiplies a GEMM-like op's compute efficiency: 1 without gpu.sms, for other
-// kinds, and when no GEMM shape can be derived from the trace.
+// A thread block that reduces k elements spends most of its time in the main loop, k / depth
+// steps of its tile's MMAs, and a fixed time around it: the prologue that fills the pipeline's
+// stages and the epilogue that converts and stores the output tile. Counted in elements of K,
+// that fixed time is efficiency.gemm_k_overhead (k0), so the block reaches k / (k + k0) of the
+// efficiency an endless reduction would (models/README.md, "Short reductions": k0 fitted on
+// XLA's measured H100 GEMM table). 1 without k0 or without a known K.
+double gemm_k_factor(double k, double k_overhead) { return k_overhead > 0 && k > 0 ? k / (k + k_overhead) : 1.0; }
+
+// The factor that multiplies a GEMM-like op's compute efficiency for its shape: the share of
+// the SM-slots its tiles fill (1 without gpu.sms) times, where `k_overhead` > 0, the share of a
+// block's time spent in the main loop (gemm_k_factor); 1 for other kinds and when no GEMM shape
+// can be derived from the trace.
 // The GEMMs an op runs are read from what it writes: a forward op's first output (attention's
 // second output is its log-sum-exp); a backward op's floating outputs of the GEMM's rank
 // (linear and matmul: >= 2, so that a bias gradient, a reduction, is left out; conv: >= 3;
 // attention: the first, as one kernel writes dq, dk and dv). A backward op that runs several
 // GEMMs (grad_input and grad_weight) takes their harmonic mean, weighting each by its FLOPs:
-// time = sum(flops_i / fill_i). Those FLOPs are equal (grad_input, grad_weight and the forward
+// time = sum(flops_i / factor_i). Those FLOPs are equal (grad_input, grad_weight and the forward
 // GEMM all take M·N·K multiply-adds; so do bmm's two gradients), so the op's FLOPs are shared
-// equally, a bias's few included.
-double wave_factor(const traces::Trace& trace, traces::OpIndex index, int sms, double conv_wave_loss) {
+// equally, a bias's few included; their K differ (grad_input reduces over the forward's N,
+// grad_weight over its M).
+double gemm_shape_factor(const traces::Trace& trace, traces::OpIndex index, int sms, double conv_wave_loss, double k_overhead) {
   const traces::Op& op = trace.op(index);
-  if (sms < 1 || !uses_tensor_cores(op.kind)) return 1.0;
+  if ((sms < 1 && !(k_overhead > 0)) || !uses_tensor_cores(op.kind)) return 1.0;
   const std::size_t min_rank = op.kind == traces::OpKind::linear ? (op.phase == traces::Phase::forward ? 1 : 2)
                                : op.kind == traces::OpKind::matmul ? 2
                                                                    : 3;
@@ -534,13 +554,19 @@ double wave_factor(const traces::Trace& trace, traces::OpIndex index, int sms, d
   if (gemms.empty()) return 1.0;
   const double macs_each = static_cast<double>(trace.flops(index)) / 2 / static_cast<double>(gemms.size());
   double inverse_fills = 0;
-  for (const GemmOutput& gemm : gemms) inverse_fills += 1.0 / wave_fill(gemm, macs_each, sms);
-  const double factor = static_cast<double>(gemms.size()) / inverse_fills;
-  // Convolutions see the share efficiency.conv_wave_loss of the loss (Efficiency::conv_wave_loss):
+  double inverse_factors = 0;
+  for (const GemmOutput& gemm : gemms) {
+    const BlockWork work = block_work(gemm, macs_each, sms);
+    inverse_fills += 1.0 / work.fill;
+    inverse_factors += 1.0 / (work.fill * gemm_k_factor(work.k, k_overhead));
+  }
+  // Convolutions see the share efficiency.conv_wave_loss of the wave loss (Efficiency::conv_wave_loss):
   // cuDNN's algorithm search (torch.backends.cudnn.benchmark) picks per layer among implicit-GEMM
   // kernels of several tiles, split-K and other algorithms, so a small grid loses less than one
-  // 128x128 tile per SM would; how much less is fitted per GPU, not derived.
-  return op.kind == traces::OpKind::conv ? std::pow(factor, conv_wave_loss) : factor;
+  // 128x128 tile per SM would; how much less is fitted per GPU, not derived. The caller gives
+  // convolutions no k_overhead.
+  if (op.kind == traces::OpKind::conv) return std::pow(static_cast<double>(gemms.size()) / inverse_fills, conv_wave_loss);
+  return static_cast<double>(gemms.size()) / inverse_factors;
 }
 
 // ---- Kernel ceilings -----------------------------------------------------------------------
@@ -630,6 +656,14 @@ std::optional<AttentionKernel> parse_attention_kernel(std::string_view text) {
     if (text == to_string(k)) return k;
   }
   return std::nullopt;
+}
+
+double gemm_k_overhead(const Platform& platform, const OpTimeOptions& options, traces::OpKind kind) {
+  if (kind != traces::OpKind::linear && kind != traces::OpKind::matmul) return 0.0;
+  // Hopper under an old toolkit runs mma.sync kernels, not the ones efficiency.tensor_core (and
+  // the measurements gemm_k_overhead comes from) describe.
+  if (is_hopper(platform.gpu) && options.cuda_major > 0 && options.cuda_major < 12) return 0.0;
+  return platform.efficiency.gemm_k_overhead;
 }
 
 double tensor_core_share(const Platform& platform, const OpTimeOptions& options, traces::OpKind kind) {
@@ -726,12 +760,15 @@ KernelRun OpTimeModel::run_op(const traces::Trace& trace, traces::OpIndex index,
                       : dtype == traces::DType::f64 ? platform_.peak_flops(dtype, false)
                                                      : platform_.gpu.peak_fp32;
   // The flat per-kind efficiency, times the share of the SMs the op's GEMM tiles keep busy
-  // (wave_factor, above; 1 when the platform gives no gpu.sms or the shape is unknown).
-  // On tensor cores (a peak other than the CUDA cores' fp32 one) the tensor-core share of the
-  // kernels that run applies on top (tensor_core_share: the platform's, moved by the toolkit
-  // and the attention kernel).
+  // and, on tensor cores, of each block's time in its main loop (gemm_shape_factor, above; 1
+  // when the platform gives neither gpu.sms nor efficiency.gemm_k_overhead, or the shape is
+  // unknown). On tensor cores (a peak other than the CUDA cores' fp32 one) the tensor-core
+  // share of the kernels that run applies on top (tensor_core_share: the platform's, moved by
+  // the toolkit and the attention kernel).
   const bool tensor_cores = uses_tensor_cores(op.kind) && dtype != traces::DType::f64 && peak != platform_.gpu.peak_fp32;
-  const double compute_efficiency = platform_.efficiency.compute_for(op.kind) * wave_factor(trace, index, platform_.gpu.sms, platform_.efficiency.conv_wave_loss) *
+  const double k_overhead = tensor_cores ? gemm_k_overhead(platform_, options_, op.kind) : 0.0;
+  const double compute_efficiency = platform_.efficiency.compute_for(op.kind) *
+                                    gemm_shape_factor(trace, index, platform_.gpu.sms, platform_.efficiency.conv_wave_loss, k_overhead) *
                                     (tensor_cores ? tensor_core_share(platform_, options_, op.kind) : 1.0);
   const double memory_efficiency = platform_.efficiency.memory_for(op.kind);
   const double compute = flops / (peak * compute_efficiency);

@@ -90,7 +90,7 @@ class PlatformReader : public yaml::Reader {
                        std::to_string(limits::max_gpus_per_node) +
                        " (a node's GPUs are routed pair by pair: the largest NVLink domain sold joins 72)");
     }
-    if (root["efficiency"]) platform.efficiency = read_efficiency(section(root, "efficiency", "", {"compute", "memory", "tensor_core", "tensor_core_cuda11", "conv_wave_loss"}));
+    if (root["efficiency"]) platform.efficiency = read_efficiency(section(root, "efficiency", "", {"compute", "memory", "tensor_core", "tensor_core_cuda11", "conv_wave_loss", "gemm_k_overhead"}));
     read_cluster(root, platform);
     // gpu.power.limit, once the GPU is read (yaml-cpp throws on a key of a missing node: step by step).
     if (const YAML::Node power = root["gpu"]["power"]; power && power.IsMap() && power["limit"]) {
@@ -546,6 +546,7 @@ class PlatformReader : public yaml::Reader {
     if (efficiency["tensor_core"]) result.tensor_core = fraction(efficiency["tensor_core"], "efficiency.tensor_core");
     if (efficiency["tensor_core_cuda11"]) result.tensor_core_cuda11 = fraction(efficiency["tensor_core_cuda11"], "efficiency.tensor_core_cuda11");
     if (efficiency["conv_wave_loss"]) result.conv_wave_loss = fraction(efficiency["conv_wave_loss"], "efficiency.conv_wave_loss");
+    if (efficiency["gemm_k_overhead"]) result.gemm_k_overhead = k_elements(efficiency["gemm_k_overhead"], "efficiency.gemm_k_overhead");
     return result;
   }
 
@@ -581,6 +582,18 @@ class PlatformReader : public yaml::Reader {
         value < limits::min_efficiency || value > 1) {
       throw InputError(where(node.Mark()) + "'" + field + "' is '" + shortened(node) + "'; expected a fraction of peak between " +
                        kMinEfficiencyText + " and 1");
+    }
+    return value;
+  }
+
+  // A length along a GEMM's reduction dimension, in elements: a plain number from 0 to
+  // limits::max_gemm_k_overhead.
+  double k_elements(const YAML::Node& node, const std::string& field) const {
+    double value = 0;
+    if (!node.IsScalar() || !YAML::convert<double>::decode(node, value) || !std::isfinite(value) || value < 0 ||
+        value > limits::max_gemm_k_overhead) {
+      throw InputError(where(node.Mark()) + "'" + field + "' is '" + shortened(node) + "'; expected a number of elements of K from 0 to " +
+                       std::to_string(static_cast<long>(limits::max_gemm_k_overhead)));
     }
     return value;
   }

@@ -337,6 +337,7 @@ void write_efficiency(Writer& w, const Efficiency& e) {
   if (e.tensor_core != 1.0 || w.commented({"efficiency", "tensor_core"})) w.value({"efficiency", "tensor_core"}, fmt::format("{}", e.tensor_core));
   if (e.tensor_core_cuda11) w.value({"efficiency", "tensor_core_cuda11"}, fmt::format("{}", *e.tensor_core_cuda11));
   if (e.conv_wave_loss != 1.0 || w.commented({"efficiency", "conv_wave_loss"})) w.value({"efficiency", "conv_wave_loss"}, fmt::format("{}", e.conv_wave_loss));
+  if (e.gemm_k_overhead != 0.0 || w.commented({"efficiency", "gemm_k_overhead"})) w.value({"efficiency", "gemm_k_overhead"}, fmt::format("{}", e.gemm_k_overhead));
   w.end();
 }
 

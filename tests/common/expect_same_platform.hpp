@@ -75,6 +75,7 @@ inline void expect_same_platform(const models::Platform& a, const models::Platfo
   EXPECT_DOUBLE_EQ(a.efficiency.tensor_core, b.efficiency.tensor_core);
   EXPECT_EQ(a.efficiency.tensor_core_cuda11, b.efficiency.tensor_core_cuda11);
   EXPECT_EQ(a.efficiency.conv_wave_loss, b.efficiency.conv_wave_loss);
+  EXPECT_EQ(a.efficiency.gemm_k_overhead, b.efficiency.gemm_k_overhead);
   EXPECT_EQ(a.efficiency.compute, b.efficiency.compute);
   EXPECT_EQ(a.efficiency.memory, b.efficiency.memory);
 

@@ -805,13 +805,14 @@ struct GemmTensor {
   std::optional<std::size_t> batch_dim = 0;  // nullopt: a weight gradient
 };
 
-// One fp16 op of `kind` and `phase` that reads x [1, 8] and writes `outputs`, doing `flops`
+// One op of `kind` and `phase` (fp16 unless `dtype` says) that reads x [1, 8] and writes `outputs`, doing `flops`
 // and moving nothing: its time is its compute term plus the 5 us launch.
-traces::Trace gemm_trace(OpKind kind, traces::Phase phase, const std::vector<GemmTensor>& outputs, std::int64_t flops) {
+traces::Trace gemm_trace(OpKind kind, traces::Phase phase, const std::vector<GemmTensor>& outputs, std::int64_t flops,
+                         DType dtype = DType::f16) {
   std::vector<traces::Tensor> tensors(1);
   tensors[0].id = 1;
   tensors[0].name = "x";
-  tensors[0].dtype = DType::f16;
+  tensors[0].dtype = dtype;
   tensors[0].shape = {1, 8};
   tensors[0].role = traces::TensorRole::input;
   tensors[0].batch_dim = 0;
@@ -826,7 +827,7 @@ traces::Trace gemm_trace(OpKind kind, traces::Phase phase, const std::vector<Gem
     traces::Tensor t;
     t.id = tensors.size() + 1;
     t.name = "out" + std::to_string(tensors.size());
-    t.dtype = DType::f16;
+    t.dtype = dtype;
     t.shape = out.shape;
     t.role = traces::TensorRole::temporary;
     t.batch_dim = out.batch_dim;
@@ -936,6 +937,78 @@ TEST(OpTimeWaves, AWeightGradientSplitsItsLongReduction) {
   expect_seconds(gemm_seconds(wgrad, platform_with_sms(8)), 472'055'808 / 80e12 + 5e-6);
   // On 5 SMs 2 slices per tile fill 4 of them: factor 0.8.
   expect_seconds(gemm_seconds(wgrad, platform_with_sms(5)), 472'055'808 / 80e12 / 0.8 + 5e-6);
+}
+
+// ---- Short reductions (efficiency.gemm_k_overhead) ------------------------------------------
+
+// A block that reduces K elements runs at K / (K + k0) of an endless one: y [128, 512] with
+// K = 768 (FLOPs 2 x 128 x 512 x 768 = 100,663,296) fills its wave of 4 SMs, so with k0 = 256
+// its 786.432 ns at 128 TFLOP/s take 1024 / 768 as long.
+TEST(OpTimeShortReductions, AShortReductionLosesItsBlocksFixedTime) {
+  const traces::Trace y = gemm_trace(OpKind::linear, traces::Phase::forward, {{{128, 512}}}, 100'663'296);
+  Platform four = platform_with_sms(4);
+  expect_seconds(gemm_seconds(y, four), 786.432e-9 + 5e-6);
+  four.efficiency.gemm_k_overhead = 256;
+  expect_seconds(gemm_seconds(y, four), 786.432e-9 * 1024.0 / 768.0 + 5e-6);
+  // Without gpu.sms the factor still applies (no waves, the whole K per block).
+  Platform flat = test_platform();
+  flat.efficiency.gemm_k_overhead = 256;
+  expect_seconds(gemm_seconds(y, flat), 786.432e-9 * 1024.0 / 768.0 + 5e-6);
+}
+
+// Split-K gives each block a slice: y [128, 128] with K = 1024 runs 4 slices of 256 on 4 SMs,
+// each at 256 / (256 + 256) = 1/2 with k0 = 256 (ASmallGemmWithALongReductionSplitsIt's 262.144 ns).
+TEST(OpTimeShortReductions, SplitKBlocksPayForTheirSlice) {
+  const traces::Trace long_k = gemm_trace(OpKind::linear, traces::Phase::forward, {{{128, 128}}}, 33'554'432);
+  Platform four = platform_with_sms(4);
+  four.efficiency.gemm_k_overhead = 256;
+  expect_seconds(gemm_seconds(long_k, four), 262.144e-9 * 2 + 5e-6);
+}
+
+// A backward linear's two GEMMs reduce over different lengths: grad_input [512, 128] (M = 512,
+// N = 128) and grad_weight [128, 128] share 2 x 2 x 512 x 128 x 128 FLOPs, so grad_input's
+// K = 128 (the forward's columns; 4 tiles, one wave) and grad_weight's K = 512 (the forward's
+// rows; 1 tile split into 2 slices of 256: 2 of 4 SMs). Each takes half the FLOPs, 16,777,216
+// at 128 TFLOP/s = 131.072 ns, over its fill x K factor (k0 = 128): grad_input 1 x 128/256,
+// grad_weight 1/2 x 256/384.
+TEST(OpTimeShortReductions, EachGemmOfABackwardOpUsesItsOwnReduction) {
+  const traces::Trace backward = gemm_trace(OpKind::linear, traces::Phase::backward,
+                                            {{{512, 128}}, {{128, 128}, std::nullopt}}, 33'554'432);
+  Platform four = platform_with_sms(4);
+  four.efficiency.gemm_k_overhead = 128;
+  expect_seconds(gemm_seconds(backward, four), 131.072e-9 / 0.5 + 131.072e-9 / (0.5 * 256.0 / 384.0) + 5e-6);
+}
+
+// Only the GEMMs efficiency.gemm_k_overhead was measured on pay it: linear and matmul on tensor
+// cores, not convolutions (cuDNN, fitted apart), fused attention, fp32 on the CUDA cores, or
+// Hopper's mma.sync kernels under CUDA 11.
+TEST(OpTimeShortReductions, OnlyCurrentTensorCoreGemmsPayIt) {
+  Platform hopper = test_platform();
+  hopper.gpu.compute_capability_major = 9;
+  hopper.efficiency.gemm_k_overhead = 160;
+  OpTimeOptions current;
+  OpTimeOptions cuda11;
+  cuda11.cuda_major = 11;
+  EXPECT_DOUBLE_EQ(gemm_k_overhead(hopper, current, OpKind::linear), 160);
+  EXPECT_DOUBLE_EQ(gemm_k_overhead(hopper, current, OpKind::matmul), 160);
+  EXPECT_DOUBLE_EQ(gemm_k_overhead(hopper, current, OpKind::conv), 0);
+  EXPECT_DOUBLE_EQ(gemm_k_overhead(hopper, current, OpKind::attention), 0);
+  EXPECT_DOUBLE_EQ(gemm_k_overhead(hopper, cuda11, OpKind::linear), 0);
+  Platform ampere = hopper;
+  ampere.gpu.compute_capability_major = 8;
+  EXPECT_DOUBLE_EQ(gemm_k_overhead(ampere, cuda11, OpKind::linear), 160);
+  // fp32 without TF32 runs on the CUDA cores: y [128, 512], K = 768, at 10 TFLOP/s x 0.8.
+  const traces::Trace fp32 = gemm_trace(OpKind::linear, traces::Phase::forward, {{{128, 512}}}, 100'663'296, DType::f32);
+  OpTimeOptions no_tf32;
+  no_tf32.allow_tf32_matmul = false;
+  Platform with = test_platform();
+  with.efficiency.gemm_k_overhead = 256;
+  EXPECT_DOUBLE_EQ(OpTimeModel(with, no_tf32).seconds(fp32, 0), OpTimeModel(test_platform(), no_tf32).seconds(fp32, 0));
+  // A convolution keeps its time.
+  const traces::Trace fprop = gemm_trace(OpKind::conv, traces::Phase::forward, {{{2, 64, 16, 16}}}, 37'748'736);
+  Platform conv_platform = platform_with_sms(4);
+  conv_platform.efficiency.gemm_k_overhead = 256;
+  expect_seconds(gemm_seconds(fprop, conv_platform), 471.8592e-9 + 5e-6);
 }
 
 TEST(OpTimeWaves, BatchedMatmulAndAttention) {

@@ -211,6 +211,12 @@ TEST(BuiltinPlatforms, FittedAndLauncherFieldsReadBack) {
   for (const char* name : {"h100-80gb", "h200", "dgx-h100-superpod", "h100-100k"}) EXPECT_EQ(builtin_platform(name).gpu.collective_sms, 24) << name;
   for (const char* name : {"a100-40gb", "a100-80gb", "dgx-a100-superpod", "perlmutter-gpu", "polaris"}) EXPECT_EQ(builtin_platform(name).gpu.collective_sms, 20) << name;
   for (const char* name : {"v100-16gb", "v100-32gb", "dgx1-v100-cluster", "h100-pcie", "titanx-maxwell"}) EXPECT_EQ(builtin_platform(name).gpu.collective_sms, 0) << name;
+  // A GEMM block's fixed time in elements of K, fitted on XLA's measured H100 table: every Hopper
+  // platform; none where no GEMM table was measured.
+  for (const char* name : {"h100-80gb", "h200", "dgx-h100-superpod", "h100-100k", "h100-pcie"}) {
+    EXPECT_DOUBLE_EQ(builtin_platform(name).efficiency.gemm_k_overhead, 160) << name;
+  }
+  for (const char* name : {"a100-40gb", "v100-32gb", "titanx-maxwell"}) EXPECT_DOUBLE_EQ(builtin_platform(name).efficiency.gemm_k_overhead, 0) << name;
 }
 
 // gpu.peak.fp8 is optional: absent or 0 is no FP8; a value is bounded as the other peaks, and a
@@ -567,6 +573,13 @@ TEST(PlatformBounds, EfficienciesBelowATenthOfAPercentAreRejected) {
   EXPECT_DOUBLE_EQ(*parsed(kMinimal + "efficiency:\n  tensor_core_cuda11: 0.5\n").efficiency.tensor_core_cuda11, 0.5);
   EXPECT_DOUBLE_EQ(parsed(kMinimal + "efficiency:\n  conv_wave_loss: 0.25\n").efficiency.conv_wave_loss, 0.25);
   EXPECT_DOUBLE_EQ(parsed(kMinimal).efficiency.conv_wave_loss, 1.0);
+  EXPECT_DOUBLE_EQ(parsed(kMinimal + "efficiency:\n  gemm_k_overhead: 160\n").efficiency.gemm_k_overhead, 160);
+  EXPECT_DOUBLE_EQ(parsed(kMinimal).efficiency.gemm_k_overhead, 0);
+  EXPECT_THAT(error_of(kMinimal + "efficiency:\n  gemm_k_overhead: -1\n"),
+              HasSubstr("'efficiency.gemm_k_overhead' is '-1'; expected a number of elements of K from 0 to 65536"));
+  EXPECT_THAT(error_of(kMinimal + "efficiency:\n  gemm_k_overhead: 1e6\n"), HasSubstr("'efficiency.gemm_k_overhead' is '1e6'"));
+  EXPECT_THAT(error_of(kMinimal + "efficiency:\n  gemm_k_overhead: .nan\n"), HasSubstr("'efficiency.gemm_k_overhead' is '.nan'"));
+  EXPECT_THAT(error_of(kMinimal + "efficiency:\n  gemm_k_overhead: [1]\n"), HasSubstr("'efficiency.gemm_k_overhead' is "));
   EXPECT_THAT(error_of(kMinimal + "efficiency:\n  conv_wave_loss: 0\n"), HasSubstr("'efficiency.conv_wave_loss' is "));
   EXPECT_THAT(error_of(kMinimal + "efficiency:\n  tensor_core_cuda11: 2\n"), HasSubstr("'efficiency.tensor_core_cuda11' is '2'"));
 }

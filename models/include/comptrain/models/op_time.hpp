@@ -71,7 +71,9 @@ struct OpTimeOptions {
 // traffic"). For GEMM-like kinds (linear, matmul, conv, attention) on a platform that gives
 // gpu.sms, the compute efficiency is also multiplied by the share of SM-slots the op's output
 // tiles fill in their waves, its GEMM shape read from the tensors it writes (models/README.md,
-// "Wave quantization"); a small GEMM leaves most SMs idle. On tensor cores the platform's
+// "Wave quantization"); a small GEMM leaves most SMs idle. A GEMM whose thread blocks each
+// reduce a short K loses more to the blocks' fixed prologue and epilogue (gemm_k_overhead;
+// models/README.md, "Short reductions"). On tensor cores the platform's
 // share (efficiency.tensor_core) applies on top, chosen by the kernels that run
 // (tensor_core_share: the CUDA toolkit, the attention kernel, the GPU generation;
 // models/README.md, "Kernel ceilings"). A convolution on tensor cores over
@@ -114,5 +116,12 @@ traces::DType arithmetic_dtype(const traces::Trace& trace, traces::OpIndex op);
 //    and cuDNN 75/70 of it);
 //  - otherwise efficiency.tensor_core.
 double tensor_core_share(const Platform& platform, const OpTimeOptions& options, traces::OpKind kind);
+
+// The fixed time of a GEMM kernel's thread block, in elements of K, for an op of `kind` on
+// tensor cores (models/README.md, "Short reductions"): efficiency.gemm_k_overhead for linear and
+// matmul ops, the GEMMs cuBLAS runs; 0 for other kinds (cuDNN's convolutions are fitted apart,
+// fused attention has its own share) and on Hopper under a toolkit before CUDA 12, whose
+// mma.sync kernels the value was not measured on.
+double gemm_k_overhead(const Platform& platform, const OpTimeOptions& options, traces::OpKind kind);
 
 }  // namespace comptrain::models

@@ -46,6 +46,9 @@ inline constexpr units::Bounds max_power{1, 1e6};
 // Efficiencies, fractions of peak: 0.001 to 1. Below 0.1% of peak a roofline says nothing
 // about a kernel (and a fraction like 1e-300 would turn every duration infinite).
 inline constexpr double min_efficiency = 1e-3;
+// 0 to 65,536 elements of K for efficiency.gemm_k_overhead: fitted values are a few hundred
+// (one to a few main-loop stages of 64); beyond 64K a GEMM would never get near its ceiling.
+inline constexpr double max_gemm_k_overhead = 65536;
 // 1 to 100,000 nodes in a network (network.nodes and the leaves of its topology): the largest GPU
 // machines have about 10^4 nodes (Frontier: 9,408), and SimGrid builds every switch and link of
 // the topology, so a typo of a few more digits must not start a build of millions of links.
@@ -171,12 +174,19 @@ struct Efficiency {
   // need newer instructions (Hopper's wgmma: op_time.hpp, tensor_core_share);
   // efficiency.tensor_core_cuda11, unset when not given.
   std::optional<double> tensor_core_cuda11;
-  // How much of the modelled wave-quantization loss convolutions see (op_time.cpp, wave_factor:
+  // How much of the modelled wave-quantization loss convolutions see (op_time.cpp, gemm_shape_factor:
   // their efficiency is multiplied by fill^conv_wave_loss): 1, the default, is the loss of one
   // 128x128 tile per SM, a bound; below 1 the loss shrinks toward none at 0, as cuDNN's
   // algorithm search finds kernels that fill small grids better (efficiency.conv_wave_loss;
   // fitted, models/README.md, "Wave quantization").
   double conv_wave_loss = 1.0;
+  // The fixed cost of a GEMM kernel's thread block (prologue, epilogue), in elements of the
+  // reduction dimension K: a block that reduces K elements reaches K / (K + gemm_k_overhead) of
+  // the efficiency of an endless one (op_time.cpp, gemm_k_factor; models/README.md, "Short
+  // reductions"). For the kernels efficiency.tensor_core describes (linear and matmul ops on
+  // tensor cores; not on Hopper under a toolkit before CUDA 12); 0, the default, charges none
+  // (efficiency.gemm_k_overhead).
+  double gemm_k_overhead = 0.0;
   std::map<traces::OpKind, double> compute;
   std::map<traces::OpKind, double> memory;
   double compute_for(traces::OpKind kind) const;

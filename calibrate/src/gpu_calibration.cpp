@@ -8,9 +8,11 @@
 #include <iterator>
 #include <map>
 #include <optional>
+#include <set>
 #include <stdexcept>
 
 #include "calibration_steps.hpp"
+#include "comptrain/models/op_time.hpp"
 #include "comptrain/models/platform_yaml.hpp"
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/traces/vocabulary.hpp"
@@ -21,7 +23,8 @@ namespace {
 using detail::MeasurementPlan;
 
 // Square GEMMs find the best rate; layer-shaped ones (C[tokens x out] = A[tokens x in] B) say
-// how far below it a transformer layer runs. Tokens = batch x sequence = 8192 in both models.
+// how far below it a transformer layer runs (tokens = batch x sequence = 8192 in both models),
+// and a sweep of K at a fixed output how much a short reduction loses.
 std::vector<GemmShape> gemm_shapes(bool quick) {
   std::vector<GemmShape> shapes;
   for (std::int64_t s : quick ? std::vector<std::int64_t>{2048, 4096} : std::vector<std::int64_t>{1024, 2048, 4096, 8192}) {
@@ -30,6 +33,10 @@ std::vector<GemmShape> gemm_shapes(bool quick) {
   // GPT-2 small (hidden 768, MLP 3072), batch 8, sequence 1024.
   shapes.push_back({8192, 3072, 768, true, "GPT-2 MLP up (b8 s1024)"});
   shapes.push_back({8192, 768, 3072, true, "GPT-2 MLP down (b8 s1024)"});
+  // The same output with K from 256 up: what a short reduction costs (fit_gemm_curve).
+  for (std::int64_t k : quick ? std::vector<std::int64_t>{256, 1024} : std::vector<std::int64_t>{256, 512, 1024, 2048}) {
+    shapes.push_back({8192, 4096, k, false, fmt::format("K sweep {}", k)});
+  }
   if (!quick) {
     shapes.push_back({8192, 2304, 768, true, "GPT-2 QKV (b8 s1024)"});
     shapes.push_back({8192, 768, 768, true, "GPT-2 attention out (b8 s1024)"});
@@ -94,6 +101,89 @@ double GpuMeasurements::layer_gemm_efficiency() const {
     ++precisions;
   }
   return precisions == 0 ? 0.0 : sum / precisions;
+}
+
+namespace {
+
+bool on_tensor_cores(GemmPrecision precision) { return precision != GemmPrecision::fp32; }
+
+double element_bytes(GemmPrecision precision) { return precision == GemmPrecision::fp16 || precision == GemmPrecision::bf16 ? 2.0 : 4.0; }
+
+// Golden-section search for the minimum of f over [lo, hi] (f unimodal there, as a sum of
+// squared log errors in one rate is).
+template <class F>
+double golden_minimum(F f, double lo, double hi, int iterations) {
+  const double r = (std::sqrt(5.0) - 1.0) / 2.0;
+  double a = lo, b = hi, c = b - r * (b - a), d = a + r * (b - a);
+  double fc = f(c), fd = f(d);
+  for (int i = 0; i < iterations; ++i) {
+    if (fc < fd) {
+      b = d, d = c, fd = fc, c = b - r * (b - a), fc = f(c);
+    } else {
+      a = c, c = d, fc = fd, d = a + r * (b - a), fd = f(d);
+    }
+  }
+  return fc < fd ? c : d;
+}
+
+}  // namespace
+
+std::optional<GemmCurve> fit_gemm_curve(const GpuMeasurements& gpu, double memory_efficiency) {
+  const int sms = gpu.info.multiprocessors;
+  const double bandwidth = gpu.memory_bandwidth() * memory_efficiency;
+  if (sms < 1 || !(bandwidth > 0)) return std::nullopt;
+  std::map<GemmPrecision, std::vector<const GemmMeasurement*>> by_precision;
+  std::set<std::int64_t> ks;
+  for (const GemmMeasurement& g : gpu.gemm) {
+    if (!on_tensor_cores(g.precision) || !(g.seconds > 0) || !std::isfinite(g.seconds)) continue;
+    by_precision[g.precision].push_back(&g);
+    ks.insert(g.shape.k);
+  }
+  if (ks.size() < 2) return std::nullopt;
+  // The model's time of one measured GEMM at `rate` with `k0`.
+  const auto modelled = [&](const GemmMeasurement& g, double rate, double k0) {
+    const double m = static_cast<double>(g.shape.m), n = static_cast<double>(g.shape.n), k = static_cast<double>(g.shape.k);
+    const double compute = 2.0 * m * n * k / (rate * models::gemm_factor(1, g.shape.m, g.shape.n, k, sms, k0));
+    const double memory = element_bytes(g.precision) * (m * k + k * n + m * n) / bandwidth;
+    return gpu.launch_overhead + std::max(compute, memory);
+  };
+  // For one k0: each precision's best rate (golden section on its log, from a quarter to four
+  // times the best measured) and the sum of squared log errors they leave.
+  const auto fit_rates = [&](double k0, std::map<GemmPrecision, double>& rates) {
+    double sum = 0;
+    for (const auto& [precision, measured] : by_precision) {
+      double best = 0;
+      for (const GemmMeasurement* g : measured) best = std::max(best, g->flop_rate());
+      const auto error = [&](double log_rate) {
+        double e = 0;
+        for (const GemmMeasurement* g : measured) e += std::pow(std::log(modelled(*g, std::exp(log_rate), k0) / g->seconds), 2);
+        return e;
+      };
+      const double log_rate = golden_minimum(error, std::log(best / 4), std::log(best * 4), 80);
+      rates[precision] = std::exp(log_rate);
+      sum += error(log_rate);
+    }
+    return sum;
+  };
+  std::size_t count = 0;
+  for (const auto& entry : by_precision) count += entry.second.size();
+  GemmCurve curve;
+  curve.gemms = count;
+  std::map<GemmPrecision, double> rates;
+  curve.rms_log_error_flat = std::sqrt(fit_rates(0.0, rates) / static_cast<double>(count));
+  // k0 on a grid of 16 over 0 .. 4096, then to the element around the best.
+  double best_k0 = 0, best_sum = curve.rms_log_error_flat * curve.rms_log_error_flat * static_cast<double>(count);
+  for (double k0 = 16; k0 <= 4096; k0 += 16) {
+    const double sum = fit_rates(k0, rates);
+    if (sum < best_sum) best_sum = sum, best_k0 = k0;
+  }
+  for (double k0 = std::max(0.0, best_k0 - 15); k0 <= best_k0 + 15; k0 += 1) {
+    const double sum = fit_rates(k0, rates);
+    if (sum < best_sum) best_sum = sum, best_k0 = k0;
+  }
+  curve.k_overhead = best_k0;
+  curve.rms_log_error = std::sqrt(fit_rates(best_k0, curve.rate) / static_cast<double>(count));
+  return curve;
 }
 
 double GpuMeasurements::memory_bandwidth() const {
@@ -290,13 +380,23 @@ std::string platform_yaml(const GpuMeasurements& gpu, const PlatformEmitOptions&
   p.gpu.memory_bandwidth = memory_bandwidth;
   set({"gpu", "memory_bandwidth"}, fmt::format("{:.6g} GB/s", memory_bandwidth / 1e9),
       measured + ": device-to-device cudaMemcpy, 2 x bytes / s (read + write), fitted over the sizes");
+  // Elementwise kernels' share of the copy rate (efficiency.memory.default below), which the
+  // GEMM curve's memory roofline uses too.
+  constexpr double kMemoryEfficiency = 0.9;
+  const std::optional<GemmCurve> curve = fit_gemm_curve(gpu, kMemoryEfficiency);
   for (GemmPrecision precision : kGemmPrecisions) {
-    const double rate = gpu.best_gemm_rate(precision);
+    const double best = gpu.best_gemm_rate(precision);
+    const bool fitted = curve && curve->rate.count(precision) != 0;
+    const double rate = fitted ? curve->rate.at(precision) : best;
     const std::vector<std::string> path{"gpu", "peak", std::string(to_string(precision))};
     if (rate > 0) {
       std::size_t shapes = 0;
       for (const auto& g : gpu.gemm) shapes += g.precision == precision ? 1 : 0;
-      set(path, fmt::format("{:.6g} TFLOP/s", rate / 1e12), fmt::format("{}: best cuBLAS GEMM rate over {} shapes", measured, shapes));
+      set(path, fmt::format("{:.6g} TFLOP/s", rate / 1e12),
+          fitted ? fmt::format("{}: the rate cuBLAS's GEMMs approach at endless K in whole waves, fitted over {} shapes with "
+                               "efficiency.gemm_k_overhead (best measured {:.6g} TFLOP/s)",
+                               measured, shapes, best / 1e12)
+                 : fmt::format("{}: best cuBLAS GEMM rate over {} shapes", measured, shapes));
     } else if (precision == GemmPrecision::fp32 || precision == GemmPrecision::fp16) {
       throw std::invalid_argument(fmt::format("platform_yaml: no {} GEMM was measured", to_string(precision)));
     } else {
@@ -308,6 +408,10 @@ std::string platform_yaml(const GpuMeasurements& gpu, const PlatformEmitOptions&
      : precision == GemmPrecision::tf32 ? p.gpu.peak_tf32
      : precision == GemmPrecision::fp16 ? p.gpu.peak_fp16
                                         : p.gpu.peak_bf16) = rate;
+  }
+  if (gpu.info.multiprocessors > 0) {
+    p.gpu.sms = gpu.info.multiprocessors;
+    set({"gpu", "sms"}, std::to_string(gpu.info.multiprocessors), measured + ": cudaDeviceProp::multiProcessorCount");
   }
   p.gpu.launch_overhead = gpu.launch_overhead;
   set({"gpu", "launch_overhead"}, fmt::format("{:.4g} us", gpu.launch_overhead * 1e6), measured + ": empty kernels launched back to back, per launch");
@@ -365,7 +469,20 @@ std::string platform_yaml(const GpuMeasurements& gpu, const PlatformEmitOptions&
     p.efficiency.compute[kind] = fraction;
     set({"efficiency", "compute", std::string(traces::to_string(kind))}, number(fraction), base_or_assumed);
   }
-  if (layer > 0) {
+  if (curve) {
+    // The tensor-core peaks above are the curve's own rates, so the GEMMs' efficiency is 1: the
+    // waves and the short reductions (gemm_k_overhead) say how far below them a GEMM runs.
+    for (traces::OpKind kind : {traces::OpKind::linear, traces::OpKind::matmul}) {
+      p.efficiency.compute[kind] = 1.0;
+      set({"efficiency", "compute", std::string(traces::to_string(kind))}, "1",
+          measured + ": the GEMM curve's rates are the peaks above; its waves and gemm_k_overhead give each shape's share");
+    }
+    p.efficiency.gemm_k_overhead = curve->k_overhead;
+    set({"efficiency", "gemm_k_overhead"}, fmt::format("{:g}", curve->k_overhead),
+        fmt::format("{}: fitted with the peaks above on {} tensor-core GEMMs, rms log error {:.4f} ({:.4f} without it; "
+                    "models/README.md, \"Short reductions\")",
+                    measured, curve->gemms, curve->rms_log_error, curve->rms_log_error_flat));
+  } else if (layer > 0) {
     for (traces::OpKind kind : {traces::OpKind::linear, traces::OpKind::matmul}) {
       const std::string text = fmt::format("{:.3f}", std::min(1.0, layer));
       p.efficiency.compute[kind] = std::stod(text);
@@ -373,7 +490,7 @@ std::string platform_yaml(const GpuMeasurements& gpu, const PlatformEmitOptions&
           measured + ": transformer-layer GEMMs' rate / best rate (geometric mean)");
     }
   }
-  p.efficiency.memory_default = 0.9;
+  p.efficiency.memory_default = kMemoryEfficiency;
   set({"efficiency", "memory", "default"}, "0.9", "assumption: elementwise kernels stream at ~90 % of a device-to-device copy (memory_bandwidth above)");
 
   models::PlatformYamlComments comments;

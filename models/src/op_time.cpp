@@ -658,6 +658,13 @@ std::optional<AttentionKernel> parse_attention_kernel(std::string_view text) {
   return std::nullopt;
 }
 
+double gemm_factor(std::int64_t batch, std::int64_t rows, std::int64_t cols, double k, int sms, double k_overhead) {
+  if (batch < 1 || rows < 1 || cols < 1 || !(k > 0)) return 1.0;
+  const GemmOutput gemm{batch, rows, cols};
+  const BlockWork work = block_work(gemm, k * static_cast<double>(batch) * static_cast<double>(rows) * static_cast<double>(cols), sms);
+  return work.fill * gemm_k_factor(work.k, k_overhead);
+}
+
 double gemm_k_overhead(const Platform& platform, const OpTimeOptions& options, traces::OpKind kind) {
   if (kind != traces::OpKind::linear && kind != traces::OpKind::matmul) return 0.0;
   // Hopper under an old toolkit runs mma.sync kernels, not the ones efficiency.tensor_core (and

@@ -18,6 +18,24 @@
 namespace comptrain::calibrate {
 namespace {
 
+// The fake GPU's GEMMs: fp32 at 19 TFLOP/s; on tensor cores the launch (4 us) plus FLOPs at the
+// precision's rate (TF32 150, FP16 and BF16 280 TFLOP/s) x K / (K + 200), the op-time model's
+// short-reduction law with gemm_k_overhead 200. Its 128 SMs divide every calibration shape's
+// 128x128 tiles into whole waves, so the model's wave fill is 1 throughout.
+constexpr double kFakeKOverhead = 200;
+constexpr double kFakeLaunch = 4e-6;
+double fake_gemm_seconds(GemmPrecision precision, const GemmShape& shape) {
+  const double flops = 2.0 * static_cast<double>(shape.m * shape.n * shape.k);
+  const double k = static_cast<double>(shape.k);
+  switch (precision) {
+    case GemmPrecision::fp32: return flops / 19e12;
+    case GemmPrecision::tf32: return kFakeLaunch + flops / (150e12 * k / (k + kFakeKOverhead));
+    case GemmPrecision::fp16:
+    case GemmPrecision::bf16: return kFakeLaunch + flops / (280e12 * k / (k + kFakeKOverhead));
+  }
+  return 0;
+}
+
 // A GPU whose every cost is latency + bytes / bandwidth (or FLOPs / rate) exactly. Its streams
 // are the CPU driver's, which the CUDA driver's equal byte for byte (kernels tests).
 class FakeProbe final : public GpuProbe {
@@ -30,7 +48,7 @@ class FakeProbe final : public GpuProbe {
     GpuInfo i;
     i.name = name;
     i.memory_bytes = std::int64_t{40} << 30;
-    i.multiprocessors = 108;
+    i.multiprocessors = 128;  // not an A100's 108: whole waves for every shape (fake_gemm_seconds)
     i.compute_major = has_tf32 ? 8 : 7;
     i.device_count = 4;
     i.runtime = "fake";
@@ -60,18 +78,9 @@ class FakeProbe final : public GpuProbe {
     }
     return 0;
   }
-  // Square GEMMs at the peak, layer-shaped ones at 80 % of it.
   std::optional<double> time_gemm(GemmPrecision precision, const GemmShape& shape, int) override {
-    double peak = 0;
-    switch (precision) {
-      case GemmPrecision::fp32: peak = 19e12; break;
-      case GemmPrecision::tf32: peak = 150e12; break;
-      case GemmPrecision::fp16: peak = 280e12; break;
-      case GemmPrecision::bf16: peak = 280e12; break;
-    }
     if (!has_tf32 && (precision == GemmPrecision::tf32 || precision == GemmPrecision::bf16)) return std::nullopt;
-    const double flops = 2.0 * static_cast<double>(shape.m * shape.n * shape.k);
-    return flops / (shape.layer_shaped ? 0.8 * peak : peak);
+    return fake_gemm_seconds(precision, shape);
   }
   double launch_overhead(int) override { return 4e-6; }
 };
@@ -127,9 +136,44 @@ TEST(GpuCalibration, RecoversTheDevicesLaws) {
   EXPECT_NEAR(g.copy_models.at(CopyKind::d2h_pinned).latency, 9e-6, 1e-10);
   EXPECT_NEAR(g.copy_models.at(CopyKind::d2h_pageable).bandwidth, 9e9, 9e9 * 1e-6);
   EXPECT_NEAR(g.memory_bandwidth(), 1400e9, 1400e9 * 1e-6);  // 2 x the copy rate: read + write
-  EXPECT_NEAR(g.best_gemm_rate(GemmPrecision::fp16), 280e12, 280e12 * 1e-9);
-  EXPECT_NEAR(g.layer_gemm_efficiency(), 0.8, 1e-9);
+  // The best FP16 GEMM is the longest reduction, the square 4096 (K / (K + 200) = 0.953).
+  const GemmShape square{4096, 4096, 4096, false, "square 4096"};
+  const double square_rate = 2.0 * 4096.0 * 4096.0 * 4096.0 / fake_gemm_seconds(GemmPrecision::fp16, square);
+  EXPECT_NEAR(g.best_gemm_rate(GemmPrecision::fp16), square_rate, square_rate * 1e-9);
+  EXPECT_NEAR(g.best_gemm_rate(GemmPrecision::fp32), 19e12, 19e12 * 1e-9);
+  // The GPT-2 MLP's K = 768 and 3072 run below the square's rate.
+  EXPECT_GT(g.layer_gemm_efficiency(), 0.85);
+  EXPECT_LT(g.layer_gemm_efficiency(), 0.95);
   EXPECT_DOUBLE_EQ(g.launch_overhead, 4e-6);
+  // The op-time model's GEMM curve, fitted on the tensor-core GEMMs, finds the device's law:
+  // k0 200 and each precision's rate at endless K, to rounding.
+  const std::optional<GemmCurve> curve = fit_gemm_curve(g, 0.9);
+  ASSERT_TRUE(curve.has_value());
+  EXPECT_DOUBLE_EQ(curve->k_overhead, kFakeKOverhead);
+  EXPECT_NEAR(curve->rate.at(GemmPrecision::fp16), 280e12, 280e12 * 1e-6);
+  EXPECT_NEAR(curve->rate.at(GemmPrecision::bf16), 280e12, 280e12 * 1e-6);
+  EXPECT_NEAR(curve->rate.at(GemmPrecision::tf32), 150e12, 150e12 * 1e-6);
+  EXPECT_EQ(curve->rate.count(GemmPrecision::fp32), 0u);  // CUDA cores: no curve
+  EXPECT_LT(curve->rms_log_error, 1e-6);
+  EXPECT_GT(curve->rms_log_error_flat, 0.05);  // without k0 the sweep's short K cannot be matched
+  EXPECT_EQ(curve->gemms, 3 * g.gemm.size() / 4);
+}
+
+// Without two values of K among the tensor-core GEMMs (or without the SMs) there is no curve.
+TEST(GpuCalibration, NoGemmCurveWithoutASpreadOfK) {
+  GpuMeasurements g;
+  g.info.multiprocessors = 128;
+  g.copy_models[CopyKind::d2d] = {};
+  g.copy_models[CopyKind::d2d].bandwidth = 700e9;
+  const GemmShape a{4096, 4096, 4096, false, "square"};
+  g.gemm.push_back({GemmPrecision::fp16, a, fake_gemm_seconds(GemmPrecision::fp16, a)});
+  g.gemm.push_back({GemmPrecision::fp32, {4096, 4096, 1024, false, "fp32"}, 1e-3});
+  EXPECT_FALSE(fit_gemm_curve(g, 0.9).has_value());
+  const GemmShape b{4096, 4096, 512, false, "short"};
+  g.gemm.push_back({GemmPrecision::fp16, b, fake_gemm_seconds(GemmPrecision::fp16, b)});
+  EXPECT_TRUE(fit_gemm_curve(g, 0.9).has_value());
+  g.info.multiprocessors = 0;
+  EXPECT_FALSE(fit_gemm_curve(g, 0.9).has_value());
 }
 
 TEST(GpuCalibration, ProfileWithGpuMeasurementsReadsBack) {
@@ -187,13 +231,20 @@ TEST(GpuPlatform, EmittedPlatformParsesWithTheMeasuredValues) {
   EXPECT_EQ(pl.gpus_per_node, 4);
   EXPECT_EQ(pl.gpu.compute_capability_major, 8);  // cudaDeviceProp, read back from the file
   EXPECT_EQ(pl.gpu_link.bandwidth, 0.0);  // not measured, no base: absent
-  EXPECT_NEAR(pl.efficiency.compute_for(traces::OpKind::linear), 0.8, 1e-3);
-  EXPECT_NEAR(pl.efficiency.compute_for(traces::OpKind::matmul), 0.8, 1e-3);
+  // The GEMM curve: the tensor-core peaks are its rates, linear and matmul at 1 of them, and the
+  // short-reduction overhead the device's; the SMs come from the device.
+  EXPECT_NEAR(pl.gpu.peak_fp16, 280e12, 280e12 * 1e-5);
+  EXPECT_EQ(pl.gpu.sms, 128);
+  EXPECT_DOUBLE_EQ(pl.efficiency.gemm_k_overhead, kFakeKOverhead);
+  EXPECT_DOUBLE_EQ(pl.efficiency.compute_for(traces::OpKind::linear), 1.0);
+  EXPECT_DOUBLE_EQ(pl.efficiency.compute_for(traces::OpKind::matmul), 1.0);
+  EXPECT_NE(yaml.find("gemm_k_overhead: 200  # measured by comptrain calibrate on 2026-11-22: fitted with the peaks above on"), std::string::npos)
+      << yaml;
   EXPECT_NE(yaml.find("assumption"), std::string::npos);  // unmeasured values say so
-  // name 1, gpu 5 (name, memory, memory_visible, compute capability, bandwidth) + 4 peaks + launch 1, host 5, host_link 4
-  // (with the pageable rate), gpus_per_node 1, efficiency: compute default, linear, matmul, conv, attention and memory
-  // default 6.
-  EXPECT_EQ(expect_every_value_commented(yaml), 27) << yaml;
+  // name 1, gpu 6 (name, memory, memory_visible, compute capability, bandwidth, sms) + 4 peaks + launch 1, host 5, host_link 4
+  // (with the pageable rate), gpus_per_node 1, efficiency: compute default, linear, matmul, conv, attention, memory
+  // default and gemm_k_overhead 7.
+  EXPECT_EQ(expect_every_value_commented(yaml), 29) << yaml;
   EXPECT_NE(yaml.find("    fp32: 19 TFLOP/s  # measured by comptrain calibrate on 2026-11-22: best cuBLAS GEMM rate over"), std::string::npos) << yaml;
 }
 

@@ -41,6 +41,25 @@ struct GpuMeasurements {
   double memory_bandwidth() const;
 };
 
+// The GEMM curve of the op-time model (models/README.md, "Wave quantization" and "Short
+// reductions") fitted on the tensor-core GEMMs measured (TF32, FP16, BF16): one k0
+// (efficiency.gemm_k_overhead, elements of K) shared by the precisions and, per precision, the
+// rate its GEMMs approach at endless K in whole waves, such that the model's time of each GEMM,
+//   launch + max(FLOPs / (rate x models::gemm_factor(m, n, k, SMs, k0)), bytes / (bandwidth x memory efficiency)),
+// best matches the measured one (least squares on the logs of the times; k0 searched over 0 to
+// 4,096, each rate for a given k0 by golden section).
+struct GemmCurve {
+  double k_overhead = 0;
+  std::map<GemmPrecision, double> rate;  // FLOP/s at endless K in whole waves
+  double rms_log_error = 0;              // over the GEMMs fitted
+  double rms_log_error_flat = 0;         // the same fit with k0 = 0 (each rate refitted)
+  std::size_t gemms = 0;
+};
+
+// nullopt when the tensor-core GEMMs measured span fewer than two values of K (nothing to fit
+// k0 on) or the GPU's SMs or memory bandwidth are unknown.
+std::optional<GemmCurve> fit_gemm_curve(const GpuMeasurements& gpu, double memory_efficiency);
+
 struct GpuCalibrationResult {
   CalibrationResult codecs;  // profile (device_kind cuda) and raw codec measurements
   GpuMeasurements gpu;

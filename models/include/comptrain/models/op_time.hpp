@@ -124,4 +124,12 @@ double tensor_core_share(const Platform& platform, const OpTimeOptions& options,
 // mma.sync kernels the value was not measured on.
 double gemm_k_overhead(const Platform& platform, const OpTimeOptions& options, traces::OpKind kind);
 
+// The factor that multiplies the compute efficiency of one GEMM of `batch` matrices of
+// rows x cols outputs, each reducing k elements, on `sms` SMs (0: no wave model) with
+// `k_overhead` (0: none): the wave fill of its 128x128 tiles, split-K included, times
+// k_slice / (k_slice + k_overhead) (models/README.md, "Wave quantization" and "Short
+// reductions"). What a linear op's forward GEMM gets; calibrate fits k_overhead with it. 1 for an
+// empty shape.
+double gemm_factor(std::int64_t batch, std::int64_t rows, std::int64_t cols, double k, int sms, double k_overhead);
+
 }  // namespace comptrain::models

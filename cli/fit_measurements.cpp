@@ -32,7 +32,8 @@ void add_fit_measurements_options(CLI::App& command, FitMeasurementsArgs& args) 
                        "attention, scaled together), or in its place conv (convolutions alone) and matmul (linear, matmul and attention "
                        "together), memory_default, compute_default, tensor_core (the extra share of ops on tensor cores), "
                        "tensor_core_cuda11 (the same for scenarios with framework.cuda below 12 on Hopper), conv_wave_loss (the share of the "
-                       "modelled wave-quantization loss convolutions see) (default: gemm,memory_default)")
+                       "modelled wave-quantization loss convolutions see), gemm_k_overhead (the short-reduction curve's k0, elements of K; "
+                       "calibrate --device cuda fits it from measured GEMMs) (default: gemm,memory_default)")
           ->delimiter(',');
 }
 

@@ -42,7 +42,13 @@ constexpr std::array kMatmulKinds{OpKind::linear, OpKind::matmul, OpKind::attent
 
 constexpr std::array kAllParameters{FitParameter::gemm,        FitParameter::conv,        FitParameter::matmul,
                                     FitParameter::memory_default, FitParameter::compute_default, FitParameter::tensor_core,
-                                    FitParameter::tensor_core_cuda11, FitParameter::conv_wave_loss};
+                                    FitParameter::tensor_core_cuda11, FitParameter::conv_wave_loss, FitParameter::gemm_k_overhead};
+
+// gemm_k_overhead is no fraction of peak: a count of K elements, scaled from the base value (or
+// from kStartKOverhead where the base has none, 0 scaling to nothing) within [1, kMaxFittedKOverhead]
+// and written as a whole number.
+constexpr double kStartKOverhead = 128;
+constexpr double kMaxFittedKOverhead = 4096;
 
 // ---------------------------------------------------------------- the measurements file
 
@@ -110,8 +116,10 @@ struct Group {
   FitParameter parameter = FitParameter::gemm;
   bool memory = false;                // memory efficiencies, else compute
   // One value of Efficiency's own, not per kind (tensor_core, tensor_core_cuda11,
-  // conv_wave_loss): efficiency.<its name> in a platform file; one entry, nullopt.
+  // conv_wave_loss, gemm_k_overhead): efficiency.<its name> in a platform file; one entry, nullopt.
   bool scalar = false;
+  // A count of K elements (gemm_k_overhead), not a fraction of peak.
+  bool elements = false;
   std::vector<std::optional<OpKind>> entries;  // nullopt: the `default`
   std::vector<double> base;
   double lo = 0, hi = 0;              // bounds of log(scale): every value stays in [0.001, 1]
@@ -162,6 +170,14 @@ Group group_of(FitParameter parameter, const models::Efficiency& e) {
       g.entries.emplace_back(std::nullopt);
       g.base.push_back(e.conv_wave_loss);
       break;
+    case FitParameter::gemm_k_overhead:
+      g.scalar = true;
+      g.elements = true;
+      g.entries.emplace_back(std::nullopt);
+      g.base.push_back(e.gemm_k_overhead > 0 ? e.gemm_k_overhead : kStartKOverhead);
+      g.lo = std::log(1.0 / g.base.front());
+      g.hi = std::log(kMaxFittedKOverhead / g.base.front());
+      return g;
   }
   const auto [smallest, largest] = std::minmax_element(g.base.begin(), g.base.end());
   g.lo = std::log(limits::min_efficiency / *smallest);
@@ -188,6 +204,9 @@ void set_scalar(models::Efficiency& e, FitParameter parameter, double value) {
     case FitParameter::conv_wave_loss:
       e.conv_wave_loss = value;
       return;
+    case FitParameter::gemm_k_overhead:
+      e.gemm_k_overhead = value;
+      return;
     default:
       throw std::logic_error("set_scalar: " + std::string(to_string(parameter)) + " is a group of per-kind efficiencies");
   }
@@ -198,8 +217,9 @@ models::Efficiency scaled(const models::Efficiency& base, const std::vector<Grou
   for (std::size_t j = 0; j < groups.size(); ++j) {
     const Group& g = groups[j];
     for (std::size_t k = 0; k < g.entries.size(); ++k) {
-      double value = std::clamp(g.base[k] * std::exp(x[j]), limits::min_efficiency, 1.0);
-      if (round) value = as_written(value);
+      double value = g.elements ? std::clamp(g.base[k] * std::exp(x[j]), 1.0, kMaxFittedKOverhead)
+                                : std::clamp(g.base[k] * std::exp(x[j]), limits::min_efficiency, 1.0);
+      if (round) value = g.elements ? std::round(value) : as_written(value);
       const std::optional<OpKind>& entry = g.entries[k];
       if (g.scalar) {
         set_scalar(e, g.parameter, value);
@@ -491,6 +511,8 @@ std::string_view to_string(FitParameter parameter) {
       return "tensor_core_cuda11";
     case FitParameter::conv_wave_loss:
       return "conv_wave_loss";
+    case FitParameter::gemm_k_overhead:
+      return "gemm_k_overhead";
   }
   return "?";
 }
@@ -565,7 +587,7 @@ FitResult fit_measurements(const MeasurementSet& set, const FitOptions& options)
                                  options.holdout, set.source, count, count == 1 ? "" : "s", count - 1));
   }
   if (options.parameters.empty()) {
-    throw InputError("no parameter to fit; expected one or more of gemm, conv, matmul, memory_default, compute_default, tensor_core, tensor_core_cuda11, conv_wave_loss");
+    throw InputError("no parameter to fit; expected one or more of " + fit_parameter_choices());
   }
   const auto asked = [&](FitParameter p) { return std::find(options.parameters.begin(), options.parameters.end(), p) != options.parameters.end(); };
   // gemm scales the kinds conv and matmul split: fitted together, one efficiency would have two scales.
@@ -640,6 +662,11 @@ FitResult fit_measurements(const MeasurementSet& set, const FitOptions& options)
   models::Platform fitted = set.platform;
   fitted.name = options.output_name;
   fitted.efficiency = scaled(set.platform.efficiency, groups, x_written, true);
+  for (std::size_t j = 0; j < groups.size(); ++j) {
+    // x = 0 is the base value for every parameter but a gemm_k_overhead the base lacks (its
+    // scale starts from kStartKOverhead): not determined, it stays absent.
+    if (result.parameters[j].sensitivity == 0 && groups[j].elements) fitted.efficiency.gemm_k_overhead = set.platform.efficiency.gemm_k_overhead;
+  }
   const std::vector<double> after = predictor.run({{fitted.efficiency, all_indices}}).front();
 
   double before_fit = 0, after_fit = 0, before_held = 0, after_held = 0;
@@ -694,7 +721,12 @@ std::string fit_table(const FitResult& result) {
   }
   out += "parameters (fitted value / base value; sensitivity = max |d log throughput / d log value|):\n";
   for (const ParameterFit& p : result.parameters) {
-    out += fmt::format("  {:<16} x{:.4g}  sensitivity {:.3g}{}\n", to_string(p.parameter), p.scale, p.sensitivity,
+    // gemm_k_overhead is a count, not a fraction: its value, and the base's.
+    const std::string value =
+        p.parameter == FitParameter::gemm_k_overhead
+            ? fmt::format("= {:g} (base {:g})", result.fitted.efficiency.gemm_k_overhead, result.base.efficiency.gemm_k_overhead)
+            : fmt::format("x{:.4g}", p.scale);
+    out += fmt::format("  {:<16} {}  sensitivity {:.3g}{}\n", to_string(p.parameter), value, p.sensitivity,
                        p.sensitivity == 0 ? "  (no measurement depends on it: kept)" : "");
   }
   out += fmt::format("rms log error, {} fitted: {:.4f} -> {:.4f}\n", fitted, result.rms_before, result.rms_after);

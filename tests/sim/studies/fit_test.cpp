@@ -201,12 +201,49 @@ TEST_F(FitTest, ConvAndMatmulPartTheGemmKinds) {
 
 TEST(FitParameters, NamesRoundTrip) {
   for (const FitParameter p : {FitParameter::gemm, FitParameter::conv, FitParameter::matmul, FitParameter::memory_default, FitParameter::compute_default, FitParameter::tensor_core,
-                               FitParameter::tensor_core_cuda11, FitParameter::conv_wave_loss}) {
+                               FitParameter::tensor_core_cuda11, FitParameter::conv_wave_loss, FitParameter::gemm_k_overhead}) {
     EXPECT_EQ(parse_fit_parameter(to_string(p)), p);
   }
   EXPECT_EQ(parse_fit_parameter("tensor_core_cuda12"), std::nullopt);
   // What --fit-parameters' error offers: every name, from the same list.
-  EXPECT_EQ(fit_parameter_choices(), "gemm, conv, matmul, memory_default, compute_default, tensor_core, tensor_core_cuda11 or conv_wave_loss");
+  EXPECT_EQ(fit_parameter_choices(),
+            "gemm, conv, matmul, memory_default, compute_default, tensor_core, tensor_core_cuda11, conv_wave_loss or gemm_k_overhead");
+}
+
+// gemm_k_overhead is a count of K elements, fitted from nothing where the base has none: a
+// 16-bit transformer (K of 512 and 2048) measured on a platform with k0 = 300 gives it back
+// from one without; an fp32 one (its GEMMs on the CUDA cores, which pay no k0) says nothing of
+// it, and the base's absent value stays absent.
+TEST_F(FitTest, TheShortReductionOverheadIsFoundFromNothing) {
+  write("k-truth.yaml", platform_yaml("k-truth", kTruth + "  gemm_k_overhead: 300\n"));
+  std::string amp = kGptAmp;
+  amp.replace(amp.find("truth.yaml"), 10, "k-truth.yaml");
+  write("gpt-amp-k.yaml", amp);
+  std::string fp32 = kGptFp32;
+  fp32.replace(fp32.find("truth.yaml"), 10, "k-truth.yaml");
+  write("gpt-fp32-k.yaml", fp32);
+  const auto line = [this](const std::string& scenario) {
+    return "  - {scenario: " + scenario + ", samples_per_second: " + fmt::format("{:.17g}", simulated_throughput(scenario)) + "}\n";
+  };
+  FitOptions options;
+  options.parameters = {FitParameter::gemm_k_overhead};
+  options.output_name = "fitted";
+  const FitResult found = fit_measurements(parse("platform: truth.yaml\nmeasurements:\n" + line("gpt-amp-k.yaml")), options);
+  ASSERT_EQ(found.parameters.size(), 1u);
+  EXPECT_GT(found.parameters[0].sensitivity, 0.01);
+  EXPECT_NEAR(found.fitted.efficiency.gemm_k_overhead, 300, 3);
+  EXPECT_EQ(found.fitted.efficiency.gemm_k_overhead, std::round(found.fitted.efficiency.gemm_k_overhead));  // written whole
+  EXPECT_GT(found.rms_before, 0.01);
+  EXPECT_LT(found.rms_after, 0.002);
+  EXPECT_THAT(found.platform_yaml, HasSubstr("gemm_k_overhead: "));
+  EXPECT_THAT(found.platform_yaml, HasSubstr("# fitted from 1 measurements of m.yaml"));
+  EXPECT_THAT(fit_table(found), HasSubstr("gemm_k_overhead  = "));
+  EXPECT_THAT(fit_table(found), HasSubstr("(base 0)"));
+
+  const FitResult blind = fit_measurements(parse("platform: truth.yaml\nmeasurements:\n" + line("gpt-fp32-k.yaml")), options);
+  EXPECT_EQ(blind.parameters[0].sensitivity, 0);
+  EXPECT_EQ(blind.fitted.efficiency.gemm_k_overhead, 0);
+  EXPECT_THAT(blind.platform_yaml, HasSubstr("not fitted: no measurement depends on it"));
 }
 
 TEST_F(FitTest, BadFilesNameTheirLine) {

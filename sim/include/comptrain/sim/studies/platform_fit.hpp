@@ -41,6 +41,12 @@
 //   conv_wave_loss   Efficiency::conv_wave_loss, the share of the modelled wave-quantization
 //                    loss convolutions see (models/README.md, "Wave quantization"); the
 //                    small-batch CNN runs depend on it, large batches hardly
+//   gemm_k_overhead  Efficiency::gemm_k_overhead, the short-reduction curve's k0 (elements of K;
+//                    models/README.md, "Short reductions"): from the base platform's value, or
+//                    from 128 where it has none, over 1 to 4,096, written as a whole number.
+//                    Throughputs confound it with the GEMMs' level unless their K differ
+//                    (BERT-base's 768 beside a 4,096-wide LLM); `calibrate --device cuda` fits
+//                    it from a sweep of measured GEMMs instead
 // Every resulting efficiency stays within the platform bounds [0.001, 1].
 //
 // Objective: sum over the fitted measurements of log(predicted / measured)^2, where predicted =
@@ -87,7 +93,7 @@ struct MeasurementSet {
 MeasurementSet parse_measurements(std::string_view yaml, std::string_view source, const std::filesystem::path& base_dir);
 MeasurementSet load_measurements(const std::filesystem::path& path);
 
-enum class FitParameter { gemm, conv, matmul, memory_default, compute_default, tensor_core, tensor_core_cuda11, conv_wave_loss };
+enum class FitParameter { gemm, conv, matmul, memory_default, compute_default, tensor_core, tensor_core_cuda11, conv_wave_loss, gemm_k_overhead };
 std::string_view to_string(FitParameter parameter);
 std::optional<FitParameter> parse_fit_parameter(std::string_view text);
 // Every parameter's name, for errors: "gemm, conv, ... or conv_wave_loss".
@@ -112,7 +118,7 @@ struct MeasurementFit {
 
 struct ParameterFit {
   FitParameter parameter = FitParameter::gemm;
-  double scale = 1;  // fitted value / base value, for every efficiency of the group
+  double scale = 1;  // fitted value / base value, for every efficiency of the group (gemm_k_overhead: / 128 where the base has none)
   // max over the fitted measurements of |d log(predicted) / d log(scale)| at the fit: 0 means
   // the measurements say nothing about the parameter (it kept its value).
   double sensitivity = 0;

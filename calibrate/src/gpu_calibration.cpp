@@ -1,5 +1,6 @@
 #include "comptrain/calibrate/gpu_calibration.hpp"
 
+#include <boost/math/tools/minima.hpp>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -109,23 +110,6 @@ bool on_tensor_cores(GemmPrecision precision) { return precision != GemmPrecisio
 
 double element_bytes(GemmPrecision precision) { return precision == GemmPrecision::fp16 || precision == GemmPrecision::bf16 ? 2.0 : 4.0; }
 
-// Golden-section search for the minimum of f over [lo, hi] (f unimodal there, as a sum of
-// squared log errors in one rate is).
-template <class F>
-double golden_minimum(F f, double lo, double hi, int iterations) {
-  const double r = (std::sqrt(5.0) - 1.0) / 2.0;
-  double a = lo, b = hi, c = b - r * (b - a), d = a + r * (b - a);
-  double fc = f(c), fd = f(d);
-  for (int i = 0; i < iterations; ++i) {
-    if (fc < fd) {
-      b = d, d = c, fd = fc, c = b - r * (b - a), fc = f(c);
-    } else {
-      a = c, c = d, fc = fd, d = a + r * (b - a), fd = f(d);
-    }
-  }
-  return fc < fd ? c : d;
-}
-
 }  // namespace
 
 std::optional<GemmCurve> fit_gemm_curve(const GpuMeasurements& gpu, double memory_efficiency) {
@@ -147,8 +131,9 @@ std::optional<GemmCurve> fit_gemm_curve(const GpuMeasurements& gpu, double memor
     const double memory = element_bytes(g.precision) * (m * k + k * n + m * n) / bandwidth;
     return gpu.launch_overhead + std::max(compute, memory);
   };
-  // For one k0: each precision's best rate (golden section on its log, from a quarter to four
-  // times the best measured) and the sum of squared log errors they leave.
+  // For one k0: each precision's best rate (Brent's minimisation over its log, from a quarter to
+  // four times the best measured: Boost.Math's brent_find_minima) and the sum of squared log
+  // errors they leave.
   const auto fit_rates = [&](double k0, std::map<GemmPrecision, double>& rates) {
     double sum = 0;
     for (const auto& [precision, measured] : by_precision) {
@@ -159,9 +144,10 @@ std::optional<GemmCurve> fit_gemm_curve(const GpuMeasurements& gpu, double memor
         for (const GemmMeasurement* g : measured) e += std::pow(std::log(modelled(*g, std::exp(log_rate), k0) / g->seconds), 2);
         return e;
       };
-      const double log_rate = golden_minimum(error, std::log(best / 4), std::log(best * 4), 80);
+      // 40 bits: the log rate to about 1e-12, far finer than any timing.
+      const auto [log_rate, least] = boost::math::tools::brent_find_minima(error, std::log(best / 4), std::log(best * 4), 40);
       rates[precision] = std::exp(log_rate);
-      sum += error(log_rate);
+      sum += least;
     }
     return sum;
   };

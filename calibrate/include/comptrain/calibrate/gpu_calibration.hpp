@@ -47,7 +47,7 @@ struct GpuMeasurements {
 // rate its GEMMs approach at endless K in whole waves, such that the model's time of each GEMM,
 //   launch + max(FLOPs / (rate x models::gemm_factor(m, n, k, SMs, k0)), bytes / (bandwidth x memory efficiency)),
 // best matches the measured one (least squares on the logs of the times; k0 searched over 0 to
-// 4,096, each rate for a given k0 by golden section).
+// 4,096, each rate for a given k0 by Brent's method).
 struct GemmCurve {
   double k_overhead = 0;
   std::map<GemmPrecision, double> rate;  // FLOP/s at endless K in whole waves

@@ -66,8 +66,7 @@ void print_gpu_summary(std::FILE* to, const calibrate::GpuMeasurements& gpu) {
   }
   fmt::print(to, "  transformer-layer GEMMs at {:.0f} % of the best rate; kernel launch {:.2f} us\n", 100 * gpu.layer_gemm_efficiency(),
              gpu.launch_overhead * 1e6);
-  // The memory efficiency --emit-platform writes (platform_yaml's).
-  if (const std::optional<calibrate::GemmCurve> curve = calibrate::fit_gemm_curve(gpu, 0.9)) {
+  if (const std::optional<calibrate::GemmCurve> curve = calibrate::fit_gemm_curve(gpu, calibrate::kEmittedMemoryEfficiency)) {
     fmt::print(to, "  GEMM curve: gemm_k_overhead {:g} (K / (K + {:g}) of an endless reduction), rms log error {:.4f} over {} tensor-core GEMMs ({:.4f} without it)\n",
                curve->k_overhead, curve->k_overhead, curve->rms_log_error, curve->gemms, curve->rms_log_error_flat);
   }

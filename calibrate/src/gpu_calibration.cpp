@@ -155,20 +155,20 @@ std::optional<GemmCurve> fit_gemm_curve(const GpuMeasurements& gpu, double memor
   for (const auto& entry : by_precision) count += entry.second.size();
   GemmCurve curve;
   curve.gemms = count;
-  std::map<GemmPrecision, double> rates;
-  curve.rms_log_error_flat = std::sqrt(fit_rates(0.0, rates) / static_cast<double>(count));
-  // k0 on a grid of 16 over 0 .. 4096, then to the element around the best.
-  double best_k0 = 0, best_sum = curve.rms_log_error_flat * curve.rms_log_error_flat * static_cast<double>(count);
-  for (double k0 = 16; k0 <= 4096; k0 += 16) {
+  const double flat_sum = fit_rates(0.0, curve.rate);
+  double best_sum = flat_sum;
+  // k0 on a grid of 16 over 0 .. 4096, then to the element around the best; curve keeps the
+  // best k0 and its rates.
+  const auto try_k0 = [&](double k0) {
+    std::map<GemmPrecision, double> rates;
     const double sum = fit_rates(k0, rates);
-    if (sum < best_sum) best_sum = sum, best_k0 = k0;
-  }
-  for (double k0 = std::max(0.0, best_k0 - 15); k0 <= best_k0 + 15; k0 += 1) {
-    const double sum = fit_rates(k0, rates);
-    if (sum < best_sum) best_sum = sum, best_k0 = k0;
-  }
-  curve.k_overhead = best_k0;
-  curve.rms_log_error = std::sqrt(fit_rates(best_k0, curve.rate) / static_cast<double>(count));
+    if (sum < best_sum) best_sum = sum, curve.k_overhead = k0, curve.rate = std::move(rates);
+  };
+  for (double k0 = 16; k0 <= 4096; k0 += 16) try_k0(k0);
+  const double grid_best = curve.k_overhead;
+  for (double k0 = std::max(0.0, grid_best - 15); k0 <= grid_best + 15; k0 += 1) try_k0(k0);
+  curve.rms_log_error_flat = std::sqrt(flat_sum / static_cast<double>(count));
+  curve.rms_log_error = std::sqrt(best_sum / static_cast<double>(count));
   return curve;
 }
 
@@ -366,10 +366,7 @@ std::string platform_yaml(const GpuMeasurements& gpu, const PlatformEmitOptions&
   p.gpu.memory_bandwidth = memory_bandwidth;
   set({"gpu", "memory_bandwidth"}, fmt::format("{:.6g} GB/s", memory_bandwidth / 1e9),
       measured + ": device-to-device cudaMemcpy, 2 x bytes / s (read + write), fitted over the sizes");
-  // Elementwise kernels' share of the copy rate (efficiency.memory.default below), which the
-  // GEMM curve's memory roofline uses too.
-  constexpr double kMemoryEfficiency = 0.9;
-  const std::optional<GemmCurve> curve = fit_gemm_curve(gpu, kMemoryEfficiency);
+  const std::optional<GemmCurve> curve = fit_gemm_curve(gpu, kEmittedMemoryEfficiency);
   for (GemmPrecision precision : kGemmPrecisions) {
     const double best = gpu.best_gemm_rate(precision);
     const bool fitted = curve && curve->rate.count(precision) != 0;
@@ -476,8 +473,9 @@ std::string platform_yaml(const GpuMeasurements& gpu, const PlatformEmitOptions&
           measured + ": transformer-layer GEMMs' rate / best rate (geometric mean)");
     }
   }
-  p.efficiency.memory_default = kMemoryEfficiency;
-  set({"efficiency", "memory", "default"}, "0.9", "assumption: elementwise kernels stream at ~90 % of a device-to-device copy (memory_bandwidth above)");
+  p.efficiency.memory_default = kEmittedMemoryEfficiency;
+  set({"efficiency", "memory", "default"}, number(kEmittedMemoryEfficiency),
+      "assumption: elementwise kernels stream at ~90 % of a device-to-device copy (memory_bandwidth above)");
 
   models::PlatformYamlComments comments;
   comments.header = fmt::format("{} as `comptrain calibrate --device cuda --emit-platform` measured it on {}.\n"

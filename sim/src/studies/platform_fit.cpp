@@ -122,7 +122,7 @@ struct Group {
   bool elements = false;
   std::vector<std::optional<OpKind>> entries;  // nullopt: the `default`
   std::vector<double> base;
-  double lo = 0, hi = 0;              // bounds of log(scale): every value stays in [0.001, 1]
+  double lo = 0, hi = 0;              // bounds of log(scale): every value stays in [0.001, 1] (elements: [1, kMaxFittedKOverhead])
 };
 
 Group group_of(FitParameter parameter, const models::Efficiency& e) {

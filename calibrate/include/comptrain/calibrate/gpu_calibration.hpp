@@ -60,6 +60,11 @@ struct GemmCurve {
 // k0 on) or the GPU's SMs or memory bandwidth are unknown.
 std::optional<GemmCurve> fit_gemm_curve(const GpuMeasurements& gpu, double memory_efficiency);
 
+// The memory efficiency an emitted platform carries (efficiency.memory.default, an assumption:
+// elementwise kernels stream at ~90 % of a device-to-device copy), and so the one its GEMM curve
+// is fitted with (platform_yaml, and the calibrate command's summary).
+inline constexpr double kEmittedMemoryEfficiency = 0.9;
+
 struct GpuCalibrationResult {
   CalibrationResult codecs;  // profile (device_kind cuda) and raw codec measurements
   GpuMeasurements gpu;

@@ -67,8 +67,8 @@ Platform parsed(const std::string& yaml) { return parse_platform(yaml, "p.yaml")
 
 TEST(BuiltinPlatforms, AllShippedPlatformsAreEmbedded) {
   EXPECT_THAT(builtin_platform_names(), ElementsAre("a100-40gb", "a100-80gb", "dgx-a100-superpod", "dgx-h100-superpod", "dgx1-v100-cluster",
-                                                   "h100-100k", "h100-80gb", "h100-pcie", "h200", "perlmutter-gpu", "polaris", "titanx-maxwell", "v100-16gb",
-                                                   "v100-32gb"));
+                                                   "h100-100k", "h100-80gb", "h100-pcie", "h200", "p5-48xlarge", "perlmutter-gpu", "polaris", "titanx-maxwell",
+                                                   "v100-16gb", "v100-32gb"));
 }
 
 TEST(BuiltinPlatforms, EveryShippedPlatformParsesWithSaneValues) {
@@ -196,7 +196,7 @@ TEST(BuiltinPlatforms, FittedAndLauncherFieldsReadBack) {
   // Hopper: the tensor-core share derived from measured GEMM ceilings (H100 over A100), and the
   // CUDA 11 one fitted on the H100 SXM5 (calibrate/measurements/h100.yaml), shared by the H200
   // (the same GH100 SMs); the other efficiencies stay the assumed ones.
-  for (const char* name : {"h100-80gb", "h200", "dgx-h100-superpod", "h100-100k"}) {
+  for (const char* name : {"h100-80gb", "h200", "dgx-h100-superpod", "h100-100k", "p5-48xlarge"}) {
     const Platform h = builtin_platform(name);
     EXPECT_DOUBLE_EQ(h.efficiency.tensor_core, 0.9241) << name;
     EXPECT_EQ(h.efficiency.tensor_core_cuda11, 0.5769) << name;
@@ -208,12 +208,14 @@ TEST(BuiltinPlatforms, FittedAndLauncherFieldsReadBack) {
   EXPECT_DOUBLE_EQ(a.gpu.peak_fp8, 0);  // no FP8 before compute capability 8.9
   // NCCL's blocks beside compute: 24 of an H100's 132 SMs (seen), the same share of the A100's 108
   // (derived from the slowdown measured on both); none where nothing was measured.
-  for (const char* name : {"h100-80gb", "h200", "dgx-h100-superpod", "h100-100k"}) EXPECT_EQ(builtin_platform(name).gpu.collective_sms, 24) << name;
+  for (const char* name : {"h100-80gb", "h200", "dgx-h100-superpod", "h100-100k", "p5-48xlarge"}) {
+    EXPECT_EQ(builtin_platform(name).gpu.collective_sms, 24) << name;
+  }
   for (const char* name : {"a100-40gb", "a100-80gb", "dgx-a100-superpod", "perlmutter-gpu", "polaris"}) EXPECT_EQ(builtin_platform(name).gpu.collective_sms, 20) << name;
   for (const char* name : {"v100-16gb", "v100-32gb", "dgx1-v100-cluster", "h100-pcie", "titanx-maxwell"}) EXPECT_EQ(builtin_platform(name).gpu.collective_sms, 0) << name;
   // A GEMM block's fixed time in elements of K, fitted on XLA's measured H100 table: every Hopper
   // platform; none where no GEMM table was measured.
-  for (const char* name : {"h100-80gb", "h200", "dgx-h100-superpod", "h100-100k", "h100-pcie"}) {
+  for (const char* name : {"h100-80gb", "h200", "dgx-h100-superpod", "h100-100k", "h100-pcie", "p5-48xlarge"}) {
     EXPECT_DOUBLE_EQ(builtin_platform(name).efficiency.gemm_k_overhead, 160) << name;
   }
   for (const char* name : {"a100-40gb", "v100-32gb", "titanx-maxwell"}) EXPECT_DOUBLE_EQ(builtin_platform(name).efficiency.gemm_k_overhead, 0) << name;
@@ -249,7 +251,7 @@ TEST(BuiltinPlatforms, UnknownNameListsTheShippedOnes) {
   } catch (const InputError& e) {
     EXPECT_THAT(e.what(), HasSubstr("unknown platform 'nope'"));
     EXPECT_THAT(e.what(), HasSubstr("a100-40gb, a100-80gb, dgx-a100-superpod, dgx-h100-superpod, dgx1-v100-cluster, h100-100k, h100-80gb, h100-pcie, h200, "
-                                    "perlmutter-gpu, polaris, titanx-maxwell, v100-16gb, v100-32gb"));
+                                    "p5-48xlarge, perlmutter-gpu, polaris, titanx-maxwell, v100-16gb, v100-32gb"));
   }
 }
 
@@ -882,9 +884,26 @@ TEST(PlatformCluster, AdaptiveRoutingOnNonBlockingFatTreesOnly) {
   EXPECT_THAT(error_of(cluster_with("bandwidth: 192 GB/s, latency: 0}", "bandwidth: 192 GB/s, latency: 0, power: {idle: 1 W, busy: 2 W}}") +
                        "  routing: adaptive\n"),
               HasSubstr("'network.routing' is adaptive and network.link has a power"));
-  for (const char* name : {"dgx-h100-superpod", "dgx-a100-superpod", "h100-100k"}) {
+  for (const char* name : {"dgx-h100-superpod", "dgx-a100-superpod", "h100-100k", "p5-48xlarge"}) {
     EXPECT_EQ(builtin_platform(name).network->routing, NetworkRouting::adaptive) << name;
   }
+}
+
+// The p5.48xlarge's EFA network: its rate and its per-step latency fitted on nccl-tests all-gathers
+// (scenarios/platforms/README.md, "EFA"); the link carries the node's 8 rails; no shared file
+// system is given (it is provisioned apart).
+TEST(BuiltinPlatforms, P5CarriesItsFittedEfaNetwork) {
+  const Platform p5 = builtin_platform("p5-48xlarge");
+  ASSERT_TRUE(p5.nic.has_value());
+  EXPECT_DOUBLE_EQ(p5.nic->bandwidth, 39.5e9);
+  EXPECT_EQ(p5.nic->per_node, 8);
+  ASSERT_TRUE(p5.network.has_value());
+  EXPECT_DOUBLE_EQ(p5.network->link.bandwidth, 8 * p5.nic->bandwidth);
+  EXPECT_DOUBLE_EQ(p5.collectives.inter_node_step, 56e-6);
+  EXPECT_DOUBLE_EQ(p5.collectives.intra_node_step, builtin_platform("dgx-h100-superpod").collectives.intra_node_step);
+  ASSERT_TRUE(p5.storage.has_value());
+  EXPECT_FALSE(p5.storage->shared.has_value());
+  EXPECT_TRUE(p5.storage->local.has_value());
 }
 
 TEST(PlatformCluster, ASingleNodeNeedsNoNetworkLatencies) {
@@ -975,7 +994,8 @@ TEST(BuiltinPlatforms, ClustersAreTheirSystemsPages) {
     SCOPED_TRACE(name);
     EXPECT_DOUBLE_EQ(x.collectives.base, 8.4e-6) << "NCCL tuning.cc, Ring/Simple";
     EXPECT_DOUBLE_EQ(x.collectives.intra_node_step, 3.4e-6);
-    if (x.network) {
+    // NCCL's InfiniBand step, but on EFA, whose step was fitted (P5CarriesItsFittedEfaNetwork).
+    if (x.network && name != "p5-48xlarge") {
       EXPECT_DOUBLE_EQ(x.collectives.inter_node_step, 14e-6);
     }
   }
@@ -1009,6 +1029,7 @@ TEST(BuiltinPlatforms, ClustersKeepTheirNodesSectionsInSync) {
       {"dgx-h100-superpod", "h100-80gb", {"gpu", "host", "host_link", "gpu_link", "gpus_per_node", "efficiency"}},
       {"dgx1-v100-cluster", "v100-16gb", {"gpu", "host", "host_link", "gpu_link", "gpus_per_node", "efficiency"}},
       {"h100-100k", "dgx-h100-superpod", {"gpu", "host", "host_link", "gpu_link", "gpus_per_node", "nic", "collectives", "efficiency"}},
+      {"p5-48xlarge", "h100-80gb", {"gpu", "host_link", "gpu_link", "efficiency"}},
       {"perlmutter-gpu", "a100-40gb", {"gpu", "host_link", "efficiency"}},
       {"polaris", "a100-40gb", {"gpu", "host_link", "efficiency"}},
   };

@@ -75,6 +75,14 @@ TEST(HfConfig, ShippedConfigsHaveThePublishedParameterCounts) {
   EXPECT_EQ(parameters(build_model(from_config("bert-base-uncased.json", 16))), 110'106'428);
 }
 
+// The configs aws-samples/awsome-distributed-training's FSDP test case builds (train_utils.py's
+// LlamaConfig and MistralConfig from its sbatch shapes and arguments.py's defaults): the counts
+// its sample logs print ("Created model with total parameters: ...", slurm/README.md@fbb28318).
+TEST(HfConfig, TheAwsomeFsdpConfigsHaveTheirLogsParameterCounts) {
+  EXPECT_EQ(parameters(build_model(from_config("awsome-llama-v2-7b.json", 16))), 6'889'410'560);
+  EXPECT_EQ(parameters(build_model(from_config("awsome-mistral-7b.json", 16))), 7'248'023'552);
+}
+
 // Qwen3-0.6B (scenarios/hf-configs/qwen3-0.6b.json): heads of head_dim 128 where hidden / heads
 // is 64, and Qwen3's q_norm and k_norm. By hand, per layer: q_proj 1024 x (16 x 128) = 2,097,152;
 // k_proj and v_proj 1024 x (8 x 128) = 1,048,576 each; o_proj (16 x 128) x 1024 = 2,097,152;

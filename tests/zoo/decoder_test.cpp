@@ -77,10 +77,12 @@ TEST(HfConfig, ShippedConfigsHaveThePublishedParameterCounts) {
 
 // The configs aws-samples/awsome-distributed-training's FSDP test case builds (train_utils.py's
 // LlamaConfig and MistralConfig from its sbatch shapes and arguments.py's defaults): the counts
-// its sample logs print ("Created model with total parameters: ...", slurm/README.md@fbb28318).
+// its sample logs print ("Created model with total parameters: ...", slurm/README.md@fbb28318;
+// the Llama 3.1 8B one @bc1d5761).
 TEST(HfConfig, TheAwsomeFsdpConfigsHaveTheirLogsParameterCounts) {
   EXPECT_EQ(parameters(build_model(from_config("awsome-llama-v2-7b.json", 16))), 6'889'410'560);
   EXPECT_EQ(parameters(build_model(from_config("awsome-mistral-7b.json", 16))), 7'248'023'552);
+  EXPECT_EQ(parameters(build_model(from_config("awsome-llama-v3-8b.json", 16))), 7'392'727'040);
 }
 
 // Qwen3-0.6B (scenarios/hf-configs/qwen3-0.6b.json): heads of head_dim 128 where hidden / heads

@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "comptrain/sim/report/validation_report.hpp"
 #include "comptrain/sim/studies/validate.hpp"
@@ -14,6 +15,7 @@ namespace {
 struct ValidateOptions {
   std::string table;
   bool fast = false;
+  std::vector<std::string> points;
   bool json = false;
   bool markdown = false;
   int jobs = 0;
@@ -23,7 +25,7 @@ struct ValidateOptions {
 int run(const ValidateOptions& o) {
   const std::filesystem::path path = o.table.empty() ? sim::default_validation_table() : std::filesystem::path(o.table);
   const sim::ValidationTable table = sim::load_validation_table(path);
-  const auto results = sim::validate(table, {.fast = o.fast, .jobs = o.jobs});
+  const auto results = sim::validate(table, {.fast = o.fast, .jobs = o.jobs, .points = o.points});
   const std::string text = o.json       ? sim::validation_json(table.source, results)
                            : o.markdown ? sim::validation_markdown(results)
                                         : sim::validation_text(results);
@@ -49,6 +51,9 @@ std::function<int()> add_validate_command(CLI::App& app) {
                       "Validation table (.jsonl, scenarios/validation/README.md); default: scenarios/validation/published.jsonl of "
                       "the source tree comptrain was built from");
   command->add_flag("--fast", options->fast, "Only the points marked fast in the table (a few seconds; what ctest runs)");
+  command->add_option("--points", options->points,
+                      "Only the points whose id matches this shell pattern ('nccl-p5-4x8-*'); repeat for several. The summaries "
+                      "are then over those points; a pattern that matches no point exits 2");
   auto* json = command->add_flag("--json", options->json, "Print the results as JSON");
   command->add_flag("--markdown", options->markdown, "Print the results as Markdown tables (the table of docs/validation.md)")->excludes(json);
   add_positive_int(*command, "-j,--jobs", options->jobs, "Points predicted at once, each in its own process (default: the core count)");

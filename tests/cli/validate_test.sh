@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `comptrain validate`: the fast subset of the validation table runs, exits 0 and prints the
-# summary per metric; a malformed table exits 2 naming the file and the line.
+# summary per metric; --points selects by id; a malformed table exits 2 naming the file and the line.
 # Usage: validate_test.sh PATH/TO/comptrain PATH/TO/scenarios/validation
 set -u
 source "$(dirname "$0")/check_lib.sh" "$@"
@@ -22,6 +22,10 @@ expect 0 'peak_mem_bytes +1 ' -- validate "$dir/published.jsonl" --fast -j 2
 expect 0 '"schema"' -- validate "$dir/published.jsonl" --fast --json -j 2
 "$bin" validate "$dir/published.jsonl" --fast -j 2 -o "$work/out.txt" >/dev/null 2>&1 || fail "validate -o exited non-zero"
 grep -q 'median |error|' "$work/out.txt" || fail "validate -o wrote no summary"
+# --points: the p5 network's fit set alone (collectives: no scenario to simulate), and a pattern
+# that matches nothing exits 2 naming the table.
+expect 0 'bus_bandwidth +7 ' -- validate "$dir/published.jsonl" --points 'nccl-p5-4x8-*' -j 2
+expect 2 "published.jsonl: no point's id matches \"nope-\*\"" -- validate "$dir/published.jsonl" --points 'nope-*'
 
 # Malformed tables: the file and the line of the fault.
 printf '# a comment\n{"id": "x", "metric": \n' >"$work/bad.jsonl"

@@ -4,6 +4,7 @@
 #include "comptrain/sim/studies/prediction.hpp"
 
 #include <fmt/format.h>
+#include <fnmatch.h>
 
 #include <algorithm>
 #include <array>
@@ -714,9 +715,21 @@ double relative_error(double predicted, const ValidationPoint& point) {
 }
 
 std::vector<ValidationResult> validate(const ValidationTable& table, const ValidateOptions& options) {
+  // A pattern that selects nothing is a typo, not an empty table.
+  const auto matches = [](const std::string& pattern, const std::string& id) { return ::fnmatch(pattern.c_str(), id.c_str(), 0) == 0; };
+  for (const std::string& pattern : options.points) {
+    if (std::none_of(table.points.begin(), table.points.end(), [&](const ValidationPoint& p) { return matches(pattern, p.id); })) {
+      throw InputError(fmt::format("{}: no point's id matches {}; expected a shell pattern of the table's ids (e.g. 'nccl-p5-*')",
+                                   table.source, json_excerpt(pattern)));
+    }
+  }
   std::vector<ValidationResult> results;
   for (const ValidationPoint& point : table.points) {
     if (options.fast && !point.fast) continue;
+    if (!options.points.empty() &&
+        std::none_of(options.points.begin(), options.points.end(), [&](const std::string& pattern) { return matches(pattern, point.id); })) {
+      continue;
+    }
     results.push_back({point, std::nullopt, std::nullopt, point.covered() ? "" : "not covered: " + point.not_covered, std::nullopt, false, ""});
   }
   // Every scenario is read before the first simulation, so a bad one stops the run at once.

@@ -376,7 +376,7 @@ TEST(ValidatePrediction, RanAtBatchIsWhetherTheBatchFits) {
                        batch);
   };
   const ValidationTable table = parse_validation_table(point(8) + point(4096), "t.jsonl", dir);
-  const auto results = validate(table, ValidateOptions{false, 1});
+  const auto results = validate(table, ValidateOptions{.fast = false, .jobs = 1});
   ASSERT_EQ(results.size(), 2u);
   const PreparedScenario prepared(load_scenario_file(dir / "b8.yaml"));
   const RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, 8, Isolation::child_process);
@@ -400,6 +400,30 @@ TEST(ValidatePrediction, RanAtBatchIsWhetherTheBatchFits) {
 // Multi-GPU sources publish the whole job's samples/s: a throughput point predicts the per-GPU
 // micro-batch times the scenario's GPUs and micro-steps over its iteration time, and a one-GPU
 // point without accumulation the batch alone.
+// --points keeps the points whose id matches one of its shell patterns, in table order; a pattern
+// that matches nothing is an error naming the table, not an empty result.
+TEST(ValidatePrediction, PointsSelectsByIdPattern) {
+  const auto point = [](const std::string& id) {
+    return R"({"id": ")" + id + R"(", "source": "s", "gpu": "A100", "metric": "bus_bandwidth", "platform": "a100-40gb", "nodes": 1, )"
+           R"("gpus_per_node": 8, "collective": "all_reduce", "bytes": 1073741824, "published": 230, "unit": "GB/s", "notes": "n"})" "\n";
+  };
+  const ValidationTable table = parse(point("ring-a") + point("tree-b") + point("ring-c"));
+  const auto ids = [](const std::vector<ValidationResult>& results) {
+    std::vector<std::string> out;
+    for (const ValidationResult& r : results) out.push_back(r.point.id);
+    return out;
+  };
+  EXPECT_EQ(ids(validate(table, {.jobs = 1, .points = {"ring-*"}})), (std::vector<std::string>{"ring-a", "ring-c"}));
+  EXPECT_EQ(ids(validate(table, {.jobs = 1, .points = {"tree-?", "ring-c"}})), (std::vector<std::string>{"tree-b", "ring-c"}));
+  EXPECT_EQ(ids(validate(table, {.jobs = 1})).size(), 3u);
+  try {
+    validate(table, {.jobs = 1, .points = {"ring-*", "nope"}});
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("t.jsonl: no point's id matches \"nope\""));
+  }
+}
+
 TEST(ValidatePrediction, ThroughputIsTheWholeJobs) {
   const std::filesystem::path dir = std::filesystem::temp_directory_path() / "comptrain_validate_global_throughput";
   std::filesystem::create_directories(dir);
@@ -414,7 +438,7 @@ TEST(ValidatePrediction, ThroughputIsTheWholeJobs) {
   };
   const ValidationTable table =
       parse_validation_table(point("one", "one.yaml") + point("four", "four.yaml") + point("four-x3", "four-x3.yaml"), "t.jsonl", dir);
-  const auto results = validate(table, ValidateOptions{false, 1});
+  const auto results = validate(table, ValidateOptions{.fast = false, .jobs = 1});
   ASSERT_EQ(results.size(), 3u);
   // Micro-batches one iteration trains: GPUs x micro-steps.
   for (const auto& [index, file, micro_batches] : {std::tuple{0, "one.yaml", 1}, std::tuple{1, "four.yaml", 4}, std::tuple{2, "four-x3.yaml", 12}}) {
@@ -448,7 +472,7 @@ TEST(ValidatePrediction, PipelinePointsReplayEveryStage) {
                                                            point("peak", "peak_mem_bytes", "1e9", R"(, "measured_as": "max_memory_reserved")") +
                                                            point("ran", "ran_at_batch", "2", ""),
                                                        "t.jsonl", dir);
-  const auto results = validate(table, ValidateOptions{false, 1});
+  const auto results = validate(table, ValidateOptions{.fast = false, .jobs = 1});
   ASSERT_EQ(results.size(), 3u);
   const PreparedScenario prepared(load_scenario_file(dir / "pp.yaml"));
   const PipelineOutcome outcome = run_pipeline(prepared, prepared.scenario().strategy, 2, Isolation::child_process);
@@ -490,7 +514,7 @@ TEST(ValidatePrediction, DataSectionThroughputAndSlowdownIncludeTheLoader) {
           R"({"id": "s", )" + common +
           R"("metric": "slowdown_x", "published": 2, "unit": "x", "scenario": "real.yaml", "reference_scenario": "synthetic.yaml"})" "\n",
       "t.jsonl", dir);
-  const auto results = validate(table, ValidateOptions{false, 1});
+  const auto results = validate(table, ValidateOptions{.fast = false, .jobs = 1});
   ASSERT_EQ(results.size(), 2u);
   const PreparedScenario real(load_scenario_file(dir / "real.yaml"));
   const RunOutcome outcome = run_scenario(real, real.scenario().strategy, 8, Isolation::child_process);

@@ -180,10 +180,14 @@ inline constexpr std::array<std::string_view, 4> kWorkloadFamilies{"cnn", "encod
 struct ValidateOptions {
   bool fast = false;  // only the points marked `fast`
   int jobs = 0;       // points predicted at once, each in its own worker process; 0 = the core count
+  // Only the points whose id matches one of these shell patterns (fnmatch: *, ?, [...]); none:
+  // every point.
+  std::vector<std::string> points = {};
 };
 
-// Predicts every point (of the fast subset). The scenarios are read first, so a bad one is an
-// InputError before any simulation. Results are in table order whatever `jobs` is.
+// Predicts every point (of the fast subset, of those `points` matches). The scenarios are read
+// first, so a bad one is an InputError before any simulation; so is a pattern of `points` that
+// matches no point of the table. Results are in table order whatever `jobs` is.
 std::vector<ValidationResult> validate(const ValidationTable& table, const ValidateOptions& options);
 
 // Per metric, over the predicted points that are not suspect.

@@ -110,6 +110,7 @@ std::function<int()> add_calibrate_command(CLI::App& app) {
     if (!command->parsed()) return -1;
     const CalibrateArgs& a = *args;
     if (fit_measurements_requested(a.fit)) return run_fit_measurements(a.fit, *command, a.name, a.out);
+    if (fit_collectives_requested(a.fit)) return run_fit_collectives(a.fit, *command, a.name, a.out);
     check_fit_options_unused(a.fit);
     const bool gpu = calibrate::gpu_visible();
     const std::string device = !a.device.empty() ? a.device : (gpu && calibrate::built_with_cuda() ? "cuda" : "cpu");

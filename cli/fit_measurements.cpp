@@ -28,7 +28,7 @@ void add_fit_measurements_options(CLI::App& command, FitMeasurementsArgs& args) 
           .add_option("--from-collectives", args.collectives_file,
                       "Fit a cluster platform's network to measured nccl-tests bus bandwidths instead of measuring kernels, and write "
                       "it to -o. FILE (YAML): `platform:` a shipped name or a .yaml file, `measurements:` a list of {collective: "
-                      "all_reduce | reduce_scatter | all_gather, nodes: N, gpus_per_node: G, bytes: B (as nccl-tests counts the size), "
+                      "all_reduce | reduce_scatter | all_gather | all_to_all, nodes: N, gpus_per_node: G, bytes: B (as nccl-tests counts the size), "
                       "bus_bandwidth: busbw in GB/s}. Fits the NICs' rate (nic.bandwidth, the network links scaled with it) and NCCL's "
                       "step across the network (collectives.inter_node_step), each collective simulated as a ring, to minimize the sum "
                       "of log(predicted/measured)^2; writes the platform with both marked `fitted` and prints each measurement before "

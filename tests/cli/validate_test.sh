@@ -24,7 +24,7 @@ expect 0 '"schema"' -- validate "$dir/published.jsonl" --fast --json -j 2
 grep -q 'median |error|' "$work/out.txt" || fail "validate -o wrote no summary"
 # --points: the p5 network's fit set alone (collectives: no scenario to simulate), and a pattern
 # that matches nothing exits 2 naming the table.
-expect 0 'bus_bandwidth +7 ' -- validate "$dir/published.jsonl" --points 'nccl-p5-4x8-*' -j 2
+expect 0 'bus_bandwidth +7 ' -- validate "$dir/published.jsonl" --points 'nccl-p5-4x8-allgather-*' -j 2
 expect 2 "published.jsonl: no point's id matches \"nope-\*\"" -- validate "$dir/published.jsonl" --points 'nope-*'
 
 # Malformed tables: the file and the line of the fault.

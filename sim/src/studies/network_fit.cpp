@@ -61,7 +61,7 @@ CollectiveMeasurementSet read_set(const YAML::Node& root, std::string_view sourc
                      "\"Clusters\")");
   }
 
-  const std::string item_form = "{collective: all_reduce | reduce_scatter | all_gather, nodes: N, gpus_per_node: G, bytes: B, bus_bandwidth: GB/s}";
+  const std::string item_form = "{collective: all_reduce | reduce_scatter | all_gather | all_to_all, nodes: N, gpus_per_node: G, bytes: B, bus_bandwidth: GB/s}";
   const YAML::Node list = root["measurements"];
   if (!list || !list.IsSequence() || list.size() == 0) {
     throw InputError(where(list ? list : root) + "'measurements' must be a non-empty list of " + item_form);
@@ -89,14 +89,16 @@ CollectiveMeasurementSet read_set(const YAML::Node& root, std::string_view sourc
     };
     const YAML::Node kind = field("collective");
     bool known = false;
-    for (const auto k : {models::CollectiveKind::all_reduce, models::CollectiveKind::reduce_scatter, models::CollectiveKind::all_gather}) {
+    for (const auto k : {models::CollectiveKind::all_reduce, models::CollectiveKind::reduce_scatter, models::CollectiveKind::all_gather,
+                         models::CollectiveKind::all_to_all}) {
       if (models::to_string(k) == kind.Scalar()) {
         m.kind = k;
         known = true;
       }
     }
     if (!known) {
-      throw InputError(where(kind) + fmt::format("'{}.collective' is {}; expected all_reduce, reduce_scatter or all_gather", name, json_excerpt(kind.Scalar())));
+      throw InputError(where(kind) + fmt::format("'{}.collective' is {}; expected all_reduce, reduce_scatter, all_gather or all_to_all", name,
+                                                    json_excerpt(kind.Scalar())));
     }
     m.nodes = static_cast<int>(integer("nodes", p.max_nodes()));
     m.gpus_per_node = static_cast<int>(integer("gpus_per_node", p.gpus_per_node));

@@ -152,13 +152,16 @@ CollectivePoint read_collective(const PointReader& in, const std::filesystem::pa
   c.bytes = count("bytes", std::int64_t{1} << 50);
   const std::string kind = in.text("collective", true);
   bool found = false;
-  for (const auto k : {models::CollectiveKind::all_reduce, models::CollectiveKind::reduce_scatter, models::CollectiveKind::all_gather}) {
+  for (const auto k : {models::CollectiveKind::all_reduce, models::CollectiveKind::reduce_scatter, models::CollectiveKind::all_gather,
+                       models::CollectiveKind::all_to_all}) {
     if (models::to_string(k) == kind) {
       c.kind = k;
       found = true;
     }
   }
-  if (!found) in.fail(fmt::format("field 'collective': found {}; expected all_reduce, reduce_scatter or all_gather", json_excerpt(kind)));
+  if (!found) {
+    in.fail(fmt::format("field 'collective': found {}; expected all_reduce, reduce_scatter, all_gather or all_to_all", json_excerpt(kind)));
+  }
   return c;
 }
 

@@ -1172,7 +1172,7 @@ TEST(RanksInClasses, AFoldedClusterTimesCollectivesAsTheWholeOne) {
 
 TEST(CollectivesValidation, BadBusBandwidthPointsAreNamedAtTheirLine) {
   EXPECT_THAT(table_error(with_field(kBusPoint, "reduce_scatter", "broadcast")),
-              HasSubstr("t.jsonl:1: field 'collective': found \"broadcast\"; expected all_reduce, reduce_scatter or all_gather"));
+              HasSubstr("t.jsonl:1: field 'collective': found \"broadcast\"; expected all_reduce, reduce_scatter, all_gather or all_to_all"));
   EXPECT_THAT(table_error(with_field(kBusPoint, "\"nodes\": 2", "\"nodes\": 141")),
               HasSubstr("t.jsonl:1: field 'nodes': found 141; expected an integer from 1 to 140"));
   EXPECT_THAT(table_error(with_field(kBusPoint, "\"gpus_per_node\": 8", "\"gpus_per_node\": 0")),

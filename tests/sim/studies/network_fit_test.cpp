@@ -45,9 +45,9 @@ TEST(NetworkFit, MeasurementsFileErrorsNameTheirPlace) {
               HasSubstr("m.yaml:1:11: platform h100-80gb has no network with NICs and a collectives.inter_node_step; expected a cluster platform"));
   EXPECT_THAT(error_of("measurements:\n" + kOne), HasSubstr("'platform' must be a shipped platform name or a platform file"));
   EXPECT_THAT(error_of("platform: dgx-h100-superpod\nmeasurements: []\n"), HasSubstr("'measurements' must be a non-empty list of {collective:"));
-  EXPECT_THAT(error_of("platform: dgx-h100-superpod\nmeasurements:\n  - {collective: all_to_all, nodes: 2, gpus_per_node: 8, bytes: 1, "
+  EXPECT_THAT(error_of("platform: dgx-h100-superpod\nmeasurements:\n  - {collective: broadcast, nodes: 2, gpus_per_node: 8, bytes: 1, "
                        "bus_bandwidth: 1}\n"),
-              HasSubstr("m.yaml:3:18: 'measurements[0].collective' is \"all_to_all\"; expected all_reduce, reduce_scatter or all_gather"));
+              HasSubstr("m.yaml:3:18: 'measurements[0].collective' is \"broadcast\"; expected all_reduce, reduce_scatter, all_gather or all_to_all"));
   EXPECT_THAT(error_of("platform: dgx-h100-superpod\nmeasurements:\n  - {collective: all_gather, nodes: 2, gpus_per_node: 8, bytes: 0, "
                        "bus_bandwidth: 1}\n"),
               HasSubstr("m.yaml:3:65: 'measurements[0].bytes' is \"0\"; expected an integer from 1 to 1125899906842624"));

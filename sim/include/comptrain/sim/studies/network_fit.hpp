@@ -21,7 +21,7 @@ namespace comptrain::sim {
 
 // One line of an nccl-tests run: the collective, the cluster shape it ran on, the size as
 // nccl-tests counts it (the all-reduce's buffer, the reduce-scatter's input, the all-gather's
-// output) and its busbw.
+// output, the all-to-all's buffer) and its busbw.
 struct CollectiveMeasurement {
   models::CollectiveKind kind = models::CollectiveKind::all_reduce;
   int nodes = 1;
@@ -40,7 +40,7 @@ struct CollectiveMeasurementSet {
 };
 
 // Parses FILE: `platform:` a shipped name or a .yaml file (relative to FILE), `measurements:` a
-// list of {collective: all_reduce | reduce_scatter | all_gather, nodes, gpus_per_node, bytes,
+// list of {collective: all_reduce | reduce_scatter | all_gather | all_to_all, nodes, gpus_per_node, bytes,
 // bus_bandwidth: GB/s}. InputError "SOURCE:LINE:COLUMN: problem; expected ..." for malformed YAML,
 // unknown or missing keys, a platform without a network, a shape the platform does not have or
 // the simulator refuses, a non-positive or non-finite figure.

@@ -48,12 +48,7 @@ class PlatformReader : public yaml::Reader {
   explicit PlatformReader(std::string_view source) : yaml::Reader(source) {}
 
   Platform read(std::string_view text) {
-    YAML::Node root;
-    try {
-      root = YAML::Load(std::string(text));
-    } catch (const YAML::Exception& e) {
-      throw InputError(where(e.mark) + "malformed YAML: " + e.msg);
-    }
+    const YAML::Node root = yaml::load_document(text, source());
     return read(root);
   }
 

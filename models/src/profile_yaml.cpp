@@ -68,12 +68,7 @@ class ProfileReader : public yaml::Reader {
   explicit ProfileReader(const std::string& source) : yaml::Reader(source, {.non_empty = false, .expected = "a single value"}) {}
 
   CalibrationProfile read(std::string_view text) {
-    YAML::Node root;
-    try {
-      root = YAML::Load(std::string(text));
-    } catch (const YAML::Exception& e) {
-      throw InputError(where(e.mark) + "malformed YAML: " + e.msg);
-    }
+    const YAML::Node root = yaml::load_document(text, source());
     if (!root.IsMap()) throw InputError(where(root.Mark()) + "expected a calibration profile (a mapping; calibrate/README.md)");
     check_keys(root, "the profile", {"format", "name", "device", "platforms", "date", "comptrain_version", "ratio_model", "codecs", "gpu_measurements"});
     const std::string format = scalar(required(root, "format", "the profile"), "format");

@@ -94,6 +94,13 @@ std::string_view to_string(CollectiveKind kind) {
   return "unknown";
 }
 
+std::optional<CollectiveKind> parse_collective_kind(std::string_view text) {
+  for (const auto kind : {CollectiveKind::all_reduce, CollectiveKind::reduce_scatter, CollectiveKind::all_gather, CollectiveKind::all_to_all}) {
+    if (to_string(kind) == text) return kind;
+  }
+  return std::nullopt;
+}
+
 namespace {
 
 [[noreturn]] void invalid(const Schedule& schedule, const std::string& message) {

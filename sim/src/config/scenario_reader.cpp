@@ -21,11 +21,7 @@ namespace comptrain::sim {
 ScenarioReader::ScenarioReader(std::string_view source, std::filesystem::path base_dir) : yaml::Reader(source), base_dir_(std::move(base_dir)) {}
 
 YAML::Node ScenarioReader::load(std::string_view text) const {
-  try {
-    return YAML::Load(std::string(text));
-  } catch (const YAML::Exception& e) {
-    throw InputError(where(e.mark) + "malformed YAML: " + e.msg);
-  }
+  return yaml::load_document(text, source());
 }
 
 Scenario ScenarioReader::read(const YAML::Node& root) {

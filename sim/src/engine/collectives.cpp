@@ -172,6 +172,12 @@ CollectiveTiming simulate_collective(const models::Platform& platform, ClusterSh
   return timing;
 }
 
+double ring_bus_bandwidth(const models::Platform& platform, ClusterShape shape, models::CollectiveKind kind, std::int64_t bytes) {
+  models::Platform ring = platform;
+  ring.collectives.algorithm = models::NcclAlgorithm::ring;
+  return simulate_collective(ring, shape, kind, bytes).bus_bandwidth;
+}
+
 static_assert(std::is_trivially_copyable_v<CollectiveTiming>, "CollectiveTiming crosses the pipe as its bytes");
 void wire::Codec<CollectiveTiming>::write(wire::Writer& w, const CollectiveTiming& timing) { w.put(timing); }
 CollectiveTiming wire::Codec<CollectiveTiming>::read(wire::Reader& in) { return in.get<CollectiveTiming>(); }

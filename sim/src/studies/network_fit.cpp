@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <map>
 #include <stdexcept>
 #include <utility>
@@ -88,18 +87,11 @@ CollectiveMeasurementSet read_set(const YAML::Node& root, std::string_view sourc
       return value;
     };
     const YAML::Node kind = field("collective");
-    bool known = false;
-    for (const auto k : {models::CollectiveKind::all_reduce, models::CollectiveKind::reduce_scatter, models::CollectiveKind::all_gather,
-                         models::CollectiveKind::all_to_all}) {
-      if (models::to_string(k) == kind.Scalar()) {
-        m.kind = k;
-        known = true;
-      }
+    const std::optional<models::CollectiveKind> parsed = models::parse_collective_kind(kind.Scalar());
+    if (!parsed) {
+      throw InputError(where(kind) + fmt::format("'{}.collective' is {}; expected {}", name, json_excerpt(kind.Scalar()), models::kCollectiveKindChoices));
     }
-    if (!known) {
-      throw InputError(where(kind) + fmt::format("'{}.collective' is {}; expected all_reduce, reduce_scatter, all_gather or all_to_all", name,
-                                                    json_excerpt(kind.Scalar())));
-    }
+    m.kind = *parsed;
     m.nodes = static_cast<int>(integer("nodes", p.max_nodes()));
     m.gpus_per_node = static_cast<int>(integer("gpus_per_node", p.gpus_per_node));
     try {
@@ -122,8 +114,8 @@ CollectiveMeasurementSet read_set(const YAML::Node& root, std::string_view sourc
 
 // ---------------------------------------------------------------- the model
 
-// The platform with the NICs' rate (and the links that carry them) scaled by exp(x[0]) and the
-// network step by exp(x[1]).
+// The platform with the NICs' rate (and the links that carry them) scaled by exp(log_nic) and the
+// network step by exp(log_step).
 models::Platform scaled(const models::Platform& base, double log_nic, double log_step) {
   models::Platform p = base;
   const double nic = std::exp(log_nic);
@@ -133,12 +125,9 @@ models::Platform scaled(const models::Platform& base, double log_nic, double log
   return p;
 }
 
-// busbw of one measurement on `platform`, the ring forced, as comptrain validate predicts a
-// bus_bandwidth point.
+// busbw of one measurement on `platform`, as comptrain validate predicts a bus_bandwidth point.
 double predict(const models::Platform& platform, const CollectiveMeasurement& m) {
-  models::Platform ring = platform;
-  ring.collectives.algorithm = models::NcclAlgorithm::ring;
-  return simulate_collective(ring, {m.nodes, m.gpus_per_node}, m.kind, m.bytes).bus_bandwidth;
+  return ring_bus_bandwidth(platform, {m.nodes, m.gpus_per_node}, m.kind, m.bytes);
 }
 
 double squared_log_error(double predicted, double measured) { return std::pow(std::log(predicted / measured), 2); }
@@ -146,13 +135,7 @@ double squared_log_error(double predicted, double measured) { return std::pow(st
 }  // namespace
 
 CollectiveMeasurementSet parse_collective_measurements(std::string_view yaml, std::string_view source, const std::filesystem::path& base_dir) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(yaml));
-  } catch (const YAML::Exception& e) {
-    throw InputError(yaml::location(source, e.mark) + "malformed YAML: " + e.msg);
-  }
-  return read_set(root, source, base_dir);
+  return read_set(yaml::load_document(yaml, source), source, base_dir);
 }
 
 CollectiveMeasurementSet load_collective_measurements(const std::filesystem::path& path) {
@@ -214,10 +197,25 @@ NetworkFitResult fit_network(const CollectiveMeasurementSet& set, const NetworkF
   const std::string step_text = fmt::format("{:.4g} us", set.platform.collectives.inter_node_step * std::exp(best_step) * 1e6);
   written.collectives.inter_node_step = models::units::parse_quantity(step_text, models::units::Dimension::time);
 
-  const double rms_fitted = std::sqrt(best / static_cast<double>(fitted_count));
+  // Every measurement before and after, on the values as written.
+  double before = 0, after = 0, held_before = 0, held_after = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const CollectiveMeasurement& m = set.measurements[i];
+    CollectiveFit row{m, predict(set.platform, m), predict(written, m), i >= fitted_count};
+    (row.held_out ? held_before : before) += squared_log_error(row.before, m.bus_bandwidth);
+    (row.held_out ? held_after : after) += squared_log_error(row.after, m.bus_bandwidth);
+    result.rows.push_back(row);
+  }
+  result.rms_before = std::sqrt(before / static_cast<double>(fitted_count));
+  result.rms_after = std::sqrt(after / static_cast<double>(fitted_count));
+  if (options.holdout > 0) {
+    result.holdout_rms_before = std::sqrt(held_before / options.holdout);
+    result.holdout_rms_after = std::sqrt(held_after / options.holdout);
+  }
   const std::string fitted_comment =
-      fmt::format("fitted by `comptrain calibrate --from-collectives {}{}`: {} nccl-tests busbw, rms log error {:.4f}", set.source,
-                  options.holdout > 0 ? fmt::format(" --holdout {}", options.holdout) : "", fitted_count, rms_fitted);
+      fmt::format("fitted by `comptrain calibrate --from-collectives {}{}`: {} nccl-tests busbw, rms log error {:.4f} (before: {:.4f})",
+                  set.source, options.holdout > 0 ? fmt::format(" --holdout {}", options.holdout) : "", fitted_count, result.rms_after,
+                  result.rms_before);
   models::PlatformYamlComments comments;
   comments.header = fmt::format(
       "Platform {} as `comptrain calibrate --from-collectives` fitted it. The network values marked \"fitted\" (the NICs' rate,\n"
@@ -243,21 +241,6 @@ NetworkFitResult fit_network(const CollectiveMeasurementSet& set, const NetworkF
   if (result.fitted.nic->bandwidth != written.nic->bandwidth || result.fitted.network->link.bandwidth != written.network->link.bandwidth ||
       result.fitted.collectives.inter_node_step != written.collectives.inter_node_step) {
     throw std::logic_error("fit_network: the written network values differ from the fitted ones");
-  }
-
-  double before = 0, after = 0, held_before = 0, held_after = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    const CollectiveMeasurement& m = set.measurements[i];
-    CollectiveFit row{m, predict(set.platform, m), predict(result.fitted, m), i >= fitted_count};
-    (row.held_out ? held_before : before) += squared_log_error(row.before, m.bus_bandwidth);
-    (row.held_out ? held_after : after) += squared_log_error(row.after, m.bus_bandwidth);
-    result.rows.push_back(row);
-  }
-  result.rms_before = std::sqrt(before / static_cast<double>(fitted_count));
-  result.rms_after = std::sqrt(after / static_cast<double>(fitted_count));
-  if (options.holdout > 0) {
-    result.holdout_rms_before = std::sqrt(held_before / options.holdout);
-    result.holdout_rms_after = std::sqrt(held_after / options.holdout);
   }
   return result;
 }

@@ -480,13 +480,7 @@ std::vector<double> minimize(Objective& objective, const std::vector<Group>& gro
 // ---------------------------------------------------------------- public
 
 MeasurementSet parse_measurements(std::string_view yaml, std::string_view source, const std::filesystem::path& base_dir) {
-  YAML::Node root;
-  try {
-    root = YAML::Load(std::string(yaml));
-  } catch (const YAML::Exception& e) {
-    throw InputError(yaml::location(source, e.mark) + "malformed YAML: " + e.msg);
-  }
-  return read_measurements(root, source, base_dir);
+  return read_measurements(yaml::load_document(yaml, source), source, base_dir);
 }
 
 MeasurementSet load_measurements(const std::filesystem::path& path) {

@@ -151,17 +151,9 @@ CollectivePoint read_collective(const PointReader& in, const std::filesystem::pa
   }
   c.bytes = count("bytes", std::int64_t{1} << 50);
   const std::string kind = in.text("collective", true);
-  bool found = false;
-  for (const auto k : {models::CollectiveKind::all_reduce, models::CollectiveKind::reduce_scatter, models::CollectiveKind::all_gather,
-                       models::CollectiveKind::all_to_all}) {
-    if (models::to_string(k) == kind) {
-      c.kind = k;
-      found = true;
-    }
-  }
-  if (!found) {
-    in.fail(fmt::format("field 'collective': found {}; expected all_reduce, reduce_scatter, all_gather or all_to_all", json_excerpt(kind)));
-  }
+  const std::optional<models::CollectiveKind> parsed = models::parse_collective_kind(kind);
+  if (!parsed) in.fail(fmt::format("field 'collective': found {}; expected {}", json_excerpt(kind), models::kCollectiveKindChoices));
+  c.kind = *parsed;
   return c;
 }
 
@@ -518,10 +510,7 @@ Prediction predict_ran_at_batch(const PreparedScenario& prepared, std::int64_t b
 // Runs in a worker process: a bus_bandwidth point's busbw in GB/s. With NCCL's ring forced: the
 // table's points are rings (NCCL_ALGO=RING, or sizes and nodes where NCCL runs rings).
 Prediction predict_collective(const CollectivePoint& c) {
-  models::Platform ring = c.platform;
-  ring.collectives.algorithm = models::NcclAlgorithm::ring;
-  const CollectiveTiming t = simulate_collective(ring, {c.nodes, c.gpus_per_node}, c.kind, c.bytes);
-  return Prediction::of(t.bus_bandwidth / 1e9);
+  return Prediction::of(ring_bus_bandwidth(c.platform, {c.nodes, c.gpus_per_node}, c.kind, c.bytes) / 1e9);
 }
 
 // Runs in a worker process: a checkpoint_throughput point's GB/s, the job's checkpoint bytes over

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -101,6 +102,20 @@ TEST(NetworkFit, RecoversTheRateAndTheStepThatMadeTheMeasurements) {
   EXPECT_THAT(network_fit_table(result), HasSubstr("held out (not fitted):"));
 
   EXPECT_THROW(fit_network(set, {.holdout = 4}), InputError);
+}
+
+// The shipped p5-48xlarge's network is what its measurements file fits, to the written digit: the
+// file's comment says so, and this keeps it true when the collective model changes.
+TEST(NetworkFit, TheShippedP5NetworkIsItsMeasurementsFit) {
+  const CollectiveMeasurementSet set =
+      load_collective_measurements(std::filesystem::path(COMPTRAIN_TEST_DATA_DIR) / "../../calibrate/measurements/p5-efa.yaml");
+  ASSERT_EQ(set.measurements.size(), 35u);
+  const NetworkFitResult result = fit_network(set, {.holdout = 28, .output_name = "p5"});
+  const models::Platform shipped = models::builtin_platform("p5-48xlarge");
+  EXPECT_DOUBLE_EQ(result.fitted.nic->bandwidth, shipped.nic->bandwidth);
+  EXPECT_DOUBLE_EQ(result.fitted.network->link.bandwidth, shipped.network->link.bandwidth);
+  EXPECT_DOUBLE_EQ(result.fitted.collectives.inter_node_step, shipped.collectives.inter_node_step);
+  EXPECT_LT(*result.holdout_rms_after, *result.holdout_rms_before / 3) << "the held-out rows follow the fit";
 }
 
 }  // namespace

@@ -117,6 +117,10 @@ std::string_view to_string(TaskKind kind);
 // every peer). Expert parallelism's token dispatch and combine (Megatron-LM's alltoall dispatcher).
 enum class CollectiveKind : std::uint8_t { all_reduce, reduce_scatter, all_gather, all_to_all };
 std::string_view to_string(CollectiveKind kind);
+// The kind to_string names ("all_gather"); nullopt for any other text. kCollectiveKindChoices lists
+// them for messages.
+std::optional<CollectiveKind> parse_collective_kind(std::string_view text);
+inline constexpr std::string_view kCollectiveKindChoices = "all_reduce, reduce_scatter, all_gather or all_to_all";
 
 // The ranks a collective runs over, as one dimension of a row-major device mesh: the run's ranks
 // fall into groups of `size` ranks `stride` apart (rank r's group: base + k x stride for k < size,

@@ -32,6 +32,16 @@ inline std::string location(std::string_view source, const YAML::Mark& mark) {
   return out;
 }
 
+// YAML::Load, with malformed YAML reported as InputError "SOURCE:LINE:COLUMN: malformed YAML: ...":
+// the one entry point of every reader, so that a syntax error reads the same whichever file it is in.
+inline YAML::Node load_document(std::string_view text, std::string_view source) {
+  try {
+    return YAML::Load(std::string(text));
+  } catch (const YAML::Exception& e) {
+    throw InputError(location(source, e.mark) + "malformed YAML: " + e.msg);
+  }
+}
+
 // "SOURCE:LINE:COLUMN" (1-based), or "SOURCE" when the node has no position: where a value was
 // written, kept beside what was read from it for the checks that come later (a scenario's
 // data.from against a platform chosen on the command line).

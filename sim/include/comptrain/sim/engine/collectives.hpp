@@ -81,4 +81,9 @@ struct wire::Codec<CollectiveTiming> {
 CollectiveTiming simulate_collective(const models::Platform& platform, ClusterShape shape, models::CollectiveKind kind,
                                      std::int64_t bytes);
 
+// nccl-tests' busbw (bytes/s) of that collective with NCCL's ring forced: how a measured bus
+// bandwidth is predicted, by comptrain validate's bus_bandwidth points and by calibrate
+// --from-collectives alike (an all-to-all has no algorithm to force).
+double ring_bus_bandwidth(const models::Platform& platform, ClusterShape shape, models::CollectiveKind kind, std::int64_t bytes);
+
 }  // namespace comptrain::sim

@@ -44,7 +44,7 @@ std::uint64_t quant_encode(std::span<const float> x, unsigned bits, unsigned thr
   const std::uint64_t n = x.size();
   const std::uint64_t groups = (n + kQuantGroup - 1) / kQuantGroup;
   const std::uint32_t levels = (1u << bits) - 1u;
-  detail::parallel_ranges(groups, threads, [&](std::uint64_t g0, std::uint64_t g1, unsigned) {
+  detail::parallel_ranges(groups, threads, [&](std::uint64_t g0, std::uint64_t g1, unsigned) noexcept {
     for (std::uint64_t g = g0; g < g1; ++g) {
       const float* v = x.data() + g * kQuantGroup;
       const auto m = static_cast<std::uint32_t>(std::min<std::uint64_t>(kQuantGroup, n - g * kQuantGroup));
@@ -83,7 +83,7 @@ void quant_decode(std::span<const std::byte> payload, unsigned bits, float* out,
                                                  quant_group_bytes(n - (groups - 1) * kQuantGroup, bits);
   if (payload.size() != expect) throw_corrupt_at(field::kPayloadSize, "quant payload has the wrong size");
   const std::uint32_t mask = (1u << bits) - 1u;
-  detail::parallel_ranges(groups, threads, [&](std::uint64_t g0, std::uint64_t g1, unsigned) {
+  detail::parallel_ranges(groups, threads, [&](std::uint64_t g0, std::uint64_t g1, unsigned) noexcept {
     for (std::uint64_t g = g0; g < g1; ++g) {
       const std::byte* p = payload.data() + g * quant_group_bytes(kQuantGroup, bits);
       const auto m = static_cast<std::uint32_t>(std::min<std::uint64_t>(kQuantGroup, n - g * kQuantGroup));
@@ -103,7 +103,7 @@ void quant_decode(std::span<const std::byte> payload, unsigned bits, float* out,
 
 template <class Convert>
 std::uint64_t cast_encode(std::span<const float> x, unsigned threads, std::span<std::byte> out, Convert convert) {
-  detail::parallel_ranges(x.size(), threads, [&](std::uint64_t i0, std::uint64_t i1, unsigned) {
+  detail::parallel_ranges(x.size(), threads, [&](std::uint64_t i0, std::uint64_t i1, unsigned) noexcept {
     auto* o = reinterpret_cast<unsigned char*>(out.data());
     for (std::uint64_t i = i0; i < i1; ++i) {
       const std::uint16_t h = convert(x[i]);
@@ -116,7 +116,7 @@ std::uint64_t cast_encode(std::span<const float> x, unsigned threads, std::span<
 template <class Convert>
 void cast_decode(std::span<const std::byte> payload, float* out, std::uint64_t n, unsigned threads, Convert convert) {
   if (payload.size() != 2 * n) throw_corrupt_at(field::kPayloadSize, "cast payload has the wrong size");
-  detail::parallel_ranges(n, threads, [&](std::uint64_t i0, std::uint64_t i1, unsigned) {
+  detail::parallel_ranges(n, threads, [&](std::uint64_t i0, std::uint64_t i1, unsigned) noexcept {
     for (std::uint64_t i = i0; i < i1; ++i) {
       std::uint16_t h;
       std::memcpy(&h, payload.data() + 2 * i, 2);
@@ -463,14 +463,14 @@ void cast_check(const Header& h, std::span<const std::byte>) {
   check_exact_payload(h, 2 * h.count, "that 2-byte casts need");
 }
 std::uint64_t fp16_encode(std::span<const float> x, const Shape&, const CompressOptions& o, Header&, std::span<std::byte> out) {
-  detail::parallel_ranges(x.size(), o.threads, [&](std::uint64_t i0, std::uint64_t i1, unsigned) {
+  detail::parallel_ranges(x.size(), o.threads, [&](std::uint64_t i0, std::uint64_t i1, unsigned) noexcept {
     detail::fp16_encode_cpu(x.data() + i0, i1 - i0, reinterpret_cast<std::uint8_t*>(out.data()) + 2 * i0);
   });
   return 2 * x.size();
 }
 void fp16_decode(const Header& h, std::span<const std::byte> payload, std::span<float> out, unsigned threads) {
   if (payload.size() != 2 * h.count) throw_corrupt_at(field::kPayloadSize, "cast payload has the wrong size");
-  detail::parallel_ranges(h.count, threads, [&](std::uint64_t i0, std::uint64_t i1, unsigned) {
+  detail::parallel_ranges(h.count, threads, [&](std::uint64_t i0, std::uint64_t i1, unsigned) noexcept {
     detail::fp16_decode_cpu(reinterpret_cast<const std::uint8_t*>(payload.data()) + 2 * i0, i1 - i0, out.data() + i0);
   });
 }
@@ -655,7 +655,7 @@ bool supports_positive_mask(CodecId codec) { return codec == CodecId::szp || cod
 void write_positive_mask(std::span<const float> data, unsigned threads, std::span<std::byte> out) {
   const std::uint64_t n = data.size(), bytes = PositiveMask::bytes(n);
   auto* o = reinterpret_cast<std::uint8_t*>(out.data());
-  detail::parallel_ranges(bytes, threads, [&](std::uint64_t k0, std::uint64_t k1, unsigned) {
+  detail::parallel_ranges(bytes, threads, [&](std::uint64_t k0, std::uint64_t k1, unsigned) noexcept {
     for (std::uint64_t k = k0; k < k1; ++k) {
       o[k] = PositiveMask::pack(data.data() + 8 * k, static_cast<std::uint32_t>(std::min<std::uint64_t>(8, n - 8 * k)));
     }
@@ -700,7 +700,7 @@ void check_positive_mask(const MaskedPayload& m) {
 void apply_positive_mask(std::span<const std::byte> mask, std::span<float> out, unsigned threads) {
   const std::uint64_t n = out.size();
   const auto* bits = reinterpret_cast<const std::uint8_t*>(mask.data());
-  detail::parallel_ranges(mask.size(), threads, [&](std::uint64_t k0, std::uint64_t k1, unsigned) {
+  detail::parallel_ranges(mask.size(), threads, [&](std::uint64_t k0, std::uint64_t k1, unsigned) noexcept {
     for (std::uint64_t k = k0; k < k1; ++k) {
       PositiveMask::apply(bits[k], static_cast<std::uint32_t>(std::min<std::uint64_t>(8, n - 8 * k)), out.data() + 8 * k);
     }

@@ -4,12 +4,14 @@
 // assembled in order, so the stream does not depend on the thread count. Private to the library.
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
-#include <exception>
 #include <memory>
 #include <span>
+#include <new>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "comptrain/kernels/codec.hpp"
@@ -27,32 +29,33 @@ inline unsigned resolve_threads(unsigned threads, std::uint64_t work_items) {
 }
 
 // Runs f(begin, end, range) over [0, items) split into resolve_threads(threads, items)
-// contiguous ranges, range 0 in the calling thread and each other one in a thread of its own;
-// rethrows the first exception of any range after all threads have joined.
+// contiguous ranges, range 0 in the calling thread and each other one in a thread of its own.
+//
+// f must be noexcept and must not allocate: whatever a range needs is allocated before, in the
+// calling thread (per_range_scratch below), and errors are recorded for the caller to throw after
+// the join (RangeErrors). Why: in a thread started from a dlopen'ed library (comptrain_codecs in a
+// Python interpreter) the first exception makes libstdc++ allocate its thread-local data, and
+// when the address space is exhausted glibc aborts the process ("cannot allocate memory for
+// thread-local data"); that is the state in which a range's allocation would throw. Seen in CI
+// with 256 threads under the address-space limit of shared/defects-2/03.
 //
 // A thread that cannot be started (std::system_error: an address-space limit, a container's pids
 // limit) is no error: its range and every later one run in the calling thread instead, after
 // range 0, so the stream, which does not depend on the thread count, is the same. Nothing
-// between starting the first thread and joining the last can throw (each range catches its own
-// exceptions), so no joinable std::thread is ever destroyed, which would std::terminate the
-// process (the CLI, or the Python interpreter hosting comptrain_codecs).
+// between starting the first thread and joining the last can throw, so no joinable std::thread
+// is ever destroyed, which would std::terminate the process.
 template <class F>
 void parallel_ranges(std::uint64_t items, unsigned threads, F&& f) {
+  static_assert(std::is_nothrow_invocable_v<F&, std::uint64_t, std::uint64_t, unsigned>,
+                "a range runs in a thread of its own: it must be noexcept (see above)");
   threads = resolve_threads(threads, items);
   if (threads == 1) {
     f(std::uint64_t{0}, items, 0u);
     return;
   }
-  std::vector<std::exception_ptr> errors(threads);
   std::vector<std::thread> pool;
   pool.reserve(threads - 1);  // before any thread starts: emplace_back below never reallocates
-  const auto run = [&](unsigned t) noexcept {
-    try {
-      f(items * t / threads, items * (t + 1) / threads, t);
-    } catch (...) {
-      errors[t] = std::current_exception();
-    }
-  };
+  const auto run = [&](unsigned t) noexcept { f(items * t / threads, items * (t + 1) / threads, t); };
   unsigned started = 1;  // ranges [1, started) have their own thread
   for (; started < threads; ++started) {
     try {
@@ -64,8 +67,44 @@ void parallel_ranges(std::uint64_t items, unsigned threads, F&& f) {
   run(0);
   for (unsigned t = started; t < threads; ++t) run(t);
   for (auto& th : pool) th.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
+}
+
+// Scratch for the ranges of parallel_ranges: `per_range` T for each of `threads` ranges, in one
+// block allocated here, in the calling thread. When the whole block cannot be allocated the
+// thread count halves until it can (the streams do not depend on it), so a memory limit costs
+// speed, not the call; std::bad_alloc only when not even one range's scratch fits. The contents
+// are uninitialised: pages are touched by the range that uses them, in its own thread.
+template <class T>
+struct RangeScratch {
+  std::unique_ptr<T[]> block;
+  std::size_t per_range = 0;
+  unsigned threads = 1;
+  T* of(unsigned t) const noexcept { return block.get() + std::size_t{t} * per_range; }
+};
+template <class T>
+RangeScratch<T> per_range_scratch(unsigned threads, std::size_t per_range) {
+  RangeScratch<T> s{nullptr, per_range, std::max(1u, threads)};
+  for (; s.threads > 1; s.threads /= 2) {
+    s.block.reset(new (std::nothrow) T[std::size_t{s.threads} * per_range]);
+    if (s.block) return s;
+  }
+  s.block.reset(new T[per_range]);
+  return s;
+}
+
+// The first error of each range (a range stops at its first one), thrown by the caller after
+// the join: no range allocates or throws (parallel_ranges says why). `what` is a string literal.
+struct RangeError {
+  const char* what = nullptr;
+  std::uint64_t chunk = 0;
+  std::uint64_t at = 0;  // stream offset of the chunk's first byte
+};
+[[noreturn]] inline void corrupt_chunk(std::uint64_t c, std::uint64_t at, const char* what) {
+  throw_corrupt_at(at, "chunk " + std::to_string(c) + ": " + what);
+}
+inline void throw_first_range_error(const std::vector<RangeError>& errors) {
+  for (const RangeError& e : errors) {
+    if (e.what != nullptr) corrupt_chunk(e.chunk, e.at, e.what);
   }
 }
 
@@ -142,11 +181,6 @@ std::uint64_t encode_chunk(const BlockCodec& codec, const float* x, std::uint64_
   });
 }
 
-// `at`: the stream offset of the chunk's first byte.
-[[noreturn]] inline void corrupt_chunk(std::uint64_t c, std::uint64_t at, const char* what) {
-  throw_corrupt_at(at, "chunk " + std::to_string(c) + ": " + what);
-}
-
 // Decodes one chunk of `size` bytes, validating every count and offset before use. Returns
 // nullptr, or what is wrong with the chunk. (No exceptions here: the x86 workers are
 // multi-versioned with target_clones, and GCC 12 lets no exception through an ifunc dispatch -
@@ -189,31 +223,48 @@ const char* decode_chunk(const BlockCodec& codec, const std::uint8_t* in, std::u
 // at the sum of the worst-case sizes of the chunks before it, so ranges never overlap, and
 // gather_ranges() then moves them down to be contiguous (with one thread nothing moves). A range
 // whose region runs out continues in a heap overflow; that happens only to szh, whose code table
-// sits before the chunks, on data that ends up stored verbatim anyway.
+// sits before the chunks, on data that ends up stored verbatim anyway. The overflow grows with
+// malloc, which reports failure instead of throwing (a range must not throw: parallel_ranges).
 struct RangeOutput {
+  struct Free {
+    void operator()(std::uint8_t* p) const noexcept { std::free(p); }
+  };
   std::uint8_t* region = nullptr;
   std::uint64_t room = 0;  // bytes available at region
   std::uint64_t used = 0;  // bytes written at region
   bool overflowing = false;
-  std::vector<std::uint8_t> overflow;  // bytes after the region's ones
+  bool out_of_memory = false;  // the overflow could not grow: the range stopped
+  std::unique_ptr<std::uint8_t[], Free> overflow;  // bytes after the region's ones
+  std::uint64_t overflow_size = 0, overflow_capacity = 0;
 
-  // Somewhere to write a chunk of at most `worst` bytes; commit() its size before the next one.
-  std::uint8_t* reserve(std::uint64_t worst) {
+  // Somewhere to write a chunk of at most `worst` bytes, or nullptr (out_of_memory); commit()
+  // its size before the next one.
+  std::uint8_t* reserve(std::uint64_t worst) noexcept {
     if (!overflowing && room - used >= worst) return region + used;
     overflowing = true;
-    const std::size_t at = overflow.size();
-    overflow.resize(at + worst);
-    return overflow.data() + at;
-  }
-  void commit(std::uint64_t worst, std::uint64_t size) {
-    if (overflowing) {
-      overflow.resize(overflow.size() - worst + size);
-    } else {
-      used += size;
+    if (overflow_capacity - overflow_size < worst) {
+      const std::uint64_t capacity = std::max(2 * overflow_capacity, overflow_size + worst);
+      auto* grown = static_cast<std::uint8_t*>(std::realloc(overflow.get(), capacity));
+      if (grown == nullptr) {
+        out_of_memory = true;
+        return nullptr;
+      }
+      static_cast<void>(overflow.release());
+      overflow.reset(grown);
+      overflow_capacity = capacity;
     }
+    return overflow.get() + overflow_size;
   }
-  std::uint64_t total() const { return used + overflow.size(); }
+  void commit(std::uint64_t size) noexcept { (overflowing ? overflow_size : used) += size; }
+  std::uint64_t total() const { return used + overflow_size; }
 };
+
+// std::bad_alloc, in the calling thread, when a range's overflow could not grow.
+inline void check_range_outputs(const std::vector<RangeOutput>& ranges) {
+  for (const RangeOutput& r : ranges) {
+    if (r.out_of_memory) throw std::bad_alloc();
+  }
+}
 
 // Regions for `threads` ranges of parallel_ranges(chunks, threads) over an area of `room` bytes
 // at `dst`; `worst_full` = worst-case bytes of a full chunk (all chunks but the last are full).
@@ -237,8 +288,8 @@ inline std::uint64_t gather_ranges(std::uint8_t* dst, const std::vector<RangeOut
   for (const auto& r : ranges) {
     if (r.used != 0 && dst + pos != r.region) std::memmove(dst + pos, r.region, r.used);
     pos += r.used;
-    if (!r.overflow.empty()) std::memcpy(dst + pos, r.overflow.data(), r.overflow.size());
-    pos += r.overflow.size();
+    if (r.overflow_size != 0) std::memcpy(dst + pos, r.overflow.get(), r.overflow_size);
+    pos += r.overflow_size;
   }
   return pos;
 }
@@ -255,16 +306,20 @@ std::uint64_t encode_chunked(const BlockCodec& codec, const float* x, std::uint6
   auto* table = reinterpret_cast<std::uint8_t*>(out.data());
   std::uint8_t* data = table + 8 * (chunks + 1);
   std::vector<std::uint64_t> sizes(chunks);
+  const RangeScratch<float> sides = per_range_scratch<float>(threads, kChunkValues);
+  threads = sides.threads;
   std::vector<RangeOutput> ranges = range_outputs(data, out.size() - 8 * (chunks + 1), chunks, threads, max_chunk_bytes(kChunkValues));
-  parallel_ranges(chunks, threads, [&](std::uint64_t c0, std::uint64_t c1, unsigned t) {
-    std::unique_ptr<float[]> side(new float[kChunkValues]);
+  parallel_ranges(chunks, threads, [&](std::uint64_t c0, std::uint64_t c1, unsigned t) noexcept {
     RangeOutput& r = ranges[t];
     for (std::uint64_t c = c0; c < c1; ++c) {
       const std::uint64_t worst = max_chunk_bytes(chunk_values(n, c));
-      sizes[c] = ChunkWorkers<BlockCodec>::encode(codec, x + c * kChunkValues, chunk_values(n, c), r.reserve(worst), side.get());
-      r.commit(worst, sizes[c]);
+      std::uint8_t* at = r.reserve(worst);  // never overflows: the output has every chunk's worst case
+      if (at == nullptr) return;
+      sizes[c] = ChunkWorkers<BlockCodec>::encode(codec, x + c * kChunkValues, chunk_values(n, c), at, sides.of(t));
+      r.commit(sizes[c]);
     }
   });
+  check_range_outputs(ranges);
   const std::uint64_t total = gather_ranges(data, ranges);
   std::uint64_t offset = 0;
   for (std::uint64_t c = 0; c <= chunks; ++c) {
@@ -309,13 +364,18 @@ void decode_chunked(const BlockCodec& codec, std::span<const std::byte> payload,
   const std::uint64_t chunks = chunk_count(n);
   const std::vector<std::uint64_t> offsets = read_chunk_table(payload, n, base);
   const auto* data = reinterpret_cast<const std::uint8_t*>(payload.data() + 8 * (chunks + 1));
-  parallel_ranges(chunks, threads, [&](std::uint64_t c0, std::uint64_t c1, unsigned) {
+  std::vector<RangeError> errors(resolve_threads(threads, chunks));
+  parallel_ranges(chunks, threads, [&](std::uint64_t c0, std::uint64_t c1, unsigned t) noexcept {
     for (std::uint64_t c = c0; c < c1; ++c) {
       const char* error =
           ChunkWorkers<BlockCodec>::decode(codec, data + offsets[c], offsets[c + 1] - offsets[c], chunk_values(n, c), out + c * kChunkValues);
-      if (error != nullptr) corrupt_chunk(c, base + 8 * (chunks + 1) + offsets[c], error);
+      if (error != nullptr) {
+        errors[t] = {error, c, base + 8 * (chunks + 1) + offsets[c]};
+        return;
+      }
     }
   });
+  throw_first_range_error(errors);
 }
 
 }  // namespace comptrain::kernels::detail

@@ -153,22 +153,29 @@ inline std::uint64_t szh_encode(const LinearQuantizer& quantizer, const float* x
   // With one thread they stay allocated in the calling thread between calls: allocated per call,
   // glibc handed them back to the OS on free and every call page-faulted them in again (measured
   // 2.6 ms per call on an 8192-value array, 1.6 M page faults in 600 calls).
-  thread_local std::vector<std::uint64_t> caller_histograms;
-  std::vector<std::vector<std::uint64_t>> worker_histograms(threads > 1 ? threads : 0);
+  // With more threads they are allocated here (per_range_scratch: fewer threads when memory is
+  // short) and zeroed by each range in its own thread.
   constexpr std::size_t kSpread = std::size_t{HuffmanCode::kAlphabet} * ChunkLorenzo1D::kWays;
-  const auto histograms_of = [&](unsigned t) -> std::vector<std::uint64_t>& { return threads > 1 ? worker_histograms[t] : caller_histograms; };
-  parallel_ranges(chunks, threads, [&](std::uint64_t c0, std::uint64_t c1, unsigned t) {
-    std::vector<std::uint64_t>& h = histograms_of(t);
-    h.assign(2 * kSpread, 0);
+  thread_local std::vector<std::uint64_t> caller_histograms;
+  RangeScratch<std::uint64_t> worker_histograms;
+  if (threads > 1) {
+    worker_histograms = per_range_scratch<std::uint64_t>(threads, 2 * kSpread);
+    threads = worker_histograms.threads;
+  }
+  if (threads == 1) caller_histograms.resize(2 * kSpread);
+  const auto histograms_of = [&](unsigned t) noexcept { return threads > 1 ? worker_histograms.of(t) : caller_histograms.data(); };
+  parallel_ranges(chunks, threads, [&](std::uint64_t c0, std::uint64_t c1, unsigned t) noexcept {
+    std::uint64_t* h = histograms_of(t);
+    std::fill(h, h + 2 * kSpread, std::uint64_t{0});
     for (std::uint64_t c = c0; c < c1; ++c) {
-      szh_histogram_chunk(quantizer, x + c * kChunkValues, chunk_values(n, c), h.data(), h.data() + kSpread);
+      szh_histogram_chunk(quantizer, x + c * kChunkValues, chunk_values(n, c), h, h + kSpread);
     }
   });
   thread_local std::vector<std::uint64_t> plain, delta;  // the sums (1 MiB: kept for the same reason)
   plain.assign(HuffmanCode::kAlphabet, 0);
   delta.assign(HuffmanCode::kAlphabet, 0);
   for (unsigned t = 0; t < threads; ++t) {
-    const std::uint64_t* h = histograms_of(t).data();
+    const std::uint64_t* h = histograms_of(t);
     for (std::uint32_t s = 0; s < HuffmanCode::kAlphabet; ++s) {
       for (std::uint32_t w = 0; w < ChunkLorenzo1D::kWays; ++w) {
         plain[s] += h[s * ChunkLorenzo1D::kWays + w];
@@ -187,19 +194,23 @@ inline std::uint64_t szh_encode(const LinearQuantizer& quantizer, const float* x
   const std::uint64_t chunks_at = 4 + code.state_bytes() + 8 * (chunks + 1);
   std::uint8_t* const data = base + std::min<std::uint64_t>(chunks_at, out.size());
   std::vector<std::uint64_t> sizes(chunks);
+  const RangeScratch<std::uint16_t> symbols = per_range_scratch<std::uint16_t>(threads, kChunkValues);
+  const RangeScratch<std::uint32_t> outliers = per_range_scratch<std::uint32_t>(symbols.threads, kChunkValues);
+  threads = outliers.threads;
   std::vector<RangeOutput> ranges =
       range_outputs(data, out.size() - std::min<std::uint64_t>(chunks_at, out.size()), chunks, threads, szh_max_chunk_bytes(kChunkValues));
-  parallel_ranges(chunks, threads, [&](std::uint64_t c0, std::uint64_t c1, unsigned t) {
-    std::unique_ptr<std::uint16_t[]> symbols(new std::uint16_t[kChunkValues]);
-    std::unique_ptr<std::uint32_t[]> outliers(new std::uint32_t[kChunkValues]);
+  parallel_ranges(chunks, threads, [&](std::uint64_t c0, std::uint64_t c1, unsigned t) noexcept {
     RangeOutput& r = ranges[t];
     for (std::uint64_t c = c0; c < c1; ++c) {
       const std::uint64_t v = chunk_values(n, c);
-      const std::uint32_t k = szh_symbols_chunk(quantizer, x + c * kChunkValues, v, lorenzo, symbols.get(), outliers.get());
-      sizes[c] = szh_encode_chunk(code, x + c * kChunkValues, symbols.get(), v, outliers.get(), k, r.reserve(szh_max_chunk_bytes(v)));
-      r.commit(szh_max_chunk_bytes(v), sizes[c]);
+      std::uint8_t* at = r.reserve(szh_max_chunk_bytes(v));
+      if (at == nullptr) return;
+      const std::uint32_t k = szh_symbols_chunk(quantizer, x + c * kChunkValues, v, lorenzo, symbols.of(t), outliers.of(t));
+      sizes[c] = szh_encode_chunk(code, x + c * kChunkValues, symbols.of(t), v, outliers.of(t), k, at);
+      r.commit(sizes[c]);
     }
   });
+  check_range_outputs(ranges);
   std::uint64_t total = 0;
   for (const auto& r : ranges) total += r.total();
   const std::uint64_t verbatim_total = 4 * chunks + 4 * n;
@@ -255,14 +266,20 @@ inline void szh_decode(const LinearQuantizer& quantizer, std::span<const std::by
   const std::vector<std::uint64_t> offsets = read_chunk_table(chunked, n, table_at);
   const auto* data = reinterpret_cast<const std::uint8_t*>(chunked.data() + 8 * (chunks + 1));
   const std::uint64_t data_at = table_at + 8 * (chunks + 1);
-  parallel_ranges(chunks, threads, [&](std::uint64_t c0, std::uint64_t c1, unsigned) {
+  std::vector<RangeError> errors(resolve_threads(threads, chunks));
+  parallel_ranges(chunks, threads, [&](std::uint64_t c0, std::uint64_t c1, unsigned t) noexcept {
     for (std::uint64_t c = c0; c < c1; ++c) {
       const std::uint64_t size = offsets[c + 1] - offsets[c];
-      if (size > szh_max_chunk_bytes(chunk_values(n, c))) corrupt_chunk(c, data_at + offsets[c], "larger than its worst case");
-      const char* error = szh_decode_chunk(quantizer, code, lorenzo, data + offsets[c], size, chunk_values(n, c), out + c * kChunkValues);
-      if (error != nullptr) corrupt_chunk(c, data_at + offsets[c], error);
+      const char* error = size > szh_max_chunk_bytes(chunk_values(n, c))
+                              ? "larger than its worst case"
+                              : szh_decode_chunk(quantizer, code, lorenzo, data + offsets[c], size, chunk_values(n, c), out + c * kChunkValues);
+      if (error != nullptr) {
+        errors[t] = {error, c, data_at + offsets[c]};
+        return;
+      }
     }
   });
+  throw_first_range_error(errors);
 }
 
 }  // namespace comptrain::kernels::detail

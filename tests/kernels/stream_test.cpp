@@ -410,5 +410,52 @@ TEST(Stream, PositiveMaskRoundTripAndForgeries) {
   }
 }
 
+// The threaded decoders record each range's first corrupt chunk and throw after the join (a range
+// must not throw: kernels/src/cpu_driver.hpp, parallel_ranges): so the error is the lowest
+// chunk's, the one a single thread meets first. Bytes are overwritten all over the chunks of
+// szp and szh streams (checksum resealed, as a forger would), and whatever one thread says -
+// the error, or the values - four threads must say too.
+TEST(Stream, ThreadedDecodingReportsWhatOneThreadReports) {
+  for (const CodecId codec : {CodecId::szp, CodecId::szh}) {
+    SCOPED_TRACE(codec_info(codec).name);
+    const auto s = noise_stream(codec);
+    const auto answer = [](std::vector<std::byte> t, unsigned threads) -> std::string {
+      reseal(t);
+      std::vector<float> out(70000);
+      try {
+        decompress_into(t, out, threads);
+      } catch (const StreamError& e) {
+        return e.what();
+      }
+      return std::string(reinterpret_cast<const char*>(out.data()), 4 * out.size());
+    };
+    // Where the chunks start: szp's chunk table is at byte 104 (ForgedHeaderFieldsAreRefused...);
+    // szh's follows its code table, so its bytes are hit anywhere after the fixed header.
+    std::vector<std::size_t> chunk_starts;
+    if (codec == CodecId::szp) {
+      for (std::size_t c = 0; c < 9; ++c) {
+        std::uint64_t offset = 0;
+        std::memcpy(&offset, s.data() + 104 + 8 * c, 8);
+        chunk_starts.push_back(184 + offset);
+      }
+    }
+    int refused = 0;
+    std::uint32_t state = 777;
+    for (int trial = 0; trial < 60; ++trial) {
+      auto t = s;
+      for (int k = 0; k < 1 + trial % 3; ++k) {  // one to three bytes: szp's in a chunk's tag bytes
+        state = state * 1664525u + 1013904223u;
+        const std::size_t at = chunk_starts.empty() ? kHeaderSize + 40 + (state >> 8) % (t.size() - kHeaderSize - 40)
+                                                    : chunk_starts[(state >> 8) % 9] + (state >> 16) % 32;
+        t[at] = static_cast<std::byte>(state & 0xffu);
+      }
+      const std::string one = answer(t, 1);
+      refused += one.starts_with("corrupted stream at byte ");
+      EXPECT_EQ(one, answer(t, 4)) << "trial " << trial;
+    }
+    EXPECT_GT(refused, 10) << "the corruptions should often reach the chunks' checks, not only the values";
+  }
+}
+
 }  // namespace
 }  // namespace comptrain::kernels

@@ -20,5 +20,5 @@ if /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
     check "decompress --threads 256 under ulimit -v $kib: exit 0 and the one-thread array" \
       bash -c "ulimit -v $kib; timeout 60 '$bin' decompress --threads 256 '$work/x1.ctk' '$work/x256.npy' && cmp '$work/x1.npy' '$work/x256.npy'"
   done
-  expect_python 0 '^python: no crash; 03: 6 checks passed \(threads=100000 refused by compress and decompress; threads=256 under 4 GiB' -- t.py
+  expect_python 0 '^python: no crash; 03: 10 checks passed \(threads=100000 refused by compress and decompress; szp and szh with threads=256 under 4 GiB' -- t.py
 fi

@@ -457,7 +457,7 @@ class Assembler {
       const Action action = action_of(s);
       if (action != Action::offload && action != Action::compress) continue;
       auto& consumers = consumers_[s];
-      if (consumers.empty()) continue;  // cannot happen for a storage with a gap
+      if (consumers.empty()) continue;  // a pinned checkpoint input no replay reads (a storage with a gap has a reader)
       sorted_unique(consumers);
       const StorageInfo& info = a_.info[s];
       const std::size_t last_forward = op_task_[*info.last_forward_use];

@@ -59,6 +59,17 @@ std::string describe(const StrategySpec& spec, const StorageActions& plan, const
   out << ": saved activations kept " << counts[0] << " (" << bytes[0] << " B), offloaded " << counts[1] << " ("
       << bytes[1] << " B), compressed " << counts[2] << " (" << bytes[2] << " B), dropped " << counts[3] << " ("
       << bytes[3] << " B); recomputed ops " << built.recompute_tasks << " (" << built.recompute_seconds << " s)";
+  // Pinned checkpoint inputs copied out (offload_pinned_inputs): not saved activations, so
+  // counted apart, from the copies the schedule holds (an input no replay reads is not copied),
+  // and only when there are any.
+  std::size_t inputs = 0;
+  std::int64_t input_bytes = 0;
+  for (const Task& t : built.schedule.tasks) {
+    if (t.kind != TaskKind::offload || !t.tensor || a.info[*t.tensor].saved || !plan.pinned[*t.tensor]) continue;
+    ++inputs;
+    input_bytes += t.bytes;
+  }
+  if (inputs > 0) out << "; checkpoint inputs offloaded " << inputs << " (" << input_bytes << " B)";
   return out.str();
 }
 
@@ -181,6 +192,33 @@ bool received_from_another_stage(const Trace& trace, const StorageInfo& info) {
   });
 }
 
+// A pinned checkpoint input (below) whose first selecting rule is an offload rule is offloaded:
+// torch.utils.checkpoint (non-reentrant) keeps a block's positional tensor arguments through
+// _NoopSaveInputs.save_for_backward (torch/utils/checkpoint.py, _checkpoint_without_reentrant_generator),
+// before it enters the block's own hooks, so an enclosing saved_tensors_hooks such as save_on_cpu
+// (FSDP's offload_wrapper) copies them to the host when the block is entered and back when its
+// recomputation unpacks them. (Keyword arguments stay on the frame, get_args, unsaved: a
+// block called with its input as a keyword is not offloaded so; Hugging Face's decoder loops
+// pass it positionally.) The first rule that selects the storage decides, as for saved
+// activations; offload only (no codec is timed or bounded on these inputs).
+void offload_pinned_inputs(const Analysis& a, const StrategySpec& strategy, StorageActions& plan) {
+  for (TensorIndex s : a.storages) {
+    const StorageInfo& info = a.info[s];
+    if (!plan.pinned[s] || info.saved || !info.written_in_forward_only || !info.last_forward_use || !a.first_backward_op ||
+        *info.last_forward_use >= *a.first_backward_op) {
+      continue;
+    }
+    for (std::size_t r = 0; r < strategy.rules.size(); ++r) {
+      if (!selects(a, strategy.rules[r].select, s)) continue;
+      if (strategy.rules[r].offload()) {
+        plan.action[s] = Action::offload;
+        plan.rule[s] = r;
+      }
+      break;
+    }
+  }
+}
+
 FixedPlan fixed_decisions(const Analysis& a, const StrategySpec& strategy) {
   const Trace& trace = *a.trace;
   FixedPlan fixed;
@@ -239,6 +277,7 @@ FixedPlan fixed_decisions(const Analysis& a, const StrategySpec& strategy) {
                                                                       : ceil_sqrt(candidates.size());
     drop_all_but_every_kth(plan, candidates, k);
   }
+  offload_pinned_inputs(a, strategy, plan);
   return fixed;
 }
 

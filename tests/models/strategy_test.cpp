@@ -745,10 +745,9 @@ TEST(Recompute, CheckpointsKeepTheNamedInputs) {
   EXPECT_THROW(build_schedule(trace, time_model(), spec("s", {stray})), InputError);
 }
 
-// A block input that autograd does not save (under autocast a linear saves its 16-bit copy, not
-// the fp32 layer input) is kept all the same, and the replay starts from it: x -f1-> a
-// (temporary) -f2-> b (saved) -f3-> c (saved); keeping `a` replays f2 and f3, never f1.
-TEST(Recompute, CheckpointsKeepABlockInputAutogradDoesNotSave) {
+// x -f1-> a (temporary) -f2-> b (saved) -f3-> c (saved) -> loss, and the backward of f3 and f2:
+// `a` is a block input autograd does not save.
+traces::Trace unsaved_block_input_trace() {
   Builder b;
   const auto x = b.tensor("x", 400, TensorRole::input);
   const auto a = b.tensor("a", 400, TensorRole::temporary);
@@ -765,7 +764,14 @@ TEST(Recompute, CheckpointsKeepABlockInputAutogradDoesNotSave) {
   b.op("seed", Phase::backward, OpKind::other, {l}, {gl});
   b.op("f3.backward", Phase::backward, OpKind::relu, {gl, c}, {gc}, 100);
   b.op("f2.backward", Phase::backward, OpKind::relu, {gc, bb}, {wg}, 100);
-  const auto trace = b.build("block");
+  return b.build("block");
+}
+
+// A block input that autograd does not save (under autocast a linear saves its 16-bit copy, not
+// the fp32 layer input) is kept all the same, and the replay starts from it: x -f1-> a
+// (temporary) -f2-> b (saved) -f3-> c (saved); keeping `a` replays f2 and f3, never f1.
+TEST(Recompute, CheckpointsKeepABlockInputAutogradDoesNotSave) {
+  const auto trace = unsaved_block_input_trace();
   StrategyRule rule = recompute_rule(RecomputeAction::Mode::checkpoints);
   std::get<RecomputeAction>(rule.action).keep = {"a"};
   const Schedule s = build(trace, spec("checkpoints", {rule}));
@@ -780,6 +786,47 @@ TEST(Recompute, CheckpointsKeepABlockInputAutogradDoesNotSave) {
   ASSERT_TRUE(f1 != s.tasks.end() && f2r != s.tasks.end());
   ASSERT_EQ(f1->creates.size(), 1u);
   EXPECT_NE(std::find(f2r->uses.begin(), f2r->uses.end(), f1->creates[0]), f2r->uses.end());
+}
+
+// save_on_cpu around a checkpointed block (FSDP's offload_wrapper): the non-reentrant checkpoint
+// saves the block's input through the enclosing hooks, so an offload rule ahead of the
+// checkpoints rule takes that pinned input. The trace of the test above: `a` is copied out on
+// the compute stream after its writer f1, back on the compute stream before the replay of f2,
+// which reads the copy; f1's buffer is not read in the backward pass. The first selecting rule
+// decides: behind the checkpoints rule (which selects everything) the offload rule takes nothing.
+TEST(Recompute, AnOffloadRuleAheadOfACheckpointsRuleTakesItsPinnedInput) {
+  const auto trace = unsaved_block_input_trace();
+  StrategyRule checkpoints = recompute_rule(RecomputeAction::Mode::checkpoints);
+  std::get<RecomputeAction>(checkpoints.action).keep = {"a"};
+  StrategyRule save_on_cpu = offload_rule(1, TensorSelector{{}, {}, 0, {"a"}, {}});
+  std::get<OffloadAction>(save_on_cpu.action).stream = OffloadAction::Stream::compute;
+
+  const Schedule s = build(trace, spec("save_on_cpu + checkpoints", {save_on_cpu, checkpoints}));
+  const auto named = [&](const std::string& name) {
+    const auto it = std::find_if(s.tasks.begin(), s.tasks.end(), [&](const auto& t) { return t.name == name; });
+    EXPECT_TRUE(it != s.tasks.end()) << name;
+    return it;
+  };
+  const auto f1 = named("f1"), out = named("offload a"), in = named("prefetch a"), f2r = named("f2 (recompute)");
+  ASSERT_TRUE(f1 != s.tasks.end() && out != s.tasks.end() && in != s.tasks.end() && f2r != s.tasks.end());
+  EXPECT_EQ(out->stream, Stream::compute);
+  EXPECT_EQ(in->stream, Stream::compute);
+  EXPECT_EQ(out->bytes, 400);
+  EXPECT_LT(f1 - s.tasks.begin(), out - s.tasks.begin());
+  ASSERT_EQ(f1->creates.size(), 1u);
+  ASSERT_EQ(in->creates.size(), 1u);
+  EXPECT_NE(std::find(f2r->uses.begin(), f2r->uses.end(), in->creates[0]), f2r->uses.end());
+  for (const auto& t : s.tasks) {
+    if (t.kind == TaskKind::op && t.op && trace.op(*t.op).phase == Phase::forward) continue;
+    if (&t == &*out) continue;
+    EXPECT_EQ(std::find(t.uses.begin(), t.uses.end(), f1->creates[0]), t.uses.end()) << t.name << " reads f1's buffer";
+  }
+
+  const Schedule behind = build(trace, spec("checkpoints + save_on_cpu", {checkpoints, save_on_cpu}));
+  EXPECT_EQ(count_of(behind, TaskKind::offload), 0u);
+  EXPECT_EQ(s.strategy.find("checkpoint inputs offloaded 1 (400 B)") != std::string::npos, true) << s.strategy;
+  EXPECT_EQ(behind.strategy.find("checkpoint inputs"), std::string::npos) << behind.strategy;
+  EXPECT_EQ(count_of(behind, TaskKind::recompute), 2u);
 }
 
 TEST(Models, NamePatternsAreFnmatchWithExactNamesAlwaysMatching) {

@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <span>
 #include <new>
+#include <span>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -32,12 +32,13 @@ inline unsigned resolve_threads(unsigned threads, std::uint64_t work_items) {
 // contiguous ranges, range 0 in the calling thread and each other one in a thread of its own.
 //
 // f must be noexcept and must not allocate: whatever a range needs is allocated before, in the
-// calling thread (per_range_scratch below), and errors are recorded for the caller to throw after
-// the join (RangeErrors). Why: in a thread started from a dlopen'ed library (comptrain_codecs in a
-// Python interpreter) the first exception makes libstdc++ allocate its thread-local data, and
-// when the address space is exhausted glibc aborts the process ("cannot allocate memory for
-// thread-local data"); that is the state in which a range's allocation would throw. Seen in CI
-// with 256 threads under the address-space limit of shared/defects-2/03.
+// calling thread (per_range_scratch below), and errors are recorded for the caller to throw
+// after the join (RangeError, throw_first_range_error). Why: in a thread started from a
+// dlopen'ed library (comptrain_codecs in a Python interpreter) the first exception makes
+// libstdc++ allocate its thread-local data, and when the address space is exhausted glibc aborts
+// the process ("cannot allocate memory for thread-local data"); that is the state in which a
+// range's allocation would throw. Seen in CI with 256 threads under the address-space limit of
+// shared/defects-2/03.
 //
 // A thread that cannot be started (std::system_error: an address-space limit, a container's pids
 // limit) is no error: its range and every later one run in the calling thread instead, after

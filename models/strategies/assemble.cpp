@@ -511,6 +511,11 @@ class Assembler {
           // runs on the compute stream just before the first backward use.
           start_out_after(last_writer);
           out.task.stream = Stream::compute;
+          // The copy out is a blocking copy_ even into pinned memory (save_on_cpu's pack_to_cpu:
+          // `packed.copy_(tensor)`, non_blocking left False, torch/autograd/graph.py), so the
+          // launching thread waits for it, and for the compute stream before it; the copy back
+          // is `tensor.to(device, non_blocking=pin_memory)`: blocking only from pageable memory.
+          out.task.blocks_host = true;
           in.slot = std::max(first_consumer - 1, last_forward);
           in.after_compute = {in.slot};
           in.task.stream = Stream::compute;

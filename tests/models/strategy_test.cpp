@@ -792,7 +792,8 @@ TEST(Recompute, CheckpointsKeepABlockInputAutogradDoesNotSave) {
 // saves the block's input through the enclosing hooks, so an offload rule ahead of the
 // checkpoints rule takes that pinned input. The trace of the test above: `a` is copied out on
 // the compute stream after its writer f1, back on the compute stream before the replay of f2,
-// which reads the copy; f1's buffer is not read in the backward pass. The first selecting rule
+// which reads the copy (the copy out holds the launching thread: save_on_cpu's blocking copy_);
+// f1's buffer is not read in the backward pass. The first selecting rule
 // decides: behind the checkpoints rule (which selects everything) the offload rule takes nothing.
 TEST(Recompute, AnOffloadRuleAheadOfACheckpointsRuleTakesItsPinnedInput) {
   const auto trace = unsaved_block_input_trace();
@@ -811,6 +812,8 @@ TEST(Recompute, AnOffloadRuleAheadOfACheckpointsRuleTakesItsPinnedInput) {
   ASSERT_TRUE(f1 != s.tasks.end() && out != s.tasks.end() && in != s.tasks.end() && f2r != s.tasks.end());
   EXPECT_EQ(out->stream, Stream::compute);
   EXPECT_EQ(in->stream, Stream::compute);
+  EXPECT_TRUE(out->blocks_host);   // save_on_cpu packs with a blocking copy_, pinned or not
+  EXPECT_FALSE(in->blocks_host);   // and unpacks with non_blocking=pin_memory
   EXPECT_EQ(out->bytes, 400);
   EXPECT_LT(f1 - s.tasks.begin(), out - s.tasks.begin());
   ASSERT_EQ(f1->creates.size(), 1u);

@@ -77,9 +77,8 @@ Analysis analyse(const Trace& trace, const OpTimeModel& time_model) {
     // A gap: every forward use ends before the backward pass starts and before the first
     // backward read, and only forward ops write it (so a restored or rebuilt copy is the
     // final forward content).
-    info.gap = info.saved && info.written_in_forward_only && info.last_forward_use && info.first_backward_read &&
-               *info.last_forward_use < *info.first_backward_read && a.first_backward_op &&
-               *info.last_forward_use < *a.first_backward_op;
+    info.gap = info.saved && info.first_backward_read && used_up_before_backward(a, info) &&
+               *info.last_forward_use < *info.first_backward_read;
   }
   return a;
 }

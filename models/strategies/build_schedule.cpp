@@ -203,11 +203,7 @@ bool received_from_another_stage(const Trace& trace, const StorageInfo& info) {
 // activations; offload only (no codec is timed or bounded on these inputs).
 void offload_pinned_inputs(const Analysis& a, const StrategySpec& strategy, StorageActions& plan) {
   for (TensorIndex s : a.storages) {
-    const StorageInfo& info = a.info[s];
-    if (!plan.pinned[s] || info.saved || !info.written_in_forward_only || !info.last_forward_use || !a.first_backward_op ||
-        *info.last_forward_use >= *a.first_backward_op) {
-      continue;
-    }
+    if (!plan.pinned[s] || a.info[s].saved || !used_up_before_backward(a, a.info[s])) continue;
     for (std::size_t r = 0; r < strategy.rules.size(); ++r) {
       if (!selects(a, strategy.rules[r].select, s)) continue;
       if (strategy.rules[r].offload()) {

@@ -46,6 +46,14 @@ struct Analysis {
 
 inline bool is_forward(const traces::Trace& trace, traces::OpIndex op) { return trace.op(op).phase == traces::Phase::forward; }
 
+// Only forward ops write the storage and its forward uses all end before the backward pass
+// starts: a copy taken after its last forward use (an offload, a codec's stream) or a replay of
+// its writers holds its final forward content. Part of a gap (StorageInfo::gap), and all a pinned
+// checkpoint input needs to be offloaded (its reader is the replay, not a backward op).
+inline bool used_up_before_backward(const Analysis& a, const StorageInfo& info) {
+  return info.written_in_forward_only && info.last_forward_use && a.first_backward_op && *info.last_forward_use < *a.first_backward_op;
+}
+
 // The decision for every storage: an action and the rule that gave it.
 struct StorageActions {
   std::vector<Action> action;     // indexed by tensor

@@ -20,6 +20,7 @@
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/support/json_excerpt.hpp"
 #include "comptrain/support/yaml_errors.hpp"
+#include "studies/fit_rows.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -254,19 +255,7 @@ std::string network_fit_table(const NetworkFitResult& result) {
                        m.gpus_per_node, m.bytes, m.bus_bandwidth / 1e9, r.before / 1e9, 100 * (r.before / m.bus_bandwidth - 1), r.after / 1e9,
                        100 * (r.after / m.bus_bandwidth - 1));
   };
-  std::size_t fitted = 0;
-  for (const CollectiveFit& r : result.rows) {
-    if (!r.held_out) {
-      row(r);
-      ++fitted;
-    }
-  }
-  if (fitted < result.rows.size()) {
-    out += "held out (not fitted):\n";
-    for (const CollectiveFit& r : result.rows) {
-      if (r.held_out) row(r);
-    }
-  }
+  const std::size_t fitted = detail::append_fitted_then_held_out(out, result.rows, row);
   out += "busbw in GB/s\n";
   out += fmt::format("nic.bandwidth           {:.4g} -> {:.4g} GB/s\n", result.base.nic->bandwidth / 1e9, result.fitted.nic->bandwidth / 1e9);
   out += fmt::format("network.link.bandwidth  {:.4g} -> {:.4g} GB/s\n", result.base.network->link.bandwidth / 1e9,

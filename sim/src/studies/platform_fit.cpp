@@ -25,6 +25,7 @@
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/support/json_excerpt.hpp"
 #include "comptrain/support/yaml_errors.hpp"
+#include "studies/fit_rows.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -700,19 +701,7 @@ std::string fit_table(const FitResult& result) {
                        r.measurement.samples_per_second, r.before, 100 * (r.before / r.measurement.samples_per_second - 1), r.after,
                        100 * (r.after / r.measurement.samples_per_second - 1));
   };
-  std::size_t fitted = 0;
-  for (const MeasurementFit& r : result.rows) {
-    if (!r.held_out) {
-      row(r);
-      ++fitted;
-    }
-  }
-  if (fitted < result.rows.size()) {
-    out += "held out (not fitted):\n";
-    for (const MeasurementFit& r : result.rows) {
-      if (r.held_out) row(r);
-    }
-  }
+  const std::size_t fitted = detail::append_fitted_then_held_out(out, result.rows, row);
   out += "parameters (fitted value / base value; sensitivity = max |d log throughput / d log value|):\n";
   for (const ParameterFit& p : result.parameters) {
     // gemm_k_overhead is a count, not a fraction: its value, and the base's.

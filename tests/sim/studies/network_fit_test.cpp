@@ -14,6 +14,7 @@
 #include "comptrain/models/platform.hpp"
 #include "comptrain/sim/engine/collectives.hpp"
 #include "comptrain/support/input_error.hpp"
+#include "common/input_error_of.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -23,12 +24,7 @@ using ::testing::HasSubstr;
 CollectiveMeasurementSet parse(const std::string& text) { return parse_collective_measurements(text, "m.yaml", "."); }
 
 std::string error_of(const std::string& text) {
-  try {
-    parse(text);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "no error";
+  return test_support::input_error_of([&] { parse(text); });
 }
 
 const std::string kOne = "  - {collective: all_gather, nodes: 2, gpus_per_node: 8, bytes: 33554432, bus_bandwidth: 131.3}\n";

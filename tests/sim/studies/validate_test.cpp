@@ -18,6 +18,7 @@
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/sim/config/scenario.hpp"
 #include "comptrain/support/input_error.hpp"
+#include "common/input_error_of.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -34,12 +35,7 @@ const std::string kPoint =
 ValidationTable parse(const std::string& text) { return parse_validation_table(text, "t.jsonl", kScenarios); }
 
 std::string error_of(const std::string& text) {
-  try {
-    parse(text);
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "no error";
+  return test_support::input_error_of([&] { parse(text); });
 }
 
 TEST(ValidationTable, ReadsPointsSkippingCommentsAndBlankLines) {

@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/input_error_of.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/support/input_error.hpp"
 
@@ -12,15 +13,7 @@ namespace comptrain::models {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string error_of(auto&& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test_support::input_error_of;
 
 TEST(ShippedOrFile, NamesFilesAndTheirBaseDirectory) {
   const std::vector<std::string> shipped{"alpha", "beta"};
@@ -36,21 +29,21 @@ TEST(ShippedOrFile, NamesFilesAndTheirBaseDirectory) {
 
 TEST(ShippedOrFile, EmptyAndUnknownAreErrorsListingTheShippedNames) {
   const std::vector<std::string> shipped{"alpha", "beta"};
-  EXPECT_EQ(error_of([&] { shipped_or_file("", ".", "thing", shipped); }),
+  EXPECT_EQ(input_error_of([&] { shipped_or_file("", ".", "thing", shipped); }),
             "empty thing; expected a shipped thing name or a .yaml file; shipped: alpha, beta");
-  EXPECT_EQ(error_of([&] { shipped_or_file("gamma", ".", "thing", shipped, "auto"); }),
+  EXPECT_EQ(input_error_of([&] { shipped_or_file("gamma", ".", "thing", shipped, "auto"); }),
             "unknown thing 'gamma'; expected auto, a shipped thing name or a .yaml file; shipped: alpha, beta");
   // Not a .yaml: a name, even with another extension, so the message lists the names.
-  EXPECT_THAT(error_of([&] { shipped_or_file("alpha.json", ".", "thing", shipped); }), HasSubstr("unknown thing 'alpha.json'"));
+  EXPECT_THAT(input_error_of([&] { shipped_or_file("alpha.json", ".", "thing", shipped); }), HasSubstr("unknown thing 'alpha.json'"));
 }
 
 TEST(ResolvePlatform, ShippedNameFileAndErrors) {
   EXPECT_EQ(resolve_platform("a100-40gb", ".").source, "embedded:a100-40gb");
   // `--platform ""` is a mistake, not "keep the scenario's platform".
-  EXPECT_THAT(error_of([] { resolve_platform("", "."); }),
+  EXPECT_THAT(input_error_of([] { resolve_platform("", "."); }),
               HasSubstr("empty platform; expected a shipped platform name or a .yaml file; shipped: a100-40gb"));
-  EXPECT_THAT(error_of([] { resolve_platform("a100-41gb", "."); }), HasSubstr("unknown platform 'a100-41gb'"));
-  EXPECT_THAT(error_of([] { resolve_platform("missing.yaml", "/nonexistent"); }), HasSubstr("/nonexistent/missing.yaml"));
+  EXPECT_THAT(input_error_of([] { resolve_platform("a100-41gb", "."); }), HasSubstr("unknown platform 'a100-41gb'"));
+  EXPECT_THAT(input_error_of([] { resolve_platform("missing.yaml", "/nonexistent"); }), HasSubstr("/nonexistent/missing.yaml"));
 
   // A file relative to the base directory: the shipped a100-40gb.yaml, read as a file.
   const std::filesystem::path platforms = std::filesystem::path(COMPTRAIN_TEST_DATA_DIR) / "../../scenarios/platforms";

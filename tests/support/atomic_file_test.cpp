@@ -14,6 +14,7 @@
 #include <string>
 #include <thread>
 
+#include "common/input_error_of.hpp"
 #include "comptrain/support/input_error.hpp"
 
 namespace comptrain {
@@ -21,17 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-
-// The message of the InputError that `f` throws ("" when it throws none).
-template <typename F>
-std::string error_of(F f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+using test_support::input_error_of;
 
 mode_t mode_of(const fs::path& path) {
   struct stat st {};
@@ -68,18 +59,18 @@ TEST_F(AtomicFile, AMissingDirectoryIsAnInputErrorNamingThePath) {
 }
 
 TEST_F(AtomicFile, ReadingAMissingFileOrADirectoryIsAnInputError) {
-  EXPECT_THAT(error_of([&] { read_file(dir_ / "missing"); }), HasSubstr("missing': No such file or directory"));
-  EXPECT_THAT(error_of([&] { read_file(dir_); }), HasSubstr("': it is a directory; expected a regular file"));
+  EXPECT_THAT(input_error_of([&] { read_file(dir_ / "missing"); }), HasSubstr("missing': No such file or directory"));
+  EXPECT_THAT(input_error_of([&] { read_file(dir_); }), HasSubstr("': it is a directory; expected a regular file"));
 }
 
 // A FIFO would block the reader until a writer came, /dev/zero never ends (it read until memory
 // ran out: shared/defects-2/12); both are refused before any byte is read, links to them too.
 TEST_F(AtomicFile, ReadingRefusesAFifoAndADeviceWithoutBlocking) {
   ASSERT_EQ(::mkfifo((dir_ / "in.fifo").c_str(), 0600), 0);
-  EXPECT_THAT(error_of([&] { read_file(dir_ / "in.fifo"); }), HasSubstr("in.fifo': it is a FIFO; expected a regular file"));
-  EXPECT_THAT(error_of([&] { read_file("/dev/zero"); }), HasSubstr("cannot read '/dev/zero': it is a character device; expected a regular file"));
+  EXPECT_THAT(input_error_of([&] { read_file(dir_ / "in.fifo"); }), HasSubstr("in.fifo': it is a FIFO; expected a regular file"));
+  EXPECT_THAT(input_error_of([&] { read_file("/dev/zero"); }), HasSubstr("cannot read '/dev/zero': it is a character device; expected a regular file"));
   fs::create_symlink("/dev/zero", dir_ / "zero.yaml");
-  EXPECT_THAT(error_of([&] { read_file(dir_ / "zero.yaml"); }), HasSubstr("zero.yaml': it is a character device"));
+  EXPECT_THAT(input_error_of([&] { read_file(dir_ / "zero.yaml"); }), HasSubstr("zero.yaml': it is a character device"));
   write_file_atomically(dir_ / "real.json", "{}");
   fs::create_symlink("real.json", dir_ / "link.json");
   EXPECT_EQ(read_file(dir_ / "link.json"), "{}") << "a link to a regular file is read";
@@ -88,12 +79,12 @@ TEST_F(AtomicFile, ReadingRefusesAFifoAndADeviceWithoutBlocking) {
 TEST_F(AtomicFile, ReadingIsBoundedInSize) {
   write_file_atomically(dir_ / "k.txt", std::string(1024, 'k'));
   EXPECT_EQ(read_file(dir_ / "k.txt", 1024).size(), 1024u) << "the bound is inclusive";
-  EXPECT_THAT(error_of([&] { read_file(dir_ / "k.txt", 1023); }), HasSubstr("k.txt': it is larger than 1023 bytes"));
+  EXPECT_THAT(input_error_of([&] { read_file(dir_ / "k.txt", 1023); }), HasSubstr("k.txt': it is larger than 1023 bytes"));
   // The default bound, on a sparse file (no disk used): refused from its size, nothing read.
   const fs::path huge = dir_ / "huge.json";
   write_file_atomically(huge, "");
   ASSERT_EQ(::truncate(huge.c_str(), kMaxInputFileBytes + 1), 0);
-  EXPECT_THAT(error_of([&] { read_file(huge); }),
+  EXPECT_THAT(input_error_of([&] { read_file(huge); }),
               HasSubstr("huge.json': it is larger than 1 GiB (1073741824 bytes), the most comptrain reads from one input file"));
   // /proc's files are regular and say they are empty: read to their end all the same.
   EXPECT_THAT(read_file("/proc/self/status"), HasSubstr("Pid:"));
@@ -146,7 +137,7 @@ TEST_F(AtomicFile, ASymbolicLinkIsFollowedAndKept) {
 
   fs::create_symlink("loop-b", dir_ / "loop-a");
   fs::create_symlink("loop-a", dir_ / "loop-b");
-  EXPECT_THAT(error_of([&] { write_file_atomically(dir_ / "loop-a", "x"); }), HasSubstr("more than 40 symbolic links in a row"));
+  EXPECT_THAT(input_error_of([&] { write_file_atomically(dir_ / "loop-a", "x"); }), HasSubstr("more than 40 symbolic links in a row"));
 }
 
 // A FIFO is opened and written in place: its reader gets the contents, and it stays a FIFO
@@ -192,13 +183,13 @@ TEST_F(AtomicFile, AnOpenDescriptorIsWrittenThrough) {
   for (ssize_t n; (n = ::read(ends[0], buffer, sizeof buffer)) > 0;) received.append(buffer, static_cast<std::size_t>(n));
   ::close(ends[0]);
   EXPECT_EQ(received, "through /dev/fd, through /proc");
-  EXPECT_THAT(error_of([] { write_file_atomically("/dev/fd/999999", "x"); }), HasSubstr("file descriptor 999999 is not open"));
+  EXPECT_THAT(input_error_of([] { write_file_atomically("/dev/fd/999999", "x"); }), HasSubstr("file descriptor 999999 is not open"));
 }
 
 TEST_F(AtomicFile, ADirectoryIsRefusedAsAnOutput) {
-  EXPECT_THAT(error_of([&] { write_file_atomically(dir_, "x"); }), HasSubstr("': it is a directory; expected a regular file"));
-  EXPECT_THAT(error_of([&] { write_file_atomically(dir_.string() + "/", "x"); }), HasSubstr("/': expected a file name, not a directory"));
-  EXPECT_THAT(error_of([] { write_file_atomically("", "x"); }), HasSubstr("'': expected a file name"));
+  EXPECT_THAT(input_error_of([&] { write_file_atomically(dir_, "x"); }), HasSubstr("': it is a directory; expected a regular file"));
+  EXPECT_THAT(input_error_of([&] { write_file_atomically(dir_.string() + "/", "x"); }), HasSubstr("/': expected a file name, not a directory"));
+  EXPECT_THAT(input_error_of([] { write_file_atomically("", "x"); }), HasSubstr("'': expected a file name"));
   EXPECT_EQ(entries(), 0u);
 }
 

@@ -700,6 +700,15 @@ OpTimeModel::OpTimeModel(Platform platform, OpTimeOptions options) : platform_(s
   }
 }
 
+double layout_transpose_bytes(double bytes, traces::DType dtype) {
+  // A transpose kernel that moves one element per thread issues the same memory instructions
+  // for a 2-byte element as for a 4-byte one (half the bytes per warp access), so below 4 bytes
+  // an element it runs at the element rate of 4-byte data: its time is that of 4 bytes an element.
+  constexpr std::int64_t kTransposeElementBytes = 4;
+  const std::int64_t size = traces::element_size(dtype);
+  return size > 0 && size < kTransposeElementBytes ? bytes * static_cast<double>(kTransposeElementBytes) / static_cast<double>(size) : bytes;
+}
+
 KernelRun OpTimeModel::run(const traces::Trace& trace, traces::OpIndex index) const { return run_op(trace, index, nullptr); }
 
 bool in_float8_scope(const Float8Scope& scope, const traces::Op& op) {
@@ -788,11 +797,18 @@ KernelRun OpTimeModel::run_op(const traces::Trace& trace, traces::OpIndex index,
   // NCHW vs NHWC", docs.nvidia.com/deeplearning/performance/dl-performance-convolutional;
   // PyTorch's channels_last tutorial: "cuDNN ... converts NCHW to NHWC internally"). Each
   // transpose is a memory-bound kernel of its own, so it adds to the convolution's time rather
-  // than overlapping it: one read and one write of every byte the convolution moves, and one
+  // than overlapping it: one read and one write of every element the convolution moves, and one
   // launch per tensor. Filters are transposed too; they are in the bytes. Their power is their
   // own (memory-bound); the op's is the time-weighted mean.
+  // The transposes move one element per thread (cuDNN's nchwToNhwcKernel<T_in, T_out, ...> is
+  // instantiated per element type, <__half, __half, ...> under fp16: the nvprof profile in
+  // apache/mxnet#17665), so their time follows the element count: a 16-bit element takes as long
+  // as a 4-byte one (layout_transpose_bytes). models/README.md, "Memory format", has the rule and
+  // the evidence: Lambda's harness measures AMP at 1.48-1.56x its TF32 rate where moving
+  // half the bytes at the same rate gives 2.0x.
   if (op.kind == traces::OpKind::conv && tensor_cores && !options_.channels_last) {
-    const KernelWork transposes{0.0, 2.0 * bytes / (platform_.gpu.memory_bandwidth * memory_efficiency),
+    const double moved = layout_transpose_bytes(bytes, dtype);
+    const KernelWork transposes{0.0, 2.0 * moved / (platform_.gpu.memory_bandwidth * memory_efficiency),
                                 static_cast<double>(op.inputs.size() + op.outputs.size()) * platform_.gpu.launch_overhead};
     append(result, run_kernel(platform_.gpu, transposes));
   }

@@ -195,6 +195,8 @@ TEST(OpTime, Tf32FlagsMoveTheirOwnKinds) {
 
 // cuDNN transposes NCHW tensors around a tensor-core convolution: one read and one write of the
 // 4 MB the op moves, at 1e12 B/s x 0.5 (16 us), plus a launch per tensor (x and y: 2 x 5 us).
+// The transposes move one element per thread: 4 MB of 2-byte elements take as long as 8 MB of
+// 4-byte ones (32 us).
 TEST(OpTime, TensorCoreConvolutionsOnNchwPayForTheTransposes) {
   const auto conv_seconds = [](DType dtype, bool tf32, bool channels_last) {
     OpTimeOptions options;
@@ -203,13 +205,23 @@ TEST(OpTime, TensorCoreConvolutionsOnNchwPayForTheTransposes) {
     return OpTimeModel(test_platform(), options).seconds(one_op_trace(compute_bound(OpKind::conv, dtype)), 0);
   };
   const double transposes = 2 * 4e6 / (1e12 * 0.5) + 2 * 5e-6;
-  EXPECT_NEAR(conv_seconds(DType::f16, false, false) - conv_seconds(DType::f16, false, true), transposes, 1e-12);
+  const double transposes_16bit = 2 * 8e6 / (1e12 * 0.5) + 2 * 5e-6;
+  EXPECT_NEAR(conv_seconds(DType::f16, false, false) - conv_seconds(DType::f16, false, true), transposes_16bit, 1e-12);
   EXPECT_NEAR(conv_seconds(DType::f32, true, false) - conv_seconds(DType::f32, true, true), transposes, 1e-12);
   // fp32 on the CUDA cores and every other kind are untouched by the memory format.
   EXPECT_DOUBLE_EQ(conv_seconds(DType::f32, false, false), conv_seconds(DType::f32, false, true));
   OpTimeOptions nchw;
   EXPECT_DOUBLE_EQ(OpTimeModel(test_platform(), nchw).seconds(one_op_trace(compute_bound(OpKind::linear, DType::f16)), 0),
                    seconds(compute_bound(OpKind::linear, DType::f16)));
+}
+
+// The transposes' time follows the element count at the rate of 4-byte elements.
+TEST(OpTime, LayoutTransposesCostFourBytesAnElementAtLeast) {
+  EXPECT_DOUBLE_EQ(layout_transpose_bytes(1e6, DType::f32), 1e6);
+  EXPECT_DOUBLE_EQ(layout_transpose_bytes(1e6, DType::f16), 2e6);
+  EXPECT_DOUBLE_EQ(layout_transpose_bytes(1e6, DType::bf16), 2e6);
+  EXPECT_DOUBLE_EQ(layout_transpose_bytes(1e6, DType::f64), 1e6);
+  EXPECT_DOUBLE_EQ(layout_transpose_bytes(0, DType::f16), 0);
 }
 
 // A linear op of 16-bit tensors: x [4, 1024] (an activation) times W [1024, 1024] (a weight) in

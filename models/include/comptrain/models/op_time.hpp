@@ -79,7 +79,8 @@ struct OpTimeOptions {
 // models/README.md, "Kernel ceilings"). A convolution on tensor cores over
 // NCHW tensors (OpTimeOptions::channels_last false) adds the transposes cuDNN runs around it:
 // separate kernels that read and write every tensor the convolution reads and writes, at the
-// memory roofline, each with its own launch.
+// memory roofline, each with its own launch; they move one element per thread, so 16-bit
+// tensors take as long as 4-byte ones of as many elements (layout_transpose_bytes).
 // Under a power limit each of these kernels runs as kernel_power.hpp says: one that would draw more
 // than the cap is slowed until it draws the cap, one that would not keeps its time. A measured
 // duration is kept as it is (its power is not known: 0 W, the replay's busy power).
@@ -101,6 +102,11 @@ class OpTimeModel {
   Platform platform_;
   OpTimeOptions options_;
 };
+
+// The bytes at the memory roofline that take as long as cuDNN's layout transposes of `bytes` of
+// `dtype` elements: the transposes move one element per thread, so an element below 4 bytes costs
+// what a 4-byte one does (models/README.md, "Memory format").
+double layout_transpose_bytes(double bytes, traces::DType dtype);
 
 // The dtype whose peak an op's arithmetic runs at: that of its first floating-point output,
 // else of its first floating-point input, else fp32.

@@ -800,12 +800,13 @@ KernelRun OpTimeModel::run_op(const traces::Trace& trace, traces::OpIndex index,
   // than overlapping it: one read and one write of every element the convolution moves, and one
   // launch per tensor. Filters are transposed too; they are in the bytes. Their power is their
   // own (memory-bound); the op's is the time-weighted mean.
-  // The transposes move one element per thread (cuDNN's nchwToNhwcKernel<T_in, T_out, ...> is
-  // instantiated per element type, <__half, __half, ...> under fp16: the nvprof profile in
-  // apache/mxnet#17665), so their time follows the element count: a 16-bit element takes as long
-  // as a 4-byte one (layout_transpose_bytes). models/README.md, "Memory format", has the rule and
-  // the evidence: Lambda's harness measures AMP at 1.48-1.56x its TF32 rate where moving
-  // half the bytes at the same rate gives 2.0x.
+  // The transposes are taken to move one element per thread (an assumption: cuDNN's source is
+  // not public; its nchwToNhwcKernel<T_in, T_out, ...> is instantiated per element type,
+  // <__half, __half, ...> under fp16 in the nvprof profile of apache/mxnet#17665), so their time
+  // follows the element count: a 16-bit element takes as long as a 4-byte one
+  // (layout_transpose_bytes). models/README.md, "Memory format", has the rule and the evidence:
+  // Lambda's harness measures AMP at 1.48-1.56x its TF32 rate where moving half the bytes at the
+  // same rate gives 2.0x.
   if (op.kind == traces::OpKind::conv && tensor_cores && !options_.channels_last) {
     const double moved = layout_transpose_bytes(bytes, dtype);
     const KernelWork transposes{0.0, 2.0 * moved / (platform_.gpu.memory_bandwidth * memory_efficiency),

@@ -88,6 +88,13 @@ constexpr std::int64_t kSoftmaxReductionBytes = (1024 / 32) * 4;
 // DRAM is accessed in 32-byte sectors, so a gather of one 4-byte value per row still moves a
 // sector (CUDA C++ Best Practices Guide, "Coalesced Access to Global Memory").
 constexpr std::int64_t kSectorBytes = 32;
+// cuDNN's layout transposes (NCHW <-> NHWC around a tensor-core convolution) move at most this
+// many elements per SM per clock (layout_transpose_seconds). Fitted: the value that best matches
+// Lambda's three 1-GPU NCHW ResNet-50 AMP rows that the GPUs' other fits use (A100 SXM4, H100 SXM5,
+// H100 PCIe; lambdal/deeplearning-benchmark@aa5addb6), rms of their errors 4.1% at 2.6 against 5.0%
+// at 2.4 and 5.4% at 2.8; the same runs' other hosts and multi-GPU rows are held out
+// (models/README.md, "Memory format").
+constexpr double kTransposeElementsPerSmCycle = 2.6;
 
 enum class TrafficRule : std::uint8_t {
   logical,             // the trace's bytes are what the kernels move
@@ -700,13 +707,37 @@ OpTimeModel::OpTimeModel(Platform platform, OpTimeOptions options) : platform_(s
   }
 }
 
-double layout_transpose_bytes(double bytes, traces::DType dtype) {
-  // A transpose kernel that moves one element per thread issues the same memory instructions
-  // for a 2-byte element as for a 4-byte one (half the bytes per warp access), so below 4 bytes
-  // an element it runs at the element rate of 4-byte data: its time is that of 4 bytes an element.
-  constexpr std::int64_t kTransposeElementBytes = 4;
-  const std::int64_t size = traces::element_size(dtype);
-  return size > 0 && size < kTransposeElementBytes ? bytes * static_cast<double>(kTransposeElementBytes) / static_cast<double>(size) : bytes;
+int fp32_lanes_per_sm(int major, int minor) {
+  // 32-bit floating-point add, multiply and multiply-add results per clock per SM (NVIDIA, CUDA C++
+  // Programming Guide, "Arithmetic Instructions", throughput table): 64 on compute capability 6.0,
+  // 7.x and 8.0 (P100, V100, A100), 128 on 5.x, 6.1, 6.2 and from 8.6 on (Maxwell, consumer Pascal
+  // and Ampere, Ada, Hopper, Blackwell); 0 where the table does not say (before 5.0).
+  if (major < 5) return 0;
+  if ((major == 6 && minor == 0) || major == 7 || (major == 8 && minor == 0)) return 64;
+  return 128;
+}
+
+double sm_clock_hz(const GpuSpec& gpu) {
+  // The clock the peaks are given at, from the fp32 peak: SMs x lanes x 2 FLOP (an FMA) x clock.
+  const int lanes = fp32_lanes_per_sm(gpu.compute_capability_major, gpu.compute_capability_minor);
+  if (gpu.sms <= 0 || lanes == 0 || !(gpu.peak_fp32 > 0)) return 0;
+  return gpu.peak_fp32 / (static_cast<double>(gpu.sms) * lanes * 2.0);
+}
+
+double layout_transpose_seconds(const GpuSpec& gpu, double memory_efficiency, double bytes, traces::DType dtype) {
+  // A transpose reads a tile of elements along one dimension and writes it along another through
+  // shared memory: its loads and stores go element by element, so below some element size the
+  // SMs' load/store issue, not DRAM, sets its pace. 16-bit tensors then take about as long as
+  // 4-byte ones of as many elements on the A100 and the H100, whose bandwidth per SM and clock is
+  // high; on the V100 (900 GB/s for 80 SMs at 1.53 GHz) the two are about equal.
+  const double size = static_cast<double>(traces::element_size(dtype));
+  // Read and write of every byte at the memory roofline.
+  const double memory = 2.0 * bytes / (gpu.memory_bandwidth * memory_efficiency);
+  const double clock = sm_clock_hz(gpu);
+  if (clock <= 0 || size <= 0) return memory;
+  // Each element read and written once, at the elements the SMs move per clock.
+  const double issue = 2.0 * (bytes / size) / (static_cast<double>(gpu.sms) * clock * kTransposeElementsPerSmCycle);
+  return std::max(memory, issue);
 }
 
 KernelRun OpTimeModel::run(const traces::Trace& trace, traces::OpIndex index) const { return run_op(trace, index, nullptr); }
@@ -800,16 +831,14 @@ KernelRun OpTimeModel::run_op(const traces::Trace& trace, traces::OpIndex index,
   // than overlapping it: one read and one write of every element the convolution moves, and one
   // launch per tensor. Filters are transposed too; they are in the bytes. Their power is their
   // own (memory-bound); the op's is the time-weighted mean.
-  // The transposes are taken to move one element per thread (an assumption: cuDNN's source is
-  // not public; its nchwToNhwcKernel<T_in, T_out, ...> is instantiated per element type,
-  // <__half, __half, ...> under fp16 in the nvprof profile of apache/mxnet#17665), so their time
-  // follows the element count: a 16-bit element takes as long as a 4-byte one
-  // (layout_transpose_bytes). models/README.md, "Memory format", has the rule and the evidence:
-  // Lambda's harness measures AMP at 1.48-1.56x its TF32 rate where moving half the bytes at the
-  // same rate gives 2.0x.
+  // The transposes' pace is the slower of the memory roofline and the elements the SMs move per
+  // clock (layout_transpose_seconds; an assumption fitted on three GPUs: cuDNN's source is not
+  // public, its nchwToNhwcKernel<T_in, T_out, ...> is instantiated per element type, <__half,
+  // __half, ...> under fp16 in the nvprof profile of apache/mxnet#17665). models/README.md,
+  // "Memory format", has the rule and the evidence: Lambda's harness measures AMP at 1.48-1.56x
+  // its TF32 rate where moving half the bytes at the memory roofline gives 2.0x.
   if (op.kind == traces::OpKind::conv && tensor_cores && !options_.channels_last) {
-    const double moved = layout_transpose_bytes(bytes, dtype);
-    const KernelWork transposes{0.0, 2.0 * moved / (platform_.gpu.memory_bandwidth * memory_efficiency),
+    const KernelWork transposes{0.0, layout_transpose_seconds(platform_.gpu, memory_efficiency, bytes, dtype),
                                 static_cast<double>(op.inputs.size() + op.outputs.size()) * platform_.gpu.launch_overhead};
     append(result, run_kernel(platform_.gpu, transposes));
   }

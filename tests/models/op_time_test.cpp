@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -194,9 +195,9 @@ TEST(OpTime, Tf32FlagsMoveTheirOwnKinds) {
 }
 
 // cuDNN transposes NCHW tensors around a tensor-core convolution: one read and one write of the
-// 4 MB the op moves, at 1e12 B/s x 0.5 (16 us), plus a launch per tensor (x and y: 2 x 5 us).
-// The transposes move one element per thread: 4 MB of 2-byte elements take as long as 8 MB of
-// 4-byte ones (32 us).
+// 4 MB the op moves, at 1e12 B/s x 0.5 (16 us), plus a launch per tensor (x and y: 2 x 5 us). The
+// test platform gives no SMs, so no SM clock: the memory roofline alone, for 16 bits as for 32
+// (LayoutTransposesRunAtTheSlowerOfMemoryAndTheSmsElementRate has the SMs' limit).
 TEST(OpTime, TensorCoreConvolutionsOnNchwPayForTheTransposes) {
   const auto conv_seconds = [](DType dtype, bool tf32, bool channels_last) {
     OpTimeOptions options;
@@ -205,8 +206,7 @@ TEST(OpTime, TensorCoreConvolutionsOnNchwPayForTheTransposes) {
     return OpTimeModel(test_platform(), options).seconds(one_op_trace(compute_bound(OpKind::conv, dtype)), 0);
   };
   const double transposes = 2 * 4e6 / (1e12 * 0.5) + 2 * 5e-6;
-  const double transposes_16bit = 2 * 8e6 / (1e12 * 0.5) + 2 * 5e-6;
-  EXPECT_NEAR(conv_seconds(DType::f16, false, false) - conv_seconds(DType::f16, false, true), transposes_16bit, 1e-12);
+  EXPECT_NEAR(conv_seconds(DType::f16, false, false) - conv_seconds(DType::f16, false, true), transposes, 1e-12);
   EXPECT_NEAR(conv_seconds(DType::f32, true, false) - conv_seconds(DType::f32, true, true), transposes, 1e-12);
   // fp32 on the CUDA cores and every other kind are untouched by the memory format.
   EXPECT_DOUBLE_EQ(conv_seconds(DType::f32, false, false), conv_seconds(DType::f32, false, true));
@@ -216,12 +216,45 @@ TEST(OpTime, TensorCoreConvolutionsOnNchwPayForTheTransposes) {
 }
 
 // The transposes' time follows the element count at the rate of 4-byte elements.
-TEST(OpTime, LayoutTransposesCostFourBytesAnElementAtLeast) {
-  EXPECT_DOUBLE_EQ(layout_transpose_bytes(1e6, DType::f32), 1e6);
-  EXPECT_DOUBLE_EQ(layout_transpose_bytes(1e6, DType::f16), 2e6);
-  EXPECT_DOUBLE_EQ(layout_transpose_bytes(1e6, DType::bf16), 2e6);
-  EXPECT_DOUBLE_EQ(layout_transpose_bytes(1e6, DType::f64), 1e6);
-  EXPECT_DOUBLE_EQ(layout_transpose_bytes(0, DType::f16), 0);
+// The transposes' pace: the memory roofline, or the elements the SMs move per clock (2.6 per SM
+// and clock), whichever is slower; the SM clock derived from the fp32 peak.
+TEST(OpTime, LayoutTransposesRunAtTheSlowerOfMemoryAndTheSmsElementRate) {
+  EXPECT_EQ(fp32_lanes_per_sm(7, 0), 64);  // V100
+  EXPECT_EQ(fp32_lanes_per_sm(8, 0), 64);  // A100
+  EXPECT_EQ(fp32_lanes_per_sm(8, 6), 128);
+  EXPECT_EQ(fp32_lanes_per_sm(9, 0), 128);  // H100
+  EXPECT_EQ(fp32_lanes_per_sm(5, 2), 128);  // Maxwell
+  EXPECT_EQ(fp32_lanes_per_sm(6, 0), 64);
+  EXPECT_EQ(fp32_lanes_per_sm(0, 0), 0);
+  EXPECT_EQ(fp32_lanes_per_sm(3, 5), 0);
+
+  GpuSpec a100;
+  a100.peak_fp32 = 19.5e12;
+  a100.sms = 108;
+  a100.compute_capability_major = 8;
+  a100.memory_bandwidth = 2.039e12;
+  const double clock = 19.5e12 / (108 * 64 * 2.0);  // 1.41 GHz, the A100's boost clock
+  EXPECT_DOUBLE_EQ(sm_clock_hz(a100), clock);
+  // 1 GB of fp16 (5e8 elements): the memory roofline at 0.8 takes 1.23 ms, the SMs 2.53 ms.
+  const double memory = 2e9 / (2.039e12 * 0.8);
+  const double issue_f16 = 2 * 5e8 / (108 * clock * 2.6);
+  EXPECT_DOUBLE_EQ(layout_transpose_seconds(a100, 0.8, 1e9, DType::f16), issue_f16);
+  EXPECT_GT(issue_f16, 2 * memory);
+  // 1 GB of fp32 (2.5e8 elements): about as long either way; the slower one.
+  EXPECT_DOUBLE_EQ(layout_transpose_seconds(a100, 0.8, 1e9, DType::f32), std::max(memory, 2 * 2.5e8 / (108 * clock * 2.6)));
+  // A GPU whose bandwidth is low for its SMs stays at the memory roofline.
+  GpuSpec slow_memory = a100;
+  slow_memory.memory_bandwidth = 0.2e12;
+  EXPECT_DOUBLE_EQ(layout_transpose_seconds(slow_memory, 0.8, 1e9, DType::f16), 2e9 / (0.2e12 * 0.8));
+  // Without the SMs or the compute capability no clock is known: the memory roofline alone.
+  GpuSpec unknown = a100;
+  unknown.sms = 0;
+  EXPECT_EQ(sm_clock_hz(unknown), 0);
+  EXPECT_DOUBLE_EQ(layout_transpose_seconds(unknown, 0.8, 1e9, DType::f16), memory);
+  unknown = a100;
+  unknown.compute_capability_major = 0;
+  EXPECT_DOUBLE_EQ(layout_transpose_seconds(unknown, 0.8, 1e9, DType::f16), memory);
+  EXPECT_DOUBLE_EQ(layout_transpose_seconds(a100, 0.8, 0, DType::f16), 0);
 }
 
 // A linear op of 16-bit tensors: x [4, 1024] (an activation) times W [1024, 1024] (a weight) in

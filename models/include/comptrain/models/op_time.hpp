@@ -79,8 +79,8 @@ struct OpTimeOptions {
 // models/README.md, "Kernel ceilings"). A convolution on tensor cores over
 // NCHW tensors (OpTimeOptions::channels_last false) adds the transposes cuDNN runs around it:
 // separate kernels that read and write every tensor the convolution reads and writes, at the
-// memory roofline, each with its own launch; they move one element per thread, so 16-bit
-// tensors take as long as 4-byte ones of as many elements (layout_transpose_bytes).
+// memory roofline or at the elements the SMs move per clock, whichever is slower
+// (layout_transpose_seconds), each with its own launch.
 // Under a power limit each of these kernels runs as kernel_power.hpp says: one that would draw more
 // than the cap is slowed until it draws the cap, one that would not keeps its time. A measured
 // duration is kept as it is (its power is not known: 0 W, the replay's busy power).
@@ -103,10 +103,19 @@ class OpTimeModel {
   OpTimeOptions options_;
 };
 
-// The bytes at the memory roofline that take as long as cuDNN's layout transposes of `bytes` of
-// `dtype` elements: the transposes move one element per thread, so an element below 4 bytes costs
-// what a 4-byte one does (models/README.md, "Memory format").
-double layout_transpose_bytes(double bytes, traces::DType dtype);
+// 32-bit floating-point results per clock per SM on compute capability major.minor (the CUDA C++
+// Programming Guide's throughput table; 0 where it gives none).
+int fp32_lanes_per_sm(int major, int minor);
+
+// The SM clock the GPU's peaks are given at, from its fp32 peak, SMs and compute capability; 0
+// where the platform gives too little to derive it.
+double sm_clock_hz(const GpuSpec& gpu);
+
+// cuDNN's layout transposes of a convolution over NCHW tensors that moves `bytes` of `dtype`
+// elements: every byte read and written at the memory roofline (`memory_efficiency` of the
+// bandwidth), or every element at the rate the SMs move elements, whichever is slower
+// (models/README.md, "Memory format"); the memory roofline alone where the SM clock is unknown.
+double layout_transpose_seconds(const GpuSpec& gpu, double memory_efficiency, double bytes, traces::DType dtype);
 
 // The dtype whose peak an op's arithmetic runs at: that of its first floating-point output,
 // else of its first floating-point input, else fp32.

@@ -215,7 +215,6 @@ TEST(OpTime, TensorCoreConvolutionsOnNchwPayForTheTransposes) {
                    seconds(compute_bound(OpKind::linear, DType::f16)));
 }
 
-// The transposes' time follows the element count at the rate of 4-byte elements.
 // The transposes' pace: the memory roofline, or the elements the SMs move per clock (2.6 per SM
 // and clock), whichever is slower; the SM clock derived from the fp32 peak.
 TEST(OpTime, LayoutTransposesRunAtTheSlowerOfMemoryAndTheSmsElementRate) {

@@ -158,8 +158,8 @@ CollectivePoint read_collective(const PointReader& in, const std::filesystem::pa
 }
 
 // A checkpoint_throughput point's setup: the platform and shape as a bus_bandwidth point's, and
-// its `checkpoint` object {bytes_per_gpu, forward_backward_seconds, update_seconds, mode, every,
-// host_cache_bytes, chunk_bytes, to, wait, checkpoints}.
+// its `checkpoint` object {bytes_per_gpu, job_bytes, forward_backward_seconds, update_seconds, mode,
+// every, host_cache_bytes, chunk_bytes, to, wait, checkpoints}.
 CheckpointPoint read_checkpoint_point(const PointReader& in, const std::filesystem::path& base_dir) {
   CheckpointPoint c;
   try {
@@ -178,8 +178,8 @@ CheckpointPoint read_checkpoint_point(const PointReader& in, const std::filesyst
   const json* object = in.find("checkpoint");
   if (!object || !object->is_object()) in.fail("field 'checkpoint': expected an object {bytes_per_gpu, forward_backward_seconds, update_seconds, mode, every, ...}");
   for (const auto& [key, value] : object->items()) {
-    constexpr std::array kKeys{"bytes_per_gpu", "forward_backward_seconds", "update_seconds", "mode", "every", "host_cache_bytes", "chunk_bytes", "to",
-                               "wait", "checkpoints"};
+    constexpr std::array kKeys{"bytes_per_gpu", "job_bytes", "forward_backward_seconds", "update_seconds", "mode", "every", "host_cache_bytes", "chunk_bytes",
+                               "to", "wait", "checkpoints"};
     if (std::find(kKeys.begin(), kKeys.end(), key) == kKeys.end()) in.fail(fmt::format("field 'checkpoint.{}': unknown", excerpt(key)));
   }
   const auto seconds = [&](const char* key) {
@@ -191,6 +191,17 @@ CheckpointPoint read_checkpoint_point(const PointReader& in, const std::filesyst
   };
   const auto member = [&](const char* key) { return object->contains(key) ? &object->at(key) : nullptr; };
   c.bytes_per_gpu = integer(member("bytes_per_gpu"), "checkpoint.bytes_per_gpu", std::int64_t{1} << 50);
+  if (const json* job = member("job_bytes")) {
+    // The largest share times the GPUs bounds the whole from above; the largest share, from below.
+    const std::int64_t gpus = std::int64_t{c.nodes} * c.gpus_per_node;
+    c.job_bytes = integer(job, "checkpoint.job_bytes", std::int64_t{1} << 60);
+    // job_bytes > bytes_per_gpu x gpus, without the product (which may overflow 64 bits).
+    const bool above = (c.job_bytes - 1) / gpus >= c.bytes_per_gpu;
+    if (c.job_bytes < c.bytes_per_gpu || above) {
+      in.fail(fmt::format("field 'checkpoint.job_bytes': found {}; expected the whole job's checkpoint, from bytes_per_gpu ({}) to bytes_per_gpu x {} GPUs ({:.6g})",
+                          c.job_bytes, c.bytes_per_gpu, gpus, static_cast<double>(c.bytes_per_gpu) * static_cast<double>(gpus)));
+    }
+  }
   c.forward_backward_seconds = seconds("forward_backward_seconds");
   c.update_seconds = seconds("update_seconds");
   if (!(c.forward_backward_seconds + c.update_seconds > 0)) in.fail("field 'checkpoint': the iteration's phases sum to 0; expected a positive iteration");
@@ -531,7 +542,7 @@ Prediction predict_checkpoint(const CheckpointPoint& c, ValidationMetric metric)
   const IoResult r = simulate_io_in_this_process(in);
   if (metric == ValidationMetric::checkpoint_iteration_seconds) return Prediction::of(r.mean_iteration_seconds);
   if (!(r.checkpoint->stall_seconds > 0)) return Prediction::none("the checkpoint blocks no training time (hidden entirely)");
-  const double bytes = static_cast<double>(c.bytes_per_gpu) * c.nodes * c.gpus_per_node;
+  const double bytes = c.job_bytes > 0 ? static_cast<double>(c.job_bytes) : static_cast<double>(c.bytes_per_gpu) * c.nodes * c.gpus_per_node;
   return Prediction::of(bytes / r.checkpoint->stall_seconds / 1e9);
 }
 

@@ -381,6 +381,38 @@ TEST(Checkpoint, ValidationPointsNameTheirSetup) {
   EXPECT_THROW(parse_validation_table(with_scenario, "t.jsonl", "."), InputError);
 }
 
+// Where ranks write unequal shares, `bytes_per_gpu` is the largest (the ranks training waits for)
+// and `job_bytes` the whole checkpoint: the throughput divides job_bytes by the same stall.
+TEST(Checkpoint, JobBytesIsTheWholeCheckpointOverTheLargestSharesStall) {
+  const auto point = [](const std::string& id, const std::string& extra) {
+    return R"({"id": ")" + id + R"(", "source": "s", "model": "m", "gpu": "g", "precision": "mixed", "metric": "checkpoint_throughput", "published": 4, )"
+           R"("unit": "GB/s", "notes": "n", "platform": "polaris", "nodes": 2, "gpus_per_node": 4, )"
+           R"("checkpoint": {"bytes_per_gpu": 2000000000, "forward_backward_seconds": 1.5, "update_seconds": 0.1, "mode": "sync", "every": 1)" +
+           extra + "}}\n";
+  };
+  const ValidationTable table = parse_validation_table(point("even", "") + point("uneven", R"(, "job_bytes": 6000000000)"), "t.jsonl", ".");
+  ASSERT_EQ(table.points.size(), 2u);
+  EXPECT_EQ(table.points[0].checkpoint->job_bytes, 0);
+  EXPECT_EQ(table.points[1].checkpoint->job_bytes, 6'000'000'000);
+  const auto results = validate(table, ValidateOptions{.fast = false, .jobs = 1});
+  ASSERT_EQ(results.size(), 2u);
+  ASSERT_TRUE(results[0].predicted && results[1].predicted) << results[0].why_none << results[1].why_none;
+  // Eight GPUs of 2 GB each against 6 GB in all, over one stall.
+  EXPECT_NEAR(*results[1].predicted / *results[0].predicted, 6.0 / 16.0, 1e-12);
+
+  // Below the largest share, or above it times the GPUs: an error naming the field and the bounds.
+  for (const char* bad : {R"(, "job_bytes": 1999999999)", R"(, "job_bytes": 16000000001)", R"(, "job_bytes": 0)"}) {
+    SCOPED_TRACE(bad);
+    try {
+      parse_validation_table(point("bad", bad), "t.jsonl", ".");
+      ADD_FAILURE() << "accepted";
+    } catch (const InputError& e) {
+      EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("t.jsonl:1: field 'checkpoint.job_bytes': "));
+    }
+  }
+  EXPECT_NO_THROW(parse_validation_table(point("whole", R"(, "job_bytes": 16000000000)"), "t.jsonl", "."));
+}
+
 TEST(Checkpoint, ResultRoundTripsThroughTheChildsPipe) {
   IoResult r;
   r.data_loader = true;

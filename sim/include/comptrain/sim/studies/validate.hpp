@@ -88,12 +88,15 @@ struct CollectivePoint {
 
 // A checkpoint_throughput point's setup (its `checkpoint` object): every GPU of `nodes` x
 // `gpus_per_node` of `platform` writes `bytes_per_gpu` every `every` iterations of the measured
-// phases, in `mode` (sim/checkpoint.hpp).
+// phases, in `mode` (sim/checkpoint.hpp). Where ranks write unequal shares (DeepSpeed's first
+// data-parallel replica writes the layers besides its optimizer shard), `bytes_per_gpu` is the
+// largest share, whose ranks training waits for, and `job_bytes` the whole checkpoint.
 struct CheckpointPoint {
   models::Platform platform;
   int nodes = 1;
   int gpus_per_node = 1;
   std::int64_t bytes_per_gpu = 0;
+  std::int64_t job_bytes = 0;  // `job_bytes`; 0: bytes_per_gpu x every GPU
   double forward_backward_seconds = 0;
   double update_seconds = 0;
   CheckpointSpec checkpoint;

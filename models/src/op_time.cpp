@@ -830,13 +830,7 @@ KernelRun OpTimeModel::run_op(const traces::Trace& trace, traces::OpIndex index,
   // transpose is a memory-bound kernel of its own, so it adds to the convolution's time rather
   // than overlapping it: one read and one write of every element the convolution moves, and one
   // launch per tensor. Filters are transposed too; they are in the bytes. Their power is their
-  // own (memory-bound); the op's is the time-weighted mean.
-  // The transposes' pace is the slower of the memory roofline and the elements the SMs move per
-  // clock (layout_transpose_seconds; an assumption fitted on three GPUs: cuDNN's source is not
-  // public, its nchwToNhwcKernel<T_in, T_out, ...> is instantiated per element type, <__half,
-  // __half, ...> under fp16 in the nvprof profile of apache/mxnet#17665). models/README.md,
-  // "Memory format", has the rule and the evidence: Lambda's harness measures AMP at 1.48-1.56x
-  // its TF32 rate where moving half the bytes at the memory roofline gives 2.0x.
+  // own (memory-bound); the op's is the time-weighted mean. Their pace: layout_transpose_seconds.
   if (op.kind == traces::OpKind::conv && tensor_cores && !options_.channels_last) {
     const KernelWork transposes{0.0, layout_transpose_seconds(platform_.gpu, memory_efficiency, bytes, dtype),
                                 static_cast<double>(op.inputs.size() + op.outputs.size()) * platform_.gpu.launch_overhead};

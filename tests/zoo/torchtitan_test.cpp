@@ -149,5 +149,49 @@ TEST(TorchtitanErrors, RefusesWhatItsModelCodeDoesNotBuild) {
   EXPECT_EQ(error_of(gpt2).rfind("implementation: ", 0), 0U) << error_of(gpt2);
 }
 
+// Context parallelism (torchtitan@9dec370a train.py:268-279: PyTorch's context_parallel shards
+// input_ids, labels and freqs_cis along the sequence; SDPA becomes its ring attention). A rank's
+// forward and backward FLOPs are the whole sequence's / C, exactly (the load-balanced chunks give
+// each rank 1/C of the causal pairs); the all-gather carries repeat_kv's copies, every query head:
+// 2·s·b·a·D bytes of bf16 per layer (s 40, b 2, a 4, D 16: 20,480), whatever the KV heads; and
+// freqs_cis keeps its whole-sequence storage (context_parallel resizes it in place and keeps a
+// clone to restore it: 8·s·D bytes as without context parallelism).
+TEST(TorchtitanContextParallel, TokensFlopsAndTheGatheredHeads) {
+  Shape shape;
+  shape.kv = 2;
+  const Trace whole = build_model(request_for(shape, 2, TorchtitanOptions::Norm::rmsnorm));
+  std::int64_t whole_flops = 0;
+  for (const auto& op : whole.ops()) whole_flops += op.phase == traces::Phase::optimizer ? 0 : whole.flops(op.id);
+  for (const std::int64_t c : {2, 4}) {
+    SCOPED_TRACE("c " + std::to_string(c));
+    ModelRequest request = request_for(shape, 2, TorchtitanOptions::Norm::rmsnorm);
+    request.context_parallel = ContextParallelSpec{c, ContextParallelSpec::Variant::all_gather};
+    const Trace rank = build_model(request);
+    std::int64_t flops = 0;
+    int gathers = 0;
+    for (const auto& op : rank.ops()) {
+      if (op.phase != traces::Phase::optimizer) flops += rank.flops(op.id);
+      if (!op.communication || op.communication->group != traces::ParallelGroup::context ||
+          op.communication->kind != traces::CommunicationKind::all_gather || op.phase != traces::Phase::forward) {
+        continue;
+      }
+      ++gathers;
+      EXPECT_EQ(rank.bytes_written(op.id), 2 * 40 * 2 * 4 * 16 * 2);
+      EXPECT_EQ(rank.bytes_read(op.id), 2 * 40 * 2 * 4 * 16 * 2 / c);
+    }
+    EXPECT_EQ(flops * c, whole_flops);
+    EXPECT_EQ(gathers, 2);  // one per layer
+    EXPECT_EQ(rank.metadata().at("context_parallel"), std::to_string(c));
+    for (const auto& tensor : rank.tensors()) {
+      if (tensor.name == "model.freqs_cis") {
+        EXPECT_EQ(tensor.bytes(), 8 * 40 * 16);
+      }
+      if (tensor.name == "input_ids") {
+        EXPECT_EQ(tensor.elements(), 2 * 40 / c);  // batch 2
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace comptrain::zoo

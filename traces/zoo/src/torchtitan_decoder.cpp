@@ -203,16 +203,23 @@ void check_torchtitan_request(const DecoderArchitecture& arch, const ModelReques
 
 Value torchtitan_decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64_t seq_len, Attention implementation,
                             TorchtitanOptions::Norm norm_type) {
-  const std::int64_t s = seq_len;
+  // Context parallelism (torchtitan@9dec370a train.py:268-279, create_context_parallel_ctx):
+  // PyTorch's context_parallel shards input_ids, labels and freqs_cis along the sequence, so a
+  // rank's program runs seq_len / C tokens, and SDPA dispatches to its context-parallel kernels
+  // (NetworkBuilder::sdpa), whose K,V exchange carries repeat_kv's copies, every query head.
+  const std::int64_t s = seq_len / nb.context_parallel_degree();
   const std::int64_t head_dim = arch.hidden / arch.heads;
   const Value ids = nb.input("input_ids", DType::i64, {1, s});
   const Value labels = nb.input("labels", DType::i64, {1, s});
   const Value embed = nb.parameter("model.embed_tokens.weight", {arch.vocab, arch.hidden});
   Value x = nb.embedding("model.embed_tokens", ids, embed);  // tok_embeddings (model.py:425)
   // register_buffer("freqs_cis", ...) (model.py:363): complex64 [2 * max_seq_len, head_dim / 2],
-  // max_seq_len = seq_len (train.py:175); written as fp32 [2 * s, head_dim], the same bytes.
+  // max_seq_len = seq_len (train.py:175); written as fp32 [2 * seq_len, head_dim], the same bytes.
   // Every layer's products read the first s rows (model.py:427), a view: no activation bytes.
-  const Value freqs_cis = nb.buffer("model.freqs_cis", DType::f32, {multiply_or_throw(2, s, kArithmetic), head_dim});
+  // Under context parallelism the buffer keeps its whole-sequence storage: context_parallel
+  // shards it in place (resize_ to a rank's rows and copy_, _context_parallel_buffers in
+  // torch/distributed/tensor/experimental/_attention.py) and restores it after the step.
+  const Value freqs_cis = nb.buffer("model.freqs_cis", DType::f32, {multiply_or_throw(2, seq_len, kArithmetic), head_dim});
   for (std::int64_t layer = 0; layer < arch.layers; ++layer) {
     x = block(nb, arch, "model.layers." + std::to_string(layer) + ".", x, freqs_cis, implementation, norm_type);
   }

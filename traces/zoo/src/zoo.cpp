@@ -757,10 +757,9 @@ std::int64_t check_context_parallel(const ModelRequest& request, std::int64_t se
     throw std::invalid_argument("context_parallel: written for flash attention (Transformer Engine's context-parallel kernels); attention '" +
                                 std::string(to_string(attention)) + "' is not modelled");
   }
-  if (request.lora || request.torchtitan || request.packed_documents || sliding_window || moe) {
+  if (request.lora || request.packed_documents || sliding_window || moe) {
     throw std::invalid_argument(std::string("context_parallel: not written together with ") +
                                 (request.lora               ? "lora"
-                                 : request.torchtitan       ? "the torchtitan implementation"
                                  : request.packed_documents ? "packed documents"
                                  : sliding_window           ? "a sliding window"
                                                             : "mixture-of-experts layers"));

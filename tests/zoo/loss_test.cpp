@@ -89,6 +89,54 @@ TEST(LossKinds, FusedCrossEntropySavesTheLogits) {
   EXPECT_EQ(backward.flops.per_sample * 2 + backward.flops.fixed, 4 * 32000);
 }
 
+// torch.compile'd cross_entropy(logits.float(), labels) (LossSpec::compiled): the fused kernel's
+// saved set (the bf16 logits, 2 x 32000, and the fp32 log-sum-exp, 4 x 32), no fp32 copy or
+// log-probabilities, and a new bf16 gradient of the logits' size (2 x 32000): one logits' worth
+// more at the loss's backward than the in-place kernel, less than autograd's fp32 pair.
+TEST(LossKinds, CompiledCrossEntropySavesTheLogitsAndWritesANewGradient) {
+  ModelRequest request = Request("gpt").layers(1).hidden(64).heads(4).seq_len(16).vocab(1000).batch_size(2).precision(Precision::amp_bf16).optimizer(Optimizer::sgd);
+  request.loss.compiled = true;
+  const Trace trace = build_model(request);
+  EXPECT_EQ(trace.metadata().at("loss_compiled"), "true");
+  const auto& logits = named(trace, "lm_head.out");
+  EXPECT_EQ(logits.dtype, DType::bf16);
+  EXPECT_EQ(logits.role, TensorRole::activation);
+  EXPECT_EQ(named(trace, "loss.cross_entropy.lse").bytes(), 4 * 32);
+  for (const auto& tensor : trace.tensors()) {
+    EXPECT_EQ(tensor.name.find("log_softmax"), std::string::npos) << tensor.name;
+    EXPECT_EQ(tensor.name.find("float"), std::string::npos) << tensor.name;
+  }
+  const auto& backward = op_named(trace, "loss.cross_entropy.backward");
+  ASSERT_EQ(backward.outputs.size(), 1u);
+  EXPECT_NE(trace.storage_of(backward.outputs[0]), logits.id);
+  EXPECT_EQ(trace.tensor(backward.outputs[0]).bytes(), 2 * 32 * 1000);
+  EXPECT_EQ(trace.tensor(backward.outputs[0]).dtype, DType::bf16);
+  // One bf16 Llama-2-7B layer at sequence 16: its logits [16, 32000] (1 MB) decide the peak of
+  // what is allocated and freed: above the in-place kernel's by at most one logits' worth (the
+  // new gradient beside the saved logits).
+  const auto peak_at = [](LossKind kind, bool compiled) {
+    ModelRequest large = Request("llama").layers(1).seq_len(16).precision(Precision::bf16).optimizer(Optimizer::sgd);
+    large.loss.kind = kind;
+    large.loss.compiled = compiled;
+    return peak(build_model(large));
+  };
+  const std::int64_t in_place = peak_at(LossKind::fused_cross_entropy, false);
+  EXPECT_GT(peak_at(LossKind::cross_entropy, true), in_place);
+  EXPECT_LE(peak_at(LossKind::cross_entropy, true), in_place + 2 * 16 * 32000);
+  EXPECT_LT(peak_at(LossKind::cross_entropy, true), peak_at(LossKind::cross_entropy, false));
+  // Refused: with upcast (the kernels upcast in registers), another kind, or a model whose
+  // cross-entropy is not the language model's.
+  ModelRequest upcast = request;
+  upcast.loss.upcast = true;
+  EXPECT_THROW(build_model(upcast), InputError);
+  ModelRequest chunked = request;
+  chunked.loss.kind = LossKind::chunked;
+  EXPECT_THROW(build_model(chunked), InputError);
+  ModelRequest bert = Request("bert-base").seq_len(16).batch_size(1);
+  bert.loss.compiled = true;
+  EXPECT_THROW(build_model(bert), InputError);
+}
+
 // Liger's fused linear cross-entropy: BT = 32, inc_factor = cdiv(1000, 64) = 16, chunk_size =
 // next_power_of_2(cdiv(32, 16)) = 2, so one [2, 1000] bf16 logits buffer (4000 B). Saved:
 // grad_input [32, 64] fp32 (the input's dtype, 8192 B) and grad_weight [1000, 64] fp32 (the

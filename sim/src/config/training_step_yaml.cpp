@@ -10,14 +10,14 @@
 
 namespace comptrain::sim {
 
-// training.loss: {kind: NAME, chunks: N, upcast: BOOL}; chunks only with kind chunked, upcast only
-// with kind cross_entropy.
+// training.loss: {kind: NAME, chunks: N, upcast: BOOL, compiled: BOOL}; chunks only with kind
+// chunked, upcast and compiled only with kind cross_entropy, and not together.
 zoo::LossSpec ScenarioReader::read_loss(const YAML::Node& node) const {
   const std::string section = "training.loss";
   if (!node.IsMap()) {
     throw InputError(where(node.Mark()) + "'" + section + "' must be a mapping, e.g. {kind: fused_linear_cross_entropy} or {kind: chunked, chunks: 8}");
   }
-  check_keys(node, section, {"kind", "chunks", "upcast"});
+  check_keys(node, section, {"kind", "chunks", "upcast", "compiled"});
   const YAML::Node kind = required(node, "kind", section);
   const std::string text = scalar(kind, section + ".kind");
   const auto parsed = zoo::parse_loss_kind(text);
@@ -41,6 +41,16 @@ zoo::LossSpec ScenarioReader::read_loss(const YAML::Node& node) const {
       throw InputError(where(upcast.Mark()) + "'" + section + ".upcast' applies to kind cross_entropy, not " + text);
     }
     loss.upcast = boolean(upcast, section + ".upcast");
+  }
+  if (const YAML::Node compiled = node["compiled"]) {
+    if (loss.kind != zoo::LossKind::cross_entropy) {
+      throw InputError(where(compiled.Mark()) + "'" + section + ".compiled' applies to kind cross_entropy, not " + text);
+    }
+    loss.compiled = boolean(compiled, section + ".compiled");
+    if (loss.compiled && loss.upcast) {
+      throw InputError(where(compiled.Mark()) + "'" + section + ".compiled' upcasts the logits in its kernels; expected no '" + section +
+                       ".upcast' with it");
+    }
   }
   return loss;
 }

@@ -53,6 +53,9 @@ Value NetworkBuilder::lm_loss(const std::string& head_name, Value x, Value head,
   const std::int64_t vocab = dim(head, 0);
   switch (loss_.kind) {
     case LossKind::cross_entropy: {
+      // Under torch.compile (LossSpec::compiled): the fused kernels' saved set, the logits in
+      // their own dtype and a log-sum-exp per row, and a new gradient of the logits' size.
+      if (loss_.compiled) return fused_cross_entropy_loss(head_name, x, head, labels, false);
       // The trace the zoo has always made: the head's logits [1, S, V], Hugging Face's fp32 copy
       // (ForCausalLMLoss: logits = logits.float()), and log_softmax + nll_loss over [S, V].
       Value logits = linear(head_name, x, head, std::nullopt);
@@ -60,14 +63,14 @@ Value NetworkBuilder::lm_loss(const std::string& head_name, Value x, Value head,
       logits = reshape("logits.view", logits, {s, vocab});
       return cross_entropy("loss", logits, reshape("labels.view", labels, {s}));
     }
-    case LossKind::fused_cross_entropy: return fused_cross_entropy_loss(head_name, x, head, labels);
+    case LossKind::fused_cross_entropy: return fused_cross_entropy_loss(head_name, x, head, labels, true);
     case LossKind::chunked: return chunked_loss(head_name, x, head, labels);
     case LossKind::fused_linear_cross_entropy: break;
   }
   return fused_linear_cross_entropy_loss(x, head, labels);
 }
 
-Value NetworkBuilder::fused_cross_entropy_loss(const std::string& head_name, Value x, Value head, Value labels) {
+Value NetworkBuilder::fused_cross_entropy_loss(const std::string& head_name, Value x, Value head, Value labels, bool inplace_backward) {
   const std::int64_t s = dim(x, 1);
   const std::int64_t vocab = dim(head, 0);
   // FlashAttention's Triton cross-entropy (Dao-AILab/flash-attention@058ad35a3914afd7408dd33c7d5f558a48f4bb05,
@@ -76,6 +79,8 @@ Value NetworkBuilder::fused_cross_entropy_loss(const std::string& head_name, Val
   // log-sum-exp of every row; ctx.save_for_backward(logits, lse, labels); with
   // inplace_backward=True the backward kernel writes the gradient over the saved logits
   // (`dlogits = logits if ctx.inplace_backward`). The mean over the rows is folded in.
+  // A compiled cross_entropy(logits.float(), labels) (LossSpec::compiled) saves the same set
+  // and writes its gradient as a new tensor (inplace_backward false).
   Value logits = linear(head_name, x, head, std::nullopt);
   logits = reshape("logits.view", logits, {s, vocab});
   const Value targets = reshape("labels.view", labels, {s});
@@ -92,7 +97,7 @@ Value NetworkBuilder::fused_cross_entropy_loss(const std::string& head_name, Val
   f.differentiable_outputs = {loss};
   f.saved = {logits.index, lse, targets.index};
   f.grads = {{logits.index, {}}};
-  f.computed_in[logits.index] = logits.index;  // inplace_backward: over the logits
+  if (inplace_backward) f.computed_in[logits.index] = logits.index;  // over the logits
   f.backward_flops = scaled(elements(logits.index), kCrossEntropyBackward);
   f.backward_kind = OpKind::loss;
   record(std::move(f));

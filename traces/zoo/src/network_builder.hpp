@@ -434,7 +434,7 @@ class NetworkBuilder {
 
  private:
   // lm_loss's kinds other than cross_entropy (loss.cpp).
-  Value fused_cross_entropy_loss(const std::string& head_name, Value x, Value head, Value labels);
+  Value fused_cross_entropy_loss(const std::string& head_name, Value x, Value head, Value labels, bool inplace_backward);
   Value chunked_loss(const std::string& head_name, Value x, Value head, Value labels);
   Value fused_linear_cross_entropy_loss(Value x, Value head, Value labels);
 

@@ -818,6 +818,18 @@ traces::Trace build_model(const ModelRequest& request) {
   if (request.loss.kind != LossKind::cross_entropy) metadata["loss"] = std::string(to_string(request.loss.kind));
   if (request.loss.kind == LossKind::chunked) metadata["loss_chunks"] = std::to_string(request.loss.chunks);
   if (request.loss.upcast) metadata["loss_upcast"] = *request.loss.upcast ? "true" : "false";
+  if (request.loss.compiled) {
+    // The compiled loss is lm_loss's: BERT's and the CNNs' heads, and Megatron's vocabulary-parallel
+    // cross-entropy under tensor parallelism, keep their own.
+    if (request.loss.kind != LossKind::cross_entropy || request.loss.upcast) {
+      throw InputError("loss: compiled applies to kind cross_entropy without upcast (the compiled kernels upcast in registers)");
+    }
+    if (entry.family == Family::cnn || entry.family == Family::bert || request.tensor_parallel) {
+      throw InputError("loss: compiled is written for a language model's (gpt2, gpt, llama) cross-entropy over the whole vocabulary, not " +
+                       std::string(request.tensor_parallel ? "Megatron's vocabulary-parallel one (tensor parallelism)" : "model '" + request.model + "'"));
+    }
+    metadata["loss_compiled"] = "true";
+  }
   if (request.expert_parallel && entry.family != Family::decoder) {
     throw std::invalid_argument("expert_parallel: written for the mixture-of-experts decoders (model 'llama' with a mixtral, qwen2_moe or gpt_oss "
                                 "config), not '" + request.model + "'");

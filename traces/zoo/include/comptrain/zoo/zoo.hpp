@@ -70,6 +70,14 @@ struct LossSpec {
   // training loop that calls the model without labels and applies nn.CrossEntropyLoss to the
   // 16-bit logits itself (transformers 4.45+ no longer upcasts the logits in the model's forward).
   std::optional<bool> upcast;
+  // `cross_entropy` only: the loss function under torch.compile (torchtitan's
+  // build_cross_entropy_loss with training.compile, pytorch/torchtitan@e7c0cae9
+  // torchtitan/components/loss.py). Inductor fuses the upcast, log-softmax and nll into
+  // kernels that keep the logits in their own dtype and a log-sum-exp per row, and the backward
+  // writes one gradient of the logits' size: no fp32 copy, no log-probabilities ("memory-wise
+  // it's ~0 for just fwd and ~d_input for fw+bw", StrongerXi of PyTorch's compiler team,
+  // Dao-AILab/quack#48, 2025-10-07). Not with `upcast`, which the compiled kernels do in registers.
+  bool compiled = false;
 };
 // Which of torch.optim's three implementations runs the step.
 enum class OptimizerImpl {

@@ -628,7 +628,7 @@ struct Float8Work {
   int cast_kernels = 0;
 };
 
-Float8Work float8_work(const traces::Trace& trace, traces::OpIndex index) {
+Float8Work float8_work(const traces::Trace& trace, traces::OpIndex index, bool weights_gathered_in_float8) {
   const traces::Op& op = trace.op(index);
   Float8Work work;
   for (const traces::TensorIndex t : op.inputs) {
@@ -637,6 +637,15 @@ Float8Work float8_work(const traces::Trace& trace, traces::OpIndex index) {
     const double size = static_cast<double>(traces::element_size(tensor.dtype));
     const double elements = bytes_of(trace, t) / size;
     work.operand_bytes_saved += elements * (size - 1.0);
+    if (weights_gathered_in_float8 && tensor.role == traces::TensorRole::weight) {
+      // FSDP gathered it in float8 (Float8Scope::fsdp_all_gather): nothing to cast forward; the
+      // input gradient's GEMM takes it column-major, one transposing copy backward.
+      if (op.phase == traces::Phase::backward) {
+        work.cast_bytes += 2.0 * elements;
+        work.cast_kernels += 1;
+      }
+      continue;
+    }
     // The output gradient is the backward's activation-sized input that is neither the weight nor
     // the saved input: role temporary (traces/FORMAT.md, tensor roles).
     const bool output_gradient = op.phase == traces::Phase::backward && tensor.role == traces::TensorRole::temporary;
@@ -790,7 +799,7 @@ KernelRun OpTimeModel::run_op(const traces::Trace& trace, traces::OpIndex index,
   }
   // A float8 linear's GEMM reads its operands at one byte an element (float8_work, above).
   const bool float8 = options_.float8 && in_float8_scope(*options_.float8, op);
-  const Float8Work float8_casts = float8 ? float8_work(trace, index) : Float8Work{};
+  const Float8Work float8_casts = float8 ? float8_work(trace, index, options_.float8->fsdp_all_gather) : Float8Work{};
   traffic.read = std::max(0.0, traffic.read - float8_casts.operand_bytes_saved);
   const double bytes = traffic.read + traffic.written;
   // Nothing computed and nothing moved (a no-op, or an op whose cost the trace does not

@@ -182,6 +182,35 @@ TEST(Fsdp, UnshardedParametersLiveAsFsdp2HoldsThem) {
   EXPECT_FALSE(find_buffer(all, "root parameters (unsharded for backward)"));
 }
 
+// torchao's float8 all-gather (FsdpSpec::float8_all_gather, training.float8.fsdp_all_gather):
+// the weights of the linears the scope converts are gathered in one byte an element. A layer's
+// seven projections (4 x 64 x 64 + 3 x 64 x 256 = 65,536 elements) at 1 byte and its two norms
+// (128) at 2: 65,792 bytes in the all-gather, its buffer and the unsharded parameters, where
+// 16 bits take 131,328; the root's embedding, norm and lm_head (skipped) stay 16-bit.
+TEST(Fsdp, Float8AllGatherGathersTheConvertedLinearsWeightsInOneByte) {
+  const auto trace = llama();
+  DataParallelSpec spec = fsdp_spec();
+  spec.fsdp->float8_all_gather = Float8Scope{{"lm_head"}, true};
+  const Schedule s = fsdp(trace, spec);
+  const Schedule bf16 = fsdp(trace, fsdp_spec());
+  const auto units = parameters_by_unit(trace);
+  EXPECT_EQ(bf16.buffers[buffer(bf16, "model.layers.0 all-gather buffer (forward)")].bytes, 131'328);
+  for (const char* name : {"model.layers.0 all-gather buffer (forward)", "model.layers.0 parameters (unsharded for forward)",
+                           "model.layers.0 all-gather buffer (backward)", "model.layers.1 parameters (unsharded for forward)"}) {
+    EXPECT_EQ(s.buffers[buffer(s, name)].bytes, 65'792) << name;
+  }
+  EXPECT_EQ(s.buffers[buffer(s, "root parameters (unsharded for forward)")].bytes, units.at("") * 2);
+  int gathers = 0;
+  for (const Task& task : s.tasks) {
+    if (task.collective != CollectiveKind::all_gather || !task.name.starts_with("FSDP all-gather for forward of model.layers.0")) continue;
+    EXPECT_EQ(task.bytes, 65'792);
+    ++gathers;
+  }
+  EXPECT_EQ(gathers, 1);
+  // The shards stay fp32 and the gradients reduce as before.
+  EXPECT_EQ(s.buffers[buffer(s, "sharded parameters (1/4)")].bytes, bf16.buffers[buffer(bf16, "sharded parameters (1/4)")].bytes);
+}
+
 // With the platform (the run layer's overload), FSDP2's own copies are kernels on the compute
 // stream: after each all-gather, its copy-out (the unit's unsharded 16-bit bytes read from the
 // all-gather buffer and written into the parameters it creates), just before the unit's first

@@ -337,6 +337,21 @@ TEST(OpTime, Float8LinearsRunTheirGemmsAtTheFp8PeakAfterTheirCasts) {
   EXPECT_DOUBLE_EQ(OpTimeModel(fp8_platform(), float8).seconds(one_op_trace(matmul), 0), OpTimeModel(fp8_platform(), eager).seconds(one_op_trace(matmul), 0));
 }
 
+// With FSDP's float8 all-gather (Float8Scope::fsdp_all_gather) the weight arrives in float8: the
+// forward casts only the input (5 bytes an element, 2 kernels), the backward transposes the weight
+// (1 byte read, 1 written, 1 kernel) instead of its amax and cast.
+TEST(OpTime, Float8WeightsGatheredInFloat8AreNotCastAgain) {
+  OpTimeOptions float8;
+  float8.float8 = Float8Scope{{"output"}, true};
+  const auto time = [&](const traces::Trace& trace) { return OpTimeModel(fp8_platform(), float8).seconds(trace, 0); };
+  const double x = 4 * 1024;
+  const double w = 1024 * 1024;
+  const double launch = 5e-6;
+  const double bandwidth = 1e12 * 0.5;
+  EXPECT_NEAR(time(linear_trace(traces::Phase::forward)), 4e15 / (320e12 * 0.8) + launch + 5 * x / bandwidth + 2 * launch, 1e-12);
+  EXPECT_NEAR(time(linear_trace(traces::Phase::backward)), 4e15 / (320e12 * 0.8) + launch + (8 * x + 5 * x + 2 * w) / bandwidth + 6 * launch, 1e-12);
+}
+
 TEST(OpTime, Float8NeedsAPlatformWithFp8) {
   OpTimeOptions float8;
   float8.float8 = Float8Scope{};

@@ -160,10 +160,19 @@ void ScenarioReader::read_float8(const YAML::Node& training, Scenario& scenario)
       "skips output)";
   models::Float8Scope scope;
   if (node.IsMap()) {
-    check_keys(node, "training.float8", {"skip"});
+    check_keys(node, "training.float8", {"skip", "fsdp_all_gather"});
     if (const YAML::Node skip = node["skip"]) {
       if (!skip.IsSequence()) throw InputError(where(skip.Mark()) + "'training.float8.skip' must be a list of module patterns; " + expected);
       scope.skip = module_patterns(skip, "training.float8.skip");
+    }
+    // torchtitan's float8.enable_fsdp_float8_all_gather: FSDP2 gathers the converted linears'
+    // weights in float8 (models::FsdpSpec::float8_all_gather), so it needs parallelism.fsdp.
+    if (const YAML::Node gather = node["fsdp_all_gather"]) {
+      scope.fsdp_all_gather = boolean(gather, "training.float8.fsdp_all_gather");
+      if (scope.fsdp_all_gather && !(scenario.parallelism && scenario.parallelism->data.fsdp)) {
+        throw InputError(where(gather.Mark()) + "'training.float8.fsdp_all_gather' gathers FSDP2's weights in float8; expected parallelism.fsdp "
+                         "as well, or fsdp_all_gather false");
+      }
     }
   } else if (!node.IsScalar()) {
     throw InputError(where(node.Mark()) + "'training.float8' is not a value or a map; " + expected);
@@ -178,6 +187,7 @@ void ScenarioReader::read_float8(const YAML::Node& training, Scenario& scenario)
     throw InputError(where(node.Mark()) + "'training.float8' runs the linear layers' GEMMs on FP8 tensor cores, and platform '" +
                      scenario.platform->name + "' gives no gpu.peak.fp8; expected a GPU with FP8 (compute capability 8.9 or later) or no training.float8");
   }
+  if (scope.fsdp_all_gather) scenario.parallelism->data.fsdp->float8_all_gather = scope;
   scenario.float8 = std::move(scope);
 }
 

@@ -597,6 +597,17 @@ TEST(Scenario, Float8NeedsCompileAndFp8TensorCores) {
   EXPECT_THAT(error_of("model: {zoo: gpt2}\nplatform: h100-80gb\ntraining: {float8: true}\n"), AllOf(HasSubstr("s.yaml:3:"), HasSubstr("framework.compile")));
   EXPECT_THAT(error_of("model: {zoo: gpt2}\nframework: {compile: true}\nplatform: a100-80gb\ntraining: {float8: true}\n"),
               AllOf(HasSubstr("s.yaml:4:"), HasSubstr("gpu.peak.fp8"), HasSubstr("a100-80gb")));
+  // fsdp_all_gather: FSDP2 gathers the converted weights in float8; the scope reaches the FSDP spec,
+  // and without parallelism.fsdp the key is refused.
+  EXPECT_THAT(error_of(base + "training: {float8: {fsdp_all_gather: true}}\n"),
+              AllOf(HasSubstr("s.yaml:4:"), HasSubstr("training.float8.fsdp_all_gather"), HasSubstr("parallelism.fsdp")));
+  const Scenario fsdp = parse_scenario(base + "parallelism: {gpus_per_node: 8, fsdp: {units: [\"transformer.h.*\"]}}\n"
+                                       "training: {float8: {skip: [lm_head], fsdp_all_gather: true}}\n", "s.yaml", ".");
+  ASSERT_TRUE(fsdp.float8);
+  EXPECT_TRUE(fsdp.float8->fsdp_all_gather);
+  ASSERT_TRUE(fsdp.parallelism && fsdp.parallelism->data.fsdp && fsdp.parallelism->data.fsdp->float8_all_gather);
+  EXPECT_EQ(*fsdp.parallelism->data.fsdp->float8_all_gather, *fsdp.float8);
+  EXPECT_FALSE(scope("{fsdp_all_gather: false}")->fsdp_all_gather);
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "comptrain/models/collective_compression.hpp"
+#include "comptrain/models/op_time.hpp"
 #include "comptrain/models/platform.hpp"
 #include "comptrain/models/schedule.hpp"
 #include "comptrain/traces/trace.hpp"
@@ -121,6 +122,10 @@ struct FsdpSpec {
     friend bool operator==(const CpuOffload&, const CpuOffload&) = default;
   };
   std::optional<CpuOffload> cpu_offload;
+  // torchao's float8 all-gather (training.float8.fsdp_all_gather; Float8Scope::fsdp_all_gather):
+  // the weights of the linears this scope converts are gathered in float8, one byte an element in
+  // the all-gather, its buffer and the unsharded parameters; unset: every weight in param_dtype.
+  std::optional<Float8Scope> float8_all_gather;
   friend bool operator==(const FsdpSpec&, const FsdpSpec&) = default;
 };
 

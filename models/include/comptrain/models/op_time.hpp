@@ -32,6 +32,13 @@ std::optional<AttentionKernel> parse_attention_kernel(std::string_view text);
 // it; the casts are timed as torch.compile generates them (models/README.md, "Float8 linears").
 struct Float8Scope {
   std::vector<std::string> skip;  // module patterns whose linears stay in 16 bits (torchtitan skips "output")
+  // torchao's enable_fsdp_float8_all_gather (torchtitan's float8.enable_fsdp_float8_all_gather;
+  // torchao float8/fsdp_utils.py, WeightWithDynamicFloat8CastTensor): FSDP2 casts each float8
+  // linear's weight shard before the all-gather and gathers it in float8, one byte an element
+  // (FsdpSpec::float8_all_gather), so the linear's forward takes its weight already cast, and its
+  // backward only transposes it for the input gradient's GEMM (one byte read and one written an
+  // element) instead of an amax and a cast.
+  bool fsdp_all_gather = false;
   friend bool operator==(const Float8Scope&, const Float8Scope&) = default;
 };
 

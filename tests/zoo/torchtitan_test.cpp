@@ -182,14 +182,18 @@ TEST(TorchtitanContextParallel, TokensFlopsAndTheGatheredHeads) {
     EXPECT_EQ(flops * c, whole_flops);
     EXPECT_EQ(gathers, 2);  // one per layer
     EXPECT_EQ(rank.metadata().at("context_parallel"), std::to_string(c));
+    int named = 0;
     for (const auto& tensor : rank.tensors()) {
       if (tensor.name == "model.freqs_cis") {
         EXPECT_EQ(tensor.bytes(), 8 * 40 * 16);
+        ++named;
       }
       if (tensor.name == "input_ids") {
         EXPECT_EQ(tensor.elements(), 2 * 40 / c);  // batch 2
+        ++named;
       }
     }
+    EXPECT_EQ(named, 2);  // both tensors were found and checked
   }
 }
 

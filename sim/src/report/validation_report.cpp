@@ -35,6 +35,8 @@ std::string format_value(ValidationMetric metric, double value) {
       return fmt::format("{:.1f} GB/s", value);
     case ValidationMetric::checkpoint_iteration_seconds:
       return fmt::format("{:.2f} s", value);
+    case ValidationMetric::kernel_seconds:
+      return fmt::format("{:.4g} ms", value * 1e3);
   }
   return {};
 }
@@ -176,6 +178,7 @@ std::string validation_json(const std::string& table_source, const std::vector<V
     p["published"] = r.point.published;
     if (r.point.published_upper) p["published_upper"] = *r.point.published_upper;
     if (r.point.bound != Bound::none) p["bound"] = to_string(r.point.bound);
+    if (!r.point.ops.empty()) p["ops"] = r.point.ops;
     p["predicted"] = r.predicted ? detail::ordered_json(*r.predicted) : detail::ordered_json(nullptr);
     p["error"] = r.error ? detail::ordered_json(*r.error) : detail::ordered_json(nullptr);
     if (r.met) p["met"] = *r.met;

@@ -65,7 +65,7 @@ constexpr std::array kMetrics{ValidationMetric::throughput_samples_per_s, Valida
                               ValidationMetric::memory_reduction_x, ValidationMetric::slowdown_x, ValidationMetric::max_batch,
                               ValidationMetric::bus_bandwidth, ValidationMetric::average_power_watts, ValidationMetric::energy_ratio_x,
                               ValidationMetric::checkpoint_throughput, ValidationMetric::checkpoint_iteration_seconds,
-                              ValidationMetric::ran_at_batch};
+                              ValidationMetric::ran_at_batch, ValidationMetric::kernel_seconds};
 
 bool two_runs(ValidationMetric metric) {
   return metric == ValidationMetric::memory_reduction_x || metric == ValidationMetric::slowdown_x || metric == ValidationMetric::energy_ratio_x;
@@ -122,7 +122,7 @@ class PointReader {
 constexpr std::array kFields{"id",    "source", "model",   "gpu",  "precision", "batch",    "metric",
                              "published", "published_upper", "unit", "published_raw", "notes", "suspect", "suspect_reason", "holdout",
                              "fast",  "scenario", "reference_scenario", "not_covered", "measured_as",
-                             "platform", "nodes", "gpus_per_node", "collective", "bytes", "checkpoint", "bound", "family"};
+                             "platform", "nodes", "gpus_per_node", "collective", "bytes", "checkpoint", "bound", "family", "ops"};
 
 constexpr std::array kMeasuredAs{MeasuredAs::max_memory_allocated, MeasuredAs::max_memory_reserved, MeasuredAs::nvidia_smi,
                                  MeasuredAs::first_oom, MeasuredAs::tensor_bytes};
@@ -289,7 +289,7 @@ ValidationPoint read_point(const json& object, const std::string& where, const s
   if (known == kMetrics.end()) {
     in.fail(fmt::format("field 'metric': found {}; expected throughput_samples_per_s, peak_mem_bytes, memory_reduction_x, "
                         "slowdown_x, max_batch, bus_bandwidth, average_power_watts, energy_ratio_x, checkpoint_throughput, "
-                        "checkpoint_iteration_seconds or ran_at_batch",
+                        "checkpoint_iteration_seconds, ran_at_batch or kernel_seconds",
                         json_excerpt(metric)));
   }
   p.metric = *known;
@@ -364,6 +364,18 @@ ValidationPoint read_point(const json& object, const std::string& where, const s
     in.fail(fmt::format("field 'family': found {}; expected cnn, encoder, decoder or moe", json_excerpt(p.family)));
   }
   if (collective && !p.family.empty()) in.fail("field 'family' given for bus_bandwidth; expected it only on points that run a model");
+  if (const json* ops = in.find("ops")) {
+    if (p.metric != ValidationMetric::kernel_seconds) in.fail(fmt::format("field 'ops' given for {}; expected it only on kernel_seconds points", metric));
+    if (!ops->is_array() || ops->empty()) in.fail(fmt::format("field 'ops': found {}; expected a non-empty array of op-name patterns", json_excerpt(*ops)));
+    for (const json& pattern : *ops) {
+      if (!pattern.is_string() || pattern.get_ref<const std::string&>().empty()) {
+        in.fail(fmt::format("field 'ops': found {}; expected op-name patterns (strings, fnmatch globs)", json_excerpt(pattern)));
+      }
+      p.ops.push_back(pattern.get<std::string>());
+    }
+  } else if (p.metric == ValidationMetric::kernel_seconds && !in.find("not_covered")) {
+    in.fail("missing field 'ops'; expected the op-name patterns whose kernel times a kernel_seconds point sums");
+  }
   p.holdout = in.flag("holdout");
   p.fast = in.flag("fast");
   p.not_covered = in.text("not_covered", false);
@@ -546,6 +558,32 @@ Prediction predict_checkpoint(const CheckpointPoint& c, ValidationMetric metric)
   return Prediction::of(bytes / r.checkpoint->stall_seconds / 1e9);
 }
 
+// Runs in a worker process: a kernel_seconds point's seconds, the op-time model's kernel time
+// (launches included) of the scenario's ops that the point's patterns name, summed. The schedule
+// is built, not replayed: a microbenchmark times the kernels alone, with nothing beside them.
+Prediction predict_kernel_seconds(const ValidationPoint& point, const PreparedScenario& prepared) {
+  auto scheduled = schedule_run(prepared, prepared.scenario().strategy, point.batch);
+  if (const auto* n = std::get_if<models::NotApplicable>(&scheduled)) {
+    return Prediction::none(fmt::format("{}: the strategy does not apply at batch {} ({})", scenario_name(prepared), point.batch, n->reason));
+  }
+  const models::Schedule& schedule = std::get<ScheduledRun>(scheduled).schedule;
+  double seconds = 0;
+  std::set<std::string> unmatched(point.ops.begin(), point.ops.end());
+  for (const models::Task& task : schedule.tasks) {
+    if (task.kind != models::TaskKind::op) continue;
+    for (const std::string& pattern : point.ops) {
+      if (fnmatch(pattern.c_str(), task.name.c_str(), 0) != 0) continue;
+      seconds += task.seconds;
+      unmatched.erase(pattern);
+      break;
+    }
+  }
+  if (!unmatched.empty()) {
+    return Prediction::none(fmt::format("{}: no op of the schedule is named like '{}'", scenario_name(prepared), *unmatched.begin()));
+  }
+  return Prediction::of(seconds);
+}
+
 // Runs in a worker process: the point's predicted value.
 Prediction predict(const ValidationPoint& point, const PreparedScenario& run, const PreparedScenario* reference) {
   if (point.metric == ValidationMetric::max_batch) {
@@ -558,6 +596,7 @@ Prediction predict(const ValidationPoint& point, const PreparedScenario& run, co
     return Prediction::of(static_cast<double>(*strategy.max_batch));
   }
   if (point.metric == ValidationMetric::ran_at_batch) return predict_ran_at_batch(run, point.batch);
+  if (point.metric == ValidationMetric::kernel_seconds) return predict_kernel_seconds(point, run);
   const auto measured = run_once(run, point.batch);
   if (const auto* none = std::get_if<Prediction>(&measured)) return *none;
   const OneRun& run_result = std::get<OneRun>(measured);
@@ -655,6 +694,8 @@ std::string_view metric_name(ValidationMetric metric) {
       return "checkpoint_iteration_seconds";
     case ValidationMetric::ran_at_batch:
       return "ran_at_batch";
+    case ValidationMetric::kernel_seconds:
+      return "kernel_seconds";
   }
   return "?";
 }

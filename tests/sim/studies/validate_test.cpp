@@ -546,6 +546,57 @@ ValidationResult grouped(const std::string& id, ValidationMetric metric, double 
 // A hand-made table whose medians per generation and per family are known: each metric with
 // points in two groups or more of a dimension gets that dimension's groups, suspect points left
 // out, groups in architecture order and family order, a point without a group under "unknown".
+// A kernel_seconds point names ops of its scenario (fnmatch patterns); the prediction is the sum of
+// those ops' kernel times in the schedule (the op-time model's, launches included), and a pattern
+// that names no op leaves the point without a prediction, saying which. `ops` belongs to
+// kernel_seconds points only and must be a non-empty array of strings.
+TEST(ValidatePrediction, KernelSecondsSumsTheNamedOpsTimes) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / "comptrain_validate_kernel_seconds";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "r.yaml") << "model: {zoo: resnet18}\ntraining: {batch_size: 8, precision: fp32, optimizer: momentum}\nplatform: a100-80gb\n";
+  const auto point = [](const std::string& id, const std::string& ops) {
+    return R"({"id": ")" + id + R"(", "source": "s", "model": "resnet18", "gpu": "A100", "precision": "fp32", "batch": 8, )"
+           R"("metric": "kernel_seconds", "published": 0.001, "unit": "s", "notes": "n", "scenario": "r.yaml", "ops": )" + ops + "}\n";
+  };
+  const ValidationTable table = parse_validation_table(
+      point("conv1", R"(["conv1"])") + point("both", R"(["conv1", "conv1.backward"])") + point("glob", R"(["conv1*"])") +
+          point("none", R"(["conv1", "no.such.op"])"),
+      "t.jsonl", dir);
+  ASSERT_EQ(table.points[1].ops, (std::vector<std::string>{"conv1", "conv1.backward"}));
+  const auto results = validate(table, ValidateOptions{.fast = false, .jobs = 1});
+  ASSERT_EQ(results.size(), 4u);
+  const PreparedScenario prepared(load_scenario_file(dir / "r.yaml"));
+  const auto scheduled = schedule_run(prepared, prepared.scenario().strategy, 8);
+  ASSERT_TRUE(std::holds_alternative<ScheduledRun>(scheduled));
+  double forward = 0, backward = 0;
+  for (const models::Task& task : std::get<ScheduledRun>(scheduled).schedule.tasks) {
+    if (task.kind != models::TaskKind::op) continue;
+    if (task.name == "conv1") forward += task.seconds;
+    if (task.name == "conv1.backward") backward += task.seconds;
+  }
+  ASSERT_GT(forward, 0);
+  ASSERT_GT(backward, 0);
+  ASSERT_TRUE(results[0].predicted.has_value()) << results[0].why_none;
+  EXPECT_DOUBLE_EQ(*results[0].predicted, forward);
+  ASSERT_TRUE(results[1].predicted.has_value()) << results[1].why_none;
+  EXPECT_DOUBLE_EQ(*results[1].predicted, forward + backward);
+  ASSERT_TRUE(results[2].predicted.has_value()) << results[2].why_none;
+  EXPECT_DOUBLE_EQ(*results[2].predicted, forward + backward);
+  EXPECT_FALSE(results[3].predicted.has_value());
+  EXPECT_THAT(results[3].why_none, HasSubstr("no op of the schedule is named like 'no.such.op'"));
+  std::filesystem::remove_all(dir);
+
+  const std::string kernel = R"({"id": "k", "source": "s", "model": "m", "gpu": "g", "precision": "fp32", "batch": 32, "metric": "kernel_seconds", )"
+                             R"("published": 0.001, "unit": "s", "notes": "n", "scenario": "default.yaml")";
+  EXPECT_THAT(error_of(kernel + "}"), HasSubstr("t.jsonl:1: missing field 'ops'; expected the op-name patterns"));
+  EXPECT_THAT(error_of(kernel + R"(, "ops": []})"), HasSubstr("field 'ops': found an array of 0 items; expected a non-empty array of op-name patterns"));
+  EXPECT_THAT(error_of(kernel + R"(, "ops": "conv1"})"), HasSubstr("expected a non-empty array of op-name patterns"));
+  EXPECT_THAT(error_of(kernel + R"(, "ops": ["conv1", 3]})"), HasSubstr("field 'ops': found 3; expected op-name patterns"));
+  std::string throughput = kPoint;
+  throughput.insert(1, R"("ops": ["conv1"], )");
+  EXPECT_THAT(error_of(throughput), HasSubstr("field 'ops' given for throughput_samples_per_s; expected it only on kernel_seconds points"));
+}
+
 TEST(ValidationSummary, MediansPerGenerationAndPerFamily) {
   const auto t = ValidationMetric::throughput_samples_per_s;
   std::vector<ValidationResult> results{

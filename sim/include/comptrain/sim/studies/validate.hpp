@@ -60,7 +60,10 @@ enum class ValidationMetric {
   energy_ratio_x,
   checkpoint_throughput,
   checkpoint_iteration_seconds,
-  ran_at_batch
+  ran_at_batch,
+  // The op-time model's seconds for the ops the point names (`ops`), against a kernel
+  // microbenchmark's GPU time: checks kernel times one op at a time, without the replay.
+  kernel_seconds
 };
 
 std::string_view metric_name(ValidationMetric metric);
@@ -130,6 +133,10 @@ struct ValidationPoint {
   std::string not_covered;  // why comptrain cannot represent the setup; empty when covered
   std::optional<CollectivePoint> collective;  // bus_bandwidth points (they have no scenario)
   std::optional<CheckpointPoint> checkpoint;  // checkpoint_throughput points (they have no scenario)
+  // kernel_seconds points: globs (fnmatch) over the scenario's op names, e.g.
+  // "model.layers.0.input_layernorm" or "model.layers.0.mlp.*.backward"; the prediction sums the
+  // op-time model's seconds of every forward, backward and optimizer op that one of them matches.
+  std::vector<std::string> ops;
 
   bool covered() const { return not_covered.empty(); }
 };

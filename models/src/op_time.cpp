@@ -64,18 +64,32 @@ double checked(double seconds, const traces::Trace& trace, traces::OpIndex index
 // where the kernel re-reads both); ops that do not have the inputs a rule expects keep their
 // logical bytes.
 //
-// One judgement applies to every rule: a pass that re-reads data the same thread block read
-// moments before (a row of a softmax or a layer norm, a channel plane of batch norm's fused
-// backward kernel) is counted only when that data exceeds the 48 KiB a block can keep in
-// shared memory; smaller rows are served on chip (L1 / shared memory), as PyTorch's own
-// softmax chooses for rows that fit (cunn_SoftMaxForwardSmem). Re-reads by a separate kernel
-// always count: the tensors are far larger than the L2 cache in training.
+// One judgement applies to the rules of kernels that hold data on chip: a pass that re-reads
+// data the same thread block read moments before (a row of a softmax, a channel plane of batch
+// norm's fused backward kernel) is counted only when that data exceeds the 48 KiB a block can
+// keep in shared memory; smaller rows are served on chip (L1 / shared memory), as PyTorch's own
+// softmax chooses for rows that fit (cunn_SoftMaxForwardSmem). Layer norm's kernels hold no row
+// and re-read it from the caches or memory: measured, above 8 KiB a row
+// (kLayerNormCachedRowBytes). Re-reads by a separate kernel always count: the tensors are far
+// larger than the L2 cache in training.
 
 // cudaDevAttrMaxSharedMemoryPerBlock without opt-in, 48 KiB on every CUDA GPU since compute
 // capability 2.0 (CUDA C++ Programming Guide, "Technical Specifications per Compute
 // Capability"); SoftMax.cu (pytorch/pytorch@000cace5a401cabff792f70ee9768708415ec98d,
 // host_softmax) sizes its shared-memory row cache from this sharedMemPerBlock.
 constexpr std::int64_t kOnChipBytesPerBlock = 48 * 1024;
+// PyTorch's layer-norm kernels keep no row on chip: vectorized_layer_norm_kernel walks the row
+// in global memory twice (the statistics, then the normalisation), and the backward kernel
+// twice over (dY, X), so a second pass is served by the caches only while the rows in flight
+// fit them. Measured, it is not for rows of 16 KiB: Liger-Kernel's benchmark of
+// torch.nn.LayerNorm on fp32 [4096, N] (linkedin/Liger-Kernel@ead96b61
+// benchmark/data/all_benchmark_data.csv; the kernel_seconds points of
+// scenarios/validation/published.jsonl) runs at one rate for N = 4096, 8192 and 16384 on an
+// A100 (1.06-1.10 TB/s counting one read and one write, 1.6 TB/s with the re-read) and the
+// backward on an H100 SXM5 at one rate for the same N, where a 48 KiB on-chip row would have
+// made the two smaller sizes a third faster; at 8 KiB (N = 2048) the time lies between the two
+// counts. So the re-read counts for rows above 8 KiB.
+constexpr std::int64_t kLayerNormCachedRowBytes = 8 * 1024;
 // host_softmax's persistent (one warp per row, row held in registers) path:
 // dim_size <= 1024 && dim_size * sizeof(scalar_t) <= 4096 (SoftMax.cu@000cace5, above).
 constexpr std::int64_t kPersistentSoftmaxElements = 1024;
@@ -100,8 +114,8 @@ enum class TrafficRule : std::uint8_t {
   logical,             // the trace's bytes are what the kernels move
   batchnorm_forward,   // +1 read of x
   batchnorm_backward,  // +1 read of grad_out and x when a channel plane exceeds a block's on-chip memory
-  layernorm_forward,   // +1 read of x when a row exceeds a block's on-chip memory
-  layernorm_backward,  // +1 read of grad_out and x (gamma/beta kernel), +1 more when a row pair exceeds on-chip memory
+  layernorm_forward,   // +1 read of x when a row exceeds what the caches keep between passes (kLayerNormCachedRowBytes)
+  layernorm_backward,  // +1 read of grad_out and x (gamma/beta kernel), +1 more when their rows exceed it
   softmax_forward,     // +2 reads of x for rows that neither the persistent nor the shared-memory kernel takes
   softmax_backward,    // tmp = grad * output first (+1 write); the kernel reads tmp and output (+2 reads); +1 read of tmp on long rows
   loss_forward,        // log_softmax as softmax_forward; nll_loss gathers one value per row
@@ -265,6 +279,24 @@ void add_eager_temporaries(const traces::Trace& trace, traces::OpIndex index, Tr
   }
 }
 
+// The row a layer norm's second pass finds in the caches. PyTorch's native layer norm (and
+// apex's, Megatron's) writes one tensor of its input's size and a mean and a reciprocal deviation
+// per row, and its backward reads two tensors of that size (dY, X) besides both statistics: its
+// kernels walk rows in global memory (kLayerNormCachedRowBytes). A norm that writes one statistic
+// (a fused RMSNorm such as torchtitan's Triton kernel, which holds its row in registers as one
+// block) and an eager RMSNorm's chain (more tensors of the input's size; compiled, Inductor's
+// one kernel) keep the on-chip judgement.
+std::int64_t layernorm_cached_row_bytes(const traces::Trace& trace, const traces::Op& op) {
+  if (op.inputs.empty()) return kOnChipBytesPerBlock;
+  const std::int64_t input_elements = trace.tensor(op.inputs[0]).elements();
+  const auto full_size = [&](const std::vector<traces::TensorIndex>& tensors) {
+    return std::count_if(tensors.begin(), tensors.end(), [&](traces::TensorIndex t) { return trace.tensor(t).elements() == input_elements; });
+  };
+  const bool native = op.phase == traces::Phase::forward ? op.outputs.size() >= 3 && full_size(op.outputs) == 1
+                                                         : op.inputs.size() >= 5 && full_size(op.inputs) == 2;
+  return native ? kLayerNormCachedRowBytes : kOnChipBytesPerBlock;
+}
+
 TrafficRule traffic_rule(traces::OpKind kind, traces::Phase phase) {
   for (const TrafficRow& row : kTrafficTable) {
     if (row.kind == kind && row.phase == phase) return row.rule;
@@ -319,13 +351,13 @@ Traffic kernel_traffic(const traces::Trace& trace, traces::OpIndex index) {
       }
       break;
     case TrafficRule::layernorm_forward:
-      if (!in.empty() && row_bytes(trace.tensor(in[0])) > kOnChipBytesPerBlock) t.read += bytes_of(trace, in[0]);
+      if (!in.empty() && row_bytes(trace.tensor(in[0])) > layernorm_cached_row_bytes(trace, op)) t.read += bytes_of(trace, in[0]);
       break;
     case TrafficRule::layernorm_backward:
       if (in.size() >= 2) {
         const double pair = bytes_of(trace, in[0]) + bytes_of(trace, in[1]);
         t.read += pair;  // the gamma/beta kernel
-        if (row_bytes(trace.tensor(in[0])) + row_bytes(trace.tensor(in[1])) > kOnChipBytesPerBlock) t.read += pair;
+        if (row_bytes(trace.tensor(in[0])) + row_bytes(trace.tensor(in[1])) > 2 * layernorm_cached_row_bytes(trace, op)) t.read += pair;
       }
       break;
     case TrafficRule::softmax_forward:

@@ -19,12 +19,12 @@ using traces::TensorRole;
 // Builds a forward-only trace of [4, 1024] fp32 tensors (16 KiB each) op by op.
 class TraceBuilder {
  public:
-  TensorIndex tensor(const std::string& name, TensorRole role = TensorRole::temporary) {
+  TensorIndex tensor(const std::string& name, TensorRole role = TensorRole::temporary, std::vector<std::int64_t> shape = {4, 1024}) {
     traces::Tensor t;
     t.id = tensors_.size() + 1;
     t.name = name;
     t.dtype = traces::DType::f32;
-    t.shape = {4, 1024};
+    t.shape = std::move(shape);
     t.role = role;
     t.batch_dim = 0;
     tensors_.push_back(t);
@@ -37,8 +37,8 @@ class TraceBuilder {
     o.kind = kind;
     std::int64_t read = 0;
     std::int64_t written = 0;
-    for (const TensorIndex t : inputs) read += tensors_[t].bytes() / 4;
-    for (const TensorIndex t : outputs) written += tensors_[t].bytes() / 4;
+    for (const TensorIndex t : inputs) read += tensors_[t].bytes() / tensors_[t].shape.front();
+    for (const TensorIndex t : outputs) written += tensors_[t].bytes() / tensors_[t].shape.front();
     o.inputs = std::move(inputs);
     o.outputs = std::move(outputs);
     o.flops = {0, 1024};
@@ -52,6 +52,18 @@ class TraceBuilder {
   std::vector<traces::Tensor> tensors_;
   std::vector<traces::Op> ops_;
 };
+
+// A GPU of round numbers (1 TB/s, 1 PFLOP/s, 5 us a launch, every efficiency 1), so that an op's
+// time is its bytes or FLOPs over the rate plus its launches.
+Platform test_platform() {
+  return parse_platform(
+      "name: test\n"
+      "gpu: {name: Test GPU, memory: 16 GiB, memory_bandwidth: 1 TB/s, peak: {fp32: 1000 TFLOP/s, tf32: 0, fp16: 1000 TFLOP/s, bf16: 0}, launch_overhead: 5 us}\n"
+      "host: {name: Test host, cores: 8, flops: 1 TFLOP/s, memory: 64 GiB, memory_bandwidth: 100 GB/s}\n"
+      "host_link: {name: PCIe, bandwidth: 25 GB/s, latency: 1 us}\n"
+      "efficiency: {compute: {default: 1}, memory: {default: 1}}\n",
+      "test.yaml");
+}
 
 constexpr double kTensorBytes = 4 * 1024 * 4;
 
@@ -122,13 +134,7 @@ TEST(KernelFusion, IntermediatesAndEagerTemporariesAreNeverWritten) {
   EXPECT_EQ(fusion.ops[1].written_saved, 0);
 
   // The op-time model: a keeps its launch and moves only x; b has no launch and writes t2 only.
-  const Platform platform = parse_platform(
-      "name: test\n"
-      "gpu: {name: Test GPU, memory: 16 GiB, memory_bandwidth: 1 TB/s, peak: {fp32: 1000 TFLOP/s, tf32: 0, fp16: 1000 TFLOP/s, bf16: 0}, launch_overhead: 5 us}\n"
-      "host: {name: Test host, cores: 8, flops: 1 TFLOP/s, memory: 64 GiB, memory_bandwidth: 100 GB/s}\n"
-      "host_link: {name: PCIe, bandwidth: 25 GB/s, latency: 1 us}\n"
-      "efficiency: {compute: {default: 1}, memory: {default: 1}}\n",
-      "test.yaml");
+  const Platform platform = test_platform();
   OpTimeOptions eager_options;
   OpTimeOptions compiled_options;
   compiled_options.compile = CompileScope{};
@@ -146,6 +152,32 @@ TEST(KernelFusion, IntermediatesAndEagerTemporariesAreNeverWritten) {
   EXPECT_DOUBLE_EQ(compiled[2].seconds, eager[2].seconds);  // the GEMM is cuBLAS's either way
   // run() is the op alone, eager.
   EXPECT_DOUBLE_EQ(OpTimeModel(platform, compiled_options).run(trace, 1).seconds, eager[1].seconds);
+}
+
+// An eager RMSNorm compiled (its chain's fp32 copy and normalised rows are temporaries that
+// Inductor's one kernel never writes) reads each 16 KiB row once: the layer-norm re-read through
+// the caches (op_time.cpp, kLayerNormCachedRowBytes) is the native kernels', which write a mean
+// and a reciprocal deviation beside one output of the input's size, not this chain's.
+TEST(KernelFusion, ACompiledRmsNormChainReadsItsRowsOnce) {
+  TraceBuilder b;
+  const std::vector<std::int64_t> rows{4, 4096};  // fp32: 16 KiB a row
+  const TensorIndex x = b.tensor("x", TensorRole::input, rows);
+  const TensorIndex w = b.tensor("w", TensorRole::weight, {4096, 4096});
+  const TensorIndex y = b.tensor("norm.out", TensorRole::temporary, rows);
+  const TensorIndex copy = b.tensor("norm.float", TensorRole::temporary, rows);
+  const TensorIndex normed = b.tensor("norm.normalized", TensorRole::temporary, rows);
+  const TensorIndex rstd = b.tensor("norm.rstd", TensorRole::temporary, {4, 1});
+  const TensorIndex out = b.tensor("lin.out", TensorRole::temporary, rows);
+  b.op("norm", OpKind::layernorm, {x}, {y, copy, normed, rstd});
+  b.op("lin", OpKind::linear, {y, w}, {out});
+  const traces::Trace trace = b.build();
+  const Platform platform = test_platform();
+  OpTimeOptions compiled;
+  compiled.compile = CompileScope{};
+  const double row_tensor = 4 * 4096 * 4;
+  // x read once and y written (the copy, the normalised rows and rstd, which nothing reads, stay
+  // in the kernel).
+  EXPECT_NEAR(OpTimeModel(platform, compiled).run_all(trace)[0].seconds, 5e-6 + 2 * row_tensor / 1e12, 1e-12);
 }
 
 }  // namespace

@@ -662,6 +662,21 @@ TEST(OpTimeTraffic, LayerNorm) {
                                        {"rstd", DType::f32, {2}, kTemp}},
                                       {{OpKind::layernorm, kForward, {0, 1, 2}, {3, 4, 5}}});
   EXPECT_DOUBLE_EQ(op_seconds(wide), memory_time((131072 + 2 * 65536 + 131072) + (131072 + 16)));
+  // The threshold (measured: Liger-Kernel's torch.nn.LayerNorm rows): 8 KiB rows (2048 fp32)
+  // are re-read from the caches, 16 KiB rows (4096 fp32) from memory.
+  const auto rows_of = [](std::int64_t n) {
+    return trace_of({{"x", DType::f32, {2, n}}, {"w", DType::f32, {n}}, {"b", DType::f32, {n}}, {"y", DType::f32, {2, n}, kTemp},
+                     {"mean", DType::f32, {2}, kTemp}, {"rstd", DType::f32, {2}, kTemp}},
+                    {{OpKind::layernorm, kForward, {0, 1, 2}, {3, 4, 5}}});
+  };
+  EXPECT_DOUBLE_EQ(op_seconds(rows_of(2048)), memory_time((16384 + 2 * 8192) + (16384 + 16)));
+  EXPECT_DOUBLE_EQ(op_seconds(rows_of(4096)), memory_time((2 * 32768 + 2 * 16384) + (32768 + 16)));
+  // A norm writing one statistic per row (a fused RMSNorm: y and rstd) holds its row on chip
+  // as one block: its 16 KiB rows are not re-read.
+  const traces::Trace fused = trace_of({{"x", DType::f32, {2, 4096}}, {"w", DType::f32, {4096}}, {"y", DType::f32, {2, 4096}, kTemp},
+                                        {"rstd", DType::f32, {2}, kTemp}},
+                                       {{OpKind::layernorm, kForward, {0, 1}, {2, 3}}});
+  EXPECT_DOUBLE_EQ(op_seconds(fused), memory_time((32768 + 16384) + (32768 + 8)));
   // Backward: grad_out, x, mean, rstd, weight, bias -> grad_input, grad_weight, grad_bias.
   // Logical 128 + 128 + 16 + 16 + 32 + 32 = 352 read, 128 + 32 + 32 = 192 written; the
   // gamma/beta kernel reads grad_out and x once more (+256).
@@ -671,6 +686,17 @@ TEST(OpTimeTraffic, LayerNorm) {
                                            {"gb", DType::f32, {8}, kTemp}},
                                           {{OpKind::layernorm, kBackward, {0, 1, 2, 3, 4, 5}, {6, 7, 8}}});
   EXPECT_DOUBLE_EQ(op_seconds(backward), memory_time(352 + 256 + 192));
+  // Rows of 16 KiB (grad_out and x each): both kernels' second pass over them comes from
+  // memory, +2 x 32 KiB more; at 8 KiB it does not.
+  const auto backward_rows_of = [](std::int64_t n) {
+    return trace_of({{"gy", DType::f32, {2, n}}, {"x", DType::f32, {2, n}}, {"mean", DType::f32, {2}}, {"rstd", DType::f32, {2}},
+                     {"w", DType::f32, {n}}, {"b", DType::f32, {n}}, {"gx", DType::f32, {2, n}, kTemp}, {"gw", DType::f32, {n}, kTemp},
+                     {"gb", DType::f32, {n}, kTemp}},
+                    {{OpKind::layernorm, kBackward, {0, 1, 2, 3, 4, 5}, {6, 7, 8}}});
+  };
+  EXPECT_DOUBLE_EQ(op_seconds(backward_rows_of(2048)), memory_time((2 * 16384 + 16 + 2 * 8192) + 2 * 16384 + (16384 + 2 * 8192)));
+  EXPECT_DOUBLE_EQ(op_seconds(backward_rows_of(4096)),
+                   memory_time((2 * 32768 + 16 + 2 * 16384) + 2 * 2 * 32768 + (32768 + 2 * 16384)));
 }
 
 TEST(OpTimeTraffic, InPlaceAddReadsBothOperandsAndWritesOne) {

@@ -1214,6 +1214,28 @@ Value NetworkBuilder::rotary(const std::string& name, Value x, Value cos, Value 
   f.kind = OpKind::elementwise;
   f.inputs = {x.index, cos.index, sin.index};
   f.outputs = {y};
+  // Eager PyTorch runs the expression as five kernels (x * cos; rotate_half's neg of the second
+  // half and cat; that times sin; the sum), each writing its result to memory for the next to
+  // read: the four intermediates are temporaries of the op (models/README.md, "Kernel traffic":
+  // written once, read once, a launch each). Its backward runs about as many: MulBackward0's
+  // grad * sin and grad * cos, NegBackward0, the two SliceBackward0 (each a zero-filled gradient
+  // of x's rotated shape with its half copied in) and the sum of x's three gradients.
+  std::vector<std::int64_t> rotated_shape = sample_shape(x);
+  rotated_shape.back() = rotated;
+  std::vector<std::int64_t> half_shape = rotated_shape;
+  half_shape.back() = rotated / 2;
+  const auto batch_dim = tensors_[x.index].batch_dim;
+  const DType x_dtype = tensors_[x.index].dtype;
+  f.outputs.push_back(new_output(op + ".x_cos", dtype, rotated_shape, batch_dim, false));
+  f.outputs.push_back(new_output(op + ".neg", x_dtype, half_shape, batch_dim, false));
+  f.outputs.push_back(new_output(op + ".rotate_half", x_dtype, rotated_shape, batch_dim, false));
+  f.outputs.push_back(new_output(op + ".rotated_sin", dtype, rotated_shape, batch_dim, false));
+  f.backward_scratch = {new_output(op + ".backward.grad_sin", dtype, rotated_shape, batch_dim, false),
+                        new_output(op + ".backward.neg", dtype, half_shape, batch_dim, false),
+                        new_output(op + ".backward.slice_first", dtype, rotated_shape, batch_dim, false),
+                        new_output(op + ".backward.slice_second", dtype, rotated_shape, batch_dim, false),
+                        new_output(op + ".backward.grad_cos", dtype, rotated_shape, batch_dim, false),
+                        new_output(op + ".backward.partial_sum", dtype, rotated_shape, batch_dim, false)};
   f.flops = times(rotated_elements, kRotaryFlops);
   f.differentiable_outputs = {y};
   f.saved = {cos.index, sin.index};  // MulBackward0 of x * cos and of rotate_half(x) * sin

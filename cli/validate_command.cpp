@@ -41,7 +41,8 @@ std::function<int()> add_validate_command(CLI::App& app) {
       "validate",
       "Set comptrain's predictions beside published measurements\n"
       "The measurements: throughput, peak memory, memory reduction, slowdown, largest batch (or a bound on it), a batch that "
-      "ran. Printed: each point's published and predicted value and the error (predicted / published - 1; met or not met for "
+      "ran, collective bandwidth, power and energy, checkpoint throughput and iterations, and kernel times (a microbenchmark's "
+      "time of named ops against the op-time model's). Printed: each point's published and predicted value and the error (predicted / published - 1; met or not met for "
       "a bound and a batch that ran), then per metric the median and worst |error| and the bounds met over the points not "
       "marked suspect (those whose measured hardware or setup cannot be known), the same per GPU generation and per workload "
       "family (cnn, encoder, decoder, moe) for the metrics with points in several, the configurations that ran but are "

@@ -571,12 +571,13 @@ Prediction predict_kernel_seconds(const ValidationPoint& point, const PreparedSc
   std::set<std::string> unmatched(point.ops.begin(), point.ops.end());
   for (const models::Task& task : schedule.tasks) {
     if (task.kind != models::TaskKind::op) continue;
+    bool named = false;  // an op two patterns name counts once
     for (const std::string& pattern : point.ops) {
       if (fnmatch(pattern.c_str(), task.name.c_str(), 0) != 0) continue;
-      seconds += task.seconds;
+      named = true;
       unmatched.erase(pattern);
-      break;
     }
+    if (named) seconds += task.seconds;
   }
   if (!unmatched.empty()) {
     return Prediction::none(fmt::format("{}: no op of the schedule is named like '{}'", scenario_name(prepared), *unmatched.begin()));

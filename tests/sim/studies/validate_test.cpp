@@ -560,11 +560,11 @@ TEST(ValidatePrediction, KernelSecondsSumsTheNamedOpsTimes) {
   };
   const ValidationTable table = parse_validation_table(
       point("conv1", R"(["conv1"])") + point("both", R"(["conv1", "conv1.backward"])") + point("glob", R"(["conv1*"])") +
-          point("none", R"(["conv1", "no.such.op"])"),
+          point("none", R"(["conv1", "no.such.op"])") + point("overlap", R"(["conv1*", "conv1"])"),
       "t.jsonl", dir);
   ASSERT_EQ(table.points[1].ops, (std::vector<std::string>{"conv1", "conv1.backward"}));
   const auto results = validate(table, ValidateOptions{.fast = false, .jobs = 1});
-  ASSERT_EQ(results.size(), 4u);
+  ASSERT_EQ(results.size(), 5u);
   const PreparedScenario prepared(load_scenario_file(dir / "r.yaml"));
   const auto scheduled = schedule_run(prepared, prepared.scenario().strategy, 8);
   ASSERT_TRUE(std::holds_alternative<ScheduledRun>(scheduled));
@@ -584,6 +584,9 @@ TEST(ValidatePrediction, KernelSecondsSumsTheNamedOpsTimes) {
   EXPECT_DOUBLE_EQ(*results[2].predicted, forward + backward);
   EXPECT_FALSE(results[3].predicted.has_value());
   EXPECT_THAT(results[3].why_none, HasSubstr("no op of the schedule is named like 'no.such.op'"));
+  // Two patterns naming one op: it counts once, and neither pattern is unmatched.
+  ASSERT_TRUE(results[4].predicted.has_value()) << results[4].why_none;
+  EXPECT_DOUBLE_EQ(*results[4].predicted, forward + backward);
   std::filesystem::remove_all(dir);
 
   const std::string kernel = R"({"id": "k", "source": "s", "model": "m", "gpu": "g", "precision": "fp32", "batch": 32, "metric": "kernel_seconds", )"

@@ -534,11 +534,26 @@ namespace {
 // step: t(n) = t(2) + (n - 2) (t(3) - t(2)). So a bin replays 2 and 3 micro-steps rather than n
 // (DeepLearningExamples' 512 micro-steps of 8 bins would take minutes); the tests check it against
 // the whole replay. The peak is the 3-step run's: a middle micro-step holds what every later one does.
-SequenceBinRun replay_bin(const PreparedScenario& at_bin, const ScheduledRun& scheduled, const models::StrategySpec& strategy, std::int64_t batch,
-                          std::int64_t length, double weight) {
+// The schedule of all n micro-steps is built only where the fold cannot be used (n <= 3, or a
+// count of 2 or 3 that does not prepare or schedule): unrolling DeepLearningExamples' 512 copies
+// of a bin's micro-step, only to find the strategy applies, took most of such a point's time. Whether
+// the strategy applies does not depend on the count (build_schedule runs before the accumulation
+// transform), so a strategy that does not apply falls through to the whole schedule and says so.
+std::variant<SequenceBinRun, models::NotApplicable> replay_bin(const PreparedScenario& at_bin, const models::StrategySpec& strategy, std::int64_t batch,
+                                                               std::int64_t length, double weight, const SequenceBins& bins) {
   const int steps = at_bin.scenario().accumulation_steps;
-  const auto whole = [&] {
-    const SimulationResult r = replay(at_bin, scheduled, Isolation::child_process);
+  const auto whole = [&]() -> std::variant<SequenceBinRun, models::NotApplicable> {
+    std::variant<ScheduledRun, models::NotApplicable> scheduled = models::NotApplicable{};
+    try {
+      scheduled = schedule_run(at_bin, strategy, batch);
+    } catch (const InputError& e) {
+      throw InputError(bins.position + fmt::format("model.sequence_bins: the bin of {} tokens: {}", length, e.what()));
+    }
+    if (auto* not_applicable = std::get_if<models::NotApplicable>(&scheduled)) {
+      not_applicable->reason = fmt::format("at the sequence bin of {} tokens: {}", length, not_applicable->reason);
+      return std::move(*not_applicable);
+    }
+    const SimulationResult r = replay(at_bin, std::get<ScheduledRun>(scheduled), Isolation::child_process);
     return SequenceBinRun{length, weight, r.fits() ? r.iteration_seconds : 0.0, r.device.peak_reserved, r.fits()};
   };
   if (steps <= 3) return whole();
@@ -588,18 +603,14 @@ std::variant<std::vector<SequenceBinRun>, models::NotApplicable> run_shorter_seq
     at_bin.zoo_model->seq_len = length;
     if (predictions > 0) at_bin.zoo_model->mlm_predictions = std::max<std::int64_t>(1, (predictions * length + seq_len - 1) / seq_len);
     std::optional<PreparedScenario> bin_prepared;
-    std::variant<ScheduledRun, models::NotApplicable> scheduled = models::NotApplicable{};
     try {
       bin_prepared.emplace(std::move(at_bin));
-      scheduled = schedule_run(*bin_prepared, strategy, batch);
     } catch (const InputError& e) {
       throw InputError(bins.position + fmt::format("model.sequence_bins: the bin of {} tokens: {}", length, e.what()));
     }
-    if (auto* not_applicable = std::get_if<models::NotApplicable>(&scheduled)) {
-      not_applicable->reason = fmt::format("at the sequence bin of {} tokens: {}", length, not_applicable->reason);
-      return std::move(*not_applicable);
-    }
-    shorter.push_back(replay_bin(*bin_prepared, std::get<ScheduledRun>(scheduled), strategy, batch, length, bins.weights[i]));
+    auto bin = replay_bin(*bin_prepared, strategy, batch, length, bins.weights[i], bins);
+    if (auto* not_applicable = std::get_if<models::NotApplicable>(&bin)) return std::move(*not_applicable);
+    shorter.push_back(std::get<SequenceBinRun>(bin));
   }
   return shorter;
 }

@@ -125,5 +125,23 @@ TEST(SequenceBins, AShorterBinsMicroStepsExtendToTheWholeReplay) {
   }
 }
 
+// A strategy that cannot apply at a shorter bin is not applicable for the run, and says at which
+// bin, whether the bin replays all its micro-steps or folds them (more than 3: the whole
+// schedule is then built only to say so).
+TEST(SequenceBins, AStrategyThatCannotApplyAtAShorterBinSaysWhichBin) {
+  for (const int steps : {2, 6}) {
+    const PreparedScenario prepared(scenario("model: {zoo: bert-base, layers: 2, seq_len: 128, mlm: masked, mlm_predictions: 20, "
+                                             "sequence_bins: {bin_size: 64, weights: [0.5, 0.5]}}\n"
+                                             "training: {batch_size: 4, precision: mixed, optimizer: adam, gradient_accumulation_steps: " +
+                                             std::to_string(steps) +
+                                             "}\nplatform: a100-80gb\n"
+                                             "strategy: {name: tight, rules: [{recompute: {mode: budget, budget: 1 KiB}}]}\n"));
+    const auto shorter = run_shorter_sequence_bins(prepared, prepared.scenario().strategy, 4);
+    const auto* not_applicable = std::get_if<models::NotApplicable>(&shorter);
+    ASSERT_NE(not_applicable, nullptr) << steps;
+    EXPECT_THAT(not_applicable->reason, AllOf(HasSubstr("at the sequence bin of 64 tokens: "), HasSubstr("recompute budget of 1024 bytes"))) << steps;
+  }
+}
+
 }  // namespace
 }  // namespace comptrain::sim

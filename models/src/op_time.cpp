@@ -109,6 +109,17 @@ constexpr std::int64_t kSectorBytes = 32;
 // at 2.4 and 5.4% at 2.8; the same runs' other hosts and multi-GPU rows are held out
 // (models/README.md, "Memory format").
 constexpr double kTransposeElementsPerSmCycle = 2.6;
+// PyTorch's index_select, which an embedding's forward runs (F.embedding: weight.index_select(0,
+// ids)), copies one element per thread and loop trip, each address computed with divisions
+// (indexSelectLargeIndex, a grid of at most 8 blocks of 128 threads per SM:
+// pytorch/pytorch@d4c71812 aten/src/ATen/native/cuda/Indexing.cu, index_select_out_cuda_impl):
+// its pace is the elements the SMs copy per clock, not the bytes. Fitted: the value that best
+// matches Liger-Kernel's eight A100 nn.Embedding forwards of the 'BERT' shape (fp32, ids [32, 512],
+// D 768, V 1,024 to 131,072; linkedin/Liger-Kernel@ead96b61 benchmark/data/all_benchmark_data.csv),
+// rms log error 0.055, from -62% to -77% at the memory roofline; the eight of the 'Llama' shape
+// (ids [8, 2048], D 4096) are held out (models/README.md, "Kernel traffic"). The same pace per
+// SM and clock is assumed on other generations.
+constexpr double kIndexSelectElementsPerSmCycle = 0.524;
 
 enum class TrafficRule : std::uint8_t {
   logical,             // the trace's bytes are what the kernels move
@@ -781,6 +792,12 @@ double layout_transpose_seconds(const GpuSpec& gpu, double memory_efficiency, do
   return std::max(memory, issue);
 }
 
+double index_select_seconds(const GpuSpec& gpu, double elements) {
+  const double clock = sm_clock_hz(gpu);
+  if (clock <= 0 || !(elements > 0)) return 0;
+  return elements / (static_cast<double>(gpu.sms) * clock * kIndexSelectElementsPerSmCycle);
+}
+
 KernelRun OpTimeModel::run(const traces::Trace& trace, traces::OpIndex index) const { return run_op(trace, index, nullptr); }
 
 bool in_float8_scope(const Float8Scope& scope, const traces::Op& op) {
@@ -860,7 +877,16 @@ KernelRun OpTimeModel::run_op(const traces::Trace& trace, traces::OpIndex index,
                                     (tensor_cores ? tensor_core_share(platform_, options_, op.kind) : 1.0);
   const double memory_efficiency = platform_.efficiency.memory_for(op.kind);
   const double compute = flops / (peak * compute_efficiency);
-  const double memory = bytes / (platform_.gpu.memory_bandwidth * memory_efficiency);
+  double memory = bytes / (platform_.gpu.memory_bandwidth * memory_efficiency);
+  // An embedding's gather copies element by element at the SMs' pace when that is slower than
+  // its bytes (index_select_seconds).
+  if (op.kind == traces::OpKind::embedding && op.phase == traces::Phase::forward) {
+    double gathered = 0;
+    for (const traces::TensorIndex o : op.outputs) {
+      if (traces::is_floating(trace.tensor(o).dtype)) gathered += static_cast<double>(trace.tensor(o).elements());
+    }
+    memory = std::max(memory, index_select_seconds(platform_.gpu, gathered));
+  }
   const KernelWork kernel{compute, memory, fused && !fused->launches ? 0.0 : traffic.kernels * platform_.gpu.launch_overhead};
   KernelRun result = run_kernel(platform_.gpu, kernel);
   // cuDNN's tensor-core convolution kernels take NHWC tensors; given NCHW ones (PyTorch's

@@ -754,6 +754,47 @@ TEST(OpTimeTraffic, EmbeddingLookupReadsTheRowsItGathers) {
   EXPECT_DOUBLE_EQ(op_seconds(trace), memory_time(32 + 128 + 128));
 }
 
+// PyTorch's index_select copies an element per thread and trip: an embedding's gather on a GPU
+// whose SMs and clock are known takes the elements at the SMs' pace when that is slower than its
+// bytes (index_select_seconds), and its bytes otherwise.
+TEST(OpTimeTraffic, EmbeddingGatherRunsAtTheSlowerOfItsBytesAndTheSmsElementPace) {
+  Platform a100 = test_platform();
+  a100.gpu.sms = 108;
+  a100.gpu.compute_capability_major = 8;
+  a100.gpu.peak_fp32 = 19.5e12;
+  a100.gpu.memory_bandwidth = 2.039e12;
+  const double clock = 19.5e12 / (108 * 64 * 2.0);
+  EXPECT_DOUBLE_EQ(index_select_seconds(a100.gpu, 1e6), 1e6 / (108 * clock * 0.524));
+  GpuSpec unknown = a100.gpu;
+  unknown.sms = 0;
+  EXPECT_EQ(index_select_seconds(unknown, 1e6), 0);
+  EXPECT_EQ(index_select_seconds(a100.gpu, 0), 0);
+  // ids [16384] i64, table [1024, 768] f32 -> out [16384, 768] f32, Liger's 'BERT' shape: 12.6 M
+  // elements, 0.16 ms at the SMs' pace against 0.05 ms for its 53.6 MB (the ids, the 3 MB table
+  // its rows come from, the rows written) at 2.039 TB/s x 0.5.
+  const traces::Trace big = trace_of({{"ids", DType::i64, {16384}}, {"table", DType::f32, {1024, 768}},
+                                      {"out", DType::f32, {16384, 768}, kTemp}},
+                                     {{OpKind::embedding, kForward, {0, 1}, {2}}});
+  const double elements = 16384.0 * 768;
+  const double bytes = 16384.0 * 8 + 1024.0 * 768 * 4 + elements * 4;
+  ASSERT_GT(index_select_seconds(a100.gpu, elements), 1.5 * bytes / (2.039e12 * 0.5));
+  EXPECT_DOUBLE_EQ(OpTimeModel(a100).seconds(big, 0), index_select_seconds(a100.gpu, elements) + 5e-6);
+  // Without the SMs, the bytes alone.
+  Platform no_clock = a100;
+  no_clock.gpu.sms = 0;
+  EXPECT_DOUBLE_EQ(OpTimeModel(no_clock).seconds(big, 0), bytes / (2.039e12 * 0.5) + 5e-6);
+  // A gather whose bytes are slower than its elements (a slow memory) stays at the roofline.
+  Platform slow = a100;
+  slow.gpu.memory_bandwidth = 1e10;
+  EXPECT_DOUBLE_EQ(OpTimeModel(slow).seconds(big, 0), bytes / 5e9 + 5e-6);
+  // The backward (a scatter into the table's gradient) is not an index_select: a table of 131,072
+  // rows (100.7 M elements) would take 1.26 ms at the gather's pace, its 453 MB 0.44 ms.
+  const traces::Trace backward = trace_of({{"ids", DType::i64, {16384}}, {"grad", DType::f32, {16384, 768}},
+                                           {"table_grad", DType::f32, {131072, 768}, kTemp}},
+                                          {{OpKind::embedding, kBackward, {0, 1}, {2}}});
+  EXPECT_DOUBLE_EQ(OpTimeModel(a100).seconds(backward, 0), OpTimeModel(no_clock).seconds(backward, 0));
+}
+
 TEST(OpTimeTraffic, GatherReadsTheRowsItPicks) {
   // A mixture-of-experts dispatch, x[top_x]: hidden [64, 8] f32 (2048 B) and the index [16] i64
   // (128 B) -> rows [16, 8] f32 (512 B): reads the index and the 16 rows, writes them. The same
@@ -1146,7 +1187,8 @@ TEST(OpTimeWaves, OpsWithoutAGemmShapeKeepTheirTime) {
 TEST(OpTimeWaves, ShippedPlatformsSlowTheSmallLayersOfAZooModel) {
   // BERT-base's GEMMs on an A100 (108 SMs) against the same platform without gpu.sms: every
   // GEMM-like op is at least as slow, none more than 1 / 0.2 slower (a layer that fills a fifth
-  // of the SMs would be a modelling error at batch 32), and every other op is unchanged.
+  // of the SMs would be a modelling error at batch 32), the embeddings' gathers at least as slow,
+  // and every other op is unchanged.
   zoo::ModelRequest request;
   request.model = "bert-base";
   request.batch_size = 32;
@@ -1167,6 +1209,9 @@ TEST(OpTimeWaves, ShippedPlatformsSlowTheSmallLayersOfAZooModel) {
     if (trace.op(op).kind == OpKind::linear || trace.op(op).kind == OpKind::matmul || trace.op(op).kind == OpKind::attention) {
       EXPECT_GE(w, f);
       EXPECT_LE(w, f * 5);
+    } else if (trace.op(op).kind == OpKind::embedding && trace.op(op).phase == traces::Phase::forward) {
+      // The gather's pace needs the SMs' clock too (index_select_seconds): never below its bytes.
+      EXPECT_GE(w, f);
     } else {
       EXPECT_EQ(w, f);
     }

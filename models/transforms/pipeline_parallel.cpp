@@ -201,6 +201,20 @@ class StageBuilder {
   StageBuilder(const std::vector<Schedule>& chunks, const std::vector<ChunkParts>& parts, const PipelineStageSpec& spec)
       : chunks_(chunks), parts_(parts), spec_(spec), shared_id_(chunks.size()), optimizer_id_(chunks.size()) {
     for (const PipelineStep& step : spec.order) micro_batches_ = std::max(micro_batches_, step.micro_batch + 1);
+    // Room for every micro-batch's copy of every chunk (its tasks, buffers and up to four
+    // transfers with their two boundary buffers) at once: a stage of the largest layouts holds
+    // millions of tasks, and growing the vectors by doubling copied them and held up to twice
+    // their memory while it did.
+    std::size_t tasks = 0;
+    std::size_t buffers = 0;
+    for (const Schedule& chunk : chunks) {
+      tasks += (chunk.tasks.size() + 4) * static_cast<std::size_t>(micro_batches_);
+      buffers += (chunk.buffers.size() + 2) * static_cast<std::size_t>(micro_batches_);
+    }
+    out_.tasks.reserve(tasks);
+    out_.buffers.reserve(buffers);
+    created_.reserve(buffers);
+    shared_.reserve(buffers);
     // The buffers every micro-batch of a chunk shares come first, once each.
     for (std::size_t k = 0; k < chunks.size(); ++k) {
       shared_id_[k].assign(chunks[k].buffers.size(), kNoBuffer);

@@ -110,7 +110,8 @@ constexpr std::int64_t kSectorBytes = 32;
 // (models/README.md, "Memory format").
 constexpr double kTransposeElementsPerSmCycle = 2.6;
 // PyTorch's index_select, which an embedding's forward runs (F.embedding: weight.index_select(0,
-// ids)), copies one element per thread and loop trip, each address computed with divisions
+// ids)) and autograd an index_add_'s gradient (grad.index_select), copies one element per thread
+// and loop trip, each address computed with divisions
 // (indexSelectLargeIndex, a grid of at most 8 blocks of 128 threads per SM:
 // pytorch/pytorch@d4c71812 aten/src/ATen/native/cuda/Indexing.cu, index_select_out_cuda_impl):
 // its pace is the elements the SMs copy per clock, not the bytes. Fitted: the value that best
@@ -878,9 +879,12 @@ KernelRun OpTimeModel::run_op(const traces::Trace& trace, traces::OpIndex index,
   const double memory_efficiency = platform_.efficiency.memory_for(op.kind);
   const double compute = flops / (peak * compute_efficiency);
   double memory = bytes / (platform_.gpu.memory_bandwidth * memory_efficiency);
-  // An embedding's gather copies element by element at the SMs' pace when that is slower than
-  // its bytes (index_select_seconds).
-  if (op.kind == traces::OpKind::embedding && op.phase == traces::Phase::forward) {
+  // index_select copies element by element at the SMs' pace when that is slower than its bytes
+  // (index_select_seconds): an embedding's forward, and a gather's backward, which is an
+  // index_add_'s gradient (grad.index_select of the rows its source came from). A forward gather
+  // may be aten::index instead (TensorIterator's index_kernel, four elements a thread): its bytes.
+  if ((op.kind == traces::OpKind::embedding && op.phase == traces::Phase::forward) ||
+      (op.kind == traces::OpKind::gather && op.phase == traces::Phase::backward)) {
     double gathered = 0;
     for (const traces::TensorIndex o : op.outputs) {
       if (traces::is_floating(trace.tensor(o).dtype)) gathered += static_cast<double>(trace.tensor(o).elements());

@@ -754,10 +754,10 @@ TEST(OpTimeTraffic, EmbeddingLookupReadsTheRowsItGathers) {
   EXPECT_DOUBLE_EQ(op_seconds(trace), memory_time(32 + 128 + 128));
 }
 
-// PyTorch's index_select copies an element per thread and trip: an embedding's gather on a GPU
-// whose SMs and clock are known takes the elements at the SMs' pace when that is slower than its
-// bytes (index_select_seconds), and its bytes otherwise.
-TEST(OpTimeTraffic, EmbeddingGatherRunsAtTheSlowerOfItsBytesAndTheSmsElementPace) {
+// PyTorch's index_select copies an element per thread and trip: an embedding's gather (and an
+// index_add_'s gradient) on a GPU whose SMs and clock are known takes the elements at the SMs'
+// pace when that is slower than its bytes (index_select_seconds), and its bytes otherwise.
+TEST(OpTimeTraffic, IndexSelectRunsAtTheSlowerOfItsBytesAndTheSmsElementPace) {
   Platform a100 = test_platform();
   a100.gpu.sms = 108;
   a100.gpu.compute_capability_major = 8;
@@ -793,6 +793,15 @@ TEST(OpTimeTraffic, EmbeddingGatherRunsAtTheSlowerOfItsBytesAndTheSmsElementPace
                                            {"table_grad", DType::f32, {131072, 768}, kTemp}},
                                           {{OpKind::embedding, kBackward, {0, 1}, {2}}});
   EXPECT_DOUBLE_EQ(OpTimeModel(a100).seconds(backward, 0), OpTimeModel(no_clock).seconds(backward, 0));
+  // An index_add_'s gradient is grad.index_select (a gather in backward): the same pace. A gather
+  // in forward may be aten::index, another kernel: its bytes.
+  const auto gather = [](traces::Phase phase) {
+    return trace_of({{"grad", DType::f32, {16384, 768}}, {"index", DType::i64, {16384}}, {"rows", DType::f32, {16384, 768}, kTemp}},
+                    {{OpKind::gather, phase, {0, 1}, {2}}});
+  };
+  EXPECT_DOUBLE_EQ(OpTimeModel(a100).seconds(gather(kBackward), 0), index_select_seconds(a100.gpu, elements) + 5e-6);
+  EXPECT_DOUBLE_EQ(OpTimeModel(a100).seconds(gather(kForward), 0), OpTimeModel(no_clock).seconds(gather(kForward), 0));
+  EXPECT_LT(OpTimeModel(a100).seconds(gather(kForward), 0), OpTimeModel(a100).seconds(gather(kBackward), 0));
 }
 
 TEST(OpTimeTraffic, GatherReadsTheRowsItPicks) {

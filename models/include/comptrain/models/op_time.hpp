@@ -124,9 +124,10 @@ double sm_clock_hz(const GpuSpec& gpu);
 // (models/README.md, "Memory format"); the memory roofline alone where the SM clock is unknown.
 double layout_transpose_seconds(const GpuSpec& gpu, double memory_efficiency, double bytes, traces::DType dtype);
 
-// PyTorch's index_select (an embedding's forward) copying `elements` elements, at the elements the
-// SMs copy per clock (models/README.md, "Kernel traffic"); 0 where the SM clock is unknown. The op
-// takes this or its bytes at the memory roofline, whichever is slower.
+// PyTorch's index_select (an embedding's forward, an index_add_'s gradient) copying `elements`
+// elements, at the elements the SMs copy per clock (models/README.md, "Kernel traffic"); 0 where
+// the SM clock is unknown. The op takes this or its bytes at the memory roofline, whichever is
+// slower.
 double index_select_seconds(const GpuSpec& gpu, double elements);
 
 // The dtype whose peak an op's arithmetic runs at: that of its first floating-point output,

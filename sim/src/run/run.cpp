@@ -528,6 +528,11 @@ std::optional<double> SequenceBinsResult::mean_iteration_seconds() const {
 
 namespace {
 
+// An input error found while preparing or scheduling a shorter bin, at the bins' key.
+InputError bin_error(const SequenceBins& bins, std::int64_t length, const InputError& e) {
+  return InputError(bins.position + fmt::format("model.sequence_bins: the bin of {} tokens: {}", length, e.what()));
+}
+
 // One shorter bin's iteration. Over many micro-steps (gradient accumulation) the iteration is the
 // first micro-step, n - 2 middle ones that repeat exactly (the same tasks on the same streams, from
 // the same state: the replay is deterministic) and the last with its reductions and the optimizer
@@ -547,7 +552,7 @@ std::variant<SequenceBinRun, models::NotApplicable> replay_bin(const PreparedSce
     try {
       scheduled = schedule_run(at_bin, strategy, batch);
     } catch (const InputError& e) {
-      throw InputError(bins.position + fmt::format("model.sequence_bins: the bin of {} tokens: {}", length, e.what()));
+      throw bin_error(bins, length, e);
     }
     if (auto* not_applicable = std::get_if<models::NotApplicable>(&scheduled)) {
       not_applicable->reason = fmt::format("at the sequence bin of {} tokens: {}", length, not_applicable->reason);
@@ -606,7 +611,7 @@ std::variant<std::vector<SequenceBinRun>, models::NotApplicable> run_shorter_seq
     try {
       bin_prepared.emplace(std::move(at_bin));
     } catch (const InputError& e) {
-      throw InputError(bins.position + fmt::format("model.sequence_bins: the bin of {} tokens: {}", length, e.what()));
+      throw bin_error(bins, length, e);
     }
     auto bin = replay_bin(*bin_prepared, strategy, batch, length, bins.weights[i], bins);
     if (auto* not_applicable = std::get_if<models::NotApplicable>(&bin)) return std::move(*not_applicable);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -845,9 +846,11 @@ TEST(OpTimeTraffic, InPlaceScatterTouchesTheRowsItAddsInto) {
 // routed rows, not the whole hidden state (8 experts, top-2: a quarter of the tokens each).
 // One bf16 decoder layer of hidden 64 (4 heads, MLP 128, vocabulary 100), 2 sequences of 64
 // tokens; `moe` makes its MLP a mixture of experts.
-traces::Trace tiny_decoder(std::optional<zoo::MoeArchitecture> moe = std::nullopt) {
+traces::Trace tiny_decoder(std::optional<zoo::MoeArchitecture> moe = std::nullopt,
+                           zoo::DecoderArchitecture::Activation activation = zoo::DecoderArchitecture::Activation::silu) {
   zoo::DecoderArchitecture arch;
   if (moe) arch.family = "mixtral";
+  arch.activation = activation;
   arch.layers = 1;
   arch.hidden = 64;
   arch.heads = 4;
@@ -911,6 +914,27 @@ TEST(OpTimeTraffic, EagerRmsNormRunsItsChainOfKernels) {
     }
   }
   EXPECT_EQ(checked, 2);
+}
+
+// transformers' squared ReLU (hidden_act relu2) in bf16: F.relu and torch.square forward, 4 bytes
+// an element each; PowBackward0's three kernels (x.pow(1), 2 * it, grad * that: 8 bytes read and
+// 6 written) and threshold_backward (4 and 2) backward.
+TEST(OpTimeTraffic, SquaredReluRunsPowBackwardsThreeKernels) {
+  const traces::Trace trace = tiny_decoder(std::nullopt, zoo::DecoderArchitecture::Activation::relu2);
+  const double elements = 2 * 64 * 128;
+  const std::map<std::string, double> expected = {
+      {"model.layers.0.mlp.act_fn.relu", elements * 4 / 5e11 + 5e-6},
+      {"model.layers.0.mlp.act_fn.square", elements * 4 / 5e11 + 5e-6},
+      {"model.layers.0.mlp.act_fn.square.backward", elements * 14 / 5e11 + 3 * 5e-6},
+      {"model.layers.0.mlp.act_fn.relu.backward", elements * 6 / 5e11 + 5e-6}};
+  int checked = 0;
+  for (traces::OpIndex i = 0; i < trace.ops().size(); ++i) {
+    const auto it = expected.find(trace.op(i).name);
+    if (it == expected.end()) continue;
+    EXPECT_DOUBLE_EQ(op_seconds(trace, i), it->second) << it->first;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 4);
 }
 
 TEST(OpTimeTraffic, GemmKindsAndElementwiseKindsKeepTheirLogicalBytes) {

@@ -291,24 +291,28 @@ TEST(DecoderFlops, CausalAttentionCountsThePairsOnOrBelowTheDiagonal) {
   }
 }
 
+// A two-layer GQA decoder (hidden 64, 4 heads, 2 KV heads, MLP 96, vocabulary 100) under amp-bf16,
+// 2 sequences of 16 tokens, with the MLP activation `act` and, with `tie`, tied embeddings.
+Trace small_decoder(DecoderArchitecture::Activation act, bool tie) {
+  DecoderArchitecture arch;
+  arch.layers = 2;
+  arch.hidden = 64;
+  arch.heads = 4;
+  arch.kv_heads = 2;
+  arch.intermediate = 96;
+  arch.vocab = 100;
+  arch.activation = act;
+  arch.tie_embeddings = tie;
+  ModelRequest request = test_support::Request("llama").batch_size(2).precision(Precision::amp_bf16).seq_len(16);
+  request.decoder = arch;
+  return build_model(request);
+}
+
 // GeGLU (a gated MLP with GELU, hidden_act gelu / gelu_pytorch_tanh) saves what SwiGLU saves: GELU
 // keeps its input as SiLU does. A tied LM head (tie_word_embeddings) has V·h parameters fewer and
 // the same saved bytes.
 TEST(DecoderSaved, GeGluAndTiedEmbeddings) {
-  const auto build = [](DecoderArchitecture::Activation act, bool tie) {
-    DecoderArchitecture arch;
-    arch.layers = 2;
-    arch.hidden = 64;
-    arch.heads = 4;
-    arch.kv_heads = 2;
-    arch.intermediate = 96;
-    arch.vocab = 100;
-    arch.activation = act;
-    arch.tie_embeddings = tie;
-    ModelRequest request = test_support::Request("llama").batch_size(2).precision(Precision::amp_bf16).seq_len(16);
-    request.decoder = arch;
-    return build_model(request);
-  };
+  const auto build = small_decoder;
   const Trace swiglu = build(DecoderArchitecture::Activation::silu, false);
   const Trace geglu = build(DecoderArchitecture::Activation::gelu_tanh, false);
   const Trace tied = build(DecoderArchitecture::Activation::silu, true);
@@ -319,6 +323,32 @@ TEST(DecoderSaved, GeGluAndTiedEmbeddings) {
   int gelus = 0;
   for (const auto& op : geglu.ops()) gelus += op.kind == traces::OpKind::gelu && op.phase == traces::Phase::forward ? 1 : 0;
   EXPECT_EQ(gelus, 2);  // one per layer's mlp.act_fn
+}
+
+// hidden_act relu2 (transformers' ReLUSquaredActivation): F.relu, then torch.square. ReluBackward0
+// saves the relu's result and PowBackward0 the same tensor, so the MLP saves what SwiGLU saves
+// (SiLU keeps its input, of the same size); the relu's input is saved by no one. The square's
+// backward has PowBackward0's two intermediates as scratch.
+TEST(DecoderSaved, SquaredReluSavesTheReluResultOnce) {
+  const Trace swiglu = small_decoder(DecoderArchitecture::Activation::silu, false);
+  const Trace relu2 = small_decoder(DecoderArchitecture::Activation::relu2, false);
+  EXPECT_EQ(test_support::saved_for_backward(relu2).per_sample, test_support::saved_for_backward(swiglu).per_sample);
+  EXPECT_EQ(parameters(relu2), parameters(swiglu));
+  int relus = 0, squares = 0;
+  for (const auto& op : relu2.ops()) {
+    if (op.name == "model.layers.0.mlp.act_fn.relu") {
+      ++relus;
+      EXPECT_EQ(op.kind, traces::OpKind::relu);
+    } else if (op.name == "model.layers.0.mlp.act_fn.square") {
+      ++squares;
+      ASSERT_EQ(op.inputs.size(), 1u);
+      EXPECT_EQ(relu2.tensor(op.inputs[0]).name, "model.layers.0.mlp.act_fn.relu.out");
+    } else if (op.name == "model.layers.0.mlp.act_fn.square.backward") {
+      EXPECT_EQ(op.outputs.size(), 3u);  // the relu output's gradient and the two intermediates
+    }
+  }
+  EXPECT_EQ(relus, 1);
+  EXPECT_EQ(squares, 1);
 }
 
 TEST(DecoderSaved, NamesAreHuggingFaceModulePaths) {
@@ -353,6 +383,9 @@ TEST(HfConfig, ErrorsNameTheFileTheFieldAndTheExpectation) {
   EXPECT_EQ(error("{" + llama + "}"), "no error");
   EXPECT_THAT(error(R"({"model_type": "deepseek_v2"})"), testing::AllOf(testing::HasSubstr("cfg.json"), testing::HasSubstr("model_type"),
                                                                        testing::HasSubstr("llama, mistral, qwen2")));
+  EXPECT_EQ(error("{" + llama + R"(, "hidden_act": "relu2"})"), "no error");
+  EXPECT_EQ(spec_from_hf_config("{" + llama + R"(, "hidden_act": "relu2"})", "cfg.json").decoder->activation,
+            DecoderArchitecture::Activation::relu2);
   EXPECT_THAT(error("{" + llama + R"(, "hidden_act": "relu"})"),
               testing::AllOf(testing::HasSubstr("cfg.json: 'hidden_act'"), testing::HasSubstr("expected silu")));
   EXPECT_THAT(error("{" + llama + R"(, "num_local_experts": 8})"), testing::HasSubstr("'num_local_experts'"));

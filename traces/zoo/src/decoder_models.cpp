@@ -9,6 +9,7 @@
 // labels rather than the logits. The labels arrive already shifted here, as for GPT-2.
 
 #include <optional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -46,8 +47,7 @@ Value norm(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::strin
 }
 
 Value activation(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& name, Value x) {
-  // F.gelu with approximate="tanh" saves its input as the exact one does (GeluBackward0).
-  return arch.activation == DecoderArchitecture::Activation::silu ? nb.silu(name, x) : nb.gelu(name, x);
+  return mlp_activation(nb, arch.activation, name, x);
 }
 
 // An RMSNorm over the head_dim channels of each of `heads` heads of a projection's output
@@ -227,6 +227,19 @@ Value decoder_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, const s
 }
 
 }  // namespace
+
+Value mlp_activation(NetworkBuilder& nb, DecoderArchitecture::Activation activation, const std::string& name, Value x) {
+  switch (activation) {
+    case DecoderArchitecture::Activation::silu: return nb.silu(name, x);
+    // F.gelu with approximate="tanh" saves its input as the exact one does (GeluBackward0).
+    case DecoderArchitecture::Activation::gelu:
+    case DecoderArchitecture::Activation::gelu_tanh: return nb.gelu(name, x);
+    // transformers' activations.py ReLUSquaredActivation.forward: relu_applied =
+    // nn.functional.relu(input); squared = torch.square(relu_applied).
+    case DecoderArchitecture::Activation::relu2: return nb.square(name + ".square", nb.relu(name + ".relu", x));
+  }
+  throw std::logic_error("mlp_activation: unknown activation");
+}
 
 Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64_t seq_len, Attention implementation,
                  const PipelineStageSpec& stage, const std::vector<std::int64_t>& expert_tokens, std::int64_t documents,

@@ -168,7 +168,7 @@ Value megatron_moe_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, co
     const std::int64_t shared_width = moe.shared_expert_intermediate / t;
     const NetworkBuilder::ColumnParallelInput input = nb.column_parallel_input(s + "fc1", x);
     Value gate = nb.column_parallel_linear(s + "gate_proj", input, shared_width, false);
-    gate = arch.activation == DecoderArchitecture::Activation::silu ? nb.silu(s + "act_fn", gate) : nb.gelu(s + "act_fn", gate);
+    gate = mlp_activation(nb, arch.activation, s + "act_fn", gate);
     const Value up = nb.column_parallel_linear(s + "up_proj", input, shared_width, false);
     const Value shared = nb.row_parallel_linear(s + "down_proj", nb.mul(s + "mul", gate, up), h, false);
     const Value shared_gate = nb.sigmoid(p + "sigmoid", nb.linear(p + "shared_expert_gate", x, 1, false));

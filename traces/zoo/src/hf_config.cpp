@@ -143,7 +143,8 @@ DecoderArchitecture::Activation activation(const ConfigReader& r, const std::str
   if (act == "silu" || act == "swish") return DecoderArchitecture::Activation::silu;
   if (act == "gelu") return DecoderArchitecture::Activation::gelu;
   if (act == "gelu_pytorch_tanh") return DecoderArchitecture::Activation::gelu_tanh;
-  r.fail(field, "is \"" + act + "\"; expected silu, gelu or gelu_pytorch_tanh (the activations the zoo models)");
+  if (act == "relu2") return DecoderArchitecture::Activation::relu2;
+  r.fail(field, "is \"" + act + "\"; expected silu, gelu, gelu_pytorch_tanh or relu2 (the activations the zoo models)");
 }
 
 // The head size. A config may state head_dim (newer LLaMA, Mistral and Qwen configs carry it;

@@ -58,6 +58,9 @@ Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention 
 // With `expert_parallel` the sparse layers are Megatron-LM's MoE layer on that plan's rank
 // (megatron_moe_layer) instead of Hugging Face's block.
 struct ExpertParallelPlan;
+// The MLP's activation module `name` on x: one op (SiLU, GELU) or, for relu2, transformers'
+// ReLUSquaredActivation's two (`name.relu`, then `name.square`).
+Value mlp_activation(NetworkBuilder& nb, DecoderArchitecture::Activation activation, const std::string& name, Value x);
 Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64_t seq_len, Attention implementation,
                  const PipelineStageSpec& stage, const std::vector<std::int64_t>& expert_tokens = {}, std::int64_t documents = 1,
                  const ExpertParallelPlan* expert_parallel = nullptr);

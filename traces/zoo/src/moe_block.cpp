@@ -162,7 +162,7 @@ Value swiglu_expert(NetworkBuilder& nb, const DecoderArchitecture& arch, const s
   if (arch.moe && arch.moe->gpt_oss_experts) return gpt_oss_expert(nb, arch, p, x, width);
   const bool mixtral = arch.family == "mixtral";
   Value gate = nb.linear(p + (mixtral ? "w1" : "gate_proj"), x, width, false);
-  gate = arch.activation == DecoderArchitecture::Activation::silu ? nb.silu(p + "act_fn", gate) : nb.gelu(p + "act_fn", gate);
+  gate = mlp_activation(nb, arch.activation, p + "act_fn", gate);
   const Value up = nb.linear(p + (mixtral ? "w3" : "up_proj"), x, width, false);
   return nb.linear(p + (mixtral ? "w2" : "down_proj"), nb.mul(p + "mul", gate, up), arch.hidden, false);
 }

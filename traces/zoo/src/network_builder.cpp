@@ -21,6 +21,8 @@ using traces::TensorRole;
 // derivations are in traces/zoo/README.md, "FLOPs").
 constexpr std::int64_t kReluForward = 1;       // max(x, 0)
 constexpr std::int64_t kReluBackward = 1;      // select on y > 0
+constexpr std::int64_t kSquareForward = 1;     // x * x
+constexpr std::int64_t kSquareBackward = 2;    // 2 * x, then times the gradient (the copy computes nothing)
 constexpr std::int64_t kBatchNormForward = 5;  // sum and sum of squares (3), scale-and-shift FMA (2)
 constexpr std::int64_t kBatchNormBackward = 9;
 constexpr std::int64_t kLayerNormForward = 7;  // statistics (3), (x - mean) * rstd * w + b (4)
@@ -580,6 +582,33 @@ Value NetworkBuilder::relu_(const std::string& name, Value x) {
   // In place: the output is the input's storage, written again. ReluBackward0
   // (threshold_backward) saves the result.
   return elementwise(name, x, OpKind::relu, kReluForward, kReluBackward, Saves::result, true);
+}
+
+Value NetworkBuilder::relu(const std::string& name, Value x) {
+  return elementwise(name, x, OpKind::relu, kReluForward, kReluBackward, Saves::result, false);
+}
+
+Value NetworkBuilder::square(const std::string& name, Value x) {
+  const std::string op = unique_op_name(name);
+  const DType dtype = tensors_[x.index].dtype;
+  const auto batch_dim = tensors_[x.index].batch_dim;
+  const std::size_t y = new_output(op + ".out", dtype, sample_shape(x), batch_dim, true);
+  ForwardOp f;
+  f.name = op;
+  f.kind = OpKind::elementwise;
+  f.inputs = {x.index};
+  f.outputs = {y};
+  f.flops = times(elements(y), kSquareForward);
+  f.differentiable_outputs = {y};
+  f.saved = {x.index};  // PowBackward0 saves self
+  f.grads = {{x.index, {}}};
+  // x.pow(1) (a copy) and 2 * it, each a tensor of x's size that the last kernel, grad * it, reads.
+  f.backward_scratch = {new_output(op + ".backward.pow", dtype, sample_shape(x), batch_dim, false),
+                        new_output(op + ".backward.scaled", dtype, sample_shape(x), batch_dim, false)};
+  f.backward_flops = times(elements(y), kSquareBackward);
+  f.backward_kind = OpKind::elementwise;
+  record(std::move(f));
+  return {y};
 }
 
 Value NetworkBuilder::gelu(const std::string& name, Value x) {

@@ -89,6 +89,11 @@ class NetworkBuilder {
   // The same with given (possibly shared) parameters, e.g. a decoder tied to an embedding.
   Value linear(const std::string& name, Value x, Value weight, std::optional<Value> bias);
   Value relu_(const std::string& name, Value x);  // in place
+  Value relu(const std::string& name, Value x);   // out of place (F.relu): ReluBackward0 saves the result
+  // torch.square(x), which is pow(x, 2): PowBackward0 saves x, and its backward runs three
+  // kernels, grad * (2 * x.pow(1)) (FunctionsManual.cpp pow_backward; pow with exponent 1 is a
+  // copy), whose two intermediates are the backward op's scratch.
+  Value square(const std::string& name, Value x);
   Value gelu(const std::string& name, Value x);
   Value tanh(const std::string& name, Value x);
   Value dropout(const std::string& name, Value x);

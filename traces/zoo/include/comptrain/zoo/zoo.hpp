@@ -176,7 +176,9 @@ struct ExpertRouting {
 // describes it (spec_from_hf_config; traces/zoo/README.md, "Decoders and Hugging Face configs").
 struct DecoderArchitecture {
   enum class Norm { rms, layer };                 // LlamaRMSNorm, or nn.LayerNorm with a bias
-  enum class Activation { silu, gelu, gelu_tanh };  // F.silu, F.gelu, F.gelu(approximate="tanh")
+  // F.silu, F.gelu, F.gelu(approximate="tanh"), and transformers' ReLUSquaredActivation
+  // ("relu2": F.relu then torch.square, Primer's and Nemotron's squared ReLU).
+  enum class Activation { silu, gelu, gelu_tanh, relu2 };
   // Hugging Face's model_type: "llama", "mistral", "qwen2" (modeling_llama.py's modules and
   // names), "qwen3" (LLaMA's blocks with qk_norm), "mixtral", "qwen2_moe" (their modeling files:
   // LLaMA's attention with `moe`'s sparse MLP), "gpt_oss" (LLaMA's blocks with biases, sinks,

@@ -291,9 +291,10 @@ TEST(DecoderFlops, CausalAttentionCountsThePairsOnOrBelowTheDiagonal) {
   }
 }
 
-// A two-layer GQA decoder (hidden 64, 4 heads, 2 KV heads, MLP 96, vocabulary 100) under amp-bf16,
-// 2 sequences of 16 tokens, with the MLP activation `act` and, with `tie`, tied embeddings.
-Trace small_decoder(DecoderArchitecture::Activation act, bool tie) {
+// A two-layer GQA decoder (hidden 64, 4 heads, 2 KV heads, MLP 96, vocabulary 100) under
+// `precision`, 2 sequences of 16 tokens, with the MLP activation `act` and, with `tie`, tied
+// embeddings.
+Trace small_decoder(DecoderArchitecture::Activation act, bool tie, Precision precision = Precision::amp_bf16) {
   DecoderArchitecture arch;
   arch.layers = 2;
   arch.hidden = 64;
@@ -303,7 +304,7 @@ Trace small_decoder(DecoderArchitecture::Activation act, bool tie) {
   arch.vocab = 100;
   arch.activation = act;
   arch.tie_embeddings = tie;
-  ModelRequest request = test_support::Request("llama").batch_size(2).precision(Precision::amp_bf16).seq_len(16);
+  ModelRequest request = test_support::Request("llama").batch_size(2).precision(precision).seq_len(16);
   request.decoder = arch;
   return build_model(request);
 }
@@ -312,7 +313,7 @@ Trace small_decoder(DecoderArchitecture::Activation act, bool tie) {
 // keeps its input as SiLU does. A tied LM head (tie_word_embeddings) has V·h parameters fewer and
 // the same saved bytes.
 TEST(DecoderSaved, GeGluAndTiedEmbeddings) {
-  const auto build = small_decoder;
+  const auto build = [](DecoderArchitecture::Activation act, bool tie) { return small_decoder(act, tie); };
   const Trace swiglu = build(DecoderArchitecture::Activation::silu, false);
   const Trace geglu = build(DecoderArchitecture::Activation::gelu_tanh, false);
   const Trace tied = build(DecoderArchitecture::Activation::silu, true);
@@ -325,30 +326,42 @@ TEST(DecoderSaved, GeGluAndTiedEmbeddings) {
   EXPECT_EQ(gelus, 2);  // one per layer's mlp.act_fn
 }
 
-// hidden_act relu2 (transformers' ReLUSquaredActivation): F.relu, then torch.square. ReluBackward0
-// saves the relu's result and PowBackward0 the same tensor, so the MLP saves what SwiGLU saves
-// (SiLU keeps its input, of the same size); the relu's input is saved by no one. The square's
+// hidden_act relu2 (transformers' ReLUSquaredActivation): F.relu, then torch.square. In bf16
+// ReluBackward0 saves the relu's result and PowBackward0 the same tensor, so the MLP saves what
+// SwiGLU saves (SiLU keeps its input, of the same size); the relu's input is saved by no one. Under
+// autocast pow is on the fp32 list: the square runs on an fp32 copy of the relu's result, which
+// PowBackward0 saves (4 bytes an element), and its fp32 result makes the gate-up product fp32,
+// whose saved gate is then 4 bytes instead of 2: 6 bytes an element more than SwiGLU. The square's
 // backward has PowBackward0's two intermediates as scratch.
 TEST(DecoderSaved, SquaredReluSavesTheReluResultOnce) {
-  const Trace swiglu = small_decoder(DecoderArchitecture::Activation::silu, false);
-  const Trace relu2 = small_decoder(DecoderArchitecture::Activation::relu2, false);
+  const Trace swiglu = small_decoder(DecoderArchitecture::Activation::silu, false, Precision::bf16);
+  const Trace relu2 = small_decoder(DecoderArchitecture::Activation::relu2, false, Precision::bf16);
   EXPECT_EQ(test_support::saved_for_backward(relu2).per_sample, test_support::saved_for_backward(swiglu).per_sample);
   EXPECT_EQ(parameters(relu2), parameters(swiglu));
-  int relus = 0, squares = 0;
-  for (const auto& op : relu2.ops()) {
-    if (op.name == "model.layers.0.mlp.act_fn.relu") {
-      ++relus;
-      EXPECT_EQ(op.kind, traces::OpKind::relu);
-    } else if (op.name == "model.layers.0.mlp.act_fn.square") {
-      ++squares;
-      ASSERT_EQ(op.inputs.size(), 1u);
-      EXPECT_EQ(relu2.tensor(op.inputs[0]).name, "model.layers.0.mlp.act_fn.relu.out");
-    } else if (op.name == "model.layers.0.mlp.act_fn.square.backward") {
-      EXPECT_EQ(op.outputs.size(), 3u);  // the relu output's gradient and the two intermediates
+  const Trace swiglu_amp = small_decoder(DecoderArchitecture::Activation::silu, false);
+  const Trace relu2_amp = small_decoder(DecoderArchitecture::Activation::relu2, false);
+  EXPECT_EQ(test_support::saved_for_backward(relu2_amp).per_sample - test_support::saved_for_backward(swiglu_amp).per_sample,
+            2 * 16 * 96 * 6);  // layers x tokens x MLP width x 6 bytes
+  const auto check = [](const Trace& trace, const std::string& square_input, traces::DType square_dtype) {
+    int relus = 0, squares = 0;
+    for (const auto& op : trace.ops()) {
+      if (op.name == "model.layers.0.mlp.act_fn.relu") {
+        ++relus;
+        EXPECT_EQ(op.kind, traces::OpKind::relu);
+      } else if (op.name == "model.layers.0.mlp.act_fn.square") {
+        ++squares;
+        ASSERT_EQ(op.inputs.size(), 1u);
+        EXPECT_EQ(trace.tensor(op.inputs[0]).name, square_input);
+        EXPECT_EQ(trace.tensor(op.outputs[0]).dtype, square_dtype);
+      } else if (op.name == "model.layers.0.mlp.act_fn.square.backward") {
+        EXPECT_EQ(op.outputs.size(), 3u);  // the input's gradient and the two intermediates
+      }
     }
-  }
-  EXPECT_EQ(relus, 1);
-  EXPECT_EQ(squares, 1);
+    EXPECT_EQ(relus, 1);
+    EXPECT_EQ(squares, 1);
+  };
+  check(relu2, "model.layers.0.mlp.act_fn.relu.out", traces::DType::bf16);
+  check(relu2_amp, "model.layers.0.mlp.act_fn.square.cast.out", traces::DType::f32);
 }
 
 TEST(DecoderSaved, NamesAreHuggingFaceModulePaths) {

@@ -590,6 +590,9 @@ Value NetworkBuilder::relu(const std::string& name, Value x) {
 
 Value NetworkBuilder::square(const std::string& name, Value x) {
   const std::string op = unique_op_name(name);
+  // pow is on autocast's fp32 list: a 16-bit input is cast, and the result and what the
+  // backward saves and writes are fp32.
+  x = {autocast_fp32(op, x.index)};
   const DType dtype = tensors_[x.index].dtype;
   const auto batch_dim = tensors_[x.index].batch_dim;
   const std::size_t y = new_output(op + ".out", dtype, sample_shape(x), batch_dim, true);

@@ -92,7 +92,7 @@ class NetworkBuilder {
   Value relu(const std::string& name, Value x);   // out of place (F.relu): ReluBackward0 saves the result
   // torch.square(x), which is pow(x, 2): PowBackward0 saves x, and its backward runs three
   // kernels, grad * (2 * x.pow(1)) (FunctionsManual.cpp pow_backward; pow with exponent 1 is a
-  // copy), whose two intermediates are the backward op's scratch.
+  // copy), whose two intermediates are the backward op's scratch. On autocast's fp32 list.
   Value square(const std::string& name, Value x);
   Value gelu(const std::string& name, Value x);
   Value tanh(const std::string& name, Value x);

@@ -591,27 +591,11 @@ Value NetworkBuilder::relu(const std::string& name, Value x) {
 Value NetworkBuilder::square(const std::string& name, Value x) {
   const std::string op = unique_op_name(name);
   // pow is on autocast's fp32 list: a 16-bit input is cast, and the result and what the
-  // backward saves and writes are fp32.
+  // backward saves and writes are fp32. PowBackward0 saves self; its x.pow(1) (a copy) and
+  // 2 * it are tensors of x's size that the last kernel, grad * it, reads.
   x = {autocast_fp32(op, x.index)};
-  const DType dtype = tensors_[x.index].dtype;
-  const auto batch_dim = tensors_[x.index].batch_dim;
-  const std::size_t y = new_output(op + ".out", dtype, sample_shape(x), batch_dim, true);
-  ForwardOp f;
-  f.name = op;
-  f.kind = OpKind::elementwise;
-  f.inputs = {x.index};
-  f.outputs = {y};
-  f.flops = times(elements(y), kSquareForward);
-  f.differentiable_outputs = {y};
-  f.saved = {x.index};  // PowBackward0 saves self
-  f.grads = {{x.index, {}}};
-  // x.pow(1) (a copy) and 2 * it, each a tensor of x's size that the last kernel, grad * it, reads.
-  f.backward_scratch = {new_output(op + ".backward.pow", dtype, sample_shape(x), batch_dim, false),
-                        new_output(op + ".backward.scaled", dtype, sample_shape(x), batch_dim, false)};
-  f.backward_flops = times(elements(y), kSquareBackward);
-  f.backward_kind = OpKind::elementwise;
-  record(std::move(f));
-  return {y};
+  return elementwise_named(op, x, OpKind::elementwise, kSquareForward, kSquareBackward, Saves::input, false,
+                           {".backward.pow", ".backward.scaled"});
 }
 
 Value NetworkBuilder::gelu(const std::string& name, Value x) {
@@ -767,7 +751,8 @@ Value NetworkBuilder::elementwise(const std::string& name, Value x, OpKind kind,
 }
 
 Value NetworkBuilder::elementwise_named(const std::string& op, Value x, OpKind kind, std::int64_t forward_flops,
-                                        std::int64_t backward_flops, Saves saves, bool in_place) {
+                                        std::int64_t backward_flops, Saves saves, bool in_place,
+                                        const std::vector<std::string>& backward_scratch) {
   const std::size_t y = in_place ? new_view(op + ".out", x.index, sample_shape(x), tensors_[x.index].batch_dim)
                                  : new_output(op + ".out", tensors_[x.index].dtype, sample_shape(x),
                                               tensors_[x.index].batch_dim, true);
@@ -785,6 +770,9 @@ Value NetworkBuilder::elementwise_named(const std::string& op, Value x, OpKind k
     case Saves::nothing: break;
   }
   f.grads = {{x.index, {}}};
+  for (const std::string& suffix : backward_scratch) {
+    f.backward_scratch.push_back(new_output(op + suffix, tensors_[x.index].dtype, sample_shape(x), tensors_[x.index].batch_dim, false));
+  }
   f.backward_flops = times(elements(y), backward_flops);
   f.backward_kind = kind;
   record(std::move(f));

@@ -596,11 +596,14 @@ class NetworkBuilder {
   std::size_t autocast_fp32(const std::string& op, std::size_t tensor);
   std::size_t cast(const std::string& op_name, std::size_t tensor, traces::DType dtype, traces::TensorRole role);
   // An op mapping x to a tensor of the same shape (elementwise, or row-wise like softmax) that
-  // saves either its input or its result for backward; in place when `in_place`.
+  // saves either its input or its result for backward; in place when `in_place`. Its backward
+  // writes one scratch tensor like x per suffix of `backward_scratch` (`<op><suffix>`): the
+  // intermediates of a chain of backward kernels.
   enum class Saves { input, result, result_and_input, nothing };
   Saves softmax_saves() const;  // what softmax and the fused softmax save
   Value elementwise_named(const std::string& op, Value x, traces::OpKind kind, std::int64_t forward_flops,
-                          std::int64_t backward_flops, Saves saves, bool in_place);  // `op` already unique
+                          std::int64_t backward_flops, Saves saves, bool in_place,
+                          const std::vector<std::string>& backward_scratch = {});  // `op` already unique
   Value elementwise(const std::string& name, Value x, traces::OpKind kind, std::int64_t forward_flops,
                     std::int64_t backward_flops, Saves saves, bool in_place);
   void record_add(ForwardOp op);  // add and add_: fills in kind, FLOPs and the gradient routes

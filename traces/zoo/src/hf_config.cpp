@@ -1,7 +1,7 @@
 // Hugging Face config.json -> ModelSpec (zoo.hpp: spec_from_hf_config). The fields each family
 // reads are those of its configuration class in transformers (configuration_llama.py,
 // configuration_mistral.py, configuration_qwen2.py, configuration_mixtral.py,
-// configuration_qwen2_moe.py, configuration_gpt_neox.py,
+// configuration_qwen2_moe.py, configuration_qwen3_moe.py, configuration_gpt_neox.py,
 // configuration_gpt2.py, configuration_bert.py); their defaults are the classes' defaults.
 // Anything that would change the trace and is not modelled is refused by name.
 
@@ -169,8 +169,9 @@ void read_head_dim(const ConfigReader& r, DecoderArchitecture& arch, bool explic
   }
 }
 
-// MixtralConfig (configuration_mixtral.py) and Qwen2MoeConfig (configuration_qwen2_moe.py): the
-// sparse MLP of their decoder layers (moe_block.cpp). Qwen2-MoE with num_experts 0 is dense.
+// MixtralConfig (configuration_mixtral.py), Qwen2MoeConfig (configuration_qwen2_moe.py) and
+// Qwen3MoeConfig (configuration_qwen3_moe.py): the sparse MLP of their decoder layers
+// (moe_block.cpp). Qwen2-MoE and Qwen3-MoE with num_experts 0 are dense.
 std::optional<MoeArchitecture> moe_architecture(const ConfigReader& r, const std::string& type, std::int64_t layers) {
   MoeArchitecture moe;
   if (type == "mixtral") {
@@ -183,12 +184,19 @@ std::optional<MoeArchitecture> moe_architecture(const ConfigReader& r, const std
       r.fail("router_jitter_noise", "is nonzero; the router's input jitter (an in-place product with uniform noise) is not modelled; expected 0");
     }
   } else {
-    moe.experts = r.count("num_experts", 60);
-    if (moe.experts == 0) return std::nullopt;  // Qwen2MoeDecoderLayer: config.num_experts > 0 for a sparse layer
-    moe.top_k = r.positive("num_experts_per_tok", 4);
-    moe.intermediate = r.positive("moe_intermediate_size", 1408);
+    // Qwen3MoeConfig's defaults (128 experts, top 8, width 768) where Qwen2MoeConfig's are 60, 4,
+    // 1408; Qwen3MoeSparseMoeBlock is Qwen2-MoE's block without the shared expert and its gate.
+    const bool qwen3 = type == "qwen3_moe";
+    moe.experts = r.count("num_experts", qwen3 ? 128 : 60);
+    if (moe.experts == 0) return std::nullopt;  // Qwen2MoeDecoderLayer, Qwen3MoeDecoderLayer: config.num_experts > 0 for a sparse layer
+    moe.top_k = r.positive("num_experts_per_tok", qwen3 ? 8 : 4);
+    moe.intermediate = r.positive("moe_intermediate_size", qwen3 ? 768 : 1408);
     moe.normalize_top_k = r.boolean("norm_topk_prob", false);
-    moe.shared_expert_intermediate = r.positive("shared_expert_intermediate_size", 5632);
+    if (qwen3) {
+      r.only("shared_expert_intermediate_size", 0, "Qwen3-MoE's sparse block has no shared expert");
+    } else {
+      moe.shared_expert_intermediate = r.positive("shared_expert_intermediate_size", 5632);
+    }
     moe.sparse_step = r.positive("decoder_sparse_step", 1);
     moe.dense_layers = r.indices("mlp_only_layers");
     for (const std::int64_t layer : moe.dense_layers) {
@@ -233,9 +241,10 @@ ModelSpec llama_family(const ConfigReader& r, const std::string& type) {
     arch.qkv_bias = type == "qwen2" || r.boolean("qkv_bias", true);
     // Qwen2's sliding window applies only with use_sliding_window (false in the released models).
     if (r.boolean("use_sliding_window", false)) arch.sliding_window = r.positive("sliding_window");
-  } else if (type == "qwen3") {
+  } else if (type == "qwen3" || type == "qwen3_moe") {
     // Qwen3Attention: q, k, v, o projections with bias=config.attention_bias (false in the
     // released models), q_norm and k_norm; Qwen3MLP without biases; the sliding window as Qwen2's.
+    // Qwen3MoeAttention is the same module.
     arch.qkv_bias = r.boolean("attention_bias", false);
     arch.output_bias = arch.qkv_bias;
     arch.qk_norm = true;
@@ -254,12 +263,14 @@ ModelSpec llama_family(const ConfigReader& r, const std::string& type) {
   r.only("pretraining_tp", 1, "Meta's tensor-parallel split of the projections is not modelled");
   // rope_scaling and rope_theta change the rotary frequencies' values only, not a tensor's
   // shape or a FLOP count: accepted.
-  if (type == "mixtral" || type == "qwen2_moe") {
+  if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe") {
     arch.moe = moe_architecture(r, type, arch.layers);
   } else {
     r.no_experts();
   }
-  read_head_dim(r, arch, /*explicit_allowed=*/true, type == "qwen3" ? 128 : 0);  // Qwen3Config(head_dim=128)
+  // Qwen3Config(head_dim=128); Qwen3MoeConfig has no default of its own (the attention's getattr
+  // falls back to hidden_size / num_attention_heads), though the released configs state 128.
+  read_head_dim(r, arch, /*explicit_allowed=*/true, type == "qwen3" ? 128 : 0);
   ModelSpec spec;
   spec.model = "llama";
   spec.decoder = std::move(arch);
@@ -427,18 +438,19 @@ ModelSpec spec_from_hf_config(std::string_view json_text, const std::string& sou
                      " levels; expected a Hugging Face config.json (its values nest a few levels at most)");
   }
   if (!config.contains("model_type") || !config.at("model_type").is_string()) {
-    throw InputError(source + ": 'model_type' is missing or not a string; expected one of llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, gpt_oss, gpt_neox, gpt2, bert");
+    throw InputError(source + ": 'model_type' is missing or not a string; expected one of llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, gpt_oss, gpt_neox, gpt2, bert");
   }
   const std::string type = config.at("model_type").get<std::string>();
   const ConfigReader reader(config, source, type);
-  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "mixtral" || type == "qwen2_moe") {
+  if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "mixtral" || type == "qwen2_moe" ||
+      type == "qwen3_moe") {
     return llama_family(reader, type);
   }
   if (type == "gpt_oss") return gpt_oss(reader);
   if (type == "gpt_neox") return gpt_neox(reader);
   if (type == "gpt2") return gpt2(reader);
   if (type == "bert") return bert(reader);
-  reader.fail("model_type", "is \"" + type + "\", which the zoo does not model; expected one of llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, gpt_oss, gpt_neox, gpt2, bert");
+  reader.fail("model_type", "is \"" + type + "\", which the zoo does not model; expected one of llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, gpt_oss, gpt_neox, gpt2, bert");
 }
 
 }  // namespace comptrain::zoo

@@ -3,6 +3,7 @@
 //   modeling_mixtral.py   MixtralSparseMoeBlock (module `block_sparse_moe`, experts w1, w2, w3)
 //   modeling_qwen2_moe.py Qwen2MoeSparseMoeBlock (module `mlp`, experts gate_proj, up_proj,
 //                         down_proj, plus `shared_expert` and `shared_expert_gate`)
+//   modeling_qwen3_moe.py Qwen3MoeSparseMoeBlock (v4.51: Qwen2-MoE's without the shared expert)
 // and the token counts each expert is built with (routed_tokens).
 //
 // The forward pass, for T = batch * sequence tokens:

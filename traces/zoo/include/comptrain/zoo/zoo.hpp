@@ -141,9 +141,9 @@ std::vector<std::string_view> loss_kind_names();
 // top-k, and per expert a SwiGLU MLP over the tokens routed to it, gathered by index and added
 // back with index_add_; Qwen2-MoE adds a shared expert scaled by a sigmoid gate.
 struct MoeArchitecture {
-  std::int64_t experts = 8;          // num_local_experts (Mixtral), num_experts (Qwen2-MoE)
+  std::int64_t experts = 8;          // num_local_experts (Mixtral), num_experts (Qwen2-MoE, Qwen3-MoE)
   std::int64_t top_k = 2;            // num_experts_per_tok
-  std::int64_t intermediate = 14336; // each expert's MLP width (Mixtral: intermediate_size; Qwen2-MoE: moe_intermediate_size)
+  std::int64_t intermediate = 14336; // each expert's MLP width (Mixtral: intermediate_size; Qwen2-, Qwen3-MoE: moe_intermediate_size)
   bool normalize_top_k = true;       // the top-k weights divided by their sum (Mixtral; Qwen2-MoE's norm_topk_prob)
   std::int64_t shared_expert_intermediate = 0;  // Qwen2-MoE's shared expert and its sigmoid gate; 0: none
   std::int64_t sparse_step = 1;      // decoder_sparse_step: layer i is sparse when (i + 1) % step == 0 ...
@@ -181,7 +181,8 @@ struct DecoderArchitecture {
   enum class Activation { silu, gelu, gelu_tanh, relu2 };
   // Hugging Face's model_type: "llama", "mistral", "qwen2" (modeling_llama.py's modules and
   // names), "qwen3" (LLaMA's blocks with qk_norm), "mixtral", "qwen2_moe" (their modeling files:
-  // LLaMA's attention with `moe`'s sparse MLP), "gpt_oss" (LLaMA's blocks with biases, sinks,
+  // LLaMA's attention with `moe`'s sparse MLP), "qwen3_moe" (Qwen3's attention, Qwen2-MoE's sparse
+  // MLP without the shared expert), "gpt_oss" (LLaMA's blocks with biases, sinks,
   // alternating sliding-window attention and GPT-OSS's experts) or "gpt_neox"
   // (modeling_gpt_neox.py's).
   std::string family = "llama";
@@ -220,7 +221,7 @@ struct DecoderArchitecture {
   // GptOssAttention.sinks: a learned logit per head that joins every row's softmax (and takes
   // part of its mass) without a value; a parameter of `heads` elements per layer.
   bool attention_sinks = false;
-  std::optional<MoeArchitecture> moe;  // sparse MLPs (mixtral, qwen2_moe); unset: every layer dense
+  std::optional<MoeArchitecture> moe;  // sparse MLPs (mixtral, qwen2_moe, qwen3_moe, gpt_oss); unset: every layer dense
   std::string source;            // the config file it came from, for messages
 };
 
@@ -456,7 +457,8 @@ struct ModelInfo {
 std::vector<ModelInfo> list_models();
 
 // The model a Hugging Face config.json describes (`json_text`, read from `source`, which the
-// messages name): model_type llama, mistral, qwen2, mixtral, qwen2_moe or gpt_neox give `llama` with its
+// messages name): model_type llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, gpt_oss or
+// gpt_neox give `llama` with its
 // DecoderArchitecture, gpt2 gives `gpt2` and bert gives `bert-base` with the config's shape.
 // seq_len is left unset: the caller must give it (max_position_embeddings is the longest a
 // model allows, not what it trains on). An unknown model_type, a missing field or a value the

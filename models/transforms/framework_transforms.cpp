@@ -100,6 +100,12 @@ void add_host_syncs(Schedule& schedule, const traces::Trace& trace, const std::v
   edit.assemble();
 }
 
+void apply_host_sync_ops(Schedule& schedule, const traces::Trace& trace) {
+  for (Task& task : schedule.tasks) {
+    if ((task.kind == TaskKind::op || task.kind == TaskKind::recompute) && task.op && trace.op(*task.op).host_sync) task.blocks_host = true;
+  }
+}
+
 void apply_optimizer_loop(Schedule& schedule, const traces::Trace& trace, double ops_per_parameter, const OpDispatch& dispatch,
                           double launch_overhead) {
   if (ops_per_parameter <= 0) return;

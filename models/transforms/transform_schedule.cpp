@@ -30,6 +30,7 @@ Schedule transform_schedule(Schedule schedule, const traces::Trace& trace, const
   apply_gradient_lifetime(schedule, steps.zero_grad);
   add_cudnn_workspaces(schedule, trace, steps.cudnn_workspace_bytes);
   assign_dispatch_costs(schedule, trace, steps.dispatch, steps.compile);
+  apply_host_sync_ops(schedule, trace);
   apply_optimizer_loop(schedule, trace, steps.optimizer_ops_per_parameter, steps.dispatch, steps.launch_overhead);
   // A .item() is a Python call: the forward op's dispatch cost.
   add_host_syncs(schedule, trace, steps.host_syncs, steps.dispatch.forward);

@@ -1,11 +1,12 @@
 // A training loop's host synchronisations and a Python optimizer loop as schedule transforms
-// (models/framework_transforms.hpp: add_host_syncs, apply_optimizer_loop).
+// (models/framework_transforms.hpp: add_host_syncs, apply_host_sync_ops, apply_optimizer_loop).
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstddef>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "comptrain/models/data_parallel.hpp"
@@ -119,6 +120,59 @@ TEST(HostSyncs, TransformScheduleAddsTheSyncAtTheForwardOpsDispatchCost) {
   ASSERT_EQ(piped.tasks.size(), built.tasks.size() + 1);
   EXPECT_TRUE(piped.tasks[*step].blocks_host);
   EXPECT_EQ(piped.tasks[*step].host_seconds, 11e-6);
+}
+
+// Hugging Face's expert loop: the zoo marks each expert's torch.where (a nonzero) host_sync, and
+// apply_host_sync_ops makes the tasks that run it, as the op or replayed by recomputation, block
+// the launching thread; no other task changes.
+TEST(HostSyncs, TheExpertLoopsWhereBlocksTheHostAsOpAndAsRecomputation) {
+  zoo::ModelRequest request;
+  request.model = "llama";
+  request.batch_size = 1;
+  request.seq_len = 16;
+  zoo::DecoderArchitecture arch;
+  arch.family = "mixtral";
+  arch.layers = 2;
+  arch.hidden = 64;
+  arch.heads = 4;
+  arch.kv_heads = 2;
+  arch.intermediate = 96;
+  arch.vocab = 100;
+  arch.max_positions = 64;
+  zoo::MoeArchitecture moe;
+  moe.experts = 4;
+  moe.top_k = 2;
+  moe.intermediate = 32;
+  arch.moe = moe;
+  request.decoder = arch;
+  const traces::Trace trace = zoo::build_model(request);
+  std::size_t marked = 0;
+  for (const traces::Op& op : trace.ops()) {
+    marked += op.host_sync ? 1 : 0;
+    EXPECT_EQ(op.host_sync, op.name.find(".block_sparse_moe.where") != std::string::npos) << op.name;
+  }
+  EXPECT_EQ(marked, 2u * 4u);  // one per expert and sparse layer
+  Schedule schedule = baseline(trace);
+  // Recomputation replays the forward op: its task runs the same op.
+  std::optional<TaskId> where;
+  for (TaskId t = 0; t < schedule.tasks.size() && !where; ++t) {
+    if (schedule.tasks[t].op && trace.op(*schedule.tasks[t].op).host_sync) where = t;
+  }
+  ASSERT_TRUE(where);
+  Task replayed = schedule.tasks[*where];
+  replayed.kind = TaskKind::recompute;
+  schedule.tasks.push_back(replayed);
+  const Schedule before = schedule;
+  apply_host_sync_ops(schedule, trace);
+  std::size_t blocking = 0;
+  for (TaskId t = 0; t < schedule.tasks.size(); ++t) {
+    const Task& task = schedule.tasks[t];
+    const bool syncs = task.op && trace.op(*task.op).host_sync;
+    EXPECT_EQ(task.blocks_host, syncs || before.tasks[t].blocks_host) << task.name;
+    blocking += syncs ? 1 : 0;
+  }
+  EXPECT_EQ(blocking, marked + 1);
+  EXPECT_TRUE(schedule.tasks.back().blocks_host);
 }
 
 // BertAdam's loop: each parameter's op is 18 eager ops, each launched from Python and each its

@@ -452,16 +452,20 @@ TEST(TraceJson, CommunicationRoundTrips) {
   EXPECT_THAT(text, HasSubstr(R"("version": 5)"));
   EXPECT_THAT(text, HasSubstr(R"("communication": {"kind": "all_reduce", "group": "tensor"})"));
   EXPECT_EQ(trace_from_json(text, "t.json"), trace);
+  // The same tensors with other ops (the constructor fills in producers and consumers again).
+  const auto with_ops = [&trace](std::vector<Op> other_ops) {
+    std::vector<Tensor> plain = trace.tensors();
+    for (Tensor& tensor : plain) {
+      tensor.producer.reset();
+      tensor.consumers.clear();
+    }
+    return Trace("tp-rank", 2, std::move(plain), std::move(other_ops));
+  };
   for (const traces::CommunicationKind kind : traces::all_communication_kinds()) {
     for (const traces::ParallelGroup group : traces::all_parallel_groups()) {
       std::vector<Op> each = trace.ops();
       each[1].communication = traces::Communication{kind, group};
-      std::vector<Tensor> plain = trace.tensors();
-      for (Tensor& tensor : plain) {
-        tensor.producer.reset();
-        tensor.consumers.clear();
-      }
-      const Trace variant("tp-rank", 2, std::move(plain), std::move(each));
+      const Trace variant = with_ops(std::move(each));
       EXPECT_EQ(trace_from_json(trace_to_json(variant), "t.json"), variant) << to_string(kind) << " " << to_string(group);
     }
   }
@@ -469,12 +473,7 @@ TEST(TraceJson, CommunicationRoundTrips) {
   {
     std::vector<Op> overlapped_ops = trace.ops();
     overlapped_ops[1].communication->overlap = 2;
-    std::vector<Tensor> plain = trace.tensors();
-    for (Tensor& tensor : plain) {
-      tensor.producer.reset();
-      tensor.consumers.clear();
-    }
-    const Trace overlapped("tp-rank", 2, std::move(plain), std::move(overlapped_ops));
+    const Trace overlapped = with_ops(std::move(overlapped_ops));
     const std::string overlapped_text = trace_to_json(overlapped);
     EXPECT_THAT(overlapped_text, HasSubstr(R"("version": 6)"));
     EXPECT_THAT(overlapped_text, HasSubstr(R"("communication": {"kind": "all_reduce", "group": "tensor", "overlap": 2})"));
@@ -485,26 +484,31 @@ TEST(TraceJson, CommunicationRoundTrips) {
     std::vector<Op> split_ops = trace.ops();
     split_ops[1].communication = traces::Communication{traces::CommunicationKind::reduce_scatter, traces::ParallelGroup::tensor};
     split_ops[1].communication->splits = 4;
-    std::vector<Tensor> plain = trace.tensors();
-    for (Tensor& tensor : plain) {
-      tensor.producer.reset();
-      tensor.consumers.clear();
-    }
-    const Trace split("tp-rank", 2, std::move(plain), std::move(split_ops));
+    const Trace split = with_ops(std::move(split_ops));
     const std::string split_text = trace_to_json(split);
     EXPECT_THAT(split_text, HasSubstr(R"("version": 7)"));
     EXPECT_THAT(split_text, HasSubstr(R"("communication": {"kind": "reduce_scatter", "group": "tensor", "splits": 4})"));
     EXPECT_EQ(trace_from_json(split_text, "t.json"), split);
   }
+  // Version 8: an op that synchronises the host keeps the mark through a round trip, and only a
+  // trace that has one is written as version 8.
+  {
+    std::vector<Op> synced_ops = trace.ops();
+    synced_ops[0].host_sync = true;
+    const Trace synced = with_ops(std::move(synced_ops));
+    const std::string synced_text = trace_to_json(synced);
+    EXPECT_THAT(synced_text, HasSubstr(R"("version": 8)"));
+    EXPECT_THAT(synced_text, HasSubstr(R"(, "host_sync": true})"));
+    const Trace read = trace_from_json(synced_text, "t.json");
+    EXPECT_EQ(read, synced);
+    EXPECT_TRUE(read.op(0).host_sync);
+    EXPECT_FALSE(read.op(1).host_sync);
+    EXPECT_THAT(trace_to_json(trace), testing::Not(HasSubstr("host_sync")));
+  }
   // The Trace constructor enforces "exactly on communication ops" for traces built in code.
   std::vector<Op> missing = trace.ops();
   missing[1].communication.reset();
-  std::vector<Tensor> plain = trace.tensors();
-  for (Tensor& tensor : plain) {
-    tensor.producer.reset();
-    tensor.consumers.clear();
-  }
-  EXPECT_THROW(Trace("tp-rank", 2, plain, missing), traces::TraceError);
+  EXPECT_THROW(with_ops(std::move(missing)), traces::TraceError);
 }
 
 // A ring exchange (context parallelism's, traces::Communication::ring) keeps its ring through a
@@ -925,13 +929,13 @@ INSTANTIATE_TEST_SUITE_P(
             {R"(unknown role "grad")", "expected one of: input, weight, weight_copy, buffer, gradient, optimizer_state"}},
         // Format and version.
         BrokenCase{"NewerVersion",
-                   {{R"("version": 1,)", R"("version": 8, "new_field": 1,)"}},
+                   {{R"("version": 1,)", R"("version": 9, "new_field": 1,)"}},
                    "/version",
-                   {"unsupported version 8; expected version 1, 2, 3, 4, 5, 6 or 7", "newer comptrain"}},
+                   {"unsupported version 9; expected version 1, 2, 3, 4, 5, 6, 7 or 8", "newer comptrain"}},
         BrokenCase{"VersionZero",
                    {{R"("version": 1,)", R"("version": 0,)"}},
                    "/version",
-                   {"unsupported version 0; expected version 1, 2, 3, 4, 5, 6 or 7"}},
+                   {"unsupported version 0; expected version 1, 2, 3, 4, 5, 6, 7 or 8"}},
         // The op kinds gather and scatter (version 4).
         BrokenCase{"GatherInVersion3",
                    {kVersion3, {R"("kind": "relu")", R"("kind": "gather")"}},
@@ -981,6 +985,15 @@ INSTANTIATE_TEST_SUITE_P(
                     {kReluBytesWritten, kReluBytesWritten + R"(, "communication": {"kind": "all_gather", "group": "context", "ring": 2, "overlap": 1})"}},
                    "/ops/1/communication/overlap",
                    {"has overlap 1 beside a ring", "expected a count >= 1 of the ops it runs beside, on a collective without a ring"}},
+        // The ops' host_sync (version 8).
+        BrokenCase{"HostSyncInVersion7",
+                   {{R"("version": 1,)", R"("version": 7,)"}, {kReluBytesWritten, kReluBytesWritten + R"(, "host_sync": true)"}},
+                   "/ops/1/host_sync",
+                   {R"("host_sync" is a version-8 field but /version is 7)", R"(expected "version": 8)"}},
+        BrokenCase{"HostSyncNotABoolean",
+                   {{R"("version": 1,)", R"("version": 8,)"}, {kReluBytesWritten, kReluBytesWritten + R"(, "host_sync": 1)"}},
+                   "/ops/1/host_sync",
+                   {"expected true or false"}},
         // The communication's splits (version 7).
         BrokenCase{"SplitsInVersion6",
                    {{R"("version": 1,)", R"("version": 6,)"},
@@ -1175,8 +1188,8 @@ TEST(TraceJsonSchema, ContainersMustHaveTheirType) {
 
 TEST(TraceJsonSchema, FormatAndVersionComeBeforeUnknownFields) {
   // A newer file may well have fields this reader does not know: say "newer version" instead.
-  EXPECT_THAT(error_of(R"({"format": "comptrain-trace", "version": 8, "streams": []})"),
-              StartsWith("t.json: /version: unsupported version 8"));
+  EXPECT_THAT(error_of(R"({"format": "comptrain-trace", "version": 9, "streams": []})"),
+              StartsWith("t.json: /version: unsupported version 9"));
   EXPECT_THAT(error_of(R"({"schema": "1.0.3", "nodes": []})"),
               StartsWith(R"(t.json: /format: missing field "format"; expected "comptrain-trace")"));
 }

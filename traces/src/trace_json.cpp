@@ -724,7 +724,7 @@ class TraceReader {
     expect_object(value, path, "an op object");
     check_fields(value, path,
                  {"id", "name", "phase", "kind", "inputs", "outputs", "after", "flops", "bytes_read",
-                  "bytes_written", "measured", "communication"});
+                  "bytes_written", "measured", "communication", "host_sync"});
     Op op;
     op.id = as_uint64(required(value, path, "id", "an unsigned integer"), child(path, "id"));
     if (auto [it, inserted] = op_index_.try_emplace(op.id, op_index_.size()); !inserted) {
@@ -781,6 +781,15 @@ class TraceReader {
                                              " is of kind communication but has no \"communication\"; expected "
                                              "{\"kind\": \"all_reduce\", \"group\": \"tensor\"} or the like");
     }
+    if (const json* host_sync = optional(value, "host_sync")) {
+      const std::string sync_path = child(path, "host_sync");
+      if (version_ < 8) {
+        fail(sync_path, "\"host_sync\" is a version-8 field but /version is " + std::to_string(version_) +
+                            "; expected \"version\": 8 in a file that has it");
+      }
+      if (!host_sync->is_boolean()) fail(sync_path, "found " + describe(*host_sync) + "; expected true or false");
+      op.host_sync = host_sync->get<bool>();
+    }
     return op;
   }
 
@@ -809,7 +818,7 @@ class TraceWriter {
     next_field(1);
     key("version");
     // The oldest version that can hold the trace (2 added `values`, 3 `gradient`, 4 the op kinds
-    // gather and scatter, 5 communication, 6 its overlap, 7 its splits), so that a trace without them stays readable by older builds and its
+    // gather and scatter, 5 communication, 6 its overlap, 7 its splits, 8 host_sync), so that a trace without them stays readable by older builds and its
     // files keep their bytes.
     const auto any = [this](auto has) { return std::any_of(trace_.tensors().begin(), trace_.tensors().end(), has); };
     const bool gathers = std::any_of(trace_.ops().begin(), trace_.ops().end(), [](const Op& op) {
@@ -821,7 +830,9 @@ class TraceWriter {
                                       [](const Op& op) { return op.communication && op.communication->overlap > 0; });
     const bool splits = std::any_of(trace_.ops().begin(), trace_.ops().end(),
                                     [](const Op& op) { return op.communication && op.communication->splits > 0; });
-    out_ += splits                                                    ? "7"
+    const bool host_syncs = std::any_of(trace_.ops().begin(), trace_.ops().end(), [](const Op& op) { return op.host_sync; });
+    out_ += host_syncs                                                ? "8"
+            : splits                                                  ? "7"
             : overlaps                                                ? "6"
             : communicates                                            ? "5"
             : gathers                                                 ? "4"
@@ -1077,6 +1088,11 @@ class TraceWriter {
         out_ += std::to_string(op.communication->splits);
       }
       out_ += '}';
+    }
+    if (op.host_sync) {
+      separator();
+      key("host_sync");
+      out_ += "true";
     }
     out_ += '}';
   }

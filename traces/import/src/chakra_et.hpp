@@ -54,5 +54,6 @@ inline constexpr const char* kBytesWritten = "comptrain.bytes_written";         
 inline constexpr const char* kMeasuredSeconds = "comptrain.measured_seconds";         // double
 inline constexpr const char* kMeasuredDevice = "comptrain.measured_device";           // string
 inline constexpr const char* kMeasuredBatchSize = "comptrain.measured_batch_size";    // int64
+inline constexpr const char* kHostSync = "comptrain.host_sync";                       // int64 1, only on ops that have it
 
 }  // namespace comptrain::trace_import::detail::chakra_attr

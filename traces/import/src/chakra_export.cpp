@@ -134,6 +134,7 @@ std::string trace_to_chakra_et(const traces::Trace& trace) {
       add(*node.mutable_attr(), attr::kMeasuredDevice).set_string_val(op.measured->device);
       add(*node.mutable_attr(), attr::kMeasuredBatchSize).set_int64_val(op.measured->batch_size);
     }
+    if (op.host_sync) add(*node.mutable_attr(), attr::kHostSync).set_int64_val(1);
     write_delimited(node, out);
   }
   return out;

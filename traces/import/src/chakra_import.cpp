@@ -230,6 +230,7 @@ ImportResult import_comptrain(const json& document, const JsonInput& in, const I
                             {"batch_size", attrs.integer(chakra_attr::kMeasuredBatchSize)}};
       any_duration = true;
     }
+    if (attrs.has(chakra_attr::kHostSync)) op["host_sync"] = attrs.integer(chakra_attr::kHostSync) != 0;
     ops.push_back(std::move(op));
   }
   trace["ops"] = std::move(ops);

@@ -201,8 +201,9 @@ Value sparse_moe_block(NetworkBuilder& nb, const DecoderArchitecture& arch, cons
   for (std::int64_t e = 0; e < moe.experts; ++e) {
     const std::int64_t n = tokens[static_cast<std::size_t>(e)];
     // torch.where(expert_mask[e]): one nonzero() result [n, 2], the (k slot, token) pairs;
-    // idx and top_x are its columns.
-    const Value where = nb.constant_op(p + "where", mask, traces::DType::i64, {n, 2});
+    // idx and top_x are its columns. The launching thread waits for it (nonzero syncs), so the
+    // loop cannot run ahead of the GPU from one expert to the next.
+    const Value where = nb.data_sized_op(p + "where", {mask}, traces::DType::i64, {n, 2});
     const std::vector<Value> pair = nb.columns(p + "where.unbind", where);
     const Value slot = pair[0];
     const Value token = pair[1];

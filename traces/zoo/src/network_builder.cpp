@@ -1407,6 +1407,13 @@ Value NetworkBuilder::constant_op(const std::string& name, const std::vector<Val
   return {y};
 }
 
+Value NetworkBuilder::data_sized_op(const std::string& name, const std::vector<Value>& inputs, DType dtype,
+                                    std::vector<std::int64_t> sample_shape) {
+  const Value output = constant_op(name, inputs, dtype, std::move(sample_shape));
+  ops_.back().host_sync = true;
+  return output;
+}
+
 Value NetworkBuilder::index_select(const std::string& name, Value x, Value index) {
   expect_rank(index, 1, name);
   if (requires_grad(index.index) || tensors_[index.index].dtype != DType::i64 || sample_shape(x).empty()) {
@@ -1901,6 +1908,7 @@ traces::Trace NetworkBuilder::build_trace(std::map<std::string, std::string> met
     if (const auto communication = communications_.find(i); communication != communications_.end()) {
       op.communication = communication->second;
     }
+    op.host_sync = record.host_sync;
     op.name = std::move(record.name);
     op.inputs = std::move(record.inputs);
     op.outputs = std::move(record.outputs);

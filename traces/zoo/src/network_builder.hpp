@@ -201,6 +201,12 @@ class NetworkBuilder {
   // one's batch dimension.
   Value constant_op(const std::string& name, const std::vector<Value>& inputs, traces::DType dtype,
                     std::vector<std::int64_t> sample_shape);
+  // An op whose output's size the data decides: torch.nonzero and torch.where(mask) (the int64
+  // indices of the nonzero elements), boolean-mask indexing (the elements the mask picks). The
+  // caller gives the size; the op is a constant_op whose host call waits for the GPU, which must
+  // count the elements before the output can be allocated (traces::Op::host_sync).
+  Value data_sized_op(const std::string& name, const std::vector<Value>& inputs, traces::DType dtype,
+                      std::vector<std::int64_t> sample_shape);
   // torch.index_select(x, 0, index): the rows of x [R, ...] that the int64 `index` [K] (no
   // gradient) names, a new tensor [K, ...]. IndexSelectBackward0 saves the index (and x's sizes):
   // its backward writes a zero tensor of x's shape and index_add_s the gradient into it.
@@ -476,6 +482,7 @@ class NetworkBuilder {
     std::vector<std::size_t> updated;  // inputs overwritten in place (running stats, optimizer)
     std::vector<std::size_t> aliases;  // outputs that only alias an input: no bytes written
     traces::BatchLinear flops;
+    bool host_sync = false;  // traces::Op::host_sync
   };
 
   // How backward produces the gradient of one forward input or parameter.

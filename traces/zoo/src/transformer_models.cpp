@@ -241,15 +241,15 @@ std::pair<Value, Value> gather_masked_positions(NetworkBuilder& nb, Value x, Val
                                                 std::int64_t h, std::int64_t predictions) {
   const Value flat = nb.reshape("cls.sequence_output.view", x, {s, h});
   // The compare and nonzero need no gradient: kernels without autograd nodes. nonzero's result
-  // is [N * predictions, 1], squeezed to the index (a view of a tensor needing no gradient).
+  // is [N * predictions, 1], squeezed to the index (a view of a tensor needing no gradient); its
+  // size is the data's, so the host waits for it, as for the criterion's boolean indexing below.
   const Value is_masked = nb.constant_op("cls.masked_lm_labels.ne", labels, DType::boolean, {s});
-  const Value index = nb.constant_op("cls.nonzero", is_masked, DType::i64, {predictions});
+  const Value index = nb.data_sized_op("cls.nonzero", {is_masked}, DType::i64, {predictions});
   const Value selected = nb.index_select("cls.index_select", flat, index);
   // The criterion computes the mask again and indexes the labels with it (boolean indexing
   // reads both).
   const Value label_mask = nb.constant_op("masked_lm_labels.ne", labels, DType::boolean, {s});
-  const Value mlm_labels =
-      nb.constant_op("masked_lm_labels.index", std::vector<Value>{labels, label_mask}, DType::i64, {predictions});
+  const Value mlm_labels = nb.data_sized_op("masked_lm_labels.index", {labels, label_mask}, DType::i64, {predictions});
   return {selected, mlm_labels};
 }
 

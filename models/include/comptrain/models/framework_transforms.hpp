@@ -55,6 +55,12 @@ enum class HostSync {
 // of the optimizer phase, or a host_compute task); nothing when the schedule has none.
 void add_host_syncs(Schedule& schedule, const traces::Trace& trace, const std::vector<HostSync>& syncs, double host_seconds);
 
+// Every task that runs an op the trace marks host_sync (traces::Op::host_sync: torch.nonzero,
+// torch.where(mask), .item() inside the model), whether as the op or replayed by recomputation,
+// blocks the launching thread (Task::blocks_host) until it ends: nothing after it is issued
+// before the GPU has run it and everything queued before it on its stream.
+void apply_host_sync_ops(Schedule& schedule, const traces::Trace& trace);
+
 // A Python loop over the parameters as the optimizer step (DeepLearningExamples' BertAdam):
 // each optimizer op of the trace (one per parameter: optimizer_impl for-loop) is
 // `ops_per_parameter` eager ops, each its own kernel. The launching thread spends

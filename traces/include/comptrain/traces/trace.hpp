@@ -217,6 +217,11 @@ struct Op {
   std::optional<MeasuredDuration> measured;
   // Set exactly on ops of kind communication (the constructor checks it).
   std::optional<Communication> communication;
+  // The op's host call returns only once the GPU has run it: its output's size depends on the
+  // data (torch.nonzero, torch.where(mask): "When input is on CUDA, torch.nonzero() causes
+  // host-device synchronization", PyTorch's torch.nonzero documentation), or it reads a value
+  // back (.item()). The launching thread issues nothing after it until then (format version 8).
+  bool host_sync = false;
   friend bool operator==(const Op&, const Op&) = default;
 };
 

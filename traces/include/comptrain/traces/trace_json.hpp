@@ -13,12 +13,13 @@ inline constexpr std::string_view kTraceFormatName = "comptrain-trace";
 // The versions this build reads, 1 to kTraceFormatVersion. Version 2 added per-tensor `values`,
 // version 3 per-tensor `gradient` statistics, version 4 the op kinds `gather` and `scatter`,
 // version 5 the op kind `communication` and the op field `communication`, version 6 the
-// communication's `overlap`, version 7 its `splits`. The writer writes the oldest version that can
-// hold the trace: 7 if a communication is split, else 6 if a communication overlaps ops after it,
+// communication's `overlap`, version 7 its `splits`, version 8 the op field `host_sync`. The writer
+// writes the oldest version that can hold the trace: 8 if an op synchronises the host, else 7 if a
+// communication is split, else 6 if a communication overlaps ops after it,
 // else 5 if an op is a communication, else 4 if one is a
 // gather or a scatter, else 3 if a tensor has gradient statistics, else 2 if one has values,
 // else 1.
-inline constexpr int kTraceFormatVersion = 7;
+inline constexpr int kTraceFormatVersion = 8;
 
 // Serialises a trace. `indent` < 0 writes one line.
 std::string trace_to_json(const Trace& trace, int indent = 1);

@@ -381,6 +381,13 @@ TEST_P(CaptureMoe, SavesExactlyWhatTheZooSaves) {
   EXPECT_EQ(count_kind(generated, OpKind::gather, Phase::forward), count_kind(captured, OpKind::gather, Phase::forward));
   EXPECT_GT(count_kind(generated, OpKind::gather, Phase::forward), 0);
   EXPECT_GE(count_kind(captured, OpKind::scatter, Phase::forward), count_kind(generated, OpKind::scatter, Phase::forward));
+  // Each expert's torch.where is a nonzero, whose call waits for the GPU: host_sync in both, and
+  // nothing else is (traces/FORMAT.md, "Ops").
+  const auto syncs = [](const Trace& trace) {
+    return static_cast<std::size_t>(std::count_if(trace.ops().begin(), trace.ops().end(), [](const Op& op) { return op.host_sync; }));
+  };
+  EXPECT_EQ(syncs(captured), routed);
+  EXPECT_EQ(syncs(generated), routed);
 }
 
 INSTANTIATE_TEST_SUITE_P(TinyMoe, CaptureMoe,

@@ -107,6 +107,24 @@ ELEMENTWISE = {
     'sum', 'mean', 'expand', 'tanh', 'tanh_backward', 'sigmoid', 'sigmoid_backward', 'pow', 'maximum',
     'where', '_to_copy', 'new_empty_strided', 'empty_strided', 'abs', 'exp', 'log', 'rsqrt',
 }
+# Ops whose output's size the data decides: on a GPU their call returns only once the kernel has
+# counted the elements (the host waits: "When input is on CUDA, torch.nonzero() causes host-device
+# synchronization", PyTorch's torch.nonzero documentation), so the trace marks them host_sync
+# (traces/FORMAT.md, "Ops"). Indexing with a boolean mask is one too (host_sync_op below). An
+# .item() (_local_scalar_dense) is not marked: the CPU run records those that ATen's CPU kernels
+# make and its CUDA kernels skip (one_hot's range checks), and the GPU run's own are the loop's.
+DATA_SIZED = {'nonzero', 'masked_select', '_unique', '_unique2', 'unique_dim', 'unique_consecutive',
+              'unique_dim_consecutive'}
+
+
+def host_sync_op(base: str, args) -> bool:
+    if base in DATA_SIZED:
+        return True
+    # x[mask]: aten::index with a boolean (or uint8) index tensor, which runs a nonzero inside.
+    return base == 'index' and any(isinstance(t, torch.Tensor) and t.dtype in (torch.bool, torch.uint8)
+                                   for t in tensors_in(args[1:]))
+
+
 # FLOPs per output element of the ops that are not GEMMs (traces/zoo/README.md, "FLOPs").
 FLOPS_PER_ELEMENT = {
     'relu': 1, 'relu_': 1, 'threshold_backward': 1, 'gelu': 5, 'gelu_backward': 11,
@@ -635,6 +653,7 @@ class Recorder(TorchDispatchMode):
         self.ops.append({
             'name': name, 'phase': self.phase, 'kind': kind,
             'inputs': inputs, 'outputs': outputs, 'flops': flops, 'seconds': seconds,
+            'host_sync': host_sync_op(base, args),
         })
         return result
 
@@ -862,6 +881,8 @@ def build_trace(session: Session, main: Recorder, probe: Recorder, batch: int, p
             'bytes_written': batch_linear(written, pwritten, batch, probe_batch),
             'measured': {'seconds': op['seconds'], 'device': device, 'batch_size': batch},
         }
+        if op['host_sync']:
+            entry['host_sync'] = True
         ops.append(entry)
     metadata = {
         'source': 'comptrain_capture.py', 'model': session.args.model,
@@ -876,8 +897,9 @@ def build_trace(session: Session, main: Recorder, probe: Recorder, batch: int, p
     }
     name = session.args.name or session.args.model.rsplit(':', 1)[-1]
     # The oldest version that holds the trace: 2 added per-tensor values, 3 gradient statistics,
-    # 4 the op kinds gather and scatter.
-    version = 4 if any(entry['kind'] in ('gather', 'scatter') for entry in ops) else \
+    # 4 the op kinds gather and scatter, 8 the ops' host_sync.
+    version = 8 if any(entry.get('host_sync') for entry in ops) else \
+        4 if any(entry['kind'] in ('gather', 'scatter') for entry in ops) else \
         3 if any('gradient' in entry for entry in tensors) else \
         2 if any('values' in entry for entry in tensors) else 1
     return {'format': 'comptrain-trace', 'version': version, 'name': name, 'batch_size': batch,

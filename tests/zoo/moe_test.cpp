@@ -45,7 +45,9 @@ ModelRequest from_config(const std::string& name, std::int64_t seq_len) {
   return request;
 }
 
-// Published totals: Qwen3-30B-A3B "30.5B in total and 3.3B activated" (the model card; the exact
+// Published totals: OLMoE-1B-7B-0924 6,919,161,856 (the Hub's safetensors metadata) and "uses
+// only 1B per input token" (Muennighoff et al. 2024, arXiv 2409.02060, abstract: the name's 1B,
+// 1.28B counted); Qwen3-30B-A3B "30.5B in total and 3.3B activated" (the model card; the exact
 // figures are the hand count in traces/zoo/README.md, "Mixture of experts"), Mixtral-8x7B 46,702,792,704 (keras-team/keras-hub@d11ecb3af01b6cf6d1a057bf63dfa85993a4c8f3
 // keras_hub/src/models/mixtral/mixtral_presets.py, "params"; the Hub's model.safetensors.index.json
 // total_size 93,405,585,408 bytes of bf16) and Qwen1.5-MoE-A2.7B 14,315,784,192
@@ -69,7 +71,8 @@ TEST(MoeConfig, ShippedConfigsHaveThePublishedTotalAndActivatedParameters) {
   // Qwen3-30B-A3B's card gives 3.3B activated for 3.35B: cut, not rounded.
   for (const Case& c : {Case{"mixtral-8x7b-v0.1.json", 46'702'792'704, 12'879'925'248, 12.9, 0.05, 8, 2},
                         Case{"qwen1.5-moe-a2.7b.json", 14'315'784'192, 2'689'173'504, 2.7, 0.05, 60, 4},
-                        Case{"qwen3-30b-a3b.json", 30'532'122'624, 3'353'032'704, 3.3, 0.1, 128, 8}}) {
+                        Case{"qwen3-30b-a3b.json", 30'532'122'624, 3'353'032'704, 3.3, 0.1, 128, 8},
+                        Case{"olmoe-1b-7b-0924.json", 6'919'161'856, 1'282'017'280, 1.0, 0.3, 64, 8}}) {
     ModelRequest request = from_config(c.file, 32);
     request.precision = Precision::bf16;
     const Trace trace = build_model(request);
@@ -155,7 +158,7 @@ TEST(MoeSaved, SparseLayerMatchesTheHandCountOfTheExpertLoop) {
   // against) with Qwen2-MoE's block and no shared expert; with norm_topk_prob the router keeps
   // Mixtral's divisor and clone.
   DecoderArchitecture qwen3_dense = small_decoder("qwen3");
-  qwen3_dense.qk_norm = true;
+  qwen3_dense.qk_norm = DecoderArchitecture::QkNorm::per_head;
   DecoderArchitecture qwen3 = qwen3_dense;
   qwen3.family = "qwen3_moe";
   moe.normalize_top_k = true;
@@ -324,7 +327,7 @@ TEST(MoeConfig, FieldsAndErrors) {
   EXPECT_EQ(q3.decoder->moe->intermediate, 768);
   EXPECT_FALSE(q3.decoder->moe->normalize_top_k);
   EXPECT_EQ(q3.decoder->moe->shared_expert_intermediate, 0);
-  EXPECT_TRUE(q3.decoder->qk_norm);
+  EXPECT_EQ(q3.decoder->qk_norm, DecoderArchitecture::QkNorm::per_head);
   EXPECT_FALSE(q3.decoder->qkv_bias);
   EXPECT_EQ(q3.decoder->head_size(), 16);
   EXPECT_EQ(spec_from_hf_config("{" + qwen3 + R"(, "head_dim": 32})", "cfg.json").decoder->head_size(), 32);
@@ -343,6 +346,43 @@ TEST(MoeConfig, FieldsAndErrors) {
     }
     EXPECT_THAT(names, testing::Contains(testing::HasSubstr("q_norm")));
     EXPECT_THAT(names, testing::Not(testing::Contains(testing::HasSubstr("shared_expert"))));
+  }
+  // OLMoE: OlmoeConfig's defaults, q_norm and k_norm over the whole projections, experts
+  // intermediate_size wide, every layer sparse; clip_qkv and a head_dim of its own are refused.
+  const std::string olmoe = R"("model_type": "olmoe", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "intermediate_size": 32, "vocab_size": 100, "max_position_embeddings": 256)";
+  const ModelSpec o = spec_from_hf_config("{" + olmoe + R"(, "clip_qkv": null})", "cfg.json");
+  ASSERT_TRUE(o.decoder->moe);
+  EXPECT_EQ(o.decoder->moe->experts, 64);
+  EXPECT_EQ(o.decoder->moe->top_k, 8);
+  EXPECT_EQ(o.decoder->moe->intermediate, 32);
+  EXPECT_FALSE(o.decoder->moe->normalize_top_k);
+  EXPECT_EQ(o.decoder->moe->shared_expert_intermediate, 0);
+  EXPECT_EQ(o.decoder->qk_norm, DecoderArchitecture::QkNorm::projection);
+  EXPECT_EQ(o.decoder->kv_heads, 4);
+  EXPECT_THAT(error("{" + olmoe + R"(, "clip_qkv": 8.0})"), testing::AllOf(testing::HasSubstr("'clip_qkv' is 8.0; expected null"), testing::HasSubstr("clamp")));
+  EXPECT_THAT(error("{" + olmoe + R"(, "head_dim": 32})"), testing::HasSubstr("'head_dim' is 32; expected hidden_size / num_attention_heads = 16"));
+  EXPECT_THAT(error("{" + olmoe + R"(, "num_experts": 0})"), testing::HasSubstr("'num_experts'"));
+  {
+    ModelRequest ro;
+    static_cast<ModelSpec&>(ro) = spec_from_hf_config("{" + olmoe + R"(, "num_key_value_heads": 2, "num_experts": 4, "num_experts_per_tok": 2})", "cfg.json");
+    ro.seq_len = 16;
+    const Trace traced = build_model(ro);
+    std::int64_t q_norm = 0, k_norm = 0;
+    for (const auto& tensor : traced.tensors()) {
+      if (tensor.name == "model.layers.0.self_attn.q_norm.weight") q_norm = tensor.elements();
+      if (tensor.name == "model.layers.0.self_attn.k_norm.weight") k_norm = tensor.elements();
+    }
+    EXPECT_EQ(q_norm, 64);  // the whole query projection, heads x head_dim
+    EXPECT_EQ(k_norm, 32);  // the key's, kv_heads x head_dim
+    std::vector<std::string> names;
+    for (const auto& op : traced.ops()) names.push_back(op.name);
+    EXPECT_THAT(names, testing::Contains(std::string("model.layers.1.mlp.experts.3.down_proj")));
+    // Megatron-LM's MoE layer with tensor parallelism would cut the norms' rows: refused.
+    ro.expert_parallel = ExpertParallelSpec{2, 0};
+    ro.tensor_parallel = TensorParallelSpec{2, true};
+    EXPECT_THAT([&] { build_model(ro); },
+                testing::ThrowsMessage<std::invalid_argument>(testing::HasSubstr("span the whole projection, which tensor parallelism splits")));
   }
   // Expert fields in a dense family's config are still refused.
   EXPECT_THAT(error(R"({"model_type": "qwen2", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,

@@ -112,11 +112,16 @@ Value attention(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::
     const NetworkBuilder::ColumnParallelInput input = nb.column_parallel_input(p + "qkv", x);
     Value q_out = nb.column_parallel_linear(p + "q_proj", input, heads * head_dim, arch.qkv_bias);
     Value k_out = nb.column_parallel_linear(p + "k_proj", input, kv_width, arch.qkv_bias);
-    if (arch.qk_norm) {
+    if (arch.qk_norm == DecoderArchitecture::QkNorm::per_head) {
       // Qwen3Attention: self.q_norm(self.q_proj(x).view(hidden_shape)), an RMSNorm of
       // head_dim channels per head (its statistics one per token and head), then transposed.
       q_out = per_head_rmsnorm(nb, p + "q_norm", q_out, heads, head_dim);
       k_out = per_head_rmsnorm(nb, p + "k_norm", k_out, kv_heads, head_dim);
+    } else if (arch.qk_norm == DecoderArchitecture::QkNorm::projection) {
+      // OlmoeAttention: self.q_norm(self.q_proj(x)), an RMSNorm over the whole projection
+      // (hidden_size channels; k_norm over kv_heads x head_dim), before the view into heads.
+      q_out = nb.rmsnorm(p + "q_norm", q_out);
+      k_out = nb.rmsnorm(p + "k_norm", k_out);
     }
     q = nb.split_heads(p + "q_proj.view", q_out, 1, heads).front();
     k = nb.split_heads(p + "k_proj.view", k_out, 1, kv_heads).front();

@@ -1,7 +1,8 @@
 // Hugging Face config.json -> ModelSpec (zoo.hpp: spec_from_hf_config). The fields each family
 // reads are those of its configuration class in transformers (configuration_llama.py,
 // configuration_mistral.py, configuration_qwen2.py, configuration_mixtral.py,
-// configuration_qwen2_moe.py, configuration_qwen3_moe.py, configuration_gpt_neox.py,
+// configuration_qwen2_moe.py, configuration_qwen3_moe.py, configuration_olmoe.py,
+// configuration_gpt_neox.py,
 // configuration_gpt2.py, configuration_bert.py); their defaults are the classes' defaults.
 // Anything that would change the trace and is not modelled is refused by name.
 
@@ -169,12 +170,20 @@ void read_head_dim(const ConfigReader& r, DecoderArchitecture& arch, bool explic
   }
 }
 
-// MixtralConfig (configuration_mixtral.py), Qwen2MoeConfig (configuration_qwen2_moe.py) and
-// Qwen3MoeConfig (configuration_qwen3_moe.py): the sparse MLP of their decoder layers
-// (moe_block.cpp). Qwen2-MoE and Qwen3-MoE with num_experts 0 are dense.
+// MixtralConfig (configuration_mixtral.py), Qwen2MoeConfig (configuration_qwen2_moe.py),
+// Qwen3MoeConfig (configuration_qwen3_moe.py) and OlmoeConfig (configuration_olmoe.py): the
+// sparse MLP of their decoder layers (moe_block.cpp). Qwen2-MoE and Qwen3-MoE with num_experts 0
+// are dense.
 std::optional<MoeArchitecture> moe_architecture(const ConfigReader& r, const std::string& type, std::int64_t layers) {
   MoeArchitecture moe;
-  if (type == "mixtral") {
+  if (type == "olmoe") {
+    // OlmoeSparseMoeBlock: Mixtral's loop over num_experts experts of intermediate_size
+    // (OlmoeMLP), the top-k renormalised only with norm_topk_prob; every layer sparse.
+    moe.experts = r.positive("num_experts", 64);
+    moe.top_k = r.positive("num_experts_per_tok", 8);
+    moe.intermediate = r.positive("intermediate_size");
+    moe.normalize_top_k = r.boolean("norm_topk_prob", false);
+  } else if (type == "mixtral") {
     moe.experts = r.positive("num_local_experts", 8);
     moe.top_k = r.positive("num_experts_per_tok", 2);
     moe.intermediate = r.positive("intermediate_size");  // MixtralBlockSparseTop2MLP: ffn_dim = intermediate_size
@@ -247,8 +256,16 @@ ModelSpec llama_family(const ConfigReader& r, const std::string& type) {
     // Qwen3MoeAttention is the same module.
     arch.qkv_bias = r.boolean("attention_bias", false);
     arch.output_bias = arch.qkv_bias;
-    arch.qk_norm = true;
+    arch.qk_norm = DecoderArchitecture::QkNorm::per_head;
     if (r.boolean("use_sliding_window", false)) arch.sliding_window = r.positive("sliding_window");
+  } else if (type == "olmoe") {
+    // OlmoeAttention (modeling_olmoe.py): q, k, v, o projections with bias=config.attention_bias
+    // (false in the released model), q_norm an RMSNorm over the whole query projection and k_norm
+    // over the key's, before the view into heads; no sliding window.
+    arch.qkv_bias = r.boolean("attention_bias", false);
+    arch.output_bias = arch.qkv_bias;
+    arch.qk_norm = DecoderArchitecture::QkNorm::projection;
+    r.only("clip_qkv", nullptr, "the in-place clamp of q, k and v to +-clip_qkv is not modelled");
   } else if (type == "mixtral") {
     // MixtralAttention: q, k, v, o projections without bias (no attention_bias field); the
     // sliding window as Mistral's.
@@ -263,14 +280,15 @@ ModelSpec llama_family(const ConfigReader& r, const std::string& type) {
   r.only("pretraining_tp", 1, "Meta's tensor-parallel split of the projections is not modelled");
   // rope_scaling and rope_theta change the rotary frequencies' values only, not a tensor's
   // shape or a FLOP count: accepted.
-  if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe") {
+  if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "olmoe") {
     arch.moe = moe_architecture(r, type, arch.layers);
   } else {
     r.no_experts();
   }
   // Qwen3Config(head_dim=128); Qwen3MoeConfig has no default of its own (the attention's getattr
   // falls back to hidden_size / num_attention_heads), though the released configs state 128.
-  read_head_dim(r, arch, /*explicit_allowed=*/true, type == "qwen3" ? 128 : 0);
+  // OlmoeAttention: head_dim = hidden_size // num_heads, whatever the config says.
+  read_head_dim(r, arch, /*explicit_allowed=*/type != "olmoe", type == "qwen3" ? 128 : 0);
   ModelSpec spec;
   spec.model = "llama";
   spec.decoder = std::move(arch);
@@ -438,19 +456,19 @@ ModelSpec spec_from_hf_config(std::string_view json_text, const std::string& sou
                      " levels; expected a Hugging Face config.json (its values nest a few levels at most)");
   }
   if (!config.contains("model_type") || !config.at("model_type").is_string()) {
-    throw InputError(source + ": 'model_type' is missing or not a string; expected one of llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, gpt_oss, gpt_neox, gpt2, bert");
+    throw InputError(source + ": 'model_type' is missing or not a string; expected one of llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, gpt_oss, gpt_neox, gpt2, bert");
   }
   const std::string type = config.at("model_type").get<std::string>();
   const ConfigReader reader(config, source, type);
   if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3" || type == "mixtral" || type == "qwen2_moe" ||
-      type == "qwen3_moe") {
+      type == "qwen3_moe" || type == "olmoe") {
     return llama_family(reader, type);
   }
   if (type == "gpt_oss") return gpt_oss(reader);
   if (type == "gpt_neox") return gpt_neox(reader);
   if (type == "gpt2") return gpt2(reader);
   if (type == "bert") return bert(reader);
-  reader.fail("model_type", "is \"" + type + "\", which the zoo does not model; expected one of llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, gpt_oss, gpt_neox, gpt2, bert");
+  reader.fail("model_type", "is \"" + type + "\", which the zoo does not model; expected one of llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, gpt_oss, gpt_neox, gpt2, bert");
 }
 
 }  // namespace comptrain::zoo

@@ -4,6 +4,8 @@
 //   modeling_qwen2_moe.py Qwen2MoeSparseMoeBlock (module `mlp`, experts gate_proj, up_proj,
 //                         down_proj, plus `shared_expert` and `shared_expert_gate`)
 //   modeling_qwen3_moe.py Qwen3MoeSparseMoeBlock (v4.51: Qwen2-MoE's without the shared expert)
+//   modeling_olmoe.py     OlmoeSparseMoeBlock (Mixtral's loop, `mlp`, experts gate_proj, up_proj,
+//                         down_proj, the top-k renormalised with norm_topk_prob)
 // and the token counts each expert is built with (routed_tokens).
 //
 // The forward pass, for T = batch * sequence tokens:

@@ -831,7 +831,7 @@ traces::Trace build_model(const ModelRequest& request) {
     metadata["loss_compiled"] = "true";
   }
   if (request.expert_parallel && entry.family != Family::decoder) {
-    throw std::invalid_argument("expert_parallel: written for the mixture-of-experts decoders (model 'llama' with a mixtral, qwen2_moe, qwen3_moe or gpt_oss "
+    throw std::invalid_argument("expert_parallel: written for the mixture-of-experts decoders (model 'llama' with a mixtral, qwen2_moe, qwen3_moe, olmoe or gpt_oss "
                                 "config), not '" + request.model + "'");
   }
   if (request.tensor_parallel && request.model != "gpt" && entry.family != Family::decoder) {
@@ -892,7 +892,7 @@ traces::Trace build_model(const ModelRequest& request) {
       expert_tokens = routed_tokens(*arch.moe, request.routing.value_or(ExpertRouting{}), seq_len);
       add_moe_metadata(*arch.moe, request.routing.value_or(ExpertRouting{}), expert_tokens, metadata);
     } else if (request.routing) {
-      throw InputError("moe: routing options apply to decoders with mixture-of-experts layers (model_type mixtral, qwen2_moe, qwen3_moe or gpt_oss); '" +
+      throw InputError("moe: routing options apply to decoders with mixture-of-experts layers (model_type mixtral, qwen2_moe, qwen3_moe, olmoe or gpt_oss); '" +
                        request.model + "' here is dense");
     }
     if (request.lora) detail::configure_lora(nb, *request.lora, arch, request.precision, metadata);
@@ -906,15 +906,21 @@ traces::Trace build_model(const ModelRequest& request) {
     const bool dense_family = arch.family == "llama" || arch.family == "mistral" || arch.family == "qwen2" || arch.family == "qwen3";
     const bool megatron_moe = arch.moe.has_value() && request.expert_parallel.has_value();
     if (request.expert_parallel && !arch.moe) {
-      throw std::invalid_argument("expert_parallel: splits the experts of a mixture-of-experts decoder (model_type mixtral, qwen2_moe, qwen3_moe or gpt_oss); '" +
+      throw std::invalid_argument("expert_parallel: splits the experts of a mixture-of-experts decoder (model_type mixtral, qwen2_moe, qwen3_moe, olmoe or gpt_oss); '" +
                                   arch.family + "'" + from + " has none");
     }
     if (request.tensor_parallel && request.tensor_parallel->degree != 1 && !dense_family && !megatron_moe) {
       throw std::invalid_argument("tensor_parallel: written for the llama, mistral, qwen2 and qwen3 families" +
-                                  std::string(arch.moe ? " and, with expert_parallel (Megatron-LM's MoE layer), mixtral, qwen2_moe and qwen3_moe" : "") +
+                                  std::string(arch.moe ? " and, with expert_parallel (Megatron-LM's MoE layer), mixtral, qwen2_moe, qwen3_moe and olmoe" : "") +
                                   ", not '" + arch.family + "'" + from + (arch.moe ? "" : " (GPT-NeoX sharding is not modelled)"));
     }
     const std::int64_t t = check_tensor_parallel(request, arch.heads, arch.kv_heads, arch.intermediate, seq_len);
+    if (t > 1 && arch.qk_norm == DecoderArchitecture::QkNorm::projection) {
+      // OLMoE's q_norm and k_norm take their statistics over the whole projection, which a
+      // column-parallel split would cut (transformers' own plan gathers the projections first).
+      throw std::invalid_argument("tensor_parallel: the query and key norms of '" + arch.family + "'" + from +
+                                  " span the whole projection, which tensor parallelism splits; not modelled (expected degree 1)");
+    }
     if (t > 1) {
       if (arch.moe) {
         // megatron/training/arguments.py, validate_args ("MoE Spec check"): "When using MoE and
@@ -938,7 +944,7 @@ traces::Trace build_model(const ModelRequest& request) {
     if (request.pipeline_stage && !dense_family && !megatron_moe) {
       // The families whose layers tensor parallelism shards (above): the stages compose with it.
       throw std::invalid_argument("pipeline_stage: written for the llama, mistral, qwen2 and qwen3 families" +
-                                  std::string(arch.moe ? " and, with expert_parallel (Megatron-LM's MoE layer), mixtral, qwen2_moe and qwen3_moe" : "") +
+                                  std::string(arch.moe ? " and, with expert_parallel (Megatron-LM's MoE layer), mixtral, qwen2_moe, qwen3_moe and olmoe" : "") +
                                   ", not '" + arch.family + "'" + from + (arch.moe ? "" : " (GPT-NeoX stages are not modelled)"));
     }
     std::optional<detail::ExpertParallelPlan> expert_plan;

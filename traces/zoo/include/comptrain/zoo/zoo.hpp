@@ -182,7 +182,8 @@ struct DecoderArchitecture {
   // Hugging Face's model_type: "llama", "mistral", "qwen2" (modeling_llama.py's modules and
   // names), "qwen3" (LLaMA's blocks with qk_norm), "mixtral", "qwen2_moe" (their modeling files:
   // LLaMA's attention with `moe`'s sparse MLP), "qwen3_moe" (Qwen3's attention, Qwen2-MoE's sparse
-  // MLP without the shared expert), "gpt_oss" (LLaMA's blocks with biases, sinks,
+  // MLP without the shared expert), "olmoe" (LLaMA's attention with q/k norms over the whole
+  // projections, Mixtral's loop with gate_proj/up_proj/down_proj experts), "gpt_oss" (LLaMA's blocks with biases, sinks,
   // alternating sliding-window attention and GPT-OSS's experts) or "gpt_neox"
   // (modeling_gpt_neox.py's).
   std::string family = "llama";
@@ -196,9 +197,12 @@ struct DecoderArchitecture {
   // hidden_size // num_attention_heads)). 0: hidden / heads.
   std::int64_t head_dim = 0;
   std::int64_t head_size() const { return head_dim > 0 ? head_dim : hidden / heads; }
-  // Qwen3Attention's q_norm and k_norm: an RMSNorm over each head's head_dim channels of the
-  // query and the key, after the projections' view and before the rotary embedding.
-  bool qk_norm = false;
+  // Norms of the query and the key, after their projections and before the rotary embedding:
+  // none; Qwen3Attention's q_norm and k_norm, an RMSNorm over each head's head_dim channels
+  // (statistics per token and head); or OlmoeAttention's, an RMSNorm over the whole projection
+  // (heads x head_dim channels for q, kv_heads x head_dim for k; statistics per token).
+  enum class QkNorm { none, per_head, projection };
+  QkNorm qk_norm = QkNorm::none;
   std::int64_t intermediate = 11008;
   std::int64_t vocab = 32000;
   std::int64_t max_positions = 4096;  // max_position_embeddings: the longest seq_len allowed
@@ -221,7 +225,7 @@ struct DecoderArchitecture {
   // GptOssAttention.sinks: a learned logit per head that joins every row's softmax (and takes
   // part of its mass) without a value; a parameter of `heads` elements per layer.
   bool attention_sinks = false;
-  std::optional<MoeArchitecture> moe;  // sparse MLPs (mixtral, qwen2_moe, qwen3_moe, gpt_oss); unset: every layer dense
+  std::optional<MoeArchitecture> moe;  // sparse MLPs (mixtral, qwen2_moe, qwen3_moe, olmoe, gpt_oss); unset: every layer dense
   std::string source;            // the config file it came from, for messages
 };
 
@@ -457,8 +461,8 @@ struct ModelInfo {
 std::vector<ModelInfo> list_models();
 
 // The model a Hugging Face config.json describes (`json_text`, read from `source`, which the
-// messages name): model_type llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, gpt_oss or
-// gpt_neox give `llama` with its
+// messages name): model_type llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe,
+// gpt_oss or gpt_neox give `llama` with its
 // DecoderArchitecture, gpt2 gives `gpt2` and bert gives `bert-base` with the config's shape.
 // seq_len is left unset: the caller must give it (max_position_embeddings is the longest a
 // model allows, not what it trains on). An unknown model_type, a missing field or a value the

@@ -181,6 +181,24 @@ TEST(ExpertParallel, CapacityPadsEveryExpert) {
   for (const std::int64_t b : a2a.each) EXPECT_EQ(b, kBatch * 80 * kHidden * 2);
 }
 
+// Dropless, the dispatcher waits for the split sizes on the host once per layer, before the
+// dispatch all_to_all: the permute is host_sync. Padded to capacity nothing waits.
+TEST(ExpertParallel, DroplessDispatchWaitsForTheHostOncePerLayer) {
+  const auto synced = [](const Trace& trace) {
+    std::vector<std::string> names;
+    for (const auto& op : trace.ops()) {
+      if (op.host_sync) names.push_back(op.name);
+    }
+    return names;
+  };
+  EXPECT_EQ(synced(build_model(tiny_mixtral(2))),
+            (std::vector<std::string>{"model.layers.0.block_sparse_moe.permute", "model.layers.1.block_sparse_moe.permute"}));
+  ModelRequest padded = tiny_mixtral(2);
+  padded.routing = ExpertRouting{};
+  padded.routing->capacity_factor = 1.25;
+  EXPECT_TRUE(synced(build_model(padded)).empty());
+}
+
 TEST(ExpertParallel, BadLayoutsAreRefused) {
   // 3 does not divide the 4 experts.
   EXPECT_THROW(build_model(tiny_mixtral(3)), std::invalid_argument);

@@ -56,6 +56,7 @@ ExpertParallelPlan plan_expert_parallel(const MoeArchitecture& moe, const Expert
     const auto capacity =
         static_cast<std::int64_t>(std::ceil(static_cast<double>(slots) * *routing.capacity_factor / static_cast<double>(moe.experts)));
     std::fill(load.begin(), load.end(), capacity);
+    plan.padded_to_capacity = true;
   }
   const std::int64_t local = moe.experts / degree;
   // Megatron assigns rank r the experts r x local .. (r + 1) x local - 1 (moe_layer.py,
@@ -116,6 +117,13 @@ Value megatron_moe_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, co
   const Value slot = pair[0];
   const Value token = pair[1];
   const Value permuted = nb.index(p + "permute", flat, {token}, {d, h});
+  // Dropless, the all_to_all needs the split sizes on the host, so the dispatcher waits for the
+  // GPU once per layer (token_dispatcher.py, MoEAlltoAllTokenDispatcher: preprocess sets the
+  // cuda_sync_point "before_ep_alltoall", _maybe_dtoh_and_synchronize runs the stream's
+  // synchronize; NVIDIA/Megatron-LM@0014f137, whose later code moves it after the all_to_all,
+  // "before_permutation_2", when several local experts are sorted unfused: one wait either way).
+  // Padded to capacity every size is known in advance: no wait.
+  if (!plan.padded_to_capacity) nb.synchronize_host();
   // The dispatch all_to_all over the expert group (token_dispatcher.py, token_permutation):
   // 1/E of the rows to each rank; this rank receives its experts' rows from all E.
   Value tokens = nb.communicate(p + "dispatch.all_to_all", permuted, CommunicationKind::all_to_all, CommunicationKind::all_to_all,

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -439,6 +440,9 @@ ModelSpec bert(const ConfigReader& r) {
 
 }  // namespace
 
+// The model_type values spec_from_hf_config reads, as its messages list them.
+constexpr std::string_view kModelTypes = "llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, gpt_oss, gpt_neox, gpt2, bert";
+
 ModelSpec spec_from_hf_config(std::string_view json_text, const std::string& source) {
   json config;
   try {
@@ -456,7 +460,7 @@ ModelSpec spec_from_hf_config(std::string_view json_text, const std::string& sou
                      " levels; expected a Hugging Face config.json (its values nest a few levels at most)");
   }
   if (!config.contains("model_type") || !config.at("model_type").is_string()) {
-    throw InputError(source + ": 'model_type' is missing or not a string; expected one of llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, gpt_oss, gpt_neox, gpt2, bert");
+    throw InputError(source + ": 'model_type' is missing or not a string; expected one of " + std::string(kModelTypes));
   }
   const std::string type = config.at("model_type").get<std::string>();
   const ConfigReader reader(config, source, type);
@@ -468,7 +472,7 @@ ModelSpec spec_from_hf_config(std::string_view json_text, const std::string& sou
   if (type == "gpt_neox") return gpt_neox(reader);
   if (type == "gpt2") return gpt2(reader);
   if (type == "bert") return bert(reader);
-  reader.fail("model_type", "is \"" + type + "\", which the zoo does not model; expected one of llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmoe, gpt_oss, gpt_neox, gpt2, bert");
+  reader.fail("model_type", "is \"" + type + "\", which the zoo does not model; expected one of " + std::string(kModelTypes));
 }
 
 }  // namespace comptrain::zoo

@@ -103,6 +103,7 @@ struct ExpertParallelPlan {
   std::vector<std::int64_t> expert_rows;    // rows each processes (after the expert-tensor all_gather)
   std::int64_t dispatched_rows = 0;  // rows this rank sends in the dispatch all_to_all (its tokens x top-k, or capacity slots)
   std::int64_t received_rows = 0;    // rows it receives (before the expert-tensor all_gather)
+  bool padded_to_capacity = false;   // a capacity factor: every expert's rows fixed in advance
 };
 // The plan for `degree` ranks and expert-tensor degree `expert_tensor` at `seq_len` tokens per
 // sample: InputError as routed_tokens'; std::invalid_argument when the degree does not divide the

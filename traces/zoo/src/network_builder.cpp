@@ -1410,8 +1410,13 @@ Value NetworkBuilder::constant_op(const std::string& name, const std::vector<Val
 Value NetworkBuilder::data_sized_op(const std::string& name, const std::vector<Value>& inputs, DType dtype,
                                     std::vector<std::int64_t> sample_shape) {
   const Value output = constant_op(name, inputs, dtype, std::move(sample_shape));
-  ops_.back().host_sync = true;
+  synchronize_host();
   return output;
+}
+
+void NetworkBuilder::synchronize_host() {
+  if (ops_.empty()) throw std::logic_error("synchronize_host: no op emitted yet");
+  ops_.back().host_sync = true;
 }
 
 Value NetworkBuilder::index_select(const std::string& name, Value x, Value index) {

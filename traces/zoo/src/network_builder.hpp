@@ -207,6 +207,9 @@ class NetworkBuilder {
   // count the elements before the output can be allocated (traces::Op::host_sync).
   Value data_sized_op(const std::string& name, const std::vector<Value>& inputs, traces::DType dtype,
                       std::vector<std::int64_t> sample_shape);
+  // The host waits for the GPU after the op just emitted (torch.cuda.current_stream().synchronize()
+  // or a .cpu() read of its result): that op becomes host_sync.
+  void synchronize_host();
   // torch.index_select(x, 0, index): the rows of x [R, ...] that the int64 `index` [K] (no
   // gradient) names, a new tensor [K, ...]. IndexSelectBackward0 saves the index (and x's sizes):
   // its backward writes a zero tensor of x's shape and index_add_s the gradient into it.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string>
 #include <nlohmann/json.hpp>
 
 #include "comptrain/support/format.hpp"
@@ -59,8 +60,9 @@ std::string trace_report_text(const traces::Trace& trace, const traces::TraceSum
   }
   add_line(out, "{}   (source: {})", header, metadata_or(trace, "source", "file"));
   out += '\n';
-  add_line(out, "  ops          {:>12}   forward {}, backward {}, optimizer {}", group_digits(static_cast<std::int64_t>(s.ops)),
-       s.ops_by_phase[0], s.ops_by_phase[1], s.ops_by_phase[2]);
+  add_line(out, "  ops          {:>12}   forward {}, backward {}, optimizer {}{}", group_digits(static_cast<std::int64_t>(s.ops)),
+       s.ops_by_phase[0], s.ops_by_phase[1], s.ops_by_phase[2],
+       s.host_sync_ops == 0 ? std::string() : fmt::format("; {} make the host wait for the GPU (host_sync)", s.host_sync_ops));
   add_line(out, "  tensors      {:>12}", group_digits(static_cast<std::int64_t>(s.tensors)));
   add_line(out, "  parameters   {:>12}", group_digits(s.parameters));
   add_line(out, "  FLOPs        {:>12}   per iteration; forward {}, backward {}, optimizer {}",
@@ -98,7 +100,11 @@ std::string trace_report_json(const traces::Trace& trace, const traces::TraceSum
   j["name"] = s.name;
   j["batch_size"] = s.batch_size;
   j["metadata"] = nlohmann::ordered_json::parse(traces::metadata_to_json(trace));
-  j["ops"] = {{"total", s.ops}, {"forward", s.ops_by_phase[0]}, {"backward", s.ops_by_phase[1]}, {"optimizer", s.ops_by_phase[2]}};
+  j["ops"] = {{"total", s.ops},
+              {"forward", s.ops_by_phase[0]},
+              {"backward", s.ops_by_phase[1]},
+              {"optimizer", s.ops_by_phase[2]},
+              {"host_sync", s.host_sync_ops}};
   j["tensors"] = s.tensors;
   j["parameters"] = s.parameters;
   j["flops"] = {{"total", s.flops()},

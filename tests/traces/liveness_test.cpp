@@ -113,6 +113,7 @@ TEST(Liveness, ForwardBackwardKeepsActivationsAndGradients) {
   EXPECT_EQ(at(s.allocated_by_role, TensorRole::temporary), 2 + 2 + 32);
   EXPECT_EQ(at(s.live_at_peak_by_role, TensorRole::temporary), 2 + 32);
   EXPECT_EQ(s.ops_by_phase[static_cast<std::size_t>(Phase::backward)], 2u);
+  EXPECT_EQ(s.host_sync_ops, 0u);
 }
 
 TEST(Liveness, RejectsAnInvalidOrder) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "comptrain/support/input_error.hpp"
+#include "comptrain/traces/summary.hpp"
 #include "comptrain/traces/trace_json.hpp"
 #include "comptrain/zoo/zoo.hpp"
 #include "zoo_test_support.hpp"
@@ -404,6 +405,7 @@ TEST(MoeTrace, MetadataAndRoundTrip) {
   EXPECT_EQ(trace.metadata().at("family"), "mixtral");
   const std::string json = traces::trace_to_json(trace);
   EXPECT_NE(json.find("\"version\": 8,"), std::string::npos);
+  EXPECT_EQ(traces::summarize(trace).host_sync_ops, 8u);  // one where per expert of the one layer
   EXPECT_EQ(traces::trace_from_json(json, "t.json"), trace);
   std::vector<std::string> names;
   for (const auto& op : trace.ops()) names.push_back(op.name);

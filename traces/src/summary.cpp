@@ -11,6 +11,7 @@ TraceSummary summarize(const Trace& trace) {
   for (OpIndex o = 0; o < trace.ops().size(); ++o) {
     const auto phase = static_cast<std::size_t>(trace.op(o).phase);
     ++s.ops_by_phase[phase];
+    if (trace.op(o).host_sync) ++s.host_sync_ops;
     s.flops_by_phase[phase] += trace.flops(o);
   }
   for (TensorIndex t = 0; t < trace.tensors().size(); ++t) {

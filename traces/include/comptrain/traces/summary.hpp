@@ -16,6 +16,7 @@ struct TraceSummary {
   std::int64_t batch_size = 0;
   std::size_t ops = 0;
   std::array<std::size_t, 3> ops_by_phase{};      // indexed by Phase
+  std::size_t host_sync_ops = 0;                  // ops whose call waits for the GPU (Op::host_sync)
   std::size_t tensors = 0;
   std::int64_t parameters = 0;                    // elements of weight tensors
   std::array<std::int64_t, 3> flops_by_phase{};   // indexed by Phase

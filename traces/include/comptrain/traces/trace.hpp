@@ -219,8 +219,9 @@ struct Op {
   std::optional<Communication> communication;
   // The op's host call returns only once the GPU has run it: its output's size depends on the
   // data (torch.nonzero, torch.where(mask): "When input is on CUDA, torch.nonzero() causes
-  // host-device synchronization", PyTorch's torch.nonzero documentation), or it reads a value
-  // back (.item()). The launching thread issues nothing after it until then (format version 8).
+  // host-device synchronization", PyTorch's torch.nonzero documentation), it reads a value back
+  // (.item()), or the code synchronizes the stream right after it (Megatron-LM's token
+  // dispatcher). The launching thread issues nothing after it until then (format version 8).
   bool host_sync = false;
   friend bool operator==(const Op&, const Op&) = default;
 };

@@ -277,6 +277,18 @@ TEST(Lora, Errors) {
   moe.seq_len = 16;
   moe.lora = lora;
   EXPECT_THAT(message(moe), HasSubstr("lora.targets: PEFT has no default target modules for model_type 'qwen2_moe'"));
+  // PEFT's mapping has qwen3 (q_proj, v_proj) but not qwen3_moe.
+  ModelRequest qwen3;
+  static_cast<ModelSpec&>(qwen3) = spec_from_hf_config(read_config("qwen3-0.6b.json"), "qwen3-0.6b.json");
+  qwen3.seq_len = 16;
+  qwen3.layers = 1;
+  qwen3.lora = lora;
+  EXPECT_EQ(build_model(qwen3).metadata().at("lora_targets"), "q_proj,v_proj");
+  ModelRequest qwen3_moe;
+  static_cast<ModelSpec&>(qwen3_moe) = spec_from_hf_config(read_config("qwen3-30b-a3b.json"), "qwen3-30b-a3b.json");
+  qwen3_moe.seq_len = 16;
+  qwen3_moe.lora = lora;
+  EXPECT_THAT(message(qwen3_moe), HasSubstr("PEFT has no default target modules for model_type 'qwen3_moe'"));
 }
 
 }  // namespace

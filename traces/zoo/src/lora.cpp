@@ -211,7 +211,8 @@ void configure_lora(NetworkBuilder& nb, const LoraSpec& spec, const DecoderArchi
   if (targets.empty() && !spec.all_linear) {
     // PEFT's TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING
     // (huggingface/peft@00073fe85ca790515f0b70caa69bea4c477d9db7, src/peft/utils/constants.py).
-    if (arch.family == "llama" || arch.family == "mistral" || arch.family == "qwen2" || arch.family == "mixtral") {
+    // qwen3 is there (q_proj, v_proj); qwen2_moe, qwen3_moe and olmoe are not.
+    if (arch.family == "llama" || arch.family == "mistral" || arch.family == "qwen2" || arch.family == "qwen3" || arch.family == "mixtral") {
       targets = {"q_proj", "v_proj"};
     } else if (arch.family == "gpt_neox") {
       targets = {"query_key_value"};

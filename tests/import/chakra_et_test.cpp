@@ -168,8 +168,8 @@ TEST(ChakraEt, EveryZooModelRoundTrips) {
   }
 }
 
-// Measured durations, view tensors, value features and gradient statistics survive too, and
-// Chakra's own fields are filled for Chakra's tools.
+// Measured durations, a host-synchronising op, view tensors, value features and gradient
+// statistics survive too, and Chakra's own fields are filled for Chakra's tools.
 TEST(ChakraEt, MeasuredDurationsAndTensorDetailsRoundTrip) {
   traces::Trace base = zoo_trace("resnet18", 4);
   std::vector<traces::Tensor> tensors = fresh(base.tensors());
@@ -177,6 +177,7 @@ TEST(ChakraEt, MeasuredDurationsAndTensorDetailsRoundTrip) {
   ops[0].measured = traces::MeasuredDuration{1.2345678901234567e-4, "NVIDIA H100 80GB HBM3", 4};
   ops[3].measured = traces::MeasuredDuration{0.0, "cpu", 1};
   ops[1].after.push_back(0);
+  ops[2].host_sync = true;  // the comptrain.host_sync attribute
   for (auto& t : tensors) {
     if (t.role == traces::TensorRole::activation && t.values == traces::ValueFeatures{}) {
       t.values = traces::ValueFeatures{0.5, 0.125, 0.25, 0.1, 3.75};

@@ -379,9 +379,12 @@ TEST(MoeConfig, FieldsAndErrors) {
     std::vector<std::string> names;
     for (const auto& op : traced.ops()) names.push_back(op.name);
     EXPECT_THAT(names, testing::Contains(std::string("model.layers.1.mlp.experts.3.down_proj")));
-    // Megatron-LM's MoE layer with tensor parallelism would cut the norms' rows: refused.
-    ro.expert_parallel = ExpertParallelSpec{2, 0};
+    // Tensor parallelism without Megatron-LM's MoE layer is refused for every MoE family, and the
+    // message does not offer OLMoE with it; with the layer, it would cut the norms' rows: refused.
     ro.tensor_parallel = TensorParallelSpec{2, true};
+    EXPECT_THAT([&] { build_model(ro); },
+                testing::ThrowsMessage<std::invalid_argument>(testing::HasSubstr("(Megatron-LM's MoE layer), mixtral, qwen2_moe and qwen3_moe, not 'olmoe'")));
+    ro.expert_parallel = ExpertParallelSpec{2, 0};
     EXPECT_THAT([&] { build_model(ro); },
                 testing::ThrowsMessage<std::invalid_argument>(testing::HasSubstr("span the whole projection, which tensor parallelism splits")));
   }

@@ -11,6 +11,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "comptrain/support/checked.hpp"
@@ -787,6 +788,13 @@ void add_tensor_parallel_metadata(const TensorParallelSpec& tp, std::int64_t voc
   metadata["padded_vocab"] = std::to_string(tensor_parallel_vocab(vocab, tp.degree));
 }
 
+// The model_type values with mixture-of-experts layers, as messages list them; those that
+// Megatron-LM's MoE layer (expert_parallel) splits into pipeline stages, and those it also splits
+// by tensor parallelism (not OLMoE, whose q/k norms span the whole projection).
+constexpr std::string_view kMoeModelTypes = "mixtral, qwen2_moe, qwen3_moe, olmoe or gpt_oss";
+constexpr std::string_view kMegatronMoeStageTypes = "mixtral, qwen2_moe, qwen3_moe and olmoe";
+constexpr std::string_view kMegatronMoeTensorTypes = "mixtral, qwen2_moe and qwen3_moe";
+
 }  // namespace
 
 traces::Trace build_model(const ModelRequest& request) {
@@ -831,8 +839,8 @@ traces::Trace build_model(const ModelRequest& request) {
     metadata["loss_compiled"] = "true";
   }
   if (request.expert_parallel && entry.family != Family::decoder) {
-    throw std::invalid_argument("expert_parallel: written for the mixture-of-experts decoders (model 'llama' with a mixtral, qwen2_moe, qwen3_moe, olmoe or gpt_oss "
-                                "config), not '" + request.model + "'");
+    throw std::invalid_argument("expert_parallel: written for the mixture-of-experts decoders (model 'llama' with a " + std::string(kMoeModelTypes) +
+                                " config), not '" + request.model + "'");
   }
   if (request.tensor_parallel && request.model != "gpt" && entry.family != Family::decoder) {
     throw std::invalid_argument("tensor_parallel: written for models 'gpt' and 'llama' (Megatron-LM's sharding), not '" +
@@ -892,7 +900,7 @@ traces::Trace build_model(const ModelRequest& request) {
       expert_tokens = routed_tokens(*arch.moe, request.routing.value_or(ExpertRouting{}), seq_len);
       add_moe_metadata(*arch.moe, request.routing.value_or(ExpertRouting{}), expert_tokens, metadata);
     } else if (request.routing) {
-      throw InputError("moe: routing options apply to decoders with mixture-of-experts layers (model_type mixtral, qwen2_moe, qwen3_moe, olmoe or gpt_oss); '" +
+      throw InputError("moe: routing options apply to decoders with mixture-of-experts layers (model_type " + std::string(kMoeModelTypes) + "); '" +
                        request.model + "' here is dense");
     }
     if (request.lora) detail::configure_lora(nb, *request.lora, arch, request.precision, metadata);
@@ -906,12 +914,12 @@ traces::Trace build_model(const ModelRequest& request) {
     const bool dense_family = arch.family == "llama" || arch.family == "mistral" || arch.family == "qwen2" || arch.family == "qwen3";
     const bool megatron_moe = arch.moe.has_value() && request.expert_parallel.has_value();
     if (request.expert_parallel && !arch.moe) {
-      throw std::invalid_argument("expert_parallel: splits the experts of a mixture-of-experts decoder (model_type mixtral, qwen2_moe, qwen3_moe, olmoe or gpt_oss); '" +
+      throw std::invalid_argument("expert_parallel: splits the experts of a mixture-of-experts decoder (model_type " + std::string(kMoeModelTypes) + "); '" +
                                   arch.family + "'" + from + " has none");
     }
     if (request.tensor_parallel && request.tensor_parallel->degree != 1 && !dense_family && !megatron_moe) {
       throw std::invalid_argument("tensor_parallel: written for the llama, mistral, qwen2 and qwen3 families" +
-                                  std::string(arch.moe ? " and, with expert_parallel (Megatron-LM's MoE layer), mixtral, qwen2_moe, qwen3_moe and olmoe" : "") +
+                                  (arch.moe ? " and, with expert_parallel (Megatron-LM's MoE layer), " + std::string(kMegatronMoeTensorTypes) : std::string()) +
                                   ", not '" + arch.family + "'" + from + (arch.moe ? "" : " (GPT-NeoX sharding is not modelled)"));
     }
     const std::int64_t t = check_tensor_parallel(request, arch.heads, arch.kv_heads, arch.intermediate, seq_len);
@@ -944,7 +952,7 @@ traces::Trace build_model(const ModelRequest& request) {
     if (request.pipeline_stage && !dense_family && !megatron_moe) {
       // The families whose layers tensor parallelism shards (above): the stages compose with it.
       throw std::invalid_argument("pipeline_stage: written for the llama, mistral, qwen2 and qwen3 families" +
-                                  std::string(arch.moe ? " and, with expert_parallel (Megatron-LM's MoE layer), mixtral, qwen2_moe, qwen3_moe and olmoe" : "") +
+                                  (arch.moe ? " and, with expert_parallel (Megatron-LM's MoE layer), " + std::string(kMegatronMoeStageTypes) : std::string()) +
                                   ", not '" + arch.family + "'" + from + (arch.moe ? "" : " (GPT-NeoX stages are not modelled)"));
     }
     std::optional<detail::ExpertParallelPlan> expert_plan;

@@ -415,7 +415,13 @@ ImportedScenario import_megatron_arguments(std::string_view text, const std::str
   job.context_comm = cp_comm == "p2p" ? "ring" : "all_gather";
   job.expert = static_cast<int>(args.integer("expert-model-parallel-size", 1, 1'000'000).value_or(1));
   job.tensor = tensor;
-  job.sequence_parallel = args.flag("sequence-parallel");
+  // Megatron-LM turns --sequence-parallel off under a tensor-parallel size of 1 ("Disabling
+  // sequence parallelism because tensor model parallelism is disabled": megatron/training/
+  // arguments.py, validate_args), and a scenario refuses sequence_parallel without tensor > 1.
+  job.sequence_parallel = args.flag("sequence-parallel") && tensor > 1;
+  if (args.flag("sequence-parallel") && tensor == 1) {
+    job.notes.push_back("--sequence-parallel is off under a tensor-parallel size of 1, as Megatron-LM turns it off");
+  }
   if (const auto per_stage = args.integer("num-layers-per-virtual-pipeline-stage")) {
     if (layers % (*per_stage * job.pipeline) != 0) {
       args.fail_on("num-layers-per-virtual-pipeline-stage", fmt::format("is {}; expected a divisor of the {} layers / {} stages", *per_stage, layers, job.pipeline));

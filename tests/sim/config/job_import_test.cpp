@@ -168,6 +168,26 @@ TEST(MegatronImport, TpCommOverlapBecomesTheScenarioKey) {
   }
 }
 
+// --sequence-parallel under a tensor-parallel size of 1 is off, as Megatron-LM turns it off
+// (validate_args), and said: the scenario reads back (it refuses sequence_parallel without
+// tensor > 1), as FlagPerf's Qwen1.5-MoE job on 8 A800 (TP 1, PP 2, --sequence-parallel) needs.
+TEST(MegatronImport, SequenceParallelIsOffWithoutTensorParallelism) {
+  std::string job = kLlama70b;
+  job.replace(job.find("--tensor-model-parallel-size 8"), std::string("--tensor-model-parallel-size 8").size(), "--tensor-model-parallel-size 1");
+  job.replace(job.find("--pipeline-model-parallel-size 4"), std::string("--pipeline-model-parallel-size 4").size(), "--pipeline-model-parallel-size 8");
+  const ImportedScenario imported = import_megatron_arguments(job, "job.sh", on("dgx-h100-superpod"));
+  const Scenario s = read_back(imported);
+  ASSERT_TRUE(s.parallelism);
+  EXPECT_EQ(s.parallelism->layout.tensor, 1);
+  EXPECT_FALSE(s.parallelism->layout.sequence_parallel);
+  EXPECT_TRUE(std::any_of(imported.notes.begin(), imported.notes.end(),
+                          [](const std::string& n) { return n.find("--sequence-parallel is off under a tensor-parallel size of 1") != std::string::npos; }));
+  // With tensor parallelism it stays on, and nothing is said of it.
+  const ImportedScenario tp8 = import_megatron_arguments(kLlama70b, "job.sh", on("dgx-h100-superpod"));
+  EXPECT_TRUE(read_back(tp8).parallelism->layout.sequence_parallel);
+  for (const std::string& note : tp8.notes) EXPECT_EQ(note.find("--sequence-parallel is off"), std::string::npos) << note;
+}
+
 // --overlap-grad-reduce and --overlap-param-gather with the distributed optimizer become ZeRO-1's
 // overlap_comm, Megatron-LM's bucket size (max(40M, 1M x data-parallel ranks) elements, or
 // --ddp-bucket-size) and overlap_param_gather; Megatron's refusals of --overlap-param-gather

@@ -152,8 +152,13 @@ std::optional<StrategyRule> full_rule(const traces::Trace& trace, const Layers& 
 
 // The rule of selective recomputation: in every layer, the storages a softmax writes and those
 // the casts and dropout after it write, up to the product with the values (Korthikanti et al.
-// 2022, §4.2: the attention's s x s tensors). A fused attention kernel (flash) keeps none: no
-// rule.
+// 2022, §4.2: the attention's s x s tensors). A fused attention kernel (flash, memory-efficient)
+// keeps no s x s tensor, but Megatron-core checkpoints the attention core all the same
+// (megatron/core/transformer/attention.py: checkpoint_core_attention = recompute_granularity ==
+// 'selective', and _checkpointed_attention_forward runs core_attention, Transformer Engine's
+// kernel, under tensor_parallel.checkpoint): the kernel runs again in the backward pass. What
+// it saved for itself alone (the log-sum-exp) is dropped; its output stays, saved by the output
+// projection that reads it.
 // Whether `op` (a softmax) normalises attention scores: its input comes from a product without
 // weights (Q Kᵀ), through scales, masks and views only. An MoE router's softmax reads a linear.
 bool softmax_of_scores(const traces::Trace& trace, const traces::Op& op) {
@@ -190,6 +195,15 @@ std::optional<StrategyRule> selective_rule(const traces::Trace& trace, const Lay
       for (const TensorIndex out : op.outputs) {
         if (dropped.insert(trace.storage_of(out)).second) frontier.push_back(out);
       }
+    }
+  }
+  for (const traces::Op& op : trace.ops()) {
+    if (op.phase != traces::Phase::forward || op.kind != OpKind::attention || !layers.of(op.name)) continue;
+    for (const TensorIndex out : op.outputs) {
+      const auto& consumers = trace.tensor(out).consumers;
+      const bool read_forward = std::any_of(consumers.begin(), consumers.end(),
+                                            [&](traces::OpIndex c) { return trace.op(c).phase == traces::Phase::forward; });
+      if (!read_forward) dropped.insert(trace.storage_of(out));
     }
   }
   if (dropped.empty()) return std::nullopt;

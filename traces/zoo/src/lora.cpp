@@ -63,12 +63,6 @@ constexpr std::int64_t kDequantFlopsPerBlock = 2;
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 
-BatchLinear scaled(BatchLinear value, std::int64_t factor) {
-  return {multiply_or_throw(value.fixed, factor, kArithmetic), multiply_or_throw(value.per_sample, factor, kArithmetic)};
-}
-BatchLinear sum(BatchLinear a, BatchLinear b) {
-  return {add_or_throw(a.fixed, b.fixed, kArithmetic), add_or_throw(a.per_sample, b.per_sample, kArithmetic)};
-}
 
 bool ends_with_module(const std::string& name, const std::string& target) {
   // PEFT's check_target_module_exists for a list: `key == target or key.endswith("." + target)`.

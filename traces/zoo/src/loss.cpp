@@ -29,12 +29,6 @@ constexpr std::string_view kArithmetic = "a size or FLOP count of the loss";
 constexpr std::int64_t kCrossEntropyForward = 5;
 constexpr std::int64_t kCrossEntropyBackward = 4;
 
-BatchLinear scaled(BatchLinear value, std::int64_t factor) {
-  return {multiply_or_throw(value.fixed, factor, kArithmetic), multiply_or_throw(value.per_sample, factor, kArithmetic)};
-}
-BatchLinear sum(BatchLinear a, BatchLinear b) {
-  return {add_or_throw(a.fixed, b.fixed, kArithmetic), add_or_throw(a.per_sample, b.per_sample, kArithmetic)};
-}
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a / b + (a % b != 0 ? 1 : 0); }
 

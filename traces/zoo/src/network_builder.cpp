@@ -129,6 +129,13 @@ std::int64_t window_output(std::int64_t in, std::int64_t kernel, std::int64_t st
 
 }  // namespace
 
+BatchLinear scaled(BatchLinear value, std::int64_t factor, std::string_view what) {
+  return {multiply_or_throw(value.fixed, factor, what), multiply_or_throw(value.per_sample, factor, what)};
+}
+BatchLinear sum(BatchLinear a, BatchLinear b, std::string_view what) {
+  return {add_or_throw(a.fixed, b.fixed, what), add_or_throw(a.per_sample, b.per_sample, what)};
+}
+
 DType promote_types(DType a, DType b) { return promote(a, b); }
 
 std::int64_t optimizer_flops_per_element(Optimizer optimizer) {

@@ -35,6 +35,11 @@ struct Value {
 // PyTorch's type promotion of two dtypes (c10::promoteTypes, for the floating types the zoo uses).
 traces::DType promote_types(traces::DType a, traces::DType b);
 
+// Checked arithmetic on per-batch counts (network_builder.cpp): a product or sum that does not
+// fit in int64 is an InputError naming `what` (shared/defects-2/13), never a wrapped value.
+traces::BatchLinear scaled(traces::BatchLinear value, std::int64_t factor, std::string_view what = "a size or FLOP count of the model");
+traces::BatchLinear sum(traces::BatchLinear a, traces::BatchLinear b, std::string_view what = "a size or FLOP count of the model");
+
 // FLOPs per parameter element of an optimizer's step: torch.optim's (network_builder.cpp) and
 // the others' (optimizers.cpp).
 std::int64_t optimizer_flops_per_element(Optimizer optimizer);
@@ -157,6 +162,15 @@ class NetworkBuilder {
   // bytes), needing no gradient; MulBackward0 saves it only. The fp32 copy and the fp32 product
   // are temporaries of the op (and two fp32 gradients of its backward) for a 16-bit x.
   Value rotary_complex(const std::string& name, Value x, Value freqs_cis);
+  // ---- Megatron-LM's Transformer Engine layers (megatron_layers.cpp) ------------------------
+  // Transformer Engine's fused rotary embedding for one of q or k [N, heads, S, D]: one kernel,
+  // `freqs` the fp32 angles [1, S, D] (no gradient), which is all it saves.
+  Value fused_rotary(const std::string& name, Value x, Value freqs);
+  // Megatron's fused SwiGLU, silu(gate) * up as one kernel that saves both inputs.
+  Value fused_swiglu(const std::string& name, Value gate, Value up);
+  // Megatron's fused bias-dropout-add in training, residual + dropout(x) as one kernel that
+  // saves the bool mask; the output takes the residual's dtype.
+  Value dropout_add(const std::string& name, Value x, Value residual);
   // Hugging Face's repeat_kv: x [N, kv_heads, S, D] expanded to [N, kv_heads * n_rep, S, D]
   // and reshaped, which copies (the expanded tensor is not viewable). Saves nothing; its
   // backward sums the groups' gradients into a new tensor.

@@ -32,12 +32,6 @@ constexpr std::int64_t kDivideForward = 1;
 constexpr std::int64_t kDivideBackwardSelf = 1;
 constexpr std::int64_t kDivideBackwardDivisor = 3;
 
-// Checked as the builder's own products (network_builder.cpp, times).
-BatchLinear scaled(BatchLinear value, std::int64_t factor) {
-  constexpr std::string_view kWhat = "a size or FLOP count of the model";
-  return {multiply_or_throw(value.fixed, factor, kWhat), multiply_or_throw(value.per_sample, factor, kWhat)};
-}
-
 }  // namespace
 
 NetworkBuilder::TopK NetworkBuilder::topk(const std::string& name, Value x, std::int64_t k) {

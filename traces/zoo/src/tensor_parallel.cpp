@@ -25,7 +25,6 @@ using traces::ParallelGroup;
 // Every collective of this file runs over the tensor-parallel group.
 traces::Communication over_tensor_group(CommunicationKind kind) { return {kind, ParallelGroup::tensor}; }
 
-BatchLinear scaled(BatchLinear value, std::int64_t factor) { return {value.fixed * factor, value.per_sample * factor}; }
 
 // FLOPs per logit of the vocabulary-parallel cross-entropy (cross_entropy.py:20-110): the row max
 // (1); subtracting it and exp in place, and the row sum (3); dividing by the sum, the softmax (1).

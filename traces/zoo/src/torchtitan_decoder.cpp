@@ -36,12 +36,6 @@ using traces::DType;
 using traces::OpKind;
 
 constexpr std::string_view kArithmetic = "a size or FLOP count of the torchtitan model";
-BatchLinear scaled(BatchLinear value, std::int64_t factor) {
-  return {multiply_or_throw(value.fixed, factor, kArithmetic), multiply_or_throw(value.per_sample, factor, kArithmetic)};
-}
-BatchLinear sum(BatchLinear a, BatchLinear b) {
-  return {add_or_throw(a.fixed, b.fixed, kArithmetic), add_or_throw(a.per_sample, b.per_sample, kArithmetic)};
-}
 
 // The fused kernel's arithmetic is LlamaRMSNorm's (network_builder.cpp's kRmsNorm* counts):
 // forward x*x, the row sum, x*rstd, *w per element and 1/sqrt(var + eps) per row

@@ -586,7 +586,25 @@ Prediction predict_kernel_seconds(const ValidationPoint& point, const PreparedSc
 }
 
 // Runs in a worker process: the point's predicted value.
-Prediction predict(const ValidationPoint& point, const PreparedScenario& run, const PreparedScenario* reference) {
+// The runs one worker has made, by scenario and batch: the points that read the same run (a
+// throughput and a peak of one setup, a slowdown's reference) share it instead of each
+// simulating it again.
+using RunCache = std::map<std::pair<const PreparedScenario*, std::int64_t>, std::variant<OneRun, Prediction>>;
+
+const std::variant<OneRun, Prediction>& cached_run(RunCache& cache, const PreparedScenario& prepared, std::int64_t batch) {
+  const auto key = std::pair{&prepared, batch};
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, run_once(prepared, batch)).first;
+  return it->second;
+}
+
+// Whether a point's prediction reads nothing but run_once's runs of its scenario (and
+// reference) at its batch, so that points of one setup can share them (RunCache).
+bool reads_runs_only(ValidationMetric metric) {
+  return metric != ValidationMetric::max_batch && metric != ValidationMetric::ran_at_batch && metric != ValidationMetric::kernel_seconds;
+}
+
+Prediction predict(const ValidationPoint& point, const PreparedScenario& run, const PreparedScenario* reference, RunCache& cache) {
   if (point.metric == ValidationMetric::max_batch) {
     PlanOptions options = plan_options_for(run.scenario());
     options.jobs = 1;  // this worker is one of validate's jobs already
@@ -598,7 +616,7 @@ Prediction predict(const ValidationPoint& point, const PreparedScenario& run, co
   }
   if (point.metric == ValidationMetric::ran_at_batch) return predict_ran_at_batch(run, point.batch);
   if (point.metric == ValidationMetric::kernel_seconds) return predict_kernel_seconds(point, run);
-  const auto measured = run_once(run, point.batch);
+  const auto& measured = cached_run(cache, run, point.batch);
   if (const auto* none = std::get_if<Prediction>(&measured)) return *none;
   const OneRun& run_result = std::get<OneRun>(measured);
   const SimulationResult& r = run_result.result;
@@ -619,7 +637,7 @@ Prediction predict(const ValidationPoint& point, const PreparedScenario& run, co
     default:
       break;
   }
-  const auto baseline = run_once(*reference, point.batch);
+  const auto& baseline = cached_run(cache, *reference, point.batch);
   if (const auto* none = std::get_if<Prediction>(&baseline)) return *none;
   const OneRun& baseline_result = std::get<OneRun>(baseline);
   const SimulationResult& b = baseline_result.result;
@@ -797,37 +815,66 @@ std::vector<ValidationResult> validate(const ValidationTable& table, const Valid
       r.generation = gpu_generation(*platform);
     }
   }
-  // One job per covered point; every job runs, and the outcomes are read in the table's order,
-  // so the error that stops the run is the first point's whatever -j is.
+  // One job per covered point, but the points that read the same runs (one scenario, reference
+  // and batch: RunCache) share one job, which predicts each of them in the table's order. Every
+  // job runs, and the outcomes are read in the table's order, so the error that stops the run is
+  // the first point's whatever -j is.
   std::vector<ChildProcess::Work> jobs;
-  std::vector<std::size_t> result_of_job;
+  std::vector<std::vector<std::size_t>> results_of_job;
+  std::map<std::tuple<std::filesystem::path, std::filesystem::path, std::int64_t>, std::size_t> job_of_setup;
   for (std::size_t i = 0; i < results.size(); ++i) {
     const ValidationPoint& point = results[i].point;
     if (!point.covered()) continue;
-    result_of_job.push_back(i);
+    if (!point.collective && !point.checkpoint && reads_runs_only(point.metric)) {
+      const auto setup = std::tuple{point.scenario, point.reference_scenario, point.batch};
+      if (const auto it = job_of_setup.find(setup); it != job_of_setup.end()) {
+        results_of_job[it->second].push_back(i);
+        continue;
+      }
+      job_of_setup[setup] = jobs.size();
+    }
+    results_of_job.push_back({i});
     if (point.collective) {
-      jobs.emplace_back([&point] { return wire::encode(predict_collective(*point.collective)); });
+      jobs.emplace_back([&point] { return wire::encode(Predictions{{predict_collective(*point.collective)}}); });
     } else if (point.checkpoint) {
-      jobs.emplace_back([&point] { return wire::encode(predict_checkpoint(*point.checkpoint, point.metric)); });
+      jobs.emplace_back([&point] { return wire::encode(Predictions{{predict_checkpoint(*point.checkpoint, point.metric)}}); });
     } else {
-      const PreparedScenario* run = prepared.at(point.scenario).get();
-      const PreparedScenario* reference = point.reference_scenario.empty() ? nullptr : prepared.at(point.reference_scenario).get();
-      jobs.emplace_back([&point, run, reference] { return wire::encode(predict(point, *run, reference)); });
+      const std::size_t job = jobs.size();
+      jobs.emplace_back([&results, &results_of_job, &prepared, job] {
+        RunCache cache;
+        Predictions predictions;
+        for (const std::size_t index : results_of_job[job]) {
+          const ValidationPoint& p = results[index].point;
+          const PreparedScenario* reference = p.reference_scenario.empty() ? nullptr : prepared.at(p.reference_scenario).get();
+          predictions.items.push_back(predict(p, *prepared.at(p.scenario), reference, cache));
+        }
+        return wire::encode(predictions);
+      });
     }
   }
   std::vector<JobOutcome> outcomes = run_jobs(std::move(jobs), options.jobs, [&](std::size_t job, const JobOutcome& outcome) {
-    if (!outcome.diagnostics.empty()) fmt::print(stderr, "{}", prefix_lines(results[result_of_job[job]].point.id + ": ", outcome.diagnostics));
+    if (!outcome.diagnostics.empty()) fmt::print(stderr, "{}", prefix_lines(results[results_of_job[job].front()].point.id + ": ", outcome.diagnostics));
   });
+  std::vector<std::pair<std::size_t, std::variant<Prediction, std::string>>> answers;  // result index, its prediction or the job's failure
   for (std::size_t job = 0; job < outcomes.size(); ++job) {
-    ValidationResult& r = results[result_of_job[job]];
     JobOutcome& outcome = outcomes[job];
     if (outcome.status == JobOutcome::Status::input_error) std::move(outcome).result_or_throw();
     if (outcome.status != JobOutcome::Status::result) {
-      // A failed simulation is one point without a prediction, not the end of the table.
-      r.why_none = "simulation failed: " + outcome.text;
+      for (const std::size_t i : results_of_job[job]) answers.emplace_back(i, "simulation failed: " + outcome.text);
       continue;
     }
-    const Prediction prediction = wire::decode<Prediction>(outcome.text);
+    Predictions predictions = wire::decode<Predictions>(outcome.text);
+    if (predictions.items.size() != results_of_job[job].size()) throw std::runtime_error("validate: a worker sent the wrong number of predictions");
+    for (std::size_t k = 0; k < predictions.items.size(); ++k) answers.emplace_back(results_of_job[job][k], std::move(predictions.items[k]));
+  }
+  for (auto& [index, answer] : answers) {
+    ValidationResult& r = results[index];
+    if (const auto* failure = std::get_if<std::string>(&answer)) {
+      // A failed simulation is a point without a prediction, not the end of the table.
+      r.why_none = *failure;
+      continue;
+    }
+    const Prediction prediction = std::get<Prediction>(std::move(answer));
     r.out_of_memory = prediction.out_of_memory;
     if (prediction.value && r.point.metric == ValidationMetric::ran_at_batch) {
       // No error to give: the answer is whether the configuration fits at the batch that ran.

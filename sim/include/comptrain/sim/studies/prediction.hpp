@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "comptrain/sim/runtime/wire.hpp"
 
@@ -34,6 +35,28 @@ struct wire::Codec<Prediction> {
     p.value = in.get<std::optional<double>>();
     p.why_none = in.get_string();
     p.out_of_memory = in.get<std::uint8_t>() != 0;
+    return p;
+  }
+};
+
+// The predictions of the points one worker answers together (the validation table's points
+// that read the same run), in the order it was given them.
+struct Predictions {
+  std::vector<Prediction> items;
+};
+
+template <>
+struct wire::Codec<Predictions> {
+  static constexpr std::string_view tag = "Predictions";
+  static constexpr std::uint32_t version = 1;
+  static void write(wire::Writer& w, const Predictions& p) {
+    w.put<std::uint64_t>(p.items.size());
+    for (const Prediction& item : p.items) wire::Codec<Prediction>::write(w, item);
+  }
+  static Predictions read(wire::Reader& in) {
+    Predictions p;
+    const auto n = in.get<std::uint64_t>();
+    for (std::uint64_t i = 0; i < n && !in.at_end(); ++i) p.items.push_back(wire::Codec<Prediction>::read(in));
     return p;
   }
 };

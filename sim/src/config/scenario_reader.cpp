@@ -35,7 +35,7 @@ Scenario ScenarioReader::read(const YAML::Node& root) {
   scenario.source = source();
   const YAML::Node model = required(root, "model", "the scenario");
   if (!model.IsMap()) throw InputError(where(model.Mark()) + "'model' must be a mapping with the key zoo, hf_config or trace");
-  check_keys(model, "model", {"zoo", "hf_config", "trace", "layers", "hidden", "heads", "seq_len", "vocab", "tie_embeddings", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing", "implementation", "norm_type", "sequence_bins"});
+  check_keys(model, "model", {"zoo", "hf_config", "trace", "layers", "hidden", "heads", "seq_len", "vocab", "tie_embeddings", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing", "implementation", "norm_type", "megatron", "sequence_bins"});
   const YAML::Node training = root["training"];
   if (training && !training.IsMap()) {
     throw InputError(where(training.Mark()) + "'training' must be a mapping with the keys batch_size, precision, optimizer, optimizer_impl, optimizer_in_backward, loss, tf32, float8, memory_format, gradient_accumulation_steps");
@@ -316,15 +316,39 @@ void ScenarioReader::read_model(const YAML::Node& model, const YAML::Node& train
       if (!packing["documents"]) throw InputError(where(packing.Mark()) + "'model.packing' needs 'documents' (how many documents each sample packs)");
       request.packed_documents = optional_positive(packing, "documents", "model.packing");
     }
-    // Whose code builds a decoder: Hugging Face's (the default) or torchtitan's
-    // (traces/zoo/README.md, "torchtitan's Llama"); norm_type is its train config's.
+    // Whose code builds a decoder: Hugging Face's (the default), torchtitan's
+    // (traces/zoo/README.md, "torchtitan's Llama"; norm_type is its train config's) or
+    // Megatron-LM's Transformer Engine layers ("Megatron-LM's Transformer Engine layers"; the
+    // `megatron` mapping holds its arguments).
+    enum class Implementation { hugging_face, torchtitan, megatron };
     if (const YAML::Node impl = model["implementation"]) {
-      const auto parse = [](std::string_view text) -> std::optional<bool> {
-        if (text == "torchtitan") return true;
-        if (text == "hugging-face") return false;
+      const auto parse = [](std::string_view text) -> std::optional<Implementation> {
+        if (text == "torchtitan") return Implementation::torchtitan;
+        if (text == "megatron") return Implementation::megatron;
+        if (text == "hugging-face") return Implementation::hugging_face;
         return std::nullopt;
       };
-      if (named(impl, "model.implementation", parse, {"hugging-face", "torchtitan"})) request.torchtitan = zoo::TorchtitanOptions{};
+      const Implementation chosen = named(impl, "model.implementation", parse, {"hugging-face", "torchtitan", "megatron"});
+      if (chosen == Implementation::torchtitan) request.torchtitan = zoo::TorchtitanOptions{};
+      if (chosen == Implementation::megatron) request.megatron = zoo::MegatronOptions{};
+    }
+    if (const YAML::Node m = model["megatron"]) {
+      if (!request.megatron) {
+        throw InputError(where(m.Mark()) + "'model.megatron' holds Megatron-LM's layer arguments; expected it with 'implementation: megatron'");
+      }
+      require_map(m, "model.megatron");
+      check_keys(m, "model.megatron", {"hidden_dropout", "attention_dropout", "rope_fusion", "bias_activation_fusion"});
+      const auto probability = [&](const char* key, double& field) {
+        if (const YAML::Node v = m[key]) {
+          field = number(v, std::string("model.megatron.") + key, [](double p) { return p >= 0 && p < 1; }, "a probability in [0, 1)");
+        }
+      };
+      probability("hidden_dropout", request.megatron->hidden_dropout);
+      probability("attention_dropout", request.megatron->attention_dropout);
+      if (const YAML::Node v = m["rope_fusion"]) request.megatron->rope_fusion = boolean(v, "model.megatron.rope_fusion");
+      if (const YAML::Node v = m["bias_activation_fusion"]) {
+        request.megatron->bias_activation_fusion = boolean(v, "model.megatron.bias_activation_fusion");
+      }
     }
     if (const YAML::Node n = model["norm_type"]) {
       if (!request.torchtitan) {
@@ -367,11 +391,11 @@ void ScenarioReader::read_model(const YAML::Node& model, const YAML::Node& train
     }
     scenario.zoo_model = std::move(request);
     scenario.model_locations[""] = where((has_hf ? model["hf_config"] : model["zoo"]).Mark());
-    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "tie_embeddings", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing", "implementation", "norm_type", "sequence_bins"}) {
+    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "tie_embeddings", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing", "implementation", "norm_type", "megatron", "sequence_bins"}) {
       if (const YAML::Node node = model[key]) scenario.model_locations[key] = where(node.Mark());
     }
   } else {
-    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "tie_embeddings", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing", "implementation", "norm_type", "sequence_bins"}) {
+    for (const char* key : {"layers", "hidden", "heads", "seq_len", "vocab", "tie_embeddings", "attention", "head", "mlm", "mlm_predictions", "moe", "lora", "packing", "implementation", "norm_type", "megatron", "sequence_bins"}) {
       if (model[key]) throw InputError(where(model[key].Mark()) + "'" + key + "' applies to zoo models only; a trace file fixes the model's shape");
     }
     std::filesystem::path path = scalar(model["trace"], "model.trace");

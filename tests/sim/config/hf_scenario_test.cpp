@@ -251,5 +251,27 @@ TEST(HfScenario, TorchtitanImplementation) {
   }
 }
 
+// model.implementation: megatron and model.megatron (traces/zoo/README.md, "Megatron-LM's
+// Transformer Engine layers"): Megatron's defaults, each key read at its line, refused without
+// the implementation or out of range.
+TEST(HfScenario, MegatronImplementation) {
+  const std::string llama = "model: {hf_config: hf-configs/llama-3-8b.json, seq_len: 64, layers: 1, ";
+  const Scenario defaults = parse_scenario(llama + "implementation: megatron}\n", "s.yaml", kScenarios);
+  ASSERT_TRUE(defaults.zoo_model && defaults.zoo_model->megatron);
+  EXPECT_EQ(defaults.zoo_model->megatron->hidden_dropout, 0.1);
+  EXPECT_EQ(defaults.zoo_model->megatron->attention_dropout, 0.1);
+  const Scenario s = parse_scenario(
+      llama + "implementation: megatron, megatron: {hidden_dropout: 0, attention_dropout: 0.0, rope_fusion: false, bias_activation_fusion: false}}\n",
+      "s.yaml", kScenarios);
+  EXPECT_EQ(s.zoo_model->megatron->hidden_dropout, 0.0);
+  EXPECT_FALSE(s.zoo_model->megatron->rope_fusion);
+  EXPECT_FALSE(s.zoo_model->megatron->bias_activation_fusion);
+  EXPECT_EQ(build_trace(s).metadata().at("implementation"), "megatron");
+  EXPECT_THAT(error_of(llama + "megatron: {hidden_dropout: 0}}\n"), AllOf(HasSubstr("s.yaml:1:"), HasSubstr("with 'implementation: megatron'")));
+  EXPECT_THAT(error_of(llama + "implementation: megatron, megatron: {hidden_dropout: 1}}\n"),
+              AllOf(HasSubstr("s.yaml:1:"), HasSubstr("model.megatron.hidden_dropout"), HasSubstr("[0, 1)")));
+  EXPECT_THAT(error_of(llama + "implementation: megatron, megatron: {dropout: 0}}\n"), AllOf(HasSubstr("s.yaml:1:"), HasSubstr("hidden_dropout")));
+}
+
 }  // namespace
 }  // namespace comptrain::sim

@@ -84,9 +84,34 @@ TEST(MegatronImport, ALlamaJobBecomesItsScenario) {
   ASSERT_TRUE(s.strategy.layer_recompute);
   EXPECT_EQ(s.strategy.layer_recompute->granularity, models::LayerRecompute::Granularity::selective);
   EXPECT_TRUE(s.strategy.rules.empty());
+  // Megatron's GPT layers, with its dropout and fusion defaults (none of the flags given).
+  ASSERT_TRUE(s.zoo_model->megatron);
+  EXPECT_EQ(s.zoo_model->megatron->hidden_dropout, 0.1);
+  EXPECT_EQ(s.zoo_model->megatron->attention_dropout, 0.1);
+  EXPECT_TRUE(s.zoo_model->megatron->rope_fusion);
+  EXPECT_TRUE(s.zoo_model->megatron->bias_activation_fusion);
   // What is not imported is said, in the notes and in the file.
   EXPECT_THAT(imported.yaml, HasSubstr("# note: not imported"));
   EXPECT_THAT(imported.yaml, HasSubstr("--lr"));
+}
+
+// The flags that shape Megatron's layers become model.megatron's keys; a dropout that is not a
+// probability is an error at its line.
+TEST(MegatronImport, LayerFlagsBecomeTheMegatronKeys) {
+  std::string job = kLlama70b;
+  job.insert(job.find(" --lr"), " --hidden-dropout 0.0 --attention-dropout 0.05 --no-rope-fusion --no-bias-swiglu-fusion");
+  const Scenario s = read_back(import_megatron_arguments(job, "job.sh", on("dgx-h100-superpod")));
+  ASSERT_TRUE(s.zoo_model && s.zoo_model->megatron);
+  EXPECT_EQ(s.zoo_model->megatron->hidden_dropout, 0.0);
+  EXPECT_EQ(s.zoo_model->megatron->attention_dropout, 0.05);
+  EXPECT_FALSE(s.zoo_model->megatron->rope_fusion);
+  EXPECT_FALSE(s.zoo_model->megatron->bias_activation_fusion);
+  std::string bad = kLlama70b;
+  bad.insert(bad.find(" --lr"), " --hidden-dropout 1.5");
+  const std::string error = megatron_error(bad);
+  EXPECT_THAT(error, HasSubstr("job.sh:"));
+  EXPECT_THAT(error, HasSubstr("--hidden-dropout"));
+  EXPECT_THAT(error, HasSubstr("probability"));
 }
 
 TEST(MegatronImport, AGptJobIsTheZoosGpt) {

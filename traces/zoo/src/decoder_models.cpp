@@ -42,7 +42,9 @@ Names names_of(const std::string& family) {
   return {"model.", "embed_tokens", "layers", "self_attn", "o_proj", "up_proj", "down_proj", "act_fn", "norm", "lm_head"};
 }
 
-Value norm(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& name, Value x) {
+// Megatron's Transformer Engine layers (megatron_layers.cpp) normalise with TE's fused RMSNorm.
+Value norm(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& name, Value x, const MegatronOptions* megatron) {
+  if (megatron) return nb.fused_rmsnorm(name, x);
   return arch.norm == DecoderArchitecture::Norm::rms ? nb.rmsnorm(name, x) : nb.layernorm(name, x);
 }
 
@@ -63,6 +65,7 @@ Value per_head_rmsnorm(NetworkBuilder& nb, const std::string& name, Value x, std
 struct Rotary {
   Value cos;
   Value sin;
+  std::optional<Value> freqs;  // Megatron's fp32 angles for Transformer Engine's fused kernel
   std::optional<Value> causal_mask;  // eager attention's additive mask
   NetworkBuilder::SdpaPacking packing;  // packed documents (packing.cpp)
 };
@@ -86,7 +89,7 @@ struct Rotary {
 // `sinks` (one learned logit per head joined to every softmax row) and, on its
 // "sliding_attention" layers, a window of `window` keys (0: none).
 Value attention(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, Value x, const Rotary& rotary,
-                Attention implementation, std::int64_t window) {
+                Attention implementation, std::int64_t window, const MegatronOptions* megatron) {
   const std::int64_t h = arch.hidden;
   const std::int64_t head_dim = arch.head_size();
   // Tensor parallelism: this rank's a/t query heads and g/t KV heads (zoo.cpp checks that t
@@ -128,8 +131,13 @@ Value attention(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::
     v = nb.split_heads(p + "v_proj.view", nb.column_parallel_linear(p + "v_proj", input, kv_width, arch.qkv_bias), 1, kv_heads)
             .front();
   }
-  q = nb.rotary(p + "q_rotary", q, rotary.cos, rotary.sin);
-  k = nb.rotary(p + "k_rotary", k, rotary.cos, rotary.sin);
+  if (megatron && megatron->rope_fusion) {
+    q = nb.fused_rotary(p + "q_rotary", q, *rotary.freqs);
+    k = nb.fused_rotary(p + "k_rotary", k, *rotary.freqs);
+  } else {
+    q = nb.rotary(p + "q_rotary", q, rotary.cos, rotary.sin);
+    k = nb.rotary(p + "k_rotary", k, rotary.cos, rotary.sin);
+  }
   const std::int64_t groups = arch.heads / arch.kv_heads;
 
   Value context;
@@ -181,7 +189,7 @@ Value attention(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::
 }
 
 // LlamaMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x)); GPTNeoXMLP: dense_4h_to_h(act(dense_h_to_4h(x))).
-Value mlp(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, Value x) {
+Value mlp(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, Value x, const MegatronOptions* megatron) {
   // Tensor parallelism: gate and up (Megatron's fused linear_fc1) column-parallel, I/t each,
   // over one shared input; down row-parallel.
   const Names names = names_of(arch.family);
@@ -193,6 +201,11 @@ Value mlp(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string
     return nb.row_parallel_linear(p + names.down, m, arch.hidden, arch.mlp_bias);
   }
   Value gate = nb.column_parallel_linear(p + "gate_proj", input, width, arch.mlp_bias);
+  if (megatron && megatron->bias_activation_fusion && arch.activation == DecoderArchitecture::Activation::silu) {
+    // Megatron's linear_fc1 is the gate and up projections as one GEMM; its fused SwiGLU.
+    const Value up = nb.column_parallel_linear(p + "up_proj", input, width, arch.mlp_bias);
+    return nb.row_parallel_linear(p + names.down, nb.fused_swiglu(p + "swiglu", gate, up), arch.hidden, arch.mlp_bias);
+  }
   gate = activation(nb, arch, p + names.act, gate);
   const Value up = nb.column_parallel_linear(p + "up_proj", input, width, arch.mlp_bias);
   const Value product = nb.mul(p + "mul", gate, up);
@@ -203,32 +216,38 @@ Value mlp(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string
 // block_sparse_moe, Qwen2MoeDecoderLayer's sparse mlp) whose experts process `expert_tokens`
 // tokens per sequence each (moe_block.cpp).
 Value layer_mlp(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, std::int64_t layer, Value x,
-                const std::vector<std::int64_t>& expert_tokens, const ExpertParallelPlan* expert_parallel) {
+                const std::vector<std::int64_t>& expert_tokens, const ExpertParallelPlan* expert_parallel, const MegatronOptions* megatron) {
   if (arch.moe && is_sparse_layer(*arch.moe, layer)) {
-    if (expert_parallel) return megatron_moe_layer(nb, arch, *expert_parallel, p + sparse_moe_module(arch) + ".", x);
+    if (expert_parallel) return megatron_moe_layer(nb, arch, *expert_parallel, p + sparse_moe_module(arch) + ".", x, megatron);
     return sparse_moe_block(nb, arch, expert_tokens, p + sparse_moe_module(arch) + ".", x);
   }
-  return mlp(nb, arch, p + "mlp.", x);
+  return mlp(nb, arch, p + "mlp.", x, megatron);
 }
 
 // LlamaDecoderLayer (pre-norm, sequential residuals) or GPTNeoXLayer (use_parallel_residual:
 // hidden_states = mlp_output + attn_output + hidden_states).
 Value decoder_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, std::int64_t layer, Value x,
                     const Rotary& rotary, Attention implementation, const std::vector<std::int64_t>& expert_tokens,
-                    const ExpertParallelPlan* expert_parallel) {
+                    const ExpertParallelPlan* expert_parallel, const MegatronOptions* megatron) {
   const Names names = names_of(arch.family);
-  Value a = norm(nb, arch, p + "input_layernorm", x);
+  // The residual sums: Megatron's fused bias-dropout-add when its hidden dropout is on (one
+  // kernel and a mask); a plain sum otherwise (Megatron's kernel without dropout is one too).
+  const auto residual = [&](Value stream, Value branch) {
+    if (megatron && megatron->hidden_dropout > 0) return nb.dropout_add(p + "add", branch, stream);
+    return nb.add(p + "add", stream, branch);
+  };
+  Value a = norm(nb, arch, p + "input_layernorm", x, megatron);
   const bool sliding = !arch.sliding_layers.empty() && arch.sliding_layers[static_cast<std::size_t>(layer)];
-  a = attention(nb, arch, p + names.attention + ".", a, rotary, implementation, sliding ? arch.window : 0);
+  a = attention(nb, arch, p + names.attention + ".", a, rotary, implementation, sliding ? arch.window : 0, megatron);
   if (arch.parallel_residual) {
-    Value m = norm(nb, arch, p + "post_attention_layernorm", x);
-    m = layer_mlp(nb, arch, p, layer, m, expert_tokens, expert_parallel);
+    Value m = norm(nb, arch, p + "post_attention_layernorm", x, megatron);
+    m = layer_mlp(nb, arch, p, layer, m, expert_tokens, expert_parallel, megatron);
     return nb.add(p + "add", nb.add(p + "add", m, a), x);
   }
-  x = nb.add(p + "add", x, a);  // hidden_states = residual + hidden_states
-  Value m = norm(nb, arch, p + "post_attention_layernorm", x);
-  m = layer_mlp(nb, arch, p, layer, m, expert_tokens, expert_parallel);
-  return nb.add(p + "add", x, m);
+  x = residual(x, a);  // hidden_states = residual + hidden_states
+  Value m = norm(nb, arch, p + "post_attention_layernorm", x, megatron);
+  m = layer_mlp(nb, arch, p, layer, m, expert_tokens, expert_parallel, megatron);
+  return residual(x, m);
 }
 
 }  // namespace
@@ -248,7 +267,7 @@ Value mlp_activation(NetworkBuilder& nb, DecoderArchitecture::Activation activat
 
 Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64_t seq_len, Attention implementation,
                  const PipelineStageSpec& stage, const std::vector<std::int64_t>& expert_tokens, std::int64_t documents,
-                 const ExpertParallelPlan* expert_parallel) {
+                 const ExpertParallelPlan* expert_parallel, const MegatronOptions* megatron) {
   // Context parallelism: this rank's seq_len / C tokens (its two load-balanced chunks) run
   // through every op; the attention kernels see the whole sequence's keys and values
   // (NetworkBuilder::context_parallel_attention).
@@ -292,9 +311,18 @@ Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64
   const Value inv_freq = nb.buffer(r + ".inv_freq", DType::f32, {rotary_dims / 2});
   // Per-sample positions make per-sample tables [N, S, D].
   const std::vector<Value> table_inputs = packed ? std::vector<Value>{positions, inv_freq} : std::vector<Value>{inv_freq, positions};
-  Rotary rotary{nb.constant_op(r + ".cos", table_inputs, nb.compute_dtype(), {1, s, rotary_dims}),
-                nb.constant_op(r + ".sin", table_inputs, nb.compute_dtype(), {1, s, rotary_dims}),
-                std::nullopt, {}};
+  const auto make_rotary = [&]() -> Rotary {
+    if (megatron && megatron->rope_fusion) {
+      // RotaryEmbedding.forward (megatron/core/models/common/embeddings/rotary_pos_embedding.py):
+      // the fp32 angles of every position, [S, 1, 1, D], made once per forward pass for every
+      // layer's fused kernel; no cos and sin tables.
+      const Value freqs = nb.constant_op(r + ".rotary_pos_emb", table_inputs, DType::f32, {1, s, rotary_dims});
+      return Rotary{freqs, freqs, freqs, std::nullopt, {}};
+    }
+    return Rotary{nb.constant_op(r + ".cos", table_inputs, nb.compute_dtype(), {1, s, rotary_dims}),
+                  nb.constant_op(r + ".sin", table_inputs, nb.compute_dtype(), {1, s, rotary_dims}), std::nullopt, std::nullopt, {}};
+  };
+  Rotary rotary = make_rotary();
   if (implementation == Attention::eager) {
     // The 4-D causal mask of eager attention (LlamaModel._update_causal_mask: torch.full of the
     // dtype's minimum, triu, expanded over the batch as a view): [1, 1, S, S] in the model's dtype;
@@ -311,12 +339,12 @@ Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64
   // Layers keep their global index: names, and which layers are sparse (is_sparse_layer).
   for (std::int64_t layer = stage.first_layer; layer < stage.first_layer + stage.layers; ++layer) {
     x = decoder_layer(nb, arch, names.base + names.layers + "." + std::to_string(layer) + ".", layer, x, rotary, implementation,
-                      expert_tokens, expert_parallel);
+                      expert_tokens, expert_parallel, megatron);
   }
   // A tied embedding split over two or more stages: its gradient all-reduced between them.
   if (arch.tie_embeddings && stage.first && !stage.last) nb.set_embedding_group_weight(*embed);
   if (!stage.last) return nb.send_to_next_stage("send_forward", x);  // the autograd root: what was sent
-  x = norm(nb, arch, names.base + names.final_norm, x);
+  x = norm(nb, arch, names.base + names.final_norm, x, megatron);
   // The head and the loss kind's cross-entropy (loss.cpp); by default ForCausalLMLoss's
   // `logits = logits.float()` first. A tied head on a last stage without the embedding reads the
   // stage's own copy of the word embedding (Megatron's, language_module.py:278-290; the

@@ -91,7 +91,8 @@ ExpertParallelPlan plan_expert_parallel(const MoeArchitecture& moe, const Expert
 }
 
 
-Value megatron_moe_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, const ExpertParallelPlan& plan, const std::string& p, Value x) {
+Value megatron_moe_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, const ExpertParallelPlan& plan, const std::string& p, Value x,
+                         const MegatronOptions* megatron) {
   const MoeArchitecture& moe = *arch.moe;
   const std::int64_t t = nb.tensor_parallel_degree();
   if (t != plan.expert_tensor) throw std::logic_error(p + ": the experts' tensor-parallel degree must be the layer's");
@@ -151,7 +152,8 @@ Value megatron_moe_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, co
     // Each local expert's width split over the expert-tensor ranks; the tokens are already gathered
     // (TEColumnParallelLinear / TERowParallelLinear of experts.py: no collective inside), and the
     // reduce_scatter before the combine adds up w2's partial sums.
-    outputs.push_back(swiglu_expert(nb, arch, p + "experts." + std::to_string(plan.local_experts[i]) + ".", inputs[i], width));
+    outputs.push_back(swiglu_expert(nb, arch, p + "experts." + std::to_string(plan.local_experts[i]) + ".", inputs[i], width,
+                                    megatron && megatron->bias_activation_fusion));
   }
   Value combined = outputs.size() == 1 ? outputs.front() : nb.cat_rows(p + "experts.cat", outputs);
   if (several) combined = chunk_order(p + "unsort_chunks_by_idxs", combined);

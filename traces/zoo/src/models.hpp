@@ -56,14 +56,16 @@ Value gpt2_lm_head(NetworkBuilder& nb, const TransformerShape& shape, Attention 
 // `documents` per sample packed (ModelSpec::packed_documents; packing.cpp).
 // `stage` as gpt2_lm_head's.
 // With `expert_parallel` the sparse layers are Megatron-LM's MoE layer on that plan's rank
-// (megatron_moe_layer) instead of Hugging Face's block.
+// (megatron_moe_layer) instead of Hugging Face's block. With `megatron` the layers are
+// Megatron-LM's Transformer Engine ones (megatron_layers.cpp): fused RMSNorm, rotary, SwiGLU
+// and bias-dropout-add kernels under the same module names.
 struct ExpertParallelPlan;
 // The MLP's activation module `name` on x: one op (SiLU, GELU) or, for relu2, transformers'
 // ReLUSquaredActivation's two (`name.relu`, then `name.square`).
 Value mlp_activation(NetworkBuilder& nb, DecoderArchitecture::Activation activation, const std::string& name, Value x);
 Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64_t seq_len, Attention implementation,
                  const PipelineStageSpec& stage, const std::vector<std::int64_t>& expert_tokens = {}, std::int64_t documents = 1,
-                 const ExpertParallelPlan* expert_parallel = nullptr);
+                 const ExpertParallelPlan* expert_parallel = nullptr, const MegatronOptions* megatron = nullptr);
 
 // torchtitan's Llama (torchtitan_decoder.cpp): InputError ("implementation: ...") when the
 // architecture or a request option is not what torchtitan's model code builds; then the model,
@@ -86,8 +88,9 @@ bool is_sparse_layer(const MoeArchitecture& moe, std::int64_t layer);
 std::string sparse_moe_module(const DecoderArchitecture& arch);
 // One expert (or Qwen2-MoE's shared expert): down(act(gate(x)) * up(x)) of `width`, with Mixtral's
 // names (w1, w3, w2) or Qwen2-MoE's (gate_proj, up_proj, down_proj). Under expert-tensor
-// parallelism `width` is one rank's share: w1 and w3 column-parallel, w2 row-parallel.
-Value swiglu_expert(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, Value x, std::int64_t width);
+// parallelism `width` is one rank's share: w1 and w3 column-parallel, w2 row-parallel. `fused`:
+// Megatron's fused SwiGLU kernel (NetworkBuilder::fused_swiglu) for a SiLU activation.
+Value swiglu_expert(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, Value x, std::int64_t width, bool fused = false);
 // MixtralSparseMoeBlock / Qwen2MoeSparseMoeBlock on x [N, S, H] under module prefix `p` (ending
 // in '.'), expert e processing tokens[e] tokens per sequence.
 Value sparse_moe_block(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::vector<std::int64_t>& tokens,
@@ -110,7 +113,9 @@ struct ExpertParallelPlan {
 // experts or the expert-tensor degree the sequence.
 ExpertParallelPlan plan_expert_parallel(const MoeArchitecture& moe, const ExpertRouting& routing, std::int64_t seq_len, std::int64_t degree,
                                         std::int64_t expert_tensor);
-// MoELayer on x [N, S', H] (S' = S, or S / t under sequence parallelism) under module prefix `p`.
-Value megatron_moe_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, const ExpertParallelPlan& plan, const std::string& p, Value x);
+// MoELayer on x [N, S', H] (S' = S, or S / t under sequence parallelism) under module prefix `p`;
+// with `megatron` the experts' SwiGLU as its fused kernel when bias_activation_fusion is on.
+Value megatron_moe_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, const ExpertParallelPlan& plan, const std::string& p, Value x,
+                         const MegatronOptions* megatron = nullptr);
 
 }  // namespace comptrain::zoo::detail

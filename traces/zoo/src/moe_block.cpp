@@ -161,10 +161,15 @@ Value gpt_oss_expert(NetworkBuilder& nb, const DecoderArchitecture& arch, const 
   return nb.linear(p + "down_proj", product, arch.hidden, true);
 }
 
-Value swiglu_expert(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, Value x, std::int64_t width) {
+Value swiglu_expert(NetworkBuilder& nb, const DecoderArchitecture& arch, const std::string& p, Value x, std::int64_t width, bool fused) {
   if (arch.moe && arch.moe->gpt_oss_experts) return gpt_oss_expert(nb, arch, p, x, width);
   const bool mixtral = arch.family == "mixtral";
   Value gate = nb.linear(p + (mixtral ? "w1" : "gate_proj"), x, width, false);
+  if (fused && arch.activation == DecoderArchitecture::Activation::silu) {
+    // Megatron's expert MLP: linear_fc1 (gate and up as one GEMM) and its fused SwiGLU.
+    const Value up = nb.linear(p + (mixtral ? "w3" : "up_proj"), x, width, false);
+    return nb.linear(p + (mixtral ? "w2" : "down_proj"), nb.fused_swiglu(p + "swiglu", gate, up), arch.hidden, false);
+  }
   gate = mlp_activation(nb, arch.activation, p + "act_fn", gate);
   const Value up = nb.linear(p + (mixtral ? "w3" : "up_proj"), x, width, false);
   return nb.linear(p + (mixtral ? "w2" : "down_proj"), nb.mul(p + "mul", gate, up), arch.hidden, false);

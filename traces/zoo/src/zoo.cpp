@@ -995,11 +995,47 @@ traces::Trace build_model(const ModelRequest& request) {
     if (request.pipeline_stage) add_pipeline_stage_metadata(stage, metadata);
     nb.set_pipeline_scatter_gather(stage.scatter_gather);
     Value root;  // the loss, or a pipeline stage's sent output (NetworkBuilder::finish)
+    if (request.torchtitan && request.megatron) throw InputError("implementation: one of torchtitan and megatron, not both");
     if (request.torchtitan) {
       detail::check_torchtitan_request(arch, request, attention);
       root = detail::torchtitan_decoder_lm(nb, arch, seq_len, attention, request.torchtitan->norm);
       metadata["implementation"] = "torchtitan";
       metadata["norm_type"] = request.torchtitan->norm == TorchtitanOptions::Norm::fused_rmsnorm ? "fused_rmsnorm" : "rmsnorm";
+    } else if (request.megatron) {
+      const MegatronOptions& options = *request.megatron;
+      const std::string& family = arch.family;
+      const bool llama_shaped = family == "llama" || family == "mistral" || family == "qwen2" || family == "qwen3" || family == "mixtral" ||
+                                family == "qwen2_moe" || family == "qwen3_moe";
+      if (!llama_shaped || arch.norm != DecoderArchitecture::Norm::rms || arch.parallel_residual) {
+        throw InputError("implementation: megatron builds Megatron-LM's GPT layers for Llama-shaped decoders (model_type llama, mistral, qwen2, "
+                         "qwen3, mixtral, qwen2_moe, qwen3_moe), not '" + family + "'" + from);
+      }
+      if (request.lora || request.packed_documents) {
+        throw InputError(std::string("implementation: megatron is not written together with ") + (request.lora ? "lora" : "packed documents"));
+      }
+      if (arch.moe && !expert_plan) {
+        throw InputError("implementation: megatron builds Megatron-LM's MoE layer, which needs expert parallelism (parallelism.expert, 1 or more); "
+                         "Hugging Face's expert loop is not Megatron's" + from);
+      }
+      const auto probability = [&](double p, const char* key) {
+        if (!(p >= 0 && p < 1)) throw InputError(std::string("megatron.") + key + ": expected a probability in [0, 1)");
+      };
+      probability(options.hidden_dropout, "hidden_dropout");
+      probability(options.attention_dropout, "attention_dropout");
+      // Megatron's attention dropout, not the Hugging Face config's.
+      DecoderArchitecture layers = arch;
+      layers.attention_dropout = options.attention_dropout > 0;
+      root = detail::decoder_lm(nb, layers, seq_len, attention, stage, expert_tokens, documents, expert_plan ? &*expert_plan : nullptr, &options);
+      metadata["implementation"] = "megatron";
+      const auto shortest = [](double value) {
+        char text[32];
+        std::snprintf(text, sizeof text, "%g", value);
+        return std::string(text);
+      };
+      metadata["megatron_hidden_dropout"] = shortest(options.hidden_dropout);
+      metadata["megatron_attention_dropout"] = shortest(options.attention_dropout);
+      metadata["megatron_rope_fusion"] = options.rope_fusion ? "true" : "false";
+      metadata["megatron_bias_activation_fusion"] = options.bias_activation_fusion ? "true" : "false";
     } else {
       root = detail::decoder_lm(nb, arch, seq_len, attention, stage, expert_tokens, documents, expert_plan ? &*expert_plan : nullptr);
     }

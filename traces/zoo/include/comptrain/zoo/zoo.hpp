@@ -261,6 +261,24 @@ struct TorchtitanOptions {
 std::optional<TorchtitanOptions::Norm> parse_torchtitan_norm(std::string_view text);
 std::vector<std::string_view> torchtitan_norm_names();
 
+// The decoder layers as Megatron-LM builds them with Transformer Engine (--transformer-impl
+// transformer_engine, megatron-core's GPT layer spec) instead of Hugging Face's eager modules:
+// the same parameters and GEMMs, fused elementwise kernels (traces/zoo/README.md, "Megatron-LM's
+// Transformer Engine layers"). Each field is the Megatron argument's, with its default.
+struct MegatronOptions {
+  // --hidden-dropout (0.1): the fused bias-dropout-add after the attention's and the MLP's
+  // output projections draws a dropout mask (one byte per element, kept for backward).
+  double hidden_dropout = 0.1;
+  // --attention-dropout (0.1): dropout on the attention probabilities inside the flash kernel
+  // (no mask kept: the backward draws it again).
+  double attention_dropout = 0.1;
+  // --no-rope-fusion clears it: Transformer Engine's fused rotary kernel, else Megatron's eager
+  // _apply_rotary_pos_emb_bshd (Hugging Face's kernels).
+  bool rope_fusion = true;
+  // --no-bias-swiglu-fusion clears it: SwiGLU as one kernel (bias_swiglu_impl), else F.silu and a product.
+  bool bias_activation_fusion = true;
+};
+
 // Megatron-LM's tensor parallelism (Shoeybi et al. 2019, arXiv 1909.08053 §3) and sequence
 // parallelism (Korthikanti et al. 2022, arXiv 2205.05198 §4.2.2): the trace is one
 // tensor-parallel rank's program, its collectives over the `tensor` group included
@@ -425,6 +443,9 @@ struct ModelSpec {
   // `llama` only: build the decoder as torchtitan's model code does (TorchtitanOptions); unset:
   // Hugging Face's LlamaForCausalLM. Module names stay Hugging Face's either way.
   std::optional<TorchtitanOptions> torchtitan;
+  // Llama-shaped decoders only: build the layers as Megatron-LM's Transformer Engine layers do
+  // (MegatronOptions); unset: Hugging Face's. Module names stay Hugging Face's either way.
+  std::optional<MegatronOptions> megatron;
   // `gpt` and `llama` only: one rank of Megatron-LM tensor (and sequence) parallelism; unset or
   // degree 1: the whole model. Invalid values are std::invalid_argument naming the numbers.
   std::optional<TensorParallelSpec> tensor_parallel;

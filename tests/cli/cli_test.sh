@@ -415,7 +415,9 @@ expect 0 '"name": "comptrain.pipeline"' -- simulate "$data/../../scenarios/llama
 expect 2 "--memory-csv, --timeline and --plot take one rank's replay" -- simulate "$data/../../scenarios/llama2-70b-tp8-pp4-4xh100.yaml" --timeline "$work/t.json"
 sed "s#validation/model-configs#$data/../../scenarios/validation/model-configs#" "$data/../../scenarios/llama2-70b-tp8-pp4-4xh100.yaml" >"$work/pp-sweep.yaml"
 printf 'sweep:\n  training.precision: [mixed, bf16]\n' >>"$work/pp-sweep.yaml"
-expect 2 "pp-sweep.yaml:17:13: parallelism.pipeline: pipeline stages are replayed for one scenario by .simulate., .plan. and .validate.; sweeps do not take them" -- simulate "$work/pp-sweep.yaml"
+# The error names the line of `pipeline:` in the file, wherever the example's comments put it.
+pipeline_line=$(grep -n '^  pipeline: ' "$work/pp-sweep.yaml" | head -1 | cut -d: -f1)
+expect 2 "pp-sweep.yaml:$pipeline_line:13: parallelism.pipeline: pipeline stages are replayed for one scenario by .simulate., .plan. and .validate.; sweeps do not take them" -- simulate "$work/pp-sweep.yaml"
 expect_usage "missing option --platform" -- import "$data/import/llama3-8b-torchtitan.toml" -o -
 
 echo "cli: $passed passed, $failed failed"

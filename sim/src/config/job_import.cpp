@@ -11,10 +11,12 @@
 #include <cctype>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <toml++/toml.h>
 
 #include "comptrain/support/input_error.hpp"
+#include "comptrain/zoo/zoo.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -43,13 +45,9 @@ struct JobDescription {
   int tensor = 1, pipeline = 1, context = 1, expert = 1, virtual_stages = 1;
   bool sequence_parallel = false;
   bool tp_comm_overlap = false;  // Megatron's --tp-comm-overlap (Transformer Engine's Userbuffers)
-  // A Llama-shaped model's layers as Megatron-LM builds them (model.implementation: megatron):
-  // --hidden-dropout, --attention-dropout (Megatron's defaults 0.1), rope and SwiGLU fusion.
-  bool megatron_layers = false;
-  double hidden_dropout = 0.1;
-  double attention_dropout = 0.1;
-  bool rope_fusion = true;
-  bool bias_activation_fusion = true;
+  // A Llama-shaped model's layers as Megatron-LM builds them (model.implementation: megatron),
+  // zoo::MegatronOptions' defaults being Megatron's.
+  std::optional<zoo::MegatronOptions> megatron;
   std::string context_comm;  // parallelism.context_parallel_comm under context > 1: ring | all_gather
   std::string pipeline_schedule = "1f1b";
   std::optional<int> zero_stage;      // Megatron's distributed optimizer: 1
@@ -91,13 +89,13 @@ std::string write_scenario(const JobDescription& job, const std::string& source,
   out << YAML::Key << "seq_len" << YAML::Value << job.seq_len;
   out << YAML::Key << "attention" << YAML::Value << job.attention;
   if (job.torchtitan) out << YAML::Key << "implementation" << YAML::Value << "torchtitan";
-  if (job.megatron_layers) {
+  if (const auto& m = job.megatron) {
     out << YAML::Key << "implementation" << YAML::Value << "megatron";
     // The probabilities as their shortest decimal ("0.1", not yaml-cpp's 17 digits).
     out << YAML::Key << "megatron" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "hidden_dropout" << YAML::Value
-        << fmt::format("{}", job.hidden_dropout) << YAML::Key << "attention_dropout" << YAML::Value << fmt::format("{}", job.attention_dropout)
-        << YAML::Key << "rope_fusion" << YAML::Value << job.rope_fusion
-        << YAML::Key << "bias_activation_fusion" << YAML::Value << job.bias_activation_fusion << YAML::EndMap;
+        << fmt::format("{}", m->hidden_dropout) << YAML::Key << "attention_dropout" << YAML::Value << fmt::format("{}", m->attention_dropout)
+        << YAML::Key << "rope_fusion" << YAML::Value << m->rope_fusion
+        << YAML::Key << "bias_activation_fusion" << YAML::Value << m->bias_activation_fusion << YAML::EndMap;
   }
   out << YAML::EndMap;
   out << YAML::Key << "training" << YAML::Value << YAML::BeginMap;
@@ -421,11 +419,11 @@ ImportedScenario import_megatron_arguments(std::string_view text, const std::str
     // Megatron's fused rotary, SwiGLU and bias-dropout-add kernels, with its dropout defaults
     // (megatron/training/arguments.py: --hidden-dropout and --attention-dropout 0.1,
     // --no-rope-fusion, --no-bias-swiglu-fusion).
-    job.megatron_layers = true;
-    job.hidden_dropout = args.probability("hidden-dropout").value_or(0.1);
-    job.attention_dropout = args.probability("attention-dropout").value_or(0.1);
-    job.rope_fusion = !args.flag("no-rope-fusion");
-    job.bias_activation_fusion = !args.flag("no-bias-swiglu-fusion");
+    zoo::MegatronOptions& m = job.megatron.emplace();
+    m.hidden_dropout = args.probability("hidden-dropout").value_or(m.hidden_dropout);
+    m.attention_dropout = args.probability("attention-dropout").value_or(m.attention_dropout);
+    m.rope_fusion = !args.flag("no-rope-fusion");
+    m.bias_activation_fusion = !args.flag("no-bias-swiglu-fusion");
   } else if (gpt_like && !experts && kv_heads == heads && ffn == 4 * hidden) {
     job.zoo_model = "gpt";
     job.zoo_shape = {{"layers", layers}, {"hidden", hidden}, {"heads", heads}, {"vocab", padded_vocab}};

@@ -2,7 +2,8 @@
 // expert-parallel rank of a tiny Mixtral-shaped decoder as Megatron-LM's MoE layer with the
 // alltoall dispatcher -- its all_to_alls and their bytes counted by hand, the local experts and
 // their parameter shards, the busiest rank under skewed routing, capacity padding, and the
-// refusals.
+// refusals; and with the allgather dispatcher (Megatron-LM's default) its gathers, waits and
+// scatters op by op.
 
 #include <gtest/gtest.h>
 
@@ -199,7 +200,102 @@ TEST(ExpertParallel, DroplessDispatchWaitsForTheHostOncePerLayer) {
   EXPECT_TRUE(synced(build_model(padded)).empty());
 }
 
+ModelRequest allgather(ModelRequest request) {
+  request.expert_parallel->dispatcher = ExpertParallelSpec::TokenDispatcher::allgather;
+  return request;
+}
+
+std::vector<std::string> host_synced(const Trace& trace) {
+  std::vector<std::string> names;
+  for (const auto& op : trace.ops()) {
+    if (op.host_sync) names.push_back(op.name);
+  }
+  return names;
+}
+
+const traces::Op& op_named(const Trace& trace, const std::string& name) {
+  for (const auto& op : trace.ops()) {
+    if (op.name == name) return op;
+  }
+  throw std::out_of_range("no op " + name);
+}
+
+// On one rank at top-2 the allgather dispatcher gathers nothing but still picks the (token, slot)
+// pairs by mask: masked_select of the experts and of the weights and nonzero size their outputs
+// by the data, and the rows per expert are read back to the host: four waits per layer
+// (Pai-Megatron-Patch@9fce17b3 token_dispatcher.py, MoEAllGatherTokenDispatcher), where the
+// alltoall dispatcher waits once.
+TEST(ExpertParallel, AllgatherDispatcherWaitsFourTimesPerLayer) {
+  const Trace trace = build_model(allgather(tiny_mixtral(1)));
+  std::vector<std::string> expected;
+  for (int layer = 0; layer < kLayers; ++layer) {
+    const std::string p = "model.layers." + std::to_string(layer) + ".block_sparse_moe.";
+    for (const char* op : {"masked_select_indices", "masked_select_probs", "nonzero", "histc"}) expected.push_back(p + op);
+  }
+  EXPECT_EQ(host_synced(trace), expected);
+  EXPECT_EQ(trace.metadata().at("moe_dispatcher"), "allgather");
+  EXPECT_EQ(trace.metadata().at("moe_local_expert_rows"), "0:16,1:16,2:16,3:16");
+  EXPECT_EQ(communications(trace, CommunicationKind::all_gather, ParallelGroup::expert).count, 0);
+  EXPECT_EQ(communications(trace, CommunicationKind::all_to_all, ParallelGroup::expert).count, 0);
+  // The 64 routed rows per sample gathered twice (by token, then sorted by expert): 64 x 64 x 2 B
+  // written each time for each of the 2 samples.
+  const std::int64_t rows_bytes = kBatch * kSeq * 2 * kHidden * 2;
+  for (const char* op : {"gather", "permute"}) {
+    const traces::Op& gather = op_named(trace, std::string("model.layers.0.block_sparse_moe.") + op);
+    EXPECT_EQ(trace.tensor(gather.outputs.front()).bytes(), rows_bytes) << op;
+  }
+  // On the way back each scatter starts from a zero tensor and its copy (scatter out of place):
+  // the 64 rows, then the 32 token rows.
+  for (const auto& [op, bytes] : {std::pair<const char*, std::int64_t>{"unpermute.scatter", rows_bytes}, {"unpermute.scatter_add", rows_bytes / 2}}) {
+    const std::string p = std::string("model.layers.1.block_sparse_moe.") + op;
+    EXPECT_EQ(trace.tensor(op_named(trace, p + ".zeros").outputs.front()).bytes(), bytes) << op;
+    EXPECT_EQ(trace.tensor(op_named(trace, p + ".copy").outputs.front()).bytes(), bytes) << op;
+    EXPECT_EQ(op_named(trace, p).kind, OpKind::scatter) << op;
+  }
+}
+
+// EP 2 at TP 1: the group is the expert group. Each rank gathers both ranks' 32 tokens (their
+// hidden states, top-2 experts and weights) and its experts 0 and 1 process 2 x 16 rows each per
+// sample; the token rows go back by a reduce_scatter. Backward, the hidden states' and the
+// weights' gathers reduce_scatter their gradients and the reduce_scatter all_gathers its own.
+TEST(ExpertParallel, AllgatherDispatcherGathersOverTheExpertGroup) {
+  const Trace trace = build_model(allgather(tiny_mixtral(2)));
+  EXPECT_EQ(trace.metadata().at("moe_local_expert_rows"), "0:32,1:32");
+  const Communications hidden = communications(trace, CommunicationKind::all_gather, ParallelGroup::expert, Phase::forward, "all_gather_hidden");
+  ASSERT_EQ(hidden.count, kLayers);
+  for (const std::int64_t b : hidden.each) EXPECT_EQ(b, kBatch * 2 * kSeq * kHidden * 2);
+  const Communications indices = communications(trace, CommunicationKind::all_gather, ParallelGroup::expert, Phase::forward, "all_gather_indices");
+  for (const std::int64_t b : indices.each) EXPECT_EQ(b, kBatch * 2 * kSeq * 2 * 8);  // int64
+  EXPECT_EQ(communications(trace, CommunicationKind::all_gather, ParallelGroup::expert, Phase::forward).count, 3 * kLayers);
+  const Communications back = communications(trace, CommunicationKind::reduce_scatter, ParallelGroup::expert, Phase::forward);
+  ASSERT_EQ(back.count, kLayers);
+  for (const std::int64_t b : back.each) EXPECT_EQ(b, kBatch * 2 * kSeq * kHidden * 2);
+  EXPECT_EQ(communications(trace, CommunicationKind::reduce_scatter, ParallelGroup::expert, Phase::backward).count, 2 * kLayers);
+  EXPECT_EQ(communications(trace, CommunicationKind::all_gather, ParallelGroup::expert, Phase::backward).count, kLayers);
+  EXPECT_EQ(communications(trace, CommunicationKind::all_to_all, ParallelGroup::expert).count, 0);
+  // Two of the four experts per rank, as with the alltoall dispatcher.
+  EXPECT_EQ(parameters(trace, ".experts."), kLayers * 2 * 3 * kHidden * kWidth);
+}
+
+// EP 1 at TP 2 (sequence parallel): the group is the tensor group; each rank processes all 64
+// rows of the gathered sequence with half of every expert's width, not rounded per expert.
+TEST(ExpertParallel, AllgatherDispatcherGathersOverTheTensorGroup) {
+  const Trace trace = build_model(allgather(tiny_mixtral(1, 2)));
+  EXPECT_EQ(trace.metadata().at("moe_local_expert_rows"), "0:16,1:16,2:16,3:16");
+  EXPECT_EQ(parameters(trace, ".experts."), kLayers * 4 * 3 * kHidden * kWidth / 2);
+  const Communications hidden = communications(trace, CommunicationKind::all_gather, ParallelGroup::tensor, Phase::forward, "all_gather_hidden");
+  ASSERT_EQ(hidden.count, kLayers);
+  for (const std::int64_t b : hidden.each) EXPECT_EQ(b, kBatch * kSeq * kHidden * 2);
+  EXPECT_EQ(communications(trace, CommunicationKind::reduce_scatter, ParallelGroup::tensor, Phase::forward, "combine.reduce_scatter").count, kLayers);
+}
+
 TEST(ExpertParallel, BadLayoutsAreRefused) {
+  // The allgather dispatcher over tensor x expert ranks, and with a capacity factor.
+  EXPECT_THROW(build_model(allgather(tiny_mixtral(2, 2))), std::invalid_argument);
+  ModelRequest capacity = allgather(tiny_mixtral(2));
+  capacity.routing = ExpertRouting{};
+  capacity.routing->capacity_factor = 1.25;
+  EXPECT_THROW(build_model(capacity), std::invalid_argument);
   // 3 does not divide the 4 experts.
   EXPECT_THROW(build_model(tiny_mixtral(3)), std::invalid_argument);
   // The experts' tensor parallelism other than the layers' (MoE parallel folding).

@@ -49,6 +49,7 @@ struct JobDescription {
   // zoo::MegatronOptions' defaults being Megatron's.
   std::optional<zoo::MegatronOptions> megatron;
   std::string context_comm;  // parallelism.context_parallel_comm under context > 1: ring | all_gather
+  std::string moe_token_dispatcher;  // parallelism.moe_token_dispatcher of an MoE job under model parallelism; empty: not written
   std::string pipeline_schedule = "1f1b";
   std::optional<int> zero_stage;      // Megatron's distributed optimizer: 1
   // Under zero: --overlap-grad-reduce's overlap_comm and bucket size (elements), and
@@ -147,6 +148,7 @@ std::string write_scenario(const JobDescription& job, const std::string& source,
     if (value > 1) out << YAML::Key << key << YAML::Value << value;
   }
   if (job.context > 1 && !job.context_comm.empty()) out << YAML::Key << "context_parallel_comm" << YAML::Value << job.context_comm;
+  if (!job.moe_token_dispatcher.empty()) out << YAML::Key << "moe_token_dispatcher" << YAML::Value << job.moe_token_dispatcher;
   if (job.sequence_parallel) out << YAML::Key << "sequence_parallel" << YAML::Value << true;
   if (job.tp_comm_overlap) out << YAML::Key << "tp_comm_overlap" << YAML::Value << true;
   if (job.pipeline > 1) out << YAML::Key << "pipeline_schedule" << YAML::Value << job.pipeline_schedule;
@@ -452,6 +454,23 @@ ImportedScenario import_megatron_arguments(std::string_view text, const std::str
   job.context_comm = cp_comm == "p2p" ? "ring" : "all_gather";
   job.expert = static_cast<int>(args.integer("expert-model-parallel-size", 1, 1'000'000).value_or(1));
   job.tensor = tensor;
+  // --moe-token-dispatcher-type, allgather by default (megatron/training/arguments.py at
+  // NVIDIA/Megatron-LM@ba773259 and since). The scenario's key matters where the zoo builds
+  // Megatron's MoE layer: a mixture of experts under tensor, pipeline, context or expert
+  // parallelism.
+  const std::string dispatcher = args.text("moe-token-dispatcher-type").value_or("allgather");
+  if (dispatcher != "allgather" && dispatcher != "alltoall") {
+    args.fail_on("moe-token-dispatcher-type", "is '" + dispatcher + "'; expected allgather (the default) or alltoall; flex (DeepEP) and alltoall_seq are not modelled");
+  }
+  if (experts && (tensor > 1 || job.pipeline > 1 || job.context > 1 || job.expert > 1)) {
+    job.moe_token_dispatcher = dispatcher;
+    if (dispatcher == "allgather" && tensor > 1 && job.expert > 1) {
+      job.moe_token_dispatcher = "alltoall";
+      job.notes.push_back("the allgather token dispatcher gathers over the tensor-and-expert group, which is not modelled under tensor " +
+                          std::to_string(tensor) + " and expert " + std::to_string(job.expert) +
+                          " parallelism; the scenario has the alltoall dispatcher (the same experts' work, other collectives)");
+    }
+  }
   // Megatron-LM turns --sequence-parallel off under a tensor-parallel size of 1 ("Disabling
   // sequence parallelism because tensor model parallelism is disabled": megatron/training/
   // arguments.py, validate_args), and a scenario refuses sequence_parallel without tensor > 1.

@@ -18,7 +18,7 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
   check_keys(node, "parallelism",
              {"nodes", "gpus_per_node", "ddp", "zero", "fsdp", "tensor", "pipeline", "context", "expert", "expert_tensor", "virtual_stages", "sequence_parallel",
               "pipeline_schedule", "pipeline_layers", "pipeline_scatter_gather", "context_parallel_comm", "tp_comm_overlap", "compression",
-              "grad_reduce_in_fp32"});
+              "grad_reduce_in_fp32", "moe_token_dispatcher"});
   ParallelismSection p;
   // At most 1,000,000 GPUs: far beyond any machine, and nodes x GPUs stays an int.
   constexpr std::int64_t kMaxGpus = 1'000'000;
@@ -319,7 +319,8 @@ void ScenarioReader::read_layout(const YAML::Node& node, ParallelismSection& p) 
   degree("expert", layout.expert);
   degree("expert_tensor", layout.expert_tensor);  // unset: 0, the tensor degree (Megatron's default)
   degree("virtual_stages", layout.virtual_stages);
-  for (const char* key : {"sequence_parallel", "pipeline_schedule", "pipeline_layers", "pipeline_scatter_gather", "context_parallel_comm", "tp_comm_overlap"}) {
+  for (const char* key : {"sequence_parallel", "pipeline_schedule", "pipeline_layers", "pipeline_scatter_gather", "context_parallel_comm", "tp_comm_overlap",
+                          "moe_token_dispatcher"}) {
     p.layout_positions[key] = where(node[key] ? node[key].Mark() : node.Mark());
   }
   if (const YAML::Node comm = node["context_parallel_comm"]) {
@@ -337,6 +338,18 @@ void ScenarioReader::read_layout(const YAML::Node& node, ParallelismSection& p) 
       throw InputError(where(comm.Mark()) + "'parallelism.context_parallel_comm' chooses context parallelism's exchange, and "
                                             "'parallelism.context' is 1; expected context > 1, or no context_parallel_comm");
     }
+  }
+  if (const YAML::Node dispatcher = node["moe_token_dispatcher"]) {
+    // Megatron-LM's --moe-token-dispatcher-type names (megatron/training/arguments.py); flex
+    // (DeepEP) and alltoall_seq are not modelled. Whether the model has experts, and the degrees
+    // allgather is written for, are checked with the model (sim/run/run.cpp).
+    const std::string name = scalar(dispatcher, "parallelism.moe_token_dispatcher");
+    if (name != "alltoall" && name != "allgather") {
+      throw InputError(where(dispatcher.Mark()) + "'parallelism.moe_token_dispatcher' is '" + name +
+                       "'; expected alltoall (the default) or allgather (Megatron-LM's default); flex and alltoall_seq are not modelled");
+    }
+    layout.moe_allgather_dispatcher = name == "allgather";
+    p.moe_token_dispatcher_given = true;
   }
   if (const YAML::Node sp = node["sequence_parallel"]) layout.sequence_parallel = boolean(sp, "parallelism.sequence_parallel");
   if (const YAML::Node overlap = node["tp_comm_overlap"]) layout.tp_comm_overlap = boolean(overlap, "parallelism.tp_comm_overlap");

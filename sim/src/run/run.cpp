@@ -78,6 +78,7 @@ traces::Trace build_zoo_trace(const Scenario& scenario, std::int64_t batch, std:
   if (scenario.parallelism && !scenario.parallelism->layout.is_data_parallel_only() && zoo::model_dimensions(request).experts > 0) {
     const models::ParallelLayout& layout = scenario.parallelism->layout;
     request.expert_parallel = zoo::ExpertParallelSpec{layout.expert, layout.expert_tensor};
+    if (layout.moe_allgather_dispatcher) request.expert_parallel->dispatcher = zoo::ExpertParallelSpec::TokenDispatcher::allgather;
   }
   try {
     return zoo::build_model(request);
@@ -89,6 +90,7 @@ traces::Trace build_zoo_trace(const Scenario& scenario, std::int64_t batch, std:
     if (!request.tensor_parallel && !request.pipeline_stage && !request.context_parallel && !request.expert_parallel) throw;
     const std::string_view message = e.what();
     const char* field = message.starts_with("context_parallel")                ? "context"
+                        : message.starts_with("expert_parallel.token_dispatcher") ? "moe_token_dispatcher"
                         : message.starts_with("expert_parallel.expert_tensor") ? "expert_tensor"
                         : message.starts_with("expert_parallel")               ? "expert"
                         : message.starts_with("tensor_parallel.sequence_parallel") ? "sequence_parallel"
@@ -255,6 +257,14 @@ void PreparedScenario::check_model_layout() const {
   };
   const bool model_parallel = !layout.is_data_parallel_only() || layout.virtual_stages > 1 || layout.sequence_parallel ||
                               !layout.pipeline_layers.empty() || layout.expert_tensor != 0;
+  if (p.moe_token_dispatcher_given && !model_parallel) {
+    // Without model or expert parallelism a mixture of experts is Hugging Face's block (and a
+    // trace file is what it is): there is no Megatron dispatcher to choose.
+    throw InputError(at("moe_token_dispatcher") +
+                     "chooses the dispatcher of Megatron-LM's MoE layer, which the zoo builds under tensor, pipeline, context or expert parallelism; "
+                     "with data parallelism only a mixture of experts is Hugging Face's expert loop; expected one of those degrees above 1, or no "
+                     "moe_token_dispatcher");
+  }
   if (!model_parallel) return;
   if (!scenario_.zoo_model) {
     throw InputError(at(layout.tensor > 1 ? "tensor" : layout.pipeline > 1 ? "pipeline" : layout.context > 1 ? "context" : "expert") +
@@ -266,6 +276,10 @@ void PreparedScenario::check_model_layout() const {
     d = zoo::model_dimensions(*scenario_.zoo_model);
   } catch (const InputError& e) {
     throw InputError(model_error_location(scenario_, e.what()) + "model: " + e.what());
+  }
+  if (p.moe_token_dispatcher_given && d.experts == 0) {
+    throw InputError(at("moe_token_dispatcher") + "chooses how a mixture of experts' tokens reach the experts, and the model has none; expected no "
+                                                  "moe_token_dispatcher");
   }
   const models::LayoutModel model{static_cast<int>(d.layers), static_cast<int>(d.heads), static_cast<int>(d.kv_heads),
                                   static_cast<int>(d.experts), d.vocab, d.seq_len};

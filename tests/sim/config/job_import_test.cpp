@@ -213,6 +213,36 @@ TEST(MegatronImport, SequenceParallelIsOffWithoutTensorParallelism) {
   for (const std::string& note : tp8.notes) EXPECT_EQ(note.find("--sequence-parallel is off"), std::string::npos) << note;
 }
 
+// --moe-token-dispatcher-type: allgather by default, as Megatron-LM's arguments.py has it, written
+// as parallelism.moe_token_dispatcher for a mixture of experts under model parallelism (where the
+// zoo builds Megatron's layer); under tensor and expert parallelism both above 1, which the
+// allgather dispatcher is not modelled for, alltoall with a note; flex is refused at its line; a
+// dense job has no key.
+TEST(MegatronImport, TheTokenDispatcherIsMegatronsDefaultOrItsFlag) {
+  const auto moe = [](const std::string& flags) {
+    std::string job = kLlama70b;
+    job.insert(job.find(" --lr"), " --num-experts 8 --moe-router-topk 2" + flags);
+    return job;
+  };
+  const auto dispatcher = [](const ImportedScenario& imported) {
+    const std::size_t at = imported.yaml.find("moe_token_dispatcher: ");
+    return at == std::string::npos ? std::string("none") : imported.yaml.substr(at + 22, imported.yaml.find('\n', at) - at - 22);
+  };
+  const ImportedScenario by_default = import_megatron_arguments(moe(""), "job.sh", on("dgx-h100-superpod"));
+  EXPECT_EQ(dispatcher(by_default), "allgather");
+  EXPECT_TRUE(read_back(by_default).parallelism->layout.moe_allgather_dispatcher);
+  const ImportedScenario alltoall = import_megatron_arguments(moe(" --moe-token-dispatcher-type alltoall"), "job.sh", on("dgx-h100-superpod"));
+  EXPECT_EQ(dispatcher(alltoall), "alltoall");
+  EXPECT_FALSE(read_back(alltoall).parallelism->layout.moe_allgather_dispatcher);
+  const ImportedScenario folded = import_megatron_arguments(moe(" --expert-model-parallel-size 2"), "job.sh", on("dgx-h100-superpod"));
+  EXPECT_EQ(dispatcher(folded), "alltoall");
+  EXPECT_TRUE(std::any_of(folded.notes.begin(), folded.notes.end(),
+                          [](const std::string& n) { return n.find("the allgather token dispatcher gathers over the tensor-and-expert group") != std::string::npos; }));
+  EXPECT_THAT(megatron_error(moe(" --moe-token-dispatcher-type flex")),
+              AllOf(HasSubstr("job.sh"), HasSubstr("--moe-token-dispatcher-type"), HasSubstr("is 'flex'; expected allgather")));
+  EXPECT_EQ(dispatcher(import_megatron_arguments(kLlama70b, "job.sh", on("dgx-h100-superpod"))), "none");
+}
+
 // --overlap-grad-reduce and --overlap-param-gather with the distributed optimizer become ZeRO-1's
 // overlap_comm, Megatron-LM's bucket size (max(40M, 1M x data-parallel ranks) elements, or
 // --ddp-bucket-size) and overlap_param_gather; Megatron's refusals of --overlap-param-gather

@@ -121,6 +121,19 @@ TEST(LayoutScenario, ContextParallelCommTakesMegatronsNames) {
   EXPECT_FALSE(plain.parallelism->layout.context_all_gather);  // the ring by default, as Megatron's p2p
 }
 
+// parallelism.moe_token_dispatcher takes Megatron-LM's two modelled names, and only where the zoo
+// builds Megatron's MoE layer: a mixture of experts under model or expert parallelism.
+TEST(LayoutScenario, MoeTokenDispatcherIsMegatronsLayersChoice) {
+  EXPECT_EQ(prepare(kMixtral, "  gpus_per_node: 8\n  expert: 8\n  moe_token_dispatcher: allgather\n"), "prepared");
+  EXPECT_EQ(prepare(kMixtral, "  gpus_per_node: 8\n  pipeline: 2\n  moe_token_dispatcher: alltoall\n"), "prepared");
+  EXPECT_THAT(test_support::scenario_error("model: {zoo: gpt}\nparallelism:\n  moe_token_dispatcher: flex\n"),
+              HasSubstr("s.yaml:3:25: 'parallelism.moe_token_dispatcher' is 'flex'; expected alltoall (the default) or allgather"));
+  EXPECT_THAT(prepare(kMixtral, "  gpus_per_node: 8\n  moe_token_dispatcher: allgather\n"),
+              AllOf(HasSubstr("s.yaml:6:25: parallelism.moe_token_dispatcher: "), HasSubstr("Hugging Face's expert loop")));
+  EXPECT_THAT(prepare(kLlama3, "  gpus_per_node: 8\n  tensor: 2\n  moe_token_dispatcher: allgather\n"),
+              AllOf(HasSubstr("s.yaml:7:25: parallelism.moe_token_dispatcher: "), HasSubstr("the model has none")));
+}
+
 // Every valid layout is prepared for its replay: the interleaved schedule's chunks included
 // (run_pipeline replays them; tests/sim/run/model_parallel_run_test.cpp).
 TEST(LayoutScenario, EveryValidLayoutIsPrepared) {

@@ -33,7 +33,7 @@ using traces::OpKind;
 using traces::ParallelGroup;
 
 ExpertParallelPlan plan_expert_parallel(const MoeArchitecture& moe, const ExpertRouting& routing, std::int64_t seq_len, std::int64_t degree,
-                                        std::int64_t expert_tensor) {
+                                        std::int64_t expert_tensor, bool allgather) {
   if (degree < 1 || moe.experts % degree != 0) {
     throw std::invalid_argument("expert_parallel.degree: " + std::to_string(degree) + " does not divide the " + std::to_string(moe.experts) +
                                 " routed experts; expected a divisor of them");
@@ -42,9 +42,23 @@ ExpertParallelPlan plan_expert_parallel(const MoeArchitecture& moe, const Expert
     throw std::invalid_argument("expert_parallel.expert_tensor: " + std::to_string(expert_tensor) + " does not divide the sequence of " +
                                 std::to_string(seq_len) + " tokens");
   }
+  if (allgather && degree > 1 && expert_tensor > 1) {
+    // Megatron's allgather dispatcher then gathers over the tensor-and-expert group, T x E ranks,
+    // which the trace's groups do not hold.
+    throw std::invalid_argument("expert_parallel.token_dispatcher: allgather with an expert degree of " + std::to_string(degree) +
+                                " and a tensor degree of " + std::to_string(expert_tensor) +
+                                " is not modelled (its group, tensor x expert ranks, is not one of the trace's); expected one of them 1, or alltoall");
+  }
+  if (allgather && routing.capacity_factor) {
+    throw std::invalid_argument(
+        "expert_parallel.token_dispatcher: allgather with a capacity factor is not modelled (Megatron-LM-240405's allgather dispatcher is "
+        "dropless); expected no capacity_factor, or alltoall");
+  }
   ExpertParallelPlan plan;
   plan.degree = degree;
   plan.expert_tensor = expert_tensor;
+  plan.allgather = allgather;
+  plan.gather_ranks = degree * expert_tensor;  // one of the two is 1 under allgather
   // Each expert's rows per sequence of the whole tensor-parallel group (seq_len tokens, top-k
   // routed): ExpertRouting's counts, dropless. With a capacity factor Megatron's capacity
   // ceil(tokens x top_k / experts x factor) (moe_utils.py:248-266, get_capacity) for every
@@ -79,37 +93,52 @@ ExpertParallelPlan plan_expert_parallel(const MoeArchitecture& moe, const Expert
   std::int64_t gathered = 0;
   for (std::int64_t e = plan.rank * local; e < (plan.rank + 1) * local; ++e) {
     std::int64_t rows = multiply_or_throw(degree, load[static_cast<std::size_t>(e)], "moe: an expert's rows");
-    rows = (rows + expert_tensor - 1) / expert_tensor * expert_tensor;
+    if (!allgather) rows = (rows + expert_tensor - 1) / expert_tensor * expert_tensor;
     plan.local_experts.push_back(e);
     plan.expert_rows.push_back(rows);
     gathered += rows;
   }
-  plan.received_rows = gathered / expert_tensor;
   const std::int64_t routed = std::accumulate(load.begin(), load.end(), std::int64_t{0});
+  if (allgather) {
+    // Every rank of the group picks its experts' rows out of the gathered ones itself.
+    plan.received_rows = gathered;
+    plan.dispatched_rows = routed;
+    return plan;
+  }
+  plan.received_rows = gathered / expert_tensor;
   plan.dispatched_rows = (routed + expert_tensor - 1) / expert_tensor;
   return plan;
 }
 
 
-Value megatron_moe_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, const ExpertParallelPlan& plan, const std::string& p, Value x,
-                         const MegatronOptions* megatron) {
-  const MoeArchitecture& moe = *arch.moe;
+namespace {
+
+// SequentialMLP (experts.py): the rows `tokens`, grouped by expert, split by the tokens per
+// expert (views), one MLP each, the outputs concatenated. Each local expert's width is split over
+// the expert-tensor ranks; the tokens are already gathered (TEColumnParallelLinear /
+// TERowParallelLinear of experts.py: no collective inside), and the dispatcher's reduce_scatter
+// adds up w2's partial sums.
+Value sequential_mlp(NetworkBuilder& nb, const DecoderArchitecture& arch, const ExpertParallelPlan& plan, const std::string& p, Value tokens,
+                     const MegatronOptions* megatron) {
+  std::vector<std::vector<std::int64_t>> shapes;
+  for (const std::int64_t rows : plan.expert_rows) shapes.push_back({rows, arch.hidden});
+  const std::vector<Value> inputs = nb.split_into_views(p + "experts.split", tokens, shapes);
+  std::vector<Value> outputs;
+  const std::int64_t width = arch.moe->intermediate / nb.tensor_parallel_degree();
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    outputs.push_back(swiglu_expert(nb, arch, p + "experts." + std::to_string(plan.local_experts[i]) + ".", inputs[i], width,
+                                    megatron && megatron->bias_activation_fusion));
+  }
+  return outputs.size() == 1 ? outputs.front() : nb.cat_rows(p + "experts.cat", outputs);
+}
+
+// The alltoall dispatcher (token_dispatcher.py, MoEAlltoAllTokenDispatcher) around the local
+// experts: the token rows `flat` [n, h] out to the experts' ranks and back, weighted and summed.
+Value alltoall_dispatch(NetworkBuilder& nb, const DecoderArchitecture& arch, const ExpertParallelPlan& plan, const std::string& p, Value flat,
+                        Value weights, Value selected, const MegatronOptions* megatron) {
   const std::int64_t t = nb.tensor_parallel_degree();
-  if (t != plan.expert_tensor) throw std::logic_error(p + ": the experts' tensor-parallel degree must be the layer's");
-  const std::int64_t n = nb.dim(x, 1);  // this rank's tokens per sample: S, or S / t under sequence parallelism
+  const std::int64_t n = nb.dim(flat, 0);
   const std::int64_t h = arch.hidden;
-  const std::int64_t k = moe.top_k;
-  const Value flat = nb.reshape(p + "view", x, {n, h});
-  // TopKRouter (router.py): a linear without bias, replicated on every rank (not tensor-parallel),
-  // over this rank's tokens; softmax in fp32, top-k, the top-k weights normalised (Mixtral).
-  const Value router = nb.parameter(p + "gate.weight", {moe.experts, h});
-  // The router's weight is marked `sequence_parallel` (router.py): its gradient is partial.
-  nb.mark_sequence_parallel_weight(router);
-  const Value logits = nb.linear(p + "gate", flat, router, std::nullopt);
-  const Value probs = nb.softmax_fp32(p + "softmax", logits);
-  auto [weights, selected] = nb.topk(p + "topk", probs, k);
-  if (moe.normalize_top_k) weights = nb.normalize_rows_(p + "div_", weights);
-  weights = nb.to_dtype(p + "routing_weights.to", weights, nb.dtype(flat));
   // permute (moe_utils.py): the (token, slot) pairs sorted by expert -- int64 index kernels, no
   // autograd -- and the rows gathered in that order: dispatched_rows rows to send.
   const std::int64_t d = plan.dispatched_rows;
@@ -142,20 +171,7 @@ Value megatron_moe_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, co
     return nb.index(name, rows, {order}, {gathered, h});
   };
   if (several) tokens = chunk_order(p + "sort_chunks_by_idxs", tokens);
-  // SequentialMLP: torch.split by the tokens per expert (views), one MLP each, torch.cat.
-  std::vector<std::vector<std::int64_t>> shapes;
-  for (const std::int64_t rows : plan.expert_rows) shapes.push_back({rows, h});
-  const std::vector<Value> inputs = nb.split_into_views(p + "experts.split", tokens, shapes);
-  std::vector<Value> outputs;
-  const std::int64_t width = moe.intermediate / t;
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    // Each local expert's width split over the expert-tensor ranks; the tokens are already gathered
-    // (TEColumnParallelLinear / TERowParallelLinear of experts.py: no collective inside), and the
-    // reduce_scatter before the combine adds up w2's partial sums.
-    outputs.push_back(swiglu_expert(nb, arch, p + "experts." + std::to_string(plan.local_experts[i]) + ".", inputs[i], width,
-                                    megatron && megatron->bias_activation_fusion));
-  }
-  Value combined = outputs.size() == 1 ? outputs.front() : nb.cat_rows(p + "experts.cat", outputs);
+  Value combined = sequential_mlp(nb, arch, plan, p, tokens, megatron);
   if (several) combined = chunk_order(p + "unsort_chunks_by_idxs", combined);
   // ETP > 1: the partial sums of w2 reduced and scattered back (:829; backward an all_gather).
   if (t > 1) {
@@ -170,6 +186,118 @@ Value megatron_moe_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, co
   Value output = nb.zeros(p + "zeros", nb.dtype(flat), {n, h}, true);
   const Value weighted = nb.to_dtype(p + "to", nb.mul_rows(p + "mul", combined, weight), nb.dtype(output));
   output = nb.index_add_(p + "unpermute", output, token, weighted);
+  return output;
+}
+
+// The allgather dispatcher as Megatron-LM-240405 writes it (ExpertParallelSpec::TokenDispatcher;
+// Pai-Megatron-Patch@9fce17b3 megatron_patch/model/qwen1_5/moe/token_dispatcher.py,
+// MoEAllGatherTokenDispatcher) around the local experts, op by op: `flat` [n, h] this rank's
+// tokens, `weights` and `selected` [n, k] their top-k weights and experts.
+Value allgather_dispatch(NetworkBuilder& nb, const DecoderArchitecture& arch, const ExpertParallelPlan& plan, const std::string& p, Value flat,
+                         Value weights, Value selected, const MegatronOptions* megatron) {
+  const std::int64_t n = nb.dim(flat, 0);
+  const std::int64_t h = arch.hidden;
+  const std::int64_t k = arch.moe->top_k;
+  const std::int64_t local = plan.received_rows;  // the rows of this rank's experts
+  const std::int64_t global = n * plan.gather_ranks;
+  const bool gathered = plan.gather_ranks > 1;
+  const bool masked = gathered || k > 1;
+  const ParallelGroup group = plan.degree > 1 ? ParallelGroup::expert : ParallelGroup::tensor;
+  // token_permutation. Under sequence or expert parallelism the group's hidden states and top-k
+  // experts are gathered (gather_from_sequence_parallel_region_to_moe; the hidden states'
+  // backward a reduce_scatter), and the top-k weights too when k > 1.
+  Value hidden = flat;
+  Value indices = selected;
+  Value probs = weights;
+  if (gathered) {
+    hidden = nb.communicate(p + "dispatch.all_gather_hidden", flat, CommunicationKind::all_gather, CommunicationKind::reduce_scatter, group, {global, h});
+    indices = nb.communicate(p + "dispatch.all_gather_indices", selected, CommunicationKind::all_gather, CommunicationKind::reduce_scatter, group,
+                             {global, k});
+    if (k > 1) {
+      probs = nb.communicate(p + "dispatch.all_gather_probs", weights, CommunicationKind::all_gather, CommunicationKind::reduce_scatter, group,
+                             {global, k});
+    }
+  }
+  Value local_indices = nb.reshape(p + "indices.view", indices, {global * k});
+  Value local_probs = nb.reshape(p + "probs.view", probs, {nb.dim(probs, 0) * k});
+  Value local_hidden = hidden;
+  std::optional<Value> global_local_map;
+  if (masked) {
+    // The mask of the (token, slot) pairs routed to this rank's experts: two comparisons and
+    // their conjunction over the gathered experts, or ones_like(...).bool() at k > 1 without a
+    // gather; then masked_select of the experts and the weights, and nonzero for the rows: each
+    // sizes its output by the data, so the host waits for the GPU three times.
+    Value mask;
+    if (gathered) {
+      const Value lower = nb.constant_op(p + "global_local_mask.ge", indices, DType::boolean, {global, k});
+      const Value upper = nb.constant_op(p + "global_local_mask.le", indices, DType::boolean, {global, k});
+      mask = nb.constant_op(p + "global_local_mask.and", std::vector<Value>{lower, upper}, DType::boolean, {global, k});
+    } else {
+      mask = nb.constant_op(p + "global_local_mask.bool", nb.constant_op(p + "global_local_mask.ones_like", indices, DType::i64, {global, k}),
+                            DType::boolean, {global, k});
+    }
+    local_indices = nb.data_sized_op(p + "masked_select_indices", {indices, mask}, DType::i64, {local});
+    if (k > 1) {
+      // masked_select of the weights, which need a gradient (MaskedSelectBackward0 scatters it
+      // into zeros of the weights' shape): priced as the gather of its `local` elements, whose
+      // backward scatters them back.
+      local_probs = nb.index(p + "masked_select_probs", local_probs, {local_indices}, {local});
+      nb.synchronize_host();
+    }
+    const Value positions = nb.data_sized_op(p + "nonzero", {mask}, DType::i64, {local, 2});
+    global_local_map = nb.columns(p + "nonzero.select", positions)[0];
+    // torch.gather of the rows by global_local_map (expanded over h: one index read per element,
+    // from cache), whose backward is zeros and a scatter_add_ of the gradient: index_select's.
+    local_hidden = nb.index_select(p + "gather", hidden, *global_local_map);
+  }
+  // The rows sorted by expert: argsort of their experts, histc for the rows per expert, read by
+  // the host (tokens_per_expert.cpu(), the wait SequentialMLP's split needs), and the gather.
+  const Value order = nb.constant_op(p + "argsort", local_indices, DType::i64, {local});
+  nb.constant_op(p + "histc", local_indices, DType::f32, {static_cast<std::int64_t>(plan.local_experts.size())});
+  nb.synchronize_host();
+  const Value permuted = nb.index_select(p + "permute", local_hidden, order);
+  const Value combined = sequential_mlp(nb, arch, plan, p, permuted, megatron);
+  // token_unpermutation: zeros_like(...).scatter(0, indices, rows) -- scatter out of place copies
+  // its zero self first (ATen's scatter: out.copy_(self), then scatter_) -- the rows times their
+  // weights (k > 1), and scatter_add into zeros of the group's token rows, again a copy first.
+  const Value scores = nb.to_dtype(p + "scores.to", local_probs, nb.dtype(combined));
+  const auto scattered = [&](const std::string& name, std::int64_t rows, Value index, Value source) {
+    const Value zeros = nb.zeros(name + ".zeros", nb.dtype(source), {rows, h}, true);
+    return nb.index_add_(name, nb.constant_op(name + ".copy", zeros, nb.dtype(source), {rows, h}), index, source);
+  };
+  Value output = scattered(p + "unpermute.scatter", local, order, combined);
+  if (k > 1) output = nb.mul_rows(p + "unpermute.mul", output, nb.reshape(p + "scores.view", scores, {local, 1}));
+  if (masked) output = scattered(p + "unpermute.scatter_add", global, *global_local_map, output);
+  if (gathered) {
+    output = nb.communicate(p + "combine.reduce_scatter", output, CommunicationKind::reduce_scatter, CommunicationKind::all_gather, group, {n, h});
+  }
+  if (k == 1) output = nb.mul_rows(p + "unpermute.mul", output, nb.reshape(p + "scores.view", scores, {n, 1}));
+  return output;
+}
+
+}  // namespace
+
+Value megatron_moe_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, const ExpertParallelPlan& plan, const std::string& p, Value x,
+                         const MegatronOptions* megatron) {
+  const MoeArchitecture& moe = *arch.moe;
+  const std::int64_t t = nb.tensor_parallel_degree();
+  if (t != plan.expert_tensor) throw std::logic_error(p + ": the experts' tensor-parallel degree must be the layer's");
+  const std::int64_t n = nb.dim(x, 1);  // this rank's tokens per sample: S, or S / t under sequence parallelism
+  const std::int64_t h = arch.hidden;
+  const std::int64_t k = moe.top_k;
+  const Value flat = nb.reshape(p + "view", x, {n, h});
+  // TopKRouter (router.py): a linear without bias, replicated on every rank (not tensor-parallel),
+  // over this rank's tokens; softmax in fp32, top-k, the top-k weights normalised (Mixtral).
+  const Value router = nb.parameter(p + "gate.weight", {moe.experts, h});
+  // The router's weight is marked `sequence_parallel` (router.py): its gradient is partial.
+  nb.mark_sequence_parallel_weight(router);
+  const Value logits = nb.linear(p + "gate", flat, router, std::nullopt);
+  const Value probs = nb.softmax_fp32(p + "softmax", logits);
+  auto [weights, selected] = nb.topk(p + "topk", probs, k);
+  if (moe.normalize_top_k) weights = nb.normalize_rows_(p + "div_", weights);
+  weights = nb.to_dtype(p + "routing_weights.to", weights, nb.dtype(flat));
+  Value output = plan.allgather ? allgather_dispatch(nb, arch, plan, p, flat, weights, selected, megatron)
+                                : alltoall_dispatch(nb, arch, plan, p, flat, weights, selected, megatron);
   Value y = nb.reshape(p + "reshape", output, {1, n, h});
   if (moe.shared_expert_intermediate > 0) {
     // Qwen2-MoE's shared expert as Megatron's SharedExpertMLP: a tensor-parallel MLP (gathered

@@ -107,12 +107,18 @@ struct ExpertParallelPlan {
   std::int64_t dispatched_rows = 0;  // rows this rank sends in the dispatch all_to_all (its tokens x top-k, or capacity slots)
   std::int64_t received_rows = 0;    // rows it receives (before the expert-tensor all_gather)
   bool padded_to_capacity = false;   // a capacity factor: every expert's rows fixed in advance
+  // The allgather dispatcher (ExpertParallelSpec::TokenDispatcher): its group is the tensor group
+  // (expert degree 1) or the expert group (tensor degree 1), of gather_ranks ranks; the experts'
+  // rows are not rounded to the expert-tensor degree (every tensor rank processes all of them).
+  bool allgather = false;
+  std::int64_t gather_ranks = 1;
 };
 // The plan for `degree` ranks and expert-tensor degree `expert_tensor` at `seq_len` tokens per
-// sample: InputError as routed_tokens'; std::invalid_argument when the degree does not divide the
-// experts or the expert-tensor degree the sequence.
+// sample, for the alltoall or the allgather dispatcher: InputError as routed_tokens';
+// std::invalid_argument when the degree does not divide the experts or the expert-tensor degree
+// the sequence, and for the allgather dispatcher with both degrees above 1 or a capacity factor.
 ExpertParallelPlan plan_expert_parallel(const MoeArchitecture& moe, const ExpertRouting& routing, std::int64_t seq_len, std::int64_t degree,
-                                        std::int64_t expert_tensor);
+                                        std::int64_t expert_tensor, bool allgather = false);
 // MoELayer on x [N, S', H] (S' = S, or S / t under sequence parallelism) under module prefix `p`;
 // with `megatron` the experts' SwiGLU as its fused kernel when bias_activation_fusion is on.
 Value megatron_moe_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, const ExpertParallelPlan& plan, const std::string& p, Value x,

@@ -968,10 +968,11 @@ traces::Trace build_model(const ModelRequest& request) {
         throw std::invalid_argument(std::string("expert_parallel: not written together with ") +
                                     (request.lora ? "lora" : request.torchtitan ? "the torchtitan implementation" : "packed documents"));
       }
-      expert_plan = detail::plan_expert_parallel(*arch.moe, request.routing.value_or(ExpertRouting{}), seq_len, ep.degree, etp);
+      const bool allgather = ep.dispatcher == ExpertParallelSpec::TokenDispatcher::allgather;
+      expert_plan = detail::plan_expert_parallel(*arch.moe, request.routing.value_or(ExpertRouting{}), seq_len, ep.degree, etp, allgather);
       metadata["expert_parallel"] = std::to_string(ep.degree);
       metadata["expert_tensor_parallel"] = std::to_string(etp);
-      metadata["moe_dispatcher"] = "alltoall";
+      metadata["moe_dispatcher"] = allgather ? "allgather" : "alltoall";
       metadata["moe_simulated_expert_rank"] = std::to_string(expert_plan->rank);
       std::string rows;
       for (std::size_t i = 0; i < expert_plan->local_experts.size(); ++i) {

@@ -40,6 +40,10 @@ struct ParallelLayout {
   // the tensor degree T, Megatron's default (moe/README.md:523). Only T is modelled (the rank
   // groups above are those of EP within D x C; ETP != T is MoE parallel folding).
   int expert_tensor = 0;
+  // How Megatron-LM's MoE layer moves the tokens to the experts (its --moe-token-dispatcher-type,
+  // zoo::ExpertParallelSpec::TokenDispatcher): false, the alltoall dispatcher (comptrain's
+  // default); true, the allgather dispatcher (Megatron's default), with E or T equal to 1.
+  bool moe_allgather_dispatcher = false;
   int virtual_stages = 1;  // model chunks per pipeline rank (interleaved schedule only)
   bool sequence_parallel = false;
   // Megatron-LM before Megatron Core (--scatter-gather-tensors-in-pipeline, its default then):

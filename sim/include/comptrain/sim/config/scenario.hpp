@@ -52,6 +52,9 @@ struct ParallelismSection {
   // section when the key is not given: the rules that need the model are checked when the
   // scenario is prepared, at the key they are about.
   std::map<std::string, std::string> layout_positions = {};
+  // moe_token_dispatcher was written: it needs Megatron-LM's MoE layer (an MoE model under model
+  // or expert parallelism), checked when the scenario is prepared.
+  bool moe_token_dispatcher_given = false;
   // "FILE:LINE:COLUMN" of `nodes` and of `gpus_per_node` (of the section when a key is not
   // given; empty when built in code): the shape is checked against the platform when the
   // scenario is prepared (the command line's --platform may replace it), and that message names

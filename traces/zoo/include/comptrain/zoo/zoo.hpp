@@ -364,6 +364,20 @@ struct ExpertParallelSpec {
   // (--expert-tensor-parallel-size unset: moe/README.md, "ETP defaults to TP"). Only that value
   // is modelled: another (Megatron's "MoE parallel folding") is std::invalid_argument.
   std::int64_t expert_tensor = 0;
+  // How the tokens reach the experts (Megatron-LM's --moe-token-dispatcher-type, whose default is
+  // allgather: megatron/training/arguments.py at NVIDIA/Megatron-LM@ba773259, the Megatron-LM-240405
+  // that Pai-Megatron-Patch pins, and at later commits). alltoall: above. allgather:
+  // MoEAllGatherTokenDispatcher as Megatron-LM-240405 writes it (Pai-Megatron-Patch@9fce17b3
+  // megatron_patch/model/qwen1_5/moe/token_dispatcher.py, token_permutation and
+  // token_unpermutation): every rank all_gathers the group's hidden states, top-k indices and
+  // weights over the tensor (or expert) group, picks the rows of its local experts by mask
+  // (masked_select, nonzero: each a wait for the GPU), sorts them by expert (argsort, gather; the
+  // histc of the rows per expert read back to the host, a fourth wait), and on the way back
+  // scatters them into place, weights them and scatter_adds them into the group's token rows,
+  // which a reduce_scatter over the same group returns. Written for an expert degree of 1 or a
+  // tensor degree of 1 (the gather's group is then the tensor or the expert group), dropless.
+  enum class TokenDispatcher : std::uint8_t { alltoall, allgather };
+  TokenDispatcher dispatcher = TokenDispatcher::alltoall;
 };
 
 // The vocabulary Megatron-LM trains on `degree` tensor-parallel ranks: rounded up to a multiple

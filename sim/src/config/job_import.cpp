@@ -454,8 +454,8 @@ ImportedScenario import_megatron_arguments(std::string_view text, const std::str
   job.context_comm = cp_comm == "p2p" ? "ring" : "all_gather";
   job.expert = static_cast<int>(args.integer("expert-model-parallel-size", 1, 1'000'000).value_or(1));
   job.tensor = tensor;
-  // --moe-token-dispatcher-type, allgather by default (megatron/training/arguments.py at
-  // NVIDIA/Megatron-LM@ba773259 and since). The scenario's key matters where the zoo builds
+  // --moe-token-dispatcher-type, allgather by default (megatron/training/arguments.py:1592-1594
+  // at NVIDIA/Megatron-LM@ba773259; megatron/core/transformer/transformer_config.py:891 at d98e8a64). The scenario's key matters where the zoo builds
   // Megatron's MoE layer: a mixture of experts under tensor, pipeline, context or expert
   // parallelism.
   const std::string dispatcher = args.text("moe-token-dispatcher-type").value_or("allgather");

@@ -365,8 +365,9 @@ struct ExpertParallelSpec {
   // is modelled: another (Megatron's "MoE parallel folding") is std::invalid_argument.
   std::int64_t expert_tensor = 0;
   // How the tokens reach the experts (Megatron-LM's --moe-token-dispatcher-type, whose default is
-  // allgather: megatron/training/arguments.py at NVIDIA/Megatron-LM@ba773259, the Megatron-LM-240405
-  // that Pai-Megatron-Patch pins, and at later commits). alltoall: above. allgather:
+  // allgather: megatron/training/arguments.py:1592-1594 at NVIDIA/Megatron-LM@ba773259, the
+  // Megatron-LM-240405 that Pai-Megatron-Patch pins; megatron/core/transformer/
+  // transformer_config.py:891 at d98e8a64). alltoall: above. allgather:
   // MoEAllGatherTokenDispatcher as Megatron-LM-240405 writes it (Pai-Megatron-Patch@9fce17b3
   // megatron_patch/model/qwen1_5/moe/token_dispatcher.py, token_permutation and
   // token_unpermutation): every rank all_gathers the group's hidden states, top-k indices and

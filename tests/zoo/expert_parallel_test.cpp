@@ -97,6 +97,15 @@ bool has_parameter(const Trace& trace, const std::string& name) {
   return false;
 }
 
+// The ops whose host call waits for the GPU (traces::Op::host_sync), in order.
+std::vector<std::string> host_synced(const Trace& trace) {
+  std::vector<std::string> names;
+  for (const auto& op : trace.ops()) {
+    if (op.host_sync) names.push_back(op.name);
+  }
+  return names;
+}
+
 // Uniform routing: 32 tokens x top-2 = 64 routed rows per sample, 16 per expert. EP 2: rank 0
 // holds experts 0 and 1 and receives E x 16 = 32 rows for each, 64 in all: what it sends. Each
 // all_to_all moves 64 rows x 64 x 2 B = 8 KiB per sample, 16 KiB for the micro-batch of 2; per
@@ -185,32 +194,17 @@ TEST(ExpertParallel, CapacityPadsEveryExpert) {
 // Dropless, the dispatcher waits for the split sizes on the host once per layer, before the
 // dispatch all_to_all: the permute is host_sync. Padded to capacity nothing waits.
 TEST(ExpertParallel, DroplessDispatchWaitsForTheHostOncePerLayer) {
-  const auto synced = [](const Trace& trace) {
-    std::vector<std::string> names;
-    for (const auto& op : trace.ops()) {
-      if (op.host_sync) names.push_back(op.name);
-    }
-    return names;
-  };
-  EXPECT_EQ(synced(build_model(tiny_mixtral(2))),
+  EXPECT_EQ(host_synced(build_model(tiny_mixtral(2))),
             (std::vector<std::string>{"model.layers.0.block_sparse_moe.permute", "model.layers.1.block_sparse_moe.permute"}));
   ModelRequest padded = tiny_mixtral(2);
   padded.routing = ExpertRouting{};
   padded.routing->capacity_factor = 1.25;
-  EXPECT_TRUE(synced(build_model(padded)).empty());
+  EXPECT_TRUE(host_synced(build_model(padded)).empty());
 }
 
 ModelRequest allgather(ModelRequest request) {
   request.expert_parallel->dispatcher = ExpertParallelSpec::TokenDispatcher::allgather;
   return request;
-}
-
-std::vector<std::string> host_synced(const Trace& trace) {
-  std::vector<std::string> names;
-  for (const auto& op : trace.ops()) {
-    if (op.host_sync) names.push_back(op.name);
-  }
-  return names;
 }
 
 const traces::Op& op_named(const Trace& trace, const std::string& name) {

@@ -58,7 +58,6 @@ ExpertParallelPlan plan_expert_parallel(const MoeArchitecture& moe, const Expert
   plan.degree = degree;
   plan.expert_tensor = expert_tensor;
   plan.allgather = allgather;
-  plan.gather_ranks = degree * expert_tensor;  // one of the two is 1 under allgather
   // Each expert's rows per sequence of the whole tensor-parallel group (seq_len tokens, top-k
   // routed): ExpertRouting's counts, dropless. With a capacity factor Megatron's capacity
   // ceil(tokens x top_k / experts x factor) (moe_utils.py:248-266, get_capacity) for every
@@ -199,8 +198,9 @@ Value allgather_dispatch(NetworkBuilder& nb, const DecoderArchitecture& arch, co
   const std::int64_t h = arch.hidden;
   const std::int64_t k = arch.moe->top_k;
   const std::int64_t local = plan.received_rows;  // the rows of this rank's experts
-  const std::int64_t global = n * plan.gather_ranks;
-  const bool gathered = plan.gather_ranks > 1;
+  const std::int64_t group_ranks = plan.degree * plan.expert_tensor;  // one of the two is 1 (plan_expert_parallel)
+  const std::int64_t global = n * group_ranks;
+  const bool gathered = group_ranks > 1;
   const bool masked = gathered || k > 1;
   const ParallelGroup group = plan.degree > 1 ? ParallelGroup::expert : ParallelGroup::tensor;
   // token_permutation. Under sequence or expert parallelism the group's hidden states and top-k

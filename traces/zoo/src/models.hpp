@@ -108,10 +108,9 @@ struct ExpertParallelPlan {
   std::int64_t received_rows = 0;    // rows it receives (before the expert-tensor all_gather)
   bool padded_to_capacity = false;   // a capacity factor: every expert's rows fixed in advance
   // The allgather dispatcher (ExpertParallelSpec::TokenDispatcher): its group is the tensor group
-  // (expert degree 1) or the expert group (tensor degree 1), of gather_ranks ranks; the experts'
-  // rows are not rounded to the expert-tensor degree (every tensor rank processes all of them).
+  // (expert degree 1) or the expert group (tensor degree 1), degree x expert_tensor ranks; the
+  // experts' rows are not rounded to the expert-tensor degree (every tensor rank processes all of them).
   bool allgather = false;
-  std::int64_t gather_ranks = 1;
 };
 // The plan for `degree` ranks and expert-tensor degree `expert_tensor` at `seq_len` tokens per
 // sample, for the alltoall or the allgather dispatcher: InputError as routed_tokens';

@@ -257,9 +257,10 @@ void PreparedScenario::check_model_layout() const {
   };
   const bool model_parallel = !layout.is_data_parallel_only() || layout.virtual_stages > 1 || layout.sequence_parallel ||
                               !layout.pipeline_layers.empty() || layout.expert_tensor != 0;
-  if (p.moe_token_dispatcher_given && !model_parallel) {
+  if (p.moe_token_dispatcher_given && layout.is_data_parallel_only()) {
     // Without model or expert parallelism a mixture of experts is Hugging Face's block (and a
-    // trace file is what it is): there is no Megatron dispatcher to choose.
+    // trace file is what it is): there is no Megatron dispatcher to choose. The same condition
+    // as build_zoo_trace's for Megatron's layer.
     throw InputError(at("moe_token_dispatcher") +
                      "chooses the dispatcher of Megatron-LM's MoE layer, which the zoo builds under tensor, pipeline, context or expert parallelism; "
                      "with data parallelism only a mixture of experts is Hugging Face's expert loop; expected one of those degrees above 1, or no "

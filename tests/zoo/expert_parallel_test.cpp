@@ -3,7 +3,7 @@
 // alltoall dispatcher -- its all_to_alls and their bytes counted by hand, the local experts and
 // their parameter shards, the busiest rank under skewed routing, capacity padding, and the
 // refusals; and with the allgather dispatcher (Megatron-LM's default) its gathers, waits and
-// scatters op by op.
+// scatters op by op, and the SequentialMLP of its time.
 
 #include <gtest/gtest.h>
 
@@ -246,6 +246,57 @@ TEST(ExpertParallel, AllgatherDispatcherWaitsFourTimesPerLayer) {
     EXPECT_EQ(trace.tensor(op_named(trace, p + ".copy").outputs.front()).bytes(), bytes) << op;
     EXPECT_EQ(op_named(trace, p).kind, OpKind::scatter) << op;
   }
+}
+
+traces::OpIndex index_named(const Trace& trace, const std::string& name) {
+  for (traces::OpIndex i = 0; i < trace.ops().size(); ++i) {
+    if (trace.op(i).name == name) return i;
+  }
+  throw std::out_of_range("no op " + name);
+}
+
+// Under the allgather dispatcher SequentialMLP is Megatron-LM-240405's (Pai-Megatron-Patch@9fce17b3
+// experts.py): each expert's rows sliced out of the sorted rows and its output copied into a zero
+// tensor, not split and concatenated. Forward: one fill, then a copy of each expert's rows.
+// Backward, in reverse: each copy's CopySlices copies the whole output gradient, clones its rows
+// for the expert and zeroes them (a zeros_like and its copy); each slice's SliceBackward0 gives
+// the sorted rows a whole zero-filled gradient of its own, so autograd adds four of them (three
+// additions). Tiny Mixtral on one rank: 64 routed rows per sample, 16 for each of the 4 experts.
+TEST(ExpertParallel, AllgatherSequentialMlpSlicesAndCopiesIntoAZeroTensor) {
+  const Trace trace = build_model(allgather(tiny_mixtral(1)));
+  const std::string p = "model.layers.0.block_sparse_moe.";
+  const std::int64_t whole = kBatch * kSeq * 2 * kHidden * 2;  // [2 x 64, 64] bf16
+  const std::int64_t rows = whole / 4;
+  for (const auto& op : trace.ops()) {
+    EXPECT_EQ(op.name.find("experts.cat"), std::string::npos) << op.name;
+    EXPECT_EQ(op.name.find("experts.split"), std::string::npos) << op.name;
+  }
+  const traces::OpIndex fill = index_named(trace, p + "experts.output_local");
+  EXPECT_EQ(trace.bytes_written(fill), whole);
+  const traces::TensorIndex buffer = trace.storage_of(trace.op(fill).outputs.front());
+  for (int e = 0; e < 4; ++e) {
+    const std::string expert = p + "experts." + std::to_string(e) + ".";
+    const traces::OpIndex copy = index_named(trace, expert + "copy_");
+    EXPECT_EQ(trace.op(copy).kind, OpKind::scatter);  // the op-time model counts the rows it covers
+    EXPECT_EQ(trace.storage_of(trace.op(copy).outputs.front()), buffer) << "in place";
+    EXPECT_EQ(trace.tensor(trace.op(copy).inputs.back()).bytes(), rows);
+    // The whole output gradient read; written: its copy (self's gradient, or scratch for the
+    // first copy, whose self needs none), the rows' clone (the expert's), their zeros and the
+    // zeros' copy into the rows (scratch, each one more kernel of the elementwise op).
+    const traces::OpIndex copy_backward = index_named(trace, expert + "copy_.backward");
+    EXPECT_EQ(trace.op(copy_backward).kind, OpKind::elementwise);
+    EXPECT_EQ(trace.bytes_read(copy_backward), whole) << e;
+    EXPECT_EQ(trace.bytes_written(copy_backward), whole + 3 * rows) << e;
+    // The slice is a view; its backward writes a whole gradient of the sorted rows.
+    const traces::OpIndex slice = index_named(trace, expert + "slice");
+    EXPECT_EQ(trace.op(slice).kind, OpKind::view);
+    EXPECT_EQ(trace.bytes_written(index_named(trace, expert + "slice.backward")), whole) << e;
+  }
+  int additions = 0;
+  for (const auto& op : trace.ops()) {
+    if (op.name.starts_with(p + "permute.out.grad.accumulate")) ++additions;
+  }
+  EXPECT_EQ(additions, 3);
 }
 
 // EP 2 at TP 1: the group is the expert group. Each rank gathers both ranks' 32 tokens (their

@@ -8,7 +8,8 @@
 //       sort_chunks_by_idxs when a rank holds several experts; the mirror image to combine
 //       (reduce_scatter before the combine all_to_all, :829), then unpermute
 //   megatron/core/transformer/moe/experts.py          SequentialMLP: one MLP per local expert over its
-//       rows (torch.split of the tokens), outputs concatenated
+//       rows (torch.split of the tokens), outputs concatenated; under the allgather dispatcher, as
+//       Megatron-LM-240405 wrote both, its rows sliced out and copied into a zero tensor (ExpertRows)
 //   megatron/core/transformer/moe/moe_utils.py        permute / unpermute; capacity (:248-266)
 // Sources: shared/reference/parallelism.md §4. The load of each expert comes from ExpertRouting
 // (routed_tokens); the trace is the rank whose local experts receive the most tokens.
@@ -112,22 +113,42 @@ ExpertParallelPlan plan_expert_parallel(const MoeArchitecture& moe, const Expert
 
 namespace {
 
-// SequentialMLP (experts.py): the rows `tokens`, grouped by expert, split by the tokens per
-// expert (views), one MLP each, the outputs concatenated. Each local expert's width is split over
-// the expert-tensor ranks; the tokens are already gathered (TEColumnParallelLinear /
-// TERowParallelLinear of experts.py: no collective inside), and the dispatcher's reduce_scatter
-// adds up w2's partial sums.
+// How SequentialMLP (experts.py) hands each local expert its rows and gathers their outputs.
+enum class ExpertRows {
+  // torch.split of the rows (views), the outputs concatenated (torch.cat): Megatron-LM since
+  // 8f331e8c (2024-09-06, "FP8 support for MoE with conservative recipe").
+  split_and_cat,
+  // Before it (NVIDIA/Megatron-LM@ba773259; Megatron-LM-240405 as Pai-Megatron-Patch@9fce17b3
+  // copies it, megatron_patch/model/qwen1_5/moe/experts.py, SequentialMLP.forward): each expert's
+  // rows sliced out (`permuted_local_hidden_states[start:end]`) and its output copied into a zero
+  // tensor (`output_local = torch.zeros_like(...)`, `output_local[start:end] = output`). Cheap
+  // forward, dear backward: each slice hands the rows a whole zero-filled gradient, which autograd
+  // adds up, and each copy a CopySlices that copies the whole output gradient.
+  slice_and_copy,
+};
+
+// SequentialMLP (experts.py): the rows `tokens`, grouped by expert, one MLP each. Each local
+// expert's width is split over the expert-tensor ranks; the tokens are already gathered
+// (TEColumnParallelLinear / TERowParallelLinear of experts.py: no collective inside), and the
+// dispatcher's reduce_scatter adds up w2's partial sums.
 Value sequential_mlp(NetworkBuilder& nb, const DecoderArchitecture& arch, const ExpertParallelPlan& plan, const std::string& p, Value tokens,
-                     const MegatronOptions* megatron) {
+                     const MegatronOptions* megatron, ExpertRows rows) {
+  const std::int64_t width = arch.moe->intermediate / nb.tensor_parallel_degree();
+  const bool fused = megatron && megatron->bias_activation_fusion;
+  const auto expert = [&](std::size_t i) { return p + "experts." + std::to_string(plan.local_experts[i]) + "."; };
+  if (rows == ExpertRows::slice_and_copy) {
+    Value output = nb.zeros(p + "experts.output_local", nb.dtype(tokens), nb.sample_shape(tokens), true);
+    for (std::size_t i = 0; i < plan.expert_rows.size(); ++i) {
+      const Value input = nb.slice_rows(expert(i) + "slice", tokens, plan.expert_rows[i]);
+      output = nb.copy_into_rows_(expert(i) + "copy_", output, swiglu_expert(nb, arch, expert(i), input, width, fused));
+    }
+    return output;
+  }
   std::vector<std::vector<std::int64_t>> shapes;
-  for (const std::int64_t rows : plan.expert_rows) shapes.push_back({rows, arch.hidden});
+  for (const std::int64_t expert_rows : plan.expert_rows) shapes.push_back({expert_rows, arch.hidden});
   const std::vector<Value> inputs = nb.split_into_views(p + "experts.split", tokens, shapes);
   std::vector<Value> outputs;
-  const std::int64_t width = arch.moe->intermediate / nb.tensor_parallel_degree();
-  for (std::size_t i = 0; i < inputs.size(); ++i) {
-    outputs.push_back(swiglu_expert(nb, arch, p + "experts." + std::to_string(plan.local_experts[i]) + ".", inputs[i], width,
-                                    megatron && megatron->bias_activation_fusion));
-  }
+  for (std::size_t i = 0; i < inputs.size(); ++i) outputs.push_back(swiglu_expert(nb, arch, expert(i), inputs[i], width, fused));
   return outputs.size() == 1 ? outputs.front() : nb.cat_rows(p + "experts.cat", outputs);
 }
 
@@ -170,7 +191,7 @@ Value alltoall_dispatch(NetworkBuilder& nb, const DecoderArchitecture& arch, con
     return nb.index(name, rows, {order}, {gathered, h});
   };
   if (several) tokens = chunk_order(p + "sort_chunks_by_idxs", tokens);
-  Value combined = sequential_mlp(nb, arch, plan, p, tokens, megatron);
+  Value combined = sequential_mlp(nb, arch, plan, p, tokens, megatron, ExpertRows::split_and_cat);
   if (several) combined = chunk_order(p + "unsort_chunks_by_idxs", combined);
   // ETP > 1: the partial sums of w2 reduced and scattered back (:829; backward an all_gather).
   if (t > 1) {
@@ -256,7 +277,7 @@ Value allgather_dispatch(NetworkBuilder& nb, const DecoderArchitecture& arch, co
   nb.constant_op(p + "histc", local_indices, DType::f32, {static_cast<std::int64_t>(plan.local_experts.size())});
   nb.synchronize_host();
   const Value permuted = nb.index_select(p + "permute", local_hidden, order);
-  const Value combined = sequential_mlp(nb, arch, plan, p, permuted, megatron);
+  const Value combined = sequential_mlp(nb, arch, plan, p, permuted, megatron, ExpertRows::slice_and_copy);
   // token_unpermutation: zeros_like(...).scatter(0, indices, rows) -- scatter out of place copies
   // its zero self first (ATen's scatter: out.copy_(self), then scatter_) -- the rows times their
   // weights (k > 1), and scatter_add into zeros of the group's token rows, again a copy first.
@@ -345,6 +366,49 @@ Value NetworkBuilder::cat_rows(const std::string& name, const std::vector<Value>
   f.outputs = {y};
   f.differentiable_outputs = {y};
   f.backward_kind = OpKind::other;
+  record(std::move(f));
+  return {y};
+}
+
+Value NetworkBuilder::slice_rows(const std::string& name, Value x, std::int64_t rows) {
+  expect_rank(x, 2, name);
+  if (rows < 1 || rows > dim(x, 0)) throw std::logic_error(name + ": the slice must hold rows of the tensor");
+  // SliceBackward0: a zero tensor of x's shape with the gradient copied into the rows (counted as
+  // the zero tensor's bytes, as select_first's).
+  return part_view(name, x, {rows, dim(x, 1)});
+}
+
+Value NetworkBuilder::copy_into_rows_(const std::string& name, Value self, Value source) {
+  expect_rank(self, 2, name);
+  expect_rank(source, 2, name);
+  if (dim(source, 1) != dim(self, 1) || dim(source, 0) > dim(self, 0) || dtype(source) != dtype(self) ||
+      tensors_[source.index].batch_dim != tensors_[self.index].batch_dim) {
+    throw std::logic_error(name + ": the source must be rows of self's width, dtype and batch dimension");
+  }
+  const std::string op = unique_op_name(name);
+  const std::size_t y = new_view(op + ".out", self.index, sample_shape(self), tensors_[self.index].batch_dim);
+  tensors_[y].requires_grad = requires_grad(self.index) || requires_grad(source.index);
+  ForwardOp f;
+  f.name = op;
+  // In place over source's rows: the scatter rule counts them written and read (as index_add_
+  // reads them; copy_ reads only the source, so the rows' bytes once more than the kernel).
+  f.kind = OpKind::scatter;
+  f.inputs = {self.index, source.index};
+  f.outputs = {y};
+  f.differentiable_outputs = {y};
+  // CopySlices::apply_impl (pytorch/pytorch@00ee6511 torch/csrc/autograd/functions/tensor.cpp):
+  // result = the whole gradient copied (self's gradient), grad_slice.clone() handed to copy_'s
+  // CopyBackwards (source's gradient, passed on as it is), and CopyBackwards' zeros_like of the
+  // rows copied into result's rows. An elementwise backward op counts each scratch tensor as one
+  // more kernel that writes it and reads it: the rows' zeros and their copy into result. The
+  // whole copy is made even when self needs no gradient (the first copy into a zero tensor).
+  f.grads = {{self.index, {}}, {source.index, {}}};
+  f.backward_kind = OpKind::elementwise;
+  const auto scratch = [&](const std::string& suffix, Value like) {
+    return new_output(op + suffix, dtype(like), sample_shape(like), tensors_[like.index].batch_dim, false);
+  };
+  f.backward_scratch = {scratch(".backward.zeros", source), scratch(".backward.copy", source)};
+  if (!requires_grad(self.index)) f.backward_scratch.push_back(scratch(".backward.result", self));
   record(std::move(f));
   return {y};
 }

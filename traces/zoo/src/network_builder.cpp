@@ -943,8 +943,13 @@ std::vector<Value> NetworkBuilder::split_into_views(const std::string& op, Value
 
 Value NetworkBuilder::select_first(const std::string& name, Value x) {
   expect_rank(x, 3, name);
+  // SelectBackward0 writes the gradient into a zero tensor of the input's shape (a copy).
+  return part_view(name, x, {dim(x, 0), dim(x, 2)});
+}
+
+Value NetworkBuilder::part_view(const std::string& name, Value x, std::vector<std::int64_t> sample_shape) {
   const std::string op = unique_op_name(name);
-  const std::size_t y = new_view(op + ".out", x.index, {dim(x, 0), dim(x, 2)}, tensors_[x.index].batch_dim);
+  const std::size_t y = new_view(op + ".out", x.index, std::move(sample_shape), tensors_[x.index].batch_dim);
   ForwardOp f;
   f.name = op;
   f.kind = OpKind::view;
@@ -952,7 +957,6 @@ Value NetworkBuilder::select_first(const std::string& name, Value x) {
   f.outputs = {y};
   f.aliases = {y};
   f.differentiable_outputs = {y};
-  // SelectBackward0 writes the gradient into a zero tensor of the input's shape (a copy).
   f.grads = {{x.index, {}}};
   f.backward_kind = OpKind::other;
   record(std::move(f));

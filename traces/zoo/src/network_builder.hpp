@@ -399,6 +399,15 @@ class NetworkBuilder {
   // backward's narrow views of the gradient are counted as new tensors of each part's shape (a
   // copy each: an upper bound of one output's bytes).
   Value cat_rows(const std::string& name, const std::vector<Value>& parts);
+  // x[start:start + rows] of x [R, H]: a view of `rows` rows, no kernel. SliceBackward0 (ATen's
+  // slice_backward) writes a zero tensor of x's shape and copies the gradient into those rows:
+  // each slice of one tensor gives it a whole gradient of its own, which autograd adds up.
+  Value slice_rows(const std::string& name, Value x, std::int64_t rows);
+  // self[start:start + rows] = source, in place into self [R, H] (a zero tensor without gradient,
+  // or the result of an earlier copy into it): copy_'s kernel over source's rows. Its backward is
+  // CopySlices': the whole gradient copied (self's gradient, a new tensor), the rows' gradient
+  // cloned (source's), and zeros copied into those rows of the copy.
+  Value copy_into_rows_(const std::string& name, Value self, Value source);
 
   // ---- Megatron-LM pipeline stages (pipeline_stage.cpp) ---------------------------------------
   // The trace becomes one micro-batch of one pipeline stage (ModelSpec::pipeline_stage). Its
@@ -608,6 +617,9 @@ class NetworkBuilder {
                          std::vector<std::int64_t> sample_shape, std::optional<std::size_t> batch_dim,
                          bool requires_grad);
   // A view of `base` with another shape (same storage, same role).
+  // A view of part of x (select_first, slice_rows) as an op: no kernel forward; its backward
+  // writes x's gradient as a new tensor, the part's gradient copied into zeros of x's shape.
+  Value part_view(const std::string& name, Value x, std::vector<std::int64_t> sample_shape);
   std::size_t new_view(const std::string& name, std::size_t base, std::vector<std::int64_t> sample_shape,
                        std::optional<std::size_t> batch_dim);
   std::size_t emit(OpRecord op);

@@ -375,8 +375,11 @@ struct ExpertParallelSpec {
   // (masked_select, nonzero: each a wait for the GPU), sorts them by expert (argsort, gather; the
   // histc of the rows per expert read back to the host, a fourth wait), and on the way back
   // scatters them into place, weights them and scatter_adds them into the group's token rows,
-  // which a reduce_scatter over the same group returns. Written for an expert degree of 1 or a
-  // tensor degree of 1 (the gather's group is then the tensor or the expert group), dropless.
+  // which a reduce_scatter over the same group returns. Its SequentialMLP is the one of the same
+  // release (experts.py there): each expert's rows sliced out and its output copied into a zero
+  // tensor, whose backward pass copies whole gradients (CopySlices, SliceBackward0). Written for
+  // an expert degree of 1 or a tensor degree of 1 (the gather's group is then the tensor or the
+  // expert group), dropless.
   enum class TokenDispatcher : std::uint8_t { alltoall, allgather };
   TokenDispatcher dispatcher = TokenDispatcher::alltoall;
 };

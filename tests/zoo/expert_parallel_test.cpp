@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "comptrain/support/input_error.hpp"
 #include "comptrain/traces/trace.hpp"
 #include "comptrain/zoo/zoo.hpp"
 
@@ -297,6 +298,50 @@ TEST(ExpertParallel, AllgatherSequentialMlpSlicesAndCopiesIntoAZeroTensor) {
     if (op.name.starts_with(p + "permute.out.grad.accumulate")) ++additions;
   }
   EXPECT_EQ(additions, 3);
+}
+
+ModelRequest grouped_gemm(ModelRequest request) {
+  request.megatron = MegatronOptions{};
+  request.megatron->moe_grouped_gemm = true;
+  return request;
+}
+
+// --moe-grouped-gemm: Megatron-LM's GroupedMLP (experts.py at core_v0.6.0). EP 2 at TP 2: the
+// rank's two local experts' w1 and w3 in one weight1 [64, 2 x 2 x 64] and their w2 in one
+// weight2 [2 x 64, 64] (width 128 / TP 2); per layer two gmm calls over all 64 rows a sample
+// (2 x 16 from each of the 2 ranks for each expert), a fused SwiGLU between, no split, no
+// concatenation, no per-expert op. FLOPs: 2 x rows x in x out per call, twice that backward.
+TEST(ExpertParallel, GroupedGemmRunsTheLocalExpertsAsTwoGroupedCalls) {
+  const Trace trace = build_model(grouped_gemm(tiny_mixtral(2, 2)));
+  const std::int64_t width = kWidth / 2;
+  const std::int64_t rows = 64;
+  EXPECT_EQ(trace.metadata().at("megatron_moe_grouped_gemm"), "true");
+  EXPECT_EQ(parameters(trace, ".experts."), kLayers * 3 * 2 * kHidden * width);
+  EXPECT_TRUE(has_parameter(trace, "model.layers.0.block_sparse_moe.experts.weight1"));
+  EXPECT_FALSE(has_parameter(trace, "model.layers.0.block_sparse_moe.experts.0.w1.weight"));
+  const std::string p = "model.layers.1.block_sparse_moe.experts.";
+  const traces::OpIndex fc1 = index_named(trace, p + "linear_fc1");
+  const traces::OpIndex fc2 = index_named(trace, p + "linear_fc2");
+  EXPECT_EQ(trace.op(fc1).kind, OpKind::linear);
+  EXPECT_EQ(trace.op(fc1).flops.at(kBatch), kBatch * 2 * rows * kHidden * 2 * width);
+  EXPECT_EQ(trace.op(fc2).flops.at(kBatch), kBatch * 2 * rows * width * kHidden);
+  EXPECT_EQ(trace.op(index_named(trace, p + "linear_fc1.backward")).flops.at(kBatch), 2 * trace.op(fc1).flops.at(kBatch));
+  EXPECT_EQ(trace.tensor(trace.op(fc2).outputs.front()).bytes(), kBatch * rows * kHidden * 2);
+  EXPECT_EQ(trace.op(index_named(trace, p + "glu")).kind, OpKind::elementwise);
+  for (const auto& op : trace.ops()) {
+    EXPECT_EQ(op.name.find("experts.split"), std::string::npos) << op.name;
+    EXPECT_EQ(op.name.find("experts.cat"), std::string::npos) << op.name;
+    EXPECT_EQ(op.name.find("experts.0."), std::string::npos) << op.name;
+  }
+  // The same under the allgather dispatcher: no zero-filled output, no slices.
+  const Trace allgathered = build_model(grouped_gemm(allgather(tiny_mixtral(2))));
+  for (const auto& op : allgathered.ops()) EXPECT_EQ(op.name.find("output_local"), std::string::npos) << op.name;
+  // A dense model has no experts to group.
+  ModelRequest dense = grouped_gemm(tiny_mixtral(0));
+  dense.decoder->moe.reset();
+  dense.decoder->family = "llama";
+  dense.tensor_parallel = TensorParallelSpec{2, true};
+  EXPECT_THROW(build_model(dense), InputError);
 }
 
 // EP 2 at TP 1: the group is the expert group. Each rank gathers both ranks' 32 tokens (their

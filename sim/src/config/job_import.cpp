@@ -96,7 +96,9 @@ std::string write_scenario(const JobDescription& job, const std::string& source,
     out << YAML::Key << "megatron" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "hidden_dropout" << YAML::Value
         << fmt::format("{}", m->hidden_dropout) << YAML::Key << "attention_dropout" << YAML::Value << fmt::format("{}", m->attention_dropout)
         << YAML::Key << "rope_fusion" << YAML::Value << m->rope_fusion
-        << YAML::Key << "bias_activation_fusion" << YAML::Value << m->bias_activation_fusion << YAML::EndMap;
+        << YAML::Key << "bias_activation_fusion" << YAML::Value << m->bias_activation_fusion;
+    if (m->moe_grouped_gemm) out << YAML::Key << "moe_grouped_gemm" << YAML::Value << true;
+    out << YAML::EndMap;
   }
   out << YAML::EndMap;
   out << YAML::Key << "training" << YAML::Value << YAML::BeginMap;
@@ -426,6 +428,8 @@ ImportedScenario import_megatron_arguments(std::string_view text, const std::str
     m.attention_dropout = args.probability("attention-dropout").value_or(m.attention_dropout);
     m.rope_fusion = !args.flag("no-rope-fusion");
     m.bias_activation_fusion = !args.flag("no-bias-swiglu-fusion");
+    // --moe-grouped-gemm: the experts as GroupedMLP (megatron/core/transformer/moe/experts.py).
+    m.moe_grouped_gemm = experts && args.flag("moe-grouped-gemm");
   } else if (gpt_like && !experts && kv_heads == heads && ffn == 4 * hidden) {
     job.zoo_model = "gpt";
     job.zoo_shape = {{"layers", layers}, {"hidden", hidden}, {"heads", heads}, {"vocab", padded_vocab}};

@@ -337,7 +337,7 @@ void ScenarioReader::read_model(const YAML::Node& model, const YAML::Node& train
         throw InputError(where(m.Mark()) + "'model.megatron' holds Megatron-LM's layer arguments; expected it with 'implementation: megatron'");
       }
       require_map(m, "model.megatron");
-      check_keys(m, "model.megatron", {"hidden_dropout", "attention_dropout", "rope_fusion", "bias_activation_fusion"});
+      check_keys(m, "model.megatron", {"hidden_dropout", "attention_dropout", "rope_fusion", "bias_activation_fusion", "moe_grouped_gemm"});
       const auto probability = [&](const char* key, double& field) {
         if (const YAML::Node v = m[key]) {
           field = number(v, std::string("model.megatron.") + key, [](double p) { return p >= 0 && p < 1; }, "a probability in [0, 1)");
@@ -349,6 +349,7 @@ void ScenarioReader::read_model(const YAML::Node& model, const YAML::Node& train
       if (const YAML::Node v = m["bias_activation_fusion"]) {
         request.megatron->bias_activation_fusion = boolean(v, "model.megatron.bias_activation_fusion");
       }
+      if (const YAML::Node v = m["moe_grouped_gemm"]) request.megatron->moe_grouped_gemm = boolean(v, "model.megatron.moe_grouped_gemm");
     }
     if (const YAML::Node n = model["norm_type"]) {
       if (!request.torchtitan) {

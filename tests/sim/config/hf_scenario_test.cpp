@@ -271,6 +271,18 @@ TEST(HfScenario, MegatronImplementation) {
   EXPECT_THAT(error_of(llama + "implementation: megatron, megatron: {hidden_dropout: 1}}\n"),
               AllOf(HasSubstr("s.yaml:1:"), HasSubstr("model.megatron.hidden_dropout"), HasSubstr("[0, 1)")));
   EXPECT_THAT(error_of(llama + "implementation: megatron, megatron: {dropout: 0}}\n"), AllOf(HasSubstr("s.yaml:1:"), HasSubstr("hidden_dropout")));
+  // moe_grouped_gemm: a boolean, read; on a dense model an error at the model.megatron key.
+  EXPECT_FALSE(defaults.zoo_model->megatron->moe_grouped_gemm);
+  EXPECT_THAT(error_of(llama + "implementation: megatron, megatron: {moe_grouped_gemm: 2}}\n"),
+              AllOf(HasSubstr("s.yaml:1:"), HasSubstr("model.megatron.moe_grouped_gemm")));
+  const Scenario dense = parse_scenario(llama + "implementation: megatron, megatron: {moe_grouped_gemm: true}}\n", "s.yaml", kScenarios);
+  EXPECT_TRUE(dense.zoo_model->megatron->moe_grouped_gemm);
+  try {
+    build_trace(dense);
+    ADD_FAILURE() << "a dense model's grouped GEMM accepted";
+  } catch (const InputError& e) {
+    EXPECT_THAT(std::string(e.what()), AllOf(HasSubstr("s.yaml:1:"), HasSubstr("megatron.moe_grouped_gemm"), HasSubstr("the model has none")));
+  }
 }
 
 }  // namespace

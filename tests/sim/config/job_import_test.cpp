@@ -243,6 +243,27 @@ TEST(MegatronImport, TheTokenDispatcherIsMegatronsDefaultOrItsFlag) {
   EXPECT_EQ(dispatcher(import_megatron_arguments(kLlama70b, "job.sh", on("dgx-h100-superpod"))), "none");
 }
 
+// --moe-grouped-gemm: model.megatron.moe_grouped_gemm for a mixture of experts (GroupedMLP);
+// absent, the key is not written; on a dense job it is not imported (said in the note).
+TEST(MegatronImport, GroupedGemmBecomesTheMegatronKey) {
+  std::string job = kLlama70b;
+  job.insert(job.find(" --lr"), " --num-experts 8 --moe-router-topk 2 --moe-grouped-gemm");
+  const ImportedScenario grouped = import_megatron_arguments(job, "job.sh", on("dgx-h100-superpod"));
+  EXPECT_THAT(grouped.yaml, HasSubstr("moe_grouped_gemm: true"));
+  const Scenario s = read_back(grouped);
+  ASSERT_TRUE(s.zoo_model && s.zoo_model->megatron);
+  EXPECT_TRUE(s.zoo_model->megatron->moe_grouped_gemm);
+  std::string sequential = kLlama70b;
+  sequential.insert(sequential.find(" --lr"), " --num-experts 8 --moe-router-topk 2");
+  EXPECT_THAT(import_megatron_arguments(sequential, "job.sh", on("dgx-h100-superpod")).yaml, Not(HasSubstr("moe_grouped_gemm")));
+  std::string dense = kLlama70b;
+  dense.insert(dense.find(" --lr"), " --moe-grouped-gemm");
+  const ImportedScenario ignored = import_megatron_arguments(dense, "job.sh", on("dgx-h100-superpod"));
+  EXPECT_THAT(ignored.yaml, Not(HasSubstr("moe_grouped_gemm:")));
+  EXPECT_TRUE(std::any_of(ignored.notes.begin(), ignored.notes.end(),
+                          [](const std::string& n) { return n.find("not imported") != std::string::npos && n.find("moe-grouped-gemm") != std::string::npos; }));
+}
+
 // --overlap-grad-reduce and --overlap-param-gather with the distributed optimizer become ZeRO-1's
 // overlap_comm, Megatron-LM's bucket size (max(40M, 1M x data-parallel ranks) elements, or
 // --ddp-bucket-size) and overlap_param_gather; Megatron's refusals of --overlap-param-gather

@@ -152,6 +152,29 @@ Value sequential_mlp(NetworkBuilder& nb, const DecoderArchitecture& arch, const 
   return outputs.size() == 1 ? outputs.front() : nb.cat_rows(p + "experts.cat", outputs);
 }
 
+// GroupedMLP (experts.py at NVIDIA/Megatron-LM@core_v0.6.0, --moe-grouped-gemm): the local
+// experts' w1 and w3 as one weight1 [h, X·2w] and their w2 as one weight2 [X·w, h] (w the
+// width over the expert-tensor ranks), gmm over all rows per projection, and between them glu
+// (chunk, silu, product) under jit_fuser: one fused SwiGLU kernel. The rows need no split and
+// the output no concatenation: gmm reads and writes them whole.
+Value grouped_mlp(NetworkBuilder& nb, const DecoderArchitecture& arch, const ExpertParallelPlan& plan, const std::string& p, Value tokens) {
+  const std::int64_t width = arch.moe->intermediate / nb.tensor_parallel_degree();
+  const auto local = static_cast<std::int64_t>(plan.local_experts.size());
+  const Value weight1 = nb.parameter(p + "experts.weight1", {arch.hidden, local * 2 * width});
+  const Value weight2 = nb.parameter(p + "experts.weight2", {local * width, arch.hidden});
+  const Value fc1 = nb.grouped_linear(p + "experts.linear_fc1", tokens, weight1, 2 * width);
+  const std::vector<Value> halves = nb.chunk_last(p + "experts.glu.chunk", fc1, 2);
+  return nb.grouped_linear(p + "experts.linear_fc2", nb.fused_swiglu(p + "experts.glu", halves[0], halves[1]), weight2, arch.hidden);
+}
+
+// The local experts over their rows, grouped by expert: GroupedMLP under --moe-grouped-gemm,
+// else SequentialMLP in the form of the dispatcher's release.
+Value local_experts(NetworkBuilder& nb, const DecoderArchitecture& arch, const ExpertParallelPlan& plan, const std::string& p, Value tokens,
+                    const MegatronOptions* megatron, ExpertRows rows) {
+  if (megatron && megatron->moe_grouped_gemm) return grouped_mlp(nb, arch, plan, p, tokens);
+  return sequential_mlp(nb, arch, plan, p, tokens, megatron, rows);
+}
+
 // The alltoall dispatcher (token_dispatcher.py, MoEAlltoAllTokenDispatcher) around the local
 // experts: the token rows `flat` [n, h] out to the experts' ranks and back, weighted and summed.
 Value alltoall_dispatch(NetworkBuilder& nb, const DecoderArchitecture& arch, const ExpertParallelPlan& plan, const std::string& p, Value flat,
@@ -191,7 +214,7 @@ Value alltoall_dispatch(NetworkBuilder& nb, const DecoderArchitecture& arch, con
     return nb.index(name, rows, {order}, {gathered, h});
   };
   if (several) tokens = chunk_order(p + "sort_chunks_by_idxs", tokens);
-  Value combined = sequential_mlp(nb, arch, plan, p, tokens, megatron, ExpertRows::split_and_cat);
+  Value combined = local_experts(nb, arch, plan, p, tokens, megatron, ExpertRows::split_and_cat);
   if (several) combined = chunk_order(p + "unsort_chunks_by_idxs", combined);
   // ETP > 1: the partial sums of w2 reduced and scattered back (:829; backward an all_gather).
   if (t > 1) {
@@ -277,7 +300,7 @@ Value allgather_dispatch(NetworkBuilder& nb, const DecoderArchitecture& arch, co
   nb.constant_op(p + "histc", local_indices, DType::f32, {static_cast<std::int64_t>(plan.local_experts.size())});
   nb.synchronize_host();
   const Value permuted = nb.index_select(p + "permute", local_hidden, order);
-  const Value combined = sequential_mlp(nb, arch, plan, p, permuted, megatron, ExpertRows::slice_and_copy);
+  const Value combined = local_experts(nb, arch, plan, p, permuted, megatron, ExpertRows::slice_and_copy);
   // token_unpermutation: zeros_like(...).scatter(0, indices, rows) -- scatter out of place copies
   // its zero self first (ATen's scatter: out.copy_(self), then scatter_) -- the rows times their
   // weights (k > 1), and scatter_add into zeros of the group's token rows, again a copy first.
@@ -366,6 +389,32 @@ Value NetworkBuilder::cat_rows(const std::string& name, const std::vector<Value>
   f.outputs = {y};
   f.differentiable_outputs = {y};
   f.backward_kind = OpKind::other;
+  record(std::move(f));
+  return {y};
+}
+
+Value NetworkBuilder::grouped_linear(const std::string& name, Value x, Value weight, std::int64_t out_features) {
+  expect_rank(x, 2, name);
+  const std::int64_t in_features = dim(x, 1);
+  if (sample_shape(weight).size() != 2 || out_features < 1 || dim(weight, 0) * dim(weight, 1) % (in_features * out_features) != 0) {
+    throw std::logic_error(name + ": the weight must hold whole [in, out] blocks");
+  }
+  const std::string op = unique_op_name(name);
+  x = {autocast_lower(op, x.index)};
+  weight = {autocast_lower(op, weight.index)};
+  const std::size_t y = new_output(op + ".out", tensors_[x.index].dtype, {dim(x, 0), out_features}, tensors_[x.index].batch_dim, true);
+  const traces::BatchLinear macs = scaled(elements(y), in_features);
+  ForwardOp f;
+  f.name = op;
+  f.kind = OpKind::linear;
+  f.inputs = {x.index, weight.index};
+  f.outputs = {y};
+  f.flops = scaled(macs, 2);
+  f.differentiable_outputs = {y};
+  f.saved = {x.index, weight.index};  // GroupedGemm.forward: ctx.save_for_backward(a, b, batch_sizes)
+  f.grads = {{x.index, {}}, {weight.index, {}}};
+  f.backward_flops = scaled(macs, (requires_grad(x.index) ? 2 : 0) + (requires_grad(weight.index) ? 2 : 0));
+  f.backward_kind = OpKind::linear;
   record(std::move(f));
   return {y};
 }

@@ -399,6 +399,11 @@ class NetworkBuilder {
   // backward's narrow views of the gradient are counted as new tensors of each part's shape (a
   // copy each: an upper bound of one output's bytes).
   Value cat_rows(const std::string& name, const std::vector<Value>& parts);
+  // grouped_gemm's gmm(x, w, batch_sizes) (Megatron-LM's GroupedMLP): x [R, in] whose rows are
+  // grouped by expert, each group times its own [in, out] block of `weight` (2-D, the groups'
+  // blocks side by side): y [R, out], 2·R·in·out FLOPs in one call. GroupedGemm's backward saves
+  // x and the weight and runs two such GEMMs: x's gradient and the weight's.
+  Value grouped_linear(const std::string& name, Value x, Value weight, std::int64_t out_features);
   // x[start:start + rows] of x [R, H]: a view of `rows` rows, no kernel. SliceBackward0 (ATen's
   // slice_backward) writes a zero tensor of x's shape and copies the gradient into those rows:
   // each slice of one tensor gives it a whole gradient of its own, which autograd adds up.

@@ -1023,6 +1023,14 @@ traces::Trace build_model(const ModelRequest& request) {
       };
       probability(options.hidden_dropout, "hidden_dropout");
       probability(options.attention_dropout, "attention_dropout");
+      if (options.moe_grouped_gemm && !arch.moe) {
+        throw InputError("megatron.moe_grouped_gemm: groups the GEMMs of a mixture of experts' local experts, and the model has none; expected false");
+      }
+      if (options.moe_grouped_gemm && (arch.activation != DecoderArchitecture::Activation::silu || arch.moe->gpt_oss_experts)) {
+        // GroupedMLP.__init__ (experts.py at core_v0.6.0): "Activation function must be silu
+        // when using GroupedMLP" for gated units.
+        throw InputError("megatron.moe_grouped_gemm: Megatron-LM's GroupedMLP runs SwiGLU experts (silu) only; expected false");
+      }
       // Megatron's attention dropout, not the Hugging Face config's.
       DecoderArchitecture layers = arch;
       layers.attention_dropout = options.attention_dropout > 0;
@@ -1037,6 +1045,7 @@ traces::Trace build_model(const ModelRequest& request) {
       metadata["megatron_attention_dropout"] = shortest(options.attention_dropout);
       metadata["megatron_rope_fusion"] = options.rope_fusion ? "true" : "false";
       metadata["megatron_bias_activation_fusion"] = options.bias_activation_fusion ? "true" : "false";
+      if (arch.moe) metadata["megatron_moe_grouped_gemm"] = options.moe_grouped_gemm ? "true" : "false";
     } else {
       root = detail::decoder_lm(nb, arch, seq_len, attention, stage, expert_tokens, documents, expert_plan ? &*expert_plan : nullptr);
     }

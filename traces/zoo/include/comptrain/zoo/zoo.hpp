@@ -277,6 +277,11 @@ struct MegatronOptions {
   bool rope_fusion = true;
   // --no-bias-swiglu-fusion clears it: SwiGLU as one kernel (bias_swiglu_impl), else F.silu and a product.
   bool bias_activation_fusion = true;
+  // --moe-grouped-gemm: a mixture of experts' local experts as megatron-core 0.6's GroupedMLP
+  // (megatron/core/transformer/moe/experts.py at NVIDIA/Megatron-LM@core_v0.6.0): each projection
+  // one call of the grouped_gemm package's gmm over all local experts' rows, their weights side
+  // by side in one parameter, and a fused SwiGLU between; else SequentialMLP, one MLP per expert.
+  bool moe_grouped_gemm = false;
 };
 
 // Megatron-LM's tensor parallelism (Shoeybi et al. 2019, arXiv 1909.08053 §3) and sequence

@@ -342,6 +342,15 @@ TEST(ExpertParallel, GroupedGemmRunsTheLocalExpertsAsTwoGroupedCalls) {
   dense.decoder->family = "llama";
   dense.tensor_parallel = TensorParallelSpec{2, true};
   EXPECT_THROW(build_model(dense), InputError);
+  // GroupedMLP's gated units are SiLU's only.
+  ModelRequest gelu = grouped_gemm(tiny_mixtral(2, 2));
+  gelu.decoder->activation = DecoderArchitecture::Activation::gelu;
+  try {
+    build_model(gelu);
+    ADD_FAILURE() << "GroupedMLP with GELU experts accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("megatron.moe_grouped_gemm"), std::string::npos) << e.what();
+  }
 }
 
 // EP 2 at TP 1: the group is the expert group. Each rank gathers both ranks' 32 tokens (their

@@ -1026,9 +1026,10 @@ traces::Trace build_model(const ModelRequest& request) {
       if (options.moe_grouped_gemm && !arch.moe) {
         throw InputError("megatron.moe_grouped_gemm: groups the GEMMs of a mixture of experts' local experts, and the model has none; expected false");
       }
-      if (options.moe_grouped_gemm && (arch.activation != DecoderArchitecture::Activation::silu || arch.moe->gpt_oss_experts)) {
+      if (options.moe_grouped_gemm && arch.activation != DecoderArchitecture::Activation::silu) {
         // GroupedMLP.__init__ (experts.py at core_v0.6.0): "Activation function must be silu
-        // when using GroupedMLP" for gated units.
+        // when using GroupedMLP" for gated units. (GPT-OSS's experts never get here: its layers
+        // are refused above.)
         throw InputError("megatron.moe_grouped_gemm: Megatron-LM's GroupedMLP runs SwiGLU experts (silu) only; expected false");
       }
       // Megatron's attention dropout, not the Hugging Face config's.

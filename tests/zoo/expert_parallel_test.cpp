@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -351,6 +352,62 @@ TEST(ExpertParallel, GroupedGemmRunsTheLocalExpertsAsTwoGroupedCalls) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("megatron.moe_grouped_gemm"), std::string::npos) << e.what();
   }
+}
+
+// Megatron's DDP hook (distributed_data_parallel.py, _make_param_hook, core_v0.6.0): the weights
+// whose layer writes a plain 16-bit .grad -- GroupedMLP's two, the router, the word embedding --
+// get an add into the fp32 main_grad once their gradient is complete, which from then on is the
+// weight's gradient; the 16-bit one is a temporary. TE's linears write main_grad themselves.
+TEST(ExpertParallel, MegatronAddsPlainGradientsIntoAnFp32MainGrad) {
+  const Trace trace = build_model(grouped_gemm(tiny_mixtral(2, 2)));
+  const std::string p = "model.layers.1.block_sparse_moe.";
+  const std::int64_t elements = kHidden * 2 * 2 * (kWidth / 2);  // weight1 [64, 2 experts x 2 x 64]
+  std::optional<traces::OpIndex> add;
+  std::optional<traces::OpIndex> fc1_backward;
+  for (traces::OpIndex i = 0; i < trace.ops().size(); ++i) {
+    if (trace.op(i).name == p + "experts.weight1.main_grad.add_") add = i;
+    if (trace.op(i).name == p + "experts.linear_fc1.backward") fc1_backward = i;
+  }
+  ASSERT_TRUE(add && fc1_backward);
+  EXPECT_GT(*add, *fc1_backward);
+  const traces::Op& op = trace.op(*add);
+  EXPECT_EQ(op.phase, Phase::backward);
+  EXPECT_EQ(op.kind, OpKind::elementwise);
+  ASSERT_EQ(op.inputs.size(), 1u);
+  ASSERT_EQ(op.outputs.size(), 1u);
+  const traces::Tensor& grad = trace.tensor(op.inputs.front());
+  const traces::Tensor& main_grad = trace.tensor(op.outputs.front());
+  EXPECT_EQ(grad.dtype, traces::DType::bf16);
+  EXPECT_EQ(grad.role, TensorRole::temporary);
+  EXPECT_EQ(main_grad.dtype, traces::DType::f32);
+  EXPECT_EQ(main_grad.role, TensorRole::gradient);
+  EXPECT_EQ(main_grad.elements(), elements);
+  EXPECT_EQ(op.bytes_read.at(kBatch), 2 * elements);
+  EXPECT_EQ(op.bytes_written.at(kBatch), 4 * elements);
+  // The optimizer steps weight1 on main_grad.
+  bool stepped = false;
+  for (const auto& o : trace.ops()) {
+    if (o.phase != Phase::optimizer) continue;
+    for (const auto t : o.inputs) stepped = stepped || t == op.outputs.front();
+  }
+  EXPECT_TRUE(stepped);
+  for (const std::string& weight : {p + "experts.weight2", p + "gate.weight", std::string("model.embed_tokens.weight")}) {
+    EXPECT_NO_THROW(op_named(trace, weight + ".main_grad.add_")) << weight;
+  }
+  // The router's sequence-parallel all-reduce reduces its fp32 main_grad.
+  const traces::Op& reduce = op_named(trace, "finalize_model_grads.sequence_parallel_grads.all_reduce");
+  bool router_fp32 = false;
+  for (const auto t : reduce.inputs) router_fp32 = router_fp32 || (trace.tensor(t).name == p + "gate.weight.main_grad" && trace.tensor(t).dtype == traces::DType::f32);
+  EXPECT_TRUE(router_fp32);
+  std::int64_t adds = 0;
+  for (const auto& o : trace.ops()) {
+    if (o.name.find("main_grad.add_") != std::string::npos) ++adds;
+    EXPECT_EQ(o.name.find("q_proj.weight.main_grad"), std::string::npos) << o.name;
+  }
+  EXPECT_EQ(adds, 1 + kLayers * 3);  // the embedding; per layer the router and GroupedMLP's two
+  // Not Megatron's layers: no main_grad.
+  const Trace hugging_face = build_model(tiny_mixtral(2, 2));
+  for (const auto& o : hugging_face.ops()) EXPECT_EQ(o.name.find("main_grad"), std::string::npos) << o.name;
 }
 
 // EP 2 at TP 1: the group is the expert group. Each rank gathers both ranks' 32 tokens (their

@@ -294,6 +294,8 @@ Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64
   Value x;
   if (stage.first) {
     embed = nb.parameter(names.base + names.embed + ".weight", {vocab_rows, arch.hidden});
+    // VocabParallelEmbedding writes a plain gradient: Megatron's DDP hook adds it into main_grad.
+    if (megatron) nb.add_into_main_grad(*embed);
     x = nb.vocab_parallel_embedding(names.base + names.embed, *ids, *embed, nb.sequence_parallel());
   } else {
     // The previous stage's output, S/t rows of it under sequence parallelism (Megatron's

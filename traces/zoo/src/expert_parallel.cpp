@@ -162,6 +162,9 @@ Value grouped_mlp(NetworkBuilder& nb, const DecoderArchitecture& arch, const Exp
   const auto local = static_cast<std::int64_t>(plan.local_experts.size());
   const Value weight1 = nb.parameter(p + "experts.weight1", {arch.hidden, local * 2 * width});
   const Value weight2 = nb.parameter(p + "experts.weight2", {local * width, arch.hidden});
+  // gmm writes 16-bit weight gradients; Megatron's DDP hook adds them into main_grad.
+  nb.add_into_main_grad(weight1);
+  nb.add_into_main_grad(weight2);
   const Value fc1 = nb.grouped_linear(p + "experts.linear_fc1", tokens, weight1, 2 * width);
   const std::vector<Value> halves = nb.chunk_last(p + "experts.glu.chunk", fc1, 2);
   return nb.grouped_linear(p + "experts.linear_fc2", nb.fused_swiglu(p + "experts.glu", halves[0], halves[1]), weight2, arch.hidden);
@@ -335,6 +338,8 @@ Value megatron_moe_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, co
   const Value router = nb.parameter(p + "gate.weight", {moe.experts, h});
   // The router's weight is marked `sequence_parallel` (router.py): its gradient is partial.
   nb.mark_sequence_parallel_weight(router);
+  // F.linear on a plain parameter: Megatron's DDP hook adds its gradient into main_grad.
+  if (megatron) nb.add_into_main_grad(router);
   const Value logits = nb.linear(p + "gate", flat, router, std::nullopt);
   const Value probs = nb.softmax_fp32(p + "softmax", logits);
   auto [weights, selected] = nb.topk(p + "topk", probs, k);

@@ -1697,7 +1697,52 @@ void NetworkBuilder::emit_backward(const BackwardRecipe& recipe) {
   op.outputs.insert(op.outputs.end(), recipe.scratch.begin(), recipe.scratch.end());
   const std::size_t index = emit(std::move(op));
   if (recipe.communication) communications_.emplace(index, *recipe.communication);
-  for (const auto& [target, grad] : produced) add_gradient(target, grad, index);
+  std::vector<std::size_t> targets;
+  for (const auto& [target, grad] : produced) {
+    add_gradient(target, grad, index);
+    targets.push_back(target);
+  }
+  emit_main_grad_adds(targets);
+}
+
+void NetworkBuilder::add_into_main_grad(Value weight) {
+  if (tensors_.at(weight.index).role != TensorRole::weight || tensors_[weight.index].view_of) {
+    throw std::logic_error(tensors_[weight.index].name + ": main_grad belongs to a parameter");
+  }
+  if (optimizer_in_backward_) throw std::logic_error(tensors_[weight.index].name + ": Megatron's main_grad with a step in the backward pass");
+  if (requires_grad(weight.index)) main_grad_weights_.emplace(weight.index, 0);
+}
+
+void NetworkBuilder::emit_main_grad_adds(const std::vector<std::size_t>& targets) {
+  if (main_grad_weights_.empty()) return;
+  if (!main_grad_counted_) {
+    for (const BackwardRecipe& r : recipes_) {
+      for (const GradSpec& spec : r.grads) {
+        if (const auto w = main_grad_weights_.find(spec.target); w != main_grad_weights_.end()) ++w->second;
+      }
+    }
+    main_grad_counted_ = true;
+  }
+  for (const std::size_t target : targets) {
+    const auto w = main_grad_weights_.find(target);
+    if (w == main_grad_weights_.end() || w->second == 0 || --w->second > 0) continue;
+    const std::size_t grad = *tensors_[target].grad;
+    // main_grad is fp32 for a bf16 gradient (see add_into_main_grad); an fp16 run keeps it in fp16
+    // unless --accumulate-allreduce-grads-in-fp32 (not known here: parallelism.grad_reduce_in_fp32
+    // then sizes it in memory). The trace counts the add's read of the 16-bit gradient and its
+    // write of main_grad; its read of main_grad's running sum is not counted, as no gradient
+    // accumulation's sum is (models/gradient_accumulation.hpp).
+    TensorRecord record;
+    record.name = tensors_[target].name + ".main_grad";
+    record.dtype = tensors_[grad].dtype == DType::bf16 ? DType::f32 : tensors_[grad].dtype;
+    record.sample_shape = tensors_[target].sample_shape;
+    record.role = TensorRole::gradient;
+    // `param.grad = None`: the 16-bit gradient is freed after the add, its last reader.
+    if (tensors_[storage(grad)].role == TensorRole::gradient) tensors_[storage(grad)].role = TensorRole::temporary;
+    const std::size_t main = add_tensor(std::move(record));
+    emit({tensors_[target].name + ".main_grad.add_", Phase::backward, OpKind::elementwise, {grad}, {main}, {}, {}, elements(main)});
+    tensors_[target].grad = main;
+  }
 }
 
 void NetworkBuilder::add_gradient(std::size_t target, std::size_t grad, std::size_t producer_op) {

@@ -375,6 +375,16 @@ class NetworkBuilder {
   // partial and all-reduced over the tensor group before the optimizer step
   // (sequence_parallel_weights_). Without sequence parallelism, nothing.
   void mark_sequence_parallel_weight(Value weight);
+  // Megatron-LM's DDP keeps each parameter's gradient in its main_grad buffer (fp32 in a bf16
+  // run: megatron/training/arguments.py at core_v0.6.0 turns --accumulate-allreduce-grads-in-fp32
+  // on for --bf16). Transformer Engine's linears and Megatron's ColumnParallelLinear write their
+  // weight gradients there themselves (gradient accumulation fusion); for a weight whose layer
+  // does not, the hook DDP registers on its gradient accumulator adds the 16-bit .grad into
+  // main_grad and drops it (distributed_data_parallel.py, _make_param_hook:
+  // `param.main_grad.add_(param.grad.data)`, then `param.grad = None`), once per micro-batch,
+  // as soon as the gradient is complete: an op `<weight>.main_grad.add_` (elementwise, backward)
+  // whose output is the weight's gradient from then on, the 16-bit one a temporary.
+  void add_into_main_grad(Value weight);
   // VocabParallelEmbedding.forward (layers.py:336-383) over this rank's rows `weight` [V/t, H]:
   // ids outside the rank's range masked to 0 (two kernels without autograd nodes), the lookup,
   // the masked rows zeroed in place (`output_parallel[input_mask, :] = 0.0`, an index_put_ whose
@@ -696,6 +706,12 @@ class NetworkBuilder {
   bool optimizer_in_backward_ = false;
   LossSpec loss_;
   std::map<std::size_t, int> pending_gradients_;  // weight -> backward ops still to add into it
+  // add_into_main_grad's weights -> backward ops still to add into their gradient (counted at the
+  // first backward op, as pending_gradients_).
+  std::map<std::size_t, int> main_grad_weights_;
+  bool main_grad_counted_ = false;
+  // After a backward op: the main_grad adds of the weights whose gradient it completed.
+  void emit_main_grad_adds(const std::vector<std::size_t>& targets);
   std::optional<std::pair<std::size_t, std::size_t>> qmaps_;  // bitsandbytes' shared quantisation maps
   std::map<std::size_t, std::size_t> weight_copies_;  // autocast's cache: weight -> 16-bit copy
   std::vector<TensorRecord> tensors_;

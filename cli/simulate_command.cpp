@@ -98,10 +98,14 @@ int run(const SimulateOptions& o) {
   const std::int64_t batch = prepared.batch_size();
   if (sim::is_pipeline(scenario)) {
     // Every pipeline stage replayed together: a report of its own (sim/report/pipeline_report.hpp).
-    if (!o.memory_csv.empty() || !o.timeline.empty() || !o.plot.empty()) {
-      throw InputError("--memory-csv, --timeline and --plot take one rank's replay; " + scenario.source + " has pipeline stages");
+    if (!o.memory_csv.empty() || !o.plot.empty()) {
+      throw InputError("--memory-csv and --plot take one rank's replay; " + scenario.source +
+                       " has pipeline stages (--timeline writes every stage's, one process each)");
     }
     const sim::PipelineOutcome outcome = sim::run_pipeline(prepared, scenario.strategy, batch, sim::Isolation::child_process);
+    if (const auto* run = std::get_if<sim::PipelineRun>(&outcome); run != nullptr && !o.timeline.empty()) {
+      write_output(o.timeline, sim::pipeline_perfetto_trace_json(prepared, *run));
+    }
     write_output("-", sim::pipeline_report(prepared, scenario.strategy, batch, outcome, o.json));
     return 0;
   }
@@ -153,7 +157,8 @@ std::function<int()> add_simulate_command(CLI::App& app) {
   command->add_flag("--json", options->json, "Print the report as JSON");
   command->add_option("--memory-csv", options->memory_csv, "Write the memory timeline (bytes per role over time) as CSV");
   command->add_option("--timeline", options->timeline,
-                      "Write a Chrome/Perfetto trace (one track per stream, memory counters); open it in ui.perfetto.dev");
+                      "Write a Chrome/Perfetto trace (one track per stream, memory counters; with pipeline stages one process per stage); open it in "
+                      "ui.perfetto.dev");
   command->add_option("--plot", options->plot,
                       "Draw the memory over the iteration, stacked by role, as an SVG file (needs gnuplot: Debian's gnuplot-nox)");
   add_positive_int(*command, "-j,--jobs", options->jobs, "With a sweep: worker processes (default: the core count)");

@@ -408,11 +408,16 @@ expect 2 "bad-args.sh:2: --num-attention-heads is 'x'; expected an integer" -- i
 printf -- '--nproc-per-node 2 --num-layers 4 --hidden-size 256 --num-attention-heads 4 --seq-length 256 --vocab-size 1024 --bf16\n--pipeline-model-parallel-size 2 --global-batch-size 4 --recompute-granularity full --recompute-method block --recompute-num-layers 1\n' >"$work/recompute.sh"
 expect 0 'imported .*recompute.sh \(megatron\)' -- import "$work/recompute.sh" --platform dgx-a100-superpod -o "$work/recompute.yaml"
 expect 0 'Per stage' -- simulate "$work/recompute.yaml"
+# Its Perfetto trace: one process per stage, named after its layers, each with its slices.
+expect 0 'Per stage' -- simulate "$work/recompute.yaml" --timeline "$work/pp-timeline.json"
+for stage in '"pid":1,"tid":0,"args":{"name":"stage 0 (layers 0-1)' '"pid":2,"tid":0,"args":{"name":"stage 1 (layers 2-3)' '"ph":"X","ts":[0-9.]*,"dur":[0-9.]*,"pid":2,"tid":1'; do
+  grep -q "$stage" "$work/pp-timeline.json" && passed=$((passed + 1)) || { failed=$((failed + 1)); echo "FAIL: pipeline Perfetto trace lacks $stage"; }
+done
 printf 'model: {zoo: gpt, layers: 4, hidden: 256, heads: 4, seq_len: 256, vocab: 1024}\nplatform: dgx-a100-superpod\nparallelism: {gpus_per_node: 2}\nplan: {recompute: [none, full], tensor: [1], pipeline: [2], target_global_batch: 4, micro_batches: [1]}\n' >"$work/plan-recompute.yaml"
 expect 0 'TP 1 x PP 2 x DP 1, DDP +GPU +full ' -- plan "$work/plan-recompute.yaml" -q
 # A pipeline layout: every stage replayed together, its own document.
 expect 0 '"name": "comptrain.pipeline"' -- simulate "$data/../../scenarios/llama2-70b-tp8-pp4-4xh100.yaml" --json
-expect 2 "--memory-csv, --timeline and --plot take one rank's replay" -- simulate "$data/../../scenarios/llama2-70b-tp8-pp4-4xh100.yaml" --timeline "$work/t.json"
+expect 2 "--memory-csv and --plot take one rank's replay; .* has pipeline stages \(--timeline writes every stage's" -- simulate "$data/../../scenarios/llama2-70b-tp8-pp4-4xh100.yaml" --memory-csv "$work/t.csv"
 sed "s#validation/model-configs#$data/../../scenarios/validation/model-configs#" "$data/../../scenarios/llama2-70b-tp8-pp4-4xh100.yaml" >"$work/pp-sweep.yaml"
 printf 'sweep:\n  training.precision: [mixed, bf16]\n' >>"$work/pp-sweep.yaml"
 # The error names the line of `pipeline:` in the file, wherever the example's comments put it.

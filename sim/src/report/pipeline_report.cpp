@@ -12,6 +12,8 @@
 #include "comptrain/models/pipeline_schedule.hpp"
 #include "comptrain/sim/metrics/communication_time.hpp"
 #include "comptrain/sim/metrics/throughput.hpp"
+#include "comptrain/sim/report/simulate_report.hpp"
+#include "comptrain/sim/report/simulation_timeline.hpp"
 #include "comptrain/support/format.hpp"
 #include "report/documents.hpp"
 
@@ -203,6 +205,20 @@ std::string pipeline_report(const PreparedScenario& prepared, const models::Stra
     return j.dump(2) + "\n";
   }
   return fmt::format("Scenario   {}\nNOT APPLICABLE: strategy {}: {}\n", prepared.scenario().name, strategy.name, reason);
+}
+
+std::string pipeline_perfetto_trace_json(const PreparedScenario& prepared, const PipelineRun& run) {
+  const Scenario& s = prepared.scenario();
+  std::vector<SimulationRun> views;
+  views.reserve(run.stages.size());  // TimelineProcess holds references into it
+  std::vector<TimelineProcess> processes;
+  for (std::size_t p = 0; p < run.stages.size() && p < run.result.stages.size(); ++p) {
+    const ScheduledRun& stage = run.stages[p];
+    views.push_back(SimulationRun{s.name, s.source, stage.trace, prepared.platform(), stage.schedule, run.result.stages[p], &stage.strategy});
+    processes.push_back({views.back(), fmt::format("stage {} (layers {}) · {} on {} · {}", p, layer_ranges(run.chunk_layers.at(p)), s.name,
+                                                   prepared.platform().name, stage.schedule.strategy)});
+  }
+  return perfetto_trace_json(processes);
 }
 
 }  // namespace comptrain::sim

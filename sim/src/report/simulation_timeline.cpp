@@ -63,8 +63,6 @@ std::vector<bool> tasks_that_ran(const SimulationRun& run) {
   return ran;
 }
 
-constexpr int kPid = 1;
-
 // Chrome threads for streams: tid 1.. in stream order (0 is avoided: some viewers treat it
 // as "no thread").
 int tid_of(Stream stream) { return static_cast<int>(index_of(stream)) + 1; }
@@ -75,7 +73,7 @@ int tid_of(Stream stream) { return static_cast<int>(index_of(stream)) + 1; }
 std::int64_t nanoseconds(double seconds) { return std::llround(seconds * 1e9); }
 double microseconds(std::int64_t ns) { return static_cast<double>(ns) / 1e3; }
 
-ordered_json complete_event(const std::string& name, const std::string& category, Stream stream, double start, double end) {
+ordered_json complete_event(int pid, const std::string& name, const std::string& category, Stream stream, double start, double end) {
   const std::int64_t begin_ns = nanoseconds(start);
   ordered_json e;
   e["name"] = name;
@@ -83,7 +81,7 @@ ordered_json complete_event(const std::string& name, const std::string& category
   e["ph"] = "X";
   e["ts"] = microseconds(begin_ns);
   e["dur"] = microseconds(nanoseconds(end) - begin_ns);
-  e["pid"] = kPid;
+  e["pid"] = pid;
   e["tid"] = tid_of(stream);
   return e;
 }
@@ -128,30 +126,30 @@ std::string memory_timeline_csv(const SimulationRun& run) {
   return out;
 }
 
-std::string perfetto_trace_json(const SimulationRun& run) {
+namespace {
+
+// One run's events as Chrome process `pid` named `name`: a track per stream it used, a slice per
+// task that ran (and a stall before each compute task that waited), its memory counters and its
+// out-of-memory instant.
+void append_process(std::vector<ordered_json>& events, const SimulationRun& run, int pid, const std::string& name) {
   const SimulationResult& r = run.result;
   const auto& tasks = run.schedule.tasks;
-  std::vector<ordered_json> events;
-
-  events.push_back({{"name", "process_name"},
-                    {"ph", "M"},
-                    {"pid", kPid},
-                    {"tid", 0},
-                    {"args", {{"name", fmt::format("{} · {} on {} · {}", run.scenario_name, run.trace.name(), run.platform.name,
-                                                   run.schedule.strategy)}}}});
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"name", name}}}});
+  // Keeps the processes (a pipeline's stages) in order rather than the viewer's.
+  events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", pid}, {"tid", 0}, {"args", {{"sort_index", pid}}}});
   std::array<bool, models::kStreamCount> used{};
   for (const models::Task& task : tasks) used[index_of(task.stream)] = true;
   for (Stream stream : kStreams) {
     if (!used[index_of(stream)]) continue;
     events.push_back({{"name", "thread_name"},
                       {"ph", "M"},
-                      {"pid", kPid},
+                      {"pid", pid},
                       {"tid", tid_of(stream)},
                       {"args", {{"name", models::to_string(stream)}}}});
     // Keeps the tracks in stream order rather than the viewer's (alphabetical) one.
     events.push_back({{"name", "thread_sort_index"},
                       {"ph", "M"},
-                      {"pid", kPid},
+                      {"pid", pid},
                       {"tid", tid_of(stream)},
                       {"args", {{"sort_index", tid_of(stream)}}}});
   }
@@ -162,13 +160,13 @@ std::string perfetto_trace_json(const SimulationRun& run) {
     const models::Task& task = tasks[t];
     const TaskTiming& timing = r.tasks[t];
     if (task.stream == Stream::compute && timing.start > timing.ready) {
-      ordered_json stall = complete_event("stall", "stall", task.stream, timing.ready, timing.start);
+      ordered_json stall = complete_event(pid, "stall", "stall", task.stream, timing.ready, timing.start);
       ordered_json waiting_for = ordered_json::array();
       for (TaskId d : task.after) waiting_for.push_back(tasks.at(d).name);
       stall["args"] = {{"before", task.name}, {"waiting_for", std::move(waiting_for)}};
       events.push_back(std::move(stall));
     }
-    ordered_json e = complete_event(task.name, std::string(models::to_string(task.kind)), task.stream, timing.start, timing.end);
+    ordered_json e = complete_event(pid, task.name, std::string(models::to_string(task.kind)), task.stream, timing.start, timing.end);
     e["args"] = task_args(run, t);
     events.push_back(std::move(e));
   }
@@ -178,8 +176,8 @@ std::string perfetto_trace_json(const SimulationRun& run) {
   const auto rows = live_after_each_event(run);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const double ts = microseconds(nanoseconds(r.memory_events[i].time));
-    events.push_back({{"name", "memory"}, {"ph", "C"}, {"ts", ts}, {"pid", kPid}, {"args", bytes_by_role_json(rows[i])}});
-    events.push_back({{"name", "memory total"}, {"ph", "C"}, {"ts", ts}, {"pid", kPid}, {"args", {{"bytes", sum(rows[i])}}}});
+    events.push_back({{"name", "memory"}, {"ph", "C"}, {"ts", ts}, {"pid", pid}, {"args", bytes_by_role_json(rows[i])}});
+    events.push_back({{"name", "memory total"}, {"ph", "C"}, {"ts", ts}, {"pid", pid}, {"args", {{"bytes", sum(rows[i])}}}});
   }
 
   if (r.out_of_memory) {
@@ -192,14 +190,16 @@ std::string perfetto_trace_json(const SimulationRun& run) {
     events.push_back({{"name", "out of memory"},
                       {"cat", "oom"},
                       {"ph", "i"},
-                      {"s", "g"},  // a global instant: a line across every track
+                      {"s", "p"},  // a process-wide instant: a line across this run's tracks
                       {"ts", microseconds(nanoseconds(oom.time))},
-                      {"pid", kPid},
+                      {"pid", pid},
                       {"tid", tid_of(Stream::compute)},
                       {"args", std::move(args)}});
   }
+}
 
-  // One event per line: valid JSON, yet readable and diffable.
+// One event per line: valid JSON, yet readable and diffable.
+std::string trace_document(const std::vector<ordered_json>& events) {
   std::string out = "{\"traceEvents\": [\n";
   for (std::size_t i = 0; i < events.size(); ++i) {
     out += events[i].dump();
@@ -207,6 +207,20 @@ std::string perfetto_trace_json(const SimulationRun& run) {
   }
   out += "],\n\"displayTimeUnit\": \"ms\"}\n";
   return out;
+}
+
+}  // namespace
+
+std::string perfetto_trace_json(const SimulationRun& run) {
+  std::vector<ordered_json> events;
+  append_process(events, run, 1, fmt::format("{} · {} on {} · {}", run.scenario_name, run.trace.name(), run.platform.name, run.schedule.strategy));
+  return trace_document(events);
+}
+
+std::string perfetto_trace_json(const std::vector<TimelineProcess>& processes) {
+  std::vector<ordered_json> events;
+  for (std::size_t i = 0; i < processes.size(); ++i) append_process(events, processes[i].run, static_cast<int>(i) + 1, processes[i].name);
+  return trace_document(events);
 }
 
 }  // namespace comptrain::sim

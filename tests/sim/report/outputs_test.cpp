@@ -420,6 +420,41 @@ TEST(Outputs, PerfettoTraceHasOneSlicePerTaskAtItsTimes) {
   EXPECT_EQ(memory_counters, r.memory_events.size());
 }
 
+// A pipeline's stages (pipeline_perfetto_trace_json): one process per run, in order, each named
+// as given, with its own tracks, slices and counters on the shared time axis; a stage cut short
+// by its out-of-memory shows its instant in its own process only.
+TEST(Outputs, PerfettoTraceOfSeveralRunsHasOneProcessEach) {
+  const Fixture& whole = every_kind();
+  const Fixture& cut = out_of_memory();
+  const SimulationRun first = whole.run();
+  const SimulationRun second = cut.run();
+  const json trace = json::parse(perfetto_trace_json(std::vector<TimelineProcess>{{first, "stage 0"}, {second, "stage 1"}}));
+  std::map<int, std::string> names;
+  std::map<int, int> sort_index;
+  for (const json& e : events_of(trace, "M")) {
+    if (e["name"] == "process_name") names[e["pid"].get<int>()] = e["args"]["name"];
+    if (e["name"] == "process_sort_index") sort_index[e["pid"].get<int>()] = e["args"]["sort_index"];
+  }
+  EXPECT_EQ(names, (std::map<int, std::string>{{1, "stage 0"}, {2, "stage 1"}}));
+  EXPECT_EQ(sort_index, (std::map<int, int>{{1, 1}, {2, 2}}));
+  std::map<int, std::size_t> slices;
+  for (const json& e : events_of(trace, "X")) {
+    if (e["cat"] != "stall") ++slices[e["pid"].get<int>()];
+  }
+  EXPECT_EQ(slices[1], whole.schedule.tasks.size());
+  EXPECT_EQ(slices[2], 1u);  // the tasks that ended before the out-of-memory
+  const auto instants = events_of(trace, "i");
+  ASSERT_EQ(instants.size(), 1u);
+  EXPECT_EQ(instants[0]["pid"], 2);
+  EXPECT_EQ(instants[0]["s"], "p");
+  std::map<int, std::size_t> counters;
+  for (const json& e : events_of(trace, "C")) {
+    if (e["name"] == "memory") ++counters[e["pid"].get<int>()];
+  }
+  EXPECT_EQ(counters[1], whole.result.memory_events.size());
+  EXPECT_EQ(counters[2], cut.result.memory_events.size());
+}
+
 TEST(Outputs, PerfettoTraceShowsOnlyTheTasksThatEndedBeforeTheOutOfMemory) {
   const Fixture& f = out_of_memory();
   const json trace = json::parse(perfetto_trace_json(f.run()));

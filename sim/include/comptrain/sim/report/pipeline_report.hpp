@@ -14,4 +14,9 @@ namespace comptrain::sim {
 std::string pipeline_report(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch, const PipelineOutcome& outcome,
                             bool json);
 
+// The Chrome/Perfetto trace of every stage's representative rank on the pipeline's one time axis
+// (simulation_timeline.hpp): process p + 1 is stage p, named after its layers; a stage cut short
+// by its out-of-memory shows what ran before it.
+std::string pipeline_perfetto_trace_json(const PreparedScenario& prepared, const PipelineRun& run);
+
 }  // namespace comptrain::sim

@@ -443,6 +443,26 @@ TEST(ExpertParallel, AllgatherDispatcherGathersOverTheTensorGroup) {
   ASSERT_EQ(hidden.count, kLayers);
   for (const std::int64_t b : hidden.each) EXPECT_EQ(b, kBatch * kSeq * kHidden * 2);
   EXPECT_EQ(communications(trace, CommunicationKind::reduce_scatter, ParallelGroup::tensor, Phase::forward, "combine.reduce_scatter").count, kLayers);
+  // Both torch.gathers keep what they gather from (GatherBackward0 saves self): the gathered
+  // hidden states [2 x 32 rows] and the masked rows [2 x 64]; index_select would keep neither.
+  const std::string p = "model.layers.0.block_sparse_moe.";
+  for (const auto& [op, rows] : {std::pair{std::string("gather"), kSeq}, std::pair{std::string("permute"), 2 * kSeq}}) {
+    const traces::Op& gather = op_named(trace, p + op);
+    const traces::Tensor& source = trace.tensor(gather.inputs.front());
+    EXPECT_EQ(source.role, TensorRole::activation) << op;
+    EXPECT_EQ(source.bytes(), kBatch * rows * kHidden * 2) << op;
+    // Kept, not read: the backward op (zeros and a scatter_add_ of the gradient) reads the
+    // gradient and the index only.
+    const traces::Op& backward = op_named(trace, p + op + ".backward");
+    std::int64_t read = 0;
+    bool keeps_source = false;
+    for (const auto t : backward.inputs) {
+      keeps_source = keeps_source || t == gather.inputs.front();
+      if (t != gather.inputs.front()) read += trace.tensor(t).bytes();
+    }
+    EXPECT_TRUE(keeps_source) << op;
+    EXPECT_EQ(backward.bytes_read.at(kBatch), read) << op;
+  }
 }
 
 TEST(ExpertParallel, BadLayoutsAreRefused) {

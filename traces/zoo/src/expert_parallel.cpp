@@ -294,15 +294,17 @@ Value allgather_dispatch(NetworkBuilder& nb, const DecoderArchitecture& arch, co
     const Value positions = nb.data_sized_op(p + "nonzero", {mask}, DType::i64, {local, 2});
     global_local_map = nb.columns(p + "nonzero.select", positions)[0];
     // torch.gather of the rows by global_local_map (expanded over h: one index read per element,
-    // from cache), whose backward is zeros and a scatter_add_ of the gradient: index_select's.
-    local_hidden = nb.index_select(p + "gather", hidden, *global_local_map);
+    // from cache), whose backward is zeros and a scatter_add_ of the gradient: index_select's;
+    // GatherBackward0 keeps the gathered hidden states for it.
+    local_hidden = nb.gather_rows(p + "gather", hidden, *global_local_map);
   }
   // The rows sorted by expert: argsort of their experts, histc for the rows per expert, read by
   // the host (tokens_per_expert.cpu(), the wait SequentialMLP's split needs), and the gather.
   const Value order = nb.constant_op(p + "argsort", local_indices, DType::i64, {local});
   nb.constant_op(p + "histc", local_indices, DType::f32, {static_cast<std::int64_t>(plan.local_experts.size())});
   nb.synchronize_host();
-  const Value permuted = nb.index_select(p + "permute", local_hidden, order);
+  // torch.gather(local_hidden_states, 0, indices expanded): GatherBackward0 keeps its rows.
+  const Value permuted = nb.gather_rows(p + "permute", local_hidden, order);
   const Value combined = local_experts(nb, arch, plan, p, permuted, megatron, ExpertRows::slice_and_copy);
   // token_unpermutation: zeros_like(...).scatter(0, indices, rows) -- scatter out of place copies
   // its zero self first (ATen's scatter: out.copy_(self), then scatter_) -- the rows times their

@@ -325,7 +325,9 @@ void NetworkBuilder::record(ForwardOp op) {
   recipe.context_exchange = std::move(op.context_exchange);
   recipe.reduced_in_place = std::move(op.reduced_in_place);
   recipe.differentiable_outputs = std::move(op.differentiable_outputs);
-  recipe.reads = concat(std::move(op.saved), op.reads);
+  for (const std::size_t tensor : op.kept) tensors_.at(tensor).saved = true;
+  recipe.reads = concat(concat(std::move(op.saved), op.reads), op.kept);
+  recipe.unread = std::move(op.kept);
   for (const GradSpec& grad : op.grads) {
     if (requires_grad(grad.target)) recipe.grads.push_back(grad);
   }
@@ -1430,7 +1432,14 @@ void NetworkBuilder::synchronize_host() {
   ops_.back().host_sync = true;
 }
 
-Value NetworkBuilder::index_select(const std::string& name, Value x, Value index) {
+Value NetworkBuilder::index_select(const std::string& name, Value x, Value index) { return rows_by_index(name, x, index, false); }
+
+Value NetworkBuilder::gather_rows(const std::string& name, Value x, Value index) {
+  expect_rank(x, 2, name);
+  return rows_by_index(name, x, index, true);
+}
+
+Value NetworkBuilder::rows_by_index(const std::string& name, Value x, Value index, bool saves_input) {
   expect_rank(index, 1, name);
   if (requires_grad(index.index) || tensors_[index.index].dtype != DType::i64 || sample_shape(x).empty()) {
     throw std::logic_error(name + ": needs a tensor and an int64 index without gradient");
@@ -1448,8 +1457,9 @@ Value NetworkBuilder::index_select(const std::string& name, Value x, Value index
   f.outputs = {y};
   f.differentiable_outputs = {y};
   // derivatives.yaml, index_select: self: index_select_backward(grad, self.sizes(), dim, index),
-  // so IndexSelectBackward0 saves the index and x's sizes, not x.
+  // so IndexSelectBackward0 saves the index and x's sizes, not x; GatherBackward0 saves x too.
   f.saved = {index.index};
+  if (saves_input) f.kept = {x.index};
   f.grads = {{x.index, {}}};
   // index_select_backward: zeros(self.sizes()).index_add_(dim, index, grad), one add per
   // gathered element; its output is a new tensor of x's shape.
@@ -1635,6 +1645,7 @@ void NetworkBuilder::emit_backward(const BackwardRecipe& recipe) {
     throw std::logic_error(forward_name + ": its output does not reach the loss");
   }
   op.inputs.insert(op.inputs.end(), recipe.reads.begin(), recipe.reads.end());
+  op.unread = recipe.unread;
   if (recipe.regather) {
     // Sequence parallelism: the backward GEMM reads the gathered input again, all-gathered
     // from the saved shard first (once for the linears that share it).
@@ -1958,7 +1969,9 @@ traces::Trace NetworkBuilder::build_trace(std::map<std::string, std::string> met
     // Bytes moved: the op's input and output tensors, except that views move no data and
     // in-place updates write the tensors they update.
     if (record.kind != OpKind::view) {
-      for (const std::size_t input : record.inputs) add_into(op.bytes_read, bytes(input));
+      for (const std::size_t input : record.inputs) {
+        if (std::find(record.unread.begin(), record.unread.end(), input) == record.unread.end()) add_into(op.bytes_read, bytes(input));
+      }
       for (const std::size_t output : record.outputs) {
         if (std::find(record.aliases.begin(), record.aliases.end(), output) == record.aliases.end()) {
           add_into(op.bytes_written, bytes(output));

@@ -228,6 +228,11 @@ class NetworkBuilder {
   // gradient) names, a new tensor [K, ...]. IndexSelectBackward0 saves the index (and x's sizes):
   // its backward writes a zero tensor of x's shape and index_add_s the gradient into it.
   Value index_select(const std::string& name, Value x, Value index);
+  // torch.gather(x, 0, index.view(-1, 1).expand(-1, h)) on rows [R, h]: the same rows, kernel and
+  // backward as index_select, but GatherBackward0 saves x itself (derivatives.yaml, gather: `self:
+  // gather_backward(grad, self, dim, index, sparse_grad)` passes the tensor, not its sizes), so x
+  // stays alive until the backward pass.
+  Value gather_rows(const std::string& name, Value x, Value index);
   // Looks `ids` up in a new table `name.weight` [num, dim], or in a given (shared) one.
   Value embedding(const std::string& name, Value ids, std::int64_t num, std::int64_t dim);
   Value embedding(const std::string& name, Value ids, Value weight);
@@ -524,6 +529,9 @@ class NetworkBuilder {
     std::vector<std::size_t> aliases;  // outputs that only alias an input: no bytes written
     traces::BatchLinear flops;
     bool host_sync = false;  // traces::Op::host_sync
+    // Inputs the op keeps alive but does not read (a saved tensor whose backward needs only its
+    // sizes): dependencies and lifetimes as any input, no bytes read.
+    std::vector<std::size_t> unread{};
   };
 
   // How backward produces the gradient of one forward input or parameter.
@@ -555,6 +563,7 @@ class NetworkBuilder {
     std::size_t forward_op = 0;
     std::vector<std::size_t> differentiable_outputs;  // forward outputs gradients flow into
     std::vector<std::size_t> reads;                    // saved tensors and weights it reads
+    std::vector<std::size_t> unread;                   // of `reads`, those it only keeps (ForwardOp::kept)
     std::vector<GradSpec> grads;                       // only targets that require grad
     traces::BatchLinear flops;
     traces::OpKind kind = traces::OpKind::other;
@@ -597,6 +606,10 @@ class NetworkBuilder {
     std::vector<std::size_t> differentiable_outputs;
     std::vector<std::size_t> saved;   // tensors autograd saves (marked as saved)
     std::vector<std::size_t> reads;   // further tensors backward reads (weights, buffers)
+    // Tensors autograd saves whose data the backward kernel does not read (GatherBackward0's
+    // self, of which gather_backward uses the sizes): saved and alive until the backward op,
+    // no bytes read.
+    std::vector<std::size_t> kept;
     std::vector<GradSpec> grads;      // candidate targets; those not requiring grad are dropped
     traces::BatchLinear backward_flops;
     traces::OpKind backward_kind = traces::OpKind::other;
@@ -709,6 +722,8 @@ class NetworkBuilder {
   // add_into_main_grad's weights -> backward ops still to add into their gradient (counted at the
   // first backward op, as pending_gradients_).
   std::map<std::size_t, int> main_grad_weights_;
+  // index_select and gather_rows: whether autograd saves x (gather) or only its sizes.
+  Value rows_by_index(const std::string& name, Value x, Value index, bool saves_input);
   bool main_grad_counted_ = false;
   // After a backward op: the main_grad adds of the weights whose gradient it completed.
   void emit_main_grad_adds(const std::vector<std::size_t>& targets);

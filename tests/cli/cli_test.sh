@@ -389,6 +389,8 @@ printf 'model: {zoo: gpt, seq_len: 16}\ntraining: {optimizer: adafactor, optimiz
 expect 2 "adafactor-impl.yaml:2:50: 'training.optimizer_impl' applies to torch.optim's" -- trace show "$work/adafactor-impl.yaml"
 printf 'model: {zoo: gpt, seq_len: 16}\ntraining: {optimizer_in_backward: true, gradient_accumulation_steps: 2}\n' >"$work/inbwd-accum.yaml"
 expect 2 "inbwd-accum.yaml:2:35: 'training.optimizer_in_backward' with gradient_accumulation_steps 2" -- simulate "$work/inbwd-accum.yaml"
+printf 'model: {hf_config: {model_type: llama, hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2, num_attention_heads: 4, vocab_size: 1000, max_position_embeddings: 64}, seq_len: 16, implementation: megatron}\ntraining: {precision: bf16, optimizer_in_backward: true}\n' >"$work/inbwd-megatron.yaml"
+expect 2 "inbwd-megatron.yaml:2:52: 'training.optimizer_in_backward' with model.implementation megatron: Megatron-LM steps its optimizer after the backward pass" -- simulate "$work/inbwd-megatron.yaml"
 printf 'model: {zoo: gpt, seq_len: 16}\ntraining: {optimizer_in_backward: yes-please}\n' >"$work/inbwd-bad.yaml"
 expect 2 "inbwd-bad.yaml:2:35: .*training.optimizer_in_backward" -- simulate "$work/inbwd-bad.yaml"
 printf 'model: {zoo: gpt, layers: 2, hidden: 64, heads: 4, seq_len: 16, vocab: 1000}\ntraining: {batch_size: 2, precision: bf16, optimizer: adamw, optimizer_impl: fused, optimizer_in_backward: true}\nplatform: a100-80gb\n' >"$work/inbwd.yaml"

@@ -405,6 +405,15 @@ TEST(ExpertParallel, MegatronAddsPlainGradientsIntoAnFp32MainGrad) {
     EXPECT_EQ(o.name.find("q_proj.weight.main_grad"), std::string::npos) << o.name;
   }
   EXPECT_EQ(adds, 1 + kLayers * 3);  // the embedding; per layer the router and GroupedMLP's two
+  // No step in the backward pass: Megatron steps on main_grad after it.
+  ModelRequest in_backward = grouped_gemm(tiny_mixtral(2, 2));
+  in_backward.optimizer_in_backward = true;
+  try {
+    build_model(in_backward);
+    ADD_FAILURE() << "Megatron's layers with optimizer_in_backward accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("optimizer_in_backward"), std::string::npos) << e.what();
+  }
   // Not Megatron's layers: no main_grad.
   const Trace hugging_face = build_model(tiny_mixtral(2, 2));
   for (const auto& o : hugging_face.ops()) EXPECT_EQ(o.name.find("main_grad"), std::string::npos) << o.name;

@@ -277,6 +277,8 @@ void ScenarioReader::read_model(const YAML::Node& model, const YAML::Node& train
         request = inline_config ? zoo::spec_from_hf_config(json_text_of(config, "model.hf_config"), where(config.Mark()) + "model.hf_config")
                                 : zoo::spec_from_hf_config(read_file(path), path.string());
       } catch (const InputError& e) {
+        // An inline config's messages already start at its line; a file's name the file.
+        if (inline_config) throw;
         throw InputError(where(config.Mark()) + "model.hf_config: " + e.what());
       }
       if (!model["seq_len"]) {

@@ -77,6 +77,11 @@ void ScenarioReader::read_loss_and_step(const YAML::Node& training, const Scenar
   if (!in_backward) return;
   request.optimizer_in_backward = boolean(in_backward, "training.optimizer_in_backward");
   if (!request.optimizer_in_backward) return;
+  // Megatron-LM steps its optimizer once the backward pass is over, on its DDP's main_grad buffer.
+  if (request.megatron) {
+    throw InputError(where(in_backward.Mark()) + "'training.optimizer_in_backward' with model.implementation megatron: Megatron-LM steps its "
+                                                 "optimizer after the backward pass, on its DDP's main_grad buffer; expected optimizer_in_backward: false");
+  }
   // torchtune refuses it (recipes' _setup_optimizer / setup: "Gradient accumulation is not
   // supported with optimizer in bwd"): the step would run on a partial gradient.
   if (scenario.accumulation_steps > 1) {

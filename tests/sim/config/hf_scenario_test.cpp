@@ -151,6 +151,15 @@ TEST(HfScenario, ModelErrorsCarryTheScenarioLine) {
   } catch (const InputError& e) {
     EXPECT_THAT(std::string(e.what()), AllOf(testing::StartsWith("s.yaml:2:14: model.hf_config: "), HasSubstr("missing.json")));
   }
+  // An inline config's error names its line once.
+  try {
+    parse_scenario("model:\n  hf_config: {model_type: llama, hidden_size: 64}\n  seq_len: 64\n", "s.yaml", dir);
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    const std::string message = e.what();
+    EXPECT_THAT(message, AllOf(testing::StartsWith("s.yaml:2:14: model.hf_config: "), HasSubstr("'num_hidden_layers' is missing")));
+    EXPECT_EQ(message.find("model.hf_config", 20), std::string::npos) << message;
+  }
   std::filesystem::remove_all(dir);
 }
 

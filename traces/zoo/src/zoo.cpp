@@ -1014,6 +1014,12 @@ traces::Trace build_model(const ModelRequest& request) {
       if (request.lora || request.packed_documents) {
         throw InputError(std::string("implementation: megatron is not written together with ") + (request.lora ? "lora" : "packed documents"));
       }
+      // Megatron-LM steps its optimizer once the backward pass is over, on its DDP's main_grad
+      // buffer, into which the layers' plain gradients are added (NetworkBuilder::add_into_main_grad).
+      if (request.optimizer_in_backward) {
+        throw InputError("implementation: megatron steps the optimizer after the backward pass, on Megatron's main_grad buffer; expected no "
+                         "optimizer_in_backward");
+      }
       if (arch.moe && !expert_plan) {
         throw InputError("implementation: megatron builds Megatron-LM's MoE layer, which needs expert parallelism (parallelism.expert, 1 or more); "
                          "Hugging Face's expert loop is not Megatron's" + from);

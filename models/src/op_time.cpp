@@ -926,6 +926,15 @@ KernelRun OpTimeModel::run_op(const traces::Trace& trace, traces::OpIndex index,
 
 traces::DType arithmetic_dtype(const traces::Trace& trace, traces::OpIndex index) {
   const traces::Op& op = trace.op(index);
+  // A GEMM computes in its operands' precision whatever it writes: bf16 operands run on bf16
+  // tensor cores with fp32 accumulation, and an fp32 output (a weight gradient written into
+  // Megatron's fp32 main_grad by gradient accumulation fusion: traces/zoo/README.md, "main_grad")
+  // is the accumulator's precision, not the math's.
+  if (uses_tensor_cores(op.kind)) {
+    for (const traces::TensorIndex t : op.inputs) {
+      if (traces::is_floating(trace.tensor(t).dtype)) return trace.tensor(t).dtype;
+    }
+  }
   for (const traces::TensorIndex t : op.outputs) {
     if (traces::is_floating(trace.tensor(t).dtype)) return trace.tensor(t).dtype;
   }

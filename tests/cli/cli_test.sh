@@ -390,6 +390,9 @@ expect 2 "adafactor-impl.yaml:2:50: 'training.optimizer_impl' applies to torch.o
 printf 'model: {zoo: gpt, seq_len: 16}\ntraining: {optimizer_in_backward: true, gradient_accumulation_steps: 2}\n' >"$work/inbwd-accum.yaml"
 expect 2 "inbwd-accum.yaml:2:35: 'training.optimizer_in_backward' with gradient_accumulation_steps 2" -- simulate "$work/inbwd-accum.yaml"
 printf 'model: {hf_config: {model_type: llama, hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2, num_attention_heads: 4, vocab_size: 1000, max_position_embeddings: 64}, seq_len: 16, implementation: megatron}\ntraining: {precision: bf16, optimizer_in_backward: true}\n' >"$work/inbwd-megatron.yaml"
+# Megatron's layers with a tied embedding over two stages: both ends exchange fp32 main_grad.
+printf 'model: {hf_config: {model_type: llama, hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2, num_attention_heads: 4, vocab_size: 1000, max_position_embeddings: 64, tie_word_embeddings: true}, seq_len: 16, implementation: megatron}\ntraining: {precision: bf16}\nplatform: dgx-a100-superpod\nparallelism: {gpus_per_node: 2, pipeline: 2}\n' >"$work/tied-pp.yaml"
+expect 0 '^FITS' -- simulate "$work/tied-pp.yaml"
 expect 2 "inbwd-megatron.yaml:2:52: 'training.optimizer_in_backward' with model.implementation megatron: Megatron-LM steps its optimizer after the backward pass" -- simulate "$work/inbwd-megatron.yaml"
 printf 'model: {zoo: gpt, seq_len: 16}\ntraining: {optimizer_in_backward: yes-please}\n' >"$work/inbwd-bad.yaml"
 expect 2 "inbwd-bad.yaml:2:35: .*training.optimizer_in_backward" -- simulate "$work/inbwd-bad.yaml"

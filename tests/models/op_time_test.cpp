@@ -440,20 +440,25 @@ TEST(OpTime, MeasuredDurationFromAnotherDeviceIsIgnored) {
   EXPECT_DOUBLE_EQ(seconds(spec), 0.5 + 5e-6);
 }
 
-TEST(OpTime, ArithmeticDtypeIsTheFirstFloatingOutputElseInput) {
-  OneOp spec;
-  spec.input = DType::f32;
-  spec.output = DType::f16;
-  EXPECT_EQ(arithmetic_dtype(one_op_trace(spec), 0), DType::f16);
-  spec.input = DType::bf16;
-  spec.output = DType::i64;
-  EXPECT_EQ(arithmetic_dtype(one_op_trace(spec), 0), DType::bf16);
-  spec.input = DType::i32;
-  spec.output = DType::boolean;
-  EXPECT_EQ(arithmetic_dtype(one_op_trace(spec), 0), DType::f32);
-  spec.input = DType::u8;
-  spec.output = DType::f64;
-  EXPECT_EQ(arithmetic_dtype(one_op_trace(spec), 0), DType::f64);
+// Elementwise and other CUDA-core kinds: the first floating output, else input, else fp32. The
+// tensor-core kinds (a GEMM): its operands' dtype, whatever it writes (a bf16 GEMM accumulating into
+// an fp32 main_grad runs on bf16 tensor cores).
+TEST(OpTime, ArithmeticDtypeIsAGemmsOperandsElseTheFirstFloatingOutput) {
+  struct Case {
+    OpKind kind;
+    DType input;
+    DType output;
+    DType arithmetic;
+  };
+  for (const Case& c : {Case{OpKind::elementwise, DType::f32, DType::f16, DType::f16}, Case{OpKind::elementwise, DType::bf16, DType::i64, DType::bf16},
+                        Case{OpKind::elementwise, DType::i32, DType::boolean, DType::f32}, Case{OpKind::elementwise, DType::u8, DType::f64, DType::f64},
+                        Case{OpKind::linear, DType::bf16, DType::f32, DType::bf16}, Case{OpKind::linear, DType::f32, DType::f16, DType::f32}}) {
+    OneOp spec;
+    spec.kind = c.kind;
+    spec.input = c.input;
+    spec.output = c.output;
+    EXPECT_EQ(arithmetic_dtype(one_op_trace(spec), 0), c.arithmetic) << traces::to_string(c.kind) << " " << traces::to_string(c.input);
+  }
 }
 
 TEST(OpTime, RejectsAPlatformWithoutPeaks) {

@@ -209,6 +209,13 @@ ModelRequest allgather(ModelRequest request) {
   return request;
 }
 
+traces::TensorIndex index_of_tensor(const Trace& trace, const std::string& name) {
+  for (traces::TensorIndex i = 0; i < trace.tensors().size(); ++i) {
+    if (trace.tensor(i).name == name) return i;
+  }
+  throw std::out_of_range("no tensor " + name);
+}
+
 const traces::Op& op_named(const Trace& trace, const std::string& name) {
   for (const auto& op : trace.ops()) {
     if (op.name == name) return op;
@@ -405,6 +412,23 @@ TEST(ExpertParallel, MegatronAddsPlainGradientsIntoAnFp32MainGrad) {
     EXPECT_EQ(o.name.find("q_proj.weight.main_grad"), std::string::npos) << o.name;
   }
   EXPECT_EQ(adds, 1 + kLayers * 3);  // the embedding; per layer the router and GroupedMLP's two
+  // TE's linears write their weight gradients into main_grad from the GEMM: fp32 too.
+  const traces::Tensor& q_grad = trace.tensor(index_of_tensor(trace, "model.layers.0.self_attn.q_proj.weight.grad"));
+  EXPECT_EQ(q_grad.dtype, traces::DType::f32);
+  EXPECT_EQ(q_grad.role, TensorRole::gradient);
+  // 16-bit weights other than bf16 ('mixed' is fp16): main_grad in their dtype, or fp32 with
+  // --accumulate-allreduce-grads-in-fp32 (MegatronOptions::main_grad_fp32).
+  for (const bool fp32 : {false, true}) {
+    ModelRequest mixed = grouped_gemm(tiny_mixtral(2, 2));
+    mixed.precision = Precision::mixed;
+    mixed.megatron->main_grad_fp32 = fp32;
+    const Trace t = build_model(mixed);
+    const traces::DType want = fp32 ? traces::DType::f32 : traces::DType::f16;
+    const traces::Op& mixed_add = op_named(t, p + "experts.weight1.main_grad.add_");
+    EXPECT_EQ(t.tensor(mixed_add.inputs.front()).dtype, traces::DType::f16);
+    EXPECT_EQ(t.tensor(mixed_add.outputs.front()).dtype, want);
+    EXPECT_EQ(t.tensor(index_of_tensor(t, "model.layers.0.self_attn.q_proj.weight.grad")).dtype, want);
+  }
   // No step in the backward pass: Megatron steps on main_grad after it.
   ModelRequest in_backward = grouped_gemm(tiny_mixtral(2, 2));
   in_backward.optimizer_in_backward = true;

@@ -216,6 +216,29 @@ TEST(TensorParallelGpt, ColumnParallelBackwardOverlapsTheWeightGradient) {
   }
 }
 
+// Under autocast the column-parallel linears read a 16-bit cast of their fp32 weight; the cast's
+// backward (the weight gradient to fp32) needs the weight-gradient GEMM that runs behind the
+// input gradient's collective, so it runs right after that GEMM, as autograd runs it.
+TEST(TensorParallelGpt, AutocastWeightCastsFollowTheDeferredWeightGradient) {
+  for (const bool sp : {false, true}) {
+    SCOPED_TRACE(sp ? "SP" : "no SP");
+    ModelRequest request = gpt_request(2, 2, sp);
+    request.precision = Precision::amp_bf16;
+    const Trace trace = build_model(request);
+    const auto index_of = [&](const std::string& name) {
+      for (std::size_t o = 0; o < trace.ops().size(); ++o) {
+        if (trace.op(o).name == name) return o;
+      }
+      ADD_FAILURE() << "no op " << name;
+      return std::size_t{0};
+    };
+    const std::size_t weight = index_of("transformer.h.1.mlp.c_fc.backward_weight");
+    const std::size_t cast = index_of("transformer.h.1.mlp.c_fc.weight.cast.backward");
+    EXPECT_GT(cast, weight);
+    EXPECT_EQ(trace.tensor(trace.op(cast).outputs.at(0)).dtype, traces::DType::f32);
+  }
+}
+
 TEST(TensorParallel, VocabularyPadding) {
   EXPECT_EQ(tensor_parallel_vocab(50257, 1), 50257);  // degree 1: the model as defined
   EXPECT_EQ(tensor_parallel_vocab(50257, 2), 50432);  // 197 x 256

@@ -353,6 +353,9 @@ void ScenarioReader::read_model(const YAML::Node& model, const YAML::Node& train
       }
       if (const YAML::Node v = m["moe_grouped_gemm"]) request.megatron->moe_grouped_gemm = boolean(v, "model.megatron.moe_grouped_gemm");
     }
+    // Megatron's main_grad dtype follows the same flag as its gradient reduction (parallelism is
+    // read before the model).
+    if (request.megatron && scenario.parallelism) request.megatron->main_grad_fp32 = scenario.parallelism->data.grad_reduce_in_fp32;
     if (const YAML::Node n = model["norm_type"]) {
       if (!request.torchtitan) {
         throw InputError(where(n.Mark()) + "'model.norm_type' is torchtitan's train-config option; expected it with 'implementation: torchtitan'");

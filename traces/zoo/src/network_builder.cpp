@@ -1528,11 +1528,27 @@ Value NetworkBuilder::cross_entropy(const std::string& name, Value logits, Value
 traces::Trace NetworkBuilder::finish(Value root, std::map<std::string, std::string> metadata) {
   if (finished_) throw std::logic_error("NetworkBuilder: already finished");
   seed_backward(root.index);
+  // A recipe whose output's gradient a deferred weight-gradient part will make (autocast's cast of
+  // a column-parallel linear's weight: its backward casts the weight gradient to fp32) waits for
+  // that part, and runs right after it, as autograd runs a node once its inputs' gradients are in.
+  std::map<std::size_t, std::vector<const BackwardRecipe*>> waiting;  // collective op -> recipes
+  const auto deferred_collective = [&](const BackwardRecipe& r) -> std::optional<std::size_t> {
+    for (const auto& [collective, parts] : deferred_weight_grads_) {
+      for (const BackwardRecipe& part : parts) {
+        for (const GradSpec& g : part.grads) {
+          if (std::find(r.differentiable_outputs.begin(), r.differentiable_outputs.end(), g.target) != r.differentiable_outputs.end()) return collective;
+        }
+      }
+    }
+    return std::nullopt;
+  };
   for (auto recipe = recipes_.rbegin(); recipe != recipes_.rend(); ++recipe) {
     if (splits_backward(*recipe)) {
       auto [input_part, weight_part] = split_backward(*recipe);
       emit_backward(input_part);
       deferred_weight_grads_[recipe->split->collective_op].push_back(std::move(weight_part));
+    } else if (const auto collective = deferred_collective(*recipe)) {
+      waiting[*collective].push_back(&*recipe);
     } else {
       emit_backward(*recipe);
       emit_steps_in_backward(*recipe);  // torchtune's optimizer_in_bwd only
@@ -1540,8 +1556,15 @@ traces::Trace NetworkBuilder::finish(Value root, std::map<std::string, std::stri
     if (const auto deferred = deferred_weight_grads_.find(recipe->forward_op); deferred != deferred_weight_grads_.end()) {
       emit_overlapped_weight_grads(deferred->second);
       deferred_weight_grads_.erase(deferred);
+      for (const BackwardRecipe* late : waiting[recipe->forward_op]) {
+        emit_backward(*late);
+        emit_steps_in_backward(*late);
+      }
+      waiting.erase(recipe->forward_op);
     }
   }
+  if (!waiting.empty()) throw std::logic_error("NetworkBuilder: a backward op waits for a weight gradient that no collective's backward makes");
+  keep_gradients_in_main_grad();  // before the exchanges below view the gradients
   if (!deferred_weight_grads_.empty()) {
     throw std::logic_error("NetworkBuilder: a column-parallel linear's input collective has no backward op");
   }
@@ -1716,6 +1739,28 @@ void NetworkBuilder::emit_backward(const BackwardRecipe& recipe) {
   emit_main_grad_adds(targets);
 }
 
+void NetworkBuilder::keep_gradients_in_main_grad() {
+  // Megatron-LM's DDP keeps every gradient in its main_grad buffer, fp32 for a bf16 model
+  // (megatron/training/arguments.py at core_v0.6.0 forces --accumulate-allreduce-grads-in-fp32
+  // with --bf16; an fp16 model keeps fp16 unless asked): Transformer Engine's linears and the
+  // output layer write their weight gradients there from the GEMM (gradient accumulation fusion:
+  // an fp32 output), the other weights' are added by the hook (add_into_main_grad, already fp32).
+  // So a bf16 weight gradient is its fp32 share of the buffer: what the GEMMs write, what the
+  // finalize collectives exchange and what the optimizer reads.
+  if (!main_grad_dtype_) return;
+  const auto narrower = [&](DType d) { return traces::is_floating(d) && traces::element_size(d) < traces::element_size(*main_grad_dtype_); };
+  std::vector<bool> widen(tensors_.size(), false);
+  for (const TensorRecord& t : tensors_) {
+    if (t.role != TensorRole::weight || t.view_of || !t.grad) continue;
+    const std::size_t root = storage(*t.grad);
+    if (tensors_[root].role == TensorRole::gradient && narrower(tensors_[root].dtype)) widen[root] = true;
+  }
+  for (TensorRecord& t : tensors_) {
+    const std::size_t root = t.view_of.value_or(static_cast<std::size_t>(&t - tensors_.data()));
+    if (widen[root]) t.dtype = *main_grad_dtype_;
+  }
+}
+
 void NetworkBuilder::add_into_main_grad(Value weight) {
   if (tensors_.at(weight.index).role != TensorRole::weight || tensors_[weight.index].view_of) {
     throw std::logic_error(tensors_[weight.index].name + ": main_grad belongs to a parameter");
@@ -1738,14 +1783,13 @@ void NetworkBuilder::emit_main_grad_adds(const std::vector<std::size_t>& targets
     const auto w = main_grad_weights_.find(target);
     if (w == main_grad_weights_.end() || w->second == 0 || --w->second > 0) continue;
     const std::size_t grad = *tensors_[target].grad;
-    // main_grad is fp32 for a bf16 gradient (see add_into_main_grad); an fp16 run keeps it in fp16
-    // unless --accumulate-allreduce-grads-in-fp32 (not known here: parallelism.grad_reduce_in_fp32
-    // then sizes it in memory). The trace counts the add's read of the 16-bit gradient and its
-    // write of main_grad; its read of main_grad's running sum is not counted, as no gradient
-    // accumulation's sum is (models/gradient_accumulation.hpp).
+    // main_grad in its dtype (set_megatron_main_grad; the gradient's without it). The trace counts
+    // the add's read of the 16-bit gradient and its write of main_grad; its read of main_grad's
+    // running sum is not counted, as no gradient accumulation's sum is
+    // (models/gradient_accumulation.hpp).
     TensorRecord record;
     record.name = tensors_[target].name + ".main_grad";
-    record.dtype = tensors_[grad].dtype == DType::bf16 ? DType::f32 : tensors_[grad].dtype;
+    record.dtype = main_grad_dtype_.value_or(tensors_[grad].dtype);
     record.sample_shape = tensors_[target].sample_shape;
     record.role = TensorRole::gradient;
     // `param.grad = None`: the 16-bit gradient is freed after the add, its last reader.

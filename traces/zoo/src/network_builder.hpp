@@ -58,6 +58,10 @@ class NetworkBuilder {
   // torchtune's optimizer_in_bwd (ModelSpec::optimizer_in_backward): each weight's step runs
   // as soon as its gradient is complete, inside the backward pass (optimizers.cpp).
   void set_optimizer_in_backward(bool on) { optimizer_in_backward_ = on; }
+  // Megatron-LM's layers (ModelRequest::megatron): every weight gradient lives in its DDP's
+  // main_grad buffer, of this dtype (keep_gradients_in_main_grad, add_into_main_grad); nullopt:
+  // not Megatron's.
+  void set_megatron_main_grad(std::optional<traces::DType> dtype) { main_grad_dtype_ = dtype; }
 
   // The model's dtype: that of its parameters and floating buffers, of the images it is fed
   // and of every activation outside autocast (fp16 in `mixed` and `fp16`, bf16 in `bf16`,
@@ -380,9 +384,8 @@ class NetworkBuilder {
   // partial and all-reduced over the tensor group before the optimizer step
   // (sequence_parallel_weights_). Without sequence parallelism, nothing.
   void mark_sequence_parallel_weight(Value weight);
-  // Megatron-LM's DDP keeps each parameter's gradient in its main_grad buffer (fp32 in a bf16
-  // run: megatron/training/arguments.py at core_v0.6.0 turns --accumulate-allreduce-grads-in-fp32
-  // on for --bf16). Transformer Engine's linears and Megatron's ColumnParallelLinear write their
+  // Megatron-LM's DDP keeps each parameter's gradient in its main_grad buffer (set_megatron_main_grad:
+  // fp32 in a bf16 run). Transformer Engine's linears and Megatron's ColumnParallelLinear write their
   // weight gradients there themselves (gradient accumulation fusion); for a weight whose layer
   // does not, the hook DDP registers on its gradient accumulator adds the 16-bit .grad into
   // main_grad and drops it (distributed_data_parallel.py, _make_param_hook:
@@ -722,6 +725,10 @@ class NetworkBuilder {
   // add_into_main_grad's weights -> backward ops still to add into their gradient (counted at the
   // first backward op, as pending_gradients_).
   std::map<std::size_t, int> main_grad_weights_;
+  std::optional<traces::DType> main_grad_dtype_;
+  // After the backward pass, under set_megatron_main_grad: each 16-bit weight gradient becomes its
+  // share of main_grad, in main_grad's dtype (the storage and its views).
+  void keep_gradients_in_main_grad();
   // index_select and gather_rows: whether autograd saves x (gather) or only its sizes.
   Value rows_by_index(const std::string& name, Value x, Value index, bool saves_input);
   bool main_grad_counted_ = false;

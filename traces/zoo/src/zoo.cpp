@@ -816,6 +816,11 @@ traces::Trace build_model(const ModelRequest& request) {
   NetworkBuilder nb(request.model, request.batch_size, request.precision, optimizer, request.optimizer_impl,
                     request.softmax_saves_input, request.accumulate_gradients_in_place);
   nb.set_optimizer_in_backward(request.optimizer_in_backward);
+  // Megatron's main_grad: fp32 with --accumulate-allreduce-grads-in-fp32, which --bf16 forces
+  // (MegatronOptions::main_grad_fp32), else the weights' dtype.
+  if (request.megatron) {
+    nb.set_megatron_main_grad(request.megatron->main_grad_fp32 || request.precision == Precision::bf16 ? traces::DType::f32 : nb.compute_dtype());
+  }
   nb.set_loss(request.loss);
   // The loss kinds are a language model's (the head over the vocabulary): the CNNs and BERT keep
   // their cross-entropy.

@@ -130,8 +130,9 @@ double layout_transpose_seconds(const GpuSpec& gpu, double memory_efficiency, do
 // slower.
 double index_select_seconds(const GpuSpec& gpu, double elements);
 
-// The dtype whose peak an op's arithmetic runs at: that of its first floating-point output,
-// else of its first floating-point input, else fp32.
+// The dtype whose peak an op's arithmetic runs at: for the tensor-core kinds (linear, matmul,
+// conv, attention) that of its first floating-point input (a GEMM's operands), for the others
+// that of its first floating-point output, else of its first floating-point input; else fp32.
 traces::DType arithmetic_dtype(const traces::Trace& trace, traces::OpIndex op);
 
 // The share of the compute efficiency left to an op of `kind` on tensor cores, on `platform`

@@ -282,6 +282,11 @@ struct MegatronOptions {
   // one call of the grouped_gemm package's gmm over all local experts' rows, their weights side
   // by side in one parameter, and a fused SwiGLU between; else SequentialMLP, one MLP per expert.
   bool moe_grouped_gemm = false;
+  // --accumulate-allreduce-grads-in-fp32 (megatron/training/arguments.py at core_v0.6.0 turns it on
+  // for --bf16): the DDP's main_grad buffer, which holds every weight gradient, in fp32 rather than
+  // the weights' 16 bits. Not a model.megatron key: the scenario reader sets it from
+  // parallelism.grad_reduce_in_fp32, the same flag. bf16 weights imply it.
+  bool main_grad_fp32 = false;
 };
 
 // Megatron-LM's tensor parallelism (Shoeybi et al. 2019, arXiv 1909.08053 §3) and sequence

@@ -1527,6 +1527,11 @@ Value NetworkBuilder::cross_entropy(const std::string& name, Value logits, Value
 
 traces::Trace NetworkBuilder::finish(Value root, std::map<std::string, std::string> metadata) {
   if (finished_) throw std::logic_error("NetworkBuilder: already finished");
+  for (const BackwardRecipe& r : recipes_) {
+    for (const GradSpec& spec : r.grads) {
+      if (tensors_[spec.target].role == TensorRole::weight) ++pending_gradients_[spec.target];
+    }
+  }
   seed_backward(root.index);
   // A recipe whose output's gradient a deferred weight-gradient part will make (autocast's cast of
   // a column-parallel linear's weight: its backward casts the weight gradient to fp32) waits for
@@ -1551,15 +1556,11 @@ traces::Trace NetworkBuilder::finish(Value root, std::map<std::string, std::stri
       waiting[*collective].push_back(&*recipe);
     } else {
       emit_backward(*recipe);
-      emit_steps_in_backward(*recipe);  // torchtune's optimizer_in_bwd only
     }
     if (const auto deferred = deferred_weight_grads_.find(recipe->forward_op); deferred != deferred_weight_grads_.end()) {
       emit_overlapped_weight_grads(deferred->second);
       deferred_weight_grads_.erase(deferred);
-      for (const BackwardRecipe* late : waiting[recipe->forward_op]) {
-        emit_backward(*late);
-        emit_steps_in_backward(*late);
-      }
+      for (const BackwardRecipe* late : waiting[recipe->forward_op]) emit_backward(*late);
       waiting.erase(recipe->forward_op);
     }
   }
@@ -1731,12 +1732,36 @@ void NetworkBuilder::emit_backward(const BackwardRecipe& recipe) {
   op.outputs.insert(op.outputs.end(), recipe.scratch.begin(), recipe.scratch.end());
   const std::size_t index = emit(std::move(op));
   if (recipe.communication) communications_.emplace(index, *recipe.communication);
-  std::vector<std::size_t> targets;
   for (const auto& [target, grad] : produced) {
     add_gradient(target, grad, index);
-    targets.push_back(target);
+    if (const auto pending = pending_gradients_.find(target); pending != pending_gradients_.end() && --pending->second == 0) {
+      weight_gradient_complete(target);
+    }
   }
-  emit_main_grad_adds(targets);
+}
+
+void NetworkBuilder::weight_gradient_complete(std::size_t weight) {
+  if (main_grad_weights_.contains(weight)) {
+    // Megatron's DDP hook (add_into_main_grad): main_grad in its dtype. The trace counts the add's
+    // read of the 16-bit gradient and its write of main_grad; its read of main_grad's running sum
+    // is not counted, as no gradient accumulation's sum is (models/gradient_accumulation.hpp).
+    const std::size_t grad = *tensors_[weight].grad;
+    TensorRecord record;
+    record.name = tensors_[weight].name + ".main_grad";
+    record.dtype = *main_grad_dtype_;
+    record.sample_shape = tensors_[weight].sample_shape;
+    record.role = TensorRole::gradient;
+    // `param.grad = None`: the 16-bit gradient is freed after the add, its last reader.
+    if (tensors_[storage(grad)].role == TensorRole::gradient) tensors_[storage(grad)].role = TensorRole::temporary;
+    const std::size_t main = add_tensor(std::move(record));
+    emit({tensors_[weight].name + ".main_grad.add_", Phase::backward, OpKind::elementwise, {grad}, {main}, {}, {}, elements(main)});
+    tensors_[weight].grad = main;
+  }
+  // torchtune's optimizer_in_bwd: the post-accumulate-grad hook runs once the weight's .grad is
+  // complete. The step frees the gradient (optimizer.zero_grad() sets it to None), which the
+  // trace says through its last reader being this op (metadata optimizer_in_backward: the
+  // gradient is not held to the end of the iteration).
+  if (optimizer_in_backward_) emit_step(weight);
 }
 
 void NetworkBuilder::keep_gradients_in_main_grad() {
@@ -1755,9 +1780,8 @@ void NetworkBuilder::keep_gradients_in_main_grad() {
     const std::size_t root = storage(*t.grad);
     if (tensors_[root].role == TensorRole::gradient && narrower(tensors_[root].dtype)) widen[root] = true;
   }
-  for (TensorRecord& t : tensors_) {
-    const std::size_t root = t.view_of.value_or(static_cast<std::size_t>(&t - tensors_.data()));
-    if (widen[root]) t.dtype = *main_grad_dtype_;
+  for (std::size_t i = 0; i < tensors_.size(); ++i) {
+    if (widen[tensors_[i].view_of.value_or(i)]) tensors_[i].dtype = *main_grad_dtype_;
   }
 }
 
@@ -1765,39 +1789,10 @@ void NetworkBuilder::add_into_main_grad(Value weight) {
   if (tensors_.at(weight.index).role != TensorRole::weight || tensors_[weight.index].view_of) {
     throw std::logic_error(tensors_[weight.index].name + ": main_grad belongs to a parameter");
   }
-  if (optimizer_in_backward_) throw std::logic_error(tensors_[weight.index].name + ": Megatron's main_grad with a step in the backward pass");
-  if (requires_grad(weight.index)) main_grad_weights_.emplace(weight.index, 0);
-}
-
-void NetworkBuilder::emit_main_grad_adds(const std::vector<std::size_t>& targets) {
-  if (main_grad_weights_.empty()) return;
-  if (!main_grad_counted_) {
-    for (const BackwardRecipe& r : recipes_) {
-      for (const GradSpec& spec : r.grads) {
-        if (const auto w = main_grad_weights_.find(spec.target); w != main_grad_weights_.end()) ++w->second;
-      }
-    }
-    main_grad_counted_ = true;
+  if (optimizer_in_backward_ || !main_grad_dtype_) {
+    throw std::logic_error(tensors_[weight.index].name + ": main_grad needs Megatron's layers (set_megatron_main_grad) and no step in the backward pass");
   }
-  for (const std::size_t target : targets) {
-    const auto w = main_grad_weights_.find(target);
-    if (w == main_grad_weights_.end() || w->second == 0 || --w->second > 0) continue;
-    const std::size_t grad = *tensors_[target].grad;
-    // main_grad in its dtype (set_megatron_main_grad; the gradient's without it). The trace counts
-    // the add's read of the 16-bit gradient and its write of main_grad; its read of main_grad's
-    // running sum is not counted, as no gradient accumulation's sum is
-    // (models/gradient_accumulation.hpp).
-    TensorRecord record;
-    record.name = tensors_[target].name + ".main_grad";
-    record.dtype = main_grad_dtype_.value_or(tensors_[grad].dtype);
-    record.sample_shape = tensors_[target].sample_shape;
-    record.role = TensorRole::gradient;
-    // `param.grad = None`: the 16-bit gradient is freed after the add, its last reader.
-    if (tensors_[storage(grad)].role == TensorRole::gradient) tensors_[storage(grad)].role = TensorRole::temporary;
-    const std::size_t main = add_tensor(std::move(record));
-    emit({tensors_[target].name + ".main_grad.add_", Phase::backward, OpKind::elementwise, {grad}, {main}, {}, {}, elements(main)});
-    tensors_[target].grad = main;
-  }
+  if (requires_grad(weight.index)) main_grad_weights_.insert(weight.index);
 }
 
 void NetworkBuilder::add_gradient(std::size_t target, std::size_t grad, std::size_t producer_op) {

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -703,12 +704,14 @@ class NetworkBuilder {
   void emit_optimizer_steps();
   traces::DType state_dtype(std::size_t weight) const;
   // optimizers.cpp: one weight's step as one op (the optimizers outside torch.optim, and every
-  // optimizer in the backward pass), a state of a weight, and the steps due after `recipe`'s
-  // backward op when the step runs in the backward pass.
+  // optimizer in the backward pass) and a state of a weight.
   void emit_step(std::size_t weight);
   std::size_t optimizer_state(std::size_t weight, const std::string& suffix, traces::DType dtype,
                               std::vector<std::int64_t> shape);
-  void emit_steps_in_backward(const BackwardRecipe& recipe);
+  // A weight's gradient is complete, the last backward op adding into it emitted (counted in
+  // pending_gradients_): what runs then, Megatron's main_grad add (add_into_main_grad) or
+  // torchtune's step in the backward pass.
+  void weight_gradient_complete(std::size_t weight);
   void assign_storage_roles();
   traces::Trace build_trace(std::map<std::string, std::string> metadata);  // last: moves the records
 
@@ -721,19 +724,15 @@ class NetworkBuilder {
   bool accumulate_gradients_in_place_;
   bool optimizer_in_backward_ = false;
   LossSpec loss_;
-  std::map<std::size_t, int> pending_gradients_;  // weight -> backward ops still to add into it
-  // add_into_main_grad's weights -> backward ops still to add into their gradient (counted at the
-  // first backward op, as pending_gradients_).
-  std::map<std::size_t, int> main_grad_weights_;
+  // weight -> backward ops still to add into its gradient (counted when finish() starts).
+  std::map<std::size_t, int> pending_gradients_;
+  std::set<std::size_t> main_grad_weights_;  // add_into_main_grad's
   std::optional<traces::DType> main_grad_dtype_;
   // After the backward pass, under set_megatron_main_grad: each 16-bit weight gradient becomes its
   // share of main_grad, in main_grad's dtype (the storage and its views).
   void keep_gradients_in_main_grad();
   // index_select and gather_rows: whether autograd saves x (gather) or only its sizes.
   Value rows_by_index(const std::string& name, Value x, Value index, bool saves_input);
-  bool main_grad_counted_ = false;
-  // After a backward op: the main_grad adds of the weights whose gradient it completed.
-  void emit_main_grad_adds(const std::vector<std::size_t>& targets);
   std::optional<std::pair<std::size_t, std::size_t>> qmaps_;  // bitsandbytes' shared quantisation maps
   std::map<std::size_t, std::size_t> weight_copies_;  // autocast's cache: weight -> 16-bit copy
   std::vector<TensorRecord> tensors_;

@@ -211,25 +211,4 @@ void NetworkBuilder::emit_step(std::size_t weight) {
   emit(std::move(op));
 }
 
-void NetworkBuilder::emit_steps_in_backward(const BackwardRecipe& recipe) {
-  if (!optimizer_in_backward_) return;
-  if (pending_gradients_.empty()) {
-    // How many backward ops still have to add into each weight's gradient.
-    for (const BackwardRecipe& r : recipes_) {
-      for (const GradSpec& spec : r.grads) {
-        if (tensors_[spec.target].role == TensorRole::weight) ++pending_gradients_[spec.target];
-      }
-    }
-  }
-  // The post-accumulate-grad hook runs once the weight's .grad is complete: after the last
-  // backward op adding into it. The step frees the gradient (optimizer.zero_grad() sets it to
-  // None), which the trace says through its last reader being this op
-  // (metadata optimizer_in_backward: the gradient is not held to the end of the iteration).
-  for (const GradSpec& spec : recipe.grads) {
-    const auto pending = pending_gradients_.find(spec.target);
-    if (pending == pending_gradients_.end() || pending->second == 0) continue;
-    if (--pending->second == 0) emit_step(spec.target);
-  }
-}
-
 }  // namespace comptrain::zoo::detail

@@ -1742,9 +1742,10 @@ void NetworkBuilder::emit_backward(const BackwardRecipe& recipe) {
 
 void NetworkBuilder::weight_gradient_complete(std::size_t weight) {
   if (main_grad_weights_.contains(weight)) {
-    // Megatron's DDP hook (add_into_main_grad): main_grad in its dtype. The trace counts the add's
-    // read of the 16-bit gradient and its write of main_grad; its read of main_grad's running sum
-    // is not counted, as no gradient accumulation's sum is (models/gradient_accumulation.hpp).
+    // Megatron's DDP hook (add_into_main_grad): main_grad in its dtype. The add reads the 16-bit
+    // gradient and main_grad's running sum and writes main_grad, in every micro-batch: the
+    // buffer is Megatron's own, allocated at set-up and zeroed at the start of each iteration
+    // (zero_grad_buffer), so even the first micro-batch's add_ reads it (`accumulated`).
     const std::size_t grad = *tensors_[weight].grad;
     TensorRecord record;
     record.name = tensors_[weight].name + ".main_grad";
@@ -1754,7 +1755,9 @@ void NetworkBuilder::weight_gradient_complete(std::size_t weight) {
     // `param.grad = None`: the 16-bit gradient is freed after the add, its last reader.
     if (tensors_[storage(grad)].role == TensorRole::gradient) tensors_[storage(grad)].role = TensorRole::temporary;
     const std::size_t main = add_tensor(std::move(record));
-    emit({tensors_[weight].name + ".main_grad.add_", Phase::backward, OpKind::elementwise, {grad}, {main}, {}, {}, elements(main)});
+    OpRecord add{tensors_[weight].name + ".main_grad.add_", Phase::backward, OpKind::elementwise, {grad}, {main}, {}, {}, elements(main)};
+    add.accumulated = {main};
+    emit(std::move(add));
     tensors_[weight].grad = main;
   }
   // torchtune's optimizer_in_bwd: the post-accumulate-grad hook runs once the weight's .grad is
@@ -2017,6 +2020,7 @@ traces::Trace NetworkBuilder::build_trace(std::map<std::string, std::string> met
         }
       }
       for (const std::size_t updated : record.updated) add_into(op.bytes_written, bytes(updated));
+      for (const std::size_t sum : record.accumulated) add_into(op.bytes_read, bytes(sum));
     }
     if (const auto communication = communications_.find(i); communication != communications_.end()) {
       op.communication = communication->second;

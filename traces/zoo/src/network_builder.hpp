@@ -536,6 +536,9 @@ class NetworkBuilder {
     // Inputs the op keeps alive but does not read (a saved tensor whose backward needs only its
     // sizes): dependencies and lifetimes as any input, no bytes read.
     std::vector<std::size_t> unread{};
+    // Outputs the op adds into rather than makes: a buffer the framework holds before the op
+    // (Megatron's main_grad, zeroed once per iteration) that the op reads as well as writes.
+    std::vector<std::size_t> accumulated{};
   };
 
   // How backward produces the gradient of one forward input or parameter.

@@ -264,6 +264,57 @@ traces::OpIndex index_named(const Trace& trace, const std::string& name) {
   throw std::out_of_range("no op " + name);
 }
 
+// Megatron's TopKRouter with aux-loss load balancing (router.py and moe_utils.py at
+// NVIDIA/Megatron-LM@core_v0.6.0, the same in Pai-Megatron-Patch@9fce17b3): top-k of the logits,
+// the scores a softmax over the k picked, and the switch load-balancing loss on a softmax over
+// every expert, attached to the scores by MoEAuxLossAutoScaler, whose backward starts the loss's
+// and so reaches the logits a second way. Tiny Mixtral on one rank: [64 tokens, 4 experts], top-2.
+TEST(ExpertParallel, MegatronRouterTakesTopKOfTheLogitsAndAddsTheLoadBalancingLoss) {
+  const Trace trace = build_model(allgather(tiny_mixtral(1)));
+  const std::string p = "model.layers.0.block_sparse_moe.";
+  const std::string logits = trace.tensor(op_named(trace, p + "gate").outputs.front()).name;
+  const traces::Op& topk = op_named(trace, p + "topk");
+  EXPECT_EQ(trace.tensor(topk.inputs.front()).name, logits);  // the logits, not their softmax
+  EXPECT_EQ(trace.tensor(op_named(trace, p + "softmax").inputs.front()).name, logits);
+  const traces::Op& scores = op_named(trace, p + "scores.softmax");
+  EXPECT_EQ(trace.tensor(scores.outputs.front()).dtype, traces::DType::f32);
+  EXPECT_EQ(trace.tensor(op_named(trace, p + "scores.type_as").outputs.front()).dtype, traces::DType::bf16);
+  // The loss's kernels, none waiting for the host; the one-hot mask [64, 2, 4] int64 per sample.
+  const std::vector<std::string> forward = {"one_hot.zeros", "one_hot.scatter_",   "mask.sum",   "count_nonzero.ne",    "count_nonzero.sum",
+                                            "mask.float",    "selection_mean.mean", "selection_mean.div", "gates_mean", "mul",
+                                            "sum",           "mul_experts",         "mul_coeff_", "tracker.div",   "tracker.add_"};
+  for (const std::string& name : forward) {
+    const traces::Op& op = op_named(trace, p + "aux_loss." + name);
+    EXPECT_EQ(op.phase, Phase::forward) << name;
+    EXPECT_FALSE(op.host_sync) << name;
+  }
+  EXPECT_EQ(trace.tensor(op_named(trace, p + "aux_loss.one_hot.zeros").outputs.front()).bytes(), kBatch * kSeq * 2 * 4 * 8);
+  // gates.mean(dim=0) and the sum: one value per expert, then one, whatever the batch.
+  EXPECT_EQ(trace.tensor(op_named(trace, p + "aux_loss.gates_mean").outputs.front()).bytes(), 4 * 4);
+  EXPECT_EQ(trace.tensor(op_named(trace, p + "aux_loss.sum").outputs.front()).bytes(), 4);
+  // The auto-scaler hands the scores on without a kernel; its backward writes the loss's gradient,
+  // which runs back through the loss to the softmax over every expert.
+  const traces::Op& scaler = op_named(trace, p + "aux_loss.auto_scaler");
+  EXPECT_EQ(scaler.kind, OpKind::view);
+  EXPECT_EQ(scaler.bytes_written.at(kBatch), 0);
+  EXPECT_EQ(op_named(trace, p + "aux_loss.auto_scaler.backward").bytes_written.at(kBatch), 4);
+  for (const char* name : {"aux_loss.mul_coeff_.backward", "aux_loss.sum.backward", "aux_loss.gates_mean.backward", "softmax.backward",
+                           "scores.softmax.backward", "topk.backward"}) {
+    EXPECT_EQ(op_named(trace, p + name).phase, Phase::backward) << name;
+  }
+  EXPECT_LT(index_named(trace, p + "aux_loss.auto_scaler.backward"), index_named(trace, p + "aux_loss.gates_mean.backward"));
+  EXPECT_LT(index_named(trace, p + "aux_loss.gates_mean.backward"), index_named(trace, p + "softmax.backward"));
+  // The logits' gradient comes from the top-k and from the loss's softmax: one addition.
+  EXPECT_NO_THROW(op_named(trace, p + "gate.out.grad.accumulate1"));
+  // The dispatcher routes by the scaler's output.
+  const traces::TensorIndex handed_on = scaler.outputs.front();
+  bool read = false;
+  for (const auto& op : trace.ops()) {
+    for (const auto t : op.inputs) read = read || (t == handed_on && op.phase == Phase::forward);
+  }
+  EXPECT_TRUE(read);
+}
+
 // Under the allgather dispatcher SequentialMLP is Megatron-LM-240405's (Pai-Megatron-Patch@9fce17b3
 // experts.py): each expert's rows sliced out of the sorted rows and its output copied into a zero
 // tensor, not split and concatenated. Forward: one fill, then a copy of each expert's rows.

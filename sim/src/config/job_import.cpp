@@ -466,6 +466,17 @@ ImportedScenario import_megatron_arguments(std::string_view text, const std::str
   if (dispatcher != "allgather" && dispatcher != "alltoall") {
     args.fail_on("moe-token-dispatcher-type", "is '" + dispatcher + "'; expected allgather (the default) or alltoall; flex (DeepEP) and alltoall_seq are not modelled");
   }
+  // --moe-router-load-balancing-type, aux_loss by default (megatron/core/transformer/
+  // transformer_config.py at NVIDIA/Megatron-LM@core_v0.6.0): the router the zoo's Megatron MoE
+  // layer builds, its loss's kernels whatever --moe-aux-loss-coeff is (the loss is computed and
+  // scaled by it). sinkhorn iterates until its error is small, reading it back each time.
+  if (experts) {
+    const std::string balancing = args.text("moe-router-load-balancing-type").value_or("aux_loss");
+    if (balancing != "aux_loss") {
+      args.fail_on("moe-router-load-balancing-type", "is '" + balancing + "'; expected aux_loss (the default): the routers of sinkhorn and none are not modelled");
+    }
+    args.mark_read("moe-aux-loss-coeff");
+  }
   if (experts && (tensor > 1 || job.pipeline > 1 || job.context > 1 || job.expert > 1)) {
     job.moe_token_dispatcher = dispatcher;
     if (dispatcher == "allgather" && tensor > 1 && job.expert > 1) {

@@ -243,6 +243,25 @@ TEST(MegatronImport, TheTokenDispatcherIsMegatronsDefaultOrItsFlag) {
   EXPECT_EQ(dispatcher(import_megatron_arguments(kLlama70b, "job.sh", on("dgx-h100-superpod"))), "none");
 }
 
+// --moe-router-load-balancing-type: aux_loss, Megatron's default, is the router the zoo builds
+// (its loss's kernels whatever --moe-aux-loss-coeff is, so both are read); sinkhorn and none are
+// refused at their line.
+TEST(MegatronImport, TheRouterIsAuxLossLoadBalancing) {
+  std::string job = kLlama70b;
+  job.insert(job.find(" --lr"), " --num-experts 8 --moe-router-topk 2 --moe-aux-loss-coeff 1e-2 --moe-router-load-balancing-type aux_loss");
+  const ImportedScenario imported = import_megatron_arguments(job, "job.sh", on("dgx-h100-superpod"));
+  for (const std::string& note : imported.notes) {
+    EXPECT_EQ(note.find("moe-aux-loss-coeff"), std::string::npos) << note;
+    EXPECT_EQ(note.find("moe-router-load-balancing-type"), std::string::npos) << note;
+  }
+  for (const char* type : {"sinkhorn", "none"}) {
+    std::string other = kLlama70b;
+    other.insert(other.find(" --lr"), std::string(" --num-experts 8 --moe-router-topk 2 --moe-router-load-balancing-type ") + type);
+    EXPECT_THAT(megatron_error(other), AllOf(HasSubstr("job.sh"), HasSubstr("--moe-router-load-balancing-type"),
+                                             HasSubstr(std::string("is '") + type + "'; expected aux_loss")));
+  }
+}
+
 // --moe-grouped-gemm: model.megatron.moe_grouped_gemm for a mixture of experts (GroupedMLP);
 // absent, the key is not written; on a dense job it is not imported (said in the note).
 TEST(MegatronImport, GroupedGemmBecomesTheMegatronKey) {

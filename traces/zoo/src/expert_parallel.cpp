@@ -336,17 +336,20 @@ Value megatron_moe_layer(NetworkBuilder& nb, const DecoderArchitecture& arch, co
   const std::int64_t k = moe.top_k;
   const Value flat = nb.reshape(p + "view", x, {n, h});
   // TopKRouter (router.py): a linear without bias, replicated on every rank (not tensor-parallel),
-  // over this rank's tokens; softmax in fp32, top-k, the top-k weights normalised (Mixtral).
+  // over this rank's tokens; then aux_loss_load_balancing, the default and only routing modelled
+  // (--moe-router-load-balancing-type aux_loss): top-k of the logits, the scores a softmax in
+  // fp32 over the k picked (so normalised, whatever the Hugging Face config's norm_topk_prob),
+  // cast back with type_as, and the load-balancing loss on a softmax in fp32 over every expert.
   const Value router = nb.parameter(p + "gate.weight", {moe.experts, h});
   // The router's weight is marked `sequence_parallel` (router.py): its gradient is partial.
   nb.mark_sequence_parallel_weight(router);
   // F.linear on a plain parameter: Megatron's DDP hook adds its gradient into main_grad.
   if (megatron) nb.add_into_main_grad(router);
   const Value logits = nb.linear(p + "gate", flat, router, std::nullopt);
+  const auto [top_logits, selected] = nb.topk(p + "topk", logits, k);
+  Value weights = nb.to_dtype(p + "scores.type_as", nb.softmax_fp32(p + "scores.softmax", top_logits), nb.dtype(logits));
   const Value probs = nb.softmax_fp32(p + "softmax", logits);
-  auto [weights, selected] = nb.topk(p + "topk", probs, k);
-  if (moe.normalize_top_k) weights = nb.normalize_rows_(p + "div_", weights);
-  weights = nb.to_dtype(p + "routing_weights.to", weights, nb.dtype(flat));
+  weights = nb.load_balancing_loss(p + "aux_loss", probs, selected, weights);
   Value output = plan.allgather ? allgather_dispatch(nb, arch, plan, p, flat, weights, selected, megatron)
                                 : alltoall_dispatch(nb, arch, plan, p, flat, weights, selected, megatron);
   Value y = nb.reshape(p + "reshape", output, {1, n, h});

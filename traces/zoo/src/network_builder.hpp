@@ -259,6 +259,13 @@ class NetworkBuilder {
   // divisor and x as it was before -- autograd clones it first (`<name>.clone`) -- and saves
   // both.
   Value normalize_rows_(const std::string& name, Value x);
+  // Megatron-core's switch load-balancing loss on the router (TopKRouter.apply_load_balancing_loss
+  // and moe_utils.py's switch_load_balancing_loss_func at NVIDIA/Megatron-LM@core_v0.6.0), which
+  // MoEAuxLossAutoScaler attaches to the routing scores: `probs` [n, E] the fp32 softmax over
+  // every expert's logit (needing a gradient), `indices` [n, k] the experts picked (int64),
+  // `scores` [n, k] their weights. Returns the scores as the router hands them on: the same
+  // storage, whose backward passes the scores' gradient through and starts the loss's.
+  Value load_balancing_loss(const std::string& name, Value probs, Value indices, Value scores);
   // torch.zeros of a shape: a tensor without gradient, written by one op; `batch_scaling` gives
   // it batch dimension 0.
   Value zeros(const std::string& name, traces::DType dtype, std::vector<std::int64_t> sample_shape, bool batch_scaling);
@@ -678,6 +685,12 @@ class NetworkBuilder {
   Value elementwise(const std::string& name, Value x, traces::OpKind kind, std::int64_t forward_flops,
                     std::int64_t backward_flops, Saves saves, bool in_place);
   void record_add(ForwardOp op);  // add and add_: fills in kind, FLOPs and the gradient routes
+  // A sum or mean of x's elements into a smaller tensor of `sample_shape` (a row sum kept as a
+  // column, a mean over the rows, a sum to a scalar), which needs a gradient: SumBackward and
+  // MeanBackward keep only x's sizes; the backward expands the gradient to x's shape, with
+  // `backward_flops` per element of x (0 when the expansion is a view others read).
+  Value reduction(const std::string& name, Value x, std::vector<std::int64_t> sample_shape, std::optional<std::size_t> batch_dim,
+                  std::int64_t backward_flops);
 
   bool requires_grad(std::size_t tensor) const { return tensors_.at(tensor).requires_grad; }
   std::size_t storage(std::size_t tensor) const;

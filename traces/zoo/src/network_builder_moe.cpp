@@ -25,6 +25,7 @@ constexpr std::int64_t kSigmoidBackward = 3;         // g * y * (1 - y)
 constexpr std::int64_t kClampForward = 2;            // a comparison with each bound (min and max)
 constexpr std::int64_t kClampBackward = 2;           // the input's mask, and g where it is within
 constexpr std::int64_t kAddScalarFlops = 1;          // x + c; backward passes g through (counted as a copy)
+constexpr std::int64_t kScaleFlops = 1;              // x * c; backward g * c
 // Division of x by its row sum: the sum (1 add per element), the quotient (1); backward,
 // x's gradient g / s (1) and the divisor's -sum(g * x) / s^2 (3: product, row sum, scale).
 constexpr std::int64_t kRowSumFlops = 1;
@@ -71,18 +72,7 @@ Value NetworkBuilder::normalize_rows_(const std::string& name, Value x) {
 
   // routing_weights.sum(dim=-1, keepdim=True): SumBackward1 saves sizes only; its backward
   // expands the gradient over the row, a tensor of x's shape once added to x's other gradient.
-  const std::string sum_op = unique_op_name(name + ".sum");
-  const std::size_t sum = new_output(sum_op + ".out", dtype, rows, batch_dim, true);
-  ForwardOp s;
-  s.name = sum_op;
-  s.kind = OpKind::elementwise;
-  s.inputs = {x.index};
-  s.outputs = {sum};
-  s.flops = scaled(elements(x.index), kRowSumFlops);
-  s.differentiable_outputs = {sum};
-  s.grads = {{x.index, {}}};
-  s.backward_kind = OpKind::elementwise;
-  record(std::move(s));
+  const std::size_t sum = reduction(name + ".sum", x, rows, batch_dim, 0).index;
 
   // x /= sum: derivatives.yaml, div.Tensor: other: div_tensor_other_backward(grad, self, other)
   // reads self, and an in-place op overwrites it, so the generated code saves a clone of the
@@ -105,6 +95,94 @@ Value NetworkBuilder::normalize_rows_(const std::string& name, Value x) {
   d.backward_flops = scaled(elements(x.index), kDivideBackwardSelf + kDivideBackwardDivisor);
   d.backward_kind = OpKind::elementwise;
   record(std::move(d));
+  return {y};
+}
+
+Value NetworkBuilder::load_balancing_loss(const std::string& name, Value probs, Value indices, Value scores) {
+  expect_rank(probs, 2, name);
+  expect_rank(indices, 2, name);
+  if (!requires_grad(probs.index) || requires_grad(indices.index) || !requires_grad(scores.index) || dim(indices, 0) != dim(probs, 0) ||
+      tensors_[indices.index].dtype != DType::i64 || sample_shape(scores) != sample_shape(indices)) {
+    throw std::logic_error(name + ": needs probabilities and scores that require a gradient and the int64 indices of the picks");
+  }
+  const std::int64_t n = dim(probs, 0);
+  const std::int64_t experts = dim(probs, 1);
+  const std::int64_t k = dim(indices, 1);
+  const auto rows = tensors_[probs.index].batch_dim;  // the token rows scale with the batch; the per-expert means do not
+  const std::string p = name + ".";
+  // A kernel with no autograd node (no_grad work, integer masks, the logging copy): a new tensor.
+  const auto kernel = [&](const std::string& op_name, std::vector<std::size_t> inputs, DType dtype, std::vector<std::int64_t> shape,
+                          std::optional<std::size_t> batch_dim) {
+    const std::string op = unique_op_name(op_name);
+    const std::size_t y = new_output(op + ".out", dtype, std::move(shape), batch_dim, false);
+    emit({op, Phase::forward, OpKind::elementwise, std::move(inputs), {y}, {}, {}, elements(y)});
+    return y;
+  };
+
+  // mask = one_hot(indices, num_classes=E).sum(dim=1): ATen's one_hot is zeros [n, k, E] and a
+  // scatter_ of ones (on CUDA it skips its range checks, so the host does not wait), then the sum
+  // over the k picks.
+  const std::size_t one_hot = kernel(p + "one_hot.zeros", {}, DType::i64, {n, k, experts}, rows);
+  emit({unique_op_name(p + "one_hot.scatter_"), Phase::forward, OpKind::scatter, {indices.index, one_hot}, {}, {one_hot}, {}, elements(indices.index)});
+  const std::size_t mask = kernel(p + "mask.sum", {one_hot}, DType::i64, {n, experts}, rows);
+  // switch_load_balancing_loss_func: top_k = mask[0].count_nonzero() (ne and a sum over one row's
+  // view, a tensor: no host wait; the view is a row per sample here, as views keep their storage's
+  // batch scaling); selection_mean = mask.float().mean(dim=0) / top_k.
+  const std::size_t first_row = new_view(p + "mask.select", mask, {1, experts}, rows);
+  const std::size_t nonzero = kernel(p + "count_nonzero.ne", {first_row}, DType::boolean, {1, experts}, rows);
+  const std::size_t top_k = kernel(p + "count_nonzero.sum", {nonzero}, DType::i64, {}, std::nullopt);
+  const std::size_t mask_float = kernel(p + "mask.float", {mask}, DType::f32, {n, experts}, rows);
+  const std::size_t selection_sum = kernel(p + "selection_mean.mean", {mask_float}, DType::f32, {experts}, std::nullopt);
+  const std::size_t selection_mean = kernel(p + "selection_mean.div", {selection_sum, top_k}, DType::f32, {experts}, std::nullopt);
+  // aux_loss = sum(gates.mean(dim=0) * selection_mean) * E, then aux_loss *= coeff: the part that
+  // needs a gradient, through probs back to the router's logits.
+  // gates.mean(dim=0) and torch.sum: MeanBackward1 and SumBackward0, each backward a kernel that
+  // writes the gradient expanded (the mean's divided by the rows).
+  const Value gates_mean = reduction(p + "gates_mean", probs, {experts}, std::nullopt, 1);
+  const Value product = mul(p + "mul", gates_mean, Value{selection_mean});
+  const Value total = reduction(p + "sum", product, {}, std::nullopt, 1);
+  Value loss = elementwise(p + "mul_experts", total, OpKind::elementwise, kScaleFlops, kScaleFlops, Saves::nothing, false);  // MulBackward1
+  loss = elementwise(p + "mul_coeff_", loss, OpKind::elementwise, kScaleFlops, kScaleFlops, Saves::nothing, true);
+  // save_to_aux_losses_tracker(name, aux_loss / coeff, ...): the quotient (an autograd node whose
+  // gradient nothing asks for) added, detached, into the layer's slot of a logging tensor.
+  const std::size_t logged = kernel(p + "tracker.div", {loss.index}, DType::f32, {}, std::nullopt);
+  kernel(p + "tracker.add_", {logged}, DType::f32, {}, std::nullopt);
+
+  // MoEAuxLossAutoScaler.apply(scores, aux_loss): forward hands the scores on (no kernel); its
+  // backward returns their gradient as it is and ones_like(aux_loss) * main_loss_backward_scale
+  // for the loss, which starts the loss's backward.
+  const std::string op = unique_op_name(p + "auto_scaler");
+  const std::size_t y = new_view(op + ".out", scores.index, sample_shape(scores), tensors_[scores.index].batch_dim);
+  tensors_[y].requires_grad = true;
+  ForwardOp f;
+  f.name = op;
+  f.kind = OpKind::view;
+  f.inputs = {scores.index, loss.index};
+  f.outputs = {y};
+  f.aliases = {y};
+  f.differentiable_outputs = {y};
+  f.grads = {{scores.index, y}, {loss.index, {}}};
+  f.backward_flops = elements(loss.index);
+  f.backward_kind = OpKind::elementwise;
+  record(std::move(f));
+  return {y};
+}
+
+Value NetworkBuilder::reduction(const std::string& name, Value x, std::vector<std::int64_t> sample_shape, std::optional<std::size_t> batch_dim,
+                                std::int64_t backward_flops) {
+  const std::string op = unique_op_name(name);
+  const std::size_t y = new_output(op + ".out", tensors_[x.index].dtype, std::move(sample_shape), batch_dim, true);
+  ForwardOp f;
+  f.name = op;
+  f.kind = OpKind::elementwise;
+  f.inputs = {x.index};
+  f.outputs = {y};
+  f.flops = scaled(elements(x.index), kRowSumFlops);
+  f.differentiable_outputs = {y};
+  f.grads = {{x.index, {}}};
+  f.backward_flops = scaled(elements(x.index), backward_flops);
+  f.backward_kind = OpKind::elementwise;
+  record(std::move(f));
   return {y};
 }
 

@@ -4,7 +4,9 @@
 #   <!-- examples: begin -->   and   <!-- examples: end -->
 # must equal the table this script makes from `comptrain simulate FILE --json` of every example in
 # the README's first table (its `| \`FILE.yaml\` |` rows; the layout plans, whose question is
-# `plan`'s, are left to their own rows). On a difference it prints the diff and how to regenerate.
+# `plan`'s, are left to their own rows) and of every file of its literature scenarios' table (its
+# `| \`NAME-{a,b}.yaml\` |` rows, the braces expanded). On a difference it prints the diff and how
+# to regenerate.
 # Usage: examples_doc_test.sh PATH/TO/comptrain PATH/TO/repository-root [--update]
 #   --update rewrites the block in scenarios/README.md with the generated table.
 set -u
@@ -20,9 +22,19 @@ if [[ $(grep -cxF "$begin" "$page") -ne 1 || $(grep -cxF "$end" "$page") -ne 1 ]
   echo "FAIL: $page must hold each marker once, on a line of its own: '$begin' ... '$end'"
   exit 1
 fi
-# The examples: the first table's file column, in its order, the layout plans left out.
+# The examples: the first table's file column, in its order, the layout plans left out; then the
+# literature scenarios' file column, each {a,b,...} expanded in order.
 awk '/^\| file \| what it asks \|$/ {inside = 1; next} inside && !/^\|/ {exit} inside' "$page" |
   sed -n 's/^| `\([a-z0-9.-]*\.yaml\)` |.*/\1/p' | grep -v -- '-plan' >"$work/examples"
+awk '/^\| file\(s\) \| what it asks \|$/ {inside = 1; next} inside && !/^\|/ {exit} inside' "$page" |
+  sed -n 's/^| `\([a-z0-9.,{}-]*\.yaml\)` |.*/\1/p' |
+  /usr/bin/python3 -c '
+import itertools, re, sys
+for pattern in sys.stdin.read().split():
+    parts = re.split(r"\{([^}]*)\}", pattern)  # literal, choices, literal, choices, ...
+    choices = [[p] if i % 2 == 0 else p.split(",") for i, p in enumerate(parts)]
+    for pick in itertools.product(*choices):
+        print("".join(pick))' >>"$work/examples"
 if [[ ! -s $work/examples ]]; then
   echo "FAIL: no example found in the first table of $page"
   exit 1
@@ -52,6 +64,11 @@ def seconds(s):
     return f"{s * 1e3:.1f} ms" if s < 1 else f"{s:.3f} s"
 
 def row(label, run):
+    if not run["fits"] and run.get("results") is None and "stages" not in run:
+        # Out of memory: the reserved memory when the allocation failed.
+        reserved = gib(run["out_of_memory"]["reserved_bytes"]) + " at the failure"
+        print(f"| `{example}` | {label} | no | - | - | {reserved} |")
+        return
     if "stages" in run:  # a pipeline: the layout's replay, each stage's reserved peak
         reserved = " / ".join(gib(stage["max_memory_reserved_bytes"]) for stage in run["stages"])
         time, rate = run["iteration_seconds"], run["samples_per_second"]

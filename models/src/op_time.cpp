@@ -926,22 +926,20 @@ KernelRun OpTimeModel::run_op(const traces::Trace& trace, traces::OpIndex index,
 
 traces::DType arithmetic_dtype(const traces::Trace& trace, traces::OpIndex index) {
   const traces::Op& op = trace.op(index);
+  const auto first_floating = [&](const std::vector<traces::TensorIndex>& tensors) -> std::optional<traces::DType> {
+    for (const traces::TensorIndex t : tensors) {
+      if (traces::is_floating(trace.tensor(t).dtype)) return trace.tensor(t).dtype;
+    }
+    return std::nullopt;
+  };
   // A GEMM computes in its operands' precision whatever it writes: bf16 operands run on bf16
   // tensor cores with fp32 accumulation, and an fp32 output (a weight gradient written into
   // Megatron's fp32 main_grad by gradient accumulation fusion: traces/zoo/README.md, "main_grad")
   // is the accumulator's precision, not the math's.
   if (uses_tensor_cores(op.kind)) {
-    for (const traces::TensorIndex t : op.inputs) {
-      if (traces::is_floating(trace.tensor(t).dtype)) return trace.tensor(t).dtype;
-    }
+    if (const auto operands = first_floating(op.inputs)) return *operands;
   }
-  for (const traces::TensorIndex t : op.outputs) {
-    if (traces::is_floating(trace.tensor(t).dtype)) return trace.tensor(t).dtype;
-  }
-  for (const traces::TensorIndex t : op.inputs) {
-    if (traces::is_floating(trace.tensor(t).dtype)) return trace.tensor(t).dtype;
-  }
-  return traces::DType::f32;
+  return first_floating(op.outputs).value_or(first_floating(op.inputs).value_or(traces::DType::f32));
 }
 
 }  // namespace comptrain::models

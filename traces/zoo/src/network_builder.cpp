@@ -1413,11 +1413,15 @@ Value NetworkBuilder::constant_op(const std::string& name, const std::vector<Val
     if (requires_grad(input.index)) throw std::logic_error(name + ": an input requires a gradient");
     indices.push_back(input.index);
   }
+  return {untracked_kernel(name, std::move(indices), dtype, std::move(shape), tensors_[inputs.front().index].batch_dim)};
+}
+
+std::size_t NetworkBuilder::untracked_kernel(const std::string& name, std::vector<std::size_t> inputs, DType dtype,
+                                             std::vector<std::int64_t> sample_shape, std::optional<std::size_t> batch_dim) {
   const std::string op = unique_op_name(name);
-  const auto batch_dim = tensors_[inputs.front().index].batch_dim;
-  const std::size_t y = new_output(op + ".out", dtype, std::move(shape), batch_dim, false);
-  emit({op, Phase::forward, OpKind::elementwise, std::move(indices), {y}, {}, {}, elements(y)});
-  return {y};
+  const std::size_t y = new_output(op + ".out", dtype, std::move(sample_shape), batch_dim, false);
+  emit({op, Phase::forward, OpKind::elementwise, std::move(inputs), {y}, {}, {}, elements(y)});
+  return y;
 }
 
 Value NetworkBuilder::data_sized_op(const std::string& name, const std::vector<Value>& inputs, DType dtype,

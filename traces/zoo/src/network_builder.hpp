@@ -685,6 +685,10 @@ class NetworkBuilder {
   Value elementwise(const std::string& name, Value x, traces::OpKind kind, std::int64_t forward_flops,
                     std::int64_t backward_flops, Saves saves, bool in_place);
   void record_add(ForwardOp op);  // add and add_: fills in kind, FLOPs and the gradient routes
+  // One kernel with no autograd node (constant_op's, or work whose gradient nothing asks for):
+  // reads `inputs`, writes a new tensor of `sample_shape` (one FLOP per element) with `batch_dim`.
+  std::size_t untracked_kernel(const std::string& name, std::vector<std::size_t> inputs, traces::DType dtype,
+                               std::vector<std::int64_t> sample_shape, std::optional<std::size_t> batch_dim);
   // A sum or mean of x's elements into a smaller tensor of `sample_shape` (a row sum kept as a
   // column, a mean over the rows, a sum to a scalar), which needs a gradient: SumBackward and
   // MeanBackward keep only x's sizes; the backward expands the gradient to x's shape, with

@@ -110,30 +110,24 @@ Value NetworkBuilder::load_balancing_loss(const std::string& name, Value probs, 
   const std::int64_t k = dim(indices, 1);
   const auto rows = tensors_[probs.index].batch_dim;  // the token rows scale with the batch; the per-expert means do not
   const std::string p = name + ".";
-  // A kernel with no autograd node (no_grad work, integer masks, the logging copy): a new tensor.
-  const auto kernel = [&](const std::string& op_name, std::vector<std::size_t> inputs, DType dtype, std::vector<std::int64_t> shape,
-                          std::optional<std::size_t> batch_dim) {
-    const std::string op = unique_op_name(op_name);
-    const std::size_t y = new_output(op + ".out", dtype, std::move(shape), batch_dim, false);
-    emit({op, Phase::forward, OpKind::elementwise, std::move(inputs), {y}, {}, {}, elements(y)});
-    return y;
-  };
+  // The kernels with no autograd node (no_grad work, integer masks, the logging copy) are
+  // untracked_kernel's.
 
   // mask = one_hot(indices, num_classes=E).sum(dim=1): ATen's one_hot is zeros [n, k, E] and a
   // scatter_ of ones (on CUDA it skips its range checks, so the host does not wait), then the sum
   // over the k picks.
-  const std::size_t one_hot = kernel(p + "one_hot.zeros", {}, DType::i64, {n, k, experts}, rows);
+  const std::size_t one_hot = untracked_kernel(p + "one_hot.zeros", {}, DType::i64, {n, k, experts}, rows);
   emit({unique_op_name(p + "one_hot.scatter_"), Phase::forward, OpKind::scatter, {indices.index, one_hot}, {}, {one_hot}, {}, elements(indices.index)});
-  const std::size_t mask = kernel(p + "mask.sum", {one_hot}, DType::i64, {n, experts}, rows);
+  const std::size_t mask = untracked_kernel(p + "mask.sum", {one_hot}, DType::i64, {n, experts}, rows);
   // switch_load_balancing_loss_func: top_k = mask[0].count_nonzero() (ne and a sum over one row's
   // view, a tensor: no host wait; the view is a row per sample here, as views keep their storage's
   // batch scaling); selection_mean = mask.float().mean(dim=0) / top_k.
   const std::size_t first_row = new_view(p + "mask.select", mask, {1, experts}, rows);
-  const std::size_t nonzero = kernel(p + "count_nonzero.ne", {first_row}, DType::boolean, {1, experts}, rows);
-  const std::size_t top_k = kernel(p + "count_nonzero.sum", {nonzero}, DType::i64, {}, std::nullopt);
-  const std::size_t mask_float = kernel(p + "mask.float", {mask}, DType::f32, {n, experts}, rows);
-  const std::size_t selection_sum = kernel(p + "selection_mean.mean", {mask_float}, DType::f32, {experts}, std::nullopt);
-  const std::size_t selection_mean = kernel(p + "selection_mean.div", {selection_sum, top_k}, DType::f32, {experts}, std::nullopt);
+  const std::size_t nonzero = untracked_kernel(p + "count_nonzero.ne", {first_row}, DType::boolean, {1, experts}, rows);
+  const std::size_t top_k = untracked_kernel(p + "count_nonzero.sum", {nonzero}, DType::i64, {}, std::nullopt);
+  const std::size_t mask_float = untracked_kernel(p + "mask.float", {mask}, DType::f32, {n, experts}, rows);
+  const std::size_t selection_sum = untracked_kernel(p + "selection_mean.mean", {mask_float}, DType::f32, {experts}, std::nullopt);
+  const std::size_t selection_mean = untracked_kernel(p + "selection_mean.div", {selection_sum, top_k}, DType::f32, {experts}, std::nullopt);
   // aux_loss = sum(gates.mean(dim=0) * selection_mean) * E, then aux_loss *= coeff: the part that
   // needs a gradient, through probs back to the router's logits.
   // gates.mean(dim=0) and torch.sum: MeanBackward1 and SumBackward0, each backward a kernel that
@@ -145,8 +139,8 @@ Value NetworkBuilder::load_balancing_loss(const std::string& name, Value probs, 
   loss = elementwise(p + "mul_coeff_", loss, OpKind::elementwise, kScaleFlops, kScaleFlops, Saves::nothing, true);
   // save_to_aux_losses_tracker(name, aux_loss / coeff, ...): the quotient (an autograd node whose
   // gradient nothing asks for) added, detached, into the layer's slot of a logging tensor.
-  const std::size_t logged = kernel(p + "tracker.div", {loss.index}, DType::f32, {}, std::nullopt);
-  kernel(p + "tracker.add_", {logged}, DType::f32, {}, std::nullopt);
+  const std::size_t logged = untracked_kernel(p + "tracker.div", {loss.index}, DType::f32, {}, std::nullopt);
+  untracked_kernel(p + "tracker.add_", {logged}, DType::f32, {}, std::nullopt);
 
   // MoEAuxLossAutoScaler.apply(scores, aux_loss): forward hands the scores on (no kernel); its
   // backward returns their gradient as it is and ones_like(aux_loss) * main_loss_backward_scale

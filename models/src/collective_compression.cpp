@@ -7,6 +7,22 @@
 
 namespace comptrain::models {
 
+std::string_view to_string(CompressedAllReduce algorithm) {
+  switch (algorithm) {
+    case CompressedAllReduce::ring: return "ring";
+    case CompressedAllReduce::recursive_doubling: return "recursive_doubling";
+  }
+  return "?";
+}
+
+std::optional<CompressedAllReduce> parse_compressed_all_reduce(std::string_view text) {
+  if (text == "ring") return CompressedAllReduce::ring;
+  if (text == "recursive_doubling") return CompressedAllReduce::recursive_doubling;
+  return std::nullopt;
+}
+
+bool recursive_doubling_ranks(int ranks) { return ranks >= 1 && (ranks & (ranks - 1)) == 0; }
+
 void check_collective_compression(const CollectiveCompressionSpec& spec) {
   if (!(spec.error_bound > 0) || !std::isfinite(spec.error_bound)) {
     throw std::invalid_argument("compressed collectives: error_bound must be finite and > 0");
@@ -49,10 +65,23 @@ TimeModel collective_codec_time(const CollectiveCompressionSpec& spec, bool comp
   return t;
 }
 
-CollectiveErrorBound compressed_collective_error_bound(CollectiveKind kind, int ranks, double error_bound, ErrorBoundMode mode) {
+CollectiveErrorBound compressed_collective_error_bound(CollectiveKind kind, int ranks, double error_bound, ErrorBoundMode mode,
+                                                       CompressedAllReduce algorithm) {
   if (ranks < 1) throw std::invalid_argument("compressed_collective_error_bound: ranks must be at least 1");
   if (kind == CollectiveKind::all_to_all) throw std::invalid_argument("compressed_collective_error_bound: all-to-all is not a compressed collective here");
   if (ranks == 1) return {};
+  if (kind == CollectiveKind::all_reduce && algorithm == CompressedAllReduce::recursive_doubling) {
+    if (!recursive_doubling_ranks(ranks)) {
+      throw std::invalid_argument("compressed_collective_error_bound: recursive doubling needs a power-of-two number of ranks, not " + std::to_string(ranks));
+    }
+    // Round s merges two partial sums of 2^(s-1) ranks each carrying E_(s-1); the partner's is
+    // compressed once more on the way (abs e; rel eb x its range, at most 2^(s-1) R + 2 E_(s-1)).
+    double e = 0;
+    for (int half = 1; half < ranks; half *= 2) {
+      e = 2 * e + (mode == ErrorBoundMode::abs ? error_bound : error_bound * (static_cast<double>(half) + 2.0 * e));
+    }
+    return {ranks - 1, e};
+  }
   // Compressions whose error reaches one element of the result.
   const int compressions = kind == CollectiveKind::all_gather ? 1 : kind == CollectiveKind::reduce_scatter ? ranks - 1 : ranks;
   if (mode == ErrorBoundMode::abs) return {compressions, compressions * error_bound};

@@ -44,6 +44,9 @@ TaskId Transform::compressed_collective(Task c, int element_size, TaskId before)
   const TimeModel decompress_time = collective_codec_time(z, false);
   // `calls` codec calls on `per_call` values each, costed as float32 values (the profiles').
   const auto codec_seconds = [](const TimeModel& t, double calls, double per_call) { return calls * t.seconds(4.0 * per_call); };
+  if (kind == CollectiveKind::all_reduce && z.all_reduce == CompressedAllReduce::recursive_doubling) {
+    return recursive_doubling_all_reduce(std::move(c), element_size, before);
+  }
   const bool reduces = kind != CollectiveKind::all_gather;
   const auto scratch_bytes = compressed + (reduces ? static_cast<std::int64_t>(std::ceil(chunk * element_size)) : 0);
   const BufferId scratch = add_buffer("compressed chunks of " + what, scratch_bytes, MemoryRole::temporary, false);
@@ -105,6 +108,73 @@ TaskId Transform::compressed_collective(Task c, int element_size, TaskId before)
   ag.name = "compressed all-gather (all-reduce's second half) of " + what;
   add_task(std::move(ag), before);
   return add_task(codec_task(TaskKind::decompress, "decompression of the gathered chunks", codec_seconds(decompress_time, 1, (n - 1) * chunk)), before);
+}
+
+// gZCCL's recursive doubling (arXiv 2308.05199 §3; Thakur et al., IJHPCA 2005, for the
+// exchange pattern) over N = 2^k ranks of an all-reduce of S bytes, e = S / element_size values:
+// at round s (0 .. k - 1) each rank compresses its whole partial sum (one call on e values),
+// exchanges it with the rank 2^s away (S / ratio bytes each way: an all-gather of twice that over
+// groups of 2 ranks 2^s apart, so the replay puts the first rounds on the node's links and the
+// later ones on the network as their strides fall), decompresses what it received (e values) and
+// adds it to its own (two vectors read, one written). The rounds are serial on the comm stream;
+// the compressed vector sent, the one received and the received one decompressed live in a
+// temporary from the first task to the last. Not modelled: the multi-stream pipelining of a
+// round's codec calls with its transfer.
+TaskId Transform::recursive_doubling_all_reduce(Task c, int element_size, TaskId before) {
+  const CollectiveCompressionSpec& z = *spec_.compression;
+  const std::string what = c.name;
+  const int ranks = std::max(1, group_ranks(c));
+  if (!recursive_doubling_ranks(ranks)) {
+    throw std::invalid_argument("parallelism.compression.algorithm recursive_doubling needs a power-of-two number of ranks in each all-reduce; " + what +
+                                " runs over " + std::to_string(ranks) + " (expected 2, 4, 8, ...; or algorithm ring)");
+  }
+  const auto bytes = static_cast<double>(c.bytes);
+  const double values = bytes / element_size;
+  const double ratio = collective_compression_ratio(z, element_size);
+  const auto compressed = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(bytes / ratio)));
+  const TimeModel compress_time = collective_codec_time(z, true);
+  const TimeModel decompress_time = collective_codec_time(z, false);
+  const BufferId scratch = add_buffer("compressed vectors of " + what, 2 * compressed + c.bytes, MemoryRole::temporary, false);
+  std::vector<BufferId> uses = c.uses;
+  uses.push_back(scratch);
+  const RankGroups whole = c.groups.every_rank() ? RankGroups{ranks, 1} : c.groups;
+  std::vector<TaskId> after = std::move(c.after);
+  std::vector<BufferId> inputs = std::move(c.creates);
+  const KernelRun add = memory_bound_kernels(*platform_, 3.0 * values * element_size, 1);
+  TaskId last = 0;
+  for (int s = 0, distance = 1; distance < ranks; ++s, distance *= 2) {
+    const std::string round = " (recursive doubling, round " + std::to_string(s + 1) + ")";
+    Task compress;
+    compress.kind = TaskKind::compress;
+    compress.stream = Stream::comm;
+    compress.seconds = compress_time.seconds(4.0 * values);  // costed as float32 values, as the ring's
+    compress.uses = uses;
+    compress.name = "compression of the partial sum of " + what + round;
+    compress.after = std::move(after);
+    if (s == 0) {
+      compress.creates = std::move(inputs);
+      compress.creates.push_back(scratch);
+    }
+    const TaskId compressed_sum = add_task(std::move(compress), before);
+    Task exchange = c;
+    exchange.collective = CollectiveKind::all_gather;
+    exchange.bytes = 2 * compressed;
+    exchange.groups = RankGroups{2, whole.stride * distance};
+    exchange.uses = uses;
+    exchange.creates.clear();
+    exchange.after = {compressed_sum};
+    exchange.name = "compressed exchange of " + what + round;
+    add_task(std::move(exchange), before);
+    Task reduce;
+    reduce.kind = TaskKind::decompress;
+    reduce.stream = Stream::comm;
+    reduce.seconds = decompress_time.seconds(4.0 * values) + add.seconds;
+    reduce.uses = uses;
+    reduce.name = "decompression and reduction of " + what + round;
+    last = add_task(std::move(reduce), before);
+    after.clear();
+  }
+  return last;
 }
 
 }  // namespace comptrain::models::transform_detail

@@ -510,6 +510,10 @@ void check_data_parallel(const DataParallelSpec& spec) {
   }
   if (spec.compression) {
     check_collective_compression(*spec.compression);
+    if (spec.compression->all_reduce == CompressedAllReduce::recursive_doubling && spec.zero_stage != 0) {
+      throw std::invalid_argument("data parallel: compressed all-reduces by recursive doubling need zero_stage 0 (PyTorch DDP all-reduces; ZeRO "
+                                  "reduce-scatters and gathers on a ring)");
+    }
     if (spec.comm_hook != DdpCommHook::none || spec.quantized_weights || spec.quantized_gradients || spec.fsdp) {
       throw std::invalid_argument("data parallel: compressed collectives are modelled without a DDP comm_hook, ZeRO++'s quantized_weights and "
                                   "quantized_gradients and FSDP");

@@ -81,6 +81,9 @@ class Transform : public ScheduleEdit {
   // stream, the compressed bytes moved, a temporary for them. An all-reduce becomes a compressed
   // reduce-scatter and all-gather. Returns the last task added, after which the result is there.
   TaskId compressed_collective(Task c, int element_size, TaskId before);
+  // An all-reduce under `algorithm: recursive_doubling` (CollectiveCompressionSpec): log2 N
+  // rounds, each compressing the whole partial sum and exchanging it with the rank 2^s away.
+  TaskId recursive_doubling_all_reduce(Task c, int element_size, TaskId before);
   // A gradient's bytes per element as the buckets hold it: its dtype's, or fp32 in Megatron's
   // fp32 gradient buffer (DataParallelSpec::grad_reduce_in_fp32).
   std::int64_t gradient_element_size(const traces::Tensor& gradient) const {

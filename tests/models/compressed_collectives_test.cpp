@@ -127,6 +127,97 @@ TEST(CompressedCollectives, ARingWithAnErrorBoundedCodecStaysWithinTheDerivedBou
   }
 }
 
+// gZCCL's recursive doubling: after round s a partial sum of 2^s ranks carries twice the error of
+// the two halves plus the compression of the partner's (abs e; rel eb x its range bound).
+TEST(CompressedCollectives, RecursiveDoublingErrorBoundsByHand) {
+  const double e = 1e-3;
+  constexpr auto rd = CompressedAllReduce::recursive_doubling;
+  // abs: the N - 1 merges' compressions, against the ring's N.
+  EXPECT_DOUBLE_EQ(compressed_collective_error_bound(CollectiveKind::all_reduce, 2, e, ErrorBoundMode::abs, rd).bound, e);
+  EXPECT_DOUBLE_EQ(compressed_collective_error_bound(CollectiveKind::all_reduce, 4, e, ErrorBoundMode::abs, rd).bound, 3 * e);
+  EXPECT_DOUBLE_EQ(compressed_collective_error_bound(CollectiveKind::all_reduce, 8, e, ErrorBoundMode::abs, rd).bound, 7 * e);
+  EXPECT_EQ(compressed_collective_error_bound(CollectiveKind::all_reduce, 8, e, ErrorBoundMode::abs, rd).compressions, 7);
+  // rel, in units of R (one rank's whole data): E1 = eb; E2 = 2 E1 + eb (2 + 2 E1); E3 = 2 E2 + eb (4 + 2 E2).
+  const double e1 = e;
+  const double e2 = 2 * e1 + e * (2 + 2 * e1);
+  const double e3 = 2 * e2 + e * (4 + 2 * e2);
+  EXPECT_DOUBLE_EQ(compressed_collective_error_bound(CollectiveKind::all_reduce, 2, e, ErrorBoundMode::rel, rd).bound, e1);
+  EXPECT_DOUBLE_EQ(compressed_collective_error_bound(CollectiveKind::all_reduce, 4, e, ErrorBoundMode::rel, rd).bound, e2);
+  EXPECT_DOUBLE_EQ(compressed_collective_error_bound(CollectiveKind::all_reduce, 8, e, ErrorBoundMode::rel, rd).bound, e3);
+  // About eb R (N / 2) log2 N: at 64 ranks a tenth of the ring's eb R N (N + 1) / 2.
+  const double rd64 = compressed_collective_error_bound(CollectiveKind::all_reduce, 64, e, ErrorBoundMode::rel, rd).bound;
+  const double ring64 = compressed_collective_error_bound(CollectiveKind::all_reduce, 64, e, ErrorBoundMode::rel).bound;
+  EXPECT_NEAR(rd64, e * 32 * 6, 0.05 * e * 32 * 6);
+  EXPECT_LT(rd64, ring64 / 10);
+  // The reduce-scatters and all-gathers keep the ring's bounds.
+  EXPECT_DOUBLE_EQ(compressed_collective_error_bound(CollectiveKind::reduce_scatter, 4, e, ErrorBoundMode::abs, rd).bound, 3 * e);
+  EXPECT_THROW(compressed_collective_error_bound(CollectiveKind::all_reduce, 6, e, ErrorBoundMode::abs, rd), std::invalid_argument);
+  EXPECT_TRUE(recursive_doubling_ranks(1));
+  EXPECT_TRUE(recursive_doubling_ranks(64));
+  EXPECT_FALSE(recursive_doubling_ranks(0));
+  EXPECT_FALSE(recursive_doubling_ranks(24));
+  EXPECT_EQ(parse_compressed_all_reduce("recursive_doubling"), rd);
+  EXPECT_EQ(to_string(rd), "recursive_doubling");
+  EXPECT_FALSE(parse_compressed_all_reduce("tree"));
+}
+
+struct DoublingResult {
+  double max_error = 0;      // over every rank's result and every element
+  double max_disagree = 0;   // the largest difference between two ranks' results
+  double range = 0;          // R: the largest range of one rank's data
+};
+
+// Recursive doubling over N = 2^k ranks of m values: at round s rank r adds the compressed
+// partial sum of rank r XOR 2^s to its own.
+DoublingResult doubling(int ranks, int m, double eb, ErrorBoundMode mode, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> value(-1.0, 1.0);
+  std::vector<std::vector<double>> data(ranks, std::vector<double>(m));
+  DoublingResult out;
+  for (auto& rank : data) {
+    const double scale = 0.5 + value(rng) * 0.5 + 0.5;
+    for (double& v : rank) v = value(rng) * scale;
+    const auto [lo, hi] = std::minmax_element(rank.begin(), rank.end());
+    out.range = std::max(out.range, *hi - *lo);
+  }
+  auto partial = data;
+  for (int distance = 1; distance < ranks; distance *= 2) {
+    auto next = partial;
+    for (int r = 0; r < ranks; ++r) {
+      const std::vector<double> received = quantised(partial[r ^ distance], eb, mode);
+      for (int i = 0; i < m; ++i) next[r][i] = partial[r][i] + received[i];
+    }
+    partial = std::move(next);
+  }
+  for (int i = 0; i < m; ++i) {
+    double exact = 0;
+    for (int k = 0; k < ranks; ++k) exact += data[k][i];
+    for (int r = 0; r < ranks; ++r) {
+      out.max_error = std::max(out.max_error, std::abs(partial[r][i] - exact));
+      out.max_disagree = std::max(out.max_disagree, std::abs(partial[r][i] - partial[0][i]));
+    }
+  }
+  return out;
+}
+
+TEST(CompressedCollectives, RecursiveDoublingWithAnErrorBoundedCodecStaysWithinTheDerivedBound) {
+  constexpr auto rd = CompressedAllReduce::recursive_doubling;
+  for (const int ranks : {2, 4, 8, 16}) {
+    const double e = 1e-2;
+    const DoublingResult abs = doubling(ranks, 4000, e, ErrorBoundMode::abs, 3u + static_cast<unsigned>(ranks));
+    const double abs_bound = compressed_collective_error_bound(CollectiveKind::all_reduce, ranks, e, ErrorBoundMode::abs, rd).bound;
+    EXPECT_LE(abs.max_error, abs_bound * (1 + 1e-12)) << ranks << " ranks";
+    EXPECT_GT(abs.max_error, 0.25 * abs_bound) << ranks << " ranks";
+    // Each rank's result has its own errors: they differ, by at most twice the bound.
+    EXPECT_GT(abs.max_disagree, 0) << ranks << " ranks";
+    EXPECT_LE(abs.max_disagree, 2 * abs_bound * (1 + 1e-12)) << ranks << " ranks";
+    const DoublingResult rel = doubling(ranks, 4000, e, ErrorBoundMode::rel, 5u + static_cast<unsigned>(ranks));
+    const double rel_bound = compressed_collective_error_bound(CollectiveKind::all_reduce, ranks, e, ErrorBoundMode::rel, rd).bound * rel.range;
+    EXPECT_LE(rel.max_error, rel_bound * (1 + 1e-9)) << ranks << " ranks";
+    EXPECT_GT(rel.max_error, 0.05 * rel_bound) << ranks << " ranks";
+  }
+}
+
 CollectiveCompressionSpec explicit_codec() {
   CollectiveCompressionSpec z;
   z.ratio = 4;
@@ -135,6 +226,21 @@ CollectiveCompressionSpec explicit_codec() {
   z.latency = 10e-6;
   z.error_bound = 1e-3;
   return z;
+}
+
+// A schedule under `spec` (no compression) and the same with explicit_codec()'s compressed
+// collectives, all-reduces by `algorithm`.
+struct PlainAndCompressed {
+  Schedule plain;
+  Schedule compressed;
+};
+PlainAndCompressed plain_and_compressed(const traces::Trace& trace, DataParallelSpec spec, const Platform& platform, CompressedAllReduce algorithm) {
+  PlainAndCompressed out{baseline_schedule(trace), baseline_schedule(trace)};
+  apply_data_parallel(out.plain, trace, spec, platform);
+  spec.compression = explicit_codec();
+  spec.compression->all_reduce = algorithm;
+  apply_data_parallel(out.compressed, trace, spec, platform);
+  return out;
 }
 
 // DDP: each bucket's all-reduce becomes a compressed reduce-scatter and all-gather of a quarter
@@ -146,14 +252,9 @@ TEST(CompressedCollectives, DdpAllReducesBecomeCompressedRings) {
   const auto trace = small_gpt(zoo::Precision::fp32);
   DataParallelSpec spec;
   spec.ranks = 8;
-  Schedule plain = baseline_schedule(trace);
-  apply_data_parallel(plain, trace, spec, platform);
+  const auto [plain, s] = plain_and_compressed(trace, spec, platform, CompressedAllReduce::ring);
   const std::vector<TaskId> plain_reduces = collective_tasks(plain, CollectiveKind::all_reduce);
   ASSERT_FALSE(plain_reduces.empty());
-
-  spec.compression = explicit_codec();
-  Schedule s = baseline_schedule(trace);
-  apply_data_parallel(s, trace, spec, platform);
   ASSERT_NO_THROW(s.validate());
   EXPECT_TRUE(collective_tasks(s, CollectiveKind::all_reduce).empty());
   const std::vector<TaskId> rs = collective_tasks(s, CollectiveKind::reduce_scatter);
@@ -187,6 +288,62 @@ TEST(CompressedCollectives, DdpAllReducesBecomeCompressedRings) {
     EXPECT_EQ(s.buffers[*scratch].bytes, (bytes + 3) / 4 + static_cast<std::int64_t>(std::ceil(chunk * 4)));
     EXPECT_NE(std::find(last.uses.begin(), last.uses.end(), *scratch), last.uses.end());
   }
+}
+
+// DDP with recursive doubling over 8 ranks: per bucket three rounds of a compression of the whole
+// bucket, an exchange of its compressed bytes with the rank 1, 2 and 4 away (an all-gather of
+// twice them over groups of 2), and a decompression and reduction of the whole bucket; 6 ranks
+// are refused.
+TEST(CompressedCollectives, DdpAllReducesByRecursiveDoublingExchangeWholeCompressedVectors) {
+  const Platform platform = builtin_platform("a100-80gb");
+  const double bandwidth = platform.gpu.memory_bandwidth * platform.efficiency.memory_default;
+  const double launch = platform.gpu.launch_overhead;
+  const auto trace = small_gpt(zoo::Precision::fp32);
+  DataParallelSpec spec;
+  spec.ranks = 8;
+  const auto [plain, s] = plain_and_compressed(trace, spec, platform, CompressedAllReduce::recursive_doubling);
+  const std::vector<TaskId> plain_reduces = collective_tasks(plain, CollectiveKind::all_reduce);
+  ASSERT_FALSE(plain_reduces.empty());
+  ASSERT_NO_THROW(s.validate());
+  EXPECT_TRUE(collective_tasks(s, CollectiveKind::all_reduce).empty());
+  EXPECT_TRUE(collective_tasks(s, CollectiveKind::reduce_scatter).empty());
+  const std::vector<TaskId> exchanges = collective_tasks(s, CollectiveKind::all_gather);
+  ASSERT_EQ(exchanges.size(), 3 * plain_reduces.size());
+  for (std::size_t i = 0; i < plain_reduces.size(); ++i) {
+    const std::int64_t bytes = plain.tasks[plain_reduces[i]].bytes;
+    const double values = static_cast<double>(bytes) / 4;
+    const std::int64_t compressed = (bytes + 3) / 4;
+    for (int round = 0; round < 3; ++round) {
+      const TaskId x = exchanges[3 * i + round];
+      const Task& exchange = s.tasks[x];
+      EXPECT_EQ(exchange.bytes, 2 * compressed) << exchange.name;
+      EXPECT_EQ(exchange.groups, (RankGroups{2, 1 << round})) << exchange.name;
+      const Task& compress = s.tasks[x - 1];
+      const Task& reduce = s.tasks[x + 1];
+      EXPECT_EQ(compress.kind, TaskKind::compress);
+      EXPECT_EQ(reduce.kind, TaskKind::decompress);
+      for (const Task* t : {&compress, &exchange, &reduce}) EXPECT_EQ(t->stream, Stream::comm) << t->name;
+      EXPECT_NEAR(compress.seconds, 10e-6 + 4 * values / 100e9, 1e-12);
+      EXPECT_NEAR(reduce.seconds, 10e-6 + 4 * values / 200e9 + 3 * values * 4 / bandwidth + launch, 1e-12);
+      if (round > 0) {
+        EXPECT_EQ(x - 1, exchanges[3 * i + round - 1] + 2) << "the rounds follow each other on the comm stream";
+      }
+    }
+    // The compressed vector sent, the one received and the received one decompressed.
+    const Task& first = s.tasks[exchanges[3 * i] - 1];
+    const auto scratch = std::find_if(first.creates.begin(), first.creates.end(), [&](BufferId b) { return s.buffers[b].role == MemoryRole::temporary; });
+    ASSERT_NE(scratch, first.creates.end());
+    EXPECT_EQ(s.buffers[*scratch].bytes, 2 * compressed + bytes);
+    const Task& last = s.tasks[exchanges[3 * i + 2] + 1];
+    EXPECT_NE(std::find(last.uses.begin(), last.uses.end(), *scratch), last.uses.end());
+  }
+  spec.ranks = 6;
+  EXPECT_THROW(plain_and_compressed(trace, spec, platform, CompressedAllReduce::recursive_doubling), std::invalid_argument);
+  spec.ranks = 8;
+  spec.compression = explicit_codec();
+  spec.compression->all_reduce = CompressedAllReduce::recursive_doubling;
+  spec.zero_stage = 1;
+  EXPECT_THROW(check_data_parallel(spec), std::invalid_argument) << "ZeRO reduce-scatters";
 }
 
 // ZeRO-3: the reduce-scatters and every parameter all-gather move compressed bytes; a gather's

@@ -197,6 +197,7 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
   }
   if (const YAML::Node compression = node["compression"]) {
     p.data.compression = read_collective_compression(compression);
+    if (compression["algorithm"]) p.compression_algorithm_position = where(compression["algorithm"].Mark());
     // The other ways of compressing the same collectives.
     const auto refuse = [&](bool present, const YAML::Node& at, const std::string& what) {
       if (present) {
@@ -209,6 +210,10 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
     refuse(p.data.quantized_gradients, compression, "ZeRO++'s 'parallelism.zero.zero_quantized_gradients'");
     if (p.data.fsdp) {
       throw InputError(where(compression.Mark()) + "'parallelism.compression' is modelled for PyTorch DDP and DeepSpeed ZeRO; expected 'ddp' or 'zero', not 'fsdp'");
+    }
+    if (p.data.compression->all_reduce == models::CompressedAllReduce::recursive_doubling && p.data.zero_stage > 0) {
+      throw InputError(where(compression["algorithm"].Mark()) + "'parallelism.compression.algorithm' recursive_doubling is for all-reduces, and ZeRO stage " +
+                       std::to_string(p.data.zero_stage) + " reduce-scatters and gathers (on a ring); expected ring, or 'ddp'");
     }
   }
   // Megatron-LM's fp32 gradient buffer (models::DataParallelSpec::grad_reduce_in_fp32).
@@ -235,8 +240,17 @@ ParallelismSection ScenarioReader::read_parallelism(const YAML::Node& node, cons
 models::CollectiveCompressionSpec ScenarioReader::read_collective_compression(const YAML::Node& node) const {
   const std::string f = "parallelism.compression";
   require_map(node, f);
-  check_keys(node, f, {"profile", "codec", "error_bound", "error_bound_mode", "ratio", "compress_bandwidth", "decompress_bandwidth", "latency"});
+  check_keys(node, f, {"profile", "codec", "error_bound", "error_bound_mode", "ratio", "compress_bandwidth", "decompress_bandwidth", "latency", "algorithm"});
   models::CollectiveCompressionSpec z;
+  if (const YAML::Node algorithm = node["algorithm"]) {
+    const std::string a = scalar(algorithm, f + ".algorithm");
+    const auto parsed = models::parse_compressed_all_reduce(a);
+    if (!parsed) {
+      throw InputError(where(algorithm.Mark()) + "'" + f + ".algorithm' is '" + a + "'; expected " + std::string(models::kCompressedAllReduceChoices) +
+                       " (how a compressed all-reduce moves its data: C-Coll's ring, the default, or gZCCL's recursive doubling)");
+    }
+    z.all_reduce = *parsed;
+  }
   const YAML::Node profile = node["profile"];
   if (profile) {
     const std::string spec = scalar(profile, f + ".profile");

@@ -510,16 +510,26 @@ std::optional<CompressedCollectivesSummary> compressed_collectives(const Simulat
   }
   const bool ddp = run.data_parallel->zero_stage == 0;
   const auto add = [&](const char* what, models::CollectiveKind kind) {
-    c.bounds.push_back({what, kind, models::compressed_collective_error_bound(kind, c.ranks, z.error_bound, z.error_bound_mode)});
+    c.bounds.push_back({what, kind, models::compressed_collective_error_bound(kind, c.ranks, z.error_bound, z.error_bound_mode, z.all_reduce)});
   };
   if (ddp) {
-    add("gradient all-reduce", models::CollectiveKind::all_reduce);
+    add(z.all_reduce == models::CompressedAllReduce::recursive_doubling ? "gradient all-reduce (recursive doubling)" : "gradient all-reduce",
+        models::CollectiveKind::all_reduce);
   } else {
     add("gradient reduce-scatter", models::CollectiveKind::reduce_scatter);
     add("parameter all-gather", models::CollectiveKind::all_gather);
   }
   return c;
 }
+
+// DDP's all-reduces by recursive doubling: each round compresses a rank's whole partial sum.
+bool recursive_doubling(const CompressedCollectivesSummary& c) {
+  return c.spec->all_reduce == models::CompressedAllReduce::recursive_doubling &&
+         std::any_of(c.bounds.begin(), c.bounds.end(), [](const auto& b) { return b.kind == models::CollectiveKind::all_reduce; });
+}
+
+// What R, the unit of a relative bound, is the range of (models/collective_compression.hpp).
+const char* range_unit(const CompressedCollectivesSummary& c) { return recursive_doubling(c) ? "one rank's data" : "one rank's chunk"; }
 
 std::string error_bound_text(const models::CollectiveCompressionSpec& z, const models::CollectiveErrorBound& b) {
   const char* plural = b.compressions == 1 ? "" : "s";
@@ -538,7 +548,10 @@ void add_compressed_collectives(std::string& out, const SimulationRun& run) {
   for (const auto& b : c->bounds) {
     add_line(out, "    worst-case error after the {} over {} ranks: {}", b.what, c->ranks, error_bound_text(z, b.bound));
   }
-  if (z.error_bound_mode == ErrorBoundMode::rel) add_line(out, "    (R: the largest value range of one rank's chunk; models/transforms/README.md, \"Compressed collectives\")");
+  if (z.error_bound_mode == ErrorBoundMode::rel) add_line(out, "    (R: the largest value range of {}; models/transforms/README.md, \"Compressed collectives\")", range_unit(*c));
+  if (recursive_doubling(*c)) {
+    add_line(out, "    (recursive doubling: each rank's result carries its own compressions' errors, so the ranks' results differ, by up to twice the bound)");
+  }
 }
 
 ordered_json compressed_collectives_json(const SimulationRun& run) {
@@ -548,12 +561,13 @@ ordered_json compressed_collectives_json(const SimulationRun& run) {
   ordered_json bounds = ordered_json::array();
   for (const auto& b : c->bounds) {
     bounds.push_back({{"collective", b.what}, {"ranks", c->ranks}, {"compressions", b.bound.compressions}, {"bound", b.bound.bound},
-                      {"unit", z.error_bound_mode == ErrorBoundMode::abs ? "the data's" : "R, the largest value range of one rank's chunk"}});
+                      {"unit", z.error_bound_mode == ErrorBoundMode::abs ? "the data's" : fmt::format("R, the largest value range of {}", range_unit(*c))}});
   }
   return {{"codec", z.profile ? ordered_json(z.codec) : ordered_json(nullptr)},
           {"profile", z.profile ? ordered_json(z.profile->name) : ordered_json(nullptr)},
           {"error_bound", z.error_bound},
           {"error_bound_mode", to_string(z.error_bound_mode)},
+          {"all_reduce_algorithm", to_string(z.all_reduce)},
           {"gradient_ratio", c->gradient_ratio},
           {"parameter_ratio", c->parameter_ratio},
           {"largest_temporary_bytes", c->largest_temporary},

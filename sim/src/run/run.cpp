@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <limits>
 #include <optional>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -12,6 +13,8 @@
 #include "comptrain/sim/engine/io_cost.hpp"
 #include "comptrain/sim/engine/replay_cost.hpp"
 
+#include "comptrain/models/collective_compression.hpp"
+#include "comptrain/models/parallel_layout.hpp"
 #include "comptrain/models/pipeline_parallel.hpp"
 #include "comptrain/models/pipeline_schedule.hpp"
 #include "comptrain/models/transform_schedule.hpp"
@@ -187,6 +190,22 @@ PreparedScenario::PreparedScenario(Scenario scenario)
     throw InputError((p.qgz_position.empty() ? scenario_.source + ": " : p.qgz_position) +
                      "'parallelism.zero.zero_quantized_gradients' (qgZ) is modelled over a data-parallel group that spans the whole job; "
                      "expected tensor, context and expert 1, or zero_quantized_gradients false");
+  }
+  // gZCCL's recursive doubling pairs the ranks 2^s apart in each all-reduce's group: the data
+  // group, and an MoE's expert-data group, must hold a power of two ranks.
+  if (scenario_.parallelism && scenario_.parallelism->data.compression &&
+      scenario_.parallelism->data.compression->all_reduce == models::CompressedAllReduce::recursive_doubling) {
+    const ParallelismSection& p = *scenario_.parallelism;
+    const int gpus = cluster_shape().ranks();
+    std::vector<std::pair<const char*, int>> groups{{"data-parallel", models::rank_groups(p.layout, gpus, traces::ParallelGroup::data).size}};
+    if (p.layout.expert > 1) groups.emplace_back("expert-data", models::rank_groups(p.layout, gpus, traces::ParallelGroup::expert_data).size);
+    for (const auto& [what, ranks] : groups) {
+      if (models::recursive_doubling_ranks(ranks)) continue;
+      throw InputError((p.compression_algorithm_position.empty() ? scenario_.source + ": " : p.compression_algorithm_position) +
+                       fmt::format("'parallelism.compression.algorithm' recursive_doubling pairs ranks 2^s apart, and the {} group holds {} ranks; "
+                                   "expected a power of two (2, 4, 8, ...), or algorithm ring",
+                                   what, ranks));
+    }
   }
   // ZeRO-2 reduces at every micro-step, so accumulation repeats what comes before its step, which
   // would repeat the parameters' all-gathers at the iteration's start with every micro-step.

@@ -478,6 +478,34 @@ TEST(Scenario, CollectiveCompressionIsReadAndCheckedWhereItIsWritten) {
               HasSubstr("s.yaml:5:16: 'parallelism.compression' is modelled for PyTorch DDP and DeepSpeed ZeRO"));
 }
 
+// compression.algorithm: the ring by default; gZCCL's recursive doubling with DDP over a
+// power-of-two data-parallel group (and expert-data group), else an error at its line.
+TEST(Scenario, CompressedAllReduceAlgorithmIsReadAndCheckedAgainstTheGroups) {
+  const Scenario ring = parse_scenario("model: {zoo: gpt2}\nplatform: a100-80gb\nparallelism:\n  compression: {profile: auto, error_bound: 1e-3}\n", "s.yaml", ".");
+  EXPECT_EQ(ring.parallelism->data.compression->all_reduce, models::CompressedAllReduce::ring);
+  const Scenario rd = parse_scenario("model: {zoo: gpt2}\nplatform: a100-80gb\nparallelism:\n  gpus_per_node: 8\n"
+                                     "  compression: {profile: auto, error_bound: 1e-3, algorithm: recursive_doubling}\n",
+                                     "s.yaml", ".");
+  EXPECT_EQ(rd.parallelism->data.compression->all_reduce, models::CompressedAllReduce::recursive_doubling);
+  EXPECT_EQ(parallelism_error("  gpus_per_node: 8\n  compression: {profile: auto, error_bound: 1e-3, algorithm: recursive_doubling}\n"), "");
+  EXPECT_THAT(parallelism_error("  compression: {profile: auto, error_bound: 1e-3, algorithm: tree}\n"),
+              HasSubstr("s.yaml:4:62: 'parallelism.compression.algorithm' is 'tree'; expected ring or recursive_doubling"));
+  EXPECT_THAT(parallelism_error("  zero: {stage: 1}\n  compression: {profile: auto, error_bound: 1e-3, algorithm: recursive_doubling}\n"),
+              HasSubstr("s.yaml:5:62: 'parallelism.compression.algorithm' recursive_doubling is for all-reduces, and ZeRO stage 1 reduce-scatters"));
+  EXPECT_THAT(parallelism_error("  gpus_per_node: 6\n  compression: {profile: auto, error_bound: 1e-3, algorithm: recursive_doubling}\n"),
+              HasSubstr("s.yaml:5:62: 'parallelism.compression.algorithm' recursive_doubling pairs ranks 2^s apart, and the data-parallel group holds 6 ranks; "
+                        "expected a power of two"));
+  // Tensor parallelism over 4 of 3 x 8 GPUs leaves a data-parallel group of 6.
+  try {
+    const PreparedScenario prepared(parse_scenario("model: {zoo: gpt2}\nplatform: dgx-a100-superpod\nparallelism:\n  nodes: 3\n  gpus_per_node: 8\n  tensor: 4\n"
+                                                   "  compression: {profile: auto, error_bound: 1e-3, algorithm: recursive_doubling}\n",
+                                                   "s.yaml", "."));
+    ADD_FAILURE() << "a data-parallel group of 6 was accepted";
+  } catch (const InputError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("s.yaml:7:62: 'parallelism.compression.algorithm' recursive_doubling pairs ranks 2^s apart, and the data-parallel group holds 6 ranks"));
+  }
+}
+
 TEST(Scenario, BadParallelismIsRejectedWhereItIsWritten) {
   EXPECT_THAT(parallelism_error("  gpus_per_node: 16\n"), HasSubstr("s.yaml:4:18: 'parallelism.gpus_per_node' is 16 but platform 'a100-80gb' has 8"));
   EXPECT_THAT(parallelism_error("  nodes: 0\n"), HasSubstr("s.yaml:4:10: 'parallelism.nodes' is '0'; expected a positive integer"));

@@ -512,6 +512,28 @@ TEST(PlanClusters, CompressedCollectivesAreCandidates) {
   }
 }
 
+// Compressed all-reduces by recursive doubling: the shapes whose ranks are not a power of two and
+// the ZeRO stages (which reduce-scatter) are left out with a note each; 16 GPUs with DDP remain.
+TEST(PlanClusters, RecursiveDoublingLeavesOutWhatItCannotRun) {
+  const Scenario scenario = gpt2_scenario("dgx-a100-superpod",
+                                          "parallelism: {compression: {ratio: 4, compress_bandwidth: 200 GB/s, decompress_bandwidth: 300 GB/s, error_bound: 1e-3, "
+                                          "algorithm: recursive_doubling}}\n"
+                                          "plan: {gpus: [16, 24], zero_stages: [0, 1], compressed_collectives: [true]}\n",
+                                          2048 * kMiB);
+  const BatchSizePlan plan = make_plan(scenario, {models::StrategySpec{}}, plan_options_for(scenario, options(0.05, 64, 2)));
+  const auto& candidates = plan.cluster_search->candidates;
+  ASSERT_EQ(candidates.size(), 1U);
+  EXPECT_EQ(candidates[0].shape.ranks(), 16);
+  EXPECT_EQ(candidates[0].zero_stage, 0);
+  EXPECT_TRUE(candidates[0].compressed_collectives);
+  const auto& notes = plan.cluster_search->notes;
+  const auto noted = [&](const std::string& text) {
+    return std::any_of(notes.begin(), notes.end(), [&](const std::string& n) { return n.find(text) != std::string::npos; });
+  };
+  EXPECT_TRUE(noted("left out: compressed all-reduces by recursive doubling need a power-of-two number of ranks")) << ::testing::PrintToString(notes);
+  EXPECT_TRUE(noted("left out: data parallel: compressed all-reduces by recursive doubling need zero_stage 0")) << ::testing::PrintToString(notes);
+}
+
 // plan.zero_plus_plus: one candidate per ZeRO++ setting with ZeRO-3, none only with the other
 // stages (a note says so), each simulated with its options (hpZ over a node's 8 GPUs, int8
 // gathers, int4 all-to-alls: across 2 nodes all three change the collectives, so the iteration

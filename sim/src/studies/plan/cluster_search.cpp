@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "comptrain/models/collective_compression.hpp"
 #include "comptrain/models/data_parallel.hpp"
 #include "comptrain/models/parallel_layout.hpp"
 #include "comptrain/support/format.hpp"
@@ -299,6 +300,14 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
       } catch (const std::invalid_argument& e) {
         search.notes.push_back(fmt::format("{}, {}, optimizer {}{}: left out: {}", describe_shape(shape), data_parallel_name(stage, fsdp), models::optimizer_place(offload),
                                            zero_plus_plus_suffix(parallelism.data), e.what()));
+        continue;
+      }
+      // gZCCL's recursive doubling needs a power-of-two group (the layouts' groups are checked
+      // when each is prepared).
+      if (!search.layouts && parallelism.data.compression && parallelism.data.compression->all_reduce == models::CompressedAllReduce::recursive_doubling &&
+          !models::recursive_doubling_ranks(shape.ranks())) {
+        search.notes.push_back(fmt::format("{}, {}: left out: compressed all-reduces by recursive doubling need a power-of-two number of ranks", describe_shape(shape),
+                                           data_parallel_name(stage, fsdp)));
         continue;
       }
       scenario.parallelism = parallelism;

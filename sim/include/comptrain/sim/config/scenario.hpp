@@ -64,6 +64,7 @@ struct ParallelismSection {
   std::string hpz_position = {};  // of zero.zero_hpz_partition_size: checked against the shape when prepared
   std::string qgz_position = {};  // of zero.zero_quantized_gradients: checked against the layout when prepared
   std::string overlap_param_gather_position = {};  // of zero.overlap_param_gather: checked against gradient accumulation when prepared
+  std::string compression_algorithm_position = {};  // of compression.algorithm: recursive doubling's groups checked against the layout when prepared
 };
 
 // model.sequence_bins: sequence binning as NVIDIA's LDDL loader does it (NVIDIA/LDDL@e4006d2,

@@ -7,6 +7,7 @@
 
 #include "comptrain/models/collective_compression.hpp"
 #include "comptrain/models/fsdp_offload.hpp"
+#include "comptrain/models/parallel_layout.hpp"
 #include "comptrain/models/zero_memory.hpp"
 
 #include <fmt/format.h>
@@ -483,11 +484,14 @@ struct CompressedCollectivesSummary {
 };
 
 std::optional<CompressedCollectivesSummary> compressed_collectives(const SimulationRun& run) {
-  if (run.data_parallel == nullptr || !run.data_parallel->compression || run.data_parallel->ranks < 2) return std::nullopt;
+  if (run.data_parallel == nullptr || !run.data_parallel->compression) return std::nullopt;
   CompressedCollectivesSummary c;
   const models::CollectiveCompressionSpec& z = *run.data_parallel->compression;
   c.spec = &z;
-  c.ranks = run.data_parallel->ranks;
+  // The data-parallel group the collectives run over: under model parallelism Megatron's DP x CP
+  // group (as the transforms take it, run.cpp's transform_steps), not every GPU.
+  c.ranks = run.layout != nullptr ? models::rank_groups(*run.layout, run.cluster.ranks(), traces::ParallelGroup::data).size : run.data_parallel->ranks;
+  if (c.ranks < 2) return std::nullopt;
   int gradient_size = 4;
   int weight_size = 2;
   for (const traces::Tensor& t : run.trace.tensors()) {

@@ -17,6 +17,7 @@
 #include "comptrain/sim/config/scenario.hpp"
 #include "comptrain/sim/metrics/communication_time.hpp"
 #include "comptrain/sim/report/pipeline_report.hpp"
+#include "comptrain/sim/report/simulate_report.hpp"
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/support/input_error.hpp"
 
@@ -171,6 +172,26 @@ TEST(ModelParallelRun, PlaceCollectivesMapsGroupsWithinTheirLayoutGroup) {
   too_wide.tasks[0].groups = {4, 1};
   too_wide.tasks[0].over = ParallelGroup::tensor;
   EXPECT_THROW(models::place_collectives(too_wide, layout, 16), std::invalid_argument);
+}
+
+// Compressed all-reduces by recursive doubling under tensor parallelism: the rounds pair the data
+// group's ranks (4 of them, 4 apart) 4 and 8 ranks apart on the run's ranks, and the report's
+// error bound counts the data group's 4 ranks, not the 16 GPUs.
+TEST(ModelParallelRun, RecursiveDoublingPairsTheDataGroupsRanks) {
+  const PreparedScenario prepared(gpt_on("{nodes: 2, gpus_per_node: 8, tensor: 4, compression: {ratio: 4, compress_bandwidth: 200 GB/s, "
+                                         "decompress_bandwidth: 300 GB/s, error_bound: 1e-3, algorithm: recursive_doubling}}"));
+  const auto scheduled = schedule_run(prepared, prepared.scenario().strategy, 2);
+  std::set<int> strides;
+  for (const models::Task& task : std::get<ScheduledRun>(scheduled).schedule.tasks) {
+    if (task.kind != TaskKind::collective || task.over != ParallelGroup::data) continue;
+    EXPECT_EQ(task.collective, models::CollectiveKind::all_gather) << task.name;
+    EXPECT_EQ(task.groups.size, 2) << task.name;
+    strides.insert(task.groups.stride);
+  }
+  EXPECT_EQ(strides, (std::set<int>{4, 8}));
+  const RunOutcome outcome = run_scenario(prepared, prepared.scenario().strategy, 2, Isolation::child_process);
+  EXPECT_THAT(report(prepared, prepared.scenario().strategy, 2, outcome, false),
+              ::testing::HasSubstr("worst-case error after the gradient all-reduce (recursive doubling) over 4 ranks: 0.004002 x R (3 compressions"));
 }
 
 TEST(ModelParallelRun, TheGlobalBatchCountsTheDataParallelRanksOnly) {

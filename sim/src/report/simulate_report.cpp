@@ -478,6 +478,7 @@ struct CompressedCollectivesSummary {
   struct Bound {
     const char* what;  // "gradient all-reduce", ...
     models::CollectiveKind kind;
+    int ranks;  // of its group
     models::CollectiveErrorBound bound;
   };
   std::vector<Bound> bounds;
@@ -513,15 +514,27 @@ std::optional<CompressedCollectivesSummary> compressed_collectives(const Simulat
     }
   }
   const bool ddp = run.data_parallel->zero_stage == 0;
-  const auto add = [&](const char* what, models::CollectiveKind kind) {
-    c.bounds.push_back({what, kind, models::compressed_collective_error_bound(kind, c.ranks, z.error_bound, z.error_bound_mode, z.all_reduce)});
+  const auto add = [&](const char* what, models::CollectiveKind kind, int ranks) {
+    c.bounds.push_back({what, kind, ranks, models::compressed_collective_error_bound(kind, ranks, z.error_bound, z.error_bound_mode, z.all_reduce)});
   };
+  // An MoE's expert gradients are reduced over the expert-data group (models::DataParallelSpec::
+  // expert_ranks), smaller than the data group under expert parallelism.
+  const int expert_ranks = run.layout != nullptr && run.layout->expert > 1
+                               ? models::rank_groups(*run.layout, run.cluster.ranks(), traces::ParallelGroup::expert_data).size
+                               : c.ranks;
   if (ddp) {
-    add(z.all_reduce == models::CompressedAllReduce::recursive_doubling ? "gradient all-reduce (recursive doubling)" : "gradient all-reduce",
-        models::CollectiveKind::all_reduce);
+    const bool doubling = z.all_reduce == models::CompressedAllReduce::recursive_doubling;
+    add(doubling ? "gradient all-reduce (recursive doubling)" : "gradient all-reduce", models::CollectiveKind::all_reduce, c.ranks);
+    if (expert_ranks != c.ranks && expert_ranks > 1) {
+      add(doubling ? "expert gradient all-reduce (recursive doubling)" : "expert gradient all-reduce", models::CollectiveKind::all_reduce, expert_ranks);
+    }
   } else {
-    add("gradient reduce-scatter", models::CollectiveKind::reduce_scatter);
-    add("parameter all-gather", models::CollectiveKind::all_gather);
+    add("gradient reduce-scatter", models::CollectiveKind::reduce_scatter, c.ranks);
+    add("parameter all-gather", models::CollectiveKind::all_gather, c.ranks);
+    if (expert_ranks != c.ranks && expert_ranks > 1) {
+      add("expert gradient reduce-scatter", models::CollectiveKind::reduce_scatter, expert_ranks);
+      add("expert parameter all-gather", models::CollectiveKind::all_gather, expert_ranks);
+    }
   }
   return c;
 }
@@ -550,7 +563,7 @@ void add_compressed_collectives(std::string& out, const SimulationRun& run) {
            z.profile ? z.codec : std::string("a codec"), z.profile ? fmt::format(" (profile {})", z.profile->name) : std::string(), z.error_bound,
            to_string(z.error_bound_mode), c->gradient_ratio, c->parameter_ratio, format_bytes(c->largest_temporary));
   for (const auto& b : c->bounds) {
-    add_line(out, "    worst-case error after the {} over {} ranks: {}", b.what, c->ranks, error_bound_text(z, b.bound));
+    add_line(out, "    worst-case error after the {} over {} ranks: {}", b.what, b.ranks, error_bound_text(z, b.bound));
   }
   if (z.error_bound_mode == ErrorBoundMode::rel) add_line(out, "    (R: the largest value range of {}; models/transforms/README.md, \"Compressed collectives\")", range_unit(*c));
   if (recursive_doubling(*c)) {
@@ -564,7 +577,7 @@ ordered_json compressed_collectives_json(const SimulationRun& run) {
   const models::CollectiveCompressionSpec& z = *c->spec;
   ordered_json bounds = ordered_json::array();
   for (const auto& b : c->bounds) {
-    bounds.push_back({{"collective", b.what}, {"ranks", c->ranks}, {"compressions", b.bound.compressions}, {"bound", b.bound.bound},
+    bounds.push_back({{"collective", b.what}, {"ranks", b.ranks}, {"compressions", b.bound.compressions}, {"bound", b.bound.bound},
                       {"unit", z.error_bound_mode == ErrorBoundMode::abs ? "the data's" : fmt::format("R, the largest value range of {}", range_unit(*c))}});
   }
   return {{"codec", z.profile ? ordered_json(z.codec) : ordered_json(nullptr)},

@@ -12,6 +12,7 @@
 #include "common/scenario_error.hpp"
 #include "comptrain/sim/config/scenario.hpp"
 #include "comptrain/sim/metrics/communication_time.hpp"
+#include "comptrain/sim/report/simulate_report.hpp"
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/support/input_error.hpp"
 
@@ -97,6 +98,23 @@ TEST(ExpertParallelRun, TheRankExchangesTokensOverItsExpertGroupAndSimulates) {
       EXPECT_EQ(task.groups, (RankGroups{2, 2}));
     }
   }
+}
+
+// Compressed collectives under expert parallelism: the experts' gradients are all-reduced over
+// the expert-data group (4 GPUs / EP 2 = 2 ranks), the rest over the 4, and the report bounds
+// each over its own group; recursive doubling needs both groups to be powers of two.
+TEST(ExpertParallelRun, CompressedAllReducesAreBoundedOverTheirOwnGroups) {
+  const std::string codec = "  compression: {ratio: 4, compress_bandwidth: 200 GB/s, decompress_bandwidth: 300 GB/s, error_bound: 1e-3, algorithm: ";
+  const PreparedScenario ep2(mixtral_on("  gpus_per_node: 4\n  expert: 2\n" + codec + "ring}\n"));
+  const RunOutcome outcome = run_scenario(ep2, ep2.scenario().strategy, 2, Isolation::child_process);
+  const std::string text = report(ep2, ep2.scenario().strategy, 2, outcome, false);
+  EXPECT_THAT(text, HasSubstr("worst-case error after the gradient all-reduce over 4 ranks:"));
+  EXPECT_THAT(text, HasSubstr("worst-case error after the expert gradient all-reduce over 2 ranks:"));
+  const PreparedScenario doubling(mixtral_on("  gpus_per_node: 4\n  expert: 2\n" + codec + "recursive_doubling}\n"));
+  EXPECT_THAT(report(doubling, doubling.scenario().strategy, 2, run_scenario(doubling, doubling.scenario().strategy, 2, Isolation::child_process), false),
+              HasSubstr("worst-case error after the expert gradient all-reduce (recursive doubling) over 2 ranks: 0.001 x R (1 compression at eb 0.001)"));
+  // 6 GPUs, EP 2: a data group of 6 and an expert-data group of 3.
+  EXPECT_THAT(prepare("  gpus_per_node: 6\n  expert: 2\n" + codec + "recursive_doubling}\n"), HasSubstr("the data-parallel group holds 6 ranks"));
 }
 
 TEST(ExpertParallelRun, LayoutErrorsAreAtTheirKeys) {

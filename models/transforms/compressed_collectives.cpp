@@ -35,6 +35,9 @@ TaskId Transform::compressed_collective(Task c, int element_size, TaskId before)
   const CollectiveCompressionSpec& z = *spec_.compression;
   const CollectiveKind kind = *c.collective;
   const int ranks = std::max(1, group_ranks(c));
+  // One rank has nothing to exchange: the collective stays as it is (the replay's over one rank
+  // is free) and no codec runs.
+  if (ranks < 2) return add_task(std::move(c), before);
   const auto bytes = static_cast<double>(c.bytes);
   const double values = bytes / element_size;
   const double chunk = values / ranks;

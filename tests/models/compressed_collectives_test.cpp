@@ -346,6 +346,26 @@ TEST(CompressedCollectives, DdpAllReducesByRecursiveDoublingExchangeWholeCompres
   EXPECT_THROW(check_data_parallel(spec), std::invalid_argument) << "ZeRO reduce-scatters";
 }
 
+// DDP over one rank (PyTorch runs its reducer on a one-GPU job): nothing to exchange, so the
+// all-reduces stay as they are and no codec task runs, on the ring or by recursive doubling.
+TEST(CompressedCollectives, OneRankLeavesTheCollectivesUncompressed) {
+  const Platform platform = builtin_platform("a100-80gb");
+  const auto trace = small_gpt(zoo::Precision::fp32);
+  DataParallelSpec spec;
+  spec.ranks = 1;
+  for (const CompressedAllReduce algorithm : {CompressedAllReduce::ring, CompressedAllReduce::recursive_doubling}) {
+    const auto [plain, s] = plain_and_compressed(trace, spec, platform, algorithm);
+    ASSERT_NO_THROW(s.validate());
+    const std::vector<TaskId> before = collective_tasks(plain, CollectiveKind::all_reduce);
+    const std::vector<TaskId> after = collective_tasks(s, CollectiveKind::all_reduce);
+    ASSERT_FALSE(before.empty());
+    ASSERT_EQ(after.size(), before.size());
+    for (std::size_t i = 0; i < after.size(); ++i) EXPECT_EQ(s.tasks[after[i]].bytes, plain.tasks[before[i]].bytes);
+    EXPECT_TRUE(std::none_of(s.tasks.begin(), s.tasks.end(), [](const Task& t) { return t.kind == TaskKind::compress || t.kind == TaskKind::decompress; }))
+        << to_string(algorithm);
+  }
+}
+
 // ZeRO-3: the reduce-scatters and every parameter all-gather move compressed bytes; a gather's
 // decompression makes the gathered parameters.
 TEST(CompressedCollectives, ZeroReduceScattersAndGathersAreCompressed) {

@@ -12,7 +12,7 @@ namespace comptrain::sim {
 PlanSection ScenarioReader::read_plan(const YAML::Node& node, const std::optional<models::Platform>& platform, const std::optional<ParallelismSection>& parallelism) const {
   require_map(node, "plan");
   check_keys(node, "plan", {"strategies", "margin", "max_batch", "target_global_batch", "memory_metric", "objective", "gpus", "nodes", "zero_stages",
-                              "offload_optimizer", "prefetch_optimizer_gaps", "checkpoint_overhead", "energy_budget", "comm_hooks", "compressed_collectives", "zero_plus_plus", "tensor", "pipeline", "micro_batches", "sequence_parallel", "recompute",
+                              "offload_optimizer", "prefetch_optimizer_gaps", "checkpoint_overhead", "energy_budget", "comm_hooks", "compressed_collectives", "compressed_all_reduce", "zero_plus_plus", "tensor", "pipeline", "micro_batches", "sequence_parallel", "recompute",
                               "virtual_stages", "context", "expert"});
   PlanSection plan;
   if (const YAML::Node budget = node["energy_budget"]) plan.energy_budget = read_energy_budget(budget, platform);
@@ -314,6 +314,32 @@ void ScenarioReader::read_cluster_search(const YAML::Node& node, const std::opti
                                                  "bound to try) or false only");
       }
       plan.compressed_collectives.push_back(on);
+    }
+  }
+  // plan.compressed_all_reduce: distinct algorithms of the compressed all-reduces.
+  if (const YAML::Node algorithms = node["compressed_all_reduce"]) {
+    if (!algorithms.IsSequence() || algorithms.size() == 0) {
+      throw InputError(where(algorithms.Mark()) + "'plan.compressed_all_reduce' must be a non-empty list of " + std::string(models::kCompressedAllReduceChoices));
+    }
+    if (!(parallelism && parallelism->data.compression)) {
+      throw InputError(where(algorithms.Mark()) + "'plan.compressed_all_reduce' chooses how compressed all-reduces run, but the scenario has no "
+                                                  "'parallelism.compression'; expected one (the codec and bound to try)");
+    }
+    if (!plan.compressed_collectives.empty() && std::find(plan.compressed_collectives.begin(), plan.compressed_collectives.end(), true) == plan.compressed_collectives.end()) {
+      throw InputError(where(algorithms.Mark()) + "'plan.compressed_all_reduce' applies to compressed collectives, and 'plan.compressed_collectives' "
+                                                  "tries none; expected true among them");
+    }
+    for (std::size_t i = 0; i < algorithms.size(); ++i) {
+      const std::string field = "plan.compressed_all_reduce[" + std::to_string(i) + "]";
+      const std::string name = scalar(algorithms[i], field);
+      const auto algorithm = models::parse_compressed_all_reduce(name);
+      if (!algorithm) {
+        throw InputError(where(algorithms[i].Mark()) + "'" + field + "' is '" + name + "'; expected " + std::string(models::kCompressedAllReduceChoices));
+      }
+      if (std::find(plan.compressed_all_reduce.begin(), plan.compressed_all_reduce.end(), *algorithm) != plan.compressed_all_reduce.end()) {
+        throw InputError(where(algorithms[i].Mark()) + "'" + field + "' repeats " + name + "; expected distinct algorithms");
+      }
+      plan.compressed_all_reduce.push_back(*algorithm);
     }
   }
   // plan.zero_plus_plus: distinct ZeRO++ settings, for a search with ZeRO-3 among its stages.

@@ -211,7 +211,7 @@ std::string candidate_dp_name(const ClusterCandidate& c, bool fsdp) {
     case models::DdpCommHook::bf16: name += "+bf16"; break;
     case models::DdpCommHook::powersgd: name += "+PowerSGD"; break;
   }
-  if (c.compressed_collectives) name += "+compressed";
+  if (c.compressed_collectives) name += c.compressed_all_reduce == models::CompressedAllReduce::recursive_doubling ? "+compressed-rd" : "+compressed";
   if (c.zero_plus_plus.hpz) name += "+hpZ";
   if (c.zero_plus_plus.qwz) name += "+qwZ";
   if (c.zero_plus_plus.qgz) name += "+qgZ";
@@ -236,7 +236,13 @@ std::string cluster_search_text(const BatchSizePlan& plan) {
     stages += " (DDP's hooks: " + hooks + ")";
   }
   if (search.compressed_collectives.size() > 1 || (search.compressed_collectives.size() == 1 && search.compressed_collectives.front())) {
-    stages += search.compressed_collectives.size() > 1 ? " (collectives with and without compression)" : " (compressed collectives)";
+    stages += search.compressed_collectives.size() > 1 ? " (collectives with and without compression" : " (compressed collectives";
+    if (search.compressed_all_reduce.size() > 1 || search.compressed_all_reduce.front() != models::CompressedAllReduce::ring) {
+      std::string algorithms;
+      for (const auto algorithm : search.compressed_all_reduce) algorithms += (algorithms.empty() ? "" : ", ") + std::string(models::to_string(algorithm));
+      stages += "; their all-reduces: " + algorithms + ", -rd: recursive doubling";
+    }
+    stages += ")";
   }
   if (search.zero_plus_plus.size() > 1 || (search.zero_plus_plus.size() == 1 && search.zero_plus_plus.front() != ZeroPlusPlus{})) {
     std::string settings;
@@ -591,6 +597,7 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
       ordered_json jc = shape_json(c.shape, c.zero_stage, plan.fsdp, c.offload_optimizer);
       jc["comm_hook"] = std::string(models::to_string(c.comm_hook));
       jc["compressed_collectives"] = c.compressed_collectives;
+      jc["compressed_all_reduce"] = c.compressed_collectives ? ordered_json(models::to_string(c.compressed_all_reduce)) : ordered_json(nullptr);
       jc["zero_plus_plus"] = std::string(to_string(c.zero_plus_plus));
       jc["hpz_partition_size"] = c.hpz_partition_size;
       if (c.layout) {
@@ -634,11 +641,14 @@ ordered_json plan_to_json(const BatchSizePlan& plan) {
     for (const models::DdpCommHook hook : search.comm_hooks) hooks.push_back(std::string(models::to_string(hook)));
     ordered_json zero_plus_plus = ordered_json::array();
     for (const ZeroPlusPlus setting : search.zero_plus_plus) zero_plus_plus.push_back(std::string(to_string(setting)));
+    std::vector<std::string> all_reduce_algorithms;
+    for (const auto algorithm : search.compressed_all_reduce) all_reduce_algorithms.emplace_back(models::to_string(algorithm));
     j["cluster_search"] = {{"shapes", std::move(shapes)},
                            {"zero_stages", search.zero_stages},
                            {"offload_optimizer", std::move(offloads)},
                            {"comm_hooks", hooks},
                            {"compressed_collectives", search.compressed_collectives},
+                           {"compressed_all_reduce", all_reduce_algorithms},
                            {"zero_plus_plus", std::move(zero_plus_plus)},
                            {"candidates", std::move(candidates)},
                            {"fastest", search.fastest ? ordered_json(*search.fastest) : ordered_json(nullptr)},
@@ -668,7 +678,7 @@ std::string plan_csv(const std::vector<BatchSizePlan>& plans) {
       "variant,scenario,platform,strategy,batch,fits,out_of_memory,inapplicable,simulation_failed,peak_bytes,iteration_seconds,samples_per_second,stall_seconds,"
       "gpus,nodes,gpus_per_node,zero_stage,collective_seconds,exposed_communication_seconds,host_wait_seconds,optimizer,"
       "mean_iteration_seconds,io_bound,data_wait_seconds,checkpoint_seconds_per_iteration,checkpoint_interval_for_target,joules,samples_per_joule,"
-      "within_energy_budget,comm_hook,compressed_collectives,zero_plus_plus,layout\n";
+      "within_energy_budget,comm_hook,compressed_collectives,zero_plus_plus,layout,compressed_all_reduce\n";
   // What a configuration runs besides its shape and stage: DDP's hook, compressed collectives,
   // ZeRO++'s options (ZeRO-3 only; empty otherwise) and the model-parallel layout (empty: data
   // parallelism only), as the text report names them.
@@ -677,6 +687,7 @@ std::string plan_csv(const std::vector<BatchSizePlan>& plans) {
     bool compressed_collectives = false;
     ZeroPlusPlus zero_plus_plus;
     const std::optional<models::ParallelLayout>* layout = nullptr;
+    models::CompressedAllReduce compressed_all_reduce = models::CompressedAllReduce::ring;
   };
   const auto rows = [&](const BatchSizePlan& plan, const StrategyPlan& s, ClusterShape shape, int zero_stage, const std::optional<models::OptimizerOffloadSpec>& offload,
                         const Configuration& c) {
@@ -688,21 +699,23 @@ std::string plan_csv(const std::vector<BatchSizePlan>& plans) {
       const std::string interval = p.checkpoint_interval_for_target > 0 ? std::to_string(p.checkpoint_interval_for_target) : "";
       const std::string joules = p.joules > 0 ? fmt::format("{}", p.joules) : "";
       const std::string per_joule = p.samples_per_joule > 0 ? fmt::format("{}", p.samples_per_joule) : "";
-      out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(plan.variant),
+      out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(plan.variant),
                          csv_field(plan.scenario_name), csv_field(plan.platform_name), csv_field(s.strategy), p.batch, p.fits ? 1 : 0, p.out_of_memory ? 1 : 0,
                          p.inapplicable ? 1 : 0, p.simulation_failed ? 1 : 0, p.peak_bytes, p.iteration_seconds, p.samples_per_second, p.stall_seconds,
                          shape.ranks(), shape.nodes, shape.gpus_per_node, zero_stage, p.collective_seconds, p.exposed_communication_seconds,
                          p.host_wait_seconds, csv_field(models::optimizer_place(offload)), p.mean_iteration_seconds, bound, p.data_wait_seconds,
                          p.checkpoint_seconds_per_iteration, interval, joules, per_joule, p.within_energy_budget ? 1 : 0,
-                         models::to_string(c.comm_hook), c.compressed_collectives ? 1 : 0, zero_plus_plus, csv_field(layout));
+                         models::to_string(c.comm_hook), c.compressed_collectives ? 1 : 0, zero_plus_plus, csv_field(layout),
+                         c.compressed_collectives ? models::to_string(c.compressed_all_reduce) : std::string_view{});
     }
   };
   for (const BatchSizePlan& plan : plans) {
-    const Configuration own{plan.comm_hook, plan.compressed_collectives, plan.zero_plus_plus, &plan.layout};
+    const Configuration own{plan.comm_hook, plan.compressed_collectives, plan.zero_plus_plus, &plan.layout, plan.compressed_all_reduce};
     for (const auto& s : plan.strategies) rows(plan, s, plan.cluster, plan.zero_stage, plan.offload_optimizer, own);
     if (plan.cluster_search) {
       for (const auto& c : plan.cluster_search->candidates) {
-        rows(plan, c.plan, c.shape, c.zero_stage, c.offload_optimizer, Configuration{c.comm_hook, c.compressed_collectives, c.zero_plus_plus, &c.layout});
+        rows(plan, c.plan, c.shape, c.zero_stage, c.offload_optimizer,
+             Configuration{c.comm_hook, c.compressed_collectives, c.zero_plus_plus, &c.layout, c.compressed_all_reduce});
       }
     }
   }
@@ -716,6 +729,9 @@ std::string plan_csv(const BatchSizePlan& plan) { return plan_csv(std::vector<Ba
 namespace comptrain::sim::detail {
 
 namespace {
+
+// The compressed all-reduce's algorithms, for enum_named.
+constexpr models::CompressedAllReduce kCompressedAllReduces[] = {models::CompressedAllReduce::ring, models::CompressedAllReduce::recursive_doubling};
 
 // The enumerations the documents write by name, read back: the value whose name is `text`.
 template <typename Enum, std::size_t N>
@@ -797,6 +813,10 @@ ClusterCandidate candidate_from_json(const ordered_json& j) {
   c.offload_optimizer = offload_from_json(j.at("offload_optimizer"));
   c.comm_hook = enum_named(j.at("comm_hook"), kHooks, "comm_hook");
   c.compressed_collectives = j.at("compressed_collectives").get<bool>();
+  // Added after version 6 without a version change: absent (or null) reads as the ring.
+  if (j.contains("compressed_all_reduce") && !j.at("compressed_all_reduce").is_null()) {
+    c.compressed_all_reduce = enum_named(j.at("compressed_all_reduce"), kCompressedAllReduces, "compressed_all_reduce");
+  }
   c.zero_plus_plus = zero_plus_plus_named(j.at("zero_plus_plus"), "zero_plus_plus");
   c.hpz_partition_size = j.at("hpz_partition_size").get<int>();
   if (c.hpz_partition_size < 1 || c.zero_plus_plus.hpz != (c.hpz_partition_size > 1)) {
@@ -885,6 +905,12 @@ BatchSizePlan cluster_plan_from_json(const ordered_json& document, const std::st
     static constexpr models::DdpCommHook kHooks[] = {models::DdpCommHook::none, models::DdpCommHook::fp16, models::DdpCommHook::bf16, models::DdpCommHook::powersgd};
     for (const ordered_json& hook : cs.at("comm_hooks")) search.comm_hooks.push_back(enum_named(hook, kHooks, "cluster_search.comm_hooks"));
     search.compressed_collectives = cs.at("compressed_collectives").get<std::vector<bool>>();
+    if (cs.contains("compressed_all_reduce")) {
+      for (const ordered_json& algorithm : cs.at("compressed_all_reduce")) {
+        search.compressed_all_reduce.push_back(enum_named(algorithm, kCompressedAllReduces, "cluster_search.compressed_all_reduce"));
+      }
+    }
+    if (search.compressed_all_reduce.empty()) search.compressed_all_reduce.push_back(models::CompressedAllReduce::ring);
     for (const ordered_json& setting : cs.at("zero_plus_plus")) search.zero_plus_plus.push_back(zero_plus_plus_named(setting, "cluster_search.zero_plus_plus"));
     const ordered_json& candidates = cs.at("candidates");
     for (std::size_t k = 0; k < candidates.size(); ++k) {

@@ -476,12 +476,12 @@ TEST(PlanClusters, DdpCommunicationHooksAreCandidates) {
   const auto json = nlohmann::json::parse(plan_json(plan));
   EXPECT_EQ(json["cluster_search"]["comm_hooks"], nlohmann::json({"none", "fp16", "powersgd"}));
   EXPECT_EQ(json["cluster_search"]["candidates"][1]["comm_hook"], "fp16");
-  // The CSV's last columns: comm_hook, compressed_collectives, zero_plus_plus (ZeRO-3 rows only), layout.
+  // The CSV's last columns: comm_hook, compressed_collectives, zero_plus_plus (ZeRO-3 rows only), layout, compressed_all_reduce.
   const std::string csv = plan_csv(plan);
-  EXPECT_THAT(csv, ::testing::HasSubstr(",comm_hook,compressed_collectives,zero_plus_plus,layout\n"));
-  EXPECT_THAT(csv, ::testing::HasSubstr(",fp16,0,,\n"));
-  EXPECT_THAT(csv, ::testing::HasSubstr(",powersgd,0,,\n"));
-  EXPECT_THAT(csv, ::testing::HasSubstr(",none,0,none,\n")) << "the ZeRO-3 candidate";
+  EXPECT_THAT(csv, ::testing::HasSubstr(",comm_hook,compressed_collectives,zero_plus_plus,layout,compressed_all_reduce\n"));
+  EXPECT_THAT(csv, ::testing::HasSubstr(",fp16,0,,,\n"));
+  EXPECT_THAT(csv, ::testing::HasSubstr(",powersgd,0,,,\n"));
+  EXPECT_THAT(csv, ::testing::HasSubstr(",none,0,none,,\n")) << "the ZeRO-3 candidate";
 }
 
 // plan.compressed_collectives: each configuration with and without the parallelism section's
@@ -503,7 +503,7 @@ TEST(PlanClusters, CompressedCollectivesAreCandidates) {
   const auto json = nlohmann::json::parse(plan_json(plan));
   EXPECT_EQ(json["cluster_search"]["compressed_collectives"], nlohmann::json({false, true}));
   EXPECT_EQ(json["cluster_search"]["candidates"][1]["compressed_collectives"], true);
-  EXPECT_THAT(plan_csv(plan), ::testing::HasSubstr(",none,1,,\n"));
+  EXPECT_THAT(plan_csv(plan), ::testing::HasSubstr(",none,1,,,ring\n"));
   try {
     (void)parse_scenario(gpt2_yaml("a100-80gb", "plan: {gpus: [8], compressed_collectives: [true]}\n"), "p.yaml", ".");
     ADD_FAILURE() << "accepted without parallelism.compression";
@@ -531,7 +531,56 @@ TEST(PlanClusters, RecursiveDoublingLeavesOutWhatItCannotRun) {
     return std::any_of(notes.begin(), notes.end(), [&](const std::string& n) { return n.find(text) != std::string::npos; });
   };
   EXPECT_TRUE(noted("left out: compressed all-reduces by recursive doubling need a power-of-two number of ranks")) << ::testing::PrintToString(notes);
-  EXPECT_TRUE(noted("left out: data parallel: compressed all-reduces by recursive doubling need zero_stage 0")) << ::testing::PrintToString(notes);
+  EXPECT_TRUE(noted("compressed all-reduces by recursive doubling are tried with PyTorch DDP (stage 0) only")) << ::testing::PrintToString(notes);
+}
+
+// plan.compressed_all_reduce: the compressed candidates once per algorithm, recursive doubling
+// with DDP only; named "+compressed-rd", its algorithm in the JSON and the CSV's last column; an
+// error at its line without compression to choose for, with an unknown or repeated name, and
+// when plan.compressed_collectives tries no compression.
+TEST(PlanClusters, CompressedAllReduceAlgorithmsAreCandidates) {
+  const std::string compression =
+      "parallelism: {compression: {ratio: 4, compress_bandwidth: 200 GB/s, decompress_bandwidth: 300 GB/s, error_bound: 1e-3}}\n";
+  const Scenario scenario = gpt2_scenario("dgx-a100-superpod",
+                                          compression + "plan: {gpus: [16], zero_stages: [0, 1], compressed_collectives: [true], "
+                                                        "compressed_all_reduce: [ring, recursive_doubling]}\n",
+                                          2048 * kMiB);
+  const BatchSizePlan plan = make_plan(scenario, {models::StrategySpec{}}, plan_options_for(scenario, options(0.05, 64, 2)));
+  const auto& candidates = plan.cluster_search->candidates;
+  ASSERT_EQ(candidates.size(), 3U);
+  EXPECT_EQ(candidates[0].zero_stage, 0);
+  EXPECT_EQ(candidates[0].compressed_all_reduce, models::CompressedAllReduce::ring);
+  EXPECT_EQ(candidates[1].zero_stage, 0);
+  EXPECT_EQ(candidates[1].compressed_all_reduce, models::CompressedAllReduce::recursive_doubling);
+  EXPECT_EQ(candidates[2].zero_stage, 1);
+  EXPECT_EQ(candidates[2].compressed_all_reduce, models::CompressedAllReduce::ring);
+  EXPECT_NE(point_of(candidates[1].plan, 1).iteration_seconds, point_of(candidates[0].plan, 1).iteration_seconds) << "the algorithm was simulated";
+  EXPECT_THAT(plan.cluster_search->notes, ::testing::Contains(std::string("compressed all-reduces by recursive doubling are tried with PyTorch DDP (stage 0) only")));
+  const std::string text = plan_table_text(plan);
+  EXPECT_THAT(text, ::testing::HasSubstr("DDP+compressed-rd"));
+  EXPECT_THAT(text, ::testing::HasSubstr("their all-reduces: ring, recursive_doubling"));
+  const auto json = nlohmann::json::parse(plan_json(plan));
+  EXPECT_EQ(json["cluster_search"]["compressed_all_reduce"], nlohmann::json({"ring", "recursive_doubling"}));
+  EXPECT_EQ(json["cluster_search"]["candidates"][1]["compressed_all_reduce"], "recursive_doubling");
+  const std::string csv = plan_csv(plan);
+  EXPECT_THAT(csv, ::testing::HasSubstr(",layout,compressed_all_reduce\n"));
+  EXPECT_THAT(csv, ::testing::HasSubstr(",none,1,,,recursive_doubling\n"));
+  const auto error = [&](const std::string& plan_line) {
+    try {
+      (void)parse_scenario(gpt2_yaml("dgx-a100-superpod", plan_line), "p.yaml", ".");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_THAT(error("plan: {gpus: [8], compressed_all_reduce: [ring]}\n"),
+              ::testing::HasSubstr("'plan.compressed_all_reduce' chooses how compressed all-reduces run, but the scenario has no 'parallelism.compression'"));
+  EXPECT_THAT(error(compression + "plan: {gpus: [8], compressed_all_reduce: [tree]}\n"),
+              ::testing::HasSubstr("'plan.compressed_all_reduce[0]' is 'tree'; expected ring or recursive_doubling"));
+  EXPECT_THAT(error(compression + "plan: {gpus: [8], compressed_all_reduce: [ring, ring]}\n"),
+              ::testing::HasSubstr("'plan.compressed_all_reduce[1]' repeats ring"));
+  EXPECT_THAT(error(compression + "plan: {gpus: [8], compressed_collectives: [false], compressed_all_reduce: [ring]}\n"),
+              ::testing::HasSubstr("'plan.compressed_collectives' tries none; expected true among them"));
 }
 
 // plan.zero_plus_plus: one candidate per ZeRO++ setting with ZeRO-3, none only with the other
@@ -568,7 +617,7 @@ TEST(PlanClusters, ZeroPlusPlusSettingsAreCandidates) {
   EXPECT_EQ(json["cluster_search"]["candidates"][2]["zero_plus_plus"], "all");
   EXPECT_EQ(json["cluster_search"]["candidates"][2]["hpz_partition_size"], 8);
   EXPECT_EQ(json["cluster_search"]["candidates"][1]["zero_plus_plus"], "none");
-  EXPECT_THAT(plan_csv(plan), ::testing::HasSubstr(",none,0,all,\n"));
+  EXPECT_THAT(plan_csv(plan), ::testing::HasSubstr(",none,0,all,,\n"));
 }
 
 // hpZ's partition is a node's GPUs: on one node the search leaves it out (DeepSpeed leaves it

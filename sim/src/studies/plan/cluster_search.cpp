@@ -220,12 +220,20 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
   if (search.comm_hooks.empty()) search.comm_hooks.push_back(r.scenario.parallelism ? r.scenario.parallelism->data.comm_hook : models::DdpCommHook::none);
   search.compressed_collectives = r.scenario.plan->compressed_collectives;
   if (search.compressed_collectives.empty()) search.compressed_collectives.push_back(r.scenario.parallelism && r.scenario.parallelism->data.compression);
+  // plan.compressed_all_reduce sets the compressed candidates' all-reduce algorithm; without it
+  // they keep the scenario's own.
+  search.compressed_all_reduce = r.scenario.plan->compressed_all_reduce;
+  if (search.compressed_all_reduce.empty()) {
+    const auto& compression = r.scenario.parallelism ? r.scenario.parallelism->data.compression : std::nullopt;
+    search.compressed_all_reduce.push_back(compression ? compression->all_reduce : models::CompressedAllReduce::ring);
+  }
   // plan.zero_plus_plus sets ZeRO++'s options of every configuration; without it each keeps the
   // scenario's own.
   const bool choose_zero_plus_plus = !r.scenario.plan->zero_plus_plus.empty();
   search.zero_plus_plus = r.scenario.plan->zero_plus_plus;
   if (!choose_zero_plus_plus) search.zero_plus_plus.push_back(r.scenario.parallelism ? zero_plus_plus_of(r.scenario.parallelism->data) : ZeroPlusPlus{});
   bool skipped_hooks = false;
+  bool skipped_doubling_stages = false;
   bool skipped_zero_plus_plus_stages = false;
   bool skipped_zero_plus_plus_layouts = false;
   bool skipped_hpz_shapes = false;
@@ -240,7 +248,7 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
     // Only the pairs DeepSpeed has: an offloaded optimizer needs ZeRO, Deep Optimizer States
     // stage 3 (one note for the search, not one per pair).
     // DDP's communication hooks with DDP only, ZeRO++ with ZeRO-3 only (one note each for the search).
-    std::vector<std::tuple<int, std::optional<models::OptimizerOffloadSpec>, models::DdpCommHook, bool, ZeroPlusPlus>> stages_and_offloads;
+    std::vector<std::tuple<int, std::optional<models::OptimizerOffloadSpec>, models::DdpCommHook, bool, models::CompressedAllReduce, ZeroPlusPlus>> stages_and_offloads;
     for (const int stage : search.zero_stages) {
       for (const auto& offload : search.offload_optimizer) {
         if (offload && (stage == 0 || (stage != 3 && (offload->prefetch_optimizer || offload->ratio < 1)))) {
@@ -253,25 +261,32 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
             continue;
           }
           for (const bool compressed : search.compressed_collectives) {
-            for (const ZeroPlusPlus setting : search.zero_plus_plus) {
-              if (choose_zero_plus_plus && setting != ZeroPlusPlus{} && (stage != 3 || fsdp)) {
-                skipped_zero_plus_plus_stages = true;
+            // Recursive doubling replaces all-reduces: DDP's (ZeRO reduce-scatters on the ring).
+            for (const models::CompressedAllReduce algorithm : compressed ? search.compressed_all_reduce : std::vector{models::CompressedAllReduce::ring}) {
+              if (algorithm == models::CompressedAllReduce::recursive_doubling && stage != 0) {
+                skipped_doubling_stages = true;
                 continue;
               }
-              // hpZ's partition is a node's GPUs, across more than one node (DeepSpeed's Mixed
-              // Precision ZeRO++ tutorial, deepspeed.ai/tutorials/mixed-precision-zeropp: the GPUs
-              // per node for multi-node training, unset on one node).
-              if (choose_zero_plus_plus && setting.hpz && (shape.nodes < 2 || shape.gpus_per_node < 2)) {
-                skipped_hpz_shapes = true;
-                continue;
+              for (const ZeroPlusPlus setting : search.zero_plus_plus) {
+                if (choose_zero_plus_plus && setting != ZeroPlusPlus{} && (stage != 3 || fsdp)) {
+                  skipped_zero_plus_plus_stages = true;
+                  continue;
+                }
+                // hpZ's partition is a node's GPUs, across more than one node (DeepSpeed's Mixed
+                // Precision ZeRO++ tutorial, deepspeed.ai/tutorials/mixed-precision-zeropp: the GPUs
+                // per node for multi-node training, unset on one node).
+                if (choose_zero_plus_plus && setting.hpz && (shape.nodes < 2 || shape.gpus_per_node < 2)) {
+                  skipped_hpz_shapes = true;
+                  continue;
+                }
+                stages_and_offloads.emplace_back(stage, offload, hook, compressed, algorithm, setting);
               }
-              stages_and_offloads.emplace_back(stage, offload, hook, compressed, setting);
             }
           }
         }
       }
     }
-    for (const auto& [stage, offload, hook, compressed, setting] : stages_and_offloads) {
+    for (const auto& [stage, offload, hook, compressed, algorithm, setting] : stages_and_offloads) {
       Scenario scenario = r.scenario;
       ParallelismSection parallelism = scenario.parallelism.value_or(ParallelismSection{});
       parallelism.nodes = shape.nodes;
@@ -285,6 +300,10 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
       parallelism.data.offload_optimizer = offload;
       parallelism.data.comm_hook = hook;
       if (!compressed) parallelism.data.compression.reset();
+      if (compressed) {
+        parallelism.data.compression->all_reduce = algorithm;
+        parallelism.compression_algorithm_position.clear();  // the plan's choice, not the section's line
+      }
       if (choose_zero_plus_plus) {
         // hpZ's partition: the GPUs of a node, DeepSpeed's recommended value (its ZeRO++ tutorial,
         // deepspeed.ai/tutorials/zeropp: zero_hpz_partition_size ideally the ranks per node).
@@ -342,6 +361,7 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
                                        std::max(2, *spec->first_stages)));
   }
   if (skipped_hooks) search.notes.push_back("DDP's communication hooks are tried with PyTorch DDP (stage 0) only");
+  if (skipped_doubling_stages) search.notes.push_back("compressed all-reduces by recursive doubling are tried with PyTorch DDP (stage 0) only");
   if (skipped_zero_plus_plus_stages) search.notes.push_back("ZeRO++'s settings other than none are tried with DeepSpeed ZeRO-3 only");
   if (skipped_hpz_shapes) {
     search.notes.push_back("ZeRO++'s hpz is tried on more than one node of more than one GPU only (its partition is a node's GPUs; DeepSpeed leaves it "
@@ -371,6 +391,7 @@ void gather_candidates(BatchSizePlan& out, std::vector<BatchSizePlan>& unit_plan
       candidate.offload_optimizer = unit_plans[u].offload_optimizer;
       candidate.comm_hook = unit_plans[u].comm_hook;
       candidate.compressed_collectives = unit_plans[u].compressed_collectives;
+      candidate.compressed_all_reduce = unit_plans[u].compressed_all_reduce;
       candidate.zero_plus_plus = unit_plans[u].zero_plus_plus;
       candidate.hpz_partition_size = unit_plans[u].hpz_partition_size;
       if (search.layouts) candidate.layout = unit_plans[u].layout.value_or(models::ParallelLayout{});

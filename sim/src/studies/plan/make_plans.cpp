@@ -97,6 +97,7 @@ BatchSizePlan plan_header(const PlanRequest& r, const PreparedScenario& prepared
     plan.offload_optimizer = r.scenario.parallelism->data.offload_optimizer;
     plan.comm_hook = r.scenario.parallelism->data.comm_hook;
     plan.compressed_collectives = r.scenario.parallelism->data.compression.has_value();
+    if (const auto& z = r.scenario.parallelism->data.compression) plan.compressed_all_reduce = z->all_reduce;
     plan.zero_plus_plus = zero_plus_plus_of(r.scenario.parallelism->data);
     plan.hpz_partition_size = r.scenario.parallelism->data.hpz_partition_size;
     // FSDP2's CPU offload steps every shard on the host: reported as the optimizer on the CPU.

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "comptrain/models/collective_compression.hpp"
 #include "comptrain/models/data_parallel.hpp"
 #include "comptrain/models/strategy.hpp"
 
@@ -92,6 +93,10 @@ struct PlanSection {
   // plan.compressed_collectives: with and/or without the parallelism section's compression
   // (models::CollectiveCompressionSpec), one candidate each. Empty: the scenario's own.
   std::vector<bool> compressed_collectives;
+  // plan.compressed_all_reduce: the compressed all-reduce's algorithms to try (ring,
+  // recursive_doubling), one candidate each among the compressed ones (recursive doubling with
+  // DDP only). Empty: the parallelism section's compression.algorithm.
+  std::vector<models::CompressedAllReduce> compressed_all_reduce;
   // plan.zero_plus_plus: ZeRO++ settings to try, one candidate each, with DeepSpeed ZeRO-3 only
   // (hpz over a node's GPUs; hpz and qgz on layouts without model parallelism). Empty: the
   // scenario's own.
@@ -132,7 +137,8 @@ struct PlanSection {
            all_context_degrees || !context_degrees.empty() || all_expert_degrees || !expert_degrees.empty();
   }
   bool searches_clusters() const {
-    return !cluster_sizes.empty() || !zero_stages.empty() || !offload_optimizer.empty() || !comm_hooks.empty() || !compressed_collectives.empty() || !zero_plus_plus.empty() ||
+    return !cluster_sizes.empty() || !zero_stages.empty() || !offload_optimizer.empty() || !comm_hooks.empty() || !compressed_collectives.empty() || !compressed_all_reduce.empty() ||
+           !zero_plus_plus.empty() ||
            searches_layouts();
   }
 };

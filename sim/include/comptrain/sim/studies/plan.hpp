@@ -64,6 +64,7 @@
 #include <string_view>
 #include <vector>
 
+#include "comptrain/models/collective_compression.hpp"
 #include "comptrain/models/parallel_layout.hpp"
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/sim/core/bottleneck.hpp"
@@ -187,6 +188,7 @@ struct ClusterCandidate {
   std::optional<models::OptimizerOffloadSpec> offload_optimizer;  // where the optimizer steps; nullopt: the GPU
   models::DdpCommHook comm_hook = models::DdpCommHook::none;       // DDP's communication hook
   bool compressed_collectives = false;                             // parallelism.compression applied
+  models::CompressedAllReduce compressed_all_reduce = models::CompressedAllReduce::ring;  // its all-reduces' algorithm, when compressed
   ZeroPlusPlus zero_plus_plus;                                     // ZeRO++'s options on (ZeRO-3)
   int hpz_partition_size = 1;                                      // hpZ's ranks per secondary partition; 1: off
   std::optional<models::ParallelLayout> layout;  // a layout search's layout; nullopt: data parallelism only
@@ -204,6 +206,7 @@ struct ClusterSearch {
   std::vector<std::optional<models::OptimizerOffloadSpec>> offload_optimizer;  // as planned (plan.offload_optimizer)
   std::vector<models::DdpCommHook> comm_hooks;  // as planned (plan.comm_hooks)
   std::vector<bool> compressed_collectives;     // as planned (plan.compressed_collectives)
+  std::vector<models::CompressedAllReduce> compressed_all_reduce;  // as planned for the compressed ones (plan.compressed_all_reduce)
   std::vector<ZeroPlusPlus> zero_plus_plus;     // as planned (plan.zero_plus_plus)
   bool layouts = false;                         // plan.tensor or plan.pipeline: a layout search
   std::vector<ClusterCandidate> candidates;  // by size, then stage, then optimizer place, then strategy
@@ -241,6 +244,7 @@ struct BatchSizePlan {
   std::optional<models::OptimizerOffloadSpec> offload_optimizer;  // where the optimizer steps (parallelism section); nullopt: the GPU
   models::DdpCommHook comm_hook = models::DdpCommHook::none;       // parallelism.ddp.comm_hook
   bool compressed_collectives = false;                             // parallelism.compression
+  models::CompressedAllReduce compressed_all_reduce = models::CompressedAllReduce::ring;  // parallelism.compression.algorithm
   ZeroPlusPlus zero_plus_plus;                                     // parallelism.zero's ZeRO++ options
   int hpz_partition_size = 1;                                      // parallelism.zero.zero_hpz_partition_size
   std::optional<models::ParallelLayout> layout;  // the parallelism section's model-parallel layout; nullopt: data parallelism only

@@ -48,7 +48,7 @@ TaskId Transform::compressed_collective(Task c, int element_size, TaskId before)
   // `calls` codec calls on `per_call` values each, costed as float32 values (the profiles').
   const auto codec_seconds = [](const TimeModel& t, double calls, double per_call) { return calls * t.seconds(4.0 * per_call); };
   if (kind == CollectiveKind::all_reduce && z.all_reduce == CompressedAllReduce::recursive_doubling) {
-    return recursive_doubling_all_reduce(std::move(c), element_size, before);
+    return recursive_doubling_all_reduce(std::move(c), element_size, ranks, compressed, compress_time, decompress_time, before);
   }
   const bool reduces = kind != CollectiveKind::all_gather;
   const auto scratch_bytes = compressed + (reduces ? static_cast<std::int64_t>(std::ceil(chunk * element_size)) : 0);
@@ -123,20 +123,14 @@ TaskId Transform::compressed_collective(Task c, int element_size, TaskId before)
 // the compressed vector sent, the one received and the received one decompressed live in a
 // temporary from the first task to the last. Not modelled: the multi-stream pipelining of a
 // round's codec calls with its transfer.
-TaskId Transform::recursive_doubling_all_reduce(Task c, int element_size, TaskId before) {
-  const CollectiveCompressionSpec& z = *spec_.compression;
+TaskId Transform::recursive_doubling_all_reduce(Task c, int element_size, int ranks, std::int64_t compressed, const TimeModel& compress_time,
+                                                const TimeModel& decompress_time, TaskId before) {
   const std::string what = c.name;
-  const int ranks = std::max(1, group_ranks(c));
   if (!recursive_doubling_ranks(ranks)) {
     throw std::invalid_argument("parallelism.compression.algorithm recursive_doubling needs a power-of-two number of ranks in each all-reduce; " + what +
                                 " runs over " + std::to_string(ranks) + " (expected 2, 4, 8, ...; or algorithm ring)");
   }
-  const auto bytes = static_cast<double>(c.bytes);
-  const double values = bytes / element_size;
-  const double ratio = collective_compression_ratio(z, element_size);
-  const auto compressed = std::max<std::int64_t>(1, static_cast<std::int64_t>(std::ceil(bytes / ratio)));
-  const TimeModel compress_time = collective_codec_time(z, true);
-  const TimeModel decompress_time = collective_codec_time(z, false);
+  const double values = static_cast<double>(c.bytes) / element_size;
   const BufferId scratch = add_buffer("compressed vectors of " + what, 2 * compressed + c.bytes, MemoryRole::temporary, false);
   std::vector<BufferId> uses = c.uses;
   uses.push_back(scratch);

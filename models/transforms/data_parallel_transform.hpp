@@ -83,7 +83,10 @@ class Transform : public ScheduleEdit {
   TaskId compressed_collective(Task c, int element_size, TaskId before);
   // An all-reduce under `algorithm: recursive_doubling` (CollectiveCompressionSpec): log2 N
   // rounds, each compressing the whole partial sum and exchanging it with the rank 2^s away.
-  TaskId recursive_doubling_all_reduce(Task c, int element_size, TaskId before);
+  // compressed_collective's figures passed on: the group's ranks, the compressed bytes of the
+  // whole collective and the codec's time models.
+  TaskId recursive_doubling_all_reduce(Task c, int element_size, int ranks, std::int64_t compressed, const TimeModel& compress_time,
+                                       const TimeModel& decompress_time, TaskId before);
   // A gradient's bytes per element as the buckets hold it: its dtype's, or fp32 in Megatron's
   // fp32 gradient buffer (DataParallelSpec::grad_reduce_in_fp32).
   std::int64_t gradient_element_size(const traces::Tensor& gradient) const {

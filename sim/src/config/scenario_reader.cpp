@@ -78,6 +78,21 @@ Scenario ScenarioReader::read(const YAML::Node& root) {
     scenario.checkpoint = read_checkpoint(checkpoint);
     locate(checkpoint, "checkpoint", "chunk");
   }
+  // Each entry of the module-pattern lists, checked against the model once it is built
+  // (run/run.cpp): "framework.compile.modules.0", "training.float8.skip.1", ...
+  const auto locate_entries = [&](const YAML::Node& section, const char* key, const std::string& name) {
+    if (!section || !section.IsMap()) return;
+    const YAML::Node list = section[key];
+    if (!list || !list.IsSequence()) return;
+    for (std::size_t i = 0; i < list.size(); ++i) scenario.locations[name + "." + std::to_string(i)] = where(list[i].Mark());
+  };
+  if (const YAML::Node framework = root["framework"]; framework && framework.IsMap()) {
+    locate_entries(framework["compile"], "modules", "framework.compile.modules");
+  }
+  if (training && training.IsMap()) locate_entries(training["float8"], "skip", "training.float8.skip");
+  if (const YAML::Node parallelism = root["parallelism"]; parallelism && parallelism.IsMap()) {
+    locate_entries(parallelism["fsdp"], "units", "parallelism.fsdp.units");
+  }
   if (const YAML::Node sweep = root["sweep"]) {
     // Its entries are checked when the sweep is expanded (sim/sweep.cpp), which needs the
     // rest of the document; here only its shape.
@@ -639,7 +654,7 @@ zoo::ExpertRouting ScenarioReader::read_expert_routing(const YAML::Node& node) c
 std::vector<std::string> ScenarioReader::string_list(const YAML::Node& node, const std::string& field) const {
   if (!node.IsSequence() || node.size() == 0) {
     throw InputError(where(node.Mark()) + "'" + field +
-                     "' must be a non-empty list of tensor names or patterns such as \"layer.*.out\" (comptrain trace show --json lists the names)");
+                     "' must be a non-empty list of tensor names or patterns such as \"layer.*.out\" (`comptrain trace export SCENARIO -o FILE` writes them)");
   }
   std::vector<std::string> out;
   for (const auto& item : node) out.push_back(scalar(item, field));

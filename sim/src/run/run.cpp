@@ -15,6 +15,7 @@
 
 #include "comptrain/models/collective_compression.hpp"
 #include "comptrain/models/parallel_layout.hpp"
+#include "comptrain/models/pattern_coverage.hpp"
 #include "comptrain/models/pipeline_parallel.hpp"
 #include "comptrain/models/pipeline_schedule.hpp"
 #include "comptrain/models/transform_schedule.hpp"
@@ -35,6 +36,23 @@ models::OpTimeModel time_model_for(const Scenario& scenario) {
   options.compile = scenario.framework.compile;
   options.float8 = scenario.float8;
   return models::OpTimeModel(require_platform(scenario), options);
+}
+
+// The name and module patterns a run's traces must match (models/pattern_coverage.hpp): those of
+// the strategy's rules, framework.compile.modules, training.float8.skip and
+// parallelism.fsdp.units, each at its own line.
+models::PatternCoverage expected_patterns(const Scenario& scenario, const models::StrategySpec& strategy) {
+  models::PatternCoverage coverage;
+  coverage.expect_rules(strategy, scenario.source);
+  const auto expect_list = [&](const std::vector<std::string>& patterns, const std::string& field) {
+    for (std::size_t i = 0; i < patterns.size(); ++i) {
+      coverage.expect(location_of(scenario, field + "." + std::to_string(i)) + field, patterns[i], models::PatternCoverage::Syntax::module);
+    }
+  };
+  if (scenario.framework.compile) expect_list(scenario.framework.compile->modules, "framework.compile.modules");
+  if (scenario.float8) expect_list(scenario.float8->skip, "training.float8.skip");
+  if (scenario.parallelism && scenario.parallelism->data.fsdp) expect_list(scenario.parallelism->data.fsdp->units, "parallelism.fsdp.units");
+  return coverage;
 }
 
 // Where in the scenario an error of the zoo lies: the zoo's messages start with the field they
@@ -410,6 +428,9 @@ std::variant<ScheduledRun, models::NotApplicable> schedule_run(const PreparedSce
                      "expected pipeline: 1");
   }
   traces::Trace trace = prepared.trace_at(batch);
+  models::PatternCoverage patterns = expected_patterns(prepared.scenario(), strategy);
+  patterns.add(trace);
+  patterns.check();
   auto schedule = models::build_schedule(trace, prepared.time_model(), strategy);
   if (auto* not_applicable = std::get_if<models::NotApplicable>(&schedule)) return std::move(*not_applicable);
   // Every transform, in the one order models/transform_schedule.hpp gives and explains.
@@ -448,25 +469,35 @@ PipelineOutcome run_pipeline(const PreparedScenario& prepared, const models::Str
   // pipeline's (accumulation is the schedule's order, not a repetition).
   models::TransformSteps steps = transform_steps(prepared);
   steps.accumulation_steps = 1;
-  PipelineRun run;
+  // Every chunk's trace first: a pattern need only match on some stage (a layer's name on its own).
+  std::vector<std::vector<traces::Trace>> rank_traces(static_cast<std::size_t>(stages));
+  models::PatternCoverage patterns = expected_patterns(scenario, strategy);
   for (int p = 0; p < stages; ++p) {
-    std::vector<traces::Trace> chunk_traces;
-    std::vector<models::Schedule> chunk_schedules;
-    std::vector<LayerRange> ranges;
     for (int k = 0; k < chunks; ++k) {
       // Chunk k of rank p runs virtual stage k x P + p (Megatron's interleaved assignment).
       const int j = k * stages + p;
       const auto at = static_cast<std::size_t>(j);
       const zoo::PipelineStageSpec stage{first_layer[at], layers[at], j == 0, j == last_virtual_stage, layout.pipeline_scatter_gather};
-      traces::Trace trace = build_zoo_trace(scenario, batch, stage);
+      rank_traces[static_cast<std::size_t>(p)].push_back(build_zoo_trace(scenario, batch, stage));
+      patterns.add(rank_traces[static_cast<std::size_t>(p)].back());
+    }
+  }
+  patterns.check();
+  PipelineRun run;
+  for (int p = 0; p < stages; ++p) {
+    std::vector<traces::Trace> chunk_traces = std::move(rank_traces[static_cast<std::size_t>(p)]);
+    std::vector<models::Schedule> chunk_schedules;
+    std::vector<LayerRange> ranges;
+    for (int k = 0; k < chunks; ++k) {
+      const auto at = static_cast<std::size_t>(k * stages + p);
+      const traces::Trace& trace = chunk_traces[static_cast<std::size_t>(k)];
       // Megatron-LM's recomputation settings apply to each chunk's own layers (its first
       // num_layers under method block, as Megatron counts them per model chunk; the rank's entry
       // of a per-stage list).
       auto schedule = models::build_schedule(trace, prepared.time_model(), models::strategy_for_stage(strategy, trace, p));
       if (auto* not_applicable = std::get_if<models::NotApplicable>(&schedule)) return std::move(*not_applicable);
       chunk_schedules.push_back(std::move(std::get<models::Schedule>(schedule)));
-      chunk_traces.push_back(std::move(trace));
-      ranges.push_back(LayerRange{stage.first_layer, stage.layers});
+      ranges.push_back(LayerRange{first_layer[at], static_cast<std::int64_t>(layers[at])});
     }
     models::PipelineStageSpec spec;
     spec.rank = p;

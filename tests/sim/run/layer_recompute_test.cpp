@@ -168,8 +168,12 @@ TEST(LayerRecompute, SelectiveUnderFlashRunsTheAttentionKernelAgain) {
 }
 
 // The hand-written full recomputation of korthikanti-22b-tp8-full.yaml (and of the 405B example
-// under a pipeline: the stage's received input kept too): uniform 1 is the same checkpoints.
+// under a pipeline: the stage's received input kept too, a name only a pipeline's trace has):
+// uniform 1 is the same checkpoints.
 const char* const kHandFull =
+    "{name: hand, rules: [{select: {modules: [transformer.h]}, recompute: {mode: checkpoints, keep: [transformer.drop.out, "
+    "\"transformer.h.*.add_1.out\"]}}]}";
+const char* const kHandFullPipeline =
     "{name: hand, rules: [{select: {modules: [transformer.h]}, recompute: {mode: checkpoints, keep: [transformer.drop.out, recv_forward.out, "
     "\"transformer.h.*.add_1.out\"]}}]}";
 
@@ -186,7 +190,7 @@ TEST(LayerRecompute, UniformOneIsTheHandWrittenFullRecomputation) {
   EXPECT_EQ(x.result.iteration_seconds, y.result.iteration_seconds);
   // Under a pipeline, stage by stage.
   const PreparedScenario c(scenario(kGpt8, "{recompute: {granularity: full, method: uniform, num_layers: 1}}", 2));
-  const PreparedScenario d(scenario(kGpt8, kHandFull, 2));
+  const PreparedScenario d(scenario(kGpt8, kHandFullPipeline, 2));
   const PipelineOutcome p_outcome = run_pipeline(c, c.scenario().strategy, 1, Isolation::child_process);
   const PipelineRun& p = std::get<PipelineRun>(p_outcome);
   const PipelineOutcome q_outcome = run_pipeline(d, d.scenario().strategy, 1, Isolation::child_process);
@@ -200,7 +204,7 @@ TEST(LayerRecompute, SelectiveIsTheHandWrittenSelectiveRecomputation) {
   // korthikanti-22b-tp8-seqsel.yaml's rule.
   const Scenario hand = scenario(kGpt8,
                                  "{name: hand, rules: [{select: {modules: [\"h.*.attn.softmax\", \"h.*.attn.attn_dropout\"]}, "
-                                 "recompute: {mode: checkpoints, keep: [\"*.attn.split_heads.out\"]}}]}");
+                                 "recompute: {mode: checkpoints, keep: [\"*.attn.split_heads.q\", \"*.attn.split_heads.k\"]}}]}");
   const Scenario settings = scenario(kGpt8, "{recompute: {granularity: selective}}");
   const PreparedScenario a(settings), b(hand);
   const RunOutcome x_outcome = run_scenario(a, a.scenario().strategy, 2, Isolation::child_process);
@@ -328,6 +332,50 @@ TEST(LayerRecompute, PlanRecomputeNamesTheStrategiesToPlan) {
   EXPECT_TRUE(both.plan->strategies[1].layer_recompute && !both.plan->strategies[1].rules.empty());
   EXPECT_THAT(scenario_error(head + "  strategies: [{recompute: {granularity: selective}}]\n  recompute: [full]\n"),
               HasSubstr("s.yaml:4:16: 'plan.strategies[0]' has its own recompute settings"));
+}
+
+// A name or module pattern that names nothing in the model is a typo, an InputError at its line
+// (models/pattern_coverage.hpp) rather than a rule, unit or compiled region silently empty.
+std::string run_error(const Scenario& s, int pipeline) {
+  try {
+    const PreparedScenario prepared(s);
+    if (pipeline > 1) {
+      (void)run_pipeline(prepared, prepared.scenario().strategy, 1, Isolation::this_process);
+    } else {
+      (void)run_scenario(prepared, prepared.scenario().strategy, 1, Isolation::this_process);
+    }
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(PatternTypos, ARuleWhosePatternNamesNothingIsAnErrorAtItsLine) {
+  const Scenario s = scenario(kGpt8, "{name: typo, rules: [{select: {modules: [transformer.hh]}, recompute: {mode: all}}]}");
+  EXPECT_THAT(run_error(s, 1), AllOf(HasSubstr("s.yaml:4:32: strategy.rules[0]: select.modules: module pattern 'transformer.hh' matches no op or tensor"),
+                                     HasSubstr("the closest name in the model is 'transformer.h")));
+  const Scenario keep = scenario(kGpt8, "{name: typo, rules: [{select: {modules: [transformer.h]}, recompute: {mode: checkpoints, keep: [\"transformer.h.*.add_2.out\"]}}]}");
+  EXPECT_THAT(run_error(keep, 1), HasSubstr("strategy.rules[0]: recompute.keep: name pattern 'transformer.h.*.add_2.out' matches no op or tensor"));
+}
+
+TEST(PatternTypos, ScenarioPatternListsAreCheckedAtEachEntry) {
+  const std::string yaml = std::string(kGpt8) +
+                           "training: {batch_size: 1, precision: mixed, optimizer: adam}\nplatform: dgx-a100-superpod\n"
+                           "framework: {compile: {modules: [\"transformer.h.*\", \"transformer.hh.*\"]}}\n";
+  EXPECT_THAT(run_error(parse_scenario(yaml, "s.yaml", test_support::kShippedScenarios), 1),
+              HasSubstr("s.yaml:4:52: framework.compile.modules: module pattern 'transformer.hh.*' matches no op or tensor"));
+  const std::string fsdp = std::string(kGpt8) +
+                           "training: {batch_size: 1, precision: mixed, optimizer: adam}\nplatform: dgx-a100-superpod\n"
+                           "parallelism: {gpus_per_node: 2, fsdp: {units: [\"h.*\", \"transformer.blocks.*\"]}}\n";
+  EXPECT_THAT(run_error(parse_scenario(fsdp, "s.yaml", test_support::kShippedScenarios), 1),
+              HasSubstr("s.yaml:4:55: parallelism.fsdp.units: module pattern 'transformer.blocks.*' matches no op or tensor"));
+}
+
+TEST(PatternTypos, UnderAPipelineAPatternNeedOnlyMatchOnSomeStage) {
+  // Layer 7 lies on the second of two stages; layer 8 on none.
+  EXPECT_EQ(run_error(scenario(kGpt8, "{name: last, rules: [{select: {modules: [transformer.h.7]}, recompute: {mode: all}}]}", 2), 2), "");
+  EXPECT_THAT(run_error(scenario(kGpt8, "{name: none, rules: [{select: {modules: [transformer.h.8]}, recompute: {mode: all}}]}", 2), 2),
+              HasSubstr("select.modules: module pattern 'transformer.h.8' matches no op or tensor"));
 }
 
 }  // namespace

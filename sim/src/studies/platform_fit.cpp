@@ -100,9 +100,11 @@ MeasurementSet read_measurements(const YAML::Node& root, std::string_view source
     const YAML::Node rate = item["samples_per_second"];
     if (!rate) throw InputError(where(item) + "missing key 'samples_per_second' in " + name + "; expected the measured training throughput");
     double value = 0;
-    if (!rate.IsScalar() || !YAML::convert<double>::decode(rate, value) || !std::isfinite(value) || value <= 0) {
+    // The validation table's bounds (1e-9 to 1e18, sim/src/studies/validate.cpp): a denormal
+    // made the fit's log errors infinite.
+    if (!rate.IsScalar() || !YAML::convert<double>::decode(rate, value) || !(value >= 1e-9 && value <= 1e18)) {
       throw InputError(where(rate) + "'" + name + ".samples_per_second' is " + (rate.IsScalar() ? json_excerpt(rate.Scalar()) : "a collection") +
-                       "; expected a positive number (training samples per second, at the scenario's batch size)");
+                       "; expected a number from 1e-9 to 1e18 (training samples per second, at the scenario's batch size)");
     }
     m.samples_per_second = value;
     set.measurements.push_back(std::move(m));

@@ -250,7 +250,10 @@ TEST_F(FitTest, BadFilesNameTheirLine) {
   EXPECT_THAT(error_of("platform: start.yaml\nmeasurements:\n  - {scenario: resnet.yaml, samples_per_second: -3}\n"),
               HasSubstr("m.yaml:3:"));
   EXPECT_THAT(error_of("platform: start.yaml\nmeasurements:\n  - {scenario: resnet.yaml, samples_per_second: fast}\n"),
-              HasSubstr("expected a positive number"));
+              HasSubstr("expected a number from 1e-9 to 1e18"));
+  // A denormal rate passed a positive-number check and made the fit's log errors infinite.
+  EXPECT_THAT(error_of("platform: start.yaml\nmeasurements:\n  - {scenario: resnet.yaml, samples_per_second: 4e-320}\n"),
+              HasSubstr("m.yaml:3:49: 'measurements[0].samples_per_second' is \"4e-320\"; expected a number from 1e-9 to 1e18"));
   EXPECT_THAT(error_of("platform: start.yaml\nmeasurements:\n  - {scenario: resnet.yaml, samples_per_sec: 3}\n"),
               HasSubstr("m.yaml:3:"));
   EXPECT_THAT(error_of("platform: start.yaml\nmeasurements:\n  - {scenario: resnet.yaml, samples_per_sec: 3}\n"),

@@ -54,6 +54,11 @@ TEST(NetworkFit, MeasurementsFileErrorsNameTheirPlace) {
   EXPECT_THAT(error_of("platform: dgx-h100-superpod\nmeasurements:\n  - {collective: all_gather, nodes: 2, gpus_per_node: 8, bytes: 1, "
                        "bus_bandwidth: -3}\n"),
               HasSubstr("'measurements[0].bus_bandwidth' is \"-3\"; expected nccl-tests' busbw in GB/s"));
+  // A denormal busbw passed a positive-number check: the fit's log errors, and the platform's
+  // comments, came out infinite.
+  EXPECT_THAT(error_of("platform: dgx-h100-superpod\nmeasurements:\n  - {collective: all_gather, nodes: 2, gpus_per_node: 8, bytes: 1, "
+                       "bus_bandwidth: 4e-320}\n"),
+              HasSubstr("'measurements[0].bus_bandwidth' is \"4e-320\"; expected nccl-tests' busbw in GB/s, a number from 1e-6 to 1e6"));
   EXPECT_THAT(error_of("platform: dgx-h100-superpod\nmeasurements:\n  - {collective: all_gather, nodes: 2, gpus_per_node: 8, bytes: 1}\n"),
               HasSubstr("missing key 'bus_bandwidth' in measurements[0]"));
   EXPECT_THAT(error_of("platform: dgx-h100-superpod\nmeasurements:\n  - {collective: all_gather, nodes: 2, gpus_per_node: 8, bytes: 1, "

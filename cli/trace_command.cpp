@@ -6,6 +6,8 @@
 #include <memory>
 #include <optional>
 
+#include "comptrain/models/module_pattern.hpp"
+#include "comptrain/models/strategy.hpp"
 #include "comptrain/sim/config/scenario.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/trace_import/import.hpp"
@@ -155,6 +157,31 @@ std::function<int()> add_trace_command(CLI::App& app) {
 
   const std::function<int()> import_action = add_trace_import_command(*trace);
 
+  // The names a scenario's patterns are matched against (strategy rules, framework.compile.modules,
+  // parallelism.fsdp.units, training.float8.skip), and which of them a pattern matches.
+  auto names_selection = std::make_shared<TraceSelection>();
+  auto module_pattern = std::make_shared<std::string>();
+  auto name_pattern = std::make_shared<std::string>();
+  auto only_ops = std::make_shared<bool>(false);
+  auto only_tensors = std::make_shared<bool>(false);
+  auto* names_command = trace->add_subcommand("names",
+                                              "List a trace's op and tensor names, or those a pattern matches\n"
+                                              "One per line, 'op NAME' then 'tensor NAME' in trace order: what the module patterns (a strategy rule's "
+                                              "select.modules and recompute blocks, framework.compile.modules, parallelism.fsdp.units, "
+                                              "training.float8.skip) and the name patterns (select.names, recompute keep) of a scenario are matched "
+                                              "against (models/strategies/README.md, \"Module patterns\"). A pipeline's scenario lists its whole model, without the stages' "
+                                              "send and receive ops (recv_forward, ...), which a run's stages add.");
+  names_selection->add_options(*names_command);
+  auto* by_module = names_command->add_option("--module", *module_pattern,
+                                              "Only the names a module pattern matches ('layers.*.mlp', 'model.layers.[0-3]': components, `*` "
+                                              "within one, `**` for any number, numeric ranges)");
+  names_command->add_option("--name", *name_pattern,
+                            "Only the names a name pattern matches (a name, or fnmatch's `*`, `?`, `[...]` over the whole name: "
+                            "'model.layers.*.add_1.out')")
+      ->excludes(by_module);
+  auto* ops_flag = names_command->add_flag("--ops", *only_ops, "Only op names");
+  names_command->add_flag("--tensors", *only_tensors, "Only tensor names")->excludes(ops_flag);
+
   return [=]() -> int {
     if (!trace->parsed()) return -1;
     if (const int code = import_action(); code >= 0) return code;
@@ -167,6 +194,38 @@ std::function<int()> add_trace_command(CLI::App& app) {
       const auto summary = traces::summarize(t);
       write_output("-", *show_json ? trace_report_json(t, summary) : trace_report_text(t, summary, *show_largest));
       return 0;
+    }
+    if (names_command->parsed()) {
+      if (!module_pattern->empty()) {
+        try {
+          models::validate_module_pattern(*module_pattern);
+        } catch (const InputError& e) {
+          throw InputError(std::string("--module: ") + e.what());
+        }
+      }
+      const traces::Trace t = names_selection->load();
+      const auto matches = [&](const std::string& name) {
+        if (!module_pattern->empty()) return models::module_pattern_matches(*module_pattern, name);
+        return name_pattern->empty() || models::name_matches(*name_pattern, name);
+      };
+      std::string out;
+      std::size_t count = 0;
+      const auto emit = [&](const char* kind, const std::string& name) {
+        if (!matches(name)) return;
+        out += fmt::format("{:<6} {}\n", kind, name);
+        ++count;
+      };
+      if (!*only_tensors) {
+        for (const traces::Op& op : t.ops()) emit("op", op.name);
+      }
+      if (!*only_ops) {
+        for (const traces::Tensor& tensor : t.tensors()) emit("tensor", tensor.name);
+      }
+      write_output("-", out);
+      const bool filtered = !module_pattern->empty() || !name_pattern->empty();
+      fmt::print(stderr, "{} name(s){}\n", count, filtered ? fmt::format(" matched by '{}'", module_pattern->empty() ? *name_pattern : *module_pattern) : "");
+      // A pattern that matches nothing is what a scenario refuses (models/pattern_coverage.hpp).
+      return filtered && count == 0 ? 2 : 0;
     }
     const traces::Trace t = export_selection->load();
     const bool chakra = *export_format == "chakra" || (export_format->empty() && has_extension(*output, {".et"}));

@@ -52,7 +52,7 @@ void PatternCoverage::check() const {
     std::string message = e.place + ": " + kind + " '" + e.pattern + "' matches no op or tensor of the model; expected ";
     message += e.syntax == Syntax::module ? "a module path such as 'layers.*.mlp' or 'model.layers.[0-3]'" : "a tensor name or a shell-style pattern such as 'layers.*.out'";
     if (!e.closest.empty()) message += " (the closest name in the model is '" + e.closest + "')";
-    message += "; `comptrain trace export SCENARIO -o FILE` writes every name";
+    message += std::string("; `comptrain trace names SCENARIO ") + (e.syntax == Syntax::module ? "--module" : "--name") + " PATTERN` lists what a pattern matches";
     throw InputError(message);
   }
 }

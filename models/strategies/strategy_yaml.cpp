@@ -426,7 +426,7 @@ class StrategyReader : public yaml::Reader {
   std::vector<std::string> string_list(const YAML::Node& node, const std::string& field) const {
     if (!node.IsSequence() || node.size() == 0) {
       throw InputError(where(node.Mark()) + "'" + field +
-                       "' must be a non-empty list of tensor names or patterns such as \"layer.*.out\" (`comptrain trace export SCENARIO -o FILE` writes them)");
+                       "' must be a non-empty list of tensor names or patterns such as \"layer.*.out\" (`comptrain trace names SCENARIO` lists them)");
     }
     std::vector<std::string> out;
     for (const auto& item : node) out.push_back(scalar(item, field));

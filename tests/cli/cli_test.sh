@@ -91,6 +91,12 @@ expect_usage "Run 'comptrain trace show --help' for more" -- trace show resnet18
 # Integers are read exactly: out of the type's range (2^63), fractions and words are errors
 # naming the option, never clamped to 2^63 - 1 or truncated.
 expect_usage '--batch: found 9223372036854775808, out of range; expected a positive integer' -- trace show resnet18 -b 9223372036854775808
+# trace names: what a scenario's patterns are matched against, and what one matches.
+expect 0 '^op     model\.layers\.0\.mlp\.gate_proj$' -- trace names "$data/../../scenarios/llama3-8b-hsdp-4x8xh100.yaml" --module model.layers.0.mlp --ops
+expect 0 '^tensor model\.layers\.31\.add_1\.out$' -- trace names "$data/../../scenarios/llama3-8b-hsdp-4x8xh100.yaml" --name 'model.layers.*.add_1.out'
+expect 0 '32 name\(s\) matched by' -- trace names "$data/../../scenarios/llama3-8b-hsdp-4x8xh100.yaml" --name 'model.layers.*.add_1.out' --tensors
+expect 2 "^0 name\(s\) matched by 'model\.layerz'$" -- trace names "$data/../../scenarios/llama3-8b-hsdp-4x8xh100.yaml" --module model.layerz
+expect_usage "--module: pattern 'layers\.\[3-1\]': the range '\[3-1\]' is empty" -- trace names gpt2 --module 'layers.[3-1]'
 expect_usage '--batch: found 9223372036854775808, out of range' -- simulate -b 9223372036854775808
 expect_usage '--max-batch: found 9223372036854775808, out of range' -- plan --max-batch 9223372036854775808
 expect_usage "--batch: found '1.5', not an integer" -- trace show resnet18 -b 1.5

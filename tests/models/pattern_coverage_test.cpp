@@ -58,9 +58,20 @@ TEST(PatternCoverage, APatternThatMatchesNothingIsAnErrorAtItsPlace) {
     coverage.expect("s.yaml:7:9: strategy.rules[0]: recompute.keep", pattern, syntax);
     coverage.add(llama(2));
     EXPECT_THAT(error_of(coverage), AllOf(HasSubstr(std::string("s.yaml:7:9: strategy.rules[0]: recompute.keep: ")), HasSubstr(std::string("'") + pattern + "'"),
-                                          HasSubstr("matches no op or tensor of the model"), HasSubstr("the closest name in the model is 'model.layers.")))
+                                          HasSubstr("matches no op or tensor of the model")))
         << pattern;
   }
+}
+
+TEST(PatternCoverage, TheHintIsTheClosestNameComponentByComponent) {
+  PatternCoverage keep;
+  keep.expect("k", "model.layerz.*.mlp.down_proj.out", Syntax::name);
+  keep.add(llama(2));
+  EXPECT_THAT(error_of(keep), HasSubstr("(the closest name in the model is 'model.layers.0.mlp.down_proj.out')"));
+  PatternCoverage module;
+  module.expect("m", "model.layer", Syntax::module);
+  module.add(llama(2));
+  EXPECT_THAT(error_of(module), HasSubstr("(the closest module in the model is 'model.layers')"));
 }
 
 TEST(PatternCoverage, ModuleAndNameSyntaxDiffer) {

@@ -353,7 +353,7 @@ std::string run_error(const Scenario& s, int pipeline) {
 TEST(PatternTypos, ARuleWhosePatternNamesNothingIsAnErrorAtItsLine) {
   const Scenario s = scenario(kGpt8, "{name: typo, rules: [{select: {modules: [transformer.hh]}, recompute: {mode: all}}]}");
   EXPECT_THAT(run_error(s, 1), AllOf(HasSubstr("s.yaml:4:32: strategy.rules[0]: select.modules: module pattern 'transformer.hh' matches no op or tensor"),
-                                     HasSubstr("the closest name in the model is 'transformer.h")));
+                                     HasSubstr("the closest module in the model is 'transformer.h'")));
   const Scenario keep = scenario(kGpt8, "{name: typo, rules: [{select: {modules: [transformer.h]}, recompute: {mode: checkpoints, keep: [\"transformer.h.*.add_2.out\"]}}]}");
   EXPECT_THAT(run_error(keep, 1), HasSubstr("strategy.rules[0]: recompute.keep: name pattern 'transformer.h.*.add_2.out' matches no op or tensor"));
 }

@@ -29,7 +29,7 @@ class PatternCoverage {
   // Marks the patterns that some op or tensor name of `trace` matches.
   void add(const traces::Trace& trace);
   // Throws InputError for the first expected pattern nothing added matched, naming the closest
-  // name seen (the longest common prefix) as what was probably meant.
+  // name seen (the least typo distance, component by component) as what was probably meant.
   void check() const;
 
  private:
@@ -39,7 +39,7 @@ class PatternCoverage {
     Syntax syntax;
     bool matched = false;
     std::string closest = {};
-    std::size_t closest_prefix = 0;
+    std::size_t closest_distance = 0;
   };
   std::vector<Expected> expected_;
 };

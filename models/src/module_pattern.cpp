@@ -13,17 +13,6 @@
 namespace comptrain::models {
 namespace {
 
-std::vector<std::string_view> split(std::string_view text) {
-  std::vector<std::string_view> parts;
-  std::size_t start = 0;
-  while (true) {
-    const std::size_t dot = text.find('.', start);
-    parts.push_back(text.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
-    if (dot == std::string_view::npos) return parts;
-    start = dot + 1;
-  }
-}
-
 // A component of decimal digits as a number (at most 18 digits: no overflow), else nothing.
 std::optional<std::int64_t> decimal(std::string_view text) {
   if (text.empty() || text.size() > 18) return std::nullopt;
@@ -84,9 +73,19 @@ std::optional<std::size_t> match_from(const std::vector<std::string_view>& patte
 
 }  // namespace
 
+std::vector<std::string_view> path_components(std::string_view text) {
+  std::vector<std::string_view> parts;
+  for (std::size_t start = 0;;) {
+    const std::size_t dot = text.find('.', start);
+    parts.push_back(text.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
+    if (dot == std::string_view::npos) return parts;
+    start = dot + 1;
+  }
+}
+
 void validate_module_pattern(std::string_view pattern) {
   if (pattern.empty()) throw InputError("pattern '': empty; expected a module path such as layers.*.mlp");
-  for (const std::string_view component : split(pattern)) {
+  for (const std::string_view component : path_components(pattern)) {
     if (component.empty()) {
       throw InputError("pattern '" + std::string(pattern) + "': an empty path component (two dots, or a dot at an end); expected names separated by single dots");
     }
@@ -101,8 +100,8 @@ void validate_module_pattern(std::string_view pattern) {
 bool module_pattern_matches(std::string_view pattern, std::string_view name) { return module_pattern_instance(pattern, name).has_value(); }
 
 std::optional<std::string_view> module_pattern_instance(std::string_view pattern, std::string_view name) {
-  const std::vector<std::string_view> p = split(pattern);
-  const std::vector<std::string_view> n = split(name);
+  const std::vector<std::string_view> p = path_components(pattern);
+  const std::vector<std::string_view> n = path_components(name);
   for (std::size_t start = 0; start < n.size(); ++start) {
     if (const auto end = match_from(p, 0, n, start, pattern)) {
       // The components name[0, end) joined by their dots: a prefix of `name`.

@@ -14,16 +14,6 @@
 namespace comptrain::models {
 namespace {
 
-std::vector<std::string_view> components(std::string_view text) {
-  std::vector<std::string_view> parts;
-  for (std::size_t start = 0;;) {
-    const std::size_t dot = text.find('.', start);
-    parts.push_back(text.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
-    if (dot == std::string_view::npos) return parts;
-    start = dot + 1;
-  }
-}
-
 bool is_wildcard(std::string_view component) { return component.find_first_of("*?[") != std::string_view::npos; }
 
 // How far `name` is from what `pattern` was probably meant to be: component by component from
@@ -32,7 +22,7 @@ bool is_wildcard(std::string_view component) { return component.find_first_of("*
 // pattern. So 'model.layerz.*' is 1 from every 'model.layers.N...' and 'transformer.hh' 1 from
 // 'transformer.h...'. Nothing when the name has fewer components than the pattern.
 std::optional<std::size_t> hint_distance(const std::vector<std::string_view>& pattern, std::string_view name, PatternCoverage::Syntax syntax) {
-  const std::vector<std::string_view> parts = components(name);
+  const std::vector<std::string_view> parts = path_components(name);
   if (parts.size() < pattern.size()) return std::nullopt;
   std::size_t distance = syntax == PatternCoverage::Syntax::name ? parts.size() - pattern.size() : 0;
   for (std::size_t i = 0; i < pattern.size(); ++i) {
@@ -71,7 +61,7 @@ void PatternCoverage::add(const traces::Trace& trace) {
     if (e.matched) continue;
     // Nothing here matches: the closest name of this trace, for the message (only now, so that
     // patterns that do match cost one scan).
-    const std::vector<std::string_view> pattern = components(e.pattern);
+    const std::vector<std::string_view> pattern = path_components(e.pattern);
     const auto consider = [&](const std::string& name) {
       const std::optional<std::size_t> distance = hint_distance(pattern, name, e.syntax);
       if (distance && (e.closest.empty() || *distance < e.closest_distance)) {

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "comptrain/models/module_pattern.hpp"
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/support/input_error.hpp"
 
@@ -29,17 +30,6 @@ std::string place(const LayerRecompute& recompute, std::size_t entry) {
     return recompute.num_layers_locations[entry] + ": ";
   }
   return recompute.location.empty() ? std::string("strategy.recompute: ") : recompute.location + ": ";
-}
-
-// The components of a dotted name.
-std::vector<std::string_view> components(std::string_view name) {
-  std::vector<std::string_view> out;
-  for (std::size_t start = 0;;) {
-    const std::size_t dot = name.find('.', start);
-    out.push_back(name.substr(start, dot == std::string_view::npos ? std::string_view::npos : dot - start));
-    if (dot == std::string_view::npos) return out;
-    start = dot + 1;
-  }
 }
 
 std::optional<int> decimal(std::string_view text) {
@@ -69,7 +59,7 @@ std::map<std::string, std::set<int>> numbered_lists(const traces::Trace& trace) 
   std::map<std::string, std::set<int>> lists;
   for (const traces::Tensor& t : trace.tensors()) {
     if (t.role != TensorRole::weight) continue;
-    const std::vector<std::string_view> parts = components(t.name);
+    const std::vector<std::string_view> parts = path_components(t.name);
     for (std::size_t i = 1; i < parts.size(); ++i) {
       if (const auto index = decimal(parts[i])) {
         std::string prefix;

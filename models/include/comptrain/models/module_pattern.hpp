@@ -19,6 +19,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace comptrain::models {
 
@@ -26,6 +27,10 @@ namespace comptrain::models {
 // pattern is empty, has an empty component, a bracket that is not a whole-component range
 // `[a-b]` of decimal numbers with a <= b, or a `**` inside a component.
 void validate_module_pattern(std::string_view pattern);
+
+// The dot-separated components of a name or pattern ("model.layers.3" -> model, layers, 3; an
+// empty text or a doubled dot gives empty components), viewing `text`.
+std::vector<std::string_view> path_components(std::string_view text);
 
 // Whether `name` lies in a module `pattern` (validated) names.
 bool module_pattern_matches(std::string_view pattern, std::string_view name);

@@ -121,25 +121,16 @@ std::string write_scenario(const JobDescription& job, const std::string& source,
     }
     out << YAML::EndMap << YAML::EndMap;
   } else {
-    // The rules models/strategies/README.md gives for a Hugging Face decoder: full recomputation
-    // keeps each layer's input; Megatron's selective recomputation drops the attention core's
-    // S x S tensors (Korthikanti et al. 2022, §5).
+    // A torchtitan job (which imports only full recomputation, one checkpoint per layer): the rule
+    // models/strategies/README.md gives for a Hugging Face decoder, each layer's input kept.
     out << YAML::Key << "strategy" << YAML::Value << YAML::BeginMap;
-    out << YAML::Key << "name" << YAML::Value << (job.recompute == "full" ? "full-recompute" : "selective-recompute");
+    out << YAML::Key << "name" << YAML::Value << "full-recompute";
     out << YAML::Key << "rules" << YAML::Value << YAML::BeginSeq << YAML::BeginMap;
-    if (job.recompute == "full") {
-      out << YAML::Key << "select" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "modules" << YAML::Value << YAML::Flow
-          << std::vector<std::string>{"model.layers"} << YAML::EndMap;
-      out << YAML::Key << "recompute" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "mode" << YAML::Value << "checkpoints"
-          << YAML::Key << "keep" << YAML::Value << YAML::Flow << std::vector<std::string>{"model.embed_tokens.out", "model.layers.*.add_1.out"}
-          << YAML::EndMap;
-    } else {
-      out << YAML::Key << "select" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "modules" << YAML::Value << YAML::Flow
-          << std::vector<std::string>{"layers.*.self_attn.softmax", "layers.*.self_attn.context"} << YAML::EndMap;
-      out << YAML::Key << "recompute" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "mode" << YAML::Value << "checkpoints"
-          << YAML::Key << "keep" << YAML::Value << YAML::Flow << std::vector<std::string>{"*.context.value_copy.out", "*.self_attn.context.out"}
-          << YAML::EndMap;
-    }
+    out << YAML::Key << "select" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "modules" << YAML::Value << YAML::Flow
+        << std::vector<std::string>{"model.layers"} << YAML::EndMap;
+    out << YAML::Key << "recompute" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "mode" << YAML::Value << "checkpoints"
+        << YAML::Key << "keep" << YAML::Value << YAML::Flow << std::vector<std::string>{"model.embed_tokens.out", "model.layers.*.add_1.out"}
+        << YAML::EndMap;
     out << YAML::EndMap << YAML::EndSeq << YAML::EndMap;
   }
   out << YAML::Key << "parallelism" << YAML::Value << YAML::BeginMap;

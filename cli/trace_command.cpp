@@ -5,10 +5,14 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <set>
+#include <utility>
+#include <vector>
 
 #include "comptrain/models/module_pattern.hpp"
 #include "comptrain/models/strategy.hpp"
 #include "comptrain/sim/config/scenario.hpp"
+#include "comptrain/sim/run/run.hpp"
 #include "comptrain/support/atomic_file.hpp"
 #include "comptrain/trace_import/import.hpp"
 #include "comptrain/traces/summary.hpp"
@@ -79,8 +83,10 @@ struct TraceSelection {
     return !precision.empty() || !optimizer.empty() || !optimizer_impl.empty() || !attention.empty() || layers || hidden || heads || seq_len || vocab;
   }
 
+  bool is_trace_file() const { return has_extension(target, {".json", ".et"}); }
+
   traces::Trace load() const {
-    if (has_extension(target, {".json", ".et"})) {
+    if (is_trace_file()) {
       if (overrides_model()) {
         throw InputError("'" + target + "' is a trace file: only --batch applies to it (its model, precision and optimizer are fixed)");
       }
@@ -89,6 +95,22 @@ struct TraceSelection {
       traces::Trace trace = has_extension(target, {".et"}) ? trace_import::import_file(target, {}).trace : traces::read_trace_file(target);
       return batch ? trace.rescaled(*batch) : trace;
     }
+    return sim::build_trace(scenario());
+  }
+
+  // The traces a run of the target builds: a pipeline scenario's virtual stages, else load()'s.
+  std::vector<traces::Trace> load_stages() const {
+    if (!is_trace_file()) {
+      const sim::Scenario s = scenario();
+      if (s.zoo_model && sim::is_pipeline(s)) return sim::virtual_stage_traces(s, s.batch_size.value_or(1));
+    }
+    std::vector<traces::Trace> one;
+    one.push_back(load());
+    return one;
+  }
+
+  // The scenario of a zoo model or .yaml target, with the command line's overrides.
+  sim::Scenario scenario() const {
     sim::Scenario scenario;
     if (target.empty()) {
       scenario = sim::default_scenario();
@@ -103,7 +125,7 @@ struct TraceSelection {
     if (batch) scenario.batch_size = batch;
     if (scenario.trace_file) {
       if (overrides_model()) throw InputError(scenario.source + ": the scenario's model is a trace file: only --batch applies");
-      return sim::build_trace(scenario);
+      return scenario;
     }
     zoo::ModelSpec& request = *scenario.zoo_model;
     if (!precision.empty()) request.precision = *zoo::parse_precision(precision);
@@ -120,7 +142,7 @@ struct TraceSelection {
                                 {&request.seq_len, seq_len}, {&request.vocab, vocab}}) {
       if (value) *field = value;
     }
-    return sim::build_trace(scenario);
+    return scenario;
   }
 };
 
@@ -169,8 +191,8 @@ std::function<int()> add_trace_command(CLI::App& app) {
                                               "One per line, 'op NAME' then 'tensor NAME' in trace order: what the module patterns (a strategy rule's "
                                               "select.modules and recompute blocks, framework.compile.modules, parallelism.fsdp.units, "
                                               "training.float8.skip) and the name patterns (select.names, recompute keep) of a scenario are matched "
-                                              "against (models/strategies/README.md, \"Module patterns\"). A pipeline's scenario lists its whole model, without the stages' "
-                                              "send and receive ops (recv_forward, ...), which a run's stages add.");
+                                              "against (models/strategies/README.md, \"Module patterns\"). A pipeline scenario's names are its stages' (with their "
+                                              "send and receive ops, recv_forward, ...), each once, ops first within each stage.");
   names_selection->add_options(*names_command);
   auto* by_module = names_command->add_option("--module", *module_pattern,
                                               "Only the names a module pattern matches ('layers.*.mlp', 'model.layers.[0-3]': components, `*` "
@@ -203,7 +225,7 @@ std::function<int()> add_trace_command(CLI::App& app) {
           throw InputError(std::string("--module: ") + e.what());
         }
       }
-      const traces::Trace t = names_selection->load();
+      const std::vector<traces::Trace> stages = names_selection->load_stages();
       const auto matches = [&](const std::string& name) {
         if (!module_pattern->empty()) return models::module_pattern_matches(*module_pattern, name);
         return name_pattern->empty() || models::name_matches(*name_pattern, name);
@@ -215,11 +237,20 @@ std::function<int()> add_trace_command(CLI::App& app) {
         out += fmt::format("{:<6} {}\n", kind, name);
         ++count;
       };
-      if (!*only_tensors) {
-        for (const traces::Op& op : t.ops()) emit("op", op.name);
-      }
-      if (!*only_ops) {
-        for (const traces::Tensor& tensor : t.tensors()) emit("tensor", tensor.name);
+      // A pipeline's stages: each name once, in model order (every stage has its own send and
+      // receive ops of the same names).
+      std::set<std::pair<std::string, std::string>> seen;
+      for (const traces::Trace& t : stages) {
+        if (!*only_tensors) {
+          for (const traces::Op& op : t.ops()) {
+            if (seen.emplace("op", op.name).second) emit("op", op.name);
+          }
+        }
+        if (!*only_ops) {
+          for (const traces::Tensor& tensor : t.tensors()) {
+            if (seen.emplace("tensor", tensor.name).second) emit("tensor", tensor.name);
+          }
+        }
       }
       write_output("-", out);
       const bool filtered = !module_pattern->empty() || !name_pattern->empty();

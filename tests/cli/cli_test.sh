@@ -96,6 +96,8 @@ expect 0 '^op     model\.layers\.0\.mlp\.gate_proj$' -- trace names "$data/../..
 expect 0 '^tensor model\.layers\.31\.add_1\.out$' -- trace names "$data/../../scenarios/llama3-8b-hsdp-4x8xh100.yaml" --name 'model.layers.*.add_1.out'
 expect 0 '32 name\(s\) matched by' -- trace names "$data/../../scenarios/llama3-8b-hsdp-4x8xh100.yaml" --name 'model.layers.*.add_1.out' --tensors
 expect 2 "^0 name\(s\) matched by 'model\.layerz'$" -- trace names "$data/../../scenarios/llama3-8b-hsdp-4x8xh100.yaml" --module model.layerz
+# A pipeline scenario's names are its stages', the send and receive ops included.
+expect 0 '^tensor recv_forward\.out$' -- trace names "$data/../../scenarios/llama2-70b-tp8-pp4-4xh100.yaml" --name recv_forward.out
 expect_usage "--module: pattern 'layers\.\[3-1\]': the range '\[3-1\]' is empty" -- trace names gpt2 --module 'layers.[3-1]'
 expect_usage '--batch: found 9223372036854775808, out of range' -- simulate -b 9223372036854775808
 expect_usage '--max-batch: found 9223372036854775808, out of range' -- plan --max-batch 9223372036854775808

@@ -452,6 +452,19 @@ SimulationResult replay(const PreparedScenario& prepared, const ScheduledRun& ru
 
 bool is_pipeline(const Scenario& scenario) { return scenario.parallelism && scenario.parallelism->layout.pipeline > 1; }
 
+std::vector<traces::Trace> virtual_stage_traces(const Scenario& scenario, std::int64_t batch) {
+  const models::ParallelLayout& layout = scenario.parallelism->layout;
+  const zoo::ModelDimensions d = zoo::model_dimensions(*scenario.zoo_model);
+  const std::vector<int> layers = models::stage_layers(layout, static_cast<int>(d.layers));
+  std::vector<traces::Trace> traces;
+  std::int64_t first = 0;
+  for (std::size_t j = 0; j < layers.size(); ++j) {
+    traces.push_back(build_zoo_trace(scenario, batch, zoo::PipelineStageSpec{first, layers[j], j == 0, j + 1 == layers.size(), layout.pipeline_scatter_gather}));
+    first += layers[j];
+  }
+  return traces;
+}
+
 PipelineOutcome run_pipeline(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch, Isolation isolation) {
   const Scenario& scenario = prepared.scenario();
   const models::ParallelLayout& layout = scenario.parallelism->layout;
@@ -464,33 +477,26 @@ PipelineOutcome run_pipeline(const PreparedScenario& prepared, const models::Str
   const std::vector<int> layers = models::stage_layers(layout, static_cast<int>(d.layers));
   std::vector<std::int64_t> first_layer(layers.size(), 0);
   for (std::size_t j = 1; j < layers.size(); ++j) first_layer[j] = first_layer[j - 1] + layers[j - 1];
-  const int last_virtual_stage = stages * chunks - 1;
   // Every stage's transforms as one rank's (transform_steps), the micro-batches being the
   // pipeline's (accumulation is the schedule's order, not a repetition).
   models::TransformSteps steps = transform_steps(prepared);
   steps.accumulation_steps = 1;
-  // Every chunk's trace first: a pattern need only match on some stage (a layer's name on its own).
-  std::vector<std::vector<traces::Trace>> rank_traces(static_cast<std::size_t>(stages));
+  // Every virtual stage's trace first: a pattern need only match on some stage (a layer's name
+  // on its own).
+  std::vector<traces::Trace> stage_traces = virtual_stage_traces(scenario, batch);
   models::PatternCoverage patterns = expected_patterns(scenario, strategy);
-  for (int p = 0; p < stages; ++p) {
-    for (int k = 0; k < chunks; ++k) {
-      // Chunk k of rank p runs virtual stage k x P + p (Megatron's interleaved assignment).
-      const int j = k * stages + p;
-      const auto at = static_cast<std::size_t>(j);
-      const zoo::PipelineStageSpec stage{first_layer[at], layers[at], j == 0, j == last_virtual_stage, layout.pipeline_scatter_gather};
-      rank_traces[static_cast<std::size_t>(p)].push_back(build_zoo_trace(scenario, batch, stage));
-      patterns.add(rank_traces[static_cast<std::size_t>(p)].back());
-    }
-  }
+  for (const traces::Trace& trace : stage_traces) patterns.add(trace);
   patterns.check();
   PipelineRun run;
   for (int p = 0; p < stages; ++p) {
-    std::vector<traces::Trace> chunk_traces = std::move(rank_traces[static_cast<std::size_t>(p)]);
+    std::vector<traces::Trace> chunk_traces;
     std::vector<models::Schedule> chunk_schedules;
     std::vector<LayerRange> ranges;
     for (int k = 0; k < chunks; ++k) {
+      // Chunk k of rank p runs virtual stage k x P + p (Megatron's interleaved assignment).
       const auto at = static_cast<std::size_t>(k * stages + p);
-      const traces::Trace& trace = chunk_traces[static_cast<std::size_t>(k)];
+      chunk_traces.push_back(std::move(stage_traces[at]));
+      const traces::Trace& trace = chunk_traces.back();
       // Megatron-LM's recomputation settings apply to each chunk's own layers (its first
       // num_layers under method block, as Megatron counts them per model chunk; the rank's entry
       // of a per-stage list).

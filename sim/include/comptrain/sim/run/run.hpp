@@ -161,6 +161,11 @@ using PipelineOutcome = std::variant<PipelineRun, models::NotApplicable>;
 PipelineOutcome run_pipeline(const PreparedScenario& prepared, const models::StrategySpec& strategy, std::int64_t batch, Isolation isolation);
 // Whether the scenario's layout has pipeline stages (run_pipeline runs it, not run_scenario).
 bool is_pipeline(const Scenario& scenario);
+// The traces of a pipeline scenario's virtual stages at `batch`, in model order (P x V of them:
+// virtual stage j is chunk j / P of pipeline rank j % P), each as run_pipeline replays it: its
+// layers, one tensor-parallel rank's shard, the first with the embedding, the last with the head,
+// and each with its send and receive ops.
+std::vector<traces::Trace> virtual_stage_traces(const Scenario& scenario, std::int64_t batch);
 
 // A lower bound on a rank's peak, from the trace alone: the bytes of the weights, gradients and
 // optimizer state of one rank of the layout's first stage (its most layers and the embedding;

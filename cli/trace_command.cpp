@@ -100,12 +100,14 @@ struct TraceSelection {
 
   // The traces a run of the target builds: a pipeline scenario's virtual stages, else load()'s.
   std::vector<traces::Trace> load_stages() const {
-    if (!is_trace_file()) {
-      const sim::Scenario s = scenario();
-      if (s.zoo_model && sim::is_pipeline(s)) return sim::virtual_stage_traces(s, s.batch_size.value_or(1));
-    }
     std::vector<traces::Trace> one;
-    one.push_back(load());
+    if (is_trace_file()) {
+      one.push_back(load());
+      return one;
+    }
+    const sim::Scenario s = scenario();  // read once
+    if (s.zoo_model && sim::is_pipeline(s)) return sim::virtual_stage_traces(s, s.batch_size.value_or(1));
+    one.push_back(sim::build_trace(s));
     return one;
   }
 

@@ -67,15 +67,6 @@ void PatternCoverage::add(const traces::Trace& trace) {
       if (distance && (e.closest.empty() || *distance < e.closest_distance)) {
         e.closest_distance = *distance;
         e.closest = name;
-        // A module pattern names a module: the name's path to the same depth.
-        if (e.syntax == Syntax::module) {
-          std::size_t end = std::string::npos;
-          for (std::size_t i = 0, from = 0; i < pattern.size(); ++i, from = end + 1) {
-            end = name.find('.', from);
-            if (end == std::string::npos) break;
-          }
-          e.closest = name.substr(0, end);
-        }
       }
     };
     for (const traces::Op& op : trace.ops()) consider(op.name);
@@ -89,7 +80,17 @@ void PatternCoverage::check() const {
     const char* kind = e.syntax == Syntax::module ? "module pattern" : "name pattern";
     std::string message = e.place + ": " + kind + " '" + e.pattern + "' matches no op or tensor of the model; expected ";
     message += e.syntax == Syntax::module ? "a module path such as 'layers.*.mlp' or 'model.layers.[0-3]'" : "a tensor name or a shell-style pattern such as 'layers.*.out'";
-    if (!e.closest.empty()) message += std::string(" (the closest ") + (e.syntax == Syntax::module ? "module" : "name") + " in the model is '" + e.closest + "')";
+    if (!e.closest.empty()) {
+      // A module pattern names a module: the closest name's path to the pattern's depth.
+      std::string closest = e.closest;
+      if (e.syntax == Syntax::module) {
+        const std::vector<std::string_view> parts = path_components(closest);
+        std::size_t length = 0;
+        for (std::size_t i = 0; i < path_components(e.pattern).size(); ++i) length += parts[i].size() + (i > 0 ? 1 : 0);
+        closest.resize(length);
+      }
+      message += std::string(" (the closest ") + (e.syntax == Syntax::module ? "module" : "name") + " in the model is '" + closest + "')";
+    }
     message += std::string("; `comptrain trace names SCENARIO ") + (e.syntax == Syntax::module ? "--module" : "--name") + " PATTERN` lists what a pattern matches";
     throw InputError(message);
   }

@@ -121,6 +121,20 @@ constexpr double kTransposeElementsPerSmCycle = 2.6;
 // (ids [8, 2048], D 4096) are held out (models/README.md, "Kernel traffic"). The same pace per
 // SM and clock is assumed on other generations.
 constexpr double kIndexSelectElementsPerSmCycle = 0.524;
+// PyTorch's index_add_ (indexFuncLargeIndex) and scatter_add_ accumulate one element per thread
+// and loop trip with an atomic add into the row the index names, each address computed with
+// divisions (Indexing.cu@d4c71812, index_add_cuda_impl; ScatterGatherKernel.cu, _scatter_gather_
+// elementwise_kernel with fastAtomicAdd): like index_select, their pace is the elements the SMs
+// add per clock, not the bytes. From a measurement independent of the validation table: the
+// original indexFuncLargeIndex kernel took 4,719 us for a bf16 index_add_ of [4,000,000, 128]
+// rows along dim 0 into as many rows, by a uniform random index, on an H100 (pytorch/pytorch#175760,
+// 2026-02-25, "bf16 [4M, 128] dim=0: 4719 -> 2230 us (2.1x), H100", the rows and index from
+// caffe2/benchmarks/operator_benchmark/pt/bench_index_add_large.py): 512 M elements / (4.719 ms x
+// 132 SMs x 1.98 GHz, the H100 SXM5's clock from its fp32 peak) = 0.415 elements per SM per clock
+// (fp32: 4,400 us, 0.445). The GPU's variant is not stated (an H100 SXM5 assumed); the same pace
+// per SM and clock is assumed on other generations and for scatter_add_'s TensorIterator kernel,
+// which no measurement here times (models/README.md, "Kernel traffic").
+constexpr double kScatterAddElementsPerSmCycle = 0.415;
 
 enum class TrafficRule : std::uint8_t {
   logical,             // the trace's bytes are what the kernels move
@@ -799,6 +813,12 @@ double index_select_seconds(const GpuSpec& gpu, double elements) {
   return elements / (static_cast<double>(gpu.sms) * clock * kIndexSelectElementsPerSmCycle);
 }
 
+double scatter_add_seconds(const GpuSpec& gpu, double elements) {
+  const double clock = sm_clock_hz(gpu);
+  if (clock <= 0 || !(elements > 0)) return 0;
+  return elements / (static_cast<double>(gpu.sms) * clock * kScatterAddElementsPerSmCycle);
+}
+
 KernelRun OpTimeModel::run(const traces::Trace& trace, traces::OpIndex index) const { return run_op(trace, index, nullptr); }
 
 bool in_float8_scope(const Float8Scope& scope, const traces::Op& op) {
@@ -890,6 +910,14 @@ KernelRun OpTimeModel::run_op(const traces::Trace& trace, traces::OpIndex index,
       if (traces::is_floating(trace.tensor(o).dtype)) gathered += static_cast<double>(trace.tensor(o).elements());
     }
     memory = std::max(memory, index_select_seconds(platform_.gpu, gathered));
+  }
+  // A scatter that adds (one FLOP per element added: an index_add_ or scatter_add_ in forward, a
+  // gather's gradient in backward) into floating-point rows does so element by element at the SMs'
+  // pace (scatter_add_seconds); copies into rows (no FLOPs) and integer scatters (one_hot) keep
+  // their bytes.
+  if (op.kind == traces::OpKind::scatter && flops > 0 &&
+      std::any_of(op.outputs.begin(), op.outputs.end(), [&](traces::TensorIndex o) { return traces::is_floating(trace.tensor(o).dtype); })) {
+    memory = std::max(memory, scatter_add_seconds(platform_.gpu, flops));
   }
   const KernelWork kernel{compute, memory, fused && !fused->launches ? 0.0 : traffic.kernels * platform_.gpu.launch_overhead};
   KernelRun result = run_kernel(platform_.gpu, kernel);

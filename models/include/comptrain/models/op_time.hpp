@@ -130,6 +130,12 @@ double layout_transpose_seconds(const GpuSpec& gpu, double memory_efficiency, do
 // slower.
 double index_select_seconds(const GpuSpec& gpu, double elements);
 
+// PyTorch's index_add_ / scatter_add_ (and a gather's gradient, which is one) adding `elements`
+// elements atomically into the rows their index names, at the elements the SMs add per clock
+// (models/README.md, "Kernel traffic"); 0 where the SM clock is unknown. The op takes this or
+// its bytes at the memory roofline, whichever is slower.
+double scatter_add_seconds(const GpuSpec& gpu, double elements);
+
 // The dtype whose peak an op's arithmetic runs at: for the tensor-core kinds (linear, matmul,
 // conv, attention) that of its first floating-point input (a GEMM's operands), for the others
 // that of its first floating-point output, else of its first floating-point input; else fp32.

@@ -123,17 +123,18 @@ constexpr double kTransposeElementsPerSmCycle = 2.6;
 constexpr double kIndexSelectElementsPerSmCycle = 0.524;
 // PyTorch's index_add_ (indexFuncLargeIndex) and scatter_add_ accumulate one element per thread
 // and loop trip with an atomic add into the row the index names, each address computed with
-// divisions (Indexing.cu@d4c71812, index_add_cuda_impl; ScatterGatherKernel.cu, _scatter_gather_
-// elementwise_kernel with fastAtomicAdd): like index_select, their pace is the elements the SMs
-// add per clock, not the bytes. From a measurement independent of the validation table: the
+// divisions (Indexing.cu@d4c71812, index_add_cuda_impl; ScatterGatherKernel.cu's ReduceAdd, the
+// same fastAtomicAdd, in _scatter_gather_elementwise_kernel): like index_select, their pace is the
+// elements the SMs add per clock, not the bytes. From a measurement independent of the validation table: the
 // original indexFuncLargeIndex kernel took 4,719 us for a bf16 index_add_ of [4,000,000, 128]
 // rows along dim 0 into as many rows, by a uniform random index, on an H100 (pytorch/pytorch#175760,
 // 2026-02-25, "bf16 [4M, 128] dim=0: 4719 -> 2230 us (2.1x), H100", the rows and index from
 // caffe2/benchmarks/operator_benchmark/pt/bench_index_add_large.py): 512 M elements / (4.719 ms x
 // 132 SMs x 1.98 GHz, the H100 SXM5's clock from its fp32 peak) = 0.415 elements per SM per clock
 // (fp32: 4,400 us, 0.445). The GPU's variant is not stated (an H100 SXM5 assumed); the same pace
-// per SM and clock is assumed on other generations and for scatter_add_'s TensorIterator kernel,
-// which no measurement here times (models/README.md, "Kernel traffic").
+// per SM and clock is assumed on other generations (before sm_90 CUDA's bf16 atomic add is a
+// compare-and-swap loop, which may be slower) and for scatter_add_'s TensorIterator kernel, which
+// no measurement here times (models/README.md, "Kernel traffic").
 constexpr double kScatterAddElementsPerSmCycle = 0.415;
 
 enum class TrafficRule : std::uint8_t {

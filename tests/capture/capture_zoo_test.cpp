@@ -381,6 +381,20 @@ TEST_P(CaptureMoe, SavesExactlyWhatTheZooSaves) {
   EXPECT_EQ(count_kind(generated, OpKind::gather, Phase::forward), count_kind(captured, OpKind::gather, Phase::forward));
   EXPECT_GT(count_kind(generated, OpKind::gather, Phase::forward), 0);
   EXPECT_GE(count_kind(captured, OpKind::scatter, Phase::forward), count_kind(generated, OpKind::scatter, Phase::forward));
+  // The scatters that add carry one FLOP per element added in both, which the op-time model prices
+  // them by (models/README.md, "Kernel traffic"): the index_add_s forward, the gradients of the
+  // aten::index gathers (index_put_ with accumulation) backward; one_hot's and topk's scatter_ none.
+  const auto scatter_flops = [](const Trace& trace, Phase phase) {
+    std::int64_t total = 0;
+    for (std::size_t o = 0; o < trace.ops().size(); ++o) {
+      if (trace.op(o).kind == OpKind::scatter && trace.op(o).phase == phase) total += trace.flops(o);
+    }
+    return total;
+  };
+  EXPECT_EQ(scatter_flops(generated, Phase::forward), (qwen2_moe ? 1 : 2) * kBatch * kTokens * kTopK * 32);
+  EXPECT_EQ(scatter_flops(captured, Phase::forward), scatter_flops(generated, Phase::forward));
+  EXPECT_GT(scatter_flops(generated, Phase::backward), 0);
+  EXPECT_EQ(scatter_flops(captured, Phase::backward), scatter_flops(generated, Phase::backward));
   // Each expert's torch.where is a nonzero, whose call waits for the GPU: host_sync in both, and
   // nothing else is (traces/FORMAT.md, "Ops").
   const auto syncs = [](const Trace& trace) {

@@ -136,6 +136,25 @@ FLOPS_PER_ELEMENT = {
 }
 
 
+# Scatters that add: one FLOP per element added, the source's (`index_add_(dim, index, source)`,
+# `scatter_add_(dim, index, src)`: the fourth argument; `index_put_(indices, values, accumulate)`
+# with accumulate, an `x[index]`'s gradient: the third). The op-time model prices such a
+# scatter by its elements (models/README.md, "Kernel traffic"), as the zoo builds them.
+ADDING_SCATTERS = {'index_add': 3, 'index_add_': 3, 'scatter_add': 3, 'scatter_add_': 3}
+ACCUMULATING_PUTS = {'index_put': 2, 'index_put_': 2, '_index_put_impl_': 2}
+
+
+def scatter_add_flops(base: str, args, kwargs) -> int:
+    """The elements an adding scatter adds (0 for every other op)."""
+    position = ADDING_SCATTERS.get(base)
+    if position is None and base in ACCUMULATING_PUTS:
+        accumulate = args[3] if len(args) > 3 else (kwargs or {}).get('accumulate', False)
+        position = ACCUMULATING_PUTS[base] if accumulate else None
+    if position is None or len(args) <= position or not isinstance(args[position], torch.Tensor):
+        return 0
+    return args[position].numel()
+
+
 def op_base_name(func) -> str:
     """`aten.convolution.default` -> `convolution`."""
     return func.overloadpacket.__name__
@@ -637,6 +656,8 @@ class Recorder(TorchDispatchMode):
         flops = gemm_flops(base, args, out_tensors)
         if not flops and base in FLOPS_PER_ELEMENT and out_tensors:
             flops = FLOPS_PER_ELEMENT[base] * out_tensors[0].numel()
+        if not flops:
+            flops = scatter_add_flops(base, args, kwargs)
         kind = self._kind(base, module, is_view)
         for index in outputs:
             self.tensors[index]['producer_kind'] = kind

@@ -14,6 +14,8 @@
 #      platform file;
 #   6. kernels_bench_cuda (szp and zeros on 2^26 post-ReLU-like values) beside cuSZp2's published
 #      A100 average (332.42 GB/s compress, 513.04 GB/s decompress; calibrate/README.md).
+#   7. calibrate/index_pace.py: PyTorch's index_select, index_add_ and scatter_add_ paces on this
+#      GPU beside the op-time model's constants (skipped where this PyTorch has no CUDA).
 # Each step has a time limit; a failed step is reported and the next ones still run.
 # Without a GPU (no nvidia-smi, or it lists none) it says so in one line and exits 2.
 #
@@ -87,6 +89,7 @@ if step build 420 'cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Rele
   step calibrate 240 '"$build/cli/comptrain" calibrate --device cuda --quick -o "$out/profile.yaml" --emit-platform "$out/platform.yaml"'
   step kernels_bench 120 '"$build/kernels/kernels_bench_cuda" 67108864 10'
 fi
+step index_pace 120 '/usr/bin/python3 "$root/calibrate/index_pace.py" --skip-without-cuda'
 
 {
   echo
@@ -102,6 +105,14 @@ fi
     echo
     echo '```'
     cat "$out/logs/kernels_bench.log"
+    echo '```'
+  fi
+  if [[ -f $out/logs/index_pace.log ]]; then
+    echo
+    echo "PyTorch's indexed kernels on this GPU beside the op-time model's paces (models/README.md, \"Kernel traffic\"):"
+    echo
+    echo '```'
+    cat "$out/logs/index_pace.log"
     echo '```'
   fi
 } >>"$report"

@@ -808,16 +808,23 @@ double layout_transpose_seconds(const GpuSpec& gpu, double memory_efficiency, do
   return std::max(memory, issue);
 }
 
-double index_select_seconds(const GpuSpec& gpu, double elements) {
+namespace {
+
+// `elements` handled at `per_sm_cycle` elements per SM per clock; 0 where the clock is unknown.
+double seconds_at_sm_pace(const GpuSpec& gpu, double elements, double per_sm_cycle) {
   const double clock = sm_clock_hz(gpu);
   if (clock <= 0 || !(elements > 0)) return 0;
-  return elements / (static_cast<double>(gpu.sms) * clock * kIndexSelectElementsPerSmCycle);
+  return elements / (static_cast<double>(gpu.sms) * clock * per_sm_cycle);
+}
+
+}  // namespace
+
+double index_select_seconds(const GpuSpec& gpu, double elements) {
+  return seconds_at_sm_pace(gpu, elements, kIndexSelectElementsPerSmCycle);
 }
 
 double scatter_add_seconds(const GpuSpec& gpu, double elements) {
-  const double clock = sm_clock_hz(gpu);
-  if (clock <= 0 || !(elements > 0)) return 0;
-  return elements / (static_cast<double>(gpu.sms) * clock * kScatterAddElementsPerSmCycle);
+  return seconds_at_sm_pace(gpu, elements, kScatterAddElementsPerSmCycle);
 }
 
 KernelRun OpTimeModel::run(const traces::Trace& trace, traces::OpIndex index) const { return run_op(trace, index, nullptr); }

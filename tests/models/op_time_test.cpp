@@ -762,9 +762,6 @@ TEST(OpTimeTraffic, EmbeddingLookupReadsTheRowsItGathers) {
   EXPECT_DOUBLE_EQ(op_seconds(trace), memory_time(32 + 128 + 128));
 }
 
-// PyTorch's index_select copies an element per thread and trip: an embedding's gather (and an
-// index_add_'s gradient) on a GPU whose SMs and clock are known takes the elements at the SMs'
-// pace when that is slower than its bytes (index_select_seconds), and its bytes otherwise.
 // The test platform with a GPU whose SMs, generation, fp32 peak and memory bandwidth are known.
 Platform gpu_with_sms(int sms, int compute_capability_major, double peak_fp32, double memory_bandwidth) {
   Platform platform = test_platform();
@@ -775,6 +772,9 @@ Platform gpu_with_sms(int sms, int compute_capability_major, double peak_fp32, d
   return platform;
 }
 
+// PyTorch's index_select copies an element per thread and trip: an embedding's gather (and an
+// index_add_'s gradient) on a GPU whose SMs and clock are known takes the elements at the SMs'
+// pace when that is slower than its bytes (index_select_seconds), and its bytes otherwise.
 TEST(OpTimeTraffic, IndexSelectRunsAtTheSlowerOfItsBytesAndTheSmsElementPace) {
   const Platform a100 = gpu_with_sms(108, 8, 19.5e12, 2.039e12);
   const double clock = 19.5e12 / (108 * 64 * 2.0);
@@ -875,14 +875,14 @@ TEST(OpTimeTraffic, ScatterAddRunsAtTheSlowerOfItsBytesAndTheSmsElementPace) {
   // into 16,384 token rows, 134 M elements, 1.24 ms at the SMs' pace against 0.32 ms for the bytes
   // its kernel moves (the index, the rows and the rows of out it reads and writes) at 3.35 TB/s x 0.5.
   const std::int64_t elements = std::int64_t{32768} * 4096;
-  const auto index_add = [&](traces::Phase phase, std::int64_t flops) {
+  const auto index_add = [](std::int64_t flops) {
     return trace_of({{"out", DType::bf16, {16384, 4096}, kTemp}, {"token", DType::i64, {32768}},
                      {"rows", DType::bf16, {32768, 4096}}, {"sum", DType::bf16, {16384, 4096}, kTemp, traces::TensorIndex{0}}},
-                    {{OpKind::scatter, phase, {0, 1, 2}, {3}, flops}});
+                    {{OpKind::scatter, kForward, {0, 1, 2}, {3}, flops}});
   };
   const double paced = scatter_add_seconds(h100.gpu, static_cast<double>(elements));
-  ASSERT_GT(paced, 3 * (OpTimeModel(no_clock).seconds(index_add(kForward, elements), 0) - 5e-6));
-  EXPECT_DOUBLE_EQ(OpTimeModel(h100).seconds(index_add(kForward, elements), 0), paced + 5e-6);
+  ASSERT_GT(paced, 3 * (OpTimeModel(no_clock).seconds(index_add(elements), 0) - 5e-6));
+  EXPECT_DOUBLE_EQ(OpTimeModel(h100).seconds(index_add(elements), 0), paced + 5e-6);
   // A gather's gradient (zeros, the gradient rows added in: IndexSelectBackward0, GatherBackward0)
   // adds as many elements: the same pace.
   const traces::Trace gradient = trace_of({{"grad_rows", DType::bf16, {32768, 4096}}, {"token", DType::i64, {32768}},
@@ -890,7 +890,7 @@ TEST(OpTimeTraffic, ScatterAddRunsAtTheSlowerOfItsBytesAndTheSmsElementPace) {
                                           {{OpKind::scatter, kBackward, {0, 1}, {2}, elements}});
   EXPECT_DOUBLE_EQ(OpTimeModel(h100).seconds(gradient, 0), paced + 5e-6);
   // No FLOPs (a copy into rows): its bytes.
-  EXPECT_DOUBLE_EQ(OpTimeModel(h100).seconds(index_add(kForward, 0), 0), OpTimeModel(no_clock).seconds(index_add(kForward, 0), 0));
+  EXPECT_DOUBLE_EQ(OpTimeModel(h100).seconds(index_add(0), 0), OpTimeModel(no_clock).seconds(index_add(0), 0));
   // An integer scatter (one_hot's scatter_ of ones) adds nothing to floating-point rows: its bytes.
   const traces::Trace one_hot = trace_of({{"mask", DType::i64, {32768, 8}, kTemp}, {"index", DType::i64, {32768, 1}},
                                           {"out", DType::i64, {32768, 8}, kTemp, traces::TensorIndex{0}}},
@@ -899,7 +899,7 @@ TEST(OpTimeTraffic, ScatterAddRunsAtTheSlowerOfItsBytesAndTheSmsElementPace) {
   // A memory slower than the elements: the roofline.
   Platform slow = h100;
   slow.gpu.memory_bandwidth = 1e10;
-  EXPECT_GT(OpTimeModel(slow).seconds(index_add(kForward, elements), 0), 10 * paced);
+  EXPECT_GT(OpTimeModel(slow).seconds(index_add(elements), 0), 10 * paced);
 }
 
 // The zoo's expert loop on a Mixtral-style layer: every gather and in-place scatter moves the

@@ -19,16 +19,36 @@ Exit 2 on bad arguments or without a CUDA device (0 with --skip-without-cuda: it
 """
 
 import argparse
+import os
+import re
 import subprocess
 import sys
 
-MODEL = {'index_select': 0.524, 'index_add_': 0.415, 'scatter_add_': 0.415}  # models/src/op_time.cpp
+OP_TIME = os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'models', 'src', 'op_time.cpp')
+CONSTANTS = {'index_select': 'kIndexSelectElementsPerSmCycle', 'index_add_': 'kScatterAddElementsPerSmCycle',
+             'scatter_add_': 'kScatterAddElementsPerSmCycle'}
 DTYPES = {'bf16': 'bfloat16', 'fp16': 'float16', 'fp32': 'float32'}
 
 
 def fail(message):
     print(f'index_pace: {message}', file=sys.stderr)
     sys.exit(2)
+
+
+def model_paces():
+    """The op-time model's paces, read from its source so that they cannot drift apart."""
+    try:
+        with open(OP_TIME, encoding='utf-8') as f:
+            source = f.read()
+    except OSError as e:
+        fail(f'{OP_TIME}: {e.strerror}: the script reads the model\'s paces from the source tree')
+    paces = {}
+    for kernel, constant in CONSTANTS.items():
+        match = re.search(rf'constexpr double {constant} = ([0-9.]+);', source)
+        if not match:
+            fail(f'{OP_TIME}: no "constexpr double {constant} = ...;" line')
+        paces[kernel] = float(match.group(1))
+    return paces
 
 
 def max_sm_clock_hz(device_index):
@@ -68,6 +88,7 @@ def main():
         fail(f'--rows {args.rows}, --width {args.width}, --repeats {args.repeats}: expected 1..2^31-1, 1..65536 and 1..10000')
     if args.clock_ghz is not None and not 0.01 <= args.clock_ghz <= 10:
         fail(f'--clock-ghz {args.clock_ghz}: expected a clock between 0.01 and 10 GHz')
+    model = model_paces()
 
     import torch
     if not torch.cuda.is_available():
@@ -99,7 +120,7 @@ def main():
     for name, call in calls.items():
         seconds = median_seconds(torch, call, args.repeats)
         pace = elements / (seconds * props.multi_processor_count * clock)
-        print(f'  {name:<14}{seconds * 1e3:>10.3f}{pace:>20.3f}{MODEL[name]:>8.3f}{MODEL[name] / pace:>16.2f}')
+        print(f'  {name:<14}{seconds * 1e3:>10.3f}{pace:>20.3f}{model[name]:>8.3f}{model[name] / pace:>16.2f}')
 
 
 if __name__ == '__main__':

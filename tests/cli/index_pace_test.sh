@@ -2,7 +2,7 @@
 # calibrate/index_pace.py where there is no CUDA device (forced with CUDA_VISIBLE_DEVICES=, so
 # that the test measures nothing on a machine that has one): exit 2 and one line saying why, or
 # exit 0 and a "skipped" line with --skip-without-cuda (what scripts/gpu-check.sh passes); bad
-# arguments exit 2 naming them. Skipped (77) where /usr/bin/python3 cannot import torch.
+# arguments exit 2 naming them; so does a model source it cannot read. Skipped (77) where /usr/bin/python3 cannot import torch.
 # Usage: index_pace_test.sh PATH/TO/comptrain PATH/TO/source-tree
 set -u
 source "$(dirname "$0")/check_lib.sh" "$@"
@@ -23,4 +23,9 @@ for bad in "--rows 0" "--width 100000" "--repeats 0" "--clock-ghz 100" "--clock-
   [[ $rc -eq 2 ]] || fail "$bad: exit $rc, expected 2: $output"
   [[ $output == index_pace:* && $output == *"${bad%% *}"* ]] || fail "$bad: the message does not name it: $output"
 done
+# It reads the model's paces from models/src/op_time.cpp: a copy of the script outside the source
+# tree says which file it could not read.
+cp "$script" "$work/index_pace.py"
+output=$(CUDA_VISIBLE_DEVICES= "$python" "$work/index_pace.py" --skip-without-cuda 2>&1); rc=$?
+[[ $rc -eq 2 && $output == *"op_time.cpp"* ]] || fail "outside the source tree: exit $rc, expected 2 naming op_time.cpp: $output"
 finish index_pace_test

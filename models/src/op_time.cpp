@@ -670,25 +670,65 @@ void append(KernelRun& op, const KernelRun& kernel) {
   op.seconds = total;
 }
 
-// Float8 linears (OpTimeOptions::float8; models/README.md, "Float8 linears"), after torchao's
-// tensorwise recipe (torchao/float8/float8_linear.py, matmul_with_hp_or_float8_args, and
-// float8_scaling_utils.py, hp_tensor_to_float8_dynamic): every operand a GEMM reads in float8 is
-// cast from its high-precision copy each time, after a reduction over it for its amax (the scale).
-// The forward casts the input and the weight; the backward casts the output gradient twice (row-
-// and column-major, for grad_input and grad_weight; torch.compile computes its amax once), the
-// weight and the saved input once each. Each amax reads the tensor, each cast reads it and writes
-// one byte per element; two kernels for a tensor cast once, three for the gradient: the kernels
+// Float8 linears (OpTimeOptions::float8; models/README.md, "Float8 linears"). The GEMM reads one
+// byte per element of its operands: the op's floating inputs of rank 2 or more (a bias stays in
+// its dtype). Before it, the casts its recipe runs:
+//
+// Tensorwise, after torchao (torchao/float8/float8_linear.py, matmul_with_hp_or_float8_args, and
+// float8_scaling_utils.py, hp_tensor_to_float8_dynamic): every operand is cast from its
+// high-precision copy each time, after a reduction over it for its amax (the scale). The forward
+// casts the input and the weight; the backward casts the output gradient twice (row- and
+// column-major, for grad_input and grad_weight; torch.compile computes its amax once), the weight
+// and the saved input once each. Each amax reads the tensor, each cast reads it and writes one
+// byte per element; two kernels for a tensor cast once, three for the gradient: the kernels
 // torch.compile generates (the eager casts are several kernels each, which comptrain does not
-// time: the scenario reader requires framework.compile). The GEMM then reads one byte per element
-// of its operands. Operands: the op's floating inputs of rank 2 or more (a bias stays in its dtype).
+// time: the scenario reader requires framework.compile).
+//
+// Delayed, after Transformer Engine 1.5 (transformer_engine/pytorch/module/linear.py and
+// layernorm_linear.py, _Linear and _LayerNormLinear; base.py, grad_output_preprocess): a scale comes
+// from the amax history, which the cast kernel updates as it casts, so a cast is one kernel that
+// reads the tensor and writes one byte per element. Forward: the input once (cast_to_fp8), none
+// when a norm made it (the norm writes the fp8 copy itself: _LayerNormLinear, also through the
+// sequence-parallel all-gather of that copy); the weight with its transpose (fp8_cast_transpose_fused:
+// two bytes written) on the first micro-batch of the step only (update_fp8_weights), so a share
+// weight_casts_per_micro_step of it per micro-step. Backward: the output gradient cast with its
+// transpose (fp8_cast_transpose_fused or cast then transpose: two bytes written), once for the
+// input- and weight-gradient GEMMs; the saved fp8 input transposed for the weight gradient
+// (fp8_transpose: one byte read, one written); the weight's transpose was made with its cast. A
+// tensor two in-scope linears read (q, k and v of one input) is cast once, by the first of them.
 struct Float8Work {
   double operand_bytes_saved = 0;  // bytes the GEMM no longer reads (its 16-bit operands read as 8-bit)
   double cast_bytes = 0;           // the amax and cast kernels' traffic
-  int cast_kernels = 0;
+  double cast_kernels = 0;         // launches (a weight cast once per step counts its share)
 };
 
-Float8Work float8_work(const traces::Trace& trace, traces::OpIndex index, bool weights_gathered_in_float8) {
+// Whether a norm made `t` (a layernorm op, or a communication op, a sequence-parallel all-gather,
+// applied to a norm's output).
+bool made_by_norm(const traces::Trace& trace, traces::TensorIndex t) {
+  for (int hops = 0; hops < 2; ++hops) {
+    const std::optional<traces::OpIndex> producer = trace.tensor(t).producer;
+    if (!producer) return false;
+    const traces::Op& op = trace.op(*producer);
+    if (op.kind == traces::OpKind::layernorm) return true;
+    if (op.kind != traces::OpKind::communication || op.inputs.empty()) return false;
+    t = op.inputs.front();
+  }
+  return false;
+}
+
+// Whether `index` is the first in-scope linear of its phase that reads `t` (the one that casts it).
+bool first_float8_reader(const traces::Trace& trace, traces::TensorIndex t, traces::OpIndex index, const Float8Scope& scope) {
+  const traces::Phase phase = trace.op(index).phase;
+  for (const traces::OpIndex c : trace.tensor(t).consumers) {
+    const traces::Op& reader = trace.op(c);
+    if (reader.phase == phase && in_float8_scope(scope, reader)) return c == index;
+  }
+  return true;
+}
+
+Float8Work float8_work(const traces::Trace& trace, traces::OpIndex index, const Float8Scope& scope) {
   const traces::Op& op = trace.op(index);
+  const bool backward = op.phase == traces::Phase::backward;
   Float8Work work;
   for (const traces::TensorIndex t : op.inputs) {
     const traces::Tensor& tensor = trace.tensor(t);
@@ -696,21 +736,47 @@ Float8Work float8_work(const traces::Trace& trace, traces::OpIndex index, bool w
     const double size = static_cast<double>(traces::element_size(tensor.dtype));
     const double elements = bytes_of(trace, t) / size;
     work.operand_bytes_saved += elements * (size - 1.0);
-    if (weights_gathered_in_float8 && tensor.role == traces::TensorRole::weight) {
+    const bool weight = tensor.role == traces::TensorRole::weight;
+    // The output gradient is the backward's activation-sized input that is neither the weight nor
+    // the saved input: role temporary (traces/FORMAT.md, tensor roles).
+    const bool output_gradient = backward && tensor.role == traces::TensorRole::temporary;
+    if (scope.recipe == Float8Recipe::delayed) {
+      // A norm's output read backward is the saved input, gathered again under sequence
+      // parallelism (a temporary then, as gradients are).
+      const bool from_norm = made_by_norm(trace, t);
+      if (weight) {
+        if (!backward) {
+          work.cast_bytes += scope.weight_casts_per_micro_step * elements * (size + 2.0);
+          work.cast_kernels += scope.weight_casts_per_micro_step;
+        }
+      } else if (output_gradient && !from_norm) {
+        if (first_float8_reader(trace, t, index, scope)) {
+          work.cast_bytes += elements * (size + 2.0);
+          work.cast_kernels += 1;
+        }
+      } else if (backward) {
+        if (first_float8_reader(trace, t, index, scope)) {
+          work.cast_bytes += elements * 2.0;
+          work.cast_kernels += 1;
+        }
+      } else if (!from_norm && first_float8_reader(trace, t, index, scope)) {
+        work.cast_bytes += elements * (size + 1.0);
+        work.cast_kernels += 1;
+      }
+      continue;
+    }
+    if (scope.fsdp_all_gather && weight) {
       // FSDP gathered it in float8 (Float8Scope::fsdp_all_gather): nothing to cast forward; the
       // input gradient's GEMM takes it column-major, one transposing copy backward.
-      if (op.phase == traces::Phase::backward) {
+      if (backward) {
         work.cast_bytes += 2.0 * elements;
         work.cast_kernels += 1;
       }
       continue;
     }
-    // The output gradient is the backward's activation-sized input that is neither the weight nor
-    // the saved input: role temporary (traces/FORMAT.md, tensor roles).
-    const bool output_gradient = op.phase == traces::Phase::backward && tensor.role == traces::TensorRole::temporary;
     const double casts = output_gradient ? 2.0 : 1.0;
     work.cast_bytes += elements * (size + casts * (size + 1.0));
-    work.cast_kernels += 1 + static_cast<int>(casts);
+    work.cast_kernels += 1 + casts;
   }
   return work;
 }
@@ -724,6 +790,15 @@ std::string_view to_string(AttentionKernel kernel) {
     case AttentionKernel::cudnn: return "cudnn";
   }
   return "flash-attention-2";
+}
+
+std::string_view to_string(Float8Recipe recipe) { return recipe == Float8Recipe::delayed ? "delayed" : "tensorwise"; }
+
+std::optional<Float8Recipe> parse_float8_recipe(std::string_view text) {
+  for (const Float8Recipe r : {Float8Recipe::tensorwise, Float8Recipe::delayed}) {
+    if (text == to_string(r)) return r;
+  }
+  return std::nullopt;
 }
 
 std::optional<AttentionKernel> parse_attention_kernel(std::string_view text) {
@@ -877,7 +952,7 @@ KernelRun OpTimeModel::run_op(const traces::Trace& trace, traces::OpIndex index,
   }
   // A float8 linear's GEMM reads its operands at one byte an element (float8_work, above).
   const bool float8 = options_.float8 && in_float8_scope(*options_.float8, op);
-  const Float8Work float8_casts = float8 ? float8_work(trace, index, options_.float8->fsdp_all_gather) : Float8Work{};
+  const Float8Work float8_casts = float8 ? float8_work(trace, index, *options_.float8) : Float8Work{};
   traffic.read = std::max(0.0, traffic.read - float8_casts.operand_bytes_saved);
   const double bytes = traffic.read + traffic.written;
   // Nothing computed and nothing moved (a no-op, or an op whose cost the trace does not
@@ -948,7 +1023,7 @@ KernelRun OpTimeModel::run_op(const traces::Trace& trace, traces::OpIndex index,
   // transposes above are.
   if (float8_casts.cast_kernels > 0) {
     const KernelWork casts{0.0, float8_casts.cast_bytes / (platform_.gpu.memory_bandwidth * platform_.efficiency.memory_default),
-                           static_cast<double>(float8_casts.cast_kernels) * platform_.gpu.launch_overhead};
+                           float8_casts.cast_kernels * platform_.gpu.launch_overhead};
     append(result, run_kernel(platform_.gpu, casts));
   }
   if (std::isfinite(result.seconds) && result.seconds >= 0) return result;

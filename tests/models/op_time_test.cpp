@@ -259,16 +259,18 @@ TEST(OpTime, LayoutTransposesRunAtTheSlowerOfMemoryAndTheSmsElementRate) {
 
 // A linear op of 16-bit tensors: x [4, 1024] (an activation) times W [1024, 1024] (a weight) in
 // the forward pass, or the backward's g, x and W; compute-bound at 4 PFLOP (1 a sample, batch 4).
+traces::Tensor f16_tensor(std::uint64_t id, const char* name, std::vector<std::int64_t> shape, traces::TensorRole role) {
+  traces::Tensor t;
+  t.id = id;
+  t.name = name;
+  t.dtype = DType::f16;
+  t.shape = std::move(shape);
+  t.role = role;
+  return t;
+}
+
 traces::Trace linear_trace(traces::Phase phase, const std::string& name = "layers.0.mlp") {
-  const auto tensor = [](std::uint64_t id, const char* tensor_name, std::vector<std::int64_t> shape, traces::TensorRole role) {
-    traces::Tensor t;
-    t.id = id;
-    t.name = tensor_name;
-    t.dtype = DType::f16;
-    t.shape = std::move(shape);
-    t.role = role;
-    return t;
-  };
+  const auto tensor = f16_tensor;
   // The input is saved for the backward op only where there is one.
   const traces::TensorRole input = phase == traces::Phase::forward ? traces::TensorRole::input : traces::TensorRole::activation;
   std::vector<traces::Tensor> tensors = {tensor(1, "x", {4, 1024}, input),
@@ -351,6 +353,88 @@ TEST(OpTime, Float8WeightsGatheredInFloat8AreNotCastAgain) {
   const double bandwidth = 1e12 * 0.5;
   EXPECT_NEAR(time(linear_trace(traces::Phase::forward)), 4e15 / (320e12 * 0.8) + launch + 5 * x / bandwidth + 2 * launch, 1e-12);
   EXPECT_NEAR(time(linear_trace(traces::Phase::backward)), 4e15 / (320e12 * 0.8) + launch + (8 * x + 5 * x + 2 * w) / bandwidth + 6 * launch, 1e-12);
+}
+
+// Transformer Engine's delayed scaling (Float8Recipe::delayed): each cast one kernel that reads the
+// tensor and writes one byte an element (no amax pass); the weight with its transpose (two bytes)
+// on the step's first micro-batch only, a share weight_casts_per_micro_step of it; backward, the
+// output gradient with its transpose (two bytes) and the saved input's fp8 copy transposed (one
+// byte read, one written); the weight's transpose came with its cast.
+TEST(OpTime, Float8DelayedScalingCastsOnceWithoutAnAmaxPass) {
+  OpTimeOptions delayed;
+  delayed.float8 = Float8Scope{};
+  delayed.float8->recipe = Float8Recipe::delayed;
+  delayed.float8->weight_casts_per_micro_step = 0.25;
+  const auto time = [&](const traces::Trace& trace) { return OpTimeModel(fp8_platform(), delayed).seconds(trace, 0); };
+  const double x = 4 * 1024;
+  const double w = 1024 * 1024;
+  const double launch = 5e-6;
+  const double bandwidth = 1e12 * 0.5;
+  const double gemm = 4e15 / (320e12 * 0.8) + launch;
+  EXPECT_NEAR(time(linear_trace(traces::Phase::forward)), gemm + (3 * x + 0.25 * 4 * w) / bandwidth + 1.25 * launch, 1e-12);
+  EXPECT_NEAR(time(linear_trace(traces::Phase::backward)), gemm + (4 * x + 2 * x) / bandwidth + 2 * launch, 1e-12);
+  EXPECT_EQ(to_string(Float8Recipe::delayed), "delayed");
+  EXPECT_EQ(parse_float8_recipe("tensorwise"), Float8Recipe::tensorwise);
+  EXPECT_FALSE(parse_float8_recipe("rowwise"));
+}
+
+// Under delayed scaling a linear that reads a norm's output (directly or through a communication
+// op, the sequence-parallel all-gather) casts nothing: Transformer Engine's norm writes the fp8
+// copy. Another input two linears read (q and k of one tensor) is cast once, by the first.
+TEST(OpTime, Float8DelayedScalingTakesANormsFp8OutputAndCastsASharedInputOnce) {
+  const auto tensor = f16_tensor;
+  const auto op = [](std::uint64_t id, const char* name, OpKind kind, std::vector<traces::TensorIndex> in, std::vector<traces::TensorIndex> out,
+                     std::int64_t flops) {
+    traces::Op o;
+    o.id = id;
+    o.name = name;
+    o.phase = traces::Phase::forward;
+    o.kind = kind;
+    o.inputs = std::move(in);
+    o.outputs = std::move(out);
+    o.flops = {0, flops};
+    o.bytes_read = {0, 2048};
+    o.bytes_written = {0, 2048};
+    return o;
+  };
+  // a -> first (a norm, or an add) -> n -> q and k; with `gathered`, n is all-gathered first.
+  const auto trace = [&](OpKind first, bool gathered) {
+    std::vector<traces::Tensor> tensors = {tensor(1, "a", {4, 1024}, traces::TensorRole::input),
+                                           tensor(2, "n", {4, 1024}, traces::TensorRole::temporary),
+                                           tensor(3, "q.weight", {1024, 1024}, traces::TensorRole::weight),
+                                           tensor(4, "k.weight", {1024, 1024}, traces::TensorRole::weight),
+                                           tensor(5, "q.out", {4, 1024}, traces::TensorRole::temporary),
+                                           tensor(6, "k.out", {4, 1024}, traces::TensorRole::temporary),
+                                           tensor(7, "n.gathered", {4, 1024}, traces::TensorRole::temporary)};
+    std::vector<traces::Op> ops = {op(1, "first", first, {0}, {1}, 0)};
+    traces::TensorIndex read = 1;
+    if (gathered) {
+      traces::Op gather = op(2, "gather", OpKind::communication, {1}, {6}, 0);
+      gather.communication = traces::Communication{traces::CommunicationKind::all_gather, traces::ParallelGroup::tensor};
+      ops.push_back(std::move(gather));
+      read = 6;
+    }
+    ops.push_back(op(3, "q", OpKind::linear, {read, 2}, {4}, 1'000'000'000'000'000));
+    ops.push_back(op(4, "k", OpKind::linear, {read, 3}, {5}, 1'000'000'000'000'000));
+    return traces::Trace("shared", 4, std::move(tensors), std::move(ops));
+  };
+  OpTimeOptions delayed;
+  delayed.float8 = Float8Scope{};
+  delayed.float8->recipe = Float8Recipe::delayed;
+  delayed.float8->weight_casts_per_micro_step = 0;  // the weights' casts out of the way
+  const OpTimeModel model(fp8_platform(), delayed);
+  const double x = 4 * 1024;
+  const double gemm = 4e15 / (320e12 * 0.8) + 5e-6;
+  const double cast = 3 * x / (1e12 * 0.5) + 5e-6;
+  for (const bool gathered : {false, true}) {
+    const traces::Trace norm = trace(OpKind::layernorm, gathered);
+    const traces::OpIndex q = gathered ? 2 : 1;
+    EXPECT_NEAR(model.seconds(norm, q), gemm, 1e-12) << gathered;
+    EXPECT_NEAR(model.seconds(norm, q + 1), gemm, 1e-12) << gathered;
+    const traces::Trace add = trace(OpKind::elementwise, gathered);
+    EXPECT_NEAR(model.seconds(add, q), gemm + cast, 1e-12) << gathered;
+    EXPECT_NEAR(model.seconds(add, q + 1), gemm, 1e-12) << gathered;
+  }
 }
 
 TEST(OpTime, Float8NeedsAPlatformWithFp8) {

@@ -39,6 +39,7 @@ struct JobDescription {
   std::string precision = "mixed";
   std::string optimizer = "adamw";
   std::string optimizer_impl = "fused";
+  bool float8_delayed = false;  // Megatron-LM's --fp8-format: Transformer Engine's DelayedScaling on every linear but the output layer
   // parallelism
   int nodes = 1;
   int gpus_per_node = 1;
@@ -107,6 +108,10 @@ std::string write_scenario(const JobDescription& job, const std::string& source,
   out << YAML::Key << "optimizer" << YAML::Value << job.optimizer;
   out << YAML::Key << "optimizer_impl" << YAML::Value << job.optimizer_impl;
   if (job.accumulation_steps > 1) out << YAML::Key << "gradient_accumulation_steps" << YAML::Value << job.accumulation_steps;
+  if (job.float8_delayed) {
+    out << YAML::Key << "float8" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "recipe" << YAML::Value << "delayed" << YAML::Key
+        << "skip" << YAML::Value << YAML::Flow << std::vector<std::string>{"lm_head"} << YAML::EndMap;
+  }
   out << YAML::EndMap;
   out << YAML::Key << "platform" << YAML::Value << platform;
   if (job.recompute == "none") {
@@ -528,6 +533,23 @@ ImportedScenario import_megatron_arguments(std::string_view text, const std::str
   if (job.grad_reduce_in_fp32) {
     job.notes.push_back("gradients accumulated and reduced in fp32 (Megatron-LM's accumulate_allreduce_grads_in_fp32" +
                         std::string(bf16 && !fp32_reduce_flag ? ", on for --bf16" : "") + "): parallelism.grad_reduce_in_fp32");
+  }
+  // --fp8-format (megatron/training/arguments.py, _add_transformer_engine_args; core_v0.6.0
+  // transformer_block.py wraps the layers in fp8_autocast with TE's DelayedScaling): Transformer
+  // Engine's linears run their GEMMs in FP8; the output layer, a ColumnParallelLinear of Megatron's
+  // own, stays 16-bit. E4M3 and hybrid (E5M2 gradients) run alike here. The amax history's length,
+  // its algorithm, the margin and the interval change scales, not kernels.
+  if (const auto format = args.text("fp8-format")) {
+    if (*format != "hybrid" && *format != "e4m3") args.fail_on("fp8-format", "is '" + *format + "'; expected hybrid or e4m3 (Megatron-LM's choices)");
+    if (!bf16 && !fp16) args.fail_on("fp8-format", "is given without --bf16 or --fp16; expected one of them (the layers around the FP8 GEMMs)");
+    const std::string impl = args.text("transformer-impl").value_or("transformer_engine");
+    if (impl != "transformer_engine") {
+      args.fail_on("fp8-format", "is given with --transformer-impl " + impl + "; expected transformer_engine (FP8 runs through Transformer Engine)");
+    }
+    if (args.flag("no-fp8-wgrad")) args.fail_on("no-fp8-wgrad", "keeps the weight-gradient GEMMs in 16 bits, which is not modelled; expected FP8 wgrad (no flag)");
+    for (const char* known : {"fp8-margin", "fp8-interval", "fp8-amax-history-len", "fp8-amax-compute-algo"}) args.mark_read(known);
+    job.float8_delayed = true;
+    job.notes.push_back("--fp8-format " + *format + ": Transformer Engine's delayed scaling on every linear but the output layer (training.float8, recipe delayed)");
   }
   const std::string optimizer = args.text("optimizer").value_or("adam");
   if (optimizer == "sgd") {

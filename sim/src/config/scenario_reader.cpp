@@ -160,22 +160,33 @@ void ScenarioReader::read_tf32(const YAML::Node& training, Scenario& scenario) c
   }
 }
 
-// training.float8: true (every linear layer), false, or {skip: [PATTERN, ...]} (module patterns,
-// models/module_pattern.hpp, whose linear layers stay in 16 bits: torchtitan's converter skips
-// `output`). torchao's float8 training with its tensorwise recipe (models::Float8Scope): the
-// GEMMs need FP8 tensor cores (the platform's gpu.peak.fp8), and its casts are timed as
-// torch.compile generates them, so framework.compile must be set (torchao's float8 README asks for
-// torch.compile, its eager casts being many kernels each); models/README.md, "Float8 linears".
+// training.float8: true (every linear layer), false, or {recipe: RECIPE, skip: [PATTERN, ...],
+// fsdp_all_gather: BOOL} (module patterns, models/module_pattern.hpp, whose linear layers stay in
+// 16 bits: torchtitan's converter skips `output`, Megatron-LM's output layer is not a Transformer
+// Engine module). The GEMMs need FP8 tensor cores (the platform's gpu.peak.fp8). The recipe
+// (models::Float8Recipe) decides the casts: tensorwise (the default) is torchao's, timed as
+// torch.compile generates its casts, so framework.compile must be set (torchao's float8 README asks
+// for torch.compile, its eager casts being many kernels each); delayed is Transformer Engine's
+// DelayedScaling, whose casts are its own kernels. models/README.md, "Float8 linears".
 void ScenarioReader::read_float8(const YAML::Node& training, Scenario& scenario) const {
   if (!training) return;
   const YAML::Node node = training["float8"];
   if (!node) return;
   const std::string expected =
-      "expected true (every linear layer), false or {skip: [PATTERN, ...]} (module patterns whose linear layers stay in 16 bits, as torchtitan "
-      "skips output)";
+      "expected true (every linear layer), false or {recipe: tensorwise or delayed, skip: [PATTERN, ...]} (module patterns whose linear layers "
+      "stay in 16 bits, as torchtitan skips output)";
   models::Float8Scope scope;
   if (node.IsMap()) {
-    check_keys(node, "training.float8", {"skip", "fsdp_all_gather"});
+    check_keys(node, "training.float8", {"recipe", "skip", "fsdp_all_gather"});
+    if (const YAML::Node recipe = node["recipe"]) {
+      const std::string text = recipe.IsScalar() ? recipe.Scalar() : std::string();
+      const std::optional<models::Float8Recipe> parsed = models::parse_float8_recipe(text);
+      if (!recipe.IsScalar() || !parsed) {
+        throw InputError(where(recipe.Mark()) + "'training.float8.recipe' is '" + text +
+                         "'; expected tensorwise (torchao's dynamic scaling) or delayed (Transformer Engine's DelayedScaling)");
+      }
+      scope.recipe = *parsed;
+    }
     if (const YAML::Node skip = node["skip"]) {
       if (!skip.IsSequence()) throw InputError(where(skip.Mark()) + "'training.float8.skip' must be a list of module patterns; " + expected);
       scope.skip = module_patterns(skip, "training.float8.skip");
@@ -184,6 +195,10 @@ void ScenarioReader::read_float8(const YAML::Node& training, Scenario& scenario)
     // weights in float8 (models::FsdpSpec::float8_all_gather), so it needs parallelism.fsdp.
     if (const YAML::Node gather = node["fsdp_all_gather"]) {
       scope.fsdp_all_gather = boolean(gather, "training.float8.fsdp_all_gather");
+      if (scope.fsdp_all_gather && scope.recipe != models::Float8Recipe::tensorwise) {
+        throw InputError(where(gather.Mark()) + "'training.float8.fsdp_all_gather' is torchao's float8 all-gather, which needs its tensorwise "
+                         "recipe; expected recipe tensorwise, or fsdp_all_gather false");
+      }
       if (scope.fsdp_all_gather && !(scenario.parallelism && scenario.parallelism->data.fsdp)) {
         throw InputError(where(gather.Mark()) + "'training.float8.fsdp_all_gather' gathers FSDP2's weights in float8; expected parallelism.fsdp "
                          "as well, or fsdp_all_gather false");
@@ -194,9 +209,10 @@ void ScenarioReader::read_float8(const YAML::Node& training, Scenario& scenario)
   } else if (!boolean(node, "training.float8")) {
     return;
   }
-  if (!scenario.framework.compile) {
+  if (scope.recipe == models::Float8Recipe::tensorwise && !scenario.framework.compile) {
     throw InputError(where(node.Mark()) + "'training.float8' is timed with its casts as torch.compile generates them; expected framework.compile "
-                     "set as well (torchao's float8 training asks for torch.compile) or no training.float8");
+                     "set as well (torchao's float8 training asks for torch.compile), recipe delayed (Transformer Engine's own cast kernels) "
+                     "or no training.float8");
   }
   if (scenario.platform && !(scenario.platform->gpu.peak_fp8 > 0)) {
     throw InputError(where(node.Mark()) + "'training.float8' runs the linear layers' GEMMs on FP8 tensor cores, and platform '" +

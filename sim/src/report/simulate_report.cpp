@@ -328,11 +328,17 @@ void add_header(std::string& out, const SimulationRun& run) {
     const auto linears = std::count_if(ops.begin(), ops.end(), [](const traces::Op& op) { return op.kind == traces::OpKind::linear; });
     const auto float8 = std::count_if(ops.begin(), ops.end(), [&](const traces::Op& op) { return models::in_float8_scope(*run.float8, op); });
     const std::string skip = run.float8->skip.empty() ? "" : fmt::format(" (skipped: {})", fmt::join(run.float8->skip, ", "));
-    add_line(out, "Float8     torchao float8 training, tensorwise scaling: {} of {} linear ops on FP8 tensor cores{}, with their amax and cast "
-                  "kernels as torch.compile generates them{}; FLOPs utilisation against the 16-bit peak",
-             float8, linears, skip,
-             run.float8->fsdp_all_gather ? "; their weights gathered by FSDP2 in float8 (one byte an element), not cast again; other memory as 16-bit"
-                                         : "; memory as 16-bit");
+    if (run.float8->recipe == models::Float8Recipe::delayed) {
+      add_line(out, "Float8     Transformer Engine's delayed scaling: {} of {} linear ops on FP8 tensor cores{}, with their cast kernels (weights once "
+                    "per optimizer step, a norm's output cast by the norm); memory as 16-bit; FLOPs utilisation against the 16-bit peak",
+               float8, linears, skip);
+    } else {
+      add_line(out, "Float8     torchao float8 training, tensorwise scaling: {} of {} linear ops on FP8 tensor cores{}, with their amax and cast "
+                    "kernels as torch.compile generates them{}; FLOPs utilisation against the 16-bit peak",
+               float8, linears, skip,
+               run.float8->fsdp_all_gather ? "; their weights gathered by FSDP2 in float8 (one byte an element), not cast again; other memory as 16-bit"
+                                           : "; memory as 16-bit");
+    }
   }
   for (const models::CompressionModelUse& c : run.schedule.compression) {
     add_compression_line(out, c, feature_use(run.schedule, c.rule));
@@ -772,7 +778,7 @@ std::string report_json(const SimulationRun& run) {
   // Only with training.float8, likewise.
   if (run.float8) {
     const auto& ops = run.trace.ops();
-    j["float8"] = {{"recipe", "tensorwise"},
+    j["float8"] = {{"recipe", std::string(models::to_string(run.float8->recipe))},
                    {"skip", run.float8->skip},
                    {"fsdp_all_gather", run.float8->fsdp_all_gather},
                    {"linear_ops", std::count_if(ops.begin(), ops.end(), [&](const traces::Op& op) { return models::in_float8_scope(*run.float8, op); })}};

@@ -35,6 +35,10 @@ models::OpTimeModel time_model_for(const Scenario& scenario) {
   options.attention_kernel = scenario.framework.attention_kernel;
   options.compile = scenario.framework.compile;
   options.float8 = scenario.float8;
+  // Transformer Engine recasts a weight on the step's first micro-batch only (Float8Scope).
+  if (options.float8 && options.float8->recipe == models::Float8Recipe::delayed) {
+    options.float8->weight_casts_per_micro_step = 1.0 / static_cast<double>(scenario.accumulation_steps);
+  }
   return models::OpTimeModel(require_platform(scenario), options);
 }
 

@@ -19,6 +19,8 @@ namespace comptrain::sim {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::AllOf;
 
 JobImportOptions on(const std::string& platform) {
   JobImportOptions options;
@@ -191,6 +193,31 @@ TEST(MegatronImport, TpCommOverlapBecomesTheScenarioKey) {
     EXPECT_THAT(e.what(), HasSubstr("--tp-comm-overlap"));
     EXPECT_THAT(e.what(), HasSubstr("without --sequence-parallel"));
   }
+}
+
+// --fp8-format (hybrid or e4m3) becomes Transformer Engine's delayed scaling on every linear but
+// the output layer (Megatron's own ColumnParallelLinear); the amax settings are read without
+// effect; Megatron's refusals and what is not modelled are errors at their flags.
+TEST(MegatronImport, Fp8FormatBecomesTransformerEnginesDelayedScaling) {
+  std::string job = kLlama70b;
+  job.insert(job.find(" --lr"), " --fp8-format hybrid --fp8-amax-history-len 1024 --fp8-amax-compute-algo max");
+  const ImportedScenario imported = import_megatron_arguments(job, "job.sh", on("dgx-h100-superpod"));
+  const Scenario s = read_back(imported);
+  ASSERT_TRUE(s.float8);
+  EXPECT_EQ(s.float8->recipe, models::Float8Recipe::delayed);
+  EXPECT_EQ(s.float8->skip, (std::vector<std::string>{"lm_head"}));
+  EXPECT_THAT(imported.yaml, Not(HasSubstr("fp8-amax")));
+  EXPECT_FALSE(read_back(import_megatron_arguments(kLlama70b, "job.sh", on("dgx-h100-superpod"))).float8);
+  const auto with = [&](const std::string& flags) {
+    std::string j = kLlama70b;
+    j.insert(j.find(" --lr"), " " + flags);
+    return megatron_error(j);
+  };
+  EXPECT_THAT(with("--fp8-format e5m2"), AllOf(HasSubstr("job.sh:"), HasSubstr("--fp8-format"), HasSubstr("'e5m2'")));
+  EXPECT_THAT(with("--fp8-format e4m3 --transformer-impl local"), AllOf(HasSubstr("--fp8-format"), HasSubstr("transformer_engine")));
+  EXPECT_THAT(with("--fp8-format hybrid --no-fp8-wgrad"), AllOf(HasSubstr("--no-fp8-wgrad"), HasSubstr("not modelled")));
+  // A platform without FP8 tensor cores refuses the imported scenario when it is read.
+  EXPECT_THROW(read_back(import_megatron_arguments(job, "job.sh", on("dgx-a100-superpod"))), InputError);
 }
 
 // --sequence-parallel under a tensor-parallel size of 1 is off, as Megatron-LM turns it off

@@ -638,5 +638,27 @@ TEST(Scenario, Float8NeedsCompileAndFp8TensorCores) {
   EXPECT_FALSE(scope("{fsdp_all_gather: false}")->fsdp_all_gather);
 }
 
+// training.float8.recipe: tensorwise (torchao's, the default) or delayed (Transformer Engine's
+// DelayedScaling), whose own cast kernels need no torch.compile; torchao's float8 all-gather is
+// refused with it, and an unknown recipe at its key.
+TEST(Scenario, Float8DelayedRecipeIsTransformerEnginesAndNeedsNoCompile) {
+  const std::string eager = "model: {zoo: gpt2}\nplatform: h100-80gb\n";
+  const Scenario delayed = parse_scenario(eager + "training: {float8: {recipe: delayed, skip: [lm_head]}}\n", "s.yaml", ".");
+  ASSERT_TRUE(delayed.float8);
+  EXPECT_EQ(delayed.float8->recipe, models::Float8Recipe::delayed);
+  EXPECT_EQ(delayed.float8->skip, (std::vector<std::string>{"lm_head"}));
+  const Scenario compiled = parse_scenario(eager + "framework: {compile: true}\ntraining: {float8: {recipe: tensorwise}}\n", "s.yaml", ".");
+  ASSERT_TRUE(compiled.float8);
+  EXPECT_EQ(compiled.float8->recipe, models::Float8Recipe::tensorwise);
+  EXPECT_THAT(error_of(eager + "training: {float8: {recipe: rowwise}}\n"),
+              AllOf(HasSubstr("s.yaml:3:"), HasSubstr("training.float8.recipe"), HasSubstr("'rowwise'"), HasSubstr("tensorwise"), HasSubstr("delayed")));
+  EXPECT_THAT(error_of(eager + "training: {float8: {recipe: [delayed]}}\n"), HasSubstr("training.float8.recipe"));
+  EXPECT_THAT(error_of(eager + "training: {float8: {recipe: tensorwise}}\n"), AllOf(HasSubstr("framework.compile"), HasSubstr("recipe delayed")));
+  EXPECT_THAT(error_of(eager + "parallelism: {gpus_per_node: 8, fsdp: {units: [\"transformer.h.*\"]}}\n"
+                               "training: {float8: {recipe: delayed, fsdp_all_gather: true}}\n"),
+              AllOf(HasSubstr("s.yaml:4:"), HasSubstr("fsdp_all_gather"), HasSubstr("tensorwise")));
+  EXPECT_THAT(error_of("model: {zoo: gpt2}\nplatform: a100-80gb\ntraining: {float8: {recipe: delayed}}\n"), HasSubstr("gpu.peak.fp8"));
+}
+
 }  // namespace
 }  // namespace comptrain::sim

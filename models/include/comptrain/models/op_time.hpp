@@ -25,11 +25,24 @@ enum class AttentionKernel : std::uint8_t {
 std::string_view to_string(AttentionKernel kernel);
 std::optional<AttentionKernel> parse_attention_kernel(std::string_view text);
 
-// torchao's float8 training of linear layers (torchao.float8.convert_to_float8_training with its
-// default recipe, tensorwise: dynamic scaling, one scale per tensor computed from its amax each
-// time it is cast): every linear op outside `skip` runs its GEMMs on the GPU's FP8 tensor cores
-// (gpu.peak.fp8) over 1-byte operands, after the kernels that take each operand's amax and cast
-// it; the casts are timed as torch.compile generates them (models/README.md, "Float8 linears").
+// How a float8 linear's operands get their scales (models/README.md, "Float8 linears").
+enum class Float8Recipe : std::uint8_t {
+  // torchao's default (convert_to_float8_training): dynamic scaling, one scale per tensor from its
+  // amax each time it is cast; an amax kernel and a cast kernel per operand, as torch.compile
+  // generates them.
+  tensorwise,
+  // Transformer Engine's DelayedScaling (Megatron-LM's --fp8-format): each scale from an amax
+  // history the cast kernels themselves update, so a cast is one kernel; the weights are cast
+  // once per optimizer step when the framework marks the first micro-batch (Megatron-LM does),
+  // and a linear that follows Transformer Engine's own norm takes the norm's fp8 output.
+  delayed,
+};
+std::string_view to_string(Float8Recipe recipe);
+std::optional<Float8Recipe> parse_float8_recipe(std::string_view text);
+
+// Float8 training of linear layers: every linear op outside `skip` runs its GEMMs on the GPU's
+// FP8 tensor cores (gpu.peak.fp8) over 1-byte operands, after the kernels that cast them, which
+// `recipe` decides (models/README.md, "Float8 linears").
 struct Float8Scope {
   std::vector<std::string> skip;  // module patterns whose linears stay in 16 bits (torchtitan skips "output")
   // torchao's enable_fsdp_float8_all_gather (torchtitan's float8.enable_fsdp_float8_all_gather;
@@ -37,8 +50,13 @@ struct Float8Scope {
   // linear's weight shard before the all-gather and gathers it in float8, one byte an element
   // (FsdpSpec::float8_all_gather), so the linear's forward takes its weight already cast, and its
   // backward only transposes it for the input gradient's GEMM (one byte read and one written an
-  // element) instead of an amax and a cast.
+  // element) instead of an amax and a cast. Tensorwise only.
   bool fsdp_all_gather = false;
+  Float8Recipe recipe = Float8Recipe::tensorwise;
+  // Delayed only: the share of a micro-step's forward ops that cast their weight, 1 / the optimizer
+  // step's micro-steps (Transformer Engine recasts its fp8 weight copies only when told the
+  // micro-batch is the first of the step: Megatron-LM's set_is_first_microbatch).
+  double weight_casts_per_micro_step = 1.0;
   friend bool operator==(const Float8Scope&, const Float8Scope&) = default;
 };
 

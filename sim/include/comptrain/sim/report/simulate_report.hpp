@@ -41,7 +41,7 @@ struct SimulationRun {
   int data_parallel_ranks = 0;
   // torch.compile's regions (framework.compile; nullptr: eager): the report says what it fused.
   const models::CompileScope* compile = nullptr;
-  // torchao's float8 linears (training.float8; nullptr: none): the report counts them.
+  // Float8 linears (training.float8; nullptr: none): the report counts them.
   const models::Float8Scope* float8 = nullptr;
 };
 

@@ -702,14 +702,15 @@ struct Float8Work {
   double cast_kernels = 0;         // launches (a weight cast once per step counts its share)
 };
 
-// Whether a norm made `t` (a layernorm op, or a communication op, a sequence-parallel all-gather,
-// applied to a norm's output).
+// Whether a norm's forward made `t` (a layernorm op, or a communication op, a sequence-parallel
+// all-gather or its backward re-gather, applied to a norm's output). A norm's backward makes a
+// gradient, which is cast as gradients are.
 bool made_by_norm(const traces::Trace& trace, traces::TensorIndex t) {
   for (int hops = 0; hops < 2; ++hops) {
     const std::optional<traces::OpIndex> producer = trace.tensor(t).producer;
     if (!producer) return false;
     const traces::Op& op = trace.op(*producer);
-    if (op.kind == traces::OpKind::layernorm) return true;
+    if (op.kind == traces::OpKind::layernorm) return op.phase == traces::Phase::forward;
     if (op.kind != traces::OpKind::communication || op.inputs.empty()) return false;
     t = op.inputs.front();
   }

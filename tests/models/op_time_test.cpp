@@ -437,6 +437,42 @@ TEST(OpTime, Float8DelayedScalingTakesANormsFp8OutputAndCastsASharedInputOnce) {
   }
 }
 
+// A gradient a norm's backward made (a post-norm layer: the linear's output feeds the norm) is
+// still the output gradient: cast with its transpose, not taken as a norm's fp8 output.
+TEST(OpTime, Float8DelayedScalingCastsAGradientANormsBackwardMade) {
+  std::vector<traces::Tensor> tensors = {f16_tensor(1, "y.grad.in", {4, 1024}, traces::TensorRole::temporary),
+                                         f16_tensor(2, "y.grad", {4, 1024}, traces::TensorRole::temporary),
+                                         f16_tensor(3, "x", {4, 1024}, traces::TensorRole::activation),
+                                         f16_tensor(4, "w", {1024, 1024}, traces::TensorRole::weight),
+                                         f16_tensor(5, "x.grad", {4, 1024}, traces::TensorRole::temporary)};
+  traces::Op norm;
+  norm.id = 1;
+  norm.name = "norm.backward";
+  norm.phase = traces::Phase::backward;
+  norm.kind = OpKind::layernorm;
+  norm.inputs = {0};
+  norm.outputs = {1};
+  norm.bytes_read = {0, 2048};
+  norm.bytes_written = {0, 2048};
+  traces::Op linear;
+  linear.id = 2;
+  linear.name = "dense.backward";
+  linear.phase = traces::Phase::backward;
+  linear.kind = OpKind::linear;
+  linear.inputs = {1, 2, 3};
+  linear.outputs = {4};
+  linear.flops = {0, 1'000'000'000'000'000};
+  linear.bytes_read = {0, 4'000'000};
+  linear.bytes_written = {0, 4'000'000};
+  const traces::Trace trace("post-norm", 4, std::move(tensors), {std::move(norm), std::move(linear)});
+  OpTimeOptions delayed;
+  delayed.float8 = Float8Scope{};
+  delayed.float8->recipe = Float8Recipe::delayed;
+  const double x = 4 * 1024;
+  EXPECT_NEAR(OpTimeModel(fp8_platform(), delayed).seconds(trace, 1), 4e15 / (320e12 * 0.8) + 5e-6 + (4 * x + 2 * x) / (1e12 * 0.5) + 2 * 5e-6,
+              1e-12);
+}
+
 TEST(OpTime, Float8NeedsAPlatformWithFp8) {
   OpTimeOptions float8;
   float8.float8 = Float8Scope{};

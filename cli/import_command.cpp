@@ -25,7 +25,8 @@ std::function<int()> add_import_command(CLI::App& app) {
                                      "parallelism layout and recomputation (and, for a Llama-shaped Megatron-LM model, Megatron's own layers: "
                                      "model.implementation megatron with the job's dropout and fusion flags; for a mixture of experts, Megatron's "
                                      "token dispatcher, allgather unless the job says alltoall, its aux-loss router, and GroupedMLP under --moe-grouped-gemm; under "
-                                     "--fp8-format, Transformer Engine's delayed scaling on every linear but the output layer). What the "
+                                     "--fp8-format, Transformer Engine's delayed scaling on every linear but the output layer; for a torchtitan job, its "
+                                     "torch.compile and torchao float8 converter). What the "
                                      "job sets that is not "
                                      "modelled, or that was assumed, is printed and written as comments at the scenario's top.");
   command->add_option("input", options->input, "The job: a file of Megatron-LM arguments, or a torchtitan .toml")->required();

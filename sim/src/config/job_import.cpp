@@ -40,6 +40,11 @@ struct JobDescription {
   std::string optimizer = "adamw";
   std::string optimizer_impl = "fused";
   bool float8_delayed = false;  // Megatron-LM's --fp8-format: Transformer Engine's DelayedScaling on every linear but the output layer
+  // torchtitan's torchao float8 converter (tensorwise): the module patterns it skips and whether
+  // FSDP2 gathers the converted weights in float8; unset: no converter.
+  std::optional<std::pair<std::vector<std::string>, bool>> float8_tensorwise;
+  bool compile_blocks = false;  // torchtitan's torch.compile of each transformer block (framework.compile)
+  bool compile_loss = false;    // and of the loss function (training.loss compiled)
   // parallelism
   int nodes = 1;
   int gpus_per_node = 1;
@@ -112,7 +117,21 @@ std::string write_scenario(const JobDescription& job, const std::string& source,
     out << YAML::Key << "float8" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "recipe" << YAML::Value << "delayed" << YAML::Key
         << "skip" << YAML::Value << YAML::Flow << std::vector<std::string>{"lm_head"} << YAML::EndMap;
   }
+  if (const auto& f8 = job.float8_tensorwise) {
+    out << YAML::Key << "float8" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "skip" << YAML::Value << YAML::Flow << f8->first;
+    if (f8->second) out << YAML::Key << "fsdp_all_gather" << YAML::Value << true;
+    out << YAML::EndMap;
+  }
+  if (job.compile_loss) {
+    out << YAML::Key << "loss" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "kind" << YAML::Value << "cross_entropy" << YAML::Key
+        << "compiled" << YAML::Value << true << YAML::EndMap;
+  }
   out << YAML::EndMap;
+  if (job.compile_blocks) {
+    out << YAML::Key << "framework" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "compile" << YAML::Value << YAML::Flow
+        << YAML::BeginMap << YAML::Key << "modules" << YAML::Value << YAML::Flow << std::vector<std::string>{"model.layers.*"} << YAML::EndMap
+        << YAML::EndMap;
+  }
   out << YAML::Key << "platform" << YAML::Value << platform;
   if (job.recompute == "none") {
     out << YAML::Key << "strategy" << YAML::Value << "baseline";
@@ -697,6 +716,22 @@ class TomlJob {
     if (const auto value = node->value<T>()) return *value;
     fail(section, key, "has the wrong type");
   }
+  // A list of strings (a TOML array, or one string, as torchtitan's command line takes one).
+  std::optional<std::vector<std::string>> strings(const char* section, const char* key) {
+    const toml::node* node = table_.at_path(std::string(section) + "." + key).node();
+    if (node == nullptr) return std::nullopt;
+    if (const auto text = node->value<std::string>()) return std::vector<std::string>{*text};
+    const toml::array* array = node->as_array();
+    if (array == nullptr) fail(section, key, "has the wrong type; expected a list of strings");
+    std::vector<std::string> values;
+    for (const toml::node& item : *array) {
+      const auto text = item.value<std::string>();
+      if (!text) fail(section, key, "has the wrong type; expected a list of strings");
+      values.push_back(*text);
+    }
+    return values;
+  }
+  bool has(const char* section) const { return table_.at_path(section).node() != nullptr; }
   long long integer(const char* section, const char* key, long long fallback, long long low, long long high) {
     const long long value = get<long long>(section, key).value_or(fallback);
     if (value < low || value > high) fail(section, key, fmt::format("is {}; expected {} to {}", value, low, high));
@@ -712,6 +747,89 @@ class TomlJob {
   std::string source_;
   toml::table table_;
 };
+
+}  // namespace
+
+namespace {
+
+// torchtitan's module names of a Llama 3 (torchtitan/models/llama3/model/model.py) as the zoo's
+// module patterns, for float8's filter_fqns (torchtitan's module_filter_fn skips a linear whose
+// name contains an entry).
+std::optional<std::string> zoo_module_of(const std::string& fqn) {
+  static const std::map<std::string, std::string> modules = {
+      {"output", "lm_head"},
+      {"attention.wq", "model.layers.*.self_attn.q_proj"},
+      {"attention.wk", "model.layers.*.self_attn.k_proj"},
+      {"attention.wv", "model.layers.*.self_attn.v_proj"},
+      {"attention.wo", "model.layers.*.self_attn.o_proj"},
+      {"feed_forward.w1", "model.layers.*.mlp.gate_proj"},
+      {"feed_forward.w2", "model.layers.*.mlp.down_proj"},
+      {"feed_forward.w3", "model.layers.*.mlp.up_proj"},
+  };
+  const auto it = modules.find(fqn);
+  if (it == modules.end()) return std::nullopt;
+  return it->second;
+}
+
+// torch.compile: [compile] enable with its components (torchtitan@4a950eaa config/job_config.py,
+// Compile: "model" compiles each transformer block, apply_compile; "loss" the loss function,
+// components/loss.py), or [training] compile of earlier releases (both). torchao's float8: the
+// converter "float8" (earlier) or "quantize.linear.float8" (4a950eaa: components/quantization/
+// float8.py, register_model_converter) in [model] converters, configured by [float8] or
+// [quantize.linear.float8]: the tensorwise recipe only, its filter_fqns as module patterns,
+// enable_fsdp_float8_all_gather as fsdp_all_gather.
+void import_torchtitan_compile_and_float8(TomlJob& toml, JobDescription& job) {
+  const bool compile_section = toml.get<bool>("compile", "enable").value_or(false);
+  const bool compile_training = toml.get<bool>("training", "compile").value_or(false);
+  if (compile_section || compile_training) {
+    const std::vector<std::string> components =
+        compile_section ? toml.strings("compile", "components").value_or(std::vector<std::string>{"model", "loss"}) : std::vector<std::string>{"model", "loss"};
+    for (const std::string& c : components) {
+      if (c != "model" && c != "loss") toml.fail("compile", "components", "names '" + c + "'; expected model and loss");
+    }
+    job.compile_blocks = std::find(components.begin(), components.end(), "model") != components.end();
+    job.compile_loss = std::find(components.begin(), components.end(), "loss") != components.end();
+    if (job.compile_loss && job.tensor > 1) {
+      job.compile_loss = false;
+      job.notes.push_back("the compiled loss is not modelled under tensor parallelism (its vocabulary-parallel loss): the loss is timed eager");
+    }
+  }
+  const std::vector<std::string> converters = toml.strings("model", "converters").value_or(std::vector<std::string>{});
+  bool float8 = false;
+  for (const std::string& c : converters) {
+    if (c == "float8" || c == "quantize.linear.float8") {
+      float8 = true;
+    } else {
+      toml.fail("model", "converters", "names '" + c + "'; expected float8 or quantize.linear.float8 (torchao's float8 linears; the MX and grouped-GEMM converters are not modelled)");
+    }
+  }
+  if (!float8) return;
+  const char* section = toml.has("quantize.linear.float8") ? "quantize.linear.float8" : "float8";
+  if (const auto recipe = toml.get<std::string>(section, "recipe_name"); recipe && *recipe != "tensorwise") {
+    toml.fail(section, "recipe_name", "is '" + *recipe + "'; expected tensorwise (the rowwise recipes are not modelled)");
+  }
+  if (!job.compile_blocks) {
+    toml.fail("model", "converters", "names float8 without torch.compile of the model; expected [compile] enable with the model (comptrain times torchao's casts as "
+                                     "torch.compile generates them)");
+  }
+  std::vector<std::string> skip;
+  for (const std::string& fqn : toml.strings(section, "filter_fqns").value_or(std::vector<std::string>{})) {
+    const std::optional<std::string> module = zoo_module_of(fqn);
+    if (!module) {
+      toml.fail(section, "filter_fqns", "names '" + fqn + "'; expected output, attention.wq, .wk, .wv, .wo or feed_forward.w1, .w2, .w3 (the modules comptrain maps)");
+    }
+    skip.push_back(*module);
+  }
+  bool gather = toml.get<bool>(section, "enable_fsdp_float8_all_gather").value_or(false);
+  if (gather && !job.fsdp) {
+    gather = false;
+    job.notes.push_back(std::string(section) + ".enable_fsdp_float8_all_gather has no FSDP to act on (one data-parallel rank): not imported");
+  }
+  job.float8_tensorwise.emplace(std::move(skip), gather);
+  if (toml.get<bool>(section, "precompute_float8_dynamic_scale_for_fsdp").value_or(false)) {
+    job.notes.push_back("precompute_float8_dynamic_scale_for_fsdp (one amax all-reduce per step) is not modelled");
+  }
+}
 
 }  // namespace
 
@@ -823,6 +941,7 @@ ImportedScenario import_torchtitan_toml(std::string_view text, const std::string
   } else if (mode != "none") {
     toml.fail("activation_checkpoint", "mode", "is '" + mode + "'; expected full, selective or none");
   }
+  import_torchtitan_compile_and_float8(toml, job);
   if (toml.get<bool>("training", "enable_cpu_offload").value_or(false)) job.notes.push_back("training.enable_cpu_offload is not imported (FSDP2's CPU offload: set parallelism.fsdp.enable_cpu_offload)");
   if (toml.get<bool>("parallelism", "enable_async_tensor_parallel").value_or(false)) job.notes.push_back("enable_async_tensor_parallel is not modelled");
   ImportedScenario imported{write_scenario(job, source, options.platform), job.notes};

@@ -485,6 +485,58 @@ TEST(JobImport, ContextParallelExchange) {
   EXPECT_THAT(torchtitan_error(toml + "context_parallel_rotate_method = \"ring\"\n"), HasSubstr("context_parallel_rotate_method is 'ring'"));
 }
 
+// torch.compile and torchao's float8 converter: [compile] enable with its components (or
+// [training] compile of earlier releases) compile each block (framework.compile) and the loss;
+// the converter float8 or quantize.linear.float8 becomes training.float8 with the filter_fqns as
+// module patterns and the FSDP float8 all-gather. Before, a job that compiled and ran float8 was
+// imported as eager bf16 without a word.
+TEST(TorchtitanImport, CompileAndFloat8BecomeTheirScenarioKeys) {
+  JobImportOptions options = on("dgx-h100-superpod");
+  options.gpus_per_node = 8;
+  const std::string base = "[model]\nflavor = \"8B\"\n";
+  const std::string rest = "[training]\nlocal_batch_size = 2\nseq_len = 8192\n";
+  const Scenario eager = read_back(import_torchtitan_toml(base + rest, "job.toml", options));
+  EXPECT_FALSE(eager.framework.compile);
+  EXPECT_FALSE(eager.float8);
+  const std::string compiled = "[compile]\nenable = true\ncomponents = [\"model\", \"loss\"]\n";
+  const Scenario c = read_back(import_torchtitan_toml(base + rest + compiled, "job.toml", options));
+  ASSERT_TRUE(c.framework.compile);
+  EXPECT_EQ(c.framework.compile->modules, (std::vector<std::string>{"model.layers.*"}));
+  ASSERT_TRUE(c.zoo_model);
+  EXPECT_TRUE(c.zoo_model->loss.compiled);
+  // The earlier [training] compile compiles both.
+  const Scenario old = read_back(import_torchtitan_toml(base + "[training]\nlocal_batch_size = 2\nseq_len = 8192\ncompile = true\n", "job.toml", options));
+  ASSERT_TRUE(old.framework.compile);
+  EXPECT_TRUE(old.zoo_model->loss.compiled);
+  const Scenario model_only = read_back(import_torchtitan_toml(base + rest + "[compile]\nenable = true\ncomponents = [\"model\"]\n", "job.toml", options));
+  EXPECT_TRUE(model_only.framework.compile);
+  EXPECT_FALSE(model_only.zoo_model->loss.compiled);
+
+  const std::string float8 = "[model]\nflavor = \"8B\"\nconverters = [\"quantize.linear.float8\"]\n" + rest + compiled +
+                             "[quantize.linear.float8]\nenable_fsdp_float8_all_gather = true\nfilter_fqns = [\"output\"]\n";
+  const Scenario f = read_back(import_torchtitan_toml(float8, "job.toml", options));
+  ASSERT_TRUE(f.float8);
+  EXPECT_EQ(f.float8->recipe, models::Float8Recipe::tensorwise);
+  EXPECT_EQ(f.float8->skip, (std::vector<std::string>{"lm_head"}));
+  EXPECT_TRUE(f.float8->fsdp_all_gather);
+  // The earlier converter name and section.
+  const Scenario f_old = read_back(import_torchtitan_toml("[model]\nflavor = \"8B\"\nconverters = \"float8\"\n" + rest + compiled +
+                                                              "[float8]\nfilter_fqns = [\"output\", \"attention.wq\"]\n",
+                                                          "job.toml", options));
+  ASSERT_TRUE(f_old.float8);
+  EXPECT_EQ(f_old.float8->skip, (std::vector<std::string>{"lm_head", "model.layers.*.self_attn.q_proj"}));
+  EXPECT_FALSE(f_old.float8->fsdp_all_gather);
+  // What is not modelled is refused at its key.
+  EXPECT_THAT(torchtitan_error("[model]\nflavor = \"8B\"\nconverters = [\"float8\"]\n" + rest, options),
+              AllOf(HasSubstr("job.toml:3: [model] converters"), HasSubstr("torch.compile")));
+  EXPECT_THAT(torchtitan_error("[model]\nflavor = \"8B\"\nconverters = [\"mx\"]\n" + rest + compiled, options), HasSubstr("names 'mx'"));
+  EXPECT_THAT(torchtitan_error(float8 + "recipe_name = \"rowwise\"\n", options), HasSubstr("recipe_name is 'rowwise'"));
+  EXPECT_THAT(torchtitan_error("[model]\nflavor = \"8B\"\nconverters = [\"float8\"]\n" + rest + compiled + "[float8]\nfilter_fqns = [\"tok_embeddings\"]\n",
+                               options),
+              HasSubstr("filter_fqns names 'tok_embeddings'"));
+  EXPECT_THAT(torchtitan_error(base + rest + "[compile]\nenable = true\ncomponents = [\"optimizer\"]\n", options), HasSubstr("names 'optimizer'"));
+}
+
 TEST(TorchtitanImport, BadKeysAreErrorsAtTheirLines) {
   EXPECT_THAT(torchtitan_error("[model]\nname = \"llama3\"\nflavor = \"9B\"\n"), HasSubstr("job.toml:3: [model] flavor is '9B'"));
   EXPECT_THAT(torchtitan_error("[model]\nflavor = \"8B\"\n[training]\nseq_len = \"long\"\n"), HasSubstr("job.toml:4: [training] seq_len has the wrong type"));

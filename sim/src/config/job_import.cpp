@@ -40,9 +40,12 @@ struct JobDescription {
   std::string optimizer = "adamw";
   std::string optimizer_impl = "fused";
   bool float8_delayed = false;  // Megatron-LM's --fp8-format: Transformer Engine's DelayedScaling on every linear but the output layer
-  // torchtitan's torchao float8 converter (tensorwise): the module patterns it skips and whether
-  // FSDP2 gathers the converted weights in float8; unset: no converter.
-  std::optional<std::pair<std::vector<std::string>, bool>> float8_tensorwise;
+  // torchtitan's torchao float8 converter (tensorwise); unset: no converter.
+  struct TensorwiseFloat8 {
+    std::vector<std::string> skip;  // module patterns whose linears stay 16-bit
+    bool fsdp_all_gather = false;   // FSDP2 gathers the converted weights in float8
+  };
+  std::optional<TensorwiseFloat8> float8_tensorwise;
   bool compile_blocks = false;  // torchtitan's torch.compile of each transformer block (framework.compile)
   bool compile_loss = false;    // and of the loss function (training.loss compiled)
   // parallelism
@@ -118,8 +121,8 @@ std::string write_scenario(const JobDescription& job, const std::string& source,
         << "skip" << YAML::Value << YAML::Flow << std::vector<std::string>{"lm_head"} << YAML::EndMap;
   }
   if (const auto& f8 = job.float8_tensorwise) {
-    out << YAML::Key << "float8" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "skip" << YAML::Value << YAML::Flow << f8->first;
-    if (f8->second) out << YAML::Key << "fsdp_all_gather" << YAML::Value << true;
+    out << YAML::Key << "float8" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "skip" << YAML::Value << YAML::Flow << f8->skip;
+    if (f8->fsdp_all_gather) out << YAML::Key << "fsdp_all_gather" << YAML::Value << true;
     out << YAML::EndMap;
   }
   if (job.compile_loss) {
@@ -825,7 +828,7 @@ void import_torchtitan_compile_and_float8(TomlJob& toml, JobDescription& job) {
     gather = false;
     job.notes.push_back(std::string(section) + ".enable_fsdp_float8_all_gather has no FSDP to act on (one data-parallel rank): not imported");
   }
-  job.float8_tensorwise.emplace(std::move(skip), gather);
+  job.float8_tensorwise = JobDescription::TensorwiseFloat8{std::move(skip), gather};
   if (toml.get<bool>(section, "precompute_float8_dynamic_scale_for_fsdp").value_or(false)) {
     job.notes.push_back("precompute_float8_dynamic_scale_for_fsdp (one amax all-reduce per step) is not modelled");
   }

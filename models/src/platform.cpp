@@ -65,7 +65,8 @@ class PlatformReader : public yaml::Reader {
     platform.gpu = read_gpu(section(root, "gpu", "", {"name", "memory", "memory_visible", "cuda_context", "compute_capability", "memory_bandwidth", "peak",
                                                          "launch_overhead", "sms", "collective_sms", "power"}));
     platform.host = read_host(section(root, "host", "", {"name", "cores", "flops", "memory", "memory_bandwidth", "dispatch", "torch_save_bandwidth", "power"}));
-    platform.host_link = read_link(section(root, "host_link", "", {"name", "bandwidth", "latency", "pageable_bandwidth", "power"}), "host_link");
+    platform.host_link = read_link(section(root, "host_link", "", {"name", "bandwidth", "latency", "pageable_bandwidth", "checkpoint_copy_bandwidth", "power"}),
+                                   "host_link");
     if (root["host_link"]["pageable_bandwidth"]) {
       platform.host_link.pageable_bandwidth =
           quantity(root["host_link"], "pageable_bandwidth", "host_link", Dimension::bandwidth, limits::bandwidth);
@@ -74,6 +75,15 @@ class PlatformReader : public yaml::Reader {
         throw InputError(where(root["host_link"]["pageable_bandwidth"].Mark()) + "'host_link.pageable_bandwidth' (" +
                          shortened(root["host_link"]["pageable_bandwidth"]) +
                          ") exceeds host_link.bandwidth; expected at most the pinned rate (pageable copies are staged through pinned buffers)");
+      }
+    }
+    if (const YAML::Node copy = root["host_link"]["checkpoint_copy_bandwidth"]) {
+      platform.host_link.checkpoint_copy_bandwidth =
+          quantity(root["host_link"], "checkpoint_copy_bandwidth", "host_link", Dimension::bandwidth, limits::bandwidth);
+      // A rate the engine reaches over the link cannot exceed the link's.
+      if (platform.host_link.checkpoint_copy_bandwidth > platform.host_link.bandwidth) {
+        throw InputError(where(copy.Mark()) + "'host_link.checkpoint_copy_bandwidth' (" + shortened(copy) +
+                         ") exceeds host_link.bandwidth; expected at most the link's rate (the checkpoint's copies cross that link)");
       }
     }
     if (root["gpu_link"]) {
@@ -359,12 +369,15 @@ class PlatformReader : public yaml::Reader {
     }
     if (storage["shared"]) {
       const YAML::Node shared =
-          section(storage, "shared", "storage", {"name", "read_bandwidth", "write_bandwidth", "per_node_bandwidth", "latency"});
+          section(storage, "shared", "storage", {"name", "read_bandwidth", "write_bandwidth", "per_node_bandwidth", "latency", "checkpoint_overhead"});
       spec.shared = SharedFileSystemSpec{text_field(shared, "name", "storage.shared"),
                                          quantity(shared, "read_bandwidth", "storage.shared", Dimension::bandwidth, limits::bandwidth),
                                          quantity(shared, "write_bandwidth", "storage.shared", Dimension::bandwidth, limits::bandwidth),
                                          quantity(shared, "per_node_bandwidth", "storage.shared", Dimension::bandwidth, limits::bandwidth),
                                          quantity(shared, "latency", "storage.shared", Dimension::time, limits::latency)};
+      if (shared["checkpoint_overhead"]) {
+        spec.shared->checkpoint_overhead = quantity(shared, "checkpoint_overhead", "storage.shared", Dimension::time, limits::latency);
+      }
     }
     return spec;
   }

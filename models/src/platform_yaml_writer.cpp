@@ -233,6 +233,7 @@ void write_link(Writer& w, const std::vector<std::string>& path, const LinkSpec&
   w.value(at("bandwidth"), scaled_text(l.bandwidth, 1e9, "GB/s"));
   w.value(at("latency"), scaled_text(l.latency, 1e-6, "us"));
   if (l.pageable_bandwidth > 0) w.value(at("pageable_bandwidth"), scaled_text(l.pageable_bandwidth, 1e9, "GB/s"));
+  if (l.checkpoint_copy_bandwidth > 0) w.value(at("checkpoint_copy_bandwidth"), scaled_text(l.checkpoint_copy_bandwidth, 1e9, "GB/s"));
   write_link_power(w, path, l.idle_power, l.busy_power);
   w.end();
 }
@@ -316,6 +317,7 @@ void write_storage(Writer& w, const StorageSpec& storage) {
     w.value({"storage", "shared", "write_bandwidth"}, scaled_text(shared->write_bandwidth, 1e9, "GB/s"));
     w.value({"storage", "shared", "per_node_bandwidth"}, scaled_text(shared->per_node_bandwidth, 1e9, "GB/s"));
     w.value({"storage", "shared", "latency"}, scaled_text(shared->latency, 1e-6, "us"));
+    if (shared->checkpoint_overhead > 0) w.value({"storage", "shared", "checkpoint_overhead"}, scaled_text(shared->checkpoint_overhead, 1e-3, "ms"));
     w.end();
   }
   w.end();

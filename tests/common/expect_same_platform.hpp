@@ -19,6 +19,7 @@ inline void expect_same_link(const models::LinkSpec& a, const models::LinkSpec& 
   EXPECT_DOUBLE_EQ(a.bandwidth, b.bandwidth);
   EXPECT_DOUBLE_EQ(a.latency, b.latency);
   EXPECT_DOUBLE_EQ(a.pageable_bandwidth, b.pageable_bandwidth);
+  EXPECT_DOUBLE_EQ(a.checkpoint_copy_bandwidth, b.checkpoint_copy_bandwidth);
   EXPECT_DOUBLE_EQ(a.idle_power, b.idle_power);
   EXPECT_DOUBLE_EQ(a.busy_power, b.busy_power);
 }
@@ -134,6 +135,7 @@ inline void expect_same_platform(const models::Platform& a, const models::Platfo
       EXPECT_DOUBLE_EQ(a.storage->shared->write_bandwidth, b.storage->shared->write_bandwidth);
       EXPECT_DOUBLE_EQ(a.storage->shared->per_node_bandwidth, b.storage->shared->per_node_bandwidth);
       EXPECT_DOUBLE_EQ(a.storage->shared->latency, b.storage->shared->latency);
+      EXPECT_DOUBLE_EQ(a.storage->shared->checkpoint_overhead, b.storage->shared->checkpoint_overhead);
     }
   }
 }

@@ -221,6 +221,16 @@ class IoModel {
       std::vector<sg4::LinkInRoute> up{sg4::LinkInRoute(pcie, sg4::LinkInRoute::Direction::UP)};
       if (memory != nullptr) up.emplace_back(memory);
       zone->add_route(gpu->get_netpoint(), cpu_->get_netpoint(), nullptr, nullptr, up, false);
+      // host_link.checkpoint_copy_bandwidth: the engine's copies into its pinned cache take the
+      // same route and then a link of that rate (a route of its own to a host standing for the
+      // cache, so that nothing else is held to it).
+      if (const double cap = p.host_link.checkpoint_copy_bandwidth; cap > 0) {
+        sg4::Host* cache = zone->create_host(fmt::format("cache{}", g), 1.0)->seal();
+        caches_.push_back(cache);
+        std::vector<sg4::LinkInRoute> to_cache = up;
+        to_cache.emplace_back(zone->create_link(fmt::format("cache_copy{}", g), cap)->seal());
+        zone->add_route(gpu->get_netpoint(), cache->get_netpoint(), nullptr, nullptr, to_cache, false);
+      }
     }
     if (p.storage && p.storage->shared) {
       const models::SharedFileSystemSpec& fs = *p.storage->shared;
@@ -255,6 +265,22 @@ class IoModel {
   }
   void copy_to_host(int g, std::int64_t bytes) {
     if (bytes > 0) sg4::Comm::sendto(gpus_host_[static_cast<std::size_t>(g)], cpu_, static_cast<std::uint64_t>(bytes));
+  }
+  // An asynchronous engine's copy into its pinned cache: over the same route, at most at
+  // host_link.checkpoint_copy_bandwidth where the platform gives it (models/platform.hpp).
+  void copy_to_cache(int g, std::int64_t bytes) {
+    if (bytes <= 0) return;
+    if (caches_.empty()) {
+      copy_to_host(g, bytes);
+      return;
+    }
+    sg4::Comm::sendto(gpus_host_[static_cast<std::size_t>(g)], caches_[static_cast<std::size_t>(g)], static_cast<std::uint64_t>(bytes));
+  }
+  // storage.shared.checkpoint_overhead: what each save costs before its bytes move (0 when the
+  // checkpoint goes to the local disk or the platform gives none).
+  double checkpoint_overhead() const {
+    if (in_.checkpoint->to != StorageTier::shared || !in_.platform.storage || !in_.platform.storage->shared) return 0;
+    return in_.platform.storage->shared->checkpoint_overhead;
   }
   // torch.save's own work on a chunk, on one core of the node's CPU host (a core runs 1 flop/s,
   // so bytes / rate flops take bytes / rate seconds unless the cores are shared): pickling, the
@@ -351,7 +377,7 @@ class IoModel {
           s.cache_used += bytes;
           note_host_bytes();
         }
-        copy_to_host(g, bytes);
+        copy_to_cache(g, bytes);
         done += bytes;
         std::unique_lock<sg4::Mutex> lock(*mutex_);
         if (finished_) return;
@@ -391,10 +417,10 @@ class IoModel {
   // .cpu(), then the zip writer's write_record); the page cache would let the device's write-back
   // overlap the next chunk, which the model leaves out (it can only lengthen the stall by the
   // writes' share).
-  void save_synchronously(int g, int checkpoint) {
+  // `start`: when the save began (before its fixed overhead).
+  void save_synchronously(int g, int checkpoint, double start) {
     GpuState& s = state_[static_cast<std::size_t>(g)];
     const std::int64_t chunk = in_.checkpoint->chunk_bytes;
-    const double start = sg4::Engine::get_clock();
     double serializing = 0;
     for (std::int64_t done = 0; done < s.checkpoint_bytes;) {
       const std::int64_t bytes = std::min(chunk, s.checkpoint_bytes - done);
@@ -420,11 +446,11 @@ class IoModel {
   }
 
   // checkpoint.wait: save: the save returns once the checkpoint's copies are in the host cache.
-  void wait_for_copies(GpuState& s, int checkpoint) {
-    const double wait_start = sg4::Engine::get_clock();
+  // `start`: when the save began (before its fixed overhead).
+  void wait_for_copies(GpuState& s, int checkpoint, double start) {
     std::unique_lock<sg4::Mutex> lock(*mutex_);
     while (s.copies_done <= checkpoint) s.changed->wait(lock);
-    s.stall[checkpoint] = sg4::Engine::get_clock() - wait_start;
+    s.stall[checkpoint] = sg4::Engine::get_clock() - start;
   }
 
   void train(int g) {
@@ -455,7 +481,8 @@ class IoModel {
         const double wait_start = sg4::Engine::get_clock();
         std::unique_lock<sg4::Mutex> lock(*mutex_);
         while (s.copies_done <= pending_async) s.changed->wait(lock);
-        s.stall[pending_async] = sg4::Engine::get_clock() - wait_start;
+        // The save's own overhead blocked training when it was taken; the wait adds to it.
+        s.stall[pending_async] = checkpoint_overhead() + sg4::Engine::get_clock() - wait_start;
         pending_async = -1;
       }
       if (step > 0) sg4::this_actor::sleep_for(step);
@@ -463,17 +490,20 @@ class IoModel {
       if (launch) launch->wait();
       s.launch_wait.push_back(sg4::Engine::get_clock() - launch_wait_start);
       if (const int checkpoint = checkpoint_at(i); checkpoint >= 0 && s.checkpoint_bytes > 0) {
+        // Each save's fixed cost first, on the training thread, whatever the mode.
+        const double save_start = sg4::Engine::get_clock();
+        if (const double overhead = checkpoint_overhead(); overhead > 0) sg4::this_actor::sleep_for(overhead);
         if (in_.checkpoint->mode == CheckpointMode::sync) {
-          save_synchronously(g, checkpoint);
+          save_synchronously(g, checkpoint, save_start);
         } else {
           {
             std::unique_lock<sg4::Mutex> lock(*mutex_);
-            s.checkpoint_start[checkpoint] = sg4::Engine::get_clock();
+            s.checkpoint_start[checkpoint] = save_start;
             ++s.copies_requested;
             s.changed->notify_all();
           }
           if (in_.checkpoint->wait == CheckpointWait::save) {
-            wait_for_copies(s, checkpoint);
+            wait_for_copies(s, checkpoint, save_start);
           } else {
             pending_async = checkpoint;
           }
@@ -720,6 +750,7 @@ class IoModel {
   sg4::Host* pfs_ = nullptr;
   sg4::Disk* disk_ = nullptr;
   std::vector<sg4::Host*> gpus_host_;
+  std::vector<sg4::Host*> caches_;  // per GPU, where host_link.checkpoint_copy_bandwidth applies (else empty)
   sg4::MutexPtr mutex_;
   sg4::BarrierPtr barrier_;
   std::vector<GpuState> state_;

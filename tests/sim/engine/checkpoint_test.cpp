@@ -170,6 +170,67 @@ TEST(Checkpoint, AsynchronousCopiesWaitedForAtTheSaveStallForAllOfThem) {
   EXPECT_NEAR(f.checkpoint->persist_seconds, 4.1, 1e-9);
 }
 
+TEST(Checkpoint, EachSaveFirstPaysTheFileSystemsCheckpointOverhead) {
+  // storage.shared.checkpoint_overhead 0.5 s: paid once per save, before the bytes move, in both
+  // modes. Sync: 0.5 + 4 x (0.1 + 1) = 4.9 s. Async waited for at the save: 0.5 + 4 x 0.1 = 0.9 s,
+  // the flush 4 x 1 s from the first chunk's copy on: persisted 0.5 + 0.1 + 4 = 4.6 s after the
+  // save began. Async waited for before the next step: the copies (0.4 s) hide behind the 0.8 s of
+  // forward and backward, the overhead does not: 0.5 s.
+  const auto with_overhead = [](CheckpointSpec c) {
+    IoInputs in = hand_inputs(c);
+    in.platform.storage->shared->checkpoint_overhead = 0.5;
+    return in;
+  };
+  const IoResult sync = simulate_io(with_overhead(spec(CheckpointMode::sync)));
+  ASSERT_TRUE(sync.checkpoint);
+  EXPECT_NEAR(sync.checkpoint->stall_seconds, 4.9, 1e-9);
+  EXPECT_NEAR(sync.checkpoint->persist_seconds, 4.9, 1e-9);
+  EXPECT_NEAR(sync.mean_iteration_seconds, 1.49, 1e-9);
+
+  CheckpointSpec at_save = spec(CheckpointMode::async);
+  at_save.wait = CheckpointWait::save;
+  const IoResult save = simulate_io(with_overhead(at_save));
+  ASSERT_TRUE(save.checkpoint);
+  EXPECT_NEAR(save.checkpoint->stall_seconds, 0.9, 1e-9);
+  EXPECT_NEAR(save.checkpoint->persist_seconds, 4.6, 1e-9);
+
+  const IoResult step = simulate_io(with_overhead(spec(CheckpointMode::async)));
+  ASSERT_TRUE(step.checkpoint);
+  EXPECT_NEAR(step.checkpoint->stall_seconds, 0.5, 1e-9);
+  EXPECT_NEAR(step.mean_iteration_seconds, 1.05, 1e-9);
+
+  // A checkpoint to the node's disk does not pay the shared file system's overhead.
+  CheckpointSpec local = spec(CheckpointMode::sync);
+  local.to = StorageTier::local;
+  IoInputs disk = with_overhead(local);
+  disk.platform.storage->local = models::LocalDiskSpec{"disk", 1e12, 1e9};
+  const IoResult l = simulate_io(disk);
+  ASSERT_TRUE(l.checkpoint);
+  EXPECT_NEAR(l.checkpoint->stall_seconds, 4.4, 1e-9);
+}
+
+TEST(Checkpoint, AsynchronousCopiesRunAtTheLinksCheckpointCopyRate) {
+  // host_link.checkpoint_copy_bandwidth 2 GB/s below the link's 10: each 1 GB chunk's copy takes
+  // 0.5 s, the checkpoint's 2 s, of which the step waits 2 - 0.8 = 1.2 s; the synchronous save's
+  // copies keep the link's rate (4 x (0.1 + 1) = 4.4 s).
+  IoInputs in = hand_inputs(spec(CheckpointMode::async));
+  in.platform.host_link.checkpoint_copy_bandwidth = 2e9;
+  const IoResult r = simulate_io(in);
+  ASSERT_TRUE(r.checkpoint);
+  EXPECT_NEAR(r.checkpoint->stall_seconds, 1.2, 1e-6);
+  IoInputs sync = hand_inputs(spec(CheckpointMode::sync));
+  sync.platform.host_link.checkpoint_copy_bandwidth = 2e9;
+  const IoResult s = simulate_io(sync);
+  ASSERT_TRUE(s.checkpoint);
+  EXPECT_NEAR(s.checkpoint->stall_seconds, 4.4, 1e-9);
+  // Each GPU of a node has its own: two GPUs copying at once each still take 2 s.
+  in.shape.gpus_per_node = 2;
+  in.sizes.other = in.sizes.rank0;
+  const IoResult two = simulate_io(in);
+  ASSERT_TRUE(two.checkpoint);
+  EXPECT_NEAR(two.checkpoint->stall_seconds, 1.2, 1e-6);
+}
+
 TEST(Checkpoint, IntervalForATargetOverheadIsTheSmallestMeetingIt) {
   IoInputs in = hand_inputs(spec(CheckpointMode::sync));
   in.target_overhead = 0.01;

@@ -156,6 +156,12 @@ struct LinkSpec {
   // path (CUDA Runtime API, "API synchronization behavior"). 0 when the platform does not give
   // it; a strategy that copies to pageable memory then has no rate to use and is refused.
   double pageable_bandwidth = 0;
+  // host_link only (optional; 0 = the link's bandwidth): bytes/s per GPU at which an asynchronous
+  // checkpoint engine's device -> host copies into its pinned cache proceed while every GPU of the
+  // node checkpoints at once (sim/io.hpp): what the engine reaches there, below the link's
+  // bandwidthTest rate where the node's copies and the engine's own work contend. A fitted value
+  // where a platform gives it (its comment names the fit).
+  double checkpoint_copy_bandwidth = 0;
   // power (optional; 0/0 = not modelled): W per direction, idle and at full bandwidth (SimGrid's
   // link energy plugin: linear in the used share of the bandwidth in between).
   double idle_power = 0;
@@ -262,6 +268,11 @@ struct SharedFileSystemSpec {
   double write_bandwidth = 0;       // bytes/s, aggregate over every client
   double per_node_bandwidth = 0;    // bytes/s, one node's client limit per direction (its NICs)
   double latency = 0;               // seconds per request
+  // storage.shared.checkpoint_overhead (optional; 0 = none): seconds each checkpoint save blocks
+  // training on this file system before its bytes move, whatever their size: the save's
+  // directory and files created, the framework's barriers around them (sim/io.hpp). Fitted
+  // where a platform gives it (its comment names the fit).
+  double checkpoint_overhead = 0;
 };
 struct StorageSpec {
   std::optional<LocalDiskSpec> local;

@@ -12,6 +12,9 @@
 //          optimizer state do not change until its optimizer step), DeepSpeed calls the engine's
 //          wait() just before that step, and one host thread flushes the cache to the file in
 //          the background. A copy blocks while the cache (a FIFO ring) is full.
+// Where the platform gives them (models/platform.hpp), each save to the shared file system first
+// blocks training for storage.shared.checkpoint_overhead, in both modes, and the async copies
+// run at most at host_link.checkpoint_copy_bandwidth per GPU.
 
 #include <cstdint>
 #include <optional>

@@ -44,7 +44,8 @@ std::function<int()> add_validate_command(CLI::App& app) {
       "ran, collective bandwidth, power and energy, checkpoint throughput and iterations, and kernel times (a microbenchmark's "
       "time of named ops against the op-time model's). Printed: each point's published and predicted value and the error (predicted / published - 1; met or not met for "
       "a bound and a batch that ran), then per metric the median and worst |error| and the bounds met over the points not "
-      "marked suspect (those whose measured hardware or setup cannot be known), the same per GPU generation and per workload "
+      "marked suspect (those whose measured hardware or setup cannot be known) and the median over the held-out ones (no value "
+      "fitted to them), the same per GPU generation and per workload "
       "family (cnn, encoder, decoder, moe) for the metrics with points in several, the configurations that ran but are "
       "predicted out of memory, and each suspect point with its reason.");
   command->add_option("table",

@@ -74,6 +74,10 @@ std::string status(const ValidationResult& r) {
 std::string summary_median(const MetricSummary& s) { return s.worst_id.empty() ? "-" : fmt::format("{:.1f}%", 100 * s.median_abs_error); }
 std::string summary_worst(const MetricSummary& s) { return s.worst_id.empty() ? "-" : fmt::format("{:.1f}%", 100 * s.worst_abs_error); }
 std::string summary_met(const MetricSummary& s) { return s.bounded ? fmt::format("{} of {}", s.met, s.bounded) : "-"; }
+// The held-out points' median |error| and their count: "2.1% of 12".
+std::string summary_holdout(const MetricSummary& s) {
+  return s.holdout_count ? fmt::format("{:.1f}% of {}", 100 * s.holdout_median_abs_error, s.holdout_count) : "-";
+}
 
 // The configurations that ran but are predicted out of memory at their batch (issue 31's
 // first done-when), or that none is.
@@ -143,11 +147,12 @@ std::string validation_text(const std::vector<ValidationResult>& results) {
   }
   out += "\nerror = predicted / published - 1 (0 within a range or on a bound's side: met). Summary per metric over the predicted points, "
          "suspect ones left out:\n";
-  out += fmt::format("{:<28}  {:>6}  {:>14}  {:>13}  {:>10}  {:<}\n", "metric", "points", "median |error|", "worst |error|", "bounds met", "worst point");
+  out += fmt::format("{:<28}  {:>6}  {:>14}  {:>13}  {:>10}  {:>13}  {:<}\n", "metric", "points", "median |error|", "worst |error|", "bounds met",
+                     "held out", "worst point");
   for (const MetricSummary& s : summarize(results)) {
     const std::string left = left_out(s);
-    out += fmt::format("{:<28}  {:>6}  {:>14}  {:>13}  {:>10}  {}{}\n", metric_name(s.metric), s.count, summary_median(s), summary_worst(s), summary_met(s),
-                       s.worst_id.empty() ? "-" : s.worst_id, left.empty() ? "" : " (left out: " + left + ")");
+    out += fmt::format("{:<28}  {:>6}  {:>14}  {:>13}  {:>10}  {:>13}  {}{}\n", metric_name(s.metric), s.count, summary_median(s), summary_worst(s),
+                       summary_met(s), summary_holdout(s), s.worst_id.empty() ? "-" : s.worst_id, left.empty() ? "" : " (left out: " + left + ")");
   }
   const std::vector<GroupSummary> groups = summarize_groups(results);
   if (!groups.empty()) {
@@ -203,6 +208,8 @@ std::string validation_json(const std::string& table_source, const std::vector<V
                        {"worst_point", s.worst_id},
                        {"bounded", s.bounded},
                        {"bounds_met", s.met},
+                       {"holdout_points", s.holdout_count},
+                       {"holdout_median_abs_error", s.holdout_count ? detail::ordered_json(s.holdout_median_abs_error) : detail::ordered_json(nullptr)},
                        {"suspect_left_out", s.suspect},
                        {"without_prediction", s.not_covered}});
   }
@@ -230,11 +237,12 @@ std::string validation_markdown(const std::vector<ValidationResult>& results) {
   }
   out += "\nerror = predicted / published - 1 (0 within a range or on a bound's side: met). Summary per metric over the predicted points, "
          "suspect ones left out:\n\n";
-  out += "| metric | points | median \\|error\\| | worst \\|error\\| | bounds met | worst point | left out |\n|---|--:|--:|--:|--:|---|---|\n";
+  out += "| metric | points | median \\|error\\| | worst \\|error\\| | bounds met | held out (median \\|error\\| of points) | worst point | left out |\n"
+         "|---|--:|--:|--:|--:|--:|---|---|\n";
   for (const MetricSummary& s : summarize(results)) {
     const std::string left = left_out(s);
-    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} |\n", metric_name(s.metric), s.count, summary_median(s), summary_worst(s), summary_met(s),
-                       s.worst_id.empty() ? "-" : "`" + s.worst_id + "`", left.empty() ? "-" : left);
+    out += fmt::format("| {} | {} | {} | {} | {} | {} | {} | {} |\n", metric_name(s.metric), s.count, summary_median(s), summary_worst(s), summary_met(s),
+                       summary_holdout(s), s.worst_id.empty() ? "-" : "`" + s.worst_id + "`", left.empty() ? "-" : left);
   }
   const std::vector<GroupSummary> groups = summarize_groups(results);
   if (!groups.empty()) {

@@ -904,7 +904,7 @@ std::vector<MetricSummary> summarize(const std::vector<ValidationResult>& result
   for (ValidationMetric metric : kMetrics) {
     MetricSummary s;
     s.metric = metric;
-    std::vector<double> errors;
+    std::vector<double> errors, holdout_errors;
     bool any = false;
     for (const ValidationResult& r : results) {
       if (r.point.metric != metric) continue;
@@ -921,6 +921,7 @@ std::vector<MetricSummary> summarize(const std::vector<ValidationResult>& result
         }
         if (!r.error) continue;  // ran_at_batch: met or not, no error
         errors.push_back(std::abs(*r.error));
+        if (r.point.holdout) holdout_errors.push_back(errors.back());
         if (errors.back() >= s.worst_abs_error) {
           s.worst_abs_error = errors.back();
           s.worst_id = r.point.id;
@@ -929,6 +930,8 @@ std::vector<MetricSummary> summarize(const std::vector<ValidationResult>& result
     }
     if (!any) continue;
     s.median_abs_error = median(std::move(errors));
+    s.holdout_count = static_cast<int>(holdout_errors.size());
+    s.holdout_median_abs_error = median(std::move(holdout_errors));
     summaries.push_back(s);
   }
   return summaries;

@@ -307,6 +307,30 @@ TEST(ValidationSummary, MedianAndWorstOfAbsoluteErrorsWithoutSuspects) {
   EXPECT_EQ(summaries[1].not_covered, 1);
 }
 
+// The held-out points' median stands apart: how the model does where nothing was fitted.
+TEST(ValidationSummary, HeldOutPointsHaveTheirOwnMedian) {
+  const auto held_out = [](ValidationResult r) {
+    r.point.holdout = true;
+    return r;
+  };
+  const auto summaries = summarize({
+      result("fit-a", ValidationMetric::throughput_samples_per_s, 0.01),
+      result("fit-b", ValidationMetric::throughput_samples_per_s, -0.02),
+      held_out(result("held-a", ValidationMetric::throughput_samples_per_s, 0.3)),
+      held_out(result("held-b", ValidationMetric::throughput_samples_per_s, -0.1)),
+      held_out(result("held-c", ValidationMetric::throughput_samples_per_s, 0.2)),
+      held_out(result("held-suspect", ValidationMetric::throughput_samples_per_s, 9.0, true)),  // left out
+      result("fit-peak", ValidationMetric::peak_mem_bytes, 0.05),
+  });
+  ASSERT_EQ(summaries.size(), 2u);
+  EXPECT_EQ(summaries[0].count, 5);
+  EXPECT_DOUBLE_EQ(summaries[0].median_abs_error, 0.1);  // 0.01 0.02 0.1 0.2 0.3
+  EXPECT_EQ(summaries[0].holdout_count, 3);
+  EXPECT_DOUBLE_EQ(summaries[0].holdout_median_abs_error, 0.2);  // 0.1 0.2 0.3
+  EXPECT_EQ(summaries[1].holdout_count, 0);
+  EXPECT_DOUBLE_EQ(summaries[1].holdout_median_abs_error, 0);
+}
+
 // Bounded points count as met or not met; a ran_at_batch point has no error, only met or not
 // met; both are counted among the metric's points, and a point that ran but is predicted out of
 // memory at its batch is listed.

@@ -212,6 +212,10 @@ struct MetricSummary {
   int suspect = 0;      // predicted but left out as suspect
   int bounded = 0;      // of `count`: bounded max_batch or ran_at_batch points (a met / not met answer)
   int met = 0;          // of `bounded`: met
+  // Of `count`: the held-out points with an error, and their median |error|: how the model does
+  // on points no value was fitted to (0 and 0 when there are none).
+  int holdout_count = 0;
+  double holdout_median_abs_error = 0;
 };
 std::vector<MetricSummary> summarize(const std::vector<ValidationResult>& results);
 

@@ -682,6 +682,7 @@ class IoModel {
       c.wait = in_.checkpoint->wait;
       c.every = in_.checkpoint->every;
       c.to = in_.checkpoint->to;
+      c.save_overhead_seconds = checkpoint_overhead();
       c.sizes = in_.sizes;
       for (const GpuState& s : state_) {
         if (s.checkpoint_bytes == 0) continue;

@@ -27,6 +27,10 @@ std::string io_report_text(const IoResult& r) {
                        format_bytes(c.sizes.rank0.parameters), format_bytes(c.sizes.rank0.optimizer_states));
     out += c.sizes.other.total() > 0 ? fmt::format(", every other rank {}\n", format_bytes(c.sizes.other.total())) : std::string("\n");
     out += fmt::format("  stall per checkpoint      {:.6f} s (persisted {:.6f} s after it began)\n", c.stall_seconds, c.persist_seconds);
+    if (c.save_overhead_seconds > 0) {
+      out += fmt::format("  of which the save's cost  {:.6f} s before its bytes move (the platform's storage.shared.checkpoint_overhead)\n",
+                         c.save_overhead_seconds);
+    }
     if (c.mode == CheckpointMode::sync) {
       out += fmt::format("  of which torch.save       {:.6f} s serializing (the rest: copies to the host and writes)\n", c.serialize_seconds);
     } else {
@@ -74,6 +78,7 @@ std::string io_report_json(const IoResult& r) {
     k["stall_seconds"] = c.stall_seconds;
     k["persist_seconds"] = c.persist_seconds;
     if (c.mode == CheckpointMode::sync) k["serialize_seconds"] = c.serialize_seconds;
+    if (c.save_overhead_seconds > 0) k["save_overhead_seconds"] = c.save_overhead_seconds;
     k["extra_seconds_per_interval"] = c.extra_seconds_per_interval;
     k["seconds_per_iteration"] = c.seconds_per_iteration;
     k["overhead"] = c.overhead;

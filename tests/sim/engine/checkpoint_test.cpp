@@ -10,6 +10,7 @@
 #include "comptrain/sim/config/checkpoint.hpp"
 #include "comptrain/sim/engine/io_cost.hpp"
 #include "comptrain/sim/engine/io_simulation.hpp"
+#include "comptrain/sim/report/io_report.hpp"
 #include "comptrain/sim/run/run.hpp"
 #include "comptrain/sim/config/scenario.hpp"
 #include "comptrain/sim/studies/validate.hpp"
@@ -184,6 +185,7 @@ TEST(Checkpoint, EachSaveFirstPaysTheFileSystemsCheckpointOverhead) {
   const IoResult sync = simulate_io(with_overhead(spec(CheckpointMode::sync)));
   ASSERT_TRUE(sync.checkpoint);
   EXPECT_NEAR(sync.checkpoint->stall_seconds, 4.9, 1e-9);
+  EXPECT_DOUBLE_EQ(sync.checkpoint->save_overhead_seconds, 0.5);
   EXPECT_NEAR(sync.checkpoint->persist_seconds, 4.9, 1e-9);
   EXPECT_NEAR(sync.mean_iteration_seconds, 1.49, 1e-9);
 
@@ -199,6 +201,13 @@ TEST(Checkpoint, EachSaveFirstPaysTheFileSystemsCheckpointOverhead) {
   EXPECT_NEAR(step.checkpoint->stall_seconds, 0.5, 1e-9);
   EXPECT_NEAR(step.mean_iteration_seconds, 1.05, 1e-9);
 
+  // The report says how much of the stall is the save's fixed cost; without one it says nothing.
+  EXPECT_THAT(io_report_text(sync), ::testing::HasSubstr("of which the save's cost  0.500000 s before its bytes move"));
+  EXPECT_THAT(io_report_json(sync), ::testing::HasSubstr("\"save_overhead_seconds\":0.5"));
+  const IoResult plain = simulate_io(hand_inputs(spec(CheckpointMode::sync)));
+  EXPECT_THAT(io_report_text(plain), ::testing::Not(::testing::HasSubstr("save's cost")));
+  EXPECT_THAT(io_report_json(plain), ::testing::Not(::testing::HasSubstr("save_overhead_seconds")));
+
   // A checkpoint to the node's disk does not pay the shared file system's overhead.
   CheckpointSpec local = spec(CheckpointMode::sync);
   local.to = StorageTier::local;
@@ -207,6 +216,7 @@ TEST(Checkpoint, EachSaveFirstPaysTheFileSystemsCheckpointOverhead) {
   const IoResult l = simulate_io(disk);
   ASSERT_TRUE(l.checkpoint);
   EXPECT_NEAR(l.checkpoint->stall_seconds, 4.4, 1e-9);
+  EXPECT_DOUBLE_EQ(l.checkpoint->save_overhead_seconds, 0);
 }
 
 TEST(Checkpoint, AsynchronousCopiesRunAtTheLinksCheckpointCopyRate) {
@@ -486,6 +496,7 @@ TEST(Checkpoint, ResultRoundTripsThroughTheChildsPipe) {
   c.wait = CheckpointWait::save;
   c.stall_seconds = 0.5;
   c.serialize_seconds = 0.25;
+  c.save_overhead_seconds = 0.125;
   c.interval_for_target = 12;
   c.run_checkpoints = 5;
   r.checkpoint = c;
@@ -498,6 +509,7 @@ TEST(Checkpoint, ResultRoundTripsThroughTheChildsPipe) {
   EXPECT_EQ(back.checkpoint->sizes.rank0.optimizer_states, 2);
   EXPECT_DOUBLE_EQ(back.checkpoint->stall_seconds, 0.5);
   EXPECT_DOUBLE_EQ(back.checkpoint->serialize_seconds, 0.25);
+  EXPECT_DOUBLE_EQ(back.checkpoint->save_overhead_seconds, 0.125);
   EXPECT_EQ(back.checkpoint->wait, CheckpointWait::save);
   EXPECT_EQ(back.checkpoint->interval_for_target, 12);
   EXPECT_EQ(back.checkpoint->run_checkpoints, 5);

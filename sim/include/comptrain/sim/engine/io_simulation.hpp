@@ -91,6 +91,7 @@ struct CheckpointResult {
   double stall_seconds = 0;
   double persist_seconds = 0;             // from the checkpoint's start to its last byte in the file
   double serialize_seconds = 0;           // sync: the stall's time in torch.save's serialization (host.torch_save_bandwidth)
+  double save_overhead_seconds = 0;       // the stall's fixed part, paid before the bytes move (storage.shared.checkpoint_overhead; 0 without)
   double extra_seconds_per_interval = 0;  // E: the interval's time over `every` steady iterations
   double seconds_per_iteration = 0;       // E / every: the checkpoint's cost averaged over the interval
   double overhead = 0;                    // seconds_per_iteration / the steady iteration

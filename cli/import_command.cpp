@@ -21,11 +21,13 @@ std::function<int()> add_import_command(CLI::App& app) {
   auto* command = app.add_subcommand("import",
                                      "Write another tool's training job as a scenario\n"
                                      "A Megatron-LM argument list (pretrain_gpt.py's flags, with torchrun's before them if any; a launch script's "
-                                     "text works) or a torchtitan TOML job file becomes a scenario with its model, batch, precision, "
+                                     "text works, its own variables, ${NAME:-default}s and $((arithmetic)) expanded, what it leaves unset an "
+                                     "error) or a torchtitan TOML job file becomes a scenario with its model, batch, precision, "
                                      "parallelism layout and recomputation (and, for a Llama-shaped Megatron-LM model, Megatron's own layers: "
                                      "model.implementation megatron with the job's dropout and fusion flags; for a mixture of experts, Megatron's "
                                      "token dispatcher, allgather unless the job says alltoall, its aux-loss router, and GroupedMLP under --moe-grouped-gemm; under "
-                                     "--fp8-format, Transformer Engine's delayed scaling on every linear but the output layer; for a torchtitan job, its "
+                                     "--fp8-format, Transformer Engine's delayed scaling on every linear but the output layer; under --use-megatron-fsdp, "
+                                     "FSDP units per layer; for a torchtitan job, its "
                                      "torch.compile and torchao float8 converter). What the "
                                      "job sets that is not "
                                      "modelled, or that was assumed, is printed and written as comments at the scenario's top.");

@@ -17,6 +17,7 @@
 
 #include "comptrain/support/input_error.hpp"
 #include "comptrain/zoo/zoo.hpp"
+#include "launch_script.hpp"
 
 namespace comptrain::sim {
 namespace {
@@ -69,6 +70,7 @@ struct JobDescription {
   bool grad_reduce_in_fp32 = false;   // Megatron's fp32 gradient buffer (bf16 runs, --accumulate-allreduce-grads-in-fp32)
   std::optional<std::string> fsdp;    // torchtitan: FSDP2's reshard_after_forward
   std::optional<int> fsdp_replicate;  // HSDP's replicate degree
+  std::string fsdp_reduce_dtype = "fp32";  // FSDP's gradient reduction dtype
   std::string recompute = "none";     // none | full | selective
   // Megatron-LM's own settings, written as the strategy's `recompute:` mapping (strategy.hpp,
   // LayerRecompute) rather than as rules; recompute_method and recompute_num_layers with full only.
@@ -184,7 +186,7 @@ std::string write_scenario(const JobDescription& job, const std::string& source,
     out << YAML::Key << "fsdp" << YAML::Value << YAML::Flow << YAML::BeginMap;
     out << YAML::Key << "units" << YAML::Value << YAML::Flow << std::vector<std::string>{"model.layers.*"};
     out << YAML::Key << "reshard_after_forward" << YAML::Value << *job.fsdp;
-    out << YAML::Key << "sharded_dtype" << YAML::Value << "fp32" << YAML::Key << "reduce_dtype" << YAML::Value << "fp32";
+    out << YAML::Key << "sharded_dtype" << YAML::Value << "fp32" << YAML::Key << "reduce_dtype" << YAML::Value << job.fsdp_reduce_dtype;
     if (job.fsdp_replicate && *job.fsdp_replicate > 1) out << YAML::Key << "replicate" << YAML::Value << *job.fsdp_replicate;
     out << YAML::EndMap;
   }
@@ -211,80 +213,30 @@ void place_job(JobDescription& job, const JobImportOptions& options, std::option
 // ---- Megatron-LM arguments
 
 struct Argument {
-  std::string value;  // empty for a flag
+  std::string value;  // empty for a flag; as written, nothing expanded
   int line = 0;
+  std::size_t word = 0;  // the script word the value is read in (launch_script.hpp)
   bool flag = false;
 };
 
-// Shell-like words with the line each starts on: quotes, backslash escapes and line continuations,
-// # comments at a word's start.
-std::vector<std::pair<std::string, int>> shell_words(std::string_view text) {
-  std::vector<std::pair<std::string, int>> words;
-  std::string word;
-  bool in_word = false;
-  int line = 1, word_line = 1;
-  char quote = 0;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (c == '\n') ++line;
-    if (quote != 0) {
-      if (c == quote) {
-        quote = 0;
-      } else {
-        word += c;
-      }
-      continue;
-    }
-    if (c == '\\' && i + 1 < text.size()) {
-      if (text[i + 1] == '\n') {
-        ++line;
-        ++i;
-        continue;
-      }
-      if (!in_word) word_line = line;
-      in_word = true;
-      word += text[++i];
-      continue;
-    }
-    if (c == '#' && !in_word) {
-      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
-      continue;
-    }
-    if (std::isspace(static_cast<unsigned char>(c)) != 0) {
-      if (in_word) words.emplace_back(std::move(word), word_line);
-      word.clear();
-      in_word = false;
-      continue;
-    }
-    if (!in_word) word_line = line;
-    in_word = true;
-    if (c == '"' || c == '\'') {
-      quote = c;
-    } else {
-      word += c;
-    }
-  }
-  if (in_word) words.emplace_back(std::move(word), word_line);
-  return words;
-}
-
 class MegatronArguments {
  public:
-  MegatronArguments(std::string_view text, std::string source) : source_(std::move(source)) {
-    const auto words = shell_words(text);
+  MegatronArguments(std::string_view text, std::string source) : source_(std::move(source)), script_(text) {
+    const auto& words = script_.words();
     for (std::size_t i = 0; i < words.size(); ++i) {
-      const auto& [word, line] = words[i];
-      if (word.rfind("--", 0) != 0) continue;  // the program, a script name, torchrun's positional
-      std::string key = word.substr(2);
-      std::replace(key.begin(), key.end(), '_', '-');  // torchrun takes --nproc_per_node too
-      Argument argument{"", line, true};
+      const detail::ScriptWord& word = words[i];
+      // The program, a script name, torchrun's positional, the shell's own words: not arguments.
+      if (word.syntax || word.text.rfind("--", 0) != 0) continue;
+      std::string key = word.text.substr(2);
+      Argument argument{"", word.line, i, true};
       if (const auto eq = key.find('='); eq != std::string::npos) {
-        argument = {key.substr(eq + 1), line, false};
+        argument = {key.substr(eq + 1), word.line, i, false};
         key = key.substr(0, eq);
-      } else if (i + 1 < words.size() && words[i + 1].first.rfind("--", 0) != 0) {
-        argument = {words[i + 1].first, line, false};
+      } else if (i + 1 < words.size() && !words[i + 1].syntax && words[i + 1].text.rfind("--", 0) != 0) {
+        argument = {words[i + 1].text, word.line, i + 1, false};
         ++i;
       }
+      std::replace(key.begin(), key.end(), '_', '-');  // torchrun takes --nproc_per_node too
       arguments_[key] = argument;
     }
   }
@@ -298,7 +250,8 @@ class MegatronArguments {
   std::optional<long long> integer(const std::string& key, long long low = 1, long long high = 1LL << 40) {
     const auto it = find(key);
     if (it == arguments_.end()) return std::nullopt;
-    const std::string& text = it->second.value;
+    const std::string expected = fmt::format("expected an integer from {} to {}", low, high);
+    const std::string text = expanded(it, expected);
     std::size_t used = 0;
     long long value = 0;
     try {
@@ -307,7 +260,7 @@ class MegatronArguments {
       used = 0;
     }
     if (it->second.flag || used != text.size() || value < low || value > high) {
-      fail(it, fmt::format("is '{}'; expected an integer from {} to {}", text, low, high));
+      fail(it, fmt::format("is '{}'; {}", shown(it, text), expected));
     }
     return value;
   }
@@ -315,7 +268,7 @@ class MegatronArguments {
   std::optional<double> probability(const std::string& key) {
     const auto it = find(key);
     if (it == arguments_.end()) return std::nullopt;
-    const std::string& text = it->second.value;
+    const std::string text = expanded(it, "expected a probability in [0, 1)");
     std::size_t used = 0;
     double value = -1;
     try {
@@ -323,14 +276,14 @@ class MegatronArguments {
     } catch (const std::exception&) {
       used = 0;
     }
-    if (it->second.flag || used != text.size() || !(value >= 0 && value < 1)) fail(it, fmt::format("is '{}'; expected a probability in [0, 1)", text));
+    if (it->second.flag || used != text.size() || !(value >= 0 && value < 1)) fail(it, fmt::format("is '{}'; expected a probability in [0, 1)", shown(it, text)));
     return value;
   }
   std::optional<std::string> text(const std::string& key) {
     const auto it = find(key);
     if (it == arguments_.end()) return std::nullopt;
     if (it->second.flag) fail(it, "needs a value");
-    return it->second.value;
+    return expanded(it, "expected a value the script sets");
   }
   [[noreturn]] void fail_on(const std::string& key, const std::string& message) {
     const auto it = arguments_.find(key);
@@ -338,6 +291,9 @@ class MegatronArguments {
     fail(it, message);
   }
   void mark_read(const std::string& key) { read_.insert(key); }
+  void mark_unread(const std::string& key) { read_.erase(key); }
+  // What expanding the script's variables took on trust (launch_script.hpp), once each.
+  const std::vector<std::string>& assumptions() const { return assumptions_; }
   // The arguments no reader asked for.
   std::vector<std::string> unread() const {
     std::vector<std::string> keys;
@@ -356,10 +312,27 @@ class MegatronArguments {
   [[noreturn]] void fail(Map::const_iterator it, const std::string& message) const {
     throw InputError(fmt::format("{}:{}: --{} {}", source_, it->second.line, it->first, message));
   }
+  // The argument's value with the script's variables expanded; one they leave unexpanded is an
+  // error naming the variable ("--num-layers is '$NUM_LAYERS' (NUM_LAYERS is not set in the
+  // script before it); expected ...").
+  std::string expanded(Map::const_iterator it, const std::string& expected) {
+    const detail::ExpandedText e = script_.expand(it->second.value, it->second.word);
+    if (!e.unexpanded.empty()) fail(it, fmt::format("is '{}' ({}); {}", it->second.value, e.unexpanded, expected));
+    for (const std::string& a : e.assumptions) {
+      if (std::find(assumptions_.begin(), assumptions_.end(), a) == assumptions_.end()) assumptions_.push_back(a);
+    }
+    return e.text;
+  }
+  // A value as the message shows it: as written, and what it expanded to where that differs.
+  static std::string shown(Map::const_iterator it, const std::string& text) {
+    return it->second.value == text ? text : fmt::format("{}', which is '{}", it->second.value, text);
+  }
 
   std::string source_;
+  detail::LaunchScript script_;
   Map arguments_;
   std::set<std::string> read_;
+  std::vector<std::string> assumptions_;
 };
 
 }  // namespace
@@ -531,6 +504,18 @@ ImportedScenario import_megatron_arguments(std::string_view text, const std::str
                                  gpus, job.nodes, job.gpus_per_node, job.tensor, job.pipeline, job.context));
   }
   const long long data_parallel = gpus / model_parallel;
+  // The experts' grid folds data and context parallelism (parallel_state.py's expert layout,
+  // with the expert tensor-parallel size TP's, its default): EP divides DP x CP, or Megatron-LM
+  // refuses the layout, as the scenario reader would. Another expert TP size is not modelled
+  // (the flag is among the notes' unread ones) and not checked here.
+  const bool expert_tp_is_tp = args.integer("expert-tensor-parallel-size", 1, 1'000'000).value_or(job.tensor) == job.tensor;
+  if (!expert_tp_is_tp) args.mark_unread("expert-tensor-parallel-size");
+  if (job.expert > 1 && expert_tp_is_tp && (data_parallel * job.context) % job.expert != 0) {
+    args.fail_on("expert-model-parallel-size",
+                 fmt::format("is {}; the {} GPUs ({} node(s) x {}) leave {} data x {} context ranks, which it does not divide; expected an expert "
+                             "degree that divides data x context (give --nodes for the job's size)",
+                             job.expert, gpus, job.nodes, job.gpus_per_node, data_parallel, job.context));
+  }
   if (const auto global = args.integer("global-batch-size")) {
     const long long per_step = job.micro_batch * data_parallel;
     if (*global % per_step != 0) {
@@ -580,6 +565,47 @@ ImportedScenario import_megatron_arguments(std::string_view text, const std::str
     args.fail_on("optimizer", "is '" + optimizer + "'; expected adam (Megatron's AdamW, apex/TE FusedAdam) or sgd");
   }
   if (args.flag("use-distributed-optimizer")) job.zero_stage = 1;  // ZeRO-1 over the data-parallel group (dist_optimizer.md)
+  // Megatron-FSDP (--use-megatron-fsdp; NVIDIA/Megatron-LM@d98e8a64
+  // megatron/core/distributed/fsdp/src/megatron_fsdp/megatron_fsdp.py): each transformer layer an
+  // FSDP unit, its parameters all-gathered before its forward and backward use, its gradients
+  // reduce-scattered, the optimizer stepping fp32 main-weight shards. Under optim_grads_params,
+  // arguments.py's default --data-parallel-sharding-strategy, a unit's parameters are released
+  // after its forward (_post_forward, release_module_parameters); under optim_grads they stay
+  // until its backward. Written as FSDP2's model (parallelism.fsdp: per-unit gathers, fp32
+  // shards); optim is the distributed optimizer's ZeRO-1, no_shard plain data parallelism.
+  if (args.flag("use-megatron-fsdp")) {
+    const std::string sharding = args.text("data-parallel-sharding-strategy").value_or("optim_grads_params");
+    if ((sharding == "optim_grads_params" || sharding == "optim_grads") && data_parallel * job.context == 1) {
+      job.zero_stage.reset();
+      job.notes.push_back("--use-megatron-fsdp with one data-parallel rank shards nothing: plain training");
+    } else if (sharding == "optim_grads_params" || sharding == "optim_grads") {
+      job.fsdp = sharding == "optim_grads_params" ? "true" : "false";
+      job.fsdp_reduce_dtype = job.grad_reduce_in_fp32 ? "fp32" : (fp16 ? "fp16" : "bf16");
+      if (job.grad_reduce_in_fp32) {  // FSDP2's reduce_dtype says it, not Megatron's gradient buffer
+        job.grad_reduce_in_fp32 = false;
+        job.notes.erase(std::remove_if(job.notes.begin(), job.notes.end(),
+                                       [](const std::string& n) { return n.rfind("gradients accumulated and reduced in fp32", 0) == 0; }),
+                        job.notes.end());
+      }
+      job.zero_stage.reset();
+      // Megatron-FSDP prefetches and overlaps its gathers and reductions itself.
+      for (const char* known : {"use-distributed-optimizer", "overlap-grad-reduce", "overlap-param-gather"}) args.mark_read(known);
+      job.notes.push_back(fmt::format("--use-megatron-fsdp, --data-parallel-sharding-strategy {}: every layer an FSDP unit (parallelism.fsdp, "
+                                      "reshard_after_forward {}, gradients reduced in {}); Megatron-FSDP's bucketing and double buffers are FSDP2's "
+                                      "model here",
+                                      sharding, *job.fsdp, job.fsdp_reduce_dtype));
+    } else if (sharding == "optim") {
+      job.zero_stage = 1;
+      job.notes.push_back("--use-megatron-fsdp, --data-parallel-sharding-strategy optim: the optimizer states sharded, as the distributed optimizer's");
+    } else if (sharding == "no_shard") {
+      job.zero_stage.reset();
+      job.notes.push_back("--use-megatron-fsdp, --data-parallel-sharding-strategy no_shard: plain data parallelism");
+    } else {
+      args.fail_on("data-parallel-sharding-strategy", "is '" + sharding + "'; expected no_shard, optim, optim_grads or optim_grads_params (Megatron-LM's choices)");
+    }
+  } else if (args.text("data-parallel-sharding-strategy")) {
+    args.mark_unread("data-parallel-sharding-strategy");  // Megatron-LM reads it only with Megatron-FSDP
+  }
   // Recomputation.
   const bool recompute_activations = args.flag("recompute-activations");
   if (const auto granularity = args.text("recompute-granularity")) {
@@ -637,7 +663,7 @@ ImportedScenario import_megatron_arguments(std::string_view text, const std::str
   // group's size) (NVIDIA/Megatron-LM@d98e8a64 megatron/training/training.py:2179-2195,
   // resolve_ddp_bucket_size; without the flag there is one bucket per buffer, reduced after the
   // backward pass).
-  const bool overlap_grad_reduce = args.flag("overlap-grad-reduce");
+  const bool overlap_grad_reduce = args.flag("overlap-grad-reduce") && !job.fsdp;
   if (overlap_grad_reduce && job.zero_stage) {
     job.zero_overlap_comm = true;
     const long long dp_cp = data_parallel * job.context;
@@ -650,7 +676,7 @@ ImportedScenario import_megatron_arguments(std::string_view text, const std::str
   }
   // --overlap-param-gather: Megatron asserts the distributed optimizer and --overlap-grad-reduce
   // (megatron/training/arguments.py:1024-1029 at the same commit).
-  if (args.flag("overlap-param-gather")) {
+  if (args.flag("overlap-param-gather") && !job.fsdp) {
     if (!job.zero_stage) {
       args.fail_on("overlap-param-gather", "is given without --use-distributed-optimizer; expected both (Megatron-LM refuses it without the distributed "
                                            "optimizer)");
@@ -665,6 +691,7 @@ ImportedScenario import_megatron_arguments(std::string_view text, const std::str
   // Read, with no effect on the scenario beyond what is above: the attention kernel (flash is
   // the scenario's default), Megatron's model classes.
   for (const char* known : {"attention-backend", "use-flash-attn", "use-mcore-models", "moe-router-topk", "max-position-embeddings"}) args.mark_read(known);
+  for (const std::string& a : args.assumptions()) job.notes.push_back("launch script: " + a);
   const std::vector<std::string> unread = args.unread();
   if (!unread.empty()) {
     std::string list;

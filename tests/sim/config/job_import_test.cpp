@@ -261,7 +261,9 @@ TEST(MegatronImport, TheTokenDispatcherIsMegatronsDefaultOrItsFlag) {
   const ImportedScenario alltoall = import_megatron_arguments(moe(" --moe-token-dispatcher-type alltoall"), "job.sh", on("dgx-h100-superpod"));
   EXPECT_EQ(dispatcher(alltoall), "alltoall");
   EXPECT_FALSE(read_back(alltoall).parallelism->layout.moe_allgather_dispatcher);
-  const ImportedScenario folded = import_megatron_arguments(moe(" --expert-model-parallel-size 2"), "job.sh", on("dgx-h100-superpod"));
+  JobImportOptions eight_nodes = on("dgx-h100-superpod");
+  eight_nodes.nodes = 8;  // 64 GPUs over TP 8 x PP 4: 2 data-parallel ranks for EP 2
+  const ImportedScenario folded = import_megatron_arguments(moe(" --expert-model-parallel-size 2"), "job.sh", eight_nodes);
   EXPECT_EQ(dispatcher(folded), "alltoall");
   EXPECT_TRUE(std::any_of(folded.notes.begin(), folded.notes.end(),
                           [](const std::string& n) { return n.find("the allgather token dispatcher gathers over the tensor-and-expert group") != std::string::npos; }));
@@ -419,6 +421,135 @@ TEST(MegatronImport, BadArgumentsAreErrorsAtTheirLines) {
               HasSubstr("--normalization is 'Foo'"));
   EXPECT_THAT(megatron_error("--num-layers 2 --hidden-size 8 --num-attention-heads 2 --seq-length 8 --vocab-size 8 --swiglu"),
               HasSubstr("neither a Llama-shaped decoder"));
+}
+
+// A launch script as Megatron-LM's examples write one (examples/llama/train_llama3_8b_h100_fp8.sh):
+// argument arrays, the script's variables with environment defaults, $((arithmetic)), an `if`
+// that appends quoted "--flag value" elements, and a flag that ends its array.
+const char* const kLaunchScript = R"(#!/bin/bash
+GPUS_PER_NODE=8
+NNODES=${SLURM_NNODES:-"2"}
+TP=${TP:-2}
+NUM_LAYERS=4
+LAYERS=$NUM_LAYERS
+DTYPE="fp8"
+DISTRIBUTED_ARGS=(
+    --nproc_per_node $GPUS_PER_NODE
+    --nnodes $NNODES
+)
+MODEL_ARGS=(
+    --num-layers ${LAYERS}
+    --hidden-size 4096 --num-attention-heads 32 --group-query-attention --num-query-groups 8
+    --ffn-hidden-size 14336 --swiglu --normalization RMSNorm --position-embedding-type rope
+    --seq-length $(( 2 * (1024 + 1024) ))   # comments end the line
+    --vocab-size 32000
+    --sequence-parallel
+)
+EXTRA=()
+if [[ "$DTYPE" == "fp8" ]]; then
+    EXTRA+=(
+        "--fp8-format hybrid"
+    )
+fi
+TRAINING_ARGS=(
+    --micro-batch-size 1
+    --global-batch-size $((GPUS_PER_NODE * NNODES / TP * 4))
+    --tensor-model-parallel-size $TP
+    --bf16
+)
+torchrun ${DISTRIBUTED_ARGS[@]} pretrain_gpt.py ${MODEL_ARGS[@]} "${EXTRA[@]}" ${TRAINING_ARGS[@]}
+)";
+
+TEST(MegatronImport, ALaunchScriptsVariablesAreExpanded) {
+  const ImportedScenario imported = import_megatron_arguments(kLaunchScript, "job.sh", on("dgx-h100-superpod"));
+  const Scenario s = read_back(imported);
+  ASSERT_TRUE(s.zoo_model && s.zoo_model->decoder);
+  EXPECT_EQ(s.zoo_model->decoder->layers, 4);        // $NUM_LAYERS through $LAYERS
+  EXPECT_EQ(s.zoo_model->seq_len, 4096);             // $(( 2 * (1024 + 1024) ))
+  ASSERT_TRUE(s.parallelism);
+  EXPECT_EQ(s.parallelism->nodes, 2);                // ${SLURM_NNODES:-"2"}: the default
+  EXPECT_EQ(s.parallelism->gpus_per_node, 8);
+  EXPECT_EQ(s.parallelism->layout.tensor, 2);        // ${TP:-2}
+  EXPECT_TRUE(s.parallelism->layout.sequence_parallel);  // the array's `)` is no value of it
+  // $((8 * 2 / 2 * 4)) = 32 over 8 data-parallel ranks of micro-batch 1.
+  EXPECT_EQ(s.accumulation_steps, 4);
+  // "--fp8-format hybrid", one quoted element, is the flag and its value.
+  EXPECT_TRUE(s.float8.has_value());
+  // The defaults taken are said: the environment may set those variables.
+  EXPECT_THAT(imported.notes, testing::Contains(AllOf(HasSubstr("SLURM_NNODES is not set in the script"), HasSubstr("'2'"))));
+  EXPECT_THAT(imported.notes, testing::Contains(HasSubstr("${TP:-2} at line 4")));
+}
+
+// What the script does not set is an error that names the variable, at the argument's line;
+// a variable assigned twice takes the later value, and says so.
+TEST(MegatronImport, ALaunchScriptsUnsetVariablesAreErrors) {
+  const std::string tail = " --hidden-size 8 --num-attention-heads 2 --seq-length 8 --vocab-size 8";
+  EXPECT_THAT(megatron_error("--num-layers $NUM_LAYERS" + tail),
+              HasSubstr("job.sh:1: --num-layers is '$NUM_LAYERS' (NUM_LAYERS is not set in the script before it); expected an integer"));
+  EXPECT_THAT(megatron_error("A=1\n--num-layers $L" + tail + "\nL=4"), HasSubstr("job.sh:2: --num-layers is '$L' (L is not set"));
+  EXPECT_THAT(megatron_error("L=4\nunset L\n--num-layers ${L}" + tail), HasSubstr("job.sh:3: --num-layers is '${L}' (L is not set"));
+  // `local` is a value after a flag, a declaration where a command starts.
+  EXPECT_THAT(megatron_error("local L=4\n--num-layers ${L} --bf16 --fp8-format e4m3 --transformer-impl local" + tail),
+              HasSubstr("job.sh:2: --fp8-format is given with --transformer-impl local"));
+  EXPECT_THAT(megatron_error("--num-layers ${1}" + tail), HasSubstr("$1 is the script's argument"));
+  EXPECT_THAT(megatron_error("--num-layers $(nproc)" + tail), HasSubstr("$(nproc) is a command's output, which import does not run"));
+  EXPECT_THAT(megatron_error("N=0\n--num-layers $((4 / N))" + tail), HasSubstr("divides by zero"));
+  EXPECT_THAT(megatron_error("--num-layers $((1 << 2))" + tail), HasSubstr("not arithmetic import evaluates"));
+  EXPECT_THAT(megatron_error("--num-layers $((9223372036854775807 + 1))" + tail), HasSubstr("overflows"));
+  EXPECT_THAT(megatron_error("--num-layers ${N:?unset}" + tail), HasSubstr("is a form import does not expand"));
+  EXPECT_THAT(megatron_error("X=abc\n--num-layers $((X + 1))" + tail), HasSubstr("X is 'abc', not an integer"));
+  // A chain of variables deeper than the reader follows.
+  std::string chain = "V0=1\n";
+  for (int i = 1; i <= 100; ++i) chain += "V" + std::to_string(i) + "=$V" + std::to_string(i - 1) + "\n";
+  EXPECT_THAT(megatron_error(chain + "--num-layers $V100" + tail), HasSubstr("more than 64 deep"));
+  // Assigned twice (an if and its else, say): the later value, with a note.
+  const ImportedScenario imported = import_megatron_arguments("L=2\nL=3\n--num-layers $L" + tail, "job.sh", on("dgx-h100-superpod"));
+  EXPECT_EQ(read_back(imported).zoo_model->layers, 3);
+  EXPECT_THAT(imported.notes, testing::Contains(HasSubstr("L is assigned 2 times before line 3; the last, line 2, was taken")));
+}
+
+// Megatron-FSDP (--use-megatron-fsdp): per-layer FSDP units under optim_grads_params (released
+// after forward) and optim_grads (kept), the distributed optimizer's ZeRO-1 under optim; the
+// gradients reduced in fp32 for --bf16 unless --grad-reduce-in-bf16; unknown strategies refused.
+TEST(MegatronImport, MegatronFsdpBecomesFsdpUnits) {
+  const std::string job =
+      "torchrun --nproc_per_node 8 --nnodes 2 pretrain_gpt.py --num-layers 4 --hidden-size 4096 --num-attention-heads 32 --swiglu "
+      "--normalization RMSNorm --position-embedding-type rope --seq-length 4096 --vocab-size 32000 --bf16 --micro-batch-size 1 "
+      "--use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather --use-megatron-fsdp";
+  const ImportedScenario imported = import_megatron_arguments(job, "job.sh", on("dgx-h100-superpod"));
+  const Scenario s = read_back(imported);
+  ASSERT_TRUE(s.parallelism && s.parallelism->data.fsdp);
+  const models::FsdpSpec& fsdp = *s.parallelism->data.fsdp;
+  EXPECT_EQ(fsdp.units, (std::vector<std::string>{"model.layers.*"}));
+  EXPECT_EQ(fsdp.reshard_after_forward, models::FsdpSpec::Reshard::all);
+  EXPECT_EQ(fsdp.sharded_parameter_bytes, 4);
+  EXPECT_EQ(fsdp.reduce_bytes, 4);  // --bf16 without --grad-reduce-in-bf16
+  EXPECT_FALSE(s.parallelism->data.grad_reduce_in_fp32);
+  EXPECT_THAT(imported.notes, testing::Contains(HasSubstr("--use-megatron-fsdp, --data-parallel-sharding-strategy optim_grads_params")));
+  EXPECT_THAT(imported.notes, Not(testing::Contains(HasSubstr("zero.overlap"))));
+  const Scenario grads = read_back(import_megatron_arguments(job + " --data-parallel-sharding-strategy optim_grads --grad-reduce-in-bf16", "job.sh",
+                                                             on("dgx-h100-superpod")));
+  ASSERT_TRUE(grads.parallelism->data.fsdp);
+  EXPECT_EQ(grads.parallelism->data.fsdp->reshard_after_forward, models::FsdpSpec::Reshard::none);
+  EXPECT_EQ(grads.parallelism->data.fsdp->reduce_bytes, 2);
+  const Scenario optim = read_back(import_megatron_arguments(job + " --data-parallel-sharding-strategy optim", "job.sh", on("dgx-h100-superpod")));
+  EXPECT_FALSE(optim.parallelism->data.fsdp);
+  EXPECT_EQ(optim.parallelism->data.zero_stage, 1);
+  EXPECT_THAT(megatron_error(job + " --data-parallel-sharding-strategy all"),
+              HasSubstr("--data-parallel-sharding-strategy is 'all'; expected no_shard, optim, optim_grads or optim_grads_params"));
+}
+
+// An expert degree the job's GPUs cannot hold is refused as Megatron-LM refuses it, not written
+// into a scenario that the reader then refuses.
+TEST(MegatronImport, AnExpertDegreeTheDataRanksDoNotHoldIsRefused) {
+  const std::string job =
+      "--nproc-per-node 8 --num-layers 2 --hidden-size 4096 --num-attention-heads 32 --swiglu --normalization RMSNorm "
+      "--position-embedding-type rope --seq-length 128 --vocab-size 32000 --bf16 --num-experts 8 --moe-router-topk 2 "
+      "--pipeline-model-parallel-size 4 --expert-model-parallel-size 8";
+  EXPECT_THAT(megatron_error(job), HasSubstr("job.sh:1: --expert-model-parallel-size is 8; the 8 GPUs (1 node(s) x 8) leave 2 data x 1 context ranks"));
+  JobImportOptions four_nodes = on("dgx-h100-superpod");
+  four_nodes.nodes = 4;
+  EXPECT_EQ(read_back(import_megatron_arguments(job, "job.sh", four_nodes)).parallelism->layout.expert, 8);
 }
 
 TEST(TorchtitanImport, ALlama3JobBecomesItsScenario) {

@@ -733,7 +733,11 @@ Float8Work float8_work(const traces::Trace& trace, traces::OpIndex index, const 
   Float8Work work;
   for (const traces::TensorIndex t : op.inputs) {
     const traces::Tensor& tensor = trace.tensor(t);
-    if (!traces::is_floating(tensor.dtype) || tensor.shape.size() < 2) continue;
+    // Transformer Engine's FP8 copies (float8_memory.hpp): a saved input already one byte an
+    // element (u8), read as the 16-bit one was; a weight's workspace, whose casts are the weight's.
+    const bool fp8_copy = tensor.dtype == traces::DType::u8 && tensor.role == traces::TensorRole::activation;
+    if (tensor.role == traces::TensorRole::buffer) continue;
+    if ((!traces::is_floating(tensor.dtype) && !fp8_copy) || tensor.shape.size() < 2) continue;
     const double size = static_cast<double>(traces::element_size(tensor.dtype));
     const double elements = bytes_of(trace, t) / size;
     work.operand_bytes_saved += elements * (size - 1.0);

@@ -105,6 +105,29 @@ TEST(MegatronLayersKernels, FusedPiecesReplaceTheEagerOnes) {
   EXPECT_EQ(ops_named(eager, "rotary_emb.cos"), 1);
 }
 
+// Megatron-LM's loss at a tensor-parallel size of 1 is its vocabulary-parallel cross-entropy
+// still (language_module.py, compute_language_model_loss): an fp32 copy of the logits made
+// softmax in place and saved, no `logits.float()` and log-probabilities beside it as Hugging
+// Face's loss keeps; over a group of one its all-reduces are left out.
+TEST(MegatronLayersLoss, VocabParallelCrossEntropyAtTensorParallelSizeOne) {
+  const Trace hf = build_model(request_for(1, 2, std::nullopt));
+  const Trace mg = build_model(request_for(1, 2, no_dropout()));
+  EXPECT_EQ(ops_named(hf, "logits.float"), 1);
+  EXPECT_EQ(ops_named(mg, "logits.float"), 0);
+  EXPECT_EQ(ops_named(mg, "loss.logits_max"), 1);
+  EXPECT_EQ(ops_named(mg, "all_reduce"), 0);
+  const auto softmax = std::find_if(mg.tensors().begin(), mg.tensors().end(), [](const auto& t) { return t.name == "loss.softmax"; });
+  ASSERT_NE(softmax, mg.tensors().end());
+  EXPECT_EQ(softmax->dtype, traces::DType::f32);
+  EXPECT_EQ(softmax->elements(), 2 * kS * 1000);  // batch 2
+  // Saved for backward beyond the layers: the softmax (4 bytes a logit) where Hugging Face's loss
+  // saves the fp32 log-probabilities (4) too, and 16-bit logits neither keeps.
+  const auto mg_saved = test_support::saved_for_backward(mg);
+  const auto hf_saved = test_support::saved_for_backward(hf);
+  EXPECT_GT(hf_saved.per_sample, 0);
+  EXPECT_GT(mg_saved.per_sample, 4 * kS * 1000);
+}
+
 std::string error_of(const ModelRequest& request) {
   try {
     build_model(request);

@@ -41,6 +41,7 @@ struct JobDescription {
   std::string optimizer = "adamw";
   std::string optimizer_impl = "fused";
   bool float8_delayed = false;  // Megatron-LM's --fp8-format: Transformer Engine's DelayedScaling on every linear but the output layer
+  bool fp8_weights = false;     // and --fp8-param-gather: the weights themselves FP8 (training.float8.fp8_weights)
   // torchtitan's torchao float8 converter (tensorwise); unset: no converter.
   struct TensorwiseFloat8 {
     std::vector<std::string> skip;  // module patterns whose linears stay 16-bit
@@ -120,7 +121,9 @@ std::string write_scenario(const JobDescription& job, const std::string& source,
   if (job.accumulation_steps > 1) out << YAML::Key << "gradient_accumulation_steps" << YAML::Value << job.accumulation_steps;
   if (job.float8_delayed) {
     out << YAML::Key << "float8" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "recipe" << YAML::Value << "delayed" << YAML::Key
-        << "skip" << YAML::Value << YAML::Flow << std::vector<std::string>{"lm_head"} << YAML::EndMap;
+        << "skip" << YAML::Value << YAML::Flow << std::vector<std::string>{"lm_head"};
+    if (job.fp8_weights) out << YAML::Key << "fp8_weights" << YAML::Value << true;
+    out << YAML::EndMap;
   }
   if (const auto& f8 = job.float8_tensorwise) {
     out << YAML::Key << "float8" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key << "skip" << YAML::Value << YAML::Flow << f8->skip;
@@ -557,6 +560,16 @@ ImportedScenario import_megatron_arguments(std::string_view text, const std::str
     for (const char* known : {"fp8-margin", "fp8-interval", "fp8-amax-history-len", "fp8-amax-compute-algo"}) args.mark_read(known);
     job.float8_delayed = true;
     job.notes.push_back("--fp8-format " + *format + ": Transformer Engine's delayed scaling on every linear but the output layer (training.float8, recipe delayed)");
+    // --fp8-param-gather keeps the weights as FP8 tensors (Transformer Engine's fp8_model_init):
+    // no FP8 workspace beside 16-bit weights. Its all-gather of FP8 parameters (one byte an
+    // element) is not modelled: the distributed optimizer gathers two.
+    if (args.flag("fp8-param-gather")) {
+      job.fp8_weights = true;
+      job.notes.push_back("--fp8-param-gather: the weights are FP8 tensors, no FP8 workspace beside them (training.float8.fp8_weights); their "
+                          "all-gather at one byte an element is not modelled (two bytes here)");
+    }
+  } else if (args.flag("fp8-param-gather")) {
+    args.fail_on("fp8-param-gather", "is given without --fp8-format; expected both (Megatron-LM's FP8 parameters need FP8 training)");
   }
   const std::string optimizer = args.text("optimizer").value_or("adam");
   if (optimizer == "sgd") {

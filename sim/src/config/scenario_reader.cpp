@@ -177,7 +177,7 @@ void ScenarioReader::read_float8(const YAML::Node& training, Scenario& scenario)
       "stay in 16 bits, as torchtitan skips output)";
   models::Float8Scope scope;
   if (node.IsMap()) {
-    check_keys(node, "training.float8", {"recipe", "skip", "fsdp_all_gather"});
+    check_keys(node, "training.float8", {"recipe", "skip", "fsdp_all_gather", "fp8_weights"});
     if (const YAML::Node recipe = node["recipe"]) {
       const std::string text = recipe.IsScalar() ? recipe.Scalar() : std::string();
       const std::optional<models::Float8Recipe> parsed = models::parse_float8_recipe(text);
@@ -202,6 +202,15 @@ void ScenarioReader::read_float8(const YAML::Node& training, Scenario& scenario)
       if (scope.fsdp_all_gather && !(scenario.parallelism && scenario.parallelism->data.fsdp)) {
         throw InputError(where(gather.Mark()) + "'training.float8.fsdp_all_gather' gathers FSDP2's weights in float8; expected parallelism.fsdp "
                          "as well, or fsdp_all_gather false");
+      }
+    }
+    // Transformer Engine's FP8 weights (fp8_model_init, Megatron-LM's --fp8-param-gather): no FP8
+    // workspace beside 16-bit weights (models/float8_memory.hpp).
+    if (const YAML::Node weights = node["fp8_weights"]) {
+      scope.fp8_weights = boolean(weights, "training.float8.fp8_weights");
+      if (scope.fp8_weights && scope.recipe != models::Float8Recipe::delayed) {
+        throw InputError(where(weights.Mark()) + "'training.float8.fp8_weights' is Transformer Engine's FP8 weights, under its delayed "
+                         "recipe; expected recipe delayed, or fp8_weights false");
       }
     }
   } else if (!node.IsScalar()) {

@@ -330,8 +330,10 @@ void add_header(std::string& out, const SimulationRun& run) {
     const std::string skip = run.float8->skip.empty() ? "" : fmt::format(" (skipped: {})", fmt::join(run.float8->skip, ", "));
     if (run.float8->recipe == models::Float8Recipe::delayed) {
       add_line(out, "Float8     Transformer Engine's delayed scaling: {} of {} linear ops on FP8 tensor cores{}, with their cast kernels (weights once "
-                    "per optimizer step, a norm's output cast by the norm); memory as 16-bit; FLOPs utilisation against the 16-bit peak",
-               float8, linears, skip);
+                    "per optimizer step, a norm's output cast by the norm); each saves an FP8 copy of its input{}; FLOPs utilisation against the "
+                    "16-bit peak",
+               float8, linears, skip,
+               run.float8->fp8_weights ? ", its weight FP8 itself" : ", its weight an FP8 workspace beside the 16-bit one (none under FSDP)");
     } else {
       add_line(out, "Float8     torchao float8 training, tensorwise scaling: {} of {} linear ops on FP8 tensor cores{}, with their amax and cast "
                     "kernels as torch.compile generates them{}; FLOPs utilisation against the 16-bit peak",

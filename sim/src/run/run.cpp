@@ -14,6 +14,7 @@
 #include "comptrain/sim/engine/replay_cost.hpp"
 
 #include "comptrain/models/collective_compression.hpp"
+#include "comptrain/models/float8_memory.hpp"
 #include "comptrain/models/parallel_layout.hpp"
 #include "comptrain/models/pattern_coverage.hpp"
 #include "comptrain/models/pipeline_parallel.hpp"
@@ -106,7 +107,14 @@ traces::Trace build_zoo_trace(const Scenario& scenario, std::int64_t batch, std:
     if (layout.moe_allgather_dispatcher) request.expert_parallel->dispatcher = zoo::ExpertParallelSpec::TokenDispatcher::allgather;
   }
   try {
-    return zoo::build_model(request);
+    traces::Trace trace = zoo::build_model(request);
+    // Transformer Engine's FP8 copies and workspaces (models/float8_memory.hpp); not under FSDP,
+    // whose sharded weights Transformer Engine does not cache.
+    if (scenario.float8 && scenario.float8->recipe == models::Float8Recipe::delayed) {
+      const bool fsdp = scenario.parallelism && scenario.parallelism->data.fsdp;
+      return models::with_float8_memory(trace, *scenario.float8, !fsdp);
+    }
+    return trace;
   } catch (const InputError& e) {
     throw InputError(model_error_location(scenario, e.what()) + "model: " + e.what());
   } catch (const std::invalid_argument& e) {

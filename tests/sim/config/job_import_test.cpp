@@ -216,6 +216,12 @@ TEST(MegatronImport, Fp8FormatBecomesTransformerEnginesDelayedScaling) {
   EXPECT_THAT(with("--fp8-format e5m2"), AllOf(HasSubstr("job.sh:"), HasSubstr("--fp8-format"), HasSubstr("'e5m2'")));
   EXPECT_THAT(with("--fp8-format e4m3 --transformer-impl local"), AllOf(HasSubstr("--fp8-format"), HasSubstr("transformer_engine")));
   EXPECT_THAT(with("--fp8-format hybrid --no-fp8-wgrad"), AllOf(HasSubstr("--no-fp8-wgrad"), HasSubstr("not modelled")));
+  // --fp8-param-gather: the weights are FP8 tensors (no workspace beside them); without FP8, refused.
+  EXPECT_FALSE(s.float8->fp8_weights);
+  std::string params = kLlama70b;
+  params.insert(params.find(" --lr"), " --fp8-format hybrid --fp8-param-gather");
+  EXPECT_TRUE(read_back(import_megatron_arguments(params, "job.sh", on("dgx-h100-superpod"))).float8->fp8_weights);
+  EXPECT_THAT(with("--fp8-param-gather"), AllOf(HasSubstr("--fp8-param-gather"), HasSubstr("without --fp8-format")));
   // A platform without FP8 tensor cores refuses the imported scenario when it is read.
   EXPECT_THROW(read_back(import_megatron_arguments(job, "job.sh", on("dgx-a100-superpod"))), InputError);
 }

@@ -658,6 +658,12 @@ TEST(Scenario, Float8DelayedRecipeIsTransformerEnginesAndNeedsNoCompile) {
                                "training: {float8: {recipe: delayed, fsdp_all_gather: true}}\n"),
               AllOf(HasSubstr("s.yaml:4:"), HasSubstr("fsdp_all_gather"), HasSubstr("tensorwise")));
   EXPECT_THAT(error_of("model: {zoo: gpt2}\nplatform: a100-80gb\ntraining: {float8: {recipe: delayed}}\n"), HasSubstr("gpu.peak.fp8"));
+  // fp8_weights: Transformer Engine's FP8 weights (no workspace beside them), under its recipe only.
+  EXPECT_FALSE(delayed.float8->fp8_weights);
+  EXPECT_TRUE(parse_scenario(eager + "training: {float8: {recipe: delayed, fp8_weights: true}}\n", "s.yaml", ".").float8->fp8_weights);
+  EXPECT_THAT(error_of(eager + "framework: {compile: true}\ntraining: {float8: {fp8_weights: true}}\n"),
+              AllOf(HasSubstr("s.yaml:4:"), HasSubstr("training.float8.fp8_weights"), HasSubstr("recipe delayed")));
+  EXPECT_THAT(error_of(eager + "training: {float8: {recipe: delayed, fp8_weights: often}}\n"), HasSubstr("training.float8.fp8_weights"));
 }
 
 }  // namespace

@@ -355,9 +355,11 @@ Value decoder_lm(NetworkBuilder& nb, const DecoderArchitecture& arch, std::int64
   // optimizer state like an untied head.
   const Value head = arch.tie_embeddings && embed ? *embed : nb.parameter(names.head + ".weight", {vocab_rows, arch.hidden});
   if (arch.tie_embeddings && !embed) nb.set_embedding_group_weight(head);
-  if (t == 1) return nb.lm_loss(names.head, x, head, *labels, true);
-  // Megatron's output layer and vocabulary-parallel cross-entropy, which makes its own fp32 copy
-  // of the logits (no `logits.float()` before it).
+  if (t == 1 && !megatron) return nb.lm_loss(names.head, x, head, *labels, true);
+  // Megatron's output layer and vocabulary-parallel cross-entropy (at every tensor-parallel size,
+  // one included), which makes its own fp32 copy of the logits (no `logits.float()` before it)
+  // and overwrites it in place into the softmax it saves: 4 bytes a logit where Hugging Face's
+  // loss holds the 16-bit logits, their fp32 copy and the fp32 log-probabilities (10).
   Value logits = nb.column_parallel_linear(names.head, nb.column_parallel_input(names.head, x), head);
   logits = nb.reshape("logits.view", logits, {s, vocab_rows});
   return nb.vocab_parallel_cross_entropy("loss", logits, nb.reshape("labels.view", *labels, {s}));

@@ -411,7 +411,7 @@ class NetworkBuilder {
   // fp32 copy, the row max and its all_reduce (MAX), the shifted exp, the predicted logit and
   // the sum of exp and their all_reduces (SUM), then the loss and softmax in place. Saves the
   // fp32 softmax [S, V/t], the target mask and the masked targets; the mean over the tokens is
-  // folded into the last op. Returns the scalar loss.
+  // folded into the last op. Returns the scalar loss. Degree 1: the same ops, no all_reduces.
   Value vocab_parallel_cross_entropy(const std::string& name, Value logits, Value labels);
 
   // ---- Megatron-LM expert parallelism (expert_parallel.cpp) ----------------------------------

@@ -329,12 +329,15 @@ Value NetworkBuilder::vocab_parallel_embedding(const std::string& name, Value id
 }
 
 Value NetworkBuilder::vocab_parallel_cross_entropy(const std::string& name, Value logits, Value labels) {
-  if (tensor_parallel_ == 1) return cross_entropy(name, logits, labels);
   expect_rank(logits, 2, name);
   expect_rank(labels, 1, name);
   const std::vector<std::int64_t> rows = {dim(logits, 0)};
   const auto batch_dim = tensors_[logits.index].batch_dim;
+  // Megatron-LM runs this loss at every tensor-parallel size (language_module.py,
+  // compute_language_model_loss); over a group of one its all-reduces move nothing and are
+  // left out.
   const auto all_reduce_in_place = [&](const std::string& op, std::size_t x) {
+    if (tensor_parallel_ == 1) return x;
     const std::size_t y = new_view(op + ".out", x, tensors_[x].sample_shape, tensors_[x].batch_dim);
     communications_.emplace(emit({op, traces::Phase::forward, OpKind::communication, {x}, {y}, {}, {}, {}}),
                             over_tensor_group(CommunicationKind::all_reduce));

@@ -57,6 +57,10 @@ struct Float8Scope {
   // step's micro-steps (Transformer Engine recasts its fp8 weight copies only when told the
   // micro-batch is the first of the step: Megatron-LM's set_is_first_microbatch).
   double weight_casts_per_micro_step = 1.0;
+  // Delayed only: the model's weights are FP8 tensors themselves (Transformer Engine's
+  // fp8_model_init; Megatron-LM's --fp8-param-gather), row- and column-wise, two bytes an element
+  // as the 16-bit weights they replace: no FP8 workspace beside them (float8_memory.hpp).
+  bool fp8_weights = false;
   friend bool operator==(const Float8Scope&, const Float8Scope&) = default;
 };
 

@@ -220,6 +220,7 @@ struct Argument {
   int line = 0;
   std::size_t word = 0;  // the script word the value is read in (launch_script.hpp)
   bool flag = false;
+  std::size_t values = 1;  // words of value from `word` on (argparse's nargs='+' flags take several)
 };
 
 class MegatronArguments {
@@ -238,6 +239,12 @@ class MegatronArguments {
       } else if (i + 1 < words.size() && !words[i + 1].syntax && words[i + 1].text.rfind("--", 0) != 0) {
         argument = {words[i + 1].text, word.line, i + 1, false};
         ++i;
+        // The words after the value up to the next flag or the shell's syntax: further values of
+        // a list flag (--recompute-modules core_attn mlp), or the program's positionals.
+        while (i + 1 < words.size() && !words[i + 1].syntax && words[i + 1].text.rfind("--", 0) != 0 && words[i + 1].line == word.line) {
+          ++argument.values;
+          ++i;
+        }
       }
       std::replace(key.begin(), key.end(), '_', '-');  // torchrun takes --nproc_per_node too
       arguments_[key] = argument;
@@ -281,6 +288,21 @@ class MegatronArguments {
     }
     if (it->second.flag || used != text.size() || !(value >= 0 && value < 1)) fail(it, fmt::format("is '{}'; expected a probability in [0, 1)", shown(it, text)));
     return value;
+  }
+  // A list flag's values (argparse nargs='+'), each expanded.
+  std::optional<std::vector<std::string>> list(const std::string& key) {
+    const auto it = find(key);
+    if (it == arguments_.end()) return std::nullopt;
+    if (it->second.flag) fail(it, "needs a value");
+    std::vector<std::string> values;
+    const auto& words = script_.words();
+    for (std::size_t k = 0; k < it->second.values; ++k) {
+      const std::size_t w = it->second.word + k;
+      const detail::ExpandedText e = script_.expand(words[w].text, w);
+      if (!e.unexpanded.empty()) fail(it, fmt::format("is '{}' ({}); expected values the script sets", words[w].text, e.unexpanded));
+      values.push_back(e.text);
+    }
+    return values;
   }
   std::optional<std::string> text(const std::string& key) {
     const auto it = find(key);
@@ -655,6 +677,17 @@ ImportedScenario import_megatron_arguments(std::string_view text, const std::str
     }
   } else if (job.recompute == "selective") {
     if (args.integer("recompute-num-layers", 0)) args.fail_on("recompute-num-layers", "is given with selective recomputation; expected none (Megatron-LM refuses it)");
+    // --recompute-modules (megatron/core/transformer/transformer_config.py, recompute_modules;
+    // default [core_attn]): which submodules selective recomputation covers. Only the core
+    // attention's is modelled (LayerRecompute's selective granularity).
+    if (const auto modules = args.list("recompute-modules")) {
+      if (*modules != std::vector<std::string>{"core_attn"}) {
+        std::string list;
+        for (const std::string& m : *modules) list += (list.empty() ? "" : " ") + m;
+        args.fail_on("recompute-modules", "is '" + list + "'; only core_attn (Megatron-LM's default) is modelled: the selective recomputation of the "
+                                          "core attention; expected core_attn, or no --recompute-modules");
+      }
+    }
     if (const auto method = args.text("recompute-method")) job.notes.push_back("--recompute-method " + *method + " is ignored with selective recomputation, as Megatron-LM ignores it");
   }
   // The overlaps Megatron-LM makes on request (shared/reference/parallelism.md §1 and §5), each

@@ -400,6 +400,14 @@ TEST(MegatronImport, RecomputationFlagsBecomeTheStrategysSettings) {
   EXPECT_THAT(megatron_error(job + "--recompute-granularity selective --recompute-num-layers 1"),
               HasSubstr("job.sh:2: --recompute-num-layers is given with selective recomputation"));
   EXPECT_THAT(megatron_error(job + "--recompute-granularity most"), HasSubstr("job.sh:2: --recompute-granularity is 'most'; expected full or selective"));
+  // --recompute-modules: core_attn, Megatron's default, is the selective recomputation modelled;
+  // any other module list (every value read) is refused.
+  EXPECT_EQ(read_back(import_megatron_arguments(job + "--recompute-granularity selective --recompute-modules core_attn", "job.sh",
+                                                on("dgx-h100-superpod")))
+                .strategy.layer_recompute->granularity,
+            models::LayerRecompute::Granularity::selective);
+  EXPECT_THAT(megatron_error(job + "--recompute-granularity selective --recompute-modules core_attn mlp layernorm"),
+              HasSubstr("job.sh:2: --recompute-modules is 'core_attn mlp layernorm'; only core_attn (Megatron-LM's default) is modelled"));
 }
 
 TEST(MegatronImport, TheSwigluWidthDefaultsAsMegatronComputesIt) {

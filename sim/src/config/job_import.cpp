@@ -297,9 +297,11 @@ class MegatronArguments {
     std::vector<std::string> values;
     const auto& words = script_.words();
     for (std::size_t k = 0; k < it->second.values; ++k) {
+      // The first value as read (`--key=value` keeps it in the flag's word), the others as written.
       const std::size_t w = it->second.word + k;
-      const detail::ExpandedText e = script_.expand(words[w].text, w);
-      if (!e.unexpanded.empty()) fail(it, fmt::format("is '{}' ({}); expected values the script sets", words[w].text, e.unexpanded));
+      const std::string& raw = k == 0 ? it->second.value : words[w].text;
+      const detail::ExpandedText e = script_.expand(raw, w);
+      if (!e.unexpanded.empty()) fail(it, fmt::format("is '{}' ({}); expected values the script sets", raw, e.unexpanded));
       values.push_back(e.text);
     }
     return values;

@@ -406,6 +406,8 @@ TEST(MegatronImport, RecomputationFlagsBecomeTheStrategysSettings) {
                                                 on("dgx-h100-superpod")))
                 .strategy.layer_recompute->granularity,
             models::LayerRecompute::Granularity::selective);
+  EXPECT_THAT(megatron_error(job + "--recompute-granularity selective --recompute-modules=mlp"),
+              HasSubstr("--recompute-modules is 'mlp'; only core_attn"));
   EXPECT_THAT(megatron_error(job + "--recompute-granularity selective --recompute-modules core_attn mlp layernorm"),
               HasSubstr("job.sh:2: --recompute-modules is 'core_attn mlp layernorm'; only core_attn (Megatron-LM's default) is modelled"));
 }

@@ -329,11 +329,19 @@ void add_header(std::string& out, const SimulationRun& run) {
     const auto float8 = std::count_if(ops.begin(), ops.end(), [&](const traces::Op& op) { return models::in_float8_scope(*run.float8, op); });
     const std::string skip = run.float8->skip.empty() ? "" : fmt::format(" (skipped: {})", fmt::join(run.float8->skip, ", "));
     if (run.float8->recipe == models::Float8Recipe::delayed) {
+      // What the trace holds of Transformer Engine's FP8 memory (models/float8_memory.hpp: zoo
+      // traces only), counted rather than assumed.
+      const auto& tensors = trace.tensors();
+      const auto copies = std::count_if(tensors.begin(), tensors.end(), [](const traces::Tensor& t) {
+        return t.dtype == traces::DType::u8 && t.role == traces::TensorRole::activation && t.name.ends_with(".fp8");
+      });
+      const auto workspaces = std::count_if(tensors.begin(), tensors.end(), [](const traces::Tensor& t) {
+        return t.role == traces::TensorRole::buffer && t.name.ends_with(".fp8_workspace");
+      });
       add_line(out, "Float8     Transformer Engine's delayed scaling: {} of {} linear ops on FP8 tensor cores{}, with their cast kernels (weights once "
-                    "per optimizer step, a norm's output cast by the norm); each saves an FP8 copy of its input{}; FLOPs utilisation against the "
-                    "16-bit peak",
-               float8, linears, skip,
-               run.float8->fp8_weights ? ", its weight FP8 itself" : ", its weight an FP8 workspace beside the 16-bit one (none under FSDP)");
+                    "per optimizer step, a norm's output cast by the norm); {} FP8 copies of saved inputs and {} FP8 weight workspaces{}; "
+                    "FLOPs utilisation against the 16-bit peak",
+               float8, linears, skip, copies, workspaces, run.float8->fp8_weights ? " (the weights FP8 themselves)" : "");
     } else {
       add_line(out, "Float8     torchao float8 training, tensorwise scaling: {} of {} linear ops on FP8 tensor cores{}, with their amax and cast "
                     "kernels as torch.compile generates them{}; FLOPs utilisation against the 16-bit peak",

@@ -194,6 +194,14 @@ TEST(Run, Float8DelayedScalingCastsTheWeightsOncePerStepAndSaysSo) {
   const std::string text = report(prepared, prepared.scenario().strategy, 4, outcome, false);
   EXPECT_NE(text.find("Float8     Transformer Engine's delayed scaling: "), std::string::npos) << text;
   EXPECT_NE(report(prepared, prepared.scenario().strategy, 4, outcome, true).find("\"recipe\": \"delayed\""), std::string::npos);
+  // Its memory (models/float8_memory.hpp): GPT-2's four linears a layer each save an FP8 copy of
+  // their input (the two norms' outputs, the attention's output, GELU's) and keep an FP8
+  // workspace of their weight, counted in the trace; the weights' workspaces (2 x 12h² bytes a
+  // layer) outweigh the copies' saving in this short model.
+  EXPECT_NE(text.find("8 FP8 copies of saved inputs and 8 FP8 weight workspaces"), std::string::npos) << text;
+  const PreparedScenario bf16(scenario(base + "training: {batch_size: 4, precision: mixed}\n"));
+  const auto peak = [](const RunOutcome& run) { return std::get<CompletedRun>(run).result.device.peak_reserved; };
+  EXPECT_GT(peak(outcome), peak(run_scenario(bf16, bf16.scenario().strategy, 4, Isolation::child_process)));
 }
 
 TEST(Run, OneRunInAChildEqualsTheSameRunInPlace) {

@@ -93,12 +93,14 @@ traces::Trace with_float8_memory(const traces::Trace& trace, const Float8Scope& 
         if (t < trace.tensors().size()) read_backward[trace.storage_of(t)] = true;
       }
     }
+    std::vector<bool> demoted(trace.tensors().size(), false);
     for (const auto& [input, copy] : fp8_copy) {
       const TensorIndex storage = trace.storage_of(input);
-      if (read_backward[storage] || trace.tensor(storage).role != TensorRole::activation) continue;
-      for (TensorIndex t = 0; t < trace.tensors().size(); ++t) {
-        if (trace.storage_of(t) == storage) tensors[t].role = TensorRole::temporary;
-      }
+      demoted[storage] = !read_backward[storage] && trace.tensor(storage).role == TensorRole::activation;
+    }
+    // One pass over the tensors, each view with its storage.
+    for (TensorIndex t = 0; t < trace.tensors().size(); ++t) {
+      if (demoted[trace.storage_of(t)]) tensors[t].role = TensorRole::temporary;
     }
   }
 

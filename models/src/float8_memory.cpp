@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
+#include <vector>
 
 namespace comptrain::models {
 
@@ -33,6 +35,45 @@ traces::BatchLinear bytes_as_batch_linear(const Tensor& t, std::int64_t batch) {
   return {t.bytes(), 0};
 }
 
+// Whether every reader of `t` is an in-scope linear (and there is one).
+bool read_only_by_float8_linears(const traces::Trace& trace, TensorIndex t, const Float8Scope& scope) {
+  const auto& readers = trace.tensor(t).consumers;
+  return !readers.empty() &&
+         std::all_of(readers.begin(), readers.end(), [&](OpIndex c) { return in_float8_scope(scope, trace.op(c)); });
+}
+
+// The norm outputs that sequence parallelism gathers for in-scope linears only: a forward
+// layernorm's 16-bit output whose every reader is a tensor-parallel all-gather (the forward
+// gather, the backward re-gather of the saved shard) whose outputs only in-scope linears read,
+// one of them forward. With the gathers' outputs, they are what Transformer Engine holds and moves
+// in FP8 (with_float8_memory, below).
+std::vector<TensorIndex> fp8_gathered_norm_outputs(const traces::Trace& trace, const Float8Scope& scope) {
+  std::vector<TensorIndex> found;
+  for (TensorIndex s = 0; s < trace.tensors().size(); ++s) {
+    const Tensor& shard = trace.tensor(s);
+    if (shard.role != TensorRole::activation || !traces::is_floating(shard.dtype) || traces::element_size(shard.dtype) < 2 ||
+        shard.shape.size() < 2 || !shard.producer || shard.consumers.empty()) {
+      continue;
+    }
+    const Op& norm = trace.op(*shard.producer);
+    if (norm.kind != traces::OpKind::layernorm || norm.phase != Phase::forward) continue;
+    bool gathered_forward = false;
+    const bool only_gathers = std::all_of(shard.consumers.begin(), shard.consumers.end(), [&](OpIndex c) {
+      const Op& gather = trace.op(c);
+      if (gather.kind != traces::OpKind::communication || !gather.communication ||
+          gather.communication->kind != traces::CommunicationKind::all_gather ||
+          gather.communication->group != traces::ParallelGroup::tensor || gather.communication->ring != 0 || gather.outputs.empty()) {
+        return false;
+      }
+      gathered_forward = gathered_forward || gather.phase == Phase::forward;
+      return std::all_of(gather.outputs.begin(), gather.outputs.end(),
+                         [&](TensorIndex out) { return read_only_by_float8_linears(trace, out, scope); });
+    });
+    if (only_gathers && gathered_forward) found.push_back(s);
+  }
+  return found;
+}
+
 }  // namespace
 
 traces::Trace with_float8_memory(const traces::Trace& trace, const Float8Scope& scope, bool weight_workspaces) {
@@ -52,6 +93,37 @@ traces::Trace with_float8_memory(const traces::Trace& trace, const Float8Scope& 
     return tensors.size() - 1;
   };
 
+  // Sequence parallelism: Megatron-LM's TELayerNormColumnParallelLinear has its norm write the
+  // output shard in FP8 (the quantized norm kernel, `with_quantized_norm`), all-gathers that FP8
+  // shard, saves it for the backward pass, and there gathers it again in FP8 for the weight
+  // gradient (NVIDIA/TransformerEngine@d0067d0d transformer_engine/pytorch/module/
+  // layernorm_linear.py:241-252, 292-313, 430-435 and 775-795). So the shard and the gathers'
+  // outputs are one byte an element: the saved shard and the gathered temporaries take half the
+  // memory, the gathers move half the bytes (a collective's bytes are its tensors',
+  // traces/FORMAT.md), the norm writes half; the linears read the gathered copies at one byte as
+  // they did (float8_work counted 16-bit operands at one byte already).
+  const auto retype_to_fp8 = [&](TensorIndex t) {
+    const traces::BatchLinear before = bytes_as_batch_linear(tensors[t], trace.batch_size());
+    tensors[t].dtype = traces::DType::u8;
+    const traces::BatchLinear after = bytes_as_batch_linear(tensors[t], trace.batch_size());
+    const auto less = [&](traces::BatchLinear& count, std::int64_t times) {
+      count.fixed -= times * (before.fixed - after.fixed);
+      count.per_sample -= times * (before.per_sample - after.per_sample);
+    };
+    if (const auto producer = trace.tensor(t).producer) less(ops[*producer].bytes_written, 1);
+    for (const OpIndex c : std::set<OpIndex>(trace.tensor(t).consumers.begin(), trace.tensor(t).consumers.end())) {
+      less(ops[c].bytes_read, std::count(ops[c].inputs.begin(), ops[c].inputs.end(), t));
+    }
+  };
+  for (const TensorIndex shard : fp8_gathered_norm_outputs(trace, scope)) {
+    retype_to_fp8(shard);
+    for (const OpIndex gather : trace.tensor(shard).consumers) {
+      for (const TensorIndex out : trace.op(gather).outputs) {
+        if (tensors[out].dtype != traces::DType::u8) retype_to_fp8(out);
+      }
+    }
+  }
+
   // The saved inputs: an activation an in-scope backward linear reads, as a GEMM operand (rank
   // >= 2, floating), that an in-scope forward linear read.
   std::map<TensorIndex, TensorIndex> fp8_copy;
@@ -60,7 +132,7 @@ traces::Trace with_float8_memory(const traces::Trace& trace, const Float8Scope& 
     Op& op = ops[o];
     if (op.phase != Phase::backward || !in_float8_scope(scope, op)) continue;
     for (TensorIndex& input : op.inputs) {
-      const Tensor& x = trace.tensor(input);
+      const Tensor x = tensors[input];  // a copy: add_tensor below may move the vector
       if (x.role != TensorRole::activation || !traces::is_floating(x.dtype) || x.shape.size() < 2 || traces::element_size(x.dtype) < 2) continue;
       const std::optional<OpIndex> saver = first_forward_reader(trace, input, scope);
       if (!saver) continue;

@@ -734,8 +734,10 @@ Float8Work float8_work(const traces::Trace& trace, traces::OpIndex index, const 
   for (const traces::TensorIndex t : op.inputs) {
     const traces::Tensor& tensor = trace.tensor(t);
     // Transformer Engine's FP8 copies (float8_memory.hpp): a saved input already one byte an
-    // element (u8), read as the 16-bit one was; a weight's workspace, whose casts are the weight's.
-    const bool fp8_copy = tensor.dtype == traces::DType::u8 && tensor.role == traces::TensorRole::activation;
+    // element (u8), read as the 16-bit one was, or a sequence-parallel gather of an FP8 norm
+    // output (a temporary); a weight's workspace, whose casts are the weight's.
+    const bool fp8_copy = tensor.dtype == traces::DType::u8 &&
+                          (tensor.role == traces::TensorRole::activation || tensor.role == traces::TensorRole::temporary);
     if (tensor.role == traces::TensorRole::buffer) continue;
     if ((!traces::is_floating(tensor.dtype) && !fp8_copy) || tensor.shape.size() < 2) continue;
     const double size = static_cast<double>(traces::element_size(tensor.dtype));

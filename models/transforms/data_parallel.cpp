@@ -354,13 +354,15 @@ std::optional<TaskId> Transform::run() {
   } else if (spec_.zero_stage >= 1 && last_optimizer_ && step_end) {
     // Stages 1 and 2 all-gather the updated parameters at the end of the step.
     // The experts' over their expert-data group, the others' over the data group.
-    std::int64_t expert_bytes = 0;
-    if (expert_split()) {
-      for (BufferId w : weights_) expert_bytes += is_expert_buffer(w) ? s_.buffers[w].bytes : 0;
+    // FP8 weights (float8_parameter_gather) in a gather of their own, one byte an element.
+    std::int64_t expert_bytes = 0, dense_bytes = 0, fp8_expert_bytes = 0, fp8_dense_bytes = 0;
+    for (BufferId w : weights_) {
+      const bool expert = expert_split() && is_expert_buffer(w);
+      const bool fp8 = gathered_in_fp8(w);
+      (expert ? (fp8 ? fp8_expert_bytes : expert_bytes) : (fp8 ? fp8_dense_bytes : dense_bytes)) += gathered_bytes(w);
     }
-    const std::int64_t dense_bytes = sum_bytes(weights_) - expert_bytes;
-    for (const bool expert : {false, true}) {
-      const std::int64_t weight_bytes = expert ? expert_bytes : dense_bytes;
+    for (const auto& [expert, fp8] : {std::pair{false, true}, std::pair{false, false}, std::pair{true, true}, std::pair{true, false}}) {
+      const std::int64_t weight_bytes = expert ? (fp8 ? fp8_expert_bytes : expert_bytes) : (fp8 ? fp8_dense_bytes : dense_bytes);
       if (weight_bytes <= 0) continue;
       Task c;
       c.kind = TaskKind::collective;
@@ -368,7 +370,9 @@ std::optional<TaskId> Transform::run() {
       c.collective = CollectiveKind::all_gather;
       c.bytes = weight_bytes;
       c.after = {*step_end};
-      c.name = task_name(expert ? "all-gather of the updated expert parameters" : "all-gather of the updated parameters", 0, weight_bytes);
+      c.name = task_name(expert ? (fp8 ? "all-gather of the updated FP8 expert parameters" : "all-gather of the updated expert parameters")
+                                : (fp8 ? "all-gather of the updated FP8 parameters" : "all-gather of the updated parameters"),
+                         0, weight_bytes);
       if (expert) c.over = traces::ParallelGroup::expert_data;
       if (spec_.compression) {
         compressed_collective(std::move(c), weight_element_size(), *last_optimizer_ + 1);
@@ -422,6 +426,14 @@ void Transform::redirect_all() {
   }
 }
 
+bool Transform::gathered_in_fp8(BufferId w) const {
+  return s_.buffers[w].tensor && fp8_gathered_weights_.contains(*s_.buffers[w].tensor);
+}
+
+std::int64_t Transform::gathered_bytes(BufferId w) const {
+  return gathered_in_fp8(w) ? trace_.tensor(*s_.buffers[w].tensor).elements() : s_.buffers[w].bytes;
+}
+
 // The weight gradients (held to the end of the iteration: what the optimizer reads), the
 // parameters, the optimizer's tasks and the last backward task.
 void Transform::find_pass_bounds() {
@@ -430,6 +442,15 @@ void Transform::find_pass_bounds() {
     if (!buffer.tensor) continue;
     if (buffer.role == MemoryRole::gradient && (buffer.held_to_end || buffer.resident)) gradients_.push_back(b);
     if (buffer.role == MemoryRole::weight && buffer.resident) weights_.push_back(b);
+  }
+  // The weights a converted linear's forward op reads, as FsdpSpec::float8_all_gather's.
+  if (spec_.float8_parameter_gather) {
+    for (const traces::Op& op : trace_.ops()) {
+      if (op.phase != Phase::forward || !in_float8_scope(*spec_.float8_parameter_gather, op)) continue;
+      for (const traces::TensorIndex i : op.inputs) {
+        if (trace_.tensor(i).role == traces::TensorRole::weight && trace_.tensor(i).shape.size() >= 2) fp8_gathered_weights_.insert(i);
+      }
+    }
   }
   for (TaskId t = 0; t < n_; ++t) {
     const Task& task = s_.tasks[t];
@@ -464,6 +485,11 @@ std::vector<std::pair<TaskId, BufferId>> Transform::ready_gradients() const {
 }  // namespace comptrain::models::transform_detail
 
 namespace comptrain::models {
+
+std::optional<Float8Scope> float8_parameter_gather_for(const DataParallelSpec& spec, const std::optional<Float8Scope>& float8) {
+  if (!float8 || !float8->fp8_weights || spec.zero_stage < 1 || spec.zero_stage > 2 || spec.fsdp || spec.compression) return std::nullopt;
+  return float8;
+}
 
 using transform_detail::Transform;
 
@@ -507,6 +533,9 @@ void check_data_parallel(const DataParallelSpec& spec) {
   }
   if (spec.overlap_param_gather && (spec.zero_stage < 1 || spec.zero_stage > 2 || spec.offload_optimizer || spec.fsdp)) {
     throw std::invalid_argument("data parallel: overlap_param_gather needs ZeRO stage 1 or 2 with the optimizer on the GPU");
+  }
+  if (spec.float8_parameter_gather && (spec.zero_stage < 1 || spec.zero_stage > 2 || spec.fsdp || spec.compression)) {
+    throw std::invalid_argument("data parallel: float8_parameter_gather needs ZeRO stage 1 or 2 without compressed collectives");
   }
   if (spec.compression) {
     check_collective_compression(*spec.compression);

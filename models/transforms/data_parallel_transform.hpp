@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -125,6 +126,10 @@ class Transform : public ScheduleEdit {
     for (BufferId b : buffers) total += s_.buffers[b].bytes;
     return total;
   }
+  // Whether stages 1 and 2 all-gather weight buffer `w` as FP8, one byte an element
+  // (DataParallelSpec::float8_parameter_gather), and the bytes its all-gather moves.
+  bool gathered_in_fp8(BufferId w) const;
+  std::int64_t gathered_bytes(BufferId w) const;
 
   // ---- data_parallel.cpp
 
@@ -293,6 +298,7 @@ class Transform : public ScheduleEdit {
   std::array<std::optional<TaskId>, 2> last_gradient_copy_;  // the last gradient copy to the host, and back
   std::vector<BufferId> gradients_;
   std::vector<BufferId> weights_;
+  std::set<traces::TensorIndex> fp8_gathered_weights_;  // DataParallelSpec::float8_parameter_gather's weights
   std::optional<TaskId> first_optimizer_;
   std::optional<std::pair<std::size_t, std::size_t>> step_added_;  // [first, end) in added_: the step on the host's tasks
   std::optional<TaskId> last_optimizer_;

@@ -321,12 +321,13 @@ void Transform::gather_parameters_before_forward() {
   std::vector<ParameterBucket> buckets;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     const traces::Tensor& tensor = trace_.tensor(*s_.buffers[*it].tensor);
-    const Key key{tensor.dtype, expert_split() && is_expert_parameter(tensor.name)};
+    // FP8 weights (float8_parameter_gather) in a buffer of their own, as Megatron's u8 one.
+    const Key key{gathered_in_fp8(*it) ? traces::DType::u8 : tensor.dtype, expert_split() && is_expert_parameter(tensor.name)};
     ParameterBucket& bucket = open[key];
     bucket.expert = key.second;
     bucket.weights.push_back(*it);
     bucket.elements += tensor.elements();
-    bucket.bytes += s_.buffers[*it].bytes;
+    bucket.bytes += gathered_bytes(*it);
     bucket.first_reader = std::min(bucket.first_reader, first_reader[*it]);
     if (bucket.elements >= spec_.reduce_bucket_elements) {
       buckets.push_back(std::move(bucket));

@@ -41,7 +41,8 @@ traces::Trace gpt(std::int64_t layers) {
 // One rank of ZeRO-1 over 4 ranks, in buckets of 5M elements (gpt2's blocks hold 7.1M each, its
 // token embedding 38.6M: several buckets), after `micro_steps` of gradient accumulation, as
 // transform_schedule orders them.
-Schedule zero_one(const traces::Trace& trace, int micro_steps, bool overlap_comm, bool overlap_param_gather) {
+Schedule zero_one(const traces::Trace& trace, int micro_steps, bool overlap_comm, bool overlap_param_gather,
+                  std::optional<Float8Scope> float8_parameter_gather = std::nullopt) {
   const OpTimeModel time_model(builtin_platform("a100-80gb"));
   Schedule schedule = test_support::must_apply(build_schedule(trace, time_model, StrategySpec{}));
   TransformSteps steps;
@@ -52,6 +53,7 @@ Schedule zero_one(const traces::Trace& trace, int micro_steps, bool overlap_comm
   dp.reduce_bucket_elements = 5'000'000;
   dp.overlap_comm = overlap_comm;
   dp.overlap_param_gather = overlap_param_gather;
+  dp.float8_parameter_gather = std::move(float8_parameter_gather);
   steps.data_parallel = dp;
   return transform_schedule(std::move(schedule), trace, steps);
 }
@@ -228,6 +230,69 @@ TEST(DistributedOptimizerOverlap, UnderAPipelineTheLastMicroBatchsBackwardLaunch
     ASSERT_GE(gathers.size(), 2u);
     for (TaskId g : gathers) EXPECT_LT(g, first_forward) << s.tasks[g].name;
   }
+}
+
+// --fp8-param-gather: the weights the FP8 linears read (every matrix but the tied embedding's,
+// which lm_head reads and the scope skips) are gathered at one byte an element, apart from the
+// 16-bit rest, after the step or in buckets of their own before the forward pass; the 16-bit
+// bytes gathered shrink by the FP8 weights' elements.
+TEST(DistributedOptimizerOverlap, Fp8ParametersAreGatheredAtOneByteInBucketsOfTheirOwn) {
+  const auto trace = gpt(4);
+  Float8Scope scope;
+  scope.recipe = Float8Recipe::delayed;
+  scope.fp8_weights = true;
+  scope.skip = {"lm_head"};
+  std::set<traces::TensorIndex> fp8_weights;
+  for (const auto& op : trace.ops()) {
+    if (op.phase != traces::Phase::forward || !in_float8_scope(scope, op)) continue;
+    for (const auto i : op.inputs) {
+      if (trace.tensor(i).role == traces::TensorRole::weight && trace.tensor(i).shape.size() >= 2) fp8_weights.insert(i);
+    }
+  }
+  ASSERT_EQ(fp8_weights.size(), 4u * 4u);  // c_attn, c_proj, c_fc and mlp.c_proj of each block
+  std::int64_t fp8_elements = 0;
+  for (const auto i : fp8_weights) fp8_elements += trace.tensor(i).elements();
+
+  const Schedule plain = zero_one(trace, 1, true, false);
+  const Schedule fp8 = zero_one(trace, 1, true, false, scope);
+  ASSERT_NO_THROW(fp8.validate());
+  const auto plain_gathers = collectives(plain, CollectiveKind::all_gather);
+  const auto fp8_gathers = collectives(fp8, CollectiveKind::all_gather);
+  ASSERT_EQ(plain_gathers.size(), 1u);
+  ASSERT_EQ(fp8_gathers.size(), 2u);
+  const Task& fp8_gather = fp8.tasks[fp8_gathers[0]];
+  const Task& wide_gather = fp8.tasks[fp8_gathers[1]];
+  EXPECT_NE(fp8_gather.name.find("FP8"), std::string::npos) << fp8_gather.name;
+  EXPECT_EQ(fp8_gather.bytes, fp8_elements);
+  EXPECT_EQ(wide_gather.bytes, plain.tasks[plain_gathers[0]].bytes - 2 * fp8_elements);
+
+  // Overlapped: every bucket holds FP8 weights only or 16-bit ones only, at their sizes.
+  const Schedule overlapped = zero_one(trace, 1, true, true, scope);
+  ASSERT_NO_THROW(overlapped.validate());
+  std::int64_t bytes = 0;
+  for (const TaskId g : collectives(overlapped, CollectiveKind::all_gather)) {
+    const Task& gather = overlapped.tasks[g];
+    bytes += gather.bytes;
+    const auto fp8_count = std::count_if(gather.uses.begin(), gather.uses.end(),
+                                         [&](BufferId w) { return fp8_weights.contains(*overlapped.buffers[w].tensor); });
+    EXPECT_TRUE(fp8_count == 0 || fp8_count == static_cast<std::ptrdiff_t>(gather.uses.size())) << gather.name;
+  }
+  EXPECT_EQ(bytes, fp8_gather.bytes + wide_gather.bytes);
+
+  // Not with DDP, ZeRO-3 or FSDP, which gather no FP8 buffer.
+  DataParallelSpec spec;
+  spec.ranks = 4;
+  spec.float8_parameter_gather = scope;
+  EXPECT_THROW(check_data_parallel(spec), std::invalid_argument);
+  spec.zero_stage = 1;
+  EXPECT_NO_THROW(check_data_parallel(spec));
+  spec.zero_stage = 3;
+  EXPECT_THROW(check_data_parallel(spec), std::invalid_argument);
+  EXPECT_FALSE(float8_parameter_gather_for(spec, scope));
+  spec.zero_stage = 2;
+  EXPECT_TRUE(float8_parameter_gather_for(spec, scope));
+  scope.fp8_weights = false;
+  EXPECT_FALSE(float8_parameter_gather_for(spec, scope));
 }
 
 // What overlap_param_gather needs: ZeRO stage 1 or 2 with the optimizer on the GPU; and ZeRO-2's

@@ -21,7 +21,7 @@ using traces::TensorRole;
 
 constexpr std::int64_t kS = 40, kH = 64, kA = 4, kKv = 2, kI = 176, kV = 1000;
 
-Trace megatron_llama(std::int64_t layers) {
+Trace megatron_llama(std::int64_t layers, std::int64_t tensor_parallel = 1) {
   zoo::DecoderArchitecture arch;
   arch.layers = layers;
   arch.hidden = kH;
@@ -41,6 +41,12 @@ Trace megatron_llama(std::int64_t layers) {
   megatron.hidden_dropout = 0;
   megatron.attention_dropout = 0;
   request.megatron = megatron;
+  if (tensor_parallel > 1) {
+    zoo::TensorParallelSpec tp;
+    tp.degree = tensor_parallel;
+    tp.sequence_parallel = true;
+    request.tensor_parallel = tp;
+  }
   return zoo::build_model(request);
 }
 
@@ -108,6 +114,49 @@ TEST(Float8Memory, SixteenBitWeightsHaveAnFp8Workspace) {
   for (traces::OpIndex o = 0; o < two.ops().size(); ++o) before += model.run(two, o).seconds;
   for (traces::OpIndex o = 0; o < two8.ops().size(); ++o) after += model.run(two8, o).seconds;
   EXPECT_NEAR(after, before, 1e-12 * before);
+}
+
+// Under sequence parallelism the norms write their output shards in FP8, gather them in FP8 and
+// save them so (Transformer Engine's TELayerNormColumnParallelLinear): per layer, beside the
+// copies above (SwiGLU's output, 2·s·I/t -> s·I/t; the attention output's copy, + s·h/t), the
+// two shards of s/t·h go from two bytes to one (- 2·s·h/t): against the 16-bit run the saved
+// bytes fall by s·h/t + s·I/t, and every tensor-parallel all-gather of a norm output moves one
+// byte an element.
+TEST(Float8Memory, SequenceParallelNormShardsAreGatheredAndSavedInFp8) {
+  constexpr std::int64_t s = kS, h = kH, i = kI, t = 2;
+  const Trace one = megatron_llama(1, t), two = megatron_llama(2, t);
+  const Trace one8 = with_float8_memory(one, delayed(true)), two8 = with_float8_memory(two, delayed(true));
+  EXPECT_EQ((held(two8).saved - held(one8).saved) - (held(two).saved - held(one).saved), -s * h / t - s * i / t);
+  // The gathers of the norms' outputs (forward, and backward again), one byte an element; the
+  // output layer's input (lm_head is out of scope) stays 16-bit.
+  int fp8_gathers = 0, wide_gathers = 0;
+  for (const auto& op : two8.ops()) {
+    if (op.kind != traces::OpKind::communication || op.communication->kind != traces::CommunicationKind::all_gather) continue;
+    const auto& in = two8.tensor(op.inputs.front());
+    if (in.producer && two8.op(*in.producer).kind == traces::OpKind::layernorm) {
+      (in.dtype == traces::DType::u8 ? fp8_gathers : wide_gathers) += 1;
+      EXPECT_EQ(two8.tensor(op.outputs.front()).dtype, in.dtype) << op.name;
+    }
+  }
+  EXPECT_EQ(fp8_gathers, 2 * 2 * 2);  // two norms a layer, two layers, each gathered forward and backward
+  EXPECT_EQ(wide_gathers, 2);         // the final norm's output, gathered for lm_head forward and backward
+  // The GEMMs and casts take as long as before; the norms write half the bytes.
+  OpTimeOptions options;
+  options.float8 = delayed(true);
+  const OpTimeModel model(builtin_platform("dgx-h100-superpod"), options);
+  double linears = 0, linears8 = 0, norms = 0, norms8 = 0;
+  for (traces::OpIndex o = 0; o < two.ops().size(); ++o) {
+    const auto kind = two.op(o).kind;
+    if (kind == traces::OpKind::linear) linears += model.run(two, o).seconds;
+    if (kind == traces::OpKind::layernorm) norms += model.run(two, o).seconds;
+  }
+  for (traces::OpIndex o = 0; o < two8.ops().size(); ++o) {
+    const auto kind = two8.op(o).kind;
+    if (kind == traces::OpKind::linear) linears8 += model.run(two8, o).seconds;
+    if (kind == traces::OpKind::layernorm) norms8 += model.run(two8, o).seconds;
+  }
+  EXPECT_NEAR(linears8, linears, 1e-12 * linears);
+  EXPECT_LT(norms8, norms);
 }
 
 // torchao's tensorwise recipe saves its 16-bit operands: the trace is unchanged.

@@ -585,12 +585,14 @@ ImportedScenario import_megatron_arguments(std::string_view text, const std::str
     job.float8_delayed = true;
     job.notes.push_back("--fp8-format " + *format + ": Transformer Engine's delayed scaling on every linear but the output layer (training.float8, recipe delayed)");
     // --fp8-param-gather keeps the weights as FP8 tensors (Transformer Engine's fp8_model_init):
-    // no FP8 workspace beside 16-bit weights. Its all-gather of FP8 parameters (one byte an
-    // element) is not modelled: the distributed optimizer gathers two.
+    // no FP8 workspace beside 16-bit weights, and the distributed optimizer all-gathers them at one
+    // byte an element (DataParallelSpec::float8_parameter_gather). Megatron-FSDP's gathers of them
+    // are not modelled in FP8.
     if (args.flag("fp8-param-gather")) {
       job.fp8_weights = true;
-      job.notes.push_back("--fp8-param-gather: the weights are FP8 tensors, no FP8 workspace beside them (training.float8.fp8_weights); their "
-                          "all-gather at one byte an element is not modelled (two bytes here)");
+      job.notes.push_back(std::string("--fp8-param-gather: the weights are FP8 tensors, no FP8 workspace beside them (training.float8.fp8_weights)") +
+                          (args.flag("use-megatron-fsdp") ? "; Megatron-FSDP's all-gathers of them are modelled at two bytes an element, not one"
+                                                          : "; the distributed optimizer all-gathers them at one byte an element"));
     }
   } else if (args.flag("fp8-param-gather")) {
     args.fail_on("fp8-param-gather", "is given without --fp8-format; expected both (Megatron-LM's FP8 parameters need FP8 training)");

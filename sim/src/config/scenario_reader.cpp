@@ -228,6 +228,17 @@ void ScenarioReader::read_float8(const YAML::Node& training, Scenario& scenario)
                      scenario.platform->name + "' gives no gpu.peak.fp8; expected a GPU with FP8 (compute capability 8.9 or later) or no training.float8");
   }
   if (scope.fsdp_all_gather) scenario.parallelism->data.fsdp->float8_all_gather = scope;
+  // FP8 weights under Megatron's distributed optimizer (ZeRO-1 or 2): its all-gathers move them at
+  // one byte an element (DataParallelSpec::float8_parameter_gather). FSDP's and ZeRO-3's gathers
+  // keep the weights' 16 bits (not modelled in FP8).
+  if (scope.fp8_weights && scenario.parallelism) {
+    models::DataParallelSpec& data = scenario.parallelism->data;
+    if (data.zero_stage >= 1 && data.zero_stage <= 2 && !data.fsdp && data.compression) {
+      throw InputError(where(node.Mark()) + "'training.float8.fp8_weights' has the distributed optimizer all-gather FP8 weights, which "
+                       "parallelism.compression would compress instead; expected one of the two");
+    }
+    data.float8_parameter_gather = models::float8_parameter_gather_for(data, scope);
+  }
   scenario.float8 = std::move(scope);
 }
 

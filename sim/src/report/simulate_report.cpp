@@ -338,10 +338,17 @@ void add_header(std::string& out, const SimulationRun& run) {
       const auto workspaces = std::count_if(tensors.begin(), tensors.end(), [](const traces::Tensor& t) {
         return t.role == traces::TensorRole::buffer && t.name.ends_with(".fp8_workspace");
       });
+      // Sequence parallelism's norm output shards, which the norm writes in FP8 itself.
+      const auto norm_outputs = std::count_if(tensors.begin(), tensors.end(), [&](const traces::Tensor& t) {
+        return t.dtype == traces::DType::u8 && t.role == traces::TensorRole::activation && t.producer &&
+               trace.op(*t.producer).kind == traces::OpKind::layernorm;
+      });
+      const std::string gathered =
+          norm_outputs > 0 ? fmt::format(", {} norm output shards written, all-gathered and saved in FP8 (sequence parallelism)", norm_outputs) : "";
       add_line(out, "Float8     Transformer Engine's delayed scaling: {} of {} linear ops on FP8 tensor cores{}, with their cast kernels (weights once "
-                    "per optimizer step, a norm's output cast by the norm); {} FP8 copies of saved inputs and {} FP8 weight workspaces{}; "
+                    "per optimizer step, a norm's output cast by the norm); {} FP8 copies of saved inputs{} and {} FP8 weight workspaces{}; "
                     "FLOPs utilisation against the 16-bit peak",
-               float8, linears, skip, copies, workspaces, run.float8->fp8_weights ? " (the weights FP8 themselves)" : "");
+               float8, linears, skip, copies, gathered, workspaces, run.float8->fp8_weights ? " (the weights FP8 themselves)" : "");
     } else {
       add_line(out, "Float8     torchao float8 training, tensorwise scaling: {} of {} linear ops on FP8 tensor cores{}, with their amax and cast "
                     "kernels as torch.compile generates them{}; FLOPs utilisation against the 16-bit peak",

@@ -664,6 +664,19 @@ TEST(Scenario, Float8DelayedRecipeIsTransformerEnginesAndNeedsNoCompile) {
   EXPECT_THAT(error_of(eager + "framework: {compile: true}\ntraining: {float8: {fp8_weights: true}}\n"),
               AllOf(HasSubstr("s.yaml:4:"), HasSubstr("training.float8.fp8_weights"), HasSubstr("recipe delayed")));
   EXPECT_THAT(error_of(eager + "training: {float8: {recipe: delayed, fp8_weights: often}}\n"), HasSubstr("training.float8.fp8_weights"));
+  // Under ZeRO-1 or 2 (Megatron's distributed optimizer) the FP8 weights are all-gathered at one
+  // byte an element; DDP gathers none; compressed gathers are refused beside them.
+  const std::string fp8_weights = "training: {float8: {recipe: delayed, fp8_weights: true}}\n";
+  const Scenario zero1 = parse_scenario(eager + "parallelism: {gpus_per_node: 8, zero: {stage: 1}}\n" + fp8_weights, "s.yaml", ".");
+  ASSERT_TRUE(zero1.parallelism);
+  ASSERT_TRUE(zero1.parallelism->data.float8_parameter_gather);
+  EXPECT_TRUE(zero1.parallelism->data.float8_parameter_gather->fp8_weights);
+  EXPECT_FALSE(parse_scenario(eager + "parallelism: {gpus_per_node: 8}\n" + fp8_weights, "s.yaml", ".").parallelism->data.float8_parameter_gather);
+  EXPECT_FALSE(parse_scenario(eager + "parallelism: {gpus_per_node: 8, zero: {stage: 1}}\ntraining: {float8: {recipe: delayed}}\n", "s.yaml", ".")
+                   .parallelism->data.float8_parameter_gather);
+  EXPECT_THAT(error_of(eager + "parallelism: {gpus_per_node: 8, zero: {stage: 1}, compression: {profile: auto, error_bound: 1e-2, ratio: 3}}\n" +
+                       fp8_weights),
+              AllOf(HasSubstr("s.yaml:4:"), HasSubstr("fp8_weights"), HasSubstr("parallelism.compression")));
 }
 
 }  // namespace

@@ -211,6 +211,13 @@ struct DataParallelSpec {
   // the first forward op that reads a parameter of a bucket waits for that bucket's gather
   // (models/transforms/README.md, "Overlapped parameter all-gather").
   bool overlap_param_gather = false;
+  // Megatron-LM's --fp8-param-gather (training.float8.fp8_weights, stages 1 and 2): the weights
+  // of the linears this scope converts are FP8 tensors, which the distributed optimizer keeps in a
+  // buffer of their own, one byte an element (megatron/core/distributed/param_and_grad_buffer.py
+  // at NVIDIA/Megatron-LM@d98e8a64, group_params_for_buffers: "torch.uint8 for FP8/NVFP4
+  // parameters"), so their all-gathers move one byte an element, in buckets apart from the
+  // 16-bit parameters'. Unset: every parameter at its dtype.
+  std::optional<Float8Scope> float8_parameter_gather;
   // sub_group_size (deepspeed/runtime/zero/config.py@38327e07 line 168: 1e9 elements): ZeRO-3
   // steps the optimizer one subgroup of whole parameters at a time (stage3.py
   // _create_fp16_sub_groups: parameters are added until a subgroup holds at least this many
@@ -261,6 +268,11 @@ struct DataParallelSpec {
   // without an offloaded optimizer or FSDP.
   int expert_ranks = 0;
 };
+
+// The float8_parameter_gather `spec` takes under a run's float8 scope: the scope when its weights
+// are FP8 (Float8Scope::fp8_weights) and `spec` is ZeRO stage 1 or 2 without FSDP or compressed
+// collectives; unset otherwise (those gather the weights' 16 bits).
+std::optional<Float8Scope> float8_parameter_gather_for(const DataParallelSpec& spec, const std::optional<Float8Scope>& float8);
 
 // Whether a trace tensor belongs to an expert of a mixture-of-experts layer -- its weight,
 // gradient or optimizer state -- by its module name: the zoo names every routed expert's

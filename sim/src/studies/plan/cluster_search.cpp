@@ -304,6 +304,8 @@ ClusterSearch expand_cluster_search(const PlanRequest& r, const BatchSizePlan& h
         parallelism.data.compression->all_reduce = algorithm;
         parallelism.compression_algorithm_position.clear();  // the plan's choice, not the section's line
       }
+      // FP8 weights are gathered in FP8 by this stage's distributed optimizer, or not.
+      parallelism.data.float8_parameter_gather = models::float8_parameter_gather_for(parallelism.data, scenario.float8);
       if (choose_zero_plus_plus) {
         // hpZ's partition: the GPUs of a node, DeepSpeed's recommended value (its ZeRO++ tutorial,
         // deepspeed.ai/tutorials/zeropp: zero_hpz_partition_size ideally the ranks per node).

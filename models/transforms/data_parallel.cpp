@@ -426,6 +426,17 @@ void Transform::redirect_all() {
   }
 }
 
+std::set<traces::TensorIndex> Transform::float8_weights(const Float8Scope& scope) const {
+  std::set<traces::TensorIndex> weights;
+  for (const traces::Op& op : trace_.ops()) {
+    if (op.phase != Phase::forward || !in_float8_scope(scope, op)) continue;
+    for (const traces::TensorIndex i : op.inputs) {
+      if (trace_.tensor(i).role == traces::TensorRole::weight && trace_.tensor(i).shape.size() >= 2) weights.insert(i);
+    }
+  }
+  return weights;
+}
+
 bool Transform::gathered_in_fp8(BufferId w) const {
   return s_.buffers[w].tensor && fp8_gathered_weights_.contains(*s_.buffers[w].tensor);
 }
@@ -443,15 +454,7 @@ void Transform::find_pass_bounds() {
     if (buffer.role == MemoryRole::gradient && (buffer.held_to_end || buffer.resident)) gradients_.push_back(b);
     if (buffer.role == MemoryRole::weight && buffer.resident) weights_.push_back(b);
   }
-  // The weights a converted linear's forward op reads, as FsdpSpec::float8_all_gather's.
-  if (spec_.float8_parameter_gather) {
-    for (const traces::Op& op : trace_.ops()) {
-      if (op.phase != Phase::forward || !in_float8_scope(*spec_.float8_parameter_gather, op)) continue;
-      for (const traces::TensorIndex i : op.inputs) {
-        if (trace_.tensor(i).role == traces::TensorRole::weight && trace_.tensor(i).shape.size() >= 2) fp8_gathered_weights_.insert(i);
-      }
-    }
-  }
+  if (spec_.float8_parameter_gather) fp8_gathered_weights_ = float8_weights(*spec_.float8_parameter_gather);
   for (TaskId t = 0; t < n_; ++t) {
     const Task& task = s_.tasks[t];
     const Phase pass = pass_of(task, trace_);

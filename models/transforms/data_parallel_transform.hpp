@@ -134,6 +134,9 @@ class Transform : public ScheduleEdit {
   // ---- data_parallel.cpp
 
   void find_pass_bounds();
+  // The weights (matrices) the forward ops that `scope` converts to float8 read: what FSDP2's
+  // float8 all-gather and Megatron's FP8 parameter gather move at one byte an element.
+  std::set<traces::TensorIndex> float8_weights(const Float8Scope& scope) const;
 
   std::vector<std::pair<TaskId, BufferId>> ready_gradients() const;
 

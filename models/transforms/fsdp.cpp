@@ -73,15 +73,8 @@ Transform::FsdpGroups Transform::fsdp_groups() const {
   // Float8 all-gather (FsdpSpec::float8_all_gather): the weights a converted linear's forward op
   // reads are cast on the shard and gathered in float8, one byte an element
   // (WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather in torchao's float8/fsdp_utils.py).
-  std::set<traces::TensorIndex> float8_weights;
-  if (f.float8_all_gather) {
-    for (const traces::Op& op : trace_.ops()) {
-      if (op.phase != Phase::forward || !in_float8_scope(*f.float8_all_gather, op)) continue;
-      for (const traces::TensorIndex i : op.inputs) {
-        if (trace_.tensor(i).role == traces::TensorRole::weight && trace_.tensor(i).shape.size() >= 2) float8_weights.insert(i);
-      }
-    }
-  }
+  const std::set<traces::TensorIndex> float8_gathered =
+      f.float8_all_gather ? float8_weights(*f.float8_all_gather) : std::set<traces::TensorIndex>{};
   std::map<BufferId, std::size_t> weight_unit;
   std::int64_t& weight_elements = groups.weight_elements;
   std::int64_t& weight_element_size = groups.weight_element_size;
@@ -92,7 +85,7 @@ Transform::FsdpGroups Transform::fsdp_groups() const {
     const std::int64_t padded = padded_elements(t);
     u.padded_elements += padded;
     u.sharded_elements += padded / shard_ranks();
-    const std::int64_t gathered_element = float8_weights.contains(*s_.buffers[w].tensor) ? 1 : static_cast<std::int64_t>(traces::element_size(t.dtype));
+    const std::int64_t gathered_element = float8_gathered.contains(*s_.buffers[w].tensor) ? 1 : static_cast<std::int64_t>(traces::element_size(t.dtype));
     u.unsharded_bytes += padded * gathered_element;
     weight_unit[w] = unit_index.at(u.name);
     weight_elements += t.elements();
